@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+/* probekit bench: benchmarks that print perf-bench style figures. */
+#include <stddef.h>
+
+#include "cli.h"
+
+static const struct cli_cmd benches[] = {
+	{NULL, NULL, NULL},
+};
+
+int cmd_bench(int argc, char **argv)
+{
+	return cli_dispatch("benchmark", benches,
+			    "usage: probekit bench <benchmark> [options]\n\n"
+			    "Each benchmark prints its figures the way 'perf bench' does; where a peer\n"
+			    "exists it is measured in the same run.\n\nbenchmarks:\n",
+			    argc, argv);
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The probekit command: each subcommand is a function taking the arguments
+ * after its own name (argv[0] is the subcommand's name) and returning the
+ * process exit status.
+ */
+#ifndef PK_CLI_H
+#define PK_CLI_H
+
+struct cli_cmd {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+};
+
+/* Dispatch argv[1] among @cmds; prints @usage for help or an unknown name. */
+int cli_dispatch(const char *prog, const struct cli_cmd *cmds, const char *usage, int argc,
+		 char **argv);
+
+/* Print "probekit: " + message to stderr; returns 1 or 2 for use as exit code. */
+__attribute__((format(printf, 1, 2))) int cli_error(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) int cli_usage_error(const char *fmt, ...);
+
+/* Parse a non-negative integer option value; exits with a usage error on junk. */
+unsigned long cli_parse_ulong(const char *opt, const char *val);
+
+int cmd_bench(int argc, char **argv);
+
+#endif /* PK_CLI_H */

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared test plumbing: every test binary is a Check suite run in fork mode
+ * (one process per test, with a timeout).  A binary whose tests need a
+ * capability the machine lacks exits 77 after printing why, which Meson
+ * reports as SKIP: never a silent pass.
+ */
+#ifndef PK_TESTS_HARNESS_H
+#define PK_TESTS_HARNESS_H
+
+#include <check.h>
+#include <stdbool.h>
+
+/* Run @s in fork mode; returns the process exit status (0 = all passed). */
+int pk_test_run(Suite *s);
+
+/* Exit 77 with a printed reason unless the capability is there. */
+void pk_test_require_root(void);
+void pk_test_require_hw_breakpoint(void);
+void pk_test_require_membarrier_sync_core(void);
+
+/* Probes, for tests that want to decide per case. */
+bool pk_test_have_hw_breakpoint(void);
+
+#endif /* PK_TESTS_HARNESS_H */

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * x86-64 instruction bytes used at patch sites.  Generic code never spells an
+ * opcode; it asks here.  A site is PKI_SITE_LEN bytes at a function entry.
+ */
+#ifndef PK_ARCH_X86_64_INSN_H
+#define PK_ARCH_X86_64_INSN_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PKI_SITE_LEN  5
+#define PKI_INSN_INT3 0xcc
+
+enum pki_insn_kind {
+	PKI_INSN_NOP5,     /* 0f 1f 44 00 00: one five-byte nop */
+	PKI_INSN_NOP1X5,   /* 90 90 90 90 90: gcc's five one-byte nops */
+	PKI_INSN_CALL,     /* e8 rel32 */
+	PKI_INSN_JMP,      /* e9 rel32 */
+	PKI_INSN_UNKNOWN,
+};
+
+static const uint8_t pki_nop5[PKI_SITE_LEN] = {0x0f, 0x1f, 0x44, 0x00, 0x00};
+static const uint8_t pki_nop1x5[PKI_SITE_LEN] = {0x90, 0x90, 0x90, 0x90, 0x90};
+
+/* rel32 branch (e8 = call, e9 = jmp) at @site to @target; -ERANGE if too far. */
+static inline int pki_insn_branch(uint8_t out[PKI_SITE_LEN], uint8_t opcode, unsigned long site,
+				  unsigned long target)
+{
+	int64_t rel = (int64_t)(target - (site + PKI_SITE_LEN));
+	int32_t rel32 = (int32_t)rel;
+
+	if (rel != rel32)
+		return -ERANGE;
+	out[0] = opcode;
+	memcpy(out + 1, &rel32, sizeof(rel32));
+	return 0;
+}
+
+static inline int pki_insn_call(uint8_t out[PKI_SITE_LEN], unsigned long site, unsigned long target)
+{
+	return pki_insn_branch(out, 0xe8, site, target);
+}
+
+static inline int pki_insn_jmp(uint8_t out[PKI_SITE_LEN], unsigned long site, unsigned long target)
+{
+	return pki_insn_branch(out, 0xe9, site, target);
+}
+
+static inline enum pki_insn_kind pki_insn_classify(const uint8_t b[PKI_SITE_LEN])
+{
+	if (!memcmp(b, pki_nop5, PKI_SITE_LEN))
+		return PKI_INSN_NOP5;
+	if (!memcmp(b, pki_nop1x5, PKI_SITE_LEN))
+		return PKI_INSN_NOP1X5;
+	if (b[0] == 0xe8)
+		return PKI_INSN_CALL;
+	if (b[0] == 0xe9)
+		return PKI_INSN_JMP;
+	return PKI_INSN_UNKNOWN;
+}
+
+/* Target of a rel32 call/jmp at @site. */
+static inline unsigned long pki_insn_branch_target(const uint8_t b[PKI_SITE_LEN], unsigned long site)
+{
+	int32_t rel32;
+
+	memcpy(&rel32, b + 1, sizeof(rel32));
+	return site + PKI_SITE_LEN + (long)rel32;
+}
+
+#endif /* PK_ARCH_X86_64_INSN_H */

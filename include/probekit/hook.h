@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Function-entry hooks.  A site is the 5-byte patchable instruction at the
+ * entry of a function built with -fpatchable-function-entry=5 (or -mfentry
+ * -mnop-mcount).  Two ways to attach code to sites:
+ *
+ *  - ops (like the kernel's struct ftrace_ops): a C callback run at entry of
+ *    every site in its filter; several ops may share a site.  One ops alone on
+ *    a site is called through a trampoline specialised for it; a site with
+ *    several goes through one shared list dispatcher.
+ *  - direct entries {ip, addr}: the site calls @addr straight away.  All
+ *    direct entries belong to ONE internal ops owning an ip->addr hash, so
+ *    adding, removing or retargeting any number of them is a hash update and
+ *    one batch of text pokes, never a grace-period wait per site.  When a site
+ *    has a direct entry and ops, the list dispatcher runs every ops and then
+ *    continues into @addr.
+ *
+ * Every call below is one patch batch, unless made between pk_txn_begin()
+ * and pk_txn_commit(), which group any number of them into one batch.
+ *
+ * Contexts: none of these functions may be called from a hook callback, a
+ * trampoline handler or a signal handler (-EDEADLK from a callback).
+ *
+ * Recursion: while a thread runs a callback or a pk_tramp_new() handler,
+ * hooks it reaches are not run (direct entries made by the user still are:
+ * the list dispatcher always continues into the site's direct @addr).
+ */
+#ifndef PROBEKIT_HOOK_H
+#define PROBEKIT_HOOK_H
+
+#include <stddef.h>
+
+#include <probekit/probekit.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The registers of the hooked function at its entry.  A callback may change
+ * the six argument registers: the function then runs with the new values.
+ */
+struct pk_regs {
+	unsigned long di, si, dx, cx, r8, r9; /* integer arguments 1..6 */
+	unsigned long ax; /* number of vector registers used by a varargs call */
+	unsigned long sp; /* stack pointer at entry: sp[0] = return address */
+};
+
+/* Integer argument @n (0..5) of the hooked function. */
+static inline unsigned long pk_regs_arg(const struct pk_regs *regs, unsigned int n)
+{
+	const unsigned long *a = &regs->di;
+
+	return n < 6 ? a[n] : 0;
+}
+
+struct pk_ops;
+
+/*
+ * @ip: address of the site (the function's entry); @parent_ip: the address
+ * the function returns to.  Runs on the thread that called the function, in
+ * whatever context it was called from (possibly a signal handler): keep it
+ * async-signal-safe if hooked functions may run in signal handlers.
+ */
+typedef void (*pk_ops_fn)(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			  struct pk_regs *regs);
+
+struct pk_ops_filter {
+	const unsigned long *ips; /* site addresses */
+	size_t nips;
+	const char *const *globs; /* function-name globs (fnmatch) */
+	size_t nglobs;
+};
+
+struct pk_ops {
+	pk_ops_fn func;
+	void *data; /* for the user */
+	unsigned long flags; /* none defined yet: must be 0 */
+	/*
+	 * Sites to hook, read by pk_ops_register() (the arrays need not
+	 * outlive the call).  An empty filter means every known site.
+	 */
+	struct pk_ops_filter filter;
+	void *private; /* the library's; NULL before registration */
+};
+
+/*
+ * Attach @ops to every site its filter names.  Errors: -EINVAL (no func,
+ * unknown flags), -EBUSY (already registered), -ENOENT (an ip is not a site,
+ * or a glob matches none), -ERANGE (no trampoline memory within reach of a
+ * site), -ENOMEM, -EDEADLK (called from a callback), or an errno of the
+ * patch batch (-EILSEQ: a site did not hold the expected bytes; -ECANCELED:
+ * patching was latched off earlier).  On error nothing changed.
+ */
+PK_API int pk_ops_register(struct pk_ops *ops);
+
+/*
+ * Detach @ops from all its sites.  When it returns 0 the callback is not
+ * running on any thread and will not run again: @ops may be freed.  Waits
+ * for a grace period (at commit, inside a transaction).  Errors: -ENOENT (not
+ * registered), -EDEADLK, or an errno of the patch batch (then @ops is still
+ * registered).
+ */
+PK_API int pk_ops_unregister(struct pk_ops *ops);
+
+/* Site @ip calls @addr directly. */
+struct pk_direct_entry {
+	unsigned long ip;
+	unsigned long addr;
+};
+
+/*
+ * @addr is entered as if the function had called it at its very first
+ * instruction: [rsp] = ip + 5 (where to continue the function), [rsp + 8] =
+ * the caller's return address, every argument register live.  It must
+ * preserve all of them (a trampoline from pk_tramp_new() does).
+ *
+ * pk_direct_add(): -EINVAL (addr 0, duplicate ip in @e), -EEXIST (a site
+ * already has a direct entry), -ENOENT (not a site), -ERANGE (@addr out of
+ * rel32 reach and no stub memory near the site), -ENOMEM, -EDEADLK, or a
+ * patch batch errno.  All or nothing.
+ */
+PK_API int pk_direct_add(const struct pk_direct_entry *e, size_t n);
+
+/*
+ * Remove the direct entries of @ips.  Does not wait: a thread may still be
+ * running an old @addr when it returns.  Trampolines from pk_tramp_new() may
+ * be freed with pk_tramp_free() right away (reclaimed after a grace period in
+ * the background); for your own code, call pk_direct_sync() before reusing
+ * it.  Errors: -ENOENT (no direct entry on an ip), -EDEADLK, patch errnos.
+ */
+PK_API int pk_direct_del(const unsigned long *ips, size_t n);
+
+/*
+ * Retarget existing entries.  Each call of the site runs either the old or
+ * the new @addr, never neither.  Errors as pk_direct_add(), -ENOENT if an ip
+ * has no direct entry.
+ */
+PK_API int pk_direct_mod(const struct pk_direct_entry *e, size_t n);
+
+/*
+ * Wait until no thread can still be entering or running a library
+ * trampoline or callback removed before the call (a grace period).  User
+ * trampolines are covered up to their first instruction (a thread that was
+ * about to enter one now enters the site's current target); code they call
+ * is not.  Returns 0 or -EDEADLK.
+ */
+PK_API int pk_direct_sync(void);
+
+/*
+ * Trampolines for C handlers, to use as a direct @addr.  The handler runs at
+ * function entry with the argument registers in @regs (changes are passed on
+ * to the function), then the function runs.  Every register the function
+ * may read (arguments, vector arguments, rax, r10) is preserved.
+ */
+typedef void (*pk_tramp_fn)(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
+
+struct pk_tramp;
+
+/*
+ * New trampoline for @handler; @flags must be 0.  Returns NULL and sets
+ * errno: EINVAL, ENOMEM.
+ */
+PK_API struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags);
+
+/* Address to put in pk_direct_entry.addr. */
+PK_API unsigned long pk_tramp_addr(const struct pk_tramp *t);
+
+/*
+ * Free @t; its memory is reused only after a grace period, so this may
+ * follow pk_direct_del() at once.  -EBUSY if a direct entry still uses it.
+ */
+PK_API int pk_tramp_free(struct pk_tramp *t);
+
+/*
+ * Group changes into one patch batch.  The calling thread holds the hook
+ * registry until commit or abort (other threads' calls wait).  Calls inside
+ * stage their change and return its validation errors; pk_txn_commit()
+ * applies all of them (0, or a patch errno with nothing changed: the staged
+ * changes are dropped), pk_txn_abort() drops them.  -EBUSY: begin inside a
+ * transaction; -EINVAL: commit/abort outside one.
+ */
+PK_API int pk_txn_begin(void);
+PK_API int pk_txn_commit(void);
+PK_API int pk_txn_abort(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PROBEKIT_HOOK_H */

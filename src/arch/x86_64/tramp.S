@@ -1,0 +1,227 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Trampoline templates.  Never executed where they are: src/arch/x86_64/
+ * tramp.c copies [start, end) of a template into trampoline memory near the
+ * sites, fills its data words (read %rip-relative, so they move with the
+ * copy) and patches the %fs displacement of the per-thread nesting counter
+ * (initial-exec TLS: the same offset from %fs in every thread).
+ *
+ * Entered by the site's `call`: [rsp] = ip + 5, [rsp + 8] = parent ip.
+ *
+ * Nesting counter (pki_hook_nest): -1 when the thread is outside every
+ * trampoline body and callback.  `incl` to 0 = first level; above 0 = a
+ * callback reached a hooked function: the callback is skipped (recursion
+ * guard).  The counter is also the read side of the grace period
+ * (src/core/gp.c): while it is >= 0 the thread may use anything the hook
+ * registry publishes.  With the counter at -1, a thread can be inside
+ * trampoline memory only at one of these "windows":
+ *   - the first instruction of a template (before its incl),
+ *   - a `ret` following the final decl,
+ *   - the list dispatcher's `jmp *%r11` following its final decl,
+ * always with [rsp] = ip + 5.  The grace period moves a thread out of a
+ * window (tramp.c: pki_tramp_window_fixup), which is why no other
+ * instruction may follow a final decl.
+ */
+
+/* struct pk_regs (include/probekit/hook.h), then private save slots. */
+#define R_DI	0
+#define R_SI	8
+#define R_DX	16
+#define R_CX	24
+#define R_R8	32
+#define R_R9	40
+#define R_AX	48
+#define R_SP	56
+#define R_R10	64
+#define R_XMM	80
+#define FRAME	208
+
+	.macro NEST op, fixtab
+	\op	%fs:0
+9:	.pushsection .rodata.pki_tramp_fix, "a"
+	.long	9b - \fixtab
+	.popsection
+	.endm
+
+	/* Build the frame: rbp = entry rsp - 8, regs at 16-aligned rsp. */
+	.macro SAVE
+	pushq	%rbp
+	movq	%rsp, %rbp
+	subq	$FRAME, %rsp
+	andq	$-16, %rsp
+	movq	%rdi, R_DI(%rsp)
+	movq	%rsi, R_SI(%rsp)
+	movq	%rdx, R_DX(%rsp)
+	movq	%rcx, R_CX(%rsp)
+	movq	%r8, R_R8(%rsp)
+	movq	%r9, R_R9(%rsp)
+	movq	%rax, R_AX(%rsp)
+	movq	%r10, R_R10(%rsp)
+	leaq	16(%rbp), %rax
+	movq	%rax, R_SP(%rsp)
+	movaps	%xmm0, R_XMM+0*16(%rsp)
+	movaps	%xmm1, R_XMM+1*16(%rsp)
+	movaps	%xmm2, R_XMM+2*16(%rsp)
+	movaps	%xmm3, R_XMM+3*16(%rsp)
+	movaps	%xmm4, R_XMM+4*16(%rsp)
+	movaps	%xmm5, R_XMM+5*16(%rsp)
+	movaps	%xmm6, R_XMM+6*16(%rsp)
+	movaps	%xmm7, R_XMM+7*16(%rsp)
+	movq	8(%rbp), %rdi
+	subq	$5, %rdi		/* ip: the site */
+	movq	16(%rbp), %rsi		/* parent ip */
+	.endm
+
+	.macro RESTORE
+	movaps	R_XMM+0*16(%rsp), %xmm0
+	movaps	R_XMM+1*16(%rsp), %xmm1
+	movaps	R_XMM+2*16(%rsp), %xmm2
+	movaps	R_XMM+3*16(%rsp), %xmm3
+	movaps	R_XMM+4*16(%rsp), %xmm4
+	movaps	R_XMM+5*16(%rsp), %xmm5
+	movaps	R_XMM+6*16(%rsp), %xmm6
+	movaps	R_XMM+7*16(%rsp), %xmm7
+	movq	R_DI(%rsp), %rdi
+	movq	R_SI(%rsp), %rsi
+	movq	R_DX(%rsp), %rdx
+	movq	R_CX(%rsp), %rcx
+	movq	R_R8(%rsp), %r8
+	movq	R_R9(%rsp), %r9
+	movq	R_AX(%rsp), %rax
+	movq	R_R10(%rsp), %r10
+	leave
+	.endm
+
+	.text
+
+/*
+ * (a) ops trampoline, specialised for one ops:
+ * ops->func(ip, parent_ip, ops, regs).  data: [0] ops, [1] func.
+ */
+	.globl	pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data
+	.globl	pki_tramp_ops_fix
+	.hidden	pki_tramp_ops_start
+	.hidden	pki_tramp_ops_end
+	.hidden	pki_tramp_ops_data
+	.hidden	pki_tramp_ops_fix
+	.pushsection .rodata.pki_tramp_fix, "a"
+pki_tramp_ops_fix:
+	.popsection
+	.p2align 4
+pki_tramp_ops_start:
+	NEST	incl, pki_tramp_ops_start
+	jnz	1f
+	SAVE
+	movq	pki_tramp_ops_data(%rip), %rdx
+	movq	%rsp, %rcx
+	call	*pki_tramp_ops_data+8(%rip)
+	RESTORE
+	NEST	decl, pki_tramp_ops_start
+	ret
+1:	NEST	decl, pki_tramp_ops_start
+	ret
+	.p2align 3
+pki_tramp_ops_data:
+	.quad	0, 0
+pki_tramp_ops_end:
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.long	-1
+	.popsection
+
+/*
+ * (c) direct trampoline for a C handler: handler(ip, parent_ip, regs).
+ * data: [0] handler.
+ */
+	.globl	pki_tramp_handler_start, pki_tramp_handler_end, pki_tramp_handler_data
+	.globl	pki_tramp_handler_fix
+	.hidden	pki_tramp_handler_start
+	.hidden	pki_tramp_handler_end
+	.hidden	pki_tramp_handler_data
+	.hidden	pki_tramp_handler_fix
+	.pushsection .rodata.pki_tramp_fix, "a"
+pki_tramp_handler_fix:
+	.popsection
+	.p2align 4
+pki_tramp_handler_start:
+	NEST	incl, pki_tramp_handler_start
+	jnz	1f
+	SAVE
+	movq	%rsp, %rdx
+	call	*pki_tramp_handler_data(%rip)
+	RESTORE
+	NEST	decl, pki_tramp_handler_start
+	ret
+1:	NEST	decl, pki_tramp_handler_start
+	ret
+	.p2align 3
+pki_tramp_handler_data:
+	.quad	0
+pki_tramp_handler_end:
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.long	-1
+	.popsection
+
+/*
+ * (b) list dispatcher, shared by the sites with several ops or ops + a
+ * direct entry: rax = func(ip, parent_ip, regs, recursing) runs every ops of
+ * the site (unless recursing) and returns the site's direct address or 0;
+ * then continue into it with the entry stack.  r11 is free at a function
+ * entry (the ABI's scratch register for PLT stubs).  data: [0] func.
+ */
+	.globl	pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data
+	.globl	pki_tramp_list_fix
+	.hidden	pki_tramp_list_start
+	.hidden	pki_tramp_list_end
+	.hidden	pki_tramp_list_data
+	.hidden	pki_tramp_list_fix
+	.pushsection .rodata.pki_tramp_fix, "a"
+pki_tramp_list_fix:
+	.popsection
+	.p2align 4
+pki_tramp_list_start:
+	NEST	incl, pki_tramp_list_start
+	setnz	%r11b
+	SAVE
+	movq	%rsp, %rdx
+	movzbl	%r11b, %ecx
+	call	*pki_tramp_list_data(%rip)
+	movq	%rax, %r11
+	RESTORE
+	testq	%r11, %r11
+	jz	1f
+	NEST	decl, pki_tramp_list_start
+	jmp	*%r11
+1:	NEST	decl, pki_tramp_list_start
+	ret
+	.p2align 3
+pki_tramp_list_data:
+	.quad	0
+pki_tramp_list_end:
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.long	-1
+	.popsection
+
+/*
+ * Far stub: a site whose direct address is beyond rel32 reach calls this
+ * near copy, which jumps on with the entry stack untouched.  Its only
+ * instruction is a window (entry).  data: [0] target.
+ */
+	.globl	pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data
+	.globl	pki_tramp_stub_fix
+	.hidden	pki_tramp_stub_start
+	.hidden	pki_tramp_stub_end
+	.hidden	pki_tramp_stub_data
+	.hidden	pki_tramp_stub_fix
+	.pushsection .rodata.pki_tramp_fix, "a"
+pki_tramp_stub_fix:
+	.long	-1
+	.popsection
+	.p2align 4
+pki_tramp_stub_start:
+	jmp	*pki_tramp_stub_data(%rip)
+	.p2align 3
+pki_tramp_stub_data:
+	.quad	0
+pki_tramp_stub_end:
+
+	.section .note.GNU-stack, "", @progbits

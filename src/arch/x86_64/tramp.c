@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Trampoline generation: copy a template of tramp.S, patch the %fs
+ * displacement of the nesting counter into each of its incl/decl, fill the
+ * data words.  Plus the instruction-level half of the grace period: what a
+ * thread found in trampoline memory outside every body is doing, and how to
+ * move it on (see the window list in tramp.S).
+ */
+#include <errno.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "arch/x86_64/tramp.h"
+
+__thread int pki_tramp_nest __attribute__((tls_model("initial-exec"))) = -1;
+
+#define TEMPLATE(name)                                                                             \
+	extern const unsigned char pki_tramp_##name##_start[], pki_tramp_##name##_end[],           \
+		pki_tramp_##name##_data[];                                                         \
+	extern const int32_t pki_tramp_##name##_fix[]
+
+TEMPLATE(ops);
+TEMPLATE(handler);
+TEMPLATE(list);
+TEMPLATE(stub);
+
+static const struct {
+	const unsigned char *start, *end, *data;
+	const int32_t *fix; /* offsets just past each %fs:disp32, -1 ends */
+	size_t ndata;
+} templates[PKI_TRAMP_NR_KINDS] = {
+	[PKI_TRAMP_OPS] = {pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data,
+			   pki_tramp_ops_fix, 2},
+	[PKI_TRAMP_HANDLER] = {pki_tramp_handler_start, pki_tramp_handler_end,
+			       pki_tramp_handler_data, pki_tramp_handler_fix, 1},
+	[PKI_TRAMP_LIST] = {pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data,
+			    pki_tramp_list_fix, 1},
+	[PKI_TRAMP_STUB] = {pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data,
+			    pki_tramp_stub_fix, 1},
+};
+
+/* Offset of pki_tramp_nest from the thread pointer: one value for all threads. */
+static int32_t nest_disp(void)
+{
+	unsigned long tp;
+
+	__asm__("movq %%fs:0, %0" : "=r"(tp));
+	return (int32_t)((unsigned long)&pki_tramp_nest - tp);
+}
+
+size_t pki_tramp_size(enum pki_tramp_kind kind)
+{
+	return (size_t)(templates[kind].end - templates[kind].start);
+}
+
+int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *data, size_t ndata)
+{
+	unsigned char *out = buf;
+	size_t len = pki_tramp_size(kind);
+	int32_t disp = nest_disp();
+
+	if (kind >= PKI_TRAMP_NR_KINDS || ndata != templates[kind].ndata || len > PKI_TRAMP_MAX)
+		return -EINVAL;
+	memcpy(out, templates[kind].start, len);
+	for (const int32_t *f = templates[kind].fix; *f >= 0; f++)
+		memcpy(out + *f - sizeof(disp), &disp, sizeof(disp));
+	memcpy(out + (templates[kind].data - templates[kind].start), data, ndata * sizeof(*data));
+	return 0;
+}
+
+enum pki_tramp_window pki_tramp_window(unsigned long ip)
+{
+	const unsigned char *p = (const unsigned char *)ip;
+
+	if (p[0] == 0xc3) /* ret */
+		return PKI_WIN_RET;
+	if (p[0] == 0x41 && p[1] == 0xff && p[2] == 0xe3) /* jmp *%r11 */
+		return PKI_WIN_DIRECT;
+	if (p[0] == 0x64 && p[1] == 0xff && p[2] == 0x04 && p[3] == 0x25) /* incl %fs:d32 */
+		return PKI_WIN_ENTRY;
+	if (p[0] == 0xff && p[1] == 0x25) /* stub: jmp *d32(%rip) */
+		return PKI_WIN_ENTRY;
+	return PKI_WIN_NONE;
+}
+
+unsigned long pki_tramp_uc_ip(const ucontext_t *uc)
+{
+	return (unsigned long)uc->uc_mcontext.gregs[REG_RIP];
+}
+
+unsigned long pki_tramp_uc_site(const ucontext_t *uc)
+{
+	return *(const unsigned long *)uc->uc_mcontext.gregs[REG_RSP] - 5;
+}
+
+void pki_tramp_uc_ret(ucontext_t *uc)
+{
+	greg_t sp = uc->uc_mcontext.gregs[REG_RSP];
+
+	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)*(const unsigned long *)sp;
+	uc->uc_mcontext.gregs[REG_RSP] = sp + 8;
+}
+
+void pki_tramp_uc_jmp(ucontext_t *uc, unsigned long addr)
+{
+	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)addr;
+}
+
+static int sync_core_ok;
+
+static void sync_core_register(void)
+{
+	sync_core_ok = !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+				0, 0);
+}
+
+/*
+ * Code written through the alias is fetched by other CPUs only after a
+ * serialising event on them; membarrier sync-core gives every running thread
+ * one.  Without it (old kernels), fall back on the plain barrier: sites are
+ * only pointed at new code by the patch layer, which syncs cores itself.
+ */
+void pki_tramp_sync_cores(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, sync_core_register);
+	if (sync_core_ok)
+		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
+	else
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Grace periods for hooks.  The read side is "executing inside a library
+ * trampoline or a callback": threads that run hooks are not registered with
+ * anything, so liburcu's flavours cannot see them.  See gp.c for the scheme
+ * and its proof.
+ */
+#ifndef PK_CORE_GP_H
+#define PK_CORE_GP_H
+
+#include <stdbool.h>
+
+/* Signal used to sample threads (a real-time one, documented in hook.h). */
+#define PKI_GP_SIGNAL (SIGRTMAX - 2)
+
+/*
+ * Wait until every thread has been outside every library trampoline body
+ * and callback at some instant after the call began, and none sits in a
+ * trampoline window (moved on to the site's current target).  Anything
+ * unpublished before the call may then be freed.  0, or -EDEADLK when called
+ * from inside a hook.  Not from a signal handler.
+ */
+int pki_gp_synchronize(void);
+
+/*
+ * call_rcu for hooks: run @fn(@arg) after a grace period, on a background
+ * thread that batches everything queued meanwhile under one grace period.
+ * Never waits.  Falls back on a synchronous grace period only if memory for
+ * the queue node cannot be had.
+ */
+void pki_gp_defer(void (*fn)(void *), void *arg);
+
+/* Wait until every callback deferred before the call has run. */
+void pki_gp_barrier(void);
+
+/*
+ * Supplied by the registry, called from the signal handler of a thread
+ * found at a window (async-signal-safe, lock-free): where the site @ip calls
+ * now (0: nowhere), and its direct address now (0: none).
+ */
+unsigned long pki_hook_rt_target(unsigned long ip);
+unsigned long pki_hook_rt_direct(unsigned long ip);
+
+#endif /* PK_CORE_GP_H */

@@ -1,0 +1,993 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The hook registry: sites, the ops on each, and ONE internal direct ops
+ * owning the ip->addr hash of all direct entries (seed 003).  For each site
+ * it decides what the 5 bytes call:
+ *
+ *   ops  direct  site calls
+ *   0    no      nothing (nop5)
+ *   1    no      the ops' trampoline specialised for it (near the site)
+ *   0    yes     addr (or a near stub jumping to it, if out of rel32 reach)
+ *   >=2  any     the list dispatcher of a chunk near the site, which runs
+ *   >=1  yes     the ops and then continues into addr (hash lookup)
+ *
+ * Writers.  hook_lock serialises everything below; a transaction holds it
+ * from pk_txn_begin() to commit/abort.  Every public call stages its change
+ * on the sites (keeping an undo copy of each site it touches first: the
+ * "dirty" list), and the commit computes the targets, builds and publishes a
+ * new runtime table, then hands all pokes to the patch layer in ONE batch.
+ *
+ * Readers (hot path: list dispatcher, grace-period handler) see only the
+ * runtime table `rt_cur`: immutable once published, with the ops arrays in
+ * it; replaced as a whole per commit; the old one freed after a grace period
+ * (gp.c).  It is published BEFORE the text is poked, so a thread entering the
+ * dispatcher through old or new bytes finds the new state; a dispatcher that
+ * finds no entry just returns.
+ *
+ * Freeing.  pk_direct_del()/mod() retire tables, stubs and trampolines with
+ * pki_gp_defer() (background, batched: no wait per call).  pk_ops_unregister()
+ * waits for one grace period, because the caller may free the ops right after.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <probekit/hook.h>
+
+#include "arch/x86_64/insn.h"
+#include "arch/x86_64/tramp.h"
+#include "core/gp.h"
+#include "core/hook_int.h"
+#include "core/log.h"
+#include "core/tmem.h"
+
+/* Until the patch layer is linked in, batches fail with -ENOSYS. */
+#pragma weak pki_text_poke_batch
+
+/* ---- writer-side state, under hook_lock ---- */
+
+struct ops_vec {
+	struct pk_ops **v;
+	unsigned int n, cap;
+};
+
+struct site {
+	unsigned long ip;
+	uint8_t cur[PKI_SITE_LEN]; /* bytes in the text now */
+	unsigned long target;      /* what they call (0: nothing) */
+	struct pki_tslot stub;     /* far stub to the direct addr, if stub.x */
+	/* staged state */
+	struct ops_vec ops;
+	unsigned long direct; /* the direct ops' hash: ip -> addr (0: none) */
+	/* undo copy while dirty in the open transaction */
+	bool dirty;
+	struct ops_vec saved_ops;
+	unsigned long saved_direct;
+	/* commit scratch */
+	unsigned long new_target;
+	struct pki_tslot new_stub;
+};
+
+struct ops_priv {
+	struct pk_ops *ops;
+	unsigned long *ips; /* its sites */
+	size_t nips;
+	struct pki_tslot *tramps; /* specialised trampolines, one per chunk used */
+	size_t ntramps;
+	bool registered; /* committed state */
+	bool staged;     /* staged state */
+};
+
+struct ops_change {
+	struct ops_priv *p;
+	bool reg;
+};
+
+/* ip -> struct site, open addressing (sites are never removed). */
+struct sitemap {
+	struct site **slot;
+	size_t cap, n;
+};
+
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sitemap sites;
+static struct {
+	struct site **v;
+	size_t n, cap;
+} dirty;
+static struct {
+	struct ops_change *v;
+	size_t n, cap;
+} changes;
+static bool txn_open;
+static __thread bool txn_mine;
+
+static int default_lookup(unsigned long ip)
+{
+	(void)ip;
+	return -ENOENT;
+}
+
+static int default_each(const char *glob, int (*cb)(unsigned long, void *), void *arg)
+{
+	(void)glob, (void)cb, (void)arg;
+	return 0;
+}
+
+static const struct pki_site_src default_src = {default_lookup, default_each};
+static const struct pki_site_src *site_src = &default_src;
+
+static int default_poke(struct pki_poke *p, size_t n)
+{
+	if (!pki_text_poke_batch)
+		return -ENOSYS;
+	return pki_text_poke_batch(p, n);
+}
+
+static pki_poke_fn poke_fn = default_poke;
+
+void pki_hook_set_site_src(const struct pki_site_src *src)
+{
+	site_src = src ? src : &default_src;
+}
+
+void pki_hook_set_poke(pki_poke_fn fn)
+{
+	poke_fn = fn ? fn : default_poke;
+}
+
+static size_t hash_ip(unsigned long ip, size_t mask)
+{
+	return (size_t)((ip * 0x9e3779b97f4a7c15ul) >> 17) & mask;
+}
+
+static struct site *__site_find(unsigned long ip)
+{
+	if (!sites.cap)
+		return NULL;
+	for (size_t i = hash_ip(ip, sites.cap - 1);; i = (i + 1) & (sites.cap - 1)) {
+		if (!sites.slot[i])
+			return NULL;
+		if (sites.slot[i]->ip == ip)
+			return sites.slot[i];
+	}
+}
+
+static int __sitemap_insert(struct site *s)
+{
+	if (2 * (sites.n + 1) > sites.cap) {
+		size_t cap = sites.cap ? 2 * sites.cap : 64;
+		struct site **slot = calloc(cap, sizeof(*slot));
+
+		if (!slot)
+			return -ENOMEM;
+		for (size_t j = 0; j < sites.cap; j++) {
+			struct site *o = sites.slot[j];
+			size_t i;
+
+			if (!o)
+				continue;
+			for (i = hash_ip(o->ip, cap - 1); slot[i]; i = (i + 1) & (cap - 1))
+				;
+			slot[i] = o;
+		}
+		free(sites.slot);
+		sites.slot = slot;
+		sites.cap = cap;
+	}
+	size_t i;
+
+	for (i = hash_ip(s->ip, sites.cap - 1); sites.slot[i]; i = (i + 1) & (sites.cap - 1))
+		;
+	sites.slot[i] = s;
+	sites.n++;
+	return 0;
+}
+
+/* The site record of @ip, made on first use after checking it is a site. */
+static int __site_get(unsigned long ip, struct site **out)
+{
+	struct site *s = __site_find(ip);
+	int err;
+
+	if (s)
+		goto found;
+	err = site_src->lookup(ip);
+	if (err)
+		return err;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->ip = ip;
+	memcpy(s->cur, (const void *)ip, PKI_SITE_LEN);
+	switch (pki_insn_classify(s->cur)) {
+	case PKI_INSN_NOP5:
+	case PKI_INSN_NOP1X5:
+		break;
+	default: /* someone else's code already there */
+		free(s);
+		return -EBUSY;
+	}
+	err = __sitemap_insert(s);
+	if (err) {
+		free(s);
+		return err;
+	}
+found:
+	*out = s;
+	return 0;
+}
+
+static int vec_reserve(struct ops_vec *v, unsigned int n)
+{
+	if (n <= v->cap)
+		return 0;
+	unsigned int cap = v->cap ? 2 * v->cap : 4;
+
+	while (cap < n)
+		cap *= 2;
+	struct pk_ops **nv = realloc(v->v, cap * sizeof(*nv));
+
+	if (!nv)
+		return -ENOMEM;
+	v->v = nv;
+	v->cap = cap;
+	return 0;
+}
+
+static int vec_copy(struct ops_vec *dst, const struct ops_vec *src)
+{
+	int err = vec_reserve(dst, src->n);
+
+	if (err)
+		return err;
+	if (src->n)
+		memcpy(dst->v, src->v, src->n * sizeof(*src->v));
+	dst->n = src->n;
+	return 0;
+}
+
+#define GROW(arr, want)                                                                            \
+	({                                                                                         \
+		int __e = 0;                                                                       \
+		if ((want) > (arr).cap) {                                                          \
+			size_t __c = (arr).cap ? 2 * (arr).cap : 16;                               \
+			while (__c < (want))                                                       \
+				__c *= 2;                                                          \
+			void *__p = realloc((arr).v, __c * sizeof(*(arr).v));                      \
+			if (__p) {                                                                 \
+				(arr).v = __p;                                                     \
+				(arr).cap = __c;                                                   \
+			} else {                                                                   \
+				__e = -ENOMEM;                                                     \
+			}                                                                          \
+		}                                                                                  \
+		__e;                                                                               \
+	})
+
+/*
+ * Make @s ready to be changed in the open transaction: undo copy taken,
+ * on the dirty list, room for one more ops.  Nothing staged yet, so a
+ * failure here leaves the transaction as it was.
+ */
+static int __site_prepare(struct site *s, unsigned int more_ops)
+{
+	int err;
+
+	if (!s->dirty) {
+		err = GROW(dirty, dirty.n + 1);
+		if (!err)
+			err = vec_copy(&s->saved_ops, &s->ops);
+		if (err)
+			return err;
+	}
+	err = vec_reserve(&s->ops, s->ops.n + more_ops);
+	if (err)
+		return err;
+	if (!s->dirty) {
+		s->saved_direct = s->direct;
+		s->dirty = true;
+		dirty.v[dirty.n++] = s;
+	}
+	return 0;
+}
+
+/* ---- runtime table: what readers see ---- */
+
+struct rt_ent {
+	unsigned long ip;
+	unsigned long target; /* what the site calls (committed) */
+	unsigned long direct;
+	struct pk_ops *const *ops;
+	unsigned long nops;
+};
+
+struct rt {
+	size_t mask;
+	struct rt_ent *ent;
+	struct pk_ops *pool[];
+};
+
+static struct rt *rt_cur; /* published with release, read with acquire */
+
+static const struct rt_ent *rt_find(const struct rt *t, unsigned long ip)
+{
+	if (!t)
+		return NULL;
+	for (size_t i = hash_ip(ip, t->mask);; i = (i + 1) & t->mask) {
+		if (!t->ent[i].ip)
+			return NULL;
+		if (t->ent[i].ip == ip)
+			return &t->ent[i];
+	}
+}
+
+/* Hot path: every ops of the site, then where to continue. */
+unsigned long pki_hook_list_func(unsigned long ip, unsigned long parent_ip, void *regs,
+				 int recursing)
+{
+	const struct rt *t = __atomic_load_n(&rt_cur, __ATOMIC_ACQUIRE);
+	const struct rt_ent *e = rt_find(t, ip);
+
+	if (__builtin_expect(!e, 0))
+		return 0;
+	if (!recursing)
+		for (unsigned long i = 0; i < e->nops; i++)
+			e->ops[i]->func(ip, parent_ip, e->ops[i], regs);
+	return e->direct;
+}
+
+unsigned long pki_hook_rt_target(unsigned long ip)
+{
+	const struct rt_ent *e = rt_find(__atomic_load_n(&rt_cur, __ATOMIC_ACQUIRE), ip);
+
+	return e ? e->target : 0;
+}
+
+unsigned long pki_hook_rt_direct(unsigned long ip)
+{
+	const struct rt_ent *e = rt_find(__atomic_load_n(&rt_cur, __ATOMIC_ACQUIRE), ip);
+
+	return e ? e->direct : 0;
+}
+
+/* Table of every site with a new target, from the staged state. */
+static struct rt *__rt_build(void)
+{
+	size_t n = 0, nops = 0, cap = 4;
+	struct rt *t;
+
+	for (size_t i = 0; i < sites.cap; i++) {
+		struct site *s = sites.slot[i];
+
+		if (s && s->new_target) {
+			n++;
+			nops += s->ops.n;
+		}
+	}
+	while (cap < 2 * n)
+		cap *= 2;
+	t = calloc(1, sizeof(*t) + nops * sizeof(t->pool[0]) + cap * sizeof(struct rt_ent));
+	if (!t)
+		return NULL;
+	t->mask = cap - 1;
+	t->ent = (struct rt_ent *)&t->pool[nops];
+	nops = 0;
+	for (size_t i = 0; i < sites.cap; i++) {
+		struct site *s = sites.slot[i];
+		size_t j;
+
+		if (!s || !s->new_target)
+			continue;
+		for (j = hash_ip(s->ip, t->mask); t->ent[j].ip; j = (j + 1) & t->mask)
+			;
+		memcpy(&t->pool[nops], s->ops.v, s->ops.n * sizeof(s->ops.v[0]));
+		t->ent[j] = (struct rt_ent){s->ip, s->new_target, s->direct, &t->pool[nops],
+					    s->ops.n};
+		nops += s->ops.n;
+	}
+	return t;
+}
+
+static void rt_free(void *t)
+{
+	free(t);
+}
+
+unsigned long pki_hook_site_target(unsigned long ip)
+{
+	struct site *s;
+	unsigned long t;
+
+	pthread_mutex_lock(&hook_lock);
+	s = __site_find(ip);
+	t = s ? s->target : 0;
+	pthread_mutex_unlock(&hook_lock);
+	return t;
+}
+
+/* ---- trampolines ---- */
+
+static bool slot_reaches(const struct pki_tslot *t, unsigned long ip)
+{
+	return t->x && pki_tmem_reaches(ip, t->x) && pki_tmem_reaches(ip, t->x + PKI_TMEM_SLOT);
+}
+
+/* @p's trampoline reaching @ip, made on demand (kept until unregister). */
+static int __ops_tramp(struct ops_priv *p, unsigned long ip, unsigned long *out)
+{
+	struct pki_tslot t;
+	int err;
+
+	for (size_t i = 0; i < p->ntramps; i++)
+		if (slot_reaches(&p->tramps[i], ip)) {
+			*out = p->tramps[i].x;
+			return 0;
+		}
+	struct pki_tslot *nt = realloc(p->tramps, (p->ntramps + 1) * sizeof(*nt));
+
+	if (!nt)
+		return -ENOMEM;
+	p->tramps = nt;
+	err = pki_tmem_alloc(ip, &t);
+	if (err)
+		return err;
+	err = pki_tramp_emit(PKI_TRAMP_OPS, t.w,
+			     (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func},
+			     2);
+	if (err) {
+		pki_tmem_free(&t);
+		return err;
+	}
+	p->tramps[p->ntramps++] = t;
+	*out = t.x;
+	return 0;
+}
+
+static void slot_free(void *slot)
+{
+	pki_tmem_free(slot);
+	free(slot);
+}
+
+/* Free @t after a grace period (a thread may still be in it). */
+static void slot_retire(const struct pki_tslot *t)
+{
+	struct pki_tslot *c = malloc(sizeof(*c));
+
+	if (!c) { /* rare: pay the grace period now */
+		pki_gp_synchronize();
+		pki_tmem_free(t);
+		return;
+	}
+	*c = *t;
+	pki_gp_defer(slot_free, c);
+}
+
+/* Decide what @s calls in the staged state; may make trampolines. */
+static int __site_decide(struct site *s)
+{
+	unsigned long list;
+	int err;
+
+	s->new_stub = s->stub;
+	if (!s->ops.n && !s->direct) {
+		s->new_target = 0;
+		return 0;
+	}
+	if (s->ops.n == 1 && !s->direct)
+		return __ops_tramp(s->ops.v[0]->private, s->ip, &s->new_target);
+	if (!s->ops.n) {
+		if (pki_tmem_reaches(s->ip, s->direct)) {
+			s->new_target = s->direct;
+			return 0;
+		}
+		/* Far: a stub near the site; reuse the current one if it fits. */
+		if (s->stub.x && s->target == s->stub.x &&
+		    *(unsigned long *)((char *)s->stub.w + pki_tramp_size(PKI_TRAMP_STUB) - 8) ==
+			    s->direct) {
+			s->new_target = s->stub.x;
+			return 0;
+		}
+		err = pki_tmem_alloc(s->ip, &s->new_stub);
+		if (err)
+			return err;
+		pki_tramp_emit(PKI_TRAMP_STUB, s->new_stub.w, &s->direct, 1);
+		s->new_target = s->new_stub.x;
+		return 0;
+	}
+	err = pki_tmem_list_near(s->ip, &list);
+	if (err)
+		return err;
+	s->new_target = list;
+	return 0;
+}
+
+/* ---- transactions ---- */
+
+/* Take the registry unless this thread's transaction holds it. */
+static int hook_enter(void)
+{
+	if (pki_tramp_in_hook())
+		return -EDEADLK;
+	if (txn_mine)
+		return 0;
+	pthread_mutex_lock(&hook_lock);
+	return 0;
+}
+
+/* Drop staged changes of every dirty site and ops. */
+static void __txn_undo(void)
+{
+	for (size_t i = 0; i < dirty.n; i++) {
+		struct site *s = dirty.v[i];
+
+		vec_copy(&s->ops, &s->saved_ops); /* fits: ops.cap >= saved.n */
+		s->direct = s->saved_direct;
+		s->dirty = false;
+	}
+	dirty.n = 0;
+	for (size_t i = changes.n; i-- > 0;) {
+		struct ops_priv *p = changes.v[i].p;
+
+		p->staged = p->registered;
+		if (!p->registered && p->ops->private == p) {
+			/* A failed batch may have run them (mid-batch emulation). */
+			for (size_t j = 0; j < p->ntramps; j++)
+				slot_retire(&p->tramps[j]);
+			p->ops->private = NULL;
+			free(p->ips);
+			free(p->tramps);
+			free(p);
+		}
+	}
+	changes.n = 0;
+}
+
+/*
+ * Apply the staged state: decide every dirty site, publish the runtime
+ * table, poke the text in one batch.  On failure everything is as before.
+ */
+static int __txn_commit(void)
+{
+	struct pki_poke *pokes = NULL;
+	struct rt *old = rt_cur, *t;
+	size_t np = 0, decided = 0;
+	bool unreg = false;
+	int err = 0;
+
+	if (!dirty.n && !changes.n)
+		return 0;
+	/* Sites not dirty keep their target. */
+	for (size_t i = 0; i < sites.cap; i++)
+		if (sites.slot[i] && !sites.slot[i]->dirty)
+			sites.slot[i]->new_target = sites.slot[i]->target;
+	pokes = calloc(dirty.n ? dirty.n : 1, sizeof(*pokes));
+	if (!pokes) {
+		err = -ENOMEM;
+		goto undo;
+	}
+	for (size_t i = 0; i < dirty.n; i++) {
+		struct site *s = dirty.v[i];
+		uint8_t b[PKI_SITE_LEN];
+
+		err = __site_decide(s);
+		if (err) {
+			pki_warn("hooks: site %#lx: no trampoline: %s\n", s->ip, pki_errstr(err));
+			goto free_stubs;
+		}
+		decided = i + 1;
+		if (s->new_target)
+			pki_insn_call(b, s->ip, s->new_target);
+		else if (s->target)
+			memcpy(b, pki_nop5, PKI_SITE_LEN);
+		else
+			memcpy(b, s->cur, PKI_SITE_LEN); /* never attached: as found */
+		if (memcmp(b, s->cur, PKI_SITE_LEN)) {
+			pokes[np].addr = s->ip;
+			memcpy(pokes[np].old, s->cur, PKI_SITE_LEN);
+			memcpy(pokes[np].new, b, PKI_SITE_LEN);
+			np++;
+		}
+	}
+	t = __rt_build();
+	if (!t) {
+		err = -ENOMEM;
+		goto free_stubs;
+	}
+	/* Publish first: see the file comment. */
+	__atomic_store_n(&rt_cur, t, __ATOMIC_RELEASE);
+	if (np) {
+		err = poke_fn(pokes, np);
+		if (err) {
+			pki_warn("hooks: batch of %zu sites: %s\n", np, pki_errstr(err));
+			__atomic_store_n(&rt_cur, old, __ATOMIC_RELEASE);
+			pki_gp_defer(rt_free, t);
+			goto free_stubs;
+		}
+	}
+	for (size_t i = 0; i < np; i++)
+		memcpy(__site_find(pokes[i].addr)->cur, pokes[i].new, PKI_SITE_LEN);
+	for (size_t i = 0; i < dirty.n; i++) {
+		struct site *s = dirty.v[i];
+
+		if (s->stub.x && s->new_target != s->stub.x)
+			slot_retire(&s->stub);
+		s->stub = s->new_stub.x && s->new_target == s->new_stub.x ? s->new_stub
+									  : (struct pki_tslot){0};
+		s->new_stub = (struct pki_tslot){0};
+		s->target = s->new_target;
+		s->dirty = false;
+	}
+	dirty.n = 0;
+	if (old)
+		pki_gp_defer(rt_free, old);
+	for (size_t i = 0; i < changes.n; i++) {
+		struct ops_priv *p = changes.v[i].p;
+
+		p->registered = p->staged;
+		unreg |= !p->registered;
+	}
+	if (unreg) {
+		/* The callers may free their ops once we return. */
+		pki_gp_synchronize();
+		for (size_t i = 0; i < changes.n; i++) {
+			struct ops_priv *p = changes.v[i].p;
+
+			if (p->registered || p->ops->private != p)
+				continue;
+			for (size_t j = 0; j < p->ntramps; j++)
+				pki_tmem_free(&p->tramps[j]);
+			p->ops->private = NULL;
+			free(p->tramps);
+			free(p->ips);
+			free(p);
+		}
+	}
+	changes.n = 0;
+	free(pokes);
+	return 0;
+
+free_stubs:
+	/* New stubs were reachable only through bytes that never stuck. */
+	for (size_t i = 0; i < decided; i++) {
+		struct site *s = dirty.v[i];
+
+		if (s->new_stub.x && s->new_stub.x != s->stub.x)
+			slot_retire(&s->new_stub);
+		s->new_stub = (struct pki_tslot){0};
+	}
+undo:
+	free(pokes);
+	__txn_undo();
+	return err;
+}
+
+/* End a public call: commit it unless inside a transaction. */
+static int hook_leave(int err)
+{
+	if (txn_mine)
+		return err;
+	if (!err)
+		err = __txn_commit();
+	else
+		__txn_undo();
+	pthread_mutex_unlock(&hook_lock);
+	return err;
+}
+
+int pk_txn_begin(void)
+{
+	if (pki_tramp_in_hook())
+		return -EDEADLK;
+	if (txn_mine)
+		return -EBUSY;
+	pthread_mutex_lock(&hook_lock);
+	txn_open = txn_mine = true;
+	return 0;
+}
+
+int pk_txn_commit(void)
+{
+	int err;
+
+	if (!txn_mine)
+		return -EINVAL;
+	err = __txn_commit();
+	txn_open = txn_mine = false;
+	pthread_mutex_unlock(&hook_lock);
+	return err;
+}
+
+int pk_txn_abort(void)
+{
+	if (!txn_mine)
+		return -EINVAL;
+	__txn_undo();
+	txn_open = txn_mine = false;
+	pthread_mutex_unlock(&hook_lock);
+	return 0;
+}
+
+/* ---- ops ---- */
+
+struct collect {
+	unsigned long *ips;
+	size_t n, cap;
+};
+
+static int collect_ip(unsigned long ip, void *arg)
+{
+	struct collect *c = arg;
+
+	for (size_t i = 0; i < c->n; i++) /* filters are small; dedup simply */
+		if (c->ips[i] == ip)
+			return 0;
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 16;
+		unsigned long *n = realloc(c->ips, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		c->ips = n;
+		c->cap = cap;
+	}
+	c->ips[c->n++] = ip;
+	return 0;
+}
+
+static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
+{
+	int err = 0;
+
+	if (!f->nips && !f->nglobs)
+		return site_src->each(NULL, collect_ip, c);
+	for (size_t i = 0; i < f->nips && !err; i++)
+		err = collect_ip(f->ips[i], c);
+	for (size_t i = 0; i < f->nglobs && !err; i++) {
+		size_t before = c->n;
+
+		err = site_src->each(f->globs[i], collect_ip, c);
+		if (!err && c->n == before)
+			err = -ENOENT;
+	}
+	return err;
+}
+
+static int __ops_register(struct pk_ops *ops)
+{
+	struct collect c = {0};
+	struct ops_priv *p;
+	struct site **ss;
+	int err;
+
+	if (!ops || !ops->func || ops->flags)
+		return -EINVAL;
+	if (ops->private)
+		return -EBUSY;
+	err = resolve_filter(&ops->filter, &c);
+	if (err)
+		goto free_ips;
+	p = calloc(1, sizeof(*p));
+	ss = calloc(c.n ? c.n : 1, sizeof(*ss));
+	if (!p || !ss || GROW(changes, changes.n + 1)) {
+		err = -ENOMEM;
+		goto free_p;
+	}
+	for (size_t i = 0; i < c.n && !err; i++)
+		err = __site_get(c.ips[i], &ss[i]);
+	for (size_t i = 0; i < c.n && !err; i++)
+		err = __site_prepare(ss[i], 1);
+	if (err)
+		goto free_p;
+	/* Nothing fails from here. */
+	*p = (struct ops_priv){.ops = ops, .ips = c.ips, .nips = c.n, .staged = true};
+	ops->private = p;
+	for (size_t i = 0; i < c.n; i++)
+		ss[i]->ops.v[ss[i]->ops.n++] = ops;
+	changes.v[changes.n++] = (struct ops_change){p, true};
+	free(ss);
+	return 0;
+
+free_p:
+	free(ss);
+	free(p);
+free_ips:
+	free(c.ips);
+	return err;
+}
+
+int pk_ops_register(struct pk_ops *ops)
+{
+	int err = hook_enter();
+
+	if (err)
+		return err;
+	return hook_leave(__ops_register(ops));
+}
+
+static int __ops_unregister(struct pk_ops *ops)
+{
+	struct ops_priv *p = ops ? ops->private : NULL;
+	int err;
+
+	if (!p || !p->staged)
+		return -ENOENT;
+	err = GROW(changes, changes.n + 1);
+	for (size_t i = 0; i < p->nips && !err; i++)
+		err = __site_prepare(__site_find(p->ips[i]), 0);
+	if (err)
+		return err;
+	for (size_t i = 0; i < p->nips; i++) {
+		struct ops_vec *v = &__site_find(p->ips[i])->ops;
+
+		for (unsigned int j = 0; j < v->n; j++)
+			if (v->v[j] == ops) {
+				memmove(&v->v[j], &v->v[j + 1], (v->n - j - 1) * sizeof(v->v[0]));
+				v->n--;
+				break;
+			}
+	}
+	p->staged = false;
+	changes.v[changes.n++] = (struct ops_change){p, false};
+	return 0;
+}
+
+int pk_ops_unregister(struct pk_ops *ops)
+{
+	int err = hook_enter();
+
+	if (err)
+		return err;
+	return hook_leave(__ops_unregister(ops));
+}
+
+/* ---- direct ---- */
+
+enum direct_op { DIRECT_ADD, DIRECT_DEL, DIRECT_MOD };
+
+static int __direct_stage(enum direct_op op, const unsigned long *ips,
+			  const struct pk_direct_entry *e, size_t n)
+{
+	struct site **ss = calloc(n ? n : 1, sizeof(*ss));
+	int err = 0;
+
+	if (!ss)
+		return -ENOMEM;
+	for (size_t i = 0; i < n && !err; i++) {
+		unsigned long ip = e ? e[i].ip : ips[i];
+
+		if (e && !e[i].addr) {
+			err = -EINVAL;
+			break;
+		}
+		err = __site_get(ip, &ss[i]);
+		if (err)
+			break;
+		if (op == DIRECT_ADD && ss[i]->direct)
+			err = -EEXIST;
+		else if (op != DIRECT_ADD && !ss[i]->direct)
+			err = -ENOENT;
+		for (size_t j = 0; j < i && !err; j++) /* duplicates */
+			if (ss[j] == ss[i])
+				err = -EINVAL;
+	}
+	for (size_t i = 0; i < n && !err; i++)
+		err = __site_prepare(ss[i], 0);
+	if (!err)
+		for (size_t i = 0; i < n; i++)
+			ss[i]->direct = op == DIRECT_DEL ? 0 : e[i].addr;
+	free(ss);
+	return err;
+}
+
+int pk_direct_add(const struct pk_direct_entry *e, size_t n)
+{
+	int err = hook_enter();
+
+	if (err)
+		return err;
+	return hook_leave(__direct_stage(DIRECT_ADD, NULL, e, n));
+}
+
+int pk_direct_del(const unsigned long *ips, size_t n)
+{
+	int err = hook_enter();
+
+	if (err)
+		return err;
+	return hook_leave(__direct_stage(DIRECT_DEL, ips, NULL, n));
+}
+
+int pk_direct_mod(const struct pk_direct_entry *e, size_t n)
+{
+	int err = hook_enter();
+
+	if (err)
+		return err;
+	return hook_leave(__direct_stage(DIRECT_MOD, NULL, e, n));
+}
+
+int pk_direct_sync(void)
+{
+	return pki_gp_synchronize();
+}
+
+/* ---- trampolines for C handlers ---- */
+
+struct pk_tramp {
+	struct pki_tslot slot;
+};
+
+static pthread_once_t list_once = PTHREAD_ONCE_INIT;
+
+static void set_list_func(void)
+{
+	pki_tmem_set_list_func((unsigned long)pki_hook_list_func);
+}
+
+__attribute__((constructor)) static void hook_init(void)
+{
+	pthread_once(&list_once, set_list_func);
+}
+
+struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
+{
+	struct pk_tramp *t;
+	int err;
+
+	if (!handler || flags) {
+		errno = EINVAL;
+		return NULL;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	err = pki_tmem_alloc(0, &t->slot);
+	if (err)
+		goto free_t;
+	err = pki_tramp_emit(PKI_TRAMP_HANDLER, t->slot.w, (unsigned long[]){(unsigned long)handler},
+			     1);
+	if (err)
+		goto free_slot;
+	/* Callable at once, even before any patch batch synced the cores. */
+	pki_tramp_sync_cores();
+	return t;
+
+free_slot:
+	pki_tmem_free(&t->slot);
+free_t:
+	free(t);
+	errno = -err;
+	return NULL;
+}
+
+unsigned long pk_tramp_addr(const struct pk_tramp *t)
+{
+	return t->slot.x;
+}
+
+int pk_tramp_free(struct pk_tramp *t)
+{
+	int err;
+
+	if (!t)
+		return 0;
+	err = hook_enter();
+	if (err)
+		return err;
+	for (size_t i = 0; i < sites.cap; i++) {
+		struct site *s = sites.slot[i];
+
+		if (s && (s->direct == t->slot.x || (s->dirty && s->saved_direct == t->slot.x)))
+			err = -EBUSY;
+	}
+	if (!txn_mine)
+		pthread_mutex_unlock(&hook_lock);
+	if (err)
+		return err;
+	slot_retire(&t->slot);
+	free(t);
+	return 0;
+}

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal seams of the hook registry: where sites come from and how text is
+ * poked.  The defaults are the sym and patch layers; unit tests substitute
+ * fakes to check the registry's decisions without touching code.
+ */
+#ifndef PK_CORE_HOOK_INT_H
+#define PK_CORE_HOOK_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "patch/patch.h"
+
+struct pki_site_src {
+	/* 0 if @ip is a patchable site, else -ENOENT. */
+	int (*lookup)(unsigned long ip);
+	/*
+	 * Call @cb(ip, @arg) for every site whose function name matches
+	 * @glob (NULL: every site); stop at the first non-zero return and
+	 * return it; else 0.
+	 */
+	int (*each)(const char *glob, int (*cb)(unsigned long ip, void *arg), void *arg);
+};
+
+typedef int (*pki_poke_fn)(struct pki_poke *pokes, size_t n);
+
+/* Replace the seams (NULL: back to the default).  Not while hooks exist. */
+void pki_hook_set_site_src(const struct pki_site_src *src);
+void pki_hook_set_poke(pki_poke_fn fn);
+
+/* What site @ip calls according to the committed state (0: nothing). */
+unsigned long pki_hook_site_target(unsigned long ip);
+
+/* The C function the list dispatchers call (see tramp.S). */
+unsigned long pki_hook_list_func(unsigned long ip, unsigned long parent_ip, void *regs,
+				 int recursing);
+
+#endif /* PK_CORE_HOOK_INT_H */

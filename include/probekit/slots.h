@@ -18,14 +18,20 @@
  * whatever the number of tasks and CPUs, while that task's breakpoints in the
  * pool are all CPU-independent (the kernel's tsk_pinned_all fast path).  A
  * task that also holds CPU-bound breakpoints ("mixed"), and CPU-wide
- * breakpoints, cost O(CPUs x slots), as in the kernel.
+ * breakpoints, cost O(CPUs x slots), as in the kernel.  Per-task state is in
+ * a hash table (expected O(1), resized with hysteresis: amortised O(1)).
+ * `probekit bench slots` measures it.
  *
  * Pools.  x86 (CONFIG_HAVE_MIXED_BREAKPOINTS_REGS): code and data share the
  * four debug registers, one pool of 4: {.nr_slots_data = 4, .shared = true}.
  * Measured on Linux 6.18 x86-64 with perf_event_open: a thread holding 4 write
  * breakpoints is refused a 5th breakpoint of ANY type (-ENOSPC, execute
- * included), and after one is closed an execute breakpoint fits.  arm64 and
- * others keep separate pools, e.g. {6, 4, false} (sizes vary by CPU).
+ * included), and after one is closed an execute breakpoint fits
+ * (tests/test_slots_kernel.c measures this before comparing).  arm64 and
+ * others keep separate pools, e.g. {.nr_slots_data = 4 watchpoints,
+ * .nr_slots_inst = 6 breakpoints, .shared = false} (sizes vary by CPU).
+ * To mirror a real machine, nr_cpus is the number of *possible* CPUs: the
+ * kernel accounts all-CPU task breakpoints over cpu_possible_mask.
  *
  * x86 quirk outside the model: the kernel reserves the slot BEFORE checking
  * the type, and x86 has no read-only breakpoint, so perf_event_open() of a

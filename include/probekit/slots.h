@@ -88,7 +88,8 @@ PK_API int pk_slots_release(struct pk_slots *s, long task, int cpu, enum pk_bp_t
  * does (the kernel's modify_bp_slot: release the old type, reserve the new,
  * re-reserve the old on failure).  0, -ENOSPC (only possible across separate
  * pools), -EINVAL, -ENOENT (no reservation of @old_type here); on failure the
- * old reservation stays.  @old_type == @new_type changes nothing.
+ * old reservation stays.  @old_type == @new_type changes nothing.  (-EIO
+ * only if the model's state is corrupt: the kernel WARNs in the same place.)
  */
 PK_API int pk_slots_modify(struct pk_slots *s, long task, int cpu, enum pk_bp_type old_type,
 			   enum pk_bp_type new_type);

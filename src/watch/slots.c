@@ -39,6 +39,7 @@
 
 #include <probekit/slots.h>
 
+#include "core/log.h"
 #include "watch/hist.h"
 #include "watch/slots_int.h"
 
@@ -559,8 +560,12 @@ int pk_slots_modify(struct pk_slots *s, long task, int cpu, enum pk_bp_type old_
 	/* The records stay allocated across the pair: nothing here can fail on memory. */
 	__release_bp_slot(s, trec, crec, task, cpu, old_type);
 	err = __reserve_bp_slot(s, trec, crec, task, cpu, new_type);
-	if (err && __reserve_bp_slot(s, trec, crec, task, cpu, old_type))
-		abort(); /* the model is corrupt: the kernel WARNs here */
+	if (err && __reserve_bp_slot(s, trec, crec, task, cpu, old_type)) {
+		/* Cannot happen unless the model is corrupt; the kernel WARNs here. */
+		pki_warn("slots: task %ld cpu %d: lost its reservation in modify: %s\n", task, cpu,
+			 pki_errstr(-ENOSPC));
+		err = -EIO;
+	}
 	put_recs(s, trec, crec);
 	return err;
 }

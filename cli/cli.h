@@ -26,4 +26,7 @@ unsigned long cli_parse_ulong(const char *opt, const char *val);
 
 int cmd_bench(int argc, char **argv);
 
+/* Benchmarks (cli/bench_*.c), dispatched by cmd_bench. */
+int bench_slots(int argc, char **argv);
+
 #endif /* PK_CLI_H */

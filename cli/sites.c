@@ -16,16 +16,16 @@
 #include "cli.h"
 
 static const char usage[] =
-	"usage: probekit sites [options] FILE\n\n"
-	"List the patchable function entries of an ELF program or shared library:\n"
-	"address (link-time; offset from the load base for PIE and libraries), kind\n"
-	"(nop5, nop1x5, mcount) and function name.\n\n"
-	"Build code with -fpatchable-function-entry=5 (gcc or clang), or non-PIC code\n"
-	"with -pg -mfentry -mnop-mcount -mrecord-mcount, to give it sites.\n\n"
-	"options:\n"
-	"  -g, --glob PATTERN   only functions whose name matches (fnmatch)\n"
-	"  -s, --stats          also print what was found and rejected\n"
-	"  -h, --help           this text\n";
+    "usage: probekit sites [options] FILE\n\n"
+    "List the patchable function entries of an ELF program or shared library:\n"
+    "address (link-time; offset from the load base for PIE and libraries), kind\n"
+    "(nop5, nop1x5, mcount) and function name.\n\n"
+    "Build code with -fpatchable-function-entry=5 (gcc or clang), or non-PIC code\n"
+    "with -pg -mfentry -mnop-mcount -mrecord-mcount, to give it sites.\n\n"
+    "options:\n"
+    "  -g, --glob PATTERN   only functions whose name matches (fnmatch)\n"
+    "  -s, --stats          also print what was found and rejected\n"
+    "  -h, --help           this text\n";
 
 struct print_ctx {
 	const char *glob;
@@ -46,10 +46,10 @@ static int print_site(const struct pk_site *s, void *data)
 int cmd_sites(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"glob", required_argument, NULL, 'g'},
-		{"stats", no_argument, NULL, 's'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"glob", required_argument, NULL, 'g'},
+	    {"stats", no_argument, NULL, 's'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	PK_OPTS(pk_sites_stats, st);
 	struct print_ctx pc = {0};
@@ -96,9 +96,10 @@ int cmd_sites(int argc, char **argv)
 		       st.sites, st.not_entry, st.bad_insn, st.duplicates);
 	if (!st.sites) {
 		if (st.records)
-			return cli_error("%s: %zu patchable record(s) but no usable site "
-					 "(built with -fpatchable-function-entry=N,M other than 5,0?)",
-					 path, st.records);
+			return cli_error(
+			    "%s: %zu patchable record(s) but no usable site "
+			    "(built with -fpatchable-function-entry=N,M other than 5,0?)",
+			    path, st.records);
 		return cli_error("%s: no patchable sites; rebuild with "
 				 "-fpatchable-function-entry=5 (or, non-PIC, -pg -mfentry "
 				 "-mnop-mcount -mrecord-mcount)",

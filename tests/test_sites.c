@@ -297,6 +297,17 @@ static int collect_names(const struct pk_site *s, void *data)
 	return 0;
 }
 
+static int has_name(const struct names *nm, const char *name)
+{
+	size_t len = strlen(name);
+	int i;
+
+	for (i = 0; i < nm->n; i++)
+		if (!strncmp(nm->buf[i], name, len) && nm->buf[i][len] == '@')
+			return 1;
+	return 0;
+}
+
 static void file_names(const char *path, enum pk_site_kind kind, struct names *nm,
 		       struct pk_sites_stats *st)
 {
@@ -315,11 +326,15 @@ START_TEST(file_kinds_and_variants)
 	struct names a, b;
 	int i;
 
+	/* sanitizers add instrumented module constructors: at least our four */
 	file_names(PKT_LIB_PATH, PK_SITE_NOP1X5, &a, &st);
-	ck_assert_int_eq(a.n, 4);
+	ck_assert_int_ge(a.n, 4);
+	ck_assert_int_eq(has_name(&a, "pkt_lib_add") + has_name(&a, "pkt_lib_mul") +
+			     has_name(&a, "pkt_lib_hidden") + has_name(&a, "pkt_lib_hidden_addr"),
+			 4);
 	ck_assert_int_eq(st.pic, 1);
-	ck_assert_uint_eq(st.records, 4);
-	ck_assert_uint_eq(st.sites, 4);
+	ck_assert_uint_eq(st.records, a.n);
+	ck_assert_uint_eq(st.sites, a.n);
 
 	file_names(PKT_MCOUNT_PATH, PK_SITE_MCOUNT, &b, &st);
 	ck_assert_int_ge(b.n, 4);
@@ -340,8 +355,8 @@ START_TEST(file_kinds_and_variants)
 	/* -fpatchable-function-entry=5,2: records, but none at a function entry */
 	file_names(PKT_5_2_PATH, PK_SITE_NOP1X5, &b, &st);
 	ck_assert_int_eq(b.n, 0);
-	ck_assert_uint_eq(st.records, 4);
-	ck_assert_uint_eq(st.not_entry, 4);
+	ck_assert_uint_eq(st.records, a.n);
+	ck_assert_uint_eq(st.not_entry, a.n);
 #ifdef PKT_CLANG_PATH
 	file_names(PKT_CLANG_PATH, PK_SITE_NOP5, &b, &st);
 	ck_assert_int_eq(b.n, 2);

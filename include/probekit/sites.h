@@ -35,15 +35,15 @@ extern "C" {
 
 enum pk_site_kind {
 	PK_SITE_NOP5 = 1, /* __patchable_function_entries, one five-byte nop (clang) */
-	PK_SITE_NOP1X5,   /* __patchable_function_entries, five one-byte nops (gcc) */
-	PK_SITE_MCOUNT,   /* __mcount_loc, one five-byte nop */
+	PK_SITE_NOP1X5,	  /* __patchable_function_entries, five one-byte nops (gcc) */
+	PK_SITE_MCOUNT,	  /* __mcount_loc, one five-byte nop */
 };
 
 struct pk_site {
-	unsigned long ip;     /* first byte of the five-byte site */
-	unsigned long func;   /* the function's address: ip, or ip - 4 after an endbr64 */
-	const char *name;     /* function name (symbol table, .dynsym as fallback) */
-	const char *object;   /* path of the object file that holds it */
+	unsigned long ip;   /* first byte of the five-byte site */
+	unsigned long func; /* the function's address: ip, or ip - 4 after an endbr64 */
+	const char *name;   /* function name (symbol table, .dynsym as fallback) */
+	const char *object; /* path of the object file that holds it */
 	enum pk_site_kind kind;
 };
 
@@ -97,13 +97,13 @@ PK_API int pk_sites_foreach(pk_site_fn fn, void *ctx);
 
 /* What pk_sites_file_foreach() found, including what it rejected. */
 struct pk_sites_stats {
-	size_t sz;         /* sizeof(struct pk_sites_stats), set by the caller */
-	size_t records;    /* addresses listed in the two sections */
-	size_t sites;      /* sites reported */
+	size_t sz;	   /* sizeof(struct pk_sites_stats), set by the caller */
+	size_t records;	   /* addresses listed in the two sections */
+	size_t sites;	   /* sites reported */
 	size_t not_entry;  /* record not at the start of a function symbol */
 	size_t bad_insn;   /* bytes at the record are not a known site nop */
 	size_t duplicates; /* address listed more than once */
-	int pic;           /* 1 for a position-independent file (ET_DYN) */
+	int pic;	   /* 1 for a position-independent file (ET_DYN) */
 };
 
 /*

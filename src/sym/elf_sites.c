@@ -37,7 +37,7 @@ struct rec_sec {
 struct func_sym {
 	uint64_t value;
 	const char *name; /* into libelf's copy of the string table */
-	int rank;         /* lower wins among symbols at one address */
+	int rank;	  /* lower wins among symbols at one address */
 };
 
 /* An executable section, to read the bytes at a site. */
@@ -93,9 +93,9 @@ static int read_loads(struct reader *r, struct pki_elf_sites *out)
 		if (ph.p_type != PT_LOAD)
 			continue;
 		out->loads[out->nloads++] = (struct pki_elf_load){
-			.vaddr = ph.p_vaddr,
-			.memsz = ph.p_memsz,
-			.flags = ph.p_flags,
+		    .vaddr = ph.p_vaddr,
+		    .memsz = ph.p_memsz,
+		    .flags = ph.p_flags,
 		};
 	}
 	return 0;
@@ -146,9 +146,9 @@ static int add_text_sec(struct reader *r, Elf_Scn *scn, const GElf_Shdr *sh)
 		return -ENOMEM;
 	r->texts = grown;
 	r->texts[r->ntexts++] = (struct text_sec){
-		.addr = sh->sh_addr,
-		.size = d->d_size,
-		.bytes = d->d_buf,
+	    .addr = sh->sh_addr,
+	    .size = d->d_size,
+	    .bytes = d->d_buf,
 	};
 	return 0;
 }
@@ -272,9 +272,9 @@ static int read_syms(struct reader *r, Elf_Scn *scn, const GElf_Shdr *sh)
 		if (!name || !*name)
 			continue;
 		r->syms[r->nsyms++] = (struct func_sym){
-			.value = sym.st_value,
-			.name = name,
-			.rank = bind_rank(GELF_ST_BIND(sym.st_info)),
+		    .value = sym.st_value,
+		    .name = name,
+		    .rank = bind_rank(GELF_ST_BIND(sym.st_info)),
 		};
 	}
 	qsort(r->syms, r->nsyms, sizeof(*r->syms), cmp_sym);

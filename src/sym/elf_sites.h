@@ -17,8 +17,8 @@
 
 struct pki_elf_site {
 	uint64_t vaddr; /* link-time address of the site */
-	uint64_t func;  /* link-time address of its function symbol */
-	char *name;     /* malloc'd, owned by the pki_elf_sites */
+	uint64_t func;	/* link-time address of its function symbol */
+	char *name;	/* malloc'd, owned by the pki_elf_sites */
 	enum pk_site_kind kind;
 	uint8_t insn[PKI_SITE_LEN]; /* the bytes in the file */
 };

@@ -41,7 +41,7 @@
 struct pki_sym_table {
 	unsigned long long adds, subs; /* loader counters this table reflects */
 	size_t nobj;
-	struct pki_sym_object **objs;    /* load order, main program first */
+	struct pki_sym_object **objs; /* load order, main program first */
 	size_t naddr;
 	struct pki_sym_object **by_addr; /* objects with sites, sorted by lo */
 	/* Filled when the table is retired: objects that left with it. */
@@ -156,8 +156,8 @@ static bool same_layout(const struct dl_phdr_info *info, const struct pki_elf_si
 		if (ph->p_type != PT_LOAD)
 			continue;
 		for (i = 0; i < es->nloads; i++)
-			if (es->loads[i].vaddr == ph->p_vaddr && es->loads[i].memsz == ph->p_memsz &&
-			    es->loads[i].flags == ph->p_flags)
+			if (es->loads[i].vaddr == ph->p_vaddr &&
+			    es->loads[i].memsz == ph->p_memsz && es->loads[i].flags == ph->p_flags)
 				break;
 		if (i == es->nloads)
 			return false;

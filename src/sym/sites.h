@@ -56,9 +56,9 @@ struct pki_sym_object {
 	unsigned long lo;   /* [lo, hi): from the first site's ip to the last's end */
 	unsigned long hi;
 	size_t nsites;
-	struct pki_site *sites;           /* sorted by ip */
-	const struct pki_site **by_name;  /* sorted by strcmp of name */
-	struct pk_sites_stats stats;      /* bad_insn also counts memory mismatches */
+	struct pki_site *sites;		 /* sorted by ip */
+	const struct pki_site **by_name; /* sorted by strcmp of name */
+	struct pk_sites_stats stats;	 /* bad_insn also counts memory mismatches */
 };
 
 /* Enter / leave a read-side section (nestable). */

@@ -37,11 +37,11 @@ PK_API int pk_sites_file_foreach(const char *path, pk_site_fn fn, void *ctx,
 	for (i = 0; i < es.n; i++) {
 		const struct pki_elf_site *e = &es.sites[i];
 		struct pk_site s = {
-			.ip = e->vaddr,
-			.func = e->func,
-			.name = e->name,
-			.object = path,
-			.kind = e->kind,
+		    .ip = e->vaddr,
+		    .func = e->func,
+		    .name = e->name,
+		    .object = path,
+		    .kind = e->kind,
 		};
 		int r = fn(&s, ctx);
 

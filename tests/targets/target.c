@@ -19,7 +19,7 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                          \
+#define CHECK(cond, ...)                                                                           \
 	do {                                                                                       \
 		if (!(cond)) {                                                                     \
 			printf("FAIL %s:%d: ", __FILE__, __LINE__);                                \

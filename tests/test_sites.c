@@ -205,6 +205,29 @@ START_TEST(clang_nop5_sites)
 }
 END_TEST
 
+START_TEST(site_after_endbr64)
+{
+	void *h = dlopen(PKT_CET_PATH, RTLD_NOW | RTLD_LOCAL);
+	unsigned long fn;
+	struct pk_site s, f;
+
+	ck_assert_msg(h, "dlopen: %s", dlerror());
+	ck_assert_int_eq(pk_sites_refresh(), 0);
+	fn = (unsigned long)dlsym(h, "pkt_dl_one");
+	ck_assert_int_eq(pk_site_lookup("pkt_dl_one", &s), 0);
+	ck_assert_uint_eq(s.func, fn);
+	ck_assert_uint_eq(s.ip, fn + 4);
+	ck_assert_int_eq(s.kind, PK_SITE_NOP1X5);
+	/* found by its first byte and by the function's address */
+	ck_assert_int_eq(pk_site_find(s.ip, &f), 0);
+	ck_assert_str_eq(f.name, "pkt_dl_one");
+	ck_assert_int_eq(pk_site_find(fn, &f), 0);
+	ck_assert_uint_eq(f.ip, s.ip);
+	ck_assert_int_eq(pk_site_find(fn + 1, NULL), -ENOENT);
+	ck_assert_int_eq(dlclose(h), 0);
+}
+END_TEST
+
 /* --- file reader ------------------------------------------------------- */
 
 struct agree {
@@ -625,6 +648,7 @@ int main(void)
 	tcase_add_test(mem, glob_and_name_lookup);
 	tcase_add_test(mem, dlopen_adds_dlclose_removes);
 	tcase_add_test(mem, clang_nop5_sites);
+	tcase_add_test(mem, site_after_endbr64);
 	tcase_add_test(mem, lookups_race_with_refresh);
 	tcase_add_test(mem, target_programs_check_themselves);
 	tcase_set_timeout(mem, 60);

@@ -81,10 +81,11 @@ int pki_sites_refresh(void);
 /*
  * Told about every object that joins or leaves the table (the hook layer
  * applies its glob filters to new objects, and forgets the sites of dropped
- * ones: their text is gone, never unpatch it).  Called by the refreshing
- * thread under the refresh mutex and the loader lock, after the new table is
- * published; a dropped object stays readable until the callback returns and
- * a grace period passes.  It must not call pki_sites_refresh or dlopen.
+ * ones: their text may already be unmapped, never unpatch it).  Called by
+ * the refreshing thread under the refresh mutex (not the loader lock), after
+ * the new table is published; a dropped object's record stays readable until
+ * the callback returns and a grace period passes.  It must not call
+ * pki_sites_refresh.
  * One notifier; NULL removes it.
  */
 typedef void (*pki_sites_notify_fn)(const struct pki_sym_object *obj, bool added);

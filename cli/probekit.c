@@ -87,6 +87,7 @@ static int cmd_version(int argc, char **argv)
 
 static const struct cli_cmd commands[] = {
 	{"bench", cmd_bench, "measure probekit against its peers (perf bench style)"},
+	{"sites", cmd_sites, "list the patchable functions of a program or library"},
 	{"version", cmd_version, "print the library version"},
 	{NULL, NULL, NULL},
 };

@@ -15,7 +15,7 @@
 #define PKI_INSN_INT3 0xcc
 
 enum pki_insn_kind {
-	PKI_INSN_NOP5,     /* 0f 1f 44 00 00: one five-byte nop */
+	PKI_INSN_NOP5,     /* 0f 1f 44 00 xx: one five-byte nop (clang 14: xx = 08) */
 	PKI_INSN_NOP1X5,   /* 90 90 90 90 90: gcc's five one-byte nops */
 	PKI_INSN_CALL,     /* e8 rel32 */
 	PKI_INSN_JMP,      /* e9 rel32 */
@@ -49,9 +49,14 @@ static inline int pki_insn_jmp(uint8_t out[PKI_SITE_LEN], unsigned long site, un
 	return pki_insn_branch(out, 0xe9, site, target);
 }
 
+/*
+ * Any nopl disp8(%rax,%rax,1) is a five-byte nop: gcc writes displacement 0,
+ * clang's -fpatchable-function-entry=5 writes 8.  So the bytes of a NOP5 site
+ * are not always pki_nop5: patchers must expect the site's own bytes.
+ */
 static inline enum pki_insn_kind pki_insn_classify(const uint8_t b[PKI_SITE_LEN])
 {
-	if (!memcmp(b, pki_nop5, PKI_SITE_LEN))
+	if (!memcmp(b, pki_nop5, PKI_SITE_LEN - 1))
 		return PKI_INSN_NOP5;
 	if (!memcmp(b, pki_nop1x5, PKI_SITE_LEN))
 		return PKI_INSN_NOP1X5;
@@ -60,6 +65,16 @@ static inline enum pki_insn_kind pki_insn_classify(const uint8_t b[PKI_SITE_LEN]
 	if (b[0] == 0xe9)
 		return PKI_INSN_JMP;
 	return PKI_INSN_UNKNOWN;
+}
+
+#define PKI_ENDBR64_LEN 4
+
+/* endbr64 (f3 0f 1e fa): with -fcf-protection a site follows it. */
+static inline bool pki_insn_is_endbr64(const uint8_t b[PKI_ENDBR64_LEN])
+{
+	static const uint8_t endbr64[PKI_ENDBR64_LEN] = {0xf3, 0x0f, 0x1e, 0xfa};
+
+	return !memcmp(b, endbr64, PKI_ENDBR64_LEN);
 }
 
 /* Target of a rel32 call/jmp at @site. */

@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Functions the benchmarks hook: built with -fpatchable-function-entry=5 so
+ * each starts with a five-byte site (gcc: five one-byte nops).
+ */
+#ifndef PK_BENCH_TARGETS_H
+#define PK_BENCH_TARGETS_H
+
+/* pkb_targets[i](x) returns x + i; pkb_ntargets entries, all distinct sites. */
+extern const unsigned pkb_ntargets;
+extern int (*const pkb_targets[])(int);
+
+/* A tiny function for per-call cost: returns a + b. */
+int pkb_add(int a, int b);
+
+#endif /* PK_BENCH_TARGETS_H */

@@ -1,0 +1,740 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The site table of the running process: every loaded object's sites (read
+ * from its file by elf_sites.c, moved to its load address, checked against
+ * the bytes in memory), published for lock-free lookups, and refreshed when
+ * objects are loaded or unloaded.  See sym/sites.h for the reader contract.
+ *
+ * Refresh protocol (one refresher at a time, readers never wait):
+ *  1. dl_iterate_phdr; in its first callback take refresh_lock and compare
+ *     the loader's adds/subs counters with the current table's: equal means
+ *     nothing changed, stop.
+ *  2. For each object, in load order: reuse the current table's object with
+ *     the same base, program headers and path (immutable, so sharing is
+ *     safe); otherwise read its file and check each site's bytes in memory.
+ *     This runs under the loader's lock, which keeps the object mapped.
+ *  3. After dl_iterate_phdr returns: build the new table, publish it with
+ *     rcu_assign_pointer (readers see the old table or the new, each whole),
+ *     tell the notifier, and hand the old table and the objects that left to
+ *     call_rcu.  They are freed only after every reader that could have
+ *     found them has left its read-side section.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <link.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include <urcu/urcu-memb.h>
+
+#include "core/log.h"
+#include "sym/elf_sites.h"
+#include "sym/sites.h"
+
+struct pki_sym_table {
+	unsigned long long adds, subs; /* loader counters this table reflects */
+	size_t nobj;
+	struct pki_sym_object **objs; /* load order, main program first */
+	size_t naddr;
+	struct pki_sym_object **by_addr; /* objects with sites, sorted by lo */
+	/* Filled when the table is retired: objects that left with it. */
+	size_t ndead;
+	struct pki_sym_object **dead;
+	struct rcu_head rcu;
+};
+
+/* The published table; NULL until the first refresh. */
+static struct pki_sym_table *cur_table;
+
+/*
+ * Serialises refreshes and guards cur_table's writers and the notifier.
+ * Taken inside dl_iterate_phdr (loader lock held), so never call the loader
+ * with it held from outside a dl_iterate_phdr callback.
+ */
+static pthread_mutex_t refresh_lock = PTHREAD_MUTEX_INITIALIZER;
+static pki_sites_notify_fn notify_fn;
+
+/* --- liburcu thread registration -------------------------------------- */
+
+static pthread_key_t rcu_key;
+static pthread_once_t rcu_key_once = PTHREAD_ONCE_INIT;
+static __thread bool rcu_registered;
+
+static void rcu_thread_exit(void *unused)
+{
+	(void)unused;
+	urcu_memb_unregister_thread();
+	rcu_registered = false;
+}
+
+static void rcu_key_init(void)
+{
+	if (pthread_key_create(&rcu_key, rcu_thread_exit))
+		abort(); /* out of keys at first use: nothing sane to fall back to */
+}
+
+/*
+ * liburcu-memb readers (and call_rcu callers) must be registered threads.
+ * Threads that reach us are the user's: register them on first use and
+ * unregister them from a thread-exit destructor.
+ */
+static void rcu_thread_online(void)
+{
+	if (rcu_registered)
+		return;
+	pthread_once(&rcu_key_once, rcu_key_init);
+	urcu_memb_register_thread();
+	rcu_registered = true;
+	pthread_setspecific(rcu_key, (void *)1);
+}
+
+void pki_sites_read_lock(void)
+{
+	rcu_thread_online();
+	urcu_memb_read_lock();
+}
+
+void pki_sites_read_unlock(void)
+{
+	urcu_memb_read_unlock();
+}
+
+/* --- building objects --------------------------------------------------- */
+
+static void object_free(struct pki_sym_object *obj)
+{
+	if (!obj)
+		return;
+	free(obj->sites);
+	free(obj->by_name);
+	free(obj);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	const struct pki_site *x = *(const struct pki_site *const *)a;
+	const struct pki_site *y = *(const struct pki_site *const *)b;
+	int c = strcmp(x->name, y->name);
+
+	if (c)
+		return c;
+	return x->ip < y->ip ? -1 : x->ip > y->ip;
+}
+
+/* Is [addr, addr + len) inside an executable PT_LOAD of the mapped object? */
+static bool in_mapped_text(const struct dl_phdr_info *info, unsigned long addr, size_t len)
+{
+	int i;
+
+	for (i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		unsigned long start = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X) && addr >= start &&
+		    addr - start <= ph->p_memsz && ph->p_memsz - (addr - start) >= len)
+			return true;
+	}
+	return false;
+}
+
+/* Does the file's PT_LOAD layout match what is mapped?  Else it was replaced. */
+static bool same_layout(const struct dl_phdr_info *info, const struct pki_elf_sites *es)
+{
+	size_t i, n = 0;
+	int j;
+
+	for (j = 0; j < info->dlpi_phnum; j++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[j];
+
+		if (ph->p_type != PT_LOAD)
+			continue;
+		for (i = 0; i < es->nloads; i++)
+			if (es->loads[i].vaddr == ph->p_vaddr &&
+			    es->loads[i].memsz == ph->p_memsz && es->loads[i].flags == ph->p_flags)
+				break;
+		if (i == es->nloads)
+			return false;
+		n++;
+	}
+	return n == es->nloads;
+}
+
+/*
+ * Sites of one mapped object.  Runs inside dl_iterate_phdr: the object stays
+ * mapped, so its text may be read.  A file we cannot use gives an empty
+ * object (remembered, so it is not retried until it is reloaded); only
+ * -ENOMEM, or any failure on the main program, is an error.
+ */
+static int object_load(const struct dl_phdr_info *info, const char *path, const char *open_path,
+		       bool is_main, struct pki_sym_object **objp)
+{
+	struct pki_elf_sites es;
+	struct pki_sym_object *obj;
+	size_t i;
+	int fd, err;
+
+	obj = calloc(1, sizeof(*obj));
+	if (!obj)
+		return -ENOMEM;
+	obj->path = pki_intern(path);
+	if (!obj->path) {
+		err = -ENOMEM;
+		goto out_free_obj;
+	}
+	obj->base = info->dlpi_addr;
+	obj->phdr = info->dlpi_phdr;
+	obj->stats.sz = sizeof(obj->stats);
+
+	fd = open(open_path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+		pki_warn("sites: %s: cannot open: %s\n", path, pki_errstr(err));
+		goto out_empty;
+	}
+	err = pki_elf_sites_read(fd, &es);
+	close(fd);
+	if (err == -ENOMEM)
+		goto out_free_obj;
+	if (err) {
+		pki_warn("sites: %s: cannot read: %s\n", path, pki_errstr(err));
+		goto out_empty;
+	}
+	if (!same_layout(info, &es)) {
+		err = -ESTALE;
+		pki_warn("sites: %s: file differs from the mapped object (replaced since "
+			 "loaded?): %s\n",
+			 path, pki_errstr(err));
+		goto out_es;
+	}
+	obj->stats.records = es.stats.records;
+	obj->stats.not_entry = es.stats.not_entry;
+	obj->stats.bad_insn = es.stats.bad_insn;
+	obj->stats.duplicates = es.stats.duplicates;
+	obj->stats.pic = es.stats.pic;
+	if (!es.n)
+		goto out_es;
+
+	obj->sites = calloc(es.n, sizeof(*obj->sites));
+	obj->by_name = calloc(es.n, sizeof(*obj->by_name));
+	if (!obj->sites || !obj->by_name) {
+		err = -ENOMEM;
+		goto out_es;
+	}
+	for (i = 0; i < es.n; i++) {
+		const struct pki_elf_site *e = &es.sites[i];
+		struct pki_site *s = &obj->sites[obj->nsites];
+		unsigned long ip = obj->base + e->vaddr;
+
+		/* The file's bytes must be what is mapped, else it is no site. */
+		if (!in_mapped_text(info, obj->base + e->func, ip - (obj->base + e->func)) ||
+		    !in_mapped_text(info, ip, PKI_SITE_LEN) ||
+		    memcmp((const void *)ip, e->insn, PKI_SITE_LEN)) {
+			obj->stats.bad_insn++;
+			continue;
+		}
+		s->ip = ip;
+		s->func = obj->base + e->func;
+		s->name = pki_intern(e->name);
+		if (!s->name) {
+			err = -ENOMEM;
+			goto out_es;
+		}
+		s->obj = obj;
+		s->kind = e->kind;
+		memcpy(s->insn, e->insn, PKI_SITE_LEN);
+		obj->by_name[obj->nsites] = s;
+		obj->nsites++;
+	}
+	obj->stats.sites = obj->nsites;
+	if (obj->stats.bad_insn)
+		pki_info("sites: %s: %zu record(s) whose bytes are not a known site nop, skipped\n",
+			 path, obj->stats.bad_insn);
+	if (obj->nsites) {
+		qsort(obj->by_name, obj->nsites, sizeof(*obj->by_name), cmp_name);
+		obj->lo = obj->sites[0].ip;
+		obj->hi = obj->sites[obj->nsites - 1].ip + PKI_SITE_LEN;
+	}
+	pki_debug("sites: %s: %zu site(s) at base %#lx\n", path, obj->nsites, obj->base);
+	pki_elf_sites_free(&es);
+	*objp = obj;
+	return 0;
+
+out_es:
+	pki_elf_sites_free(&es);
+	if (err == -ENOMEM)
+		goto out_free_obj;
+out_empty:
+	if (is_main && err)
+		goto out_free_obj;
+	free(obj->sites);
+	free(obj->by_name);
+	obj->sites = NULL;
+	obj->by_name = NULL;
+	obj->nsites = 0;
+	*objp = obj;
+	return 0;
+
+out_free_obj:
+	object_free(obj);
+	return err;
+}
+
+/* --- refresh ------------------------------------------------------------ */
+
+struct scan {
+	bool started;
+	bool unchanged;
+	int err;
+	struct pki_sym_table *old;
+	unsigned long long adds, subs;
+	struct pki_sym_object **objs;
+	size_t n, cap;
+	bool *fresh; /* objs[i] was loaded by this scan */
+};
+
+static const void *vdso_base(void)
+{
+	return (const void *)getauxval(AT_SYSINFO_EHDR);
+}
+
+static struct pki_sym_object *old_object(const struct scan *sc, const struct dl_phdr_info *info,
+					 const char *path)
+{
+	size_t i;
+
+	if (!sc->old)
+		return NULL;
+	for (i = 0; i < sc->old->nobj; i++) {
+		struct pki_sym_object *o = sc->old->objs[i];
+
+		if (o->base == info->dlpi_addr && o->phdr == info->dlpi_phdr &&
+		    !strcmp(o->path, path))
+			return o;
+	}
+	return NULL;
+}
+
+static int scan_push(struct scan *sc, struct pki_sym_object *obj, bool fresh)
+{
+	if (sc->n == sc->cap) {
+		size_t cap = sc->cap ? sc->cap * 2 : 32;
+		struct pki_sym_object **objs = realloc(sc->objs, cap * sizeof(*objs));
+		bool *fr;
+
+		if (!objs)
+			return -ENOMEM;
+		sc->objs = objs;
+		fr = realloc(sc->fresh, cap * sizeof(*fr));
+		if (!fr)
+			return -ENOMEM;
+		sc->fresh = fr;
+		sc->cap = cap;
+	}
+	sc->objs[sc->n] = obj;
+	sc->fresh[sc->n] = fresh;
+	sc->n++;
+	return 0;
+}
+
+static int scan_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct scan *sc = data;
+	struct pki_sym_object *obj;
+	char exe[PATH_MAX];
+	const char *path = info->dlpi_name, *open_path = info->dlpi_name;
+	const void *vdso = vdso_base();
+	bool is_main = false;
+	int err;
+
+	if (!sc->started) {
+		sc->started = true;
+		is_main = true;
+		pthread_mutex_lock(&refresh_lock);
+		sc->old = cur_table; /* we are the only writer: no rcu_dereference needed */
+		if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
+			sc->adds = info->dlpi_adds;
+			sc->subs = info->dlpi_subs;
+			if (sc->old && sc->old->adds == sc->adds && sc->old->subs == sc->subs) {
+				sc->unchanged = true;
+				return 1;
+			}
+		}
+	}
+	if (is_main) {
+		ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+		if (len < 0)
+			len = 0;
+		exe[len] = '\0';
+		path = len ? exe : "/proc/self/exe";
+		open_path = "/proc/self/exe"; /* works even if the file was deleted */
+	} else if (!path || !*path) {
+		return 0;
+	} else if (vdso && (const void *)info->dlpi_phdr >= vdso &&
+		   (const char *)info->dlpi_phdr < (const char *)vdso + 65536) {
+		return 0; /* the vDSO has no file */
+	}
+
+	obj = old_object(sc, info, path);
+	if (obj) {
+		err = scan_push(sc, obj, false);
+	} else {
+		err = object_load(info, path, open_path, is_main, &obj);
+		if (!err) {
+			err = scan_push(sc, obj, true);
+			if (err)
+				object_free(obj);
+		}
+	}
+	if (err) {
+		sc->err = err;
+		return 1;
+	}
+	return 0;
+}
+
+static int cmp_lo(const void *a, const void *b)
+{
+	const struct pki_sym_object *x = *(struct pki_sym_object *const *)a;
+	const struct pki_sym_object *y = *(struct pki_sym_object *const *)b;
+
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static void table_free(struct pki_sym_table *t)
+{
+	size_t i;
+
+	if (!t)
+		return;
+	for (i = 0; i < t->ndead; i++)
+		object_free(t->dead[i]);
+	free(t->dead);
+	free(t->objs);
+	free(t->by_addr);
+	free(t);
+}
+
+static void table_free_rcu(struct rcu_head *head)
+{
+	table_free(caa_container_of(head, struct pki_sym_table, rcu));
+}
+
+static bool table_has(const struct pki_sym_table *t, const struct pki_sym_object *obj)
+{
+	size_t i;
+
+	for (i = 0; i < t->nobj; i++)
+		if (t->objs[i] == obj)
+			return true;
+	return false;
+}
+
+/* Build and publish the table for @sc.  Called with refresh_lock held. */
+static int __publish(struct scan *sc)
+{
+	struct pki_sym_table *t, *old = sc->old;
+	size_t i;
+
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->adds = sc->adds;
+	t->subs = sc->subs;
+	t->nobj = sc->n;
+	t->objs = calloc(sc->n ? sc->n : 1, sizeof(*t->objs));
+	t->by_addr = calloc(sc->n ? sc->n : 1, sizeof(*t->by_addr));
+	if (old)
+		old->dead = calloc(old->nobj ? old->nobj : 1, sizeof(*old->dead));
+	if (!t->objs || !t->by_addr || (old && !old->dead)) {
+		if (old) {
+			free(old->dead);
+			old->dead = NULL;
+		}
+		table_free(t);
+		return -ENOMEM;
+	}
+	for (i = 0; i < sc->n; i++) {
+		t->objs[i] = sc->objs[i];
+		if (sc->objs[i]->nsites)
+			t->by_addr[t->naddr++] = sc->objs[i];
+	}
+	qsort(t->by_addr, t->naddr, sizeof(*t->by_addr), cmp_lo);
+	if (old)
+		for (i = 0; i < old->nobj; i++)
+			if (!table_has(t, old->objs[i]))
+				old->dead[old->ndead++] = old->objs[i];
+
+	/* Orders the stores that filled t (and its objects) before the pointer. */
+	rcu_assign_pointer(cur_table, t);
+
+	if (notify_fn) {
+		for (i = 0; i < sc->n; i++)
+			if (sc->fresh[i])
+				notify_fn(sc->objs[i], true);
+		for (i = 0; old && i < old->ndead; i++)
+			notify_fn(old->dead[i], false);
+	}
+	if (old) {
+		/* Readers may still walk old and its dead objects: free after a grace period. */
+		rcu_thread_online();
+		urcu_memb_call_rcu(&old->rcu, table_free_rcu);
+	}
+	return 0;
+}
+
+int pki_sites_refresh(void)
+{
+	struct scan sc = {0};
+	size_t i;
+	int err;
+
+	dl_iterate_phdr(scan_cb, &sc);
+	if (!sc.started) /* cannot happen: the main program is always listed */
+		pthread_mutex_lock(&refresh_lock);
+	err = sc.err;
+	if (!err && !sc.unchanged)
+		err = __publish(&sc);
+	if (err)
+		for (i = 0; i < sc.n; i++)
+			if (sc.fresh[i])
+				object_free(sc.objs[i]);
+	pthread_mutex_unlock(&refresh_lock);
+	free(sc.objs);
+	free(sc.fresh);
+	return err;
+}
+
+void pki_sites_set_notify(pki_sites_notify_fn fn)
+{
+	pthread_mutex_lock(&refresh_lock);
+	notify_fn = fn;
+	pthread_mutex_unlock(&refresh_lock);
+}
+
+/* --- lookups ---------------------------------------------------------- */
+
+/* Build the table on first use.  Outside any read-side section. */
+static int ensure_table(void)
+{
+	if (CMM_LOAD_SHARED(cur_table))
+		return 0;
+	return pki_sites_refresh();
+}
+
+static const struct pki_site *object_find(const struct pki_sym_object *obj, unsigned long ip)
+{
+	size_t lo = 0, hi = obj->nsites;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (obj->sites[mid].ip < ip)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < obj->nsites && obj->sites[lo].ip == ip ? &obj->sites[lo] : NULL;
+}
+
+static const struct pki_site *find_ip(const struct pki_sym_table *t, unsigned long ip)
+{
+	size_t lo = 0, hi = t->naddr;
+
+	/* The last object whose first site is at or below ip. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (t->by_addr[mid]->lo <= ip)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo || ip >= t->by_addr[lo - 1]->hi)
+		return NULL;
+	return object_find(t->by_addr[lo - 1], ip);
+}
+
+const struct pki_site *pki_site_find(unsigned long ip)
+{
+	const struct pki_sym_table *t = rcu_dereference(cur_table);
+	const struct pki_site *s;
+
+	if (!t)
+		return NULL;
+	s = find_ip(t, ip);
+	if (s)
+		return s;
+	/* The function's own address, when its site follows an endbr64. */
+	s = find_ip(t, ip + PKI_ENDBR64_LEN);
+	return s && s->func == ip ? s : NULL;
+}
+
+/* Index in obj->by_name of the first site named @name, or obj->nsites. */
+static size_t name_first(const struct pki_sym_object *obj, const char *name)
+{
+	size_t lo = 0, hi = obj->nsites;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(obj->by_name[mid]->name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+const struct pki_site *pki_site_lookup(const char *name)
+{
+	const struct pki_sym_table *t = rcu_dereference(cur_table);
+	size_t i, k;
+
+	for (i = 0; t && i < t->nobj; i++) {
+		const struct pki_sym_object *obj = t->objs[i];
+
+		k = name_first(obj, name);
+		if (k < obj->nsites && !strcmp(obj->by_name[k]->name, name))
+			return obj->by_name[k];
+	}
+	return NULL;
+}
+
+int pki_sites_match(const char *glob, int (*fn)(const struct pki_site *s, void *ctx), void *ctx)
+{
+	const struct pki_sym_table *t = rcu_dereference(cur_table);
+	bool literal = glob && !strpbrk(glob, "*?[\\");
+	size_t i, k;
+	int ret;
+
+	for (i = 0; t && i < t->nobj; i++) {
+		const struct pki_sym_object *obj = t->objs[i];
+
+		if (literal) {
+			for (k = name_first(obj, glob);
+			     k < obj->nsites && !strcmp(obj->by_name[k]->name, glob); k++) {
+				ret = fn(obj->by_name[k], ctx);
+				if (ret)
+					return ret;
+			}
+			continue;
+		}
+		for (k = 0; k < obj->nsites; k++) {
+			const struct pki_site *s = &obj->sites[k];
+
+			if (glob && fnmatch(glob, s->name, 0))
+				continue;
+			ret = fn(s, ctx);
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+/* --- public API ----------------------------------------------------------- */
+
+void pki_site_to_public(const struct pki_site *s, struct pk_site *out)
+{
+	out->ip = s->ip;
+	out->func = s->func;
+	out->name = s->name;
+	out->object = s->obj->path;
+	out->kind = s->kind;
+}
+
+PK_API const char *pk_site_kind_name(enum pk_site_kind kind)
+{
+	switch (kind) {
+	case PK_SITE_NOP5:
+		return "nop5";
+	case PK_SITE_NOP1X5:
+		return "nop1x5";
+	case PK_SITE_MCOUNT:
+		return "mcount";
+	}
+	return "?";
+}
+
+PK_API int pk_sites_refresh(void)
+{
+	return pki_sites_refresh();
+}
+
+PK_API int pk_site_find(unsigned long ip, struct pk_site *out)
+{
+	const struct pki_site *s;
+	int err = ensure_table();
+
+	if (err)
+		return err;
+	pki_sites_read_lock();
+	s = pki_site_find(ip);
+	if (s && out)
+		pki_site_to_public(s, out);
+	pki_sites_read_unlock();
+	return s ? 0 : -ENOENT;
+}
+
+PK_API int pk_site_lookup(const char *name, struct pk_site *out)
+{
+	const struct pki_site *s;
+	int err;
+
+	if (!name)
+		return -EINVAL;
+	err = ensure_table();
+	if (err)
+		return err;
+	pki_sites_read_lock();
+	s = pki_site_lookup(name);
+	if (s && out)
+		pki_site_to_public(s, out);
+	pki_sites_read_unlock();
+	return s ? 0 : -ENOENT;
+}
+
+struct match_ctx {
+	pk_site_fn fn;
+	void *ctx;
+	int count;
+};
+
+static int match_one(const struct pki_site *s, void *data)
+{
+	struct match_ctx *m = data;
+	struct pk_site pub;
+
+	pki_site_to_public(s, &pub);
+	m->count++;
+	return m->fn(&pub, m->ctx);
+}
+
+PK_API int pk_sites_match(const char *glob, pk_site_fn fn, void *ctx)
+{
+	struct match_ctx m = {.fn = fn, .ctx = ctx};
+	int ret;
+
+	if (!fn)
+		return -EINVAL;
+	ret = ensure_table();
+	if (ret)
+		return ret;
+	pki_sites_read_lock();
+	ret = pki_sites_match(glob, match_one, &m);
+	pki_sites_read_unlock();
+	return ret < 0 ? ret : m.count;
+}
+
+PK_API int pk_sites_foreach(pk_site_fn fn, void *ctx)
+{
+	return pk_sites_match(NULL, fn, ctx);
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The process's site table (internal API; implemented in sym/sites.c).
+ *
+ * One immutable pki_sym_object per loaded object: its sites sorted by ip,
+ * plus an index sorted by name.  A table is an immutable array of objects.
+ * A refresh builds a new table (sharing the objects that did not change),
+ * publishes it with rcu_assign_pointer, and retires the old table, plus the
+ * objects that left, with call_rcu: nothing a reader may hold is freed
+ * before a grace period, and readers never wait for a refresh.
+ *
+ * Readers: pki_sites_read_lock() ... pki_sites_read_unlock() around any use of
+ * a const struct pki_site * or pki_sym_object *.  These are liburcu (memb)
+ * read-side sections; pki_sites_read_lock registers the calling thread with
+ * liburcu on its first use (and unregisters it at thread exit).  Not for
+ * signal handlers (registration takes a lock and may allocate).
+ *
+ * Strings (site names, object paths) are interned and never freed: they may
+ * be kept after the read-side section ends, e.g. copied into a pk_site.
+ *
+ * Lock order: the dynamic loader's lock, then the refresh mutex (the refresh
+ * runs inside dl_iterate_phdr, so an object cannot be unmapped while its
+ * bytes are checked).
+ */
+#ifndef PK_SYM_SITES_H
+#define PK_SYM_SITES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <probekit/sites.h>
+
+#include "arch/x86_64/insn.h"
+
+struct pki_sym_object;
+
+struct pki_site {
+	unsigned long ip;
+	unsigned long func; /* ip, or ip - 4 after an endbr64 */
+	const char *name;   /* interned */
+	const struct pki_sym_object *obj;
+	enum pk_site_kind kind;
+	/*
+	 * The bytes at ip when the object was scanned: what a patcher expects
+	 * to replace the first time.  Not always pki_nop5 (clang's nop5 has a
+	 * displacement of 8).
+	 */
+	uint8_t insn[PKI_SITE_LEN];
+};
+
+struct pki_sym_object {
+	const char *path;   /* interned */
+	unsigned long base; /* load bias (dlpi_addr) */
+	const void *phdr;   /* dlpi_phdr: with base and path, the object's identity */
+	unsigned long lo;   /* [lo, hi): from the first site's ip to the last's end */
+	unsigned long hi;
+	size_t nsites;
+	struct pki_site *sites;		 /* sorted by ip */
+	const struct pki_site **by_name; /* sorted by strcmp of name */
+	struct pk_sites_stats stats;	 /* bad_insn also counts memory mismatches */
+};
+
+/* Enter / leave a read-side section (nestable). */
+void pki_sites_read_lock(void);
+void pki_sites_read_unlock(void);
+
+/*
+ * Lookups, inside a read-side section; the result is valid until the section
+ * ends.  Build the table on first use; never refresh it otherwise.
+ */
+const struct pki_site *pki_site_find(unsigned long ip);
+const struct pki_site *pki_site_lookup(const char *name);
+
+/* Walk sites matching @glob (NULL: all); @fn's nonzero return stops the walk. */
+int pki_sites_match(const char *glob, int (*fn)(const struct pki_site *s, void *ctx), void *ctx);
+
+/* See pk_sites_refresh(). */
+int pki_sites_refresh(void);
+
+/*
+ * Told about every object that joins or leaves the table (the hook layer
+ * applies its glob filters to new objects, and forgets the sites of dropped
+ * ones: their text may already be unmapped, never unpatch it).  Called by
+ * the refreshing thread under the refresh mutex (not the loader lock), after
+ * the new table is published; a dropped object's record stays readable until
+ * the callback returns and a grace period passes.  It must not call
+ * pki_sites_refresh.
+ * One notifier; NULL removes it.
+ */
+typedef void (*pki_sites_notify_fn)(const struct pki_sym_object *obj, bool added);
+void pki_sites_set_notify(pki_sites_notify_fn fn);
+
+void pki_site_to_public(const struct pki_site *s, struct pk_site *out);
+
+/* Interned copy of @s, valid for the life of the process; NULL if out of memory. */
+const char *pki_intern(const char *s);
+
+#endif /* PK_SYM_SITES_H */

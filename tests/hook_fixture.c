@@ -49,11 +49,13 @@ static const struct {
 	{"fx_mix", (unsigned long)fx_mix},       {"fx_vsum", (unsigned long)fx_vsum},
 };
 
-static int fx_lookup(unsigned long ip)
+static int fx_lookup(unsigned long addr, unsigned long *ip)
 {
 	for (size_t i = 0; i < sizeof(fx_sites) / sizeof(fx_sites[0]); i++)
-		if (fx_sites[i].ip == ip)
+		if (fx_sites[i].ip == addr) {
+			*ip = addr;
 			return 0;
+		}
 	return -ENOENT;
 }
 

@@ -41,6 +41,7 @@
 #include "core/hook_int.h"
 #include "core/log.h"
 #include "core/tmem.h"
+#include "sym/sites.h"
 
 /* Until the patch layer is linked in, batches fail with -ENOSYS. */
 #pragma weak pki_text_poke_batch
@@ -103,19 +104,40 @@ static struct {
 static bool txn_open;
 static __thread bool txn_mine;
 
-static int default_lookup(unsigned long ip)
+/* Default site source: the sym layer's table (read-side sections of its own). */
+static int sym_lookup(unsigned long addr, unsigned long *ip)
 {
-	(void)ip;
-	return -ENOENT;
+	const struct pki_site *s;
+
+	pki_sites_read_lock();
+	s = pki_site_find(addr);
+	if (s)
+		*ip = s->ip;
+	pki_sites_read_unlock();
+	return s ? 0 : -ENOENT;
 }
 
-static int default_each(const char *glob, int (*cb)(unsigned long, void *), void *arg)
+struct each_ctx {
+	int (*cb)(unsigned long ip, void *arg);
+	void *arg;
+};
+
+static int each_one(const struct pki_site *s, void *ctx)
 {
-	(void)glob, (void)cb, (void)arg;
-	return 0;
+	struct each_ctx *c = ctx;
+
+	return c->cb(s->ip, c->arg);
 }
 
-static const struct pki_site_src default_src = {default_lookup, default_each};
+static int sym_each(const char *glob, int (*cb)(unsigned long, void *), void *arg)
+{
+	struct each_ctx c = {cb, arg};
+	int ret = pki_sites_match(glob, each_one, &c);
+
+	return ret < 0 ? ret : 0;
+}
+
+static const struct pki_site_src default_src = {sym_lookup, sym_each};
 static const struct pki_site_src *site_src = &default_src;
 
 static int default_poke(struct pki_poke *p, size_t n)
@@ -186,16 +208,20 @@ static int __sitemap_insert(struct site *s)
 }
 
 /* The site record of @ip, made on first use after checking it is a site. */
-static int __site_get(unsigned long ip, struct site **out)
+static int __site_get(unsigned long addr, struct site **out)
 {
-	struct site *s = __site_find(ip);
+	struct site *s = __site_find(addr);
+	unsigned long ip;
 	int err;
 
 	if (s)
 		goto found;
-	err = site_src->lookup(ip);
+	err = site_src->lookup(addr, &ip);
 	if (err)
 		return err;
+	s = __site_find(ip);
+	if (s)
+		goto found;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -400,10 +426,12 @@ unsigned long pki_hook_site_target(unsigned long ip)
 	struct site *s;
 	unsigned long t;
 
-	pthread_mutex_lock(&hook_lock);
+	if (!txn_mine)
+		pthread_mutex_lock(&hook_lock);
 	s = __site_find(ip);
 	t = s ? s->target : 0;
-	pthread_mutex_unlock(&hook_lock);
+	if (!txn_mine)
+		pthread_mutex_unlock(&hook_lock);
 	return t;
 }
 

@@ -13,8 +13,11 @@
 #include "patch/patch.h"
 
 struct pki_site_src {
-	/* 0 if @ip is a patchable site, else -ENOENT. */
-	int (*lookup)(unsigned long ip);
+	/*
+	 * 0 and the site's ip in *@ip if @addr is a site or the address of a
+	 * function with one (after an endbr64), else -ENOENT.
+	 */
+	int (*lookup)(unsigned long addr, unsigned long *ip);
 	/*
 	 * Call @cb(ip, @arg) for every site whose function name matches
 	 * @glob (NULL: every site); stop at the first non-zero return and

@@ -210,8 +210,8 @@ START_TEST(bad_batches_rejected)
 	ck_assert_int_eq(pki_text_poke_batch(p, 2), -EINVAL); /* duplicate */
 	p[1].addr += 2;
 	ck_assert_int_eq(pki_text_poke_batch(p, 2), -EINVAL); /* overlap */
-	memcpy(data.old, &some_data, sizeof(some_data));
-	memcpy(data.new, data.old, PKI_SITE_LEN);
+	memcpy(data.old, pki_nop5, PKI_SITE_LEN);
+	memcpy(data.new, pki_nop5, PKI_SITE_LEN);
 	ck_assert_int_eq(pki_text_poke_batch(&data, 1), -EINVAL); /* not text */
 	p[1] = p[0];
 	memset(p[1].new, 0x48, PKI_SITE_LEN);

@@ -324,7 +324,8 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 		}
 		tid[n++] = t;
 	}
-	qsort(tid, n, sizeof(*tid), cmp_tid);
+	if (n)
+		qsort(tid, n, sizeof(*tid), cmp_tid);
 	k->acked = calloc(n ? n : 1, sizeof(*k->acked));
 	if (!k->acked) {
 		err = -ENOMEM;

@@ -36,6 +36,18 @@ TARGET long t_mul(long a, long b)
 	return a * b;
 }
 
+/* Enough sites for a batch that takes the mprotect path (over 8 sites). */
+#define MANY 12
+#define MANY_FN(i)                                                                                 \
+	TARGET int many##i(int a)                                                                  \
+	{                                                                                          \
+		return a + i;                                                                      \
+	}
+MANY_FN(0)
+MANY_FN(1) MANY_FN(2) MANY_FN(3) MANY_FN(4) MANY_FN(5) MANY_FN(6) MANY_FN(7) MANY_FN(8) MANY_FN(9)
+    MANY_FN(10) MANY_FN(11) static int (*volatile many[MANY])(int) = {
+	many0, many1, many2, many3, many4, many5, many6, many7, many8, many9, many10, many11};
+
 /* Counting stubs: preserve every register a function entry needs (flags are
  * call-clobbered anyway). */
 unsigned long count_a, count_b;
@@ -167,6 +179,18 @@ START_TEST(nop5_call_retarget_in_one_batch)
 }
 END_TEST
 
+static enum pki_poke_stage fail_at;
+static bool failed;
+
+/* Fails once: the undo of a fully written batch runs the stages again. */
+static int fail_hook(enum pki_poke_stage stage)
+{
+	if (stage != fail_at || failed)
+		return 0;
+	failed = true;
+	return -EIO;
+}
+
 static char last_msg[512];
 
 static int capture(enum pk_print_level level, const char *fmt, va_list ap)
@@ -188,8 +212,8 @@ START_TEST(mismatch_latches_off)
 	/* Nothing was written, not even the site that matched. */
 	ck_assert_mem_eq((void *)site_of(t_add), pki_nop1x5, PKI_SITE_LEN);
 	ck_assert_mem_eq((void *)site, pki_nop1x5, PKI_SITE_LEN);
-	snprintf(want, sizeof(want), "text poke %#lx: expected 0f 1f 44 00 00, found 90 90 90 90 90",
-		 site);
+	snprintf(want, sizeof(want),
+		 "text poke %#lx: expected 0f 1f 44 00 00, found 90 90 90 90 90", site);
 	ck_assert_msg(strstr(last_msg, want), "report was: %s", last_msg);
 
 	/* Latched: even a correct batch is refused now. */
@@ -241,6 +265,40 @@ START_TEST(text_not_writable_after_commit)
 }
 END_TEST
 
+START_TEST(large_batch_mprotect_path)
+{
+	struct pki_poke p[MANY];
+	int prot = prot_of(site_of(many[0])), i;
+
+	for (i = 0; i < MANY; i++)
+		p[i] = poke_call(many[i], stub_a, NULL);
+	ck_assert_int_eq(pki_text_poke_batch(p, MANY), 0);
+	for (i = 0; i < MANY; i++) {
+		ck_assert_int_eq(many[i](100), 100 + i);
+		ck_assert_int_eq(prot_of(site_of(many[i])), prot);
+	}
+	ck_assert_uint_eq(count(&count_a), MANY);
+
+	/* A failure half-way through is undone on this path too. */
+	pki_text_poke_hook = fail_hook;
+	fail_at = PKI_POKE_AFTER_TAILS;
+	for (i = 0; i < MANY; i++)
+		p[i] = poke_call(many[i], NULL, pki_nop1x5);
+	ck_assert_int_eq(pki_text_poke_batch(p, MANY), -EIO);
+	for (i = 0; i < MANY; i++)
+		ck_assert_mem_eq((void *)p[i].addr, p[i].old, PKI_SITE_LEN);
+	ck_assert_int_eq(prot_of(site_of(many[0])), prot);
+
+	ck_assert_int_eq(pki_text_poke_batch(p, MANY), 0);
+	for (i = 0; i < MANY; i++) {
+		ck_assert_mem_eq((void *)site_of(many[i]), pki_nop1x5, PKI_SITE_LEN);
+		ck_assert_int_eq(many[i](1), 1 + i);
+	}
+	ck_assert_uint_eq(count(&count_a), MANY);
+	ck_assert_int_eq(prot_of(site_of(many[0])), prot);
+}
+END_TEST
+
 /* --- a thread hitting a site mid-batch ------------------------------------ */
 
 static enum pki_poke_stage call_at;
@@ -279,18 +337,6 @@ START_TEST(int3_emulates_new_instruction)
 	ck_assert_uint_eq(st.batches, 4);
 }
 END_TEST
-
-static enum pki_poke_stage fail_at;
-static bool failed;
-
-/* Fails once: the undo of a fully written batch runs the stages again. */
-static int fail_hook(enum pki_poke_stage stage)
-{
-	if (stage != fail_at || failed)
-		return 0;
-	failed = true;
-	return -EIO;
-}
 
 START_TEST(failure_rolls_back)
 {
@@ -418,10 +464,10 @@ static void *worker(void *arg)
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		for (i = 0; i < 64; i++) {
 			if (f_add((int)i, 1) != i + 1 || f_mul(i, 3) != i * 3 ||
-			    f_nop5(i, 5) != i + 5)
+			    f_nop5(i, 5) != i + 5 || many[i % MANY]((int)i) != i + i % MANY)
 				atomic_store(&wrong, true);
 		}
-		n += 3 * 64;
+		n += 4 * 64;
 	}
 	calls[id] = n;
 	return NULL;
@@ -455,6 +501,17 @@ START_TEST(stress_patch_while_calling)
 		for (k = 0; k < 3; k++)
 			p[k] = poke_call(fn[k], NULL, orig[k]);
 		ck_assert_int_eq(pki_text_poke_batch(p, 3), 0);
+		if (rounds % 4 == 0) {
+			/* a batch big enough for the mprotect path, and back */
+			struct pki_poke m[MANY];
+
+			for (k = 0; k < MANY; k++)
+				m[k] = poke_call(many[k], stub, NULL);
+			ck_assert_int_eq(pki_text_poke_batch(m, MANY), 0);
+			for (k = 0; k < MANY; k++)
+				m[k] = poke_call(many[k], NULL, pki_nop1x5);
+			ck_assert_int_eq(pki_text_poke_batch(m, MANY), 0);
+		}
 		rounds++;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 	} while (now.tv_sec - start.tv_sec < 2);
@@ -532,6 +589,7 @@ int main(void)
 	tcase_add_test(tc, mismatch_latches_off);
 	tcase_add_test(tc, bad_batches_rejected);
 	tcase_add_test(tc, text_not_writable_after_commit);
+	tcase_add_test(tc, large_batch_mprotect_path);
 	tcase_add_test(tc, int3_emulates_new_instruction);
 	tcase_add_test(tc, failure_rolls_back);
 	tcase_add_test(tc, kick_moves_thread_out_of_sled);

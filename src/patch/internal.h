@@ -21,7 +21,12 @@ struct pki_kick {
 	size_t n;
 	const pid_t *tid;
 	_Atomic unsigned char *acked;
+	/* Threads yet to acknowledge; a futex word: the last one wakes the patcher. */
+	atomic_int left;
 };
+
+/* Mark thread @i of @k as done (once); wakes the patcher on the last one. */
+void pki_kick_ack(struct pki_kick *k, size_t i);
 
 /*
  * A batch as the signal handlers see it.  Immutable while published except
@@ -34,7 +39,7 @@ struct pki_batch {
 	size_t n;
 	/* Set while rolling back: an INT3 then stands for the old instruction. */
 	atomic_bool rollback;
-	_Atomic(const struct pki_kick *) kick;
+	_Atomic(struct pki_kick *) kick;
 };
 
 /* Install (or re-install, if someone replaced them) the SIGTRAP and kick

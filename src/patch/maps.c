@@ -7,10 +7,50 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <linux/types.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "patch/maps.h"
+
+/* From linux/fs.h (6.11), which older installed headers lack. */
+struct pki_procmap_query {
+	__u64 size;
+	__u64 query_flags;
+	__u64 query_addr;
+	__u64 vma_start;
+	__u64 vma_end;
+	__u64 vma_flags;
+	__u64 vma_page_size;
+	__u64 vma_offset;
+	__u64 inode;
+	__u32 dev_major;
+	__u32 dev_minor;
+	__u32 vma_name_size;
+	__u32 build_id_size;
+	__u64 vma_name_addr;
+	__u64 build_id_addr;
+};
+
+#define PKI_PROCMAP_QUERY _IOWR('f', 17, struct pki_procmap_query)
+#define PKI_PROCMAP_R	  0x01
+#define PKI_PROCMAP_W	  0x02
+#define PKI_PROCMAP_X	  0x04
+
+int pki_maps_query(int fd, unsigned long addr, struct pki_map *out)
+{
+	struct pki_procmap_query q = {.size = sizeof(q), .query_addr = addr};
+
+	if (ioctl(fd, PKI_PROCMAP_QUERY, &q))
+		return errno == ENOENT ? -ENOENT : -ENOTTY;
+	out->start = q.vma_start;
+	out->end = q.vma_end;
+	out->prot = (q.vma_flags & PKI_PROCMAP_R ? PROT_READ : 0) |
+		    (q.vma_flags & PKI_PROCMAP_W ? PROT_WRITE : 0) |
+		    (q.vma_flags & PKI_PROCMAP_X ? PROT_EXEC : 0);
+	return 0;
+}
 
 static int read_all(const char *path, char **out, size_t *len)
 {

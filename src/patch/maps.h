@@ -11,7 +11,7 @@
 
 struct pki_map {
 	unsigned long start, end; /* [start, end) */
-	int prot;                 /* PROT_* */
+	int prot;		  /* PROT_* */
 };
 
 struct pki_maps {
@@ -22,6 +22,14 @@ struct pki_maps {
 /* Read /proc/self/maps into @maps.  Returns 0 or -errno (-ENOMEM, open/read). */
 int pki_maps_read(struct pki_maps *maps);
 void pki_maps_free(struct pki_maps *maps);
+
+/*
+ * The mapping containing @addr, asked of the kernel directly (PROCMAP_QUERY
+ * ioctl on @fd, an open /proc/self/maps; Linux 6.11+): one VMA lookup instead
+ * of reading the whole map.  Returns 0, -ENOENT (nothing mapped there), or
+ * -ENOTTY on kernels without the ioctl.
+ */
+int pki_maps_query(int fd, unsigned long addr, struct pki_map *out);
 
 /* The mapping containing @addr, or NULL. */
 const struct pki_map *pki_maps_find(const struct pki_maps *maps, unsigned long addr);

@@ -39,9 +39,9 @@ bool pki_text_poke_dead(void);
 
 /* Counters since the process started (for tests and benchmarks). */
 struct pki_poke_stats {
-	unsigned long batches;   /* committed */
-	unsigned long emulated;  /* INT3 hits emulated by the SIGTRAP handler */
-	unsigned long restarted; /* late INT3 hits sent back to re-execute a site */
+	unsigned long batches;	  /* committed */
+	unsigned long emulated;	  /* INT3 hits emulated by the SIGTRAP handler */
+	unsigned long restarted;  /* late INT3 hits sent back to re-execute a site */
 	unsigned long sled_moves; /* threads moved out of a sled being converted */
 };
 
@@ -53,10 +53,10 @@ void pki_text_poke_stats(struct pki_poke_stats *st);
  * treated as a system call failing at that point.
  */
 enum pki_poke_stage {
-	PKI_POKE_AFTER_INT3,      /* INT3s written and synced */
+	PKI_POKE_AFTER_INT3,	  /* INT3s written and synced */
 	PKI_POKE_AFTER_KICK_SENT, /* sled kick signals sent, acks not awaited */
-	PKI_POKE_AFTER_TAILS,     /* tails written and synced */
-	PKI_POKE_AFTER_FIRST,     /* first bytes written and synced */
+	PKI_POKE_AFTER_TAILS,	  /* tails written and synced */
+	PKI_POKE_AFTER_FIRST,	  /* first bytes written and synced */
 };
 
 extern int (*pki_text_poke_hook)(enum pki_poke_stage stage);

@@ -31,6 +31,7 @@
  * written and synced before it.
  */
 #include <errno.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -211,8 +212,8 @@ static void trap_handler(int sig, siginfo_t *si, void *uc)
 		b = atomic_load(&active);
 		if (b && (p = pki_batch_find(b, addr)) && p->addr == addr) {
 			const uint8_t *insn =
-				atomic_load_explicit(&b->rollback, memory_order_acquire) ? p->old
-											  : p->new;
+			    atomic_load_explicit(&b->rollback, memory_order_acquire) ? p->old
+										     : p->new;
 
 			done = pki_arch_int3_emulate(uc, addr, insn);
 			if (done)
@@ -251,6 +252,14 @@ static size_t kick_find_tid(const struct pki_kick *k, pid_t tid)
 	return k->n;
 }
 
+void pki_kick_ack(struct pki_kick *k, size_t i)
+{
+	if (atomic_exchange(&k->acked[i], 1))
+		return;
+	if (atomic_fetch_sub(&k->left, 1) == 1)
+		syscall(SYS_futex, &k->left, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 static void kick_handler(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
@@ -261,7 +270,7 @@ static void kick_handler(int sig, siginfo_t *si, void *uc)
 	atomic_fetch_add(&readers, 1);
 	b = atomic_load(&active);
 	if (b) {
-		const struct pki_kick *k = atomic_load_explicit(&b->kick, memory_order_acquire);
+		struct pki_kick *k = atomic_load_explicit(&b->kick, memory_order_acquire);
 		unsigned long ip = pki_arch_uc_ip(uc);
 		const struct pki_poke *p = pki_batch_find(b, ip);
 
@@ -278,7 +287,7 @@ static void kick_handler(int sig, siginfo_t *si, void *uc)
 			size_t i = kick_find_tid(k, (pid_t)syscall(SYS_gettid));
 
 			if (i < k->n)
-				atomic_store_explicit(&k->acked[i], 1, memory_order_release);
+				pki_kick_ack(k, i);
 		}
 	}
 	atomic_fetch_sub(&readers, 1);

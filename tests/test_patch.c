@@ -44,8 +44,9 @@ TARGET long t_mul(long a, long b)
 		return a + i;                                                                      \
 	}
 MANY_FN(0)
-MANY_FN(1) MANY_FN(2) MANY_FN(3) MANY_FN(4) MANY_FN(5) MANY_FN(6) MANY_FN(7) MANY_FN(8) MANY_FN(9)
-    MANY_FN(10) MANY_FN(11) static int (*volatile many[MANY])(int) = {
+MANY_FN(1)
+MANY_FN(2) MANY_FN(3) MANY_FN(4) MANY_FN(5) MANY_FN(6) MANY_FN(7) MANY_FN(8) MANY_FN(9) MANY_FN(10)
+    MANY_FN(11) static int (*volatile many[MANY])(int) = {
 	many0, many1, many2, many3, many4, many5, many6, many7, many8, many9, many10, many11};
 
 /* Counting stubs: preserve every register a function entry needs (flags are

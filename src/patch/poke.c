@@ -35,7 +35,7 @@ int (*pki_text_poke_hook)(enum pki_poke_stage stage);
 static pthread_mutex_t poke_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool dead;
 static bool ready;
-/* /proc/self/maps, kept open for PROCMAP_QUERY; have_query once it worked. */
+/* /proc/self/maps, kept open for PROCMAP_QUERY; no_query once the kernel lacks it. */
 static int maps_fd = -1;
 static bool no_query;
 /* /proc/self/mem, if the kernel lets us write read-only text through it. */

@@ -45,7 +45,18 @@
 atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_batches;
 
 static _Atomic(struct pki_batch *) active;
-static atomic_long readers;
+static atomic_int readers; /* a futex word while retiring */
+static atomic_bool retiring;
+
+/*
+ * Leave the reader section.  The retiring thread sleeps on `readers` rather
+ * than spinning: a handler preempted here may need the retiring thread's CPU.
+ */
+static void readers_leave(void)
+{
+	if (atomic_fetch_sub(&readers, 1) == 1 && atomic_load(&retiring))
+		syscall(SYS_futex, &readers, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 /*
  * The SIGTRAP action installed before ours, to chain to.  Written once by
@@ -168,9 +179,17 @@ void pki_trap_publish(struct pki_batch *b)
 
 void pki_trap_retire(void)
 {
+	int r;
+
+	atomic_store(&retiring, true);
 	atomic_store(&active, NULL);
-	while (atomic_load(&readers))
-		sched_yield();
+	while ((r = atomic_load(&readers))) {
+		struct timespec tick = {.tv_nsec = 1000000};
+
+		/* The timeout only covers a wake lost to `retiring` being read late. */
+		syscall(SYS_futex, &readers, FUTEX_WAIT_PRIVATE, r, &tick, NULL, 0);
+	}
+	atomic_store(&retiring, false);
 }
 
 /* --- handlers -------------------------------------------------------------- */
@@ -220,7 +239,7 @@ static void trap_handler(int sig, siginfo_t *si, void *uc)
 				atomic_fetch_add_explicit(&pki_stat_emulated, 1,
 							  memory_order_relaxed);
 		}
-		atomic_fetch_sub(&readers, 1);
+		readers_leave();
 		if (!done && set_has(atomic_load_explicit(&seen, memory_order_acquire), addr)) {
 			pki_arch_uc_set_ip(uc, addr);
 			atomic_fetch_add_explicit(&pki_stat_restarted, 1, memory_order_relaxed);
@@ -290,7 +309,7 @@ static void kick_handler(int sig, siginfo_t *si, void *uc)
 				pki_kick_ack(k, i);
 		}
 	}
-	atomic_fetch_sub(&readers, 1);
+	readers_leave();
 	errno = saved_errno;
 }
 

@@ -26,11 +26,15 @@ struct pki_poke {
 
 /*
  * Apply @n pokes as one batch.  Returns 0, -EINVAL (overlapping or duplicate
- * sites, address not in mapped text), -EILSEQ (bytes at a site are not @old:
- * patching is now off for good), -ECANCELED (patching was latched off
- * earlier), -ENOMEM, or the errno of a failed system call (the batch is then
- * rolled back).  Serialised internally; may be called from any thread but
- * never from a signal handler or a hook callback.
+ * sites, address not in readable executable text, old or new bytes not an
+ * instruction the SIGTRAP handler can emulate: nop5, 90 x5, call/jmp rel32),
+ * -EILSEQ (bytes at a site are not @old: patching is now off for good),
+ * -ECANCELED (patching was latched off earlier), -ENOMEM, -ETIMEDOUT (a
+ * thread did not answer the sled kick, e.g. it blocks PKI_SIG_KICK), or the
+ * errno of a failed system call; on any error every site keeps its old bytes.
+ * Serialised internally; may be called from any thread but never from a
+ * signal handler or a hook callback.  The first call installs a SIGTRAP
+ * handler (chaining to the one found) and a handler for SIGRTMAX - 1.
  */
 int pki_text_poke_batch(struct pki_poke *pokes, size_t n);
 

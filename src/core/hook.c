@@ -43,8 +43,6 @@
 #include "core/tmem.h"
 #include "sym/sites.h"
 
-/* Until the patch layer is linked in, batches fail with -ENOSYS. */
-#pragma weak pki_text_poke_batch
 
 /* ---- writer-side state, under hook_lock ---- */
 
@@ -140,14 +138,7 @@ static int sym_each(const char *glob, int (*cb)(unsigned long, void *), void *ar
 static const struct pki_site_src default_src = {sym_lookup, sym_each};
 static const struct pki_site_src *site_src = &default_src;
 
-static int default_poke(struct pki_poke *p, size_t n)
-{
-	if (!pki_text_poke_batch)
-		return -ENOSYS;
-	return pki_text_poke_batch(p, n);
-}
-
-static pki_poke_fn poke_fn = default_poke;
+static pki_poke_fn poke_fn = pki_text_poke_batch;
 
 void pki_hook_set_site_src(const struct pki_site_src *src)
 {
@@ -156,7 +147,7 @@ void pki_hook_set_site_src(const struct pki_site_src *src)
 
 void pki_hook_set_poke(pki_poke_fn fn)
 {
-	poke_fn = fn ? fn : default_poke;
+	poke_fn = fn ? fn : pki_text_poke_batch;
 }
 
 static size_t hash_ip(unsigned long ip, size_t mask)

@@ -77,6 +77,26 @@ static inline bool pki_insn_is_endbr64(const uint8_t b[PKI_ENDBR64_LEN])
 	return !memcmp(b, endbr64, PKI_ENDBR64_LEN);
 }
 
+/*
+ * The instructions the patcher can emulate in its SIGTRAP handler, and so the
+ * only ones a site may hold before or after a batch.
+ */
+static inline bool pki_insn_emulatable(const uint8_t b[PKI_SITE_LEN])
+{
+	return pki_insn_classify(b) != PKI_INSN_UNKNOWN;
+}
+
+/*
+ * True if a thread may be stopped at an instruction boundary strictly inside
+ * the site (bytes 1..4): the five one-byte nops.  Such a site is only
+ * rewritten once no thread's IP is inside it (see the sled kick in
+ * src/patch/poke.c).
+ */
+static inline bool pki_insn_has_interior(const uint8_t b[PKI_SITE_LEN])
+{
+	return pki_insn_classify(b) == PKI_INSN_NOP1X5;
+}
+
 /* Target of a rel32 call/jmp at @site. */
 static inline unsigned long pki_insn_branch_target(const uint8_t b[PKI_SITE_LEN], unsigned long site)
 {

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A snapshot of this process's memory map (/proc/self/maps): address ranges
+ * and their protection.  The patcher uses it to refuse addresses outside
+ * executable mappings and to restore each range's own protection afterwards.
+ */
+#ifndef PK_PATCH_MAPS_H
+#define PK_PATCH_MAPS_H
+
+#include <stddef.h>
+
+struct pki_map {
+	unsigned long start, end; /* [start, end) */
+	int prot;		  /* PROT_* */
+};
+
+struct pki_maps {
+	struct pki_map *map; /* sorted by address, disjoint */
+	size_t n;
+};
+
+/* Read /proc/self/maps into @maps.  Returns 0 or -errno (-ENOMEM, open/read). */
+int pki_maps_read(struct pki_maps *maps);
+void pki_maps_free(struct pki_maps *maps);
+
+/*
+ * The mapping containing @addr, asked of the kernel directly (PROCMAP_QUERY
+ * ioctl on @fd, an open /proc/self/maps; Linux 6.11+): one VMA lookup instead
+ * of reading the whole map.  Returns 0, -ENOENT (nothing mapped there), or
+ * -ENOTTY on kernels without the ioctl.
+ */
+int pki_maps_query(int fd, unsigned long addr, struct pki_map *out);
+
+/* The mapping containing @addr, or NULL. */
+const struct pki_map *pki_maps_find(const struct pki_maps *maps, unsigned long addr);
+
+#endif /* PK_PATCH_MAPS_H */

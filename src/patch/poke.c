@@ -1,0 +1,717 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Live text patching: pki_text_poke_batch() changes any number of sites as
+ * one transaction while other threads may be executing them.  The protocol
+ * is the kernel's text_poke_bp_batch() carried to user space: INT3 stand-ins
+ * emulated by our SIGTRAP handler (trap.c), membarrier(SYNC_CORE) in place
+ * of the kernel's sync IPIs, and mprotect() grouped by mapping because each
+ * call costs a TLB shootdown when other threads run.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "patch/internal.h"
+#include "patch/maps.h"
+
+int (*pki_text_poke_hook)(enum pki_poke_stage stage);
+
+/*
+ * poke_lock serialises batches: one published batch at a time, one owner of
+ * the text protection changes.  Everything static below is only touched with
+ * it held, except `dead` (read locklessly as a fast refusal).
+ */
+static pthread_mutex_t poke_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool dead;
+static bool ready;
+/* /proc/self/maps, kept open for PROCMAP_QUERY; no_query once the kernel lacks it. */
+static int maps_fd = -1;
+static bool no_query;
+/* /proc/self/mem, if the kernel lets us write read-only text through it. */
+static int mem_fd = -1;
+/* This batch writes through mem_fd instead of making text writable. */
+static bool use_mem;
+
+/*
+ * Batches this small write text with pwrite() on /proc/self/mem (the kernel
+ * writes through a read-only mapping, FOLL_FORCE): about 1 us per write, no
+ * protection change, text never writable.  Bigger ones make each mapping
+ * writable once (mprotect pair: 15-30 us each with threads running) and
+ * store directly, which costs nothing per write.  Three writes per site.
+ */
+#define MEM_MAX_SITES 8
+
+/* Time allowed for every thread to acknowledge a sled kick. */
+#define KICK_TIMEOUT_NS 2000000000l
+
+/* A page range with one original protection, made writable for the batch. */
+struct text_range {
+	unsigned long start, end;
+	unsigned long map_start; /* the mapping it belongs to */
+	int prot;
+	bool changed;
+};
+
+bool pki_text_poke_dead(void)
+{
+	return atomic_load(&dead);
+}
+
+void pki_text_poke_stats(struct pki_poke_stats *st)
+{
+	st->batches = atomic_load(&pki_stat_batches);
+	st->emulated = atomic_load(&pki_stat_emulated);
+	st->restarted = atomic_load(&pki_stat_restarted);
+	st->sled_moves = atomic_load(&pki_stat_sled_moves);
+}
+
+static int hook(enum pki_poke_stage stage)
+{
+	return pki_text_poke_hook ? pki_text_poke_hook(stage) : 0;
+}
+
+static int sync_cores(void)
+{
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0))
+		return -errno;
+	return 0;
+}
+
+/*
+ * Does /proc/self/mem write through a read-only private mapping here?
+ * (Kernels may forbid it: proc_mem.force_override.)  Tried on a scratch page.
+ */
+static bool mem_writes_readonly(void)
+{
+	uint8_t one = 1, *page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	bool ok;
+
+	if (page == MAP_FAILED)
+		return false;
+	ok = pwrite(mem_fd, &one, 1, (off_t)(unsigned long)page) == 1 && *page == 1;
+	munmap(page, 4096);
+	return ok;
+}
+
+static int __poke_prepare(void)
+{
+	int err;
+
+	if (ready)
+		return 0;
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0)) {
+		err = -errno;
+		pki_warn("text poke: membarrier sync-core registration failed: %s\n",
+			 pki_errstr(err));
+		return err;
+	}
+	err = pki_trap_install();
+	if (err) {
+		pki_warn("text poke: cannot install SIGTRAP handler: %s\n", pki_errstr(err));
+		return err;
+	}
+	maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	if (mem_fd >= 0 && !mem_writes_readonly()) {
+		close(mem_fd);
+		mem_fd = -1;
+	}
+	pki_debug("text poke: small batches written through %s\n",
+		  mem_fd >= 0 ? "/proc/self/mem" : "mprotect");
+	ready = true;
+	return 0;
+}
+
+/*
+ * Text stores.  Each byte is a release store so nothing the handlers read
+ * (the published batch) can be ordered after an INT3 they trap on.  Byte
+ * stores are enough: no thread executes a byte while it changes (the INT3
+ * and the syncs see to that).
+ */
+static int text_put(unsigned long addr, const uint8_t *bytes, size_t len)
+{
+	size_t i;
+
+	if (use_mem) {
+		/* A system call: ordered after the batch publication. */
+		if (pwrite(mem_fd, bytes, len, (off_t)addr) == (ssize_t)len)
+			return 0;
+		return errno ? -errno : -EIO;
+	}
+	for (i = 0; i < len; i++)
+		__atomic_store_n((uint8_t *)addr + i, bytes[i], __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int cmp_poke(const void *a, const void *b)
+{
+	unsigned long x = ((const struct pki_poke *)a)->addr,
+		      y = ((const struct pki_poke *)b)->addr;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_tid(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* --- validation and verification ----------------------------------------- */
+
+static int check_sites(const struct pki_poke *site, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (!pki_insn_emulatable(site[i].old) || !pki_insn_emulatable(site[i].new)) {
+			pki_debug("text poke %#lx: instruction the patcher cannot emulate\n",
+				  site[i].addr);
+			return -EINVAL;
+		}
+		if (i && site[i - 1].addr + PKI_SITE_LEN > site[i].addr) {
+			pki_debug("text poke %#lx: overlaps site %#lx\n", site[i].addr,
+				  site[i - 1].addr);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Group the (sorted) sites into one page range per mapping they touch, with
+ * that mapping's protection; refuse sites outside readable executable
+ * mappings.  @range has room for 2 * n entries (a site may straddle two).
+ */
+/* The mapping at @addr: one PROCMAP_QUERY, or a lookup in a full read. */
+static int map_at(unsigned long addr, struct pki_maps *full, struct pki_map *out)
+{
+	const struct pki_map *m;
+	int err;
+
+	if (!no_query && maps_fd >= 0) {
+		err = pki_maps_query(maps_fd, addr, out);
+		if (err != -ENOTTY)
+			return err;
+		no_query = true;
+	}
+	if (!full->map) {
+		err = pki_maps_read(full);
+		if (err)
+			return err;
+	}
+	m = pki_maps_find(full, addr);
+	if (!m)
+		return -ENOENT;
+	*out = *m;
+	return 0;
+}
+
+static int build_ranges(const struct pki_poke *site, size_t n, struct text_range *range,
+			size_t *nrange)
+{
+	unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
+	struct pki_maps full = {0};
+	struct pki_map cur = {0};
+	size_t i, k = 0;
+	int err = 0;
+
+	for (i = 0; i < n; i++) {
+		unsigned long a = site[i].addr, e = a + PKI_SITE_LEN;
+
+		while (a < e) {
+			const struct pki_map *m = &cur;
+			unsigned long lo, hi;
+
+			/* Sites are sorted: most share the previous mapping. */
+			if (a < cur.start || a >= cur.end) {
+				err = map_at(a, &full, &cur);
+				if (err == -ENOENT) {
+					cur = (struct pki_map){0};
+					err = 0;
+				} else if (err) {
+					goto out;
+				}
+			}
+
+			if ((m->prot & (PROT_READ | PROT_EXEC)) != (PROT_READ | PROT_EXEC)) {
+				pki_debug("text poke %#lx: not in an executable mapping\n",
+					  site[i].addr);
+				err = -EINVAL;
+				goto out;
+			}
+			lo = a & ~(page - 1);
+			hi = ((e < m->end ? e : m->end) + page - 1) & ~(page - 1);
+			if (k && range[k - 1].map_start == m->start) {
+				range[k - 1].end = hi;
+			} else {
+				range[k++] = (struct text_range){
+				    .start = lo, .end = hi, .map_start = m->start, .prot = m->prot};
+			}
+			a = hi < e ? hi : e;
+		}
+	}
+	*nrange = k;
+out:
+	pki_maps_free(&full);
+	return err;
+}
+
+static void hexbytes(char *out, const uint8_t *b)
+{
+	static const char hex[] = "0123456789abcdef";
+	int i;
+
+	for (i = 0; i < PKI_SITE_LEN; i++) {
+		*out++ = hex[b[i] >> 4];
+		*out++ = hex[b[i] & 15];
+		*out++ = i < PKI_SITE_LEN - 1 ? ' ' : '\0';
+	}
+}
+
+/* Every site must hold exactly its old bytes, or nothing is written. */
+static int verify_sites(const struct pki_poke *site, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		uint8_t cur[PKI_SITE_LEN];
+		char want[3 * PKI_SITE_LEN], have[3 * PKI_SITE_LEN];
+
+		memcpy(cur, (const void *)site[i].addr, PKI_SITE_LEN);
+		if (!memcmp(cur, site[i].old, PKI_SITE_LEN))
+			continue;
+		atomic_store(&dead, true);
+		hexbytes(want, site[i].old);
+		hexbytes(have, cur);
+		pki_warn("text poke %#lx: expected %s, found %s; live patching is now off for "
+			 "this process: %s\n",
+			 site[i].addr, want, have, pki_errstr(EILSEQ));
+		return -EILSEQ;
+	}
+	return 0;
+}
+
+/* --- text protection ------------------------------------------------------ */
+
+static int text_reprotect(struct text_range *range, size_t n)
+{
+	int err = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (!range[i].changed)
+			continue;
+		if (mprotect((void *)range[i].start, range[i].end - range[i].start,
+			     range[i].prot)) {
+			err = -errno;
+			pki_warn("text poke: cannot restore protection of %#lx-%#lx: %s\n",
+				 range[i].start, range[i].end, pki_errstr(err));
+			continue;
+		}
+		range[i].changed = false;
+	}
+	return err;
+}
+
+static int text_unprotect(struct text_range *range, size_t n)
+{
+	size_t i;
+	int err;
+
+	for (i = 0; i < n; i++) {
+		if (range[i].prot & PROT_WRITE)
+			continue;
+		if (mprotect((void *)range[i].start, range[i].end - range[i].start,
+			     range[i].prot | PROT_WRITE)) {
+			err = -errno;
+			pki_warn("text poke: cannot make %#lx-%#lx writable: %s\n", range[i].start,
+				 range[i].end, pki_errstr(err));
+			text_reprotect(range, i);
+			return err;
+		}
+		range[i].changed = true;
+	}
+	return 0;
+}
+
+/* --- the sled kick --------------------------------------------------------- */
+
+/*
+ * Why the kick makes sled conversion safe.
+ *
+ * A site holding five one-byte nops (90 x5) has instruction boundaries at
+ * bytes 1..4, and a thread can be stopped at any of them (preempted, or
+ * interrupted by a signal).  If the tail were rewritten under it, it would
+ * resume in the middle of the new call's rel32.  The kick runs after step 1:
+ *
+ *  (a) byte 0 of every site is INT3 and every core has synced, so from now on
+ *      a thread reaching the site's start traps and is emulated past the whole
+ *      site: no thread can newly enter bytes 1..4 (nothing jumps there; the
+ *      only way in is falling through from byte 0).
+ *  (b) every other thread that existed when we listed /proc/self/task gets
+ *      PKI_SIG_KICK; its handler sees the IP the thread will resume at, and if
+ *      that is strictly inside a sled of this batch, moves it to the end of
+ *      the site: what was left were nops, so this is equivalent.  Then it
+ *      acknowledges.  A thread created after the listing starts outside any
+ *      sled and, by (a), cannot get in.  A thread that exits is not waited for.
+ *  (c) our SIGTRAP handler blocks the kick signal, so a kick never inspects
+ *      the IP of a thread sitting in that handler (or in the application's
+ *      SIGTRAP handler we chain to) instead of the IP it will resume at.
+ *
+ * After all acknowledgements no thread is at bytes 1..4 of a converted sled,
+ * none can get there, and step 2 may write the tails.
+ *
+ * Limit: a thread stopped inside a sled that is then interrupted by ANOTHER
+ * signal whose handler does not block PKI_SIG_KICK and is still running
+ * during the kick would acknowledge from that handler; it resumes inside the
+ * sled afterwards.  The window is a handler that lands exactly on a sled's
+ * inner bytes and outlives a whole batch.
+ *
+ * Converting back (call or nop5 -> sled) needs no kick: the old instruction
+ * is one instruction, so no thread is ever stopped inside it; a thread inside
+ * the callee returns to site + 5, which is a boundary in both.  Once step 3
+ * restores the sled, threads may be stopped inside it again, which is fine
+ * for a sled; the next conversion kicks them out again.
+ */
+static int kick_threads(struct pki_batch *b, struct pki_kick *k)
+{
+	pid_t self = (pid_t)syscall(SYS_gettid), pid = getpid(), *tid = NULL, *bigger;
+	size_t n = 0, cap = 0, i;
+	int left;
+	struct timespec start, now;
+	struct dirent *de;
+	DIR *dir;
+	int err = 0;
+
+	dir = opendir("/proc/self/task");
+	if (!dir)
+		return -errno;
+	while ((de = readdir(dir))) {
+		pid_t t = (pid_t)atoi(de->d_name);
+
+		if (t <= 0 || t == self)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			bigger = realloc(tid, cap * sizeof(*tid));
+			if (!bigger) {
+				err = -ENOMEM;
+				goto close_dir;
+			}
+			tid = bigger;
+		}
+		tid[n++] = t;
+	}
+	if (n)
+		qsort(tid, n, sizeof(*tid), cmp_tid);
+	k->acked = calloc(n ? n : 1, sizeof(*k->acked));
+	if (!k->acked) {
+		err = -ENOMEM;
+		goto close_dir;
+	}
+	k->n = n;
+	k->tid = tid;
+	atomic_store(&k->left, (int)n);
+	tid = NULL;
+	atomic_store_explicit(&b->kick, k, memory_order_release);
+
+	for (i = 0; i < n; i++) {
+		if (!syscall(SYS_tgkill, pid, k->tid[i], PKI_SIG_KICK))
+			continue;
+		if (errno != ESRCH) {
+			err = -errno;
+			pki_warn("text poke: cannot signal thread %d: %s\n", k->tid[i],
+				 pki_errstr(err));
+			goto close_dir;
+		}
+		pki_kick_ack(k, i);
+	}
+	err = hook(PKI_POKE_AFTER_KICK_SENT);
+	if (err)
+		goto close_dir;
+
+	/*
+	 * Sleep rather than spin: on a busy machine the threads to kick are
+	 * often runnable but not running, and need this CPU.
+	 */
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	while ((left = atomic_load(&k->left)) > 0) {
+		struct timespec tick = {.tv_nsec = 1000000};
+
+		if (!syscall(SYS_futex, &k->left, FUTEX_WAIT_PRIVATE, left, &tick, NULL, 0) ||
+		    errno != ETIMEDOUT)
+			continue;
+		/* Silent for a while: are they all still alive? */
+		for (i = 0; i < n; i++)
+			if (!atomic_load(&k->acked[i]) && syscall(SYS_tgkill, pid, k->tid[i], 0) &&
+			    errno == ESRCH)
+				pki_kick_ack(k, i);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - start.tv_sec) * 1000000000l + now.tv_nsec - start.tv_nsec >
+		    KICK_TIMEOUT_NS) {
+			err = -ETIMEDOUT;
+			pki_warn("text poke: %d thread(s) did not answer the sled kick (signal "
+				 "%d blocked?): %s\n",
+				 atomic_load(&k->left), PKI_SIG_KICK, pki_errstr(err));
+			break;
+		}
+	}
+close_dir:
+	closedir(dir);
+	free(tid);
+	return err;
+}
+
+/* --- the protocol ---------------------------------------------------------- */
+
+enum step { STEP_NONE, STEP_INT3, STEP_TAILS, STEP_FIRST };
+
+static int put_int3(const struct pki_batch *b)
+{
+	static const uint8_t int3 = PKI_INSN_INT3;
+	size_t i;
+	int err;
+
+	for (i = 0; i < b->n; i++) {
+		err = text_put(b->site[i].addr, &int3, 1);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/*
+ * Undo a batch that failed after @done was written (text still writable,
+ * batch still published).  Threads trapping meanwhile get the old
+ * instruction.  Failures here are ignored: the syncs only hasten what the
+ * handler already guarantees.
+ */
+static void rollback(struct pki_batch *b, enum step done)
+{
+	size_t i;
+
+	atomic_store_explicit(&b->rollback, true, memory_order_release);
+	if (done >= STEP_TAILS) {
+		for (i = 0; i < b->n; i++)
+			text_put(b->site[i].addr + 1, b->site[i].old + 1, PKI_SITE_LEN - 1);
+		sync_cores();
+	}
+	for (i = 0; i < b->n; i++)
+		text_put(b->site[i].addr, b->site[i].old, 1);
+	sync_cores();
+}
+
+/*
+ * The INT3 protocol, for the whole batch at once (text writable, batch
+ * published, every site verified to hold its old bytes):
+ *
+ *  1. Write INT3 on the first byte of every site; sync all cores.  A thread
+ *     reaching a site now traps and is emulated as if it ran the new
+ *     instruction.  If any old instruction is a sled, kick every thread out
+ *     of the sleds (see kick_threads()).
+ *  2. Write the tails (bytes 1..4) of every site; sync.  Nobody executes
+ *     them: they sit behind an INT3 and no thread is inside a site.
+ *  3. Write the first byte of every site; sync.  Each site now holds its
+ *     new instruction whole; after the sync no core can still see an INT3
+ *     or an old tail.
+ *
+ * "Sync" is membarrier(PRIVATE_EXPEDITED_SYNC_CORE): every core running one
+ * of our threads executes a core-serialising instruction before it returns.
+ * Three syncs per batch whatever its size.  If a step after 3's writes
+ * fails, the batch is undone by running the same protocol backwards.
+ */
+static int run_protocol(struct pki_batch *b, bool need_kick, struct pki_kick *k, enum step *done)
+{
+	size_t i;
+	int err;
+
+	*done = STEP_INT3;
+	err = put_int3(b);
+	if (!err)
+		err = sync_cores();
+	if (!err)
+		err = hook(PKI_POKE_AFTER_INT3);
+	if (!err && need_kick)
+		err = kick_threads(b, k);
+	if (err)
+		return err;
+
+	*done = STEP_TAILS;
+	for (i = 0; i < b->n && !err; i++)
+		err = text_put(b->site[i].addr + 1, b->site[i].new + 1, PKI_SITE_LEN - 1);
+	if (!err)
+		err = sync_cores();
+	if (!err)
+		err = hook(PKI_POKE_AFTER_TAILS);
+	if (err)
+		return err;
+
+	*done = STEP_FIRST;
+	for (i = 0; i < b->n && !err; i++)
+		err = text_put(b->site[i].addr, b->site[i].new, 1);
+	if (!err)
+		err = sync_cores();
+	if (!err)
+		err = hook(PKI_POKE_AFTER_FIRST);
+	return err;
+}
+
+static void kick_free(struct pki_kick *k)
+{
+	free((void *)k->tid);
+	free((void *)k->acked);
+	memset(k, 0, sizeof(*k));
+}
+
+/* Patch, or on failure restore, @b's sites.  Text writable; poke_lock held. */
+static int __poke_apply(struct pki_batch *b)
+{
+	struct pki_kick k = {0};
+	bool need_kick = false;
+	enum step done;
+	size_t i;
+	int err;
+
+	for (i = 0; i < b->n; i++)
+		need_kick |= pki_insn_has_interior(b->site[i].old) &&
+			     memcmp(b->site[i].old, b->site[i].new, PKI_SITE_LEN);
+
+	pki_trap_publish(b);
+	err = run_protocol(b, need_kick, &k, &done);
+	if (err && done < STEP_FIRST)
+		rollback(b, done);
+	pki_trap_retire();
+	kick_free(&k);
+	if (!err || done < STEP_FIRST)
+		return err;
+
+	/* Fully written but not synced: run the reverse batch. */
+	struct pki_poke *rev = malloc(b->n * sizeof(*rev));
+	struct pki_batch rb = {.site = rev, .n = b->n};
+	int err2;
+
+	if (!rev) {
+		pki_warn("text poke: cannot undo a failed batch, sites keep new bytes: %s\n",
+			 pki_errstr(ENOMEM));
+		return err;
+	}
+	for (i = 0; i < b->n; i++) {
+		rev[i].addr = b->site[i].addr;
+		memcpy(rev[i].old, b->site[i].new, PKI_SITE_LEN);
+		memcpy(rev[i].new, b->site[i].old, PKI_SITE_LEN);
+	}
+	need_kick = false;
+	for (i = 0; i < b->n; i++)
+		need_kick |= pki_insn_has_interior(rev[i].old);
+	pki_trap_publish(&rb);
+	err2 = run_protocol(&rb, need_kick, &k, &done);
+	if (err2 && done < STEP_FIRST)
+		rollback(&rb, done);
+	pki_trap_retire();
+	kick_free(&k);
+	if (err2) {
+		atomic_store(&dead, true);
+		pki_warn("text poke: cannot undo a failed batch, live patching is now off: %s\n",
+			 pki_errstr(err2));
+	}
+	free(rev);
+	return err;
+}
+
+static int __poke_batch(struct pki_poke *pokes, size_t n)
+{
+	struct pki_batch b = {.n = n};
+	struct text_range *range;
+	struct pki_poke *site;
+	size_t nrange;
+	int err, err2;
+
+	if (atomic_load(&dead))
+		return -ECANCELED;
+	err = __poke_prepare();
+	if (err)
+		return err;
+	site = malloc(n * sizeof(*site));
+	range = malloc(2 * n * sizeof(*range));
+	if (!site || !range) {
+		err = -ENOMEM;
+		goto free_arrays;
+	}
+	memcpy(site, pokes, n * sizeof(*site));
+	qsort(site, n, sizeof(*site), cmp_poke);
+	b.site = site;
+	err = check_sites(site, n);
+	if (err)
+		goto free_arrays;
+	err = build_ranges(site, n, range, &nrange);
+	if (err)
+		goto free_arrays;
+	err = verify_sites(site, n);
+	if (err)
+		goto free_arrays;
+	err = pki_trap_sites_add(site, n);
+	if (err)
+		goto free_arrays;
+
+	use_mem = mem_fd >= 0 && n <= MEM_MAX_SITES;
+	if (use_mem) {
+		err = __poke_apply(&b);
+		goto count;
+	}
+	err = text_unprotect(range, nrange);
+	if (err)
+		goto free_arrays;
+	err = __poke_apply(&b);
+	err2 = text_reprotect(range, nrange);
+	if (!err && err2) {
+		/* W^X could not be restored: undo rather than leave it committed. */
+		err = err2;
+		if (!text_unprotect(range, nrange)) {
+			size_t i;
+
+			for (i = 0; i < n; i++) {
+				uint8_t tmp[PKI_SITE_LEN];
+
+				memcpy(tmp, site[i].old, PKI_SITE_LEN);
+				memcpy(site[i].old, site[i].new, PKI_SITE_LEN);
+				memcpy(site[i].new, tmp, PKI_SITE_LEN);
+			}
+			__poke_apply(&b);
+			text_reprotect(range, nrange);
+		}
+	}
+count:
+	if (!err)
+		atomic_fetch_add(&pki_stat_batches, 1);
+free_arrays:
+	free(range);
+	free(site);
+	return err;
+}
+
+int pki_text_poke_batch(struct pki_poke *pokes, size_t n)
+{
+	int err;
+
+	if (!n)
+		return 0;
+	if (atomic_load(&dead))
+		return -ECANCELED;
+	pthread_mutex_lock(&poke_lock);
+	err = __poke_batch(pokes, n);
+	pthread_mutex_unlock(&poke_lock);
+	return err;
+}

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include <probekit/hook.h>
+#include <probekit/sites.h>
 
 #include "arch/x86_64/insn.h"
 #include "arch/x86_64/tramp.h"
@@ -41,7 +42,6 @@
 #include "core/hook_int.h"
 #include "core/log.h"
 #include "core/tmem.h"
-#include "sym/sites.h"
 
 
 /* ---- writer-side state, under hook_lock ---- */
@@ -102,17 +102,15 @@ static struct {
 static bool txn_open;
 static __thread bool txn_mine;
 
-/* Default site source: the sym layer's table (read-side sections of its own). */
+/* Default site source: the sym layer's table (built on first use). */
 static int sym_lookup(unsigned long addr, unsigned long *ip)
 {
-	const struct pki_site *s;
+	struct pk_site site;
+	int err = pk_site_find(addr, &site);
 
-	pki_sites_read_lock();
-	s = pki_site_find(addr);
-	if (s)
-		*ip = s->ip;
-	pki_sites_read_unlock();
-	return s ? 0 : -ENOENT;
+	if (!err)
+		*ip = site.ip;
+	return err;
 }
 
 struct each_ctx {
@@ -120,17 +118,18 @@ struct each_ctx {
 	void *arg;
 };
 
-static int each_one(const struct pki_site *s, void *ctx)
+static int each_one(const struct pk_site *s, void *ctx)
 {
 	struct each_ctx *c = ctx;
+	int err = c->cb(s->ip, c->arg);
 
-	return c->cb(s->ip, c->arg);
+	return err < 0 ? err : 0;
 }
 
 static int sym_each(const char *glob, int (*cb)(unsigned long, void *), void *arg)
 {
 	struct each_ctx c = {cb, arg};
-	int ret = pki_sites_match(glob, each_one, &c);
+	int ret = pk_sites_match(glob, each_one, &c);
 
 	return ret < 0 ? ret : 0;
 }

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Hooks end to end: the real site table (sym) and the real patching engine,
+ * on functions of this program (fixture, built with a 5-byte patchable
+ * entry) and of a shared library (pktarget, -fpatchable-function-entry=5,
+ * usually beyond rel32 reach of a trampoline made near the program: direct
+ * entries then go through a near stub).  Then the proof under fire: threads
+ * call hooked functions in tight loops, checking every result, while the
+ * main thread attaches, retargets and detaches in batches; callbacks check
+ * ip and arguments and that they never run after their unregister returned.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <probekit/hook.h>
+#include <probekit/sites.h>
+
+#include "core/gp.h"
+#include "core/hook_int.h"
+#include "harness.h"
+#include "hook_fixture.h"
+#include "targets/targets.h"
+
+static unsigned long site_of(const void *fn)
+{
+	struct pk_site s;
+
+	ck_assert_int_eq(pk_site_find((unsigned long)fn, &s), 0);
+	return s.ip;
+}
+
+static long want(int k, long a)
+{
+	return a + 2 * 2 + 3 * 3 + 4 * 4 + 5 * 5 + 6 * 6 + k;
+}
+
+struct seen {
+	unsigned long ip, di, si, r9;
+	int n;
+};
+
+static void record(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		   struct pk_regs *regs)
+{
+	struct seen *s = ops->data;
+
+	(void)parent_ip;
+	s->ip = ip;
+	s->di = regs->di;
+	s->si = regs->si;
+	s->r9 = regs->r9;
+	s->n++;
+}
+
+static struct seen hseen;
+
+static void handler(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	(void)parent_ip;
+	hseen.ip = ip;
+	hseen.di = regs->di;
+	hseen.si = regs->si;
+	hseen.n++;
+}
+
+START_TEST(ops_by_glob_in_program_and_library)
+{
+	static const char *const globs[] = {"fx_add6_0", "pkt_lib_add"};
+	struct seen s = {0};
+	struct pk_ops o = {.func = record, .data = &s, .filter = {.globs = globs, .nglobs = 2}};
+	unsigned bad;
+
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(fx_call_checked(fx_funcs[0], 1, 2, 3, 4, 5, 6, &bad), want(0, 1));
+	ck_assert_uint_eq(bad, 0);
+	ck_assert_int_eq(s.n, 1);
+	ck_assert_uint_eq(s.ip, site_of(fx_funcs[0]));
+	ck_assert_uint_eq(s.di, 1);
+	ck_assert_uint_eq(s.r9, 6);
+	ck_assert_int_eq(pkt_lib_add(40, 2), 42);
+	ck_assert_int_eq(s.n, 2);
+	ck_assert_uint_eq(s.ip, site_of(pkt_lib_add));
+	ck_assert_uint_eq(s.di, 40);
+	ck_assert_uint_eq(s.si, 2);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(pkt_lib_add(40, 2), 42);
+	ck_assert_int_eq(s.n, 2);
+}
+END_TEST
+
+START_TEST(direct_near_and_far)
+{
+	struct pk_tramp *t = pk_tramp_new(handler, 0);
+	struct pk_direct_entry e[2];
+	unsigned long ips[2];
+
+	ck_assert_ptr_nonnull(t);
+	e[0] = (struct pk_direct_entry){(unsigned long)fx_funcs[1], pk_tramp_addr(t)};
+	e[1] = (struct pk_direct_entry){(unsigned long)pkt_lib_mul, pk_tramp_addr(t)};
+	ips[0] = e[0].ip;
+	ips[1] = e[1].ip;
+	ck_assert_int_eq(pk_direct_add(e, 2), 0);
+	ck_assert_int_eq(fx_funcs[1](1, 2, 3, 4, 5, 6), want(1, 1));
+	ck_assert_int_eq(hseen.n, 1);
+	ck_assert_uint_eq(hseen.ip, site_of(fx_funcs[1]));
+	ck_assert_int_eq(pkt_lib_mul(6, 7), 42);
+	ck_assert_int_eq(hseen.n, 2);
+	ck_assert_uint_eq(hseen.ip, site_of(pkt_lib_mul));
+	ck_assert_uint_eq(hseen.di, 6);
+	ck_assert_uint_eq(hseen.si, 7);
+	ck_assert_int_eq(pk_direct_del(ips, 2), 0);
+	ck_assert_int_eq(pkt_lib_mul(6, 7), 42);
+	ck_assert_int_eq(hseen.n, 2);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+	pki_gp_barrier();
+}
+END_TEST
+
+/* ---- under fire ---- */
+
+#define NTHREADS 3
+#define NFUNCS   FX_NFUNCS
+
+struct live_ops {
+	struct pk_ops ops;
+	int gone; /* set once pk_ops_unregister() returned */
+};
+
+static int stop;
+static long errors, late, calls, hcalls;
+
+static void checking_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			struct pk_regs *regs)
+{
+	struct live_ops *l = (struct live_ops *)ops;
+	int k;
+
+	(void)parent_ip;
+	if (__atomic_load_n(&l->gone, __ATOMIC_ACQUIRE))
+		__atomic_add_fetch(&late, 1, __ATOMIC_RELAXED);
+	for (k = 0; k < NFUNCS; k++)
+		if (ip == (unsigned long)fx_funcs[k])
+			break;
+	if (k == NFUNCS || regs->si != 2 || regs->r9 != 6 || (long)regs->dx != 3)
+		__atomic_add_fetch(&errors, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+}
+
+static void checking_handler(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	(void)parent_ip, (void)ip;
+	if (regs->si != 2 || regs->r9 != 6)
+		__atomic_add_fetch(&errors, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&hcalls, 1, __ATOMIC_RELAXED);
+}
+
+static void *caller(void *arg)
+{
+	long a = (long)arg;
+
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE))
+		for (int k = 0; k < NFUNCS; k++)
+			if (fx_funcs[k](a, 2, 3, 4, 5, 6) != want(k, a))
+				__atomic_add_fetch(&errors, 1, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+static struct live_ops *live_new(unsigned long mask)
+{
+	struct live_ops *l = calloc(1, sizeof(*l));
+	unsigned long *ips = calloc(NFUNCS, sizeof(*ips));
+	size_t n = 0;
+
+	ck_assert_ptr_nonnull(l);
+	for (int k = 0; k < NFUNCS; k++)
+		if (mask & (1ul << k))
+			ips[n++] = (unsigned long)fx_funcs[k];
+	l->ops = (struct pk_ops){.func = checking_cb, .filter = {.ips = ips, .nips = n}};
+	return l;
+}
+
+static void live_free(struct live_ops *l)
+{
+	free((void *)l->ops.filter.ips);
+	free(l); /* ASan would catch a callback still using it */
+}
+
+START_TEST(attach_detach_under_fire)
+{
+	pthread_t th[NTHREADS];
+	struct pk_tramp *tr[2];
+	struct timespec t0, t1;
+	unsigned long ips[NFUNCS];
+	int cycles = 0;
+
+	tr[0] = pk_tramp_new(checking_handler, 0);
+	tr[1] = pk_tramp_new(checking_handler, 0);
+	for (int k = 0; k < NFUNCS; k++)
+		ips[k] = (unsigned long)fx_funcs[k];
+	for (long i = 0; i < NTHREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, caller, (void *)(i + 1)), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		struct live_ops *a = live_new(0xf), *b = live_new(1ul << (cycles % NFUNCS));
+		struct pk_direct_entry e[NFUNCS];
+
+		for (int k = 0; k < NFUNCS; k++)
+			e[k] = (struct pk_direct_entry){ips[k], pk_tramp_addr(tr[cycles & 1])};
+		/* one ops alone, then shared with a second ops and direct entries */
+		ck_assert_int_eq(pk_ops_register(&a->ops), 0);
+		ck_assert_int_eq(pk_txn_begin(), 0);
+		ck_assert_int_eq(pk_ops_register(&b->ops), 0);
+		ck_assert_int_eq(pk_direct_add(e, 2), 0);
+		ck_assert_int_eq(pk_txn_commit(), 0);
+		ck_assert_int_eq(pk_direct_add(e + 2, 2), 0);
+		for (int k = 0; k < NFUNCS; k++)
+			e[k].addr = pk_tramp_addr(tr[!(cycles & 1)]);
+		ck_assert_int_eq(pk_direct_mod(e, NFUNCS), 0);
+		ck_assert_int_eq(pk_ops_unregister(&a->ops), 0);
+		__atomic_store_n(&a->gone, 1, __ATOMIC_RELEASE);
+		ck_assert_int_eq(pk_direct_del(ips, NFUNCS), 0);
+		ck_assert_int_eq(pk_ops_unregister(&b->ops), 0);
+		__atomic_store_n(&b->gone, 1, __ATOMIC_RELEASE);
+		/* Let the callers run into the freed memory, if they still could. */
+		for (volatile int i = 0; i < 20000; i++)
+			;
+		live_free(a);
+		live_free(b);
+		cycles++;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while (t1.tv_sec - t0.tv_sec < 2);
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_int_eq(errors, 0);
+	ck_assert_int_eq(late, 0);
+	ck_assert_int_gt(calls, 0);
+	ck_assert_int_gt(hcalls, 0);
+	ck_assert_int_eq(pk_tramp_free(tr[0]), 0);
+	ck_assert_int_eq(pk_tramp_free(tr[1]), 0);
+	pki_gp_barrier();
+	for (int k = 0; k < NFUNCS; k++)
+		ck_assert_uint_eq(pki_hook_site_target(ips[k]), 0);
+	printf("under fire: %d cycles, %ld callbacks, %ld handler calls\n", cycles, calls, hcalls);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("hook_live");
+	TCase *tc = tcase_create("live");
+
+	pk_test_require_membarrier_sync_core();
+	tcase_add_test(tc, ops_by_glob_in_program_and_library);
+	tcase_add_test(tc, direct_near_and_far);
+	tcase_add_test(tc, attach_detach_under_fire);
+	tcase_set_timeout(tc, 30);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}

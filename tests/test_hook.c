@@ -366,7 +366,7 @@ START_TEST(grace_period_waits_for_callbacks)
 	struct pki_tslot s;
 
 	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
-	ck_assert_int_eq(pki_tramp_emit(PKI_TRAMP_OPS, s.w,
+	ck_assert_int_eq(pki_tmem_emit(PKI_TRAMP_OPS, &s,
 					(unsigned long[]){(unsigned long)&o, (unsigned long)slow_cb},
 					2),
 			 0);

@@ -131,7 +131,7 @@ struct live_ops {
 };
 
 static int stop;
-static long errors, late, calls, hcalls;
+static long errors, late, calls, hcalls, unreg_ns;
 
 static void checking_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 			struct pk_regs *regs)
@@ -220,7 +220,12 @@ START_TEST(attach_detach_under_fire)
 		for (int k = 0; k < NFUNCS; k++)
 			e[k].addr = pk_tramp_addr(tr[!(cycles & 1)]);
 		ck_assert_int_eq(pk_direct_mod(e, NFUNCS), 0);
+		struct timespec u0, u1;
+
+		clock_gettime(CLOCK_MONOTONIC, &u0);
 		ck_assert_int_eq(pk_ops_unregister(&a->ops), 0);
+		clock_gettime(CLOCK_MONOTONIC, &u1);
+		unreg_ns += (u1.tv_sec - u0.tv_sec) * 1000000000l + u1.tv_nsec - u0.tv_nsec;
 		__atomic_store_n(&a->gone, 1, __ATOMIC_RELEASE);
 		ck_assert_int_eq(pk_direct_del(ips, NFUNCS), 0);
 		ck_assert_int_eq(pk_ops_unregister(&b->ops), 0);
@@ -245,7 +250,8 @@ START_TEST(attach_detach_under_fire)
 	pki_gp_barrier();
 	for (int k = 0; k < NFUNCS; k++)
 		ck_assert_uint_eq(pki_hook_site_target(ips[k]), 0);
-	printf("under fire: %d cycles, %ld callbacks, %ld handler calls\n", cycles, calls, hcalls);
+	printf("under fire: %d cycles, %ld callbacks, %ld handler calls, unregister %ld us avg\n",
+	       cycles, calls, hcalls, unreg_ns / cycles / 1000);
 }
 END_TEST
 

@@ -71,7 +71,7 @@ static unsigned long make(enum pki_tramp_kind kind, const unsigned long *data, s
 			  struct pki_tslot *slot)
 {
 	ck_assert_int_eq(pki_tmem_alloc(0, slot), 0);
-	ck_assert_int_eq(pki_tramp_emit(kind, slot->w, data, n), 0);
+	ck_assert_int_eq(pki_tmem_emit(kind, slot, data, n), 0);
 	pki_tramp_sync_cores();
 	ck_assert(pki_tmem_contains(slot->x));
 	return slot->x;

@@ -13,16 +13,27 @@
  *
  * Write side, pki_gp_synchronize():
  *  1. List the threads of the process (/proc/self/task), except the caller.
- *  2. Send each one PKI_GP_SIGNAL with the round number (rt_tgsigqueueinfo).
- *  3. On the thread, the handler answers "busy" if its counter is >= 0.
- *     Otherwise it is quiescent; if it sits at a window it is first moved on
- *     as if it executed the window with the state published now: entry ->
- *     the site's current target (or back into the function body if none),
- *     dispatcher jmp -> the site's current direct address (or body), ret ->
- *     the body.  It answers "quiescent".
- *  4. Busy threads are asked again (new round) after a short back-off; a
- *     thread that does not answer is checked for existence (an exited thread
- *     is quiescent).
+ *  2. Open a round: every target's answer slot := "pending in round r".
+ *     Send each one PKI_GP_SIGNAL carrying r and its slot index
+ *     (rt_tgsigqueueinfo).
+ *  3. On the thread, the handler:
+ *     - counter at -1: the thread is quiescent.  If it sits at a window it is
+ *       first moved on as if it executed the window with the state published
+ *       now: entry -> the site's current target (or back into the function
+ *       body if none), dispatcher jmp -> the site's current direct address
+ *       (or body), ret -> the body.  It answers.
+ *     - counter >= 0 (busy): it arms the thread (tls.want, and which slot
+ *       it owes) and returns without answering.  The thread's next outermost
+ *       trampoline exit sees `want` and leaves through the chunk's slow exit
+ *       (never-freed memory), which answers before the final decl, so the
+ *       writer does not poll a thread that is always in hooks.
+ *  4. The writer sleeps on a futex bumped by every answer; every 10 ms it
+ *     checks unanswered threads: exited ones count as quiescent, live ones
+ *     get the signal again (same round: a thread armed just after its last
+ *     exit check, or idle since, answers from the handler).
+ *  Answers are a compare-and-swap from "pending in round r" to "done in
+ *  round r", so a late answer for an old round never lands on a newer slot;
+ *  slot arrays are never freed (a late answer may still write to an old one).
  *
  * Proof sketch.  Let P be the writer's unpublish (a pointer store, or text
  * pokes followed by a core sync) of object X, before the call.  The writer
@@ -31,8 +42,11 @@
  * released, so T's handler and everything T does after it observe P.  When
  * the handler runs with T's counter at -1, T holds no reference loaded before
  * P (references live only while the counter is >= 0), and it is not at a
- * window into X any more (moved on using state loaded after P).  Hence after
- * its answer T cannot reach X.  Threads created after the listing began never
+ * window into X any more (moved on using state loaded after P).  A slow-exit
+ * answer comes from T after its handler armed it (so after P), from code
+ * that is never freed, at the outermost level: T's remaining steps are the
+ * slow exit's own restore, decl and ret/jmp, using a direct address it
+ * looked up after P.  Hence after its answer T cannot reach X.  Threads created after the listing began never
  * saw pre-P state; listed threads that exited hold nothing.  So when every
  * listed thread has answered "quiescent" once, no thread can reach X.
  *
@@ -55,7 +69,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "arch/x86_64/tramp.h"
@@ -65,32 +78,66 @@
 
 struct gp_target {
 	pid_t tid;
-	unsigned long answer; /* round << 1 | busy, written by the handler */
+	unsigned long answer; /* round << 1 | pending */
 };
 
-/* gp_lock serialises grace periods; the fields below are under it. */
+/*
+ * gp_lock serialises grace periods; the writer side of the fields below is
+ * under it.  `targets` is read by answering threads through the index their
+ * signal carried; arrays it pointed to are never freed (see above).
+ */
 static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gp_target *targets;
 static size_t ntargets, cap_targets;
-/* Current round: read by handlers; changes only when no handler of the old
- * round can still be answering (every target answered or exited). */
 static unsigned long gp_round;
 static uint32_t gp_answers; /* futex: bumped by each answer */
+
+/* What the armed thread owes: round << 24 | slot index. */
+static __thread unsigned long gp_owed;
+
+/* Async-signal-safe; on the answering thread. */
+static void gp_answer(unsigned long owed)
+{
+	struct gp_target *t = __atomic_load_n(&targets, __ATOMIC_ACQUIRE);
+	unsigned long round = owed >> 24, pending = round << 1 | 1;
+
+	if (__atomic_compare_exchange_n(&t[owed & 0xffffff].answer, &pending, round << 1, false,
+					__ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+		__atomic_add_fetch(&gp_answers, 1, __ATOMIC_RELEASE);
+		syscall(SYS_futex, &gp_answers, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	}
+}
+
+unsigned long pki_gp_exit_slow(unsigned long site, int direct, unsigned long r11)
+{
+	unsigned long owed;
+
+	if (pki_tramp_nest != 0) /* nested: the outermost exit answers */
+		return r11;
+	pki_tramp_tls.want = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* vs. our own signal handler */
+	owed = gp_owed;
+	gp_answer(owed);
+	/* Still counted: the table read here cannot be freed under us. */
+	return direct ? pki_hook_rt_direct(site) : 0;
+}
 
 static void gp_handler(int sig, siginfo_t *si, void *ucv)
 {
 	ucontext_t *uc = ucv;
-	unsigned long v = (unsigned long)si->si_value.sival_ptr;
-	unsigned long round = v >> 24, idx = v & 0xffffff;
+	unsigned long owed = (unsigned long)si->si_value.sival_ptr;
 	int saved = errno;
-	bool busy;
 
 	(void)sig;
-	if (si->si_code != SI_QUEUE || si->si_pid != getpid() ||
-	    round != __atomic_load_n(&gp_round, __ATOMIC_ACQUIRE))
+	if (si->si_code != SI_QUEUE || si->si_pid != getpid())
 		goto out;
-	busy = pki_tramp_in_hook();
-	if (!busy && pki_tmem_contains(pki_tramp_uc_ip(uc))) {
+	if (pki_tramp_in_hook()) { /* busy: report at the outermost exit */
+		gp_owed = owed;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		pki_tramp_tls.want = 1;
+		goto out;
+	}
+	if (pki_tmem_contains(pki_tramp_uc_ip(uc))) {
 		unsigned long site = pki_tramp_uc_site(uc), to = 0;
 
 		switch (pki_tramp_window(pki_tramp_uc_ip(uc))) {
@@ -103,19 +150,15 @@ static void gp_handler(int sig, siginfo_t *si, void *ucv)
 		case PKI_WIN_RET:
 			break;
 		case PKI_WIN_NONE:
-			busy = true; /* cannot happen; never claim quiescence */
-			break;
+			goto out; /* cannot happen; never claim quiescence */
 		}
-		if (!busy) {
-			if (to)
-				pki_tramp_uc_jmp(uc, to);
-			else
-				pki_tramp_uc_ret(uc);
-		}
+		if (to)
+			pki_tramp_uc_jmp(uc, to);
+		else
+			pki_tramp_uc_ret(uc);
 	}
-	__atomic_store_n(&targets[idx].answer, round << 1 | busy, __ATOMIC_RELEASE);
-	__atomic_add_fetch(&gp_answers, 1, __ATOMIC_RELEASE);
-	syscall(SYS_futex, &gp_answers, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	pki_tramp_tls.want = 0;
+	gp_answer(owed);
 out:
 	errno = saved;
 }
@@ -149,13 +192,16 @@ static int __list_threads(pid_t self)
 			continue;
 		if (ntargets == cap_targets) {
 			size_t cap = cap_targets ? 2 * cap_targets : 64;
-			struct gp_target *t = realloc(targets, cap * sizeof(*t));
+			struct gp_target *t = calloc(cap, sizeof(*t));
 
 			if (!t) {
 				closedir(d);
 				return -ENOMEM;
 			}
-			targets = t;
+			/* The old array stays: a late answer may still write to it. */
+			if (ntargets)
+				memcpy(t, targets, ntargets * sizeof(*t));
+			__atomic_store_n(&targets, t, __ATOMIC_RELEASE);
 			cap_targets = cap;
 		}
 		targets[ntargets++] = (struct gp_target){.tid = tid};
@@ -173,7 +219,7 @@ static int __ask(pid_t pid, size_t i)
 	si.si_code = SI_QUEUE;
 	si.si_pid = pid;
 	si.si_uid = getuid();
-	si.si_value.sival_ptr = (void *)(gp_round << 24 | i);
+	si.si_value.sival_ptr = (void *)(gp_round << 24 | i); /* what it owes */
 	if (syscall(SYS_rt_tgsigqueueinfo, pid, targets[i].tid, PKI_GP_SIGNAL, &si))
 		return -errno;
 	return 0;
@@ -187,10 +233,7 @@ static bool thread_gone(pid_t pid, pid_t tid)
 int pki_gp_synchronize(void)
 {
 	pid_t pid = getpid(), self = (pid_t)syscall(SYS_gettid);
-	struct timespec backoff = {0, 10000};
-	size_t left;
 	int err, waits = 0;
-	bool warned = false;
 
 	if (pki_tramp_in_hook())
 		return -EDEADLK;
@@ -199,57 +242,39 @@ int pki_gp_synchronize(void)
 	err = __list_threads(self);
 	if (err)
 		goto unlock;
-	/* Targets still to hear "quiescent" from sit in [0, left). */
-	left = ntargets;
-	while (left) {
-		uint32_t seen;
+	if (ntargets > 0xffffff) {
+		err = -E2BIG;
+		goto unlock;
+	}
+	gp_round++;
+	for (size_t i = 0; i < ntargets; i++)
+		__atomic_store_n(&targets[i].answer, gp_round << 1 | 1, __ATOMIC_RELEASE);
+	for (size_t i = 0; i < ntargets; i++)
+		if (__ask(pid, i) == -ESRCH)
+			targets[i].answer = gp_round << 1; /* exited: quiescent */
+	for (;;) {
+		struct timespec to = {0, 10 * 1000 * 1000};
+		uint32_t seen = __atomic_load_n(&gp_answers, __ATOMIC_ACQUIRE);
+		size_t missing = 0;
 
-		__atomic_add_fetch(&gp_round, 1, __ATOMIC_RELEASE);
-		for (size_t i = 0; i < left; i++) {
-			targets[i].answer = 0;
-			err = __ask(pid, i);
-			if (err == -ESRCH)
-				targets[i].answer = gp_round << 1; /* exited: quiescent */
-			else if (err == -EAGAIN)
-				targets[i].answer = gp_round << 1 | 1; /* queue full: ask again */
+		for (size_t i = 0; i < ntargets; i++)
+			missing += __atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE) & 1;
+		if (!missing)
+			break;
+		if (!syscall(SYS_futex, &gp_answers, FUTEX_WAIT_PRIVATE, seen, &to, NULL, 0) ||
+		    errno != ETIMEDOUT)
+			continue;
+		/* Step 4. */
+		for (size_t i = 0; i < ntargets; i++) {
+			if (!(__atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE) & 1))
+				continue;
+			if (thread_gone(pid, targets[i].tid) || __ask(pid, i) == -ESRCH)
+				targets[i].answer = gp_round << 1;
 		}
-		/* Wait until each has answered this round or exited. */
-		for (;;) {
-			size_t missing = 0;
-			struct timespec to = {0, 10 * 1000 * 1000};
-
-			seen = __atomic_load_n(&gp_answers, __ATOMIC_ACQUIRE);
-			for (size_t i = 0; i < left; i++) {
-				unsigned long a = __atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE);
-
-				if (a >> 1 == gp_round)
-					continue;
-				if (thread_gone(pid, targets[i].tid))
-					targets[i].answer = gp_round << 1;
-				else
-					missing++;
-			}
-			if (!missing)
-				break;
-			if (syscall(SYS_futex, &gp_answers, FUTEX_WAIT_PRIVATE, seen, &to, NULL, 0) &&
-			    errno == ETIMEDOUT && ++waits == 200 && !warned) {
-				pki_warn("hooks: grace period waits for a thread that does not take "
-					 "signal %d: %s\n", PKI_GP_SIGNAL, pki_errstr(ETIMEDOUT));
-				warned = true;
-			}
-		}
-		/* Keep the busy ones at the front for the next round. */
-		size_t busy = 0;
-
-		for (size_t i = 0; i < left; i++)
-			if (targets[i].answer & 1)
-				targets[busy++] = targets[i];
-		left = busy;
-		if (left) {
-			nanosleep(&backoff, NULL);
-			if (backoff.tv_nsec < 1000 * 1000)
-				backoff.tv_nsec *= 2;
-		}
+		if (++waits == 200)
+			pki_warn("hooks: grace period waits for a thread (blocks signal %d, or stays "
+				 "in a callback): %s\n",
+				 PKI_GP_SIGNAL, pki_errstr(ETIMEDOUT));
 	}
 	err = 0;
 unlock:

@@ -34,6 +34,14 @@ void pki_gp_defer(void (*fn)(void *), void *arg);
 void pki_gp_barrier(void);
 
 /*
+ * Slow exit of a trampoline (tramp.S), at the end of a body with the counter
+ * still >= 0: answers the grace period that asked this thread, if this is
+ * the outermost level.  Returns where a dispatcher continues: @r11 when
+ * nested, else the site's current direct address (0 if !@direct).
+ */
+unsigned long pki_gp_exit_slow(unsigned long site, int direct, unsigned long r11);
+
+/*
  * Supplied by the registry, called from the signal handler of a thread
  * found at a window (async-signal-safe, lock-free): where the site @ip calls
  * now (0: nowhere), and its direct address now (0: none).

@@ -451,7 +451,7 @@ static int __ops_tramp(struct ops_priv *p, unsigned long ip, unsigned long *out)
 	err = pki_tmem_alloc(ip, &t);
 	if (err)
 		return err;
-	err = pki_tramp_emit(PKI_TRAMP_OPS, t.w,
+	err = pki_tmem_emit(PKI_TRAMP_OPS, &t,
 			     (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func},
 			     2);
 	if (err) {
@@ -511,7 +511,7 @@ static int __site_decide(struct site *s)
 		err = pki_tmem_alloc(s->ip, &s->new_stub);
 		if (err)
 			return err;
-		pki_tramp_emit(PKI_TRAMP_STUB, s->new_stub.w, &s->direct, 1);
+		pki_tmem_emit(PKI_TRAMP_STUB, &s->new_stub, &s->direct, 1);
 		s->new_target = s->new_stub.x;
 		return 0;
 	}
@@ -965,7 +965,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	err = pki_tmem_alloc(0, &t->slot);
 	if (err)
 		goto free_t;
-	err = pki_tramp_emit(PKI_TRAMP_HANDLER, t->slot.w, (unsigned long[]){(unsigned long)handler},
+	err = pki_tmem_emit(PKI_TRAMP_HANDLER, &t->slot, (unsigned long[]){(unsigned long)handler},
 			     1);
 	if (err)
 		goto free_slot;

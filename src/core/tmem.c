@@ -2,7 +2,8 @@
 /*
  * Trampoline memory (see tmem.h).  Slot 0 of every chunk holds the chunk's
  * copy of the list dispatcher, so every site that reaches a chunk reaches a
- * dispatcher too.  The chunk table is append-only and published with a
+ * dispatcher too; slots 1-2 the slow exits of the chunk's trampolines (gp.c).
+ * Both live as long as the process.  The chunk table is append-only and published with a
  * release store of its length, so pki_tmem_contains() can run in a signal
  * handler.
  */
@@ -15,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/gp.h"
 #include "core/log.h"
 #include "core/tmem.h"
 
@@ -117,10 +119,14 @@ static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
 	}
 	close(fd);
 	c->x = x;
-	c->nfree = PKI_TMEM_SLOTS - 1;
-	c->used[0] = 1; /* slot 0: the list dispatcher */
+	c->nfree = PKI_TMEM_SLOTS - 3;
+	c->used[0] = 7; /* slot 0: the list dispatcher, slots 1-2: slow exits */
 	err = pki_tramp_emit(PKI_TRAMP_LIST, c->w,
-			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1);
+			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1,
+			     x + PKI_TMEM_SLOT);
+	if (!err)
+		err = pki_tramp_emit(PKI_TRAMP_SLOW, c->w + PKI_TMEM_SLOT,
+				     (unsigned long[]){(unsigned long)pki_gp_exit_slow}, 1, 0);
 	if (err)
 		goto unmap_w;
 	chunks[nchunks] = c;
@@ -198,6 +204,12 @@ void pki_tmem_free(const struct pki_tslot *s)
 	c->used[slot / 64] &= ~(1ull << (slot % 64));
 	c->nfree++;
 	pthread_mutex_unlock(&tmem_lock);
+}
+
+int pki_tmem_emit(enum pki_tramp_kind kind, const struct pki_tslot *s, const unsigned long *data,
+		  size_t ndata)
+{
+	return pki_tramp_emit(kind, s->w, data, ndata, s->chunk->x + PKI_TMEM_SLOT);
 }
 
 unsigned long pki_tmem_list(const struct pki_tslot *s)

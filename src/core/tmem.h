@@ -38,6 +38,10 @@ int pki_tmem_alloc(unsigned long near, struct pki_tslot *out);
 /* Return a slot.  The caller guarantees a grace period since its last use. */
 void pki_tmem_free(const struct pki_tslot *s);
 
+/* pki_tramp_emit() into @s, with the slow exits of its chunk. */
+int pki_tmem_emit(enum pki_tramp_kind kind, const struct pki_tslot *s, const unsigned long *data,
+		  size_t ndata);
+
 /* The list dispatcher of the chunk holding @s (generated with the chunk). */
 unsigned long pki_tmem_list(const struct pki_tslot *s);
 

@@ -8,7 +8,7 @@
  *
  * Entered by the site's `call`: [rsp] = ip + 5, [rsp + 8] = parent ip.
  *
- * Nesting counter (pki_hook_nest): -1 when the thread is outside every
+ * Nesting counter (pki_tramp_tls.nest): -1 when the thread is outside every
  * trampoline body and callback.  `incl` to 0 = first level; above 0 = a
  * callback reached a hooked function: the callback is skipped (recursion
  * guard).  The counter is also the read side of the grace period
@@ -36,14 +36,32 @@
 #define R_XMM	80
 #define FRAME	208
 
-	.macro NEST op, fixtab
-	\op	%fs:0
+/* struct pki_tramp_tls: the fs displacements below are relative to it. */
+#define TLS_NEST 0
+#define TLS_WANT 4
+
+	.macro FIX fixtab
 9:	.pushsection .rodata.pki_tramp_fix, "a"
 	.long	9b - \fixtab
 	.popsection
 	.endm
 
+	.macro NEST op, fixtab
+	\op	%fs:TLS_NEST
+	FIX	\fixtab
+	.endm
+
+	/* cmpb $0, %fs:TLS_WANT; jne \slow (spelt out: the imm8 follows the disp) */
+	.macro WANT slow, fixtab
+	.byte	0x64, 0x80, 0x3c, 0x25
+	.long	TLS_WANT
+	FIX	\fixtab
+	.byte	0
+	jne	\slow
+	.endm
+
 	/* Build the frame: rbp = entry rsp - 8, regs at 16-aligned rsp. */
+	/* The frame; leaves rdi = site, rsi = parent ip. */
 	.macro SAVE
 	pushq	%rbp
 	movq	%rsp, %rbp
@@ -116,13 +134,16 @@ pki_tramp_ops_start:
 	movq	%rsp, %rcx
 	call	*pki_tramp_ops_data+8(%rip)
 	RESTORE
+	WANT	2f, pki_tramp_ops_start
 	NEST	decl, pki_tramp_ops_start
 	ret
 1:	NEST	decl, pki_tramp_ops_start
 	ret
+2:	jmp	*pki_tramp_ops_data+16(%rip)
 	.p2align 3
 pki_tramp_ops_data:
 	.quad	0, 0
+	.quad	0, 0	/* env: slow exit, slow exit with a direct address */
 pki_tramp_ops_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
 	.long	-1
@@ -149,13 +170,16 @@ pki_tramp_handler_start:
 	movq	%rsp, %rdx
 	call	*pki_tramp_handler_data(%rip)
 	RESTORE
+	WANT	2f, pki_tramp_handler_start
 	NEST	decl, pki_tramp_handler_start
 	ret
 1:	NEST	decl, pki_tramp_handler_start
 	ret
+2:	jmp	*pki_tramp_handler_data+8(%rip)
 	.p2align 3
 pki_tramp_handler_data:
 	.quad	0
+	.quad	0, 0	/* env */
 pki_tramp_handler_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
 	.long	-1
@@ -187,16 +211,71 @@ pki_tramp_list_start:
 	call	*pki_tramp_list_data(%rip)
 	movq	%rax, %r11
 	RESTORE
+	WANT	2f, pki_tramp_list_start
 	testq	%r11, %r11
 	jz	1f
 	NEST	decl, pki_tramp_list_start
 	jmp	*%r11
 1:	NEST	decl, pki_tramp_list_start
 	ret
+2:	jmp	*pki_tramp_list_data+16(%rip)
 	.p2align 3
 pki_tramp_list_data:
 	.quad	0
+	.quad	0, 0	/* env */
 pki_tramp_list_end:
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.long	-1
+	.popsection
+
+/*
+ * Slow exits, one copy per chunk (slot 1, never freed).  A trampoline jumps
+ * here instead of its final decl when the grace period asked this thread to
+ * report (pki_tramp_tls.want, set by the signal handler of a thread found
+ * busy): the counter is still >= 0, registers as at the function entry.
+ * exit(site, is_direct, r11) answers the grace period if this is the
+ * outermost level and returns where to continue (r11 for the direct case).
+ * It runs here, in memory that is never freed, because after the answer the
+ * thread must not execute the (possibly retired) trampoline it came from.
+ * data: [0] exit function.
+ */
+	.globl	pki_tramp_slow_start, pki_tramp_slow_end, pki_tramp_slow_data
+	.globl	pki_tramp_slow_fix, pki_tramp_slow_direct
+	.hidden	pki_tramp_slow_start
+	.hidden	pki_tramp_slow_end
+	.hidden	pki_tramp_slow_data
+	.hidden	pki_tramp_slow_fix
+	.hidden	pki_tramp_slow_direct
+	.pushsection .rodata.pki_tramp_fix, "a"
+pki_tramp_slow_fix:
+	.popsection
+	.p2align 4
+pki_tramp_slow_start:
+	SAVE
+	xorl	%esi, %esi
+	xorl	%edx, %edx
+	call	*pki_tramp_slow_data(%rip)
+	RESTORE
+	NEST	decl, pki_tramp_slow_start
+	ret
+	.p2align 4
+pki_tramp_slow_direct:
+	SAVE
+	movl	$1, %esi
+	movq	%r11, %rdx
+	call	*pki_tramp_slow_data(%rip)
+	movq	%rax, %r11
+	RESTORE
+	testq	%r11, %r11
+	jz	1f
+	NEST	decl, pki_tramp_slow_start
+	jmp	*%r11
+1:	NEST	decl, pki_tramp_slow_start
+	ret
+	.p2align 3
+pki_tramp_slow_data:
+	.quad	0
+pki_tramp_slow_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
 	.long	-1
 	.popsection

@@ -16,7 +16,9 @@
 
 #include "arch/x86_64/tramp.h"
 
-__thread int pki_tramp_nest __attribute__((tls_model("initial-exec"))) = -1;
+__thread struct pki_tramp_tls pki_tramp_tls __attribute__((tls_model("initial-exec"))) = {
+	.nest = -1,
+};
 
 #define TEMPLATE(name)                                                                             \
 	extern const unsigned char pki_tramp_##name##_start[], pki_tramp_##name##_end[],           \
@@ -27,29 +29,34 @@ TEMPLATE(ops);
 TEMPLATE(handler);
 TEMPLATE(list);
 TEMPLATE(stub);
+TEMPLATE(slow);
+extern const unsigned char pki_tramp_slow_direct[];
 
 static const struct {
 	const unsigned char *start, *end, *data;
 	const int32_t *fix; /* offsets just past each %fs:disp32, -1 ends */
 	size_t ndata;
+	bool env; /* two more data words: the slow exits */
 } templates[PKI_TRAMP_NR_KINDS] = {
 	[PKI_TRAMP_OPS] = {pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data,
-			   pki_tramp_ops_fix, 2},
+			   pki_tramp_ops_fix, 2, true},
 	[PKI_TRAMP_HANDLER] = {pki_tramp_handler_start, pki_tramp_handler_end,
-			       pki_tramp_handler_data, pki_tramp_handler_fix, 1},
+			       pki_tramp_handler_data, pki_tramp_handler_fix, 1, true},
 	[PKI_TRAMP_LIST] = {pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data,
-			    pki_tramp_list_fix, 1},
+			    pki_tramp_list_fix, 1, true},
 	[PKI_TRAMP_STUB] = {pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data,
-			    pki_tramp_stub_fix, 1},
+			    pki_tramp_stub_fix, 1, false},
+	[PKI_TRAMP_SLOW] = {pki_tramp_slow_start, pki_tramp_slow_end, pki_tramp_slow_data,
+			    pki_tramp_slow_fix, 1, false},
 };
 
-/* Offset of pki_tramp_nest from the thread pointer: one value for all threads. */
-static int32_t nest_disp(void)
+/* Offset of pki_tramp_tls from the thread pointer: one value for all threads. */
+static int32_t tls_disp(void)
 {
 	unsigned long tp;
 
 	__asm__("movq %%fs:0, %0" : "=r"(tp));
-	return (int32_t)((unsigned long)&pki_tramp_nest - tp);
+	return (int32_t)((unsigned long)&pki_tramp_tls - tp);
 }
 
 size_t pki_tramp_size(enum pki_tramp_kind kind)
@@ -57,18 +64,34 @@ size_t pki_tramp_size(enum pki_tramp_kind kind)
 	return (size_t)(templates[kind].end - templates[kind].start);
 }
 
-int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *data, size_t ndata)
+int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *data, size_t ndata,
+		   unsigned long slow)
 {
-	unsigned char *out = buf;
+	unsigned char *out = buf, *d;
 	size_t len = pki_tramp_size(kind);
-	int32_t disp = nest_disp();
+	int32_t base = tls_disp();
 
-	if (kind >= PKI_TRAMP_NR_KINDS || ndata != templates[kind].ndata || len > PKI_TRAMP_MAX)
+	if (kind >= PKI_TRAMP_NR_KINDS || ndata != templates[kind].ndata ||
+	    len > (kind == PKI_TRAMP_SLOW ? PKI_TRAMP_SLOW_MAX : PKI_TRAMP_MAX))
 		return -EINVAL;
 	memcpy(out, templates[kind].start, len);
-	for (const int32_t *f = templates[kind].fix; *f >= 0; f++)
+	/* Each displacement holds its field's offset in pki_tramp_tls. */
+	for (const int32_t *f = templates[kind].fix; *f >= 0; f++) {
+		int32_t disp;
+
+		memcpy(&disp, out + *f - sizeof(disp), sizeof(disp));
+		disp += base;
 		memcpy(out + *f - sizeof(disp), &disp, sizeof(disp));
-	memcpy(out + (templates[kind].data - templates[kind].start), data, ndata * sizeof(*data));
+	}
+	d = out + (templates[kind].data - templates[kind].start);
+	memcpy(d, data, ndata * sizeof(*data));
+	if (templates[kind].env) {
+		unsigned long env[2] = {slow,
+					slow + (unsigned long)(pki_tramp_slow_direct -
+							       pki_tramp_slow_start)};
+
+		memcpy(d + ndata * sizeof(*data), env, sizeof(env));
+	}
 	return 0;
 }
 

@@ -18,17 +18,28 @@ enum pki_tramp_kind {
 	PKI_TRAMP_HANDLER, /* data: handler */
 	PKI_TRAMP_LIST,    /* data: list func */
 	PKI_TRAMP_STUB,    /* data: target */
+	PKI_TRAMP_SLOW,    /* data: exit function (see tramp.S); one per chunk */
 	PKI_TRAMP_NR_KINDS,
 };
 
 /* Largest template, in bytes: trampoline memory slots are at least this. */
 #define PKI_TRAMP_MAX 512
+/* PKI_TRAMP_SLOW, which has two exits, takes two. */
+#define PKI_TRAMP_SLOW_MAX (2 * PKI_TRAMP_MAX)
 
 /*
- * Per-thread nesting counter: -1 outside every trampoline body and callback
- * (initial-exec TLS, so the trampolines reach it as %fs:const).
+ * Per-thread state the trampolines use (initial-exec TLS, so they reach it
+ * as %fs:const).  nest: -1 outside every trampoline body and callback.
+ * want: set by the grace period's signal handler when it found the thread
+ * busy; the thread's next outermost trampoline exit then reports (slow exit).
  */
-extern __thread int pki_tramp_nest __attribute__((tls_model("initial-exec")));
+struct pki_tramp_tls {
+	int nest;
+	int want;
+};
+
+extern __thread struct pki_tramp_tls pki_tramp_tls __attribute__((tls_model("initial-exec")));
+#define pki_tramp_nest (pki_tramp_tls.nest)
 
 static inline bool pki_tramp_in_hook(void)
 {
@@ -40,10 +51,12 @@ size_t pki_tramp_size(enum pki_tramp_kind kind);
 /*
  * Write a trampoline of @kind into @buf (a writable view of the memory that
  * will execute it; position-independent, so the executable address does not
- * matter) with its data words @data.  Returns 0 or -EINVAL (wrong number of
- * data words, template too large).
+ * matter) with its data words @data.  @slow: executable address of the
+ * PKI_TRAMP_SLOW copy the trampoline's slow exits go to (same chunk).
+ * Returns 0 or -EINVAL (wrong number of data words, template too large).
  */
-int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *data, size_t ndata);
+int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *data, size_t ndata,
+		   unsigned long slow);
 
 /* Where a thread outside every trampoline body sits in trampoline memory. */
 enum pki_tramp_window {

@@ -131,7 +131,7 @@ struct live_ops {
 };
 
 static int stop;
-static long errors, late, calls, hcalls, unreg_ns;
+static long errors, late, calls, hcalls, unreg_ns, sync_ns;
 
 static void checking_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 			struct pk_regs *regs)
@@ -228,6 +228,10 @@ START_TEST(attach_detach_under_fire)
 		unreg_ns += (u1.tv_sec - u0.tv_sec) * 1000000000l + u1.tv_nsec - u0.tv_nsec;
 		__atomic_store_n(&a->gone, 1, __ATOMIC_RELEASE);
 		ck_assert_int_eq(pk_direct_del(ips, NFUNCS), 0);
+		clock_gettime(CLOCK_MONOTONIC, &u0);
+		ck_assert_int_eq(pk_direct_sync(), 0);
+		clock_gettime(CLOCK_MONOTONIC, &u1);
+		sync_ns += (u1.tv_sec - u0.tv_sec) * 1000000000l + u1.tv_nsec - u0.tv_nsec;
 		ck_assert_int_eq(pk_ops_unregister(&b->ops), 0);
 		__atomic_store_n(&b->gone, 1, __ATOMIC_RELEASE);
 		/* Let the callers run into the freed memory, if they still could. */
@@ -250,8 +254,8 @@ START_TEST(attach_detach_under_fire)
 	pki_gp_barrier();
 	for (int k = 0; k < NFUNCS; k++)
 		ck_assert_uint_eq(pki_hook_site_target(ips[k]), 0);
-	printf("under fire: %d cycles, %ld callbacks, %ld handler calls, unregister %ld us avg\n",
-	       cycles, calls, hcalls, unreg_ns / cycles / 1000);
+	printf("under fire: %d cycles, %ld callbacks, %ld handler calls, unregister %ld us, grace period %ld us (avg)\n",
+	       cycles, calls, hcalls, unreg_ns / cycles / 1000, sync_ns / cycles / 1000);
 }
 END_TEST
 

@@ -398,7 +398,8 @@ static struct rt *__rt_build(void)
 			continue;
 		for (j = hash_ip(s->ip, t->mask); t->ent[j].ip; j = (j + 1) & t->mask)
 			;
-		memcpy(&t->pool[nops], s->ops.v, s->ops.n * sizeof(s->ops.v[0]));
+		if (s->ops.n)
+			memcpy(&t->pool[nops], s->ops.v, s->ops.n * sizeof(s->ops.v[0]));
 		t->ent[j] = (struct rt_ent){s->ip, s->new_target, s->direct, &t->pool[nops],
 					    s->ops.n};
 		nops += s->ops.n;

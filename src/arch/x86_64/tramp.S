@@ -42,6 +42,7 @@
 
 	.macro FIX fixtab
 9:	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 	.long	9b - \fixtab
 	.popsection
 	.endm
@@ -123,6 +124,7 @@
 	.hidden	pki_tramp_ops_data
 	.hidden	pki_tramp_ops_fix
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 pki_tramp_ops_fix:
 	.popsection
 	.p2align 4
@@ -146,6 +148,7 @@ pki_tramp_ops_data:
 	.quad	0, 0	/* env: slow exit, slow exit with a direct address */
 pki_tramp_ops_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 	.long	-1
 	.popsection
 
@@ -160,6 +163,7 @@ pki_tramp_ops_end:
 	.hidden	pki_tramp_handler_data
 	.hidden	pki_tramp_handler_fix
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 pki_tramp_handler_fix:
 	.popsection
 	.p2align 4
@@ -182,6 +186,7 @@ pki_tramp_handler_data:
 	.quad	0, 0	/* env */
 pki_tramp_handler_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 	.long	-1
 	.popsection
 
@@ -199,6 +204,7 @@ pki_tramp_handler_end:
 	.hidden	pki_tramp_list_data
 	.hidden	pki_tramp_list_fix
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 pki_tramp_list_fix:
 	.popsection
 	.p2align 4
@@ -225,6 +231,7 @@ pki_tramp_list_data:
 	.quad	0, 0	/* env */
 pki_tramp_list_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 	.long	-1
 	.popsection
 
@@ -247,6 +254,7 @@ pki_tramp_list_end:
 	.hidden	pki_tramp_slow_fix
 	.hidden	pki_tramp_slow_direct
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 pki_tramp_slow_fix:
 	.popsection
 	.p2align 4
@@ -277,6 +285,7 @@ pki_tramp_slow_data:
 	.quad	0
 pki_tramp_slow_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 	.long	-1
 	.popsection
 
@@ -292,6 +301,7 @@ pki_tramp_slow_end:
 	.hidden	pki_tramp_stub_data
 	.hidden	pki_tramp_stub_fix
 	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
 pki_tramp_stub_fix:
 	.long	-1
 	.popsection

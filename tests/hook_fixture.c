@@ -44,9 +44,9 @@ static const struct {
 	const char *name;
 	unsigned long ip;
 } fx_sites[] = {
-	{"fx_add6_0", (unsigned long)fx_add6_0}, {"fx_add6_1", (unsigned long)fx_add6_1},
-	{"fx_add6_2", (unsigned long)fx_add6_2}, {"fx_add6_3", (unsigned long)fx_add6_3},
-	{"fx_mix", (unsigned long)fx_mix},       {"fx_vsum", (unsigned long)fx_vsum},
+    {"fx_add6_0", (unsigned long)fx_add6_0}, {"fx_add6_1", (unsigned long)fx_add6_1},
+    {"fx_add6_2", (unsigned long)fx_add6_2}, {"fx_add6_3", (unsigned long)fx_add6_3},
+    {"fx_mix", (unsigned long)fx_mix},	     {"fx_vsum", (unsigned long)fx_vsum},
 };
 
 static int fx_lookup(unsigned long addr, unsigned long *ip)

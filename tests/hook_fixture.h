@@ -18,11 +18,11 @@
 typedef long (*fx_fn)(long, long, long, long, long, long);
 extern const fx_fn fx_funcs[FX_NFUNCS];
 double fx_mix(double x, long n, double y); /* x * n + y, patchable too */
-long fx_vsum(int n, ...);                  /* sum of n doubles, truncated */
+long fx_vsum(int n, ...);		   /* sum of n doubles, truncated */
 
 /* Install the fake site source (fx_funcs, fx_mix, fx_vsum) and poke. */
 void fx_install(void);
-extern int fx_poke_batches; /* batches seen by the fake poke */
+extern int fx_poke_batches;  /* batches seen by the fake poke */
 extern size_t fx_poke_sites; /* pokes in the last batch */
 
 /*

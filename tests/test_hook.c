@@ -271,10 +271,12 @@ static int fail_poke(struct pki_poke *p, size_t n)
 START_TEST(errors_change_nothing)
 {
 	struct pk_direct_entry e[2] = {{F0, pk_tramp_addr(tx)}, {F0, pk_tramp_addr(ty)}};
-	struct pk_ops bad = {.func = cb_a, .filter = {.ips = (unsigned long[]){F0, 12345}, .nips = 2}};
-	struct pk_ops noglob = {.func = cb_a, .filter = {.globs = (const char *[]){"nope*"},
-							 .nglobs = 1}};
-	struct pk_ops glob = {.func = cb_a, .data = &A,
+	struct pk_ops bad = {.func = cb_a,
+			     .filter = {.ips = (unsigned long[]){F0, 12345}, .nips = 2}};
+	struct pk_ops noglob = {.func = cb_a,
+				.filter = {.globs = (const char *[]){"nope*"}, .nglobs = 1}};
+	struct pk_ops glob = {.func = cb_a,
+			      .data = &A,
 			      .filter = {.globs = (const char *[]){"fx_add6_0"}, .nglobs = 1}};
 	unsigned long nosite = 12345;
 
@@ -316,10 +318,10 @@ static void clobber_fp(unsigned long ip, unsigned long parent_ip, struct pk_ops 
 
 START_TEST(vector_and_varargs_survive)
 {
-	struct pk_ops o = {.func = clobber_fp,
-			   .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix,
-							       (unsigned long)fx_vsum},
-				      .nips = 2}};
+	struct pk_ops o = {
+	    .func = clobber_fp,
+	    .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_vsum},
+		       .nips = 2}};
 
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert(fx_mix(1.5, 4, 0.25) == 6.25);
@@ -367,8 +369,8 @@ START_TEST(grace_period_waits_for_callbacks)
 
 	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
 	ck_assert_int_eq(pki_tmem_emit(PKI_TRAMP_OPS, &s,
-					(unsigned long[]){(unsigned long)&o, (unsigned long)slow_cb},
-					2),
+				       (unsigned long[]){(unsigned long)&o, (unsigned long)slow_cb},
+				       2),
 			 0);
 	pki_tramp_sync_cores();
 	for (int i = 0; i < 3; i++)

@@ -123,7 +123,7 @@ END_TEST
 /* ---- under fire ---- */
 
 #define NTHREADS 3
-#define NFUNCS   FX_NFUNCS
+#define NFUNCS	 FX_NFUNCS
 
 struct live_ops {
 	struct pk_ops ops;
@@ -254,7 +254,8 @@ START_TEST(attach_detach_under_fire)
 	pki_gp_barrier();
 	for (int k = 0; k < NFUNCS; k++)
 		ck_assert_uint_eq(pki_hook_site_target(ips[k]), 0);
-	printf("under fire: %d cycles, %ld callbacks, %ld handler calls, unregister %ld us, grace period %ld us (avg)\n",
+	printf("under fire: %d cycles, %ld callbacks, %ld handler calls, unregister %ld us, grace "
+	       "period %ld us (avg)\n",
 	       cycles, calls, hcalls, unreg_ns / cycles / 1000, sync_ns / cycles / 1000);
 }
 END_TEST

@@ -104,8 +104,8 @@ START_TEST(ops_tramp_preserves_and_sees_args)
 {
 	struct pk_ops ops = {.func = record};
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_OPS,
-			       (unsigned long[]){(unsigned long)&ops, (unsigned long)record}, 2, &s);
+	unsigned long t = make(
+	    PKI_TRAMP_OPS, (unsigned long[]){(unsigned long)&ops, (unsigned long)record}, 2, &s);
 
 	check_call(t, 11);
 	ck_assert_int_eq(calls, 1);

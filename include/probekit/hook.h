@@ -74,7 +74,7 @@ struct pk_ops_filter {
 
 struct pk_ops {
 	pk_ops_fn func;
-	void *data; /* for the user */
+	void *data;	     /* for the user */
 	unsigned long flags; /* none defined yet: must be 0 */
 	/*
 	 * Sites to hook, read by pk_ops_register() (the arrays need not

@@ -46,9 +46,9 @@
  * answer comes from T after its handler armed it (so after P), from code
  * that is never freed, at the outermost level: T's remaining steps are the
  * slow exit's own restore, decl and ret/jmp, using a direct address it
- * looked up after P.  Hence after its answer T cannot reach X.  Threads created after the listing began never
- * saw pre-P state; listed threads that exited hold nothing.  So when every
- * listed thread has answered "quiescent" once, no thread can reach X.
+ * looked up after P.  Hence after its answer T cannot reach X.  Threads created after the listing
+ * began never saw pre-P state; listed threads that exited hold nothing.  So when every listed
+ * thread has answered "quiescent" once, no thread can reach X.
  *
  * Limits (documented in hook.h): a thread that blocks PKI_GP_SIGNAL delays
  * grace periods until it unblocks (a warning is printed once); a thread
@@ -272,9 +272,10 @@ int pki_gp_synchronize(void)
 				targets[i].answer = gp_round << 1;
 		}
 		if (++waits == 200)
-			pki_warn("hooks: grace period waits for a thread (blocks signal %d, or stays "
-				 "in a callback): %s\n",
-				 PKI_GP_SIGNAL, pki_errstr(ETIMEDOUT));
+			pki_warn(
+			    "hooks: grace period waits for a thread (blocks signal %d, or stays "
+			    "in a callback): %s\n",
+			    PKI_GP_SIGNAL, pki_errstr(ETIMEDOUT));
 	}
 	err = 0;
 unlock:

@@ -43,7 +43,6 @@
 #include "core/log.h"
 #include "core/tmem.h"
 
-
 /* ---- writer-side state, under hook_lock ---- */
 
 struct ops_vec {
@@ -54,8 +53,8 @@ struct ops_vec {
 struct site {
 	unsigned long ip;
 	uint8_t cur[PKI_SITE_LEN]; /* bytes in the text now */
-	unsigned long target;      /* what they call (0: nothing) */
-	struct pki_tslot stub;     /* far stub to the direct addr, if stub.x */
+	unsigned long target;	   /* what they call (0: nothing) */
+	struct pki_tslot stub;	   /* far stub to the direct addr, if stub.x */
 	/* staged state */
 	struct ops_vec ops;
 	unsigned long direct; /* the direct ops' hash: ip -> addr (0: none) */
@@ -75,7 +74,7 @@ struct ops_priv {
 	struct pki_tslot *tramps; /* specialised trampolines, one per chunk used */
 	size_t ntramps;
 	bool registered; /* committed state */
-	bool staged;     /* staged state */
+	bool staged;	 /* staged state */
 };
 
 struct ops_change {
@@ -400,8 +399,8 @@ static struct rt *__rt_build(void)
 			;
 		if (s->ops.n)
 			memcpy(&t->pool[nops], s->ops.v, s->ops.n * sizeof(s->ops.v[0]));
-		t->ent[j] = (struct rt_ent){s->ip, s->new_target, s->direct, &t->pool[nops],
-					    s->ops.n};
+		t->ent[j] =
+		    (struct rt_ent){s->ip, s->new_target, s->direct, &t->pool[nops], s->ops.n};
 		nops += s->ops.n;
 	}
 	return t;
@@ -452,9 +451,9 @@ static int __ops_tramp(struct ops_priv *p, unsigned long ip, unsigned long *out)
 	err = pki_tmem_alloc(ip, &t);
 	if (err)
 		return err;
-	err = pki_tmem_emit(PKI_TRAMP_OPS, &t,
-			     (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func},
-			     2);
+	err =
+	    pki_tmem_emit(PKI_TRAMP_OPS, &t,
+			  (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func}, 2);
 	if (err) {
 		pki_tmem_free(&t);
 		return err;
@@ -505,7 +504,7 @@ static int __site_decide(struct site *s)
 		/* Far: a stub near the site; reuse the current one if it fits. */
 		if (s->stub.x && s->target == s->stub.x &&
 		    *(unsigned long *)((char *)s->stub.w + pki_tramp_size(PKI_TRAMP_STUB) - 8) ==
-			    s->direct) {
+			s->direct) {
 			s->new_target = s->stub.x;
 			return 0;
 		}
@@ -967,7 +966,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	if (err)
 		goto free_t;
 	err = pki_tmem_emit(PKI_TRAMP_HANDLER, &t->slot, (unsigned long[]){(unsigned long)handler},
-			     1);
+			    1);
 	if (err)
 		goto free_slot;
 	/* Callable at once, even before any patch batch synced the cores. */

@@ -21,7 +21,7 @@
 #include "core/tmem.h"
 
 struct pki_tmem_chunk {
-	unsigned long x; /* executable view */
+	unsigned long x;  /* executable view */
 	unsigned char *w; /* writable alias */
 	unsigned int nfree;
 	uint64_t used[PKI_TMEM_SLOTS / 64];
@@ -31,7 +31,7 @@ struct pki_tmem_chunk {
 static pthread_mutex_t tmem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pki_tmem_chunk *chunks[PKI_TMEM_MAX_CHUNKS];
 static unsigned long chunk_base[PKI_TMEM_MAX_CHUNKS]; /* read lock-free */
-static unsigned int nchunks; /* published: release store after the entry */
+static unsigned int nchunks;			      /* published: release store after the entry */
 static unsigned long list_func;
 
 void pki_tmem_set_list_func(unsigned long fn)

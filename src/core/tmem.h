@@ -15,16 +15,16 @@
 
 #include "arch/x86_64/tramp.h"
 
-#define PKI_TMEM_SLOT       PKI_TRAMP_MAX
-#define PKI_TMEM_CHUNK      (64 * 1024)
-#define PKI_TMEM_SLOTS      (PKI_TMEM_CHUNK / PKI_TMEM_SLOT)
+#define PKI_TMEM_SLOT	    PKI_TRAMP_MAX
+#define PKI_TMEM_CHUNK	    (64 * 1024)
+#define PKI_TMEM_SLOTS	    (PKI_TMEM_CHUNK / PKI_TMEM_SLOT)
 #define PKI_TMEM_MAX_CHUNKS 4096
 
 struct pki_tmem_chunk;
 
 struct pki_tslot {
 	unsigned long x; /* executable address */
-	void *w;         /* writable alias */
+	void *w;	 /* writable alias */
 	struct pki_tmem_chunk *chunk;
 };
 

@@ -17,12 +17,12 @@
 #include "arch/x86_64/tramp.h"
 
 __thread struct pki_tramp_tls pki_tramp_tls __attribute__((tls_model("initial-exec"))) = {
-	.nest = -1,
+    .nest = -1,
 };
 
 #define TEMPLATE(name)                                                                             \
 	extern const unsigned char pki_tramp_##name##_start[], pki_tramp_##name##_end[],           \
-		pki_tramp_##name##_data[];                                                         \
+	    pki_tramp_##name##_data[];                                                             \
 	extern const int32_t pki_tramp_##name##_fix[]
 
 TEMPLATE(ops);
@@ -38,16 +38,16 @@ static const struct {
 	size_t ndata;
 	bool env; /* two more data words: the slow exits */
 } templates[PKI_TRAMP_NR_KINDS] = {
-	[PKI_TRAMP_OPS] = {pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data,
-			   pki_tramp_ops_fix, 2, true},
-	[PKI_TRAMP_HANDLER] = {pki_tramp_handler_start, pki_tramp_handler_end,
-			       pki_tramp_handler_data, pki_tramp_handler_fix, 1, true},
-	[PKI_TRAMP_LIST] = {pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data,
-			    pki_tramp_list_fix, 1, true},
-	[PKI_TRAMP_STUB] = {pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data,
-			    pki_tramp_stub_fix, 1, false},
-	[PKI_TRAMP_SLOW] = {pki_tramp_slow_start, pki_tramp_slow_end, pki_tramp_slow_data,
-			    pki_tramp_slow_fix, 1, false},
+    [PKI_TRAMP_OPS] = {pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data,
+		       pki_tramp_ops_fix, 2, true},
+    [PKI_TRAMP_HANDLER] = {pki_tramp_handler_start, pki_tramp_handler_end, pki_tramp_handler_data,
+			   pki_tramp_handler_fix, 1, true},
+    [PKI_TRAMP_LIST] = {pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data,
+			pki_tramp_list_fix, 1, true},
+    [PKI_TRAMP_STUB] = {pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data,
+			pki_tramp_stub_fix, 1, false},
+    [PKI_TRAMP_SLOW] = {pki_tramp_slow_start, pki_tramp_slow_end, pki_tramp_slow_data,
+			pki_tramp_slow_fix, 1, false},
 };
 
 /* Offset of pki_tramp_tls from the thread pointer: one value for all threads. */
@@ -86,9 +86,8 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 	d = out + (templates[kind].data - templates[kind].start);
 	memcpy(d, data, ndata * sizeof(*data));
 	if (templates[kind].env) {
-		unsigned long env[2] = {slow,
-					slow + (unsigned long)(pki_tramp_slow_direct -
-							       pki_tramp_slow_start)};
+		unsigned long env[2] = {
+		    slow, slow + (unsigned long)(pki_tramp_slow_direct - pki_tramp_slow_start)};
 
 		memcpy(d + ndata * sizeof(*data), env, sizeof(env));
 	}
@@ -124,7 +123,7 @@ void pki_tramp_uc_ret(ucontext_t *uc)
 {
 	greg_t sp = uc->uc_mcontext.gregs[REG_RSP];
 
-	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)*(const unsigned long *)sp;
+	uc->uc_mcontext.gregs[REG_RIP] = (greg_t) * (const unsigned long *)sp;
 	uc->uc_mcontext.gregs[REG_RSP] = sp + 8;
 }
 
@@ -137,8 +136,8 @@ static int sync_core_ok;
 
 static void sync_core_register(void)
 {
-	sync_core_ok = !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
-				0, 0);
+	sync_core_ok =
+	    !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0);
 }
 
 /*

@@ -14,11 +14,11 @@
 #include <ucontext.h>
 
 enum pki_tramp_kind {
-	PKI_TRAMP_OPS,     /* data: ops, func */
+	PKI_TRAMP_OPS,	   /* data: ops, func */
 	PKI_TRAMP_HANDLER, /* data: handler */
-	PKI_TRAMP_LIST,    /* data: list func */
-	PKI_TRAMP_STUB,    /* data: target */
-	PKI_TRAMP_SLOW,    /* data: exit function (see tramp.S); one per chunk */
+	PKI_TRAMP_LIST,	   /* data: list func */
+	PKI_TRAMP_STUB,	   /* data: target */
+	PKI_TRAMP_SLOW,	   /* data: exit function (see tramp.S); one per chunk */
 	PKI_TRAMP_NR_KINDS,
 };
 
@@ -60,9 +60,9 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 
 /* Where a thread outside every trampoline body sits in trampoline memory. */
 enum pki_tramp_window {
-	PKI_WIN_NONE,   /* not at a window: must not happen with the counter at -1 */
-	PKI_WIN_ENTRY,  /* first instruction: about to run the trampoline */
-	PKI_WIN_RET,    /* final ret: done */
+	PKI_WIN_NONE,	/* not at a window: must not happen with the counter at -1 */
+	PKI_WIN_ENTRY,	/* first instruction: about to run the trampoline */
+	PKI_WIN_RET,	/* final ret: done */
 	PKI_WIN_DIRECT, /* list dispatcher's jump into the site's direct address */
 };
 

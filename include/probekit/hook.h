@@ -22,8 +22,18 @@
  * trampoline handler or a signal handler (-EDEADLK from a callback).
  *
  * Recursion: while a thread runs a callback or a pk_tramp_new() handler,
- * hooks it reaches are not run (direct entries made by the user still are:
- * the list dispatcher always continues into the site's direct @addr).
+ * the callbacks and handlers of the hooks it reaches are skipped (a user's
+ * own direct @addr still runs: the list dispatcher always continues into it).
+ *
+ * Grace periods (pk_ops_unregister, pk_direct_sync, and the background
+ * reclaim behind pk_direct_del): each thread of the process must be seen
+ * outside every library trampoline and callback.  The library samples
+ * threads with signal SIGRTMAX - 2 (SA_RESTART; a busy thread reports at its
+ * next hook exit instead), so a thread that blocks that signal, or stays in
+ * a callback, delays them.  The ip passed to callbacks and handlers is the
+ * site's (the function's address, or 4 bytes after it behind an endbr64).
+ * Sites of objects loaded after a registration are not added to it; after
+ * fork() only the calling thread exists and pending reclaims are dropped.
  */
 #ifndef PROBEKIT_HOOK_H
 #define PROBEKIT_HOOK_H
@@ -140,10 +150,10 @@ PK_API int pk_direct_mod(const struct pk_direct_entry *e, size_t n);
 
 /*
  * Wait until no thread can still be entering or running a library
- * trampoline or callback removed before the call (a grace period).  User
- * trampolines are covered up to their first instruction (a thread that was
- * about to enter one now enters the site's current target); code they call
- * is not.  Returns 0 or -EDEADLK.
+ * trampoline or callback removed before the call (a grace period).  The
+ * library cannot see inside code it did not make: before reusing your own
+ * trampoline after pk_direct_del(), make sure yourself that no thread is
+ * still in it (e.g. count entries in it).  Returns 0 or -EDEADLK.
  */
 PK_API int pk_direct_sync(void);
 

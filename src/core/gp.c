@@ -92,6 +92,8 @@ static size_t ntargets, cap_targets;
 static unsigned long gp_round;
 static uint32_t gp_answers; /* futex: bumped by each answer */
 
+static void gp_atfork_init(void);
+
 /* What the armed thread owes: round << 24 | slot index. */
 static __thread unsigned long gp_owed;
 
@@ -173,6 +175,7 @@ static void gp_install(void)
 	sigfillset(&sa.sa_mask);
 	if (sigaction(PKI_GP_SIGNAL, &sa, NULL))
 		pki_warn("hooks: sigaction(%d): %s\n", PKI_GP_SIGNAL, pki_errstr(errno));
+	gp_atfork_init();
 }
 
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
@@ -351,10 +354,41 @@ static int __start_worker(void)
 	return err;
 }
 
+/*
+ * fork(): no grace period or queue operation may be half done in the child
+ * (it has only the forking thread), so both locks are taken around it; the
+ * child has no worker and forgets what was queued (the memory stays).
+ */
+static void gp_prepare(void)
+{
+	pthread_mutex_lock(&gp_lock);
+	pthread_mutex_lock(&defer_lock);
+}
+
+static void gp_parent(void)
+{
+	pthread_mutex_unlock(&defer_lock);
+	pthread_mutex_unlock(&gp_lock);
+}
+
+static void gp_child(void)
+{
+	queue = NULL;
+	done = queued;
+	worker_up = false;
+	gp_parent();
+}
+
+static void gp_atfork_init(void)
+{
+	pthread_atfork(gp_prepare, gp_parent, gp_child);
+}
+
 void pki_gp_defer(void (*fn)(void *), void *arg)
 {
 	struct gp_cb *cb = malloc(sizeof(*cb));
 
+	pthread_once(&gp_once, gp_install);
 	pthread_mutex_lock(&defer_lock);
 	if (!cb || (!worker_up && __start_worker())) {
 		pthread_mutex_unlock(&defer_lock);

@@ -583,11 +583,13 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-	Suite *s = suite_create("watch");
-	TCase *tc = tcase_create("watch");
+	Suite *s;
+	TCase *tc;
 
 	if (argc == 2 && !strcmp(argv[1], "--exec-probe"))
 		return exec_probe();
+	s = suite_create("watch");
+	tc = tcase_create("watch");
 	if (getenv("PK_TEST_VERBOSE"))
 		pk_set_print(pk_print_stderr);
 	self_exe = realpath("/proc/self/exe", NULL);

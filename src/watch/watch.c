@@ -523,7 +523,7 @@ static bool has_root(const struct pk_watch *w, int nr_sorted, pid_t tid)
 {
 	struct wroot key = {.tid = tid};
 
-	if (bsearch(&key, w->roots, (size_t)nr_sorted, sizeof(key), root_cmp))
+	if (nr_sorted && bsearch(&key, w->roots, (size_t)nr_sorted, sizeof(key), root_cmp))
 		return true;
 	for (int i = nr_sorted; i < w->nr_roots; i++)
 		if (w->roots[i].tid == tid)

@@ -5,6 +5,7 @@
 #include "cli.h"
 
 static const struct cli_cmd benches[] = {
+	{"breakpoint", cmd_bench_breakpoint, "perf bench breakpoint with all-threads watchpoints"},
 	{NULL, NULL, NULL},
 };
 

@@ -25,5 +25,6 @@ __attribute__((format(printf, 1, 2))) int cli_usage_error(const char *fmt, ...);
 unsigned long cli_parse_ulong(const char *opt, const char *val);
 
 int cmd_bench(int argc, char **argv);
+int cmd_bench_breakpoint(int argc, char **argv);
 
 #endif /* PK_CLI_H */

@@ -178,8 +178,8 @@ static double run_enable(const struct bp_opts *o, bool quiet)
 	if (!threads)
 		exit((perror("calloc"), EXIT_FAILURE));
 	for (unsigned int i = 0; i < nthreads; i++)
-		if (pthread_create(&threads[i], NULL, i < o->npassive ? passive_thread : active_thread,
-				   &done))
+		if (pthread_create(&threads[i], NULL,
+				   i < o->npassive ? passive_thread : active_thread, &done))
 			exit((perror("pthread_create"), EXIT_FAILURE));
 	usleep(10000); /* let the threads block, as perf does */
 	gettimeofday(&start, NULL);
@@ -189,7 +189,8 @@ static double run_enable(const struct bp_opts *o, bool quiet)
 		if (!err)
 			err = pk_watch_enable(w);
 		if (err)
-			exit((cli_error("pk_watch_disable/enable: %s", strerror(-err)), EXIT_FAILURE));
+			exit((cli_error("pk_watch_disable/enable: %s", strerror(-err)),
+			      EXIT_FAILURE));
 	}
 	gettimeofday(&stop, NULL);
 	timersub(&stop, &start, &diff);
@@ -201,8 +202,9 @@ static double run_enable(const struct bp_opts *o, bool quiet)
 	pk_watch_remove(w);
 	result_usec = (unsigned long)(diff.tv_sec * USEC_PER_SEC + diff.tv_usec);
 	if (!quiet) {
-		printf("# Enabled/disabled breakpoint %u time with %u passive and %u active threads\n",
-		       o->repeat, o->npassive, o->nactive);
+		printf(
+		    "# Enabled/disabled breakpoint %u time with %u passive and %u active threads\n",
+		    o->repeat, o->npassive, o->nactive);
 		printf(" %14s: %lu.%03lu [sec]\n\n", "Total time", (long)diff.tv_sec,
 		       (long)(diff.tv_usec / USEC_PER_MSEC));
 		printf(" %14lf usecs/op\n", (double)result_usec / o->repeat);
@@ -269,8 +271,8 @@ static int cmp_double(const void *a, const void *b)
 
 static int compare(const char *bench, const struct bp_opts *o)
 {
-	double (*run)(const struct bp_opts *, bool) = strcmp(bench, "thread") ? run_enable
-									     : run_thread;
+	double (*run)(const struct bp_opts *, bool) =
+	    strcmp(bench, "thread") ? run_enable : run_thread;
 	double *ratio = calloc(o->compare, sizeof(*ratio)), sum_pk = 0, sum_perf = 0;
 
 	if (!ratio)
@@ -316,27 +318,29 @@ static bool opt_is(const char *a, char s, const char *l)
 {
 	size_t n = strlen(l);
 
-	return (a[0] == '-' && a[1] == s) ||
-	       (a[0] == '-' && a[1] == '-' && !strncmp(a + 2, l, n) && (!a[2 + n] || a[2 + n] == '='));
+	return (a[0] == '-' && a[1] == s) || (a[0] == '-' && a[1] == '-' && !strncmp(a + 2, l, n) &&
+					      (!a[2 + n] || a[2 + n] == '='));
 }
 
 static int usage(const char *bench)
 {
 	if (!strcmp(bench, "thread"))
-		fprintf(stderr,
-			"usage: probekit bench breakpoint thread [<options>]\n\n"
-			"    -r, --repeat <n>       Specify amount of times to repeat the run (default 10)\n"
-			"    -b, --breakpoints <n>  Specify amount of breakpoints\n"
-			"    -p, --parallelism <n>  Specify amount of parallelism\n"
-			"    -t, --threads <n>      Specify amount of threads\n"
-			"    -c, --compare <n>      Also run 'perf bench' n times, interleaved; print ratios\n");
+		fprintf(stderr, "usage: probekit bench breakpoint thread [<options>]\n\n"
+				"    -r, --repeat <n>       Specify amount of times to repeat the "
+				"run (default 10)\n"
+				"    -b, --breakpoints <n>  Specify amount of breakpoints\n"
+				"    -p, --parallelism <n>  Specify amount of parallelism\n"
+				"    -t, --threads <n>      Specify amount of threads\n"
+				"    -c, --compare <n>      Also run 'perf bench' n times, "
+				"interleaved; print ratios\n");
 	else
-		fprintf(stderr,
-			"usage: probekit bench breakpoint enable [<options>]\n\n"
-			"    -r, --repeat <n>       Specify amount of times to repeat the run (default 10)\n"
-			"    -p, --passive <n>      Specify amount of passive threads\n"
-			"    -a, --active <n>       Specify amount of active threads\n"
-			"    -c, --compare <n>      Also run 'perf bench' n times, interleaved; print ratios\n");
+		fprintf(stderr, "usage: probekit bench breakpoint enable [<options>]\n\n"
+				"    -r, --repeat <n>       Specify amount of times to repeat the "
+				"run (default 10)\n"
+				"    -p, --passive <n>      Specify amount of passive threads\n"
+				"    -a, --active <n>       Specify amount of active threads\n"
+				"    -c, --compare <n>      Also run 'perf bench' n times, "
+				"interleaved; print ratios\n");
 	return 2;
 }
 
@@ -393,9 +397,9 @@ static int bench_enable(int argc, char **argv)
 }
 
 static const struct cli_cmd bp_benches[] = {
-	{"thread", bench_thread, "create/join threads with inherited all-threads watchpoints"},
-	{"enable", bench_enable, "disable/enable an all-threads watchpoint"},
-	{NULL, NULL, NULL},
+    {"thread", bench_thread, "create/join threads with inherited all-threads watchpoints"},
+    {"enable", bench_enable, "disable/enable an all-threads watchpoint"},
+    {NULL, NULL, NULL},
 };
 
 int cmd_bench_breakpoint(int argc, char **argv)

@@ -143,8 +143,8 @@ START_TEST(exact_counts_many_threads)
 
 	writers_run(wr, NR_WRITERS, 1, NR_WRITES);
 	for (int i = 0; i < NR_WRITERS; i++)
-		ck_assert_msg(wr[i].hits == NR_WRITES, "thread %d (%s the watchpoint): %ld hits",
-			      i, i < NR_WRITERS / 2 ? "before" : "after", wr[i].hits);
+		ck_assert_msg(wr[i].hits == NR_WRITES, "thread %d (%s the watchpoint): %ld hits", i,
+			      i < NR_WRITERS / 2 ? "before" : "after", wr[i].hits);
 	ck_assert_int_eq(atomic_load(&cb_hits), NR_WRITERS * NR_WRITES);
 	ck_assert_uint_eq(pk_watch_hits(w), NR_WRITERS * NR_WRITES);
 	ck_assert_int_eq(atomic_load(&bad_hits), 0);
@@ -322,10 +322,10 @@ START_TEST(exhaustion_and_recovery)
 	ck_assert_ptr_null(pk_watch_add(&slots_mem[5], 8, PK_WATCH_W, NULL));
 	ck_assert_int_eq(errno, ENOSPC);
 	snprintf(want, sizeof(want), "thread %d", wr[0].tid);
-	ck_assert_msg(strstr(last_msg, want) || (snprintf(want, sizeof(want), "thread %d",
-							  wr[1].tid),
-						 strstr(last_msg, want)),
-		      "message: %s", last_msg);
+	ck_assert_msg(
+	    strstr(last_msg, want) ||
+		(snprintf(want, sizeof(want), "thread %d", wr[1].tid), strstr(last_msg, want)),
+	    "message: %s", last_msg);
 	ck_assert_msg(strstr(last_msg, "2 of its"), "message: %s", last_msg);
 
 	/* the threads exit: their single-thread slots come back */
@@ -357,8 +357,7 @@ START_TEST(single_thread_scope)
 	writer_start(&wr[0]);
 	writer_start(&wr[1]);
 	{
-		PK_OPTS(pk_watch_opts, o, .tid = wr[1].tid, .callback = count_cb,
-			.ctx = &cb_hits);
+		PK_OPTS(pk_watch_opts, o, .tid = wr[1].tid, .callback = count_cb, .ctx = &cb_hits);
 
 		w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
 	}

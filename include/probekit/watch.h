@@ -72,12 +72,12 @@ struct pk_watch_hit {
 typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);
 
 struct pk_watch_opts {
-	size_t sz;		/* sizeof(struct pk_watch_opts), PK_OPTS fills it */
-	pid_t tid;		/* 0: all threads, now and later; else one thread */
-	pk_watch_cb callback;	/* may be NULL */
-	void *ctx;		/* passed back in every hit */
-	struct pk_hitq *queue;	/* if set, every hit is pushed there too */
-	bool disabled;		/* create disabled; pk_watch_enable() arms it */
+	size_t sz;	       /* sizeof(struct pk_watch_opts), PK_OPTS fills it */
+	pid_t tid;	       /* 0: all threads, now and later; else one thread */
+	pk_watch_cb callback;  /* may be NULL */
+	void *ctx;	       /* passed back in every hit */
+	struct pk_hitq *queue; /* if set, every hit is pushed there too */
+	bool disabled;	       /* create disabled; pk_watch_enable() arms it */
 };
 
 /*

@@ -27,9 +27,9 @@
 static void bp_attr(struct perf_event_attr *attr, const struct pki_bp *bp)
 {
 	static const unsigned int bp_type[] = {
-		[PK_WATCH_W] = HW_BREAKPOINT_W,
-		[PK_WATCH_RW] = HW_BREAKPOINT_RW,
-		[PK_WATCH_X] = HW_BREAKPOINT_X,
+	    [PK_WATCH_W] = HW_BREAKPOINT_W,
+	    [PK_WATCH_RW] = HW_BREAKPOINT_RW,
+	    [PK_WATCH_X] = HW_BREAKPOINT_X,
 	};
 
 	memset(attr, 0, sizeof(*attr));

@@ -60,9 +60,9 @@ struct pk_watch {
 
 	/* Under mgr.lock. */
 	uint32_t slot;
-	pid_t tid;	/* 0: all threads */
+	pid_t tid; /* 0: all threads */
 	struct pki_bp bp;
-	bool dead;	/* nothing installed any more (thread exited, fork child) */
+	bool dead; /* nothing installed any more (thread exited, fork child) */
 	int nr_roots;
 	struct wroot *roots;
 	struct pk_watch *prev, *next;
@@ -73,11 +73,11 @@ struct pk_watch {
  * (chunks are allocated on demand and published with release), so the handler
  * may index it at any time.  sig_data = MAGIC << 48 | gen << 24 | index.
  */
-#define SIG_MAGIC	0x504bULL /* "PK" */
-#define SLOT_BITS	24
-#define GEN_MASK	((1U << 24) - 1)
-#define CHUNK_SLOTS	256
-#define NR_CHUNKS	256 /* 65536 watchpoints at once */
+#define SIG_MAGIC   0x504bULL /* "PK" */
+#define SLOT_BITS   24
+#define GEN_MASK    ((1U << 24) - 1)
+#define CHUNK_SLOTS 256
+#define NR_CHUNKS   256 /* 65536 watchpoints at once */
 
 struct wslot {
 	atomic_uint inflight;	      /* handlers between enter and exit */
@@ -105,14 +105,14 @@ static struct {
 	struct pk_watch *list;
 	uint32_t nr_slots_used, free_slot; /* free list head, UINT32_MAX = empty */
 } mgr = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.free_slot = UINT32_MAX,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .free_slot = UINT32_MAX,
 };
 
 static const char *const type_name[] = {
-	[PK_WATCH_W] = "W",
-	[PK_WATCH_RW] = "RW",
-	[PK_WATCH_X] = "X",
+    [PK_WATCH_W] = "W",
+    [PK_WATCH_RW] = "RW",
+    [PK_WATCH_X] = "X",
 };
 
 static struct wslot *slot_at(uint32_t idx)
@@ -184,12 +184,12 @@ static void watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 	if (w && atomic_load(&s->gen) == gen) {
 		ucontext_t *uc = ucv;
 		struct pk_watch_hit hit = {
-			.watch = w,
-			.ctx = w->ctx,
-			.tid = (pid_t)syscall(SYS_gettid),
-			.addr = (uintptr_t)si->si_addr,
-			.ip = pki_uc_ip(uc),
-			.uc = uc,
+		    .watch = w,
+		    .ctx = w->ctx,
+		    .tid = (pid_t)syscall(SYS_gettid),
+		    .addr = (uintptr_t)si->si_addr,
+		    .ip = pki_uc_ip(uc),
+		    .uc = uc,
 		};
 
 		atomic_fetch_add_explicit(&w->hits, 1, memory_order_relaxed);
@@ -215,8 +215,8 @@ foreign:
 static int __install_handler(void)
 {
 	struct sigaction sa = {
-		.sa_sigaction = watch_sigtrap,
-		.sa_flags = SA_SIGINFO | SA_RESTART,
+	    .sa_sigaction = watch_sigtrap,
+	    .sa_flags = SA_SIGINFO | SA_RESTART,
 	};
 
 	if (mgr.handler_installed)
@@ -330,7 +330,8 @@ static int __town_grow(void)
 
 		if (!old[i].tid)
 			continue;
-		for (j = tid_hash(old[i].tid) & mgr.tids_mask; tab[j].tid; j = (j + 1) & mgr.tids_mask)
+		for (j = tid_hash(old[i].tid) & mgr.tids_mask; tab[j].tid;
+		     j = (j + 1) & mgr.tids_mask)
 			;
 		tab[j] = old[i];
 	}
@@ -379,7 +380,8 @@ static void __own_move(pid_t tid, int delta)
 	if (!t) {
 		size_t i;
 
-		for (i = tid_hash(tid) & mgr.tids_mask; mgr.tids[i].tid; i = (i + 1) & mgr.tids_mask)
+		for (i = tid_hash(tid) & mgr.tids_mask; mgr.tids[i].tid;
+		     i = (i + 1) & mgr.tids_mask)
 			;
 		t = &mgr.tids[i];
 		t->tid = tid;
@@ -476,10 +478,11 @@ static int __admit(pid_t tid, const void *addr)
 	}
 	__describe_holders(holders, sizeof(holders), full);
 	if (full)
-		pki_warn("watch %p: thread %d has no free debug register: %d all-threads + %d of its "
-			 "own watchpoint(s) hold its %d slots:%s: %s\n",
-			 addr, (int)full, mgr.nr_all, __own(full), PKI_HWBP_SLOTS, holders,
-			 pki_errstr(ENOSPC));
+		pki_warn(
+		    "watch %p: thread %d has no free debug register: %d all-threads + %d of its "
+		    "own watchpoint(s) hold its %d slots:%s: %s\n",
+		    addr, (int)full, mgr.nr_all, __own(full), PKI_HWBP_SLOTS, holders,
+		    pki_errstr(ENOSPC));
 	else
 		pki_warn("watch %p: every thread is full: %d all-threads watchpoint(s) hold all %d "
 			 "slots:%s: %s\n",
@@ -678,12 +681,12 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	w->slot = idx;
 	w->tid = o.tid;
 	w->bp = (struct pki_bp){
-		.addr = (uintptr_t)addr,
-		.len = len,
-		.type = type,
-		.disabled = o.disabled,
-		.inherit = !o.tid,
-		.sig_data = slot_sig_data(idx),
+	    .addr = (uintptr_t)addr,
+	    .len = len,
+	    .type = type,
+	    .disabled = o.disabled,
+	    .inherit = !o.tid,
+	    .sig_data = slot_sig_data(idx),
 	};
 	/* Published before the first event exists: no early hit is lost. */
 	atomic_store(&slot_at(idx)->w, w);

@@ -412,8 +412,14 @@ START_TEST(bad_input)
 	}
 	{
 		struct pk_watch_opts o = {.sz = 4};
+		struct {
+			struct pk_watch_opts o;
+			long future;
+		} big = {.o = {.sz = sizeof(big)}, .future = 1};
 
 		ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, &o));
+		ck_assert_int_eq(errno, EINVAL);
+		ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, &big.o));
 		ck_assert_int_eq(errno, EINVAL);
 	}
 
@@ -580,6 +586,75 @@ START_TEST(exec_removes_watchpoints)
 }
 END_TEST
 
+__attribute__((noinline)) void pk_test_watched_fn(void);
+__attribute__((noinline)) void pk_test_watched_fn(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+START_TEST(execute_watchpoint)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = where_cb);
+	struct pk_watch *w = pk_watch_add((const void *)pk_test_watched_fn, 1, PK_WATCH_X, &o);
+
+	ck_assert_ptr_nonnull(w);
+	pk_test_watched_fn();
+	pk_test_watched_fn();
+	/* fault-like: ip is the watched instruction itself; the call still runs */
+	ck_assert_int_eq(atomic_load(&cb_hits), 2);
+	ck_assert_uint_eq(hit_ip, (uintptr_t)pk_test_watched_fn);
+	pk_watch_remove(w);
+	pk_test_watched_fn();
+	ck_assert_int_eq(atomic_load(&cb_hits), 2);
+}
+END_TEST
+
+/* The callback dereferences the watchpoint's ctx: a use after free would show
+ * (ASan) if pk_watch_remove freed while a handler still ran. */
+struct magic {
+	long magic;
+};
+static void magic_cb(const struct pk_watch_hit *h)
+{
+	const struct magic *m = h->ctx;
+
+	if (m->magic != 0x600d)
+		atomic_fetch_add(&bad_hits, 1);
+	atomic_fetch_add(&cb_hits, 1);
+}
+
+START_TEST(remove_while_hitting)
+{
+	static struct writer wr[2];
+
+	pk_set_print(capture);
+	for (int i = 0; i < 2; i++) {
+		writer_start(&wr[i]);
+		atomic_store(&wr[i].cmd, 3);
+	}
+	for (int r = 0; r < 200; r++) {
+		struct magic *m = malloc(sizeof(*m));
+		PK_OPTS(pk_watch_opts, o, .callback = magic_cb, .ctx = m,
+			.tid = r % 3 ? 0 : wr[r % 2].tid);
+		struct pk_watch *w;
+		long before = atomic_load(&cb_hits);
+
+		m->magic = 0x600d;
+		w = pk_watch_add((const void *)(r & 1 ? &shared_a : &shared_b), 8, PK_WATCH_W, &o);
+		ck_assert_msg(w != NULL, "round %d: %s (%s)", r, strerror(errno), last_msg);
+		/* remove while the writers are hitting it */
+		for (long spin = 0; spin < 1000000 && atomic_load(&cb_hits) < before + 2; spin++)
+			;
+		pk_watch_remove(w);
+		m->magic = 0xdead; /* any handler still using it would see this */
+		free(m);
+	}
+	writers_stop(wr, 2);
+	ck_assert_int_gt(atomic_load(&cb_hits), 0);
+	ck_assert_int_eq(atomic_load(&bad_hits), 0);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *s;
@@ -596,6 +671,7 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, exact_counts_many_threads);
 	tcase_add_test(tc, hit_reports_address_and_ip);
+	tcase_add_test(tc, execute_watchpoint);
 	tcase_add_test(tc, modify_under_load);
 	tcase_add_test(tc, enable_disable);
 	tcase_add_test(tc, exhaustion_and_recovery);
@@ -605,6 +681,10 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, hits_through_queue);
 	tcase_add_test(tc, fork_child_has_none);
 	tcase_add_test(tc, exec_removes_watchpoints);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("stress");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, remove_while_hitting);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

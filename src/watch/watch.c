@@ -638,6 +638,15 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 			errno = EINVAL;
 			return NULL;
 		}
+		/* a newer caller's fields we do not know must be zero */
+		for (size_t i = sizeof(o); i < opts->sz; i++)
+			if (((const char *)opts)[i]) {
+				pki_warn("watch %p: opts has fields this library does not know "
+					 "(sz %zu > %zu): %s\n",
+					 addr, opts->sz, sizeof(o), pki_errstr(EINVAL));
+				errno = EINVAL;
+				return NULL;
+			}
 		memcpy(&o, opts, sizeof(o) < opts->sz ? sizeof(o) : opts->sz);
 	}
 	err = check_target(addr, len, type);

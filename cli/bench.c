@@ -6,6 +6,7 @@
 
 static const struct cli_cmd benches[] = {
 	{"slots", bench_slots, "slot model: reserve+release of an all-CPU task breakpoint"},
+	{"breakpoint", bench_breakpoint, "perf bench breakpoint with all-threads watchpoints"},
 	{NULL, NULL, NULL},
 };
 

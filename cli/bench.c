@@ -5,6 +5,7 @@
 #include "cli.h"
 
 static const struct cli_cmd benches[] = {
+	{"record", bench_record, "trace recorder hot path: ns per recorded event"},
 	{NULL, NULL, NULL},
 };
 

@@ -25,5 +25,8 @@ __attribute__((format(printf, 1, 2))) int cli_usage_error(const char *fmt, ...);
 unsigned long cli_parse_ulong(const char *opt, const char *val);
 
 int cmd_bench(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int bench_record(int argc, char **argv);
 
 #endif /* PK_CLI_H */

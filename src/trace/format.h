@@ -33,7 +33,7 @@ struct pki_trace_prefix {
 struct pki_trace_frame {
 	uint32_t type;     /* enum pki_trace_rec */
 	uint32_t len;      /* payload bytes, padding excluded */
-	uint32_t crc;      /* CRC-32 (IEEE 802.3, as zlib) of the payload */
+	uint32_t crc;      /* CRC-32C (Castagnoli) of the payload */
 	uint32_t reserved; /* 0 */
 };
 

@@ -325,7 +325,7 @@ static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *f
 		return fail(p, off, "truncated %s record (%u bytes + %llu padding, %llu left)",
 			    rec_name(fr->type), fr->len, (unsigned long long)pad,
 			    (unsigned long long)(left - sizeof(*fr)));
-	if (pki_crc32(0, p->buf + off + sizeof(*fr), fr->len) != fr->crc)
+	if (pki_crc32c(0, p->buf + off + sizeof(*fr), fr->len) != fr->crc)
 		return fail(p, off, "checksum mismatch in %s record (%u bytes)",
 			    rec_name(fr->type), fr->len);
 	for (i = 0; i < pad; i++)
@@ -385,8 +385,16 @@ static int parse_records(struct parser *p)
 		case PKI_REC_END:
 			err = rec_end(p, off, d, fr.len);
 			break;
-		default: /* a newer minor version's record: skip it */
-			err = 0;
+		default:
+			/*
+			 * Only a newer minor version may hold types we do not know;
+			 * in a file of our own version it is corruption.
+			 */
+			if (f->version_minor > PKI_TRACE_VERSION_MINOR)
+				err = 0;
+			else
+				err = fail(p, off, "unknown record type %u in a version %u.%u file",
+					   fr.type, f->version_major, f->version_minor);
 			break;
 		}
 		if (err == -ENOMEM)

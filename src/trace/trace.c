@@ -181,7 +181,7 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	iov[0].iov_base = &fr;
 	iov[0].iov_len = sizeof(fr);
 	for (i = 0; i < n; i++) {
-		fr.crc = pki_crc32(fr.crc, parts[i].iov_base, parts[i].iov_len);
+		fr.crc = pki_crc32c(fr.crc, parts[i].iov_base, parts[i].iov_len);
 		len += parts[i].iov_len;
 		iov[i + 1] = parts[i];
 	}
@@ -210,7 +210,8 @@ static int emit_string_rec(uint32_t type, const void *fixed, size_t flen, const 
 
 static uint64_t buf_lost(struct pki_trace_buf *b)
 {
-	return __atomic_load_n(&b->lost, __ATOMIC_RELAXED);
+	return __atomic_load_n(&b->lost, __ATOMIC_RELAXED) +
+	       __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED);
 }
 
 /*
@@ -368,6 +369,8 @@ static void buf_release(void *arg)
  * Make the calling thread's buffer: header page, events, and (when fatal
  * signals are caught) an alternate signal stack so a stack overflow still
  * gets flushed.  Syscalls only (mmap, prctl, sigaltstack): async-signal-safe.
+ * MAP_POPULATE: the pages are faulted in here, once, so the hot path never
+ * enters the kernel for a first touch (that alone cost ~8 ns per event).
  */
 static struct pki_trace_buf *buf_new(void)
 {
@@ -377,7 +380,8 @@ static struct pki_trace_buf *buf_new(void)
 	struct pki_trace_buf *head;
 	stack_t ss;
 
-	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
+		 0);
 	if (b == MAP_FAILED)
 		return NULL;
 	b->map_len = len;
@@ -421,7 +425,7 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 		return;
 	}
 	if (b) { /* busy: a signal handler interrupted a record of this thread */
-		__atomic_fetch_add(&b->lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
 		return;
 	}
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)

@@ -114,7 +114,8 @@ struct pki_trace_buf {
 	uint64_t cached_tail; /* owner's last look at tail: avoids touching the consumer line */
 	uint64_t mask;
 	struct pki_trace_event *ev;
-	uint64_t lost;        /* atomic adds, owner (and its signal handlers) only */
+	uint64_t lost;        /* buffer full; stored by the owner only, inside a record */
+	uint64_t nested_lost; /* atomic adds by the slow path (nested records) */
 	uint32_t busy;        /* owner is inside a record: a nested one is lost */
 	uint32_t tsn;
 	/* consumer line */
@@ -171,7 +172,8 @@ static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
 	if (__builtin_expect(h - b->cached_tail > b->mask, 0)) {
 		b->cached_tail = __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE);
 		if (h - b->cached_tail > b->mask) {
-			__atomic_fetch_add(&b->lost, 1, __ATOMIC_RELAXED);
+			/* No lock prefix: only this thread, inside busy, writes lost. */
+			__atomic_store_n(&b->lost, b->lost + 1, __ATOMIC_RELAXED);
 			goto out;
 		}
 	}

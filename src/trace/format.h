@@ -7,7 +7,7 @@
  *
  *   prefix (16 bytes) | HEADER record | any records ... | END record
  *
- * A record is a 16-byte frame (type, payload length, CRC-32 of the payload)
+ * A record is a 16-byte frame (type, payload length, CRC-32C of the payload)
  * followed by the payload and zero padding to the next multiple of 8.  A file
  * cut anywhere is therefore readable up to its last complete record, which is
  * what a crashed or killed program leaves behind.
@@ -27,7 +27,7 @@ struct pki_trace_prefix {
 	char magic[8];
 	uint16_t version_major;
 	uint16_t version_minor;
-	uint32_t reserved; /* 0 */
+	uint32_t crc; /* CRC-32C of the 12 bytes before it */
 };
 
 struct pki_trace_frame {

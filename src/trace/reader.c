@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -479,8 +480,8 @@ struct pki_trace_file *pki_trace_file_parse(const void *buf, size_t len, char *e
 		     pre.version_minor, PKI_TRACE_VERSION_MAJOR);
 		goto fatal;
 	}
-	if (pre.reserved) {
-		fail(&p, 12, "corrupt prefix (reserved field %#x)", pre.reserved);
+	if (pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc)) != pre.crc) {
+		fail(&p, 12, "checksum mismatch in the file prefix");
 		goto fatal;
 	}
 	ret = parse_records(&p);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -632,6 +633,7 @@ static int write_header(const char *program)
 	struct iovec p = {&pre, sizeof(pre)};
 	int err;
 
+	pre.crc = pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc));
 	err = pwritev_all(S.fd, &p, 1, 0);
 	if (err)
 		return err;

@@ -521,7 +521,7 @@ static bool is_prefix_of(const struct pki_trace_thread *t, const struct pki_trac
 	for (i = 0; i < full->nthreads; i++)
 		if (full->threads[i].tsn == t->tsn)
 			return t->nev <= full->threads[i].nev &&
-			       !memcmp(t->ev, full->threads[i].ev, t->nev * sizeof(*t->ev));
+			       (!t->nev || !memcmp(t->ev, full->threads[i].ev, t->nev * sizeof(*t->ev)));
 	return false;
 }
 
@@ -743,7 +743,9 @@ START_TEST(sigkill_leaves_partial_file)
 	f = tread();
 	ck_assert(f->partial);
 	ck_assert(!f->complete);
-	ck_assert_ptr_nonnull(strstr(f->error, "no END record"));
+	/* SIGKILL may also land inside a large pwritev(): then the last record is cut. */
+	ck_assert_msg(strstr(f->error, "no END record") || strstr(f->error, "truncated"), "%s",
+		      f->error);
 	ck_assert_uint_ge(f->nevents, 1000);
 	ck_assert_int_eq(f->threads[0].ev[999].ts, 999);
 	pki_trace_file_free(f);

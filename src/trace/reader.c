@@ -425,7 +425,8 @@ static void finish(struct pki_trace_file *f)
 	bool any = false;
 
 	/* Symbols: sort, keep the last record of each fn. */
-	qsort(f->syms, f->nsyms, sizeof(*f->syms), sym_cmp);
+	if (f->nsyms)
+		qsort(f->syms, f->nsyms, sizeof(*f->syms), sym_cmp);
 	for (i = 0; i < f->nsyms; i = j) {
 		for (j = i + 1; j < f->nsyms && f->syms[j].fn == f->syms[i].fn; j++)
 			free(f->syms[j - 1].name);

@@ -419,6 +419,13 @@ static int sym_cmp(const void *a, const void *b)
 	return x < y ? -1 : 1; /* stable: keep file order among equals */
 }
 
+static int thread_cmp(const void *a, const void *b)
+{
+	const struct pki_trace_thread *x = a, *y = b;
+
+	return x->tsn < y->tsn ? -1 : x->tsn > y->tsn;
+}
+
 static void finish(struct pki_trace_file *f)
 {
 	size_t i, j, n = 0;
@@ -434,6 +441,9 @@ static void finish(struct pki_trace_file *f)
 	}
 	f->nsyms = n;
 
+	/* Threads in the order they started recording. */
+	if (f->nthreads)
+		qsort(f->threads, f->nthreads, sizeof(*f->threads), thread_cmp);
 	f->lost = f->complete ? f->end.late_lost : 0;
 	for (i = 0; i < f->nthreads; i++) {
 		struct pki_trace_thread *t = &f->threads[i];

@@ -53,7 +53,7 @@ struct pki_trace_file {
 	size_t nsyms;
 	struct pki_trace_obj *objs;
 	size_t nobjs;
-	struct pki_trace_thread *threads; /* by first appearance */
+	struct pki_trace_thread *threads; /* by tsn: the order threads began recording */
 	size_t nthreads;
 
 	bool complete;          /* END record seen */

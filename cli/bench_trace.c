@@ -109,9 +109,11 @@ static double measure(int mode, int nthreads)
 int bench_record(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"loops", required_argument, NULL, 'l'}, {"threads", required_argument, NULL, 't'},
-		{"buffer", required_argument, NULL, 'b'}, {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"loops", required_argument, NULL, 'l'},
+	    {"threads", required_argument, NULL, 't'},
+	    {"buffer", required_argument, NULL, 'b'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	PK_OPTS(pki_trace_opts, to, .drain_ms = 5, .buf_events = 1u << 18);
 	char path[] = "/tmp/probekit-bench-XXXXXX";
@@ -157,8 +159,8 @@ int bench_record(int argc, char **argv)
 		return cli_error("trace open %s: %s", path, strerror(-err));
 	}
 	printf("# Running 'trace/record' benchmark:\n");
-	printf("# %llu events per thread, %d thread(s), clock %s\n\n",
-	       (unsigned long long)loops, nthreads, pki_trace_use_tsc ? "tsc" : "monotonic");
+	printf("# %llu events per thread, %d thread(s), clock %s\n\n", (unsigned long long)loops,
+	       nthreads, pki_trace_use_tsc ? "tsc" : "monotonic");
 	tsc = measure(M_TSC, nthreads);
 	mono = measure(M_MONO, nthreads);
 	rconst = measure(M_RECORD_CONST, nthreads);

@@ -55,24 +55,24 @@ static const char *thread_name(const struct pki_trace_thread *t)
 /* ---- report ---------------------------------------------------------------- */
 
 static const char report_usage[] =
-	"usage: probekit report [FILE] [--threads] [--sort KEY] [--raw]\n"
-	"\n"
-	"Per function of the trace FILE (default " DEFAULT_TRACE "): calls, total time,\n"
-	"self time, average, minimum and maximum duration, sorted by total time.\n"
-	"\n"
-	"  --threads     one table per thread instead of one for the process\n"
-	"  --sort KEY    calls|total|self|avg|min|max (largest first) or name\n"
-	"  --raw         times as integer nanoseconds (for scripts)\n"
-	"\n"
-	"total counts a recursive function's time once (outermost calls only);\n"
-	"self is total minus the time in the functions it called; avg, min and max\n"
-	"are over every call's own duration.  Calls still running when the trace\n"
-	"ended end at their thread's last event.\n";
+    "usage: probekit report [FILE] [--threads] [--sort KEY] [--raw]\n"
+    "\n"
+    "Per function of the trace FILE (default " DEFAULT_TRACE "): calls, total time,\n"
+    "self time, average, minimum and maximum duration, sorted by total time.\n"
+    "\n"
+    "  --threads     one table per thread instead of one for the process\n"
+    "  --sort KEY    calls|total|self|avg|min|max (largest first) or name\n"
+    "  --raw         times as integer nanoseconds (for scripts)\n"
+    "\n"
+    "total counts a recursive function's time once (outermost calls only);\n"
+    "self is total minus the time in the functions it called; avg, min and max\n"
+    "are over every call's own duration.  Calls still running when the trace\n"
+    "ended end at their thread's last event.\n";
 
 static const char *const sort_names[] = {
-	[PKI_SORT_TOTAL] = "total", [PKI_SORT_CALLS] = "calls", [PKI_SORT_SELF] = "self",
-	[PKI_SORT_AVG] = "avg",	    [PKI_SORT_MIN] = "min",	[PKI_SORT_MAX] = "max",
-	[PKI_SORT_NAME] = "name",
+    [PKI_SORT_TOTAL] = "total", [PKI_SORT_CALLS] = "calls", [PKI_SORT_SELF] = "self",
+    [PKI_SORT_AVG] = "avg",	[PKI_SORT_MIN] = "min",	    [PKI_SORT_MAX] = "max",
+    [PKI_SORT_NAME] = "name",
 };
 
 static void fmt_ns(char *buf, size_t len, uint64_t ns, bool raw)
@@ -112,7 +112,8 @@ static void print_table(const struct pki_trace_file *f, const struct pki_trace_r
 		fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
 		fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
 		printf("%10llu %*s %*s %*s %*s %*s  %s", (unsigned long long)s->calls, w, t[0], w,
-		       t[1], w, t[2], w, t[3], w, t[4], pki_trace_fn_name(f, s->fn, nb, sizeof(nb)));
+		       t[1], w, t[2], w, t[3], w, t[4],
+		       pki_trace_fn_name(f, s->fn, nb, sizeof(nb)));
 		sym = pki_trace_file_sym(f, s->fn);
 		obj = sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
 		if (obj) {
@@ -139,9 +140,11 @@ static int parse_sort(const char *v, enum pki_trace_sort *key)
 int cmd_report(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"threads", no_argument, NULL, 't'}, {"sort", required_argument, NULL, 's'},
-		{"raw", no_argument, NULL, 'r'},     {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"threads", no_argument, NULL, 't'},
+	    {"sort", required_argument, NULL, 's'},
+	    {"raw", no_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	enum pki_trace_sort key = PKI_SORT_TOTAL;
 	bool per_thread = false, raw = false;
@@ -200,8 +203,8 @@ int cmd_report(int argc, char **argv)
 		for (i = 0; i < f->nthreads; i++) {
 			const struct pki_trace_thread *t = &f->threads[i];
 
-			printf("\n# thread %u (tid %u, %s): %zu events, %llu lost\n", t->tsn, t->tid,
-			       thread_name(t), t->nev, (unsigned long long)t->lost);
+			printf("\n# thread %u (tid %u, %s): %zu events, %llu lost\n", t->tsn,
+			       t->tid, thread_name(t), t->nev, (unsigned long long)t->lost);
 			print_table(f, &r, t->tsn, raw);
 		}
 	} else {
@@ -221,19 +224,19 @@ int cmd_report(int argc, char **argv)
 /* ---- export ---------------------------------------------------------------- */
 
 static const char export_usage[] =
-	"usage: probekit export [FILE] --format chrome|folded [-o OUT] [--value time|calls]\n"
-	"                       [--threads]\n"
-	"\n"
-	"Convert the trace FILE (default " DEFAULT_TRACE ") for other tools; to OUT or stdout.\n"
-	"\n"
-	"  --format chrome   Chrome trace-event JSON (\"X\" complete events, ts/dur in\n"
-	"                    microseconds): open in https://ui.perfetto.dev or chrome://tracing\n"
-	"  --format folded   one line per call stack, 'outer;inner;leaf VALUE', for\n"
-	"                    flamegraph.pl, inferno, speedscope\n"
-	"  --value time      folded VALUE = self time in nanoseconds (default)\n"
-	"  --value calls     folded VALUE = number of calls of the leaf with that stack\n"
-	"  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
-	"  -o, --output OUT  write to OUT instead of stdout\n";
+    "usage: probekit export [FILE] --format chrome|folded [-o OUT] [--value time|calls]\n"
+    "                       [--threads]\n"
+    "\n"
+    "Convert the trace FILE (default " DEFAULT_TRACE ") for other tools; to OUT or stdout.\n"
+    "\n"
+    "  --format chrome   Chrome trace-event JSON (\"X\" complete events, ts/dur in\n"
+    "                    microseconds): open in https://ui.perfetto.dev or chrome://tracing\n"
+    "  --format folded   one line per call stack, 'outer;inner;leaf VALUE', for\n"
+    "                    flamegraph.pl, inferno, speedscope\n"
+    "  --value time      folded VALUE = self time in nanoseconds (default)\n"
+    "  --value calls     folded VALUE = number of calls of the leaf with that stack\n"
+    "  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
+    "  -o, --output OUT  write to OUT instead of stdout\n";
 
 struct calls {
 	struct pki_trace_call *v;
@@ -376,8 +379,9 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 	for (i = 0; i < f->nthreads && !err; i++) {
 		const struct pki_trace_thread *t = &f->threads[i];
 
-		fprintf(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
-			   "\"args\":{\"name\":",
+		fprintf(o,
+			",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
+			"\"args\":{\"name\":",
 			f->pid, t->tid);
 		json_str(o, thread_name(t));
 		fputs("}}", o);
@@ -390,7 +394,7 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 			const struct pki_trace_call *c = &cs.v[j];
 			const struct pki_trace_sym *sym = pki_trace_file_sym(f, c->fn);
 			const struct pki_trace_obj *obj =
-				sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
+			    sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
 			char nb[32];
 
 			fputs(",\n{\"ph\":\"X\",\"name\":", o);
@@ -423,7 +427,8 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 
 static int line_cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct folded_line *)a)->stack, ((const struct folded_line *)b)->stack);
+	return strcmp(((const struct folded_line *)a)->stack,
+		      ((const struct folded_line *)b)->stack);
 }
 
 static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, bool count)
@@ -453,9 +458,9 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 int cmd_export(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
-		{"value", required_argument, NULL, 'v'},  {"threads", no_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},	  {NULL, 0, NULL, 0},
+	    {"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
+	    {"value", required_argument, NULL, 'v'},  {"threads", no_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},	      {NULL, 0, NULL, 0},
 	};
 	const char *path = DEFAULT_TRACE, *out = NULL, *format = NULL;
 	bool threads = false, count = false;

@@ -30,8 +30,17 @@
 #define EN(fn, ts) pki_trace_record(fn, PKI_EV_ENTRY, ts)
 #define EX(fn, ts) pki_trace_record(fn, PKI_EV_EXIT, ts)
 
-enum { FA = 0x10, FB = 0x20, FC = 0x30, FD = 0x40, FE = 0x50, FF = 0x60, FG = 0x70,
-       FH = 0x80, FX = 0x99 };
+enum {
+	FA = 0x10,
+	FB = 0x20,
+	FC = 0x30,
+	FD = 0x40,
+	FE = 0x50,
+	FF = 0x60,
+	FG = 0x70,
+	FH = 0x80,
+	FX = 0x99
+};
 
 static char tpath[64];
 
@@ -83,8 +92,7 @@ static void *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-static const struct pki_trace_thread *thread_named(const struct pki_trace_file *f,
-						   const char *name)
+static const struct pki_trace_thread *thread_named(const struct pki_trace_file *f, const char *name)
 {
 	size_t i;
 
@@ -481,7 +489,8 @@ START_TEST(exited_threads_kept)
 		pthread_create(&th, NULL, short_thread, (void *)i);
 		pthread_join(th, NULL);
 		if (i == 10)
-			usleep(20000); /* let the drainer reap some; correctness does not depend on it */
+			usleep(20000); /* let the drainer reap some; correctness does not depend on
+					  it */
 	}
 	ck_assert_int_eq(pki_trace_close(), 0);
 	f = tread();
@@ -521,7 +530,8 @@ static bool is_prefix_of(const struct pki_trace_thread *t, const struct pki_trac
 	for (i = 0; i < full->nthreads; i++)
 		if (full->threads[i].tsn == t->tsn)
 			return t->nev <= full->threads[i].nev &&
-			       (!t->nev || !memcmp(t->ev, full->threads[i].ev, t->nev * sizeof(*t->ev)));
+			       (!t->nev ||
+				!memcmp(t->ev, full->threads[i].ev, t->nev * sizeof(*t->ev)));
 	return false;
 }
 
@@ -596,7 +606,8 @@ START_TEST(reader_rejects_garbage)
 	size_t i;
 
 	ck_assert_ptr_null(pki_trace_file_parse("hello", 5, err, sizeof(err)));
-	ck_assert_str_eq(err, "offset 0: file too short for a trace (5 bytes, the prefix alone is 16)");
+	ck_assert_str_eq(err,
+			 "offset 0: file too short for a trace (5 bytes, the prefix alone is 16)");
 	ck_assert_ptr_null(pki_trace_file_parse("0123456789abcdefgh", 18, err, sizeof(err)));
 	ck_assert_str_eq(err, "offset 0: not a probekit trace file (bad magic)");
 	ck_assert_ptr_null(pki_trace_file_parse(junk, sizeof(junk), err, sizeof(err)));

@@ -16,8 +16,17 @@
 #define EN(fn, ts) pki_trace_record(fn, PKI_EV_ENTRY, ts)
 #define EX(fn, ts) pki_trace_record(fn, PKI_EV_EXIT, ts)
 
-enum { FA = 0x10, FB = 0x20, FC = 0x30, FD = 0x40, FE = 0x50, FF = 0x60, FG = 0x70,
-       FH = 0x80, FX = 0x99 };
+enum {
+	FA = 0x10,
+	FB = 0x20,
+	FC = 0x30,
+	FD = 0x40,
+	FE = 0x50,
+	FF = 0x60,
+	FG = 0x70,
+	FH = 0x80,
+	FX = 0x99
+};
 
 static void crafted(void)
 {
@@ -61,7 +70,7 @@ int main(int argc, char **argv)
 		uint32_t obj;
 		const char *name;
 	} syms[] = {{FA, 1, "alpha"}, {FB, 1, "beta"}, {FC, 0, "gamma"}, {FD, 0, "delta"},
-		    {FE, 0, "ep\"s"}, {FF, 0, "phi"},	  {FG, 0, "g"}};
+		    {FE, 0, "ep\"s"}, {FF, 0, "phi"},  {FG, 0, "g"}};
 	pthread_t th;
 	size_t i;
 	int err;

@@ -126,8 +126,8 @@ static int pop(struct replay *r, uint64_t ts, bool unwound, bool open)
 	uint64_t fn = r->fns[d];
 	struct frame *fr = &r->fr[d];
 	uint32_t *a = map_slot(&r->active, fn);
-	struct pki_trace_call c = {.fn = fn, .depth = (uint32_t)d, .unwound = unwound, .open = open,
-				   .stack = r->fns};
+	struct pki_trace_call c = {
+	    .fn = fn, .depth = (uint32_t)d, .unwound = unwound, .open = open, .stack = r->fns};
 
 	if (!a)
 		return -ENOMEM;
@@ -218,7 +218,7 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 			b->cap = ncap;
 		}
 		b->r->st[b->r->n++] = (struct pki_trace_fnstat){
-			.fn = c->fn, .tsn = b->per_thread ? t->tsn : 0, .min_ns = UINT64_MAX};
+		    .fn = c->fn, .tsn = b->per_thread ? t->tsn : 0, .min_ns = UINT64_MAX};
 		*slot = (uint32_t)b->r->n;
 		b->idx.n++;
 	}

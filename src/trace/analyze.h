@@ -25,9 +25,9 @@ struct pki_trace_call {
 	uint64_t fn;
 	uint64_t start_ns, end_ns; /* relative to the trace origin */
 	uint64_t dur_ns, self_ns;
-	uint32_t depth;       /* 0 = bottom of the thread's stack */
-	bool outermost;       /* no other frame of fn below: counts in total time */
-	bool unwound, open;   /* see above */
+	uint32_t depth;	       /* 0 = bottom of the thread's stack */
+	bool outermost;	       /* no other frame of fn below: counts in total time */
+	bool unwound, open;    /* see above */
 	const uint64_t *stack; /* fns from the bottom to this call, depth + 1 entries */
 };
 
@@ -36,8 +36,8 @@ struct pki_trace_replay_stats {
 };
 
 /* Called once per call, when it ends (children before parents).  Nonzero stops. */
-typedef int (*pki_trace_call_fn)(const struct pki_trace_thread *t,
-				 const struct pki_trace_call *c, void *arg);
+typedef int (*pki_trace_call_fn)(const struct pki_trace_thread *t, const struct pki_trace_call *c,
+				 void *arg);
 
 /* Replay thread @t of @f.  0, -ENOMEM, or the callback's nonzero return. */
 int pki_trace_replay(const struct pki_trace_file *f, const struct pki_trace_thread *t,
@@ -49,7 +49,7 @@ struct pki_trace_fnstat {
 	uint64_t calls;
 	uint64_t total_ns; /* outermost calls only: recursion is not counted twice */
 	uint64_t self_ns;
-	uint64_t sum_ns;   /* every call's own duration: avg = sum_ns / calls */
+	uint64_t sum_ns; /* every call's own duration: avg = sum_ns / calls */
 	uint64_t min_ns, max_ns;
 };
 
@@ -78,7 +78,6 @@ void pki_trace_report_sort(const struct pki_trace_file *f, struct pki_trace_repo
 void pki_trace_report_free(struct pki_trace_report *r);
 
 /* The display name of @fn: its symbol, else "0x<hex>" in @buf. */
-const char *pki_trace_fn_name(const struct pki_trace_file *f, uint64_t fn, char *buf,
-			      size_t len);
+const char *pki_trace_fn_name(const struct pki_trace_file *f, uint64_t fn, char *buf, size_t len);
 
 #endif /* PK_TRACE_ANALYZE_H */

@@ -49,7 +49,7 @@ int pki_trace_clock_setup(int want, struct pki_trace_clockinfo *ci)
 
 	memset(ci, 0, sizeof(*ci));
 	if (!want && env)
-		want = !strcmp(env, "tsc") ? PKI_CLOCK_TSC
+		want = !strcmp(env, "tsc")	   ? PKI_CLOCK_TSC
 		       : !strcmp(env, "monotonic") ? PKI_CLOCK_MONOTONIC
 						   : 0;
 	if (!want)

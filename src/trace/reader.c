@@ -31,7 +31,7 @@ struct parser {
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t off,
-						     const char *fmt, ...)
+						      const char *fmt, ...)
 {
 	struct pki_trace_file *f = p->f;
 	int n;
@@ -48,7 +48,7 @@ __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t
 
 static const char *rec_name(uint32_t type)
 {
-	static const char *const names[] = {"?",	"HEADER", "OBJECT", "SYMBOL",
+	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL",
 					    "THREAD", "EVENTS", "LOST",	  "END"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
@@ -306,8 +306,7 @@ static int rec_end(struct parser *p, uint64_t off, const uint8_t *d, uint32_t le
 /*
  * Check the frame at @off.  0 with *@plen and *@pnext set, or a fail().
  */
-static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *fr,
-		       uint64_t *pnext)
+static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *fr, uint64_t *pnext)
 {
 	uint64_t left = p->len - off, pad, i;
 
@@ -327,8 +326,8 @@ static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *f
 			    rec_name(fr->type), fr->len, (unsigned long long)pad,
 			    (unsigned long long)(left - sizeof(*fr)));
 	if (pki_crc32c(0, p->buf + off + sizeof(*fr), fr->len) != fr->crc)
-		return fail(p, off, "checksum mismatch in %s record (%u bytes)",
-			    rec_name(fr->type), fr->len);
+		return fail(p, off, "checksum mismatch in %s record (%u bytes)", rec_name(fr->type),
+			    fr->len);
 	for (i = 0; i < pad; i++)
 		if (p->buf[off + sizeof(*fr) + fr->len + i])
 			return fail(p, off, "non-zero padding after %s record", rec_name(fr->type));

@@ -44,9 +44,9 @@ struct pki_trace_file {
 	uint16_t version_major, version_minor;
 	uint32_t clock, pid, buf_events;
 	uint64_t ticks_per_sec; /* as the header says */
-	uint64_t rate;          /* used for conversions: refined from END when possible */
+	uint64_t rate;		/* used for conversions: refined from END when possible */
 	uint64_t ref_ticks, ref_mono_ns, ref_real_ns;
-	uint64_t origin;        /* smallest event timestamp: time 0 of reports/exports */
+	uint64_t origin; /* smallest event timestamp: time 0 of reports/exports */
 	char *program;
 
 	struct pki_trace_sym *syms; /* sorted by fn, unique (later record wins) */
@@ -56,12 +56,12 @@ struct pki_trace_file {
 	struct pki_trace_thread *threads; /* by tsn: the order threads began recording */
 	size_t nthreads;
 
-	bool complete;          /* END record seen */
+	bool complete;		/* END record seen */
 	struct pki_rec_end end; /* valid if complete */
 	uint64_t nevents, nrecords;
-	uint64_t lost;          /* sum over threads (+ END's late_lost if complete) */
+	uint64_t lost; /* sum over threads (+ END's late_lost if complete) */
 
-	uint64_t size;       /* bytes in the file */
+	uint64_t size;	     /* bytes in the file */
 	uint64_t valid_size; /* bytes up to the end of the last valid record */
 	bool partial;
 	uint64_t error_off;
@@ -72,8 +72,7 @@ struct pki_trace_file {
 struct pki_trace_file *pki_trace_file_read(const char *path, char *err, size_t errlen);
 
 /* Parse @len bytes at @buf (copied as needed; @buf may be freed after). */
-struct pki_trace_file *pki_trace_file_parse(const void *buf, size_t len, char *err,
-					    size_t errlen);
+struct pki_trace_file *pki_trace_file_parse(const void *buf, size_t len, char *err, size_t errlen);
 
 void pki_trace_file_free(struct pki_trace_file *f);
 

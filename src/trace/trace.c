@@ -57,17 +57,17 @@ static struct {
 	int state;  /* atomic, ST_* */
 	int writer; /* atomic: tid holding the right to write the file, or 0 */
 	int fd;
-	uint64_t off;     /* where the next record goes; writer only */
+	uint64_t off;	  /* where the next record goes; writer only */
 	uint64_t end_off; /* where the END record went (exec_failed truncates there) */
-	int io_err;       /* first write error, reported at close */
+	int io_err;	  /* first write error, reported at close */
 	struct pki_trace_clockinfo ci;
 	uint32_t cap;
 	struct pki_trace_buf *bufs; /* atomic head; see buf_unlink() */
-	uint32_t next_tsn;          /* atomic */
-	uint32_t nthreads;          /* atomic: buffers made this session */
-	uint64_t late_lost;         /* atomic */
-	uint64_t recorded;          /* writer only: events in the file */
-	uint64_t gone_lost;         /* writer only: lost counts of freed buffers */
+	uint32_t next_tsn;	    /* atomic */
+	uint32_t nthreads;	    /* atomic: buffers made this session */
+	uint64_t late_lost;	    /* atomic */
+	uint64_t recorded;	    /* writer only: events in the file */
+	uint64_t gone_lost;	    /* writer only: lost counts of freed buffers */
 
 	pthread_mutex_t mu; /* drainer sleep/stop */
 	pthread_cond_t cv;
@@ -83,8 +83,8 @@ static struct {
 } S = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Signals whose default action ends the process: flushed when still SIG_DFL. */
-static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL,  SIGFPE,  SIGABRT, SIGSYS,
-				    SIGTERM, SIGINT, SIGHUP,  SIGQUIT, SIGXCPU, SIGXFSZ,
+static const int fatal_signals[] = {SIGSEGV, SIGBUS,  SIGILL,  SIGFPE,	SIGABRT,   SIGSYS,
+				    SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGXCPU,   SIGXFSZ,
 				    SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF};
 
 /* ---- the writer word ------------------------------------------------------
@@ -286,9 +286,8 @@ static void buf_unlink(struct pki_trace_buf *b)
 {
 	struct pki_trace_buf *head = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE), *p;
 
-	if (head == b &&
-	    __atomic_compare_exchange_n(&S.bufs, &head, b->next, false, __ATOMIC_ACQ_REL,
-					__ATOMIC_ACQUIRE))
+	if (head == b && __atomic_compare_exchange_n(&S.bufs, &head, b->next, false,
+						     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return;
 	for (p = head; p && p->next != b; p = p->next)
 		;
@@ -430,7 +429,7 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 		return;
 	}
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
-		return; /* outside any trace: not an event of a trace */
+		return;	      /* outside any trace: not an event of a trace */
 	if (tls_allocating) { /* a handler interrupted buf_new() of this thread */
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 		return;
@@ -622,13 +621,13 @@ static int write_header(const char *program)
 				       .version_major = PKI_TRACE_VERSION_MAJOR,
 				       .version_minor = PKI_TRACE_VERSION_MINOR};
 	struct pki_rec_header h = {
-		.clock = S.ci.clock,
-		.pid = (uint32_t)getpid(),
-		.ticks_per_sec = S.ci.ticks_per_sec,
-		.ref_ticks = S.ci.ref_ticks,
-		.ref_mono_ns = S.ci.ref_mono_ns,
-		.ref_real_ns = S.ci.ref_real_ns,
-		.buf_events = S.cap,
+	    .clock = S.ci.clock,
+	    .pid = (uint32_t)getpid(),
+	    .ticks_per_sec = S.ci.ticks_per_sec,
+	    .ref_ticks = S.ci.ref_ticks,
+	    .ref_mono_ns = S.ci.ref_mono_ns,
+	    .ref_real_ns = S.ci.ref_real_ns,
+	    .buf_events = S.cap,
 	};
 	struct iovec p = {&pre, sizeof(pre)};
 	int err;

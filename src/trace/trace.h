@@ -44,12 +44,12 @@
 
 struct pki_trace_opts {
 	size_t sz;
-	const char *program;     /* for the header; default /proc/self/exe */
-	uint32_t buf_events;     /* per-thread capacity, rounded up to 2^n; default 256K */
-	uint32_t drain_ms;       /* drainer period; default 5 ms; 0 = no drainer thread */
-	int clock;               /* 0 = best (TSC if invariant), or enum pki_trace_clock */
-	bool catch_signals;      /* flush on fatal signals (installs handlers) */
-	bool at_exit;            /* register pki_trace_close() with atexit() */
+	const char *program; /* for the header; default /proc/self/exe */
+	uint32_t buf_events; /* per-thread capacity, rounded up to 2^n; default 256K */
+	uint32_t drain_ms;   /* drainer period; default 5 ms; 0 = no drainer thread */
+	int clock;	     /* 0 = best (TSC if invariant), or enum pki_trace_clock */
+	bool catch_signals;  /* flush on fatal signals (installs handlers) */
+	bool at_exit;	     /* register pki_trace_close() with atexit() */
 };
 
 /* Open @path (created/truncated), write the header, start recording. */
@@ -94,9 +94,9 @@ int pki_trace_flush_signal(int signo);
 /* Counters of the current session, for tests and the CLI. */
 struct pki_trace_counts {
 	uint64_t recorded; /* written to the file */
-	uint64_t lost;     /* known lost, all threads, including late_lost */
+	uint64_t lost;	   /* known lost, all threads, including late_lost */
 	uint64_t late_lost;
-	uint32_t threads;  /* buffers ever allocated */
+	uint32_t threads; /* buffers ever allocated */
 };
 void pki_trace_counts(struct pki_trace_counts *c);
 
@@ -110,22 +110,22 @@ void pki_trace_counts(struct pki_trace_counts *c);
  */
 struct pki_trace_buf {
 	/* producer line */
-	uint64_t head;        /* release-stored by the owner after the slot is written */
+	uint64_t head;	      /* release-stored by the owner after the slot is written */
 	uint64_t cached_tail; /* owner's last look at tail: avoids touching the consumer line */
 	uint64_t mask;
 	struct pki_trace_event *ev;
-	uint64_t lost;        /* buffer full; stored by the owner only, inside a record */
+	uint64_t lost;	      /* buffer full; stored by the owner only, inside a record */
 	uint64_t nested_lost; /* atomic adds by the slow path (nested records) */
-	uint32_t busy;        /* owner is inside a record: a nested one is lost */
+	uint32_t busy;	      /* owner is inside a record: a nested one is lost */
 	uint32_t tsn;
 	/* consumer line */
 	uint64_t tail __attribute__((aligned(64))); /* release-stored by the writer */
-	uint64_t lost_reported; /* lost as of the last LOST record */
-	uint64_t lost_base;     /* lost when this session began */
+	uint64_t lost_reported;			    /* lost as of the last LOST record */
+	uint64_t lost_base;			    /* lost when this session began */
 	uint64_t recorded;
 	uint32_t tid;
 	uint32_t announced;
-	uint32_t dead;  /* set (release) by the owner when it exits: it won't write again */
+	uint32_t dead; /* set (release) by the owner when it exits: it won't write again */
 	uint32_t reserved;
 	struct pki_trace_buf *next; /* session list: pushed lock-free, unlinked by the writer */
 	size_t map_len;

@@ -19,9 +19,8 @@ static inline bool pki_arch_crc32c_usable(void)
 }
 
 /* @crc is the raw (not inverted) register value; the caller inverts. */
-__attribute__((target("sse4.2"))) static inline uint32_t pki_arch_crc32c(uint32_t crc,
-									 const uint8_t *p,
-									 size_t len)
+__attribute__((target("sse4.2"))) static inline uint32_t
+pki_arch_crc32c(uint32_t crc, const uint8_t *p, size_t len)
 {
 	uint64_t c = crc;
 

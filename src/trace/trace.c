@@ -65,6 +65,7 @@ static struct {
 	struct pki_trace_buf *bufs; /* atomic head; see buf_unlink() */
 	uint32_t next_tsn;	    /* atomic */
 	uint32_t nthreads;	    /* atomic: buffers made this session */
+	uint32_t announced;	    /* writer only: THREAD records written */
 	uint64_t late_lost;	    /* atomic */
 	uint64_t recorded;	    /* writer only: events in the file */
 	uint64_t gone_lost;	    /* writer only: lost counts of freed buffers */
@@ -228,11 +229,17 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 	if (!b->announced) {
 		struct pki_rec_thread th = {.tsn = b->tsn, .tid = b->tid};
 
+		/* A thread that has done nothing in this session is not in the file. */
+		if (__atomic_load_n(&b->head, __ATOMIC_ACQUIRE) == b->tail &&
+		    buf_lost(b) == b->lost_base)
+			return 0;
+
 		th.name_len = (uint32_t)strnlen(b->name, sizeof(b->name));
 		err = emit_string_rec(PKI_REC_THREAD, &th, sizeof(th), b->name, th.name_len);
 		if (err)
 			return err;
 		b->announced = 1;
+		S.announced++;
 	}
 	h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
 	t = b->tail;
@@ -343,7 +350,7 @@ static int emit_trailer(uint32_t reason, int signo)
 	end.late_lost = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
 	end.lost = lost + end.late_lost;
 	end.recorded = S.recorded;
-	end.nthreads = __atomic_load_n(&S.nthreads, __ATOMIC_RELAXED);
+	end.nthreads = S.announced;
 	S.end_off = S.off;
 	return emit(PKI_REC_END, &p, 1);
 }
@@ -687,6 +694,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	S.late_lost = 0;
 	S.next_tsn = 0;
 	S.nthreads = 0;
+	S.announced = 0;
 	S.drain_ms = opts->drain_ms;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;

@@ -58,7 +58,8 @@ static void tpath_new(void)
 static void topen(uint32_t cap, uint32_t drain_ms, bool sig)
 {
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = cap,
-		.drain_ms = drain_ms, .catch_signals = sig, .program = "test-prog");
+		.drain_ms = drain_ms, .no_drainer = !drain_ms, .catch_signals = sig,
+		.program = "test-prog");
 
 	if (!tpath[0])
 		tpath_new();

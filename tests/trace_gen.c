@@ -64,7 +64,7 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = 64,
-		.program = "/usr/bin/demo");
+		.no_drainer = true, .program = "/usr/bin/demo");
 	static const struct {
 		uint64_t fn;
 		uint32_t obj;

@@ -51,7 +51,8 @@ enum {
  */
 static struct pki_trace_buf internal_buf = {.busy = 1};
 static struct pki_trace_buf gone_buf = {.busy = 1};
-static __thread int tls_allocating;
+/* initial-exec like pki_trace_tls: a dynamic TLS access could allocate. */
+static __thread int tls_allocating __attribute__((tls_model("initial-exec")));
 
 static struct {
 	int state;  /* atomic, ST_* */
@@ -661,7 +662,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 		opts = &defaults;
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_IDLE)
 		return -EBUSY;
-	cap = opts->buf_events ? opts->buf_events : 256u << 10;
+	cap = opts->buf_events ? opts->buf_events : 64u << 10;
 	if (cap < 16 || cap > (1u << 28))
 		return -EINVAL;
 	cap = 1u << (32 - __builtin_clz(cap - 1)); /* next power of two */
@@ -695,7 +696,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	S.next_tsn = 0;
 	S.nthreads = 0;
 	S.announced = 0;
-	S.drain_ms = opts->drain_ms;
+	S.drain_ms = opts->drain_ms ? opts->drain_ms : 5;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
 	err = write_header(program);
@@ -716,7 +717,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	if (!S.atfork_done && !pthread_atfork(NULL, NULL, pki_trace_fork_child))
 		S.atfork_done = true;
 	__atomic_store_n(&S.state, ST_ACTIVE, __ATOMIC_RELEASE);
-	if (S.drain_ms) {
+	if (!opts->no_drainer) {
 		err = drainer_start();
 		if (err) {
 			pki_warn("trace %s: drainer thread: %s\n", path, pki_errstr(err));

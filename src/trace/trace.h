@@ -45,8 +45,9 @@
 struct pki_trace_opts {
 	size_t sz;
 	const char *program; /* for the header; default /proc/self/exe */
-	uint32_t buf_events; /* per-thread capacity, rounded up to 2^n; default 256K */
-	uint32_t drain_ms;   /* drainer period; default 5 ms; 0 = no drainer thread */
+	uint32_t buf_events; /* per-thread capacity, rounded up to 2^n; default 64K (1 MiB) */
+	uint32_t drain_ms;   /* drainer period; 0 = 5 ms (shortened while buffers fill) */
+	bool no_drainer;     /* no drainer thread: pki_trace_flush() by hand (tests) */
 	int clock;	     /* 0 = best (TSC if invariant), or enum pki_trace_clock */
 	bool catch_signals;  /* flush on fatal signals (installs handlers) */
 	bool at_exit;	     /* register pki_trace_close() with atexit() */

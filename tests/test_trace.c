@@ -719,6 +719,68 @@ START_TEST(flush_on_sigsegv)
 }
 END_TEST
 
+static void *spin_recorder(void *arg)
+{
+	uint64_t t;
+
+	(void)arg;
+	for (t = 0;; t += 2) {
+		EN(FB, t);
+		EX(FB, t + 1);
+	}
+	return NULL;
+}
+
+/*
+ * SIGTERM while two threads record flat out and the drainer runs: the
+ * handler's drain races both, and the file must still be complete and in order.
+ */
+START_TEST(flush_on_sigterm_while_recording)
+{
+	struct pki_trace_file *f;
+	int pfd[2], st;
+	size_t i, k;
+	pid_t pid;
+	char c;
+
+	tpath_new();
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		pthread_t th;
+
+		signal(SIGTERM, SIG_DFL); /* Check's own handler otherwise */
+		topen(4096, 1, true);
+		pthread_create(&th, NULL, spin_recorder, NULL);
+		EN(FA, 0);
+		if (write(pfd[1], "r", 1) != 1)
+			_exit(1);
+		spin_recorder(NULL);
+	}
+	ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+	usleep(30000);
+	kill(pid, SIGTERM);
+	st = wait_child(pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
+	f = tread();
+	ck_assert_msg(f->complete && !f->partial, "%s", f->error);
+	ck_assert_int_eq(f->end.reason, PKI_END_SIGNAL);
+	ck_assert_int_eq(f->end.signo, SIGTERM);
+	ck_assert_int_eq(f->nthreads, 2);
+	for (i = 0; i < f->nthreads; i++) {
+		const struct pki_trace_thread *t = &f->threads[i];
+
+		ck_assert_uint_gt(t->nev, 0);
+		for (k = 1; k < t->nev; k++)
+			if (PKI_EV_FN(t->ev[k].word) == FB && PKI_EV_FN(t->ev[k - 1].word) == FB)
+				ck_assert_uint_gt(t->ev[k].ts, t->ev[k - 1].ts);
+	}
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
 /* SIGKILL cannot be caught: the file ends at the last drained record, and reads. */
 START_TEST(sigkill_leaves_partial_file)
 {
@@ -900,6 +962,7 @@ int main(void)
 	tcase_add_test(end, flush_on_abort);
 	tcase_add_test(end, flush_on_sigterm);
 	tcase_add_test(end, flush_on_sigsegv);
+	tcase_add_test(end, flush_on_sigterm_while_recording);
 	tcase_add_test(end, sigkill_leaves_partial_file);
 	tcase_add_test(end, exec_completes_trace);
 	tcase_add_test(end, exec_failure_resumes);

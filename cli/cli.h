@@ -29,5 +29,9 @@ int cmd_sites(int argc, char **argv);
 
 /* Benchmarks (cli/bench_*.c), dispatched by cmd_bench. */
 int bench_slots(int argc, char **argv);
+int bench_breakpoint(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int bench_record(int argc, char **argv);
 
 #endif /* PK_CLI_H */

@@ -87,6 +87,8 @@ static int cmd_version(int argc, char **argv)
 
 static const struct cli_cmd commands[] = {
 	{"bench", cmd_bench, "measure probekit against its peers (perf bench style)"},
+	{"export", cmd_export, "convert a trace file: Chrome trace JSON or folded stacks"},
+	{"report", cmd_report, "per-function calls and times of a trace file"},
 	{"sites", cmd_sites, "list the patchable functions of a program or library"},
 	{"version", cmd_version, "print the library version"},
 	{NULL, NULL, NULL},

@@ -25,10 +25,10 @@ if [[ -n $bad ]]; then
 fi
 
 export PKG_CONFIG_PATH=$p/lib/pkgconfig
-cc -Wall -Wextra -Werror -o "$tmp/shared" "$src/tests/install/consumer.c" \
+cc -Wall -Wextra -Werror -pthread -o "$tmp/shared" "$src/tests/install/consumer.c" \
 	$(pkg-config --cflags --libs probekit) -Wl,-rpath,"$p/lib"
 "$tmp/shared"
-cc -Wall -Wextra -Werror -o "$tmp/static" "$src/tests/install/consumer.c" \
+cc -Wall -Wextra -Werror -pthread -o "$tmp/static" "$src/tests/install/consumer.c" \
 	$(pkg-config --cflags probekit) "$p/lib/libprobekit.a" $(pkg-config --static --libs probekit | sed 's/-lprobekit//')
 "$tmp/static"
 "$p/bin/probekit" --version

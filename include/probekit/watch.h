@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Hardware watchpoints on live threads of the calling process.
+ *
+ * A watchpoint watches 1, 2, 4 or 8 naturally aligned bytes for writes,
+ * reads-or-writes, or execution, on one thread or on ALL threads: those that
+ * exist when it is added and every thread created later.  It is backed by
+ * perf_event_open(PERF_TYPE_BREAKPOINT) with sigtrap (no ptrace): a hit raises
+ * SIGTRAP in the thread that made the access, and probekit's SIGTRAP handler
+ * calls your callback and/or pushes the hit into a lock-free queue.
+ *
+ * x86-64 has 4 debug-register slots per thread, shared by code and data
+ * watchpoints.  An all-threads watchpoint takes one slot in every thread; a
+ * single-thread one takes a slot in its thread only.  A request that does not
+ * fit is refused with -ENOSPC before any system call, and the library's
+ * message (pk_set_print) names the full thread and what holds its slots.
+ *
+ * Signal-context contract.  Callbacks run inside the SIGTRAP handler, on the
+ * thread that hit, with SIGTRAP blocked.  A callback may only do what is
+ * async-signal-safe: read/write its own memory, atomics, pk_hitq_push(),
+ * write(2), and the other functions of signal-safety(7).  It must not call
+ * malloc, stdio, locks, or any other pk_watch_* function, and must return
+ * promptly: pk_watch_remove() waits for callbacks that are running on the
+ * watchpoint it removes.  Accesses to watched memory made by the callback
+ * itself are not reported (SIGTRAP is blocked meanwhile).
+ *
+ * Processes: watchpoints are dropped by the kernel on execve (remove_on_exec);
+ * a child made by fork() has none (its copies of the handles are inert:
+ * enable/disable/modify return -ESRCH, remove only frees them).
+ */
+#ifndef PROBEKIT_WATCH_H
+#define PROBEKIT_WATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <ucontext.h>
+
+#include <probekit/probekit.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pk_watch;
+struct pk_hitq;
+
+enum pk_watch_type {
+	PK_WATCH_W = 1,	 /* writes */
+	PK_WATCH_RW = 2, /* reads or writes (x86 has no read-only watchpoints) */
+	PK_WATCH_X = 3,	 /* execution of the instruction at the address (len 1) */
+};
+
+/*
+ * One hit.  For data watchpoints (W, RW) x86 traps AFTER the access: @ip is
+ * the address of the instruction that FOLLOWS the one that made the access,
+ * and the memory already holds the new value.  For X watchpoints @ip is the
+ * watched instruction itself, before it runs.
+ */
+struct pk_watch_hit {
+	struct pk_watch *watch; /* in a queued hit it may since have been removed:
+				   compare it, do not dereference it then */
+	void *ctx;		/* the ctx given at add time */
+	pid_t tid;		/* thread that made the access */
+	uintptr_t addr;		/* watched address when the hit happened */
+	uintptr_t ip;		/* RIP at the trap (see above) */
+	ucontext_t *uc;		/* the interrupted context; NULL in queued hits */
+};
+
+/* Called in signal context: see the contract at the top of this file. */
+typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);
+
+struct pk_watch_opts {
+	size_t sz;	       /* sizeof(struct pk_watch_opts), PK_OPTS fills it */
+	pid_t tid;	       /* 0: all threads, now and later; else one thread */
+	pk_watch_cb callback;  /* may be NULL */
+	void *ctx;	       /* passed back in every hit */
+	struct pk_hitq *queue; /* if set, every hit is pushed there too */
+	bool disabled;	       /* create disabled; pk_watch_enable() arms it */
+};
+
+/*
+ * Watch @len bytes at @addr for accesses of @type; @opts may be NULL (all
+ * threads, no callback, no queue, enabled).  Returns a handle, or NULL with
+ * errno set:
+ *   EINVAL  @len not 1/2/4/8, @addr not aligned to @len, unknown @type, X with
+ *           @len != 1, NULL @addr, or @opts->sz too small/unknown fields set
+ *   ESRCH   @opts->tid is not a live thread of this process
+ *   ENOSPC  some thread has no free debug-register slot (message says which)
+ *   ENODEV / EOPNOTSUPP  no hardware breakpoints here
+ *   EACCES / EPERM  perf_event_open refused (perf_event_paranoid, seccomp)
+ *   ENOMEM, EMFILE  out of memory or file descriptors (one per root thread)
+ * Nothing is left installed when it fails.  Must not be called from a
+ * callback.  Costs one perf_event_open per thread alive at the call (all
+ * threads) or one (single thread); threads created later cost the library
+ * nothing.
+ */
+PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
+				     const struct pk_watch_opts *opts);
+
+/*
+ * Remove @w from every thread and free it.  When it returns, no callback of
+ * @w is running or will run; a SIGTRAP of @w still pending somewhere is
+ * swallowed.  NULL is ignored.  Must not be called from a callback.
+ */
+PK_API void pk_watch_remove(struct pk_watch *w);
+
+/*
+ * Arm / disarm @w on every thread (one ioctl per root thread).  Idempotent.
+ * Returns 0, or -ESRCH if @w no longer watches anything (it was on a single
+ * thread that exited, or we are a fork child), or the ioctl's -errno.
+ */
+PK_API int pk_watch_enable(struct pk_watch *w);
+PK_API int pk_watch_disable(struct pk_watch *w);
+
+/*
+ * Retarget @w to @len bytes at @addr for @type, on every thread at once (one
+ * ioctl per root thread, reaching the threads created since).  Keeps @w's
+ * enabled state.  Returns 0, -EINVAL (bad arguments, as for pk_watch_add),
+ * -ESRCH (as above) or the ioctl's -errno; on failure @w keeps its old target.
+ */
+PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
+			   enum pk_watch_type type);
+
+/* Number of hits of @w so far, on all threads (relaxed count). */
+PK_API unsigned long pk_watch_hits(const struct pk_watch *w);
+
+/*
+ * Hit queue: bounded, lock-free, many producers (signal handlers on any
+ * thread) and ONE consumer.  A full queue drops the new hit and counts it.
+ *
+ * pk_hitq_new: @capacity is rounded up to a power of two (>= 2).  NULL + errno
+ *   EINVAL (0 or above 2^24) or ENOMEM.
+ * pk_hitq_free: the queue must no longer be referenced by any watchpoint.
+ * pk_hitq_push: async-signal-safe and lock-free; 0, or -ENOBUFS when full
+ *   (the hit is dropped and counted).
+ * pk_hitq_pop: consumer only (one thread at a time); 0 with *@out filled, or
+ *   -EAGAIN when nothing is ready.
+ * pk_hitq_dropped: hits dropped so far because the queue was full.
+ */
+PK_API struct pk_hitq *pk_hitq_new(size_t capacity);
+PK_API void pk_hitq_free(struct pk_hitq *q);
+PK_API int pk_hitq_push(struct pk_hitq *q, const struct pk_watch_hit *hit);
+PK_API int pk_hitq_pop(struct pk_hitq *q, struct pk_watch_hit *out);
+PK_API unsigned long pk_hitq_dropped(const struct pk_hitq *q);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PROBEKIT_WATCH_H */

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * x86-64 debug-register specifics for the watchpoint layer: how many slots a
+ * thread has, which lengths and alignments the hardware takes, how the kernel
+ * wants an execute breakpoint described, and where the trapping RIP and the
+ * perf sigtrap data live in a signal frame.  Async-signal-safe throughout.
+ */
+#ifndef PK_ARCH_X86_64_HWBP_H
+#define PK_ARCH_X86_64_HWBP_H
+
+#include <linux/hw_breakpoint.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <ucontext.h>
+
+/* DR0-DR3: four slots per thread, shared by code and data breakpoints. */
+#define PKI_HWBP_SLOTS 4
+
+/* 1/2/4/8 bytes, naturally aligned (DR7 LEN field + address alignment). */
+static inline bool pki_hwbp_data_ok(uintptr_t addr, size_t len)
+{
+	return (len == 1 || len == 2 || len == 4 || len == 8) && !(addr & (len - 1));
+}
+
+/*
+ * The kernel wants execute breakpoints described with bp_len ==
+ * sizeof(long) (x86 ignores the length of an instruction breakpoint); the API
+ * calls that length 1, "the instruction at addr".
+ */
+static inline uint64_t pki_hwbp_kernel_len(bool exec, size_t len)
+{
+	return exec ? sizeof(long) : len;
+}
+
+/* RIP of the interrupted context. */
+static inline uintptr_t pki_uc_ip(const ucontext_t *uc)
+{
+	return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+}
+
+/*
+ * si_perf_data / si_perf_type of a TRAP_PERF SIGTRAP.  glibc 2.36 does not
+ * name these fields yet: on x86-64 the kernel's _sigfault._perf union follows
+ * si_addr (offset 16) at offset 24, _type at 32.
+ */
+#ifndef TRAP_PERF
+#define TRAP_PERF 6
+#endif
+
+static inline uint64_t pki_si_perf_data(const siginfo_t *si)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)si + 24, sizeof(v));
+	return v;
+}
+
+static inline uint32_t pki_si_perf_type(const siginfo_t *si)
+{
+	uint32_t v;
+
+	memcpy(&v, (const char *)si + 32, sizeof(v));
+	return v;
+}
+
+#endif /* PK_ARCH_X86_64_HWBP_H */

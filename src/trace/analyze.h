@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Turning a parsed trace into calls: replay of each thread's entry/exit
+ * events against a shadow stack, and the per-function statistics of
+ * `probekit report`.
+ *
+ * Replay rules (also in doc/trace-format.md, "Interpreting events"):
+ *  - entry pushes a frame; an exit pops the frame of the same function.
+ *  - an exit with an empty stack (the thread was inside the function when
+ *    tracing began) or for a function not on the stack is counted in
+ *    unmatched_exits and otherwise ignored.
+ *  - an exit for a function deeper in the stack closes the frames above it
+ *    at the same time (their exits were never seen: longjmp, exceptions, lost
+ *    events); they are flagged unwound.
+ *  - frames still open after the thread's last event (the program ended or
+ *    crashed inside them) are closed at that event's time, flagged open.
+ *  - self time = duration - durations of the direct children.
+ */
+#ifndef PK_TRACE_ANALYZE_H
+#define PK_TRACE_ANALYZE_H
+
+#include "trace/reader.h"
+
+struct pki_trace_call {
+	uint64_t fn;
+	uint64_t start_ns, end_ns; /* relative to the trace origin */
+	uint64_t dur_ns, self_ns;
+	uint32_t depth;	       /* 0 = bottom of the thread's stack */
+	bool outermost;	       /* no other frame of fn below: counts in total time */
+	bool unwound, open;    /* see above */
+	const uint64_t *stack; /* fns from the bottom to this call, depth + 1 entries */
+};
+
+struct pki_trace_replay_stats {
+	uint64_t calls, unmatched_exits, unwound, open;
+};
+
+/* Called once per call, when it ends (children before parents).  Nonzero stops. */
+typedef int (*pki_trace_call_fn)(const struct pki_trace_thread *t, const struct pki_trace_call *c,
+				 void *arg);
+
+/* Replay thread @t of @f.  0, -ENOMEM, or the callback's nonzero return. */
+int pki_trace_replay(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+		     pki_trace_call_fn fn, void *arg, struct pki_trace_replay_stats *st);
+
+struct pki_trace_fnstat {
+	uint64_t fn;
+	uint32_t tsn; /* 0 when aggregated over threads */
+	uint64_t calls;
+	uint64_t total_ns; /* outermost calls only: recursion is not counted twice */
+	uint64_t self_ns;
+	uint64_t sum_ns; /* every call's own duration: avg = sum_ns / calls */
+	uint64_t min_ns, max_ns;
+};
+
+struct pki_trace_report {
+	struct pki_trace_fnstat *st;
+	size_t n;
+	struct pki_trace_replay_stats rs; /* all threads */
+};
+
+enum pki_trace_sort {
+	PKI_SORT_TOTAL,
+	PKI_SORT_CALLS,
+	PKI_SORT_SELF,
+	PKI_SORT_AVG,
+	PKI_SORT_MIN,
+	PKI_SORT_MAX,
+	PKI_SORT_NAME,
+};
+
+/* Per function (and per thread if @per_thread).  0 or -ENOMEM. */
+int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
+			   struct pki_trace_report *r);
+/* Descending by the key (ascending by name), then by name, then fn: deterministic. */
+void pki_trace_report_sort(const struct pki_trace_file *f, struct pki_trace_report *r,
+			   enum pki_trace_sort key);
+void pki_trace_report_free(struct pki_trace_report *r);
+
+/* The display name of @fn: its symbol, else "0x<hex>" in @buf. */
+const char *pki_trace_fn_name(const struct pki_trace_file *f, uint64_t fn, char *buf, size_t len);
+
+#endif /* PK_TRACE_ANALYZE_H */

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The recorder's clock: TSC ticks when the CPU has an invariant TSC (one
+ * instruction per read, ~10x cheaper than even the vDSO clock_gettime), else
+ * CLOCK_MONOTONIC nanoseconds.  The TSC rate is calibrated once when a
+ * session opens, and written to the header with a reference pair (ticks,
+ * monotonic ns) so a reader converts ticks to time; the END record carries a
+ * second pair that lets it refine the rate over the whole trace.
+ */
+#ifndef PK_TRACE_CLOCK_H
+#define PK_TRACE_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* CLOCK_MONOTONIC in ns: vDSO, async-signal-safe. */
+static inline uint64_t pki_trace_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+struct pki_trace_clockinfo {
+	uint32_t clock; /* enum pki_trace_clock */
+	uint64_t ticks_per_sec;
+	uint64_t ref_ticks, ref_mono_ns, ref_real_ns;
+};
+
+/*
+ * Choose the clock (@want: 0 = best, or an enum pki_trace_clock; the
+ * environment variable PROBEKIT_TRACE_CLOCK=tsc|monotonic overrides 0) and
+ * calibrate it (a few ms of spinning for the TSC).  -ENOTSUP if the TSC was
+ * asked for and is not invariant.  Normal context.
+ */
+int pki_trace_clock_setup(int want, struct pki_trace_clockinfo *ci);
+
+/* A (ticks, monotonic ns) pair taken as close together as possible. */
+void pki_trace_clock_pair(uint32_t clock, uint64_t *ticks, uint64_t *mono_ns);
+
+#endif /* PK_TRACE_CLOCK_H */

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The trace file format, version 1, as C structs shared by the writer
+ * (trace.c) and the reader (reader.c).  doc/trace-format.md is the prose
+ * description; the two must agree.  Everything is little-endian and naturally
+ * aligned; every record starts on an 8-byte boundary.
+ *
+ *   prefix (16 bytes) | HEADER record | any records ... | END record
+ *
+ * A record is a 16-byte frame (type, payload length, CRC-32C of the payload)
+ * followed by the payload and zero padding to the next multiple of 8.  A file
+ * cut anywhere is therefore readable up to its last complete record, which is
+ * what a crashed or killed program leaves behind.
+ */
+#ifndef PK_TRACE_FORMAT_H
+#define PK_TRACE_FORMAT_H
+
+#include <stdint.h>
+
+#define PKI_TRACE_MAGIC		"PKTRACE"   /* 7 chars + NUL = 8 bytes */
+#define PKI_TRACE_VERSION_MAJOR 1	    /* readers refuse other majors */
+#define PKI_TRACE_VERSION_MINOR 0	    /* additions readers may ignore */
+#define PKI_TRACE_MAX_RECORD	(64u << 20) /* payload bytes; larger = corrupt */
+#define PKI_TRACE_MAX_STRING	4096u
+
+struct pki_trace_prefix {
+	char magic[8];
+	uint16_t version_major;
+	uint16_t version_minor;
+	uint32_t crc; /* CRC-32C of the 12 bytes before it */
+};
+
+struct pki_trace_frame {
+	uint32_t type;	   /* enum pki_trace_rec */
+	uint32_t len;	   /* payload bytes, padding excluded */
+	uint32_t crc;	   /* CRC-32C (Castagnoli) of the payload */
+	uint32_t reserved; /* 0 */
+};
+
+enum pki_trace_rec {
+	PKI_REC_HEADER = 1,
+	PKI_REC_OBJECT = 2,
+	PKI_REC_SYMBOL = 3,
+	PKI_REC_THREAD = 4,
+	PKI_REC_EVENTS = 5,
+	PKI_REC_LOST = 6,
+	PKI_REC_END = 7,
+};
+
+enum pki_trace_clock {
+	PKI_CLOCK_TSC = 1,	 /* x86 TSC ticks, rate in ticks_per_sec */
+	PKI_CLOCK_MONOTONIC = 2, /* CLOCK_MONOTONIC nanoseconds */
+};
+
+struct pki_rec_header {
+	uint32_t clock; /* enum pki_trace_clock */
+	uint32_t pid;
+	uint64_t ticks_per_sec; /* 1e9 for PKI_CLOCK_MONOTONIC */
+	uint64_t ref_ticks;	/* a clock reading taken at ... */
+	uint64_t ref_mono_ns;	/* ... this CLOCK_MONOTONIC time */
+	uint64_t ref_real_ns;	/* ... and this CLOCK_REALTIME time */
+	uint32_t buf_events;	/* per-thread buffer capacity, events */
+	uint32_t program_len;	/* bytes of program[] (no NUL) */
+	char program[];
+};
+
+struct pki_rec_object {
+	uint32_t id; /* > 0; SYMBOL records refer to it */
+	uint32_t path_len;
+	uint64_t base; /* load address, 0 if unknown */
+	char path[];
+};
+
+struct pki_rec_symbol {
+	uint64_t fn;	    /* the value event records carry */
+	uint32_t object_id; /* 0: no object */
+	uint32_t name_len;
+	char name[];
+};
+
+struct pki_rec_thread {
+	uint32_t tsn; /* thread serial number in this trace, from 1 */
+	uint32_t tid; /* kernel thread id (may be reused; tsn is not) */
+	uint32_t name_len;
+	uint32_t reserved;
+	char name[];
+};
+
+/* One event: 16 bytes. */
+struct pki_trace_event {
+	uint64_t ts;   /* clock ticks */
+	uint64_t word; /* fn << 2 | kind */
+};
+
+#define PKI_EV_ENTRY	      0u
+#define PKI_EV_EXIT	      1u
+#define PKI_EV_KIND(w)	      ((unsigned)((w)&3u))
+#define PKI_EV_FN(w)	      ((w) >> 2)
+#define PKI_EV_WORD(fn, kind) (((uint64_t)(fn) << 2) | (kind))
+#define PKI_EV_FN_MAX	      (UINT64_MAX >> 2)
+
+struct pki_rec_events {
+	uint32_t tsn;
+	uint32_t count; /* len == 8 + 16 * count */
+	struct pki_trace_event ev[];
+};
+
+/*
+ * Cumulative counts of a thread so far; a later record supersedes.  Written
+ * whenever the lost count grows, and for every thread just before END (the
+ * trailer).
+ */
+struct pki_rec_lost {
+	uint32_t tsn;
+	uint32_t reserved;
+	uint64_t recorded; /* events written to the file for this thread */
+	uint64_t lost;	   /* events that could not be recorded */
+};
+
+enum pki_trace_end_reason {
+	PKI_END_CLOSE = 1,  /* pki_trace_close(): normal exit or explicit stop */
+	PKI_END_EXEC = 2,   /* the process called exec */
+	PKI_END_SIGNAL = 3, /* a fatal signal (signo) */
+};
+
+struct pki_rec_end {
+	uint32_t reason; /* enum pki_trace_end_reason */
+	uint32_t signo;
+	uint64_t end_ticks;   /* clock reading at the end ... */
+	uint64_t end_mono_ns; /* ... at this CLOCK_MONOTONIC time */
+	uint64_t recorded;    /* events in the file, all threads */
+	uint64_t lost;	      /* events lost, all threads + late_lost */
+	uint64_t late_lost;   /* events of no thread buffer (thread exiting, ...) */
+	uint32_t nthreads;    /* threads that recorded in this session */
+	uint32_t reserved;
+};
+
+#endif /* PK_TRACE_FORMAT_H */

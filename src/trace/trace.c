@@ -1,0 +1,896 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The trace writer: session state, per-thread buffer allocation, the drainer
+ * thread, and the three ways a trace file is completed (close at exit, exec,
+ * fatal signal).  The hot path is inline in trace.h; this file holds
+ * everything that runs outside it.
+ *
+ * The file is written with pwritev() at S.off, one whole record per call; S.off
+ * moves past a record only once it is fully written, so a record interrupted
+ * by an I/O error is overwritten by the next one and a reader never sees a
+ * hole.  Whoever writes holds the writer word (below).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "trace/crc32.h"
+#include "trace/trace.h"
+
+__thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-exec")));
+bool pki_trace_use_tsc;
+
+enum {
+	ST_IDLE,   /* no session: threads without a buffer record nothing */
+	ST_ACTIVE, /* recording and draining */
+	ST_ENDING, /* someone is writing the END record */
+	ST_EXEC,   /* END written for an exec that has not happened yet */
+};
+
+#define EVENTS_PER_REC 65536u
+#define ALTSTACK_LEN   (64u << 10)
+#define BUF_HDR_LEN    4096u
+#define WAIT_SIGNAL_NS 2000000000ull /* a handler waits this long for the writer */
+
+/*
+ * Sentinel buffers: busy forever, so the inline path always falls to the slow
+ * path, which tells them apart.  internal_buf marks our own drainer thread
+ * (its events are not the program's); gone_buf a thread past its exit
+ * destructor (its events are counted in late_lost).
+ */
+static struct pki_trace_buf internal_buf = {.busy = 1};
+static struct pki_trace_buf gone_buf = {.busy = 1};
+/* initial-exec like pki_trace_tls: a dynamic TLS access could allocate. */
+static __thread int tls_allocating __attribute__((tls_model("initial-exec")));
+
+static struct {
+	int state;  /* atomic, ST_* */
+	int writer; /* atomic: tid holding the right to write the file, or 0 */
+	int fd;
+	uint64_t off;	  /* where the next record goes; writer only */
+	uint64_t end_off; /* where the END record went (exec_failed truncates there) */
+	int io_err;	  /* first write error, reported at close */
+	struct pki_trace_clockinfo ci;
+	uint32_t cap;
+	struct pki_trace_buf *bufs; /* atomic head; see buf_unlink() */
+	uint32_t next_tsn;	    /* atomic */
+	uint32_t nthreads;	    /* atomic: buffers made this session */
+	uint32_t announced;	    /* writer only: THREAD records written */
+	uint64_t late_lost;	    /* atomic */
+	uint64_t recorded;	    /* writer only: events in the file */
+	uint64_t gone_lost;	    /* writer only: lost counts of freed buffers */
+
+	pthread_mutex_t mu; /* drainer sleep/stop */
+	pthread_cond_t cv;
+	pthread_t drainer;
+	bool drainer_running, stop;
+	uint32_t drain_ms;
+
+	pthread_key_t key;
+	bool key_made, atexit_done, atfork_done;
+	bool caught[NSIG];
+	struct sigaction old_act[NSIG];
+	sigset_t fatal_set;
+} S = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Signals whose default action ends the process: flushed when still SIG_DFL. */
+static const int fatal_signals[] = {SIGSEGV, SIGBUS,  SIGILL,  SIGFPE,	SIGABRT,   SIGSYS,
+				    SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGXCPU,   SIGXFSZ,
+				    SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF};
+
+/* ---- the writer word ------------------------------------------------------
+ *
+ * One word instead of a mutex because the fatal-signal handler must be able to
+ * take it: a handler on thread A cannot wait for a mutex held by A itself.
+ * Rules: (1) the drainer thread blocks every catchable signal, and normal-
+ * context writers (close, flush, symbol_add, exec_*) block the fatal signals
+ * while they hold the word, so an asynchronous signal never lands on a thread
+ * that holds it; (2) a handler that finds the word held by its own thread
+ * (a synchronous fault inside the writer itself) gives up rather than write
+ * into a half-done step; (3) a handler waits for another holder at most
+ * WAIT_SIGNAL_NS, then gives up: the file is still valid up to its last
+ * complete record.
+ */
+static bool writer_lock_timed(uint64_t timeout_ns)
+{
+	int self = gettid(), zero;
+	uint64_t t0 = 0;
+
+	for (;;) {
+		zero = 0;
+		if (__atomic_compare_exchange_n(&S.writer, &zero, self, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			return true;
+		if (zero == self)
+			return false;
+		if (timeout_ns != UINT64_MAX) {
+			uint64_t now = pki_trace_mono_ns();
+
+			if (!t0)
+				t0 = now;
+			else if (now - t0 > timeout_ns)
+				return false;
+		}
+		sched_yield();
+	}
+}
+
+static void writer_unlock(void)
+{
+	__atomic_store_n(&S.writer, 0, __ATOMIC_RELEASE);
+}
+
+/* Normal context: block the fatal signals (rule 1), then take the word. */
+static void writer_lock(sigset_t *saved)
+{
+	pthread_sigmask(SIG_BLOCK, &S.fatal_set, saved);
+	writer_lock_timed(UINT64_MAX);
+}
+
+static void writer_unlock_restore(const sigset_t *saved)
+{
+	writer_unlock();
+	pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
+/* ---- records (async-signal-safe: pwritev, CRC, no allocation) ------------ */
+
+static int pwritev_all(int fd, struct iovec *iov, int n, uint64_t off)
+{
+	while (n) {
+		ssize_t w = pwritev(fd, iov, n, (off_t)off);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (w == 0)
+			return -EIO;
+		off += (uint64_t)w;
+		while (n && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+/* Write one record made of @n payload parts at S.off.  Caller holds the writer. */
+static int emit(uint32_t type, const struct iovec *parts, int n)
+{
+	static const uint8_t zeros[8];
+	struct pki_trace_frame fr = {.type = type};
+	struct iovec iov[8];
+	size_t len = 0, pad;
+	int i, err;
+
+	iov[0].iov_base = &fr;
+	iov[0].iov_len = sizeof(fr);
+	for (i = 0; i < n; i++) {
+		fr.crc = pki_crc32c(fr.crc, parts[i].iov_base, parts[i].iov_len);
+		len += parts[i].iov_len;
+		iov[i + 1] = parts[i];
+	}
+	fr.len = (uint32_t)len;
+	pad = (8 - len % 8) % 8;
+	iov[n + 1].iov_base = (void *)zeros;
+	iov[n + 1].iov_len = pad;
+	err = pwritev_all(S.fd, iov, n + 2, S.off);
+	if (err) {
+		if (!S.io_err)
+			S.io_err = err;
+		return err;
+	}
+	S.off += sizeof(fr) + len + pad;
+	return 0;
+}
+
+/* A fixed part then @slen bytes of string (no NUL): OBJECT, SYMBOL, THREAD, HEADER. */
+static int emit_string_rec(uint32_t type, const void *fixed, size_t flen, const char *s,
+			   uint32_t slen)
+{
+	struct iovec p[2] = {{(void *)fixed, flen}, {(void *)s, slen}};
+
+	return emit(type, p, 2);
+}
+
+static uint64_t buf_lost(struct pki_trace_buf *b)
+{
+	return __atomic_load_n(&b->lost, __ATOMIC_RELAXED) +
+	       __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED);
+}
+
+/*
+ * Copy @b's published events to the file and free their slots.  The acquire
+ * load of head pairs with the owner's release store: slots below head are
+ * fully written.  tail is released only after pwritev() has copied them.
+ */
+static int drain_buf(struct pki_trace_buf *b, bool trailer)
+{
+	uint64_t h, t, l;
+	int err;
+
+	if (!b->announced) {
+		struct pki_rec_thread th = {.tsn = b->tsn, .tid = b->tid};
+
+		/* A thread that has done nothing in this session is not in the file. */
+		if (__atomic_load_n(&b->head, __ATOMIC_ACQUIRE) == b->tail &&
+		    buf_lost(b) == b->lost_base)
+			return 0;
+
+		th.name_len = (uint32_t)strnlen(b->name, sizeof(b->name));
+		err = emit_string_rec(PKI_REC_THREAD, &th, sizeof(th), b->name, th.name_len);
+		if (err)
+			return err;
+		b->announced = 1;
+		S.announced++;
+	}
+	h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
+	t = b->tail;
+	while (t != h) {
+		uint64_t n = h - t, i = t & b->mask, n1;
+		struct pki_rec_events hdr = {.tsn = b->tsn};
+		struct iovec p[3];
+
+		if (n > EVENTS_PER_REC)
+			n = EVENTS_PER_REC;
+		n1 = b->mask + 1 - i;
+		if (n1 > n)
+			n1 = n;
+		hdr.count = (uint32_t)n;
+		p[0] = (struct iovec){&hdr, sizeof(hdr)};
+		p[1] = (struct iovec){&b->ev[i], n1 * sizeof(struct pki_trace_event)};
+		p[2] = (struct iovec){b->ev, (n - n1) * sizeof(struct pki_trace_event)};
+		err = emit(PKI_REC_EVENTS, p, 3);
+		if (err)
+			return err;
+		t += n;
+		b->recorded += n;
+		S.recorded += n;
+		__atomic_store_n(&b->tail, t, __ATOMIC_RELEASE);
+	}
+	l = buf_lost(b);
+	if (l != b->lost_reported || trailer) {
+		struct pki_rec_lost lr = {.tsn = b->tsn, .recorded = b->recorded};
+		struct iovec p = {&lr, sizeof(lr)};
+
+		lr.lost = l - b->lost_base;
+		err = emit(PKI_REC_LOST, &p, 1);
+		if (err)
+			return err;
+		b->lost_reported = l;
+	}
+	return 0;
+}
+
+static void buf_free(struct pki_trace_buf *b)
+{
+	munmap(b, b->map_len);
+}
+
+/*
+ * Remove @b from the list.  Only the writer-word holder unlinks, and other
+ * threads only ever push at the head (CAS), so every ->next we follow or
+ * change here is ours; only the head needs a CAS.
+ */
+static void buf_unlink(struct pki_trace_buf *b)
+{
+	struct pki_trace_buf *head = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE), *p;
+
+	if (head == b && __atomic_compare_exchange_n(&S.bufs, &head, b->next, false,
+						     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return;
+	for (p = head; p && p->next != b; p = p->next)
+		;
+	if (p)
+		p->next = b->next;
+}
+
+/*
+ * Drain every buffer.  @reap (normal context only): free the buffers of
+ * exited threads once empty.  Freeing is safe: the owner stored dead (release)
+ * as its last access to the buffer and then pointed its TLS to gone_buf, and
+ * no one else but the writer-word holder (us) touches buffers.
+ */
+static int drain_all(bool reap, bool trailer, bool *busy)
+{
+	struct pki_trace_buf *b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE), *next;
+	int err = 0;
+
+	for (; b; b = next) {
+		bool dead = __atomic_load_n(&b->dead, __ATOMIC_ACQUIRE);
+		uint64_t used = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE) - b->tail;
+
+		next = b->next;
+		if (busy && used > (b->mask + 1) / 2)
+			*busy = true;
+		err = drain_buf(b, trailer);
+		if (err)
+			break;
+		if (reap && dead) {
+			S.gone_lost += b->lost_reported - b->lost_base;
+			buf_unlink(b);
+			buf_free(b);
+		}
+	}
+	return err;
+}
+
+/* Write the trailer (a LOST record per thread, then END); caller holds the writer. */
+static int emit_trailer(uint32_t reason, int signo)
+{
+	struct pki_rec_end end = {.reason = reason, .signo = (uint32_t)signo};
+	struct pki_trace_buf *b;
+	struct iovec p = {&end, sizeof(end)};
+	uint64_t lost = S.gone_lost;
+	int err;
+
+	err = drain_all(false, true, NULL);
+	if (err)
+		return err;
+	pki_trace_clock_pair(S.ci.clock, &end.end_ticks, &end.end_mono_ns);
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
+		lost += b->lost_reported - b->lost_base;
+	end.late_lost = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	end.lost = lost + end.late_lost;
+	end.recorded = S.recorded;
+	end.nthreads = S.announced;
+	S.end_off = S.off;
+	return emit(PKI_REC_END, &p, 1);
+}
+
+/* ---- per-thread buffers ---------------------------------------------------- */
+
+/* pthread key destructor: the thread is exiting and will not record again. */
+static void buf_release(void *arg)
+{
+	struct pki_trace_buf *b = arg;
+	stack_t ss;
+
+	pki_trace_tls = &gone_buf;
+	if (!sigaltstack(NULL, &ss) && ss.ss_sp == (char *)b + b->map_len - ALTSTACK_LEN) {
+		ss.ss_flags = SS_DISABLE;
+		sigaltstack(&ss, NULL);
+	}
+	/* Last access: from here the writer may free @b. */
+	__atomic_store_n(&b->dead, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * Make the calling thread's buffer: header page, events, and (when fatal
+ * signals are caught) an alternate signal stack so a stack overflow still
+ * gets flushed.  Syscalls only (mmap, prctl, sigaltstack): async-signal-safe.
+ * MAP_POPULATE: the pages are faulted in here, once, so the hot path never
+ * enters the kernel for a first touch (that alone cost ~8 ns per event).
+ */
+static struct pki_trace_buf *buf_new(void)
+{
+	size_t ev_len = (size_t)S.cap * sizeof(struct pki_trace_event);
+	size_t len = BUF_HDR_LEN + ev_len + ALTSTACK_LEN;
+	struct pki_trace_buf *b;
+	struct pki_trace_buf *head;
+	stack_t ss;
+
+	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
+		 0);
+	if (b == MAP_FAILED)
+		return NULL;
+	b->map_len = len;
+	b->mask = S.cap - 1;
+	b->ev = (struct pki_trace_event *)((char *)b + BUF_HDR_LEN);
+	b->tid = (uint32_t)gettid();
+	b->tsn = __atomic_add_fetch(&S.next_tsn, 1, __ATOMIC_RELAXED);
+	prctl(PR_GET_NAME, b->name);
+	if (S.caught[SIGSEGV] && !sigaltstack(NULL, &ss) && (ss.ss_flags & SS_DISABLE)) {
+		ss.ss_sp = (char *)b + len - ALTSTACK_LEN;
+		ss.ss_size = ALTSTACK_LEN;
+		ss.ss_flags = 0;
+		sigaltstack(&ss, NULL);
+	}
+	/*
+	 * pthread_setspecific() for a key below PTHREAD_KEY_2NDLEVEL_SIZE (ours is
+	 * made first thing) stores into the thread descriptor: no allocation.
+	 */
+	pthread_setspecific(S.key, b);
+	head = __atomic_load_n(&S.bufs, __ATOMIC_RELAXED);
+	do
+		b->next = head;
+	while (!__atomic_compare_exchange_n(&S.bufs, &head, b, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+	__atomic_add_fetch(&S.nthreads, 1, __ATOMIC_RELAXED);
+	return b;
+}
+
+/*
+ * Everything the inline path does not handle: first event of a thread,
+ * nested record, sentinel buffers.  Async-signal-safe.
+ */
+__attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts)
+{
+	struct pki_trace_buf *b = pki_trace_tls;
+
+	if (b == &internal_buf)
+		return;
+	if (b == &gone_buf) {
+		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	if (b) { /* busy: a signal handler interrupted a record of this thread */
+		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
+		return;	      /* outside any trace: not an event of a trace */
+	if (tls_allocating) { /* a handler interrupted buf_new() of this thread */
+		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	tls_allocating = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	b = buf_new();
+	if (b)
+		pki_trace_tls = b;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	tls_allocating = 0;
+	if (!b) {
+		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	pki_trace_record(fn, kind, ts);
+}
+
+/* ---- the drainer thread ----------------------------------------------------- */
+
+static void *drainer_main(void *arg)
+{
+	uint32_t wait_ms = S.drain_ms;
+	sigset_t all;
+
+	(void)arg;
+	/* Rule (1) of the writer word; also keeps the program's signals off us. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pki_trace_tls = &internal_buf;
+	pthread_setname_np(pthread_self(), "pk-trace-drain");
+	pthread_mutex_lock(&S.mu);
+	while (!S.stop) {
+		struct timespec ts;
+		bool busy = false;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += (long)wait_ms * 1000000;
+		ts.tv_sec += ts.tv_nsec / 1000000000;
+		ts.tv_nsec %= 1000000000;
+		pthread_cond_timedwait(&S.cv, &S.mu, &ts);
+		if (S.stop)
+			break;
+		pthread_mutex_unlock(&S.mu);
+		if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE) {
+			writer_lock_timed(UINT64_MAX);
+			/* re-check: a fatal signal or exec may have ended the trace meanwhile */
+			if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+				drain_all(true, false, &busy);
+			writer_unlock();
+		}
+		/* A buffer over half full: come back sooner (down to 1 ms). */
+		wait_ms = busy ? (wait_ms / 2 ? wait_ms / 2 : 1) : S.drain_ms;
+		pthread_mutex_lock(&S.mu);
+	}
+	pthread_mutex_unlock(&S.mu);
+	return NULL;
+}
+
+static int drainer_start(void)
+{
+	pthread_condattr_t ca;
+	int err;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&S.cv, &ca);
+	pthread_condattr_destroy(&ca);
+	S.stop = false;
+	err = -pthread_create(&S.drainer, NULL, drainer_main, NULL);
+	if (!err)
+		S.drainer_running = true;
+	return err;
+}
+
+static void drainer_stop(void)
+{
+	if (!S.drainer_running)
+		return;
+	pthread_mutex_lock(&S.mu);
+	S.stop = true;
+	pthread_cond_signal(&S.cv);
+	pthread_mutex_unlock(&S.mu);
+	pthread_join(S.drainer, NULL);
+	pthread_cond_destroy(&S.cv);
+	S.drainer_running = false;
+}
+
+/* ---- fatal signals --------------------------------------------------------- */
+
+static bool is_fault(int signo)
+{
+	return signo == SIGSEGV || signo == SIGBUS || signo == SIGILL || signo == SIGFPE;
+}
+
+int pki_trace_flush_signal(int signo)
+{
+	int st = ST_ACTIVE, err;
+
+	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return -EALREADY;
+	if (!writer_lock_timed(WAIT_SIGNAL_NS))
+		return -EBUSY; /* state stays ENDING: no one writes after us */
+	err = emit_trailer(PKI_END_SIGNAL, signo);
+	writer_unlock();
+	return err;
+}
+
+/*
+ * Installed only for signals whose disposition was SIG_DFL, so the program
+ * is about to die: flush, restore SIG_DFL, and let the signal kill it the
+ * way it would have (a fault re-executes and faults again; anything else is
+ * raised again, pending until we return).  Async-signal-safe throughout.
+ */
+static void on_fatal(int signo, siginfo_t *si, void *uc)
+{
+	int saved = errno;
+
+	(void)uc;
+	pki_trace_flush_signal(signo);
+	sigaction(signo, &S.old_act[signo], NULL);
+	if (!is_fault(signo) || si->si_code <= 0)
+		raise(signo);
+	errno = saved;
+}
+
+static void signals_install(void)
+{
+	struct sigaction sa = {.sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO | SA_ONSTACK};
+	size_t i;
+
+	sigfillset(&sa.sa_mask);
+	for (i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++) {
+		int sig = fatal_signals[i];
+		struct sigaction old;
+
+		if (sigaction(sig, NULL, &old) || old.sa_handler != SIG_DFL ||
+		    (old.sa_flags & SA_SIGINFO))
+			continue; /* the program handles or ignores it: leave it be */
+		S.old_act[sig] = old;
+		if (!sigaction(sig, &sa, NULL))
+			S.caught[sig] = true;
+	}
+}
+
+static void signals_restore(void)
+{
+	int sig;
+
+	for (sig = 1; sig < NSIG; sig++) {
+		struct sigaction cur;
+
+		if (!S.caught[sig])
+			continue;
+		S.caught[sig] = false;
+		/* Only if still ours: the program may have installed its own since. */
+		if (!sigaction(sig, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
+		    cur.sa_sigaction == on_fatal)
+			sigaction(sig, &S.old_act[sig], NULL);
+	}
+}
+
+/* ---- session ---------------------------------------------------------------- */
+
+static void at_exit(void)
+{
+	pki_trace_close();
+}
+
+/* Buffers left from an earlier session (same threads) start empty and clean. */
+static void session_reset_bufs(void)
+{
+	struct pki_trace_buf *b;
+
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next) {
+		__atomic_store_n(&b->tail, __atomic_load_n(&b->head, __ATOMIC_ACQUIRE),
+				 __ATOMIC_RELEASE);
+		b->lost_base = b->lost_reported = buf_lost(b);
+		b->recorded = 0;
+		b->announced = 0;
+		b->tsn = __atomic_add_fetch(&S.next_tsn, 1, __ATOMIC_RELAXED);
+	}
+}
+
+static int write_header(const char *program)
+{
+	struct pki_trace_prefix pre = {.magic = PKI_TRACE_MAGIC,
+				       .version_major = PKI_TRACE_VERSION_MAJOR,
+				       .version_minor = PKI_TRACE_VERSION_MINOR};
+	struct pki_rec_header h = {
+	    .clock = S.ci.clock,
+	    .pid = (uint32_t)getpid(),
+	    .ticks_per_sec = S.ci.ticks_per_sec,
+	    .ref_ticks = S.ci.ref_ticks,
+	    .ref_mono_ns = S.ci.ref_mono_ns,
+	    .ref_real_ns = S.ci.ref_real_ns,
+	    .buf_events = S.cap,
+	};
+	struct iovec p = {&pre, sizeof(pre)};
+	int err;
+
+	pre.crc = pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc));
+	err = pwritev_all(S.fd, &p, 1, 0);
+	if (err)
+		return err;
+	S.off = sizeof(pre);
+	h.program_len = (uint32_t)strnlen(program, PKI_TRACE_MAX_STRING);
+	return emit_string_rec(PKI_REC_HEADER, &h, sizeof(h), program, h.program_len);
+}
+
+int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
+{
+	static const struct pki_trace_opts defaults = {.sz = sizeof(defaults)};
+	char exe[PATH_MAX];
+	const char *program;
+	uint32_t cap;
+	ssize_t n;
+	int err;
+
+	if (!opts)
+		opts = &defaults;
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_IDLE)
+		return -EBUSY;
+	cap = opts->buf_events ? opts->buf_events : 64u << 10;
+	if (cap < 16 || cap > (1u << 28))
+		return -EINVAL;
+	cap = 1u << (32 - __builtin_clz(cap - 1)); /* next power of two */
+	program = opts->program;
+	if (!program) {
+		n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		exe[n > 0 ? n : 0] = '\0';
+		program = exe;
+	}
+	err = pki_trace_clock_setup(opts->clock, &S.ci);
+	if (err) {
+		pki_warn("trace %s: clock %d: %s\n", path, opts->clock, pki_errstr(err));
+		return err;
+	}
+	if (!S.key_made) {
+		err = -pthread_key_create(&S.key, buf_release);
+		if (err)
+			return err;
+		S.key_made = true;
+	}
+	S.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (S.fd < 0) {
+		err = -errno;
+		pki_warn("trace %s: open: %s\n", path, pki_errstr(err));
+		return err;
+	}
+	S.cap = cap;
+	S.io_err = 0;
+	S.recorded = S.gone_lost = 0;
+	S.late_lost = 0;
+	S.next_tsn = 0;
+	S.nthreads = 0;
+	S.announced = 0;
+	S.drain_ms = opts->drain_ms ? opts->drain_ms : 5;
+	session_reset_bufs();
+	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
+	err = write_header(program);
+	if (err) {
+		pki_warn("trace %s: write header: %s\n", path, pki_errstr(err));
+		goto err_close;
+	}
+	sigemptyset(&S.fatal_set);
+	if (opts->catch_signals) {
+		size_t i;
+
+		signals_install();
+		for (i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++)
+			sigaddset(&S.fatal_set, fatal_signals[i]);
+	}
+	if (opts->at_exit && !S.atexit_done && !atexit(at_exit))
+		S.atexit_done = true;
+	if (!S.atfork_done && !pthread_atfork(NULL, NULL, pki_trace_fork_child))
+		S.atfork_done = true;
+	__atomic_store_n(&S.state, ST_ACTIVE, __ATOMIC_RELEASE);
+	if (!opts->no_drainer) {
+		err = drainer_start();
+		if (err) {
+			pki_warn("trace %s: drainer thread: %s\n", path, pki_errstr(err));
+			__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
+			signals_restore();
+			goto err_close;
+		}
+	}
+	return 0;
+
+err_close:
+	close(S.fd);
+	S.fd = -1;
+	return err;
+}
+
+int pki_trace_close(void)
+{
+	int st = ST_ACTIVE, err;
+	sigset_t saved;
+
+	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		/* ended by a fatal signal or exec_prepare: only tidy up */
+		if (st == ST_IDLE)
+			return 0;
+		err = 0;
+		drainer_stop();
+		goto out;
+	}
+	drainer_stop();
+	writer_lock(&saved);
+	err = emit_trailer(PKI_END_CLOSE, 0);
+	writer_unlock_restore(&saved);
+	if (S.io_err && !err)
+		err = S.io_err;
+	if (err)
+		pki_warn("trace: writing the trace file: %s\n", pki_errstr(err));
+out:
+	signals_restore();
+	if (S.fd >= 0 && close(S.fd) && !err)
+		err = -errno;
+	S.fd = -1;
+	__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
+	return err;
+}
+
+int pki_trace_flush(void)
+{
+	sigset_t saved;
+	int err = -EBADF;
+
+	writer_lock(&saved);
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+		err = drain_all(true, false, NULL);
+	writer_unlock_restore(&saved);
+	return err;
+}
+
+int pki_trace_object_add(uint32_t id, uint64_t base, const char *path)
+{
+	struct pki_rec_object o = {.id = id, .base = base};
+	sigset_t saved;
+	int err = -EBADF;
+
+	if (!id || !path)
+		return -EINVAL;
+	o.path_len = (uint32_t)strnlen(path, PKI_TRACE_MAX_STRING);
+	writer_lock(&saved);
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+		err = emit_string_rec(PKI_REC_OBJECT, &o, sizeof(o), path, o.path_len);
+	writer_unlock_restore(&saved);
+	return err;
+}
+
+int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name)
+{
+	struct pki_rec_symbol s = {.fn = fn, .object_id = object_id};
+	sigset_t saved;
+	int err = -EBADF;
+
+	if (!name || fn > PKI_EV_FN_MAX)
+		return -EINVAL;
+	s.name_len = (uint32_t)strnlen(name, PKI_TRACE_MAX_STRING);
+	writer_lock(&saved);
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+		err = emit_string_rec(PKI_REC_SYMBOL, &s, sizeof(s), name, s.name_len);
+	writer_unlock_restore(&saved);
+	return err;
+}
+
+/*
+ * The drainer keeps running across exec_prepare (it idles unless ACTIVE): if
+ * exec succeeds it vanishes with the image; if it fails, nothing to restart.
+ */
+int pki_trace_exec_prepare(void)
+{
+	int st = ST_ACTIVE, err;
+	sigset_t saved;
+
+	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		return -EBADF;
+	writer_lock(&saved);
+	err = emit_trailer(PKI_END_EXEC, 0);
+	__atomic_store_n(&S.state, ST_EXEC, __ATOMIC_RELEASE);
+	writer_unlock_restore(&saved);
+	return err;
+}
+
+int pki_trace_exec_failed(void)
+{
+	int st = ST_EXEC, err = 0;
+	sigset_t saved;
+
+	writer_lock(&saved);
+	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ACTIVE, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		err = -EBADF;
+	} else if (ftruncate(S.fd, (off_t)S.end_off)) {
+		err = -errno;
+	} else {
+		S.off = S.end_off;
+	}
+	writer_unlock_restore(&saved);
+	return err;
+}
+
+/*
+ * Fork child: only the forking thread exists here, and everything below is a
+ * private copy.  The parent's other buffers belong to threads that do not
+ * exist in the child (their events are the parent's to write): unmap them.
+ * The file description is shared with the parent: close our fd unwritten.
+ */
+void pki_trace_fork_child(void)
+{
+	struct pki_trace_buf *self = pki_trace_tls, *b, *next;
+
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_IDLE)
+		return;
+	for (b = S.bufs; b; b = next) {
+		next = b->next;
+		if (b != self)
+			buf_free(b);
+	}
+	S.bufs = NULL;
+	if (self && self != &internal_buf && self != &gone_buf) {
+		self->next = NULL;
+		self->tid = (uint32_t)gettid();
+		S.bufs = self;
+	}
+	signals_restore();
+	if (S.fd >= 0)
+		close(S.fd);
+	S.fd = -1;
+	S.writer = 0;
+	S.drainer_running = false;
+	pthread_mutex_init(&S.mu, NULL);
+	__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
+}
+
+void pki_trace_counts(struct pki_trace_counts *c)
+{
+	struct pki_trace_buf *b;
+	sigset_t saved;
+
+	memset(c, 0, sizeof(*c));
+	writer_lock(&saved);
+	c->recorded = S.recorded;
+	c->late_lost = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	c->lost = S.gone_lost + c->late_lost;
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
+		c->lost += buf_lost(b) - b->lost_base;
+	c->threads = __atomic_load_n(&S.nthreads, __ATOMIC_RELAXED);
+	writer_unlock_restore(&saved);
+}

@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The trace recorder: per-thread lock-free event buffers and the writer that
+ * drains them into a trace file (format.h, doc/trace-format.md).
+ *
+ * One session per process.  Hooks call pki_trace_enter()/pki_trace_exit()
+ * (or pki_trace_record() with their own timestamp); a drainer thread copies
+ * the buffers to the file every few milliseconds; the file is completed by
+ * pki_trace_close() (normal exit: registered with atexit), by
+ * pki_trace_exec_prepare() before an exec, and by the fatal-signal handler.
+ *
+ * What may run where:
+ *
+ *  - pki_trace_record/enter/exit/now: anywhere, including signal handlers and
+ *    hooks on malloc or libc: no syscall, no lock, no allocation, no stdio.
+ *    Each thread owns its buffer and is its only producer.  The first event
+ *    of a thread (or one after its buffer vanished) takes a noinline slow
+ *    path that mmaps the buffer (a syscall, no malloc, no lock); it is still
+ *    async-signal-safe.  A record that cannot be stored (buffer full, or
+ *    nested inside another record of the same thread by a signal handler)
+ *    is counted as lost for that thread; an event that has no buffer to be
+ *    counted in (thread exiting, allocation failed) is counted in the
+ *    session's late_lost.  Nothing is dropped without being counted.
+ *  - pki_trace_open/close, pki_trace_object_add/symbol_add, exec_prepare,
+ *    exec_failed, fork_child: normal context only (they lock, allocate, log),
+ *    never from a hook or signal handler, never concurrently with each other.
+ *  - pki_trace_flush_signal(): async-signal-safe (write(2)/pwritev(2), clock
+ *    reads, atomics), for the fatal-signal path; also usable by an agent's
+ *    own handlers.
+ *
+ * Events carry a function value ("fn") that SYMBOL records name: normally the
+ * function's address, but any value up to PKI_EV_FN_MAX works (ids).
+ */
+#ifndef PK_TRACE_TRACE_H
+#define PK_TRACE_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arch/x86_64/tsc.h"
+#include "trace/clock.h"
+#include "trace/format.h"
+
+struct pki_trace_opts {
+	size_t sz;
+	const char *program; /* for the header; default /proc/self/exe */
+	uint32_t buf_events; /* per-thread capacity, rounded up to 2^n; default 64K (1 MiB) */
+	uint32_t drain_ms;   /* drainer period; 0 = 5 ms (shortened while buffers fill) */
+	bool no_drainer;     /* no drainer thread: pki_trace_flush() by hand (tests) */
+	int clock;	     /* 0 = best (TSC if invariant), or enum pki_trace_clock */
+	bool catch_signals;  /* flush on fatal signals (installs handlers) */
+	bool at_exit;	     /* register pki_trace_close() with atexit() */
+};
+
+/* Open @path (created/truncated), write the header, start recording. */
+int pki_trace_open(const char *path, const struct pki_trace_opts *opts);
+
+/*
+ * Drain every buffer, write the END record, close the file, restore signal
+ * handlers.  Idempotent.  Events recorded after this stay in their buffers
+ * and are not written (the END record marks where the trace stops).
+ */
+int pki_trace_close(void);
+
+/* Drain every buffer now (normal context); the file stays open. */
+int pki_trace_flush(void);
+
+/* Name things for the reader.  @id > 0.  0 or -errno. */
+int pki_trace_object_add(uint32_t id, uint64_t base, const char *path);
+int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name);
+
+/*
+ * Before exec: drain and END the file (reason exec) and close it.  If exec
+ * fails, pki_trace_exec_failed() removes the END record and resumes.
+ */
+int pki_trace_exec_prepare(void);
+int pki_trace_exec_failed(void);
+
+/*
+ * In a fork child (pthread_atfork child handler): the child must not write
+ * to the parent's file.  Stops the session in the child and discards the
+ * parent's buffers; the calling thread's buffer is emptied and kept, so a
+ * new pki_trace_open() in the child records into it.
+ */
+void pki_trace_fork_child(void);
+
+/*
+ * Async-signal-safe final flush: drain, END with reason signal @signo.
+ * Returns 0, or -EBUSY if the writer could not be taken in time, -EALREADY
+ * if the trace was already completed.
+ */
+int pki_trace_flush_signal(int signo);
+
+/* Counters of the current session, for tests and the CLI. */
+struct pki_trace_counts {
+	uint64_t recorded; /* written to the file */
+	uint64_t lost;	   /* known lost, all threads, including late_lost */
+	uint64_t late_lost;
+	uint32_t threads; /* buffers ever allocated */
+};
+void pki_trace_counts(struct pki_trace_counts *c);
+
+/* ---- hot path ------------------------------------------------------------ */
+
+/*
+ * A thread's buffer.  The first cache line is the producer's (only the owning
+ * thread writes it, except that the drainer reads head and lost); tail is the
+ * consumer's, on its own line.  head and tail count events since the buffer
+ * was made; slot = count & mask.  Free slots: mask + 1 - (head - tail).
+ */
+struct pki_trace_buf {
+	/* producer line */
+	uint64_t head;	      /* release-stored by the owner after the slot is written */
+	uint64_t cached_tail; /* owner's last look at tail: avoids touching the consumer line */
+	uint64_t mask;
+	struct pki_trace_event *ev;
+	uint64_t lost;	      /* buffer full; stored by the owner only, inside a record */
+	uint64_t nested_lost; /* atomic adds by the slow path (nested records) */
+	uint32_t busy;	      /* owner is inside a record: a nested one is lost */
+	uint32_t tsn;
+	/* consumer line */
+	uint64_t tail __attribute__((aligned(64))); /* release-stored by the writer */
+	uint64_t lost_reported;			    /* lost as of the last LOST record */
+	uint64_t lost_base;			    /* lost when this session began */
+	uint64_t recorded;
+	uint32_t tid;
+	uint32_t announced;
+	uint32_t dead; /* set (release) by the owner when it exits: it won't write again */
+	uint32_t reserved;
+	struct pki_trace_buf *next; /* session list: pushed lock-free, unlinked by the writer */
+	size_t map_len;
+	char name[16];
+};
+
+extern __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-exec")));
+extern bool pki_trace_use_tsc;
+
+void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
+
+/* Current time in the session's clock ticks. */
+static inline uint64_t pki_trace_now(void)
+{
+	if (__builtin_expect(pki_trace_use_tsc, 1))
+		return pki_arch_tsc_read();
+	return pki_trace_mono_ns();
+}
+
+/*
+ * Record one event.  Why it is correct without locks:
+ *  - Only the owning thread writes head, busy, cached_tail and the slots; the
+ *    writer only reads them after an acquire load of head, which orders the
+ *    slot contents before it (release store below).
+ *  - The writer frees slots by a release store of tail after it has copied
+ *    them; the acquire load of tail here orders our overwrite after that.
+ *  - A signal handler on this thread may run between any two instructions.
+ *    busy is set before head is read, so a nested record either completes
+ *    entirely before we read head, or sees busy and counts itself lost; it
+ *    can never publish a slot we then overwrite.  Signal fences are enough:
+ *    the handler runs on this CPU, in program order.
+ */
+static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
+{
+	struct pki_trace_buf *b = pki_trace_tls;
+	struct pki_trace_event *e;
+	uint64_t h;
+
+	if (__builtin_expect(!b || b->busy, 0))
+		goto slow;
+	b->busy = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	h = b->head;
+	if (__builtin_expect(h - b->cached_tail > b->mask, 0)) {
+		b->cached_tail = __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE);
+		if (h - b->cached_tail > b->mask) {
+			/* No lock prefix: only this thread, inside busy, writes lost. */
+			__atomic_store_n(&b->lost, b->lost + 1, __ATOMIC_RELAXED);
+			goto out;
+		}
+	}
+	e = &b->ev[h & b->mask];
+	e->ts = ts;
+	e->word = PKI_EV_WORD(fn, kind);
+	__atomic_store_n(&b->head, h + 1, __ATOMIC_RELEASE);
+out:
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	b->busy = 0;
+	return;
+slow:
+	pki_trace_record_slow(fn, kind, ts);
+}
+
+static inline void pki_trace_enter(uint64_t fn)
+{
+	pki_trace_record(fn, PKI_EV_ENTRY, pki_trace_now());
+}
+
+static inline void pki_trace_exit(uint64_t fn)
+{
+	pki_trace_record(fn, PKI_EV_EXIT, pki_trace_now());
+}
+
+#endif /* PK_TRACE_TRACE_H */

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The perf backend of the watchpoint manager: one hardware breakpoint event
+ * per (watchpoint, root thread), opened with perf_event_open(2).  Everything
+ * here is a thin, stateless wrapper: the manager owns the fds and decides.
+ */
+#ifndef PK_WATCH_PERF_H
+#define PK_WATCH_PERF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <probekit/watch.h>
+
+/*
+ * What an event watches.  The same description must be passed again, with
+ * only addr/len/type/disabled changed, to pki_perf_bp_modify: the kernel
+ * rejects a MODIFY_ATTRIBUTES whose other fields differ from the event's.
+ */
+struct pki_bp {
+	uintptr_t addr;
+	size_t len; /* API length: 1/2/4/8, 1 for X */
+	enum pk_watch_type type;
+	bool disabled;
+	bool inherit;	   /* all-threads: children created by CLONE_THREAD get copies */
+	uint64_t sig_data; /* si_perf_data of every SIGTRAP it raises */
+};
+
+/* Open @bp on thread @tid; returns the fd (O_CLOEXEC) or -errno. */
+int pki_perf_bp_open(const struct pki_bp *bp, pid_t tid);
+
+/* Retarget the event behind @fd and every event inherited from it. */
+int pki_perf_bp_modify(int fd, const struct pki_bp *bp);
+
+/* Enable or disable the event behind @fd and every event inherited from it. */
+int pki_perf_bp_enable(int fd, bool on);
+
+#endif /* PK_WATCH_PERF_H */

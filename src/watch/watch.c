@@ -1,0 +1,872 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The watchpoint manager: admission, the root events of each watchpoint, the
+ * SIGTRAP handler that turns perf sigtraps into hits, and safe freeing.
+ *
+ * Admission ("count an all-threads watchpoint once", the kernel's
+ * tsk_pinned_all idea).  Every thread has PKI_HWBP_SLOTS slots.  A thread uses
+ *	nr_all (all-threads watchpoints, the same for every thread)
+ *	+ own(tid) (its single-thread watchpoints).
+ * own() lives in a tid hash; a histogram (watch/hist.h) counts the threads by
+ * own(); threads with own() == 0 are in neither, so creating a thread costs
+ * the library nothing.  Then
+ *	a single-thread add on T fits iff nr_all + own(T) + 1 <= SLOTS,
+ *	an all-threads add fits   iff nr_all + 1 + max(own) <= SLOTS,
+ * both O(SLOTS).  Only the failure path walks anything: it first reaps the
+ * single-thread watchpoints of threads that exited (tgkill(pid, tid, 0) ==
+ * ESRCH), then names the full thread and what holds its slots.
+ *
+ * Roots.  An all-threads watchpoint opens one inheritable event per thread
+ * alive when it is added (its "roots"); threads created later inherit a copy
+ * from their creator.  Modify/enable/disable are one ioctl per root and reach
+ * the copies.  A root whose thread exited must stay open: closing it would
+ * destroy the copies it carries.
+ *
+ * Locking.  mgr.lock (a mutex) serialises every pk_watch_* call and guards all
+ * of mgr and every struct pk_watch except what the handler reads (below).  It
+ * is never taken in signal context.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/perf_event.h>
+#include <probekit/watch.h>
+
+#include "arch/x86_64/hwbp.h"
+#include "core/log.h"
+#include "watch/hist.h"
+#include "watch/perf.h"
+
+struct wroot {
+	pid_t tid;
+	int fd;
+};
+
+struct pk_watch {
+	/* Read by the SIGTRAP handler: written once before publication. */
+	pk_watch_cb cb;
+	void *ctx;
+	struct pk_hitq *queue;
+	atomic_ulong hits;
+
+	/* Under mgr.lock. */
+	uint32_t slot;
+	pid_t tid; /* 0: all threads */
+	struct pki_bp bp;
+	bool dead; /* nothing installed any more (thread exited, fork child) */
+	int nr_roots;
+	struct wroot *roots;
+	struct pk_watch *prev, *next;
+};
+
+/*
+ * The slot table maps si_perf_data back to a watchpoint.  It is never freed
+ * (chunks are allocated on demand and published with release), so the handler
+ * may index it at any time.  sig_data = MAGIC << 48 | gen << 24 | index.
+ */
+#define SIG_MAGIC   0x504bULL /* "PK" */
+#define SLOT_BITS   24
+#define GEN_MASK    ((1U << 24) - 1)
+#define CHUNK_SLOTS 256
+#define NR_CHUNKS   256 /* 65536 watchpoints at once */
+
+struct wslot {
+	atomic_uint inflight;	      /* handlers between enter and exit */
+	atomic_uint gen;	      /* bumped when the slot's watchpoint is removed */
+	_Atomic(struct pk_watch *) w; /* NULL while free or being removed */
+	uint32_t next_free;	      /* under mgr.lock */
+};
+
+static _Atomic(struct wslot *) chunks[NR_CHUNKS];
+
+/* Single-thread usage per tid: open addressing, linear probing. */
+struct town {
+	pid_t tid; /* 0 = empty */
+	int own;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	bool handler_installed;
+	struct sigaction old_trap; /* the SIGTRAP action we chain to */
+	int nr_all;
+	struct pki_hist hist; /* threads by own(), own > 0 only */
+	struct town *tids;
+	size_t tids_mask, nr_tids;
+	struct pk_watch *list;
+	uint32_t nr_slots_used, free_slot; /* free list head, UINT32_MAX = empty */
+} mgr = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .free_slot = UINT32_MAX,
+};
+
+static const char *const type_name[] = {
+    [PK_WATCH_W] = "W",
+    [PK_WATCH_RW] = "RW",
+    [PK_WATCH_X] = "X",
+};
+
+static struct wslot *slot_at(uint32_t idx)
+{
+	struct wslot *c = atomic_load_explicit(&chunks[idx / CHUNK_SLOTS], memory_order_acquire);
+
+	return c ? &c[idx % CHUNK_SLOTS] : NULL;
+}
+
+/* ---- the SIGTRAP handler ------------------------------------------------ */
+
+static void chain_sigtrap(int sig, siginfo_t *si, void *uc)
+{
+	const struct sigaction *old = &mgr.old_trap;
+
+	if (old->sa_flags & SA_SIGINFO) {
+		old->sa_sigaction(sig, si, uc);
+	} else if (old->sa_handler == SIG_IGN) {
+		return;
+	} else if (old->sa_handler == SIG_DFL) {
+		/*
+		 * Not ours and nobody else wants it: let the default action
+		 * (core dump) happen.  SIGTRAP is blocked in this handler, so
+		 * the re-raised one is delivered, to SIG_DFL, when we return.
+		 */
+		signal(SIGTRAP, SIG_DFL);
+		raise(SIGTRAP);
+	} else {
+		old->sa_handler(sig);
+	}
+}
+
+/*
+ * Freeing protocol (why pk_watch_remove may free a watchpoint).
+ *   handler:  H1 inflight++   H2 load gen, load w   H3 use w   H4 inflight--
+ *   remover:  R1 w = NULL, gen++   R2 close fds   R3 wait until inflight == 0
+ *             R4 free w, recycle the slot
+ * All of H1, H2, R1 and R3's loads are seq_cst, so they sit in one total
+ * order.  A handler that loaded the old w did H2 before R1, hence H1 before R1
+ * before every R3 load: R3 reads inflight >= 1 until that handler's H4, which
+ * follows its last use of w.  A handler whose H1 comes after R3's final load
+ * is after R1 too and loads w == NULL (or a new gen): it never touches the old
+ * w.  The wait is bounded by the longest callback running at R1 (callbacks
+ * must be short, see watch.h); it is not a sleep, it watches a counter.
+ * A SIGTRAP still pending after R2 (a thread blocking SIGTRAP) carries the old
+ * generation and is swallowed, never forwarded: it is ours.
+ */
+static void watch_sigtrap(int sig, siginfo_t *si, void *ucv)
+{
+	uint64_t data;
+	uint32_t idx, gen;
+	struct wslot *s;
+	struct pk_watch *w;
+	int saved_errno;
+
+	if (si->si_code != TRAP_PERF || pki_si_perf_type(si) != PERF_TYPE_BREAKPOINT)
+		goto foreign;
+	data = pki_si_perf_data(si);
+	if ((data >> 48) != SIG_MAGIC)
+		goto foreign;
+	idx = (uint32_t)data & ((1U << SLOT_BITS) - 1);
+	gen = (uint32_t)(data >> SLOT_BITS) & GEN_MASK;
+	if (idx >= (uint32_t)NR_CHUNKS * CHUNK_SLOTS || !(s = slot_at(idx)))
+		goto foreign;
+
+	saved_errno = errno;
+	atomic_fetch_add(&s->inflight, 1); /* H1 */
+	w = atomic_load(&s->w);		   /* H2 */
+	if (w && atomic_load(&s->gen) == gen) {
+		ucontext_t *uc = ucv;
+		struct pk_watch_hit hit = {
+		    .watch = w,
+		    .ctx = w->ctx,
+		    .tid = (pid_t)syscall(SYS_gettid),
+		    .addr = (uintptr_t)si->si_addr,
+		    .ip = pki_uc_ip(uc),
+		    .uc = uc,
+		};
+
+		atomic_fetch_add_explicit(&w->hits, 1, memory_order_relaxed);
+		if (w->cb)
+			w->cb(&hit);
+		if (w->queue)
+			pk_hitq_push(w->queue, &hit);
+	}
+	atomic_fetch_sub(&s->inflight, 1); /* H4 */
+	errno = saved_errno;
+	return;
+foreign:
+	chain_sigtrap(sig, si, ucv);
+}
+
+/*
+ * Installed once, on the first pk_watch_add.  SA_SIGINFO for si_perf_data;
+ * SA_RESTART so a hit never makes a blocking call fail with EINTR; no
+ * SA_ONSTACK: a hit is an ordinary access on a healthy stack, and the
+ * application's alternate stack stays free for its overflow handler; no
+ * SA_NODEFER: a callback that touches watched memory must not recurse.
+ */
+static int __install_handler(void)
+{
+	struct sigaction sa = {
+	    .sa_sigaction = watch_sigtrap,
+	    .sa_flags = SA_SIGINFO | SA_RESTART,
+	};
+
+	if (mgr.handler_installed)
+		return 0;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGTRAP, &sa, &mgr.old_trap)) {
+		int err = -errno;
+
+		pki_warn("watch: cannot install the SIGTRAP handler: %s\n", pki_errstr(err));
+		return err;
+	}
+	mgr.handler_installed = true;
+	return 0;
+}
+
+/* ---- slots -------------------------------------------------------------- */
+
+static int __slot_get(uint32_t *idx)
+{
+	struct wslot *c;
+	uint32_t i;
+
+	if (mgr.free_slot != UINT32_MAX) {
+		i = mgr.free_slot;
+		mgr.free_slot = slot_at(i)->next_free;
+		*idx = i;
+		return 0;
+	}
+	i = mgr.nr_slots_used;
+	if (i >= (uint32_t)NR_CHUNKS * CHUNK_SLOTS)
+		return -ENOMEM;
+	if (i % CHUNK_SLOTS == 0) {
+		c = calloc(CHUNK_SLOTS, sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		atomic_store_explicit(&chunks[i / CHUNK_SLOTS], c, memory_order_release);
+	}
+	mgr.nr_slots_used++;
+	*idx = i;
+	return 0;
+}
+
+static void __slot_put(uint32_t idx)
+{
+	slot_at(idx)->next_free = mgr.free_slot;
+	mgr.free_slot = idx;
+}
+
+static uint64_t slot_sig_data(uint32_t idx)
+{
+	uint32_t gen = atomic_load(&slot_at(idx)->gen) & GEN_MASK;
+
+	return SIG_MAGIC << 48 | (uint64_t)gen << SLOT_BITS | idx;
+}
+
+/* R1 + R3 of the freeing protocol (the caller closed the fds in between). */
+static void slot_unpublish(uint32_t idx)
+{
+	struct wslot *s = slot_at(idx);
+
+	atomic_store(&s->w, NULL);
+	atomic_fetch_add(&s->gen, 1);
+}
+
+static void slot_wait_idle(uint32_t idx)
+{
+	struct wslot *s = slot_at(idx);
+
+	while (atomic_load(&s->inflight))
+		sched_yield();
+}
+
+/* ---- per-thread usage --------------------------------------------------- */
+
+static size_t tid_hash(pid_t tid)
+{
+	return (size_t)tid * 0x9e3779b97f4a7c15ULL >> 17;
+}
+
+static struct town *__town_find(pid_t tid)
+{
+	if (!mgr.tids)
+		return NULL;
+	for (size_t i = tid_hash(tid) & mgr.tids_mask;; i = (i + 1) & mgr.tids_mask) {
+		if (mgr.tids[i].tid == tid)
+			return &mgr.tids[i];
+		if (!mgr.tids[i].tid)
+			return NULL;
+	}
+}
+
+static int __own(pid_t tid)
+{
+	struct town *t = __town_find(tid);
+
+	return t ? t->own : 0;
+}
+
+static int __town_grow(void)
+{
+	size_t n = mgr.tids ? (mgr.tids_mask + 1) * 2 : 16;
+	struct town *old = mgr.tids, *tab = calloc(n, sizeof(*tab));
+	size_t old_n = mgr.tids ? mgr.tids_mask + 1 : 0;
+
+	if (!tab)
+		return -ENOMEM;
+	mgr.tids = tab;
+	mgr.tids_mask = n - 1;
+	for (size_t i = 0; i < old_n; i++) {
+		size_t j;
+
+		if (!old[i].tid)
+			continue;
+		for (j = tid_hash(old[i].tid) & mgr.tids_mask; tab[j].tid;
+		     j = (j + 1) & mgr.tids_mask)
+			;
+		tab[j] = old[i];
+	}
+	free(old);
+	return 0;
+}
+
+/* Make room for one more tid before anything irreversible happens. */
+static int __town_reserve(void)
+{
+	if (mgr.tids && (mgr.nr_tids + 1) * 2 <= mgr.tids_mask + 1)
+		return 0;
+	return __town_grow();
+}
+
+/* Remove the entry at @i, shifting back later entries of its probe chain. */
+static void __town_delete(size_t i)
+{
+	size_t j = i;
+
+	for (;;) {
+		size_t k;
+
+		j = (j + 1) & mgr.tids_mask;
+		if (!mgr.tids[j].tid)
+			break;
+		k = tid_hash(mgr.tids[j].tid) & mgr.tids_mask;
+		/* entry j may stay iff its home k lies cyclically in (i, j] */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		mgr.tids[i] = mgr.tids[j];
+		i = j;
+	}
+	mgr.tids[i].tid = 0;
+	mgr.tids[i].own = 0;
+	mgr.nr_tids--;
+}
+
+/* own(@tid) += @delta (+1 or -1); room was reserved for a new tid. */
+static void __own_move(pid_t tid, int delta)
+{
+	struct town *t = __town_find(tid);
+	int old = t ? t->own : 0;
+
+	pki_hist_move(&mgr.hist, old, delta);
+	if (!t) {
+		size_t i;
+
+		for (i = tid_hash(tid) & mgr.tids_mask; mgr.tids[i].tid;
+		     i = (i + 1) & mgr.tids_mask)
+			;
+		t = &mgr.tids[i];
+		t->tid = tid;
+		mgr.nr_tids++;
+	}
+	t->own += delta;
+	if (!t->own)
+		__town_delete((size_t)(t - mgr.tids));
+}
+
+/* ---- admission ---------------------------------------------------------- */
+
+static bool thread_alive(pid_t tid)
+{
+	return !syscall(SYS_tgkill, getpid(), tid, 0) || errno != ESRCH;
+}
+
+static void __close_roots(struct pk_watch *w)
+{
+	for (int i = 0; i < w->nr_roots; i++)
+		close(w->roots[i].fd);
+	w->nr_roots = 0;
+}
+
+/* Give back what @w holds in the accounting (it stays in the list). */
+static void __unaccount(struct pk_watch *w)
+{
+	if (w->tid)
+		__own_move(w->tid, -1);
+	else
+		mgr.nr_all--;
+}
+
+/*
+ * Failure path only: single-thread watchpoints of exited threads give their
+ * slots back.  Their handles stay valid (dead) until pk_watch_remove.
+ * Returns how many were reaped.
+ */
+static int __reap_dead_threads(void)
+{
+	int n = 0;
+
+	for (struct pk_watch *w = mgr.list; w; w = w->next) {
+		if (w->dead || !w->tid || thread_alive(w->tid))
+			continue;
+		pki_debug("watch %#lx: thread %d exited, its slot is free again\n",
+			  (unsigned long)w->bp.addr, (int)w->tid);
+		__close_roots(w);
+		__unaccount(w);
+		w->dead = true;
+		n++;
+	}
+	return n;
+}
+
+static bool __fits(pid_t tid)
+{
+	if (tid)
+		return mgr.nr_all + __own(tid) + 1 <= PKI_HWBP_SLOTS;
+	return mgr.nr_all + 1 + pki_hist_max(&mgr.hist) <= PKI_HWBP_SLOTS;
+}
+
+/* Append a description of the watchpoints holding @tid's slots to @buf. */
+static void __describe_holders(char *buf, size_t size, pid_t tid)
+{
+	size_t len = strlen(buf);
+
+	for (struct pk_watch *w = mgr.list; w && len < size; w = w->next) {
+		if (w->dead || (w->tid && w->tid != tid))
+			continue;
+		len += (size_t)snprintf(buf + len, size - len, "%s %s %#lx/%zu%s", len ? "," : "",
+					type_name[w->bp.type], (unsigned long)w->bp.addr, w->bp.len,
+					w->tid ? "" : " (all threads)");
+	}
+}
+
+/* -ENOSPC with a message naming the full thread, or 0 if it fits after all. */
+static int __admit(pid_t tid, const void *addr)
+{
+	char holders[512] = "";
+	pid_t full = tid;
+
+	if (__fits(tid) || (__reap_dead_threads() && __fits(tid)))
+		return 0;
+	if (!tid) {
+		/* a thread using the most own slots: the first one found */
+		int max = pki_hist_max(&mgr.hist);
+
+		for (size_t i = 0; max && i <= mgr.tids_mask; i++)
+			if (mgr.tids[i].tid && mgr.tids[i].own == max) {
+				full = mgr.tids[i].tid;
+				break;
+			}
+	}
+	__describe_holders(holders, sizeof(holders), full);
+	if (full)
+		pki_warn(
+		    "watch %p: thread %d has no free debug register: %d all-threads + %d of its "
+		    "own watchpoint(s) hold its %d slots:%s: %s\n",
+		    addr, (int)full, mgr.nr_all, __own(full), PKI_HWBP_SLOTS, holders,
+		    pki_errstr(ENOSPC));
+	else
+		pki_warn("watch %p: every thread is full: %d all-threads watchpoint(s) hold all %d "
+			 "slots:%s: %s\n",
+			 addr, mgr.nr_all, PKI_HWBP_SLOTS, holders, pki_errstr(ENOSPC));
+	return -ENOSPC;
+}
+
+/* ---- adding ------------------------------------------------------------- */
+
+static int check_target(const void *addr, size_t len, enum pk_watch_type type)
+{
+	uintptr_t a = (uintptr_t)addr;
+
+	if (type != PK_WATCH_W && type != PK_WATCH_RW && type != PK_WATCH_X) {
+		pki_warn("watch %p: unknown type %d (PK_WATCH_W, _RW or _X): %s\n", addr, (int)type,
+			 pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	if (!a) {
+		pki_warn("watch: NULL address: %s\n", pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	if (type == PK_WATCH_X ? len != 1 : !pki_hwbp_data_ok(a, len)) {
+		pki_warn("watch %p: %s watchpoints take %s, not %zu byte(s) at this address: %s\n",
+			 addr, type_name[type],
+			 type == PK_WATCH_X ? "length 1" : "1, 2, 4 or 8 naturally aligned bytes",
+			 len, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int root_cmp(const void *a, const void *b)
+{
+	pid_t x = ((const struct wroot *)a)->tid, y = ((const struct wroot *)b)->tid;
+
+	return (x > y) - (x < y);
+}
+
+static bool has_root(const struct pk_watch *w, int nr_sorted, pid_t tid)
+{
+	struct wroot key = {.tid = tid};
+
+	if (nr_sorted && bsearch(&key, w->roots, (size_t)nr_sorted, sizeof(key), root_cmp))
+		return true;
+	for (int i = nr_sorted; i < w->nr_roots; i++)
+		if (w->roots[i].tid == tid)
+			return true;
+	return false;
+}
+
+static int add_root(struct pk_watch *w, int *cap, pid_t tid)
+{
+	int fd;
+
+	if (w->nr_roots == *cap) {
+		int n = *cap ? *cap * 2 : 16;
+		struct wroot *r = realloc(w->roots, (size_t)n * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		w->roots = r;
+		*cap = n;
+	}
+	fd = pki_perf_bp_open(&w->bp, tid);
+	if (fd == -ESRCH)
+		return 0; /* exited meanwhile: nothing to watch there */
+	if (fd < 0) {
+		pki_warn("watch %#lx: perf_event_open on thread %d: %s\n",
+			 (unsigned long)w->bp.addr, (int)tid, pki_errstr(fd));
+		return fd;
+	}
+	w->roots[w->nr_roots].tid = tid;
+	w->roots[w->nr_roots].fd = fd;
+	w->nr_roots++;
+	return 1;
+}
+
+/*
+ * One root per thread alive now.  A thread created by a thread that already
+ * has a root inherits the event; one created before (or while /proc was being
+ * read) may not have, so we list /proc/self/task again until a pass finds no
+ * thread without a root.  Residual races, both harmless for correctness of
+ * hits: a thread that was inside clone() with its perf context already copied
+ * but not yet listed when the last pass ran is not covered; and a thread
+ * created after its creator got a root, but first listed in a later pass, gets
+ * a second event (one more debug register in it; its hits are still reported
+ * once, the second SIGTRAP coalescing with the first).
+ */
+static int __open_all_roots(struct pk_watch *w)
+{
+	int cap = 0, sorted = 0, added;
+
+	do {
+		DIR *d = opendir("/proc/self/task");
+		struct dirent *e;
+
+		if (!d) {
+			int err = -errno;
+
+			pki_warn("watch %#lx: cannot list threads: /proc/self/task: %s\n",
+				 (unsigned long)w->bp.addr, pki_errstr(err));
+			return err;
+		}
+		added = 0;
+		while ((e = readdir(d))) {
+			pid_t tid = (pid_t)atoi(e->d_name);
+			int r;
+
+			if (tid <= 0 || has_root(w, sorted, tid))
+				continue;
+			r = add_root(w, &cap, tid);
+			if (r < 0) {
+				closedir(d);
+				return r;
+			}
+			added += r;
+		}
+		closedir(d);
+		qsort(w->roots, (size_t)w->nr_roots, sizeof(*w->roots), root_cmp);
+		sorted = w->nr_roots;
+	} while (added);
+	return 0;
+}
+
+static void fork_child(void);
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&mgr.lock);
+}
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&mgr.lock);
+}
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
+				     const struct pk_watch_opts *opts)
+{
+	struct pk_watch_opts o = {.sz = sizeof(o)};
+	struct pk_watch *w;
+	uint32_t idx;
+	int err;
+
+	if (opts) {
+		if (opts->sz < offsetof(struct pk_watch_opts, disabled) + sizeof(bool)) {
+			pki_warn("watch %p: opts->sz %zu is too small (use PK_OPTS): %s\n", addr,
+				 opts->sz, pki_errstr(EINVAL));
+			errno = EINVAL;
+			return NULL;
+		}
+		/* a newer caller's fields we do not know must be zero */
+		for (size_t i = sizeof(o); i < opts->sz; i++)
+			if (((const char *)opts)[i]) {
+				pki_warn("watch %p: opts has fields this library does not know "
+					 "(sz %zu > %zu): %s\n",
+					 addr, opts->sz, sizeof(o), pki_errstr(EINVAL));
+				errno = EINVAL;
+				return NULL;
+			}
+		memcpy(&o, opts, sizeof(o) < opts->sz ? sizeof(o) : opts->sz);
+	}
+	err = check_target(addr, len, type);
+	if (err)
+		goto out_errno;
+	if (o.tid < 0 || (o.tid && !thread_alive(o.tid))) {
+		pki_warn("watch %p: thread %d is not a thread of process %d: %s\n", addr,
+			 (int)o.tid, (int)getpid(), pki_errstr(ESRCH));
+		err = -ESRCH;
+		goto out_errno;
+	}
+	pthread_once(&atfork_once, register_atfork);
+
+	pthread_mutex_lock(&mgr.lock);
+	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS)) {
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	err = __install_handler();
+	if (err)
+		goto out_unlock;
+	err = __admit(o.tid, addr);
+	if (err)
+		goto out_unlock;
+	if (o.tid) {
+		err = __town_reserve();
+		if (err)
+			goto out_unlock;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	err = __slot_get(&idx);
+	if (err)
+		goto out_free;
+	w->cb = o.callback;
+	w->ctx = o.ctx;
+	w->queue = o.queue;
+	w->slot = idx;
+	w->tid = o.tid;
+	w->bp = (struct pki_bp){
+	    .addr = (uintptr_t)addr,
+	    .len = len,
+	    .type = type,
+	    .disabled = o.disabled,
+	    .inherit = !o.tid,
+	    .sig_data = slot_sig_data(idx),
+	};
+	/* Published before the first event exists: no early hit is lost. */
+	atomic_store(&slot_at(idx)->w, w);
+
+	if (o.tid) {
+		int cap = 0;
+
+		err = add_root(w, &cap, o.tid);
+		if (!err) {
+			/* exited between the check and the open */
+			pki_warn("watch %p: thread %d exited: %s\n", addr, (int)o.tid,
+				 pki_errstr(ESRCH));
+			err = -ESRCH;
+		}
+	} else {
+		err = __open_all_roots(w);
+	}
+	if (err < 0)
+		goto out_close;
+	err = 0;
+
+	if (o.tid)
+		__own_move(o.tid, +1);
+	else
+		mgr.nr_all++;
+	w->next = mgr.list;
+	if (mgr.list)
+		mgr.list->prev = w;
+	mgr.list = w;
+	pki_debug("watch %p: %s/%zu on %s%d, %d root event(s)\n", addr, type_name[type], len,
+		  o.tid ? "thread " : "all threads of ", o.tid ? (int)o.tid : (int)getpid(),
+		  w->nr_roots);
+	pthread_mutex_unlock(&mgr.lock);
+	return w;
+
+out_close:
+	slot_unpublish(idx);
+	__close_roots(w);
+	slot_wait_idle(idx);
+	__slot_put(idx);
+out_free:
+	free(w->roots);
+	free(w);
+out_unlock:
+	pthread_mutex_unlock(&mgr.lock);
+out_errno:
+	errno = -err;
+	return NULL;
+}
+
+/* ---- the rest of the life cycle ----------------------------------------- */
+
+PK_API void pk_watch_remove(struct pk_watch *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&mgr.lock);
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		mgr.list = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	if (!w->dead)
+		__unaccount(w);
+	slot_unpublish(w->slot); /* R1 */
+	__close_roots(w);	 /* R2 */
+	slot_wait_idle(w->slot); /* R3 */
+	__slot_put(w->slot);
+	pthread_mutex_unlock(&mgr.lock);
+	free(w->roots); /* R4 */
+	free(w);
+}
+
+static int __live(struct pk_watch *w)
+{
+	if (!w->dead && w->tid && !thread_alive(w->tid)) {
+		__close_roots(w);
+		__unaccount(w);
+		w->dead = true;
+	}
+	return w->dead || !w->nr_roots ? -ESRCH : 0;
+}
+
+static int set_enabled(struct pk_watch *w, bool on)
+{
+	int err;
+
+	pthread_mutex_lock(&mgr.lock);
+	err = __live(w);
+	for (int i = 0; !err && i < w->nr_roots; i++)
+		err = pki_perf_bp_enable(w->roots[i].fd, on);
+	if (!err)
+		w->bp.disabled = !on;
+	else if (err != -ESRCH)
+		pki_warn("watch %#lx: cannot %s: %s\n", (unsigned long)w->bp.addr,
+			 on ? "enable" : "disable", pki_errstr(err));
+	pthread_mutex_unlock(&mgr.lock);
+	return err;
+}
+
+PK_API int pk_watch_enable(struct pk_watch *w)
+{
+	return set_enabled(w, true);
+}
+
+PK_API int pk_watch_disable(struct pk_watch *w)
+{
+	return set_enabled(w, false);
+}
+
+PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
+			   enum pk_watch_type type)
+{
+	struct pki_bp old, new;
+	int err, i;
+
+	err = check_target(addr, len, type);
+	if (err)
+		return err;
+	pthread_mutex_lock(&mgr.lock);
+	err = __live(w);
+	if (err)
+		goto out;
+	old = new = w->bp;
+	new.addr = (uintptr_t)addr;
+	new.len = len;
+	new.type = type;
+	/* x86: one pool for code and data, so the slot count does not change */
+	for (i = 0; i < w->nr_roots; i++) {
+		err = pki_perf_bp_modify(w->roots[i].fd, &new);
+		if (err)
+			break;
+	}
+	if (err) {
+		pki_warn("watch %#lx: cannot move to %p %s/%zu (thread %d): %s\n",
+			 (unsigned long)old.addr, addr, type_name[type], len, (int)w->roots[i].tid,
+			 pki_errstr(err));
+		while (i-- > 0)
+			pki_perf_bp_modify(w->roots[i].fd, &old);
+		goto out;
+	}
+	w->bp = new;
+out:
+	pthread_mutex_unlock(&mgr.lock);
+	return err;
+}
+
+PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
+{
+	return atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed);
+}
+
+/*
+ * In a fork child no event is ours (inherit_thread: fork does not inherit,
+ * and single-thread events never do), but the fds were duplicated: close them
+ * so the parent's events die with the parent's own close.  Handles become
+ * dead; the accounting starts from zero.  The lock was taken in
+ * fork_prepare by the thread that is now the child's only thread.
+ */
+static void fork_child(void)
+{
+	for (struct pk_watch *w = mgr.list; w; w = w->next) {
+		__close_roots(w);
+		w->dead = true;
+	}
+	mgr.nr_all = 0;
+	if (mgr.hist.count)
+		memset(mgr.hist.count, 0, sizeof(long) * PKI_HWBP_SLOTS);
+	if (mgr.tids)
+		memset(mgr.tids, 0, sizeof(*mgr.tids) * (mgr.tids_mask + 1));
+	mgr.nr_tids = 0;
+	pthread_mutex_unlock(&mgr.lock);
+}

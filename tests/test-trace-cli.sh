@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# probekit report / export on a crafted trace (trace_gen.c): exact numbers,
+# exact folded stacks, Chrome JSON that parses and holds the right events,
+# and clear errors for bad input.
+set -euo pipefail
+pk=$1
+gen=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$gen" "$tmp/t.trace"
+
+# report: everything but the '#' lines is deterministic
+"$pk" report "$tmp/t.trace" --raw | grep -v '^#' | grep . >"$tmp/report"
+cat >"$tmp/want" <<'END'
+     calls        total(ns)         self(ns)          avg(ns)          min(ns)          max(ns)  function
+         2              200              150              100              100              100  alpha [libdemo.so]
+         6              200              200               50               10              100  gamma
+         2              127              100               63               20              107  ep"s
+         2               60               20               30               30               30  g
+         4               50               50               12                5               20  beta [libdemo.so]
+         2               40               40               20               20               20  0x80
+         2               20               20               10               10               10  phi
+         1                7                7                7                7                7  delta
+END
+diff -u "$tmp/want" "$tmp/report" || fail "report numbers"
+
+"$pk" report "$tmp/t.trace" --raw --sort calls | awk 'NR==3 {print $1, $NF}' | grep -qx '6 gamma' ||
+	fail "--sort calls"
+"$pk" report "$tmp/t.trace" --sort name | awk 'NR==3 {print $NF}' | grep -qx '0x80' || fail "--sort name"
+"$pk" report "$tmp/t.trace" --threads >"$tmp/threads"
+grep -q '^# thread 1 (tid [0-9]*, main): 19 events, 0 lost$' "$tmp/threads" || fail "--threads main"
+grep -q '^# thread 2 (tid [0-9]*, worker): 21 events, 0 lost$' "$tmp/threads" || fail "--threads worker"
+grep -q '2 exits without an entry (ignored), 2 calls closed by an outer exit, 2 calls still open' \
+	"$tmp/threads" || fail "replay footnote"
+
+# folded: self time in ns per stack, both threads merged
+"$pk" export "$tmp/t.trace" --format folded -o "$tmp/folded" 2>/dev/null
+cat >"$tmp/want" <<'END'
+alpha 150
+alpha;beta 50
+ep"s 100
+ep"s;delta 7
+ep"s;phi 20
+g 20
+g;0x80 40
+gamma 120
+gamma;gamma 60
+gamma;gamma;gamma 20
+END
+diff -u "$tmp/want" "$tmp/folded" || fail "folded"
+"$pk" export "$tmp/t.trace" --format folded --value calls --threads |
+	sed -E 's#^(main|worker)/[0-9]+#\1#' >"$tmp/folded"
+cat >"$tmp/want" <<'END'
+main;alpha 1
+main;alpha;beta 2
+main;ep"s 1
+main;ep"s;phi 1
+main;g 1
+main;g;0x80 1
+main;gamma 1
+main;gamma;gamma 1
+main;gamma;gamma;gamma 1
+worker;alpha 1
+worker;alpha;beta 2
+worker;ep"s 1
+worker;ep"s;delta 1
+worker;ep"s;phi 1
+worker;g 1
+worker;g;0x80 1
+worker;gamma 1
+worker;gamma;gamma 1
+worker;gamma;gamma;gamma 1
+END
+diff -u "$tmp/want" "$tmp/folded" || fail "folded --value calls --threads"
+
+# chrome: valid JSON with the right events
+"$pk" export "$tmp/t.trace" --format chrome >"$tmp/t.json"
+python3 -m json.tool "$tmp/t.json" >/dev/null || fail "chrome export is not valid JSON"
+python3 - "$tmp/t.json" <<'END' || fail "chrome events"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+x = [e for e in ev if e["ph"] == "X"]
+m = {e["args"]["name"] for e in ev if e["ph"] == "M"}
+assert m == {"/usr/bin/demo", "main", "worker"}, m
+assert len(x) == 21, len(x)
+assert len({e["tid"] for e in x}) == 2
+a = [e for e in x if e["name"] == "alpha"]
+assert all(e["ts"] == 0.001 and e["dur"] == 0.1 and e["cat"] == "libdemo.so" for e in a), a
+eps = sorted((e["dur"], e.get("args")) for e in x if e["name"] == 'ep"s')
+assert eps == [(0.02, {"open": True}), (0.107, {"open": True})], eps
+h = [e for e in x if e["name"] == "0x80"]
+assert all(e.get("args") == {"unwound": True} and e["dur"] == 0.02 for e in h), h
+assert d["otherData"]["complete"] is True and d["otherData"]["events"] == 40
+# per thread, each event starts no earlier than the one before (parents first)
+for tid in {e["tid"] for e in x}:
+    ts = [e["ts"] for e in x if e["tid"] == tid]
+    assert ts == sorted(ts)
+END
+
+# a file cut short: a warning, and the data before the cut
+size=$(stat -c %s "$tmp/t.trace")
+head -c $((size - 30)) "$tmp/t.trace" >"$tmp/cut.trace"
+"$pk" report "$tmp/cut.trace" >"$tmp/out" 2>"$tmp/err" || fail "report on a cut file failed"
+grep -q "warning: .*cut.trace: offset [0-9]*: truncated END record" "$tmp/err" || fail "cut warning"
+grep -q 'INCOMPLETE' "$tmp/out" || fail "cut file not marked incomplete"
+"$pk" export "$tmp/cut.trace" --format chrome 2>/dev/null | python3 -m json.tool >/dev/null ||
+	fail "chrome export of a cut file"
+
+# errors
+expect_err() { # STATUS PATTERN CMD...
+	local want=$1 pat=$2 st=0
+	shift 2
+	"$@" >/dev/null 2>"$tmp/err" || st=$?
+	[[ $st == "$want" ]] || fail "'$*' exited $st, not $want"
+	grep -q -- "$pat" "$tmp/err" || fail "'$*': no '$pat' in: $(cat "$tmp/err")"
+}
+expect_err 1 "$tmp/none: No such file or directory" "$pk" report "$tmp/none"
+head -c 20 "$tmp/t.trace" >"$tmp/short.trace"
+expect_err 1 "not a readable trace: offset 16: truncated record frame" "$pk" report "$tmp/short.trace"
+expect_err 1 "not a probekit trace file" "$pk" export "$gen" --format chrome
+expect_err 2 "unknown key 'bogus'" "$pk" report "$tmp/t.trace" --sort bogus
+expect_err 2 "--format chrome|folded is required" "$pk" export "$tmp/t.trace"
+expect_err 2 "unknown format 'svg'" "$pk" export "$tmp/t.trace" --format svg
+expect_err 2 "unexpected argument" "$pk" report a b
+(cd "$tmp" && { "$pk" report 2>&1 || true; } | grep -q "probekit.trace: No such file") ||
+	fail "default FILE"
+"$pk" report --help | grep -q 'usage: probekit report' || fail "report --help"
+"$pk" export --help | grep -q 'usage: probekit export' || fail "export --help"
+echo "trace-cli: all checks passed"

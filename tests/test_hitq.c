@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The hit queue on its own: order, capacity, drops, and many concurrent
+ * producers against one consumer (no hardware needed).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <probekit/watch.h>
+
+#include "harness.h"
+
+START_TEST(fifo_and_drops)
+{
+	struct pk_hitq *q = pk_hitq_new(3); /* rounded up to 4 */
+	struct pk_watch_hit h = {0}, out;
+
+	ck_assert_ptr_nonnull(q);
+	ck_assert_int_eq(pk_hitq_pop(q, &out), -EAGAIN);
+	for (int i = 1; i <= 4; i++) {
+		h.ip = (uintptr_t)i;
+		ck_assert_int_eq(pk_hitq_push(q, &h), 0);
+	}
+	h.ip = 5;
+	ck_assert_int_eq(pk_hitq_push(q, &h), -ENOBUFS);
+	ck_assert_uint_eq(pk_hitq_dropped(q), 1);
+	for (int i = 1; i <= 4; i++) {
+		ck_assert_int_eq(pk_hitq_pop(q, &out), 0);
+		ck_assert_uint_eq(out.ip, (uintptr_t)i);
+	}
+	ck_assert_int_eq(pk_hitq_pop(q, &out), -EAGAIN);
+	/* wraps around */
+	h.ip = 6;
+	ck_assert_int_eq(pk_hitq_push(q, &h), 0);
+	ck_assert_int_eq(pk_hitq_pop(q, &out), 0);
+	ck_assert_uint_eq(out.ip, 6);
+	pk_hitq_free(q);
+}
+END_TEST
+
+START_TEST(bad_capacity)
+{
+	errno = 0;
+	ck_assert_ptr_null(pk_hitq_new(0));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(pk_hitq_new((size_t)1 << 30));
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+#define NR_PRODUCERS 4
+#define PER_PRODUCER 200000
+
+static struct pk_hitq *mq;
+static atomic_long pushed_ok;
+static atomic_int producers_done;
+
+static void *producer(void *arg)
+{
+	struct pk_watch_hit h = {.tid = (pid_t)(intptr_t)arg};
+
+	for (long i = 0; i < PER_PRODUCER; i++) {
+		h.ip = (uintptr_t)i;
+		if (!pk_hitq_push(mq, &h))
+			atomic_fetch_add(&pushed_ok, 1);
+	}
+	atomic_fetch_add(&producers_done, 1);
+	return NULL;
+}
+
+START_TEST(concurrent_producers)
+{
+	pthread_t t[NR_PRODUCERS];
+	long last[NR_PRODUCERS], popped = 0;
+	struct pk_watch_hit out;
+
+	mq = pk_hitq_new(1024);
+	ck_assert_ptr_nonnull(mq);
+	for (int i = 0; i < NR_PRODUCERS; i++) {
+		last[i] = -1;
+		ck_assert_int_eq(pthread_create(&t[i], NULL, producer, (void *)(intptr_t)i), 0);
+	}
+	for (;;) {
+		int done = atomic_load(&producers_done);
+
+		while (!pk_hitq_pop(mq, &out)) {
+			ck_assert(out.tid >= 0 && out.tid < NR_PRODUCERS);
+			/* each producer's hits come out in its order, none twice */
+			ck_assert_int_gt((long)out.ip, last[out.tid]);
+			last[out.tid] = (long)out.ip;
+			popped++;
+		}
+		if (done == NR_PRODUCERS)
+			break;
+	}
+	for (int i = 0; i < NR_PRODUCERS; i++)
+		pthread_join(t[i], NULL);
+	ck_assert_int_eq(pk_hitq_pop(mq, &out), -EAGAIN);
+	ck_assert_int_eq(popped, atomic_load(&pushed_ok));
+	ck_assert_int_eq(popped + (long)pk_hitq_dropped(mq), (long)NR_PRODUCERS * PER_PRODUCER);
+	pk_hitq_free(mq);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("hitq");
+	TCase *tc = tcase_create("hitq");
+
+	tcase_add_test(tc, fifo_and_drops);
+	tcase_add_test(tc, bad_capacity);
+	tcase_add_test(tc, concurrent_producers);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}

@@ -1,0 +1,972 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The trace recorder and its file: writer + reader round trips with
+ * synthetic events from several threads, loss accounting, every truncation
+ * and every single-byte corruption of a file, exact report numbers on a
+ * crafted trace, and the three ways a trace is completed (close, exec, fatal
+ * signal) plus the SIGKILL case, which leaves a partial but readable file.
+ *
+ * Events carry explicit timestamps (the monotonic clock's unit is 1 ns), so
+ * durations are known exactly.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <probekit/probekit.h>
+
+#include "harness.h"
+#include "trace/analyze.h"
+#include "trace/crc32.h"
+#include "trace/reader.h"
+#include "trace/trace.h"
+
+#define EN(fn, ts) pki_trace_record(fn, PKI_EV_ENTRY, ts)
+#define EX(fn, ts) pki_trace_record(fn, PKI_EV_EXIT, ts)
+
+enum {
+	FA = 0x10,
+	FB = 0x20,
+	FC = 0x30,
+	FD = 0x40,
+	FE = 0x50,
+	FF = 0x60,
+	FG = 0x70,
+	FH = 0x80,
+	FX = 0x99
+};
+
+static char tpath[64];
+
+/* A fresh file name in tpath (before a fork, so parent and child agree on it). */
+static void tpath_new(void)
+{
+	int fd;
+
+	strcpy(tpath, "/tmp/pktrace-test-XXXXXX");
+	fd = mkstemp(tpath);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+}
+
+static void topen(uint32_t cap, uint32_t drain_ms, bool sig)
+{
+	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = cap,
+		.drain_ms = drain_ms, .no_drainer = !drain_ms, .catch_signals = sig,
+		.program = "test-prog");
+
+	if (!tpath[0])
+		tpath_new();
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+}
+
+static struct pki_trace_file *tread(void)
+{
+	struct pki_trace_file *f;
+	char err[256] = "";
+
+	f = pki_trace_file_read(tpath, err, sizeof(err));
+	ck_assert_msg(f != NULL, "read %s: %s", tpath, err);
+	return f;
+}
+
+static void *slurp(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	ck_assert_ptr_nonnull(fp);
+	fseek(fp, 0, SEEK_END);
+	n = ftell(fp);
+	rewind(fp);
+	buf = malloc((size_t)n + 1);
+	ck_assert_int_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
+	fclose(fp);
+	*len = (size_t)n;
+	return buf;
+}
+
+static const struct pki_trace_thread *thread_named(const struct pki_trace_file *f, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < f->nthreads; i++)
+		if (!strcmp(f->threads[i].name, name))
+			return &f->threads[i];
+	ck_abort_msg("no thread named %s", name);
+	return NULL;
+}
+
+/* ---- round trip ------------------------------------------------------------ */
+
+/*
+ * Thread i: an exit whose entry was before the trace, nesting, direct
+ * recursion, 10*i leaf calls, and a call still open at the end.
+ */
+static uint64_t script(int i, struct pki_trace_event *out)
+{
+	uint64_t base = 1000000u * (uint64_t)(i + 1), n = 0, t = base, k;
+
+#define PUT(fn, kind)                                                                              \
+	do {                                                                                       \
+		out[n++] = (struct pki_trace_event){t, PKI_EV_WORD(fn, kind)};                     \
+		t += 3;                                                                            \
+	} while (0)
+	PUT(FX, PKI_EV_EXIT);
+	PUT(FA, PKI_EV_ENTRY);
+	PUT(FB, PKI_EV_ENTRY);
+	PUT(FB, PKI_EV_ENTRY);
+	PUT(FB, PKI_EV_EXIT);
+	PUT(FB, PKI_EV_EXIT);
+	for (k = 0; k < 10u * (uint64_t)i; k++) {
+		PUT(FD, PKI_EV_ENTRY);
+		PUT(FD, PKI_EV_EXIT);
+	}
+	PUT(FA, PKI_EV_EXIT);
+	PUT(FC, PKI_EV_ENTRY);
+#undef PUT
+	return n;
+}
+
+static void *script_thread(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	struct pki_trace_event ev[128];
+	char name[16];
+	uint64_t n, k;
+
+	snprintf(name, sizeof(name), "worker-%d", i);
+	prctl(PR_SET_NAME, name);
+	n = script(i, ev);
+	for (k = 0; k < n; k++)
+		pki_trace_record(PKI_EV_FN(ev[k].word), PKI_EV_KIND(ev[k].word), ev[k].ts);
+	return NULL;
+}
+
+static int count_call(const struct pki_trace_thread *t, const struct pki_trace_call *c, void *arg)
+{
+	(void)t;
+	(void)c;
+	(*(int *)arg)++;
+	return 0;
+}
+
+START_TEST(roundtrip_threads)
+{
+	pthread_t th[4];
+	struct pki_trace_file *f;
+	int i;
+
+	topen(4096, 1, false);
+	ck_assert_int_eq(pki_trace_object_add(1, 0x400000, "/usr/bin/test-prog"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(FA, 1, "alpha"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(FB, 1, "beta"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(FC, 0, "gamma"), 0);
+	for (i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, script_thread, (void *)(intptr_t)i);
+	for (i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_int_eq(pki_trace_close(), 0);
+
+	f = tread();
+	ck_assert(f->complete);
+	ck_assert(!f->partial);
+	ck_assert_int_eq(f->end.reason, PKI_END_CLOSE);
+	ck_assert_str_eq(f->program, "test-prog");
+	ck_assert_int_eq(f->pid, getpid());
+	ck_assert_int_eq(f->nthreads, 4);
+	ck_assert_int_eq(f->lost, 0);
+	ck_assert_str_eq(pki_trace_file_sym(f, FA)->name, "alpha");
+	ck_assert_str_eq(pki_trace_file_obj(f, pki_trace_file_sym(f, FB)->object_id)->path,
+			 "/usr/bin/test-prog");
+	ck_assert_ptr_null(pki_trace_file_sym(f, FD));
+	ck_assert_int_eq(f->origin, 1000000);
+	for (i = 0; i < 4; i++) {
+		struct pki_trace_event ev[128];
+		struct pki_trace_replay_stats rs = {0};
+		int calls;
+		const struct pki_trace_thread *t;
+		char name[16];
+		uint64_t n;
+
+		snprintf(name, sizeof(name), "worker-%d", i);
+		t = thread_named(f, name);
+		n = script(i, ev);
+		ck_assert_int_eq(t->nev, n);
+		ck_assert_int_eq(memcmp(t->ev, ev, n * sizeof(ev[0])), 0);
+		calls = 0;
+		ck_assert_int_eq(pki_trace_replay(f, t, count_call, &calls, &rs), 0);
+		ck_assert_int_eq(calls, 4 + 10 * i); /* A, B, B, C (open), 10i x D */
+		ck_assert_int_eq(rs.calls, calls);
+		ck_assert_int_eq(rs.unmatched_exits, 1);
+		ck_assert_int_eq(rs.open, 1);
+		ck_assert_int_eq(rs.unwound, 0);
+	}
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/* ---- report numbers ---------------------------------------------------------- */
+
+/*
+ * One thread, timestamps in ns:
+ *   exit X  at 0            (entered before the trace: ignored)
+ *   A 1..101   calls B 11..31 and B 41..46        A self 100 - 20 - 5 = 75
+ *   C 200..300 calls C 210..250 calls C 220..230  recursion
+ *   G 500..530 calls H 510..(never)               H closed by G's exit: 20
+ *   E 600..(open) calls F 610..620                E closed at 620: 20, self 10
+ */
+static void crafted(void)
+{
+	EX(FX, 0);
+	EN(FA, 1);
+	EN(FB, 11);
+	EX(FB, 31);
+	EN(FB, 41);
+	EX(FB, 46);
+	EX(FA, 101);
+	EN(FC, 200);
+	EN(FC, 210);
+	EN(FC, 220);
+	EX(FC, 230);
+	EX(FC, 250);
+	EX(FC, 300);
+	EN(FG, 500);
+	EN(FH, 510);
+	EX(FG, 530);
+	EN(FE, 600);
+	EN(FF, 610);
+	EX(FF, 620);
+}
+
+static const struct pki_trace_fnstat *stat_of(const struct pki_trace_report *r, uint64_t fn)
+{
+	size_t i;
+
+	for (i = 0; i < r->n; i++)
+		if (r->st[i].fn == fn)
+			return &r->st[i];
+	ck_abort_msg("no stats for %#lx", (unsigned long)fn);
+	return NULL;
+}
+
+#define CHECK_STAT(r, fn, c, tot, self, sum, mn, mx)                                               \
+	do {                                                                                       \
+		const struct pki_trace_fnstat *s_ = stat_of(r, fn);                                \
+		ck_assert_int_eq(s_->calls, c);                                                    \
+		ck_assert_int_eq(s_->total_ns, tot);                                               \
+		ck_assert_int_eq(s_->self_ns, self);                                               \
+		ck_assert_int_eq(s_->sum_ns, sum);                                                 \
+		ck_assert_int_eq(s_->min_ns, mn);                                                  \
+		ck_assert_int_eq(s_->max_ns, mx);                                                  \
+	} while (0)
+
+START_TEST(report_numbers_exact)
+{
+	struct pki_trace_report r;
+	struct pki_trace_file *f;
+	char nb[32];
+
+	topen(256, 0, false);
+	ck_assert_int_eq(pki_trace_symbol_add(FA, 0, "alpha"), 0);
+	crafted();
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert(f->complete);
+	ck_assert_int_eq(f->origin, 0);
+	ck_assert_int_eq(pki_trace_report_build(f, false, &r), 0);
+	ck_assert_int_eq(r.n, 7);
+	/*            fn  calls total self sum  min  max */
+	CHECK_STAT(&r, FA, 1, 100, 75, 100, 100, 100);
+	CHECK_STAT(&r, FB, 2, 25, 25, 25, 5, 20);
+	CHECK_STAT(&r, FC, 3, 100, 100, 150, 10, 100);
+	CHECK_STAT(&r, FG, 1, 30, 10, 30, 30, 30);
+	CHECK_STAT(&r, FH, 1, 20, 20, 20, 20, 20);
+	CHECK_STAT(&r, FE, 1, 20, 10, 20, 20, 20);
+	CHECK_STAT(&r, FF, 1, 10, 10, 10, 10, 10);
+	ck_assert_int_eq(r.rs.unmatched_exits, 1);
+	ck_assert_int_eq(r.rs.unwound, 1);
+	ck_assert_int_eq(r.rs.open, 1);
+	ck_assert_int_eq(r.rs.calls, 10);
+
+	pki_trace_report_sort(f, &r, PKI_SORT_TOTAL); /* ties (100) by name: "0x30" < "alpha" */
+	ck_assert_int_eq(r.st[0].fn, FC);
+	ck_assert_int_eq(r.st[1].fn, FA);
+	ck_assert_int_eq(r.st[2].fn, FG);
+	pki_trace_report_sort(f, &r, PKI_SORT_SELF);
+	ck_assert_int_eq(r.st[0].fn, FC);
+	ck_assert_int_eq(r.st[1].fn, FA);
+	pki_trace_report_sort(f, &r, PKI_SORT_CALLS);
+	ck_assert_int_eq(r.st[0].fn, FC);
+	ck_assert_int_eq(r.st[1].fn, FB);
+	pki_trace_report_sort(f, &r, PKI_SORT_MIN);
+	ck_assert_int_eq(r.st[0].fn, FA);
+	pki_trace_report_sort(f, &r, PKI_SORT_AVG);
+	ck_assert_int_eq(r.st[0].fn, FA); /* 100, then C 50 */
+	ck_assert_int_eq(r.st[1].fn, FC);
+	pki_trace_report_sort(f, &r, PKI_SORT_NAME);
+	ck_assert_str_eq(pki_trace_fn_name(f, r.st[0].fn, nb, sizeof(nb)), "0x20");
+	ck_assert_str_eq(pki_trace_fn_name(f, r.st[6].fn, nb, sizeof(nb)), "alpha");
+	pki_trace_report_free(&r);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+static void *crafted_thread(void *arg)
+{
+	(void)arg;
+	crafted();
+	EN(FD, 700);
+	EX(FD, 707);
+	return NULL;
+}
+
+START_TEST(report_per_thread)
+{
+	struct pki_trace_report r;
+	struct pki_trace_file *f;
+	pthread_t th;
+	size_t i, nfa = 0;
+
+	topen(256, 0, false);
+	crafted();
+	pthread_create(&th, NULL, crafted_thread, NULL);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert_int_eq(f->nthreads, 2);
+	ck_assert_int_eq(pki_trace_report_build(f, true, &r), 0);
+	ck_assert_int_eq(r.n, 7 + 8);
+	for (i = 0; i < r.n; i++) {
+		ck_assert_int_ne(r.st[i].tsn, 0);
+		if (r.st[i].fn == FA) {
+			nfa++;
+			ck_assert_int_eq(r.st[i].self_ns, 75);
+		}
+	}
+	ck_assert_int_eq(nfa, 2);
+	pki_trace_report_free(&r);
+	ck_assert_int_eq(pki_trace_report_build(f, false, &r), 0);
+	CHECK_STAT(&r, FA, 2, 200, 150, 200, 100, 100);
+	CHECK_STAT(&r, FD, 1, 7, 7, 7, 7, 7);
+	pki_trace_report_free(&r);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/* ---- loss ------------------------------------------------------------------ */
+
+START_TEST(lost_when_full)
+{
+	struct pki_trace_counts c;
+	struct pki_trace_file *f;
+	uint64_t i;
+
+	topen(16, 0, false); /* no drainer: nothing frees slots until a flush */
+	for (i = 0; i < 100; i++)
+		EN(FA, i);
+	pki_trace_counts(&c);
+	ck_assert_int_eq(c.lost, 84);
+	ck_assert_int_eq(pki_trace_flush(), 0);
+	for (i = 100; i < 120; i++)
+		EN(FA, i);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert(f->complete);
+	ck_assert_int_eq(f->nthreads, 1);
+	ck_assert_int_eq(f->threads[0].nev, 32);
+	ck_assert_int_eq(f->threads[0].recorded, 32);
+	ck_assert_int_eq(f->threads[0].lost, 84 + 4);
+	ck_assert_int_eq(f->end.lost, 88);
+	ck_assert_int_eq(f->end.recorded, 32);
+	ck_assert_int_eq(f->lost, 88);
+	for (i = 0; i < 16; i++) {
+		ck_assert_int_eq(f->threads[0].ev[i].ts, i);
+		ck_assert_int_eq(f->threads[0].ev[16 + i].ts, 100 + i);
+	}
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+START_TEST(nested_record_counted)
+{
+	struct pki_trace_file *f;
+
+	topen(64, 0, false);
+	EN(FA, 1);
+	/* What a signal handler sees when it interrupts a record of its thread. */
+	pki_trace_tls->busy = 1;
+	EN(FB, 2);
+	pki_trace_tls->busy = 0;
+	EX(FA, 3);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert_int_eq(f->threads[0].nev, 2);
+	ck_assert_int_eq(f->threads[0].lost, 1);
+	ck_assert_int_eq(f->end.lost, 1);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+#define STRESS_N 1000000u
+
+static void *stress_thread(void *arg)
+{
+	uint64_t i;
+
+	(void)arg;
+	for (i = 1; i <= STRESS_N; i++)
+		pki_trace_record(FA, (unsigned)(i & 1), i);
+	return NULL;
+}
+
+/* Producers racing the drainer: whatever is in the file is in order, nothing vanishes. */
+START_TEST(stress_lockfree)
+{
+	struct pki_trace_file *f;
+	pthread_t th[3];
+	uint64_t total = 0;
+	size_t i, k;
+
+	topen(1024, 1, false);
+	for (i = 0; i < 3; i++)
+		pthread_create(&th[i], NULL, stress_thread, NULL);
+	for (i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert(f->complete);
+	ck_assert_int_eq(f->nthreads, 3);
+	for (i = 0; i < 3; i++) {
+		const struct pki_trace_thread *t = &f->threads[i];
+
+		ck_assert_int_eq(t->nev + t->lost, STRESS_N);
+		ck_assert_int_eq(t->recorded, t->nev);
+		for (k = 0; k < t->nev; k++) {
+			ck_assert_int_eq(PKI_EV_KIND(t->ev[k].word), t->ev[k].ts & 1);
+			if (k)
+				ck_assert_uint_gt(t->ev[k].ts, t->ev[k - 1].ts);
+		}
+		total += t->nev;
+	}
+	ck_assert_int_eq(f->end.recorded, total);
+	ck_assert_int_eq(f->end.lost, 3 * STRESS_N - total);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/* Threads that exit: their buffers are drained, then freed by the drainer. */
+static void *short_thread(void *arg)
+{
+	uint64_t base = (uint64_t)(intptr_t)arg * 100, i;
+
+	for (i = 0; i < 10; i++)
+		pki_trace_record(FA, (unsigned)(i & 1), base + i);
+	return NULL;
+}
+
+START_TEST(exited_threads_kept)
+{
+	struct pki_trace_file *f;
+	pthread_t th;
+	intptr_t i;
+	size_t k;
+
+	topen(64, 1, false);
+	for (i = 0; i < 20; i++) {
+		pthread_create(&th, NULL, short_thread, (void *)i);
+		pthread_join(th, NULL);
+		if (i == 10)
+			usleep(20000); /* let the drainer reap some; correctness does not depend on
+					  it */
+	}
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert(f->complete);
+	ck_assert_int_eq(f->nthreads, 20);
+	ck_assert_int_eq(f->end.nthreads, 20);
+	ck_assert_int_eq(f->end.late_lost, 0);
+	for (k = 0; k < 20; k++)
+		ck_assert_int_eq(f->threads[k].nev, 10);
+	ck_assert_int_eq(f->nevents, 200);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/* ---- damaged files ----------------------------------------------------------- */
+
+/* A small but complete file: two threads, object, symbols, losses (LOST records). */
+static void *make_sample(size_t *len)
+{
+	pthread_t th;
+
+	topen(16, 0, false);
+	ck_assert_int_eq(pki_trace_object_add(1, 0, "/bin/x"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(FA, 1, "alpha"), 0);
+	crafted();
+	pthread_create(&th, NULL, crafted_thread, NULL);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	return slurp(tpath, len);
+}
+
+static bool is_prefix_of(const struct pki_trace_thread *t, const struct pki_trace_file *full)
+{
+	size_t i;
+
+	for (i = 0; i < full->nthreads; i++)
+		if (full->threads[i].tsn == t->tsn)
+			return t->nev <= full->threads[i].nev &&
+			       (!t->nev ||
+				!memcmp(t->ev, full->threads[i].ev, t->nev * sizeof(*t->ev)));
+	return false;
+}
+
+START_TEST(truncated_every_offset)
+{
+	struct pki_trace_file *full, *f;
+	size_t len, cut, i, nfatal = 0, npartial = 0;
+	char err[256];
+	uint8_t *buf = make_sample(&len), *copy;
+
+	full = pki_trace_file_parse(buf, len, err, sizeof(err));
+	ck_assert_msg(full && full->complete && !full->partial, "%s", err);
+	ck_assert_int_gt(full->lost, 0);
+	for (cut = 0; cut < len; cut++) {
+		/* An exact-size heap copy: ASan catches any read past the cut. */
+		copy = malloc(cut ? cut : 1);
+		memcpy(copy, buf, cut);
+		err[0] = '\0';
+		f = pki_trace_file_parse(copy, cut, err, sizeof(err));
+		ck_assert_msg(strstr(err, "offset ") == err, "cut %zu: error '%s'", cut, err);
+		if (!f) {
+			ck_assert_int_eq(errno, EINVAL);
+			nfatal++;
+		} else {
+			npartial++;
+			ck_assert_msg(f->partial && !f->complete, "cut %zu", cut);
+			ck_assert_uint_le(f->valid_size, cut);
+			ck_assert_uint_le(f->nevents, full->nevents);
+			for (i = 0; i < f->nthreads; i++)
+				ck_assert_msg(is_prefix_of(&f->threads[i], full), "cut %zu", cut);
+			pki_trace_file_free(f);
+		}
+		free(copy);
+	}
+	/* Everything before the end of the HEADER is fatal, everything after partial. */
+	ck_assert_int_gt(nfatal, 16);
+	ck_assert_int_gt(npartial, len / 2);
+	pki_trace_file_free(full);
+	free(buf);
+	unlink(tpath);
+}
+END_TEST
+
+START_TEST(corrupt_every_byte)
+{
+	size_t len, off;
+	uint8_t *buf = make_sample(&len);
+	char err[256];
+
+	for (off = 0; off < len; off++) {
+		struct pki_trace_file *f;
+
+		buf[off] ^= 0xff;
+		err[0] = '\0';
+		f = pki_trace_file_parse(buf, len, err, sizeof(err));
+		/* Every byte is covered by a check: never a clean parse of damaged data. */
+		ck_assert_msg(!f || f->partial, "flip at %zu went unnoticed", off);
+		ck_assert_msg(strstr(err, "offset ") == err, "flip at %zu: error '%s'", off, err);
+		pki_trace_file_free(f);
+		buf[off] ^= 0xff;
+	}
+	free(buf);
+	unlink(tpath);
+}
+END_TEST
+
+START_TEST(reader_rejects_garbage)
+{
+	char err[256];
+	static const char junk[64] = "PKTRACE";
+	uint8_t big[4096];
+	size_t i;
+
+	ck_assert_ptr_null(pki_trace_file_parse("hello", 5, err, sizeof(err)));
+	ck_assert_str_eq(err,
+			 "offset 0: file too short for a trace (5 bytes, the prefix alone is 16)");
+	ck_assert_ptr_null(pki_trace_file_parse("0123456789abcdefgh", 18, err, sizeof(err)));
+	ck_assert_str_eq(err, "offset 0: not a probekit trace file (bad magic)");
+	ck_assert_ptr_null(pki_trace_file_parse(junk, sizeof(junk), err, sizeof(err)));
+	ck_assert_ptr_nonnull(strstr(err, "offset 8: format version 0.0"));
+	ck_assert_ptr_null(pki_trace_file_read("/nonexistent/trace", err, sizeof(err)));
+	ck_assert_int_eq(errno, ENOENT);
+	srand(1);
+	for (i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)rand();
+	memcpy(big, junk, 8);
+	ck_assert_ptr_null(pki_trace_file_parse(big, sizeof(big), err, sizeof(err)));
+}
+END_TEST
+
+START_TEST(crc32c_check_value)
+{
+	ck_assert_uint_eq(pki_crc32c(0, "123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(pki_crc32c(pki_crc32c(0, "1234", 4), "56789", 5), 0xe3069283u);
+}
+END_TEST
+
+/* ---- how a trace ends ------------------------------------------------------------ */
+
+static int wait_child(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+static void *abort_helper(void *arg)
+{
+	(void)arg;
+	EN(FB, 5);
+	EX(FB, 6);
+	return NULL;
+}
+
+/* The child records on two threads, then dies of @how; the parent reads the file. */
+static void die_with_trace(int how)
+{
+	volatile uintptr_t bad = 8;
+	pthread_t th;
+
+	/* Check's fork mode handles SIGTERM in test processes; we trace a plain program. */
+	if (how == SIGTERM)
+		signal(SIGTERM, SIG_DFL);
+	topen(1024, 1, true);
+	EN(FA, 1);
+	pthread_create(&th, NULL, abort_helper, NULL);
+	pthread_join(th, NULL);
+	EN(FC, 10);
+	if (how == SIGSEGV)
+		*(volatile int *)bad = 1;
+	else
+		raise(how);
+	_exit(99);
+}
+
+static void check_signal_trace(int sig)
+{
+	struct pki_trace_file *f;
+	pid_t pid;
+	int st;
+
+	tpath_new();
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid)
+		die_with_trace(sig);
+	st = wait_child(pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == sig, "status %#x", st);
+	f = tread();
+	ck_assert_msg(f->complete, "%s", f->error);
+	ck_assert_int_eq(f->end.reason, PKI_END_SIGNAL);
+	ck_assert_int_eq(f->end.signo, sig);
+	ck_assert_int_eq(f->nevents, 4);
+	ck_assert_int_eq(f->nthreads, 2);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+
+START_TEST(flush_on_abort)
+{
+	check_signal_trace(SIGABRT);
+}
+END_TEST
+
+START_TEST(flush_on_sigterm)
+{
+	check_signal_trace(SIGTERM);
+}
+END_TEST
+
+START_TEST(flush_on_sigsegv)
+{
+	struct sigaction sa;
+
+	/* Sanitizers own SIGSEGV; we only catch signals still at SIG_DFL. */
+	sigaction(SIGSEGV, NULL, &sa);
+	if (sa.sa_handler != SIG_DFL) {
+		printf("flush_on_sigsegv: SIGSEGV already handled (sanitizer?): not ours to "
+		       "catch, checked with SIGABRT and SIGTERM only\n");
+		return;
+	}
+	check_signal_trace(SIGSEGV);
+}
+END_TEST
+
+static void *spin_recorder(void *arg)
+{
+	uint64_t t;
+
+	(void)arg;
+	for (t = 0;; t += 2) {
+		EN(FB, t);
+		EX(FB, t + 1);
+	}
+	return NULL;
+}
+
+/*
+ * SIGTERM while two threads record flat out and the drainer runs: the
+ * handler's drain races both, and the file must still be complete and in order.
+ */
+START_TEST(flush_on_sigterm_while_recording)
+{
+	struct pki_trace_file *f;
+	int pfd[2], st;
+	size_t i, k;
+	pid_t pid;
+	char c;
+
+	tpath_new();
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		pthread_t th;
+
+		signal(SIGTERM, SIG_DFL); /* Check's own handler otherwise */
+		topen(4096, 1, true);
+		pthread_create(&th, NULL, spin_recorder, NULL);
+		EN(FA, 0);
+		if (write(pfd[1], "r", 1) != 1)
+			_exit(1);
+		spin_recorder(NULL);
+	}
+	ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+	usleep(30000);
+	kill(pid, SIGTERM);
+	st = wait_child(pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
+	f = tread();
+	ck_assert_msg(f->complete && !f->partial, "%s", f->error);
+	ck_assert_int_eq(f->end.reason, PKI_END_SIGNAL);
+	ck_assert_int_eq(f->end.signo, SIGTERM);
+	ck_assert_int_eq(f->nthreads, 2);
+	for (i = 0; i < f->nthreads; i++) {
+		const struct pki_trace_thread *t = &f->threads[i];
+
+		ck_assert_uint_gt(t->nev, 0);
+		for (k = 1; k < t->nev; k++)
+			if (PKI_EV_FN(t->ev[k].word) == FB && PKI_EV_FN(t->ev[k - 1].word) == FB)
+				ck_assert_uint_gt(t->ev[k].ts, t->ev[k - 1].ts);
+	}
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/* SIGKILL cannot be caught: the file ends at the last drained record, and reads. */
+START_TEST(sigkill_leaves_partial_file)
+{
+	struct pki_trace_file *f;
+	int pfd[2], st;
+	pid_t pid;
+	char c;
+
+	tpath_new();
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		uint64_t t;
+
+		topen(1 << 16, 1, true);
+		for (t = 0; t < 1000; t += 2) {
+			EN(FA, t);
+			EX(FA, t + 1);
+		}
+		pki_trace_flush();
+		if (write(pfd[1], "r", 1) != 1)
+			_exit(1);
+		for (;; t += 2) { /* keep recording (and losing) until killed */
+			EN(FA, t);
+			EX(FA, t + 1);
+		}
+	}
+	ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+	usleep(20000);
+	kill(pid, SIGKILL);
+	st = wait_child(pid);
+	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	f = tread();
+	ck_assert(f->partial);
+	ck_assert(!f->complete);
+	/* SIGKILL may also land inside a large pwritev(): then the last record is cut. */
+	ck_assert_msg(strstr(f->error, "no END record") || strstr(f->error, "truncated"), "%s",
+		      f->error);
+	ck_assert_uint_ge(f->nevents, 1000);
+	ck_assert_int_eq(f->threads[0].ev[999].ts, 999);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+START_TEST(exec_completes_trace)
+{
+	struct pki_trace_file *f;
+	pid_t pid;
+	int st;
+
+	tpath_new();
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		topen(64, 1, true);
+		EN(FA, 1);
+		EN(FB, 2);
+		EX(FB, 3);
+		if (pki_trace_exec_prepare())
+			_exit(2);
+		execl("/bin/true", "true", (char *)NULL);
+		_exit(3);
+	}
+	st = wait_child(pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	f = tread();
+	ck_assert(f->complete);
+	ck_assert_int_eq(f->end.reason, PKI_END_EXEC);
+	ck_assert_int_eq(f->nevents, 3);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+START_TEST(exec_failure_resumes)
+{
+	struct pki_trace_file *f;
+
+	topen(64, 1, true);
+	EN(FA, 1);
+	EN(FB, 2);
+	ck_assert_int_eq(pki_trace_exec_prepare(), 0);
+	ck_assert_int_eq(execl("/nonexistent/prog", "prog", (char *)NULL), -1);
+	ck_assert_int_eq(pki_trace_exec_failed(), 0);
+	EX(FB, 3);
+	EX(FA, 4);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert_msg(f->complete && !f->partial, "%s", f->error);
+	ck_assert_int_eq(f->end.reason, PKI_END_CLOSE);
+	ck_assert_int_eq(f->nevents, 4);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/* A fork child shares the file description: it must write nothing to it. */
+START_TEST(fork_child_does_not_write)
+{
+	struct pki_trace_file *f;
+	uint64_t t;
+	pid_t pid;
+	int st;
+
+	topen(64, 1, true);
+	EN(FA, 1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		for (t = 10; t < 200; t++)
+			EN(FB, t);
+		exit(pki_trace_flush() == -EBADF ? 0 : 1); /* exit runs atexit: nothing to do */
+	}
+	st = wait_child(pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	EX(FA, 500);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert_msg(f->complete && !f->partial, "%s", f->error);
+	ck_assert_int_eq(f->nevents, 2);
+	ck_assert_int_eq(f->threads[0].ev[1].ts, 500);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+START_TEST(real_clock_durations)
+{
+	PK_OPTS(pki_trace_opts, o, .drain_ms = 1, .program = "clock");
+	struct pki_trace_report r;
+	struct pki_trace_file *f;
+	struct timespec ts = {0, 2000000};
+
+	tpath_new();
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	pki_trace_enter(FA);
+	nanosleep(&ts, NULL);
+	pki_trace_exit(FA);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert_int_eq(pki_trace_report_build(f, false, &r), 0);
+	ck_assert_int_eq(r.n, 1);
+	/* slept 2 ms: at least that, and a calibrated clock is not off by 2x */
+	ck_assert_uint_ge(r.st[0].total_ns, 1990000);
+	ck_assert_uint_lt(r.st[0].total_ns, 4000000000u);
+	pki_trace_report_free(&r);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("trace");
+	TCase *rt = tcase_create("roundtrip");
+	TCase *dmg = tcase_create("damaged");
+	TCase *end = tcase_create("ending");
+
+	tcase_set_timeout(rt, 60);
+	tcase_add_test(rt, roundtrip_threads);
+	tcase_add_test(rt, report_numbers_exact);
+	tcase_add_test(rt, report_per_thread);
+	tcase_add_test(rt, lost_when_full);
+	tcase_add_test(rt, nested_record_counted);
+	tcase_add_test(rt, stress_lockfree);
+	tcase_add_test(rt, exited_threads_kept);
+	tcase_add_test(rt, real_clock_durations);
+	suite_add_tcase(s, rt);
+
+	tcase_set_timeout(dmg, 60);
+	tcase_add_test(dmg, truncated_every_offset);
+	tcase_add_test(dmg, corrupt_every_byte);
+	tcase_add_test(dmg, reader_rejects_garbage);
+	tcase_add_test(dmg, crc32c_check_value);
+	suite_add_tcase(s, dmg);
+
+	tcase_add_test(end, flush_on_abort);
+	tcase_add_test(end, flush_on_sigterm);
+	tcase_add_test(end, flush_on_sigsegv);
+	tcase_add_test(end, flush_on_sigterm_while_recording);
+	tcase_add_test(end, sigkill_leaves_partial_file);
+	tcase_add_test(end, exec_completes_trace);
+	tcase_add_test(end, exec_failure_resumes);
+	tcase_add_test(end, fork_child_does_not_write);
+	suite_add_tcase(s, end);
+	return pk_test_run(s);
+}

@@ -1,0 +1,690 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Watchpoints on live threads, against the real hardware: exact hit counts
+ * per thread, threads created before and after, modify under load,
+ * enable/disable, slot exhaustion and recovery, single-thread scope, bad
+ * input, foreign SIGTRAPs, the hit queue, fork and exec.  Each test runs in
+ * its own process (Check fork mode), so each starts without watchpoints and
+ * without probekit's SIGTRAP handler.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <probekit/watch.h>
+
+#include "harness.h"
+
+static volatile long shared_a, shared_b;
+/* executable TLS: fine in a signal handler; volatile: the handler changes it */
+static __thread volatile long my_hits;
+static atomic_long cb_hits, bad_hits;
+
+static void count_cb(const struct pk_watch_hit *h)
+{
+	my_hits++;
+	atomic_fetch_add(&cb_hits, 1);
+	if (h->tid != gettid() || !h->ip || !h->uc || h->ctx != (void *)&cb_hits)
+		atomic_fetch_add(&bad_hits, 1);
+}
+
+static char last_msg[1024];
+static int capture(enum pk_print_level level, const char *fmt, va_list ap)
+{
+	(void)level;
+	return vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+}
+
+/* ---- threads that write on command -------------------------------------- */
+
+struct writer {
+	pthread_t th;
+	pid_t tid;
+	atomic_int cmd; /* 0 park, 1 write a N times, 2 write b N times, 3 loop a+b, -1 exit */
+	atomic_int done;
+	int n;
+	long hits;
+	atomic_long loops;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *wr = arg;
+
+	wr->tid = gettid();
+	for (;;) {
+		int c = atomic_load(&wr->cmd);
+
+		if (c == -1)
+			break;
+		if (c == 1 || c == 2) {
+			long before = my_hits;
+
+			for (int i = 0; i < wr->n; i++) {
+				if (c == 1)
+					shared_a = i;
+				else
+					shared_b = i;
+			}
+			wr->hits = my_hits - before;
+			atomic_store(&wr->cmd, 0);
+			atomic_fetch_add(&wr->done, 1);
+		} else if (c == 3) {
+			shared_a = 1;
+			shared_b = 1;
+			atomic_fetch_add(&wr->loops, 1);
+		} else {
+			sched_yield();
+		}
+	}
+	return NULL;
+}
+
+static void writer_start(struct writer *wr)
+{
+	memset(wr, 0, sizeof(*wr));
+	ck_assert_int_eq(pthread_create(&wr->th, NULL, writer_main, wr), 0);
+	while (!__atomic_load_n(&wr->tid, __ATOMIC_ACQUIRE))
+		sched_yield();
+}
+
+/* Run command @c with @n writes on every writer and wait; returns total hits. */
+static void writers_run(struct writer *wr, int nr, int c, int n)
+{
+	for (int i = 0; i < nr; i++) {
+		wr[i].n = n;
+		atomic_store(&wr[i].cmd, c);
+	}
+	for (int i = 0; i < nr; i++)
+		while (atomic_load(&wr[i].cmd) == c)
+			sched_yield();
+}
+
+static void writers_reset_hits(void)
+{
+	atomic_store(&cb_hits, 0);
+}
+
+static void writers_stop(struct writer *wr, int nr)
+{
+	for (int i = 0; i < nr; i++) {
+		atomic_store(&wr[i].cmd, -1);
+		pthread_join(wr[i].th, NULL);
+	}
+}
+
+#define NR_WRITERS 16
+#define NR_WRITES  200
+
+/* ---- tests -------------------------------------------------------------- */
+
+START_TEST(exact_counts_many_threads)
+{
+	static struct writer wr[NR_WRITERS];
+	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	struct pk_watch *w;
+
+	/* half the threads exist before the watchpoint, half are created after */
+	for (int i = 0; i < NR_WRITERS / 2; i++)
+		writer_start(&wr[i]);
+	w = pk_watch_add((const void *)&shared_a, sizeof(shared_a), PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	for (int i = NR_WRITERS / 2; i < NR_WRITERS; i++)
+		writer_start(&wr[i]);
+
+	writers_run(wr, NR_WRITERS, 1, NR_WRITES);
+	for (int i = 0; i < NR_WRITERS; i++)
+		ck_assert_msg(wr[i].hits == NR_WRITES, "thread %d (%s the watchpoint): %ld hits", i,
+			      i < NR_WRITERS / 2 ? "before" : "after", wr[i].hits);
+	ck_assert_int_eq(atomic_load(&cb_hits), NR_WRITERS * NR_WRITES);
+	ck_assert_uint_eq(pk_watch_hits(w), NR_WRITERS * NR_WRITES);
+	ck_assert_int_eq(atomic_load(&bad_hits), 0);
+
+	/* the main thread too, and writes to b are not seen */
+	shared_a = 1;
+	shared_b = 1;
+	ck_assert_int_eq(my_hits, 1);
+
+	pk_watch_remove(w);
+	writers_run(wr, NR_WRITERS, 1, 10);
+	ck_assert_int_eq(atomic_load(&cb_hits), NR_WRITERS * NR_WRITES + 1);
+	writers_stop(wr, NR_WRITERS);
+}
+END_TEST
+
+static volatile uintptr_t hit_addr, hit_ip;
+static void where_cb(const struct pk_watch_hit *h)
+{
+	hit_addr = h->addr;
+	hit_ip = h->ip;
+	atomic_fetch_add(&cb_hits, 1);
+}
+
+__attribute__((noinline)) static void write_a(long v)
+{
+	shared_a = v;
+	__asm__ volatile("" ::: "memory");
+}
+
+START_TEST(hit_reports_address_and_ip)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = where_cb);
+	struct pk_watch *w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_RW, &o);
+
+	ck_assert_ptr_nonnull(w);
+	write_a(3);
+	ck_assert_int_eq(atomic_load(&cb_hits), 1);
+	ck_assert_uint_eq(hit_addr, (uintptr_t)&shared_a);
+	/* traps after the access: ip is inside write_a, past its first byte */
+	ck_assert_uint_gt(hit_ip, (uintptr_t)write_a);
+	ck_assert_uint_lt(hit_ip, (uintptr_t)write_a + 64);
+	(void)shared_a; /* RW: a read hits too */
+	ck_assert_int_eq(atomic_load(&cb_hits), 2);
+	pk_watch_remove(w);
+}
+END_TEST
+
+START_TEST(modify_under_load)
+{
+	static struct writer wr[4];
+	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	struct pk_watch *w;
+
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	for (int i = 0; i < 3; i++)
+		writer_start(&wr[i]);
+	for (int i = 0; i < 3; i++)
+		atomic_store(&wr[i].cmd, 3);
+	/* retarget back and forth while every thread writes both variables */
+	for (int r = 0; r < 200; r++) {
+		ck_assert_int_eq(pk_watch_modify(w, (const void *)(r & 1 ? &shared_a : &shared_b),
+						 8, PK_WATCH_W),
+				 0);
+		if (r == 100) /* and a thread born in the middle of it */
+			writer_start(&wr[3]), atomic_store(&wr[3].cmd, 3);
+	}
+	/* hits so far cannot exceed the writes made (2 per loop + main's none) */
+	long loops = 0, hits;
+
+	hits = atomic_load(&cb_hits);
+	writers_run(wr, 4, 1, 0); /* barrier: every thread is out of its loop */
+	for (int i = 0; i < 4; i++)
+		loops += atomic_load(&wr[i].loops);
+	/* one iteration per thread may have hit without being counted yet */
+	ck_assert_int_le(hits, 2 * loops + 2 * 4);
+	ck_assert_int_gt(atomic_load(&cb_hits), 0);
+	ck_assert_int_eq(atomic_load(&bad_hits), 0);
+
+	/* last target was shared_a (r = 199): every live thread must agree */
+	ck_assert_int_eq(pk_watch_modify(w, (const void *)&shared_b, 4, PK_WATCH_W), 0);
+	writers_reset_hits();
+	writers_run(wr, 4, 1, 50); /* a: not watched any more */
+	ck_assert_int_eq(atomic_load(&cb_hits), 0);
+	writers_run(wr, 4, 2, 50);
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(wr[i].hits == 50, "thread %d: %ld hits on b", i, wr[i].hits);
+	writers_stop(wr, 4);
+	pk_watch_remove(w);
+}
+END_TEST
+
+START_TEST(enable_disable)
+{
+	static struct writer wr[3];
+	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits, .disabled = true);
+	struct pk_watch *w;
+
+	writer_start(&wr[0]);
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	writer_start(&wr[1]); /* inherits a disabled event */
+	writers_run(wr, 2, 1, 20);
+	ck_assert_int_eq(atomic_load(&cb_hits), 0);
+
+	ck_assert_int_eq(pk_watch_enable(w), 0);
+	ck_assert_int_eq(pk_watch_enable(w), 0);
+	writer_start(&wr[2]);
+	writers_run(wr, 3, 1, 20);
+	ck_assert_int_eq(atomic_load(&cb_hits), 60);
+
+	ck_assert_int_eq(pk_watch_disable(w), 0);
+	writers_run(wr, 3, 1, 20);
+	ck_assert_int_eq(atomic_load(&cb_hits), 60);
+
+	/* modify keeps it disabled */
+	ck_assert_int_eq(pk_watch_modify(w, (const void *)&shared_b, 8, PK_WATCH_W), 0);
+	writers_run(wr, 3, 2, 20);
+	ck_assert_int_eq(atomic_load(&cb_hits), 60);
+	ck_assert_int_eq(pk_watch_enable(w), 0);
+	writers_run(wr, 3, 2, 20);
+	ck_assert_int_eq(atomic_load(&cb_hits), 120);
+	writers_stop(wr, 3);
+	pk_watch_remove(w);
+}
+END_TEST
+
+static long slots_mem[16] __attribute__((aligned(64)));
+
+START_TEST(exhaustion_and_recovery)
+{
+	static struct writer wr[2];
+	struct pk_watch *w[4], *own[4], *extra;
+	char want[64];
+
+	pk_set_print(capture);
+	writer_start(&wr[0]);
+	for (int i = 0; i < 4; i++) {
+		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_W, NULL);
+		ck_assert_ptr_nonnull(w[i]);
+	}
+	errno = 0;
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[4], 8, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, ENOSPC);
+	ck_assert_msg(strstr(last_msg, "4 all-threads"), "message: %s", last_msg);
+	{
+		PK_OPTS(pk_watch_opts, o, .tid = wr[0].tid);
+
+		errno = 0;
+		ck_assert_ptr_null(pk_watch_add(&slots_mem[4], 8, PK_WATCH_W, &o));
+		ck_assert_int_eq(errno, ENOSPC);
+	}
+	/* threads created now still fit, and still see all four */
+	writer_start(&wr[1]);
+	pk_watch_remove(w[3]);
+	pk_watch_remove(w[2]);
+
+	/* wr[0] takes two single-thread slots: 2 all + 2 own = full */
+	for (int i = 0; i < 2; i++) {
+		PK_OPTS(pk_watch_opts, o, .tid = wr[0].tid);
+
+		own[i] = pk_watch_add(&slots_mem[8 + i], 8, PK_WATCH_W, &o);
+		ck_assert_ptr_nonnull(own[i]);
+	}
+	/* wr[1] has room for one of its own, but no all-threads add fits */
+	{
+		PK_OPTS(pk_watch_opts, o, .tid = wr[1].tid);
+
+		own[2] = pk_watch_add(&slots_mem[10], 8, PK_WATCH_W, &o);
+		ck_assert_ptr_nonnull(own[2]);
+	}
+	last_msg[0] = 0;
+	errno = 0;
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[5], 8, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, ENOSPC);
+	snprintf(want, sizeof(want), "thread %d", wr[0].tid);
+	ck_assert_msg(
+	    strstr(last_msg, want) ||
+		(snprintf(want, sizeof(want), "thread %d", wr[1].tid), strstr(last_msg, want)),
+	    "message: %s", last_msg);
+	ck_assert_msg(strstr(last_msg, "2 of its"), "message: %s", last_msg);
+
+	/* the threads exit: their single-thread slots come back */
+	writers_stop(wr, 2);
+	extra = pk_watch_add(&slots_mem[5], 8, PK_WATCH_W, NULL);
+	ck_assert_msg(extra != NULL, "after exit: %s", last_msg);
+	ck_assert_int_eq(pk_watch_enable(own[0]), -ESRCH);
+	ck_assert_int_eq(pk_watch_modify(own[1], &slots_mem[11], 8, PK_WATCH_W), -ESRCH);
+	for (int i = 0; i < 3; i++)
+		pk_watch_remove(own[i]);
+	pk_watch_remove(extra);
+	pk_watch_remove(w[1]);
+	pk_watch_remove(w[0]);
+	/* everything given back: four fit again */
+	for (int i = 0; i < 4; i++) {
+		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_RW, NULL);
+		ck_assert_ptr_nonnull(w[i]);
+	}
+	for (int i = 0; i < 4; i++)
+		pk_watch_remove(w[i]);
+}
+END_TEST
+
+START_TEST(single_thread_scope)
+{
+	static struct writer wr[2];
+	struct pk_watch *w;
+
+	writer_start(&wr[0]);
+	writer_start(&wr[1]);
+	{
+		PK_OPTS(pk_watch_opts, o, .tid = wr[1].tid, .callback = count_cb, .ctx = &cb_hits);
+
+		w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
+	}
+	ck_assert_ptr_nonnull(w);
+	shared_a = 5;
+	ck_assert_int_eq(my_hits, 0);
+	writers_run(wr, 2, 1, 30);
+	ck_assert_int_eq(wr[0].hits, 0);
+	ck_assert_int_eq(wr[1].hits, 30);
+	ck_assert_int_eq(atomic_load(&cb_hits), 30);
+	writers_stop(wr, 2);
+	pk_watch_remove(w);
+}
+END_TEST
+
+static int count_fds(void)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 1024; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			n++;
+	return n;
+}
+
+START_TEST(bad_input)
+{
+	static struct writer wr[8];
+	struct pk_watch *w[4];
+	struct rlimit rl, low;
+	int fds;
+
+	pk_set_print(capture);
+	errno = 0;
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 3, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(pk_watch_add((char *)&slots_mem[0] + 2, 4, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(last_msg, "aligned"), "message: %s", last_msg);
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, (enum pk_watch_type)7, NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(pk_watch_add(NULL, 8, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(pk_watch_add((void *)write_a, 8, PK_WATCH_X, NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	{
+		PK_OPTS(pk_watch_opts, o, .tid = 1); /* init: not one of ours */
+
+		ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, &o));
+		ck_assert_int_eq(errno, ESRCH);
+		ck_assert_msg(strstr(last_msg, "thread 1 "), "message: %s", last_msg);
+	}
+	{
+		struct pk_watch_opts o = {.sz = 4};
+		struct {
+			struct pk_watch_opts o;
+			long future;
+		} big = {.o = {.sz = sizeof(big)}, .future = 1};
+
+		ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, &o));
+		ck_assert_int_eq(errno, EINVAL);
+		ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, &big.o));
+		ck_assert_int_eq(errno, EINVAL);
+	}
+
+	/* the k-th perf_event_open fails (out of fds): the k-1 are closed */
+	for (int i = 0; i < 8; i++)
+		writer_start(&wr[i]);
+	fds = count_fds();
+	getrlimit(RLIMIT_NOFILE, &rl);
+	low = rl;
+	low.rlim_cur = (rlim_t)fds + 4; /* room for /proc listing + a few events */
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	errno = 0;
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, EMFILE);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	ck_assert_int_eq(count_fds(), fds);
+
+	/* nothing half-installed: all four slots are still free */
+	for (int i = 0; i < 4; i++) {
+		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_W, NULL);
+		ck_assert_ptr_nonnull(w[i]);
+	}
+	ck_assert_int_eq(pk_watch_modify(w[0], &slots_mem[0], 5, PK_WATCH_W), -EINVAL);
+	for (int i = 0; i < 4; i++)
+		pk_watch_remove(w[i]);
+	writers_stop(wr, 8);
+}
+END_TEST
+
+static atomic_int app_traps;
+static void app_sigtrap(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)si;
+	(void)uc;
+	atomic_fetch_add(&app_traps, 1);
+}
+
+START_TEST(foreign_sigtrap_chained)
+{
+	struct sigaction sa = {.sa_sigaction = app_sigtrap, .sa_flags = SA_SIGINFO};
+	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	struct pk_watch *w;
+
+	sigemptyset(&sa.sa_mask);
+	ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	raise(SIGTRAP);
+	ck_assert_int_eq(atomic_load(&app_traps), 1);
+	ck_assert_int_eq(atomic_load(&cb_hits), 0);
+	shared_a = 1;
+	ck_assert_int_eq(atomic_load(&app_traps), 1);
+	ck_assert_int_eq(atomic_load(&cb_hits), 1);
+	pk_watch_remove(w);
+	raise(SIGTRAP);
+	ck_assert_int_eq(atomic_load(&app_traps), 2);
+}
+END_TEST
+
+START_TEST(hits_through_queue)
+{
+	static struct writer wr[4];
+	struct pk_hitq *q = pk_hitq_new(4096);
+	PK_OPTS(pk_watch_opts, o, .queue = q, .ctx = (void *)0x1234);
+	struct pk_watch_hit h;
+	struct pk_watch *w;
+	int per[4] = {0}, n = 0;
+
+	ck_assert_ptr_nonnull(q);
+	w = pk_watch_add((const void *)&shared_b, 8, PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	for (int i = 0; i < 4; i++)
+		writer_start(&wr[i]);
+	writers_run(wr, 4, 2, 100);
+	while (!pk_hitq_pop(q, &h)) {
+		ck_assert_ptr_eq(h.watch, w);
+		ck_assert_ptr_eq(h.ctx, (void *)0x1234);
+		ck_assert_uint_eq(h.addr, (uintptr_t)&shared_b);
+		ck_assert_ptr_null(h.uc);
+		for (int i = 0; i < 4; i++)
+			if (h.tid == wr[i].tid)
+				per[i]++;
+		n++;
+	}
+	ck_assert_int_eq(n, 400);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(per[i], 100);
+	ck_assert_uint_eq(pk_hitq_dropped(q), 0);
+	writers_stop(wr, 4);
+	pk_watch_remove(w);
+	pk_hitq_free(q);
+}
+END_TEST
+
+START_TEST(fork_child_has_none)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	struct pk_watch *w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
+	int status;
+	pid_t pid;
+
+	ck_assert_ptr_nonnull(w);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		shared_a = 2;
+		if (atomic_load(&cb_hits) != 0)
+			_exit(3);
+		if (pk_watch_disable(w) != -ESRCH)
+			_exit(4);
+		pk_watch_remove(w);
+		/* and the child can start afresh */
+		w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
+		if (!w)
+			_exit(5);
+		shared_a = 3;
+		_exit(atomic_load(&cb_hits) == 1 ? 0 : 6);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	shared_a = 4;
+	ck_assert_int_eq(atomic_load(&cb_hits), 1);
+	pk_watch_remove(w);
+}
+END_TEST
+
+/* A fixed address, identical before and after execve (no ASLR for it). */
+#define EXEC_PROBE_ADDR ((void *)0x5a5a00000000UL)
+static char *self_exe;
+
+static int exec_probe(void)
+{
+	volatile long *p = mmap(EXEC_PROBE_ADDR, 4096, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+
+	if (p != EXEC_PROBE_ADDR)
+		return 10;
+	*p = 1; /* SIGTRAP is SIG_DFL now: a surviving event would kill us */
+	return 0;
+}
+
+START_TEST(exec_removes_watchpoints)
+{
+	int status;
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+		volatile long *p = mmap(EXEC_PROBE_ADDR, 4096, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+
+		if (p != EXEC_PROBE_ADDR || !pk_watch_add((void *)p, 8, PK_WATCH_W, &o))
+			_exit(11);
+		*p = 1;
+		if (atomic_load(&cb_hits) != 1)
+			_exit(12);
+		execl(self_exe, self_exe, "--exec-probe", (char *)NULL);
+		_exit(13);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+}
+END_TEST
+
+__attribute__((noinline)) void pk_test_watched_fn(void);
+__attribute__((noinline)) void pk_test_watched_fn(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+START_TEST(execute_watchpoint)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = where_cb);
+	struct pk_watch *w = pk_watch_add((const void *)pk_test_watched_fn, 1, PK_WATCH_X, &o);
+
+	ck_assert_ptr_nonnull(w);
+	pk_test_watched_fn();
+	pk_test_watched_fn();
+	/* fault-like: ip is the watched instruction itself; the call still runs */
+	ck_assert_int_eq(atomic_load(&cb_hits), 2);
+	ck_assert_uint_eq(hit_ip, (uintptr_t)pk_test_watched_fn);
+	pk_watch_remove(w);
+	pk_test_watched_fn();
+	ck_assert_int_eq(atomic_load(&cb_hits), 2);
+}
+END_TEST
+
+/* The callback dereferences the watchpoint's ctx: a use after free would show
+ * (ASan) if pk_watch_remove freed while a handler still ran. */
+struct magic {
+	long magic;
+};
+static void magic_cb(const struct pk_watch_hit *h)
+{
+	const struct magic *m = h->ctx;
+
+	if (m->magic != 0x600d)
+		atomic_fetch_add(&bad_hits, 1);
+	atomic_fetch_add(&cb_hits, 1);
+}
+
+START_TEST(remove_while_hitting)
+{
+	static struct writer wr[2];
+
+	pk_set_print(capture);
+	for (int i = 0; i < 2; i++) {
+		writer_start(&wr[i]);
+		atomic_store(&wr[i].cmd, 3);
+	}
+	for (int r = 0; r < 200; r++) {
+		struct magic *m = malloc(sizeof(*m));
+		PK_OPTS(pk_watch_opts, o, .callback = magic_cb, .ctx = m,
+			.tid = r % 3 ? 0 : wr[r % 2].tid);
+		struct pk_watch *w;
+		long before = atomic_load(&cb_hits);
+
+		m->magic = 0x600d;
+		w = pk_watch_add((const void *)(r & 1 ? &shared_a : &shared_b), 8, PK_WATCH_W, &o);
+		ck_assert_msg(w != NULL, "round %d: %s (%s)", r, strerror(errno), last_msg);
+		/* remove while the writers are hitting it */
+		for (long spin = 0; spin < 1000000 && atomic_load(&cb_hits) < before + 2; spin++)
+			;
+		pk_watch_remove(w);
+		m->magic = 0xdead; /* any handler still using it would see this */
+		free(m);
+	}
+	writers_stop(wr, 2);
+	ck_assert_int_gt(atomic_load(&cb_hits), 0);
+	ck_assert_int_eq(atomic_load(&bad_hits), 0);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	Suite *s;
+	TCase *tc;
+
+	if (argc == 2 && !strcmp(argv[1], "--exec-probe"))
+		return exec_probe();
+	s = suite_create("watch");
+	tc = tcase_create("watch");
+	if (getenv("PK_TEST_VERBOSE"))
+		pk_set_print(pk_print_stderr);
+	self_exe = realpath("/proc/self/exe", NULL);
+	pk_test_require_hw_breakpoint();
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, exact_counts_many_threads);
+	tcase_add_test(tc, hit_reports_address_and_ip);
+	tcase_add_test(tc, execute_watchpoint);
+	tcase_add_test(tc, modify_under_load);
+	tcase_add_test(tc, enable_disable);
+	tcase_add_test(tc, exhaustion_and_recovery);
+	tcase_add_test(tc, single_thread_scope);
+	tcase_add_test(tc, bad_input);
+	tcase_add_test(tc, foreign_sigtrap_chained);
+	tcase_add_test(tc, hits_through_queue);
+	tcase_add_test(tc, fork_child_has_none);
+	tcase_add_test(tc, exec_removes_watchpoints);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("stress");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, remove_while_hitting);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}

@@ -33,5 +33,7 @@ int bench_breakpoint(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int bench_record(int argc, char **argv);
+int bench_attach(int argc, char **argv);
+int bench_call(int argc, char **argv);
 
 #endif /* PK_CLI_H */

@@ -247,7 +247,7 @@ static int attach_one(enum api api, unsigned long n)
 	printf("# %lu attach/detach cycles of %s on 1 function\n", n,
 	       api == API_OPS	   ? "ops (pk_ops_register + pk_ops_unregister)"
 	       : api == API_DIRECT ? "direct (pk_direct_add + pk_direct_del)"
-				   : "a kernel uprobe (perf_event_open + close)");
+				   : "uprobe (the kernel's: perf_event_open + close)");
 	fflush(stdout);
 	hits0 = hits;
 	start = now_ns();

@@ -89,6 +89,7 @@ static const struct cli_cmd commands[] = {
 	{"bench", cmd_bench, "measure probekit against its peers (perf bench style)"},
 	{"sites", cmd_sites, "list the patchable functions of a program or library"},
 	{"version", cmd_version, "print the library version"},
+	{"watch", cmd_watch, "run a program with a watchpoint on a variable or function"},
 	{NULL, NULL, NULL},
 };
 

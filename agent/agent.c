@@ -16,8 +16,10 @@
  *   exit handler             stops the consumer, removes the watchpoint, drains
  *
  * The agent never writes to PROG's stdout/stderr (unless the command hands it
- * fd 2), never changes PROG's exit status, and installs no signal handler of
- * its own (the library's SIGTRAP handler chains to PROG's).
+ * fd 2) and never changes PROG's exit status.  Signals: the library's SIGTRAP
+ * handler chains to PROG's; for fatal signals left at their default action the
+ * agent installs a handler that lets the report thread print the queued hits,
+ * then dies from the same signal with the default action (on_fatal).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -26,6 +28,7 @@
 #include <link.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -98,6 +101,8 @@ static struct {
 	_Atomic uint64_t shadow;	/* the last value seen, for "old" */
 	_Atomic uint32_t wake;		/* futex word: bumped by every hit */
 	_Atomic bool stop;
+	_Atomic uint32_t drained; /* futex word: bumped by the consumer after each drain */
+	_Atomic bool crashing;	  /* a fatal signal asks the consumer for a last drain */
 
 	/* consumer side (consumer thread, or the exit handler after joining it) */
 	unsigned long printed;
@@ -655,10 +660,63 @@ static void *consumer(void *arg)
 
 		drain();
 		count_reached();
+		atomic_fetch_add_explicit(&A.drained, 1, memory_order_release);
+		syscall(SYS_futex, &A.drained, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 		if (atomic_load_explicit(&A.stop, memory_order_acquire))
 			return NULL;
 		/* Woken by every hit and by the exit handler; the timeout is a backstop. */
 		syscall(SYS_futex, &A.wake, FUTEX_WAIT_PRIVATE, seen, &tmo, NULL, 0);
+	}
+}
+
+/*
+ * A fatal signal whose disposition PROG left at the default: give the
+ * consumer up to a second to print what is queued, then die from the same
+ * signal with the default action (SA_RESETHAND restored it on entry; the
+ * signal is blocked until we return, so it is delivered then, or the faulting
+ * instruction faults again).  Only futex and raise here: signal-safe.  The
+ * wait is bounded because the crashing thread may hold a lock (malloc's) the
+ * consumer needs.  If PROG installs its own handler, it replaces this one.
+ */
+static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
+				    SIGTERM, SIGINT,  SIGHUP, SIGQUIT};
+
+static void on_fatal(int sig)
+{
+	int saved = errno;
+
+	if (getpid() == A.pid && A.consumer_up &&
+	    !atomic_exchange_explicit(&A.crashing, true, memory_order_acq_rel)) {
+		uint32_t seen = atomic_load_explicit(&A.drained, memory_order_acquire);
+		struct timespec tmo = {1, 0};
+
+		atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
+		syscall(SYS_futex, &A.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+		/* The consumer may be mid-drain: wait for one drain that started after us. */
+		for (int i = 0; i < 2; i++) {
+			while (atomic_load_explicit(&A.drained, memory_order_acquire) == seen &&
+			       syscall(SYS_futex, &A.drained, FUTEX_WAIT_PRIVATE, seen, &tmo, NULL,
+				       0) == 0)
+				;
+			seen = atomic_load_explicit(&A.drained, memory_order_acquire);
+		}
+	}
+	raise(sig);
+	errno = saved;
+}
+
+static void install_fatal(void)
+{
+	struct sigaction sa = {.sa_handler = on_fatal, .sa_flags = SA_RESETHAND | SA_RESTART};
+	size_t i;
+
+	for (i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++) {
+		struct sigaction old;
+
+		if (sigaction(fatal_signals[i], NULL, &old) || old.sa_handler != SIG_DFL ||
+		    (old.sa_flags & SA_SIGINFO))
+			continue;
+		sigaction(fatal_signals[i], &sa, NULL);
 	}
 }
 
@@ -729,6 +787,7 @@ __attribute__((constructor(101))) static void agent_start(void)
 			   : "");
 	}
 	atexit(agent_exit);
+	install_fatal();
 	out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n", A.what, A.len,
 		   (unsigned long)A.addr,
 		   A.type == PK_WATCH_W ? "writes" : A.type == PK_WATCH_RW ? "reads and writes" : "execution");

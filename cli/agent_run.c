@@ -223,11 +223,17 @@ static void child_exec(const struct agent_run *r, const struct sigaction *old_in
 		close(ctl_w);
 	if (out >= 0 && out != out_w)
 		close(out_w);
-	if (pre) {
+	/*
+	 * The user's preloads first (a sanitizer runtime must come first), the
+	 * agent after them: it exports nothing, so its place does not matter.
+	 */
+	if (pre && *pre) {
 		setenv(PK_ENV_PRELOAD_SAVED, pre, 1);
-		if (asprintf(&preload, "%s:%s", r->agent, pre) < 0)
+		if (asprintf(&preload, "%s:%s", pre, r->agent) < 0)
 			_exit(127);
 	} else {
+		if (pre)
+			setenv(PK_ENV_PRELOAD_SAVED, pre, 1);
 		preload = (char *)r->agent;
 	}
 	setenv("LD_PRELOAD", preload, 1);

@@ -463,9 +463,8 @@ static void resolve(void)
 			       "(and SYMBOL+OFFSET for a field)",
 			       name, (unsigned long)s->size);
 	}
-	snprintf(A.what, sizeof(A.what), "%s%s%s%s", A.spec,
-		 o == &A.objs[0] ? "" : " (", o == &A.objs[0] ? "" : base_name(o->path),
-		 o == &A.objs[0] ? "" : ")");
+	snprintf(A.what, sizeof(A.what), "%s%s%s%s", A.spec, o == &A.objs[0] ? "" : " (",
+		 o == &A.objs[0] ? "" : base_name(o->path), o == &A.objs[0] ? "" : ")");
 }
 
 /* ---- the signal handler ---- */
@@ -566,7 +565,10 @@ static void on_hit(const struct pk_watch_hit *hit)
 
 static void fmt_value(char *buf, size_t n, uint64_t v)
 {
-	int64_t s = A.len == 1 ? (int8_t)v : A.len == 2 ? (int16_t)v : A.len == 4 ? (int32_t)v : (int64_t)v;
+	int64_t s = A.len == 1	 ? (int8_t)v
+		    : A.len == 2 ? (int16_t)v
+		    : A.len == 4 ? (int32_t)v
+				 : (int64_t)v;
 
 	if (s >= -9 && s <= 9)
 		snprintf(buf, n, "%lld", (long long)s);
@@ -605,8 +607,8 @@ static void print_rec(const struct rec *r)
 		fmt_value(b, sizeof(b), r->newv);
 		if (A.type == PK_WATCH_W) {
 			fmt_value(a, sizeof(a), r->oldv);
-			snprintf(line + len, sizeof(line) - (size_t)len, "write %s: %s -> %s %s %s\n",
-				 A.spec, a, b, how, where);
+			snprintf(line + len, sizeof(line) - (size_t)len,
+				 "write %s: %s -> %s %s %s\n", A.spec, a, b, how, where);
 		} else {
 			snprintf(line + len, sizeof(line) - (size_t)len,
 				 "access %s: value %s%s %s %s\n", A.spec, b,
@@ -679,7 +681,7 @@ static void *consumer(void *arg)
  * consumer needs.  If PROG installs its own handler, it replaces this one.
  */
 static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
-				    SIGTERM, SIGINT,  SIGHUP, SIGQUIT};
+				    SIGTERM, SIGINT, SIGHUP, SIGQUIT};
 
 static void on_fatal(int sig)
 {
@@ -790,6 +792,8 @@ __attribute__((constructor(101))) static void agent_start(void)
 	install_fatal();
 	out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n", A.what, A.len,
 		   (unsigned long)A.addr,
-		   A.type == PK_WATCH_W ? "writes" : A.type == PK_WATCH_RW ? "reads and writes" : "execution");
+		   A.type == PK_WATCH_W	   ? "writes"
+		   : A.type == PK_WATCH_RW ? "reads and writes"
+					   : "execution");
 	ctl_send(PK_CTL_OK "\n");
 }

@@ -39,11 +39,13 @@ int agent_find_prog(const char *prog, char *out, size_t n)
 		if (snprintf(out, n, "%s", prog) >= (int)n)
 			return cli_error("%s: path too long", prog), 127;
 		if (stat(out, &st))
-			return cli_error("%s: %s", prog, strerror(errno)), errno == ENOENT ? 127 : 126;
+			return cli_error("%s: %s", prog, strerror(errno)),
+			       errno == ENOENT ? 127 : 126;
 		return 0;
 	}
 	/* As execvp(3), without its fallback to /bin/sh. */
-	for (p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin"; p; p = end ? end + 1 : NULL) {
+	for (p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin"; p;
+	     p = end ? end + 1 : NULL) {
 		size_t dl;
 
 		end = strchr(p, ':');
@@ -75,10 +77,11 @@ int agent_check_prog(const char *path)
 	 * always keeps the rule simple and the outcome the same for everyone).
 	 */
 	if (st.st_mode & (S_ISUID | S_ISGID))
-		return cli_error("%s is set-%s-ID: the dynamic loader ignores LD_PRELOAD for it, so "
-				 "probekit cannot enter it; run a copy without the bit (cp, then "
-				 "chmod u-s,g-s)",
-				 path, st.st_mode & S_ISUID ? "user" : "group"),
+		return cli_error(
+			   "%s is set-%s-ID: the dynamic loader ignores LD_PRELOAD for it, so "
+			   "probekit cannot enter it; run a copy without the bit (cp, then "
+			   "chmod u-s,g-s)",
+			   path, st.st_mode & S_ISUID ? "user" : "group"),
 		       126;
 	if (getxattr(path, "security.capability", NULL, 0) > 0)
 		return cli_error("%s has file capabilities: the dynamic loader ignores LD_PRELOAD "
@@ -91,10 +94,11 @@ int agent_check_prog(const char *path)
 
 		pki_elf_syms_free(&syms);
 		if (!dynamic)
-			return cli_error("%s is statically linked (or a shared library): the agent is "
-					 "a preloaded library and cannot enter it; link PROG "
-					 "dynamically",
-					 path),
+			return cli_error(
+				   "%s is statically linked (or a shared library): the agent is "
+				   "a preloaded library and cannot enter it; link PROG "
+				   "dynamically",
+				   path),
 			       126;
 		return 0;
 	}
@@ -160,15 +164,16 @@ int agent_find(char *out, size_t n)
 		goto check;
 	}
 	return cli_error("cannot find %s next to %s or in %s (set %s to its path)", PK_AGENT_NAME,
-			 len > 0 ? self : "probekit", *PK_AGENT_INSTALL_PATH ? PK_AGENT_INSTALL_PATH : "?",
-			 PK_ENV_AGENT),
+			 len > 0 ? self : "probekit",
+			 *PK_AGENT_INSTALL_PATH ? PK_AGENT_INSTALL_PATH : "?", PK_ENV_AGENT),
 	       -1;
 check:
 	/* LD_PRELOAD splits on spaces and colons. */
 	if (strpbrk(out, " :\t\n"))
-		return cli_error("%s: the agent's path has a space or colon, which LD_PRELOAD cannot "
-				 "hold; install it elsewhere or set %s",
-				 out, PK_ENV_AGENT),
+		return cli_error(
+			   "%s: the agent's path has a space or colon, which LD_PRELOAD cannot "
+			   "hold; install it elsewhere or set %s",
+			   out, PK_ENV_AGENT),
 		       -1;
 	return 0;
 }
@@ -357,7 +362,8 @@ int agent_run(const struct agent_run *r)
 				msg[msglen] = 0;
 				started = !strncmp(msg, PK_CTL_OK, strlen(PK_CTL_OK));
 				if (!started && !msglen) {
-					/* PROG runs without the agent: do not let it go on unseen. */
+					/* PROG runs without the agent: do not let it go on unseen.
+					 */
 					kill(pid, SIGKILL);
 				}
 			}
@@ -398,7 +404,8 @@ int agent_run(const struct agent_run *r)
 		if (!strncmp(msg, PK_CTL_ERROR, strlen(PK_CTL_ERROR)))
 			return cli_error("%s", msg + strlen(PK_CTL_ERROR)), 125;
 		if (sscanf(msg, "exec %d", &err) == 1)
-			return cli_error("%s: %s", r->path, strerror(err)), err == ENOENT ? 127 : 126;
+			return cli_error("%s: %s", r->path, strerror(err)),
+			       err == ENOENT ? 127 : 126;
 		return cli_error("%s: the agent did not start in it (the dynamic loader ignored "
 				 "LD_PRELOAD, or PROG died first); stopped it",
 				 r->path),

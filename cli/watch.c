@@ -70,7 +70,8 @@ int cmd_watch(int argc, char **argv)
 		case 't':
 			type = optarg;
 			if (strcmp(type, "w") && strcmp(type, "rw") && strcmp(type, "x"))
-				return cli_usage_error("watch: unknown type '%s' (w, rw or x)", type),
+				return cli_usage_error("watch: unknown type '%s' (w, rw or x)",
+						       type),
 				       WATCH_FAIL;
 			break;
 		case 'l':
@@ -78,9 +79,10 @@ int cmd_watch(int argc, char **argv)
 			errno = 0;
 			c = (int)strtol(len, &end, 0);
 			if (errno || *end || (c != 1 && c != 2 && c != 4 && c != 8))
-				return cli_usage_error("watch: unsupported length '%s': x86 watches "
-						       "1, 2, 4 or 8 bytes",
-						       len),
+				return cli_usage_error(
+					   "watch: unsupported length '%s': x86 watches "
+					   "1, 2, 4 or 8 bytes",
+					   len),
 				       WATCH_FAIL;
 			break;
 		case 's':
@@ -90,9 +92,10 @@ int cmd_watch(int argc, char **argv)
 			count = optarg;
 			errno = 0;
 			if (strtoul(count, &end, 0) == 0 || errno || *end || *count == '-')
-				return cli_usage_error("watch: --count needs a positive number, not "
-						       "'%s'",
-						       count),
+				return cli_usage_error(
+					   "watch: --count needs a positive number, not "
+					   "'%s'",
+					   count),
 				       WATCH_FAIL;
 			break;
 		case 'o':

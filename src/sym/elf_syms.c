@@ -166,8 +166,9 @@ int pki_elf_syms_read(int fd, struct pki_elf_syms *out)
 	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf)
 		return -ENOEXEC;
-	if (elf_kind(elf) != ELF_K_ELF || gelf_getclass(elf) != ELFCLASS64 || !gelf_getehdr(elf, &eh) ||
-	    eh.e_machine != EM_X86_64 || (eh.e_type != ET_EXEC && eh.e_type != ET_DYN))
+	if (elf_kind(elf) != ELF_K_ELF || gelf_getclass(elf) != ELFCLASS64 ||
+	    !gelf_getehdr(elf, &eh) || eh.e_machine != EM_X86_64 ||
+	    (eh.e_type != ET_EXEC && eh.e_type != ET_DYN))
 		goto out_end;
 	out->pic = eh.e_type == ET_DYN;
 	if (elf_getphdrnum(elf, &nph))

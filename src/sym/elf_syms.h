@@ -29,12 +29,12 @@ struct pki_elf_sym {
 };
 
 struct pki_elf_syms {
-	struct pki_elf_sym *syms;	  /* sorted by value; .symtab and .dynsym merged */
+	struct pki_elf_sym *syms; /* sorted by value; .symtab and .dynsym merged */
 	size_t n;
 	const struct pki_elf_sym **by_name; /* sorted by strcmp */
-	char *strings;			  /* every name, one allocation */
-	bool pic;			  /* ET_DYN */
-	bool interp;			  /* has PT_INTERP: dynamically linked program */
+	char *strings;			    /* every name, one allocation */
+	bool pic;			    /* ET_DYN */
+	bool interp;			    /* has PT_INTERP: dynamically linked program */
 };
 
 /*

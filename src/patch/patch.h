@@ -8,6 +8,12 @@
  * expected and actual bytes, and latches patching off for the process.
  * Threads may execute the sites during the batch: whatever instant they
  * arrive, they execute either the old or the new instruction.
+ *
+ * Text is written through a writable alias of the executable mapping when
+ * one can be made (src/patch/alias.c: the mapping becomes a memfd, shown as
+ * such in /proc/self/maps), else through /proc/self/mem or a grouped
+ * mprotect().  Sites whose bytes lie in one aligned quadword and hold no
+ * sled take one atomic store each; the others take the INT3 protocol.
  */
 #ifndef PK_PATCH_PATCH_H
 #define PK_PATCH_PATCH_H
@@ -38,6 +44,31 @@ struct pki_poke {
  */
 int pki_text_poke_batch(struct pki_poke *pokes, size_t n);
 
+/*
+ * pki_text_poke_batch() with @flags:
+ *
+ * PKI_POKE_LAZY: when every site of the batch takes the single-store path,
+ * return without the final core sync.  The new bytes are in memory and any
+ * thread fetching the site sees the old or the new instruction, whole; but a
+ * thread may go on executing the old one until its core next serialises
+ * (any interrupt, exception or context switch; at the latest the next
+ * pki_text_sync()).  Call pki_text_sync() before relying on no thread
+ * entering what an old instruction called (e.g. before a grace period that
+ * precedes freeing a trampoline): one sync then covers every lazy batch
+ * before it.  Batches that need the INT3 protocol sync as always.
+ */
+#define PKI_POKE_LAZY 0x1u
+
+int pki_text_poke_batch_flags(struct pki_poke *pokes, size_t n, unsigned int flags);
+
+/*
+ * Make every core running a thread of this process serialise
+ * (membarrier sync-core): afterwards no thread executes an instruction that
+ * a completed batch replaced.  Returns 0 or -errno; 0 at once if nothing was
+ * ever patched.  Any thread; not from a signal handler.
+ */
+int pki_text_sync(void);
+
 /* True once a verification failure latched patching off. */
 bool pki_text_poke_dead(void);
 
@@ -47,6 +78,8 @@ struct pki_poke_stats {
 	unsigned long emulated;	  /* INT3 hits emulated by the SIGTRAP handler */
 	unsigned long restarted;  /* late INT3 hits sent back to re-execute a site */
 	unsigned long sled_moves; /* threads moved out of a sled being converted */
+	unsigned long fast;	  /* batches committed by single stores, no INT3 */
+	unsigned long aliases;	  /* executable mappings with a writable alias now */
 };
 
 void pki_text_poke_stats(struct pki_poke_stats *st);
@@ -61,8 +94,20 @@ enum pki_poke_stage {
 	PKI_POKE_AFTER_KICK_SENT, /* sled kick signals sent, acks not awaited */
 	PKI_POKE_AFTER_TAILS,	  /* tails written and synced */
 	PKI_POKE_AFTER_FIRST,	  /* first bytes written and synced */
+	PKI_POKE_AFTER_STORE,	  /* single-store path: every site stored, not synced */
 };
 
 extern int (*pki_text_poke_hook)(enum pki_poke_stage stage);
+
+/*
+ * For tests and benchmarks: PKI_POKE_NO_ALIAS makes no new writable alias
+ * (existing ones are still used: their text can be written no other way);
+ * PKI_POKE_NO_FAST runs the INT3 protocol even where one store would do.
+ * Set between batches.
+ */
+#define PKI_POKE_NO_ALIAS 0x1u
+#define PKI_POKE_NO_FAST  0x2u
+
+extern unsigned int pki_text_poke_disable;
 
 #endif /* PK_PATCH_PATCH_H */

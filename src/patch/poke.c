@@ -136,13 +136,22 @@ static void fork_parent(void)
 	pthread_mutex_unlock(&poke_lock);
 }
 
+/*
+ * The child is a new process: the /proc/self files we keep open still name
+ * the parent (a write through mem_fd would patch the PARENT's text), and its
+ * new mm has no membarrier registration.  The next batch redoes them.
+ */
 static void fork_child(void)
 {
+	atomic_store(&ready, false);
 	pthread_mutex_unlock(&poke_lock);
 }
 
+static bool prepared_once; /* poke_lock */
+
 static int __poke_prepare(void)
 {
+	static bool once;
 	int err;
 
 	if (atomic_load(&ready))
@@ -153,16 +162,26 @@ static int __poke_prepare(void)
 			 pki_errstr(err));
 		return err;
 	}
-	err = pki_trap_install();
-	if (err) {
-		pki_warn("text poke: cannot install SIGTRAP handler: %s\n", pki_errstr(err));
-		return err;
+	if (!once) {
+		err = pki_trap_install();
+		if (err) {
+			pki_warn("text poke: cannot install SIGTRAP handler: %s\n",
+				 pki_errstr(err));
+			return err;
+		}
+		err = pthread_atfork(fork_prepare, fork_parent, fork_child);
+		if (err) {
+			pki_warn("text poke: cannot register fork handlers: %s\n",
+				 pki_errstr(err));
+			return -err;
+		}
+		once = true;
 	}
-	err = pthread_atfork(fork_prepare, fork_parent, fork_child);
-	if (err) {
-		pki_warn("text poke: cannot register fork handlers: %s\n", pki_errstr(err));
-		return -err;
-	}
+	if (maps_fd >= 0)
+		close(maps_fd);
+	if (mem_fd >= 0)
+		close(mem_fd);
+	no_query = false;
 	maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
 	if (mem_fd >= 0 && !mem_writes_readonly()) {
@@ -171,6 +190,7 @@ static int __poke_prepare(void)
 	}
 	pki_debug("text poke: small batches written through %s\n",
 		  mem_fd >= 0 ? "/proc/self/mem" : "mprotect");
+	prepared_once = true;
 	atomic_store(&ready, true);
 	return 0;
 }
@@ -936,7 +956,16 @@ int pki_text_poke_batch(struct pki_poke *pokes, size_t n)
 
 int pki_text_sync(void)
 {
-	if (!atomic_load(&ready))
-		return 0;
+	int err = 0;
+
+	if (!atomic_load(&ready)) {
+		/* Never patched, or a forked child not registered yet. */
+		pthread_mutex_lock(&poke_lock);
+		if (prepared_once)
+			err = __poke_prepare();
+		pthread_mutex_unlock(&poke_lock);
+		if (err || !atomic_load(&ready))
+			return err;
+	}
 	return sync_cores();
 }

@@ -28,6 +28,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_sites(int argc, char **argv);
 
 /* Benchmarks (cli/bench_*.c), dispatched by cmd_bench. */
+int bench_poke(int argc, char **argv);
 int bench_slots(int argc, char **argv);
 
 #endif /* PK_CLI_H */

@@ -185,10 +185,9 @@ int bench_poke(int argc, char **argv)
 	printf("# 1-site batches, nop5 <-> call, %lu batches x %d rounds, %lu busy threads\n",
 	       flips, NR_ROUNDS, threads);
 	for (v = 0; v < 4; v++)
-		printf(" %-32s %8.3f usecs/op  (%5.2fx)\n", variant[v].name, us[v],
-		       us[0] / us[v]);
-	printf(" %lu batches, %lu by single store, %lu INT3 hits emulated\n\n", st.batches,
-	       st.fast, st.emulated);
+		printf(" %-32s %8.3f usecs/op  (%5.2fx)\n", variant[v].name, us[v], us[0] / us[v]);
+	printf(" %lu batches, %lu by single store, %lu INT3 hits emulated\n\n", st.batches, st.fast,
+	       st.emulated);
 	printf(" %.3f usecs/op\n", us[2]);
 	return 0;
 }

@@ -57,12 +57,15 @@
  *    view of the mapping first.
  *  - fork(): a MAP_SHARED mapping is shared with the child, so a patch in
  *    either process would show in both (a call into a trampoline that only
- *    exists on one side).  A pthread_atfork() handler holds the patch lock
- *    across fork(), and in the parent moves every aliased mapping onto a new
- *    memfd (steps 1-4 again, copying from the alias) before the lock is
- *    released: the child keeps the old memfd to itself, with its inherited
- *    alias still pointing at it, and the parent patches its own copy.  The
- *    parent pays one copy of its aliased text per fork().  A child made by a
+ *    exists on one side).  pthread_atfork() handlers hold the patch lock
+ *    across fork(); before it, every aliased mapping is copied into a new
+ *    memfd (steps 1-3, from the alias); after it, the parent places each
+ *    copy over its text (step 4) before the lock is released, and the child
+ *    drops the copies.  The child keeps the old memfds to itself, with its
+ *    inherited aliases still pointing at them, and the parent patches its
+ *    own copies.  The copy must precede fork(): the child may patch the old
+ *    memfd as soon as it runs.  The parent pays one copy of its aliased text
+ *    per fork().  A child made by a
  *    raw clone() without CLONE_VM skips the atfork handlers and shares the
  *    aliased text with its parent: do not patch in either then.  vfork() and
  *    posix_spawn() share the address space anyway until exec.
@@ -70,6 +73,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,11 +98,14 @@ struct alias {
 	int prot;
 	unsigned int dev_major, dev_minor;
 	unsigned long ino;
+	struct alias *fork_copy; /* made before fork(), placed in the parent after */
 };
 
 /* Sorted by start, disjoint.  Patch lock. */
 static struct alias *alias;
 static size_t nr_alias, cap_alias;
+/* nr_alias for readers without the lock (stats). */
+static atomic_ulong nr_alias_pub;
 
 static struct alias *find(unsigned long addr)
 {
@@ -126,23 +133,25 @@ uint8_t *pki_alias_addr(unsigned long addr)
 
 unsigned long pki_alias_count(void)
 {
-	return nr_alias;
+	return atomic_load_explicit(&nr_alias_pub, memory_order_relaxed);
 }
+
+static void memfd_discard(struct alias *a);
 
 static void drop(struct alias *a)
 {
-	munmap(a->rw, a->end - a->start);
-	close(a->fd);
-	free(a->name);
+	memfd_discard(a);
 	memmove(a, a + 1, (size_t)(alias + nr_alias - (a + 1)) * sizeof(*a));
 	nr_alias--;
+	atomic_store_explicit(&nr_alias_pub, nr_alias, memory_order_relaxed);
 }
 
 /*
- * Steps 1-4 above for [start, start + len) with protection @prot, copying
- * from @src (the text itself, or an alias).  On success fills @a.
+ * Steps 1-3 above for [start, start + len) with protection @prot, copying
+ * from @src (the text itself, or an alias).  On success fills @a, whose
+ * memfd is not the text yet.
  */
-static int memfd_over(unsigned long start, size_t len, int prot, const char *name,
+static int memfd_copy(unsigned long start, size_t len, int prot, const char *name,
 		      const uint8_t *src, struct alias *a)
 {
 	struct iovec local, remote = {.iov_base = (void *)src, .iov_len = len};
@@ -177,11 +186,6 @@ static int memfd_over(unsigned long start, size_t len, int prot, const char *nam
 		goto unmap_rw;
 	}
 	munmap(probe, len);
-	if (mmap((void *)start, len, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
-		err = -errno;
-		goto unmap_rw;
-	}
-	/* From here on the memfd is the text: nothing below may fail. */
 	*a = (struct alias){.start = start,
 			    .name = strdup(name ? name : ""),
 			    .end = start + len,
@@ -197,6 +201,35 @@ unmap_rw:
 	munmap(rw, len);
 close_fd:
 	close(fd);
+	return err;
+}
+
+static void memfd_discard(struct alias *a)
+{
+	munmap(a->rw, a->end - a->start);
+	close(a->fd);
+	free(a->name);
+}
+
+/* Step 4: @a's memfd becomes the text.  On failure @a is left as it was. */
+static int memfd_place(const struct alias *a)
+{
+	if (mmap((void *)a->start, a->end - a->start, a->prot, MAP_SHARED | MAP_FIXED, a->fd, 0) ==
+	    MAP_FAILED)
+		return -errno;
+	return 0;
+}
+
+static int memfd_over(unsigned long start, size_t len, int prot, const char *name,
+		      const uint8_t *src, struct alias *a)
+{
+	int err = memfd_copy(start, len, prot, name, src, a);
+
+	if (err)
+		return err;
+	err = memfd_place(a);
+	if (err)
+		memfd_discard(a);
 	return err;
 }
 
@@ -249,9 +282,44 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create)
 	memmove(&alias[i + 1], &alias[i], (nr_alias - i) * sizeof(*alias));
 	alias[i] = na;
 	nr_alias++;
+	atomic_store_explicit(&nr_alias_pub, nr_alias, memory_order_relaxed);
 	pki_debug("text alias %#lx-%#lx (%s): writable view at %p\n", na.start, na.end,
 		  name ? name : "", (void *)na.rw);
 	return 1;
+}
+
+/*
+ * The copies are made BEFORE fork(), with the patch lock held: once the child
+ * runs it may patch the old memfd at once, so a copy made after fork() could
+ * pick up the child's patches.  Each alias gets its copy in fork_copy.
+ */
+int pki_alias_fork_prepare(void)
+{
+	size_t i;
+	int err;
+
+	for (i = 0; i < nr_alias; i++) {
+		struct alias *a = &alias[i], *c = malloc(sizeof(*c));
+
+		if (!c)
+			return -ENOMEM;
+		err = memfd_copy(a->start, a->end - a->start, a->prot, a->name, a->rw, c);
+		if (err) {
+			free(c);
+			return err;
+		}
+		a->fork_copy = c;
+	}
+	return 0;
+}
+
+static void fork_copy_free(struct alias *a)
+{
+	if (!a->fork_copy)
+		return;
+	memfd_discard(a->fork_copy);
+	free(a->fork_copy);
+	a->fork_copy = NULL;
 }
 
 int pki_alias_fork_parent(void)
@@ -260,20 +328,31 @@ int pki_alias_fork_parent(void)
 	size_t i;
 
 	for (i = 0; i < nr_alias; i++) {
-		struct alias *a = &alias[i], na;
-		size_t len = a->end - a->start;
+		struct alias *a = &alias[i], *c = a->fork_copy;
 
-		err = memfd_over(a->start, len, a->prot, a->name, a->rw, &na);
-		if (err) {
+		if (!c || (err = memfd_place(c))) {
+			if (!err)
+				err = -ENOMEM;
 			pki_warn("text alias %#lx-%#lx: cannot unshare from the forked child: "
 				 "%s\n",
 				 a->start, a->end, pki_errstr(err));
-			return err;
+			break;
 		}
-		munmap(a->rw, len);
-		close(a->fd);
-		free(a->name);
-		*a = na;
+		memfd_discard(a);
+		*a = *c;
+		a->fork_copy = NULL;
+		free(c);
 	}
-	return 0;
+	for (; i < nr_alias; i++)
+		fork_copy_free(&alias[i]);
+	return err;
+}
+
+void pki_alias_fork_child(void)
+{
+	size_t i;
+
+	/* The child keeps the memfds it inherited; the copies are the parent's. */
+	for (i = 0; i < nr_alias; i++)
+		fork_copy_free(&alias[i]);
 }

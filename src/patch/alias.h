@@ -33,16 +33,20 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create);
  */
 uint8_t *pki_alias_addr(unsigned long addr);
 
-/* Number of live aliases (for the stats). */
+/* Number of live aliases (for the stats; any thread, no lock). */
 unsigned long pki_alias_count(void);
 
 /*
- * fork() support, installed with pthread_atfork() on the first alias: the
- * parent side moves every aliased mapping onto a fresh copy, so the child
- * keeps the old memfd for itself and neither sees the other's patches.
- * Called with the patch lock held.  Returns 0 or -errno (the parent then
- * still shares text with the child: the caller latches patching off).
+ * fork() support, from the patcher's pthread_atfork() handlers, patch lock
+ * held throughout: prepare copies every aliased mapping into a new memfd;
+ * in the parent, each copy then replaces the executable view, so the child
+ * keeps the old memfds to itself and neither sees the other's patches; the
+ * child drops the copies.  prepare and parent return 0 or -errno (if either
+ * fails the parent may still share text with the child: the caller latches
+ * patching off).
  */
+int pki_alias_fork_prepare(void);
 int pki_alias_fork_parent(void);
+void pki_alias_fork_child(void);
 
 #endif /* PK_PATCH_ALIAS_H */

@@ -81,9 +81,7 @@ void pki_text_poke_stats(struct pki_poke_stats *st)
 	st->restarted = atomic_load(&pki_stat_restarted);
 	st->sled_moves = atomic_load(&pki_stat_sled_moves);
 	st->fast = atomic_load(&pki_stat_fast);
-	pthread_mutex_lock(&poke_lock);
 	st->aliases = pki_alias_count();
-	pthread_mutex_unlock(&poke_lock);
 }
 
 static int hook(enum pki_poke_stage stage)
@@ -119,14 +117,19 @@ static bool mem_writes_readonly(void)
  * child and no alias changes under the parent's copy (alias.c explains why
  * the parent then moves its aliased text onto fresh memfds).
  */
+static int fork_prepared; /* poke_lock */
+
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&poke_lock);
+	fork_prepared = pki_alias_fork_prepare();
 }
 
 static void fork_parent(void)
 {
-	if (pki_alias_count() && pki_alias_fork_parent()) {
+	int err = pki_alias_fork_parent();
+
+	if (fork_prepared || err) {
 		/* Still sharing text with the child: a patch would reach it. */
 		atomic_store(&dead, true);
 		pki_warn("text poke: text still shared with a forked child; live patching is "
@@ -143,6 +146,7 @@ static void fork_parent(void)
  */
 static void fork_child(void)
 {
+	pki_alias_fork_child();
 	atomic_store(&ready, false);
 	pthread_mutex_unlock(&poke_lock);
 }
@@ -171,8 +175,7 @@ static int __poke_prepare(void)
 		}
 		err = pthread_atfork(fork_prepare, fork_parent, fork_child);
 		if (err) {
-			pki_warn("text poke: cannot register fork handlers: %s\n",
-				 pki_errstr(err));
+			pki_warn("text poke: cannot register fork handlers: %s\n", pki_errstr(err));
 			return -err;
 		}
 		once = true;
@@ -795,8 +798,7 @@ static int store_site(const struct pki_poke *p, const uint8_t *from, const uint8
 		return -EILSEQ;
 	memcpy(b + off, to, PKI_SITE_LEN);
 	memcpy(&want, b, 8);
-	if (!__atomic_compare_exchange_n(w, &cur, want, false, __ATOMIC_SEQ_CST,
-					 __ATOMIC_SEQ_CST))
+	if (!__atomic_compare_exchange_n(w, &cur, want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
 		return -EILSEQ;
 	/* Same physical bytes: our own load through the other view must agree. */
 	if (__atomic_load_n((const uint64_t *)word, __ATOMIC_ACQUIRE) != want) {

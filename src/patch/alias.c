@@ -233,9 +233,15 @@ static int memfd_over(unsigned long start, size_t len, int prot, const char *nam
 	return err;
 }
 
+/*
+ * Is @m (part of) our memfd mapped where we put it?  The inode is unique to
+ * our memfd and we map it nowhere else executable, so a mapping inside the
+ * alias's range with that device and inode is ours even if someone split
+ * the VMA (mprotect of a part).
+ */
 static bool is_ours(const struct alias *a, const struct pki_map *m)
 {
-	return m->start == a->start && m->end == a->end && m->shared &&
+	return m->start >= a->start && m->end <= a->end && m->shared &&
 	       m->dev_major == a->dev_major && m->dev_minor == a->dev_minor && m->ino == a->ino;
 }
 
@@ -248,6 +254,7 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create)
 	a = find(m->start);
 	if (a && is_ours(a, m))
 		return 1;
+	/* (If @m is our memfd but no alias covers it, it cannot be aliased again.) */
 	/* Whatever overlaps @m is stale: the kernel says something else is there. */
 	for (i = 0; i < nr_alias;) {
 		if (alias[i].start < m->end && m->start < alias[i].end) {

@@ -147,12 +147,12 @@ int bench_poke(int argc, char **argv)
 	}
 	if (flips < 2)
 		return cli_usage_error("-n: at least 2 flips");
-	/* A target whose site fits one aligned quadword. */
+	/* A target whose site fits one aligned 16-byte block. */
 	for (i = 0; i < pkb_ntargets && !site; i++)
 		if (pki_insn_single_store_ok(site_of(pkb_targets[i]), pki_nop5))
 			site = site_of(pkb_targets[i]);
 	if (!site)
-		return cli_error("no bench target has a site inside one aligned quadword");
+		return cli_error("no bench target has a site inside one aligned 16-byte block");
 	target = pkb_targets[i - 1];
 	if (pki_insn_call(call, site, (unsigned long)pkb_poke_stub))
 		return cli_error("bench target too far from its stub");

@@ -3,7 +3,7 @@
  * The single-store path of the patcher and the writable text aliases it
  * needs (src/patch/poke.c, src/patch/alias.c): which sites take it (aligned
  * non-sled sites) and which keep the INT3 protocol (sites straddling a
- * quadword, sleds), correctness while threads hammer a site flipped 100,000
+ * 16-byte block, sleds), correctness while threads hammer a site flipped 100,000
  * times, W^X as /proc/self/maps shows it, fork() after patching (parent and
  * child patch independently), and dlclose() of a patched library.  Targets
  * are assembly with known alignment; patched sites call stubs that count.
@@ -29,12 +29,14 @@ unsigned long count_a, count_b;
 long fa_aligned(long a, long b);
 long fa_aligned2(long a, long b);
 long fa_straddle(long a, long b);
+long fa_endbr(long a, long b);
 long fa_sled(long a, long b);
 void stub_a(void);
 void stub_b(void);
 /*
- * fa_aligned(2) start a quadword (site fits in it), fa_straddle starts 4
- * bytes into one (its site crosses into the next), fa_sled holds gcc's five
+ * fa_aligned(2) start a 16-byte block (site fits in it), fa_endbr's site
+ * follows an endbr64 (entry + 4, still inside), fa_straddle starts 12 bytes
+ * into one (its site crosses into the next), fa_sled holds gcc's five
  * one-byte nops.
  */
 __asm__(".text\n"
@@ -53,7 +55,15 @@ __asm__(".text\n"
 	"	ret\n"
 	".size fa_aligned2, .-fa_aligned2\n"
 	".balign 16\n"
-	"	.byte 0x90, 0x90, 0x90, 0x90\n"
+	".globl fa_endbr\n.type fa_endbr,@function\n"
+	"fa_endbr:\n"
+	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n"
+	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+	"	lea 4(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_endbr, .-fa_endbr\n"
+	".balign 16\n"
+	"	.fill 12, 1, 0x90\n"
 	".globl fa_straddle\n.type fa_straddle,@function\n"
 	"fa_straddle:\n"
 	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
@@ -81,6 +91,7 @@ __asm__(".text\n"
 static long (*volatile f_aligned)(long, long) = fa_aligned;
 static long (*volatile f_aligned2)(long, long) = fa_aligned2;
 static long (*volatile f_straddle)(long, long) = fa_straddle;
+static long (*volatile f_endbr)(long, long) = fa_endbr;
 static long (*volatile f_sled)(long, long) = fa_sled;
 
 static unsigned long count(unsigned long *c)
@@ -155,11 +166,30 @@ START_TEST(fast_path_for_aligned_nop5)
 }
 END_TEST
 
+START_TEST(fast_path_after_endbr64)
+{
+	struct pki_poke p = poke_to(fa_endbr, stub_a, NULL);
+
+	ck_assert_uint_eq(p.addr & 15, 4);
+	ck_assert(pki_insn_single_store_ok(p.addr, p.old));
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 1);
+	ck_assert_int_eq(f_endbr(1, 1), 6);
+	ck_assert_uint_eq(count(&count_a), 1);
+	p = poke_to(fa_endbr, NULL, pki_nop5);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 2);
+	ck_assert_int_eq(f_endbr(1, 1), 6);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_uint_eq(stats().emulated, 0);
+}
+END_TEST
+
 START_TEST(straddling_site_keeps_int3)
 {
 	struct pki_poke p = poke_to(fa_straddle, stub_a, NULL), q;
 
-	ck_assert_uint_eq(p.addr & 7, 4);
+	ck_assert_uint_eq(p.addr & 15, 12);
 	ck_assert(!pki_insn_single_store_ok(p.addr, p.old));
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 	ck_assert_uint_eq(stats().fast, 0);
@@ -541,6 +571,7 @@ int main(void)
 	pk_test_require_membarrier_sync_core();
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, fast_path_for_aligned_nop5);
+	tcase_add_test(tc, fast_path_after_endbr64);
 	tcase_add_test(tc, straddling_site_keeps_int3);
 	tcase_add_test(tc, sled_keeps_int3_then_comes_back_as_nop5);
 	tcase_add_test(tc, fast_failure_rolls_back);

@@ -12,7 +12,7 @@
  * Text is written through a writable alias of the executable mapping when
  * one can be made (src/patch/alias.c: the mapping becomes a memfd, shown as
  * such in /proc/self/maps), else through /proc/self/mem or a grouped
- * mprotect().  Sites whose bytes lie in one aligned quadword and hold no
+ * mprotect().  Sites whose bytes lie in one aligned 16-byte block and hold no
  * sled take one atomic store each; the others take the INT3 protocol.
  */
 #ifndef PK_PATCH_PATCH_H

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arch/x86_64/store.h"
 #include "core/log.h"
 #include "patch/alias.h"
 #include "patch/internal.h"
@@ -45,6 +46,8 @@ static int maps_fd = -1;
 static bool no_query;
 /* /proc/self/mem, if the kernel lets us write read-only text through it. */
 static int mem_fd = -1;
+/* The CPU has the single-store protocol's store (cmpxchg16b). */
+static bool have_cas16;
 /* This batch writes through mem_fd instead of making text writable. */
 static bool use_mem;
 
@@ -185,6 +188,7 @@ static int __poke_prepare(void)
 	if (mem_fd >= 0)
 		close(mem_fd);
 	no_query = false;
+	have_cas16 = pki_arch_have_cas16();
 	maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
 	if (mem_fd >= 0 && !mem_writes_readonly()) {
@@ -738,25 +742,29 @@ static int __poke_apply(struct pki_batch *b)
 
 /*
  * Why one store is enough for a site that pki_insn_single_store_ok() accepts
- * (five bytes inside one naturally aligned quadword, old instruction not a
- * sled) and that has a live alias:
+ * (five bytes inside one naturally aligned 16-byte block, old instruction
+ * not a sled) and that has a live alias:
  *
- *  (a) The store.  The quadword holding the site is replaced by ONE locked
- *      cmpxchg through the alias, expecting the quadword as verified (the
- *      three bytes around the site included).  An aligned quadword access is
- *      single-copy atomic on x86-64 (SDM vol. 3, "Guaranteed Atomic
- *      Operations"): every observer reads the whole old or the whole new
- *      quadword.  The alias and the executable view are two virtual
+ *  (a) The store.  The block holding the site is replaced by ONE locked
+ *      cmpxchg16b through the alias, expecting the block as verified (the
+ *      bytes around the site included).  A locked operation on an aligned
+ *      block is single-copy atomic on x86-64 (SDM vol. 3, "Guaranteed Atomic
+ *      Operations", "Locked Atomic Operations"): every observer reads the
+ *      whole old or the whole new block, and the block lies in one cache
+ *      line, which the store modifies in one coherence transaction.  (Sites
+ *      inside one aligned quadword would do with cmpxchg8; the 16-byte block
+ *      also covers sites at entry + 4..11 of a 16-byte-aligned function,
+ *      e.g. after endbr64.)  The alias and the executable view are two virtual
  *      addresses of the same physical bytes, and caches, coherence and the
  *      cores' detection of modified code work on physical addresses, so a
- *      core fetching the site afterwards fetches the same quadword.  The
+ *      core fetching the site afterwards fetches the same block.  The
  *      cmpxchg also re-checks, atomically with the write, that nobody
- *      changed the quadword since verify_sites(): if somebody did, the batch
+ *      changed the block since verify_sites(): if somebody did, the batch
  *      is a verification failure (latched off, reported, undone).
  *  (b) Fetching threads.  A thread reaching the site executes it from bytes
  *      fetched either before or after the store: the whole old instruction or
  *      the whole new one.  This rests on instruction fetch seeing the
- *      quadword as atomically as data loads do, which the SDM does not spell
+ *      block as atomically as data loads do, which the SDM does not spell
  *      out for cross-modifying code; it is the same premise as the INT3
  *      protocol's own first step (a one-byte INT3 store seen whole), it is
  *      what Java HotSpot's call patching (NativeCall::set_destination_mt_safe,
@@ -778,32 +786,45 @@ static int __poke_apply(struct pki_batch *b)
  *      as the INT3 protocol.  The sync is not needed for (a)-(c); it only
  *      bounds how long a core may go on running old bytes it already
  *      fetched.  PKI_POKE_LAZY skips it and leaves that to pki_text_sync()
- *      (idle it costs ~0.5 us, but ~20 us when the other CPUs are busy).
+ *      (measured: ~0.5 us idle, 2-20 us when the other CPUs are busy).
+ *  (f) What the new instruction reaches.  The locked cmpxchg16b is a full
+ *      barrier and x86 stores become visible in program order, so whatever
+ *      the caller wrote before the batch (a trampoline and its data) is
+ *      visible before the new bytes are; a thread that runs the new call
+ *      finds it.
+
  *
  * Several sites in one batch are stored one after the other: like the INT3
  * protocol, a batch is not atomic as a whole, only each site is.  A failure
- * after some stores puts their old quadwords back the same way.
+ * after some stores puts their old blocks back the same way.
  */
 static int store_site(const struct pki_poke *p, const uint8_t *from, const uint8_t *to)
 {
-	unsigned long word = p->addr & ~7ul, off = p->addr & 7;
-	uint64_t *w = (uint64_t *)(void *)pki_alias_addr(word);
-	uint64_t cur, want;
-	uint8_t b[8];
+	unsigned long block = p->addr & ~(unsigned long)(PKI_STORE_BLOCK - 1),
+		      off = p->addr - block;
+	uint8_t *w = pki_alias_addr(block);
+	uint64_t cur[2], want[2], now[2];
+	uint8_t b[PKI_STORE_BLOCK];
 
-	/* Through the executable view: what threads execute now. */
-	cur = __atomic_load_n((const uint64_t *)word, __ATOMIC_ACQUIRE);
-	memcpy(b, &cur, 8);
+	/*
+	 * Through the executable view: what threads execute now.  Two loads
+	 * need not be one snapshot, but only we write text: a torn read can
+	 * only make the exchange below fail.
+	 */
+	cur[0] = __atomic_load_n((const uint64_t *)block, __ATOMIC_ACQUIRE);
+	cur[1] = __atomic_load_n((const uint64_t *)block + 1, __ATOMIC_ACQUIRE);
+	memcpy(b, cur, sizeof(b));
 	if (memcmp(b + off, from, PKI_SITE_LEN))
 		return -EILSEQ;
 	memcpy(b + off, to, PKI_SITE_LEN);
-	memcpy(&want, b, 8);
-	if (!__atomic_compare_exchange_n(w, &cur, want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+	memcpy(want, b, sizeof(b));
+	if (!pki_arch_cas16(w, cur, want))
 		return -EILSEQ;
-	/* Same physical bytes: our own load through the other view must agree. */
-	if (__atomic_load_n((const uint64_t *)word, __ATOMIC_ACQUIRE) != want) {
-		__atomic_compare_exchange_n(w, &want, cur, false, __ATOMIC_SEQ_CST,
-					    __ATOMIC_SEQ_CST);
+	/* Same physical bytes: our own loads through the other view must agree. */
+	now[0] = __atomic_load_n((const uint64_t *)block, __ATOMIC_ACQUIRE);
+	now[1] = __atomic_load_n((const uint64_t *)block + 1, __ATOMIC_ACQUIRE);
+	if (now[0] != want[0] || now[1] != want[1]) {
+		pki_arch_cas16(w, want, cur);
 		return -EIO;
 	}
 	return 0;
@@ -813,11 +834,11 @@ static bool single_store_ok(const struct pki_poke *site, size_t n)
 {
 	size_t i;
 
-	if (pki_text_poke_disable & PKI_POKE_NO_FAST)
+	if ((pki_text_poke_disable & PKI_POKE_NO_FAST) || !have_cas16)
 		return false;
 	for (i = 0; i < n; i++)
 		if (!pki_insn_single_store_ok(site[i].addr, site[i].old) ||
-		    !pki_alias_addr(site[i].addr & ~7ul))
+		    !pki_alias_addr(site[i].addr & ~(unsigned long)(PKI_STORE_BLOCK - 1)))
 			return false;
 	return true;
 }

@@ -98,15 +98,16 @@ static inline bool pki_insn_has_interior(const uint8_t b[PKI_SITE_LEN])
 }
 
 /*
- * True if the site at @addr, now holding @old, can be replaced by ONE
- * naturally aligned 8-byte store: its five bytes lie in one aligned quadword
- * (x86 stores of an aligned quadword are single-copy atomic), and no thread
- * can be stopped inside @old (not a sled).  See the single-store protocol in
+ * True if the site at @addr, now holding @old, can be replaced by ONE atomic
+ * store: its five bytes lie in one naturally aligned 16-byte block (see
+ * arch/x86_64/store.h; with 16-byte-aligned functions that is any site at
+ * entry + 0..11, endbr64 + site included), and no thread can be stopped
+ * inside @old (not a sled).  See the single-store protocol in
  * src/patch/poke.c.
  */
 static inline bool pki_insn_single_store_ok(unsigned long addr, const uint8_t old[PKI_SITE_LEN])
 {
-	return (addr & 7) <= 8 - PKI_SITE_LEN && !pki_insn_has_interior(old);
+	return (addr & 15) <= 16 - PKI_SITE_LEN && !pki_insn_has_interior(old);
 }
 
 /*

@@ -12,8 +12,13 @@
  * Text is written through a writable alias of the executable mapping when
  * one can be made (src/patch/alias.c: the mapping becomes a memfd, shown as
  * such in /proc/self/maps), else through /proc/self/mem or a grouped
- * mprotect().  Sites whose bytes lie in one aligned 16-byte block and hold no
- * sled take one atomic store each; the others take the INT3 protocol.
+ * mprotect().  When every site of a batch has an alias, lies in one aligned
+ * 16-byte block and does not hold a sled, each site takes one atomic store
+ * (the single-store protocol in poke.c, with its safety argument); other
+ * batches take the INT3 protocol.  Aliased text changes what other tools see
+ * (alias.c lists it: /proc/self/maps names, uprobes and debugger breakpoints
+ * on that text, fork() costs a copy of it); PKI_POKE_NO_ALIAS before the
+ * first batch keeps the old ways.
  */
 #ifndef PK_PATCH_PATCH_H
 #define PK_PATCH_PATCH_H
@@ -34,10 +39,14 @@ struct pki_poke {
  * Apply @n pokes as one batch.  Returns 0, -EINVAL (overlapping or duplicate
  * sites, address not in readable executable text, old or new bytes not an
  * instruction the SIGTRAP handler can emulate: nop5, 90 x5, call/jmp rel32),
- * -EILSEQ (bytes at a site are not @old: patching is now off for good),
- * -ECANCELED (patching was latched off earlier), -ENOMEM, -ETIMEDOUT (a
- * thread did not answer the sled kick, e.g. it blocks PKI_SIG_KICK), or the
- * errno of a failed system call; on any error every site keeps its old bytes.
+ * -EILSEQ (bytes at a site are not @old, checked before writing and again
+ * by the atomic store: patching is now off for good), -ECANCELED (patching
+ * was latched off earlier, or a fork() could not give the parent its own
+ * copy of aliased text), -ENOMEM, -ETIMEDOUT (a thread did not answer the
+ * sled kick, e.g. it blocks PKI_SIG_KICK), -EIO (a store through the alias
+ * did not show in the text), or the errno of a failed system call; on any
+ * error every site keeps its old bytes.  Returns when no thread can execute
+ * a replaced instruction any more (but see PKI_POKE_LAZY).
  * Serialised internally; may be called from any thread but never from a
  * signal handler or a hook callback.  The first call installs a SIGTRAP
  * handler (chaining to the one found) and a handler for SIGRTMAX - 1.
@@ -49,10 +58,11 @@ int pki_text_poke_batch(struct pki_poke *pokes, size_t n);
  *
  * PKI_POKE_LAZY: when every site of the batch takes the single-store path,
  * return without the final core sync.  The new bytes are in memory and any
- * thread fetching the site sees the old or the new instruction, whole; but a
- * thread may go on executing the old one until its core next serialises
- * (any interrupt, exception or context switch; at the latest the next
- * pki_text_sync()).  Call pki_text_sync() before relying on no thread
+ * thread fetching the site sees the old or the new instruction, whole; but
+ * a core may go on executing old bytes it already fetched until it next
+ * serialises (in practice at once, as cores snoop stores to code they hold;
+ * architecturally, e.g. at its next interrupt return; at the latest at the
+ * next pki_text_sync()).  Call pki_text_sync() before relying on no thread
  * entering what an old instruction called (e.g. before a grace period that
  * precedes freeing a trampoline): one sync then covers every lazy batch
  * before it.  Batches that need the INT3 protocol sync as always.

@@ -9,6 +9,7 @@
  * are assembly with known alignment; patched sites call stubs that count.
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ long fa_aligned2(long a, long b);
 long fa_straddle(long a, long b);
 long fa_endbr(long a, long b);
 long fa_sled(long a, long b);
+void fa_guard(void);
 void stub_a(void);
 void stub_b(void);
 /*
@@ -77,6 +79,11 @@ __asm__(".text\n"
 	"	lea 3(%rdi,%rsi), %rax\n"
 	"	ret\n"
 	".size fa_sled, .-fa_sled\n"
+	".globl fa_guard\n.type fa_guard,@function\n"
+	"fa_guard:\n"
+	"	ret\n"
+	"	.byte 0x90\n"
+	".size fa_guard, .-fa_guard\n"
 	".globl stub_a\n.type stub_a,@function\n"
 	"stub_a:\n"
 	"	lock incq count_a(%rip)\n"
@@ -284,6 +291,43 @@ START_TEST(fast_mismatch_latches_off)
 	ck_assert_mem_eq((void *)p.addr, pki_nop5, PKI_SITE_LEN);
 	p = poke_to(fa_aligned, stub_a, NULL);
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), -ECANCELED);
+}
+END_TEST
+
+/*
+ * A breakpoint somebody else put in the text (a debugger's or a uprobe's
+ * INT3, written like ptrace does: a forced write through /proc/self/mem)
+ * must not be copied into a memfd, where it would no longer be theirs.
+ */
+static void force_byte(unsigned long addr, uint8_t b)
+{
+	int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)addr), 1);
+	close(fd);
+}
+
+START_TEST(foreign_int3_prevents_alias)
+{
+	unsigned long guard = (unsigned long)fa_guard + 1; /* never executed */
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+
+	force_byte(guard, 0xcc);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().aliases, 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+	ck_assert_uint_eq(count(&count_a), 1);
+
+	/* Breakpoint gone: the next batch makes the alias. */
+	force_byte(guard, 0x90);
+	p = poke_to(fa_aligned, NULL, pki_nop5);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().aliases, 1);
+	ck_assert_uint_eq(stats().fast, 1);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+	ck_assert_uint_eq(count(&count_a), 1);
 }
 END_TEST
 
@@ -577,6 +621,7 @@ int main(void)
 	tcase_add_test(tc, fast_failure_rolls_back);
 	tcase_add_test(tc, fast_mismatch_latches_off);
 	tcase_add_test(tc, no_alias_falls_back);
+	tcase_add_test(tc, foreign_int3_prevents_alias);
 	tcase_add_test(tc, wx_in_proc_maps);
 	tcase_add_test(tc, fork_parent_and_child_independent);
 	tcase_add_test(tc, dlclose_of_patched_library);

@@ -11,6 +11,14 @@
  *     ourselves, which reports a page it cannot read (a page past the end of
  *     the file) instead of raising SIGBUS: then no alias.  The copy includes
  *     everything patched so far.
+ *  2b. For a file mapping, compare the copy with the file (through
+ *     /proc/self/map_files, or the path if it is still the same inode): a
+ *     byte that differs and is an INT3 is somebody else's breakpoint (a
+ *     uprobe, a debugger), since our batches never leave one behind.  Such
+ *     a mapping gets no alias: uprobes belong to the file's inode, so in a
+ *     memfd the INT3 would no longer be the kernel's, and the next thread
+ *     hitting it would die of SIGTRAP.  If the file cannot be read, no
+ *     alias either.
  *  3. Map the memfd once more at a free address with the mapping's
  *     protection, and unmap it: proves that this memfd may be mapped
  *     executable here (memfd_noexec, LSMs) before anything is replaced.
@@ -85,6 +93,8 @@
 
 #include "core/log.h"
 #include "patch/alias.h"
+
+#include "arch/x86_64/insn.h"
 
 #ifndef MFD_EXEC
 #define MFD_EXEC 0x0010u
@@ -220,19 +230,6 @@ static int memfd_place(const struct alias *a)
 	return 0;
 }
 
-static int memfd_over(unsigned long start, size_t len, int prot, const char *name,
-		      const uint8_t *src, struct alias *a)
-{
-	int err = memfd_copy(start, len, prot, name, src, a);
-
-	if (err)
-		return err;
-	err = memfd_place(a);
-	if (err)
-		memfd_discard(a);
-	return err;
-}
-
 /*
  * Is @m (part of) our memfd mapped where we put it?  The inode is unique to
  * our memfd and we map it nowhere else executable, so a mapping inside the
@@ -243,6 +240,61 @@ static bool is_ours(const struct alias *a, const struct pki_map *m)
 {
 	return m->start >= a->start && m->end <= a->end && m->shared &&
 	       m->dev_major == a->dev_major && m->dev_minor == a->dev_minor && m->ino == a->ino;
+}
+
+/* Step 2b: 0 if the copy @rw of file mapping @m holds no foreign INT3. */
+static int foreign_int3(const struct pki_map *m, const char *name, const uint8_t *rw)
+{
+	size_t len = m->end - m->start, done = 0, i;
+	const size_t chunk = 65536;
+	char path[64];
+	struct stat st;
+	uint8_t *buf = NULL;
+	int fd, err = 0;
+
+	if (!m->ino)
+		return 0; /* anonymous: no file to compare with, no uprobes */
+	snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", m->start, m->end);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && name && name[0] == '/')
+		fd = open(name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	buf = malloc(chunk);
+	if (!buf) {
+		err = -ENOMEM;
+		goto close_fd;
+	}
+	if (fstat(fd, &st) || st.st_ino != m->ino || major(st.st_dev) != m->dev_major ||
+	    minor(st.st_dev) != m->dev_minor) {
+		err = -ESTALE;
+		goto close_fd;
+	}
+	while (done < len) {
+		size_t want = len - done < chunk ? len - done : chunk;
+		ssize_t r = pread(fd, buf, want, (off_t)(m->offset + done));
+
+		if (r < 0) {
+			err = -errno;
+			goto close_fd;
+		}
+		if (r == 0)
+			break; /* past the end of the file: zeros in memory */
+		for (i = 0; i < (size_t)r; i++) {
+			if (rw[done + i] == PKI_INSN_INT3 && buf[i] != PKI_INSN_INT3) {
+				pki_debug("text alias %#lx-%#lx (%s): INT3 at %#lx not in the "
+					  "file (uprobe or debugger breakpoint?)\n",
+					  m->start, m->end, name ? name : "", m->start + done + i);
+				err = -EBUSY;
+				goto close_fd;
+			}
+		}
+		done += (size_t)r;
+	}
+close_fd:
+	free(buf);
+	close(fd);
+	return err;
 }
 
 int pki_alias_get(const struct pki_map *m, const char *name, bool create)
@@ -278,7 +330,14 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create)
 		alias = bigger;
 		cap_alias = cap;
 	}
-	err = memfd_over(m->start, len, m->prot, name, (const uint8_t *)m->start, &na);
+	err = memfd_copy(m->start, len, m->prot, name, (const uint8_t *)m->start, &na);
+	if (!err) {
+		err = foreign_int3(m, name, na.rw);
+		if (!err)
+			err = memfd_place(&na);
+		if (err)
+			memfd_discard(&na);
+	}
 	if (err) {
 		pki_debug("text alias %#lx-%#lx (%s): not made: %s\n", m->start, m->end,
 			  name ? name : "", pki_errstr(err));

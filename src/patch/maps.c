@@ -54,6 +54,7 @@ int pki_maps_query(int fd, unsigned long addr, struct pki_map *out)
 	out->dev_major = q.dev_major;
 	out->dev_minor = q.dev_minor;
 	out->ino = q.inode;
+	out->offset = q.vma_offset;
 	return 0;
 }
 
@@ -184,7 +185,7 @@ int pki_maps_read(struct pki_maps *maps)
 		p += 4;
 		if (*p++ != ' ')
 			goto bad;
-		parse_hex(&p);
+		m.offset = parse_hex(&p);
 		if (*p++ != ' ')
 			goto bad;
 		m.dev_major = (unsigned int)parse_hex(&p);

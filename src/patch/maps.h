@@ -17,6 +17,7 @@ struct pki_map {
 	/* What is mapped: device and inode (0 for anonymous memory). */
 	unsigned int dev_major, dev_minor;
 	unsigned long ino;
+	unsigned long offset; /* in the file, of start */
 };
 
 struct pki_maps {

@@ -352,6 +352,26 @@ START_TEST(no_alias_falls_back)
 }
 END_TEST
 
+/* PROBEKIT_TEXT_ALIAS=0 (read at the first batch) keeps text on its file. */
+START_TEST(env_disables_alias)
+{
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+	struct pki_maps maps;
+	const struct pki_map *m;
+
+	ck_assert_int_eq(setenv("PROBEKIT_TEXT_ALIAS", "0", 1), 0);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().aliases, 0);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_int_eq(pki_maps_read(&maps), 0);
+	m = pki_maps_find(&maps, p.addr);
+	ck_assert_ptr_nonnull(m);
+	ck_assert(!m->shared);
+	pki_maps_free(&maps);
+}
+END_TEST
+
 /* --- W^X, as the kernel reports it ----------------------------------------- */
 
 START_TEST(wx_in_proc_maps)
@@ -621,6 +641,7 @@ int main(void)
 	tcase_add_test(tc, fast_failure_rolls_back);
 	tcase_add_test(tc, fast_mismatch_latches_off);
 	tcase_add_test(tc, no_alias_falls_back);
+	tcase_add_test(tc, env_disables_alias);
 	tcase_add_test(tc, foreign_int3_prevents_alias);
 	tcase_add_test(tc, wx_in_proc_maps);
 	tcase_add_test(tc, fork_parent_and_child_independent);

@@ -181,6 +181,15 @@ static int __poke_prepare(void)
 			pki_warn("text poke: cannot register fork handlers: %s\n", pki_errstr(err));
 			return -err;
 		}
+		/*
+		 * PROBEKIT_TEXT_ALIAS=0: the user keeps patched text on its file
+		 * mapping (profilers, uprobes and debuggers see the file), at the
+		 * price of the slower write paths.
+		 */
+		const char *alias = getenv("PROBEKIT_TEXT_ALIAS");
+
+		if (alias && !strcmp(alias, "0"))
+			pki_text_poke_disable |= PKI_POKE_NO_ALIAS;
 		once = true;
 	}
 	if (maps_fd >= 0)

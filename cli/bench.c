@@ -5,6 +5,7 @@
 #include "cli.h"
 
 static const struct cli_cmd benches[] = {
+	{"poke", bench_poke, "text patching: one-site batch nop5 <-> call, each protocol"},
 	{"slots", bench_slots, "slot model: reserve+release of an all-CPU task breakpoint"},
 	{"breakpoint", bench_breakpoint, "perf bench breakpoint with all-threads watchpoints"},
 	{"record", bench_record, "trace recorder hot path: ns per recorded event"},

@@ -72,12 +72,15 @@ static bool installed;
 struct site_set {
 	size_t cap; /* power of two */
 	size_t used;
+	struct site_set *older; /* the table this one replaced: kept, see below */
 	atomic_ulong slot[];
 };
 
 /*
  * Replaced tables are never freed: a handler may still be probing one.  They
- * grow by doubling, so what is leaked is smaller than the live table.
+ * grow by doubling, so what is kept is smaller than the live table; each new
+ * table points at the one it replaced so that all stay reachable (they are
+ * retained on purpose, not leaked).
  */
 static _Atomic(struct site_set *) seen;
 
@@ -131,6 +134,7 @@ int pki_trap_sites_add(const struct pki_poke *site, size_t n)
 		if (!bigger)
 			return -ENOMEM;
 		bigger->cap = cap;
+		bigger->older = s;
 		for (i = 0; s && i < s->cap; i++) {
 			unsigned long v = atomic_load_explicit(&s->slot[i], memory_order_relaxed);
 

@@ -81,10 +81,10 @@ for api in direct ops uprobe; do
 done
 for api in direct ops; do
 	expect_all 0 out "^# Running 'attach' benchmark:$" \
-		'^# 50 sites attached in one batch' \
+		'^# 600 sites attached in one batch' \
 		"^ Total time: $num \[sec\]$" \
 		"^attach: $num usecs/site$" "^detach: $num usecs/site$" \
-		-- bench attach -n 50 --batch --api "$api"
+		-- bench attach -n 600 --batch --api "$api"
 done
 for v in plain uprobe direct 'one ops' 'two ops' 'direct\+ops'; do
 	pats+=("^$v: $num nsecs/call \([+-]$num nsecs\)$")

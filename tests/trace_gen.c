@@ -13,43 +13,7 @@
 
 #include "trace/trace.h"
 
-#define EN(fn, ts) pki_trace_record(fn, PKI_EV_ENTRY, ts)
-#define EX(fn, ts) pki_trace_record(fn, PKI_EV_EXIT, ts)
-
-enum {
-	FA = 0x10,
-	FB = 0x20,
-	FC = 0x30,
-	FD = 0x40,
-	FE = 0x50,
-	FF = 0x60,
-	FG = 0x70,
-	FH = 0x80,
-	FX = 0x99
-};
-
-static void crafted(void)
-{
-	EX(FX, 0);
-	EN(FA, 1);
-	EN(FB, 11);
-	EX(FB, 31);
-	EN(FB, 41);
-	EX(FB, 46);
-	EX(FA, 101);
-	EN(FC, 200);
-	EN(FC, 210);
-	EN(FC, 220);
-	EX(FC, 230);
-	EX(FC, 250);
-	EX(FC, 300);
-	EN(FG, 500);
-	EN(FH, 510);
-	EX(FG, 530);
-	EN(FE, 600);
-	EN(FF, 610);
-	EX(FF, 620);
-}
+#include "trace_crafted.h"
 
 static void *worker(void *arg)
 {

@@ -59,7 +59,6 @@
  * Deferred frees (pki_gp_defer) go to one background thread that batches all
  * of them under a single grace period, like call_rcu.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -74,6 +73,7 @@
 #include "arch/x86_64/tramp.h"
 #include "core/gp.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "core/tmem.h"
 
 struct gp_target {
@@ -93,6 +93,15 @@ static unsigned long gp_round;
 static uint32_t gp_answers; /* futex: bumped by each answer */
 
 static void gp_atfork_init(void);
+
+static struct pki_gp_stats gp_stat; /* atomic counters */
+
+void pki_gp_stats(struct pki_gp_stats *st)
+{
+	st->periods = __atomic_load_n(&gp_stat.periods, __ATOMIC_RELAXED);
+	st->judged = __atomic_load_n(&gp_stat.judged, __ATOMIC_RELAXED);
+	st->signals = __atomic_load_n(&gp_stat.signals, __ATOMIC_RELAXED);
+}
 
 /* What the armed thread owes: round << 24 | slot index. */
 static __thread unsigned long gp_owed;
@@ -180,37 +189,72 @@ static void gp_install(void)
 
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
 
+static int add_target(pid_t tid, void *unused)
+{
+	(void)unused;
+	if (ntargets == cap_targets) {
+		size_t cap = cap_targets ? 2 * cap_targets : 64;
+		struct gp_target *t = calloc(cap, sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		/* The old array stays: a late answer may still write to it. */
+		if (ntargets)
+			memcpy(t, targets, ntargets * sizeof(*t));
+		__atomic_store_n(&targets, t, __ATOMIC_RELEASE);
+		cap_targets = cap;
+	}
+	targets[ntargets++] = (struct gp_target){.tid = tid};
+	return 0;
+}
+
 static int __list_threads(pid_t self)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
-
-	if (!d)
-		return -errno;
 	ntargets = 0;
-	while ((de = readdir(d))) {
-		pid_t tid = (pid_t)atoi(de->d_name);
+	return pki_threads_each(self, add_target, NULL);
+}
 
-		if (tid <= 0 || tid == self)
-			continue;
-		if (ntargets == cap_targets) {
-			size_t cap = cap_targets ? 2 * cap_targets : 64;
-			struct gp_target *t = calloc(cap, sizeof(*t));
+/* Mark target @i quiescent for the current round (unless it answered). */
+static void __settle(size_t i)
+{
+	unsigned long pending = gp_round << 1 | 1;
 
-			if (!t) {
-				closedir(d);
-				return -ENOMEM;
-			}
-			/* The old array stays: a late answer may still write to it. */
-			if (ntargets)
-				memcpy(t, targets, ntargets * sizeof(*t));
-			__atomic_store_n(&targets, t, __ATOMIC_RELEASE);
-			cap_targets = cap;
-		}
-		targets[ntargets++] = (struct gp_target){.tid = tid};
-	}
-	closedir(d);
-	return 0;
+	__atomic_compare_exchange_n(&targets[i].answer, &pending, gp_round << 1, false,
+				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+enum verdict { V_QUIET, V_GONE, V_ASK };
+
+/*
+ * Step 2a: judge target @i without a signal if it is blocked (see the proof,
+ * "blocked threads").  V_ASK when it runs, is inside a hook, or cannot be
+ * read; V_GONE when it exited.
+ */
+static enum verdict __judge(size_t i)
+{
+	pid_t tid = targets[i].tid;
+	struct pki_thread_state st;
+	unsigned long tls, runs0, runs1;
+	int nest, err;
+
+	err = pki_thread_runs(tid, &runs0);
+	if (!err)
+		err = pki_thread_sample(tid, &st);
+	if (err == -ESRCH)
+		return V_GONE;
+	if (err || !st.blocked || pki_tmem_contains(st.pc))
+		return V_ASK;
+	err = pki_thread_tls(tid, &pki_tramp_tls.nest, &tls);
+	if (!err)
+		err = pki_thread_read(tls, &nest, sizeof(nest));
+	if (!err)
+		err = pki_thread_runs(tid, &runs1);
+	if (err == -ESRCH)
+		return V_GONE;
+	if (err || nest != -1 || runs1 != runs0)
+		return V_ASK;
+	__atomic_add_fetch(&gp_stat.judged, 1, __ATOMIC_RELAXED);
+	return V_QUIET;
 }
 
 static int __ask(pid_t pid, size_t i)
@@ -225,6 +269,7 @@ static int __ask(pid_t pid, size_t i)
 	si.si_value.sival_ptr = (void *)(gp_round << 24 | i); /* what it owes */
 	if (syscall(SYS_rt_tgsigqueueinfo, pid, targets[i].tid, PKI_GP_SIGNAL, &si))
 		return -errno;
+	__atomic_add_fetch(&gp_stat.signals, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -252,9 +297,15 @@ int pki_gp_synchronize(void)
 	gp_round++;
 	for (size_t i = 0; i < ntargets; i++)
 		__atomic_store_n(&targets[i].answer, gp_round << 1 | 1, __ATOMIC_RELEASE);
-	for (size_t i = 0; i < ntargets; i++)
-		if (__ask(pid, i) == -ESRCH)
-			targets[i].answer = gp_round << 1; /* exited: quiescent */
+	__atomic_add_fetch(&gp_stat.periods, 1, __ATOMIC_RELAXED);
+	for (size_t i = 0; i < ntargets; i++) {
+		enum verdict v = __judge(i);
+
+		if (v == V_ASK && __ask(pid, i) == -ESRCH)
+			v = V_GONE;
+		if (v != V_ASK) /* quiescent, or exited: holds nothing */
+			__settle(i);
+	}
 	for (;;) {
 		struct timespec to = {0, 10 * 1000 * 1000};
 		uint32_t seen = __atomic_load_n(&gp_answers, __ATOMIC_ACQUIRE);
@@ -271,8 +322,9 @@ int pki_gp_synchronize(void)
 		for (size_t i = 0; i < ntargets; i++) {
 			if (!(__atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE) & 1))
 				continue;
-			if (thread_gone(pid, targets[i].tid) || __ask(pid, i) == -ESRCH)
-				targets[i].answer = gp_round << 1;
+			if (thread_gone(pid, targets[i].tid) || __judge(i) != V_ASK ||
+			    __ask(pid, i) == -ESRCH)
+				__settle(i);
 		}
 		if (++waits == 200)
 			pki_warn(

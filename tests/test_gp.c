@@ -215,10 +215,10 @@ START_TEST(blocked_in_callback_holds)
 
 	ck_assert_int_eq(pipe(cb_pipe), 0);
 	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
-	ck_assert_int_eq(pki_tmem_emit(PKI_TRAMP_OPS, &s,
-				       (unsigned long[]){(unsigned long)&o, (unsigned long)blocking_cb},
-				       2),
-			 0);
+	ck_assert_int_eq(
+	    pki_tmem_emit(PKI_TRAMP_OPS, &s,
+			  (unsigned long[]){(unsigned long)&o, (unsigned long)blocking_cb}, 2),
+	    0);
 	pki_tramp_sync_cores();
 	cb_tramp = s.x;
 	pthread_create(&tc, NULL, caller, NULL);
@@ -239,6 +239,77 @@ START_TEST(blocked_in_callback_holds)
 }
 END_TEST
 
+/* ---- figures: N threads blocked vs running (printed, never asserted) ---- */
+
+static volatile int spin_stop;
+static int park_pipe[2];
+
+static void *spinner(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&spin_stop, __ATOMIC_RELAXED))
+		;
+	return NULL;
+}
+
+static void *parked(void *arg)
+{
+	char c;
+
+	*(volatile pid_t *)arg = gettid_();
+	return (void *)(long)read(park_pipe[0], &c, 1);
+}
+
+static double gp_cost(int n, unsigned long *sig)
+{
+	struct pki_gp_stats a, b;
+	double t0;
+
+	pki_gp_stats(&a);
+	t0 = now_us();
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(pki_gp_synchronize(), 0);
+	pki_gp_stats(&b);
+	*sig = b.signals - a.signals;
+	return (now_us() - t0) / n;
+}
+
+START_TEST(cost_blocked_vs_running)
+{
+	enum { N = 8, ROUNDS = 100 };
+	pthread_t th[N];
+	volatile pid_t tid[N];
+	unsigned long sig;
+	double base, blocked, running;
+
+	base = gp_cost(ROUNDS, &sig);
+	ck_assert_int_eq(pipe(park_pipe), 0);
+	for (int i = 0; i < N; i++) {
+		tid[i] = 0;
+		pthread_create(&th[i], NULL, parked, (void *)&tid[i]);
+	}
+	for (int i = 0; i < N; i++) {
+		while (!__atomic_load_n(&tid[i], __ATOMIC_ACQUIRE))
+			sched_yield();
+		wait_blocked(tid[i]);
+	}
+	blocked = gp_cost(ROUNDS, &sig);
+	printf("grace period: alone %.1f usecs; %d threads blocked %.1f usecs (%lu signals)", base,
+	       N, blocked, sig);
+	ck_assert_int_eq(write(park_pipe[1], "xxxxxxxx", N), N);
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	spin_stop = 0;
+	for (int i = 0; i < N; i++)
+		pthread_create(&th[i], NULL, spinner, NULL);
+	running = gp_cost(ROUNDS, &sig);
+	printf("; %d running %.1f usecs (%lu signals)\n", N, running, sig);
+	spin_stop = 1;
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gp");
@@ -247,6 +318,7 @@ int main(void)
 	tcase_add_test(tc, threads_helpers);
 	tcase_add_test(tc, blocked_threads_not_signalled);
 	tcase_add_test(tc, blocked_in_callback_holds);
+	tcase_add_test(tc, cost_blocked_vs_running);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

@@ -24,8 +24,8 @@ int pki_threads_each(pid_t skip, int (*cb)(pid_t tid, void *arg), void *arg);
 
 /* What /proc/self/task/TID/syscall says of a thread. */
 struct pki_thread_state {
-	bool blocked;  /* sleeping in the kernel: pc and sp are its user ones */
-	long nr;       /* system call number, -1 if blocked outside one */
+	bool blocked; /* sleeping in the kernel: pc and sp are its user ones */
+	long nr;      /* system call number, -1 if blocked outside one */
 	unsigned long sp, pc;
 };
 

@@ -22,6 +22,8 @@
 #include "core/gp.h"
 #include "core/hook_int.h"
 #include "harness.h"
+#include "arch/x86_64/insn.h"
+#include "patch/patch.h"
 #include "hook_fixture.h"
 #include "targets/targets.h"
 
@@ -117,6 +119,35 @@ START_TEST(direct_near_and_far)
 	ck_assert_int_eq(hseen.n, 2);
 	ck_assert_int_eq(pk_tramp_free(t), 0);
 	pki_gp_barrier();
+}
+END_TEST
+
+/*
+ * gcc's sled (90 x5) is converted to a call with the sled kick once; detach
+ * leaves a five-byte nop, so later cycles never need the kick again.
+ */
+START_TEST(sled_kicked_once)
+{
+	static const char *const globs[] = {"pkt_lib_add"};
+	struct seen s = {0};
+	struct pk_ops o = {.func = record, .data = &s, .filter = {.globs = globs, .nglobs = 1}};
+	const uint8_t *site = (const uint8_t *)site_of(pkt_lib_add);
+	struct pki_poke_stats st0, st;
+
+	ck_assert_int_eq(pki_insn_classify(site), PKI_INSN_NOP1X5); /* built by gcc */
+	pki_text_poke_stats(&st0);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		ck_assert_int_eq(pk_ops_register(&o), 0);
+		ck_assert_int_eq(pkt_lib_add(40, 2), 42);
+		ck_assert_int_eq(s.n, cycle + 1);
+		ck_assert_int_eq(pk_ops_unregister(&o), 0);
+		ck_assert_mem_eq(site, pki_nop5, PKI_SITE_LEN);
+		ck_assert_int_eq(pkt_lib_add(40, 2), 42);
+		ck_assert_int_eq(s.n, cycle + 1);
+		pki_text_poke_stats(&st);
+		ck_assert_uint_eq(st.batches - st0.batches, 2 * (cycle + 1));
+		ck_assert_uint_eq(st.kicks - st0.kicks, 1); /* the first attach only */
+	}
 }
 END_TEST
 
@@ -268,6 +299,7 @@ int main(void)
 	pk_test_require_membarrier_sync_core();
 	tcase_add_test(tc, ops_by_glob_in_program_and_library);
 	tcase_add_test(tc, direct_near_and_far);
+	tcase_add_test(tc, sled_kicked_once);
 	tcase_add_test(tc, attach_detach_under_fire);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);

@@ -596,12 +596,19 @@ static int __txn_commit(void)
 			goto free_stubs;
 		}
 		decided = i + 1;
+		/*
+		 * Off bytes: as found until the site is first attached, then
+		 * always one nop5.  A gcc sled (90 x5) is thus converted (with the
+		 * patch layer's sled kick) once; later cycles go nop5 <-> call,
+		 * which need no kick.  s->cur tracks what is in the text, and is
+		 * what the patch layer verifies.
+		 */
 		if (s->new_target)
 			pki_insn_call(b, s->ip, s->new_target);
 		else if (s->target)
 			memcpy(b, pki_nop5, PKI_SITE_LEN);
 		else
-			memcpy(b, s->cur, PKI_SITE_LEN); /* never attached: as found */
+			memcpy(b, s->cur, PKI_SITE_LEN);
 		if (memcmp(b, s->cur, PKI_SITE_LEN)) {
 			pokes[np].addr = s->ip;
 			memcpy(pokes[np].old, s->cur, PKI_SITE_LEN);

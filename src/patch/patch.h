@@ -47,6 +47,7 @@ struct pki_poke_stats {
 	unsigned long emulated;	  /* INT3 hits emulated by the SIGTRAP handler */
 	unsigned long restarted;  /* late INT3 hits sent back to re-execute a site */
 	unsigned long sled_moves; /* threads moved out of a sled being converted */
+	unsigned long kicks;	  /* batches that ran the sled kick */
 };
 
 void pki_text_poke_stats(struct pki_poke_stats *st);

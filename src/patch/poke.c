@@ -74,6 +74,7 @@ void pki_text_poke_stats(struct pki_poke_stats *st)
 	st->emulated = atomic_load(&pki_stat_emulated);
 	st->restarted = atomic_load(&pki_stat_restarted);
 	st->sled_moves = atomic_load(&pki_stat_sled_moves);
+	st->kicks = atomic_load(&pki_stat_kicks);
 }
 
 static int hook(enum pki_poke_stage stage)
@@ -396,6 +397,7 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	DIR *dir;
 	int err = 0;
 
+	atomic_fetch_add(&pki_stat_kicks, 1);
 	dir = opendir("/proc/self/task");
 	if (!dir)
 		return -errno;

@@ -42,7 +42,8 @@
 #include "arch/x86_64/trap.h"
 #include "patch/internal.h"
 
-atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_batches;
+atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_batches,
+    pki_stat_kicks;
 
 static _Atomic(struct pki_batch *) active;
 static atomic_int readers; /* a futex word while retiring */

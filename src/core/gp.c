@@ -447,9 +447,10 @@ static int __start_worker(void)
 	sigset_t all, old;
 	int err;
 
-	/* The worker takes no signal but the grace-period one. */
+	/* The worker takes no signal but ours (grace period, the patch layer's sled kick). */
 	sigfillset(&all);
 	sigdelset(&all, PKI_GP_SIGNAL);
+	sigdelset(&all, SIGRTMAX - 1);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/threads.h"
 #include "patch/internal.h"
 #include "patch/maps.h"
 
@@ -431,6 +432,18 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	atomic_store_explicit(&b->kick, k, memory_order_release);
 
 	for (i = 0; i < n; i++) {
+		struct pki_thread_state st;
+
+		/*
+		 * A thread blocked in the kernel (after step 1) at a pc outside
+		 * every sled of the batch can only come back in through a first
+		 * byte, now an INT3: no signal needed (and none reaches the
+		 * threads that block every signal, e.g. liburcu's workers).
+		 */
+		if (!pki_thread_sample(k->tid[i], &st) && st.blocked && !pki_batch_find(b, st.pc)) {
+			pki_kick_ack(k, i);
+			continue;
+		}
 		if (!syscall(SYS_tgkill, pid, k->tid[i], PKI_SIG_KICK))
 			continue;
 		if (errno != ESRCH) {

@@ -34,8 +34,14 @@
  * reports at its next hook exit instead), so a running thread that blocks
  * that signal, or a thread that stays in a callback, delays them.  The ip passed to callbacks and handlers is the
  * site's (the function's address, or 4 bytes after it behind an endbr64).
- * Sites of objects loaded after a registration are not added to it; after
- * fork() only the calling thread exists and pending reclaims are dropped.
+ * Objects loaded later (dlopen): on pk_sites_refresh(), every registered ops
+ * whose filter has globs or is empty (all sites) takes the matching sites of
+ * the new objects (ops filtered by ips only do not change).  After dlclose,
+ * call pk_sites_refresh() before any other hook call: the object's sites are
+ * then forgotten (their text is never written again).  A refresh inside a
+ * transaction applies when the transaction ends.  Hooking an object while
+ * another thread dlcloses it is not supported.  After fork() only the
+ * calling thread exists and pending reclaims are dropped.
  */
 #ifndef PROBEKIT_HOOK_H
 #define PROBEKIT_HOOK_H

@@ -91,6 +91,7 @@ static const struct cli_cmd commands[] = {
 	{"report", cmd_report, "per-function calls and times of a trace file"},
 	{"sites", cmd_sites, "list the patchable functions of a program or library"},
 	{"version", cmd_version, "print the library version"},
+	{"watch", cmd_watch, "run a program with a watchpoint on a variable or function"},
 	{NULL, NULL, NULL},
 };
 

@@ -271,6 +271,9 @@ START_TEST(large_batch_mprotect_path)
 	struct pki_poke p[MANY];
 	int prot = prot_of(site_of(many[0])), i;
 
+	/* The old ways: no writable alias, INT3 protocol for every batch. */
+	pki_text_poke_disable = PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST;
+
 	for (i = 0; i < MANY; i++)
 		p[i] = poke_call(many[i], stub_a, NULL);
 	ck_assert_int_eq(pki_text_poke_batch(p, MANY), 0);
@@ -318,6 +321,8 @@ START_TEST(int3_emulates_new_instruction)
 	struct pki_poke_stats st;
 	size_t i;
 
+	/* call -> sled could take the single-store path: no INT3 to hit. */
+	pki_text_poke_disable = PKI_POKE_NO_FAST;
 	pki_text_poke_hook = call_from_hook;
 	for (i = 0; i < 2; i++) {
 		struct pki_poke p = poke_call(t_add, stub_a, NULL);
@@ -346,6 +351,7 @@ START_TEST(failure_rolls_back)
 	int prot = prot_of(site_of(t_add));
 	size_t i;
 
+	pki_text_poke_disable = PKI_POKE_NO_FAST;
 	pki_text_poke_hook = fail_hook;
 	for (i = 0; i < 3; i++) {
 		struct pki_poke p[2] = {poke_call(t_add, stub_a, NULL),

@@ -773,13 +773,11 @@ struct collect {
 	size_t n, cap;
 };
 
+/* Duplicates are dropped by __ops_register() (collect_unique). */
 static int collect_ip(unsigned long ip, void *arg)
 {
 	struct collect *c = arg;
 
-	for (size_t i = 0; i < c->n; i++) /* filters are small; dedup simply */
-		if (c->ips[i] == ip)
-			return 0;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 16;
 		unsigned long *n = realloc(c->ips, cap * sizeof(*n));
@@ -791,6 +789,27 @@ static int collect_ip(unsigned long ip, void *arg)
 	}
 	c->ips[c->n++] = ip;
 	return 0;
+}
+
+static int cmp_ulong(const void *a, const void *b)
+{
+	unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Sort and drop duplicates: O(n log n), a filter may name every site. */
+static void collect_unique(struct collect *c)
+{
+	size_t n = 0;
+
+	if (c->n < 2)
+		return;
+	qsort(c->ips, c->n, sizeof(c->ips[0]), cmp_ulong);
+	for (size_t i = 0; i < c->n; i++)
+		if (!n || c->ips[i] != c->ips[n - 1])
+			c->ips[n++] = c->ips[i];
+	c->n = n;
 }
 
 static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
@@ -831,8 +850,16 @@ static int __ops_register(struct pk_ops *ops)
 		err = -ENOMEM;
 		goto free_p;
 	}
-	for (size_t i = 0; i < c.n && !err; i++)
+	for (size_t i = 0; i < c.n && !err; i++) {
 		err = __site_get(c.ips[i], &ss[i]);
+		if (!err)
+			c.ips[i] = ss[i]->ip; /* a function's address -> its site */
+	}
+	if (err)
+		goto free_p;
+	collect_unique(&c);
+	for (size_t i = 0; i < c.n; i++)
+		ss[i] = __site_find(c.ips[i]);
 	for (size_t i = 0; i < c.n && !err; i++)
 		err = __site_prepare(ss[i], 1);
 	if (err)
@@ -1117,6 +1144,34 @@ static void notify_init(void)
 
 enum direct_op { DIRECT_ADD, DIRECT_DEL, DIRECT_MOD };
 
+static int cmp_ptr(const void *a, const void *b)
+{
+	const struct site *const *pa = a, *const *pb = b;
+	uintptr_t x = (uintptr_t)*pa, y = (uintptr_t)*pb;
+
+	return x < y ? -1 : x > y;
+}
+
+/* -EINVAL if a site appears twice in @ss (sorting a copy: batches may be big). */
+static int sites_unique(struct site *const *ss, size_t n)
+{
+	struct site **v;
+	int err = 0;
+
+	if (n < 2)
+		return 0;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, ss, n * sizeof(*v));
+	qsort(v, n, sizeof(*v), cmp_ptr);
+	for (size_t i = 1; i < n && !err; i++)
+		if (v[i] == v[i - 1])
+			err = -EINVAL;
+	free(v);
+	return err;
+}
+
 static int __direct_stage(enum direct_op op, const unsigned long *ips,
 			  const struct pk_direct_entry *e, size_t n)
 {
@@ -1139,10 +1194,9 @@ static int __direct_stage(enum direct_op op, const unsigned long *ips,
 			err = -EEXIST;
 		else if (op != DIRECT_ADD && !ss[i]->direct)
 			err = -ENOENT;
-		for (size_t j = 0; j < i && !err; j++) /* duplicates */
-			if (ss[j] == ss[i])
-				err = -EINVAL;
 	}
+	if (!err)
+		err = sites_unique(ss, n);
 	for (size_t i = 0; i < n && !err; i++)
 		err = __site_prepare(ss[i], 0);
 	if (!err)

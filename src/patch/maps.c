@@ -37,6 +37,7 @@ struct pki_procmap_query {
 #define PKI_PROCMAP_R	  0x01
 #define PKI_PROCMAP_W	  0x02
 #define PKI_PROCMAP_X	  0x04
+#define PKI_PROCMAP_S	  0x08
 
 int pki_maps_query(int fd, unsigned long addr, struct pki_map *out)
 {
@@ -49,6 +50,28 @@ int pki_maps_query(int fd, unsigned long addr, struct pki_map *out)
 	out->prot = (q.vma_flags & PKI_PROCMAP_R ? PROT_READ : 0) |
 		    (q.vma_flags & PKI_PROCMAP_W ? PROT_WRITE : 0) |
 		    (q.vma_flags & PKI_PROCMAP_X ? PROT_EXEC : 0);
+	out->shared = q.vma_flags & PKI_PROCMAP_S;
+	out->dev_major = q.dev_major;
+	out->dev_minor = q.dev_minor;
+	out->ino = q.inode;
+	out->offset = q.vma_offset;
+	return 0;
+}
+
+int pki_maps_query_name(int fd, unsigned long addr, char *buf, size_t len)
+{
+	struct pki_procmap_query q = {.size = sizeof(q),
+				      .query_addr = addr,
+				      .vma_name_size = (__u32)len,
+				      .vma_name_addr = (__u64)(unsigned long)buf};
+
+	if (!len)
+		return -EINVAL;
+	buf[0] = '\0';
+	if (ioctl(fd, PKI_PROCMAP_QUERY, &q))
+		return errno == ENOENT ? -ENOENT : -ENOTTY;
+	if (!q.vma_name_size)
+		buf[0] = '\0';
 	return 0;
 }
 
@@ -119,6 +142,17 @@ static unsigned long parse_hex(const char **p)
 	return v;
 }
 
+static unsigned long parse_dec(const char **p)
+{
+	unsigned long v = 0;
+	const char *s = *p;
+
+	for (; *s >= '0' && *s <= '9'; s++)
+		v = v * 10 + (unsigned long)(*s - '0');
+	*p = s;
+	return v;
+}
+
 int pki_maps_read(struct pki_maps *maps)
 {
 	struct pki_map *map, *bigger;
@@ -146,6 +180,21 @@ int pki_maps_read(struct pki_maps *maps)
 			goto bad;
 		m.prot = (p[0] == 'r' ? PROT_READ : 0) | (p[1] == 'w' ? PROT_WRITE : 0) |
 			 (p[2] == 'x' ? PROT_EXEC : 0);
+		m.shared = p[3] == 's';
+		/* " offset dev_major:dev_minor inode" */
+		p += 4;
+		if (*p++ != ' ')
+			goto bad;
+		m.offset = parse_hex(&p);
+		if (*p++ != ' ')
+			goto bad;
+		m.dev_major = (unsigned int)parse_hex(&p);
+		if (*p++ != ':')
+			goto bad;
+		m.dev_minor = (unsigned int)parse_hex(&p);
+		if (*p++ != ' ')
+			goto bad;
+		m.ino = parse_dec(&p);
 		while (p < end && *p != '\n')
 			p++;
 		p++;

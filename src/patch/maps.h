@@ -7,11 +7,17 @@
 #ifndef PK_PATCH_MAPS_H
 #define PK_PATCH_MAPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct pki_map {
 	unsigned long start, end; /* [start, end) */
 	int prot;		  /* PROT_* */
+	bool shared;		  /* MAP_SHARED ('s' in /proc/self/maps) */
+	/* What is mapped: device and inode (0 for anonymous memory). */
+	unsigned int dev_major, dev_minor;
+	unsigned long ino;
+	unsigned long offset; /* in the file, of start */
 };
 
 struct pki_maps {
@@ -30,6 +36,13 @@ void pki_maps_free(struct pki_maps *maps);
  * -ENOTTY on kernels without the ioctl.
  */
 int pki_maps_query(int fd, unsigned long addr, struct pki_map *out);
+
+/*
+ * The name /proc/self/maps shows for the mapping at @addr (a path, "[vdso]",
+ * or "" when anonymous) into @buf of @len bytes.  Returns 0, -ENOENT, or
+ * -ENOTTY (kernel without PROCMAP_QUERY).
+ */
+int pki_maps_query_name(int fd, unsigned long addr, char *buf, size_t len);
 
 /* The mapping containing @addr, or NULL. */
 const struct pki_map *pki_maps_find(const struct pki_maps *maps, unsigned long addr);

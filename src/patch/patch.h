@@ -8,6 +8,17 @@
  * expected and actual bytes, and latches patching off for the process.
  * Threads may execute the sites during the batch: whatever instant they
  * arrive, they execute either the old or the new instruction.
+ *
+ * Text is written through a writable alias of the executable mapping when
+ * one can be made (src/patch/alias.c: the mapping becomes a memfd, shown as
+ * such in /proc/self/maps), else through /proc/self/mem or a grouped
+ * mprotect().  When every site of a batch has an alias, lies in one aligned
+ * 16-byte block and does not hold a sled, each site takes one atomic store
+ * (the single-store protocol in poke.c, with its safety argument); other
+ * batches take the INT3 protocol.  Aliased text changes what other tools see
+ * (alias.c lists it: /proc/self/maps names, uprobes and debugger breakpoints
+ * on that text, fork() costs a copy of it); PKI_POKE_NO_ALIAS before the
+ * first batch keeps the old ways.
  */
 #ifndef PK_PATCH_PATCH_H
 #define PK_PATCH_PATCH_H
@@ -28,15 +39,45 @@ struct pki_poke {
  * Apply @n pokes as one batch.  Returns 0, -EINVAL (overlapping or duplicate
  * sites, address not in readable executable text, old or new bytes not an
  * instruction the SIGTRAP handler can emulate: nop5, 90 x5, call/jmp rel32),
- * -EILSEQ (bytes at a site are not @old: patching is now off for good),
- * -ECANCELED (patching was latched off earlier), -ENOMEM, -ETIMEDOUT (a
- * thread did not answer the sled kick, e.g. it blocks PKI_SIG_KICK), or the
- * errno of a failed system call; on any error every site keeps its old bytes.
+ * -EILSEQ (bytes at a site are not @old, checked before writing and again
+ * by the atomic store: patching is now off for good), -ECANCELED (patching
+ * was latched off earlier, or a fork() could not give the parent its own
+ * copy of aliased text), -ENOMEM, -ETIMEDOUT (a thread did not answer the
+ * sled kick, e.g. it blocks PKI_SIG_KICK), -EIO (a store through the alias
+ * did not show in the text), or the errno of a failed system call; on any
+ * error every site keeps its old bytes.  Returns when no thread can execute
+ * a replaced instruction any more (but see PKI_POKE_LAZY).
  * Serialised internally; may be called from any thread but never from a
  * signal handler or a hook callback.  The first call installs a SIGTRAP
  * handler (chaining to the one found) and a handler for SIGRTMAX - 1.
  */
 int pki_text_poke_batch(struct pki_poke *pokes, size_t n);
+
+/*
+ * pki_text_poke_batch() with @flags:
+ *
+ * PKI_POKE_LAZY: when every site of the batch takes the single-store path,
+ * return without the final core sync.  The new bytes are in memory and any
+ * thread fetching the site sees the old or the new instruction, whole; but
+ * a core may go on executing old bytes it already fetched until it next
+ * serialises (in practice at once, as cores snoop stores to code they hold;
+ * architecturally, e.g. at its next interrupt return; at the latest at the
+ * next pki_text_sync()).  Call pki_text_sync() before relying on no thread
+ * entering what an old instruction called (e.g. before a grace period that
+ * precedes freeing a trampoline): one sync then covers every lazy batch
+ * before it.  Batches that need the INT3 protocol sync as always.
+ */
+#define PKI_POKE_LAZY 0x1u
+
+int pki_text_poke_batch_flags(struct pki_poke *pokes, size_t n, unsigned int flags);
+
+/*
+ * Make every core running a thread of this process serialise
+ * (membarrier sync-core): afterwards no thread executes an instruction that
+ * a completed batch replaced.  Returns 0 or -errno; 0 at once if nothing was
+ * ever patched.  Any thread; not from a signal handler.
+ */
+int pki_text_sync(void);
 
 /* True once a verification failure latched patching off. */
 bool pki_text_poke_dead(void);
@@ -47,6 +88,8 @@ struct pki_poke_stats {
 	unsigned long emulated;	  /* INT3 hits emulated by the SIGTRAP handler */
 	unsigned long restarted;  /* late INT3 hits sent back to re-execute a site */
 	unsigned long sled_moves; /* threads moved out of a sled being converted */
+	unsigned long fast;	  /* batches committed by single stores, no INT3 */
+	unsigned long aliases;	  /* executable mappings with a writable alias now */
 	unsigned long kicks;	  /* batches that ran the sled kick */
 };
 
@@ -62,8 +105,20 @@ enum pki_poke_stage {
 	PKI_POKE_AFTER_KICK_SENT, /* sled kick signals sent, acks not awaited */
 	PKI_POKE_AFTER_TAILS,	  /* tails written and synced */
 	PKI_POKE_AFTER_FIRST,	  /* first bytes written and synced */
+	PKI_POKE_AFTER_STORE,	  /* single-store path: every site stored, not synced */
 };
 
 extern int (*pki_text_poke_hook)(enum pki_poke_stage stage);
+
+/*
+ * For tests and benchmarks: PKI_POKE_NO_ALIAS makes no new writable alias
+ * (existing ones are still used: their text can be written no other way);
+ * PKI_POKE_NO_FAST runs the INT3 protocol even where one store would do.
+ * Set between batches.
+ */
+#define PKI_POKE_NO_ALIAS 0x1u
+#define PKI_POKE_NO_FAST  0x2u
+
+extern unsigned int pki_text_poke_disable;
 
 #endif /* PK_PATCH_PATCH_H */

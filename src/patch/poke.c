@@ -5,7 +5,10 @@
  * is the kernel's text_poke_bp_batch() carried to user space: INT3 stand-ins
  * emulated by our SIGTRAP handler (trap.c), membarrier(SYNC_CORE) in place
  * of the kernel's sync IPIs, and mprotect() grouped by mapping because each
- * call costs a TLB shootdown when other threads run.
+ * call costs a TLB shootdown when other threads run.  Where a writable alias
+ * of the text exists (alias.c), text is written through it instead, and a
+ * batch whose sites can each be replaced by one aligned 8-byte store skips
+ * the INT3 protocol altogether (the single-store protocol below).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -21,12 +24,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arch/x86_64/store.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "patch/alias.h"
 #include "patch/internal.h"
 #include "patch/maps.h"
 
 int (*pki_text_poke_hook)(enum pki_poke_stage stage);
+unsigned int pki_text_poke_disable;
 
 /*
  * poke_lock serialises batches: one published batch at a time, one owner of
@@ -35,12 +41,14 @@ int (*pki_text_poke_hook)(enum pki_poke_stage stage);
  */
 static pthread_mutex_t poke_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool dead;
-static bool ready;
+static atomic_bool ready; /* read without the lock by pki_text_sync() */
 /* /proc/self/maps, kept open for PROCMAP_QUERY; no_query once the kernel lacks it. */
 static int maps_fd = -1;
 static bool no_query;
 /* /proc/self/mem, if the kernel lets us write read-only text through it. */
 static int mem_fd = -1;
+/* The CPU has the single-store protocol's store (cmpxchg16b). */
+static bool have_cas16;
 /* This batch writes through mem_fd instead of making text writable. */
 static bool use_mem;
 
@@ -61,6 +69,7 @@ struct text_range {
 	unsigned long start, end;
 	unsigned long map_start; /* the mapping it belongs to */
 	int prot;
+	bool alias; /* written through its alias: never mprotect()ed */
 	bool changed;
 };
 
@@ -75,6 +84,8 @@ void pki_text_poke_stats(struct pki_poke_stats *st)
 	st->emulated = atomic_load(&pki_stat_emulated);
 	st->restarted = atomic_load(&pki_stat_restarted);
 	st->sled_moves = atomic_load(&pki_stat_sled_moves);
+	st->fast = atomic_load(&pki_stat_fast);
+	st->aliases = pki_alias_count();
 	st->kicks = atomic_load(&pki_stat_kicks);
 }
 
@@ -106,11 +117,53 @@ static bool mem_writes_readonly(void)
 	return ok;
 }
 
+/*
+ * fork(): the patch lock is held across it, so no batch is half done in the
+ * child and no alias changes under the parent's copy (alias.c explains why
+ * the parent then moves its aliased text onto fresh memfds).
+ */
+static int fork_prepared; /* poke_lock */
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&poke_lock);
+	fork_prepared = pki_alias_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+	int err = pki_alias_fork_parent();
+
+	if (fork_prepared || err) {
+		/* Still sharing text with the child: a patch would reach it. */
+		atomic_store(&dead, true);
+		pki_warn("text poke: text still shared with a forked child; live patching is "
+			 "now off for this process: %s\n",
+			 pki_errstr(EBUSY));
+	}
+	pthread_mutex_unlock(&poke_lock);
+}
+
+/*
+ * The child is a new process: the /proc/self files we keep open still name
+ * the parent (a write through mem_fd would patch the PARENT's text), and its
+ * new mm has no membarrier registration.  The next batch redoes them.
+ */
+static void fork_child(void)
+{
+	pki_alias_fork_child();
+	atomic_store(&ready, false);
+	pthread_mutex_unlock(&poke_lock);
+}
+
+static bool prepared_once; /* poke_lock */
+
 static int __poke_prepare(void)
 {
+	static bool once;
 	int err;
 
-	if (ready)
+	if (atomic_load(&ready))
 		return 0;
 	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0)) {
 		err = -errno;
@@ -118,11 +171,35 @@ static int __poke_prepare(void)
 			 pki_errstr(err));
 		return err;
 	}
-	err = pki_trap_install();
-	if (err) {
-		pki_warn("text poke: cannot install SIGTRAP handler: %s\n", pki_errstr(err));
-		return err;
+	if (!once) {
+		err = pki_trap_install();
+		if (err) {
+			pki_warn("text poke: cannot install SIGTRAP handler: %s\n",
+				 pki_errstr(err));
+			return err;
+		}
+		err = pthread_atfork(fork_prepare, fork_parent, fork_child);
+		if (err) {
+			pki_warn("text poke: cannot register fork handlers: %s\n", pki_errstr(err));
+			return -err;
+		}
+		/*
+		 * PROBEKIT_TEXT_ALIAS=0: the user keeps patched text on its file
+		 * mapping (profilers, uprobes and debuggers see the file), at the
+		 * price of the slower write paths.
+		 */
+		const char *alias = getenv("PROBEKIT_TEXT_ALIAS");
+
+		if (alias && !strcmp(alias, "0"))
+			pki_text_poke_disable |= PKI_POKE_NO_ALIAS;
+		once = true;
 	}
+	if (maps_fd >= 0)
+		close(maps_fd);
+	if (mem_fd >= 0)
+		close(mem_fd);
+	no_query = false;
+	have_cas16 = pki_arch_have_cas16();
 	maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
 	if (mem_fd >= 0 && !mem_writes_readonly()) {
@@ -131,7 +208,8 @@ static int __poke_prepare(void)
 	}
 	pki_debug("text poke: small batches written through %s\n",
 		  mem_fd >= 0 ? "/proc/self/mem" : "mprotect");
-	ready = true;
+	prepared_once = true;
+	atomic_store(&ready, true);
 	return 0;
 }
 
@@ -143,8 +221,25 @@ static int __poke_prepare(void)
  */
 static int text_put(unsigned long addr, const uint8_t *bytes, size_t len)
 {
+	uint8_t *w;
 	size_t i;
 
+	/* Through the alias: plain stores to the same physical bytes. */
+	if ((w = pki_alias_addr(addr)) && pki_alias_addr(addr + len - 1) == w + len - 1) {
+		for (i = 0; i < len; i++)
+			__atomic_store_n(w + i, bytes[i], __ATOMIC_RELEASE);
+		return 0;
+	}
+	if (len > 1 && (pki_alias_addr(addr) || pki_alias_addr(addr + len - 1))) {
+		/* Across the end of an aliased mapping: byte by byte. */
+		for (i = 0; i < len; i++) {
+			int err = text_put(addr + i, bytes + i, 1);
+
+			if (err)
+				return err;
+		}
+		return 0;
+	}
 	if (use_mem) {
 		/* A system call: ordered after the batch publication. */
 		if (pwrite(mem_fd, bytes, len, (off_t)addr) == (ssize_t)len)
@@ -221,6 +316,24 @@ static int map_at(unsigned long addr, struct pki_maps *full, struct pki_map *out
 	return 0;
 }
 
+/*
+ * Does mapping @m have a live alias after this call?  Keeps a valid one,
+ * drops a stale one, makes one unless disabled.  Failing to make one is not
+ * an error: the batch then writes the old ways.
+ */
+static bool use_alias(const struct pki_map *m)
+{
+	char name[256] = "";
+	int r;
+
+	r = pki_alias_get(m, NULL, false);
+	if (r || (pki_text_poke_disable & PKI_POKE_NO_ALIAS))
+		return r > 0;
+	if (maps_fd >= 0)
+		pki_maps_query_name(maps_fd, m->start, name, sizeof(name));
+	return pki_alias_get(m, name, true) > 0;
+}
+
 static int build_ranges(const struct pki_poke *site, size_t n, struct text_range *range,
 			size_t *nrange)
 {
@@ -259,8 +372,11 @@ static int build_ranges(const struct pki_poke *site, size_t n, struct text_range
 			if (k && range[k - 1].map_start == m->start) {
 				range[k - 1].end = hi;
 			} else {
-				range[k++] = (struct text_range){
-				    .start = lo, .end = hi, .map_start = m->start, .prot = m->prot};
+				range[k++] = (struct text_range){.start = lo,
+								 .end = hi,
+								 .map_start = m->start,
+								 .prot = m->prot,
+								 .alias = use_alias(&cur)};
 			}
 			a = hi < e ? hi : e;
 		}
@@ -334,7 +450,7 @@ static int text_unprotect(struct text_range *range, size_t n)
 	int err;
 
 	for (i = 0; i < n; i++) {
-		if (range[i].prot & PROT_WRITE)
+		if ((range[i].prot & PROT_WRITE) || range[i].alias)
 			continue;
 		if (mprotect((void *)range[i].start, range[i].end - range[i].start,
 			     range[i].prot | PROT_WRITE)) {
@@ -646,7 +762,152 @@ static int __poke_apply(struct pki_batch *b)
 	return err;
 }
 
-static int __poke_batch(struct pki_poke *pokes, size_t n)
+/* --- the single-store protocol -------------------------------------------- */
+
+/*
+ * Why one store is enough for a site that pki_insn_single_store_ok() accepts
+ * (five bytes inside one naturally aligned 16-byte block, old instruction
+ * not a sled) and that has a live alias:
+ *
+ *  (a) The store.  The block holding the site is replaced by ONE locked
+ *      cmpxchg16b through the alias, expecting the block as verified (the
+ *      bytes around the site included).  A locked operation on an aligned
+ *      block is single-copy atomic on x86-64 (SDM vol. 3, "Guaranteed Atomic
+ *      Operations", "Locked Atomic Operations"): every observer reads the
+ *      whole old or the whole new block, and the block lies in one cache
+ *      line, which the store modifies in one coherence transaction.  (Sites
+ *      inside one aligned quadword would do with cmpxchg8; the 16-byte block
+ *      also covers sites at entry + 4..11 of a 16-byte-aligned function,
+ *      e.g. after endbr64.)  The alias and the executable view are two virtual
+ *      addresses of the same physical bytes, and caches, coherence and the
+ *      cores' detection of modified code work on physical addresses, so a
+ *      core fetching the site afterwards fetches the same block.  The
+ *      cmpxchg also re-checks, atomically with the write, that nobody
+ *      changed the block since verify_sites(): if somebody did, the batch
+ *      is a verification failure (latched off, reported, undone).
+ *  (b) Fetching threads.  A thread reaching the site executes it from bytes
+ *      fetched either before or after the store: the whole old instruction or
+ *      the whole new one.  This rests on instruction fetch seeing the
+ *      block as atomically as data loads do, which the SDM does not spell
+ *      out for cross-modifying code; it is the same premise as the INT3
+ *      protocol's own first step (a one-byte INT3 store seen whole), it is
+ *      what Java HotSpot's call patching (NativeCall::set_destination_mt_safe,
+ *      an aligned displacement store) and MSVC hot-patching rely on, and the
+ *      stress tests hammer it.  Where the premise is not wanted, set
+ *      PKI_POKE_NO_FAST: every batch then takes the INT3 protocol.
+ *  (c) Threads inside the site.  The old instruction is a single
+ *      instruction (nop5, call or jmp rel32), so no thread is stopped at
+ *      bytes 1..4; one inside a callee returns to site + 5, an instruction
+ *      boundary of old and new alike.  A sled is refused in (a) for exactly
+ *      this reason: it keeps the INT3 protocol and the sled kick.
+ *  (d) Traps.  No INT3 is written, so the SIGTRAP handler has nothing to
+ *      emulate; a thread still on its way to handling an INT3 of an earlier
+ *      batch at this site finds the address in `seen` and re-executes the
+ *      site, which holds a whole instruction at every moment.
+ *  (e) After the stores, membarrier sync-core: every core running one of our
+ *      threads (ours included) serialises, so when the batch returns no
+ *      thread can execute an instruction it replaced, the same post-condition
+ *      as the INT3 protocol.  The sync is not needed for (a)-(c); it only
+ *      bounds how long a core may go on running old bytes it already
+ *      fetched.  PKI_POKE_LAZY skips it and leaves that to pki_text_sync()
+ *      (measured: ~0.5 us idle, 2-20 us when the other CPUs are busy).
+ *  (f) What the new instruction reaches.  The locked cmpxchg16b is a full
+ *      barrier and x86 stores become visible in program order, so whatever
+ *      the caller wrote before the batch (a trampoline and its data) is
+ *      visible before the new bytes are; a thread that runs the new call
+ *      finds it.
+
+ *
+ * Several sites in one batch are stored one after the other: like the INT3
+ * protocol, a batch is not atomic as a whole, only each site is.  A failure
+ * after some stores puts their old blocks back the same way.
+ */
+static int store_site(const struct pki_poke *p, const uint8_t *from, const uint8_t *to)
+{
+	unsigned long block = p->addr & ~(unsigned long)(PKI_STORE_BLOCK - 1),
+		      off = p->addr - block;
+	uint8_t *w = pki_alias_addr(block);
+	uint64_t cur[2], want[2], now[2];
+	uint8_t b[PKI_STORE_BLOCK];
+
+	/*
+	 * Through the executable view: what threads execute now.  Two loads
+	 * need not be one snapshot, but only we write text: a torn read can
+	 * only make the exchange below fail.
+	 */
+	cur[0] = __atomic_load_n((const uint64_t *)block, __ATOMIC_ACQUIRE);
+	cur[1] = __atomic_load_n((const uint64_t *)block + 1, __ATOMIC_ACQUIRE);
+	memcpy(b, cur, sizeof(b));
+	if (memcmp(b + off, from, PKI_SITE_LEN))
+		return -EILSEQ;
+	memcpy(b + off, to, PKI_SITE_LEN);
+	memcpy(want, b, sizeof(b));
+	if (!pki_arch_cas16(w, cur, want))
+		return -EILSEQ;
+	/* Same physical bytes: our own loads through the other view must agree. */
+	now[0] = __atomic_load_n((const uint64_t *)block, __ATOMIC_ACQUIRE);
+	now[1] = __atomic_load_n((const uint64_t *)block + 1, __ATOMIC_ACQUIRE);
+	if (now[0] != want[0] || now[1] != want[1]) {
+		pki_arch_cas16(w, want, cur);
+		return -EIO;
+	}
+	return 0;
+}
+
+static bool single_store_ok(const struct pki_poke *site, size_t n)
+{
+	size_t i;
+
+	if ((pki_text_poke_disable & PKI_POKE_NO_FAST) || !have_cas16)
+		return false;
+	for (i = 0; i < n; i++)
+		if (!pki_insn_single_store_ok(site[i].addr, site[i].old) ||
+		    !pki_alias_addr(site[i].addr & ~(unsigned long)(PKI_STORE_BLOCK - 1)))
+			return false;
+	return true;
+}
+
+/* Sites verified, aliases live, poke_lock held. */
+static int __poke_single_store(const struct pki_poke *site, size_t n, unsigned int flags)
+{
+	size_t i, done;
+	int err = 0;
+
+	for (done = 0; done < n && !err; done++)
+		err = store_site(&site[done], site[done].old, site[done].new);
+	if (err) {
+		done--;
+		if (err == -EILSEQ) {
+			char want[3 * PKI_SITE_LEN], have[3 * PKI_SITE_LEN];
+
+			atomic_store(&dead, true);
+			hexbytes(want, site[done].old);
+			hexbytes(have, (const uint8_t *)site[done].addr);
+			pki_warn("text poke %#lx: expected %s, found %s while storing; live "
+				 "patching is now off for this process: %s\n",
+				 site[done].addr, want, have, pki_errstr(EILSEQ));
+		} else {
+			pki_warn("text poke %#lx: store through the alias not seen in the text: "
+				 "%s\n",
+				 site[done].addr, pki_errstr(err));
+		}
+	} else {
+		err = hook(PKI_POKE_AFTER_STORE);
+	}
+	if (err) {
+		for (i = done; i-- > 0;)
+			store_site(&site[i], site[i].new, site[i].old);
+		sync_cores();
+		return err;
+	}
+	if (!(flags & PKI_POKE_LAZY))
+		err = sync_cores();
+	/* A failed sync leaves the stores in place: they are complete and correct. */
+	atomic_fetch_add(&pki_stat_fast, 1);
+	return err;
+}
+
+static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 {
 	struct pki_batch b = {.n = n};
 	struct text_range *range;
@@ -677,6 +938,10 @@ static int __poke_batch(struct pki_poke *pokes, size_t n)
 	err = verify_sites(site, n);
 	if (err)
 		goto free_arrays;
+	if (single_store_ok(site, n)) {
+		err = __poke_single_store(site, n, flags);
+		goto count;
+	}
 	err = pki_trap_sites_add(site, n);
 	if (err)
 		goto free_arrays;
@@ -717,7 +982,7 @@ free_arrays:
 	return err;
 }
 
-int pki_text_poke_batch(struct pki_poke *pokes, size_t n)
+int pki_text_poke_batch_flags(struct pki_poke *pokes, size_t n, unsigned int flags)
 {
 	int err;
 
@@ -726,7 +991,28 @@ int pki_text_poke_batch(struct pki_poke *pokes, size_t n)
 	if (atomic_load(&dead))
 		return -ECANCELED;
 	pthread_mutex_lock(&poke_lock);
-	err = __poke_batch(pokes, n);
+	err = __poke_batch(pokes, n, flags);
 	pthread_mutex_unlock(&poke_lock);
 	return err;
+}
+
+int pki_text_poke_batch(struct pki_poke *pokes, size_t n)
+{
+	return pki_text_poke_batch_flags(pokes, n, 0);
+}
+
+int pki_text_sync(void)
+{
+	int err = 0;
+
+	if (!atomic_load(&ready)) {
+		/* Never patched, or a forked child not registered yet. */
+		pthread_mutex_lock(&poke_lock);
+		if (prepared_once)
+			err = __poke_prepare();
+		pthread_mutex_unlock(&poke_lock);
+		if (err || !atomic_load(&ready))
+			return err;
+	}
+	return sync_cores();
 }

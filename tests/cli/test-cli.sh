@@ -25,6 +25,28 @@ expect() {
 	fi
 }
 
+# expect_all RC STREAM PATTERN... -- ARGS...: one run, every PATTERN must
+# match a line of STREAM.
+expect_all() {
+	local rc=$1 stream=$2 pats=() p bad=0
+	shift 2
+	while [[ $1 != -- ]]; do pats+=("$1"); shift; done
+	shift
+	"$pk" "$@" >"$tmp/out" 2>"$tmp/err"
+	local got=$?
+	[[ $got -eq $rc ]] || bad=1
+	for p in "${pats[@]}"; do
+		grep -Eq -- "$p" "$tmp/$stream" || { echo "  missing: $p"; bad=1; }
+	done
+	if [[ $bad -ne 0 ]]; then
+		echo "FAIL: probekit $* -> exit $got (want $rc), $stream:"
+		sed 's/^/    /' "$tmp/$stream" "$tmp/err"
+		fail=$((fail + 1))
+	else
+		pass=$((pass + 1))
+	fi
+}
+
 expect 2 '^usage: probekit'                 err -- 
 expect 0 'bench +measure'                   out -- --help
 expect 0 '^probekit [0-9]+\.[0-9]+\.[0-9]+$' out -- --version
@@ -40,6 +62,36 @@ expect 1 '/nonexistent: No such file'       err -- sites /nonexistent
 expect 1 'not an x86-64 ELF'                err -- sites "$tmp/out"
 expect 1 'no patchable sites; rebuild with -fpatchable-function-entry=5' err -- sites "$plain"
 expect 0 ' nop1x5 pkt_lib_add$'             out -- sites "$lib"
+
+# Function-hook benchmarks: the lines they print (formats only, never timing).
+num='[0-9]+\.[0-9]{3}'
+expect 0 '^usage: probekit bench attach'    out -- bench attach --help
+expect 0 '^usage: probekit bench call'      out -- bench call --help
+expect 2 "unknown api 'nope'"               err -- bench attach --api nope
+expect 2 'need 1 <= N'                      err -- bench attach -n 0
+expect 2 'takes --api ops or direct'        err -- bench attach --batch --api uprobe
+expect 2 'needs 1 <= N <= 10000'            err -- bench attach --batch -n 10001
+expect 2 "unexpected argument 'x'"          err -- bench call x
+for api in direct ops uprobe; do
+	expect_all 0 out "^# Running 'attach' benchmark:$" \
+		"^# 5 attach/detach cycles of $api .* on 1 function$" \
+		"^ +$num usecs/attach$" "^ +$num usecs/detach$" \
+		"^ Total time: $num \[sec\]$" "^ +$num usecs/op$" \
+		-- bench attach -n 5 --api "$api"
+done
+for api in direct ops; do
+	expect_all 0 out "^# Running 'attach' benchmark:$" \
+		'^# 50 sites attached in one batch' \
+		"^ Total time: $num \[sec\]$" \
+		"^attach: $num usecs/site$" "^detach: $num usecs/site$" \
+		-- bench attach -n 50 --batch --api "$api"
+done
+for v in plain uprobe direct 'one ops' 'two ops' 'direct\+ops'; do
+	pats+=("^$v: $num nsecs/call \([+-]$num nsecs\)$")
+done
+expect_all 0 out "^# Running 'call' benchmark:$" "${pats[@]}" \
+	"^ Total time: $num \[sec\]$" -- bench call -l 1000
+expect_all 0 out "${pats[@]}" -- bench call -l 1000 --empty
 
 echo "cli: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

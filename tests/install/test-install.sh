@@ -13,7 +13,7 @@ meson install -C "$tmp/build" --quiet >/dev/null
 
 p=$tmp/prefix
 for f in bin/probekit include/probekit/probekit.h lib/libprobekit.so lib/libprobekit.a \
-	lib/pkgconfig/probekit.pc; do
+	lib/pkgconfig/probekit.pc lib/probekit/libprobekit-agent.so share/man/man1/probekit.1; do
 	[[ -e $p/$f ]] || { echo "FAIL: $f not installed"; exit 1; }
 done
 
@@ -32,4 +32,23 @@ cc -Wall -Wextra -Werror -pthread -o "$tmp/static" "$src/tests/install/consumer.
 	$(pkg-config --cflags probekit) "$p/lib/libprobekit.a" $(pkg-config --static --libs probekit | sed 's/-lprobekit//')
 "$tmp/static"
 "$p/bin/probekit" --version
+
+# The agent exports nothing (PROG must not bind to its copy of the library),
+# and the installed command finds the installed agent.
+bad=$(nm -D --defined-only "$p/lib/probekit/libprobekit-agent.so" | awk '$2 ~ /[TDBRVW]/ {print $3}')
+if [[ -n $bad ]]; then
+	echo "FAIL: the agent exports symbols:"
+	echo "$bad"
+	exit 1
+fi
+printf 'int watched;\nint main(void) { for (int i = 0; i < 3; i++) watched += i; return 4; }\n' >"$tmp/w.c"
+cc -O0 -o "$tmp/w" "$tmp/w.c"
+rc=0
+(unset PROBEKIT_AGENT; "$p/bin/probekit" watch -o "$tmp/hits" watched -- "$tmp/w") || rc=$?
+n=$(grep -c ' write watched: ' "$tmp/hits" || true)
+if [[ $rc -ne 4 || $n -ne 3 ]]; then
+	echo "FAIL: installed probekit watch: exit $rc (want 4), $n hits (want 3)"
+	cat "$tmp/hits"
+	exit 1
+fi
 echo "install: ok"

@@ -97,6 +97,30 @@ static inline bool pki_insn_has_interior(const uint8_t b[PKI_SITE_LEN])
 	return pki_insn_classify(b) == PKI_INSN_NOP1X5;
 }
 
+/*
+ * True if the site at @addr, now holding @old, can be replaced by ONE atomic
+ * store: its five bytes lie in one naturally aligned 16-byte block (see
+ * arch/x86_64/store.h; with 16-byte-aligned functions that is any site at
+ * entry + 0..11, endbr64 + site included), and no thread can be stopped
+ * inside @old (not a sled).  See the single-store protocol in
+ * src/patch/poke.c.
+ */
+static inline bool pki_insn_single_store_ok(unsigned long addr, const uint8_t old[PKI_SITE_LEN])
+{
+	return (addr & 15) <= 16 - PKI_SITE_LEN && !pki_insn_has_interior(old);
+}
+
+/*
+ * The bytes to put back when a site whose original bytes are @orig is
+ * detached: the original, except that gcc's sled (90 x5) comes back as one
+ * five-byte nop.  Both do nothing, but only the nop5 can later be patched
+ * with a single store and never needs the sled kick again.
+ */
+static inline void pki_insn_site_off(uint8_t out[PKI_SITE_LEN], const uint8_t orig[PKI_SITE_LEN])
+{
+	memcpy(out, pki_insn_has_interior(orig) ? pki_nop5 : orig, PKI_SITE_LEN);
+}
+
 /* Target of a rel32 call/jmp at @site. */
 static inline unsigned long pki_insn_branch_target(const uint8_t b[PKI_SITE_LEN], unsigned long site)
 {

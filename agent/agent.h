@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The contract between the probekit command and libprobekit-agent.so, the
+ * library it preloads into PROG.  Both sides include this file: the names of
+ * the environment variables, the control-pipe messages, the exit code.
+ *
+ * Environment (all read once, in the agent's constructor, then REMOVED from
+ * the environment together with the agent's entry in LD_PRELOAD, so that
+ * PROG's getenv()/environ and its children see the user's environment):
+ *
+ *   PROBEKIT_WATCH=SPEC     SYMBOL, SYMBOL+OFF, or a hex link-time address
+ *                           of the main program (0x...; for a PIE, relative to
+ *                           its load base, as nm and `probekit sites` print)
+ *   PROBEKIT_WATCH_TYPE     w, rw or x (default w)
+ *   PROBEKIT_WATCH_LEN      1, 2, 4 or 8; 0 or unset: the symbol's size
+ *   PROBEKIT_WATCH_COUNT    stop after this many hits (0: never)
+ *   PROBEKIT_WATCH_STACK    1: capture a backtrace with every hit
+ *   PROBEKIT_OUT_FD         fd for the hit report (default: 2, stderr)
+ *   PROBEKIT_CTL_FD         fd on which the agent writes one status line
+ *                           ("ok\n" or "error: MESSAGE\n") and closes it
+ *   PROBEKIT_PRELOAD_SAVED  the user's LD_PRELOAD, restored by the agent
+ *                           (unset: LD_PRELOAD was unset and is removed)
+ *   PROBEKIT_DEBUG          1: the library's messages go to the report too
+ *
+ * Policy for processes PROG makes.  fork(): the child runs untraced (the
+ * kernel does not copy perf watchpoints across fork) and the agent stays
+ * silent in it.  exec(): the kernel drops the watchpoints (remove_on_exec) and
+ * the new program runs without the agent, since its variables are gone.
+ * A mode that follows exec (trace) must put them back itself, from the copy
+ * the agent keeps (agent_env).
+ */
+#ifndef PK_AGENT_H
+#define PK_AGENT_H
+
+#define PK_ENV_WATCH	     "PROBEKIT_WATCH"
+#define PK_ENV_WATCH_TYPE    "PROBEKIT_WATCH_TYPE"
+#define PK_ENV_WATCH_LEN     "PROBEKIT_WATCH_LEN"
+#define PK_ENV_WATCH_COUNT   "PROBEKIT_WATCH_COUNT"
+#define PK_ENV_WATCH_STACK   "PROBEKIT_WATCH_STACK"
+#define PK_ENV_OUT_FD	     "PROBEKIT_OUT_FD"
+#define PK_ENV_CTL_FD	     "PROBEKIT_CTL_FD"
+#define PK_ENV_PRELOAD_SAVED "PROBEKIT_PRELOAD_SAVED"
+#define PK_ENV_DEBUG	     "PROBEKIT_DEBUG"
+#define PK_ENV_AGENT	     "PROBEKIT_AGENT" /* command only: the agent to preload */
+
+#define PK_AGENT_NAME "libprobekit-agent.so"
+
+/* The agent refused to start: PROG is ended with this status before main. */
+#define PK_AGENT_EXIT_REFUSED 125
+
+/* Control-pipe messages. */
+#define PK_CTL_OK    "ok"
+#define PK_CTL_ERROR "error: "
+
+#endif /* PK_AGENT_H */

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Running PROG under libprobekit-agent.so (agent/agent.h is the agent's side
+ * of the contract).  Shared by the commands that do: watch, and trace next.
+ *
+ * Exit codes, as env(1) and timeout(1): PROG's own status when it ran; if it
+ * died from a signal, probekit dies from the same signal (no core of its own)
+ * so the shell reports it as it would for PROG (128 + n in $?); 125 when
+ * probekit failed (agent missing, agent refused the request), 126 when PROG
+ * cannot be run (not executable, setuid, statically linked), 127 when PROG
+ * was not found.
+ */
+#ifndef PK_CLI_AGENT_RUN_H
+#define PK_CLI_AGENT_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct agent_run {
+	const char *path;  /* PROG, as found by agent_find_prog */
+	char **argv;	   /* PROG's argv, NULL-terminated */
+	const char *agent; /* absolute path of the agent */
+	const char **env;  /* NAME, VALUE, NAME, VALUE, ..., NULL: the agent's configuration */
+	int out_fd;	   /* -o FILE opened by the caller, or -1: a pipe relayed to relay_fd */
+	int relay_fd;	   /* where the report goes (and the end line) */
+	bool report_end;   /* append "# PROG exited with status N" to the report */
+};
+
+/* Resolve PROG like execvp into @out; 0, or an exit code after an error message. */
+int agent_find_prog(const char *prog, char *out, size_t n);
+
+/* Refuse what LD_PRELOAD cannot enter; 0, or an exit code after an error message. */
+int agent_check_prog(const char *path);
+
+/* The agent's absolute path into @out (PATH_MAX bytes); 0 or -1 after a message. */
+int agent_find(char *out, size_t n);
+
+/* Run PROG and relay the report; returns the exit code (see above). */
+int agent_run(const struct agent_run *r);
+
+#endif /* PK_CLI_AGENT_RUN_H */

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Instruction-length decoding (Zydis), for code that must find instruction
+ * boundaries: which instruction made a data access that trapped after it.
+ * Never called from a signal handler (Zydis is fine there, but callers read
+ * the code bytes first, which they do in a normal thread).
+ */
+#ifndef PK_ARCH_X86_64_DECODE_H
+#define PK_ARCH_X86_64_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * @code holds @len bytes of straight-line x86-64 code that starts, at run
+ * time, at address @start (a function entry).  Decode forward from @start and
+ * return in *@prev the address of the instruction that ends exactly at @ip:
+ * the one a data watchpoint trapping with RIP = @ip just executed.  Decoding
+ * forward from a known boundary is safe where decoding backward is not.
+ * Returns 0, -ERANGE (@ip not inside @code), or -ENOENT (no instruction ends
+ * at @ip: data in the code, or @start is not an instruction boundary).
+ */
+int pki_insn_prev(const uint8_t *code, size_t len, uint64_t start, uint64_t ip, uint64_t *prev);
+
+#endif /* PK_ARCH_X86_64_DECODE_H */

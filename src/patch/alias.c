@@ -1,0 +1,424 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Text aliases (see alias.h).
+ *
+ * How one is made, on the first patch of an executable mapping [start, end):
+ *
+ *  1. memfd_create() a file of the mapping's length (MFD_EXEC where the
+ *     kernel knows it, so vm.memfd_noexec does not seal it), map it
+ *     MAP_SHARED read-write somewhere: that is the alias.
+ *  2. Copy the mapping's current bytes into it with process_vm_readv() on
+ *     ourselves, which reports a page it cannot read (a page past the end of
+ *     the file) instead of raising SIGBUS: then no alias.  The copy includes
+ *     everything patched so far.
+ *  2b. For a file mapping, compare the copy with the file (through
+ *     /proc/self/map_files, or the path if it is still the same inode): a
+ *     byte that differs and is an INT3 is somebody else's breakpoint (a
+ *     uprobe, a debugger), since our batches never leave one behind.  Such
+ *     a mapping gets no alias: uprobes belong to the file's inode, so in a
+ *     memfd the INT3 would no longer be the kernel's, and the next thread
+ *     hitting it would die of SIGTRAP.  If the file cannot be read, no
+ *     alias either.
+ *  3. Map the memfd once more at a free address with the mapping's
+ *     protection, and unmap it: proves that this memfd may be mapped
+ *     executable here (memfd_noexec, LSMs) before anything is replaced.
+ *  4. mmap(start, MAP_SHARED | MAP_FIXED, prot) of the memfd over the
+ *     mapping: the executable view is now the memfd, shared with the alias.
+ *
+ * Why threads executing [start, end) during step 4 are unaffected: the
+ * replacement happens under the mmap lock held for writing.  The old page
+ * table entries are zapped and the TLBs flushed before the old pages can be
+ * freed; a thread that touches the range from then on takes a page fault,
+ * and the fault handler needs the mmap lock (or the per-VMA lock of the old
+ * VMA, which the unmap write-locked before detaching it), so it waits until
+ * the new VMA is in place and then maps a memfd page.  Every instruction is
+ * thus fetched from an old page or a new one, and they hold the same bytes:
+ * nobody writes text between step 2 and step 4 (we hold the patch lock, and
+ * we are the only writer of live text).  The cost is a stall of a few
+ * microseconds for such a thread.  Since Linux 6.12 a failing MAP_FIXED
+ * mmap restores the old mapping; on older kernels an mmap that fails with
+ * ENOMEM after unmapping would leave the range empty; step 3 removes every
+ * other known cause of failure.
+ *
+ * W^X: the executable view keeps the mapping's protection (r-x) and is never
+ * made writable; the alias is read-write and never executable.  Nothing is
+ * ever mapped writable and executable at once.
+ *
+ * What it changes, and how each case is handled:
+ *  - /proc/self/maps names the range "/memfd:probekit:<path> (deleted)"
+ *    instead of the file; dl_iterate_phdr(), dladdr() and our site tables
+ *    (which read the file by the loader's path) are unaffected; tools that
+ *    map addresses to files through /proc/PID/maps (perf, some unwinders)
+ *    lose the file name for that range.
+ *  - Text is no longer shared with other processes through the page cache:
+ *    each aliased mapping costs its length in shmem, once.
+ *  - ptrace writes (debugger breakpoints) into a MAP_SHARED read-only mapping
+ *    are refused by the kernel, and uprobes registered on the file no longer
+ *    fire in this process for that range: uprobes belong to the file's
+ *    inode, the range now shows a memfd.
+ *  - dlclose()/munmap() unmap the executable view as usual; our alias keeps
+ *    the memfd alive until the next patch in that range or the next alias
+ *    creation notices that the mapping there is not our memfd any more
+ *    (device and inode differ) and drops it.  Writing through a stale alias
+ *    could only change our own orphaned memfd, never someone else's memory,
+ *    and we never do: every batch validates the alias against the kernel's
+ *    view of the mapping first.
+ *  - fork(): a MAP_SHARED mapping is shared with the child, so a patch in
+ *    either process would show in both (a call into a trampoline that only
+ *    exists on one side).  pthread_atfork() handlers hold the patch lock
+ *    across fork(); before it, every aliased mapping is copied into a new
+ *    memfd (steps 1-3, from the alias); after it, the parent places each
+ *    copy over its text (step 4) before the lock is released, and the child
+ *    drops the copies.  The child keeps the old memfds to itself, with its
+ *    inherited aliases still pointing at them, and the parent patches its
+ *    own copies.  The copy must precede fork(): the child may patch the old
+ *    memfd as soon as it runs.  The parent pays one copy of its aliased text
+ *    per fork().  A child made by a
+ *    raw clone() without CLONE_VM skips the atfork handlers and shares the
+ *    aliased text with its parent: do not patch in either then.  vfork() and
+ *    posix_spawn() share the address space anyway until exec.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "patch/alias.h"
+
+#include "arch/x86_64/insn.h"
+
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010u
+#endif
+
+struct alias {
+	unsigned long start, end; /* the executable view */
+	uint8_t *rw;		  /* the writable view of the same memfd */
+	char *name;		  /* the mapping's name when it was aliased */
+	int fd;
+	int prot;
+	unsigned int dev_major, dev_minor;
+	unsigned long ino;
+	struct alias *fork_copy; /* made before fork(), placed in the parent after */
+};
+
+/* Sorted by start, disjoint.  Patch lock. */
+static struct alias *alias;
+static size_t nr_alias, cap_alias;
+/* nr_alias for readers without the lock (stats). */
+static atomic_ulong nr_alias_pub;
+
+static struct alias *find(unsigned long addr)
+{
+	size_t lo = 0, hi = nr_alias;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (addr < alias[mid].start)
+			hi = mid;
+		else if (addr >= alias[mid].end)
+			lo = mid + 1;
+		else
+			return &alias[mid];
+	}
+	return NULL;
+}
+
+uint8_t *pki_alias_addr(unsigned long addr)
+{
+	struct alias *a = find(addr);
+
+	return a ? a->rw + (addr - a->start) : NULL;
+}
+
+unsigned long pki_alias_count(void)
+{
+	return atomic_load_explicit(&nr_alias_pub, memory_order_relaxed);
+}
+
+static void memfd_discard(struct alias *a);
+
+static void drop(struct alias *a)
+{
+	memfd_discard(a);
+	memmove(a, a + 1, (size_t)(alias + nr_alias - (a + 1)) * sizeof(*a));
+	nr_alias--;
+	atomic_store_explicit(&nr_alias_pub, nr_alias, memory_order_relaxed);
+}
+
+/*
+ * Steps 1-3 above for [start, start + len) with protection @prot, copying
+ * from @src (the text itself, or an alias).  On success fills @a, whose
+ * memfd is not the text yet.
+ */
+static int memfd_copy(unsigned long start, size_t len, int prot, const char *name,
+		      const uint8_t *src, struct alias *a)
+{
+	struct iovec local, remote = {.iov_base = (void *)src, .iov_len = len};
+	char mname[200];
+	struct stat st;
+	uint8_t *rw, *probe;
+	int fd, err;
+
+	snprintf(mname, sizeof(mname), "probekit:%s", name ? name : "");
+	fd = memfd_create(mname, MFD_CLOEXEC | MFD_EXEC);
+	if (fd < 0 && errno == EINVAL)
+		fd = memfd_create(mname, MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) || fstat(fd, &st)) {
+		err = -errno;
+		goto close_fd;
+	}
+	rw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (rw == MAP_FAILED) {
+		err = -errno;
+		goto close_fd;
+	}
+	local = (struct iovec){.iov_base = rw, .iov_len = len};
+	if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)len) {
+		err = errno ? -errno : -EFAULT;
+		goto unmap_rw;
+	}
+	probe = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+	if (probe == MAP_FAILED) {
+		err = -errno;
+		goto unmap_rw;
+	}
+	munmap(probe, len);
+	*a = (struct alias){.start = start,
+			    .name = strdup(name ? name : ""),
+			    .end = start + len,
+			    .rw = rw,
+			    .fd = fd,
+			    .prot = prot,
+			    .dev_major = major(st.st_dev),
+			    .dev_minor = minor(st.st_dev),
+			    .ino = st.st_ino};
+	return 0;
+
+unmap_rw:
+	munmap(rw, len);
+close_fd:
+	close(fd);
+	return err;
+}
+
+static void memfd_discard(struct alias *a)
+{
+	munmap(a->rw, a->end - a->start);
+	close(a->fd);
+	free(a->name);
+}
+
+/* Step 4: @a's memfd becomes the text.  On failure @a is left as it was. */
+static int memfd_place(const struct alias *a)
+{
+	if (mmap((void *)a->start, a->end - a->start, a->prot, MAP_SHARED | MAP_FIXED, a->fd, 0) ==
+	    MAP_FAILED)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Is @m (part of) our memfd mapped where we put it?  The inode is unique to
+ * our memfd and we map it nowhere else executable, so a mapping inside the
+ * alias's range with that device and inode is ours even if someone split
+ * the VMA (mprotect of a part).
+ */
+static bool is_ours(const struct alias *a, const struct pki_map *m)
+{
+	return m->start >= a->start && m->end <= a->end && m->shared &&
+	       m->dev_major == a->dev_major && m->dev_minor == a->dev_minor && m->ino == a->ino;
+}
+
+/* Step 2b: 0 if the copy @rw of file mapping @m holds no foreign INT3. */
+static int foreign_int3(const struct pki_map *m, const char *name, const uint8_t *rw)
+{
+	size_t len = m->end - m->start, done = 0, i;
+	const size_t chunk = 65536;
+	char path[64];
+	struct stat st;
+	uint8_t *buf = NULL;
+	int fd, err = 0;
+
+	if (!m->ino)
+		return 0; /* anonymous: no file to compare with, no uprobes */
+	snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", m->start, m->end);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && name && name[0] == '/')
+		fd = open(name, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	buf = malloc(chunk);
+	if (!buf) {
+		err = -ENOMEM;
+		goto close_fd;
+	}
+	if (fstat(fd, &st) || st.st_ino != m->ino || major(st.st_dev) != m->dev_major ||
+	    minor(st.st_dev) != m->dev_minor) {
+		err = -ESTALE;
+		goto close_fd;
+	}
+	while (done < len) {
+		size_t want = len - done < chunk ? len - done : chunk;
+		ssize_t r = pread(fd, buf, want, (off_t)(m->offset + done));
+
+		if (r < 0) {
+			err = -errno;
+			goto close_fd;
+		}
+		if (r == 0)
+			break; /* past the end of the file: zeros in memory */
+		for (i = 0; i < (size_t)r; i++) {
+			if (rw[done + i] == PKI_INSN_INT3 && buf[i] != PKI_INSN_INT3) {
+				pki_debug("text alias %#lx-%#lx (%s): INT3 at %#lx not in the "
+					  "file (uprobe or debugger breakpoint?)\n",
+					  m->start, m->end, name ? name : "", m->start + done + i);
+				err = -EBUSY;
+				goto close_fd;
+			}
+		}
+		done += (size_t)r;
+	}
+close_fd:
+	free(buf);
+	close(fd);
+	return err;
+}
+
+int pki_alias_get(const struct pki_map *m, const char *name, bool create)
+{
+	struct alias *a, na;
+	size_t i, len = m->end - m->start;
+	int err;
+
+	a = find(m->start);
+	if (a && is_ours(a, m))
+		return 1;
+	/* (If @m is our memfd but no alias covers it, it cannot be aliased again.) */
+	/* Whatever overlaps @m is stale: the kernel says something else is there. */
+	for (i = 0; i < nr_alias;) {
+		if (alias[i].start < m->end && m->start < alias[i].end) {
+			pki_debug("text alias %#lx-%#lx: mapping replaced, alias dropped\n",
+				  alias[i].start, alias[i].end);
+			drop(&alias[i]);
+		} else {
+			i++;
+		}
+	}
+	if (!create || m->shared || (m->prot & PROT_WRITE) ||
+	    (m->prot & (PROT_READ | PROT_EXEC)) != (PROT_READ | PROT_EXEC) || !len ||
+	    len > PKI_ALIAS_MAX_LEN)
+		return 0;
+	if (nr_alias == cap_alias) {
+		size_t cap = cap_alias ? 2 * cap_alias : 16;
+		struct alias *bigger = realloc(alias, cap * sizeof(*alias));
+
+		if (!bigger)
+			return -ENOMEM;
+		alias = bigger;
+		cap_alias = cap;
+	}
+	err = memfd_copy(m->start, len, m->prot, name, (const uint8_t *)m->start, &na);
+	if (!err) {
+		err = foreign_int3(m, name, na.rw);
+		if (!err)
+			err = memfd_place(&na);
+		if (err)
+			memfd_discard(&na);
+	}
+	if (err) {
+		pki_debug("text alias %#lx-%#lx (%s): not made: %s\n", m->start, m->end,
+			  name ? name : "", pki_errstr(err));
+		return err;
+	}
+	for (i = 0; i < nr_alias && alias[i].start < na.start; i++)
+		;
+	memmove(&alias[i + 1], &alias[i], (nr_alias - i) * sizeof(*alias));
+	alias[i] = na;
+	nr_alias++;
+	atomic_store_explicit(&nr_alias_pub, nr_alias, memory_order_relaxed);
+	pki_debug("text alias %#lx-%#lx (%s): writable view at %p\n", na.start, na.end,
+		  name ? name : "", (void *)na.rw);
+	return 1;
+}
+
+/*
+ * The copies are made BEFORE fork(), with the patch lock held: once the child
+ * runs it may patch the old memfd at once, so a copy made after fork() could
+ * pick up the child's patches.  Each alias gets its copy in fork_copy.
+ */
+int pki_alias_fork_prepare(void)
+{
+	size_t i;
+	int err;
+
+	for (i = 0; i < nr_alias; i++) {
+		struct alias *a = &alias[i], *c = malloc(sizeof(*c));
+
+		if (!c)
+			return -ENOMEM;
+		err = memfd_copy(a->start, a->end - a->start, a->prot, a->name, a->rw, c);
+		if (err) {
+			free(c);
+			return err;
+		}
+		a->fork_copy = c;
+	}
+	return 0;
+}
+
+static void fork_copy_free(struct alias *a)
+{
+	if (!a->fork_copy)
+		return;
+	memfd_discard(a->fork_copy);
+	free(a->fork_copy);
+	a->fork_copy = NULL;
+}
+
+int pki_alias_fork_parent(void)
+{
+	int err = 0;
+	size_t i;
+
+	for (i = 0; i < nr_alias; i++) {
+		struct alias *a = &alias[i], *c = a->fork_copy;
+
+		if (!c || (err = memfd_place(c))) {
+			if (!err)
+				err = -ENOMEM;
+			pki_warn("text alias %#lx-%#lx: cannot unshare from the forked child: "
+				 "%s\n",
+				 a->start, a->end, pki_errstr(err));
+			break;
+		}
+		memfd_discard(a);
+		*a = *c;
+		a->fork_copy = NULL;
+		free(c);
+	}
+	for (; i < nr_alias; i++)
+		fork_copy_free(&alias[i]);
+	return err;
+}
+
+void pki_alias_fork_child(void)
+{
+	size_t i;
+
+	/* The child keeps the memfds it inherited; the copies are the parent's. */
+	for (i = 0; i < nr_alias; i++)
+		fork_copy_free(&alias[i]);
+}

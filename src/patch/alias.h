@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Text aliases: a second, writable and never executable, view of the pages
+ * of an executable mapping, so the patcher can store into live text without
+ * mprotect() and without a system call per write (see alias.c for how the
+ * alias is made and what it costs).  Everything here runs with the patch
+ * lock held; nothing is called from a signal handler.
+ */
+#ifndef PK_PATCH_ALIAS_H
+#define PK_PATCH_ALIAS_H
+
+#include <stdint.h>
+
+#include "patch/maps.h"
+
+/* Largest executable mapping given an alias (its bytes are copied once). */
+#define PKI_ALIAS_MAX_LEN (256ul << 20)
+
+/*
+ * Make sure the mapping @m (fresh from the kernel, this batch) has a live
+ * alias: keep the one that already covers it if @m is still our memfd,
+ * forget one that went stale (the object was unmapped, e.g. dlclose, and
+ * something else is mapped there now), or create one if @create.  @name is
+ * the mapping's name for the memfd (may be NULL).  Returns 1 with an alias,
+ * 0 without one (not eligible, or @create false), or -errno of a failure
+ * that left the mapping as it was.
+ */
+int pki_alias_get(const struct pki_map *m, const char *name, bool create);
+
+/*
+ * Writable address of text byte @addr, or NULL if no alias covers it.  Only
+ * meaningful for addresses whose mapping pki_alias_get() accepted this batch.
+ */
+uint8_t *pki_alias_addr(unsigned long addr);
+
+/* Number of live aliases (for the stats; any thread, no lock). */
+unsigned long pki_alias_count(void);
+
+/*
+ * fork() support, from the patcher's pthread_atfork() handlers, patch lock
+ * held throughout: prepare copies every aliased mapping into a new memfd;
+ * in the parent, each copy then replaces the executable view, so the child
+ * keeps the old memfds to itself and neither sees the other's patches; the
+ * child drops the copies.  prepare and parent return 0 or -errno (if either
+ * fails the parent may still share text with the child: the caller latches
+ * patching off).
+ */
+int pki_alias_fork_prepare(void);
+int pki_alias_fork_parent(void);
+void pki_alias_fork_child(void);
+
+#endif /* PK_PATCH_ALIAS_H */

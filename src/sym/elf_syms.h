@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The symbol tables of one ELF file (through libelf): every defined function
+ * and data symbol with its link-time address and size, sorted by address,
+ * with lookups by name and by address.  Pure: reads the file, nothing else.
+ * The watch agent resolves SYMBOL[+OFF] with it and turns instruction
+ * addresses into function+offset; `probekit watch` checks SYMBOL against PROG
+ * before running it.  Safe on hostile input: a malformed file gives -ENOEXEC.
+ */
+#ifndef PK_SYM_ELF_SYMS_H
+#define PK_SYM_ELF_SYMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum pki_elf_sym_kind {
+	PKI_SYM_FUNC = 1, /* STT_FUNC */
+	PKI_SYM_OBJECT,	  /* STT_OBJECT, STT_COMMON, STT_NOTYPE with a size */
+	PKI_SYM_IFUNC,	  /* STT_GNU_IFUNC: the value is the resolver */
+	PKI_SYM_TLS,	  /* STT_TLS: the value is an offset in the TLS block */
+};
+
+struct pki_elf_sym {
+	uint64_t value; /* link-time address (offset from the base for ET_DYN) */
+	uint64_t size;
+	const char *name; /* owned by the pki_elf_syms */
+	enum pki_elf_sym_kind kind;
+};
+
+struct pki_elf_syms {
+	struct pki_elf_sym *syms; /* sorted by value; .symtab and .dynsym merged */
+	size_t n;
+	const struct pki_elf_sym **by_name; /* sorted by strcmp */
+	char *strings;			    /* every name, one allocation */
+	bool pic;			    /* ET_DYN */
+	bool interp;			    /* has PT_INTERP: dynamically linked program */
+};
+
+/*
+ * Fill @out from the ELF file open on @fd (pread; the offset is not used).
+ * Returns 0, -ENOEXEC (not ELF64 x86-64 ET_EXEC/ET_DYN, or malformed) or
+ * -ENOMEM.  On error @out is empty.  A file without symbols gives n == 0.
+ */
+int pki_elf_syms_read(int fd, struct pki_elf_syms *out);
+
+/* Open @path and read it; also returns the errno of open(2). */
+int pki_elf_syms_read_path(const char *path, struct pki_elf_syms *out);
+
+void pki_elf_syms_free(struct pki_elf_syms *s);
+
+/*
+ * The symbol named @name, or NULL.  If several share it (static functions of
+ * different files), the lowest address with a nonzero size wins.
+ */
+const struct pki_elf_sym *pki_elf_syms_lookup(const struct pki_elf_syms *s, const char *name);
+
+/*
+ * The function or object containing link-time address @addr: value <= addr <
+ * value + size, or, for a sized-0 function, the nearest one below @addr.
+ * NULL if none.
+ */
+const struct pki_elf_sym *pki_elf_syms_find(const struct pki_elf_syms *s, uint64_t addr);
+
+/*
+ * The name closest to @name (edit distance at most 2, or a prefix/suffix
+ * match of a name at least 3 characters long), for "did you mean"; NULL if
+ * nothing is close.  @dist, if not NULL, gets the distance found (lower is
+ * closer) so callers can compare suggestions from several files.
+ */
+const char *pki_elf_syms_suggest(const struct pki_elf_syms *s, const char *name, int *dist);
+
+#endif /* PK_SYM_ELF_SYMS_H */

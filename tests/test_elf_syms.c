@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The ELF symbol reader (sym/elf_syms) on this test binary itself: lookups
+ * by name and address of known functions and objects, did-you-mean, and the
+ * forward decoder that finds the instruction before a trap address.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arch/x86_64/decode.h"
+#include "harness.h"
+#include "sym/elf_syms.h"
+
+long pkt_syms_counter = 1;
+static short pkt_syms_pair[2];
+
+__attribute__((noinline)) long pkt_syms_func(long x)
+{
+	pkt_syms_pair[x & 1]++;
+	return x * 3 + pkt_syms_counter;
+}
+
+static struct pki_elf_syms S;
+
+static void setup(void)
+{
+	ck_assert_int_eq(pki_elf_syms_read_path("/proc/self/exe", &S), 0);
+}
+
+static void teardown(void)
+{
+	pki_elf_syms_free(&S);
+}
+
+START_TEST(by_name)
+{
+	const struct pki_elf_sym *f = pki_elf_syms_lookup(&S, "pkt_syms_func");
+	const struct pki_elf_sym *c = pki_elf_syms_lookup(&S, "pkt_syms_counter");
+	const struct pki_elf_sym *p = pki_elf_syms_lookup(&S, "pkt_syms_pair");
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(f->kind, PKI_SYM_FUNC);
+	ck_assert_uint_gt(f->size, 0);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(c->kind, PKI_SYM_OBJECT);
+	ck_assert_uint_eq(c->size, sizeof(long));
+	ck_assert_ptr_nonnull(p); /* a static (local) object too */
+	ck_assert_uint_eq(p->size, 2 * sizeof(short));
+	ck_assert_ptr_null(pki_elf_syms_lookup(&S, "pkt_syms_nope"));
+	ck_assert(S.interp);
+}
+END_TEST
+
+START_TEST(by_address)
+{
+	const struct pki_elf_sym *f = pki_elf_syms_lookup(&S, "pkt_syms_func"), *g;
+
+	g = pki_elf_syms_find(&S, f->value + f->size - 1);
+	ck_assert_ptr_eq(g, f);
+	g = pki_elf_syms_find(&S, f->value);
+	ck_assert_ptr_eq(g, f);
+	g = pki_elf_syms_find(&S, pki_elf_syms_lookup(&S, "pkt_syms_counter")->value + 3);
+	ck_assert_str_eq(g->name, "pkt_syms_counter");
+}
+END_TEST
+
+START_TEST(suggest)
+{
+	int d;
+
+	ck_assert_str_eq(pki_elf_syms_suggest(&S, "pkt_syms_countr", &d), "pkt_syms_counter");
+	ck_assert_int_eq(d, 1);
+	ck_assert_ptr_null(pki_elf_syms_suggest(&S, "zzzzzzzzzzzzzzzzzzzzzzzz", &d));
+}
+END_TEST
+
+START_TEST(not_elf)
+{
+	struct pki_elf_syms t;
+	int fd = open("/proc/self/cmdline", O_RDONLY);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pki_elf_syms_read(fd, &t), -ENOEXEC);
+	ck_assert_uint_eq(t.n, 0);
+	close(fd);
+	ck_assert_int_eq(pki_elf_syms_read_path("/nonexistent", &t), -ENOENT);
+}
+END_TEST
+
+START_TEST(insn_prev)
+{
+	/* push %rbp; mov %rsp,%rbp; lock addq $1,0(%rip); pop %rbp; ret */
+	static const uint8_t code[] = {0x55, 0x48, 0x89, 0xe5, 0xf0, 0x48, 0x83, 0x05,
+				       0x00, 0x00, 0x00, 0x00, 0x01, 0x5d, 0xc3};
+	uint64_t prev = 0;
+
+	ck_assert_int_eq(pki_insn_prev(code, sizeof(code), 0x1000, 0x100d, &prev), 0);
+	ck_assert_uint_eq(prev, 0x1004); /* the locked add, not the pop after it */
+	ck_assert_int_eq(pki_insn_prev(code, sizeof(code), 0x1000, 0x1001, &prev), 0);
+	ck_assert_uint_eq(prev, 0x1000);
+	ck_assert_int_eq(pki_insn_prev(code, sizeof(code), 0x1000, 0x1006, &prev), -ENOENT);
+	ck_assert_int_eq(pki_insn_prev(code, sizeof(code), 0x1000, 0x1000, &prev), -ERANGE);
+	ck_assert_int_eq(pki_insn_prev(code, sizeof(code), 0x1000, 0x2000, &prev), -ERANGE);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("elf_syms");
+	TCase *tc = tcase_create("elf_syms");
+
+	pkt_syms_func(pkt_syms_counter);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, by_name);
+	tcase_add_test(tc, by_address);
+	tcase_add_test(tc, suggest);
+	tcase_add_test(tc, not_elf);
+	tcase_add_test(tc, insn_prev);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}

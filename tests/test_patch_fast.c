@@ -1,0 +1,656 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The single-store path of the patcher and the writable text aliases it
+ * needs (src/patch/poke.c, src/patch/alias.c): which sites take it (aligned
+ * non-sled sites) and which keep the INT3 protocol (sites straddling a
+ * 16-byte block, sleds), correctness while threads hammer a site flipped 100,000
+ * times, W^X as /proc/self/maps shows it, fork() after patching (parent and
+ * child patch independently), and dlclose() of a patched library.  Targets
+ * are assembly with known alignment; patched sites call stubs that count.
+ */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <probekit/probekit.h>
+
+#include "harness.h"
+#include "patch/maps.h"
+#include "patch/patch.h"
+
+unsigned long count_a, count_b;
+long fa_aligned(long a, long b);
+long fa_aligned2(long a, long b);
+long fa_straddle(long a, long b);
+long fa_endbr(long a, long b);
+long fa_sled(long a, long b);
+void fa_guard(void);
+void stub_a(void);
+void stub_b(void);
+/*
+ * fa_aligned(2) start a 16-byte block (site fits in it), fa_endbr's site
+ * follows an endbr64 (entry + 4, still inside), fa_straddle starts 12 bytes
+ * into one (its site crosses into the next), fa_sled holds gcc's five
+ * one-byte nops.
+ */
+__asm__(".text\n"
+	".balign 16\n"
+	".globl fa_aligned\n.type fa_aligned,@function\n"
+	"fa_aligned:\n"
+	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+	"	lea (%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_aligned, .-fa_aligned\n"
+	".balign 16\n"
+	".globl fa_aligned2\n.type fa_aligned2,@function\n"
+	"fa_aligned2:\n"
+	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+	"	lea 1(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_aligned2, .-fa_aligned2\n"
+	".balign 16\n"
+	".globl fa_endbr\n.type fa_endbr,@function\n"
+	"fa_endbr:\n"
+	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n"
+	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+	"	lea 4(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_endbr, .-fa_endbr\n"
+	".balign 16\n"
+	"	.fill 12, 1, 0x90\n"
+	".globl fa_straddle\n.type fa_straddle,@function\n"
+	"fa_straddle:\n"
+	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+	"	lea 2(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_straddle, .-fa_straddle\n"
+	".balign 16\n"
+	".globl fa_sled\n.type fa_sled,@function\n"
+	"fa_sled:\n"
+	"	.byte 0x90, 0x90, 0x90, 0x90, 0x90\n"
+	"	lea 3(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_sled, .-fa_sled\n"
+	".globl fa_guard\n.type fa_guard,@function\n"
+	"fa_guard:\n"
+	"	ret\n"
+	"	.byte 0x90\n"
+	".size fa_guard, .-fa_guard\n"
+	".globl stub_a\n.type stub_a,@function\n"
+	"stub_a:\n"
+	"	lock incq count_a(%rip)\n"
+	"	ret\n"
+	".size stub_a, .-stub_a\n"
+	".globl stub_b\n.type stub_b,@function\n"
+	"stub_b:\n"
+	"	lock incq count_b(%rip)\n"
+	"	ret\n"
+	".size stub_b, .-stub_b\n");
+
+static long (*volatile f_aligned)(long, long) = fa_aligned;
+static long (*volatile f_aligned2)(long, long) = fa_aligned2;
+static long (*volatile f_straddle)(long, long) = fa_straddle;
+static long (*volatile f_endbr)(long, long) = fa_endbr;
+static long (*volatile f_sled)(long, long) = fa_sled;
+
+static unsigned long count(unsigned long *c)
+{
+	return __atomic_load_n(c, __ATOMIC_SEQ_CST);
+}
+
+static unsigned long site_of(const void *fn)
+{
+	static const uint8_t endbr64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
+
+	return (unsigned long)fn + (memcmp(fn, endbr64, 4) ? 0 : 4);
+}
+
+/* A poke from @fn's current bytes to a call of @stub, or to @off if NULL. */
+static struct pki_poke poke_to(const void *fn, void (*stub)(void), const uint8_t *off)
+{
+	struct pki_poke p = {.addr = site_of(fn)};
+
+	memcpy(p.old, (const void *)p.addr, PKI_SITE_LEN);
+	if (stub)
+		ck_assert_int_eq(pki_insn_call(p.new, p.addr, (unsigned long)stub), 0);
+	else
+		memcpy(p.new, off, PKI_SITE_LEN);
+	return p;
+}
+
+static struct pki_poke_stats stats(void)
+{
+	struct pki_poke_stats st;
+
+	pki_text_poke_stats(&st);
+	return st;
+}
+
+static void setup(void)
+{
+	pk_set_print(pk_print_stderr);
+	count_a = count_b = 0;
+}
+
+START_TEST(fast_path_for_aligned_nop5)
+{
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+	struct pki_poke_stats st;
+
+	ck_assert(pki_insn_single_store_ok(p.addr, p.old));
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	st = stats();
+	ck_assert_uint_eq(st.fast, 1);
+	ck_assert_uint_eq(st.batches, 1);
+	ck_assert_uint_eq(st.aliases, 1);
+	ck_assert_mem_eq((void *)p.addr, p.new, PKI_SITE_LEN);
+	ck_assert_int_eq(f_aligned(40, 2), 42);
+	ck_assert_uint_eq(count(&count_a), 1);
+
+	/* call -> call, then back to the nop: one store each. */
+	p = poke_to(fa_aligned, stub_b, NULL);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_aligned(1, 2), 3);
+	ck_assert_uint_eq(count(&count_b), 1);
+	p = poke_to(fa_aligned, NULL, pki_nop5);
+	ck_assert_int_eq(pki_text_poke_batch_flags(&p, 1, PKI_POKE_LAZY), 0);
+	ck_assert_int_eq(pki_text_sync(), 0);
+	ck_assert_mem_eq((void *)p.addr, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(f_aligned(1, 2), 3);
+	ck_assert_uint_eq(count(&count_a) + count(&count_b), 2);
+	st = stats();
+	ck_assert_uint_eq(st.fast, 3);
+	ck_assert_uint_eq(st.emulated + st.restarted, 0);
+	ck_assert(!pki_text_poke_dead());
+}
+END_TEST
+
+START_TEST(fast_path_after_endbr64)
+{
+	struct pki_poke p = poke_to(fa_endbr, stub_a, NULL);
+
+	ck_assert_uint_eq(p.addr & 15, 4);
+	ck_assert(pki_insn_single_store_ok(p.addr, p.old));
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 1);
+	ck_assert_int_eq(f_endbr(1, 1), 6);
+	ck_assert_uint_eq(count(&count_a), 1);
+	p = poke_to(fa_endbr, NULL, pki_nop5);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 2);
+	ck_assert_int_eq(f_endbr(1, 1), 6);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_uint_eq(stats().emulated, 0);
+}
+END_TEST
+
+START_TEST(straddling_site_keeps_int3)
+{
+	struct pki_poke p = poke_to(fa_straddle, stub_a, NULL), q;
+
+	ck_assert_uint_eq(p.addr & 15, 12);
+	ck_assert(!pki_insn_single_store_ok(p.addr, p.old));
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_uint_eq(stats().batches, 1);
+	ck_assert_int_eq(f_straddle(1, 1), 4);
+	ck_assert_uint_eq(count(&count_a), 1);
+
+	/* One straddling site puts the whole batch on the INT3 protocol. */
+	p = poke_to(fa_straddle, NULL, pki_nop5);
+	q = poke_to(fa_aligned, stub_b, NULL);
+	struct pki_poke both[2] = {p, q};
+
+	ck_assert_int_eq(pki_text_poke_batch(both, 2), 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_int_eq(f_straddle(1, 1) + f_aligned(1, 1), 6);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_uint_eq(count(&count_b), 1);
+	/* Written through the alias: the text was never made writable. */
+	ck_assert_uint_eq(stats().aliases, 1);
+}
+END_TEST
+
+START_TEST(sled_keeps_int3_then_comes_back_as_nop5)
+{
+	uint8_t off[PKI_SITE_LEN];
+	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
+
+	pki_insn_site_off(off, p.old);
+	ck_assert_mem_eq(off, pki_nop5, PKI_SITE_LEN);
+	ck_assert(!pki_insn_single_store_ok(p.addr, p.old));
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+
+	/* call -> nop5 and every later cycle: single stores. */
+	p = poke_to(fa_sled, NULL, off);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 1);
+	ck_assert_mem_eq((void *)p.addr, pki_nop5, PKI_SITE_LEN);
+	p = poke_to(fa_sled, stub_b, NULL);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 2);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_uint_eq(count(&count_b), 1);
+
+	/* Other bytes keep theirs. */
+	pki_insn_site_off(off, pki_nop5);
+	ck_assert_mem_eq(off, pki_nop5, PKI_SITE_LEN);
+}
+END_TEST
+
+static enum pki_poke_stage fail_at;
+static bool failed;
+
+static int fail_hook(enum pki_poke_stage stage)
+{
+	if (stage != fail_at || failed)
+		return 0;
+	failed = true;
+	return -EIO;
+}
+
+START_TEST(fast_failure_rolls_back)
+{
+	struct pki_poke p[2] = {poke_to(fa_aligned, stub_a, NULL),
+				poke_to(fa_aligned2, stub_b, NULL)};
+
+	pki_text_poke_hook = fail_hook;
+	fail_at = PKI_POKE_AFTER_STORE;
+	ck_assert_int_eq(pki_text_poke_batch(p, 2), -EIO);
+	ck_assert_mem_eq((void *)p[0].addr, pki_nop5, PKI_SITE_LEN);
+	ck_assert_mem_eq((void *)p[1].addr, pki_nop5, PKI_SITE_LEN);
+	ck_assert(!pki_text_poke_dead());
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_int_eq(f_aligned(1, 1) + f_aligned2(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a) + count(&count_b), 0);
+
+	ck_assert_int_eq(pki_text_poke_batch(p, 2), 0);
+	ck_assert_int_eq(f_aligned(1, 1) + f_aligned2(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a) + count(&count_b), 2);
+}
+END_TEST
+
+START_TEST(fast_mismatch_latches_off)
+{
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+
+	p.old[4] = 0x08; /* clang's nop5: not what is there */
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), -EILSEQ);
+	ck_assert(pki_text_poke_dead());
+	ck_assert_mem_eq((void *)p.addr, pki_nop5, PKI_SITE_LEN);
+	p = poke_to(fa_aligned, stub_a, NULL);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), -ECANCELED);
+}
+END_TEST
+
+/*
+ * A breakpoint somebody else put in the text (a debugger's or a uprobe's
+ * INT3, written like ptrace does: a forced write through /proc/self/mem)
+ * must not be copied into a memfd, where it would no longer be theirs.
+ */
+static void force_byte(unsigned long addr, uint8_t b)
+{
+	int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)addr), 1);
+	close(fd);
+}
+
+START_TEST(foreign_int3_prevents_alias)
+{
+	unsigned long guard = (unsigned long)fa_guard + 1; /* never executed */
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+
+	force_byte(guard, 0xcc);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().aliases, 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+	ck_assert_uint_eq(count(&count_a), 1);
+
+	/* Breakpoint gone: the next batch makes the alias. */
+	force_byte(guard, 0x90);
+	p = poke_to(fa_aligned, NULL, pki_nop5);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().aliases, 1);
+	ck_assert_uint_eq(stats().fast, 1);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+	ck_assert_uint_eq(count(&count_a), 1);
+}
+END_TEST
+
+START_TEST(no_alias_falls_back)
+{
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+	struct pki_maps maps;
+	const struct pki_map *m;
+
+	pki_text_poke_disable = PKI_POKE_NO_ALIAS;
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_uint_eq(stats().aliases, 0);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_int_eq(pki_maps_read(&maps), 0);
+	m = pki_maps_find(&maps, p.addr);
+	ck_assert_ptr_nonnull(m);
+	ck_assert(!m->shared);
+	ck_assert(!(m->prot & PROT_WRITE));
+	pki_maps_free(&maps);
+}
+END_TEST
+
+/* PROBEKIT_TEXT_ALIAS=0 (read at the first batch) keeps text on its file. */
+START_TEST(env_disables_alias)
+{
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+	struct pki_maps maps;
+	const struct pki_map *m;
+
+	ck_assert_int_eq(setenv("PROBEKIT_TEXT_ALIAS", "0", 1), 0);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().aliases, 0);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_int_eq(pki_maps_read(&maps), 0);
+	m = pki_maps_find(&maps, p.addr);
+	ck_assert_ptr_nonnull(m);
+	ck_assert(!m->shared);
+	pki_maps_free(&maps);
+}
+END_TEST
+
+/* --- W^X, as the kernel reports it ----------------------------------------- */
+
+START_TEST(wx_in_proc_maps)
+{
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+	char line[4096], *name;
+	unsigned long lo, hi, site = p.addr;
+	int exec_view = 0, alias_view = 0;
+	FILE *f;
+
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	f = fopen("/proc/self/maps", "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		char perm[5];
+
+		ck_assert_int_eq(sscanf(line, "%lx-%lx %4s", &lo, &hi, perm), 3);
+		/* Nothing anywhere is writable and executable. */
+		ck_assert_msg(!(perm[1] == 'w' && perm[2] == 'x'), "W+X: %s", line);
+		name = strstr(line, "/memfd:probekit:");
+		if (site >= lo && site < hi) {
+			ck_assert_str_eq(perm, "r-xs");
+			ck_assert_msg(name, "site mapping: %s", line);
+			exec_view++;
+		} else if (name) {
+			ck_assert_str_eq(perm, "rw-s");
+			alias_view++;
+		}
+	}
+	fclose(f);
+	ck_assert_int_eq(exec_view, 1);
+	ck_assert_int_eq(alias_view, 1);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+}
+END_TEST
+
+/* --- fork ------------------------------------------------------------------ */
+
+static void expect_call(unsigned long site, void (*stub)(void))
+{
+	uint8_t want[PKI_SITE_LEN];
+
+	ck_assert_int_eq(pki_insn_call(want, site, (unsigned long)stub), 0);
+	ck_assert_mem_eq((void *)site, want, PKI_SITE_LEN);
+}
+
+START_TEST(fork_parent_and_child_independent)
+{
+	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);
+	int to_child[2], to_parent[2], status;
+	char c = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(pipe(to_child), 0);
+	ck_assert_int_eq(pipe(to_parent), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		/* Child: exit status says which check failed. */
+		uint8_t call_a[PKI_SITE_LEN];
+
+		close(to_child[1]);
+		close(to_parent[0]);
+		pki_insn_call(call_a, p.addr, (unsigned long)stub_a);
+		if (memcmp((void *)p.addr, call_a, PKI_SITE_LEN) || f_aligned(2, 2) != 4 ||
+		    count(&count_a) != 1)
+			_exit(10);
+		p = poke_to(fa_aligned, NULL, pki_nop5);
+		if (pki_text_poke_batch(&p, 1))
+			_exit(11);
+		if (f_aligned(2, 2) != 4 || count(&count_a) != 1)
+			_exit(12);
+		if (write(to_parent[1], &c, 1) != 1 || read(to_child[0], &c, 1) != 1)
+			_exit(13);
+		/* The parent retargeted its site meanwhile: not ours. */
+		if (memcmp((void *)p.addr, pki_nop5, PKI_SITE_LEN) || f_aligned(2, 2) != 4 ||
+		    count(&count_a) != 1 || count(&count_b) != 0)
+			_exit(14);
+		_exit(0);
+	}
+	close(to_child[0]);
+	close(to_parent[1]);
+	if (read(to_parent[0], &c, 1) != 1) {
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_abort_msg("child died early: status %#x", status);
+	}
+	/* The child put its nop back: the parent still calls stub_a. */
+	expect_call(p.addr, stub_a);
+	ck_assert_int_eq(f_aligned(2, 2), 4);
+	ck_assert_uint_eq(count(&count_a), 1); /* the child's call was its own */
+	p = poke_to(fa_aligned, stub_b, NULL);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(write(to_child[1], &c, 1), 1);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	expect_call(p.addr, stub_b);
+	ck_assert_int_eq(f_aligned(2, 2), 4);
+	ck_assert_uint_eq(count(&count_b), 1);
+	ck_assert(!pki_text_poke_dead());
+	ck_assert_uint_eq(stats().aliases, 1);
+}
+END_TEST
+
+/* --- dlclose --------------------------------------------------------------- */
+
+/*
+ * A counting stub within rel32 reach of @near (a library far from this
+ * program's text): movabs $count_a, %rax; lock incq (%rax); ret.  %rax is
+ * free at a function entry (not variadic).
+ */
+static void (*stub_near(unsigned long near))(void)
+{
+	uint8_t code[] = {0x48, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0xf0, 0x48, 0xff, 0x00, 0xc3};
+	unsigned long try, where = (unsigned long)&count_a;
+	void *page = MAP_FAILED;
+
+	memcpy(code + 2, &where, 8);
+	for (try = 1; try < 512 && page == MAP_FAILED; try++) {
+		unsigned long hint = ((near & ~0xffffful) - try * 0x100000ul);
+
+		page = mmap((void *)hint, 4096, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	}
+	ck_assert_ptr_ne(page, MAP_FAILED);
+	memcpy(page, code, sizeof(code));
+	ck_assert_int_eq(mprotect(page, 4096, PROT_READ | PROT_EXEC), 0);
+	return (void (*)(void))page;
+}
+
+START_TEST(dlclose_of_patched_library)
+{
+	int (*one)(int);
+	struct pki_poke p;
+	unsigned long old_site;
+	void *h;
+	int round;
+
+	for (round = 0; round < 2; round++) {
+		h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
+		ck_assert_msg(h, "dlopen: %s", dlerror());
+		one = (int (*)(int))dlsym(h, "pkt_dl_one");
+		ck_assert_ptr_nonnull(one);
+		/* A fresh copy of the library: the file's own sled, unpatched. */
+		p = poke_to((void *)one, stub_near((unsigned long)one), NULL);
+		ck_assert_mem_eq(p.old, pki_nop1x5, PKI_SITE_LEN);
+		ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+		ck_assert_int_eq(one(1), 2);
+		ck_assert_uint_eq(count(&count_a), (unsigned long)round + 1);
+		old_site = p.addr;
+		ck_assert_int_eq(dlclose(h), 0);
+		/* Unmapped now (unless something else moved in): refused, no crash. */
+		if (!dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_NOLOAD)) {
+			struct pki_maps maps;
+			bool mapped;
+
+			ck_assert_int_eq(pki_maps_read(&maps), 0);
+			mapped = pki_maps_find(&maps, old_site);
+			pki_maps_free(&maps);
+			if (!mapped) {
+				p = (struct pki_poke){.addr = old_site};
+				memcpy(p.old, pki_nop5, PKI_SITE_LEN);
+				memcpy(p.new, pki_nop5, PKI_SITE_LEN);
+				ck_assert_int_eq(pki_text_poke_batch(&p, 1), -EINVAL);
+			}
+		}
+	}
+	ck_assert(!pki_text_poke_dead());
+	/* The stale alias of the first copy was dropped for the second one. */
+	ck_assert_uint_le(stats().aliases, 2);
+	ck_assert_int_eq(f_aligned(1, 1), 2);
+}
+END_TEST
+
+/* --- threads hammering a site flipped 100,000 times -------------------------- */
+
+#define WORKERS 4
+#define FLIPS	100000
+
+static atomic_bool stop, wrong;
+static unsigned long calls[WORKERS];
+
+static void *worker(void *arg)
+{
+	long id = (long)arg, i;
+	unsigned long n = 0;
+
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		for (i = 0; i < 64; i++) {
+			if (f_aligned(i, 1) != i + 1 || f_straddle(i, 1) != i + 3 ||
+			    f_sled(i, 1) != i + 4)
+				atomic_store(&wrong, true);
+		}
+		n += 3 * 64;
+	}
+	calls[id] = n;
+	return NULL;
+}
+
+START_TEST(stress_flip_under_fire)
+{
+	unsigned long total = 0, hits, fast_before;
+	struct pki_poke_stats st;
+	pthread_t t[WORKERS];
+	uint8_t sled_off[PKI_SITE_LEN];
+	long i;
+
+	pki_insn_site_off(sled_off, pki_nop1x5);
+	for (i = 0; i < WORKERS; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, worker, (void *)i), 0);
+	fast_before = stats().fast;
+	for (i = 0; i < FLIPS; i++) {
+		/* attach (alternating stubs), detach; every other pair lazy */
+		unsigned int flags = i & 2 ? PKI_POKE_LAZY : 0;
+		struct pki_poke p = poke_to(fa_aligned, i & 1 ? stub_b : stub_a, NULL);
+
+		ck_assert_int_eq(pki_text_poke_batch_flags(&p, 1, flags), 0);
+		p = poke_to(fa_aligned, NULL, pki_nop5);
+		ck_assert_int_eq(pki_text_poke_batch_flags(&p, 1, flags), 0);
+		if (i % 500 == 0) {
+			/* INT3 batches in between: the straddling site and the sled */
+			struct pki_poke q[2] = {poke_to(fa_straddle, stub_a, NULL),
+						poke_to(fa_sled, stub_b, NULL)};
+
+			ck_assert_int_eq(pki_text_poke_batch(q, 2), 0);
+			q[0] = poke_to(fa_straddle, NULL, pki_nop5);
+			q[1] = poke_to(fa_sled, NULL, i % 1000 ? sled_off : pki_nop1x5);
+			ck_assert_int_eq(pki_text_poke_batch(q, 2), 0);
+		}
+	}
+	atomic_store(&stop, true);
+	for (i = 0; i < WORKERS; i++) {
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+		total += calls[i];
+	}
+	ck_assert(!atomic_load(&wrong));
+	ck_assert(!pki_text_poke_dead());
+	ck_assert_int_eq(pki_text_sync(), 0);
+	hits = count(&count_a) + count(&count_b);
+	ck_assert_uint_le(hits, total);
+	/* Detached: no stub runs any more. */
+	ck_assert_int_eq(f_aligned(1, 1) + f_straddle(1, 1) + f_sled(1, 1), 2 + 4 + 5);
+	ck_assert_uint_eq(count(&count_a) + count(&count_b), hits);
+	ck_assert_mem_eq((void *)site_of(fa_aligned), pki_nop5, PKI_SITE_LEN);
+	st = stats();
+	/* Every nop5 <-> call flip took the single-store path. */
+	ck_assert_uint_ge(st.fast - fast_before, 2 * FLIPS);
+	printf("stress: %d flips, %lu calls, %lu stub hits, %lu fast batches, %lu emulated, "
+	       "%lu restarted, %lu sled moves\n",
+	       FLIPS, total, hits, st.fast, st.emulated, st.restarted, st.sled_moves);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("patch_fast");
+	TCase *tc = tcase_create("fast");
+	TCase *stress = tcase_create("stress");
+
+	pk_test_require_membarrier_sync_core();
+	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_test(tc, fast_path_for_aligned_nop5);
+	tcase_add_test(tc, fast_path_after_endbr64);
+	tcase_add_test(tc, straddling_site_keeps_int3);
+	tcase_add_test(tc, sled_keeps_int3_then_comes_back_as_nop5);
+	tcase_add_test(tc, fast_failure_rolls_back);
+	tcase_add_test(tc, fast_mismatch_latches_off);
+	tcase_add_test(tc, no_alias_falls_back);
+	tcase_add_test(tc, env_disables_alias);
+	tcase_add_test(tc, foreign_int3_prevents_alias);
+	tcase_add_test(tc, wx_in_proc_maps);
+	tcase_add_test(tc, fork_parent_and_child_independent);
+	tcase_add_test(tc, dlclose_of_patched_library);
+	suite_add_tcase(s, tc);
+
+	tcase_add_checked_fixture(stress, setup, NULL);
+	tcase_set_timeout(stress, 120);
+	tcase_add_test(stress, stress_flip_under_fire);
+	suite_add_tcase(s, stress);
+	return pk_test_run(s);
+}

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# probekit watch against tests/targets/watch_target (4 threads x 5 calls of
+# bump(), each one locked write to `counter`): the hits reported, --count,
+# and PROG's stdout, exit status and death by signal unchanged; the errors.
+#
+# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET
+set -uo pipefail
+pk=$1 target=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Sanitizer builds: their runtime must be preloaded before the agent.
+# The target prints how many LD_PRELOAD/PROBEKIT_ variables it sees: the
+# user's LD_PRELOAD only, never the agent's.
+nenv=0
+if [[ -n ${PKT_SAN_PRELOAD:-} ]]; then export LD_PRELOAD=$PKT_SAN_PRELOAD nenv=1; else unset LD_PRELOAD; fi
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() {
+	echo "FAIL: $*"
+	for f in out err rep; do
+		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -40; }
+	done
+	fail=$((fail + 1))
+}
+
+# run ARGS...: probekit watch ARGS, stdout to out, stderr to err; sets rc.
+run() {
+	"$pk" watch "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+}
+# count REGEX FILE
+count() { grep -Ec -- "$1" "$2"; }
+
+# The reported instruction is the locked add itself (x86 traps after it: the
+# agent decodes bump from its start to find it), at its offset in objdump.
+dis=$(objdump -d --no-show-raw-insn "$target" | sed -n '/<bump>:$/,/^$/p')
+bump_at=$(sed -n '1s/^0*\([0-9a-f]*\) .*/\1/p' <<<"$dis")
+lock_at=$(grep -m1 lock <<<"$dis" | sed 's/^ *\([0-9a-f]*\):.*/\1/')
+lock_off=
+[[ -n $bump_at && -n $lock_at ]] && lock_off=$(printf '0x%x' $((0x$lock_at - 0x$bump_at)))
+[[ -n $lock_off ]] || { echo "cannot find the locked add in bump (objdump)"; exit 1; }
+hit_w='^ +[0-9]+\.[0-9]{6} tid [0-9]+ write counter: -?[0-9]+( \(0x[0-9a-f]+\))? -> -?[0-9]+( \(0x[0-9a-f]+\))? at bump\+'$lock_off'$'
+hit_x='^ +[0-9]+\.[0-9]{6} tid [0-9]+ exec bump\+0x0$'
+
+"$target" 3 >"$tmp/plain.out" 2>"$tmp/plain.err"
+plain_rc=$?
+[[ $plain_rc -eq 3 ]] && grep -qx "counter=20 env=$nenv" "$tmp/plain.out" ||
+	bad "target alone: rc $plain_rc"
+
+# Every write, by the four workers, PROG's stdout and status untouched.
+run counter -- "$target" 3
+n=$(count "$hit_w" "$tmp/err")
+tids=$(grep -E "$hit_w" "$tmp/err" | awk '{print $3}' | sort -u | wc -l)
+if [[ $rc -eq 3 && $n -eq 20 && $tids -eq 4 ]] && cmp -s "$tmp/out" "$tmp/plain.out" &&
+	grep -q '^target done$' "$tmp/err" && grep -q '^# 20 hit(s) printed, 0 lost$' "$tmp/err" &&
+	grep -q 'watch_target exited with status 3$' "$tmp/err"; then ok; else
+	bad "watch counter: rc $rc, $n hits, $tids threads"; fi
+
+# No worker tid is PROG's pid (the main thread never writes counter).
+run counter -- "$target" 0
+pid=$(grep -Eo 'tid [0-9]+' "$tmp/err" | head -1)
+[[ $rc -eq 0 && -n $pid ]] && ok || bad "watch counter, status 0: rc $rc"
+
+# --count stops early; PROG goes on and exits with its own status.
+run --count 3 counter -- "$target" 7
+n=$(count "$hit_w" "$tmp/err")
+if [[ $rc -eq 7 && $n -eq 3 ]] && grep -q '^# --count 3 reached' "$tmp/err" &&
+	grep -qx "counter=20 env=$nenv" "$tmp/out"; then ok; else bad "--count 3: rc $rc, $n hits"; fi
+
+# -o FILE: the report is in FILE, PROG's stderr alone on stderr.
+run -o "$tmp/rep" counter -- "$target" 3
+n=$(count "$hit_w" "$tmp/rep")
+if [[ $rc -eq 3 && $n -eq 20 ]] && [[ $(cat "$tmp/err") == "target done" ]] &&
+	cmp -s "$tmp/out" "$tmp/plain.out"; then ok; else bad "-o: rc $rc, $n hits in the file"; fi
+rm -f "$tmp/rep"
+
+# Execute watchpoint on a function: one hit per call, with its caller under --stack.
+run -t x bump -- "$target" 3
+n=$(count "$hit_x" "$tmp/err")
+[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "-t x bump: rc $rc, $n hits"
+run -t x --stack -c 2 bump -- "$target" 3
+n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
+[[ $rc -eq 3 && $n -eq 2 ]] && ok || bad "-t x --stack: rc $rc, $n frames in worker"
+
+# --stack on a data watchpoint: the caller of bump is worker.
+run --stack -c 4 counter -- "$target" 3
+n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
+[[ $rc -eq 3 && $n -eq 4 ]] && ok || bad "--stack: rc $rc, $n frames in worker"
+
+# Reads and writes: the locked add both reads and writes; reported once per access trap.
+run -t rw -c 5 counter -- "$target" 3
+n=$(count '^ +[0-9.]+ tid [0-9]+ access counter: value ' "$tmp/err")
+[[ $rc -eq 3 && $n -eq 5 ]] && ok || bad "-t rw: rc $rc, $n hits"
+
+# A hex link-time address (PIE: offset from the load base), length given.
+addr=$(nm "$target" | awk '$3 == "counter" {print "0x" $1}')
+run -l 8 "$addr" -- "$target" 3
+n=$(grep -Ec "tid [0-9]+ write $addr: " "$tmp/err")
+[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "address $addr: rc $rc, $n hits"
+
+# Death by a signal is reproduced, stdout still identical; the hits are all there.
+"$target" 3 crash >"$tmp/plain.out" 2>/dev/null
+plain_rc=$?
+run counter -- "$target" 3 crash
+n=$(count "$hit_w" "$tmp/err")
+# (Under ASan its SIGSEGV handler reports and exits 1, with or without probekit.)
+if [[ $plain_rc -ne 0 && $rc -eq $plain_rc && $n -eq 20 ]] && cmp -s "$tmp/out" "$tmp/plain.out" &&
+	{ [[ $plain_rc -ne 139 ]] || grep -q 'killed by signal 11' "$tmp/err"; }; then ok; else
+	bad "crash: rc $rc (plain $plain_rc), $n hits"; fi
+
+# Errors name what was wrong, before main() runs.
+expect_err() { # RC REGEX ARGS...
+	local want=$1 pat=$2
+	shift 2
+	run "$@"
+	if [[ $rc -eq $want ]] && grep -Eq -- "$pat" "$tmp/err" && ! grep -q 'counter=' "$tmp/out"; then
+		ok
+	else
+		bad "watch $* -> rc $rc (want $want), stderr !~ $pat"
+	fi
+}
+expect_err 125 "unknown symbol 'countr' in PROG and its libraries \(did you mean 'counter'\?\)" \
+	countr -- "$target"
+expect_err 125 "unknown symbol 'no_such_thing_at_all' in PROG" no_such_thing_at_all -- "$target"
+expect_err 125 "unsupported length '3': x86 watches 1, 2, 4 or 8 bytes" -l 3 counter -- "$target"
+expect_err 125 "'text' is 13 bytes: give the length to watch with -l" text -- "$target"
+expect_err 125 'small\+1 is at 0x[0-9a-f]+, not aligned to 2 bytes' -l 2 small+1 -- "$target"
+expect_err 125 "-t x: 'counter' is not a function" -t x counter -- "$target"
+expect_err 125 "unknown type 'r' \(w, rw or x\)" -t r counter -- "$target"
+expect_err 125 'expected PROG after counter --' counter --
+expect_err 127 'no_such_prog_xyz: command not found in PATH' counter -- no_such_prog_xyz
+cp "$target" "$tmp/suid"
+chmod u+s "$tmp/suid"
+expect_err 126 'suid is set-user-ID: the dynamic loader ignores LD_PRELOAD' counter -- "$tmp/suid"
+PROBEKIT_AGENT=/nonexistent expect_err 125 'PROBEKIT_AGENT=/nonexistent: no such readable file' \
+	counter -- "$target"
+"$pk" watch --help >"$tmp/out" 2>&1 && grep -q '^usage: probekit watch' "$tmp/out" && ok ||
+	bad "--help"
+
+echo "watch command: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

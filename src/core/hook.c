@@ -553,6 +553,7 @@ static void __ops_priv_free(struct ops_priv *p)
 static void notify_init(void);
 static void __apply_pending(void);
 static pthread_once_t notify_once;
+/* Loaded/unloaded objects queued (written under pend_lock; read as a hint). */
 static bool pend_any;
 
 static int hook_enter(void)

@@ -9,6 +9,7 @@
  * main thread attaches, retargets and detaches in batches; callbacks check
  * ip and arguments and that they never run after their unregister returned.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #include "core/gp.h"
 #include "core/hook_int.h"
 #include "harness.h"
+#include "arch/x86_64/insn.h"
+#include "patch/patch.h"
 #include "hook_fixture.h"
 #include "targets/targets.h"
 
@@ -117,6 +120,96 @@ START_TEST(direct_near_and_far)
 	ck_assert_int_eq(hseen.n, 2);
 	ck_assert_int_eq(pk_tramp_free(t), 0);
 	pki_gp_barrier();
+}
+END_TEST
+
+/*
+ * gcc's sled (90 x5) is converted to a call with the sled kick once; detach
+ * leaves a five-byte nop, so later cycles never need the kick again.
+ */
+START_TEST(sled_kicked_once)
+{
+	static const char *const globs[] = {"pkt_lib_add"};
+	struct seen s = {0};
+	struct pk_ops o = {.func = record, .data = &s, .filter = {.globs = globs, .nglobs = 1}};
+	const uint8_t *site = (const uint8_t *)site_of(pkt_lib_add);
+	struct pki_poke_stats st0, st;
+
+	ck_assert_int_eq(pki_insn_classify(site), PKI_INSN_NOP1X5); /* built by gcc */
+	pki_text_poke_stats(&st0);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		ck_assert_int_eq(pk_ops_register(&o), 0);
+		ck_assert_int_eq(pkt_lib_add(40, 2), 42);
+		ck_assert_int_eq(s.n, cycle + 1);
+		ck_assert_int_eq(pk_ops_unregister(&o), 0);
+		ck_assert_mem_eq(site, pki_nop5, PKI_SITE_LEN);
+		ck_assert_int_eq(pkt_lib_add(40, 2), 42);
+		ck_assert_int_eq(s.n, cycle + 1);
+		pki_text_poke_stats(&st);
+		ck_assert_uint_eq(st.batches - st0.batches, 2 * (cycle + 1));
+		ck_assert_uint_eq(st.kicks - st0.kicks, 1); /* the first attach only */
+	}
+}
+END_TEST
+
+/*
+ * dlopen: an ops registered by glob takes the sites of an object loaded
+ * after it (on pk_sites_refresh); dlclose + refresh forgets them, and later
+ * detaches never touch the unmapped text.
+ */
+static void count_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		     struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip, (void)regs;
+	__atomic_add_fetch((int *)ops->data, 1, __ATOMIC_RELAXED);
+}
+
+START_TEST(dlopen_follows_globs)
+{
+	static const char *const globs[] = {"pkt_*"};
+	int n = 0, m = 0;
+	struct pk_ops o = {.func = count_cb, .data = &n, .filter = {.globs = globs, .nglobs = 1}};
+	struct pk_ops all = {.func = count_cb, .data = &m}; /* empty filter: every site */
+	int (*one)(int), (*two)(int);
+	struct pki_poke_stats st0, st;
+	void *h;
+
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(pk_ops_register(&all), 0);
+	ck_assert_int_eq(pkt_lib_add(1, 2), 3);
+	ck_assert_int_eq(n, 1);
+	ck_assert_int_eq(m, 1);
+	for (int round = 0; round < 2; round++) {
+		h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
+		ck_assert_msg(h, "dlopen: %s", dlerror());
+		one = (int (*)(int))dlsym(h, "pkt_dl_one");
+		two = (int (*)(int))dlsym(h, "pkt_dl_two");
+		ck_assert_int_eq(pk_sites_refresh(), 0);
+		n = m = 0;
+		ck_assert_int_eq(one(1), 2);
+		ck_assert_int_eq(two(1), 3);
+		ck_assert_msg(n == 2 && m == 2, "n %d m %d round %d", n, m, round);
+		/* Gone: forgotten, and later batches never touch its text. */
+		ck_assert_int_eq(dlclose(h), 0);
+		ck_assert_int_eq(pk_sites_refresh(), 0);
+		pki_text_poke_stats(&st0);
+		ck_assert_int_eq(pk_ops_unregister(&all), 0);
+		ck_assert_int_eq(pk_ops_register(&all), 0);
+		pki_text_poke_stats(&st);
+		ck_assert_uint_eq(st.batches - st0.batches, 2);
+	}
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(pk_ops_unregister(&all), 0);
+	/* Loaded after every unregister: as found. */
+	h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_ptr_nonnull(h);
+	ck_assert_int_eq(pk_sites_refresh(), 0);
+	one = (int (*)(int))dlsym(h, "pkt_dl_one");
+	n = m = 0;
+	ck_assert_int_eq(one(1), 2);
+	ck_assert_int_eq(n + m, 0);
+	ck_assert_int_eq(pki_insn_classify((const uint8_t *)site_of(one)), PKI_INSN_NOP1X5);
+	dlclose(h);
 }
 END_TEST
 
@@ -268,6 +361,8 @@ int main(void)
 	pk_test_require_membarrier_sync_core();
 	tcase_add_test(tc, ops_by_glob_in_program_and_library);
 	tcase_add_test(tc, direct_near_and_far);
+	tcase_add_test(tc, sled_kicked_once);
+	tcase_add_test(tc, dlopen_follows_globs);
 	tcase_add_test(tc, attach_detach_under_fire);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);

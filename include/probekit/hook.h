@@ -27,13 +27,21 @@
  *
  * Grace periods (pk_ops_unregister, pk_direct_sync, and the background
  * reclaim behind pk_direct_del): each thread of the process must be seen
- * outside every library trampoline and callback.  The library samples
- * threads with signal SIGRTMAX - 2 (SA_RESTART; a busy thread reports at its
- * next hook exit instead), so a thread that blocks that signal, or stays in
- * a callback, delays them.  The ip passed to callbacks and handlers is the
+ * outside every library trampoline and callback.  A thread blocked in the
+ * kernel outside hooks is judged from /proc without being disturbed (so its
+ * nanosleep, epoll_wait, ... never fail with EINTR because of us); the
+ * others are sampled with signal SIGRTMAX - 2 (SA_RESTART; a busy thread
+ * reports at its next hook exit instead), so a running thread that blocks
+ * that signal, or a thread that stays in a callback, delays them.  The ip passed to callbacks and handlers is the
  * site's (the function's address, or 4 bytes after it behind an endbr64).
- * Sites of objects loaded after a registration are not added to it; after
- * fork() only the calling thread exists and pending reclaims are dropped.
+ * Objects loaded later (dlopen): on pk_sites_refresh(), every registered ops
+ * whose filter has globs or is empty (all sites) takes the matching sites of
+ * the new objects (ops filtered by ips only do not change).  After dlclose,
+ * call pk_sites_refresh() before any other hook call: the object's sites are
+ * then forgotten (their text is never written again).  A refresh inside a
+ * transaction applies when the transaction ends.  Hooking an object while
+ * another thread dlcloses it is not supported.  After fork() only the
+ * calling thread exists and pending reclaims are dropped.
  */
 #ifndef PROBEKIT_HOOK_H
 #define PROBEKIT_HOOK_H

@@ -14,8 +14,11 @@
  * Write side, pki_gp_synchronize():
  *  1. List the threads of the process (/proc/self/task), except the caller.
  *  2. Open a round: every target's answer slot := "pending in round r".
- *     Send each one PKI_GP_SIGNAL carrying r and its slot index
- *     (rt_tgsigqueueinfo).
+ *     a. Judge each target from the outside (__judge, core/threads.c); a
+ *        target found quiescent while blocked is settled with no signal.
+ *     b. Send the others PKI_GP_SIGNAL carrying r and their slot index
+ *        (rt_tgsigqueueinfo): threads that run, are preempted, are blocked
+ *        inside a hook, or whose TLS we cannot find.
  *  3. On the thread, the handler:
  *     - counter at -1: the thread is quiescent.  If it sits at a window it is
  *       first moved on as if it executed the window with the state published
@@ -28,12 +31,25 @@
  *       (never-freed memory), which answers before the final decl, so the
  *       writer does not poll a thread that is always in hooks.
  *  4. The writer sleeps on a futex bumped by every answer; every 10 ms it
- *     checks unanswered threads: exited ones count as quiescent, live ones
- *     get the signal again (same round: a thread armed just after its last
- *     exit check, or idle since, answers from the handler).
- *  Answers are a compare-and-swap from "pending in round r" to "done in
- *  round r", so a late answer for an old round never lands on a newer slot;
- *  slot arrays are never freed (a late answer may still write to an old one).
+ *     checks unanswered threads: exited ones count as quiescent, the others
+ *     are judged again (2a) and, failing that, get the signal again (same
+ *     round: a thread armed just after its last exit check, or idle since,
+ *     answers from the handler).
+ *  Answers (and the writer's settling) are a compare-and-swap from "pending
+ *  in round r" to "done in round r", so a late answer for an old round never
+ *  lands on a newer slot; slot arrays are never freed (a late answer may
+ *  still write to an old one).
+ *
+ * Why not signal everyone: a signal whose handler runs while the thread is
+ * blocked in nanosleep, epoll_wait, poll, ... makes that call fail with
+ * EINTR even with SA_RESTART, a change of the application's behaviour a
+ * tracer must not cause.  Blocked threads are the common case (thread
+ * pools), so they are judged without one; signals go to threads that run,
+ * where no call is interrupted (a thread that enters such a call between
+ * our look and the signal's arrival is the remaining, microseconds-wide,
+ * exposure).  Cost per blocked thread: about 4 system calls through /proc
+ * plus get_robust_list and process_vm_readv (see the report figures in
+ * test_gp: a few tens of microseconds for a handful of threads).
  *
  * Proof sketch.  Let P be the writer's unpublish (a pointer store, or text
  * pokes followed by a core sync) of object X, before the call.  The writer
@@ -46,20 +62,60 @@
  * answer comes from T after its handler armed it (so after P), from code
  * that is never freed, at the outermost level: T's remaining steps are the
  * slow exit's own restore, decl and ret/jmp, using a direct address it
- * looked up after P.  Hence after its answer T cannot reach X.  Threads created after the listing
- * began never saw pre-P state; listed threads that exited hold nothing.  So when every listed
- * thread has answered "quiescent" once, no thread can reach X.
+ * looked up after P.  Hence after its answer T cannot reach X.  Threads
+ * created after the listing began never saw pre-P state (their counter
+ * starts at -1 and they call sites only after P); listed threads that exited
+ * hold nothing.  So when every listed thread has answered "quiescent" once,
+ * or was judged quiescent as below, no thread can reach X.
  *
- * Limits (documented in hook.h): a thread that blocks PKI_GP_SIGNAL delays
- * grace periods until it unblocks (a warning is printed once); a thread
- * whose own signal handler interrupted it exactly at a window and that stays
- * in that handler across a whole grace period is not covered (its window is
- * in the outer signal frame, which we cannot see).
+ * Blocked threads (__judge), all after P, in this order:
+ *   s1  runs0 := times T was scheduled in (schedstat pcount);
+ *   t2  /proc/self/task/T/syscall says T is blocked, user pc outside all
+ *       trampoline memory (so in no window, and not in a body's own code);
+ *   t3  T's counter, read in T's TLS (thread pointer from T's robust-list
+ *       head, checked by the TCB self-pointer; process_vm_readv, which
+ *       cannot fault on a vanished stack), is -1;
+ *   s2  runs1 == runs0.
+ *  (a) T did not execute user code in [t2, s2]: it was off-CPU at t2 (the
+ *      kernel reports "blocked" only for a task that is not runnable and
+ *      stayed inactive while it collected pc and sp), and resuming requires
+ *      being scheduled in, which increments pcount; runs1 == runs0 rules
+ *      that out for [s1, s2] ⊇ [t2, s2].  Only T writes its counter, so its
+ *      value at t3 is its value at t2, and T's stores before it went off
+ *      CPU are visible to us: the switch-out and the kernel's /proc read
+ *      both take T's runqueue lock, and our syscall orders our later load.
+ *  (b) So at t2 > P, T was outside every trampoline body and callback
+ *      (counter -1) and not in a window (pc outside trampoline memory): the
+ *      same state as a handler answering "quiescent" from a thread it did
+ *      not have to move.  T held no pre-P reference then.
+ *  (c) What T does after it returns from the call does not matter, even if
+ *      that is right after t2 or t3: its next trampoline entry executes a
+ *      site's bytes after the pokes and core sync of P, so it enters the NEW
+ *      target, and everything it loads there (runtime table, ops, direct
+ *      address) is loaded after P.  The same holds for a thread woken by a
+ *      signal of its own: the handler starts outside every body.
+ *  (d) Identity: the tid is T's at s1 unless T exited and the tid was
+ *      reused, by a thread created after the listing (harmless: see above);
+ *      a TLS read from a vanished thread fails or judges a thread that is
+ *      gone.  Any step failing, or a value that does not fit, means "ask".
+ *  Why the counter read needs (a): without it, T could have been blocked in
+ *  a callback at t2 (counter 0), woken, left its trampoline through the fast
+ *  exit and stopped at its `ret` or dispatcher `jmp` window with a pre-P
+ *  direct address at t3 (counter -1): not quiescent.
+ *
+ * Limits (documented in hook.h): a thread that blocks PKI_GP_SIGNAL and is
+ * not blocked in the kernel delays grace periods until it unblocks (a
+ * warning is printed once); a thread whose own signal handler interrupted
+ * it exactly at a window and that stays in that handler across a whole
+ * grace period is not covered (its window is in the outer signal frame,
+ * which neither the handler nor /proc shows).  Blocked threads are judged
+ * without a signal only where the kernel counts schedule-ins
+ * (CONFIG_SCHED_INFO) and for threads whose TCB holds their robust list
+ * (glibc threads); the others are signalled as before.
  *
  * Deferred frees (pki_gp_defer) go to one background thread that batches all
  * of them under a single grace period, like call_rcu.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -74,6 +130,7 @@
 #include "arch/x86_64/tramp.h"
 #include "core/gp.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "core/tmem.h"
 
 struct gp_target {
@@ -93,6 +150,15 @@ static unsigned long gp_round;
 static uint32_t gp_answers; /* futex: bumped by each answer */
 
 static void gp_atfork_init(void);
+
+static struct pki_gp_stats gp_stat; /* atomic counters */
+
+void pki_gp_stats(struct pki_gp_stats *st)
+{
+	st->periods = __atomic_load_n(&gp_stat.periods, __ATOMIC_RELAXED);
+	st->judged = __atomic_load_n(&gp_stat.judged, __ATOMIC_RELAXED);
+	st->signals = __atomic_load_n(&gp_stat.signals, __ATOMIC_RELAXED);
+}
 
 /* What the armed thread owes: round << 24 | slot index. */
 static __thread unsigned long gp_owed;
@@ -180,37 +246,72 @@ static void gp_install(void)
 
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
 
+static int add_target(pid_t tid, void *unused)
+{
+	(void)unused;
+	if (ntargets == cap_targets) {
+		size_t cap = cap_targets ? 2 * cap_targets : 64;
+		struct gp_target *t = calloc(cap, sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		/* The old array stays: a late answer may still write to it. */
+		if (ntargets)
+			memcpy(t, targets, ntargets * sizeof(*t));
+		__atomic_store_n(&targets, t, __ATOMIC_RELEASE);
+		cap_targets = cap;
+	}
+	targets[ntargets++] = (struct gp_target){.tid = tid};
+	return 0;
+}
+
 static int __list_threads(pid_t self)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
-
-	if (!d)
-		return -errno;
 	ntargets = 0;
-	while ((de = readdir(d))) {
-		pid_t tid = (pid_t)atoi(de->d_name);
+	return pki_threads_each(self, add_target, NULL);
+}
 
-		if (tid <= 0 || tid == self)
-			continue;
-		if (ntargets == cap_targets) {
-			size_t cap = cap_targets ? 2 * cap_targets : 64;
-			struct gp_target *t = calloc(cap, sizeof(*t));
+/* Mark target @i quiescent for the current round (unless it answered). */
+static void __settle(size_t i)
+{
+	unsigned long pending = gp_round << 1 | 1;
 
-			if (!t) {
-				closedir(d);
-				return -ENOMEM;
-			}
-			/* The old array stays: a late answer may still write to it. */
-			if (ntargets)
-				memcpy(t, targets, ntargets * sizeof(*t));
-			__atomic_store_n(&targets, t, __ATOMIC_RELEASE);
-			cap_targets = cap;
-		}
-		targets[ntargets++] = (struct gp_target){.tid = tid};
-	}
-	closedir(d);
-	return 0;
+	__atomic_compare_exchange_n(&targets[i].answer, &pending, gp_round << 1, false,
+				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
+enum verdict { V_QUIET, V_GONE, V_ASK };
+
+/*
+ * Step 2a: judge target @i without a signal if it is blocked (see the proof,
+ * "blocked threads").  V_ASK when it runs, is inside a hook, or cannot be
+ * read; V_GONE when it exited.
+ */
+static enum verdict __judge(size_t i)
+{
+	pid_t tid = targets[i].tid;
+	struct pki_thread_state st;
+	unsigned long tls, runs0, runs1;
+	int nest, err;
+
+	err = pki_thread_runs(tid, &runs0);
+	if (!err)
+		err = pki_thread_sample(tid, &st);
+	if (err == -ESRCH)
+		return V_GONE;
+	if (err || !st.blocked || pki_tmem_contains(st.pc))
+		return V_ASK;
+	err = pki_thread_tls(tid, &pki_tramp_tls.nest, &tls);
+	if (!err)
+		err = pki_thread_read(tls, &nest, sizeof(nest));
+	if (!err)
+		err = pki_thread_runs(tid, &runs1);
+	if (err == -ESRCH)
+		return V_GONE;
+	if (err || nest != -1 || runs1 != runs0)
+		return V_ASK;
+	__atomic_add_fetch(&gp_stat.judged, 1, __ATOMIC_RELAXED);
+	return V_QUIET;
 }
 
 static int __ask(pid_t pid, size_t i)
@@ -225,6 +326,7 @@ static int __ask(pid_t pid, size_t i)
 	si.si_value.sival_ptr = (void *)(gp_round << 24 | i); /* what it owes */
 	if (syscall(SYS_rt_tgsigqueueinfo, pid, targets[i].tid, PKI_GP_SIGNAL, &si))
 		return -errno;
+	__atomic_add_fetch(&gp_stat.signals, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -252,9 +354,15 @@ int pki_gp_synchronize(void)
 	gp_round++;
 	for (size_t i = 0; i < ntargets; i++)
 		__atomic_store_n(&targets[i].answer, gp_round << 1 | 1, __ATOMIC_RELEASE);
-	for (size_t i = 0; i < ntargets; i++)
-		if (__ask(pid, i) == -ESRCH)
-			targets[i].answer = gp_round << 1; /* exited: quiescent */
+	__atomic_add_fetch(&gp_stat.periods, 1, __ATOMIC_RELAXED);
+	for (size_t i = 0; i < ntargets; i++) {
+		enum verdict v = __judge(i);
+
+		if (v == V_ASK && __ask(pid, i) == -ESRCH)
+			v = V_GONE;
+		if (v != V_ASK) /* quiescent, or exited: holds nothing */
+			__settle(i);
+	}
 	for (;;) {
 		struct timespec to = {0, 10 * 1000 * 1000};
 		uint32_t seen = __atomic_load_n(&gp_answers, __ATOMIC_ACQUIRE);
@@ -271,8 +379,9 @@ int pki_gp_synchronize(void)
 		for (size_t i = 0; i < ntargets; i++) {
 			if (!(__atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE) & 1))
 				continue;
-			if (thread_gone(pid, targets[i].tid) || __ask(pid, i) == -ESRCH)
-				targets[i].answer = gp_round << 1;
+			if (thread_gone(pid, targets[i].tid) || __judge(i) != V_ASK ||
+			    __ask(pid, i) == -ESRCH)
+				__settle(i);
 		}
 		if (++waits == 200)
 			pki_warn(
@@ -338,9 +447,10 @@ static int __start_worker(void)
 	sigset_t all, old;
 	int err;
 
-	/* The worker takes no signal but the grace-period one. */
+	/* The worker takes no signal but ours (grace period, the patch layer's sled kick). */
 	sigfillset(&all);
 	sigdelset(&all, PKI_GP_SIGNAL);
+	sigdelset(&all, SIGRTMAX - 1);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -30,6 +30,15 @@ int pki_gp_synchronize(void);
  */
 void pki_gp_defer(void (*fn)(void *), void *arg);
 
+/* Counters since the process started (tests, benchmarks). */
+struct pki_gp_stats {
+	unsigned long periods; /* grace periods run */
+	unsigned long judged;  /* threads found quiescent while blocked: no signal */
+	unsigned long signals; /* PKI_GP_SIGNAL sent */
+};
+
+void pki_gp_stats(struct pki_gp_stats *st);
+
 /* Wait until every callback deferred before the call has run. */
 void pki_gp_barrier(void);
 

@@ -42,6 +42,7 @@
 #include "core/hook_int.h"
 #include "core/log.h"
 #include "core/tmem.h"
+#include "sym/sites.h"
 
 /* ---- writer-side state, under hook_lock ---- */
 
@@ -75,6 +76,7 @@ struct ops_priv {
 	size_t ntramps;
 	bool registered; /* committed state */
 	bool staged;	 /* staged state */
+	bool follows;	 /* filter by globs or empty: takes sites of objects loaded later */
 };
 
 struct ops_change {
@@ -100,6 +102,14 @@ static struct {
 } changes;
 static bool txn_open;
 static __thread bool txn_mine;
+/* Every ops_priv alive (registered, staged, or being unregistered). */
+static struct {
+	struct ops_priv **v;
+	size_t n, cap;
+} all_ops;
+static bool rt_stale; /* sites were forgotten: the next commit rebuilds the table */
+
+static void hook_unlock(void);
 
 /* Default site source: the sym layer's table (built on first use). */
 static int sym_lookup(unsigned long addr, unsigned long *ip)
@@ -421,7 +431,7 @@ unsigned long pki_hook_site_target(unsigned long ip)
 	s = __site_find(ip);
 	t = s ? s->target : 0;
 	if (!txn_mine)
-		pthread_mutex_unlock(&hook_lock);
+		hook_unlock();
 	return t;
 }
 
@@ -522,16 +532,40 @@ static int __site_decide(struct site *s)
 	return 0;
 }
 
+/* ---- ops_priv lifetime ---- */
+
+static void __ops_priv_free(struct ops_priv *p)
+{
+	for (size_t i = 0; i < all_ops.n; i++)
+		if (all_ops.v[i] == p) {
+			all_ops.v[i] = all_ops.v[--all_ops.n];
+			break;
+		}
+	p->ops->private = NULL;
+	free(p->tramps);
+	free(p->ips);
+	free(p);
+}
+
 /* ---- transactions ---- */
 
 /* Take the registry unless this thread's transaction holds it. */
+static void notify_init(void);
+static void __apply_pending(void);
+static pthread_once_t notify_once;
+/* Loaded/unloaded objects queued (written under pend_lock; read as a hint). */
+static bool pend_any;
+
 static int hook_enter(void)
 {
 	if (pki_tramp_in_hook())
 		return -EDEADLK;
+	pthread_once(&notify_once, notify_init);
 	if (txn_mine)
 		return 0;
 	pthread_mutex_lock(&hook_lock);
+	if (__atomic_load_n(&pend_any, __ATOMIC_RELAXED)) /* before anything uses the sites */
+		__apply_pending();
 	return 0;
 }
 
@@ -554,10 +588,7 @@ static void __txn_undo(void)
 			/* A failed batch may have run them (mid-batch emulation). */
 			for (size_t j = 0; j < p->ntramps; j++)
 				slot_retire(&p->tramps[j]);
-			p->ops->private = NULL;
-			free(p->ips);
-			free(p->tramps);
-			free(p);
+			__ops_priv_free(p);
 		}
 	}
 	changes.n = 0;
@@ -575,7 +606,7 @@ static int __txn_commit(void)
 	bool unreg = false;
 	int err = 0;
 
-	if (!dirty.n && !changes.n)
+	if (!dirty.n && !changes.n && !rt_stale)
 		return 0;
 	/* Sites not dirty keep their target. */
 	for (size_t i = 0; i < sites.cap; i++)
@@ -596,12 +627,19 @@ static int __txn_commit(void)
 			goto free_stubs;
 		}
 		decided = i + 1;
+		/*
+		 * Off bytes: as found until the site is first attached, then
+		 * always one nop5.  A gcc sled (90 x5) is thus converted (with the
+		 * patch layer's sled kick) once; later cycles go nop5 <-> call,
+		 * which need no kick.  s->cur tracks what is in the text, and is
+		 * what the patch layer verifies.
+		 */
 		if (s->new_target)
 			pki_insn_call(b, s->ip, s->new_target);
 		else if (s->target)
 			memcpy(b, pki_nop5, PKI_SITE_LEN);
 		else
-			memcpy(b, s->cur, PKI_SITE_LEN); /* never attached: as found */
+			memcpy(b, s->cur, PKI_SITE_LEN);
 		if (memcmp(b, s->cur, PKI_SITE_LEN)) {
 			pokes[np].addr = s->ip;
 			memcpy(pokes[np].old, s->cur, PKI_SITE_LEN);
@@ -616,6 +654,7 @@ static int __txn_commit(void)
 	}
 	/* Publish first: see the file comment. */
 	__atomic_store_n(&rt_cur, t, __ATOMIC_RELEASE);
+	rt_stale = false;
 	if (np) {
 		err = poke_fn(pokes, np);
 		if (err) {
@@ -657,10 +696,7 @@ static int __txn_commit(void)
 				continue;
 			for (size_t j = 0; j < p->ntramps; j++)
 				pki_tmem_free(&p->tramps[j]);
-			p->ops->private = NULL;
-			free(p->tramps);
-			free(p->ips);
-			free(p);
+			__ops_priv_free(p);
 		}
 	}
 	changes.n = 0;
@@ -691,7 +727,7 @@ static int hook_leave(int err)
 		err = __txn_commit();
 	else
 		__txn_undo();
-	pthread_mutex_unlock(&hook_lock);
+	hook_unlock();
 	return err;
 }
 
@@ -701,7 +737,10 @@ int pk_txn_begin(void)
 		return -EDEADLK;
 	if (txn_mine)
 		return -EBUSY;
+	pthread_once(&notify_once, notify_init);
 	pthread_mutex_lock(&hook_lock);
+	if (__atomic_load_n(&pend_any, __ATOMIC_RELAXED))
+		__apply_pending();
 	txn_open = txn_mine = true;
 	return 0;
 }
@@ -714,7 +753,7 @@ int pk_txn_commit(void)
 		return -EINVAL;
 	err = __txn_commit();
 	txn_open = txn_mine = false;
-	pthread_mutex_unlock(&hook_lock);
+	hook_unlock();
 	return err;
 }
 
@@ -724,7 +763,7 @@ int pk_txn_abort(void)
 		return -EINVAL;
 	__txn_undo();
 	txn_open = txn_mine = false;
-	pthread_mutex_unlock(&hook_lock);
+	hook_unlock();
 	return 0;
 }
 
@@ -808,7 +847,7 @@ static int __ops_register(struct pk_ops *ops)
 		goto free_ips;
 	p = calloc(1, sizeof(*p));
 	ss = calloc(c.n ? c.n : 1, sizeof(*ss));
-	if (!p || !ss || GROW(changes, changes.n + 1)) {
+	if (!p || !ss || GROW(changes, changes.n + 1) || GROW(all_ops, all_ops.n + 1)) {
 		err = -ENOMEM;
 		goto free_p;
 	}
@@ -827,8 +866,13 @@ static int __ops_register(struct pk_ops *ops)
 	if (err)
 		goto free_p;
 	/* Nothing fails from here. */
-	*p = (struct ops_priv){.ops = ops, .ips = c.ips, .nips = c.n, .staged = true};
+	*p = (struct ops_priv){.ops = ops,
+			       .ips = c.ips,
+			       .nips = c.n,
+			       .staged = true,
+			       .follows = !ops->filter.nips || ops->filter.nglobs};
 	ops->private = p;
+	all_ops.v[all_ops.n++] = p;
 	for (size_t i = 0; i < c.n; i++)
 		ss[i]->ops.v[ss[i]->ops.n++] = ops;
 	changes.v[changes.n++] = (struct ops_change){p, true};
@@ -886,6 +930,215 @@ int pk_ops_unregister(struct pk_ops *ops)
 	if (err)
 		return err;
 	return hook_leave(__ops_unregister(ops));
+}
+
+/* ---- objects loaded and unloaded (dlopen / dlclose) ---- */
+
+/*
+ * The sym layer tells us about every object that joins or leaves its table
+ * (pki_sites_set_notify), from the thread running pk_sites_refresh(), under
+ * its refresh mutex.  Lock order: hook_lock, then the refresh mutex (a
+ * registration may build the site table, or refresh it, under hook_lock);
+ * so the notifier never waits for hook_lock.  It queues the event under
+ * pend_lock (a leaf lock) and then only TRIES hook_lock: on success it
+ * applies the queue itself; otherwise the holder applies it when it lets go
+ * of the lock (hook_unlock checks the queue after unlocking, and an event
+ * queued before a failed trylock is seen by that check).  Inside the
+ * refreshing thread's own transaction the queue waits for its end.
+ *
+ * Applying: ranges of unloaded objects first, then, if anything was loaded,
+ * every ops that follows (globs or empty filter) resolves its filter again
+ * and takes the sites it does not have yet; one commit for all of it.
+ */
+struct range {
+	unsigned long lo, hi;
+};
+
+static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	struct range *v;
+	size_t n, cap;
+} pend_gone;
+static bool pend_added, pend_lost;
+
+/*
+ * Forget every site in @r: their text is gone, so never poke it.  The sites
+ * leave the map, the ops' lists and the direct hash; the next commit
+ * publishes a table without them (readers of the old one: freed after a
+ * grace period, like any table).  Far stubs may still be executed by a
+ * thread that entered before the unmap: retired after a grace period.  The
+ * struct site itself is writer-side state only (hook_lock): freed now.
+ */
+static void __forget(const struct range *r, size_t nr)
+{
+	struct site **keep;
+	size_t cap = sites.cap, n = 0;
+
+	if (!cap)
+		return;
+	keep = calloc(cap, sizeof(*keep));
+	if (!keep) {
+		pki_warn("hooks: cannot forget unloaded sites: %s\n", pki_errstr(ENOMEM));
+		return;
+	}
+	for (size_t i = 0; i < cap; i++) {
+		struct site *st = sites.slot[i];
+		bool gone = false;
+
+		for (size_t k = 0; st && k < nr && !gone; k++)
+			gone = st->ip >= r[k].lo && st->ip < r[k].hi;
+		if (gone) { /* an object loaded since at the same place: keep a record that fits */
+			unsigned long ip;
+
+			gone = site_src->lookup(st->ip, &ip) || ip != st->ip ||
+			       memcmp((const void *)ip, st->cur, PKI_SITE_LEN);
+		}
+		if (!gone) {
+			if (st)
+				keep[n++] = st;
+			continue;
+		}
+		for (size_t j = 0; j < all_ops.n; j++) {
+			struct ops_priv *p = all_ops.v[j];
+
+			for (size_t k = 0; k < p->nips; k++)
+				if (p->ips[k] == st->ip) {
+					p->ips[k] = p->ips[--p->nips];
+					break;
+				}
+		}
+		if (st->stub.x)
+			slot_retire(&st->stub);
+		free(st->ops.v);
+		free(st->saved_ops.v);
+		free(st);
+		rt_stale = true;
+	}
+	memset(sites.slot, 0, cap * sizeof(*sites.slot));
+	sites.n = 0;
+	for (size_t i = 0; i < n; i++)
+		__sitemap_insert(keep[i]); /* fits: fewer than before */
+	free(keep);
+}
+
+/* Give every following ops the sites of objects loaded since it resolved. */
+static void __follow(void)
+{
+	for (size_t j = 0; j < all_ops.n; j++) {
+		struct ops_priv *p = all_ops.v[j];
+		const struct pk_ops_filter *f = &p->ops->filter;
+		struct collect c = {0};
+		int err = 0;
+
+		if (!p->follows || !p->registered || !p->staged)
+			continue;
+		if (!f->nglobs)
+			err = site_src->each(NULL, collect_ip, &c);
+		for (size_t i = 0; i < f->nglobs && !err; i++)
+			err = site_src->each(f->globs[i], collect_ip, &c);
+		for (size_t i = 0; i < c.n && !err; i++) {
+			struct site *st = NULL;
+			bool have = false;
+			unsigned long *ips;
+
+			for (size_t k = 0; k < p->nips && !have; k++)
+				have = p->ips[k] == c.ips[i];
+			if (have)
+				continue;
+			err = __site_get(c.ips[i], &st);
+			if (err == -EBUSY) { /* someone else's code there: not ours */
+				err = 0;
+				continue;
+			}
+			ips = err ? NULL : realloc(p->ips, (p->nips + 1) * sizeof(*ips));
+			if (!err && !ips)
+				err = -ENOMEM;
+			if (!err)
+				err = __site_prepare(st, 1);
+			if (err)
+				break;
+			p->ips = ips;
+			p->ips[p->nips++] = c.ips[i];
+			st->ops.v[st->ops.n++] = p->ops;
+		}
+		if (err)
+			pki_warn("hooks: ops %p: sites of a new object: %s\n", (void *)p->ops,
+				 pki_errstr(err));
+		free(c.ips);
+	}
+}
+
+/* Apply the queue.  hook_lock held, no transaction open. */
+static void __apply_pending(void)
+{
+	struct range *gone;
+	size_t ngone;
+	bool added, lost;
+	int err;
+
+	pthread_mutex_lock(&pend_lock);
+	gone = pend_gone.v;
+	ngone = pend_gone.n;
+	added = pend_added;
+	lost = pend_lost;
+	pend_gone.v = NULL;
+	pend_gone.n = pend_gone.cap = 0;
+	pend_added = pend_lost = false;
+	__atomic_store_n(&pend_any, false, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&pend_lock);
+	if (lost)
+		pki_warn("hooks: lost track of an unloaded object (its sites stay known): %s\n",
+			 pki_errstr(ENOMEM));
+	if (ngone)
+		__forget(gone, ngone);
+	free(gone);
+	if (added)
+		__follow();
+	err = __txn_commit();
+	if (err)
+		pki_warn("hooks: applying loaded/unloaded objects: %s\n", pki_errstr(err));
+}
+
+static void sites_changed(const struct pki_sym_object *obj, bool added)
+{
+	pthread_mutex_lock(&pend_lock);
+	if (added) {
+		pend_added = true;
+	} else if (obj->nsites) {
+		if (!GROW(pend_gone, pend_gone.n + 1))
+			pend_gone.v[pend_gone.n++] = (struct range){obj->lo, obj->hi};
+		else
+			pend_lost = true;
+	}
+	__atomic_store_n(&pend_any, true, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&pend_lock);
+	if (txn_mine) /* our own transaction: applied when it ends */
+		return;
+	if (!pthread_mutex_trylock(&hook_lock)) {
+		__apply_pending();
+		hook_unlock();
+	}
+}
+
+static void hook_unlock(void)
+{
+	for (;;) {
+		pthread_mutex_unlock(&hook_lock);
+		pthread_mutex_lock(&pend_lock);
+		bool any = pend_any;
+
+		pthread_mutex_unlock(&pend_lock);
+		if (!any || pthread_mutex_trylock(&hook_lock))
+			return;
+		__apply_pending();
+	}
+}
+
+static pthread_once_t notify_once = PTHREAD_ONCE_INIT;
+
+static void notify_init(void)
+{
+	pki_sites_set_notify(sites_changed);
 }
 
 /* ---- direct ---- */
@@ -1056,7 +1309,7 @@ int pk_tramp_free(struct pk_tramp *t)
 			err = -EBUSY;
 	}
 	if (!txn_mine)
-		pthread_mutex_unlock(&hook_lock);
+		hook_unlock();
 	if (err)
 		return err;
 	slot_retire(&t->slot);

@@ -60,6 +60,6 @@ void pki_trap_retire(void);
 const struct pki_poke *pki_batch_find(const struct pki_batch *b, unsigned long addr);
 
 extern atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_batches,
-    pki_stat_fast;
+    pki_stat_fast, pki_stat_kicks;
 
 #endif /* PK_PATCH_INTERNAL_H */

@@ -90,6 +90,7 @@ struct pki_poke_stats {
 	unsigned long sled_moves; /* threads moved out of a sled being converted */
 	unsigned long fast;	  /* batches committed by single stores, no INT3 */
 	unsigned long aliases;	  /* executable mappings with a writable alias now */
+	unsigned long kicks;	  /* batches that ran the sled kick */
 };
 
 void pki_text_poke_stats(struct pki_poke_stats *st);

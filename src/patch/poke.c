@@ -26,6 +26,7 @@
 
 #include "arch/x86_64/store.h"
 #include "core/log.h"
+#include "core/threads.h"
 #include "patch/alias.h"
 #include "patch/internal.h"
 #include "patch/maps.h"
@@ -85,6 +86,7 @@ void pki_text_poke_stats(struct pki_poke_stats *st)
 	st->sled_moves = atomic_load(&pki_stat_sled_moves);
 	st->fast = atomic_load(&pki_stat_fast);
 	st->aliases = pki_alias_count();
+	st->kicks = atomic_load(&pki_stat_kicks);
 }
 
 static int hook(enum pki_poke_stage stage)
@@ -512,6 +514,7 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	DIR *dir;
 	int err = 0;
 
+	atomic_fetch_add(&pki_stat_kicks, 1);
 	dir = opendir("/proc/self/task");
 	if (!dir)
 		return -errno;
@@ -545,6 +548,18 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	atomic_store_explicit(&b->kick, k, memory_order_release);
 
 	for (i = 0; i < n; i++) {
+		struct pki_thread_state st;
+
+		/*
+		 * A thread blocked in the kernel (after step 1) at a pc outside
+		 * every sled of the batch can only come back in through a first
+		 * byte, now an INT3: no signal needed (and none reaches the
+		 * threads that block every signal, e.g. liburcu's workers).
+		 */
+		if (!pki_thread_sample(k->tid[i], &st) && st.blocked && !pki_batch_find(b, st.pc)) {
+			pki_kick_ack(k, i);
+			continue;
+		}
 		if (!syscall(SYS_tgkill, pid, k->tid[i], PKI_SIG_KICK))
 			continue;
 		if (errno != ESRCH) {

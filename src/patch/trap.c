@@ -43,7 +43,7 @@
 #include "patch/internal.h"
 
 atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_batches,
-    pki_stat_fast;
+    pki_stat_fast, pki_stat_kicks;
 
 static _Atomic(struct pki_batch *) active;
 static atomic_int readers; /* a futex word while retiring */

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Looking at the other threads of the process without signalling them (see
+ * threads.h): /proc/self/task for the list, .../syscall for a blocked
+ * thread's user pc and sp, .../schedstat for how often it ran, and
+ * get_robust_list(2) + process_vm_readv(2) to read its TLS safely.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/threads.h"
+
+int pki_threads_each(pid_t skip, int (*cb)(pid_t tid, void *arg), void *arg)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	int ret = 0;
+
+	if (!d)
+		return -errno;
+	while (!ret && (de = readdir(d))) {
+		pid_t tid = (pid_t)atoi(de->d_name);
+
+		if (tid > 0 && tid != skip)
+			ret = cb(tid, arg);
+	}
+	closedir(d);
+	return ret;
+}
+
+/* Read /proc/self/task/@tid/@file into @buf (NUL-terminated). */
+static int task_read(pid_t tid, const char *file, char *buf, size_t len)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/%s", (int)tid, file);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	n = read(fd, buf, len - 1);
+	if (n < 0) {
+		int err = errno;
+
+		close(fd);
+		return err == ENOENT ? -ESRCH : -err;
+	}
+	close(fd);
+	buf[n] = '\0';
+	return 0;
+}
+
+int pki_thread_sample(pid_t tid, struct pki_thread_state *st)
+{
+	char buf[256];
+	unsigned long a[6];
+	int err = task_read(tid, "syscall", buf, sizeof(buf));
+
+	if (err)
+		return err;
+	memset(st, 0, sizeof(*st));
+	/* "running", or "nr sp pc" (blocked outside a syscall), or "nr a0..a5 sp pc". */
+	if (!strncmp(buf, "running", 7))
+		return 0;
+	if (sscanf(buf, "%ld %lx %lx %lx %lx %lx %lx %lx %lx", &st->nr, &a[0], &a[1], &a[2], &a[3],
+		   &a[4], &a[5], &st->sp, &st->pc) == 9) {
+		st->blocked = true;
+		return 0;
+	}
+	if (sscanf(buf, "%ld %lx %lx", &st->nr, &st->sp, &st->pc) == 3 && st->nr == -1) {
+		st->blocked = true;
+		return 0;
+	}
+	return -EPROTO;
+}
+
+int pki_thread_runs(pid_t tid, unsigned long *runs)
+{
+	char buf[128];
+	unsigned long long exec, wait;
+	int err = task_read(tid, "schedstat", buf, sizeof(buf));
+
+	if (err)
+		return err;
+	if (sscanf(buf, "%llu %llu %lu", &exec, &wait, runs) != 3)
+		return -EPROTO;
+	/* A thread that exists ran at least once: 0 means the kernel does not count. */
+	return *runs ? 0 : -ENOTSUP;
+}
+
+int pki_thread_read(unsigned long addr, void *buf, size_t len)
+{
+	struct iovec local = {buf, len}, remote = {(void *)addr, len};
+	ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+
+	if (n < 0)
+		return -errno;
+	return (size_t)n == len ? 0 : -EFAULT;
+}
+
+/*
+ * Offsets, the same in every thread: robust list head from the thread
+ * pointer (glibc's struct pthread layout), computed once on the first
+ * caller; -1 if that caller has none.
+ */
+static long robust_off = -1;
+static pthread_once_t robust_once = PTHREAD_ONCE_INIT;
+
+static unsigned long thread_pointer(void)
+{
+	unsigned long tp;
+
+	__asm__("movq %%fs:0, %0" : "=r"(tp));
+	return tp;
+}
+
+static void robust_init(void)
+{
+	void *head = NULL;
+	size_t len;
+	unsigned long tp = thread_pointer();
+
+	if (syscall(SYS_get_robust_list, 0, &head, &len) || !head)
+		return;
+	robust_off = (long)((unsigned long)head - tp);
+}
+
+int pki_thread_tls(pid_t tid, const void *mine, unsigned long *addr)
+{
+	void *head = NULL;
+	size_t len;
+	unsigned long tp, self;
+
+	pthread_once(&robust_once, robust_init);
+	if (robust_off < 0)
+		return -ENOENT;
+	if (syscall(SYS_get_robust_list, tid, &head, &len))
+		return -errno;
+	if (!head)
+		return -ENOENT;
+	tp = (unsigned long)head - (unsigned long)robust_off;
+	/* x86-64 TLS ABI: %fs:0 holds the thread pointer itself. */
+	if (pki_thread_read(tp, &self, sizeof(self)) || self != tp)
+		return -ENOENT;
+	*addr = tp + ((unsigned long)mine - thread_pointer());
+	return 0;
+}

@@ -125,6 +125,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "arch/x86_64/tramp.h"
@@ -408,7 +409,17 @@ static pthread_cond_t defer_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
 static struct gp_cb *queue;
 static unsigned long queued, done; /* callbacks ever queued / run */
+static unsigned long waiting;	  /* pki_gp_barrier callers waiting: no batching delay */
 static bool worker_up;
+
+/*
+ * How long the worker lets callbacks accumulate before it starts a grace
+ * period, like call_rcu's batching: a burst of detaches costs one grace
+ * period, not one each (and no signal per detach to threads running hooks).
+ * This delays reclamation only; the grace period itself is still
+ * pki_gp_synchronize().  A pki_gp_barrier() caller cuts the delay short.
+ */
+#define GP_BATCH_NS 2000000L
 
 static void *defer_worker(void *unused)
 {
@@ -420,6 +431,20 @@ static void *defer_worker(void *unused)
 
 		while (!queue)
 			pthread_cond_wait(&defer_cv, &defer_lock);
+		if (!waiting) {
+			struct timespec until;
+
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_nsec += GP_BATCH_NS;
+			if (until.tv_nsec >= 1000000000L) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000L;
+			}
+			while (!waiting &&
+			       pthread_cond_clockwait(&defer_cv, &defer_lock, CLOCK_MONOTONIC,
+						      &until) != ETIMEDOUT)
+				;
+		}
 		list = queue;
 		queue = NULL;
 		n = queued;
@@ -520,7 +545,12 @@ void pki_gp_barrier(void)
 
 	pthread_mutex_lock(&defer_lock);
 	want = queued;
-	while (done < want)
-		pthread_cond_wait(&done_cv, &defer_lock);
+	if (done < want) {
+		waiting++;
+		pthread_cond_signal(&defer_cv); /* end the worker's batching delay */
+		while (done < want)
+			pthread_cond_wait(&done_cv, &defer_lock);
+		waiting--;
+	}
 	pthread_mutex_unlock(&defer_lock);
 }

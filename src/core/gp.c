@@ -413,13 +413,13 @@ static unsigned long waiting;	  /* pki_gp_barrier callers waiting: no batching d
 static bool worker_up;
 
 /*
- * How long the worker lets callbacks accumulate before it starts a grace
+ * How long the worker lets callbacks accumulate (10 ms) before it starts a grace
  * period, like call_rcu's batching: a burst of detaches costs one grace
  * period, not one each (and no signal per detach to threads running hooks).
  * This delays reclamation only; the grace period itself is still
  * pki_gp_synchronize().  A pki_gp_barrier() caller cuts the delay short.
  */
-#define GP_BATCH_NS 2000000L
+#define GP_BATCH_NS 10000000L
 
 static void *defer_worker(void *unused)
 {
@@ -533,9 +533,15 @@ void pki_gp_defer(void (*fn)(void *), void *arg)
 		return;
 	}
 	*cb = (struct gp_cb){.next = queue, .fn = fn, .arg = arg};
+	/*
+	 * Wake the worker only for the first callback of a batch: later ones
+	 * join the batch it is already timing, without making it run (a running
+	 * worker makes every membarrier of the patch layer interrupt its CPU).
+	 */
+	if (!queue)
+		pthread_cond_signal(&defer_cv);
 	queue = cb;
 	queued++;
-	pthread_cond_signal(&defer_cv);
 	pthread_mutex_unlock(&defer_lock);
 }
 

@@ -287,8 +287,6 @@ bool agent_trace_start(void)
 	} else {
 		snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
 	}
-	if (pthread_atfork(NULL, NULL, on_fork_child))
-		FAIL(initial, "pthread_atfork failed");
 	if (T.exits && (T.shstk_test || pki_fgraph_shstk()))
 		FAIL(initial,
 		     "PROG runs with a CET shadow stack (x86_Thread_features: shstk): "
@@ -330,6 +328,9 @@ bool agent_trace_start(void)
 	err = session_open();
 	if (err)
 		FAIL(initial, "cannot write the trace %s: %s", T.file, strerror(-err));
+	/* After the recorder's own handler (child handlers run in registration order). */
+	if (pthread_atfork(NULL, NULL, on_fork_child))
+		FAIL(initial, "pthread_atfork failed");
 	__atomic_store_n(&T.active, true, __ATOMIC_RELEASE);
 	ctl_send(PK_CTL_OK "\n");
 	return true;
@@ -341,6 +342,8 @@ untraced:
 		unlink(T.file);
 		T.session = false;
 	}
+	T.nips = 0;
+	pthread_atfork(NULL, NULL, on_fork_child);
 	return true;
 }
 

@@ -12,6 +12,7 @@
  *   trace_demo --fork                       a fork child does work too
  *   trace_demo --exec                       runs itself again through execv
  *   trace_demo --longjmp                    longjmp out of traced frames
+ *   trace_demo --deep N                     recursion N + 1 frames deep
  *   trace_demo --bench N                    one thread, N leaf calls; prints
  *                                           "work_ns T calls C" (its own timing)
  *
@@ -29,9 +30,10 @@
 
 #define FN __attribute__((noinline, noclone))
 
-enum { C_FIB, C_LEAF, C_STAGE, C_WORKER, C_CRASH, C_JUMP, C_NR };
+enum { C_FIB, C_LEAF, C_STAGE, C_WORKER, C_CRASH, C_JUMP, C_DEEP, C_NR };
 static const char *const names[C_NR] = {"demo_fib",    "demo_leaf",  "demo_stage",
-					"demo_worker", "demo_crash", "demo_jump"};
+					"demo_worker", "demo_crash", "demo_jump",
+					"demo_deep"};
 
 /* Per-thread counts (no sharing on the hot path), summed under a lock. */
 static __thread unsigned long cnt[C_NR];
@@ -90,6 +92,14 @@ FN void demo_crash(int *p)
 			printf("calls %s %lu\n", names[i], total[i]);
 	fflush(stdout);
 	*p = 42; /* SIGSEGV */
+}
+
+FN void demo_deep(unsigned long n)
+{
+	cnt[C_DEEP]++;
+	if (n)
+		demo_deep(n - 1);
+	sink += n;
 }
 
 static jmp_buf jb;
@@ -182,6 +192,11 @@ int main(int argc, char **argv)
 			add_counts();
 			print_counts("longjmp");
 			return 0;
+		} else if (!strcmp(argv[i], "--deep") && i + 1 < argc) {
+			demo_deep(strtoul(argv[++i], NULL, 0));
+			add_counts();
+			print_counts("deep");
+			return 0;
 		} else if (!strcmp(argv[i], "--bench") && i + 1 < argc) {
 			unsigned long n = strtoul(argv[++i], NULL, 0), x = 0;
 			double t0 = now_ns(), t;
@@ -194,7 +209,7 @@ int main(int argc, char **argv)
 			return 0;
 		} else {
 			fprintf(stderr, "usage: %s [--threads T] [--iters N] | --crash | --fork | "
-					"--exec | --longjmp | --bench N\n",
+					"--exec | --longjmp | --deep N | --bench N\n",
 				argv[0]);
 			return 2;
 		}

@@ -66,6 +66,7 @@ static struct {
 	bool children; /* trace fork children */
 	bool exits;    /* hijack returns */
 	bool shstk_test;
+	uint32_t buf_events;
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
@@ -136,6 +137,10 @@ void agent_trace_config(void)
 	v = getenv(PK_ENV_TRACE_ENTRY_ONLY);
 	T.exits = !v || strcmp(v, "1");
 	T.shstk_test = getenv(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
+	v = getenv(PK_ENV_TRACE_BUF);
+	T.buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
+	if (T.buf_events < 1024 || T.buf_events > (1u << 26))
+		T.buf_events = BUF_EVENTS;
 	v = getenv(PK_ENV_TRACE_PID);
 	if (v) {
 		T.has_pid = true;
@@ -221,7 +226,7 @@ static int pick_site(const struct pk_site *s, void *ctx)
 
 static int session_open(void)
 {
-	PK_OPTS(pki_trace_opts, o, .buf_events = BUF_EVENTS, .catch_signals = true,
+	PK_OPTS(pki_trace_opts, o, .buf_events = T.buf_events, .catch_signals = true,
 		.at_exit = true);
 	size_t i;
 	int err;
@@ -366,7 +371,7 @@ void agent_exec_init(void)
 struct envbuf {
 	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[4096 + 16];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
-	char children[48], entry[48];
+	char children[48], entry[48], buf[48];
 };
 
 static char *const *env_for_next(char *const *envp, bool same, struct envbuf *b)
@@ -408,6 +413,8 @@ static char *const *env_for_next(char *const *envp, bool same, struct envbuf *b)
 	b->vec[n++] = b->children;
 	snprintf(b->entry, sizeof(b->entry), "%s=%d", PK_ENV_TRACE_ENTRY_ONLY, !T.exits);
 	b->vec[n++] = b->entry;
+	snprintf(b->buf, sizeof(b->buf), "%s=%u", PK_ENV_TRACE_BUF, T.buf_events);
+	b->vec[n++] = b->buf;
 	snprintf(b->pid, sizeof(b->pid), "%s=%d", PK_ENV_TRACE_PID, (int)T.pid);
 	b->vec[n++] = b->pid;
 	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN, same ? T.gen + 1 : 0);

@@ -8,6 +8,7 @@ static const struct cli_cmd benches[] = {
 	{"slots", bench_slots, "slot model: reserve+release of an all-CPU task breakpoint"},
 	{"breakpoint", bench_breakpoint, "perf bench breakpoint with all-threads watchpoints"},
 	{"record", bench_record, "trace recorder hot path: ns per recorded event"},
+	{"trace", bench_trace, "probekit trace vs uftrace record: ns added per call"},
 	{NULL, NULL, NULL},
 };
 

@@ -35,5 +35,6 @@ int bench_breakpoint(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int bench_record(int argc, char **argv);
+int bench_trace(int argc, char **argv);
 
 #endif /* PK_CLI_H */

@@ -42,6 +42,8 @@ static const char usage[] =
     "                        that PROG forks writes FILE.PID, a program that a\n"
     "                        process execs writes FILE.PID.N (N-th exec)\n"
     "      --no-children     do not trace the children PROG forks or spawns\n"
+    "  -b, --buffer EVENTS   per-thread buffer, in events of 16 bytes (default\n"
+    "                        262144); events that find it full are lost, counted\n"
     "      --entry-only      record entries only (no return trampolines, no\n"
     "                        durations); required under a CET shadow stack\n"
     "  -h, --help            this text\n\n"
@@ -189,11 +191,12 @@ int cmd_trace(int argc, char **argv)
 	    {"output", required_argument, NULL, 'o'},
 	    {"no-children", no_argument, NULL, O_NO_CHILDREN},
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
+	    {"buffer", required_argument, NULL, 'b'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS], *funcs, *notrace;
-	const char *output = "probekit.trace", *env[20];
+	const char *output = "probekit.trace", *env[24], *buffer = NULL;
 	char path[PATH_MAX], agent[PATH_MAX];
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
 	struct trace_ctx ctx;
@@ -203,7 +206,7 @@ int cmd_trace(int argc, char **argv)
 	optind = 1;
 	opterr = 0;
 	/* '+': stop at PROG, so its own options are never ours. */
-	while ((c = getopt_long(argc, argv, "+f:N:o:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+f:N:o:b:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
 		case 'N':
@@ -222,6 +225,16 @@ int cmd_trace(int argc, char **argv)
 		case 'o':
 			output = optarg;
 			break;
+		case 'b': {
+			unsigned long v = cli_parse_ulong("--buffer", optarg);
+
+			if (v < 1024 || v > (1ul << 26))
+				return cli_usage_error("trace: --buffer: 1024 to %lu events",
+						       1ul << 26),
+				       TRACE_FAIL;
+			buffer = optarg;
+			break;
+		}
 		case O_NO_CHILDREN:
 			children = false;
 			break;
@@ -271,6 +284,10 @@ int cmd_trace(int argc, char **argv)
 	}
 	env[ne++] = PK_ENV_TRACE_CHILDREN;
 	env[ne++] = children ? "1" : "0";
+	if (buffer) {
+		env[ne++] = PK_ENV_TRACE_BUF;
+		env[ne++] = buffer;
+	}
 	env[ne++] = PK_ENV_TRACE_ENTRY_ONLY;
 	env[ne++] = entry_only ? "1" : "0";
 	env[ne] = NULL;

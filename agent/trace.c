@@ -45,8 +45,8 @@
 #include "trace/fgraph.h"
 #include "trace/trace.h"
 
-#define PK_EXPORT __attribute__((visibility("default")))
-#define MAX_GLOBS 64
+#define PK_EXPORT  __attribute__((visibility("default")))
+#define MAX_GLOBS  64
 #define BUF_EVENTS (1u << 18) /* per thread: 4 MiB, ~5 ms of a busy thread */
 
 struct tsym {
@@ -75,11 +75,11 @@ static struct {
 	unsigned long env_gen;
 
 	/* this process */
-	bool follow;		/* pass the settings on at exec */
-	pid_t pid;		/* the process they describe (a vfork child is not it) */
-	unsigned long gen;	/* execs of this process */
-	volatile bool active;	/* the callback records */
-	bool session;		/* a trace file is open */
+	bool follow;	      /* pass the settings on at exec */
+	pid_t pid;	      /* the process they describe (a vfork child is not it) */
+	unsigned long gen;    /* execs of this process */
+	volatile bool active; /* the callback records */
+	bool session;	      /* a trace file is open */
 	char file[PATH_MAX + 64];
 	unsigned long *ips;
 	size_t nips;
@@ -293,10 +293,9 @@ bool agent_trace_start(void)
 		snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
 	}
 	if (T.exits && (T.shstk_test || pki_fgraph_shstk()))
-		FAIL(initial,
-		     "PROG runs with a CET shadow stack (x86_Thread_features: shstk): "
-		     "return trampolines would make it crash, so exit tracing is refused; "
-		     "use --entry-only to record function entries without durations");
+		FAIL(initial, "PROG runs with a CET shadow stack (x86_Thread_features: shstk): "
+			      "return trampolines would make it crash, so exit tracing is refused; "
+			      "use --entry-only to record function entries without durations");
 	if (T.exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
 	/* split() cuts its list: the originals are passed on at exec. */

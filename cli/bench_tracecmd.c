@@ -118,7 +118,8 @@ int bench_trace(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	char self[PATH_MAX], prog[PATH_MAX + 32], ncalls[32], nbuf[32], tdir[] = "/tmp/probekit-bench-XXXXXX";
+	char self[PATH_MAX], prog[PATH_MAX + 32], ncalls[32], nbuf[32],
+	    tdir[] = "/tmp/probekit-bench-XXXXXX";
 	char tfile[sizeof(tdir) + 16], udir[sizeof(tdir) + 16];
 	unsigned long calls = 1000000;
 	unsigned long long lost = 0;
@@ -139,11 +140,12 @@ int bench_trace(int argc, char **argv)
 			snprintf(prog, sizeof(prog), "%s", optarg);
 			break;
 		case 'h':
-			printf("usage: probekit bench trace [--calls N] [--runs R] [--prog "
-			       "TRACE_DEMO]\n\n"
-			       "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
-			       "examples/trace_demo --bench N (N leaf calls timed by the program\n"
-			       "itself, one thread); best of R runs each.\n");
+			printf(
+			    "usage: probekit bench trace [--calls N] [--runs R] [--prog "
+			    "TRACE_DEMO]\n\n"
+			    "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
+			    "examples/trace_demo --bench N (N leaf calls timed by the program\n"
+			    "itself, one thread); best of R runs each.\n");
 			return 0;
 		default:
 			return cli_usage_error("bench trace: bad option");
@@ -169,18 +171,19 @@ int bench_trace(int argc, char **argv)
 	snprintf(udir, sizeof(udir), "%s/uftrace", tdir);
 	snprintf(ncalls, sizeof(ncalls), "%lu", calls);
 	/* Room for every event: the figure is the cost of recording, not of losing. */
-	snprintf(nbuf, sizeof(nbuf), "%lu", calls * 2 + 4096 < (1ul << 26) ? calls * 2 + 4096 : 1ul << 26);
+	snprintf(nbuf, sizeof(nbuf), "%lu",
+		 calls * 2 + 4096 < (1ul << 26) ? calls * 2 + 4096 : 1ul << 26);
 
 	printf("# Running 'trace/trace' benchmark:\n");
-	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n",
-	       prog, calls, calls, runs);
+	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n", prog,
+	       calls, calls, runs);
 	fflush(stdout);
 	{
 		char *const a_plain[] = {prog, "--bench", ncalls, NULL};
-		char *const a_pk[] = {self,   "trace",	"-o",	 tfile,	 "-b", nbuf,
-				      "--",   prog,	"--bench", ncalls, NULL};
-		char *const a_uf[] = {"uftrace", "record", "--no-libcall", "-P", ".", "-d", udir,
-				      prog,	 "--bench", ncalls, NULL};
+		char *const a_pk[] = {self, "trace", "-o",	tfile,	"-b", nbuf,
+				      "--", prog,    "--bench", ncalls, NULL};
+		char *const a_uf[] = {"uftrace", "record", "--no-libcall", "-P",   ".", "-d",
+				      udir,	 prog,	   "--bench",	   ncalls, NULL};
 
 		plain = best(a_plain, calls, runs, NULL);
 		pk = best(a_pk, calls, runs, &lost);
@@ -196,8 +199,8 @@ int bench_trace(int argc, char **argv)
 			       "figure\n",
 			       "", lost, runs);
 		if (uf >= 0)
-			printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace", uf - plain,
-			       uf);
+			printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace",
+			       uf - plain, uf);
 		else
 			printf("%12s: not measured (uftrace not installed or failed; apt-get "
 			       "install uftrace)\n",
@@ -206,14 +209,13 @@ int bench_trace(int argc, char **argv)
 			printf("\n%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
 			       (uf - plain) / (pk - plain));
 	}
-out:
-	{
-		char cmd[sizeof(tdir) + 16];
+out : {
+	char cmd[sizeof(tdir) + 16];
 
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
-		if (system(cmd)) {
-			/* a temporary directory left behind */
-		}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
+	if (system(cmd)) {
+		/* a temporary directory left behind */
 	}
+}
 	return plain < 0 || pk < 0;
 }

@@ -95,8 +95,8 @@ static void report_one(const char *path, unsigned long long *tot_lost, unsigned 
 		fprintf(stderr, "probekit: %s: not a readable trace\n", path);
 		return;
 	}
-	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path,
-		ev, nt, end);
+	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path, ev,
+		nt, end);
 	*tot_lost += lost;
 	*tot_threads += lt;
 }
@@ -214,8 +214,7 @@ int cmd_trace(int argc, char **argv)
 				return cli_usage_error("trace: -%c needs a glob (one line)", c),
 				       TRACE_FAIL;
 			if ((c == 'f' ? nf : nn) >= MAX_GLOBS)
-				return cli_usage_error("trace: at most %d -%c globs", MAX_GLOBS,
-						       c),
+				return cli_usage_error("trace: at most %d -%c globs", MAX_GLOBS, c),
 				       TRACE_FAIL;
 			if (c == 'f')
 				fglobs[nf++] = optarg;

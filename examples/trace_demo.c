@@ -31,9 +31,8 @@
 #define FN __attribute__((noinline, noclone))
 
 enum { C_FIB, C_LEAF, C_STAGE, C_WORKER, C_CRASH, C_JUMP, C_DEEP, C_NR };
-static const char *const names[C_NR] = {"demo_fib",    "demo_leaf",  "demo_stage",
-					"demo_worker", "demo_crash", "demo_jump",
-					"demo_deep"};
+static const char *const names[C_NR] = {"demo_fib",   "demo_leaf", "demo_stage", "demo_worker",
+					"demo_crash", "demo_jump", "demo_deep"};
 
 /* Per-thread counts (no sharing on the hot path), summed under a lock. */
 static __thread unsigned long cnt[C_NR];
@@ -208,8 +207,9 @@ int main(int argc, char **argv)
 			printf("work_ns %.0f calls %lu\n", t, n);
 			return 0;
 		} else {
-			fprintf(stderr, "usage: %s [--threads T] [--iters N] | --crash | --fork | "
-					"--exec | --longjmp | --deep N | --bench N\n",
+			fprintf(stderr,
+				"usage: %s [--threads T] [--iters N] | --crash | --fork | "
+				"--exec | --longjmp | --deep N | --bench N\n",
 				argv[0]);
 			return 2;
 		}

@@ -17,7 +17,7 @@
 
 __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
 
-#define GONE ((struct pki_fgraph_ent *)1)
+#define GONE	  ((struct pki_fgraph_ent *)1)
 #define STACK_LEN (PKI_FGRAPH_DEPTH * sizeof(struct pki_fgraph_ent))
 
 static pthread_key_t key;

@@ -276,6 +276,7 @@ static void on_fork_child(void)
 bool agent_trace_start(void)
 {
 	bool initial = !T.has_pid;
+	char *fcopy = NULL, *ncopy = NULL;
 	struct pick p = {0};
 	int err, n;
 	size_t i;
@@ -299,8 +300,10 @@ bool agent_trace_start(void)
 	if (T.exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
 	/* split() cuts its list: the originals are passed on at exec. */
-	p.nf = split(T.funcs ? strdup(T.funcs) : NULL, p.f);
-	p.nn = split(T.notrace ? strdup(T.notrace) : NULL, p.n);
+	fcopy = T.funcs ? strdup(T.funcs) : NULL;
+	ncopy = T.notrace ? strdup(T.notrace) : NULL;
+	p.nf = split(fcopy, p.f);
+	p.nn = split(ncopy, p.n);
 	n = pk_sites_foreach(pick_site, &p);
 	if (n < 0)
 		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
@@ -315,6 +318,9 @@ bool agent_trace_start(void)
 			     "-f '%s' matches no patchable function of PROG or its libraries "
 			     "('probekit sites PROG' lists them)",
 			     p.f[i]);
+	free(fcopy); /* p.f is not used below but for the messages above */
+	free(ncopy);
+	fcopy = ncopy = NULL;
 	if (!T.nips)
 		FAIL(initial, "no function left to trace: -N excludes all %zu that -f selects",
 		     p.total);
@@ -346,6 +352,8 @@ untraced:
 		unlink(T.file);
 		T.session = false;
 	}
+	free(fcopy);
+	free(ncopy);
 	T.nips = 0;
 	pthread_atfork(NULL, NULL, on_fork_child);
 	return true;

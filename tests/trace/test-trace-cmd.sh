@@ -77,12 +77,16 @@ check "-f/-N: selection" "[[ \$($pk report --raw sel.trace | awk 'NR > 2 {print 
 "$demo" --crash >plain.out 2>/dev/null
 plain_rc=$?
 run -o crash.trace -- "$demo" --crash
-check "crash: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc && $rc == 139 ]]"
+check "crash: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc ]]"
 check "crash: stdout" "cmp -s out plain.out"
-check "crash: ended by signal 11" "$pk report crash.trace 2>/dev/null | grep -q 'ended by signal 11'"
-counts crash.trace >got
-want out >exp
-check "crash: counts" "diff -u exp got"
+if [[ -z ${PKT_SAN_PRELOAD:-} ]]; then # ASan turns the SIGSEGV into exit(1)
+	check "crash: rc 139" "[[ $rc == 139 ]]"
+	check "crash: ended by signal 11" "$pk report crash.trace 2>/dev/null | grep -q 'ended by signal 11'"
+	# ASan's own SIGSEGV handler ends PROG before the recorder's could flush.
+	counts crash.trace >got
+	want out >exp
+	check "crash: counts" "diff -u exp got"
+fi
 
 # 4. fork: the child writes crash.trace.PID with its own calls; --no-children none.
 "$demo" --fork >plain.out

@@ -43,6 +43,7 @@
 #include <probekit/watch.h>
 
 #include "agent.h"
+#include "agent_int.h"
 #include "arch/x86_64/decode.h"
 #include "sym/elf_syms.h"
 
@@ -158,7 +159,7 @@ static int print_lib(enum pk_print_level level, const char *fmt, va_list ap)
 }
 
 /* Status line to the command (once), then close the control pipe. */
-static void ctl_send(const char *msg)
+void ctl_send(const char *msg)
 {
 	if (A.ctl_fd < 0)
 		return;
@@ -170,7 +171,7 @@ static void ctl_send(const char *msg)
 }
 
 /* Refuse to run PROG: tell the command (or stderr if run by hand) and end PROG before main. */
-__attribute__((noreturn, format(printf, 1, 2))) static void refuse(const char *fmt, ...)
+void refuse(const char *fmt, ...)
 {
 	char buf[1024];
 	va_list ap;
@@ -754,7 +755,11 @@ __attribute__((constructor(101))) static void agent_start(void)
 	clock_gettime(CLOCK_MONOTONIC, &A.t0);
 	A.pid = getpid();
 	read_config();
+	agent_trace_config();
 	env_clean();
+	agent_exec_init();
+	if (agent_trace_start())
+		return; /* trace mode: it answered the command */
 	if (!A.spec[0]) {
 		ctl_send(PK_CTL_OK "\n");
 		return;

@@ -43,6 +43,24 @@
 #define PK_ENV_DEBUG	     "PROBEKIT_DEBUG"
 #define PK_ENV_AGENT	     "PROBEKIT_AGENT" /* command only: the agent to preload */
 
+/*
+ * Trace mode (agent/trace.c).  PROBEKIT_TRACE is the absolute path of the
+ * main trace file; globs are newline-separated.  PID and GEN are set by the
+ * agent itself when it passes the settings on to an exec'd program: PID is
+ * the process that called exec (equal to the new program's pid for an exec,
+ * different for a child started by posix_spawn or vfork+exec), GEN counts
+ * the execs of that process.
+ */
+#define PK_ENV_TRACE		   "PROBEKIT_TRACE"
+#define PK_ENV_TRACE_FUNCS	   "PROBEKIT_TRACE_FUNCS"
+#define PK_ENV_TRACE_NOTRACE	   "PROBEKIT_TRACE_NOTRACE"
+#define PK_ENV_TRACE_CHILDREN	   "PROBEKIT_TRACE_CHILDREN"   /* 0: fork children untraced */
+#define PK_ENV_TRACE_ENTRY_ONLY	   "PROBEKIT_TRACE_ENTRY_ONLY" /* 1: no exit events */
+#define PK_ENV_TRACE_BUF	   "PROBEKIT_TRACE_BUF" /* events per thread buffer */
+#define PK_ENV_TRACE_PID	   "PROBEKIT_TRACE_PID"
+#define PK_ENV_TRACE_GEN	   "PROBEKIT_TRACE_GEN"
+#define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */
+
 #define PK_AGENT_NAME "libprobekit-agent.so"
 
 /* The agent refused to start: PROG is ended with this status before main. */

@@ -420,6 +420,8 @@ int agent_run(const struct agent_run *r)
 				WTERMSIG(status), strsignal(WTERMSIG(status)),
 				WCOREDUMP(status) ? ", core dumped" : "");
 	}
+	if (r->ended)
+		r->ended(r, status);
 	ret = end_like(status);
 	return ret;
 }

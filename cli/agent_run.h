@@ -24,6 +24,9 @@ struct agent_run {
 	int out_fd;	   /* -o FILE opened by the caller, or -1: a pipe relayed to relay_fd */
 	int relay_fd;	   /* where the report goes (and the end line) */
 	bool report_end;   /* append "# PROG exited with status N" to the report */
+	/* Called once PROG ran and ended, before probekit ends like it (may be NULL). */
+	void (*ended)(const struct agent_run *r, int status);
+	void *ctx; /* for @ended */
 };
 
 /* Resolve PROG like execvp into @out; 0, or an exit code after an error message. */

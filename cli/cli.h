@@ -27,6 +27,7 @@ unsigned long cli_parse_ulong(const char *opt, const char *val);
 int cmd_bench(int argc, char **argv);
 int cmd_sites(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
 
 /* Benchmarks (cli/bench_*.c), dispatched by cmd_bench. */
 int bench_poke(int argc, char **argv);
@@ -37,5 +38,6 @@ int cmd_export(int argc, char **argv);
 int bench_record(int argc, char **argv);
 int bench_attach(int argc, char **argv);
 int bench_call(int argc, char **argv);
+int bench_trace(int argc, char **argv);
 
 #endif /* PK_CLI_H */

@@ -90,6 +90,7 @@ static const struct cli_cmd commands[] = {
 	{"export", cmd_export, "convert a trace file: Chrome trace JSON or folded stacks"},
 	{"report", cmd_report, "per-function calls and times of a trace file"},
 	{"sites", cmd_sites, "list the patchable functions of a program or library"},
+	{"trace", cmd_trace, "run a program and record every call of its functions"},
 	{"version", cmd_version, "print the library version"},
 	{"watch", cmd_watch, "run a program with a watchpoint on a variable or function"},
 	{NULL, NULL, NULL},

@@ -6,12 +6,14 @@
 #include "trace/crc32.h"
 
 static uint32_t table[256];
-static bool use_insn;
+static bool use_insn, ready;
 
-__attribute__((constructor)) static void crc32c_init(void)
+void pki_crc32c_init(void)
 {
 	uint32_t i, j, c;
 
+	if (ready)
+		return;
 	for (i = 0; i < 256; i++) {
 		c = i;
 		for (j = 0; j < 8; j++)
@@ -19,6 +21,12 @@ __attribute__((constructor)) static void crc32c_init(void)
 		table[i] = c;
 	}
 	use_insn = pki_arch_crc32c_usable();
+	ready = true;
+}
+
+__attribute__((constructor)) static void crc32c_init(void)
+{
+	pki_crc32c_init();
 }
 
 uint32_t pki_crc32c(uint32_t crc, const void *buf, size_t len)

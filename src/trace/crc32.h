@@ -12,6 +12,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Build the table now (idempotent).  The constructor does it too, but code
+ * that runs in an earlier constructor (the preload agent, priority 101)
+ * calls this first: pki_trace_open() does.  Normal context.
+ */
+void pki_crc32c_init(void);
+
 /* Continue @crc (start with 0) over @len bytes. */
 uint32_t pki_crc32c(uint32_t crc, const void *buf, size_t len);
 

@@ -456,6 +456,18 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 	pki_trace_record(fn, kind, ts);
 }
 
+void pki_trace_count_lost(void)
+{
+	struct pki_trace_buf *b = pki_trace_tls;
+
+	if (b == &internal_buf)
+		return;
+	if (b && b != &gone_buf)
+		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+	else if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
+}
+
 /* ---- the drainer thread ----------------------------------------------------- */
 
 static void *drainer_main(void *arg)
@@ -660,6 +672,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 
 	if (!opts)
 		opts = &defaults;
+	pki_crc32c_init();
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_IDLE)
 		return -EBUSY;
 	cap = opts->buf_events ? opts->buf_events : 64u << 10;

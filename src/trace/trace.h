@@ -138,6 +138,13 @@ extern bool pki_trace_use_tsc;
 
 void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
 
+/*
+ * Count one event of the calling thread as lost without recording it: an
+ * event the caller knows it will not be able to record (an exit that exit
+ * tracing cannot see, fgraph.h).  Async-signal-safe; rare path.
+ */
+void pki_trace_count_lost(void);
+
 /* Current time in the session's clock ticks. */
 static inline uint64_t pki_trace_now(void)
 {

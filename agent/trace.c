@@ -1,0 +1,555 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The agent's trace mode (`probekit trace`): ONE pk_ops over the program's
+ * and its libraries' patchable sites that match the -f globs minus the -N
+ * globs, registered before main().  Its callback records an entry event and
+ * hijacks the return (src/trace/fgraph.h) so the return trampoline records
+ * the exit.  The recorder (src/trace/trace.h) writes the file; it flushes at
+ * exit, at exec and on fatal signals.
+ *
+ * Processes PROG makes:
+ *  - fork(): the child reopens its own file FILE.<pid> (atfork child
+ *    handler), or with --no-children stops recording (frames hijacked before
+ *    the fork still return through the trampoline: they must).
+ *  - exec: the agent's settings were removed from the environment (PROG sees
+ *    the user's); the exec wrappers below put them back into the new
+ *    program's environment, and END the trace file first (exec_prepare).
+ *    The new program writes FILE.<pid>.<n> (n-th exec of that process); a
+ *    child started by posix_spawn() or vfork()+exec writes FILE.<pid>.
+ *    system() and popen() spawn their shell inside libc, out of our reach:
+ *    those children run untraced.
+ *
+ * What runs where: on_entry and the trampoline in any context (hot path,
+ * see fgraph.h); everything else in normal context (constructor, atfork
+ * child handler, exec wrappers; the wrappers may run in a vfork child, so
+ * they allocate nothing and write only their own stack).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <probekit/hook.h>
+#include <probekit/sites.h>
+
+#include "agent.h"
+#include "agent_int.h"
+#include "trace/fgraph.h"
+#include "trace/trace.h"
+
+#define PK_EXPORT  __attribute__((visibility("default")))
+#define MAX_GLOBS  64
+#define BUF_EVENTS (1u << 18) /* per thread: 4 MiB, ~5 ms of a busy thread */
+
+struct tsym {
+	uint64_t fn;
+	uint32_t obj;
+	char *name;
+};
+
+struct tobj {
+	const char *path; /* the site table's string (lives as long as the process) */
+	uint64_t base;
+};
+
+static struct {
+	/* settings, as passed on to exec'd programs */
+	bool on;       /* PROBEKIT_TRACE was set */
+	bool children; /* trace fork children */
+	bool exits;    /* hijack returns */
+	bool shstk_test;
+	uint32_t buf_events;
+	char base[PATH_MAX]; /* the command's -o FILE, absolute */
+	char *funcs, *notrace;
+	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
+	bool has_pid;
+	long env_pid;
+	unsigned long env_gen;
+
+	/* this process */
+	bool follow;	      /* pass the settings on at exec */
+	pid_t pid;	      /* the process they describe (a vfork child is not it) */
+	unsigned long gen;    /* execs of this process */
+	volatile bool active; /* the callback records */
+	bool session;	      /* a trace file is open */
+	char file[PATH_MAX + 64];
+	unsigned long *ips;
+	size_t nips;
+	struct tsym *syms;
+	struct tobj *objs;
+	size_t nobjs;
+	struct pk_ops ops;
+} T;
+
+static struct {
+	int (*execve)(const char *, char *const[], char *const[]);
+	int (*execvpe)(const char *, char *const[], char *const[]);
+	int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			   const posix_spawnattr_t *, char *const[], char *const[]);
+	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			    const posix_spawnattr_t *, char *const[], char *const[]);
+} real;
+
+/* ---- the hook --------------------------------------------------------------- */
+
+static void on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		     struct pk_regs *regs)
+{
+	(void)parent_ip;
+	(void)ops;
+	if (__builtin_expect(!T.active, 0))
+		return;
+	pki_trace_enter(ip);
+	if (T.exits)
+		pki_fgraph_enter(ip, (unsigned long *)regs->sp);
+}
+
+/* ---- configuration ---------------------------------------------------------- */
+
+static char *dup_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? strdup(v) : NULL;
+}
+
+void agent_trace_config(void)
+{
+	const char *file = getenv(PK_ENV_TRACE), *v;
+	Dl_info di;
+
+	if (!file || !*file || strlen(file) >= sizeof(T.base))
+		return;
+	T.on = true;
+	strcpy(T.base, file);
+	T.funcs = dup_env(PK_ENV_TRACE_FUNCS);
+	T.notrace = dup_env(PK_ENV_TRACE_NOTRACE);
+	v = getenv(PK_ENV_TRACE_CHILDREN);
+	T.children = !v || strcmp(v, "0");
+	v = getenv(PK_ENV_TRACE_ENTRY_ONLY);
+	T.exits = !v || strcmp(v, "1");
+	T.shstk_test = getenv(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
+	v = getenv(PK_ENV_TRACE_BUF);
+	T.buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
+	if (T.buf_events < 1024 || T.buf_events > (1u << 26))
+		T.buf_events = BUF_EVENTS;
+	v = getenv(PK_ENV_TRACE_PID);
+	if (v) {
+		T.has_pid = true;
+		T.env_pid = strtol(v, NULL, 10);
+		v = getenv(PK_ENV_TRACE_GEN);
+		T.env_gen = v ? strtoul(v, NULL, 10) : 0;
+	}
+	if (dladdr((void *)agent_trace_config, &di) && di.dli_fname &&
+	    strlen(di.dli_fname) < sizeof(T.agent))
+		strcpy(T.agent, di.dli_fname);
+}
+
+/* Split a newline-separated list in place into @v; returns the count. */
+static size_t split(char *list, char **v)
+{
+	size_t n = 0;
+	char *save = NULL, *tok;
+
+	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < MAX_GLOBS;
+	     tok = strtok_r(NULL, "\n", &save))
+		v[n++] = tok;
+	return n;
+}
+
+/* ---- which sites ------------------------------------------------------------ */
+
+struct pick {
+	char *f[MAX_GLOBS], *n[MAX_GLOBS];
+	size_t nf, nn;
+	bool fmatched[MAX_GLOBS];
+	size_t total, cap;
+	int err;
+};
+
+static int pick_site(const struct pk_site *s, void *ctx)
+{
+	struct pick *p = ctx;
+	bool in = !p->nf;
+	size_t i;
+
+	if (strstr(s->object, PK_AGENT_NAME))
+		return 0; /* our own copy of the library */
+	p->total++;
+	for (i = 0; i < p->nf; i++)
+		if (!fnmatch(p->f[i], s->name, 0)) {
+			p->fmatched[i] = in = true;
+		}
+	if (!in)
+		return 0;
+	for (i = 0; i < p->nn; i++)
+		if (!fnmatch(p->n[i], s->name, 0))
+			return 0;
+	if (T.nips == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 1024;
+		unsigned long *ips = realloc(T.ips, cap * sizeof(*ips));
+		struct tsym *syms = ips ? realloc(T.syms, cap * sizeof(*syms)) : NULL;
+
+		if (ips)
+			T.ips = ips;
+		if (!syms)
+			return -ENOMEM;
+		T.syms = syms;
+		p->cap = cap;
+	}
+	if (!T.nobjs || strcmp(T.objs[T.nobjs - 1].path, s->object)) {
+		struct tobj *o = realloc(T.objs, (T.nobjs + 1) * sizeof(*o));
+		Dl_info di;
+
+		if (!o)
+			return -ENOMEM;
+		T.objs = o;
+		o[T.nobjs].path = s->object;
+		o[T.nobjs].base =
+		    dladdr((void *)s->func, &di) ? (uint64_t)(uintptr_t)di.dli_fbase : 0;
+		T.nobjs++;
+	}
+	T.syms[T.nips] = (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(s->name)};
+	T.ips[T.nips++] = s->ip;
+	return 0;
+}
+
+/* ---- the trace file ----------------------------------------------------------- */
+
+static int session_open(void)
+{
+	PK_OPTS(pki_trace_opts, o, .buf_events = T.buf_events, .catch_signals = true,
+		.at_exit = true);
+	size_t i;
+	int err;
+
+	err = pki_trace_open(T.file, &o);
+	if (err)
+		return err;
+	for (i = 0; i < T.nobjs && !err; i++)
+		err = pki_trace_object_add((uint32_t)i + 1, T.objs[i].base, T.objs[i].path);
+	for (i = 0; i < T.nips && !err; i++)
+		err = pki_trace_symbol_add(T.syms[i].fn, T.syms[i].obj, T.syms[i].name);
+	if (err) {
+		pki_trace_close();
+		return err;
+	}
+	T.session = true;
+	return 0;
+}
+
+/*
+ * Fork child (after the recorder's own handler stopped the parent's session
+ * here): a file of its own, or nothing with --no-children.
+ */
+static void on_fork_child(void)
+{
+	T.pid = getpid();
+	T.gen = 0;
+	T.session = false;
+	if (!T.children) {
+		T.active = false;
+		T.follow = false;
+		return;
+	}
+	snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
+	if (T.nips && session_open())
+		T.active = false;
+}
+
+/* Refuse in the program the command started; elsewhere just stay untraced. */
+#define FAIL(initial, ...)                                                                         \
+	do {                                                                                       \
+		if (initial)                                                                       \
+			refuse(__VA_ARGS__);                                                       \
+		goto untraced;                                                                     \
+	} while (0)
+
+bool agent_trace_start(void)
+{
+	bool initial = !T.has_pid;
+	char *fcopy = NULL, *ncopy = NULL;
+	struct pick p = {0};
+	int err, n;
+	size_t i;
+
+	if (!T.on)
+		return false;
+	T.pid = getpid();
+	T.follow = true;
+	if (initial) {
+		snprintf(T.file, sizeof(T.file), "%s", T.base);
+	} else if (T.env_pid == T.pid) {
+		T.gen = T.env_gen;
+		snprintf(T.file, sizeof(T.file), "%s.%d.%lu", T.base, (int)T.pid, T.gen);
+	} else {
+		snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
+	}
+	if (T.exits && (T.shstk_test || pki_fgraph_shstk()))
+		FAIL(initial, "PROG runs with a CET shadow stack (x86_Thread_features: shstk): "
+			      "return trampolines would make it crash, so exit tracing is refused; "
+			      "use --entry-only to record function entries without durations");
+	if (T.exits && pki_fgraph_init())
+		FAIL(initial, "cannot set up exit tracing (pthread key)");
+	/* split() cuts its list: the originals are passed on at exec. */
+	fcopy = T.funcs ? strdup(T.funcs) : NULL;
+	ncopy = T.notrace ? strdup(T.notrace) : NULL;
+	p.nf = split(fcopy, p.f);
+	p.nn = split(ncopy, p.n);
+	n = pk_sites_foreach(pick_site, &p);
+	if (n < 0)
+		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
+	if (!p.total)
+		FAIL(initial,
+		     "no patchable function entries in PROG or its libraries: build PROG with "
+		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10); 'probekit sites "
+		     "PROG' lists them");
+	for (i = 0; i < p.nf; i++)
+		if (!p.fmatched[i])
+			FAIL(initial,
+			     "-f '%s' matches no patchable function of PROG or its libraries "
+			     "('probekit sites PROG' lists them)",
+			     p.f[i]);
+	free(fcopy); /* p.f is not used below but for the messages above */
+	free(ncopy);
+	fcopy = ncopy = NULL;
+	if (!T.nips)
+		FAIL(initial, "no function left to trace: -N excludes all %zu that -f selects",
+		     p.total);
+	/*
+	 * Hook first, record later: patching may need every thread to answer a
+	 * signal, and the recorder's drainer thread blocks them all.  Until
+	 * T.active the callback returns at once.
+	 */
+	T.ops.func = on_entry;
+	T.ops.filter.ips = T.ips;
+	T.ops.filter.nips = T.nips;
+	err = pk_ops_register(&T.ops);
+	if (err)
+		FAIL(initial, "cannot hook the %zu functions to trace: %s", T.nips, strerror(-err));
+	err = session_open();
+	if (err)
+		FAIL(initial, "cannot write the trace %s: %s", T.file, strerror(-err));
+	/* After the recorder's own handler (child handlers run in registration order). */
+	if (pthread_atfork(NULL, NULL, on_fork_child))
+		FAIL(initial, "pthread_atfork failed");
+	__atomic_store_n(&T.active, true, __ATOMIC_RELEASE);
+	ctl_send(PK_CTL_OK "\n");
+	return true;
+untraced:
+	/* Not traced here; exec'd programs and children may still be. */
+	T.active = false;
+	if (T.session) {
+		pki_trace_close();
+		unlink(T.file);
+		T.session = false;
+	}
+	free(fcopy);
+	free(ncopy);
+	T.nips = 0;
+	pthread_atfork(NULL, NULL, on_fork_child);
+	return true;
+}
+
+/* ---- exec: put the settings back -------------------------------------------- */
+
+void agent_exec_init(void)
+{
+	real.execve = dlsym(RTLD_NEXT, "execve");
+	real.execvpe = dlsym(RTLD_NEXT, "execvpe");
+	real.posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
+	real.posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
+}
+
+/*
+ * The environment for the next program: @envp without PROBEKIT_* and
+ * LD_PRELOAD, then our settings.  Everything lives in @vec and @strs (the
+ * caller's stack): this may run in a vfork child.  @same: the next program
+ * replaces this process (exec), else it is a child.
+ */
+struct envbuf {
+	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[4096 + 16];
+	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
+	char children[48], entry[48], buf[48];
+};
+
+static char *const *env_for_next(char *const *envp, bool same, struct envbuf *b)
+{
+	const char *user_pre = NULL;
+	size_t n = 0, i;
+
+	for (i = 0; envp && envp[i]; i++) {
+		if (!strncmp(envp[i], "LD_PRELOAD=", 11)) {
+			user_pre = envp[i] + 11;
+			continue;
+		}
+		if (!strncmp(envp[i], "PROBEKIT_", 9))
+			continue;
+		if (n >= 4096)
+			return NULL;
+		b->vec[n++] = envp[i];
+	}
+	if (user_pre && *user_pre) {
+		if ((size_t)snprintf(b->preload, sizeof(b->preload), "LD_PRELOAD=%s:%s", user_pre,
+				     T.agent) >= sizeof(b->preload) ||
+		    (size_t)snprintf(b->saved, sizeof(b->saved), "%s=%s", PK_ENV_PRELOAD_SAVED,
+				     user_pre) >= sizeof(b->saved))
+			return NULL;
+		b->vec[n++] = b->saved;
+	} else {
+		snprintf(b->preload, sizeof(b->preload), "LD_PRELOAD=%s", T.agent);
+	}
+	b->vec[n++] = b->preload;
+	snprintf(b->trace, sizeof(b->trace), "%s=%s", PK_ENV_TRACE, T.base);
+	b->vec[n++] = b->trace;
+	if (T.funcs && (size_t)snprintf(b->funcs, sizeof(b->funcs), "%s=%s", PK_ENV_TRACE_FUNCS,
+					T.funcs) < sizeof(b->funcs))
+		b->vec[n++] = b->funcs;
+	if (T.notrace && (size_t)snprintf(b->notrace, sizeof(b->notrace), "%s=%s",
+					  PK_ENV_TRACE_NOTRACE, T.notrace) < sizeof(b->notrace))
+		b->vec[n++] = b->notrace;
+	snprintf(b->children, sizeof(b->children), "%s=%d", PK_ENV_TRACE_CHILDREN, T.children);
+	b->vec[n++] = b->children;
+	snprintf(b->entry, sizeof(b->entry), "%s=%d", PK_ENV_TRACE_ENTRY_ONLY, !T.exits);
+	b->vec[n++] = b->entry;
+	snprintf(b->buf, sizeof(b->buf), "%s=%u", PK_ENV_TRACE_BUF, T.buf_events);
+	b->vec[n++] = b->buf;
+	snprintf(b->pid, sizeof(b->pid), "%s=%d", PK_ENV_TRACE_PID, (int)T.pid);
+	b->vec[n++] = b->pid;
+	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN, same ? T.gen + 1 : 0);
+	b->vec[n++] = b->gen;
+	b->vec[n] = NULL;
+	return b->vec;
+}
+
+enum exec_kind { EX_VE, EX_VPE };
+
+static int do_exec(enum exec_kind k, const char *path, char *const argv[], char *const envp[])
+{
+	int (*fn)(const char *, char *const[], char *const[]) =
+	    k == EX_VE ? real.execve : real.execvpe;
+	bool same = getpid() == T.pid; /* else a vfork child */
+	char *const *env = envp;
+	struct envbuf b;
+	int ret, saved;
+
+	if (!fn) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (T.follow && (same || T.children)) {
+		env = env_for_next(envp, same, &b);
+		if (!env)
+			env = envp; /* too large to rewrite: run it untraced */
+	}
+	if (same && T.session)
+		pki_trace_exec_prepare();
+	ret = fn(path, argv, env);
+	saved = errno;
+	if (same && T.session)
+		pki_trace_exec_failed();
+	errno = saved;
+	return ret;
+}
+
+PK_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	return do_exec(EX_VE, path, argv, envp);
+}
+
+PK_EXPORT int execv(const char *path, char *const argv[])
+{
+	extern char **environ;
+
+	return do_exec(EX_VE, path, argv, environ);
+}
+
+PK_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	return do_exec(EX_VPE, file, argv, envp);
+}
+
+PK_EXPORT int execvp(const char *file, char *const argv[])
+{
+	extern char **environ;
+
+	return do_exec(EX_VPE, file, argv, environ);
+}
+
+/* execl family: collect the arguments on the stack (no malloc: vfork children). */
+#define COLLECT_ARGS(first, last_ap, argv, envp_out)                                               \
+	va_list ap;                                                                                \
+	size_t n = 1;                                                                              \
+	va_start(ap, first);                                                                       \
+	while (va_arg(ap, char *))                                                                 \
+		n++;                                                                               \
+	va_end(ap);                                                                                \
+	char *argv[n + 1];                                                                         \
+	va_start(ap, first);                                                                       \
+	argv[0] = (char *)first;                                                                   \
+	for (size_t i = 1; i <= n; i++)                                                            \
+		argv[i] = va_arg(ap, char *);                                                      \
+	envp_out;                                                                                  \
+	va_end(ap)
+
+PK_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	extern char **environ;
+
+	COLLECT_ARGS(arg, ap, argv, (void)0);
+	return do_exec(EX_VE, path, argv, environ);
+}
+
+PK_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	extern char **environ;
+
+	COLLECT_ARGS(arg, ap, argv, (void)0);
+	return do_exec(EX_VPE, file, argv, environ);
+}
+
+PK_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	char *const *envp;
+
+	COLLECT_ARGS(arg, ap, argv, envp = va_arg(ap, char *const *));
+	return do_exec(EX_VE, path, argv, envp);
+}
+
+static char *const *spawn_env(char *const envp[], struct envbuf *b)
+{
+	char *const *env;
+
+	if (!T.follow || !T.children)
+		return envp;
+	env = env_for_next(envp, false, b);
+	return env ? env : envp;
+}
+
+PK_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	struct envbuf b;
+
+	if (!real.posix_spawn)
+		return ENOSYS;
+	return real.posix_spawn(pid, path, fa, attr, argv, spawn_env(envp, &b));
+}
+
+PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	struct envbuf b;
+
+	if (!real.posix_spawnp)
+		return ENOSYS;
+	return real.posix_spawnp(pid, file, fa, attr, argv, spawn_env(envp, &b));
+}

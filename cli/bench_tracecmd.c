@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+/*
+ * probekit bench trace: what `probekit trace` adds per recorded call, side
+ * by side in the same run with `uftrace record` on the same program
+ * (examples/trace_demo, built with -fpatchable-function-entry=5, which
+ * uftrace patches with -P .).  The program times its own loop of N calls of
+ * a leaf function (`trace_demo --bench N` prints "work_ns T calls N"), so
+ * start-up (symbol tables, TSC calibration) and the final flush are not
+ * counted: the figure is the cost a running program pays per call.  Best of
+ * R runs per tool.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* Run @argv with stdout (and stderr if @err) captured; exit status or -1. */
+static int capture(char *const argv[], char *out, size_t outn, char *err, size_t errn)
+{
+	int po[2], pe[2], st;
+	size_t no = 0, ne = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe(po) || pipe(pe))
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		close(po[0]);
+		close(pe[0]);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	/* Small outputs: read stdout to the end, then stderr. */
+	while ((n = read(po[0], out + no, outn - 1 - no)) > 0)
+		no += (size_t)n;
+	while ((n = read(pe[0], err + ne, errn - 1 - ne)) > 0)
+		ne += (size_t)n;
+	out[no] = err[ne] = 0;
+	close(po[0]);
+	close(pe[0]);
+	if (waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ns per call reported by the demo, or a negative value. */
+static double run_once(char *const argv[], unsigned long calls, unsigned long long *lost)
+{
+	static char out[4096], err[65536];
+	unsigned long n = 0;
+	double ns = -1;
+	const char *p;
+	int rc;
+
+	rc = capture(argv, out, sizeof(out), err, sizeof(err));
+	p = strstr(out, "work_ns ");
+	if (rc || !p || sscanf(p, "work_ns %lf calls %lu", &ns, &n) != 2 || n != calls) {
+		fprintf(stderr, "probekit: bench trace: %s failed (status %d)%s%s\n", argv[0], rc,
+			*err ? ": " : "", err);
+		return -1;
+	}
+	if (lost && (p = strstr(err, "events lost in")) != NULL) {
+		while (p > err && p[-1] != ' ' && p[-1] != '\n')
+			p--;
+		while (p > err && p[-1] == ' ')
+			p--;
+		while (p > err && p[-1] >= '0' && p[-1] <= '9')
+			p--;
+		*lost += strtoull(p, NULL, 10);
+	}
+	return ns / (double)calls;
+}
+
+static double best(char *const argv[], unsigned long calls, int runs, unsigned long long *lost)
+{
+	double b = -1, v;
+	int i;
+
+	for (i = 0; i < runs; i++) {
+		v = run_once(argv, calls, lost);
+		if (v < 0)
+			return -1;
+		if (b < 0 || v < b)
+			b = v;
+	}
+	return b;
+}
+
+static bool have(const char *prog)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "command -v %s >/dev/null 2>&1", prog);
+	return system(cmd) == 0;
+}
+
+int bench_trace(int argc, char **argv)
+{
+	static const struct option opts[] = {
+	    {"calls", required_argument, NULL, 'n'},
+	    {"runs", required_argument, NULL, 'r'},
+	    {"prog", required_argument, NULL, 'p'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	char self[PATH_MAX], prog[PATH_MAX + 32], ncalls[32], nbuf[32],
+	    tdir[] = "/tmp/probekit-bench-XXXXXX";
+	char tfile[sizeof(tdir) + 16], udir[sizeof(tdir) + 16];
+	unsigned long calls = 1000000;
+	unsigned long long lost = 0;
+	double plain, pk, uf = -1;
+	int c, runs = 3;
+	ssize_t len;
+
+	prog[0] = 0;
+	while ((c = getopt_long(argc, argv, "n:r:p:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			calls = cli_parse_ulong("--calls", optarg);
+			break;
+		case 'r':
+			runs = (int)cli_parse_ulong("--runs", optarg);
+			break;
+		case 'p':
+			snprintf(prog, sizeof(prog), "%s", optarg);
+			break;
+		case 'h':
+			printf(
+			    "usage: probekit bench trace [--calls N] [--runs R] [--prog "
+			    "TRACE_DEMO]\n\n"
+			    "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
+			    "examples/trace_demo --bench N (N leaf calls timed by the program\n"
+			    "itself, one thread); best of R runs each.\n");
+			return 0;
+		default:
+			return cli_usage_error("bench trace: bad option");
+		}
+	}
+	if (calls < 1000 || runs < 1)
+		return cli_usage_error("bench trace: --calls >= 1000, --runs >= 1");
+	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (len <= 0)
+		return cli_error("cannot find myself");
+	self[len] = 0;
+	if (!prog[0]) {
+		snprintf(prog, sizeof(prog), "%s", self);
+		*strrchr(prog, '/') = 0;
+		strcat(prog, "/../examples/trace_demo");
+	}
+	if (access(prog, X_OK))
+		return cli_error("%s: %s (give --prog PATH to examples/trace_demo)", prog,
+				 strerror(errno));
+	if (!mkdtemp(tdir))
+		return cli_error("mkdtemp: %s", strerror(errno));
+	snprintf(tfile, sizeof(tfile), "%s/t.trace", tdir);
+	snprintf(udir, sizeof(udir), "%s/uftrace", tdir);
+	snprintf(ncalls, sizeof(ncalls), "%lu", calls);
+	/* Room for every event: the figure is the cost of recording, not of losing. */
+	snprintf(nbuf, sizeof(nbuf), "%lu",
+		 calls * 2 + 4096 < (1ul << 26) ? calls * 2 + 4096 : 1ul << 26);
+
+	printf("# Running 'trace/trace' benchmark:\n");
+	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n", prog,
+	       calls, calls, runs);
+	fflush(stdout);
+	{
+		char *const a_plain[] = {prog, "--bench", ncalls, NULL};
+		char *const a_pk[] = {self, "trace", "-o",	tfile,	"-b", nbuf,
+				      "--", prog,    "--bench", ncalls, NULL};
+		char *const a_uf[] = {"uftrace", "record", "--no-libcall", "-P",   ".", "-d",
+				      udir,	 prog,	   "--bench",	   ncalls, NULL};
+
+		plain = best(a_plain, calls, runs, NULL);
+		pk = best(a_pk, calls, runs, &lost);
+		if (have("uftrace"))
+			uf = best(a_uf, calls, runs, NULL);
+		if (plain < 0 || pk < 0)
+			goto out;
+		printf("%12s: %8.2f nsecs/call\n", "plain", plain);
+		printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)%s\n", "probekit", pk - plain, pk,
+		       lost ? "" : "");
+		if (lost)
+			printf("%14s %llu events lost over %d runs: their cost is not in the "
+			       "figure\n",
+			       "", lost, runs);
+		if (uf >= 0)
+			printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace",
+			       uf - plain, uf);
+		else
+			printf("%12s: not measured (uftrace not installed or failed; apt-get "
+			       "install uftrace)\n",
+			       "uftrace");
+		if (uf > plain && pk > plain)
+			printf("\n%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
+			       (uf - plain) / (pk - plain));
+	}
+out : {
+	char cmd[sizeof(tdir) + 16];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
+	if (system(cmd)) {
+		/* a temporary directory left behind */
+	}
+}
+	return plain < 0 || pk < 0;
+}

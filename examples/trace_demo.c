@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+/*
+ * trace_demo: the program the README's main job traces (`./dev demo`), the
+ * tests check `probekit trace` against, and `probekit bench trace` times.
+ * Built with -fpatchable-function-entry=5, so every function below is a
+ * site.  It counts its own calls and prints them ("calls NAME N") so a
+ * trace can be checked call for call.
+ *
+ *   trace_demo [--threads T] [--iters N]   T workers (default 4): recursion
+ *                                           (fib), a leaf, a small pipeline
+ *   trace_demo --crash                      some calls, then SIGSEGV inside one
+ *   trace_demo --fork                       a fork child does work too
+ *   trace_demo --exec                       runs itself again through execv
+ *   trace_demo --longjmp                    longjmp out of traced frames
+ *   trace_demo --deep N                     recursion N + 1 frames deep
+ *   trace_demo --bench N                    one thread, N leaf calls; prints
+ *                                           "work_ns T calls C" (its own timing)
+ *
+ * Functions are noinline/noclone so the compiler keeps one entry (one site)
+ * per function, whatever the optimisation level.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FN __attribute__((noinline, noclone))
+
+enum { C_FIB, C_LEAF, C_STAGE, C_WORKER, C_CRASH, C_JUMP, C_DEEP, C_NR };
+static const char *const names[C_NR] = {"demo_fib",   "demo_leaf", "demo_stage", "demo_worker",
+					"demo_crash", "demo_jump", "demo_deep"};
+
+/* Per-thread counts (no sharing on the hot path), summed under a lock. */
+static __thread unsigned long cnt[C_NR];
+static unsigned long total[C_NR];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long iters = 100;
+static volatile unsigned long sink;
+
+static void add_counts(void)
+{
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < C_NR; i++)
+		total[i] += cnt[i];
+	pthread_mutex_unlock(&mu);
+}
+
+FN unsigned long demo_leaf(unsigned long x)
+{
+	cnt[C_LEAF]++;
+	return x * 2654435761u ^ (x >> 7);
+}
+
+FN unsigned long demo_fib(unsigned n)
+{
+	cnt[C_FIB]++;
+	return n < 2 ? n : demo_fib(n - 1) + demo_fib(n - 2);
+}
+
+FN unsigned long demo_stage(unsigned long x, int depth)
+{
+	cnt[C_STAGE]++;
+	x = demo_leaf(x);
+	return depth ? demo_stage(x, depth - 1) : x;
+}
+
+FN void *demo_worker(void *arg)
+{
+	unsigned long x = (unsigned long)arg, i;
+
+	cnt[C_WORKER]++;
+	for (i = 0; i < iters; i++) {
+		x += demo_fib(12);
+		x += demo_stage(x, 8);
+	}
+	sink += x;
+	add_counts();
+	return NULL;
+}
+
+FN void demo_crash(int *p)
+{
+	cnt[C_CRASH]++;
+	add_counts();
+	for (int i = 0; i < C_NR; i++)
+		if (total[i])
+			printf("calls %s %lu\n", names[i], total[i]);
+	fflush(stdout);
+	*p = 42; /* SIGSEGV */
+}
+
+FN void demo_deep(unsigned long n)
+{
+	cnt[C_DEEP]++;
+	if (n)
+		demo_deep(n - 1);
+	sink += n;
+}
+
+static jmp_buf jb;
+
+FN void demo_jump(int n)
+{
+	cnt[C_JUMP]++;
+	if (n < 0)
+		return;
+	if (n == 0)
+		longjmp(jb, 1);
+	demo_jump(n - 1);
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static void print_counts(const char *who)
+{
+	unsigned long all = 0;
+
+	for (int i = 0; i < C_NR; i++)
+		all += total[i];
+	printf("%s: %lu calls\n", who, all);
+	for (int i = 0; i < C_NR; i++)
+		if (total[i])
+			printf("calls %s %lu\n", names[i], total[i]);
+}
+
+static void run_threads(int n)
+{
+	pthread_t th[64];
+
+	for (int i = 0; i < n; i++)
+		pthread_create(&th[i], NULL, demo_worker, (void *)(unsigned long)i);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+}
+
+int main(int argc, char **argv)
+{
+	int threads = 4;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+			threads = atoi(argv[++i]);
+			if (threads < 1 || threads > 64)
+				threads = 4;
+		} else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+			iters = strtoul(argv[++i], NULL, 0);
+		} else if (!strcmp(argv[i], "--crash")) {
+			iters = 2;
+			demo_worker(NULL);
+			memset(cnt, 0, sizeof(cnt));
+			demo_crash(NULL);
+		} else if (!strcmp(argv[i], "--fork")) {
+			pid_t pid;
+			int st;
+
+			fflush(stdout);
+			pid = fork();
+			if (pid == 0) {
+				demo_fib(10);
+				add_counts();
+				print_counts("child");
+				exit(3);
+			}
+			waitpid(pid, &st, 0);
+			iters = 2;
+			demo_worker(NULL);
+			print_counts("parent");
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+		} else if (!strcmp(argv[i], "--exec")) {
+			demo_fib(5);
+			add_counts();
+			print_counts("before exec");
+			fflush(stdout);
+			execl("/proc/self/exe", argv[0], "--threads", "1", "--iters", "1", NULL);
+			perror("execl");
+			return 1;
+		} else if (!strcmp(argv[i], "--longjmp")) {
+			if (!setjmp(jb))
+				demo_jump(5);
+			demo_fib(3);
+			add_counts();
+			print_counts("longjmp");
+			return 0;
+		} else if (!strcmp(argv[i], "--deep") && i + 1 < argc) {
+			demo_deep(strtoul(argv[++i], NULL, 0));
+			add_counts();
+			print_counts("deep");
+			return 0;
+		} else if (!strcmp(argv[i], "--bench") && i + 1 < argc) {
+			unsigned long n = strtoul(argv[++i], NULL, 0), x = 0;
+			double t0 = now_ns(), t;
+
+			for (unsigned long k = 0; k < n; k++)
+				x += demo_leaf(k);
+			t = now_ns() - t0;
+			sink = x;
+			printf("work_ns %.0f calls %lu\n", t, n);
+			return 0;
+		} else {
+			fprintf(stderr,
+				"usage: %s [--threads T] [--iters N] | --crash | --fork | "
+				"--exec | --longjmp | --deep N | --bench N\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	run_threads(threads);
+	print_counts("trace_demo");
+	return 0;
+}

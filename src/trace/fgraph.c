@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Exit tracing: the shadow return stacks and what the return trampoline
+ * calls.  See fgraph.h for the protocol and its limits.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "trace/fgraph.h"
+#include "trace/trace.h"
+
+__thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
+
+#define GONE	  ((struct pki_fgraph_ent *)1)
+#define STACK_LEN (PKI_FGRAPH_DEPTH * sizeof(struct pki_fgraph_ent))
+
+static pthread_key_t key;
+static bool key_made;
+
+/*
+ * Thread exit (key destructor).  No hijacked frame of this thread can still
+ * return: the start routine has returned, or pthread_exit() abandoned the
+ * frames above it.  Functions traced later (other destructors) keep their
+ * entry events and are not hijacked (cap stays 0 with st == GONE).
+ */
+static void stack_release(void *arg)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+
+	t->cap = 0;
+	t->depth = 0;
+	t->st = GONE;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	munmap(arg, STACK_LEN);
+}
+
+int pki_fgraph_init(void)
+{
+	int err;
+
+	if (key_made)
+		return 0;
+	err = pthread_key_create(&key, stack_release);
+	if (err)
+		return -err;
+	key_made = true;
+	return 0;
+}
+
+/* First entry of a thread (allocate), or the stack is full (count, do not hijack). */
+__attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long *slot)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	struct pki_fgraph_ent *st;
+
+	if (!t->st) {
+		st = mmap(NULL, STACK_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			  0);
+		if (st != MAP_FAILED && !t->st) { /* not made by a signal handler meanwhile */
+			t->st = st;
+			if (key_made)
+				pthread_setspecific(key, st); /* low key: no allocation */
+			__atomic_signal_fence(__ATOMIC_SEQ_CST);
+			t->cap = PKI_FGRAPH_DEPTH;
+			pki_fgraph_enter(fn, slot);
+			return;
+		}
+		if (st != MAP_FAILED)
+			munmap(st, STACK_LEN);
+	}
+	/* Too deep, out of memory, or the thread is exiting: this exit is not seen. */
+	pki_trace_count_lost();
+}
+
+/* No shadow entry for a return through the trampoline: cannot continue. */
+static __attribute__((noreturn)) void lost_return(unsigned long sp)
+{
+	static const char msg[] =
+	    "probekit: return trampoline reached with no shadow entry for this frame "
+	    "(stack switched?): aborting\n";
+
+	(void)sp;
+	if (write(2, msg, sizeof(msg) - 1) < 0) {
+		/* nothing else to do */
+	}
+	abort();
+}
+
+/*
+ * Find the entry of the frame returning to @sp (its slot is sp - 8), from
+ * the top.  Entries above it with a lower slot are abandoned frames: dropped.
+ * Entries above it with a higher slot (another stack: a signal handler that
+ * left through siglongjmp from an alternate stack) are kept, moved down.
+ * Reads the entry before depth shrinks: after that a signal handler may
+ * reuse its place.
+ */
+unsigned long pki_fgraph_exit(unsigned long sp)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	unsigned long slot = sp - 8, ret;
+	uint64_t ts = pki_trace_now(), fn;
+	uint32_t d = t->depth, i, j;
+
+	if (__builtin_expect(d && t->st[d - 1].slot == slot, 1)) {
+		ret = t->st[d - 1].ret;
+		fn = t->st[d - 1].fn;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		t->depth = d - 1;
+		pki_trace_record(fn, PKI_EV_EXIT, ts);
+		return ret;
+	}
+	for (i = d; i-- > 0;)
+		if (t->st[i].slot == slot)
+			break;
+	if (i == UINT32_MAX || d == 0)
+		lost_return(sp);
+	ret = t->st[i].ret;
+	fn = t->st[i].fn;
+	for (j = i + 1; j < d; j++)
+		if (t->st[j].slot > slot)
+			t->st[i++] = t->st[j];
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->depth = i;
+	pki_trace_record(fn, PKI_EV_EXIT, ts);
+	return ret;
+}
+
+/*
+ * ARCH_SHSTK_STATUS (Linux 6.6+) reports the features enabled for the
+ * thread; older kernels have no user shadow stack at all.  /proc/self/status
+ * ("x86_Thread_features: shstk") is the fallback the kernel documents.
+ */
+#define ARCH_SHSTK_STATUS_ 0x5005
+#define ARCH_SHSTK_SHSTK_  (1ul << 0)
+
+bool pki_fgraph_shstk(void)
+{
+	unsigned long features = 0;
+	char buf[4096], *p;
+	ssize_t n;
+	int fd;
+
+	if (!syscall(SYS_arch_prctl, ARCH_SHSTK_STATUS_, &features))
+		return features & ARCH_SHSTK_SHSTK_;
+	fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	p = strstr(buf, "\nx86_Thread_features:");
+	if (!p)
+		return false;
+	p += strlen("\nx86_Thread_features:");
+	p[strcspn(p, "\n")] = 0;
+	return strstr(p, "shstk") != NULL;
+}

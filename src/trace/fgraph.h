@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Exit tracing ("function graph", after the kernel's fgraph): a hook at a
+ * function's entry calls pki_fgraph_enter(), which saves the return address
+ * on a per-thread shadow return stack and replaces it with the return
+ * trampoline (src/arch/x86_64/rettramp.S).  When the function returns, the
+ * trampoline records the exit event into the trace recorder (trace.h), pops
+ * the entry and jumps to the saved address.
+ *
+ * Shadow entries are (return address, address of the stack slot, fn).  At a
+ * return the entry is the one whose slot is the returning frame's, searched
+ * from the top: normally the top one.  Entries above it whose slot is lower
+ * in memory belong to frames that were abandoned (longjmp, siglongjmp,
+ * pthread_exit's unwinding): they are dropped, their exits never recorded
+ * (the trace replay closes them as "unwound").  A tail call from a traced
+ * function into another one finds the trampoline already in the slot and
+ * pushes it again: both exits are recorded, innermost first.
+ *
+ * Limits (documented in doc/probekit.1):
+ *  - depth: a thread has PKI_FGRAPH_DEPTH entries; deeper frames keep their
+ *    entry event but are not hijacked, and their exit counts as a lost event.
+ *  - C++ exceptions and other table-driven unwinding cannot cross a hijacked
+ *    frame (the unwinder sees the trampoline, which has no caller, and
+ *    terminates the program).  Trace C++ programs that throw with
+ *    --entry-only or exclude the frames that exceptions cross.
+ *  - stack switching (makecontext/swapcontext, coroutines) is not supported.
+ *  - a CET shadow stack would see every hijacked return as an attack:
+ *    pki_fgraph_shstk() tells, and the caller must not hijack then.
+ *
+ * Contexts: pki_fgraph_enter() and the trampoline run in any context a hook
+ * does (signal handlers included): no lock, no malloc, no stdio; the first
+ * call of a thread mmaps its stack (a syscall).  pki_fgraph_init() is normal
+ * context, once, before the first pki_fgraph_enter().
+ */
+#ifndef PK_TRACE_FGRAPH_H
+#define PK_TRACE_FGRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PKI_FGRAPH_DEPTH 2048
+
+struct pki_fgraph_ent {
+	unsigned long ret;  /* the original return address */
+	unsigned long slot; /* where it was on the stack */
+	uint64_t fn;	    /* event value of the function */
+};
+
+struct pki_fgraph_tls {
+	struct pki_fgraph_ent *st; /* NULL until the first entry; (void *)1 after thread exit */
+	uint32_t depth;		   /* entries in use */
+	uint32_t cap;		   /* 0 until allocated, so the hot path tests one word */
+};
+
+extern __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
+
+/* The return trampoline (asm); its address replaces return addresses. */
+void pki_rettramp(void);
+
+/* Called by the trampoline: record the exit, pop, return where to go. */
+unsigned long pki_fgraph_exit(unsigned long sp);
+
+/* Stack full or not yet allocated. */
+void pki_fgraph_enter_slow(uint64_t fn, unsigned long *slot);
+
+/* 0 or -errno (pthread key). */
+int pki_fgraph_init(void);
+
+/* True if the calling thread runs with a CET user shadow stack. */
+bool pki_fgraph_shstk(void);
+
+/*
+ * Hijack the return of the function whose entry is being hooked: @slot is
+ * the address of its return address (struct pk_regs.sp).  Signal safety: the
+ * entry is reserved (depth++) before it is filled, so a signal handler that
+ * traces functions meanwhile pushes above it and pops back to it; the slot
+ * is overwritten last, when the entry is complete.
+ */
+static inline void pki_fgraph_enter(uint64_t fn, unsigned long *slot)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	struct pki_fgraph_ent *e;
+	uint32_t d = t->depth;
+
+	if (__builtin_expect(d >= t->cap, 0)) {
+		pki_fgraph_enter_slow(fn, slot);
+		return;
+	}
+	t->depth = d + 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	e = &t->st[d];
+	e->ret = *slot;
+	e->slot = (unsigned long)slot;
+	e->fn = fn;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	*slot = (unsigned long)pki_rettramp;
+}
+
+#endif /* PK_TRACE_FGRAPH_H */

@@ -120,6 +120,17 @@ static bool readable(const char *path)
 	return !stat(path, &st) && S_ISREG(st.st_mode) && !access(path, R_OK);
 }
 
+int agent_prepare(const char *prog, char *path, size_t pathsz, char *agent, size_t agentsz)
+{
+	int ret = agent_find_prog(prog, path, pathsz);
+
+	if (!ret)
+		ret = agent_check_prog(path);
+	if (!ret && agent_find(agent, agentsz))
+		ret = 125; /* like env(1): probekit itself failed */
+	return ret;
+}
+
 int agent_find(char *out, size_t n)
 {
 	/*

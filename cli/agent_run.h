@@ -38,6 +38,13 @@ int agent_check_prog(const char *path);
 /* The agent's absolute path into @out (PATH_MAX bytes); 0 or -1 after a message. */
 int agent_find(char *out, size_t n);
 
+/*
+ * What every agent command does before it runs PROG: resolve PROG into @path,
+ * refuse what the agent cannot enter, find the agent into @agent (both
+ * PATH_MAX bytes).  0, or the exit code to end with after an error message.
+ */
+int agent_prepare(const char *prog, char *path, size_t pathsz, char *agent, size_t agentsz);
+
 /* Run PROG and relay the report; returns the exit code (see above). */
 int agent_run(const struct agent_run *r);
 

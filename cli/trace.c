@@ -253,13 +253,9 @@ int cmd_trace(int argc, char **argv)
 	if (optind >= argc)
 		return cli_usage_error("trace: expected PROG"), TRACE_FAIL;
 
-	ret = agent_find_prog(argv[optind], path, sizeof(path));
-	if (!ret)
-		ret = agent_check_prog(path);
+	ret = agent_prepare(argv[optind], path, sizeof(path), agent, sizeof(agent));
 	if (ret)
 		return ret;
-	if (agent_find(agent, sizeof(agent)))
-		return TRACE_FAIL;
 	err = abs_path(output, ctx.file, sizeof(ctx.file));
 	if (err)
 		return cli_error("%s: %s", output, strerror(-err)), TRACE_FAIL;

@@ -119,13 +119,9 @@ int cmd_watch(int argc, char **argv)
 	if (!strcmp(type, "x") && len && strcmp(len, "1"))
 		return cli_usage_error("watch: -t x watches one instruction: no -l"), WATCH_FAIL;
 
-	ret = agent_find_prog(argv[optind], path, sizeof(path));
-	if (!ret)
-		ret = agent_check_prog(path);
+	ret = agent_prepare(argv[optind], path, sizeof(path), agent, sizeof(agent));
 	if (ret)
 		return ret;
-	if (agent_find(agent, sizeof(agent)))
-		return WATCH_FAIL;
 	if (output) {
 		r.out_fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (r.out_fd < 0)

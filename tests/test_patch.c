@@ -21,6 +21,7 @@
 #include <probekit/probekit.h>
 
 #include "harness.h"
+#include "patch_stubs.h"
 #include "patch/maps.h"
 #include "patch/patch.h"
 
@@ -43,35 +44,23 @@ TARGET long t_mul(long a, long b)
 	{                                                                                          \
 		return a + i;                                                                      \
 	}
-MANY_FN(0)
-MANY_FN(1)
-MANY_FN(2) MANY_FN(3) MANY_FN(4) MANY_FN(5) MANY_FN(6) MANY_FN(7) MANY_FN(8) MANY_FN(9) MANY_FN(10)
-    MANY_FN(11) static int (*volatile many[MANY])(int) = {
+/* clang-format off */
+MANY_FN(0) MANY_FN(1) MANY_FN(2) MANY_FN(3) MANY_FN(4) MANY_FN(5)
+MANY_FN(6) MANY_FN(7) MANY_FN(8) MANY_FN(9) MANY_FN(10) MANY_FN(11)
+/* clang-format on */
+
+static int (*volatile many[MANY])(int) = {
 	many0, many1, many2, many3, many4, many5, many6, many7, many8, many9, many10, many11};
 
-/* Counting stubs: preserve every register a function entry needs (flags are
- * call-clobbered anyway). */
-unsigned long count_a, count_b;
+/* A site holding one five-byte nop, as clang writes it. */
 long t_nop5(long a, long b);
-void stub_a(void);
-void stub_b(void);
 __asm__(".text\n"
 	".globl t_nop5\n.type t_nop5,@function\n"
 	"t_nop5:\n"
 	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
 	"	lea (%rdi,%rsi), %rax\n"
 	"	ret\n"
-	".size t_nop5, .-t_nop5\n"
-	".globl stub_a\n.type stub_a,@function\n"
-	"stub_a:\n"
-	"	lock incq count_a(%rip)\n"
-	"	ret\n"
-	".size stub_a, .-stub_a\n"
-	".globl stub_b\n.type stub_b,@function\n"
-	"stub_b:\n"
-	"	lock incq count_b(%rip)\n"
-	"	ret\n"
-	".size stub_b, .-stub_b\n");
+	".size t_nop5, .-t_nop5\n");
 
 /* Called through volatile pointers so the compiler cannot see the bodies. */
 static int (*volatile f_add)(int, int) = t_add;

@@ -23,18 +23,16 @@
 #include <probekit/probekit.h>
 
 #include "harness.h"
+#include "patch_stubs.h"
 #include "patch/maps.h"
 #include "patch/patch.h"
 
-unsigned long count_a, count_b;
 long fa_aligned(long a, long b);
 long fa_aligned2(long a, long b);
 long fa_straddle(long a, long b);
 long fa_endbr(long a, long b);
 long fa_sled(long a, long b);
 void fa_guard(void);
-void stub_a(void);
-void stub_b(void);
 /*
  * fa_aligned(2) start a 16-byte block (site fits in it), fa_endbr's site
  * follows an endbr64 (entry + 4, still inside), fa_straddle starts 12 bytes
@@ -83,17 +81,7 @@ __asm__(".text\n"
 	"fa_guard:\n"
 	"	ret\n"
 	"	.byte 0x90\n"
-	".size fa_guard, .-fa_guard\n"
-	".globl stub_a\n.type stub_a,@function\n"
-	"stub_a:\n"
-	"	lock incq count_a(%rip)\n"
-	"	ret\n"
-	".size stub_a, .-stub_a\n"
-	".globl stub_b\n.type stub_b,@function\n"
-	"stub_b:\n"
-	"	lock incq count_b(%rip)\n"
-	"	ret\n"
-	".size stub_b, .-stub_b\n");
+	".size fa_guard, .-fa_guard\n");
 
 static long (*volatile f_aligned)(long, long) = fa_aligned;
 static long (*volatile f_aligned2)(long, long) = fa_aligned2;

@@ -5,6 +5,21 @@
 
 #include <stdbool.h>
 
+struct pk_ops;
+struct pk_regs;
+
+/* What the trace hook reads (trace_hook.c, built vector-free). */
+struct agent_hook {
+	volatile bool active; /* record (set once trace mode is ready) */
+};
+extern struct agent_hook agent_hook;
+
+/* The trace hook: with exit tracing, and --entry-only. */
+void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			 struct pk_regs *regs);
+void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		    struct pk_regs *regs);
+
 /* Status line to the command (once), then close the control pipe. */
 void ctl_send(const char *msg);
 

@@ -2,9 +2,9 @@
 /*
  * The agent's trace mode (`probekit trace`): ONE pk_ops over the program's
  * and its libraries' patchable sites that match the -f globs minus the -N
- * globs, registered before main().  Its callback records an entry event and
- * hijacks the return (src/trace/fgraph.h) so the return trampoline records
- * the exit.  The recorder (src/trace/trace.h) writes the file; it flushes at
+ * globs, registered before main().  Its callback (trace_hook.c) records an
+ * entry event and hijacks the return (src/trace/fgraph.h) so the return
+ * trampoline records the exit.  The recorder (src/trace/trace.h) writes the file; it flushes at
  * exit, at exec and on fatal signals.
  *
  * Processes PROG makes:
@@ -19,7 +19,7 @@
  *    system() and popen() spawn their shell inside libc, out of our reach:
  *    those children run untraced.
  *
- * What runs where: on_entry and the trampoline in any context (hot path,
+ * What runs where: the hook and the trampoline in any context (hot path,
  * see fgraph.h); everything else in normal context (constructor, atfork
  * child handler, exec wrappers; the wrappers may run in a vfork child, so
  * they allocate nothing and write only their own stack).
@@ -75,11 +75,10 @@ static struct {
 	unsigned long env_gen;
 
 	/* this process */
-	bool follow;	      /* pass the settings on at exec */
-	pid_t pid;	      /* the process they describe (a vfork child is not it) */
-	unsigned long gen;    /* execs of this process */
-	volatile bool active; /* the callback records */
-	bool session;	      /* a trace file is open */
+	bool follow;	   /* pass the settings on at exec */
+	pid_t pid;	   /* the process they describe (a vfork child is not it) */
+	unsigned long gen; /* execs of this process */
+	bool session;	   /* a trace file is open */
 	char file[PATH_MAX + 64];
 	unsigned long *ips;
 	size_t nips;
@@ -97,20 +96,6 @@ static struct {
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			    const posix_spawnattr_t *, char *const[], char *const[]);
 } real;
-
-/* ---- the hook --------------------------------------------------------------- */
-
-static void on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
-		     struct pk_regs *regs)
-{
-	(void)parent_ip;
-	(void)ops;
-	if (__builtin_expect(!T.active, 0))
-		return;
-	pki_trace_enter(ip);
-	if (T.exits)
-		pki_fgraph_enter(ip, (unsigned long *)regs->sp);
-}
 
 /* ---- configuration ---------------------------------------------------------- */
 
@@ -256,13 +241,13 @@ static void on_fork_child(void)
 	T.gen = 0;
 	T.session = false;
 	if (!T.children) {
-		T.active = false;
+		agent_hook.active = false;
 		T.follow = false;
 		return;
 	}
 	snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
 	if (T.nips && session_open())
-		T.active = false;
+		agent_hook.active = false;
 }
 
 /* Refuse in the program the command started; elsewhere just stay untraced. */
@@ -327,9 +312,10 @@ bool agent_trace_start(void)
 	/*
 	 * Hook first, record later: patching may need every thread to answer a
 	 * signal, and the recorder's drainer thread blocks them all.  Until
-	 * T.active the callback returns at once.
+	 * agent_hook.active the callback returns at once.
 	 */
-	T.ops.func = on_entry;
+	T.ops.func = T.exits ? agent_on_entry_exit : agent_on_entry;
+	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
 	T.ops.filter.ips = T.ips;
 	T.ops.filter.nips = T.nips;
 	err = pk_ops_register(&T.ops);
@@ -341,12 +327,12 @@ bool agent_trace_start(void)
 	/* After the recorder's own handler (child handlers run in registration order). */
 	if (pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");
-	__atomic_store_n(&T.active, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
 	ctl_send(PK_CTL_OK "\n");
 	return true;
 untraced:
 	/* Not traced here; exec'd programs and children may still be. */
-	T.active = false;
+	agent_hook.active = false;
 	if (T.session) {
 		pki_trace_close();
 		unlink(T.file);

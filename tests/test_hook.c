@@ -330,6 +330,63 @@ START_TEST(vector_and_varargs_survive)
 }
 END_TEST
 
+/* Integer-only: fit for PK_OPS_F_NOVEC / PK_TRAMP_F_NOVEC (checked below). */
+static long novec_calls;
+
+static void count_novec(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip, (void)ops, (void)regs;
+	__atomic_add_fetch(&novec_calls, 1, __ATOMIC_RELAXED);
+}
+
+static void count_novec_h(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	count_novec(ip, parent_ip, NULL, regs);
+}
+
+/*
+ * The vector-free trampolines: the callback runs, the vector and varargs
+ * arguments arrive (nothing touched them), unknown flags are refused.
+ */
+START_TEST(novec_flags)
+{
+	struct pk_ops o = {
+	    .func = count_novec,
+	    .flags = PK_OPS_F_NOVEC,
+	    .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_vsum},
+		       .nips = 2}};
+	struct pk_ops bad = {
+	    .func = count_novec,
+	    .flags = 0x2,
+	    .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix}, .nips = 1}};
+	struct pk_tramp *t;
+
+	ck_assert_int_eq(pk_ops_register(&bad), -EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(pk_tramp_new(count_novec_h, 0x2));
+	ck_assert_int_eq(errno, EINVAL);
+
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert(fx_mix(1.5, 4, 0.25) == 6.25);
+	ck_assert_int_eq(fx_vsum(3, 1.0, 2.0, 4.0), 7);
+	ck_assert_int_eq(novec_calls, 2);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+
+	t = pk_tramp_new(count_novec_h, PK_TRAMP_F_NOVEC);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(
+	    pk_direct_add(&(struct pk_direct_entry){(unsigned long)fx_mix, pk_tramp_addr(t)}, 1),
+	    0);
+	ck_assert(fx_mix(1.5, 4, 0.25) == 6.25);
+	ck_assert_int_eq(novec_calls, 3);
+	ck_assert_int_eq(pk_direct_del((unsigned long[]){(unsigned long)fx_mix}, 1), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+	ck_assert(fx_mix(1.5, 4, 0.25) == 6.25);
+	ck_assert_int_eq(novec_calls, 3);
+}
+END_TEST
+
 /* pk_ops_unregister's promise, on trampolines entered by running threads. */
 static unsigned long live_tramp;
 static int stop, after_gp;
@@ -408,6 +465,7 @@ int main(void)
 	tcase_add_test(tc, txn_is_one_batch);
 	tcase_add_test(tc, errors_change_nothing);
 	tcase_add_test(tc, vector_and_varargs_survive);
+	tcase_add_test(tc, novec_flags);
 	tcase_add_test(tc, grace_period_waits_for_callbacks);
 	tcase_set_timeout(tc, 20);
 	suite_add_tcase(s, tc);

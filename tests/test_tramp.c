@@ -128,6 +128,29 @@ START_TEST(handler_tramp_preserves_and_can_change_args)
 }
 END_TEST
 
+/* The vector-free copies keep the same register contract for integers. */
+START_TEST(novec_tramps_preserve_and_see_args)
+{
+	struct pk_ops ops = {.func = record, .flags = PK_OPS_F_NOVEC};
+	struct pki_tslot s1, s2;
+	unsigned long t1 =
+	    make(PKI_TRAMP_OPS_NV, (unsigned long[]){(unsigned long)&ops, (unsigned long)record}, 2,
+		 &s1);
+	unsigned long t2 =
+	    make(PKI_TRAMP_HANDLER_NV, (unsigned long[]){(unsigned long)handler}, 1, &s2);
+
+	ck_assert_int_eq(pki_tramp_window(t1), PKI_WIN_ENTRY);
+	ck_assert_int_eq(pki_tramp_window(t2), PKI_WIN_ENTRY);
+	check_call(t1, 11);
+	ck_assert_ptr_eq(seen_ops, &ops);
+	ck_assert_uint_eq(seen_parent, seen_sp0);
+	ck_assert_uint_eq(seen.sp & 7, 0);
+	change_di = 5;
+	check_call(t2, 5);
+	ck_assert_int_eq(calls, 2);
+}
+END_TEST
+
 START_TEST(recursion_is_skipped)
 {
 	struct pki_tslot s;
@@ -225,6 +248,7 @@ int main(void)
 
 	tcase_add_test(tc, ops_tramp_preserves_and_sees_args);
 	tcase_add_test(tc, handler_tramp_preserves_and_can_change_args);
+	tcase_add_test(tc, novec_tramps_preserve_and_see_args);
 	tcase_add_test(tc, recursion_is_skipped);
 	tcase_add_test(tc, list_tramp_returns_or_continues);
 	tcase_add_test(tc, stub_jumps_on);

@@ -462,7 +462,7 @@ static int __ops_tramp(struct ops_priv *p, unsigned long ip, unsigned long *out)
 	if (err)
 		return err;
 	err =
-	    pki_tmem_emit(PKI_TRAMP_OPS, &t,
+	    pki_tmem_emit(p->ops->flags & PK_OPS_F_NOVEC ? PKI_TRAMP_OPS_NV : PKI_TRAMP_OPS, &t,
 			  (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func}, 2);
 	if (err) {
 		pki_tmem_free(&t);
@@ -838,7 +838,7 @@ static int __ops_register(struct pk_ops *ops)
 	struct site **ss;
 	int err;
 
-	if (!ops || !ops->func || ops->flags)
+	if (!ops || !ops->func || (ops->flags & ~PK_OPS_F_NOVEC))
 		return -EINVAL;
 	if (ops->private)
 		return -EBUSY;
@@ -1262,7 +1262,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	struct pk_tramp *t;
 	int err;
 
-	if (!handler || flags) {
+	if (!handler || (flags & ~PK_TRAMP_F_NOVEC)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -1272,8 +1272,8 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	err = pki_tmem_alloc(0, &t->slot);
 	if (err)
 		goto free_t;
-	err = pki_tmem_emit(PKI_TRAMP_HANDLER, &t->slot, (unsigned long[]){(unsigned long)handler},
-			    1);
+	err = pki_tmem_emit(flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV : PKI_TRAMP_HANDLER,
+			    &t->slot, (unsigned long[]){(unsigned long)handler}, 1);
 	if (err)
 		goto free_slot;
 	/* Callable at once, even before any patch batch synced the cores. */

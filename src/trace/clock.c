@@ -69,3 +69,8 @@ int pki_trace_clock_setup(int want, struct pki_trace_clockinfo *ci)
 	ci->ref_real_ns = (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec;
 	return 0;
 }
+
+uint64_t pki_trace_mono_ns_call(void)
+{
+	return pki_trace_mono_ns();
+}

@@ -22,6 +22,9 @@ static inline uint64_t pki_trace_mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The same, out of line: for PKI_NOVEC code to call through PKI_SLOWCALL0. */
+uint64_t pki_trace_mono_ns_call(void);
+
 struct pki_trace_clockinfo {
 	uint32_t clock; /* enum pki_trace_clock */
 	uint64_t ticks_per_sec;

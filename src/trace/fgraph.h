@@ -27,6 +27,12 @@
  *  - a CET shadow stack would see every hijacked return as an attack:
  *    pki_fgraph_shstk() tells, and the caller must not hijack then.
  *
+ * Vector registers: fgraph.c is built with -mgeneral-regs-only -DPKI_NOVEC,
+ * so the return trampoline saves only rax and rdx (xmm0/xmm1, which hold
+ * float results, are never touched); pki_fgraph_enter() is fit for a
+ * PK_OPS_F_NOVEC hook when its caller is built the same way.  Slow paths
+ * that call libc go through PKI_SLOWCALL* (arch/x86_64/vecsafe.h).
+ *
  * Contexts: pki_fgraph_enter() and the trampoline run in any context a hook
  * does (signal handlers included): no lock, no malloc, no stdio; the first
  * call of a thread mmaps its stack (a syscall).  pki_fgraph_init() is normal
@@ -37,6 +43,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "arch/x86_64/vecsafe.h"
 
 #define PKI_FGRAPH_DEPTH 2048
 
@@ -83,7 +91,7 @@ static inline void pki_fgraph_enter(uint64_t fn, unsigned long *slot)
 	uint32_t d = t->depth;
 
 	if (__builtin_expect(d >= t->cap, 0)) {
-		pki_fgraph_enter_slow(fn, slot);
+		PKI_SLOWCALL2(pki_fgraph_enter_slow, fn, slot); /* mmap: may use xmm */
 		return;
 	}
 	t->depth = d + 1;

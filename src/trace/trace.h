@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "arch/x86_64/tsc.h"
+#include "arch/x86_64/vecsafe.h"
 #include "trace/clock.h"
 #include "trace/format.h"
 
@@ -150,7 +151,11 @@ static inline uint64_t pki_trace_now(void)
 {
 	if (__builtin_expect(pki_trace_use_tsc, 1))
 		return pki_arch_tsc_read();
+#ifdef PKI_NOVEC
+	return PKI_SLOWCALL0(pki_trace_mono_ns_call); /* the vDSO may use xmm */
+#else
 	return pki_trace_mono_ns();
+#endif
 }
 
 /*
@@ -194,7 +199,7 @@ out:
 	b->busy = 0;
 	return;
 slow:
-	pki_trace_record_slow(fn, kind, ts);
+	PKI_SLOWCALL3(pki_trace_record_slow, fn, kind, ts); /* libc: may use xmm */
 }
 
 static inline void pki_trace_enter(uint64_t fn)

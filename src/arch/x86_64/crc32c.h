@@ -13,8 +13,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/*
+ * __builtin_cpu_init() first: this runs from a constructor, which may come
+ * before libgcc's own CPU detection constructor (it did in the agent), and
+ * __builtin_cpu_supports() then answers false: the table-driven fallback,
+ * ~10x slower, made the trace writer fall behind a busy thread.
+ */
 static inline bool pki_arch_crc32c_usable(void)
 {
+	__builtin_cpu_init();
 	return __builtin_cpu_supports("sse4.2");
 }
 

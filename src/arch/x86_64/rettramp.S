@@ -3,12 +3,14 @@
  * The return trampoline of exit tracing (src/trace/fgraph.h).  A traced
  * function's return address was replaced by pki_rettramp at its entry, so
  * its `ret` lands here with rsp = (the slot that held the return address) +
- * 8.  The return-value registers (rax, rdx, xmm0, xmm1) are saved around
+ * 8.  The integer return-value registers (rax, rdx) are saved around
  * pki_fgraph_exit(rsp), which records the exit, pops the shadow entry and
  * returns the original return address; then we jump there with the stack
  * exactly as the function's own `ret` would have left it.  Every other
  * caller-saved register is dead at a return (SysV ABI), and rbp is restored.
- * x87 st0/st1 (long double results) are not touched by the C side.
+ * The vector and x87 result registers (xmm0, xmm1, st0, st1) are not saved:
+ * fgraph.c is built with -mgeneral-regs-only and reaches libc only through
+ * PKI_SLOWCALL*, which saves xmm0-7 (src/arch/x86_64/vecsafe.h).
  *
  * r11 carries the target: it is scratch at a return in the SysV ABI.
  * The CFI says "no caller": an unwinder that reaches this address (a
@@ -26,18 +28,13 @@ pki_rettramp:
 	pushq	%rbp
 	movq	%rsp, %rbp
 	andq	$-16, %rsp
-	subq	$48, %rsp
-	movq	%rax, 32(%rsp)
-	movq	%rdx, 40(%rsp)
-	movaps	%xmm0, 0(%rsp)
-	movaps	%xmm1, 16(%rsp)
+	pushq	%rax
+	pushq	%rdx
 	leaq	8(%rbp), %rdi
 	call	pki_fgraph_exit
 	movq	%rax, %r11
-	movaps	0(%rsp), %xmm0
-	movaps	16(%rsp), %xmm1
-	movq	32(%rsp), %rax
-	movq	40(%rsp), %rdx
+	popq	%rdx
+	popq	%rax
 	leave
 	jmp	*%r11
 	.cfi_endproc

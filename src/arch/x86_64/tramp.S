@@ -35,6 +35,7 @@
 #define R_R10	64
 #define R_XMM	80
 #define FRAME	208
+#define FRAME_NV 80	/* no vector save area */
 
 /* struct pki_tramp_tls: the fs displacements below are relative to it. */
 #define TLS_NEST 0
@@ -63,10 +64,14 @@
 
 	/* Build the frame: rbp = entry rsp - 8, regs at 16-aligned rsp. */
 	/* The frame; leaves rdi = site, rsi = parent ip. */
-	.macro SAVE
+	.macro SAVE vec=1
 	pushq	%rbp
 	movq	%rsp, %rbp
+	.if \vec
 	subq	$FRAME, %rsp
+	.else
+	subq	$FRAME_NV, %rsp
+	.endif
 	andq	$-16, %rsp
 	movq	%rdi, R_DI(%rsp)
 	movq	%rsi, R_SI(%rsp)
@@ -78,6 +83,7 @@
 	movq	%r10, R_R10(%rsp)
 	leaq	16(%rbp), %rax
 	movq	%rax, R_SP(%rsp)
+	.if \vec
 	movaps	%xmm0, R_XMM+0*16(%rsp)
 	movaps	%xmm1, R_XMM+1*16(%rsp)
 	movaps	%xmm2, R_XMM+2*16(%rsp)
@@ -86,12 +92,14 @@
 	movaps	%xmm5, R_XMM+5*16(%rsp)
 	movaps	%xmm6, R_XMM+6*16(%rsp)
 	movaps	%xmm7, R_XMM+7*16(%rsp)
+	.endif
 	movq	8(%rbp), %rdi
 	subq	$5, %rdi		/* ip: the site */
 	movq	16(%rbp), %rsi		/* parent ip */
 	.endm
 
-	.macro RESTORE
+	.macro RESTORE vec=1
+	.if \vec
 	movaps	R_XMM+0*16(%rsp), %xmm0
 	movaps	R_XMM+1*16(%rsp), %xmm1
 	movaps	R_XMM+2*16(%rsp), %xmm2
@@ -100,6 +108,7 @@
 	movaps	R_XMM+5*16(%rsp), %xmm5
 	movaps	R_XMM+6*16(%rsp), %xmm6
 	movaps	R_XMM+7*16(%rsp), %xmm7
+	.endif
 	movq	R_DI(%rsp), %rdi
 	movq	R_SI(%rsp), %rsi
 	movq	R_DX(%rsp), %rdx
@@ -116,79 +125,90 @@
 /*
  * (a) ops trampoline, specialised for one ops:
  * ops->func(ip, parent_ip, ops, regs).  data: [0] ops, [1] func.
- */
-	.globl	pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data
-	.globl	pki_tramp_ops_fix
-	.hidden	pki_tramp_ops_start
-	.hidden	pki_tramp_ops_end
-	.hidden	pki_tramp_ops_data
-	.hidden	pki_tramp_ops_fix
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-pki_tramp_ops_fix:
-	.popsection
-	.p2align 4
-pki_tramp_ops_start:
-	NEST	incl, pki_tramp_ops_start
-	jnz	1f
-	SAVE
-	movq	pki_tramp_ops_data(%rip), %rdx
-	movq	%rsp, %rcx
-	call	*pki_tramp_ops_data+8(%rip)
-	RESTORE
-	WANT	2f, pki_tramp_ops_start
-	NEST	decl, pki_tramp_ops_start
-	ret
-1:	NEST	decl, pki_tramp_ops_start
-	ret
-2:	jmp	*pki_tramp_ops_data+16(%rip)
-	.p2align 3
-pki_tramp_ops_data:
-	.quad	0, 0
-	.quad	0, 0	/* env: slow exit, slow exit with a direct address */
-pki_tramp_ops_end:
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-	.long	-1
-	.popsection
-
-/*
  * (c) direct trampoline for a C handler: handler(ip, parent_ip, regs).
  * data: [0] handler.
+ * Each comes twice: ops/handler save xmm0-7 around the call; the _nv copies do not,
+ * for callbacks that never touch vector or x87 registers (PK_OPS_F_NOVEC,
+ * PK_TRAMP_F_NOVEC: compiled with -mgeneral-regs-only), so the vector
+ * arguments and the upper halves of ymm/zmm pass through untouched.
  */
-	.globl	pki_tramp_handler_start, pki_tramp_handler_end, pki_tramp_handler_data
-	.globl	pki_tramp_handler_fix
-	.hidden	pki_tramp_handler_start
-	.hidden	pki_tramp_handler_end
-	.hidden	pki_tramp_handler_data
-	.hidden	pki_tramp_handler_fix
+	.macro TEMPLATE_OPS name, vec
+	.globl	pki_tramp_\name\()_start, pki_tramp_\name\()_end, pki_tramp_\name\()_data
+	.globl	pki_tramp_\name\()_fix
+	.hidden	pki_tramp_\name\()_start
+	.hidden	pki_tramp_\name\()_end
+	.hidden	pki_tramp_\name\()_data
+	.hidden	pki_tramp_\name\()_fix
 	.pushsection .rodata.pki_tramp_fix, "a"
 	.p2align 2
-pki_tramp_handler_fix:
+pki_tramp_\name\()_fix:
 	.popsection
 	.p2align 4
-pki_tramp_handler_start:
-	NEST	incl, pki_tramp_handler_start
+pki_tramp_\name\()_start:
+	NEST	incl, pki_tramp_\name\()_start
 	jnz	1f
-	SAVE
-	movq	%rsp, %rdx
-	call	*pki_tramp_handler_data(%rip)
-	RESTORE
-	WANT	2f, pki_tramp_handler_start
-	NEST	decl, pki_tramp_handler_start
+	SAVE	\vec
+	movq	pki_tramp_\name\()_data(%rip), %rdx
+	movq	%rsp, %rcx
+	call	*pki_tramp_\name\()_data+8(%rip)
+	RESTORE	\vec
+	WANT	2f, pki_tramp_\name\()_start
+	NEST	decl, pki_tramp_\name\()_start
 	ret
-1:	NEST	decl, pki_tramp_handler_start
+1:	NEST	decl, pki_tramp_\name\()_start
 	ret
-2:	jmp	*pki_tramp_handler_data+8(%rip)
+2:	jmp	*pki_tramp_\name\()_data+16(%rip)
 	.p2align 3
-pki_tramp_handler_data:
-	.quad	0
-	.quad	0, 0	/* env */
-pki_tramp_handler_end:
+pki_tramp_\name\()_data:
+	.quad	0, 0
+	.quad	0, 0	/* env: slow exit, slow exit with a direct address */
+pki_tramp_\name\()_end:
 	.pushsection .rodata.pki_tramp_fix, "a"
 	.p2align 2
 	.long	-1
 	.popsection
+	.endm
+
+	.macro TEMPLATE_HANDLER name, vec
+	.globl	pki_tramp_\name\()_start, pki_tramp_\name\()_end, pki_tramp_\name\()_data
+	.globl	pki_tramp_\name\()_fix
+	.hidden	pki_tramp_\name\()_start
+	.hidden	pki_tramp_\name\()_end
+	.hidden	pki_tramp_\name\()_data
+	.hidden	pki_tramp_\name\()_fix
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
+pki_tramp_\name\()_fix:
+	.popsection
+	.p2align 4
+pki_tramp_\name\()_start:
+	NEST	incl, pki_tramp_\name\()_start
+	jnz	1f
+	SAVE	\vec
+	movq	%rsp, %rdx
+	call	*pki_tramp_\name\()_data(%rip)
+	RESTORE	\vec
+	WANT	2f, pki_tramp_\name\()_start
+	NEST	decl, pki_tramp_\name\()_start
+	ret
+1:	NEST	decl, pki_tramp_\name\()_start
+	ret
+2:	jmp	*pki_tramp_\name\()_data+8(%rip)
+	.p2align 3
+pki_tramp_\name\()_data:
+	.quad	0
+	.quad	0, 0	/* env */
+pki_tramp_\name\()_end:
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
+	.long	-1
+	.popsection
+	.endm
+
+	TEMPLATE_OPS ops, 1
+	TEMPLATE_OPS ops_nv, 0
+	TEMPLATE_HANDLER handler, 1
+	TEMPLATE_HANDLER handler_nv, 0
 
 /*
  * (b) list dispatcher, shared by the sites with several ops or ops + a

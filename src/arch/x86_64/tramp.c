@@ -27,6 +27,8 @@ __thread struct pki_tramp_tls pki_tramp_tls __attribute__((tls_model("initial-ex
 
 TEMPLATE(ops);
 TEMPLATE(handler);
+TEMPLATE(ops_nv);
+TEMPLATE(handler_nv);
 TEMPLATE(list);
 TEMPLATE(stub);
 TEMPLATE(slow);
@@ -42,6 +44,10 @@ static const struct {
 		       pki_tramp_ops_fix, 2, true},
     [PKI_TRAMP_HANDLER] = {pki_tramp_handler_start, pki_tramp_handler_end, pki_tramp_handler_data,
 			   pki_tramp_handler_fix, 1, true},
+    [PKI_TRAMP_OPS_NV] = {pki_tramp_ops_nv_start, pki_tramp_ops_nv_end, pki_tramp_ops_nv_data,
+			  pki_tramp_ops_nv_fix, 2, true},
+    [PKI_TRAMP_HANDLER_NV] = {pki_tramp_handler_nv_start, pki_tramp_handler_nv_end,
+			      pki_tramp_handler_nv_data, pki_tramp_handler_nv_fix, 1, true},
     [PKI_TRAMP_LIST] = {pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data,
 			pki_tramp_list_fix, 1, true},
     [PKI_TRAMP_STUB] = {pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data,

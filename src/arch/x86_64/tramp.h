@@ -14,11 +14,13 @@
 #include <ucontext.h>
 
 enum pki_tramp_kind {
-	PKI_TRAMP_OPS,	   /* data: ops, func */
-	PKI_TRAMP_HANDLER, /* data: handler */
-	PKI_TRAMP_LIST,	   /* data: list func */
-	PKI_TRAMP_STUB,	   /* data: target */
-	PKI_TRAMP_SLOW,	   /* data: exit function (see tramp.S); one per chunk */
+	PKI_TRAMP_OPS,	      /* data: ops, func */
+	PKI_TRAMP_HANDLER,    /* data: handler */
+	PKI_TRAMP_OPS_NV,     /* PKI_TRAMP_OPS without the vector save (PK_OPS_F_NOVEC) */
+	PKI_TRAMP_HANDLER_NV, /* PKI_TRAMP_HANDLER without it (PK_TRAMP_F_NOVEC) */
+	PKI_TRAMP_LIST,	      /* data: list func */
+	PKI_TRAMP_STUB,	      /* data: target */
+	PKI_TRAMP_SLOW,	      /* data: exit function (see tramp.S); one per chunk */
 	PKI_TRAMP_NR_KINDS,
 };
 

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The trace mode's hook (the hot path of `probekit trace`), alone in its
+ * file because it is built with -mgeneral-regs-only -DPKI_NOVEC: it and the
+ * inline recorder and fgraph code it uses never touch a vector or x87
+ * register, so its ops is registered with PK_OPS_F_NOVEC and the trampoline
+ * skips saving xmm0-7.  Slow paths that enter libc (first event of a thread,
+ * shadow stack allocation) go through PKI_SLOWCALL*, which saves them.
+ *
+ * Runs in any context a hooked function runs in, signal handlers included:
+ * see src/trace/trace.h and src/trace/fgraph.h for why that is safe.
+ */
+#include <probekit/hook.h>
+
+#include "agent_int.h"
+#include "trace/fgraph.h"
+#include "trace/trace.h"
+
+struct agent_hook agent_hook;
+
+/* Entry event, and the return hijacked so the trampoline records the exit. */
+void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			 struct pk_regs *regs)
+{
+	(void)parent_ip;
+	(void)ops;
+	if (__builtin_expect(!agent_hook.active, 0))
+		return;
+	pki_trace_enter(ip);
+	pki_fgraph_enter(ip, (unsigned long *)regs->sp);
+}
+
+/* --entry-only. */
+void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		    struct pk_regs *regs)
+{
+	(void)parent_ip;
+	(void)ops;
+	(void)regs;
+	if (__builtin_expect(!agent_hook.active, 0))
+		return;
+	pki_trace_enter(ip);
+}

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Calls out of vector-free code.  Files built with -mgeneral-regs-only
+ * -DPKI_NOVEC (the hot paths of exit tracing and of the agent's hook, which
+ * run behind trampolines that do not save vector registers) call anything
+ * that may use them (libc, the vDSO, code built normally) through
+ * PKI_SLOWCALL*, which saves xmm0-7 around it (vecsafe.S).  Elsewhere
+ * PKI_SLOWCALL* is a plain call.
+ */
+#ifndef PK_ARCH_X86_64_VECSAFE_H
+#define PK_ARCH_X86_64_VECSAFE_H
+
+#if defined(PKI_NOVEC) && (defined(__SSE__) || defined(__MMX__))
+#error "PKI_NOVEC code must be compiled with -mgeneral-regs-only"
+#endif
+
+unsigned long pki_vecsafe_call(unsigned long a, unsigned long b, unsigned long c, void *fn);
+
+/* fn(a, b, c), fn(a, b), fn(): for integer and pointer arguments and results. */
+#ifdef PKI_NOVEC
+#define PKI_SLOWCALL3(fn, a, b, c)                                                                 \
+	pki_vecsafe_call((unsigned long)(a), (unsigned long)(b), (unsigned long)(c), (void *)(fn))
+#define PKI_SLOWCALL2(fn, a, b) PKI_SLOWCALL3(fn, a, b, 0)
+#define PKI_SLOWCALL0(fn)	PKI_SLOWCALL3(fn, 0, 0, 0)
+#else
+#define PKI_SLOWCALL3(fn, a, b, c) ((fn)(a, b, c))
+#define PKI_SLOWCALL2(fn, a, b)	   ((fn)(a, b))
+#define PKI_SLOWCALL0(fn)	   ((fn)())
+#endif
+
+#endif /* PK_ARCH_X86_64_VECSAFE_H */

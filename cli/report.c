@@ -389,7 +389,8 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 		err = pki_trace_replay(f, t, chrome_collect, &cs, NULL);
 		if (err)
 			break;
-		qsort(cs.v, cs.n, sizeof(*cs.v), call_cmp);
+		if (cs.n) /* cs.v may be NULL then: qsort's argument is nonnull */
+			qsort(cs.v, cs.n, sizeof(*cs.v), call_cmp);
 		for (j = 0; j < cs.n; j++) {
 			const struct pki_trace_call *c = &cs.v[j];
 			const struct pki_trace_sym *sym = pki_trace_file_sym(f, c->fn);
@@ -440,7 +441,8 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 	for (i = 0; i < f->nthreads && !err; i++)
 		err = pki_trace_replay(f, &f->threads[i], folded_collect, &fo, NULL);
 	if (!err) {
-		qsort(fo.v, fo.n, sizeof(*fo.v), line_cmp);
+		if (fo.n) /* fo.v is NULL then: qsort's argument is nonnull */
+			qsort(fo.v, fo.n, sizeof(*fo.v), line_cmp);
 		for (i = 0; i < fo.n; i = j) {
 			uint64_t sum = 0;
 

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "arch/x86_64/decode.h"
@@ -91,6 +92,32 @@ START_TEST(not_elf)
 }
 END_TEST
 
+/*
+ * An ELF file cut after its first page: the section headers (at the end)
+ * are gone, so there are no symbols.  Found by fuzz_elf_syms: the empty
+ * table's NULL array went to qsort (undefined behaviour; UBSan stops here
+ * under ./dev sanitize).
+ */
+START_TEST(no_symbols)
+{
+	struct pki_elf_syms t;
+	char page[4096];
+	int in = open("/proc/self/exe", O_RDONLY), fd = memfd_create("cut", 0);
+
+	ck_assert_int_ge(in, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(in, page, sizeof(page), 0), sizeof(page));
+	ck_assert_int_eq(write(fd, page, sizeof(page)), sizeof(page));
+	ck_assert_int_eq(pki_elf_syms_read(fd, &t), 0);
+	ck_assert_uint_eq(t.n, 0);
+	ck_assert_ptr_null(pki_elf_syms_lookup(&t, "main"));
+	ck_assert_ptr_null(pki_elf_syms_find(&t, 0x1000));
+	pki_elf_syms_free(&t);
+	close(fd);
+	close(in);
+}
+END_TEST
+
 START_TEST(insn_prev)
 {
 	/* push %rbp; mov %rsp,%rbp; lock addq $1,0(%rip); pop %rbp; ret */
@@ -119,6 +146,7 @@ int main(void)
 	tcase_add_test(tc, by_address);
 	tcase_add_test(tc, suggest);
 	tcase_add_test(tc, not_elf);
+	tcase_add_test(tc, no_symbols);
 	tcase_add_test(tc, insn_prev);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

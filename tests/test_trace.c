@@ -532,6 +532,36 @@ START_TEST(truncated_every_offset)
 }
 END_TEST
 
+/*
+ * A trace with a HEADER and nothing else (the shortest partial file) gives an
+ * empty report that sorts and frees cleanly.  Found by fuzz_trace_reader:
+ * the sort passed the empty report's NULL array to qsort_r (undefined
+ * behaviour; UBSan stops here under ./dev sanitize).
+ */
+START_TEST(report_empty_trace)
+{
+	struct pki_trace_file *f = NULL;
+	struct pki_trace_report r;
+	size_t len, cut;
+	char err[256];
+	uint8_t *buf = make_sample(&len);
+
+	for (cut = 0; cut < len && !f; cut++)
+		f = pki_trace_file_parse(buf, cut, err, sizeof(err));
+	ck_assert_ptr_nonnull(f);
+	ck_assert(f->partial && f->nthreads == 0 && f->nevents == 0);
+	ck_assert_int_eq(pki_trace_report_build(f, false, &r), 0);
+	ck_assert_uint_eq(r.n, 0);
+	ck_assert_uint_eq(r.rs.calls, 0);
+	for (int key = PKI_SORT_TOTAL; key <= PKI_SORT_NAME; key++)
+		pki_trace_report_sort(f, &r, key);
+	pki_trace_report_free(&r);
+	pki_trace_file_free(f);
+	free(buf);
+	unlink(tpath);
+}
+END_TEST
+
 START_TEST(corrupt_every_byte)
 {
 	size_t len, off;
@@ -910,6 +940,7 @@ int main(void)
 
 	tcase_set_timeout(dmg, 60);
 	tcase_add_test(dmg, truncated_every_offset);
+	tcase_add_test(dmg, report_empty_trace);
 	tcase_add_test(dmg, corrupt_every_byte);
 	tcase_add_test(dmg, reader_rejects_garbage);
 	tcase_add_test(dmg, crc32c_check_value);

@@ -122,7 +122,8 @@ static int finish(struct raw_sym *raw, size_t n, struct pki_elf_syms *out)
 	size_t i, j, len = 0;
 	char *p;
 
-	qsort(raw, n, sizeof(*raw), cmp_raw);
+	if (n) /* raw is NULL then: qsort's argument is nonnull */
+		qsort(raw, n, sizeof(*raw), cmp_raw);
 	for (i = 0, j = 0; i < n; i++) {
 		if (j && raw[j - 1].s.value == raw[i].s.value &&
 		    !strcmp(raw[j - 1].s.name, raw[i].s.name))

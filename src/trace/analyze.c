@@ -312,7 +312,9 @@ void pki_trace_report_sort(const struct pki_trace_file *f, struct pki_trace_repo
 {
 	struct sort_ctx ctx = {f, key};
 
-	qsort_r(r->st, r->n, sizeof(*r->st), stat_cmp, &ctx);
+	/* An empty report has st == NULL, which qsort_r must not be given (nonnull). */
+	if (r->n)
+		qsort_r(r->st, r->n, sizeof(*r->st), stat_cmp, &ctx);
 }
 
 void pki_trace_report_free(struct pki_trace_report *r)

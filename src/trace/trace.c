@@ -20,7 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -71,10 +73,10 @@ static struct {
 	uint64_t recorded;	    /* writer only: events in the file */
 	uint64_t gone_lost;	    /* writer only: lost counts of freed buffers */
 
-	pthread_mutex_t mu; /* drainer sleep/stop */
-	pthread_cond_t cv;
+	uint32_t wake; /* atomic futex word: 1 = drainer armed to sleep; see drainer_main() */
 	pthread_t drainer;
-	bool drainer_running, stop;
+	bool drainer_running;
+	bool stop; /* atomic */
 	uint32_t drain_ms;
 
 	pthread_key_t key;
@@ -82,7 +84,7 @@ static struct {
 	bool caught[NSIG];
 	struct sigaction old_act[NSIG];
 	sigset_t fatal_set;
-} S = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER};
+} S = {.fd = -1};
 
 /* Signals whose default action ends the process: flushed when still SIG_DFL. */
 static const int fatal_signals[] = {SIGSEGV, SIGBUS,  SIGILL,  SIGFPE,	SIGABRT,   SIGSYS,
@@ -321,7 +323,12 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 		next = b->next;
 		if (busy && used > (b->mask + 1) / 2)
 			*busy = true;
-		err = drain_buf(b, trailer);
+		/*
+		 * A buffer about to be freed gets its final LOST record now: the
+		 * trailer will not see it, and its last one may predate events just
+		 * written (readers take recorded from the last LOST record).
+		 */
+		err = drain_buf(b, trailer || (reap && dead));
 		if (err)
 			break;
 		if (reap && dead) {
@@ -468,7 +475,36 @@ void pki_trace_count_lost(void)
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 }
 
-/* ---- the drainer thread ----------------------------------------------------- */
+/* ---- the drainer thread -----------------------------------------------------
+ *
+ * The drainer sleeps on the futex word S.wake for its period, and is woken
+ * early by pki_trace_kick() (a producer's buffer took another half of its
+ * capacity) or by drainer_stop().  The handshake cannot lose a wake-up:
+ *
+ *   drainer:  store wake = 1; check stop; drain; FUTEX_WAIT(wake, 1, period)
+ *   kicker:   if exchange(wake, 0) == 1: FUTEX_WAKE(wake)
+ *   stopper:  store stop = 1; exchange(wake, 0); FUTEX_WAKE(wake)
+ *
+ * Everything published before the drainer armed the word is seen by its
+ * drain pass; a kick after arming sets the word to 0, so the FUTEX_WAIT
+ * either fails at once (the kernel compares the word under its bucket lock)
+ * or is woken by the FUTEX_WAKE.  The same for stop (all seq_cst: either the
+ * drainer sees stop, or the stopper's exchange follows the arming).  A kick
+ * that finds the word 0 (drainer awake, or already kicked) makes no syscall.
+ */
+static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
+{
+	return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+void pki_trace_kick(void)
+{
+	int saved = errno; /* may run in a signal handler */
+
+	if (__atomic_exchange_n(&S.wake, 0, __ATOMIC_SEQ_CST) == 1)
+		futex(&S.wake, FUTEX_WAKE_PRIVATE, 1, NULL);
+	errno = saved;
+}
 
 static void *drainer_main(void *arg)
 {
@@ -481,19 +517,16 @@ static void *drainer_main(void *arg)
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pki_trace_tls = &internal_buf;
 	pthread_setname_np(pthread_self(), "pk-trace-drain");
-	pthread_mutex_lock(&S.mu);
-	while (!S.stop) {
-		struct timespec ts;
+	for (;;) {
+		struct timespec ts = {.tv_sec = wait_ms / 1000,
+				      .tv_nsec = (long)(wait_ms % 1000) * 1000000};
 		bool busy = false;
 
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_nsec += (long)wait_ms * 1000000;
-		ts.tv_sec += ts.tv_nsec / 1000000000;
-		ts.tv_nsec %= 1000000000;
-		pthread_cond_timedwait(&S.cv, &S.mu, &ts);
-		if (S.stop)
+		/* Relative timeout on CLOCK_MONOTONIC; EAGAIN if kicked since arming. */
+		futex(&S.wake, FUTEX_WAIT_PRIVATE, 1, &ts);
+		__atomic_store_n(&S.wake, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&S.stop, __ATOMIC_SEQ_CST))
 			break;
-		pthread_mutex_unlock(&S.mu);
 		if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE) {
 			writer_lock_timed(UINT64_MAX);
 			/* re-check: a fatal signal or exec may have ended the trace meanwhile */
@@ -503,22 +536,16 @@ static void *drainer_main(void *arg)
 		}
 		/* A buffer over half full: come back sooner (down to 1 ms). */
 		wait_ms = busy ? (wait_ms / 2 ? wait_ms / 2 : 1) : S.drain_ms;
-		pthread_mutex_lock(&S.mu);
 	}
-	pthread_mutex_unlock(&S.mu);
 	return NULL;
 }
 
 static int drainer_start(void)
 {
-	pthread_condattr_t ca;
 	int err;
 
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&S.cv, &ca);
-	pthread_condattr_destroy(&ca);
 	S.stop = false;
+	S.wake = 1;
 	err = -pthread_create(&S.drainer, NULL, drainer_main, NULL);
 	if (!err)
 		S.drainer_running = true;
@@ -529,12 +556,11 @@ static void drainer_stop(void)
 {
 	if (!S.drainer_running)
 		return;
-	pthread_mutex_lock(&S.mu);
-	S.stop = true;
-	pthread_cond_signal(&S.cv);
-	pthread_mutex_unlock(&S.mu);
+	__atomic_store_n(&S.stop, true, __ATOMIC_SEQ_CST);
+	__atomic_exchange_n(&S.wake, 0, __ATOMIC_SEQ_CST);
+	futex(&S.wake, FUTEX_WAKE_PRIVATE, 1, NULL);
 	pthread_join(S.drainer, NULL);
-	pthread_cond_destroy(&S.cv);
+	S.wake = 0; /* it re-armed before it saw stop: no kick need wake anyone now */
 	S.drainer_running = false;
 }
 
@@ -887,8 +913,8 @@ void pki_trace_fork_child(void)
 		close(S.fd);
 	S.fd = -1;
 	S.writer = 0;
-	S.drainer_running = false;
-	pthread_mutex_init(&S.mu, NULL);
+	S.drainer_running = false; /* it does not exist here */
+	S.wake = 0;
 	__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
 }
 

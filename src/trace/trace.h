@@ -140,6 +140,16 @@ extern bool pki_trace_use_tsc;
 void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
 
 /*
+ * Wake the drainer now: the caller's buffer just filled another half of its
+ * capacity since it was made (so, when the drainer is behind, it may be half
+ * full).  Called once per (capacity / 2) events of a thread, from the hot
+ * path, after the record.  Async-signal-safe: an atomic exchange and, only if
+ * the drainer is asleep, a FUTEX_WAKE syscall (errno preserved).  Not built
+ * vector-free: PKI_NOVEC callers go through PKI_SLOWCALL0.
+ */
+void pki_trace_kick(void);
+
+/*
  * Count one event of the calling thread as lost without recording it: an
  * event the caller knows it will not be able to record (an exit that exit
  * tracing cannot see, fgraph.h).  Async-signal-safe; rare path.
@@ -194,6 +204,17 @@ static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
 	e->ts = ts;
 	e->word = PKI_EV_WORD(fn, kind);
 	__atomic_store_n(&b->head, h + 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	b->busy = 0;
+	/*
+	 * Every (capacity / 2) events, tell the drainer: a thread in a tight loop
+	 * fills its buffer faster than the drainer's period.  One predictable
+	 * branch on registers we already hold; the call is out of line, after
+	 * busy is cleared so a signal handler's records meanwhile are not lost.
+	 */
+	if (__builtin_expect(!((h + 1) & (b->mask >> 1)), 0))
+		PKI_SLOWCALL0(pki_trace_kick); /* futex syscall via libc: may use xmm */
+	return;
 out:
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	b->busy = 0;

@@ -31,15 +31,29 @@ void pki_trace_clock_pair(uint32_t clock, uint64_t *ticks, uint64_t *mono_ns)
 	}
 }
 
+/*
+ * The TSC rate once calibrated, or 0.  An invariant TSC is one counter at one
+ * constant rate for the life of the machine, so the rate measured once holds
+ * for every later session of this process and of its fork children (which
+ * inherit this variable): a traced fork child need not spin 5 ms again.  Each
+ * session still takes a fresh reference pair (below), and the reader refines
+ * the rate from the END pair on long traces.  Normal context only, never
+ * concurrently (clock_setup's contract), so a plain variable.
+ */
+static uint64_t tsc_hz;
+
 static uint64_t calibrate_tsc(uint64_t *ref_ticks, uint64_t *ref_ns)
 {
 	uint64_t t1, ns1;
 
 	pki_trace_clock_pair(PKI_CLOCK_TSC, ref_ticks, ref_ns);
+	if (tsc_hz)
+		return tsc_hz;
 	do
 		pki_trace_clock_pair(PKI_CLOCK_TSC, &t1, &ns1);
 	while (ns1 - *ref_ns < 5000000); /* 5 ms: bracket error ~1e-5 */
-	return (uint64_t)((unsigned __int128)(t1 - *ref_ticks) * 1000000000u / (ns1 - *ref_ns));
+	tsc_hz = (uint64_t)((unsigned __int128)(t1 - *ref_ticks) * 1000000000u / (ns1 - *ref_ns));
+	return tsc_hz;
 }
 
 int pki_trace_clock_setup(int want, struct pki_trace_clockinfo *ci)

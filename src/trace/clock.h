@@ -2,10 +2,11 @@
 /*
  * The recorder's clock: TSC ticks when the CPU has an invariant TSC (one
  * instruction per read, ~10x cheaper than even the vDSO clock_gettime), else
- * CLOCK_MONOTONIC nanoseconds.  The TSC rate is calibrated once when a
- * session opens, and written to the header with a reference pair (ticks,
- * monotonic ns) so a reader converts ticks to time; the END record carries a
- * second pair that lets it refine the rate over the whole trace.
+ * CLOCK_MONOTONIC nanoseconds.  The TSC rate is calibrated when the first
+ * session of a process (or of the process it was forked from) opens, and
+ * written to each header with a fresh reference pair (ticks, monotonic ns) so
+ * a reader converts ticks to time; the END record carries a second pair that
+ * lets it refine the rate over the whole trace.
  */
 #ifndef PK_TRACE_CLOCK_H
 #define PK_TRACE_CLOCK_H
@@ -34,8 +35,10 @@ struct pki_trace_clockinfo {
 /*
  * Choose the clock (@want: 0 = best, or an enum pki_trace_clock; the
  * environment variable PROBEKIT_TRACE_CLOCK=tsc|monotonic overrides 0) and
- * calibrate it (a few ms of spinning for the TSC).  -ENOTSUP if the TSC was
- * asked for and is not invariant.  Normal context.
+ * calibrate it (a few ms of spinning for the TSC, the first time in a process
+ * and its fork children; later calls reuse that rate and only take a fresh
+ * reference pair).  -ENOTSUP if the TSC was asked for and is not invariant.
+ * Normal context.
  */
 int pki_trace_clock_setup(int want, struct pki_trace_clockinfo *ci);
 

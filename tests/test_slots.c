@@ -487,78 +487,7 @@ END_TEST
 
 /* ---- randomized against a brute-force reference ------------------------------------ */
 
-#define REF_MAX 4096
-
-/* The reference: a list of reservations and the admission rule, applied literally. */
-struct ref {
-	struct pk_slots_config cfg;
-	int n;
-	struct {
-		long task;
-		int cpu;
-		enum pk_bp_type type;
-	} bp[REF_MAX];
-};
-
-static int ref_pool(const struct ref *r, enum pk_bp_type t)
-{
-	return (!r->cfg.shared && t == PK_BP_X) ? 1 : 0;
-}
-
-/* Slots of pool @p that @task (-1: CPU-wide ones) uses on @cpu. */
-static int ref_use(const struct ref *r, long task, int cpu, int p)
-{
-	int n = 0;
-
-	for (int i = 0; i < r->n; i++)
-		if (r->bp[i].task == task && ref_pool(r, r->bp[i].type) == p &&
-		    (r->bp[i].cpu == cpu || (task >= 0 && r->bp[i].cpu == -1)))
-			n++;
-	return n;
-}
-
-static int ref_reserve(struct ref *r, long task, int cpu, enum pk_bp_type t)
-{
-	int p = ref_pool(r, t), slots = p ? r->cfg.nr_slots_inst : r->cfg.nr_slots_data;
-
-	for (int c = 0; c < r->cfg.nr_cpus; c++) {
-		int worst = 0;
-
-		if (cpu >= 0 && c != cpu)
-			continue;
-		if (task >= 0) {
-			worst = ref_use(r, task, c, p);
-		} else {
-			for (int i = 0; i < r->n; i++)
-				if (r->bp[i].task >= 0) {
-					int u = ref_use(r, r->bp[i].task, c, p);
-
-					worst = u > worst ? u : worst;
-				}
-		}
-		if (ref_use(r, -1, c, p) + worst + 1 > slots)
-			return -ENOSPC;
-	}
-	ck_assert_int_lt(r->n, REF_MAX);
-	r->bp[r->n].task = task;
-	r->bp[r->n].cpu = cpu;
-	r->bp[r->n].type = t;
-	r->n++;
-	return 0;
-}
-
-static int ref_find(const struct ref *r, long task, int cpu, enum pk_bp_type t)
-{
-	for (int i = 0; i < r->n; i++)
-		if (r->bp[i].task == task && r->bp[i].cpu == cpu && r->bp[i].type == t)
-			return i;
-	return -1;
-}
-
-static void ref_remove(struct ref *r, int i)
-{
-	r->bp[i] = r->bp[--r->n];
-}
+#include "slots_ref.h"
 
 static uint64_t rng_next(uint64_t *x)
 {

@@ -21,7 +21,7 @@
 #include <probekit/probekit.h>
 
 #include "harness.h"
-#include "patch_stubs.h"
+#include "patch_fixture.h"
 #include "patch/maps.h"
 #include "patch/patch.h"
 
@@ -67,31 +67,6 @@ static int (*volatile f_add)(int, int) = t_add;
 static long (*volatile f_mul)(long, long) = t_mul;
 static long (*volatile f_nop5)(long, long) = t_nop5;
 
-static unsigned long site_of(const void *fn)
-{
-	static const uint8_t endbr64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
-
-	return (unsigned long)fn + (memcmp(fn, endbr64, 4) ? 0 : 4);
-}
-
-static unsigned long count(unsigned long *c)
-{
-	return __atomic_load_n(c, __ATOMIC_SEQ_CST);
-}
-
-/* A poke from the site's current bytes to a call of @stub (or back, stub NULL). */
-static struct pki_poke poke_call(const void *fn, void (*stub)(void), const uint8_t *orig)
-{
-	struct pki_poke p = {.addr = site_of(fn)};
-
-	memcpy(p.old, (const void *)p.addr, PKI_SITE_LEN);
-	if (stub)
-		ck_assert_int_eq(pki_insn_call(p.new, p.addr, (unsigned long)stub), 0);
-	else
-		memcpy(p.new, orig, PKI_SITE_LEN);
-	return p;
-}
-
 static int prot_of(unsigned long addr)
 {
 	struct pki_maps maps;
@@ -115,7 +90,7 @@ static void setup(void)
 START_TEST(sled_to_call_and_back)
 {
 	unsigned long site = site_of(t_add);
-	struct pki_poke p = poke_call(t_add, stub_a, pki_nop1x5);
+	struct pki_poke p = poke_to(t_add, stub_a, pki_nop1x5);
 	int i;
 
 	ck_assert_mem_eq((void *)site, pki_nop1x5, PKI_SITE_LEN);
@@ -125,7 +100,7 @@ START_TEST(sled_to_call_and_back)
 		ck_assert_int_eq(f_add(i, 3), i + 3);
 	ck_assert_uint_eq(count(&count_a), 1000);
 
-	p = poke_call(t_add, NULL, pki_nop1x5);
+	p = poke_to(t_add, NULL, pki_nop1x5);
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 	ck_assert_mem_eq((void *)site, pki_nop1x5, PKI_SITE_LEN);
 	ck_assert_int_eq(f_add(1, 2), 3);
@@ -138,9 +113,9 @@ START_TEST(nop5_call_retarget_in_one_batch)
 {
 	struct pki_poke p[3];
 
-	p[0] = poke_call(t_nop5, stub_a, NULL);
-	p[1] = poke_call(t_mul, stub_a, NULL);
-	p[2] = poke_call(t_add, stub_b, NULL);
+	p[0] = poke_to(t_nop5, stub_a, NULL);
+	p[1] = poke_to(t_mul, stub_a, NULL);
+	p[2] = poke_to(t_add, stub_b, NULL);
 	ck_assert_int_eq(pki_text_poke_batch(p, 3), 0);
 	ck_assert_int_eq(f_nop5(40, 2), 42);
 	ck_assert_int_eq(f_mul(6, 7), 42);
@@ -149,9 +124,9 @@ START_TEST(nop5_call_retarget_in_one_batch)
 	ck_assert_uint_eq(count(&count_b), 1);
 
 	/* call -> call: retarget every site to the other stub. */
-	p[0] = poke_call(t_nop5, stub_b, NULL);
-	p[1] = poke_call(t_mul, stub_b, NULL);
-	p[2] = poke_call(t_add, stub_a, NULL);
+	p[0] = poke_to(t_nop5, stub_b, NULL);
+	p[1] = poke_to(t_mul, stub_b, NULL);
+	p[2] = poke_to(t_add, stub_a, NULL);
 	ck_assert_int_eq(pki_text_poke_batch(p, 3), 0);
 	ck_assert_int_eq(f_nop5(1, 2), 3);
 	ck_assert_int_eq(f_mul(2, 2), 4);
@@ -159,27 +134,15 @@ START_TEST(nop5_call_retarget_in_one_batch)
 	ck_assert_uint_eq(count(&count_a), 3);
 	ck_assert_uint_eq(count(&count_b), 3);
 
-	p[0] = poke_call(t_nop5, NULL, pki_nop5);
-	p[1] = poke_call(t_mul, NULL, pki_nop1x5);
-	p[2] = poke_call(t_add, NULL, pki_nop1x5);
+	p[0] = poke_to(t_nop5, NULL, pki_nop5);
+	p[1] = poke_to(t_mul, NULL, pki_nop1x5);
+	p[2] = poke_to(t_add, NULL, pki_nop1x5);
 	ck_assert_int_eq(pki_text_poke_batch(p, 3), 0);
 	ck_assert_mem_eq((void *)site_of(t_nop5), pki_nop5, PKI_SITE_LEN);
 	ck_assert_int_eq(f_nop5(1, 2) + f_mul(2, 2) + f_add(1, 1), 9);
 	ck_assert_uint_eq(count(&count_a) + count(&count_b), 6);
 }
 END_TEST
-
-static enum pki_poke_stage fail_at;
-static bool failed;
-
-/* Fails once: the undo of a fully written batch runs the stages again. */
-static int fail_hook(enum pki_poke_stage stage)
-{
-	if (stage != fail_at || failed)
-		return 0;
-	failed = true;
-	return -EIO;
-}
 
 static char last_msg[512];
 
@@ -192,7 +155,7 @@ static int capture(enum pk_print_level level, const char *fmt, va_list ap)
 START_TEST(mismatch_latches_off)
 {
 	unsigned long site = site_of(t_mul);
-	struct pki_poke p[2] = {poke_call(t_add, stub_a, NULL), poke_call(t_mul, stub_a, NULL)};
+	struct pki_poke p[2] = {poke_to(t_add, stub_a, NULL), poke_to(t_mul, stub_a, NULL)};
 	char want[64];
 
 	pk_set_print(capture);
@@ -207,7 +170,7 @@ START_TEST(mismatch_latches_off)
 	ck_assert_msg(strstr(last_msg, want), "report was: %s", last_msg);
 
 	/* Latched: even a correct batch is refused now. */
-	p[1] = poke_call(t_mul, stub_a, NULL);
+	p[1] = poke_to(t_mul, stub_a, NULL);
 	ck_assert_int_eq(pki_text_poke_batch(&p[1], 1), -ECANCELED);
 	ck_assert_int_eq(f_mul(3, 3), 9);
 	ck_assert_uint_eq(count(&count_a), 0);
@@ -218,7 +181,7 @@ static const int some_data = 1;
 
 START_TEST(bad_batches_rejected)
 {
-	struct pki_poke p[2] = {poke_call(t_add, stub_a, NULL), poke_call(t_add, stub_b, NULL)};
+	struct pki_poke p[2] = {poke_to(t_add, stub_a, NULL), poke_to(t_add, stub_b, NULL)};
 	struct pki_poke data = {.addr = (unsigned long)&some_data};
 
 	ck_assert_int_eq(pki_text_poke_batch(p, 2), -EINVAL); /* duplicate */
@@ -243,13 +206,13 @@ START_TEST(text_not_writable_after_commit)
 {
 	unsigned long site = site_of(t_add);
 	int before = prot_of(site);
-	struct pki_poke p = poke_call(t_add, stub_a, NULL);
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
 
 	ck_assert(before & PROT_EXEC);
 	ck_assert(!(before & PROT_WRITE));
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 	ck_assert_int_eq(prot_of(site), before);
-	p = poke_call(t_add, NULL, pki_nop1x5);
+	p = poke_to(t_add, NULL, pki_nop1x5);
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 	ck_assert_int_eq(prot_of(site), before);
 }
@@ -264,7 +227,7 @@ START_TEST(large_batch_mprotect_path)
 	pki_text_poke_disable = PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST;
 
 	for (i = 0; i < MANY; i++)
-		p[i] = poke_call(many[i], stub_a, NULL);
+		p[i] = poke_to(many[i], stub_a, NULL);
 	ck_assert_int_eq(pki_text_poke_batch(p, MANY), 0);
 	for (i = 0; i < MANY; i++) {
 		ck_assert_int_eq(many[i](100), 100 + i);
@@ -276,7 +239,7 @@ START_TEST(large_batch_mprotect_path)
 	pki_text_poke_hook = fail_hook;
 	fail_at = PKI_POKE_AFTER_TAILS;
 	for (i = 0; i < MANY; i++)
-		p[i] = poke_call(many[i], NULL, pki_nop1x5);
+		p[i] = poke_to(many[i], NULL, pki_nop1x5);
 	ck_assert_int_eq(pki_text_poke_batch(p, MANY), -EIO);
 	for (i = 0; i < MANY; i++)
 		ck_assert_mem_eq((void *)p[i].addr, p[i].old, PKI_SITE_LEN);
@@ -314,14 +277,14 @@ START_TEST(int3_emulates_new_instruction)
 	pki_text_poke_disable = PKI_POKE_NO_FAST;
 	pki_text_poke_hook = call_from_hook;
 	for (i = 0; i < 2; i++) {
-		struct pki_poke p = poke_call(t_add, stub_a, NULL);
+		struct pki_poke p = poke_to(t_add, stub_a, NULL);
 
 		call_at = stages[i];
 		call_result = 0;
 		ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 		ck_assert_int_eq(call_result, 42);
 		ck_assert_uint_eq(count(&count_a), i + 1); /* the INT3 ran the call */
-		p = poke_call(t_add, NULL, pki_nop1x5);
+		p = poke_to(t_add, NULL, pki_nop1x5);
 		call_result = 0;
 		ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 		ck_assert_int_eq(call_result, 42);
@@ -343,8 +306,8 @@ START_TEST(failure_rolls_back)
 	pki_text_poke_disable = PKI_POKE_NO_FAST;
 	pki_text_poke_hook = fail_hook;
 	for (i = 0; i < 3; i++) {
-		struct pki_poke p[2] = {poke_call(t_add, stub_a, NULL),
-					poke_call(t_nop5, stub_b, NULL)};
+		struct pki_poke p[2] = {poke_to(t_add, stub_a, NULL),
+					poke_to(t_nop5, stub_b, NULL)};
 
 		fail_at = stages[i];
 		failed = false;
@@ -416,7 +379,7 @@ static int release_hook(enum pki_poke_stage stage)
 START_TEST(kick_moves_thread_out_of_sled)
 {
 	struct sigaction sa = {.sa_sigaction = tf_handler, .sa_flags = SA_SIGINFO};
-	struct pki_poke p = poke_call(t_mul, stub_b, NULL);
+	struct pki_poke p = poke_to(t_mul, stub_b, NULL);
 	struct pki_poke_stats st;
 	pthread_t t;
 	void *ret;
@@ -431,7 +394,7 @@ START_TEST(kick_moves_thread_out_of_sled)
 	while (!atomic_load(&parked))
 		sched_yield();
 	pki_text_poke_hook = release_hook;
-	p = poke_call(t_add, stub_a, NULL);
+	p = poke_to(t_add, stub_a, NULL);
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 	ck_assert_int_eq(pthread_join(t, &ret), 0);
 	ck_assert_int_eq((long)ret, 42);
@@ -489,23 +452,23 @@ START_TEST(stress_patch_while_calling)
 
 		/* all to stub, retarget, then back; sometimes one site alone */
 		for (k = 0; k < 3; k++)
-			p[k] = poke_call(fn[k], stub, NULL);
+			p[k] = poke_to(fn[k], stub, NULL);
 		ck_assert_int_eq(pki_text_poke_batch(p, 3), 0);
 		for (k = 0; k < 3; k++)
-			p[k] = poke_call(fn[k], stub == stub_a ? stub_b : stub_a, NULL);
+			p[k] = poke_to(fn[k], stub == stub_a ? stub_b : stub_a, NULL);
 		ck_assert_int_eq(pki_text_poke_batch(p, rounds % 3 ? 3 : 1), 0);
 		for (k = 0; k < 3; k++)
-			p[k] = poke_call(fn[k], NULL, orig[k]);
+			p[k] = poke_to(fn[k], NULL, orig[k]);
 		ck_assert_int_eq(pki_text_poke_batch(p, 3), 0);
 		if (rounds % 4 == 0) {
 			/* a batch big enough for the mprotect path, and back */
 			struct pki_poke m[MANY];
 
 			for (k = 0; k < MANY; k++)
-				m[k] = poke_call(many[k], stub, NULL);
+				m[k] = poke_to(many[k], stub, NULL);
 			ck_assert_int_eq(pki_text_poke_batch(m, MANY), 0);
 			for (k = 0; k < MANY; k++)
-				m[k] = poke_call(many[k], NULL, pki_nop1x5);
+				m[k] = poke_to(many[k], NULL, pki_nop1x5);
 			ck_assert_int_eq(pki_text_poke_batch(m, MANY), 0);
 		}
 		rounds++;
@@ -547,7 +510,7 @@ static void app_handler(int sig, siginfo_t *si, void *uc)
 START_TEST(foreign_sigtraps_reach_app_handler)
 {
 	struct sigaction sa = {.sa_sigaction = app_handler, .sa_flags = SA_SIGINFO};
-	struct pki_poke p = poke_call(t_add, stub_a, NULL);
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
 
 	sigemptyset(&sa.sa_mask);
 	ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
@@ -565,7 +528,7 @@ END_TEST
 
 START_TEST(foreign_sigtrap_default_action_kept)
 {
-	struct pki_poke p = poke_call(t_add, stub_a, NULL);
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
 
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 	raise(SIGTRAP); /* no application handler: the process dies of SIGTRAP */

@@ -23,7 +23,7 @@
 #include <probekit/probekit.h>
 
 #include "harness.h"
-#include "patch_stubs.h"
+#include "patch_fixture.h"
 #include "patch/maps.h"
 #include "patch/patch.h"
 
@@ -88,31 +88,6 @@ static long (*volatile f_aligned2)(long, long) = fa_aligned2;
 static long (*volatile f_straddle)(long, long) = fa_straddle;
 static long (*volatile f_endbr)(long, long) = fa_endbr;
 static long (*volatile f_sled)(long, long) = fa_sled;
-
-static unsigned long count(unsigned long *c)
-{
-	return __atomic_load_n(c, __ATOMIC_SEQ_CST);
-}
-
-static unsigned long site_of(const void *fn)
-{
-	static const uint8_t endbr64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
-
-	return (unsigned long)fn + (memcmp(fn, endbr64, 4) ? 0 : 4);
-}
-
-/* A poke from @fn's current bytes to a call of @stub, or to @off if NULL. */
-static struct pki_poke poke_to(const void *fn, void (*stub)(void), const uint8_t *off)
-{
-	struct pki_poke p = {.addr = site_of(fn)};
-
-	memcpy(p.old, (const void *)p.addr, PKI_SITE_LEN);
-	if (stub)
-		ck_assert_int_eq(pki_insn_call(p.new, p.addr, (unsigned long)stub), 0);
-	else
-		memcpy(p.new, off, PKI_SITE_LEN);
-	return p;
-}
 
 static struct pki_poke_stats stats(void)
 {
@@ -236,17 +211,6 @@ START_TEST(sled_keeps_int3_then_comes_back_as_nop5)
 	ck_assert_mem_eq(off, pki_nop5, PKI_SITE_LEN);
 }
 END_TEST
-
-static enum pki_poke_stage fail_at;
-static bool failed;
-
-static int fail_hook(enum pki_poke_stage stage)
-{
-	if (stage != fail_at || failed)
-		return 0;
-	failed = true;
-	return -EIO;
-}
 
 START_TEST(fast_failure_rolls_back)
 {

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <probekit/probekit.h>
+
 #include "patch/patch.h"
 
 unsigned long count_a, count_b;
@@ -30,6 +32,13 @@ __asm__(".text\n"
 	"	lock incq count_b(%rip)\n"
 	"	ret\n"
 	".size stub_b, .-stub_b\n");
+
+/* Checked fixture of every case: messages to stderr, counters at zero. */
+static void setup(void)
+{
+	pk_set_print(pk_print_stderr);
+	count_a = count_b = 0;
+}
 
 static unsigned long site_of(const void *fn)
 {

@@ -81,12 +81,6 @@ static int prot_of(unsigned long addr)
 	return prot;
 }
 
-static void setup(void)
-{
-	pk_set_print(pk_print_stderr);
-	count_a = count_b = 0;
-}
-
 START_TEST(sled_to_call_and_back)
 {
 	unsigned long site = site_of(t_add);

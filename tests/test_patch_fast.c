@@ -97,12 +97,6 @@ static struct pki_poke_stats stats(void)
 	return st;
 }
 
-static void setup(void)
-{
-	pk_set_print(pk_print_stderr);
-	count_a = count_b = 0;
-}
-
 START_TEST(fast_path_for_aligned_nop5)
 {
 	struct pki_poke p = poke_to(fa_aligned, stub_a, NULL);

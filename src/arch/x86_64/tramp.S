@@ -48,6 +48,33 @@
 	.popsection
 	.endm
 
+/*
+ * Every template: start, end and data labels plus its fix table (offsets of
+ * the NEST/WANT instructions, see FIX), all hidden, and the code 16-aligned.
+ * TEMPLATE_END terminates the fix table.
+ */
+	.macro TEMPLATE_BEGIN name
+	.globl	pki_tramp_\name\()_start, pki_tramp_\name\()_end, pki_tramp_\name\()_data
+	.globl	pki_tramp_\name\()_fix
+	.hidden	pki_tramp_\name\()_start
+	.hidden	pki_tramp_\name\()_end
+	.hidden	pki_tramp_\name\()_data
+	.hidden	pki_tramp_\name\()_fix
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
+pki_tramp_\name\()_fix:
+	.popsection
+	.p2align 4
+pki_tramp_\name\()_start:
+	.endm
+
+	.macro TEMPLATE_END
+	.pushsection .rodata.pki_tramp_fix, "a"
+	.p2align 2
+	.long	-1
+	.popsection
+	.endm
+
 	.macro NEST op, fixtab
 	\op	%fs:TLS_NEST
 	FIX	\fixtab
@@ -133,18 +160,7 @@
  * arguments and the upper halves of ymm/zmm pass through untouched.
  */
 	.macro TEMPLATE_OPS name, vec
-	.globl	pki_tramp_\name\()_start, pki_tramp_\name\()_end, pki_tramp_\name\()_data
-	.globl	pki_tramp_\name\()_fix
-	.hidden	pki_tramp_\name\()_start
-	.hidden	pki_tramp_\name\()_end
-	.hidden	pki_tramp_\name\()_data
-	.hidden	pki_tramp_\name\()_fix
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-pki_tramp_\name\()_fix:
-	.popsection
-	.p2align 4
-pki_tramp_\name\()_start:
+	TEMPLATE_BEGIN \name
 	NEST	incl, pki_tramp_\name\()_start
 	jnz	1f
 	SAVE	\vec
@@ -163,25 +179,11 @@ pki_tramp_\name\()_data:
 	.quad	0, 0
 	.quad	0, 0	/* env: slow exit, slow exit with a direct address */
 pki_tramp_\name\()_end:
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-	.long	-1
-	.popsection
+	TEMPLATE_END
 	.endm
 
 	.macro TEMPLATE_HANDLER name, vec
-	.globl	pki_tramp_\name\()_start, pki_tramp_\name\()_end, pki_tramp_\name\()_data
-	.globl	pki_tramp_\name\()_fix
-	.hidden	pki_tramp_\name\()_start
-	.hidden	pki_tramp_\name\()_end
-	.hidden	pki_tramp_\name\()_data
-	.hidden	pki_tramp_\name\()_fix
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-pki_tramp_\name\()_fix:
-	.popsection
-	.p2align 4
-pki_tramp_\name\()_start:
+	TEMPLATE_BEGIN \name
 	NEST	incl, pki_tramp_\name\()_start
 	jnz	1f
 	SAVE	\vec
@@ -199,10 +201,7 @@ pki_tramp_\name\()_data:
 	.quad	0
 	.quad	0, 0	/* env */
 pki_tramp_\name\()_end:
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-	.long	-1
-	.popsection
+	TEMPLATE_END
 	.endm
 
 	TEMPLATE_OPS ops, 1
@@ -217,18 +216,7 @@ pki_tramp_\name\()_end:
  * then continue into it with the entry stack.  r11 is free at a function
  * entry (the ABI's scratch register for PLT stubs).  data: [0] func.
  */
-	.globl	pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data
-	.globl	pki_tramp_list_fix
-	.hidden	pki_tramp_list_start
-	.hidden	pki_tramp_list_end
-	.hidden	pki_tramp_list_data
-	.hidden	pki_tramp_list_fix
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-pki_tramp_list_fix:
-	.popsection
-	.p2align 4
-pki_tramp_list_start:
+	TEMPLATE_BEGIN list
 	NEST	incl, pki_tramp_list_start
 	setnz	%r11b
 	SAVE
@@ -250,10 +238,7 @@ pki_tramp_list_data:
 	.quad	0
 	.quad	0, 0	/* env */
 pki_tramp_list_end:
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-	.long	-1
-	.popsection
+	TEMPLATE_END
 
 /*
  * Slow exits, one copy per chunk (slot 1, never freed).  A trampoline jumps
@@ -266,19 +251,9 @@ pki_tramp_list_end:
  * thread must not execute the (possibly retired) trampoline it came from.
  * data: [0] exit function.
  */
-	.globl	pki_tramp_slow_start, pki_tramp_slow_end, pki_tramp_slow_data
-	.globl	pki_tramp_slow_fix, pki_tramp_slow_direct
-	.hidden	pki_tramp_slow_start
-	.hidden	pki_tramp_slow_end
-	.hidden	pki_tramp_slow_data
-	.hidden	pki_tramp_slow_fix
+	.globl	pki_tramp_slow_direct
 	.hidden	pki_tramp_slow_direct
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-pki_tramp_slow_fix:
-	.popsection
-	.p2align 4
-pki_tramp_slow_start:
+	TEMPLATE_BEGIN slow
 	SAVE
 	xorl	%esi, %esi
 	xorl	%edx, %edx
@@ -304,33 +279,19 @@ pki_tramp_slow_direct:
 pki_tramp_slow_data:
 	.quad	0
 pki_tramp_slow_end:
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-	.long	-1
-	.popsection
+	TEMPLATE_END
 
 /*
  * Far stub: a site whose direct address is beyond rel32 reach calls this
  * near copy, which jumps on with the entry stack untouched.  Its only
  * instruction is a window (entry).  data: [0] target.
  */
-	.globl	pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data
-	.globl	pki_tramp_stub_fix
-	.hidden	pki_tramp_stub_start
-	.hidden	pki_tramp_stub_end
-	.hidden	pki_tramp_stub_data
-	.hidden	pki_tramp_stub_fix
-	.pushsection .rodata.pki_tramp_fix, "a"
-	.p2align 2
-pki_tramp_stub_fix:
-	.long	-1
-	.popsection
-	.p2align 4
-pki_tramp_stub_start:
+	TEMPLATE_BEGIN stub
 	jmp	*pki_tramp_stub_data(%rip)
 	.p2align 3
 pki_tramp_stub_data:
 	.quad	0
 pki_tramp_stub_end:
+	TEMPLATE_END
 
 	.section .note.GNU-stack, "", @progbits

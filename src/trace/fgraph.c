@@ -132,6 +132,96 @@ unsigned long pki_fgraph_exit(unsigned long sp)
 }
 
 /*
+ * Table-driven unwinding (fgraph.h).  A marked entry has bit 0 of its slot
+ * set (slots are 8-byte aligned): pki_fgraph_exit() never matches it, which
+ * is right, since its frame holds its real return address and cannot come
+ * back through the trampoline until unwind_end re-arms it.
+ *
+ * Both run in normal context on the calling thread, which owns its stack
+ * and its shadow entries.  A signal handler that traces functions meanwhile
+ * pushes above `depth` and pops back to it before we resume (its frames are
+ * nested in ours), so reading depth once and storing it last is enough, as
+ * in pki_fgraph_exit().
+ */
+#define MARK 1ul
+
+void pki_fgraph_unwind_begin(unsigned long cfa)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	uint32_t n = t->unwinding, lo, i;
+	unsigned long *p;
+
+	t->unwinding = n + 1;
+	if (n >= PKI_FGRAPH_UNWIND_MAX || t->st == NULL || t->st == GONE)
+		return;
+	/*
+	 * Only entries newer than the enclosing unwind: the older ones were put
+	 * back by it, and the slots of the frames it already removed may now
+	 * lie inside live frames (the cleanup that threw).  Top down, and only
+	 * where the trampoline is: a tail call pushes two entries for one slot,
+	 * the upper one saved the trampoline, the lower one the real address,
+	 * which must be what stays.  An entry whose slot is below @cfa is a
+	 * frame that was abandoned (longjmp) or lives on another stack: never
+	 * written.
+	 */
+	lo = n ? t->base[n - 1] : 0;
+	t->base[n] = t->depth;
+	for (i = t->depth; i-- > lo;) {
+		if (t->st[i].slot & MARK || t->st[i].slot < cfa)
+			continue;
+		p = (unsigned long *)t->st[i].slot;
+		if (*p != (unsigned long)pki_rettramp)
+			continue;
+		*p = t->st[i].ret;
+		t->st[i].slot |= MARK;
+	}
+}
+
+void pki_fgraph_unwind_end(unsigned long cfa)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	uint32_t n = t->unwinding, lo, d, i, j;
+	uint64_t ts;
+	unsigned long slot, *p;
+
+	if (n == 0)
+		return; /* no unwind began here (one we do not wrap): nothing is marked */
+	t->unwinding = --n;
+	if (n >= PKI_FGRAPH_UNWIND_MAX || t->st == NULL || t->st == GONE)
+		return;
+	lo = n ? t->base[n - 1] : 0;
+	d = t->depth;
+	/* The removed frames' exits, innermost first. */
+	ts = pki_trace_now();
+	for (i = d; i-- > lo;) {
+		slot = t->st[i].slot;
+		if (slot & MARK && (slot & ~MARK) < cfa)
+			pki_trace_record(t->st[i].fn, PKI_EV_EXIT, ts);
+	}
+	/*
+	 * Bottom up: the lower of two entries sharing a slot (a tail call)
+	 * re-arms it first, and the upper one, which saved the trampoline,
+	 * then finds what it saved.
+	 */
+	for (i = j = lo; i < d; i++) {
+		slot = t->st[i].slot;
+		if (slot & MARK) {
+			slot &= ~MARK;
+			if (slot < cfa)
+				continue; /* removed: its exit is recorded */
+			p = (unsigned long *)slot;
+			if (*p != t->st[i].ret && *p != (unsigned long)pki_rettramp)
+				continue; /* the frame was rewritten: let it return untraced */
+			*p = (unsigned long)pki_rettramp;
+			t->st[i].slot = slot;
+		}
+		t->st[j++] = t->st[i];
+	}
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->depth = j;
+}
+
+/*
  * ARCH_SHSTK_STATUS (Linux 6.6+) reports the features enabled for the
  * thread; older kernels have no user shadow stack at all.  /proc/self/status
  * ("x86_Thread_features: shstk") is the fallback the kernel documents.

@@ -19,10 +19,13 @@
  * Limits (documented in doc/probekit.1):
  *  - depth: a thread has PKI_FGRAPH_DEPTH entries; deeper frames keep their
  *    entry event but are not hijacked, and their exit counts as a lost event.
- *  - C++ exceptions and other table-driven unwinding cannot cross a hijacked
- *    frame (the unwinder sees the trampoline, which has no caller, and
- *    terminates the program).  Trace C++ programs that throw with
- *    --entry-only or exclude the frames that exceptions cross.
+ *  - table-driven unwinding (C++ exceptions, backtrace()) reads return
+ *    addresses from the stack, where it would find the trampoline, which has
+ *    no caller.  Whoever starts such an unwind of the calling thread brackets
+ *    it with pki_fgraph_unwind_begin/end (the agent wraps the unwinder's
+ *    entry points and __cxa_begin_catch, agent/unwind.c): the original return
+ *    addresses are put back for the unwinder, the frames it removed get their
+ *    exit event at the catch, the frames that stay get the trampoline back.
  *  - stack switching (makecontext/swapcontext, coroutines) is not supported.
  *  - a CET shadow stack would see every hijacked return as an attack:
  *    pki_fgraph_shstk() tells, and the caller must not hijack then.
@@ -54,10 +57,17 @@ struct pki_fgraph_ent {
 	uint64_t fn;	    /* event value of the function */
 };
 
+#define PKI_FGRAPH_UNWIND_MAX 8 /* nested unwinds (a throw inside a cleanup) tracked */
+
 struct pki_fgraph_tls {
 	struct pki_fgraph_ent *st; /* NULL until the first entry; (void *)1 after thread exit */
 	uint32_t depth;		   /* entries in use */
 	uint32_t cap;		   /* 0 until allocated, so the hot path tests one word */
+	/* Unwinds in progress (pki_fgraph_unwind_begin without its end yet), and
+	 * the depth when each began: entries below base[n - 1] belong to the
+	 * enclosing unwinds and are not touched by the inner one. */
+	uint32_t unwinding;
+	uint32_t base[PKI_FGRAPH_UNWIND_MAX];
 };
 
 extern __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
@@ -73,6 +83,26 @@ void pki_fgraph_enter_slow(uint64_t fn, unsigned long *slot);
 
 /* 0 or -errno (pthread key). */
 int pki_fgraph_init(void);
+
+/*
+ * An unwinder is about to read the calling thread's stack from the frame
+ * whose CFA is @cfa upwards (a throw, a rethrow, a backtrace): every
+ * hijacked return slot at or above @cfa gets its original return address
+ * back, and its entry is marked.  Entries stay: the frames are still there.
+ */
+void pki_fgraph_unwind_begin(unsigned long cfa);
+
+/*
+ * The unwind that began last is over, and the calling frame's CFA is @cfa
+ * (a catch handler's __cxa_begin_catch, or the end of a backtrace).  Marked
+ * entries whose slot is below @cfa belong to frames the unwinder removed:
+ * their exits are recorded now, innermost first, and they are dropped.
+ * Marked entries at or above @cfa are frames that stay: the trampoline goes
+ * back into their slot, if the slot still holds the address that was put
+ * back (else the entry is dropped: the frame was rewritten).  Entries that
+ * were not marked are left to pki_fgraph_exit(), as before.
+ */
+void pki_fgraph_unwind_end(unsigned long cfa);
 
 /* True if the calling thread runs with a CET user shadow stack. */
 bool pki_fgraph_shstk(void);

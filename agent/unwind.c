@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Table-driven unwinding across traced frames (src/trace/fgraph.h).  Exit
+ * tracing replaces return addresses with the return trampoline; an unwinder
+ * that walks the stack (a C++ throw, backtrace()) would find the
+ * trampoline, which has no caller, and the program would terminate.  The
+ * agent therefore wraps the entry points through which a program starts
+ * such a walk, and brackets each with pki_fgraph_unwind_begin/end:
+ *
+ *  - _Unwind_RaiseException (throw, std::rethrow_exception, and throw;
+ *    whose _Unwind_Resume_or_Rethrow calls it through libgcc_s's PLT, which
+ *    is why that one is not wrapped too: it would begin twice): begin, from
+ *    the wrapper's own CFA.  If the call returns, no handler was found and
+ *    the caller terminates the program: end, so the frames get their
+ *    trampoline back.
+ *  - __cxa_begin_catch, which every C++ catch handler calls first: end, from
+ *    the handler's frame.  The frames between the throw and the handler get
+ *    their exit event now; the frames above get the trampoline back.
+ *  - _Unwind_Backtrace and backtrace(): begin, walk, end.
+ *
+ * Cleanups (destructors) that run during the unwinding call traced
+ * functions normally: they push and pop above the entries of the unwind.
+ * A throw caught inside such a cleanup is an unwind nested in the first one
+ * (fgraph.h keeps their bases apart).
+ *
+ * These are interposed by symbol (the agent is preloaded): a program or
+ * library that links libgcc's unwinder or libstdc++ statically unwinds
+ * without them, and a throw across a traced frame still terminates it; the
+ * README says so.  glibc's pthread_cancel/pthread_exit unwinding does not go
+ * through them either; it stops at the trampoline and ends the thread, as
+ * without cleanups (fgraph.h).
+ *
+ * The real functions are looked up at their first call (libgcc_s and
+ * libstdc++ may be loaded after the agent, or never).  Normal context only.
+ */
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trace/fgraph.h"
+
+#define PK_EXPORT __attribute__((visibility("default")))
+
+struct _Unwind_Exception;
+struct _Unwind_Context;
+typedef int (*unwind_trace_fn)(struct _Unwind_Context *, void *);
+
+/* The caller's stack pointer before it called us: the frames at or above it are the live ones. */
+#define CALLER_CFA() ((unsigned long)__builtin_dwarf_cfa())
+
+static void *real(void **cache, const char *name)
+{
+	static const char msg[] = "probekit: the agent cannot find the real ";
+	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+
+	if (fn)
+		return fn;
+	fn = dlsym(RTLD_NEXT, name);
+	if (!fn) {
+		/* Whoever called us linked it: this cannot happen, and cannot go on. */
+		if (write(2, msg, sizeof(msg) - 1) < 0 || write(2, name, strlen(name)) < 0 ||
+		    write(2, "\n", 1) < 0) {
+			/* nothing else to do */
+		}
+		abort();
+	}
+	__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
+	return fn;
+}
+
+#define REAL(name, type)                                                                           \
+	({                                                                                         \
+		static void *cache_;                                                               \
+		(type) real(&cache_, #name);                                                       \
+	})
+
+PK_EXPORT __attribute__((noinline)) int _Unwind_RaiseException(struct _Unwind_Exception *e)
+{
+	unsigned long cfa = CALLER_CFA();
+	int ret;
+
+	pki_fgraph_unwind_begin(cfa);
+	ret = REAL(_Unwind_RaiseException, int (*)(struct _Unwind_Exception *))(e);
+	pki_fgraph_unwind_end(cfa); /* returned: no handler, nothing was removed */
+	return ret;
+}
+
+PK_EXPORT __attribute__((noinline)) void *__cxa_begin_catch(void *e)
+{
+	pki_fgraph_unwind_end(CALLER_CFA());
+	return REAL(__cxa_begin_catch, void *(*)(void *))(e);
+}
+
+PK_EXPORT __attribute__((noinline)) int _Unwind_Backtrace(unwind_trace_fn fn, void *arg)
+{
+	unsigned long cfa = CALLER_CFA();
+	int ret;
+
+	pki_fgraph_unwind_begin(cfa);
+	ret = REAL(_Unwind_Backtrace, int (*)(unwind_trace_fn, void *))(fn, arg);
+	pki_fgraph_unwind_end(cfa);
+	return ret;
+}
+
+/*
+ * glibc's backtrace() lists the frames from its caller's on, which here is
+ * this wrapper: it is asked for one more and the first is dropped, so the
+ * program gets exactly what it gets untraced.
+ */
+PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
+{
+	unsigned long cfa = CALLER_CFA();
+	void *local[256], **all = local;
+	int n;
+
+	if (size <= 0)
+		return 0;
+	if ((size_t)size + 1 > sizeof(local) / sizeof(local[0])) {
+		all = malloc(((size_t)size + 1) * sizeof(*all));
+		if (!all)
+			return 0; /* what glibc's gives when it cannot unwind */
+	}
+	pki_fgraph_unwind_begin(cfa);
+	n = REAL(backtrace, int (*)(void **, int))(all, size + 1);
+	pki_fgraph_unwind_end(cfa);
+	n = n > 0 ? n - 1 : 0;
+	memcpy(buf, all + 1, (size_t)n * sizeof(*buf));
+	if (all != local)
+		free(all);
+	return n;
+}

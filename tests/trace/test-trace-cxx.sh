@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# probekit trace against tests/trace/throw_demo (C++): exceptions thrown
+# through traced frames (plain, rethrown, nested in a destructor during the
+# unwinding, std::rethrow_exception, 60 frames deep, on 3 threads) and
+# backtrace() from traced frames.  The program must behave exactly as
+# untraced (its output includes its backtrace depth), the report's counts
+# must be the program's own, and every entry must have its exit.
+#
+# usage: test-trace-cxx.sh PROBEKIT THROW_DEMO
+set -uo pipefail
+pk=$(realpath "$1") demo=$(realpath "$2")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+"$demo" >plain.out 2>plain.err
+plain_rc=$?
+check "plain run: rc $plain_rc" "[[ $plain_rc == 0 ]]"
+for i in 1 2 3; do
+	run -o cxx.trace -- "$demo"
+	check "throw: rc $rc (run $i)" "[[ $rc == 0 ]]"
+	check "throw: stdout differs from a plain run (run $i)" "cmp -s out plain.out"
+	check "throw: nothing lost (run $i)" "! grep -q lost err"
+	counts cxx.trace cx_ >got
+	want out >exp
+	check "throw: report counts != the program's own (run $i)" "diff -u exp got"
+	check "throw: unmatched entries/exits: $(footnote cxx.trace) (run $i)" \
+		"[[ '$(footnote cxx.trace)' == '0 0 0' ]]"
+done
+# Durations: every cx_throw call that threw ended at its catch, so no call
+# of it lasts longer than its caller's whole run.
+check "throw: cx_throw's total time is within cx_middle's" \
+	"$pk report --raw cxx.trace | awk '\$(NF-1) == \"cx_throw\" {a = \$2} \$(NF-1) == \"cx_middle\" {b = \$2} END {exit !(a > 0 && a <= b)}'"
+
+# --entry-only needs none of it, and must count the same.
+run -o entry.trace --entry-only -- "$demo"
+check "entry-only: rc $rc" "[[ $rc == 0 ]]"
+counts entry.trace cx_ >got
+want out >exp
+check "entry-only: counts" "diff -u exp got"
+
+# Nobody catches: the same death (std::terminate, SIGABRT) and message, and
+# the trace holds the calls up to it.
+"$demo" --uncaught >plain.out 2>plain.err
+plain_rc=$?
+run -o unc.trace -- "$demo" --uncaught
+check "uncaught: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc && $rc == 134 ]]"
+check "uncaught: terminate message" "grep -q \"terminate called after throwing an instance of 'int'\" err"
+check "uncaught: ended by signal 6" "$pk report unc.trace 2>/dev/null | grep -q 'ended by signal 6'"
+check "uncaught: cx_deep frames recorded" "[[ \$(counts unc.trace cx_deep) == 'cx_deep 6' ]]"
+
+echo "trace_cxx: $pass passed, $fail failed"
+[[ $fail == 0 ]]

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+/*
+ * throw_demo: C++ exceptions through traced frames, for test-trace-cxx.sh.
+ * Built with -fpatchable-function-entry=5, like examples/trace_demo, and it
+ * prints its own call counts ("calls NAME N") so a trace can be checked call
+ * for call.  The functions are extern "C" so the report names them plainly;
+ * they throw all the same.
+ *
+ *   throw_demo              every pattern below, on 3 threads at once
+ *   throw_demo --uncaught   a throw nobody catches (std::terminate, SIGABRT)
+ *
+ * Patterns: a throw through three frames with destructors that call traced
+ * functions; `throw;` from a catch(...) in the middle; a throw inside a
+ * destructor that runs during the unwinding, caught inside it (a nested
+ * unwind); std::rethrow_exception; a throw from 60 frames deep; backtrace()
+ * from inside traced frames (its depth is printed: a traced run must print
+ * what a plain run prints).
+ */
+#include <execinfo.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <exception>
+#include <stdexcept>
+
+#define FN extern "C" __attribute__((noinline, noclone))
+
+enum { C_THROW, C_MIDDLE, C_CATCH, C_RETHROW, C_DTOR, C_INNER, C_PTR, C_DEEP, C_BT, C_NR };
+static const char *const names[C_NR] = {"cx_throw", "cx_middle", "cx_catch",
+					"cx_rethrow", "cx_dtor",   "cx_inner",
+					"cx_ptr",     "cx_deep",   "cx_bt"};
+
+static __thread unsigned long cnt[C_NR];
+static unsigned long total[C_NR];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static volatile unsigned long sink;
+
+FN void cx_dtor(int id)
+{
+	cnt[C_DTOR]++;
+	sink += id;
+}
+
+struct guard {
+	int id;
+	~guard() { cx_dtor(id); }
+};
+
+/* Throws and catches inside itself: run from a destructor during an unwinding. */
+FN void cx_inner(int n)
+{
+	cnt[C_INNER]++;
+	try {
+		if (n >= 0)
+			throw std::logic_error("inner");
+	} catch (const std::logic_error &) {
+		sink++;
+	}
+}
+
+struct nested_guard {
+	~nested_guard() { cx_inner(1); }
+};
+
+FN void cx_throw(int n)
+{
+	guard g{1};
+
+	cnt[C_THROW]++;
+	if (n % 3 == 0)
+		throw std::runtime_error("boom");
+	if (n % 3 == 1) {
+		nested_guard ng;
+		throw std::runtime_error("boom with a nested throw in a destructor");
+	}
+}
+
+FN void cx_middle(int n)
+{
+	guard g{2};
+
+	cnt[C_MIDDLE]++;
+	cx_throw(n);
+}
+
+FN void cx_rethrow(int n)
+{
+	cnt[C_RETHROW]++;
+	try {
+		cx_middle(n);
+	} catch (...) {
+		throw;
+	}
+}
+
+FN int cx_catch(int n)
+{
+	cnt[C_CATCH]++;
+	try {
+		if (n % 2)
+			cx_rethrow(n);
+		else
+			cx_middle(n);
+	} catch (const std::exception &) {
+		return 1;
+	}
+	return 0;
+}
+
+FN int cx_ptr(int n)
+{
+	std::exception_ptr p;
+
+	cnt[C_PTR]++;
+	try {
+		cx_middle(n * 3);
+	} catch (...) {
+		p = std::current_exception();
+	}
+	try {
+		std::rethrow_exception(p);
+	} catch (const std::runtime_error &) {
+		return 1;
+	}
+	return 0;
+}
+
+FN void cx_deep(int n)
+{
+	guard g{3};
+
+	cnt[C_DEEP]++;
+	if (n == 0)
+		throw 42;
+	cx_deep(n - 1);
+}
+
+FN int cx_bt(int n)
+{
+	void *frames[64];
+
+	cnt[C_BT]++;
+	if (n > 0)
+		return cx_bt(n - 1) + 0 * (int)sink;
+	return backtrace(frames, 64);
+}
+
+static void *worker(void *arg)
+{
+	unsigned long caught = 0;
+	int rounds = *(int *)arg;
+
+	for (int i = 0; i < rounds; i++) {
+		caught += cx_catch(i);
+		caught += cx_ptr(i);
+		if (i % 10 == 0) {
+			try {
+				cx_deep(60);
+			} catch (int) {
+				caught++;
+			}
+		}
+	}
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < C_NR; i++)
+		total[i] += cnt[i];
+	pthread_mutex_unlock(&mu);
+	return (void *)caught;
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = 300, depth;
+	unsigned long caught = 0;
+	pthread_t th[3];
+	void *ret;
+
+	if (argc > 1 && !strcmp(argv[1], "--uncaught")) {
+		cx_catch(0);
+		cx_deep(5); /* nobody catches an int: std::terminate() */
+		return 0;
+	}
+	depth = cx_bt(4);
+	for (auto &t : th)
+		pthread_create(&t, nullptr, worker, &rounds);
+	for (auto &t : th) {
+		pthread_join(t, &ret);
+		caught += (unsigned long)ret;
+	}
+	printf("caught %lu\n", caught);
+	printf("backtrace depth %d\n", depth);
+	for (int i = 0; i < C_NR; i++)
+		printf("calls %s %lu\n", names[i], total[i] + cnt[i]);
+	return 0;
+}

@@ -9,6 +9,12 @@
  * counted: the figure is the cost a running program pays per call.  Best of
  * R runs per tool.
  *
+ * Two leaves are timed: demo_leaf, which does almost nothing (the worst case
+ * for any tracer: nothing of the call overlaps its cost), and demo_body
+ * (`--bench N --work K`), K dependent multiply-adds, the work of a small
+ * function, with which the out-of-order core overlaps part of the tracer's
+ * work.  --work 0 times the empty leaf alone.
+ *
  * The "floor" line is what no tracer that timestamps every entry and exit
  * can beat on this CPU: the same loop in this process over a copy of the
  * demo's leaf with the two clock reads and two 16-byte event stores written
@@ -29,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../examples/demo_body.h"
 #include "arch/x86_64/tsc.h"
 #include "cli.h"
 
@@ -101,15 +108,45 @@ static __attribute__((noinline, noclone)) unsigned long floor_leaf(unsigned long
 	return r;
 }
 
-static double loop_ns(unsigned long (*fn)(unsigned long), unsigned long calls)
+/* examples/trace_demo's demo_body, as is, and with the two events. */
+static __attribute__((noinline, noclone)) unsigned long plain_body(unsigned long x,
+								   unsigned long k)
+{
+	floor_cnt++;
+	return demo_body_work(x, k);
+}
+
+static __attribute__((noinline, noclone)) unsigned long floor_body(unsigned long x,
+								   unsigned long k)
+{
+	struct floor_ev *e = &floor_buf[floor_head];
+	unsigned long r;
+
+	e[0].ts = pki_arch_tsc_read();
+	e[0].word = (uintptr_t)floor_body << 2;
+	floor_cnt++;
+	r = demo_body_work(x, k);
+	e[1].ts = pki_arch_tsc_read();
+	e[1].word = (uintptr_t)floor_body << 2 | 1;
+	floor_head += 2;
+	return r;
+}
+
+static double loop_ns(unsigned long (*fn)(unsigned long),
+		      unsigned long (*body)(unsigned long, unsigned long), unsigned long work,
+		      unsigned long calls)
 {
 	struct timespec t0, t1;
 	unsigned long x = 0;
 
 	floor_head = 0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (unsigned long k = 0; k < calls; k++)
-		x += fn(k);
+	if (work)
+		for (unsigned long k = 0; k < calls; k++)
+			x += body(k, work);
+	else
+		for (unsigned long k = 0; k < calls; k++)
+			x += fn(k);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	floor_cnt += x & 1;
 	return ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /
@@ -117,7 +154,7 @@ static double loop_ns(unsigned long (*fn)(unsigned long), unsigned long calls)
 }
 
 /* ns per call the floor adds over the plain leaf (best of @runs each), or -1. */
-static double floor_added(unsigned long calls, int runs)
+static double floor_added(unsigned long calls, unsigned long work, int runs)
 {
 	double plain = -1, fl = -1, v;
 
@@ -127,9 +164,9 @@ static double floor_added(unsigned long calls, int runs)
 		return -1;
 	memset(floor_buf, 1, 2 * calls * sizeof(*floor_buf));
 	for (int i = 0; i < runs; i++) {
-		v = loop_ns(plain_leaf, calls);
+		v = loop_ns(plain_leaf, plain_body, work, calls);
 		plain = plain < 0 || v < plain ? v : plain;
-		v = loop_ns(floor_leaf, calls);
+		v = loop_ns(floor_leaf, floor_body, work, calls);
 		fl = fl < 0 || v < fl ? v : fl;
 	}
 	free(floor_buf);
@@ -188,26 +225,82 @@ static bool have(const char *prog)
 	return system(cmd) == 0;
 }
 
+/* One leaf: the four lines and the ratio; false if a tool that must run failed. */
+static bool workload(const char *self, const char *prog, const char *tfile, const char *udir,
+		     const char *nbuf, unsigned long calls, unsigned long work, int runs,
+		     bool uftrace)
+{
+	char ncalls[32], nwork[32];
+	unsigned long long lost = 0;
+	double plain, pk, uf = -1, fl;
+
+	snprintf(ncalls, sizeof(ncalls), "%lu", calls);
+	snprintf(nwork, sizeof(nwork), "%lu", work);
+	{
+		/* argv[] of execvp() is char *const[]: the strings are not written. */
+		char *const a_plain[] = {(char *)prog, "--bench", ncalls, "--work", nwork, NULL};
+		char *const a_pk[] = {(char *)self, "trace",   "-o",   (char *)tfile,
+				      "-b",	    (char *)nbuf, "--",   (char *)prog,
+				      "--bench",    ncalls,	  "--work", nwork,
+				      NULL};
+		char *const a_uf[] = {"uftrace",   "record", "--no-libcall", "-P",  ".",
+				      "-d",	   (char *)udir, (char *)prog, "--bench", ncalls,
+				      "--work",	   nwork,	 NULL};
+
+		plain = best(a_plain, calls, runs, NULL);
+		pk = best(a_pk, calls, runs, &lost);
+		if (uftrace)
+			uf = best(a_uf, calls, runs, NULL);
+	}
+	if (work)
+		printf("# demo_body: %lu dependent multiply-adds per call\n", work);
+	else
+		printf("# demo_leaf: an almost empty leaf (the worst case)\n");
+	if (plain < 0 || pk < 0)
+		return false;
+	printf("%12s: %8.2f nsecs/call\n", "plain", plain);
+	printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "probekit", pk - plain, pk);
+	if (lost)
+		printf("%14s %llu events lost over %d runs: their cost is not in the figure\n", "",
+		       lost, runs);
+	fl = floor_added(calls, work, runs);
+	if (fl >= 0 && pki_arch_tsc_invariant())
+		printf("%12s: %+8.2f nsecs/call  (two TSC reads and event stores per call, inline, "
+		       "no hook)\n",
+		       "floor", fl);
+	if (uf >= 0)
+		printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace", uf - plain, uf);
+	else
+		printf("%12s: not measured (uftrace not installed or failed; apt-get install "
+		       "uftrace)\n",
+		       "uftrace");
+	if (uf > plain && pk > plain)
+		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
+		       (uf - plain) / (pk - plain));
+	printf("\n");
+	fflush(stdout);
+	return true;
+}
+
 int bench_trace(int argc, char **argv)
 {
 	static const struct option opts[] = {
 	    {"calls", required_argument, NULL, 'n'},
 	    {"runs", required_argument, NULL, 'r'},
+	    {"work", required_argument, NULL, 'w'},
 	    {"prog", required_argument, NULL, 'p'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	char self[PATH_MAX], prog[PATH_MAX + 32], ncalls[32], nbuf[32],
-	    tdir[] = "/tmp/probekit-bench-XXXXXX";
+	char self[PATH_MAX], prog[PATH_MAX + 32], nbuf[32], tdir[] = "/tmp/probekit-bench-XXXXXX";
 	char tfile[sizeof(tdir) + 16], udir[sizeof(tdir) + 16];
-	unsigned long calls = 1000000;
-	unsigned long long lost = 0;
-	double plain, pk, uf = -1, fl;
+	unsigned long calls = 1000000, work = 32;
+	bool ok, uftrace;
 	int c, runs = 3;
 	ssize_t len;
 
 	prog[0] = 0;
-	while ((c = getopt_long(argc, argv, "n:r:p:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "n:r:w:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			calls = cli_parse_ulong("--calls", optarg);
@@ -215,19 +308,22 @@ int bench_trace(int argc, char **argv)
 		case 'r':
 			runs = (int)cli_parse_ulong("--runs", optarg);
 			break;
+		case 'w':
+			work = cli_parse_ulong("--work", optarg);
+			break;
 		case 'p':
 			snprintf(prog, sizeof(prog), "%s", optarg);
 			break;
 		case 'h':
-			printf(
-			    "usage: probekit bench trace [--calls N] [--runs R] [--prog "
-			    "TRACE_DEMO]\n\n"
-			    "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
-			    "examples/trace_demo --bench N (N leaf calls timed by the program\n"
-			    "itself, one thread); best of R runs each.  'floor' is what reading\n"
-			    "the TSC and storing an event at entry and exit costs alone (no "
-			    "hook):\n"
-			    "no tracer that timestamps every call can add less.\n");
+			printf("usage: probekit bench trace [--calls N] [--runs R] [--work K] "
+			       "[--prog TRACE_DEMO]\n\n"
+			       "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
+			       "examples/trace_demo --bench N (N calls of a leaf function timed by\n"
+			       "the program itself, one thread); best of R runs each.  Two leaves:\n"
+			       "an almost empty one (the worst case), and one doing K dependent\n"
+			       "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
+			       "reading the TSC and storing an event at entry and exit costs alone\n"
+			       "(no hook): no tracer that timestamps every call can add less.\n");
 			return 0;
 		default:
 			return cli_usage_error("bench trace: bad option");
@@ -235,6 +331,8 @@ int bench_trace(int argc, char **argv)
 	}
 	if (calls < 1000 || runs < 1)
 		return cli_usage_error("bench trace: --calls >= 1000, --runs >= 1");
+	if (work > 100000)
+		return cli_usage_error("bench trace: --work <= 100000");
 	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (len <= 0)
 		return cli_error("cannot find myself");
@@ -251,58 +349,25 @@ int bench_trace(int argc, char **argv)
 		return cli_error("mkdtemp: %s", strerror(errno));
 	snprintf(tfile, sizeof(tfile), "%s/t.trace", tdir);
 	snprintf(udir, sizeof(udir), "%s/uftrace", tdir);
-	snprintf(ncalls, sizeof(ncalls), "%lu", calls);
 	/* Room for every event: the figure is the cost of recording, not of losing. */
 	snprintf(nbuf, sizeof(nbuf), "%lu",
 		 calls * 2 + 4096 < (1ul << 26) ? calls * 2 + 4096 : 1ul << 26);
+	uftrace = have("uftrace");
 
 	printf("# Running 'trace/trace' benchmark:\n");
-	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n", prog,
-	       calls, calls, runs);
+	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n",
+	       prog, calls, calls, runs);
 	fflush(stdout);
+	ok = workload(self, prog, tfile, udir, nbuf, calls, 0, runs, uftrace);
+	if (ok && work)
+		ok = workload(self, prog, tfile, udir, nbuf, calls, work, runs, uftrace);
 	{
-		char *const a_plain[] = {prog, "--bench", ncalls, NULL};
-		char *const a_pk[] = {self, "trace", "-o",	tfile,	"-b", nbuf,
-				      "--", prog,    "--bench", ncalls, NULL};
-		char *const a_uf[] = {"uftrace", "record", "--no-libcall", "-P",   ".", "-d",
-				      udir,	 prog,	   "--bench",	   ncalls, NULL};
+		char cmd[sizeof(tdir) + 16];
 
-		plain = best(a_plain, calls, runs, NULL);
-		pk = best(a_pk, calls, runs, &lost);
-		if (have("uftrace"))
-			uf = best(a_uf, calls, runs, NULL);
-		if (plain < 0 || pk < 0)
-			goto out;
-		printf("%12s: %8.2f nsecs/call\n", "plain", plain);
-		printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)%s\n", "probekit", pk - plain, pk,
-		       lost ? "" : "");
-		if (lost)
-			printf("%14s %llu events lost over %d runs: their cost is not in the "
-			       "figure\n",
-			       "", lost, runs);
-		fl = floor_added(calls, runs);
-		if (fl >= 0 && pki_arch_tsc_invariant())
-			printf("%12s: %+8.2f nsecs/call  (two TSC reads and event stores per call, "
-			       "inline, no hook)\n",
-			       "floor", fl);
-		if (uf >= 0)
-			printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace",
-			       uf - plain, uf);
-		else
-			printf("%12s: not measured (uftrace not installed or failed; apt-get "
-			       "install uftrace)\n",
-			       "uftrace");
-		if (uf > plain && pk > plain)
-			printf("\n%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
-			       (uf - plain) / (pk - plain));
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
+		if (system(cmd)) {
+			/* a temporary directory left behind */
+		}
 	}
-out : {
-	char cmd[sizeof(tdir) + 16];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
-	if (system(cmd)) {
-		/* a temporary directory left behind */
-	}
-}
-	return plain < 0 || pk < 0;
+	return !ok;
 }

@@ -13,8 +13,10 @@
  *   trace_demo --exec                       runs itself again through execv
  *   trace_demo --longjmp                    longjmp out of traced frames
  *   trace_demo --deep N                     recursion N + 1 frames deep
- *   trace_demo --bench N                    one thread, N leaf calls; prints
- *                                           "work_ns T calls C" (its own timing)
+ *   trace_demo --bench N [--work K]         one thread, N leaf calls; prints
+ *                                           "work_ns T calls C" (its own timing);
+ *                                           with K > 0 the leaf is demo_body,
+ *                                           K dependent multiply-adds
  *
  * Functions are noinline/noclone so the compiler keeps one entry (one site)
  * per function, whatever the optimisation level.
@@ -28,11 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "demo_body.h"
+
 #define FN __attribute__((noinline, noclone))
 
-enum { C_FIB, C_LEAF, C_STAGE, C_WORKER, C_CRASH, C_JUMP, C_DEEP, C_NR };
+enum { C_FIB, C_LEAF, C_STAGE, C_WORKER, C_CRASH, C_JUMP, C_DEEP, C_BODY, C_NR };
 static const char *const names[C_NR] = {"demo_fib",   "demo_leaf", "demo_stage", "demo_worker",
-					"demo_crash", "demo_jump", "demo_deep"};
+					"demo_crash", "demo_jump", "demo_deep",	 "demo_body"};
 
 /* Per-thread counts (no sharing on the hot path), summed under a lock. */
 static __thread unsigned long cnt[C_NR];
@@ -53,6 +57,13 @@ FN unsigned long demo_leaf(unsigned long x)
 {
 	cnt[C_LEAF]++;
 	return x * 2654435761u ^ (x >> 7);
+}
+
+/* --bench N --work K: a leaf that does some work. */
+FN unsigned long demo_body(unsigned long x, unsigned long k)
+{
+	cnt[C_BODY]++;
+	return demo_body_work(x, k);
 }
 
 FN unsigned long demo_fib(unsigned n)
@@ -198,11 +209,18 @@ int main(int argc, char **argv)
 			print_counts("deep");
 			return 0;
 		} else if (!strcmp(argv[i], "--bench") && i + 1 < argc) {
-			unsigned long n = strtoul(argv[++i], NULL, 0), x = 0;
-			double t0 = now_ns(), t;
+			unsigned long n = strtoul(argv[++i], NULL, 0), x = 0, work = 0;
+			double t0, t;
 
-			for (unsigned long k = 0; k < n; k++)
-				x += demo_leaf(k);
+			if (i + 2 < argc && !strcmp(argv[i + 1], "--work"))
+				work = strtoul(argv[i += 2], NULL, 0);
+			t0 = now_ns();
+			if (work)
+				for (unsigned long k = 0; k < n; k++)
+					x += demo_body(k, work);
+			else
+				for (unsigned long k = 0; k < n; k++)
+					x += demo_leaf(k);
 			t = now_ns() - t0;
 			sink = x;
 			printf("work_ns %.0f calls %lu\n", t, n);
@@ -210,7 +228,7 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--threads T] [--iters N] | --crash | --fork | "
-				"--exec | --longjmp | --deep N | --bench N\n",
+				"--exec | --longjmp | --deep N | --bench N [--work K]\n",
 				argv[0]);
 			return 2;
 		}

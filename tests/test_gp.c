@@ -62,7 +62,7 @@ static void *peer(void *arg)
 
 	(void)arg;
 	pki_tramp_tls.want = 4242; /* a value the main thread looks for */
-	peer_tid = gettid_();
+	__atomic_store_n(&peer_tid, gettid_(), __ATOMIC_RELEASE);
 	return (void *)(long)read(peer_pipe[0], &c, 1);
 }
 
@@ -111,7 +111,7 @@ static void *sleeper(void *arg)
 	struct timespec ts = {2, 0};
 
 	(void)arg;
-	sleeper_tid = gettid_();
+	__atomic_store_n(&sleeper_tid, gettid_(), __ATOMIC_RELEASE);
 	sleeper_ret = nanosleep(&ts, NULL);
 	sleeper_errno = errno;
 	return NULL;
@@ -122,7 +122,7 @@ static void *reader(void *arg)
 	char c;
 
 	(void)arg;
-	reader_tid = gettid_();
+	__atomic_store_n(&reader_tid, gettid_(), __ATOMIC_RELEASE);
 	/* A raw system call: no libc retry could hide an EINTR. */
 	reader_ret = syscall(SYS_read, rd_pipe[0], &c, 1);
 	reader_errno = errno;
@@ -256,7 +256,7 @@ static void *parked(void *arg)
 {
 	char c;
 
-	*(volatile pid_t *)arg = gettid_();
+	__atomic_store_n((pid_t *)arg, gettid_(), __ATOMIC_RELEASE);
 	return (void *)(long)read(park_pipe[0], &c, 1);
 }
 
@@ -299,12 +299,12 @@ START_TEST(cost_blocked_vs_running)
 	ck_assert_int_eq(write(park_pipe[1], "xxxxxxxx", N), N);
 	for (int i = 0; i < N; i++)
 		pthread_join(th[i], NULL);
-	spin_stop = 0;
+	__atomic_store_n(&spin_stop, 0, __ATOMIC_RELAXED);
 	for (int i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, spinner, NULL);
 	running = gp_cost(ROUNDS, &sig);
 	printf("; %d running %.1f usecs (%lu signals)\n", N, running, sig);
-	spin_stop = 1;
+	__atomic_store_n(&spin_stop, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < N; i++)
 		pthread_join(th[i], NULL);
 }

@@ -256,13 +256,23 @@ static int add_target(pid_t tid, void *unused)
 
 		if (!t)
 			return -ENOMEM;
-		/* The old array stays: a late answer may still write to it. */
-		if (ntargets)
-			memcpy(t, targets, ntargets * sizeof(*t));
+		/*
+		 * The old array stays: a late answer may still write to it.
+		 * Field by field, and `answer` atomically: such an answer's
+		 * compare-and-swap may run on the other array meanwhile (it
+		 * fails, its round is over; but a plain copy would race with it).
+		 */
+		for (size_t i = 0; i < ntargets; i++) {
+			t[i].tid = targets[i].tid;
+			t[i].answer = __atomic_load_n(&targets[i].answer, __ATOMIC_RELAXED);
+		}
 		__atomic_store_n(&targets, t, __ATOMIC_RELEASE);
 		cap_targets = cap;
 	}
-	targets[ntargets++] = (struct gp_target){.tid = tid};
+	/* `answer` atomically, for the same late answers; `tid` only we read. */
+	targets[ntargets].tid = tid;
+	__atomic_store_n(&targets[ntargets].answer, 0, __ATOMIC_RELAXED);
+	ntargets++;
 	return 0;
 }
 

@@ -5,9 +5,9 @@
 # children, fexecve/execveat, longjmp, too-deep
 # recursion; PROG's stdout and exit status unchanged; the errors.
 #
-# usage: test-trace-cmd.sh PROBEKIT TRACE_DEMO NO_SITES_PROG
+# usage: test-trace-cmd.sh PROBEKIT TRACE_DEMO NO_SITES_PROG AGENT
 set -uo pipefail
-pk=$(realpath "$1") demo=$(realpath "$2") nosites=$(realpath "$3")
+pk=$(realpath "$1") demo=$(realpath "$2") nosites=$(realpath "$3") agent=$(realpath "$4")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -175,6 +175,24 @@ run -o npop.trace --no-children -- "$demo" --popen
 check "popen --no-children: rc $rc" "[[ $rc == 7 ]]"
 check "popen --no-children: stdout" "cmp -s out plain.out"
 check "popen --no-children: no child file" "! ls npop.trace.* >/dev/null 2>&1"
+
+# A shell with its own setenv/unsetenv (bash) as the program the agent
+# enters: it must start (the agent edits environ itself), stay silent (no
+# sites), and pass the settings on to what it execs: FILE.PID.1.  (A hang
+# here, as before that fix, ends in meson's timeout.)
+if command -v bash >/dev/null; then
+	rm -f sh.trace*
+	PROBEKIT_TRACE=$tmp/sh.trace PROBEKIT_TRACE_PID=1 LD_PRELOAD=${LD_PRELOAD:+$LD_PRELOAD:}$agent \
+		bash -c "exec '$demo' --threads 1 --iters 1" >out 2>err
+	rc=$?
+	check "bash: rc $rc" "[[ $rc == 0 ]]"
+	check "bash: nothing on stderr" "[[ ! -s err ]]"
+	child=$(ls sh.trace.* 2>/dev/null)
+	check "bash: FILE.PID.1 ($child)" "[[ \$(echo $child | wc -w) == 1 && $child =~ ^sh.trace.[0-9]+.1$ ]]"
+	counts "$child" >got
+	want out trace_demo >exp
+	check "bash: counts" "[[ -s exp ]] && diff -u exp got"
+fi
 
 # 5c. fexecve and execveat: failed ones leave the trace going (the calls
 #     after them are in the first file); a real fexecve ends it and the

@@ -198,8 +198,8 @@ static int sys_run(const char *line)
 	posix_spawnattr_setsigdefault(&attr, &reset);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 	env = shell_env(&b);
-	ret = real.posix_spawn(&pid, SHELL_PATH, NULL, &attr,
-			       (char *const[]){"sh", "-c", (char *)line, NULL}, env);
+	ret = REAL(posix_spawn)(&pid, SHELL_PATH, NULL, &attr,
+				(char *const[]){"sh", "-c", (char *)line, NULL}, env);
 	free(b);
 	posix_spawnattr_destroy(&attr);
 
@@ -249,13 +249,15 @@ static int pop_spawn(posix_spawn_file_actions_t *fa, int child_fd, const char *c
 	for (s = P.head; s; s = s->next)
 		if (s->fd != child_fd && posix_spawn_file_actions_addclose(fa, s->fd))
 			return -1; /* (an fd equal to child_fd is replaced by the dup2) */
-	return real.posix_spawn(pid, SHELL_PATH, fa, NULL,
-				(char *const[]){"sh", "-c", (char *)command, NULL}, env)
+	return REAL(posix_spawn)(pid, SHELL_PATH, fa, NULL,
+				 (char *const[]){"sh", "-c", (char *)command, NULL}, env)
 		   ? -1
 		   : 0;
 }
 
-PK_EXPORT FILE *popen(const char *command, const char *mode)
+/* popen() proper; cancellation is disabled (it holds P.lock, and glibc's is no cancellation point).
+ */
+static FILE *pop_open(const char *command, const char *mode)
 {
 	bool rd = false, wr = false, cloexec = false;
 	int fds[2], parent, child, child_fd, err;
@@ -266,16 +268,6 @@ PK_EXPORT FILE *popen(const char *command, const char *mode)
 	const char *m;
 	FILE *fp;
 
-	FILE *(*pop)(const char *, const char *);
-
-	if (!agent_follows_children() || !REAL(posix_spawn)) {
-		pop = REAL(popen);
-		if (!pop) {
-			errno = ENOSYS;
-			return NULL;
-		}
-		return pop(command, mode);
-	}
 	for (m = mode; *m; m++) {
 		if (*m == 'r')
 			rd = true;
@@ -354,6 +346,28 @@ free_s:
 	free(s);
 	errno = err;
 	return NULL;
+}
+
+PK_EXPORT FILE *popen(const char *command, const char *mode)
+{
+	FILE *(*pop)(const char *, const char *);
+	int state, saved;
+	FILE *fp;
+
+	if (!agent_follows_children() || !REAL(posix_spawn)) {
+		pop = REAL(popen);
+		if (!pop) {
+			errno = ENOSYS;
+			return NULL;
+		}
+		return pop(command, mode);
+	}
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+	fp = pop_open(command, mode);
+	saved = errno;
+	pthread_setcancelstate(state, NULL);
+	errno = saved;
+	return fp;
 }
 
 PK_EXPORT int pclose(FILE *fp)

@@ -16,8 +16,17 @@
  *    program's environment, and END the trace file first (exec_prepare).
  *    The new program writes FILE.<pid>.<n> (n-th exec of that process); a
  *    child started by posix_spawn() or vfork()+exec writes FILE.<pid>.
- *    system() and popen() spawn their shell inside libc, out of our reach:
- *    those children run untraced.
+ *    Wrapped: the execv/execl families, execve, execvpe, fexecve, execveat,
+ *    posix_spawn, posix_spawnp (a direct exec syscall, or a wrapper called
+ *    before our constructor, is not seen).
+ *  - system() and popen(): glibc spawns their shell internally with the
+ *    global environ, out of our reach; shell.c reimplements them with the
+ *    settings in the shell's environment (same semantics, see there).  The
+ *    shell is a child like any other: a shell without patchable functions
+ *    (dash, bash) writes no file and says nothing, but passes the settings
+ *    on, so the command it runs writes FILE.<its pid> (vfork+exec, as dash
+ *    does for a simple command) or FILE.<shell pid>.1 ("exec PROG").  With
+ *    --no-children they are glibc's own, and nothing they start is traced.
  *
  * What runs where: the hook and the trampoline in any context (hot path,
  * see fgraph.h); everything else in normal context (constructor, atfork

@@ -32,7 +32,7 @@ run() {
 }
 # counts FILE: "NAME N" lines of the report, sorted (only functions the demo counts).
 counts() {
-	"$pk" report --raw "$1" 2>/dev/null | awk '$NF ~ /^demo_/ || ($(NF-1) ~ /^demo_/) {
+	"$pk" report --raw "$1" 2>/dev/null | awk 'NF < 2 {next} $NF ~ /^demo_/ || ($(NF-1) ~ /^demo_/) {
 		n = $NF; if (n ~ /^\[/) n = $(NF-1); print n, $1 }' | sort
 }
 # want FILE [WHO]: the demo's own "calls NAME N" lines (after the line "WHO: ..."), sorted.
@@ -141,7 +141,7 @@ check "system: stdout differs from a plain run" "cmp -s out plain.out"
 check "system: stderr has more than probekit's lines" "! grep -v '^probekit: ' err | grep -q ."
 check "system: SIGINT/SIGQUIT ignored, SIGCHLD blocked" "grep -q '^SigIgn:.*0006$' out && grep -q '^SigBlk:.*10000$' out"
 child=$(ls sys.trace.* 2>/dev/null)
-check "system: one child file ($child)" "[[ \$(echo $child | wc -w) == 1 && $child =~ ^sys.trace.[0-9]+$ ]]"
+check "system: one child file ($child)" "[[ \$(echo '$child' | wc -w) == 1 && '$child' =~ ^sys.trace.[0-9]+$ ]]"
 counts "$child" >got
 want out trace_demo >exp
 check "system: child counts" "[[ -s exp ]] && diff -u exp got"
@@ -165,7 +165,7 @@ check "popen: statuses" "grep -q '^pclose(w): 0x600$' out && grep -q '^pclose(b)
 check "popen: earlier stream closed in a later child" "grep -q 'later child: closed' out"
 check "popen: bad modes" "[[ \$(grep -c '^popen(..*): NULL Invalid argument$' out) == 2 ]]"
 child=$(ls pop.trace.* 2>/dev/null)
-check "popen: one child file ($child)" "[[ \$(echo $child | wc -w) == 1 && $child =~ ^pop.trace.[0-9]+.1$ ]]"
+check "popen: one child file ($child)" "[[ \$(echo '$child' | wc -w) == 1 && '$child' =~ ^pop.trace.[0-9]+.1$ ]]"
 sed -n 's/^popen> //p' out >pout
 counts "$child" >got
 want pout trace_demo >exp
@@ -182,13 +182,18 @@ check "popen --no-children: no child file" "! ls npop.trace.* >/dev/null 2>&1"
 # here, as before that fix, ends in meson's timeout.)
 if command -v bash >/dev/null; then
 	rm -f sh.trace*
-	PROBEKIT_TRACE=$tmp/sh.trace PROBEKIT_TRACE_PID=1 LD_PRELOAD=${LD_PRELOAD:+$LD_PRELOAD:}$agent \
-		bash -c "exec '$demo' --threads 1 --iters 1" >out 2>err
+	(
+		# As the command does: the user's LD_PRELOAD (ASan's runtime) saved.
+		[[ -n ${LD_PRELOAD:-} ]] && export PROBEKIT_PRELOAD_SAVED=$LD_PRELOAD
+		export PROBEKIT_TRACE=$tmp/sh.trace PROBEKIT_TRACE_PID=1
+		export LD_PRELOAD=${LD_PRELOAD:+$LD_PRELOAD:}$agent
+		exec bash -c "exec '$demo' --threads 1 --iters 1"
+	) >out 2>err
 	rc=$?
 	check "bash: rc $rc" "[[ $rc == 0 ]]"
 	check "bash: nothing on stderr" "[[ ! -s err ]]"
 	child=$(ls sh.trace.* 2>/dev/null)
-	check "bash: FILE.PID.1 ($child)" "[[ \$(echo $child | wc -w) == 1 && $child =~ ^sh.trace.[0-9]+.1$ ]]"
+	check "bash: FILE.PID.1 ($child)" "[[ \$(echo '$child' | wc -w) == 1 && '$child' =~ ^sh.trace.[0-9]+.1$ ]]"
 	counts "$child" >got
 	want out trace_demo >exp
 	check "bash: counts" "[[ -s exp ]] && diff -u exp got"

@@ -17,6 +17,8 @@
  *   trace_demo --popen                      runs itself through popen("r"), and
  *                                           popen("w"), "e", errors, two streams
  *                                           closed in reverse order; exits 7
+ *   trace_demo --shell-threads              4 threads call popen() and system()
+ *                                           at once; prints the wrong results
  *   trace_demo --fexecve                    failed fexecve/execveat, then runs
  *                                           itself with fexecve, which runs it
  *                                           again with execveat
@@ -241,6 +243,49 @@ static int run_popen(void)
 	return 7;
 }
 
+static unsigned long shell_errors;
+
+static void *shell_worker(void *arg)
+{
+	unsigned long bad = 0;
+	char cmd[64], line[64];
+
+	for (int i = 0; i < 10; i++) {
+		FILE *f;
+
+		snprintf(cmd, sizeof(cmd), "echo %lu.%d; exit %d", (unsigned long)arg, i, i);
+		f = popen(cmd, "r");
+		if (!f) {
+			bad++;
+			continue;
+		}
+		snprintf(cmd, sizeof(cmd), "%lu.%d\n", (unsigned long)arg, i);
+		if (!fgets(line, sizeof(line), f) || strcmp(line, cmd))
+			bad++;
+		if (pclose(f) != W_EXITCODE(i, 0))
+			bad++;
+		if (system("exit 3") != W_EXITCODE(3, 0))
+			bad++;
+	}
+	pthread_mutex_lock(&mu);
+	shell_errors += bad;
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+/* popen()/pclose()/system() from 4 threads at once: each gets its own child's status. */
+static int run_shell_threads(void)
+{
+	pthread_t th[4];
+
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, shell_worker, (void *)(unsigned long)i);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	printf("shell threads: %lu wrong results\n", shell_errors);
+	return shell_errors != 0;
+}
+
 /*
  * fexecve() and execveat() that fail (the trace goes on: these calls are
  * in it), then a real fexecve of this program, which execveat()s itself.
@@ -329,6 +374,8 @@ int main(int argc, char **argv)
 			return run_system();
 		} else if (!strcmp(argv[i], "--popen")) {
 			return run_popen();
+		} else if (!strcmp(argv[i], "--shell-threads")) {
+			return run_shell_threads();
 		} else if (!strcmp(argv[i], "--fexecve") || !strcmp(argv[i], "--execveat")) {
 			return run_fexecve(argv, !strcmp(argv[i], "--execveat"));
 		} else if (!strcmp(argv[i], "--longjmp")) {
@@ -356,7 +403,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--threads T] [--iters N] | --crash | --fork | "
-				"--exec | --system | --popen | --fexecve | --longjmp | --deep N | "
+				"--exec | --system | --popen | --shell-threads | --fexecve | "
+				"--longjmp | --deep N | "
 				"--bench N\n",
 				argv[0]);
 			return 2;

@@ -176,6 +176,13 @@ check "popen --no-children: rc $rc" "[[ $rc == 7 ]]"
 check "popen --no-children: stdout" "cmp -s out plain.out"
 check "popen --no-children: no child file" "! ls npop.trace.* >/dev/null 2>&1"
 
+# popen/pclose/system from 4 threads at once (the list and the signal
+# count under their locks): every status is the caller's own child's.
+rm -f thr.trace*
+run -o thr.trace -- "$demo" --shell-threads
+check "shell threads: rc $rc" "[[ $rc == 0 ]]"
+check "shell threads: results" "grep -q '^shell threads: 0 wrong results$' out"
+
 # A shell with its own setenv/unsetenv (bash) as the program the agent
 # enters: it must start (the agent edits environ itself), stay silent (no
 # sites), and pass the settings on to what it execs: FILE.PID.1.  (A hang

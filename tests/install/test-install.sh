@@ -34,10 +34,11 @@ cc -Wall -Wextra -Werror -pthread -o "$tmp/static" "$src/tests/install/consumer.
 "$p/bin/probekit" --version
 
 # The agent exports nothing of the library (PROG must not bind to its copy),
-# only the exec family it wraps to keep exec'd programs traced (agent.map),
+# only the exec and spawn functions it wraps to keep exec'd programs and the
+# shells of system() and popen() traced (agent.map),
 # and the installed command finds the installed agent.
 bad=$(nm -D --defined-only "$p/lib/probekit/libprobekit-agent.so" | awk '$2 ~ /[TDBRVW]/ {print $3}' |
-	grep -Evx 'execve|execv|execvp|execvpe|execl|execlp|execle|posix_spawnp?' || true)
+	grep -Evx 'execve|execv|execvp|execvpe|execl|execlp|execle|fexecve|execveat|posix_spawnp?|system|popen|pclose' || true)
 if [[ -n $bad ]]; then
 	echo "FAIL: the agent exports symbols:"
 	echo "$bad"

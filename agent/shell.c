@@ -26,16 +26,18 @@
  *    then dup2'ed onto it in the child; the parent ends of every stream
  *    popen() made before and that is still open are closed in the child; the
  *    parent end stays close-on-exec only with 'e'; a failed spawn gives
- *    ENOMEM.
+ *    ENOMEM.  No cancellation point inside (we hold the list lock).
  *  - pclose(): the stream leaves the list, is flushed and closed, then its
  *    own child is waited for (EINTR retried, cancellation disabled meanwhile,
- *    as glibc's waitpid_nocancel); it returns the wait status, -1 if the
- *    wait failed, or -1 when the status is 0 but the flush failed.
+ *    as glibc does); it returns the wait status, -1 if the wait failed or
+ *    the descriptor was already closed, or -1 when the status is 0 but the
+ *    flush failed.
  *
  * What differs: the stream is an fdopen() stream, so fclose() on it (not
  * allowed by POSIX; glibc waits for the child there too) closes the pipe
  * without reaping the child.  pclose() of a stream this file did not make
- * goes to glibc.
+ * goes to glibc.  If the environment buffer cannot be allocated, the shell
+ * runs with environ as it is (untraced), the call itself unaffected.
  *
  * Thread safety: the global environ is only read, as glibc reads it; the
  * settings come from trace.c's copy made before main().  Two locks, each

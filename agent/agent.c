@@ -217,30 +217,43 @@ static unsigned long env_ulong(const char *name)
  * Remove every PROBEKIT_* variable and our entry in LD_PRELOAD, so that PROG
  * sees the environment the user gave and its children are not traced (see
  * the policy in agent.h).  Runs in the constructor: no other thread yet.
+ *
+ * environ is edited in place, not with setenv()/unsetenv(): a program may
+ * define its own (bash does: before its main() they do not touch environ,
+ * and a loop waiting for unsetenv() to shift the array would never end).
+ * The user's LD_PRELOAD takes the place of the first LD_PRELOAD entry (a
+ * string allocated once, never freed: environ refers to it).
  */
 static void env_clean(void)
 {
-	const char *saved = getenv(PK_ENV_PRELOAD_SAVED);
+	static const char saved_var[] = PK_ENV_PRELOAD_SAVED "=";
 	extern char **environ;
-	char name[128];
-	size_t i;
+	char *pre = NULL;
+	size_t i, n = 0;
 
-	if (saved)
-		setenv("LD_PRELOAD", saved, 1);
-	else
-		unsetenv("LD_PRELOAD");
-	for (i = 0; environ[i];) {
-		const char *eq = strchr(environ[i], '=');
-		size_t n = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+	if (!environ)
+		return;
+	for (i = 0; environ[i]; i++)
+		if (!strncmp(environ[i], saved_var, sizeof(saved_var) - 1)) {
+			const char *saved = environ[i] + sizeof(saved_var) - 1;
 
-		if (!strncmp(environ[i], "PROBEKIT_", 9) && n < sizeof(name)) {
-			memcpy(name, environ[i], n);
-			name[n] = 0;
-			unsetenv(name); /* shifts environ down: do not advance */
+			pre = malloc(11 + strlen(saved) + 1);
+			if (pre)
+				sprintf(pre, "LD_PRELOAD=%s", saved);
+		}
+	for (i = 0; environ[i]; i++) {
+		if (!strncmp(environ[i], "PROBEKIT_", 9))
+			continue;
+		if (!strncmp(environ[i], "LD_PRELOAD=", 11)) {
+			if (pre)
+				environ[n++] = pre;
+			pre = NULL;
 			continue;
 		}
-		i++;
+		environ[n++] = environ[i];
 	}
+	environ[n] = NULL;
+	free(pre); /* no LD_PRELOAD entry (preloaded another way): nothing to restore */
 }
 
 static void read_config(void)

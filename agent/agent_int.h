@@ -3,6 +3,7 @@
 #ifndef PK_AGENT_INT_H
 #define PK_AGENT_INT_H
 
+#include <limits.h>
 #include <stdbool.h>
 
 struct pk_ops;
@@ -29,8 +30,34 @@ __attribute__((noreturn, format(printf, 1, 2))) void refuse(const char *fmt, ...
 /* Read PROBEKIT_TRACE_* before the environment is cleaned. */
 void agent_trace_config(void);
 
-/* Resolve the real exec functions the agent wraps (constructor). */
+/* Resolve the real exec and spawn functions the agent wraps (constructor). */
 void agent_exec_init(void);
+void agent_shell_init(void);
+
+/*
+ * The environment of a program this process starts: the caller's, plus the
+ * agent's settings (trace mode), built in a struct agent_envbuf (about 45
+ * KiB, on the caller's stack or allocated; no malloc inside, so a vfork
+ * child may use it).  At most PK_ENVBUF_VARS variables are passed on; a
+ * larger environment is passed as it is, and that program runs untraced.
+ */
+#define PK_ENVBUF_VARS 4096
+
+struct agent_envbuf {
+	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 16];
+	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
+	char children[48], entry[48], buf[48];
+};
+
+/* Trace mode follows the children of this process (not --no-children). */
+bool agent_follows_children(void);
+
+/*
+ * @envp plus the settings for a child of this process (it writes
+ * FILE.<pid>), or @envp itself when children are not followed or @envp does
+ * not fit.  Reads only settings fixed before main(): any thread may call it.
+ */
+char *const *agent_child_env(char *const envp[], struct agent_envbuf *b);
 
 /*
  * Start trace mode if configured; true if it did (and answered the command).

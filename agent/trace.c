@@ -16,8 +16,17 @@
  *    program's environment, and END the trace file first (exec_prepare).
  *    The new program writes FILE.<pid>.<n> (n-th exec of that process); a
  *    child started by posix_spawn() or vfork()+exec writes FILE.<pid>.
- *    system() and popen() spawn their shell inside libc, out of our reach:
- *    those children run untraced.
+ *    Wrapped: the execv/execl families, execve, execvpe, fexecve, execveat,
+ *    posix_spawn, posix_spawnp (a direct exec syscall, or a wrapper called
+ *    before our constructor, is not seen).
+ *  - system() and popen(): glibc spawns their shell internally with the
+ *    global environ, out of our reach; shell.c reimplements them with the
+ *    settings in the shell's environment (same semantics, see there).  The
+ *    shell is a child like any other: a shell without patchable functions
+ *    (dash, bash) writes no file and says nothing, but passes the settings
+ *    on, so the command it runs writes FILE.<its pid> (vfork+exec, as dash
+ *    does for a simple command) or FILE.<shell pid>.1 ("exec PROG").  With
+ *    --no-children they are glibc's own, and nothing they start is traced.
  *
  * What runs where: the hook and the trampoline in any context (hot path,
  * see fgraph.h); everything else in normal context (constructor, atfork
@@ -35,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <probekit/hook.h>
@@ -91,6 +101,8 @@ static struct {
 static struct {
 	int (*execve)(const char *, char *const[], char *const[]);
 	int (*execvpe)(const char *, char *const[], char *const[]);
+	int (*fexecve)(int, char *const[], char *const[]);
+	int (*execveat)(int, const char *, char *const[], char *const[], int);
 	int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			   const posix_spawnattr_t *, char *const[], char *const[]);
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
@@ -351,23 +363,21 @@ void agent_exec_init(void)
 {
 	real.execve = dlsym(RTLD_NEXT, "execve");
 	real.execvpe = dlsym(RTLD_NEXT, "execvpe");
+	real.fexecve = dlsym(RTLD_NEXT, "fexecve");
+	real.execveat = dlsym(RTLD_NEXT, "execveat");
 	real.posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
 	real.posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
+	agent_shell_init();
 }
 
 /*
  * The environment for the next program: @envp without PROBEKIT_* and
- * LD_PRELOAD, then our settings.  Everything lives in @vec and @strs (the
- * caller's stack): this may run in a vfork child.  @same: the next program
- * replaces this process (exec), else it is a child.
+ * LD_PRELOAD, then our settings.  Everything lives in @b (the caller's
+ * stack, or its allocation): this may run in a vfork child.  @same: the next
+ * program replaces this process (exec), else it is a child.  NULL if @envp
+ * does not fit in @b.
  */
-struct envbuf {
-	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[4096 + 16];
-	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
-	char children[48], entry[48], buf[48];
-};
-
-static char *const *env_for_next(char *const *envp, bool same, struct envbuf *b)
+static char *const *env_for_next(char *const *envp, bool same, struct agent_envbuf *b)
 {
 	const char *user_pre = NULL;
 	size_t n = 0, i;
@@ -379,7 +389,7 @@ static char *const *env_for_next(char *const *envp, bool same, struct envbuf *b)
 		}
 		if (!strncmp(envp[i], "PROBEKIT_", 9))
 			continue;
-		if (n >= 4096)
+		if (n >= PK_ENVBUF_VARS)
 			return NULL;
 		b->vec[n++] = envp[i];
 	}
@@ -416,29 +426,63 @@ static char *const *env_for_next(char *const *envp, bool same, struct envbuf *b)
 	return b->vec;
 }
 
-enum exec_kind { EX_VE, EX_VPE };
+/* One exec request, as the program made it (the environment apart). */
+enum exec_kind { EX_VE, EX_VPE, EX_FD, EX_AT };
 
-static int do_exec(enum exec_kind k, const char *path, char *const argv[], char *const envp[])
+struct exec_req {
+	enum exec_kind kind;
+	int fd;		  /* EX_FD: the program; EX_AT: the directory of @path */
+	const char *path; /* the program (EX_VPE: searched in PATH) */
+	char *const *argv;
+	int flags; /* EX_AT */
+};
+
+static int exec_call(const struct exec_req *r, char *const envp[])
 {
-	int (*fn)(const char *, char *const[], char *const[]) =
-	    k == EX_VE ? real.execve : real.execvpe;
+	switch (r->kind) {
+	case EX_VE:
+		if (real.execve)
+			return real.execve(r->path, r->argv, envp);
+		break;
+	case EX_VPE:
+		if (real.execvpe)
+			return real.execvpe(r->path, r->argv, envp);
+		break;
+	case EX_FD:
+		if (real.fexecve)
+			return real.fexecve(r->fd, r->argv, envp);
+		break;
+	case EX_AT:
+		if (real.execveat)
+			return real.execveat(r->fd, r->path, r->argv, envp, r->flags);
+		return (int)syscall(SYS_execveat, r->fd, r->path, r->argv, envp, r->flags);
+	}
+	errno = ENOSYS;
+	return -1;
+}
+
+/*
+ * Every exec wrapper: the agent's settings into the new program's
+ * environment, and in this process (not in a vfork child, which shares our
+ * memory but is not the process the trace describes) END the trace file
+ * first, resumed if the exec fails.  A NULL @envp is passed on as is where
+ * libc gives it a meaning of its own (fexecve: EINVAL).
+ */
+static int do_exec(const struct exec_req *r, char *const envp[])
+{
 	bool same = getpid() == T.pid; /* else a vfork child */
 	char *const *env = envp;
-	struct envbuf b;
+	struct agent_envbuf b;
 	int ret, saved;
 
-	if (!fn) {
-		errno = ENOSYS;
-		return -1;
-	}
-	if (T.follow && (same || T.children)) {
+	if (T.follow && (same || T.children) && (envp || r->kind != EX_FD)) {
 		env = env_for_next(envp, same, &b);
 		if (!env)
 			env = envp; /* too large to rewrite: run it untraced */
 	}
 	if (same && T.session)
 		pki_trace_exec_prepare();
-	ret = fn(path, argv, env);
+	ret = exec_call(r, env);
 	saved = errno;
 	if (same && T.session)
 		pki_trace_exec_failed();
@@ -446,28 +490,30 @@ static int do_exec(enum exec_kind k, const char *path, char *const argv[], char 
 	return ret;
 }
 
+#define EXEC(k, p, a, e) do_exec(&(struct exec_req){.kind = (k), .path = (p), .argv = (a)}, (e))
+
 PK_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	return do_exec(EX_VE, path, argv, envp);
+	return EXEC(EX_VE, path, argv, envp);
 }
 
 PK_EXPORT int execv(const char *path, char *const argv[])
 {
 	extern char **environ;
 
-	return do_exec(EX_VE, path, argv, environ);
+	return EXEC(EX_VE, path, argv, environ);
 }
 
 PK_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	return do_exec(EX_VPE, file, argv, envp);
+	return EXEC(EX_VPE, file, argv, envp);
 }
 
 PK_EXPORT int execvp(const char *file, char *const argv[])
 {
 	extern char **environ;
 
-	return do_exec(EX_VPE, file, argv, environ);
+	return EXEC(EX_VPE, file, argv, environ);
 }
 
 /* execl family: collect the arguments on the stack (no malloc: vfork children). */
@@ -491,7 +537,7 @@ PK_EXPORT int execl(const char *path, const char *arg, ...)
 	extern char **environ;
 
 	COLLECT_ARGS(arg, ap, argv, (void)0);
-	return do_exec(EX_VE, path, argv, environ);
+	return EXEC(EX_VE, path, argv, environ);
 }
 
 PK_EXPORT int execlp(const char *file, const char *arg, ...)
@@ -499,7 +545,7 @@ PK_EXPORT int execlp(const char *file, const char *arg, ...)
 	extern char **environ;
 
 	COLLECT_ARGS(arg, ap, argv, (void)0);
-	return do_exec(EX_VPE, file, argv, environ);
+	return EXEC(EX_VPE, file, argv, environ);
 }
 
 PK_EXPORT int execle(const char *path, const char *arg, ...)
@@ -507,14 +553,40 @@ PK_EXPORT int execle(const char *path, const char *arg, ...)
 	char *const *envp;
 
 	COLLECT_ARGS(arg, ap, argv, envp = va_arg(ap, char *const *));
-	return do_exec(EX_VE, path, argv, envp);
+	return EXEC(EX_VE, path, argv, envp);
 }
 
-static char *const *spawn_env(char *const envp[], struct envbuf *b)
+/*
+ * fexecve() and execveat() run a program named by a descriptor: like
+ * execve(), the settings go into its environment and the trace file ends
+ * first.  (glibc's fexecve calls execveat itself, not through our symbol.)
+ */
+PK_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	return do_exec(&(struct exec_req){.kind = EX_FD, .fd = fd, .argv = argv}, envp);
+}
+
+PK_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+		       int flags)
+{
+	return do_exec(
+	    &(struct exec_req){
+		.kind = EX_AT, .fd = dirfd, .path = path, .argv = argv, .flags = flags},
+	    envp);
+}
+
+/* ---- children started without exec in this process --------------------------- */
+
+bool agent_follows_children(void)
+{
+	return T.follow && T.children;
+}
+
+char *const *agent_child_env(char *const envp[], struct agent_envbuf *b)
 {
 	char *const *env;
 
-	if (!T.follow || !T.children)
+	if (!agent_follows_children())
 		return envp;
 	env = env_for_next(envp, false, b);
 	return env ? env : envp;
@@ -523,19 +595,19 @@ static char *const *spawn_env(char *const envp[], struct envbuf *b)
 PK_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	struct envbuf b;
+	struct agent_envbuf b;
 
 	if (!real.posix_spawn)
 		return ENOSYS;
-	return real.posix_spawn(pid, path, fa, attr, argv, spawn_env(envp, &b));
+	return real.posix_spawn(pid, path, fa, attr, argv, agent_child_env(envp, &b));
 }
 
 PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	struct envbuf b;
+	struct agent_envbuf b;
 
 	if (!real.posix_spawnp)
 		return ENOSYS;
-	return real.posix_spawnp(pid, file, fa, attr, argv, spawn_env(envp, &b));
+	return real.posix_spawnp(pid, file, fa, attr, argv, agent_child_env(envp, &b));
 }

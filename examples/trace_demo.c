@@ -11,6 +11,17 @@
  *   trace_demo --crash                      some calls, then SIGSEGV inside one
  *   trace_demo --fork                       a fork child does work too
  *   trace_demo --exec                       runs itself again through execv
+ *   trace_demo --system                     runs itself through system(), then
+ *                                           shell commands that show system()'s
+ *                                           signal handling; exits 5
+ *   trace_demo --popen                      runs itself through popen("r"), and
+ *                                           popen("w"), "e", errors, two streams
+ *                                           closed in reverse order; exits 7
+ *   trace_demo --shell-threads              4 threads call popen() and system()
+ *                                           at once; prints the wrong results
+ *   trace_demo --fexecve                    failed fexecve/execveat, then runs
+ *                                           itself with fexecve, which runs it
+ *                                           again with execveat
  *   trace_demo --longjmp                    longjmp out of traced frames
  *   trace_demo --deep N                     recursion N + 1 frames deep
  *   trace_demo --bench N [--work K]         one thread, N leaf calls; prints
@@ -21,8 +32,13 @@
  * Functions are noinline/noclone so the compiler keeps one entry (one site)
  * per function, whatever the optimisation level.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +161,175 @@ static void print_counts(const char *who)
 			printf("calls %s %lu\n", names[i], total[i]);
 }
 
+/* A shell command that runs this program again: 1 worker, 1 iteration. */
+static const char *self_cmd(const char *prefix)
+{
+	static char cmd[PATH_MAX + 64];
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n <= 0)
+		exit(2);
+	self[n] = 0;
+	snprintf(cmd, sizeof(cmd), "%s'%s' --threads 1 --iters 1", prefix, self);
+	return cmd;
+}
+
+static volatile sig_atomic_t nchld;
+
+static void on_chld(int sig)
+{
+	(void)sig;
+	nchld++;
+}
+
+/*
+ * system(): the child's calls (it prints them itself), the status of a
+ * shell, SIGINT/SIGQUIT ignored meanwhile (the shell sends them to us),
+ * SIGCHLD blocked in this thread while it runs (the mask the shell reads
+ * from /proc) and delivered once after, system(NULL).
+ */
+static int run_system(void)
+{
+	int st;
+
+	demo_fib(5);
+	add_counts();
+	print_counts("before system");
+	fflush(stdout);
+	signal(SIGCHLD, on_chld);
+	st = system(self_cmd(""));
+	printf("system(demo): %#x, SIGCHLD %d\n", st, (int)nchld);
+	st = system("kill -INT $PPID; kill -QUIT $PPID; exit 3");
+	printf("system(kill INT, QUIT; exit 3): %#x\n", st);
+	fflush(stdout);
+	st = system("grep -E '^Sig(Blk|Ign)' /proc/$PPID/status");
+	printf("system(grep): %#x\n", st);
+	printf("system(NULL): %d\n", system(NULL));
+	return WEXITSTATUS(system("exit 5"));
+}
+
+/*
+ * popen(): read the child's calls through "r" (the shell execs it) while a "w" stream is open
+ * (a later child must not hold its end, or cat would never see EOF), 'e',
+ * bad modes, two streams closed in the reverse order of their opening.
+ */
+static int run_popen(void)
+{
+	char line[256], chk[128];
+	FILE *w, *r, *a, *b;
+
+	w = popen("cat >/dev/null; exit 6", "w");
+	if (!w)
+		return 2;
+	fprintf(w, "hello\n");
+	r = popen(self_cmd("exec "), "r"); /* the shell itself becomes it */
+	if (!r)
+		return 2;
+	while (fgets(line, sizeof(line), r))
+		printf("popen> %s", line);
+	printf("pclose(demo): %#x\n", pclose(r));
+	snprintf(chk, sizeof(chk), "[ -e /proc/self/fd/%d ] && echo inherited || echo closed",
+		 fileno(w));
+	r = popen(chk, "re");
+	if (!r || !fgets(line, sizeof(line), r))
+		return 2;
+	printf("fd of the \"w\" stream in a later child: %s", line);
+	printf("close-on-exec: \"re\" %d, \"w\" %d\n", !!(fcntl(fileno(r), F_GETFD) & FD_CLOEXEC),
+	       !!(fcntl(fileno(w), F_GETFD) & FD_CLOEXEC));
+	printf("pclose(re): %#x\n", pclose(r));
+	printf("pclose(w): %#x\n", pclose(w));
+	errno = 0;
+	r = popen("true", "rw");
+	printf("popen(rw): %s %s\n", r ? "stream" : "NULL", strerror(errno));
+	errno = 0;
+	r = popen("true", "x");
+	printf("popen(x): %s %s\n", r ? "stream" : "NULL", strerror(errno));
+	a = popen("exit 8", "r");
+	b = popen("read x; exit 9", "w");
+	if (!a || !b)
+		return 2;
+	printf("pclose(b): %#x\n", pclose(b));
+	printf("pclose(a): %#x\n", pclose(a));
+	return 7;
+}
+
+static unsigned long shell_errors;
+
+static void *shell_worker(void *arg)
+{
+	unsigned long bad = 0;
+	char cmd[64], line[64];
+
+	for (int i = 0; i < 10; i++) {
+		FILE *f;
+
+		snprintf(cmd, sizeof(cmd), "echo %lu.%d; exit %d", (unsigned long)arg, i, i);
+		f = popen(cmd, "r");
+		if (!f) {
+			bad++;
+			continue;
+		}
+		snprintf(cmd, sizeof(cmd), "%lu.%d\n", (unsigned long)arg, i);
+		if (!fgets(line, sizeof(line), f) || strcmp(line, cmd))
+			bad++;
+		if (pclose(f) != W_EXITCODE(i, 0))
+			bad++;
+		if (system("exit 3") != W_EXITCODE(3, 0))
+			bad++;
+	}
+	pthread_mutex_lock(&mu);
+	shell_errors += bad;
+	pthread_mutex_unlock(&mu);
+	return NULL;
+}
+
+/* popen()/pclose()/system() from 4 threads at once: each gets its own child's status. */
+static int run_shell_threads(void)
+{
+	pthread_t th[4];
+
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, shell_worker, (void *)(unsigned long)i);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	printf("shell threads: %lu wrong results\n", shell_errors);
+	return shell_errors != 0;
+}
+
+/*
+ * fexecve() and execveat() that fail (the trace goes on: these calls are
+ * in it), then a real fexecve of this program, which execveat()s itself.
+ */
+static int run_fexecve(char **argv, bool second)
+{
+	char *args[] = {argv[0], "--threads", "1", "--iters", "1", NULL};
+	char *again[] = {argv[0], "--execveat", NULL};
+	int fd, rc;
+
+	if (second) {
+		demo_fib(3);
+		add_counts();
+		print_counts("before execveat");
+		fflush(stdout);
+		execveat(AT_FDCWD, "/proc/self/exe", args, environ, 0);
+		perror("execveat");
+		return 1;
+	}
+	rc = fexecve(-1, args, environ);
+	printf("fexecve(-1): %d %s\n", rc, strerror(errno));
+	rc = execveat(AT_FDCWD, "/nonexistent/prog", args, environ, 0);
+	printf("execveat(missing): %d %s\n", rc, strerror(errno));
+	demo_fib(4);
+	add_counts();
+	print_counts("before fexecve");
+	fflush(stdout);
+	fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	fexecve(fd, again, environ);
+	perror("fexecve");
+	return 1;
+}
+
 static void run_threads(int n)
 {
 	pthread_t th[64];
@@ -196,6 +381,14 @@ int main(int argc, char **argv)
 			execl("/proc/self/exe", argv[0], "--threads", "1", "--iters", "1", NULL);
 			perror("execl");
 			return 1;
+		} else if (!strcmp(argv[i], "--system")) {
+			return run_system();
+		} else if (!strcmp(argv[i], "--popen")) {
+			return run_popen();
+		} else if (!strcmp(argv[i], "--shell-threads")) {
+			return run_shell_threads();
+		} else if (!strcmp(argv[i], "--fexecve") || !strcmp(argv[i], "--execveat")) {
+			return run_fexecve(argv, !strcmp(argv[i], "--execveat"));
 		} else if (!strcmp(argv[i], "--longjmp")) {
 			if (!setjmp(jb))
 				demo_jump(5);
@@ -228,7 +421,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 				"usage: %s [--threads T] [--iters N] | --crash | --fork | "
-				"--exec | --longjmp | --deep N | --bench N [--work K]\n",
+				"--exec | --system | --popen | --shell-threads | --fexecve | "
+				"--longjmp | --deep N | --bench N [--work K]\n",
 				argv[0]);
 			return 2;
 		}

@@ -34,7 +34,7 @@ cc -Wall -Wextra -Werror -pthread -o "$tmp/static" "$src/tests/install/consumer.
 "$p/bin/probekit" --version
 
 # The agent exports nothing of the library (PROG must not bind to its copy),
-# only the libc and unwinder functions it wraps, which agent.map lists, and
+# only the libc (exec, spawn, shell) and unwinder functions it wraps, which agent.map lists, and
 # the installed command finds the installed agent.
 allowed=$(sed -n '/global:/,/local:/p' "$src/agent/agent.map" | sed 's/global:\|local:\|\*//' |
 	tr -s ' ;\t' '\n' | grep -v '^$')

@@ -967,20 +967,24 @@ START_TEST(fork_child_reuses_tsc_rate)
 END_TEST
 
 /*
- * A thread in a tight loop fills its buffer faster than the drainer's period;
- * the record path wakes the drainer every half buffer.  TIGHT_N events with
- * the command's default buffer (256K events, agent/trace.c) and drainer.
- * Counts only, no timing.
+ * A thread that fills half its buffer wakes the drainer at once, whatever its
+ * period: with a one-minute period, the first half buffer must reach the
+ * file (the wait below is only a bound for a machine that keeps the drainer
+ * off the CPU; without the kick it would take the whole minute).  Then a
+ * tight loop of TIGHT_N events with the command's default buffer (256K
+ * events, agent/trace.c): every event is either recorded or counted lost;
+ * how many are lost depends on the CPU the drainer gets, so it is printed,
+ * not asserted.
  */
 #define TIGHT_N	  (8u << 20)
 #define TIGHT_CAP (1u << 18)
 
-START_TEST(tight_loop_loses_little)
+START_TEST(half_buffer_wakes_drainer)
 {
-	PK_OPTS(pki_trace_opts, o, .buf_events = TIGHT_CAP, .program = "tight");
+	PK_OPTS(pki_trace_opts, o, .buf_events = TIGHT_CAP, .drain_ms = 60000, .program = "tight");
 	struct pki_trace_counts c;
 	uint32_t i;
-	int fd;
+	int fd, ms;
 
 	/* tmpfs when there is one: disk writeback stalls are not what this tests */
 	strcpy(tpath, access("/dev/shm", W_OK) ? "/tmp/pktrace-tight-XXXXXX"
@@ -989,6 +993,20 @@ START_TEST(tight_loop_loses_little)
 	ck_assert_int_ge(fd, 0);
 	close(fd);
 	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	for (i = 0; i < TIGHT_CAP / 4 + 1; i++) {
+		pki_trace_enter(FA);
+		pki_trace_exit(FA);
+	}
+	for (ms = 0; ms < 30000; ms++) {
+		pki_trace_counts(&c);
+		if (c.recorded >= TIGHT_CAP / 2)
+			break;
+		usleep(1000);
+	}
+	fprintf(stderr, "half buffer: %llu events in the file after %d ms (period 60 s)\n",
+		(unsigned long long)c.recorded, ms);
+	ck_assert_uint_ge(c.recorded, TIGHT_CAP / 2);
+	ck_assert_uint_eq(c.lost, 0);
 	for (i = 0; i < TIGHT_N / 2; i++) {
 		pki_trace_enter(FA);
 		pki_trace_exit(FA);
@@ -997,14 +1015,7 @@ START_TEST(tight_loop_loses_little)
 	pki_trace_counts(&c);
 	fprintf(stderr, "tight loop: %u events, %llu recorded, %llu lost\n", TIGHT_N,
 		(unsigned long long)c.recorded, (unsigned long long)c.lost);
-	ck_assert_uint_eq(c.recorded + c.lost, TIGHT_N);
-	/*
-	 * Usually 0 here; but a drainer kept off the CPU (2 CPUs, loaded) for more
-	 * than the ~1 ms a half buffer lasts loses events, so no exact 0.  The
-	 * bound allows ~9 ms of such starvation in a ~75 ms loop, and still
-	 * catches a lost wake-up: without the kick this loop loses 17-20%.
-	 */
-	ck_assert_uint_le(c.lost, TIGHT_N / 8);
+	ck_assert_uint_eq(c.recorded + c.lost, TIGHT_N + 2 * (TIGHT_CAP / 4 + 1));
 	unlink(tpath);
 }
 END_TEST
@@ -1050,7 +1061,7 @@ int main(void)
 	tcase_add_test(rt, stress_lockfree);
 	tcase_add_test(rt, exited_threads_kept);
 	tcase_add_test(rt, real_clock_durations);
-	tcase_add_test(rt, tight_loop_loses_little);
+	tcase_add_test(rt, half_buffer_wakes_drainer);
 	suite_add_tcase(s, rt);
 
 	tcase_set_timeout(dmg, 60);

@@ -25,6 +25,7 @@ run() {
 # programs count themselves).
 counts() {
 	"$pk" report --raw "$1" 2>/dev/null | awk -v pre="${2:-demo_}" '
+		NF < 2 {next}
 		index($NF, pre) == 1 || index($(NF-1), pre) == 1 {
 		n = $NF; if (n ~ /^\[/) n = $(NF-1); print n, $1 }' | sort
 }

@@ -11,46 +11,7 @@ pk=$(realpath "$1") demo=$(realpath "$2") nosites=$(realpath "$3") agent=$(realp
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
-# Sanitizer builds: their runtime must be preloaded before the agent.
-if [[ -n ${PKT_SAN_PRELOAD:-} ]]; then export LD_PRELOAD=$PKT_SAN_PRELOAD; else unset LD_PRELOAD; fi
-pass=0 fail=0
-
-ok() { pass=$((pass + 1)); }
-bad() {
-	echo "FAIL: $*"
-	for f in out err rep; do
-		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -30; }
-	done
-	fail=$((fail + 1))
-}
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
-
-# run ARGS...: probekit trace ARGS, stdout to out, stderr to err; sets rc.
-run() {
-	"$pk" trace "$@" >out 2>err
-	rc=$?
-}
-# counts FILE: "NAME N" lines of the report, sorted (only functions the demo counts).
-counts() {
-	"$pk" report --raw "$1" 2>/dev/null | awk 'NF < 2 {next} $NF ~ /^demo_/ || ($(NF-1) ~ /^demo_/) {
-		n = $NF; if (n ~ /^\[/) n = $(NF-1); print n, $1 }' | sort
-}
-# want FILE [WHO]: the demo's own "calls NAME N" lines (after the line "WHO: ..."), sorted.
-want() {
-	if [[ -n ${2:-} ]]; then
-		awk -v who="$2" '/^[a-z_ ]+: [0-9]+ calls$/ {on = index($0, who ":") == 1; next}
-			on && /^calls / {print $2, $3}' "$1" | sort
-	else
-		awk '/^calls /{print $2, $3}' "$1" | sort
-	fi
-}
-# footnote FILE: "exits-without-entry unwound open" from report --threads
-# (the report prints the footnote only when one of them is not 0).
-footnote() {
-	local f
-	f=$("$pk" report --threads "$1" 2>/dev/null | sed -n 's/^# \([0-9]*\) exits without an entry.*, \([0-9]*\) calls closed by an outer exit, \([0-9]*\) calls still open.*/\1 \2 \3/p')
-	echo "${f:-0 0 0}"
-}
+. "$(dirname "$(realpath "$0")")/lib.sh"
 
 # 1. The demo: 4 threads, ~200k calls.  Output identical to a plain run;
 #    counts exact; every call has its exit.

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# probekit trace and a plugin PROG loads with dlopen() after main():
+# tests/trace/dlopen_demo loads libpkplugin.so by name (through its own
+# RUNPATH $ORIGIN), calls it from 3 threads, opens and closes a second
+# handle (the object stays), closes it for good, loads it again and calls
+# it again, then prints the plugin's own call counts.  The report's counts
+# must be exactly those; every entry has its exit; PROG's output and exit
+# status are unchanged; -f selects plugin functions that are not loaded at
+# start; a -f glob nobody matches is reported after the run.
+#
+# usage: test-trace-dlopen.sh PROBEKIT DLOPEN_DEMO
+set -uo pipefail
+pk=$(realpath "$1") demo=$(realpath "$2")
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+"$demo" >plain.out 2>plain.err
+plain_rc=$?
+check "plain run: rc $plain_rc" "[[ $plain_rc == 3 ]]"
+
+# 1. Everything: the plugin's calls, in both loads, from every thread.
+for i in 1 2 3; do
+	run -o all.trace -- "$demo"
+	check "all: rc $rc, plain $plain_rc (run $i)" "[[ $rc == $plain_rc ]]"
+	check "all: stdout differs from a plain run (run $i)" "cmp -s out plain.out"
+	check "all: stderr has more than probekit's lines (run $i)" \
+		"! grep -v '^probekit: ' err | grep -q ."
+	check "all: nothing lost (run $i)" "! grep -q lost err"
+	counts all.trace plug_ >got
+	want out >exp
+	check "all: report counts != the program's own (run $i)" "diff -u exp got"
+	check "all: unmatched entries/exits: $(footnote all.trace) (run $i)" \
+		"[[ '$(footnote all.trace)' == '0 0 0' ]]"
+done
+check "all: the plugin's functions are named after it" \
+	"$pk report --raw all.trace | grep -q ' plug_work \[libpkplugin.so\]$'"
+check "all: the host is traced too" "$pk report --raw all.trace | grep -q ' main \[dlopen_demo\]$'"
+
+# 2. -f with a glob that only the plugin matches (nothing at start), -N.
+run -o sel.trace -f 'plug_*' -N plug_leaf -- "$demo"
+check "-f plug_*: rc $rc" "[[ $rc == $plain_rc ]]"
+check "-f plug_*: stdout" "cmp -s out plain.out"
+counts sel.trace plug_ >got
+want out | grep -v plug_leaf >exp
+check "-f plug_*: counts" "diff -u exp got"
+check "-f plug_*: only the plugin's selected functions" \
+	"[[ \$($pk report --raw sel.trace | awk 'NR > 2 {print \$(NF-1)}' | sort | tr '\n' ' ') == 'plug_add plug_work ' ]]"
+check "-f plug_*: footnote $(footnote sel.trace)" "[[ '$(footnote sel.trace)' == '0 0 0' ]]"
+check "-f plug_*: no warning" "! grep -q 'matched no' err"
+
+# 3. --entry-only counts the same.
+run -o entry.trace --entry-only -f 'plug_w*' -- "$demo"
+check "entry-only: rc $rc" "[[ $rc == $plain_rc ]]"
+counts entry.trace plug_ >got
+want out | grep plug_work >exp
+check "entry-only: counts" "diff -u exp got"
+
+# 4. A glob that matches nothing, now or later: PROG runs, the command says so.
+run -o none.trace -f 'plug_*' -f 'nothing_like_this*' -- "$demo"
+check "unmatched glob: rc $rc" "[[ $rc == $plain_rc ]]"
+check "unmatched glob: stdout" "cmp -s out plain.out"
+check "unmatched glob: warning" \
+	"grep -q \"^probekit: -f 'nothing_like_this\\*' matched no traced function\" err"
+check "unmatched glob: only for that glob" "[[ \$(grep -c 'matched no' err) == 1 ]]"
+
+echo "trace_dlopen: $pass passed, $fail failed"
+[[ $fail == 0 ]]

@@ -1,17 +1,26 @@
 // SPDX-License-Identifier: MIT
 /*
- * A host program for tests/trace/test-trace-dlopen.sh: loads its plugin
- * (libpkplugin.so, found through its own RUNPATH $ORIGIN: the name has no
- * slash), calls it from the main thread and from 2 threads, opens it a
- * second time and closes that handle (the object stays), closes it for
- * good, loads it again and calls it again; also dlopen(NULL) and
- * RTLD_NOLOAD.  Prints the plugin's own call counts, summed over both
- * loads, as "calls NAME N" lines, and exits with status 3.
+ * A host program for tests/trace/test-trace-dlopen.sh.  Its plugin,
+ * libpkplugin.so, is found through the host's own RUNPATH $ORIGIN (the
+ * name has no slash).  Plugin calls happen in three loads:
+ *   A. main loads it and calls it; 2 threads open their own handles at the
+ *      same time, call it, and close them (the object stays: main's handle);
+ *      a second handle, RTLD_NOLOAD and dlopen(NULL) are opened and closed;
+ *      with --fork, a child calls it too; main closes it: unloaded.
+ *   B. 2 threads load it at the same time, call it, and close it.
+ *   C. main loads it again, calls it, closes it.
+ * The plugin counts its own calls; the program prints them, summed over the
+ * loads, as "calls NAME N" lines after "dlopen_demo: N calls" (the child's
+ * after "child: N calls"), and exits with status 3.
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 struct plug_counts {
 	unsigned long work, leaf, add;
@@ -26,6 +35,7 @@ struct plug {
 
 static struct plug_counts total;
 static volatile unsigned long sink;
+static pthread_barrier_t bar;
 
 static void die(const char *what)
 {
@@ -45,8 +55,8 @@ static void load(struct plug *p)
 		die("dlsym");
 }
 
-/* Add this load's counts to the total, then close it. */
-static void unload(struct plug *p)
+/* This load's counts (the plugin's, since it was loaded) into the total. */
+static void add_counts(struct plug *p)
 {
 	struct plug_counts c;
 
@@ -54,43 +64,70 @@ static void unload(struct plug *p)
 	total.work += c.work;
 	total.leaf += c.leaf;
 	total.add += c.add;
-	if (dlclose(p->h))
-		die("dlclose");
-}
-
-static void *worker(void *arg)
-{
-	struct plug *p = arg;
-
-	for (int i = 0; i < 2000; i++) {
-		sink += p->work(7);
-		sink += (unsigned long)p->add(i, 1);
-	}
-	return NULL;
 }
 
 static void calls(struct plug *p, int rounds)
 {
+	for (int i = 0; i < rounds; i++) {
+		sink += p->work((unsigned long)i % 13);
+		sink += (unsigned long)p->add(i, 1);
+	}
+}
+
+/* Open a handle at the same time as the other thread, call, close it. */
+static void *worker(void *arg)
+{
+	struct plug p;
+
+	pthread_barrier_wait(&bar);
+	load(&p);
+	calls(&p, 2000);
+	pthread_barrier_wait(&bar); /* every call made */
+	if (arg)
+		add_counts(&p); /* B: the load is the threads' own */
+	pthread_barrier_wait(&bar);
+	if (dlclose(p.h))
+		die("dlclose");
+	return NULL;
+}
+
+static void threads(bool count)
+{
 	pthread_t t[2];
 
-	for (int i = 0; i < rounds; i++)
-		sink += p->work((unsigned long)i % 13);
 	for (int i = 0; i < 2; i++)
-		if (pthread_create(&t[i], NULL, worker, p))
+		if (pthread_create(&t[i], NULL, worker, count && !i ? (void *)1 : NULL))
 			exit(1);
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
 }
 
-int main(void)
+static void child(struct plug *p)
 {
-	struct plug p;
-	void *again, *self, *noload;
+	struct plug_counts a, b;
 
+	p->counts(&a);
+	calls(p, 100);
+	p->counts(&b);
+	printf("child: %lu calls\n", b.work + b.leaf + b.add - a.work - a.leaf - a.add);
+	printf("calls plug_work %lu\n", b.work - a.work);
+	printf("calls plug_leaf %lu\n", b.leaf - a.leaf);
+	printf("calls plug_add %lu\n", b.add - a.add);
+	exit(0);
+}
+
+int main(int argc, char **argv)
+{
+	bool fork_child = argc > 1 && !strcmp(argv[1], "--fork");
+	void *again, *self, *noload;
+	struct plug p;
+	pid_t pid;
+
+	pthread_barrier_init(&bar, NULL, 2);
+	/* A */
 	load(&p);
 	calls(&p, 500);
-
-	/* A second handle: a reference only; closing it keeps the object. */
+	threads(false);
 	again = dlopen("libpkplugin.so", RTLD_NOW);
 	noload = dlopen("libpkplugin.so", RTLD_NOW | RTLD_NOLOAD);
 	self = dlopen(NULL, RTLD_NOW);
@@ -99,16 +136,29 @@ int main(void)
 	if (dlclose(again) || dlclose(noload) || dlclose(self))
 		die("dlclose again");
 	calls(&p, 300);
-	unload(&p);
-
-	/* Gone: RTLD_NOLOAD finds nothing now. */
-	noload = dlopen("libpkplugin.so", RTLD_NOW | RTLD_NOLOAD);
-	if (noload)
+	if (fork_child) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0)
+			child(&p);
+		if (pid < 0 || waitpid(pid, NULL, 0) != pid)
+			exit(1);
+	}
+	add_counts(&p);
+	if (dlclose(p.h))
+		die("dlclose");
+	if (dlopen("libpkplugin.so", RTLD_NOW | RTLD_NOLOAD))
 		die("still loaded after dlclose");
-
+	/* B */
+	threads(true);
+	if (dlopen("libpkplugin.so", RTLD_NOW | RTLD_NOLOAD))
+		die("still loaded after the threads' dlclose");
+	/* C */
 	load(&p);
 	calls(&p, 200);
-	unload(&p);
+	add_counts(&p);
+	if (dlclose(p.h))
+		die("dlclose");
 
 	printf("dlopen_demo: %lu calls\n", total.work + total.leaf + total.add);
 	printf("calls plug_work %lu\n", total.work);

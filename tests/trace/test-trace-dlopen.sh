@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # probekit trace and a plugin PROG loads with dlopen() after main():
 # tests/trace/dlopen_demo loads libpkplugin.so by name (through its own
-# RUNPATH $ORIGIN), calls it from 3 threads, opens and closes a second
-# handle (the object stays), closes it for good, loads it again and calls
-# it again, then prints the plugin's own call counts.  The report's counts
-# must be exactly those; every entry has its exit; PROG's output and exit
-# status are unchanged; -f selects plugin functions that are not loaded at
-# start; a -f glob nobody matches is reported after the run.
+# RUNPATH $ORIGIN), calls it from 3 threads, 2 of which open and close
+# handles of their own at the same time, closes it for good, has 2 threads
+# load and unload it at the same time, loads it again, and prints the
+# plugin's own call counts.  The report's counts must be exactly those (one
+# row per function, whatever address each load had); every entry has its
+# exit; PROG's output and exit status are unchanged; a fork child's file
+# names the plugin's functions; -f selects plugin functions that are not
+# loaded at start; a -f glob nobody matches is reported after the run.
 #
 # usage: test-trace-dlopen.sh PROBEKIT DLOPEN_DEMO
 set -uo pipefail
@@ -38,7 +40,24 @@ check "all: the plugin's functions are named after it" \
 	"$pk report --raw all.trace | grep -q ' plug_work \[libpkplugin.so\]$'"
 check "all: the host is traced too" "$pk report --raw all.trace | grep -q ' main \[dlopen_demo\]$'"
 
-# 2. -f with a glob that only the plugin matches (nothing at start), -N.
+# 2. fork: the child's own file has the plugin's records and its calls.
+"$demo" --fork >plain.out 2>/dev/null
+rm -f fork.trace*
+run -o fork.trace -- "$demo" --fork
+check "fork: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc ]]"
+check "fork: stdout" "cmp -s out plain.out"
+child=$(ls fork.trace.* 2>/dev/null)
+check "fork: one child file ($child)" "[[ \$(echo $child | wc -w) == 1 ]]"
+counts "$child" plug_ >got
+want out child >exp
+check "fork: child counts" "diff -u exp got"
+counts fork.trace plug_ >got
+want out dlopen_demo >exp
+check "fork: parent counts" "diff -u exp got"
+check "fork: child footnote $(footnote "$child")" "[[ '$(footnote "$child")' == '0 0 0' ]]"
+"$demo" >plain.out 2>/dev/null
+
+# 3. -f with a glob that only the plugin matches (nothing at start), -N.
 run -o sel.trace -f 'plug_*' -N plug_leaf -- "$demo"
 check "-f plug_*: rc $rc" "[[ $rc == $plain_rc ]]"
 check "-f plug_*: stdout" "cmp -s out plain.out"
@@ -50,14 +69,14 @@ check "-f plug_*: only the plugin's selected functions" \
 check "-f plug_*: footnote $(footnote sel.trace)" "[[ '$(footnote sel.trace)' == '0 0 0' ]]"
 check "-f plug_*: no warning" "! grep -q 'matched no' err"
 
-# 3. --entry-only counts the same.
+# 4. --entry-only counts the same.
 run -o entry.trace --entry-only -f 'plug_w*' -- "$demo"
 check "entry-only: rc $rc" "[[ $rc == $plain_rc ]]"
 counts entry.trace plug_ >got
 want out | grep plug_work >exp
 check "entry-only: counts" "diff -u exp got"
 
-# 4. A glob that matches nothing, now or later: PROG runs, the command says so.
+# 5. A glob that matches nothing, now or later: PROG runs, the command says so.
 run -o none.trace -f 'plug_*' -f 'nothing_like_this*' -- "$demo"
 check "unmatched glob: rc $rc" "[[ $rc == $plain_rc ]]"
 check "unmatched glob: stdout" "cmp -s out plain.out"

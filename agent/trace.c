@@ -19,6 +19,14 @@
  *    system() and popen() spawn their shell inside libc, out of our reach:
  *    those children run untraced.
  *
+ * Libraries PROG loads later (dlopen.c): the dlopen()/dlclose() wrappers
+ * give each newly loaded object ONE pk_ops of its own over its sites that
+ * match the same -f/-N globs (same callback and flags as the main one),
+ * after its OBJECT and SYMBOL records; dlclose takes it off first.  So a -f
+ * glob that matches nothing here is no error: it may be meant for such a
+ * library (the command warns after the run about globs that never matched),
+ * and the trace may start with no ops at all.
+ *
  * What runs where: the hook and the trampoline in any context (hot path,
  * see fgraph.h); everything else in normal context (constructor, atfork
  * child handler, exec wrappers; the wrappers may run in a vfork child, so

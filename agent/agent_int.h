@@ -44,7 +44,7 @@ bool agent_trace_start(void);
 struct agent_dl_conf {
 	const char *funcs, *notrace; /* the -f / -N globs, newline-separated, or NULL */
 	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
-	unsigned long flags; /* of the main ops */
+	unsigned long flags;  /* of the main ops */
 	uint32_t next_object; /* first OBJECT id not used in the trace */
 };
 

@@ -95,14 +95,14 @@
 
 /* One loaded instance of an object with sites: path and load bias. */
 struct dlo {
-	const char *path;  /* interned (sym/sites.h): compared by pointer */
+	const char *path; /* interned (sym/sites.h): compared by pointer */
 	unsigned long base;
-	bool loaded;	   /* in the site table at the last dl_sync */
-	bool present;	   /* dl_sync scratch: seen in this walk */
-	bool at_start;	   /* loaded before main(): trace.c's ops has its sites */
-	bool registered;   /* ops is registered */
-	bool untraced;	   /* nothing to hook, another namespace, or hooking failed */
-	uint32_t id;	   /* its OBJECT record, 0 if none */
+	bool loaded;	 /* in the site table at the last dl_sync */
+	bool present;	 /* dl_sync scratch: seen in this walk */
+	bool at_start;	 /* loaded before main(): trace.c's ops has its sites */
+	bool registered; /* ops is registered */
+	bool untraced;	 /* nothing to hook, another namespace, or hooking failed */
+	uint32_t id;	 /* its OBJECT record, 0 if none */
 	size_t nips;
 	unsigned long *ips; /* selected sites, ascending */
 	const char **names; /* interned, parallel to ips */
@@ -207,9 +207,9 @@ static bool wanted(const char *name)
 /* ---- calling the real dlopen as PROG's caller ------------------------------- */
 
 struct via {
-	unsigned long addr; /* the caller */
-	bool started;	    /* the main program, listed first, was seen */
-	unsigned long ret;  /* out: a ret byte in the object holding addr */
+	unsigned long addr;	/* the caller */
+	bool started;		/* the main program, listed first, was seen */
+	unsigned long ret;	/* out: a ret byte in the object holding addr */
 	unsigned long main_ret; /* out: one in the main program */
 };
 
@@ -642,8 +642,7 @@ static void dl_fork_parent(void)
  */
 static void dl_fork_child(void)
 {
-	for (size_t i = 0; __atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE) && i < D.n;
-	     i++) {
+	for (size_t i = 0; __atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE) && i < D.n; i++) {
 		const struct dlo *d = D.v[i];
 		uint64_t fbase = 0;
 

@@ -73,7 +73,8 @@ static void mark_globs(const struct trace_ctx *c, const struct pki_trace_file *f
 
 	for (g = 0; g < c->nf; g++)
 		for (i = 0; i < f->nsyms && !c->fmatched[g]; i++)
-			c->fmatched[g] = f->syms[i].name && !fnmatch(c->fglobs[g], f->syms[i].name, 0);
+			c->fmatched[g] =
+			    f->syms[i].name && !fnmatch(c->fglobs[g], f->syms[i].name, 0);
 }
 
 /* Events, threads, and lost events of one trace file; false if unreadable. */

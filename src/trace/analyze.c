@@ -238,8 +238,8 @@ static int canon_build(const struct pki_trace_file *f, struct canon **out, size_
 		    f->syms[i].object_id ? pki_trace_file_obj(f, f->syms[i].object_id) : NULL;
 
 		if (o && o->path && f->syms[i].fn >= o->base)
-			v[n++] = (struct canon){.fn = f->syms[i].fn, .path = o->path,
-						.off = f->syms[i].fn - o->base};
+			v[n++] = (struct canon){
+			    .fn = f->syms[i].fn, .path = o->path, .off = f->syms[i].fn - o->base};
 	}
 	qsort(v, n, sizeof(*v), canon_by_place);
 	for (i = 0; i < n; i++) {

@@ -103,6 +103,7 @@ struct dlo {
 	bool registered; /* ops is registered */
 	bool untraced;	 /* nothing to hook, another namespace, or hooking failed */
 	uint32_t id;	 /* its OBJECT record, 0 if none */
+	uint64_t fbase;	 /* the OBJECT record's base (dladdr's dli_fbase, as trace.c) */
 	size_t nips;
 	unsigned long *ips; /* selected sites, ascending */
 	const char **names; /* interned, parallel to ips */
@@ -267,11 +268,20 @@ static void *real_dlopen_as(const char *file, int mode, unsigned long caller)
 
 /* ---- our objects ------------------------------------------------------------- */
 
+/*
+ * The instance of @path at @base that is loaded, or (!@loaded) one that was
+ * and may be taken again: not one whose ops could not be taken off (the
+ * hook layer may still hold it).
+ */
 static struct dlo *__dlo_find(const char *path, unsigned long base, bool loaded)
 {
-	for (size_t i = 0; i < D.n; i++)
-		if (D.v[i]->path == path && D.v[i]->base == base && D.v[i]->loaded == loaded)
-			return D.v[i];
+	for (size_t i = 0; i < D.n; i++) {
+		struct dlo *d = D.v[i];
+
+		if (d->path == path && d->base == base && d->loaded == loaded &&
+		    (loaded || !d->registered))
+			return d;
+	}
 	return NULL;
 }
 
@@ -391,9 +401,9 @@ static bool in_base_namespace(unsigned long ip, uint64_t *fbase)
 }
 
 /* OBJECT and SYMBOL records of @d (normal context, any thread: trace.h). */
-static int __dlo_records(const struct dlo *d, uint64_t fbase)
+static int __dlo_records(const struct dlo *d)
 {
-	int err = pki_trace_object_add(d->id, fbase, d->path);
+	int err = pki_trace_object_add(d->id, d->fbase, d->path);
 
 	for (size_t i = 0; i < d->nips && !err; i++)
 		err = pki_trace_symbol_add(d->ips[i], d->id, d->names[i]);
@@ -443,11 +453,12 @@ static void __dlo_hook(struct fresh *f)
 		f->ips = NULL;
 		f->names = NULL;
 		d->id = D.next_id++;
+		d->fbase = fbase;
 		/*
 		 * Records before hooks: no event can carry these functions'
 		 * addresses before their SYMBOL records are in the file.
 		 */
-		err = __dlo_records(d, fbase);
+		err = __dlo_records(d);
 		if (err == -EBADF) {
 			d->id = 0; /* no session (any more): nothing to record into */
 			d->untraced = true;
@@ -644,10 +655,9 @@ static void dl_fork_child(void)
 {
 	for (size_t i = 0; __atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE) && i < D.n; i++) {
 		const struct dlo *d = D.v[i];
-		uint64_t fbase = 0;
 
-		if (d->loaded && d->id && in_base_namespace(d->ips[0], &fbase))
-			__dlo_records(d, fbase);
+		if (d->loaded && d->id)
+			__dlo_records(d);
 	}
 	dl_fork_parent();
 }

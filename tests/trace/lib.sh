@@ -25,7 +25,7 @@ run() {
 # programs count themselves).
 counts() {
 	"$pk" report --raw "$1" 2>/dev/null | awk -v pre="${2:-demo_}" '
-		index($NF, pre) == 1 || index($(NF-1), pre) == 1 {
+		NF > 1 && (index($NF, pre) == 1 || index($(NF-1), pre) == 1) {
 		n = $NF; if (n ~ /^\[/) n = $(NF-1); print n, $1 }' | sort
 }
 # want FILE [WHO]: the program's own "calls NAME N" lines (after the line "WHO: ..."), sorted.

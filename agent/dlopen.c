@@ -58,7 +58,10 @@
  * Not traced: objects in another link-map namespace (dlmopen(): their own
  * libc does not call us, and we leave them alone, even when a dlopen of
  * ours finds them); code that a library's constructors run inside the real
- * dlopen (its ops is registered after it returns).
+ * dlopen (its ops is registered after it returns).  A backtrace taken in
+ * such a constructor stops at the real dlopen's frame (its return address
+ * is the ret byte in PROG's code, see callret.S).  Under a CET shadow stack
+ * the real dlopen is called plainly, and sees the agent as its caller.
  *
  * Object identity across reloads: a library unloaded and later loaded again
  * at the same address with the same selection reuses its OBJECT id and

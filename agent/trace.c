@@ -271,6 +271,7 @@ bool agent_trace_start(void)
 	bool initial = !T.has_pid;
 	char *fcopy = NULL, *ncopy = NULL;
 	struct pick p = {0};
+	struct agent_dl_conf dc;
 	bool later = false;
 	int err, n;
 	size_t i;
@@ -338,8 +339,9 @@ bool agent_trace_start(void)
 	/* After the recorder's own handler (child handlers run in registration order). */
 	if (pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");
-	struct agent_dl_conf dc = {T.funcs, T.notrace, T.ops.func, T.ops.flags,
-				   (uint32_t)T.nobjs + 1};
+	/* After ours, too: dlopen.c's child handler adds to the child's file. */
+	dc = (struct agent_dl_conf){T.funcs, T.notrace, T.ops.func, T.ops.flags,
+				    (uint32_t)T.nobjs + 1};
 	err = agent_dl_start(&dc);
 	if (err)
 		fprintf(stderr, "probekit: libraries PROG loads later stay untraced: %s\n",

@@ -48,6 +48,9 @@ struct agent_dl_conf {
 	uint32_t next_object; /* first OBJECT id not used in the trace */
 };
 
+/* Read dlopen.c's settings before the environment is cleaned. */
+void agent_dl_config(void);
+
 /*
  * Once trace mode has hooked PROG and opened the trace (after trace.c's
  * pthread_atfork: dlopen.c's child handler must run after trace.c's): from

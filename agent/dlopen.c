@@ -120,7 +120,8 @@ static struct {
 	size_t nf, nn;
 	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	unsigned long flags;
-	bool shstk; /* CET shadow stack: no pki_call_via */
+	bool shstk;	/* CET shadow stack: no pki_call_via */
+	bool test_fail; /* PK_ENV_TRACE_TEST_DLOPEN_FAIL: hooking fails (tests) */
 } C;
 
 /*
@@ -474,7 +475,7 @@ static void __dlo_hook(struct fresh *f)
 			return;
 		}
 	}
-	err = __dlo_register(d);
+	err = C.test_fail ? -EIO : __dlo_register(d);
 	if (err) {
 		report_once("cannot trace %s (loaded by dlopen): hooking its %zu functions: %s\n",
 			    d->path, d->nips, strerror(-err));
@@ -678,6 +679,11 @@ static int start_site(const struct pki_site *s, void *ctx)
 		return -ENOMEM;
 	d->loaded = d->at_start = d->untraced = true;
 	return 0;
+}
+
+void agent_dl_config(void)
+{
+	C.test_fail = getenv(PK_ENV_TRACE_TEST_DLOPEN_FAIL) != NULL;
 }
 
 int agent_dl_start(const struct agent_dl_conf *conf)

@@ -8,7 +8,8 @@
 # row per function, whatever address each load had); every entry has its
 # exit; PROG's output and exit status are unchanged; a fork child's file
 # names the plugin's functions; -f selects plugin functions that are not
-# loaded at start; a -f glob nobody matches is reported after the run.
+# loaded at start; a -f glob nobody matches is reported after the run; a
+# library that cannot be hooked runs untraced, with one message.
 #
 # usage: test-trace-dlopen.sh PROBEKIT DLOPEN_DEMO
 set -uo pipefail
@@ -84,6 +85,16 @@ check "unmatched glob: stdout" "cmp -s out plain.out"
 check "unmatched glob: warning" \
 	"grep -q \"^probekit: -f 'nothing_like_this\\*' matched no traced function\" err"
 check "unmatched glob: only for that glob" "[[ \$(grep -c 'matched no' err) == 1 ]]"
+
+# 6. Hooking the plugin fails (test knob): one message, PROG unchanged, the
+#    plugin untraced, the host still traced.
+PROBEKIT_TRACE_TEST_DLOPEN_FAIL=1 run -o fail.trace -- "$demo"
+check "hook failure: rc $rc" "[[ $rc == $plain_rc ]]"
+check "hook failure: stdout" "cmp -s out plain.out"
+check "hook failure: one message" \
+	"[[ \$(grep -c '^probekit: cannot trace .*libpkplugin.so (loaded by dlopen): hooking its 3 functions: Input/output error$' err) == 1 && \$(grep -vc '^probekit: wrote' err) == 1 ]]"
+check "hook failure: plugin untraced" "[[ -z \$(counts fail.trace plug_) ]]"
+check "hook failure: host traced" "$pk report --raw fail.trace | grep -q ' main \[dlopen_demo\]$'"
 
 echo "trace_dlopen: $pass passed, $fail failed"
 [[ $fail == 0 ]]

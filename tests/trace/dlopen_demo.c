@@ -2,16 +2,18 @@
 /*
  * A host program for tests/trace/test-trace-dlopen.sh.  Its plugin,
  * libpkplugin.so, is found through the host's own RUNPATH $ORIGIN (the
- * name has no slash).  Plugin calls happen in three loads:
- *   A. main loads it and calls it; 2 threads open their own handles at the
- *      same time, call it, and close them (the object stays: main's handle);
- *      a second handle, RTLD_NOLOAD and dlopen(NULL) are opened and closed;
- *      with --fork, a child calls it too; main closes it: unloaded.
+ * name has no slash); it brings its dependency libpkplugdep.so along.
+ * Plugin calls happen in three loads:
+ *   A. main loads it and calls it; 2 threads open their own handles at
+ *      the same time, call it, and close them (the object stays: main's
+ *      handle); a second handle, RTLD_NOLOAD and dlopen(NULL) are opened
+ *      and closed; with --fork, a child calls it too; main closes it:
+ *      unloaded, with its dependency.
  *   B. 2 threads load it at the same time, call it, and close it.
  *   C. main loads it again, calls it, closes it.
- * The plugin counts its own calls; the program prints them, summed over the
- * loads, as "calls NAME N" lines after "dlopen_demo: N calls" (the child's
- * after "child: N calls"), and exits with status 3.
+ * The plugin counts its own calls; the program prints them, summed over
+ * the loads, as "calls NAME N" lines after "dlopen_demo: N calls" (the
+ * child's after "child: N calls"), and exits with status 3.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -23,7 +25,7 @@
 #include <unistd.h>
 
 struct plug_counts {
-	unsigned long work, leaf, add;
+	unsigned long work, leaf, add, dep;
 };
 
 struct plug {
@@ -64,6 +66,7 @@ static void add_counts(struct plug *p)
 	total.work += c.work;
 	total.leaf += c.leaf;
 	total.add += c.add;
+	total.dep += c.dep;
 }
 
 static void calls(struct plug *p, int rounds)
@@ -110,10 +113,12 @@ __attribute__((noinline, noreturn)) static void child(struct plug *p)
 	p->counts(&a);
 	calls(p, 100);
 	p->counts(&b);
-	printf("child: %lu calls\n", b.work + b.leaf + b.add - a.work - a.leaf - a.add);
+	printf("child: %lu calls\n",
+	       b.work + b.leaf + b.add + b.dep - a.work - a.leaf - a.add - a.dep);
 	printf("calls plug_work %lu\n", b.work - a.work);
 	printf("calls plug_leaf %lu\n", b.leaf - a.leaf);
 	printf("calls plug_add %lu\n", b.add - a.add);
+	printf("calls plug_dep %lu\n", b.dep - a.dep);
 	exit(0);
 }
 
@@ -148,7 +153,8 @@ int main(int argc, char **argv)
 	add_counts(&p);
 	if (dlclose(p.h))
 		die("dlclose");
-	if (dlopen("libpkplugin.so", RTLD_NOW | RTLD_NOLOAD))
+	if (dlopen("libpkplugin.so", RTLD_NOW | RTLD_NOLOAD) ||
+	    dlopen("libpkplugdep.so", RTLD_NOW | RTLD_NOLOAD))
 		die("still loaded after dlclose");
 	/* B */
 	threads(true);
@@ -161,9 +167,10 @@ int main(int argc, char **argv)
 	if (dlclose(p.h))
 		die("dlclose");
 
-	printf("dlopen_demo: %lu calls\n", total.work + total.leaf + total.add);
+	printf("dlopen_demo: %lu calls\n", total.work + total.leaf + total.add + total.dep);
 	printf("calls plug_work %lu\n", total.work);
 	printf("calls plug_leaf %lu\n", total.leaf);
 	printf("calls plug_add %lu\n", total.add);
+	printf("calls plug_dep %lu\n", total.dep);
 	return 3;
 }

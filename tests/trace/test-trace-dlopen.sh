@@ -31,6 +31,7 @@ for i in 1 2 3; do
 	check "all: stderr has more than probekit's lines (run $i)" \
 		"! grep -v '^probekit: ' err | grep -q ."
 	check "all: nothing lost (run $i)" "! grep -q lost err"
+	check "all: no library left untraced (run $i)" "! grep -q 'cannot trace' err"
 	counts all.trace plug_ >got
 	want out >exp
 	check "all: report counts != the program's own (run $i)" "diff -u exp got"

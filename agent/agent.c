@@ -769,6 +769,7 @@ __attribute__((constructor(101))) static void agent_start(void)
 	A.pid = getpid();
 	read_config();
 	agent_trace_config();
+	agent_dl_config();
 	env_clean();
 	agent_exec_init();
 	if (agent_trace_start())

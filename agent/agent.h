@@ -61,6 +61,9 @@
 #define PK_ENV_TRACE_GEN	   "PROBEKIT_TRACE_GEN"
 #define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */
 
+/* tests: hooking a library loaded by dlopen() fails with EIO */
+#define PK_ENV_TRACE_TEST_DLOPEN_FAIL "PROBEKIT_TRACE_TEST_DLOPEN_FAIL"
+
 #define PK_AGENT_NAME "libprobekit-agent.so"
 
 /* The agent refused to start: PROG is ended with this status before main. */

@@ -5,6 +5,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 struct pk_ops;
 struct pk_regs;
@@ -65,5 +66,24 @@ char *const *agent_child_env(char *const envp[], struct agent_envbuf *b);
  * or a spawned child they only leave that program untraced.
  */
 bool agent_trace_start(void);
+
+/* What dlopen.c needs to trace the libraries PROG loads later. */
+struct agent_dl_conf {
+	const char *funcs, *notrace; /* the -f / -N globs, newline-separated, or NULL */
+	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
+	unsigned long flags;  /* of the main ops */
+	uint32_t next_object; /* first OBJECT id not used in the trace */
+};
+
+/* Read dlopen.c's settings before the environment is cleaned. */
+void agent_dl_config(void);
+
+/*
+ * Once trace mode has hooked PROG and opened the trace (after trace.c's
+ * pthread_atfork: dlopen.c's child handler must run after trace.c's): from
+ * now on dlopen()/dlclose() trace the libraries PROG loads and unloads.
+ * 0 or -errno (then they stay untraced; PROG is still traced).
+ */
+int agent_dl_start(const struct agent_dl_conf *conf);
 
 #endif /* PK_AGENT_INT_H */

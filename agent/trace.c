@@ -28,6 +28,14 @@
  *    does for a simple command) or FILE.<shell pid>.1 ("exec PROG").  With
  *    --no-children they are glibc's own, and nothing they start is traced.
  *
+ * Libraries PROG loads later (dlopen.c): the dlopen()/dlclose() wrappers
+ * give each newly loaded object ONE pk_ops of its own over its sites that
+ * match the same -f/-N globs (same callback and flags as the main one),
+ * after its OBJECT and SYMBOL records; dlclose takes it off first.  So a -f
+ * glob that matches nothing here is no error: it may be meant for such a
+ * library (the command warns after the run about globs that never matched),
+ * and the trace may start with no ops at all.
+ *
  * What runs where: the hook and the trampoline in any context (hot path,
  * see fgraph.h); everything else in normal context (constructor, atfork
  * child handler, exec wrappers; the wrappers may run in a vfork child, so
@@ -275,6 +283,8 @@ bool agent_trace_start(void)
 	bool initial = !T.has_pid;
 	char *fcopy = NULL, *ncopy = NULL;
 	struct pick p = {0};
+	struct agent_dl_conf dc;
+	bool later = false;
 	int err, n;
 	size_t i;
 
@@ -304,21 +314,23 @@ bool agent_trace_start(void)
 	n = pk_sites_foreach(pick_site, &p);
 	if (n < 0)
 		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
-	if (!p.total)
+	/*
+	 * A -f glob that matches nothing yet may be meant for a library PROG
+	 * loads later (dlopen.c): not an error here; the command warns after
+	 * the run about globs that no traced function matched.
+	 */
+	for (i = 0; i < p.nf; i++)
+		later |= !p.fmatched[i];
+	if (!p.total && !p.nf)
 		FAIL(initial,
 		     "no patchable function entries in PROG or its libraries: build PROG with "
 		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10); 'probekit sites "
-		     "PROG' lists them");
-	for (i = 0; i < p.nf; i++)
-		if (!p.fmatched[i])
-			FAIL(initial,
-			     "-f '%s' matches no patchable function of PROG or its libraries "
-			     "('probekit sites PROG' lists them)",
-			     p.f[i]);
-	free(fcopy); /* p.f is not used below but for the messages above */
+		     "PROG' lists them (for libraries PROG loads later with dlopen(), name "
+		     "their functions with -f)");
+	free(fcopy);
 	free(ncopy);
 	fcopy = ncopy = NULL;
-	if (!T.nips)
+	if (!T.nips && !later)
 		FAIL(initial, "no function left to trace: -N excludes all %zu that -f selects",
 		     p.total);
 	/*
@@ -330,7 +342,7 @@ bool agent_trace_start(void)
 	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
 	T.ops.filter.ips = T.ips;
 	T.ops.filter.nips = T.nips;
-	err = pk_ops_register(&T.ops);
+	err = T.nips ? pk_ops_register(&T.ops) : 0; /* an empty filter would mean all */
 	if (err)
 		FAIL(initial, "cannot hook the %zu functions to trace: %s", T.nips, strerror(-err));
 	err = session_open();
@@ -339,6 +351,13 @@ bool agent_trace_start(void)
 	/* After the recorder's own handler (child handlers run in registration order). */
 	if (pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");
+	/* After ours, too: dlopen.c's child handler adds to the child's file. */
+	dc = (struct agent_dl_conf){T.funcs, T.notrace, T.ops.func, T.ops.flags,
+				    (uint32_t)T.nobjs + 1};
+	err = agent_dl_start(&dc);
+	if (err)
+		fprintf(stderr, "probekit: libraries PROG loads later stay untraced: %s\n",
+			strerror(-err));
 	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
 	ctl_send(PK_CTL_OK "\n");
 	return true;

@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
@@ -31,12 +32,15 @@
 static const char usage[] =
     "usage: probekit trace [options] [--] PROG [ARGS...]\n\n"
     "Run PROG with every patchable function of it and its libraries hooked from\n"
-    "before main() (build PROG with -fpatchable-function-entry=5), and record\n"
+    "before main(), and those of the libraries it loads later with dlopen() from\n"
+    "then on (build them with -fpatchable-function-entry=5), and record\n"
     "the entry and exit of every call, with a timestamp, per thread, into a\n"
     "trace file.  Read it with 'probekit report' and 'probekit export'.\n\n"
     "options:\n"
     "  -f, --function GLOB   trace the functions matching GLOB (fnmatch; repeat;\n"
-    "                        default: all)\n"
+    "                        default: all); also in the libraries PROG loads\n"
+    "                        later with dlopen(), so a GLOB that matches nothing\n"
+    "                        at start is only reported after the run\n"
     "  -N, --notrace GLOB    do not trace the functions matching GLOB (repeat)\n"
     "  -o, --output FILE     the trace file (default probekit.trace); a child\n"
     "                        that PROG forks writes FILE.PID, a program that a\n"
@@ -50,17 +54,33 @@ static const char usage[] =
     "PROG's output, exit status and signals are its own; probekit's summary goes\n"
     "to stderr, in lines starting with 'probekit:'.\n\n"
     "Exit status: PROG's (death by a signal is reproduced); 125 probekit failed\n"
-    "(no patchable functions, a glob matching nothing), 126 PROG cannot be run\n"
+    "(no patchable functions, -N excluding all), 126 PROG cannot be run\n"
     "under probekit (setuid, static), 127 PROG not found.\n";
 
 struct trace_ctx {
 	char file[PATH_MAX];
 	time_t start;
+	char **fglobs; /* -f: which matched a function traced in some file */
+	bool *fmatched;
+	int nf;
 };
 
+/* Mark the -f globs that name a function of @f's SYMBOL records. */
+static void mark_globs(const struct trace_ctx *c, const struct pki_trace_file *f)
+{
+	size_t i;
+	int g;
+
+	for (g = 0; g < c->nf; g++)
+		for (i = 0; i < f->nsyms && !c->fmatched[g]; i++)
+			c->fmatched[g] =
+			    f->syms[i].name && !fnmatch(c->fglobs[g], f->syms[i].name, 0);
+}
+
 /* Events, threads, and lost events of one trace file; false if unreadable. */
-static bool summarize(const char *path, unsigned long long *ev, unsigned long long *lost,
-		      unsigned *lost_threads, size_t *threads, const char **end)
+static bool summarize(const struct trace_ctx *c, const char *path, unsigned long long *ev,
+		      unsigned long long *lost, unsigned *lost_threads, size_t *threads,
+		      const char **end)
 {
 	static const char *const reasons[] = {"?", "exit", "exec", "signal"};
 	struct pki_trace_file *f;
@@ -80,18 +100,20 @@ static bool summarize(const char *path, unsigned long long *ev, unsigned long lo
 	if (f->complete && f->end.late_lost && !*lost_threads)
 		*lost_threads = 1;
 	*end = f->complete && f->end.reason < 4 ? reasons[f->end.reason] : "cut short";
+	mark_globs(c, f);
 	pki_trace_file_free(f);
 	return true;
 }
 
-static void report_one(const char *path, unsigned long long *tot_lost, unsigned *tot_threads)
+static void report_one(const struct trace_ctx *c, const char *path, unsigned long long *tot_lost,
+		       unsigned *tot_threads)
 {
 	unsigned long long ev, lost;
 	unsigned lt;
 	size_t nt;
 	const char *end;
 
-	if (!summarize(path, &ev, &lost, &lt, &nt, &end)) {
+	if (!summarize(c, path, &ev, &lost, &lt, &nt, &end)) {
 		fprintf(stderr, "probekit: %s: not a readable trace\n", path);
 		return;
 	}
@@ -117,7 +139,7 @@ static void on_ended(const struct agent_run *r, int status)
 	(void)status;
 	fflush(stdout);
 	if (!stat(c->file, &st))
-		report_one(c->file, &lost, &lost_threads);
+		report_one(c, c->file, &lost, &lost_threads);
 	else
 		fprintf(stderr, "probekit: no trace written to %s\n", c->file);
 	snprintf(dirbuf, sizeof(dirbuf), "%s", c->file);
@@ -135,7 +157,7 @@ static void on_ended(const struct agent_run *r, int status)
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (stat(path, &st) || st.st_mtime < c->start)
 			continue; /* from an earlier run */
-		report_one(path, &lost, &lost_threads);
+		report_one(c, path, &lost, &lost_threads);
 	}
 	if (d)
 		closedir(d);
@@ -144,6 +166,17 @@ static void on_ended(const struct agent_run *r, int status)
 			"probekit: %llu events lost in %u thread(s) (buffers full, or frames "
 			"too deep for exit tracing)\n",
 			lost, lost_threads);
+	/*
+	 * A -f glob that matched nothing at start is not an error (it may name
+	 * functions of a library PROG loads later): say here if it never did.
+	 */
+	for (int g = 0; g < c->nf; g++)
+		if (!c->fmatched[g])
+			fprintf(stderr,
+				"probekit: -f '%s' matched no traced function (not in PROG, its "
+				"libraries, or the libraries it loaded with dlopen(); 'probekit "
+				"sites FILE' lists the patchable functions of a file)\n",
+				c->fglobs[g]);
 }
 
 /* Join @v[0..n) with newlines into an allocated string (NULL if n == 0). */
@@ -199,7 +232,8 @@ int cmd_trace(int argc, char **argv)
 	const char *output = "probekit.trace", *env[24], *buffer = NULL;
 	char path[PATH_MAX], agent[PATH_MAX];
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
-	struct trace_ctx ctx;
+	struct trace_ctx ctx = {0};
+	bool fmatched[MAX_GLOBS] = {false};
 	bool children = true, entry_only = false;
 	int c, nf = 0, nn = 0, ne = 0, err, ret;
 
@@ -290,6 +324,9 @@ int cmd_trace(int argc, char **argv)
 	r.argv = argv + optind;
 	r.agent = agent;
 	r.env = env;
+	ctx.fglobs = fglobs;
+	ctx.fmatched = fmatched;
+	ctx.nf = nf;
 	r.ctx = &ctx;
 	ret = agent_run(&r);
 	free(funcs);

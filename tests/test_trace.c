@@ -332,6 +332,56 @@ START_TEST(report_per_thread)
 }
 END_TEST
 
+/*
+ * A library unloaded and loaded again elsewhere (dlopen): its functions'
+ * calls carry other fn values, under another OBJECT record with the same
+ * path.  One row per function (offset in the object), named as before; a
+ * static twin in another object stays apart, as does a function at another
+ * offset.
+ */
+START_TEST(report_reloaded_library)
+{
+	struct pki_trace_report r;
+	struct pki_trace_file *f;
+	char nb[32];
+
+	topen(256, 0, false);
+	ck_assert_int_eq(pki_trace_object_add(1, 0x1000, "/lib/plug.so"), 0);
+	ck_assert_int_eq(pki_trace_object_add(2, 0x5000, "/lib/other.so"), 0);
+	ck_assert_int_eq(pki_trace_object_add(3, 0x9000, "/lib/plug.so"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(0x1010, 1, "work"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(0x1020, 1, "leaf"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(0x5010, 2, "work"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(0x9010, 3, "work"), 0);
+	ck_assert_int_eq(pki_trace_symbol_add(0x9020, 3, "leaf"), 0);
+	EN(0x1010, 1);
+	EN(0x1020, 2);
+	EX(0x1020, 4);
+	EX(0x1010, 11); /* work 10, leaf 2 */
+	EN(0x5010, 20);
+	EX(0x5010, 25); /* the other work: 5 */
+	EN(0x9010, 30);
+	EX(0x9010, 60); /* work again, reloaded: 30 */
+	EN(0x9020, 70);
+	EX(0x9020, 73); /* leaf: 3 */
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert_int_eq(pki_trace_report_build(f, false, &r), 0);
+	ck_assert_int_eq(r.n, 3);
+	/*            fn      calls total self sum mn  mx */
+	CHECK_STAT(&r, 0x1010, 2, 40, 38, 40, 10, 30);
+	CHECK_STAT(&r, 0x1020, 2, 5, 5, 5, 2, 3);
+	CHECK_STAT(&r, 0x5010, 1, 5, 5, 5, 5, 5);
+	ck_assert_str_eq(pki_trace_fn_name(f, 0x1010, nb, sizeof(nb)), "work");
+	pki_trace_report_free(&r);
+	ck_assert_int_eq(pki_trace_report_build(f, true, &r), 0);
+	ck_assert_int_eq(r.n, 3);
+	pki_trace_report_free(&r);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
 /* ---- loss ------------------------------------------------------------------ */
 
 START_TEST(lost_when_full)
@@ -1056,6 +1106,7 @@ int main(void)
 	tcase_add_test(rt, roundtrip_threads);
 	tcase_add_test(rt, report_numbers_exact);
 	tcase_add_test(rt, report_per_thread);
+	tcase_add_test(rt, report_reloaded_library);
 	tcase_add_test(rt, lost_when_full);
 	tcase_add_test(rt, nested_record_counted);
 	tcase_add_test(rt, stress_lockfree);

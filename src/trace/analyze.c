@@ -188,11 +188,85 @@ int pki_trace_replay(const struct pki_trace_file *f, const struct pki_trace_thre
 
 /* ---- report ------------------------------------------------------------- */
 
+/*
+ * One function, one row, even when its library was unloaded and loaded
+ * again at another address (dlopen/dlclose): its calls then carry another
+ * fn value, named by a SYMBOL record of another OBJECT record with the same
+ * path.  Such an fn is counted under the lowest fn at the same offset from
+ * the base of an object with the same path (its "canonical" fn).
+ */
+struct canon {
+	uint64_t fn, to;
+	const char *path;
+	uint64_t off;
+};
+
+static int canon_by_place(const void *pa, const void *pb)
+{
+	const struct canon *a = pa, *b = pb;
+	int c = strcmp(a->path, b->path);
+
+	if (c)
+		return c;
+	if (a->off != b->off)
+		return a->off < b->off ? -1 : 1;
+	return a->fn < b->fn ? -1 : a->fn > b->fn;
+}
+
+static int canon_by_fn(const void *pa, const void *pb)
+{
+	const struct canon *a = pa, *b = pb;
+
+	return a->fn < b->fn ? -1 : a->fn > b->fn;
+}
+
+/* The fns that have a canonical fn other than themselves, sorted by fn. */
+static int canon_build(const struct pki_trace_file *f, struct canon **out, size_t *nout)
+{
+	struct canon *v;
+	size_t i, n = 0, k = 0;
+
+	*out = NULL;
+	*nout = 0;
+	if (f->nobjs < 2)
+		return 0;
+	v = calloc(f->nsyms ? f->nsyms : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < f->nsyms; i++) {
+		const struct pki_trace_obj *o =
+		    f->syms[i].object_id ? pki_trace_file_obj(f, f->syms[i].object_id) : NULL;
+
+		if (o && o->path && f->syms[i].fn >= o->base)
+			v[n++] = (struct canon){
+			    .fn = f->syms[i].fn, .path = o->path, .off = f->syms[i].fn - o->base};
+	}
+	qsort(v, n, sizeof(*v), canon_by_place);
+	for (i = 0; i < n; i++) {
+		bool same = i && !strcmp(v[i].path, v[i - 1].path) && v[i].off == v[i - 1].off;
+
+		v[i].to = same ? v[i - 1].to : v[i].fn;
+	}
+	for (i = 0; i < n; i++)
+		if (v[i].to != v[i].fn)
+			v[k++] = v[i];
+	if (!k) {
+		free(v);
+		return 0;
+	}
+	qsort(v, k, sizeof(*v), canon_by_fn);
+	*out = v;
+	*nout = k;
+	return 0;
+}
+
 struct build {
 	struct pki_trace_report *r;
 	size_t cap;
 	struct map idx;
 	bool per_thread;
+	struct canon *canon; /* NULL in most traces: no library came back elsewhere */
+	size_t ncanon;
 };
 
 /*
@@ -202,8 +276,18 @@ struct build {
 static int account(const struct pki_trace_thread *t, const struct pki_trace_call *c, void *arg)
 {
 	struct build *b = arg;
-	uint32_t *slot = map_slot(&b->idx, c->fn);
+	uint64_t fn = c->fn;
+	uint32_t *slot;
 	struct pki_trace_fnstat *s;
+
+	if (b->ncanon) {
+		struct canon key = {.fn = fn}, *m;
+
+		m = bsearch(&key, b->canon, b->ncanon, sizeof(key), canon_by_fn);
+		if (m)
+			fn = m->to;
+	}
+	slot = map_slot(&b->idx, fn);
 
 	if (!slot)
 		return -ENOMEM;
@@ -218,7 +302,7 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 			b->cap = ncap;
 		}
 		b->r->st[b->r->n++] = (struct pki_trace_fnstat){
-		    .fn = c->fn, .tsn = b->per_thread ? t->tsn : 0, .min_ns = UINT64_MAX};
+		    .fn = fn, .tsn = b->per_thread ? t->tsn : 0, .min_ns = UINT64_MAX};
 		*slot = (uint32_t)b->r->n;
 		b->idx.n++;
 	}
@@ -243,6 +327,7 @@ int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
 	int err = 0;
 
 	memset(r, 0, sizeof(*r));
+	err = canon_build(f, &b.canon, &b.ncanon);
 	for (i = 0; i < f->nthreads && !err; i++) {
 		if (per_thread) {
 			map_free(&b.idx);
@@ -251,6 +336,7 @@ int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
 		err = pki_trace_replay(f, &f->threads[i], account, &b, &r->rs);
 	}
 	map_free(&b.idx);
+	free(b.canon);
 	if (err)
 		pki_trace_report_free(r);
 	return err;

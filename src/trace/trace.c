@@ -26,6 +26,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/gp.h"
 #include "core/log.h"
 #include "trace/crc32.h"
 #include "trace/trace.h"
@@ -512,8 +513,19 @@ static void *drainer_main(void *arg)
 	sigset_t all;
 
 	(void)arg;
-	/* Rule (1) of the writer word; also keeps the program's signals off us. */
+	/*
+	 * Rule (1) of the writer word; also keeps the program's signals off us.
+	 * Except the hook machinery's own two, which it sends to each thread
+	 * with tgkill() while hooks are added or removed as PROG runs (agent
+	 * dlopen.c): the grace-period sample and the patch layer's sled kick
+	 * (SIGRTMAX - 1, PKI_SIG_KICK).  Their handlers only look at the
+	 * interrupted context and acknowledge, never take the writer word, so
+	 * rule (1) still holds; blocked, they would stall a patch batch while
+	 * we drain.
+	 */
 	sigfillset(&all);
+	sigdelset(&all, PKI_GP_SIGNAL);
+	sigdelset(&all, SIGRTMAX - 1);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	pki_trace_tls = &internal_buf;
 	pthread_setname_np(pthread_self(), "pk-trace-drain");

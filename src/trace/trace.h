@@ -21,9 +21,18 @@
  *    is counted as lost for that thread; an event that has no buffer to be
  *    counted in (thread exiting, allocation failed) is counted in the
  *    session's late_lost.  Nothing is dropped without being counted.
- *  - pki_trace_open/close, pki_trace_object_add/symbol_add, exec_prepare,
- *    exec_failed, fork_child: normal context only (they lock, allocate, log),
- *    never from a hook or signal handler, never concurrently with each other.
+ *  - pki_trace_open/close, exec_prepare, exec_failed, fork_child: normal
+ *    context only (they lock, allocate, log), never from a hook or signal
+ *    handler, never concurrently with each other.
+ *  - pki_trace_object_add/symbol_add: normal context, from any thread while
+ *    the session runs (libraries loaded later: agent/dlopen.c), concurrently
+ *    with the drainer, the fatal-signal flush, close/exec_prepare and each
+ *    other.  Each record is written whole under the writer word, with the
+ *    fatal signals blocked (rule (1) in trace.c), after checking under it
+ *    that the session is still ACTIVE: a record lands before the END record
+ *    or not at all (-EBADF).  Records and events may interleave in any order
+ *    in the file (doc/trace-format.md); a caller that writes a function's
+ *    SYMBOL before hooking it has it in the file before any of its events.
  *  - pki_trace_flush_signal(): async-signal-safe (write(2)/pwritev(2), clock
  *    reads, atomics), for the fatal-signal path; also usable by an agent's
  *    own handlers.

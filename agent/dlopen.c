@@ -1,0 +1,722 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Trace mode and the libraries PROG loads while it runs (plugins): the
+ * agent's dlopen() and dlclose() (exported, agent.map).  trace.c hooks the
+ * objects loaded before main() with ONE pk_ops; here each object that a
+ * later dlopen() brings in gets ONE pk_ops of its own (same callback, same
+ * flags, the same -f/-N selection), registered after the real dlopen()
+ * returned, and its OBJECT and SYMBOL records go into the trace first.
+ *
+ * dlopen(file, mode):
+ *  1. The real dlopen, entered as if PROG's caller had called it
+ *     (pki_call_via: glibc takes RUNPATH, $ORIGIN and the namespace from its
+ *     caller).  Its result and dlerror() state are PROG's, unchanged.
+ *  2. Unless it failed, or was dlopen(NULL) or RTLD_NOLOAD (nothing new can
+ *     be mapped): dl_sync().  The site table is refreshed (pk_sites_refresh;
+ *     cheap when the loader's adds/subs counters did not move: a dlopen of
+ *     an object already loaded only counts a reference), and every object it
+ *     holds that we have not seen gets its sites picked, its records
+ *     written, its ops registered.  That covers the object's dependencies,
+ *     and objects loaded by nested calls (a constructor's own dlopen) or by
+ *     libc itself, at the next call.
+ *  A failure to hook is reported once per process on stderr ("probekit: ")
+ *  and leaves that object untraced; dlopen's result is returned as is.
+ *
+ * dlclose(handle):
+ *  1. If the handle's object has an ops of ours: pk_ops_unregister() BEFORE
+ *     the real dlclose.  When it returns, the object's sites are nop5 again
+ *     and a grace period has passed: no thread is in our trampoline or
+ *     callback for it any more (hook.h), so nothing of ours refers to the
+ *     text that the real dlclose may unmap.  A thread still running the
+ *     object's own code when it is unmapped is PROG's bug, as without us.
+ *  2. The real dlclose (destructors run untraced).
+ *  3. dl_sync(): the refresh drops the objects that left, and the hook layer
+ *     forgets their sites, so their text is never written again.  If the
+ *     handle's object is still loaded (another handle holds it), its ops is
+ *     registered again: calls other threads made meanwhile are not recorded.
+ *     A traced dependency that this dlclose unloaded with the object was
+ *     unmapped while still hooked: harmless, because nothing pokes a site
+ *     the refresh made the hook layer forget, and its ops (then without
+ *     sites) is unregistered here, which frees its trampolines only after a
+ *     grace period.
+ *
+ * Concurrency.  dl_lock serialises our dlopen/dlclose calls, real call and
+ * dl_sync together, so no other thread's wrapped call can unmap an object
+ * and map another at the same place between a real call and its sync (the
+ * site table knows an object by path, load bias and program headers: it
+ * would take the newcomer for the old one).  Lock order: dl_lock, then the
+ * loader's lock (inside the real calls), the hook registry and the site
+ * table's refresh mutex (inside dl_sync).  Patching and grace periods run
+ * in dl_sync, after the real call returned: never under the loader's lock.
+ * A thread that is already inside our wrapper (a constructor or destructor
+ * that calls dlopen/dlclose, with the loader's lock held) passes straight
+ * through: the outer call's dl_sync handles what it did.  Not covered: a
+ * constructor of an object that libc itself loads (NSS, iconv modules)
+ * calling dlopen while another thread is inside ours would wait for
+ * dl_lock under the loader's lock, which the other thread needs.
+ *
+ * Not traced: objects in another link-map namespace (dlmopen(): their own
+ * libc does not call us, and we leave them alone, even when a dlopen of
+ * ours finds them); code that a library's constructors run inside the real
+ * dlopen (its ops is registered after it returns).  A backtrace taken in
+ * such a constructor stops at the real dlopen's frame (its return address
+ * is the ret byte in PROG's code, see callret.S).  Under a CET shadow stack
+ * the real dlopen is called plainly, and sees the agent as its caller.
+ *
+ * Object identity across reloads: a library unloaded and later loaded again
+ * at the same address with the same selection reuses its OBJECT id and
+ * writes no new records.  Events name functions by address: when a
+ * different library takes the place of an unloaded one, the trace's later
+ * SYMBOL records win, and calls recorded before are named after the
+ * newcomer's functions.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <probekit/hook.h>
+#include <probekit/sites.h>
+
+#include "agent.h"
+#include "agent_int.h"
+#include "arch/x86_64/callret.h"
+#include "sym/sites.h"
+#include "trace/fgraph.h"
+#include "trace/trace.h"
+
+#define PK_EXPORT __attribute__((visibility("default")))
+#define MAX_GLOBS 64
+
+/* One loaded instance of an object with sites: path and load bias. */
+struct dlo {
+	const char *path; /* interned (sym/sites.h): compared by pointer */
+	unsigned long base;
+	bool loaded;	 /* in the site table at the last dl_sync */
+	bool present;	 /* dl_sync scratch: seen in this walk */
+	bool at_start;	 /* loaded before main(): trace.c's ops has its sites */
+	bool registered; /* ops is registered */
+	bool untraced;	 /* nothing to hook, another namespace, or hooking failed */
+	uint32_t id;	 /* its OBJECT record, 0 if none */
+	uint64_t fbase;	 /* the OBJECT record's base (dladdr's dli_fbase, as trace.c) */
+	size_t nips;
+	unsigned long *ips; /* selected sites, ascending */
+	const char **names; /* interned, parallel to ips */
+	struct pk_ops ops;
+};
+
+/* Written before agent_dl_on is set; read by the wrappers. */
+static struct {
+	char *fbuf, *nbuf;
+	char *f[MAX_GLOBS], *n[MAX_GLOBS];
+	size_t nf, nn;
+	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
+	unsigned long flags;
+	bool shstk;	/* CET shadow stack: no pki_call_via */
+	bool test_fail; /* PK_ENV_TRACE_TEST_DLOPEN_FAIL: hooking fails (tests) */
+} C;
+
+/*
+ * dl_lock: see the file comment.  Guards D and every struct dlo, and is
+ * held across the real calls.  dl_inside marks the thread that holds it.
+ */
+static pthread_mutex_t dl_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool dl_inside __attribute__((tls_model("initial-exec")));
+static __thread bool dl_fork_locked __attribute__((tls_model("initial-exec")));
+static struct {
+	struct dlo **v;
+	size_t n, cap;
+	uint32_t next_id;
+	unsigned long long adds, subs; /* loader counters at the last dl_sync */
+	bool warned;
+} D;
+
+/* Read by dlopen_entry.S: nonzero once trace mode hooked PROG. */
+bool agent_dl_on;
+void *(*agent_dl_real_dlopen)(const char *, int);
+static int (*real_dlclose)(void *);
+
+void *agent_dlopen(const char *file, int mode, unsigned long caller);
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static void resolve(void)
+{
+	if (!__atomic_load_n(&agent_dl_real_dlopen, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&agent_dl_real_dlopen,
+				 (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen"),
+				 __ATOMIC_RELEASE);
+	if (!__atomic_load_n(&real_dlclose, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&real_dlclose, (int (*)(void *))dlsym(RTLD_NEXT, "dlclose"),
+				 __ATOMIC_RELEASE);
+}
+
+/* Before PROG's code runs, so that dlopen() is a plain jump from the start. */
+__attribute__((constructor)) static void dl_resolve(void)
+{
+	resolve();
+}
+
+/* Once per process: the first failure to hook a library (write(2): PROG's stdio untouched). */
+__attribute__((format(printf, 1, 2))) static void report_once(const char *fmt, ...)
+{
+	char msg[PATH_MAX + 256];
+	va_list ap;
+	int n;
+
+	if (D.warned)
+		return;
+	D.warned = true;
+	n = snprintf(msg, sizeof(msg), "probekit: ");
+	va_start(ap, fmt);
+	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (write(STDERR_FILENO, msg, strlen(msg)) < 0)
+		return; /* nowhere else to say it */
+}
+
+/* Split a newline-separated list in place into @v (as trace.c does). */
+static size_t split(char *list, char **v)
+{
+	size_t n = 0;
+	char *save = NULL, *tok;
+
+	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < MAX_GLOBS;
+	     tok = strtok_r(NULL, "\n", &save))
+		v[n++] = tok;
+	return n;
+}
+
+/* The -f/-N rule of trace.c's pick_site(). */
+static bool wanted(const char *name)
+{
+	bool in = !C.nf;
+	size_t i;
+
+	for (i = 0; i < C.nf && !in; i++)
+		in = !fnmatch(C.f[i], name, 0);
+	for (i = 0; in && i < C.nn; i++)
+		if (!fnmatch(C.n[i], name, 0))
+			return false;
+	return in;
+}
+
+/* ---- calling the real dlopen as PROG's caller ------------------------------- */
+
+struct via {
+	unsigned long addr;	/* the caller */
+	bool started;		/* the main program, listed first, was seen */
+	unsigned long ret;	/* out: a ret byte in the object holding addr */
+	unsigned long main_ret; /* out: one in the main program */
+};
+
+static int via_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct via *v = data;
+	bool first = !v->started;
+	int i;
+
+	(void)size;
+	v->started = true;
+	for (i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		unsigned long lo = info->dlpi_addr + ph->p_vaddr, r;
+		bool has = v->addr >= lo && v->addr - lo < ph->p_memsz;
+
+		if (ph->p_type != PT_LOAD || (ph->p_flags & (PF_X | PF_R)) != (PF_X | PF_R))
+			continue;
+		if (!has && !(first && !v->main_ret))
+			continue;
+		r = pki_ret_byte_find((const void *)lo, ph->p_filesz);
+		if (first && !v->main_ret)
+			v->main_ret = r;
+		if (has && r) {
+			v->ret = r;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The real dlopen, seen by glibc as called from @caller's object (a caller
+ * outside any object, like JIT code, is the main program for glibc too).
+ * Under a CET shadow stack, or with no ret byte to go through, a plain
+ * call: glibc then sees the agent as the caller (RUNPATH and $ORIGIN of the
+ * agent, which has none).
+ */
+static void *real_dlopen_as(const char *file, int mode, unsigned long caller)
+{
+	struct via v = {.addr = caller};
+	void *(*fn)(const char *, int) = __atomic_load_n(&agent_dl_real_dlopen, __ATOMIC_ACQUIRE);
+
+	if (!fn)
+		return NULL;
+	if (!C.shstk) {
+		dl_iterate_phdr(via_cb, &v);
+		if (!v.ret)
+			v.ret = v.main_ret;
+	}
+	if (!v.ret)
+		return fn(file, mode);
+	return (void *)pki_call_via((void *)fn, (unsigned long)file, (unsigned long)mode, v.ret);
+}
+
+/* ---- our objects ------------------------------------------------------------- */
+
+/*
+ * The instance of @path at @base that is loaded, or (!@loaded) one that was
+ * and may be taken again: not one whose ops could not be taken off (the
+ * hook layer may still hold it).
+ */
+static struct dlo *__dlo_find(const char *path, unsigned long base, bool loaded)
+{
+	for (size_t i = 0; i < D.n; i++) {
+		struct dlo *d = D.v[i];
+
+		if (d->path == path && d->base == base && d->loaded == loaded &&
+		    (loaded || !d->registered))
+			return d;
+	}
+	return NULL;
+}
+
+static struct dlo *__dlo_new(const char *path, unsigned long base)
+{
+	struct dlo *d;
+
+	if (D.n == D.cap) {
+		size_t cap = D.cap ? 2 * D.cap : 16;
+		struct dlo **v = realloc(D.v, cap * sizeof(*v));
+
+		if (!v)
+			return NULL;
+		D.v = v;
+		D.cap = cap;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	d->path = path;
+	d->base = base;
+	D.v[D.n++] = d;
+	return d;
+}
+
+/* A new object's selection, collected while walking the site table. */
+struct fresh {
+	struct dlo *d;
+	bool reused; /* d was an unloaded instance at the same place */
+	size_t n, cap;
+	unsigned long *ips;
+	const char **names;
+};
+
+struct walk {
+	const struct pki_sym_object *obj; /* the object of the previous site */
+	struct fresh *cur;		  /* its selection, if it is new */
+	bool skip;			  /* known, or ours: ignore its sites */
+	bool hook_new;
+	struct fresh *fr;
+	size_t nfr, capfr;
+	int err;
+};
+
+static int walk_site(const struct pki_site *s, void *ctx)
+{
+	struct walk *w = ctx;
+	struct fresh *f;
+
+	if (s->obj != w->obj) {
+		const char *path = s->obj->path;
+		unsigned long base = s->obj->base;
+		struct dlo *d = __dlo_find(path, base, true);
+
+		w->obj = s->obj;
+		w->cur = NULL;
+		w->skip = true;
+		if (d) {
+			d->present = true;
+			return 0;
+		}
+		if (!w->hook_new || strstr(path, PK_AGENT_NAME))
+			return 0; /* ours: never hooked (trace.c skips it too) */
+		if (w->nfr == w->capfr) {
+			size_t cap = w->capfr ? 2 * w->capfr : 4;
+			struct fresh *v = realloc(w->fr, cap * sizeof(*v));
+
+			if (!v)
+				return w->err = -ENOMEM;
+			w->fr = v;
+			w->capfr = cap;
+		}
+		f = &w->fr[w->nfr];
+		*f = (struct fresh){0};
+		f->d = __dlo_find(path, base, false);
+		f->reused = f->d != NULL;
+		if (!f->d)
+			f->d = __dlo_new(path, base);
+		if (!f->d)
+			return w->err = -ENOMEM;
+		f->d->present = true;
+		w->nfr++;
+		w->cur = f;
+		w->skip = false;
+	}
+	if (w->skip || !wanted(s->name))
+		return 0;
+	f = w->cur;
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 64;
+		unsigned long *ips = realloc(f->ips, cap * sizeof(*ips));
+		const char **names = ips ? realloc(f->names, cap * sizeof(*names)) : NULL;
+
+		if (ips)
+			f->ips = ips;
+		if (!names)
+			return w->err = -ENOMEM;
+		f->names = names;
+		f->cap = cap;
+	}
+	f->ips[f->n] = s->ip;
+	f->names[f->n++] = s->name;
+	return 0;
+}
+
+/* Is the object holding @ip in the base namespace?  Its dli_fbase in @fbase. */
+static bool in_base_namespace(unsigned long ip, uint64_t *fbase)
+{
+	struct link_map *lm = NULL;
+	Lmid_t ns = -1;
+	Dl_info di;
+
+	if (!dladdr1((void *)ip, &di, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+		return false;
+	*fbase = (uint64_t)(uintptr_t)di.dli_fbase;
+	return !dlinfo(lm, RTLD_DI_LMID, &ns) && ns == LM_ID_BASE;
+}
+
+/* OBJECT and SYMBOL records of @d (normal context, any thread: trace.h). */
+static int __dlo_records(const struct dlo *d)
+{
+	int err = pki_trace_object_add(d->id, d->fbase, d->path);
+
+	for (size_t i = 0; i < d->nips && !err; i++)
+		err = pki_trace_symbol_add(d->ips[i], d->id, d->names[i]);
+	return err;
+}
+
+static int __dlo_register(struct dlo *d)
+{
+	int err;
+
+	memset(&d->ops, 0, sizeof(d->ops));
+	d->ops.func = C.func;
+	d->ops.flags = C.flags;
+	d->ops.filter.ips = d->ips;
+	d->ops.filter.nips = d->nips;
+	err = pk_ops_register(&d->ops);
+	d->registered = !err;
+	return err;
+}
+
+/* Take the selection @f for its object: records, then hooks.  Normal context. */
+static void __dlo_hook(struct fresh *f)
+{
+	struct dlo *d = f->d;
+	bool same = f->reused && d->id && d->nips == f->n &&
+		    !memcmp(d->ips, f->ips, f->n * sizeof(*f->ips)) &&
+		    !memcmp(d->names, f->names, f->n * sizeof(*f->names));
+	uint64_t fbase = 0;
+	int err;
+
+	d->loaded = true;
+	d->untraced = false;
+	if (!f->n) {
+		d->untraced = true; /* nothing selected: just known */
+		return;
+	}
+	if (!in_base_namespace(f->ips[0], &fbase)) {
+		d->untraced = true; /* dlmopen()'s: not ours to trace */
+		return;
+	}
+	if (!same) {
+		free(d->ips);
+		free(d->names);
+		d->ips = f->ips;
+		d->names = f->names;
+		d->nips = f->n;
+		f->ips = NULL;
+		f->names = NULL;
+		d->id = D.next_id++;
+		d->fbase = fbase;
+		/*
+		 * Records before hooks: no event can carry these functions'
+		 * addresses before their SYMBOL records are in the file.
+		 */
+		err = __dlo_records(d);
+		if (err == -EBADF) {
+			d->id = 0; /* no session (any more): nothing to record into */
+			d->untraced = true;
+			return;
+		}
+		if (err) {
+			report_once("cannot trace %s (loaded by dlopen): trace records: %s\n",
+				    d->path, strerror(-err));
+			d->untraced = true;
+			return;
+		}
+	}
+	err = C.test_fail ? -EIO : __dlo_register(d);
+	if (err) {
+		report_once("cannot trace %s (loaded by dlopen): hooking its %zu functions: %s\n",
+			    d->path, d->nips, strerror(-err));
+		d->untraced = true;
+	}
+}
+
+/* dl_iterate_phdr's counters of objects ever loaded and unloaded. */
+struct counters {
+	unsigned long long adds, subs;
+};
+
+static int counters_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct counters *c = data;
+
+	if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
+		c->adds = info->dlpi_adds;
+		c->subs = info->dlpi_subs;
+	}
+	return 1;
+}
+
+/*
+ * Bring our objects up to date with the loaded ones (see the file comment):
+ * hook the new ones if @hook_new, drop the ones that left, hook again the
+ * ones whose ops dlclose took off but which stayed.  dl_lock held, the
+ * loader's lock not held.
+ */
+static void __dl_sync(bool hook_new)
+{
+	struct counters c = {0};
+	struct walk w = {.hook_new = hook_new};
+	size_t i;
+	int err;
+
+	dl_iterate_phdr(counters_cb, &c);
+	if (c.adds && c.adds == D.adds && c.subs == D.subs)
+		goto rehook; /* nothing loaded or unloaded since */
+	err = pk_sites_refresh();
+	if (err) {
+		report_once("cannot trace libraries loaded by dlopen: site table: %s\n",
+			    strerror(-err));
+		goto rehook;
+	}
+	for (i = 0; i < D.n; i++)
+		D.v[i]->present = false;
+	pki_sites_read_lock();
+	pki_sites_match(NULL, walk_site, &w);
+	pki_sites_read_unlock();
+	if (w.err)
+		report_once("cannot trace libraries loaded by dlopen: %s\n", strerror(-w.err));
+	/* Gone: the refresh made the hook layer forget their sites (file comment). */
+	for (i = 0; i < D.n; i++) {
+		struct dlo *d = D.v[i];
+
+		if (!d->loaded || d->present)
+			continue;
+		d->loaded = false;
+		if (d->registered && !pk_ops_unregister(&d->ops))
+			d->registered = false;
+	}
+	for (i = 0; i < w.nfr; i++) {
+		if (!w.err)
+			__dlo_hook(&w.fr[i]);
+		else if (!w.fr[i].d->loaded)
+			w.fr[i].d->present = false; /* not taken: retried at the next sync */
+		free(w.fr[i].ips);
+		free(w.fr[i].names);
+	}
+	free(w.fr);
+	if (!w.err) {
+		D.adds = c.adds;
+		D.subs = c.subs;
+	}
+rehook:
+	for (i = 0; i < D.n; i++) {
+		struct dlo *d = D.v[i];
+
+		if (!d->loaded || d->at_start || d->untraced || d->registered || !d->nips)
+			continue;
+		err = __dlo_register(d);
+		if (err) {
+			report_once("cannot trace %s again after dlclose: %s\n", d->path,
+				    strerror(-err));
+			d->untraced = true;
+		}
+	}
+}
+
+/* ---- the wrappers ------------------------------------------------------------ */
+
+/* dlopen_entry.S jumps here unless it could go straight to the real dlopen. */
+void *agent_dlopen(const char *file, int mode, unsigned long caller)
+{
+	void *h;
+	int saved;
+
+	resolve();
+	if (!__atomic_load_n(&agent_dl_on, __ATOMIC_ACQUIRE) || dl_inside || !file ||
+	    (mode & RTLD_NOLOAD) || !__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE))
+		return real_dlopen_as(file, mode, caller);
+	pthread_mutex_lock(&dl_lock);
+	dl_inside = true;
+	h = real_dlopen_as(file, mode, caller);
+	if (h) {
+		saved = errno;
+		__dl_sync(true);
+		errno = saved;
+	}
+	dl_inside = false;
+	pthread_mutex_unlock(&dl_lock);
+	return h;
+}
+
+/* The loaded object of @h that carries an ops of ours, if any. */
+static struct dlo *__dlo_of_handle(void *h)
+{
+	struct link_map *lm = NULL;
+
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) || !lm || !lm->l_name)
+		return NULL;
+	for (size_t i = 0; i < D.n; i++) {
+		struct dlo *d = D.v[i];
+
+		if (d->loaded && d->registered && d->base == lm->l_addr &&
+		    !strcmp(d->path, lm->l_name))
+			return d;
+	}
+	return NULL;
+}
+
+PK_EXPORT int dlclose(void *h)
+{
+	struct dlo *d;
+	int ret, saved;
+
+	resolve();
+	if (!real_dlclose)
+		return -1;
+	if (!__atomic_load_n(&agent_dl_on, __ATOMIC_ACQUIRE) || dl_inside)
+		return real_dlclose(h);
+	pthread_mutex_lock(&dl_lock);
+	dl_inside = true;
+	/* Step 1 (file comment): off before the text may go. */
+	d = __dlo_of_handle(h);
+	if (d && !pk_ops_unregister(&d->ops))
+		d->registered = false;
+	ret = real_dlclose(h);
+	saved = errno;
+	__dl_sync(__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE));
+	errno = saved;
+	dl_inside = false;
+	pthread_mutex_unlock(&dl_lock);
+	return ret;
+}
+
+/* ---- start and fork ---------------------------------------------------------- */
+
+static void dl_fork_prepare(void)
+{
+	if (dl_inside)
+		return; /* fork() from a constructor inside our own dlopen */
+	pthread_mutex_lock(&dl_lock);
+	dl_fork_locked = true;
+}
+
+static void dl_fork_parent(void)
+{
+	if (!dl_fork_locked)
+		return;
+	dl_fork_locked = false;
+	pthread_mutex_unlock(&dl_lock);
+}
+
+/*
+ * After trace.c's child handler opened the child's own file (handlers run
+ * in registration order): the records of the libraries loaded so far.
+ */
+static void dl_fork_child(void)
+{
+	for (size_t i = 0; __atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE) && i < D.n; i++) {
+		const struct dlo *d = D.v[i];
+
+		if (d->loaded && d->id)
+			__dlo_records(d);
+	}
+	dl_fork_parent();
+}
+
+static int start_site(const struct pki_site *s, void *ctx)
+{
+	const struct pki_sym_object **last = ctx;
+	struct dlo *d;
+
+	if (s->obj == *last)
+		return 0;
+	*last = s->obj;
+	d = __dlo_new(s->obj->path, s->obj->base);
+	if (!d)
+		return -ENOMEM;
+	d->loaded = d->at_start = d->untraced = true;
+	return 0;
+}
+
+void agent_dl_config(void)
+{
+	C.test_fail = getenv(PK_ENV_TRACE_TEST_DLOPEN_FAIL) != NULL;
+}
+
+int agent_dl_start(const struct agent_dl_conf *conf)
+{
+	const struct pki_sym_object *last = NULL;
+	struct counters c = {0};
+	int err;
+
+	C.fbuf = conf->funcs ? strdup(conf->funcs) : NULL;
+	C.nbuf = conf->notrace ? strdup(conf->notrace) : NULL;
+	if ((conf->funcs && !C.fbuf) || (conf->notrace && !C.nbuf))
+		return -ENOMEM;
+	C.nf = split(C.fbuf, C.f);
+	C.nn = split(C.nbuf, C.n);
+	C.func = conf->func;
+	C.flags = conf->flags;
+	C.shstk = pki_fgraph_shstk();
+	D.next_id = conf->next_object;
+	/* The objects trace.c saw: known, never hooked here. */
+	dl_iterate_phdr(counters_cb, &c);
+	err = pk_sites_refresh();
+	if (err)
+		return err;
+	pki_sites_read_lock();
+	err = pki_sites_match(NULL, start_site, &last);
+	pki_sites_read_unlock();
+	if (err)
+		return err;
+	D.adds = c.adds;
+	D.subs = c.subs;
+	err = pthread_atfork(dl_fork_prepare, dl_fork_parent, dl_fork_child);
+	if (err)
+		return -err;
+	__atomic_store_n(&agent_dl_on, true, __ATOMIC_RELEASE);
+	return 0;
+}

@@ -225,10 +225,13 @@ static bool have(const char *prog)
 	return system(cmd) == 0;
 }
 
-/* One leaf: the four lines and the ratio; false if a tool that must run failed. */
+/*
+ * One leaf: the four lines and the ratio; false if a tool that must run
+ * failed.  @no_uftrace: why the peer is not run, or NULL to run it.
+ */
 static bool workload(const char *self, const char *prog, const char *tfile, const char *udir,
 		     const char *nbuf, unsigned long calls, unsigned long work, int runs,
-		     bool uftrace)
+		     const char *no_uftrace)
 {
 	char ncalls[32], nwork[32];
 	unsigned long long lost = 0;
@@ -249,7 +252,7 @@ static bool workload(const char *self, const char *prog, const char *tfile, cons
 
 		plain = best(a_plain, calls, runs, NULL);
 		pk = best(a_pk, calls, runs, &lost);
-		if (uftrace)
+		if (!no_uftrace)
 			uf = best(a_uf, calls, runs, NULL);
 	}
 	if (work)
@@ -271,9 +274,8 @@ static bool workload(const char *self, const char *prog, const char *tfile, cons
 	if (uf >= 0)
 		printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace", uf - plain, uf);
 	else
-		printf("%12s: not measured (uftrace not installed or failed; apt-get install "
-		       "uftrace)\n",
-		       "uftrace");
+		printf("%12s: not measured (%s)\n", "uftrace",
+		       no_uftrace ? no_uftrace : "uftrace record failed");
 	if (uf > plain && pk > plain)
 		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
 		       (uf - plain) / (pk - plain));
@@ -288,6 +290,7 @@ int bench_trace(int argc, char **argv)
 	    {"calls", required_argument, NULL, 'n'},
 	    {"runs", required_argument, NULL, 'r'},
 	    {"work", required_argument, NULL, 'w'},
+	    {"no-uftrace", no_argument, NULL, 'U'},
 	    {"prog", required_argument, NULL, 'p'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -295,7 +298,8 @@ int bench_trace(int argc, char **argv)
 	char self[PATH_MAX], prog[PATH_MAX + 32], nbuf[32], tdir[] = "/tmp/probekit-bench-XXXXXX";
 	char tfile[sizeof(tdir) + 16], udir[sizeof(tdir) + 16];
 	unsigned long calls = 1000000, work = 32;
-	bool ok, uftrace;
+	const char *no_uftrace = NULL;
+	bool ok;
 	int c, runs = 3;
 	ssize_t len;
 
@@ -311,19 +315,24 @@ int bench_trace(int argc, char **argv)
 		case 'w':
 			work = cli_parse_ulong("--work", optarg);
 			break;
+		case 'U':
+			no_uftrace = "--no-uftrace";
+			break;
 		case 'p':
 			snprintf(prog, sizeof(prog), "%s", optarg);
 			break;
 		case 'h':
 			printf("usage: probekit bench trace [--calls N] [--runs R] [--work K] "
-			       "[--prog TRACE_DEMO]\n\n"
+			       "[--no-uftrace] [--prog TRACE_DEMO]\n\n"
 			       "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
 			       "examples/trace_demo --bench N (N calls of a leaf function timed by\n"
 			       "the program itself, one thread); best of R runs each.  Two leaves:\n"
 			       "an almost empty one (the worst case), and one doing K dependent\n"
 			       "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
 			       "reading the TSC and storing an event at entry and exit costs alone\n"
-			       "(no hook): no tracer that timestamps every call can add less.\n");
+			       "(no hook): no tracer that timestamps every call can add less.\n"
+			       "--no-uftrace leaves the peer out (it is also left out when it is\n"
+			       "not installed).\n");
 			return 0;
 		default:
 			return cli_usage_error("bench trace: bad option");
@@ -352,15 +361,16 @@ int bench_trace(int argc, char **argv)
 	/* Room for every event: the figure is the cost of recording, not of losing. */
 	snprintf(nbuf, sizeof(nbuf), "%lu",
 		 calls * 2 + 4096 < (1ul << 26) ? calls * 2 + 4096 : 1ul << 26);
-	uftrace = have("uftrace");
+	if (!no_uftrace && !have("uftrace"))
+		no_uftrace = "not installed; apt-get install uftrace";
 
 	printf("# Running 'trace/trace' benchmark:\n");
 	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n",
 	       prog, calls, calls, runs);
 	fflush(stdout);
-	ok = workload(self, prog, tfile, udir, nbuf, calls, 0, runs, uftrace);
+	ok = workload(self, prog, tfile, udir, nbuf, calls, 0, runs, no_uftrace);
 	if (ok && work)
-		ok = workload(self, prog, tfile, udir, nbuf, calls, work, runs, uftrace);
+		ok = workload(self, prog, tfile, udir, nbuf, calls, work, runs, no_uftrace);
 	{
 		char cmd[sizeof(tdir) + 16];
 

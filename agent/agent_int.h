@@ -67,6 +67,12 @@ char *const *agent_child_env(char *const envp[], struct agent_envbuf *b);
  */
 bool agent_trace_start(void);
 
+/* At most this many -f and as many -N globs are used. */
+#define AGENT_MAX_GLOBS 64
+
+/* Split a newline-separated glob list in place into @v (at most AGENT_MAX_GLOBS); the count. */
+size_t agent_split_globs(char *list, char **v);
+
 /* What dlopen.c needs to trace the libraries PROG loads later. */
 struct agent_dl_conf {
 	const char *funcs, *notrace; /* the -f / -N globs, newline-separated, or NULL */

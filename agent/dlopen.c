@@ -94,7 +94,6 @@
 #include "trace/trace.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
-#define MAX_GLOBS 64
 
 /* One loaded instance of an object with sites: path and load bias. */
 struct dlo {
@@ -116,7 +115,7 @@ struct dlo {
 /* Written before agent_dl_on is set; read by the wrappers. */
 static struct {
 	char *fbuf, *nbuf;
-	char *f[MAX_GLOBS], *n[MAX_GLOBS];
+	char *f[AGENT_MAX_GLOBS], *n[AGENT_MAX_GLOBS];
 	size_t nf, nn;
 	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	unsigned long flags;
@@ -181,18 +180,6 @@ __attribute__((format(printf, 1, 2))) static void report_once(const char *fmt, .
 	va_end(ap);
 	if (write(STDERR_FILENO, msg, strlen(msg)) < 0)
 		return; /* nowhere else to say it */
-}
-
-/* Split a newline-separated list in place into @v (as trace.c does). */
-static size_t split(char *list, char **v)
-{
-	size_t n = 0;
-	char *save = NULL, *tok;
-
-	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < MAX_GLOBS;
-	     tok = strtok_r(NULL, "\n", &save))
-		v[n++] = tok;
-	return n;
 }
 
 /* The -f/-N rule of trace.c's pick_site(). */
@@ -696,8 +683,8 @@ int agent_dl_start(const struct agent_dl_conf *conf)
 	C.nbuf = conf->notrace ? strdup(conf->notrace) : NULL;
 	if ((conf->funcs && !C.fbuf) || (conf->notrace && !C.nbuf))
 		return -ENOMEM;
-	C.nf = split(C.fbuf, C.f);
-	C.nn = split(C.nbuf, C.n);
+	C.nf = agent_split_globs(C.fbuf, C.f);
+	C.nn = agent_split_globs(C.nbuf, C.n);
 	C.func = conf->func;
 	C.flags = conf->flags;
 	C.shstk = pki_fgraph_shstk();

@@ -64,7 +64,6 @@
 #include "trace/trace.h"
 
 #define PK_EXPORT  __attribute__((visibility("default")))
-#define MAX_GLOBS  64
 #define BUF_EVENTS (1u << 18) /* per thread: 4 MiB, ~5 ms of a busy thread */
 
 struct tsym {
@@ -158,13 +157,12 @@ void agent_trace_config(void)
 		strcpy(T.agent, di.dli_fname);
 }
 
-/* Split a newline-separated list in place into @v; returns the count. */
-static size_t split(char *list, char **v)
+size_t agent_split_globs(char *list, char **v)
 {
 	size_t n = 0;
 	char *save = NULL, *tok;
 
-	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < MAX_GLOBS;
+	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < AGENT_MAX_GLOBS;
 	     tok = strtok_r(NULL, "\n", &save))
 		v[n++] = tok;
 	return n;
@@ -173,9 +171,9 @@ static size_t split(char *list, char **v)
 /* ---- which sites ------------------------------------------------------------ */
 
 struct pick {
-	char *f[MAX_GLOBS], *n[MAX_GLOBS];
+	char *f[AGENT_MAX_GLOBS], *n[AGENT_MAX_GLOBS];
 	size_t nf, nn;
-	bool fmatched[MAX_GLOBS];
+	bool fmatched[AGENT_MAX_GLOBS];
 	size_t total, cap;
 	int err;
 };
@@ -306,11 +304,11 @@ bool agent_trace_start(void)
 			      "use --entry-only to record function entries without durations");
 	if (T.exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
-	/* split() cuts its list: the originals are passed on at exec. */
+	/* agent_split_globs() cuts its list: the originals are passed on at exec. */
 	fcopy = T.funcs ? strdup(T.funcs) : NULL;
 	ncopy = T.notrace ? strdup(T.notrace) : NULL;
-	p.nf = split(fcopy, p.f);
-	p.nn = split(ncopy, p.n);
+	p.nf = agent_split_globs(fcopy, p.f);
+	p.nn = agent_split_globs(ncopy, p.n);
 	n = pk_sites_foreach(pick_site, &p);
 	if (n < 0)
 		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));

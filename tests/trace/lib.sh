@@ -1,6 +1,9 @@
-# Shared by the probekit trace test scripts (sourced).  Needs $pk (the
-# command) and $tmp (a scratch directory, the current one); the caller
-# defines nothing else.  Sets pass/fail and rc.
+# Shared by the probekit trace test scripts, sourced once their arguments are
+# absolute paths ($pk, the command, among them): makes the scratch directory
+# $tmp (removed at exit) and enters it.  Sets pass/fail and rc.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
 # Sanitizer builds: their runtime must be preloaded before the agent.
 if [[ -n ${PKT_SAN_PRELOAD:-} ]]; then export LD_PRELOAD=$PKT_SAN_PRELOAD; else unset LD_PRELOAD; fi
 pass=0 fail=0

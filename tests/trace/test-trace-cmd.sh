@@ -8,9 +8,6 @@
 # usage: test-trace-cmd.sh PROBEKIT TRACE_DEMO NO_SITES_PROG AGENT
 set -uo pipefail
 pk=$(realpath "$1") demo=$(realpath "$2") nosites=$(realpath "$3") agent=$(realpath "$4")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 # 1. The demo: 4 threads, ~200k calls.  Output identical to a plain run;

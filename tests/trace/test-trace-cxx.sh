@@ -9,9 +9,6 @@
 # usage: test-trace-cxx.sh PROBEKIT THROW_DEMO
 set -uo pipefail
 pk=$(realpath "$1") demo=$(realpath "$2")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 "$demo" >plain.out 2>plain.err

@@ -14,9 +14,6 @@
 # usage: test-trace-dlopen.sh PROBEKIT DLOPEN_DEMO
 set -uo pipefail
 pk=$(realpath "$1") demo=$(realpath "$2")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp" || exit 1
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 "$demo" >plain.out 2>plain.err

@@ -188,6 +188,15 @@ counts "$two" >got
 want out trace_demo >exp
 check "execveat: counts after execveat" "[[ -s exp ]] && diff -u exp got"
 
+# 5d. posix_spawn() from a thread with a 48 KiB stack, execv() from a
+#    handler on a 16 KiB signal stack, each with PROT_NONE below: the
+#    wrappers must not need more stack than glibc's own functions.
+"$demo" --small-stacks >plain.out
+run -o small.trace -- "$demo" --small-stacks
+check "small stacks: rc $rc" "[[ $rc == 0 ]]"
+check "small stacks: stdout" "cmp -s out plain.out"
+check "small stacks: the exec'd program traced" "[[ -n \$(ls small.trace.*.1 2>/dev/null) ]]"
+
 # 6. longjmp out of 6 traced frames: they are closed as unwound, counts exact.
 run -o jmp.trace -- "$demo" --longjmp
 check "longjmp: rc $rc" "[[ $rc == 0 ]]"

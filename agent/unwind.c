@@ -36,6 +36,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "trace/fgraph.h"
@@ -106,19 +107,23 @@ PK_EXPORT __attribute__((noinline)) int _Unwind_Backtrace(unwind_trace_fn fn, vo
 /*
  * glibc's backtrace() lists the frames from its caller's on, which here is
  * this wrapper: it is asked for one more and the first is dropped, so the
- * program gets exactly what it gets untraced.
+ * program gets exactly what it gets untraced.  Crash handlers call it from
+ * a signal handler, perhaps one that interrupted malloc(): a buffer larger
+ * than the local one is mapped, never allocated (mmap() is a plain system
+ * call); the local one is small, as the signal stack may be.
  */
 PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 {
 	unsigned long cfa = CALLER_CFA();
-	void *local[256], **all = local;
+	void *local[64], **all = local;
+	size_t len = ((size_t)size + 1) * sizeof(*all);
 	int n;
 
 	if (size <= 0)
 		return 0;
 	if ((size_t)size + 1 > sizeof(local) / sizeof(local[0])) {
-		all = malloc(((size_t)size + 1) * sizeof(*all));
-		if (!all)
+		all = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (all == MAP_FAILED)
 			return 0; /* what glibc's gives when it cannot unwind */
 	}
 	pki_fgraph_unwind_begin(cfa);
@@ -127,6 +132,6 @@ PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 	n = n > 0 ? n - 1 : 0;
 	memcpy(buf, all + 1, (size_t)n * sizeof(*buf));
 	if (all != local)
-		free(all);
+		munmap(all, len);
 	return n;
 }

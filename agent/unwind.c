@@ -17,6 +17,11 @@
  *    the handler's frame.  The frames between the throw and the handler get
  *    their exit event now; the frames above get the trampoline back.
  *  - _Unwind_Backtrace and backtrace(): begin, walk, end.
+ *  - pthread_exit(): begin, and no end: glibc unwinds the thread with
+ *    _Unwind_ForcedUnwind, which it calls through a pointer of its own (no
+ *    symbol to wrap), so the frames must be put back before.  The thread
+ *    ends; its shadow stack goes with it, and the frames removed get no exit
+ *    event (the report counts them as calls still open).
  *
  * Cleanups (destructors) that run during the unwinding call traced
  * functions normally: they push and pop above the entries of the unwind.
@@ -26,9 +31,13 @@
  * These are interposed by symbol (the agent is preloaded): a program or
  * library that links libgcc's unwinder or libstdc++ statically unwinds
  * without them, and a throw across a traced frame still terminates it; the
- * README says so.  glibc's pthread_cancel/pthread_exit unwinding does not go
- * through them either; it stops at the trampoline and ends the thread, as
- * without cleanups (fgraph.h).
+ * README says so.  A thread that pthread_cancel() ends unwinds from inside
+ * glibc (a cancellation point, or its signal handler), where nothing can be
+ * wrapped: the unwinding stops at the first trampoline (the return address
+ * of the innermost traced frame) and the thread ends there, without running
+ * the C++ destructors and -fexceptions cleanups of that frame's callers
+ * (pthread_cleanup_push handlers of C code built without -fexceptions still
+ * run).  README and probekit.1 say so.
  *
  * The real functions are looked up at their first call (libgcc_s and
  * libstdc++ may be loaded after the agent, or never).  Normal context only.
@@ -134,4 +143,11 @@ PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 	if (all != local)
 		munmap(all, len);
 	return n;
+}
+
+PK_EXPORT __attribute__((noinline, noreturn)) void pthread_exit(void *value)
+{
+	pki_fgraph_unwind_begin(CALLER_CFA());
+	REAL(pthread_exit, void (*)(void *))(value);
+	__builtin_unreachable();
 }

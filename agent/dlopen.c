@@ -55,6 +55,10 @@
  * calling dlopen while another thread is inside ours would wait for
  * dl_lock under the loader's lock, which the other thread needs.
  *
+ * Bypassed: a dlopen() that does not resolve to ours (a library loaded
+ * after the agent that looks it up with dlsym(RTLD_NEXT)): what it loads
+ * is hooked at the next dl_sync, i.e. the next dlopen/dlclose through us.
+ *
  * Not traced: objects in another link-map namespace (dlmopen(): their own
  * libc does not call us, and we leave them alone, even when a dlopen of
  * ours finds them); code that a library's constructors run inside the real

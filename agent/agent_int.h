@@ -37,9 +37,9 @@ void agent_shell_init(void);
 
 /*
  * The environment of a program this process starts: the caller's, plus the
- * agent's settings (trace mode), built in a struct agent_envbuf (about 45
- * KiB, on the caller's stack or allocated; no malloc inside, so a vfork
- * child may use it).  At most PK_ENVBUF_VARS variables are passed on; a
+ * agent's settings (trace mode), built in a struct agent_envbuf (about 57
+ * KiB: mapped or allocated, on the stack only in a vfork child; no malloc
+ * inside, so a vfork child may use it).  At most PK_ENVBUF_VARS variables are passed on; a
  * larger environment is passed as it is, and that program runs untraced.
  */
 #define PK_ENVBUF_VARS 4096

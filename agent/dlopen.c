@@ -55,6 +55,10 @@
  * calling dlopen while another thread is inside ours would wait for
  * dl_lock under the loader's lock, which the other thread needs.
  *
+ * Bypassed: a dlopen() that does not resolve to ours (a library loaded
+ * after the agent that looks it up with dlsym(RTLD_NEXT)): what it loads
+ * is hooked at the next dl_sync, i.e. the next dlopen/dlclose through us.
+ *
  * Not traced: objects in another link-map namespace (dlmopen(): their own
  * libc does not call us, and we leave them alone, even when a dlopen of
  * ours finds them); code that a library's constructors run inside the real
@@ -158,10 +162,13 @@ static void resolve(void)
 				 __ATOMIC_RELEASE);
 }
 
+static pid_t (*real_fork)(void);
+
 /* Before PROG's code runs, so that dlopen() is a plain jump from the start. */
 __attribute__((constructor)) static void dl_resolve(void)
 {
 	resolve();
+	__atomic_store_n(&real_fork, (pid_t(*)(void))dlsym(RTLD_NEXT, "fork"), __ATOMIC_RELEASE);
 }
 
 /* Once per process: the first failure to hook a library (write(2): PROG's stdio untouched). */
@@ -622,10 +629,57 @@ PK_EXPORT int dlclose(void *h)
 
 /* ---- start and fork ---------------------------------------------------------- */
 
+/*
+ * fork() holds dl_lock across the real fork, so the child never inherits D
+ * or the site table in mid-update.  It is taken here, before glibc runs any
+ * prepare handler, not in a prepare handler of ours: the lower layers
+ * register theirs lazily (the patch lock at the first patch, the grace
+ * period's locks at the first grace period), often after ours, and prepare
+ * handlers run in reverse order of registration.  Ours would then take
+ * dl_lock after their locks, while a thread in our dlopen/dlclose holds
+ * dl_lock and waits for those locks in __dl_sync: a deadlock.  Taking it
+ * first keeps the lock order of the file comment.  dl_fork_prepare() still
+ * takes it for a fork() that bypasses this symbol (a pointer from dlsym
+ * RTLD_NEXT); that order is then glibc's registration order.
+ * A fork() from a constructor inside our own dlopen (dl_inside) already
+ * holds it.  Not async-signal-safe while dl_lock may be held by the
+ * interrupted thread (glibc's fork runs handlers that lock, too).
+ */
+static __thread bool dl_fork_wrapped __attribute__((tls_model("initial-exec")));
+
+PK_EXPORT pid_t fork(void)
+{
+	pid_t (*fn)(void) = __atomic_load_n(&real_fork, __ATOMIC_ACQUIRE);
+	bool lock = __atomic_load_n(&agent_dl_on, __ATOMIC_ACQUIRE) && !dl_inside;
+	pid_t pid;
+	int saved;
+
+	if (!fn) {
+		fn = (pid_t(*)(void))dlsym(RTLD_NEXT, "fork");
+		if (!fn) {
+			errno = ENOSYS;
+			return -1;
+		}
+		__atomic_store_n(&real_fork, fn, __ATOMIC_RELEASE);
+	}
+	if (lock) {
+		pthread_mutex_lock(&dl_lock);
+		dl_fork_wrapped = true;
+	}
+	pid = fn(); /* child handlers run inside, dl_lock held (dl_fork_child) */
+	saved = errno;
+	if (lock) {
+		dl_fork_wrapped = false;
+		pthread_mutex_unlock(&dl_lock);
+	}
+	errno = saved;
+	return pid;
+}
+
 static void dl_fork_prepare(void)
 {
-	if (dl_inside)
-		return; /* fork() from a constructor inside our own dlopen */
+	if (dl_inside || dl_fork_wrapped)
+		return; /* a constructor inside our own dlopen, or fork() above: held */
 	pthread_mutex_lock(&dl_lock);
 	dl_fork_locked = true;
 }

@@ -43,7 +43,7 @@
  * settings come from trace.c's copy made before main().  Two locks, each
  * held briefly and never together except by the fork handlers below, which
  * take both around fork() so a child never inherits a list in mid-update.
- * Normal context only: these allocate (the environment buffer is ~45 KiB,
+ * Normal context only: these allocate (the environment buffer is ~57 KiB,
  * too much for the stack of an arbitrary thread) and take locks.
  */
 #include <dlfcn.h>

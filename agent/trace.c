@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -479,6 +480,49 @@ static int exec_call(const struct exec_req *r, char *const envp[])
 }
 
 /*
+ * The environment buffer (~57 KiB with the vector) is mapped, not put on
+ * the stack: the exec and spawn functions run on small thread stacks and
+ * on signal stacks (execve() is async-signal-safe), where glibc's own need
+ * a few hundred bytes; a frame this size would jump the guard page and
+ * write into whatever lies below.  mmap() is a plain system call, fine in a
+ * signal handler.  NULL (errno kept) if it cannot be mapped: the next
+ * program then runs untraced, as when its environment does not fit.
+ */
+static struct agent_envbuf *envbuf_map(void)
+{
+	int saved = errno;
+	void *p = mmap(NULL, sizeof(struct agent_envbuf), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	errno = saved;
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void envbuf_unmap(struct agent_envbuf *b)
+{
+	int saved = errno;
+
+	if (b)
+		munmap(b, sizeof(*b));
+	errno = saved;
+}
+
+/*
+ * A vfork child (or a raw clone() child) shares our memory: a mapping made
+ * there would stay in this process after its exec succeeds, once per child.
+ * It builds the environment on its stack, which is the parent's: the one
+ * case where the wrapper needs the buffer's size of stack (README).  Not
+ * inlined, so the other callers' frames stay small.
+ */
+static __attribute__((noinline)) int exec_shared_child(const struct exec_req *r, char *const envp[])
+{
+	struct agent_envbuf b;
+	char *const *env = env_for_next(envp, false, &b);
+
+	return exec_call(r, env ? env : envp); /* too large to rewrite: run it untraced */
+}
+
+/*
  * Every exec wrapper: the agent's settings into the new program's
  * environment, and in this process (not in a vfork child, which shares our
  * memory but is not the process the trace describes) END the trace file
@@ -489,11 +533,14 @@ static int do_exec(const struct exec_req *r, char *const envp[])
 {
 	bool same = getpid() == T.pid; /* else a vfork child */
 	char *const *env = envp;
-	struct agent_envbuf b;
+	struct agent_envbuf *b = NULL;
 	int ret, saved;
 
 	if (T.follow && (same || T.children) && (envp || r->kind != EX_FD)) {
-		env = env_for_next(envp, same, &b);
+		if (!same)
+			return exec_shared_child(r, envp);
+		b = envbuf_map();
+		env = b ? env_for_next(envp, same, b) : NULL;
 		if (!env)
 			env = envp; /* too large to rewrite: run it untraced */
 	}
@@ -503,6 +550,7 @@ static int do_exec(const struct exec_req *r, char *const envp[])
 	saved = errno;
 	if (same && T.session)
 		pki_trace_exec_failed();
+	envbuf_unmap(b);
 	errno = saved;
 	return ret;
 }
@@ -609,22 +657,31 @@ char *const *agent_child_env(char *const envp[], struct agent_envbuf *b)
 	return env ? env : envp;
 }
 
+/* posix_spawn(p): the buffer mapped, not on the stack (see envbuf_map()). */
 PK_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	struct agent_envbuf b;
+	struct agent_envbuf *b;
+	int ret;
 
 	if (!real.posix_spawn)
 		return ENOSYS;
-	return real.posix_spawn(pid, path, fa, attr, argv, agent_child_env(envp, &b));
+	b = agent_follows_children() ? envbuf_map() : NULL;
+	ret = real.posix_spawn(pid, path, fa, attr, argv, b ? agent_child_env(envp, b) : envp);
+	envbuf_unmap(b);
+	return ret;
 }
 
 PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-	struct agent_envbuf b;
+	struct agent_envbuf *b;
+	int ret;
 
 	if (!real.posix_spawnp)
 		return ENOSYS;
-	return real.posix_spawnp(pid, file, fa, attr, argv, agent_child_env(envp, &b));
+	b = agent_follows_children() ? envbuf_map() : NULL;
+	ret = real.posix_spawnp(pid, file, fa, attr, argv, b ? agent_child_env(envp, b) : envp);
+	envbuf_unmap(b);
+	return ret;
 }

@@ -17,6 +17,11 @@
  *    the handler's frame.  The frames between the throw and the handler get
  *    their exit event now; the frames above get the trampoline back.
  *  - _Unwind_Backtrace and backtrace(): begin, walk, end.
+ *  - pthread_exit(): begin, and no end: glibc unwinds the thread with
+ *    _Unwind_ForcedUnwind, which it calls through a pointer of its own (no
+ *    symbol to wrap), so the frames must be put back before.  The thread
+ *    ends; its shadow stack goes with it, and the frames removed get no exit
+ *    event (the report counts them as calls still open).
  *
  * Cleanups (destructors) that run during the unwinding call traced
  * functions normally: they push and pop above the entries of the unwind.
@@ -26,9 +31,13 @@
  * These are interposed by symbol (the agent is preloaded): a program or
  * library that links libgcc's unwinder or libstdc++ statically unwinds
  * without them, and a throw across a traced frame still terminates it; the
- * README says so.  glibc's pthread_cancel/pthread_exit unwinding does not go
- * through them either; it stops at the trampoline and ends the thread, as
- * without cleanups (fgraph.h).
+ * README says so.  A thread that pthread_cancel() ends unwinds from inside
+ * glibc (a cancellation point, or its signal handler), where nothing can be
+ * wrapped: the unwinding stops at the first trampoline (the return address
+ * of the innermost traced frame) and the thread ends there, without running
+ * the C++ destructors and -fexceptions cleanups of that frame's callers
+ * (pthread_cleanup_push handlers of C code built without -fexceptions still
+ * run).  README and probekit.1 say so.
  *
  * The real functions are looked up at their first call (libgcc_s and
  * libstdc++ may be loaded after the agent, or never).  Normal context only.
@@ -36,6 +45,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "trace/fgraph.h"
@@ -106,19 +116,23 @@ PK_EXPORT __attribute__((noinline)) int _Unwind_Backtrace(unwind_trace_fn fn, vo
 /*
  * glibc's backtrace() lists the frames from its caller's on, which here is
  * this wrapper: it is asked for one more and the first is dropped, so the
- * program gets exactly what it gets untraced.
+ * program gets exactly what it gets untraced.  Crash handlers call it from
+ * a signal handler, perhaps one that interrupted malloc(): a buffer larger
+ * than the local one is mapped, never allocated (mmap() is a plain system
+ * call); the local one is small, as the signal stack may be.
  */
 PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 {
 	unsigned long cfa = CALLER_CFA();
-	void *local[256], **all = local;
+	void *local[64], **all = local;
+	size_t len = ((size_t)size + 1) * sizeof(*all);
 	int n;
 
 	if (size <= 0)
 		return 0;
 	if ((size_t)size + 1 > sizeof(local) / sizeof(local[0])) {
-		all = malloc(((size_t)size + 1) * sizeof(*all));
-		if (!all)
+		all = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (all == MAP_FAILED)
 			return 0; /* what glibc's gives when it cannot unwind */
 	}
 	pki_fgraph_unwind_begin(cfa);
@@ -127,6 +141,13 @@ PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 	n = n > 0 ? n - 1 : 0;
 	memcpy(buf, all + 1, (size_t)n * sizeof(*buf));
 	if (all != local)
-		free(all);
+		munmap(all, len);
 	return n;
+}
+
+PK_EXPORT __attribute__((noinline, noreturn)) void pthread_exit(void *value)
+{
+	pki_fgraph_unwind_begin(CALLER_CFA());
+	REAL(pthread_exit, void (*)(void *))(value);
+	__builtin_unreachable();
 }

@@ -22,6 +22,11 @@
  *   trace_demo --fexecve                    failed fexecve/execveat, then runs
  *                                           itself with fexecve, which runs it
  *                                           again with execveat
+ *   trace_demo --small-stacks               posix_spawn() from a thread with a
+ *                                           48 KiB stack, then execv() of itself
+ *                                           from a signal handler on a 16 KiB
+ *                                           alternate stack (each with 256 KiB
+ *                                           of PROT_NONE below it)
  *   trace_demo --longjmp                    longjmp out of traced frames
  *   trace_demo --deep N                     recursion N + 1 frames deep
  *   trace_demo --bench N [--work K]         one thread, N leaf calls; prints
@@ -42,6 +47,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -330,6 +337,69 @@ static int run_fexecve(char **argv, bool second)
 	return 1;
 }
 
+/*
+ * Small stacks, with room for what glibc needs and no more: the agent's
+ * exec and spawn wrappers must not need more stack than glibc's functions.
+ * Anything written below the stack faults on the PROT_NONE area.
+ */
+#define GUARDED_BELOW (256 * 1024)
+
+static char *guarded_stack(size_t size)
+{
+	char *m = mmap(NULL, GUARDED_BELOW + size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (m == MAP_FAILED || mprotect(m + GUARDED_BELOW, size, PROT_READ | PROT_WRITE))
+		abort();
+	return m + GUARDED_BELOW;
+}
+
+static char **small_argv;
+
+static void *demo_spawner(void *arg)
+{
+	char *args[] = {"true", NULL};
+	pid_t pid;
+	int rc, st = -1;
+
+	(void)arg;
+	rc = posix_spawnp(&pid, "true", NULL, NULL, args, environ);
+	if (!rc)
+		waitpid(pid, &st, 0);
+	printf("small stack: posix_spawnp %d, status %d\n", rc, st);
+	return NULL;
+}
+
+static void demo_exec_handler(int sig)
+{
+	char *args[] = {small_argv[0], "--threads", "1", "--iters", "1", NULL};
+
+	(void)sig;
+	execv("/proc/self/exe", args);
+	_exit(1);
+}
+
+static int run_small_stacks(char **argv)
+{
+	size_t size = 48 * 1024;
+	stack_t ss = {.ss_size = 16 * 1024};
+	struct sigaction sa = {.sa_handler = demo_exec_handler, .sa_flags = SA_ONSTACK};
+	pthread_attr_t attr;
+	pthread_t th;
+
+	small_argv = argv;
+	pthread_attr_init(&attr);
+	pthread_attr_setstack(&attr, guarded_stack(size), size);
+	pthread_create(&th, &attr, demo_spawner, NULL);
+	pthread_join(th, NULL);
+	fflush(stdout);
+	ss.ss_sp = guarded_stack(ss.ss_size);
+	sigaltstack(&ss, NULL);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	raise(SIGUSR1);
+	return 1;
+}
+
 static void run_threads(int n)
 {
 	pthread_t th[64];
@@ -389,6 +459,8 @@ int main(int argc, char **argv)
 			return run_shell_threads();
 		} else if (!strcmp(argv[i], "--fexecve") || !strcmp(argv[i], "--execveat")) {
 			return run_fexecve(argv, !strcmp(argv[i], "--execveat"));
+		} else if (!strcmp(argv[i], "--small-stacks")) {
+			return run_small_stacks(argv);
 		} else if (!strcmp(argv[i], "--longjmp")) {
 			if (!setjmp(jb))
 				demo_jump(5);

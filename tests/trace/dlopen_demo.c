@@ -14,6 +14,11 @@
  * The plugin counts its own calls; the program prints them, summed over
  * the loads, as "calls NAME N" lines after "dlopen_demo: N calls" (the
  * child's after "child: N calls"), and exits with status 3.
+ *
+ * --fork-race: a thread loads, calls and unloads the plugin 200 times while
+ * main forks 200 children (each exits at once); prints "fork race: done"
+ * and exits 0.  A fork during a dlopen or dlclose must neither deadlock nor
+ * leave the child a half-updated state.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -122,6 +127,38 @@ __attribute__((noinline, noreturn)) static void child(struct plug *p)
 	exit(0);
 }
 
+static void *reloader(void *arg)
+{
+	struct plug p;
+
+	for (int i = 0; i < 200; i++) {
+		load(&p);
+		calls(&p, 10);
+		if (dlclose(p.h))
+			die("dlclose");
+	}
+	return arg;
+}
+
+static int fork_race(void)
+{
+	pthread_t t;
+	pid_t pid;
+
+	if (pthread_create(&t, NULL, reloader, NULL))
+		exit(1);
+	for (int i = 0; i < 200; i++) {
+		pid = fork();
+		if (pid == 0)
+			_exit(0);
+		if (pid < 0 || waitpid(pid, NULL, 0) != pid)
+			exit(1);
+	}
+	pthread_join(t, NULL);
+	printf("fork race: done\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	bool fork_child = argc > 1 && !strcmp(argv[1], "--fork");
@@ -129,6 +166,8 @@ int main(int argc, char **argv)
 	struct plug p;
 	pid_t pid;
 
+	if (argc > 1 && !strcmp(argv[1], "--fork-race"))
+		return fork_race();
 	pthread_barrier_init(&bar, NULL, 2);
 	/* A */
 	load(&p);

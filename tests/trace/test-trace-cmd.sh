@@ -3,11 +3,11 @@
 # counts ("calls NAME N"): the report's counts must be exactly those; every
 # entry has its exit; a crash, fork children, exec, system() and popen()
 # children, fexecve/execveat, longjmp, too-deep
-# recursion; PROG's stdout and exit status unchanged; the errors.
+# recursion, backtrace() in a signal handler; PROG's stdout and exit status unchanged; the errors.
 #
-# usage: test-trace-cmd.sh PROBEKIT TRACE_DEMO NO_SITES_PROG AGENT
+# usage: test-trace-cmd.sh PROBEKIT TRACE_DEMO NO_SITES_PROG AGENT BT_SIGNAL
 set -uo pipefail
-pk=$(realpath "$1") demo=$(realpath "$2") nosites=$(realpath "$3") agent=$(realpath "$4")
+pk=$(realpath "$1") demo=$(realpath "$2") nosites=$(realpath "$3") agent=$(realpath "$4") btsig=$(realpath "$5")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 # 1. The demo: 4 threads, ~200k calls.  Output identical to a plain run;
@@ -187,6 +187,22 @@ check "fexecve: counts after fexecve" "[[ -s exp ]] && diff -u exp got"
 counts "$two" >got
 want out trace_demo >exp
 check "execveat: counts after execveat" "[[ -s exp ]] && diff -u exp got"
+
+# 5d. posix_spawn() from a thread with a 48 KiB stack, execv() from a
+#    handler on a 16 KiB signal stack, each with PROT_NONE below: the
+#    wrappers must not need more stack than glibc's own functions.
+"$demo" --small-stacks >plain.out
+run -o small.trace -- "$demo" --small-stacks
+check "small stacks: rc $rc" "[[ $rc == 0 ]]"
+check "small stacks: stdout" "cmp -s out plain.out"
+check "small stacks: the exec'd program traced" "[[ -n \$(ls small.trace.*.1 2>/dev/null) ]]"
+
+# 5e. backtrace(buf, 1000) in a handler on a signal stack, below traced
+#    frames: the same depth as untraced, and no malloc() in the handler.
+"$btsig" >plain.out
+run -o bt.trace -- "$btsig"
+check "backtrace in a handler: rc $rc" "[[ $rc == 0 ]]"
+check "backtrace in a handler: stdout" "cmp -s out plain.out"
 
 # 6. longjmp out of 6 traced frames: they are closed as unwound, counts exact.
 run -o jmp.trace -- "$demo" --longjmp

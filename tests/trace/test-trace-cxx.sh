@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # probekit trace against tests/trace/throw_demo (C++): exceptions thrown
 # through traced frames (plain, rethrown, nested in a destructor during the
-# unwinding, std::rethrow_exception, 60 frames deep, on 3 threads) and
-# backtrace() from traced frames.  The program must behave exactly as
+# unwinding, std::rethrow_exception, 60 frames deep, on 3 threads),
+# backtrace() and pthread_exit() from traced frames.  The program must behave exactly as
 # untraced (its output includes its backtrace depth), the report's counts
 # must be the program's own, and every entry must have its exit.
 #
@@ -46,6 +46,15 @@ check "uncaught: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc && $rc == 134 ]]"
 check "uncaught: terminate message" "grep -q \"terminate called after throwing an instance of 'int'\" err"
 check "uncaught: ended by signal 6" "$pk report unc.trace 2>/dev/null | grep -q 'ended by signal 6'"
 check "uncaught: cx_deep frames recorded" "[[ \$(counts unc.trace cx_deep) == 'cx_deep 6' ]]"
+
+# pthread_exit() 3 traced frames deep: glibc's forced unwinding must run
+# their destructors (one releases a mutex) exactly as untraced.
+"$demo" --pthread-exit >plain.out 2>plain.err
+plain_rc=$?
+run -o pexit.trace -- "$demo" --pthread-exit
+check "pthread_exit: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc && $rc == 0 ]]"
+check "pthread_exit: destructors ran, mutex released" \
+	"cmp -s out plain.out && grep -q 'mutex released: yes' out"
 
 echo "trace_cxx: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -9,7 +9,8 @@
 # exit; PROG's output and exit status are unchanged; a fork child's file
 # names the plugin's functions; -f selects plugin functions that are not
 # loaded at start; a -f glob nobody matches is reported after the run; a
-# library that cannot be hooked runs untraced, with one message.
+# library that cannot be hooked runs untraced, with one message; fork()
+# while another thread loads and unloads the plugin does not deadlock.
 #
 # usage: test-trace-dlopen.sh PROBEKIT DLOPEN_DEMO
 set -uo pipefail
@@ -93,6 +94,25 @@ check "hook failure: one message" \
 	"[[ \$(grep -c '^probekit: cannot trace .*/libpkplug[a-z]*.so (loaded by dlopen): hooking its [0-9]* functions: Input/output error$' err) == 1 && \$(grep -vc '^probekit: wrote' err) == 1 ]]"
 check "hook failure: plugin untraced" "[[ -z \$(counts fail.trace plug_) ]]"
 check "hook failure: host traced" "$pk report --raw fail.trace | grep -q ' main \[dlopen_demo\]$'"
+
+# 7. fork() on one thread while another loads and unloads the plugin 200
+#    times: no deadlock (the lower layers' fork handlers, registered after
+#    the agent's, used to take their locks before dl_lock), with every
+#    function traced from the start and with only the plugin's, hooked
+#    later.  A deadlock shows as rc 124 (killed after 60 s).  KNOWN OPEN
+#    BUG, not asserted here: in this race the parent sometimes dies of
+#    SIGSEGV (1 run in 4 to 10: a dlclose calls a destructor at the
+#    plugin's load address, or main's text reads as zeros).  It needs
+#    fork() racing dlopen/dlclose, with functions of the program AND of the
+#    plugin hooked (-f 'plug_*' alone or -N 'plug_*' never fail), with or
+#    without text aliases (PROBEKIT_TEXT_ALIAS=0), with or without exit
+#    tracing.  Assert rc 0 and the output once it is fixed.
+for sel in all plug; do
+	if [[ $sel == all ]]; then args=(); else args=(-f 'plug_*'); fi
+	timeout 60 "$pk" trace --no-children "${args[@]}" -o race.trace -- "$demo" --fork-race >out 2>err
+	rc=$?
+	check "fork race ($sel): rc $rc (124: deadlock)" "[[ $rc != 124 ]]"
+done
 
 echo "trace_dlopen: $pass passed, $fail failed"
 [[ $fail == 0 ]]

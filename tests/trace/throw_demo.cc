@@ -8,6 +8,9 @@
  *
  *   throw_demo              every pattern below, on 3 threads at once
  *   throw_demo --uncaught   a throw nobody catches (std::terminate, SIGABRT)
+ *   throw_demo --pthread-exit  a thread calls pthread_exit() 3 traced frames
+ *                           deep: their destructors must run (one unlocks a
+ *                           mutex the main thread then takes)
  *
  * Patterns: a throw through three frames with destructors that call traced
  * functions; `throw;` from a catch(...) in the middle; a throw inside a
@@ -146,6 +149,42 @@ FN int cx_bt(int n)
 	return backtrace(frames, 64);
 }
 
+/* pthread_exit() from inside traced frames: each frame's destructor runs. */
+struct say {
+	const char *what;
+	~say() { printf("destructor of %s\n", what); }
+};
+
+static pthread_mutex_t held = PTHREAD_MUTEX_INITIALIZER;
+
+struct unlocker {
+	~unlocker() { pthread_mutex_unlock(&held); }
+};
+
+FN void cx_exit_inner(void)
+{
+	say s{"cx_exit_inner"};
+
+	pthread_exit(nullptr);
+}
+
+FN void cx_exit_outer(void)
+{
+	unlocker u;
+	say s{"cx_exit_outer"};
+
+	pthread_mutex_lock(&held);
+	cx_exit_inner();
+}
+
+FN void *cx_exit_thread(void *)
+{
+	say s{"cx_exit_thread"};
+
+	cx_exit_outer();
+	return nullptr;
+}
+
 static void *worker(void *arg)
 {
 	unsigned long caught = 0;
@@ -179,6 +218,12 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--uncaught")) {
 		cx_catch(0);
 		cx_deep(5); /* nobody catches an int: std::terminate() */
+		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--pthread-exit")) {
+		pthread_create(&th[0], nullptr, cx_exit_thread, nullptr);
+		pthread_join(th[0], nullptr);
+		printf("mutex released: %s\n", pthread_mutex_trylock(&held) ? "no" : "yes");
 		return 0;
 	}
 	depth = cx_bt(4);

@@ -493,6 +493,52 @@ START_TEST(dlclose_of_patched_library)
 }
 END_TEST
 
+/*
+ * fork() after dlclose() of a patched library: its alias is stale, and the
+ * parent's fork handler must not map the old text back over what now lives
+ * in that range (here a page of ours with a marker; in a program, the next
+ * library the loader put there).
+ */
+START_TEST(fork_after_dlclose_leaves_range_alone)
+{
+	unsigned long page_addr;
+	int (*one)(int);
+	struct pki_poke p;
+	uint8_t *page;
+	pid_t pid;
+	void *h;
+	int st;
+
+	h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(h, "dlopen: %s", dlerror());
+	one = (int (*)(int))dlsym(h, "pkt_dl_one");
+	ck_assert_ptr_nonnull(one);
+	p = poke_to((void *)one, stub_near((unsigned long)one), NULL);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(one(1), 2);
+	page_addr = (unsigned long)one & ~4095ul;
+	ck_assert_int_eq(dlclose(h), 0);
+	page = mmap((void *)page_addr, 4096, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (page == MAP_FAILED) {
+		/* Still mapped (something else holds the library): nothing to check. */
+		ck_assert(dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_NOLOAD) || errno == EEXIST);
+		return;
+	}
+	memset(page, 0x5a, 4096);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(page[0] == 0x5a ? 0 : 1);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_msg(page[0] == 0x5a && page[4095] == 0x5a,
+		      "the parent's page at %#lx was replaced at fork", page_addr);
+	ck_assert(!pki_text_poke_dead());
+	munmap(page, 4096);
+}
+END_TEST
+
 /* --- threads hammering a site flipped 100,000 times -------------------------- */
 
 #define WORKERS 4
@@ -592,6 +638,7 @@ int main(void)
 	tcase_add_test(tc, wx_in_proc_maps);
 	tcase_add_test(tc, fork_parent_and_child_independent);
 	tcase_add_test(tc, dlclose_of_patched_library);
+	tcase_add_test(tc, fork_after_dlclose_leaves_range_alone);
 	suite_add_tcase(s, tc);
 
 	tcase_add_checked_fixture(stress, setup, NULL);

@@ -361,9 +361,35 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create)
  */
 int pki_alias_fork_prepare(void)
 {
+	struct pki_maps maps;
+	const struct pki_map *m;
 	size_t i;
 	int err;
 
+	/*
+	 * Only live aliases: one whose object was unmapped (dlclose) stays in
+	 * the table until something notices, and placing its copy would map
+	 * stale text over whatever the loader has put in that range since (a
+	 * library loaded again, its symbol tables).  The kernel's view decides,
+	 * as before a batch.  The mappings cannot change between here and the
+	 * parent handler by our doing (poke_lock is held), nor by the loader
+	 * when fork() is called through the agent, which holds its dlopen lock
+	 * across it.
+	 */
+	err = pki_maps_read(&maps);
+	if (err)
+		return err;
+	for (i = 0; i < nr_alias;) {
+		m = pki_maps_find(&maps, alias[i].start);
+		if (m && is_ours(&alias[i], m)) {
+			i++;
+			continue;
+		}
+		pki_debug("text alias %#lx-%#lx: mapping gone, alias dropped before fork\n",
+			  alias[i].start, alias[i].end);
+		drop(&alias[i]);
+	}
+	pki_maps_free(&maps);
 	for (i = 0; i < nr_alias; i++) {
 		struct alias *a = &alias[i], *c = malloc(sizeof(*c));
 

@@ -214,7 +214,23 @@ static unsigned long env_ulong(const char *name)
 }
 
 /*
- * Remove every PROBEKIT_* variable and our entry in LD_PRELOAD, so that PROG
+ * The library's own settings, which the user puts in PROG's environment for
+ * the library inside the agent (README): they stay, for the library reads
+ * them when it first patches, after this cleaning, and for PROG's children.
+ */
+static bool user_setting(const char *var)
+{
+	static const char *const keep[] = {"PROBEKIT_TEXT_ALIAS=", "PROBEKIT_TRACE_CLOCK="};
+
+	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+		if (!strncmp(var, keep[i], strlen(keep[i])))
+			return true;
+	return false;
+}
+
+/*
+ * Remove the agent's PROBEKIT_* variables (not the library settings above)
+ * and our entry in LD_PRELOAD, so that PROG
  * sees the environment the user gave and its children are not traced (see
  * the policy in agent.h).  Runs in the constructor: no other thread yet.
  *
@@ -242,7 +258,7 @@ static void env_clean(void)
 				sprintf(pre, "LD_PRELOAD=%s", saved);
 		}
 	for (i = 0; environ[i]; i++) {
-		if (!strncmp(environ[i], "PROBEKIT_", 9))
+		if (!strncmp(environ[i], "PROBEKIT_", 9) && !user_setting(environ[i]))
 			continue;
 		if (!strncmp(environ[i], "LD_PRELOAD=", 11)) {
 			if (pre)

@@ -29,6 +29,8 @@
  *                                           of PROT_NONE below it)
  *   trace_demo --longjmp                    longjmp out of traced frames
  *   trace_demo --deep N                     recursion N + 1 frames deep
+ *   trace_demo --maps                       prints "aliased N": its text mappings
+ *                                           that the patcher moved to a memfd
  *   trace_demo --bench N [--work K]         one thread, N leaf calls; prints
  *                                           "work_ns T calls C" (its own timing);
  *                                           with K > 0 the leaf is demo_body,
@@ -467,6 +469,19 @@ int main(int argc, char **argv)
 			demo_fib(3);
 			add_counts();
 			print_counts("longjmp");
+			return 0;
+		} else if (!strcmp(argv[i], "--maps")) {
+			/* How many text mappings the patcher moved to its memfds. */
+			char line[512];
+			FILE *f = fopen("/proc/self/maps", "r");
+			int n = 0;
+
+			demo_leaf(1);
+			while (f && fgets(line, sizeof(line), f))
+				n += strstr(line, "/memfd:probekit:") != NULL;
+			if (f)
+				fclose(f);
+			printf("aliased %d\n", n);
 			return 0;
 		} else if (!strcmp(argv[i], "--deep") && i + 1 < argc) {
 			demo_deep(strtoul(argv[++i], NULL, 0));

@@ -204,6 +204,13 @@ run -o bt.trace -- "$btsig"
 check "backtrace in a handler: rc $rc" "[[ $rc == 0 ]]"
 check "backtrace in a handler: stdout" "cmp -s out plain.out"
 
+# 5d. The library's settings in PROG's environment reach the library inside
+#     the agent: PROBEKIT_TEXT_ALIAS=0 keeps the text on its file mapping.
+run -o maps.trace -- "$demo" --maps
+check "text alias: on by default ($(cat out))" "grep -Eq '^aliased [1-9]' out"
+PROBEKIT_TEXT_ALIAS=0 run -o maps.trace -- "$demo" --maps
+check "text alias: PROBEKIT_TEXT_ALIAS=0 honoured ($(cat out))" "grep -qx 'aliased 0' out"
+
 # 6. longjmp out of 6 traced frames: they are closed as unwound, counts exact.
 run -o jmp.trace -- "$demo" --longjmp
 check "longjmp: rc $rc" "[[ $rc == 0 ]]"

@@ -23,6 +23,18 @@ run() {
 	"$pk" trace "$@" >out 2>err
 	rc=$?
 }
+# vs_plain LABEL TRACE PROG ARGS...: PROG ARGS run plain (plain.out,
+# plain.err, plain_rc), then traced into TRACE (out, err, rc); checks that
+# the exit status and stdout are the plain run's.
+vs_plain() {
+	local label=$1 file=$2
+	shift 2
+	"$@" >plain.out 2>plain.err
+	plain_rc=$?
+	run -o "$file" -- "$@"
+	check "$label: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc ]]"
+	check "$label: stdout differs from a plain run" "cmp -s out plain.out"
+}
 # counts FILE [PREFIX]: "NAME N" lines of the report, sorted (only the
 # functions whose name starts with PREFIX, default demo_, which the
 # programs count themselves).

@@ -213,6 +213,17 @@ static unsigned long env_ulong(const char *name)
 	return v ? strtoul(v, NULL, 0) : 0;
 }
 
+void *agent_next(void **cache, const char *name)
+{
+	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+
+	if (!fn) {
+		fn = dlsym(RTLD_NEXT, name);
+		__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
+	}
+	return fn;
+}
+
 /*
  * The library's own settings, which the user puts in PROG's environment for
  * the library inside the agent (README): they stay, for the library reads

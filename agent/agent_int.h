@@ -67,6 +67,15 @@ char *const *agent_child_env(char *const envp[], struct agent_envbuf *b);
  */
 bool agent_trace_start(void);
 
+/*
+ * The definition of @name that the agent's own one hides (libc's,
+ * libgcc_s's), looked up with dlsym(RTLD_NEXT) at the first call and kept
+ * in *@cache; NULL if there is none.  Any thread may call it at any time
+ * (a wrapper may run in another library's constructor, before ours):
+ * racing threads store the same value.
+ */
+void *agent_next(void **cache, const char *name);
+
 /* At most this many -f and as many -N globs are used. */
 #define AGENT_MAX_GLOBS 64
 

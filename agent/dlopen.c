@@ -153,13 +153,8 @@ void *agent_dlopen(const char *file, int mode, unsigned long caller);
 
 static void resolve(void)
 {
-	if (!__atomic_load_n(&agent_dl_real_dlopen, __ATOMIC_ACQUIRE))
-		__atomic_store_n(&agent_dl_real_dlopen,
-				 (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen"),
-				 __ATOMIC_RELEASE);
-	if (!__atomic_load_n(&real_dlclose, __ATOMIC_ACQUIRE))
-		__atomic_store_n(&real_dlclose, (int (*)(void *))dlsym(RTLD_NEXT, "dlclose"),
-				 __ATOMIC_RELEASE);
+	agent_next((void **)&agent_dl_real_dlopen, "dlopen");
+	agent_next((void **)&real_dlclose, "dlclose");
 }
 
 static pid_t (*real_fork)(void);
@@ -168,7 +163,7 @@ static pid_t (*real_fork)(void);
 __attribute__((constructor)) static void dl_resolve(void)
 {
 	resolve();
-	__atomic_store_n(&real_fork, (pid_t(*)(void))dlsym(RTLD_NEXT, "fork"), __ATOMIC_RELEASE);
+	agent_next((void **)&real_fork, "fork");
 }
 
 /* Once per process: the first failure to hook a library (write(2): PROG's stdio untouched). */
@@ -649,18 +644,14 @@ static __thread bool dl_fork_wrapped __attribute__((tls_model("initial-exec")));
 
 PK_EXPORT pid_t fork(void)
 {
-	pid_t (*fn)(void) = __atomic_load_n(&real_fork, __ATOMIC_ACQUIRE);
+	pid_t (*fn)(void) = (pid_t(*)(void))agent_next((void **)&real_fork, "fork");
 	bool lock = __atomic_load_n(&agent_dl_on, __ATOMIC_ACQUIRE) && !dl_inside;
 	pid_t pid;
 	int saved;
 
 	if (!fn) {
-		fn = (pid_t(*)(void))dlsym(RTLD_NEXT, "fork");
-		if (!fn) {
-			errno = ENOSYS;
-			return -1;
-		}
-		__atomic_store_n(&real_fork, fn, __ATOMIC_RELEASE);
+		errno = ENOSYS;
+		return -1;
 	}
 	if (lock) {
 		pthread_mutex_lock(&dl_lock);

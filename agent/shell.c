@@ -46,7 +46,6 @@
  * Normal context only: these allocate (the environment buffer is ~57 KiB,
  * too much for the stack of an arbitrary thread) and take locks.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -105,20 +104,8 @@ static void fork_done(void)
 	pthread_mutex_unlock(&S.lock);
 }
 
-/*
- * glibc's functions.  Resolved by the constructor, or by the first call if
- * that comes earlier (another library's constructor): every thread stores
- * the same value, atomically.
- */
-#define REAL(fn)                                                                                   \
-	({                                                                                         \
-		__typeof__(real.fn) f_ = __atomic_load_n(&real.fn, __ATOMIC_RELAXED);              \
-		if (!f_) {                                                                         \
-			f_ = (__typeof__(real.fn))dlsym(RTLD_NEXT, #fn);                           \
-			__atomic_store_n(&real.fn, f_, __ATOMIC_RELAXED);                          \
-		}                                                                                  \
-		f_;                                                                                \
-	})
+/* glibc's functions, resolved by the constructor or by the first call if that comes earlier. */
+#define REAL(fn) ((__typeof__(real.fn))agent_next((void **)&real.fn, #fn))
 
 void agent_shell_init(void)
 {

@@ -42,12 +42,12 @@
  * The real functions are looked up at their first call (libgcc_s and
  * libstdc++ may be loaded after the agent, or never).  Normal context only.
  */
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "agent_int.h"
 #include "trace/fgraph.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
@@ -59,23 +59,19 @@ typedef int (*unwind_trace_fn)(struct _Unwind_Context *, void *);
 /* The caller's stack pointer before it called us: the frames at or above it are the live ones. */
 #define CALLER_CFA() ((unsigned long)__builtin_dwarf_cfa())
 
+/* agent_next(), for functions whoever called us linked: missing cannot happen, nor go on. */
 static void *real(void **cache, const char *name)
 {
 	static const char msg[] = "probekit: the agent cannot find the real ";
-	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+	void *fn = agent_next(cache, name);
 
-	if (fn)
-		return fn;
-	fn = dlsym(RTLD_NEXT, name);
 	if (!fn) {
-		/* Whoever called us linked it: this cannot happen, and cannot go on. */
 		if (write(2, msg, sizeof(msg) - 1) < 0 || write(2, name, strlen(name)) < 0 ||
 		    write(2, "\n", 1) < 0) {
 			/* nothing else to do */
 		}
 		abort();
 	}
-	__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
 	return fn;
 }
 

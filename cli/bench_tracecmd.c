@@ -92,19 +92,32 @@ static __attribute__((noinline, noclone)) unsigned long plain_leaf(unsigned long
 	return x * 2654435761u ^ (x >> 7);
 }
 
+/* The entry event (its own TSC read) of @fn: the slot pair its exit fills. */
+static inline __attribute__((always_inline)) struct floor_ev *floor_enter(const void *fn)
+{
+	struct floor_ev *e = &floor_buf[floor_head];
+
+	e[0].ts = pki_arch_tsc_read();
+	e[0].word = (uintptr_t)fn << 2;
+	return e;
+}
+
+static inline __attribute__((always_inline)) void floor_exit(struct floor_ev *e, const void *fn)
+{
+	e[1].ts = pki_arch_tsc_read();
+	e[1].word = (uintptr_t)fn << 2 | 1;
+	floor_head += 2;
+}
+
 /* The same with an entry and an exit event, each with its own TSC read. */
 static __attribute__((noinline, noclone)) unsigned long floor_leaf(unsigned long x)
 {
-	struct floor_ev *e = &floor_buf[floor_head];
+	struct floor_ev *e = floor_enter(floor_leaf);
 	unsigned long r;
 
-	e[0].ts = pki_arch_tsc_read();
-	e[0].word = (uintptr_t)floor_leaf << 2;
 	floor_cnt++;
 	r = x * 2654435761u ^ (x >> 7);
-	e[1].ts = pki_arch_tsc_read();
-	e[1].word = (uintptr_t)floor_leaf << 2 | 1;
-	floor_head += 2;
+	floor_exit(e, floor_leaf);
 	return r;
 }
 
@@ -119,16 +132,12 @@ static __attribute__((noinline, noclone)) unsigned long plain_body(unsigned long
 static __attribute__((noinline, noclone)) unsigned long floor_body(unsigned long x,
 								   unsigned long k)
 {
-	struct floor_ev *e = &floor_buf[floor_head];
+	struct floor_ev *e = floor_enter(floor_body);
 	unsigned long r;
 
-	e[0].ts = pki_arch_tsc_read();
-	e[0].word = (uintptr_t)floor_body << 2;
 	floor_cnt++;
 	r = demo_body_work(x, k);
-	e[1].ts = pki_arch_tsc_read();
-	e[1].word = (uintptr_t)floor_body << 2 | 1;
-	floor_head += 2;
+	floor_exit(e, floor_body);
 	return r;
 }
 

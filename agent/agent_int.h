@@ -79,8 +79,23 @@ void *agent_next(void **cache, const char *name);
 /* At most this many -f and as many -N globs are used. */
 #define AGENT_MAX_GLOBS 64
 
-/* Split a newline-separated glob list in place into @v (at most AGENT_MAX_GLOBS); the count. */
-size_t agent_split_globs(char *list, char **v);
+/* trace mode's function selection: the -f globs minus the -N globs. */
+struct agent_globs {
+	char *f[AGENT_MAX_GLOBS], *n[AGENT_MAX_GLOBS];
+	size_t nf, nn;
+};
+
+/*
+ * Fill @g from the newline-separated lists @funcs and @notrace (either may
+ * be NULL), which are cut in place and must outlive @g.
+ */
+void agent_globs_split(struct agent_globs *g, char *funcs, char *notrace);
+
+/*
+ * Is function @name selected (no -f, or one matches, and no -N matches)?
+ * @fmatched, if not NULL, gets true at the index of every -f that matches.
+ */
+bool agent_globs_want(const struct agent_globs *g, const char *name, bool *fmatched);
 
 /* What dlopen.c needs to trace the libraries PROG loads later. */
 struct agent_dl_conf {

@@ -76,7 +76,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
@@ -119,8 +118,7 @@ struct dlo {
 /* Written before agent_dl_on is set; read by the wrappers. */
 static struct {
 	char *fbuf, *nbuf;
-	char *f[AGENT_MAX_GLOBS], *n[AGENT_MAX_GLOBS];
-	size_t nf, nn;
+	struct agent_globs g;
 	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	unsigned long flags;
 	bool shstk;	/* CET shadow stack: no pki_call_via */
@@ -182,20 +180,6 @@ __attribute__((format(printf, 1, 2))) static void report_once(const char *fmt, .
 	va_end(ap);
 	if (write(STDERR_FILENO, msg, strlen(msg)) < 0)
 		return; /* nowhere else to say it */
-}
-
-/* The -f/-N rule of trace.c's pick_site(). */
-static bool wanted(const char *name)
-{
-	bool in = !C.nf;
-	size_t i;
-
-	for (i = 0; i < C.nf && !in; i++)
-		in = !fnmatch(C.f[i], name, 0);
-	for (i = 0; in && i < C.nn; i++)
-		if (!fnmatch(C.n[i], name, 0))
-			return false;
-	return in;
 }
 
 /* ---- calling the real dlopen as PROG's caller ------------------------------- */
@@ -360,7 +344,7 @@ static int walk_site(const struct pki_site *s, void *ctx)
 		w->cur = f;
 		w->skip = false;
 	}
-	if (w->skip || !wanted(s->name))
+	if (w->skip || !agent_globs_want(&C.g, s->name, NULL))
 		return 0;
 	f = w->cur;
 	if (f->n == f->cap) {
@@ -728,8 +712,7 @@ int agent_dl_start(const struct agent_dl_conf *conf)
 	C.nbuf = conf->notrace ? strdup(conf->notrace) : NULL;
 	if ((conf->funcs && !C.fbuf) || (conf->notrace && !C.nbuf))
 		return -ENOMEM;
-	C.nf = agent_split_globs(C.fbuf, C.f);
-	C.nn = agent_split_globs(C.nbuf, C.n);
+	agent_globs_split(&C.g, C.fbuf, C.nbuf);
 	C.func = conf->func;
 	C.flags = conf->flags;
 	C.shstk = pki_fgraph_shstk();

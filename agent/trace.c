@@ -158,7 +158,8 @@ void agent_trace_config(void)
 		strcpy(T.agent, di.dli_fname);
 }
 
-size_t agent_split_globs(char *list, char **v)
+/* Split a newline-separated list in place into @v; the count. */
+static size_t split(char *list, char **v)
 {
 	size_t n = 0;
 	char *save = NULL, *tok;
@@ -169,11 +170,33 @@ size_t agent_split_globs(char *list, char **v)
 	return n;
 }
 
+void agent_globs_split(struct agent_globs *g, char *funcs, char *notrace)
+{
+	g->nf = split(funcs, g->f);
+	g->nn = split(notrace, g->n);
+}
+
+bool agent_globs_want(const struct agent_globs *g, const char *name, bool *fmatched)
+{
+	bool in = !g->nf;
+	size_t i;
+
+	for (i = 0; i < g->nf && (fmatched || !in); i++)
+		if (!fnmatch(g->f[i], name, 0)) {
+			in = true;
+			if (fmatched)
+				fmatched[i] = true;
+		}
+	for (i = 0; in && i < g->nn; i++)
+		if (!fnmatch(g->n[i], name, 0))
+			return false;
+	return in;
+}
+
 /* ---- which sites ------------------------------------------------------------ */
 
 struct pick {
-	char *f[AGENT_MAX_GLOBS], *n[AGENT_MAX_GLOBS];
-	size_t nf, nn;
+	struct agent_globs g;
 	bool fmatched[AGENT_MAX_GLOBS];
 	size_t total, cap;
 	int err;
@@ -182,21 +205,12 @@ struct pick {
 static int pick_site(const struct pk_site *s, void *ctx)
 {
 	struct pick *p = ctx;
-	bool in = !p->nf;
-	size_t i;
 
 	if (strstr(s->object, PK_AGENT_NAME))
 		return 0; /* our own copy of the library */
 	p->total++;
-	for (i = 0; i < p->nf; i++)
-		if (!fnmatch(p->f[i], s->name, 0)) {
-			p->fmatched[i] = in = true;
-		}
-	if (!in)
+	if (!agent_globs_want(&p->g, s->name, p->fmatched))
 		return 0;
-	for (i = 0; i < p->nn; i++)
-		if (!fnmatch(p->n[i], s->name, 0))
-			return 0;
 	if (T.nips == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 1024;
 		unsigned long *ips = realloc(T.ips, cap * sizeof(*ips));
@@ -305,11 +319,10 @@ bool agent_trace_start(void)
 			      "use --entry-only to record function entries without durations");
 	if (T.exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
-	/* agent_split_globs() cuts its list: the originals are passed on at exec. */
+	/* agent_globs_split() cuts its lists: the originals are passed on at exec. */
 	fcopy = T.funcs ? strdup(T.funcs) : NULL;
 	ncopy = T.notrace ? strdup(T.notrace) : NULL;
-	p.nf = agent_split_globs(fcopy, p.f);
-	p.nn = agent_split_globs(ncopy, p.n);
+	agent_globs_split(&p.g, fcopy, ncopy);
 	n = pk_sites_foreach(pick_site, &p);
 	if (n < 0)
 		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
@@ -318,9 +331,9 @@ bool agent_trace_start(void)
 	 * loads later (dlopen.c): not an error here; the command warns after
 	 * the run about globs that no traced function matched.
 	 */
-	for (i = 0; i < p.nf; i++)
+	for (i = 0; i < p.g.nf; i++)
 		later |= !p.fmatched[i];
-	if (!p.total && !p.nf)
+	if (!p.total && !p.g.nf)
 		FAIL(initial,
 		     "no patchable function entries in PROG or its libraries: build PROG with "
 		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10); 'probekit sites "

@@ -126,6 +126,14 @@ static char *const *shell_env(struct agent_envbuf **b)
 	return *b ? agent_child_env(environ, *b) : environ;
 }
 
+/* `sh -c COMMAND` as glibc starts it (no "--"); posix_spawn()'s result. */
+static int spawn_shell(pid_t *pid, const posix_spawn_file_actions_t *fa,
+		       const posix_spawnattr_t *attr, const char *command, char *const env[])
+{
+	return REAL(posix_spawn)(pid, SHELL_PATH, fa, attr,
+				 (char *const[]){"sh", "-c", (char *)command, NULL}, env);
+}
+
 /* ---- system() ------------------------------------------------------------------ */
 
 /* The last system() call in progress puts SIGINT and SIGQUIT back. */
@@ -187,8 +195,7 @@ static int sys_run(const char *line)
 	posix_spawnattr_setsigdefault(&attr, &reset);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 	env = shell_env(&b);
-	ret = REAL(posix_spawn)(&pid, SHELL_PATH, NULL, &attr,
-				(char *const[]){"sh", "-c", (char *)line, NULL}, env);
+	ret = spawn_shell(&pid, NULL, &attr, line, env);
 	free(b);
 	posix_spawnattr_destroy(&attr);
 
@@ -238,10 +245,7 @@ static int pop_spawn(posix_spawn_file_actions_t *fa, int child_fd, const char *c
 	for (s = P.head; s; s = s->next)
 		if (s->fd != child_fd && posix_spawn_file_actions_addclose(fa, s->fd))
 			return -1; /* (an fd equal to child_fd is replaced by the dup2) */
-	return REAL(posix_spawn)(pid, SHELL_PATH, fa, NULL,
-				 (char *const[]){"sh", "-c", (char *)command, NULL}, env)
-		   ? -1
-		   : 0;
+	return spawn_shell(pid, fa, NULL, command, env) ? -1 : 0;
 }
 
 /* popen() proper; cancellation is disabled (it holds P.lock, and glibc's is no cancellation point).

@@ -47,10 +47,10 @@ TARGET long t_mul(long a, long b)
 /* clang-format off */
 MANY_FN(0) MANY_FN(1) MANY_FN(2) MANY_FN(3) MANY_FN(4) MANY_FN(5)
 MANY_FN(6) MANY_FN(7) MANY_FN(8) MANY_FN(9) MANY_FN(10) MANY_FN(11)
-/* clang-format on */
+    /* clang-format on */
 
-static int (*volatile many[MANY])(int) = {
-	many0, many1, many2, many3, many4, many5, many6, many7, many8, many9, many10, many11};
+    static int (*volatile many[MANY])(int) = {many0, many1, many2, many3, many4,  many5,
+					      many6, many7, many8, many9, many10, many11};
 
 /* A site holding one five-byte nop, as clang writes it. */
 long t_nop5(long a, long b);
@@ -66,6 +66,16 @@ __asm__(".text\n"
 static int (*volatile f_add)(int, int) = t_add;
 static long (*volatile f_mul)(long, long) = t_mul;
 static long (*volatile f_nop5)(long, long) = t_nop5;
+
+/*
+ * These cases test the INT3 protocol and the sled kick, which sleds take
+ * only when their relay is off (the relay is tested in test_patch_fast).
+ */
+static void setup_int3(void)
+{
+	setup();
+	pki_text_poke_disable = PKI_POKE_NO_RELAY;
+}
 
 static int prot_of(unsigned long addr)
 {
@@ -218,7 +228,7 @@ START_TEST(large_batch_mprotect_path)
 	int prot = prot_of(site_of(many[0])), i;
 
 	/* The old ways: no writable alias, INT3 protocol for every batch. */
-	pki_text_poke_disable = PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST;
+	pki_text_poke_disable |= PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST;
 
 	for (i = 0; i < MANY; i++)
 		p[i] = poke_to(many[i], stub_a, NULL);
@@ -268,7 +278,7 @@ START_TEST(int3_emulates_new_instruction)
 	size_t i;
 
 	/* call -> sled could take the single-store path: no INT3 to hit. */
-	pki_text_poke_disable = PKI_POKE_NO_FAST;
+	pki_text_poke_disable |= PKI_POKE_NO_FAST;
 	pki_text_poke_hook = call_from_hook;
 	for (i = 0; i < 2; i++) {
 		struct pki_poke p = poke_to(t_add, stub_a, NULL);
@@ -297,7 +307,7 @@ START_TEST(failure_rolls_back)
 	int prot = prot_of(site_of(t_add));
 	size_t i;
 
-	pki_text_poke_disable = PKI_POKE_NO_FAST;
+	pki_text_poke_disable |= PKI_POKE_NO_FAST;
 	pki_text_poke_hook = fail_hook;
 	for (i = 0; i < 3; i++) {
 		struct pki_poke p[2] = {poke_to(t_add, stub_a, NULL),
@@ -536,7 +546,7 @@ int main(void)
 	TCase *stress = tcase_create("stress");
 
 	pk_test_require_membarrier_sync_core();
-	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_checked_fixture(tc, setup_int3, NULL);
 	tcase_add_test(tc, sled_to_call_and_back);
 	tcase_add_test(tc, nop5_call_retarget_in_one_batch);
 	tcase_add_test(tc, mismatch_latches_off);
@@ -550,7 +560,7 @@ int main(void)
 	tcase_add_test_raise_signal(tc, foreign_sigtrap_default_action_kept, SIGTRAP);
 	suite_add_tcase(s, tc);
 
-	tcase_add_checked_fixture(stress, setup, NULL);
+	tcase_add_checked_fixture(stress, setup_int3, NULL);
 	tcase_set_timeout(stress, 30);
 	tcase_add_test(stress, stress_patch_while_calling);
 	suite_add_tcase(s, stress);

@@ -382,7 +382,7 @@ static int release_hook(enum pki_poke_stage stage)
 
 START_TEST(kick_moves_thread_out_of_sled)
 {
-	struct sigaction sa = {.sa_sigaction = tf_handler, .sa_flags = SA_SIGINFO};
+	struct sigaction sa = {.sa_sigaction = tf_handler, .sa_flags = SA_SIGINFO | SA_NODEFER};
 	struct pki_poke p = poke_to(t_mul, stub_b, NULL);
 	struct pki_poke_stats st;
 	pthread_t t;
@@ -409,6 +409,78 @@ START_TEST(kick_moves_thread_out_of_sled)
 	ck_assert_uint_eq(count(&count_a), 0);
 	ck_assert_int_eq(f_add(1, 2), 3);
 	ck_assert_uint_eq(count(&count_a), 1);
+}
+END_TEST
+
+/*
+ * H5: a thread that blocks the kick signal is never signalled; it is looked
+ * at again until it is seen asleep outside the sleds.  One that is busy for
+ * a while and then sleeps lets the batch through; one that never sleeps
+ * makes it fail after the timeout with every site as it was.
+ */
+static atomic_int h5_phase;
+static atomic_bool h5_forever;
+
+static void *h5_thread(void *arg)
+{
+	sigset_t kick;
+	struct timespec t0, now;
+
+	(void)arg;
+	sigemptyset(&kick);
+	sigaddset(&kick, SIGRTMAX - 1);
+	pthread_sigmask(SIG_BLOCK, &kick, NULL);
+	atomic_store(&h5_phase, 1);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do /* busy: never seen blocked in the kernel */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	while (atomic_load(&h5_forever) ||
+	       (now.tv_sec - t0.tv_sec) * 1000000000l + now.tv_nsec - t0.tv_nsec < 300000000l);
+	atomic_store(&h5_phase, 2);
+	while (atomic_load(&h5_phase) != 3)
+		usleep(1000);
+	return NULL;
+}
+
+START_TEST(kick_waits_for_thread_that_blocks_it)
+{
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
+	pthread_t t;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, h5_thread, NULL), 0);
+	while (!atomic_load(&h5_phase))
+		sched_yield();
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_add(1, 2), 3);
+	ck_assert_uint_eq(count(&count_a), 1);
+	atomic_store(&h5_phase, 3);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+END_TEST
+
+START_TEST(kick_gives_up_on_thread_that_never_sleeps)
+{
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
+	pthread_t t;
+
+	atomic_store(&h5_forever, true);
+	ck_assert_int_eq(pthread_create(&t, NULL, h5_thread, NULL), 0);
+	while (!atomic_load(&h5_phase))
+		sched_yield();
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), -ETIMEDOUT);
+	ck_assert_mem_eq((void *)p.addr, pki_nop1x5, PKI_SITE_LEN);
+	ck_assert(!pki_text_poke_dead());
+	ck_assert_int_eq(f_add(1, 2), 3);
+	ck_assert_uint_eq(count(&count_a), 0);
+	atomic_store(&h5_forever, false);
+	while (atomic_load(&h5_phase) != 2)
+		sched_yield();
+	/* Asleep now: the same batch goes through. */
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_add(1, 2), 3);
+	ck_assert_uint_eq(count(&count_a), 1);
+	atomic_store(&h5_phase, 3);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
 }
 END_TEST
 
@@ -556,6 +628,8 @@ int main(void)
 	tcase_add_test(tc, int3_emulates_new_instruction);
 	tcase_add_test(tc, failure_rolls_back);
 	tcase_add_test(tc, kick_moves_thread_out_of_sled);
+	tcase_add_test(tc, kick_waits_for_thread_that_blocks_it);
+	tcase_add_test(tc, kick_gives_up_on_thread_that_never_sleeps);
 	tcase_add_test(tc, foreign_sigtraps_reach_app_handler);
 	tcase_add_test_raise_signal(tc, foreign_sigtrap_default_action_kept, SIGTRAP);
 	suite_add_tcase(s, tc);

@@ -335,6 +335,68 @@ START_TEST(sled_attached_under_long_handler)
 }
 END_TEST
 
+/*
+ * H4: worker threads that block every signal (sigfillset + pthread_sigmask)
+ * and call the sites while batches change them.  An INT3 would kill the
+ * process: the sled takes its relay and the aligned site one store, with no
+ * trap; the line-crossing site, which would need one, is refused with
+ * -EDEADLK and left as it was.
+ */
+static atomic_bool h4_stop, h4_wrong;
+
+static void *h4_worker(void *arg)
+{
+	sigset_t all;
+	long i;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, NULL);
+	while (!atomic_load_explicit(&h4_stop, memory_order_relaxed))
+		for (i = 0; i < 64; i++)
+			if (f_sled(i, 1) != i + 4 || f_aligned(i, 1) != i + 1 ||
+			    f_line(i, 1) != i + 6)
+				atomic_store(&h4_wrong, true);
+	return NULL;
+}
+
+START_TEST(sigtrap_blocked_threads_never_meet_a_trap)
+{
+	uint8_t off[PKI_SITE_LEN];
+	pthread_t t[2];
+	int i;
+
+	pki_insn_site_off(off, pki_nop1x5);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, h4_worker, NULL), 0);
+	for (i = 0; i < 2000; i++) {
+		struct pki_poke p[2] = {poke_to(fa_sled, i & 1 ? stub_a : stub_b, NULL),
+					poke_to(fa_aligned, stub_a, NULL)};
+
+		ck_assert_int_eq(pki_text_poke_batch(p, 2), 0);
+		memcpy(p[0].old, p[0].new, PKI_SITE_LEN);
+		memcpy(p[0].new, off, PKI_SITE_LEN);
+		p[1] = poke_to(fa_aligned, NULL, pki_nop5);
+		ck_assert_int_eq(pki_text_poke_batch(p, 2), 0);
+	}
+	struct pki_poke q = poke_to(fa_line, stub_a, NULL);
+
+	ck_assert_int_eq(pki_text_poke_batch(&q, 1), -EDEADLK);
+	ck_assert_mem_eq((void *)q.addr, pki_nop5, PKI_SITE_LEN);
+	ck_assert(!pki_text_poke_dead());
+	atomic_store(&h4_stop, true);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+	ck_assert(!atomic_load(&h4_wrong));
+	ck_assert_uint_eq(stats().emulated, 0);
+	ck_assert_uint_eq(stats().kicks, 0);
+	/* No thread blocks SIGTRAP any more: the same batch goes through. */
+	ck_assert_int_eq(pki_text_poke_batch(&q, 1), 0);
+	ck_assert_int_eq(f_line(1, 1), 7);
+	ck_assert_uint_ge(count(&count_a), 1);
+}
+END_TEST
+
 /* The caller's bytes must match the relay's state: a wrong slot latches off. */
 START_TEST(relay_slot_mismatch_latches_off)
 {
@@ -806,6 +868,7 @@ int main(void)
 	tcase_add_test(tc, sled_takes_its_relay);
 	tcase_add_test(tc, relay_slot_mismatch_latches_off);
 	tcase_add_test(tc, sled_attached_under_long_handler);
+	tcase_add_test(tc, sigtrap_blocked_threads_never_meet_a_trap);
 	tcase_add_test(tc, sled_without_relay_keeps_int3_then_nop5);
 	tcase_add_test(tc, fast_failure_rolls_back);
 	tcase_add_test(tc, fast_mismatch_latches_off);

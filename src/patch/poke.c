@@ -20,6 +20,7 @@
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -511,6 +512,38 @@ static int text_unprotect(struct text_range *range, size_t n)
  * restores the sled, threads may be stopped inside it again, which is fine
  * for a sled; the next conversion kicks them out again.
  */
+/* @tid is asleep in the kernel with its pc outside every site of @b. */
+static bool kick_seen_outside(const struct pki_batch *b, pid_t tid)
+{
+	struct pki_thread_state st;
+
+	return !pki_thread_sample(tid, &st) && st.blocked && !pki_batch_find(b, st.pc);
+}
+
+/* Name the threads that never answered, and why they may not have. */
+static void kick_report(const struct pki_kick *k)
+{
+	int shown = 0;
+	size_t i;
+
+	pki_warn("text poke: %d thread(s) neither answered the sled kick nor were seen asleep "
+		 "outside the sleds in %ld ms; batch refused, nothing changed: %s\n",
+		 atomic_load(&k->left), KICK_TIMEOUT_NS / 1000000, pki_errstr(ETIMEDOUT));
+	for (i = 0; i < k->n && shown < 4; i++) {
+		char name[32] = "?";
+		uint64_t blk = 0;
+
+		if (atomic_load(&k->acked[i]))
+			continue;
+		pki_thread_sigblk(k->tid[i], &blk, name, sizeof(name));
+		pki_warn("text poke:   thread %d (%s)%s\n", k->tid[i], name,
+			 blk & (1ull << (PKI_SIG_KICK - 1))
+			     ? " blocks the kick signal and never sleeps"
+			     : " is in a handler that blocks the kick");
+		shown++;
+	}
+}
+
 static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 {
 	pid_t self = (pid_t)syscall(SYS_gettid), pid = getpid(), *tid = NULL, *bigger;
@@ -555,18 +588,21 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	atomic_store_explicit(&b->kick, k, memory_order_release);
 
 	for (i = 0; i < n; i++) {
-		struct pki_thread_state st;
-
 		/*
 		 * A thread blocked in the kernel (after step 1) at a pc outside
 		 * every sled of the batch can only come back in through a first
 		 * byte, now an INT3: no signal needed (and none reaches the
 		 * threads that block every signal, e.g. liburcu's workers).
 		 */
-		if (!pki_thread_sample(k->tid[i], &st) && st.blocked && !pki_batch_find(b, st.pc)) {
+		if (kick_seen_outside(b, k->tid[i])) {
 			pki_kick_ack(k, i);
 			continue;
 		}
+		/*
+		 * A thread that blocks the kick gets it when it unblocks it (a
+		 * handler that returns); meanwhile the wait below looks at it
+		 * again until it is seen asleep in the kernel outside the sleds.
+		 */
 		if (!syscall(SYS_tgkill, pid, k->tid[i], PKI_SIG_KICK))
 			continue;
 		if (errno != ESRCH) {
@@ -592,18 +628,21 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 		if (!syscall(SYS_futex, &k->left, FUTEX_WAIT_PRIVATE, left, &tick, NULL, 0) ||
 		    errno != ETIMEDOUT)
 			continue;
-		/* Silent for a while: are they all still alive? */
+		/*
+		 * Silent for a while: are they all still alive, and is one of
+		 * them now seen asleep outside the sleds (a thread that blocks
+		 * the kick, or whose handler for another signal blocks it)?
+		 */
 		for (i = 0; i < n; i++)
-			if (!atomic_load(&k->acked[i]) && syscall(SYS_tgkill, pid, k->tid[i], 0) &&
-			    errno == ESRCH)
+			if (!atomic_load(&k->acked[i]) &&
+			    ((syscall(SYS_tgkill, pid, k->tid[i], 0) && errno == ESRCH) ||
+			     kick_seen_outside(b, k->tid[i])))
 				pki_kick_ack(k, i);
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if ((now.tv_sec - start.tv_sec) * 1000000000l + now.tv_nsec - start.tv_nsec >
 		    KICK_TIMEOUT_NS) {
 			err = -ETIMEDOUT;
-			pki_warn("text poke: %d thread(s) did not answer the sled kick (signal "
-				 "%d blocked?): %s\n",
-				 atomic_load(&k->left), PKI_SIG_KICK, pki_errstr(err));
+			kick_report(k);
 			break;
 		}
 	}
@@ -1218,6 +1257,33 @@ static int relay_split(struct pki_poke *site, size_t *n, struct relayed *r, size
 	return 0;
 }
 
+static int int3_guard_one(pid_t tid, void *arg)
+{
+	char name[32] = "?";
+	uint64_t blk;
+
+	if (pki_thread_sigblk(tid, &blk, name, sizeof(name)) || !(blk & (1ull << (SIGTRAP - 1))))
+		return 0;
+	pki_warn("text poke: thread %d (%s) blocks SIGTRAP, and %zu site(s) of this batch "
+		 "need the INT3 protocol (crossing a cache line, or a sled without relay "
+		 "memory): a trap would kill the process; batch refused, nothing changed: %s\n",
+		 tid, name, *(size_t *)arg, pki_errstr(EDEADLK));
+	return -EDEADLK;
+}
+
+/*
+ * The kernel kills a process whose thread meets an INT3 with SIGTRAP
+ * blocked, so no INT3 is written while any thread blocks it.  A thread that
+ * blocks it during the batch (a few milliseconds) is not seen: the
+ * remaining exposure, only for the sites this protocol still serves.
+ */
+static int int3_guard(size_t n)
+{
+	int err = pki_threads_each((pid_t)syscall(SYS_gettid), int3_guard_one, &n);
+
+	return err == -EDEADLK || !err ? err : 0;
+}
+
 /* The sites that take neither the relay nor one store: the INT3 protocol. */
 static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nrange)
 {
@@ -1225,7 +1291,9 @@ static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nra
 	size_t i, n = b->n;
 	int err, err2;
 
-	err = pki_trap_sites_add(site, n);
+	err = int3_guard(n);
+	if (!err)
+		err = pki_trap_sites_add(site, n);
 	if (err)
 		return err;
 	use_mem = mem_fd >= 0 && n <= MEM_MAX_SITES;

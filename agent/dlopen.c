@@ -91,6 +91,7 @@
 
 #include "agent.h"
 #include "agent_int.h"
+#include "core/hook_int.h"
 #include "arch/x86_64/callret.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"
@@ -581,10 +582,30 @@ static struct dlo *__dlo_of_handle(void *h)
 	return NULL;
 }
 
+/*
+ * How long dlclose() waits for the grace period that must pass before the
+ * object's text may go.  A thread that blocks every signal and never sleeps
+ * can hold it off for ever; dlclose() must not hang the program for it.
+ */
+#define DLCLOSE_GP_NS 1000000000l
+
+static void dlclose_kept(const char *path)
+{
+	char msg[PATH_MAX + 256];
+
+	snprintf(msg, sizeof(msg),
+		 "probekit: dlclose(%s): kept loaded: a thread that blocks every signal and "
+		 "never sleeps kept probekit from knowing that no thread is in its hooks "
+		 "(grace period timed out after %ld ms)\n",
+		 path, DLCLOSE_GP_NS / 1000000);
+	if (write(STDERR_FILENO, msg, strlen(msg)) < 0)
+		return; /* nowhere else to say it */
+}
+
 PK_EXPORT int dlclose(void *h)
 {
 	struct dlo *d;
-	int ret, saved;
+	int ret, saved, err;
 
 	resolve();
 	if (!real_dlclose)
@@ -595,9 +616,22 @@ PK_EXPORT int dlclose(void *h)
 	dl_inside = true;
 	/* Step 1 (file comment): off before the text may go. */
 	d = __dlo_of_handle(h);
-	if (d && !pk_ops_unregister(&d->ops))
+	pki_hook_set_unregister_timeout(DLCLOSE_GP_NS);
+	err = d ? pk_ops_unregister(&d->ops) : 0;
+	if (d && (!err || err == -ETIMEDOUT))
 		d->registered = false;
-	ret = real_dlclose(h);
+	if (err == -ETIMEDOUT) {
+		/*
+		 * No grace period: a thread may still be in a trampoline or
+		 * callback of ours that runs on this object's behalf.  Unmapping
+		 * the text could crash it, so the object stays loaded (a
+		 * dlclose() that unloads nothing is allowed), and we say so.
+		 */
+		dlclose_kept(d->path);
+		ret = 0;
+	} else {
+		ret = real_dlclose(h);
+	}
 	saved = errno;
 	__dl_sync(__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE));
 	errno = saved;

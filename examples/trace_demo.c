@@ -478,7 +478,7 @@ int main(int argc, char **argv)
 
 			demo_leaf(1);
 			while (f && fgets(line, sizeof(line), f))
-				n += strstr(line, "/memfd:probekit:") != NULL;
+				n += strstr(line, "/memfd:probekit:/") != NULL; /* not relays */
 			if (f)
 				fclose(f);
 			printf("aliased %d\n", n);

@@ -47,10 +47,10 @@ TARGET long t_mul(long a, long b)
 /* clang-format off */
 MANY_FN(0) MANY_FN(1) MANY_FN(2) MANY_FN(3) MANY_FN(4) MANY_FN(5)
 MANY_FN(6) MANY_FN(7) MANY_FN(8) MANY_FN(9) MANY_FN(10) MANY_FN(11)
-/* clang-format on */
+    /* clang-format on */
 
-static int (*volatile many[MANY])(int) = {
-	many0, many1, many2, many3, many4, many5, many6, many7, many8, many9, many10, many11};
+    static int (*volatile many[MANY])(int) = {many0, many1, many2, many3, many4,  many5,
+					      many6, many7, many8, many9, many10, many11};
 
 /* A site holding one five-byte nop, as clang writes it. */
 long t_nop5(long a, long b);
@@ -66,6 +66,16 @@ __asm__(".text\n"
 static int (*volatile f_add)(int, int) = t_add;
 static long (*volatile f_mul)(long, long) = t_mul;
 static long (*volatile f_nop5)(long, long) = t_nop5;
+
+/*
+ * These cases test the INT3 protocol and the sled kick, which sleds take
+ * only when their relay is off (the relay is tested in test_patch_fast).
+ */
+static void setup_int3(void)
+{
+	setup();
+	pki_text_poke_disable = PKI_POKE_NO_RELAY;
+}
 
 static int prot_of(unsigned long addr)
 {
@@ -218,7 +228,7 @@ START_TEST(large_batch_mprotect_path)
 	int prot = prot_of(site_of(many[0])), i;
 
 	/* The old ways: no writable alias, INT3 protocol for every batch. */
-	pki_text_poke_disable = PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST;
+	pki_text_poke_disable |= PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST;
 
 	for (i = 0; i < MANY; i++)
 		p[i] = poke_to(many[i], stub_a, NULL);
@@ -268,7 +278,7 @@ START_TEST(int3_emulates_new_instruction)
 	size_t i;
 
 	/* call -> sled could take the single-store path: no INT3 to hit. */
-	pki_text_poke_disable = PKI_POKE_NO_FAST;
+	pki_text_poke_disable |= PKI_POKE_NO_FAST;
 	pki_text_poke_hook = call_from_hook;
 	for (i = 0; i < 2; i++) {
 		struct pki_poke p = poke_to(t_add, stub_a, NULL);
@@ -297,7 +307,7 @@ START_TEST(failure_rolls_back)
 	int prot = prot_of(site_of(t_add));
 	size_t i;
 
-	pki_text_poke_disable = PKI_POKE_NO_FAST;
+	pki_text_poke_disable |= PKI_POKE_NO_FAST;
 	pki_text_poke_hook = fail_hook;
 	for (i = 0; i < 3; i++) {
 		struct pki_poke p[2] = {poke_to(t_add, stub_a, NULL),
@@ -372,7 +382,7 @@ static int release_hook(enum pki_poke_stage stage)
 
 START_TEST(kick_moves_thread_out_of_sled)
 {
-	struct sigaction sa = {.sa_sigaction = tf_handler, .sa_flags = SA_SIGINFO};
+	struct sigaction sa = {.sa_sigaction = tf_handler, .sa_flags = SA_SIGINFO | SA_NODEFER};
 	struct pki_poke p = poke_to(t_mul, stub_b, NULL);
 	struct pki_poke_stats st;
 	pthread_t t;
@@ -399,6 +409,78 @@ START_TEST(kick_moves_thread_out_of_sled)
 	ck_assert_uint_eq(count(&count_a), 0);
 	ck_assert_int_eq(f_add(1, 2), 3);
 	ck_assert_uint_eq(count(&count_a), 1);
+}
+END_TEST
+
+/*
+ * H5: a thread that blocks the kick signal is never signalled; it is looked
+ * at again until it is seen asleep outside the sleds.  One that is busy for
+ * a while and then sleeps lets the batch through; one that never sleeps
+ * makes it fail after the timeout with every site as it was.
+ */
+static atomic_int h5_phase;
+static atomic_bool h5_forever;
+
+static void *h5_thread(void *arg)
+{
+	sigset_t kick;
+	struct timespec t0, now;
+
+	(void)arg;
+	sigemptyset(&kick);
+	sigaddset(&kick, SIGRTMAX - 1);
+	pthread_sigmask(SIG_BLOCK, &kick, NULL);
+	atomic_store(&h5_phase, 1);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do /* busy: never seen blocked in the kernel */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	while (atomic_load(&h5_forever) ||
+	       (now.tv_sec - t0.tv_sec) * 1000000000l + now.tv_nsec - t0.tv_nsec < 300000000l);
+	atomic_store(&h5_phase, 2);
+	while (atomic_load(&h5_phase) != 3)
+		usleep(1000);
+	return NULL;
+}
+
+START_TEST(kick_waits_for_thread_that_blocks_it)
+{
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
+	pthread_t t;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, h5_thread, NULL), 0);
+	while (!atomic_load(&h5_phase))
+		sched_yield();
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_add(1, 2), 3);
+	ck_assert_uint_eq(count(&count_a), 1);
+	atomic_store(&h5_phase, 3);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+END_TEST
+
+START_TEST(kick_gives_up_on_thread_that_never_sleeps)
+{
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
+	pthread_t t;
+
+	atomic_store(&h5_forever, true);
+	ck_assert_int_eq(pthread_create(&t, NULL, h5_thread, NULL), 0);
+	while (!atomic_load(&h5_phase))
+		sched_yield();
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), -ETIMEDOUT);
+	ck_assert_mem_eq((void *)p.addr, pki_nop1x5, PKI_SITE_LEN);
+	ck_assert(!pki_text_poke_dead());
+	ck_assert_int_eq(f_add(1, 2), 3);
+	ck_assert_uint_eq(count(&count_a), 0);
+	atomic_store(&h5_forever, false);
+	while (atomic_load(&h5_phase) != 2)
+		sched_yield();
+	/* Asleep now: the same batch goes through. */
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_add(1, 2), 3);
+	ck_assert_uint_eq(count(&count_a), 1);
+	atomic_store(&h5_phase, 3);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
 }
 END_TEST
 
@@ -536,7 +618,7 @@ int main(void)
 	TCase *stress = tcase_create("stress");
 
 	pk_test_require_membarrier_sync_core();
-	tcase_add_checked_fixture(tc, setup, NULL);
+	tcase_add_checked_fixture(tc, setup_int3, NULL);
 	tcase_add_test(tc, sled_to_call_and_back);
 	tcase_add_test(tc, nop5_call_retarget_in_one_batch);
 	tcase_add_test(tc, mismatch_latches_off);
@@ -546,11 +628,13 @@ int main(void)
 	tcase_add_test(tc, int3_emulates_new_instruction);
 	tcase_add_test(tc, failure_rolls_back);
 	tcase_add_test(tc, kick_moves_thread_out_of_sled);
+	tcase_add_test(tc, kick_waits_for_thread_that_blocks_it);
+	tcase_add_test(tc, kick_gives_up_on_thread_that_never_sleeps);
 	tcase_add_test(tc, foreign_sigtraps_reach_app_handler);
 	tcase_add_test_raise_signal(tc, foreign_sigtrap_default_action_kept, SIGTRAP);
 	suite_add_tcase(s, tc);
 
-	tcase_add_checked_fixture(stress, setup, NULL);
+	tcase_add_checked_fixture(stress, setup_int3, NULL);
 	tcase_set_timeout(stress, 30);
 	tcase_add_test(stress, stress_patch_while_calling);
 	suite_add_tcase(s, stress);

@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: MIT
 /*
  * The single-store path of the patcher and the writable text aliases it
- * needs (src/patch/poke.c, src/patch/alias.c): which sites take it (aligned
- * non-sled sites) and which keep the INT3 protocol (sites straddling a
- * 16-byte block, sleds), correctness while threads hammer a site flipped 100,000
- * times, W^X as /proc/self/maps shows it, fork() after patching (parent and
+ * needs (src/patch/poke.c, src/patch/alias.c): which sites take it (non-sled
+ * sites inside one cache line, whether in one 16-byte block or across two),
+ * which take their sled relay (gcc sleds) and which keep the INT3 protocol
+ * (sites crossing a cache line), correctness while threads hammer a site
+ * flipped 100,000 times, W^X as /proc/self/maps shows it, fork() after patching (parent and
  * child patch independently), and dlclose() of a patched library.  Targets
  * are assembly with known alignment; patched sites call stubs that count.
  */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <ucontext.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +35,14 @@ long fa_aligned2(long a, long b);
 long fa_straddle(long a, long b);
 long fa_endbr(long a, long b);
 long fa_sled(long a, long b);
+long fa_line(long a, long b);
 void fa_guard(void);
 /*
  * fa_aligned(2) start a 16-byte block (site fits in it), fa_endbr's site
  * follows an endbr64 (entry + 4, still inside), fa_straddle starts 12 bytes
  * into one (its site crosses into the next), fa_sled holds gcc's five
- * one-byte nops.
+ * one-byte nops, fa_line starts 60 bytes into a cache line (its site crosses
+ * into the next line).
  */
 __asm__(".text\n"
 	".balign 16\n"
@@ -77,6 +82,14 @@ __asm__(".text\n"
 	"	lea 3(%rdi,%rsi), %rax\n"
 	"	ret\n"
 	".size fa_sled, .-fa_sled\n"
+	".balign 64\n"
+	"	.fill 60, 1, 0x90\n"
+	".globl fa_line\n.type fa_line,@function\n"
+	"fa_line:\n"
+	"	.byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n"
+	"	lea 5(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_line, .-fa_line\n"
 	".globl fa_guard\n.type fa_guard,@function\n"
 	"fa_guard:\n"
 	"	ret\n"
@@ -88,6 +101,7 @@ static long (*volatile f_aligned2)(long, long) = fa_aligned2;
 static long (*volatile f_straddle)(long, long) = fa_straddle;
 static long (*volatile f_endbr)(long, long) = fa_endbr;
 static long (*volatile f_sled)(long, long) = fa_sled;
+static long (*volatile f_line)(long, long) = fa_line;
 
 static struct pki_poke_stats stats(void)
 {
@@ -149,60 +163,276 @@ START_TEST(fast_path_after_endbr64)
 }
 END_TEST
 
-START_TEST(straddling_site_keeps_int3)
+START_TEST(straddling_block_takes_one_store)
 {
 	struct pki_poke p = poke_to(fa_straddle, stub_a, NULL), q;
 
 	ck_assert_uint_eq(p.addr & 15, 12);
-	ck_assert(!pki_insn_single_store_ok(p.addr, p.old));
+	ck_assert(pki_insn_single_store_ok(p.addr, p.old));
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
-	ck_assert_uint_eq(stats().fast, 0);
-	ck_assert_uint_eq(stats().batches, 1);
+	ck_assert_uint_eq(stats().fast, 1);
+	ck_assert_uint_eq(stats().emulated, 0);
 	ck_assert_int_eq(f_straddle(1, 1), 4);
 	ck_assert_uint_eq(count(&count_a), 1);
 
-	/* One straddling site puts the whole batch on the INT3 protocol. */
 	p = poke_to(fa_straddle, NULL, pki_nop5);
 	q = poke_to(fa_aligned, stub_b, NULL);
 	struct pki_poke both[2] = {p, q};
 
 	ck_assert_int_eq(pki_text_poke_batch(both, 2), 0);
-	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_uint_eq(stats().fast, 2);
 	ck_assert_int_eq(f_straddle(1, 1) + f_aligned(1, 1), 6);
 	ck_assert_uint_eq(count(&count_a), 1);
 	ck_assert_uint_eq(count(&count_b), 1);
+	ck_assert_mem_eq((void *)site_of(fa_straddle), pki_nop5, PKI_SITE_LEN);
 	/* Written through the alias: the text was never made writable. */
 	ck_assert_uint_eq(stats().aliases, 1);
 }
 END_TEST
 
-START_TEST(sled_keeps_int3_then_comes_back_as_nop5)
+START_TEST(line_crossing_site_keeps_int3)
 {
-	uint8_t off[PKI_SITE_LEN];
-	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
+	struct pki_poke p = poke_to(fa_line, stub_a, NULL), q;
 
-	pki_insn_site_off(off, p.old);
-	ck_assert_mem_eq(off, pki_nop5, PKI_SITE_LEN);
+	ck_assert_uint_eq(p.addr & 63, 60);
 	ck_assert(!pki_insn_single_store_ok(p.addr, p.old));
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
 	ck_assert_uint_eq(stats().fast, 0);
-	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(stats().batches, 1);
+	ck_assert_int_eq(f_line(1, 1), 7);
+	ck_assert_uint_eq(count(&count_a), 1);
 
-	/* call -> nop5 and every later cycle: single stores. */
-	p = poke_to(fa_sled, NULL, off);
+	/* One line-crossing site puts the rest of the batch on the INT3 protocol. */
+	p = poke_to(fa_line, NULL, pki_nop5);
+	q = poke_to(fa_aligned, stub_b, NULL);
+	struct pki_poke both[2] = {p, q};
+
+	ck_assert_int_eq(pki_text_poke_batch(both, 2), 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_int_eq(f_line(1, 1) + f_aligned(1, 1), 9);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_uint_eq(count(&count_b), 1);
+}
+END_TEST
+
+/*
+ * A sled takes its relay: byte 0 becomes e8 and nothing else of the site
+ * ever changes, so no INT3 and no kick; off, the sled is back byte for byte.
+ */
+START_TEST(sled_takes_its_relay)
+{
+	uint8_t off[PKI_SITE_LEN];
+	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
+	struct pki_poke_stats st;
+
+	ck_assert(!pki_insn_single_store_ok(p.addr, p.old));
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
-	ck_assert_uint_eq(stats().fast, 1);
-	ck_assert_mem_eq((void *)p.addr, pki_nop5, PKI_SITE_LEN);
-	p = poke_to(fa_sled, stub_b, NULL);
-	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
-	ck_assert_uint_eq(stats().fast, 2);
+	ck_assert_mem_eq((void *)p.addr, pki_relay_call, PKI_SITE_LEN);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a), 1);
+
+	/* Retarget: the slot only. */
+	struct pki_poke r = p;
+
+	memcpy(r.old, p.new, PKI_SITE_LEN);
+	pki_insn_call(r.new, r.addr, (unsigned long)stub_b);
+	ck_assert_int_eq(pki_text_poke_batch(&r, 1), 0);
+	ck_assert_mem_eq((void *)p.addr, pki_relay_call, PKI_SITE_LEN);
 	ck_assert_int_eq(f_sled(1, 1), 5);
 	ck_assert_uint_eq(count(&count_a), 1);
 	ck_assert_uint_eq(count(&count_b), 1);
 
-	/* Other bytes keep theirs. */
-	pki_insn_site_off(off, pki_nop5);
+	/* Off: the caller's off bytes (nop5) mean the sled, restored exactly. */
+	pki_insn_site_off(off, pki_nop1x5);
+	memcpy(p.old, r.new, PKI_SITE_LEN);
+	memcpy(p.new, off, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_mem_eq((void *)p.addr, pki_nop1x5, PKI_SITE_LEN);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a) + count(&count_b), 2);
+
+	/* And on again from the caller's nop5. */
+	memcpy(p.old, off, PKI_SITE_LEN);
+	pki_insn_call(p.new, p.addr, (unsigned long)stub_a);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a), 2);
+	st = stats();
+	ck_assert_uint_eq(st.relayed, 2);
+	ck_assert_uint_eq(st.kicks, 0);
+	ck_assert_uint_eq(st.emulated, 0);
+	ck_assert_uint_eq(st.batches, 4);
+}
+END_TEST
+
+/*
+ * H3: thread T stops at byte 2 of the sled (single-stepped there), and a
+ * signal handler of its own (SIGUSR1, which does not block anything of ours)
+ * interrupts it there and runs for the whole batch that attaches the sled.
+ * The sled kick would be answered from inside that handler, whose IP is not
+ * in the sled, and T would resume inside the new call's rel32.  With the
+ * relay, bytes 1..4 never change: T resumes into nops and returns right.
+ */
+static atomic_int h3_parked, h3_go;
+static unsigned long h3_site;
+
+static void h3_usr1(int sig)
+{
+	(void)sig;
+	atomic_store(&h3_parked, 1);
+	while (!atomic_load(&h3_go))
+		;
+}
+
+static void h3_step(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+	unsigned long ip = (unsigned long)uc->uc_mcontext.gregs[REG_RIP];
+
+	(void)sig;
+	if (si->si_code != TRAP_TRACE)
+		return;
+	if (ip == h3_site + 2) {
+		uc->uc_mcontext.gregs[REG_EFL] &= ~0x100l;
+		pthread_kill(pthread_self(), SIGUSR1); /* delivered at byte 2 */
+	}
+}
+
+static void *h3_thread(void *arg)
+{
+	long r;
+
+	(void)arg;
+	__asm__ volatile("pushfq; orq $0x100, (%%rsp); popfq" ::: "memory", "cc");
+	r = f_sled(40, 2);
+	__asm__ volatile("pushfq; andq $~0x100, (%%rsp); popfq" ::: "memory", "cc");
+	return (void *)r;
+}
+
+START_TEST(sled_attached_under_long_handler)
+{
+	struct sigaction step = {.sa_sigaction = h3_step, .sa_flags = SA_SIGINFO};
+	struct sigaction usr1 = {.sa_handler = h3_usr1};
+	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
+	pthread_t t;
+	void *ret;
+
+	h3_site = p.addr;
+	sigemptyset(&step.sa_mask);
+	sigemptyset(&usr1.sa_mask);
+	ck_assert_int_eq(sigaction(SIGTRAP, &step, NULL), 0);
+	ck_assert_int_eq(sigaction(SIGUSR1, &usr1, NULL), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, h3_thread, NULL), 0);
+	while (!atomic_load(&h3_parked))
+		sched_yield();
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	atomic_store(&h3_go, 1);
+	ck_assert_int_eq(pthread_join(t, &ret), 0);
+	ck_assert_int_eq((long)ret, 45);
+	ck_assert_uint_eq(count(&count_a), 0); /* it entered before the attach */
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a), 1);
+}
+END_TEST
+
+/*
+ * H4: worker threads that block every signal (sigfillset + pthread_sigmask)
+ * and call the sites while batches change them.  An INT3 would kill the
+ * process: the sled takes its relay and the aligned site one store, with no
+ * trap; the line-crossing site, which would need one, is refused with
+ * -EDEADLK and left as it was.
+ */
+static atomic_bool h4_stop, h4_wrong;
+
+static void *h4_worker(void *arg)
+{
+	sigset_t all;
+	long i;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, NULL);
+	while (!atomic_load_explicit(&h4_stop, memory_order_relaxed))
+		for (i = 0; i < 64; i++)
+			if (f_sled(i, 1) != i + 4 || f_aligned(i, 1) != i + 1 ||
+			    f_line(i, 1) != i + 6)
+				atomic_store(&h4_wrong, true);
+	return NULL;
+}
+
+START_TEST(sigtrap_blocked_threads_never_meet_a_trap)
+{
+	uint8_t off[PKI_SITE_LEN];
+	pthread_t t[2];
+	int i;
+
+	pki_insn_site_off(off, pki_nop1x5);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, h4_worker, NULL), 0);
+	for (i = 0; i < 2000; i++) {
+		struct pki_poke p[2] = {poke_to(fa_sled, i & 1 ? stub_a : stub_b, NULL),
+					poke_to(fa_aligned, stub_a, NULL)};
+
+		ck_assert_int_eq(pki_text_poke_batch(p, 2), 0);
+		memcpy(p[0].old, p[0].new, PKI_SITE_LEN);
+		memcpy(p[0].new, off, PKI_SITE_LEN);
+		p[1] = poke_to(fa_aligned, NULL, pki_nop5);
+		ck_assert_int_eq(pki_text_poke_batch(p, 2), 0);
+	}
+	struct pki_poke q = poke_to(fa_line, stub_a, NULL);
+
+	ck_assert_int_eq(pki_text_poke_batch(&q, 1), -EDEADLK);
+	ck_assert_mem_eq((void *)q.addr, pki_nop5, PKI_SITE_LEN);
+	ck_assert(!pki_text_poke_dead());
+	atomic_store(&h4_stop, true);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+	ck_assert(!atomic_load(&h4_wrong));
+	ck_assert_uint_eq(stats().emulated, 0);
+	ck_assert_uint_eq(stats().kicks, 0);
+	/* No thread blocks SIGTRAP any more: the same batch goes through. */
+	ck_assert_int_eq(pki_text_poke_batch(&q, 1), 0);
+	ck_assert_int_eq(f_line(1, 1), 7);
+	ck_assert_uint_ge(count(&count_a), 1);
+}
+END_TEST
+
+/* The caller's bytes must match the relay's state: a wrong slot latches off. */
+START_TEST(relay_slot_mismatch_latches_off)
+{
+	struct pki_poke p = poke_to(fa_sled, stub_a, NULL), q;
+
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	q = p;
+	memcpy(q.old, q.new, PKI_SITE_LEN);
+	pki_insn_call(q.old, q.addr, (unsigned long)stub_b); /* not what the slot holds */
+	memcpy(q.new, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&q, 1), -EILSEQ);
+	ck_assert(pki_text_poke_dead());
+	ck_assert_mem_eq((void *)p.addr, pki_relay_call, PKI_SITE_LEN);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a), 1);
+}
+END_TEST
+
+/* PKI_POKE_NO_RELAY: the sled takes the INT3 protocol, and comes back as nop5. */
+START_TEST(sled_without_relay_keeps_int3_then_nop5)
+{
+	uint8_t off[PKI_SITE_LEN];
+	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
+
+	pki_text_poke_disable = PKI_POKE_NO_RELAY;
+	pki_insn_site_off(off, p.old);
 	ck_assert_mem_eq(off, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 0);
+	ck_assert_uint_eq(stats().relayed, 0);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	p = poke_to(fa_sled, NULL, off);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(stats().fast, 1);
+	ck_assert_mem_eq((void *)p.addr, pki_nop5, PKI_SITE_LEN);
+	ck_assert_uint_eq(count(&count_a), 1);
 }
 END_TEST
 
@@ -555,10 +785,10 @@ static void *worker(void *arg)
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		for (i = 0; i < 64; i++) {
 			if (f_aligned(i, 1) != i + 1 || f_straddle(i, 1) != i + 3 ||
-			    f_sled(i, 1) != i + 4)
+			    f_sled(i, 1) != i + 4 || f_line(i, 1) != i + 6)
 				atomic_store(&wrong, true);
 		}
-		n += 3 * 64;
+		n += 4 * 64;
 	}
 	calls[id] = n;
 	return NULL;
@@ -585,14 +815,17 @@ START_TEST(stress_flip_under_fire)
 		p = poke_to(fa_aligned, NULL, pki_nop5);
 		ck_assert_int_eq(pki_text_poke_batch_flags(&p, 1, flags), 0);
 		if (i % 500 == 0) {
-			/* INT3 batches in between: the straddling site and the sled */
-			struct pki_poke q[2] = {poke_to(fa_straddle, stub_a, NULL),
-						poke_to(fa_sled, stub_b, NULL)};
+			/* Batches in between: the straddling site (one store), the
+			 * sled (its relay) and a line-crossing site (INT3). */
+			struct pki_poke q[3] = {poke_to(fa_straddle, stub_a, NULL),
+						poke_to(fa_sled, stub_b, NULL),
+						poke_to(fa_line, stub_a, NULL)};
 
-			ck_assert_int_eq(pki_text_poke_batch(q, 2), 0);
+			ck_assert_int_eq(pki_text_poke_batch(q, 3), 0);
 			q[0] = poke_to(fa_straddle, NULL, pki_nop5);
 			q[1] = poke_to(fa_sled, NULL, i % 1000 ? sled_off : pki_nop1x5);
-			ck_assert_int_eq(pki_text_poke_batch(q, 2), 0);
+			q[2] = poke_to(fa_line, NULL, pki_nop5);
+			ck_assert_int_eq(pki_text_poke_batch(q, 3), 0);
 		}
 	}
 	atomic_store(&stop, true);
@@ -606,7 +839,9 @@ START_TEST(stress_flip_under_fire)
 	hits = count(&count_a) + count(&count_b);
 	ck_assert_uint_le(hits, total);
 	/* Detached: no stub runs any more. */
-	ck_assert_int_eq(f_aligned(1, 1) + f_straddle(1, 1) + f_sled(1, 1), 2 + 4 + 5);
+	ck_assert_int_eq(f_aligned(1, 1) + f_straddle(1, 1) + f_sled(1, 1) + f_line(1, 1),
+			 2 + 4 + 5 + 7);
+	ck_assert_mem_eq((void *)site_of(fa_sled), pki_nop1x5, PKI_SITE_LEN);
 	ck_assert_uint_eq(count(&count_a) + count(&count_b), hits);
 	ck_assert_mem_eq((void *)site_of(fa_aligned), pki_nop5, PKI_SITE_LEN);
 	st = stats();
@@ -628,8 +863,13 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, fast_path_for_aligned_nop5);
 	tcase_add_test(tc, fast_path_after_endbr64);
-	tcase_add_test(tc, straddling_site_keeps_int3);
-	tcase_add_test(tc, sled_keeps_int3_then_comes_back_as_nop5);
+	tcase_add_test(tc, straddling_block_takes_one_store);
+	tcase_add_test(tc, line_crossing_site_keeps_int3);
+	tcase_add_test(tc, sled_takes_its_relay);
+	tcase_add_test(tc, relay_slot_mismatch_latches_off);
+	tcase_add_test(tc, sled_attached_under_long_handler);
+	tcase_add_test(tc, sigtrap_blocked_threads_never_meet_a_trap);
+	tcase_add_test(tc, sled_without_relay_keeps_int3_then_nop5);
 	tcase_add_test(tc, fast_failure_rolls_back);
 	tcase_add_test(tc, fast_mismatch_latches_off);
 	tcase_add_test(tc, no_alias_falls_back);

@@ -348,7 +348,18 @@ static bool thread_gone(pid_t pid, pid_t tid)
 
 int pki_gp_synchronize(void)
 {
+	return pki_gp_synchronize_for(0);
+}
+
+/*
+ * Abandoning a round is safe: its pending slots are reopened by the next
+ * round's own number, and a late answer for this one compares against that
+ * number and lands nowhere (the slot arrays are never freed).
+ */
+int pki_gp_synchronize_for(long timeout_ns)
+{
 	pid_t pid = getpid(), self = (pid_t)syscall(SYS_gettid);
+	struct timespec start, now;
 	int err, waits = 0;
 
 	if (pki_tramp_in_hook())
@@ -362,6 +373,7 @@ int pki_gp_synchronize(void)
 		err = -E2BIG;
 		goto unlock;
 	}
+	clock_gettime(CLOCK_MONOTONIC, &start);
 	gp_round++;
 	for (size_t i = 0; i < ntargets; i++)
 		__atomic_store_n(&targets[i].answer, gp_round << 1 | 1, __ATOMIC_RELEASE);
@@ -394,6 +406,13 @@ int pki_gp_synchronize(void)
 			    __ask(pid, i) == -ESRCH)
 				__settle(i);
 		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (timeout_ns &&
+		    (now.tv_sec - start.tv_sec) * 1000000000l + now.tv_nsec - start.tv_nsec >
+			timeout_ns) {
+			err = -ETIMEDOUT;
+			goto unlock;
+		}
 		if (++waits == 200)
 			pki_warn(
 			    "hooks: grace period waits for a thread (blocks signal %d, or stays "
@@ -419,7 +438,7 @@ static pthread_cond_t defer_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
 static struct gp_cb *queue;
 static unsigned long queued, done; /* callbacks ever queued / run */
-static unsigned long waiting;	  /* pki_gp_barrier callers waiting: no batching delay */
+static unsigned long waiting;	   /* pki_gp_barrier callers waiting: no batching delay */
 static bool worker_up;
 
 /*

@@ -23,6 +23,14 @@
 int pki_gp_synchronize(void);
 
 /*
+ * pki_gp_synchronize() that gives up after @timeout_ns (0: never) with
+ * -ETIMEDOUT: some thread could not be seen quiescent (it blocks
+ * PKI_GP_SIGNAL and never sleeps, or stays in a callback).  Nothing may be
+ * freed then; a later grace period (pki_gp_defer()) still works.
+ */
+int pki_gp_synchronize_for(long timeout_ns);
+
+/*
  * call_rcu for hooks: run @fn(@arg) after a grace period, on a background
  * thread that batches everything queued meanwhile under one grace period.
  * Never waits.  Falls back on a synchronous grace period only if memory for

@@ -111,6 +111,14 @@ static bool rt_stale; /* sites were forgotten: the next commit rebuilds the tabl
 
 static void hook_unlock(void);
 
+/* How long an unregister waits for its grace period (0: for ever); see hook_int.h. */
+static long unreg_timeout_ns;
+
+void pki_hook_set_unregister_timeout(long ns)
+{
+	__atomic_store_n(&unreg_timeout_ns, ns, __ATOMIC_RELAXED);
+}
+
 /* Default site source: the sym layer's table (built on first use). */
 static int sym_lookup(unsigned long addr, unsigned long *ip)
 {
@@ -604,7 +612,7 @@ static int __txn_commit(void)
 	struct rt *old = rt_cur, *t;
 	size_t np = 0, decided = 0;
 	bool unreg = false;
-	int err = 0;
+	int err = 0, gp_err = 0;
 
 	if (!dirty.n && !changes.n && !rt_stale)
 		return 0;
@@ -687,21 +695,29 @@ static int __txn_commit(void)
 		unreg |= !p->registered;
 	}
 	if (unreg) {
-		/* The callers may free their ops once we return. */
-		pki_gp_synchronize();
+		/*
+		 * The callers may free their ops once we return 0.  A grace
+		 * period that timed out (unreg_timeout_ns) leaves the ops off
+		 * its sites but possibly still in use: the trampolines go after
+		 * a later grace period, and the caller keeps its ops.
+		 */
+		gp_err = pki_gp_synchronize_for(unreg_timeout_ns);
 		for (size_t i = 0; i < changes.n; i++) {
 			struct ops_priv *p = changes.v[i].p;
 
 			if (p->registered || p->ops->private != p)
 				continue;
 			for (size_t j = 0; j < p->ntramps; j++)
-				pki_tmem_free(&p->tramps[j]);
+				if (gp_err)
+					slot_retire(&p->tramps[j]);
+				else
+					pki_tmem_free(&p->tramps[j]);
 			__ops_priv_free(p);
 		}
 	}
 	changes.n = 0;
 	free(pokes);
-	return 0;
+	return gp_err;
 
 free_stubs:
 	/* New stubs were reachable only through bytes that never stuck. */

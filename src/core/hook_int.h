@@ -39,4 +39,14 @@ unsigned long pki_hook_site_target(unsigned long ip);
 unsigned long pki_hook_list_func(unsigned long ip, unsigned long parent_ip, void *regs,
 				 int recursing);
 
+/*
+ * Bound the grace period of pk_ops_unregister() (and of a commit that
+ * unregisters) to @ns (0, the default: wait for ever).  When it times out
+ * the ops is off its sites and the call returns -ETIMEDOUT: the ops may
+ * still be in use and must not be freed; its trampolines are freed after a
+ * later grace period.  For callers that must never hang (the preload agent's
+ * dlclose()).
+ */
+void pki_hook_set_unregister_timeout(long ns);
+
 #endif /* PK_CORE_HOOK_INT_H */

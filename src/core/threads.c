@@ -7,6 +7,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -81,6 +82,29 @@ int pki_thread_sample(pid_t tid, struct pki_thread_state *st)
 		return 0;
 	}
 	return -EPROTO;
+}
+
+int pki_thread_sigblk(pid_t tid, uint64_t *mask, char *name, size_t len)
+{
+	char buf[2048], *l;
+	int err = task_read(tid, "status", buf, sizeof(buf));
+
+	if (err)
+		return err;
+	if (name && len) {
+		name[0] = '\0';
+		if (!strncmp(buf, "Name:\t", 6)) {
+			size_t n = strcspn(buf + 6, "\n");
+
+			n = n < len - 1 ? n : len - 1;
+			memcpy(name, buf + 6, n);
+			name[n] = '\0';
+		}
+	}
+	l = strstr(buf, "\nSigBlk:\t");
+	if (!l || sscanf(l + 9, "%" SCNx64, mask) != 1)
+		return -EPROTO;
+	return 0;
 }
 
 int pki_thread_runs(pid_t tid, unsigned long *runs)

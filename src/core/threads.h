@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /*
@@ -36,6 +37,12 @@ struct pki_thread_state {
  * thread is gone), or -errno.  Costs one open/read/close (~2-8 us).
  */
 int pki_thread_sample(pid_t tid, struct pki_thread_state *st);
+
+/*
+ * The signals thread @tid blocks (bit N-1 for signal N, /proc's SigBlk) and,
+ * if @name, its name (@len bytes).  0, -ESRCH, or -errno.  One open/read.
+ */
+int pki_thread_sigblk(pid_t tid, uint64_t *mask, char *name, size_t len);
 
 /*
  * How many times @tid was scheduled in (sched_info pcount, from

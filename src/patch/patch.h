@@ -12,10 +12,13 @@
  * Text is written through a writable alias of the executable mapping when
  * one can be made (src/patch/alias.c: the mapping becomes a memfd, shown as
  * such in /proc/self/maps), else through /proc/self/mem or a grouped
- * mprotect().  When every site of a batch has an alias, lies in one aligned
- * 16-byte block and does not hold a sled, each site takes one atomic store
- * (the single-store protocol in poke.c, with its safety argument); other
- * batches take the INT3 protocol.  Aliased text changes what other tools see
+ * mprotect().  A gcc sled (90 x5) is attached by changing its first byte
+ * into a call to a relay slot at a fixed distance below it (the sled relay
+ * protocol in poke.c); a site that does not hold a sled, has an alias and
+ * does not cross a cache line takes one atomic store (the single-store
+ * protocol).  Neither writes an INT3 or signals any thread.  The other
+ * sites (crossing a cache line, no alias, a sled whose relay memory cannot
+ * be placed) take the INT3 protocol.  Aliased text changes what other tools see
  * (alias.c lists it: /proc/self/maps names, uprobes and debugger breakpoints
  * on that text, fork() costs a copy of it); PKI_POKE_NO_ALIAS before the
  * first batch keeps the old ways.
@@ -91,6 +94,7 @@ struct pki_poke_stats {
 	unsigned long fast;	  /* batches committed by single stores, no INT3 */
 	unsigned long aliases;	  /* executable mappings with a writable alias now */
 	unsigned long kicks;	  /* batches that ran the sled kick */
+	unsigned long relayed;	  /* sled sites attached through their relay */
 };
 
 void pki_text_poke_stats(struct pki_poke_stats *st);
@@ -106,6 +110,7 @@ enum pki_poke_stage {
 	PKI_POKE_AFTER_TAILS,	  /* tails written and synced */
 	PKI_POKE_AFTER_FIRST,	  /* first bytes written and synced */
 	PKI_POKE_AFTER_STORE,	  /* single-store path: every site stored, not synced */
+	PKI_POKE_AFTER_RELAY,	  /* sled relay path: every relayed site stored, not synced */
 };
 
 extern int (*pki_text_poke_hook)(enum pki_poke_stage stage);
@@ -113,11 +118,14 @@ extern int (*pki_text_poke_hook)(enum pki_poke_stage stage);
 /*
  * For tests and benchmarks: PKI_POKE_NO_ALIAS makes no new writable alias
  * (existing ones are still used: their text can be written no other way);
- * PKI_POKE_NO_FAST runs the INT3 protocol even where one store would do.
+ * PKI_POKE_NO_FAST runs the INT3 protocol even where one store would do (and
+ * for sleds never attached yet: no relay either).
  * Set between batches.
  */
 #define PKI_POKE_NO_ALIAS 0x1u
 #define PKI_POKE_NO_FAST  0x2u
+/* Sleds never attached yet take the INT3 protocol and the kick, not a relay. */
+#define PKI_POKE_NO_RELAY 0x4u
 
 extern unsigned int pki_text_poke_disable;
 

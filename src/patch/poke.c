@@ -7,8 +7,11 @@
  * of the kernel's sync IPIs, and mprotect() grouped by mapping because each
  * call costs a TLB shootdown when other threads run.  Where a writable alias
  * of the text exists (alias.c), text is written through it instead, and a
- * batch whose sites can each be replaced by one aligned 8-byte store skips
- * the INT3 protocol altogether (the single-store protocol below).
+ * batch whose sites can each be replaced by one locked store skips the INT3
+ * protocol altogether (the single-store protocol below), and gcc's sleds are
+ * attached by changing their first byte only (the sled relay protocol
+ * below): neither writes an INT3 or signals a thread, so neither depends on
+ * how the program's threads mask or handle signals.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -30,6 +34,7 @@
 #include "patch/alias.h"
 #include "patch/internal.h"
 #include "patch/maps.h"
+#include "patch/relay.h"
 
 int (*pki_text_poke_hook)(enum pki_poke_stage stage);
 unsigned int pki_text_poke_disable;
@@ -73,6 +78,8 @@ struct text_range {
 	bool changed;
 };
 
+static atomic_ulong pki_stat_relayed;
+
 bool pki_text_poke_dead(void)
 {
 	return atomic_load(&dead);
@@ -87,6 +94,7 @@ void pki_text_poke_stats(struct pki_poke_stats *st)
 	st->fast = atomic_load(&pki_stat_fast);
 	st->aliases = pki_alias_count();
 	st->kicks = atomic_load(&pki_stat_kicks);
+	st->relayed = atomic_load(&pki_stat_relayed);
 }
 
 static int hook(enum pki_poke_stage stage)
@@ -504,6 +512,38 @@ static int text_unprotect(struct text_range *range, size_t n)
  * restores the sled, threads may be stopped inside it again, which is fine
  * for a sled; the next conversion kicks them out again.
  */
+/* @tid is asleep in the kernel with its pc outside every site of @b. */
+static bool kick_seen_outside(const struct pki_batch *b, pid_t tid)
+{
+	struct pki_thread_state st;
+
+	return !pki_thread_sample(tid, &st) && st.blocked && !pki_batch_find(b, st.pc);
+}
+
+/* Name the threads that never answered, and why they may not have. */
+static void kick_report(const struct pki_kick *k)
+{
+	int shown = 0;
+	size_t i;
+
+	pki_warn("text poke: %d thread(s) neither answered the sled kick nor were seen asleep "
+		 "outside the sleds in %ld ms; batch refused, nothing changed: %s\n",
+		 atomic_load(&k->left), KICK_TIMEOUT_NS / 1000000, pki_errstr(ETIMEDOUT));
+	for (i = 0; i < k->n && shown < 4; i++) {
+		char name[32] = "?";
+		uint64_t blk = 0;
+
+		if (atomic_load(&k->acked[i]))
+			continue;
+		pki_thread_sigblk(k->tid[i], &blk, name, sizeof(name));
+		pki_warn("text poke:   thread %d (%s)%s\n", k->tid[i], name,
+			 blk & (1ull << (PKI_SIG_KICK - 1))
+			     ? " blocks the kick signal and never sleeps"
+			     : " is in a handler that blocks the kick");
+		shown++;
+	}
+}
+
 static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 {
 	pid_t self = (pid_t)syscall(SYS_gettid), pid = getpid(), *tid = NULL, *bigger;
@@ -548,18 +588,21 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	atomic_store_explicit(&b->kick, k, memory_order_release);
 
 	for (i = 0; i < n; i++) {
-		struct pki_thread_state st;
-
 		/*
 		 * A thread blocked in the kernel (after step 1) at a pc outside
 		 * every sled of the batch can only come back in through a first
 		 * byte, now an INT3: no signal needed (and none reaches the
 		 * threads that block every signal, e.g. liburcu's workers).
 		 */
-		if (!pki_thread_sample(k->tid[i], &st) && st.blocked && !pki_batch_find(b, st.pc)) {
+		if (kick_seen_outside(b, k->tid[i])) {
 			pki_kick_ack(k, i);
 			continue;
 		}
+		/*
+		 * A thread that blocks the kick gets it when it unblocks it (a
+		 * handler that returns); meanwhile the wait below looks at it
+		 * again until it is seen asleep in the kernel outside the sleds.
+		 */
 		if (!syscall(SYS_tgkill, pid, k->tid[i], PKI_SIG_KICK))
 			continue;
 		if (errno != ESRCH) {
@@ -585,18 +628,21 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 		if (!syscall(SYS_futex, &k->left, FUTEX_WAIT_PRIVATE, left, &tick, NULL, 0) ||
 		    errno != ETIMEDOUT)
 			continue;
-		/* Silent for a while: are they all still alive? */
+		/*
+		 * Silent for a while: are they all still alive, and is one of
+		 * them now seen asleep outside the sleds (a thread that blocks
+		 * the kick, or whose handler for another signal blocks it)?
+		 */
 		for (i = 0; i < n; i++)
-			if (!atomic_load(&k->acked[i]) && syscall(SYS_tgkill, pid, k->tid[i], 0) &&
-			    errno == ESRCH)
+			if (!atomic_load(&k->acked[i]) &&
+			    ((syscall(SYS_tgkill, pid, k->tid[i], 0) && errno == ESRCH) ||
+			     kick_seen_outside(b, k->tid[i])))
 				pki_kick_ack(k, i);
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if ((now.tv_sec - start.tv_sec) * 1000000000l + now.tv_nsec - start.tv_nsec >
 		    KICK_TIMEOUT_NS) {
 			err = -ETIMEDOUT;
-			pki_warn("text poke: %d thread(s) did not answer the sled kick (signal "
-				 "%d blocked?): %s\n",
-				 atomic_load(&k->left), PKI_SIG_KICK, pki_errstr(err));
+			kick_report(k);
 			break;
 		}
 	}
@@ -766,16 +812,19 @@ static int __poke_apply(struct pki_batch *b)
 
 /*
  * Why one store is enough for a site that pki_insn_single_store_ok() accepts
- * (five bytes inside one naturally aligned 16-byte block, old instruction
- * not a sled) and that has a live alias:
+ * (five bytes inside one store window: an aligned 16-byte block, or eight
+ * bytes of one cache line; old instruction not a sled) and that has a live
+ * alias:
  *
- *  (a) The store.  The block holding the site is replaced by ONE locked
- *      cmpxchg16b through the alias, expecting the block as verified (the
- *      bytes around the site included).  A locked operation on an aligned
- *      block is single-copy atomic on x86-64 (SDM vol. 3, "Guaranteed Atomic
- *      Operations", "Locked Atomic Operations"): every observer reads the
- *      whole old or the whole new block, and the block lies in one cache
- *      line, which the store modifies in one coherence transaction.  (Sites
+ *  (a) The store.  The window holding the site is replaced by ONE locked
+ *      cmpxchg16b (aligned block) or lock cmpxchg (a quadword inside one
+ *      line) through the alias, expecting the window as verified (the bytes
+ *      around the site included).  A locked operation that does not split a
+ *      cache line is single-copy atomic on x86-64 (SDM vol. 3, "Guaranteed
+ *      Atomic Operations", "Locked Atomic Operations"; AMD APM vol. 2,
+ *      "Locked Instructions"): every observer reads the whole old or the
+ *      whole new window, and the window lies in one cache line, which the
+ *      store modifies in one coherence transaction.  (Sites
  *      inside one aligned quadword would do with cmpxchg8; the 16-byte block
  *      also covers sites at entry + 4..11 of a 16-byte-aligned function,
  *      e.g. after endbr64.)  The alias and the executable view are two virtual
@@ -822,48 +871,72 @@ static int __poke_apply(struct pki_batch *b)
  * protocol, a batch is not atomic as a whole, only each site is.  A failure
  * after some stores puts their old blocks back the same way.
  */
-static int store_site(const struct pki_poke *p, const uint8_t *from, const uint8_t *to)
+/*
+ * Replace the @len bytes at @addr, now @from, by @to with one locked store
+ * through the alias of the window around them (pki_arch_store_window()).
+ * -EINVAL (no window or no alias for it), -EILSEQ (the bytes are not @from:
+ * someone else changed them), -EIO (the store did not show in the text).
+ */
+static int store_bytes(unsigned long addr, const uint8_t *from, const uint8_t *to, unsigned int len)
 {
-	unsigned long block = p->addr & ~(unsigned long)(PKI_STORE_BLOCK - 1),
-		      off = p->addr - block;
-	uint8_t *w = pki_alias_addr(block);
+	unsigned long start;
+	unsigned int win = pki_arch_store_window(addr, len, &start), off;
 	uint64_t cur[2], want[2], now[2];
-	uint8_t b[PKI_STORE_BLOCK];
+	uint8_t *w;
+	bool ok;
 
+	if (!win || (win == PKI_STORE_BLOCK && !have_cas16))
+		return -EINVAL;
+	w = pki_alias_addr(start);
+	if (!w || pki_alias_addr(start + win - 1) != w + win - 1)
+		return -EINVAL;
+	off = (unsigned int)(addr - start);
 	/*
-	 * Through the executable view: what threads execute now.  Two loads
+	 * Through the executable view: what threads execute now.  The loads
 	 * need not be one snapshot, but only we write text: a torn read can
 	 * only make the exchange below fail.
 	 */
-	cur[0] = __atomic_load_n((const uint64_t *)block, __ATOMIC_ACQUIRE);
-	cur[1] = __atomic_load_n((const uint64_t *)block + 1, __ATOMIC_ACQUIRE);
-	memcpy(b, cur, sizeof(b));
-	if (memcmp(b + off, from, PKI_SITE_LEN))
+	memcpy(cur, (const void *)start, win);
+	if (memcmp((uint8_t *)cur + off, from, len))
 		return -EILSEQ;
-	memcpy(b + off, to, PKI_SITE_LEN);
-	memcpy(want, b, sizeof(b));
-	if (!pki_arch_cas16(w, cur, want))
+	memcpy(want, cur, sizeof(want));
+	memcpy((uint8_t *)want + off, to, len);
+	ok = win == PKI_STORE_BLOCK ? pki_arch_cas16(w, cur, want)
+				    : pki_arch_cas8(w, cur[0], want[0]);
+	if (!ok)
 		return -EILSEQ;
 	/* Same physical bytes: our own loads through the other view must agree. */
-	now[0] = __atomic_load_n((const uint64_t *)block, __ATOMIC_ACQUIRE);
-	now[1] = __atomic_load_n((const uint64_t *)block + 1, __ATOMIC_ACQUIRE);
-	if (now[0] != want[0] || now[1] != want[1]) {
-		pki_arch_cas16(w, want, cur);
+	memcpy(now, (const void *)start, win);
+	if (memcmp(now, want, win)) {
+		if (win == PKI_STORE_BLOCK)
+			pki_arch_cas16(w, want, cur);
+		else
+			pki_arch_cas8(w, want[0], cur[0]);
 		return -EIO;
 	}
 	return 0;
 }
 
+static int store_site(const struct pki_poke *p, const uint8_t *from, const uint8_t *to)
+{
+	return store_bytes(p->addr, from, to, PKI_SITE_LEN);
+}
+
 static bool single_store_ok(const struct pki_poke *site, size_t n)
 {
+	unsigned long start;
 	size_t i;
 
-	if ((pki_text_poke_disable & PKI_POKE_NO_FAST) || !have_cas16)
+	if (pki_text_poke_disable & PKI_POKE_NO_FAST)
 		return false;
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
+		unsigned int win = pki_arch_store_window(site[i].addr, PKI_SITE_LEN, &start);
+
 		if (!pki_insn_single_store_ok(site[i].addr, site[i].old) ||
-		    !pki_alias_addr(site[i].addr & ~(unsigned long)(PKI_STORE_BLOCK - 1)))
+		    (win == PKI_STORE_BLOCK && !have_cas16) || !pki_alias_addr(start) ||
+		    pki_alias_addr(start + win - 1) != pki_alias_addr(start) + win - 1)
 			return false;
+	}
 	return true;
 }
 
@@ -907,13 +980,356 @@ static int __poke_single_store(const struct pki_poke *site, size_t n, unsigned i
 	return err;
 }
 
+/* --- the sled relay protocol ---------------------------------------------- */
+
+/*
+ * Why a sled site needs neither an INT3 nor the sled kick here (the idea is
+ * in arch/x86_64/insn.h, the memory in relay.c).  The site holds the sled
+ * (off) or the relay call e8 90 90 90 90 (on); its slot holds, when on, a
+ * jmp to the site's target, and when off a ret (or, before the first attach,
+ * INT3s nobody reaches).  Every change is one store of a byte or of a single
+ * instruction:
+ *
+ *  (a) byte 0 of the site, 90 <-> e8: a one-byte store, seen whole.  Bytes
+ *      1..4 never change, so a thread stopped at any of them (preempted, or
+ *      in a signal handler of any length, on any stack) resumes into nops
+ *      that end at site + 5, on or off.  A thread at byte 0 executes the old
+ *      or the new first byte; both are whole instructions with the same
+ *      bytes 1..4.
+ *  (b) the slot, ret <-> jmp T, or jmp T1 -> jmp T2: one locked store of a
+ *      window inside one cache line (single-store protocol, (a)-(b)); a
+ *      thread at the slot came through the site's call, so [rsp] = site + 5
+ *      and both ret and any jmp to a trampoline are correct for it.
+ *  (c) Order.  Attach: slot first, then a core sync, then byte 0, so a thread
+ *      that executes the new call finds the new jump.  Detach: byte 0
+ *      first, then the slot becomes a ret, so a thread that executed the
+ *      call just before and sits at the slot when the batch returns leaves
+ *      through the ret, never through a jump to a trampoline that a grace
+ *      period may then free.  Retarget: the slot only.  The final core sync
+ *      (unless PKI_POKE_LAZY) gives the same post-condition as the other
+ *      protocols: no thread can execute a replaced instruction afterwards.
+ *      Grace periods need nothing new: a thread in a slot is outside every
+ *      trampoline and executes the slot as it is when it gets there, as it
+ *      would the site itself.
+ *  (d) The slot's place is fixed by the site; if it cannot be mapped, or the
+ *      target is out of the slot's rel32 reach, a sled that was never
+ *      attached takes the older protocols (INT3 and the kick).  A site once
+ *      attached by relay stays on its relay for good (threads may still sit
+ *      inside its sled): a later target the slot cannot reach is refused
+ *      with -ERANGE.
+ */
+struct relayed {
+	struct pki_poke p; /* what the caller asked, in its (logical) bytes */
+	unsigned long slot;
+	bool was_on, on;
+	uint8_t slot_old[PKI_RELAY_SLOT_LEN], slot_new[PKI_RELAY_SLOT_LEN];
+	bool slot_done, byte_done;
+};
+
+/* A writable view of relay slot @slot: its chunk's alias, made on first use. */
+static bool relay_writable(unsigned long slot)
+{
+	struct pki_maps full = {0};
+	struct pki_map m;
+	unsigned long start;
+	unsigned int win = pki_arch_store_window(slot, PKI_RELAY_SLOT_LEN, &start);
+	bool ok = false;
+
+	if (!win || (win == PKI_STORE_BLOCK && !have_cas16))
+		return false;
+	if (!map_at(slot, &full, &m) && m.end >= start + win &&
+	    pki_alias_get(&m, "[sled relay]", true) > 0)
+		ok = pki_alias_addr(start) &&
+		     pki_alias_addr(start + win - 1) == pki_alias_addr(start) + win - 1;
+	pki_maps_free(&full);
+	return ok;
+}
+
+/* Can byte 0 of @addr be stored (alias, or /proc/self/mem: one byte is atomic)? */
+static bool relay_site_writable(unsigned long addr)
+{
+	return pki_alias_addr(addr) || mem_fd >= 0;
+}
+
+static int relay_byte_put(unsigned long addr, uint8_t from, uint8_t to)
+{
+	uint8_t *w = pki_alias_addr(addr);
+
+	if (w)
+		return __atomic_compare_exchange_n(w, &from, to, false, __ATOMIC_SEQ_CST,
+						   __ATOMIC_SEQ_CST)
+			   ? 0
+			   : -EILSEQ;
+	if (*(volatile const uint8_t *)addr != from)
+		return -EILSEQ;
+	if (pwrite(mem_fd, &to, 1, (off_t)addr) == 1)
+		return 0;
+	return errno ? -errno : -EIO;
+}
+
+static void relay_report(const struct pki_poke *p, const char *what, const uint8_t *want,
+			 const uint8_t *have)
+{
+	char w[3 * PKI_SITE_LEN], h[3 * PKI_SITE_LEN];
+
+	atomic_store(&dead, true);
+	hexbytes(w, want);
+	hexbytes(h, have);
+	pki_warn("text poke %#lx: %s: expected %s, found %s; live patching is now off for "
+		 "this process: %s\n",
+		 p->addr, what, w, h, pki_errstr(EILSEQ));
+}
+
+/*
+ * Does @p take the relay?  1 (and *@r filled, verified), 0 (no: another
+ * protocol), or -errno: -EILSEQ (the text or the slot is not what @p says:
+ * patching latched off, reported), -ERANGE/-EINVAL (a site already on its
+ * relay cannot reach @p's new target or become a jmp).
+ */
+static int relay_choose(const struct pki_poke *p, struct relayed *r)
+{
+	enum pki_insn_kind ko = pki_insn_classify(p->old), kn = pki_insn_classify(p->new);
+	uint8_t text[PKI_SITE_LEN];
+	bool relay_call, fresh;
+	int err;
+
+	memcpy(text, (const void *)p->addr, PKI_SITE_LEN);
+	relay_call = !memcmp(text, pki_relay_call, PKI_SITE_LEN);
+	if (!relay_call && memcmp(text, pki_nop1x5, PKI_SITE_LEN))
+		return 0;
+	fresh = !relay_call;
+	*r = (struct relayed){.p = *p,
+			      .slot = pki_insn_relay_slot(p->addr),
+			      .was_on = relay_call,
+			      .on = kn == PKI_INSN_CALL};
+	/* (d): a sled not on its relay yet may still take the older protocols. */
+	if (fresh && ((pki_text_poke_disable & (PKI_POKE_NO_FAST | PKI_POKE_NO_RELAY)) ||
+		      ko == PKI_INSN_CALL || ko == PKI_INSN_JMP))
+		return 0;
+	if ((ko == PKI_INSN_CALL) != relay_call) {
+		relay_report(p, "site", p->old, text);
+		return -EILSEQ;
+	}
+	if (kn == PKI_INSN_JMP) {
+		if (fresh)
+			return 0;
+		pki_warn("text poke %#lx: a site on its sled relay cannot become a jmp: %s\n",
+			 p->addr, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	if (fresh) {
+		err = pki_relay_map(p->addr);
+		if (err || !relay_site_writable(p->addr) || !relay_writable(r->slot))
+			return 0;
+	} else if (!relay_site_writable(p->addr) || !relay_writable(r->slot)) {
+		pki_warn("text poke %#lx: its sled relay cannot be written any more: %s\n", p->addr,
+			 pki_errstr(EIO));
+		return -EIO;
+	}
+	memcpy(r->slot_old, (const void *)r->slot, PKI_RELAY_SLOT_LEN);
+	/* The site's literal bytes (e8 90 90 90 90) say "on", whatever the slot holds. */
+	if (ko == PKI_INSN_CALL && memcmp(p->old, pki_relay_call, PKI_SITE_LEN)) {
+		uint8_t want[PKI_RELAY_SLOT_LEN];
+
+		if (pki_insn_jmp(want, r->slot, pki_insn_branch_target(p->old, p->addr)) ||
+		    memcmp(want, r->slot_old, PKI_RELAY_SLOT_LEN)) {
+			relay_report(p, "sled relay slot", want, r->slot_old);
+			return -EILSEQ;
+		}
+	}
+	if (r->on) {
+		if (pki_insn_jmp(r->slot_new, r->slot, pki_insn_branch_target(p->new, p->addr))) {
+			if (fresh)
+				return 0;
+			pki_warn("text poke %#lx: target %#lx out of reach of its sled relay at "
+				 "%#lx: %s\n",
+				 p->addr, pki_insn_branch_target(p->new, p->addr), r->slot,
+				 pki_errstr(ERANGE));
+			return -ERANGE;
+		}
+	} else {
+		memcpy(r->slot_new, r->was_on ? pki_relay_ret : r->slot_old, PKI_RELAY_SLOT_LEN);
+	}
+	return 1;
+}
+
+static int relay_slot_put(struct relayed *r)
+{
+	int err;
+
+	if (!memcmp(r->slot_old, r->slot_new, PKI_RELAY_SLOT_LEN))
+		return 0;
+	err = store_bytes(r->slot, r->slot_old, r->slot_new, PKI_RELAY_SLOT_LEN);
+	if (err)
+		pki_warn("text poke %#lx: cannot store its sled relay slot %#lx: %s\n", r->p.addr,
+			 r->slot, pki_errstr(err));
+	r->slot_done = !err;
+	return err;
+}
+
+static int relay_site_put(struct relayed *r)
+{
+	int err;
+
+	if (r->was_on == r->on)
+		return 0;
+	err =
+	    relay_byte_put(r->p.addr, pki_insn_relay_byte0(r->was_on), pki_insn_relay_byte0(r->on));
+	if (err)
+		pki_warn("text poke %#lx: cannot store the first byte of its sled: %s\n", r->p.addr,
+			 pki_errstr(err));
+	r->byte_done = !err;
+	return err;
+}
+
+/* Put back what relay_apply() stored, last first. */
+static void relay_undo(struct relayed *r, size_t n)
+{
+	size_t i;
+
+	for (i = n; i-- > 0;) {
+		if (r[i].byte_done)
+			relay_byte_put(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
+				       pki_insn_relay_byte0(r[i].was_on));
+		if (r[i].slot_done)
+			store_bytes(r[i].slot, r[i].slot_new, r[i].slot_old, PKI_RELAY_SLOT_LEN);
+		r[i].byte_done = r[i].slot_done = false;
+	}
+	sync_cores();
+}
+
+/* The steps of (c) for every relayed site of the batch. */
+static int relay_apply(struct relayed *r, size_t n, unsigned int flags)
+{
+	bool attach = false;
+	size_t i;
+	int err = 0;
+
+	for (i = 0; i < n && !err; i++)
+		if (r[i].on) {
+			err = relay_slot_put(&r[i]);
+			attach |= !r[i].was_on;
+		}
+	if (!err && attach)
+		err = sync_cores();
+	for (i = 0; i < n && !err; i++)
+		err = relay_site_put(&r[i]);
+	for (i = 0; i < n && !err; i++)
+		if (!r[i].on)
+			err = relay_slot_put(&r[i]);
+	if (!err)
+		err = hook(PKI_POKE_AFTER_RELAY);
+	if (!err && !(flags & PKI_POKE_LAZY))
+		err = sync_cores();
+	if (err) {
+		relay_undo(r, n);
+		return err;
+	}
+	for (i = 0; i < n; i++)
+		if (r[i].on && !r[i].was_on)
+			atomic_fetch_add(&pki_stat_relayed, 1);
+	return 0;
+}
+
+/*
+ * Move the sites of @site (sorted) that take the relay into @r, keeping the
+ * others in order at the front of @site; *@n becomes their number.
+ */
+static int relay_split(struct pki_poke *site, size_t *n, struct relayed *r, size_t *nr)
+{
+	size_t i, k = 0;
+	int ret;
+
+	*nr = 0;
+	for (i = 0; i < *n; i++) {
+		ret = relay_choose(&site[i], &r[*nr]);
+		if (ret < 0)
+			return ret;
+		if (ret) {
+			(*nr)++;
+			continue;
+		}
+		if (k != i)
+			site[k] = site[i];
+		k++;
+	}
+	*n = k;
+	return 0;
+}
+
+static int int3_guard_one(pid_t tid, void *arg)
+{
+	char name[32] = "?";
+	uint64_t blk;
+
+	if (pki_thread_sigblk(tid, &blk, name, sizeof(name)) || !(blk & (1ull << (SIGTRAP - 1))))
+		return 0;
+	pki_warn("text poke: thread %d (%s) blocks SIGTRAP, and %zu site(s) of this batch "
+		 "need the INT3 protocol (crossing a cache line, or a sled without relay "
+		 "memory): a trap would kill the process; batch refused, nothing changed: %s\n",
+		 tid, name, *(size_t *)arg, pki_errstr(EDEADLK));
+	return -EDEADLK;
+}
+
+/*
+ * The kernel kills a process whose thread meets an INT3 with SIGTRAP
+ * blocked, so no INT3 is written while any thread blocks it.  A thread that
+ * blocks it during the batch (a few milliseconds) is not seen: the
+ * remaining exposure, only for the sites this protocol still serves.
+ */
+static int int3_guard(size_t n)
+{
+	int err = pki_threads_each((pid_t)syscall(SYS_gettid), int3_guard_one, &n);
+
+	return err == -EDEADLK || !err ? err : 0;
+}
+
+/* The sites that take neither the relay nor one store: the INT3 protocol. */
+static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nrange)
+{
+	struct pki_poke *site = (struct pki_poke *)b->site;
+	size_t i, n = b->n;
+	int err, err2;
+
+	err = int3_guard(n);
+	if (!err)
+		err = pki_trap_sites_add(site, n);
+	if (err)
+		return err;
+	use_mem = mem_fd >= 0 && n <= MEM_MAX_SITES;
+	if (use_mem)
+		return __poke_apply(b);
+	err = text_unprotect(range, nrange);
+	if (err)
+		return err;
+	err = __poke_apply(b);
+	err2 = text_reprotect(range, nrange);
+	if (!err && err2) {
+		/* W^X could not be restored: undo rather than leave it committed. */
+		err = err2;
+		if (!text_unprotect(range, nrange)) {
+			for (i = 0; i < n; i++) {
+				uint8_t tmp[PKI_SITE_LEN];
+
+				memcpy(tmp, site[i].old, PKI_SITE_LEN);
+				memcpy(site[i].old, site[i].new, PKI_SITE_LEN);
+				memcpy(site[i].new, tmp, PKI_SITE_LEN);
+			}
+			__poke_apply(b);
+			text_reprotect(range, nrange);
+		}
+	}
+	return err;
+}
+
 static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 {
-	struct pki_batch b = {.n = n};
+	struct pki_batch b = {0};
 	struct text_range *range;
+	struct relayed *rel;
 	struct pki_poke *site;
-	size_t nrange;
-	int err, err2;
+	size_t nrange, nrel = 0;
+	int err;
 
 	if (atomic_load(&dead))
 		return -ECANCELED;
@@ -922,61 +1338,40 @@ static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 		return err;
 	site = malloc(n * sizeof(*site));
 	range = malloc(2 * n * sizeof(*range));
-	if (!site || !range) {
+	rel = malloc(n * sizeof(*rel));
+	if (!site || !range || !rel) {
 		err = -ENOMEM;
 		goto free_arrays;
 	}
 	memcpy(site, pokes, n * sizeof(*site));
 	qsort(site, n, sizeof(*site), cmp_poke);
-	b.site = site;
 	err = check_sites(site, n);
 	if (err)
 		goto free_arrays;
 	err = build_ranges(site, n, range, &nrange);
 	if (err)
 		goto free_arrays;
-	err = verify_sites(site, n);
-	if (err)
-		goto free_arrays;
-	if (single_store_ok(site, n)) {
+	/* Everything is verified before anything is written. */
+	err = relay_split(site, &n, rel, &nrel);
+	if (!err)
+		err = verify_sites(site, n);
+	if (!err && nrel)
+		err = relay_apply(rel, nrel, flags);
+	if (err || !n)
+		goto count;
+	b.site = site;
+	b.n = n;
+	if (single_store_ok(site, n))
 		err = __poke_single_store(site, n, flags);
-		goto count;
-	}
-	err = pki_trap_sites_add(site, n);
-	if (err)
-		goto free_arrays;
-
-	use_mem = mem_fd >= 0 && n <= MEM_MAX_SITES;
-	if (use_mem) {
-		err = __poke_apply(&b);
-		goto count;
-	}
-	err = text_unprotect(range, nrange);
-	if (err)
-		goto free_arrays;
-	err = __poke_apply(&b);
-	err2 = text_reprotect(range, nrange);
-	if (!err && err2) {
-		/* W^X could not be restored: undo rather than leave it committed. */
-		err = err2;
-		if (!text_unprotect(range, nrange)) {
-			size_t i;
-
-			for (i = 0; i < n; i++) {
-				uint8_t tmp[PKI_SITE_LEN];
-
-				memcpy(tmp, site[i].old, PKI_SITE_LEN);
-				memcpy(site[i].old, site[i].new, PKI_SITE_LEN);
-				memcpy(site[i].new, tmp, PKI_SITE_LEN);
-			}
-			__poke_apply(&b);
-			text_reprotect(range, nrange);
-		}
-	}
+	else
+		err = __poke_int3(&b, range, nrange);
+	if (err && nrel)
+		relay_undo(rel, nrel);
 count:
 	if (!err)
 		atomic_fetch_add(&pki_stat_batches, 1);
 free_arrays:
+	free(rel);
 	free(range);
 	free(site);
 	return err;

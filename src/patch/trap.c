@@ -334,6 +334,15 @@ int pki_trap_install(void)
 	sigaddset(&sa.sa_mask, PKI_SIG_KICK);
 	sa.sa_sigaction = trap_handler;
 	/*
+	 * SA_NODEFER: SIGTRAP stays unblocked inside the handler, so a signal
+	 * handler that interrupts it and calls a site meets an INT3 it can
+	 * take (a blocked SIGTRAP from an INT3 kills the process), and a
+	 * thread inside it never counts as blocking SIGTRAP (int3_guard() in
+	 * poke.c).  The handler is re-entrant: it only reads the published
+	 * batch.
+	 */
+	sa.sa_flags |= SA_NODEFER;
+	/*
 	 * Read the previous action first: once ours is in, another thread may
 	 * chain through trap_prev at any moment.
 	 */
@@ -341,6 +350,7 @@ int pki_trap_install(void)
 		return -errno;
 
 	sigemptyset(&sa.sa_mask);
+	sa.sa_flags &= ~SA_NODEFER;
 	sa.sa_sigaction = kick_handler;
 	if (sigaction(PKI_SIG_KICK, &sa, &old_kick)) {
 		int err = -errno;

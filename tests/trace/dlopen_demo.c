@@ -19,9 +19,16 @@
  * main forks 200 children (each exits at once); prints "fork race: done"
  * and exits 0.  A fork during a dlopen or dlclose must neither deadlock nor
  * leave the child a half-updated state.
+ *
+ * --spinner: a thread blocks every signal and spins without a system call
+ * while main loads the plugin, calls it, and closes it; prints the plugin's
+ * counts as above, then "spinner: dlclose N" and exits 0.  Neither the
+ * dlopen (hooking) nor the dlclose (a grace period) may hang on it.
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,6 +166,45 @@ static int fork_race(void)
 	return 0;
 }
 
+static atomic_bool spin_stop, spin_ready;
+
+static void *spinner(void *arg)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, NULL);
+	atomic_store(&spin_ready, true);
+	while (!atomic_load_explicit(&spin_stop, memory_order_relaxed))
+		;
+	return arg;
+}
+
+static int spin_close(void)
+{
+	struct plug p;
+	pthread_t t;
+	int r;
+
+	if (pthread_create(&t, NULL, spinner, NULL))
+		exit(1);
+	while (!atomic_load(&spin_ready))
+		;
+	load(&p);
+	calls(&p, 100);
+	add_counts(&p);
+	r = dlclose(p.h);
+	atomic_store(&spin_stop, true);
+	pthread_join(t, NULL);
+	printf("dlopen_demo: %lu calls\n", total.work + total.leaf + total.add + total.dep);
+	printf("calls plug_work %lu\n", total.work);
+	printf("calls plug_leaf %lu\n", total.leaf);
+	printf("calls plug_add %lu\n", total.add);
+	printf("calls plug_dep %lu\n", total.dep);
+	printf("spinner: dlclose %d\n", r);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	bool fork_child = argc > 1 && !strcmp(argv[1], "--fork");
@@ -168,6 +214,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "--fork-race"))
 		return fork_race();
+	if (argc > 1 && !strcmp(argv[1], "--spinner"))
+		return spin_close();
 	pthread_barrier_init(&bar, NULL, 2);
 	/* A */
 	load(&p);

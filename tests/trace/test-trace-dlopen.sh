@@ -110,5 +110,20 @@ for sel in all plug all plug all plug; do
 	check "fork race ($sel): output" "grep -qx 'fork race: done' out"
 done
 
+# 8. A thread that blocks every signal and never sleeps: the plugin is
+#    traced all the same (no INT3, no kick: sled relays), and dlclose(),
+#    whose grace period that thread holds off, returns within its bound,
+#    keeps the plugin loaded and says why (it used to hang for ever).
+"$demo" --spinner >plain.out 2>/dev/null
+timeout 60 "$pk" trace -o spin.trace -- "$demo" --spinner >out 2>err
+rc=$?
+check "spinner: rc $rc (124: hang)" "[[ $rc == 0 ]]"
+check "spinner: stdout" "cmp -s out plain.out"
+check "spinner: dlclose kept the plugin, and said why" \
+	"grep -q '^probekit: dlclose(.*libpkplugin.so): kept loaded: a thread that blocks every signal' err"
+counts spin.trace plug_ >got
+want out >exp
+check "spinner: the plugin traced, counts" "[[ -s exp ]] && diff -u exp got"
+
 echo "trace_dlopen: $pass passed, $fail failed"
 [[ $fail == 0 ]]

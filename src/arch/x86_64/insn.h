@@ -11,14 +11,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "arch/x86_64/store.h"
+
 #define PKI_SITE_LEN  5
 #define PKI_INSN_INT3 0xcc
 
 enum pki_insn_kind {
-	PKI_INSN_NOP5,     /* 0f 1f 44 00 xx: one five-byte nop (clang 14: xx = 08) */
-	PKI_INSN_NOP1X5,   /* 90 90 90 90 90: gcc's five one-byte nops */
-	PKI_INSN_CALL,     /* e8 rel32 */
-	PKI_INSN_JMP,      /* e9 rel32 */
+	PKI_INSN_NOP5,	 /* 0f 1f 44 00 xx: one five-byte nop (clang 14: xx = 08) */
+	PKI_INSN_NOP1X5, /* 90 90 90 90 90: gcc's five one-byte nops */
+	PKI_INSN_CALL,	 /* e8 rel32 */
+	PKI_INSN_JMP,	 /* e9 rel32 */
 	PKI_INSN_UNKNOWN,
 };
 
@@ -99,15 +101,42 @@ static inline bool pki_insn_has_interior(const uint8_t b[PKI_SITE_LEN])
 
 /*
  * True if the site at @addr, now holding @old, can be replaced by ONE atomic
- * store: its five bytes lie in one naturally aligned 16-byte block (see
- * arch/x86_64/store.h; with 16-byte-aligned functions that is any site at
- * entry + 0..11, endbr64 + site included), and no thread can be stopped
- * inside @old (not a sled).  See the single-store protocol in
- * src/patch/poke.c.
+ * store: its five bytes lie in one window of arch/x86_64/store.h (an aligned
+ * 16-byte block, or eight bytes of one cache line: every site that does not
+ * cross a cache line), and no thread can be stopped inside @old (not a
+ * sled).  See the single-store protocol in src/patch/poke.c.
  */
 static inline bool pki_insn_single_store_ok(unsigned long addr, const uint8_t old[PKI_SITE_LEN])
 {
-	return (addr & 15) <= 16 - PKI_SITE_LEN && !pki_insn_has_interior(old);
+	unsigned long start;
+
+	return pki_arch_store_window(addr, PKI_SITE_LEN, &start) && !pki_insn_has_interior(old);
+}
+
+/*
+ * The sled relay (src/patch/relay.c).  A gcc sled (90 x5) is attached by
+ * changing its FIRST byte only, 90 -> e8: the call's rel32 is then the
+ * sled's own 90 90 90 90, so a thread stopped at any byte 1..4 of the sled
+ * (preempted there, or interrupted by a signal whose handler runs for as long
+ * as it likes) resumes into one-byte nops ending at the site's end, exactly
+ * as before; nobody needs to be moved, and no INT3 is ever written.  The
+ * call lands in the site's relay slot, at a fixed distance below the site,
+ * which jumps to the real target, or returns when the site is off.
+ */
+static const uint8_t pki_relay_call[PKI_SITE_LEN] = {0xe8, 0x90, 0x90, 0x90, 0x90};
+static const uint8_t pki_relay_ret[PKI_SITE_LEN] = {0xc3, 0xcc, 0xcc, 0xcc, 0xcc};
+#define PKI_RELAY_SLOT_LEN PKI_SITE_LEN
+
+/* Where the relay call at @site lands: site + 5 + (int32)0x90909090, 1.87 GB below. */
+static inline unsigned long pki_insn_relay_slot(unsigned long site)
+{
+	return site + PKI_SITE_LEN + (unsigned long)(long)(int32_t)0x90909090u;
+}
+
+/* The site bytes with byte 0 as it is when the relay is on (e8) or off (90). */
+static inline uint8_t pki_insn_relay_byte0(bool on)
+{
+	return on ? pki_relay_call[0] : pki_nop1x5[0];
 }
 
 /*
@@ -122,7 +151,8 @@ static inline void pki_insn_site_off(uint8_t out[PKI_SITE_LEN], const uint8_t or
 }
 
 /* Target of a rel32 call/jmp at @site. */
-static inline unsigned long pki_insn_branch_target(const uint8_t b[PKI_SITE_LEN], unsigned long site)
+static inline unsigned long pki_insn_branch_target(const uint8_t b[PKI_SITE_LEN],
+						   unsigned long site)
 {
 	int32_t rel32;
 

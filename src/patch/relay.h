@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sled relays: the memory the relay call of a gcc sled lands in (see
+ * pki_insn_relay_slot() in arch/x86_64/insn.h for the idea and
+ * src/patch/poke.c for the protocol that uses it).  Everything here runs
+ * with the patch lock held.
+ */
+#ifndef PK_PATCH_RELAY_H
+#define PK_PATCH_RELAY_H
+
+#include <stdbool.h>
+
+/*
+ * Make sure the relay slot of @site lies in mapped relay memory: a chunk
+ * mapped once at its fixed place, read-only and executable, never unmapped
+ * (a thread may be between a site's call and its slot's jump at any time).
+ * Returns 0, -EEXIST (something else is mapped there), -ERANGE (the slot
+ * would be below the lowest mappable address), or -errno of mmap().
+ */
+int pki_relay_map(unsigned long site);
+
+#endif /* PK_PATCH_RELAY_H */

@@ -480,6 +480,37 @@ START_TEST(foreign_sigtrap_chained)
 }
 END_TEST
 
+/*
+ * A read/write watchpoint whose callback reads the watched variable: the
+ * callback's own read must neither be reported nor trap again after the
+ * handler returns (it looped forever: every return delivered the pending
+ * SIGTRAP of the previous read).  One write, one hit.
+ */
+static volatile long rw_seen;
+static void reading_cb(const struct pk_watch_hit *h)
+{
+	(void)h;
+	rw_seen = shared_a; /* a read of the watched variable */
+	atomic_fetch_add(&cb_hits, 1);
+}
+
+START_TEST(callback_reading_rw_variable)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = reading_cb);
+	struct pk_watch *w;
+
+	alarm(10); /* the loop it guards against never ends */
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_RW, &o);
+	ck_assert_ptr_nonnull(w);
+	shared_a = 5;
+	ck_assert_int_eq(atomic_load(&cb_hits), 1);
+	ck_assert_int_eq(rw_seen, 5);
+	ck_assert_uint_eq(pk_watch_hits(w), 1);
+	pk_watch_remove(w);
+	alarm(0);
+}
+END_TEST
+
 START_TEST(hits_through_queue)
 {
 	static struct writer wr[4];
@@ -679,6 +710,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, bad_input);
 	tcase_add_test(tc, foreign_sigtrap_chained);
 	tcase_add_test(tc, hits_through_queue);
+	tcase_add_test(tc, callback_reading_rw_variable);
 	tcase_add_test(tc, fork_child_has_none);
 	tcase_add_test(tc, exec_removes_watchpoints);
 	suite_add_tcase(s, tc);

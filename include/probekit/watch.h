@@ -66,7 +66,16 @@ struct pk_watch_hit {
 	uintptr_t addr;		/* watched address when the hit happened */
 	uintptr_t ip;		/* RIP at the trap (see above) */
 	ucontext_t *uc;		/* the interrupted context; NULL in queued hits */
+	unsigned int flags;	/* PK_WATCH_HIT_* */
 };
+
+/*
+ * The thread blocked SIGTRAP when it made the access: the hit is delivered
+ * when it unblocks, and @ip and @uc are those of that moment, not of the
+ * access.  Further hits while it was blocked were merged into this one by
+ * the kernel (pk_watch_stats() counts them as unseen).
+ */
+#define PK_WATCH_HIT_LATE 0x1u
 
 /* Called in signal context: see the contract at the top of this file. */
 typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);

@@ -136,6 +136,32 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 PK_API unsigned long pk_watch_hits(const struct pk_watch *w);
 
 /*
+ * What became of the accesses to @w's memory.  The kernel counts every one;
+ * a thread that blocks SIGTRAP gets at most one SIGTRAP pending, delivered
+ * when it unblocks (PK_WATCH_HIT_LATE), and the others are merged into it;
+ * a thread that exits with SIGTRAP still blocked never sees its pending one.
+ */
+struct pk_watch_stats {
+	size_t sz;	       /* sizeof(struct pk_watch_stats), PK_OPTS fills it */
+	unsigned long hits;    /* reported (callback, queue): pk_watch_hits() */
+	unsigned long late;    /* of those, delivered late (PK_WATCH_HIT_LATE) */
+	unsigned long self;    /* accesses made while a callback ran on the thread
+				  (the callback's own): not reported */
+	unsigned long counted; /* accesses the kernel counted, all threads */
+	unsigned long unseen;  /* counted - hits - self: never delivered, because
+				  the thread blocked SIGTRAP */
+};
+
+/*
+ * Fill @st for @w (read(2) of the count of each root event).  0, or -EINVAL
+ * (@w or @st NULL, @st->sz too small).  Must not be called from a callback.
+ * The count of a thread's events is only complete once it has returned to
+ * user space after the access; a thread that made two events for one
+ * watchpoint (see pk_watch_add) counts twice.
+ */
+PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st);
+
+/*
  * Hit queue: bounded, lock-free, many producers (signal handlers on any
  * thread) and ONE consumer.  A full queue drops the new hit and counts it.
  *

@@ -71,3 +71,12 @@ int pki_perf_bp_enable(int fd, bool on)
 {
 	return ioctl(fd, on ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE, 0) ? -errno : 0;
 }
+
+int pki_perf_bp_count(int fd, uint64_t *count)
+{
+	ssize_t n = read(fd, count, sizeof(*count));
+
+	if (n == (ssize_t)sizeof(*count))
+		return 0;
+	return n < 0 ? -errno : -EIO;
+}

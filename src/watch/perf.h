@@ -36,4 +36,10 @@ int pki_perf_bp_modify(int fd, const struct pki_bp *bp);
 /* Enable or disable the event behind @fd and every event inherited from it. */
 int pki_perf_bp_enable(int fd, bool on);
 
+/*
+ * The number of hits the kernel counted on the event behind @fd and on every
+ * event inherited from it (live threads and exited ones), delivered or not.
+ */
+int pki_perf_bp_count(int fd, uint64_t *count);
+
 #endif /* PK_WATCH_PERF_H */

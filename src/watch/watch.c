@@ -396,11 +396,22 @@ static bool thread_alive(pid_t tid)
 	return !syscall(SYS_tgkill, getpid(), tid, 0) || errno != ESRCH;
 }
 
+/* Close @w's events; their count is kept in counted_closed if @keep_count. */
+static void __close_roots_count(struct pk_watch *w, bool keep_count)
+{
+	for (int i = 0; i < w->nr_roots; i++) {
+		uint64_t n;
+
+		if (keep_count && !pki_perf_bp_count(w->roots[i].fd, &n))
+			w->counted_closed += (unsigned long)n;
+		close(w->roots[i].fd);
+	}
+	w->nr_roots = 0;
+}
+
 static void __close_roots(struct pk_watch *w)
 {
-	for (int i = 0; i < w->nr_roots; i++)
-		close(w->roots[i].fd);
-	w->nr_roots = 0;
+	__close_roots_count(w, true);
 }
 
 /* Give back what @w holds in the accounting (it stays in the list). */
@@ -846,6 +857,33 @@ PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
 	return atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed);
 }
 
+PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
+{
+	struct pk_watch_stats s = {.sz = sizeof(s)};
+	unsigned long seen;
+
+	if (!w || !st || st->sz < offsetof(struct pk_watch_stats, unseen) + sizeof(st->unseen))
+		return -EINVAL;
+	pthread_mutex_lock(&mgr.lock);
+	s.counted = w->counted_closed;
+	for (int i = 0; i < w->nr_roots; i++) {
+		uint64_t n;
+
+		if (!pki_perf_bp_count(w->roots[i].fd, &n))
+			s.counted += (unsigned long)n;
+	}
+	/* Read after the kernel's count: a hit is counted before it is delivered. */
+	s.hits = atomic_load(&w->hits);
+	s.late = atomic_load(&w->late);
+	s.self = atomic_load(&w->self);
+	pthread_mutex_unlock(&mgr.lock);
+	seen = s.hits + s.self;
+	s.unseen = s.counted > seen ? s.counted - seen : 0;
+	memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
+	st->sz = st->sz < sizeof(s) ? st->sz : sizeof(s);
+	return 0;
+}
+
 /*
  * In a fork child no event is ours (inherit_thread: fork does not inherit,
  * and single-thread events never do), but the fds were duplicated: close them
@@ -856,7 +894,7 @@ PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
 static void fork_child(void)
 {
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
-		__close_roots(w);
+		__close_roots_count(w, false); /* the parent's events, the parent's counts */
 		w->dead = true;
 	}
 	mgr.nr_all = 0;

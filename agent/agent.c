@@ -46,6 +46,7 @@
 #include "agent_int.h"
 #include "arch/x86_64/decode.h"
 #include "sym/elf_syms.h"
+#include "watch/perf.h"
 
 #define MAX_FRAMES 16
 #define NRECS	   1024 /* records in flight; also the hit queue's capacity */
@@ -301,6 +302,8 @@ static void read_config(void)
 		pk_set_print(print_lib);
 	if (!spec)
 		return;
+	if (!*spec)
+		refuse("watch: empty SYMBOL: give a symbol of PROG or an address");
 	if (strlen(spec) >= sizeof(A.spec))
 		refuse("watch: '%.40s...' is too long", spec);
 	strcpy(A.spec, spec);
@@ -861,13 +864,18 @@ __attribute__((constructor(101))) static void agent_start(void)
 	A.consumer_up = true;
 	A.w = pk_watch_add((void *)A.addr, A.len, A.type, &opts);
 	if (!A.w) {
+		char why[340] = "";
+
 		err = errno;
+		if (err == ENOSPC)
+			snprintf(why, sizeof(why), " (all 4 debug registers in use)");
+		if (err == EACCES || err == EPERM) {
+			strcpy(why, " (");
+			pki_perf_denied_why(why + 2, sizeof(why) - 3);
+			strcat(why, ")");
+		}
 		refuse("cannot watch %s at %#lx: %s%s", A.spec, (unsigned long)A.addr,
-		       strerror(err),
-		       err == ENOSPC ? " (all 4 debug registers in use)"
-		       : err == EACCES || err == EPERM
-			   ? " (perf_event_open refused: see /proc/sys/kernel/perf_event_paranoid)"
-			   : "");
+		       strerror(err), why);
 	}
 	atexit(agent_exit);
 	install_fatal();

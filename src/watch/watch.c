@@ -558,6 +558,14 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
 	fd = pki_perf_bp_open(&w->bp, tid);
 	if (fd == -ESRCH)
 		return 0; /* exited meanwhile: nothing to watch there */
+	if (fd == -EACCES || fd == -EPERM) {
+		char why[320];
+
+		pki_perf_denied_why(why, sizeof(why));
+		pki_warn("watch %#lx: perf_event_open on thread %d: %s: %s\n",
+			 (unsigned long)w->bp.addr, (int)tid, why, pki_errstr(fd));
+		return fd;
+	}
 	if (fd < 0) {
 		pki_warn("watch %#lx: perf_event_open on thread %d: %s\n",
 			 (unsigned long)w->bp.addr, (int)tid, pki_errstr(fd));

@@ -6,9 +6,11 @@
 # With tests/targets/sigtrap_target: PROG's own SIGTRAP handler keeps its
 # traps and its exit status, a thread that blocks SIGTRAP is counted.
 #
-# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET
+# SECCOMP_EXEC runs a command with perf_event_open denied by seccomp.
+#
+# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC
 set -uo pipefail
-pk=$1 target=$2 strap=$3
+pk=$1 target=$2 strap=$3 secx=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Sanitizer builds: their runtime must be preloaded before the agent.
@@ -171,6 +173,23 @@ chmod u+s "$tmp/suid"
 expect_err 126 'suid is set-user-ID: the dynamic loader ignores LD_PRELOAD' counter -- "$tmp/suid"
 PROBEKIT_AGENT=/nonexistent expect_err 125 'PROBEKIT_AGENT=/nonexistent: no such readable file' \
 	counter -- "$target"
+expect_err 125 'watch: empty SYMBOL' "" -- "$target"
+
+# Options after SYMBOL are ours too, up to "--" (or PROG without "--").
+run counter -l 8 -c 2 -- "$target" 3
+n=$(count "$hit_w" "$tmp/err")
+[[ $rc -eq 3 && $n -eq 2 ]] && grep -q '^# --count 2 reached' "$tmp/err" && ok ||
+	bad "options after SYMBOL: rc $rc, $n hits"
+run counter --count 2 "$target" 3
+n=$(count "$hit_w" "$tmp/err")
+[[ $rc -eq 3 && $n -eq 2 ]] && ok || bad "options after SYMBOL, no --: rc $rc, $n hits"
+
+# perf_event_open denied by seccomp: the message names seccomp, not paranoid.
+timeout 30 "$secx" "$pk" watch counter -- "$target" 3 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [[ $rc -eq 125 ]] && grep -q 'cannot watch counter at 0x[0-9a-f]*: Permission denied (this process runs under a seccomp filter' "$tmp/err"
+then ok; else bad "seccomp: rc $rc"; fi
+
 "$pk" watch --help >"$tmp/out" 2>&1 && grep -q '^usage: probekit watch' "$tmp/out" && ok ||
 	bad "--help"
 

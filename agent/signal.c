@@ -7,7 +7,7 @@
  * others to PROG's handler, run with the mask and flags PROG asked for.
  * PROG sees its own handler as the current one: sigaction(SIGTRAP, NULL,
  * &old) returns what PROG installed (or what was there before probekit).
- * Other signals go straight to libc.
+ * Other signals go straight to libc's function of the same name.
  *
  * Not covered: a raw syscall(SYS_rt_sigaction) (PROG then replaces our
  * handler, as without the agent), and SA_ONSTACK or a missing SA_RESTART in
@@ -25,6 +25,19 @@
 #define PK_EXPORT __attribute__((visibility("default")))
 
 static void *real_sigaction;
+static struct {
+	void *signal, *bsd_signal, *ssignal, *sysv_signal, *__sysv_signal, *sigset;
+} real;
+
+typedef sighandler_t (*signal_fn)(int, sighandler_t);
+
+/* Signals other than SIGTRAP: libc's own function, exactly (siginterrupt etc.). */
+#define PASS_ON(fn, sig, h)                                                                        \
+	do {                                                                                       \
+		signal_fn f_ = (signal_fn)agent_next(&real.fn, #fn);                               \
+		if ((sig) != SIGTRAP)                                                              \
+			return f_ ? f_(sig, h) : (errno = ENOSYS, SIG_ERR);                        \
+	} while (0)
 
 static pki_sigaction_fn agent_real_sigaction(void)
 {
@@ -65,19 +78,19 @@ PK_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction
 	return sigaction(sig, act, old);
 }
 
-/* signal() with the given flags and mask, through our sigaction(). */
-static sighandler_t set_handler(int sig, sighandler_t h, int flags, bool mask_self)
+/* SIGTRAP: signal() with the given flags and mask, through our sigaction(). */
+static sighandler_t set_trap_handler(sighandler_t h, int flags, bool mask_self)
 {
 	struct sigaction sa = {.sa_handler = h, .sa_flags = flags}, old;
 
-	if (h == SIG_ERR || sig <= 0 || sig >= NSIG) {
+	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;
 	}
 	sigemptyset(&sa.sa_mask);
 	if (mask_self)
-		sigaddset(&sa.sa_mask, sig);
-	if (sigaction(sig, &sa, &old))
+		sigaddset(&sa.sa_mask, SIGTRAP);
+	if (trap_action(&sa, &old))
 		return SIG_ERR;
 	return old.sa_handler;
 }
@@ -85,28 +98,33 @@ static sighandler_t set_handler(int sig, sighandler_t h, int flags, bool mask_se
 /* BSD semantics (glibc's signal, bsd_signal, ssignal): restart, handler blocks sig. */
 PK_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
-	return set_handler(sig, h, SA_RESTART, true);
+	PASS_ON(signal, sig, h);
+	return set_trap_handler(h, SA_RESTART, true);
 }
 
 PK_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
-	return signal(sig, h);
+	PASS_ON(bsd_signal, sig, h);
+	return set_trap_handler(h, SA_RESTART, true);
 }
 
 PK_EXPORT sighandler_t ssignal(int sig, sighandler_t h)
 {
-	return signal(sig, h);
+	PASS_ON(ssignal, sig, h);
+	return set_trap_handler(h, SA_RESTART, true);
 }
 
 /* System V semantics: one-shot, not blocked in its handler, no restart. */
 PK_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 {
-	return set_handler(sig, h, SA_RESETHAND | SA_NODEFER, false);
+	PASS_ON(sysv_signal, sig, h);
+	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
 }
 
 PK_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
 {
-	return sysv_signal(sig, h);
+	PASS_ON(__sysv_signal, sig, h);
+	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
 }
 
 /*
@@ -119,7 +137,8 @@ PK_EXPORT sighandler_t sigset(int sig, sighandler_t h)
 	struct sigaction sa = {.sa_handler = h}, old;
 	sigset_t one, was;
 
-	if (h == SIG_ERR || sig <= 0 || sig >= NSIG) {
+	PASS_ON(sigset, sig, h);
+	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;
 	}
@@ -130,12 +149,12 @@ PK_EXPORT sighandler_t sigset(int sig, sighandler_t h)
 			return SIG_ERR;
 		if (sigismember(&was, sig))
 			return SIG_HOLD;
-		if (sigaction(sig, NULL, &old))
+		if (trap_action(NULL, &old))
 			return SIG_ERR;
 		return old.sa_handler;
 	}
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(sig, &sa, &old) || sigprocmask(SIG_UNBLOCK, &one, &was))
+	if (trap_action(&sa, &old) || sigprocmask(SIG_UNBLOCK, &one, &was))
 		return SIG_ERR;
 	return sigismember(&was, sig) ? SIG_HOLD : old.sa_handler;
 }

@@ -598,12 +598,14 @@ static void mask_probe(int sig)
 START_TEST(app_handler_mask_and_flags)
 {
 	struct sigaction sa = {.sa_handler = mask_probe}, old;
-	struct pk_watch *w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, NULL);
+	struct pk_watch *w;
 
-	ck_assert_ptr_nonnull(w);
+	/* installed before probekit's: chained to, with its own mask */
 	sigemptyset(&sa.sa_mask);
 	sigaddset(&sa.sa_mask, SIGUSR1);
-	ck_assert_int_eq(pki_sigtrap_app_action(&sa, NULL), 0);
+	ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, NULL);
+	ck_assert_ptr_nonnull(w);
 	ck_assert_int_eq(pki_sigtrap_app_action(NULL, &old), 0);
 	ck_assert_ptr_eq(old.sa_handler, mask_probe);
 	raise(SIGTRAP);
@@ -613,6 +615,7 @@ START_TEST(app_handler_mask_and_flags)
 	shared_a = 1; /* ours: not passed on */
 	ck_assert_int_eq(atomic_load(&app_traps), 1);
 
+	/* given later, as the agent's sigaction() wrapper does */
 	sigemptyset(&sa.sa_mask);
 	sa.sa_flags = SA_NODEFER | SA_RESETHAND;
 	ck_assert_int_eq(pki_sigtrap_app_action(&sa, NULL), 0);

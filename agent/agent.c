@@ -46,6 +46,7 @@
 #include "agent_int.h"
 #include "arch/x86_64/decode.h"
 #include "sym/elf_syms.h"
+#include "watch/perf.h"
 
 #define MAX_FRAMES 16
 #define NRECS	   1024 /* records in flight; also the hit queue's capacity */
@@ -63,6 +64,7 @@ struct rec {
 	struct timespec t;
 	pid_t tid;
 	uintptr_t ip;
+	bool late; /* PK_WATCH_HIT_LATE: ip and stack are where SIGTRAP was unblocked */
 	uint64_t oldv, newv;
 	int nframes;
 	uintptr_t frames[MAX_FRAMES]; /* return addresses, caller first */
@@ -113,6 +115,7 @@ static struct {
 	struct obj *objs;
 	size_t nobjs;
 	pid_t pid; /* the process the agent started in: a fork child stays silent */
+	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
 } A = {.out_fd = 2, .ctl_fd = -1};
 
 /* ---- output (normal threads only) ---- */
@@ -299,6 +302,8 @@ static void read_config(void)
 		pk_set_print(print_lib);
 	if (!spec)
 		return;
+	if (!*spec)
+		refuse("watch: empty SYMBOL: give a symbol of PROG or an address");
 	if (strlen(spec) >= sizeof(A.spec))
 		refuse("watch: '%.40s...' is too long", spec);
 	strcpy(A.spec, spec);
@@ -583,13 +588,14 @@ static void on_hit(const struct pk_watch_hit *hit)
 	clock_gettime(CLOCK_MONOTONIC, &r->t);
 	r->tid = hit->tid;
 	r->ip = hit->ip;
+	r->late = hit->flags & PK_WATCH_HIT_LATE;
 	r->nframes = 0;
 	if (A.type != PK_WATCH_X) {
 		/* x86 traps after the access: memory holds the new value now. */
 		r->newv = read_value();
 		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
 	}
-	if (A.stack && hit->uc)
+	if (A.stack && hit->uc && !r->late)
 		capture_stack(r, hit->uc);
 	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
 	h.ctx = r;
@@ -627,7 +633,18 @@ static void print_rec(const struct rec *r)
 
 	len = snprintf(line, sizeof(line), "%4lld.%06lld tid %d ", ns / 1000000000,
 		       (ns % 1000000000) / 1000, (int)r->tid);
-	if (A.type == PK_WATCH_X) {
+	if (r->late) {
+		/* the thread blocked SIGTRAP: the access was earlier, somewhere else */
+		symbolize(r->ip, where, sizeof(where), NULL);
+		if (A.type == PK_WATCH_X)
+			snprintf(line + len, sizeof(line) - (size_t)len,
+				 "exec %s, seen late (SIGTRAP was blocked) at %s\n", A.spec, where);
+		else
+			snprintf(line + len, sizeof(line) - (size_t)len,
+				 "%s %s: value %s, seen late (SIGTRAP was blocked) at %s\n",
+				 A.type == PK_WATCH_W ? "write" : "access", A.spec,
+				 (fmt_value(b, sizeof(b), r->newv), b), where);
+	} else if (A.type == PK_WATCH_X) {
 		symbolize(r->ip, where, sizeof(where), NULL);
 		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
 	} else {
@@ -684,12 +701,25 @@ static void drain(void)
 	}
 }
 
+/* Remove the watchpoint, keeping its final counts for the summary. */
+static void watch_remove(void)
+{
+	PK_OPTS(pk_watch_stats, st);
+
+	if (!A.w)
+		return;
+	if (!pk_watch_stats(A.w, &st))
+		A.stats = st;
+	pk_watch_remove(A.w);
+	A.w = NULL;
+}
+
 static void count_reached(void)
 {
 	if (A.count_done || !A.limit || A.printed < A.limit)
 		return;
 	A.count_done = true;
-	pk_watch_remove(A.w);
+	watch_remove();
 	A.w = NULL;
 	out_printf("# --count %lu reached: watchpoint removed, the program goes on\n", A.limit);
 }
@@ -780,11 +810,18 @@ static void agent_exit(void)
 	syscall(SYS_futex, &A.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 	pthread_join(A.consumer, NULL);
 	A.consumer_up = false;
-	pk_watch_remove(A.w);
-	A.w = NULL;
+	watch_remove();
 	drain();
 	lost = atomic_load(&A.lost) + pk_hitq_dropped(A.q);
-	out_printf("# %lu hit(s) printed, %lu lost\n", A.printed, lost);
+	if (A.stats.unseen)
+		out_printf("# %lu hit(s) printed, %lu lost (%lu not seen: thread(s) blocked "
+			   "SIGTRAP)\n",
+			   A.printed, lost + A.stats.unseen, A.stats.unseen);
+	else
+		out_printf("# %lu hit(s) printed, %lu lost\n", A.printed, lost);
+	if (A.stats.late)
+		out_printf("# %lu hit(s) seen late: thread(s) blocked SIGTRAP at the access\n",
+			   A.stats.late);
 }
 
 __attribute__((constructor(101))) static void agent_start(void)
@@ -792,6 +829,7 @@ __attribute__((constructor(101))) static void agent_start(void)
 	PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
 	int err;
 
+	agent_signal_init();
 	clock_gettime(CLOCK_MONOTONIC, &A.t0);
 	A.pid = getpid();
 	read_config();
@@ -826,13 +864,18 @@ __attribute__((constructor(101))) static void agent_start(void)
 	A.consumer_up = true;
 	A.w = pk_watch_add((void *)A.addr, A.len, A.type, &opts);
 	if (!A.w) {
+		char why[340] = "";
+
 		err = errno;
+		if (err == ENOSPC)
+			snprintf(why, sizeof(why), " (all 4 debug registers in use)");
+		if (err == EACCES || err == EPERM) {
+			strcpy(why, " (");
+			pki_perf_denied_why(why + 2, sizeof(why) - 3);
+			strcat(why, ")");
+		}
 		refuse("cannot watch %s at %#lx: %s%s", A.spec, (unsigned long)A.addr,
-		       strerror(err),
-		       err == ENOSPC ? " (all 4 debug registers in use)"
-		       : err == EACCES || err == EPERM
-			   ? " (perf_event_open refused: see /proc/sys/kernel/perf_event_paranoid)"
-			   : "");
+		       strerror(err), why);
 	}
 	atexit(agent_exit);
 	install_fatal();

@@ -31,6 +31,13 @@ __attribute__((noreturn, format(printf, 1, 2))) void refuse(const char *fmt, ...
 /* Read PROBEKIT_TRACE_* before the environment is cleaned. */
 void agent_trace_config(void);
 
+/*
+ * Resolve libc's sigaction() and give it to the library, whose own calls
+ * would land in the agent's wrapper (agent/signal.c).  First thing in the
+ * constructor.
+ */
+void agent_signal_init(void);
+
 /* Resolve the real exec and spawn functions the agent wraps (constructor). */
 void agent_exec_init(void);
 void agent_shell_init(void);

@@ -21,7 +21,7 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: probekit watch [options] SYMBOL[+OFF]|ADDR -- PROG [ARGS...]\n\n"
+    "usage: probekit watch [options] SYMBOL[+OFF]|ADDR [options] -- PROG [ARGS...]\n\n"
     "Run PROG with a hardware watchpoint on every thread, set before main(), and\n"
     "print each hit: seconds since start, thread id, the instruction, and the\n"
     "value (old -> new for writes).  SYMBOL is a data or function symbol of PROG\n"
@@ -55,7 +55,7 @@ int cmd_watch(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	const char *type = "w", *len = NULL, *count = NULL, *output = NULL, *spec;
+	const char *type = "w", *len = NULL, *count = NULL, *output = NULL, *spec = NULL;
 	const char *env[16];
 	char path[PATH_MAX], agent[PATH_MAX], *end;
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .report_end = true};
@@ -64,8 +64,23 @@ int cmd_watch(int argc, char **argv)
 
 	optind = 1;
 	opterr = 0;
-	/* '+': stop at SYMBOL, so PROG's own options are never ours. */
-	while ((c = getopt_long(argc, argv, "+t:l:sc:o:h", opts, NULL)) != -1) {
+	/*
+	 * Options come anywhere before PROG: before SYMBOL or after it.  PROG
+	 * starts after "--", or else at the first word after SYMBOL that is not
+	 * an option ('+': never permute, so PROG's own options are never ours).
+	 */
+	for (;;) {
+		int before = optind;
+
+		c = getopt_long(argc, argv, "+t:l:sc:o:h", opts, NULL);
+		if (c == -1) {
+			if (optind == before + 1 && !strcmp(argv[before], "--"))
+				break; /* getopt ate the "--": PROG follows */
+			if (optind >= argc || spec)
+				break;
+			spec = argv[optind++];
+			continue;
+		}
 		switch (c) {
 		case 't':
 			type = optarg;
@@ -109,11 +124,11 @@ int cmd_watch(int argc, char **argv)
 			       WATCH_FAIL;
 		}
 	}
-	if (optind >= argc)
+	if (!spec)
 		return cli_usage_error("watch: expected SYMBOL or ADDR, then -- PROG"), WATCH_FAIL;
-	spec = argv[optind++];
-	if (optind < argc && !strcmp(argv[optind], "--"))
-		optind++;
+	if (!*spec)
+		return cli_usage_error("watch: empty SYMBOL: give a symbol of PROG or an address"),
+		       WATCH_FAIL;
 	if (optind >= argc)
 		return cli_usage_error("watch: expected PROG after %s --", spec), WATCH_FAIL;
 	if (!strcmp(type, "x") && len && strcmp(len, "1"))

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "harness.h"
 #include "patch_fixture.h"
 #include "patch/maps.h"
+#include "patch/internal.h"
 #include "patch/patch.h"
 
 #define TARGET __attribute__((noipa, patchable_function_entry(5, 0)))
@@ -611,6 +613,93 @@ START_TEST(foreign_sigtrap_default_action_kept)
 }
 END_TEST
 
+/* --- a signal handler that calls a site, nested in our SIGTRAP handler ---- */
+
+/*
+ * Thread C calls t_add in a loop while the batch converting it stands still
+ * after its INT3 (PKI_POKE_AFTER_INT3), so every call traps; SIGALRM comes
+ * every 50 us and its handler calls t_add too.  An alarm that arrives while
+ * C is in the kernel for an INT3 is delivered on top of the SIGTRAP frame:
+ * its handler runs inside probekit's SIGTRAP handler and traps again there.
+ * With SIGTRAP blocked in that handler, the kernel killed the process.
+ * Only probekit's SIGTRAP (and kick) handlers block PKI_SIG_KICK: an alarm
+ * whose interrupted mask holds it landed inside them.
+ */
+static atomic_bool nest_stop;
+static atomic_long nest_alarms, nest_inside, nest_bad;
+
+static void nest_alarm(int sig, siginfo_t *si, void *ucv)
+{
+	const ucontext_t *uc = ucv;
+
+	(void)sig;
+	(void)si;
+	atomic_fetch_add(&nest_alarms, 1);
+	if (sigismember(&uc->uc_sigmask, PKI_SIG_KICK))
+		atomic_fetch_add(&nest_inside, 1);
+	if (f_add(2, 3) != 5)
+		atomic_fetch_add(&nest_bad, 1);
+}
+
+static void *nest_caller(void *arg)
+{
+	sigset_t alrm;
+
+	(void)arg;
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_UNBLOCK, &alrm, NULL);
+	while (!atomic_load(&nest_stop))
+		if (f_add(1, 2) != 3)
+			atomic_fetch_add(&nest_bad, 1);
+	return NULL;
+}
+
+static int nest_hook(enum pki_poke_stage stage)
+{
+	struct timespec t0, now, ms = {0, 1000000};
+
+	if (stage != PKI_POKE_AFTER_INT3)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		nanosleep(&ms, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+	} while (atomic_load(&nest_inside) < 50 && now.tv_sec - t0.tv_sec < 3);
+	return 0;
+}
+
+START_TEST(handler_calls_site_inside_sigtrap_handler)
+{
+	struct sigaction sa = {.sa_sigaction = nest_alarm, .sa_flags = SA_SIGINFO | SA_RESTART};
+	struct itimerval every = {{0, 50}, {0, 50}}, off = {{0, 0}, {0, 0}};
+	struct pki_poke p = poke_to(t_add, stub_a, NULL);
+	sigset_t alrm;
+	pthread_t t;
+
+	pki_text_poke_disable = PKI_POKE_NO_FAST;
+	sigemptyset(&sa.sa_mask);
+	ck_assert_int_eq(sigaction(SIGALRM, &sa, NULL), 0);
+	/* the alarms go to C only */
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, NULL);
+	ck_assert_int_eq(pthread_create(&t, NULL, nest_caller, NULL), 0);
+	ck_assert_int_eq(setitimer(ITIMER_REAL, &every, NULL), 0);
+	pki_text_poke_hook = nest_hook;
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	pki_text_poke_hook = NULL;
+	setitimer(ITIMER_REAL, &off, NULL);
+	atomic_store(&nest_stop, true);
+	pthread_join(t, NULL);
+	printf("nested: %ld of %ld alarms landed in the SIGTRAP handler\n",
+	       atomic_load(&nest_inside), atomic_load(&nest_alarms));
+	ck_assert_int_eq(atomic_load(&nest_bad), 0);
+	ck_assert_int_gt(atomic_load(&nest_inside), 0);
+	ck_assert_int_eq(f_add(1, 1), 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("patch");
@@ -632,6 +721,7 @@ int main(void)
 	tcase_add_test(tc, kick_gives_up_on_thread_that_never_sleeps);
 	tcase_add_test(tc, foreign_sigtraps_reach_app_handler);
 	tcase_add_test_raise_signal(tc, foreign_sigtrap_default_action_kept, SIGTRAP);
+	tcase_add_test(tc, handler_calls_site_inside_sigtrap_handler);
 	suite_add_tcase(s, tc);
 
 	tcase_add_checked_fixture(stress, setup_int3, NULL);

@@ -22,6 +22,7 @@
 
 #include <probekit/watch.h>
 
+#include "core/sigtrap.h"
 #include "harness.h"
 
 static volatile long shared_a, shared_b;
@@ -480,6 +481,158 @@ START_TEST(foreign_sigtrap_chained)
 }
 END_TEST
 
+/*
+ * A read/write watchpoint whose callback reads the watched variable: the
+ * callback's own read must neither be reported nor trap again after the
+ * handler returns (it looped forever: every return delivered the pending
+ * SIGTRAP of the previous read).  One write, one hit.
+ */
+static volatile long rw_seen;
+static void reading_cb(const struct pk_watch_hit *h)
+{
+	(void)h;
+	rw_seen = shared_a; /* a read of the watched variable */
+	atomic_fetch_add(&cb_hits, 1);
+}
+
+START_TEST(callback_reading_rw_variable)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = reading_cb);
+	struct pk_watch *w;
+
+	alarm(10); /* the loop it guards against never ends */
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_RW, &o);
+	ck_assert_ptr_nonnull(w);
+	shared_a = 5;
+	ck_assert_int_eq(atomic_load(&cb_hits), 1);
+	ck_assert_int_eq(rw_seen, 5);
+	ck_assert_uint_eq(pk_watch_hits(w), 1);
+	{
+		PK_OPTS(pk_watch_stats, st);
+
+		ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+		ck_assert_uint_eq(st.self, 1); /* the callback's read */
+		ck_assert_uint_eq(st.unseen, 0);
+	}
+	pk_watch_remove(w);
+	alarm(0);
+}
+END_TEST
+
+/*
+ * A thread that blocks SIGTRAP (sigfillset + pthread_sigmask) writes the
+ * watched variable K times: nothing can be delivered while it blocks, but
+ * the kernel counts every access.  If it exits so, all K are unseen; if it
+ * unblocks first, one is delivered late and K - 1 are unseen.
+ */
+#define BLOCKED_WRITES 7
+static void *blocked_writer(void *arg)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (int i = 0; i < BLOCKED_WRITES; i++)
+		shared_b = i;
+	if (arg)
+		pthread_sigmask(SIG_UNBLOCK, &all, NULL);
+	return NULL;
+}
+
+static atomic_long late_hits;
+static void late_cb(const struct pk_watch_hit *h)
+{
+	if (h->flags & PK_WATCH_HIT_LATE)
+		atomic_fetch_add(&late_hits, 1);
+	atomic_fetch_add(&cb_hits, 1);
+}
+
+START_TEST(blocked_thread_hits_counted)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = late_cb);
+	PK_OPTS(pk_watch_stats, st);
+	struct pk_watch *w = pk_watch_add((const void *)&shared_b, 8, PK_WATCH_W, &o);
+	pthread_t t;
+
+	ck_assert_ptr_nonnull(w);
+	ck_assert_int_eq(pthread_create(&t, NULL, blocked_writer, NULL), 0);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_uint_eq(st.counted, BLOCKED_WRITES);
+	ck_assert_uint_eq(st.hits, 0);
+	ck_assert_uint_eq(st.unseen, BLOCKED_WRITES);
+
+	ck_assert_int_eq(pthread_create(&t, NULL, blocked_writer, (void *)1), 0);
+	pthread_join(t, NULL);
+	shared_b = 1; /* and one seen as usual */
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_uint_eq(st.counted, 2 * BLOCKED_WRITES + 1);
+	ck_assert_uint_eq(st.hits, 2);
+	ck_assert_uint_eq(st.late, 1);
+	ck_assert_int_eq(atomic_load(&late_hits), 1);
+	ck_assert_uint_eq(st.unseen, 2 * BLOCKED_WRITES - 1);
+	ck_assert_uint_eq(st.sz, sizeof(st));
+	st.sz = 4;
+	ck_assert_int_eq(pk_watch_stats(w, &st), -EINVAL);
+	pk_watch_remove(w);
+}
+END_TEST
+
+/*
+ * The application's handler is run as the kernel would run it: SIGTRAP and
+ * its sa_mask blocked (SA_NODEFER: not blocked), once only with
+ * SA_RESETHAND, and it reads back as the current action.
+ */
+static atomic_int app_blocked_trap, app_blocked_usr1;
+static void mask_probe(int sig)
+{
+	sigset_t cur;
+
+	(void)sig;
+	pthread_sigmask(SIG_BLOCK, NULL, &cur);
+	atomic_store(&app_blocked_trap, sigismember(&cur, SIGTRAP));
+	atomic_store(&app_blocked_usr1, sigismember(&cur, SIGUSR1));
+	atomic_fetch_add(&app_traps, 1);
+}
+
+START_TEST(app_handler_mask_and_flags)
+{
+	struct sigaction sa = {.sa_handler = mask_probe}, old;
+	struct pk_watch *w;
+
+	/* installed before probekit's: chained to, with its own mask */
+	sigemptyset(&sa.sa_mask);
+	sigaddset(&sa.sa_mask, SIGUSR1);
+	ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, NULL);
+	ck_assert_ptr_nonnull(w);
+	ck_assert_int_eq(pki_sigtrap_app_action(NULL, &old), 0);
+	ck_assert_ptr_eq(old.sa_handler, mask_probe);
+	raise(SIGTRAP);
+	ck_assert_int_eq(atomic_load(&app_traps), 1);
+	ck_assert_int_eq(atomic_load(&app_blocked_trap), 1);
+	ck_assert_int_eq(atomic_load(&app_blocked_usr1), 1);
+	shared_a = 1; /* ours: not passed on */
+	ck_assert_int_eq(atomic_load(&app_traps), 1);
+
+	/* given later, as the agent's sigaction() wrapper does */
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_NODEFER | SA_RESETHAND;
+	ck_assert_int_eq(pki_sigtrap_app_action(&sa, NULL), 0);
+	raise(SIGTRAP);
+	ck_assert_int_eq(atomic_load(&app_traps), 2);
+	ck_assert_int_eq(atomic_load(&app_blocked_trap), 0);
+	ck_assert_int_eq(atomic_load(&app_blocked_usr1), 0);
+	ck_assert_int_eq(pki_sigtrap_app_action(NULL, &old), 0);
+	ck_assert_ptr_eq(old.sa_handler, SIG_DFL);
+	sa.sa_handler = SIG_IGN;
+	ck_assert_int_eq(pki_sigtrap_app_action(&sa, NULL), 0);
+	raise(SIGTRAP); /* ignored */
+	ck_assert_int_eq(atomic_load(&app_traps), 2);
+	pk_watch_remove(w);
+}
+END_TEST
+
 START_TEST(hits_through_queue)
 {
 	static struct writer wr[4];
@@ -679,6 +832,9 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, bad_input);
 	tcase_add_test(tc, foreign_sigtrap_chained);
 	tcase_add_test(tc, hits_through_queue);
+	tcase_add_test(tc, callback_reading_rw_variable);
+	tcase_add_test(tc, blocked_thread_hits_counted);
+	tcase_add_test(tc, app_handler_mask_and_flags);
 	tcase_add_test(tc, fork_child_has_none);
 	tcase_add_test(tc, exec_removes_watchpoints);
 	suite_add_tcase(s, tc);

@@ -16,13 +16,26 @@
  * message (pk_set_print) names the full thread and what holds its slots.
  *
  * Signal-context contract.  Callbacks run inside the SIGTRAP handler, on the
- * thread that hit, with SIGTRAP blocked.  A callback may only do what is
- * async-signal-safe: read/write its own memory, atomics, pk_hitq_push(),
- * write(2), and the other functions of signal-safety(7).  It must not call
- * malloc, stdio, locks, or any other pk_watch_* function, and must return
- * promptly: pk_watch_remove() waits for callbacks that are running on the
- * watchpoint it removes.  Accesses to watched memory made by the callback
- * itself are not reported (SIGTRAP is blocked meanwhile).
+ * thread that hit, with SIGTRAP not blocked (SA_NODEFER).  A callback may
+ * only do what is async-signal-safe: read/write its own memory, atomics,
+ * pk_hitq_push(), write(2), and the other functions of signal-safety(7).  It
+ * must not call malloc, stdio, locks, or any other pk_watch_* function, and
+ * must return promptly: pk_watch_remove() waits for callbacks that are
+ * running on the watchpoint it removes.  Accesses to watched memory made
+ * while a callback runs on that thread (by the callback itself, or by a
+ * signal handler interrupting it) are not reported: they trap at once and
+ * are counted as `self` (pk_watch_stats).
+ *
+ * SIGTRAP chaining.  probekit has one SIGTRAP handler (watchpoints and the
+ * hook patcher's INT3s).  Traps that are not its own go to the SIGTRAP
+ * action installed before it, run as the kernel would (its sa_mask, SIGTRAP
+ * blocked unless SA_NODEFER, SA_RESETHAND; not its SA_ONSTACK).  An
+ * application that installs its own SIGTRAP handler AFTER the first
+ * pk_watch_add() (or hook) must pass the traps it does not own to the
+ * action sigaction() returned to it, or probekit's hits reach its handler
+ * instead; under the probekit command the agent does this for the program.
+ *
+ * Threads that block SIGTRAP: see PK_WATCH_HIT_LATE and pk_watch_stats().
  *
  * Processes: watchpoints are dropped by the kernel on execve (remove_on_exec);
  * a child made by fork() has none (its copies of the handles are inert:
@@ -66,7 +79,16 @@ struct pk_watch_hit {
 	uintptr_t addr;		/* watched address when the hit happened */
 	uintptr_t ip;		/* RIP at the trap (see above) */
 	ucontext_t *uc;		/* the interrupted context; NULL in queued hits */
+	unsigned int flags;	/* PK_WATCH_HIT_* */
 };
+
+/*
+ * The thread blocked SIGTRAP when it made the access: the hit is delivered
+ * when it unblocks, and @ip and @uc are those of that moment, not of the
+ * access.  Further hits while it was blocked were merged into this one by
+ * the kernel (pk_watch_stats() counts them as unseen).
+ */
+#define PK_WATCH_HIT_LATE 0x1u
 
 /* Called in signal context: see the contract at the top of this file. */
 typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);
@@ -89,10 +111,12 @@ struct pk_watch_opts {
  *   ESRCH   @opts->tid is not a live thread of this process
  *   ENOSPC  some thread has no free debug-register slot (message says which)
  *   ENODEV / EOPNOTSUPP  no hardware breakpoints here
- *   EACCES / EPERM  perf_event_open refused (perf_event_paranoid, seccomp)
+ *   EACCES / EPERM  perf_event_open refused: the message says whether a
+ *           seccomp filter or perf_event_paranoid (needs <= 2) is the cause
  *   ENOMEM, EMFILE  out of memory or file descriptors (one per root thread)
  * Nothing is left installed when it fails.  Must not be called from a
- * callback.  Costs one perf_event_open per thread alive at the call (all
+ * callback.  A thread inside clone() while the roots are opened may be
+ * missed, or get two events (its hits are reported once, counted twice).  Costs one perf_event_open per thread alive at the call (all
  * threads) or one (single thread); threads created later cost the library
  * nothing.
  */
@@ -125,6 +149,32 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 
 /* Number of hits of @w so far, on all threads (relaxed count). */
 PK_API unsigned long pk_watch_hits(const struct pk_watch *w);
+
+/*
+ * What became of the accesses to @w's memory.  The kernel counts every one;
+ * a thread that blocks SIGTRAP gets at most one SIGTRAP pending, delivered
+ * when it unblocks (PK_WATCH_HIT_LATE), and the others are merged into it;
+ * a thread that exits with SIGTRAP still blocked never sees its pending one.
+ */
+struct pk_watch_stats {
+	size_t sz;	       /* sizeof(struct pk_watch_stats), PK_OPTS fills it */
+	unsigned long hits;    /* reported (callback, queue): pk_watch_hits() */
+	unsigned long late;    /* of those, delivered late (PK_WATCH_HIT_LATE) */
+	unsigned long self;    /* accesses made while a callback ran on the thread
+				  (the callback's own): not reported */
+	unsigned long counted; /* accesses the kernel counted, all threads */
+	unsigned long unseen;  /* counted - hits - self: never delivered, because
+				  the thread blocked SIGTRAP */
+};
+
+/*
+ * Fill @st for @w (read(2) of the count of each root event).  0, or -EINVAL
+ * (@w or @st NULL, @st->sz too small).  Must not be called from a callback.
+ * The count of a thread's events is only complete once it has returned to
+ * user space after the access; a thread that made two events for one
+ * watchpoint (see pk_watch_add) counts twice.
+ */
+PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st);
 
 /*
  * Hit queue: bounded, lock-free, many producers (signal handlers on any

@@ -5,10 +5,14 @@
  * SIGTRAP: a thread that executes one of our INT3s mid-batch lands here; we
  * find the site in the published batch and make the thread continue as if it
  * had executed the site's new instruction (the old one while rolling back).
- * Only traps with si_code SI_KERNEL (an INT3) whose address is a site of ours
- * are claimed; every other SIGTRAP (watchpoints: TRAP_PERF, single-step,
- * raise(), the application's own INT3s) goes to the handler that was
- * installed before ours, or gets the default action.
+ * This is a client of the library's one SIGTRAP handler (core/sigtrap.c):
+ * only traps with si_code SI_KERNEL (an INT3) whose address is a site of ours
+ * are claimed; every other SIGTRAP (watchpoints, single-step, raise(), the
+ * application's own INT3s) goes on to the other clients and then to the
+ * application's handler, or gets the default action.  SIGTRAP is not
+ * blocked while it runs: a signal handler that interrupts it and calls a
+ * hooked function traps again and is emulated in turn (re-entrant: the
+ * reader count nests).
  *
  * PKI_SIG_KICK: the sled kick (see poke.c): a thread stopped inside a sled
  * being converted is moved to the end of the sled, then acknowledges.
@@ -40,6 +44,7 @@
 #include <unistd.h>
 
 #include "arch/x86_64/trap.h"
+#include "core/sigtrap.h"
 #include "patch/internal.h"
 
 atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_batches,
@@ -59,12 +64,6 @@ static void readers_leave(void)
 		syscall(SYS_futex, &readers, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/*
- * The SIGTRAP action installed before ours, to chain to.  Written once by
- * pki_trap_install() (patch lock) before our handler exists.  Whoever installs
- * a SIGTRAP handler after ours must chain to it in turn.
- */
-static struct sigaction trap_prev;
 static bool installed;
 
 /* --- addresses ever poked: open addressing, 0 = empty ---------------------- */
@@ -199,33 +198,12 @@ void pki_trap_retire(void)
 
 /* --- handlers -------------------------------------------------------------- */
 
-static void trap_chain(int sig, siginfo_t *si, void *uc)
-{
-	if (trap_prev.sa_flags & SA_SIGINFO) {
-		trap_prev.sa_sigaction(sig, si, uc);
-		return;
-	}
-	if (trap_prev.sa_handler == SIG_IGN)
-		return;
-	if (trap_prev.sa_handler != SIG_DFL) {
-		trap_prev.sa_handler(sig);
-		return;
-	}
-	/*
-	 * Default action (core dump): restore it and send the signal again.  It
-	 * stays blocked until this handler returns, then kills the process
-	 * with the right status.
-	 */
-	struct sigaction dfl = {.sa_handler = SIG_DFL};
-
-	sigaction(SIGTRAP, &dfl, NULL);
-	syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), SIGTRAP);
-}
-
-static void trap_handler(int sig, siginfo_t *si, void *uc)
+/* The SIGTRAP client: true if the trap was one of our INT3s (handled). */
+static bool trap_handler(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
 
+	(void)sig;
 	if (si->si_code == SI_KERNEL) {
 		unsigned long addr = pki_arch_int3_addr(uc);
 		const struct pki_batch *b;
@@ -252,11 +230,11 @@ static void trap_handler(int sig, siginfo_t *si, void *uc)
 		}
 		if (done) {
 			errno = saved_errno;
-			return;
+			return true;
 		}
 	}
-	trap_chain(sig, si, uc);
 	errno = saved_errno;
+	return false;
 }
 
 static size_t kick_find_tid(const struct pki_kick *k, pid_t tid)
@@ -322,6 +300,7 @@ int pki_trap_install(void)
 {
 	struct sigaction sa = {.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK};
 	struct sigaction old_kick;
+	int err;
 
 	if (installed)
 		return 0;
@@ -330,34 +309,14 @@ int pki_trap_install(void)
 	 * or in the handler we chain to: the IP it would inspect is the
 	 * handler's, not the one the thread resumes at.
 	 */
-	sigemptyset(&sa.sa_mask);
-	sigaddset(&sa.sa_mask, PKI_SIG_KICK);
-	sa.sa_sigaction = trap_handler;
-	/*
-	 * SA_NODEFER: SIGTRAP stays unblocked inside the handler, so a signal
-	 * handler that interrupts it and calls a site meets an INT3 it can
-	 * take (a blocked SIGTRAP from an INT3 kills the process), and a
-	 * thread inside it never counts as blocking SIGTRAP (int3_guard() in
-	 * poke.c).  The handler is re-entrant: it only reads the published
-	 * batch.
-	 */
-	sa.sa_flags |= SA_NODEFER;
-	/*
-	 * Read the previous action first: once ours is in, another thread may
-	 * chain through trap_prev at any moment.
-	 */
-	if (sigaction(SIGTRAP, NULL, &trap_prev) || sigaction(SIGTRAP, &sa, NULL))
-		return -errno;
-
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags &= ~SA_NODEFER;
-	sa.sa_sigaction = kick_handler;
-	if (sigaction(PKI_SIG_KICK, &sa, &old_kick)) {
-		int err = -errno;
-
-		sigaction(SIGTRAP, &trap_prev, NULL);
+	err = pki_sigtrap_client_add(PKI_SIGTRAP_PATCH, trap_handler, PKI_SIG_KICK);
+	if (err)
 		return err;
-	}
+
+	sigemptyset(&sa.sa_mask);
+	sa.sa_sigaction = kick_handler;
+	if (sigaction(PKI_SIG_KICK, &sa, &old_kick))
+		return -errno;
 	installed = true;
 	return 0;
 }

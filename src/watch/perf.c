@@ -14,8 +14,11 @@
  * (verified on 6.18: the root stays in EXIT state with its child list).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/hw_breakpoint.h>
 #include <linux/perf_event.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -70,4 +73,64 @@ int pki_perf_bp_modify(int fd, const struct pki_bp *bp)
 int pki_perf_bp_enable(int fd, bool on)
 {
 	return ioctl(fd, on ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE, 0) ? -errno : 0;
+}
+
+int pki_perf_bp_count(int fd, uint64_t *count)
+{
+	ssize_t n = read(fd, count, sizeof(*count));
+
+	if (n == (ssize_t)sizeof(*count))
+		return 0;
+	return n < 0 ? -errno : -EIO;
+}
+
+/* The integer after @key in the file at @path, or -1 (read with open/read). */
+static int file_int(const char *path, const char *key)
+{
+	char buf[4096], *p;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	if (!key)
+		return atoi(buf);
+	p = strstr(buf, key);
+	return p ? atoi(p + strlen(key)) : -1;
+}
+
+void pki_perf_denied_why(char *buf, size_t size)
+{
+	int paranoid = file_int("/proc/sys/kernel/perf_event_paranoid", NULL);
+	int seccomp = file_int("/proc/self/status", "\nSeccomp:");
+
+	if (seccomp > 0 && paranoid <= 2)
+		snprintf(buf, size,
+			 "this process runs under a seccomp filter (Seccomp: %d in "
+			 "/proc/self/status) that denies perf_event_open; "
+			 "perf_event_paranoid is %d, which allows watching one's own threads",
+			 seccomp, paranoid);
+	else if (seccomp > 0)
+		snprintf(buf, size,
+			 "this process runs under a seccomp filter (Seccomp: %d in "
+			 "/proc/self/status), and /proc/sys/kernel/perf_event_paranoid is %d: "
+			 "either may deny perf_event_open",
+			 seccomp, paranoid);
+	else if (paranoid > 2)
+		snprintf(buf, size,
+			 "/proc/sys/kernel/perf_event_paranoid is %d: above 2 denies "
+			 "perf_event_open to unprivileged users (2 allows watching one's own "
+			 "threads)",
+			 paranoid);
+	else
+		snprintf(buf, size,
+			 "no seccomp filter, and perf_event_paranoid is %d, which allows it: "
+			 "a security module (SELinux, AppArmor) or the container's policy "
+			 "denies perf_event_open",
+			 paranoid);
 }

@@ -8,6 +8,7 @@
 #define PK_WATCH_PERF_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -35,5 +36,18 @@ int pki_perf_bp_modify(int fd, const struct pki_bp *bp);
 
 /* Enable or disable the event behind @fd and every event inherited from it. */
 int pki_perf_bp_enable(int fd, bool on);
+
+/*
+ * The number of hits the kernel counted on the event behind @fd and on every
+ * event inherited from it (live threads and exited ones), delivered or not.
+ */
+int pki_perf_bp_count(int fd, uint64_t *count);
+
+/*
+ * Why perf_event_open failed with EACCES or EPERM, for a message: a seccomp
+ * filter (the Seccomp: line of /proc/self/status) or perf_event_paranoid
+ * (watching one's own threads, user space only, needs <= 2), or neither.
+ */
+void pki_perf_denied_why(char *buf, size_t size);
 
 #endif /* PK_WATCH_PERF_H */

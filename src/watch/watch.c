@@ -43,6 +43,7 @@
 
 #include "arch/x86_64/hwbp.h"
 #include "core/log.h"
+#include "core/sigtrap.h"
 #include "watch/hist.h"
 #include "watch/perf.h"
 
@@ -56,13 +57,16 @@ struct pk_watch {
 	pk_watch_cb cb;
 	void *ctx;
 	struct pk_hitq *queue;
-	atomic_ulong hits;
+	atomic_ulong hits; /* reported (callback, queue), late ones included */
+	atomic_ulong late; /* of those, delivered after the thread unblocked SIGTRAP */
+	atomic_ulong self; /* made while a callback ran on that thread: not reported */
 
 	/* Under mgr.lock. */
 	uint32_t slot;
 	pid_t tid; /* 0: all threads */
 	struct pki_bp bp;
-	bool dead; /* nothing installed any more (thread exited, fork child) */
+	bool dead;		      /* nothing installed any more (thread exited, fork child) */
+	unsigned long counted_closed; /* the kernel's count of roots closed so far */
 	int nr_roots;
 	struct wroot *roots;
 	struct pk_watch *prev, *next;
@@ -97,7 +101,6 @@ struct town {
 static struct {
 	pthread_mutex_t lock;
 	bool handler_installed;
-	struct sigaction old_trap; /* the SIGTRAP action we chain to */
 	int nr_all;
 	struct pki_hist hist; /* threads by own(), own > 0 only */
 	struct town *tids;
@@ -122,28 +125,18 @@ static struct wslot *slot_at(uint32_t idx)
 	return c ? &c[idx % CHUNK_SLOTS] : NULL;
 }
 
-/* ---- the SIGTRAP handler ------------------------------------------------ */
+/* ---- the SIGTRAP client ------------------------------------------------- */
 
-static void chain_sigtrap(int sig, siginfo_t *si, void *uc)
-{
-	const struct sigaction *old = &mgr.old_trap;
-
-	if (old->sa_flags & SA_SIGINFO) {
-		old->sa_sigaction(sig, si, uc);
-	} else if (old->sa_handler == SIG_IGN) {
-		return;
-	} else if (old->sa_handler == SIG_DFL) {
-		/*
-		 * Not ours and nobody else wants it: let the default action
-		 * (core dump) happen.  SIGTRAP is blocked in this handler, so
-		 * the re-raised one is delivered, to SIG_DFL, when we return.
-		 */
-		signal(SIGTRAP, SIG_DFL);
-		raise(SIGTRAP);
-	} else {
-		old->sa_handler(sig);
-	}
-}
+/*
+ * Depth of watch callbacks running on this thread.  The handler runs with
+ * SIGTRAP unblocked (core/sigtrap.c: SA_NODEFER), so an access the callback
+ * makes to watched memory traps at once, nested; it is counted as `self`
+ * and not reported.  (With SIGTRAP blocked, as before, it stayed pending and
+ * was delivered when the handler returned: a callback reading a read/write
+ * watchpoint's variable then trapped again forever.)  Initial-exec TLS: no
+ * allocation on first use, safe in a signal handler.
+ */
+static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")));
 
 /*
  * Freeing protocol (why pk_watch_remove may free a watchpoint).
@@ -159,8 +152,14 @@ static void chain_sigtrap(int sig, siginfo_t *si, void *uc)
  * must be short, see watch.h); it is not a sleep, it watches a counter.
  * A SIGTRAP still pending after R2 (a thread blocking SIGTRAP) carries the old
  * generation and is swallowed, never forwarded: it is ours.
+ *
+ * A hit the kernel could not deliver at once because the thread blocked
+ * SIGTRAP comes when it unblocks, flagged TRAP_PERF_FLAG_ASYNC, with the
+ * context of that moment: reported with PK_WATCH_HIT_LATE.  The hits that
+ * came meanwhile were merged into it (one SIGTRAP pending at most): only the
+ * kernel's count knows them (pk_watch_stats).
  */
-static void watch_sigtrap(int sig, siginfo_t *si, void *ucv)
+static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 {
 	uint64_t data;
 	uint32_t idx, gen;
@@ -168,15 +167,16 @@ static void watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 	struct pk_watch *w;
 	int saved_errno;
 
+	(void)sig;
 	if (si->si_code != TRAP_PERF || pki_si_perf_type(si) != PERF_TYPE_BREAKPOINT)
-		goto foreign;
+		return false;
 	data = pki_si_perf_data(si);
 	if ((data >> 48) != SIG_MAGIC)
-		goto foreign;
+		return false;
 	idx = (uint32_t)data & ((1U << SLOT_BITS) - 1);
 	gen = (uint32_t)(data >> SLOT_BITS) & GEN_MASK;
 	if (idx >= (uint32_t)NR_CHUNKS * CHUNK_SLOTS || !(s = slot_at(idx)))
-		goto foreign;
+		return false;
 
 	saved_errno = errno;
 	atomic_fetch_add(&s->inflight, 1); /* H1 */
@@ -192,39 +192,36 @@ static void watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 		    .uc = uc,
 		};
 
-		atomic_fetch_add_explicit(&w->hits, 1, memory_order_relaxed);
-		if (w->cb)
-			w->cb(&hit);
-		if (w->queue)
-			pk_hitq_push(w->queue, &hit);
+		if (cb_depth) {
+			atomic_fetch_add_explicit(&w->self, 1, memory_order_relaxed);
+		} else {
+			if (pki_si_perf_flags(si) & TRAP_PERF_FLAG_ASYNC) {
+				hit.flags |= PK_WATCH_HIT_LATE;
+				atomic_fetch_add_explicit(&w->late, 1, memory_order_relaxed);
+			}
+			atomic_fetch_add_explicit(&w->hits, 1, memory_order_relaxed);
+			cb_depth++;
+			if (w->cb)
+				w->cb(&hit);
+			if (w->queue)
+				pk_hitq_push(w->queue, &hit);
+			cb_depth--;
+		}
 	}
 	atomic_fetch_sub(&s->inflight, 1); /* H4 */
 	errno = saved_errno;
-	return;
-foreign:
-	chain_sigtrap(sig, si, ucv);
+	return true;
 }
 
-/*
- * Installed once, on the first pk_watch_add.  SA_SIGINFO for si_perf_data;
- * SA_RESTART so a hit never makes a blocking call fail with EINTR; no
- * SA_ONSTACK: a hit is an ordinary access on a healthy stack, and the
- * application's alternate stack stays free for its overflow handler; no
- * SA_NODEFER: a callback that touches watched memory must not recurse.
- */
+/* Registered once, on the first pk_watch_add (see core/sigtrap.c for the flags). */
 static int __install_handler(void)
 {
-	struct sigaction sa = {
-	    .sa_sigaction = watch_sigtrap,
-	    .sa_flags = SA_SIGINFO | SA_RESTART,
-	};
+	int err;
 
 	if (mgr.handler_installed)
 		return 0;
-	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGTRAP, &sa, &mgr.old_trap)) {
-		int err = -errno;
-
+	err = pki_sigtrap_client_add(PKI_SIGTRAP_WATCH, watch_sigtrap, 0);
+	if (err) {
 		pki_warn("watch: cannot install the SIGTRAP handler: %s\n", pki_errstr(err));
 		return err;
 	}
@@ -399,11 +396,22 @@ static bool thread_alive(pid_t tid)
 	return !syscall(SYS_tgkill, getpid(), tid, 0) || errno != ESRCH;
 }
 
+/* Close @w's events; their count is kept in counted_closed if @keep_count. */
+static void __close_roots_count(struct pk_watch *w, bool keep_count)
+{
+	for (int i = 0; i < w->nr_roots; i++) {
+		uint64_t n;
+
+		if (keep_count && !pki_perf_bp_count(w->roots[i].fd, &n))
+			w->counted_closed += (unsigned long)n;
+		close(w->roots[i].fd);
+	}
+	w->nr_roots = 0;
+}
+
 static void __close_roots(struct pk_watch *w)
 {
-	for (int i = 0; i < w->nr_roots; i++)
-		close(w->roots[i].fd);
-	w->nr_roots = 0;
+	__close_roots_count(w, true);
 }
 
 /* Give back what @w holds in the accounting (it stays in the list). */
@@ -550,6 +558,14 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
 	fd = pki_perf_bp_open(&w->bp, tid);
 	if (fd == -ESRCH)
 		return 0; /* exited meanwhile: nothing to watch there */
+	if (fd == -EACCES || fd == -EPERM) {
+		char why[320];
+
+		pki_perf_denied_why(why, sizeof(why));
+		pki_warn("watch %#lx: perf_event_open on thread %d: %s: %s\n",
+			 (unsigned long)w->bp.addr, (int)tid, why, pki_errstr(fd));
+		return fd;
+	}
 	if (fd < 0) {
 		pki_warn("watch %#lx: perf_event_open on thread %d: %s\n",
 			 (unsigned long)w->bp.addr, (int)tid, pki_errstr(fd));
@@ -849,6 +865,33 @@ PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
 	return atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed);
 }
 
+PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
+{
+	struct pk_watch_stats s = {.sz = sizeof(s)};
+	unsigned long seen;
+
+	if (!w || !st || st->sz < offsetof(struct pk_watch_stats, unseen) + sizeof(st->unseen))
+		return -EINVAL;
+	pthread_mutex_lock(&mgr.lock);
+	s.counted = w->counted_closed;
+	for (int i = 0; i < w->nr_roots; i++) {
+		uint64_t n;
+
+		if (!pki_perf_bp_count(w->roots[i].fd, &n))
+			s.counted += (unsigned long)n;
+	}
+	/* Read after the kernel's count: a hit is counted before it is delivered. */
+	s.hits = atomic_load(&w->hits);
+	s.late = atomic_load(&w->late);
+	s.self = atomic_load(&w->self);
+	pthread_mutex_unlock(&mgr.lock);
+	seen = s.hits + s.self;
+	s.unseen = s.counted > seen ? s.counted - seen : 0;
+	memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
+	st->sz = st->sz < sizeof(s) ? st->sz : sizeof(s);
+	return 0;
+}
+
 /*
  * In a fork child no event is ours (inherit_thread: fork does not inherit,
  * and single-thread events never do), but the fds were duplicated: close them
@@ -859,7 +902,7 @@ PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
 static void fork_child(void)
 {
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
-		__close_roots(w);
+		__close_roots_count(w, false); /* the parent's events, the parent's counts */
 		w->dead = true;
 	}
 	mgr.nr_all = 0;

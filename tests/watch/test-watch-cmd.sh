@@ -3,9 +3,14 @@
 # bump(), each one locked write to `counter`): the hits reported, --count,
 # and PROG's stdout, exit status and death by signal unchanged; the errors.
 #
-# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET
+# With tests/targets/sigtrap_target: PROG's own SIGTRAP handler keeps its
+# traps and its exit status, a thread that blocks SIGTRAP is counted.
+#
+# SECCOMP_EXEC runs a command with perf_event_open denied by seccomp.
+#
+# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC
 set -uo pipefail
-pk=$1 target=$2
+pk=$1 target=$2 strap=$3 secx=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Sanitizer builds: their runtime must be preloaded before the agent.
@@ -25,8 +30,9 @@ bad() {
 }
 
 # run ARGS...: probekit watch ARGS, stdout to out, stderr to err; sets rc.
+# Bounded: a run that spins (a trap loop) fails instead of hanging the suite.
 run() {
-	"$pk" watch "$@" >"$tmp/out" 2>"$tmp/err"
+	timeout -k 5 30 "$pk" watch "$@" >"$tmp/out" 2>"$tmp/err"
 	rc=$?
 }
 # count REGEX FILE
@@ -93,6 +99,38 @@ run -t rw -c 5 counter -- "$target" 3
 n=$(count '^ +[0-9.]+ tid [0-9]+ access counter: value ' "$tmp/err")
 [[ $rc -eq 3 && $n -eq 5 ]] && ok || bad "-t rw: rc $rc, $n hits"
 
+# Reads and writes, no --count: the agent's own read of the value in its
+# handler is not a hit (it looped: millions of hits for 20 writes).  One
+# hit per locked add, and one for main's read when it prints the counter.
+run -t rw counter -- "$target" 3
+n=$(count '^ +[0-9.]+ tid [0-9]+ access counter: value ' "$tmp/err")
+if [[ $rc -eq 3 && $n -eq 21 ]] && grep -q '^# 21 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else
+	bad "-t rw, every hit: rc $rc, $n hits"; fi
+
+# PROG installs its own SIGTRAP handler after start (sigaction, then signal)
+# and traps N times itself (raise, int3): its handler sees exactly its N
+# traps and reads back as the current handler; the watch hits are all ours.
+for how in sigaction signal; do
+	"$strap" $how 10 >"$tmp/plain.out" 2>/dev/null
+	plain_rc=$?
+	run counter -- "$strap" $how 10
+	n=$(count 'tid [0-9]+ write counter: ' "$tmp/err")
+	if [[ $plain_rc -eq 3 && $rc -eq 3 && $n -eq 10 ]] &&
+		grep -qx 'traps=10 counter=10 own=1' "$tmp/out" && cmp -s "$tmp/out" "$tmp/plain.out"
+	then ok; else bad "PROG's SIGTRAP handler ($how): rc $rc (plain $plain_rc), $n hits"; fi
+	# Watching the variable PROG's handler writes: no trap loop, every write seen.
+	run traps -- "$strap" $how 10
+	n=$(count 'tid [0-9]+ write traps: ' "$tmp/err")
+	if [[ $rc -eq 3 && $n -eq 10 ]] && cmp -s "$tmp/out" "$tmp/plain.out"; then ok; else
+		bad "watching what PROG's SIGTRAP handler writes ($how): rc $rc, $n hits"; fi
+done
+
+# A thread that blocks SIGTRAP writes 7 times: not seen, but counted.
+run counter -- "$strap" blocked 7
+if [[ $rc -eq 0 ]] && grep -qx 'counter=7' "$tmp/out" &&
+	grep -q '^# 0 hit(s) printed, 7 lost (7 not seen: thread(s) blocked SIGTRAP)$' "$tmp/err"
+then ok; else bad "thread blocking SIGTRAP: rc $rc"; fi
+
 # A hex link-time address (PIE: offset from the load base), length given.
 addr=$(nm "$target" | awk '$3 == "counter" {print "0x" $1}')
 run -l 8 "$addr" -- "$target" 3
@@ -135,6 +173,23 @@ chmod u+s "$tmp/suid"
 expect_err 126 'suid is set-user-ID: the dynamic loader ignores LD_PRELOAD' counter -- "$tmp/suid"
 PROBEKIT_AGENT=/nonexistent expect_err 125 'PROBEKIT_AGENT=/nonexistent: no such readable file' \
 	counter -- "$target"
+expect_err 125 'watch: empty SYMBOL' "" -- "$target"
+
+# Options after SYMBOL are ours too, up to "--" (or PROG without "--").
+run counter -l 8 -c 2 -- "$target" 3
+n=$(count "$hit_w" "$tmp/err")
+[[ $rc -eq 3 && $n -eq 2 ]] && grep -q '^# --count 2 reached' "$tmp/err" && ok ||
+	bad "options after SYMBOL: rc $rc, $n hits"
+run counter --count 2 "$target" 3
+n=$(count "$hit_w" "$tmp/err")
+[[ $rc -eq 3 && $n -eq 2 ]] && ok || bad "options after SYMBOL, no --: rc $rc, $n hits"
+
+# perf_event_open denied by seccomp: the message names seccomp, not paranoid.
+timeout 30 "$secx" "$pk" watch counter -- "$target" 3 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [[ $rc -eq 125 ]] && grep -q 'cannot watch counter at 0x[0-9a-f]*: Permission denied (this process runs under a seccomp filter' "$tmp/err"
+then ok; else bad "seccomp: rc $rc"; fi
+
 "$pk" watch --help >"$tmp/out" 2>&1 && grep -q '^usage: probekit watch' "$tmp/out" && ok ||
 	bad "--help"
 

@@ -41,12 +41,17 @@ static inline uintptr_t pki_uc_ip(const ucontext_t *uc)
 }
 
 /*
- * si_perf_data / si_perf_type of a TRAP_PERF SIGTRAP.  glibc 2.36 does not
- * name these fields yet: on x86-64 the kernel's _sigfault._perf union follows
- * si_addr (offset 16) at offset 24, _type at 32.
+ * si_perf_data / si_perf_type / si_perf_flags of a TRAP_PERF SIGTRAP.  glibc
+ * 2.36 does not name these fields yet: on x86-64 the kernel's _sigfault._perf
+ * union follows si_addr (offset 16) at offset 24, _type at 32, _flags at 36
+ * (Linux 5.18+; zero before).  TRAP_PERF_FLAG_ASYNC: the thread blocked
+ * SIGTRAP at the access, the signal was queued and is delivered late.
  */
 #ifndef TRAP_PERF
 #define TRAP_PERF 6
+#endif
+#ifndef TRAP_PERF_FLAG_ASYNC
+#define TRAP_PERF_FLAG_ASYNC (1U << 0)
 #endif
 
 static inline uint64_t pki_si_perf_data(const siginfo_t *si)
@@ -62,6 +67,14 @@ static inline uint32_t pki_si_perf_type(const siginfo_t *si)
 	uint32_t v;
 
 	memcpy(&v, (const char *)si + 32, sizeof(v));
+	return v;
+}
+
+static inline uint32_t pki_si_perf_flags(const siginfo_t *si)
+{
+	uint32_t v;
+
+	memcpy(&v, (const char *)si + 36, sizeof(v));
 	return v;
 }
 

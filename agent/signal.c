@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The agent's sigaction() and signal() family: PROG's calls for SIGTRAP go
+ * to the library's SIGTRAP owner (core/sigtrap.c) instead of the kernel, so
+ * that probekit's handler stays the one the kernel runs, sees its own traps
+ * first (INT3s of a batch being written, watchpoint hits), and passes the
+ * others to PROG's handler, run with the mask and flags PROG asked for.
+ * PROG sees its own handler as the current one: sigaction(SIGTRAP, NULL,
+ * &old) returns what PROG installed (or what was there before probekit).
+ * Other signals go straight to libc's function of the same name.
+ *
+ * Not covered: a raw syscall(SYS_rt_sigaction) (PROG then replaces our
+ * handler, as without the agent), and SA_ONSTACK or a missing SA_RESTART in
+ * PROG's SIGTRAP action (ours apply: core/sigtrap.c).
+ *
+ * Every function here is async-signal-safe, as the originals are: programs
+ * re-install handlers from handlers.
+ */
+#include <errno.h>
+#include <signal.h>
+
+#include "agent_int.h"
+#include "core/sigtrap.h"
+
+#define PK_EXPORT __attribute__((visibility("default")))
+
+static void *real_sigaction;
+static struct {
+	void *signal, *bsd_signal, *ssignal, *sysv_signal, *__sysv_signal, *sigset;
+} real;
+
+typedef sighandler_t (*signal_fn)(int, sighandler_t);
+
+/* Signals other than SIGTRAP: libc's own function, exactly (siginterrupt etc.). */
+#define PASS_ON(fn, sig, h)                                                                        \
+	do {                                                                                       \
+		signal_fn f_ = (signal_fn)agent_next(&real.fn, #fn);                               \
+		if ((sig) != SIGTRAP)                                                              \
+			return f_ ? f_(sig, h) : (errno = ENOSYS, SIG_ERR);                        \
+	} while (0)
+
+static pki_sigaction_fn agent_real_sigaction(void)
+{
+	pki_sigaction_fn fn = (pki_sigaction_fn)agent_next(&real_sigaction, "sigaction");
+
+	/* The library's own sigaction() calls land in our wrapper: give it libc's. */
+	pki_sigtrap_set_sys(fn);
+	return fn;
+}
+
+void agent_signal_init(void)
+{
+	agent_real_sigaction();
+}
+
+static int trap_action(const struct sigaction *act, struct sigaction *old)
+{
+	int err = pki_sigtrap_app_action(act, old);
+
+	if (err) {
+		errno = -err;
+		return -1;
+	}
+	return 0;
+}
+
+PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	pki_sigaction_fn fn = agent_real_sigaction();
+
+	if (sig != SIGTRAP)
+		return fn ? fn(sig, act, old) : (errno = ENOSYS, -1);
+	return trap_action(act, old);
+}
+
+PK_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	return sigaction(sig, act, old);
+}
+
+/* SIGTRAP: signal() with the given flags and mask, through our sigaction(). */
+static sighandler_t set_trap_handler(sighandler_t h, int flags, bool mask_self)
+{
+	struct sigaction sa = {.sa_handler = h, .sa_flags = flags}, old;
+
+	if (h == SIG_ERR) {
+		errno = EINVAL;
+		return SIG_ERR;
+	}
+	sigemptyset(&sa.sa_mask);
+	if (mask_self)
+		sigaddset(&sa.sa_mask, SIGTRAP);
+	if (trap_action(&sa, &old))
+		return SIG_ERR;
+	return old.sa_handler;
+}
+
+/* BSD semantics (glibc's signal, bsd_signal, ssignal): restart, handler blocks sig. */
+PK_EXPORT sighandler_t signal(int sig, sighandler_t h)
+{
+	PASS_ON(signal, sig, h);
+	return set_trap_handler(h, SA_RESTART, true);
+}
+
+PK_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
+{
+	PASS_ON(bsd_signal, sig, h);
+	return set_trap_handler(h, SA_RESTART, true);
+}
+
+PK_EXPORT sighandler_t ssignal(int sig, sighandler_t h)
+{
+	PASS_ON(ssignal, sig, h);
+	return set_trap_handler(h, SA_RESTART, true);
+}
+
+/* System V semantics: one-shot, not blocked in its handler, no restart. */
+PK_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
+{
+	PASS_ON(sysv_signal, sig, h);
+	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
+}
+
+PK_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
+{
+	PASS_ON(__sysv_signal, sig, h);
+	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
+}
+
+/*
+ * sigset(): SIG_HOLD blocks @sig and returns the disposition (SIG_HOLD if
+ * it was already blocked); anything else installs it, unblocks @sig and
+ * returns the old disposition, or SIG_HOLD if @sig was blocked.
+ */
+PK_EXPORT sighandler_t sigset(int sig, sighandler_t h)
+{
+	struct sigaction sa = {.sa_handler = h}, old;
+	sigset_t one, was;
+
+	PASS_ON(sigset, sig, h);
+	if (h == SIG_ERR) {
+		errno = EINVAL;
+		return SIG_ERR;
+	}
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	if (h == SIG_HOLD) {
+		if (sigprocmask(SIG_BLOCK, &one, &was))
+			return SIG_ERR;
+		if (sigismember(&was, sig))
+			return SIG_HOLD;
+		if (trap_action(NULL, &old))
+			return SIG_ERR;
+		return old.sa_handler;
+	}
+	sigemptyset(&sa.sa_mask);
+	if (trap_action(&sa, &old) || sigprocmask(SIG_UNBLOCK, &one, &was))
+		return SIG_ERR;
+	return sigismember(&was, sig) ? SIG_HOLD : old.sa_handler;
+}

@@ -45,6 +45,8 @@ enum {
 #define EVENTS_PER_REC 65536u
 #define ALTSTACK_LEN   (64u << 10)
 #define BUF_HDR_LEN    4096u
+#define BUF_MIN_EVENTS 1024u	     /* a buffer shrunk to fit the budget: not below */
+#define BUF_BUDGET     (64u << 20)   /* bytes of buffers before new ones shrink */
 #define WAIT_SIGNAL_NS 2000000000ull /* a handler waits this long for the writer */
 #define WAIT_ROOM_MS   2000u	     /* default opts.wait_ms */
 #define SPIN_ROOM      512u	     /* pause loops before a full buffer sleeps */
@@ -70,6 +72,8 @@ static struct {
 	int io_err;	  /* first write error, reported at close */
 	struct pki_trace_clockinfo ci;
 	uint32_t cap;
+	size_t buf_mem;		    /* atomic: bytes of the buffers mapped (live and unreaped) */
+	size_t buf_budget;	    /* see buf_new() */
 	struct pki_trace_buf *bufs; /* atomic head; see buf_unlink() */
 	uint32_t next_tsn;	    /* atomic */
 	uint32_t nthreads;	    /* atomic: buffers made this session */
@@ -311,6 +315,7 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 
 static void buf_free(struct pki_trace_buf *b)
 {
+	__atomic_sub_fetch(&S.buf_mem, b->map_len, __ATOMIC_RELAXED);
 	munmap(b, b->map_len);
 }
 
@@ -411,23 +416,44 @@ static void buf_release(void *arg)
  * Make the calling thread's buffer: header page, events, and (when fatal
  * signals are caught) an alternate signal stack so a stack overflow still
  * gets flushed.  Syscalls only (mmap, prctl, sigaltstack): async-signal-safe.
- * MAP_POPULATE: the pages are faulted in here, once, so the hot path never
- * enters the kernel for a first touch (that alone cost ~8 ns per event).
+ *
+ * Memory: the pages are not populated; a page costs RAM once the thread has
+ * recorded into it (256 events a page; the header page at once; the signal
+ * stack only if a signal uses it).  A thread that records little costs a few
+ * pages whatever the capacity, a busy one its capacity in full (16 bytes an
+ * event) until it exits, when the drainer unmaps it (buf_release()).  The
+ * first-lap page faults cost ~8 ns an event over the first capacity's worth
+ * of events of each thread, none after.  So that many busy threads cannot
+ * grow the total without bound, a buffer that would take the buffers mapped
+ * past S.buf_budget (64 MiB, or twice the asked-for capacity if more) is
+ * made smaller, halving down to BUF_MIN_EVENTS (16 KiB): a small buffer
+ * only makes its thread wait for the drainer more often.
  */
 static struct pki_trace_buf *buf_new(void)
 {
-	size_t ev_len = (size_t)S.cap * sizeof(struct pki_trace_event);
-	size_t len = BUF_HDR_LEN + ev_len + ALTSTACK_LEN;
+	uint32_t cap = S.cap;
+	size_t ev_len = (size_t)cap * sizeof(struct pki_trace_event), len;
 	struct pki_trace_buf *b;
 	struct pki_trace_buf *head;
 	stack_t ss;
 
-	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
-		 0);
-	if (b == MAP_FAILED)
+	/* Reserve first, so that threads starting together cannot all pass. */
+	for (;;) {
+		len = BUF_HDR_LEN + ev_len + ALTSTACK_LEN;
+		if (__atomic_add_fetch(&S.buf_mem, len, __ATOMIC_RELAXED) <= S.buf_budget ||
+		    cap <= BUF_MIN_EVENTS)
+			break;
+		__atomic_sub_fetch(&S.buf_mem, len, __ATOMIC_RELAXED);
+		cap /= 2;
+		ev_len /= 2;
+	}
+	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b == MAP_FAILED) {
+		__atomic_sub_fetch(&S.buf_mem, len, __ATOMIC_RELAXED);
 		return NULL;
+	}
 	b->map_len = len;
-	b->mask = S.cap - 1;
+	b->mask = cap - 1;
 	b->ev = (struct pki_trace_event *)((char *)b + BUF_HDR_LEN);
 	b->tid = (uint32_t)gettid();
 	b->tsn = __atomic_add_fetch(&S.next_tsn, 1, __ATOMIC_RELAXED);
@@ -906,6 +932,9 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 		return err;
 	}
 	S.cap = cap;
+	S.buf_budget = (size_t)cap * sizeof(struct pki_trace_event) * 2;
+	if (S.buf_budget < BUF_BUDGET)
+		S.buf_budget = BUF_BUDGET;
 	S.io_err = 0;
 	S.recorded = S.gone_lost = 0;
 	S.late_lost = 0;
@@ -1088,7 +1117,9 @@ void pki_trace_fork_child(void)
 			buf_free(b);
 	}
 	S.bufs = NULL;
+	S.buf_mem = 0;
 	if (self && self != &internal_buf && self != &gone_buf) {
+		S.buf_mem = self->map_len;
 		self->next = NULL;
 		self->tid = (uint32_t)gettid();
 		S.bufs = self;

@@ -7,7 +7,8 @@
  * must hold exactly 2 N events (entry and exit), or, with --drop, recorded
  * plus lost must be 2 N.
  *
- *   lossless loop N [T]     T threads (default 1) call loss_leaf N times each
+ *   lossless loop N [T]     T threads (default 1) call loss_leaf N times each;
+ *                           prints "hwm_kb K" too
  *   lossless exit N         N calls, then _exit(3)
  *   lossless Exit N         N calls, then _Exit(4)
  *   lossless sysexit N      N calls, then syscall(SYS_exit_group, 5)
@@ -120,6 +121,7 @@ int main(int argc, char **argv)
 		if (run_threads(m ? (int)m : 1, loop_thread))
 			return 2;
 		print_total();
+		printf("hwm_kb %ld\n", hwm_kb());
 		return 0;
 	}
 	if (!strcmp(mode, "exit") || !strcmp(mode, "Exit") || !strcmp(mode, "sysexit")) {

@@ -69,5 +69,23 @@ done < <(grep '^child ' out)
 check "forkexit: 20 children ($nchild), $nbad incomplete" "[[ $nchild == 20 && $nbad == 0 ]]"
 check "forkexit: no file cut short" "! grep -q 'cut short' err"
 
+# 5. Memory: 64 threads alive at once, 10 calls each.  Their buffers cost
+#    the pages they use (a few KiB each), not their capacity (1 MiB each:
+#    64 MiB, as when they were populated); and 100 busy threads together stay
+#    near the agent's buffer budget (64 MiB), not 100 MiB.
+"$prog" threads 64 >plain.out
+plain_kb=$(sed -n 's/^hwm_kb //p' plain.out)
+run -o mem.trace -f loss_leaf -- "$prog" threads 64
+kb=$(sed -n 's/^hwm_kb //p' out)
+check "memory: 64 threads: $kb KiB traced, $plain_kb plain" "[[ -n '$kb' && -n '$plain_kb' && \$(($kb - $plain_kb)) -lt 16384 ]]"
+check "memory: 64 threads: events" "[[ '$(events mem.trace)' == 1280 ]]"
+"$prog" loop 20000 100 >plain.out
+plain_kb=$(sed -n 's/^hwm_kb //p' plain.out)
+run -o busy.trace -f loss_leaf -- "$prog" loop 20000 100
+kb=$(sed -n 's/^hwm_kb //p' out)
+check "memory: 100 busy threads: $kb KiB traced, $plain_kb plain" "[[ -n '$kb' && -n '$plain_kb' && \$(($kb - $plain_kb)) -lt 90000 ]]"
+check "memory: 100 busy threads: nothing lost" "[[ '$(events busy.trace)' == 4000000 && $(lost) == 0 ]]"
+echo "memory: 100 busy threads: peak RSS $kb KiB traced, $plain_kb KiB plain"
+
 echo "trace_lossless: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -667,26 +667,29 @@ void pki_trace_kick(void)
 	errno = saved;
 }
 
+/*
+ * The drainer's signal mask: rule (1) of the writer word; also keeps the
+ * program's signals (and their handlers' records) off it.  Except the hook
+ * machinery's own two, which it sends to each thread with tgkill() while
+ * hooks are added or removed as PROG runs (agent dlopen.c): the grace-period
+ * sample and the patch layer's sled kick (SIGRTMAX - 1, PKI_SIG_KICK).  Their
+ * handlers only look at the interrupted context and acknowledge, never take
+ * the writer word nor record, so rule (1) still holds; blocked, they would
+ * stall a patch batch while we drain.
+ */
+static void drainer_sigset(sigset_t *set)
+{
+	sigfillset(set);
+	sigdelset(set, PKI_GP_SIGNAL);
+	sigdelset(set, SIGRTMAX - 1);
+}
+
 static void *drainer_main(void *arg)
 {
 	uint32_t wait_ms = S.drain_ms;
-	sigset_t all;
 
 	(void)arg;
-	/*
-	 * Rule (1) of the writer word; also keeps the program's signals off us.
-	 * Except the hook machinery's own two, which it sends to each thread
-	 * with tgkill() while hooks are added or removed as PROG runs (agent
-	 * dlopen.c): the grace-period sample and the patch layer's sled kick
-	 * (SIGRTMAX - 1, PKI_SIG_KICK).  Their handlers only look at the
-	 * interrupted context and acknowledge, never take the writer word, so
-	 * rule (1) still holds; blocked, they would stall a patch batch while
-	 * we drain.
-	 */
-	sigfillset(&all);
-	sigdelset(&all, PKI_GP_SIGNAL);
-	sigdelset(&all, SIGRTMAX - 1);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	/* Started with drainer_sigset() blocked: see drainer_start(). */
 	pki_trace_tls = &internal_buf;
 	pthread_setname_np(pthread_self(), "pk-trace-drain");
 	for (;;) {
@@ -720,11 +723,20 @@ static void *drainer_main(void *arg)
 
 static int drainer_start(void)
 {
+	sigset_t set, saved;
 	int err;
 
 	S.stop = false;
 	S.wake = 1;
+	/*
+	 * The thread starts with its mask already set (it inherits ours): were
+	 * it to block the signals itself, a program's SIGALRM could land on it
+	 * first, and its handler record into a buffer of the drainer's.
+	 */
+	drainer_sigset(&set);
+	pthread_sigmask(SIG_BLOCK, &set, &saved);
 	err = -pthread_create(&S.drainer, NULL, drainer_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 	if (err)
 		__atomic_store_n(&S.drainer_running, false, __ATOMIC_RELEASE);
 	return err;

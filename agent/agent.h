@@ -57,6 +57,7 @@
 #define PK_ENV_TRACE_CHILDREN	   "PROBEKIT_TRACE_CHILDREN"   /* 0: fork children untraced */
 #define PK_ENV_TRACE_ENTRY_ONLY	   "PROBEKIT_TRACE_ENTRY_ONLY" /* 1: no exit events */
 #define PK_ENV_TRACE_BUF	   "PROBEKIT_TRACE_BUF" /* events per thread buffer */
+#define PK_ENV_TRACE_DROP	   "PROBEKIT_TRACE_DROP" /* 1: full buffers lose events */
 #define PK_ENV_TRACE_PID	   "PROBEKIT_TRACE_PID"
 #define PK_ENV_TRACE_GEN	   "PROBEKIT_TRACE_GEN"
 #define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */

@@ -54,7 +54,7 @@ void agent_shell_init(void);
 struct agent_envbuf {
 	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 16];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
-	char children[48], entry[48], buf[48];
+	char children[48], entry[48], buf[48], drop[48];
 };
 
 /* Trace mode follows the children of this process (not --no-children). */

@@ -65,7 +65,7 @@
 #include "trace/trace.h"
 
 #define PK_EXPORT  __attribute__((visibility("default")))
-#define BUF_EVENTS (1u << 18) /* per thread: 4 MiB, ~5 ms of a busy thread */
+#define BUF_EVENTS (1u << 16) /* per thread: 1 MiB, ~1 ms of a busy thread (it waits when full) */
 
 struct tsym {
 	uint64_t fn;
@@ -84,6 +84,7 @@ static struct {
 	bool children; /* trace fork children */
 	bool exits;    /* hijack returns */
 	bool shstk_test;
+	bool drop; /* --drop: a full buffer loses the event instead of waiting */
 	uint32_t buf_events;
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
@@ -115,6 +116,8 @@ static struct {
 			   const posix_spawnattr_t *, char *const[], char *const[]);
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			    const posix_spawnattr_t *, char *const[], char *const[]);
+	void (*exit_)(int); /* _exit */
+	long (*syscall)(long, ...);
 } real;
 
 /* ---- configuration ---------------------------------------------------------- */
@@ -142,6 +145,8 @@ void agent_trace_config(void)
 	v = getenv(PK_ENV_TRACE_ENTRY_ONLY);
 	T.exits = !v || strcmp(v, "1");
 	T.shstk_test = getenv(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
+	v = getenv(PK_ENV_TRACE_DROP);
+	T.drop = v && !strcmp(v, "1");
 	v = getenv(PK_ENV_TRACE_BUF);
 	T.buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
 	if (T.buf_events < 1024 || T.buf_events > (1u << 26))
@@ -244,8 +249,8 @@ static int pick_site(const struct pk_site *s, void *ctx)
 
 static int session_open(void)
 {
-	PK_OPTS(pki_trace_opts, o, .buf_events = T.buf_events, .catch_signals = true,
-		.at_exit = true);
+	PK_OPTS(pki_trace_opts, o, .buf_events = T.buf_events, .drop = T.drop,
+		.catch_signals = true, .at_exit = true);
 	size_t i;
 	int err;
 
@@ -398,6 +403,9 @@ void agent_exec_init(void)
 	real.execveat = dlsym(RTLD_NEXT, "execveat");
 	real.posix_spawn = dlsym(RTLD_NEXT, "posix_spawn");
 	real.posix_spawnp = dlsym(RTLD_NEXT, "posix_spawnp");
+	/* Resolved now: the wrappers below may run in signal handlers (no dlsym there). */
+	agent_next((void **)&real.exit_, "_exit");
+	agent_next((void **)&real.syscall, "syscall");
 	agent_shell_init();
 }
 
@@ -449,6 +457,8 @@ static char *const *env_for_next(char *const *envp, bool same, struct agent_envb
 	b->vec[n++] = b->entry;
 	snprintf(b->buf, sizeof(b->buf), "%s=%u", PK_ENV_TRACE_BUF, T.buf_events);
 	b->vec[n++] = b->buf;
+	snprintf(b->drop, sizeof(b->drop), "%s=%d", PK_ENV_TRACE_DROP, T.drop);
+	b->vec[n++] = b->drop;
 	snprintf(b->pid, sizeof(b->pid), "%s=%d", PK_ENV_TRACE_PID, (int)T.pid);
 	b->vec[n++] = b->pid;
 	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN, same ? T.gen + 1 : 0);
@@ -697,4 +707,77 @@ PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 	ret = real.posix_spawnp(pid, file, fa, attr, argv, b ? agent_child_env(envp, b) : envp);
 	envbuf_unmap(b);
 	return ret;
+}
+
+/* ---- ending without exit() ------------------------------------------------------
+ *
+ * exit() completes the trace from its atexit handler (pki_trace_close());
+ * _exit() and _Exit() skip the atexit handlers, so the events the drainer had
+ * not written yet and the END record were lost: a fork child that ends with
+ * _exit() (the usual way) left an empty file or one "cut short".  Their
+ * wrappers write what is left and END (reason close, as exit() would), then
+ * really exit.  Async-signal-safe (pki_trace_flush_exit()), as _exit() is:
+ * programs call it from signal handlers, and in vfork children, where this
+ * process's trace is not theirs to end (getpid() differs: skipped).
+ *
+ * syscall(SYS_exit_group, status) is the same exit by another door (some
+ * programs and runtimes use it to bypass libc): wrapped too.  Not covered:
+ * an exit_group made by a raw syscall instruction (static runtimes, inline
+ * assembly), and death by SIGKILL; their files are cut short, readable up to
+ * the last record the drainer wrote.
+ */
+static void exit_flush(void)
+{
+	int saved = errno;
+
+	if (T.session && getpid() == T.pid)
+		pki_trace_flush_exit();
+	errno = saved;
+}
+
+static __attribute__((noreturn)) void exit_really(int status)
+{
+	void (*fn)(int) = (void (*)(int))agent_next((void **)&real.exit_, "_exit");
+
+	if (fn)
+		fn(status);
+	syscall(SYS_exit_group, status);
+	abort(); /* no libc to exit with: unreachable, but never return */
+}
+
+PK_EXPORT void _exit(int status)
+{
+	exit_flush();
+	exit_really(status);
+}
+
+PK_EXPORT void _Exit(int status)
+{
+	exit_flush();
+	exit_really(status);
+}
+
+/*
+ * Every argument register passed on: like libc's own syscall(), which takes
+ * six whatever the call; reading the ones the caller did not pass reads the
+ * register save area va_start filled, which is what the kernel would get.
+ */
+PK_EXPORT long syscall(long nr, ...)
+{
+	long (*fn)(long, ...) = (long (*)(long, ...))agent_next((void **)&real.syscall, "syscall");
+	long a[6];
+	va_list ap;
+	int i;
+
+	va_start(ap, nr);
+	for (i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	if (nr == SYS_exit_group)
+		exit_flush();
+	if (!fn) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return fn(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

@@ -47,7 +47,11 @@ static const char usage[] =
     "                        process execs writes FILE.PID.N (N-th exec)\n"
     "      --no-children     do not trace the children PROG forks or spawns\n"
     "  -b, --buffer EVENTS   per-thread buffer, in events of 16 bytes (default\n"
-    "                        262144); events that find it full are lost, counted\n"
+    "                        65536); a thread that finds it full waits for it\n"
+    "                        to be written (at most 2 s without progress, then\n"
+    "                        its events are lost, counted)\n"
+    "      --drop            lose the events that find the buffer full (counted)\n"
+    "                        rather than slow PROG down\n"
     "      --entry-only      record entries only (no return trampolines, no\n"
     "                        durations); required under a CET shadow stack\n"
     "  -h, --help            this text\n\n"
@@ -217,7 +221,7 @@ static int abs_path(const char *path, char *out, size_t n)
 
 int cmd_trace(int argc, char **argv)
 {
-	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY };
+	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP };
 	static const struct option opts[] = {
 	    {"function", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
@@ -225,6 +229,7 @@ int cmd_trace(int argc, char **argv)
 	    {"no-children", no_argument, NULL, O_NO_CHILDREN},
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
 	    {"buffer", required_argument, NULL, 'b'},
+	    {"drop", no_argument, NULL, O_DROP},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -234,7 +239,7 @@ int cmd_trace(int argc, char **argv)
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
 	struct trace_ctx ctx = {0};
 	bool fmatched[MAX_GLOBS] = {false};
-	bool children = true, entry_only = false;
+	bool children = true, entry_only = false, drop = false;
 	int c, nf = 0, nn = 0, ne = 0, err, ret;
 
 	optind = 1;
@@ -273,6 +278,9 @@ int cmd_trace(int argc, char **argv)
 			break;
 		case O_ENTRY_ONLY:
 			entry_only = true;
+			break;
+		case O_DROP:
+			drop = true;
 			break;
 		case 'h':
 			fputs(usage, stdout);
@@ -319,6 +327,8 @@ int cmd_trace(int argc, char **argv)
 	}
 	env[ne++] = PK_ENV_TRACE_ENTRY_ONLY;
 	env[ne++] = entry_only ? "1" : "0";
+	env[ne++] = PK_ENV_TRACE_DROP;
+	env[ne++] = drop ? "1" : "0";
 	env[ne] = NULL;
 	r.path = path;
 	r.argv = argv + optind;

@@ -33,6 +33,7 @@
 
 __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-exec")));
 bool pki_trace_use_tsc;
+bool pki_trace_drop;
 
 enum {
 	ST_IDLE,   /* no session: threads without a buffer record nothing */
@@ -44,7 +45,12 @@ enum {
 #define EVENTS_PER_REC 65536u
 #define ALTSTACK_LEN   (64u << 10)
 #define BUF_HDR_LEN    4096u
+#define BUF_MIN_EVENTS 1024u	     /* a buffer shrunk to fit the budget: not below */
+#define BUF_BUDGET     (64u << 20)   /* bytes of buffers before new ones shrink */
 #define WAIT_SIGNAL_NS 2000000000ull /* a handler waits this long for the writer */
+#define WAIT_ROOM_MS   2000u	     /* default opts.wait_ms */
+#define SPIN_ROOM      512u	     /* pause loops before a full buffer sleeps */
+#define NAP_ROOM_NS    10000000l     /* each futex sleep of a waiter, at most */
 
 /*
  * Sentinel buffers: busy forever, so the inline path always falls to the slow
@@ -66,6 +72,8 @@ static struct {
 	int io_err;	  /* first write error, reported at close */
 	struct pki_trace_clockinfo ci;
 	uint32_t cap;
+	size_t buf_mem;		    /* atomic: bytes of the buffers mapped (live and unreaped) */
+	size_t buf_budget;	    /* see buf_new() */
 	struct pki_trace_buf *bufs; /* atomic head; see buf_unlink() */
 	uint32_t next_tsn;	    /* atomic */
 	uint32_t nthreads;	    /* atomic: buffers made this session */
@@ -76,8 +84,13 @@ static struct {
 
 	uint32_t wake; /* atomic futex word: 1 = drainer armed to sleep; see drainer_main() */
 	pthread_t drainer;
-	bool drainer_running;
-	bool stop; /* atomic */
+	bool drainer_running; /* atomic: read by waiters */
+	/* waiting for room: see pki_trace_record_full() */
+	uint32_t room;	  /* atomic futex word: bumped by every drain that freed slots */
+	uint32_t waiters; /* atomic: threads asleep (or about to be) on room */
+	int stalled;	  /* atomic: the drainer failed to write, or a wait timed out */
+	uint64_t wait_ns; /* opts.wait_ms */
+	bool stop;	  /* atomic */
 	uint32_t drain_ms;
 
 	pthread_key_t key;
@@ -91,6 +104,22 @@ static struct {
 static const int fatal_signals[] = {SIGSEGV, SIGBUS,  SIGILL,  SIGFPE,	SIGABRT,   SIGSYS,
 				    SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGXCPU,   SIGXFSZ,
 				    SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF};
+
+static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
+{
+	return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+/*
+ * Slots were freed, or the session is ending: wake the threads waiting for
+ * room (see "waiting for room" below).  Async-signal-safe; errno may change.
+ */
+static void room_release(void)
+{
+	__atomic_add_fetch(&S.room, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&S.waiters, __ATOMIC_SEQ_CST))
+		futex(&S.room, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
 
 /* ---- the writer word ------------------------------------------------------
  *
@@ -268,6 +297,7 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		b->recorded += n;
 		S.recorded += n;
 		__atomic_store_n(&b->tail, t, __ATOMIC_RELEASE);
+		room_release();
 	}
 	l = buf_lost(b);
 	if (l != b->lost_reported || trailer) {
@@ -285,6 +315,7 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 
 static void buf_free(struct pki_trace_buf *b)
 {
+	__atomic_sub_fetch(&S.buf_mem, b->map_len, __ATOMIC_RELAXED);
 	munmap(b, b->map_len);
 }
 
@@ -385,23 +416,44 @@ static void buf_release(void *arg)
  * Make the calling thread's buffer: header page, events, and (when fatal
  * signals are caught) an alternate signal stack so a stack overflow still
  * gets flushed.  Syscalls only (mmap, prctl, sigaltstack): async-signal-safe.
- * MAP_POPULATE: the pages are faulted in here, once, so the hot path never
- * enters the kernel for a first touch (that alone cost ~8 ns per event).
+ *
+ * Memory: the pages are not populated; a page costs RAM once the thread has
+ * recorded into it (256 events a page; the header page at once; the signal
+ * stack only if a signal uses it).  A thread that records little costs a few
+ * pages whatever the capacity, a busy one its capacity in full (16 bytes an
+ * event) until it exits, when the drainer unmaps it (buf_release()).  The
+ * first-lap page faults cost ~8 ns an event over the first capacity's worth
+ * of events of each thread, none after.  So that many busy threads cannot
+ * grow the total without bound, a buffer that would take the buffers mapped
+ * past S.buf_budget (64 MiB, or twice the asked-for capacity if more) is
+ * made smaller, halving down to BUF_MIN_EVENTS (16 KiB): a small buffer
+ * only makes its thread wait for the drainer more often.
  */
 static struct pki_trace_buf *buf_new(void)
 {
-	size_t ev_len = (size_t)S.cap * sizeof(struct pki_trace_event);
-	size_t len = BUF_HDR_LEN + ev_len + ALTSTACK_LEN;
+	uint32_t cap = S.cap;
+	size_t ev_len = (size_t)cap * sizeof(struct pki_trace_event), len;
 	struct pki_trace_buf *b;
 	struct pki_trace_buf *head;
 	stack_t ss;
 
-	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1,
-		 0);
-	if (b == MAP_FAILED)
+	/* Reserve first, so that threads starting together cannot all pass. */
+	for (;;) {
+		len = BUF_HDR_LEN + ev_len + ALTSTACK_LEN;
+		if (__atomic_add_fetch(&S.buf_mem, len, __ATOMIC_RELAXED) <= S.buf_budget ||
+		    cap <= BUF_MIN_EVENTS)
+			break;
+		__atomic_sub_fetch(&S.buf_mem, len, __ATOMIC_RELAXED);
+		cap /= 2;
+		ev_len /= 2;
+	}
+	b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b == MAP_FAILED) {
+		__atomic_sub_fetch(&S.buf_mem, len, __ATOMIC_RELAXED);
 		return NULL;
+	}
 	b->map_len = len;
-	b->mask = S.cap - 1;
+	b->mask = cap - 1;
 	b->ev = (struct pki_trace_event *)((char *)b + BUF_HDR_LEN);
 	b->tid = (uint32_t)gettid();
 	b->tsn = __atomic_add_fetch(&S.next_tsn, 1, __ATOMIC_RELAXED);
@@ -476,6 +528,119 @@ void pki_trace_count_lost(void)
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 }
 
+/* ---- waiting for room -------------------------------------------------------
+ *
+ * A thread whose buffer is full waits until the drainer has copied some of it
+ * to the file: SPIN_ROOM pause loops (the drainer was kicked at half capacity
+ * and is usually writing already), then FUTEX_WAIT on S.room, which the
+ * drainer bumps and wakes after every record of events it wrote
+ * (room_release()).  No wake-up is lost: the waiter reads room, checks tail,
+ * counts itself in S.waiters and sleeps only while room still holds the value
+ * it read; the drainer stores tail, bumps room, then reads waiters; all
+ * seq_cst, so either the waiter sees the new tail or room, or the drainer
+ * sees the waiter.  Each sleep is also bounded (NAP_ROOM_NS), and the waiter
+ * kicks the drainer before each.
+ *
+ * Waiting must be able to end whatever the thread was doing when the event
+ * came: a hook may run inside malloc or stdio, with any lock of the
+ * program's held, and a signal handler may record on any thread at any
+ * point.  What the drainer needs to free room is the CPU, the writer word
+ * and a file that takes writes.  It takes no lock and calls nothing a
+ * program thread may hold or be inside (futex, pwritev, munmap, clock reads:
+ * no malloc, no stdio, no pthread lock; its own start in pthread_create is
+ * over before anyone waits on it), so whatever a waiter holds cannot block
+ * it.  A thread therefore waits only if:
+ *  - the session records (ACTIVE) and does not drop (opts.drop);
+ *  - a drainer thread runs: not no_drainer, and not a fork child, which has
+ *    none (and is IDLE) until pki_trace_open() there starts its own;
+ *  - the thread does not hold the writer word: a signal handler that
+ *    interrupted close, flush or symbol_add on this thread (or a hooked libc
+ *    function they call) would wait for itself;
+ *  - the drainer is not known to be stalled (S.stalled: its last write
+ *    failed, disk full or descriptor gone, or an earlier wait saw it free
+ *    nothing for opts.wait_ms).
+ * It gives up after opts.wait_ms in which the drainer freed nothing (S.room
+ * unchanged), sets S.stalled so that the other threads drop at once instead
+ * of each waiting as long, and counts the event lost.  The drainer clears
+ * S.stalled after a pass that wrote without error.  So the program is
+ * slowed, never hung: at worst one wait of opts.wait_ms per stall.
+ *
+ * Ending the session (close, exec, fatal signal, _exit) changes the state
+ * first, then wakes the waiters: they see it and drop their event, counted
+ * (it would come after the END record anyway).
+ *
+ * A signal handler on a waiting thread records normally (busy is clear while
+ * we wait): it waits too, nested, with its own bound, and the outer wait
+ * starts over with a fresh head when it returns.  Records nested inside the
+ * few instructions of a record (busy set) are still lost, counted: making
+ * them wait would need a second slot reservation scheme for a window of a
+ * few nanoseconds.  The drainer thread never records (internal_buf).
+ */
+static bool room_free(const struct pki_trace_buf *b)
+{
+	return b->head - __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE) <= b->mask;
+}
+
+static bool room_may_wait(const struct pki_trace_buf *b)
+{
+	return __atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE &&
+	       __atomic_load_n(&S.drainer_running, __ATOMIC_ACQUIRE) &&
+	       !__atomic_load_n(&S.stalled, __ATOMIC_ACQUIRE) &&
+	       __atomic_load_n(&S.writer, __ATOMIC_RELAXED) != (int)b->tid;
+}
+
+/* True once @b has room; false if waiting cannot end (see above). */
+static bool room_wait(const struct pki_trace_buf *b)
+{
+	uint32_t seen = 0, r;
+	uint64_t t0 = 0, now;
+	unsigned i;
+
+	for (i = 0; i < SPIN_ROOM; i++) {
+		if (room_free(b))
+			return true;
+		if (!room_may_wait(b))
+			return false;
+		__builtin_ia32_pause();
+	}
+	for (;;) {
+		struct timespec nap = {.tv_nsec = NAP_ROOM_NS};
+
+		r = __atomic_load_n(&S.room, __ATOMIC_SEQ_CST);
+		if (room_free(b))
+			return true;
+		if (!room_may_wait(b))
+			return false;
+		now = pki_trace_mono_ns();
+		if (!t0 || r != seen) {
+			seen = r;
+			t0 = now;
+		} else if (now - t0 > S.wait_ns) {
+			__atomic_store_n(&S.stalled, 1, __ATOMIC_RELEASE);
+			return false;
+		}
+		__atomic_add_fetch(&S.waiters, 1, __ATOMIC_SEQ_CST);
+		pki_trace_kick();
+		futex(&S.room, FUTEX_WAIT_PRIVATE, r, &nap);
+		__atomic_sub_fetch(&S.waiters, 1, __ATOMIC_SEQ_CST);
+	}
+}
+
+__attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts)
+{
+	struct pki_trace_buf *b = pki_trace_tls;
+	int saved = errno, r = PKI_TRACE_PUT_FULL;
+
+	/* Full again after room was seen only if a signal handler refilled it. */
+	while (r == PKI_TRACE_PUT_FULL && room_wait(b))
+		r = pki_trace_put(b, fn, kind, ts);
+	if (r == PKI_TRACE_PUT_FULL)
+		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+	else if (r == PKI_TRACE_PUT_SLOW)
+		pki_trace_record_slow(fn, kind, ts); /* the buffer went meanwhile */
+	errno = saved;
+}
+
 /* ---- the drainer thread -----------------------------------------------------
  *
  * The drainer sleeps on the futex word S.wake for its period, and is woken
@@ -493,11 +658,6 @@ void pki_trace_count_lost(void)
  * drainer sees stop, or the stopper's exchange follows the arming).  A kick
  * that finds the word 0 (drainer awake, or already kicked) makes no syscall.
  */
-static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
-{
-	return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
-}
-
 void pki_trace_kick(void)
 {
 	int saved = errno; /* may run in a signal handler */
@@ -507,26 +667,29 @@ void pki_trace_kick(void)
 	errno = saved;
 }
 
+/*
+ * The drainer's signal mask: rule (1) of the writer word; also keeps the
+ * program's signals (and their handlers' records) off it.  Except the hook
+ * machinery's own two, which it sends to each thread with tgkill() while
+ * hooks are added or removed as PROG runs (agent dlopen.c): the grace-period
+ * sample and the patch layer's sled kick (SIGRTMAX - 1, PKI_SIG_KICK).  Their
+ * handlers only look at the interrupted context and acknowledge, never take
+ * the writer word nor record, so rule (1) still holds; blocked, they would
+ * stall a patch batch while we drain.
+ */
+static void drainer_sigset(sigset_t *set)
+{
+	sigfillset(set);
+	sigdelset(set, PKI_GP_SIGNAL);
+	sigdelset(set, SIGRTMAX - 1);
+}
+
 static void *drainer_main(void *arg)
 {
 	uint32_t wait_ms = S.drain_ms;
-	sigset_t all;
 
 	(void)arg;
-	/*
-	 * Rule (1) of the writer word; also keeps the program's signals off us.
-	 * Except the hook machinery's own two, which it sends to each thread
-	 * with tgkill() while hooks are added or removed as PROG runs (agent
-	 * dlopen.c): the grace-period sample and the patch layer's sled kick
-	 * (SIGRTMAX - 1, PKI_SIG_KICK).  Their handlers only look at the
-	 * interrupted context and acknowledge, never take the writer word, so
-	 * rule (1) still holds; blocked, they would stall a patch batch while
-	 * we drain.
-	 */
-	sigfillset(&all);
-	sigdelset(&all, PKI_GP_SIGNAL);
-	sigdelset(&all, SIGRTMAX - 1);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	/* Started with drainer_sigset() blocked: see drainer_start(). */
 	pki_trace_tls = &internal_buf;
 	pthread_setname_np(pthread_self(), "pk-trace-drain");
 	for (;;) {
@@ -540,11 +703,17 @@ static void *drainer_main(void *arg)
 		if (__atomic_load_n(&S.stop, __ATOMIC_SEQ_CST))
 			break;
 		if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE) {
+			int err = 0;
+
 			writer_lock_timed(UINT64_MAX);
 			/* re-check: a fatal signal or exec may have ended the trace meanwhile */
 			if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
-				drain_all(true, false, &busy);
+				err = drain_all(true, false, &busy);
 			writer_unlock();
+			/* A failed write: threads with a full buffer stop waiting (drop, count). */
+			__atomic_store_n(&S.stalled, err != 0, __ATOMIC_RELEASE);
+			if (err)
+				room_release();
 		}
 		/* A buffer over half full: come back sooner (down to 1 ms). */
 		wait_ms = busy ? (wait_ms / 2 ? wait_ms / 2 : 1) : S.drain_ms;
@@ -554,13 +723,22 @@ static void *drainer_main(void *arg)
 
 static int drainer_start(void)
 {
+	sigset_t set, saved;
 	int err;
 
 	S.stop = false;
 	S.wake = 1;
+	/*
+	 * The thread starts with its mask already set (it inherits ours): were
+	 * it to block the signals itself, a program's SIGALRM could land on it
+	 * first, and its handler record into a buffer of the drainer's.
+	 */
+	drainer_sigset(&set);
+	pthread_sigmask(SIG_BLOCK, &set, &saved);
 	err = -pthread_create(&S.drainer, NULL, drainer_main, NULL);
-	if (!err)
-		S.drainer_running = true;
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	if (err)
+		__atomic_store_n(&S.drainer_running, false, __ATOMIC_RELEASE);
 	return err;
 }
 
@@ -568,12 +746,14 @@ static void drainer_stop(void)
 {
 	if (!S.drainer_running)
 		return;
+	/* Nobody waits for room from here on (they see it, or the state, and drop). */
+	__atomic_store_n(&S.drainer_running, false, __ATOMIC_RELEASE);
+	room_release();
 	__atomic_store_n(&S.stop, true, __ATOMIC_SEQ_CST);
 	__atomic_exchange_n(&S.wake, 0, __ATOMIC_SEQ_CST);
 	futex(&S.wake, FUTEX_WAKE_PRIVATE, 1, NULL);
 	pthread_join(S.drainer, NULL);
 	S.wake = 0; /* it re-armed before it saw stop: no kick need wake anyone now */
-	S.drainer_running = false;
 }
 
 /* ---- fatal signals --------------------------------------------------------- */
@@ -583,17 +763,40 @@ static bool is_fault(int signo)
 	return signo == SIGSEGV || signo == SIGBUS || signo == SIGILL || signo == SIGFPE;
 }
 
-int pki_trace_flush_signal(int signo)
+/* The async-signal-safe end of a session: fatal signal, _exit(). */
+static int flush_final(uint32_t reason, int signo)
 {
 	int st = ST_ACTIVE, err;
 
 	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return -EALREADY;
+	room_release(); /* waiters drop their events: they come after END */
 	if (!writer_lock_timed(WAIT_SIGNAL_NS))
 		return -EBUSY; /* state stays ENDING: no one writes after us */
-	err = emit_trailer(PKI_END_SIGNAL, signo);
+	err = emit_trailer(reason, signo);
 	writer_unlock();
+	return err;
+}
+
+int pki_trace_flush_signal(int signo)
+{
+	return flush_final(PKI_END_SIGNAL, signo);
+}
+
+/*
+ * Called by a process about to end in _exit(), perhaps from a signal
+ * handler: blocks the fatal signals while it holds the writer word (rule 1,
+ * as for any normal-context writer; sigprocmask is async-signal-safe).
+ */
+int pki_trace_flush_exit(void)
+{
+	sigset_t saved;
+	int err;
+
+	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved);
+	err = flush_final(PKI_END_CLOSE, 0);
+	sigprocmask(SIG_SETMASK, &saved, NULL);
 	return err;
 }
 
@@ -741,6 +944,9 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 		return err;
 	}
 	S.cap = cap;
+	S.buf_budget = (size_t)cap * sizeof(struct pki_trace_event) * 2;
+	if (S.buf_budget < BUF_BUDGET)
+		S.buf_budget = BUF_BUDGET;
 	S.io_err = 0;
 	S.recorded = S.gone_lost = 0;
 	S.late_lost = 0;
@@ -748,6 +954,10 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	S.nthreads = 0;
 	S.announced = 0;
 	S.drain_ms = opts->drain_ms ? opts->drain_ms : 5;
+	S.wait_ns = (uint64_t)(opts->wait_ms ? opts->wait_ms : WAIT_ROOM_MS) * 1000000u;
+	S.stalled = 0;
+	S.waiters = 0;
+	pki_trace_drop = opts->drop;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
 	err = write_header(program);
@@ -767,12 +977,15 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 		S.atexit_done = true;
 	if (!S.atfork_done && !pthread_atfork(NULL, NULL, pki_trace_fork_child))
 		S.atfork_done = true;
+	/* Before ACTIVE: a buffer that fills before the thread starts may wait for it. */
+	__atomic_store_n(&S.drainer_running, !opts->no_drainer, __ATOMIC_RELEASE);
 	__atomic_store_n(&S.state, ST_ACTIVE, __ATOMIC_RELEASE);
 	if (!opts->no_drainer) {
 		err = drainer_start();
 		if (err) {
 			pki_warn("trace %s: drainer thread: %s\n", path, pki_errstr(err));
 			__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
+			room_release();
 			signals_restore();
 			goto err_close;
 		}
@@ -872,6 +1085,7 @@ int pki_trace_exec_prepare(void)
 	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return -EBADF;
+	room_release(); /* waiters drop their events: they come after END */
 	writer_lock(&saved);
 	err = emit_trailer(PKI_END_EXEC, 0);
 	__atomic_store_n(&S.state, ST_EXEC, __ATOMIC_RELEASE);
@@ -915,7 +1129,9 @@ void pki_trace_fork_child(void)
 			buf_free(b);
 	}
 	S.bufs = NULL;
+	S.buf_mem = 0;
 	if (self && self != &internal_buf && self != &gone_buf) {
+		S.buf_mem = self->map_len;
 		self->next = NULL;
 		self->tid = (uint32_t)gettid();
 		S.bufs = self;
@@ -925,8 +1141,10 @@ void pki_trace_fork_child(void)
 		close(S.fd);
 	S.fd = -1;
 	S.writer = 0;
-	S.drainer_running = false; /* it does not exist here */
+	S.drainer_running = false; /* it does not exist here: nobody waits for room */
 	S.wake = 0;
+	S.waiters = 0; /* the threads that were waiting are the parent's */
+	S.stalled = 0;
 	__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
 }
 

@@ -12,15 +12,20 @@
  * What may run where:
  *
  *  - pki_trace_record/enter/exit/now: anywhere, including signal handlers and
- *    hooks on malloc or libc: no syscall, no lock, no allocation, no stdio.
- *    Each thread owns its buffer and is its only producer.  The first event
- *    of a thread (or one after its buffer vanished) takes a noinline slow
- *    path that mmaps the buffer (a syscall, no malloc, no lock); it is still
- *    async-signal-safe.  A record that cannot be stored (buffer full, or
- *    nested inside another record of the same thread by a signal handler)
- *    is counted as lost for that thread; an event that has no buffer to be
- *    counted in (thread exiting, allocation failed) is counted in the
- *    session's late_lost.  Nothing is dropped without being counted.
+ *    hooks on malloc or libc: no lock, no allocation, no stdio.  Each thread
+ *    owns its buffer and is its only producer.  The first event of a thread
+ *    (or one after its buffer vanished) takes a noinline slow path that mmaps
+ *    the buffer (a syscall, no malloc, no lock); it is still
+ *    async-signal-safe.  A record that finds its buffer full waits for the
+ *    drainer to free room (pki_trace_record_full(): a bounded spin, then a
+ *    futex the drainer wakes; syscalls only), unless the session drops
+ *    (opts.drop, `probekit trace --drop`) or waiting could not end (see
+ *    trace.c, "waiting for room": the drainer stalled, the thread holds the
+ *    writer word, the session is ending); then, and for a record nested
+ *    inside another record of the same thread by a signal handler, the
+ *    event is counted as lost for that thread.  An event that has no
+ *    buffer to be counted in (thread exiting, allocation failed) is counted
+ *    in the session's late_lost.  Nothing is dropped without being counted.
  *  - pki_trace_open/close, exec_prepare, exec_failed, fork_child: normal
  *    context only (they lock, allocate, log), never from a hook or signal
  *    handler, never concurrently with each other.
@@ -33,9 +38,9 @@
  *    or not at all (-EBADF).  Records and events may interleave in any order
  *    in the file (doc/trace-format.md); a caller that writes a function's
  *    SYMBOL before hooking it has it in the file before any of its events.
- *  - pki_trace_flush_signal(): async-signal-safe (write(2)/pwritev(2), clock
- *    reads, atomics), for the fatal-signal path; also usable by an agent's
- *    own handlers.
+ *  - pki_trace_flush_signal(), pki_trace_flush_exit(): async-signal-safe
+ *    (write(2)/pwritev(2), clock reads, atomics), for the fatal-signal path
+ *    and _exit(); also usable by an agent's own handlers.
  *
  * Events carry a function value ("fn") that SYMBOL records name: normally the
  * function's address, but any value up to PKI_EV_FN_MAX works (ids).
@@ -57,6 +62,9 @@ struct pki_trace_opts {
 	const char *program; /* for the header; default /proc/self/exe */
 	uint32_t buf_events; /* per-thread capacity, rounded up to 2^n; default 64K (1 MiB) */
 	uint32_t drain_ms;   /* drainer period; 0 = 5 ms (shortened while buffers fill) */
+	bool drop;	     /* a full buffer loses the event (counted) instead of waiting */
+	uint32_t wait_ms;    /* give up waiting for room after the drainer made no
+				progress this long; 0 = 2000 ms */
 	bool no_drainer;     /* no drainer thread: pki_trace_flush() by hand (tests) */
 	int clock;	     /* 0 = best (TSC if invariant), or enum pki_trace_clock */
 	bool catch_signals;  /* flush on fatal signals (installs handlers) */
@@ -102,6 +110,14 @@ void pki_trace_fork_child(void);
  */
 int pki_trace_flush_signal(int signo);
 
+/*
+ * Async-signal-safe final flush for a process about to end without exit()
+ * (_exit(), _Exit(): agent/trace.c wraps them): drain, END with reason
+ * close, as pki_trace_close() would, but stop nothing and close nothing (the
+ * kernel does that in a moment).  Returns as pki_trace_flush_signal().
+ */
+int pki_trace_flush_exit(void);
+
 /* Counters of the current session, for tests and the CLI. */
 struct pki_trace_counts {
 	uint64_t recorded; /* written to the file */
@@ -125,8 +141,8 @@ struct pki_trace_buf {
 	uint64_t cached_tail; /* owner's last look at tail: avoids touching the consumer line */
 	uint64_t mask;
 	struct pki_trace_event *ev;
-	uint64_t lost;	      /* buffer full; stored by the owner only, inside a record */
-	uint64_t nested_lost; /* atomic adds by the slow path (nested records) */
+	uint64_t lost; /* buffer full (drop mode); stored by the owner only, inside a record */
+	uint64_t nested_lost; /* atomic adds by the slow paths (nested records, waits given up) */
 	uint32_t busy;	      /* owner is inside a record: a nested one is lost */
 	uint32_t tsn;
 	/* consumer line */
@@ -145,8 +161,16 @@ struct pki_trace_buf {
 
 extern __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-exec")));
 extern bool pki_trace_use_tsc;
+extern bool pki_trace_drop; /* the session's opts.drop */
 
 void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
+
+/*
+ * The caller's buffer was full (and it is not inside a record): wait for
+ * room, then record; or count the event lost if waiting cannot end.
+ * Async-signal-safe (atomics, clock reads, futex); errno preserved.
+ */
+void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts);
 
 /*
  * Wake the drainer now: the caller's buffer just filled another half of its
@@ -177,8 +201,11 @@ static inline uint64_t pki_trace_now(void)
 #endif
 }
 
+enum { PKI_TRACE_PUT_OK, PKI_TRACE_PUT_FULL, PKI_TRACE_PUT_SLOW };
+
 /*
- * Record one event.  Why it is correct without locks:
+ * Store one event in @b, the calling thread's buffer.  Why it is correct
+ * without locks:
  *  - Only the owning thread writes head, busy, cached_tail and the slots; the
  *    writer only reads them after an acquire load of head, which orders the
  *    slot contents before it (release store below).
@@ -189,21 +216,30 @@ static inline uint64_t pki_trace_now(void)
  *    entirely before we read head, or sees busy and counts itself lost; it
  *    can never publish a slot we then overwrite.  Signal fences are enough:
  *    the handler runs on this CPU, in program order.
+ *  - A full buffer returns PUT_FULL with busy cleared again, so that while
+ *    the caller waits for room (pki_trace_record_full()) the records of a
+ *    signal handler on this thread are not lost: they wait too, or find the
+ *    room first; the caller then starts over and reads head afresh.  In drop
+ *    mode the event is counted here, inside busy, as it always was.
  */
-static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
+static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts)
 {
-	struct pki_trace_buf *b = pki_trace_tls;
 	struct pki_trace_event *e;
 	uint64_t h;
 
 	if (__builtin_expect(!b || b->busy, 0))
-		goto slow;
+		return PKI_TRACE_PUT_SLOW;
 	b->busy = 1;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	h = b->head;
 	if (__builtin_expect(h - b->cached_tail > b->mask, 0)) {
 		b->cached_tail = __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE);
 		if (h - b->cached_tail > b->mask) {
+			if (!pki_trace_drop) {
+				__atomic_signal_fence(__ATOMIC_SEQ_CST);
+				b->busy = 0;
+				return PKI_TRACE_PUT_FULL;
+			}
 			/* No lock prefix: only this thread, inside busy, writes lost. */
 			__atomic_store_n(&b->lost, b->lost + 1, __ATOMIC_RELAXED);
 			goto out;
@@ -223,13 +259,24 @@ static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
 	 */
 	if (__builtin_expect(!((h + 1) & (b->mask >> 1)), 0))
 		PKI_SLOWCALL0(pki_trace_kick); /* futex syscall via libc: may use xmm */
-	return;
+	return PKI_TRACE_PUT_OK;
 out:
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	b->busy = 0;
-	return;
-slow:
-	PKI_SLOWCALL3(pki_trace_record_slow, fn, kind, ts); /* libc: may use xmm */
+	return PKI_TRACE_PUT_OK;
+}
+
+/* Record one event of the calling thread (pki_trace_put() says how). */
+static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
+{
+	int r = pki_trace_put(pki_trace_tls, fn, kind, ts);
+
+	if (__builtin_expect(r == PKI_TRACE_PUT_OK, 1))
+		return;
+	if (r == PKI_TRACE_PUT_FULL)
+		PKI_SLOWCALL3(pki_trace_record_full, fn, kind, ts); /* libc: may use xmm */
+	else
+		PKI_SLOWCALL3(pki_trace_record_slow, fn, kind, ts);
 }
 
 static inline void pki_trace_enter(uint64_t fn)

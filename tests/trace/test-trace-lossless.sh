@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# probekit trace loses nothing by default (a thread whose buffer is full
+# waits for the drainer), --drop loses but counts, the agent's buffers cost
+# memory only as far as they are used, and a process that ends in _exit(),
+# _Exit() or syscall(SYS_exit_group), a fork child among them, still writes
+# all its events and the END record.  lossless counts its own calls of
+# loss_leaf, the only function traced (-f).
+#
+# usage: test-trace-lossless.sh PROBEKIT LOSSLESS
+set -uo pipefail
+pk=$(realpath "$1") prog=$(realpath "$2")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+# events FILE: the event count of FILE in the command's summary (err).
+events() { sed -n "s|^probekit: wrote .*/$1: \([0-9]*\) events.*|\1|p" err; }
+# lost: the lost count in the command's summary (0 if none).
+lost() { local l; l=$(sed -n 's/^probekit: \([0-9]*\) events lost.*/\1/p' err); echo "${l:-0}"; }
+# ended FILE: how the command says FILE ended.
+ended() { sed -n "s|^probekit: wrote .*/$1: .* ended by \(.*\)|\1|p" err; }
+
+# 1. Buffers of 1024 events, 2 M events from one thread, then 4 threads at
+#    once: nothing lost, the counts exact (each call has its entry and exit).
+for t in 1 4; do
+	n=$((1000000 / t))
+	run -o loop$t.trace -b 1024 -f loss_leaf -- "$prog" loop $n $t
+	check "loop x$t: rc $rc" "[[ $rc == 0 ]]"
+	check "loop x$t: total" "grep -qx 'calls loss_leaf 1000000' out"
+	check "loop x$t: nothing lost ($(lost))" "[[ $(lost) == 0 ]]"
+	check "loop x$t: events $(events loop$t.trace)" "[[ '$(events loop$t.trace)' == 2000000 ]]"
+	counts loop$t.trace loss_ >got
+	want out >exp
+	check "loop x$t: report counts" "diff -u exp got"
+	check "loop x$t: every entry has its exit ($(footnote loop$t.trace))" "[[ '$(footnote loop$t.trace)' == '0 0 0' ]]"
+done
+
+# 2. --drop: events may be lost, but every one is either in the file or
+#    counted: recorded + lost = 2 N.
+run -o drop.trace -b 1024 --drop -f loss_leaf -- "$prog" loop 250000 4
+check "drop: rc $rc" "[[ $rc == 0 ]]"
+check "drop: total" "grep -qx 'calls loss_leaf 1000000' out"
+rec=$(events drop.trace) l=$(lost)
+check "drop: recorded $rec + lost $l = 2000000" "[[ -n '$rec' && \$(($rec + $l)) == 2000000 ]]"
+echo "drop: $rec recorded, $l lost"
+
+# 3. _exit(), _Exit(), syscall(SYS_exit_group): every event and the END.
+for m in exit:3 Exit:4 sysexit:5; do
+	mode=${m%:*} code=${m#*:}
+	run -o $mode.trace -f loss_leaf -- "$prog" $mode 1001
+	check "$mode: rc $rc" "[[ $rc == $code ]]"
+	check "$mode: events $(events $mode.trace)" "[[ '$(events $mode.trace)' == 2002 ]]"
+	check "$mode: ended by '$(ended $mode.trace)'" "[[ '$(ended $mode.trace)' == exit ]]"
+	counts $mode.trace loss_ >got
+	want out >exp
+	check "$mode: report counts" "diff -u exp got"
+done
+
+# 4. Fork children that end in _exit(): each file has all its events and END.
+rm -f fork.trace*
+run -o fork.trace -f loss_leaf -- "$prog" forkexit 20 1000
+check "forkexit: rc $rc" "[[ $rc == 0 ]]"
+nchild=0 nbad=0
+while read -r _ pid n; do
+	nchild=$((nchild + 1))
+	if [[ $(events fork.trace.$pid) != $((2 * n)) || $(ended fork.trace.$pid) != exit ]]; then
+		nbad=$((nbad + 1))
+		echo "child $pid: $(events fork.trace.$pid) events, ended by '$(ended fork.trace.$pid)'"
+	fi
+done < <(grep '^child ' out)
+check "forkexit: 20 children ($nchild), $nbad incomplete" "[[ $nchild == 20 && $nbad == 0 ]]"
+check "forkexit: no file cut short" "! grep -q 'cut short' err"
+
+# 5. Memory: 64 threads alive at once, 10 calls each.  Their buffers cost
+#    the pages they use (a few KiB each), not their capacity (1 MiB each:
+#    64 MiB, as when they were populated); and 100 busy threads together stay
+#    near the agent's buffer budget (64 MiB), not 100 MiB.
+"$prog" threads 64 >plain.out
+plain_kb=$(sed -n 's/^hwm_kb //p' plain.out)
+run -o mem.trace -f loss_leaf -- "$prog" threads 64
+kb=$(sed -n 's/^hwm_kb //p' out)
+check "memory: 64 threads: $kb KiB traced, $plain_kb plain" "[[ -n '$kb' && -n '$plain_kb' && \$(($kb - $plain_kb)) -lt 16384 ]]"
+check "memory: 64 threads: events" "[[ '$(events mem.trace)' == 1280 ]]"
+"$prog" loop 20000 100 >plain.out
+plain_kb=$(sed -n 's/^hwm_kb //p' plain.out)
+run -o busy.trace -f loss_leaf -- "$prog" loop 20000 100
+kb=$(sed -n 's/^hwm_kb //p' out)
+check "memory: 100 busy threads: $kb KiB traced, $plain_kb plain" "[[ -n '$kb' && -n '$plain_kb' && \$(($kb - $plain_kb)) -lt 90000 ]]"
+check "memory: 100 busy threads: nothing lost" "[[ '$(events busy.trace)' == 4000000 && $(lost) == 0 ]]"
+echo "memory: 100 busy threads: peak RSS $kb KiB traced, $plain_kb KiB plain"
+
+echo "trace_lossless: $pass passed, $fail failed"
+[[ $fail == 0 ]]

@@ -212,7 +212,12 @@ static int run_system(void)
 	st = system("kill -INT $PPID; kill -QUIT $PPID; exit 3");
 	printf("system(kill INT, QUIT; exit 3): %#x\n", st);
 	fflush(stdout);
-	st = system("grep -E '^Sig(Blk|Ign)' /proc/$PPID/status");
+	/*
+	 * The parent's mask while it waits in system(): SIGCHLD blocked.  The
+	 * pause lets it leave posix_spawn(), which blocks every signal until
+	 * the child has exec'd, before the shell looks.
+	 */
+	st = system("sleep 0.2; grep -E '^Sig(Blk|Ign)' /proc/$PPID/status");
 	printf("system(grep): %#x\n", st);
 	printf("system(NULL): %d\n", system(NULL));
 	return WEXITSTATUS(system("exit 5"));

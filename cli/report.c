@@ -296,8 +296,7 @@ struct xcall {
 struct cthread {
 	struct xcall *v;
 	size_t n, cap;
-	uint64_t *begun; /* frame serials of the open frames written as "B", bottom first */
-	size_t nbegun, begun_cap;
+	size_t nbegun; /* the frames at depths [0, nbegun) were written as "B" */
 };
 
 struct chrome {
@@ -399,22 +398,17 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 					.open = c->open};
 	if (th->n < CHROME_BUF)
 		return 0;
-	if (c->depth > th->begun_cap) {
-		uint64_t *nb = realloc(th->begun, c->depth * sizeof(*nb));
-
-		if (!nb)
-			return -ENOMEM;
-		th->begun = nb;
-		th->begun_cap = c->depth;
-	}
-	for (k = th->nbegun; k < c->depth; k++) {
+	/*
+	 * The open frames below this call: those not written yet become "B".
+	 * Written ones stay the bottom of the stack until they end (a frame
+	 * ends only after every frame above it), so [0, nbegun) is exact.
+	 */
+	for (k = th->nbegun; k < c->depth; k++)
 		th->v[th->n++] =
 		    (struct xcall){.fn = c->stack[k],
 				   .start_ns = pki_trace_file_ts_ns(ch->f, c->stack_ts[k]),
 				   .dur_ns = UINT64_MAX,
 				   .depth = (uint32_t)k};
-		th->begun[k] = c->ids[k];
-	}
 	th->nbegun = c->depth;
 	chrome_flush(ch, t, th);
 	return 0;
@@ -446,7 +440,6 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 		if (!err)
 			chrome_flush(&ch, &f->threads[i], &ch.th[i]);
 		free(ch.th[i].v);
-		free(ch.th[i].begun);
 	}
 	free(ch.th);
 	if (err)

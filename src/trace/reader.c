@@ -745,6 +745,7 @@ struct pki_trace_file *pki_trace_file_open(const char *path, unsigned flags, cha
 		errno = EINVAL;
 		return NULL;
 	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* back to plain reads */
 	p.s.fd = fd;
 	f = parse(&p, err, errlen);
 	if (!f) {

@@ -252,18 +252,47 @@ static const char export_usage[] =
     "  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
     "  -o, --output OUT  write to OUT instead of stdout\n";
 
-static void json_str(FILE *o, const char *s)
+/*
+ * Bytes of the valid UTF-8 sequence at @s (1 to 4), or 0.  Names come from the
+ * file (symbols, thread names, paths) and may hold any bytes, but JSON text
+ * must be UTF-8: an invalid sequence is written as U+FFFD instead.
+ */
+static size_t utf8_len(const unsigned char *s)
 {
-	putc('"', o);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
+	size_t n = *s < 0x80		      ? 1
+		   : *s >= 0xc2 && *s <= 0xdf ? 2
+		   : *s >= 0xe0 && *s <= 0xef ? 3
+		   : *s >= 0xf0 && *s <= 0xf4 ? 4
+					      : 0;
+	size_t i;
 
-		if (ch == '"' || ch == '\\')
-			fprintf(o, "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			fprintf(o, "\\u%04x", ch);
+	for (i = 1; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	/* No overlong forms, surrogates, or code points past U+10FFFF. */
+	if ((n == 3 && ((*s == 0xe0 && s[1] < 0xa0) || (*s == 0xed && s[1] >= 0xa0))) ||
+	    (n == 4 && ((*s == 0xf0 && s[1] < 0x90) || (*s == 0xf4 && s[1] >= 0x90))))
+		return 0;
+	return n;
+}
+
+static void json_str(FILE *o, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+
+	putc('"', o);
+	while (*s) {
+		size_t n = utf8_len(s);
+
+		if (*s == '"' || *s == '\\')
+			fprintf(o, "\\%c", *s);
+		else if (*s < 0x20 || *s == 0x7f)
+			fprintf(o, "\\u%04x", *s);
+		else if (!n)
+			fputs("\\ufffd", o);
 		else
-			putc(ch, o);
+			fwrite(s, 1, n, o);
+		s += n ? n : 1;
 	}
 	putc('"', o);
 }

@@ -185,6 +185,7 @@ limited "$pk" export "$tmp/long.trace" --format chrome -o /dev/null 2>"$tmp/err"
 	fail "chrome export of a 48 MB trace: $(cat "$tmp/err")"
 # The Chrome export writes a thread's calls within a bounded buffer: an outer
 # frame still open when it fills (alpha around 10000 calls) becomes B/E.
+# Its program name holds a byte that is not UTF-8: written as U+FFFD.
 "$gen" "$tmp/long.trace" --long 10000
 "$pk" export "$tmp/long.trace" --format chrome -o "$tmp/long.json" 2>/dev/null
 python3 - "$tmp/long.json" <<'END' || fail "chrome B/E events"
@@ -205,6 +206,9 @@ for x in ev:
     if x["ph"] == "X" and x["name"] == "beta":
         assert depth == 1, x
 assert ts == sorted(ts) and depth == 0
+# names are not trusted to be UTF-8: JSON text must be (json.load decodes it)
+p = [x["args"]["name"] for x in ev if x.get("name") == "process_name"]
+assert p == ["/usr/bin/d\ufffdmo\u20ac"], p
 g = [x for x in ev if x.get("name") == "gamma"]
 assert len(g) == 1 and g[0]["args"] == {"open": True}, g
 END

@@ -7,7 +7,8 @@
  * trace_gen FILE --long N: one thread, alpha (FA) at 1 ns around N calls of
  * beta (FB) of 1 ns each, 2 ns apart, then gamma (FC) left open: a long trace
  * (N * 32 bytes) for the tests of the reader's memory bound and of the
- * Chrome export's B/E events for outer frames.
+ * Chrome export's B/E events for outer frames; its program name is not
+ * valid UTF-8.
  *
  * trace_gen FILE --bad-end: the crafted trace, then damaged with valid
  * checksums (crafted_bad_end): a TSC clock and an END record whose
@@ -83,6 +84,8 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[2], "--long")) {
 		n = strtoull(argv[3], NULL, 10);
 		o.buf_events = 1u << 16;
+		o.program =
+		    "/usr/bin/d\xffmo\xe2\x82\xac"; /* an invalid byte, then a valid euro sign */
 	} else if (argc != 2 && !bad_end) {
 		fprintf(stderr, "usage: trace_gen FILE [--long N | --bad-end]\n");
 		return 2;

@@ -5,6 +5,11 @@
  * JSON or folded stacks.  Shared: opening the file and saying what is wrong
  * with it (fatal problems are errors; a partial file is a warning and the
  * data before the problem is used).
+ *
+ * Memory is bounded whatever the trace's length: the file is read as a
+ * stream twice (reader.h), the report keeps a row per function (and thread),
+ * the folded export a node per distinct call stack, and the Chrome export
+ * writes each call soon after it ends (see export_chrome).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -14,6 +19,7 @@
 
 #include "cli.h"
 #include "trace/analyze.h"
+#include "trace/idxmap.h"
 #include "trace/reader.h"
 
 #define DEFAULT_TRACE "probekit.trace"
@@ -26,7 +32,7 @@ static struct pki_trace_file *open_trace(const char *path)
 	struct pki_trace_file *f;
 	char err[256];
 
-	f = pki_trace_file_read(path, err, sizeof(err));
+	f = pki_trace_file_open(path, 0, err, sizeof(err));
 	if (!f) {
 		if (errno == EINVAL)
 			cli_error("%s: not a readable trace: %s", path, err);
@@ -45,6 +51,13 @@ static struct pki_trace_file *open_trace(const char *path)
 			"around them may be mismatched\n",
 			path, (unsigned long long)f->lost);
 	return f;
+}
+
+/* What a failed replay (analyze.h) means, for the user. */
+static const char *replay_error(int err)
+{
+	return err == -EIO ? "the file changed or could not be read again while being read"
+			   : strerror(-err);
 }
 
 static const char *thread_name(const struct pki_trace_thread *t)
@@ -183,9 +196,10 @@ int cmd_report(int argc, char **argv)
 	f = open_trace(path);
 	if (!f)
 		return 1;
-	if (pki_trace_report_build(f, per_thread, &r)) {
+	c = pki_trace_report_build(f, per_thread, &r);
+	if (c) {
 		pki_trace_file_free(f);
-		return cli_error("%s: out of memory", path);
+		return cli_error("%s: %s", path, replay_error(c));
 	}
 	pki_trace_report_sort(f, &r, key);
 
@@ -238,125 +252,47 @@ static const char export_usage[] =
     "  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
     "  -o, --output OUT  write to OUT instead of stdout\n";
 
-struct calls {
-	struct pki_trace_call *v;
-	size_t n, cap;
-};
-
-struct folded_line {
-	char *stack; /* "outer;...;leaf" */
-	uint64_t value;
-};
-
-struct folded {
-	struct folded_line *v;
-	size_t n, cap;
-	const struct pki_trace_file *f;
-	bool threads, count;
-};
-
-/* Append @s to the growing string *@buf (length *@len, capacity *@cap). */
-static int append(char **buf, size_t *len, size_t *cap, const char *s)
+/*
+ * Bytes of the valid UTF-8 sequence at @s (1 to 4), or 0.  Names come from the
+ * file (symbols, thread names, paths) and may hold any bytes, but JSON text
+ * must be UTF-8: an invalid sequence is written as U+FFFD instead.
+ */
+static size_t utf8_len(const unsigned char *s)
 {
-	size_t sl = strlen(s);
+	size_t n = *s < 0x80		      ? 1
+		   : *s >= 0xc2 && *s <= 0xdf ? 2
+		   : *s >= 0xe0 && *s <= 0xef ? 3
+		   : *s >= 0xf0 && *s <= 0xf4 ? 4
+					      : 0;
+	size_t i;
 
-	if (*len + sl + 2 > *cap) {
-		size_t ncap = *cap ? *cap : 128;
-		char *n;
-
-		while (*len + sl + 2 > ncap)
-			ncap *= 2;
-		n = realloc(*buf, ncap);
-		if (!n)
-			return -ENOMEM;
-		*buf = n;
-		*cap = ncap;
-	}
-	if (*len)
-		(*buf)[(*len)++] = ';';
-	memcpy(*buf + *len, s, sl + 1);
-	*len += sl;
-	return 0;
-}
-
-static int folded_collect(const struct pki_trace_thread *t, const struct pki_trace_call *c,
-			  void *arg)
-{
-	struct folded *fo = arg;
-	char *s = NULL, nb[64];
-	size_t len = 0, cap = 0, i;
-	uint64_t value = fo->count ? 1 : c->self_ns;
-
-	if (!value)
+	for (i = 1; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	/* No overlong forms, surrogates, or code points past U+10FFFF. */
+	if ((n == 3 && ((*s == 0xe0 && s[1] < 0xa0) || (*s == 0xed && s[1] >= 0xa0))) ||
+	    (n == 4 && ((*s == 0xf0 && s[1] < 0x90) || (*s == 0xf4 && s[1] >= 0x90))))
 		return 0;
-	if (fo->threads) {
-		snprintf(nb, sizeof(nb), "%s/%u", thread_name(t), t->tid);
-		if (append(&s, &len, &cap, nb))
-			goto err;
-	}
-	for (i = 0; i <= c->depth; i++)
-		if (append(&s, &len, &cap, pki_trace_fn_name(fo->f, c->stack[i], nb, sizeof(nb))))
-			goto err;
-	if (fo->n == fo->cap) {
-		size_t ncap = fo->cap ? fo->cap * 2 : 1024;
-		struct folded_line *n = realloc(fo->v, ncap * sizeof(*n));
-
-		if (!n)
-			goto err;
-		fo->v = n;
-		fo->cap = ncap;
-	}
-	fo->v[fo->n++] = (struct folded_line){s, value};
-	return 0;
-err:
-	free(s);
-	return -ENOMEM;
+	return n;
 }
 
-static int chrome_collect(const struct pki_trace_thread *t, const struct pki_trace_call *c,
-			  void *arg)
+static void json_str(FILE *o, const char *str)
 {
-	struct calls *cs = arg;
+	const unsigned char *s = (const unsigned char *)str;
 
-	(void)t;
-	if (cs->n == cs->cap) {
-		size_t ncap = cs->cap ? cs->cap * 2 : 1024;
-		struct pki_trace_call *nv = realloc(cs->v, ncap * sizeof(*nv));
-
-		if (!nv)
-			return -ENOMEM;
-		cs->v = nv;
-		cs->cap = ncap;
-	}
-	cs->v[cs->n] = *c;
-	cs->v[cs->n++].stack = NULL; /* only valid during the callback */
-	return 0;
-}
-
-/* Parents before children: by start, longer first, shallower first. */
-static int call_cmp(const void *pa, const void *pb)
-{
-	const struct pki_trace_call *a = pa, *b = pb;
-
-	if (a->start_ns != b->start_ns)
-		return a->start_ns < b->start_ns ? -1 : 1;
-	if (a->dur_ns != b->dur_ns)
-		return a->dur_ns > b->dur_ns ? -1 : 1;
-	return a->depth < b->depth ? -1 : a->depth > b->depth;
-}
-
-static void json_str(FILE *o, const char *s)
-{
 	putc('"', o);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
+	while (*s) {
+		size_t n = utf8_len(s);
 
-		if (ch == '"' || ch == '\\')
-			fprintf(o, "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			fprintf(o, "\\u%04x", ch);
+		if (*s == '"' || *s == '\\')
+			fprintf(o, "\\%c", *s);
+		else if (*s < 0x20 || *s == 0x7f)
+			fprintf(o, "\\u%04x", *s);
+		else if (!n)
+			fputs("\\ufffd", o);
 		else
-			putc(ch, o);
+			fwrite(s, 1, n, o);
+		s += n ? n : 1;
 	}
 	putc('"', o);
 }
@@ -366,56 +302,175 @@ static void json_us(FILE *o, uint64_t ns)
 	fprintf(o, "%llu.%03llu", (unsigned long long)(ns / 1000), (unsigned long long)(ns % 1000));
 }
 
+/*
+ * Chrome export.  Within a thread, events are written sorted by start time,
+ * parents first, and each call is kept only until it can be written: a
+ * thread buffers its ended calls (at most CHROME_BUF of them) and writes them
+ * sorted when the buffer is full.  A frame still open then (an outer call such
+ * as main) cannot be an "X" event, whose duration is not known yet: it is
+ * written as a "B" (begin) event in its place in the order, and as an "E"
+ * (end) event when it ends.  Everything that thread writes afterwards starts
+ * after those frames did, so the order holds, and memory is CHROME_BUF calls
+ * and the stack per thread.  A trace whose threads never have more than
+ * CHROME_BUF calls pending has "X" events only.
+ */
+#define CHROME_BUF 4096
+
+struct xcall {
+	uint64_t fn, start_ns, dur_ns; /* dur_ns UINT64_MAX: a "B" event */
+	uint32_t depth;
+	bool unwound, open;
+};
+
+struct cthread {
+	struct xcall *v;
+	size_t n, cap;
+	size_t nbegun; /* the frames at depths [0, nbegun) were written as "B" */
+};
+
+struct chrome {
+	const struct pki_trace_file *f;
+	FILE *o;
+	struct cthread *th; /* by thread index */
+};
+
+/* Parents before children: by start, longer first, shallower first. */
+static int xcall_cmp(const void *pa, const void *pb)
+{
+	const struct xcall *a = pa, *b = pb;
+
+	if (a->start_ns != b->start_ns)
+		return a->start_ns < b->start_ns ? -1 : 1;
+	if (a->dur_ns != b->dur_ns)
+		return a->dur_ns > b->dur_ns ? -1 : 1;
+	return a->depth < b->depth ? -1 : a->depth > b->depth;
+}
+
+static void chrome_flags(FILE *o, bool open, bool unwound)
+{
+	if (open || unwound)
+		fprintf(o, ",\"args\":{\"%s\":true}", open ? "open" : "unwound");
+}
+
+static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, const struct xcall *c)
+{
+	const struct pki_trace_sym *sym = pki_trace_file_sym(ch->f, c->fn);
+	const struct pki_trace_obj *obj = sym ? pki_trace_file_obj(ch->f, sym->object_id) : NULL;
+	bool b = c->dur_ns == UINT64_MAX;
+	char nb[32];
+
+	fprintf(ch->o, ",\n{\"ph\":\"%s\",\"name\":", b ? "B" : "X");
+	json_str(ch->o, pki_trace_fn_name(ch->f, c->fn, nb, sizeof(nb)));
+	if (obj) {
+		const char *base = strrchr(obj->path, '/');
+
+		fputs(",\"cat\":", ch->o);
+		json_str(ch->o, base ? base + 1 : obj->path);
+	}
+	fprintf(ch->o, ",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid, t->tid);
+	json_us(ch->o, c->start_ns);
+	if (!b) {
+		fputs(",\"dur\":", ch->o);
+		json_us(ch->o, c->dur_ns);
+		chrome_flags(ch->o, c->open, c->unwound);
+	}
+	fputc('}', ch->o);
+}
+
+/* Write @th's buffered calls, sorted, and empty the buffer. */
+static void chrome_flush(struct chrome *ch, const struct pki_trace_thread *t, struct cthread *th)
+{
+	size_t i;
+
+	if (th->n) /* th->v may be NULL then: qsort's argument is nonnull */
+		qsort(th->v, th->n, sizeof(*th->v), xcall_cmp);
+	for (i = 0; i < th->n; i++)
+		chrome_begin(ch, t, &th->v[i]);
+	th->n = 0;
+}
+
+static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_call *c, void *arg)
+{
+	struct chrome *ch = arg;
+	struct cthread *th = &ch->th[t - ch->f->threads];
+	size_t k;
+
+	if (c->depth < th->nbegun) {
+		/* A frame written as "B" ends: its children first, then its "E". */
+		chrome_flush(ch, t, th);
+		fprintf(ch->o, ",\n{\"ph\":\"E\",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid,
+			t->tid);
+		json_us(ch->o, c->end_ns);
+		chrome_flags(ch->o, c->open, c->unwound);
+		fputc('}', ch->o);
+		th->nbegun = c->depth; /* it is the top one: frames above it ended first */
+		return 0;
+	}
+	/* Room for this call and, at a flush, its open ancestors not begun yet. */
+	if (th->n + c->depth + 1 > th->cap) {
+		size_t ncap = th->cap ? th->cap : 64;
+		struct xcall *nv;
+
+		while (ncap < th->n + c->depth + 1)
+			ncap *= 2;
+		nv = realloc(th->v, ncap * sizeof(*nv));
+		if (!nv)
+			return -ENOMEM;
+		th->v = nv;
+		th->cap = ncap;
+	}
+	th->v[th->n++] = (struct xcall){.fn = c->fn,
+					.start_ns = c->start_ns,
+					.dur_ns = c->dur_ns,
+					.depth = c->depth,
+					.unwound = c->unwound,
+					.open = c->open};
+	if (th->n < CHROME_BUF)
+		return 0;
+	/*
+	 * The open frames below this call: those not written yet become "B".
+	 * Written ones stay the bottom of the stack until they end (a frame
+	 * ends only after every frame above it), so [0, nbegun) is exact.
+	 */
+	for (k = th->nbegun; k < c->depth; k++)
+		th->v[th->n++] =
+		    (struct xcall){.fn = c->stack[k],
+				   .start_ns = pki_trace_file_ts_ns(ch->f, c->stack_ts[k]),
+				   .dur_ns = UINT64_MAX,
+				   .depth = (uint32_t)k};
+	th->nbegun = c->depth;
+	chrome_flush(ch, t, th);
+	return 0;
+}
+
 static int export_chrome(const struct pki_trace_file *f, FILE *o)
 {
-	struct calls cs = {0};
-	size_t i, j;
-	int err = 0;
+	struct chrome ch = {.f = f, .o = o};
+	size_t i;
+	int err;
 
+	ch.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*ch.th));
+	if (!ch.th)
+		return -ENOMEM;
 	fputs("{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", o);
 	fprintf(o, "%u,\"tid\":0,\"args\":{\"name\":", f->pid);
 	json_str(o, f->program);
 	fputs("}}", o);
-	for (i = 0; i < f->nthreads && !err; i++) {
-		const struct pki_trace_thread *t = &f->threads[i];
-
+	for (i = 0; i < f->nthreads; i++) {
 		fprintf(o,
 			",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
 			"\"args\":{\"name\":",
-			f->pid, t->tid);
-		json_str(o, thread_name(t));
+			f->pid, f->threads[i].tid);
+		json_str(o, thread_name(&f->threads[i]));
 		fputs("}}", o);
-		cs.n = 0;
-		err = pki_trace_replay(f, t, chrome_collect, &cs, NULL);
-		if (err)
-			break;
-		if (cs.n) /* cs.v may be NULL then: qsort's argument is nonnull */
-			qsort(cs.v, cs.n, sizeof(*cs.v), call_cmp);
-		for (j = 0; j < cs.n; j++) {
-			const struct pki_trace_call *c = &cs.v[j];
-			const struct pki_trace_sym *sym = pki_trace_file_sym(f, c->fn);
-			const struct pki_trace_obj *obj =
-			    sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
-			char nb[32];
-
-			fputs(",\n{\"ph\":\"X\",\"name\":", o);
-			json_str(o, pki_trace_fn_name(f, c->fn, nb, sizeof(nb)));
-			if (obj) {
-				const char *base = strrchr(obj->path, '/');
-
-				fputs(",\"cat\":", o);
-				json_str(o, base ? base + 1 : obj->path);
-			}
-			fprintf(o, ",\"pid\":%u,\"tid\":%u,\"ts\":", f->pid, t->tid);
-			json_us(o, c->start_ns);
-			fputs(",\"dur\":", o);
-			json_us(o, c->dur_ns);
-			if (c->open || c->unwound)
-				fprintf(o, ",\"args\":{\"%s\":true}", c->open ? "open" : "unwound");
-			fputc('}', o);
-		}
 	}
-	free(cs.v);
+	err = pki_trace_replay_all(f, chrome_call, &ch, NULL);
+	for (i = 0; i < f->nthreads; i++) {
+		if (!err)
+			chrome_flush(&ch, &f->threads[i], &ch.th[i]);
+		free(ch.th[i].v);
+	}
+	free(ch.th);
 	if (err)
 		return err;
 	fputs("\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"program\":", o);
@@ -424,6 +479,176 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 		(unsigned long long)f->nevents, (unsigned long long)f->lost,
 		f->complete ? "true" : "false");
 	return 0;
+}
+
+/*
+ * Folded export: one node per distinct call stack (a calling-context tree,
+ * keyed by parent node and fn), holding the sum of its leaf's values; the
+ * lines are made from the nodes at the end.  Each thread caches the nodes of
+ * its current stack by frame serial, so a call costs O(1) lookups, not
+ * O(depth).
+ */
+struct fnode {
+	uint64_t fn, parent; /* parent: node index + 1, or a root key (below) */
+	uint64_t value;
+};
+
+struct fcache {
+	uint64_t *ids, *nodes; /* by depth: frame serial and its node (index + 1) */
+	size_t cap;
+};
+
+struct folded_line {
+	char *stack; /* "outer;...;leaf" */
+	uint64_t value;
+};
+
+struct folded {
+	const struct pki_trace_file *f;
+	bool threads, count;
+	struct fnode *v;
+	size_t n, cap;
+	struct pki_idxmap idx; /* (parent, fn) -> node index + 1 */
+	struct fcache *th;     /* by thread index */
+};
+
+/* The parent of a bottom frame: 0, or with --threads its thread's index | this bit. */
+#define ROOT_THREAD (1ull << 63)
+
+static int folded_node(struct folded *fo, struct fcache *fc, uint64_t root,
+		       const struct pki_trace_call *c, uint64_t *node)
+{
+	size_t d = c->depth, k = d + 1, j;
+
+	if (d >= fc->cap) {
+		size_t ncap = fc->cap ? fc->cap : 64;
+		uint64_t *ids, *nodes;
+
+		while (ncap <= d)
+			ncap *= 2;
+		ids = realloc(fc->ids, ncap * sizeof(*ids));
+		if (ids)
+			fc->ids = ids;
+		nodes = ids ? realloc(fc->nodes, ncap * sizeof(*nodes)) : NULL;
+		if (!nodes)
+			return -ENOMEM;
+		fc->nodes = nodes;
+		memset(ids + fc->cap, 0, (ncap - fc->cap) * sizeof(*ids)); /* serials start at 1 */
+		fc->cap = ncap;
+	}
+	/* A frame serial is never reused: a cached one means the stack below it is too. */
+	while (k && fc->ids[k - 1] != c->ids[k - 1])
+		k--;
+	for (j = k; j <= d; j++) {
+		uint64_t parent = j ? fc->nodes[j - 1] : root, *slot;
+
+		slot = pki_idxmap_slot(&fo->idx, parent, c->stack[j]);
+		if (!slot)
+			return -ENOMEM;
+		if (!*slot) {
+			if (fo->n == fo->cap) {
+				size_t ncap = fo->cap ? fo->cap * 2 : 1024;
+				struct fnode *nv = realloc(fo->v, ncap * sizeof(*nv));
+
+				if (!nv)
+					return -ENOMEM;
+				fo->v = nv;
+				fo->cap = ncap;
+			}
+			fo->v[fo->n++] = (struct fnode){.fn = c->stack[j], .parent = parent};
+			*slot = fo->n;
+			fo->idx.n++;
+		}
+		fc->ids[j] = c->ids[j];
+		fc->nodes[j] = *slot;
+	}
+	*node = fc->nodes[d];
+	return 0;
+}
+
+static int folded_call(const struct pki_trace_thread *t, const struct pki_trace_call *c, void *arg)
+{
+	struct folded *fo = arg;
+	size_t ti = (size_t)(t - fo->f->threads);
+	uint64_t value = fo->count ? 1 : c->self_ns, node;
+	int err;
+
+	if (!value)
+		return 0;
+	err = folded_node(fo, &fo->th[ti], fo->threads ? ROOT_THREAD | ti : 0, c, &node);
+	if (!err)
+		fo->v[node - 1].value += value;
+	return err;
+}
+
+/* Append @s to the growing string *@buf (length *@len, capacity *@cap). */
+static int append(char **buf, size_t *len, size_t *cap, const char *s, size_t sl)
+{
+	if (*len + sl + 1 > *cap) {
+		size_t ncap = *cap ? *cap : 128;
+		char *n;
+
+		while (*len + sl + 1 > ncap)
+			ncap *= 2;
+		n = realloc(*buf, ncap);
+		if (!n)
+			return -ENOMEM;
+		*buf = n;
+		*cap = ncap;
+	}
+	memcpy(*buf + *len, s, sl);
+	*len += sl;
+	(*buf)[*len] = '\0';
+	return 0;
+}
+
+/* "thread/tid;outer;...;leaf" of node @i (index + 1), built leaf first then reversed. */
+static char *folded_stack(const struct folded *fo, uint64_t i)
+{
+	size_t len = 0, cap = 0, depth = 0, k;
+	char *s = NULL, nb[64];
+	uint64_t n, root;
+	size_t *ends = NULL, *ne;
+
+	/* Frame names in leaf-to-root order, with their end offsets. */
+	for (n = i; n && !(n & ROOT_THREAD); n = fo->v[n - 1].parent) {
+		const char *name = pki_trace_fn_name(fo->f, fo->v[n - 1].fn, nb, sizeof(nb));
+
+		ne = realloc(ends, (depth + 1) * sizeof(*ends));
+		if (!ne || append(&s, &len, &cap, name, strlen(name)))
+			goto err;
+		ends = ne;
+		ends[depth++] = len;
+	}
+	root = n;
+	{
+		char *out = NULL;
+		size_t olen = 0, ocap = 0;
+
+		if (root & ROOT_THREAD) {
+			const struct pki_trace_thread *t = &fo->f->threads[root & ~ROOT_THREAD];
+
+			snprintf(nb, sizeof(nb), "%s/%u", thread_name(t), t->tid);
+			if (append(&out, &olen, &ocap, nb, strlen(nb)))
+				goto err;
+		}
+		for (k = depth; k--;) {
+			size_t from = k ? ends[k - 1] : 0;
+
+			if ((olen && append(&out, &olen, &ocap, ";", 1)) ||
+			    append(&out, &olen, &ocap, s + from, ends[k] - from)) {
+				free(out);
+				goto err;
+			}
+		}
+		free(s);
+		free(ends);
+		return out;
+	}
+err:
+	free(s);
+	free(ends);
+	return NULL;
 }
 
 static int line_cmp(const void *a, const void *b)
@@ -435,24 +660,49 @@ static int line_cmp(const void *a, const void *b)
 static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, bool count)
 {
 	struct folded fo = {.f = f, .threads = threads, .count = count};
-	size_t i, j;
-	int err = 0;
+	struct folded_line *lines = NULL;
+	size_t i, j, nl = 0;
+	int err;
 
-	for (i = 0; i < f->nthreads && !err; i++)
-		err = pki_trace_replay(f, &f->threads[i], folded_collect, &fo, NULL);
+	fo.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*fo.th));
+	if (!fo.th)
+		return -ENOMEM;
+	err = pki_trace_replay_all(f, folded_call, &fo, NULL);
+	for (i = 0; i < f->nthreads; i++) {
+		free(fo.th[i].ids);
+		free(fo.th[i].nodes);
+	}
+	free(fo.th);
+	pki_idxmap_free(&fo.idx);
+	if (!err && fo.n) {
+		lines = calloc(fo.n, sizeof(*lines));
+		if (!lines)
+			err = -ENOMEM;
+	}
+	/* Distinct fns may share a name: equal lines are summed after sorting. */
+	for (i = 0; !err && i < fo.n; i++) {
+		if (!fo.v[i].value)
+			continue;
+		lines[nl].stack = folded_stack(&fo, i + 1);
+		if (!lines[nl].stack)
+			err = -ENOMEM;
+		else
+			lines[nl++].value = fo.v[i].value;
+	}
 	if (!err) {
-		if (fo.n) /* fo.v is NULL then: qsort's argument is nonnull */
-			qsort(fo.v, fo.n, sizeof(*fo.v), line_cmp);
-		for (i = 0; i < fo.n; i = j) {
+		if (nl) /* lines may be NULL then: qsort's argument is nonnull */
+			qsort(lines, nl, sizeof(*lines), line_cmp);
+		for (i = 0; i < nl; i = j) {
 			uint64_t sum = 0;
 
-			for (j = i; j < fo.n && !strcmp(fo.v[j].stack, fo.v[i].stack); j++)
-				sum += fo.v[j].value;
-			fprintf(o, "%s %llu\n", fo.v[i].stack, (unsigned long long)sum);
+			for (j = i; j < nl && !strcmp(lines[j].stack, lines[i].stack); j++)
+				sum += lines[j].value;
+			fprintf(o, "%s %llu\n", lines[i].stack, (unsigned long long)sum);
 		}
 	}
-	for (i = 0; i < fo.n; i++)
-		free(fo.v[i].stack);
+	for (i = 0; i < nl; i++)
+		free(lines[i].stack);
+	free(lines);
 	free(fo.v);
 	return err;
 }
@@ -524,6 +774,8 @@ int cmd_export(int argc, char **argv)
 	if (o != stdout && fclose(o) && !err)
 		err = -errno;
 	pki_trace_file_free(f);
+	if (err == -EIO || err == -ENOMEM)
+		return cli_error("%s: %s", path, replay_error(err));
 	if (err)
 		return cli_error("%s: %s", out ? out : "stdout", strerror(-err));
 	if (out)

@@ -91,7 +91,7 @@ static bool summarize(const struct trace_ctx *c, const char *path, unsigned long
 	char err[256];
 	size_t i;
 
-	f = pki_trace_file_read(path, err, sizeof(err));
+	f = pki_trace_file_open(path, 0, err, sizeof(err));
 	if (!f)
 		return false;
 	*ev = f->nevents;

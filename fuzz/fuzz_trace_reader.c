@@ -12,8 +12,10 @@
  * trace files (tests/trace_gen), for which both passes are the same.
  *
  * Also checked: reading the same bytes by path (pki_trace_file_read) gives
- * the same result as parsing them from memory, and the report's per-function
- * call counts add up to the replay's.
+ * the same result as parsing them from memory, and so does the streaming
+ * reader (pki_trace_file_open without keeping events, whose second pass must
+ * yield the same calls); the report's per-function call counts add up to the
+ * replay's.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -87,6 +89,17 @@ static void exercise(const uint8_t *data, size_t size)
 	    g->complete != f->complete)
 		abort();
 	pki_trace_file_free(g);
+	g = pki_trace_file_open(path, 0, err, sizeof(err));
+	if (!g || g->nevents != f->nevents || g->nthreads != f->nthreads ||
+	    g->valid_size != f->valid_size || g->partial != f->partial ||
+	    g->complete != f->complete || g->rate != f->rate || g->origin != f->origin ||
+	    g->nsyms != f->nsyms || g->nobjs != f->nobjs)
+		abort();
+	if (pki_trace_replay_all(g, count_call, &sum, NULL) == -ENOMEM) {
+		pki_trace_file_free(g);
+		goto out;
+	}
+	pki_trace_file_free(g);
 
 	for (i = 0; i < f->nthreads; i++) {
 		struct pki_trace_replay_stats st = {0};
@@ -94,6 +107,9 @@ static void exercise(const uint8_t *data, size_t size)
 		if (pki_trace_replay(f, &f->threads[i], count_call, &calls, &st) == -ENOMEM)
 			goto out;
 	}
+	if (sum != calls) /* the streamed replay gave the same calls */
+		abort();
+	sum = 0;
 	if (pki_trace_report_build(f, false, &r) == 0) {
 		for (i = 0; i < r.n; i++)
 			sum += r.st[i].calls;

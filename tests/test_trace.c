@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -783,6 +784,228 @@ START_TEST(reader_rejects_garbage)
 }
 END_TEST
 
+/* ---- untrusted values, streaming ------------------------------------------------ */
+
+/* Write @len bytes of @buf to tpath. */
+static void spit(const void *buf, size_t len)
+{
+	FILE *fp = fopen(tpath, "wb");
+
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_int_eq(fwrite(buf, 1, len, fp), len);
+	ck_assert_int_eq(fclose(fp), 0);
+}
+
+/* The report of @f builds, and every duration in it is finite. */
+static void report_survives(const struct pki_trace_file *f)
+{
+	struct pki_trace_report r;
+
+	ck_assert_int_eq(pki_trace_report_build(f, false, &r), 0);
+	ck_assert_uint_gt(r.n, 0);
+	pki_trace_report_free(&r);
+}
+
+/*
+ * Issue #8, C6: an END record with end_mono_ns = 2^64 - 1 (valid checksum)
+ * refined the TSC rate to 0, and every conversion divided by it (SIGFPE).
+ * An END pair overflowing the other way (end_ticks = 2^64 - 1 over 100 ms)
+ * truncated the 128-bit rate.  The reader keeps the HEADER's rate when the
+ * refined one is more than 1% away from it, and uses a plausible one.
+ */
+START_TEST(end_clock_untrusted)
+{
+	static const struct {
+		uint64_t dticks, dns, rate;
+	} c[] = {
+	    {1000000000u, UINT64_MAX, 1000000000u},  /* the END of the issue: dns wraps too */
+	    {UINT64_MAX, 100000000u, 1000000000u},   /* rate 1.8e20: overflow */
+	    {1, 200000000u, 1000000000u},	     /* rate 5 */
+	    {1005000000u, 1000000000u, 1005000000u}, /* 0.5% faster: refined */
+	    {1000000000u, 50000000u, 1000000000u},   /* < 100 ms: not refined */
+	};
+	size_t len, i;
+	uint8_t *orig = make_sample(&len), *buf = malloc(len);
+	struct pki_rec_header h;
+	struct pki_rec_end e;
+	char err[256];
+
+	memcpy(&h, crafted_find(orig, len, PKI_REC_HEADER), sizeof(h));
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct pki_trace_file *f;
+		uint64_t ticks = h.ref_ticks + c[i].dticks, ns = h.ref_mono_ns + c[i].dns;
+
+		if (c[i].dticks == UINT64_MAX)
+			ticks = UINT64_MAX;
+		if (c[i].dns == UINT64_MAX)
+			ns = UINT64_MAX;
+		memcpy(buf, orig, len);
+		ck_assert_int_eq(crafted_bad_end(buf, len, ticks, ns), 0);
+		memcpy(&e, crafted_find(buf, len, PKI_REC_END), sizeof(e));
+		ck_assert_uint_eq(e.end_mono_ns, ns);
+		f = pki_trace_file_parse(buf, len, err, sizeof(err));
+		ck_assert_msg(f && f->complete && !f->partial, "case %zu: %s", i, err);
+		ck_assert_int_eq(f->clock, PKI_CLOCK_TSC);
+		ck_assert_msg(f->rate == c[i].rate, "case %zu: rate %llu", i,
+			      (unsigned long long)f->rate);
+		report_survives(f);
+		pki_trace_file_free(f);
+	}
+	free(buf);
+	free(orig);
+	unlink(tpath);
+}
+END_TEST
+
+/*
+ * A HEADER rate of 1 tick per second is valid (nonzero) but makes every
+ * duration overflow 64 bits of nanoseconds: conversions saturate.
+ */
+START_TEST(slow_clock_saturates)
+{
+	size_t len;
+	uint8_t *buf = make_sample(&len), *hp;
+	uint64_t one = 1;
+	uint32_t tsc = PKI_CLOCK_TSC;
+	struct pki_trace_file *f;
+	char err[256];
+
+	hp = crafted_find(buf, len, PKI_REC_HEADER);
+	memcpy(hp + offsetof(struct pki_rec_header, clock), &tsc, sizeof(tsc));
+	memcpy(hp + offsetof(struct pki_rec_header, ticks_per_sec), &one, sizeof(one));
+	crafted_fix(hp);
+	f = pki_trace_file_parse(buf, len, err, sizeof(err));
+	ck_assert_msg(f && !f->partial, "%s", err);
+	ck_assert_uint_eq(f->rate, 1);
+	ck_assert_uint_eq(pki_trace_file_dur_ns(f, 100), 100000000000u);
+	ck_assert_uint_eq(pki_trace_file_dur_ns(f, UINT64_MAX), UINT64_MAX);
+	report_survives(f);
+	pki_trace_file_free(f);
+	free(buf);
+	unlink(tpath);
+}
+END_TEST
+
+/*
+ * Records of a type this reader does not know: skipped by their length in
+ * a file of a newer minor version (the format's promise to writers that add
+ * record types), corruption in a file of the reader's own version.
+ */
+START_TEST(unknown_record_types)
+{
+	size_t len, off, nlen;
+	uint8_t *buf = make_sample(&len), *nb, *end;
+	struct pki_trace_prefix pre;
+	struct pki_trace_frame fr = {.type = 100, .len = 5};
+	struct pki_trace_file *f;
+	char err[256];
+
+	/* Insert a 5-byte type-100 record (+ 3 bytes of padding) before END. */
+	end = crafted_find(buf, len, PKI_REC_END);
+	ck_assert_ptr_nonnull(end);
+	off = (size_t)(end - buf) - sizeof(fr);
+	nlen = len + sizeof(fr) + 8;
+	nb = calloc(1, nlen);
+	memcpy(nb, buf, off);
+	fr.crc = pki_crc32c(0, "hello", 5);
+	memcpy(nb + off, &fr, sizeof(fr));
+	memcpy(nb + off + sizeof(fr), "hello", 5);
+	memcpy(nb + off + sizeof(fr) + 8, buf + off, len - off);
+
+	f = pki_trace_file_parse(nb, nlen, err, sizeof(err));
+	ck_assert(f && f->partial && f->error_off == off);
+	ck_assert_str_eq(strchr(err, ':'), ": unknown record type 100 in a version 1.0 file");
+	pki_trace_file_free(f);
+
+	memcpy(&pre, nb, sizeof(pre));
+	pre.version_minor = PKI_TRACE_VERSION_MINOR + 1;
+	pre.crc = pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc));
+	memcpy(nb, &pre, sizeof(pre));
+	f = pki_trace_file_parse(nb, nlen, err, sizeof(err));
+	ck_assert_msg(f && f->complete && !f->partial, "%s", err);
+	pki_trace_file_free(f);
+	/* The same through the streaming reader, events and all. */
+	spit(nb, nlen);
+	f = pki_trace_file_open(tpath, 0, err, sizeof(err));
+	ck_assert_msg(f && f->complete && !f->partial, "%s", err);
+	report_survives(f);
+	pki_trace_file_free(f);
+	free(nb);
+	free(buf);
+	unlink(tpath);
+}
+END_TEST
+
+static int sum_events(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+		      const struct pki_trace_event *ev, size_t n, void *arg)
+{
+	uint64_t *sums = arg;
+
+	(void)ev;
+	sums[t - f->threads] += n;
+	return 0;
+}
+
+/*
+ * pki_trace_file_open without PKI_TRACE_KEEP_EVENTS keeps no event, and its
+ * second pass gives the same events, calls and report as a kept file; a file
+ * changed between the two passes is an error (-EIO), never a wrong result or
+ * a crash.  Non-regular files are refused before anything is read.
+ */
+START_TEST(streaming_matches_kept)
+{
+	struct pki_trace_report rk, rs;
+	struct pki_trace_file *k, *f;
+	uint64_t sums[8] = {0};
+	size_t len, i;
+	uint8_t *buf = make_sample(&len);
+	char err[256];
+
+	k = tread();
+	f = pki_trace_file_open(tpath, 0, err, sizeof(err));
+	ck_assert_msg(f, "%s", err);
+	ck_assert(k->kept_events && !f->kept_events);
+	ck_assert_uint_eq(f->nevents, k->nevents);
+	ck_assert_uint_eq(f->nthreads, k->nthreads);
+	ck_assert_uint_eq(f->origin, k->origin);
+	ck_assert_uint_eq(f->valid_size, k->valid_size);
+	ck_assert(f->nthreads <= 8);
+	ck_assert_int_eq(pki_trace_file_events(f, sum_events, sums), 0);
+	for (i = 0; i < f->nthreads; i++) {
+		ck_assert_ptr_null(f->threads[i].ev);
+		ck_assert_uint_eq(sums[i], k->threads[i].nev);
+		ck_assert_uint_eq(f->threads[i].nev, k->threads[i].nev);
+	}
+	ck_assert_int_eq(pki_trace_report_build(k, true, &rk), 0);
+	ck_assert_int_eq(pki_trace_report_build(f, true, &rs), 0);
+	pki_trace_report_sort(k, &rk, PKI_SORT_NAME);
+	pki_trace_report_sort(f, &rs, PKI_SORT_NAME);
+	ck_assert_uint_eq(rk.n, rs.n);
+	ck_assert_int_eq(memcmp(rk.st, rs.st, rk.n * sizeof(*rk.st)), 0);
+	ck_assert_int_eq(memcmp(&rk.rs, &rs.rs, sizeof(rk.rs)), 0);
+	pki_trace_report_free(&rk);
+	pki_trace_report_free(&rs);
+
+	/* Damage the file under the open trace: the second pass notices. */
+	buf[len - 30] ^= 0xff;
+	spit(buf, len);
+	ck_assert_int_eq(pki_trace_report_build(f, false, &rs), -EIO);
+	ck_assert_int_eq(truncate(tpath, 100), 0);
+	ck_assert_int_eq(pki_trace_report_build(f, false, &rs), -EIO);
+	pki_trace_file_free(f);
+	pki_trace_file_free(k);
+
+	ck_assert_ptr_null(pki_trace_file_open("/dev/zero", 0, err, sizeof(err)));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_str_eq(err, "not a regular file (a character device): a trace is read from a "
+			      "file, twice");
+	ck_assert_ptr_null(pki_trace_file_read("/tmp", err, sizeof(err)));
+	ck_assert_int_eq(errno, EINVAL);
+	free(buf);
+	unlink(tpath);
+}
+END_TEST
+
 START_TEST(crc32c_check_value)
 {
 	ck_assert_uint_eq(pki_crc32c(0, "123456789", 9), 0xe3069283u);
@@ -1236,6 +1459,10 @@ int main(void)
 	tcase_add_test(dmg, corrupt_every_byte);
 	tcase_add_test(dmg, reader_rejects_garbage);
 	tcase_add_test(dmg, crc32c_check_value);
+	tcase_add_test(dmg, end_clock_untrusted);
+	tcase_add_test(dmg, slow_clock_saturates);
+	tcase_add_test(dmg, unknown_record_types);
+	tcase_add_test(dmg, streaming_matches_kept);
 	suite_add_tcase(s, dmg);
 
 	tcase_set_timeout(end, 30); /* children, signals and 2 s flush waits, slower under ASan */

@@ -12,6 +12,10 @@
 #ifndef PK_TESTS_TRACE_CRAFTED_H
 #define PK_TESTS_TRACE_CRAFTED_H
 
+#include <stddef.h>
+#include <string.h>
+
+#include "trace/crc32.h"
 #include "trace/trace.h"
 
 #define EN(fn, ts) pki_trace_record(fn, PKI_EV_ENTRY, ts)
@@ -51,6 +55,60 @@ static inline void crafted(void)
 	EN(FE, 600);
 	EN(FF, 610);
 	EX(FF, 620);
+}
+
+/*
+ * The payload of the first record of @type in the trace file image @buf, or
+ * NULL.  After changing it, crafted_fix() recomputes that record's CRC, so
+ * the reader sees a well-formed record with untrusted values in it.
+ */
+static inline uint8_t *crafted_find(uint8_t *buf, size_t len, uint32_t type)
+{
+	size_t off = sizeof(struct pki_trace_prefix);
+	struct pki_trace_frame fr;
+
+	while (len - off >= sizeof(fr)) {
+		memcpy(&fr, buf + off, sizeof(fr));
+		if (fr.len > len - off - sizeof(fr))
+			return NULL;
+		if (fr.type == type)
+			return buf + off + sizeof(fr);
+		off += sizeof(fr) + (fr.len + 7u) / 8u * 8u;
+	}
+	return NULL;
+}
+
+static inline void crafted_fix(uint8_t *payload)
+{
+	struct pki_trace_frame fr;
+
+	memcpy(&fr, payload - sizeof(fr), sizeof(fr));
+	fr.crc = pki_crc32c(0, payload, fr.len);
+	memcpy(payload - sizeof(fr), &fr, sizeof(fr));
+}
+
+/*
+ * Damage @buf (a complete trace with a HEADER and an END record) with valid
+ * checksums, as issue #8's C6: the clock becomes the TSC (rate 1e9 as
+ * before) and the END pair says @end_ticks at @end_mono_ns.  With
+ * end_mono_ns = 2^64 - 1 the rate refined from it was 0, and every duration
+ * a division by 0.  0, or -1 if @buf lacks either record.
+ */
+static inline int crafted_bad_end(uint8_t *buf, size_t len, uint64_t end_ticks,
+				  uint64_t end_mono_ns)
+{
+	uint8_t *h = crafted_find(buf, len, PKI_REC_HEADER),
+		*e = crafted_find(buf, len, PKI_REC_END);
+	uint32_t tsc = PKI_CLOCK_TSC;
+
+	if (!h || !e)
+		return -1;
+	memcpy(h + offsetof(struct pki_rec_header, clock), &tsc, sizeof(tsc));
+	memcpy(e + offsetof(struct pki_rec_end, end_ticks), &end_ticks, sizeof(end_ticks));
+	memcpy(e + offsetof(struct pki_rec_end, end_mono_ns), &end_mono_ns, sizeof(end_mono_ns));
+	crafted_fix(h);
+	crafted_fix(e);
+	return 0;
 }
 
 #endif /* PK_TESTS_TRACE_CRAFTED_H */

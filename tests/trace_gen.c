@@ -3,9 +3,20 @@
  * Writes a crafted trace file (argv[1]) with known timings for the CLI tests
  * (test-trace-cli.sh): two threads running the same script as
  * test_trace.c's report_numbers_exact, the second with one more call.
+ *
+ * trace_gen FILE --long N: one thread, alpha (FA) at 1 ns around N calls of
+ * beta (FB) of 1 ns each, 2 ns apart, then gamma (FC) left open: a long trace
+ * (N * 32 bytes) for the tests of the reader's memory bound and of the
+ * Chrome export's B/E events for outer frames; its program name is not
+ * valid UTF-8.
+ *
+ * trace_gen FILE --bad-end: the crafted trace, then damaged with valid
+ * checksums (crafted_bad_end): a TSC clock and an END record whose
+ * end_mono_ns is 2^64 - 1 (issue #8, C6).
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 
@@ -25,6 +36,34 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* --bad-end: rewrite @path through crafted_bad_end(). */
+static int damage_end(const char *path)
+{
+	static uint8_t buf[1 << 16];
+	FILE *fp = fopen(path, "r+b");
+	size_t len;
+	struct pki_rec_header h;
+	uint8_t *hp;
+	int err = -1;
+
+	if (!fp)
+		return -1;
+	len = fread(buf, 1, sizeof(buf), fp);
+	hp = crafted_find(buf, len, PKI_REC_HEADER);
+	if (hp)
+		memcpy(&h, hp, sizeof(h));
+	if (hp && len < sizeof(buf) &&
+	    !crafted_bad_end(buf, len, h.ref_ticks + 1000000000u, UINT64_MAX)) {
+		rewind(fp);
+		err = fwrite(buf, 1, len, fp) == len ? 0 : -1;
+	}
+	if (fclose(fp))
+		err = -1;
+	if (err)
+		fprintf(stderr, "trace_gen: %s: cannot damage the END record\n", path);
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = 64,
@@ -39,8 +78,16 @@ int main(int argc, char **argv)
 	size_t i;
 	int err;
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: trace_gen FILE\n");
+	unsigned long long n = 0, k;
+	bool bad_end = argc == 3 && !strcmp(argv[2], "--bad-end");
+
+	if (argc == 4 && !strcmp(argv[2], "--long")) {
+		n = strtoull(argv[3], NULL, 10);
+		o.buf_events = 1u << 16;
+		o.program =
+		    "/usr/bin/d\xffmo\xe2\x82\xac"; /* an invalid byte, then a valid euro sign */
+	} else if (argc != 2 && !bad_end) {
+		fprintf(stderr, "usage: trace_gen FILE [--long N | --bad-end]\n");
 		return 2;
 	}
 	prctl(PR_SET_NAME, "main");
@@ -53,11 +100,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "trace_gen: %s: %s\n", argv[1], strerror(-err));
 		return 1;
 	}
-	crafted();
-	pthread_create(&th, NULL, worker, NULL);
-	pthread_join(th, NULL);
-	err = pki_trace_close();
+	if (n) {
+		/* Flushed by hand (no drainer) before the buffer can fill: nothing lost. */
+		EN(FA, 1);
+		for (k = 0; k < n && !err; k++) {
+			EN(FB, 10 + 2 * k);
+			EX(FB, 11 + 2 * k);
+			if (k % 16384 == 16383)
+				err = pki_trace_flush();
+		}
+		EX(FA, 10 + 2 * n);
+		EN(FC, 20 + 2 * n);
+	} else {
+		crafted();
+		pthread_create(&th, NULL, worker, NULL);
+		pthread_join(th, NULL);
+	}
+	if (!err)
+		err = pki_trace_close();
 	if (err)
 		fprintf(stderr, "trace_gen: close: %s\n", strerror(-err));
+	if (!err && bad_end)
+		err = damage_end(argv[1]);
 	return err ? 1 : 0;
 }

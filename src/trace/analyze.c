@@ -1,111 +1,62 @@
 // SPDX-License-Identifier: MIT
-/* Replay of entry/exit events into calls, and report statistics (analyze.h). */
+/*
+ * Replay of entry/exit events into calls, and report statistics (analyze.h).
+ * Events are streamed (reader.h): each thread keeps its shadow stack between
+ * EVENTS records, and the report keeps one row per function (and thread), so
+ * memory follows the program's functions, threads and call depth, not the
+ * trace's length.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trace/analyze.h"
+#include "trace/idxmap.h"
 
-/* A small open-addressing map from a 64-bit key to an index. */
-struct map {
-	uint64_t *keys;
-	uint32_t *vals; /* index + 1; 0 = empty */
-	size_t cap, n;
-};
-
-static uint64_t mix(uint64_t k)
-{
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdull;
-	k ^= k >> 33;
-	return k;
-}
-
-static int map_grow(struct map *m)
-{
-	size_t ncap = m->cap ? m->cap * 2 : 64, i;
-	uint64_t *keys = calloc(ncap, sizeof(*keys));
-	uint32_t *vals = calloc(ncap, sizeof(*vals));
-
-	if (!keys || !vals) {
-		free(keys);
-		free(vals);
-		return -ENOMEM;
-	}
-	for (i = 0; i < m->cap; i++) {
-		size_t j;
-
-		if (!m->vals[i])
-			continue;
-		for (j = mix(m->keys[i]) & (ncap - 1); vals[j]; j = (j + 1) & (ncap - 1))
-			;
-		keys[j] = m->keys[i];
-		vals[j] = m->vals[i];
-	}
-	free(m->keys);
-	free(m->vals);
-	m->keys = keys;
-	m->vals = vals;
-	m->cap = ncap;
-	return 0;
-}
-
-/* Slot of @key: its value is *ret (0 if absent; then store into it to insert). */
-static uint32_t *map_slot(struct map *m, uint64_t key)
-{
-	size_t j;
-
-	if ((m->n + 1) * 2 > m->cap && map_grow(m))
-		return NULL;
-	for (j = mix(key) & (m->cap - 1); m->vals[j]; j = (j + 1) & (m->cap - 1))
-		if (m->keys[j] == key)
-			return &m->vals[j];
-	m->keys[j] = key;
-	return &m->vals[j];
-}
-
-static void map_free(struct map *m)
-{
-	free(m->keys);
-	free(m->vals);
-}
-
-struct frame {
-	uint64_t start, child_ns;
-};
-
+/*
+ * One thread's replay, fed its events as they are read.  Memory: the shadow
+ * stack (call depth) and the map of the functions on it, never the events.
+ */
 struct replay {
 	const struct pki_trace_file *f;
 	const struct pki_trace_thread *t;
-	uint64_t *fns;
-	struct frame *fr;
+	uint64_t *fns, *starts, *child_ns, *ids; /* the stack, bottom first */
 	size_t depth, cap;
-	struct map active; /* fn -> 1 + number of its frames on the stack */
+	uint64_t next_id;	  /* frame serials: unique within the thread */
+	uint64_t last;		  /* the thread's last event time */
+	struct pki_idxmap active; /* (fn, 0) -> 1 + number of its frames on the stack */
 	pki_trace_call_fn cb;
 	void *arg;
 	struct pki_trace_replay_stats *st;
 };
 
+static int grow_stack(struct replay *r)
+{
+	size_t ncap = r->cap ? r->cap * 2 : 64;
+	uint64_t **arrs[] = {&r->fns, &r->starts, &r->child_ns, &r->ids};
+	size_t i;
+
+	if (ncap > SIZE_MAX / sizeof(uint64_t))
+		return -ENOMEM;
+	for (i = 0; i < sizeof(arrs) / sizeof(arrs[0]); i++) {
+		uint64_t *n = realloc(*arrs[i], ncap * sizeof(uint64_t));
+
+		if (!n)
+			return -ENOMEM;
+		*arrs[i] = n;
+	}
+	r->cap = ncap;
+	return 0;
+}
+
 static int push(struct replay *r, uint64_t fn, uint64_t ts)
 {
-	uint32_t *a;
+	uint64_t *a;
 
-	if (r->depth == r->cap) {
-		size_t ncap = r->cap ? r->cap * 2 : 64;
-		uint64_t *fns = realloc(r->fns, ncap * sizeof(*fns));
-		struct frame *fr;
-
-		if (!fns)
-			return -ENOMEM;
-		r->fns = fns;
-		fr = realloc(r->fr, ncap * sizeof(*fr));
-		if (!fr)
-			return -ENOMEM;
-		r->fr = fr;
-		r->cap = ncap;
-	}
-	a = map_slot(&r->active, fn);
+	if (r->depth == r->cap && grow_stack(r))
+		return -ENOMEM;
+	a = pki_idxmap_slot(&r->active, fn, 0);
 	if (!a)
 		return -ENOMEM;
 	if (!*a) {
@@ -114,7 +65,9 @@ static int push(struct replay *r, uint64_t fn, uint64_t ts)
 	}
 	(*a)++;
 	r->fns[r->depth] = fn;
-	r->fr[r->depth] = (struct frame){.start = ts};
+	r->starts[r->depth] = ts;
+	r->child_ns[r->depth] = 0;
+	r->ids[r->depth] = ++r->next_id;
 	r->depth++;
 	return 0;
 }
@@ -123,67 +76,126 @@ static int push(struct replay *r, uint64_t fn, uint64_t ts)
 static int pop(struct replay *r, uint64_t ts, bool unwound, bool open)
 {
 	size_t d = --r->depth;
-	uint64_t fn = r->fns[d];
-	struct frame *fr = &r->fr[d];
-	uint32_t *a = map_slot(&r->active, fn);
-	struct pki_trace_call c = {
-	    .fn = fn, .depth = (uint32_t)d, .unwound = unwound, .open = open, .stack = r->fns};
+	uint64_t fn = r->fns[d], start = r->starts[d];
+	uint64_t *a = pki_idxmap_slot(&r->active, fn, 0);
+	struct pki_trace_call c = {.fn = fn,
+				   .depth = (uint32_t)d,
+				   .unwound = unwound,
+				   .open = open,
+				   .stack = r->fns,
+				   .stack_ts = r->starts,
+				   .ids = r->ids};
 
 	if (!a)
 		return -ENOMEM;
 	(*a)--;
 	c.outermost = *a == 1;
-	c.start_ns = pki_trace_file_ts_ns(r->f, fr->start);
+	c.start_ns = pki_trace_file_ts_ns(r->f, start);
 	c.end_ns = pki_trace_file_ts_ns(r->f, ts);
-	c.dur_ns = ts > fr->start ? pki_trace_file_dur_ns(r->f, ts - fr->start) : 0;
-	c.self_ns = c.dur_ns > fr->child_ns ? c.dur_ns - fr->child_ns : 0;
+	c.dur_ns = ts > start ? pki_trace_file_dur_ns(r->f, ts - start) : 0;
+	c.self_ns = c.dur_ns > r->child_ns[d] ? c.dur_ns - r->child_ns[d] : 0;
 	if (d)
-		r->fr[d - 1].child_ns += c.dur_ns;
+		r->child_ns[d - 1] += c.dur_ns;
 	r->st->calls++;
 	r->st->unwound += unwound;
 	r->st->open += open;
 	return r->cb(r->t, &c, r->arg);
 }
 
-int pki_trace_replay(const struct pki_trace_file *f, const struct pki_trace_thread *t,
-		     pki_trace_call_fn cb, void *arg, struct pki_trace_replay_stats *st)
+static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 {
-	struct pki_trace_replay_stats dummy;
-	struct replay r = {.f = f, .t = t, .cb = cb, .arg = arg, .st = st ? st : &dummy};
-	uint64_t last = 0;
 	size_t i;
 	int err = 0;
 
-	if (!st)
-		memset(&dummy, 0, sizeof(dummy));
-	for (i = 0; i < t->nev && !err; i++) {
-		uint64_t fn = PKI_EV_FN(t->ev[i].word), ts = t->ev[i].ts;
-		uint32_t *a;
+	for (i = 0; i < n && !err; i++) {
+		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts, a;
 		size_t d;
 
-		last = ts;
-		if (PKI_EV_KIND(t->ev[i].word) == PKI_EV_ENTRY) {
-			err = push(&r, fn, ts);
+		r->last = ts;
+		if (PKI_EV_KIND(ev[i].word) == PKI_EV_ENTRY) {
+			err = push(r, fn, ts);
 			continue;
 		}
-		a = r.depth ? map_slot(&r.active, fn) : NULL;
-		if (!a || *a <= 1) {
-			r.st->unmatched_exits++;
+		a = r->depth ? pki_idxmap_get(&r->active, fn, 0) : 0;
+		if (a <= 1) {
+			r->st->unmatched_exits++;
 			continue;
 		}
-		for (d = r.depth; r.fns[d - 1] != fn; d--)
+		for (d = r->depth; r->fns[d - 1] != fn; d--)
 			;
-		while (!err && r.depth > d)
-			err = pop(&r, ts, true, false);
+		while (!err && r->depth > d)
+			err = pop(r, ts, true, false);
 		if (!err)
-			err = pop(&r, ts, false, false);
+			err = pop(r, ts, false, false);
 	}
-	while (!err && r.depth)
-		err = pop(&r, last, false, true);
-	free(r.fns);
-	free(r.fr);
-	map_free(&r.active);
 	return err;
+}
+
+/* The thread's events are over: close the frames still open, free the state. */
+static int replay_end(struct replay *r, int err)
+{
+	while (!err && r->depth)
+		err = pop(r, r->last, false, true);
+	free(r->fns);
+	free(r->starts);
+	free(r->child_ns);
+	free(r->ids);
+	pki_idxmap_free(&r->active);
+	return err;
+}
+
+struct replay_set {
+	struct replay *r;		     /* by thread index in f->threads */
+	const struct pki_trace_thread *only; /* NULL: every thread */
+};
+
+static int feed_cb(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+		   const struct pki_trace_event *ev, size_t n, void *arg)
+{
+	struct replay_set *rs = arg;
+
+	if (rs->only && t != rs->only)
+		return 0;
+	return feed(&rs->r[rs->only ? 0 : (size_t)(t - f->threads)], ev, n);
+}
+
+/* Replay @only (or every thread if NULL), reading the events once. */
+static int replay_threads(const struct pki_trace_file *f, const struct pki_trace_thread *only,
+			  pki_trace_call_fn cb, void *arg, struct pki_trace_replay_stats *st)
+{
+	struct pki_trace_replay_stats dummy = {0};
+	size_t n = only ? 1 : f->nthreads, i;
+	struct replay_set rs = {.only = only};
+	int err;
+
+	if (!n)
+		return 0;
+	rs.r = calloc(n, sizeof(*rs.r));
+	if (!rs.r)
+		return -ENOMEM;
+	for (i = 0; i < n; i++)
+		rs.r[i] = (struct replay){.f = f,
+					  .t = only ? only : &f->threads[i],
+					  .cb = cb,
+					  .arg = arg,
+					  .st = st ? st : &dummy};
+	err = pki_trace_file_events(f, feed_cb, &rs);
+	for (i = 0; i < n; i++)
+		err = replay_end(&rs.r[i], err);
+	free(rs.r);
+	return err;
+}
+
+int pki_trace_replay(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+		     pki_trace_call_fn cb, void *arg, struct pki_trace_replay_stats *st)
+{
+	return replay_threads(f, t, cb, arg, st);
+}
+
+int pki_trace_replay_all(const struct pki_trace_file *f, pki_trace_call_fn cb, void *arg,
+			 struct pki_trace_replay_stats *st)
+{
+	return replay_threads(f, NULL, cb, arg, st);
 }
 
 /* ---- report ------------------------------------------------------------- */
@@ -263,21 +275,17 @@ static int canon_build(const struct pki_trace_file *f, struct canon **out, size_
 struct build {
 	struct pki_trace_report *r;
 	size_t cap;
-	struct map idx;
+	struct pki_idxmap idx; /* (fn, tsn or 0) -> index + 1 into r->st */
 	bool per_thread;
 	struct canon *canon; /* NULL in most traces: no library came back elsewhere */
 	size_t ncanon;
 };
 
-/*
- * Per-thread reports replay one thread at a time, so the map is emptied
- * between threads and keyed by fn alone in both modes.
- */
+/* Threads are replayed together (their events interleave): keyed by fn and tsn. */
 static int account(const struct pki_trace_thread *t, const struct pki_trace_call *c, void *arg)
 {
 	struct build *b = arg;
-	uint64_t fn = c->fn;
-	uint32_t *slot;
+	uint64_t fn = c->fn, *slot;
 	struct pki_trace_fnstat *s;
 
 	if (b->ncanon) {
@@ -287,7 +295,7 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 		if (m)
 			fn = m->to;
 	}
-	slot = map_slot(&b->idx, fn);
+	slot = pki_idxmap_slot(&b->idx, fn, b->per_thread ? t->tsn : 0);
 
 	if (!slot)
 		return -ENOMEM;
@@ -303,7 +311,7 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 		}
 		b->r->st[b->r->n++] = (struct pki_trace_fnstat){
 		    .fn = fn, .tsn = b->per_thread ? t->tsn : 0, .min_ns = UINT64_MAX};
-		*slot = (uint32_t)b->r->n;
+		*slot = b->r->n;
 		b->idx.n++;
 	}
 	s = &b->r->st[*slot - 1];
@@ -323,19 +331,13 @@ int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
 			   struct pki_trace_report *r)
 {
 	struct build b = {.r = r, .per_thread = per_thread};
-	size_t i;
 	int err = 0;
 
 	memset(r, 0, sizeof(*r));
 	err = canon_build(f, &b.canon, &b.ncanon);
-	for (i = 0; i < f->nthreads && !err; i++) {
-		if (per_thread) {
-			map_free(&b.idx);
-			memset(&b.idx, 0, sizeof(b.idx));
-		}
-		err = pki_trace_replay(f, &f->threads[i], account, &b, &r->rs);
-	}
-	map_free(&b.idx);
+	if (!err)
+		err = pki_trace_replay_all(f, account, &b, &r->rs);
+	pki_idxmap_free(&b.idx);
 	free(b.canon);
 	if (err)
 		pki_trace_report_free(r);

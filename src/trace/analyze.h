@@ -25,23 +25,39 @@ struct pki_trace_call {
 	uint64_t fn;
 	uint64_t start_ns, end_ns; /* relative to the trace origin */
 	uint64_t dur_ns, self_ns;
-	uint32_t depth;	       /* 0 = bottom of the thread's stack */
-	bool outermost;	       /* no other frame of fn below: counts in total time */
-	bool unwound, open;    /* see above */
-	const uint64_t *stack; /* fns from the bottom to this call, depth + 1 entries */
+	uint32_t depth;		  /* 0 = bottom of the thread's stack */
+	bool outermost;		  /* no other frame of fn below: counts in total time */
+	bool unwound, open;	  /* see above */
+	const uint64_t *stack;	  /* fns from the bottom to this call, depth + 1 entries */
+	const uint64_t *stack_ts; /* their entry timestamps (ticks), depth + 1 entries */
+	const uint64_t *ids;	  /* their frame serials, unique within the thread */
 };
 
 struct pki_trace_replay_stats {
 	uint64_t calls, unmatched_exits, unwound, open;
 };
 
-/* Called once per call, when it ends (children before parents).  Nonzero stops. */
+/*
+ * Called once per call, when it ends (children before parents).  Nonzero
+ * stops.  The stack arrays are valid only during the call.
+ */
 typedef int (*pki_trace_call_fn)(const struct pki_trace_thread *t, const struct pki_trace_call *c,
 				 void *arg);
 
-/* Replay thread @t of @f.  0, -ENOMEM, or the callback's nonzero return. */
+/*
+ * Replay thread @t of @f (its events read with pki_trace_file_events).  0,
+ * -ENOMEM, -EIO (the file changed), or the callback's nonzero return.
+ */
 int pki_trace_replay(const struct pki_trace_file *f, const struct pki_trace_thread *t,
 		     pki_trace_call_fn fn, void *arg, struct pki_trace_replay_stats *st);
+
+/*
+ * Replay every thread, reading the events once: the calls of different
+ * threads interleave (in file order); the calls still open at the end come
+ * last, thread by thread.  Returns as pki_trace_replay().
+ */
+int pki_trace_replay_all(const struct pki_trace_file *f, pki_trace_call_fn fn, void *arg,
+			 struct pki_trace_replay_stats *st);
 
 struct pki_trace_fnstat {
 	uint64_t fn;

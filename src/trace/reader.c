@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
  * The trace file reader: validates every byte it uses (see reader.h for the
- * contract).  The whole file is read into memory with read(2), not mapped,
- * so a file truncated under us cannot SIGBUS; each record is checked (frame,
- * bounds, checksum, padding, type-specific sizes) before anything of it is
- * kept, so a bad record leaves no half-applied state.
+ * contract).  The file is read with pread(2) into a window that holds the
+ * record being checked (1 MiB, more only for a record that long, and only as
+ * its bytes actually arrive), never mapped, so a file truncated under us
+ * cannot SIGBUS and a file of any length costs the same memory.  Each record
+ * is checked (frame, bounds, checksum, padding, type-specific sizes) before
+ * anything of it is kept and before the next one is read, so a bad record
+ * leaves no half-applied state and a run of zeros or garbage after a good
+ * prefix stops the read at its first frame.  Symbols and objects are kept
+ * once per fn / id (a later record replaces), so their memory is that of the
+ * distinct names, not of the number of records.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,17 +23,91 @@
 #include <unistd.h>
 
 #include "trace/crc32.h"
+#include "trace/idxmap.h"
 #include "trace/reader.h"
 
-#define MAX_TSN (1u << 20)
+#define MAX_TSN	   (1u << 20)
+#define SRC_CHUNK  (1u << 20)
+#define MAX_REC_SZ (sizeof(struct pki_trace_frame) + PKI_TRACE_MAX_RECORD + 8)
+
+/*
+ * The bytes being read: a buffer in memory, or a file read forward through
+ * a window.  src_peek() makes the next @n bytes contiguous and says how many
+ * of them exist (fewer only at the end of the file, or on a read error).
+ */
+struct src {
+	int fd; /* -1: the bytes are mem[0, memlen) */
+	const uint8_t *mem;
+	uint64_t memlen;
+	uint8_t *buf;		 /* fd: buf[start, start + have) = file[pos, pos + have) */
+	size_t cap, start, have; /* cap <= max(SRC_CHUNK, the longest record seen) */
+	uint64_t pos;		 /* file offset of the next byte not consumed */
+	bool eof;
+	int err; /* errno of a failed read, 0 */
+};
+
+static const uint8_t *src_peek(struct src *s, size_t n, size_t *avail)
+{
+	if (s->fd < 0) {
+		uint64_t left = s->pos < s->memlen ? s->memlen - s->pos : 0;
+
+		*avail = left < n ? (size_t)left : n;
+		return s->mem + s->pos;
+	}
+	if (s->have < n && s->start) {
+		memmove(s->buf, s->buf + s->start, s->have);
+		s->start = 0;
+	}
+	while (s->have < n && !s->eof && !s->err) {
+		ssize_t r;
+
+		if (s->have == s->cap) {
+			/* Grow towards @n only as fast as bytes come in. */
+			size_t ncap = s->cap < SRC_CHUNK ? SRC_CHUNK : s->cap * 2;
+			uint8_t *nb;
+
+			if (ncap > n && s->cap >= SRC_CHUNK)
+				ncap = n;
+			nb = realloc(s->buf, ncap);
+			if (!nb) {
+				s->err = ENOMEM;
+				break;
+			}
+			s->buf = nb;
+			s->cap = ncap;
+		}
+		r = pread(s->fd, s->buf + s->have, s->cap - s->have, (off_t)(s->pos + s->have));
+		if (r < 0) {
+			if (errno != EINTR)
+				s->err = errno;
+		} else if (r == 0) {
+			s->eof = true;
+		} else {
+			s->have += (size_t)r;
+		}
+	}
+	*avail = s->have < n ? s->have : n;
+	return s->buf + s->start;
+}
+
+static void src_consume(struct src *s, size_t n)
+{
+	s->pos += n;
+	if (s->fd >= 0) {
+		s->start += n;
+		s->have -= n;
+	}
+}
 
 struct parser {
 	struct pki_trace_file *f;
-	const uint8_t *buf;
-	uint64_t len;
+	struct src s;
+	bool keep;	   /* keep the events (thread ev arrays) */
+	bool any_ts;	   /* f->origin holds a timestamp */
 	uint32_t *tsn_idx; /* tsn -> index + 1 into f->threads */
 	uint32_t tsn_cap;
 	size_t syms_cap, objs_cap, threads_cap;
+	struct pki_idxmap sym_idx, obj_idx; /* fn / id -> index + 1 */
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t off,
@@ -133,7 +213,8 @@ static int rec_object(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 	struct pki_trace_file *f = p->f;
 	struct pki_rec_object o;
 	struct pki_trace_obj *arr;
-	size_t i;
+	uint64_t *slot;
+	char *path;
 
 	if (len < sizeof(o))
 		return fail(p, off, "OBJECT record too short (%u bytes)", len);
@@ -142,26 +223,36 @@ static int rec_object(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 		return -EINVAL;
 	if (!o.id)
 		return fail(p, off, "OBJECT record with id 0");
-	for (i = 0; i < f->nobjs && f->objs[i].id != o.id; i++)
-		;
-	if (i == f->nobjs) {
+	path = dupstr(d + sizeof(o), o.path_len);
+	slot = path ? pki_idxmap_slot(&p->obj_idx, o.id, 0) : NULL;
+	if (!slot)
+		goto nomem;
+	if (!*slot) {
 		arr = grow(f->objs, &p->objs_cap, f->nobjs + 1, sizeof(*arr));
 		if (!arr)
-			return -ENOMEM;
+			goto nomem;
 		f->objs = arr;
 		f->objs[f->nobjs++] = (struct pki_trace_obj){.id = o.id};
+		*slot = f->nobjs;
+		p->obj_idx.n++;
 	}
-	free(f->objs[i].path);
-	f->objs[i].base = o.base;
-	f->objs[i].path = dupstr(d + sizeof(o), o.path_len);
-	return f->objs[i].path ? 0 : -ENOMEM;
+	free(f->objs[*slot - 1].path);
+	f->objs[*slot - 1].base = o.base;
+	f->objs[*slot - 1].path = path;
+	return 0;
+nomem:
+	free(path);
+	return -ENOMEM;
 }
 
+/* One entry per fn: a later SYMBOL record for the same fn replaces the earlier one. */
 static int rec_symbol(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
 {
 	struct pki_trace_file *f = p->f;
 	struct pki_rec_symbol s;
 	struct pki_trace_sym *arr;
+	uint64_t *slot;
+	char *name;
 
 	if (len < sizeof(s))
 		return fail(p, off, "SYMBOL record too short (%u bytes)", len);
@@ -171,17 +262,26 @@ static int rec_symbol(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 	if (s.fn > PKI_EV_FN_MAX)
 		return fail(p, off, "SYMBOL: function value %#llx out of range",
 			    (unsigned long long)s.fn);
-	arr = grow(f->syms, &p->syms_cap, f->nsyms + 1, sizeof(*arr));
-	if (!arr)
-		return -ENOMEM;
-	f->syms = arr;
-	f->syms[f->nsyms].fn = s.fn;
-	f->syms[f->nsyms].object_id = s.object_id;
-	f->syms[f->nsyms].name = dupstr(d + sizeof(s), s.name_len);
-	if (!f->syms[f->nsyms].name)
-		return -ENOMEM;
-	f->nsyms++;
+	name = dupstr(d + sizeof(s), s.name_len);
+	slot = name ? pki_idxmap_slot(&p->sym_idx, s.fn, 0) : NULL;
+	if (!slot)
+		goto nomem;
+	if (!*slot) {
+		arr = grow(f->syms, &p->syms_cap, f->nsyms + 1, sizeof(*arr));
+		if (!arr)
+			goto nomem;
+		f->syms = arr;
+		f->syms[f->nsyms++] = (struct pki_trace_sym){.fn = s.fn};
+		*slot = f->nsyms;
+		p->sym_idx.n++;
+	}
+	free(f->syms[*slot - 1].name);
+	f->syms[*slot - 1].object_id = s.object_id;
+	f->syms[*slot - 1].name = name;
 	return 0;
+nomem:
+	free(name);
+	return -ENOMEM;
 }
 
 static int rec_thread(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
@@ -238,29 +338,42 @@ static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 	struct pki_trace_file *f = p->f;
 	struct pki_rec_events h;
 	struct pki_trace_thread *t;
-	struct pki_trace_event *ev;
+	struct pki_trace_event e;
 	uint32_t i;
 
 	if (len < sizeof(h))
 		return fail(p, off, "EVENTS record too short (%u bytes)", len);
 	memcpy(&h, d, sizeof(h));
-	if ((uint64_t)len != sizeof(h) + (uint64_t)h.count * sizeof(*ev))
+	if ((uint64_t)len != sizeof(h) + (uint64_t)h.count * sizeof(e))
 		return fail(p, off, "EVENTS record: %u events do not fill %u bytes", h.count, len);
 	t = thread_of(p, h.tsn);
 	if (!t)
 		return fail(p, off, "EVENTS for thread serial %u, which no THREAD record declared",
 			    h.tsn);
-	ev = grow(t->ev, &t->cap, t->nev + h.count, sizeof(*ev));
-	if (!ev)
-		return -ENOMEM;
-	t->ev = ev;
-	memcpy(ev + t->nev, d + sizeof(h), (size_t)h.count * sizeof(*ev));
+	/* Check the whole record before keeping anything of it. */
 	for (i = 0; i < h.count; i++) {
-		unsigned kind = PKI_EV_KIND(ev[t->nev + i].word);
+		unsigned kind;
 
+		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
+		kind = PKI_EV_KIND(e.word);
 		if (kind != PKI_EV_ENTRY && kind != PKI_EV_EXIT)
 			return fail(p, off + sizeof(struct pki_trace_frame) + sizeof(h) + i * 16u,
 				    "EVENTS: event %u has unknown kind %u", i, kind);
+	}
+	if (p->keep) {
+		struct pki_trace_event *ev = grow(t->ev, &t->cap, t->nev + h.count, sizeof(*ev));
+
+		if (!ev)
+			return -ENOMEM;
+		t->ev = ev;
+		memcpy(ev + t->nev, d + sizeof(h), (size_t)h.count * sizeof(*ev));
+	}
+	for (i = 0; i < h.count; i++) {
+		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
+		if (!p->any_ts || e.ts < f->origin) {
+			f->origin = e.ts;
+			p->any_ts = true;
+		}
 	}
 	t->nev += h.count;
 	f->nevents += h.count;
@@ -304,16 +417,26 @@ static int rec_end(struct parser *p, uint64_t off, const uint8_t *d, uint32_t le
 }
 
 /*
- * Check the frame at @off.  0 with *@plen and *@pnext set, or a fail().
+ * Check the record at the read position @off (frame, bounds, checksum,
+ * padding).  0 with *@fr, its payload *@d and the next record's offset *@pnext
+ * set, or a fail().  Nothing past this record is read: at most the record's
+ * own bytes (which its frame bounds to 64 MiB) are in memory.
  */
-static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *fr, uint64_t *pnext)
+static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *fr,
+		       const uint8_t **d, uint64_t *pnext)
 {
-	uint64_t left = p->len - off, pad, i;
+	const uint8_t *r;
+	size_t avail, need, i;
+	uint64_t pad;
 
-	if (left < sizeof(*fr))
-		return fail(p, off, "truncated record frame (%llu of %zu bytes)",
-			    (unsigned long long)left, sizeof(*fr));
-	memcpy(fr, p->buf + off, sizeof(*fr));
+	r = src_peek(&p->s, sizeof(*fr), &avail);
+	if (avail < sizeof(*fr)) {
+		if (p->s.err)
+			return fail(p, off, "read error: %s", strerror(p->s.err));
+		return fail(p, off, "truncated record frame (%zu of %zu bytes)", avail,
+			    sizeof(*fr));
+	}
+	memcpy(fr, r, sizeof(*fr));
 	if (fr->reserved || fr->type == 0 || fr->type > 1023)
 		return fail(p, off, "corrupt record frame (type %u, reserved %#x)", fr->type,
 			    fr->reserved);
@@ -321,17 +444,24 @@ static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *f
 		return fail(p, off, "%s record length %u exceeds the %u-byte limit",
 			    rec_name(fr->type), fr->len, PKI_TRACE_MAX_RECORD);
 	pad = (8 - fr->len % 8) % 8;
-	if (left - sizeof(*fr) < fr->len + pad)
-		return fail(p, off, "truncated %s record (%u bytes + %llu padding, %llu left)",
+	need = sizeof(*fr) + fr->len + (size_t)pad;
+	r = src_peek(&p->s, need, &avail);
+	if (avail < need) {
+		if (p->s.err)
+			return fail(p, off, "read error in %s record: %s", rec_name(fr->type),
+				    strerror(p->s.err));
+		return fail(p, off, "truncated %s record (%u bytes + %llu padding, %zu left)",
 			    rec_name(fr->type), fr->len, (unsigned long long)pad,
-			    (unsigned long long)(left - sizeof(*fr)));
-	if (pki_crc32c(0, p->buf + off + sizeof(*fr), fr->len) != fr->crc)
+			    avail - sizeof(*fr));
+	}
+	if (pki_crc32c(0, r + sizeof(*fr), fr->len) != fr->crc)
 		return fail(p, off, "checksum mismatch in %s record (%u bytes)", rec_name(fr->type),
 			    fr->len);
 	for (i = 0; i < pad; i++)
-		if (p->buf[off + sizeof(*fr) + fr->len + i])
+		if (r[sizeof(*fr) + fr->len + i])
 			return fail(p, off, "non-zero padding after %s record", rec_name(fr->type));
-	*pnext = off + sizeof(*fr) + fr->len + pad;
+	*d = r + sizeof(*fr);
+	*pnext = off + need;
 	return 0;
 }
 
@@ -340,29 +470,33 @@ static int parse_records(struct parser *p)
 	struct pki_trace_file *f = p->f;
 	uint64_t off = sizeof(struct pki_trace_prefix), next;
 	struct pki_trace_frame fr;
+	const uint8_t *d;
+	size_t avail;
 	int err;
 
 	/* The HEADER must be first and whole: without it nothing can be read. */
-	if (frame_check(p, off, &fr, &next))
-		return -EINVAL;
+	if (frame_check(p, off, &fr, &d, &next))
+		return p->s.err == ENOMEM ? -ENOMEM : -EINVAL;
 	if (fr.type != PKI_REC_HEADER)
 		return fail(p, off, "first record is %s, not HEADER", rec_name(fr.type));
-	err = rec_header(p, off, p->buf + off + sizeof(fr), fr.len);
+	err = rec_header(p, off, d, fr.len);
 	if (err)
 		return err;
+	src_consume(&p->s, next - off);
 	f->nrecords = 1;
 	f->valid_size = off = next;
 	f->partial = false;
 
-	while (off < p->len) {
-		const uint8_t *d = p->buf + off + sizeof(fr);
-
+	for (;;) {
+		src_peek(&p->s, 1, &avail);
+		if (!avail)
+			break;
 		if (f->complete) {
 			fail(p, off, "data after the END record");
 			return 1;
 		}
-		if (frame_check(p, off, &fr, &next))
-			return 1;
+		if (frame_check(p, off, &fr, &d, &next))
+			return p->s.err == ENOMEM ? -ENOMEM : 1;
 		switch (fr.type) {
 		case PKI_REC_HEADER:
 			err = fail(p, off, "second HEADER record");
@@ -387,8 +521,9 @@ static int parse_records(struct parser *p)
 			break;
 		default:
 			/*
-			 * Only a newer minor version may hold types we do not know;
-			 * in a file of our own version it is corruption.
+			 * Only a newer minor version may hold types we do not know
+			 * (skipped by their length, already checked above); in a
+			 * file of our own version it is corruption.
 			 */
 			if (f->version_minor > PKI_TRACE_VERSION_MINOR)
 				err = 0;
@@ -401,10 +536,15 @@ static int parse_records(struct parser *p)
 			return err;
 		if (err)
 			return 1;
+		src_consume(&p->s, next - off);
 		f->nrecords++;
 		f->valid_size = off = next;
 	}
-	if (!f->complete)
+	if (p->s.err == ENOMEM)
+		return -ENOMEM;
+	if (p->s.err)
+		fail(p, off, "read error: %s", strerror(p->s.err));
+	else if (!f->complete)
 		fail(p, off, "no END record: the trace was cut short (program killed?)");
 	return 0;
 }
@@ -413,9 +553,14 @@ static int sym_cmp(const void *a, const void *b)
 {
 	const struct pki_trace_sym *x = a, *y = b;
 
-	if (x->fn != y->fn)
-		return x->fn < y->fn ? -1 : 1;
-	return x < y ? -1 : 1; /* stable: keep file order among equals */
+	return x->fn < y->fn ? -1 : x->fn > y->fn;
+}
+
+static int obj_cmp(const void *a, const void *b)
+{
+	const struct pki_trace_obj *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
 }
 
 static int thread_cmp(const void *a, const void *b)
@@ -425,147 +570,271 @@ static int thread_cmp(const void *a, const void *b)
 	return x->tsn < y->tsn ? -1 : x->tsn > y->tsn;
 }
 
-static void finish(struct pki_trace_file *f)
+/*
+ * The rate over the whole trace from the HEADER and END clock pairs, when it
+ * spans at least 100 ms; else (or when the result is implausible) the
+ * HEADER's calibrated rate.  Both pairs come from the file and are
+ * untrusted: an invariant TSC does not change its rate, so a refined rate
+ * more than 1% away from the calibrated one means a damaged END record (an
+ * end_mono_ns of 2^64 - 1 gave a rate of 0, and a division by it), and
+ * the calibrated rate is kept.
+ */
+static uint64_t refined_rate(const struct pki_trace_file *f)
 {
-	size_t i, j, n = 0;
-	bool any = false;
+	unsigned __int128 r;
+	uint64_t dt, dns;
 
-	/* Symbols: sort, keep the last record of each fn. */
+	if (!f->complete || f->clock != PKI_CLOCK_TSC || f->end.end_ticks <= f->ref_ticks ||
+	    f->end.end_mono_ns < f->ref_mono_ns || f->end.end_mono_ns - f->ref_mono_ns < 100000000u)
+		return f->ticks_per_sec;
+	dt = f->end.end_ticks - f->ref_ticks;
+	dns = f->end.end_mono_ns - f->ref_mono_ns;
+	r = (unsigned __int128)dt * 1000000000u / dns;
+	if (r * 100 < (unsigned __int128)f->ticks_per_sec * 99 ||
+	    r * 100 > (unsigned __int128)f->ticks_per_sec * 101)
+		return f->ticks_per_sec;
+	return (uint64_t)r;
+}
+
+static void finish(struct pki_trace_file *f, bool any_ts)
+{
+	size_t i;
+
+	/* Symbols (one per fn already) by fn, objects by id, threads by tsn. */
 	if (f->nsyms)
 		qsort(f->syms, f->nsyms, sizeof(*f->syms), sym_cmp);
-	for (i = 0; i < f->nsyms; i = j) {
-		for (j = i + 1; j < f->nsyms && f->syms[j].fn == f->syms[i].fn; j++)
-			free(f->syms[j - 1].name);
-		f->syms[n++] = f->syms[j - 1];
-	}
-	f->nsyms = n;
-
-	/* Threads in the order they started recording. */
+	if (f->nobjs)
+		qsort(f->objs, f->nobjs, sizeof(*f->objs), obj_cmp);
 	if (f->nthreads)
 		qsort(f->threads, f->nthreads, sizeof(*f->threads), thread_cmp);
 	f->lost = f->complete ? f->end.late_lost : 0;
-	for (i = 0; i < f->nthreads; i++) {
-		struct pki_trace_thread *t = &f->threads[i];
-
-		f->lost += t->lost;
-		for (j = 0; j < t->nev; j++)
-			if (!any || t->ev[j].ts < f->origin) {
-				f->origin = t->ev[j].ts;
-				any = true;
-			}
-	}
-	if (!any)
+	for (i = 0; i < f->nthreads; i++)
+		f->lost += f->threads[i].lost;
+	if (!any_ts)
 		f->origin = f->ref_ticks;
-	/* Refine the TSC rate over the whole trace when it spans long enough. */
-	if (f->complete && f->clock == PKI_CLOCK_TSC && f->end.end_ticks > f->ref_ticks &&
-	    f->end.end_mono_ns >= f->ref_mono_ns + 100000000u)
-		f->rate = (uint64_t)((unsigned __int128)(f->end.end_ticks - f->ref_ticks) *
-				     1000000000u / (f->end.end_mono_ns - f->ref_mono_ns));
+	f->rate = refined_rate(f);
 }
 
-struct pki_trace_file *pki_trace_file_parse(const void *buf, size_t len, char *err, size_t errlen)
+static void parser_free(struct parser *p)
 {
-	struct parser p = {.buf = buf, .len = len};
-	struct pki_trace_prefix pre;
-	int ret;
+	free(p->tsn_idx);
+	free(p->s.buf);
+	pki_idxmap_free(&p->sym_idx);
+	pki_idxmap_free(&p->obj_idx);
+}
 
-	p.f = calloc(1, sizeof(*p.f));
-	if (!p.f)
+/* Parse from @p->s (set up by the caller).  NULL + errno on fatal errors. */
+static struct pki_trace_file *parse(struct parser *p, char *err, size_t errlen)
+{
+	struct pki_trace_prefix pre;
+	const uint8_t *b;
+	size_t avail;
+	int ret, e = EINVAL;
+
+	p->f = calloc(1, sizeof(*p->f));
+	if (!p->f) {
+		parser_free(p);
+		errno = ENOMEM;
 		return NULL;
-	p.f->size = len;
-	if (len < sizeof(pre)) {
-		fail(&p, 0, "file too short for a trace (%zu bytes, the prefix alone is %zu)", len,
-		     sizeof(pre));
+	}
+	p->f->fd = -1;
+	b = src_peek(&p->s, sizeof(pre), &avail);
+	if (avail < sizeof(pre)) {
+		if (p->s.err) {
+			e = p->s.err;
+			fail(p, 0, "read error: %s", strerror(e));
+		} else {
+			fail(p, 0,
+			     "file too short for a trace (%zu bytes, the prefix alone is %zu)",
+			     avail, sizeof(pre));
+		}
 		goto fatal;
 	}
-	memcpy(&pre, buf, sizeof(pre));
+	memcpy(&pre, b, sizeof(pre));
 	if (memcmp(pre.magic, PKI_TRACE_MAGIC, sizeof(pre.magic))) {
-		fail(&p, 0, "not a probekit trace file (bad magic)");
+		fail(p, 0, "not a probekit trace file (bad magic)");
 		goto fatal;
 	}
-	p.f->version_major = pre.version_major;
-	p.f->version_minor = pre.version_minor;
+	p->f->version_major = pre.version_major;
+	p->f->version_minor = pre.version_minor;
 	if (pre.version_major != PKI_TRACE_VERSION_MAJOR) {
-		fail(&p, 8, "format version %u.%u, this reader handles %u.x", pre.version_major,
+		fail(p, 8, "format version %u.%u, this reader handles %u.x", pre.version_major,
 		     pre.version_minor, PKI_TRACE_VERSION_MAJOR);
 		goto fatal;
 	}
 	if (pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc)) != pre.crc) {
-		fail(&p, 12, "checksum mismatch in the file prefix");
+		fail(p, 12, "checksum mismatch in the file prefix");
 		goto fatal;
 	}
-	ret = parse_records(&p);
+	src_consume(&p->s, sizeof(pre));
+	ret = parse_records(p);
 	if (ret == -ENOMEM) {
-		free(p.tsn_idx);
-		pki_trace_file_free(p.f);
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (ret < 0)
+		e = ENOMEM;
 		goto fatal;
-	free(p.tsn_idx);
-	finish(p.f);
+	}
+	if (ret < 0) {
+		if (p->s.err)
+			e = p->s.err;
+		goto fatal;
+	}
+	/* The size read so far: a file growing under us is read up to a point. */
+	p->f->size = p->s.pos + (p->s.fd >= 0 ? p->s.have : 0);
+	if (p->s.fd < 0)
+		p->f->size = p->s.memlen;
+	p->f->kept_events = p->keep;
+	finish(p->f, p->any_ts);
+	parser_free(p);
 	if (err && errlen)
-		snprintf(err, errlen, "%s", p.f->error);
-	return p.f;
+		snprintf(err, errlen, "%s", p->f->error);
+	return p->f;
 
 fatal:
 	if (err && errlen)
-		snprintf(err, errlen, "%s", p.f->error);
-	free(p.tsn_idx);
-	pki_trace_file_free(p.f);
-	errno = EINVAL;
+		snprintf(err, errlen, "%s", p->f->error);
+	parser_free(p);
+	pki_trace_file_free(p->f);
+	errno = e;
 	return NULL;
+}
+
+struct pki_trace_file *pki_trace_file_parse(const void *buf, size_t len, char *err, size_t errlen)
+{
+	struct parser p = {.s = {.fd = -1, .mem = buf, .memlen = len}, .keep = true};
+
+	return parse(&p, err, errlen);
+}
+
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m)    ? "a directory"
+	       : S_ISFIFO(m) ? "a pipe or FIFO"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+	       : S_ISSOCK(m) ? "a socket"
+			     : "not a regular file";
+}
+
+struct pki_trace_file *pki_trace_file_open(const char *path, unsigned flags, char *err,
+					   size_t errlen)
+{
+	struct parser p = {.s = {.fd = -1}, .keep = flags & PKI_TRACE_KEEP_EVENTS};
+	struct pki_trace_file *f;
+	struct stat st;
+	int fd, e;
+
+	/*
+	 * O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused
+	 * below anyway.  (It changes nothing for a regular file.)
+	 */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0 || fstat(fd, &st)) {
+		e = errno;
+		if (err && errlen)
+			snprintf(err, errlen, "%s", strerror(e));
+		if (fd >= 0)
+			close(fd);
+		errno = e;
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		if (err && errlen)
+			snprintf(err, errlen,
+				 "not a regular file (%s): a trace is read from a file, twice",
+				 file_kind(st.st_mode));
+		close(fd);
+		errno = EINVAL;
+		return NULL;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* back to plain reads */
+	p.s.fd = fd;
+	f = parse(&p, err, errlen);
+	if (!f) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return NULL;
+	}
+	f->fd = fd;
+	if ((uint64_t)st.st_size > f->size)
+		f->size = (uint64_t)st.st_size;
+	return f;
 }
 
 struct pki_trace_file *pki_trace_file_read(const char *path, char *err, size_t errlen)
 {
-	struct pki_trace_file *f = NULL;
-	uint8_t *buf = NULL;
-	size_t len = 0, cap = 0;
-	int fd, e;
+	return pki_trace_file_open(path, PKI_TRACE_KEEP_EVENTS, err, errlen);
+}
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		goto err_io;
-	/* Read to EOF rather than trusting st_size: the file may still be growing. */
-	for (;;) {
-		ssize_t n;
+static const struct pki_trace_thread *thread_by_tsn(const struct pki_trace_file *f, uint32_t tsn)
+{
+	size_t lo = 0, hi = f->nthreads;
 
-		if (len == cap) {
-			uint8_t *nb = realloc(buf, cap ? cap * 2 : 1 << 16);
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
 
-			if (!nb)
-				goto err_io;
-			buf = nb;
-			cap = cap ? cap * 2 : 1 << 16;
-		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			goto err_io;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
+		if (f->threads[mid].tsn == tsn)
+			return &f->threads[mid];
+		if (f->threads[mid].tsn < tsn)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	close(fd);
-	f = pki_trace_file_parse(buf, len, err, errlen);
-	e = errno;
-	free(buf);
-	errno = e;
-	return f;
-
-err_io:
-	e = errno;
-	if (err && errlen)
-		snprintf(err, errlen, "%s", strerror(e));
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	errno = e;
 	return NULL;
+}
+
+int pki_trace_file_events(const struct pki_trace_file *f, pki_trace_events_fn cb, void *arg)
+{
+	struct pki_trace_file scratch = {.fd = -1}; /* fail() writes here, not into @f */
+	struct parser p = {.f = &scratch,
+			   .s = {.fd = f->fd, .pos = sizeof(struct pki_trace_prefix)}};
+	uint64_t off = p.s.pos, next;
+	struct pki_trace_frame fr;
+	struct pki_rec_events h;
+	const uint8_t *d;
+	size_t i;
+	int ret = 0;
+
+	if (f->kept_events) {
+		for (i = 0; i < f->nthreads && !ret; i++)
+			if (f->threads[i].nev)
+				ret =
+				    cb(f, &f->threads[i], f->threads[i].ev, f->threads[i].nev, arg);
+		return ret;
+	}
+	if (f->fd < 0)
+		return -EINVAL;
+	/*
+	 * The records up to valid_size were all checked by the first read;
+	 * check them again (frame, checksum) in case the file changed since.
+	 */
+	while (!ret && off < f->valid_size) {
+		const struct pki_trace_thread *t;
+
+		if (frame_check(&p, off, &fr, &d, &next) || next > f->valid_size) {
+			ret = p.s.err == ENOMEM ? -ENOMEM : -EIO;
+			break;
+		}
+		if (fr.type == PKI_REC_EVENTS) {
+			if (fr.len < sizeof(h)) {
+				ret = -EIO;
+				break;
+			}
+			memcpy(&h, d, sizeof(h));
+			t = thread_by_tsn(f, h.tsn);
+			if (!t || (uint64_t)fr.len != sizeof(h) + (uint64_t)h.count * 16u) {
+				ret = -EIO;
+				break;
+			}
+			/* Records start 8-aligned in the file and in the window. */
+			if (h.count)
+				ret = cb(f, t, (const struct pki_trace_event *)(d + sizeof(h)),
+					 h.count, arg);
+		}
+		src_consume(&p.s, next - off);
+		off = next;
+	}
+	free(p.s.buf);
+	return ret;
 }
 
 void pki_trace_file_free(struct pki_trace_file *f)
@@ -586,6 +855,8 @@ void pki_trace_file_free(struct pki_trace_file *f)
 	free(f->objs);
 	free(f->threads);
 	free(f->program);
+	if (f->fd >= 0)
+		close(f->fd);
 	free(f);
 }
 
@@ -608,19 +879,30 @@ const struct pki_trace_sym *pki_trace_file_sym(const struct pki_trace_file *f, u
 
 const struct pki_trace_obj *pki_trace_file_obj(const struct pki_trace_file *f, uint32_t id)
 {
-	size_t i;
+	size_t lo = 0, hi = f->nobjs;
 
-	for (i = 0; i < f->nobjs; i++)
-		if (f->objs[i].id == id)
-			return &f->objs[i];
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (f->objs[mid].id == id)
+			return &f->objs[mid];
+		if (f->objs[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return NULL;
 }
 
+/* Saturating: a slow clock rate (any nonzero one is valid) cannot wrap the result. */
 uint64_t pki_trace_file_dur_ns(const struct pki_trace_file *f, uint64_t ticks)
 {
+	unsigned __int128 ns;
+
 	if (f->rate == 1000000000u)
 		return ticks;
-	return (uint64_t)((unsigned __int128)ticks * 1000000000u / f->rate);
+	ns = (unsigned __int128)ticks * 1000000000u / f->rate;
+	return ns > UINT64_MAX ? UINT64_MAX : (uint64_t)ns;
 }
 
 uint64_t pki_trace_file_ts_ns(const struct pki_trace_file *f, uint64_t ts)

@@ -1,9 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Reading a trace file (format.h) into memory, with strict validation.
+ * Reading a trace file (format.h), with strict validation, as a stream.
  *
- * Contract: any byte string is safe to parse (no crash, no unbounded
- * allocation beyond the file's own size order).  Problems in the prefix or
+ * Contract: any byte string is safe to parse: no crash, and memory bounded
+ * by what the trace describes (its symbols, objects and threads), never by
+ * the file's length.  pki_trace_file_open() reads the file once, record by
+ * record, checking each one before it reads on, and keeps everything but the
+ * events; pki_trace_file_events() then reads it a second time and hands the
+ * events over one EVENTS record at a time (analyze.h replays them).  Only
+ * pki_trace_file_parse(), pki_trace_file_read() and the KEEP_EVENTS flag keep
+ * every event in memory (16 bytes each), for the tests and the fuzzer.  The
+ * input must be a regular file (a trace is read twice): a pipe, FIFO or
+ * device is refused before anything is read from it.  Problems in the prefix or
  * the HEADER record are fatal: NULL, errno = EINVAL (or the I/O errno), and
  * @err names the offset and what is wrong.  A problem later (a file cut short
  * by a crash or a kill, a checksum mismatch, an inconsistent record) stops
@@ -35,16 +43,16 @@ struct pki_trace_obj {
 struct pki_trace_thread {
 	uint32_t tsn, tid;
 	char *name;
-	struct pki_trace_event *ev; /* in file order */
-	size_t nev, cap;
-	uint64_t recorded, lost; /* from its latest LOST record (0 if none) */
+	struct pki_trace_event *ev; /* in file order; NULL unless the events were kept */
+	size_t nev, cap;	    /* nev: events in the file (kept or not) */
+	uint64_t recorded, lost;    /* from its latest LOST record (0 if none) */
 };
 
 struct pki_trace_file {
 	uint16_t version_major, version_minor;
 	uint32_t clock, pid, buf_events;
 	uint64_t ticks_per_sec; /* as the header says */
-	uint64_t rate;		/* used for conversions: refined from END when possible */
+	uint64_t rate;		/* used for conversions: refined from END when plausible */
 	uint64_t ref_ticks, ref_mono_ns, ref_real_ns;
 	uint64_t origin; /* smallest event timestamp: time 0 of reports/exports */
 	char *program;
@@ -66,12 +74,40 @@ struct pki_trace_file {
 	bool partial;
 	uint64_t error_off;
 	char error[256];
+
+	int fd;		  /* the file, for pki_trace_file_events(); -1 if none */
+	bool kept_events; /* thread ev arrays hold every event */
 };
 
-/* Read and parse @path.  NULL + errno on fatal errors; see above. */
+/* Keep every event in memory (thread ev arrays): for tests, not for big files. */
+#define PKI_TRACE_KEEP_EVENTS 1u
+
+/*
+ * Open @path and read it through once (see the contract above).  NULL + errno
+ * on fatal errors (EINVAL: not a trace, not a regular file, or a bad prefix
+ * or HEADER; @err says which).  The file stays open for pki_trace_file_events()
+ * until pki_trace_file_free().
+ */
+struct pki_trace_file *pki_trace_file_open(const char *path, unsigned flags, char *err,
+					   size_t errlen);
+
+/* Each EVENTS record's events, in file order; nonzero from it stops the walk. */
+typedef int (*pki_trace_events_fn)(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+				   const struct pki_trace_event *ev, size_t n, void *arg);
+
+/*
+ * Hand @cb the events of @f: read again from the file, EVENTS record by
+ * EVENTS record up to f->valid_size, each checked again (memory: one record);
+ * or, for a file whose events were kept, each thread's events at once.
+ * 0, the callback's nonzero return, -ENOMEM, or -EIO if the file changed
+ * since it was opened (or a read failed).
+ */
+int pki_trace_file_events(const struct pki_trace_file *f, pki_trace_events_fn cb, void *arg);
+
+/* pki_trace_file_open(@path, PKI_TRACE_KEEP_EVENTS, ...). */
 struct pki_trace_file *pki_trace_file_read(const char *path, char *err, size_t errlen);
 
-/* Parse @len bytes at @buf (copied as needed; @buf may be freed after). */
+/* Parse @len bytes at @buf, keeping the events (copied: @buf may be freed after). */
 struct pki_trace_file *pki_trace_file_parse(const void *buf, size_t len, char *err, size_t errlen);
 
 void pki_trace_file_free(struct pki_trace_file *f);

@@ -505,6 +505,8 @@ static int __start_worker(void)
 	sigfillset(&all);
 	sigdelset(&all, PKI_GP_SIGNAL);
 	sigdelset(&all, SIGRTMAX - 1);
+	/* Not blocked: the patch layer never writes an INT3 while a thread blocks it. */
+	sigdelset(&all, SIGTRAP);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

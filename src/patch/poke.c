@@ -1257,31 +1257,51 @@ static int relay_split(struct pki_poke *site, size_t *n, struct relayed *r, size
 	return 0;
 }
 
+struct int3_guard {
+	size_t n;    /* sites that need an INT3 */
+	bool report; /* last look: say who */
+};
+
 static int int3_guard_one(pid_t tid, void *arg)
 {
+	struct int3_guard *g = arg;
 	char name[32] = "?";
 	uint64_t blk;
 
-	if (pki_thread_sigblk(tid, &blk, name, sizeof(name)) || !(blk & (1ull << (SIGTRAP - 1))))
+	if (pki_thread_sigblk(tid, &blk, name, sizeof(name)) ||
+	    !(blk & (1ull << (SIGTRAP - 1))))
 		return 0;
+	if (!g->report)
+		return -EDEADLK;
 	pki_warn("text poke: thread %d (%s) blocks SIGTRAP, and %zu site(s) of this batch "
 		 "need the INT3 protocol (crossing a cache line, or a sled without relay "
 		 "memory): a trap would kill the process; batch refused, nothing changed: %s\n",
-		 tid, name, *(size_t *)arg, pki_errstr(EDEADLK));
+		 tid, name, g->n, pki_errstr(EDEADLK));
 	return -EDEADLK;
 }
 
 /*
  * The kernel kills a process whose thread meets an INT3 with SIGTRAP
- * blocked, so no INT3 is written while any thread blocks it.  A thread that
- * blocks it during the batch (a few milliseconds) is not seen: the
+ * blocked, so no INT3 is written while any thread blocks it.  Threads block
+ * every signal for a moment in places (glibc's thread start, a signal
+ * handler's entry): look again for up to 20 ms before refusing.  A thread
+ * that blocks it during the batch (a few milliseconds) is not seen: the
  * remaining exposure, only for the sites this protocol still serves.
  */
 static int int3_guard(size_t n)
 {
-	int err = pki_threads_each((pid_t)syscall(SYS_gettid), int3_guard_one, &n);
+	struct int3_guard g = {.n = n};
+	int err = 0, i;
 
-	return err == -EDEADLK || !err ? err : 0;
+	for (i = 0; i < 20; i++) {
+		g.report = i == 19;
+		err = pki_threads_each((pid_t)syscall(SYS_gettid), int3_guard_one, &g);
+		if (err != -EDEADLK)
+			return 0;
+		if (!g.report)
+			usleep(1000);
+	}
+	return err;
 }
 
 /* The sites that take neither the relay nor one store: the INT3 protocol. */

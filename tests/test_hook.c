@@ -262,6 +262,85 @@ START_TEST(txn_is_one_batch)
 }
 END_TEST
 
+/*
+ * H1: register and unregister of the same ops in one transaction, in both
+ * orders, committed or aborted: the net effect and nothing else (ASan sees
+ * any use after free), and the ops reusable afterwards.
+ */
+START_TEST(txn_register_unregister_same_ops)
+{
+	int before = fx_poke_batches;
+
+	/* register + unregister: nothing, at commit and at abort. */
+	for (int commit = 0; commit < 2; commit++) {
+		ck_assert_int_eq(pk_txn_begin(), 0);
+		ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_register(&ops_a), -EBUSY);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), -ENOENT);
+		ck_assert_ptr_null(ops_a.private);
+		ck_assert_int_eq(commit ? pk_txn_commit() : pk_txn_abort(), 0);
+		ck_assert_ptr_null(ops_a.private);
+		site_calls(F0, 0);
+		ck_assert_int_eq(call(0, 1), want(0, 1));
+		log_is("");
+	}
+	ck_assert_int_eq(fx_poke_batches, before);
+	/* ... and the ops works afterwards. */
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("a");
+	/* unregister + register of a registered ops: still registered. */
+	for (int commit = 0; commit < 2; commit++) {
+		ck_assert_int_eq(pk_txn_begin(), 0);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), -ENOENT);
+		ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_register(&ops_a), -EBUSY);
+		ck_assert_int_eq(commit ? pk_txn_commit() : pk_txn_abort(), 0);
+		ck_assert_ptr_nonnull(ops_a.private);
+		ck_assert_int_eq(call(0, 1), want(0, 1));
+		log_is("a");
+	}
+	/* unregister + register + unregister: unregistered, at commit. */
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_register(&ops_b), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	ck_assert_ptr_null(ops_a.private);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("b");
+	/* The same again with a different filter at the re-register. */
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ops_a.filter.ips = (unsigned long[]){F1};
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("b");
+	nlog = 0;
+	ck_assert_int_eq(call(1, 1), want(1, 1));
+	ck_assert_int_eq(nlog, 1);
+	ck_assert_int_eq(logv[0].who, 'a');
+	ck_assert_uint_eq(logv[0].ip, F1);
+	nlog = 0;
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_b), 0);
+	ck_assert_ptr_null(ops_a.private);
+	site_calls(F0, 0);
+	site_calls(F1, 0);
+	/* Never registered: -ENOENT, in and out of a transaction. */
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), -ENOENT);
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_b), -ENOENT);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	pki_gp_barrier();
+}
+END_TEST
+
 static int fail_poke(struct pki_poke *p, size_t n)
 {
 	(void)p, (void)n;
@@ -463,6 +542,7 @@ int main(void)
 	tcase_add_test(tc, direct_add_mod_del);
 	tcase_add_test(tc, direct_and_ops_share);
 	tcase_add_test(tc, txn_is_one_batch);
+	tcase_add_test(tc, txn_register_unregister_same_ops);
 	tcase_add_test(tc, errors_change_nothing);
 	tcase_add_test(tc, vector_and_varargs_survive);
 	tcase_add_test(tc, novec_flags);

@@ -77,6 +77,13 @@ struct ops_priv {
 	bool registered; /* committed state */
 	bool staged;	 /* staged state */
 	bool follows;	 /* filter by globs or empty: takes sites of objects loaded later */
+	/*
+	 * Unregister + register of a registered ops in one transaction: the
+	 * new registration gets its own ops_priv (ops->private), and @prev is
+	 * the committed one, staged for removal.  Abort gives ops->private
+	 * back to @prev; commit frees @prev after the grace period.
+	 */
+	struct ops_priv *prev;
 };
 
 struct ops_change {
@@ -534,6 +541,10 @@ static int __site_decide(struct site *s)
 
 /* ---- ops_priv lifetime ---- */
 
+/*
+ * Forget @p: out of all_ops, and ops->private back to the committed record
+ * it replaced in this transaction, if any (see ops_priv.prev).
+ */
 static void __ops_priv_free(struct ops_priv *p)
 {
 	for (size_t i = 0; i < all_ops.n; i++)
@@ -541,7 +552,11 @@ static void __ops_priv_free(struct ops_priv *p)
 			all_ops.v[i] = all_ops.v[--all_ops.n];
 			break;
 		}
-	p->ops->private = NULL;
+	if (p->ops->private == p)
+		p->ops->private = p->prev;
+	for (size_t i = 0; i < all_ops.n; i++)
+		if (all_ops.v[i]->prev == p)
+			all_ops.v[i]->prev = NULL;
 	free(p->tramps);
 	free(p->ips);
 	free(p);
@@ -580,11 +595,17 @@ static void __txn_undo(void)
 		s->dirty = false;
 	}
 	dirty.n = 0;
+	/*
+	 * Each ops_priv is in `changes` at most once (see __ops_unregister),
+	 * so each is freed at most once.  Newest first: a registration made
+	 * after an unregister of the same ops gives ops->private back to the
+	 * committed record before that record is restored.
+	 */
 	for (size_t i = changes.n; i-- > 0;) {
 		struct ops_priv *p = changes.v[i].p;
 
 		p->staged = p->registered;
-		if (!p->registered && p->ops->private == p) {
+		if (!p->registered) {
 			/* A failed batch may have run them (mid-batch emulation). */
 			for (size_t j = 0; j < p->ntramps; j++)
 				slot_retire(&p->tramps[j]);
@@ -692,7 +713,7 @@ static int __txn_commit(void)
 		for (size_t i = 0; i < changes.n; i++) {
 			struct ops_priv *p = changes.v[i].p;
 
-			if (p->registered || p->ops->private != p)
+			if (p->registered)
 				continue;
 			for (size_t j = 0; j < p->ntramps; j++)
 				pki_tmem_free(&p->tramps[j]);
@@ -834,13 +855,15 @@ static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
 static int __ops_register(struct pk_ops *ops)
 {
 	struct collect c = {0};
-	struct ops_priv *p;
+	struct ops_priv *p, *prev;
 	struct site **ss;
 	int err;
 
 	if (!ops || !ops->func || (ops->flags & ~PK_OPS_F_NOVEC))
 		return -EINVAL;
-	if (ops->private)
+	/* Registered, unless its unregister is staged in this transaction. */
+	prev = ops->private;
+	if (prev && (prev->staged || !prev->registered))
 		return -EBUSY;
 	err = resolve_filter(&ops->filter, &c);
 	if (err)
@@ -870,7 +893,8 @@ static int __ops_register(struct pk_ops *ops)
 			       .ips = c.ips,
 			       .nips = c.n,
 			       .staged = true,
-			       .follows = !ops->filter.nips || ops->filter.nglobs};
+			       .follows = !ops->filter.nips || ops->filter.nglobs,
+			       .prev = prev};
 	ops->private = p;
 	all_ops.v[all_ops.n++] = p;
 	for (size_t i = 0; i < c.n; i++)
@@ -903,7 +927,7 @@ static int __ops_unregister(struct pk_ops *ops)
 
 	if (!p || !p->staged)
 		return -ENOENT;
-	err = GROW(changes, changes.n + 1);
+	err = p->registered ? GROW(changes, changes.n + 1) : 0;
 	for (size_t i = 0; i < p->nips && !err; i++)
 		err = __site_prepare(__site_find(p->ips[i]), 0);
 	if (err)
@@ -919,7 +943,23 @@ static int __ops_unregister(struct pk_ops *ops)
 			}
 	}
 	p->staged = false;
-	changes.v[changes.n++] = (struct ops_change){p, false};
+	if (p->registered) {
+		changes.v[changes.n++] = (struct ops_change){p, false};
+		return 0;
+	}
+	/*
+	 * Registered in this same transaction: drop its change and the record
+	 * now (it has no trampoline yet: those are made at commit), so the net
+	 * effect is nothing, and ops->private is what it was at begin.
+	 */
+	for (size_t i = 0; i < changes.n; i++)
+		if (changes.v[i].p == p) {
+			memmove(&changes.v[i], &changes.v[i + 1],
+				(changes.n - i - 1) * sizeof(changes.v[0]));
+			changes.n--;
+			break;
+		}
+	__ops_priv_free(p);
 	return 0;
 }
 

@@ -283,11 +283,31 @@ static void on_fork_child(void)
 		agent_hook.active = false;
 }
 
-/* Refuse in the program the command started; elsewhere just stay untraced. */
+/*
+ * A child or exec'd program that cannot be traced says so on stderr (one
+ * line, the cause named), instead of running untraced in silence.
+ */
+static void untraced_note(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n = snprintf(buf, sizeof(buf), "probekit: pid %d not traced: ", (int)getpid());
+
+	va_start(ap, fmt);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	strcat(buf, "\n");
+	if (write(2, buf, strlen(buf)) < 0) {
+		/* nowhere to say it */
+	}
+}
+
+/* Refuse in the program the command started; elsewhere say it and stay untraced. */
 #define FAIL(initial, ...)                                                                         \
 	do {                                                                                       \
 		if (initial)                                                                       \
 			refuse(__VA_ARGS__);                                                       \
+		untraced_note(__VA_ARGS__);                                                        \
 		goto untraced;                                                                     \
 	} while (0)
 

@@ -8,14 +8,23 @@
  *  - deferred frees and grace periods work in the child (no worker thread
  *    was inherited);
  *  - trampoline memory is not shared with the parent: the parent freeing and
- *    reusing a trampoline never changes what the child's text calls (H6).
+ *    reusing a trampoline never changes what the child's text calls (H6),
+ *    also when memfd_create() is denied (seccomp) and trampolines live in
+ *    shared anonymous memory (C10).
  * Each child reports through its exit status; the parent waits for it with a
  * deadline, so a child that hangs fails the test instead of hanging it.
  */
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +33,7 @@
 
 #include "core/gp.h"
 #include "core/hook_int.h"
+#include "core/tmem.h"
 #include "harness.h"
 #include "hook_fixture.h"
 
@@ -249,7 +259,7 @@ END_TEST
  * slot for another handler; the child, whose text still calls the old one,
  * must run the handler it inherited.
  */
-START_TEST(fork_child_keeps_its_trampolines)
+static void child_keeps_its_trampolines(void)
 {
 	struct pk_tramp *t1 = pk_tramp_new(h_x, 0), *t2;
 	struct pk_direct_entry e;
@@ -299,6 +309,64 @@ START_TEST(fork_child_keeps_its_trampolines)
 	ck_assert_int_eq(pk_tramp_free(t2), 0);
 	(void)done;
 }
+
+START_TEST(fork_child_keeps_its_trampolines)
+{
+	child_keeps_its_trampolines();
+}
+END_TEST
+
+/* memfd_create() fails with EPERM from here on, in this process (C10). */
+static void deny_memfd(void)
+{
+	struct sock_filter f[] = {
+	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_memfd_create, 0, 1),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof(f) / sizeof(f[0]), .filter = f};
+
+	ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0), 0);
+	ck_assert_int_eq(memfd_create("x", 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+}
+
+/* The permissions of the mapping holding @addr ("" if none). */
+static const char *perm_of(unsigned long addr)
+{
+	static char perm[5];
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long lo, hi;
+
+	perm[0] = 0;
+	while (f && fscanf(f, "%lx-%lx %4s%*[^\n]", &lo, &hi, perm) == 3)
+		if (addr >= lo && addr < hi)
+			break;
+		else
+			perm[0] = 0;
+	if (f)
+		fclose(f);
+	return perm;
+}
+
+/* Without memfd_create(): trampolines still work, W^X, and across fork(). */
+START_TEST(no_memfd_trampolines)
+{
+	struct pki_tslot slot;
+
+	deny_memfd();
+	ck_assert_int_eq(pki_tmem_alloc(F0, &slot), 0);
+	ck_assert_str_eq(perm_of(slot.x), "r-xs");
+	ck_assert_str_eq(perm_of((unsigned long)slot.w), "rw-s");
+	pki_tmem_free(&slot);
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(fx_funcs[0](1, 2, 3, 4, 5, 6), want(0, 1));
+	ck_assert_int_eq(hits_a, 1);
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	child_keeps_its_trampolines();
+}
 END_TEST
 
 int main(void)
@@ -311,6 +379,7 @@ int main(void)
 	tcase_add_test(tc, fork_while_other_thread_in_call);
 	tcase_add_test(tc, fork_inside_own_txn);
 	tcase_add_test(tc, fork_child_keeps_its_trampolines);
+	tcase_add_test(tc, no_memfd_trampolines);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

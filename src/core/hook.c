@@ -1225,7 +1225,8 @@ static void notify_init(void)
  * and a transaction another thread had open never ends.  Our atfork
  * handlers take, before fork(), every lock of the layer in its order:
  * hook_lock (so no call is half done: the registry is consistent), then
- * pend_lock, the grace-period queue's lock (gp.c) and tmem_lock (whose
+ * the site table's refresh lock (sym/sites.c: a refresh is never half done
+ * either), pend_lock, the grace-period queue's lock (gp.c) and tmem_lock (whose
  * handler also snapshots trampoline memory for the child, tmem.c).  Each is
  * held only for one call or less, and a transaction does not hold hook_lock
  * between its calls, so fork() waits at most for one call in flight.  Calls
@@ -1266,6 +1267,7 @@ static void hook_fork_prepare(void)
 		pki_warn("hooks: fork() while a hook call of another thread ran for over %d s: "
 			 "the child's hook calls will fail: %s\n",
 			 FORK_WAIT_S, pki_errstr(ENOTRECOVERABLE));
+	pki_sites_fork_prepare();
 	pthread_mutex_lock(&pend_lock);
 	pki_gp_fork_prepare();
 	pki_tmem_fork_prepare();
@@ -1279,6 +1281,7 @@ static void hook_fork_parent(void)
 	pki_tmem_fork_parent();
 	pki_gp_fork_parent();
 	pthread_mutex_unlock(&pend_lock);
+	pki_sites_fork_parent();
 	if (fork_held)
 		pthread_mutex_unlock(&hook_lock);
 }
@@ -1291,6 +1294,7 @@ static void hook_fork_child(void)
 	pki_tmem_fork_child(); /* first: before anything else runs a trampoline */
 	pki_gp_fork_child();
 	pthread_mutex_unlock(&pend_lock);
+	pki_sites_fork_child();
 	pthread_mutex_init(&hook_lock, NULL); /* held by us, or by a thread that is gone */
 	pthread_cond_init(&txn_cv, NULL);
 	if (!fork_held) {

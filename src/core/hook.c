@@ -1452,6 +1452,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 		errno = EINVAL;
 		return NULL;
 	}
+	pki_hook_atfork_init(); /* its memory must be unshared at fork() too */
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;

@@ -340,8 +340,8 @@ void pki_tmem_fork_parent(void)
  */
 static int chunk_unshare(struct pki_tmem_chunk *c, const unsigned char *copy)
 {
-	void *n =
-	    mmap(NULL, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	void *n = mmap(NULL, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 
 	if (n == MAP_FAILED)
 		return -errno;

@@ -199,8 +199,10 @@ static int slow_armed;
 
 static int slow_poke(struct pki_poke *p, size_t n)
 {
-	if (__atomic_exchange_n(&slow_armed, 0, __ATOMIC_ACQ_REL)) {
-		struct timespec ts = {0, 300 * 1000 * 1000};
+	int armed = __atomic_exchange_n(&slow_armed, 0, __ATOMIC_ACQ_REL);
+
+	if (armed) {
+		struct timespec ts = {armed > 1 ? 3 : 0, armed > 1 ? 0 : 300 * 1000 * 1000};
 
 		set_stage(1);
 		nanosleep(&ts, NULL);
@@ -231,6 +233,39 @@ START_TEST(fork_while_other_thread_in_call)
 		child_works(true);
 	pthread_join(th, NULL);
 	ck_assert_int_eq(wait_child(pid, 15), 0);
+}
+END_TEST
+
+/*
+ * A call in flight that outlasts fork()'s bounded wait (2 s): fork() goes on,
+ * and the child, whose registry may be half changed, refuses every call with
+ * -ENOTRECOVERABLE instead of hanging; the function still runs.
+ */
+START_TEST(fork_while_other_thread_in_long_call)
+{
+	pthread_t th;
+	pid_t pid;
+
+	pki_hook_set_poke(slow_poke);
+	slow_armed = 2;
+	pthread_create(&th, NULL, slow_register, NULL);
+	wait_stage(1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		alarm(10);
+		CHILD_CHECK(pk_ops_register(&ops_a) == -ENOTRECOVERABLE, 50);
+		CHILD_CHECK(pk_txn_begin() == -ENOTRECOVERABLE, 51);
+		CHILD_CHECK(fx_funcs[0](1, 2, 3, 4, 5, 6) == want(0, 1), 52);
+		CHILD_CHECK(fx_funcs[1](1, 2, 3, 4, 5, 6) == want(1, 1), 53);
+		_exit(0);
+	}
+	pthread_join(th, NULL);
+	ck_assert_int_eq(wait_child(pid, 15), 0);
+	/* The parent is unaffected. */
+	ck_assert_int_eq(fx_funcs[1](1, 2, 3, 4, 5, 6), want(1, 1));
+	ck_assert_int_eq(hits_b, 1);
+	ck_assert_int_eq(pk_ops_unregister(&ops_b), 0);
 }
 END_TEST
 
@@ -377,6 +412,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, NULL);
 	tcase_add_test(tc, fork_while_other_thread_holds_txn);
 	tcase_add_test(tc, fork_while_other_thread_in_call);
+	tcase_add_test(tc, fork_while_other_thread_in_long_call);
 	tcase_add_test(tc, fork_inside_own_txn);
 	tcase_add_test(tc, fork_child_keeps_its_trampolines);
 	tcase_add_test(tc, no_memfd_trampolines);

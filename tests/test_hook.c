@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include <probekit/hook.h>
 
@@ -341,6 +342,41 @@ START_TEST(txn_register_unregister_same_ops)
 }
 END_TEST
 
+static int other_done;
+
+static void *register_b(void *unused)
+{
+	(void)unused;
+	ck_assert_int_eq(pk_ops_register(&ops_b), 0);
+	__atomic_store_n(&other_done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * A transaction owns the registry without holding its lock between calls:
+ * another thread's call still waits for its end, then goes through.
+ */
+START_TEST(txn_other_threads_wait)
+{
+	struct timespec ts = {0, 50 * 1000 * 1000};
+	pthread_t th;
+
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	pthread_create(&th, NULL, register_b, NULL);
+	nanosleep(&ts, NULL);
+	ck_assert_int_eq(__atomic_load_n(&other_done, __ATOMIC_ACQUIRE), 0);
+	site_calls(F0, 0); /* and it did not commit our staged state */
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(other_done, 1);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("ab");
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_b), 0);
+}
+END_TEST
+
 static int fail_poke(struct pki_poke *p, size_t n)
 {
 	(void)p, (void)n;
@@ -543,6 +579,7 @@ int main(void)
 	tcase_add_test(tc, direct_and_ops_share);
 	tcase_add_test(tc, txn_is_one_batch);
 	tcase_add_test(tc, txn_register_unregister_same_ops);
+	tcase_add_test(tc, txn_other_threads_wait);
 	tcase_add_test(tc, errors_change_nothing);
 	tcase_add_test(tc, vector_and_varargs_survive);
 	tcase_add_test(tc, novec_flags);

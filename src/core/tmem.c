@@ -56,6 +56,12 @@ struct pki_tmem_chunk {
 	unsigned long x;  /* executable view */
 	unsigned char *w; /* writable alias */
 	unsigned int nfree;
+	/*
+	 * Fork child whose copy of this chunk could not be made: its pages are
+	 * still the parent's, so the child never writes them again (a free
+	 * leaks the slot, no new slot is taken from it).
+	 */
+	bool frozen;
 	uint64_t used[PKI_TMEM_SLOTS / 64];
 };
 
@@ -219,7 +225,8 @@ static unsigned long default_near(void)
 static struct pki_tmem_chunk *__chunk_find(unsigned long near, bool want_free)
 {
 	for (unsigned int i = 0; i < nchunks; i++)
-		if ((!want_free || chunks[i]->nfree) && chunk_reaches(chunks[i]->x, near))
+		if ((!want_free || (chunks[i]->nfree && !chunks[i]->frozen)) &&
+		    chunk_reaches(chunks[i]->x, near))
 			return chunks[i];
 	return NULL;
 }
@@ -261,6 +268,10 @@ void pki_tmem_free(const struct pki_tslot *s)
 	unsigned int slot = (unsigned int)((s->x - c->x) / PKI_TMEM_SLOT);
 
 	pthread_mutex_lock(&tmem_lock);
+	if (c->frozen) { /* shared with the parent: never written from here */
+		pthread_mutex_unlock(&tmem_lock);
+		return;
+	}
 	/* Leave a `ret`-free pattern: int3 traps if anyone ever ran it. */
 	memset(c->w + slot * PKI_TMEM_SLOT, 0xcc, PKI_TMEM_SLOT);
 	c->used[slot / 64] &= ~(1ull << (slot % 64));
@@ -369,6 +380,7 @@ void pki_tmem_fork_child(void)
 		    fork_snap_ok ? fork_snap + (size_t)i * PKI_TMEM_CHUNK : chunks[i]->w;
 		int err = chunk_unshare(chunks[i], copy);
 
+		chunks[i]->frozen = err != 0;
 		if (err)
 			pki_warn("tramp: fork child: trampolines at %#lx still shared with the "
 				 "parent: %s\n",

@@ -423,6 +423,86 @@ START_TEST(fork_child_keeps_trampolines_live)
 }
 END_TEST
 
+static pthread_mutex_t fk_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fk_cv = PTHREAD_COND_INITIALIZER;
+static int fk_stage;
+
+static void fk_set(int st)
+{
+	pthread_mutex_lock(&fk_mu);
+	fk_stage = st;
+	pthread_cond_broadcast(&fk_cv);
+	pthread_mutex_unlock(&fk_mu);
+}
+
+static void fk_wait(int st)
+{
+	pthread_mutex_lock(&fk_mu);
+	while (fk_stage < st)
+		pthread_cond_wait(&fk_cv, &fk_mu);
+	pthread_mutex_unlock(&fk_mu);
+}
+
+static struct seen fk_seen_b;
+static struct pk_ops fk_ops_b = {.func = record, .data = &fk_seen_b};
+
+static void *fk_txn_holder(void *unused)
+{
+	static const char *const glob[] = {"fx_add6_3"};
+
+	(void)unused;
+	fk_ops_b.filter = (struct pk_ops_filter){.globs = glob, .nglobs = 1};
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_register(&fk_ops_b), 0);
+	fk_set(1);
+	fk_wait(2);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	return NULL;
+}
+
+/*
+ * H7 with the real patch layer: another thread holds a transaction open
+ * across fork(); the child's calls finish (patching its own text), its
+ * hook runs, and the other thread's staged ops is not in the child.
+ */
+START_TEST(fork_while_txn_open_live)
+{
+	static const char *const glob[] = {"fx_add6_2"};
+	struct seen sa = {0};
+	struct pk_ops a = {.func = record, .data = &sa, .filter = {.globs = glob, .nglobs = 1}};
+	pthread_t th;
+	int status;
+	pid_t pid;
+
+	/* A first batch, so that the patch layer's fork handlers exist. */
+	ck_assert_int_eq(pk_ops_register(&a), 0);
+	ck_assert_int_eq(pk_ops_unregister(&a), 0);
+	pthread_create(&th, NULL, fk_txn_holder, NULL);
+	fk_wait(1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		alarm(10);
+		if (pk_ops_register(&a))
+			_exit(60);
+		if (fx_funcs[2](1, 2, 3, 4, 5, 6) != want(2, 1) || sa.n != 1)
+			_exit(61);
+		if (fx_funcs[3](1, 2, 3, 4, 5, 6) != want(3, 1) || fk_seen_b.n)
+			_exit(62);
+		if (pk_ops_unregister(&a) || pk_ops_unregister(&fk_ops_b) != -ENOENT)
+			_exit(63);
+		_exit(0);
+	}
+	fk_set(2);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	ck_assert_int_eq(fx_funcs[3](1, 2, 3, 4, 5, 6), want(3, 1));
+	ck_assert_int_eq(fk_seen_b.n, 1);
+	ck_assert_int_eq(pk_ops_unregister(&fk_ops_b), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hook_live");
@@ -435,6 +515,7 @@ int main(void)
 	tcase_add_test(tc, dlopen_follows_globs);
 	tcase_add_test(tc, attach_detach_under_fire);
 	tcase_add_test(tc, fork_child_keeps_trampolines_live);
+	tcase_add_test(tc, fork_while_txn_open_live);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

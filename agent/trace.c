@@ -288,12 +288,39 @@ static void on_fork_child(void)
 		agent_hook.active = false;
 }
 
+/*
+ * A child or exec'd program that cannot be traced says so on stderr (one
+ * line, the cause named), instead of running untraced in silence.
+ */
+static void untraced_note(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n = snprintf(buf, sizeof(buf), "probekit: pid %d not traced: ", (int)getpid());
+
+	va_start(ap, fmt);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	strcat(buf, "\n");
+	if (write(2, buf, strlen(buf)) < 0) {
+		/* nowhere to say it */
+	}
+}
+
 /* Refuse in the program the command started; elsewhere just stay untraced. */
 #define FAIL(initial, ...)                                                                         \
 	do {                                                                                       \
 		if (initial)                                                                       \
 			refuse(__VA_ARGS__);                                                       \
 		goto untraced;                                                                     \
+	} while (0)
+
+/* The same for a failure (not a program with nothing to trace): say it elsewhere too. */
+#define FAIL_SAY(initial, ...)                                                                     \
+	do {                                                                                       \
+		if (!(initial))                                                                    \
+			untraced_note(__VA_ARGS__);                                                \
+		FAIL(initial, __VA_ARGS__);                                                        \
 	} while (0)
 
 bool agent_trace_start(void)
@@ -361,10 +388,11 @@ bool agent_trace_start(void)
 	T.ops.filter.nips = T.nips;
 	err = T.nips ? pk_ops_register(&T.ops) : 0; /* an empty filter would mean all */
 	if (err)
-		FAIL(initial, "cannot hook the %zu functions to trace: %s", T.nips, strerror(-err));
+		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
+			 strerror(-err));
 	err = session_open();
 	if (err)
-		FAIL(initial, "cannot write the trace %s: %s", T.file, strerror(-err));
+		FAIL_SAY(initial, "cannot write the trace %s: %s", T.file, strerror(-err));
 	/* After the recorder's own handler (child handlers run in registration order). */
 	if (pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");

@@ -77,7 +77,7 @@ static const struct pki_site_src fx_src = {fx_lookup, fx_each};
 int fx_poke_batches;
 size_t fx_poke_sites;
 
-static int fx_poke(struct pki_poke *p, size_t n)
+int fx_poke(struct pki_poke *p, size_t n)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 

@@ -22,8 +22,9 @@ long fx_vsum(int n, ...);		   /* sum of n doubles, truncated */
 
 /* Install the fake site source (fx_funcs, fx_mix, fx_vsum) and poke. */
 void fx_install(void);
-extern int fx_poke_batches;  /* batches seen by the fake poke */
-extern size_t fx_poke_sites; /* pokes in the last batch */
+extern int fx_poke_batches;		   /* batches seen by the fake poke */
+int fx_poke(struct pki_poke *p, size_t n); /* the fake poke itself, to wrap */
+extern size_t fx_poke_sites;		   /* pokes in the last batch */
 
 /*
  * Call @fn with callee-saved registers loaded with magic values; returns

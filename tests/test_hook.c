@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include <probekit/hook.h>
 
@@ -262,6 +263,120 @@ START_TEST(txn_is_one_batch)
 }
 END_TEST
 
+/*
+ * H1: register and unregister of the same ops in one transaction, in both
+ * orders, committed or aborted: the net effect and nothing else (ASan sees
+ * any use after free), and the ops reusable afterwards.
+ */
+START_TEST(txn_register_unregister_same_ops)
+{
+	int before = fx_poke_batches;
+
+	/* register + unregister: nothing, at commit and at abort. */
+	for (int commit = 0; commit < 2; commit++) {
+		ck_assert_int_eq(pk_txn_begin(), 0);
+		ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_register(&ops_a), -EBUSY);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), -ENOENT);
+		ck_assert_ptr_null(ops_a.private);
+		ck_assert_int_eq(commit ? pk_txn_commit() : pk_txn_abort(), 0);
+		ck_assert_ptr_null(ops_a.private);
+		site_calls(F0, 0);
+		ck_assert_int_eq(call(0, 1), want(0, 1));
+		log_is("");
+	}
+	ck_assert_int_eq(fx_poke_batches, before);
+	/* ... and the ops works afterwards. */
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("a");
+	/* unregister + register of a registered ops: still registered. */
+	for (int commit = 0; commit < 2; commit++) {
+		ck_assert_int_eq(pk_txn_begin(), 0);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_unregister(&ops_a), -ENOENT);
+		ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+		ck_assert_int_eq(pk_ops_register(&ops_a), -EBUSY);
+		ck_assert_int_eq(commit ? pk_txn_commit() : pk_txn_abort(), 0);
+		ck_assert_ptr_nonnull(ops_a.private);
+		ck_assert_int_eq(call(0, 1), want(0, 1));
+		log_is("a");
+	}
+	/* unregister + register + unregister: unregistered, at commit. */
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_register(&ops_b), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	ck_assert_ptr_null(ops_a.private);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("b");
+	/* The same again with a different filter at the re-register. */
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ops_a.filter.ips = (unsigned long[]){F1};
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("b");
+	nlog = 0;
+	ck_assert_int_eq(call(1, 1), want(1, 1));
+	ck_assert_int_eq(nlog, 1);
+	ck_assert_int_eq(logv[0].who, 'a');
+	ck_assert_uint_eq(logv[0].ip, F1);
+	nlog = 0;
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_b), 0);
+	ck_assert_ptr_null(ops_a.private);
+	site_calls(F0, 0);
+	site_calls(F1, 0);
+	/* Never registered: -ENOENT, in and out of a transaction. */
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), -ENOENT);
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_b), -ENOENT);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	pki_gp_barrier();
+}
+END_TEST
+
+static int other_done;
+
+static void *register_b(void *unused)
+{
+	(void)unused;
+	ck_assert_int_eq(pk_ops_register(&ops_b), 0);
+	__atomic_store_n(&other_done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * A transaction owns the registry without holding its lock between calls:
+ * another thread's call still waits for its end, then goes through.
+ */
+START_TEST(txn_other_threads_wait)
+{
+	struct timespec ts = {0, 50 * 1000 * 1000};
+	pthread_t th;
+
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	pthread_create(&th, NULL, register_b, NULL);
+	nanosleep(&ts, NULL);
+	ck_assert_int_eq(__atomic_load_n(&other_done, __ATOMIC_ACQUIRE), 0);
+	site_calls(F0, 0); /* and it did not commit our staged state */
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(other_done, 1);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("ab");
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+	ck_assert_int_eq(pk_ops_unregister(&ops_b), 0);
+}
+END_TEST
+
 static int fail_poke(struct pki_poke *p, size_t n)
 {
 	(void)p, (void)n;
@@ -463,6 +578,8 @@ int main(void)
 	tcase_add_test(tc, direct_add_mod_del);
 	tcase_add_test(tc, direct_and_ops_share);
 	tcase_add_test(tc, txn_is_one_batch);
+	tcase_add_test(tc, txn_register_unregister_same_ops);
+	tcase_add_test(tc, txn_other_threads_wait);
 	tcase_add_test(tc, errors_change_nothing);
 	tcase_add_test(tc, vector_and_varargs_survive);
 	tcase_add_test(tc, novec_flags);

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <probekit/hook.h>
 #include <probekit/sites.h>
@@ -355,6 +357,154 @@ START_TEST(attach_detach_under_fire)
 }
 END_TEST
 
+static volatile int fork_x, fork_y;
+
+static void fork_hx(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip, (void)regs;
+	fork_x++;
+}
+
+static void fork_hy(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip, (void)regs;
+	fork_y++;
+}
+
+/*
+ * H6 with the real patch layer (text alias, far stubs): after fork() the
+ * parent detaches, frees, and reuses the trampoline memory for another
+ * handler; the child's text still calls what it inherited, and must run
+ * that (near site and far site through its stub), never the parent's new one.
+ */
+START_TEST(fork_child_keeps_trampolines_live)
+{
+	struct pk_tramp *t1 = pk_tramp_new(fork_hx, 0), *t2;
+	struct pk_direct_entry e[2];
+	unsigned long ips[2], old;
+	int go[2], status;
+	char c = 0;
+	pid_t pid;
+
+	ck_assert_ptr_nonnull(t1);
+	old = pk_tramp_addr(t1);
+	e[0] = (struct pk_direct_entry){(unsigned long)fx_funcs[2], old};
+	e[1] = (struct pk_direct_entry){(unsigned long)pkt_lib_mul, old};
+	ips[0] = e[0].ip;
+	ips[1] = e[1].ip;
+	ck_assert_int_eq(pk_direct_add(e, 2), 0);
+	ck_assert_int_eq(fx_funcs[2](1, 2, 3, 4, 5, 6), want(2, 1));
+	ck_assert_int_eq(pkt_lib_mul(6, 7), 42);
+	ck_assert_int_eq(fork_x, 2);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		alarm(10);
+		if (read(go[0], &c, 1) != 1)
+			_exit(40);
+		if (fx_funcs[2](1, 2, 3, 4, 5, 6) != want(2, 1) || pkt_lib_mul(6, 7) != 42)
+			_exit(41);
+		_exit(fork_y ? 42 : fork_x != 4 ? 43 : 0);
+	}
+	ck_assert_int_eq(pk_direct_del(ips, 2), 0);
+	ck_assert_int_eq(pk_tramp_free(t1), 0);
+	pki_gp_barrier();
+	t2 = pk_tramp_new(fork_hy, 0);
+	ck_assert_ptr_nonnull(t2);
+	ck_assert_uint_eq(pk_tramp_addr(t2), old);
+	e[0].addr = e[1].addr = pk_tramp_addr(t2);
+	ck_assert_int_eq(pk_direct_add(e, 2), 0);
+	ck_assert_int_eq(pkt_lib_mul(6, 7), 42);
+	ck_assert_int_eq(fork_y, 1);
+	ck_assert_int_eq(write(go[1], &c, 1), 1);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	ck_assert_int_eq(pk_direct_del(ips, 2), 0);
+	ck_assert_int_eq(pk_tramp_free(t2), 0);
+}
+END_TEST
+
+static pthread_mutex_t fk_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fk_cv = PTHREAD_COND_INITIALIZER;
+static int fk_stage;
+
+static void fk_set(int st)
+{
+	pthread_mutex_lock(&fk_mu);
+	fk_stage = st;
+	pthread_cond_broadcast(&fk_cv);
+	pthread_mutex_unlock(&fk_mu);
+}
+
+static void fk_wait(int st)
+{
+	pthread_mutex_lock(&fk_mu);
+	while (fk_stage < st)
+		pthread_cond_wait(&fk_cv, &fk_mu);
+	pthread_mutex_unlock(&fk_mu);
+}
+
+static struct seen fk_seen_b;
+static struct pk_ops fk_ops_b = {.func = record, .data = &fk_seen_b};
+
+static void *fk_txn_holder(void *unused)
+{
+	static const char *const glob[] = {"fx_add6_3"};
+
+	(void)unused;
+	fk_ops_b.filter = (struct pk_ops_filter){.globs = glob, .nglobs = 1};
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_ops_register(&fk_ops_b), 0);
+	fk_set(1);
+	fk_wait(2);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	return NULL;
+}
+
+/*
+ * H7 with the real patch layer: another thread holds a transaction open
+ * across fork(); the child's calls finish (patching its own text), its
+ * hook runs, and the other thread's staged ops is not in the child.
+ */
+START_TEST(fork_while_txn_open_live)
+{
+	static const char *const glob[] = {"fx_add6_2"};
+	struct seen sa = {0};
+	struct pk_ops a = {.func = record, .data = &sa, .filter = {.globs = glob, .nglobs = 1}};
+	pthread_t th;
+	int status;
+	pid_t pid;
+
+	/* A first batch, so that the patch layer's fork handlers exist. */
+	ck_assert_int_eq(pk_ops_register(&a), 0);
+	ck_assert_int_eq(pk_ops_unregister(&a), 0);
+	pthread_create(&th, NULL, fk_txn_holder, NULL);
+	fk_wait(1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		alarm(10);
+		if (pk_ops_register(&a))
+			_exit(60);
+		if (fx_funcs[2](1, 2, 3, 4, 5, 6) != want(2, 1) || sa.n != 1)
+			_exit(61);
+		if (fx_funcs[3](1, 2, 3, 4, 5, 6) != want(3, 1) || fk_seen_b.n)
+			_exit(62);
+		if (pk_ops_unregister(&a) || pk_ops_unregister(&fk_ops_b) != -ENOENT)
+			_exit(63);
+		_exit(0);
+	}
+	fk_set(2);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %#x", status);
+	ck_assert_int_eq(fx_funcs[3](1, 2, 3, 4, 5, 6), want(3, 1));
+	ck_assert_int_eq(fk_seen_b.n, 1);
+	ck_assert_int_eq(pk_ops_unregister(&fk_ops_b), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hook_live");
@@ -366,6 +516,8 @@ int main(void)
 	tcase_add_test(tc, sled_takes_relay);
 	tcase_add_test(tc, dlopen_follows_globs);
 	tcase_add_test(tc, attach_detach_under_fire);
+	tcase_add_test(tc, fork_child_keeps_trampolines_live);
+	tcase_add_test(tc, fork_while_txn_open_live);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

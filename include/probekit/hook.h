@@ -39,7 +39,18 @@
  * change).  After dlclose, call pk_sites_refresh() before any other hook call: the object's sites
  * are then forgotten (their text is never written again).  A refresh inside a transaction applies
  * when the transaction ends.  Hooking an object while another thread dlcloses it is not supported.
- * After fork() only the calling thread exists and pending reclaims are dropped.
+ *
+ * fork(): the child has only the calling thread, the committed hooks, and its
+ * own private copy of every trampoline (made at fork: the parent freeing or
+ * reusing a trampoline never changes what the child runs, nor the other way
+ * round).  A transaction another thread had open is dropped in the child; the
+ * calling thread's own stays open in parent and child.  Every call, grace
+ * periods and deferred reclaims work in the child.  fork() waits for a hook
+ * call in flight in another thread (not for an open transaction), at most
+ * 2 s; past that, every call in the child fails with -ENOTRECOVERABLE (its
+ * inherited hooks keep working).  vfork()/posix_spawn() children share the
+ * parent's memory until they exec: nothing to do.  A raw clone() without
+ * CLONE_VM skips the atfork handlers: do not hook in such a child.
  */
 #ifndef PROBEKIT_HOOK_H
 #define PROBEKIT_HOOK_H
@@ -117,6 +128,12 @@ struct pk_ops {
  * site), -ENOMEM, -EDEADLK (called from a callback), or an errno of the
  * patch batch (-EILSEQ: a site did not hold the expected bytes; -ECANCELED:
  * patching was latched off earlier).  On error nothing changed.
+ *
+ * Inside a transaction, the calls on one ops stage in order: register then
+ * unregister of the same ops stage nothing (ops->private is NULL again at
+ * once); unregister then register of a registered ops keeps it registered,
+ * with its filter read again; a second register is -EBUSY and a second
+ * unregister -ENOENT, as outside.
  */
 PK_API int pk_ops_register(struct pk_ops *ops);
 
@@ -206,12 +223,16 @@ PK_API unsigned long pk_tramp_addr(const struct pk_tramp *t);
 PK_API int pk_tramp_free(struct pk_tramp *t);
 
 /*
- * Group changes into one patch batch.  The calling thread holds the hook
- * registry until commit or abort (other threads' calls wait).  Calls inside
- * stage their change and return its validation errors; pk_txn_commit()
- * applies all of them (0, or a patch errno with nothing changed: the staged
- * changes are dropped), pk_txn_abort() drops them.  -EBUSY: begin inside a
- * transaction; -EINVAL: commit/abort outside one.
+ * Group changes into one patch batch.  The calling thread owns the hook
+ * registry until commit or abort (other threads' calls, and their
+ * pk_txn_begin(), wait for it; no lock is held between calls, so fork() never
+ * waits for a transaction).  Calls inside stage their change, in order, and
+ * return its validation errors (see pk_ops_register() for the same ops
+ * registered and unregistered in one transaction); pk_txn_commit() applies
+ * all of them (0, or a patch errno with nothing changed: the staged changes
+ * are dropped), pk_txn_abort() drops them.  -EBUSY: begin inside a
+ * transaction; -EINVAL: commit/abort outside one; -EDEADLK from a callback;
+ * -ENOTRECOVERABLE: see fork() above.
  */
 PK_API int pk_txn_begin(void);
 PK_API int pk_txn_commit(void);

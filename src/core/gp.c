@@ -150,8 +150,6 @@ static size_t ntargets, cap_targets;
 static unsigned long gp_round;
 static uint32_t gp_answers; /* futex: bumped by each answer */
 
-static void gp_atfork_init(void);
-
 static struct pki_gp_stats gp_stat; /* atomic counters */
 
 void pki_gp_stats(struct pki_gp_stats *st)
@@ -242,7 +240,7 @@ static void gp_install(void)
 	sigfillset(&sa.sa_mask);
 	if (sigaction(PKI_GP_SIGNAL, &sa, NULL))
 		pki_warn("hooks: sigaction(%d): %s\n", PKI_GP_SIGNAL, pki_errstr(errno));
-	gp_atfork_init();
+	pki_hook_atfork_init(); /* our fork handling is called from the registry's */
 }
 
 static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
@@ -438,6 +436,7 @@ static pthread_cond_t defer_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
 static struct gp_cb *queue;
 static unsigned long queued, done; /* callbacks ever queued / run */
+static unsigned long taken;	   /* queued before the worker's current batch */
 static unsigned long waiting;	   /* pki_gp_barrier callers waiting: no batching delay */
 static bool worker_up;
 
@@ -476,7 +475,7 @@ static void *defer_worker(void *unused)
 		}
 		list = queue;
 		queue = NULL;
-		n = queued;
+		n = taken = queued;
 		pthread_mutex_unlock(&defer_lock);
 		/* One grace period for the whole batch, queued before it began. */
 		pki_gp_synchronize();
@@ -521,33 +520,64 @@ static int __start_worker(void)
 }
 
 /*
- * fork(): no grace period or queue operation may be half done in the child
- * (it has only the forking thread), so both locks are taken around it; the
- * child has no worker and forgets what was queued (the memory stays).
+ * fork(), called from the registry's atfork handlers (hook.c, which orders
+ * them after its own lock).  In the child only the forking thread exists:
+ *  - a grace period another thread (the worker) was running dies with it.
+ *    Its state is reset, not finished: gp_lock is made anew, the target list
+ *    emptied (the arrays stay: the forking thread may still owe an answer to
+ *    an old round, whose compare-and-swap then fails harmlessly).  The next
+ *    pki_gp_synchronize() lists the child's own threads.  gp_lock is not
+ *    taken before fork(): a grace period may wait long (a thread that blocks
+ *    our signal), and fork() must not wait for it.
+ *  - the queue is consistent (defer_lock is held across fork(), and nobody
+ *    holds it for long); its callbacks still run in the child, after a grace
+ *    period of the child, by a worker started again on demand (pki_gp_defer,
+ *    pki_gp_barrier).  The batch the parent's worker had taken off the
+ *    queue is lost with the worker: those objects leak in the child (never
+ *    reused, so never unsafe), and count as done for pki_gp_barrier().
  */
-static void gp_prepare(void)
+void pki_gp_fork_prepare(void)
 {
-	pthread_mutex_lock(&gp_lock);
 	pthread_mutex_lock(&defer_lock);
 }
 
-static void gp_parent(void)
+void pki_gp_fork_parent(void)
 {
 	pthread_mutex_unlock(&defer_lock);
-	pthread_mutex_unlock(&gp_lock);
 }
 
-static void gp_child(void)
+void pki_gp_fork_child(void)
 {
-	queue = NULL;
-	done = queued;
+	pthread_mutex_init(&gp_lock, NULL);
+	ntargets = 0;
+	done = taken;
+	waiting = 0;
 	worker_up = false;
-	gp_parent();
+	pthread_cond_init(&defer_cv, NULL);
+	pthread_cond_init(&done_cv, NULL);
+	pthread_mutex_unlock(&defer_lock);
 }
 
-static void gp_atfork_init(void)
+/* Run what is queued now, here (no worker could be started).  defer_lock held. */
+static void __run_queue_here(void)
 {
-	pthread_atfork(gp_prepare, gp_parent, gp_child);
+	struct gp_cb *list = queue;
+	unsigned long n = taken = queued;
+
+	queue = NULL;
+	pthread_mutex_unlock(&defer_lock);
+	pki_gp_synchronize();
+	while (list) {
+		struct gp_cb *next = list->next;
+
+		list->fn(list->arg);
+		free(list);
+		list = next;
+	}
+	pthread_mutex_lock(&defer_lock);
+	if (done < n)
+		done = n;
+	pthread_cond_broadcast(&done_cv);
 }
 
 void pki_gp_defer(void (*fn)(void *), void *arg)
@@ -582,6 +612,8 @@ void pki_gp_barrier(void)
 
 	pthread_mutex_lock(&defer_lock);
 	want = queued;
+	if (done < want && !worker_up && __start_worker())
+		__run_queue_here(); /* e.g. a fork child's queue, no thread to be had */
 	if (done < want) {
 		waiting++;
 		pthread_cond_signal(&defer_cv); /* end the worker's batching delay */

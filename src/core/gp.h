@@ -59,6 +59,18 @@ void pki_gp_barrier(void);
 unsigned long pki_gp_exit_slow(unsigned long site, int direct, unsigned long r11);
 
 /*
+ * fork() support, called by the registry's atfork handlers in this order
+ * relative to its own locks (see gp.c): the child keeps its queued frees and
+ * can run grace periods again.
+ */
+void pki_gp_fork_prepare(void);
+void pki_gp_fork_parent(void);
+void pki_gp_fork_child(void);
+
+/* Supplied by the registry: registers its fork handlers (once). */
+void pki_hook_atfork_init(void);
+
+/*
  * Supplied by the registry, called from the signal handler of a thread
  * found at a window (async-signal-safe, lock-free): where the site @ip calls
  * now (0: nowhere), and its direct address now (0: none).

@@ -11,8 +11,13 @@
  *   >=2  any     the list dispatcher of a chunk near the site, which runs
  *   >=1  yes     the ops and then continues into addr (hash lookup)
  *
- * Writers.  hook_lock serialises everything below; a transaction holds it
- * from pk_txn_begin() to commit/abort.  Every public call stages its change
+ * Writers.  hook_lock serialises everything below, held for the length of
+ * one public call.  A transaction is an ownership of the registry, not of
+ * the lock: pk_txn_begin() marks it open and owned by the calling thread
+ * (txn_open, txn_mine), other threads' calls wait on txn_cv until its
+ * commit or abort; between calls the owner holds no lock.  So fork() only
+ * waits for a call in flight, never for an open transaction (see "fork"
+ * below).  Every public call stages its change
  * on the sites (keeping an undo copy of each site it touches first: the
  * "dirty" list), and the commit computes the targets, builds and publishes a
  * new runtime table, then hands all pokes to the patch layer in ONE batch.
@@ -32,6 +37,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <probekit/hook.h>
 #include <probekit/sites.h>
@@ -77,6 +83,13 @@ struct ops_priv {
 	bool registered; /* committed state */
 	bool staged;	 /* staged state */
 	bool follows;	 /* filter by globs or empty: takes sites of objects loaded later */
+	/*
+	 * Unregister + register of a registered ops in one transaction: the
+	 * new registration gets its own ops_priv (ops->private), and @prev is
+	 * the committed one, staged for removal.  Abort gives ops->private
+	 * back to @prev; commit frees @prev after the grace period.
+	 */
+	struct ops_priv *prev;
 };
 
 struct ops_change {
@@ -100,8 +113,10 @@ static struct {
 	struct ops_change *v;
 	size_t n, cap;
 } changes;
+static pthread_cond_t txn_cv = PTHREAD_COND_INITIALIZER; /* txn_open went false */
 static bool txn_open;
 static __thread bool txn_mine;
+static bool hook_broken; /* fork child of a parent whose call in flight never ended */
 /* Every ops_priv alive (registered, staged, or being unregistered). */
 static struct {
 	struct ops_priv **v;
@@ -110,6 +125,7 @@ static struct {
 static bool rt_stale; /* sites were forgotten: the next commit rebuilds the table */
 
 static void hook_unlock(void);
+static void atfork_after_batch(void);
 
 /* How long an unregister waits for its grace period (0: for ever); see hook_int.h. */
 static long unreg_timeout_ns;
@@ -434,12 +450,10 @@ unsigned long pki_hook_site_target(unsigned long ip)
 	struct site *s;
 	unsigned long t;
 
-	if (!txn_mine)
-		pthread_mutex_lock(&hook_lock);
+	pthread_mutex_lock(&hook_lock);
 	s = __site_find(ip);
 	t = s ? s->target : 0;
-	if (!txn_mine)
-		hook_unlock();
+	hook_unlock();
 	return t;
 }
 
@@ -542,6 +556,10 @@ static int __site_decide(struct site *s)
 
 /* ---- ops_priv lifetime ---- */
 
+/*
+ * Forget @p: out of all_ops, and ops->private back to the committed record
+ * it replaced in this transaction, if any (see ops_priv.prev).
+ */
 static void __ops_priv_free(struct ops_priv *p)
 {
 	for (size_t i = 0; i < all_ops.n; i++)
@@ -549,7 +567,11 @@ static void __ops_priv_free(struct ops_priv *p)
 			all_ops.v[i] = all_ops.v[--all_ops.n];
 			break;
 		}
-	p->ops->private = NULL;
+	if (p->ops->private == p)
+		p->ops->private = p->prev;
+	for (size_t i = 0; i < all_ops.n; i++)
+		if (all_ops.v[i]->prev == p)
+			all_ops.v[i]->prev = NULL;
 	free(p->tramps);
 	free(p->ips);
 	free(p);
@@ -564,16 +586,25 @@ static pthread_once_t notify_once;
 /* Loaded/unloaded objects queued (written under pend_lock; read as a hint). */
 static bool pend_any;
 
+/*
+ * Take hook_lock for one call, once no other thread's transaction is open.
+ * Loaded/unloaded objects queued meanwhile are applied first, outside any
+ * transaction (inside one: at its end).
+ */
 static int hook_enter(void)
 {
 	if (pki_tramp_in_hook())
 		return -EDEADLK;
 	pthread_once(&notify_once, notify_init);
-	if (txn_mine)
-		return 0;
 	pthread_mutex_lock(&hook_lock);
-	if (__atomic_load_n(&pend_any, __ATOMIC_RELAXED)) /* before anything uses the sites */
-		__apply_pending();
+	while (txn_open && !txn_mine)
+		pthread_cond_wait(&txn_cv, &hook_lock);
+	if (hook_broken) {
+		pthread_mutex_unlock(&hook_lock);
+		return -ENOTRECOVERABLE;
+	}
+	if (!txn_open && __atomic_load_n(&pend_any, __ATOMIC_RELAXED))
+		__apply_pending(); /* before anything uses the sites */
 	return 0;
 }
 
@@ -588,11 +619,17 @@ static void __txn_undo(void)
 		s->dirty = false;
 	}
 	dirty.n = 0;
+	/*
+	 * Each ops_priv is in `changes` at most once (see __ops_unregister),
+	 * so each is freed at most once.  Newest first: a registration made
+	 * after an unregister of the same ops gives ops->private back to the
+	 * committed record before that record is restored.
+	 */
 	for (size_t i = changes.n; i-- > 0;) {
 		struct ops_priv *p = changes.v[i].p;
 
 		p->staged = p->registered;
-		if (!p->registered && p->ops->private == p) {
+		if (!p->registered) {
 			/* A failed batch may have run them (mid-batch emulation). */
 			for (size_t j = 0; j < p->ntramps; j++)
 				slot_retire(&p->tramps[j]);
@@ -665,6 +702,7 @@ static int __txn_commit(void)
 	rt_stale = false;
 	if (np) {
 		err = poke_fn(pokes, np);
+		atfork_after_batch(); /* after the patch layer's handlers: see fork */
 		if (err) {
 			pki_warn("hooks: batch of %zu sites: %s\n", np, pki_errstr(err));
 			__atomic_store_n(&rt_cur, old, __ATOMIC_RELEASE);
@@ -705,7 +743,7 @@ static int __txn_commit(void)
 		for (size_t i = 0; i < changes.n; i++) {
 			struct ops_priv *p = changes.v[i].p;
 
-			if (p->registered || p->ops->private != p)
+			if (p->registered)
 				continue;
 			for (size_t j = 0; j < p->ntramps; j++)
 				if (gp_err)
@@ -737,38 +775,49 @@ undo:
 /* End a public call: commit it unless inside a transaction. */
 static int hook_leave(int err)
 {
-	if (txn_mine)
-		return err;
-	if (!err)
-		err = __txn_commit();
-	else
-		__txn_undo();
+	if (!txn_mine) {
+		if (!err)
+			err = __txn_commit();
+		else
+			__txn_undo();
+	}
 	hook_unlock();
 	return err;
 }
 
 int pk_txn_begin(void)
 {
-	if (pki_tramp_in_hook())
-		return -EDEADLK;
+	int err;
+
 	if (txn_mine)
-		return -EBUSY;
-	pthread_once(&notify_once, notify_init);
-	pthread_mutex_lock(&hook_lock);
-	if (__atomic_load_n(&pend_any, __ATOMIC_RELAXED))
-		__apply_pending();
+		return pki_tramp_in_hook() ? -EDEADLK : -EBUSY;
+	err = hook_enter();
+	if (err)
+		return err;
 	txn_open = txn_mine = true;
+	hook_unlock();
 	return 0;
+}
+
+/* End this thread's transaction (hook_lock held): let the others in. */
+static void __txn_end(void)
+{
+	txn_open = txn_mine = false;
+	pthread_cond_broadcast(&txn_cv);
 }
 
 int pk_txn_commit(void)
 {
-	int err;
+	int err = -ENOTRECOVERABLE;
 
 	if (!txn_mine)
 		return -EINVAL;
-	err = __txn_commit();
-	txn_open = txn_mine = false;
+	if (pki_tramp_in_hook())
+		return -EDEADLK;
+	pthread_mutex_lock(&hook_lock);
+	if (!hook_broken)
+		err = __txn_commit();
+	__txn_end();
 	hook_unlock();
 	return err;
 }
@@ -777,8 +826,12 @@ int pk_txn_abort(void)
 {
 	if (!txn_mine)
 		return -EINVAL;
-	__txn_undo();
-	txn_open = txn_mine = false;
+	if (pki_tramp_in_hook())
+		return -EDEADLK;
+	pthread_mutex_lock(&hook_lock);
+	if (!hook_broken)
+		__txn_undo();
+	__txn_end();
 	hook_unlock();
 	return 0;
 }
@@ -850,13 +903,15 @@ static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
 static int __ops_register(struct pk_ops *ops)
 {
 	struct collect c = {0};
-	struct ops_priv *p;
+	struct ops_priv *p, *prev;
 	struct site **ss;
 	int err;
 
 	if (!ops || !ops->func || (ops->flags & ~PK_OPS_F_NOVEC))
 		return -EINVAL;
-	if (ops->private)
+	/* Registered, unless its unregister is staged in this transaction. */
+	prev = ops->private;
+	if (prev && (prev->staged || !prev->registered))
 		return -EBUSY;
 	err = resolve_filter(&ops->filter, &c);
 	if (err)
@@ -886,7 +941,8 @@ static int __ops_register(struct pk_ops *ops)
 			       .ips = c.ips,
 			       .nips = c.n,
 			       .staged = true,
-			       .follows = !ops->filter.nips || ops->filter.nglobs};
+			       .follows = !ops->filter.nips || ops->filter.nglobs,
+			       .prev = prev};
 	ops->private = p;
 	all_ops.v[all_ops.n++] = p;
 	for (size_t i = 0; i < c.n; i++)
@@ -919,7 +975,7 @@ static int __ops_unregister(struct pk_ops *ops)
 
 	if (!p || !p->staged)
 		return -ENOENT;
-	err = GROW(changes, changes.n + 1);
+	err = p->registered ? GROW(changes, changes.n + 1) : 0;
 	for (size_t i = 0; i < p->nips && !err; i++)
 		err = __site_prepare(__site_find(p->ips[i]), 0);
 	if (err)
@@ -935,7 +991,23 @@ static int __ops_unregister(struct pk_ops *ops)
 			}
 	}
 	p->staged = false;
-	changes.v[changes.n++] = (struct ops_change){p, false};
+	if (p->registered) {
+		changes.v[changes.n++] = (struct ops_change){p, false};
+		return 0;
+	}
+	/*
+	 * Registered in this same transaction: drop its change and the record
+	 * now (it has no trampoline yet: those are made at commit), so the net
+	 * effect is nothing, and ops->private is what it was at begin.
+	 */
+	for (size_t i = 0; i < changes.n; i++)
+		if (changes.v[i].p == p) {
+			memmove(&changes.v[i], &changes.v[i + 1],
+				(changes.n - i - 1) * sizeof(changes.v[0]));
+			changes.n--;
+			break;
+		}
+	__ops_priv_free(p);
 	return 0;
 }
 
@@ -1128,10 +1200,9 @@ static void sites_changed(const struct pki_sym_object *obj, bool added)
 	}
 	__atomic_store_n(&pend_any, true, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&pend_lock);
-	if (txn_mine) /* our own transaction: applied when it ends */
-		return;
 	if (!pthread_mutex_trylock(&hook_lock)) {
-		__apply_pending();
+		if (!txn_open && !hook_broken) /* else: applied when the transaction ends */
+			__apply_pending();
 		hook_unlock();
 	}
 }
@@ -1146,6 +1217,10 @@ static void hook_unlock(void)
 		pthread_mutex_unlock(&pend_lock);
 		if (!any || pthread_mutex_trylock(&hook_lock))
 			return;
+		if (txn_open || hook_broken) { /* applied when the transaction ends */
+			pthread_mutex_unlock(&hook_lock);
+			return;
+		}
 		__apply_pending();
 	}
 }
@@ -1155,6 +1230,117 @@ static pthread_once_t notify_once = PTHREAD_ONCE_INIT;
 static void notify_init(void)
 {
 	pki_sites_set_notify(sites_changed);
+	pki_hook_atfork_init();
+}
+
+/* ---- fork ---- */
+
+/*
+ * fork() while other threads use the registry.  In the child only the
+ * forking thread exists, so a lock another thread held stays held forever,
+ * and a transaction another thread had open never ends.  Our atfork
+ * handlers take, before fork(), every lock of the layer in its order:
+ * hook_lock (so no call is half done: the registry is consistent), then
+ * the site table's refresh lock (sym/sites.c: a refresh is never half done
+ * either), pend_lock, the grace-period queue's lock (gp.c) and tmem_lock (whose
+ * handler also snapshots trampoline memory for the child, tmem.c).  Each is
+ * held only for one call or less, and a transaction does not hold hook_lock
+ * between its calls, so fork() waits at most for one call in flight.  Calls
+ * can still be long (a grace period waits for a thread that blocks our
+ * signal; a patch batch waits up to its own timeout), so the wait for
+ * hook_lock is bounded (FORK_WAIT_S): past it fork() goes on without it, and
+ * the child refuses every call with -ENOTRECOVERABLE (its registry may be
+ * half changed; the hooks it inherited keep working).  In the child:
+ *  - a transaction open in another thread is dropped: the child's registry
+ *    is the committed state (the staged state was consistent: no call in
+ *    flight).  The forking thread's own transaction stays open, its own.
+ *  - the locks and condition variables are made anew (their waiters are gone).
+ *
+ * Order against the patch layer: its atfork handlers (poke.c) hold the patch
+ * lock across fork(), and a call holding hook_lock may be about to take it.
+ * Prepare handlers run in reverse order of registration, so ours must be
+ * registered after the patch layer's, or the forking thread would hold the
+ * patch lock while waiting for hook_lock.  The patch layer registers at its
+ * first batch: we register once at first use (for forks before any batch)
+ * and once more after the first batch; fork_depth makes the second set of
+ * calls a no-op (glibc serialises fork()s, handlers included).
+ */
+#define FORK_WAIT_S 2
+
+static unsigned int fork_depth; /* prepare calls in this fork() */
+static bool fork_held;		/* prepare got hook_lock */
+
+static void hook_fork_prepare(void)
+{
+	struct timespec until;
+
+	if (fork_depth++)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += FORK_WAIT_S;
+	fork_held = !pthread_mutex_clocklock(&hook_lock, CLOCK_MONOTONIC, &until);
+	if (!fork_held)
+		pki_warn("hooks: fork() while a hook call of another thread ran for over %d s: "
+			 "the child's hook calls will fail: %s\n",
+			 FORK_WAIT_S, pki_errstr(ENOTRECOVERABLE));
+	pki_sites_fork_prepare();
+	pthread_mutex_lock(&pend_lock);
+	pki_gp_fork_prepare();
+	pki_tmem_fork_prepare();
+}
+
+static void hook_fork_parent(void)
+{
+	if (!fork_depth)
+		return;
+	fork_depth = 0;
+	pki_tmem_fork_parent();
+	pki_gp_fork_parent();
+	pthread_mutex_unlock(&pend_lock);
+	pki_sites_fork_parent();
+	if (fork_held)
+		pthread_mutex_unlock(&hook_lock);
+}
+
+static void hook_fork_child(void)
+{
+	if (!fork_depth)
+		return;
+	fork_depth = 0;
+	pki_tmem_fork_child(); /* first: before anything else runs a trampoline */
+	pki_gp_fork_child();
+	pthread_mutex_unlock(&pend_lock);
+	pki_sites_fork_child();
+	pthread_mutex_init(&hook_lock, NULL); /* held by us, or by a thread that is gone */
+	pthread_cond_init(&txn_cv, NULL);
+	if (!fork_held) {
+		hook_broken = true;
+		return;
+	}
+	if (txn_open && !txn_mine) {
+		__txn_undo();
+		txn_open = false;
+	}
+}
+
+static void atfork_register(void)
+{
+	int err = pthread_atfork(hook_fork_prepare, hook_fork_parent, hook_fork_child);
+
+	if (err)
+		pki_warn("hooks: cannot register fork handlers: %s\n", pki_errstr(err));
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT, atfork_again = PTHREAD_ONCE_INIT;
+
+void pki_hook_atfork_init(void)
+{
+	pthread_once(&atfork_once, atfork_register);
+}
+
+static void atfork_after_batch(void)
+{
+	pthread_once(&atfork_again, atfork_register);
 }
 
 /* ---- direct ---- */
@@ -1282,6 +1468,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 		errno = EINVAL;
 		return NULL;
 	}
+	pki_hook_atfork_init(); /* its memory must be unshared at fork() too */
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;
@@ -1324,8 +1511,7 @@ int pk_tramp_free(struct pk_tramp *t)
 		if (s && (s->direct == t->slot.x || (s->dirty && s->saved_direct == t->slot.x)))
 			err = -EBUSY;
 	}
-	if (!txn_mine)
-		hook_unlock();
+	hook_unlock();
 	if (err)
 		return err;
 	slot_retire(&t->slot);

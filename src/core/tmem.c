@@ -6,6 +6,34 @@
  * Both live as long as the process.  The chunk table is append-only and published with a
  * release store of its length, so pki_tmem_contains() can run in a signal
  * handler.
+ *
+ * Backing.  Each chunk's two views share their pages: a memfd mapped twice,
+ * or, where memfd_create() is refused (a seccomp filter, ENOSYS), shared
+ * anonymous memory whose second view is made with mremap(old_size 0), which
+ * duplicates a shared mapping.  Either way W^X holds: the r-x view is never
+ * writable, the rw view never executable.
+ *
+ * fork().  Shared pages stay shared with a fork child: a slot the parent frees
+ * and reuses would change under the child's text, which still calls it (and
+ * the other way round).  So the child gets private pages at the same
+ * addresses (pki_tmem_fork_child()), filled from a snapshot that
+ * pki_tmem_fork_prepare() took under tmem_lock just before fork(): every
+ * write to chunk memory (emit, free, a new chunk) is made under tmem_lock,
+ * so the snapshot holds each slot either before or after a write, never in
+ * between, and nothing is written between the snapshot and fork().  The
+ * snapshot lives in private memory, which fork() copies; the parent pays a
+ * memcpy of its chunks per fork(), the child a few system calls per chunk.
+ * Why replacing the child's views is safe: in the child only the forking
+ * thread exists, and it is running the atfork handler, not trampoline code
+ * (if fork() was called from a hook callback, its stack holds return
+ * addresses into a trampoline, and the new pages hold the same bytes there).
+ * The residual window: child atfork handlers registered before ours, and
+ * code run between fork() and them, that call hooked functions use the
+ * shared pages; the parent can change those only after a grace period of
+ * its own, which takes far longer than the child's way to our handler.
+ * vfork() and posix_spawn() run no atfork handlers, and need none: their
+ * child shares the whole address space with the parent until it execs (or
+ * exits), so there is one set of trampolines and no copy to diverge.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +44,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010u
+#endif
+
 #include "core/gp.h"
 #include "core/log.h"
 #include "core/tmem.h"
@@ -24,6 +56,12 @@ struct pki_tmem_chunk {
 	unsigned long x;  /* executable view */
 	unsigned char *w; /* writable alias */
 	unsigned int nfree;
+	/*
+	 * Fork child whose copy of this chunk could not be made: its pages are
+	 * still the parent's, so the child never writes them again (a free
+	 * leaks the slot, no new slot is taken from it).
+	 */
+	bool frozen;
 	uint64_t used[PKI_TMEM_SLOTS / 64];
 };
 
@@ -33,6 +71,10 @@ static struct pki_tmem_chunk *chunks[PKI_TMEM_MAX_CHUNKS];
 static unsigned long chunk_base[PKI_TMEM_MAX_CHUNKS]; /* read lock-free */
 static unsigned int nchunks;			      /* published: release store after the entry */
 static unsigned long list_func;
+static int memfd_err;		 /* memfd_create() refused once: shared anonymous from then on */
+static unsigned char *fork_snap; /* snapshot of every chunk, for a fork child (private memory) */
+static size_t fork_snap_len;
+static bool fork_snap_ok;
 
 void pki_tmem_set_list_func(unsigned long fn)
 {
@@ -62,10 +104,12 @@ bool pki_tmem_contains(unsigned long ip)
 	return false;
 }
 
+/* @fd < 0: shared anonymous memory. */
 static int map_at(unsigned long hint, int fd, unsigned long *x)
 {
 	void *p = mmap((void *)hint, PKI_TMEM_CHUNK, PROT_READ | PROT_EXEC,
-		       MAP_SHARED | (hint ? MAP_FIXED_NOREPLACE : 0), fd, 0);
+		       MAP_SHARED | (fd < 0 ? MAP_ANONYMOUS : 0) | (hint ? MAP_FIXED_NOREPLACE : 0),
+		       fd, 0);
 
 	if (p == MAP_FAILED)
 		return -errno;
@@ -93,12 +137,19 @@ static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	fd = memfd_create("probekit-tramp", MFD_CLOEXEC);
-	if (fd < 0) {
-		err = -errno;
-		goto free_chunk;
+	fd = -1;
+	if (!memfd_err) {
+		fd = memfd_create("probekit-tramp", MFD_CLOEXEC | MFD_EXEC);
+		if (fd < 0 && errno == EINVAL) /* kernel before 6.3 */
+			fd = memfd_create("probekit-tramp", MFD_CLOEXEC);
+		if (fd < 0) {
+			memfd_err = errno;
+			pki_debug("tramp: memfd_create: %s: trampolines in shared anonymous "
+				  "memory\n",
+				  pki_errstr(memfd_err));
+		}
 	}
-	if (ftruncate(fd, PKI_TMEM_CHUNK)) {
+	if (fd >= 0 && ftruncate(fd, PKI_TMEM_CHUNK)) {
 		err = -errno;
 		goto close_fd;
 	}
@@ -112,12 +163,29 @@ static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
 	}
 	if (!x)
 		goto close_fd;
-	c->w = mmap(NULL, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (fd >= 0) {
+		c->w = mmap(NULL, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	} else {
+		/* The same pages once more (old_size 0), then made rw, not x. */
+		c->w = mremap((void *)x, 0, PKI_TMEM_CHUNK, MREMAP_MAYMOVE);
+		if (c->w != MAP_FAILED && mprotect(c->w, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE)) {
+			int e = errno;
+
+			munmap(c->w, PKI_TMEM_CHUNK);
+			c->w = MAP_FAILED;
+			errno = e;
+		}
+	}
 	if (c->w == MAP_FAILED) {
 		err = -errno;
+		if (fd < 0)
+			pki_warn("tramp: no trampoline memory: memfd_create: %s; shared "
+				 "anonymous alias: %s\n",
+				 pki_errstr(memfd_err), pki_errstr(-err));
 		goto unmap_x;
 	}
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	c->x = x;
 	c->nfree = PKI_TMEM_SLOTS - 3;
 	c->used[0] = 7; /* slot 0: the list dispatcher, slots 1-2: slow exits */
@@ -140,8 +208,8 @@ unmap_w:
 unmap_x:
 	munmap((void *)x, PKI_TMEM_CHUNK);
 close_fd:
-	close(fd);
-free_chunk:
+	if (fd >= 0)
+		close(fd);
 	free(c);
 	if (err == -ERANGE)
 		pki_warn("tramp: no memory within rel32 reach of %#lx: %s\n", near,
@@ -157,7 +225,8 @@ static unsigned long default_near(void)
 static struct pki_tmem_chunk *__chunk_find(unsigned long near, bool want_free)
 {
 	for (unsigned int i = 0; i < nchunks; i++)
-		if ((!want_free || chunks[i]->nfree) && chunk_reaches(chunks[i]->x, near))
+		if ((!want_free || (chunks[i]->nfree && !chunks[i]->frozen)) &&
+		    chunk_reaches(chunks[i]->x, near))
 			return chunks[i];
 	return NULL;
 }
@@ -199,6 +268,10 @@ void pki_tmem_free(const struct pki_tslot *s)
 	unsigned int slot = (unsigned int)((s->x - c->x) / PKI_TMEM_SLOT);
 
 	pthread_mutex_lock(&tmem_lock);
+	if (c->frozen) { /* shared with the parent: never written from here */
+		pthread_mutex_unlock(&tmem_lock);
+		return;
+	}
 	/* Leave a `ret`-free pattern: int3 traps if anyone ever ran it. */
 	memset(c->w + slot * PKI_TMEM_SLOT, 0xcc, PKI_TMEM_SLOT);
 	c->used[slot / 64] &= ~(1ull << (slot % 64));
@@ -206,10 +279,16 @@ void pki_tmem_free(const struct pki_tslot *s)
 	pthread_mutex_unlock(&tmem_lock);
 }
 
+/* Under tmem_lock, like every write to chunk memory (see fork() above). */
 int pki_tmem_emit(enum pki_tramp_kind kind, const struct pki_tslot *s, const unsigned long *data,
 		  size_t ndata)
 {
-	return pki_tramp_emit(kind, s->w, data, ndata, s->chunk->x + PKI_TMEM_SLOT);
+	int err;
+
+	pthread_mutex_lock(&tmem_lock);
+	err = pki_tramp_emit(kind, s->w, data, ndata, s->chunk->x + PKI_TMEM_SLOT);
+	pthread_mutex_unlock(&tmem_lock);
+	return err;
 }
 
 unsigned long pki_tmem_list(const struct pki_tslot *s)
@@ -230,4 +309,82 @@ int pki_tmem_list_near(unsigned long ip, unsigned long *list)
 		*list = c->x;
 	pthread_mutex_unlock(&tmem_lock);
 	return err;
+}
+
+/* ---- fork() (see the file comment) ---- */
+
+void pki_tmem_fork_prepare(void)
+{
+	size_t len;
+
+	pthread_mutex_lock(&tmem_lock);
+	len = (size_t)nchunks * PKI_TMEM_CHUNK;
+	fork_snap_ok = false;
+	if (!len)
+		return;
+	if (len > fork_snap_len) {
+		void *p =
+		    mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			return; /* the child copies from the shared view: see below */
+		if (fork_snap)
+			munmap(fork_snap, fork_snap_len);
+		fork_snap = p;
+		fork_snap_len = len;
+	}
+	for (unsigned int i = 0; i < nchunks; i++)
+		memcpy(fork_snap + (size_t)i * PKI_TMEM_CHUNK, chunks[i]->w, PKI_TMEM_CHUNK);
+	fork_snap_ok = true;
+}
+
+void pki_tmem_fork_parent(void)
+{
+	pthread_mutex_unlock(&tmem_lock);
+}
+
+/*
+ * Give chunk @c private pages holding @copy, at the same two addresses:
+ * fresh shared anonymous pages (no descriptor needed) filled and made r-x,
+ * moved over the executable view, then duplicated over the writable one.
+ * Single-threaded child: nothing executes or writes the chunk meanwhile.
+ */
+static int chunk_unshare(struct pki_tmem_chunk *c, const unsigned char *copy)
+{
+	void *n = mmap(NULL, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+	if (n == MAP_FAILED)
+		return -errno;
+	memcpy(n, copy, PKI_TMEM_CHUNK);
+	if (mprotect(n, PKI_TMEM_CHUNK, PROT_READ | PROT_EXEC) ||
+	    mremap(n, PKI_TMEM_CHUNK, PKI_TMEM_CHUNK, MREMAP_MAYMOVE | MREMAP_FIXED,
+		   (void *)c->x) == MAP_FAILED) {
+		int err = -errno;
+
+		munmap(n, PKI_TMEM_CHUNK);
+		return err;
+	}
+	if (mremap((void *)c->x, 0, PKI_TMEM_CHUNK, MREMAP_MAYMOVE | MREMAP_FIXED, c->w) ==
+		MAP_FAILED ||
+	    mprotect(c->w, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE))
+		return -errno;
+	return 0;
+}
+
+void pki_tmem_fork_child(void)
+{
+	for (unsigned int i = 0; i < nchunks; i++) {
+		/* No snapshot memory: from the shared view, at once (best effort). */
+		const unsigned char *copy =
+		    fork_snap_ok ? fork_snap + (size_t)i * PKI_TMEM_CHUNK : chunks[i]->w;
+		int err = chunk_unshare(chunks[i], copy);
+
+		chunks[i]->frozen = err != 0;
+		if (err)
+			pki_warn("tramp: fork child: trampolines at %#lx still shared with the "
+				 "parent: %s\n",
+				 chunks[i]->x, pki_errstr(err));
+	}
+	pthread_mutex_unlock(&tmem_lock);
 }

@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Trampoline memory: fixed-size slots in 64 KiB chunks, each chunk mapped
- * twice from one memfd: an r-x view near the sites (rel32 reach) that is
- * never writable, and a private rw alias through which code is written
- * (W^X).  Chunks are never unmapped (a thread may sit in a window of a freed
- * slot until the next grace period moves it on, see src/core/gp.c); slots are
- * reused only after a grace period, by whoever frees them.
+ * twice from one memfd (or shared anonymous memory): an r-x view near the sites (rel32 reach) that
+ * is never writable, and a private rw alias through which code is written (W^X).  Chunks are never
+ * unmapped (a thread may sit in a window of a freed slot until the next grace period moves it on,
+ * see src/core/gp.c); slots are reused only after a grace period, by whoever frees them.
  */
 #ifndef PK_CORE_TMEM_H
 #define PK_CORE_TMEM_H
@@ -53,6 +52,15 @@ bool pki_tmem_contains(unsigned long ip);
 
 /* True if a rel32 call at @site reaches @target. */
 bool pki_tmem_reaches(unsigned long site, unsigned long target);
+
+/*
+ * fork(), from the registry's atfork handlers: prepare takes tmem_lock and
+ * snapshots every chunk; the child gets private copies of them at the same
+ * addresses; both release the lock.
+ */
+void pki_tmem_fork_prepare(void);
+void pki_tmem_fork_parent(void);
+void pki_tmem_fork_child(void);
 
 /* Set once by the registry: the C function the list dispatchers call. */
 void pki_tmem_set_list_func(unsigned long fn);

@@ -519,6 +519,21 @@ void pki_sites_set_notify(pki_sites_notify_fn fn)
 	pthread_mutex_unlock(&refresh_lock);
 }
 
+void pki_sites_fork_prepare(void)
+{
+	pthread_mutex_lock(&refresh_lock);
+}
+
+void pki_sites_fork_parent(void)
+{
+	pthread_mutex_unlock(&refresh_lock);
+}
+
+void pki_sites_fork_child(void)
+{
+	pthread_mutex_unlock(&refresh_lock);
+}
+
 /* --- lookups ---------------------------------------------------------- */
 
 /* Build the table on first use.  Outside any read-side section. */

@@ -91,6 +91,16 @@ int pki_sites_refresh(void);
 typedef void (*pki_sites_notify_fn)(const struct pki_sym_object *obj, bool added);
 void pki_sites_set_notify(pki_sites_notify_fn fn);
 
+/*
+ * fork(), from the hook registry's atfork handlers (after hook_lock, in the
+ * lock order): refresh_lock is held across fork(), so a refresh another
+ * thread was running never leaves the child's table locked.  A refresh holds
+ * it only while it reads the objects' files.
+ */
+void pki_sites_fork_prepare(void);
+void pki_sites_fork_parent(void);
+void pki_sites_fork_child(void);
+
 void pki_site_to_public(const struct pki_site *s, struct pk_site *out);
 
 /* Interned copy of @s, valid for the life of the process; NULL if out of memory. */

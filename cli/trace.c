@@ -80,7 +80,7 @@ static void mark_globs(const struct trace_ctx *c, const struct pki_trace_file *f
 /* Events, threads, and lost events of one trace file; false if unreadable. */
 static bool summarize(const struct trace_ctx *c, const char *path, unsigned long long *ev,
 		      unsigned long long *lost, unsigned *lost_threads, size_t *threads,
-		      const char **end)
+		      const char **end, int *stop_error, unsigned *resumed)
 {
 	static const char *const reasons[] = {"?", "exit", "exec", "signal"};
 	struct pki_trace_file *f;
@@ -91,7 +91,10 @@ static bool summarize(const struct trace_ctx *c, const char *path, unsigned long
 	if (!f)
 		return false;
 	*ev = f->nevents;
-	*lost = f->lost;
+	/* END's total: some LOST records may not have fit after writing stopped. */
+	*lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+	*stop_error = f->stop_error;
+	*resumed = f->nresumed;
 	*threads = f->nthreads;
 	*lost_threads = 0;
 	for (i = 0; i < f->nthreads; i++)
@@ -109,16 +112,27 @@ static void report_one(const struct trace_ctx *c, const char *path, unsigned lon
 		       unsigned *tot_threads)
 {
 	unsigned long long ev, lost;
-	unsigned lt;
+	unsigned lt, resumed;
+	int stop_error;
 	size_t nt;
 	const char *end;
 
-	if (!summarize(c, path, &ev, &lost, &lt, &nt, &end)) {
+	if (!summarize(c, path, &ev, &lost, &lt, &nt, &end, &stop_error, &resumed)) {
 		fprintf(stderr, "probekit: %s: not a readable trace\n", path);
 		return;
 	}
 	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path, ev,
 		nt, end);
+	if (resumed)
+		fprintf(stderr,
+			"probekit: %s: PROG closed or replaced the trace's descriptor %u time(s); "
+			"the file was reopened by its path each time\n",
+			path, resumed);
+	if (stop_error)
+		fprintf(stderr,
+			"probekit: %s: INCOMPLETE: writing stopped: %s; the file holds the %llu "
+			"events written before, %llu later events were lost\n",
+			path, strerror(stop_error), ev, lost);
 	*tot_lost += lost;
 	*tot_threads += lt;
 }

@@ -40,23 +40,28 @@ static int remember(struct pki_fd *o, int fd, bool owned)
 	return 0;
 }
 
+int pki_fd_high(int fd)
+{
+	int hi = high_fd(), moved;
+
+	if (fd < 0 || fd >= hi)
+		return fd;
+	moved = fcntl(fd, F_DUPFD_CLOEXEC, hi);
+	if (moved < 0) {
+		fcntl(fd, F_SETFD, FD_CLOEXEC); /* table full up there: stay */
+		return fd;
+	}
+	close(fd);
+	return moved;
+}
+
 int pki_fd_own(struct pki_fd *o, int fd)
 {
-	int hi, err;
+	int err;
 
 	if (fd < 0)
 		return -EBADF;
-	hi = high_fd();
-	if (fd < hi) {
-		int moved = fcntl(fd, F_DUPFD_CLOEXEC, hi);
-
-		if (moved >= 0) {
-			close(fd);
-			fd = moved;
-		} else {
-			fcntl(fd, F_SETFD, FD_CLOEXEC); /* table full up there: stay */
-		}
-	}
+	fd = pki_fd_high(fd);
 	err = remember(o, fd, true);
 	if (err) {
 		close(fd);

@@ -49,6 +49,13 @@ struct pki_fd {
  */
 int pki_fd_own(struct pki_fd *o, int fd);
 
+/*
+ * Move @fd (ours, just opened) to a high number, close-on-exec; the new
+ * number, or @fd itself if none is free up there.  For descriptors that
+ * all look alike to fstat() (perf events: one anonymous inode).
+ */
+int pki_fd_high(int fd);
+
 /* Remember @fd's identity without owning it (never moved, never closed). */
 int pki_fd_note(struct pki_fd *o, int fd);
 

@@ -36,4 +36,10 @@ int pki_perf_bp_modify(int fd, const struct pki_bp *bp);
 /* Enable or disable the event behind @fd and every event inherited from it. */
 int pki_perf_bp_enable(int fd, bool on);
 
+/*
+ * Close an event of ours, unless the program closed it and reused the
+ * number (then that descriptor is the program's: left alone).
+ */
+void pki_perf_bp_close(int fd);
+
 #endif /* PK_WATCH_PERF_H */

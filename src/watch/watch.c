@@ -402,7 +402,7 @@ static bool thread_alive(pid_t tid)
 static void __close_roots(struct pk_watch *w)
 {
 	for (int i = 0; i < w->nr_roots; i++)
-		close(w->roots[i].fd);
+		pki_perf_bp_close(w->roots[i].fd);
 	w->nr_roots = 0;
 }
 

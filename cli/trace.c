@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -108,8 +109,11 @@ static bool summarize(const struct trace_ctx *c, const char *path, unsigned long
 	return true;
 }
 
-static void report_one(const struct trace_ctx *c, const char *path, unsigned long long *tot_lost,
-		       unsigned *tot_threads)
+static bool any_stopped; /* some file's writing stopped (ENOSPC...) */
+
+/* @pid: the process that writes @path (FILE.PID...), 0 if not known. */
+static void report_one(const struct trace_ctx *c, const char *path, long pid,
+		       unsigned long long *tot_lost, unsigned *tot_threads)
 {
 	unsigned long long ev, lost;
 	unsigned lt, resumed;
@@ -123,6 +127,12 @@ static void report_one(const struct trace_ctx *c, const char *path, unsigned lon
 	}
 	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path, ev,
 		nt, end);
+	if (!strcmp(end, "cut short") && pid > 0 && (!kill((pid_t)pid, 0) || errno == EPERM))
+		fprintf(stderr,
+			"probekit: %s: still being written: process %ld outlives PROG (a "
+			"daemon?); read it once that process has exited\n",
+			path, pid);
+	any_stopped |= stop_error != 0;
 	if (resumed)
 		fprintf(stderr,
 			"probekit: %s: PROG closed or replaced the trace's descriptor %u time(s); "
@@ -153,7 +163,7 @@ static void on_ended(const struct agent_run *r, int status)
 	(void)status;
 	fflush(stdout);
 	if (!stat(c->file, &st))
-		report_one(c, c->file, &lost, &lost_threads);
+		report_one(c, c->file, 0, &lost, &lost_threads);
 	else
 		fprintf(stderr, "probekit: no trace written to %s\n", c->file);
 	snprintf(dirbuf, sizeof(dirbuf), "%s", c->file);
@@ -171,15 +181,16 @@ static void on_ended(const struct agent_run *r, int status)
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (stat(path, &st) || st.st_mtime < c->start)
 			continue; /* from an earlier run */
-		report_one(c, path, &lost, &lost_threads);
+		report_one(c, path, strtol(p + 1, NULL, 10), &lost, &lost_threads);
 	}
 	if (d)
 		closedir(d);
 	if (lost)
 		fprintf(stderr,
 			"probekit: %llu events lost in %u thread(s) (buffers full, or frames "
-			"too deep for exit tracing)\n",
-			lost, lost_threads);
+			"too deep for exit tracing%s)\n",
+			lost, lost_threads,
+			any_stopped ? ", or the file could not be written" : "");
 	/*
 	 * A -f glob that matched nothing at start is not an error (it may name
 	 * functions of a library PROG loads later): say here if it never did.

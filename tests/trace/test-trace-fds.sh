@@ -48,6 +48,10 @@ check "daemon: rc $rc" "[[ $rc == 0 ]]"
 for _ in $(seq 100); do [[ -s dmn/daemon.pid ]] && break; sleep 0.1; done
 dpid=$(cat dmn/daemon.pid 2>/dev/null)
 check "daemon: it ran (pid '$dpid')" "[[ -n '$dpid' ]]"
+# (The command's summary may come before the daemon is done: then it says so.)
+if grep -q "wrote .*dmn.trace.$dpid: .*cut short" err; then
+	check "daemon: summary says still being written" "grep -q 'dmn.trace.$dpid: still being written: process $dpid outlives PROG' err"
+fi
 for _ in $(seq 100); do [[ -d /proc/$dpid ]] || break; sleep 0.1; done
 check "daemon: its trace ended by exit" "$pk report dmn.trace.$dpid 2>/dev/null | grep -q 'ended at exit'"
 counts "dmn.trace.$dpid" >got

@@ -308,9 +308,8 @@ static int file_ready(void)
 	}
 	if (err) {
 		if (!S.lost_err)
-			say("PROG closed or replaced the trace's descriptor, and the file cannot "
-			    "be "
-			    "reopened",
+			say("PROG closed or replaced the trace's descriptor; cannot reopen the "
+			    "file",
 			    err, ": tracing stopped; later events are counted as lost");
 		S.lost_err = err;
 		return err;

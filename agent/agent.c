@@ -45,6 +45,7 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "arch/x86_64/decode.h"
+#include "core/fd.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
 
@@ -86,7 +87,12 @@ static struct {
 	size_t len;
 	unsigned long limit;
 	bool stack;
-	int out_fd;
+	/*
+	 * The report descriptor: the command's pipe (owned, moved to a high
+	 * number) or fd 2 when run by hand (noted).  Checked before each write:
+	 * PROG may close it and open a file of its own at its number (fd.h).
+	 */
+	struct pki_fd out;
 	int ctl_fd;
 
 	/* the watchpoint */
@@ -116,22 +122,52 @@ static struct {
 	size_t nobjs;
 	pid_t pid; /* the process the agent started in: a fork child stays silent */
 	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
-} A = {.out_fd = 2, .ctl_fd = -1};
+} A = {.out = PKI_FD_INIT, .ctl_fd = -1};
 
-/* ---- output (normal threads only) ---- */
+/* ---- output ---- */
 
+/*
+ * Write to the report descriptor if it still is the one we were given;
+ * else stay quiet (never into a file of PROG's).  The command may be gone
+ * (a daemon outlives it): SIGPIPE is blocked around the write and, if our
+ * write raised it (it was not pending before), taken back, so PROG never
+ * sees a signal of ours.  Async-signal-safe (the trace writer's notices
+ * come from its fatal-signal flush too); errno preserved.
+ */
 static void out_write(const char *buf, size_t n)
 {
+	struct timespec zero = {0, 0};
+	sigset_t pipe_set, old, pend;
+	bool had, epipe = false;
+	int saved = errno;
+
+	if (!pki_fd_check(&A.out))
+		return;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	had = !sigpending(&pend) && sigismember(&pend, SIGPIPE);
 	while (n) {
-		ssize_t w = write(A.out_fd, buf, n);
+		ssize_t w = write(A.out.fd, buf, n);
 
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w < 0 && errno == EPIPE)
+			epipe = true;
 		if (w <= 0)
-			return; /* report fd gone (PROG closed it): stay quiet */
+			break;
 		buf += w;
 		n -= (size_t)w;
 	}
+	if (epipe && !had)
+		sigtimedwait(&pipe_set, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = saved;
+}
+
+void agent_notice(const char *line)
+{
+	out_write(line, strlen(line));
 }
 
 __attribute__((format(printf, 1, 2))) static void out_printf(const char *fmt, ...)
@@ -289,15 +325,14 @@ static void env_clean(void)
 static void read_config(void)
 {
 	const char *spec = getenv(PK_ENV_WATCH), *type = getenv(PK_ENV_WATCH_TYPE);
+	int fd;
 
 	A.ctl_fd = env_fd(PK_ENV_CTL_FD, -1);
 	if (A.ctl_fd >= 0)
 		fcntl(A.ctl_fd, F_SETFD, FD_CLOEXEC);
-	A.out_fd = env_fd(PK_ENV_OUT_FD, 2);
-	if (A.out_fd < 0)
+	fd = env_fd(PK_ENV_OUT_FD, 2);
+	if (fd < 0 || (fd > 2 ? pki_fd_own(&A.out, fd) : pki_fd_note(&A.out, fd)))
 		refuse("%s is not an open file descriptor", PK_ENV_OUT_FD);
-	if (A.out_fd > 2)
-		fcntl(A.out_fd, F_SETFD, FD_CLOEXEC);
 	if (getenv(PK_ENV_DEBUG))
 		pk_set_print(print_lib);
 	if (!spec)

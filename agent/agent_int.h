@@ -22,6 +22,12 @@ void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_op
 void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		    struct pk_regs *regs);
 
+/*
+ * One line (a message of the trace writer) to the command's report pipe,
+ * if PROG has not closed it.  Async-signal-safe.
+ */
+void agent_notice(const char *line);
+
 /* Status line to the command (once), then close the control pipe. */
 void ctl_send(const char *msg);
 

@@ -250,7 +250,7 @@ static int pick_site(const struct pk_site *s, void *ctx)
 static int session_open(void)
 {
 	PK_OPTS(pki_trace_opts, o, .buf_events = T.buf_events, .drop = T.drop,
-		.catch_signals = true, .at_exit = true);
+		.catch_signals = true, .at_exit = true, .notice = agent_notice);
 	size_t i;
 	int err;
 
@@ -275,6 +275,8 @@ static int session_open(void)
  */
 static void on_fork_child(void)
 {
+	int err;
+
 	T.pid = getpid();
 	T.gen = 0;
 	T.session = false;
@@ -284,8 +286,16 @@ static void on_fork_child(void)
 		return;
 	}
 	snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
-	if (T.nips && session_open())
+	if (T.nips && (err = session_open())) {
+		const char *hint = pki_trace_open_hint(err);
+		char line[PATH_MAX + 256];
+
 		agent_hook.active = false;
+		snprintf(line, sizeof(line),
+			 "probekit: child %d runs untraced: cannot write %s: %s\n", (int)T.pid,
+			 T.file, hint ? hint : strerror(-err));
+		agent_notice(line);
+	}
 }
 
 /*
@@ -392,7 +402,8 @@ bool agent_trace_start(void)
 			 strerror(-err));
 	err = session_open();
 	if (err)
-		FAIL_SAY(initial, "cannot write the trace %s: %s", T.file, strerror(-err));
+		FAIL_SAY(initial, "cannot write the trace %s: %s", T.file,
+			 pki_trace_open_hint(err) ? pki_trace_open_hint(err) : strerror(-err));
 	/* After the recorder's own handler (child handlers run in registration order). */
 	if (pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");

@@ -45,6 +45,11 @@ static struct pki_trace_file *open_trace(const char *path)
 			"probekit: warning: %s: %s; using the %llu events before offset %llu\n",
 			path, f->error, (unsigned long long)f->nevents,
 			(unsigned long long)f->valid_size);
+	if (f->stop_error)
+		fprintf(stderr,
+			"probekit: warning: %s: INCOMPLETE: the writer could not go on (%s); "
+			"the events after that were not written\n",
+			path, strerror(f->stop_error));
 	if (f->lost)
 		fprintf(stderr,
 			"probekit: warning: %s: %llu events were lost (buffers full); calls "
@@ -206,11 +211,15 @@ int cmd_report(int argc, char **argv)
 	printf("# %s: pid %u, %zu threads, %llu events, %llu lost, ", f->program, f->pid,
 	       f->nthreads, (unsigned long long)f->nevents, (unsigned long long)f->lost);
 	if (f->complete && f->end.reason == PKI_END_SIGNAL)
-		printf("ended by signal %u\n", f->end.signo);
+		printf("ended by signal %u", f->end.signo);
 	else if (f->complete)
-		printf("ended at %s\n", end_reasons[f->end.reason]);
+		printf("ended at %s", end_reasons[f->end.reason]);
 	else
-		printf("INCOMPLETE\n");
+		printf("INCOMPLETE");
+	if (f->stop_error)
+		printf("%s (writing stopped: %s)", f->complete ? ", INCOMPLETE" : "",
+		       strerror(f->stop_error));
+	printf("\n");
 	if (per_thread) {
 		size_t i;
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,7 +85,7 @@ static void mark_globs(const struct trace_ctx *c, const struct pki_trace_file *f
 /* Events, threads, and lost events of one trace file; false if unreadable. */
 static bool summarize(const struct trace_ctx *c, const char *path, unsigned long long *ev,
 		      unsigned long long *lost, unsigned *lost_threads, size_t *threads,
-		      const char **end)
+		      const char **end, int *stop_error, unsigned *resumed)
 {
 	static const char *const reasons[] = {"?", "exit", "exec", "signal"};
 	struct pki_trace_file *f;
@@ -95,7 +96,10 @@ static bool summarize(const struct trace_ctx *c, const char *path, unsigned long
 	if (!f)
 		return false;
 	*ev = f->nevents;
-	*lost = f->lost;
+	/* END's total: some LOST records may not have fit after writing stopped. */
+	*lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+	*stop_error = f->stop_error;
+	*resumed = f->nresumed;
 	*threads = f->nthreads;
 	*lost_threads = 0;
 	for (i = 0; i < f->nthreads; i++)
@@ -109,20 +113,40 @@ static bool summarize(const struct trace_ctx *c, const char *path, unsigned long
 	return true;
 }
 
-static void report_one(const struct trace_ctx *c, const char *path, unsigned long long *tot_lost,
-		       unsigned *tot_threads)
+static bool any_stopped; /* some file's writing stopped (ENOSPC...) */
+
+/* @pid: the process that writes @path (FILE.PID...), 0 if not known. */
+static void report_one(const struct trace_ctx *c, const char *path, long pid,
+		       unsigned long long *tot_lost, unsigned *tot_threads)
 {
 	unsigned long long ev, lost;
-	unsigned lt;
+	unsigned lt, resumed;
+	int stop_error;
 	size_t nt;
 	const char *end;
 
-	if (!summarize(c, path, &ev, &lost, &lt, &nt, &end)) {
+	if (!summarize(c, path, &ev, &lost, &lt, &nt, &end, &stop_error, &resumed)) {
 		fprintf(stderr, "probekit: %s: not a readable trace\n", path);
 		return;
 	}
 	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path, ev,
 		nt, end);
+	if (!strcmp(end, "cut short") && pid > 0 && (!kill((pid_t)pid, 0) || errno == EPERM))
+		fprintf(stderr,
+			"probekit: %s: still being written: process %ld outlives PROG (a "
+			"daemon?); read it once that process has exited\n",
+			path, pid);
+	any_stopped |= stop_error != 0;
+	if (resumed)
+		fprintf(stderr,
+			"probekit: %s: PROG closed or replaced the trace's descriptor %u time(s); "
+			"the file was reopened by its path each time\n",
+			path, resumed);
+	if (stop_error)
+		fprintf(stderr,
+			"probekit: %s: INCOMPLETE: writing stopped: %s; the file holds the %llu "
+			"events written before, %llu later events were lost\n",
+			path, strerror(stop_error), ev, lost);
 	*tot_lost += lost;
 	*tot_threads += lt;
 }
@@ -143,7 +167,7 @@ static void on_ended(const struct agent_run *r, int status)
 	(void)status;
 	fflush(stdout);
 	if (!stat(c->file, &st))
-		report_one(c, c->file, &lost, &lost_threads);
+		report_one(c, c->file, 0, &lost, &lost_threads);
 	else
 		fprintf(stderr, "probekit: no trace written to %s\n", c->file);
 	snprintf(dirbuf, sizeof(dirbuf), "%s", c->file);
@@ -161,15 +185,16 @@ static void on_ended(const struct agent_run *r, int status)
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (stat(path, &st) || st.st_mtime < c->start)
 			continue; /* from an earlier run */
-		report_one(c, path, &lost, &lost_threads);
+		report_one(c, path, strtol(p + 1, NULL, 10), &lost, &lost_threads);
 	}
 	if (d)
 		closedir(d);
 	if (lost)
 		fprintf(stderr,
 			"probekit: %llu events lost in %u thread(s) (buffers full, or frames "
-			"too deep for exit tracing)\n",
-			lost, lost_threads);
+			"too deep for exit tracing%s)\n",
+			lost, lost_threads,
+			any_stopped ? ", or the file could not be written" : "");
 	/*
 	 * A -f glob that matched nothing at start is not an error (it may name
 	 * functions of a library PROG loads later): say here if it never did.

@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/time.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -914,7 +916,13 @@ START_TEST(unknown_record_types)
 
 	f = pki_trace_file_parse(nb, nlen, err, sizeof(err));
 	ck_assert(f && f->partial && f->error_off == off);
-	ck_assert_str_eq(strchr(err, ':'), ": unknown record type 100 in a version 1.0 file");
+	{
+		char want[64];
+
+		snprintf(want, sizeof(want), ": unknown record type 100 in a version %d.%d file",
+			 PKI_TRACE_VERSION_MAJOR, PKI_TRACE_VERSION_MINOR);
+		ck_assert_str_eq(strchr(err, ':'), want);
+	}
 	pki_trace_file_free(f);
 
 	memcpy(&pre, nb, sizeof(pre));
@@ -1363,6 +1371,125 @@ END_TEST
 #define TIGHT_N	  (8u << 20)
 #define TIGHT_CAP (1u << 16)
 
+/* ---- the file in the program's descriptor table ------------------------------ */
+
+/* The descriptor of the open trace (found by its path in /proc/self/fd). */
+static int trace_fd(const char *path)
+{
+	char link[64], target[4096];
+
+	for (int fd = 3; fd < 4096; fd++) {
+		ssize_t n;
+
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n > 0 && (target[n] = 0, !strcmp(target, path)))
+			return fd;
+	}
+	return -1;
+}
+
+static void record_pairs(uint64_t base, int n)
+{
+	for (int i = 0; i < n; i++) {
+		pki_trace_record(FA, PKI_EV_ENTRY, base + 2 * (uint64_t)i);
+		pki_trace_record(FA, PKI_EV_EXIT, base + 2 * (uint64_t)i + 1);
+	}
+}
+
+/*
+ * The program chdir()s and puts a file of its own over the trace's
+ * descriptor (dup2, as a daemon redirecting everything would): the file of
+ * its own gets nothing, the trace (opened by a relative path) is reopened
+ * by its absolute path and holds every event, with a RESUMED record.
+ */
+START_TEST(descriptor_replaced_reopened)
+{
+	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .no_drainer = true,
+		.program = "fds");
+	char dir[] = "/tmp/pktrace-dir-XXXXXX", full[4200], mine[4200], cwd[4096];
+	struct pki_trace_file *f;
+	struct stat st;
+	int fd, my;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
+	ck_assert_int_eq(chdir(dir), 0);
+	ck_assert_int_eq(pki_trace_open("rel.trace", &o), 0);
+	snprintf(full, sizeof(full), "%s/rel.trace", dir);
+	snprintf(mine, sizeof(mine), "%s/mine", dir);
+	fd = trace_fd(full);
+	ck_assert_int_ge(fd, 100); /* kept out of the program's low numbers */
+	record_pairs(1000, 100);
+	ck_assert_int_eq(pki_trace_flush(), 0);
+	ck_assert_int_eq(chdir("/"), 0);
+	my = open(mine, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert_int_ge(my, 0);
+	ck_assert_int_eq(dup2(my, fd), fd);
+	record_pairs(5000, 100);
+	ck_assert_int_eq(pki_trace_flush(), 0);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	ck_assert_int_eq(fstat(my, &st), 0);
+	ck_assert_int_eq(st.st_size, 0);
+	/* ours was forgotten, not closed: the program's descriptor still works */
+	ck_assert_int_eq(write(fd, "x", 1), 1);
+	close(fd);
+	close(my);
+	snprintf(tpath, sizeof(tpath), "%s", full);
+	f = tread();
+	ck_assert(!f->partial);
+	ck_assert_uint_eq(f->nevents, 400);
+	ck_assert_uint_eq(f->nresumed, 1);
+	ck_assert_int_eq(f->stop_error, 0);
+	ck_assert_uint_eq(f->lost, 0);
+	pki_trace_file_free(f);
+	ck_assert_int_eq(stat(full, &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0600);
+	unlink(full);
+	unlink(mine);
+	rmdir(dir);
+	ck_assert_int_eq(chdir(cwd), 0);
+	tpath[0] = 0;
+}
+END_TEST
+
+/*
+ * The descriptor closed and the path now names another file: that file is
+ * never written; events are counted as lost and the session still closes.
+ */
+START_TEST(descriptor_closed_path_replaced)
+{
+	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .no_drainer = true,
+		.program = "fds");
+	struct pki_trace_counts c;
+	struct stat st;
+	int fd;
+
+	tpath_new();
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	fd = trace_fd(tpath);
+	ck_assert_int_ge(fd, 0);
+	record_pairs(1000, 10);
+	ck_assert_int_eq(pki_trace_flush(), 0);
+	close(fd);
+	unlink(tpath);
+	fd = open(tpath, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "theirs", 6), 6);
+	close(fd);
+	record_pairs(5000, 10);
+	pki_trace_flush();
+	pki_trace_counts(&c);
+	ck_assert_uint_eq(c.recorded, 20);
+	ck_assert_uint_eq(c.lost, 20);
+	pki_trace_close();
+	ck_assert_int_eq(stat(tpath, &st), 0);
+	ck_assert_int_eq(st.st_size, 6);
+	unlink(tpath);
+	tpath[0] = 0;
+}
+END_TEST
+
 START_TEST(half_buffer_wakes_drainer)
 {
 	PK_OPTS(pki_trace_opts, o, .buf_events = TIGHT_CAP, .drain_ms = 60000, .program = "tight");
@@ -1451,6 +1578,8 @@ int main(void)
 	tcase_add_test(rt, exited_threads_kept);
 	tcase_add_test(rt, real_clock_durations);
 	tcase_add_test(rt, half_buffer_wakes_drainer);
+	tcase_add_test(rt, descriptor_replaced_reopened);
+	tcase_add_test(rt, descriptor_closed_path_replaced);
 	suite_add_tcase(s, rt);
 
 	tcase_set_timeout(dmg, 60);

@@ -91,6 +91,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/fd.h"
 #include "core/log.h"
 #include "patch/alias.h"
 
@@ -104,7 +105,13 @@ struct alias {
 	unsigned long start, end; /* the executable view */
 	uint8_t *rw;		  /* the writable view of the same memfd */
 	char *name;		  /* the mapping's name when it was aliased */
-	int fd;
+	/*
+	 * The memfd, only until it is placed (the mappings keep it alive):
+	 * a descriptor in the program's table, which the program may close
+	 * and reuse (a fork copy lives across fork()): checked before the
+	 * mmap, never closed if not ours (core/fd.h).
+	 */
+	struct pki_fd fd;
 	int prot;
 	unsigned int dev_major, dev_minor;
 	unsigned long ino;
@@ -196,17 +203,22 @@ static int memfd_copy(unsigned long start, size_t len, int prot, const char *nam
 		goto unmap_rw;
 	}
 	munmap(probe, len);
+	if ((err = pki_fd_own(&a->fd, fd))) /* closes @fd on failure */
+		goto unmap_rw_only;
 	*a = (struct alias){.start = start,
 			    .name = strdup(name ? name : ""),
 			    .end = start + len,
 			    .rw = rw,
-			    .fd = fd,
+			    .fd = a->fd,
 			    .prot = prot,
 			    .dev_major = major(st.st_dev),
 			    .dev_minor = minor(st.st_dev),
 			    .ino = st.st_ino};
 	return 0;
 
+unmap_rw_only:
+	munmap(rw, len);
+	return err;
 unmap_rw:
 	munmap(rw, len);
 close_fd:
@@ -217,16 +229,24 @@ close_fd:
 static void memfd_discard(struct alias *a)
 {
 	munmap(a->rw, a->end - a->start);
-	close(a->fd);
+	pki_fd_close(&a->fd);
 	free(a->name);
 }
 
-/* Step 4: @a's memfd becomes the text.  On failure @a is left as it was. */
-static int memfd_place(const struct alias *a)
+/*
+ * Step 4: @a's memfd becomes the text, and its descriptor is closed (the
+ * mappings hold the memfd).  Mapping a file the program put at our number
+ * over its text would be the worst harm of all: the descriptor is checked
+ * first.  On failure @a is left as it was.
+ */
+static int memfd_place(struct alias *a)
 {
-	if (mmap((void *)a->start, a->end - a->start, a->prot, MAP_SHARED | MAP_FIXED, a->fd, 0) ==
-	    MAP_FAILED)
+	if (!pki_fd_check(&a->fd))
+		return -EBADF;
+	if (mmap((void *)a->start, a->end - a->start, a->prot, MAP_SHARED | MAP_FIXED, a->fd.fd,
+		 0) == MAP_FAILED)
 		return -errno;
+	pki_fd_close(&a->fd);
 	return 0;
 }
 

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "arch/x86_64/store.h"
+#include "core/fd.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "patch/alias.h"
@@ -47,14 +48,18 @@ unsigned int pki_text_poke_disable;
 static pthread_mutex_t poke_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool dead;
 static atomic_bool ready; /* read without the lock by pki_text_sync() */
-/* /proc/self/maps, kept open for PROCMAP_QUERY; no_query once the kernel lacks it. */
-static int maps_fd = -1;
+/*
+ * /proc/self/maps, kept open for PROCMAP_QUERY; no_query once the kernel
+ * lacks it.  /proc/self/mem, if the kernel lets us write read-only text
+ * through it.  Both live in the program's descriptor table: checked before
+ * each batch (proc_fds_check()).
+ */
+static struct pki_fd maps = PKI_FD_INIT;
 static bool no_query;
-/* /proc/self/mem, if the kernel lets us write read-only text through it. */
-static int mem_fd = -1;
+static struct pki_fd mem = PKI_FD_INIT;
 /* The CPU has the single-store protocol's store (cmpxchg16b). */
 static bool have_cas16;
-/* This batch writes through mem_fd instead of making text writable. */
+/* This batch writes through /proc/self/mem instead of making text writable. */
 static bool use_mem;
 
 /*
@@ -120,7 +125,7 @@ static bool mem_writes_readonly(void)
 
 	if (page == MAP_FAILED)
 		return false;
-	ok = pwrite(mem_fd, &one, 1, (off_t)(unsigned long)page) == 1 && *page == 1;
+	ok = pwrite(mem.fd, &one, 1, (off_t)(unsigned long)page) == 1 && *page == 1;
 	munmap(page, 4096);
 	return ok;
 }
@@ -154,7 +159,7 @@ static void fork_parent(void)
 
 /*
  * The child is a new process: the /proc/self files we keep open still name
- * the parent (a write through mem_fd would patch the PARENT's text), and its
+ * the parent (a write through /proc/self/mem would patch the PARENT's text), and its
  * new mm has no membarrier registration.  The next batch redoes them.
  */
 static void fork_child(void)
@@ -166,13 +171,49 @@ static void fork_child(void)
 
 static bool prepared_once; /* poke_lock */
 
+/* Open @path as a descriptor of ours (high number, identity kept); false if not. */
+static bool proc_open(struct pki_fd *o, const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC);
+
+	if (fd < 0 || pki_fd_own(o, fd)) {
+		*o = (struct pki_fd)PKI_FD_INIT;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * A program that closes every descriptor (daemons do) and opens files of
+ * its own gets the numbers of ours: a text write through the old mem
+ * number would go into its file, at the offset of the text.  Before each
+ * batch, each of ours that was closed or now names another file is
+ * forgotten (its number is the program's now) and opened again.  A mode
+ * of 0 means we never had it (or the kernel cannot write through it).
+ */
+static void proc_fds_check(void)
+{
+	if (maps.mode && !pki_fd_check(&maps)) {
+		pki_warn("text poke: /proc/self/maps descriptor closed or replaced by the "
+			 "program: opened again\n");
+		proc_open(&maps, "/proc/self/maps", O_RDONLY);
+	}
+	if (mem.mode && !pki_fd_check(&mem)) {
+		pki_warn("text poke: /proc/self/mem descriptor closed or replaced by the "
+			 "program: opened again\n");
+		proc_open(&mem, "/proc/self/mem", O_RDWR);
+	}
+}
+
 static int __poke_prepare(void)
 {
 	static bool once;
 	int err;
 
-	if (atomic_load(&ready))
+	if (atomic_load(&ready)) {
+		proc_fds_check();
 		return 0;
+	}
 	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0)) {
 		err = -errno;
 		pki_warn("text poke: membarrier sync-core registration failed: %s\n",
@@ -202,20 +243,18 @@ static int __poke_prepare(void)
 			pki_text_poke_disable |= PKI_POKE_NO_ALIAS;
 		once = true;
 	}
-	if (maps_fd >= 0)
-		close(maps_fd);
-	if (mem_fd >= 0)
-		close(mem_fd);
+	/* (Closed only if still ours: a fork child's program may have reused them.) */
+	pki_fd_close(&maps);
+	pki_fd_close(&mem);
 	no_query = false;
 	have_cas16 = pki_arch_have_cas16();
-	maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-	mem_fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-	if (mem_fd >= 0 && !mem_writes_readonly()) {
-		close(mem_fd);
-		mem_fd = -1;
+	proc_open(&maps, "/proc/self/maps", O_RDONLY);
+	if (proc_open(&mem, "/proc/self/mem", O_RDWR) && !mem_writes_readonly()) {
+		pki_fd_close(&mem);
+		mem = (struct pki_fd)PKI_FD_INIT;
 	}
 	pki_debug("text poke: small batches written through %s\n",
-		  mem_fd >= 0 ? "/proc/self/mem" : "mprotect");
+		  mem.fd >= 0 ? "/proc/self/mem" : "mprotect");
 	prepared_once = true;
 	atomic_store(&ready, true);
 	return 0;
@@ -250,7 +289,7 @@ static int text_put(unsigned long addr, const uint8_t *bytes, size_t len)
 	}
 	if (use_mem) {
 		/* A system call: ordered after the batch publication. */
-		if (pwrite(mem_fd, bytes, len, (off_t)addr) == (ssize_t)len)
+		if (pwrite(mem.fd, bytes, len, (off_t)addr) == (ssize_t)len)
 			return 0;
 		return errno ? -errno : -EIO;
 	}
@@ -306,8 +345,8 @@ static int map_at(unsigned long addr, struct pki_maps *full, struct pki_map *out
 	const struct pki_map *m;
 	int err;
 
-	if (!no_query && maps_fd >= 0) {
-		err = pki_maps_query(maps_fd, addr, out);
+	if (!no_query && maps.fd >= 0) {
+		err = pki_maps_query(maps.fd, addr, out);
 		if (err != -ENOTTY)
 			return err;
 		no_query = true;
@@ -337,8 +376,8 @@ static bool use_alias(const struct pki_map *m)
 	r = pki_alias_get(m, NULL, false);
 	if (r || (pki_text_poke_disable & PKI_POKE_NO_ALIAS))
 		return r > 0;
-	if (maps_fd >= 0)
-		pki_maps_query_name(maps_fd, m->start, name, sizeof(name));
+	if (maps.fd >= 0)
+		pki_maps_query_name(maps.fd, m->start, name, sizeof(name));
 	return pki_alias_get(m, name, true) > 0;
 }
 
@@ -1048,7 +1087,7 @@ static bool relay_writable(unsigned long slot)
 /* Can byte 0 of @addr be stored (alias, or /proc/self/mem: one byte is atomic)? */
 static bool relay_site_writable(unsigned long addr)
 {
-	return pki_alias_addr(addr) || mem_fd >= 0;
+	return pki_alias_addr(addr) || mem.fd >= 0;
 }
 
 static int relay_byte_put(unsigned long addr, uint8_t from, uint8_t to)
@@ -1062,7 +1101,7 @@ static int relay_byte_put(unsigned long addr, uint8_t from, uint8_t to)
 			   : -EILSEQ;
 	if (*(volatile const uint8_t *)addr != from)
 		return -EILSEQ;
-	if (pwrite(mem_fd, &to, 1, (off_t)addr) == 1)
+	if (pwrite(mem.fd, &to, 1, (off_t)addr) == 1)
 		return 0;
 	return errno ? -errno : -EIO;
 }
@@ -1316,7 +1355,7 @@ static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nra
 		err = pki_trap_sites_add(site, n);
 	if (err)
 		return err;
-	use_mem = mem_fd >= 0 && n <= MEM_MAX_SITES;
+	use_mem = mem.fd >= 0 && n <= MEM_MAX_SITES;
 	if (use_mem)
 		return __poke_apply(b);
 	err = text_unprotect(range, nrange);

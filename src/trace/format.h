@@ -19,7 +19,7 @@
 
 #define PKI_TRACE_MAGIC		"PKTRACE"   /* 7 chars + NUL = 8 bytes */
 #define PKI_TRACE_VERSION_MAJOR 1	    /* readers refuse other majors */
-#define PKI_TRACE_VERSION_MINOR 0	    /* additions readers may ignore */
+#define PKI_TRACE_VERSION_MINOR 1	    /* additions readers may ignore (1: STATUS) */
 #define PKI_TRACE_MAX_RECORD	(64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING	4096u
 
@@ -45,6 +45,7 @@ enum pki_trace_rec {
 	PKI_REC_EVENTS = 5,
 	PKI_REC_LOST = 6,
 	PKI_REC_END = 7,
+	PKI_REC_STATUS = 8, /* since 1.1 */
 };
 
 enum pki_trace_clock {
@@ -133,6 +134,33 @@ struct pki_rec_end {
 	uint64_t late_lost;   /* events of no thread buffer (thread exiting, ...) */
 	uint32_t nthreads;    /* threads that recorded in this session */
 	uint32_t reserved;
+};
+
+/*
+ * Since version 1.1: something happened to the writing of the file itself.
+ * Older readers skip it (a newer minor version).
+ */
+enum pki_trace_status {
+	/*
+	 * Events stopped being written here: the file could not be written
+	 * (error: ENOSPC, EDQUOT, EIO...) or its descriptor was lost and the
+	 * file could not be reopened.  Events of later moments are counted as
+	 * lost (LOST, END), not written, until a RESUMED record.
+	 */
+	PKI_STATUS_STOPPED = 1,
+	/*
+	 * The program closed or replaced the writer's descriptor (error:
+	 * EBADF closed, ESTALE replaced by another file); the writer reopened
+	 * this same file by its path and goes on here.
+	 */
+	PKI_STATUS_RESUMED = 2,
+};
+
+struct pki_rec_status {
+	uint32_t what;	/* enum pki_trace_status */
+	int32_t error;	/* a positive errno */
+	uint64_t ticks; /* clock reading when it happened */
+	uint64_t lost;	/* events lost so far, all threads + late_lost, as END.lost */
 };
 
 #endif /* PK_TRACE_FORMAT_H */

@@ -128,8 +128,8 @@ __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t
 
 static const char *rec_name(uint32_t type)
 {
-	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL",
-					    "THREAD", "EVENTS", "LOST",	  "END"};
+	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL", "THREAD",
+					    "EVENTS", "LOST",	"END",	  "STATUS"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -416,6 +416,32 @@ static int rec_end(struct parser *p, uint64_t off, const uint8_t *d, uint32_t le
 	return 0;
 }
 
+static int rec_status(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
+{
+	struct pki_trace_file *f = p->f;
+	struct pki_rec_status st;
+
+	if (len != sizeof(st))
+		return fail(p, off, "STATUS record of %u bytes, not %zu", len, sizeof(st));
+	memcpy(&st, d, sizeof(st));
+	if (st.error < 0 || st.error > 4095)
+		return fail(p, off, "STATUS: error %d out of range", st.error);
+	switch (st.what) {
+	case PKI_STATUS_STOPPED:
+		f->nstopped++;
+		f->stop_error = st.error ? st.error : EIO;
+		return 0;
+	case PKI_STATUS_RESUMED:
+		f->nresumed++;
+		f->stop_error = 0;
+		return 0;
+	default:
+		if (f->version_minor > PKI_TRACE_VERSION_MINOR)
+			return 0; /* a kind added since */
+		return fail(p, off, "STATUS: unknown kind %u", st.what);
+	}
+}
+
 /*
  * Check the record at the read position @off (frame, bounds, checksum,
  * padding).  0 with *@fr, its payload *@d and the next record's offset *@pnext
@@ -518,6 +544,9 @@ static int parse_records(struct parser *p)
 			break;
 		case PKI_REC_END:
 			err = rec_end(p, off, d, fr.len);
+			break;
+		case PKI_REC_STATUS:
+			err = rec_status(p, off, d, fr.len);
 			break;
 		default:
 			/*

@@ -68,6 +68,10 @@ struct pki_trace_file {
 	struct pki_rec_end end; /* valid if complete */
 	uint64_t nevents, nrecords;
 	uint64_t lost; /* sum over threads (+ END's late_lost if complete) */
+	/* STATUS records (version 1.1): how the writing of the file went */
+	uint32_t nstopped;  /* STOPPED: writing stopped there (events lost from there) */
+	uint32_t nresumed;  /* RESUMED: the program closed our descriptor, file reopened */
+	int32_t stop_error; /* errno of the last STOPPED not followed by a RESUMED, or 0 */
 
 	uint64_t size;	     /* bytes in the file */
 	uint64_t valid_size; /* bytes up to the end of the last valid record */

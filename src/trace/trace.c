@@ -6,9 +6,19 @@
  * everything that runs outside it.
  *
  * The file is written with pwritev() at S.off, one whole record per call; S.off
- * moves past a record only once it is fully written, so a record interrupted
- * by an I/O error is overwritten by the next one and a reader never sees a
- * hole.  Whoever writes holds the writer word (below).
+ * moves past a record only once it is fully written, so a reader never sees
+ * a hole.  Whoever writes holds the writer word (below).
+ *
+ * The file lives in someone else's process (file_*() below): its descriptor
+ * is kept at a high number and checked before every record (core/fd.h), so
+ * that a program that closes every descriptor and opens files of its own
+ * never gets trace data; the file is then reopened by its absolute path
+ * (the same file: device and inode) and a STATUS record says so.  A write
+ * that fails (ENOSPC...) is cut off the file (ftruncate back to the last
+ * whole record), a STATUS record says why writing stopped, and later events
+ * are counted as lost; room for that and the trailer is kept allocated past
+ * the end of the file (fallocate), so a full file system still gets a
+ * complete trace of what fit.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,12 +30,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <linux/falloc.h>
 #include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/fd.h"
 #include "core/gp.h"
 #include "core/log.h"
 #include "trace/crc32.h"
@@ -43,6 +56,7 @@ enum {
 };
 
 #define EVENTS_PER_REC 65536u
+#define EVENTS_MIN_REC 16u /* records shrink down to this when the file system fills */
 #define ALTSTACK_LEN   (64u << 10)
 #define BUF_HDR_LEN    4096u
 #define BUF_MIN_EVENTS 1024u	     /* a buffer shrunk to fit the budget: not below */
@@ -51,6 +65,10 @@ enum {
 #define WAIT_ROOM_MS   2000u	     /* default opts.wait_ms */
 #define SPIN_ROOM      512u	     /* pause loops before a full buffer sleeps */
 #define NAP_ROOM_NS    10000000l     /* each futex sleep of a waiter, at most */
+/* Kept allocated past the end of the file: the STATUS record and the trailer. */
+#define RESERVE_LEN	(16u << 10)
+#define END_REC_LEN	(sizeof(struct pki_trace_frame) + sizeof(struct pki_rec_end))
+#define REOPEN_RETRY_NS 1000000000ull /* a lost descriptor: try the path again this often */
 
 /*
  * Sentinel buffers: busy forever, so the inline path always falls to the slow
@@ -66,7 +84,23 @@ static __thread int tls_allocating __attribute__((tls_model("initial-exec")));
 static struct {
 	int state;  /* atomic, ST_* */
 	int writer; /* atomic: tid holding the right to write the file, or 0 */
-	int fd;
+	/*
+	 * The file, writer only.  f.fd < 0 while the session runs: the program
+	 * closed or replaced our descriptor and the path could not be reopened
+	 * yet (lost_err says why); events are then counted as lost.
+	 */
+	struct pki_fd f;
+	char path[PATH_MAX];	 /* absolute: the program may chdir() */
+	int stop_err;		 /* writing failed (-ENOSPC...): events are lost from here */
+	int lost_err;		 /* the descriptor is lost and reopening failed with this */
+	uint64_t lost_ticks;	 /* when the descriptor was found lost */
+	uint64_t lost_try;	 /* mono ns of the last reopen attempt */
+	uint64_t reserved_to;	 /* file blocks allocated up to here (fallocate) */
+	bool no_falloc;		 /* the file cannot be preallocated: no reserve */
+	bool in_trailer;	 /* writing the trailer or a STATUS: into the reserve */
+	bool may_shrink;	 /* an EVENTS record that could be smaller: ENOSPC is not final */
+	uint32_t events_per_rec; /* EVENTS_PER_REC, less once the file system is nearly full */
+	void (*notice)(const char *line);
 	uint64_t off;	  /* where the next record goes; writer only */
 	uint64_t end_off; /* where the END record went (exec_failed truncates there) */
 	int io_err;	  /* first write error, reported at close */
@@ -98,7 +132,7 @@ static struct {
 	bool caught[NSIG];
 	struct sigaction old_act[NSIG];
 	sigset_t fatal_set;
-} S = {.fd = -1};
+} S = {.f = PKI_FD_INIT};
 
 /* Signals whose default action ends the process: flushed when still SIG_DFL. */
 static const int fatal_signals[] = {SIGSEGV, SIGBUS,  SIGILL,  SIGFPE,	SIGABRT,   SIGSYS,
@@ -204,14 +238,192 @@ static int pwritev_all(int fd, struct iovec *iov, int n, uint64_t off)
 	return 0;
 }
 
+/* ---- the file (writer only; async-signal-safe: syscalls, no stdio) ------- */
+
+static size_t cat(char *buf, size_t n, size_t cap, const char *s)
+{
+	while (*s && n + 1 < cap)
+		buf[n++] = *s++;
+	buf[n] = '\0';
+	return n;
+}
+
+/*
+ * "probekit: trace PATH: @what (strerror(@err))@rest" to the notice
+ * callback.  strerrordesc_np() returns a constant string: no locale, no
+ * allocation, unlike strerror().
+ */
+static void say(const char *what, int err, const char *rest)
+{
+	char buf[PATH_MAX + 512];
+	size_t n = 0;
+
+	if (!S.notice)
+		return;
+	n = cat(buf, n, sizeof(buf), "probekit: trace ");
+	n = cat(buf, n, sizeof(buf), S.path);
+	n = cat(buf, n, sizeof(buf), ": ");
+	n = cat(buf, n, sizeof(buf), what);
+	if (err) {
+		const char *e = strerrordesc_np(err < 0 ? -err : err);
+
+		n = cat(buf, n, sizeof(buf), " (");
+		n = cat(buf, n, sizeof(buf), e ? e : "unknown error");
+		n = cat(buf, n, sizeof(buf), ")");
+	}
+	n = cat(buf, n, sizeof(buf), rest);
+	cat(buf, n, sizeof(buf), "\n");
+	S.notice(buf);
+}
+
+static uint64_t buf_lost(struct pki_trace_buf *b);
+static int emit(uint32_t type, const struct iovec *parts, int n);
+
+/* Every event lost so far: all threads, freed buffers, late_lost. */
+static uint64_t lost_now(void)
+{
+	uint64_t lost = S.gone_lost + __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	struct pki_trace_buf *b;
+
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
+		lost += buf_lost(b) - b->lost_base;
+	return lost;
+}
+
+static int emit_status(uint32_t what, int err, uint64_t ticks)
+{
+	struct pki_rec_status st = {.what = what, .error = err < 0 ? -err : err, .ticks = ticks};
+	struct iovec p = {&st, sizeof(st)};
+	bool was = S.in_trailer;
+	int ret;
+
+	st.lost = lost_now();
+	S.in_trailer = true; /* into the reserve, even after writing stopped */
+	ret = emit(PKI_REC_STATUS, &p, 1);
+	S.in_trailer = was;
+	return ret;
+}
+
+/*
+ * Is S.f still our file?  If the program closed or replaced the descriptor,
+ * reopen S.path, but only if it still is the same file (device, inode) and
+ * no shorter than what we wrote: never a file put in its place.  Say so in
+ * the file (STATUS: STOPPED if events were lost meanwhile, RESUMED) and to
+ * the notice callback.  0, or -errno: nothing may be written now.
+ */
+static int file_ready(void)
+{
+	struct stat st;
+	uint64_t now;
+	int fd, err;
+
+	if (pki_fd_check(&S.f))
+		return 0;
+	now = pki_trace_mono_ns();
+	if (!S.lost_ticks)
+		S.lost_ticks = pki_trace_now() | 1;
+	else if (S.lost_err && !S.in_trailer && now - S.lost_try < REOPEN_RETRY_NS)
+		return S.lost_err;
+	S.lost_try = now;
+	fd = open(S.path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+	} else if (fstat(fd, &st) || !pki_fd_same(&S.f, st.st_dev, st.st_ino) ||
+		   (uint64_t)st.st_size < S.off) {
+		close(fd);
+		err = -ESTALE;
+	} else {
+		err = pki_fd_own(&S.f, fd);
+	}
+	if (err) {
+		if (!S.lost_err)
+			say("PROG closed or replaced the trace's descriptor; cannot reopen the "
+			    "file",
+			    err, ": tracing stopped; later events are counted as lost");
+		S.lost_err = err;
+		return err;
+	}
+	S.reserved_to = 0;
+	if (S.lost_err)
+		emit_status(PKI_STATUS_STOPPED, S.lost_err, S.lost_ticks);
+	emit_status(PKI_STATUS_RESUMED, EBADF, pki_trace_now());
+	say(S.lost_err ? "PROG closed or replaced the trace's descriptor; reopened the file, "
+			 "tracing resumed (events meanwhile counted as lost)"
+		       : "PROG closed or replaced the trace's descriptor; reopened the file, "
+			 "tracing goes on",
+	    0, "");
+	S.lost_err = 0;
+	S.lost_ticks = 0;
+	return 0;
+}
+
+/*
+ * Keep RESERVE_LEN allocated past the record about to be written, so the
+ * STATUS record and the trailer fit when the file system fills up.  Only a
+ * full file system (or quota) is an error; a file that cannot be
+ * preallocated (pipe, device, some file systems) goes without.
+ */
+static int reserve(uint64_t len)
+{
+	uint64_t want = S.off + len + RESERVE_LEN;
+
+	if (S.in_trailer || S.no_falloc || want <= S.reserved_to)
+		return 0;
+	while (fallocate(S.f.fd, FALLOC_FL_KEEP_SIZE, (off_t)S.off, (off_t)(want - S.off))) {
+		if (errno == EINTR)
+			continue;
+		if (errno == ENOSPC || errno == EDQUOT)
+			return -errno;
+		S.no_falloc = true;
+		return 0;
+	}
+	S.reserved_to = want;
+	return 0;
+}
+
+/* Give back the reserve past the end (the trace is complete). */
+static void reserve_release(void)
+{
+	if (S.f.fd >= 0 && S.reserved_to > S.off)
+		fallocate(S.f.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)S.off,
+			  (off_t)(S.reserved_to - S.off));
+	S.reserved_to = 0;
+}
+
+/*
+ * Writing @err'd: cut the part of the record that was written (a reader
+ * keeps every whole record before it), stop writing events, say why.
+ */
+static void write_failed(int err)
+{
+	if (!S.io_err)
+		S.io_err = err;
+	if (S.f.fd >= 0 && ftruncate(S.f.fd, (off_t)S.off)) {
+		/* nothing better to do: the reader stops at the cut record */
+	}
+	if (S.stop_err || S.in_trailer)
+		return;
+	S.stop_err = err;
+	emit_status(PKI_STATUS_STOPPED, err, pki_trace_now());
+	say("cannot write the file", err,
+	    ": tracing stopped; the file keeps every event written before, later ones "
+	    "are counted as lost");
+}
+
+/* While the trailer is written after writing stopped: does @len still fit? */
+static bool trailer_room(uint64_t len)
+{
+	return !S.stop_err || S.no_falloc || S.off + len + END_REC_LEN <= S.reserved_to;
+}
+
 /* Write one record made of @n payload parts at S.off.  Caller holds the writer. */
 static int emit(uint32_t type, const struct iovec *parts, int n)
 {
 	static const uint8_t zeros[8];
 	struct pki_trace_frame fr = {.type = type};
-	struct iovec iov[8];
+	struct iovec iov[8], again[8];
 	size_t len = 0, pad;
-	int i, err;
+	int i, err, tries;
 
 	iov[0].iov_base = &fr;
 	iov[0].iov_len = sizeof(fr);
@@ -224,10 +436,25 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	pad = (8 - len % 8) % 8;
 	iov[n + 1].iov_base = (void *)zeros;
 	iov[n + 1].iov_len = pad;
-	err = pwritev_all(S.fd, iov, n + 2, S.off);
+	if (S.stop_err && !S.in_trailer)
+		return S.stop_err;
+	memcpy(again, iov, sizeof(iov[0]) * (size_t)(n + 2));
+	for (tries = 0;; tries++) {
+		err = file_ready();
+		if (err)
+			return err; /* lost descriptor: file_ready() said so */
+		err = reserve(sizeof(fr) + len + pad);
+		if (err && S.may_shrink)
+			return err; /* nothing written: the caller tries a smaller record */
+		if (!err)
+			err = pwritev_all(S.f.fd, iov, n + 2, S.off);
+		/* Closed between the check and the write: check (and reopen) again. */
+		if (err != -EBADF || tries)
+			break;
+		memcpy(iov, again, sizeof(iov[0]) * (size_t)(n + 2));
+	}
 	if (err) {
-		if (!S.io_err)
-			S.io_err = err;
+		write_failed(err);
 		return err;
 	}
 	S.off += sizeof(fr) + len + pad;
@@ -246,7 +473,13 @@ static int emit_string_rec(uint32_t type, const void *fixed, size_t flen, const 
 static uint64_t buf_lost(struct pki_trace_buf *b)
 {
 	return __atomic_load_n(&b->lost, __ATOMIC_RELAXED) +
-	       __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED);
+	       __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED) + b->dropped;
+}
+
+/* The file cannot take events (stopped, or descriptor lost): no EVENTS record. */
+static bool cannot_write(void)
+{
+	return S.stop_err || S.f.fd < 0;
 }
 
 /*
@@ -259,6 +492,18 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 	uint64_t h, t, l;
 	int err;
 
+	if (cannot_write()) {
+		/*
+		 * Events the file cannot take are counted as lost and their
+		 * slots freed (a thread never waits for a file that is gone).
+		 * Only the trailer then writes, into the reserve, while it fits.
+		 */
+		h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
+		b->dropped += h - b->tail;
+		__atomic_store_n(&b->tail, h, __ATOMIC_RELEASE);
+		if (!trailer || S.f.fd < 0 || !trailer_room(2 * sizeof(struct pki_rec_lost) + 64))
+			return 0;
+	}
 	if (!b->announced) {
 		struct pki_rec_thread th = {.tsn = b->tsn, .tid = b->tid};
 
@@ -281,8 +526,8 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		struct pki_rec_events hdr = {.tsn = b->tsn};
 		struct iovec p[3];
 
-		if (n > EVENTS_PER_REC)
-			n = EVENTS_PER_REC;
+		if (n > S.events_per_rec)
+			n = S.events_per_rec;
 		n1 = b->mask + 1 - i;
 		if (n1 > n)
 			n1 = n;
@@ -290,7 +535,17 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		p[0] = (struct iovec){&hdr, sizeof(hdr)};
 		p[1] = (struct iovec){&b->ev[i], n1 * sizeof(struct pki_trace_event)};
 		p[2] = (struct iovec){b->ev, (n - n1) * sizeof(struct pki_trace_event)};
+		/*
+		 * Nearly full file system: smaller records, so that every event
+		 * that fits is kept (emit() then fails without stopping).
+		 */
+		S.may_shrink = S.events_per_rec > EVENTS_MIN_REC;
 		err = emit(PKI_REC_EVENTS, p, 3);
+		S.may_shrink = false;
+		if ((err == -ENOSPC || err == -EDQUOT) && !S.stop_err) {
+			S.events_per_rec /= 4;
+			continue;
+		}
 		if (err)
 			return err;
 		t += n;
@@ -348,6 +603,10 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 	struct pki_trace_buf *b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE), *next;
 	int err = 0;
 
+	/* Once per pass: a descriptor the program closed is noticed (and reopened) here. */
+	if (!S.stop_err)
+		file_ready();
+
 	for (; b; b = next) {
 		bool dead = __atomic_load_n(&b->dead, __ATOMIC_ACQUIRE);
 		uint64_t used = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE) - b->tail;
@@ -361,6 +620,9 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 		 * written (readers take recorded from the last LOST record).
 		 */
 		err = drain_buf(b, trailer || (reap && dead));
+		if (err && cannot_write())
+			err = drain_buf(b,
+					trailer || (reap && dead)); /* count them, free the slots */
 		if (err)
 			break;
 		if (reap && dead) {
@@ -376,23 +638,36 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 static int emit_trailer(uint32_t reason, int signo)
 {
 	struct pki_rec_end end = {.reason = reason, .signo = (uint32_t)signo};
-	struct pki_trace_buf *b;
 	struct iovec p = {&end, sizeof(end)};
+	struct pki_trace_buf *b;
 	uint64_t lost = S.gone_lost;
 	int err;
 
+	/*
+	 * After writing stopped (ENOSPC...), the drain below counts what is
+	 * left as lost and writes what fits of the per-thread LOST records
+	 * into the reserve, then END, which always fits there.
+	 */
+	S.in_trailer = true;
 	err = drain_all(false, true, NULL);
-	if (err)
-		return err;
+	if (err && cannot_write())
+		err = drain_all(false, true, NULL);
+	if (err && !S.stop_err)
+		goto out;
 	pki_trace_clock_pair(S.ci.clock, &end.end_ticks, &end.end_mono_ns);
 	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
 		lost += b->lost_reported - b->lost_base;
 	end.late_lost = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
-	end.lost = lost + end.late_lost;
+	/* What the LOST records say, or all of it if some did not fit. */
+	end.lost = S.stop_err ? lost_now() : lost + end.late_lost;
 	end.recorded = S.recorded;
 	end.nthreads = S.announced;
 	S.end_off = S.off;
-	return emit(PKI_REC_END, &p, 1);
+	err = emit(PKI_REC_END, &p, 1);
+out:
+	S.in_trailer = false;
+	reserve_release();
+	return err;
 }
 
 /* ---- per-thread buffers ---------------------------------------------------- */
@@ -896,12 +1171,104 @@ static int write_header(const char *program)
 	int err;
 
 	pre.crc = pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc));
-	err = pwritev_all(S.fd, &p, 1, 0);
+	err = pwritev_all(S.f.fd, &p, 1, 0);
 	if (err)
 		return err;
 	S.off = sizeof(pre);
 	h.program_len = (uint32_t)strnlen(program, PKI_TRACE_MAX_STRING);
 	return emit_string_rec(PKI_REC_HEADER, &h, sizeof(h), program, h.program_len);
+}
+
+/*
+ * Create (or truncate) the trace file S.path, mode 0600 (it holds what the
+ * program did).  In a directory others may write to (sticky /tmp, or one of
+ * another user), whoever can write there may have planted the name we are
+ * about to open: a symbolic link to another file, which O_TRUNC would
+ * truncate, or a file of theirs.  There a link is never followed
+ * (O_NOFOLLOW), a new file is created exclusively (O_EXCL), and an existing
+ * one is used only if it is a regular file of ours with no other link,
+ * checked before it is truncated.  Elsewhere, as a user expects: links
+ * followed, an existing file overwritten.  A descriptor or -errno.
+ */
+static int file_create(void)
+{
+	char dir[PATH_MAX], *slash;
+	struct stat st;
+	int fd, err;
+
+	snprintf(dir, sizeof(dir), "%s", S.path);
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir] = '\0'; /* "/x" -> "/" */
+	if (stat(dir, &st))
+		return -errno;
+	if (!(st.st_mode & (S_IWGRP | S_IWOTH)) && (st.st_uid == geteuid() || st.st_uid == 0)) {
+		fd = open(S.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		return fd < 0 ? -errno : fd;
+	}
+	fd = open(S.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0 || errno != EEXIST)
+		return fd < 0 ? -errno : fd;
+	/* O_NONBLOCK: a planted FIFO must not block us here (refused below). */
+	fd = open(S.path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+		if (err == -ELOOP)
+			pki_warn(
+			    "trace %s: a symbolic link in a directory other users can write to: "
+			    "not followed, refusing to write the trace there\n",
+			    S.path);
+		return err;
+	}
+	if (fstat(fd, &st)) {
+		err = -errno;
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
+		pki_warn("trace %s: exists in a directory other users can write to and is not a "
+			 "regular file of ours with a single link (owner uid %u): refusing to "
+			 "truncate it\n",
+			 S.path, (unsigned)st.st_uid);
+		err = -EPERM;
+		goto fail;
+	}
+	if (fcntl(fd, F_SETFL, 0) || ftruncate(fd, 0)) {
+		err = -errno;
+		goto fail;
+	}
+	return fd;
+fail:
+	close(fd);
+	return err;
+}
+
+/* S.path := @path, absolute (the program may chdir() before a reopen). */
+static int set_path(const char *path)
+{
+	char cwd[PATH_MAX];
+	int n;
+
+	if (path[0] == '/') {
+		n = snprintf(S.path, sizeof(S.path), "%s", path);
+	} else {
+		if (!getcwd(cwd, sizeof(cwd)))
+			return -errno;
+		n = snprintf(S.path, sizeof(S.path), "%s/%s", strcmp(cwd, "/") ? cwd : "", path);
+	}
+	return n < 0 || (size_t)n >= sizeof(S.path) ? -ENAMETOOLONG : 0;
+}
+
+const char *pki_trace_open_hint(int err)
+{
+	switch (err) {
+	case -ELOOP:
+		return "a symbolic link in a directory other users can write to: not followed";
+	case -EPERM:
+		return "in a directory other users can write to, and not a regular file of "
+		       "ours with a single link: not truncated";
+	default:
+		return NULL;
+	}
 }
 
 int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
@@ -939,12 +1306,20 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 			return err;
 		S.key_made = true;
 	}
-	S.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (S.fd < 0) {
-		err = -errno;
+	err = set_path(path);
+	if (!err)
+		err = file_create();
+	if (err >= 0)
+		err = pki_fd_own(&S.f, err);
+	if (err) {
 		pki_warn("trace %s: open: %s\n", path, pki_errstr(err));
 		return err;
 	}
+	S.stop_err = S.lost_err = 0;
+	S.lost_ticks = S.reserved_to = 0;
+	S.no_falloc = S.in_trailer = S.may_shrink = false;
+	S.events_per_rec = EVENTS_PER_REC;
+	S.notice = opts->notice;
 	S.cap = cap;
 	S.buf_budget = (size_t)cap * sizeof(struct pki_trace_event) * 2;
 	if (S.buf_budget < BUF_BUDGET)
@@ -995,8 +1370,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	return 0;
 
 err_close:
-	close(S.fd);
-	S.fd = -1;
+	pki_fd_close(&S.f);
 	return err;
 }
 
@@ -1024,9 +1398,7 @@ int pki_trace_close(void)
 		pki_warn("trace: writing the trace file: %s\n", pki_errstr(err));
 out:
 	signals_restore();
-	if (S.fd >= 0 && close(S.fd) && !err)
-		err = -errno;
-	S.fd = -1;
+	pki_fd_close(&S.f);
 	__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
 	return err;
 }
@@ -1104,8 +1476,8 @@ int pki_trace_exec_failed(void)
 	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ACTIVE, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE)) {
 		err = -EBADF;
-	} else if (ftruncate(S.fd, (off_t)S.end_off)) {
-		err = -errno;
+	} else if (file_ready() || ftruncate(S.f.fd, (off_t)S.end_off)) {
+		err = S.f.fd < 0 ? -EBADF : -errno;
 	} else {
 		S.off = S.end_off;
 	}
@@ -1139,9 +1511,7 @@ void pki_trace_fork_child(void)
 		S.bufs = self;
 	}
 	signals_restore();
-	if (S.fd >= 0)
-		close(S.fd);
-	S.fd = -1;
+	pki_fd_close(&S.f);
 	S.writer = 0;
 	S.drainer_running = false; /* it does not exist here: nobody waits for room */
 	S.wake = 0;

@@ -69,10 +69,28 @@ struct pki_trace_opts {
 	int clock;	     /* 0 = best (TSC if invariant), or enum pki_trace_clock */
 	bool catch_signals;  /* flush on fatal signals (installs handlers) */
 	bool at_exit;	     /* register pki_trace_close() with atexit() */
+	/*
+	 * Told one line ("probekit: trace FILE: ...\n") when writing stops
+	 * (ENOSPC...), or when the program closed or replaced the trace's
+	 * descriptor and the file was reopened (or could not be).  Called by
+	 * whoever writes, in any context, a signal handler included: it must
+	 * be async-signal-safe.  NULL: say nothing (the file says it: STATUS).
+	 */
+	void (*notice)(const char *line);
 };
 
-/* Open @path (created/truncated), write the header, start recording. */
+/*
+ * Open @path, write the header, start recording.  The file is created 0600
+ * or truncated; in a directory other users can write to, a symbolic link
+ * is not followed (-ELOOP) and an existing file that is not a regular file
+ * of ours with a single link is not truncated (-EPERM): see file_create().
+ * A relative @path is made absolute here: the file is reopened by it if
+ * the program closes the descriptor (core/fd.h).
+ */
 int pki_trace_open(const char *path, const struct pki_trace_opts *opts);
+
+/* Why pki_trace_open() refused @err (-ELOOP, -EPERM), in words, or NULL. */
+const char *pki_trace_open_hint(int err);
 
 /*
  * Drain every buffer, write the END record, close the file, restore signal
@@ -150,6 +168,7 @@ struct pki_trace_buf {
 	uint64_t lost_reported;			    /* lost as of the last LOST record */
 	uint64_t lost_base;			    /* lost when this session began */
 	uint64_t recorded;
+	uint64_t dropped; /* writer only: drained but not written (the file could not take them) */
 	uint32_t tid;
 	uint32_t announced;
 	uint32_t dead; /* set (release) by the owner when it exits: it won't write again */

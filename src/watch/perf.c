@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "arch/x86_64/hwbp.h"
+#include "core/fd.h"
 #include "watch/perf.h"
 
 static void bp_attr(struct perf_event_attr *attr, const struct pki_bp *bp)
@@ -59,7 +60,20 @@ int pki_perf_bp_open(const struct pki_bp *bp, pid_t tid)
 
 	bp_attr(&attr, bp);
 	fd = syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-	return fd < 0 ? -errno : (int)fd;
+	/* Out of the numbers the program's own open()s take (core/fd.h). */
+	return fd < 0 ? -errno : pki_fd_high((int)fd);
+}
+
+void pki_perf_bp_close(int fd)
+{
+	uint64_t id;
+
+	/*
+	 * The program may have closed ours and put a file of its own at this
+	 * number: only a perf event answers PERF_EVENT_IOC_ID.
+	 */
+	if (!ioctl(fd, PERF_EVENT_IOC_ID, &id))
+		close(fd);
 }
 
 int pki_perf_bp_modify(int fd, const struct pki_bp *bp)

@@ -50,4 +50,10 @@ int pki_perf_bp_count(int fd, uint64_t *count);
  */
 void pki_perf_denied_why(char *buf, size_t size);
 
+/*
+ * Close an event of ours, unless the program closed it and reused the
+ * number (then that descriptor is the program's: left alone).
+ */
+void pki_perf_bp_close(int fd);
+
 #endif /* PK_WATCH_PERF_H */

@@ -404,7 +404,7 @@ static void __close_roots_count(struct pk_watch *w, bool keep_count)
 
 		if (keep_count && !pki_perf_bp_count(w->roots[i].fd, &n))
 			w->counted_closed += (unsigned long)n;
-		close(w->roots[i].fd);
+		pki_perf_bp_close(w->roots[i].fd);
 	}
 	w->nr_roots = 0;
 }

@@ -11,8 +11,10 @@
   rp.py uftrace FILE...    the same from `uftrace report -f call` outputs
   rp.py cyg NM FILE...     the same from cygcount.c dumps, NM being `nm -n`
         of the -finstrument-functions binary (offset -> name)
-  rp.py compare PK UF CYG  the table: per reference, functions compared,
-        equal, different, and the different ones (at most 40 each)
+  rp.py compare PK UF CYG [KNOWN]  the table: per reference, functions
+        compared, equal, different, explained, and the different ones (at
+        most 40 each); KNOWN lists "NAME REASON" lines, differences whose
+        cause is known and not probekit's (printed, not judged)
 
 Names are compared as the compilers emitted them against uftrace (same
 binary); against the -finstrument-functions build, the clone suffixes
@@ -104,8 +106,14 @@ def load(f):
     return d
 
 
-def compare(pkf, uff, cygf):
+def compare(pkf, uff, cygf, knownf=None):
     pk = load(pkf)
+    known = {}
+    if knownf:
+        for line in open(knownf):
+            if line.strip() and not line.startswith('#'):
+                k, why = line.split(None, 1)
+                known[k] = why.strip()
     refs = [('uftrace', pk, load(uff) if uff != '-' else None)]
     if cygf != '-':
         pkb = {}
@@ -119,13 +127,22 @@ def compare(pkf, uff, cygf):
             continue
         both = sorted(set(mine) & set(ref))
         diff = [k for k in both if mine[k] != ref[k]]
-        print('%-22s compared %5d  equal %5d  different %4d  only probekit %4d  only %s %4d' %
-              (label, len(both), len(both) - len(diff), len(diff), len(set(mine) - set(ref)),
-               label.split('-')[0], len(set(ref) - set(mine))))
+        expl = [k for k in diff if base(k) in known]
+        diff = [k for k in diff if base(k) not in known]
+        print('%-22s compared %5d  equal %5d  different %4d  explained %2d  only probekit %4d  only %s %4d' %
+              (label, len(both), len(both) - len(diff) - len(expl), len(diff), len(expl),
+               len(set(mine) - set(ref)), label.split('-')[0], len(set(ref) - set(mine))))
+        if diff:
+            below = [k for k in diff if mine[k] < ref[k]]
+            print('    probekit below in %d function(s), by %d calls in all; above in %d' %
+                  (len(below), sum(ref[k] - mine[k] for k in below), len(diff) - len(below)))
         for k in diff[:40]:
             print('    %-40s probekit %10d  %s %10d' % (k, mine[k], label, ref[k]))
         if len(diff) > 40:
             print('    ... %d more' % (len(diff) - 40))
+        for k in expl:
+            print('    %-40s probekit %10d  %s %10d  (explained: %s)' %
+                  (k, mine[k], label, ref[k], known[base(k)]))
         bad += len(diff)
     sys.exit(1 if bad else 0)
 
@@ -141,7 +158,7 @@ def main():
     elif a[0] == 'cyg':
         dump(cyg(a[1], a[2:]))
     elif a[0] == 'compare':
-        compare(*a[1:4])
+        compare(*a[1:5])
     else:
         sys.exit('rp.py: unknown command ' + a[0])
 

@@ -63,7 +63,8 @@ def uftrace(files):
     for f in files:
         for line in open(f):
             w = line.split()
-            if len(w) == 2 and w[0].isdigit():
+            # (uftrace's own events, as linux:schedule, are not functions)
+            if len(w) == 2 and w[0].isdigit() and ':' not in w[1]:
                 add(d, w[1], int(w[0]))
     return d
 

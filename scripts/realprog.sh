@@ -291,6 +291,7 @@ one() {
 	echo "identical exit status, stdout, files: probekit $pk_ok, instrument-functions $cyg_ok"
 	[[ -n $note ]] && echo "note: $note"
 	echo "probekit events recorded $ev, lost $lost"
+	((lost)) && echo "note: probekit lost $lost events (buffers full): its counts fall short by the calls in them"
 	printf '%-22s %10s %10s %10s\n' "" "peak MB" "wall s" "x plain"
 	local pw
 	pw=$(sum_col "$R/plain.stats" 2)

@@ -81,10 +81,19 @@ apt_private() {
 		-o Dir::State::Lists="$a/lists" -o Dir::Cache="$a/cache" \
 		-o Debug::NoLocking=1 -o APT::Sandbox::User="$(id -un)" "$@"
 }
+# tarball PKG: the upstream tarball of Debian source package PKG in dl/, if any
+# (not its signature, not sqlite3's orig-www documentation).
+tarball() {
+	local t
+	for t in "$RP_DIR/dl/${1}_"*.orig.tar.*; do
+		[[ -f $t && $t != *.asc ]] && { echo "$t"; return 0; }
+	done
+	return 1
+}
 # orig NAME: the path of NAME's upstream tarball, downloaded if missing.
 orig() {
 	local p=${debpkg[$1]} f
-	f=$(ls "$RP_DIR/dl/${p}_"*.orig.tar.* 2>/dev/null | grep -v -e '\.asc$' -e 'orig-' | head -1)
+	f=$(tarball "$p")
 	if [[ -z $f ]]; then
 		mkdir -p "$RP_DIR/dl"
 		if ! ls "$RP_DIR/apt/lists/"*Sources* >/dev/null 2>&1; then
@@ -93,7 +102,7 @@ orig() {
 		fi
 		(cd "$RP_DIR/dl" && apt_private source --download-only "$p") >"$RP_DIR/dl/$p.log" 2>&1 ||
 			{ say "apt-get source $p failed: $(tail -1 "$RP_DIR/dl/$p.log")"; return 1; }
-		f=$(ls "$RP_DIR/dl/${p}_"*.orig.tar.* | grep -v -e '\.asc$' -e 'orig-' | head -1)
+		f=$(tarball "$p")
 	fi
 	[[ -n $f ]] && echo "$f"
 }
@@ -116,7 +125,8 @@ build() {
 	pfe) vflags=-fpatchable-function-entry=5 ;;
 	cyg) vflags=-finstrument-functions extra=$out/cygcount.o ;;
 	esac
-	local stamp="$RP_CFLAGS $vflags $cpp $libs $(md5sum "$tests/cygcount.c" | cut -c1-8)"
+	local stamp
+	stamp="$RP_CFLAGS $vflags $cpp $libs $(md5sum "$tests/cygcount.c" | cut -c1-8)"
 	[[ -x $out/$name && $(cat "$out/.stamp" 2>/dev/null) == "$stamp" ]] && return 0
 	rm -rf "$out" && mkdir -p "$out/obj"
 	[[ $var == cyg ]] && { gcc $RP_CFLAGS -c "$tests/cygcount.c" -o "$out/cygcount.o" || return 1; }
@@ -191,6 +201,7 @@ workload_zstd() {
 	# How many jobs run at once, and so how many compression contexts the
 	# workers create and how often a full queue refuses a job, depends on
 	# scheduling.
+	# shellcheck disable=SC2088 # a marker, not a home directory
 	echo "~/dev/null -q -f -T2 -B512KiB -6 $d -o t.zst"
 	echo "/dev/null -q -d -f t.zst -o dt"
 	echo "/dev/null -q -t c1.zst c3.zst c9.zst t.zst"
@@ -204,7 +215,7 @@ workload_sqlite() {
 # runall NAME TOOL: every command of NAME's workload under TOOL
 # (plain|pk|uf|ufe|cyg) in a fresh directory $R/TOOL; stats in $R/TOOL.stats.
 runall() {
-	local name=$1 tool=$2 i=0 in args bin
+	local name=$1 tool=$2 i=0 in args
 	local w=$R/$tool
 	rm -rf "$w" "$R/$tool.stats" "$R/$tool.t" && mkdir -p "$w" "$R/$tool.t"
 	while read -r in args; do

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 
 #define NOINST __attribute__((no_instrument_function))
-#define SLOTS (1u << 16) /* a power of two */
+#define SLOTS  (1u << 16) /* a power of two */
 
 static struct {
 	uintptr_t fn;
@@ -42,8 +42,8 @@ NOINST void __cyg_profile_func_enter(void *fn, void *site)
 		if (cur == 0) {
 			uintptr_t zero = 0;
 
-			if (__atomic_compare_exchange_n(&tab[i].fn, &zero, key, 0,
-							__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			if (__atomic_compare_exchange_n(&tab[i].fn, &zero, key, 0, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE))
 				cur = key;
 			else
 				cur = zero; /* another thread took the slot */

@@ -13,6 +13,8 @@
 #   -s SCALE   workload size (1: CI-sized, default 2: lua 13 M events, zstd
 #              130 M in 9 runs, sqlite 14 M)
 #   -q         quick: no uftrace runs
+# leveldb (db_bench) can be named too; its counts are not judged (its
+# compaction thread makes them depend on scheduling).
 #
 # Environment: RP_DIR (cache: sources, builds, runs; default build/realprog),
 # PROBEKIT (default build/cli/probekit), RP_CFLAGS, JOBS (parallel compiles),
@@ -40,6 +42,7 @@ PROBEKIT=${PROBEKIT:-$repo/build/cli/probekit}
 # removes or merges calls to a function it finds pure, e.g. sqlite3LogEst,
 # which it cannot do once the function calls __cyg_profile_func_enter).
 RP_CFLAGS=${RP_CFLAGS:--O2 -fno-inline -fno-ipa-icf -fno-ipa-pure-const -fno-ipa-modref -g0}
+RP_CFLAGS_CLANG=${RP_CFLAGS_CLANG:--O2 -fno-inline -g0}
 JOBS=${JOBS:-2}
 RP_TRACE_ARGS=${RP_TRACE_ARGS:-}
 scale=2 quick=0
@@ -60,7 +63,7 @@ rp() { python3 "$tests/rp.py" "$@"; }
 say() { echo "realprog: $*" >&2; }
 
 # ---- sources --------------------------------------------------------------
-declare -A debpkg=([lua]=lua5.4 [zstd]=libzstd [sqlite]=sqlite3)
+declare -A debpkg=([lua]=lua5.4 [zstd]=libzstd [sqlite]=sqlite3 [leveldb]=leveldb)
 # apt_private ARGS...: apt-get with a state of its own holding only the
 # deb-src lines of the system's Debian release.
 apt_private() {
@@ -125,15 +128,21 @@ build() {
 	pfe) vflags=-fpatchable-function-entry=5 ;;
 	cyg) vflags=-finstrument-functions extra=$out/cygcount.o ;;
 	esac
+	# leveldb: clang++, because gcc 12 puts the site of an inline C++
+	# function (a COMDAT section) in __patchable_function_entries outside its
+	# group, and ld, gold and lld refuse the discarded duplicates.  Same flags
+	# as the others where clang has them.
+	local cc=gcc ld=gcc flags=$RP_CFLAGS
+	[[ $name == leveldb ]] && cc=clang++ ld=clang++ flags=$RP_CFLAGS_CLANG
 	local stamp
-	stamp="$RP_CFLAGS $vflags $cpp $libs $(md5sum "$tests/cygcount.c" | cut -c1-8)"
+	stamp="$flags $vflags $cpp $libs $(md5sum "$tests/cygcount.c" | cut -c1-8)"
 	[[ -x $out/$name && $(cat "$out/.stamp" 2>/dev/null) == "$stamp" ]] && return 0
 	rm -rf "$out" && mkdir -p "$out/obj"
 	[[ $var == cyg ]] && { gcc $RP_CFLAGS -c "$tests/cygcount.c" -o "$out/cygcount.o" || return 1; }
 	(cd "$src" && printf '%s\n' "$@" | xargs -P "$JOBS" -I{} sh -c \
-		'gcc $0 -c "$1" -o "$2/obj/$(echo "$1" | tr / _).o"' "$RP_CFLAGS $vflags $cpp" {} "$out") ||
+		'$3 $0 -c "$1" -o "$2/obj/$(echo "$1" | tr / _).o"' "$flags $vflags $cpp" {} "$out" "$cc") ||
 		{ say "$name/$var: compile failed"; return 1; }
-	gcc -o "$out/$name" "$out"/obj/*.o $extra $libs || { say "$name/$var: link failed"; return 1; }
+	$ld -o "$out/$name" "$out"/obj/*.o $extra $libs || { say "$name/$var: link failed"; return 1; }
 	echo "$stamp" >"$out/.stamp"
 }
 
@@ -176,6 +185,23 @@ prepare_sqlite() {
 	done
 }
 
+prepare_leveldb() {
+	unpack leveldb || return 1
+	local s=$RP_DIR/leveldb/src f
+	# util/testutil.h (random strings for db_bench) includes gmock's header.
+	[[ -f /usr/include/gmock/gmock.h ]] ||
+		{ say "leveldb: db_bench needs gmock's headers (Debian package libgmock-dev)"; return 1; }
+	mkdir -p "$RP_DIR/leveldb/cfg/port"
+	printf '#define HAVE_%s\n' "FDATASYNC 1" "FULLFSYNC 0" "O_CLOEXEC 1" "CRC32C 0" "SNAPPY 0" \
+		>"$RP_DIR/leveldb/cfg/port/port_config.h"
+	mapfile -t f < <(cd "$s" && ls db/*.cc table/*.cc util/*.cc helpers/memenv/*.cc benchmarks/db_bench.cc |
+		grep -v -e _test.cc -e windows -e testharness -e leveldbutil)
+	for v in plain pfe cyg; do
+		build leveldb $v "-std=c++11 -DNDEBUG -DLEVELDB_PLATFORM_POSIX=1 -DLEVELDB_IS_BIG_ENDIAN=0 -I. -Iinclude -I$RP_DIR/leveldb/cfg" \
+			"-pthread" "${f[@]}" || return 1
+	done
+}
+
 # ---- workloads: one command a line, "STDIN ARGS..." ------------------------
 # A STDIN starting with ~ marks a run whose call counts depend on scheduling
 # (threads): its counts are compared and printed apart, not judged.
@@ -211,6 +237,18 @@ workload_sqlite() {
 	echo "$RP_DIR/sqlite/work.$scale.sql -batch db"
 }
 
+# leveldb: db_bench, the benchmark that comes with it (deterministic keys and
+# values).  Its background compaction thread runs when scheduling lets it,
+# which changes what the foreground does: counts not judged.  Its stdout
+# holds timings (only the benchmark names are compared) and its LOG file
+# timestamps (the files are not compared).
+workload_leveldb() {
+	# shellcheck disable=SC2088 # a marker, not a home directory
+	echo "~/dev/null --benchmarks=fillseq,fillrandom,overwrite,readseq,readrandom,deleterandom --num=$((2000 * scale)) --db=db"
+}
+out_filter_leveldb() { awk '/^[a-z]+ +:/ { print $1 }'; }
+no_files_leveldb() { :; }
+
 # ---- runs -----------------------------------------------------------------
 # runall NAME TOOL: every command of NAME's workload under TOOL
 # (plain|pk|uf|ufe|cyg) in a fresh directory $R/TOOL; stats in $R/TOOL.stats.
@@ -238,8 +276,12 @@ same() {
 	local t=$1 n i
 	[[ $(cut -d' ' -f1 "$R/$t.stats") == $(cut -d' ' -f1 "$R/plain.stats") ]] || return 1
 	n=$(wc -l <"$R/plain.stats")
-	for ((i = 1; i <= n; i++)); do cmp -s "$R/$t.t/$i.out" "$R/plain.t/$i.out" || return 1; done
-	diff -r -q "$R/$t" "$R/plain" >/dev/null
+	local filter=cat
+	declare -F "out_filter_$cur" >/dev/null && filter=out_filter_$cur
+	for ((i = 1; i <= n; i++)); do
+		cmp -s <($filter <"$R/$t.t/$i.out") <($filter <"$R/plain.t/$i.out") || return 1
+	done
+	declare -F "no_files_$cur" >/dev/null || diff -r -q "$R/$t" "$R/plain" >/dev/null
 }
 sum_col() { awk -v c="$2" '{ s += $c } END { printf "%.3f", s }' "$1"; }
 max_col() { awk -v c="$2" '$c > m { m = $c } END { printf "%.1f", m / 1024 }' "$1"; }
@@ -247,6 +289,7 @@ max_col() { awk -v c="$2" '$c > m { m = $c } END { printf "%.1f", m / 1024 }' "$
 # one NAME: prepare, run, compare, print the table; returns 1 on a difference.
 one() {
 	local name=$1 st=0 uft=uf note=""
+	cur=$name
 	R=$RP_DIR/$name/runs
 	mkdir -p "$R"
 	say "$name: building"
@@ -275,7 +318,7 @@ one() {
 	lost=$(cat "$R"/pk.t/*.rep | sed -n 's/^# .* \([0-9]*\) events, \([0-9]*\) lost.*/\2/p' | awk '{ s += $1 } END { print s + 0 }')
 	local ufc=-
 	if ((!quick)); then
-		for d in "$R/$uft.t"/*/; do uftrace report -d "$d" -f call --no-pager >"${d%/}.rep" 2>/dev/null; done
+		for d in "$R/$uft.t"/*/; do uftrace report -d "$d" -f call --no-pager --demangle=no >"${d%/}.rep" 2>/dev/null; done
 		ufc=$R/uf.counts
 	fi
 	nm -n "$RP_DIR/$name/cyg/$name" >"$R/cyg.nm"
@@ -295,11 +338,11 @@ one() {
 		((quick)) || rp uftrace "${uff[@]}" >"$R/uf$sfx.counts"
 		rp cyg "$R/cyg.nm" "${cyf[@]}" >"$R/cyg$sfx.counts"
 	}
-	counts "" "${det[@]}"
+	((${#det[@]})) && counts "" "${det[@]}"
 	((${#sched[@]})) && counts .sched "${sched[@]}"
 
 	echo
-	echo "== $name ($(wc -l <"$R/plain.stats") run(s), scale $scale, $RP_CFLAGS)"
+	echo "== $name ($(wc -l <"$R/plain.stats") run(s), scale $scale, $([[ $name == leveldb ]] && echo "clang++ $RP_CFLAGS_CLANG" || echo "$RP_CFLAGS"))"
 	echo "identical exit status, stdout, files: probekit $pk_ok, instrument-functions $cyg_ok"
 	[[ -n $note ]] && echo "note: $note"
 	echo "probekit events recorded $ev, lost $lost"
@@ -318,11 +361,13 @@ one() {
 		printf '%-22s %10s %10s %10s\n' "${label[$t]}" "$(max_col "$R/$t.stats" 3)" "$w" \
 			"$(awk -v a="$w" -v b="$pw" 'BEGIN { printf "%.1f", (b + 0 > 0) ? a / b : 0 }')"
 	done
-	((${#sched[@]})) && echo "runs ${det[*]}:"
-	rp compare "$R/pk.counts" "$ufc" "$R/cyg.counts" "$tests/known.txt" >"$R/compare.txt"
-	cat "$R/compare.txt"
-	# Only the counter is judged: uftrace's failures are its own.
-	grep -q '^instrument-functions .* different *0 ' "$R/compare.txt" || st=1
+	if ((${#det[@]})); then
+		((${#sched[@]})) && echo "runs ${det[*]}:"
+		rp compare "$R/pk.counts" "$ufc" "$R/cyg.counts" "$tests/known.txt" >"$R/compare.txt"
+		cat "$R/compare.txt"
+		# Only the counter is judged: uftrace's failures are its own.
+		grep -q '^instrument-functions .* different *0 ' "$R/compare.txt" || st=1
+	fi
 	if ((${#sched[@]})); then
 		echo "runs ${sched[*]}, whose counts depend on scheduling (not judged):"
 		rp compare "$R/pk.sched.counts" "${ufc/.counts/.sched.counts}" "$R/cyg.sched.counts" \

@@ -194,6 +194,7 @@ prepare_leveldb() {
 	mkdir -p "$RP_DIR/leveldb/cfg/port"
 	printf '#define HAVE_%s\n' "FDATASYNC 1" "FULLFSYNC 0" "O_CLOEXEC 1" "CRC32C 0" "SNAPPY 0" \
 		>"$RP_DIR/leveldb/cfg/port/port_config.h"
+	# shellcheck disable=SC2010 # known names
 	mapfile -t f < <(cd "$s" && ls db/*.cc table/*.cc util/*.cc helpers/memenv/*.cc benchmarks/db_bench.cc |
 		grep -v -e _test.cc -e windows -e testharness -e leveldbutil)
 	for v in plain pfe cyg; do

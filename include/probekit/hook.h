@@ -17,6 +17,12 @@
  *
  * Every call below is one patch batch, unless made between pk_txn_begin()
  * and pk_txn_commit(), which group any number of them into one batch.
+ * Batches write no INT3 and signal no thread for gcc's sleds (sled relays)
+ * and for sites inside one cache line; the remaining sites take the INT3
+ * protocol, which the patch errnos of the calls below reflect: -EDEADLK
+ * when a thread blocks SIGTRAP (an INT3 would kill the process; the message
+ * names it), -ETIMEDOUT when a sled must be converted and a thread that
+ * blocks SIGRTMAX - 1 never sleeps; the batch then changes nothing.
  *
  * Contexts: none of these functions may be called from a hook callback, a
  * trampoline handler or a signal handler (-EDEADLK from a callback).
@@ -32,7 +38,9 @@
  * nanosleep, epoll_wait, ... never fail with EINTR because of us); the
  * others are sampled with signal SIGRTMAX - 2 (SA_RESTART; a busy thread
  * reports at its next hook exit instead), so a running thread that blocks
- * that signal, or a thread that stays in a callback, delays them.  The ip passed to callbacks and
+ * that signal, or a thread that stays in a callback, delays them.  (A
+ * thread sampled while running that enters a blocking call just before the
+ * signal lands sees EINTR: the remaining exposure.)  The ip passed to callbacks and
  * handlers is the site's (the function's address, or 4 bytes after it behind an endbr64). Objects
  * loaded later (dlopen): on pk_sites_refresh(), every registered ops whose filter has globs or is
  * empty (all sites) takes the matching sites of the new objects (ops filtered by ips only do not

@@ -739,12 +739,11 @@ static void drain(void)
 /* Remove the watchpoint, keeping its final counts for the summary. */
 static void watch_remove(void)
 {
-	PK_OPTS(pk_watch_stats, st);
-
 	if (!A.w)
 		return;
-	if (!pk_watch_stats(A.w, &st))
-		A.stats = st;
+	A.stats = (struct pk_watch_stats){.sz = sizeof(A.stats)};
+	if (pk_watch_stats(A.w, &A.stats))
+		A.stats = (struct pk_watch_stats){.sz = sizeof(A.stats)};
 	pk_watch_remove(A.w);
 	A.w = NULL;
 }

@@ -36,6 +36,7 @@ long fa_straddle(long a, long b);
 long fa_endbr(long a, long b);
 long fa_sled(long a, long b);
 long fa_line(long a, long b);
+long fa_sled_alt(long a, long b);
 void fa_guard(void);
 /*
  * fa_aligned(2) start a 16-byte block (site fits in it), fa_endbr's site
@@ -67,7 +68,7 @@ __asm__(".text\n"
 	"	lea 4(%rdi,%rsi), %rax\n"
 	"	ret\n"
 	".size fa_endbr, .-fa_endbr\n"
-	".balign 16\n"
+	".balign 64\n"
 	"	.fill 12, 1, 0x90\n"
 	".globl fa_straddle\n.type fa_straddle,@function\n"
 	"fa_straddle:\n"
@@ -90,6 +91,14 @@ __asm__(".text\n"
 	"	lea 5(%rdi,%rsi), %rax\n"
 	"	ret\n"
 	".size fa_line, .-fa_line\n"
+	".balign 64\n"
+	"	.fill 40, 1, 0xcc\n"
+	".globl fa_sled_alt\n.type fa_sled_alt,@function\n"
+	"fa_sled_alt:\n"
+	"	.byte 0x90, 0x90, 0x90, 0x90, 0x90\n"
+	"	lea 8(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_sled_alt, .-fa_sled_alt\n"
 	".globl fa_guard\n.type fa_guard,@function\n"
 	"fa_guard:\n"
 	"	ret\n"
@@ -102,6 +111,7 @@ static long (*volatile f_straddle)(long, long) = fa_straddle;
 static long (*volatile f_endbr)(long, long) = fa_endbr;
 static long (*volatile f_sled)(long, long) = fa_sled;
 static long (*volatile f_line)(long, long) = fa_line;
+static long (*volatile f_sled_alt)(long, long) = fa_sled_alt;
 
 static struct pki_poke_stats stats(void)
 {
@@ -394,6 +404,31 @@ START_TEST(sigtrap_blocked_threads_never_meet_a_trap)
 	ck_assert_int_eq(pki_text_poke_batch(&q, 1), 0);
 	ck_assert_int_eq(f_line(1, 1), 7);
 	ck_assert_uint_ge(count(&count_a), 1);
+}
+END_TEST
+
+/* A sled whose default slot would cross a cache line takes the other (byte 1 = clc). */
+START_TEST(sled_relay_other_slot)
+{
+	static const uint8_t on_alt[PKI_SITE_LEN] = {0xe8, PKI_RELAY_B1_ALT, 0x90, 0x90, 0x90};
+	unsigned long start;
+	struct pki_poke p = poke_to(fa_sled_alt, stub_a, NULL);
+
+	ck_assert_uint_eq(p.addr & 63, 40);
+	ck_assert(!pki_arch_store_window(pki_insn_relay_slot(p.addr, PKI_RELAY_B1),
+					 PKI_RELAY_SLOT_LEN, &start));
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_mem_eq((void *)p.addr, on_alt, PKI_SITE_LEN);
+	ck_assert_int_eq(f_sled_alt(1, 1), 10);
+	ck_assert_uint_eq(count(&count_a), 1);
+	memcpy(p.old, p.new, PKI_SITE_LEN);
+	memcpy(p.new, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_mem_eq((void *)p.addr, pki_nop1x5, PKI_SITE_LEN);
+	ck_assert_int_eq(f_sled_alt(1, 1), 10);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_uint_eq(stats().relayed, 1);
+	ck_assert_uint_eq(stats().emulated, 0);
 }
 END_TEST
 
@@ -867,6 +902,7 @@ int main(void)
 	tcase_add_test(tc, line_crossing_site_keeps_int3);
 	tcase_add_test(tc, sled_takes_its_relay);
 	tcase_add_test(tc, relay_slot_mismatch_latches_off);
+	tcase_add_test(tc, sled_relay_other_slot);
 	tcase_add_test(tc, sled_attached_under_long_handler);
 	tcase_add_test(tc, sigtrap_blocked_threads_never_meet_a_trap);
 	tcase_add_test(tc, sled_without_relay_keeps_int3_then_nop5);

@@ -1407,7 +1407,7 @@ START_TEST(descriptor_replaced_reopened)
 {
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .no_drainer = true,
 		.program = "fds");
-	char dir[] = "/tmp/pktrace-dir-XXXXXX", full[4200], mine[4200], cwd[4096];
+	char dir[] = "/tmp/pktrace-dir-XXXXXX", full[sizeof(tpath)], mine[4200], cwd[4096];
 	struct pki_trace_file *f;
 	struct stat st;
 	int fd, my;

@@ -1061,8 +1061,9 @@ struct relayed {
 	struct pki_poke p; /* what the caller asked, in its (logical) bytes */
 	unsigned long slot;
 	bool was_on, on;
+	uint8_t b1_old, b1_new; /* byte 1: PKI_RELAY_B1 or _ALT (insn.h) */
 	uint8_t slot_old[PKI_RELAY_SLOT_LEN], slot_new[PKI_RELAY_SLOT_LEN];
-	bool slot_done, byte_done;
+	bool slot_done, byte_done, b1_done;
 };
 
 /* A writable view of relay slot @slot: its chunk's alias, made on first use. */
@@ -1125,27 +1126,28 @@ static void relay_report(const struct pki_poke *p, const char *what, const uint8
  * patching latched off, reported), -ERANGE/-EINVAL (a site already on its
  * relay cannot reach @p's new target or become a jmp).
  */
+/* Can the slot of @site with byte 1 = @b1 be mapped and stored atomically? */
+static bool relay_usable(unsigned long site, uint8_t b1)
+{
+	return !pki_relay_map(site, b1) && relay_writable(pki_insn_relay_slot(site, b1));
+}
+
 static int relay_choose(const struct pki_poke *p, struct relayed *r)
 {
 	enum pki_insn_kind ko = pki_insn_classify(p->old), kn = pki_insn_classify(p->new);
-	uint8_t text[PKI_SITE_LEN];
-	bool relay_call, fresh;
-	int err;
+	uint8_t text[PKI_SITE_LEN], b1;
+	bool on, fresh;
 
 	memcpy(text, (const void *)p->addr, PKI_SITE_LEN);
-	relay_call = !memcmp(text, pki_relay_call, PKI_SITE_LEN);
-	if (!relay_call && memcmp(text, pki_nop1x5, PKI_SITE_LEN))
+	if (!pki_insn_relay_form(text, &on, &b1))
 		return 0;
-	fresh = !relay_call;
-	*r = (struct relayed){.p = *p,
-			      .slot = pki_insn_relay_slot(p->addr),
-			      .was_on = relay_call,
-			      .on = kn == PKI_INSN_CALL};
+	fresh = !on;
+	*r = (struct relayed){.p = *p, .was_on = on, .on = kn == PKI_INSN_CALL, .b1_old = b1};
 	/* (d): a sled not on its relay yet may still take the older protocols. */
 	if (fresh && ((pki_text_poke_disable & (PKI_POKE_NO_FAST | PKI_POKE_NO_RELAY)) ||
 		      ko == PKI_INSN_CALL || ko == PKI_INSN_JMP))
 		return 0;
-	if ((ko == PKI_INSN_CALL) != relay_call) {
+	if ((ko == PKI_INSN_CALL) != on) {
 		relay_report(p, "site", p->old, text);
 		return -EILSEQ;
 	}
@@ -1156,18 +1158,31 @@ static int relay_choose(const struct pki_poke *p, struct relayed *r)
 			 p->addr, pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	if (fresh) {
-		err = pki_relay_map(p->addr);
-		if (err || !relay_site_writable(p->addr) || !relay_writable(r->slot))
+	if (!relay_site_writable(p->addr)) {
+		if (fresh)
 			return 0;
-	} else if (!relay_site_writable(p->addr) || !relay_writable(r->slot)) {
+		pki_warn("text poke %#lx: its sled cannot be written any more: %s\n", p->addr,
+			 pki_errstr(EIO));
+		return -EIO;
+	}
+	if (fresh) {
+		/* Byte 1 as it will be while on: the default slot, or the other. */
+		if (relay_usable(p->addr, PKI_RELAY_B1))
+			b1 = PKI_RELAY_B1;
+		else if (relay_usable(p->addr, PKI_RELAY_B1_ALT))
+			b1 = PKI_RELAY_B1_ALT;
+		else
+			return 0;
+	} else if (!relay_writable(pki_insn_relay_slot(p->addr, b1))) {
 		pki_warn("text poke %#lx: its sled relay cannot be written any more: %s\n", p->addr,
 			 pki_errstr(EIO));
 		return -EIO;
 	}
+	r->slot = pki_insn_relay_slot(p->addr, b1);
+	r->b1_new = r->on ? b1 : PKI_RELAY_B1;
 	memcpy(r->slot_old, (const void *)r->slot, PKI_RELAY_SLOT_LEN);
-	/* The site's literal bytes (e8 90 90 90 90) say "on", whatever the slot holds. */
-	if (ko == PKI_INSN_CALL && memcmp(p->old, pki_relay_call, PKI_SITE_LEN)) {
+	/* The site's literal bytes say "on", whatever the slot holds. */
+	if (ko == PKI_INSN_CALL && memcmp(p->old, text, PKI_SITE_LEN)) {
 		uint8_t want[PKI_RELAY_SLOT_LEN];
 
 		if (pki_insn_jmp(want, r->slot, pki_insn_branch_target(p->old, p->addr)) ||
@@ -1190,6 +1205,21 @@ static int relay_choose(const struct pki_poke *p, struct relayed *r)
 		memcpy(r->slot_new, r->was_on ? pki_relay_ret : r->slot_old, PKI_RELAY_SLOT_LEN);
 	}
 	return 1;
+}
+
+/* Byte 1 (see PKI_RELAY_B1_ALT), changed only while byte 0 is 90. */
+static int relay_b1_put(struct relayed *r, uint8_t from, uint8_t to)
+{
+	int err;
+
+	if (from == to)
+		return 0;
+	err = relay_byte_put(r->p.addr + 1, from, to);
+	if (err)
+		pki_warn("text poke %#lx: cannot store byte 1 of its sled: %s\n", r->p.addr,
+			 pki_errstr(err));
+	r->b1_done = !err;
+	return err;
 }
 
 static int relay_slot_put(struct relayed *r)
@@ -1227,12 +1257,22 @@ static void relay_undo(struct relayed *r, size_t n)
 	size_t i;
 
 	for (i = n; i-- > 0;) {
-		if (r[i].byte_done)
+		/* Each site's steps backwards (byte 1 moves only while byte 0 is 90). */
+		bool b1_first = r[i].was_on && !r[i].on;
+
+		if (!b1_first && r[i].byte_done)
 			relay_byte_put(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
 				       pki_insn_relay_byte0(r[i].was_on));
+		if (b1_first && r[i].b1_done)
+			relay_byte_put(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
 		if (r[i].slot_done)
 			store_bytes(r[i].slot, r[i].slot_new, r[i].slot_old, PKI_RELAY_SLOT_LEN);
-		r[i].byte_done = r[i].slot_done = false;
+		if (b1_first && r[i].byte_done)
+			relay_byte_put(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
+				       pki_insn_relay_byte0(r[i].was_on));
+		if (!b1_first && r[i].b1_done)
+			relay_byte_put(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
+		r[i].byte_done = r[i].slot_done = r[i].b1_done = false;
 	}
 	sync_cores();
 }
@@ -1245,6 +1285,9 @@ static int relay_apply(struct relayed *r, size_t n, unsigned int flags)
 	int err = 0;
 
 	for (i = 0; i < n && !err; i++)
+		if (r[i].on && !r[i].was_on)
+			err = relay_b1_put(&r[i], r[i].b1_old, r[i].b1_new);
+	for (i = 0; i < n && !err; i++)
 		if (r[i].on) {
 			err = relay_slot_put(&r[i]);
 			attach |= !r[i].was_on;
@@ -1256,6 +1299,9 @@ static int relay_apply(struct relayed *r, size_t n, unsigned int flags)
 	for (i = 0; i < n && !err; i++)
 		if (!r[i].on)
 			err = relay_slot_put(&r[i]);
+	for (i = 0; i < n && !err; i++)
+		if (!r[i].on && r[i].was_on)
+			err = relay_b1_put(&r[i], r[i].b1_old, r[i].b1_new);
 	if (!err)
 		err = hook(PKI_POKE_AFTER_RELAY);
 	if (!err && !(flags & PKI_POKE_LAZY))
@@ -1307,8 +1353,7 @@ static int int3_guard_one(pid_t tid, void *arg)
 	char name[32] = "?";
 	uint64_t blk;
 
-	if (pki_thread_sigblk(tid, &blk, name, sizeof(name)) ||
-	    !(blk & (1ull << (SIGTRAP - 1))))
+	if (pki_thread_sigblk(tid, &blk, name, sizeof(name)) || !(blk & (1ull << (SIGTRAP - 1))))
 		return 0;
 	if (!g->report)
 		return -EDEADLK;

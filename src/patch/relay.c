@@ -74,16 +74,16 @@ static int chunk_make(unsigned long base)
 	return 0;
 }
 
-int pki_relay_map(unsigned long site)
+int pki_relay_map(unsigned long site, uint8_t b1)
 {
-	unsigned long slot = pki_insn_relay_slot(site), base = slot & ~(CHUNK - 1);
+	unsigned long slot = pki_insn_relay_slot(site, b1), base = slot & ~(CHUNK - 1);
 	size_t i;
 
 	if (slot > site)
 		return -ERANGE; /* wrapped below address 0 */
 	/* A slot never straddles two chunks: map the next one too if it does. */
 	if ((slot + PKI_RELAY_SLOT_LEN - 1) / CHUNK != slot / CHUNK) {
-		int err = pki_relay_map(site + CHUNK - (slot & (CHUNK - 1)));
+		int err = pki_relay_map(site + CHUNK - (slot & (CHUNK - 1)), b1);
 
 		if (err)
 			return err;

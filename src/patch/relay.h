@@ -9,14 +9,15 @@
 #define PK_PATCH_RELAY_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /*
- * Make sure the relay slot of @site lies in mapped relay memory: a chunk
- * mapped once at its fixed place, read-only and executable, never unmapped
- * (a thread may be between a site's call and its slot's jump at any time).
- * Returns 0, -EEXIST (something else is mapped there), -ERANGE (the slot
- * would be below the lowest mappable address), or -errno of mmap().
+ * Make sure the relay slot of @site (with byte 1 = @b1, see insn.h) lies in mapped relay memory: a
+ * chunk mapped once at its fixed place, read-only and executable, never unmapped (a thread may be
+ * between a site's call and its slot's jump at any time). Returns 0, -EEXIST (something else is
+ * mapped there), -ERANGE (the slot would be below the lowest mappable address), or -errno of
+ * mmap().
  */
-int pki_relay_map(unsigned long site);
+int pki_relay_map(unsigned long site, uint8_t b1);
 
 #endif /* PK_PATCH_RELAY_H */

@@ -26,7 +26,6 @@
  * and exits 0, or 1 with a message if a file of its own was written by
  * someone else.
  */
-#define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -127,10 +127,33 @@ static const uint8_t pki_relay_call[PKI_SITE_LEN] = {0xe8, 0x90, 0x90, 0x90, 0x9
 static const uint8_t pki_relay_ret[PKI_SITE_LEN] = {0xc3, 0xcc, 0xcc, 0xcc, 0xcc};
 #define PKI_RELAY_SLOT_LEN PKI_SITE_LEN
 
-/* Where the relay call at @site lands: site + 5 + (int32)0x90909090, 1.87 GB below. */
-static inline unsigned long pki_insn_relay_slot(unsigned long site)
+/*
+ * Byte 1 of a relayed sled: 90, or, where that slot would cross a cache
+ * line, f8 (clc: one byte too, and the flags are dead at a function entry),
+ * which moves the slot 0x68 bytes on.  It is changed only while byte 0 is
+ * 90 and put back to 90 when the site goes off, so any thread stopped at
+ * any byte of the sled still runs one-byte instructions to its end.
+ */
+#define PKI_RELAY_B1	 0x90
+#define PKI_RELAY_B1_ALT 0xf8
+
+/* Where the relay call at @site lands with byte 1 = @b1: 1.87 GB below. */
+static inline unsigned long pki_insn_relay_slot(unsigned long site, uint8_t b1)
 {
-	return site + PKI_SITE_LEN + (unsigned long)(long)(int32_t)0x90909090u;
+	uint32_t rel = 0x90909000u | b1;
+
+	return site + PKI_SITE_LEN + (unsigned long)(long)(int32_t)rel;
+}
+
+/* Is @b a relayed sled, on (byte 0 e8) or off; and its byte 1. */
+static inline bool pki_insn_relay_form(const uint8_t b[PKI_SITE_LEN], bool *on, uint8_t *b1)
+{
+	if ((b[0] != 0xe8 && b[0] != 0x90) || (b[1] != PKI_RELAY_B1 && b[1] != PKI_RELAY_B1_ALT) ||
+	    memcmp(b + 2, pki_nop1x5, 3))
+		return false;
+	*on = b[0] == 0xe8;
+	*b1 = b[1];
+	return true;
 }
 
 /* The site bytes with byte 0 as it is when the relay is on (e8) or off (90). */

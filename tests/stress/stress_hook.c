@@ -58,7 +58,9 @@
 #define MAXW	    64	/* long-lived threads */
 #define MAXTR	    16	/* trampolines alive at once */
 #define QUARANTINE  64	/* unregistered ops kept (retired) before free() */
-#define MAX_REPORTS 25	/* broken promises printed in full */
+#define MAX_REPORTS 40	/* broken promises printed in full */
+#define MAX_SAME    3	/* of them, printed per kind (per viol() format) */
+#define MAX_KINDS   64
 
 /* ---- options ---- */
 
@@ -66,7 +68,7 @@ static struct {
 	double duration, hang;
 	unsigned long seed;
 	int plain, sigblock, alarm, sleeper, rtblock, forker, churn;
-	int txn, txn_same, long_handler, fork_api, probes, verbose;
+	int txn, txn_same, long_handler, alarm_calls, fork_api, probes, verbose;
 } opt = {
     .duration = 10,
     .hang = 15,
@@ -80,6 +82,7 @@ static struct {
     .txn = 1,
     .txn_same = 1,
     .long_handler = 1,
+    .alarm_calls = 1,
     .fork_api = 1,
     .probes = 1,
 };
@@ -106,18 +109,42 @@ static void out(const char *s)
 	}
 }
 
+/* Broken promises counted by kind: the format string of the viol() call. */
+static struct {
+	_Atomic(const char *) fmt;
+	atomic_ulong n;
+} kinds[MAX_KINDS];
+static atomic_ulong nprinted;
+static atomic_int first_set;
+
+static unsigned long count_kind(const char *fmt)
+{
+	for (int k = 0; k < MAX_KINDS; k++) {
+		const char *f = atomic_load(&kinds[k].fmt), *null = NULL;
+
+		if (!f && atomic_compare_exchange_strong(&kinds[k].fmt, &null, fmt))
+			f = fmt;
+		else if (!f)
+			f = null;
+		if (f == fmt)
+			return atomic_fetch_add(&kinds[k].n, 1);
+	}
+	return 0;
+}
+
 /*
  * One broken promise.  Called from workers, signal handlers and fork
- * children: snprintf of integers and strings and write(2) only.
+ * children: snprintf of integers and strings and write(2) only.  The first
+ * MAX_SAME of each kind are printed, all are counted.
  */
 __attribute__((format(printf, 1, 2))) static void viol(const char *fmt, ...)
 {
 	char buf[512];
-	unsigned long n = atomic_fetch_add(&nviol, 1);
 	va_list ap;
 	int len;
 
-	if (n >= MAX_REPORTS)
+	atomic_fetch_add(&nviol, 1);
+	if (count_kind(fmt) >= MAX_SAME || atomic_fetch_add(&nprinted, 1) >= MAX_REPORTS)
 		return;
 	len = is_child ? snprintf(buf, sizeof(buf), "stress: BROKEN (fork child %d): ", getpid())
 		       : snprintf(buf, sizeof(buf), "stress: BROKEN: ");
@@ -125,7 +152,7 @@ __attribute__((format(printf, 1, 2))) static void viol(const char *fmt, ...)
 	vsnprintf(buf + len, sizeof(buf) - (size_t)len - 1, fmt, ap);
 	va_end(ap);
 	strcat(buf, "\n");
-	if (n == 0)
+	if (!atomic_exchange(&first_set, 1))
 		memcpy(first_viol, buf, sizeof(first_viol));
 	out(buf);
 }
@@ -407,7 +434,7 @@ static void on_alarm(int sig)
 		return;
 	skip = prev && prev->in_call;
 	pks_ctx = &w->sigctx;
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; opt.alarm_calls && k < 2; k++)
 		call_one(w, &w->sigctx, &w->sigst, &w->sigrng, (unsigned int)(rnd(&w->sigrng) % NS),
 			 skip);
 	if (opt.long_handler && (++w->nsig & 63) == 0)
@@ -1375,8 +1402,11 @@ static void *watchdog_main(void *arg)
 	unsigned long t0 = now_ns(), hang = (unsigned long)(opt.hang * 1e9);
 	unsigned long end = t0 + (unsigned long)(opt.duration * 1e9);
 
+	/*
+	 * Not block_all(): a sleeping thread that blocks SIGRTMAX-1 is one of
+	 * the hazards (H5), which only --rtblock threads should bring.
+	 */
 	(void)arg;
-	block_all();
 	for (;;) {
 		struct timespec ts = {0, 100000000};
 		unsigned long t, op;
@@ -1428,6 +1458,7 @@ static void usage(int status)
 	       "  --no-alarm         no threads taking SIGALRM every 100 us whose handler calls\n"
 	       "                     hooked functions (H2)\n"
 	       "  --no-long-handler  the SIGALRM handler never spins for 2 ms (H3)\n"
+	       "  --no-alarm-calls   the SIGALRM handler calls no hooked function (H2)\n"
 	       "  --no-rtblock       no sleeping threads that block SIGRTMAX-1/-2 (H5)\n"
 	       "  --no-sleep         no threads checking nanosleep for EINTR (H8)\n"
 	       "  --no-fork          no forking thread (H6, H7)\n"
@@ -1450,6 +1481,7 @@ static int set_opt(const char *a, const char *v, int *used)
 	    {"--no-sigblock", &opt.sigblock},
 	    {"--no-alarm", &opt.alarm},
 	    {"--no-long-handler", &opt.long_handler},
+	    {"--no-alarm-calls", &opt.alarm_calls},
 	    {"--no-rtblock", &opt.rtblock},
 	    {"--no-sleep", &opt.sleeper},
 	    {"--no-fork", &opt.forker},
@@ -1573,8 +1605,9 @@ int main(int argc, char **argv)
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGALRM, &sa, NULL);
 	ctl.rng = (opt.seed * 0x9e3779b97f4a7c15ul) | 1;
-	say("stress: seed %lu, %.1f s, watchdog %.1f s; hazards:%s%s%s%s%s%s%s%s%s%s\n", opt.seed,
+	say("stress: seed %lu, %.1f s, watchdog %.1f s; hazards:%s%s%s%s%s%s%s%s%s%s%s\n", opt.seed,
 	    opt.duration, opt.hang, opt.sigblock ? " sigblock" : "", opt.alarm ? " alarm" : "",
+	    opt.alarm && opt.alarm_calls ? " alarm-calls" : "",
 	    opt.alarm && opt.long_handler ? " long-handler" : "", opt.rtblock ? " rtblock" : "",
 	    opt.sleeper ? " sleep" : "", opt.forker ? " fork" : "",
 	    opt.forker && opt.fork_api ? " fork-api" : "", opt.churn ? " churn" : "",
@@ -1601,8 +1634,6 @@ int main(int argc, char **argv)
 		struct timespec ts = {0, 50000000};
 
 		nanosleep(&ts, NULL);
-		if (atomic_load(&nviol) >= MAX_REPORTS)
-			break; /* enough */
 	}
 	atomic_store(&stop, 1);
 	for (k = 0; k < nworkers; k++)
@@ -1644,6 +1675,10 @@ int main(int argc, char **argv)
 	    ctl.nops[S_REG], ctl.nops[S_UNREG], ctl.nops[S_DADD], ctl.nops[S_DMOD],
 	    ctl.nops[S_DDEL], ctl.ntxn, ctl.nabort, ctl.ntramp_new, ctl.ntramp_free, ctl.nprobe,
 	    forks, threads);
+	for (k = 0; k < MAX_KINDS && atomic_load(&kinds[k].fmt); k++)
+		if (atomic_load(&kinds[k].n) > MAX_SAME)
+			say("stress: %lu of the kind \"%.70s...\"\n", atomic_load(&kinds[k].n),
+			    atomic_load(&kinds[k].fmt));
 	if (atomic_load(&nviol)) {
 		say("stress: FAIL: %lu broken promise(s), seed %lu; the first:\n%s",
 		    atomic_load(&nviol), opt.seed, first_viol);

@@ -461,12 +461,12 @@ static void block_rt(void)
 	pthread_sigmask(SIG_BLOCK, &s, NULL);
 }
 
-/* nanosleep @us microseconds; EINTR is a broken promise (H8). */
+/* nanosleep @us microseconds; EINTR is a broken promise (H8) unless --no-sleep. */
 static void nap(struct worker *w, long us)
 {
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
 
-	if (nanosleep(&ts, NULL) && errno == EINTR) {
+	if (nanosleep(&ts, NULL) && errno == EINTR && opt.sleeper) {
 		w->eintr++;
 		viol("%s: nanosleep failed with EINTR in a thread that takes no signal of its own "
 		     "(H8)",

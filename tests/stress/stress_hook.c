@@ -67,12 +67,13 @@
 static struct {
 	double duration, hang;
 	unsigned long seed;
-	int plain, sigblock, alarm, sleeper, rtblock, forker, churn;
+	int plain, nalarm, sigblock, alarm, sleeper, rtblock, forker, churn;
 	int txn, txn_same, long_handler, alarm_calls, fork_api, probes, verbose;
 } opt = {
     .duration = 10,
     .hang = 15,
     .plain = 2,
+    .nalarm = 1,
     .sigblock = 1,
     .alarm = 1,
     .sleeper = 1,
@@ -403,8 +404,20 @@ static void call_one(struct worker *w, struct pks_ctx *c, struct stats *st, unsi
 
 static void calls(struct worker *w, int n)
 {
-	for (int k = 0; k < n; k++)
-		call_one(w, &w->ctx, &w->st, &w->rng, (unsigned int)(rnd(&w->rng) % NS), 0);
+	for (int k = 0; k < n; k++) {
+		unsigned int i = (unsigned int)(rnd(&w->rng) % NS);
+
+		/*
+		 * Alarm workers favour sites never patched yet: the first patch
+		 * converts a gcc nop sled, which a thread interrupted inside it
+		 * by a long handler must survive (H3).
+		 */
+		for (int t = 0; w->kind == W_ALARM && t < 4 &&
+				atomic_load_explicit(&site_word[i], memory_order_relaxed) >> 32;
+		     t++)
+			i = (unsigned int)(rnd(&w->rng) % NS);
+		call_one(w, &w->ctx, &w->st, &w->rng, i, 0);
+	}
 	atomic_store_explicit(&w->calls, w->st.calls, memory_order_relaxed);
 	atomic_store_explicit(&w->progress_ns, now_ns(), memory_order_relaxed);
 }
@@ -419,7 +432,7 @@ static void spin_ns(unsigned long ns)
 
 /*
  * SIGALRM, every 100 us on each alarm worker (its own timer): two checked
- * calls from the handler, and every 64th time a long handler (2 ms), which
+ * calls from the handler, and every 16th time a long handler (2 ms), which
  * is what a thread stopped in a gcc nop sled meets in real programs (H3).
  * The handler may interrupt probekit's own SIGTRAP handler (H2).
  */
@@ -437,7 +450,7 @@ static void on_alarm(int sig)
 	for (int k = 0; opt.alarm_calls && k < 2; k++)
 		call_one(w, &w->sigctx, &w->sigst, &w->sigrng, (unsigned int)(rnd(&w->sigrng) % NS),
 			 skip);
-	if (opt.long_handler && (++w->nsig & 63) == 0)
+	if (opt.long_handler && (++w->nsig & 15) == 0)
 		spin_ns(2000000);
 	pks_ctx = prev;
 	errno = saved;
@@ -665,6 +678,7 @@ static void child_main(struct worker *w)
 
 	is_child = 1;
 	atomic_store(&nviol, 0);
+	atomic_store(&pks_late_runs, 0); /* the parent's, if any, are the parent's */
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_child_alarm;
 	sigaction(SIGALRM, &sa, NULL);
@@ -1343,6 +1357,9 @@ static void *controller_main(void *arg)
 	self = w;
 	ctl.w = w;
 	w->tid = (pid_t)syscall(SYS_gettid);
+	/* Let the workers start first: the first patches convert the nop sleds. */
+	struct timespec ts0 = {0, 50000000};
+	nanosleep(&ts0, NULL);
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		control_once();
 		w->st.calls++;
@@ -1401,6 +1418,7 @@ static void *watchdog_main(void *arg)
 {
 	unsigned long t0 = now_ns(), hang = (unsigned long)(opt.hang * 1e9);
 	unsigned long end = t0 + (unsigned long)(opt.duration * 1e9);
+	int late_said = 0;
 
 	/*
 	 * Not block_all(): a sleeping thread that blocks SIGRTMAX-1 is one of
@@ -1415,6 +1433,13 @@ static void *watchdog_main(void *arg)
 
 		nanosleep(&ts, NULL);
 		t = now_ns();
+		if (atomic_load(&pks_late_runs) && !late_said) {
+			/* Say it now: a later crash would hide it. */
+			late_said = 1;
+			viol("a callback (ops%d at ip %#lx) ran after pk_ops_unregister returned "
+			     "or after the transaction that registered it was aborted",
+			     atomic_load(&pks_late_slot), atomic_load(&pks_late_ip));
+		}
 		op = atomic_load(&ctl.op_start);
 		if (op && (long)(t - op) > (long)hang) {
 			snprintf(b, sizeof(b), "the controller is stuck in %s",
@@ -1452,6 +1477,7 @@ static void usage(int status)
 	       "  -s, --seed N       random seed (default: from the clock; printed)\n"
 	       "  -w, --hang S       watchdog: abort after S s without progress (15)\n"
 	       "  -t, --threads N    plain worker threads (2)\n"
+	       "  -a, --alarm-threads N  SIGALRM worker threads (1)\n"
 	       "  -v, --verbose      per-thread statistics\n"
 	       "hazards (issue 8), each on by default:\n"
 	       "  --no-sigblock      no threads that block every signal (H4)\n"
@@ -1520,6 +1546,8 @@ static int set_opt(const char *a, const char *v, int *used)
 		opt.hang = atof(v);
 	else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
 		opt.plain = atoi(v);
+	else if (!strcmp(a, "-a") || !strcmp(a, "--alarm-threads"))
+		opt.nalarm = atoi(v);
 	else
 		return -1;
 	return 0;
@@ -1618,8 +1646,8 @@ int main(int argc, char **argv)
 		spawn(W_PLAIN, k, worker_main);
 	if (opt.sigblock)
 		spawn(W_SIGBLOCK, 0, worker_main);
-	if (opt.alarm)
-		spawn(W_ALARM, 0, worker_main);
+	for (k = 0; opt.alarm && k < opt.nalarm; k++)
+		spawn(W_ALARM, k, worker_main);
 	if (opt.sleeper)
 		spawn(W_SLEEPER, 0, worker_main);
 	if (opt.rtblock)

@@ -57,7 +57,7 @@ for ((r = 0; r < runs; r++)); do
 	s=$((seed + r))
 	mkdir -p "$out/run-$s"
 	rc=0
-	(cd "$out/run-$s" && "$bin" --duration "$dur" --seed "$s" "$@" >log 2>&1) || rc=$?
+	(cd "$out/run-$s" && exec "$bin" --duration "$dur" --seed "$s" "$@" >log 2>&1) || rc=$?
 	first=$(grep -m1 -E 'BROKEN|WATCHDOG' "$out/run-$s/log" || true)
 	case $rc in
 	0) what=ok ;;
@@ -65,6 +65,11 @@ for ((r = 0; r < runs; r++)); do
 	*) what="exit $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")${first:+: ${first#stress: }}" ;;
 	esac
 	echo "seed $s: $what"
+	# Where it crashed: the crashing thread's first frames, from the core.
+	if ((rc > 128)) && [[ -f $out/run-$s/core ]] && command -v gdb >/dev/null; then
+		gdb -q -batch -ex 'bt 8' "$bin" "$out/run-$s/core" 2>/dev/null | grep '^#' | awk '!seen[$0]++' |
+			sed 's/^/    /' || true
+	fi
 	((rc == 0)) || fail=1
 done
 echo "stress.sh: logs and cores in $out"

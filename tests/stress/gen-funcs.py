@@ -3,7 +3,9 @@
 
 usage: gen-funcs.py N OUT.c
 
-Function i takes x, five integer arguments and one double, and returns x
+Function i notes its return address in the caller's context (the hooks'
+parent_ip must equal it), takes x, five integer arguments and one double,
+and returns x
 unchanged when the arguments reached it intact (a ^ b ^ c ^ d ^ e equals
 its own key and g equals a & 0xffff), x | PKS_BAD otherwise.  So a hook may
 change the result only through x (regs->di), and any register a trampoline
@@ -20,7 +22,7 @@ with open(out, "w") as f:
         f.write(f"__attribute__((noinline, used)) unsigned long\n"
                 f"pks_f{i}(unsigned long x, unsigned long a, unsigned long b, unsigned long c,\n"
                 f"\tunsigned long d, unsigned long e, double g)\n"
-                f"{{\n\t__asm__ volatile(\"\");\n"
+                f"{{\n\tpks_ctx->ret = (unsigned long)__builtin_return_address(0);\n"
                 f"\tif ((a ^ b ^ c ^ d ^ e) != PKS_KEY({i}) || g != (double)(a & 0xffff))\n"
                 f"\t\treturn x | PKS_BAD;\n\treturn x;\n}}\n")
     f.write(f"\nconst unsigned int pks_nfuncs = {n};\n")

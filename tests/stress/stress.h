@@ -39,6 +39,8 @@ struct pks_ctx {
 	volatile unsigned long runs;   /* hook runs in that call */
 	volatile unsigned long bad_ip; /* a hook saw an ip other than cur_ip */
 	volatile int in_call;	       /* between setting cur_ip and the return */
+	volatile unsigned long parent; /* parent_ip a hook got (the last one) */
+	volatile unsigned long ret;    /* return address the function saw */
 };
 
 extern __thread struct pks_ctx *pks_ctx;

@@ -17,7 +17,7 @@ atomic_ulong pks_late_runs;
 atomic_ulong pks_late_ip;
 atomic_int pks_late_slot;
 
-static inline void count(unsigned long ip, struct pk_regs *regs, int hook)
+static inline void count(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs, int hook)
 {
 	struct pks_ctx *c = pks_ctx;
 
@@ -26,6 +26,7 @@ static inline void count(unsigned long ip, struct pk_regs *regs, int hook)
 		return;
 	if (ip != c->cur_ip)
 		c->bad_ip = ip;
+	c->parent = parent_ip;
 	c->runs++;
 }
 
@@ -33,7 +34,6 @@ void pks_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops, s
 {
 	struct pks_opsdata *d = ops->data;
 
-	(void)parent_ip;
 	if (atomic_load_explicit(&d->retired, memory_order_acquire)) {
 		/* pk_ops_unregister() returned (or its txn was aborted). */
 		if (atomic_fetch_add(&pks_late_runs, 1) == 0) {
@@ -41,14 +41,13 @@ void pks_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops, s
 			atomic_store(&pks_late_slot, d->slot);
 		}
 	}
-	count(ip, regs, d->slot);
+	count(ip, parent_ip, regs, d->slot);
 }
 
 #define HANDLER(k)                                                                                 \
 	void pks_h##k(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)             \
 	{                                                                                          \
-		(void)parent_ip;                                                                   \
-		count(ip, regs, PKS_NOPS + k);                                                     \
+		count(ip, parent_ip, regs, PKS_NOPS + k); \
 	}
 HANDLER(0)
 HANDLER(1)

@@ -314,6 +314,9 @@ static void check(struct worker *w, struct pks_ctx *c, struct stats *st, unsigne
 	if (c->bad_ip)
 		viol("%s: a hook got ip %#lx during a call of f%u (site %#lx)", ctxname(w, c),
 		     c->bad_ip, i, site_ip[i]);
+	if (c->runs && c->parent != c->ret)
+		viol("%s: f%u: a hook got parent_ip %#lx, the function returns to %#lx",
+		     ctxname(w, c), i, c->parent, c->ret);
 	r &= ~PKS_BAD;
 	for (h = 0; h < PKS_NHOOKS; h++) {
 		f[h] = PKS_FIELD_OF(r, h);
@@ -391,6 +394,8 @@ static void call_one(struct worker *w, struct pks_ctx *c, struct stats *st, unsi
 
 	c->runs = 0;
 	c->bad_ip = 0;
+	c->parent = 0;
+	c->ret = 0;
 	c->cur_ip = site_ip[i];
 	w1 = atomic_load_explicit(&site_word[i], memory_order_acquire);
 	c->in_call = 1;
@@ -1476,31 +1481,32 @@ static void *watchdog_main(void *arg)
 
 static void usage(int status)
 {
-	printf("usage: stress_hook [OPTIONS]\n"
-	       "  -d, --duration S   run for S seconds (10)\n"
-	       "  -s, --seed N       random seed (default: from the clock; printed)\n"
-	       "  -w, --hang S       watchdog: abort after S s without progress (15)\n"
-	       "  -t, --threads N    plain worker threads (2)\n"
-	       "  -a, --alarm-threads N  SIGALRM worker threads (1)\n"
-	       "  -v, --verbose      per-thread statistics\n"
-	       "hazards (issue 8), each on by default:\n"
-	       "  --no-sigblock      no threads that block every signal (H4)\n"
-	       "  --no-alarm         no threads taking SIGALRM every 100 us whose handler calls\n"
-	       "                     hooked functions (H2)\n"
-	       "  --no-long-handler  the SIGALRM handler never spins for 2 ms (H3)\n"
-	       "  --no-alarm-calls   the SIGALRM handler calls no hooked function (H2)\n"
-	       "  --no-rtblock       no sleeping threads that block SIGRTMAX-1/-2 (H5)\n"
-	       "  --no-sleep         no threads checking nanosleep for EINTR (H8)\n"
-	       "  --no-fork          no forking thread (H6, H7)\n"
-	       "  --no-fork-api      fork children call hooked functions but not the API (H7)\n"
-	       "  --no-churn         no threads created and joined continuously\n"
-	       "  --no-txn           no transactions\n"
-	       "  --no-txn-same      a transaction touches each ops slot and each site's\n"
-	       "                     direct entry at most once (H1)\n"
-	       "  --no-probes        no calls checking the documented error returns\n"
-	       "  --safe             the --no-* flags CI passes (those that fail on main at e25f0d3:\n"
-	       "                     --no-sigblock --no-alarm-calls --no-long-handler --no-rtblock\n"
-	       "                     --no-fork --no-txn-same --no-sleep)\n");
+	printf(
+	    "usage: stress_hook [OPTIONS]\n"
+	    "  -d, --duration S   run for S seconds (10)\n"
+	    "  -s, --seed N       random seed (default: from the clock; printed)\n"
+	    "  -w, --hang S       watchdog: abort after S s without progress (15)\n"
+	    "  -t, --threads N    plain worker threads (2)\n"
+	    "  -a, --alarm-threads N  SIGALRM worker threads (1)\n"
+	    "  -v, --verbose      per-thread statistics\n"
+	    "hazards (issue 8), each on by default:\n"
+	    "  --no-sigblock      no threads that block every signal (H4)\n"
+	    "  --no-alarm         no threads taking SIGALRM every 100 us whose handler calls\n"
+	    "                     hooked functions (H2)\n"
+	    "  --no-long-handler  the SIGALRM handler never spins for 2 ms (H3)\n"
+	    "  --no-alarm-calls   the SIGALRM handler calls no hooked function (H2)\n"
+	    "  --no-rtblock       no sleeping threads that block SIGRTMAX-1/-2 (H5)\n"
+	    "  --no-sleep         no threads checking nanosleep for EINTR (H8)\n"
+	    "  --no-fork          no forking thread (H6, H7)\n"
+	    "  --no-fork-api      fork children call hooked functions but not the API (H7)\n"
+	    "  --no-churn         no threads created and joined continuously\n"
+	    "  --no-txn           no transactions\n"
+	    "  --no-txn-same      a transaction touches each ops slot and each site's\n"
+	    "                     direct entry at most once (H1)\n"
+	    "  --no-probes        no calls checking the documented error returns\n"
+	    "  --safe             the --no-* flags CI passes (those that fail on main at e25f0d3:\n"
+	    "                     --no-sigblock --no-alarm-calls --no-long-handler --no-rtblock\n"
+	    "                     --no-fork --no-txn-same --no-sleep)\n");
 	exit(status);
 }
 

@@ -47,7 +47,7 @@ void pks_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops, s
 #define HANDLER(k)                                                                                 \
 	void pks_h##k(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)             \
 	{                                                                                          \
-		count(ip, parent_ip, regs, PKS_NOPS + k); \
+		count(ip, parent_ip, regs, PKS_NOPS + k);                                          \
 	}
 HANDLER(0)
 HANDLER(1)

@@ -1505,8 +1505,8 @@ static void usage(int status)
 	    "                     direct entry at most once (H1)\n"
 	    "  --no-probes        no calls checking the documented error returns\n"
 	    "  --safe             the --no-* flags CI passes (those that fail on main at e25f0d3:\n"
-	    "                     --no-sigblock --no-alarm-calls --no-long-handler --no-rtblock\n"
-	    "                     --no-fork --no-txn-same --no-sleep)\n");
+	    "                     --no-sigblock --no-alarm --no-rtblock --no-fork --no-txn-same\n"
+	    "                     --no-sleep)\n");
 	exit(status);
 }
 
@@ -1537,7 +1537,7 @@ static int set_opt(const char *a, const char *v, int *used)
 			return 0;
 		}
 	if (!strcmp(a, "--safe")) {
-		opt.sigblock = opt.alarm_calls = opt.long_handler = opt.rtblock = 0;
+		opt.sigblock = opt.alarm = opt.rtblock = 0;
 		opt.forker = opt.txn_same = opt.sleeper = 0;
 		return 0;
 	}

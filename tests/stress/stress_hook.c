@@ -323,9 +323,12 @@ static void check(struct worker *w, struct pks_ctx *c, struct stats *st, unsigne
 		total += f[h];
 		if (h >= PKS_NOPS)
 			dsum += f[h];
-		if (f[h] > 1)
-			viol("%s: f%u: %s ran %u times in one call", ctxname(w, c), i, hook_name(h),
-			     f[h]);
+		if (f[h] > 1) {
+			fmt_word(a, sizeof(a), w1);
+			fmt_word(b, sizeof(b), w2);
+			viol("%s: f%u: %s ran %u times in one call (before: %s; after: %s)",
+			     ctxname(w, c), i, hook_name(h), f[h], a, b);
+		}
 	}
 	if (total != runs)
 		viol("%s: f%u: hooks counted %lu runs but the result shows %u (result %#lx): a "

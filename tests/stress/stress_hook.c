@@ -1509,7 +1509,7 @@ static void usage(int status)
 	    "  --no-probes        no calls checking the documented error returns\n"
 	    "  --safe             the --no-* flags CI passes (those that fail on main at e25f0d3:\n"
 	    "                     --no-sigblock --no-alarm --no-rtblock --no-fork --no-txn-same\n"
-	    "                     --no-sleep)\n");
+	    "                     --no-sleep --no-churn)\n");
 	exit(status);
 }
 
@@ -1541,7 +1541,7 @@ static int set_opt(const char *a, const char *v, int *used)
 		}
 	if (!strcmp(a, "--safe")) {
 		opt.sigblock = opt.alarm = opt.rtblock = 0;
-		opt.forker = opt.txn_same = opt.sleeper = 0;
+		opt.forker = opt.txn_same = opt.sleeper = opt.churn = 0;
 		return 0;
 	}
 	if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {

@@ -68,7 +68,7 @@ static struct {
 	double duration, hang;
 	unsigned long seed;
 	int plain, nalarm, sigblock, alarm, sleeper, rtblock, forker, churn;
-	int txn, txn_same, long_handler, alarm_calls, fork_api, probes, verbose;
+	int txn, txn_same, long_handler, alarm_calls, fork_api, probes, direct, verbose;
 } opt = {
     .duration = 10,
     .hang = 15,
@@ -86,6 +86,7 @@ static struct {
     .alarm_calls = 1,
     .fork_api = 1,
     .probes = 1,
+    .direct = 1,
 };
 
 /* ---- reporting ---- */
@@ -1336,6 +1337,12 @@ static void probe(void)
 	}
 }
 
+/* What to change next: anything, or only ops with --no-direct. */
+static enum step_kind pick_kind(void)
+{
+	return (enum step_kind)(rnd(&ctl.rng) % (opt.direct ? S_NKINDS : S_DADD));
+}
+
 static void control_once(void)
 {
 	unsigned long r = rnd(&ctl.rng) % 100;
@@ -1350,12 +1357,12 @@ static void control_once(void)
 		int want = 2 + (int)(rnd(&ctl.rng) % 5);
 
 		for (int t = 0; t < 20 && n < want; t++)
-			n += plan(&ctl.steps[n], (enum step_kind)(rnd(&ctl.rng) % S_NKINDS));
+			n += plan(&ctl.steps[n], pick_kind());
 		if (n)
 			run_batch(n, rnd(&ctl.rng) % 10 < 7 ? 1 : 2);
 	} else {
 		for (int t = 0; t < 10 && !n; t++)
-			n = plan(&ctl.steps[0], (enum step_kind)(rnd(&ctl.rng) % S_NKINDS));
+			n = plan(&ctl.steps[0], pick_kind());
 		if (n)
 			run_batch(1, 0);
 	}
@@ -1507,6 +1514,7 @@ static void usage(int status)
 	    "  --no-txn-same      a transaction touches each ops slot and each site's\n"
 	    "                     direct entry at most once (H1)\n"
 	    "  --no-probes        no calls checking the documented error returns\n"
+	    "  --no-direct        no direct entries (ops only), to narrow a failure down\n"
 	    "  --safe             the --no-* flags CI passes (those that fail on main at e25f0d3:\n"
 	    "                     --no-sigblock --no-alarm --no-rtblock --no-fork --no-txn-same\n"
 	    "                     --no-sleep --no-churn)\n");
@@ -1531,6 +1539,7 @@ static int set_opt(const char *a, const char *v, int *used)
 	    {"--no-txn", &opt.txn},
 	    {"--no-txn-same", &opt.txn_same},
 	    {"--no-probes", &opt.probes},
+	    {"--no-direct", &opt.direct},
 	};
 
 	*used = 0;

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the stress test's three parts share: the hookable functions
+ * (generated), the hooks (stress_cb.c, vector-free), and the per-thread
+ * context through which a hook tells the calling thread that it ran.
+ *
+ * Result encoding: every hookable function returns its first argument x
+ * (or x | PKS_BAD when another argument reached it corrupted).  Callers
+ * pass x = 0, and each hook adds PKS_FIELD(h) to regs->di: field h (7 bits)
+ * of the result counts the runs of hook h in that call.  Hooks 0..3 are the
+ * ops slots, 4..7 the direct handlers pks_h0..pks_h3.
+ */
+#ifndef PKS_STRESS_H
+#define PKS_STRESS_H
+
+#include <stdatomic.h>
+
+typedef unsigned long pks_fn(unsigned long x, unsigned long a, unsigned long b, unsigned long c,
+			     unsigned long d, unsigned long e, double g);
+
+#define PKS_KEY(i)	   (0x9e3779b97f4a7c15ul * ((unsigned long)(i) + 1))
+#define PKS_BAD		   (1ul << 60)
+#define PKS_NOPS	   4 /* ops slots: hooks 0..3 */
+#define PKS_NDIRECT	   4 /* direct handlers: hooks 4..7 */
+#define PKS_NHOOKS	   (PKS_NOPS + PKS_NDIRECT)
+#define PKS_FIELD(h)	   (1ul << (7 * (h)))
+#define PKS_FIELD_OF(r, h) (((r) >> (7 * (h))) & 0x7f)
+
+extern const unsigned int pks_nfuncs;
+extern pks_fn *const pks_funcs[];
+
+/*
+ * One per thread and one per thread's signal handler: the handler swaps
+ * pks_ctx, so hooks that run inside it count apart from the call it
+ * interrupted.  Written by hooks on the same thread only.
+ */
+struct pks_ctx {
+	volatile unsigned long cur_ip; /* site of the call in progress */
+	volatile unsigned long runs;   /* hook runs in that call */
+	volatile unsigned long bad_ip; /* a hook saw an ip other than cur_ip */
+	volatile int in_call;	       /* between setting cur_ip and the return */
+	volatile unsigned long parent; /* parent_ip a hook got (the last one) */
+	volatile unsigned long ret;    /* return address the function saw */
+};
+
+extern __thread struct pks_ctx *pks_ctx;
+
+/* The data of every registered pk_ops (ops->data points to it). */
+struct pks_opsdata {
+	int slot;	    /* hook number 0..3 */
+	atomic_int retired; /* set once the callback must never run again */
+};
+
+/* Callbacks that ran while their ops was retired (a broken promise). */
+extern atomic_ulong pks_late_runs;
+extern atomic_ulong pks_late_ip;
+extern atomic_int pks_late_slot;
+
+struct pk_ops;
+struct pk_regs;
+void pks_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		struct pk_regs *regs);
+void pks_h0(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
+void pks_h1(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
+void pks_h2(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
+void pks_h3(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
+
+#endif

@@ -37,6 +37,7 @@ long fa_endbr(long a, long b);
 long fa_sled(long a, long b);
 long fa_line(long a, long b);
 long fa_sled_alt(long a, long b);
+long fa_sled_twin(long a, long b);
 void fa_guard(void);
 /*
  * fa_aligned(2) start a 16-byte block (site fits in it), fa_endbr's site
@@ -99,6 +100,13 @@ __asm__(".text\n"
 	"	lea 8(%rdi,%rsi), %rax\n"
 	"	ret\n"
 	".size fa_sled_alt, .-fa_sled_alt\n"
+	"	.fill 0x68 - (. - fa_sled_alt), 1, 0xcc\n"
+	".globl fa_sled_twin\n.type fa_sled_twin,@function\n"
+	"fa_sled_twin:\n"
+	"	.byte 0x90, 0x90, 0x90, 0x90, 0x90\n"
+	"	lea 9(%rdi,%rsi), %rax\n"
+	"	ret\n"
+	".size fa_sled_twin, .-fa_sled_twin\n"
 	".globl fa_guard\n.type fa_guard,@function\n"
 	"fa_guard:\n"
 	"	ret\n"
@@ -112,6 +120,7 @@ static long (*volatile f_endbr)(long, long) = fa_endbr;
 static long (*volatile f_sled)(long, long) = fa_sled;
 static long (*volatile f_line)(long, long) = fa_line;
 static long (*volatile f_sled_alt)(long, long) = fa_sled_alt;
+static long (*volatile f_sled_twin)(long, long) = fa_sled_twin;
 
 static struct pki_poke_stats stats(void)
 {
@@ -429,6 +438,27 @@ START_TEST(sled_relay_other_slot)
 	ck_assert_uint_eq(count(&count_a), 1);
 	ck_assert_uint_eq(stats().relayed, 1);
 	ck_assert_uint_eq(stats().emulated, 0);
+}
+END_TEST
+
+/*
+ * fa_sled_twin sits 0x68 bytes after fa_sled_alt: its default slot is
+ * fa_sled_alt's other one.  Each must keep a slot of its own.
+ */
+START_TEST(sled_relay_slots_never_shared)
+{
+	struct pki_poke p[2] = {poke_to(fa_sled_alt, stub_a, NULL), poke_to(fa_sled_twin, stub_b, NULL)};
+
+	ck_assert_uint_eq(site_of(fa_sled_twin) - site_of(fa_sled_alt), 0x68);
+	ck_assert_uint_eq(pki_insn_relay_slot(p[0].addr, PKI_RELAY_B1_ALT),
+			  pki_insn_relay_slot(p[1].addr, PKI_RELAY_B1));
+	ck_assert_int_eq(pki_text_poke_batch(&p[0], 1), 0);
+	ck_assert_int_eq(pki_text_poke_batch(&p[1], 1), 0);
+	ck_assert_uint_eq(stats().relayed, 2);
+	ck_assert_int_eq(f_sled_alt(1, 1), 10);
+	ck_assert_int_eq(f_sled_twin(1, 1), 11);
+	ck_assert_uint_eq(count(&count_a), 1);
+	ck_assert_uint_eq(count(&count_b), 1);
 }
 END_TEST
 
@@ -903,6 +933,7 @@ int main(void)
 	tcase_add_test(tc, sled_takes_its_relay);
 	tcase_add_test(tc, relay_slot_mismatch_latches_off);
 	tcase_add_test(tc, sled_relay_other_slot);
+	tcase_add_test(tc, sled_relay_slots_never_shared);
 	tcase_add_test(tc, sled_attached_under_long_handler);
 	tcase_add_test(tc, sigtrap_blocked_threads_never_meet_a_trap);
 	tcase_add_test(tc, sled_without_relay_keeps_int3_then_nop5);

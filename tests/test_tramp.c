@@ -140,7 +140,7 @@ START_TEST(novec_tramps_preserve_and_see_args)
 	    make(PKI_TRAMP_HANDLER_NV, (unsigned long[]){(unsigned long)handler}, 1, &s2);
 
 	ck_assert_int_eq(pki_tramp_window(t1), PKI_WIN_ENTRY);
-	ck_assert_int_eq(pki_tramp_window(t2), PKI_WIN_ENTRY);
+	ck_assert_int_eq(pki_tramp_window(t2), PKI_WIN_ENTRY_DIRECT);
 	check_call(t1, 11);
 	ck_assert_ptr_eq(seen_ops, &ops);
 	ck_assert_uint_eq(seen_parent, seen_sp0);
@@ -199,6 +199,9 @@ START_TEST(stub_jumps_on)
 	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
 	unsigned long t = make(PKI_TRAMP_STUB, &d, 1, &s);
 
+	/* Both are what a dispatcher may jump to: a gp moves them to the direct address. */
+	ck_assert_int_eq(pki_tramp_window(t), PKI_WIN_ENTRY_DIRECT);
+	ck_assert_int_eq(pki_tramp_window(d), PKI_WIN_ENTRY_DIRECT);
 	check_call(t, 11);
 	ck_assert_int_eq(calls, 1);
 }
@@ -211,6 +214,19 @@ START_TEST(windows_are_classified)
 	int rets = 0, jmps = 0;
 
 	ck_assert_int_eq(pki_tramp_window(t), PKI_WIN_ENTRY);
+	{
+		struct pki_tslot o, h, onv;
+		struct pk_ops ops = {.func = record};
+		unsigned long data[2] = {(unsigned long)&ops, (unsigned long)record};
+
+		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_OPS, data, 2, &o)), PKI_WIN_ENTRY);
+		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_OPS_NV, data, 2, &onv)),
+				 PKI_WIN_ENTRY);
+		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_HANDLER,
+							 (unsigned long[]){(unsigned long)handler},
+							 1, &h)),
+				 PKI_WIN_ENTRY_DIRECT);
+	}
 	/* Exactly one `ret` and one `jmp *%r11` follow the final decls. */
 	for (size_t i = 0; i + 3 <= pki_tramp_size(PKI_TRAMP_LIST) - 8; i++) {
 		const unsigned char *p = (const unsigned char *)t + i;

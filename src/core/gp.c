@@ -211,6 +211,16 @@ static void gp_handler(int sig, siginfo_t *si, void *ucv)
 		case PKI_WIN_ENTRY:
 			to = pki_hook_rt_target(site);
 			break;
+		case PKI_WIN_ENTRY_DIRECT:
+			/*
+			 * Not the site's target: the dispatcher may already have
+			 * run the site's ops for this call (they must not run
+			 * twice), or the site called it when it had no ops (ops
+			 * attached since then may miss this call, as with any
+			 * change during a call).
+			 */
+			to = pki_hook_rt_direct(site);
+			break;
 		case PKI_WIN_DIRECT:
 			to = pki_hook_rt_direct(site);
 			break;

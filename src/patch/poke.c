@@ -1129,7 +1129,10 @@ static void relay_report(const struct pki_poke *p, const char *what, const uint8
 /* Can the slot of @site with byte 1 = @b1 be mapped and stored atomically? */
 static bool relay_usable(unsigned long site, uint8_t b1)
 {
-	return !pki_relay_map(site, b1) && relay_writable(pki_insn_relay_slot(site, b1));
+	unsigned long slot = pki_insn_relay_slot(site, b1);
+
+	return !pki_relay_claim(site, slot, false) && !pki_relay_map(site, b1) &&
+	       relay_writable(slot) && !pki_relay_claim(site, slot, true);
 }
 
 static int relay_choose(const struct pki_poke *p, struct relayed *r)

@@ -14,6 +14,11 @@
  * A chunk's place may be taken (a large heap, another library): then the
  * sites of that stretch are attached the older way (INT3 protocol and sled
  * kick, poke.c).  A refused place is remembered and not asked again.
+ *
+ * Slots are claimed: a site's default slot keeps the distances between
+ * sites, so defaults never overlap, but an alternate slot (byte 1 = clc,
+ * 0x68 bytes on) could be another site's default.  A slot is used only by
+ * the site that first claimed it, for good (a thread may sit in it).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -107,4 +112,52 @@ int pki_relay_map(unsigned long site, uint8_t b1)
 		pki_debug("sled relay %#lx: no relay memory at %#lx: %s\n", site, base,
 			  pki_errstr(chunk[i].err));
 	return chunk[i].err;
+}
+
+/* Claimed slots, sorted by address; never released.  Patch lock. */
+static struct claim {
+	unsigned long slot, site;
+} *claim;
+static size_t nr_claim, cap_claim;
+
+static size_t claim_pos(unsigned long slot)
+{
+	size_t lo = 0, hi = nr_claim;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (claim[mid].slot < slot)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int pki_relay_claim(unsigned long site, unsigned long slot, bool take)
+{
+	size_t i = claim_pos(slot);
+
+	if (i < nr_claim && claim[i].slot == slot)
+		return claim[i].site == site ? 0 : -EEXIST;
+	/* Overlap with the neighbours (slots are PKI_RELAY_SLOT_LEN bytes). */
+	if ((i < nr_claim && claim[i].slot < slot + PKI_RELAY_SLOT_LEN) ||
+	    (i && claim[i - 1].slot + PKI_RELAY_SLOT_LEN > slot))
+		return -EEXIST;
+	if (!take)
+		return 0;
+	if (nr_claim == cap_claim) {
+		size_t cap = cap_claim ? 2 * cap_claim : 64;
+		struct claim *bigger = realloc(claim, cap * sizeof(*claim));
+
+		if (!bigger)
+			return -ENOMEM;
+		claim = bigger;
+		cap_claim = cap;
+	}
+	memmove(&claim[i + 1], &claim[i], (nr_claim - i) * sizeof(*claim));
+	claim[i] = (struct claim){.slot = slot, .site = site};
+	nr_claim++;
+	return 0;
 }

@@ -20,4 +20,11 @@
  */
 int pki_relay_map(unsigned long site, uint8_t b1);
 
+/*
+ * May @site use relay slot @slot: free, or already its own?  With @take,
+ * claim it for @site for good.  0, -EEXIST (another site's, or overlapping
+ * one), -ENOMEM.
+ */
+int pki_relay_claim(unsigned long site, unsigned long slot, bool take);
+
 #endif /* PK_PATCH_RELAY_H */

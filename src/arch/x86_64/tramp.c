@@ -100,6 +100,9 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 	return 0;
 }
 
+/* The jnz after a template's incl %fs:d32 (8 bytes): 6 bytes (or 2 + 4 of SAVE). */
+#define HANDLER_ID_LEN 6
+
 enum pki_tramp_window pki_tramp_window(unsigned long ip)
 {
 	const unsigned char *p = (const unsigned char *)ip;
@@ -108,10 +111,19 @@ enum pki_tramp_window pki_tramp_window(unsigned long ip)
 		return PKI_WIN_RET;
 	if (p[0] == 0x41 && p[1] == 0xff && p[2] == 0xe3) /* jmp *%r11 */
 		return PKI_WIN_DIRECT;
-	if (p[0] == 0x64 && p[1] == 0xff && p[2] == 0x04 && p[3] == 0x25) /* incl %fs:d32 */
+	if (p[0] == 0x64 && p[1] == 0xff && p[2] == 0x04 && p[3] == 0x25) { /* incl %fs:d32 */
+		/*
+		 * A handler template's copy: the jnz after the incl (whose
+		 * displacement is fixed up per copy) is the template's; it skips
+		 * a body of another length than the ops templates' jnz.
+		 */
+		if (!memcmp(p + 8, pki_tramp_handler_start + 8, HANDLER_ID_LEN) ||
+		    !memcmp(p + 8, pki_tramp_handler_nv_start + 8, HANDLER_ID_LEN))
+			return PKI_WIN_ENTRY_DIRECT;
 		return PKI_WIN_ENTRY;
-	if (p[0] == 0xff && p[1] == 0x25) /* stub: jmp *d32(%rip) */
-		return PKI_WIN_ENTRY;
+	}
+	if (p[0] == 0xff && p[1] == 0x25) /* stub: jmp *d32(%rip), to a direct address */
+		return PKI_WIN_ENTRY_DIRECT;
 	return PKI_WIN_NONE;
 }
 

@@ -447,7 +447,8 @@ END_TEST
  */
 START_TEST(sled_relay_slots_never_shared)
 {
-	struct pki_poke p[2] = {poke_to(fa_sled_alt, stub_a, NULL), poke_to(fa_sled_twin, stub_b, NULL)};
+	struct pki_poke p[2] = {poke_to(fa_sled_alt, stub_a, NULL),
+				poke_to(fa_sled_twin, stub_b, NULL)};
 
 	ck_assert_uint_eq(site_of(fa_sled_twin) - site_of(fa_sled_alt), 0x68);
 	ck_assert_uint_eq(pki_insn_relay_slot(p[0].addr, PKI_RELAY_B1_ALT),

@@ -222,10 +222,10 @@ START_TEST(windows_are_classified)
 		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_OPS, data, 2, &o)), PKI_WIN_ENTRY);
 		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_OPS_NV, data, 2, &onv)),
 				 PKI_WIN_ENTRY);
-		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_HANDLER,
-							 (unsigned long[]){(unsigned long)handler},
-							 1, &h)),
-				 PKI_WIN_ENTRY_DIRECT);
+		ck_assert_int_eq(
+		    pki_tramp_window(
+			make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h)),
+		    PKI_WIN_ENTRY_DIRECT);
 	}
 	/* Exactly one `ret` and one `jmp *%r11` follow the final decls. */
 	for (size_t i = 0; i + 3 <= pki_tramp_size(PKI_TRAMP_LIST) - 8; i++) {

@@ -67,13 +67,17 @@
  *    either process would show in both (a call into a trampoline that only
  *    exists on one side).  pthread_atfork() handlers hold the patch lock
  *    across fork(); before it, every aliased mapping is copied into a new
- *    memfd (steps 1-3, from the alias); after it, the parent places each
- *    copy over its text (step 4) before the lock is released, and the child
- *    drops the copies.  The child keeps the old memfds to itself, with its
- *    inherited aliases still pointing at them, and the parent patches its
- *    own copies.  The copy must precede fork(): the child may patch the old
- *    memfd as soon as it runs.  The parent pays one copy of its aliased text
- *    per fork().  A child made by a
+ *    memfd (steps 1-3, from the alias); after it, the child places each
+ *    copy over its text (step 4) before fork() returns in it, and the
+ *    parent drops the copies and keeps its memfds.  So neither ever runs on
+ *    memory the other writes: the parent's threads go on executing the
+ *    memfds they had, and the child, alone, replaces its view before it
+ *    runs anything else.  (The parent placing the copies instead left a
+ *    window after fork() in which a child that patched at once changed what
+ *    the parent's threads were executing.)  The copy must precede fork():
+ *    after it, the parent may patch again.  Each fork() costs one copy of
+ *    the aliased text (in the parent, before it) and one mmap() per aliased
+ *    mapping in the child.  A child made by a
  *    raw clone() without CLONE_VM skips the atfork handlers and shares the
  *    aliased text with its parent: do not patch in either then.  vfork() and
  *    posix_spawn() share the address space anyway until exec.
@@ -434,7 +438,27 @@ static void fork_copy_free(struct alias *a)
 	a->fork_copy = NULL;
 }
 
+/*
+ * The parent keeps its memfds: nothing changes under its threads, which may
+ * be executing that text (and the relay slots) right now.
+ */
 int pki_alias_fork_parent(void)
+{
+	size_t i;
+
+	for (i = 0; i < nr_alias; i++)
+		fork_copy_free(&alias[i]);
+	return 0;
+}
+
+/*
+ * The child, one thread, places each copy over its view before fork()
+ * returns in it, so it never runs on memory the parent writes, nor the
+ * parent on memory the child writes (the parent placing them instead left a
+ * window, after fork() and before its placement, in which the child's first
+ * patch changed the text and relay slots the parent's threads execute).
+ */
+int pki_alias_fork_child(void)
 {
 	int err = 0;
 	size_t i;
@@ -445,9 +469,6 @@ int pki_alias_fork_parent(void)
 		if (!c || (err = memfd_place(c))) {
 			if (!err)
 				err = -ENOMEM;
-			pki_warn("text alias %#lx-%#lx: cannot unshare from the forked child: "
-				 "%s\n",
-				 a->start, a->end, pki_errstr(err));
 			break;
 		}
 		memfd_discard(a);
@@ -458,13 +479,4 @@ int pki_alias_fork_parent(void)
 	for (; i < nr_alias; i++)
 		fork_copy_free(&alias[i]);
 	return err;
-}
-
-void pki_alias_fork_child(void)
-{
-	size_t i;
-
-	/* The child keeps the memfds it inherited; the copies are the parent's. */
-	for (i = 0; i < nr_alias; i++)
-		fork_copy_free(&alias[i]);
 }

@@ -39,14 +39,14 @@ unsigned long pki_alias_count(void);
 /*
  * fork() support, from the patcher's pthread_atfork() handlers, patch lock
  * held throughout: prepare copies every aliased mapping into a new memfd;
- * in the parent, each copy then replaces the executable view, so the child
- * keeps the old memfds to itself and neither sees the other's patches; the
- * child drops the copies.  prepare and parent return 0 or -errno (if either
- * fails the parent may still share text with the child: the caller latches
- * patching off).
+ * the parent drops the copies and keeps its memfds; in the child, each copy
+ * replaces the executable view before fork() returns there, so neither sees
+ * the other's patches.  Return 0 or -errno (if prepare fails, the child
+ * shares text with the parent: the parent latches patching off; if the
+ * child's placement fails, the child does).
  */
 int pki_alias_fork_prepare(void);
 int pki_alias_fork_parent(void);
-void pki_alias_fork_child(void);
+int pki_alias_fork_child(void);
 
 #endif /* PK_PATCH_ALIAS_H */

@@ -133,7 +133,7 @@ static bool mem_writes_readonly(void)
 /*
  * fork(): the patch lock is held across it, so no batch is half done in the
  * child and no alias changes under the parent's copy (alias.c explains why
- * the parent then moves its aliased text onto fresh memfds).
+ * the child then moves its aliased text onto fresh memfds).
  */
 static int fork_prepared; /* poke_lock */
 
@@ -164,7 +164,12 @@ static void fork_parent(void)
  */
 static void fork_child(void)
 {
-	pki_alias_fork_child();
+	if (fork_prepared || pki_alias_fork_child()) {
+		atomic_store(&dead, true);
+		pki_warn("text poke: this fork child could not get its own copy of the "
+			 "patched text; live patching is off in it: %s\n",
+			 pki_errstr(EBUSY));
+	}
 	atomic_store(&ready, false);
 	pthread_mutex_unlock(&poke_lock);
 }

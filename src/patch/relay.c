@@ -117,7 +117,7 @@ int pki_relay_map(unsigned long site, uint8_t b1)
 /* Claimed slots, sorted by address; never released.  Patch lock. */
 static struct claim {
 	unsigned long slot, site;
-} *claim;
+} * claim;
 static size_t nr_claim, cap_claim;
 
 static size_t claim_pos(unsigned long slot)

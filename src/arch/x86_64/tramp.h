@@ -62,8 +62,8 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 
 /* Where a thread outside every trampoline body sits in trampoline memory. */
 enum pki_tramp_window {
-	PKI_WIN_NONE,	/* not at a window: must not happen with the counter at -1 */
-	PKI_WIN_ENTRY,	/* first instruction: about to run the trampoline */
+	PKI_WIN_NONE,  /* not at a window: must not happen with the counter at -1 */
+	PKI_WIN_ENTRY, /* first instruction: about to run the trampoline */
 	/*
 	 * First instruction of a direct trampoline (a pk_tramp handler, or a far
 	 * stub to a direct address): reached from the site, or from the list

@@ -105,10 +105,16 @@
  *
  * Limits (documented in hook.h): a thread that blocks PKI_GP_SIGNAL and is
  * not blocked in the kernel delays grace periods until it unblocks (a
- * warning is printed once); a thread whose own signal handler interrupted
- * it exactly at a window and that stays in that handler across a whole
- * grace period is not covered (its window is in the outer signal frame,
- * which neither the handler nor /proc shows).  Blocked threads are judged
+ * warning is printed once).  Windows hidden in a signal frame: a thread
+ * whose own signal handler interrupted it exactly at a window has that
+ * window in the handler's frame, which neither the interrupted ip nor /proc
+ * shows.  Handlers stacked by a common delivery (ours interrupting the
+ * other's first instruction) are looked through, the window moved
+ * (pki_tramp_uc_outer()); otherwise the first KiB of stack above the
+ * interrupted sp (or a blocked thread's sp) is searched for a frame whose
+ * saved ip is a window, and if one is found the thread is not quiescent
+ * yet: no answer, asked again (window_below()).  A frame deeper than that,
+ * or one on another stack (sigaltstack), is still not seen.  Blocked threads are judged
  * without a signal only where the kernel counts schedule-ins
  * (CONFIG_SCHED_INFO) and for threads whose TCB holds their robust list
  * (glibc threads); the others are signalled as before.
@@ -189,11 +195,71 @@ unsigned long pki_gp_exit_slow(unsigned long site, int direct, unsigned long r11
 	return direct ? pki_hook_rt_direct(site) : 0;
 }
 
+/*
+ * A thread at a window of trampoline memory (counter at -1) is moved on as
+ * if it executed the window with the state published now.  False if @uc is
+ * in trampoline memory but at no window (never claim quiescence then).
+ */
+static bool move_window(ucontext_t *uc)
+{
+	unsigned long site = pki_tramp_uc_site(uc), to = 0;
+
+	switch (pki_tramp_window(pki_tramp_uc_ip(uc))) {
+	case PKI_WIN_ENTRY:
+		to = pki_hook_rt_target(site);
+		break;
+	case PKI_WIN_ENTRY_DIRECT:
+		/*
+		 * Not the site's target: the dispatcher may already have run the
+		 * site's ops for this call (they must not run twice), or the
+		 * site called it when it had no ops (ops attached since then may
+		 * miss this call, as with any change during a call).
+		 */
+		to = pki_hook_rt_direct(site);
+		break;
+	case PKI_WIN_DIRECT:
+		to = pki_hook_rt_direct(site);
+		break;
+	case PKI_WIN_RET:
+		break;
+	case PKI_WIN_NONE:
+		return false;
+	}
+	if (to)
+		pki_tramp_uc_jmp(uc, to);
+	else
+		pki_tramp_uc_ret(uc);
+	return true;
+}
+
+/*
+ * Does the stack just above @sp hold a signal frame that interrupted a
+ * window (a handler that has run on past its entry)?  1 KiB, read in one
+ * system call that cannot fault (the stack may end within it).
+ */
+static bool window_below(unsigned long sp, unsigned long restorer)
+{
+	unsigned long w[128];
+	size_t n = sizeof(w) / sizeof(w[0]), from = 0;
+
+	sp &= ~7ul;
+	unsigned long ip;
+
+	while (n && pki_thread_read(sp, w, n * sizeof(w[0])))
+		n /= 2; /* the end of the stack is near: a shorter copy */
+	while ((ip = pki_tramp_frame_ip(w, n, restorer, &from)))
+		if (pki_tmem_contains(ip) && pki_tramp_window(ip) != PKI_WIN_NONE)
+			return true;
+	return false;
+}
+
 static void gp_handler(int sig, siginfo_t *si, void *ucv)
 {
+	/* Our own return address: the restorer every handler's frame starts with. */
+	unsigned long restorer = (unsigned long)__builtin_return_address(0);
 	ucontext_t *uc = ucv;
 	unsigned long owed = (unsigned long)si->si_value.sival_ptr;
-	int saved = errno;
+	int saved = errno, depth;
 
 	(void)sig;
 	if (si->si_code != SI_QUEUE || si->si_pid != getpid())
@@ -204,41 +270,41 @@ static void gp_handler(int sig, siginfo_t *si, void *ucv)
 		pki_tramp_tls.want = 1;
 		goto out;
 	}
-	if (pki_tmem_contains(pki_tramp_uc_ip(uc))) {
-		unsigned long site = pki_tramp_uc_site(uc), to = 0;
+	/*
+	 * Signals delivered together stack their handlers' frames: what we
+	 * interrupted may be another handler's first instruction, whose frame
+	 * holds the context the thread resumes at, perhaps a window (a timer
+	 * landing on a trampoline's entry).  Look through such frames to the
+	 * context that is not a handler's entry, and move that one.  (A
+	 * handler that has run on past its entry hides its frame: the limit in
+	 * the file comment.)
+	 */
+	for (depth = 0; depth < 8 && !pki_tmem_contains(pki_tramp_uc_ip(uc)); depth++) {
+		ucontext_t *outer = pki_tramp_uc_outer(uc, restorer);
 
-		switch (pki_tramp_window(pki_tramp_uc_ip(uc))) {
-		case PKI_WIN_ENTRY:
-			to = pki_hook_rt_target(site);
+		if (!outer)
 			break;
-		case PKI_WIN_ENTRY_DIRECT:
-			/*
-			 * Not the site's target: the dispatcher may already have
-			 * run the site's ops for this call (they must not run
-			 * twice), or the site called it when it had no ops (ops
-			 * attached since then may miss this call, as with any
-			 * change during a call).
-			 */
-			to = pki_hook_rt_direct(site);
-			break;
-		case PKI_WIN_DIRECT:
-			to = pki_hook_rt_direct(site);
-			break;
-		case PKI_WIN_RET:
-			break;
-		case PKI_WIN_NONE:
-			goto out; /* cannot happen; never claim quiescence */
-		}
-		if (to)
-			pki_tramp_uc_jmp(uc, to);
-		else
-			pki_tramp_uc_ret(uc);
+		uc = outer;
+	}
+	if (pki_tmem_contains(pki_tramp_uc_ip(uc))) {
+		if (!move_window(uc))
+			goto out;
+	} else if (window_below((unsigned long)uc->uc_mcontext.gregs[REG_RSP], restorer)) {
+		/*
+		 * A handler that ran on past its entry, from a window: not
+		 * quiescent until it returns there; the writer asks again in
+		 * 10 ms (step 4).  (A stale frame left on the stack can only
+		 * delay the answer, never make it wrong.)
+		 */
+		goto out;
 	}
 	pki_tramp_tls.want = 0;
 	gp_answer(owed);
 out:
 	errno = saved;
 }
+
+static unsigned long gp_restorer;
 
 static void gp_install(void)
 {
@@ -250,6 +316,9 @@ static void gp_install(void)
 	sigfillset(&sa.sa_mask);
 	if (sigaction(PKI_GP_SIGNAL, &sa, NULL))
 		pki_warn("hooks: sigaction(%d): %s\n", PKI_GP_SIGNAL, pki_errstr(errno));
+	/* The restorer the kernel's frames start with (glibc's, for every handler). */
+	if (!sigaction(PKI_GP_SIGNAL, NULL, &sa))
+		gp_restorer = (unsigned long)sa.sa_restorer;
 	pki_hook_atfork_init(); /* our fork handling is called from the registry's */
 }
 
@@ -319,6 +388,9 @@ static enum verdict __judge(size_t i)
 	if (err == -ESRCH)
 		return V_GONE;
 	if (err || !st.blocked || pki_tmem_contains(st.pc))
+		return V_ASK;
+	/* Blocked inside a signal handler that interrupted a window: ask. */
+	if (!gp_restorer || window_below(st.sp, gp_restorer))
 		return V_ASK;
 	err = pki_thread_tls(tid, &pki_tramp_tls.nest, &tls);
 	if (!err)

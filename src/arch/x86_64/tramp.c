@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -135,6 +136,35 @@ unsigned long pki_tramp_uc_ip(const ucontext_t *uc)
 unsigned long pki_tramp_uc_site(const ucontext_t *uc)
 {
 	return *(const unsigned long *)uc->uc_mcontext.gregs[REG_RSP] - 5;
+}
+
+ucontext_t *pki_tramp_uc_outer(const ucontext_t *uc, unsigned long restorer)
+{
+	const unsigned long *sp = (const unsigned long *)uc->uc_mcontext.gregs[REG_RSP];
+	ucontext_t *outer;
+
+	/* x86-64 rt_sigframe: the return address (restorer), then the ucontext. */
+	if (!sp || ((unsigned long)sp & 7) || *sp != restorer)
+		return NULL;
+	outer = (ucontext_t *)(sp + 1);
+	/* The kernel's frames always say where their ss came from (UC_SIGCONTEXT_SS). */
+	return outer->uc_flags & 0x2 ? outer : NULL;
+}
+
+unsigned long pki_tramp_frame_ip(const unsigned long *w, size_t n, unsigned long restorer,
+				 size_t *from)
+{
+	const size_t flags = offsetof(ucontext_t, uc_flags) / 8 + 1,
+		     rip = offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) / 8 + 1;
+
+	/* x86-64 rt_sigframe: the restorer, then the ucontext (flags, ..., rip). */
+	for (size_t i = *from; i + rip < n; i++)
+		if (w[i] == restorer && (w[i + flags] & 0x2)) {
+			*from = i + 1;
+			return w[i + rip];
+		}
+	*from = n;
+	return 0;
 }
 
 void pki_tramp_uc_ret(ucontext_t *uc)

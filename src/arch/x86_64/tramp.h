@@ -81,6 +81,20 @@ enum pki_tramp_window pki_tramp_window(unsigned long ip);
 unsigned long pki_tramp_uc_ip(const ucontext_t *uc);
 /* Site of the call being served: [rsp] - 5 (only valid at a window). */
 unsigned long pki_tramp_uc_site(const ucontext_t *uc);
+/*
+ * If @uc stopped at the very first instruction of a signal handler (its
+ * stack starts with @restorer, the frame's return address), the context
+ * that handler will resume (in its frame); else NULL.
+ */
+ucontext_t *pki_tramp_uc_outer(const ucontext_t *uc, unsigned long restorer);
+/*
+ * In @n words copied from a stack, the next signal frame from word *@from
+ * on (one starting with @restorer and whose ucontext has its kernel flag):
+ * the ip it will resume, or 0 if none; *@from moves past it.  Reads only
+ * the copy: a stale frame looks like a live one.
+ */
+unsigned long pki_tramp_frame_ip(const unsigned long *w, size_t n, unsigned long restorer,
+				 size_t *from);
 /* Move the thread: return into the function body, as a `ret` would. */
 void pki_tramp_uc_ret(ucontext_t *uc);
 /* Move the thread: enter @addr with the entry stack, as a `jmp` would. */

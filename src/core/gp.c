@@ -531,14 +531,37 @@ static bool worker_up;
  */
 #define GP_BATCH_NS 10000000L
 
+/*
+ * Run every callback queued now, after one grace period that began after
+ * they were queued: the worker's batch, or the caller's own when no worker
+ * can be started.  defer_lock held on entry and on return, not meanwhile.
+ */
+static void __run_queue(void)
+{
+	struct gp_cb *list = queue;
+	unsigned long n = taken = queued;
+
+	queue = NULL;
+	pthread_mutex_unlock(&defer_lock);
+	pki_gp_synchronize();
+	while (list) {
+		struct gp_cb *next = list->next;
+
+		list->fn(list->arg);
+		free(list);
+		list = next;
+	}
+	pthread_mutex_lock(&defer_lock);
+	if (done < n)
+		done = n;
+	pthread_cond_broadcast(&done_cv);
+}
+
 static void *defer_worker(void *unused)
 {
 	(void)unused;
 	pthread_mutex_lock(&defer_lock);
 	for (;;) {
-		struct gp_cb *list;
-		unsigned long n;
-
 		while (!queue)
 			pthread_cond_wait(&defer_cv, &defer_lock);
 		if (!waiting) {
@@ -555,22 +578,7 @@ static void *defer_worker(void *unused)
 						      &until) != ETIMEDOUT)
 				;
 		}
-		list = queue;
-		queue = NULL;
-		n = taken = queued;
-		pthread_mutex_unlock(&defer_lock);
-		/* One grace period for the whole batch, queued before it began. */
-		pki_gp_synchronize();
-		while (list) {
-			struct gp_cb *next = list->next;
-
-			list->fn(list->arg);
-			free(list);
-			list = next;
-		}
-		pthread_mutex_lock(&defer_lock);
-		done = n;
-		pthread_cond_broadcast(&done_cv);
+		__run_queue();
 	}
 	return NULL;
 }
@@ -640,27 +648,6 @@ void pki_gp_fork_child(void)
 	pthread_mutex_unlock(&defer_lock);
 }
 
-/* Run what is queued now, here (no worker could be started).  defer_lock held. */
-static void __run_queue_here(void)
-{
-	struct gp_cb *list = queue;
-	unsigned long n = taken = queued;
-
-	queue = NULL;
-	pthread_mutex_unlock(&defer_lock);
-	pki_gp_synchronize();
-	while (list) {
-		struct gp_cb *next = list->next;
-
-		list->fn(list->arg);
-		free(list);
-		list = next;
-	}
-	pthread_mutex_lock(&defer_lock);
-	if (done < n)
-		done = n;
-	pthread_cond_broadcast(&done_cv);
-}
 
 void pki_gp_defer(void (*fn)(void *), void *arg)
 {
@@ -695,7 +682,7 @@ void pki_gp_barrier(void)
 	pthread_mutex_lock(&defer_lock);
 	want = queued;
 	if (done < want && !worker_up && __start_worker())
-		__run_queue_here(); /* e.g. a fork child's queue, no thread to be had */
+		__run_queue(); /* e.g. a fork child's queue, no thread to be had */
 	if (done < want) {
 		waiting++;
 		pthread_cond_signal(&defer_cv); /* end the worker's batching delay */

@@ -32,27 +32,58 @@
 
 #define CHUNK (64ul << 10)
 
-/* Chunk bases asked for so far, sorted; err: 0 (mapped) or why not.  Patch lock. */
-static struct chunk {
-	unsigned long base;
-	int err;
-} * chunk;
-static size_t nr_chunk, cap_chunk;
+/*
+ * A table of key -> value, sorted by key, grown by doubling, never shrunk
+ * (both uses below only add).  Patch lock.
+ */
+struct entry {
+	unsigned long key;
+	long val;
+};
 
-static size_t chunk_pos(unsigned long base)
+struct table {
+	struct entry *e;
+	size_t n, cap;
+};
+
+/* Index of the first entry whose key is >= @key. */
+static size_t table_pos(const struct table *t, unsigned long key)
 {
-	size_t lo = 0, hi = nr_chunk;
+	size_t lo = 0, hi = t->n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (chunk[mid].base < base)
+		if (t->e[mid].key < key)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	return lo;
 }
+
+/* Insert (@key, @val) at index @i (from table_pos()).  0 or -ENOMEM. */
+static int table_insert(struct table *t, size_t i, unsigned long key, long val)
+{
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 16;
+		struct entry *bigger = realloc(t->e, cap * sizeof(*t->e));
+
+		if (!bigger)
+			return -ENOMEM;
+		t->e = bigger;
+		t->cap = cap;
+	}
+	memmove(&t->e[i + 1], &t->e[i], (t->n - i) * sizeof(*t->e));
+	t->e[i] = (struct entry){.key = key, .val = val};
+	t->n++;
+	return 0;
+}
+
+/* Chunk bases asked for so far -> 0 (mapped) or why not. */
+static struct table chunks;
+/* Claimed slots -> the site that owns each; never released. */
+static struct table claims;
 
 static int chunk_make(unsigned long base)
 {
@@ -83,81 +114,38 @@ int pki_relay_map(unsigned long site, uint8_t b1)
 {
 	unsigned long slot = pki_insn_relay_slot(site, b1), base = slot & ~(CHUNK - 1);
 	size_t i;
+	int err;
 
 	if (slot > site)
 		return -ERANGE; /* wrapped below address 0 */
 	/* A slot never straddles two chunks: map the next one too if it does. */
 	if ((slot + PKI_RELAY_SLOT_LEN - 1) / CHUNK != slot / CHUNK) {
-		int err = pki_relay_map(site + CHUNK - (slot & (CHUNK - 1)), b1);
-
+		err = pki_relay_map(site + CHUNK - (slot & (CHUNK - 1)), b1);
 		if (err)
 			return err;
 	}
-	i = chunk_pos(base);
-	if (i < nr_chunk && chunk[i].base == base)
-		return chunk[i].err;
-	if (nr_chunk == cap_chunk) {
-		size_t cap = cap_chunk ? 2 * cap_chunk : 16;
-		struct chunk *bigger = realloc(chunk, cap * sizeof(*chunk));
-
-		if (!bigger)
-			return -ENOMEM;
-		chunk = bigger;
-		cap_chunk = cap;
-	}
-	memmove(&chunk[i + 1], &chunk[i], (nr_chunk - i) * sizeof(*chunk));
-	chunk[i] = (struct chunk){.base = base, .err = chunk_make(base)};
-	nr_chunk++;
-	if (chunk[i].err)
+	i = table_pos(&chunks, base);
+	if (i < chunks.n && chunks.e[i].key == base)
+		return (int)chunks.e[i].val;
+	err = chunk_make(base);
+	if (table_insert(&chunks, i, base, err))
+		return -ENOMEM;
+	if (err)
 		pki_debug("sled relay %#lx: no relay memory at %#lx: %s\n", site, base,
-			  pki_errstr(chunk[i].err));
-	return chunk[i].err;
-}
-
-/* Claimed slots, sorted by address; never released.  Patch lock. */
-static struct claim {
-	unsigned long slot, site;
-} * claim;
-static size_t nr_claim, cap_claim;
-
-static size_t claim_pos(unsigned long slot)
-{
-	size_t lo = 0, hi = nr_claim;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (claim[mid].slot < slot)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+			  pki_errstr(err));
+	return err;
 }
 
 int pki_relay_claim(unsigned long site, unsigned long slot, bool take)
 {
-	size_t i = claim_pos(slot);
+	size_t i = table_pos(&claims, slot);
+	const struct entry *e = claims.e;
 
-	if (i < nr_claim && claim[i].slot == slot)
-		return claim[i].site == site ? 0 : -EEXIST;
+	if (i < claims.n && e[i].key == slot)
+		return (unsigned long)e[i].val == site ? 0 : -EEXIST;
 	/* Overlap with the neighbours (slots are PKI_RELAY_SLOT_LEN bytes). */
-	if ((i < nr_claim && claim[i].slot < slot + PKI_RELAY_SLOT_LEN) ||
-	    (i && claim[i - 1].slot + PKI_RELAY_SLOT_LEN > slot))
+	if ((i < claims.n && e[i].key < slot + PKI_RELAY_SLOT_LEN) ||
+	    (i && e[i - 1].key + PKI_RELAY_SLOT_LEN > slot))
 		return -EEXIST;
-	if (!take)
-		return 0;
-	if (nr_claim == cap_claim) {
-		size_t cap = cap_claim ? 2 * cap_claim : 64;
-		struct claim *bigger = realloc(claim, cap * sizeof(*claim));
-
-		if (!bigger)
-			return -ENOMEM;
-		claim = bigger;
-		cap_claim = cap;
-	}
-	memmove(&claim[i + 1], &claim[i], (nr_claim - i) * sizeof(*claim));
-	claim[i] = (struct claim){.slot = slot, .site = site};
-	nr_claim++;
-	return 0;
+	return take ? table_insert(&claims, i, slot, (long)site) : 0;
 }

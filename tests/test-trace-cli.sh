@@ -147,7 +147,7 @@ done
 # that holds the file fails at once instead of swapping.
 # (Not under ASan or TSan, whose shadow memory needs terabytes of address
 # space: there the timeout alone bounds an unbounded reader.)
-if ldd "$pk" | grep -q 'lib[at]san'; then
+if [[ $(ldd "$pk") == *lib[at]san* ]]; then
 	limited() { timeout 60 "$@"; }
 else
 	limited() { (ulimit -v 100000 && exec timeout 60 "$@"); }

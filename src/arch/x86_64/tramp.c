@@ -138,7 +138,9 @@ unsigned long pki_tramp_uc_site(const ucontext_t *uc)
 	return *(const unsigned long *)uc->uc_mcontext.gregs[REG_RSP] - 5;
 }
 
-ucontext_t *pki_tramp_uc_outer(const ucontext_t *uc, unsigned long restorer)
+/* (Reads the interrupted stack at its sp: ASan's redzones are not ours to respect.) */
+__attribute__((no_sanitize("address"))) ucontext_t *pki_tramp_uc_outer(const ucontext_t *uc,
+								       unsigned long restorer)
 {
 	const unsigned long *sp = (const unsigned long *)uc->uc_mcontext.gregs[REG_RSP];
 	ucontext_t *outer;

@@ -233,22 +233,27 @@ static bool move_window(ucontext_t *uc)
 }
 
 /*
- * Does the stack just above @sp hold a signal frame that interrupted a
- * window (a handler that has run on past its entry)?  1 KiB, read in one
- * system call that cannot fault (the stack may end within it).
+ * Does the stack just above @sp hold the frame of a signal handler still
+ * running that interrupted a window?  1 KiB, read in one system call that
+ * cannot fault (the stack may end within it).  A frame counts as live only
+ * if its signal is blocked in @mask, the thread's mask now: a handler runs
+ * with its signal blocked, while a stale frame (its handler returned, the
+ * mask restored) is normally of a signal the thread no longer blocks.  (A
+ * live SA_NODEFER handler is missed; a thread that blocks that signal for
+ * good since may be asked again and again.)
  */
-static bool window_below(unsigned long sp, unsigned long restorer)
+static bool window_below(unsigned long sp, unsigned long restorer, uint64_t mask)
 {
-	unsigned long w[128];
+	unsigned long w[128], ip;
 	size_t n = sizeof(w) / sizeof(w[0]), from = 0;
+	int signo;
 
 	sp &= ~7ul;
-	unsigned long ip;
-
 	while (n && pki_thread_read(sp, w, n * sizeof(w[0])))
 		n /= 2; /* the end of the stack is near: a shorter copy */
-	while ((ip = pki_tramp_frame_ip(w, n, restorer, &from)))
-		if (pki_tmem_contains(ip) && pki_tramp_window(ip) != PKI_WIN_NONE)
+	while ((ip = pki_tramp_frame_ip(w, n, restorer, &from, &signo)))
+		if (signo > 0 && signo <= 64 && (mask & (1ull << (signo - 1))) &&
+		    pki_tmem_contains(ip) && pki_tramp_window(ip) != PKI_WIN_NONE)
 			return true;
 	return false;
 }
@@ -289,7 +294,8 @@ static void gp_handler(int sig, siginfo_t *si, void *ucv)
 	if (pki_tmem_contains(pki_tramp_uc_ip(uc))) {
 		if (!move_window(uc))
 			goto out;
-	} else if (window_below((unsigned long)uc->uc_mcontext.gregs[REG_RSP], restorer)) {
+	} else if (window_below((unsigned long)uc->uc_mcontext.gregs[REG_RSP], restorer,
+				((const uint64_t *)&uc->uc_sigmask)[0])) {
 		/*
 		 * A handler that ran on past its entry, from a window: not
 		 * quiescent until it returns there; the writer asks again in
@@ -389,9 +395,18 @@ static enum verdict __judge(size_t i)
 		return V_GONE;
 	if (err || !st.blocked || pki_tmem_contains(st.pc))
 		return V_ASK;
-	/* Blocked inside a signal handler that interrupted a window: ask. */
-	if (!gp_restorer || window_below(st.sp, gp_restorer))
-		return V_ASK;
+	/*
+	 * Blocked inside a signal handler that interrupted a window: ask.
+	 * (Without the restorer's address, e.g. under a sanitizer that wraps
+	 * sigaction, no frame can be recognised: the check is skipped.)
+	 */
+	if (gp_restorer) {
+		uint64_t mask;
+
+		if (pki_thread_sigblk(tid, &mask, NULL, 0) ||
+		    window_below(st.sp, gp_restorer, mask))
+			return V_ASK;
+	}
 	err = pki_thread_tls(tid, &pki_tramp_tls.nest, &tls);
 	if (!err)
 		err = pki_thread_read(tls, &nest, sizeof(nest));
@@ -647,7 +662,6 @@ void pki_gp_fork_child(void)
 	pthread_cond_init(&done_cv, NULL);
 	pthread_mutex_unlock(&defer_lock);
 }
-
 
 void pki_gp_defer(void (*fn)(void *), void *arg)
 {

@@ -154,16 +154,21 @@ __attribute__((no_sanitize("address"))) ucontext_t *pki_tramp_uc_outer(const uco
 }
 
 unsigned long pki_tramp_frame_ip(const unsigned long *w, size_t n, unsigned long restorer,
-				 size_t *from)
+				 size_t *from, int *signo)
 {
-	const size_t flags = offsetof(ucontext_t, uc_flags) / 8 + 1,
-		     rip = offsetof(ucontext_t, uc_mcontext.gregs[REG_RIP]) / 8 + 1;
+	/*
+	 * x86-64 rt_sigframe: the restorer, then the kernel's ucontext (flags,
+	 * link, 3 words of stack, the 32-word sigcontext whose rip is its word
+	 * 16, the 64-bit mask), then the siginfo (si_signo first): words 1, 22
+	 * and 39 from the restorer.
+	 */
+	enum { FLAGS = 1, RIP = 1 + 5 + 16, SIGINFO = 39 };
 
-	/* x86-64 rt_sigframe: the restorer, then the ucontext (flags, ..., rip). */
-	for (size_t i = *from; i + rip < n; i++)
-		if (w[i] == restorer && (w[i + flags] & 0x2)) {
+	for (size_t i = *from; i + SIGINFO < n; i++)
+		if (w[i] == restorer && (w[i + FLAGS] & 0x2)) {
 			*from = i + 1;
-			return w[i + rip];
+			*signo = (int)(w[i + SIGINFO] & 0xffffffff);
+			return w[i + RIP];
 		}
 	*from = n;
 	return 0;

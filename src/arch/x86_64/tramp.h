@@ -90,11 +90,12 @@ ucontext_t *pki_tramp_uc_outer(const ucontext_t *uc, unsigned long restorer);
 /*
  * In @n words copied from a stack, the next signal frame from word *@from
  * on (one starting with @restorer and whose ucontext has its kernel flag):
- * the ip it will resume, or 0 if none; *@from moves past it.  Reads only
- * the copy: a stale frame looks like a live one.
+ * the ip it will resume and (*@signo) the signal it was made for, or 0 if
+ * none; *@from moves past it.  Reads only the copy: a stale frame (its
+ * handler long returned) looks like a live one.
  */
 unsigned long pki_tramp_frame_ip(const unsigned long *w, size_t n, unsigned long restorer,
-				 size_t *from);
+				 size_t *from, int *signo);
 /* Move the thread: return into the function body, as a `ret` would. */
 void pki_tramp_uc_ret(ucontext_t *uc);
 /* Move the thread: enter @addr with the entry stack, as a `jmp` would. */

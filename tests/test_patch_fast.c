@@ -463,6 +463,70 @@ START_TEST(sled_relay_slots_never_shared)
 }
 END_TEST
 
+/*
+ * A batch whose relayed part went in and whose other part is refused puts
+ * the relay back; the slot becomes a ret, never the INT3 fill again (a
+ * thread may have taken the call meanwhile and sit there).
+ */
+static atomic_bool rb_stop;
+
+static void *rb_blocker(void *arg)
+{
+	sigset_t all;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, NULL);
+	while (!atomic_load(&rb_stop))
+		usleep(1000);
+	return NULL;
+}
+
+START_TEST(relay_rollback_leaves_a_ret)
+{
+	struct pki_poke p[2] = {poke_to(fa_sled, stub_a, NULL), poke_to(fa_line, stub_b, NULL)};
+	unsigned long slot = pki_insn_relay_slot(p[0].addr, PKI_RELAY_B1);
+	pthread_t t;
+
+	ck_assert_int_eq(pthread_create(&t, NULL, rb_blocker, NULL), 0);
+	usleep(20000);
+	ck_assert_int_eq(pki_text_poke_batch(p, 2), -EDEADLK);
+	ck_assert_mem_eq((void *)p[0].addr, pki_nop1x5, PKI_SITE_LEN);
+	ck_assert_mem_eq((void *)p[1].addr, pki_nop5, PKI_SITE_LEN);
+	ck_assert_mem_eq((void *)slot, pki_relay_ret, PKI_RELAY_SLOT_LEN);
+	ck_assert(!pki_text_poke_dead());
+	ck_assert_int_eq(f_sled(1, 1) + f_line(1, 1), 5 + 7);
+	ck_assert_uint_eq(count(&count_a) + count(&count_b), 0);
+	atomic_store(&rb_stop, true);
+	ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+END_TEST
+
+/*
+ * Detached from its relay, a site holds the sled while its caller says
+ * nop5; if it then takes another protocol (here: relays off), that one
+ * must verify against the sled, not latch patching off.
+ */
+START_TEST(relay_off_then_other_protocol)
+{
+	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
+
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	memcpy(p.old, p.new, PKI_SITE_LEN);
+	memcpy(p.new, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_mem_eq((void *)p.addr, pki_nop1x5, PKI_SITE_LEN);
+	pki_text_poke_disable = PKI_POKE_NO_RELAY;
+	memcpy(p.old, pki_nop5, PKI_SITE_LEN);
+	pki_insn_call(p.new, p.addr, (unsigned long)stub_b);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert(!pki_text_poke_dead());
+	ck_assert_mem_eq((void *)p.addr, p.new, PKI_SITE_LEN);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_b), 1);
+}
+END_TEST
+
 /* The caller's bytes must match the relay's state: a wrong slot latches off. */
 START_TEST(relay_slot_mismatch_latches_off)
 {
@@ -935,6 +999,8 @@ int main(void)
 	tcase_add_test(tc, relay_slot_mismatch_latches_off);
 	tcase_add_test(tc, sled_relay_other_slot);
 	tcase_add_test(tc, sled_relay_slots_never_shared);
+	tcase_add_test(tc, relay_rollback_leaves_a_ret);
+	tcase_add_test(tc, relay_off_then_other_protocol);
 	tcase_add_test(tc, sled_attached_under_long_handler);
 	tcase_add_test(tc, sigtrap_blocked_threads_never_meet_a_trap);
 	tcase_add_test(tc, sled_without_relay_keeps_int3_then_nop5);

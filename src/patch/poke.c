@@ -1274,12 +1274,21 @@ static void relay_undo(struct relayed *r, size_t n)
 		if (b1_first && r[i].b1_done)
 			relay_byte_put(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
 		if (r[i].slot_done)
-			store_bytes(r[i].slot, r[i].slot_new, r[i].slot_old, PKI_RELAY_SLOT_LEN);
+			/*
+			 * Back to what it held, except the INT3 fill of a slot never
+			 * used: a thread that took the call meanwhile may sit there,
+			 * and a ret takes it back to the site's end.
+			 */
+			store_bytes(r[i].slot, r[i].slot_new,
+				    r[i].was_on ? r[i].slot_old : pki_relay_ret,
+				    PKI_RELAY_SLOT_LEN);
 		if (b1_first && r[i].byte_done)
 			relay_byte_put(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
 				       pki_insn_relay_byte0(r[i].was_on));
-		if (!b1_first && r[i].b1_done)
+		if (!b1_first && r[i].b1_done) {
+			sync_cores(); /* no core still runs the e8 just taken back */
 			relay_byte_put(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
+		}
 		r[i].byte_done = r[i].slot_done = r[i].b1_done = false;
 	}
 	sync_cores();
@@ -1307,6 +1316,15 @@ static int relay_apply(struct relayed *r, size_t n, unsigned int flags)
 	for (i = 0; i < n && !err; i++)
 		if (!r[i].on)
 			err = relay_slot_put(&r[i]);
+	/*
+	 * Byte 1 only once no core can still run the old e8: with a new byte 1
+	 * it would call the other slot.
+	 */
+	for (i = 0; i < n && !err; i++)
+		if (!r[i].on && r[i].was_on && r[i].b1_old != r[i].b1_new) {
+			err = sync_cores();
+			break;
+		}
 	for (i = 0; i < n && !err; i++)
 		if (!r[i].on && r[i].was_on)
 			err = relay_b1_put(&r[i], r[i].b1_old, r[i].b1_new);
@@ -1342,6 +1360,18 @@ static int relay_split(struct pki_poke *site, size_t *n, struct relayed *r, size
 			(*nr)++;
 			continue;
 		}
+		/*
+		 * A site detached from its relay (it owns a slot) holds the sled
+		 * again while the caller (the hook layer) says nop5, the off bytes
+		 * it asked for: for the other protocols, which verify the text,
+		 * the old bytes are the sled's.  Any other nop5 against a sled
+		 * is a mismatch, as always.
+		 */
+		if (pki_insn_classify(site[i].old) == PKI_INSN_NOP5 &&
+		    !memcmp((const void *)site[i].addr, pki_nop1x5, PKI_SITE_LEN) &&
+		    (pki_relay_owned(site[i].addr, PKI_RELAY_B1) ||
+		     pki_relay_owned(site[i].addr, PKI_RELAY_B1_ALT)))
+			memcpy(site[i].old, pki_nop1x5, PKI_SITE_LEN);
 		if (k != i)
 			site[k] = site[i];
 		k++;

@@ -149,3 +149,11 @@ int pki_relay_claim(unsigned long site, unsigned long slot, bool take)
 		return -EEXIST;
 	return take ? table_insert(&claims, i, slot, (long)site) : 0;
 }
+
+bool pki_relay_owned(unsigned long site, uint8_t b1)
+{
+	unsigned long slot = pki_insn_relay_slot(site, b1);
+	size_t i = table_pos(&claims, slot);
+
+	return i < claims.n && claims.e[i].key == slot && (unsigned long)claims.e[i].val == site;
+}

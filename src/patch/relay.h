@@ -27,4 +27,7 @@ int pki_relay_map(unsigned long site, uint8_t b1);
  */
 int pki_relay_claim(unsigned long site, unsigned long slot, bool take);
 
+/* Has @site claimed its slot for byte 1 = @b1 (it was attached by relay once)? */
+bool pki_relay_owned(unsigned long site, uint8_t b1);
+
 #endif /* PK_PATCH_RELAY_H */

@@ -110,12 +110,10 @@
  * window in the handler's frame, which neither the interrupted ip nor /proc
  * shows.  Handlers stacked by a common delivery (ours interrupting the
  * other's first instruction) are looked through, the window moved
- * (pki_tramp_uc_outer()); otherwise the first 4 KiB of stack above the
+ * (pki_tramp_uc_outer()); otherwise the first KiB of stack above the
  * interrupted sp (or a blocked thread's sp) is searched for a frame whose
  * saved ip is a window, and if one is found the thread is not quiescent
- * yet: no answer from the handler, and a blocked one is judged again
- * without a signal (V_WAIT: a signal would only make its call fail with
- * EINTR) (window_below()).  A frame deeper than that,
+ * yet: no answer, asked again (window_below()).  A frame deeper than that,
  * or one on another stack (sigaltstack), is still not seen.  Blocked threads are judged
  * without a signal only where the kernel counts schedule-ins
  * (CONFIG_SCHED_INFO) and for threads whose TCB holds their robust list
@@ -236,7 +234,7 @@ static bool move_window(ucontext_t *uc)
 
 /*
  * Does the stack just above @sp hold the frame of a signal handler still
- * running that interrupted a window?  4 KiB, read by system calls that
+ * running that interrupted a window?  1 KiB, read in one system call that
  * cannot fault (the stack may end within it).  A frame counts as live only
  * if its signal is blocked in @mask, the thread's mask now: a handler runs
  * with its signal blocked, while a stale frame (its handler returned, the
@@ -246,24 +244,17 @@ static bool move_window(ucontext_t *uc)
  */
 static bool window_below(unsigned long sp, unsigned long restorer, uint64_t mask)
 {
-	/* Copies of 128 words, overlapping by a frame's head (40 words). */
-	enum { WORDS = 128, OVERLAP = 40, SPAN = 4096 };
-	unsigned long w[WORDS], ip, at;
+	unsigned long w[128], ip;
+	size_t n = sizeof(w) / sizeof(w[0]), from = 0;
 	int signo;
 
 	sp &= ~7ul;
-	for (at = sp; at < sp + SPAN; at += (WORDS - OVERLAP) * sizeof(w[0])) {
-		size_t n = WORDS, from = 0;
-
-		while (n && pki_thread_read(at, w, n * sizeof(w[0])))
-			n /= 2; /* the end of the stack is near: a shorter copy */
-		while ((ip = pki_tramp_frame_ip(w, n, restorer, &from, &signo)))
-			if (signo > 0 && signo <= 64 && (mask & (1ull << (signo - 1))) &&
-			    pki_tmem_contains(ip) && pki_tramp_window(ip) != PKI_WIN_NONE)
-				return true;
-		if (n < WORDS)
-			break;
-	}
+	while (n && pki_thread_read(sp, w, n * sizeof(w[0])))
+		n /= 2; /* the end of the stack is near: a shorter copy */
+	while ((ip = pki_tramp_frame_ip(w, n, restorer, &from, &signo)))
+		if (signo > 0 && signo <= 64 && (mask & (1ull << (signo - 1))) &&
+		    pki_tmem_contains(ip) && pki_tramp_window(ip) != PKI_WIN_NONE)
+			return true;
 	return false;
 }
 
@@ -294,15 +285,8 @@ static void gp_handler(int sig, siginfo_t *si, void *ucv)
 	 * the file comment.)
 	 */
 	for (depth = 0; depth < 8 && !pki_tmem_contains(pki_tramp_uc_ip(uc)); depth++) {
-		unsigned long top;
-		ucontext_t *outer;
+		ucontext_t *outer = pki_tramp_uc_outer(uc, restorer);
 
-		/* [rsp] may be unmapped (a thread switching stacks): read it safely first. */
-		if (pki_thread_read((unsigned long)uc->uc_mcontext.gregs[REG_RSP], &top,
-				    sizeof(top)) ||
-		    top != restorer)
-			break;
-		outer = pki_tramp_uc_outer(uc, restorer);
 		if (!outer)
 			break;
 		uc = outer;
@@ -390,12 +374,7 @@ static void __settle(size_t i)
 				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
-/*
- * V_WAIT: blocked inside a signal handler that interrupted a window: not
- * quiescent, and a signal would only interrupt its call (EINTR): judged
- * again at the next step 4, no signal.
- */
-enum verdict { V_QUIET, V_GONE, V_ASK, V_WAIT };
+enum verdict { V_QUIET, V_GONE, V_ASK };
 
 /*
  * Step 2a: judge target @i without a signal if it is blocked (see the proof,
@@ -424,10 +403,9 @@ static enum verdict __judge(size_t i)
 	if (gp_restorer) {
 		uint64_t mask;
 
-		if (pki_thread_sigblk(tid, &mask, NULL, 0))
+		if (pki_thread_sigblk(tid, &mask, NULL, 0) ||
+		    window_below(st.sp, gp_restorer, mask))
 			return V_ASK;
-		if (window_below(st.sp, gp_restorer, mask))
-			return V_WAIT;
 	}
 	err = pki_thread_tls(tid, &pki_tramp_tls.nest, &tls);
 	if (!err)
@@ -500,7 +478,7 @@ int pki_gp_synchronize_for(long timeout_ns)
 
 		if (v == V_ASK && __ask(pid, i) == -ESRCH)
 			v = V_GONE;
-		if (v == V_QUIET || v == V_GONE) /* holds nothing */
+		if (v != V_ASK) /* quiescent, or exited: holds nothing */
 			__settle(i);
 	}
 	for (;;) {
@@ -519,22 +497,9 @@ int pki_gp_synchronize_for(long timeout_ns)
 		for (size_t i = 0; i < ntargets; i++) {
 			if (!(__atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE) & 1))
 				continue;
-			if (thread_gone(pid, targets[i].tid)) {
+			if (thread_gone(pid, targets[i].tid) || __judge(i) != V_ASK ||
+			    __ask(pid, i) == -ESRCH)
 				__settle(i);
-				continue;
-			}
-			switch (__judge(i)) {
-			case V_QUIET:
-			case V_GONE:
-				__settle(i);
-				break;
-			case V_ASK:
-				if (__ask(pid, i) == -ESRCH)
-					__settle(i);
-				break;
-			case V_WAIT:
-				break;
-			}
 		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (timeout_ns &&

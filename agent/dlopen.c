@@ -584,8 +584,9 @@ static struct dlo *__dlo_of_handle(void *h)
 
 /*
  * How long dlclose() waits for the grace period that must pass before the
- * object's text may go.  A thread that blocks every signal and never sleeps
- * can hold it off for ever; dlclose() must not hang the program for it.
+ * object's text may go.  A thread that stays inside a hook callback (the
+ * trace agent's never blocks, but a program's own signal handler may stop a
+ * thread inside one) holds it off; dlclose() must not hang the program.
  */
 #define DLCLOSE_GP_NS 1000000000l
 
@@ -594,9 +595,9 @@ static void dlclose_kept(const char *path)
 	char msg[PATH_MAX + 256];
 
 	snprintf(msg, sizeof(msg),
-		 "probekit: dlclose(%s): kept loaded: a thread that blocks every signal and "
-		 "never sleeps kept probekit from knowing that no thread is in its hooks "
-		 "(grace period timed out after %ld ms)\n",
+		 "probekit: dlclose(%s): kept loaded: a thread stayed inside a hook, so "
+		 "probekit could not know that none runs the object's code (grace period "
+		 "timed out after %ld ms)\n",
 		 path, DLCLOSE_GP_NS / 1000000);
 	if (write(STDERR_FILENO, msg, strlen(msg)) < 0)
 		return; /* nowhere else to say it */

@@ -90,18 +90,25 @@ static void setup(void)
 	nlog = 0;
 }
 
+/* The list dispatcher the site's entry would jump to (0: no entry yet). */
 static unsigned long list_of(unsigned long ip)
 {
-	unsigned long l;
-
-	ck_assert_int_eq(pki_tmem_list_near(ip, &l), 0);
-	return l;
+	return pki_hook_site_list(ip);
 }
 
-/* The site's bytes call @target (0: a nop). */
+/*
+ * The site's bytes call @target (0: a nop); a list dispatcher as @target
+ * means: the bytes call the site's entry, which jumps to it.
+ */
 static void site_calls(unsigned long ip, unsigned long target)
 {
 	uint8_t b[PKI_SITE_LEN];
+
+	if (target && target == list_of(ip)) {
+		ck_assert_uint_eq(pki_hook_site_entry_target(ip), target);
+		target = pki_hook_site_target(ip);
+		ck_assert_uint_ne(target, 0);
+	}
 
 	ck_assert_uint_eq(pki_hook_site_target(ip), target);
 	if (!target) {
@@ -112,6 +119,20 @@ static void site_calls(unsigned long ip, unsigned long target)
 	}
 	ck_assert_int_eq(pki_insn_call(b, ip, target), 0);
 	ck_assert_mem_eq((const void *)ip, b, PKI_SITE_LEN);
+}
+
+/*
+ * The site goes through its own entry to @t's handler body (never through
+ * the pk_tramp's entry: see hook.c), and its bytes call that entry.
+ */
+static void site_calls_tramp(unsigned long ip, const struct pk_tramp *t)
+{
+	unsigned long e = pki_hook_site_target(ip);
+
+	ck_assert_uint_ne(e, 0);
+	ck_assert_uint_ne(e, pk_tramp_addr(t));
+	ck_assert_uint_ne(pki_hook_site_entry_target(ip), list_of(ip));
+	site_calls(ip, e);
 }
 
 static void log_is(const char *who)
@@ -137,7 +158,7 @@ START_TEST(one_ops_specialised)
 {
 	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
 	ck_assert_uint_ne(pki_hook_site_target(F0), 0);
-	ck_assert_uint_ne(pki_hook_site_target(F0), list_of(F0));
+	ck_assert_uint_ne(pki_hook_site_entry_target(F0), list_of(F0));
 	site_calls(F0, pki_hook_site_target(F0));
 	ck_assert_int_eq(call(0, 1), want(0, 1));
 	log_is("a");
@@ -161,7 +182,7 @@ START_TEST(two_ops_list)
 	log_is("ab");
 	/* Back to the specialised call of the one left. */
 	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
-	ck_assert_uint_ne(pki_hook_site_target(F0), list_of(F0));
+	ck_assert_uint_ne(pki_hook_site_entry_target(F0), list_of(F0));
 	ck_assert_int_eq(call(0, 5), want(0, 5));
 	log_is("b");
 	ck_assert_int_eq(pk_ops_unregister(&ops_b), 0);
@@ -174,14 +195,14 @@ START_TEST(direct_add_mod_del)
 	struct pk_direct_entry e = {F0, pk_tramp_addr(tx)};
 
 	ck_assert_int_eq(pk_direct_add(&e, 1), 0);
-	site_calls(F0, pk_tramp_addr(tx));
+	site_calls_tramp(F0, tx);
 	ck_assert_int_eq(call(0, 1), want(0, 1));
 	log_is("x");
 	ck_assert_int_eq(pk_direct_add(&e, 1), -EEXIST);
 	ck_assert_int_eq(pk_tramp_free(tx), -EBUSY);
 	e.addr = pk_tramp_addr(ty);
 	ck_assert_int_eq(pk_direct_mod(&e, 1), 0);
-	site_calls(F0, pk_tramp_addr(ty));
+	site_calls_tramp(F0, ty);
 	ck_assert_int_eq(call(0, 1), want(0, 1001)); /* handler changed rdi */
 	log_is("y");
 	ck_assert_int_eq(pk_direct_del(&e.ip, 1), 0);
@@ -212,10 +233,10 @@ START_TEST(direct_and_ops_share)
 	nlog = 0;
 	/* The ops leaves: the site calls the direct trampoline again. */
 	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
-	site_calls(F0, pk_tramp_addr(ty));
+	site_calls_tramp(F0, ty);
 	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
 	ck_assert_int_eq(pk_direct_del(&e.ip, 1), 0);
-	ck_assert_uint_ne(pki_hook_site_target(F0), list_of(F0));
+	ck_assert_uint_ne(pki_hook_site_entry_target(F0), list_of(F0));
 	ck_assert_int_eq(call(0, 2), want(0, 2));
 	log_is("a");
 	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
@@ -253,7 +274,7 @@ START_TEST(txn_is_one_batch)
 	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
 	ck_assert_int_eq(pk_txn_abort(), 0);
 	ck_assert_int_eq(pk_txn_commit(), -EINVAL);
-	site_calls(F1, pk_tramp_addr(tx));
+	site_calls_tramp(F1, tx);
 	ck_assert_uint_ne(pki_hook_site_target(F0), 0);
 	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
 	before = fx_poke_batches;
@@ -538,20 +559,26 @@ START_TEST(grace_period_waits_for_callbacks)
 	struct pk_ops o = {.func = slow_cb};
 	pthread_t th[3];
 	struct pki_tslot s;
+	struct pki_tentry e;
+	struct pki_tramp_exits x;
 
 	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
 	ck_assert_int_eq(pki_tmem_emit(PKI_TRAMP_OPS, &s,
 				       (unsigned long[]){(unsigned long)&o, (unsigned long)slow_cb},
 				       2),
 			 0);
-	pki_tramp_sync_cores();
+	/* The hammers call the entry throughout (as a site's text would); its target changes. */
+	ck_assert_int_eq(pki_tmem_entry_new(0, &e), 0);
+	pki_tmem_exits(&e, &x);
+	__atomic_store_n(&live_tramp, e.x, __ATOMIC_RELEASE);
 	for (int i = 0; i < 3; i++)
 		pthread_create(&th[i], NULL, hammer, NULL);
 	for (int round = 0; round < 200; round++) {
-		__atomic_store_n(&live_tramp, s.x, __ATOMIC_RELEASE);
+		pki_tmem_entry_set(&e, &(struct pki_tramp_entry){s.x, x.ret, 0, x.ret_ret});
 		while (__atomic_load_n(&cb_calls, __ATOMIC_RELAXED) < round * 10)
 			;
-		__atomic_store_n(&live_tramp, 0, __ATOMIC_RELEASE); /* unpublish */
+		/* unpublish */
+		pki_tmem_entry_set(&e, &(struct pki_tramp_entry){x.ret, x.ret, 0, x.ret_ret});
 		ck_assert_int_eq(pki_gp_synchronize(), 0);
 		__atomic_store_n(&after_gp, 1, __ATOMIC_RELEASE);
 		for (volatile int i = 0; i < 2000; i++)

@@ -7,12 +7,14 @@
  * the callback when entered from inside one (recursion guard).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <probekit/hook.h>
 
 #include "arch/x86_64/tramp.h"
+#include "core/gp.h"
 #include "core/tmem.h"
 #include "harness.h"
 #include "hook_fixture.h"
@@ -22,7 +24,7 @@ static unsigned long seen_parent, seen_sp0;
 static struct pk_ops *seen_ops;
 static int calls;
 static long change_di = -1;
-static struct pki_tslot nested_slot;
+static unsigned long nested_entry;
 
 static void record(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		   struct pk_regs *regs)
@@ -40,8 +42,8 @@ static void record(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops
 	clobber *= clobber; /* vector registers in use inside the callback */
 	if (change_di >= 0)
 		regs->di = (unsigned long)change_di;
-	if (nested_slot.x) /* reach a trampoline from inside a callback */
-		fx_call_checked_asm((fx_fn)nested_slot.x, args, out);
+	if (nested_entry) /* reach a trampoline from inside a callback */
+		fx_call_checked_asm((fx_fn)nested_entry, args, out);
 }
 
 static void handler(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
@@ -67,14 +69,24 @@ static int is_writable(unsigned long addr)
 	return ret;
 }
 
+/*
+ * A body of @kind in @slot, and a new entry jumping to it: what a site
+ * would call.  Returns the entry.
+ */
 static unsigned long make(enum pki_tramp_kind kind, const unsigned long *data, size_t n,
 			  struct pki_tslot *slot)
 {
+	struct pki_tramp_exits x;
+	struct pki_tentry e;
+
 	ck_assert_int_eq(pki_tmem_alloc(0, slot), 0);
 	ck_assert_int_eq(pki_tmem_emit(kind, slot, data, n), 0);
-	pki_tramp_sync_cores();
+	ck_assert_int_eq(pki_tmem_entry_new(0, &e), 0);
+	pki_tmem_exits(&e, &x);
+	pki_tmem_entry_set(&e, &(struct pki_tramp_entry){slot->x, x.ret, 0, x.ret_ret});
 	ck_assert(pki_tmem_contains(slot->x));
-	return slot->x;
+	ck_assert(pki_tmem_contains(e.x));
+	return e.x;
 }
 
 static void check_call(unsigned long tramp, long want_di)
@@ -97,7 +109,7 @@ static void check_call(unsigned long tramp, long want_di)
 	ck_assert_int_eq(seen.r9, 66);
 	ck_assert_int_eq(seen.ax, 3);
 	ck_assert_int_eq(pk_regs_arg(&seen, 5), 66);
-	ck_assert_int_eq(pki_tramp_nest, -1);
+	ck_assert_int_eq(pki_tramp_nest, -1); /* registered by the first entry, out again */
 }
 
 START_TEST(ops_tramp_preserves_and_sees_args)
@@ -139,8 +151,6 @@ START_TEST(novec_tramps_preserve_and_see_args)
 	unsigned long t2 =
 	    make(PKI_TRAMP_HANDLER_NV, (unsigned long[]){(unsigned long)handler}, 1, &s2);
 
-	ck_assert_int_eq(pki_tramp_window(t1), PKI_WIN_ENTRY);
-	ck_assert_int_eq(pki_tramp_window(t2), PKI_WIN_ENTRY_DIRECT);
 	check_call(t1, 11);
 	ck_assert_ptr_eq(seen_ops, &ops);
 	ck_assert_uint_eq(seen_parent, seen_sp0);
@@ -156,90 +166,170 @@ START_TEST(recursion_is_skipped)
 	struct pki_tslot s;
 	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &s);
 
-	nested_slot = s;
+	nested_entry = t;
 	check_call(t, 11);
+	nested_entry = 0;
 	ck_assert_int_eq(calls, 1); /* the nested entry did not call back */
 }
 END_TEST
 
-static unsigned long list_ret;
+static const void *list_entry;
 static unsigned long list_ip;
 static int list_recursing = -1;
 
-static unsigned long fake_list(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs,
-			       int recursing)
+static void fake_list(const void *entry, unsigned long parent_ip, struct pk_regs *regs,
+		      int recursing)
 {
 	(void)parent_ip;
-	list_ip = ip;
+	list_entry = entry;
+	list_ip = ((unsigned long *)regs->sp)[-1] - 5;
 	list_recursing = recursing;
 	seen = *regs;
 	calls++;
-	return list_ret;
+}
+
+/* The entry whose executable address is @x (tests make few: a linear search). */
+static struct pki_tentry entries[16];
+static size_t nentries;
+
+static unsigned long entry_make(void)
+{
+	ck_assert_uint_lt(nentries, 16);
+	ck_assert_int_eq(pki_tmem_entry_new(0, &entries[nentries]), 0);
+	return entries[nentries++].x;
 }
 
 START_TEST(list_tramp_returns_or_continues)
 {
 	struct pki_tslot s, h;
-	unsigned long t = make(PKI_TRAMP_LIST, (unsigned long[]){(unsigned long)fake_list}, 1, &s);
+	struct pki_tramp_exits x;
 	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
+	unsigned long e = entry_make();
+	struct pki_tentry *en = &entries[nentries - 1];
 
-	check_call(t, 11);
+	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
+	ck_assert_int_eq(pki_tmem_emit(PKI_TRAMP_LIST, &s, (unsigned long[]){(unsigned long)fake_list}, 1), 0);
+	pki_tmem_exits(en, &x);
+	pki_tmem_entry_set(en, &(struct pki_tramp_entry){s.x, x.ret, 0, x.ret_ret});
+	check_call(e, 11);
 	ck_assert_int_eq(calls, 1);
 	ck_assert_int_eq(list_recursing, 0);
-	/* Continue into a direct trampoline with the entry stack and registers. */
-	list_ret = d;
-	check_call(t, 11);
+	ck_assert_ptr_eq(list_entry, (const void *)e); /* r11 = the entry */
+	/* On, counted, into a handler body with the entry stack and registers. */
+	pki_tmem_entry_set(en, &(struct pki_tramp_entry){s.x, h.x, 0, x.ret_ret});
+	check_call(e, 11);
 	ck_assert_int_eq(calls, 3); /* list func + handler */
+	/* Or through X_USER into a direct address (here the handler's own entry). */
+	pki_tmem_entry_set(en, &(struct pki_tramp_entry){s.x, x.user, 0, d});
+	check_call(e, 11);
+	ck_assert_int_eq(calls, 5);
 }
 END_TEST
 
-START_TEST(stub_jumps_on)
+START_TEST(far_direct_jumps_on)
 {
-	struct pki_tslot s, h;
+	struct pki_tslot h;
+	struct pki_tramp_exits x;
 	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
-	unsigned long t = make(PKI_TRAMP_STUB, &d, 1, &s);
+	unsigned long e = entry_make();
 
-	/* Both are what a dispatcher may jump to: a gp moves them to the direct address. */
-	ck_assert_int_eq(pki_tramp_window(t), PKI_WIN_ENTRY_DIRECT);
-	ck_assert_int_eq(pki_tramp_window(d), PKI_WIN_ENTRY_DIRECT);
-	check_call(t, 11);
+	pki_tmem_exits(&entries[nentries - 1], &x);
+	pki_tmem_entry_set(&entries[nentries - 1], &(struct pki_tramp_entry){x.user, x.ret, 0, d});
+	check_call(e, 11);
 	ck_assert_int_eq(calls, 1);
 }
 END_TEST
 
-START_TEST(windows_are_classified)
+/* Parked (X_RET, ret): the call goes through untouched, nothing runs. */
+START_TEST(parked_entry_returns)
+{
+	unsigned long e = entry_make();
+	const long args[6] = {11, 22, 33, 44, 55, 66};
+	unsigned long out[13];
+
+	fx_call_checked_asm((fx_fn)e, args, out);
+	for (int i = 0; i < 6; i++) /* callee-saved registers, then the arguments, untouched */
+		ck_assert_uint_eq(out[i], 0x1111111111111111ul * (unsigned long)(i + 1));
+	for (int i = 0; i < 6; i++)
+		ck_assert_uint_eq(out[6 + i], (unsigned long)args[i]);
+	ck_assert_int_eq(calls, 0);
+	ck_assert_int_eq(pki_tramp_nest, -1);
+}
+END_TEST
+
+/* want set: the outermost exit takes the slow exit, which reports (qs) and clears it. */
+START_TEST(slow_exit_reports)
 {
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_LIST, (unsigned long[]){(unsigned long)fake_list}, 1, &s);
-	int rets = 0, jmps = 0;
+	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &s);
+	unsigned long qs;
 
-	ck_assert_int_eq(pki_tramp_window(t), PKI_WIN_ENTRY);
-	{
-		struct pki_tslot o, h, onv;
-		struct pk_ops ops = {.func = record};
-		unsigned long data[2] = {(unsigned long)&ops, (unsigned long)record};
+	check_call(t, 11); /* registers this thread */
+	qs = pki_tramp_tls.qs;
+	pki_tramp_tls.want = 1;
+	check_call(t, 11);
+	ck_assert_int_eq(pki_tramp_tls.want, 0);
+	ck_assert_uint_eq(pki_tramp_tls.qs, qs + 1);
+	check_call(t, 11); /* the fast exit again */
+	ck_assert_uint_eq(pki_tramp_tls.qs, qs + 1);
+	ck_assert_int_eq(calls, 3);
+}
+END_TEST
 
-		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_OPS, data, 2, &o)), PKI_WIN_ENTRY);
-		ck_assert_int_eq(pki_tramp_window(make(PKI_TRAMP_OPS_NV, data, 2, &onv)),
-				 PKI_WIN_ENTRY);
-		ck_assert_int_eq(
-		    pki_tramp_window(
-			make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h)),
-		    PKI_WIN_ENTRY_DIRECT);
-	}
-	/* Exactly one `ret` and one `jmp *%r11` follow the final decls. */
-	for (size_t i = 0; i + 3 <= pki_tramp_size(PKI_TRAMP_LIST) - 8; i++) {
-		const unsigned char *p = (const unsigned char *)t + i;
+static unsigned long thread_entry;
+static int thread_nest_before, thread_nest_after;
 
-		if (p[0] == 0xff && p[1] == 0x0c && p[2] == 0x25) { /* decl %fs:d32 */
-			enum pki_tramp_window w = pki_tramp_window(t + i + 7);
+static void *first_call_thread(void *arg)
+{
+	(void)arg;
+	thread_nest_before = pki_tramp_nest;
+	check_call(thread_entry, 11);
+	thread_nest_after = pki_tramp_nest;
+	return NULL;
+}
 
-			rets += w == PKI_WIN_RET;
-			jmps += w == PKI_WIN_DIRECT;
-		}
-	}
-	ck_assert_int_eq(rets, 1);
-	ck_assert_int_eq(jmps, 1);
+/* A thread's first entry registers it with the grace period; its exit unregisters it. */
+START_TEST(first_entry_registers_thread)
+{
+	struct pki_tslot s;
+	struct pki_gp_stats a, b, c;
+	pthread_t th;
+
+	thread_entry = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &s);
+	check_call(thread_entry, 11); /* this thread too */
+	pki_gp_stats(&a);
+	ck_assert_int_eq(pthread_create(&th, NULL, first_call_thread, NULL), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	pki_gp_stats(&c);
+	ck_assert_int_eq(thread_nest_before, PKI_TRAMP_UNREG);
+	ck_assert_int_eq(thread_nest_after, -1);
+	ck_assert_int_eq(calls, 2); /* the first call of a thread is hooked */
+	ck_assert_uint_eq(c.readers, a.readers); /* gone again at its exit */
+	(void)b;
+}
+END_TEST
+
+/* Without membarrier, entries take a lock prefix on their incl: same behaviour. */
+START_TEST(locked_entry_works)
+{
+	struct pki_tslot s, es;
+	struct pki_tramp_exits x;
+
+	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
+	ck_assert_int_eq(
+	    pki_tmem_emit(PKI_TRAMP_HANDLER, &s, (unsigned long[]){(unsigned long)handler}, 1), 0);
+	/* Reuse a plain entry's exits; write a locked copy of it into a slot of its own. */
+	entry_make();
+	pki_tmem_exits(&entries[nentries - 1], &x);
+	ck_assert_int_eq(pki_tmem_alloc(0, &es), 0);
+	ck_assert_int_eq(pki_tramp_emit(PKI_TRAMP_ENTRY, es.w,
+					(unsigned long[]){s.x, x.ret, 0, x.ret_ret}, 4, 0, true),
+			 0);
+	ck_assert_int_eq(pki_tramp_entry_link(es.w, es.x, x.reg), 0);
+	ck_assert_uint_eq(((unsigned char *)es.w)[7], 0xf0); /* lock, before the incl */
+	pki_tramp_sync_cores();
+	check_call(es.x, 11);
+	ck_assert_int_eq(calls, 1);
 }
 END_TEST
 
@@ -267,8 +357,11 @@ int main(void)
 	tcase_add_test(tc, novec_tramps_preserve_and_see_args);
 	tcase_add_test(tc, recursion_is_skipped);
 	tcase_add_test(tc, list_tramp_returns_or_continues);
-	tcase_add_test(tc, stub_jumps_on);
-	tcase_add_test(tc, windows_are_classified);
+	tcase_add_test(tc, far_direct_jumps_on);
+	tcase_add_test(tc, parked_entry_returns);
+	tcase_add_test(tc, slow_exit_reports);
+	tcase_add_test(tc, first_entry_registers_thread);
+	tcase_add_test(tc, locked_entry_works);
 	tcase_add_test(tc, tmem_is_near_and_not_writable);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

@@ -1,123 +1,82 @@
 // SPDX-License-Identifier: MIT
 /*
- * Grace periods for hooks, in the spirit of the kernel's RCU-tasks: a thread
- * is quiescent when it is seen outside every trampoline body and callback.
+ * Grace periods for hooks: liburcu's membarrier flavour, for readers the
+ * program never registers.  Labels E, B, X are tramp.S's (entries, bodies,
+ * exits).
  *
- * Read side.  Every library trampoline increments the thread's nesting
- * counter (pki_tramp_nest, initial-exec TLS) as its first instruction and
- * decrements it right before its last; everything the registry publishes
- * (runtime tables, ops arrays, ops, trampolines) is loaded and used only in
- * between.  Outside that, a thread can be in trampoline memory only at a
- * "window" (tramp.S): first instruction, final ret, or the dispatcher's final
- * jmp, always with [rsp] = site + 5.
+ * Read side.  A thread is "counted" while its nesting counter
+ * (pki_tramp_tls.nest) is >= 0: from an entry's incl to an exit's decl.
+ * Everything the registry publishes (bodies, ops arrays, ops, entry words)
+ * is loaded and used only while counted, except in these places, each in
+ * memory that is never freed and reading the current value itself:
+ *   R1  E's instructions up to its incl.  E is never freed, never given to
+ *       another site, its code never rewritten; it loads E.target after
+ *       the incl.
+ *   R2  X_RET's ret, into the function.
+ *   R3  X_USER's `jmp *E.user`, which loads the word as it jumps: user code
+ *       (not ours to free), a ret of X, or a pk_tramp's entry (R1 again).
+ * A body calls out only while counted and pops every return address it
+ * pushed before its exit, so an uncounted thread holds no address of
+ * memory that can be freed, in a register or on its stack.
  *
- * Write side, pki_gp_synchronize():
- *  1. List the threads of the process (/proc/self/task), except the caller.
- *  2. Open a round: every target's answer slot := "pending in round r".
- *     a. Judge each target from the outside (__judge, core/threads.c); a
- *        target found quiescent while blocked is settled with no signal.
- *     b. Send the others PKI_GP_SIGNAL carrying r and their slot index
- *        (rt_tgsigqueueinfo): threads that run, are preempted, are blocked
- *        inside a hook, or whose TLS we cannot find.
- *  3. On the thread, the handler:
- *     - counter at -1: the thread is quiescent.  If it sits at a window it is
- *       first moved on as if it executed the window with the state published
- *       now: entry -> the site's current target (or back into the function
- *       body if none), dispatcher jmp -> the site's current direct address
- *       (or body), ret -> the body.  It answers.
- *     - counter >= 0 (busy): it arms the thread (tls.want, and which slot
- *       it owes) and returns without answering.  The thread's next outermost
- *       trampoline exit sees `want` and leaves through the chunk's slow exit
- *       (never-freed memory), which answers before the final decl, so the
- *       writer does not poll a thread that is always in hooks.
- *  4. The writer sleeps on a futex bumped by every answer; every 10 ms it
- *     checks unanswered threads: exited ones count as quiescent, the others
- *     are judged again (2a) and, failing that, get the signal again (same
- *     round: a thread armed just after its last exit check, or idle since,
- *     answers from the handler).
- *  Answers (and the writer's settling) are a compare-and-swap from "pending
- *  in round r" to "done in round r", so a late answer for an old round never
- *  lands on a newer slot; slot arrays are never freed (a late answer may
- *  still write to an old one).
+ * Registration.  The counter starts at PKI_TRAMP_UNREG: an unregistered
+ * thread's incl leaves it negative and its entry goes to X_REG before it
+ * loads E.target.  pki_gp_register() claims a reader slot for the thread's
+ * TLS (never-freed pages; a compare-and-swap), then sets the counter to 0.
+ * At thread exit the last round of thread-specific-data destructors clears
+ * the slot (gp_thread_exit); calls the thread makes after that run unhooked.
  *
- * Why not signal everyone: a signal whose handler runs while the thread is
- * blocked in nanosleep, epoll_wait, poll, ... makes that call fail with
- * EINTR even with SA_RESTART, a change of the application's behaviour a
- * tracer must not cause.  Blocked threads are the common case (thread
- * pools), so they are judged without one; signals go to threads that run,
- * where no call is interrupted (a thread that enters such a call between
- * our look and the signal's arrival is the remaining, microseconds-wide,
- * exposure).  Cost per blocked thread: about 4 system calls through /proc
- * plus get_robust_list and process_vm_readv (see the report figures in
- * test_gp: a few tens of microseconds for a handful of threads).
+ * Write side, after the writer unpublished object O (P: entry-word stores,
+ * pointer stores, text pokes and their core sync), pki_gp_synchronize():
+ *  W1  membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED).  For each thread T this
+ *      gives a point b(T) after P: T's accesses before b(T) are visible to
+ *      our loads after W1, T's loads after b(T) see P (a running thread
+ *      executes a barrier at the IPI; one that is not running passes a
+ *      context switch's barriers before it runs again).  Where membarrier()
+ *      is refused, every entry's incl is locked instead (a full barrier in
+ *      T) and W1 is a fence: the same two properties.
+ *  W2  One pass over the reader slots, plain loads: a thread whose counter
+ *      is < 0 is done; a counted one is noted with its qs, and its want set.
+ *  W3  Until every noted thread was seen with counter < 0, or qs changed, or
+ *      its slot emptied: wait on a futex its slow exit wakes, scan again.
+ *      The slow exit (X, still counted, outermost level) clears want, bumps
+ *      qs and wakes us, so a thread that is always in hooks answers at its
+ *      next exit instead of being polled.
  *
- * Proof sketch.  Let P be the writer's unpublish (a pointer store, or text
- * pokes followed by a core sync) of object X, before the call.  The writer
- * issues the signal after P (syscall: full barrier); the handler runs on the
- * target T after a kernel entry/exit that took the signal lock the sender
- * released, so T's handler and everything T does after it observe P.  When
- * the handler runs with T's counter at -1, T holds no reference loaded before
- * P (references live only while the counter is >= 0), and it is not at a
- * window into X any more (moved on using state loaded after P).  A slow-exit
- * answer comes from T after its handler armed it (so after P), from code
- * that is never freed, at the outermost level: T's remaining steps are the
- * slow exit's own restore, decl and ret/jmp, using a direct address it
- * looked up after P.  Hence after its answer T cannot reach X.  Threads
- * created after the listing began never saw pre-P state (their counter
- * starts at -1 and they call sites only after P); listed threads that exited
- * hold nothing.  So when every listed thread has answered "quiescent" once,
- * or was judged quiescent as below, no thread can reach X.
+ * Proof that after W3 no thread can reach O.  A thread T can reach O only
+ * through an address of O it loaded in some counted section S (R1-R3: none
+ * survives S), and that load came before b(T) (after b(T) loads see P).
+ *  - T's registration for S precedes the load in program order, so it came
+ *    before b(T) too: W2 sees T's slot (or finds it emptied: T is exiting
+ *    and S is over or never resumes, see gp_thread_exit).
+ *  - S's incl precedes the load: before b(T), so visible to W2.  W2 reads
+ *    that value or a later one.  A value < 0 is S's final decl or later (S
+ *    is the outermost level: the counter goes below 0 only when S ends):
+ *    S is over.  A value >= 0: W3 waits until a later read is < 0 (S over,
+ *    same reason) or qs changed (an outermost slow exit after W2, which
+ *    ends S or a later section: S over either way).
+ *  - After S, T's next sections load published state after b(T) (their
+ *    incl follows our observation of S's end, which follows W1), and see P.
+ * Threads created during the grace period start unregistered: their first
+ * loads follow their registration, so the first case applies.  Nothing here
+ * signals a thread or makes a system call per thread: cost O(reader slots)
+ * plain loads plus one membarrier(), and threads in the kernel or asleep
+ * need nothing.
  *
- * Blocked threads (__judge), all after P, in this order:
- *   s1  runs0 := times T was scheduled in (schedstat pcount);
- *   t2  /proc/self/task/T/syscall says T is blocked, user pc outside all
- *       trampoline memory (so in no window, and not in a body's own code);
- *   t3  T's counter, read in T's TLS (thread pointer from T's robust-list
- *       head, checked by the TCB self-pointer; process_vm_readv, which
- *       cannot fault on a vanished stack), is -1;
- *   s2  runs1 == runs0.
- *  (a) T did not execute user code in [t2, s2]: it was off-CPU at t2 (the
- *      kernel reports "blocked" only for a task that is not runnable and
- *      stayed inactive while it collected pc and sp), and resuming requires
- *      being scheduled in, which increments pcount; runs1 == runs0 rules
- *      that out for [s1, s2] ⊇ [t2, s2].  Only T writes its counter, so its
- *      value at t3 is its value at t2, and T's stores before it went off
- *      CPU are visible to us: the switch-out and the kernel's /proc read
- *      both take T's runqueue lock, and our syscall orders our later load.
- *  (b) So at t2 > P, T was outside every trampoline body and callback
- *      (counter -1) and not in a window (pc outside trampoline memory): the
- *      same state as a handler answering "quiescent" from a thread it did
- *      not have to move.  T held no pre-P reference then.
- *  (c) What T does after it returns from the call does not matter, even if
- *      that is right after t2 or t3: its next trampoline entry executes a
- *      site's bytes after the pokes and core sync of P, so it enters the NEW
- *      target, and everything it loads there (runtime table, ops, direct
- *      address) is loaded after P.  The same holds for a thread woken by a
- *      signal of its own: the handler starts outside every body.
- *  (d) Identity: the tid is T's at s1 unless T exited and the tid was
- *      reused, by a thread created after the listing (harmless: see above);
- *      a TLS read from a vanished thread fails or judges a thread that is
- *      gone.  Any step failing, or a value that does not fit, means "ask".
- *  Why the counter read needs (a): without it, T could have been blocked in
- *  a callback at t2 (counter 0), woken, left its trampoline through the fast
- *  exit and stopped at its `ret` or dispatcher `jmp` window with a pre-P
- *  direct address at t3 (counter -1): not quiescent.
+ * S (freeing TLS).  The writer dereferences a TLS address it loaded from a
+ * slot; the memory goes away when its thread exits.  An exiting thread
+ * empties its slot (seq_cst), then waits while a pass is in progress
+ * (gp_scanning); a pass raises gp_scanning (seq_cst) before it loads any
+ * slot and lowers it after its last dereference.  Either the pass loads the
+ * emptied slot, or the thread sees the pass and waits for it (a pass never
+ * sleeps: the wait is bounded by one scan of the slots).
  *
- * Limits (documented in hook.h): a thread that blocks PKI_GP_SIGNAL and is
- * not blocked in the kernel delays grace periods until it unblocks (a
- * warning is printed once).  Windows hidden in a signal frame: a thread
- * whose own signal handler interrupted it exactly at a window has that
- * window in the handler's frame, which neither the interrupted ip nor /proc
- * shows.  Handlers stacked by a common delivery (ours interrupting the
- * other's first instruction) are looked through, the window moved
- * (pki_tramp_uc_outer()); otherwise the first KiB of stack above the
- * interrupted sp (or a blocked thread's sp) is searched for a frame whose
- * saved ip is a window, and if one is found the thread is not quiescent
- * yet: no answer, asked again (window_below()).  A frame deeper than that,
- * or one on another stack (sigaltstack), is still not seen.  Blocked threads are judged
- * without a signal only where the kernel counts schedule-ins
- * (CONFIG_SCHED_INFO) and for threads whose TCB holds their robust list
- * (glibc threads); the others are signalled as before.
+ * Limits.  A thread blocked inside a callback holds grace periods off until
+ * it returns (as with any RCU).  A thread that leaves without running its
+ * thread-specific-data destructors (a raw SYS_exit) keeps its slot, whose
+ * TLS may later be unmapped: not supported.  The thread-specific-data key
+ * is made by a constructor; should the program already hold 32 keys,
+ * pthread_setspecific() in a signal handler may allocate.
  *
  * Deferred frees (pki_gp_defer) go to one background thread that batches all
  * of them under a single grace period, like call_rcu.
@@ -125,11 +84,14 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -137,308 +99,289 @@
 #include "arch/x86_64/tramp.h"
 #include "core/gp.h"
 #include "core/log.h"
-#include "core/threads.h"
-#include "core/tmem.h"
 
-struct gp_target {
-	pid_t tid;
-	unsigned long answer; /* round << 1 | pending */
+/* ---- readers ---- */
+
+#define READERS_PER_PAGE 512
+#define READER_PAGES	 2048 /* a million threads */
+
+struct gp_reader {
+	struct pki_tramp_tls *tls; /* NULL: free */
+	pid_t tid;		   /* for messages */
 };
 
-/*
- * gp_lock serialises grace periods; the writer side of the fields below is
- * under it.  `targets` is read by answering threads through the index their
- * signal carried; arrays it pointed to are never freed (see above).
- */
-static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct gp_target *targets;
-static size_t ntargets, cap_targets;
-static unsigned long gp_round;
-static uint32_t gp_answers; /* futex: bumped by each answer */
+/* Pages are mapped on demand and never unmapped (lock-free readers). */
+static struct gp_reader *reader_pages[READER_PAGES];
+static unsigned int reader_hwm; /* slots ever used: a pass scans [0, hwm) */
+static unsigned int gp_scanning; /* passes in progress (S) */
+static uint32_t gp_answers;	 /* futex: bumped by each slow exit */
+static pthread_key_t exit_key;
+static bool exit_key_ok;
 
-static struct pki_gp_stats gp_stat; /* atomic counters */
+#define TLS_EXITING 0x1u /* pki_tramp_tls.flags: past gp_thread_exit */
+
+static struct {
+	unsigned long periods, readers, waited, answers, refused;
+} gp_stat; /* atomic counters */
 
 void pki_gp_stats(struct pki_gp_stats *st)
 {
 	st->periods = __atomic_load_n(&gp_stat.periods, __ATOMIC_RELAXED);
-	st->judged = __atomic_load_n(&gp_stat.judged, __ATOMIC_RELAXED);
-	st->signals = __atomic_load_n(&gp_stat.signals, __ATOMIC_RELAXED);
+	st->readers = __atomic_load_n(&gp_stat.readers, __ATOMIC_RELAXED);
+	st->waited = __atomic_load_n(&gp_stat.waited, __ATOMIC_RELAXED);
+	st->answers = __atomic_load_n(&gp_stat.answers, __ATOMIC_RELAXED);
+	st->refused = __atomic_load_n(&gp_stat.refused, __ATOMIC_RELAXED);
 }
 
-/* What the armed thread owes: round << 24 | slot index. */
-static __thread unsigned long gp_owed;
-
-/* Async-signal-safe; on the answering thread. */
-static void gp_answer(unsigned long owed)
+static struct gp_reader *reader_at(unsigned int i)
 {
-	struct gp_target *t = __atomic_load_n(&targets, __ATOMIC_ACQUIRE);
-	unsigned long round = owed >> 24, pending = round << 1 | 1;
+	struct gp_reader *page = __atomic_load_n(&reader_pages[i / READERS_PER_PAGE],
+						 __ATOMIC_ACQUIRE);
 
-	if (__atomic_compare_exchange_n(&t[owed & 0xffffff].answer, &pending, round << 1, false,
-					__ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
-		__atomic_add_fetch(&gp_answers, 1, __ATOMIC_RELEASE);
-		syscall(SYS_futex, &gp_answers, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	return page ? &page[i % READERS_PER_PAGE] : NULL;
+}
+
+/* The page holding slot @i, mapped if needed (async-signal-safe). */
+static struct gp_reader *reader_page_get(unsigned int i)
+{
+	struct gp_reader **pp = &reader_pages[i / READERS_PER_PAGE], *page, *none = NULL;
+
+	page = __atomic_load_n(pp, __ATOMIC_ACQUIRE);
+	if (page)
+		return page;
+	page = mmap(NULL, READERS_PER_PAGE * sizeof(*page), PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		return NULL;
+	if (!__atomic_compare_exchange_n(pp, &none, page, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		munmap(page, READERS_PER_PAGE * sizeof(*page));
+		page = none;
 	}
+	return page;
 }
 
-unsigned long pki_gp_exit_slow(unsigned long site, int direct, unsigned long r11)
+/* Claim a free slot for @me: its index + 1, or 0. */
+static unsigned int reader_claim(struct pki_tramp_tls *me)
 {
-	unsigned long owed;
+	for (unsigned int i = 0; i < READERS_PER_PAGE * READER_PAGES; i++) {
+		struct gp_reader *page = reader_page_get(i), *r;
+		struct pki_tramp_tls *none = NULL;
+		unsigned int hwm;
 
-	if (pki_tramp_nest != 0) /* nested: the outermost exit answers */
-		return r11;
-	pki_tramp_tls.want = 0;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* vs. our own signal handler */
-	owed = gp_owed;
-	gp_answer(owed);
-	/* Still counted: the table read here cannot be freed under us. */
-	return direct ? pki_hook_rt_direct(site) : 0;
+		if (!page)
+			return 0;
+		r = &page[i % READERS_PER_PAGE];
+		if (__atomic_load_n(&r->tls, __ATOMIC_RELAXED) ||
+		    !__atomic_compare_exchange_n(&r->tls, &none, me, false, __ATOMIC_SEQ_CST,
+						 __ATOMIC_RELAXED))
+			continue;
+		r->tid = (pid_t)syscall(SYS_gettid);
+		hwm = __atomic_load_n(&reader_hwm, __ATOMIC_RELAXED);
+		while (hwm < i + 1 &&
+		       !__atomic_compare_exchange_n(&reader_hwm, &hwm, i + 1, false,
+						    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+			;
+		return i + 1;
+	}
+	return 0;
 }
 
 /*
- * A thread at a window of trampoline memory (counter at -1) is moved on as
- * if it executed the window with the state published now.  False if @uc is
- * in trampoline memory but at no window (never claim quiescence then).
+ * X_REG: the thread's first entry (counter PKI_TRAMP_UNREG + 1, or more if a
+ * signal handler entered again before we blocked signals: that nested call
+ * registers, and we find the counter converted).  Signals blocked so that
+ * no nested call claims a second slot.
  */
-static bool move_window(ucontext_t *uc)
+int pki_gp_register(void)
 {
-	unsigned long site = pki_tramp_uc_site(uc), to = 0;
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+	sigset_t all, old;
+	int ok = 1;
 
-	switch (pki_tramp_window(pki_tramp_uc_ip(uc))) {
-	case PKI_WIN_ENTRY:
-		to = pki_hook_rt_target(site);
-		break;
-	case PKI_WIN_ENTRY_DIRECT:
-		/*
-		 * Not the site's target: the dispatcher may already have run the
-		 * site's ops for this call (they must not run twice), or the
-		 * site called it when it had no ops (ops attached since then may
-		 * miss this call, as with any change during a call).
-		 */
-		to = pki_hook_rt_direct(site);
-		break;
-	case PKI_WIN_DIRECT:
-		to = pki_hook_rt_direct(site);
-		break;
-	case PKI_WIN_RET:
-		break;
-	case PKI_WIN_NONE:
-		return false;
-	}
-	if (to)
-		pki_tramp_uc_jmp(uc, to);
-	else
-		pki_tramp_uc_ret(uc);
-	return true;
-}
-
-/*
- * Does the stack just above @sp hold the frame of a signal handler still
- * running that interrupted a window?  1 KiB, read in one system call that
- * cannot fault (the stack may end within it).  A frame counts as live only
- * if its signal is blocked in @mask, the thread's mask now: a handler runs
- * with its signal blocked, while a stale frame (its handler returned, the
- * mask restored) is normally of a signal the thread no longer blocks.  (A
- * live SA_NODEFER handler is missed; a thread that blocks that signal for
- * good since may be asked again and again.)
- */
-static bool window_below(unsigned long sp, unsigned long restorer, uint64_t mask)
-{
-	unsigned long w[128], ip;
-	size_t n = sizeof(w) / sizeof(w[0]), from = 0;
-	int signo;
-
-	sp &= ~7ul;
-	while (n && pki_thread_read(sp, w, n * sizeof(w[0])))
-		n /= 2; /* the end of the stack is near: a shorter copy */
-	while ((ip = pki_tramp_frame_ip(w, n, restorer, &from, &signo)))
-		if (signo > 0 && signo <= 64 && (mask & (1ull << (signo - 1))) &&
-		    pki_tmem_contains(ip) && pki_tramp_window(ip) != PKI_WIN_NONE)
-			return true;
-	return false;
-}
-
-static void gp_handler(int sig, siginfo_t *si, void *ucv)
-{
-	/* Our own return address: the restorer every handler's frame starts with. */
-	unsigned long restorer = (unsigned long)__builtin_return_address(0);
-	ucontext_t *uc = ucv;
-	unsigned long owed = (unsigned long)si->si_value.sival_ptr;
-	int saved = errno, depth;
-
-	(void)sig;
-	if (si->si_code != SI_QUEUE || si->si_pid != getpid())
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	if (me->nest >= 0) /* a nested call registered us */
 		goto out;
-	if (pki_tramp_in_hook()) { /* busy: report at the outermost exit */
-		gp_owed = owed;
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		pki_tramp_tls.want = 1;
-		goto out;
-	}
-	/*
-	 * Signals delivered together stack their handlers' frames: what we
-	 * interrupted may be another handler's first instruction, whose frame
-	 * holds the context the thread resumes at, perhaps a window (a timer
-	 * landing on a trampoline's entry).  Look through such frames to the
-	 * context that is not a handler's entry, and move that one.  (A
-	 * handler that has run on past its entry hides its frame: the limit in
-	 * the file comment.)
-	 */
-	for (depth = 0; depth < 8 && !pki_tmem_contains(pki_tramp_uc_ip(uc)); depth++) {
-		ucontext_t *outer = pki_tramp_uc_outer(uc, restorer);
-
-		if (!outer)
-			break;
-		uc = outer;
-	}
-	if (pki_tmem_contains(pki_tramp_uc_ip(uc))) {
-		if (!move_window(uc))
-			goto out;
-	} else if (window_below((unsigned long)uc->uc_mcontext.gregs[REG_RSP], restorer,
-				((const uint64_t *)&uc->uc_sigmask)[0])) {
-		/*
-		 * A handler that ran on past its entry, from a window: not
-		 * quiescent until it returns there; the writer asks again in
-		 * 10 ms (step 4).  (A stale frame left on the stack can only
-		 * delay the answer, never make it wrong.)
-		 */
-		goto out;
-	}
-	pki_tramp_tls.want = 0;
-	gp_answer(owed);
-out:
-	errno = saved;
-}
-
-static unsigned long gp_restorer;
-
-static void gp_install(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_sigaction = gp_handler;
-	sa.sa_flags = SA_SIGINFO | SA_RESTART;
-	sigfillset(&sa.sa_mask);
-	if (sigaction(PKI_GP_SIGNAL, &sa, NULL))
-		pki_warn("hooks: sigaction(%d): %s\n", PKI_GP_SIGNAL, pki_errstr(errno));
-	/* The restorer the kernel's frames start with (glibc's, for every handler). */
-	if (!sigaction(PKI_GP_SIGNAL, NULL, &sa))
-		gp_restorer = (unsigned long)sa.sa_restorer;
-	pki_hook_atfork_init(); /* our fork handling is called from the registry's */
-}
-
-static pthread_once_t gp_once = PTHREAD_ONCE_INIT;
-
-static int add_target(pid_t tid, void *unused)
-{
-	(void)unused;
-	if (ntargets == cap_targets) {
-		size_t cap = cap_targets ? 2 * cap_targets : 64;
-		struct gp_target *t = calloc(cap, sizeof(*t));
-
-		if (!t)
-			return -ENOMEM;
-		/*
-		 * The old array stays: a late answer may still write to it.
-		 * Field by field, and `answer` atomically: such an answer's
-		 * compare-and-swap may run on the other array meanwhile (it
-		 * fails, its round is over; but a plain copy would race with it).
-		 */
-		for (size_t i = 0; i < ntargets; i++) {
-			t[i].tid = targets[i].tid;
-			t[i].answer = __atomic_load_n(&targets[i].answer, __ATOMIC_RELAXED);
+	if (!me->slot && !(me->flags & TLS_EXITING)) {
+		me->slot = reader_claim(me);
+		if (me->slot) {
+			__atomic_add_fetch(&gp_stat.readers, 1, __ATOMIC_RELAXED);
+			if (exit_key_ok)
+				pthread_setspecific(exit_key, (void *)1);
 		}
-		__atomic_store_n(&targets, t, __ATOMIC_RELEASE);
-		cap_targets = cap;
 	}
-	/* `answer` atomically, for the same late answers; `tid` only we read. */
-	targets[ntargets].tid = tid;
-	__atomic_store_n(&targets[ntargets].answer, 0, __ATOMIC_RELAXED);
-	ntargets++;
-	return 0;
+	if (me->slot) {
+		/* Our levels so far, the first one 0 (see the proof: after the claim). */
+		__atomic_store_n(&me->nest, me->nest - PKI_TRAMP_UNREG - 1, __ATOMIC_SEQ_CST);
+	} else {
+		me->nest--; /* undo the entry's incl: the call runs unhooked */
+		__atomic_add_fetch(&gp_stat.refused, 1, __ATOMIC_RELAXED);
+		ok = 0;
+	}
+out:
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ok;
 }
 
-static int __list_threads(pid_t self)
+static void futex_wake_all(uint32_t *f)
 {
-	ntargets = 0;
-	return pki_threads_each(self, add_target, NULL);
+	syscall(SYS_futex, f, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
-
-/* Mark target @i quiescent for the current round (unless it answered). */
-static void __settle(size_t i)
-{
-	unsigned long pending = gp_round << 1 | 1;
-
-	__atomic_compare_exchange_n(&targets[i].answer, &pending, gp_round << 1, false,
-				    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-}
-
-enum verdict { V_QUIET, V_GONE, V_ASK };
 
 /*
- * Step 2a: judge target @i without a signal if it is blocked (see the proof,
- * "blocked threads").  V_ASK when it runs, is inside a hook, or cannot be
- * read; V_GONE when it exited.
+ * Thread exit, from the thread-specific-data destructors.  Re-armed until
+ * their last round (glibc runs PTHREAD_DESTRUCTOR_ITERATIONS at most), so
+ * other libraries' destructors still run hooked; then the slot is emptied
+ * (S) and later calls run unhooked.
  */
-static enum verdict __judge(size_t i)
+static void gp_thread_exit(void *round)
 {
-	pid_t tid = targets[i].tid;
-	struct pki_thread_state st;
-	unsigned long tls, runs0, runs1;
-	int nest, err;
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+	uintptr_t r = (uintptr_t)round;
+	struct gp_reader *slot;
+	sigset_t all, old;
 
-	err = pki_thread_runs(tid, &runs0);
-	if (!err)
-		err = pki_thread_sample(tid, &st);
-	if (err == -ESRCH)
-		return V_GONE;
-	if (err || !st.blocked || pki_tmem_contains(st.pc))
-		return V_ASK;
-	/*
-	 * Blocked inside a signal handler that interrupted a window: ask.
-	 * (Without the restorer's address, e.g. under a sanitizer that wraps
-	 * sigaction, no frame can be recognised: the check is skipped.)
-	 */
-	if (gp_restorer) {
-		uint64_t mask;
-
-		if (pki_thread_sigblk(tid, &mask, NULL, 0) ||
-		    window_below(st.sp, gp_restorer, mask))
-			return V_ASK;
+	if (r < PTHREAD_DESTRUCTOR_ITERATIONS) {
+		pthread_setspecific(exit_key, (void *)(r + 1));
+		return;
 	}
-	err = pki_thread_tls(tid, &pki_tramp_tls.nest, &tls);
-	if (!err)
-		err = pki_thread_read(tls, &nest, sizeof(nest));
-	if (!err)
-		err = pki_thread_runs(tid, &runs1);
-	if (err == -ESRCH)
-		return V_GONE;
-	if (err || nest != -1 || runs1 != runs0)
-		return V_ASK;
-	__atomic_add_fetch(&gp_stat.judged, 1, __ATOMIC_RELAXED);
-	return V_QUIET;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	me->flags |= TLS_EXITING;
+	me->nest = PKI_TRAMP_UNREG;
+	slot = me->slot ? reader_at(me->slot - 1) : NULL;
+	if (slot) {
+		__atomic_store_n(&slot->tls, NULL, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&gp_scanning, __ATOMIC_SEQ_CST))
+			sched_yield(); /* one pass at most: passes never sleep */
+		__atomic_sub_fetch(&gp_stat.readers, 1, __ATOMIC_RELAXED);
+	}
+	me->slot = 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-static int __ask(pid_t pid, size_t i)
+__attribute__((constructor)) static void gp_init(void)
 {
-	siginfo_t si;
+	exit_key_ok = !pthread_key_create(&exit_key, gp_thread_exit);
+	if (!exit_key_ok)
+		pki_warn("hooks: no thread-specific-data key: exited threads keep their "
+			 "grace-period slot\n");
+}
 
-	memset(&si, 0, sizeof(si));
-	si.si_signo = PKI_GP_SIGNAL;
-	si.si_code = SI_QUEUE;
-	si.si_pid = pid;
-	si.si_uid = getuid();
-	si.si_value.sival_ptr = (void *)(gp_round << 24 | i); /* what it owes */
-	if (syscall(SYS_rt_tgsigqueueinfo, pid, targets[i].tid, PKI_GP_SIGNAL, &si))
-		return -errno;
-	__atomic_add_fetch(&gp_stat.signals, 1, __ATOMIC_RELAXED);
+/* X's slow exit: the grace period asked this thread (want). */
+void pki_gp_exit_slow(void)
+{
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+
+	if (me->nest != 0) /* nested: the outermost exit answers */
+		return;
+	me->want = 0;
+	__atomic_store_n(&me->qs, me->qs + 1, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&gp_stat.answers, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&gp_answers, 1, __ATOMIC_RELEASE);
+	futex_wake_all(&gp_answers);
+}
+
+/* ---- write side ---- */
+
+static pthread_once_t barrier_once = PTHREAD_ONCE_INIT;
+static bool barrier_ok; /* membarrier private expedited registered */
+
+static void barrier_init(void)
+{
+	barrier_ok = !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+	if (!barrier_ok)
+		pki_debug("hooks: membarrier: %s: entries take a locked increment\n",
+			  pki_errstr(errno));
+}
+
+bool pki_gp_readers_locked(void)
+{
+	pthread_once(&barrier_once, barrier_init);
+	return !barrier_ok;
+}
+
+/* W1. */
+static void gp_barrier(void)
+{
+	pthread_once(&barrier_once, barrier_init);
+	if (!barrier_ok || syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0))
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+struct gp_busy {
+	unsigned int slot;
+	struct pki_tramp_tls *tls;
+	unsigned long qs;
+};
+
+/* gp_lock serialises grace periods and guards `busy`. */
+static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gp_busy *busy;
+static size_t nbusy, cap_busy;
+
+static void scan_begin(void)
+{
+	__atomic_add_fetch(&gp_scanning, 1, __ATOMIC_SEQ_CST);
+}
+
+static void scan_end(void)
+{
+	__atomic_sub_fetch(&gp_scanning, 1, __ATOMIC_SEQ_CST);
+}
+
+/* W2, inside a pass.  -ENOMEM if a busy thread cannot be noted. */
+static int __note_busy(void)
+{
+	unsigned int hwm = __atomic_load_n(&reader_hwm, __ATOMIC_ACQUIRE);
+
+	nbusy = 0;
+	for (unsigned int i = 0; i < hwm; i++) {
+		struct gp_reader *r = reader_at(i);
+		struct pki_tramp_tls *t = r ? __atomic_load_n(&r->tls, __ATOMIC_SEQ_CST) : NULL;
+
+		if (!t || __atomic_load_n(&t->nest, __ATOMIC_ACQUIRE) < 0)
+			continue;
+		if (nbusy == cap_busy) {
+			size_t cap = cap_busy ? 2 * cap_busy : 64;
+			struct gp_busy *b = realloc(busy, cap * sizeof(*b));
+
+			if (!b)
+				return -ENOMEM;
+			busy = b;
+			cap_busy = cap;
+		}
+		busy[nbusy++] = (struct gp_busy){i, t, __atomic_load_n(&t->qs, __ATOMIC_ACQUIRE)};
+		__atomic_store_n(&t->want, 1, __ATOMIC_RELEASE);
+	}
+	__atomic_add_fetch(&gp_stat.waited, nbusy, __ATOMIC_RELAXED);
 	return 0;
 }
 
-static bool thread_gone(pid_t pid, pid_t tid)
+/* W3, inside a pass: drop the noted threads that are done. */
+static void __recheck_busy(void)
 {
-	return syscall(SYS_tgkill, pid, tid, 0) && errno == ESRCH;
+	size_t kept = 0;
+
+	for (size_t i = 0; i < nbusy; i++) {
+		struct gp_busy *b = &busy[i];
+		struct pki_tramp_tls *t = __atomic_load_n(&reader_at(b->slot)->tls, __ATOMIC_SEQ_CST);
+
+		if (t != b->tls || __atomic_load_n(&t->nest, __ATOMIC_ACQUIRE) < 0 ||
+		    __atomic_load_n(&t->qs, __ATOMIC_ACQUIRE) != b->qs)
+			continue;
+		busy[kept++] = *b;
+	}
+	nbusy = kept;
+}
+
+static long elapsed_ns(const struct timespec *since)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (now.tv_sec - since->tv_sec) * 1000000000l + now.tv_nsec - since->tv_nsec;
 }
 
 int pki_gp_synchronize(void)
@@ -446,73 +389,54 @@ int pki_gp_synchronize(void)
 	return pki_gp_synchronize_for(0);
 }
 
-/*
- * Abandoning a round is safe: its pending slots are reopened by the next
- * round's own number, and a late answer for this one compares against that
- * number and lands nowhere (the slot arrays are never freed).
- */
+/* Spin this many passes (yielding) before sleeping: most threads leave a hook in microseconds. */
+#define GP_SPINS 20
+
 int pki_gp_synchronize_for(long timeout_ns)
 {
-	pid_t pid = getpid(), self = (pid_t)syscall(SYS_gettid);
-	struct timespec start, now;
-	int err, waits = 0;
+	struct timespec start;
+	bool warned = false;
+	int err, spins = 0;
 
 	if (pki_tramp_in_hook())
 		return -EDEADLK;
-	pthread_once(&gp_once, gp_install);
+	pki_hook_atfork_init();
 	pthread_mutex_lock(&gp_lock);
-	err = __list_threads(self);
+	__atomic_add_fetch(&gp_stat.periods, 1, __ATOMIC_RELAXED);
+	gp_barrier();
+	scan_begin();
+	err = __note_busy();
+	scan_end();
 	if (err)
 		goto unlock;
-	if (ntargets > 0xffffff) {
-		err = -E2BIG;
-		goto unlock;
-	}
 	clock_gettime(CLOCK_MONOTONIC, &start);
-	gp_round++;
-	for (size_t i = 0; i < ntargets; i++)
-		__atomic_store_n(&targets[i].answer, gp_round << 1 | 1, __ATOMIC_RELEASE);
-	__atomic_add_fetch(&gp_stat.periods, 1, __ATOMIC_RELAXED);
-	for (size_t i = 0; i < ntargets; i++) {
-		enum verdict v = __judge(i);
-
-		if (v == V_ASK && __ask(pid, i) == -ESRCH)
-			v = V_GONE;
-		if (v != V_ASK) /* quiescent, or exited: holds nothing */
-			__settle(i);
-	}
-	for (;;) {
-		struct timespec to = {0, 10 * 1000 * 1000};
+	while (nbusy) {
 		uint32_t seen = __atomic_load_n(&gp_answers, __ATOMIC_ACQUIRE);
-		size_t missing = 0;
+		long ns;
 
-		for (size_t i = 0; i < ntargets; i++)
-			missing += __atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE) & 1;
-		if (!missing)
+		scan_begin();
+		__recheck_busy();
+		scan_end();
+		if (!nbusy)
 			break;
-		if (!syscall(SYS_futex, &gp_answers, FUTEX_WAIT_PRIVATE, seen, &to, NULL, 0) ||
-		    errno != ETIMEDOUT)
-			continue;
-		/* Step 4. */
-		for (size_t i = 0; i < ntargets; i++) {
-			if (!(__atomic_load_n(&targets[i].answer, __ATOMIC_ACQUIRE) & 1))
-				continue;
-			if (thread_gone(pid, targets[i].tid) || __judge(i) != V_ASK ||
-			    __ask(pid, i) == -ESRCH)
-				__settle(i);
-		}
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (timeout_ns &&
-		    (now.tv_sec - start.tv_sec) * 1000000000l + now.tv_nsec - start.tv_nsec >
-			timeout_ns) {
+		ns = elapsed_ns(&start);
+		if (timeout_ns && ns > timeout_ns) {
 			err = -ETIMEDOUT;
 			goto unlock;
 		}
-		if (++waits == 200)
-			pki_warn(
-			    "hooks: grace period waits for a thread (blocks signal %d, or stays "
-			    "in a callback): %s\n",
-			    PKI_GP_SIGNAL, pki_errstr(ETIMEDOUT));
+		if (!warned && ns > 2000000000l) {
+			pki_warn("hooks: grace period waits for thread %d, inside a callback for 2 s\n",
+				 reader_at(busy[0].slot)->tid);
+			warned = true;
+		}
+		if (spins++ < GP_SPINS) {
+			sched_yield();
+		} else {
+			/* Woken by a slow exit; the timeout catches one that left by the fast exit. */
+			struct timespec to = {0, 1000000};
+
+			syscall(SYS_futex, &gp_answers, FUTEX_WAIT_PRIVATE, seen, &to, NULL, 0);
+		}
 	}
 	err = 0;
 unlock:
@@ -605,9 +529,8 @@ static int __start_worker(void)
 	sigset_t all, old;
 	int err;
 
-	/* The worker takes no signal but ours (grace period, the patch layer's sled kick). */
+	/* The worker takes no signal but the patch layer's (its sled kick). */
 	sigfillset(&all);
-	sigdelset(&all, PKI_GP_SIGNAL);
 	sigdelset(&all, SIGRTMAX - 1);
 	/* Not blocked: the patch layer never writes an INT3 while a thread blocks it. */
 	sigdelset(&all, SIGTRAP);
@@ -628,12 +551,10 @@ static int __start_worker(void)
  * fork(), called from the registry's atfork handlers (hook.c, which orders
  * them after its own lock).  In the child only the forking thread exists:
  *  - a grace period another thread (the worker) was running dies with it.
- *    Its state is reset, not finished: gp_lock is made anew, the target list
- *    emptied (the arrays stay: the forking thread may still owe an answer to
- *    an old round, whose compare-and-swap then fails harmlessly).  The next
- *    pki_gp_synchronize() lists the child's own threads.  gp_lock is not
- *    taken before fork(): a grace period may wait long (a thread that blocks
- *    our signal), and fork() must not wait for it.
+ *    gp_lock is made anew, and every reader slot but the forking thread's
+ *    emptied (their threads do not exist in the child).  gp_lock is not
+ *    taken before fork(): a grace period may wait long (a thread inside a
+ *    callback), and fork() must not wait for it.
  *  - the queue is consistent (defer_lock is held across fork(), and nobody
  *    holds it for long); its callbacks still run in the child, after a grace
  *    period of the child, by a worker started again on demand (pki_gp_defer,
@@ -653,8 +574,30 @@ void pki_gp_fork_parent(void)
 
 void pki_gp_fork_child(void)
 {
+	unsigned int hwm = __atomic_load_n(&reader_hwm, __ATOMIC_RELAXED);
+
 	pthread_mutex_init(&gp_lock, NULL);
-	ntargets = 0;
+	nbusy = 0;
+	gp_scanning = 0;
+	gp_stat.readers = 0;
+	for (unsigned int i = 0; i < hwm; i++) {
+		struct gp_reader *r = reader_at(i);
+
+		if (r && r->tls && r->tls != &pki_tramp_tls)
+			r->tls = NULL;
+		else if (r && r->tls) {
+			r->tid = (pid_t)syscall(SYS_gettid);
+			gp_stat.readers = 1;
+		}
+	}
+	/*
+	 * A membarrier() registration belongs to the address space: the
+	 * child's is made again here (entries stay as they are, unlocked).
+	 */
+	if (barrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0))
+		pki_warn("hooks: fork child: membarrier: %s: grace periods here do not "
+			 "order running threads\n",
+			 pki_errstr(errno));
 	done = taken;
 	waiting = 0;
 	worker_up = false;
@@ -667,7 +610,7 @@ void pki_gp_defer(void (*fn)(void *), void *arg)
 {
 	struct gp_cb *cb = malloc(sizeof(*cb));
 
-	pthread_once(&gp_once, gp_install);
+	pki_hook_atfork_init(); /* our fork handling is called from the registry's */
 	pthread_mutex_lock(&defer_lock);
 	if (!cb || (!worker_up && __start_worker())) {
 		pthread_mutex_unlock(&defer_lock);

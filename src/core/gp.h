@@ -1,32 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Grace periods for hooks.  The read side is "executing inside a library
- * trampoline or a callback": threads that run hooks are not registered with
- * anything, so liburcu's flavours cannot see them.  See gp.c for the scheme
- * and its proof.
+ * Grace periods for hooks.  The read side is "counted": executing between a
+ * trampoline entry's incl and its exit's decl (tramp.S).  Threads register
+ * themselves at their first entry; a grace period is one membarrier() and a
+ * scan of every registered thread's counter with plain loads, no signal and
+ * no system call per thread.  See gp.c for the scheme and its proof.
  */
 #ifndef PK_CORE_GP_H
 #define PK_CORE_GP_H
 
 #include <stdbool.h>
 
-/* Signal used to sample threads (a real-time one, documented in hook.h). */
-#define PKI_GP_SIGNAL (SIGRTMAX - 2)
-
 /*
- * Wait until every thread has been outside every library trampoline body
- * and callback at some instant after the call began, and none sits in a
- * trampoline window (moved on to the site's current target).  Anything
- * unpublished before the call may then be freed.  0, or -EDEADLK when called
- * from inside a hook.  Not from a signal handler.
+ * Wait until every thread has been outside every trampoline body and
+ * callback at some instant after the call began.  Anything unpublished
+ * before the call may then be freed.  0, or -EDEADLK when called from inside
+ * a hook.  Not from a signal handler.
  */
 int pki_gp_synchronize(void);
 
 /*
  * pki_gp_synchronize() that gives up after @timeout_ns (0: never) with
- * -ETIMEDOUT: some thread could not be seen quiescent (it blocks
- * PKI_GP_SIGNAL and never sleeps, or stays in a callback).  Nothing may be
- * freed then; a later grace period (pki_gp_defer()) still works.
+ * -ETIMEDOUT: some thread stays in a callback.  Nothing may be freed then;
+ * a later grace period (pki_gp_defer()) still works.
  */
 int pki_gp_synchronize_for(long timeout_ns);
 
@@ -41,8 +37,10 @@ void pki_gp_defer(void (*fn)(void *), void *arg);
 /* Counters since the process started (tests, benchmarks). */
 struct pki_gp_stats {
 	unsigned long periods; /* grace periods run */
-	unsigned long judged;  /* threads found quiescent while blocked: no signal */
-	unsigned long signals; /* PKI_GP_SIGNAL sent */
+	unsigned long readers; /* threads registered now */
+	unsigned long waited;  /* threads a grace period found inside a hook */
+	unsigned long answers; /* of which answered from their slow exit */
+	unsigned long refused; /* first entries that ran unhooked (thread exiting, no memory) */
 };
 
 void pki_gp_stats(struct pki_gp_stats *st);
@@ -51,12 +49,21 @@ void pki_gp_stats(struct pki_gp_stats *st);
 void pki_gp_barrier(void);
 
 /*
- * Slow exit of a trampoline (tramp.S), at the end of a body with the counter
- * still >= 0: answers the grace period that asked this thread, if this is
- * the outermost level.  Returns where a dispatcher continues: @r11 when
- * nested, else the site's current direct address (0 if !@direct).
+ * True when entries must take a locked increment: membarrier() with
+ * MEMBARRIER_CMD_PRIVATE_EXPEDITED is not available (old kernel, seccomp).
+ * Decided once, before the first entry is made.
  */
-unsigned long pki_gp_exit_slow(unsigned long site, int direct, unsigned long r11);
+bool pki_gp_readers_locked(void);
+
+/*
+ * Called from the exits of tramp.S (async-signal-safe, lock-free).
+ * pki_gp_exit_slow(): slow exit, counter still >= 0: reports to the grace
+ * period that asked, if this is the outermost level.  pki_gp_register(): a
+ * thread's first entry (counter below -1): registers it and makes the
+ * counter 0; 0 if it cannot (the call then runs unhooked).
+ */
+void pki_gp_exit_slow(void);
+int pki_gp_register(void);
 
 /*
  * fork() support, called by the registry's atfork handlers in this order
@@ -69,13 +76,5 @@ void pki_gp_fork_child(void);
 
 /* Supplied by the registry: registers its fork handlers (once). */
 void pki_hook_atfork_init(void);
-
-/*
- * Supplied by the registry, called from the signal handler of a thread
- * found at a window (async-signal-safe, lock-free): where the site @ip calls
- * now (0: nowhere), and its direct address now (0: none).
- */
-unsigned long pki_hook_rt_target(unsigned long ip);
-unsigned long pki_hook_rt_direct(unsigned long ip);
 
 #endif /* PK_CORE_GP_H */

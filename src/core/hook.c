@@ -2,14 +2,22 @@
 /*
  * The hook registry: sites, the ops on each, and ONE internal direct ops
  * owning the ip->addr hash of all direct entries (seed 003).  For each site
- * it decides what the 5 bytes call:
+ * it decides what the 5 bytes call and what the site's entry E (tramp.S:
+ * one per site, made at its first attach, never freed) jumps to:
  *
- *   ops  direct  site calls
- *   0    no      nothing (nop5)
- *   1    no      the ops' trampoline specialised for it (near the site)
- *   0    yes     addr (or a near stub jumping to it, if out of rel32 reach)
- *   >=2  any     the list dispatcher of a chunk near the site, which runs
- *   >=1  yes     the ops and then continues into addr (hash lookup)
+ *   ops  direct  site calls  E.target              E.user (after the ops)
+ *   0    no      nothing     (X_RET)               -
+ *   1    no      E           the ops' body         -
+ *   0    yes     addr        - (user code within reach)
+ *   0    yes     E           X_USER (far), or B    -
+ *   >=2  no      E           the list dispatcher   X_RET
+ *   >=1  yes     E           the list dispatcher   X_USER, or B
+ *
+ * X_USER jumps to E.direct, the direct address.  B: when the direct address
+ * is a live pk_tramp's, the site goes through its own entry straight to the
+ * handler body, counted, never through the pk_tramp's entry: a thread that
+ * is on its way into a trampoline is then counted, and a freed pk_tramp
+ * cannot be entered late (see pk_tramp below).
  *
  * Writers.  hook_lock serialises everything below, held for the length of
  * one public call.  A transaction is an ownership of the registry, not of
@@ -17,21 +25,26 @@
  * (txn_open, txn_mine), other threads' calls wait on txn_cv until its
  * commit or abort; between calls the owner holds no lock.  So fork() only
  * waits for a call in flight, never for an open transaction (see "fork"
- * below).  Every public call stages its change
- * on the sites (keeping an undo copy of each site it touches first: the
- * "dirty" list), and the commit computes the targets, builds and publishes a
- * new runtime table, then hands all pokes to the patch layer in ONE batch.
+ * below).  Every public call stages its change on the sites (keeping an
+ * undo copy of each site it touches first: the "dirty" list), and the commit
+ * decides every dirty site, publishes their entry words, then hands all
+ * pokes to the patch layer in ONE batch.  A commit costs O(dirty sites):
+ * nothing is rebuilt whole.
  *
- * Readers (hot path: list dispatcher, grace-period handler) see only the
- * runtime table `rt_cur`: immutable once published, with the ops arrays in
- * it; replaced as a whole per commit; the old one freed after a grace period
- * (gp.c).  It is published BEFORE the text is poked, so a thread entering the
- * dispatcher through old or new bytes finds the new state; a dispatcher that
- * finds no entry just returns.
+ * Readers (hot path) see only entry words, published per site
+ * (pki_tmem_entry_set: ops array, user, target, in that order), and the ops
+ * array a list dispatcher finds in its entry: immutable, replaced whole per
+ * change of the site, the old one freed after a grace period (gp.c).  The
+ * words of a site whose text will call its entry are published BEFORE the
+ * text is poked, so a thread entering through old or new bytes finds the
+ * new state; those of a site whose text stops calling it, after (a thread
+ * that entered through the old bytes then finds a way on that does the
+ * same as the new bytes: X_USER to the direct address, or X_RET).
  *
- * Freeing.  pk_direct_del()/mod() retire tables, stubs and trampolines with
- * pki_gp_defer() (background, batched: no wait per call).  pk_ops_unregister()
- * waits for one grace period, because the caller may free the ops right after.
+ * Freeing.  pk_direct_del()/mod() retire ops arrays and bodies with
+ * pki_gp_defer() (background, batched: no wait per call).
+ * pk_ops_unregister() waits for one grace period, because the caller may
+ * free the ops right after.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -57,11 +70,18 @@ struct ops_vec {
 	unsigned int n, cap;
 };
 
+/* An ops array as a list dispatcher reads it from an entry: immutable. */
+struct opsv {
+	unsigned long n;
+	struct pk_ops *v[];
+};
+
 struct site {
 	unsigned long ip;
 	uint8_t cur[PKI_SITE_LEN]; /* bytes in the text now */
-	unsigned long target;	   /* what they call (0: nothing) */
-	struct pki_tslot stub;	   /* far stub to the direct addr, if stub.x */
+	unsigned long call;	   /* what they call (0: nothing): ent.x or the direct addr */
+	struct pki_tentry ent;	   /* the site's entry (ent.x 0: none yet), never freed */
+	struct opsv *opsv;	   /* what ent.ops points to (kept until replaced) */
 	/* staged state */
 	struct ops_vec ops;
 	unsigned long direct; /* the direct ops' hash: ip -> addr (0: none) */
@@ -70,16 +90,16 @@ struct site {
 	struct ops_vec saved_ops;
 	unsigned long saved_direct;
 	/* commit scratch */
-	unsigned long new_target;
-	struct pki_tslot new_stub;
+	unsigned long new_call;
+	struct pki_tramp_entry new_ent, old_ent;
+	struct opsv *new_opsv;
 };
 
 struct ops_priv {
 	struct pk_ops *ops;
 	unsigned long *ips; /* its sites */
 	size_t nips;
-	struct pki_tslot *tramps; /* specialised trampolines, one per chunk used */
-	size_t ntramps;
+	struct pki_tslot tramp; /* its body (tramp.x 0: none yet), any chunk */
 	bool registered; /* committed state */
 	bool staged;	 /* staged state */
 	bool follows;	 /* filter by globs or empty: takes sites of objects loaded later */
@@ -104,6 +124,8 @@ struct sitemap {
 };
 
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The pk_tramp records (see pk_tramp below); taken under hook_lock, never the other way. */
+static pthread_mutex_t tramp_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sitemap sites;
 static struct {
 	struct site **v;
@@ -122,7 +144,6 @@ static struct {
 	struct ops_priv **v;
 	size_t n, cap;
 } all_ops;
-static bool rt_stale; /* sites were forgotten: the next commit rebuilds the table */
 
 static void hook_unlock(void);
 static void atfork_after_batch(void);
@@ -342,107 +363,30 @@ static int __site_prepare(struct site *s, unsigned int more_ops)
 	return 0;
 }
 
-/* ---- runtime table: what readers see ---- */
+/* ---- what readers see ---- */
 
-struct rt_ent {
-	unsigned long ip;
-	unsigned long target; /* what the site calls (committed) */
-	unsigned long direct;
-	struct pk_ops *const *ops;
-	unsigned long nops;
-};
-
-struct rt {
-	size_t mask;
-	struct rt_ent *ent;
-	struct pk_ops *pool[];
-};
-
-static struct rt *rt_cur; /* published with release, read with acquire */
-
-static const struct rt_ent *rt_find(const struct rt *t, unsigned long ip)
+/*
+ * Hot path, from the list dispatcher (counted, tramp.S): every ops of the
+ * site's current array, unless recursing.  @entry is the executable view of
+ * the site's entry; the site is where its call returns to, minus 5.
+ */
+void pki_hook_list_func(const void *entry, unsigned long parent_ip, void *regs, int recursing)
 {
-	if (!t)
-		return NULL;
-	for (size_t i = hash_ip(ip, t->mask);; i = (i + 1) & t->mask) {
-		if (!t->ent[i].ip)
-			return NULL;
-		if (t->ent[i].ip == ip)
-			return &t->ent[i];
-	}
+	const struct pki_tramp_entry *e =
+	    (const void *)((const char *)entry + PKI_TRAMP_ENTRY_DATA);
+	const struct opsv *v = (const void *)__atomic_load_n(&e->ops, __ATOMIC_ACQUIRE);
+	/* regs->sp is the function's entry sp: the site's call pushed ip + 5 below it. */
+	unsigned long ip = ((const unsigned long *)((struct pk_regs *)regs)->sp)[-1] - 5;
+
+	if (recursing || !v)
+		return;
+	for (unsigned long i = 0; i < v->n; i++)
+		v->v[i]->func(ip, parent_ip, v->v[i], regs);
 }
 
-/* Hot path: every ops of the site, then where to continue. */
-unsigned long pki_hook_list_func(unsigned long ip, unsigned long parent_ip, void *regs,
-				 int recursing)
+static void opsv_free(void *v)
 {
-	const struct rt *t = __atomic_load_n(&rt_cur, __ATOMIC_ACQUIRE);
-	const struct rt_ent *e = rt_find(t, ip);
-
-	if (__builtin_expect(!e, 0))
-		return 0;
-	if (!recursing)
-		for (unsigned long i = 0; i < e->nops; i++)
-			e->ops[i]->func(ip, parent_ip, e->ops[i], regs);
-	return e->direct;
-}
-
-unsigned long pki_hook_rt_target(unsigned long ip)
-{
-	const struct rt_ent *e = rt_find(__atomic_load_n(&rt_cur, __ATOMIC_ACQUIRE), ip);
-
-	return e ? e->target : 0;
-}
-
-unsigned long pki_hook_rt_direct(unsigned long ip)
-{
-	const struct rt_ent *e = rt_find(__atomic_load_n(&rt_cur, __ATOMIC_ACQUIRE), ip);
-
-	return e ? e->direct : 0;
-}
-
-/* Table of every site with a new target, from the staged state. */
-static struct rt *__rt_build(void)
-{
-	size_t n = 0, nops = 0, cap = 4;
-	struct rt *t;
-
-	for (size_t i = 0; i < sites.cap; i++) {
-		struct site *s = sites.slot[i];
-
-		if (s && s->new_target) {
-			n++;
-			nops += s->ops.n;
-		}
-	}
-	while (cap < 2 * n)
-		cap *= 2;
-	t = calloc(1, sizeof(*t) + nops * sizeof(t->pool[0]) + cap * sizeof(struct rt_ent));
-	if (!t)
-		return NULL;
-	t->mask = cap - 1;
-	t->ent = (struct rt_ent *)&t->pool[nops];
-	nops = 0;
-	for (size_t i = 0; i < sites.cap; i++) {
-		struct site *s = sites.slot[i];
-		size_t j;
-
-		if (!s || !s->new_target)
-			continue;
-		for (j = hash_ip(s->ip, t->mask); t->ent[j].ip; j = (j + 1) & t->mask)
-			;
-		if (s->ops.n)
-			memcpy(&t->pool[nops], s->ops.v, s->ops.n * sizeof(s->ops.v[0]));
-		t->ent[j] =
-		    (struct rt_ent){s->ip, s->new_target, s->direct, &t->pool[nops], s->ops.n};
-		nops += s->ops.n;
-	}
-	return t;
-}
-
-static void rt_free(void *t)
-{
-	free(t);
+	free(v);
 }
 
 unsigned long pki_hook_site_target(unsigned long ip)
@@ -452,46 +396,59 @@ unsigned long pki_hook_site_target(unsigned long ip)
 
 	pthread_mutex_lock(&hook_lock);
 	s = __site_find(ip);
-	t = s ? s->target : 0;
+	t = s ? s->call : 0;
 	hook_unlock();
 	return t;
 }
 
-/* ---- trampolines ---- */
-
-static bool slot_reaches(const struct pki_tslot *t, unsigned long ip)
+unsigned long pki_hook_site_entry_target(unsigned long ip)
 {
-	return t->x && pki_tmem_reaches(ip, t->x) && pki_tmem_reaches(ip, t->x + PKI_TMEM_SLOT);
+	struct pki_tramp_entry e = {0};
+	struct site *s;
+
+	pthread_mutex_lock(&hook_lock);
+	s = __site_find(ip);
+	if (s && s->ent.x)
+		pki_tmem_entry_get(&s->ent, &e);
+	hook_unlock();
+	return e.target;
 }
 
-/* @p's trampoline reaching @ip, made on demand (kept until unregister). */
-static int __ops_tramp(struct ops_priv *p, unsigned long ip, unsigned long *out)
+unsigned long pki_hook_site_list(unsigned long ip)
+{
+	struct site *s;
+	unsigned long l = 0;
+
+	pthread_mutex_lock(&hook_lock);
+	s = __site_find(ip);
+	if (s && s->ent.x)
+		l = pki_tmem_list(&s->ent);
+	hook_unlock();
+	return l;
+}
+
+/* ---- trampolines ---- */
+
+/* @p's body, made on demand (kept until unregister): entries reach it from anywhere. */
+static int __ops_tramp(struct ops_priv *p, unsigned long *out)
 {
 	struct pki_tslot t;
 	int err;
 
-	for (size_t i = 0; i < p->ntramps; i++)
-		if (slot_reaches(&p->tramps[i], ip)) {
-			*out = p->tramps[i].x;
-			return 0;
+	if (!p->tramp.x) {
+		err = pki_tmem_alloc(0, &t);
+		if (err)
+			return err;
+		err = pki_tmem_emit(
+		    p->ops->flags & PK_OPS_F_NOVEC ? PKI_TRAMP_OPS_NV : PKI_TRAMP_OPS, &t,
+		    (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func}, 2);
+		if (err) {
+			pki_tmem_free(&t);
+			return err;
 		}
-	struct pki_tslot *nt = realloc(p->tramps, (p->ntramps + 1) * sizeof(*nt));
-
-	if (!nt)
-		return -ENOMEM;
-	p->tramps = nt;
-	err = pki_tmem_alloc(ip, &t);
-	if (err)
-		return err;
-	err =
-	    pki_tmem_emit(p->ops->flags & PK_OPS_F_NOVEC ? PKI_TRAMP_OPS_NV : PKI_TRAMP_OPS, &t,
-			  (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func}, 2);
-	if (err) {
-		pki_tmem_free(&t);
-		return err;
+		p->tramp = t;
 	}
-	p->tramps[p->ntramps++] = t;
-	*out = t.x;
+	*out = p->tramp.x;
 	return 0;
 }
 
@@ -515,42 +472,62 @@ static void slot_retire(const struct pki_tslot *t)
 	pki_gp_defer(slot_free, c);
 }
 
-/* Decide what @s calls in the staged state; may make trampolines. */
+/* A copy of @s's staged ops, for a list dispatcher. */
+static struct opsv *opsv_new(const struct ops_vec *ops)
+{
+	struct opsv *v = malloc(sizeof(*v) + ops->n * sizeof(v->v[0]));
+
+	if (v) {
+		v->n = ops->n;
+		memcpy(v->v, ops->v, ops->n * sizeof(v->v[0]));
+	}
+	return v;
+}
+
+static unsigned long tramp_body_of(unsigned long addr);
+
+/*
+ * Decide what @s calls in the staged state (see the table above); may make
+ * bodies.  The entry words cover a site whose text does not call its entry
+ * (any more) too: a thread that entered through old bytes does what the
+ * new bytes do.
+ */
 static int __site_decide(struct site *s)
 {
-	unsigned long list;
+	unsigned long body = s->direct ? tramp_body_of(s->direct) : 0;
+	struct pki_tramp_exits x;
 	int err;
 
-	s->new_stub = s->stub;
-	if (!s->ops.n && !s->direct) {
-		s->new_target = 0;
-		return 0;
-	}
-	if (s->ops.n == 1 && !s->direct)
-		return __ops_tramp(s->ops.v[0]->private, s->ip, &s->new_target);
-	if (!s->ops.n) {
-		if (pki_tmem_reaches(s->ip, s->direct)) {
-			s->new_target = s->direct;
+	s->new_opsv = s->opsv;
+	if (!s->ops.n && (!s->direct || (!body && pki_tmem_reaches(s->ip, s->direct))))
+		s->new_call = s->direct;
+	else
+		s->new_call = ~0ul; /* the entry, made below */
+	if (!s->ent.x) {
+		if (s->new_call != ~0ul)
 			return 0;
-		}
-		/* Far: a stub near the site; reuse the current one if it fits. */
-		if (s->stub.x && s->target == s->stub.x &&
-		    *(unsigned long *)((char *)s->stub.w + pki_tramp_size(PKI_TRAMP_STUB) - 8) ==
-			s->direct) {
-			s->new_target = s->stub.x;
-			return 0;
-		}
-		err = pki_tmem_alloc(s->ip, &s->new_stub);
+		err = pki_tmem_entry_new(s->ip, &s->ent);
 		if (err)
 			return err;
-		pki_tmem_emit(PKI_TRAMP_STUB, &s->new_stub, &s->direct, 1);
-		s->new_target = s->new_stub.x;
-		return 0;
 	}
-	err = pki_tmem_list_near(s->ip, &list);
-	if (err)
-		return err;
-	s->new_target = list;
+	if (s->new_call == ~0ul)
+		s->new_call = s->ent.x;
+	pki_tmem_exits(&s->ent, &x);
+	/* What the direct address (or its absence) needs, counted. */
+	s->new_ent = (struct pki_tramp_entry){x.ret, x.ret, (unsigned long)s->opsv, x.ret_ret};
+	if (s->direct) {
+		s->new_ent.user = s->new_ent.target = body ? body : x.user;
+		s->new_ent.direct = s->direct;
+	}
+	if (!s->ops.n)
+		return 0;
+	if (s->ops.n == 1 && !s->direct)
+		return __ops_tramp(s->ops.v[0]->private, &s->new_ent.target);
+	s->new_opsv = opsv_new(&s->ops);
+	if (!s->new_opsv)
+		return -ENOMEM;
+	s->new_ent.ops = (unsigned long)s->new_opsv;
+	s->new_ent.target = pki_tmem_list(&s->ent);
 	return 0;
 }
 
@@ -572,7 +549,6 @@ static void __ops_priv_free(struct ops_priv *p)
 	for (size_t i = 0; i < all_ops.n; i++)
 		if (all_ops.v[i]->prev == p)
 			all_ops.v[i]->prev = NULL;
-	free(p->tramps);
 	free(p->ips);
 	free(p);
 }
@@ -630,33 +606,136 @@ static void __txn_undo(void)
 
 		p->staged = p->registered;
 		if (!p->registered) {
-			/* A failed batch may have run them (mid-batch emulation). */
-			for (size_t j = 0; j < p->ntramps; j++)
-				slot_retire(&p->tramps[j]);
+			/* A failed batch may have run it (mid-batch emulation). */
+			if (p->tramp.x)
+				slot_retire(&p->tramp);
 			__ops_priv_free(p);
 		}
 	}
 	changes.n = 0;
 }
 
+/* The 5 bytes @s gets: a call of new_call, else nop5 (as found until first attached). */
+static void site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN])
+{
+	/*
+	 * A gcc sled (90 x5) is thus converted (with the patch layer's sled
+	 * kick) once; later cycles go nop5 <-> call, which need no kick.
+	 * s->cur tracks what is in the text, and is what the patch layer
+	 * verifies.
+	 */
+	if (s->new_call)
+		pki_insn_call(b, s->ip, s->new_call);
+	else if (s->call)
+		memcpy(b, pki_nop5, PKI_SITE_LEN);
+	else
+		memcpy(b, s->cur, PKI_SITE_LEN);
+}
+
+/* Pre-poke: publish the entries the new bytes will call (see the file comment). */
+static void __entries_publish(void)
+{
+	for (size_t i = 0; i < dirty.n; i++) {
+		struct site *s = dirty.v[i];
+
+		if (s->ent.x && s->new_call == s->ent.x) {
+			pki_tmem_entry_get(&s->ent, &s->old_ent);
+			pki_tmem_entry_set(&s->ent, &s->new_ent);
+		}
+	}
+}
+
+/* The batch failed: the published entries go back (threads may have used the new words). */
+static void __entries_unpublish(void)
+{
+	for (size_t i = 0; i < dirty.n; i++) {
+		struct site *s = dirty.v[i];
+
+		if (s->ent.x && s->new_call == s->ent.x)
+			pki_tmem_entry_set(&s->ent, &s->old_ent);
+	}
+}
+
+/* Free what decide made for the first @n dirty sites and the commit will not keep. */
+static void __decided_drop(size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct site *s = dirty.v[i];
+
+		if (s->new_opsv != s->opsv)
+			pki_gp_defer(opsv_free, s->new_opsv);
+		s->new_opsv = NULL;
+	}
+}
+
+/* After the batch: park the entries the text no longer calls, retire what they replaced. */
+static void __sites_settle(void)
+{
+	for (size_t i = 0; i < dirty.n; i++) {
+		struct site *s = dirty.v[i];
+
+		if (s->ent.x && s->new_call != s->ent.x)
+			pki_tmem_entry_set(&s->ent, &s->new_ent);
+		if (s->new_opsv != s->opsv) {
+			if (s->opsv)
+				pki_gp_defer(opsv_free, s->opsv);
+			s->opsv = s->new_opsv;
+		}
+		s->call = s->new_call;
+		s->dirty = false;
+	}
+	dirty.n = 0;
+}
+
+/* Committed unregistrations: their ops' bodies go after a grace period. */
+static int __ops_retire(void)
+{
+	bool unreg = false;
+	int gp_err;
+
+	for (size_t i = 0; i < changes.n; i++) {
+		struct ops_priv *p = changes.v[i].p;
+
+		p->registered = p->staged;
+		unreg |= !p->registered;
+	}
+	if (!unreg)
+		return 0;
+	/*
+	 * The callers may free their ops once we return 0.  A grace period
+	 * that timed out (unreg_timeout_ns) leaves the ops off its sites but
+	 * possibly still in use: the bodies go after a later grace period,
+	 * and the caller keeps its ops.
+	 */
+	gp_err = pki_gp_synchronize_for(unreg_timeout_ns);
+	for (size_t i = 0; i < changes.n; i++) {
+		struct ops_priv *p = changes.v[i].p;
+
+		if (p->registered)
+			continue;
+		if (p->tramp.x) {
+			if (gp_err)
+				slot_retire(&p->tramp);
+			else
+				pki_tmem_free(&p->tramp);
+		}
+		__ops_priv_free(p);
+	}
+	return gp_err;
+}
+
 /*
- * Apply the staged state: decide every dirty site, publish the runtime
- * table, poke the text in one batch.  On failure everything is as before.
+ * Apply the staged state: decide every dirty site, publish entries, poke
+ * the text in one batch.  On failure everything is as before.
  */
 static int __txn_commit(void)
 {
 	struct pki_poke *pokes = NULL;
-	struct rt *old = rt_cur, *t;
 	size_t np = 0, decided = 0;
-	bool unreg = false;
-	int err = 0, gp_err = 0;
+	int err = 0;
 
-	if (!dirty.n && !changes.n && !rt_stale)
+	if (!dirty.n && !changes.n)
 		return 0;
-	/* Sites not dirty keep their target. */
-	for (size_t i = 0; i < sites.cap; i++)
-		if (sites.slot[i] && !sites.slot[i]->dirty)
-			sites.slot[i]->new_target = sites.slot[i]->target;
 	pokes = calloc(dirty.n ? dirty.n : 1, sizeof(*pokes));
 	if (!pokes) {
 		err = -ENOMEM;
@@ -667,24 +746,12 @@ static int __txn_commit(void)
 		uint8_t b[PKI_SITE_LEN];
 
 		err = __site_decide(s);
+		decided = i + 1;
 		if (err) {
 			pki_warn("hooks: site %#lx: no trampoline: %s\n", s->ip, pki_errstr(err));
-			goto free_stubs;
+			goto drop;
 		}
-		decided = i + 1;
-		/*
-		 * Off bytes: as found until the site is first attached, then
-		 * always one nop5.  A gcc sled (90 x5) is thus converted (with the
-		 * patch layer's sled kick) once; later cycles go nop5 <-> call,
-		 * which need no kick.  s->cur tracks what is in the text, and is
-		 * what the patch layer verifies.
-		 */
-		if (s->new_target)
-			pki_insn_call(b, s->ip, s->new_target);
-		else if (s->target)
-			memcpy(b, pki_nop5, PKI_SITE_LEN);
-		else
-			memcpy(b, s->cur, PKI_SITE_LEN);
+		site_bytes(s, b);
 		if (memcmp(b, s->cur, PKI_SITE_LEN)) {
 			pokes[np].addr = s->ip;
 			memcpy(pokes[np].old, s->cur, PKI_SITE_LEN);
@@ -692,80 +759,26 @@ static int __txn_commit(void)
 			np++;
 		}
 	}
-	t = __rt_build();
-	if (!t) {
-		err = -ENOMEM;
-		goto free_stubs;
-	}
-	/* Publish first: see the file comment. */
-	__atomic_store_n(&rt_cur, t, __ATOMIC_RELEASE);
-	rt_stale = false;
+	__entries_publish();
 	if (np) {
 		err = poke_fn(pokes, np);
 		atfork_after_batch(); /* after the patch layer's handlers: see fork */
 		if (err) {
 			pki_warn("hooks: batch of %zu sites: %s\n", np, pki_errstr(err));
-			__atomic_store_n(&rt_cur, old, __ATOMIC_RELEASE);
-			pki_gp_defer(rt_free, t);
-			goto free_stubs;
+			__entries_unpublish();
+			goto drop;
 		}
 	}
 	for (size_t i = 0; i < np; i++)
 		memcpy(__site_find(pokes[i].addr)->cur, pokes[i].new, PKI_SITE_LEN);
-	for (size_t i = 0; i < dirty.n; i++) {
-		struct site *s = dirty.v[i];
-
-		if (s->stub.x && s->new_target != s->stub.x)
-			slot_retire(&s->stub);
-		s->stub = s->new_stub.x && s->new_target == s->new_stub.x ? s->new_stub
-									  : (struct pki_tslot){0};
-		s->new_stub = (struct pki_tslot){0};
-		s->target = s->new_target;
-		s->dirty = false;
-	}
-	dirty.n = 0;
-	if (old)
-		pki_gp_defer(rt_free, old);
-	for (size_t i = 0; i < changes.n; i++) {
-		struct ops_priv *p = changes.v[i].p;
-
-		p->registered = p->staged;
-		unreg |= !p->registered;
-	}
-	if (unreg) {
-		/*
-		 * The callers may free their ops once we return 0.  A grace
-		 * period that timed out (unreg_timeout_ns) leaves the ops off
-		 * its sites but possibly still in use: the trampolines go after
-		 * a later grace period, and the caller keeps its ops.
-		 */
-		gp_err = pki_gp_synchronize_for(unreg_timeout_ns);
-		for (size_t i = 0; i < changes.n; i++) {
-			struct ops_priv *p = changes.v[i].p;
-
-			if (p->registered)
-				continue;
-			for (size_t j = 0; j < p->ntramps; j++)
-				if (gp_err)
-					slot_retire(&p->tramps[j]);
-				else
-					pki_tmem_free(&p->tramps[j]);
-			__ops_priv_free(p);
-		}
-	}
-	changes.n = 0;
+	__sites_settle();
 	free(pokes);
-	return gp_err;
+	err = __ops_retire();
+	changes.n = 0;
+	return err;
 
-free_stubs:
-	/* New stubs were reachable only through bytes that never stuck. */
-	for (size_t i = 0; i < decided; i++) {
-		struct site *s = dirty.v[i];
-
-		if (s->new_stub.x && s->new_stub.x != s->stub.x)
-			slot_retire(&s->new_stub);
-		s->new_stub = (struct pki_tslot){0};
-	}
+drop:
+	__decided_drop(decided);
 undo:
 	free(pokes);
 	__txn_undo();
@@ -1051,11 +1064,10 @@ static bool pend_added, pend_lost;
 
 /*
  * Forget every site in @r: their text is gone, so never poke it.  The sites
- * leave the map, the ops' lists and the direct hash; the next commit
- * publishes a table without them (readers of the old one: freed after a
- * grace period, like any table).  Far stubs may still be executed by a
- * thread that entered before the unmap: retired after a grace period.  The
- * struct site itself is writer-side state only (hook_lock): freed now.
+ * leave the map, the ops' lists and the direct hash.  Their entries stay
+ * (never freed); their ops arrays go after a grace period (a thread that
+ * entered before the unmap may still read one).  The struct site itself is
+ * writer-side state only (hook_lock): freed now.
  */
 static void __forget(const struct range *r, size_t nr)
 {
@@ -1095,12 +1107,11 @@ static void __forget(const struct range *r, size_t nr)
 					break;
 				}
 		}
-		if (st->stub.x)
-			slot_retire(&st->stub);
+		if (st->opsv)
+			pki_gp_defer(opsv_free, st->opsv);
 		free(st->ops.v);
 		free(st->saved_ops.v);
 		free(st);
-		rt_stale = true;
 	}
 	memset(sites.slot, 0, cap * sizeof(*sites.slot));
 	sites.n = 0;
@@ -1285,6 +1296,7 @@ static void hook_fork_prepare(void)
 			 FORK_WAIT_S, pki_errstr(ENOTRECOVERABLE));
 	pki_sites_fork_prepare();
 	pthread_mutex_lock(&pend_lock);
+	pthread_mutex_lock(&tramp_lock);
 	pki_gp_fork_prepare();
 	pki_tmem_fork_prepare();
 }
@@ -1296,6 +1308,7 @@ static void hook_fork_parent(void)
 	fork_depth = 0;
 	pki_tmem_fork_parent();
 	pki_gp_fork_parent();
+	pthread_mutex_unlock(&tramp_lock);
 	pthread_mutex_unlock(&pend_lock);
 	pki_sites_fork_parent();
 	if (fork_held)
@@ -1309,6 +1322,7 @@ static void hook_fork_child(void)
 	fork_depth = 0;
 	pki_tmem_fork_child(); /* first: before anything else runs a trampoline */
 	pki_gp_fork_child();
+	pthread_mutex_unlock(&tramp_lock);
 	pthread_mutex_unlock(&pend_lock);
 	pki_sites_fork_child();
 	pthread_mutex_init(&hook_lock, NULL); /* held by us, or by a thread that is gone */
@@ -1443,10 +1457,88 @@ int pk_direct_sync(void)
 
 /* ---- trampolines for C handlers ---- */
 
+/*
+ * A pk_tramp is an entry (what pk_tramp_addr() gives, never freed: a thread
+ * may be about to run it, R1 in gp.c) and a handler body it jumps to.  Sites
+ * never call that entry: they go through their own to the body, counted
+ * (the table at the top), so once pk_tramp_free() found no site using it and
+ * a grace period passed, no thread of ours can run the handler.  Freed, its
+ * body goes after a grace period and its entry is parked (X_RET, for code
+ * of the user's own that called the address) with its struct, kept for a
+ * later pk_tramp_new() of the same handler and flags: a program making and
+ * freeing trampolines in a loop does not grow.  Every pk_tramp ever made is
+ * in `tramps` (entry address -> struct), which is how the registry knows a
+ * direct address is one.
+ */
 struct pk_tramp {
-	struct pki_tslot slot;
+	struct pki_tentry ent;
+	struct pki_tslot body;
+	pk_tramp_fn handler;
+	unsigned int flags;
+	struct pk_tramp *next; /* on the list of parked ones */
 };
 
+static struct pk_tramp *parked; /* under tramp_lock, like tramps */
+static struct {
+	struct pk_tramp **slot; /* open addressing by ent.x, never removed */
+	size_t cap, n;
+} tramps;
+
+static struct pk_tramp *__tramp_find(unsigned long x)
+{
+	if (!tramps.cap)
+		return NULL;
+	for (size_t i = hash_ip(x, tramps.cap - 1);; i = (i + 1) & (tramps.cap - 1))
+		if (!tramps.slot[i] || tramps.slot[i]->ent.x == x)
+			return tramps.slot[i];
+}
+
+static int __tramp_insert(struct pk_tramp *t)
+{
+	if (2 * (tramps.n + 1) > tramps.cap) {
+		size_t cap = tramps.cap ? 2 * tramps.cap : 64;
+		struct pk_tramp **slot = calloc(cap, sizeof(*slot));
+
+		if (!slot)
+			return -ENOMEM;
+		for (size_t j = 0; j < tramps.cap; j++) {
+			size_t i;
+
+			if (!tramps.slot[j])
+				continue;
+			for (i = hash_ip(tramps.slot[j]->ent.x, cap - 1); slot[i];
+			     i = (i + 1) & (cap - 1))
+				;
+			slot[i] = tramps.slot[j];
+		}
+		free(tramps.slot);
+		tramps.slot = slot;
+		tramps.cap = cap;
+	}
+	size_t i;
+
+	for (i = hash_ip(t->ent.x, tramps.cap - 1); tramps.slot[i]; i = (i + 1) & (tramps.cap - 1))
+		;
+	tramps.slot[i] = t;
+	tramps.n++;
+	return 0;
+}
+
+/* The handler body of the live pk_tramp whose address is @addr, or 0. */
+static unsigned long tramp_body_of(unsigned long addr)
+{
+	struct pk_tramp *t;
+	unsigned long body = 0;
+
+	if (!pki_tmem_contains(addr))
+		return 0;
+	pthread_mutex_lock(&tramp_lock);
+	t = __tramp_find(addr);
+	if (t)
+		body = t->body.x;
+	pthread_mutex_unlock(&tramp_lock);
+	return body;
+}
 static pthread_once_t list_once = PTHREAD_ONCE_INIT;
 
 static void set_list_func(void)
@@ -1459,8 +1551,25 @@ __attribute__((constructor)) static void hook_init(void)
 	pthread_once(&list_once, set_list_func);
 }
 
+/* A parked trampoline of @handler and @flags, or NULL. */
+static struct pk_tramp *tramp_unpark(pk_tramp_fn handler, unsigned int flags)
+{
+	struct pk_tramp **pp, *t = NULL;
+
+	pthread_mutex_lock(&tramp_lock);
+	for (pp = &parked; *pp; pp = &(*pp)->next)
+		if ((*pp)->handler == handler && (*pp)->flags == flags) {
+			t = *pp;
+			*pp = t->next;
+			break;
+		}
+	pthread_mutex_unlock(&tramp_lock);
+	return t;
+}
+
 struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 {
+	struct pki_tramp_exits x;
 	struct pk_tramp *t;
 	int err;
 
@@ -1469,35 +1578,54 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 		return NULL;
 	}
 	pki_hook_atfork_init(); /* its memory must be unshared at fork() too */
-	t = calloc(1, sizeof(*t));
-	if (!t)
+	t = tramp_unpark(handler, flags);
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t)
+			return NULL;
+		err = pki_tmem_entry_new(0, &t->ent);
+		if (!err) {
+			pthread_mutex_lock(&tramp_lock);
+			err = __tramp_insert(t);
+			pthread_mutex_unlock(&tramp_lock);
+		}
+		if (err) { /* the entry, if made, stays unused */
+			free(t);
+			errno = -err;
+			return NULL;
+		}
+		t->handler = handler;
+		t->flags = flags;
+	}
+	err = pki_tmem_alloc(0, &t->body);
+	if (!err)
+		err = pki_tmem_emit(flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV
+							  : PKI_TRAMP_HANDLER,
+				    &t->body, (unsigned long[]){(unsigned long)handler}, 1);
+	if (err) {
+		if (t->body.x)
+			pki_tmem_free(&t->body);
+		t->body = (struct pki_tslot){0};
+		pthread_mutex_lock(&tramp_lock);
+		t->next = parked;
+		parked = t;
+		pthread_mutex_unlock(&tramp_lock);
+		errno = -err;
 		return NULL;
-	err = pki_tmem_alloc(0, &t->slot);
-	if (err)
-		goto free_t;
-	err = pki_tmem_emit(flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV : PKI_TRAMP_HANDLER,
-			    &t->slot, (unsigned long[]){(unsigned long)handler}, 1);
-	if (err)
-		goto free_slot;
-	/* Callable at once, even before any patch batch synced the cores. */
-	pki_tramp_sync_cores();
+	}
+	pki_tmem_exits(&t->ent, &x);
+	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){t->body.x, x.ret, 0, x.ret_ret});
 	return t;
-
-free_slot:
-	pki_tmem_free(&t->slot);
-free_t:
-	free(t);
-	errno = -err;
-	return NULL;
 }
 
 unsigned long pk_tramp_addr(const struct pk_tramp *t)
 {
-	return t->slot.x;
+	return t->ent.x;
 }
 
 int pk_tramp_free(struct pk_tramp *t)
 {
+	struct pki_tramp_exits x;
 	int err;
 
 	if (!t)
@@ -1508,13 +1636,19 @@ int pk_tramp_free(struct pk_tramp *t)
 	for (size_t i = 0; i < sites.cap; i++) {
 		struct site *s = sites.slot[i];
 
-		if (s && (s->direct == t->slot.x || (s->dirty && s->saved_direct == t->slot.x)))
+		if (s && (s->direct == t->ent.x || (s->dirty && s->saved_direct == t->ent.x)))
 			err = -EBUSY;
 	}
 	hook_unlock();
 	if (err)
 		return err;
-	slot_retire(&t->slot);
-	free(t);
+	pki_tmem_exits(&t->ent, &x);
+	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){x.ret, x.ret, 0, x.ret_ret});
+	pthread_mutex_lock(&tramp_lock);
+	slot_retire(&t->body);
+	t->body = (struct pki_tslot){0};
+	t->next = parked;
+	parked = t;
+	pthread_mutex_unlock(&tramp_lock);
 	return 0;
 }

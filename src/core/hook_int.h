@@ -34,10 +34,12 @@ void pki_hook_set_poke(pki_poke_fn fn);
 
 /* What site @ip calls according to the committed state (0: nothing). */
 unsigned long pki_hook_site_target(unsigned long ip);
+/* Where its entry jumps, and the list dispatcher it would jump to (0: no entry yet). */
+unsigned long pki_hook_site_entry_target(unsigned long ip);
+unsigned long pki_hook_site_list(unsigned long ip);
 
-/* The C function the list dispatchers call (see tramp.S). */
-unsigned long pki_hook_list_func(unsigned long ip, unsigned long parent_ip, void *regs,
-				 int recursing);
+/* The C function the list dispatchers call with the site's entry (see tramp.S). */
+void pki_hook_list_func(const void *entry, unsigned long parent_ip, void *regs, int recursing);
 
 /*
  * Bound the grace period of pk_ops_unregister() (and of a commit that

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Trampoline memory (see tmem.h).  Slot 0 of every chunk holds the chunk's
- * copy of the list dispatcher, so every site that reaches a chunk reaches a
- * dispatcher too; slots 1-2 the slow exits of the chunk's trampolines (gp.c).
- * Both live as long as the process.  The chunk table is append-only and published with a
+ * copy of the list dispatcher, slots 1-2 its exits (tramp.S); both, and
+ * the slots given to entries, live as long as the process.  The chunk table is append-only and published with a
  * release store of its length, so pki_tmem_contains() can run in a signal
  * handler.
  *
@@ -37,6 +36,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +63,11 @@ struct pki_tmem_chunk {
 	 */
 	bool frozen;
 	uint64_t used[PKI_TMEM_SLOTS / 64];
+	unsigned char *entries; /* writable view of the slot entries are taken from */
+	unsigned int nentries;	/* entries taken from it */
 };
+
+#define ENTRIES_PER_SLOT (PKI_TMEM_SLOT / PKI_TRAMP_ENTRY_SIZE)
 
 /* Guards everything below but the published table prefix. */
 static pthread_mutex_t tmem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -188,13 +192,15 @@ static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
 		close(fd);
 	c->x = x;
 	c->nfree = PKI_TMEM_SLOTS - 3;
-	c->used[0] = 7; /* slot 0: the list dispatcher, slots 1-2: slow exits */
+	c->used[0] = 7; /* slot 0: the list dispatcher, slots 1-2: exits */
 	err = pki_tramp_emit(PKI_TRAMP_LIST, c->w,
 			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1,
-			     x + PKI_TMEM_SLOT);
+			     x + PKI_TMEM_SLOT, false);
 	if (!err)
-		err = pki_tramp_emit(PKI_TRAMP_SLOW, c->w + PKI_TMEM_SLOT,
-				     (unsigned long[]){(unsigned long)pki_gp_exit_slow}, 1, 0);
+		err = pki_tramp_emit(
+		    PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,
+		    (unsigned long[]){(unsigned long)pki_gp_exit_slow, (unsigned long)pki_gp_register},
+		    2, 0, false);
 	if (err)
 		goto unmap_w;
 	chunks[nchunks] = c;
@@ -231,33 +237,42 @@ static struct pki_tmem_chunk *__chunk_find(unsigned long near, bool want_free)
 	return NULL;
 }
 
+/* A free slot of @c (which has one), marked used. */
+static unsigned int __slot_take(struct pki_tmem_chunk *c)
+{
+	for (unsigned int i = 0;; i++)
+		if (c->used[i] != ~0ull) {
+			unsigned int b = (unsigned int)__builtin_ctzll(~c->used[i]);
+
+			c->used[i] |= 1ull << b;
+			c->nfree--;
+			return i * 64 + b;
+		}
+}
+
+/* A chunk reaching @near with a free slot, mapping one if needed. */
+static int __chunk_get(unsigned long near, struct pki_tmem_chunk **c)
+{
+	if (!near)
+		near = default_near();
+	*c = __chunk_find(near, true);
+	return *c ? 0 : __chunk_new(near, c);
+}
+
 int pki_tmem_alloc(unsigned long near, struct pki_tslot *out)
 {
 	struct pki_tmem_chunk *c;
-	int err = 0;
+	unsigned int slot;
+	int err;
 
-	if (!near)
-		near = default_near();
 	pthread_mutex_lock(&tmem_lock);
-	c = __chunk_find(near, true);
-	if (!c)
-		err = __chunk_new(near, &c);
-	if (err)
-		goto unlock;
-	for (unsigned int i = 0; i < PKI_TMEM_SLOTS / 64; i++) {
-		if (c->used[i] == ~0ull)
-			continue;
-		unsigned int b = (unsigned int)__builtin_ctzll(~c->used[i]);
-		unsigned int slot = i * 64 + b;
-
-		c->used[i] |= 1ull << b;
-		c->nfree--;
+	err = __chunk_get(near, &c);
+	if (!err) {
+		slot = __slot_take(c);
 		out->chunk = c;
 		out->x = c->x + slot * PKI_TMEM_SLOT;
 		out->w = c->w + slot * PKI_TMEM_SLOT;
-		break;
 	}
-unlock:
 	pthread_mutex_unlock(&tmem_lock);
 	return err;
 }
@@ -285,30 +300,92 @@ int pki_tmem_emit(enum pki_tramp_kind kind, const struct pki_tslot *s, const uns
 {
 	int err;
 
+	if (kind == PKI_TRAMP_ENTRY || kind == PKI_TRAMP_EXITS)
+		return -EINVAL;
 	pthread_mutex_lock(&tmem_lock);
-	err = pki_tramp_emit(kind, s->w, data, ndata, s->chunk->x + PKI_TMEM_SLOT);
+	err = pki_tramp_emit(kind, s->w, data, ndata, s->chunk->x + PKI_TMEM_SLOT, false);
 	pthread_mutex_unlock(&tmem_lock);
+	if (!err) /* entries may jump to it with no text poke (and its core sync) */
+		pki_tramp_sync_cores();
 	return err;
 }
 
-unsigned long pki_tmem_list(const struct pki_tslot *s)
+void pki_tmem_exits(const struct pki_tentry *e, struct pki_tramp_exits *x)
 {
-	return s->chunk->x;
+	pki_tramp_exits_at(e->chunk->x + PKI_TMEM_SLOT, x);
 }
 
-int pki_tmem_list_near(unsigned long ip, unsigned long *list)
+unsigned long pki_tmem_list(const struct pki_tentry *e)
 {
-	struct pki_tmem_chunk *c;
+	return e->chunk->x;
+}
+
+/*
+ * Entries are taken from a slot of a chunk reaching @near, 8 to a slot,
+ * never given back (a thread may be about to run any entry it ever saw).
+ */
+int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out)
+{
+	struct pki_tramp_exits x;
+	struct pki_tmem_chunk *c = NULL;
+	size_t off;
 	int err = 0;
 
+	if (!near)
+		near = default_near();
 	pthread_mutex_lock(&tmem_lock);
-	c = __chunk_find(ip, false);
-	if (!c)
-		err = __chunk_new(ip, &c);
+	for (unsigned int i = 0; i < nchunks && !c; i++)
+		if (chunks[i]->entries && chunks[i]->nentries < ENTRIES_PER_SLOT &&
+		    !chunks[i]->frozen && chunk_reaches(chunks[i]->x, near))
+			c = chunks[i];
+	if (!c) {
+		err = __chunk_get(near, &c);
+		if (err)
+			goto unlock;
+		c->entries = c->w + __slot_take(c) * PKI_TMEM_SLOT;
+		c->nentries = 0;
+	}
+	off = (size_t)(c->entries - c->w) + c->nentries++ * PKI_TRAMP_ENTRY_SIZE;
+	out->chunk = c;
+	out->x = c->x + off;
+	out->w = c->w + off;
+	pki_tramp_exits_at(c->x + PKI_TMEM_SLOT, &x);
+	err = pki_tramp_emit(PKI_TRAMP_ENTRY, out->w,
+			     (unsigned long[]){x.ret, x.ret, 0, x.ret_ret}, 4, 0,
+			     pki_gp_readers_locked());
 	if (!err)
-		*list = c->x;
+		err = pki_tramp_entry_link(out->w, out->x, x.reg);
+unlock:
 	pthread_mutex_unlock(&tmem_lock);
+	if (!err)
+		pki_tramp_sync_cores(); /* callable at once */
 	return err;
+}
+
+static unsigned long *entry_word(const struct pki_tentry *e, size_t off)
+{
+	return (unsigned long *)(e->w + PKI_TRAMP_ENTRY_DATA + off);
+}
+
+void pki_tmem_entry_set(const struct pki_tentry *e, const struct pki_tramp_entry *d)
+{
+	pthread_mutex_lock(&tmem_lock); /* every chunk write: see fork() above */
+	if (!e->chunk->frozen) {
+		__atomic_store_n(entry_word(e, offsetof(struct pki_tramp_entry, ops)), d->ops,
+				 __ATOMIC_RELEASE);
+		__atomic_store_n(entry_word(e, offsetof(struct pki_tramp_entry, direct)), d->direct,
+				 __ATOMIC_RELEASE);
+		__atomic_store_n(entry_word(e, offsetof(struct pki_tramp_entry, user)), d->user,
+				 __ATOMIC_RELEASE);
+		__atomic_store_n(entry_word(e, offsetof(struct pki_tramp_entry, target)), d->target,
+				 __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&tmem_lock);
+}
+
+void pki_tmem_entry_get(const struct pki_tentry *e, struct pki_tramp_entry *d)
+{
+	memcpy(d, e->w + PKI_TRAMP_ENTRY_DATA, sizeof(*d));
 }
 
 /* ---- fork() (see the file comment) ---- */

@@ -3,8 +3,9 @@
  * Trampoline memory: fixed-size slots in 64 KiB chunks, each chunk mapped
  * twice from one memfd (or shared anonymous memory): an r-x view near the sites (rel32 reach) that
  * is never writable, and a private rw alias through which code is written (W^X).  Chunks are never
- * unmapped (a thread may sit in a window of a freed slot until the next grace period moves it on,
- * see src/core/gp.c); slots are reused only after a grace period, by whoever frees them.
+ * unmapped.  Body slots are reused only after a grace period, by whoever frees them; entries
+ * (64 bytes, 8 to a slot) and each chunk's list dispatcher and exits are never freed: they are
+ * where a thread may be without being counted (tramp.S, src/core/gp.c).
  */
 #ifndef PK_CORE_TMEM_H
 #define PK_CORE_TMEM_H
@@ -37,15 +38,35 @@ int pki_tmem_alloc(unsigned long near, struct pki_tslot *out);
 /* Return a slot.  The caller guarantees a grace period since its last use. */
 void pki_tmem_free(const struct pki_tslot *s);
 
-/* pki_tramp_emit() into @s, with the slow exits of its chunk. */
+/* pki_tramp_emit() of a body into @s, with the exits of its chunk. */
 int pki_tmem_emit(enum pki_tramp_kind kind, const struct pki_tslot *s, const unsigned long *data,
 		  size_t ndata);
 
-/* The list dispatcher of the chunk holding @s (generated with the chunk). */
-unsigned long pki_tmem_list(const struct pki_tslot *s);
+/* An entry: never freed, never given to anyone else. */
+struct pki_tentry {
+	unsigned long x; /* executable address: what a site calls */
+	unsigned char *w;
+	struct pki_tmem_chunk *chunk;
+};
 
-/* The list dispatcher of a chunk reaching @ip, mapping one if needed. */
-int pki_tmem_list_near(unsigned long ip, unsigned long *list);
+/*
+ * A new entry reaching @near (0: anywhere), calling nothing yet (its target
+ * and user words are its chunk's X_RET, its direct word X_RET_RET).
+ * -ENOMEM, -ERANGE.
+ */
+int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out);
+
+/*
+ * Publish @d's ops, direct, user and target words in @e, in that order
+ * (release stores: what the new target reads is in place before it is
+ * reached).
+ */
+void pki_tmem_entry_set(const struct pki_tentry *e, const struct pki_tramp_entry *d);
+void pki_tmem_entry_get(const struct pki_tentry *e, struct pki_tramp_entry *d);
+
+/* The exits and the list dispatcher of @e's chunk. */
+void pki_tmem_exits(const struct pki_tentry *e, struct pki_tramp_exits *x);
+unsigned long pki_tmem_list(const struct pki_tentry *e);
 
 /* True if @ip lies in trampoline memory.  Async-signal-safe, lock-free. */
 bool pki_tmem_contains(unsigned long ip);

@@ -945,18 +945,16 @@ void pki_trace_kick(void)
 
 /*
  * The drainer's signal mask: rule (1) of the writer word; also keeps the
- * program's signals (and their handlers' records) off it.  Except the hook
- * machinery's own two, which it sends to each thread with tgkill() while
- * hooks are added or removed as PROG runs (agent dlopen.c): the grace-period
- * sample and the patch layer's sled kick (SIGRTMAX - 1, PKI_SIG_KICK).  Their
- * handlers only look at the interrupted context and acknowledge, never take
- * the writer word nor record, so rule (1) still holds; blocked, they would
- * stall a patch batch while we drain.
+ * program's signals (and their handlers' records) off it.  Except the patch
+ * layer's sled kick (SIGRTMAX - 1, PKI_SIG_KICK), which it may send to each
+ * thread while hooks are added or removed as PROG runs (agent dlopen.c).
+ * Its handler only looks at the interrupted context and acknowledges, never
+ * takes the writer word nor records, so rule (1) still holds; blocked, it
+ * would stall a patch batch while we drain.
  */
 static void drainer_sigset(sigset_t *set)
 {
 	sigfillset(set);
-	sigdelset(set, PKI_GP_SIGNAL);
 	sigdelset(set, SIGRTMAX - 1);
 	/* Not blocked: the patch layer never writes an INT3 while a thread blocks it. */
 	sigdelset(set, SIGTRAP);

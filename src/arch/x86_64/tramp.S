@@ -1,26 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Trampoline templates.  Never executed where they are: src/arch/x86_64/
- * tramp.c copies [start, end) of a template into trampoline memory near the
- * sites, fills its data words (read %rip-relative, so they move with the
- * copy) and patches the %fs displacement of the per-thread nesting counter
- * (initial-exec TLS: the same offset from %fs in every thread).
+ * tramp.c copies [start, end) of a template into trampoline memory, fills
+ * its data words (read %rip-relative, so they move with the copy) and
+ * patches the %fs displacement of the per-thread state (initial-exec TLS:
+ * the same offset from %fs in every thread).
  *
- * Entered by the site's `call`: [rsp] = ip + 5, [rsp + 8] = parent ip.
+ * Three kinds of code (labels E, B, X are those of src/core/gp.c's proof):
+ *  - E, an entry: what a site calls.  One per site (and one per pk_tramp),
+ *    never freed and never given to another site, its code never rewritten:
+ *    r11 := E, incl the nesting counter, then jmp *E.target (a data word of
+ *    E, read by the jump itself).  With X, the only code a thread runs
+ *    uncounted.
+ *  - B, a body (ops, handler, list dispatcher): entered counted from an
+ *    entry, with [rsp] = ip + 5, [rsp + 8] = parent ip, r11 = E; freed
+ *    after a grace period.  It leaves through a jump to an exit, still
+ *    counted: no thread is ever uncounted in memory that can be freed.
+ *  - X, the exits of a chunk (never freed): decl then ret, or decl then
+ *    jmp *E.direct (the site's direct address, read by the jump itself),
+ *    plus the slow exit (the grace period asked this thread to report) and
+ *    the registration of a thread's first entry.
  *
  * Nesting counter (pki_tramp_tls.nest): -1 when the thread is outside every
- * trampoline body and callback.  `incl` to 0 = first level; above 0 = a
- * callback reached a hooked function: the callback is skipped (recursion
- * guard).  The counter is also the read side of the grace period
- * (src/core/gp.c): while it is >= 0 the thread may use anything the hook
- * registry publishes.  With the counter at -1, a thread can be inside
- * trampoline memory only at one of these "windows":
- *   - the first instruction of a template (before its incl),
- *   - a `ret` following the final decl,
- *   - the list dispatcher's `jmp *%r11` following its final decl,
- * always with [rsp] = ip + 5.  The grace period moves a thread out of a
- * window (tramp.c: pki_tramp_window_fixup), which is why no other
- * instruction may follow a final decl.
+ * body and callback, PKI_TRAMP_UNREG (far below) until the thread's first
+ * entry registers it with the grace period (X_REG).  0 after the entry's
+ * incl = first level; above 0 = a callback reached a hooked function: the
+ * callback is skipped (recursion guard).  While it is >= 0 the thread may
+ * use anything the hook registry publishes (the read side of gp.c).
  */
 
 /* struct pk_regs (include/probekit/hook.h), then private save slots. */
@@ -33,6 +39,7 @@
 #define R_AX	48
 #define R_SP	56
 #define R_R10	64
+#define R_R11	72	/* private: the entry, kept across a call */
 #define R_XMM	80
 #define FRAME	208
 #define FRAME_NV 80	/* no vector save area */
@@ -40,6 +47,12 @@
 /* struct pki_tramp_tls: the fs displacements below are relative to it. */
 #define TLS_NEST 0
 #define TLS_WANT 4
+
+/* Data words of an entry (struct pki_tramp_entry in tramp.h). */
+#define E_TARGET 32
+#define E_USER	40
+#define E_OPS	48
+#define E_DIRECT 56
 
 	.macro FIX fixtab
 9:	.pushsection .rodata.pki_tramp_fix, "a"
@@ -87,6 +100,15 @@ pki_tramp_\name\()_start:
 	FIX	\fixtab
 	.byte	0
 	jne	\slow
+	.endm
+
+	/* cmpl $0, %fs:TLS_NEST; jne \skip: recursing (spelt out as WANT) */
+	.macro OUTER skip, fixtab
+	.byte	0x64, 0x83, 0x3c, 0x25
+	.long	TLS_NEST
+	FIX	\fixtab
+	.byte	0
+	jne	\skip
 	.endm
 
 	/* Build the frame: rbp = entry rsp - 8, regs at 16-aligned rsp. */
@@ -150,10 +172,39 @@ pki_tramp_\name\()_start:
 	.text
 
 /*
- * (a) ops trampoline, specialised for one ops:
- * ops->func(ip, parent_ip, ops, regs).  data: [0] ops, [1] func.
- * (c) direct trampoline for a C handler: handler(ip, parent_ip, regs).
- * data: [0] handler.
+ * E: an entry, 64 bytes, one cache line.  The byte before the incl is a nop,
+ * or a lock prefix where membarrier() is refused (then every entry is a full
+ * barrier, the read side liburcu's fallback uses).  The js goes to the
+ * chunk's X_REG (its rel32 linked when the entry is made).  Data: target
+ * (a body, or an exit), user (where the list dispatcher continues,
+ * counted: a pk_tramp's handler body, X_USER, or X_RET), ops (the list
+ * dispatcher's ops array), direct (the address X_USER jumps to).
+ */
+	.globl	pki_tramp_entry_lock, pki_tramp_entry_js
+	.hidden	pki_tramp_entry_lock
+	.hidden	pki_tramp_entry_js
+	.text
+	.p2align 6	/* the data words then sit at 32 */
+	TEMPLATE_BEGIN entry
+	leaq	pki_tramp_entry_start(%rip), %r11
+pki_tramp_entry_lock:
+	nop
+	NEST	incl, pki_tramp_entry_start
+	.byte	0x0f, 0x88	/* js rel32: X_REG */
+pki_tramp_entry_js:
+	.long	0
+	jmp	*E_TARGET(%r11)
+	.p2align 5, 0xcc
+pki_tramp_entry_data:
+	.quad	0, 0, 0, 0
+pki_tramp_entry_end:
+	TEMPLATE_END
+
+/*
+ * B (a) ops body, specialised for one ops: ops->func(ip, parent_ip, ops,
+ * regs).  data: [0] ops, [1] func, then the exits X_RET, X_USER.
+ * B (c) handler body for a C handler: handler(ip, parent_ip, regs).
+ * data: [0] handler, then the exits.
  * Each comes twice: ops/handler save xmm0-7 around the call; the _nv copies do not,
  * for callbacks that never touch vector or x87 registers (PK_OPS_F_NOVEC,
  * PK_TRAMP_F_NOVEC: compiled with -mgeneral-regs-only), so the vector
@@ -161,45 +212,33 @@ pki_tramp_\name\()_start:
  */
 	.macro TEMPLATE_OPS name, vec
 	TEMPLATE_BEGIN \name
-	NEST	incl, pki_tramp_\name\()_start
-	jnz	1f
+	OUTER	1f, pki_tramp_\name\()_start
 	SAVE	\vec
 	movq	pki_tramp_\name\()_data(%rip), %rdx
 	movq	%rsp, %rcx
 	call	*pki_tramp_\name\()_data+8(%rip)
 	RESTORE	\vec
-	WANT	2f, pki_tramp_\name\()_start
-	NEST	decl, pki_tramp_\name\()_start
-	ret
-1:	NEST	decl, pki_tramp_\name\()_start
-	ret
-2:	jmp	*pki_tramp_\name\()_data+16(%rip)
+1:	jmp	*pki_tramp_\name\()_data+16(%rip)
 	.p2align 3
 pki_tramp_\name\()_data:
 	.quad	0, 0
-	.quad	0, 0	/* env: slow exit, slow exit with a direct address */
+	.quad	0, 0	/* exits */
 pki_tramp_\name\()_end:
 	TEMPLATE_END
 	.endm
 
 	.macro TEMPLATE_HANDLER name, vec
 	TEMPLATE_BEGIN \name
-	NEST	incl, pki_tramp_\name\()_start
-	jnz	1f
+	OUTER	1f, pki_tramp_\name\()_start
 	SAVE	\vec
 	movq	%rsp, %rdx
 	call	*pki_tramp_\name\()_data(%rip)
 	RESTORE	\vec
-	WANT	2f, pki_tramp_\name\()_start
-	NEST	decl, pki_tramp_\name\()_start
-	ret
-1:	NEST	decl, pki_tramp_\name\()_start
-	ret
-2:	jmp	*pki_tramp_\name\()_data+8(%rip)
+1:	jmp	*pki_tramp_\name\()_data+8(%rip)
 	.p2align 3
 pki_tramp_\name\()_data:
 	.quad	0
-	.quad	0, 0	/* env */
+	.quad	0, 0	/* exits */
 pki_tramp_\name\()_end:
 	TEMPLATE_END
 	.endm
@@ -210,88 +249,91 @@ pki_tramp_\name\()_end:
 	TEMPLATE_HANDLER handler_nv, 0
 
 /*
- * (b) list dispatcher, shared by the sites with several ops or ops + a
- * direct entry: rax = func(ip, parent_ip, regs, recursing) runs every ops of
- * the site (unless recursing) and returns the site's direct address or 0;
- * then continue into it with the entry stack.  r11 is free at a function
- * entry (the ABI's scratch register for PLT stubs).  data: [0] func.
+ * B (b) list dispatcher, one per chunk (slot 0, never freed), shared by the
+ * sites with several ops or ops + a direct entry: func(E, parent_ip, regs,
+ * recursing) runs every ops in E.ops (unless recursing); then, still
+ * counted, on to E.user: X_USER (into the direct address), X_RET (none),
+ * or a pk_tramp's handler body.  data: [0] func, then the exits.
  */
 	TEMPLATE_BEGIN list
-	NEST	incl, pki_tramp_list_start
-	setnz	%r11b
 	SAVE
+	movq	%r11, R_R11(%rsp)
+	movq	%r11, %rdi
 	movq	%rsp, %rdx
-	movzbl	%r11b, %ecx
+	xorl	%ecx, %ecx
+	.byte	0x64, 0x83, 0x3c, 0x25	/* cmpl $0, %fs:TLS_NEST */
+	.long	TLS_NEST
+	FIX	pki_tramp_list_start
+	.byte	0
+	setne	%cl
 	call	*pki_tramp_list_data(%rip)
-	movq	%rax, %r11
+	movq	R_R11(%rsp), %r11
 	RESTORE
-	WANT	2f, pki_tramp_list_start
-	testq	%r11, %r11
-	jz	1f
-	NEST	decl, pki_tramp_list_start
-	jmp	*%r11
-1:	NEST	decl, pki_tramp_list_start
-	ret
-2:	jmp	*pki_tramp_list_data+16(%rip)
+	jmp	*E_USER(%r11)
 	.p2align 3
 pki_tramp_list_data:
 	.quad	0
-	.quad	0, 0	/* env */
+	.quad	0, 0	/* exits */
 pki_tramp_list_end:
 	TEMPLATE_END
 
 /*
- * Slow exits, one copy per chunk (slot 1, never freed).  A trampoline jumps
- * here instead of its final decl when the grace period asked this thread to
- * report (pki_tramp_tls.want, set by the signal handler of a thread found
- * busy): the counter is still >= 0, registers as at the function entry.
- * exit(site, is_direct, r11) answers the grace period if this is the
- * outermost level and returns where to continue (r11 for the direct case).
- * It runs here, in memory that is never freed, because after the answer the
- * thread must not execute the (possibly retired) trampoline it came from.
- * data: [0] exit function.
+ * X: the exits, one copy per chunk (slots 1-2, never freed).  Entered
+ * counted, registers as at the function entry, r11 = the entry.
+ *  X_RET: decl, ret (into the function).  X_RET_RET is that ret alone.
+ *  X_USER: decl, jmp *E.direct.
+ *  Slow variants: the grace period set pki_tramp_tls.want; exit(), still
+ *    counted, reports if this is the outermost level (gp.c).
+ *  X_REG: the thread's first entry (counter below -1): reg() registers it
+ *    with the grace period and makes the counter 0, then on to E.target;
+ *    if it cannot (a thread past its exit), the call runs unhooked.
+ * data: [0] exit function, [1] registration function.
  */
-	.globl	pki_tramp_slow_direct
-	.hidden	pki_tramp_slow_direct
-	TEMPLATE_BEGIN slow
-	SAVE
-	xorl	%esi, %esi
-	xorl	%edx, %edx
-	call	*pki_tramp_slow_data(%rip)
-	RESTORE
-	NEST	decl, pki_tramp_slow_start
+	.globl	pki_tramp_x_ret, pki_tramp_x_ret_ret, pki_tramp_x_user, pki_tramp_x_reg
+	.hidden	pki_tramp_x_ret
+	.hidden	pki_tramp_x_ret_ret
+	.hidden	pki_tramp_x_user
+	.hidden	pki_tramp_x_reg
+	TEMPLATE_BEGIN exits
+pki_tramp_x_ret:
+	WANT	2f, pki_tramp_exits_start
+	NEST	decl, pki_tramp_exits_start
+pki_tramp_x_ret_ret:
 	ret
-	.p2align 4
-pki_tramp_slow_direct:
-	SAVE
-	movl	$1, %esi
-	movq	%r11, %rdx
-	call	*pki_tramp_slow_data(%rip)
-	movq	%rax, %r11
+2:	SAVE
+	call	*pki_tramp_exits_data(%rip)
 	RESTORE
-	testq	%r11, %r11
-	jz	1f
-	NEST	decl, pki_tramp_slow_start
-	jmp	*%r11
-1:	NEST	decl, pki_tramp_slow_start
+	NEST	decl, pki_tramp_exits_start
 	ret
-	.p2align 3
-pki_tramp_slow_data:
-	.quad	0
-pki_tramp_slow_end:
-	TEMPLATE_END
 
-/*
- * Far stub: a site whose direct address is beyond rel32 reach calls this
- * near copy, which jumps on with the entry stack untouched.  Its only
- * instruction is a window (entry).  data: [0] target.
- */
-	TEMPLATE_BEGIN stub
-	jmp	*pki_tramp_stub_data(%rip)
+	.p2align 4
+pki_tramp_x_user:
+	WANT	3f, pki_tramp_exits_start
+	NEST	decl, pki_tramp_exits_start
+	jmp	*E_DIRECT(%r11)
+3:	SAVE
+	movq	%r11, R_R11(%rsp)
+	call	*pki_tramp_exits_data(%rip)
+	movq	R_R11(%rsp), %r11
+	RESTORE
+	NEST	decl, pki_tramp_exits_start
+	jmp	*E_DIRECT(%r11)
+
+	.p2align 4
+pki_tramp_x_reg:
+	SAVE
+	movq	%r11, R_R11(%rsp)
+	call	*pki_tramp_exits_data+8(%rip)
+	movq	R_R11(%rsp), %r11
+	testl	%eax, %eax	/* RESTORE keeps the flags */
+	RESTORE
+	jz	4f
+	jmp	*E_TARGET(%r11)
+4:	ret
 	.p2align 3
-pki_tramp_stub_data:
-	.quad	0
-pki_tramp_stub_end:
+pki_tramp_exits_data:
+	.quad	0, 0
+pki_tramp_exits_end:
 	TEMPLATE_END
 
 	.section .note.GNU-stack, "", @progbits

@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Trampoline generation: copy a template of tramp.S, patch the %fs
- * displacement of the nesting counter into each of its incl/decl, fill the
- * data words.  Plus the instruction-level half of the grace period: what a
- * thread found in trampoline memory outside every body is doing, and how to
- * move it on (see the window list in tramp.S).
+ * displacement of the per-thread state into each instruction that uses it,
+ * fill the data words.
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -18,7 +16,7 @@
 #include "arch/x86_64/tramp.h"
 
 __thread struct pki_tramp_tls pki_tramp_tls __attribute__((tls_model("initial-exec"))) = {
-    .nest = -1,
+    .nest = PKI_TRAMP_UNREG,
 };
 
 #define TEMPLATE(name)                                                                             \
@@ -31,15 +29,16 @@ TEMPLATE(handler);
 TEMPLATE(ops_nv);
 TEMPLATE(handler_nv);
 TEMPLATE(list);
-TEMPLATE(stub);
-TEMPLATE(slow);
-extern const unsigned char pki_tramp_slow_direct[];
+TEMPLATE(entry);
+TEMPLATE(exits);
+extern const unsigned char pki_tramp_entry_lock[], pki_tramp_entry_js[], pki_tramp_x_ret[], pki_tramp_x_ret_ret[],
+    pki_tramp_x_user[], pki_tramp_x_reg[];
 
 static const struct {
 	const unsigned char *start, *end, *data;
 	const int32_t *fix; /* offsets just past each %fs:disp32, -1 ends */
 	size_t ndata;
-	bool env; /* two more data words: the slow exits */
+	bool exits; /* two more data words: X_RET, X_USER of the chunk */
 } templates[PKI_TRAMP_NR_KINDS] = {
     [PKI_TRAMP_OPS] = {pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data,
 		       pki_tramp_ops_fix, 2, true},
@@ -51,10 +50,10 @@ static const struct {
 			      pki_tramp_handler_nv_data, pki_tramp_handler_nv_fix, 1, true},
     [PKI_TRAMP_LIST] = {pki_tramp_list_start, pki_tramp_list_end, pki_tramp_list_data,
 			pki_tramp_list_fix, 1, true},
-    [PKI_TRAMP_STUB] = {pki_tramp_stub_start, pki_tramp_stub_end, pki_tramp_stub_data,
-			pki_tramp_stub_fix, 1, false},
-    [PKI_TRAMP_SLOW] = {pki_tramp_slow_start, pki_tramp_slow_end, pki_tramp_slow_data,
-			pki_tramp_slow_fix, 1, false},
+    [PKI_TRAMP_ENTRY] = {pki_tramp_entry_start, pki_tramp_entry_end, pki_tramp_entry_data,
+			 pki_tramp_entry_fix, 4, false},
+    [PKI_TRAMP_EXITS] = {pki_tramp_exits_start, pki_tramp_exits_end, pki_tramp_exits_data,
+			 pki_tramp_exits_fix, 2, false},
 };
 
 /* Offset of pki_tramp_tls from the thread pointer: one value for all threads. */
@@ -71,15 +70,42 @@ size_t pki_tramp_size(enum pki_tramp_kind kind)
 	return (size_t)(templates[kind].end - templates[kind].start);
 }
 
+void pki_tramp_exits_at(unsigned long exits, struct pki_tramp_exits *out)
+{
+	out->ret = exits + (unsigned long)(pki_tramp_x_ret - pki_tramp_exits_start);
+	out->ret_ret = exits + (unsigned long)(pki_tramp_x_ret_ret - pki_tramp_exits_start);
+	out->user = exits + (unsigned long)(pki_tramp_x_user - pki_tramp_exits_start);
+	out->reg = exits + (unsigned long)(pki_tramp_x_reg - pki_tramp_exits_start);
+}
+
+int pki_tramp_entry_link(void *buf, unsigned long x, unsigned long x_reg)
+{
+	unsigned long js = x + (unsigned long)(pki_tramp_entry_js - pki_tramp_entry_start);
+	long rel = (long)(x_reg - (js + 4));
+	int32_t r32 = (int32_t)rel;
+
+	if (rel != r32)
+		return -ERANGE;
+	memcpy((unsigned char *)buf + (pki_tramp_entry_js - pki_tramp_entry_start), &r32,
+	       sizeof(r32));
+	return 0;
+}
+
 int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *data, size_t ndata,
-		   unsigned long slow)
+		   unsigned long exits, bool locked)
 {
 	unsigned char *out = buf, *d;
-	size_t len = pki_tramp_size(kind);
+	size_t len, max;
 	int32_t base = tls_disp();
 
-	if (kind >= PKI_TRAMP_NR_KINDS || ndata != templates[kind].ndata ||
-	    len > (kind == PKI_TRAMP_SLOW ? PKI_TRAMP_SLOW_MAX : PKI_TRAMP_MAX))
+	if (kind >= PKI_TRAMP_NR_KINDS || ndata != templates[kind].ndata)
+		return -EINVAL;
+	len = pki_tramp_size(kind);
+	max = kind == PKI_TRAMP_EXITS ? PKI_TRAMP_EXITS_MAX
+	      : kind == PKI_TRAMP_ENTRY ? PKI_TRAMP_ENTRY_SIZE
+					: PKI_TRAMP_MAX;
+	if (len > max || (kind == PKI_TRAMP_ENTRY &&
+			  templates[kind].data - templates[kind].start != PKI_TRAMP_ENTRY_DATA))
 		return -EINVAL;
 	memcpy(out, templates[kind].start, len);
 	/* Each displacement holds its field's offset in pki_tramp_tls. */
@@ -90,101 +116,18 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 		disp += base;
 		memcpy(out + *f - sizeof(disp), &disp, sizeof(disp));
 	}
+	if (kind == PKI_TRAMP_ENTRY && locked)
+		out[pki_tramp_entry_lock - pki_tramp_entry_start] = 0xf0; /* nop -> lock */
 	d = out + (templates[kind].data - templates[kind].start);
 	memcpy(d, data, ndata * sizeof(*data));
-	if (templates[kind].env) {
-		unsigned long env[2] = {
-		    slow, slow + (unsigned long)(pki_tramp_slow_direct - pki_tramp_slow_start)};
+	if (templates[kind].exits) {
+		struct pki_tramp_exits x;
 
-		memcpy(d + ndata * sizeof(*data), env, sizeof(env));
+		pki_tramp_exits_at(exits, &x);
+		memcpy(d + ndata * sizeof(*data), (unsigned long[]){x.ret, x.user},
+		       2 * sizeof(unsigned long));
 	}
 	return 0;
-}
-
-/* The jnz after a template's incl %fs:d32 (8 bytes): 6 bytes (or 2 + 4 of SAVE). */
-#define HANDLER_ID_LEN 6
-
-enum pki_tramp_window pki_tramp_window(unsigned long ip)
-{
-	const unsigned char *p = (const unsigned char *)ip;
-
-	if (p[0] == 0xc3) /* ret */
-		return PKI_WIN_RET;
-	if (p[0] == 0x41 && p[1] == 0xff && p[2] == 0xe3) /* jmp *%r11 */
-		return PKI_WIN_DIRECT;
-	if (p[0] == 0x64 && p[1] == 0xff && p[2] == 0x04 && p[3] == 0x25) { /* incl %fs:d32 */
-		/*
-		 * A handler template's copy: the jnz after the incl (whose
-		 * displacement is fixed up per copy) is the template's; it skips
-		 * a body of another length than the ops templates' jnz.
-		 */
-		if (!memcmp(p + 8, pki_tramp_handler_start + 8, HANDLER_ID_LEN) ||
-		    !memcmp(p + 8, pki_tramp_handler_nv_start + 8, HANDLER_ID_LEN))
-			return PKI_WIN_ENTRY_DIRECT;
-		return PKI_WIN_ENTRY;
-	}
-	if (p[0] == 0xff && p[1] == 0x25) /* stub: jmp *d32(%rip), to a direct address */
-		return PKI_WIN_ENTRY_DIRECT;
-	return PKI_WIN_NONE;
-}
-
-unsigned long pki_tramp_uc_ip(const ucontext_t *uc)
-{
-	return (unsigned long)uc->uc_mcontext.gregs[REG_RIP];
-}
-
-unsigned long pki_tramp_uc_site(const ucontext_t *uc)
-{
-	return *(const unsigned long *)uc->uc_mcontext.gregs[REG_RSP] - 5;
-}
-
-/* (Reads the interrupted stack at its sp: ASan's redzones are not ours to respect.) */
-__attribute__((no_sanitize("address"))) ucontext_t *pki_tramp_uc_outer(const ucontext_t *uc,
-								       unsigned long restorer)
-{
-	const unsigned long *sp = (const unsigned long *)uc->uc_mcontext.gregs[REG_RSP];
-	ucontext_t *outer;
-
-	/* x86-64 rt_sigframe: the return address (restorer), then the ucontext. */
-	if (!sp || ((unsigned long)sp & 7) || *sp != restorer)
-		return NULL;
-	outer = (ucontext_t *)(sp + 1);
-	/* The kernel's frames always say where their ss came from (UC_SIGCONTEXT_SS). */
-	return outer->uc_flags & 0x2 ? outer : NULL;
-}
-
-unsigned long pki_tramp_frame_ip(const unsigned long *w, size_t n, unsigned long restorer,
-				 size_t *from, int *signo)
-{
-	/*
-	 * x86-64 rt_sigframe: the restorer, then the kernel's ucontext (flags,
-	 * link, 3 words of stack, the 32-word sigcontext whose rip is its word
-	 * 16, the 64-bit mask), then the siginfo (si_signo first): words 1, 22
-	 * and 39 from the restorer.
-	 */
-	enum { FLAGS = 1, RIP = 1 + 5 + 16, SIGINFO = 39 };
-
-	for (size_t i = *from; i + SIGINFO < n; i++)
-		if (w[i] == restorer && (w[i + FLAGS] & 0x2)) {
-			*from = i + 1;
-			*signo = (int)(w[i + SIGINFO] & 0xffffffff);
-			return w[i + RIP];
-		}
-	*from = n;
-	return 0;
-}
-
-void pki_tramp_uc_ret(ucontext_t *uc)
-{
-	greg_t sp = uc->uc_mcontext.gregs[REG_RSP];
-
-	uc->uc_mcontext.gregs[REG_RIP] = (greg_t) * (const unsigned long *)sp;
-	uc->uc_mcontext.gregs[REG_RSP] = sp + 8;
-}
-
-void pki_tramp_uc_jmp(ucontext_t *uc, unsigned long addr)
-{
-	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)addr;
 }
 
 static int sync_core_ok;

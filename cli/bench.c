@@ -11,6 +11,7 @@ static const struct cli_cmd benches[] = {
 	{"record", bench_record, "trace recorder hot path: ns per recorded event"},
 	{"attach", bench_attach, "function hooks: usecs per attach+detach, or per batch site"},
 	{"call", bench_call, "function hooks: nsecs added per call of a hooked function"},
+	{"gp", bench_gp, "function hooks: one grace period, alone and with many threads"},
 	{"trace", bench_trace, "probekit trace vs uftrace record: ns added per call"},
 	{NULL, NULL, NULL},
 };

@@ -112,7 +112,7 @@ static int parse_api(const char *s, enum api *api)
 /* ---- bench attach: one function ---- */
 
 static const char attach_usage[] =
-    "usage: probekit bench attach [-n N] [--api ops|direct|uprobe]\n"
+    "usage: probekit bench attach [-n N] [--api ops|direct|uprobe] [--background M]\n"
     "       probekit bench attach [-n N] --batch [--api ops|direct]\n"
     "\n"
     "One function: N cycles of attach + detach of a hook on pkb_add (default 300\n"
@@ -134,9 +134,15 @@ static const char attach_usage[] =
     "batch; prints 'attach: <n> usecs/site' and 'detach: <n> usecs/site' for\n"
     "this first (cold) batch, the same for a second one as a comment.\n"
     "\n"
+    "--background M: the N cycles alone, then again with M other sites\n"
+    "(pkb_targets) attached first (by direct entries with --api direct, one ops\n"
+    "with --api ops), and 'ratio: <loaded/alone>' (usecs/op): a change must cost\n"
+    "the same however many hooks there are.\n"
+    "\n"
     "  -n N          cycles, or sites with --batch\n"
     "  -a, --api API ops, direct (default) or uprobe\n"
-    "  -b, --batch   one batch of N sites each way\n";
+    "  -b, --batch   one batch of N sites each way\n"
+    "  -B, --background M  M other sites attached (at most %u)\n";
 
 struct hook1 {
 	enum api api;
@@ -216,13 +222,137 @@ static int hook1_call(struct hook1 *h, int x)
 	return 0;
 }
 
-static int attach_one(enum api api, unsigned long n)
+struct cycles {
+	double ta, td, best, tsync, total; /* ns */
+};
+
+/* @n timed attach + detach cycles of @h; the hook must fire once per cycle. */
+static int run_cycles(struct hook1 *h, unsigned long n, struct cycles *c)
 {
-	struct hook1 h = {.api = api, .fn = pkb_add, .fd = -1};
-	double t0, t1, t2, t3, start, ta = 0, td = 0, tsync = 0, total, best = -1;
-	unsigned long hits0;
+	double t0, t1, t2, t3, start;
+	unsigned long hits0 = hits;
 	int err;
 
+	*c = (struct cycles){.best = -1};
+	start = now_ns();
+	for (unsigned long i = 0; i < n; i++) {
+		t0 = now_ns();
+		err = hook1_attach(h);
+		t1 = now_ns();
+		if (!err)
+			err = hook1_call(h, (int)i);
+		if (err) {
+			if (h->api == API_UPROBE)
+				close(h->fd);
+			else
+				hook1_detach(h);
+			return -1;
+		}
+		t2 = now_ns();
+		err = hook1_detach(h);
+		t3 = now_ns();
+		if (err)
+			return -1;
+		c->ta += t1 - t0;
+		c->td += t3 - t2;
+		if (c->best < 0 || (t1 - t0) + (t3 - t2) < c->best)
+			c->best = (t1 - t0) + (t3 - t2);
+	}
+	if (h->api == API_DIRECT) {
+		t0 = now_ns();
+		pk_direct_sync();
+		c->tsync = now_ns() - t0;
+	}
+	c->total = now_ns() - start;
+	/* Detached: the function runs bare again. */
+	if (h->api != API_UPROBE) {
+		unsigned long before = hits;
+
+		if (pkb_add(1, 2) != 3 || hits != before)
+			return cli_error("bench attach: hook still fires after detach");
+		if (hits - hits0 != n)
+			return cli_error("bench attach: %lu hits in %lu cycles", hits - hits0, n);
+	} else if (h->uprobe_hits != (long long)n + 1) {
+		return cli_error("bench attach: uprobe counted %lld hits in %lu cycles",
+				 h->uprobe_hits - 1, n);
+	}
+	return 0;
+}
+
+static void print_cycles(const struct hook1 *h, unsigned long n, const struct cycles *c)
+{
+	printf("# hook fired once per cycle, %lu/%lu\n", n, n);
+	if (h->api == API_DIRECT)
+		printf("# final pk_direct_sync: %.3f usecs (in Total time, not in usecs/op)\n",
+		       c->tsync / 1e3);
+	printf("# fastest cycle: %.3f usecs (noise shows as the gap to the mean)\n", c->best / 1e3);
+	printf(" %14.3f usecs/attach\n", c->ta / 1e3 / (double)n);
+	printf(" %14.3f usecs/detach\n", c->td / 1e3 / (double)n);
+	printf(" Total time: %.3f [sec]\n\n", c->total / 1e9);
+	printf(" %14.3f usecs/op\n", (c->ta + c->td) / 1e3 / (double)n);
+	printf(" %14.0f ops/sec\n", (double)n * 1e9 / (c->ta + c->td));
+}
+
+/* @m other sites attached (direct entries to @t, or one ops @o), for --background. */
+struct background {
+	unsigned long m, *ips;
+	struct pk_direct_entry *de;
+	struct pk_ops ops;
+	struct pk_tramp *tramp;
+};
+
+static int background_attach(struct background *bg, enum api api)
+{
+	int err;
+
+	bg->ips = calloc(bg->m, sizeof(*bg->ips));
+	bg->de = calloc(bg->m, sizeof(*bg->de));
+	if (!bg->ips || !bg->de)
+		return cli_error("bench attach: %s", strerror(ENOMEM));
+	for (unsigned long i = 0; i < bg->m; i++)
+		if (site_of((const void *)pkb_targets[i], &bg->ips[i]))
+			return -1;
+	if (api == API_OPS) {
+		bg->ops = (struct pk_ops){.func = empty_ops,
+					  .filter = {.ips = bg->ips, .nips = bg->m}};
+		err = pk_ops_register(&bg->ops);
+	} else {
+		bg->tramp = pk_tramp_new(empty_handler, 0);
+		if (!bg->tramp)
+			return cli_error("bench attach: pk_tramp_new: %s", strerror(errno));
+		for (unsigned long i = 0; i < bg->m; i++)
+			bg->de[i] = (struct pk_direct_entry){bg->ips[i], pk_tramp_addr(bg->tramp)};
+		err = pk_direct_add(bg->de, bg->m);
+	}
+	if (err)
+		return cli_error("bench attach: attaching %lu background sites: %s", bg->m,
+				 strerror(-err));
+	return 0;
+}
+
+static void background_detach(struct background *bg, enum api api)
+{
+	if (api == API_OPS && bg->ops.func)
+		pk_ops_unregister(&bg->ops);
+	else if (bg->tramp) {
+		pk_direct_del(bg->ips, bg->m);
+		pk_tramp_free(bg->tramp);
+	}
+	free(bg->ips);
+	free(bg->de);
+}
+
+static int attach_one(enum api api, unsigned long n, unsigned long m)
+{
+	struct hook1 h = {.api = api, .fn = pkb_add, .fd = -1};
+	struct background bg = {.m = m};
+	struct cycles alone, loaded;
+	int err;
+
+	if (m && api == API_UPROBE)
+		return cli_usage_error("bench attach: --background takes --api ops or direct");
+	if (m > pkb_ntargets)
+		return cli_usage_error("bench attach: --background needs M <= %u", pkb_ntargets);
 	if (site_of((const void *)pkb_add, &h.ip))
 		return 1;
 	h.ops = (struct pk_ops){.func = count_ops, .filter = {.ips = &h.ip, .nips = 1}};
@@ -249,66 +379,25 @@ static int attach_one(enum api api, unsigned long n)
 	       : api == API_DIRECT ? "direct (pk_direct_add + pk_direct_del)"
 				   : "uprobe (the kernel's: perf_event_open + close)");
 	fflush(stdout);
-	hits0 = hits;
-	start = now_ns();
-	for (unsigned long i = 0; i < n; i++) {
-		t0 = now_ns();
-		err = hook1_attach(&h);
-		t1 = now_ns();
-		if (!err)
-			err = hook1_call(&h, (int)i);
-		if (err) {
-			if (h.api == API_UPROBE)
-				close(h.fd);
-			else
-				hook1_detach(&h);
-			goto free_tramp;
-		}
-		t2 = now_ns();
-		err = hook1_detach(&h);
-		t3 = now_ns();
-		if (err)
-			goto free_tramp;
-		ta += t1 - t0;
-		td += t3 - t2;
-		if (best < 0 || (t1 - t0) + (t3 - t2) < best)
-			best = (t1 - t0) + (t3 - t2);
-	}
-	if (api == API_DIRECT) {
-		t0 = now_ns();
-		pk_direct_sync();
-		tsync = now_ns() - t0;
-	}
-	total = now_ns() - start;
-	/* Detached: the function runs bare again. */
-	if (api != API_UPROBE) {
-		unsigned long before = hits;
-
-		if (pkb_add(1, 2) != 3 || hits != before) {
-			err = cli_error("bench attach: hook still fires after detach");
-			goto free_tramp;
-		}
-		if (hits - hits0 != n) {
-			err = cli_error("bench attach: %lu hits in %lu cycles", hits - hits0, n);
-			goto free_tramp;
-		}
-	} else if (h.uprobe_hits != (long long)n + 1) {
-		err = cli_error("bench attach: uprobe counted %lld hits in %lu cycles",
-				h.uprobe_hits - 1, n);
+	err = run_cycles(&h, n, &alone);
+	if (err)
 		goto free_tramp;
-	}
-
-	printf("# hook fired once per cycle, %lu/%lu\n", n, n);
-	if (api == API_DIRECT)
-		printf("# final pk_direct_sync: %.3f usecs (in Total time, not in usecs/op)\n",
-		       tsync / 1e3);
-	printf("# fastest cycle: %.3f usecs (noise shows as the gap to the mean)\n", best / 1e3);
-	printf(" %14.3f usecs/attach\n", ta / 1e3 / (double)n);
-	printf(" %14.3f usecs/detach\n", td / 1e3 / (double)n);
-	printf(" Total time: %.3f [sec]\n\n", total / 1e9);
-	printf(" %14.3f usecs/op\n", (ta + td) / 1e3 / (double)n);
-	printf(" %14.0f ops/sec\n", (double)n * 1e9 / (ta + td));
-	err = 0;
+	if (m)
+		printf("# alone:\n");
+	print_cycles(&h, n, &alone);
+	if (!m)
+		goto free_tramp;
+	err = background_attach(&bg, api);
+	if (!err)
+		err = run_cycles(&h, n, &loaded);
+	background_detach(&bg, api);
+	if (err)
+		goto free_tramp;
+	printf("\n# with %lu other sites attached (%s):\n", m,
+	       api == API_OPS ? "one ops" : "direct entries");
+	print_cycles(&h, n, &loaded);
+	printf("\n ratio: %.2f (loaded/alone, usecs/op)\n",
+	       (loaded.ta + loaded.td) / (alone.ta + alone.td));
 free_tramp:
 	if (h.tramp)
 		pk_tramp_free(h.tramp);
@@ -450,16 +539,17 @@ int bench_attach(int argc, char **argv)
 	static const struct option longopts[] = {
 	    {"api", required_argument, NULL, 'a'},
 	    {"batch", no_argument, NULL, 'b'},
+	    {"background", required_argument, NULL, 'B'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	unsigned long n = 0;
+	unsigned long n = 0, m = 0;
 	enum api api = API_DIRECT;
 	bool batch = false, have_n = false;
 	int c;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "n:a:bh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "n:a:bB:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			n = cli_parse_ulong("-n", optarg);
@@ -474,8 +564,11 @@ int bench_attach(int argc, char **argv)
 		case 'b':
 			batch = true;
 			break;
+		case 'B':
+			m = cli_parse_ulong("--background", optarg);
+			break;
 		case 'h':
-			fputs(attach_usage, stdout);
+			printf(attach_usage, pkb_ntargets);
 			return 0;
 		default:
 			return cli_usage_error("bench attach: bad option");
@@ -483,13 +576,15 @@ int bench_attach(int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage_error("bench attach: unexpected argument '%s'", argv[optind]);
+	if (batch && m)
+		return cli_usage_error("bench attach: --batch and --background do not mix");
 	if (batch)
 		return attach_batch(api, have_n ? n : pkb_ntargets);
 	if (!have_n)
 		n = 300;
 	if (n < 1 || n > 100000000ul)
 		return cli_usage_error("bench attach: need 1 <= N <= 1e8");
-	return attach_one(api, n);
+	return attach_one(api, n, m);
 }
 
 /* ---- bench call ---- */

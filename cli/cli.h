@@ -38,6 +38,7 @@ int cmd_export(int argc, char **argv);
 int bench_record(int argc, char **argv);
 int bench_attach(int argc, char **argv);
 int bench_call(int argc, char **argv);
+int bench_gp(int argc, char **argv);
 int bench_trace(int argc, char **argv);
 
 #endif /* PK_CLI_H */

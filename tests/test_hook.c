@@ -569,6 +569,7 @@ START_TEST(grace_period_waits_for_callbacks)
 			 0);
 	/* The hammers call the entry throughout (as a site's text would); its target changes. */
 	ck_assert_int_eq(pki_tmem_entry_new(0, &e), 0);
+	pki_tramp_sync_cores(); /* before anything runs it */
 	pki_tmem_exits(&e, &x);
 	__atomic_store_n(&live_tramp, e.x, __ATOMIC_RELEASE);
 	for (int i = 0; i < 3; i++)

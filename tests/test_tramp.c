@@ -82,6 +82,7 @@ static unsigned long make(enum pki_tramp_kind kind, const unsigned long *data, s
 	ck_assert_int_eq(pki_tmem_alloc(0, slot), 0);
 	ck_assert_int_eq(pki_tmem_emit(kind, slot, data, n), 0);
 	ck_assert_int_eq(pki_tmem_entry_new(0, &e), 0);
+	pki_tramp_sync_cores(); /* before anything runs it */
 	pki_tmem_exits(&e, &x);
 	pki_tmem_entry_set(&e, &(struct pki_tramp_entry){slot->x, x.ret, 0, x.ret_ret});
 	ck_assert(pki_tmem_contains(slot->x));
@@ -196,6 +197,7 @@ static unsigned long entry_make(void)
 {
 	ck_assert_uint_lt(nentries, 16);
 	ck_assert_int_eq(pki_tmem_entry_new(0, &entries[nentries]), 0);
+	pki_tramp_sync_cores(); /* before anything runs it */
 	return entries[nentries++].x;
 }
 

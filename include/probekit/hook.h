@@ -33,14 +33,17 @@
  *
  * Grace periods (pk_ops_unregister, pk_direct_sync, and the background
  * reclaim behind pk_direct_del): each thread of the process must be seen
- * outside every library trampoline and callback.  A thread blocked in the
- * kernel outside hooks is judged from /proc without being disturbed (so its
- * nanosleep, epoll_wait, ... never fail with EINTR because of us); the
- * others are sampled with signal SIGRTMAX - 2 (SA_RESTART; a busy thread
- * reports at its next hook exit instead), so a running thread that blocks
- * that signal, or a thread that stays in a callback, delays them.  (A
- * thread sampled while running that enters a blocking call just before the
- * signal lands sees EINTR: the remaining exposure.)  The ip passed to callbacks and
+ * outside every library trampoline and callback.  No thread is ever
+ * signalled for it: one membarrier() orders every running thread, then the
+ * library reads each thread's hook-nesting counter, and a thread found
+ * inside a hook reports at its next hook exit.  So a blocked thread's
+ * nanosleep, epoll_wait, ... never fail with EINTR because of us, and
+ * threads that block every signal are no different from others; only a
+ * thread that stays inside a callback delays a grace period (until it
+ * returns).  A thread's first hooked call registers it (once); calls a
+ * thread makes after its thread-specific-data destructors ran (at exit)
+ * run unhooked.  Where membarrier() is refused (seccomp, kernels before
+ * 4.14), every hooked call pays a locked increment instead. The ip passed to callbacks and
  * handlers is the site's (the function's address, or 4 bytes after it behind an endbr64). Objects
  * loaded later (dlopen): on pk_sites_refresh(), every registered ops whose filter has globs or is
  * empty (all sites) takes the matching sites of the new objects (ops filtered by ips only do not

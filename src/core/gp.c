@@ -13,8 +13,9 @@
  *       another site, its code never rewritten; it loads E.target after
  *       the incl.
  *   R2  X_RET's ret, into the function.
- *   R3  X_USER's `jmp *E.user`, which loads the word as it jumps: user code
- *       (not ours to free), a ret of X, or a pk_tramp's entry (R1 again).
+ *   R3  X_USER's `jmp *E.direct` (and X_REG's, for a thread it could not
+ *       register), which loads the word as it jumps: user code (not ours
+ *       to free), a ret of X, or a pk_tramp's entry (R1 again).
  * A body calls out only while counted and pops every return address it
  * pushed before its exit, so an uncounted thread holds no address of
  * memory that can be freed, in a register or on its stack.
@@ -23,8 +24,9 @@
  * thread's incl leaves it negative and its entry goes to X_REG before it
  * loads E.target.  pki_gp_register() claims a reader slot for the thread's
  * TLS (never-freed pages; a compare-and-swap), then sets the counter to 0.
- * At thread exit the last round of thread-specific-data destructors clears
- * the slot (gp_thread_exit); calls the thread makes after that run unhooked.
+ * At thread exit the first of our thread-specific-data destructor calls
+ * empties the slot (gp_thread_exit); calls the thread makes after that run
+ * unhooked (X_REG refuses it: TLS_EXITING).
  *
  * Write side, after the writer unpublished object O (P: entry-word stores,
  * pointer stores, text pokes and their core sync), pki_gp_synchronize():
@@ -74,9 +76,14 @@
  * Limits.  A thread blocked inside a callback holds grace periods off until
  * it returns (as with any RCU).  A thread that leaves without running its
  * thread-specific-data destructors (a raw SYS_exit) keeps its slot, whose
- * TLS may later be unmapped: not supported.  The thread-specific-data key
- * is made by a constructor; should the program already hold 32 keys,
- * pthread_setspecific() in a signal handler may allocate.
+ * TLS may later be unmapped: not supported; so is a thread whose very first
+ * hooked call is made by another library's destructor in glibc's last
+ * destructor round (PTHREAD_DESTRUCTOR_ITERATIONS): our destructor is not
+ * called again.  The thread-specific-data key is made by a constructor;
+ * should the program already hold 32 keys, pthread_setspecific() in a
+ * signal handler may allocate.  If membarrier() fails after it was
+ * registered (a seccomp filter installed since), grace periods fail with
+ * its errno and nothing is freed.
  *
  * Deferred frees (pki_gp_defer) go to one background thread that batches all
  * of them under a single grace period, like call_rcu.
@@ -199,6 +206,10 @@ int pki_gp_register(void)
 	sigset_t all, old;
 	int ok = 1;
 
+	if (me->flags & TLS_EXITING) { /* past gp_thread_exit: no system call per call */
+		me->nest--;
+		return 0;
+	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	if (me->nest >= 0) /* a nested call registered us */
@@ -230,22 +241,20 @@ static void futex_wake_all(uint32_t *f)
 }
 
 /*
- * Thread exit, from the thread-specific-data destructors.  Re-armed until
- * their last round (glibc runs PTHREAD_DESTRUCTOR_ITERATIONS at most), so
- * other libraries' destructors still run hooked; then the slot is emptied
- * (S) and later calls run unhooked.
+ * Thread exit, from the thread-specific-data destructors: at our first call
+ * (set by the registration, so it comes in the round after it at the
+ * latest) the slot is emptied (S) and later calls run unhooked.  Waiting
+ * for a later round to let other libraries' destructors run hooked would
+ * miss threads that register in a destructor round (glibc stops after
+ * PTHREAD_DESTRUCTOR_ITERATIONS).
  */
-static void gp_thread_exit(void *round)
+static void gp_thread_exit(void *unused)
 {
 	struct pki_tramp_tls *me = &pki_tramp_tls;
-	uintptr_t r = (uintptr_t)round;
 	struct gp_reader *slot;
 	sigset_t all, old;
 
-	if (r < PTHREAD_DESTRUCTOR_ITERATIONS) {
-		pthread_setspecific(exit_key, (void *)(r + 1));
-		return;
-	}
+	(void)unused;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	me->flags |= TLS_EXITING;
@@ -290,6 +299,12 @@ static bool barrier_ok; /* membarrier private expedited registered */
 
 static void barrier_init(void)
 {
+	const char *e = getenv("PROBEKIT_GP_LOCKED");
+
+	if (e && *e == '1') { /* tests and benchmarks of the fallback */
+		barrier_ok = false;
+		return;
+	}
 	barrier_ok = !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
 	if (!barrier_ok)
 		pki_debug("hooks: membarrier: %s: entries take a locked increment\n",
@@ -302,12 +317,28 @@ bool pki_gp_readers_locked(void)
 	return !barrier_ok;
 }
 
-/* W1. */
-static void gp_barrier(void)
+/*
+ * W1.  -errno if membarrier() fails after its registration worked (a seccomp
+ * filter installed since): the entries are not locked, a fence would not
+ * order them, so the grace period fails and nothing is freed.
+ */
+static int gp_barrier(void)
 {
 	pthread_once(&barrier_once, barrier_init);
-	if (!barrier_ok || syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0))
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!barrier_ok) {
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* readers' entries are locked */
+		return 0;
+	}
+	if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)) {
+		int err = -errno;
+		static bool warned;
+
+		if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+			pki_warn("hooks: membarrier: %s: grace periods fail, nothing is freed\n",
+				 pki_errstr(-err));
+		return err;
+	}
+	return 0;
 }
 
 struct gp_busy {
@@ -403,7 +434,9 @@ int pki_gp_synchronize_for(long timeout_ns)
 	pki_hook_atfork_init();
 	pthread_mutex_lock(&gp_lock);
 	__atomic_add_fetch(&gp_stat.periods, 1, __ATOMIC_RELAXED);
-	gp_barrier();
+	err = gp_barrier();
+	if (err)
+		goto unlock;
 	scan_begin();
 	err = __note_busy();
 	scan_end();
@@ -479,14 +512,16 @@ static void __run_queue(void)
 {
 	struct gp_cb *list = queue;
 	unsigned long n = taken = queued;
+	bool ok;
 
 	queue = NULL;
 	pthread_mutex_unlock(&defer_lock);
-	pki_gp_synchronize();
+	ok = !pki_gp_synchronize(); /* failed (membarrier refused): leak, never free early */
 	while (list) {
 		struct gp_cb *next = list->next;
 
-		list->fn(list->arg);
+		if (ok)
+			list->fn(list->arg);
 		free(list);
 		list = next;
 	}
@@ -577,7 +612,9 @@ void pki_gp_fork_child(void)
 	unsigned int hwm = __atomic_load_n(&reader_hwm, __ATOMIC_RELAXED);
 
 	pthread_mutex_init(&gp_lock, NULL);
-	nbusy = 0;
+	/* A grace period of another thread may have been between realloc and its store: leak. */
+	busy = NULL;
+	nbusy = cap_busy = 0;
 	gp_scanning = 0;
 	gp_stat.readers = 0;
 	for (unsigned int i = 0; i < hwm; i++) {
@@ -615,8 +652,8 @@ void pki_gp_defer(void (*fn)(void *), void *arg)
 	if (!cb || (!worker_up && __start_worker())) {
 		pthread_mutex_unlock(&defer_lock);
 		free(cb);
-		pki_gp_synchronize();
-		fn(arg);
+		if (!pki_gp_synchronize())
+			fn(arg);
 		return;
 	}
 	*cb = (struct gp_cb){.next = queue, .fn = fn, .arg = arg};

@@ -32,7 +32,7 @@
  * nothing is rebuilt whole.
  *
  * Readers (hot path) see only entry words, published per site
- * (pki_tmem_entry_set: ops array, user, target, in that order), and the ops
+ * (pki_tmem_entry_set: ops array, direct, user, target, in that order), and the ops
  * array a list dispatcher finds in its entry: immutable, replaced whole per
  * change of the site, the old one freed after a grace period (gp.c).  The
  * words of a site whose text will call its entry are published BEFORE the
@@ -510,6 +510,8 @@ static int __site_decide(struct site *s)
 		if (err)
 			return err;
 	}
+	if (pki_tmem_entry_frozen(&s->ent))
+		return -ENOTRECOVERABLE; /* shared with the parent: never written here */
 	if (s->new_call == ~0ul)
 		s->new_call = s->ent.x;
 	pki_tmem_exits(&s->ent, &x);
@@ -1630,6 +1632,8 @@ int pk_tramp_free(struct pk_tramp *t)
 
 	if (!t)
 		return 0;
+	struct pki_tslot body;
+
 	err = hook_enter();
 	if (err)
 		return err;
@@ -1639,16 +1643,21 @@ int pk_tramp_free(struct pk_tramp *t)
 		if (s && (s->direct == t->ent.x || (s->dirty && s->saved_direct == t->ent.x)))
 			err = -EBUSY;
 	}
+	/*
+	 * Still under hook_lock: no commit can route a site to the body
+	 * between the check and the parking (tramp_body_of() reads it as 0).
+	 */
+	if (!err) {
+		pki_tmem_exits(&t->ent, &x);
+		pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){x.ret, x.ret, 0, x.ret_ret});
+		pthread_mutex_lock(&tramp_lock);
+		body = t->body;
+		t->body = (struct pki_tslot){0};
+		t->next = parked;
+		parked = t;
+		pthread_mutex_unlock(&tramp_lock);
+		slot_retire(&body); /* outside tramp_lock: it may wait for a grace period */
+	}
 	hook_unlock();
-	if (err)
-		return err;
-	pki_tmem_exits(&t->ent, &x);
-	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){x.ret, x.ret, 0, x.ret_ret});
-	pthread_mutex_lock(&tramp_lock);
-	slot_retire(&t->body);
-	t->body = (struct pki_tslot){0};
-	t->next = parked;
-	parked = t;
-	pthread_mutex_unlock(&tramp_lock);
-	return 0;
+	return err;
 }

@@ -357,14 +357,27 @@ int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out)
 		err = pki_tramp_entry_link(out->w, out->x, x.reg);
 unlock:
 	pthread_mutex_unlock(&tmem_lock);
-	if (!err)
-		pki_tramp_sync_cores(); /* callable at once */
+	/*
+	 * No core sync here (one per entry would cost a system call per site
+	 * of a batch): nothing runs the entry before the text poke or body
+	 * emit that points at it, and both sync cores.
+	 */
 	return err;
 }
 
 static unsigned long *entry_word(const struct pki_tentry *e, size_t off)
 {
 	return (unsigned long *)(e->w + PKI_TRAMP_ENTRY_DATA + off);
+}
+
+bool pki_tmem_entry_frozen(const struct pki_tentry *e)
+{
+	bool f;
+
+	pthread_mutex_lock(&tmem_lock);
+	f = e->chunk->frozen;
+	pthread_mutex_unlock(&tmem_lock);
+	return f;
 }
 
 void pki_tmem_entry_set(const struct pki_tentry *e, const struct pki_tramp_entry *d)

@@ -52,7 +52,8 @@ struct pki_tentry {
 /*
  * A new entry reaching @near (0: anywhere), calling nothing yet (its target
  * and user words are its chunk's X_RET, its direct word X_RET_RET).
- * -ENOMEM, -ERANGE.
+ * Cores are not synced: call pki_tramp_sync_cores() (or poke text, or emit a
+ * body) before anything may run it.  -ENOMEM, -ERANGE.
  */
 int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out);
 
@@ -62,6 +63,11 @@ int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out);
  * reached).
  */
 void pki_tmem_entry_set(const struct pki_tentry *e, const struct pki_tramp_entry *d);
+/*
+ * True in a fork child whose copy of @e's chunk could not be made: the
+ * entry is the parent's memory, and pki_tmem_entry_set() leaves it alone.
+ */
+bool pki_tmem_entry_frozen(const struct pki_tentry *e);
 void pki_tmem_entry_get(const struct pki_tentry *e, struct pki_tramp_entry *d);
 
 /* The exits and the list dispatcher of @e's chunk. */

@@ -90,6 +90,17 @@ expect 2 'need 1 <= N'                      err -- bench attach -n 0
 expect 2 'takes --api ops or direct'        err -- bench attach --batch --api uprobe
 expect 2 'needs 1 <= N <= 10000'            err -- bench attach --batch -n 10001
 expect 2 "unexpected argument 'x'"          err -- bench call x
+expect 0 '^usage: probekit bench gp'        out -- bench gp --help
+expect 2 'do not mix'                       err -- bench attach --batch --background 5
+expect 2 'background needs M <= 10000'      err -- bench attach --background 10001
+expect 2 'need N \+ M \+ H <= 100000'       err -- bench gp --blocked 200000
+for api in direct ops; do
+	expect_all 0 out "^# with 50 other sites attached" "^ ratio: [0-9]+\.[0-9]{2} \(loaded/alone, usecs/op\)$" \
+		-- bench attach -n 5 --api "$api" --background 50
+done
+expect_all 0 out "^# Running 'gp' benchmark:$" "^ ops register\+unregister: +alone +$num usecs, loaded +$num usecs$" \
+	"^ pk_direct_sync: +alone +$num usecs, loaded +$num usecs$" "^ ratio: [0-9]+\.[0-9]{2} \(sync, loaded/alone\)$" \
+	-- bench gp --blocked 20 --running 1 --hooked 1 -r 20
 for api in direct ops uprobe; do
 	expect_all 0 out "^# Running 'attach' benchmark:$" \
 		"^# 5 attach/detach cycles of $api .* on 1 function$" \

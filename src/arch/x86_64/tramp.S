@@ -286,7 +286,9 @@ pki_tramp_list_end:
  *    counted, reports if this is the outermost level (gp.c).
  *  X_REG: the thread's first entry (counter below -1): reg() registers it
  *    with the grace period and makes the counter 0, then on to E.target;
- *    if it cannot (a thread past its exit), the call runs unhooked.
+ *    if it cannot (a thread past its exit), uncounted on to E.direct: the
+ *    site's direct address (user code, or a pk_tramp's entry, which ends
+ *    here too) or a ret: the ops and handlers are skipped, nothing else.
  * data: [0] exit function, [1] registration function.
  */
 	.globl	pki_tramp_x_ret, pki_tramp_x_ret_ret, pki_tramp_x_user, pki_tramp_x_reg
@@ -329,7 +331,7 @@ pki_tramp_x_reg:
 	RESTORE
 	jz	4f
 	jmp	*E_TARGET(%r11)
-4:	ret
+4:	jmp	*E_DIRECT(%r11)	/* unhooked, but into the direct address if any */
 	.p2align 3
 pki_tramp_exits_data:
 	.quad	0, 0

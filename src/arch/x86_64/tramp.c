@@ -141,8 +141,10 @@ static void sync_core_register(void)
 /*
  * Code written through the alias is fetched by other CPUs only after a
  * serialising event on them; membarrier sync-core gives every running thread
- * one.  Without it (old kernels), fall back on the plain barrier: sites are
- * only pointed at new code by the patch layer, which syncs cores itself.
+ * one.  Without it (kernels before 4.16), fall back on the plain barrier:
+ * a best effort for new bodies, which entries reach through a data store
+ * (their slot was last run a grace period before, and x86 cores snoop
+ * stores to code they hold); text pokes need the sync and fail without it.
  */
 void pki_tramp_sync_cores(void)
 {

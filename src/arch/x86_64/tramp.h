@@ -70,7 +70,7 @@ size_t pki_tramp_size(enum pki_tramp_kind kind);
 struct pki_tramp_exits {
 	unsigned long ret;     /* X_RET: decl, ret */
 	unsigned long ret_ret; /* its ret alone */
-	unsigned long user;    /* X_USER: decl, jmp *E.user */
+	unsigned long user;    /* X_USER: decl, jmp *E.direct */
 	unsigned long reg;     /* X_REG */
 };
 

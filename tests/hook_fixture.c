@@ -59,11 +59,14 @@ static int fx_lookup(unsigned long addr, unsigned long *ip)
 	return -ENOENT;
 }
 
-static int fx_each(const char *glob, int (*cb)(unsigned long, void *), void *arg)
+static int fx_each(const char *glob, unsigned long lo, unsigned long hi,
+		   int (*cb)(unsigned long, void *), void *arg)
 {
 	for (size_t i = 0; i < sizeof(fx_sites) / sizeof(fx_sites[0]); i++) {
 		int err;
 
+		if (fx_sites[i].ip < lo || fx_sites[i].ip >= hi)
+			continue;
 		if (glob && fnmatch(glob, fx_sites[i].name, 0))
 			continue;
 		err = cb(fx_sites[i].ip, arg);

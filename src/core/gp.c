@@ -258,7 +258,7 @@ static void gp_thread_exit(void *unused)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	me->flags |= TLS_EXITING;
-	me->nest = PKI_TRAMP_UNREG;
+	__atomic_store_n(&me->nest, PKI_TRAMP_UNREG, __ATOMIC_RELAXED); /* a pass may read it */
 	slot = me->slot ? reader_at(me->slot - 1) : NULL;
 	if (slot) {
 		__atomic_store_n(&slot->tls, NULL, __ATOMIC_SEQ_CST);
@@ -285,7 +285,8 @@ void pki_gp_exit_slow(void)
 
 	if (me->nest != 0) /* nested: the outermost exit answers */
 		return;
-	me->want = 0;
+	/* Atomic: the writer stores it from its thread (the entries read it as a byte). */
+	__atomic_store_n(&me->want, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&me->qs, me->qs + 1, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&gp_stat.answers, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&gp_answers, 1, __ATOMIC_RELEASE);

@@ -98,7 +98,7 @@ struct site {
 struct ops_priv {
 	struct pk_ops *ops;
 	unsigned long *ips; /* its sites */
-	size_t nips;
+	size_t nips, cap_ips;
 	struct pki_tslot tramp; /* its body (tramp.x 0: none yet), any chunk */
 	bool registered; /* committed state */
 	bool staged;	 /* staged state */
@@ -170,6 +170,7 @@ static int sym_lookup(unsigned long addr, unsigned long *ip)
 struct each_ctx {
 	int (*cb)(unsigned long ip, void *arg);
 	void *arg;
+	unsigned long lo, hi;
 };
 
 static int each_one(const struct pk_site *s, void *ctx)
@@ -180,12 +181,29 @@ static int each_one(const struct pk_site *s, void *ctx)
 	return err < 0 ? err : 0;
 }
 
-static int sym_each(const char *glob, int (*cb)(unsigned long, void *), void *arg)
+static int each_in_range(const struct pki_site *s, void *ctx)
 {
-	struct each_ctx c = {cb, arg};
-	int ret = pk_sites_match(glob, each_one, &c);
+	const struct each_ctx *c = ctx;
 
-	return ret < 0 ? ret : 0;
+	if (s->ip < c->lo || s->ip >= c->hi)
+		return 0;
+	return c->cb(s->ip, c->arg);
+}
+
+static int sym_each(const char *glob, unsigned long lo, unsigned long hi,
+		    int (*cb)(unsigned long, void *), void *arg)
+{
+	struct each_ctx c = {cb, arg, lo, hi};
+	int ret;
+
+	if (!lo && hi == ~0ul) { /* builds the table on first use */
+		ret = pk_sites_match(glob, each_one, &c);
+		return ret < 0 ? ret : 0;
+	}
+	pki_sites_read_lock();
+	ret = pki_sites_match_in(glob, lo, hi, each_in_range, &c);
+	pki_sites_read_unlock();
+	return ret;
 }
 
 static const struct pki_site_src default_src = {sym_lookup, sym_each};
@@ -902,13 +920,13 @@ static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
 	int err = 0;
 
 	if (!f->nips && !f->nglobs)
-		return site_src->each(NULL, collect_ip, c);
+		return site_src->each(NULL, 0, ~0ul, collect_ip, c);
 	for (size_t i = 0; i < f->nips && !err; i++)
 		err = collect_ip(f->ips[i], c);
 	for (size_t i = 0; i < f->nglobs && !err; i++) {
 		size_t before = c->n;
 
-		err = site_src->each(f->globs[i], collect_ip, c);
+		err = site_src->each(f->globs[i], 0, ~0ul, collect_ip, c);
 		if (!err && c->n == before)
 			err = -ENOENT;
 	}
@@ -955,6 +973,7 @@ static int __ops_register(struct pk_ops *ops)
 	*p = (struct ops_priv){.ops = ops,
 			       .ips = c.ips,
 			       .nips = c.n,
+			       .cap_ips = c.n,
 			       .staged = true,
 			       .follows = !ops->filter.nips || ops->filter.nglobs,
 			       .prev = prev};
@@ -1061,8 +1080,9 @@ static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	struct range *v;
 	size_t n, cap;
-} pend_gone;
-static bool pend_added, pend_lost;
+} pend_gone, pend_new;
+static int pend_added; /* 0, 1: ranges in pend_new, 2: some not known */
+static bool pend_lost;
 
 /*
  * Forget every site in @r: their text is gone, so never poke it.  The sites
@@ -1122,68 +1142,97 @@ static void __forget(const struct range *r, size_t nr)
 	free(keep);
 }
 
-/* Give every following ops the sites of objects loaded since it resolved. */
-static void __follow(void)
+static bool site_has_ops(const struct site *s, const struct pk_ops *ops)
+{
+	for (unsigned int i = 0; i < s->ops.n; i++)
+		if (s->ops.v[i] == ops)
+			return true;
+	return false;
+}
+
+/* Give @p the sites in [@lo, @hi) its filter matches: O(the sites there). */
+static int __follow_range(struct ops_priv *p, unsigned long lo, unsigned long hi)
+{
+	const struct pk_ops_filter *f = &p->ops->filter;
+	struct collect c = {0};
+	int err = 0;
+
+	if (!f->nglobs)
+		err = site_src->each(NULL, lo, hi, collect_ip, &c);
+	for (size_t i = 0; i < f->nglobs && !err; i++)
+		err = site_src->each(f->globs[i], lo, hi, collect_ip, &c);
+	for (size_t i = 0; i < c.n && !err; i++) {
+		struct site *st = __site_find(c.ips[i]);
+
+		if (st && site_has_ops(st, p->ops)) /* a glob matched twice, or a record kept */
+			continue;
+		err = __site_get(c.ips[i], &st);
+		if (err == -EBUSY) { /* someone else's code there: not ours */
+			err = 0;
+			continue;
+		}
+		if (!err && p->nips == p->cap_ips) {
+			size_t cap = p->cap_ips ? 2 * p->cap_ips : 16;
+			unsigned long *ips = realloc(p->ips, cap * sizeof(*ips));
+
+			if (!ips)
+				err = -ENOMEM;
+			else {
+				p->ips = ips;
+				p->cap_ips = cap;
+			}
+		}
+		if (!err)
+			err = __site_prepare(st, 1);
+		if (err)
+			break;
+		p->ips[p->nips++] = c.ips[i];
+		st->ops.v[st->ops.n++] = p->ops;
+	}
+	free(c.ips);
+	return err;
+}
+
+/*
+ * Give every following ops the sites of the objects loaded since it
+ * resolved (@r: their ranges; NULL: not known, every site is looked at).
+ */
+static void __follow(const struct range *r, size_t nr)
 {
 	for (size_t j = 0; j < all_ops.n; j++) {
 		struct ops_priv *p = all_ops.v[j];
-		const struct pk_ops_filter *f = &p->ops->filter;
-		struct collect c = {0};
 		int err = 0;
 
 		if (!p->follows || !p->registered || !p->staged)
 			continue;
-		if (!f->nglobs)
-			err = site_src->each(NULL, collect_ip, &c);
-		for (size_t i = 0; i < f->nglobs && !err; i++)
-			err = site_src->each(f->globs[i], collect_ip, &c);
-		for (size_t i = 0; i < c.n && !err; i++) {
-			struct site *st = NULL;
-			bool have = false;
-			unsigned long *ips;
-
-			for (size_t k = 0; k < p->nips && !have; k++)
-				have = p->ips[k] == c.ips[i];
-			if (have)
-				continue;
-			err = __site_get(c.ips[i], &st);
-			if (err == -EBUSY) { /* someone else's code there: not ours */
-				err = 0;
-				continue;
-			}
-			ips = err ? NULL : realloc(p->ips, (p->nips + 1) * sizeof(*ips));
-			if (!err && !ips)
-				err = -ENOMEM;
-			if (!err)
-				err = __site_prepare(st, 1);
-			if (err)
-				break;
-			p->ips = ips;
-			p->ips[p->nips++] = c.ips[i];
-			st->ops.v[st->ops.n++] = p->ops;
-		}
+		if (!r)
+			err = __follow_range(p, 0, ~0ul);
+		for (size_t k = 0; r && k < nr && !err; k++)
+			err = __follow_range(p, r[k].lo, r[k].hi);
 		if (err)
 			pki_warn("hooks: ops %p: sites of a new object: %s\n", (void *)p->ops,
 				 pki_errstr(err));
-		free(c.ips);
 	}
 }
 
 /* Apply the queue.  hook_lock held, no transaction open. */
 static void __apply_pending(void)
 {
-	struct range *gone;
-	size_t ngone;
-	bool added, lost;
+	struct range *gone, *added_r;
+	size_t ngone, nadded;
+	int added;
+	bool lost;
 	int err;
 
 	pthread_mutex_lock(&pend_lock);
 	gone = pend_gone.v;
 	ngone = pend_gone.n;
+	added_r = pend_new.v;
+	nadded = pend_new.n;
 	added = pend_added;
 	lost = pend_lost;
-	pend_gone.v = NULL;
-	pend_gone.n = pend_gone.cap = 0;
+	pend_gone.v = pend_new.v = NULL;
+	pend_gone.n = pend_gone.cap = pend_new.n = pend_new.cap = 0;
 	pend_added = pend_lost = false;
 	__atomic_store_n(&pend_any, false, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&pend_lock);
@@ -1193,8 +1242,10 @@ static void __apply_pending(void)
 	if (ngone)
 		__forget(gone, ngone);
 	free(gone);
+	/* A range that could not be queued makes every site looked at (added_r NULL). */
 	if (added)
-		__follow();
+		__follow(added == 1 ? added_r : NULL, nadded);
+	free(added_r);
 	err = __txn_commit();
 	if (err)
 		pki_warn("hooks: applying loaded/unloaded objects: %s\n", pki_errstr(err));
@@ -1204,7 +1255,12 @@ static void sites_changed(const struct pki_sym_object *obj, bool added)
 {
 	pthread_mutex_lock(&pend_lock);
 	if (added) {
-		pend_added = true;
+		if (pend_added != 2 && !GROW(pend_new, pend_new.n + 1))
+			pend_new.v[pend_new.n++] = (struct range){obj->lo, obj->hi};
+		else
+			pend_added = 2; /* not all known: look at every site */
+		if (!pend_added)
+			pend_added = 1;
 	} else if (obj->nsites) {
 		if (!GROW(pend_gone, pend_gone.n + 1))
 			pend_gone.v[pend_gone.n++] = (struct range){obj->lo, obj->hi};

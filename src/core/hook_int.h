@@ -19,11 +19,12 @@ struct pki_site_src {
 	 */
 	int (*lookup)(unsigned long addr, unsigned long *ip);
 	/*
-	 * Call @cb(ip, @arg) for every site whose function name matches
-	 * @glob (NULL: every site); stop at the first non-zero return and
-	 * return it; else 0.
+	 * Call @cb(ip, @arg) for every site in [@lo, @hi) whose function name
+	 * matches @glob (NULL: every site); stop at the first non-zero return
+	 * and return it; else 0.  A narrow range costs only what it holds.
 	 */
-	int (*each)(const char *glob, int (*cb)(unsigned long ip, void *arg), void *arg);
+	int (*each)(const char *glob, unsigned long lo, unsigned long hi,
+		    int (*cb)(unsigned long ip, void *arg), void *arg);
 };
 
 typedef int (*pki_poke_fn)(struct pki_poke *pokes, size_t n);

@@ -625,6 +625,12 @@ const struct pki_site *pki_site_lookup(const char *name)
 
 int pki_sites_match(const char *glob, int (*fn)(const struct pki_site *s, void *ctx), void *ctx)
 {
+	return pki_sites_match_in(glob, 0, ~0ul, fn, ctx);
+}
+
+int pki_sites_match_in(const char *glob, unsigned long lo, unsigned long hi,
+		       int (*fn)(const struct pki_site *s, void *ctx), void *ctx)
+{
 	const struct pki_sym_table *t = rcu_dereference(cur_table);
 	bool literal = glob && !strpbrk(glob, "*?[\\");
 	size_t i, k;
@@ -633,6 +639,8 @@ int pki_sites_match(const char *glob, int (*fn)(const struct pki_site *s, void *
 	for (i = 0; t && i < t->nobj; i++) {
 		const struct pki_sym_object *obj = t->objs[i];
 
+		if (obj->hi <= lo || obj->lo >= hi) /* whole objects only: see sites.h */
+			continue;
 		if (literal) {
 			for (k = name_first(obj, glob);
 			     k < obj->nsites && !strcmp(obj->by_name[k]->name, glob); k++) {

@@ -74,6 +74,13 @@ const struct pki_site *pki_site_lookup(const char *name);
 
 /* Walk sites matching @glob (NULL: all); @fn's nonzero return stops the walk. */
 int pki_sites_match(const char *glob, int (*fn)(const struct pki_site *s, void *ctx), void *ctx);
+/*
+ * The same, over the objects whose site range meets [@lo, @hi) only (all
+ * of each such object's sites): what an object loaded there brought.  Costs
+ * O(objects + their sites), not O(all sites).
+ */
+int pki_sites_match_in(const char *glob, unsigned long lo, unsigned long hi,
+		       int (*fn)(const struct pki_site *s, void *ctx), void *ctx);
 
 /* See pk_sites_refresh(). */
 int pki_sites_refresh(void);

@@ -129,7 +129,11 @@ struct pk_ops {
 	 * outlive the call).  An empty filter means every known site.
 	 */
 	struct pk_ops_filter filter;
+#ifdef __cplusplus
+	void *private_; /* `private` in C (a C++ keyword): the same field */
+#else
 	void *private; /* the library's; NULL before registration */
+#endif
 };
 
 /*

@@ -44,6 +44,7 @@
 #include "arch/x86_64/hwbp.h"
 #include "core/log.h"
 #include "core/sigtrap.h"
+#include "watch/gate.h"
 #include "watch/hist.h"
 #include "watch/perf.h"
 
@@ -578,15 +579,14 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
 }
 
 /*
- * One root per thread alive now.  A thread created by a thread that already
- * has a root inherits the event; one created before (or while /proc was being
- * read) may not have, so we list /proc/self/task again until a pass finds no
- * thread without a root.  Residual races, both harmless for correctness of
- * hits: a thread that was inside clone() with its perf context already copied
- * but not yet listed when the last pass ran is not covered; and a thread
- * created after its creator got a root, but first listed in a later pass, gets
- * a second event (one more debug register in it; its hits are still reported
- * once, the second SIGTRAP coalescing with the first).
+ * One root per thread alive now.  Called with the thread-creation gate
+ * closed (gate.c): no pthread_create() is in flight, so the first pass lists
+ * every thread, and a thread created after the gate opens inherits from its
+ * creator's root.  The listing is still repeated until a pass adds nothing,
+ * for threads the gate does not see (a raw clone(), a library's call bound
+ * to libc's pthread_create): for those the old residual races remain, a
+ * thread inside clone() during the last pass not covered, or one created
+ * after its creator's root and listed later given a second event.
  */
 static int __open_all_roots(struct pk_watch *w)
 {
@@ -727,7 +727,9 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 			err = -ESRCH;
 		}
 	} else {
+		pki_gate_close(); /* no thread is being created meanwhile: gate.c */
 		err = __open_all_roots(w);
+		pki_gate_open();
 	}
 	if (err < 0)
 		goto out_close;

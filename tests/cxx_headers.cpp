@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The public headers compile as C++ (issue 9: `void *private` in struct
+ * pk_ops did not), and the library links from C++: register and unregister
+ * an ops on nothing, read a site table, ask the slot model.
+ */
+#include <cstdio>
+
+#include <probekit/hook.h>
+#include <probekit/probekit.h>
+#include <probekit/sites.h>
+#include <probekit/slots.h>
+#include <probekit/watch.h>
+
+static void cb(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *) {}
+
+int main()
+{
+	static const unsigned long none[1] = {0};
+	struct pk_ops ops = {};
+	struct pk_site s;
+
+	ops.func = cb;
+	ops.filter.ips = none;
+	ops.filter.nips = 0;
+	if (ops.private_ != nullptr)
+		return 1;
+	/* An address that is no site: the call fails cleanly, from C++ too. */
+	if (pk_site_find(reinterpret_cast<unsigned long>(&main), &s) == 0 && s.ip == 0)
+		return 1;
+	std::printf("C++: headers compile, pk_site_find answered\n");
+	return 0;
+}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The hook API stress test (tests/stress/stress_hook.c), longer than CI runs
 # it and in a loop of seeds, with every hazard of issue 8 on unless flags
-# after "--" switch some off (see `build/tests/stress_hook --help`).
+# after "--" switch some off (see `build/tests/stress_hook --help`).  At
+# issue 9's scale: scripts/stress.sh -- --hang 30 --background 10000
+# --background-callers 4 -t 200 (CI's stress_hook_scale, 10 s, --no-fork-api).
 #
 #   scripts/stress.sh [-n RUNS] [-d SECONDS] [-s FIRST_SEED] [--installed] [-- FLAGS...]
 #
@@ -28,7 +30,7 @@ while (($#)); do
 	-s) seed=$2; shift 2 ;;
 	--installed) installed=1; shift ;;
 	--) shift; break ;;
-	-h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,21p' "$0"; exit 0 ;;
 	*) echo "stress.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -37,7 +39,7 @@ out=$(mktemp -d /tmp/probekit-stress.XXXXXX)
 if ((installed)); then
 	./dev install "$out/prefix" >&2
 	export PKG_CONFIG_PATH=$out/prefix/lib/pkgconfig
-	python3 tests/stress/gen-funcs.py 200 "$out/funcs.c"
+	python3 tests/stress/gen-funcs.py 10200 "$out/funcs.c" 200
 	cc -O2 -c -Itests/stress -fpatchable-function-entry=5 -fno-optimize-sibling-calls \
 		-o "$out/funcs.o" "$out/funcs.c"
 	cc -O2 -c -Itests/stress -mgeneral-regs-only $(pkg-config --cflags probekit) \

@@ -3,6 +3,8 @@
  * What the stress test's three parts share: the hookable functions
  * (generated), the hooks (stress_cb.c, vector-free), and the per-thread
  * context through which a hook tells the calling thread that it ran.
+ * Functions 0..199 are the checked sites; those after them (if any) the
+ * background sites, which the background hooks only count.
  *
  * Result encoding: every hookable function returns its first argument x
  * (or x | PKS_BAD when another argument reached it corrupted).  Callers
@@ -41,6 +43,9 @@ struct pks_ctx {
 	volatile int in_call;	       /* between setting cur_ip and the return */
 	volatile unsigned long parent; /* parent_ip a hook got (the last one) */
 	volatile unsigned long ret;    /* return address the function saw */
+	/* The background hooks (--background): runs by kind, last ip and parent_ip. */
+	volatile unsigned long bg_runs[2];
+	volatile unsigned long bg_ip, bg_parent;
 };
 
 extern __thread struct pks_ctx *pks_ctx;
@@ -56,6 +61,15 @@ extern atomic_ulong pks_late_runs;
 extern atomic_ulong pks_late_ip;
 extern atomic_int pks_late_slot;
 
+/*
+ * The background hooks: kind 0 (PKS_BG_OPS) one ops, kind 1 (PKS_BG_DIRECT)
+ * one trampoline's handler.  They only count (here and in the calling
+ * thread's context): the function's result stays its own.
+ */
+#define PKS_BG_OPS    0
+#define PKS_BG_DIRECT 1
+extern atomic_ulong pks_bg_total[2];
+
 struct pk_ops;
 struct pk_regs;
 void pks_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
@@ -64,5 +78,8 @@ void pks_h0(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
 void pks_h1(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
 void pks_h2(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
 void pks_h3(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
+void pks_bg_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		   struct pk_regs *regs);
+void pks_bg_h(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
 
 #endif

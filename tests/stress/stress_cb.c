@@ -4,6 +4,8 @@
  * four direct handlers.  Each adds its own field to the first argument
  * (which the function returns), counts the run in the calling thread's
  * context and checks the ip it was given against the call in progress.
+ * And the two hooks of the background sites (--background), which only
+ * count their runs, by kind, and note the ip and parent_ip they got.
  * Built with -mgeneral-regs-only so that ops may be registered with
  * PK_OPS_F_NOVEC and trampolines made with PK_TRAMP_F_NOVEC; async-signal-
  * safe, since hooked functions are also called from signal handlers.
@@ -53,3 +55,32 @@ HANDLER(0)
 HANDLER(1)
 HANDLER(2)
 HANDLER(3)
+
+/* The background hooks: count, never touch the arguments. */
+atomic_ulong pks_bg_total[2];
+
+static inline void bg_count(unsigned long ip, unsigned long parent_ip, int kind)
+{
+	struct pks_ctx *c = pks_ctx;
+
+	atomic_fetch_add_explicit(&pks_bg_total[kind], 1, memory_order_relaxed);
+	if (!c)
+		return;
+	c->bg_runs[kind]++;
+	c->bg_ip = ip;
+	c->bg_parent = parent_ip;
+}
+
+void pks_bg_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		   struct pk_regs *regs)
+{
+	(void)ops;
+	(void)regs;
+	bg_count(ip, parent_ip, PKS_BG_OPS);
+}
+
+void pks_bg_h(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	(void)regs;
+	bg_count(ip, parent_ip, PKS_BG_DIRECT);
+}

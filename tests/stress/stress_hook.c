@@ -28,11 +28,24 @@
  *    the transaction that registered it was aborted) reports itself;
  *  - nanosleep never fails with EINTR in threads probekit has no business
  *    signalling; fork children see the hooks of the moment of the fork, and
- *    may use the API themselves; no API call, join or child takes longer than
- *    the watchdog allows (then: a diagnostic and abort(), never a hang).
+ *    may use the API themselves (or, when fork() waited its 2 s for another
+ *    thread's call, get -ENOTRECOVERABLE, as documented); no API call, join
+ *    or child takes longer than the watchdog allows (then: a diagnostic and
+ *    abort(), never a hang).
  *
  * Each hazard of issue 8 is a kind of worker or a kind of change that a flag
  * switches off, so that CI can run what works today (see --help, README).
+ *
+ * Scale (issue 9): --background N attaches N more sites (the functions after
+ * the 200, up to 10,000) before the workers start, half through one ops
+ * filtered by ip and half as direct entries to one pk_tramp_new()
+ * trampoline, with hooks that only count; they stay attached for the whole
+ * run (the controller never touches them) and are detached at the end, each
+ * call after that checked to be no longer counted.  --background-callers K
+ * threads call random background functions: every result must be the
+ * function's own and every call counted exactly once by the hook of its
+ * site's kind (per call, and in total at the end).  With -t 200 the workers
+ * far outnumber the CPUs (MAXW threads at most).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -55,7 +68,7 @@
 #include "stress.h"
 
 #define NS	    200 /* sites used (at most pks_nfuncs) */
-#define MAXW	    64	/* long-lived threads */
+#define MAXW	    512 /* long-lived threads */
 #define MAXTR	    16	/* trampolines alive at once */
 #define QUARANTINE  64	/* unregistered ops kept (retired) before free() */
 #define MAX_REPORTS 40	/* broken promises printed in full */
@@ -69,6 +82,7 @@ static struct {
 	unsigned long seed;
 	int plain, nalarm, sigblock, alarm, sleeper, rtblock, forker, churn;
 	int txn, txn_same, long_handler, alarm_calls, fork_api, probes, direct, verbose;
+	int background, bg_callers; /* background sites, and threads calling them */
 } opt = {
     .duration = 10,
     .hang = 15,
@@ -267,9 +281,20 @@ static void fmt_word(char *b, size_t sz, uint64_t w)
 
 /* ---- workers ---- */
 
-enum wkind { W_PLAIN, W_SIGBLOCK, W_ALARM, W_SLEEPER, W_RTBLOCK, W_FORK, W_CHURN, W_CONTROL };
-static const char *const wkind_name[] = {"plain",   "sigblock", "alarm", "sleeper",
-					 "rtblock", "fork",	"churn", "controller"};
+enum wkind {
+	W_PLAIN,
+	W_SIGBLOCK,
+	W_ALARM,
+	W_SLEEPER,
+	W_RTBLOCK,
+	W_FORK,
+	W_CHURN,
+	W_CONTROL,
+	W_BG,  /* calls background sites only */
+	W_MAIN /* the main thread (checks the background attach and detach) */
+};
+static const char *const wkind_name[] = {"plain", "sigblock", "alarm",	    "sleeper",	  "rtblock",
+					 "fork",  "churn",    "controller", "background", "main"};
 
 struct stats {
 	unsigned long calls, exact, changing, spanning, unchecked, skipped;
@@ -286,6 +311,8 @@ struct worker {
 	atomic_ulong progress_ns; /* last sign of life */
 	atomic_ulong calls;	  /* for the watchdog and the summary */
 	unsigned long nsig, eintr, forks, threads;
+	unsigned long bg_calls[2]; /* background calls made, by kind */
+	unsigned long frozen;	   /* fork children whose hook calls were refused */
 	volatile const char *doing;
 };
 
@@ -438,6 +465,72 @@ static void calls(struct worker *w, int n)
 		call_one(w, &w->ctx, &w->st, &w->rng, i, 0);
 	}
 	atomic_store_explicit(&w->calls, w->st.calls, memory_order_relaxed);
+	atomic_store_explicit(&w->progress_ns, now_ns(), memory_order_relaxed);
+}
+
+/* ---- background sites (--background) ----
+ *
+ * Functions NS .. NS + n - 1: the first nops through bg.ops, the others
+ * direct entries to bg.tramp.  Attached before the workers start, detached
+ * after they stopped; nothing else changes them.
+ */
+static struct {
+	unsigned int n, nops;
+	unsigned long *ip; /* site of background function j (function NS + j) */
+	struct pks_opsdata d;
+	struct pk_ops ops;
+	struct pk_tramp *tramp;
+	struct pk_direct_entry *e; /* the direct half */
+	unsigned long base[2];	   /* pks_bg_total when the callers started */
+} bg;
+static const char *const bg_kind_name[] = {"ops", "direct"};
+
+/*
+ * One call of background function @j from @w's context: the result must be
+ * the function's own, and the hook of its kind must have run @expect times
+ * (1 while attached, 0 after the detach), the other kind's never.
+ */
+static void bg_call_one(struct worker *w, unsigned int j, unsigned long expect)
+{
+	struct pks_ctx *c = &w->ctx;
+	unsigned int i = NS + j;
+	int kind = j < bg.nops ? PKS_BG_OPS : PKS_BG_DIRECT;
+	unsigned long x = rnd(&w->rng) & ~PKS_BAD, a = rnd(&w->rng), b = rnd(&w->rng);
+	unsigned long cc = rnd(&w->rng), d = rnd(&w->rng), e = PKS_KEY(i) ^ a ^ b ^ cc ^ d, r;
+	unsigned long r0 = c->bg_runs[0], r1 = c->bg_runs[1], n[2];
+
+	c->bg_ip = 0;
+	c->bg_parent = 0;
+	c->ret = 0;
+	atomic_signal_fence(memory_order_seq_cst);
+	r = pks_funcs[i](x, a, b, cc, d, e, (double)(a & 0xffff));
+	atomic_signal_fence(memory_order_seq_cst);
+	w->bg_calls[kind]++;
+	n[0] = c->bg_runs[0] - r0;
+	n[1] = c->bg_runs[1] - r1;
+	if (r != x)
+		viol("%s: background f%u (%s): result %#lx, not its own %#lx%s", ctxname(w, c), i,
+		     bg_kind_name[kind], r, x,
+		     (r & ~PKS_BAD) == x ? " (an argument register reached it corrupted)" : "");
+	if (n[kind] != expect || n[!kind])
+		viol("%s: background f%u (%s%s): its %s hook ran %lu times, the %s hook %lu times "
+		     "(expected %lu and 0)",
+		     ctxname(w, c), i, bg_kind_name[kind], expect ? "" : ", detached",
+		     bg_kind_name[kind], n[kind], bg_kind_name[!kind], n[!kind], expect);
+	else if (expect && c->bg_ip != bg.ip[j])
+		viol("%s: background f%u (%s): its hook got ip %#lx, the site is %#lx",
+		     ctxname(w, c), i, bg_kind_name[kind], c->bg_ip, bg.ip[j]);
+	else if (expect && c->bg_parent != c->ret)
+		viol("%s: background f%u (%s): its hook got parent_ip %#lx, the function returns "
+		     "to %#lx",
+		     ctxname(w, c), i, bg_kind_name[kind], c->bg_parent, c->ret);
+}
+
+static void bg_calls(struct worker *w, int n)
+{
+	for (int k = 0; k < n; k++)
+		bg_call_one(w, (unsigned int)(rnd(&w->rng) % bg.n), 1);
+	atomic_store_explicit(&w->calls, w->bg_calls[0] + w->bg_calls[1], memory_order_relaxed);
 	atomic_store_explicit(&w->progress_ns, now_ns(), memory_order_relaxed);
 }
 
@@ -598,6 +691,9 @@ static void *worker_main(void *arg)
 		case W_CHURN:
 			churn(w);
 			break;
+		case W_BG:
+			bg_calls(w, 1000);
+			break;
 		default:
 			calls(w, 1000);
 			break;
@@ -611,9 +707,12 @@ static void *worker_main(void *arg)
 struct child_page {
 	volatile const char *stage;
 	volatile int stage_no;
-	volatile int stuck; /* the child's watchdog fired: it said why */
+	volatile int stuck;  /* the child's watchdog fired: it said why */
+	volatile int frozen; /* its calls failed with -ENOTRECOVERABLE, as documented */
 };
 static struct child_page *child_page; /* MAP_SHARED: the child's stage for its parent */
+static unsigned long fork_t0;	      /* when the forking thread called fork() */
+static unsigned long child_fork_ns;   /* in the child: how long fork() took */
 static const char *const child_stages[] = {"start",
 					   "calls after fork",
 					   "pk_ops_register",
@@ -628,6 +727,20 @@ static const char *const child_stages[] = {"start",
 static void child_stage(int n)
 {
 	child_page->stage_no = n;
+}
+
+/*
+ * An API call's error in a fork child that is no broken promise: when fork()
+ * waited its 2 s for another thread's hook call in flight (the controller's
+ * can take that long with hundreds of threads), every call in the child
+ * fails with -ENOTRECOVERABLE (hook.h).
+ */
+static int child_frozen(int err)
+{
+	if (err != -ENOTRECOVERABLE || child_fork_ns < 2000000000ul)
+		return 0;
+	child_page->frozen = 1;
+	return 1;
 }
 
 static void on_child_alarm(int sig)
@@ -698,6 +811,7 @@ static void child_main(struct worker *w)
 	struct sigaction sa;
 	int n, k, h, err;
 
+	child_fork_ns = now_ns() - fork_t0;
 	is_child = 1;
 	atomic_store(&nviol, 0);
 	atomic_store(&pks_late_runs, 0); /* the parent's, if any, are the parent's */
@@ -723,8 +837,9 @@ static void child_main(struct worker *w)
 		child_stage(2);
 		err = n ? pk_ops_register(&ops) : 0;
 		if (err) {
-			viol("pk_ops_register (%d sites) in a fork child: %d (%s)", n, err,
-			     errname(err));
+			if (!child_frozen(err))
+				viol("pk_ops_register (%d sites) in a fork child: %d (%s)", n, err,
+				     errname(err));
 			n = 0;
 		}
 		for (int j = 0; j < n; j++)
@@ -748,8 +863,9 @@ static void child_main(struct worker *w)
 				e.addr = pk_tramp_addr(t);
 				err = pk_direct_add(&e, 1);
 				if (err) {
-					viol("pk_direct_add in a fork child: %d (%s)", err,
-					     errname(err));
+					if (!child_frozen(err))
+						viol("pk_direct_add in a fork child: %d (%s)", err,
+						     errname(err));
 				} else {
 					unsigned int st = atomic_load(&site_word[ds]) & 0xff;
 
@@ -766,7 +882,7 @@ static void child_main(struct worker *w)
 				}
 				child_stage(6);
 				err = pk_tramp_free(t);
-				if (err)
+				if (err && !child_frozen(err))
 					viol("pk_tramp_free in a fork child: %d (%s)", err,
 					     errname(err));
 				child_calls(w, &ds, 1, 20);
@@ -803,7 +919,9 @@ static void fork_once(struct worker *w)
 
 	child_page->stage_no = 0;
 	child_page->stuck = 0;
+	child_page->frozen = 0;
 	w->doing = "fork()";
+	fork_t0 = now_ns();
 	pid = fork();
 	if (pid < 0) {
 		viol("fork: %s", strerror(errno));
@@ -834,6 +952,7 @@ static void fork_once(struct worker *w)
 		nap(w, 200);
 	}
 	w->doing = NULL;
+	w->frozen += child_page->frozen;
 	if (WIFSIGNALED(status) && child_page->stuck)
 		atomic_fetch_add(&nviol, 1); /* the child printed it */
 	else if (WIFSIGNALED(status))
@@ -891,6 +1010,8 @@ static struct {
 	atomic_ulong op_start; /* 0: between API calls */
 	volatile const char *op;
 	unsigned long op_no;
+	unsigned long longest_ns; /* the longest API call, for the summary */
+	char longest_op[64];
 } ctl;
 
 static pk_tramp_fn const handlers[PKS_NDIRECT] = {pks_h0, pks_h1, pks_h2, pks_h3};
@@ -904,6 +1025,12 @@ static void begin_api(const char *what)
 
 static void end_api(void)
 {
+	unsigned long t = now_ns() - atomic_load(&ctl.op_start);
+
+	if (t > ctl.longest_ns) {
+		ctl.longest_ns = t;
+		snprintf(ctl.longest_op, sizeof(ctl.longest_op), "%s", (const char *)ctl.op);
+	}
 	atomic_store(&ctl.op_start, 0);
 	atomic_store(&ctl.w->progress_ns, now_ns());
 }
@@ -1423,6 +1550,17 @@ static void *controller_main(void *arg)
 /* ---- watchdog ---- */
 
 static double start_s;
+static atomic_ulong run_end_ns;	     /* when the workers are to stop (0: not started) */
+static atomic_int joined;	     /* they stopped and were joined */
+static volatile const char *main_op; /* the main thread's API call (background sites) */
+static atomic_ulong main_op_start;
+
+static void main_api(const char *what)
+{
+	main_op = what;
+	atomic_store(&main_op_start, what ? now_ns() : 0);
+}
+
 static double since(unsigned long ns)
 {
 	return (double)(now_ns() - ns) / 1e9;
@@ -1441,12 +1579,14 @@ static void dump_threads(void)
 	if (atomic_load(&ctl.op_start))
 		say("  controller inside %s (call #%lu) for %.2f s\n", (const char *)ctl.op,
 		    ctl.op_no, since(atomic_load(&ctl.op_start)));
+	if (atomic_load(&main_op_start))
+		say("  main thread inside %s for %.2f s\n", (const char *)main_op,
+		    since(atomic_load(&main_op_start)));
 }
 
 static void *watchdog_main(void *arg)
 {
 	unsigned long t0 = now_ns(), hang = (unsigned long)(opt.hang * 1e9);
-	unsigned long end = t0 + (unsigned long)(opt.duration * 1e9);
 	int late_said = 0;
 
 	/*
@@ -1456,12 +1596,13 @@ static void *watchdog_main(void *arg)
 	(void)arg;
 	for (;;) {
 		struct timespec ts = {0, 100000000};
-		unsigned long t, op;
+		unsigned long t, op, end;
 		const char *why = NULL;
 		char b[160];
 
 		nanosleep(&ts, NULL);
 		t = now_ns();
+		end = atomic_load(&run_end_ns); /* (the workers are all there once it is set) */
 		if (atomic_load(&pks_late_runs) && !late_said) {
 			/* Say it now: a later crash would hide it. */
 			late_said = 1;
@@ -1475,7 +1616,13 @@ static void *watchdog_main(void *arg)
 				 (const char *)ctl.op);
 			why = b;
 		}
-		for (int k = 0; !why && k < nworkers; k++) {
+		op = atomic_load(&main_op_start);
+		if (!why && op && (long)(t - op) > (long)hang) {
+			snprintf(b, sizeof(b), "the main thread is stuck in %s",
+				 (const char *)main_op);
+			why = b;
+		}
+		for (int k = 0; !why && end && k < nworkers; k++) {
 			struct worker *w = workers[k];
 
 			if ((long)(t - atomic_load(&w->progress_ns)) > (long)hang && t < end) {
@@ -1484,7 +1631,7 @@ static void *watchdog_main(void *arg)
 				why = b;
 			}
 		}
-		if (!why && t > end + hang)
+		if (!why && end && !atomic_load(&joined) && t > end + hang)
 			why = "the threads did not stop after the end";
 		if (why) {
 			say("stress: WATCHDOG: %s for %.1f s (at %.1f s of the run); threads:\n",
@@ -1509,6 +1656,15 @@ static void usage(int status)
 	    "  -t, --threads N    plain worker threads (2)\n"
 	    "  -a, --alarm-threads N  SIGALRM worker threads (1)\n"
 	    "  -v, --verbose      per-thread statistics\n"
+	    "scale (issue 9), off by default:\n"
+	    "  --background N     attach N more sites (up to %u) for the whole run, half\n"
+	    "                     through one ops, half direct to one trampoline, with\n"
+	    "                     hooks that only count; the controller never touches\n"
+	    "                     them; at the end, detached and checked uncounted (0)\n"
+	    "  --background-callers K  K threads calling background sites, checking\n"
+	    "                     every result and that every call is counted once (0)\n"
+	    "  (at most %d threads in all; CI's stress_hook_scale: --background 10000\n"
+	    "  --background-callers 4 -t 200)\n"
 	    "hazards (issue 8), each on by default:\n"
 	    "  --no-sigblock      no threads that block every signal (H4)\n"
 	    "  --no-alarm         no threads taking SIGALRM every 100 us whose handler calls\n"
@@ -1525,7 +1681,8 @@ static void usage(int status)
 	    "                     direct entry at most once (H1)\n"
 	    "  --no-probes        no calls checking the documented error returns\n"
 	    "  --no-direct        no direct entries (ops only), to narrow a failure down\n"
-	    "  --safe             the --no-* flags of the main CI run: --no-sleep --no-sigblock\n");
+	    "  --safe             the --no-* flags of the main CI run: --no-sleep --no-sigblock\n",
+	    pks_nfuncs - NS, MAXW);
 	exit(status);
 }
 
@@ -1579,18 +1736,28 @@ static int set_opt(const char *a, const char *v, int *used)
 		opt.plain = atoi(v);
 	else if (!strcmp(a, "-a") || !strcmp(a, "--alarm-threads"))
 		opt.nalarm = atoi(v);
+	else if (!strcmp(a, "--background"))
+		opt.background = atoi(v);
+	else if (!strcmp(a, "--background-callers"))
+		opt.bg_callers = atoi(v);
 	else
 		return -1;
 	return 0;
 }
+
+static int nthreads; /* to start (main) */
 
 static struct worker *spawn(enum wkind kind, int idx, void *(*fn)(void *))
 {
 	struct worker *w = calloc(1, sizeof(*w));
 	int err;
 
-	if (!w || nworkers == MAXW) {
-		say("stress: out of memory or threads\n");
+	if (!w) {
+		say("stress: out of memory\n");
+		exit(2);
+	}
+	if (nworkers == MAXW) { /* (main() checked the count) */
+		say("stress: more than %d threads\n", MAXW);
 		exit(2);
 	}
 	w->kind = kind;
@@ -1601,20 +1768,170 @@ static struct worker *spawn(enum wkind kind, int idx, void *(*fn)(void *))
 	workers[nworkers++] = w;
 	err = pthread_create(&w->thr, NULL, fn, w);
 	if (err) {
-		say("stress: pthread_create: %s\n", strerror(err));
+		/* Stop and join the others first: exit() under their calls could crash. */
+		say("stress: cannot create thread %d of %d (%s#%d): pthread_create: %s%s; stopping "
+		    "the %d already running\n",
+		    nworkers, nthreads, wkind_name[kind], idx, strerror(err),
+		    err == EAGAIN ? " (RLIMIT_NPROC, threads-max, memory for stacks?)" : "",
+		    nworkers - 1);
+		nworkers--;
+		atomic_store(&stop, 1);
+		for (int k = 0; k < nworkers; k++)
+			pthread_join(workers[k]->thr, NULL);
 		exit(2);
 	}
 	return w;
 }
 
+/*
+ * Attach the background sites, then call each once from @mw (counted once).
+ * 0, or 1 after a broken promise, 2 when they cannot be set up.
+ */
+static int bg_attach(struct worker *mw)
+{
+	unsigned int n = (unsigned int)opt.background, nd;
+	unsigned long t, ops_ns = 0, dir_ns = 0;
+	int err;
+
+	bg.n = n;
+	bg.nops = (n + 1) / 2;
+	nd = n - bg.nops;
+	bg.ip = calloc(n, sizeof(*bg.ip));
+	bg.e = calloc(nd ? nd : 1, sizeof(*bg.e));
+	if (!bg.ip || !bg.e) {
+		say("stress: out of memory\n");
+		return 2;
+	}
+	for (unsigned int j = 0; j < n; j++) {
+		struct pk_site site;
+
+		err = pk_site_find((unsigned long)pks_funcs[NS + j], &site);
+		if (err) {
+			say("stress: background f%u (%p) is not a site: %s\n", NS + j,
+			    (void *)pks_funcs[NS + j], errname(err));
+			return 2;
+		}
+		bg.ip[j] = site.ip;
+	}
+	bg.ops.func = pks_bg_ops_cb;
+	bg.ops.data = &bg.d;
+	bg.ops.flags = PK_OPS_F_NOVEC;
+	bg.ops.filter.ips = bg.ip;
+	bg.ops.filter.nips = bg.nops;
+	t = now_ns();
+	main_api("pk_ops_register (background)");
+	err = bg.nops ? pk_ops_register(&bg.ops) : 0;
+	main_api(NULL);
+	ops_ns = now_ns() - t;
+	if (err) {
+		viol("pk_ops_register of the background ops (%u sites): %d (%s)", bg.nops, err,
+		     errname(err));
+		return 1;
+	}
+	if (nd) {
+		main_api("pk_tramp_new (background)");
+		bg.tramp = pk_tramp_new(pks_bg_h, PK_TRAMP_F_NOVEC);
+		main_api(NULL);
+		if (!bg.tramp) {
+			viol("pk_tramp_new (background): %s", strerror(errno));
+			return 1;
+		}
+		for (unsigned int j = 0; j < nd; j++) {
+			bg.e[j].ip = bg.ip[bg.nops + j];
+			bg.e[j].addr = pk_tramp_addr(bg.tramp);
+		}
+		t = now_ns();
+		main_api("pk_direct_add (background)");
+		err = pk_direct_add(bg.e, nd);
+		main_api(NULL);
+		dir_ns = now_ns() - t;
+		if (err) {
+			viol("pk_direct_add of the %u background entries: %d (%s)", nd, err,
+			     errname(err));
+			return 1;
+		}
+	}
+	for (unsigned int j = 0; j < n; j++)
+		bg_call_one(mw, j, 1);
+	bg.base[0] = atomic_load(&pks_bg_total[0]);
+	bg.base[1] = atomic_load(&pks_bg_total[1]);
+	say("stress: background: %u sites attached (%u through one ops in %.1f ms, %u direct in "
+	    "%.1f ms)\n",
+	    n, bg.nops, (double)ops_ns / 1e6, nd, (double)dir_ns / 1e6);
+	return atomic_load(&nviol) ? 1 : 0;
+}
+
+/*
+ * The callers' calls were each counted once, in total too; then detach the
+ * background sites and check that calls are counted no more.
+ */
+static void bg_detach(struct worker *mw)
+{
+	unsigned int nd = bg.n - bg.nops;
+	unsigned long made[2] = {0, 0}, t, ops_ns = 0, dir_ns = 0, tot[2];
+	int err, callers = 0;
+
+	for (int k = 0; k < nworkers; k++)
+		if (workers[k]->kind == W_BG) {
+			callers++;
+			made[0] += workers[k]->bg_calls[0];
+			made[1] += workers[k]->bg_calls[1];
+		}
+	for (int kind = 0; kind < 2; kind++) {
+		unsigned long got = atomic_load(&pks_bg_total[kind]) - bg.base[kind];
+
+		if (got != made[kind])
+			viol("the background %s hook counted %lu runs; its sites were called %lu "
+			     "times (by %d threads)",
+			     bg_kind_name[kind], got, made[kind], callers);
+	}
+	t = now_ns();
+	main_api("pk_ops_unregister (background)");
+	err = bg.nops ? pk_ops_unregister(&bg.ops) : 0;
+	main_api(NULL);
+	ops_ns = now_ns() - t;
+	if (err)
+		viol("pk_ops_unregister of the background ops (%u sites): %d (%s)", bg.nops, err,
+		     errname(err));
+	if (nd) {
+		t = now_ns();
+		main_api("pk_direct_del (background)");
+		err = pk_direct_del(bg.ip + bg.nops, nd);
+		main_api(NULL);
+		dir_ns = now_ns() - t;
+		if (err)
+			viol("pk_direct_del of the %u background entries: %d (%s)", nd, err,
+			     errname(err));
+		main_api("pk_tramp_free (background)");
+		err = err ? 0 : pk_tramp_free(bg.tramp);
+		main_api(NULL);
+		if (err)
+			viol("pk_tramp_free of the background trampoline: %d (%s)", err,
+			     errname(err));
+	}
+	tot[0] = atomic_load(&pks_bg_total[0]);
+	tot[1] = atomic_load(&pks_bg_total[1]);
+	for (unsigned int j = 0; j < bg.n; j++)
+		bg_call_one(mw, j, 0);
+	for (int kind = 0; kind < 2; kind++)
+		if (atomic_load(&pks_bg_total[kind]) != tot[kind])
+			viol("the background %s hook ran %lu times after the detach",
+			     bg_kind_name[kind], atomic_load(&pks_bg_total[kind]) - tot[kind]);
+	say("stress: background: %lu calls checked by %d threads (%lu ops, %lu direct); "
+	    "detached in %.1f ms (ops) and %.1f ms (direct)\n",
+	    made[0] + made[1], callers, made[0], made[1], (double)ops_ns / 1e6,
+	    (double)dir_ns / 1e6);
+}
+
 int main(int argc, char **argv)
 {
+	static struct worker mainw = {.kind = W_MAIN};
 	struct worker *cw;
 	pthread_t wd;
 	struct sigaction sa;
 	struct stats tot = {0};
-	unsigned long nsig = 0, eintr = 0, forks = 0, threads = 0;
-	int used, k;
+	unsigned long nsig = 0, eintr = 0, forks = 0, threads = 0, frozen = 0;
+	int used, k, rc;
 
 	opt.seed = (unsigned long)now_ns() % 1000000;
 	for (k = 1; k < argc; k += 1 + used)
@@ -1624,6 +1941,23 @@ int main(int argc, char **argv)
 		}
 	if (pks_nfuncs < NS) {
 		say("stress: only %u functions\n", pks_nfuncs);
+		return 2;
+	}
+	if (opt.background < 0 || (unsigned int)opt.background > pks_nfuncs - NS) {
+		say("stress: --background %d: %u functions after the %d checked ones\n",
+		    opt.background, pks_nfuncs - NS, NS);
+		return 2;
+	}
+	if (opt.bg_callers < 0 || (opt.bg_callers && !opt.background)) {
+		say("stress: --background-callers %d needs --background N\n", opt.bg_callers);
+		return 2;
+	}
+	nthreads = 1 + opt.plain + opt.sigblock + (opt.alarm ? opt.nalarm : 0) + opt.sleeper +
+		   opt.rtblock + opt.forker + opt.churn + opt.bg_callers;
+	if (opt.plain < 0 || opt.nalarm < 0 || nthreads > MAXW) {
+		say("stress: %d threads asked for (-t %d, -a %d, --background-callers %d), at most "
+		    "%d\n",
+		    nthreads, opt.plain, opt.nalarm, opt.bg_callers, MAXW);
 		return 2;
 	}
 	for (unsigned int i = 0; i < NS; i++) {
@@ -1671,8 +2005,33 @@ int main(int argc, char **argv)
 	    opt.sleeper ? " sleep" : "", opt.forker ? " fork" : "",
 	    opt.forker && opt.fork_api ? " fork-api" : "", opt.churn ? " churn" : "",
 	    opt.txn ? " txn" : "", opt.txn && opt.txn_same ? " txn-same" : "");
+	if (opt.background)
+		say("stress: scale: %d background sites, %d threads calling them, %d plain "
+		    "workers\n",
+		    opt.background, opt.bg_callers, opt.plain);
+	rc = pthread_create(&wd, NULL, watchdog_main, NULL);
+	if (rc) {
+		say("stress: cannot create the watchdog thread: pthread_create: %s\n",
+		    strerror(rc));
+		return 2;
+	}
+	mainw.rng = (opt.seed * 0xd1342543de82ef95ul) | 1;
+	pks_ctx = &mainw.ctx;
+	if (opt.background && (rc = bg_attach(&mainw))) {
+		if (rc == 1)
+			say("stress: FAIL: %lu broken promise(s), seed %lu; the first:\n%s",
+			    atomic_load(&nviol), opt.seed, first_viol);
+		return rc;
+	}
 	start_s = (double)now_ns() / 1e9;
 	cw = spawn(W_CONTROL, 0, controller_main);
+	/*
+	 * Before the plain workers: threads started among hundreds of busy ones
+	 * can take seconds to make their first call (under ASan, some of 200
+	 * made none in 10 s).
+	 */
+	for (k = 0; k < opt.bg_callers; k++)
+		spawn(W_BG, k, worker_main);
 	for (k = 0; k < opt.plain; k++)
 		spawn(W_PLAIN, k, worker_main);
 	if (opt.sigblock)
@@ -1687,8 +2046,8 @@ int main(int argc, char **argv)
 		spawn(W_FORK, 0, worker_main);
 	if (opt.churn)
 		spawn(W_CHURN, 0, worker_main);
-	pthread_create(&wd, NULL, watchdog_main, NULL);
 
+	atomic_store(&run_end_ns, now_ns() + (unsigned long)(opt.duration * 1e9));
 	for (unsigned long t0 = now_ns(); now_ns() - t0 < (unsigned long)(opt.duration * 1e9);) {
 		struct timespec ts = {0, 50000000};
 
@@ -1697,6 +2056,9 @@ int main(int argc, char **argv)
 	atomic_store(&stop, 1);
 	for (k = 0; k < nworkers; k++)
 		pthread_join(workers[k]->thr, NULL);
+	atomic_store(&joined, 1);
+	if (opt.background)
+		bg_detach(&mainw);
 	if (atomic_load(&pks_late_runs))
 		viol("%lu callback run(s) after pk_ops_unregister returned or the transaction "
 		     "that registered them was aborted (first: ops%d at ip %#lx)",
@@ -1709,6 +2071,12 @@ int main(int argc, char **argv)
 
 		if (w == cw)
 			continue;
+		if (w->kind == W_BG) {
+			if (opt.verbose)
+				say("  %s#%d: %lu calls of background sites\n", wkind_name[w->kind],
+				    w->idx, w->bg_calls[0] + w->bg_calls[1]);
+			continue;
+		}
 		for (int j = 0; j < 2; j++) {
 			tot.calls += s[j]->calls;
 			tot.exact += s[j]->exact;
@@ -1720,6 +2088,7 @@ int main(int argc, char **argv)
 		nsig += w->nsig;
 		eintr += w->eintr;
 		forks += w->forks;
+		frozen += w->frozen;
 		threads += w->threads;
 		if (opt.verbose)
 			say("  %s#%d: %lu calls (+%lu in its signal handler)\n",
@@ -1734,6 +2103,13 @@ int main(int argc, char **argv)
 	    ctl.nops[S_REG], ctl.nops[S_UNREG], ctl.nops[S_DADD], ctl.nops[S_DMOD],
 	    ctl.nops[S_DDEL], ctl.ntxn, ctl.nabort, ctl.ntramp_new, ctl.ntramp_free, ctl.nprobe,
 	    forks, threads);
+	if (frozen)
+		say("stress: %lu fork child(ren) had their hook calls refused (-ENOTRECOVERABLE): "
+		    "fork() had waited 2 s for a hook call of another thread, as documented\n",
+		    frozen);
+	if (ctl.longest_ns)
+		say("stress: the controller's longest API call: %.1f ms (%s)\n",
+		    (double)ctl.longest_ns / 1e6, ctl.longest_op);
 	for (k = 0; k < MAX_KINDS && atomic_load(&kinds[k].fmt); k++)
 		if (atomic_load(&kinds[k].n) > MAX_SAME)
 			say("stress: %lu of the kind \"%.70s...\"\n", atomic_load(&kinds[k].n),

@@ -820,7 +820,7 @@ END_TEST
  */
 enum { RACE_K = 3 };
 static atomic_ulong race_gen; /* % 4: 0 absent, 1 adding, 2 present, 3 removing */
-static atomic_int race_stop;
+static atomic_int race_stop, race_pause, race_paused;
 static atomic_long race_judged, race_wrong, race_threads;
 static volatile long race_var;
 
@@ -848,6 +848,13 @@ static void *race_creator(void *arg)
 	while (!atomic_load(&race_stop)) {
 		pthread_t t;
 
+		if (atomic_load(&race_pause)) { /* its children are joined: none is left */
+			atomic_fetch_add(&race_paused, 1);
+			while (atomic_load(&race_pause) && !atomic_load(&race_stop))
+				sched_yield();
+			atomic_fetch_sub(&race_paused, 1);
+			continue;
+		}
 		if (!pthread_create(&t, NULL, race_child, NULL))
 			pthread_join(t, NULL);
 	}
@@ -873,13 +880,19 @@ START_TEST(threads_created_during_add)
 		atomic_fetch_add(&race_gen, 1); /* present */
 		usleep(500);
 		atomic_fetch_add(&race_gen, 1); /* removing */
-		/* No new counts, then time for the hits in flight (counted, not yet delivered). */
-		ck_assert_int_eq(pk_watch_disable(w), 0);
-		usleep(20000); /* a thread preempted between the count and its SIGTRAP: a slice */
+		/*
+		 * Every writer gone before the counts are read: a hit the kernel
+		 * counted is delivered before its thread goes on, so none is in
+		 * flight, and `unseen` counts only accesses counted twice.
+		 */
+		atomic_store(&race_pause, 1);
+		while (atomic_load(&race_paused) < CREATORS)
+			sched_yield();
 		ck_assert_int_eq(pk_watch_stats(w, &st), 0);
 		unseen += st.unseen;
 		pk_watch_remove(w);
 		atomic_fetch_add(&race_gen, 1); /* absent */
+		atomic_store(&race_pause, 0);
 	}
 	atomic_store(&race_stop, 1);
 	for (int i = 0; i < CREATORS; i++)

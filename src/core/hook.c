@@ -593,7 +593,8 @@ static int hook_enter(void)
 		return -EDEADLK;
 	pthread_once(&notify_once, notify_init);
 	pthread_mutex_lock(&hook_lock);
-	while (txn_open && !txn_mine)
+	/* Broken first: in such a fork child nobody is left to end another thread's transaction. */
+	while (!hook_broken && txn_open && !txn_mine)
 		pthread_cond_wait(&txn_cv, &hook_lock);
 	if (hook_broken) {
 		pthread_mutex_unlock(&hook_lock);

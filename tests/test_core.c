@@ -2,10 +2,12 @@
 /* The library's shared surface: version and the print callback. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <probekit/probekit.h>
 
+#include "base/umap.h"
 #include "core/log.h"
 #include "harness.h"
 
@@ -43,6 +45,37 @@ START_TEST(silent_by_default_then_prints)
 }
 END_TEST
 
+struct rec {
+	int pad;
+	unsigned long key;
+};
+
+/* The address map: every key found after growth, none that was not put, clear empties. */
+START_TEST(umap_finds_what_was_put)
+{
+	enum { N = 5000 };
+	static struct rec r[N];
+	struct pki_umap m = PKI_UMAP_INIT(struct rec, key);
+
+	for (int i = 0; i < N; i++) {
+		r[i].key = 0x400000ul + 16ul * (unsigned long)i; /* aligned, like sites */
+		ck_assert_int_eq(pki_umap_insert(&m, &r[i]), 0);
+	}
+	ck_assert_uint_eq(m.n, N);
+	ck_assert_uint_ge(m.cap, 2 * N);
+	for (int i = 0; i < N; i++)
+		ck_assert_ptr_eq(pki_umap_find(&m, r[i].key), &r[i]);
+	ck_assert_ptr_null(pki_umap_find(&m, 0x400008ul));
+	ck_assert_ptr_null(pki_umap_find(&m, 0x400000ul + 16ul * N));
+	pki_umap_clear(&m);
+	ck_assert_uint_eq(m.n, 0);
+	ck_assert_ptr_null(pki_umap_find(&m, r[7].key));
+	ck_assert_int_eq(pki_umap_insert(&m, &r[7]), 0);
+	ck_assert_ptr_eq(pki_umap_find(&m, r[7].key), &r[7]);
+	free(m.slot);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core");
@@ -50,6 +83,7 @@ int main(void)
 
 	tcase_add_test(tc, version_matches_header);
 	tcase_add_test(tc, silent_by_default_then_prints);
+	tcase_add_test(tc, umap_finds_what_was_put);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

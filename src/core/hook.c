@@ -56,6 +56,7 @@
 #include <probekit/sites.h>
 
 #include "arch/x86_64/insn.h"
+#include "base/umap.h"
 #include "arch/x86_64/tramp.h"
 #include "core/gp.h"
 #include "core/hook_int.h"
@@ -117,16 +118,12 @@ struct ops_change {
 	bool reg;
 };
 
-/* ip -> struct site, open addressing (sites are never removed). */
-struct sitemap {
-	struct site **slot;
-	size_t cap, n;
-};
 
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The pk_tramp records (see pk_tramp below); taken under hook_lock, never the other way. */
 static pthread_mutex_t tramp_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct sitemap sites;
+/* ip -> struct site (removed only by __forget(), which rebuilds it). */
+static struct pki_umap sites = PKI_UMAP_INIT(struct site, ip);
 static struct {
 	struct site **v;
 	size_t n, cap;
@@ -221,52 +218,9 @@ void pki_hook_set_poke(pki_poke_fn fn)
 	poke_fn = fn ? fn : pki_text_poke_batch;
 }
 
-static size_t hash_ip(unsigned long ip, size_t mask)
-{
-	return (size_t)((ip * 0x9e3779b97f4a7c15ul) >> 17) & mask;
-}
-
 static struct site *__site_find(unsigned long ip)
 {
-	if (!sites.cap)
-		return NULL;
-	for (size_t i = hash_ip(ip, sites.cap - 1);; i = (i + 1) & (sites.cap - 1)) {
-		if (!sites.slot[i])
-			return NULL;
-		if (sites.slot[i]->ip == ip)
-			return sites.slot[i];
-	}
-}
-
-static int __sitemap_insert(struct site *s)
-{
-	if (2 * (sites.n + 1) > sites.cap) {
-		size_t cap = sites.cap ? 2 * sites.cap : 64;
-		struct site **slot = calloc(cap, sizeof(*slot));
-
-		if (!slot)
-			return -ENOMEM;
-		for (size_t j = 0; j < sites.cap; j++) {
-			struct site *o = sites.slot[j];
-			size_t i;
-
-			if (!o)
-				continue;
-			for (i = hash_ip(o->ip, cap - 1); slot[i]; i = (i + 1) & (cap - 1))
-				;
-			slot[i] = o;
-		}
-		free(sites.slot);
-		sites.slot = slot;
-		sites.cap = cap;
-	}
-	size_t i;
-
-	for (i = hash_ip(s->ip, sites.cap - 1); sites.slot[i]; i = (i + 1) & (sites.cap - 1))
-		;
-	sites.slot[i] = s;
-	sites.n++;
-	return 0;
+	return pki_umap_find(&sites, ip);
 }
 
 /* The site record of @ip, made on first use after checking it is a site. */
@@ -297,7 +251,7 @@ static int __site_get(unsigned long addr, struct site **out)
 		free(s);
 		return -EBUSY;
 	}
-	err = __sitemap_insert(s);
+	err = pki_umap_insert(&sites, s);
 	if (err) {
 		free(s);
 		return err;
@@ -1136,10 +1090,9 @@ static void __forget(const struct range *r, size_t nr)
 		free(st->saved_ops.v);
 		free(st);
 	}
-	memset(sites.slot, 0, cap * sizeof(*sites.slot));
-	sites.n = 0;
+	pki_umap_clear(&sites);
 	for (size_t i = 0; i < n; i++)
-		__sitemap_insert(keep[i]); /* fits: fewer than before */
+		pki_umap_insert(&sites, keep[i]); /* fits: fewer than before */
 	free(keep);
 }
 
@@ -1538,50 +1491,8 @@ struct pk_tramp {
 };
 
 static struct pk_tramp *parked; /* under tramp_lock, like tramps */
-static struct {
-	struct pk_tramp **slot; /* open addressing by ent.x, never removed */
-	size_t cap, n;
-} tramps;
-
-static struct pk_tramp *__tramp_find(unsigned long x)
-{
-	if (!tramps.cap)
-		return NULL;
-	for (size_t i = hash_ip(x, tramps.cap - 1);; i = (i + 1) & (tramps.cap - 1))
-		if (!tramps.slot[i] || tramps.slot[i]->ent.x == x)
-			return tramps.slot[i];
-}
-
-static int __tramp_insert(struct pk_tramp *t)
-{
-	if (2 * (tramps.n + 1) > tramps.cap) {
-		size_t cap = tramps.cap ? 2 * tramps.cap : 64;
-		struct pk_tramp **slot = calloc(cap, sizeof(*slot));
-
-		if (!slot)
-			return -ENOMEM;
-		for (size_t j = 0; j < tramps.cap; j++) {
-			size_t i;
-
-			if (!tramps.slot[j])
-				continue;
-			for (i = hash_ip(tramps.slot[j]->ent.x, cap - 1); slot[i];
-			     i = (i + 1) & (cap - 1))
-				;
-			slot[i] = tramps.slot[j];
-		}
-		free(tramps.slot);
-		tramps.slot = slot;
-		tramps.cap = cap;
-	}
-	size_t i;
-
-	for (i = hash_ip(t->ent.x, tramps.cap - 1); tramps.slot[i]; i = (i + 1) & (tramps.cap - 1))
-		;
-	tramps.slot[i] = t;
-	tramps.n++;
-	return 0;
-}
+/* ent.x -> struct pk_tramp, every one ever made (never removed). */
+static struct pki_umap tramps = PKI_UMAP_INIT(struct pk_tramp, ent.x);
 
 /* The handler body of the live pk_tramp whose address is @addr, or 0. */
 static unsigned long tramp_body_of(unsigned long addr)
@@ -1592,7 +1503,7 @@ static unsigned long tramp_body_of(unsigned long addr)
 	if (!pki_tmem_contains(addr))
 		return 0;
 	pthread_mutex_lock(&tramp_lock);
-	t = __tramp_find(addr);
+	t = pki_umap_find(&tramps, addr);
 	if (t)
 		body = t->body.x;
 	pthread_mutex_unlock(&tramp_lock);
@@ -1645,7 +1556,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 		err = pki_tmem_entry_new(0, &t->ent);
 		if (!err) {
 			pthread_mutex_lock(&tramp_lock);
-			err = __tramp_insert(t);
+			err = pki_umap_insert(&tramps, t);
 			pthread_mutex_unlock(&tramp_lock);
 		}
 		if (err) { /* the entry, if made, stays unused */

@@ -44,7 +44,7 @@
 
 #include "agent.h"
 #include "agent_int.h"
-#include "arch/x86_64/decode.h"
+#include "arch/arch.h"
 #include "core/fd.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"

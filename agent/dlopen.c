@@ -92,7 +92,7 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "core/hook_int.h"
-#include "arch/x86_64/callret.h"
+#include "arch/arch.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"
 #include "trace/trace.h"

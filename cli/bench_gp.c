@@ -135,7 +135,8 @@ static int measure(struct pk_ops *o, unsigned long rounds, struct figures *f)
 		err = pk_ops_register(o);
 		if (!err) {
 			if (pkb_add((int)i, 1) != (int)i + 1)
-				return cli_error("bench gp: pkb_add returned a wrong sum while hooked");
+				return cli_error(
+				    "bench gp: pkb_add returned a wrong sum while hooked");
 			err = pk_ops_unregister(o);
 		}
 		if (err)
@@ -235,12 +236,9 @@ out:
 int bench_gp(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"blocked", required_argument, NULL, 'b'},
-	    {"running", required_argument, NULL, 'R'},
-	    {"hooked", required_argument, NULL, 'H'},
-	    {"rounds", required_argument, NULL, 'r'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"blocked", required_argument, NULL, 'b'}, {"running", required_argument, NULL, 'R'},
+	    {"hooked", required_argument, NULL, 'H'},  {"rounds", required_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},	       {NULL, 0, NULL, 0},
 	};
 	unsigned long nb = 1000, nr = 0, nh = 0, rounds = 200;
 	bool have_b = false;

@@ -313,8 +313,8 @@ static int background_attach(struct background *bg, enum api api)
 		if (site_of((const void *)pkb_targets[i], &bg->ips[i]))
 			return -1;
 	if (api == API_OPS) {
-		bg->ops = (struct pk_ops){.func = empty_ops,
-					  .filter = {.ips = bg->ips, .nips = bg->m}};
+		bg->ops =
+		    (struct pk_ops){.func = empty_ops, .filter = {.ips = bg->ips, .nips = bg->m}};
 		err = pk_ops_register(&bg->ops);
 	} else {
 		bg->tramp = pk_tramp_new(empty_handler, 0);

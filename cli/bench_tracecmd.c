@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "../examples/demo_body.h"
-#include "arch/x86_64/tsc.h"
+#include "arch/arch.h"
 #include "cli.h"
 
 /* Run @argv with stdout (and stderr if @err) captured; exit status or -1. */

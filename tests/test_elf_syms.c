@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "arch/x86_64/decode.h"
+#include "arch/arch.h"
 #include "harness.h"
 #include "sym/elf_syms.h"
 

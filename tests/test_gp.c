@@ -22,7 +22,7 @@
 
 #include <probekit/hook.h>
 
-#include "arch/x86_64/tramp.h"
+#include "arch/arch.h"
 #include "core/gp.h"
 #include "core/threads.h"
 #include "core/tmem.h"
@@ -380,7 +380,7 @@ START_TEST(first_hook_in_a_destructor)
 		pthread_join(th[i], NULL);
 	pki_gp_stats(&b);
 	ck_assert_uint_eq(b.readers, a.readers); /* every one gave its slot back */
-	ck_assert_int_eq(nothing_calls, N + 1);  /* and its call was hooked */
+	ck_assert_int_eq(nothing_calls, N + 1);	 /* and its call was hooked */
 	ck_assert_int_eq(pki_gp_synchronize(), 0);
 }
 END_TEST

@@ -14,7 +14,7 @@
 
 #include <probekit/hook.h>
 
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 #include "core/gp.h"
 #include "core/hook_int.h"
 #include "core/tmem.h"
@@ -208,6 +208,16 @@ START_TEST(direct_add_mod_del)
 	ck_assert_int_eq(pk_direct_del(&e.ip, 1), 0);
 	site_calls(F0, 0);
 	ck_assert_int_eq(pk_direct_del(&e.ip, 1), -ENOENT);
+	/* In use by a staged entry of our own transaction, or still committed in one. */
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	e.addr = pk_tramp_addr(tx);
+	ck_assert_int_eq(pk_direct_add(&e, 1), 0);
+	ck_assert_int_eq(pk_tramp_free(tx), -EBUSY);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_direct_del(&e.ip, 1), 0);
+	ck_assert_int_eq(pk_tramp_free(tx), -EBUSY); /* the committed site still calls it */
+	ck_assert_int_eq(pk_txn_commit(), 0);
 	ck_assert_int_eq(pk_tramp_free(tx), 0);
 	ck_assert_int_eq(pk_tramp_free(ty), 0);
 	ck_assert_int_eq(pk_direct_sync(), 0);

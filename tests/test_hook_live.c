@@ -25,7 +25,7 @@
 #include "core/gp.h"
 #include "core/hook_int.h"
 #include "harness.h"
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 #include "patch/patch.h"
 #include "hook_fixture.h"
 #include "targets/targets.h"

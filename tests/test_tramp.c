@@ -13,7 +13,7 @@
 
 #include <probekit/hook.h>
 
-#include "arch/x86_64/tramp.h"
+#include "arch/arch.h"
 #include "core/gp.h"
 #include "core/tmem.h"
 #include "harness.h"
@@ -210,7 +210,8 @@ START_TEST(list_tramp_returns_or_continues)
 	struct pki_tentry *en = &entries[nentries - 1];
 
 	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
-	ck_assert_int_eq(pki_tmem_emit(PKI_TRAMP_LIST, &s, (unsigned long[]){(unsigned long)fake_list}, 1), 0);
+	ck_assert_int_eq(
+	    pki_tmem_emit(PKI_TRAMP_LIST, &s, (unsigned long[]){(unsigned long)fake_list}, 1), 0);
 	pki_tmem_exits(en, &x);
 	pki_tmem_entry_set(en, &(struct pki_tramp_entry){s.x, x.ret, 0, x.ret_ret});
 	check_call(e, 11);
@@ -305,7 +306,7 @@ START_TEST(first_entry_registers_thread)
 	pki_gp_stats(&c);
 	ck_assert_int_eq(thread_nest_before, PKI_TRAMP_UNREG);
 	ck_assert_int_eq(thread_nest_after, -1);
-	ck_assert_int_eq(calls, 2); /* the first call of a thread is hooked */
+	ck_assert_int_eq(calls, 2);		 /* the first call of a thread is hooked */
 	ck_assert_uint_eq(c.readers, a.readers); /* gone again at its exit */
 	(void)b;
 }

@@ -17,7 +17,10 @@ struct pki_umap {
 	size_t key_off; /* offsetof(record, key) */
 };
 
-#define PKI_UMAP_INIT(type, member) {.key_off = offsetof(type, member)}
+#define PKI_UMAP_INIT(type, member)                                                                \
+	{                                                                                          \
+		.key_off = offsetof(type, member)                                                  \
+	}
 
 /* The record with @key, or NULL. */
 void *pki_umap_find(const struct pki_umap *m, unsigned long key);

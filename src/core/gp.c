@@ -103,7 +103,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "arch/x86_64/tramp.h"
+#include "arch/arch.h"
 #include "core/gp.h"
 #include "core/log.h"
 
@@ -119,7 +119,7 @@ struct gp_reader {
 
 /* Pages are mapped on demand and never unmapped (lock-free readers). */
 static struct gp_reader *reader_pages[READER_PAGES];
-static unsigned int reader_hwm; /* slots ever used: a pass scans [0, hwm) */
+static unsigned int reader_hwm;	 /* slots ever used: a pass scans [0, hwm) */
 static unsigned int gp_scanning; /* passes in progress (S) */
 static uint32_t gp_answers;	 /* futex: bumped by each slow exit */
 static pthread_key_t exit_key;
@@ -142,8 +142,8 @@ void pki_gp_stats(struct pki_gp_stats *st)
 
 static struct gp_reader *reader_at(unsigned int i)
 {
-	struct gp_reader *page = __atomic_load_n(&reader_pages[i / READERS_PER_PAGE],
-						 __ATOMIC_ACQUIRE);
+	struct gp_reader *page =
+	    __atomic_load_n(&reader_pages[i / READERS_PER_PAGE], __ATOMIC_ACQUIRE);
 
 	return page ? &page[i % READERS_PER_PAGE] : NULL;
 }
@@ -398,7 +398,8 @@ static void __recheck_busy(void)
 
 	for (size_t i = 0; i < nbusy; i++) {
 		struct gp_busy *b = &busy[i];
-		struct pki_tramp_tls *t = __atomic_load_n(&reader_at(b->slot)->tls, __ATOMIC_SEQ_CST);
+		struct pki_tramp_tls *t =
+		    __atomic_load_n(&reader_at(b->slot)->tls, __ATOMIC_SEQ_CST);
 
 		if (t != b->tls || __atomic_load_n(&t->nest, __ATOMIC_ACQUIRE) < 0 ||
 		    __atomic_load_n(&t->qs, __ATOMIC_ACQUIRE) != b->qs)
@@ -459,14 +460,16 @@ int pki_gp_synchronize_for(long timeout_ns)
 			goto unlock;
 		}
 		if (!warned && ns > 2000000000l) {
-			pki_warn("hooks: grace period waits for thread %d, inside a callback for 2 s\n",
-				 reader_at(busy[0].slot)->tid);
+			pki_warn(
+			    "hooks: grace period waits for thread %d, inside a callback for 2 s\n",
+			    reader_at(busy[0].slot)->tid);
 			warned = true;
 		}
 		if (spins++ < GP_SPINS) {
 			sched_yield();
 		} else {
-			/* Woken by a slow exit; the timeout catches one that left by the fast exit. */
+			/* Woken by a slow exit; the timeout catches one that left by the fast exit.
+			 */
 			struct timespec to = {0, 1000000};
 
 			syscall(SYS_futex, &gp_answers, FUTEX_WAIT_PRIVATE, seen, &to, NULL, 0);

@@ -55,9 +55,8 @@
 #include <probekit/hook.h>
 #include <probekit/sites.h>
 
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 #include "base/umap.h"
-#include "arch/x86_64/tramp.h"
 #include "core/gp.h"
 #include "core/hook_int.h"
 #include "core/log.h"
@@ -101,9 +100,9 @@ struct ops_priv {
 	unsigned long *ips; /* its sites */
 	size_t nips, cap_ips;
 	struct pki_tslot tramp; /* its body (tramp.x 0: none yet), any chunk */
-	bool registered; /* committed state */
-	bool staged;	 /* staged state */
-	bool follows;	 /* filter by globs or empty: takes sites of objects loaded later */
+	bool registered;	/* committed state */
+	bool staged;		/* staged state */
+	bool follows;		/* filter by globs or empty: takes sites of objects loaded later */
 	/*
 	 * Unregister + register of a registered ops in one transaction: the
 	 * new registration gets its own ops_priv (ops->private), and @prev is
@@ -117,7 +116,6 @@ struct ops_change {
 	struct ops_priv *p;
 	bool reg;
 };
-
 
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The pk_tramp records (see pk_tramp below); taken under hook_lock, never the other way. */
@@ -644,10 +642,17 @@ static void __decided_drop(size_t n)
 }
 
 /* After the batch: park the entries the text no longer calls, retire what they replaced. */
+static void tramp_use(unsigned long addr, int delta);
+
 static void __sites_settle(void)
 {
 	for (size_t i = 0; i < dirty.n; i++) {
 		struct site *s = dirty.v[i];
+
+		if (s->saved_direct != s->direct) { /* committed direct addresses: see pk_tramp */
+			tramp_use(s->saved_direct, -1);
+			tramp_use(s->direct, 1);
+		}
 
 		if (s->ent.x && s->new_call != s->ent.x)
 			pki_tmem_entry_set(&s->ent, &s->new_ent);
@@ -1086,6 +1091,7 @@ static void __forget(const struct range *r, size_t nr)
 		}
 		if (st->opsv)
 			pki_gp_defer(opsv_free, st->opsv);
+		tramp_use(st->direct, -1); /* outside any transaction: the committed one */
 		free(st->ops.v);
 		free(st->saved_ops.v);
 		free(st);
@@ -1487,12 +1493,27 @@ struct pk_tramp {
 	struct pki_tslot body;
 	pk_tramp_fn handler;
 	unsigned int flags;
+	unsigned long uses;    /* committed sites whose direct address it is (tramp_lock) */
 	struct pk_tramp *next; /* on the list of parked ones */
 };
 
 static struct pk_tramp *parked; /* under tramp_lock, like tramps */
 /* ent.x -> struct pk_tramp, every one ever made (never removed). */
 static struct pki_umap tramps = PKI_UMAP_INIT(struct pk_tramp, ent.x);
+
+/* A committed site's direct address became (@delta 1) or stopped being (-1) @addr. */
+static void tramp_use(unsigned long addr, int delta)
+{
+	struct pk_tramp *t;
+
+	if (!addr || !pki_tmem_contains(addr))
+		return;
+	pthread_mutex_lock(&tramp_lock);
+	t = pki_umap_find(&tramps, addr);
+	if (t)
+		t->uses += (unsigned long)(long)delta;
+	pthread_mutex_unlock(&tramp_lock);
+}
 
 /* The handler body of the live pk_tramp whose address is @addr, or 0. */
 static unsigned long tramp_body_of(unsigned long addr)
@@ -1570,7 +1591,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	err = pki_tmem_alloc(0, &t->body);
 	if (!err)
 		err = pki_tmem_emit(flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV
-							  : PKI_TRAMP_HANDLER,
+							     : PKI_TRAMP_HANDLER,
 				    &t->body, (unsigned long[]){(unsigned long)handler}, 1);
 	if (err) {
 		if (t->body.x)
@@ -1605,12 +1626,14 @@ int pk_tramp_free(struct pk_tramp *t)
 	err = hook_enter();
 	if (err)
 		return err;
-	for (size_t i = 0; i < sites.cap; i++) {
-		struct site *s = sites.slot[i];
-
-		if (s && (s->direct == t->ent.x || (s->dirty && s->saved_direct == t->ent.x)))
+	/* Used by a committed site, or staged for one in our transaction: O(dirty sites). */
+	pthread_mutex_lock(&tramp_lock);
+	if (t->uses)
+		err = -EBUSY;
+	pthread_mutex_unlock(&tramp_lock);
+	for (size_t i = 0; i < dirty.n && !err; i++)
+		if (dirty.v[i]->direct == t->ent.x)
 			err = -EBUSY;
-	}
 	/*
 	 * Still under hook_lock: no commit can route a site to the body
 	 * between the check and the parking (tramp_body_of() reads it as 0).

@@ -2,9 +2,8 @@
 /*
  * Trampoline memory (see tmem.h).  Slot 0 of every chunk holds the chunk's
  * copy of the list dispatcher, slots 1-2 its exits (tramp.S); both, and
- * the slots given to entries, live as long as the process.  The chunk table is append-only and published with a
- * release store of its length, so pki_tmem_contains() can run in a signal
- * handler.
+ * the slots given to entries, live as long as the process.  The chunk table is append-only and
+ * published with a release store of its length, so pki_tmem_contains() can run in a signal handler.
  *
  * Backing.  Each chunk's two views share their pages: a memfd mapped twice,
  * or, where memfd_create() is refused (a seccomp filter, ENOSYS), shared
@@ -197,10 +196,10 @@ static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
 			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1,
 			     x + PKI_TMEM_SLOT, false);
 	if (!err)
-		err = pki_tramp_emit(
-		    PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,
-		    (unsigned long[]){(unsigned long)pki_gp_exit_slow, (unsigned long)pki_gp_register},
-		    2, 0, false);
+		err = pki_tramp_emit(PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,
+				     (unsigned long[]){(unsigned long)pki_gp_exit_slow,
+						       (unsigned long)pki_gp_register},
+				     2, 0, false);
 	if (err)
 		goto unmap_w;
 	chunks[nchunks] = c;
@@ -350,9 +349,8 @@ int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out)
 	out->x = c->x + off;
 	out->w = c->w + off;
 	pki_tramp_exits_at(c->x + PKI_TMEM_SLOT, &x);
-	err = pki_tramp_emit(PKI_TRAMP_ENTRY, out->w,
-			     (unsigned long[]){x.ret, x.ret, 0, x.ret_ret}, 4, 0,
-			     pki_gp_readers_locked());
+	err = pki_tramp_emit(PKI_TRAMP_ENTRY, out->w, (unsigned long[]){x.ret, x.ret, 0, x.ret_ret},
+			     4, 0, pki_gp_readers_locked());
 	if (!err)
 		err = pki_tramp_entry_link(out->w, out->x, x.reg);
 unlock:

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "arch/x86_64/tramp.h"
+#include "arch/arch.h"
 
 #define PKI_TMEM_SLOT	    PKI_TRAMP_MAX
 #define PKI_TMEM_CHUNK	    (64 * 1024)

@@ -99,7 +99,7 @@
 #include "core/log.h"
 #include "patch/alias.h"
 
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 
 #ifndef MFD_EXEC
 #define MFD_EXEC 0x0010u

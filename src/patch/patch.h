@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 
 struct pki_poke {
 	unsigned long addr;

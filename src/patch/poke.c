@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "arch/x86_64/store.h"
+#include "arch/arch.h"
 #include "core/fd.h"
 #include "core/log.h"
 #include "core/threads.h"

@@ -26,7 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 #include "core/log.h"
 #include "patch/relay.h"
 

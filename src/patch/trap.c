@@ -43,7 +43,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "arch/x86_64/trap.h"
+#include "arch/arch.h"
 #include "core/sigtrap.h"
 #include "patch/internal.h"
 

@@ -13,7 +13,7 @@
 
 #include <probekit/sites.h>
 
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 
 struct pki_elf_site {
 	uint64_t vaddr; /* link-time address of the site */

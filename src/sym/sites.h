@@ -31,7 +31,7 @@
 
 #include <probekit/sites.h>
 
-#include "arch/x86_64/insn.h"
+#include "arch/arch.h"
 
 struct pki_sym_object;
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arch/x86_64/tsc.h"
+#include "arch/arch.h"
 #include "trace/clock.h"
 #include "trace/format.h"
 

@@ -2,7 +2,7 @@
 /* CRC-32C for trace records (see crc32.h); the instruction itself is in arch/. */
 #include <stdbool.h>
 
-#include "arch/x86_64/crc32c.h"
+#include "arch/arch.h"
 #include "trace/crc32.h"
 
 static uint32_t table[256];

@@ -47,7 +47,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "arch/x86_64/vecsafe.h"
+#include "arch/arch.h"
 
 #define PKI_FGRAPH_DEPTH 2048
 

@@ -52,8 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "arch/x86_64/tsc.h"
-#include "arch/x86_64/vecsafe.h"
+#include "arch/arch.h"
 #include "trace/clock.h"
 #include "trace/format.h"
 

@@ -70,7 +70,7 @@ __attribute__((constructor)) static void gate_init(void)
 }
 
 __attribute__((visibility("default"))) int pthread_create(pthread_t *th, const pthread_attr_t *attr,
-							   void *(*fn)(void *), void *arg)
+							  void *(*fn)(void *), void *arg)
 {
 	create_fn real = __atomic_load_n(&real_create, __ATOMIC_RELAXED);
 	int err;

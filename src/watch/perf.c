@@ -24,7 +24,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "arch/x86_64/hwbp.h"
+#include "arch/arch.h"
 #include "core/fd.h"
 #include "watch/perf.h"
 

@@ -41,7 +41,7 @@
 #include <linux/perf_event.h>
 #include <probekit/watch.h>
 
-#include "arch/x86_64/hwbp.h"
+#include "arch/arch.h"
 #include "core/log.h"
 #include "core/sigtrap.h"
 #include "watch/gate.h"

@@ -31,8 +31,8 @@ TEMPLATE(handler_nv);
 TEMPLATE(list);
 TEMPLATE(entry);
 TEMPLATE(exits);
-extern const unsigned char pki_tramp_entry_lock[], pki_tramp_entry_js[], pki_tramp_x_ret[], pki_tramp_x_ret_ret[],
-    pki_tramp_x_user[], pki_tramp_x_reg[];
+extern const unsigned char pki_tramp_entry_lock[], pki_tramp_entry_js[], pki_tramp_x_ret[],
+    pki_tramp_x_ret_ret[], pki_tramp_x_user[], pki_tramp_x_reg[];
 
 static const struct {
 	const unsigned char *start, *end, *data;
@@ -101,7 +101,7 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 	if (kind >= PKI_TRAMP_NR_KINDS || ndata != templates[kind].ndata)
 		return -EINVAL;
 	len = pki_tramp_size(kind);
-	max = kind == PKI_TRAMP_EXITS ? PKI_TRAMP_EXITS_MAX
+	max = kind == PKI_TRAMP_EXITS	? PKI_TRAMP_EXITS_MAX
 	      : kind == PKI_TRAMP_ENTRY ? PKI_TRAMP_ENTRY_SIZE
 					: PKI_TRAMP_MAX;
 	if (len > max || (kind == PKI_TRAMP_ENTRY &&

@@ -902,7 +902,8 @@ __attribute__((constructor(101))) static void agent_start(void)
 
 		err = errno;
 		if (err == ENOSPC)
-			snprintf(why, sizeof(why), " (all 4 debug registers in use)");
+			snprintf(why, sizeof(why), " (all %d debug registers in use)",
+				 PKI_HWBP_SLOTS);
 		if (err == EACCES || err == EPERM) {
 			strcpy(why, " (");
 			pki_perf_denied_why(why + 2, sizeof(why) - 3);

@@ -286,8 +286,8 @@ void pki_tmem_free(const struct pki_tslot *s)
 		pthread_mutex_unlock(&tmem_lock);
 		return;
 	}
-	/* Leave a `ret`-free pattern: int3 traps if anyone ever ran it. */
-	memset(c->w + slot * PKI_TMEM_SLOT, 0xcc, PKI_TMEM_SLOT);
+	/* Leave a pattern that traps if anyone ever ran it. */
+	pki_tramp_fill_trap(c->w + slot * PKI_TMEM_SLOT, PKI_TMEM_SLOT);
 	c->used[slot / 64] &= ~(1ull << (slot % 64));
 	c->nfree++;
 	pthread_mutex_unlock(&tmem_lock);

@@ -130,6 +130,11 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 	return 0;
 }
 
+void pki_tramp_fill_trap(void *buf, size_t len)
+{
+	memset(buf, 0xcc, len); /* int3 */
+}
+
 static int sync_core_ok;
 
 static void sync_core_register(void)

@@ -94,6 +94,9 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
  */
 int pki_tramp_entry_link(void *buf, unsigned long x, unsigned long x_reg);
 
+/* Fill @len bytes at @buf with instructions that trap (int3), for freed memory. */
+void pki_tramp_fill_trap(void *buf, size_t len);
+
 /* Make instruction fetches on every CPU see freshly written code. */
 void pki_tramp_sync_cores(void);
 

@@ -233,7 +233,10 @@ PK_API unsigned long pk_tramp_addr(const struct pk_tramp *t);
 
 /*
  * Free @t; its memory is reused only after a grace period, so this may
- * follow pk_direct_del() at once.  -EBUSY if a direct entry still uses it.
+ * follow pk_direct_del() at once.  -EBUSY if a direct entry still uses it
+ * (committed, or staged in the caller's transaction).  Its address stays
+ * valid code (a call there runs the function without the handler) and may
+ * be given again by a later pk_tramp_new() of the same handler and flags.
  */
 PK_API int pk_tramp_free(struct pk_tramp *t);
 

@@ -45,7 +45,7 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "arch/arch.h"
-#include "core/fd.h"
+#include "base/fd.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
 

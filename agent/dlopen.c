@@ -91,7 +91,7 @@
 
 #include "agent.h"
 #include "agent_int.h"
-#include "core/hook_int.h"
+#include "hook/hook_int.h"
 #include "arch/arch.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"

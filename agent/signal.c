@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * The agent's sigaction() and signal() family: PROG's calls for SIGTRAP go
- * to the library's SIGTRAP owner (core/sigtrap.c) instead of the kernel, so
+ * to the library's SIGTRAP owner (base/sigtrap.c) instead of the kernel, so
  * that probekit's handler stays the one the kernel runs, sees its own traps
  * first (INT3s of a batch being written, watchpoint hits), and passes the
  * others to PROG's handler, run with the mask and flags PROG asked for.
@@ -11,7 +11,7 @@
  *
  * Not covered: a raw syscall(SYS_rt_sigaction) (PROG then replaces our
  * handler, as without the agent), and SA_ONSTACK or a missing SA_RESTART in
- * PROG's SIGTRAP action (ours apply: core/sigtrap.c).
+ * PROG's SIGTRAP action (ours apply: base/sigtrap.c).
  *
  * Every function here is async-signal-safe, as the originals are: programs
  * re-install handlers from handlers.
@@ -20,7 +20,7 @@
 #include <signal.h>
 
 #include "agent_int.h"
-#include "core/sigtrap.h"
+#include "base/sigtrap.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
 

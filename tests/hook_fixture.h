@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "core/hook_int.h"
+#include "hook/hook_int.h"
 
 #define FX_NFUNCS 4
 

@@ -8,7 +8,7 @@
 #include <probekit/probekit.h>
 
 #include "base/umap.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "harness.h"
 
 static char last[256];

@@ -6,7 +6,7 @@
  * a callback is not quiescent and holds the grace period until it leaves; a
  * thread that blocks every signal and is always in hooks answers from its
  * slow exit; threads come and go during grace periods.  Also the
- * thread-inspection helpers the patch layer uses (core/threads.c).
+ * thread-inspection helpers the patch layer uses (base/threads.c).
  */
 #include <errno.h>
 #include <signal.h>
@@ -23,9 +23,9 @@
 #include <probekit/hook.h>
 
 #include "arch/arch.h"
-#include "core/gp.h"
-#include "core/threads.h"
-#include "core/tmem.h"
+#include "hook/gp.h"
+#include "base/threads.h"
+#include "hook/tmem.h"
 #include "harness.h"
 #include "hook_fixture.h"
 

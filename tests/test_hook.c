@@ -15,9 +15,9 @@
 #include <probekit/hook.h>
 
 #include "arch/arch.h"
-#include "core/gp.h"
-#include "core/hook_int.h"
-#include "core/tmem.h"
+#include "hook/gp.h"
+#include "hook/hook_int.h"
+#include "hook/tmem.h"
 #include "harness.h"
 #include "hook_fixture.h"
 

@@ -22,8 +22,8 @@
 #include <probekit/hook.h>
 #include <probekit/sites.h>
 
-#include "core/gp.h"
-#include "core/hook_int.h"
+#include "hook/gp.h"
+#include "hook/hook_int.h"
 #include "harness.h"
 #include "arch/arch.h"
 #include "patch/patch.h"

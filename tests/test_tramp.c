@@ -14,8 +14,8 @@
 #include <probekit/hook.h>
 
 #include "arch/arch.h"
-#include "core/gp.h"
-#include "core/tmem.h"
+#include "hook/gp.h"
+#include "hook/tmem.h"
 #include "harness.h"
 #include "hook_fixture.h"
 

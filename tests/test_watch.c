@@ -22,7 +22,7 @@
 
 #include <probekit/watch.h>
 
-#include "core/sigtrap.h"
+#include "base/sigtrap.h"
 #include "harness.h"
 
 static volatile long shared_a, shared_b;

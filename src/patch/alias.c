@@ -95,8 +95,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/fd.h"
-#include "core/log.h"
+#include "base/fd.h"
+#include "base/log.h"
 #include "patch/alias.h"
 
 #include "arch/arch.h"
@@ -113,7 +113,7 @@ struct alias {
 	 * The memfd, only until it is placed (the mappings keep it alive):
 	 * a descriptor in the program's table, which the program may close
 	 * and reuse (a fork copy lives across fork()): checked before the
-	 * mmap, never closed if not ours (core/fd.h).
+	 * mmap, never closed if not ours (base/fd.h).
 	 */
 	struct pki_fd fd;
 	int prot;

@@ -29,9 +29,9 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
-#include "core/fd.h"
-#include "core/log.h"
-#include "core/threads.h"
+#include "base/fd.h"
+#include "base/log.h"
+#include "base/threads.h"
 #include "patch/alias.h"
 #include "patch/internal.h"
 #include "patch/maps.h"

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "patch/relay.h"
 
 #define CHUNK (64ul << 10)

@@ -5,7 +5,7 @@
  * SIGTRAP: a thread that executes one of our INT3s mid-batch lands here; we
  * find the site in the published batch and make the thread continue as if it
  * had executed the site's new instruction (the old one while rolling back).
- * This is a client of the library's one SIGTRAP handler (core/sigtrap.c):
+ * This is a client of the library's one SIGTRAP handler (base/sigtrap.c):
  * only traps with si_code SI_KERNEL (an INT3) whose address is a site of ours
  * are claimed; every other SIGTRAP (watchpoints, single-step, raise(), the
  * application's own INT3s) goes on to the other clients and then to the
@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
-#include "core/sigtrap.h"
+#include "base/sigtrap.h"
 #include "patch/internal.h"
 
 atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_batches,

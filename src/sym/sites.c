@@ -34,7 +34,7 @@
 
 #include <urcu/urcu-memb.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "sym/elf_sites.h"
 #include "sym/sites.h"
 

@@ -10,7 +10,7 @@
  * a hole.  Whoever writes holds the writer word (below).
  *
  * The file lives in someone else's process (file_*() below): its descriptor
- * is kept at a high number and checked before every record (core/fd.h), so
+ * is kept at a high number and checked before every record (base/fd.h), so
  * that a program that closes every descriptor and opens files of its own
  * never gets trace data; the file is then reopened by its absolute path
  * (the same file: device and inode) and a STATUS record says so.  A write
@@ -39,9 +39,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/fd.h"
-#include "core/gp.h"
-#include "core/log.h"
+#include "base/fd.h"
+#include "hook/gp.h"
+#include "base/log.h"
 #include "trace/crc32.h"
 #include "trace/trace.h"
 

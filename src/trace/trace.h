@@ -84,7 +84,7 @@ struct pki_trace_opts {
  * is not followed (-ELOOP) and an existing file that is not a regular file
  * of ours with a single link is not truncated (-EPERM): see file_create().
  * A relative @path is made absolute here: the file is reopened by it if
- * the program closes the descriptor (core/fd.h).
+ * the program closes the descriptor (base/fd.h).
  */
 int pki_trace_open(const char *path, const struct pki_trace_opts *opts);
 

@@ -30,7 +30,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "watch/gate.h"
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
-#include "core/fd.h"
+#include "base/fd.h"
 #include "watch/perf.h"
 
 static void bp_attr(struct perf_event_attr *attr, const struct pki_bp *bp)
@@ -60,7 +60,7 @@ int pki_perf_bp_open(const struct pki_bp *bp, pid_t tid)
 
 	bp_attr(&attr, bp);
 	fd = syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-	/* Out of the numbers the program's own open()s take (core/fd.h). */
+	/* Out of the numbers the program's own open()s take (base/fd.h). */
 	return fd < 0 ? -errno : pki_fd_high((int)fd);
 }
 

@@ -39,7 +39,7 @@
 
 #include <probekit/slots.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "watch/hist.h"
 #include "watch/slots_int.h"
 

@@ -42,8 +42,8 @@
 #include <probekit/watch.h>
 
 #include "arch/arch.h"
-#include "core/log.h"
-#include "core/sigtrap.h"
+#include "base/log.h"
+#include "base/sigtrap.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
 #include "watch/perf.h"
@@ -130,7 +130,7 @@ static struct wslot *slot_at(uint32_t idx)
 
 /*
  * Depth of watch callbacks running on this thread.  The handler runs with
- * SIGTRAP unblocked (core/sigtrap.c: SA_NODEFER), so an access the callback
+ * SIGTRAP unblocked (base/sigtrap.c: SA_NODEFER), so an access the callback
  * makes to watched memory traps at once, nested; it is counted as `self`
  * and not reported.  (With SIGTRAP blocked, as before, it stayed pending and
  * was delivered when the handler returned: a callback reading a read/write
@@ -214,7 +214,7 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 	return true;
 }
 
-/* Registered once, on the first pk_watch_add (see core/sigtrap.c for the flags). */
+/* Registered once, on the first pk_watch_add (see base/sigtrap.c for the flags). */
 static int __install_handler(void)
 {
 	int err;

@@ -6,7 +6,7 @@
  * patches the %fs displacement of the per-thread state (initial-exec TLS:
  * the same offset from %fs in every thread).
  *
- * Three kinds of code (labels E, B, X are those of src/core/gp.c's proof):
+ * Three kinds of code (labels E, B, X are those of src/hook/gp.c's proof):
  *  - E, an entry: what a site calls.  One per site (and one per pk_tramp),
  *    never freed and never given to another site, its code never rewritten:
  *    r11 := E, incl the nesting counter, then jmp *E.target (a data word of

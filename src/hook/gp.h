@@ -6,8 +6,8 @@
  * scan of every registered thread's counter with plain loads, no signal and
  * no system call per thread.  See gp.c for the scheme and its proof.
  */
-#ifndef PK_CORE_GP_H
-#define PK_CORE_GP_H
+#ifndef PK_HOOK_GP_H
+#define PK_HOOK_GP_H
 
 #include <stdbool.h>
 
@@ -77,4 +77,4 @@ void pki_gp_fork_child(void);
 /* Supplied by the registry: registers its fork handlers (once). */
 void pki_hook_atfork_init(void);
 
-#endif /* PK_CORE_GP_H */
+#endif /* PK_HOOK_GP_H */

@@ -14,8 +14,8 @@
  * replacing ours.  A library user without the agent must chain instead
  * (README, Watchpoints, "SIGTRAP"; watch.h "SIGTRAP chaining").
  */
-#ifndef PK_CORE_SIGTRAP_H
-#define PK_CORE_SIGTRAP_H
+#ifndef PK_BASE_SIGTRAP_H
+#define PK_BASE_SIGTRAP_H
 
 #include <signal.h>
 #include <stdbool.h>
@@ -62,4 +62,4 @@ void pki_sigtrap_set_sys(pki_sigaction_fn fn);
 /* Is the library's SIGTRAP handler installed (in this process image)? */
 bool pki_sigtrap_installed(void);
 
-#endif /* PK_CORE_SIGTRAP_H */
+#endif /* PK_BASE_SIGTRAP_H */

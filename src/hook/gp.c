@@ -104,8 +104,8 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
-#include "core/gp.h"
-#include "core/log.h"
+#include "hook/gp.h"
+#include "base/log.h"
 
 /* ---- readers ---- */
 

@@ -7,8 +7,8 @@
  * cannot be inside one; the INT3 guard).  Nothing here is
  * async-signal-safe.
  */
-#ifndef PK_CORE_THREADS_H
-#define PK_CORE_THREADS_H
+#ifndef PK_BASE_THREADS_H
+#define PK_BASE_THREADS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -43,4 +43,4 @@ int pki_thread_sample(pid_t tid, struct pki_thread_state *st);
  */
 int pki_thread_sigblk(pid_t tid, uint64_t *mask, char *name, size_t len);
 
-#endif /* PK_CORE_THREADS_H */
+#endif /* PK_BASE_THREADS_H */

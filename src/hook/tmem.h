@@ -5,10 +5,10 @@
  * is never writable, and a private rw alias through which code is written (W^X).  Chunks are never
  * unmapped.  Body slots are reused only after a grace period, by whoever frees them; entries
  * (64 bytes, 8 to a slot) and each chunk's list dispatcher and exits are never freed: they are
- * where a thread may be without being counted (tramp.S, src/core/gp.c).
+ * where a thread may be without being counted (tramp.S, src/hook/gp.c).
  */
-#ifndef PK_CORE_TMEM_H
-#define PK_CORE_TMEM_H
+#ifndef PK_HOOK_TMEM_H
+#define PK_HOOK_TMEM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -92,4 +92,4 @@ void pki_tmem_fork_child(void);
 /* Set once by the registry: the C function the list dispatchers call. */
 void pki_tmem_set_list_func(unsigned long fn);
 
-#endif /* PK_CORE_TMEM_H */
+#endif /* PK_HOOK_TMEM_H */

@@ -4,8 +4,8 @@
  * (pk_set_print), never straight to a stream.  Not async-signal-safe: never
  * call these from a signal handler.
  */
-#ifndef PK_CORE_LOG_H
-#define PK_CORE_LOG_H
+#ifndef PK_BASE_LOG_H
+#define PK_BASE_LOG_H
 
 #include <probekit/probekit.h>
 
@@ -19,4 +19,4 @@ __attribute__((format(printf, 2, 3))) void pki_log(enum pk_print_level level, co
 /* strerror() for a positive or negative errno, thread-safe. */
 const char *pki_errstr(int err);
 
-#endif /* PK_CORE_LOG_H */
+#endif /* PK_BASE_LOG_H */

@@ -4,8 +4,8 @@
  * poked.  The defaults are the sym and patch layers; unit tests substitute
  * fakes to check the registry's decisions without touching code.
  */
-#ifndef PK_CORE_HOOK_INT_H
-#define PK_CORE_HOOK_INT_H
+#ifndef PK_HOOK_HOOK_INT_H
+#define PK_HOOK_HOOK_INT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -52,4 +52,4 @@ void pki_hook_list_func(const void *entry, unsigned long parent_ip, void *regs, 
  */
 void pki_hook_set_unregister_timeout(long ns);
 
-#endif /* PK_CORE_HOOK_INT_H */
+#endif /* PK_HOOK_HOOK_INT_H */

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/fd.h"
+#include "base/fd.h"
 
 /*
  * Where owned descriptors go: high enough that a program's own open()s,

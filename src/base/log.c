@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 static _Atomic(pk_print_fn) print_fn;
 

@@ -47,9 +47,9 @@
 #define MFD_EXEC 0x0010u
 #endif
 
-#include "core/gp.h"
-#include "core/log.h"
-#include "core/tmem.h"
+#include "hook/gp.h"
+#include "base/log.h"
+#include "hook/tmem.h"
 
 struct pki_tmem_chunk {
 	unsigned long x;  /* executable view */

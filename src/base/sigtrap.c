@@ -38,7 +38,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/sigtrap.h"
+#include "base/sigtrap.h"
 
 #define ACT_WORDS ((sizeof(struct sigaction) + sizeof(long) - 1) / sizeof(long))
 

@@ -17,7 +17,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/threads.h"
+#include "base/threads.h"
 
 int pki_threads_each(pid_t skip, int (*cb)(pid_t tid, void *arg), void *arg)
 {

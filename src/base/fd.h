@@ -24,8 +24,8 @@
  * a descriptor closed and replaced by the SAME file between the check and
  * the write; that is no harm (we write where we meant to).
  */
-#ifndef PK_CORE_FD_H
-#define PK_CORE_FD_H
+#ifndef PK_BASE_FD_H
+#define PK_BASE_FD_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -75,4 +75,4 @@ bool pki_fd_same(const struct pki_fd *o, uint64_t dev, uint64_t ino);
  */
 void pki_fd_close(struct pki_fd *o);
 
-#endif /* PK_CORE_FD_H */
+#endif /* PK_BASE_FD_H */

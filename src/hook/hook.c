@@ -57,10 +57,10 @@
 
 #include "arch/arch.h"
 #include "base/umap.h"
-#include "core/gp.h"
-#include "core/hook_int.h"
-#include "core/log.h"
-#include "core/tmem.h"
+#include "hook/gp.h"
+#include "hook/hook_int.h"
+#include "base/log.h"
+#include "hook/tmem.h"
 #include "sym/sites.h"
 
 /* ---- writer-side state, under hook_lock ---- */

@@ -40,7 +40,6 @@
 #include <unistd.h>
 
 #include "base/fd.h"
-#include "hook/gp.h"
 #include "base/log.h"
 #include "trace/crc32.h"
 #include "trace/trace.h"

@@ -99,6 +99,7 @@ struct ops_priv {
 	struct pk_ops *ops;
 	unsigned long *ips; /* its sites */
 	size_t nips, cap_ips;
+	size_t nips_before; /* before __follow(): what a failed commit goes back to */
 	struct pki_tslot tramp; /* its body (tramp.x 0: none yet), any chunk */
 	bool registered;	/* committed state */
 	bool staged;		/* staged state */
@@ -1203,12 +1204,19 @@ static void __apply_pending(void)
 		__forget(gone, ngone);
 	free(gone);
 	/* A range that could not be queued makes every site looked at (added_r NULL). */
+	for (size_t j = 0; j < all_ops.n; j++)
+		all_ops.v[j]->nips_before = all_ops.v[j]->nips;
 	if (added)
 		__follow(added == 1 ? added_r : NULL, nadded);
 	free(added_r);
 	err = __txn_commit();
-	if (err)
+	if (err) {
+		/* The sites' ops went back (__txn_undo): so do the ops' lists of sites. */
+		for (size_t j = 0; j < all_ops.n; j++)
+			if (all_ops.v[j]->nips > all_ops.v[j]->nips_before)
+				all_ops.v[j]->nips = all_ops.v[j]->nips_before;
 		pki_warn("hooks: applying loaded/unloaded objects: %s\n", pki_errstr(err));
+	}
 }
 
 static void sites_changed(const struct pki_sym_object *obj, bool added)

@@ -21,10 +21,10 @@
  * unversioned, so it interposes every object's call), and in a program
  * linked with -lprobekit the calls bound to the library's (the program's
  * own, linked before libc: pthread_create@PROBEKIT_0.1).  Not covered:
- * another shared library's calls bound to libc's version, threads made
- * without pthread_create() (a raw clone(), a runtime with its own
- * threads), and C11 thrd_create(), which glibc routes to its internal
- * pthread_create.
+ * another shared library's calls bound to libc's version (libstdc++'s
+ * std::thread, OpenMP, GLib... outside the agent), threads made without
+ * pthread_create() (a raw clone(), a runtime with its own threads), and
+ * C11 thrd_create(), which glibc routes to its internal pthread_create.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -35,9 +35,19 @@
 
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 
-static pthread_rwlock_t gate;
+/*
+ * Statically initialised: a pthread_create() may run before any constructor
+ * of ours (another library's constructor, the agent's), and re-initialising
+ * a lock a thread holds would break it.
+ */
+static pthread_rwlock_t gate = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 static __thread bool gate_holder; /* this thread holds it exclusive: it may create threads */
+static __thread int gate_depth;	  /* a creation inside a creation (an allocator's thread) */
 static create_fn real_create;
+
+/* glibc's own entry in a static link, where dlsym() finds nothing (weak: absent otherwise). */
+extern int __pthread_create_2_1(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+    __attribute__((weak));
 
 static void gate_make(void)
 {
@@ -47,6 +57,13 @@ static void gate_make(void)
 	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&gate, &a);
 	pthread_rwlockattr_destroy(&a);
+}
+
+static create_fn resolve(void)
+{
+	create_fn real = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+
+	return real ? real : __pthread_create_2_1;
 }
 
 /*
@@ -63,8 +80,8 @@ static void gate_fork_child(void)
 
 __attribute__((constructor)) static void gate_init(void)
 {
-	gate_make();
-	real_create = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	if (!__atomic_load_n(&real_create, __ATOMIC_RELAXED))
+		__atomic_store_n(&real_create, resolve(), __ATOMIC_RELAXED);
 	if (pthread_atfork(NULL, NULL, gate_fork_child))
 		pki_warn("watch: cannot register the thread gate's fork handler\n");
 }
@@ -76,16 +93,18 @@ __attribute__((visibility("default"))) int pthread_create(pthread_t *th, const p
 	int err;
 
 	if (!real) { /* called before our constructor (another library's) */
-		real = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+		real = resolve();
 		if (!real)
 			return 11; /* EAGAIN: no libc pthread_create to call */
 		__atomic_store_n(&real_create, real, __ATOMIC_RELAXED);
 	}
-	if (gate_holder)
+	if (gate_holder || gate_depth) /* non-recursive lock: never taken twice */
 		return real(th, attr, fn, arg);
+	gate_depth++;
 	pthread_rwlock_rdlock(&gate);
 	err = real(th, attr, fn, arg);
 	pthread_rwlock_unlock(&gate);
+	gate_depth--;
 	return err;
 }
 

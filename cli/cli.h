@@ -29,7 +29,7 @@ int cmd_sites(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 
-/* Benchmarks (cli/bench_*.c), dispatched by cmd_bench. */
+/* Benchmarks (cli/bench/), dispatched by cmd_bench. */
 int bench_poke(int argc, char **argv);
 int bench_slots(int argc, char **argv);
 int bench_breakpoint(int argc, char **argv);

@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../examples/demo_body.h"
+#include "examples/demo_body.h"
 #include "arch/arch.h"
 #include "cli.h"
 

@@ -4,7 +4,7 @@
  * 6).  `attach` times attach + detach cycles on one function, or one batch
  * of many sites each way; `call` times the added nanoseconds per call of a
  * hooked function over a plain call of the same function, in the same run.
- * The kernel's uprobe on the same function (cli/peer_uprobe.c) is the peer.
+ * The kernel's uprobe on the same function (cli/bench/peer_uprobe.c) is the peer.
  *
  * Every figure is checked, never trusted: each hook counts its hits and the
  * hooked functions' results are verified; a hook that did not fire, or fired

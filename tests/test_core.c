@@ -7,6 +7,7 @@
 
 #include <probekit/probekit.h>
 
+#include "base/grow.h"
 #include "base/umap.h"
 #include "base/log.h"
 #include "harness.h"
@@ -76,6 +77,28 @@ START_TEST(umap_finds_what_was_put)
 }
 END_TEST
 
+/* Growing arrays: room made by doubling from 16, contents kept. */
+START_TEST(grow_keeps_contents)
+{
+	long *v = NULL;
+	size_t cap = 0;
+
+	ck_assert_int_eq(PKI_GROW(v, cap, 0), 0);
+	ck_assert_uint_eq(cap, 0);
+	ck_assert_int_eq(PKI_GROW(v, cap, 1), 0);
+	ck_assert_uint_eq(cap, 16);
+	for (long i = 0; i < 16; i++)
+		v[i] = i * 3;
+	ck_assert_int_eq(PKI_GROW(v, cap, 100), 0);
+	ck_assert_uint_eq(cap, 128);
+	for (long i = 0; i < 16; i++)
+		ck_assert_int_eq(v[i], i * 3);
+	ck_assert_int_eq(PKI_GROW(v, cap, 17), 0); /* enough already */
+	ck_assert_uint_eq(cap, 128);
+	free(v);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core");
@@ -84,6 +107,7 @@ int main(void)
 	tcase_add_test(tc, version_matches_header);
 	tcase_add_test(tc, silent_by_default_then_prints);
 	tcase_add_test(tc, umap_finds_what_was_put);
+	tcase_add_test(tc, grow_keeps_contents);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

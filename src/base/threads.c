@@ -2,19 +2,15 @@
 /*
  * Looking at the other threads of the process without signalling them (see
  * threads.h): /proc/self/task for the list, .../syscall for a blocked
- * thread's user pc and sp, .../schedstat for how often it ran, and
- * get_robust_list(2) + process_vm_readv(2) to read its TLS safely.
+ * thread's user pc and sp, .../status for its signal mask.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/threads.h"

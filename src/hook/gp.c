@@ -104,6 +104,7 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
+#include "base/grow.h"
 #include "hook/gp.h"
 #include "base/log.h"
 
@@ -375,15 +376,8 @@ static int __note_busy(void)
 
 		if (!t || __atomic_load_n(&t->nest, __ATOMIC_ACQUIRE) < 0)
 			continue;
-		if (nbusy == cap_busy) {
-			size_t cap = cap_busy ? 2 * cap_busy : 64;
-			struct gp_busy *b = realloc(busy, cap * sizeof(*b));
-
-			if (!b)
-				return -ENOMEM;
-			busy = b;
-			cap_busy = cap;
-		}
+		if (PKI_GROW(busy, cap_busy, nbusy + 1))
+			return -ENOMEM;
 		busy[nbusy++] = (struct gp_busy){i, t, __atomic_load_n(&t->qs, __ATOMIC_ACQUIRE)};
 		__atomic_store_n(&t->want, 1, __ATOMIC_RELEASE);
 	}

@@ -56,6 +56,7 @@
 #include <probekit/sites.h>
 
 #include "arch/arch.h"
+#include "base/grow.h"
 #include "base/umap.h"
 #include "hook/gp.h"
 #include "hook/hook_int.h"
@@ -99,7 +100,7 @@ struct ops_priv {
 	struct pk_ops *ops;
 	unsigned long *ips; /* its sites */
 	size_t nips, cap_ips;
-	size_t nips_before; /* before __follow(): what a failed commit goes back to */
+	size_t nips_before;	/* before __follow(): what a failed commit goes back to */
 	struct pki_tslot tramp; /* its body (tramp.x 0: none yet), any chunk */
 	bool registered;	/* committed state */
 	bool staged;		/* staged state */
@@ -289,23 +290,7 @@ static int vec_copy(struct ops_vec *dst, const struct ops_vec *src)
 	return 0;
 }
 
-#define GROW(arr, want)                                                                            \
-	({                                                                                         \
-		int __e = 0;                                                                       \
-		if ((want) > (arr).cap) {                                                          \
-			size_t __c = (arr).cap ? 2 * (arr).cap : 16;                               \
-			while (__c < (want))                                                       \
-				__c *= 2;                                                          \
-			void *__p = realloc((arr).v, __c * sizeof(*(arr).v));                      \
-			if (__p) {                                                                 \
-				(arr).v = __p;                                                     \
-				(arr).cap = __c;                                                   \
-			} else {                                                                   \
-				__e = -ENOMEM;                                                     \
-			}                                                                          \
-		}                                                                                  \
-		__e;                                                                               \
-	})
+#define GROW(arr, want) PKI_GROW((arr).v, (arr).cap, (want))
 
 /*
  * Make @s ready to be changed in the open transaction: undo copy taken,
@@ -466,16 +451,15 @@ static unsigned long tramp_body_of(unsigned long addr);
 static int __site_decide(struct site *s)
 {
 	unsigned long body = s->direct ? tramp_body_of(s->direct) : 0;
+	/* The text calls the entry, unless it calls nothing or user code within reach. */
+	bool via_entry = s->ops.n || (s->direct && (body || !pki_tmem_reaches(s->ip, s->direct)));
 	struct pki_tramp_exits x;
 	int err;
 
 	s->new_opsv = s->opsv;
-	if (!s->ops.n && (!s->direct || (!body && pki_tmem_reaches(s->ip, s->direct))))
-		s->new_call = s->direct;
-	else
-		s->new_call = ~0ul; /* the entry, made below */
+	s->new_call = s->direct;
 	if (!s->ent.x) {
-		if (s->new_call != ~0ul)
+		if (!via_entry)
 			return 0;
 		err = pki_tmem_entry_new(s->ip, &s->ent);
 		if (err)
@@ -483,7 +467,7 @@ static int __site_decide(struct site *s)
 	}
 	if (pki_tmem_entry_frozen(&s->ent))
 		return -ENOTRECOVERABLE; /* shared with the parent: never written here */
-	if (s->new_call == ~0ul)
+	if (via_entry)
 		s->new_call = s->ent.x;
 	pki_tmem_exits(&s->ent, &x);
 	/* What the direct address (or its absence) needs, counted. */
@@ -1132,17 +1116,8 @@ static int __follow_range(struct ops_priv *p, unsigned long lo, unsigned long hi
 			err = 0;
 			continue;
 		}
-		if (!err && p->nips == p->cap_ips) {
-			size_t cap = p->cap_ips ? 2 * p->cap_ips : 16;
-			unsigned long *ips = realloc(p->ips, cap * sizeof(*ips));
-
-			if (!ips)
-				err = -ENOMEM;
-			else {
-				p->ips = ips;
-				p->cap_ips = cap;
-			}
-		}
+		if (!err)
+			err = PKI_GROW(p->ips, p->cap_ips, p->nips + 1);
 		if (!err)
 			err = __site_prepare(st, 1);
 		if (err)

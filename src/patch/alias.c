@@ -96,6 +96,7 @@
 #include <unistd.h>
 
 #include "base/fd.h"
+#include "base/grow.h"
 #include "base/log.h"
 #include "patch/alias.h"
 
@@ -345,15 +346,8 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create)
 	    (m->prot & (PROT_READ | PROT_EXEC)) != (PROT_READ | PROT_EXEC) || !len ||
 	    len > PKI_ALIAS_MAX_LEN)
 		return 0;
-	if (nr_alias == cap_alias) {
-		size_t cap = cap_alias ? 2 * cap_alias : 16;
-		struct alias *bigger = realloc(alias, cap * sizeof(*alias));
-
-		if (!bigger)
-			return -ENOMEM;
-		alias = bigger;
-		cap_alias = cap;
-	}
+	if (PKI_GROW(alias, cap_alias, nr_alias + 1))
+		return -ENOMEM;
 	err = memfd_copy(m->start, len, m->prot, name, (const uint8_t *)m->start, &na);
 	if (!err) {
 		err = foreign_int3(m, name, na.rw);

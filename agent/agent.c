@@ -26,7 +26,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <link.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -46,6 +45,8 @@
 #include "agent_int.h"
 #include "arch/arch.h"
 #include "base/fd.h"
+#include "base/futex.h"
+#include "base/signals.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
 
@@ -640,7 +641,7 @@ static void on_hit(const struct pk_watch_hit *hit)
 		return;
 	}
 	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
-	syscall(SYS_futex, &A.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	pki_futex_wake(&A.wake, 1);
 }
 
 /* ---- the consumer ---- */
@@ -768,63 +769,54 @@ static void *consumer(void *arg)
 		drain();
 		count_reached();
 		atomic_fetch_add_explicit(&A.drained, 1, memory_order_release);
-		syscall(SYS_futex, &A.drained, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+		pki_futex_wake(&A.drained, INT32_MAX);
 		if (atomic_load_explicit(&A.stop, memory_order_acquire))
 			return NULL;
 		/* Woken by every hit and by the exit handler; the timeout is a backstop. */
-		syscall(SYS_futex, &A.wake, FUTEX_WAIT_PRIVATE, seen, &tmo, NULL, 0);
+		pki_futex_wait(&A.wake, seen, &tmo);
 	}
 }
 
 /*
  * A fatal signal whose disposition PROG left at the default: give the
  * consumer up to a second to print what is queued, then die from the same
- * signal with the default action (SA_RESETHAND restored it on entry; the
- * signal is blocked until we return, so it is delivered then, or the faulting
- * instruction faults again).  Only futex and raise here: signal-safe.  The
- * wait is bounded because the crashing thread may hold a lock (malloc's) the
- * consumer needs.  If PROG installs its own handler, it replaces this one.
+ * signal the way PROG would have (pki_fatal_die).  Only futex, sigaction and
+ * raise here: signal-safe.  The wait is bounded because the crashing thread
+ * may hold a lock (malloc's) the consumer needs.  If PROG installs its own
+ * handler, it replaces this one.
  */
 static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
 				    SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+static struct pki_fatal fatal;
 
-static void on_fatal(int sig)
+static void on_fatal(int sig, siginfo_t *si, void *uc)
 {
 	int saved = errno;
 
+	(void)uc;
 	if (getpid() == A.pid && A.consumer_up &&
 	    !atomic_exchange_explicit(&A.crashing, true, memory_order_acq_rel)) {
 		uint32_t seen = atomic_load_explicit(&A.drained, memory_order_acquire);
 		struct timespec tmo = {1, 0};
 
 		atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
-		syscall(SYS_futex, &A.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+		pki_futex_wake(&A.wake, 1);
 		/* The consumer may be mid-drain: wait for one drain that started after us. */
 		for (int i = 0; i < 2; i++) {
 			while (atomic_load_explicit(&A.drained, memory_order_acquire) == seen &&
-			       syscall(SYS_futex, &A.drained, FUTEX_WAIT_PRIVATE, seen, &tmo, NULL,
-				       0) == 0)
+			       pki_futex_wait(&A.drained, seen, &tmo) == 0)
 				;
 			seen = atomic_load_explicit(&A.drained, memory_order_acquire);
 		}
 	}
-	raise(sig);
 	errno = saved;
+	pki_fatal_die(&fatal, sig, si);
 }
 
 static void install_fatal(void)
 {
-	struct sigaction sa = {.sa_handler = on_fatal, .sa_flags = SA_RESETHAND | SA_RESTART};
-	size_t i;
-
-	for (i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++) {
-		struct sigaction old;
-
-		if (sigaction(fatal_signals[i], NULL, &old) || old.sa_handler != SIG_DFL ||
-		    (old.sa_flags & SA_SIGINFO))
-			continue;
-		sigaction(fatal_signals[i], &sa, NULL);
-	}
+	fatal.handler = on_fatal;
+	pki_fatal_catch(&fatal, fatal_signals, sizeof(fatal_signals) / sizeof(fatal_signals[0]));
 }
 
 /*
@@ -841,7 +833,7 @@ static void agent_exit(void)
 		return; /* a fork child: the agent has nothing here */
 	atomic_store_explicit(&A.stop, true, memory_order_release);
 	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
-	syscall(SYS_futex, &A.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	pki_futex_wake(&A.wake, 1);
 	pthread_join(A.consumer, NULL);
 	A.consumer_up = false;
 	watch_remove();
@@ -892,9 +884,8 @@ __attribute__((constructor(101))) static void agent_start(void)
 		refuse("out of memory");
 	if (A.type != PK_WATCH_X)
 		atomic_store(&A.shadow, read_value());
-	if (pthread_create(&A.consumer, NULL, consumer, NULL))
+	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
 		refuse("cannot start the report thread");
-	pthread_setname_np(A.consumer, "probekit-agent");
 	A.consumer_up = true;
 	A.w = pk_watch_add((void *)A.addr, A.len, A.type, &opts);
 	if (!A.w) {

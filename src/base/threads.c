@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/threads.h"
@@ -31,6 +32,15 @@ int pki_threads_each(pid_t skip, int (*cb)(pid_t tid, void *arg), void *arg)
 	}
 	closedir(d);
 	return ret;
+}
+
+bool pki_thread_alive(pid_t tid)
+{
+	int saved = errno;
+	bool gone = syscall(SYS_tgkill, getpid(), tid, 0) && errno == ESRCH;
+
+	errno = saved;
+	return !gone;
 }
 
 /* Read /proc/self/task/@tid/@file into @buf (NUL-terminated). */

@@ -22,6 +22,14 @@
  */
 int pki_threads_each(pid_t skip, int (*cb)(pid_t tid, void *arg), void *arg);
 
+/*
+ * Whether thread @tid of this process may still exist: false only when the
+ * kernel says it does not (tgkill(pid, tid, 0) fails with ESRCH).  A tid may
+ * be reused by a new thread after the old one's exit, so "true" is "maybe".
+ * Async-signal-safe; errno preserved.
+ */
+bool pki_thread_alive(pid_t tid);
+
 /* What /proc/self/task/TID/syscall says of a thread. */
 struct pki_thread_state {
 	bool blocked; /* sleeping in the kernel: pc and sp are its user ones */

@@ -90,7 +90,6 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
@@ -104,9 +103,11 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
+#include "base/futex.h"
 #include "base/grow.h"
 #include "hook/gp.h"
 #include "base/log.h"
+#include "base/signals.h"
 
 /* ---- readers ---- */
 
@@ -238,7 +239,7 @@ out:
 
 static void futex_wake_all(uint32_t *f)
 {
-	syscall(SYS_futex, f, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	pki_futex_wake(f, INT_MAX);
 }
 
 /*
@@ -466,7 +467,7 @@ int pki_gp_synchronize_for(long timeout_ns)
 			 */
 			struct timespec to = {0, 1000000};
 
-			syscall(SYS_futex, &gp_answers, FUTEX_WAIT_PRIVATE, seen, &to, NULL, 0);
+			pki_futex_wait(&gp_answers, seen, &to);
 		}
 	}
 	err = 0;
@@ -557,26 +558,11 @@ static void *defer_worker(void *unused)
 
 static int __start_worker(void)
 {
-	pthread_attr_t attr;
 	pthread_t th;
-	sigset_t all, old;
-	int err;
+	int err = pki_worker_start(&th, true, "probekit-gp", defer_worker, NULL);
 
-	/* The worker takes no signal but the patch layer's (its sled kick). */
-	sigfillset(&all);
-	sigdelset(&all, SIGRTMAX - 1);
-	/* Not blocked: the patch layer never writes an INT3 while a thread blocks it. */
-	sigdelset(&all, SIGTRAP);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	err = -pthread_create(&th, &attr, defer_worker, NULL);
-	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!err) {
-		pthread_setname_np(th, "probekit-gp");
+	if (!err)
 		worker_up = true;
-	}
 	return err;
 }
 

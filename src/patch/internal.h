@@ -11,10 +11,9 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "base/signals.h"
 #include "patch/patch.h"
 
-/* The real-time signal that asks every thread to leave the sleds being converted. */
-#define PKI_SIG_KICK (SIGRTMAX - 1)
 
 /* One sled-kick round: the threads asked to acknowledge, sorted by tid. */
 struct pki_kick {

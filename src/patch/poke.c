@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
@@ -30,6 +29,7 @@
 
 #include "arch/arch.h"
 #include "base/fd.h"
+#include "base/futex.h"
 #include "base/log.h"
 #include "base/threads.h"
 #include "patch/alias.h"
@@ -669,7 +669,7 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	while ((left = atomic_load(&k->left)) > 0) {
 		struct timespec tick = {.tv_nsec = 1000000};
 
-		if (!syscall(SYS_futex, &k->left, FUTEX_WAIT_PRIVATE, left, &tick, NULL, 0) ||
+		if (!pki_futex_wait(&k->left, left, &tick) ||
 		    errno != ETIMEDOUT)
 			continue;
 		/*
@@ -679,7 +679,7 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 		 */
 		for (i = 0; i < n; i++)
 			if (!atomic_load(&k->acked[i]) &&
-			    ((syscall(SYS_tgkill, pid, k->tid[i], 0) && errno == ESRCH) ||
+			    (!pki_thread_alive(k->tid[i]) ||
 			     kick_seen_outside(b, k->tid[i])))
 				pki_kick_ack(k, i);
 		clock_gettime(CLOCK_MONOTONIC, &now);

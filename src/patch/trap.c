@@ -35,7 +35,6 @@
  * written and synced before it.
  */
 #include <errno.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -44,6 +43,7 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
+#include "base/futex.h"
 #include "base/sigtrap.h"
 #include "patch/internal.h"
 
@@ -61,7 +61,7 @@ static atomic_bool retiring;
 static void readers_leave(void)
 {
 	if (atomic_fetch_sub(&readers, 1) == 1 && atomic_load(&retiring))
-		syscall(SYS_futex, &readers, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+		pki_futex_wake(&readers, 1);
 }
 
 static bool installed;
@@ -191,7 +191,7 @@ void pki_trap_retire(void)
 		struct timespec tick = {.tv_nsec = 1000000};
 
 		/* The timeout only covers a wake lost to `retiring` being read late. */
-		syscall(SYS_futex, &readers, FUTEX_WAIT_PRIVATE, r, &tick, NULL, 0);
+		pki_futex_wait(&readers, r, &tick);
 	}
 	atomic_store(&retiring, false);
 }
@@ -259,7 +259,7 @@ void pki_kick_ack(struct pki_kick *k, size_t i)
 	if (atomic_exchange(&k->acked[i], 1))
 		return;
 	if (atomic_fetch_sub(&k->left, 1) == 1)
-		syscall(SYS_futex, &k->left, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+		pki_futex_wake(&k->left, 1);
 }
 
 static void kick_handler(int sig, siginfo_t *si, void *uc)

@@ -33,14 +33,15 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <linux/falloc.h>
-#include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/fd.h"
+#include "base/futex.h"
 #include "base/log.h"
+#include "base/signals.h"
 #include "trace/crc32.h"
 #include "trace/trace.h"
 
@@ -129,8 +130,7 @@ static struct {
 
 	pthread_key_t key;
 	bool key_made, atexit_done, atfork_done;
-	bool caught[NSIG];
-	struct sigaction old_act[NSIG];
+	struct pki_fatal fatal; /* the fatal signals we flush on (signals_install) */
 	sigset_t fatal_set;
 } S = {.f = PKI_FD_INIT};
 
@@ -138,11 +138,6 @@ static struct {
 static const int fatal_signals[] = {SIGSEGV, SIGBUS,  SIGILL,  SIGFPE,	SIGABRT,   SIGSYS,
 				    SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGXCPU,   SIGXFSZ,
 				    SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF};
-
-static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
-{
-	return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
-}
 
 /*
  * Slots were freed, or the session is ending: wake the threads waiting for
@@ -152,7 +147,7 @@ static void room_release(void)
 {
 	__atomic_add_fetch(&S.room, 1, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&S.waiters, __ATOMIC_SEQ_CST))
-		futex(&S.room, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+		pki_futex_wake(&S.room, INT_MAX);
 }
 
 /* ---- the writer word ------------------------------------------------------
@@ -733,7 +728,7 @@ static struct pki_trace_buf *buf_new(void)
 	b->tid = (uint32_t)gettid();
 	b->tsn = __atomic_add_fetch(&S.next_tsn, 1, __ATOMIC_RELAXED);
 	prctl(PR_GET_NAME, b->name);
-	if (S.caught[SIGSEGV] && !sigaltstack(NULL, &ss) && (ss.ss_flags & SS_DISABLE)) {
+	if (S.fatal.caught[SIGSEGV] && !sigaltstack(NULL, &ss) && (ss.ss_flags & SS_DISABLE)) {
 		ss.ss_sp = (char *)b + len - ALTSTACK_LEN;
 		ss.ss_size = ALTSTACK_LEN;
 		ss.ss_flags = 0;
@@ -896,7 +891,7 @@ static bool room_wait(const struct pki_trace_buf *b)
 		}
 		__atomic_add_fetch(&S.waiters, 1, __ATOMIC_SEQ_CST);
 		pki_trace_kick();
-		futex(&S.room, FUTEX_WAIT_PRIVATE, r, &nap);
+		pki_futex_wait(&S.room, r, &nap);
 		__atomic_sub_fetch(&S.waiters, 1, __ATOMIC_SEQ_CST);
 	}
 }
@@ -938,42 +933,31 @@ void pki_trace_kick(void)
 	int saved = errno; /* may run in a signal handler */
 
 	if (__atomic_exchange_n(&S.wake, 0, __ATOMIC_SEQ_CST) == 1)
-		futex(&S.wake, FUTEX_WAKE_PRIVATE, 1, NULL);
+		pki_futex_wake(&S.wake, 1);
 	errno = saved;
 }
 
 /*
- * The drainer's signal mask: rule (1) of the writer word; also keeps the
- * program's signals (and their handlers' records) off it.  Except the patch
- * layer's sled kick (SIGRTMAX - 1, PKI_SIG_KICK), which it may send to each
- * thread while hooks are added or removed as PROG runs (agent dlopen.c).
- * Its handler only looks at the interrupted context and acknowledges, never
- * takes the writer word nor records, so rule (1) still holds; blocked, it
- * would stall a patch batch while we drain.
+ * The drainer runs with every signal blocked but the patch layer's
+ * (pki_worker_start): rule (1) of the writer word, and the program's signals
+ * (and their handlers' records) stay off it.  The sled kick it takes only
+ * looks at the interrupted context and acknowledges, never takes the writer
+ * word nor records, so rule (1) still holds; blocked, it would stall a patch
+ * batch while we drain (hooks added or removed as PROG runs, agent dlopen.c).
  */
-static void drainer_sigset(sigset_t *set)
-{
-	sigfillset(set);
-	sigdelset(set, SIGRTMAX - 1);
-	/* Not blocked: the patch layer never writes an INT3 while a thread blocks it. */
-	sigdelset(set, SIGTRAP);
-}
-
 static void *drainer_main(void *arg)
 {
 	uint32_t wait_ms = S.drain_ms;
 
 	(void)arg;
-	/* Started with drainer_sigset() blocked: see drainer_start(). */
 	pki_trace_tls = &internal_buf;
-	pthread_setname_np(pthread_self(), "pk-trace-drain");
 	for (;;) {
 		struct timespec ts = {.tv_sec = wait_ms / 1000,
 				      .tv_nsec = (long)(wait_ms % 1000) * 1000000};
 		bool busy = false;
 
 		/* Relative timeout on CLOCK_MONOTONIC; EAGAIN if kicked since arming. */
-		futex(&S.wake, FUTEX_WAIT_PRIVATE, 1, &ts);
+		pki_futex_wait(&S.wake, 1, &ts);
 		__atomic_store_n(&S.wake, 1, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&S.stop, __ATOMIC_SEQ_CST))
 			break;
@@ -998,20 +982,11 @@ static void *drainer_main(void *arg)
 
 static int drainer_start(void)
 {
-	sigset_t set, saved;
 	int err;
 
 	S.stop = false;
 	S.wake = 1;
-	/*
-	 * The thread starts with its mask already set (it inherits ours): were
-	 * it to block the signals itself, a program's SIGALRM could land on it
-	 * first, and its handler record into a buffer of the drainer's.
-	 */
-	drainer_sigset(&set);
-	pthread_sigmask(SIG_BLOCK, &set, &saved);
-	err = -pthread_create(&S.drainer, NULL, drainer_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	err = pki_worker_start(&S.drainer, false, "pk-trace-drain", drainer_main, NULL);
 	if (err)
 		__atomic_store_n(&S.drainer_running, false, __ATOMIC_RELEASE);
 	return err;
@@ -1026,17 +1001,12 @@ static void drainer_stop(void)
 	room_release();
 	__atomic_store_n(&S.stop, true, __ATOMIC_SEQ_CST);
 	__atomic_exchange_n(&S.wake, 0, __ATOMIC_SEQ_CST);
-	futex(&S.wake, FUTEX_WAKE_PRIVATE, 1, NULL);
+	pki_futex_wake(&S.wake, 1);
 	pthread_join(S.drainer, NULL);
 	S.wake = 0; /* it re-armed before it saw stop: no kick need wake anyone now */
 }
 
 /* ---- fatal signals --------------------------------------------------------- */
-
-static bool is_fault(int signo)
-{
-	return signo == SIGSEGV || signo == SIGBUS || signo == SIGILL || signo == SIGFPE;
-}
 
 /* The async-signal-safe end of a session: fatal signal, _exit(). */
 static int flush_final(uint32_t reason, int signo)
@@ -1077,56 +1047,25 @@ int pki_trace_flush_exit(void)
 
 /*
  * Installed only for signals whose disposition was SIG_DFL, so the program
- * is about to die: flush, restore SIG_DFL, and let the signal kill it the
- * way it would have (a fault re-executes and faults again; anything else is
- * raised again, pending until we return).  Async-signal-safe throughout.
+ * is about to die: flush, then let the signal kill it the way it would have.
+ * Async-signal-safe throughout.
  */
 static void on_fatal(int signo, siginfo_t *si, void *uc)
 {
-	int saved = errno;
-
 	(void)uc;
 	pki_trace_flush_signal(signo);
-	sigaction(signo, &S.old_act[signo], NULL);
-	if (!is_fault(signo) || si->si_code <= 0)
-		raise(signo);
-	errno = saved;
+	pki_fatal_die(&S.fatal, signo, si);
 }
 
 static void signals_install(void)
 {
-	struct sigaction sa = {.sa_sigaction = on_fatal, .sa_flags = SA_SIGINFO | SA_ONSTACK};
-	size_t i;
-
-	sigfillset(&sa.sa_mask);
-	for (i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++) {
-		int sig = fatal_signals[i];
-		struct sigaction old;
-
-		if (sigaction(sig, NULL, &old) || old.sa_handler != SIG_DFL ||
-		    (old.sa_flags & SA_SIGINFO))
-			continue; /* the program handles or ignores it: leave it be */
-		S.old_act[sig] = old;
-		if (!sigaction(sig, &sa, NULL))
-			S.caught[sig] = true;
-	}
+	S.fatal.handler = on_fatal;
+	pki_fatal_catch(&S.fatal, fatal_signals, sizeof(fatal_signals) / sizeof(fatal_signals[0]));
 }
 
 static void signals_restore(void)
 {
-	int sig;
-
-	for (sig = 1; sig < NSIG; sig++) {
-		struct sigaction cur;
-
-		if (!S.caught[sig])
-			continue;
-		S.caught[sig] = false;
-		/* Only if still ours: the program may have installed its own since. */
-		if (!sigaction(sig, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
-		    cur.sa_sigaction == on_fatal)
-			sigaction(sig, &S.old_act[sig], NULL);
-	}
+	pki_fatal_release(&S.fatal);
 }
 
 /* ---- session ---------------------------------------------------------------- */

@@ -43,6 +43,7 @@
 
 #include "arch/arch.h"
 #include "base/log.h"
+#include "base/threads.h"
 #include "base/sigtrap.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
@@ -392,11 +393,6 @@ static void __own_move(pid_t tid, int delta)
 
 /* ---- admission ---------------------------------------------------------- */
 
-static bool thread_alive(pid_t tid)
-{
-	return !syscall(SYS_tgkill, getpid(), tid, 0) || errno != ESRCH;
-}
-
 /* Close @w's events; their count is kept in counted_closed if @keep_count. */
 static void __close_roots_count(struct pk_watch *w, bool keep_count)
 {
@@ -434,7 +430,7 @@ static int __reap_dead_threads(void)
 	int n = 0;
 
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
-		if (w->dead || !w->tid || thread_alive(w->tid))
+		if (w->dead || !w->tid || pki_thread_alive(w->tid))
 			continue;
 		pki_debug("watch %#lx: thread %d exited, its slot is free again\n",
 			  (unsigned long)w->bp.addr, (int)w->tid);
@@ -668,7 +664,7 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	err = check_target(addr, len, type);
 	if (err)
 		goto out_errno;
-	if (o.tid < 0 || (o.tid && !thread_alive(o.tid))) {
+	if (o.tid < 0 || (o.tid && !pki_thread_alive(o.tid))) {
 		pki_warn("watch %p: thread %d is not a thread of process %d: %s\n", addr,
 			 (int)o.tid, (int)getpid(), pki_errstr(ESRCH));
 		err = -ESRCH;
@@ -790,7 +786,7 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 
 static int __live(struct pk_watch *w)
 {
-	if (!w->dead && w->tid && !thread_alive(w->tid)) {
+	if (!w->dead && w->tid && !pki_thread_alive(w->tid)) {
 		__close_roots(w);
 		__unaccount(w);
 		w->dead = true;

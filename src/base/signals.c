@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+/* Probekit's own threads and the last-flush fatal-signal handlers (see signals.h). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include "base/signals.h"
+
+int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	sigset_t set, saved;
+	int err;
+
+	sigfillset(&set);
+	sigdelset(&set, PKI_SIG_KICK);
+	sigdelset(&set, SIGTRAP);
+	pthread_sigmask(SIG_SETMASK, &set, &saved);
+	pthread_attr_init(&attr);
+	if (detached)
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	err = -pthread_create(th, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	if (!err && name)
+		pthread_setname_np(*th, name);
+	return err;
+}
+
+void pki_fatal_catch(struct pki_fatal *f, const int *sigs, size_t n)
+{
+	struct sigaction sa = {.sa_sigaction = f->handler, .sa_flags = SA_SIGINFO | SA_ONSTACK};
+	size_t i;
+
+	sigfillset(&sa.sa_mask);
+	for (i = 0; i < n; i++) {
+		int sig = sigs[i];
+		struct sigaction old;
+
+		if (f->caught[sig] || sigaction(sig, NULL, &old) || old.sa_handler != SIG_DFL ||
+		    (old.sa_flags & SA_SIGINFO))
+			continue; /* the program handles or ignores it: leave it be */
+		f->old[sig] = old;
+		if (!sigaction(sig, &sa, NULL))
+			f->caught[sig] = true;
+	}
+}
+
+static bool is_fault(int signo)
+{
+	return signo == SIGSEGV || signo == SIGBUS || signo == SIGILL || signo == SIGFPE;
+}
+
+void pki_fatal_die(struct pki_fatal *f, int signo, const siginfo_t *si)
+{
+	int saved = errno;
+
+	sigaction(signo, &f->old[signo], NULL);
+	/* si_code > 0: sent by the kernel for the faulting instruction, which runs again. */
+	if (!is_fault(signo) || si->si_code <= 0)
+		raise(signo);
+	errno = saved;
+}
+
+void pki_fatal_release(struct pki_fatal *f)
+{
+	int sig;
+
+	for (sig = 1; sig < NSIG; sig++) {
+		struct sigaction cur;
+
+		if (!f->caught[sig])
+			continue;
+		f->caught[sig] = false;
+		/* Only if still ours: the program may have installed its own since. */
+		if (!sigaction(sig, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
+		    cur.sa_sigaction == f->handler)
+			sigaction(sig, &f->old[sig], NULL);
+	}
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The signals probekit itself uses, and the two things every layer does with
+ * signals: start a thread of its own that takes none of the program's, and
+ * catch the fatal signals the program left at their default action for a
+ * last flush before dying the way it would have.
+ */
+#ifndef PK_BASE_SIGNALS_H
+#define PK_BASE_SIGNALS_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The real-time signal that asks every thread to leave the sleds being converted (patch/). */
+#define PKI_SIG_KICK (SIGRTMAX - 1)
+
+/*
+ * Start thread @fn(@arg), named @name, with every signal blocked but
+ * PKI_SIG_KICK and SIGTRAP: the program's signals (and the records their
+ * handlers make) stay off it, while a patch batch, which kicks every thread
+ * and never writes an INT3 while one blocks SIGTRAP, is not stalled by it.
+ * The mask is set before the thread exists (it inherits ours), so no signal
+ * of the program's can land on it first.  Joinable unless @detached.
+ * 0 or -errno (pthread_create's).
+ */
+int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *),
+		     void *arg);
+
+/*
+ * Fatal signals caught for a last flush: only those whose disposition is
+ * SIG_DFL when caught (the program handles or ignores the others).
+ */
+struct pki_fatal {
+	void (*handler)(int, siginfo_t *, void *);
+	bool caught[NSIG];
+	struct sigaction old[NSIG];
+};
+
+/*
+ * Install @f->handler (SA_SIGINFO | SA_ONSTACK, every signal blocked while it
+ * runs) on each of @sigs[@n] still at SIG_DFL.
+ */
+void pki_fatal_catch(struct pki_fatal *f, const int *sigs, size_t n);
+
+/*
+ * From @f->handler, after its flush: give @signo its old (default) action
+ * back and let it end the process the way it would have: a fault re-executes
+ * and faults again, anything else is raised again, pending until the handler
+ * returns.  Async-signal-safe.
+ */
+void pki_fatal_die(struct pki_fatal *f, int signo, const siginfo_t *si);
+
+/* Put back the old action of every signal still caught by @f->handler. */
+void pki_fatal_release(struct pki_fatal *f);
+
+#endif /* PK_BASE_SIGNALS_H */

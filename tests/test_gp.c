@@ -128,6 +128,19 @@ static void nothing(unsigned long ip, unsigned long parent_ip, struct pk_regs *r
 	__atomic_add_fetch(&nothing_calls, 1, __ATOMIC_RELAXED);
 }
 
+/*
+ * A handler that stays a while (about 2 us): its threads are inside a hook
+ * most of the time, so a grace period finds them busy.
+ */
+static void linger(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	double until = now_us() + 2;
+
+	nothing(ip, parent_ip, regs);
+	while (now_us() < until)
+		;
+}
+
 /* ---- blocked threads: nothing to do, nothing sent ---- */
 
 static volatile pid_t sleeper_tid, reader_tid;
@@ -267,7 +280,8 @@ START_TEST(busy_thread_answers)
 	pthread_t th[N];
 	double t0, worst = 0;
 
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	/* Lingering inside: over 300 grace periods some must find a thread busy. */
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)linger}, 1);
 	for (int i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, always_hooked, NULL);
 	while (__atomic_load_n(&nothing_calls, __ATOMIC_RELAXED) < 1000)

@@ -123,7 +123,7 @@ static void site_calls(unsigned long ip, unsigned long target)
 
 /*
  * The site goes through its own entry to @t's handler body (never through
- * the pk_tramp's entry: see hook.c), and its bytes call that entry.
+ * the pk_tramp's entry: see src/hook/tramp.c), and its bytes call that entry.
  */
 static void site_calls_tramp(unsigned long ip, const struct pk_tramp *t)
 {

@@ -567,7 +567,7 @@ static int __start_worker(void)
 }
 
 /*
- * fork(), called from the registry's atfork handlers (hook.c, which orders
+ * fork(), called from the registry's atfork handlers (txn.c, which orders
  * them after its own lock).  In the child only the forking thread exists:
  *  - a grace period another thread (the worker) was running dies with it.
  *    gp_lock is made anew, and every reader slot but the forking thread's

@@ -124,61 +124,105 @@ static int map_at(unsigned long hint, int fd, unsigned long *x)
 	return 0;
 }
 
+/* A memfd for a chunk's pages, or -1: then shared anonymous memory (remembered). */
+static int chunk_memfd(void)
+{
+	int fd;
+
+	if (memfd_err)
+		return -1;
+	fd = memfd_create("probekit-tramp", MFD_CLOEXEC | MFD_EXEC);
+	if (fd < 0 && errno == EINVAL) /* kernel before 6.3 */
+		fd = memfd_create("probekit-tramp", MFD_CLOEXEC);
+	if (fd < 0) {
+		memfd_err = errno;
+		pki_debug("tramp: memfd_create: %s: trampolines in shared anonymous memory\n",
+			  pki_errstr(memfd_err));
+	}
+	return fd;
+}
+
 /*
- * Map a chunk reaching @near: probe hints at growing distances below and
- * above it (MAP_FIXED_NOREPLACE never clobbers a mapping).
+ * Map the executable view of a chunk reaching @near at *@x: probe hints at
+ * growing distances below and above it (MAP_FIXED_NOREPLACE never clobbers
+ * a mapping).  0 or -ERANGE.
  */
-static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
+static int chunk_map_near(unsigned long near, int fd, unsigned long *x)
 {
 	const unsigned long step = 16ul << 20, align = PKI_TMEM_CHUNK;
+
+	for (unsigned long d = step; d < (1ul << 31) - step; d += step) {
+		unsigned long lo = (near - d) & ~(align - 1), hi = (near + d) & ~(align - 1);
+
+		if (near > d && chunk_reaches(lo, near) && !map_at(lo, fd, x))
+			return 0;
+		if (chunk_reaches(hi, near) && !map_at(hi, fd, x))
+			return 0;
+	}
+	return -ERANGE;
+}
+
+/* The writable view of the chunk mapped at @x (from @fd, or its pages again). */
+static uint8_t *chunk_map_writer(unsigned long x, int fd)
+{
+	void *w;
+
+	if (fd >= 0)
+		return mmap(NULL, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	/* The same pages once more (old_size 0), then made rw, not x. */
+	w = mremap((void *)x, 0, PKI_TMEM_CHUNK, MREMAP_MAYMOVE);
+	if (w != MAP_FAILED && mprotect(w, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE)) {
+		int e = errno;
+
+		munmap(w, PKI_TMEM_CHUNK);
+		w = MAP_FAILED;
+		errno = e;
+	}
+	return w;
+}
+
+/* A new chunk's fixed slots: 0 the list dispatcher, 1-2 the exits. */
+static int chunk_fill(struct pki_tmem_chunk *c)
+{
+	int err;
+
+	c->nfree = PKI_TMEM_SLOTS - 3;
+	c->used[0] = 7;
+	err = pki_tramp_emit(PKI_TRAMP_LIST, c->w,
+			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1,
+			     c->x + PKI_TMEM_SLOT, false);
+	if (!err)
+		err = pki_tramp_emit(PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,
+				     (unsigned long[]){(unsigned long)pki_gp_exit_slow,
+						       (unsigned long)pki_gp_register},
+				     2, 0, false);
+	return err;
+}
+
+/* Map a chunk reaching @near, fill its fixed slots, and add it to the table. */
+static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
+{
 	struct pki_tmem_chunk *c;
 	unsigned long x = 0;
-	int fd, err = -ERANGE;
+	int fd, err;
 
 	if (nchunks == PKI_TMEM_MAX_CHUNKS)
 		return -ENOMEM;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	fd = -1;
-	if (!memfd_err) {
-		fd = memfd_create("probekit-tramp", MFD_CLOEXEC | MFD_EXEC);
-		if (fd < 0 && errno == EINVAL) /* kernel before 6.3 */
-			fd = memfd_create("probekit-tramp", MFD_CLOEXEC);
-		if (fd < 0) {
-			memfd_err = errno;
-			pki_debug("tramp: memfd_create: %s: trampolines in shared anonymous "
-				  "memory\n",
-				  pki_errstr(memfd_err));
-		}
-	}
+	fd = chunk_memfd();
 	if (fd >= 0 && ftruncate(fd, PKI_TMEM_CHUNK)) {
 		err = -errno;
 		goto close_fd;
 	}
-	for (unsigned long d = step; d < (1ul << 31) - step; d += step) {
-		unsigned long lo = (near - d) & ~(align - 1), hi = (near + d) & ~(align - 1);
-
-		if (near > d && chunk_reaches(lo, near) && !map_at(lo, fd, &x))
-			break;
-		if (chunk_reaches(hi, near) && !map_at(hi, fd, &x))
-			break;
-	}
-	if (!x)
+	err = chunk_map_near(near, fd, &x);
+	if (err) {
+		pki_warn("tramp: no memory within rel32 reach of %#lx: %s\n", near,
+			 pki_errstr(err));
 		goto close_fd;
-	if (fd >= 0) {
-		c->w = mmap(NULL, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	} else {
-		/* The same pages once more (old_size 0), then made rw, not x. */
-		c->w = mremap((void *)x, 0, PKI_TMEM_CHUNK, MREMAP_MAYMOVE);
-		if (c->w != MAP_FAILED && mprotect(c->w, PKI_TMEM_CHUNK, PROT_READ | PROT_WRITE)) {
-			int e = errno;
-
-			munmap(c->w, PKI_TMEM_CHUNK);
-			c->w = MAP_FAILED;
-			errno = e;
-		}
 	}
+	c->w = chunk_map_writer(x, fd);
 	if (c->w == MAP_FAILED) {
 		err = -errno;
 		if (fd < 0)
@@ -189,17 +233,9 @@ static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
 	}
 	if (fd >= 0)
 		close(fd);
+	fd = -1;
 	c->x = x;
-	c->nfree = PKI_TMEM_SLOTS - 3;
-	c->used[0] = 7; /* slot 0: the list dispatcher, slots 1-2: exits */
-	err = pki_tramp_emit(PKI_TRAMP_LIST, c->w,
-			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1,
-			     x + PKI_TMEM_SLOT, false);
-	if (!err)
-		err = pki_tramp_emit(PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,
-				     (unsigned long[]){(unsigned long)pki_gp_exit_slow,
-						       (unsigned long)pki_gp_register},
-				     2, 0, false);
+	err = chunk_fill(c);
 	if (err)
 		goto unmap_w;
 	chunks[nchunks] = c;
@@ -216,9 +252,6 @@ close_fd:
 	if (fd >= 0)
 		close(fd);
 	free(c);
-	if (err == -ERANGE)
-		pki_warn("tramp: no memory within rel32 reach of %#lx: %s\n", near,
-			 pki_errstr(err));
 	return err;
 }
 

@@ -166,6 +166,75 @@ static bool same_layout(const struct dl_phdr_info *info, const struct pki_elf_si
 	return n == es->nloads;
 }
 
+/* Read the site records of @path's file (opened as @open_path). */
+static int object_file_read(const char *path, const char *open_path, struct pki_elf_sites *es)
+{
+	int fd = open(open_path, O_RDONLY | O_CLOEXEC), err;
+
+	if (fd < 0) {
+		err = -errno;
+		pki_warn("sites: %s: cannot open: %s\n", path, pki_errstr(err));
+		return err;
+	}
+	err = pki_elf_sites_read(fd, es);
+	close(fd);
+	if (err && err != -ENOMEM)
+		pki_warn("sites: %s: cannot read: %s\n", path, pki_errstr(err));
+	return err;
+}
+
+/*
+ * Make @obj's sites from the file's records @es: only those whose bytes are
+ * what is mapped (else they are no site: counted as bad_insn).  0 or -ENOMEM.
+ */
+static int object_sites_make(struct pki_sym_object *obj, const struct dl_phdr_info *info,
+			     const struct pki_elf_sites *es)
+{
+	obj->sites = calloc(es->n, sizeof(*obj->sites));
+	obj->by_name = calloc(es->n, sizeof(*obj->by_name));
+	if (!obj->sites || !obj->by_name)
+		return -ENOMEM;
+	for (size_t i = 0; i < es->n; i++) {
+		const struct pki_elf_site *e = &es->sites[i];
+		struct pki_site *s = &obj->sites[obj->nsites];
+		unsigned long ip = obj->base + e->vaddr;
+
+		if (!in_mapped_text(info, obj->base + e->func, ip - (obj->base + e->func)) ||
+		    !in_mapped_text(info, ip, PKI_SITE_LEN) ||
+		    memcmp((const void *)ip, e->insn, PKI_SITE_LEN)) {
+			obj->stats.bad_insn++;
+			continue;
+		}
+		s->ip = ip;
+		s->func = obj->base + e->func;
+		s->name = pki_intern(e->name);
+		if (!s->name)
+			return -ENOMEM;
+		s->obj = obj;
+		s->kind = e->kind;
+		memcpy(s->insn, e->insn, PKI_SITE_LEN);
+		obj->by_name[obj->nsites] = s;
+		obj->nsites++;
+	}
+	obj->stats.sites = obj->nsites;
+	if (obj->nsites) {
+		qsort(obj->by_name, obj->nsites, sizeof(*obj->by_name), cmp_name);
+		obj->lo = obj->sites[0].ip;
+		obj->hi = obj->sites[obj->nsites - 1].ip + PKI_SITE_LEN;
+	}
+	return 0;
+}
+
+/* Take the file's record counts into @obj's stats. */
+static void object_stats_take(struct pki_sym_object *obj, const struct pki_elf_sites *es)
+{
+	obj->stats.records = es->stats.records;
+	obj->stats.not_entry = es->stats.not_entry;
+	obj->stats.bad_insn = es->stats.bad_insn;
+	obj->stats.duplicates = es->stats.duplicates;
+	obj->stats.pic = es->stats.pic;
+}
+
 /*
  * Sites of one mapped object.  Runs inside dl_iterate_phdr: the object stays
  * mapped, so its text may be read.  A file we cannot use gives an empty
@@ -177,8 +246,7 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 {
 	struct pki_elf_sites es;
 	struct pki_sym_object *obj;
-	size_t i;
-	int fd, err;
+	int err;
 
 	obj = calloc(1, sizeof(*obj));
 	if (!obj)
@@ -192,20 +260,11 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 	obj->phdr = info->dlpi_phdr;
 	obj->stats.sz = sizeof(obj->stats);
 
-	fd = open(open_path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		err = -errno;
-		pki_warn("sites: %s: cannot open: %s\n", path, pki_errstr(err));
-		goto out_empty;
-	}
-	err = pki_elf_sites_read(fd, &es);
-	close(fd);
+	err = object_file_read(path, open_path, &es);
 	if (err == -ENOMEM)
 		goto out_free_obj;
-	if (err) {
-		pki_warn("sites: %s: cannot read: %s\n", path, pki_errstr(err));
+	if (err)
 		goto out_empty;
-	}
 	if (!same_layout(info, &es)) {
 		err = -ESTALE;
 		pki_warn("sites: %s: file differs from the mapped object (replaced since "
@@ -213,54 +272,15 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 			 path, pki_errstr(err));
 		goto out_es;
 	}
-	obj->stats.records = es.stats.records;
-	obj->stats.not_entry = es.stats.not_entry;
-	obj->stats.bad_insn = es.stats.bad_insn;
-	obj->stats.duplicates = es.stats.duplicates;
-	obj->stats.pic = es.stats.pic;
-	if (!es.n)
-		goto out_es;
-
-	obj->sites = calloc(es.n, sizeof(*obj->sites));
-	obj->by_name = calloc(es.n, sizeof(*obj->by_name));
-	if (!obj->sites || !obj->by_name) {
-		err = -ENOMEM;
-		goto out_es;
-	}
-	for (i = 0; i < es.n; i++) {
-		const struct pki_elf_site *e = &es.sites[i];
-		struct pki_site *s = &obj->sites[obj->nsites];
-		unsigned long ip = obj->base + e->vaddr;
-
-		/* The file's bytes must be what is mapped, else it is no site. */
-		if (!in_mapped_text(info, obj->base + e->func, ip - (obj->base + e->func)) ||
-		    !in_mapped_text(info, ip, PKI_SITE_LEN) ||
-		    memcmp((const void *)ip, e->insn, PKI_SITE_LEN)) {
-			obj->stats.bad_insn++;
-			continue;
-		}
-		s->ip = ip;
-		s->func = obj->base + e->func;
-		s->name = pki_intern(e->name);
-		if (!s->name) {
-			err = -ENOMEM;
+	object_stats_take(obj, &es);
+	if (es.n) {
+		err = object_sites_make(obj, info, &es);
+		if (err)
 			goto out_es;
-		}
-		s->obj = obj;
-		s->kind = e->kind;
-		memcpy(s->insn, e->insn, PKI_SITE_LEN);
-		obj->by_name[obj->nsites] = s;
-		obj->nsites++;
 	}
-	obj->stats.sites = obj->nsites;
 	if (obj->stats.bad_insn)
 		pki_info("sites: %s: %zu record(s) whose bytes are not a known site nop, skipped\n",
 			 path, obj->stats.bad_insn);
-	if (obj->nsites) {
-		qsort(obj->by_name, obj->nsites, sizeof(*obj->by_name), cmp_name);
-		obj->lo = obj->sites[0].ip;
-		obj->hi = obj->sites[obj->nsites - 1].ip + PKI_SITE_LEN;
-	}
 	pki_debug("sites: %s: %zu site(s) at base %#lx\n", path, obj->nsites, obj->base);
 	pki_elf_sites_free(&es);
 	*objp = obj;

@@ -33,7 +33,7 @@ enum pki_tramp_kind {
 struct pki_tramp_entry {
 	unsigned long target; /* a body, or an exit (entered counted) */
 	unsigned long user;   /* where the list dispatcher goes on, counted: a body or an exit */
-	unsigned long ops;    /* the list dispatcher's ops array (hook.c) */
+	unsigned long ops;    /* the list dispatcher's ops array (src/hook/site.c) */
 	unsigned long direct; /* where X_USER jumps (uncounted): user code or a ret */
 };
 #define PKI_TRAMP_ENTRY_DATA 32

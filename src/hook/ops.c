@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+/*
+ * pk_ops_register() and pk_ops_unregister(): an ops' filter resolved to
+ * sites (once, sorted and unique), staged on each, committed by txn.c.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hook/registry.h"
+
+/*
+ * Forget @p: out of pki_reg.all_ops, and ops->private back to the committed record
+ * it replaced in this transaction, if any (see ops_priv.prev).
+ */
+void __pki_hook_ops_priv_free(struct ops_priv *p)
+{
+	for (size_t i = 0; i < pki_reg.all_ops.n; i++)
+		if (pki_reg.all_ops.v[i] == p) {
+			pki_reg.all_ops.v[i] = pki_reg.all_ops.v[--pki_reg.all_ops.n];
+			break;
+		}
+	if (p->ops->private == p)
+		p->ops->private = p->prev;
+	for (size_t i = 0; i < pki_reg.all_ops.n; i++)
+		if (pki_reg.all_ops.v[i]->prev == p)
+			pki_reg.all_ops.v[i]->prev = NULL;
+	free(p->ips);
+	free(p);
+}
+
+static int cmp_ulong(const void *a, const void *b)
+{
+	unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Sort and drop duplicates: O(n log n), a filter may name every site. */
+static void collect_unique(struct collect *c)
+{
+	size_t n = 0;
+
+	if (c->n < 2)
+		return;
+	qsort(c->ips, c->n, sizeof(c->ips[0]), cmp_ulong);
+	for (size_t i = 0; i < c->n; i++)
+		if (!n || c->ips[i] != c->ips[n - 1])
+			c->ips[n++] = c->ips[i];
+	c->n = n;
+}
+
+static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
+{
+	int err = 0;
+
+	if (!f->nips && !f->nglobs)
+		return pki_reg.src->each(NULL, 0, ~0ul, pki_hook_collect_ip, c);
+	for (size_t i = 0; i < f->nips && !err; i++)
+		err = pki_hook_collect_ip(f->ips[i], c);
+	for (size_t i = 0; i < f->nglobs && !err; i++) {
+		size_t before = c->n;
+
+		err = pki_reg.src->each(f->globs[i], 0, ~0ul, pki_hook_collect_ip, c);
+		if (!err && c->n == before)
+			err = -ENOENT;
+	}
+	return err;
+}
+
+static int __ops_register(struct pk_ops *ops)
+{
+	struct collect c = {0};
+	struct ops_priv *p, *prev;
+	struct site **ss;
+	int err;
+
+	if (!ops || !ops->func || (ops->flags & ~PK_OPS_F_NOVEC))
+		return -EINVAL;
+	/* Registered, unless its unregister is staged in this transaction. */
+	prev = ops->private;
+	if (prev && (prev->staged || !prev->registered))
+		return -EBUSY;
+	err = resolve_filter(&ops->filter, &c);
+	if (err)
+		goto free_ips;
+	p = calloc(1, sizeof(*p));
+	ss = calloc(c.n ? c.n : 1, sizeof(*ss));
+	if (!p || !ss || GROW(pki_reg.changes, pki_reg.changes.n + 1) ||
+	    GROW(pki_reg.all_ops, pki_reg.all_ops.n + 1)) {
+		err = -ENOMEM;
+		goto free_p;
+	}
+	for (size_t i = 0; i < c.n && !err; i++) {
+		err = __pki_hook_site_get(c.ips[i], &ss[i]);
+		if (!err)
+			c.ips[i] = ss[i]->ip; /* a function's address -> its site */
+	}
+	if (err)
+		goto free_p;
+	collect_unique(&c);
+	for (size_t i = 0; i < c.n; i++)
+		ss[i] = __pki_hook_site_find(c.ips[i]);
+	for (size_t i = 0; i < c.n && !err; i++)
+		err = __pki_hook_site_prepare(ss[i], 1);
+	if (err)
+		goto free_p;
+	/* Nothing fails from here. */
+	*p = (struct ops_priv){.ops = ops,
+			       .ips = c.ips,
+			       .nips = c.n,
+			       .cap_ips = c.n,
+			       .staged = true,
+			       .follows = !ops->filter.nips || ops->filter.nglobs,
+			       .prev = prev};
+	ops->private = p;
+	pki_reg.all_ops.v[pki_reg.all_ops.n++] = p;
+	for (size_t i = 0; i < c.n; i++)
+		ss[i]->ops.v[ss[i]->ops.n++] = ops;
+	pki_reg.changes.v[pki_reg.changes.n++] = (struct ops_change){p, true};
+	free(ss);
+	return 0;
+
+free_p:
+	free(ss);
+	free(p);
+free_ips:
+	free(c.ips);
+	return err;
+}
+
+int pk_ops_register(struct pk_ops *ops)
+{
+	int err = pki_hook_enter();
+
+	if (err)
+		return err;
+	return pki_hook_leave(__ops_register(ops));
+}
+
+static int __ops_unregister(struct pk_ops *ops)
+{
+	struct ops_priv *p = ops ? ops->private : NULL;
+	int err;
+
+	if (!p || !p->staged)
+		return -ENOENT;
+	err = p->registered ? GROW(pki_reg.changes, pki_reg.changes.n + 1) : 0;
+	for (size_t i = 0; i < p->nips && !err; i++)
+		err = __pki_hook_site_prepare(__pki_hook_site_find(p->ips[i]), 0);
+	if (err)
+		return err;
+	for (size_t i = 0; i < p->nips; i++) {
+		struct ops_vec *v = &__pki_hook_site_find(p->ips[i])->ops;
+
+		for (unsigned int j = 0; j < v->n; j++)
+			if (v->v[j] == ops) {
+				memmove(&v->v[j], &v->v[j + 1], (v->n - j - 1) * sizeof(v->v[0]));
+				v->n--;
+				break;
+			}
+	}
+	p->staged = false;
+	if (p->registered) {
+		pki_reg.changes.v[pki_reg.changes.n++] = (struct ops_change){p, false};
+		return 0;
+	}
+	/*
+	 * Registered in this same transaction: drop its change and the record
+	 * now (it has no trampoline yet: those are made at commit), so the net
+	 * effect is nothing, and ops->private is what it was at begin.
+	 */
+	for (size_t i = 0; i < pki_reg.changes.n; i++)
+		if (pki_reg.changes.v[i].p == p) {
+			memmove(&pki_reg.changes.v[i], &pki_reg.changes.v[i + 1],
+				(pki_reg.changes.n - i - 1) * sizeof(pki_reg.changes.v[0]));
+			pki_reg.changes.n--;
+			break;
+		}
+	__pki_hook_ops_priv_free(p);
+	return 0;
+}
+
+int pk_ops_unregister(struct pk_ops *ops)
+{
+	int err = pki_hook_enter();
+
+	if (err)
+		return err;
+	return pki_hook_leave(__ops_unregister(ops));
+}

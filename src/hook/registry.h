@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The hook registry's internals, shared by the files of src/hook/ that
+ * make it (see each file's opening paragraph):
+ *   site.c     the site map, what each site calls (the table below), what readers see
+ *   txn.c      the lock, transactions and the commit (one patch batch), fork
+ *   ops.c      pk_ops_register/unregister
+ *   direct.c   pk_direct_add/del/mod/sync
+ *   objects.c  objects loaded and unloaded while hooks exist (dlopen/dlclose)
+ *   tramp.c    pk_tramp: trampolines for C handlers
+ *   gp.c, tmem.c: grace periods; trampoline memory and the entries.
+ *
+ * The registry: sites, the ops on each, and ONE internal direct ops
+ * owning the ip->addr hash of all direct entries (seed 003).  For each site
+ * it decides what the 5 bytes call and what the site's entry E (tramp.S:
+ * one per site, made at its first attach, never freed) jumps to:
+ *
+ *   ops  direct  site calls  E.target              E.user (after the ops)
+ *   0    no      nothing     (X_RET)               -
+ *   1    no      E           the ops' body         -
+ *   0    yes     addr        - (user code within reach)
+ *   0    yes     E           X_USER (far), or B    -
+ *   >=2  no      E           the list dispatcher   X_RET
+ *   >=1  yes     E           the list dispatcher   X_USER, or B
+ *
+ * X_USER jumps to E.direct, the direct address.  B: when the direct address
+ * is a live pk_tramp's, the site goes through its own entry straight to the
+ * handler body, counted, never through the pk_tramp's entry: a thread that
+ * is on its way into a trampoline is then counted, and a freed pk_tramp
+ * cannot be entered late (see tramp.c).
+ *
+ * Readers (hot path) see only entry words, published per site
+ * (pki_tmem_entry_set: ops array, direct, user, target, in that order), and the ops
+ * array a list dispatcher finds in its entry: immutable, replaced whole per
+ * change of the site, the old one freed after a grace period (gp.c).  The
+ * words of a site whose text will call its entry are published BEFORE the
+ * text is poked, so a thread entering through old or new bytes finds the
+ * new state; those of a site whose text stops calling it, after (a thread
+ * that entered through the old bytes then finds a way on that does the
+ * same as the new bytes: X_USER to the direct address, or X_RET).
+ *
+ * Freeing.  pk_direct_del()/mod() retire ops arrays and bodies with
+ * pki_gp_defer() (background, batched: no wait per call).
+ * pk_ops_unregister() waits for one grace period, because the caller may
+ * free the ops right after.
+ */
+#ifndef PK_HOOK_REGISTRY_H
+#define PK_HOOK_REGISTRY_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <probekit/hook.h>
+
+#include "arch/arch.h"
+#include "base/grow.h"
+#include "base/umap.h"
+#include "hook/hook_int.h"
+#include "hook/tmem.h"
+
+struct ops_vec {
+	struct pk_ops **v;
+	unsigned int n, cap;
+};
+
+/* An ops array as a list dispatcher reads it from an entry: immutable. */
+struct opsv {
+	unsigned long n;
+	struct pk_ops *v[];
+};
+
+struct site {
+	unsigned long ip;
+	uint8_t cur[PKI_SITE_LEN]; /* bytes in the text now */
+	unsigned long call;	   /* what they call (0: nothing): ent.x or the direct addr */
+	struct pki_tentry ent;	   /* the site's entry (ent.x 0: none yet), never freed */
+	struct opsv *opsv;	   /* what ent.ops points to (kept until replaced) */
+	/* staged state */
+	struct ops_vec ops;
+	unsigned long direct; /* the direct ops' hash: ip -> addr (0: none) */
+	/* undo copy while dirty in the open transaction */
+	bool dirty;
+	struct ops_vec saved_ops;
+	unsigned long saved_direct;
+	/* commit scratch */
+	unsigned long new_call;
+	struct pki_tramp_entry new_ent, old_ent;
+	struct opsv *new_opsv;
+};
+
+struct ops_priv {
+	struct pk_ops *ops;
+	unsigned long *ips; /* its sites */
+	size_t nips, cap_ips;
+	size_t nips_before; /* before following new objects: what a failed commit goes back to */
+	struct pki_tslot tramp; /* its body (tramp.x 0: none yet), any chunk */
+	bool registered;	/* committed state */
+	bool staged;		/* staged state */
+	bool follows;		/* filter by globs or empty: takes sites of objects loaded later */
+	/*
+	 * Unregister + register of a registered ops in one transaction: the
+	 * new registration gets its own ops_priv (ops->private), and @prev is
+	 * the committed one, staged for removal.  Abort gives ops->private
+	 * back to @prev; commit frees @prev after the grace period.
+	 */
+	struct ops_priv *prev;
+};
+
+struct ops_change {
+	struct ops_priv *p;
+	bool reg;
+};
+
+/*
+ * The registry's writer-side state.  Everything in it is under @lock, held
+ * for the length of one public call (txn.c: pki_hook_enter/leave); a
+ * transaction owns the registry between its calls without holding @lock.
+ */
+struct pki_registry {
+	pthread_mutex_t lock;
+	struct pki_umap sites; /* ip -> struct site; removed only when objects go (objects.c) */
+	struct {
+		struct site **v;
+		size_t n, cap;
+	} dirty; /* sites changed in the open transaction (undo copies kept) */
+	struct {
+		struct ops_change *v;
+		size_t n, cap;
+	} changes; /* ops registered/unregistered in it */
+	struct {
+		struct ops_priv **v;
+		size_t n, cap;
+	} all_ops; /* every ops_priv alive (registered, staged, or being unregistered) */
+	bool txn_open;
+	bool broken; /* fork child of a parent whose call in flight never ended */
+	const struct pki_site_src *src; /* where sites come from (hook_int.h) */
+};
+
+extern struct pki_registry pki_reg;
+/* The sym layer's site table (site.c), the default of pki_reg.src. */
+extern const struct pki_site_src pki_hook_default_src;
+
+#define GROW(arr, want) PKI_GROW((arr).v, (arr).cap, (want))
+
+/* ---- site.c ---- */
+
+struct site *__pki_hook_site_find(unsigned long ip);
+/* The site record of @addr (a site or a function with one), made on first use. */
+int __pki_hook_site_get(unsigned long addr, struct site **out);
+/* Undo copy, on the dirty list, room for @more_ops more ops; nothing staged yet. */
+int __pki_hook_site_prepare(struct site *s, unsigned int more_ops);
+/* What @s calls in the staged state: entry words in new_ent, text in new_call. */
+int __pki_hook_site_decide(struct site *s);
+/* The 5 bytes @s gets after its decision. */
+void pki_hook_site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN]);
+int pki_hook_vec_copy(struct ops_vec *dst, const struct ops_vec *src);
+void pki_hook_opsv_free(void *v);
+/* Free trampoline memory @t after a grace period (a thread may still be in it). */
+void pki_hook_slot_retire(const struct pki_tslot *t);
+
+/* Sites gathered from the site source (duplicates possible). */
+struct collect {
+	unsigned long *ips;
+	size_t n, cap;
+};
+int pki_hook_collect_ip(unsigned long ip, void *arg);
+
+/* ---- txn.c ---- */
+
+/* Take the registry for one call (waits for another thread's transaction). */
+int pki_hook_enter(void);
+/* End a call: commit its change (or undo it on @err) unless in a transaction. */
+int pki_hook_leave(int err);
+/* Let go of the lock; objects queued meanwhile are applied first. */
+void pki_hook_unlock(void);
+/* Apply the staged state in one patch batch; on failure, everything as before. */
+int __pki_hook_commit(void);
+/* Drop the staged state. */
+void __pki_hook_undo(void);
+
+/* ---- ops.c ---- */
+
+/* Forget @p (out of all_ops; ops->private back to what it replaced). */
+void __pki_hook_ops_priv_free(struct ops_priv *p);
+
+/* ---- objects.c ---- */
+
+/* Subscribe to the sym layer's loaded/unloaded objects (once). */
+void pki_hook_notify_init(void);
+/* Objects queued that the registry has not applied yet. */
+bool pki_hook_objects_pending(void);
+/* Apply them; no transaction open. */
+void __pki_hook_objects_apply(void);
+
+/* ---- tramp.c ---- */
+
+/* A committed site's direct address became (@delta 1) or stopped being (-1) @addr. */
+void pki_hook_tramp_use(unsigned long addr, int delta);
+/* The handler body of the live pk_tramp whose address is @addr, or 0. */
+unsigned long pki_hook_tramp_body(unsigned long addr);
+
+/* The fork stages of the locks each file owns (txn.c orders them). */
+enum pki_hook_fork { PKI_HOOK_FORK_PREPARE, PKI_HOOK_FORK_PARENT, PKI_HOOK_FORK_CHILD };
+void pki_hook_objects_fork(enum pki_hook_fork stage);
+void pki_hook_tramps_fork(enum pki_hook_fork stage);
+
+#endif /* PK_HOOK_REGISTRY_H */

@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The site map and what each site calls (registry.h's table): site records
+ * made on first use from the site source, staged per transaction with an
+ * undo copy, decided at commit (entry words, bodies, list dispatcher arrays,
+ * the 5 bytes), and what readers and tests see of them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <probekit/sites.h>
+
+#include "base/log.h"
+#include "hook/gp.h"
+#include "hook/registry.h"
+#include "sym/sites.h"
+
+/* Default site source: the sym layer's table (built on first use). */
+static int sym_lookup(unsigned long addr, unsigned long *ip)
+{
+	struct pk_site site;
+	int err = pk_site_find(addr, &site);
+
+	if (!err)
+		*ip = site.ip;
+	return err;
+}
+
+struct each_ctx {
+	int (*cb)(unsigned long ip, void *arg);
+	void *arg;
+	unsigned long lo, hi;
+};
+
+static int each_one(const struct pk_site *s, void *ctx)
+{
+	struct each_ctx *c = ctx;
+	int err = c->cb(s->ip, c->arg);
+
+	return err < 0 ? err : 0;
+}
+
+static int each_in_range(const struct pki_site *s, void *ctx)
+{
+	const struct each_ctx *c = ctx;
+
+	if (s->ip < c->lo || s->ip >= c->hi)
+		return 0;
+	return c->cb(s->ip, c->arg);
+}
+
+static int sym_each(const char *glob, unsigned long lo, unsigned long hi,
+		    int (*cb)(unsigned long, void *), void *arg)
+{
+	struct each_ctx c = {cb, arg, lo, hi};
+	int ret;
+
+	if (!lo && hi == ~0ul) { /* builds the table on first use */
+		ret = pk_sites_match(glob, each_one, &c);
+		return ret < 0 ? ret : 0;
+	}
+	pki_sites_read_lock();
+	ret = pki_sites_match_in(glob, lo, hi, each_in_range, &c);
+	pki_sites_read_unlock();
+	return ret;
+}
+
+const struct pki_site_src pki_hook_default_src = {sym_lookup, sym_each};
+
+void pki_hook_set_site_src(const struct pki_site_src *src)
+{
+	pki_reg.src = src ? src : &pki_hook_default_src;
+}
+
+/* ---- site records ---- */
+
+struct site *__pki_hook_site_find(unsigned long ip)
+{
+	return pki_umap_find(&pki_reg.sites, ip);
+}
+
+/* The site record of @ip, made on first use after checking it is a site. */
+int __pki_hook_site_get(unsigned long addr, struct site **out)
+{
+	struct site *s = __pki_hook_site_find(addr);
+	unsigned long ip;
+	int err;
+
+	if (s)
+		goto found;
+	err = pki_reg.src->lookup(addr, &ip);
+	if (err)
+		return err;
+	s = __pki_hook_site_find(ip);
+	if (s)
+		goto found;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->ip = ip;
+	memcpy(s->cur, (const void *)ip, PKI_SITE_LEN);
+	switch (pki_insn_classify(s->cur)) {
+	case PKI_INSN_NOP5:
+	case PKI_INSN_NOP1X5:
+		break;
+	default: /* someone else's code already there */
+		free(s);
+		return -EBUSY;
+	}
+	err = pki_umap_insert(&pki_reg.sites, s);
+	if (err) {
+		free(s);
+		return err;
+	}
+found:
+	*out = s;
+	return 0;
+}
+
+static int vec_reserve(struct ops_vec *v, unsigned int n)
+{
+	if (n <= v->cap)
+		return 0;
+	unsigned int cap = v->cap ? 2 * v->cap : 4;
+
+	while (cap < n)
+		cap *= 2;
+	struct pk_ops **nv = realloc(v->v, cap * sizeof(*nv));
+
+	if (!nv)
+		return -ENOMEM;
+	v->v = nv;
+	v->cap = cap;
+	return 0;
+}
+
+int pki_hook_vec_copy(struct ops_vec *dst, const struct ops_vec *src)
+{
+	int err = vec_reserve(dst, src->n);
+
+	if (err)
+		return err;
+	if (src->n)
+		memcpy(dst->v, src->v, src->n * sizeof(*src->v));
+	dst->n = src->n;
+	return 0;
+}
+
+/*
+ * Make @s ready to be changed in the open transaction: undo copy taken,
+ * on the dirty list, room for one more ops.  Nothing staged yet, so a
+ * failure here leaves the transaction as it was.
+ */
+int __pki_hook_site_prepare(struct site *s, unsigned int more_ops)
+{
+	int err;
+
+	if (!s->dirty) {
+		err = GROW(pki_reg.dirty, pki_reg.dirty.n + 1);
+		if (!err)
+			err = pki_hook_vec_copy(&s->saved_ops, &s->ops);
+		if (err)
+			return err;
+	}
+	err = vec_reserve(&s->ops, s->ops.n + more_ops);
+	if (err)
+		return err;
+	if (!s->dirty) {
+		s->saved_direct = s->direct;
+		s->dirty = true;
+		pki_reg.dirty.v[pki_reg.dirty.n++] = s;
+	}
+	return 0;
+}
+
+/* ---- what each site calls ---- */
+
+/* @p's body, made on demand (kept until unregister): entries reach it from anywhere. */
+static int __ops_tramp(struct ops_priv *p, unsigned long *out)
+{
+	struct pki_tslot t;
+	int err;
+
+	if (!p->tramp.x) {
+		err = pki_tmem_alloc(0, &t);
+		if (err)
+			return err;
+		err = pki_tmem_emit(
+		    p->ops->flags & PK_OPS_F_NOVEC ? PKI_TRAMP_OPS_NV : PKI_TRAMP_OPS, &t,
+		    (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func}, 2);
+		if (err) {
+			pki_tmem_free(&t);
+			return err;
+		}
+		p->tramp = t;
+	}
+	*out = p->tramp.x;
+	return 0;
+}
+
+static void slot_free(void *slot)
+{
+	pki_tmem_free(slot);
+	free(slot);
+}
+
+/* Free @t after a grace period (a thread may still be in it). */
+void pki_hook_slot_retire(const struct pki_tslot *t)
+{
+	struct pki_tslot *c = malloc(sizeof(*c));
+
+	if (!c) { /* rare: pay the grace period now */
+		pki_gp_synchronize();
+		pki_tmem_free(t);
+		return;
+	}
+	*c = *t;
+	pki_gp_defer(slot_free, c);
+}
+
+/* A copy of @s's staged ops, for a list dispatcher. */
+static struct opsv *opsv_new(const struct ops_vec *ops)
+{
+	struct opsv *v = malloc(sizeof(*v) + ops->n * sizeof(v->v[0]));
+
+	if (v) {
+		v->n = ops->n;
+		memcpy(v->v, ops->v, ops->n * sizeof(v->v[0]));
+	}
+	return v;
+}
+
+/*
+ * Decide what @s calls in the staged state (the table in registry.h); may make
+ * bodies.  The entry words cover a site whose text does not call its entry
+ * (any more) too: a thread that entered through old bytes does what the
+ * new bytes do.
+ */
+int __pki_hook_site_decide(struct site *s)
+{
+	unsigned long body = s->direct ? pki_hook_tramp_body(s->direct) : 0;
+	/* The text calls the entry, unless it calls nothing or user code within reach. */
+	bool via_entry = s->ops.n || (s->direct && (body || !pki_tmem_reaches(s->ip, s->direct)));
+	struct pki_tramp_exits x;
+	int err;
+
+	s->new_opsv = s->opsv;
+	s->new_call = s->direct;
+	if (!s->ent.x) {
+		if (!via_entry)
+			return 0;
+		err = pki_tmem_entry_new(s->ip, &s->ent);
+		if (err)
+			return err;
+	}
+	if (pki_tmem_entry_frozen(&s->ent))
+		return -ENOTRECOVERABLE; /* shared with the parent: never written here */
+	if (via_entry)
+		s->new_call = s->ent.x;
+	pki_tmem_exits(&s->ent, &x);
+	/* What the direct address (or its absence) needs, counted. */
+	s->new_ent = (struct pki_tramp_entry){x.ret, x.ret, (unsigned long)s->opsv, x.ret_ret};
+	if (s->direct) {
+		s->new_ent.user = s->new_ent.target = body ? body : x.user;
+		s->new_ent.direct = s->direct;
+	}
+	if (!s->ops.n)
+		return 0;
+	if (s->ops.n == 1 && !s->direct)
+		return __ops_tramp(s->ops.v[0]->private, &s->new_ent.target);
+	s->new_opsv = opsv_new(&s->ops);
+	if (!s->new_opsv)
+		return -ENOMEM;
+	s->new_ent.ops = (unsigned long)s->new_opsv;
+	s->new_ent.target = pki_tmem_list(&s->ent);
+	return 0;
+}
+
+/* The 5 bytes @s gets: a call of new_call, else nop5 (as found until first attached). */
+void pki_hook_site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN])
+{
+	/*
+	 * A gcc sled (90 x5) is thus converted (with the patch layer's sled
+	 * kick) once; later cycles go nop5 <-> call, which need no kick.
+	 * s->cur tracks what is in the text, and is what the patch layer
+	 * verifies.
+	 */
+	if (s->new_call)
+		pki_insn_call(b, s->ip, s->new_call);
+	else if (s->call)
+		memcpy(b, pki_nop5, PKI_SITE_LEN);
+	else
+		memcpy(b, s->cur, PKI_SITE_LEN);
+}
+
+/* Duplicates are dropped by __ops_register() (collect_unique). */
+int pki_hook_collect_ip(unsigned long ip, void *arg)
+{
+	struct collect *c = arg;
+
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 16;
+		unsigned long *n = realloc(c->ips, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		c->ips = n;
+		c->cap = cap;
+	}
+	c->ips[c->n++] = ip;
+	return 0;
+}
+
+/* ---- what readers see ---- */
+
+/*
+ * Hot path, from the list dispatcher (counted, tramp.S): every ops of the
+ * site's current array, unless recursing.  @entry is the executable view of
+ * the site's entry; the site is where its call returns to, minus 5.
+ */
+void pki_hook_list_func(const void *entry, unsigned long parent_ip, void *regs, int recursing)
+{
+	const struct pki_tramp_entry *e =
+	    (const void *)((const char *)entry + PKI_TRAMP_ENTRY_DATA);
+	const struct opsv *v = (const void *)__atomic_load_n(&e->ops, __ATOMIC_ACQUIRE);
+	/* regs->sp is the function's entry sp: the site's call pushed ip + 5 below it. */
+	unsigned long ip = ((const unsigned long *)((struct pk_regs *)regs)->sp)[-1] - 5;
+
+	if (recursing || !v)
+		return;
+	for (unsigned long i = 0; i < v->n; i++)
+		v->v[i]->func(ip, parent_ip, v->v[i], regs);
+}
+
+void pki_hook_opsv_free(void *v)
+{
+	free(v);
+}
+
+unsigned long pki_hook_site_target(unsigned long ip)
+{
+	struct site *s;
+	unsigned long t;
+
+	pthread_mutex_lock(&pki_reg.lock);
+	s = __pki_hook_site_find(ip);
+	t = s ? s->call : 0;
+	pki_hook_unlock();
+	return t;
+}
+
+unsigned long pki_hook_site_entry_target(unsigned long ip)
+{
+	struct pki_tramp_entry e = {0};
+	struct site *s;
+
+	pthread_mutex_lock(&pki_reg.lock);
+	s = __pki_hook_site_find(ip);
+	if (s && s->ent.x)
+		pki_tmem_entry_get(&s->ent, &e);
+	pki_hook_unlock();
+	return e.target;
+}
+
+unsigned long pki_hook_site_list(unsigned long ip)
+{
+	struct site *s;
+	unsigned long l = 0;
+
+	pthread_mutex_lock(&pki_reg.lock);
+	s = __pki_hook_site_find(ip);
+	if (s && s->ent.x)
+		l = pki_tmem_list(&s->ent);
+	pki_hook_unlock();
+	return l;
+}
+
+static pthread_once_t list_once = PTHREAD_ONCE_INIT;
+
+static void set_list_func(void)
+{
+	pki_tmem_set_list_func((unsigned long)pki_hook_list_func);
+}
+
+__attribute__((constructor)) static void hook_init(void)
+{
+	pthread_once(&list_once, set_list_func);
+}

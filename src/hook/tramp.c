@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Trampolines for C handlers (pk_tramp_new/free).
+ *
+ * A pk_tramp is an entry (what pk_tramp_addr() gives, never freed: a thread
+ * may be about to run it, R1 in gp.c) and a handler body it jumps to.  Sites
+ * never call that entry: they go through their own to the body, counted
+ * (the table at the top), so once pk_tramp_free() found no site using it and
+ * a grace period passed, no thread of ours can run the handler.  Freed, its
+ * body goes after a grace period and its entry is parked (X_RET, for code
+ * of the user's own that called the address) with its struct, kept for a
+ * later pk_tramp_new() of the same handler and flags: a program making and
+ * freeing trampolines in a loop does not grow.  Every pk_tramp ever made is
+ * in `tramps` (entry address -> struct), which is how the registry knows a
+ * direct address is one.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <probekit/hook.h>
+
+#include "hook/gp.h"
+#include "hook/registry.h"
+
+struct pk_tramp {
+	struct pki_tentry ent;
+	struct pki_tslot body;
+	pk_tramp_fn handler;
+	unsigned int flags;
+	unsigned long uses;    /* committed sites whose direct address it is (tramp_lock) */
+	struct pk_tramp *next; /* on the list of parked ones */
+};
+
+/* The pk_tramp records; taken under pki_reg.lock, never the other way. */
+static pthread_mutex_t tramp_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pk_tramp *parked; /* under tramp_lock, like tramps */
+/* ent.x -> struct pk_tramp, every one ever made (never removed). */
+static struct pki_umap tramps = PKI_UMAP_INIT(struct pk_tramp, ent.x);
+
+void pki_hook_tramp_use(unsigned long addr, int delta)
+{
+	struct pk_tramp *t;
+
+	if (!addr || !pki_tmem_contains(addr))
+		return;
+	pthread_mutex_lock(&tramp_lock);
+	t = pki_umap_find(&tramps, addr);
+	if (t)
+		t->uses += (unsigned long)(long)delta;
+	pthread_mutex_unlock(&tramp_lock);
+}
+
+unsigned long pki_hook_tramp_body(unsigned long addr)
+{
+	struct pk_tramp *t;
+	unsigned long body = 0;
+
+	if (!pki_tmem_contains(addr))
+		return 0;
+	pthread_mutex_lock(&tramp_lock);
+	t = pki_umap_find(&tramps, addr);
+	if (t)
+		body = t->body.x;
+	pthread_mutex_unlock(&tramp_lock);
+	return body;
+}
+void pki_hook_tramps_fork(enum pki_hook_fork stage)
+{
+	if (stage == PKI_HOOK_FORK_PREPARE)
+		pthread_mutex_lock(&tramp_lock);
+	else
+		pthread_mutex_unlock(&tramp_lock);
+}
+
+/* A parked trampoline of @handler and @flags, or NULL. */
+static struct pk_tramp *tramp_unpark(pk_tramp_fn handler, unsigned int flags)
+{
+	struct pk_tramp **pp, *t = NULL;
+
+	pthread_mutex_lock(&tramp_lock);
+	for (pp = &parked; *pp; pp = &(*pp)->next)
+		if ((*pp)->handler == handler && (*pp)->flags == flags) {
+			t = *pp;
+			*pp = t->next;
+			break;
+		}
+	pthread_mutex_unlock(&tramp_lock);
+	return t;
+}
+
+struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
+{
+	struct pki_tramp_exits x;
+	struct pk_tramp *t;
+	int err;
+
+	if (!handler || (flags & ~PK_TRAMP_F_NOVEC)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pki_hook_atfork_init(); /* its memory must be unshared at fork() too */
+	t = tramp_unpark(handler, flags);
+	if (!t) {
+		t = calloc(1, sizeof(*t));
+		if (!t)
+			return NULL;
+		err = pki_tmem_entry_new(0, &t->ent);
+		if (!err) {
+			pthread_mutex_lock(&tramp_lock);
+			err = pki_umap_insert(&tramps, t);
+			pthread_mutex_unlock(&tramp_lock);
+		}
+		if (err) { /* the entry, if made, stays unused */
+			free(t);
+			errno = -err;
+			return NULL;
+		}
+		t->handler = handler;
+		t->flags = flags;
+	}
+	err = pki_tmem_alloc(0, &t->body);
+	if (!err)
+		err = pki_tmem_emit(flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV
+							     : PKI_TRAMP_HANDLER,
+				    &t->body, (unsigned long[]){(unsigned long)handler}, 1);
+	if (err) {
+		if (t->body.x)
+			pki_tmem_free(&t->body);
+		t->body = (struct pki_tslot){0};
+		pthread_mutex_lock(&tramp_lock);
+		t->next = parked;
+		parked = t;
+		pthread_mutex_unlock(&tramp_lock);
+		errno = -err;
+		return NULL;
+	}
+	pki_tmem_exits(&t->ent, &x);
+	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){t->body.x, x.ret, 0, x.ret_ret});
+	return t;
+}
+
+unsigned long pk_tramp_addr(const struct pk_tramp *t)
+{
+	return t->ent.x;
+}
+
+int pk_tramp_free(struct pk_tramp *t)
+{
+	struct pki_tramp_exits x;
+	int err;
+
+	if (!t)
+		return 0;
+	struct pki_tslot body;
+
+	err = pki_hook_enter();
+	if (err)
+		return err;
+	/* Used by a committed site, or staged for one in our transaction: O(dirty sites). */
+	pthread_mutex_lock(&tramp_lock);
+	if (t->uses)
+		err = -EBUSY;
+	pthread_mutex_unlock(&tramp_lock);
+	for (size_t i = 0; i < pki_reg.dirty.n && !err; i++)
+		if (pki_reg.dirty.v[i]->direct == t->ent.x)
+			err = -EBUSY;
+	/*
+	 * Still under pki_reg.lock: no commit can route a site to the body
+	 * between the check and the parking (pki_hook_tramp_body() reads it as 0).
+	 */
+	if (!err) {
+		pki_tmem_exits(&t->ent, &x);
+		pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){x.ret, x.ret, 0, x.ret_ret});
+		pthread_mutex_lock(&tramp_lock);
+		body = t->body;
+		t->body = (struct pki_tslot){0};
+		t->next = parked;
+		parked = t;
+		pthread_mutex_unlock(&tramp_lock);
+		pki_hook_slot_retire(
+		    &body); /* outside tramp_lock: it may wait for a grace period */
+	}
+	pki_hook_unlock();
+	return err;
+}

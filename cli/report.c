@@ -155,7 +155,15 @@ static int parse_sort(const char *v, enum pki_trace_sort *key)
 	return -1;
 }
 
-int cmd_report(int argc, char **argv)
+/* What the command line asks for. */
+struct report_opts {
+	const char *path;
+	enum pki_trace_sort key;
+	bool per_thread, raw;
+};
+
+/* Fill @o from the command line; false: stop with exit status *@status. */
+static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int *status)
 {
 	static const struct option opts[] = {
 	    {"threads", no_argument, NULL, 't'},
@@ -164,50 +172,44 @@ int cmd_report(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	enum pki_trace_sort key = PKI_SORT_TOTAL;
-	bool per_thread = false, raw = false;
-	const char *path = DEFAULT_TRACE;
-	struct pki_trace_report r;
-	struct pki_trace_file *f;
-	uint64_t late;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "ts:rh", opts, NULL)) != -1) {
 		switch (c) {
 		case 't':
-			per_thread = true;
+			o->per_thread = true;
 			break;
 		case 's':
-			if (parse_sort(optarg, &key))
-				return cli_usage_error("--sort: unknown key '%s' (calls, total, "
-						       "self, avg, min, max or name)",
-						       optarg);
-			break;
+			if (!parse_sort(optarg, &o->key))
+				break;
+			*status = cli_usage_error("--sort: unknown key '%s' (calls, total, self, "
+						  "avg, min, max or name)",
+						  optarg);
+			return false;
 		case 'r':
-			raw = true;
+			o->raw = true;
 			break;
 		case 'h':
 			fputs(report_usage, stdout);
-			return 0;
+			*status = 0;
+			return false;
 		default:
-			return cli_usage_error("report: bad option");
+			*status = cli_usage_error("report: bad option");
+			return false;
 		}
 	}
 	if (optind < argc)
-		path = argv[optind++];
-	if (optind < argc)
-		return cli_usage_error("report: unexpected argument '%s'", argv[optind]);
-
-	f = open_trace(path);
-	if (!f)
-		return 1;
-	c = pki_trace_report_build(f, per_thread, &r);
-	if (c) {
-		pki_trace_file_free(f);
-		return cli_error("%s: %s", path, replay_error(c));
+		o->path = argv[optind++];
+	if (optind < argc) {
+		*status = cli_usage_error("report: unexpected argument '%s'", argv[optind]);
+		return false;
 	}
-	pki_trace_report_sort(f, &r, key);
+	return true;
+}
 
+/* The first line: what the file is and how the traced process ended. */
+static void report_header_print(const struct pki_trace_file *f)
+{
 	printf("# %s: pid %u, %zu threads, %llu events, %llu lost, ", f->program, f->pid,
 	       f->nthreads, (unsigned long long)f->nevents, (unsigned long long)f->lost);
 	if (f->complete && f->end.reason == PKI_END_SIGNAL)
@@ -220,28 +222,64 @@ int cmd_report(int argc, char **argv)
 		printf("%s (writing stopped: %s)", f->complete ? ", INCOMPLETE" : "",
 		       strerror(f->stop_error));
 	printf("\n");
-	if (per_thread) {
-		size_t i;
+}
 
-		for (i = 0; i < f->nthreads; i++) {
-			const struct pki_trace_thread *t = &f->threads[i];
+/* One table for the process, or one per thread with @per_thread. */
+static void report_tables_print(const struct pki_trace_file *f, const struct pki_trace_report *r,
+				bool per_thread, bool raw)
+{
+	size_t i;
 
-			printf("\n# thread %u (tid %u, %s): %zu events, %llu lost\n", t->tsn,
-			       t->tid, thread_name(t), t->nev, (unsigned long long)t->lost);
-			print_table(f, &r, t->tsn, raw);
-		}
-	} else {
-		print_table(f, &r, 0, raw);
+	if (!per_thread) {
+		print_table(f, r, 0, raw);
+		return;
 	}
-	late = f->complete ? f->end.late_lost : 0;
-	if (r.rs.unmatched_exits || r.rs.unwound || r.rs.open || late)
+	for (i = 0; i < f->nthreads; i++) {
+		const struct pki_trace_thread *t = &f->threads[i];
+
+		printf("\n# thread %u (tid %u, %s): %zu events, %llu lost\n", t->tsn, t->tid,
+		       thread_name(t), t->nev, (unsigned long long)t->lost);
+		print_table(f, r, t->tsn, raw);
+	}
+}
+
+/* The last line, only if some calls did not pair up. */
+static void report_footer_print(const struct pki_trace_file *f, const struct pki_trace_report *r)
+{
+	uint64_t late = f->complete ? f->end.late_lost : 0;
+
+	if (r->rs.unmatched_exits || r->rs.unwound || r->rs.open || late)
 		printf("\n# %llu exits without an entry (ignored), %llu calls closed by an outer "
 		       "exit, %llu calls still open at the end, %llu events after thread exit\n",
-		       (unsigned long long)r.rs.unmatched_exits, (unsigned long long)r.rs.unwound,
-		       (unsigned long long)r.rs.open, (unsigned long long)late);
+		       (unsigned long long)r->rs.unmatched_exits, (unsigned long long)r->rs.unwound,
+		       (unsigned long long)r->rs.open, (unsigned long long)late);
+}
+
+int cmd_report(int argc, char **argv)
+{
+	struct report_opts o = {.path = DEFAULT_TRACE, .key = PKI_SORT_TOTAL};
+	struct pki_trace_report r;
+	struct pki_trace_file *f;
+	int ret;
+
+	if (!report_opts_parse(&o, argc, argv, &ret))
+		return ret;
+	f = open_trace(o.path);
+	if (!f)
+		return 1;
+	ret = pki_trace_report_build(f, o.per_thread, &r);
+	if (ret) {
+		ret = cli_error("%s: %s", o.path, replay_error(ret));
+		goto out_file;
+	}
+	pki_trace_report_sort(f, &r, o.key);
+	report_header_print(f);
+	report_tables_print(f, &r, o.per_thread, o.raw);
+	report_footer_print(f, &r);
 	pki_trace_report_free(&r);
+out_file:
 	pki_trace_file_free(f);
-	return 0;
+	return ret;
 }
 
 /* ---- export ---------------------------------------------------------------- */

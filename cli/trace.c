@@ -82,10 +82,18 @@ static void mark_globs(const struct trace_ctx *c, const struct pki_trace_file *f
 			    f->syms[i].name && !fnmatch(c->fglobs[g], f->syms[i].name, 0);
 }
 
-/* Events, threads, and lost events of one trace file; false if unreadable. */
-static bool summarize(const struct trace_ctx *c, const char *path, unsigned long long *ev,
-		      unsigned long long *lost, unsigned *lost_threads, size_t *threads,
-		      const char **end, int *stop_error, unsigned *resumed)
+/* What one trace file holds, for the summary after the run. */
+struct file_summary {
+	unsigned long long events, lost;
+	size_t threads;
+	unsigned lost_threads; /* threads that lost events */
+	unsigned resumed;      /* times the writer reopened the file */
+	int stop_error;	       /* why writing stopped, 0 if it did not */
+	const char *end;       /* what ended the process, or "cut short" */
+};
+
+/* Summarize the trace file @path into @s; false if unreadable. */
+static bool file_summarize(const struct trace_ctx *c, const char *path, struct file_summary *s)
 {
 	static const char *const reasons[] = {"?", "exit", "exec", "signal"};
 	struct pki_trace_file *f;
@@ -95,19 +103,19 @@ static bool summarize(const struct trace_ctx *c, const char *path, unsigned long
 	f = pki_trace_file_open(path, 0, err, sizeof(err));
 	if (!f)
 		return false;
-	*ev = f->nevents;
+	s->events = f->nevents;
 	/* END's total: some LOST records may not have fit after writing stopped. */
-	*lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
-	*stop_error = f->stop_error;
-	*resumed = f->nresumed;
-	*threads = f->nthreads;
-	*lost_threads = 0;
+	s->lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+	s->stop_error = f->stop_error;
+	s->resumed = f->nresumed;
+	s->threads = f->nthreads;
+	s->lost_threads = 0;
 	for (i = 0; i < f->nthreads; i++)
 		if (f->threads[i].lost)
-			(*lost_threads)++;
-	if (f->complete && f->end.late_lost && !*lost_threads)
-		*lost_threads = 1;
-	*end = f->complete && f->end.reason < 4 ? reasons[f->end.reason] : "cut short";
+			s->lost_threads++;
+	if (f->complete && f->end.late_lost && !s->lost_threads)
+		s->lost_threads = 1;
+	s->end = f->complete && f->end.reason < 4 ? reasons[f->end.reason] : "cut short";
 	mark_globs(c, f);
 	pki_trace_file_free(f);
 	return true;
@@ -119,64 +127,54 @@ static bool any_stopped; /* some file's writing stopped (ENOSPC...) */
 static void report_one(const struct trace_ctx *c, const char *path, long pid,
 		       unsigned long long *tot_lost, unsigned *tot_threads)
 {
-	unsigned long long ev, lost;
-	unsigned lt, resumed;
-	int stop_error;
-	size_t nt;
-	const char *end;
+	struct file_summary s;
 
-	if (!summarize(c, path, &ev, &lost, &lt, &nt, &end, &stop_error, &resumed)) {
+	if (!file_summarize(c, path, &s)) {
 		fprintf(stderr, "probekit: %s: not a readable trace\n", path);
 		return;
 	}
-	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path, ev,
-		nt, end);
-	if (!strcmp(end, "cut short") && pid > 0 && (!kill((pid_t)pid, 0) || errno == EPERM))
+	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path,
+		s.events, s.threads, s.end);
+	if (!strcmp(s.end, "cut short") && pid > 0 && (!kill((pid_t)pid, 0) || errno == EPERM))
 		fprintf(stderr,
 			"probekit: %s: still being written: process %ld outlives PROG (a "
 			"daemon?); read it once that process has exited\n",
 			path, pid);
-	any_stopped |= stop_error != 0;
-	if (resumed)
+	any_stopped |= s.stop_error != 0;
+	if (s.resumed)
 		fprintf(stderr,
 			"probekit: %s: PROG closed or replaced the trace's descriptor %u time(s); "
 			"the file was reopened by its path each time\n",
-			path, resumed);
-	if (stop_error)
+			path, s.resumed);
+	if (s.stop_error)
 		fprintf(stderr,
 			"probekit: %s: INCOMPLETE: writing stopped: %s; the file holds the %llu "
 			"events written before, %llu later events were lost\n",
-			path, strerror(stop_error), ev, lost);
-	*tot_lost += lost;
-	*tot_threads += lt;
+			path, strerror(s.stop_error), s.events, s.lost);
+	*tot_lost += s.lost;
+	*tot_threads += s.lost_threads;
 }
 
-/* The main file, then FILE.* written by this run (children, exec'd programs). */
-static void on_ended(const struct agent_run *r, int status)
+/* Report FILE.PID and FILE.PID.N written by this run (children, exec'd programs). */
+static void siblings_report(const struct trace_ctx *c, unsigned long long *lost,
+			    unsigned *lost_threads)
 {
-	const struct trace_ctx *c = r->ctx;
 	char dirbuf[PATH_MAX], basebuf[PATH_MAX], path[2 * PATH_MAX + 2];
 	const char *dir, *base;
-	unsigned long long lost = 0;
-	unsigned lost_threads = 0;
 	struct dirent *de;
 	struct stat st;
 	size_t bl;
 	DIR *d;
 
-	(void)status;
-	fflush(stdout);
-	if (!stat(c->file, &st))
-		report_one(c, c->file, 0, &lost, &lost_threads);
-	else
-		fprintf(stderr, "probekit: no trace written to %s\n", c->file);
 	snprintf(dirbuf, sizeof(dirbuf), "%s", c->file);
 	snprintf(basebuf, sizeof(basebuf), "%s", c->file);
 	dir = dirname(dirbuf);
 	base = basename(basebuf);
 	bl = strlen(base);
 	d = opendir(dir);
-	while (d && (de = readdir(d))) {
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
 		const char *p = de->d_name + bl;
 
 		if (strncmp(de->d_name, base, bl) || p[0] != '.' || p[1] < '0' || p[1] > '9' ||
@@ -185,10 +183,26 @@ static void on_ended(const struct agent_run *r, int status)
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (stat(path, &st) || st.st_mtime < c->start)
 			continue; /* from an earlier run */
-		report_one(c, path, strtol(p + 1, NULL, 10), &lost, &lost_threads);
+		report_one(c, path, strtol(p + 1, NULL, 10), lost, lost_threads);
 	}
-	if (d)
-		closedir(d);
+	closedir(d);
+}
+
+/* The main file, then its siblings, then what was lost and what never matched. */
+static void on_ended(const struct agent_run *r, int status)
+{
+	const struct trace_ctx *c = r->ctx;
+	unsigned long long lost = 0;
+	unsigned lost_threads = 0;
+	struct stat st;
+
+	(void)status;
+	fflush(stdout);
+	if (!stat(c->file, &st))
+		report_one(c, c->file, 0, &lost, &lost_threads);
+	else
+		fprintf(stderr, "probekit: no trace written to %s\n", c->file);
+	siblings_report(c, &lost, &lost_threads);
 	if (lost)
 		fprintf(stderr,
 			"probekit: %llu events lost in %u thread(s) (buffers full, or frames "
@@ -244,7 +258,31 @@ static int abs_path(const char *path, char *out, size_t n)
 	return 0;
 }
 
-int cmd_trace(int argc, char **argv)
+/* What the command line asks for; PROG is argv[prog]. */
+struct trace_opts {
+	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
+	int nf, nn;
+	const char *output, *buffer;
+	bool children, entry_only, drop;
+	int prog;
+};
+
+/* -f or -N @glob: false after a usage error. */
+static bool trace_opts_add_glob(struct trace_opts *o, int c, char *glob)
+{
+	if (!*glob || strchr(glob, '\n'))
+		return cli_usage_error("trace: -%c needs a glob (one line)", c), false;
+	if ((c == 'f' ? o->nf : o->nn) >= MAX_GLOBS)
+		return cli_usage_error("trace: at most %d -%c globs", MAX_GLOBS, c), false;
+	if (c == 'f')
+		o->fglobs[o->nf++] = glob;
+	else
+		o->nglobs[o->nn++] = glob;
+	return true;
+}
+
+/* Fill @o from the command line; false: stop with exit status *@status. */
+static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *status)
 {
 	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP };
 	static const struct option opts[] = {
@@ -258,15 +296,10 @@ int cmd_trace(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS], *funcs, *notrace;
-	const char *output = "probekit.trace", *env[24], *buffer = NULL;
-	char path[PATH_MAX], agent[PATH_MAX];
-	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
-	struct trace_ctx ctx = {0};
-	bool fmatched[MAX_GLOBS] = {false};
-	bool children = true, entry_only = false, drop = false;
-	int c, nf = 0, nn = 0, ne = 0, err, ret;
+	unsigned long v;
+	int c;
 
+	*status = TRACE_FAIL;
 	optind = 1;
 	opterr = 0;
 	/* '+': stop at PROG, so its own options are never ours. */
@@ -274,68 +307,57 @@ int cmd_trace(int argc, char **argv)
 		switch (c) {
 		case 'f':
 		case 'N':
-			if (!*optarg || strchr(optarg, '\n'))
-				return cli_usage_error("trace: -%c needs a glob (one line)", c),
-				       TRACE_FAIL;
-			if ((c == 'f' ? nf : nn) >= MAX_GLOBS)
-				return cli_usage_error("trace: at most %d -%c globs", MAX_GLOBS, c),
-				       TRACE_FAIL;
-			if (c == 'f')
-				fglobs[nf++] = optarg;
-			else
-				nglobs[nn++] = optarg;
+			if (!trace_opts_add_glob(o, c, optarg))
+				return false;
 			break;
 		case 'o':
-			output = optarg;
+			o->output = optarg;
 			break;
-		case 'b': {
-			unsigned long v = cli_parse_ulong("--buffer", optarg);
-
+		case 'b':
+			v = cli_parse_ulong("--buffer", optarg);
 			if (v < 1024 || v > (1ul << 26))
 				return cli_usage_error("trace: --buffer: 1024 to %lu events",
 						       1ul << 26),
-				       TRACE_FAIL;
-			buffer = optarg;
+				       false;
+			o->buffer = optarg;
 			break;
-		}
 		case O_NO_CHILDREN:
-			children = false;
+			o->children = false;
 			break;
 		case O_ENTRY_ONLY:
-			entry_only = true;
+			o->entry_only = true;
 			break;
 		case O_DROP:
-			drop = true;
+			o->drop = true;
 			break;
 		case 'h':
 			fputs(usage, stdout);
-			return 0;
+			*status = 0;
+			return false;
 		default:
 			return cli_usage_error("trace: unknown option '%s'", argv[optind - 1]),
-			       TRACE_FAIL;
+			       false;
 		}
 	}
 	if (optind < argc && !strcmp(argv[optind], "--"))
 		optind++;
 	if (optind >= argc)
-		return cli_usage_error("trace: expected PROG"), TRACE_FAIL;
+		return cli_usage_error("trace: expected PROG"), false;
+	o->prog = optind;
+	return true;
+}
 
-	ret = agent_prepare(argv[optind], path, sizeof(path), agent, sizeof(agent));
-	if (ret)
-		return ret;
-	err = abs_path(output, ctx.file, sizeof(ctx.file));
-	if (err)
-		return cli_error("%s: %s", output, strerror(-err)), TRACE_FAIL;
-	/* Set only by the agent when it passes its settings on (a nested probekit). */
-	unsetenv(PK_ENV_TRACE_PID);
-	unsetenv(PK_ENV_TRACE_GEN);
-	ctx.start = time(NULL) - 1; /* mtime has 1 s granularity on some file systems */
-	funcs = join(fglobs, nf);
-	notrace = join(nglobs, nn);
-	if ((nf && !funcs) || (nn && !notrace))
-		return cli_error("out of memory"), TRACE_FAIL;
+/*
+ * The agent's settings (agent.h) into @env, NULL-terminated (13 entries at
+ * most).  @funcs, @notrace: the joined globs, or NULL for none.
+ */
+static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
+			    const char *funcs, const char *notrace)
+{
+	int ne = 0;
+
 	env[ne++] = PK_ENV_TRACE;
-	env[ne++] = ctx.file;
+	env[ne++] = file;
 	if (funcs) {
 		env[ne++] = PK_ENV_TRACE_FUNCS;
 		env[ne++] = funcs;
@@ -345,26 +367,59 @@ int cmd_trace(int argc, char **argv)
 		env[ne++] = notrace;
 	}
 	env[ne++] = PK_ENV_TRACE_CHILDREN;
-	env[ne++] = children ? "1" : "0";
-	if (buffer) {
+	env[ne++] = o->children ? "1" : "0";
+	if (o->buffer) {
 		env[ne++] = PK_ENV_TRACE_BUF;
-		env[ne++] = buffer;
+		env[ne++] = o->buffer;
 	}
 	env[ne++] = PK_ENV_TRACE_ENTRY_ONLY;
-	env[ne++] = entry_only ? "1" : "0";
+	env[ne++] = o->entry_only ? "1" : "0";
 	env[ne++] = PK_ENV_TRACE_DROP;
-	env[ne++] = drop ? "1" : "0";
+	env[ne++] = o->drop ? "1" : "0";
 	env[ne] = NULL;
+}
+
+int cmd_trace(int argc, char **argv)
+{
+	struct trace_opts o = {.output = "probekit.trace", .children = true};
+	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
+	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace;
+	bool fmatched[MAX_GLOBS] = {false};
+	struct trace_ctx ctx = {0};
+	const char *env[24];
+	int err, ret;
+
+	if (!trace_opts_parse(&o, argc, argv, &ret))
+		return ret;
+	ret = agent_prepare(argv[o.prog], path, sizeof(path), agent, sizeof(agent));
+	if (ret)
+		return ret;
+	err = abs_path(o.output, ctx.file, sizeof(ctx.file));
+	if (err)
+		return cli_error("%s: %s", o.output, strerror(-err)), TRACE_FAIL;
+	/* Set only by the agent when it passes its settings on (a nested probekit). */
+	unsetenv(PK_ENV_TRACE_PID);
+	unsetenv(PK_ENV_TRACE_GEN);
+	ctx.start = time(NULL) - 1; /* mtime has 1 s granularity on some file systems */
+	funcs = join(o.fglobs, o.nf);
+	notrace = join(o.nglobs, o.nn);
+	if ((o.nf && !funcs) || (o.nn && !notrace)) {
+		cli_error("out of memory");
+		ret = TRACE_FAIL;
+		goto out;
+	}
+	trace_env_build(env, &o, ctx.file, funcs, notrace);
 	r.path = path;
-	r.argv = argv + optind;
+	r.argv = argv + o.prog;
 	r.agent = agent;
 	r.env = env;
-	ctx.fglobs = fglobs;
+	ctx.fglobs = o.fglobs;
 	ctx.fmatched = fmatched;
-	ctx.nf = nf;
+	ctx.nf = o.nf;
 	r.ctx = &ctx;
 	ret = agent_run(&r);
-	free(funcs);
+out:
 	free(notrace);
+	free(funcs);
 	return ret;
 }

@@ -18,6 +18,7 @@
 
 #include "agent/agent.h"
 #include "agent_run.h"
+#include "arch/arch.h"
 #include "cli.h"
 
 static const char usage[] =
@@ -44,7 +45,57 @@ static const char usage[] =
 
 #define WATCH_FAIL 125
 
-int cmd_watch(int argc, char **argv)
+/* What the command line asks for; PROG is argv[prog]. */
+struct watch_opts {
+	const char *spec; /* SYMBOL[+OFF] or ADDR */
+	const char *type, *len, *count, *output;
+	bool stack;
+	int prog;
+};
+
+/* Option @c with its argument @arg (@word: as written); false after a usage error. */
+static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const char *word)
+{
+	char *end;
+	long n;
+
+	switch (c) {
+	case 't':
+		o->type = arg;
+		if (strcmp(arg, "w") && strcmp(arg, "rw") && strcmp(arg, "x"))
+			return cli_usage_error("watch: unknown type '%s' (w, rw or x)", arg), false;
+		return true;
+	case 'l':
+		o->len = arg;
+		errno = 0;
+		n = (int)strtol(arg, &end, 0);
+		if (errno || *end || n <= 0 || !pki_hwbp_data_ok(0, (size_t)n))
+			return cli_usage_error("watch: unsupported length '%s': x86 watches "
+					       "1, 2, 4 or 8 bytes",
+					       arg),
+			       false;
+		return true;
+	case 's':
+		o->stack = true;
+		return true;
+	case 'c':
+		o->count = arg;
+		errno = 0;
+		if (strtoul(arg, &end, 0) == 0 || errno || *end || *arg == '-')
+			return cli_usage_error("watch: --count needs a positive number, not '%s'",
+					       arg),
+			       false;
+		return true;
+	case 'o':
+		o->output = arg;
+		return true;
+	default:
+		return cli_usage_error("watch: unknown option '%s'", word), false;
+	}
+}
+
+/* Fill @o from the command line; false: stop with exit status *@status. */
+static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *status)
 {
 	static const struct option opts[] = {
 	    {"type", required_argument, NULL, 't'},
@@ -55,13 +106,8 @@ int cmd_watch(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	const char *type = "w", *len = NULL, *count = NULL, *output = NULL, *spec = NULL;
-	const char *env[16];
-	char path[PATH_MAX], agent[PATH_MAX], *end;
-	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .report_end = true};
-	bool stack = false;
-	int c, ret, ne = 0;
 
+	*status = WATCH_FAIL;
 	optind = 1;
 	opterr = 0;
 	/*
@@ -70,98 +116,84 @@ int cmd_watch(int argc, char **argv)
 	 * an option ('+': never permute, so PROG's own options are never ours).
 	 */
 	for (;;) {
-		int before = optind;
+		int before = optind, c;
 
 		c = getopt_long(argc, argv, "+t:l:sc:o:h", opts, NULL);
 		if (c == -1) {
 			if (optind == before + 1 && !strcmp(argv[before], "--"))
 				break; /* getopt ate the "--": PROG follows */
-			if (optind >= argc || spec)
+			if (optind >= argc || o->spec)
 				break;
-			spec = argv[optind++];
+			o->spec = argv[optind++];
 			continue;
 		}
-		switch (c) {
-		case 't':
-			type = optarg;
-			if (strcmp(type, "w") && strcmp(type, "rw") && strcmp(type, "x"))
-				return cli_usage_error("watch: unknown type '%s' (w, rw or x)",
-						       type),
-				       WATCH_FAIL;
-			break;
-		case 'l':
-			len = optarg;
-			errno = 0;
-			c = (int)strtol(len, &end, 0);
-			if (errno || *end || (c != 1 && c != 2 && c != 4 && c != 8))
-				return cli_usage_error(
-					   "watch: unsupported length '%s': x86 watches "
-					   "1, 2, 4 or 8 bytes",
-					   len),
-				       WATCH_FAIL;
-			break;
-		case 's':
-			stack = true;
-			break;
-		case 'c':
-			count = optarg;
-			errno = 0;
-			if (strtoul(count, &end, 0) == 0 || errno || *end || *count == '-')
-				return cli_usage_error(
-					   "watch: --count needs a positive number, not "
-					   "'%s'",
-					   count),
-				       WATCH_FAIL;
-			break;
-		case 'o':
-			output = optarg;
-			break;
-		case 'h':
+		if (c == 'h') {
 			fputs(usage, stdout);
-			return 0;
-		default:
-			return cli_usage_error("watch: unknown option '%s'", argv[optind - 1]),
-			       WATCH_FAIL;
+			*status = 0;
+			return false;
 		}
+		if (!watch_opts_set(o, c, optarg, argv[optind - 1]))
+			return false;
 	}
-	if (!spec)
-		return cli_usage_error("watch: expected SYMBOL or ADDR, then -- PROG"), WATCH_FAIL;
-	if (!*spec)
+	if (!o->spec)
+		return cli_usage_error("watch: expected SYMBOL or ADDR, then -- PROG"), false;
+	if (!*o->spec)
 		return cli_usage_error("watch: empty SYMBOL: give a symbol of PROG or an address"),
-		       WATCH_FAIL;
+		       false;
 	if (optind >= argc)
-		return cli_usage_error("watch: expected PROG after %s --", spec), WATCH_FAIL;
-	if (!strcmp(type, "x") && len && strcmp(len, "1"))
-		return cli_usage_error("watch: -t x watches one instruction: no -l"), WATCH_FAIL;
+		return cli_usage_error("watch: expected PROG after %s --", o->spec), false;
+	if (!strcmp(o->type, "x") && o->len && strcmp(o->len, "1"))
+		return cli_usage_error("watch: -t x watches one instruction: no -l"), false;
+	o->prog = optind;
+	return true;
+}
 
-	ret = agent_prepare(argv[optind], path, sizeof(path), agent, sizeof(agent));
-	if (ret)
-		return ret;
-	if (output) {
-		r.out_fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (r.out_fd < 0)
-			return cli_error("%s: %s", output, strerror(errno)), WATCH_FAIL;
-		r.relay_fd = r.out_fd;
-	}
+/* The agent's settings (agent.h) into @env, NULL-terminated: at most 11 entries. */
+static void watch_env_build(const char **env, const struct watch_opts *o)
+{
+	int ne = 0;
+
 	env[ne++] = PK_ENV_WATCH;
-	env[ne++] = spec;
+	env[ne++] = o->spec;
 	env[ne++] = PK_ENV_WATCH_TYPE;
-	env[ne++] = type;
-	if (len) {
+	env[ne++] = o->type;
+	if (o->len) {
 		env[ne++] = PK_ENV_WATCH_LEN;
-		env[ne++] = len;
+		env[ne++] = o->len;
 	}
-	if (count) {
+	if (o->count) {
 		env[ne++] = PK_ENV_WATCH_COUNT;
-		env[ne++] = count;
+		env[ne++] = o->count;
 	}
-	if (stack) {
+	if (o->stack) {
 		env[ne++] = PK_ENV_WATCH_STACK;
 		env[ne++] = "1";
 	}
 	env[ne] = NULL;
+}
+
+int cmd_watch(int argc, char **argv)
+{
+	struct watch_opts o = {.type = "w"};
+	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .report_end = true};
+	char path[PATH_MAX], agent[PATH_MAX];
+	const char *env[16];
+	int ret;
+
+	if (!watch_opts_parse(&o, argc, argv, &ret))
+		return ret;
+	ret = agent_prepare(argv[o.prog], path, sizeof(path), agent, sizeof(agent));
+	if (ret)
+		return ret;
+	if (o.output) {
+		r.out_fd = open(o.output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (r.out_fd < 0)
+			return cli_error("%s: %s", o.output, strerror(errno)), WATCH_FAIL;
+		r.relay_fd = r.out_fd;
+	}
+	watch_env_build(env, &o);
 	r.path = path;
-	r.argv = argv + optind;
+	r.argv = argv + o.prog;
 	r.agent = agent;
 	r.env = env;
 	return agent_run(&r);

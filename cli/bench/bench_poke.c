@@ -12,6 +12,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -106,88 +107,142 @@ static double measure(unsigned long site, const uint8_t *call, unsigned long fli
 	return best;
 }
 
-int bench_poke(int argc, char **argv)
+static const struct {
+	const char *name;
+	unsigned int disable, flags;
+} variant[] = {
+    {"int3, /proc/self/mem (before)", PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST, 0},
+    {"int3, alias", PKI_POKE_NO_FAST, 0},
+    {"single store + sync (default)", 0, 0},
+    {"single store, lazy", 0, PKI_POKE_LAZY},
+};
+
+#define NR_VARIANTS (sizeof(variant) / sizeof(variant[0]))
+#define MAX_THREADS 64
+
+/* Parse -n and -t; false: stop with exit status *@status. */
+static bool poke_opts_parse(unsigned long *flips, unsigned long *threads, int argc, char **argv,
+			    int *status)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
-	static const struct {
-		const char *name;
-		unsigned int disable, flags;
-	} variant[] = {
-	    {"int3, /proc/self/mem (before)", PKI_POKE_NO_ALIAS | PKI_POKE_NO_FAST, 0},
-	    {"int3, alias", PKI_POKE_NO_FAST, 0},
-	    {"single store + sync (default)", 0, 0},
-	    {"single store, lazy", 0, PKI_POKE_LAZY},
-	};
-	unsigned long flips = 3000, threads = 0, t;
-	pthread_t tid[64];
-	double us[4] = {0};
-	uint8_t call[PKI_SITE_LEN];
-	unsigned long site = 0;
-	struct pki_poke_stats st;
-	int c, err = 0;
-	size_t v, i;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "n:t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
-			flips = cli_parse_ulong("-n", optarg);
+			*flips = cli_parse_ulong("-n", optarg);
 			break;
 		case 't':
-			threads = cli_parse_ulong("-t", optarg);
-			if (threads > 64)
-				return cli_usage_error("-t: at most 64 threads");
-			break;
+			*threads = cli_parse_ulong("-t", optarg);
+			if (*threads <= MAX_THREADS)
+				break;
+			*status = cli_usage_error("-t: at most %d threads", MAX_THREADS);
+			return false;
 		case 'h':
 			fputs(usage, stdout);
-			return 0;
+			*status = 0;
+			return false;
 		default:
 			fputs(usage, stderr);
-			return 2;
+			*status = 2;
+			return false;
 		}
 	}
-	if (flips < 2)
-		return cli_usage_error("-n: at least 2 flips");
-	/* A target whose site fits one aligned 16-byte block. */
-	for (i = 0; i < pkb_ntargets && !site; i++)
+	if (*flips >= 2)
+		return true;
+	*status = cli_usage_error("-n: at least 2 flips");
+	return false;
+}
+
+/*
+ * Pick a bench target whose site fits one aligned 16-byte block, make its
+ * sled a nop5 and *@call the call of the stub from *@site; 0 or the exit
+ * status.  The nop5 is written before any alias exists (variant 0).
+ */
+static int poke_target_prepare(unsigned long *site, uint8_t *call)
+{
+	uint8_t off[PKI_SITE_LEN];
+	size_t i;
+	int err;
+
+	*site = 0;
+	for (i = 0; i < pkb_ntargets && !*site; i++)
 		if (pki_insn_single_store_ok(site_of(pkb_targets[i]), pki_nop5))
-			site = site_of(pkb_targets[i]);
-	if (!site)
+			*site = site_of(pkb_targets[i]);
+	if (!*site)
 		return cli_error("no bench target has a site inside one aligned 16-byte block");
 	target = pkb_targets[i - 1];
-	if (pki_insn_call(call, site, (unsigned long)pkb_poke_stub))
+	if (pki_insn_call(call, *site, (unsigned long)pkb_poke_stub))
 		return cli_error("bench target too far from its stub");
-
-	/* The sled becomes a nop5 first, before any alias exists (variant 0). */
 	pki_text_poke_disable = variant[0].disable;
-	uint8_t off[PKI_SITE_LEN];
-
-	pki_insn_site_off(off, (const uint8_t *)site);
-	err = flip(site, off, 0);
+	pki_insn_site_off(off, (const uint8_t *)*site);
+	err = flip(*site, off, 0);
 	if (err)
 		return cli_error("cannot patch the bench target: %s", strerror(-err));
+	return 0;
+}
+
+/*
+ * Each variant's usecs per batch into @us, with @threads calling the target
+ * meanwhile; 0 or the exit status.
+ */
+static int poke_variants_measure(unsigned long site, const uint8_t *call, unsigned long flips,
+				 unsigned long threads, double *us)
+{
+	pthread_t tid[MAX_THREADS];
+	unsigned long t;
+	int err = 0, ret = 0;
+	size_t v;
 
 	for (t = 0; t < threads; t++)
-		if (pthread_create(&tid[t], NULL, busy, NULL))
-			return cli_error("cannot create threads");
-	for (v = 0; v < 4 && !err; v++) {
+		if (pthread_create(&tid[t], NULL, busy, NULL)) {
+			ret = cli_error("cannot create threads");
+			goto out_join;
+		}
+	for (v = 0; v < NR_VARIANTS && !err; v++) {
 		pki_text_poke_disable = variant[v].disable;
 		us[v] = measure(site, call, flips, variant[v].flags, &err);
 	}
+out_join:
 	atomic_store(&stop, true);
-	for (t = 0; t < threads; t++)
+	while (t--)
 		pthread_join(tid[t], NULL);
 	pki_text_poke_disable = 0;
 	if (err)
-		return cli_error("batch failed: %s", strerror(-err));
-	pki_text_poke_stats(&st);
+		ret = cli_error("batch failed: %s", strerror(-err));
+	return ret;
+}
 
+static void poke_results_print(unsigned long flips, unsigned long threads, const double *us)
+{
+	struct pki_poke_stats st;
+	size_t v;
+
+	pki_text_poke_stats(&st);
 	printf("# Running 'poke' benchmark:\n");
 	printf("# 1-site batches, nop5 <-> call, %lu batches x %d rounds, %lu busy threads\n",
 	       flips, NR_ROUNDS, threads);
-	for (v = 0; v < 4; v++)
+	for (v = 0; v < NR_VARIANTS; v++)
 		printf(" %-32s %8.3f usecs/op  (%5.2fx)\n", variant[v].name, us[v], us[0] / us[v]);
 	printf(" %lu batches, %lu by single store, %lu INT3 hits emulated\n\n", st.batches, st.fast,
 	       st.emulated);
-	printf(" %.3f usecs/op\n", us[2]);
+	printf(" %.3f usecs/op\n", us[2]); /* the default path */
+}
+
+int bench_poke(int argc, char **argv)
+{
+	unsigned long flips = 3000, threads = 0, site;
+	double us[NR_VARIANTS] = {0};
+	uint8_t call[PKI_SITE_LEN];
+	int ret;
+
+	if (!poke_opts_parse(&flips, &threads, argc, argv, &ret))
+		return ret;
+	ret = poke_target_prepare(&site, call);
+	if (!ret)
+		ret = poke_variants_measure(site, call, flips, threads, us);
+	if (ret)
+		return ret;
+	poke_results_print(flips, threads, us);
 	return 0;
 }

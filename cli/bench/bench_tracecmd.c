@@ -122,15 +122,13 @@ static __attribute__((noinline, noclone)) unsigned long floor_leaf(unsigned long
 }
 
 /* examples/trace_demo's demo_body, as is, and with the two events. */
-static __attribute__((noinline, noclone)) unsigned long plain_body(unsigned long x,
-								   unsigned long k)
+static __attribute__((noinline, noclone)) unsigned long plain_body(unsigned long x, unsigned long k)
 {
 	floor_cnt++;
 	return demo_body_work(x, k);
 }
 
-static __attribute__((noinline, noclone)) unsigned long floor_body(unsigned long x,
-								   unsigned long k)
+static __attribute__((noinline, noclone)) unsigned long floor_body(unsigned long x, unsigned long k)
 {
 	struct floor_ev *e = floor_enter(floor_body);
 	unsigned long r;
@@ -234,35 +232,46 @@ static bool have(const char *prog)
 	return system(cmd) == 0;
 }
 
+#define TMPDIR_TEMPLATE "/tmp/probekit-bench-XXXXXX"
+
+/* One run of the benchmark: its settings, and the files it uses. */
+struct trace_bench {
+	unsigned long calls, work;
+	int runs;
+	const char *no_uftrace; /* why the peer is not run, or NULL to run it */
+	char self[PATH_MAX];	/* this program, which runs 'probekit trace' */
+	char prog[PATH_MAX + 32];
+	char tdir[sizeof(TMPDIR_TEMPLATE)];
+	char tfile[sizeof(TMPDIR_TEMPLATE) + 16], udir[sizeof(TMPDIR_TEMPLATE) + 16];
+	char nbuf[32]; /* probekit trace -b */
+};
+
 /*
- * One leaf: the four lines and the ratio; false if a tool that must run
- * failed.  @no_uftrace: why the peer is not run, or NULL to run it.
+ * One leaf (demo_leaf, or demo_body with @work): the four lines and the
+ * ratio; false if a tool that must run failed.
  */
-static bool workload(const char *self, const char *prog, const char *tfile, const char *udir,
-		     const char *nbuf, unsigned long calls, unsigned long work, int runs,
-		     const char *no_uftrace)
+static bool workload(const struct trace_bench *b, unsigned long work)
 {
-	char ncalls[32], nwork[32];
+	char ncalls[32], nwork[32], *prog = (char *)b->prog;
 	unsigned long long lost = 0;
 	double plain, pk, uf = -1, fl;
 
-	snprintf(ncalls, sizeof(ncalls), "%lu", calls);
+	snprintf(ncalls, sizeof(ncalls), "%lu", b->calls);
 	snprintf(nwork, sizeof(nwork), "%lu", work);
 	{
 		/* argv[] of execvp() is char *const[]: the strings are not written. */
-		char *const a_plain[] = {(char *)prog, "--bench", ncalls, "--work", nwork, NULL};
-		char *const a_pk[] = {(char *)self, "trace",   "-o",   (char *)tfile,
-				      "-b",	    (char *)nbuf, "--",   (char *)prog,
-				      "--bench",    ncalls,	  "--work", nwork,
-				      NULL};
-		char *const a_uf[] = {"uftrace",   "record", "--no-libcall", "-P",  ".",
-				      "-d",	   (char *)udir, (char *)prog, "--bench", ncalls,
-				      "--work",	   nwork,	 NULL};
+		char *const a_plain[] = {prog, "--bench", ncalls, "--work", nwork, NULL};
+		char *const a_pk[] = {(char *)b->self, "trace", "-o", (char *)b->tfile, "-b",
+				      (char *)b->nbuf, "--",	prog, "--bench",	ncalls,
+				      "--work",	       nwork,	NULL};
+		char *const a_uf[] = {
+		    "uftrace", "record",  "--no-libcall", "-P",	    ".",   "-d", (char *)b->udir,
+		    prog,      "--bench", ncalls,	  "--work", nwork, NULL};
 
-		plain = best(a_plain, calls, runs, NULL);
-		pk = best(a_pk, calls, runs, &lost);
-		if (!no_uftrace)
-			uf = best(a_uf, calls, runs, NULL);
+		plain = best(a_plain, b->calls, b->runs, NULL);
+		pk = best(a_pk, b->calls, b->runs, &lost);
+		if (!b->no_uftrace)
+			uf = best(a_uf, b->calls, b->runs, NULL);
 	}
 	if (work)
 		printf("# demo_body: %lu dependent multiply-adds per call\n", work);
@@ -274,8 +283,8 @@ static bool workload(const char *self, const char *prog, const char *tfile, cons
 	printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "probekit", pk - plain, pk);
 	if (lost)
 		printf("%14s %llu events lost over %d runs: their cost is not in the figure\n", "",
-		       lost, runs);
-	fl = floor_added(calls, work, runs);
+		       lost, b->runs);
+	fl = floor_added(b->calls, work, b->runs);
 	if (fl >= 0 && pki_arch_tsc_invariant())
 		printf("%12s: %+8.2f nsecs/call  (two TSC reads and event stores per call, inline, "
 		       "no hook)\n",
@@ -284,7 +293,7 @@ static bool workload(const char *self, const char *prog, const char *tfile, cons
 		printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace", uf - plain, uf);
 	else
 		printf("%12s: not measured (%s)\n", "uftrace",
-		       no_uftrace ? no_uftrace : "uftrace record failed");
+		       b->no_uftrace ? b->no_uftrace : "uftrace record failed");
 	if (uf > plain && pk > plain)
 		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
 		       (uf - plain) / (pk - plain));
@@ -293,7 +302,20 @@ static bool workload(const char *self, const char *prog, const char *tfile, cons
 	return true;
 }
 
-int bench_trace(int argc, char **argv)
+static const char usage[] = "usage: probekit bench trace [--calls N] [--runs R] [--work K] "
+			    "[--no-uftrace] [--prog TRACE_DEMO]\n\n"
+			    "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
+			    "examples/trace_demo --bench N (N calls of a leaf function timed by\n"
+			    "the program itself, one thread); best of R runs each.  Two leaves:\n"
+			    "an almost empty one (the worst case), and one doing K dependent\n"
+			    "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
+			    "reading the TSC and storing an event at entry and exit costs alone\n"
+			    "(no hook): no tracer that timestamps every call can add less.\n"
+			    "--no-uftrace leaves the peer out (it is also left out when it is\n"
+			    "not installed).\n";
+
+/* Fill @b's settings from the command line; false: stop with exit status *@status. */
+static bool trace_bench_parse(struct trace_bench *b, int argc, char **argv, int *status)
 {
 	static const struct option opts[] = {
 	    {"calls", required_argument, NULL, 'n'},
@@ -304,89 +326,111 @@ int bench_trace(int argc, char **argv)
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	char self[PATH_MAX], prog[PATH_MAX + 32], nbuf[32], tdir[] = "/tmp/probekit-bench-XXXXXX";
-	char tfile[sizeof(tdir) + 16], udir[sizeof(tdir) + 16];
-	unsigned long calls = 1000000, work = 32;
-	const char *no_uftrace = NULL;
-	bool ok;
-	int c, runs = 3;
-	ssize_t len;
+	int c;
 
-	prog[0] = 0;
 	while ((c = getopt_long(argc, argv, "n:r:w:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
-			calls = cli_parse_ulong("--calls", optarg);
+			b->calls = cli_parse_ulong("--calls", optarg);
 			break;
 		case 'r':
-			runs = (int)cli_parse_ulong("--runs", optarg);
+			b->runs = (int)cli_parse_ulong("--runs", optarg);
 			break;
 		case 'w':
-			work = cli_parse_ulong("--work", optarg);
+			b->work = cli_parse_ulong("--work", optarg);
 			break;
 		case 'U':
-			no_uftrace = "--no-uftrace";
+			b->no_uftrace = "--no-uftrace";
 			break;
 		case 'p':
-			snprintf(prog, sizeof(prog), "%s", optarg);
+			snprintf(b->prog, sizeof(b->prog), "%s", optarg);
 			break;
 		case 'h':
-			printf("usage: probekit bench trace [--calls N] [--runs R] [--work K] "
-			       "[--no-uftrace] [--prog TRACE_DEMO]\n\n"
-			       "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
-			       "examples/trace_demo --bench N (N calls of a leaf function timed by\n"
-			       "the program itself, one thread); best of R runs each.  Two leaves:\n"
-			       "an almost empty one (the worst case), and one doing K dependent\n"
-			       "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
-			       "reading the TSC and storing an event at entry and exit costs alone\n"
-			       "(no hook): no tracer that timestamps every call can add less.\n"
-			       "--no-uftrace leaves the peer out (it is also left out when it is\n"
-			       "not installed).\n");
-			return 0;
+			fputs(usage, stdout);
+			*status = 0;
+			return false;
 		default:
-			return cli_usage_error("bench trace: bad option");
+			*status = cli_usage_error("bench trace: bad option");
+			return false;
 		}
 	}
-	if (calls < 1000 || runs < 1)
-		return cli_usage_error("bench trace: --calls >= 1000, --runs >= 1");
-	if (work > 100000)
-		return cli_usage_error("bench trace: --work <= 100000");
-	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (b->calls < 1000 || b->runs < 1)
+		*status = cli_usage_error("bench trace: --calls >= 1000, --runs >= 1");
+	else if (b->work > 100000)
+		*status = cli_usage_error("bench trace: --work <= 100000");
+	else
+		return true;
+	return false;
+}
+
+/* @b's self and prog (default: examples/trace_demo next to us); 0 or the exit status. */
+static int trace_bench_find_progs(struct trace_bench *b)
+{
+	ssize_t len;
+
+	len = readlink("/proc/self/exe", b->self, sizeof(b->self) - 1);
 	if (len <= 0)
 		return cli_error("cannot find myself");
-	self[len] = 0;
-	if (!prog[0]) {
-		snprintf(prog, sizeof(prog), "%s", self);
-		*strrchr(prog, '/') = 0;
-		strcat(prog, "/../examples/trace_demo");
+	b->self[len] = 0;
+	if (!b->prog[0]) {
+		snprintf(b->prog, sizeof(b->prog), "%s", b->self);
+		*strrchr(b->prog, '/') = 0;
+		strcat(b->prog, "/../examples/trace_demo");
 	}
-	if (access(prog, X_OK))
-		return cli_error("%s: %s (give --prog PATH to examples/trace_demo)", prog,
+	if (access(b->prog, X_OK))
+		return cli_error("%s: %s (give --prog PATH to examples/trace_demo)", b->prog,
 				 strerror(errno));
-	if (!mkdtemp(tdir))
+	return 0;
+}
+
+/* @b's temporary directory and the files in it; 0 or the exit status. */
+static int trace_bench_make_files(struct trace_bench *b)
+{
+	unsigned long nbuf = b->calls * 2 + 4096;
+
+	snprintf(b->tdir, sizeof(b->tdir), "%s", TMPDIR_TEMPLATE);
+	if (!mkdtemp(b->tdir))
 		return cli_error("mkdtemp: %s", strerror(errno));
-	snprintf(tfile, sizeof(tfile), "%s/t.trace", tdir);
-	snprintf(udir, sizeof(udir), "%s/uftrace", tdir);
+	snprintf(b->tfile, sizeof(b->tfile), "%s/t.trace", b->tdir);
+	snprintf(b->udir, sizeof(b->udir), "%s/uftrace", b->tdir);
 	/* Room for every event: the figure is the cost of recording, not of losing. */
-	snprintf(nbuf, sizeof(nbuf), "%lu",
-		 calls * 2 + 4096 < (1ul << 26) ? calls * 2 + 4096 : 1ul << 26);
-	if (!no_uftrace && !have("uftrace"))
-		no_uftrace = "not installed; apt-get install uftrace";
+	snprintf(b->nbuf, sizeof(b->nbuf), "%lu", nbuf < (1ul << 26) ? nbuf : 1ul << 26);
+	return 0;
+}
+
+static void trace_bench_remove_files(const struct trace_bench *b)
+{
+	char cmd[sizeof(b->tdir) + 16];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", b->tdir);
+	if (system(cmd)) {
+		/* a temporary directory left behind */
+	}
+}
+
+int bench_trace(int argc, char **argv)
+{
+	struct trace_bench b = {.calls = 1000000, .work = 32, .runs = 3};
+	bool ok;
+	int ret;
+
+	if (!trace_bench_parse(&b, argc, argv, &ret))
+		return ret;
+	ret = trace_bench_find_progs(&b);
+	if (!ret)
+		ret = trace_bench_make_files(&b);
+	if (ret)
+		return ret;
+	if (!b.no_uftrace && !have("uftrace"))
+		b.no_uftrace = "not installed; apt-get install uftrace";
 
 	printf("# Running 'trace/trace' benchmark:\n");
-	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n",
-	       prog, calls, calls, runs);
+	printf("# %s --bench %lu: %lu calls of a leaf function, one thread, best of %d\n\n", b.prog,
+	       b.calls, b.calls, b.runs);
 	fflush(stdout);
-	ok = workload(self, prog, tfile, udir, nbuf, calls, 0, runs, no_uftrace);
-	if (ok && work)
-		ok = workload(self, prog, tfile, udir, nbuf, calls, work, runs, no_uftrace);
-	{
-		char cmd[sizeof(tdir) + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", tdir);
-		if (system(cmd)) {
-			/* a temporary directory left behind */
-		}
-	}
+	ok = workload(&b, 0);
+	if (ok && b.work)
+		ok = workload(&b, b.work);
+	trace_bench_remove_files(&b);
 	return !ok;
 }

@@ -491,16 +491,18 @@ static int frame_check(struct parser *p, uint64_t off, struct pki_trace_frame *f
 	return 0;
 }
 
-static int parse_records(struct parser *p)
+/*
+ * The HEADER record, which must be first and whole: without it nothing can
+ * be read.  0, or -ENOMEM or another negative errno (a fail()).
+ */
+static int header_parse(struct parser *p)
 {
 	struct pki_trace_file *f = p->f;
 	uint64_t off = sizeof(struct pki_trace_prefix), next;
 	struct pki_trace_frame fr;
 	const uint8_t *d;
-	size_t avail;
 	int err;
 
-	/* The HEADER must be first and whole: without it nothing can be read. */
 	if (frame_check(p, off, &fr, &d, &next))
 		return p->s.err == ENOMEM ? -ENOMEM : -EINVAL;
 	if (fr.type != PKI_REC_HEADER)
@@ -510,9 +512,65 @@ static int parse_records(struct parser *p)
 		return err;
 	src_consume(&p->s, next - off);
 	f->nrecords = 1;
-	f->valid_size = off = next;
+	f->valid_size = next;
 	f->partial = false;
+	return 0;
+}
 
+/* Apply the record at @off, checked by frame_check(): 0 or a negative errno. */
+static int record_apply(struct parser *p, uint64_t off, const struct pki_trace_frame *fr,
+			const uint8_t *d)
+{
+	struct pki_trace_file *f = p->f;
+
+	switch (fr->type) {
+	case PKI_REC_HEADER:
+		return fail(p, off, "second HEADER record");
+	case PKI_REC_OBJECT:
+		return rec_object(p, off, d, fr->len);
+	case PKI_REC_SYMBOL:
+		return rec_symbol(p, off, d, fr->len);
+	case PKI_REC_THREAD:
+		return rec_thread(p, off, d, fr->len);
+	case PKI_REC_EVENTS:
+		return rec_events(p, off, d, fr->len);
+	case PKI_REC_LOST:
+		return rec_lost(p, off, d, fr->len);
+	case PKI_REC_END:
+		return rec_end(p, off, d, fr->len);
+	case PKI_REC_STATUS:
+		return rec_status(p, off, d, fr->len);
+	default:
+		/*
+		 * Only a newer minor version may hold types we do not know
+		 * (skipped by their length, already checked); in a file of our
+		 * own version it is corruption.
+		 */
+		if (f->version_minor > PKI_TRACE_VERSION_MINOR)
+			return 0;
+		return fail(p, off, "unknown record type %u in a version %u.%u file", fr->type,
+			    f->version_major, f->version_minor);
+	}
+}
+
+/*
+ * The records after the prefix.  0, or 1 when a bad record stopped the read:
+ * the records before the first problem are kept and f->partial says whether
+ * there was one.  A negative errno: nothing usable (-ENOMEM, a bad HEADER).
+ */
+static int parse_records(struct parser *p)
+{
+	struct pki_trace_file *f = p->f;
+	struct pki_trace_frame fr;
+	uint64_t off, next;
+	const uint8_t *d;
+	size_t avail;
+	int err;
+
+	err = header_parse(p);
+	if (err)
+		return err;
+	off = f->valid_size;
 	for (;;) {
 		src_peek(&p->s, 1, &avail);
 		if (!avail)
@@ -523,44 +581,7 @@ static int parse_records(struct parser *p)
 		}
 		if (frame_check(p, off, &fr, &d, &next))
 			return p->s.err == ENOMEM ? -ENOMEM : 1;
-		switch (fr.type) {
-		case PKI_REC_HEADER:
-			err = fail(p, off, "second HEADER record");
-			break;
-		case PKI_REC_OBJECT:
-			err = rec_object(p, off, d, fr.len);
-			break;
-		case PKI_REC_SYMBOL:
-			err = rec_symbol(p, off, d, fr.len);
-			break;
-		case PKI_REC_THREAD:
-			err = rec_thread(p, off, d, fr.len);
-			break;
-		case PKI_REC_EVENTS:
-			err = rec_events(p, off, d, fr.len);
-			break;
-		case PKI_REC_LOST:
-			err = rec_lost(p, off, d, fr.len);
-			break;
-		case PKI_REC_END:
-			err = rec_end(p, off, d, fr.len);
-			break;
-		case PKI_REC_STATUS:
-			err = rec_status(p, off, d, fr.len);
-			break;
-		default:
-			/*
-			 * Only a newer minor version may hold types we do not know
-			 * (skipped by their length, already checked above); in a
-			 * file of our own version it is corruption.
-			 */
-			if (f->version_minor > PKI_TRACE_VERSION_MINOR)
-				err = 0;
-			else
-				err = fail(p, off, "unknown record type %u in a version %u.%u file",
-					   fr.type, f->version_major, f->version_minor);
-			break;
-		}
+		err = record_apply(p, off, &fr, d);
 		if (err == -ENOMEM)
 			return err;
 		if (err)

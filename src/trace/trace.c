@@ -1208,50 +1208,44 @@ const char *pki_trace_open_hint(int err)
 	}
 }
 
-int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
+/* Events per thread buffer: @opts' (default 64 Ki), rounded up to a power of two. */
+static int buf_cap_get(const struct pki_trace_opts *opts, uint32_t *cap)
 {
-	static const struct pki_trace_opts defaults = {.sz = sizeof(defaults)};
-	char exe[PATH_MAX];
-	const char *program;
-	uint32_t cap;
-	ssize_t n;
+	uint32_t n = opts->buf_events ? opts->buf_events : 64u << 10;
+
+	if (n < 16 || n > (1u << 28))
+		return -EINVAL;
+	*cap = 1u << (32 - __builtin_clz(n - 1));
+	return 0;
+}
+
+/* This program's path into @exe ("" if unknown), for the HEADER. */
+static const char *exe_path(char *exe, size_t size)
+{
+	ssize_t n = readlink("/proc/self/exe", exe, size - 1);
+
+	exe[n > 0 ? n : 0] = '\0';
+	return exe;
+}
+
+/* Create the trace file @path and own its descriptor in S.f; 0 or -errno. */
+static int session_file_open(const char *path)
+{
 	int err;
 
-	if (!opts)
-		opts = &defaults;
-	pki_crc32c_init();
-	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_IDLE)
-		return -EBUSY;
-	cap = opts->buf_events ? opts->buf_events : 64u << 10;
-	if (cap < 16 || cap > (1u << 28))
-		return -EINVAL;
-	cap = 1u << (32 - __builtin_clz(cap - 1)); /* next power of two */
-	program = opts->program;
-	if (!program) {
-		n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		exe[n > 0 ? n : 0] = '\0';
-		program = exe;
-	}
-	err = pki_trace_clock_setup(opts->clock, &S.ci);
-	if (err) {
-		pki_warn("trace %s: clock %d: %s\n", path, opts->clock, pki_errstr(err));
-		return err;
-	}
-	if (!S.key_made) {
-		err = -pthread_key_create(&S.key, buf_release);
-		if (err)
-			return err;
-		S.key_made = true;
-	}
 	err = set_path(path);
 	if (!err)
 		err = file_create();
 	if (err >= 0)
 		err = pki_fd_own(&S.f, err);
-	if (err) {
+	if (err)
 		pki_warn("trace %s: open: %s\n", path, pki_errstr(err));
-		return err;
-	}
+	return err;
+}
+
+/* Zero what a session counts and set what @opts decides: nothing of the last one is left. */
+static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
+{
 	S.stop_err = S.lost_err = 0;
 	S.lost_ticks = S.reserved_to = 0;
 	S.no_falloc = S.in_trailer = S.may_shrink = false;
@@ -1274,11 +1268,14 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	pki_trace_drop = opts->drop;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
-	err = write_header(program);
-	if (err) {
-		pki_warn("trace %s: write header: %s\n", path, pki_errstr(err));
-		goto err_close;
-	}
+}
+
+/*
+ * What ends the session: a fatal signal (@opts->catch_signals), exit()
+ * (@opts->at_exit), and, in the child, fork().
+ */
+static void exit_hooks_install(const struct pki_trace_opts *opts)
+{
 	sigemptyset(&S.fatal_set);
 	if (opts->catch_signals) {
 		size_t i;
@@ -1291,6 +1288,46 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 		S.atexit_done = true;
 	if (!S.atfork_done && !pthread_atfork(NULL, NULL, pki_trace_fork_child))
 		S.atfork_done = true;
+}
+
+int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
+{
+	static const struct pki_trace_opts defaults = {.sz = sizeof(defaults)};
+	char exe[PATH_MAX];
+	const char *program;
+	uint32_t cap;
+	int err;
+
+	if (!opts)
+		opts = &defaults;
+	pki_crc32c_init();
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_IDLE)
+		return -EBUSY;
+	err = buf_cap_get(opts, &cap);
+	if (err)
+		return err;
+	program = opts->program ? opts->program : exe_path(exe, sizeof(exe));
+	err = pki_trace_clock_setup(opts->clock, &S.ci);
+	if (err) {
+		pki_warn("trace %s: clock %d: %s\n", path, opts->clock, pki_errstr(err));
+		return err;
+	}
+	if (!S.key_made) {
+		err = -pthread_key_create(&S.key, buf_release);
+		if (err)
+			return err;
+		S.key_made = true;
+	}
+	err = session_file_open(path);
+	if (err)
+		return err;
+	session_state_reset(opts, cap);
+	err = write_header(program);
+	if (err) {
+		pki_warn("trace %s: write header: %s\n", path, pki_errstr(err));
+		goto err_close;
+	}
+	exit_hooks_install(opts);
 	/* Before ACTIVE: a buffer that fills before the thread starts may wait for it. */
 	__atomic_store_n(&S.drainer_running, !opts->no_drainer, __ATOMIC_RELEASE);
 	__atomic_store_n(&S.state, ST_ACTIVE, __ATOMIC_RELEASE);
@@ -1298,14 +1335,15 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 		err = drainer_start();
 		if (err) {
 			pki_warn("trace %s: drainer thread: %s\n", path, pki_errstr(err));
-			__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
-			room_release();
-			signals_restore();
-			goto err_close;
+			goto err_active;
 		}
 	}
 	return 0;
 
+err_active:
+	__atomic_store_n(&S.state, ST_IDLE, __ATOMIC_RELEASE);
+	room_release();
+	signals_restore();
 err_close:
 	pki_fd_close(&S.f);
 	return err;

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * libprobekit-agent.so: preloaded into PROG by `probekit watch`.  Its
- * constructor reads the configuration from the environment (agent.h), cleans
- * the environment, resolves the watched symbol, and puts an all-threads
- * watchpoint on it before main() runs.  Hits are recorded in the SIGTRAP
- * handler into preallocated records handed over through a pk_hitq; a consumer
- * thread formats and writes them to the report fd.  At exit() the queue is
- * drained and a summary written.
+ * The agent's watch mode (`probekit watch`): started by the constructor
+ * (agent.c) with the settings it read, it resolves the watched symbol and
+ * puts an all-threads watchpoint on it before main() runs.  Hits are
+ * recorded in the SIGTRAP handler into preallocated records handed over
+ * through a pk_hitq; a consumer thread formats and writes them to the
+ * report fd.  At exit() the queue is drained and a summary written.
  *
  * What runs where:
  *   signal handler (on_hit)  atomics, clock_gettime, process_vm_readv,
@@ -21,14 +20,11 @@
  * agent installs a handler that lets the report thread print the queued hits,
  * then dies from the same signal with the default action (on_fatal).
  */
-#include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -44,7 +40,6 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "arch/arch.h"
-#include "base/fd.h"
 #include "base/futex.h"
 #include "base/signals.h"
 #include "sym/elf_syms.h"
@@ -81,22 +76,12 @@ struct obj {
 	bool loaded; /* syms read (or tried) */
 };
 
-static struct {
-	/* configuration */
-	char spec[256];
-	enum pk_watch_type type;
-	size_t len;
-	unsigned long limit;
-	bool stack;
-	/*
-	 * The report descriptor: the command's pipe (owned, moved to a high
-	 * number) or fd 2 when run by hand (noted).  Checked before each write:
-	 * PROG may close it and open a file of its own at its number (fd.h).
-	 */
-	struct pki_fd out;
-	int ctl_fd;
+/* What the command asked for (agent.c read it). */
+static const struct agent_watch_conf *const conf = &agent_watch_conf;
 
+static struct {
 	/* the watchpoint */
+	size_t len; /* the settings', or the symbol's size */
 	uintptr_t addr;
 	char what[320]; /* "counter (8 bytes at 0x...)" */
 	struct pk_watch *w;
@@ -123,238 +108,7 @@ static struct {
 	size_t nobjs;
 	pid_t pid; /* the process the agent started in: a fork child stays silent */
 	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
-} A = {.out = PKI_FD_INIT, .ctl_fd = -1};
-
-/* ---- output ---- */
-
-/*
- * Write to the report descriptor if it still is the one we were given;
- * else stay quiet (never into a file of PROG's).  The command may be gone
- * (a daemon outlives it): SIGPIPE is blocked around the write and, if our
- * write raised it (it was not pending before), taken back, so PROG never
- * sees a signal of ours.  Async-signal-safe (the trace writer's notices
- * come from its fatal-signal flush too); errno preserved.
- */
-static void out_write(const char *buf, size_t n)
-{
-	struct timespec zero = {0, 0};
-	sigset_t pipe_set, old, pend;
-	bool had, epipe = false;
-	int saved = errno;
-
-	if (!pki_fd_check(&A.out))
-		return;
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	had = !sigpending(&pend) && sigismember(&pend, SIGPIPE);
-	while (n) {
-		ssize_t w = write(A.out.fd, buf, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && errno == EPIPE)
-			epipe = true;
-		if (w <= 0)
-			break;
-		buf += w;
-		n -= (size_t)w;
-	}
-	if (epipe && !had)
-		sigtimedwait(&pipe_set, NULL, &zero);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	errno = saved;
-}
-
-void agent_notice(const char *line)
-{
-	out_write(line, strlen(line));
-}
-
-__attribute__((format(printf, 1, 2))) static void out_printf(const char *fmt, ...)
-{
-	char buf[4096];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return;
-	out_write(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
-}
-
-static int print_lib(enum pk_print_level level, const char *fmt, va_list ap)
-{
-	char buf[1024];
-	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-
-	(void)level;
-	if (n > 0) {
-		out_write("# probekit: ", 12);
-		out_write(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
-	}
-	return n;
-}
-
-/* Status line to the command (once), then close the control pipe. */
-void ctl_send(const char *msg)
-{
-	if (A.ctl_fd < 0)
-		return;
-	if (write(A.ctl_fd, msg, strlen(msg)) < 0) {
-		/* the command is gone; nothing to tell */
-	}
-	close(A.ctl_fd);
-	A.ctl_fd = -1;
-}
-
-/* Refuse to run PROG: tell the command (or stderr if run by hand) and end PROG before main. */
-void refuse(const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	n = snprintf(buf, sizeof(buf), "%s", PK_CTL_ERROR);
-	va_start(ap, fmt);
-	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	strcat(buf, "\n");
-	if (A.ctl_fd >= 0)
-		ctl_send(buf);
-	else if (write(2, "probekit-agent: ", 16) < 0 || write(2, buf, strlen(buf)) < 0) {
-		/* nowhere to say it */
-	}
-	_exit(PK_AGENT_EXIT_REFUSED);
-}
-
-/* ---- configuration ---- */
-
-static int env_fd(const char *name, int dflt)
-{
-	const char *v = getenv(name);
-	char *end;
-	long fd;
-
-	if (!v)
-		return dflt;
-	fd = strtol(v, &end, 10);
-	if (*end || fd < 0 || fd > INT_MAX || fcntl((int)fd, F_GETFD) < 0)
-		return -1;
-	return (int)fd;
-}
-
-static unsigned long env_ulong(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v ? strtoul(v, NULL, 0) : 0;
-}
-
-void *agent_next(void **cache, const char *name)
-{
-	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
-
-	if (!fn) {
-		fn = dlsym(RTLD_NEXT, name);
-		__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
-	}
-	return fn;
-}
-
-/*
- * The library's own settings, which the user puts in PROG's environment for
- * the library inside the agent (README): they stay, for the library reads
- * them when it first patches, after this cleaning, and for PROG's children.
- */
-static bool user_setting(const char *var)
-{
-	static const char *const keep[] = {"PROBEKIT_TEXT_ALIAS=", "PROBEKIT_TRACE_CLOCK="};
-
-	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
-		if (!strncmp(var, keep[i], strlen(keep[i])))
-			return true;
-	return false;
-}
-
-/*
- * Remove the agent's PROBEKIT_* variables (not the library settings above)
- * and our entry in LD_PRELOAD, so that PROG
- * sees the environment the user gave and its children are not traced (see
- * the policy in agent.h).  Runs in the constructor: no other thread yet.
- *
- * environ is edited in place, not with setenv()/unsetenv(): a program may
- * define its own (bash does: before its main() they do not touch environ,
- * and a loop waiting for unsetenv() to shift the array would never end).
- * The user's LD_PRELOAD takes the place of the first LD_PRELOAD entry (a
- * string allocated once, never freed: environ refers to it).
- */
-static void env_clean(void)
-{
-	static const char saved_var[] = PK_ENV_PRELOAD_SAVED "=";
-	extern char **environ;
-	char *pre = NULL;
-	size_t i, n = 0;
-
-	if (!environ)
-		return;
-	for (i = 0; environ[i]; i++)
-		if (!strncmp(environ[i], saved_var, sizeof(saved_var) - 1)) {
-			const char *saved = environ[i] + sizeof(saved_var) - 1;
-
-			pre = malloc(11 + strlen(saved) + 1);
-			if (pre)
-				sprintf(pre, "LD_PRELOAD=%s", saved);
-		}
-	for (i = 0; environ[i]; i++) {
-		if (!strncmp(environ[i], "PROBEKIT_", 9) && !user_setting(environ[i]))
-			continue;
-		if (!strncmp(environ[i], "LD_PRELOAD=", 11)) {
-			if (pre)
-				environ[n++] = pre;
-			pre = NULL;
-			continue;
-		}
-		environ[n++] = environ[i];
-	}
-	environ[n] = NULL;
-	free(pre); /* no LD_PRELOAD entry (preloaded another way): nothing to restore */
-}
-
-static void read_config(void)
-{
-	const char *spec = getenv(PK_ENV_WATCH), *type = getenv(PK_ENV_WATCH_TYPE);
-	int fd;
-
-	A.ctl_fd = env_fd(PK_ENV_CTL_FD, -1);
-	if (A.ctl_fd >= 0)
-		fcntl(A.ctl_fd, F_SETFD, FD_CLOEXEC);
-	fd = env_fd(PK_ENV_OUT_FD, 2);
-	if (fd < 0 || (fd > 2 ? pki_fd_own(&A.out, fd) : pki_fd_note(&A.out, fd)))
-		refuse("%s is not an open file descriptor", PK_ENV_OUT_FD);
-	if (getenv(PK_ENV_DEBUG))
-		pk_set_print(print_lib);
-	if (!spec)
-		return;
-	if (!*spec)
-		refuse("watch: empty SYMBOL: give a symbol of PROG or an address");
-	if (strlen(spec) >= sizeof(A.spec))
-		refuse("watch: '%.40s...' is too long", spec);
-	strcpy(A.spec, spec);
-	if (!type || !strcmp(type, "w"))
-		A.type = PK_WATCH_W;
-	else if (!strcmp(type, "rw"))
-		A.type = PK_WATCH_RW;
-	else if (!strcmp(type, "x"))
-		A.type = PK_WATCH_X;
-	else
-		refuse("unknown watch type '%s' (w, rw or x)", type);
-	A.len = env_ulong(PK_ENV_WATCH_LEN);
-	A.limit = env_ulong(PK_ENV_WATCH_COUNT);
-	A.stack = env_ulong(PK_ENV_WATCH_STACK) != 0;
-}
+} A;
 
 /* ---- objects and symbols ---- */
 
@@ -454,39 +208,97 @@ static const struct pki_elf_sym *symbolize(uintptr_t ip, char *buf, size_t n, ui
 	return s;
 }
 
+/* A hex link-time address of the main program: A.addr, and A.len for -t x. */
+static void resolve_addr(void)
+{
+	unsigned long off;
+	char *end;
+
+	errno = 0;
+	off = strtoul(conf->spec, &end, 16);
+	if (errno || *end || !off)
+		refuse("'%s' is not a hex address", conf->spec);
+	A.addr = A.objs[0].base + off;
+	if (!A.len)
+		A.len = conf->type == PK_WATCH_X ? 1 : 0;
+	if (!A.len)
+		refuse("%s: an address has no size: give -l " PKI_HWBP_LENS, conf->spec);
+	snprintf(A.what, sizeof(A.what), "%s", conf->spec);
+}
+
 /*
- * Resolve A.spec to A.addr and A.len, or refuse.  Symbols are searched in
- * load order (the main program first), like the dynamic linker would.
+ * The symbol @name and its object (*@op), searched in load order (the main
+ * program first), like the dynamic linker would; or refuse, naming the
+ * closest symbol if there is one.
  */
-static void resolve(void)
+static const struct pki_elf_sym *lookup(const char *name, struct obj **op)
 {
 	const struct pki_elf_sym *s = NULL;
 	const char *suggest = NULL;
+	int best = 3;
+	size_t i;
+
+	for (i = 0; i < A.nobjs && !s; i++) {
+		*op = &A.objs[i];
+		if (strstr((*op)->path, PK_AGENT_NAME))
+			continue; /* our own symbols are not PROG's */
+		s = pki_elf_syms_lookup(obj_syms(*op), name);
+	}
+	if (s)
+		return s;
+	for (i = 0; i < A.nobjs; i++) {
+		int d;
+		const char *c;
+
+		if (strstr(A.objs[i].path, PK_AGENT_NAME))
+			continue;
+		c = pki_elf_syms_suggest(obj_syms(&A.objs[i]), name, &d);
+		if (c && d < best) {
+			best = d;
+			suggest = c;
+		}
+	}
+	if (suggest)
+		refuse("unknown symbol '%s' in PROG and its libraries (did you mean '%s'?)", name,
+		       suggest);
+	refuse("unknown symbol '%s' in PROG and its libraries (no symbol table entry; "
+	       "stripped?)",
+	       name);
+}
+
+/* Without -l: the symbol's size, if the hardware watches that length; else refuse. */
+static void symbol_len(const struct pki_elf_sym *s, const char *name, unsigned long off)
+{
+	if (A.len)
+		return;
+	if (conf->type == PK_WATCH_X)
+		A.len = 1;
+	else if (!off && pki_hwbp_len_ok(s->size))
+		A.len = s->size;
+	else if (off)
+		refuse("'%s': give the length to watch with -l " PKI_HWBP_LENS, conf->spec);
+	else
+		refuse("'%s' is %lu bytes: give the length to watch with -l " PKI_HWBP_LENS " "
+		       "(and SYMBOL+OFFSET for a field)",
+		       name, (unsigned long)s->size);
+}
+
+/* Resolve conf->spec to A.addr and A.len, or refuse. */
+static void resolve(void)
+{
+	const struct pki_elf_sym *s;
 	struct obj *o = NULL;
 	unsigned long off = 0;
 	char name[256], *plus;
-	int best = 3;
-	size_t i;
 
 	dl_iterate_phdr(add_obj, NULL);
 	if (!A.nobjs)
 		refuse("cannot list the objects of PROG");
-	if (!strncmp(A.spec, "0x", 2) || !strncmp(A.spec, "0X", 2)) {
-		char *end;
-
-		errno = 0;
-		off = strtoul(A.spec, &end, 16);
-		if (errno || *end || !off)
-			refuse("'%s' is not a hex address", A.spec);
-		A.addr = A.objs[0].base + off;
-		if (!A.len)
-			A.len = A.type == PK_WATCH_X ? 1 : 0;
-		if (!A.len)
-			refuse("%s: an address has no size: give -l 1, 2, 4 or 8", A.spec);
-		snprintf(A.what, sizeof(A.what), "%s", A.spec);
+	if (!strncmp(conf->spec, "0x", 2) || !strncmp(conf->spec, "0X", 2)) {
+		resolve_addr();
 		return;
 	}
-	snprintf(name, sizeof(name), "%s", A.spec);
+	snprintf(name, sizeof(name), "%s", conf->spec);
 	plus = strchr(name, '+');
 	if (plus) {
 		char *end;
@@ -495,57 +307,21 @@ static void resolve(void)
 		errno = 0;
 		off = strtoul(plus + 1, &end, 0);
 		if (errno || *end || plus[1] == 0)
-			refuse("'%s': bad offset after '+'", A.spec);
+			refuse("'%s': bad offset after '+'", conf->spec);
 	}
-	for (i = 0; i < A.nobjs && !s; i++) {
-		o = &A.objs[i];
-		if (strstr(o->path, PK_AGENT_NAME))
-			continue; /* our own symbols are not PROG's */
-		s = pki_elf_syms_lookup(obj_syms(o), name);
-	}
-	if (!s) {
-		for (i = 0; i < A.nobjs; i++) {
-			int d;
-			const char *c;
-
-			if (strstr(A.objs[i].path, PK_AGENT_NAME))
-				continue;
-			c = pki_elf_syms_suggest(obj_syms(&A.objs[i]), name, &d);
-			if (c && d < best) {
-				best = d;
-				suggest = c;
-			}
-		}
-		if (suggest)
-			refuse("unknown symbol '%s' in PROG and its libraries (did you mean '%s'?)",
-			       name, suggest);
-		refuse("unknown symbol '%s' in PROG and its libraries (no symbol table entry; "
-		       "stripped?)",
-		       name);
-	}
+	s = lookup(name, &o);
 	if (s->kind == PKI_SYM_TLS)
 		refuse("'%s' is thread-local: every thread has its own copy; not supported", name);
 	if (s->kind == PKI_SYM_IFUNC)
 		refuse("'%s' is an IFUNC: its address is a resolver, not the function", name);
-	if (A.type == PK_WATCH_X && s->kind != PKI_SYM_FUNC)
+	if (conf->type == PK_WATCH_X && s->kind != PKI_SYM_FUNC)
 		refuse("-t x: '%s' is not a function", name);
 	if (s->size && off >= s->size)
-		refuse("'%s': offset %#lx is past its end (size %lu)", A.spec, off,
+		refuse("'%s': offset %#lx is past its end (size %lu)", conf->spec, off,
 		       (unsigned long)s->size);
 	A.addr = o->base + s->value + off;
-	if (!A.len) {
-		if (A.type == PK_WATCH_X)
-			A.len = 1;
-		else if (!off && (s->size == 1 || s->size == 2 || s->size == 4 || s->size == 8))
-			A.len = s->size;
-		else if (off)
-			refuse("'%s': give the length to watch with -l 1, 2, 4 or 8", A.spec);
-		else
-			refuse("'%s' is %lu bytes: give the length to watch with -l 1, 2, 4 or 8 "
-			       "(and SYMBOL+OFFSET for a field)",
-			       name, (unsigned long)s->size);
-	}
-	snprintf(A.what, sizeof(A.what), "%s%s%s%s", A.spec, o == &A.objs[0] ? "" : " (",
+	symbol_len(s, name, off);
+	snprintf(A.what, sizeof(A.what), "%s%s%s%s", conf->spec, o == &A.objs[0] ? "" : " (",
 		 o == &A.objs[0] ? "" : base_name(o->path), o == &A.objs[0] ? "" : ")");
 }
 
@@ -584,20 +360,19 @@ static bool peek(uintptr_t addr, uintptr_t *out)
  * Frame-pointer walk from the interrupted context.  Every load goes through
  * process_vm_readv, so a frame without a frame pointer ends the walk instead
  * of faulting.  At an X hit on a function entry the frame is not set up yet:
- * the return address is at the top of the stack.
+ * the return address is at the top of the stack (PKI_FRAME_RA_OFF).
  */
 static void capture_stack(struct rec *r, const ucontext_t *uc)
 {
-	uintptr_t fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
-	uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], ra;
+	uintptr_t fp = pki_uc_fp(uc), sp = pki_uc_sp(uc), ra;
 
 	r->nframes = 0;
-	if (A.type == PK_WATCH_X && peek(sp, &ra) && ra)
+	if (conf->type == PK_WATCH_X && peek(sp, &ra) && ra)
 		r->frames[r->nframes++] = ra;
-	while (r->nframes < MAX_FRAMES && fp && !(fp & 7) && fp >= sp) {
+	while (r->nframes < MAX_FRAMES && fp && !(fp % sizeof(uintptr_t)) && fp >= sp) {
 		uintptr_t next;
 
-		if (!peek(fp + 8, &ra) || !ra || !peek(fp, &next))
+		if (!peek(fp + PKI_FRAME_RA_OFF, &ra) || !ra || !peek(fp, &next))
 			break;
 		r->frames[r->nframes++] = ra;
 		if (next <= fp)
@@ -606,6 +381,9 @@ static void capture_stack(struct rec *r, const ucontext_t *uc)
 	}
 }
 
+/* on_hit() reads the new value, print_rec() decodes back from the trap ip. */
+_Static_assert(PKI_HWBP_TRAP_AFTER, "watch mode wants data breakpoints that trap after the access");
+
 static void on_hit(const struct pk_watch_hit *hit)
 {
 	struct pk_watch_hit h = *hit;
@@ -613,7 +391,7 @@ static void on_hit(const struct pk_watch_hit *hit)
 	struct rec *r;
 	int expect = REC_FREE;
 
-	if (A.limit && n >= A.limit)
+	if (conf->limit && n >= conf->limit)
 		return; /* past --count: the consumer is about to remove us */
 	r = &A.recs[atomic_fetch_add_explicit(&A.rec_next, 1, memory_order_relaxed) % NRECS];
 	if (!atomic_compare_exchange_strong_explicit(&r->state, &expect, REC_BUSY,
@@ -626,12 +404,12 @@ static void on_hit(const struct pk_watch_hit *hit)
 	r->ip = hit->ip;
 	r->late = hit->flags & PK_WATCH_HIT_LATE;
 	r->nframes = 0;
-	if (A.type != PK_WATCH_X) {
-		/* x86 traps after the access: memory holds the new value now. */
+	if (conf->type != PK_WATCH_X) {
+		/* The trap comes after the access: memory holds the new value now. */
 		r->newv = read_value();
 		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
 	}
-	if (A.stack && hit->uc && !r->late)
+	if (conf->stack && hit->uc && !r->late)
 		capture_stack(r, hit->uc);
 	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
 	h.ctx = r;
@@ -672,15 +450,16 @@ static void print_rec(const struct rec *r)
 	if (r->late) {
 		/* the thread blocked SIGTRAP: the access was earlier, somewhere else */
 		symbolize(r->ip, where, sizeof(where), NULL);
-		if (A.type == PK_WATCH_X)
+		if (conf->type == PK_WATCH_X)
 			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "exec %s, seen late (SIGTRAP was blocked) at %s\n", A.spec, where);
+				 "exec %s, seen late (SIGTRAP was blocked) at %s\n", conf->spec,
+				 where);
 		else
 			snprintf(line + len, sizeof(line) - (size_t)len,
 				 "%s %s: value %s, seen late (SIGTRAP was blocked) at %s\n",
-				 A.type == PK_WATCH_W ? "write" : "access", A.spec,
+				 conf->type == PK_WATCH_W ? "write" : "access", conf->spec,
 				 (fmt_value(b, sizeof(b), r->newv), b), where);
-	} else if (A.type == PK_WATCH_X) {
+	} else if (conf->type == PK_WATCH_X) {
 		symbolize(r->ip, where, sizeof(where), NULL);
 		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
 	} else {
@@ -699,23 +478,23 @@ static void print_rec(const struct rec *r)
 			symbolize(at, where, sizeof(where), NULL);
 		}
 		fmt_value(b, sizeof(b), r->newv);
-		if (A.type == PK_WATCH_W) {
+		if (conf->type == PK_WATCH_W) {
 			fmt_value(a, sizeof(a), r->oldv);
 			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "write %s: %s -> %s %s %s\n", A.spec, a, b, how, where);
+				 "write %s: %s -> %s %s %s\n", conf->spec, a, b, how, where);
 		} else {
 			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "access %s: value %s%s %s %s\n", A.spec, b,
+				 "access %s: value %s%s %s %s\n", conf->spec, b,
 				 r->oldv != r->newv ? " (written)" : "", how, where);
 		}
 	}
-	out_write(line, strlen(line));
+	agent_out_write(line, strlen(line));
 	for (i = 0; i < r->nframes; i++) {
 		/* ra - 1 is inside the call: right function even for a noreturn callee. */
 		s = symbolize(r->frames[i] - 1, where, sizeof(where), &start);
 		if (s)
 			symbolize(r->frames[i], where, sizeof(where), NULL);
-		out_printf("        #%d %s\n", i + 1, where);
+		agent_out_printf("        #%d %s\n", i + 1, where);
 	}
 }
 
@@ -729,7 +508,7 @@ static void drain(void)
 
 		while (atomic_load_explicit(&r->state, memory_order_acquire) != REC_READY)
 			; /* pushed after READY: cannot happen; keeps the order explicit */
-		if (!A.limit || A.printed < A.limit) {
+		if (!conf->limit || A.printed < conf->limit) {
 			print_rec(r);
 			A.printed++;
 		}
@@ -751,12 +530,13 @@ static void watch_remove(void)
 
 static void count_reached(void)
 {
-	if (A.count_done || !A.limit || A.printed < A.limit)
+	if (A.count_done || !conf->limit || A.printed < conf->limit)
 		return;
 	A.count_done = true;
 	watch_remove();
 	A.w = NULL;
-	out_printf("# --count %lu reached: watchpoint removed, the program goes on\n", A.limit);
+	agent_out_printf("# --count %lu reached: watchpoint removed, the program goes on\n",
+			 conf->limit);
 }
 
 static void *consumer(void *arg)
@@ -840,75 +620,72 @@ static void agent_exit(void)
 	drain();
 	lost = atomic_load(&A.lost) + pk_hitq_dropped(A.q);
 	if (A.stats.unseen)
-		out_printf("# %lu hit(s) printed, %lu lost (%lu not seen: thread(s) blocked "
-			   "SIGTRAP)\n",
-			   A.printed, lost + A.stats.unseen, A.stats.unseen);
+		agent_out_printf("# %lu hit(s) printed, %lu lost (%lu not seen: thread(s) blocked "
+				 "SIGTRAP)\n",
+				 A.printed, lost + A.stats.unseen, A.stats.unseen);
 	else
-		out_printf("# %lu hit(s) printed, %lu lost\n", A.printed, lost);
+		agent_out_printf("# %lu hit(s) printed, %lu lost\n", A.printed, lost);
 	if (A.stats.late)
-		out_printf("# %lu hit(s) seen late: thread(s) blocked SIGTRAP at the access\n",
-			   A.stats.late);
+		agent_out_printf(
+		    "# %lu hit(s) seen late: thread(s) blocked SIGTRAP at the access\n",
+		    A.stats.late);
 }
 
-__attribute__((constructor(101))) static void agent_start(void)
+/* pk_watch_add() failed with @err: refuse, saying why if the library knows. */
+static __attribute__((noreturn)) void refuse_add(int err)
+{
+	char why[340] = "";
+
+	if (err == ENOSPC)
+		snprintf(why, sizeof(why), " (all %d " PKI_HWBP_SLOTS_NAME " in use)",
+			 PKI_HWBP_SLOTS);
+	if (err == EACCES || err == EPERM) {
+		strcpy(why, " (");
+		pki_perf_denied_why(why + 2, sizeof(why) - 3);
+		strcat(why, ")");
+	}
+	refuse("cannot watch %s at %#lx: %s%s", conf->spec, (unsigned long)A.addr, strerror(err),
+	       why);
+}
+
+bool agent_watch_start(void)
 {
 	PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
-	int err;
 
-	agent_signal_init();
+	if (!conf->spec[0])
+		return false;
 	clock_gettime(CLOCK_MONOTONIC, &A.t0);
 	A.pid = getpid();
-	read_config();
-	agent_trace_config();
-	agent_dl_config();
-	env_clean();
-	agent_exec_init();
-	if (agent_trace_start())
-		return; /* trace mode: it answered the command */
-	if (!A.spec[0]) {
-		ctl_send(PK_CTL_OK "\n");
-		return;
-	}
+	A.len = conf->len;
 	resolve();
-	if (A.len != 1 && A.len != 2 && A.len != 4 && A.len != 8)
-		refuse("unsupported length %zu: x86 watches 1, 2, 4 or 8 bytes", A.len);
-	if (A.type == PK_WATCH_X && A.len != 1)
+	if (!pki_hwbp_len_ok(A.len))
+		refuse("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_LENS " bytes",
+		       A.len);
+	if (conf->type == PK_WATCH_X && A.len != 1)
 		refuse("-t x watches one instruction: no -l (or -l 1)");
-	if (A.addr % A.len)
-		refuse("%s is at %#lx, not aligned to %zu bytes: x86 watches naturally aligned "
-		       "ranges (use -l or SYMBOL+OFFSET)",
-		       A.spec, (unsigned long)A.addr, A.len);
+	if (!pki_hwbp_data_ok(A.addr, A.len))
+		refuse("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
+		       " watches naturally aligned ranges (use -l or SYMBOL+OFFSET)",
+		       conf->spec, (unsigned long)A.addr, A.len);
 	A.recs = calloc(NRECS, sizeof(*A.recs));
 	A.q = pk_hitq_new(NRECS);
 	if (!A.recs || !A.q)
 		refuse("out of memory");
-	if (A.type != PK_WATCH_X)
+	if (conf->type != PK_WATCH_X)
 		atomic_store(&A.shadow, read_value());
 	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
 		refuse("cannot start the report thread");
 	A.consumer_up = true;
-	A.w = pk_watch_add((void *)A.addr, A.len, A.type, &opts);
-	if (!A.w) {
-		char why[340] = "";
-
-		err = errno;
-		if (err == ENOSPC)
-			snprintf(why, sizeof(why), " (all %d debug registers in use)",
-				 PKI_HWBP_SLOTS);
-		if (err == EACCES || err == EPERM) {
-			strcpy(why, " (");
-			pki_perf_denied_why(why + 2, sizeof(why) - 3);
-			strcat(why, ")");
-		}
-		refuse("cannot watch %s at %#lx: %s%s", A.spec, (unsigned long)A.addr,
-		       strerror(err), why);
-	}
+	A.w = pk_watch_add((void *)A.addr, A.len, conf->type, &opts);
+	if (!A.w)
+		refuse_add(errno);
 	atexit(agent_exit);
 	install_fatal();
-	out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n", A.what, A.len,
-		   (unsigned long)A.addr,
-		   A.type == PK_WATCH_W	   ? "writes"
-		   : A.type == PK_WATCH_RW ? "reads and writes"
-					   : "execution");
+	agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n", A.what,
+			 A.len, (unsigned long)A.addr,
+			 conf->type == PK_WATCH_W    ? "writes"
+			 : conf->type == PK_WATCH_RW ? "reads and writes"
+						     : "execution");
 	ctl_send(PK_CTL_OK "\n");
+	return true;
 }

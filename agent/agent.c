@@ -1,93 +1,51 @@
 // SPDX-License-Identifier: MIT
 /*
- * libprobekit-agent.so: preloaded into PROG by `probekit watch`.  Its
- * constructor reads the configuration from the environment (agent.h), cleans
- * the environment, resolves the watched symbol, and puts an all-threads
- * watchpoint on it before main() runs.  Hits are recorded in the SIGTRAP
- * handler into preallocated records handed over through a pk_hitq; a consumer
- * thread formats and writes them to the report fd.  At exit() the queue is
- * drained and a summary written.
+ * libprobekit-agent.so, preloaded into PROG by `probekit trace` and
+ * `probekit watch`: the plumbing its modes and interposers share
+ * (agent_int.h).  The constructor reads the settings the command put in the
+ * environment (agent.h), removes them from it, sets up the interposers and
+ * starts the mode asked for (trace.c, watch.c), all before main() runs.
+ * Also here: the command's two descriptors (the control pipe, answered
+ * once, and the report), the lookup of the real functions the agent's
+ * wrappers hide, trace mode's -f/-N selection (trace.c, dlopen.c), and the
+ * environment that passes trace mode's settings on to the programs PROG
+ * starts (trace.c's exec and spawn wrappers, shell.c).
  *
- * What runs where:
- *   signal handler (on_hit)  atomics, clock_gettime, process_vm_readv,
- *                            pk_hitq_push, futex wake: async-signal-safe only
- *   consumer thread          symbolization (libelf tables read here or in the
- *                            constructor), decoding, snprintf, write(2)
- *   exit handler             stops the consumer, removes the watchpoint, drains
- *
- * The agent never writes to PROG's stdout/stderr (unless the command hands it
- * fd 2) and never changes PROG's exit status.  Signals: the library's SIGTRAP
- * handler chains to PROG's; for fatal signals left at their default action the
- * agent installs a handler that lets the report thread print the queued hits,
- * then dies from the same signal with the default action (on_fatal).
+ * What runs where: the constructor and the settings' readers alone in the
+ * process, before main(); agent_out_write(), agent_notice() and
+ * agent_next() in any context, signal handlers included;
+ * agent_env_for_next() and agent_child_env() in any thread and in vfork
+ * children (they write only the caller's buffer).
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <probekit/watch.h>
+#include <probekit/probekit.h>
 
 #include "agent.h"
 #include "agent_int.h"
-#include "arch/arch.h"
 #include "base/fd.h"
-#include "base/futex.h"
-#include "base/signals.h"
-#include "sym/elf_syms.h"
-#include "watch/perf.h"
 
-#define MAX_FRAMES 16
-#define NRECS	   1024 /* records in flight; also the hit queue's capacity */
+#define BUF_EVENTS (1u << 16) /* per thread: 1 MiB, ~1 ms of a busy thread (it waits when full) */
 
-/*
- * One hit, filled in by the signal handler.  State protocol: FREE -> BUSY
- * (handler claimed it, CAS) -> READY (handler done, release) -> FREE
- * (consumer done, release).  A handler that finds its record not FREE drops
- * the hit and counts it: it never waits.
- */
-enum { REC_FREE, REC_BUSY, REC_READY };
+struct agent_watch_conf agent_watch_conf;
+struct agent_trace_conf agent_trace_conf;
+struct agent_lineage agent_lineage;
 
-struct rec {
-	_Atomic int state;
-	struct timespec t;
-	pid_t tid;
-	uintptr_t ip;
-	bool late; /* PK_WATCH_HIT_LATE: ip and stack are where SIGTRAP was unblocked */
-	uint64_t oldv, newv;
-	int nframes;
-	uintptr_t frames[MAX_FRAMES]; /* return addresses, caller first */
-};
-
-/* A loaded object with its symbol table, for function+offset. */
-struct obj {
-	char *path;
-	uintptr_t base;
-	uintptr_t lo, hi; /* span of its PT_LOAD segments, run-time addresses */
-	struct pki_elf_syms syms;
-	bool loaded; /* syms read (or tried) */
-};
-
+/* The command's descriptors. */
 static struct {
-	/* configuration */
-	char spec[256];
-	enum pk_watch_type type;
-	size_t len;
-	unsigned long limit;
-	bool stack;
 	/*
 	 * The report descriptor: the command's pipe (owned, moved to a high
 	 * number) or fd 2 when run by hand (noted).  Checked before each write:
@@ -95,35 +53,7 @@ static struct {
 	 */
 	struct pki_fd out;
 	int ctl_fd;
-
-	/* the watchpoint */
-	uintptr_t addr;
-	char what[320]; /* "counter (8 bytes at 0x...)" */
-	struct pk_watch *w;
-	struct pk_hitq *q;
-	struct rec *recs;
-	struct timespec t0;
-
-	/* shared with the handler */
-	_Atomic unsigned long nhits;	/* hits seen, including those over the limit */
-	_Atomic unsigned long rec_next; /* next record to claim */
-	_Atomic unsigned long lost;	/* record busy or queue full */
-	_Atomic uint64_t shadow;	/* the last value seen, for "old" */
-	_Atomic uint32_t wake;		/* futex word: bumped by every hit */
-	_Atomic bool stop;
-	_Atomic uint32_t drained; /* futex word: bumped by the consumer after each drain */
-	_Atomic bool crashing;	  /* a fatal signal asks the consumer for a last drain */
-
-	/* consumer side (consumer thread, or the exit handler after joining it) */
-	unsigned long printed;
-	bool count_done;
-	pthread_t consumer;
-	bool consumer_up;
-	struct obj *objs;
-	size_t nobjs;
-	pid_t pid; /* the process the agent started in: a fork child stays silent */
-	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
-} A = {.out = PKI_FD_INIT, .ctl_fd = -1};
+} cmd = {.out = PKI_FD_INIT, .ctl_fd = -1};
 
 /* ---- output ---- */
 
@@ -135,21 +65,21 @@ static struct {
  * sees a signal of ours.  Async-signal-safe (the trace writer's notices
  * come from its fatal-signal flush too); errno preserved.
  */
-static void out_write(const char *buf, size_t n)
+void agent_out_write(const char *buf, size_t n)
 {
 	struct timespec zero = {0, 0};
 	sigset_t pipe_set, old, pend;
 	bool had, epipe = false;
 	int saved = errno;
 
-	if (!pki_fd_check(&A.out))
+	if (!pki_fd_check(&cmd.out))
 		return;
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
 	had = !sigpending(&pend) && sigismember(&pend, SIGPIPE);
 	while (n) {
-		ssize_t w = write(A.out.fd, buf, n);
+		ssize_t w = write(cmd.out.fd, buf, n);
 
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -168,10 +98,10 @@ static void out_write(const char *buf, size_t n)
 
 void agent_notice(const char *line)
 {
-	out_write(line, strlen(line));
+	agent_out_write(line, strlen(line));
 }
 
-__attribute__((format(printf, 1, 2))) static void out_printf(const char *fmt, ...)
+void agent_out_printf(const char *fmt, ...)
 {
 	char buf[4096];
 	va_list ap;
@@ -182,7 +112,7 @@ __attribute__((format(printf, 1, 2))) static void out_printf(const char *fmt, ..
 	va_end(ap);
 	if (n < 0)
 		return;
-	out_write(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+	agent_out_write(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
 static int print_lib(enum pk_print_level level, const char *fmt, va_list ap)
@@ -192,8 +122,8 @@ static int print_lib(enum pk_print_level level, const char *fmt, va_list ap)
 
 	(void)level;
 	if (n > 0) {
-		out_write("# probekit: ", 12);
-		out_write(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+		agent_out_write("# probekit: ", 12);
+		agent_out_write(buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 	}
 	return n;
 }
@@ -201,13 +131,13 @@ static int print_lib(enum pk_print_level level, const char *fmt, va_list ap)
 /* Status line to the command (once), then close the control pipe. */
 void ctl_send(const char *msg)
 {
-	if (A.ctl_fd < 0)
+	if (cmd.ctl_fd < 0)
 		return;
-	if (write(A.ctl_fd, msg, strlen(msg)) < 0) {
+	if (write(cmd.ctl_fd, msg, strlen(msg)) < 0) {
 		/* the command is gone; nothing to tell */
 	}
-	close(A.ctl_fd);
-	A.ctl_fd = -1;
+	close(cmd.ctl_fd);
+	cmd.ctl_fd = -1;
 }
 
 /* Refuse to run PROG: tell the command (or stderr if run by hand) and end PROG before main. */
@@ -222,12 +152,23 @@ void refuse(const char *fmt, ...)
 	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
 	va_end(ap);
 	strcat(buf, "\n");
-	if (A.ctl_fd >= 0)
+	if (cmd.ctl_fd >= 0)
 		ctl_send(buf);
 	else if (write(2, "probekit-agent: ", 16) < 0 || write(2, buf, strlen(buf)) < 0) {
 		/* nowhere to say it */
 	}
 	_exit(PK_AGENT_EXIT_REFUSED);
+}
+
+void *agent_next(void **cache, const char *name)
+{
+	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+
+	if (!fn) {
+		fn = dlsym(RTLD_NEXT, name);
+		__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
+	}
+	return fn;
 }
 
 /* ---- configuration ---- */
@@ -253,15 +194,86 @@ static unsigned long env_ulong(const char *name)
 	return v ? strtoul(v, NULL, 0) : 0;
 }
 
-void *agent_next(void **cache, const char *name)
+static char *dup_env(const char *name)
 {
-	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+	const char *v = getenv(name);
 
-	if (!fn) {
-		fn = dlsym(RTLD_NEXT, name);
-		__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
+	return v && *v ? strdup(v) : NULL;
+}
+
+/* The command's descriptors and PROBEKIT_DEBUG: every mode's. */
+static void read_cmd_config(void)
+{
+	int fd;
+
+	cmd.ctl_fd = env_fd(PK_ENV_CTL_FD, -1);
+	if (cmd.ctl_fd >= 0)
+		fcntl(cmd.ctl_fd, F_SETFD, FD_CLOEXEC);
+	fd = env_fd(PK_ENV_OUT_FD, 2);
+	if (fd < 0 || (fd > 2 ? pki_fd_own(&cmd.out, fd) : pki_fd_note(&cmd.out, fd)))
+		refuse("%s is not an open file descriptor", PK_ENV_OUT_FD);
+	if (getenv(PK_ENV_DEBUG))
+		pk_set_print(print_lib);
+}
+
+static void read_watch_config(void)
+{
+	const char *spec = getenv(PK_ENV_WATCH), *type = getenv(PK_ENV_WATCH_TYPE);
+	struct agent_watch_conf *w = &agent_watch_conf;
+
+	if (!spec)
+		return;
+	if (!*spec)
+		refuse("watch: empty SYMBOL: give a symbol of PROG or an address");
+	if (strlen(spec) >= sizeof(w->spec))
+		refuse("watch: '%.40s...' is too long", spec);
+	strcpy(w->spec, spec);
+	if (!type || !strcmp(type, "w"))
+		w->type = PK_WATCH_W;
+	else if (!strcmp(type, "rw"))
+		w->type = PK_WATCH_RW;
+	else if (!strcmp(type, "x"))
+		w->type = PK_WATCH_X;
+	else
+		refuse("unknown watch type '%s' (w, rw or x)", type);
+	w->len = env_ulong(PK_ENV_WATCH_LEN);
+	w->limit = env_ulong(PK_ENV_WATCH_COUNT);
+	w->stack = env_ulong(PK_ENV_WATCH_STACK) != 0;
+}
+
+static void read_trace_config(void)
+{
+	const char *file = getenv(PK_ENV_TRACE), *v;
+	struct agent_trace_conf *t = &agent_trace_conf;
+	Dl_info di;
+
+	if (!file || !*file || strlen(file) >= sizeof(t->base))
+		return;
+	t->on = true;
+	strcpy(t->base, file);
+	t->funcs = dup_env(PK_ENV_TRACE_FUNCS);
+	t->notrace = dup_env(PK_ENV_TRACE_NOTRACE);
+	v = getenv(PK_ENV_TRACE_CHILDREN);
+	t->children = !v || strcmp(v, "0");
+	v = getenv(PK_ENV_TRACE_ENTRY_ONLY);
+	t->exits = !v || strcmp(v, "1");
+	t->shstk_test = getenv(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
+	v = getenv(PK_ENV_TRACE_DROP);
+	t->drop = v && !strcmp(v, "1");
+	v = getenv(PK_ENV_TRACE_BUF);
+	t->buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
+	if (t->buf_events < 1024 || t->buf_events > (1u << 26))
+		t->buf_events = BUF_EVENTS;
+	v = getenv(PK_ENV_TRACE_PID);
+	if (v) {
+		t->has_pid = true;
+		t->env_pid = strtol(v, NULL, 10);
+		v = getenv(PK_ENV_TRACE_GEN);
+		t->env_gen = v ? strtoul(v, NULL, 10) : 0;
 	}
-	return fn;
+	if (dladdr((void *)read_trace_config, &di) && di.dli_fname &&
+	    strlen(di.dli_fname) < sizeof(t->agent))
+		strcpy(t->agent, di.dli_fname);
 }
 
 /*
@@ -323,592 +335,133 @@ static void env_clean(void)
 	free(pre); /* no LD_PRELOAD entry (preloaded another way): nothing to restore */
 }
 
-static void read_config(void)
-{
-	const char *spec = getenv(PK_ENV_WATCH), *type = getenv(PK_ENV_WATCH_TYPE);
-	int fd;
+/* ---- trace mode's selection ---- */
 
-	A.ctl_fd = env_fd(PK_ENV_CTL_FD, -1);
-	if (A.ctl_fd >= 0)
-		fcntl(A.ctl_fd, F_SETFD, FD_CLOEXEC);
-	fd = env_fd(PK_ENV_OUT_FD, 2);
-	if (fd < 0 || (fd > 2 ? pki_fd_own(&A.out, fd) : pki_fd_note(&A.out, fd)))
-		refuse("%s is not an open file descriptor", PK_ENV_OUT_FD);
-	if (getenv(PK_ENV_DEBUG))
-		pk_set_print(print_lib);
-	if (!spec)
-		return;
-	if (!*spec)
-		refuse("watch: empty SYMBOL: give a symbol of PROG or an address");
-	if (strlen(spec) >= sizeof(A.spec))
-		refuse("watch: '%.40s...' is too long", spec);
-	strcpy(A.spec, spec);
-	if (!type || !strcmp(type, "w"))
-		A.type = PK_WATCH_W;
-	else if (!strcmp(type, "rw"))
-		A.type = PK_WATCH_RW;
-	else if (!strcmp(type, "x"))
-		A.type = PK_WATCH_X;
-	else
-		refuse("unknown watch type '%s' (w, rw or x)", type);
-	A.len = env_ulong(PK_ENV_WATCH_LEN);
-	A.limit = env_ulong(PK_ENV_WATCH_COUNT);
-	A.stack = env_ulong(PK_ENV_WATCH_STACK) != 0;
+/* Split a newline-separated list in place into @v; the count. */
+static size_t split(char *list, char **v)
+{
+	size_t n = 0;
+	char *save = NULL, *tok;
+
+	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < AGENT_MAX_GLOBS;
+	     tok = strtok_r(NULL, "\n", &save))
+		v[n++] = tok;
+	return n;
 }
 
-/* ---- objects and symbols ---- */
-
-static int add_obj(struct dl_phdr_info *info, size_t size, void *data)
+void agent_globs_split(struct agent_globs *g, char *funcs, char *notrace)
 {
-	char path[PATH_MAX];
-	struct obj *o, *grown;
-	uintptr_t lo = UINTPTR_MAX, hi = 0;
+	g->nf = split(funcs, g->f);
+	g->nn = split(notrace, g->n);
+}
+
+bool agent_globs_want(const struct agent_globs *g, const char *name, bool *fmatched)
+{
+	bool in = !g->nf;
 	size_t i;
 
-	(void)size;
-	(void)data;
-	for (i = 0; i < A.nobjs; i++)
-		if (A.objs[i].base == info->dlpi_addr)
-			return 0;
-	if (info->dlpi_name && info->dlpi_name[0]) {
-		snprintf(path, sizeof(path), "%s", info->dlpi_name);
-	} else if (!A.nobjs) {
-		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+	for (i = 0; i < g->nf && (fmatched || !in); i++)
+		if (!fnmatch(g->f[i], name, 0)) {
+			in = true;
+			if (fmatched)
+				fmatched[i] = true;
+		}
+	for (i = 0; in && i < g->nn; i++)
+		if (!fnmatch(g->n[i], name, 0))
+			return false;
+	return in;
+}
 
-		if (n <= 0)
-			return 0;
-		path[n] = 0;
-	} else {
-		return 0; /* the vDSO */
-	}
-	for (i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+/* ---- the settings passed on ---- */
 
-		if (ph->p_type != PT_LOAD)
+char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbuf *b)
+{
+	const struct agent_trace_conf *const t = &agent_trace_conf;
+	const char *user_pre = NULL;
+	size_t n = 0, i;
+
+	for (i = 0; envp && envp[i]; i++) {
+		if (!strncmp(envp[i], "LD_PRELOAD=", 11)) {
+			user_pre = envp[i] + 11;
 			continue;
-		if (info->dlpi_addr + ph->p_vaddr < lo)
-			lo = info->dlpi_addr + ph->p_vaddr;
-		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
-			hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-	}
-	grown = realloc(A.objs, (A.nobjs + 1) * sizeof(*A.objs));
-	if (!grown)
-		return 1;
-	A.objs = grown;
-	o = &A.objs[A.nobjs];
-	*o = (struct obj){.path = strdup(path), .base = info->dlpi_addr, .lo = lo, .hi = hi};
-	if (!o->path)
-		return 1;
-	A.nobjs++;
-	return 0;
-}
-
-static struct pki_elf_syms *obj_syms(struct obj *o)
-{
-	if (!o->loaded) {
-		o->loaded = true;
-		if (pki_elf_syms_read_path(o->path, &o->syms))
-			memset(&o->syms, 0, sizeof(o->syms));
-	}
-	return &o->syms;
-}
-
-static struct obj *obj_at(uintptr_t ip)
-{
-	size_t i;
-	int pass;
-
-	for (pass = 0; pass < 2; pass++) {
-		for (i = 0; i < A.nobjs; i++)
-			if (ip >= A.objs[i].lo && ip < A.objs[i].hi)
-				return &A.objs[i];
-		dl_iterate_phdr(add_obj, NULL); /* dlopen()ed since */
-	}
-	return NULL;
-}
-
-static const char *base_name(const char *path)
-{
-	const char *s = strrchr(path, '/');
-
-	return s ? s + 1 : path;
-}
-
-/* "func+0xoff", "func+0xoff (libc.so.6)", or "0x..." into @buf. */
-static const struct pki_elf_sym *symbolize(uintptr_t ip, char *buf, size_t n, uintptr_t *start)
-{
-	struct obj *o = obj_at(ip);
-	const struct pki_elf_sym *s = o ? pki_elf_syms_find(obj_syms(o), ip - o->base) : NULL;
-
-	if (!s || s->kind == PKI_SYM_OBJECT) {
-		snprintf(buf, n, "%#lx", (unsigned long)ip);
-		return NULL;
-	}
-	if (o == &A.objs[0])
-		snprintf(buf, n, "%s+0x%lx", s->name, (unsigned long)(ip - o->base - s->value));
-	else
-		snprintf(buf, n, "%s+0x%lx (%s)", s->name, (unsigned long)(ip - o->base - s->value),
-			 base_name(o->path));
-	if (start)
-		*start = o->base + s->value;
-	return s;
-}
-
-/*
- * Resolve A.spec to A.addr and A.len, or refuse.  Symbols are searched in
- * load order (the main program first), like the dynamic linker would.
- */
-static void resolve(void)
-{
-	const struct pki_elf_sym *s = NULL;
-	const char *suggest = NULL;
-	struct obj *o = NULL;
-	unsigned long off = 0;
-	char name[256], *plus;
-	int best = 3;
-	size_t i;
-
-	dl_iterate_phdr(add_obj, NULL);
-	if (!A.nobjs)
-		refuse("cannot list the objects of PROG");
-	if (!strncmp(A.spec, "0x", 2) || !strncmp(A.spec, "0X", 2)) {
-		char *end;
-
-		errno = 0;
-		off = strtoul(A.spec, &end, 16);
-		if (errno || *end || !off)
-			refuse("'%s' is not a hex address", A.spec);
-		A.addr = A.objs[0].base + off;
-		if (!A.len)
-			A.len = A.type == PK_WATCH_X ? 1 : 0;
-		if (!A.len)
-			refuse("%s: an address has no size: give -l 1, 2, 4 or 8", A.spec);
-		snprintf(A.what, sizeof(A.what), "%s", A.spec);
-		return;
-	}
-	snprintf(name, sizeof(name), "%s", A.spec);
-	plus = strchr(name, '+');
-	if (plus) {
-		char *end;
-
-		*plus = 0;
-		errno = 0;
-		off = strtoul(plus + 1, &end, 0);
-		if (errno || *end || plus[1] == 0)
-			refuse("'%s': bad offset after '+'", A.spec);
-	}
-	for (i = 0; i < A.nobjs && !s; i++) {
-		o = &A.objs[i];
-		if (strstr(o->path, PK_AGENT_NAME))
-			continue; /* our own symbols are not PROG's */
-		s = pki_elf_syms_lookup(obj_syms(o), name);
-	}
-	if (!s) {
-		for (i = 0; i < A.nobjs; i++) {
-			int d;
-			const char *c;
-
-			if (strstr(A.objs[i].path, PK_AGENT_NAME))
-				continue;
-			c = pki_elf_syms_suggest(obj_syms(&A.objs[i]), name, &d);
-			if (c && d < best) {
-				best = d;
-				suggest = c;
-			}
 		}
-		if (suggest)
-			refuse("unknown symbol '%s' in PROG and its libraries (did you mean '%s'?)",
-			       name, suggest);
-		refuse("unknown symbol '%s' in PROG and its libraries (no symbol table entry; "
-		       "stripped?)",
-		       name);
-	}
-	if (s->kind == PKI_SYM_TLS)
-		refuse("'%s' is thread-local: every thread has its own copy; not supported", name);
-	if (s->kind == PKI_SYM_IFUNC)
-		refuse("'%s' is an IFUNC: its address is a resolver, not the function", name);
-	if (A.type == PK_WATCH_X && s->kind != PKI_SYM_FUNC)
-		refuse("-t x: '%s' is not a function", name);
-	if (s->size && off >= s->size)
-		refuse("'%s': offset %#lx is past its end (size %lu)", A.spec, off,
-		       (unsigned long)s->size);
-	A.addr = o->base + s->value + off;
-	if (!A.len) {
-		if (A.type == PK_WATCH_X)
-			A.len = 1;
-		else if (!off && (s->size == 1 || s->size == 2 || s->size == 4 || s->size == 8))
-			A.len = s->size;
-		else if (off)
-			refuse("'%s': give the length to watch with -l 1, 2, 4 or 8", A.spec);
-		else
-			refuse("'%s' is %lu bytes: give the length to watch with -l 1, 2, 4 or 8 "
-			       "(and SYMBOL+OFFSET for a field)",
-			       name, (unsigned long)s->size);
-	}
-	snprintf(A.what, sizeof(A.what), "%s%s%s%s", A.spec, o == &A.objs[0] ? "" : " (",
-		 o == &A.objs[0] ? "" : base_name(o->path), o == &A.objs[0] ? "" : ")");
-}
-
-/* ---- the signal handler ---- */
-
-static uint64_t read_value(void)
-{
-	uint64_t v = 0;
-
-	switch (A.len) {
-	case 1:
-		v = *(volatile uint8_t *)A.addr;
-		break;
-	case 2:
-		v = *(volatile uint16_t *)A.addr;
-		break;
-	case 4:
-		v = *(volatile uint32_t *)A.addr;
-		break;
-	default:
-		v = *(volatile uint64_t *)A.addr;
-	}
-	return v;
-}
-
-/* Read 8 bytes of our own memory without faulting: a syscall, signal-safe. */
-static bool peek(uintptr_t addr, uintptr_t *out)
-{
-	struct iovec local = {out, sizeof(*out)}, remote = {(void *)addr, sizeof(*out)};
-
-	return syscall(SYS_process_vm_readv, (long)A.pid, &local, 1L, &remote, 1L, 0L) ==
-	       (long)sizeof(*out);
-}
-
-/*
- * Frame-pointer walk from the interrupted context.  Every load goes through
- * process_vm_readv, so a frame without a frame pointer ends the walk instead
- * of faulting.  At an X hit on a function entry the frame is not set up yet:
- * the return address is at the top of the stack.
- */
-static void capture_stack(struct rec *r, const ucontext_t *uc)
-{
-	uintptr_t fp = (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
-	uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP], ra;
-
-	r->nframes = 0;
-	if (A.type == PK_WATCH_X && peek(sp, &ra) && ra)
-		r->frames[r->nframes++] = ra;
-	while (r->nframes < MAX_FRAMES && fp && !(fp & 7) && fp >= sp) {
-		uintptr_t next;
-
-		if (!peek(fp + 8, &ra) || !ra || !peek(fp, &next))
-			break;
-		r->frames[r->nframes++] = ra;
-		if (next <= fp)
-			break; /* the stack grows down: a caller's frame is higher */
-		fp = next;
-	}
-}
-
-static void on_hit(const struct pk_watch_hit *hit)
-{
-	struct pk_watch_hit h = *hit;
-	unsigned long n = atomic_fetch_add_explicit(&A.nhits, 1, memory_order_relaxed);
-	struct rec *r;
-	int expect = REC_FREE;
-
-	if (A.limit && n >= A.limit)
-		return; /* past --count: the consumer is about to remove us */
-	r = &A.recs[atomic_fetch_add_explicit(&A.rec_next, 1, memory_order_relaxed) % NRECS];
-	if (!atomic_compare_exchange_strong_explicit(&r->state, &expect, REC_BUSY,
-						     memory_order_acquire, memory_order_relaxed)) {
-		atomic_fetch_add_explicit(&A.lost, 1, memory_order_relaxed);
-		return;
-	}
-	clock_gettime(CLOCK_MONOTONIC, &r->t);
-	r->tid = hit->tid;
-	r->ip = hit->ip;
-	r->late = hit->flags & PK_WATCH_HIT_LATE;
-	r->nframes = 0;
-	if (A.type != PK_WATCH_X) {
-		/* x86 traps after the access: memory holds the new value now. */
-		r->newv = read_value();
-		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
-	}
-	if (A.stack && hit->uc && !r->late)
-		capture_stack(r, hit->uc);
-	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
-	h.ctx = r;
-	if (pk_hitq_push(A.q, &h)) {
-		atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
-		atomic_fetch_add_explicit(&A.lost, 1, memory_order_relaxed);
-		return;
-	}
-	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
-	pki_futex_wake(&A.wake, 1);
-}
-
-/* ---- the consumer ---- */
-
-static void fmt_value(char *buf, size_t n, uint64_t v)
-{
-	int64_t s = A.len == 1	 ? (int8_t)v
-		    : A.len == 2 ? (int16_t)v
-		    : A.len == 4 ? (int32_t)v
-				 : (int64_t)v;
-
-	if (s >= -9 && s <= 9)
-		snprintf(buf, n, "%lld", (long long)s);
-	else
-		snprintf(buf, n, "%lld (%#llx)", (long long)s, (unsigned long long)v);
-}
-
-static void print_rec(const struct rec *r)
-{
-	char where[512], a[64], b[64], line[1024];
-	long long ns = (r->t.tv_sec - A.t0.tv_sec) * 1000000000LL + (r->t.tv_nsec - A.t0.tv_nsec);
-	uintptr_t start = 0, prev;
-	const struct pki_elf_sym *s;
-	int i, len;
-
-	len = snprintf(line, sizeof(line), "%4lld.%06lld tid %d ", ns / 1000000000,
-		       (ns % 1000000000) / 1000, (int)r->tid);
-	if (r->late) {
-		/* the thread blocked SIGTRAP: the access was earlier, somewhere else */
-		symbolize(r->ip, where, sizeof(where), NULL);
-		if (A.type == PK_WATCH_X)
-			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "exec %s, seen late (SIGTRAP was blocked) at %s\n", A.spec, where);
-		else
-			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "%s %s: value %s, seen late (SIGTRAP was blocked) at %s\n",
-				 A.type == PK_WATCH_W ? "write" : "access", A.spec,
-				 (fmt_value(b, sizeof(b), r->newv), b), where);
-	} else if (A.type == PK_WATCH_X) {
-		symbolize(r->ip, where, sizeof(where), NULL);
-		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
-	} else {
-		/*
-		 * The trap ip follows the access.  Decode forward from the
-		 * function's start to find the instruction that ends there.
-		 */
-		const char *how = "after";
-		uintptr_t at = r->ip;
-
-		s = symbolize(r->ip, where, sizeof(where), &start);
-		if (s && r->ip - start <= 65536 &&
-		    !pki_insn_prev((const uint8_t *)start, r->ip - start, start, r->ip, &prev)) {
-			how = "at";
-			at = prev;
-			symbolize(at, where, sizeof(where), NULL);
-		}
-		fmt_value(b, sizeof(b), r->newv);
-		if (A.type == PK_WATCH_W) {
-			fmt_value(a, sizeof(a), r->oldv);
-			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "write %s: %s -> %s %s %s\n", A.spec, a, b, how, where);
-		} else {
-			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "access %s: value %s%s %s %s\n", A.spec, b,
-				 r->oldv != r->newv ? " (written)" : "", how, where);
-		}
-	}
-	out_write(line, strlen(line));
-	for (i = 0; i < r->nframes; i++) {
-		/* ra - 1 is inside the call: right function even for a noreturn callee. */
-		s = symbolize(r->frames[i] - 1, where, sizeof(where), &start);
-		if (s)
-			symbolize(r->frames[i], where, sizeof(where), NULL);
-		out_printf("        #%d %s\n", i + 1, where);
-	}
-}
-
-/* Print what is queued; consumer only (one thread at a time). */
-static void drain(void)
-{
-	struct pk_watch_hit h;
-
-	while (!pk_hitq_pop(A.q, &h)) {
-		struct rec *r = h.ctx;
-
-		while (atomic_load_explicit(&r->state, memory_order_acquire) != REC_READY)
-			; /* pushed after READY: cannot happen; keeps the order explicit */
-		if (!A.limit || A.printed < A.limit) {
-			print_rec(r);
-			A.printed++;
-		}
-		atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
-	}
-}
-
-/* Remove the watchpoint, keeping its final counts for the summary. */
-static void watch_remove(void)
-{
-	if (!A.w)
-		return;
-	A.stats = (struct pk_watch_stats){.sz = sizeof(A.stats)};
-	if (pk_watch_stats(A.w, &A.stats))
-		A.stats = (struct pk_watch_stats){.sz = sizeof(A.stats)};
-	pk_watch_remove(A.w);
-	A.w = NULL;
-}
-
-static void count_reached(void)
-{
-	if (A.count_done || !A.limit || A.printed < A.limit)
-		return;
-	A.count_done = true;
-	watch_remove();
-	A.w = NULL;
-	out_printf("# --count %lu reached: watchpoint removed, the program goes on\n", A.limit);
-}
-
-static void *consumer(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		uint32_t seen = atomic_load_explicit(&A.wake, memory_order_acquire);
-		struct timespec tmo = {0, 200 * 1000 * 1000};
-
-		drain();
-		count_reached();
-		atomic_fetch_add_explicit(&A.drained, 1, memory_order_release);
-		pki_futex_wake(&A.drained, INT32_MAX);
-		if (atomic_load_explicit(&A.stop, memory_order_acquire))
+		if (!strncmp(envp[i], "PROBEKIT_", 9))
+			continue;
+		if (n >= PK_ENVBUF_VARS)
 			return NULL;
-		/* Woken by every hit and by the exit handler; the timeout is a backstop. */
-		pki_futex_wait(&A.wake, seen, &tmo);
+		b->vec[n++] = envp[i];
 	}
+	if (user_pre && *user_pre) {
+		if ((size_t)snprintf(b->preload, sizeof(b->preload), "LD_PRELOAD=%s:%s", user_pre,
+				     t->agent) >= sizeof(b->preload) ||
+		    (size_t)snprintf(b->saved, sizeof(b->saved), "%s=%s", PK_ENV_PRELOAD_SAVED,
+				     user_pre) >= sizeof(b->saved))
+			return NULL;
+		b->vec[n++] = b->saved;
+	} else {
+		snprintf(b->preload, sizeof(b->preload), "LD_PRELOAD=%s", t->agent);
+	}
+	b->vec[n++] = b->preload;
+	snprintf(b->trace, sizeof(b->trace), "%s=%s", PK_ENV_TRACE, t->base);
+	b->vec[n++] = b->trace;
+	if (t->funcs && (size_t)snprintf(b->funcs, sizeof(b->funcs), "%s=%s", PK_ENV_TRACE_FUNCS,
+					 t->funcs) < sizeof(b->funcs))
+		b->vec[n++] = b->funcs;
+	if (t->notrace && (size_t)snprintf(b->notrace, sizeof(b->notrace), "%s=%s",
+					   PK_ENV_TRACE_NOTRACE, t->notrace) < sizeof(b->notrace))
+		b->vec[n++] = b->notrace;
+	snprintf(b->children, sizeof(b->children), "%s=%d", PK_ENV_TRACE_CHILDREN, t->children);
+	b->vec[n++] = b->children;
+	snprintf(b->entry, sizeof(b->entry), "%s=%d", PK_ENV_TRACE_ENTRY_ONLY, !t->exits);
+	b->vec[n++] = b->entry;
+	snprintf(b->buf, sizeof(b->buf), "%s=%u", PK_ENV_TRACE_BUF, t->buf_events);
+	b->vec[n++] = b->buf;
+	snprintf(b->drop, sizeof(b->drop), "%s=%d", PK_ENV_TRACE_DROP, t->drop);
+	b->vec[n++] = b->drop;
+	snprintf(b->pid, sizeof(b->pid), "%s=%d", PK_ENV_TRACE_PID, (int)agent_lineage.pid);
+	b->vec[n++] = b->pid;
+	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN,
+		 same ? agent_lineage.gen + 1 : 0);
+	b->vec[n++] = b->gen;
+	b->vec[n] = NULL;
+	return b->vec;
 }
+
+bool agent_follows_children(void)
+{
+	return agent_lineage.follow && agent_trace_conf.children;
+}
+
+char *const *agent_child_env(char *const envp[], struct agent_envbuf *b)
+{
+	char *const *env;
+
+	if (!agent_follows_children())
+		return envp;
+	env = agent_env_for_next(envp, false, b);
+	return env ? env : envp;
+}
+
+/* ---- the constructor ---- */
 
 /*
- * A fatal signal whose disposition PROG left at the default: give the
- * consumer up to a second to print what is queued, then die from the same
- * signal the way PROG would have (pki_fatal_die).  Only futex, sigaction and
- * raise here: signal-safe.  The wait is bounded because the crashing thread
- * may hold a lock (malloc's) the consumer needs.  If PROG installs its own
- * handler, it replaces this one.
+ * Before main(): libc's sigaction() first (the library's own calls go
+ * through our wrapper), the settings read before the environment is
+ * cleaned, the interposers' real functions, then the mode asked for.  With
+ * neither mode asked for, the command (if any) gets "ok" and PROG runs with
+ * the wrappers idle.
  */
-static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
-				    SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-static struct pki_fatal fatal;
-
-static void on_fatal(int sig, siginfo_t *si, void *uc)
-{
-	int saved = errno;
-
-	(void)uc;
-	if (getpid() == A.pid && A.consumer_up &&
-	    !atomic_exchange_explicit(&A.crashing, true, memory_order_acq_rel)) {
-		uint32_t seen = atomic_load_explicit(&A.drained, memory_order_acquire);
-		struct timespec tmo = {1, 0};
-
-		atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
-		pki_futex_wake(&A.wake, 1);
-		/* The consumer may be mid-drain: wait for one drain that started after us. */
-		for (int i = 0; i < 2; i++) {
-			while (atomic_load_explicit(&A.drained, memory_order_acquire) == seen &&
-			       pki_futex_wait(&A.drained, seen, &tmo) == 0)
-				;
-			seen = atomic_load_explicit(&A.drained, memory_order_acquire);
-		}
-	}
-	errno = saved;
-	pki_fatal_die(&fatal, sig, si);
-}
-
-static void install_fatal(void)
-{
-	fatal.handler = on_fatal;
-	pki_fatal_catch(&fatal, fatal_signals, sizeof(fatal_signals) / sizeof(fatal_signals[0]));
-}
-
-/*
- * exit(): stop the consumer (it drains once more), remove the watchpoint (no
- * callback runs after that), drain what came meanwhile, print the summary.
- * Not run on _exit() or death by a signal: hits not yet printed then are lost
- * (the consumer prints within microseconds of a hit, normally).
- */
-static void agent_exit(void)
-{
-	unsigned long lost;
-
-	if (getpid() != A.pid || !A.consumer_up)
-		return; /* a fork child: the agent has nothing here */
-	atomic_store_explicit(&A.stop, true, memory_order_release);
-	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
-	pki_futex_wake(&A.wake, 1);
-	pthread_join(A.consumer, NULL);
-	A.consumer_up = false;
-	watch_remove();
-	drain();
-	lost = atomic_load(&A.lost) + pk_hitq_dropped(A.q);
-	if (A.stats.unseen)
-		out_printf("# %lu hit(s) printed, %lu lost (%lu not seen: thread(s) blocked "
-			   "SIGTRAP)\n",
-			   A.printed, lost + A.stats.unseen, A.stats.unseen);
-	else
-		out_printf("# %lu hit(s) printed, %lu lost\n", A.printed, lost);
-	if (A.stats.late)
-		out_printf("# %lu hit(s) seen late: thread(s) blocked SIGTRAP at the access\n",
-			   A.stats.late);
-}
-
 __attribute__((constructor(101))) static void agent_start(void)
 {
-	PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
-	int err;
-
 	agent_signal_init();
-	clock_gettime(CLOCK_MONOTONIC, &A.t0);
-	A.pid = getpid();
-	read_config();
-	agent_trace_config();
+	read_cmd_config();
+	read_watch_config();
+	read_trace_config();
 	agent_dl_config();
 	env_clean();
 	agent_exec_init();
-	if (agent_trace_start())
-		return; /* trace mode: it answered the command */
-	if (!A.spec[0]) {
-		ctl_send(PK_CTL_OK "\n");
-		return;
-	}
-	resolve();
-	if (A.len != 1 && A.len != 2 && A.len != 4 && A.len != 8)
-		refuse("unsupported length %zu: x86 watches 1, 2, 4 or 8 bytes", A.len);
-	if (A.type == PK_WATCH_X && A.len != 1)
-		refuse("-t x watches one instruction: no -l (or -l 1)");
-	if (A.addr % A.len)
-		refuse("%s is at %#lx, not aligned to %zu bytes: x86 watches naturally aligned "
-		       "ranges (use -l or SYMBOL+OFFSET)",
-		       A.spec, (unsigned long)A.addr, A.len);
-	A.recs = calloc(NRECS, sizeof(*A.recs));
-	A.q = pk_hitq_new(NRECS);
-	if (!A.recs || !A.q)
-		refuse("out of memory");
-	if (A.type != PK_WATCH_X)
-		atomic_store(&A.shadow, read_value());
-	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
-		refuse("cannot start the report thread");
-	A.consumer_up = true;
-	A.w = pk_watch_add((void *)A.addr, A.len, A.type, &opts);
-	if (!A.w) {
-		char why[340] = "";
-
-		err = errno;
-		if (err == ENOSPC)
-			snprintf(why, sizeof(why), " (all %d debug registers in use)",
-				 PKI_HWBP_SLOTS);
-		if (err == EACCES || err == EPERM) {
-			strcpy(why, " (");
-			pki_perf_denied_why(why + 2, sizeof(why) - 3);
-			strcat(why, ")");
-		}
-		refuse("cannot watch %s at %#lx: %s%s", A.spec, (unsigned long)A.addr,
-		       strerror(err), why);
-	}
-	atexit(agent_exit);
-	install_fatal();
-	out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n", A.what, A.len,
-		   (unsigned long)A.addr,
-		   A.type == PK_WATCH_W	   ? "writes"
-		   : A.type == PK_WATCH_RW ? "reads and writes"
-					   : "execution");
+	agent_shell_init();
+	if (agent_trace_start() || agent_watch_start())
+		return; /* the mode answered the command */
 	ctl_send(PK_CTL_OK "\n");
 }

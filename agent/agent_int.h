@@ -1,26 +1,68 @@
 /* SPDX-License-Identifier: MIT */
-/* Inside the agent: what agent.c shares with trace.c (trace mode and exec). */
+/*
+ * Inside the agent: the interface of its shared plumbing (agent.c) to the
+ * two modes (watch.c, trace.c with trace_hook.c) and the interposers
+ * (dlopen.c, shell.c, signal.c, unwind.c), and what the constructor in
+ * agent.c calls in each of them.  agent.h is the other contract: the one
+ * with the command.
+ */
 #ifndef PK_AGENT_INT_H
 #define PK_AGENT_INT_H
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include <probekit/watch.h>
 
 struct pk_ops;
 struct pk_regs;
 
-/* What the trace hook reads (trace_hook.c, built vector-free). */
-struct agent_hook {
-	volatile bool active; /* record (set once trace mode is ready) */
-};
-extern struct agent_hook agent_hook;
+/* ---- the settings (agent.c) ---- */
 
-/* The trace hook: with exit tracing, and --entry-only. */
-void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
-			 struct pk_regs *regs);
-void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
-		    struct pk_regs *regs);
+/*
+ * What the command asked for (agent.h), read by the constructor before it
+ * cleans the environment and never changed after: any thread, a vfork
+ * child too, may read them.
+ */
+struct agent_watch_conf {
+	char spec[256]; /* PROBEKIT_WATCH; empty: no watch mode */
+	enum pk_watch_type type;
+	size_t len;	     /* 0: the symbol's size */
+	unsigned long limit; /* --count (0: none) */
+	bool stack;
+};
+extern struct agent_watch_conf agent_watch_conf;
+
+/* Trace mode's settings, as passed on to exec'd programs. */
+struct agent_trace_conf {
+	bool on;       /* PROBEKIT_TRACE was set */
+	bool children; /* trace fork children */
+	bool exits;    /* hijack returns */
+	bool shstk_test;
+	bool drop; /* --drop: a full buffer loses the event instead of waiting */
+	uint32_t buf_events;
+	char base[PATH_MAX]; /* the command's -o FILE, absolute */
+	char *funcs, *notrace;
+	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
+	bool has_pid;
+	long env_pid;
+	unsigned long env_gen;
+};
+extern struct agent_trace_conf agent_trace_conf;
+
+/* ---- the command's two descriptors (agent.c) ---- */
+
+/*
+ * Write to the report descriptor if it still is the one we were given;
+ * else stay quiet.  Async-signal-safe; errno preserved.
+ */
+void agent_out_write(const char *buf, size_t n);
+
+/* The same through snprintf (normal context: a 4 KiB buffer on the stack). */
+__attribute__((format(printf, 1, 2))) void agent_out_printf(const char *fmt, ...);
 
 /*
  * One line (a message of the trace writer) to the command's report pipe,
@@ -34,51 +76,7 @@ void ctl_send(const char *msg);
 /* Refuse to run PROG: tell the command (or stderr) and end PROG before main. */
 __attribute__((noreturn, format(printf, 1, 2))) void refuse(const char *fmt, ...);
 
-/* Read PROBEKIT_TRACE_* before the environment is cleaned. */
-void agent_trace_config(void);
-
-/*
- * Resolve libc's sigaction() and give it to the library, whose own calls
- * would land in the agent's wrapper (agent/signal.c).  First thing in the
- * constructor.
- */
-void agent_signal_init(void);
-
-/* Resolve the real exec and spawn functions the agent wraps (constructor). */
-void agent_exec_init(void);
-void agent_shell_init(void);
-
-/*
- * The environment of a program this process starts: the caller's, plus the
- * agent's settings (trace mode), built in a struct agent_envbuf (about 57
- * KiB: mapped or allocated, on the stack only in a vfork child; no malloc
- * inside, so a vfork child may use it).  At most PK_ENVBUF_VARS variables are passed on; a
- * larger environment is passed as it is, and that program runs untraced.
- */
-#define PK_ENVBUF_VARS 4096
-
-struct agent_envbuf {
-	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 16];
-	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
-	char children[48], entry[48], buf[48], drop[48];
-};
-
-/* Trace mode follows the children of this process (not --no-children). */
-bool agent_follows_children(void);
-
-/*
- * @envp plus the settings for a child of this process (it writes
- * FILE.<pid>), or @envp itself when children are not followed or @envp does
- * not fit.  Reads only settings fixed before main(): any thread may call it.
- */
-char *const *agent_child_env(char *const envp[], struct agent_envbuf *b);
-
-/*
- * Start trace mode if configured; true if it did (and answered the command).
- * In the program the command started, errors refuse; in an exec'd program
- * or a spawned child they only leave that program untraced.
- */
-bool agent_trace_start(void);
+/* ---- the real functions the agent's own ones hide (agent.c) ---- */
 
 /*
  * The definition of @name that the agent's own one hides (libc's,
@@ -88,6 +86,8 @@ bool agent_trace_start(void);
  * racing threads store the same value.
  */
 void *agent_next(void **cache, const char *name);
+
+/* ---- trace mode's function selection (agent.c) ---- */
 
 /* At most this many -f and as many -N globs are used. */
 #define AGENT_MAX_GLOBS 64
@@ -109,6 +109,95 @@ void agent_globs_split(struct agent_globs *g, char *funcs, char *notrace);
  * @fmatched, if not NULL, gets true at the index of every -f that matches.
  */
 bool agent_globs_want(const struct agent_globs *g, const char *name, bool *fmatched);
+
+/* ---- passing the settings on to the programs PROG starts (agent.c) ---- */
+
+/*
+ * The process trace mode's settings describe when they are passed on
+ * (PROBEKIT_TRACE_PID and _GEN).  Written by trace mode only, when it
+ * starts and in its fork child handler, while no other thread of the
+ * process can run; until then nothing is passed on.
+ */
+struct agent_lineage {
+	bool follow;	   /* pass the settings on at exec */
+	pid_t pid;	   /* the process they describe (a vfork child is not it) */
+	unsigned long gen; /* execs of this process */
+};
+extern struct agent_lineage agent_lineage;
+
+/*
+ * The environment of a program this process starts: the caller's, plus the
+ * agent's settings (trace mode), built in a struct agent_envbuf (about 57
+ * KiB: mapped or allocated, on the stack only in a vfork child; no malloc
+ * inside, so a vfork child may use it).  At most PK_ENVBUF_VARS variables are passed on; a
+ * larger environment is passed as it is, and that program runs untraced.
+ */
+#define PK_ENVBUF_VARS 4096
+
+struct agent_envbuf {
+	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 16];
+	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
+	char children[48], entry[48], buf[48], drop[48];
+};
+
+/*
+ * The environment for the next program: @envp without PROBEKIT_* and
+ * LD_PRELOAD, then our settings.  Everything lives in @b (the caller's
+ * stack, or its allocation): this may run in a vfork child.  @same: the next
+ * program replaces this process (exec), else it is a child.  NULL if @envp
+ * does not fit in @b.
+ */
+char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbuf *b);
+
+/* Trace mode follows the children of this process (not --no-children). */
+bool agent_follows_children(void);
+
+/*
+ * @envp plus the settings for a child of this process (it writes
+ * FILE.<pid>), or @envp itself when children are not followed or @envp does
+ * not fit.  Reads only settings fixed before main(): any thread may call it.
+ */
+char *const *agent_child_env(char *const envp[], struct agent_envbuf *b);
+
+/* ---- the modes, started by the constructor (agent.c) ---- */
+
+/*
+ * Start trace mode if configured; true if it did (and answered the command).
+ * In the program the command started, errors refuse; in an exec'd program
+ * or a spawned child they only leave that program untraced.
+ */
+bool agent_trace_start(void);
+
+/*
+ * Start watch mode if configured (agent_watch_conf.spec); true if it did
+ * (and answered the command).  Errors refuse.
+ */
+bool agent_watch_start(void);
+
+/* What the trace hook reads (trace_hook.c, built vector-free). */
+struct agent_hook {
+	volatile bool active; /* record (set once trace mode is ready) */
+};
+extern struct agent_hook agent_hook;
+
+/* The trace hook: with exit tracing, and --entry-only. */
+void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			 struct pk_regs *regs);
+void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		    struct pk_regs *regs);
+
+/* ---- the interposers, set up by the constructor ---- */
+
+/*
+ * Resolve libc's sigaction() and give it to the library, whose own calls
+ * would land in the agent's wrapper (agent/signal.c).  First thing in the
+ * constructor.
+ */
+void agent_signal_init(void);
+
+/* Resolve the real exec and spawn functions the agent wraps (trace.c, shell.c). */
+void agent_exec_init(void);
+void agent_shell_init(void);
 
 /* What dlopen.c needs to trace the libraries PROG loads later. */
 struct agent_dl_conf {

@@ -40,7 +40,7 @@
  * runs with environ as it is (untraced), the call itself unaffected.
  *
  * Thread safety: the global environ is only read, as glibc reads it; the
- * settings come from trace.c's copy made before main().  Two locks, each
+ * settings come from agent.c's copy made before main().  Two locks, each
  * held briefly and never together except by the fork handlers below, which
  * take both around fork() so a child never inherits a list in mid-update.
  * Normal context only: these allocate (the environment buffer is ~57 KiB,
@@ -248,33 +248,72 @@ static int pop_spawn(posix_spawn_file_actions_t *fa, int child_fd, const char *c
 	return spawn_shell(pid, fa, NULL, command, env) ? -1 : 0;
 }
 
-/* popen() proper; cancellation is disabled (it holds P.lock, and glibc's is no cancellation point).
- */
-static FILE *pop_open(const char *command, const char *mode)
+/* popen()'s MODE: 'r' or 'w' plus optional 'e'; false (EINVAL) for anything else. */
+static bool pop_mode(const char *mode, bool *rd, bool *cloexec)
 {
-	bool rd = false, wr = false, cloexec = false;
-	int fds[2], parent, child, child_fd, err;
-	posix_spawn_file_actions_t fa;
-	struct agent_envbuf *b;
-	struct pstream *s;
-	char *const *env;
+	bool wr = false;
 	const char *m;
-	FILE *fp;
 
+	*rd = *cloexec = false;
 	for (m = mode; *m; m++) {
 		if (*m == 'r')
-			rd = true;
+			*rd = true;
 		else if (*m == 'w')
 			wr = true;
 		else if (*m == 'e')
-			cloexec = true;
+			*cloexec = true;
 		else
 			break;
 	}
-	if (*m || rd == wr) {
+	if (*m || *rd == wr) {
 		errno = EINVAL;
-		return NULL;
+		return false;
 	}
+	return true;
+}
+
+/*
+ * The child's end @fds[@child] onto @child_fd in the shell: @fa, made
+ * here, gets the dup2.  0, or -1 (no @fa; the caller closes the pipe).
+ */
+static int pop_child_end(int fds[2], int child, int child_fd, posix_spawn_file_actions_t *fa)
+{
+	/*
+	 * Already the child's number: move it, or the dup2 below would be a
+	 * no-op that leaves it close-on-exec.
+	 */
+	if (fds[child] == child_fd) {
+		int tmp = fcntl(child_fd, F_DUPFD_CLOEXEC, 0);
+
+		if (tmp < 0)
+			return -1;
+		close(fds[child]);
+		fds[child] = tmp;
+	}
+	posix_spawn_file_actions_init(fa);
+	if (posix_spawn_file_actions_adddup2(fa, fds[child], child_fd)) {
+		posix_spawn_file_actions_destroy(fa);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * popen() proper; cancellation is disabled (it holds P.lock, and glibc's is
+ * no cancellation point).
+ */
+static FILE *pop_open(const char *command, const char *mode)
+{
+	int fds[2], parent, child, child_fd, err;
+	posix_spawn_file_actions_t fa;
+	struct agent_envbuf *b;
+	bool rd, cloexec;
+	struct pstream *s;
+	char *const *env;
+	FILE *fp;
+
+	if (!pop_mode(mode, &rd, &cloexec))
+		return NULL;
 	s = malloc(sizeof(*s));
 	if (!s)
 		return NULL;
@@ -287,23 +326,8 @@ static FILE *pop_open(const char *command, const char *mode)
 	fp = fdopen(fds[parent], rd ? "r" : "w");
 	if (!fp)
 		goto close_pipe;
-	/*
-	 * Already the child's number: move it, or the dup2 below would be a
-	 * no-op that leaves it close-on-exec.
-	 */
-	if (fds[child] == child_fd) {
-		int tmp = fcntl(child_fd, F_DUPFD_CLOEXEC, 0);
-
-		if (tmp < 0)
-			goto spawn_failed;
-		close(fds[child]);
-		fds[child] = tmp;
-	}
-	posix_spawn_file_actions_init(&fa);
-	if (posix_spawn_file_actions_adddup2(&fa, fds[child], child_fd)) {
-		posix_spawn_file_actions_destroy(&fa);
+	if (pop_child_end(fds, child, child_fd, &fa))
 		goto spawn_failed;
-	}
 	env = shell_env(&b);
 	pthread_mutex_lock(&P.lock);
 	err = pop_spawn(&fa, child_fd, command, env, &s->pid);

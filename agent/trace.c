@@ -13,7 +13,8 @@
  *    the fork still return through the trampoline: they must).
  *  - exec: the agent's settings were removed from the environment (PROG sees
  *    the user's); the exec wrappers below put them back into the new
- *    program's environment, and END the trace file first (exec_prepare).
+ *    program's environment (agent_env_for_next(), agent.c), and END the
+ *    trace file first (exec_prepare).
  *    The new program writes FILE.<pid>.<n> (n-th exec of that process); a
  *    child started by posix_spawn() or vfork()+exec writes FILE.<pid>.
  *    Wrapped: the execv/execl families, execve, execvpe, fexecve, execveat,
@@ -43,7 +44,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -61,11 +61,11 @@
 
 #include "agent.h"
 #include "agent_int.h"
+#include "arch/arch.h"
 #include "trace/fgraph.h"
 #include "trace/trace.h"
 
-#define PK_EXPORT  __attribute__((visibility("default")))
-#define BUF_EVENTS (1u << 16) /* per thread: 1 MiB, ~1 ms of a busy thread (it waits when full) */
+#define PK_EXPORT __attribute__((visibility("default")))
 
 struct tsym {
 	uint64_t fn;
@@ -78,26 +78,14 @@ struct tobj {
 	uint64_t base;
 };
 
-static struct {
-	/* settings, as passed on to exec'd programs */
-	bool on;       /* PROBEKIT_TRACE was set */
-	bool children; /* trace fork children */
-	bool exits;    /* hijack returns */
-	bool shstk_test;
-	bool drop; /* --drop: a full buffer loses the event instead of waiting */
-	uint32_t buf_events;
-	char base[PATH_MAX]; /* the command's -o FILE, absolute */
-	char *funcs, *notrace;
-	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
-	bool has_pid;
-	long env_pid;
-	unsigned long env_gen;
+/* What the command asked for (agent.c read it). */
+static const struct agent_trace_conf *const conf = &agent_trace_conf;
 
-	/* this process */
-	bool follow;	   /* pass the settings on at exec */
-	pid_t pid;	   /* the process they describe (a vfork child is not it) */
-	unsigned long gen; /* execs of this process */
-	bool session;	   /* a trace file is open */
+/* The process the trace describes: the one whose settings agent.c passes on. */
+static struct agent_lineage *const me = &agent_lineage;
+
+static struct {
+	bool session; /* a trace file is open */
 	char file[PATH_MAX + 64];
 	unsigned long *ips;
 	size_t nips;
@@ -119,84 +107,6 @@ static struct {
 	void (*exit_)(int); /* _exit */
 	long (*syscall)(long, ...);
 } real;
-
-/* ---- configuration ---------------------------------------------------------- */
-
-static char *dup_env(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v && *v ? strdup(v) : NULL;
-}
-
-void agent_trace_config(void)
-{
-	const char *file = getenv(PK_ENV_TRACE), *v;
-	Dl_info di;
-
-	if (!file || !*file || strlen(file) >= sizeof(T.base))
-		return;
-	T.on = true;
-	strcpy(T.base, file);
-	T.funcs = dup_env(PK_ENV_TRACE_FUNCS);
-	T.notrace = dup_env(PK_ENV_TRACE_NOTRACE);
-	v = getenv(PK_ENV_TRACE_CHILDREN);
-	T.children = !v || strcmp(v, "0");
-	v = getenv(PK_ENV_TRACE_ENTRY_ONLY);
-	T.exits = !v || strcmp(v, "1");
-	T.shstk_test = getenv(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
-	v = getenv(PK_ENV_TRACE_DROP);
-	T.drop = v && !strcmp(v, "1");
-	v = getenv(PK_ENV_TRACE_BUF);
-	T.buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
-	if (T.buf_events < 1024 || T.buf_events > (1u << 26))
-		T.buf_events = BUF_EVENTS;
-	v = getenv(PK_ENV_TRACE_PID);
-	if (v) {
-		T.has_pid = true;
-		T.env_pid = strtol(v, NULL, 10);
-		v = getenv(PK_ENV_TRACE_GEN);
-		T.env_gen = v ? strtoul(v, NULL, 10) : 0;
-	}
-	if (dladdr((void *)agent_trace_config, &di) && di.dli_fname &&
-	    strlen(di.dli_fname) < sizeof(T.agent))
-		strcpy(T.agent, di.dli_fname);
-}
-
-/* Split a newline-separated list in place into @v; the count. */
-static size_t split(char *list, char **v)
-{
-	size_t n = 0;
-	char *save = NULL, *tok;
-
-	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < AGENT_MAX_GLOBS;
-	     tok = strtok_r(NULL, "\n", &save))
-		v[n++] = tok;
-	return n;
-}
-
-void agent_globs_split(struct agent_globs *g, char *funcs, char *notrace)
-{
-	g->nf = split(funcs, g->f);
-	g->nn = split(notrace, g->n);
-}
-
-bool agent_globs_want(const struct agent_globs *g, const char *name, bool *fmatched)
-{
-	bool in = !g->nf;
-	size_t i;
-
-	for (i = 0; i < g->nf && (fmatched || !in); i++)
-		if (!fnmatch(g->f[i], name, 0)) {
-			in = true;
-			if (fmatched)
-				fmatched[i] = true;
-		}
-	for (i = 0; in && i < g->nn; i++)
-		if (!fnmatch(g->n[i], name, 0))
-			return false;
-	return in;
-}
 
 /* ---- which sites ------------------------------------------------------------ */
 
@@ -249,7 +159,7 @@ static int pick_site(const struct pk_site *s, void *ctx)
 
 static int session_open(void)
 {
-	PK_OPTS(pki_trace_opts, o, .buf_events = T.buf_events, .drop = T.drop,
+	PK_OPTS(pki_trace_opts, o, .buf_events = conf->buf_events, .drop = conf->drop,
 		.catch_signals = true, .at_exit = true, .notice = agent_notice);
 	size_t i;
 	int err;
@@ -277,22 +187,22 @@ static void on_fork_child(void)
 {
 	int err;
 
-	T.pid = getpid();
-	T.gen = 0;
+	me->pid = getpid();
+	me->gen = 0;
 	T.session = false;
-	if (!T.children) {
+	if (!conf->children) {
 		agent_hook.active = false;
-		T.follow = false;
+		me->follow = false;
 		return;
 	}
-	snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
+	snprintf(T.file, sizeof(T.file), "%s.%d", conf->base, (int)me->pid);
 	if (T.nips && (err = session_open())) {
 		const char *hint = pki_trace_open_hint(err);
 		char line[PATH_MAX + 256];
 
 		agent_hook.active = false;
 		snprintf(line, sizeof(line),
-			 "probekit: child %d runs untraced: cannot write %s: %s\n", (int)T.pid,
+			 "probekit: child %d runs untraced: cannot write %s: %s\n", (int)me->pid,
 			 T.file, hint ? hint : strerror(-err));
 		agent_notice(line);
 	}
@@ -317,12 +227,16 @@ static void untraced_note(const char *fmt, ...)
 	}
 }
 
-/* Refuse in the program the command started; elsewhere just stay untraced. */
+/*
+ * The steps of agent_trace_start(), each true if it went well.  A failure
+ * refuses in the program the command started; elsewhere the step returns
+ * false and the program stays untraced.
+ */
 #define FAIL(initial, ...)                                                                         \
 	do {                                                                                       \
 		if (initial)                                                                       \
 			refuse(__VA_ARGS__);                                                       \
-		goto untraced;                                                                     \
+		return false;                                                                      \
 	} while (0)
 
 /* The same for a failure (not a program with nothing to trace): say it elsewhere too. */
@@ -333,39 +247,49 @@ static void untraced_note(const char *fmt, ...)
 		FAIL(initial, __VA_ARGS__);                                                        \
 	} while (0)
 
-bool agent_trace_start(void)
+/* Which process this is, and so the name of its file. */
+static void trace_name(bool initial)
 {
-	bool initial = !T.has_pid;
-	char *fcopy = NULL, *ncopy = NULL;
-	struct pick p = {0};
-	struct agent_dl_conf dc;
-	bool later = false;
-	int err, n;
-	size_t i;
-
-	if (!T.on)
-		return false;
-	T.pid = getpid();
-	T.follow = true;
+	me->pid = getpid();
+	me->follow = true;
 	if (initial) {
-		snprintf(T.file, sizeof(T.file), "%s", T.base);
-	} else if (T.env_pid == T.pid) {
-		T.gen = T.env_gen;
-		snprintf(T.file, sizeof(T.file), "%s.%d.%lu", T.base, (int)T.pid, T.gen);
+		snprintf(T.file, sizeof(T.file), "%s", conf->base);
+	} else if (conf->env_pid == me->pid) {
+		me->gen = conf->env_gen;
+		snprintf(T.file, sizeof(T.file), "%s.%d.%lu", conf->base, (int)me->pid, me->gen);
 	} else {
-		snprintf(T.file, sizeof(T.file), "%s.%d", T.base, (int)T.pid);
+		snprintf(T.file, sizeof(T.file), "%s.%d", conf->base, (int)me->pid);
 	}
-	if (T.exits && (T.shstk_test || pki_fgraph_shstk()))
-		FAIL(initial, "PROG runs with a CET shadow stack (x86_Thread_features: shstk): "
+}
+
+/* Exit tracing, unless --entry-only: possible here, and set up. */
+static bool trace_exits(bool initial)
+{
+	if (conf->exits && (conf->shstk_test || pki_fgraph_shstk()))
+		FAIL(initial, "PROG runs with a " PKI_SHSTK_NAME ": "
 			      "return trampolines would make it crash, so exit tracing is refused; "
 			      "use --entry-only to record function entries without durations");
-	if (T.exits && pki_fgraph_init())
+	if (conf->exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
+	return true;
+}
+
+/* The sites the -f/-N globs select, into T.ips, T.syms and T.objs. */
+static bool trace_pick(bool initial)
+{
+	char *fcopy, *ncopy;
+	struct pick p = {0};
+	bool later = false;
+	size_t i;
+	int n;
+
 	/* agent_globs_split() cuts its lists: the originals are passed on at exec. */
-	fcopy = T.funcs ? strdup(T.funcs) : NULL;
-	ncopy = T.notrace ? strdup(T.notrace) : NULL;
+	fcopy = conf->funcs ? strdup(conf->funcs) : NULL;
+	ncopy = conf->notrace ? strdup(conf->notrace) : NULL;
 	agent_globs_split(&p.g, fcopy, ncopy);
 	n = pk_sites_foreach(pick_site, &p);
+	free(fcopy);
+	free(ncopy);
 	if (n < 0)
 		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
 	/*
@@ -381,18 +305,24 @@ bool agent_trace_start(void)
 		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10); 'probekit sites "
 		     "PROG' lists them (for libraries PROG loads later with dlopen(), name "
 		     "their functions with -f)");
-	free(fcopy);
-	free(ncopy);
-	fcopy = ncopy = NULL;
 	if (!T.nips && !later)
 		FAIL(initial, "no function left to trace: -N excludes all %zu that -f selects",
 		     p.total);
+	return true;
+}
+
+/* Hook the sites picked, open the trace, follow forks and later dlopen()s. */
+static bool trace_hook(bool initial)
+{
+	struct agent_dl_conf dc;
+	int err;
+
 	/*
 	 * Hook first, record later: patching may need every thread to answer a
 	 * signal, and the recorder's drainer thread blocks them all.  Until
 	 * agent_hook.active the callback returns at once.
 	 */
-	T.ops.func = T.exits ? agent_on_entry_exit : agent_on_entry;
+	T.ops.func = conf->exits ? agent_on_entry_exit : agent_on_entry;
 	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
 	T.ops.filter.ips = T.ips;
 	T.ops.filter.nips = T.nips;
@@ -408,27 +338,41 @@ bool agent_trace_start(void)
 	if (pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");
 	/* After ours, too: dlopen.c's child handler adds to the child's file. */
-	dc = (struct agent_dl_conf){T.funcs, T.notrace, T.ops.func, T.ops.flags,
+	dc = (struct agent_dl_conf){conf->funcs, conf->notrace, T.ops.func, T.ops.flags,
 				    (uint32_t)T.nobjs + 1};
 	err = agent_dl_start(&dc);
 	if (err)
 		fprintf(stderr, "probekit: libraries PROG loads later stay untraced: %s\n",
 			strerror(-err));
-	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
-	ctl_send(PK_CTL_OK "\n");
 	return true;
-untraced:
-	/* Not traced here; exec'd programs and children may still be. */
+}
+
+/* Not traced here; exec'd programs and children may still be. */
+static void stay_untraced(void)
+{
 	agent_hook.active = false;
 	if (T.session) {
 		pki_trace_close();
 		unlink(T.file);
 		T.session = false;
 	}
-	free(fcopy);
-	free(ncopy);
 	T.nips = 0;
 	pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+bool agent_trace_start(void)
+{
+	bool initial = !conf->has_pid;
+
+	if (!conf->on)
+		return false;
+	trace_name(initial);
+	if (!trace_exits(initial) || !trace_pick(initial) || !trace_hook(initial)) {
+		stay_untraced();
+		return true;
+	}
+	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
+	ctl_send(PK_CTL_OK "\n");
 	return true;
 }
 
@@ -445,65 +389,6 @@ void agent_exec_init(void)
 	/* Resolved now: the wrappers below may run in signal handlers (no dlsym there). */
 	agent_next((void **)&real.exit_, "_exit");
 	agent_next((void **)&real.syscall, "syscall");
-	agent_shell_init();
-}
-
-/*
- * The environment for the next program: @envp without PROBEKIT_* and
- * LD_PRELOAD, then our settings.  Everything lives in @b (the caller's
- * stack, or its allocation): this may run in a vfork child.  @same: the next
- * program replaces this process (exec), else it is a child.  NULL if @envp
- * does not fit in @b.
- */
-static char *const *env_for_next(char *const *envp, bool same, struct agent_envbuf *b)
-{
-	const char *user_pre = NULL;
-	size_t n = 0, i;
-
-	for (i = 0; envp && envp[i]; i++) {
-		if (!strncmp(envp[i], "LD_PRELOAD=", 11)) {
-			user_pre = envp[i] + 11;
-			continue;
-		}
-		if (!strncmp(envp[i], "PROBEKIT_", 9))
-			continue;
-		if (n >= PK_ENVBUF_VARS)
-			return NULL;
-		b->vec[n++] = envp[i];
-	}
-	if (user_pre && *user_pre) {
-		if ((size_t)snprintf(b->preload, sizeof(b->preload), "LD_PRELOAD=%s:%s", user_pre,
-				     T.agent) >= sizeof(b->preload) ||
-		    (size_t)snprintf(b->saved, sizeof(b->saved), "%s=%s", PK_ENV_PRELOAD_SAVED,
-				     user_pre) >= sizeof(b->saved))
-			return NULL;
-		b->vec[n++] = b->saved;
-	} else {
-		snprintf(b->preload, sizeof(b->preload), "LD_PRELOAD=%s", T.agent);
-	}
-	b->vec[n++] = b->preload;
-	snprintf(b->trace, sizeof(b->trace), "%s=%s", PK_ENV_TRACE, T.base);
-	b->vec[n++] = b->trace;
-	if (T.funcs && (size_t)snprintf(b->funcs, sizeof(b->funcs), "%s=%s", PK_ENV_TRACE_FUNCS,
-					T.funcs) < sizeof(b->funcs))
-		b->vec[n++] = b->funcs;
-	if (T.notrace && (size_t)snprintf(b->notrace, sizeof(b->notrace), "%s=%s",
-					  PK_ENV_TRACE_NOTRACE, T.notrace) < sizeof(b->notrace))
-		b->vec[n++] = b->notrace;
-	snprintf(b->children, sizeof(b->children), "%s=%d", PK_ENV_TRACE_CHILDREN, T.children);
-	b->vec[n++] = b->children;
-	snprintf(b->entry, sizeof(b->entry), "%s=%d", PK_ENV_TRACE_ENTRY_ONLY, !T.exits);
-	b->vec[n++] = b->entry;
-	snprintf(b->buf, sizeof(b->buf), "%s=%u", PK_ENV_TRACE_BUF, T.buf_events);
-	b->vec[n++] = b->buf;
-	snprintf(b->drop, sizeof(b->drop), "%s=%d", PK_ENV_TRACE_DROP, T.drop);
-	b->vec[n++] = b->drop;
-	snprintf(b->pid, sizeof(b->pid), "%s=%d", PK_ENV_TRACE_PID, (int)T.pid);
-	b->vec[n++] = b->pid;
-	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN, same ? T.gen + 1 : 0);
-	b->vec[n++] = b->gen;
-	b->vec[n] = NULL;
-	return b->vec;
 }
 
 /* One exec request, as the program made it (the environment apart). */
@@ -579,7 +464,7 @@ static void envbuf_unmap(struct agent_envbuf *b)
 static __attribute__((noinline)) int exec_shared_child(const struct exec_req *r, char *const envp[])
 {
 	struct agent_envbuf b;
-	char *const *env = env_for_next(envp, false, &b);
+	char *const *env = agent_env_for_next(envp, false, &b);
 
 	return exec_call(r, env ? env : envp); /* too large to rewrite: run it untraced */
 }
@@ -593,16 +478,16 @@ static __attribute__((noinline)) int exec_shared_child(const struct exec_req *r,
  */
 static int do_exec(const struct exec_req *r, char *const envp[])
 {
-	bool same = getpid() == T.pid; /* else a vfork child */
+	bool same = getpid() == me->pid; /* else a vfork child */
 	char *const *env = envp;
 	struct agent_envbuf *b = NULL;
 	int ret, saved;
 
-	if (T.follow && (same || T.children) && (envp || r->kind != EX_FD)) {
+	if (me->follow && (same || conf->children) && (envp || r->kind != EX_FD)) {
 		if (!same)
 			return exec_shared_child(r, envp);
 		b = envbuf_map();
-		env = b ? env_for_next(envp, same, b) : NULL;
+		env = b ? agent_env_for_next(envp, same, b) : NULL;
 		if (!env)
 			env = envp; /* too large to rewrite: run it untraced */
 	}
@@ -704,21 +589,6 @@ PK_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *co
 
 /* ---- children started without exec in this process --------------------------- */
 
-bool agent_follows_children(void)
-{
-	return T.follow && T.children;
-}
-
-char *const *agent_child_env(char *const envp[], struct agent_envbuf *b)
-{
-	char *const *env;
-
-	if (!agent_follows_children())
-		return envp;
-	env = env_for_next(envp, false, b);
-	return env ? env : envp;
-}
-
 /* posix_spawn(p): the buffer mapped, not on the stack (see envbuf_map()). */
 PK_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
@@ -769,7 +639,7 @@ static void exit_flush(void)
 {
 	int saved = errno;
 
-	if (T.session && getpid() == T.pid)
+	if (T.session && getpid() == me->pid)
 		pki_trace_flush_exit();
 	errno = saved;
 }

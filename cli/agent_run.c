@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * Running PROG under the preload agent, for every command that does (watch
- * now; trace next): find PROG and the agent, refuse what LD_PRELOAD cannot
- * enter, start PROG with the agent's environment, relay the agent's report,
- * and end the way PROG ended.  See agent_run.h.
+ * Running PROG under the preload agent, for every command that does (watch,
+ * trace): find PROG and the agent, refuse what LD_PRELOAD cannot enter,
+ * start PROG with the agent's environment, relay the agent's report, and
+ * end the way PROG ended.  See agent_run.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +23,7 @@
 
 #include "agent/agent.h"
 #include "agent_run.h"
+#include "arch/arch.h"
 #include "cli.h"
 #include "sym/elf_syms.h"
 
@@ -102,7 +103,7 @@ int agent_check_prog(const char *path)
 			       126;
 		return 0;
 	}
-	/* Not x86-64 ELF: fine if a script, whose interpreter gets the agent. */
+	/* Not an ELF object of ours: fine if a script, whose interpreter gets the agent. */
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0 && read(fd, magic, 2) == 2 && magic[0] == '#' && magic[1] == '!') {
 		close(fd);
@@ -110,7 +111,7 @@ int agent_check_prog(const char *path)
 	}
 	if (fd >= 0)
 		close(fd);
-	return cli_error("%s: not an x86-64 ELF program or script", path), 126;
+	return cli_error("%s: not an " PKI_ELF_MACHINE_NAME " ELF program or script", path), 126;
 }
 
 static bool readable(const char *path)
@@ -143,7 +144,7 @@ int agent_find(char *out, size_t n)
 	    "../agent/" PK_AGENT_NAME,
 	    "../lib/probekit/" PK_AGENT_NAME,
 	    "../lib64/probekit/" PK_AGENT_NAME,
-	    "../lib/x86_64-linux-gnu/probekit/" PK_AGENT_NAME,
+	    "../lib/" PKI_MULTIARCH "/probekit/" PK_AGENT_NAME,
 	    "../lib/" PK_AGENT_NAME,
 	};
 	const char *env = getenv(PK_ENV_AGENT);
@@ -220,21 +221,35 @@ static void set_env_int(const char *name, int v)
 	setenv(name, buf, 1);
 }
 
+/* One run of PROG: what the steps of agent_run() share. */
+struct run {
+	const struct agent_run *r;
+	struct sigaction old_int, old_quit, old_term, old_hup; /* ours, as they were */
+	sigset_t old_mask;
+	int ctl[2];	   /* the control pipe: the agent's status line */
+	int outp[2];	   /* the report pipe, unless the caller gave out_fd */
+	int out_w;	   /* PROG's end of the report: outp[1] or out_fd */
+	int pidfd, status; /* PROG, and how it ended */
+	pid_t pid;
+	char msg[1200]; /* the status line */
+	size_t msglen;
+	bool ctl_open, started; /* started: the agent said "ok" */
+};
+
 /* In the child: never returns. */
-static void child_exec(const struct agent_run *r, const struct sigaction *old_int,
-		       const struct sigaction *old_quit, const struct sigaction *old_term,
-		       const struct sigaction *old_hup, const sigset_t *old_mask, int ctl_w,
-		       int out_w)
+static void child_exec(const struct run *x)
 {
+	const struct agent_run *r = x->r;
 	const char *pre = getenv("LD_PRELOAD");
 	char *preload;
+	int ctl_w = x->ctl[1], out_w = x->out_w;
 	int ctl = high_fd(ctl_w), out = out_w >= 0 ? high_fd(out_w) : -1, err;
 
-	sigaction(SIGINT, old_int, NULL);
-	sigaction(SIGQUIT, old_quit, NULL);
-	sigaction(SIGTERM, old_term, NULL);
-	sigaction(SIGHUP, old_hup, NULL);
-	sigprocmask(SIG_SETMASK, old_mask, NULL);
+	sigaction(SIGINT, &x->old_int, NULL);
+	sigaction(SIGQUIT, &x->old_quit, NULL);
+	sigaction(SIGTERM, &x->old_term, NULL);
+	sigaction(SIGHUP, &x->old_hup, NULL);
+	sigprocmask(SIG_SETMASK, &x->old_mask, NULL);
 	if (ctl != ctl_w)
 		close(ctl_w);
 	if (out >= 0 && out != out_w)
@@ -311,51 +326,87 @@ static int end_like(int status)
 	return 128 + sig;
 }
 
-int agent_run(const struct agent_run *r)
+/*
+ * Make the pipes, start PROG with the agent and watch it by a pidfd.  0, or
+ * the exit code after an error message.
+ */
+static int run_start(struct run *x)
 {
 	struct sigaction ign = {.sa_handler = SIG_IGN}, fwd = {.sa_handler = forward_signal};
-	struct sigaction old_int, old_quit, old_term, old_hup;
-	int ctl[2], outp[2] = {-1, -1}, out_w, pidfd, status = 0, ret;
-	char msg[1200];
-	size_t msglen = 0;
-	bool ctl_open = true, started = false, exited = false;
-	sigset_t old_mask;
-	pid_t pid;
 
-	if (pipe2(ctl, O_CLOEXEC))
+	if (pipe2(x->ctl, O_CLOEXEC))
 		return cli_error("pipe: %s", strerror(errno)), 125;
-	if (r->out_fd >= 0) {
-		out_w = r->out_fd;
+	if (x->r->out_fd >= 0) {
+		x->out_w = x->r->out_fd;
 	} else {
-		if (pipe2(outp, O_CLOEXEC))
+		if (pipe2(x->outp, O_CLOEXEC))
 			return cli_error("pipe: %s", strerror(errno)), 125;
-		out_w = outp[1];
+		x->out_w = x->outp[1];
 	}
 	/* Like system(3): the terminal's ^C and ^\ reach PROG itself; we wait for it. */
-	sigaction(SIGINT, &ign, &old_int);
-	sigaction(SIGQUIT, &ign, &old_quit);
-	sigaction(SIGTERM, &fwd, &old_term);
-	sigaction(SIGHUP, &fwd, &old_hup);
-	sigprocmask(SIG_SETMASK, NULL, &old_mask);
+	sigaction(SIGINT, &ign, &x->old_int);
+	sigaction(SIGQUIT, &ign, &x->old_quit);
+	sigaction(SIGTERM, &fwd, &x->old_term);
+	sigaction(SIGHUP, &fwd, &x->old_hup);
+	sigprocmask(SIG_SETMASK, NULL, &x->old_mask);
 	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
+	x->pid = fork();
+	if (x->pid < 0)
 		return cli_error("fork: %s", strerror(errno)), 125;
-	if (pid == 0)
-		child_exec(r, &old_int, &old_quit, &old_term, &old_hup, &old_mask, ctl[1], out_w);
-	child_pid = pid;
-	close(ctl[1]);
-	if (outp[1] >= 0)
-		close(outp[1]);
-	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (pidfd < 0)
+	if (x->pid == 0)
+		child_exec(x);
+	child_pid = x->pid;
+	close(x->ctl[1]);
+	if (x->outp[1] >= 0)
+		close(x->outp[1]);
+	x->pidfd = (int)syscall(SYS_pidfd_open, x->pid, 0);
+	if (x->pidfd < 0)
 		return cli_error("pidfd_open: %s", strerror(errno)), 125;
+	return 0;
+}
+
+/* Read more of the status line; read()'s result. */
+static ssize_t ctl_more(struct run *x)
+{
+	ssize_t n = read(x->ctl[0], x->msg + x->msglen, sizeof(x->msg) - 1 - x->msglen);
+
+	if (n > 0)
+		x->msglen += (size_t)n;
+	return n;
+}
+
+/* The status line is all there: did the agent start? */
+static void ctl_end(struct run *x)
+{
+	x->msg[x->msglen] = 0;
+	x->started = !strncmp(x->msg, PK_CTL_OK, strlen(PK_CTL_OK));
+}
+
+/* The control pipe is readable: more of the status line, or its end. */
+static void ctl_read(struct run *x)
+{
+	ssize_t n = ctl_more(x);
+
+	if (n == 0 || (n < 0 && errno != EINTR)) {
+		x->ctl_open = false;
+		ctl_end(x);
+		if (!x->started && !x->msglen) {
+			/* PROG runs without the agent: do not let it go on unseen. */
+			kill(x->pid, SIGKILL);
+		}
+	}
+}
+
+/* Relay the report and read the status line until PROG ends, then what is left. */
+static void run_wait(struct run *x)
+{
+	bool exited = false;
 
 	while (!exited) {
 		struct pollfd p[3] = {
-		    {ctl_open ? ctl[0] : -1, POLLIN, 0},
-		    {outp[0], POLLIN, 0},
-		    {pidfd, POLLIN, 0},
+		    {x->ctl_open ? x->ctl[0] : -1, POLLIN, 0},
+		    {x->outp[0], POLLIN, 0},
+		    {x->pidfd, POLLIN, 0},
 		};
 
 		if (poll(p, 3, -1) < 0) {
@@ -363,76 +414,77 @@ int agent_run(const struct agent_run *r)
 				continue;
 			break;
 		}
-		if (p[0].revents) {
-			ssize_t n = read(ctl[0], msg + msglen, sizeof(msg) - 1 - msglen);
-
-			if (n > 0) {
-				msglen += (size_t)n;
-			} else if (n == 0 || errno != EINTR) {
-				ctl_open = false;
-				msg[msglen] = 0;
-				started = !strncmp(msg, PK_CTL_OK, strlen(PK_CTL_OK));
-				if (!started && !msglen) {
-					/* PROG runs without the agent: do not let it go on unseen.
-					 */
-					kill(pid, SIGKILL);
-				}
-			}
-		}
+		if (p[0].revents)
+			ctl_read(x);
 		if (p[1].revents)
-			relay(outp[0], r->relay_fd);
+			relay(x->outp[0], x->r->relay_fd);
 		if (p[2].revents) {
-			if (waitpid(pid, &status, 0) == pid)
+			if (waitpid(x->pid, &x->status, 0) == x->pid)
 				exited = true;
 		}
 	}
 	/* Whatever the agent wrote before PROG ended; a forked grandchild may hold the pipe. */
-	if (outp[0] >= 0) {
-		fcntl(outp[0], F_SETFL, O_NONBLOCK);
-		while (relay(outp[0], r->relay_fd))
+	if (x->outp[0] >= 0) {
+		fcntl(x->outp[0], F_SETFL, O_NONBLOCK);
+		while (relay(x->outp[0], x->r->relay_fd))
 			;
 	}
-	if (ctl_open) {
-		ssize_t n;
-
-		fcntl(ctl[0], F_SETFL, O_NONBLOCK);
-		while ((n = read(ctl[0], msg + msglen, sizeof(msg) - 1 - msglen)) > 0)
-			msglen += (size_t)n;
-		msg[msglen] = 0;
-		started = !strncmp(msg, PK_CTL_OK, strlen(PK_CTL_OK));
+	if (x->ctl_open) {
+		fcntl(x->ctl[0], F_SETFL, O_NONBLOCK);
+		while (ctl_more(x) > 0)
+			;
+		ctl_end(x);
 	}
+}
+
+/* The agent did not say "ok": why, and the exit code, after an error message. */
+static int not_started(struct run *x)
+{
+	char *nl = strchr(x->msg, '\n');
+	int err;
+
+	if (nl)
+		*nl = 0;
+	if (!strncmp(x->msg, PK_CTL_ERROR, strlen(PK_CTL_ERROR)))
+		return cli_error("%s", x->msg + strlen(PK_CTL_ERROR)), 125;
+	if (sscanf(x->msg, "exec %d", &err) == 1)
+		return cli_error("%s: %s", x->r->path, strerror(err)), err == ENOENT ? 127 : 126;
+	return cli_error("%s: the agent did not start in it (the dynamic loader ignored "
+			 "LD_PRELOAD, or PROG died first); stopped it",
+			 x->r->path),
+	       125;
+}
+
+/* "# PROG exited with status N" (or the signal) at the end of the report. */
+static void report_end(const struct agent_run *r, int status)
+{
+	if (WIFEXITED(status))
+		dprintf(r->relay_fd, "# %s exited with status %d\n", r->argv[0],
+			WEXITSTATUS(status));
+	else
+		dprintf(r->relay_fd, "# %s killed by signal %d (%s)%s\n", r->argv[0],
+			WTERMSIG(status), strsignal(WTERMSIG(status)),
+			WCOREDUMP(status) ? ", core dumped" : "");
+}
+
+int agent_run(const struct agent_run *r)
+{
+	struct run x = {.r = r, .outp = {-1, -1}, .ctl_open = true};
+	int ret = run_start(&x);
+
+	if (ret)
+		return ret;
+	run_wait(&x);
 	child_pid = 0;
-	sigaction(SIGINT, &old_int, NULL);
-	sigaction(SIGQUIT, &old_quit, NULL);
-	sigaction(SIGTERM, &old_term, NULL);
-	sigaction(SIGHUP, &old_hup, NULL);
-	if (!started) {
-		char *nl = strchr(msg, '\n');
-		int err;
-
-		if (nl)
-			*nl = 0;
-		if (!strncmp(msg, PK_CTL_ERROR, strlen(PK_CTL_ERROR)))
-			return cli_error("%s", msg + strlen(PK_CTL_ERROR)), 125;
-		if (sscanf(msg, "exec %d", &err) == 1)
-			return cli_error("%s: %s", r->path, strerror(err)),
-			       err == ENOENT ? 127 : 126;
-		return cli_error("%s: the agent did not start in it (the dynamic loader ignored "
-				 "LD_PRELOAD, or PROG died first); stopped it",
-				 r->path),
-		       125;
-	}
-	if (r->report_end && r->relay_fd >= 0) {
-		if (WIFEXITED(status))
-			dprintf(r->relay_fd, "# %s exited with status %d\n", r->argv[0],
-				WEXITSTATUS(status));
-		else
-			dprintf(r->relay_fd, "# %s killed by signal %d (%s)%s\n", r->argv[0],
-				WTERMSIG(status), strsignal(WTERMSIG(status)),
-				WCOREDUMP(status) ? ", core dumped" : "");
-	}
+	sigaction(SIGINT, &x.old_int, NULL);
+	sigaction(SIGQUIT, &x.old_quit, NULL);
+	sigaction(SIGTERM, &x.old_term, NULL);
+	sigaction(SIGHUP, &x.old_hup, NULL);
+	if (!x.started)
+		return not_started(&x);
+	if (r->report_end && r->relay_fd >= 0)
+		report_end(r, x.status);
 	if (r->ended)
-		r->ended(r, status);
-	ret = end_like(status);
-	return ret;
+		r->ended(r, x.status);
+	return end_like(x.status);
 }

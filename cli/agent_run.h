@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Running PROG under libprobekit-agent.so (agent/agent.h is the agent's side
- * of the contract).  Shared by the commands that do: watch, and trace next.
+ * of the contract).  Shared by the commands that do: watch and trace.
  *
  * Exit codes, as env(1) and timeout(1): PROG's own status when it ran; if it
  * died from a signal, probekit dies from the same signal (no core of its own)

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The one header generic code includes for what depends on the
- * architecture: the site length and instruction bytes (insn.h), the atomic
- * text store (store.h), INT3 emulation (trap.h), trampolines (tramp.h),
- * return-address tracking (callret.h), debug-register facts (hwbp.h),
+ * architecture: the ELF machine's name and the multiarch triplet (abi.h),
+ * the site length and instruction bytes (insn.h), the atomic text store
+ * (store.h), INT3 emulation (trap.h), trampolines (tramp.h), return-address
+ * tracking (callret.h), debug-register facts (hwbp.h),
  * decoding (decode.h), the timestamp counter (tsc.h), CRC32C (crc32c.h)
  * and vector-register safety (vecsafe.h).  Only x86-64 exists: everything
  * lives under src/arch/x86_64/, which nothing outside src/arch/ includes.
@@ -12,6 +13,7 @@
 #define PK_ARCH_ARCH_H
 
 #if defined(__x86_64__)
+#include "arch/x86_64/abi.h"
 #include "arch/x86_64/callret.h"
 #include "arch/x86_64/crc32c.h"
 #include "arch/x86_64/decode.h"

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * x86-64 debug-register specifics for the watchpoint layer: how many slots a
- * thread has, which lengths and alignments the hardware takes, how the kernel
- * wants an execute breakpoint described, and where the trapping RIP and the
- * perf sigtrap data live in a signal frame.  Async-signal-safe throughout.
+ * thread has, which lengths and alignments the hardware takes (and how
+ * messages name them), when a data breakpoint traps, how the kernel wants an
+ * execute breakpoint described, where the trapping RIP, the stack and frame
+ * pointers and the perf sigtrap data live in a signal frame, and how the
+ * frame-pointer chain is laid out (a backtrace from the trap).
+ * Async-signal-safe throughout.
  */
 #ifndef PK_ARCH_X86_64_HWBP_H
 #define PK_ARCH_X86_64_HWBP_H
@@ -18,11 +21,32 @@
 /* DR0-DR3: four slots per thread, shared by code and data breakpoints. */
 #define PKI_HWBP_SLOTS 4
 
-/* 1/2/4/8 bytes, naturally aligned (DR7 LEN field + address alignment). */
+/* The lengths a data breakpoint takes: 1/2/4/8 bytes (DR7 LEN field). */
+static inline bool pki_hwbp_len_ok(size_t len)
+{
+	return len == 1 || len == 2 || len == 4 || len == 8;
+}
+
+/* ... naturally aligned (address alignment). */
 static inline bool pki_hwbp_data_ok(uintptr_t addr, size_t len)
 {
-	return (len == 1 || len == 2 || len == 4 || len == 8) && !(addr & (len - 1));
+	return pki_hwbp_len_ok(len) && !(addr & (len - 1));
 }
+
+/*
+ * For messages: who does the watching, the lengths pki_hwbp_len_ok() takes,
+ * and what the PKI_HWBP_SLOTS slots are.
+ */
+#define PKI_HWBP_CPU	    "x86"
+#define PKI_HWBP_LENS	    "1, 2, 4 or 8"
+#define PKI_HWBP_SLOTS_NAME "debug registers"
+
+/*
+ * A data breakpoint traps after the access (a trap, not a fault): the
+ * signal's RIP is the next instruction, and memory already holds the value
+ * written.
+ */
+#define PKI_HWBP_TRAP_AFTER 1
 
 /*
  * The kernel wants execute breakpoints described with bp_len ==
@@ -39,6 +63,25 @@ static inline uintptr_t pki_uc_ip(const ucontext_t *uc)
 {
 	return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
 }
+
+/* Stack pointer (RSP) and frame pointer (RBP) of the interrupted context. */
+static inline uintptr_t pki_uc_sp(const ucontext_t *uc)
+{
+	return (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+}
+
+static inline uintptr_t pki_uc_fp(const ucontext_t *uc)
+{
+	return (uintptr_t)uc->uc_mcontext.gregs[REG_RBP];
+}
+
+/*
+ * The frame-pointer chain: at FP the caller's FP, at FP + PKI_FRAME_RA_OFF
+ * the return address.  At a function's first instruction the frame is not
+ * set up yet: the return address is at the top of the stack (the call
+ * pushed it).
+ */
+#define PKI_FRAME_RA_OFF 8
 
 /*
  * si_perf_data / si_perf_type / si_perf_flags of a TRAP_PERF SIGTRAP.  glibc

@@ -1,0 +1,691 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The agent's watch mode (`probekit watch`): started by the constructor
+ * (agent.c) with the settings it read, it resolves the watched symbol and
+ * puts an all-threads watchpoint on it before main() runs.  Hits are
+ * recorded in the SIGTRAP handler into preallocated records handed over
+ * through a pk_hitq; a consumer thread formats and writes them to the
+ * report fd.  At exit() the queue is drained and a summary written.
+ *
+ * What runs where:
+ *   signal handler (on_hit)  atomics, clock_gettime, process_vm_readv,
+ *                            pk_hitq_push, futex wake: async-signal-safe only
+ *   consumer thread          symbolization (libelf tables read here or in the
+ *                            constructor), decoding, snprintf, write(2)
+ *   exit handler             stops the consumer, removes the watchpoint, drains
+ *
+ * The agent never writes to PROG's stdout/stderr (unless the command hands it
+ * fd 2) and never changes PROG's exit status.  Signals: the library's SIGTRAP
+ * handler chains to PROG's; for fatal signals left at their default action the
+ * agent installs a handler that lets the report thread print the queued hits,
+ * then dies from the same signal with the default action (on_fatal).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <probekit/watch.h>
+
+#include "agent.h"
+#include "agent_int.h"
+#include "arch/arch.h"
+#include "base/futex.h"
+#include "base/signals.h"
+#include "sym/elf_syms.h"
+#include "watch/perf.h"
+
+#define MAX_FRAMES 16
+#define NRECS	   1024 /* records in flight; also the hit queue's capacity */
+
+/*
+ * One hit, filled in by the signal handler.  State protocol: FREE -> BUSY
+ * (handler claimed it, CAS) -> READY (handler done, release) -> FREE
+ * (consumer done, release).  A handler that finds its record not FREE drops
+ * the hit and counts it: it never waits.
+ */
+enum { REC_FREE, REC_BUSY, REC_READY };
+
+struct rec {
+	_Atomic int state;
+	struct timespec t;
+	pid_t tid;
+	uintptr_t ip;
+	bool late; /* PK_WATCH_HIT_LATE: ip and stack are where SIGTRAP was unblocked */
+	uint64_t oldv, newv;
+	int nframes;
+	uintptr_t frames[MAX_FRAMES]; /* return addresses, caller first */
+};
+
+/* A loaded object with its symbol table, for function+offset. */
+struct obj {
+	char *path;
+	uintptr_t base;
+	uintptr_t lo, hi; /* span of its PT_LOAD segments, run-time addresses */
+	struct pki_elf_syms syms;
+	bool loaded; /* syms read (or tried) */
+};
+
+/* What the command asked for (agent.c read it). */
+static const struct agent_watch_conf *const conf = &agent_watch_conf;
+
+static struct {
+	/* the watchpoint */
+	size_t len; /* the settings', or the symbol's size */
+	uintptr_t addr;
+	char what[320]; /* "counter (8 bytes at 0x...)" */
+	struct pk_watch *w;
+	struct pk_hitq *q;
+	struct rec *recs;
+	struct timespec t0;
+
+	/* shared with the handler */
+	_Atomic unsigned long nhits;	/* hits seen, including those over the limit */
+	_Atomic unsigned long rec_next; /* next record to claim */
+	_Atomic unsigned long lost;	/* record busy or queue full */
+	_Atomic uint64_t shadow;	/* the last value seen, for "old" */
+	_Atomic uint32_t wake;		/* futex word: bumped by every hit */
+	_Atomic bool stop;
+	_Atomic uint32_t drained; /* futex word: bumped by the consumer after each drain */
+	_Atomic bool crashing;	  /* a fatal signal asks the consumer for a last drain */
+
+	/* consumer side (consumer thread, or the exit handler after joining it) */
+	unsigned long printed;
+	bool count_done;
+	pthread_t consumer;
+	bool consumer_up;
+	struct obj *objs;
+	size_t nobjs;
+	pid_t pid; /* the process the agent started in: a fork child stays silent */
+	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
+} A;
+
+/* ---- objects and symbols ---- */
+
+static int add_obj(struct dl_phdr_info *info, size_t size, void *data)
+{
+	char path[PATH_MAX];
+	struct obj *o, *grown;
+	uintptr_t lo = UINTPTR_MAX, hi = 0;
+	size_t i;
+
+	(void)size;
+	(void)data;
+	for (i = 0; i < A.nobjs; i++)
+		if (A.objs[i].base == info->dlpi_addr)
+			return 0;
+	if (info->dlpi_name && info->dlpi_name[0]) {
+		snprintf(path, sizeof(path), "%s", info->dlpi_name);
+	} else if (!A.nobjs) {
+		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+
+		if (n <= 0)
+			return 0;
+		path[n] = 0;
+	} else {
+		return 0; /* the vDSO */
+	}
+	for (i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type != PT_LOAD)
+			continue;
+		if (info->dlpi_addr + ph->p_vaddr < lo)
+			lo = info->dlpi_addr + ph->p_vaddr;
+		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
+			hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+	}
+	grown = realloc(A.objs, (A.nobjs + 1) * sizeof(*A.objs));
+	if (!grown)
+		return 1;
+	A.objs = grown;
+	o = &A.objs[A.nobjs];
+	*o = (struct obj){.path = strdup(path), .base = info->dlpi_addr, .lo = lo, .hi = hi};
+	if (!o->path)
+		return 1;
+	A.nobjs++;
+	return 0;
+}
+
+static struct pki_elf_syms *obj_syms(struct obj *o)
+{
+	if (!o->loaded) {
+		o->loaded = true;
+		if (pki_elf_syms_read_path(o->path, &o->syms))
+			memset(&o->syms, 0, sizeof(o->syms));
+	}
+	return &o->syms;
+}
+
+static struct obj *obj_at(uintptr_t ip)
+{
+	size_t i;
+	int pass;
+
+	for (pass = 0; pass < 2; pass++) {
+		for (i = 0; i < A.nobjs; i++)
+			if (ip >= A.objs[i].lo && ip < A.objs[i].hi)
+				return &A.objs[i];
+		dl_iterate_phdr(add_obj, NULL); /* dlopen()ed since */
+	}
+	return NULL;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	return s ? s + 1 : path;
+}
+
+/* "func+0xoff", "func+0xoff (libc.so.6)", or "0x..." into @buf. */
+static const struct pki_elf_sym *symbolize(uintptr_t ip, char *buf, size_t n, uintptr_t *start)
+{
+	struct obj *o = obj_at(ip);
+	const struct pki_elf_sym *s = o ? pki_elf_syms_find(obj_syms(o), ip - o->base) : NULL;
+
+	if (!s || s->kind == PKI_SYM_OBJECT) {
+		snprintf(buf, n, "%#lx", (unsigned long)ip);
+		return NULL;
+	}
+	if (o == &A.objs[0])
+		snprintf(buf, n, "%s+0x%lx", s->name, (unsigned long)(ip - o->base - s->value));
+	else
+		snprintf(buf, n, "%s+0x%lx (%s)", s->name, (unsigned long)(ip - o->base - s->value),
+			 base_name(o->path));
+	if (start)
+		*start = o->base + s->value;
+	return s;
+}
+
+/* A hex link-time address of the main program: A.addr, and A.len for -t x. */
+static void resolve_addr(void)
+{
+	unsigned long off;
+	char *end;
+
+	errno = 0;
+	off = strtoul(conf->spec, &end, 16);
+	if (errno || *end || !off)
+		refuse("'%s' is not a hex address", conf->spec);
+	A.addr = A.objs[0].base + off;
+	if (!A.len)
+		A.len = conf->type == PK_WATCH_X ? 1 : 0;
+	if (!A.len)
+		refuse("%s: an address has no size: give -l " PKI_HWBP_LENS, conf->spec);
+	snprintf(A.what, sizeof(A.what), "%s", conf->spec);
+}
+
+/*
+ * The symbol @name and its object (*@op), searched in load order (the main
+ * program first), like the dynamic linker would; or refuse, naming the
+ * closest symbol if there is one.
+ */
+static const struct pki_elf_sym *lookup(const char *name, struct obj **op)
+{
+	const struct pki_elf_sym *s = NULL;
+	const char *suggest = NULL;
+	int best = 3;
+	size_t i;
+
+	for (i = 0; i < A.nobjs && !s; i++) {
+		*op = &A.objs[i];
+		if (strstr((*op)->path, PK_AGENT_NAME))
+			continue; /* our own symbols are not PROG's */
+		s = pki_elf_syms_lookup(obj_syms(*op), name);
+	}
+	if (s)
+		return s;
+	for (i = 0; i < A.nobjs; i++) {
+		int d;
+		const char *c;
+
+		if (strstr(A.objs[i].path, PK_AGENT_NAME))
+			continue;
+		c = pki_elf_syms_suggest(obj_syms(&A.objs[i]), name, &d);
+		if (c && d < best) {
+			best = d;
+			suggest = c;
+		}
+	}
+	if (suggest)
+		refuse("unknown symbol '%s' in PROG and its libraries (did you mean '%s'?)", name,
+		       suggest);
+	refuse("unknown symbol '%s' in PROG and its libraries (no symbol table entry; "
+	       "stripped?)",
+	       name);
+}
+
+/* Without -l: the symbol's size, if the hardware watches that length; else refuse. */
+static void symbol_len(const struct pki_elf_sym *s, const char *name, unsigned long off)
+{
+	if (A.len)
+		return;
+	if (conf->type == PK_WATCH_X)
+		A.len = 1;
+	else if (!off && pki_hwbp_len_ok(s->size))
+		A.len = s->size;
+	else if (off)
+		refuse("'%s': give the length to watch with -l " PKI_HWBP_LENS, conf->spec);
+	else
+		refuse("'%s' is %lu bytes: give the length to watch with -l " PKI_HWBP_LENS " "
+		       "(and SYMBOL+OFFSET for a field)",
+		       name, (unsigned long)s->size);
+}
+
+/* Resolve conf->spec to A.addr and A.len, or refuse. */
+static void resolve(void)
+{
+	const struct pki_elf_sym *s;
+	struct obj *o = NULL;
+	unsigned long off = 0;
+	char name[256], *plus;
+
+	dl_iterate_phdr(add_obj, NULL);
+	if (!A.nobjs)
+		refuse("cannot list the objects of PROG");
+	if (!strncmp(conf->spec, "0x", 2) || !strncmp(conf->spec, "0X", 2)) {
+		resolve_addr();
+		return;
+	}
+	snprintf(name, sizeof(name), "%s", conf->spec);
+	plus = strchr(name, '+');
+	if (plus) {
+		char *end;
+
+		*plus = 0;
+		errno = 0;
+		off = strtoul(plus + 1, &end, 0);
+		if (errno || *end || plus[1] == 0)
+			refuse("'%s': bad offset after '+'", conf->spec);
+	}
+	s = lookup(name, &o);
+	if (s->kind == PKI_SYM_TLS)
+		refuse("'%s' is thread-local: every thread has its own copy; not supported", name);
+	if (s->kind == PKI_SYM_IFUNC)
+		refuse("'%s' is an IFUNC: its address is a resolver, not the function", name);
+	if (conf->type == PK_WATCH_X && s->kind != PKI_SYM_FUNC)
+		refuse("-t x: '%s' is not a function", name);
+	if (s->size && off >= s->size)
+		refuse("'%s': offset %#lx is past its end (size %lu)", conf->spec, off,
+		       (unsigned long)s->size);
+	A.addr = o->base + s->value + off;
+	symbol_len(s, name, off);
+	snprintf(A.what, sizeof(A.what), "%s%s%s%s", conf->spec, o == &A.objs[0] ? "" : " (",
+		 o == &A.objs[0] ? "" : base_name(o->path), o == &A.objs[0] ? "" : ")");
+}
+
+/* ---- the signal handler ---- */
+
+static uint64_t read_value(void)
+{
+	uint64_t v = 0;
+
+	switch (A.len) {
+	case 1:
+		v = *(volatile uint8_t *)A.addr;
+		break;
+	case 2:
+		v = *(volatile uint16_t *)A.addr;
+		break;
+	case 4:
+		v = *(volatile uint32_t *)A.addr;
+		break;
+	default:
+		v = *(volatile uint64_t *)A.addr;
+	}
+	return v;
+}
+
+/* Read 8 bytes of our own memory without faulting: a syscall, signal-safe. */
+static bool peek(uintptr_t addr, uintptr_t *out)
+{
+	struct iovec local = {out, sizeof(*out)}, remote = {(void *)addr, sizeof(*out)};
+
+	return syscall(SYS_process_vm_readv, (long)A.pid, &local, 1L, &remote, 1L, 0L) ==
+	       (long)sizeof(*out);
+}
+
+/*
+ * Frame-pointer walk from the interrupted context.  Every load goes through
+ * process_vm_readv, so a frame without a frame pointer ends the walk instead
+ * of faulting.  At an X hit on a function entry the frame is not set up yet:
+ * the return address is at the top of the stack (PKI_FRAME_RA_OFF).
+ */
+static void capture_stack(struct rec *r, const ucontext_t *uc)
+{
+	uintptr_t fp = pki_uc_fp(uc), sp = pki_uc_sp(uc), ra;
+
+	r->nframes = 0;
+	if (conf->type == PK_WATCH_X && peek(sp, &ra) && ra)
+		r->frames[r->nframes++] = ra;
+	while (r->nframes < MAX_FRAMES && fp && !(fp % sizeof(uintptr_t)) && fp >= sp) {
+		uintptr_t next;
+
+		if (!peek(fp + PKI_FRAME_RA_OFF, &ra) || !ra || !peek(fp, &next))
+			break;
+		r->frames[r->nframes++] = ra;
+		if (next <= fp)
+			break; /* the stack grows down: a caller's frame is higher */
+		fp = next;
+	}
+}
+
+/* on_hit() reads the new value, print_rec() decodes back from the trap ip. */
+_Static_assert(PKI_HWBP_TRAP_AFTER, "watch mode wants data breakpoints that trap after the access");
+
+static void on_hit(const struct pk_watch_hit *hit)
+{
+	struct pk_watch_hit h = *hit;
+	unsigned long n = atomic_fetch_add_explicit(&A.nhits, 1, memory_order_relaxed);
+	struct rec *r;
+	int expect = REC_FREE;
+
+	if (conf->limit && n >= conf->limit)
+		return; /* past --count: the consumer is about to remove us */
+	r = &A.recs[atomic_fetch_add_explicit(&A.rec_next, 1, memory_order_relaxed) % NRECS];
+	if (!atomic_compare_exchange_strong_explicit(&r->state, &expect, REC_BUSY,
+						     memory_order_acquire, memory_order_relaxed)) {
+		atomic_fetch_add_explicit(&A.lost, 1, memory_order_relaxed);
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &r->t);
+	r->tid = hit->tid;
+	r->ip = hit->ip;
+	r->late = hit->flags & PK_WATCH_HIT_LATE;
+	r->nframes = 0;
+	if (conf->type != PK_WATCH_X) {
+		/* The trap comes after the access: memory holds the new value now. */
+		r->newv = read_value();
+		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
+	}
+	if (conf->stack && hit->uc && !r->late)
+		capture_stack(r, hit->uc);
+	atomic_store_explicit(&r->state, REC_READY, memory_order_release);
+	h.ctx = r;
+	if (pk_hitq_push(A.q, &h)) {
+		atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
+		atomic_fetch_add_explicit(&A.lost, 1, memory_order_relaxed);
+		return;
+	}
+	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
+	pki_futex_wake(&A.wake, 1);
+}
+
+/* ---- the consumer ---- */
+
+static void fmt_value(char *buf, size_t n, uint64_t v)
+{
+	int64_t s = A.len == 1	 ? (int8_t)v
+		    : A.len == 2 ? (int16_t)v
+		    : A.len == 4 ? (int32_t)v
+				 : (int64_t)v;
+
+	if (s >= -9 && s <= 9)
+		snprintf(buf, n, "%lld", (long long)s);
+	else
+		snprintf(buf, n, "%lld (%#llx)", (long long)s, (unsigned long long)v);
+}
+
+static void print_rec(const struct rec *r)
+{
+	char where[512], a[64], b[64], line[1024];
+	long long ns = (r->t.tv_sec - A.t0.tv_sec) * 1000000000LL + (r->t.tv_nsec - A.t0.tv_nsec);
+	uintptr_t start = 0, prev;
+	const struct pki_elf_sym *s;
+	int i, len;
+
+	len = snprintf(line, sizeof(line), "%4lld.%06lld tid %d ", ns / 1000000000,
+		       (ns % 1000000000) / 1000, (int)r->tid);
+	if (r->late) {
+		/* the thread blocked SIGTRAP: the access was earlier, somewhere else */
+		symbolize(r->ip, where, sizeof(where), NULL);
+		if (conf->type == PK_WATCH_X)
+			snprintf(line + len, sizeof(line) - (size_t)len,
+				 "exec %s, seen late (SIGTRAP was blocked) at %s\n", conf->spec,
+				 where);
+		else
+			snprintf(line + len, sizeof(line) - (size_t)len,
+				 "%s %s: value %s, seen late (SIGTRAP was blocked) at %s\n",
+				 conf->type == PK_WATCH_W ? "write" : "access", conf->spec,
+				 (fmt_value(b, sizeof(b), r->newv), b), where);
+	} else if (conf->type == PK_WATCH_X) {
+		symbolize(r->ip, where, sizeof(where), NULL);
+		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
+	} else {
+		/*
+		 * The trap ip follows the access.  Decode forward from the
+		 * function's start to find the instruction that ends there.
+		 */
+		const char *how = "after";
+		uintptr_t at = r->ip;
+
+		s = symbolize(r->ip, where, sizeof(where), &start);
+		if (s && r->ip - start <= 65536 &&
+		    !pki_insn_prev((const uint8_t *)start, r->ip - start, start, r->ip, &prev)) {
+			how = "at";
+			at = prev;
+			symbolize(at, where, sizeof(where), NULL);
+		}
+		fmt_value(b, sizeof(b), r->newv);
+		if (conf->type == PK_WATCH_W) {
+			fmt_value(a, sizeof(a), r->oldv);
+			snprintf(line + len, sizeof(line) - (size_t)len,
+				 "write %s: %s -> %s %s %s\n", conf->spec, a, b, how, where);
+		} else {
+			snprintf(line + len, sizeof(line) - (size_t)len,
+				 "access %s: value %s%s %s %s\n", conf->spec, b,
+				 r->oldv != r->newv ? " (written)" : "", how, where);
+		}
+	}
+	agent_out_write(line, strlen(line));
+	for (i = 0; i < r->nframes; i++) {
+		/* ra - 1 is inside the call: right function even for a noreturn callee. */
+		s = symbolize(r->frames[i] - 1, where, sizeof(where), &start);
+		if (s)
+			symbolize(r->frames[i], where, sizeof(where), NULL);
+		agent_out_printf("        #%d %s\n", i + 1, where);
+	}
+}
+
+/* Print what is queued; consumer only (one thread at a time). */
+static void drain(void)
+{
+	struct pk_watch_hit h;
+
+	while (!pk_hitq_pop(A.q, &h)) {
+		struct rec *r = h.ctx;
+
+		while (atomic_load_explicit(&r->state, memory_order_acquire) != REC_READY)
+			; /* pushed after READY: cannot happen; keeps the order explicit */
+		if (!conf->limit || A.printed < conf->limit) {
+			print_rec(r);
+			A.printed++;
+		}
+		atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
+	}
+}
+
+/* Remove the watchpoint, keeping its final counts for the summary. */
+static void watch_remove(void)
+{
+	if (!A.w)
+		return;
+	A.stats = (struct pk_watch_stats){.sz = sizeof(A.stats)};
+	if (pk_watch_stats(A.w, &A.stats))
+		A.stats = (struct pk_watch_stats){.sz = sizeof(A.stats)};
+	pk_watch_remove(A.w);
+	A.w = NULL;
+}
+
+static void count_reached(void)
+{
+	if (A.count_done || !conf->limit || A.printed < conf->limit)
+		return;
+	A.count_done = true;
+	watch_remove();
+	A.w = NULL;
+	agent_out_printf("# --count %lu reached: watchpoint removed, the program goes on\n",
+			 conf->limit);
+}
+
+static void *consumer(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		uint32_t seen = atomic_load_explicit(&A.wake, memory_order_acquire);
+		struct timespec tmo = {0, 200 * 1000 * 1000};
+
+		drain();
+		count_reached();
+		atomic_fetch_add_explicit(&A.drained, 1, memory_order_release);
+		pki_futex_wake(&A.drained, INT32_MAX);
+		if (atomic_load_explicit(&A.stop, memory_order_acquire))
+			return NULL;
+		/* Woken by every hit and by the exit handler; the timeout is a backstop. */
+		pki_futex_wait(&A.wake, seen, &tmo);
+	}
+}
+
+/*
+ * A fatal signal whose disposition PROG left at the default: give the
+ * consumer up to a second to print what is queued, then die from the same
+ * signal the way PROG would have (pki_fatal_die).  Only futex, sigaction and
+ * raise here: signal-safe.  The wait is bounded because the crashing thread
+ * may hold a lock (malloc's) the consumer needs.  If PROG installs its own
+ * handler, it replaces this one.
+ */
+static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT,
+				    SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+static struct pki_fatal fatal;
+
+static void on_fatal(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno;
+
+	(void)uc;
+	if (getpid() == A.pid && A.consumer_up &&
+	    !atomic_exchange_explicit(&A.crashing, true, memory_order_acq_rel)) {
+		uint32_t seen = atomic_load_explicit(&A.drained, memory_order_acquire);
+		struct timespec tmo = {1, 0};
+
+		atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
+		pki_futex_wake(&A.wake, 1);
+		/* The consumer may be mid-drain: wait for one drain that started after us. */
+		for (int i = 0; i < 2; i++) {
+			while (atomic_load_explicit(&A.drained, memory_order_acquire) == seen &&
+			       pki_futex_wait(&A.drained, seen, &tmo) == 0)
+				;
+			seen = atomic_load_explicit(&A.drained, memory_order_acquire);
+		}
+	}
+	errno = saved;
+	pki_fatal_die(&fatal, sig, si);
+}
+
+static void install_fatal(void)
+{
+	fatal.handler = on_fatal;
+	pki_fatal_catch(&fatal, fatal_signals, sizeof(fatal_signals) / sizeof(fatal_signals[0]));
+}
+
+/*
+ * exit(): stop the consumer (it drains once more), remove the watchpoint (no
+ * callback runs after that), drain what came meanwhile, print the summary.
+ * Not run on _exit() or death by a signal: hits not yet printed then are lost
+ * (the consumer prints within microseconds of a hit, normally).
+ */
+static void agent_exit(void)
+{
+	unsigned long lost;
+
+	if (getpid() != A.pid || !A.consumer_up)
+		return; /* a fork child: the agent has nothing here */
+	atomic_store_explicit(&A.stop, true, memory_order_release);
+	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
+	pki_futex_wake(&A.wake, 1);
+	pthread_join(A.consumer, NULL);
+	A.consumer_up = false;
+	watch_remove();
+	drain();
+	lost = atomic_load(&A.lost) + pk_hitq_dropped(A.q);
+	if (A.stats.unseen)
+		agent_out_printf("# %lu hit(s) printed, %lu lost (%lu not seen: thread(s) blocked "
+				 "SIGTRAP)\n",
+				 A.printed, lost + A.stats.unseen, A.stats.unseen);
+	else
+		agent_out_printf("# %lu hit(s) printed, %lu lost\n", A.printed, lost);
+	if (A.stats.late)
+		agent_out_printf(
+		    "# %lu hit(s) seen late: thread(s) blocked SIGTRAP at the access\n",
+		    A.stats.late);
+}
+
+/* pk_watch_add() failed with @err: refuse, saying why if the library knows. */
+static __attribute__((noreturn)) void refuse_add(int err)
+{
+	char why[340] = "";
+
+	if (err == ENOSPC)
+		snprintf(why, sizeof(why), " (all %d " PKI_HWBP_SLOTS_NAME " in use)",
+			 PKI_HWBP_SLOTS);
+	if (err == EACCES || err == EPERM) {
+		strcpy(why, " (");
+		pki_perf_denied_why(why + 2, sizeof(why) - 3);
+		strcat(why, ")");
+	}
+	refuse("cannot watch %s at %#lx: %s%s", conf->spec, (unsigned long)A.addr, strerror(err),
+	       why);
+}
+
+bool agent_watch_start(void)
+{
+	PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
+
+	if (!conf->spec[0])
+		return false;
+	clock_gettime(CLOCK_MONOTONIC, &A.t0);
+	A.pid = getpid();
+	A.len = conf->len;
+	resolve();
+	if (!pki_hwbp_len_ok(A.len))
+		refuse("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_LENS " bytes",
+		       A.len);
+	if (conf->type == PK_WATCH_X && A.len != 1)
+		refuse("-t x watches one instruction: no -l (or -l 1)");
+	if (!pki_hwbp_data_ok(A.addr, A.len))
+		refuse("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
+		       " watches naturally aligned ranges (use -l or SYMBOL+OFFSET)",
+		       conf->spec, (unsigned long)A.addr, A.len);
+	A.recs = calloc(NRECS, sizeof(*A.recs));
+	A.q = pk_hitq_new(NRECS);
+	if (!A.recs || !A.q)
+		refuse("out of memory");
+	if (conf->type != PK_WATCH_X)
+		atomic_store(&A.shadow, read_value());
+	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
+		refuse("cannot start the report thread");
+	A.consumer_up = true;
+	A.w = pk_watch_add((void *)A.addr, A.len, conf->type, &opts);
+	if (!A.w)
+		refuse_add(errno);
+	atexit(agent_exit);
+	install_fatal();
+	agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n", A.what,
+			 A.len, (unsigned long)A.addr,
+			 conf->type == PK_WATCH_W    ? "writes"
+			 : conf->type == PK_WATCH_RW ? "reads and writes"
+						     : "execution");
+	ctl_send(PK_CTL_OK "\n");
+	return true;
+}

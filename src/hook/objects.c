@@ -260,8 +260,5 @@ bool pki_hook_objects_pending(void)
 
 void pki_hook_objects_fork(enum pki_hook_fork stage)
 {
-	if (stage == PKI_HOOK_FORK_PREPARE)
-		pthread_mutex_lock(&pend_lock);
-	else
-		pthread_mutex_unlock(&pend_lock);
+	pki_hook_mutex_fork(&pend_lock, stage);
 }

@@ -204,6 +204,14 @@ unsigned long pki_hook_tramp_body(unsigned long addr);
 /* The fork stages of the locks each file owns (txn.c orders them). */
 enum pki_hook_fork { PKI_HOOK_FORK_PREPARE, PKI_HOOK_FORK_PARENT, PKI_HOOK_FORK_CHILD };
 void pki_hook_objects_fork(enum pki_hook_fork stage);
+/* Taken before fork(), given back after it in the parent and the child. */
+static inline void pki_hook_mutex_fork(pthread_mutex_t *m, enum pki_hook_fork stage)
+{
+	if (stage == PKI_HOOK_FORK_PREPARE)
+		pthread_mutex_lock(m);
+	else
+		pthread_mutex_unlock(m);
+}
 void pki_hook_tramps_fork(enum pki_hook_fork stage);
 
 #endif /* PK_HOOK_REGISTRY_H */

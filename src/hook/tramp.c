@@ -66,12 +66,10 @@ unsigned long pki_hook_tramp_body(unsigned long addr)
 	pthread_mutex_unlock(&tramp_lock);
 	return body;
 }
+
 void pki_hook_tramps_fork(enum pki_hook_fork stage)
 {
-	if (stage == PKI_HOOK_FORK_PREPARE)
-		pthread_mutex_lock(&tramp_lock);
-	else
-		pthread_mutex_unlock(&tramp_lock);
+	pki_hook_mutex_fork(&tramp_lock, stage);
 }
 
 /* A parked trampoline of @handler and @flags, or NULL. */

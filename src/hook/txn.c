@@ -291,14 +291,11 @@ int pk_txn_begin(void)
 	return 0;
 }
 
-/* End this thread's transaction (pki_reg.lock held): let the others in. */
-static void __txn_end(void)
-{
-	pki_reg.txn_open = txn_mine = false;
-	pthread_cond_broadcast(&txn_cv);
-}
-
-int pk_txn_commit(void)
+/*
+ * End this thread's transaction by committing it (@commit) or dropping it,
+ * and let the others in.  In a broken fork child there is nothing to apply.
+ */
+static int txn_end(bool commit)
 {
 	int err = -ENOTRECOVERABLE;
 
@@ -307,25 +304,29 @@ int pk_txn_commit(void)
 	if (pki_tramp_in_hook())
 		return -EDEADLK;
 	pthread_mutex_lock(&pki_reg.lock);
-	if (!pki_reg.broken)
-		err = __pki_hook_commit();
-	__txn_end();
+	if (!pki_reg.broken) {
+		err = 0;
+		if (commit)
+			err = __pki_hook_commit();
+		else
+			__pki_hook_undo();
+	}
+	pki_reg.txn_open = txn_mine = false;
+	pthread_cond_broadcast(&txn_cv);
 	pki_hook_unlock();
 	return err;
 }
 
+int pk_txn_commit(void)
+{
+	return txn_end(true);
+}
+
 int pk_txn_abort(void)
 {
-	if (!txn_mine)
-		return -EINVAL;
-	if (pki_tramp_in_hook())
-		return -EDEADLK;
-	pthread_mutex_lock(&pki_reg.lock);
-	if (!pki_reg.broken)
-		__pki_hook_undo();
-	__txn_end();
-	pki_hook_unlock();
-	return 0;
+	int err = txn_end(false);
+
+	return err == -ENOTRECOVERABLE ? 0 : err;
 }
 
 void pki_hook_unlock(void)

@@ -461,6 +461,165 @@ START_TEST(blocked_in_callback_holds)
 }
 END_TEST
 
+/* ---- parking: idle threads are not scanned, and wake up counted ---- */
+
+enum { PARK_N = 40 };
+static int wake_pipe[2], hold_pipe[2];
+static volatile int held;
+static unsigned long hold_entry;
+
+static void hold_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	char c;
+
+	(void)ip, (void)parent_ip, (void)regs;
+	__atomic_add_fetch(&held, 1, __ATOMIC_RELEASE);
+	ck_assert_int_eq(read(hold_pipe[0], &c, 1), 1);
+}
+
+/* Hooked once, then idle in read() until woken, then blocked inside a hook. */
+static void *idle_then_hold(void *arg)
+{
+	char c;
+
+	call(hooked);
+	__atomic_store_n((pid_t *)arg, gettid_(), __ATOMIC_RELEASE);
+	ck_assert_int_eq(read(wake_pipe[0], &c, 1), 1);
+	call(hold_entry);
+	return NULL;
+}
+
+START_TEST(idle_threads_parked_and_woken)
+{
+	char bytes[PARK_N];
+	pthread_t th[PARK_N];
+	volatile pid_t tid[PARK_N];
+	struct pki_gp_stats a, b, c;
+
+	memset(bytes, 'x', sizeof(bytes));
+	ck_assert_int_eq(pipe(wake_pipe), 0);
+	ck_assert_int_eq(pipe(hold_pipe), 0);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	hold_entry = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)hold_cb}, 1);
+	for (int i = 0; i < PARK_N; i++) {
+		tid[i] = 0;
+		pthread_create(&th[i], NULL, idle_then_hold, (void *)&tid[i]);
+	}
+	for (int i = 0; i < PARK_N; i++) {
+		while (!__atomic_load_n(&tid[i], __ATOMIC_ACQUIRE))
+			sched_yield();
+		wait_blocked(tid[i]);
+	}
+	pki_gp_stats(&a);
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(pki_gp_synchronize(), 0);
+	pki_gp_stats(&b);
+	ck_assert_uint_ge(b.parked - a.parked, PARK_N);
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(pki_gp_synchronize(), 0);
+	pki_gp_stats(&c);
+	printf("parking: %d idle threads parked after %lu grace periods; then %lu slots scanned "
+	       "in 10\n",
+	       PARK_N, b.periods - a.periods, c.scanned - b.scanned);
+	ck_assert_uint_le(c.scanned - b.scanned, 10); /* none of the parked ones */
+	/* Woken, each enters a hook and stays: a grace period must wait for every one. */
+	ck_assert_int_eq(write(wake_pipe[1], bytes, PARK_N), PARK_N);
+	while (__atomic_load_n(&held, __ATOMIC_ACQUIRE) < PARK_N)
+		sched_yield();
+	ck_assert_int_eq(pki_gp_synchronize_for(20 * 1000 * 1000), -ETIMEDOUT);
+	pki_gp_stats(&b);
+	ck_assert_uint_ge(b.woke - c.woke, PARK_N);
+	ck_assert_int_eq(write(hold_pipe[1], bytes, PARK_N), PARK_N);
+	for (int i = 0; i < PARK_N; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_int_eq(pki_gp_synchronize(), 0);
+}
+END_TEST
+
+/*
+ * RCU's own property under parking races: readers load the current object
+ * inside a hook and check it is alive while they use it; the writer
+ * replaces it, waits for a grace period, then kills the old one.  Readers
+ * nap at random so that they are parked and woken all the time.
+ */
+struct rcu_obj {
+	volatile long alive;
+};
+
+static struct rcu_obj *rcu_cur;
+static volatile long rcu_uses, rcu_dead_seen;
+static volatile int rcu_stop;
+
+static void rcu_reader_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	struct rcu_obj *o = __atomic_load_n(&rcu_cur, __ATOMIC_ACQUIRE);
+
+	(void)ip, (void)parent_ip, (void)regs;
+	for (int i = 0; i < 64; i++)
+		if (o->alive != 1) {
+			__atomic_add_fetch(&rcu_dead_seen, 1, __ATOMIC_RELAXED);
+			return;
+		}
+	__atomic_add_fetch(&rcu_uses, 1, __ATOMIC_RELAXED);
+}
+
+static void *rcu_reader(void *arg)
+{
+	unsigned int seed = (unsigned int)(uintptr_t)arg;
+
+	while (!__atomic_load_n(&rcu_stop, __ATOMIC_RELAXED)) {
+		unsigned int r = (unsigned int)rand_r(&seed);
+
+		call(hooked);
+		if (r % 3 == 0)
+			usleep(r % 200);
+	}
+	return NULL;
+}
+
+START_TEST(parking_races)
+{
+	enum { N = 8 };
+	struct rcu_obj *dead = NULL, **all = calloc(1 << 20, sizeof(*all));
+	size_t nall = 0;
+	struct pki_gp_stats a, b;
+	pthread_t th[N];
+	double end;
+
+	ck_assert_ptr_nonnull(all);
+	rcu_cur = calloc(1, sizeof(*rcu_cur));
+	rcu_cur->alive = 1;
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)rcu_reader_cb}, 1);
+	pki_gp_stats(&a);
+	for (int i = 0; i < N; i++)
+		pthread_create(&th[i], NULL, rcu_reader, (void *)(uintptr_t)(i + 1));
+	end = now_us() + 1500 * 1000;
+	while (now_us() < end && nall < (1 << 20)) {
+		struct rcu_obj *n = calloc(1, sizeof(*n));
+
+		n->alive = 1;
+		dead = __atomic_exchange_n(&rcu_cur, n, __ATOMIC_SEQ_CST);
+		ck_assert_int_eq(pki_gp_synchronize(), 0);
+		dead->alive = 0; /* kept, not freed: a late reader sees 0, never a crash */
+		all[nall++] = dead;
+	}
+	__atomic_store_n(&rcu_stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	pki_gp_stats(&b);
+	printf("parking races: %zu grace periods, %ld uses, %lu parked, %lu woke, %ld dead seen\n",
+	       nall, rcu_uses, b.parked - a.parked, b.woke - a.woke, rcu_dead_seen);
+	ck_assert_int_eq(rcu_dead_seen, 0);
+	ck_assert_uint_gt(b.parked - a.parked, 100); /* the races did happen */
+	ck_assert_uint_gt(b.woke - a.woke, 100);
+	ck_assert_int_gt(rcu_uses, 1000);
+	for (size_t i = 0; i < nall; i++)
+		free(all[i]);
+	free(all);
+	free(rcu_cur);
+}
+END_TEST
+
 /* ---- figures: N threads blocked vs running (printed, never asserted) ---- */
 
 static volatile int spin_stop;
@@ -540,6 +699,8 @@ int main(void)
 	tcase_add_test(tc, threads_come_and_go);
 	tcase_add_test(tc, first_hook_in_a_destructor);
 	tcase_add_test(tc, blocked_in_callback_holds);
+	tcase_add_test(tc, idle_threads_parked_and_woken);
+	tcase_add_test(tc, parking_races);
 	tcase_add_test(tc, cost_blocked_vs_running);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);

@@ -37,8 +37,9 @@
  *      context switch's barriers before it runs again).  Where membarrier()
  *      is refused, every entry's incl is locked instead (a full barrier in
  *      T) and W1 is a fence: the same two properties.
- *  W2  One pass over the reader slots, plain loads: a thread whose counter
- *      is < 0 is done; a counted one is noted with its qs, and its want set.
+ *  W2  One pass over the listed reader slots (every slot not parked, see
+ *      Parking), plain loads: a thread whose counter is < 0 is done; a
+ *      counted one is noted with its qs, and its want set.
  *  W3  Until every noted thread was seen with counter < 0, or qs changed, or
  *      its slot emptied: wait on a futex its slow exit wakes, scan again.
  *      The slow exit (X, still counted, outermost level) clears want, bumps
@@ -61,9 +62,46 @@
  *    incl follows our observation of S's end, which follows W1), and see P.
  * Threads created during the grace period start unregistered: their first
  * loads follow their registration, so the first case applies.  Nothing here
- * signals a thread or makes a system call per thread: cost O(reader slots)
+ * signals a thread or makes a system call per thread: cost O(listed slots)
  * plain loads plus one membarrier(), and threads in the kernel or asleep
- * need nothing.
+ * need nothing once parked.
+ *
+ * Parking.  A pass costs O(listed slots), so threads that are idle (blocked
+ * in the kernel, or running code that is not hooked) leave the list: the
+ * writer parks them, and a parked thread's next entry lists it again.  A
+ * slot's state (READER_ACTIVE, PARKING, PARKED) moves by compare-and-swap.
+ *  P1  A listed slot whose counter a pass read as -1 (registered, outside)
+ *      in PARK_DELAY passes in a row: state ACTIVE -> PARKING, then the
+ *      counter -1 -> PKI_TRAMP_UNREG by CAS.  The thread's next entry finds
+ *      its counter negative and goes to X_REG, which activates it (P3).
+ *      The thread's own increment is not locked: it may overwrite our CAS
+ *      (load -1, our CAS, store 0): the park is lost, the thread is counted
+ *      as usual, and P2 finds it.  In this grace period the slot needs
+ *      nothing more: the pass read -1 after W1, so the thread's next
+ *      section loads after b(T).
+ *  P2  A later pass, after its W1, confirms a PARKING slot: a counter >= -1
+ *      (a lost park, or the thread woke and entered) or a failed CAS
+ *      PARKING -> PARKED (it activated) means the slot is scanned as any
+ *      other; otherwise it is PARKED and leaves the list.  After W1 a lost
+ *      park's increment is visible (the thread executed a barrier, or is not
+ *      running: an instruction is never half done).
+ *  P3  Activation (X_REG, signals blocked; also a first registration): state
+ *      -> ACTIVE (exchange), then the slot onto the woken stack unless it is
+ *      there already (on_stack CAS: pushed at most once), then the counter
+ *      converted, then the loads of published state.  Each pass starts by
+ *      taking the whole stack (exchange) into the list.  Either the thread's
+ *      push precedes that exchange (seq_cst order), and the pass scans the
+ *      slot and reads the counter: converted (the load is after b(T) or the
+ *      conversion is visible, W2's case), or not yet, and then every later
+ *      load of the thread follows P; or the push follows it, and so do the
+ *      thread's loads, which see P (the writer's stores precede its
+ *      exchange, a full barrier).  A slot confirmed PARKED (P2's CAS
+ *      succeeded) had not activated; its activation comes after the CAS, so
+ *      its loads see P too.
+ * A thread parked and woken soon after (the gp after next) waits twice as
+ * many idle passes before it is parked again (up to PARK_DELAY_MAX): a
+ * thread that calls hooks all the time is rarely parked, and an activation
+ * costs it two sigprocmask calls.
  *
  * S (freeing TLS).  The writer dereferences a TLS address it loaded from a
  * slot; the memory goes away when its thread exits.  An exiting thread
@@ -117,11 +155,22 @@
 struct gp_reader {
 	struct pki_tramp_tls *tls; /* NULL: free */
 	pid_t tid;		   /* for messages */
+	int state;		   /* READER_*: atomic, see "Parking" */
+	int on_stack;		   /* atomic: on the woken stack (pushed at most once) */
+	unsigned int next;	   /* the woken stack: next slot + 1 (0: end) */
+	/* The writer's, under gp_lock. */
+	bool listed;		 /* in the writer's list of slots to scan */
+	unsigned char idle;	 /* passes in a row that found it outside every hook */
+	unsigned char delay;	 /* idle passes before it is parked (0: default) */
+	unsigned long parked_gp; /* gp_stat.periods when last parked */
 };
+
+enum { READER_ACTIVE, READER_PARKING, READER_PARKED };
 
 /* Pages are mapped on demand and never unmapped (lock-free readers). */
 static struct gp_reader *reader_pages[READER_PAGES];
-static unsigned int reader_hwm;	 /* slots ever used: a pass scans [0, hwm) */
+static unsigned int reader_hwm;	 /* slots ever used */
+static unsigned int woken;	 /* the woken stack's top slot + 1 (0: empty); atomic */
 static unsigned int gp_scanning; /* passes in progress (S) */
 static uint32_t gp_answers;	 /* futex: bumped by each slow exit */
 static pthread_key_t exit_key;
@@ -130,7 +179,7 @@ static bool exit_key_ok;
 #define TLS_EXITING 0x1u /* pki_tramp_tls.flags: past gp_thread_exit */
 
 static struct {
-	unsigned long periods, readers, waited, answers, refused;
+	unsigned long periods, readers, waited, answers, refused, parked, woke, scanned;
 } gp_stat; /* atomic counters */
 
 void pki_gp_stats(struct pki_gp_stats *st)
@@ -140,6 +189,9 @@ void pki_gp_stats(struct pki_gp_stats *st)
 	st->waited = __atomic_load_n(&gp_stat.waited, __ATOMIC_RELAXED);
 	st->answers = __atomic_load_n(&gp_stat.answers, __ATOMIC_RELAXED);
 	st->refused = __atomic_load_n(&gp_stat.refused, __ATOMIC_RELAXED);
+	st->parked = __atomic_load_n(&gp_stat.parked, __ATOMIC_RELAXED);
+	st->woke = __atomic_load_n(&gp_stat.woke, __ATOMIC_RELAXED);
+	st->scanned = __atomic_load_n(&gp_stat.scanned, __ATOMIC_RELAXED);
 }
 
 static struct gp_reader *reader_at(unsigned int i)
@@ -197,6 +249,28 @@ static unsigned int reader_claim(struct pki_tramp_tls *me)
 }
 
 /*
+ * Make slot @i one the writer scans (P3): active, and on the woken stack
+ * unless it is there already (the writer clears on_stack as it pops).
+ * Signals blocked (no nested activation between the two steps).
+ */
+static void reader_activate(unsigned int i)
+{
+	struct gp_reader *r = reader_at(i);
+	int no = 0;
+	unsigned int top;
+
+	__atomic_exchange_n(&r->state, READER_ACTIVE, __ATOMIC_SEQ_CST);
+	if (!__atomic_compare_exchange_n(&r->on_stack, &no, 1, false, __ATOMIC_SEQ_CST,
+					 __ATOMIC_RELAXED))
+		return;
+	top = __atomic_load_n(&woken, __ATOMIC_RELAXED);
+	do
+		r->next = top;
+	while (!__atomic_compare_exchange_n(&woken, &top, i + 1, false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_RELAXED));
+}
+
+/*
  * X_REG: the thread's first entry (counter PKI_TRAMP_UNREG + 1, or more if a
  * signal handler entered again before we blocked signals: that nested call
  * registers, and we find the counter converted).  Signals blocked so that
@@ -224,6 +298,8 @@ int pki_gp_register(void)
 				pthread_setspecific(exit_key, (void *)1);
 		}
 	}
+	if (me->slot)
+		reader_activate(me->slot - 1); /* first entry, or the first since parked */
 	if (me->slot) {
 		/* Our levels so far, the first one 0 (see the proof: after the claim). */
 		__atomic_store_n(&me->nest, me->nest - PKI_TRAMP_UNREG - 1, __ATOMIC_SEQ_CST);
@@ -365,25 +441,147 @@ static void scan_end(void)
 	__atomic_sub_fetch(&gp_scanning, 1, __ATOMIC_SEQ_CST);
 }
 
-/* W2, inside a pass.  -ENOMEM if a busy thread cannot be noted. */
+/* The writer's list of slots to scan (W2): every slot not parked. */
+static unsigned int *listed;
+static size_t nlisted, cap_listed;
+
+#define PARK_DELAY     2  /* idle passes before a slot is first parked */
+#define PARK_DELAY_MAX 64 /* a thread woken soon after parking waits longer next time */
+
+/* P3, W2's start: take the woken stack into the list (-ENOMEM: kept on it). */
+static int __woken_take(void)
+{
+	unsigned int top = __atomic_exchange_n(&woken, 0, __ATOMIC_SEQ_CST);
+	int err = 0;
+
+	while (top) {
+		struct gp_reader *r = reader_at(top - 1);
+		unsigned int next = r->next;
+
+		if (!r->listed && PKI_GROW(listed, cap_listed, nlisted + 1)) {
+			err = -ENOMEM; /* the rest stays off the list: put it back */
+			__atomic_store_n(&woken, top, __ATOMIC_SEQ_CST);
+			break;
+		}
+		__atomic_store_n(&r->on_stack, 0, __ATOMIC_SEQ_CST);
+		if (!r->listed) {
+			r->listed = true;
+			listed[nlisted++] = top - 1;
+		}
+		if (r->parked_gp && gp_stat.periods - r->parked_gp <= 2 &&
+		    r->delay < PARK_DELAY_MAX)
+			r->delay = (unsigned char)(r->delay * 2); /* woken soon: park it later */
+		r->parked_gp = 0;
+		__atomic_add_fetch(&gp_stat.woke, 1, __ATOMIC_RELAXED);
+		top = next;
+	}
+	return err;
+}
+
+/*
+ * P2: a slot parked at an earlier pass (PARKING).  Its counter, read after
+ * this grace period's W1: still PKI_TRAMP_UNREG (or below 0 but not -1) and
+ * no activation: parked for good (true, off the list).  Anything else: the
+ * park was lost to the thread's own increment, or the thread woke; either
+ * way the slot is scanned as usual (false).
+ */
+static bool __park_confirm(struct gp_reader *r, struct pki_tramp_tls *t)
+{
+	int nest = __atomic_load_n(&t->nest, __ATOMIC_SEQ_CST), st = READER_PARKING;
+
+	if (nest >= -1) {
+		__atomic_compare_exchange_n(&r->state, &st, READER_ACTIVE, false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+		return false;
+	}
+	return __atomic_compare_exchange_n(&r->state, &st, READER_PARKED, false, __ATOMIC_SEQ_CST,
+					   __ATOMIC_SEQ_CST);
+}
+
+/*
+ * P1: slot @r, found outside every hook (-1) for its delay's worth of
+ * passes, is parked: state first (so an activation that follows cannot be
+ * overwritten), then the counter, which the thread's next entry then finds
+ * negative (X_REG: it activates itself).  Lost to a concurrent increment of
+ * the thread's own, the counter CAS fails or is overwritten: P2 sees it.
+ */
+static void __park(struct gp_reader *r, struct pki_tramp_tls *t)
+{
+	int st = READER_ACTIVE, out = -1;
+
+	if (!__atomic_compare_exchange_n(&r->state, &st, READER_PARKING, false, __ATOMIC_SEQ_CST,
+					 __ATOMIC_SEQ_CST))
+		return;
+	if (!__atomic_compare_exchange_n(&t->nest, &out, PKI_TRAMP_UNREG, false, __ATOMIC_SEQ_CST,
+					 __ATOMIC_SEQ_CST)) {
+		st = READER_PARKING;
+		__atomic_compare_exchange_n(&r->state, &st, READER_ACTIVE, false, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST);
+		return;
+	}
+	r->idle = 0;
+	r->parked_gp = gp_stat.periods;
+	__atomic_add_fetch(&gp_stat.parked, 1, __ATOMIC_RELAXED);
+}
+
+/* Note thread @t in slot @i as busy (W2) and ask it to answer. */
+static int __note_one(unsigned int i, struct pki_tramp_tls *t)
+{
+	if (PKI_GROW(busy, cap_busy, nbusy + 1))
+		return -ENOMEM;
+	busy[nbusy++] = (struct gp_busy){i, t, __atomic_load_n(&t->qs, __ATOMIC_ACQUIRE)};
+	__atomic_store_n(&t->want, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/*
+ * Look at listed slot @i: false when it leaves the list (emptied: its
+ * thread exited; or parked for good), else true, having noted it busy
+ * (W2) or counted it idle and perhaps parked it (P1).
+ */
+static bool __scan_one(unsigned int i, int *err)
+{
+	struct gp_reader *r = reader_at(i);
+	struct pki_tramp_tls *t = __atomic_load_n(&r->tls, __ATOMIC_SEQ_CST);
+	int nest;
+
+	if (!t || (__atomic_load_n(&r->state, __ATOMIC_SEQ_CST) == READER_PARKING &&
+		   __park_confirm(r, t)))
+		return false;
+	nest = __atomic_load_n(&t->nest, __ATOMIC_SEQ_CST);
+	if (nest >= 0) {
+		r->idle = 0;
+		*err = __note_one(i, t);
+	} else if (nest == -1 && ++r->idle >= (r->delay ? r->delay : PARK_DELAY)) {
+		if (!r->delay)
+			r->delay = PARK_DELAY;
+		__park(r, t);
+	}
+	return true;
+}
+
+/*
+ * W2, inside a pass: the listed slots (P3 brings the woken ones in first).
+ * -ENOMEM if a busy thread cannot be noted.
+ */
 static int __note_busy(void)
 {
-	unsigned int hwm = __atomic_load_n(&reader_hwm, __ATOMIC_ACQUIRE);
+	size_t kept = 0;
+	int err = __woken_take();
 
 	nbusy = 0;
-	for (unsigned int i = 0; i < hwm; i++) {
-		struct gp_reader *r = reader_at(i);
-		struct pki_tramp_tls *t = r ? __atomic_load_n(&r->tls, __ATOMIC_SEQ_CST) : NULL;
+	for (size_t k = 0; k < nlisted; k++) {
+		unsigned int i = listed[k];
 
-		if (!t || __atomic_load_n(&t->nest, __ATOMIC_ACQUIRE) < 0)
-			continue;
-		if (PKI_GROW(busy, cap_busy, nbusy + 1))
-			return -ENOMEM;
-		busy[nbusy++] = (struct gp_busy){i, t, __atomic_load_n(&t->qs, __ATOMIC_ACQUIRE)};
-		__atomic_store_n(&t->want, 1, __ATOMIC_RELEASE);
+		if (err || __scan_one(i, &err)) /* after an error: kept as they are */
+			listed[kept++] = i;
+		else
+			reader_at(i)->listed = false;
 	}
+	nlisted = kept;
+	__atomic_add_fetch(&gp_stat.scanned, nlisted, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&gp_stat.waited, nbusy, __ATOMIC_RELAXED);
-	return 0;
+	return err;
 }
 
 /* W3, inside a pass: drop the noted threads that are done. */
@@ -601,14 +799,22 @@ void pki_gp_fork_child(void)
 	nbusy = cap_busy = 0;
 	gp_scanning = 0;
 	gp_stat.readers = 0;
+	listed = NULL; /* as busy: another thread's pass may have been growing it */
+	nlisted = cap_listed = 0;
+	woken = 0;
 	for (unsigned int i = 0; i < hwm; i++) {
 		struct gp_reader *r = reader_at(i);
 
-		if (r && r->tls && r->tls != &pki_tramp_tls)
+		if (!r)
+			continue;
+		r->on_stack = 0;
+		r->listed = false;
+		if (r->tls && r->tls != &pki_tramp_tls) {
 			r->tls = NULL;
-		else if (r && r->tls) {
+		} else if (r->tls) {
 			r->tid = (pid_t)syscall(SYS_gettid);
 			gp_stat.readers = 1;
+			reader_activate(i); /* the forking thread may be inside a hook */
 		}
 	}
 	/*

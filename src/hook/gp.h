@@ -41,6 +41,9 @@ struct pki_gp_stats {
 	unsigned long waited;  /* threads a grace period found inside a hook */
 	unsigned long answers; /* of which answered from their slow exit */
 	unsigned long refused; /* first entries that ran unhooked (thread exiting, no memory) */
+	unsigned long parked;  /* threads parked: idle, no longer scanned until their next entry */
+	unsigned long woke; /* parked (or new) threads that entered a hook and were listed again */
+	unsigned long scanned; /* listed slots scanned, over every grace period */
 };
 
 void pki_gp_stats(struct pki_gp_stats *st);

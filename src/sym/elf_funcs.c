@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sym/elf_funcs.h"
@@ -295,6 +296,24 @@ static int cmp_range(const void *a, const void *b)
 	return (x->hi < y->hi) - (x->hi > y->hi); /* the widest first */
 }
 
+/*
+ * When the section headers lie past the end of a truncated file, libelf
+ * shows none instead of failing: that file is malformed.
+ */
+static bool shdrs_in_file(Elf *elf, int fd)
+{
+	struct stat st;
+	GElf_Ehdr eh;
+	size_t n;
+
+	if (!gelf_getehdr(elf, &eh) || elf_getshdrnum(elf, &n) || fstat(fd, &st) || st.st_size < 0)
+		return false;
+	if (!n) /* none at all (sstrip) is fine, none found where some are said is not */
+		return !eh.e_shnum && !eh.e_shoff;
+	return eh.e_shoff <= (uint64_t)st.st_size &&
+	       n <= ((uint64_t)st.st_size - eh.e_shoff) / sizeof(Elf64_Shdr);
+}
+
 static int scan_file(int fd, struct scan *sc)
 {
 	Elf_Scn *eh = NULL;
@@ -307,7 +326,8 @@ static int scan_file(int fd, struct scan *sc)
 	elf = elf_begin(fd, ELF_C_READ, NULL);
 	if (!elf)
 		return -ENOEXEC;
-	if (elf_kind(elf) != ELF_K_ELF || elf_getshdrstrndx(elf, &shstrndx))
+	if (elf_kind(elf) != ELF_K_ELF || elf_getshdrstrndx(elf, &shstrndx) ||
+	    !shdrs_in_file(elf, fd))
 		goto out;
 	ret = scan_sections(elf, shstrndx, &eh, &eh_sh, sc);
 	if (!ret && eh)

@@ -349,7 +349,7 @@ static size_t section_of(unsigned char *img, size_t n, const char *name, size_t 
 /* Random damage to .eh_frame, then anywhere: no crash, and the symbols still read. */
 START_TEST(damaged)
 {
-	size_t n, off, size, i, k;
+	size_t n, off, size = 0, i, k;
 	unsigned char *img = slurp(self, &n), *copy = malloc(n);
 	struct pki_elf_funcs f;
 	int ret;

@@ -317,7 +317,7 @@ static bool shdrs_in_file(Elf *elf, int fd)
 static int scan_file(int fd, struct scan *sc)
 {
 	Elf_Scn *eh = NULL;
-	GElf_Shdr eh_sh;
+	GElf_Shdr eh_sh = {0};
 	size_t shstrndx;
 	Elf *elf;
 	int ret = -ENOEXEC;

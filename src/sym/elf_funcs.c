@@ -169,7 +169,8 @@ static int cmp_cie(const void *k, const void *e)
 static bool fde_range(const struct fde *f, const struct cie *cies, size_t ncie, const Elf_Data *d,
 		      uint64_t sh_addr, struct range *r)
 {
-	const struct cie *c = bsearch(&f->cie, cies, ncie, sizeof(*cies), cmp_cie);
+	/* (cies is NULL when there are none: bsearch's argument is nonnull) */
+	const struct cie *c = ncie ? bsearch(&f->cie, cies, ncie, sizeof(*cies), cmp_cie) : NULL;
 	const uint8_t *p = f->start;
 	uint64_t field = sh_addr + (uint64_t)(p - (const uint8_t *)d->d_buf), len;
 

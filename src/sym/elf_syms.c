@@ -84,7 +84,11 @@ static int read_table(Elf *elf, Elf_Scn *scn, struct raw_sym **syms, size_t *n)
 		if (!name || !*name)
 			continue;
 		grown[(*n)++] = (struct raw_sym){
-		    .s = {.value = sym.st_value, .size = sym.st_size, .name = name, .kind = kind},
+		    .s = {.value = sym.st_value,
+			  .size = sym.st_size,
+			  .name = name,
+			  .kind = kind,
+			  .bind = GELF_ST_BIND(sym.st_info)},
 		    .rank = bind_rank(GELF_ST_BIND(sym.st_info)),
 		};
 	}

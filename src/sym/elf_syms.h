@@ -26,6 +26,7 @@ struct pki_elf_sym {
 	uint64_t size;
 	const char *name; /* owned by the pki_elf_syms */
 	enum pki_elf_sym_kind kind;
+	unsigned char bind; /* STB_GLOBAL, STB_WEAK, STB_LOCAL, ... */
 };
 
 struct pki_elf_syms {

@@ -16,8 +16,9 @@
  * anywhere in the function, a decode error, a direct branch into the moved
  * bytes (strictly after their first byte), a RIP-relative lea of such an
  * address (an address taken: computed goto), or an indirect jmp whose
- * targets are not bounded; then a rewritten displacement out of rel32 reach
- * from the copy.
+ * targets are not bounded; then, while building the copy, a moved jcc into
+ * the middle of a moved instruction (unsupported) or a rewritten rel32 or
+ * disp32 out of reach from the copy.
  *
  * Indirect jmps accepted (the rest are refused):
  *  - jmp *mem with no index register (jmp *disp(%rip), jmp *disp(%reg)): a

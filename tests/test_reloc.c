@@ -272,8 +272,12 @@ START_TEST(indirect_jmps)
 	/* mov 8(%rdi),%rax; add %rdx,%rax; jmp *%rax: not a plain load */
 	static const uint8_t sum[] =
 	    PROLOGUE_THEN(0x48, 0x8b, 0x47, 0x08, 0x48, 0x01, 0xd0, 0xff, 0xe0);
+	/* mov 0x18(%r12),%rax; mov %rbx,%rdi; pop %rbx; pop %rbp; pop %r12; jmp *%rax */
+	static const uint8_t epi[] = PROLOGUE_THEN(0x49, 0x8b, 0x44, 0x24, 0x18, 0x48, 0x89, 0xdf,
+						   0x5b, 0x5d, 0x41, 0x5c, 0xff, 0xe0);
 	struct pki_reloc r;
 
+	ck_assert_int_eq(reloc(epi, sizeof(epi), &r), 0);
 	REFUSED(reg, PKI_RELOC_INDIRECT_JMP, 8);
 	REFUSED(idx, PKI_RELOC_INDIRECT_JMP, 8);
 	REFUSED(sum, PKI_RELOC_INDIRECT_JMP, 15);
@@ -352,6 +356,17 @@ START_TEST(jump_table)
 	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
 	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
 	ck_assert_int_eq(t.calls, 0);
+	/* cmp $3,%ecx ... mov %ecx,%edi (glibc's __mempcpy_small): the bound follows the copy */
+	memcpy(nobound, table_fn, sizeof(nobound));
+	nobound[9] = 0xf9;  /* cmp $3,%ecx (83 f9 03) */
+	nobound[14] = 0xcf; /* mov %ecx,%edi (89 cf) */
+	t.e[2] = 13 - 0x1000;
+	t.calls = 0;
+	ck_assert_int_eq(pki_reloc(&in, &r), 0);
+	ck_assert_int_eq(t.calls, 1);
+	nobound[14] = 0xd7; /* mov %edx,%edi: not the register compared */
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
 }
 END_TEST
 

@@ -17,7 +17,7 @@
 
 #define RING	   20 /* instructions kept for looking back (indirect jmps) */
 #define LOOKBACK   16 /* how far back a jump table's parts may be */
-#define SLOT_BACK  4  /* how far back a jmp *%R's pointer load may be */
+#define SLOT_BACK  8  /* how far back a jmp *%R's pointer load may be (epilogue pops) */
 #define TABLE_READ 256
 
 /* One decoded instruction at its run-time address. */
@@ -313,7 +313,22 @@ static bool table_parts(const struct ctx *c, ZydisRegister X, uint64_t *T, Zydis
 	return ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&lea->in, &lea->op[1], lea->addr, T));
 }
 
-/* cmp $N,%I; ja before the movslq, I unchanged since: the table has N + 1 entries. */
+/* mov %S,%I (64 or 32 bit, the latter zero-extending): the index copied from S. */
+static bool copies_into(const struct rec *r, ZydisRegister I, ZydisRegister *S)
+{
+	ZydisRegister d;
+
+	if (r->in.mnemonic != ZYDIS_MNEMONIC_MOV || !is_op_reg(r, 0, &d) || !is_op_reg(r, 1, S) ||
+	    reg64(d) != reg64(I) || ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, d) < 32)
+		return false;
+	return ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, *S) ==
+	       ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, d);
+}
+
+/*
+ * cmp $N,%I; ja before the movslq, I unchanged since (or copied from the
+ * register compared: mov %ecx,%edi): the table has N + 1 entries.
+ */
 static bool table_bound(const struct ctx *c, size_t kmov, ZydisRegister I, uint64_t *n)
 {
 	for (size_t k = kmov + 1; k < LOOKBACK; k++) {
@@ -329,8 +344,13 @@ static bool table_bound(const struct ctx *c, size_t kmov, ZydisRegister I, uint6
 			*n = r->op[1].imm.value.u;
 			return true;
 		}
-		if (writes(r, I) && !zero_extends(r, I))
-			return false;
+		if (writes(r, I) && !zero_extends(r, I)) {
+			ZydisRegister S;
+
+			if (!copies_into(r, I, &S))
+				return false;
+			I = S;
+		}
 	}
 	return false;
 }

@@ -23,11 +23,13 @@
  * Indirect jmps accepted (the rest are refused):
  *  - jmp *mem with no index register (jmp *disp(%rip), jmp *disp(%reg)): a
  *    tail call through a pointer slot (GOT, vtable, struct member);
- *  - jmp *%R where the last write to R, at most 4 instructions back with no
- *    branch in between, is mov R, mem with no index: the same, via a register;
+ *  - jmp *%R where the last write to R, at most 8 instructions back with no
+ *    branch in between, is mov R, mem with no index: the same, via a register
+ *    (the pops of an epilogue may come between);
  *  - gcc's PIC jump table: lea T(%rip),%A; movslq (%A,%I,4),%B; add %A,%B
  *    (or add %B,%A); jmp *%B (or %A), with a cmp $N,%I (32 or 64 bit) and a
- *    ja before it, at most 16 instructions back.  Its N+1 entries are read
+ *    ja before it, at most 16 instructions back (I may be a register copy
+ *    of the one compared: mov %ecx,%edi).  Its N+1 entries are read
  *    through pki_reloc_in.read and each target T + entry is checked like a
  *    direct branch's.  Without a read callback, or N >= PKI_RELOC_TABLE_MAX,
  *    the jmp is refused.

@@ -228,14 +228,18 @@ END_TEST
 
 START_TEST(unsupported)
 {
-	/* jrcxz +0; ...; loop -2; ...; xbegin +0 */
+	/* jrcxz +0; ...; loop -2; ...; xbegin +0; a jcc too long to grow */
 	static const uint8_t j[] = {0xe3, 0x00, 0x90, 0x90, 0x90, 0xc3};
 	static const uint8_t l[] = {0x90, 0xe2, 0xfe, 0x90, 0x90, 0xc3};
 	static const uint8_t x[] = {0xc7, 0xf8, 0x00, 0x00, 0x00, 0x00, 0xc3};
+	static const uint8_t p[] = {0x98, 0x00, 0x00, 0xf3, 0xf3, 0xf3, 0xf3, 0xf3,
+				    0xf3, 0xf3, 0xf3, 0xf3, 0xf3, 0x77, 0x60, 0xc3};
 
 	REFUSED(j, PKI_RELOC_UNSUPPORTED, 0);
 	REFUSED(l, PKI_RELOC_UNSUPPORTED, 1);
 	REFUSED(x, PKI_RELOC_UNSUPPORTED, 0);
+	/* cwtl; add %al,(%rax); 10 x rep prefix + ja: 16 bytes as rel32 (found by fuzz_reloc) */
+	REFUSED(p, PKI_RELOC_UNSUPPORTED, 3);
 }
 END_TEST
 

@@ -167,6 +167,9 @@ static int check_moved(struct ctx *c, const struct rec *r)
 		return refuse(c, PKI_RELOC_CALL, r->addr);
 	if (rel_target(r, &t) && !is_jcc(c, r))
 		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+	/* A jcc rel8 grows by 4: with 10 prefixes it would pass the 15-byte limit. */
+	if (rel_target(r, &t) && r->in.raw.imm[0].size == 8 && r->in.length + 4 > 15)
+		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
 	/* (EIP-relative needs a 32-bit target: not worth rewriting.) */
 	if (m && (m->mem.base != ZYDIS_REGISTER_RIP || r->in.raw.disp.size != 32))
 		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);

@@ -1,0 +1,559 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Prologue relocation (see reloc.h).  Three steps: decode the instructions
+ * to move and check each (moved_pass); decode the whole function and check
+ * what could reach the moved bytes other than through the entry (scan:
+ * direct branches, address-taking leas, indirect jmps and gcc's jump
+ * tables); build the copy (emit).  Everything works on the bytes and
+ * addresses it is given, nothing else: the caller reads the code, picks the
+ * copy's place and patches.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+#include <Zydis/Zydis.h>
+
+#include "arch/x86_64/reloc.h"
+
+#define RING	   20 /* instructions kept for looking back (indirect jmps) */
+#define LOOKBACK   16 /* how far back a jump table's parts may be */
+#define SLOT_BACK  8  /* how far back a jmp *%R's pointer load may be (epilogue pops) */
+#define TABLE_READ 256
+
+/* One decoded instruction at its run-time address. */
+struct rec {
+	uint64_t addr;
+	ZydisDecodedInstruction in;
+	ZydisDecodedOperand op[ZYDIS_MAX_OPERAND_COUNT];
+};
+
+/* What the steps share: the input, the moved range, the verdict. */
+struct ctx {
+	const struct pki_reloc_in *in;
+	struct pki_reloc *out;
+	ZydisDecoder dec;
+	uint64_t lo, hi; /* the moved bytes: [lo, hi) */
+	struct rec ring[RING];
+	size_t nring; /* instructions decoded by scan; the last in ring[(n-1) % RING] */
+};
+
+static const char *const why_names[PKI_RELOC_NR] = {
+    [PKI_RELOC_OK] = "ok",
+    [PKI_RELOC_TOO_SHORT] = "too_short",
+    [PKI_RELOC_NO_FALLTHROUGH] = "no_fallthrough",
+    [PKI_RELOC_CALL] = "call",
+    [PKI_RELOC_UNSUPPORTED] = "unsupported",
+    [PKI_RELOC_DECODE] = "decode",
+    [PKI_RELOC_BRANCH_IN] = "branch_in",
+    [PKI_RELOC_ADDR_IN] = "addr_in",
+    [PKI_RELOC_INDIRECT_JMP] = "indirect_jmp",
+    [PKI_RELOC_TABLE_IN] = "table_in",
+    [PKI_RELOC_OUT_OF_REACH] = "out_of_reach",
+};
+
+const char *pki_reloc_why_name(enum pki_reloc_why why)
+{
+	if ((unsigned)why >= PKI_RELOC_NR)
+		return "?";
+	return why_names[why];
+}
+
+static int refuse(struct ctx *c, enum pki_reloc_why why, uint64_t at)
+{
+	c->out->why = why;
+	c->out->why_at = at;
+	return -EPERM;
+}
+
+/* Decode at run-time address @at, never reading past the function's end. */
+static int decode(struct ctx *c, uint64_t at, struct rec *r)
+{
+	size_t off = at - c->in->addr;
+
+	r->addr = at;
+	if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&c->dec, c->in->code + off, c->in->size - off,
+						 &r->in, r->op)))
+		return -1;
+	return 0;
+}
+
+/* Strictly inside the moved bytes: the first one is the entry, reachable. */
+static bool inside(const struct ctx *c, uint64_t t)
+{
+	return t > c->lo && t < c->hi;
+}
+
+static bool fits32(int64_t v)
+{
+	return v >= INT32_MIN && v <= INT32_MAX;
+}
+
+/* The target of a direct branch (a relative immediate), if @r is one. */
+static bool rel_target(const struct rec *r, uint64_t *t)
+{
+	for (unsigned i = 0; i < r->in.operand_count_visible; i++) {
+		const ZydisDecodedOperand *o = &r->op[i];
+
+		if (o->type == ZYDIS_OPERAND_TYPE_IMMEDIATE && o->imm.is_relative)
+			return ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r->in, o, r->addr, t));
+	}
+	return false;
+}
+
+/* The RIP-relative memory operand of @r, or NULL. */
+static const ZydisDecodedOperand *rip_mem(const struct rec *r)
+{
+	for (unsigned i = 0; i < r->in.operand_count_visible; i++) {
+		const ZydisDecodedOperand *o = &r->op[i];
+
+		if (o->type == ZYDIS_OPERAND_TYPE_MEMORY &&
+		    (o->mem.base == ZYDIS_REGISTER_RIP || o->mem.base == ZYDIS_REGISTER_EIP))
+			return o;
+	}
+	return NULL;
+}
+
+/* Execution does not go on to the next instruction after these. */
+static bool no_fallthrough(ZydisMnemonic m)
+{
+	switch (m) {
+	case ZYDIS_MNEMONIC_RET:
+	case ZYDIS_MNEMONIC_JMP:
+	case ZYDIS_MNEMONIC_INT3:
+	case ZYDIS_MNEMONIC_INT:
+	case ZYDIS_MNEMONIC_INT1:
+	case ZYDIS_MNEMONIC_INTO:
+	case ZYDIS_MNEMONIC_UD0:
+	case ZYDIS_MNEMONIC_UD1:
+	case ZYDIS_MNEMONIC_UD2:
+	case ZYDIS_MNEMONIC_HLT:
+	case ZYDIS_MNEMONIC_SYSCALL:
+	case ZYDIS_MNEMONIC_SYSENTER:
+	case ZYDIS_MNEMONIC_SYSEXIT:
+	case ZYDIS_MNEMONIC_SYSRET:
+	case ZYDIS_MNEMONIC_IRET:
+	case ZYDIS_MNEMONIC_IRETD:
+	case ZYDIS_MNEMONIC_IRETQ:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* A plain jcc: 70+cc rel8 or 0F 80+cc rel32 (loop and jrcxz are not). */
+static bool is_jcc(const struct ctx *c, const struct rec *r)
+{
+	const uint8_t *b = c->in->code + (r->addr - c->in->addr);
+	unsigned len = r->in.length;
+
+	if (r->in.meta.category != ZYDIS_CATEGORY_COND_BR)
+		return false;
+	if (r->in.raw.imm[0].size == 8)
+		return len >= 2 && (b[len - 2] & 0xf0) == 0x70;
+	if (r->in.raw.imm[0].size == 32)
+		return len >= 6 && b[len - 6] == 0x0f && (b[len - 5] & 0xf0) == 0x80;
+	return false;
+}
+
+/* Can @r be moved and rewritten?  0 or a refusal. */
+static int check_moved(struct ctx *c, const struct rec *r)
+{
+	const ZydisDecodedOperand *m = rip_mem(r);
+	uint64_t t;
+
+	if (no_fallthrough(r->in.mnemonic))
+		return refuse(c, PKI_RELOC_NO_FALLTHROUGH, r->addr);
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_CALL)
+		return refuse(c, PKI_RELOC_CALL, r->addr);
+	if (rel_target(r, &t) && !is_jcc(c, r))
+		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+	/* A jcc rel8 grows by 4: with 10 prefixes it would pass the 15-byte limit. */
+	if (rel_target(r, &t) && r->in.raw.imm[0].size == 8 && r->in.length + 4 > 15)
+		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+	/* (EIP-relative needs a 32-bit target: not worth rewriting.) */
+	if (m && (m->mem.base != ZYDIS_REGISTER_RIP || r->in.raw.disp.size != 32))
+		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+	return 0;
+}
+
+/* Decode and check the instructions covering 5 bytes from c->lo; sets c->hi. */
+static int moved_pass(struct ctx *c, struct rec *m)
+{
+	uint64_t at = c->lo;
+	unsigned n = 0;
+	int ret;
+
+	while (at - c->lo < PKI_RELOC_MIN) {
+		if (decode(c, at, &m[n]))
+			return refuse(c, PKI_RELOC_DECODE, at);
+		ret = check_moved(c, &m[n]);
+		if (ret)
+			return ret;
+		at += m[n++].in.length;
+	}
+	c->hi = at;
+	c->out->moved = at - c->lo;
+	c->out->n = n;
+	return 0;
+}
+
+/* The instruction @k back from the last one scan decoded (0: the last). */
+static const struct rec *back(const struct ctx *c, size_t k)
+{
+	if (k >= c->nring || k >= RING)
+		return NULL;
+	return &c->ring[(c->nring - 1 - k) % RING];
+}
+
+static ZydisRegister reg64(ZydisRegister r)
+{
+	return ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, r);
+}
+
+/* Does @r write (part of) the general register enclosing @reg? */
+static bool writes(const struct rec *r, ZydisRegister reg)
+{
+	for (unsigned i = 0; i < r->in.operand_count; i++) {
+		const ZydisDecodedOperand *o = &r->op[i];
+
+		if (o->type == ZYDIS_OPERAND_TYPE_REGISTER &&
+		    (o->actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) &&
+		    reg64(o->reg.value) == reg64(reg))
+			return true;
+	}
+	return false;
+}
+
+/* The nearest instruction at @from or further back that writes @reg. */
+static const struct rec *writer(const struct ctx *c, size_t from, ZydisRegister reg, size_t *k)
+{
+	for (*k = from; *k < LOOKBACK; (*k)++) {
+		const struct rec *r = back(c, *k);
+
+		if (!r)
+			return NULL;
+		if (writes(r, reg))
+			return r;
+	}
+	return NULL;
+}
+
+static bool is_op_reg(const struct rec *r, unsigned i, ZydisRegister *reg)
+{
+	if (i >= r->in.operand_count_visible || r->op[i].type != ZYDIS_OPERAND_TYPE_REGISTER)
+		return false;
+	*reg = r->op[i].reg.value;
+	return true;
+}
+
+/* jmp *%R right after mov R, mem (no index): a tail call through a pointer slot. */
+static bool slot_load(const struct ctx *c, ZydisRegister R)
+{
+	for (size_t k = 1; k <= SLOT_BACK; k++) {
+		const struct rec *r = back(c, k);
+		ZydisRegister d;
+
+		if (!r || r->in.meta.category == ZYDIS_CATEGORY_COND_BR ||
+		    r->in.meta.category == ZYDIS_CATEGORY_UNCOND_BR)
+			return false;
+		if (!writes(r, R))
+			continue;
+		return r->in.mnemonic == ZYDIS_MNEMONIC_MOV && is_op_reg(r, 0, &d) && d == R &&
+		       r->op[1].type == ZYDIS_OPERAND_TYPE_MEMORY &&
+		       r->op[1].mem.index == ZYDIS_REGISTER_NONE;
+	}
+	return false;
+}
+
+/* mov %eR,%eR: zero-extends the index, keeping the bound valid. */
+static bool zero_extends(const struct rec *r, ZydisRegister I)
+{
+	ZydisRegister d, s;
+
+	return r->in.mnemonic == ZYDIS_MNEMONIC_MOV && is_op_reg(r, 0, &d) && is_op_reg(r, 1, &s) &&
+	       d == s && reg64(d) == reg64(I);
+}
+
+/*
+ * Before the jmp *%X: add %Y,%X, then, further back, movslq (%A,%I,4),%B
+ * and lea T(%rip),%A, where {A, B} = {X, Y}.  Finds T, I and how far back
+ * the movslq is.
+ */
+static bool table_parts(const struct ctx *c, ZydisRegister X, uint64_t *T, ZydisRegister *I,
+			size_t *kmov)
+{
+	const struct rec *add, *mov, *lea;
+	ZydisRegister d, y, A = 0;
+	size_t kadd, k, kl;
+
+	add = writer(c, 1, X, &kadd);
+	if (!add || add->in.mnemonic != ZYDIS_MNEMONIC_ADD || !is_op_reg(add, 0, &d) || d != X ||
+	    !is_op_reg(add, 1, &y) || reg64(y) != y)
+		return false;
+	/* The movslq writes B: the nearest writer of X or of Y before the add. */
+	for (int i = 0; i < 2 && !A; i++) {
+		ZydisRegister B = i ? y : X, other = i ? X : y;
+
+		mov = writer(c, kadd + 1, B, &k);
+		if (mov && mov->in.mnemonic == ZYDIS_MNEMONIC_MOVSXD && is_op_reg(mov, 0, &d) &&
+		    d == B && mov->op[1].type == ZYDIS_OPERAND_TYPE_MEMORY &&
+		    mov->op[1].mem.base == other && mov->op[1].mem.scale == 4 &&
+		    mov->op[1].mem.index != ZYDIS_REGISTER_NONE && !mov->op[1].mem.disp.value) {
+			A = other;
+			*I = mov->op[1].mem.index;
+			*kmov = k;
+		}
+	}
+	if (!A)
+		return false;
+	/* The nearest writer of A before the add is the lea, before the movslq. */
+	lea = writer(c, kadd + 1, A, &kl);
+	if (!lea || kl <= *kmov || lea->in.mnemonic != ZYDIS_MNEMONIC_LEA ||
+	    lea->op[1].type != ZYDIS_OPERAND_TYPE_MEMORY ||
+	    lea->op[1].mem.base != ZYDIS_REGISTER_RIP ||
+	    lea->op[1].mem.index != ZYDIS_REGISTER_NONE)
+		return false;
+	return ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&lea->in, &lea->op[1], lea->addr, T));
+}
+
+/* mov %S,%I (64 or 32 bit, the latter zero-extending): the index copied from S. */
+static bool copies_into(const struct rec *r, ZydisRegister I, ZydisRegister *S)
+{
+	ZydisRegister d;
+
+	if (r->in.mnemonic != ZYDIS_MNEMONIC_MOV || !is_op_reg(r, 0, &d) || !is_op_reg(r, 1, S) ||
+	    reg64(d) != reg64(I) || ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, d) < 32)
+		return false;
+	return ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, *S) ==
+	       ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, d);
+}
+
+/*
+ * cmp $N,%I; ja before the movslq, I unchanged since (or copied from the
+ * register compared: mov %ecx,%edi): the table has N + 1 entries.
+ */
+static bool table_bound(const struct ctx *c, size_t kmov, ZydisRegister I, uint64_t *n)
+{
+	for (size_t k = kmov + 1; k < LOOKBACK; k++) {
+		const struct rec *r = back(c, k), *ja = back(c, k - 1);
+		ZydisRegister d;
+
+		if (!r)
+			return false;
+		if (r->in.mnemonic == ZYDIS_MNEMONIC_CMP && is_op_reg(r, 0, &d) &&
+		    reg64(d) == reg64(I) && r->op[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
+			if (ja->in.mnemonic != ZYDIS_MNEMONIC_JNBE || r->op[1].imm.value.s < 0)
+				return false;
+			*n = r->op[1].imm.value.u;
+			return true;
+		}
+		if (writes(r, I) && !zero_extends(r, I)) {
+			ZydisRegister S;
+
+			if (!copies_into(r, I, &S))
+				return false;
+			I = S;
+		}
+	}
+	return false;
+}
+
+/* Each of the N + 1 entries: a target T + entry, checked like a branch's. */
+static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t n)
+{
+	int32_t e[TABLE_READ];
+
+	if (!c->in->read || n >= PKI_RELOC_TABLE_MAX)
+		return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+	for (uint64_t i = 0; i <= n; i += TABLE_READ) {
+		size_t chunk = n + 1 - i < TABLE_READ ? n + 1 - i : TABLE_READ;
+
+		if (c->in->read(c->in->ctx, T + 4 * i, e, 4 * chunk))
+			return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+		for (size_t x = 0; x < chunk; x++)
+			if (inside(c, T + (uint64_t)(int64_t)e[x]))
+				return refuse(c, PKI_RELOC_TABLE_IN, j->addr);
+	}
+	return 0;
+}
+
+/* An indirect jmp (the last instruction decoded): bounded, or refused. */
+static int indirect(struct ctx *c, const struct rec *j)
+{
+	const ZydisDecodedOperand *o = &j->op[0];
+	ZydisRegister I;
+	size_t kmov;
+	uint64_t T, n;
+
+	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.index == ZYDIS_REGISTER_NONE)
+		return 0; /* a tail call through a pointer slot */
+	if (o->type == ZYDIS_OPERAND_TYPE_REGISTER) {
+		if (slot_load(c, o->reg.value))
+			return 0;
+		if (table_parts(c, o->reg.value, &T, &I, &kmov) && table_bound(c, kmov, I, &n))
+			return table_check(c, j, T, n);
+	}
+	return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+}
+
+/* What the function's instruction @r could do to the moved bytes. */
+static int scan_one(struct ctx *c, const struct rec *r)
+{
+	bool moved = r->addr >= c->lo && r->addr < c->hi;
+	const ZydisDecodedOperand *m;
+	uint64_t t;
+
+	if (rel_target(r, &t)) {
+		/* Moved branches into the moved bytes are redirected in the copy. */
+		if (inside(c, t) && !moved)
+			return refuse(c, PKI_RELOC_BRANCH_IN, r->addr);
+		return 0;
+	}
+	m = rip_mem(r);
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_LEA && m &&
+	    ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r->in, m, r->addr, &t)) && inside(c, t))
+		return refuse(c, PKI_RELOC_ADDR_IN, r->addr);
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_JMP)
+		return indirect(c, r);
+	return 0;
+}
+
+/* Decode the whole function, keeping the last RING instructions for indirect(). */
+static int scan(struct ctx *c)
+{
+	uint64_t at = c->in->addr, end = c->in->addr + c->in->size;
+	int ret;
+
+	for (c->nring = 0; at < end; at += c->ring[(c->nring - 1) % RING].in.length) {
+		struct rec *r = &c->ring[c->nring % RING];
+
+		if (decode(c, at, r))
+			return refuse(c, PKI_RELOC_DECODE, at);
+		c->nring++;
+		ret = scan_one(c, r);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static bool is_rel8(const struct rec *r)
+{
+	return r->in.raw.imm[0].is_relative && r->in.raw.imm[0].size == 8;
+}
+
+/* Where a moved branch to @t goes from the copy: the copy of its target, or @t. */
+static int retarget(const struct ctx *c, const struct rec *m, uint64_t t, uint64_t *nt)
+{
+	if (t < c->lo || t >= c->hi) {
+		*nt = t;
+		return 0;
+	}
+	for (unsigned i = 0; i < c->out->n; i++) {
+		if (m[i].addr == t) {
+			*nt = c->in->copy + c->out->map[i].new_off;
+			return 0;
+		}
+	}
+	return -1; /* into the middle of a moved instruction */
+}
+
+static int put_rel32(struct ctx *c, uint8_t *p, uint64_t target, uint64_t next, uint64_t at)
+{
+	int64_t d = (int64_t)(target - next);
+	int32_t v = (int32_t)d;
+
+	if (!fits32(d))
+		return refuse(c, PKI_RELOC_OUT_OF_REACH, at);
+	memcpy(p, &v, sizeof(v));
+	return 0;
+}
+
+/* Moved instruction @i into the copy: a jcc retargeted as rel32, a disp32 adjusted. */
+static int emit_one(struct ctx *c, const struct rec *m, unsigned i)
+{
+	const struct rec *r = &m[i];
+	const uint8_t *src = c->in->code + (r->addr - c->in->addr);
+	uint8_t *p = c->out->code + c->out->map[i].new_off;
+	uint64_t here = c->in->copy + c->out->map[i].new_off, t, nt;
+	const ZydisDecodedOperand *o;
+	unsigned len = r->in.length;
+
+	if (rel_target(r, &t)) { /* a jcc: check_moved let no other through */
+		if (retarget(c, m, t, &nt))
+			return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+		memcpy(p, src, len);
+		if (is_rel8(r)) { /* prefixes kept; 7x rel8 -> 0F 8x rel32 */
+			p[len - 2] = 0x0f;
+			p[len - 1] = 0x80 | (src[len - 2] & 0x0f);
+			len += 4;
+		}
+		return put_rel32(c, p + len - 4, nt, here + len, r->addr);
+	}
+	memcpy(p, src, len);
+	o = rip_mem(r);
+	if (!o)
+		return 0;
+	if (!ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r->in, o, r->addr, &t)))
+		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+	return put_rel32(c, p + r->in.raw.disp.offset, t, here + len, r->addr);
+}
+
+/* Lay the copy out (a jcc rel8 grows by 4), fill it, end it with jmp back. */
+static int emit(struct ctx *c, const struct rec *m)
+{
+	struct pki_reloc *out = c->out;
+	unsigned pos = 0, i;
+	int ret;
+
+	for (i = 0; i < out->n; i++) {
+		out->map[i].old_off = m[i].addr - c->in->addr;
+		out->map[i].new_off = pos;
+		pos +=
+		    m[i].in.length + (rel_target(&m[i], &(uint64_t){0}) && is_rel8(&m[i]) ? 4 : 0);
+	}
+	for (i = 0; i < out->n; i++) {
+		ret = emit_one(c, m, i);
+		if (ret)
+			return ret;
+	}
+	out->code[pos] = 0xe9;
+	out->len = pos + 5;
+	return put_rel32(c, out->code + pos + 1, c->hi, c->in->copy + out->len, c->hi);
+}
+
+int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out)
+{
+	static const uint8_t endbr64[4] = {0xf3, 0x0f, 0x1e, 0xfa};
+	struct rec m[PKI_RELOC_INSNS];
+	struct ctx c;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	if (!in || (!in->code && in->size) || in->addr + in->size < in->addr)
+		return -EINVAL;
+	c.in = in;
+	c.out = out;
+	if (!ZYAN_SUCCESS(
+		ZydisDecoderInit(&c.dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
+		return refuse(&c, PKI_RELOC_DECODE, in->addr);
+	if (in->size >= sizeof(endbr64) && !memcmp(in->code, endbr64, sizeof(endbr64)))
+		out->skip = sizeof(endbr64);
+	c.lo = in->addr + out->skip;
+	if (in->size - out->skip < PKI_RELOC_MIN)
+		return refuse(&c, PKI_RELOC_TOO_SHORT, c.lo);
+	ret = moved_pass(&c, m);
+	if (!ret)
+		ret = scan(&c);
+	if (!ret)
+		ret = emit(&c, m);
+	if (ret) {
+		/* A refusal leaves only its reason, where, and the endbr64 seen. */
+		enum pki_reloc_why why = out->why;
+		uint64_t at = out->why_at;
+		uint8_t skip = out->skip;
+
+		*out = (struct pki_reloc){.why = why, .why_at = at, .skip = skip};
+	}
+	return ret;
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Prologue relocation (issue #10): to hook a function that was not built
+ * with a patchable entry, the whole instructions covering its first 5 bytes
+ * (after an endbr64, which stays in place) are moved to an out-of-line copy,
+ * rewritten for their new address and followed by a jmp back to the first
+ * byte after them; the entry can then become a 5-byte jmp/call.  This is the
+ * pure core: it decodes bytes it is given (Zydis), decides whether moving
+ * them is safe, and builds the copy.  No mmap, no patching, no signals: it
+ * can be fuzzed, and callers choose where the copy lives.
+ *
+ * Refused (enum pki_reloc_why, checked in this order, the first found wins):
+ * too few bytes; an instruction after which execution does not fall through
+ * or a call among the moved ones; a moved instruction it cannot rewrite
+ * (loop/jrcxz/xbegin, a relative operand that is neither 8 nor 32 bits);
+ * anywhere in the function, a decode error, a direct branch into the moved
+ * bytes (strictly after their first byte), a RIP-relative lea of such an
+ * address (an address taken: computed goto), or an indirect jmp whose
+ * targets are not bounded; then, while building the copy, a moved jcc into
+ * the middle of a moved instruction (unsupported) or a rewritten rel32 or
+ * disp32 out of reach from the copy.
+ *
+ * Indirect jmps accepted (the rest are refused):
+ *  - jmp *mem with no index register (jmp *disp(%rip), jmp *disp(%reg)): a
+ *    tail call through a pointer slot (GOT, vtable, struct member);
+ *  - jmp *%R where the last write to R, at most 8 instructions back with no
+ *    branch in between, is mov R, mem with no index: the same, via a register
+ *    (the pops of an epilogue may come between);
+ *  - gcc's PIC jump table: lea T(%rip),%A; movslq (%A,%I,4),%B; add %A,%B
+ *    (or add %B,%A); jmp *%B (or %A), with a cmp $N,%I (32 or 64 bit) and a
+ *    ja before it, at most 16 instructions back (I may be a register copy
+ *    of the one compared: mov %ecx,%edi).  Its N+1 entries are read
+ *    through pki_reloc_in.read and each target T + entry is checked like a
+ *    direct branch's.  Without a read callback, or N >= PKI_RELOC_TABLE_MAX,
+ *    the jmp is refused.
+ * Not recognised: absolute tables (jmp *T(,%I,8)), clang's tables, computed
+ * goto through label addresses stored in data (not visible in the code).
+ */
+#ifndef PK_ARCH_X86_64_RELOC_H
+#define PK_ARCH_X86_64_RELOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PKI_RELOC_MIN	    5	 /* bytes the entry patch needs */
+#define PKI_RELOC_INSNS	    5	 /* at most 5 instructions cover 5 bytes */
+#define PKI_RELOC_CODE_MAX  64	 /* 19 moved + 3 jcc rel8 grown by 4 + jmp 5 */
+#define PKI_RELOC_TABLE_MAX 4096 /* jump-table entries checked, at most */
+
+enum pki_reloc_why {
+	PKI_RELOC_OK = 0,
+	PKI_RELOC_TOO_SHORT,	  /* fewer than 5 bytes before the function's end */
+	PKI_RELOC_NO_FALLTHROUGH, /* ret/jmp/int3/ud2/hlt/syscall/int... moved */
+	PKI_RELOC_CALL,		  /* a call moved: a thread may return into the bytes */
+	PKI_RELOC_UNSUPPORTED,	  /* a moved instruction it cannot rewrite */
+	PKI_RELOC_DECODE,	  /* Zydis cannot decode the function's bytes */
+	PKI_RELOC_BRANCH_IN,	  /* a direct branch into the moved bytes */
+	PKI_RELOC_ADDR_IN,	  /* lea of an address inside the moved bytes */
+	PKI_RELOC_INDIRECT_JMP,	  /* an indirect jmp with unbounded targets */
+	PKI_RELOC_TABLE_IN,	  /* a jump-table entry into the moved bytes */
+	PKI_RELOC_OUT_OF_REACH,	  /* a rewritten rel32/disp32 does not fit */
+	PKI_RELOC_NR,
+};
+
+struct pki_reloc_in {
+	const uint8_t *code; /* the whole function's bytes */
+	size_t size;
+	uint64_t addr; /* run-time address of code[0] */
+	uint64_t copy; /* run-time address the copy will be placed at */
+	/*
+	 * Reads @len bytes at run-time address @addr (jump tables); 0 or
+	 * -errno.  NULL: jump tables are refused.
+	 */
+	int (*read)(void *ctx, uint64_t addr, void *buf, size_t len);
+	void *ctx;
+};
+
+struct pki_reloc_map {
+	uint8_t old_off; /* from the function's start (the endbr64 included) */
+	uint8_t new_off; /* from the copy's start */
+};
+
+struct pki_reloc {
+	enum pki_reloc_why why;
+	uint64_t why_at; /* run-time address of the instruction refused */
+	uint8_t skip;	 /* 4 if the function starts with endbr64, else 0 */
+	uint8_t moved;	 /* bytes moved: [addr + skip, addr + skip + moved) */
+	uint8_t len;	 /* bytes of code[]: the rewritten ones, then jmp back */
+	uint8_t n;	 /* instructions moved: map[0..n) */
+	struct pki_reloc_map map[PKI_RELOC_INSNS];
+	uint8_t code[PKI_RELOC_CODE_MAX];
+};
+
+/*
+ * Relocate the prologue of the function described by @in into @out.
+ * Returns 0 (out->why == PKI_RELOC_OK), -EPERM (refused: out->why and
+ * out->why_at say why and where), or -EINVAL (NULL code, or a function
+ * whose end wraps the address space).
+ */
+int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out);
+
+/* A short stable name for @why ("too_short", ...), "?" if out of range. */
+const char *pki_reloc_why_name(enum pki_reloc_why why);
+
+#endif /* PK_ARCH_X86_64_RELOC_H */

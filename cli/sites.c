@@ -2,7 +2,9 @@
 /*
  * probekit sites FILE: list the patchable functions of a program or library
  * on disk (address, kind, name), the way the hook layer will see them once
- * the file is loaded.
+ * the file is loaded.  With --functions: every function of the file and how
+ * it could be hooked (patchable entry, prologue relocation, or refused and
+ * why; sym/func_sites), what the relocation hooks of issue #10 will reach.
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -14,6 +16,7 @@
 #include <probekit/sites.h>
 
 #include "cli.h"
+#include "sym/func_sites.h"
 
 static const char usage[] =
     "usage: probekit sites [options] FILE\n\n"
@@ -22,9 +25,18 @@ static const char usage[] =
     "(nop5, nop1x5, mcount) and function name.\n\n"
     "Build code with -fpatchable-function-entry=5 (gcc or clang), or non-PIC code\n"
     "with -pg -mfentry -mnop-mcount -mrecord-mcount, to give it sites.\n\n"
+    "With -f, list every function of the file instead (from its symbols and, if\n"
+    "stripped, its .eh_frame): address, size, how it could be hooked and name\n"
+    "(sub_<hex> without a symbol).  How: 'patchable KIND' (a site, as above),\n"
+    "'reloc N' (its first N bytes can be moved out of line: prologue relocation)\n"
+    "or 'refused REASON'.  IFUNC resolvers and cold parts are skipped (counted by\n"
+    "-s).  This is what the coming relocation hooks will reach: hooking a function\n"
+    "without a patchable entry is not wired yet.\n\n"
     "options:\n"
+    "  -f, --functions      every function, with how it could be hooked\n"
     "  -g, --glob PATTERN   only functions whose name matches (fnmatch)\n"
-    "  -s, --stats          also print what was found and rejected\n"
+    "  -s, --stats          also print what was found and rejected (with -f: counts\n"
+    "                       by outcome and by refusal reason)\n"
     "  -h, --help           this text\n";
 
 struct print_ctx {
@@ -43,9 +55,85 @@ static int print_site(const struct pk_site *s, void *data)
 	return 0;
 }
 
+static int print_func(const struct pki_func_site *fs, void *data)
+{
+	struct print_ctx *pc = data;
+	char how[48];
+
+	if (pc->glob && fnmatch(pc->glob, fs->name, 0))
+		return PKI_FUNC_UNCOUNTED;
+	switch (fs->how) {
+	case PKI_FUNC_PATCHABLE:
+		snprintf(how, sizeof(how), "patchable %s", pk_site_kind_name(fs->kind));
+		break;
+	case PKI_FUNC_RELOC:
+		snprintf(how, sizeof(how), "reloc %u", fs->moved);
+		break;
+	case PKI_FUNC_REFUSED:
+		snprintf(how, sizeof(how), "refused %s", pki_func_why_name(fs->why));
+		break;
+	default:
+		return 0; /* skipped: counted, not listed */
+	}
+	printf("%016llx %7llu %-22s %s\n", (unsigned long long)fs->fn->addr,
+	       (unsigned long long)fs->fn->size, how, fs->name);
+	pc->shown++;
+	return 0;
+}
+
+static void print_func_stats(const char *path, const struct pki_func_stats *st)
+{
+	unsigned w;
+
+	printf("# %s: %zu function(s): %zu patchable, %zu reloc, %zu refused; "
+	       "skipped %zu ifunc resolver(s), %zu cold part(s)\n",
+	       path, st->funcs, st->patchable, st->reloc, st->refused, st->ifunc, st->cold);
+	if (st->funcs)
+		printf("# %.1f%% hookable (%.1f%% by relocation); %zu patchable site(s) in the "
+		       "file, %zu in no function listed\n",
+		       100.0 * (st->patchable + st->reloc) / st->funcs,
+		       100.0 * st->reloc / st->funcs, st->sites, st->sites_orphan);
+	for (w = 1; w < PKI_FUNC_WHY_NR; w++)
+		if (st->why[w])
+			printf("# refused %s: %zu\n", pki_func_why_name(w), st->why[w]);
+}
+
+static int file_error(const char *path, int ret)
+{
+	switch (ret) {
+	case -ENOEXEC:
+		return cli_error("%s: not an x86-64 ELF program or shared library (or malformed)",
+				 path);
+	case -EOPNOTSUPP:
+		return cli_error("%s: relocatable object: link it into a program or library first",
+				 path);
+	default:
+		return cli_error("%s: %s", path, strerror(-ret));
+	}
+}
+
+static int list_functions(const char *path, const char *glob, bool show_stats)
+{
+	struct print_ctx pc = {.glob = glob};
+	struct pki_func_stats st;
+	int ret;
+
+	ret = pki_func_sites_file(path, print_func, &pc, &st);
+	if (ret < 0)
+		return file_error(path, ret);
+	if (show_stats)
+		print_func_stats(path, &st);
+	if (glob && !pc.shown)
+		return cli_error("%s: no function matches '%s'", path, glob);
+	if (!pc.shown)
+		return cli_error("%s: no function found (no symbols, no .eh_frame)", path);
+	return 0;
+}
+
 int cmd_sites(int argc, char **argv)
 {
 	static const struct option opts[] = {
+	    {"functions", no_argument, NULL, 'f'},
 	    {"glob", required_argument, NULL, 'g'},
 	    {"stats", no_argument, NULL, 's'},
 	    {"help", no_argument, NULL, 'h'},
@@ -53,13 +141,16 @@ int cmd_sites(int argc, char **argv)
 	};
 	PK_OPTS(pk_sites_stats, st);
 	struct print_ctx pc = {0};
-	bool show_stats = false;
+	bool show_stats = false, funcs = false;
 	const char *path;
 	int c, ret;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "g:sh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "fg:sh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'f':
+			funcs = true;
+			break;
 		case 'g':
 			pc.glob = optarg;
 			break;
@@ -76,19 +167,12 @@ int cmd_sites(int argc, char **argv)
 	if (optind != argc - 1)
 		return cli_usage_error("sites: expected one FILE");
 	path = argv[optind];
+	if (funcs)
+		return list_functions(path, pc.glob, show_stats);
 
 	ret = pk_sites_file_foreach(path, print_site, &pc, &st);
-	switch (ret) {
-	case -ENOEXEC:
-		return cli_error("%s: not an x86-64 ELF program or shared library (or malformed)",
-				 path);
-	case -EOPNOTSUPP:
-		return cli_error("%s: relocatable object: link it into a program or library first",
-				 path);
-	default:
-		if (ret < 0)
-			return cli_error("%s: %s", path, strerror(-ret));
-	}
+	if (ret < 0)
+		return file_error(path, ret);
 	if (show_stats)
 		printf("# %s: %s, %zu record(s), %zu site(s), %zu not at a function entry, "
 		       "%zu not a known nop, %zu duplicate(s)\n",

@@ -4,10 +4,11 @@
  * architecture: the ELF machine's name and the multiarch triplet (abi.h),
  * the site length and instruction bytes (insn.h), the atomic text store
  * (store.h), INT3 emulation (trap.h), trampolines (tramp.h), return-address
- * tracking (callret.h), debug-register facts (hwbp.h),
- * decoding (decode.h), the timestamp counter (tsc.h), CRC32C (crc32c.h)
- * and vector-register safety (vecsafe.h).  Only x86-64 exists: everything
- * lives under src/arch/x86_64/, which nothing outside src/arch/ includes.
+ * tracking (callret.h), debug-register facts (hwbp.h), decoding
+ * (decode.h), prologue relocation (reloc.h), the timestamp counter (tsc.h),
+ * CRC32C (crc32c.h) and vector-register safety (vecsafe.h).  Only x86-64
+ * exists: everything lives under src/arch/x86_64/, which nothing outside
+ * src/arch/ includes.
  */
 #ifndef PK_ARCH_ARCH_H
 #define PK_ARCH_ARCH_H
@@ -19,6 +20,7 @@
 #include "arch/x86_64/decode.h"
 #include "arch/x86_64/hwbp.h"
 #include "arch/x86_64/insn.h"
+#include "arch/x86_64/reloc.h"
 #include "arch/x86_64/store.h"
 #include "arch/x86_64/tramp.h"
 #include "arch/x86_64/trap.h"

@@ -2,9 +2,9 @@
 # The probekit command's contract with its users: exit codes (0 ok, 1 failed,
 # 2 usage), help on stdout, errors on stderr naming what was wrong.
 #
-# usage: test-cli.sh PROBEKIT PATCHABLE_LIB UNPATCHABLE_ELF
+# usage: test-cli.sh PROBEKIT PATCHABLE_LIB UNPATCHABLE_ELF PATCHABLE_PROGRAM
 set -uo pipefail
-pk=$1 lib=$2 plain=$3
+pk=$1 lib=$2 plain=$3 prog=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -62,6 +62,61 @@ expect 1 '/nonexistent: No such file'       err -- sites /nonexistent
 expect 1 'not an x86-64 ELF'                err -- sites "$tmp/out"
 expect 1 'no patchable sites; rebuild with -fpatchable-function-entry=5' err -- sites "$plain"
 expect 0 ' nop1x5 pkt_lib_add$'             out -- sites "$lib"
+
+# sites --functions: every function with how it could be hooked.  funcs_ok
+# FILE checks the last run's output: one line per function in the format,
+# the per-outcome counts of the stats line equal to the lines listed with
+# that outcome and summing to the functions listed, the refusal reasons
+# summing to the refused.
+funcs_ok() {
+	local f=$1 n p r x sum=0 bad=0 line
+	line=$(grep -E '^# .*: [0-9]+ function\(s\): ' "$tmp/out")
+	[[ $line =~ :\ ([0-9]+)\ function\(s\):\ ([0-9]+)\ patchable,\ ([0-9]+)\ reloc,\ ([0-9]+)\ refused\; ]] ||
+		{ echo "  $f: no stats line"; return 1; }
+	n=${BASH_REMATCH[1]} p=${BASH_REMATCH[2]} r=${BASH_REMATCH[3]} x=${BASH_REMATCH[4]}
+	[[ $((p + r + x)) -eq $n ]] || { echo "  $f: $p + $r + $x != $n"; bad=1; }
+	[[ $(grep -vc '^#' "$tmp/out") -eq $n ]] || { echo "  $f: $n functions, other line count"; bad=1; }
+	[[ $(grep -Ec '^[0-9a-f]{16} +[0-9]+ (patchable (nop5|nop1x5|mcount)|reloc [0-9]+|refused [a-z_]+) +[^ ]+$' "$tmp/out") -eq $n ]] ||
+		{ echo "  $f: a line not in the format"; bad=1; }
+	[[ $(grep -c '^[0-9a-f]* *[0-9]* patchable ' "$tmp/out") -eq $p ]] || { echo "  $f: patchable lines"; bad=1; }
+	[[ $(grep -c '^[0-9a-f]* *[0-9]* reloc ' "$tmp/out") -eq $r ]] || { echo "  $f: reloc lines"; bad=1; }
+	[[ $(grep -c '^[0-9a-f]* *[0-9]* refused ' "$tmp/out") -eq $x ]] || { echo "  $f: refused lines"; bad=1; }
+	while read -r k; do sum=$((sum + k)); done < <(sed -n 's/^# refused [a-z_]*: \([0-9]*\)$/\1/p' "$tmp/out")
+	[[ $sum -eq $x ]] || { echo "  $f: reasons sum to $sum, not $x"; bad=1; }
+	# relocated: at least this percentage of the functions (0 if not given)
+	[[ $((100 * r)) -ge $((${2:-0} * n)) ]] || { echo "  $f: $r of $n relocate, < ${2}%"; bad=1; }
+	if [[ $bad -ne 0 ]]; then
+		echo "FAIL: sites --functions -s $f"
+		fail=$((fail + 1))
+	else
+		pass=$((pass + 1))
+	fi
+}
+expect 0 'not wired yet'                    out -- sites --help
+expect 1 '/nonexistent: No such file'       err -- sites -f /nonexistent
+echo junk >"$tmp/junk"
+expect 1 'junk: not an x86-64 ELF'          err -- sites --functions "$tmp/junk"
+expect 1 "no function matches 'nope_\*'"    err -- sites -f -g 'nope_*' "$prog"
+# (a) a program built with patchable entries: they show as patchable
+expect_all 0 out '^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +main$' \
+	'^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +tgt_alpha$' '^# .*% hookable' \
+	-- sites --functions -s "$prog"
+funcs_ok "$prog"
+expect_all 0 out '^# .*: 3 function\(s\): 3 patchable, 0 reloc, 0 refused; ' \
+	-- sites -f -s -g 'tgt_*' "$prog"
+funcs_ok "$prog -g tgt_*"
+# (b) a plain program of the tree: nothing patchable, most relocate
+expect_all 0 out '^[0-9a-f]{16} +[0-9]+ reloc [0-9]+ +main$' \
+	'^# .*: [0-9]+ function\(s\): 0 patchable, ' -- sites -f -s "$plain"
+funcs_ok "$plain" 50
+# (c) a stripped distribution program: names from .dynsym, sub_<hex> from
+# .eh_frame; at least half relocate (85% of Debian 12's ls)
+if [[ -x /usr/bin/ls ]]; then
+	expect_all 0 out '^[0-9a-f]{16} +[0-9]+ reloc [0-9]+ +_obstack_begin$' \
+		'^[0-9a-f]{16} +[0-9]+ (reloc [0-9]+|refused [a-z_]+) +sub_[0-9a-f]+$' \
+		'^# /usr/bin/ls: [0-9]+ function\(s\): 0 patchable, ' -- sites -f -s /usr/bin/ls
+	funcs_ok /usr/bin/ls 50
+fi
 
 # Function-hook benchmarks: the lines they print (formats only, never timing).
 num='[0-9]+\.[0-9]{3}'

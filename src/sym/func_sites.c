@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Every function of an ELF file with how it could be hooked (see
+ * func_sites.h): the function list of sym/elf_funcs, the patchable sites of
+ * sym/elf_sites, and the arch's prologue relocation run on the bytes of the
+ * file itself.  The file is mapped read-only once; a link-time address is
+ * found in it through the PT_LOAD that holds it (file offset = vaddr -
+ * p_vaddr + p_offset), which is also how jump tables are read.
+ */
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sym/elf_sites.h"
+#include "sym/func_sites.h"
+
+/* The file as mapped, its PT_LOADs checked to lie inside it. */
+struct image {
+	const uint8_t *base;
+	size_t size;
+	const Elf64_Phdr *ph;
+	size_t nph;
+};
+
+struct state {
+	struct image im;
+	struct pki_elf_funcs funcs;
+	struct pki_elf_sites sites;
+	uint8_t *kind; /* per function: its site's enum pk_site_kind, or 0 */
+};
+
+static const uint8_t *image_at(const struct image *im, uint64_t addr, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < im->nph; i++) {
+		const Elf64_Phdr *p = &im->ph[i];
+		uint64_t off;
+
+		if (p->p_type != PT_LOAD || addr < p->p_vaddr)
+			continue;
+		off = addr - p->p_vaddr;
+		if (off > p->p_filesz || len > p->p_filesz - off)
+			continue;
+		if (p->p_offset > im->size || p->p_filesz > im->size - p->p_offset)
+			continue; /* a segment past the end of the file */
+		return im->base + p->p_offset + off;
+	}
+	return NULL;
+}
+
+static int image_read(void *ctx, uint64_t addr, void *buf, size_t len)
+{
+	const uint8_t *p = image_at(ctx, addr, len);
+
+	if (!p)
+		return -EFAULT;
+	memcpy(buf, p, len);
+	return 0;
+}
+
+/* Map the file open on @fd and find its program headers. */
+static int image_map(int fd, struct image *im)
+{
+	const Elf64_Ehdr *eh;
+	struct stat sb;
+	void *p;
+
+	if (fstat(fd, &sb))
+		return -errno;
+	if ((uint64_t)sb.st_size < sizeof(*eh))
+		return -ENOEXEC;
+	p = mmap(NULL, sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	im->base = p;
+	im->size = sb.st_size;
+	eh = p;
+	if (eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phoff > im->size ||
+	    eh->e_phnum > (im->size - eh->e_phoff) / sizeof(Elf64_Phdr))
+		return -ENOEXEC;
+	if (eh->e_phoff % _Alignof(Elf64_Phdr))
+		return -ENOEXEC;
+	im->ph = (const Elf64_Phdr *)(im->base + eh->e_phoff);
+	im->nph = eh->e_phnum;
+	return 0;
+}
+
+/* Which functions have a patchable site; counts the sites in none. */
+static int mark_sites(struct state *s, struct pki_func_stats *st)
+{
+	size_t i;
+
+	s->kind = calloc(s->funcs.n ? s->funcs.n : 1, 1);
+	if (!s->kind)
+		return -ENOMEM;
+	st->sites = s->sites.n;
+	for (i = 0; i < s->sites.n; i++) {
+		const struct pki_elf_site *e = &s->sites.sites[i];
+		const struct pki_elf_func *fn = pki_elf_funcs_find(&s->funcs, e->vaddr);
+
+		if (fn)
+			s->kind[fn - s->funcs.funcs] = e->kind;
+		else
+			st->sites_orphan++;
+	}
+	return 0;
+}
+
+static int state_load(int fd, struct state *s, struct pki_func_stats *st)
+{
+	int ret;
+
+	ret = pki_elf_sites_read(fd, &s->sites);
+	if (ret)
+		return ret;
+	ret = pki_elf_funcs_read(fd, &s->funcs);
+	if (ret)
+		return ret;
+	ret = image_map(fd, &s->im);
+	if (ret)
+		return ret;
+	return mark_sites(s, st);
+}
+
+static void state_free(struct state *s)
+{
+	if (s->im.base)
+		munmap((void *)s->im.base, s->im.size);
+	pki_elf_sites_free(&s->sites);
+	pki_elf_funcs_free(&s->funcs);
+	free(s->kind);
+}
+
+static void refuse(struct pki_func_site *fs, unsigned why, uint64_t at)
+{
+	fs->how = PKI_FUNC_REFUSED;
+	fs->why = why;
+	fs->why_at = at;
+}
+
+static void classify(const struct state *s, size_t i, struct pki_func_site *fs)
+{
+	const struct pki_elf_func *fn = &s->funcs.funcs[i];
+	struct pki_reloc_in in = {
+	    .size = fn->size,
+	    .addr = fn->addr,
+	    .copy = fn->addr,
+	    .read = image_read,
+	    .ctx = (void *)&s->im,
+	};
+	struct pki_reloc r;
+	int ret;
+
+	if (s->kind[i]) {
+		fs->how = PKI_FUNC_PATCHABLE;
+		fs->kind = s->kind[i];
+		return;
+	}
+	if (fn->flags & (PKI_FUNC_F_IFUNC | PKI_FUNC_F_COLD)) {
+		fs->how = fn->flags & PKI_FUNC_F_IFUNC ? PKI_FUNC_SKIP_IFUNC : PKI_FUNC_SKIP_COLD;
+		return;
+	}
+	in.code = image_at(&s->im, fn->addr, fn->size);
+	if (!in.code) {
+		refuse(fs, PKI_FUNC_NOT_IN_FILE, fn->addr);
+		return;
+	}
+	ret = pki_reloc(&in, &r);
+	if (!ret) {
+		fs->how = PKI_FUNC_RELOC;
+		fs->moved = r.moved;
+		fs->skip = r.skip;
+	} else if (ret == -EPERM) {
+		refuse(fs, r.why, r.why_at);
+	} else {
+		refuse(fs, PKI_FUNC_NOT_IN_FILE, fn->addr);
+	}
+}
+
+static void count(struct pki_func_stats *st, const struct pki_func_site *fs)
+{
+	if (fs->how == PKI_FUNC_PATCHABLE || fs->how == PKI_FUNC_RELOC ||
+	    fs->how == PKI_FUNC_REFUSED)
+		st->funcs++;
+	switch (fs->how) {
+	case PKI_FUNC_PATCHABLE:
+		st->patchable++;
+		break;
+	case PKI_FUNC_RELOC:
+		st->reloc++;
+		break;
+	case PKI_FUNC_REFUSED:
+		st->refused++;
+		if (fs->why < PKI_FUNC_WHY_NR)
+			st->why[fs->why]++;
+		break;
+	case PKI_FUNC_SKIP_IFUNC:
+		st->ifunc++;
+		break;
+	case PKI_FUNC_SKIP_COLD:
+		st->cold++;
+		break;
+	}
+}
+
+static int walk(const struct state *s, pki_func_site_fn cb, void *ctx, struct pki_func_stats *st)
+{
+	char buf[24];
+	size_t i;
+	int r;
+
+	for (i = 0; i < s->funcs.n; i++) {
+		struct pki_func_site fs = {.fn = &s->funcs.funcs[i]};
+
+		fs.name = pki_elf_func_name(fs.fn, buf, sizeof(buf));
+		classify(s, i, &fs);
+		r = cb ? cb(&fs, ctx) : 0;
+		if (r < 0)
+			return r;
+		if (r != PKI_FUNC_UNCOUNTED)
+			count(st, &fs);
+	}
+	return 0;
+}
+
+int pki_func_sites_file(const char *path, pki_func_site_fn fn, void *ctx, struct pki_func_stats *st)
+{
+	struct pki_func_stats local;
+	struct state s;
+	int fd, ret;
+
+	if (!path)
+		return -EINVAL;
+	if (!st)
+		st = &local;
+	memset(st, 0, sizeof(*st));
+	memset(&s, 0, sizeof(s));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = state_load(fd, &s, st);
+	close(fd);
+	if (!ret)
+		ret = walk(&s, fn, ctx, st);
+	state_free(&s);
+	return ret;
+}
+
+const char *pki_func_how_name(enum pki_func_how how)
+{
+	static const char *const names[] = {
+	    [PKI_FUNC_PATCHABLE] = "patchable", [PKI_FUNC_RELOC] = "reloc",
+	    [PKI_FUNC_REFUSED] = "refused",	[PKI_FUNC_SKIP_IFUNC] = "ifunc",
+	    [PKI_FUNC_SKIP_COLD] = "cold",
+	};
+
+	if ((unsigned)how >= sizeof(names) / sizeof(names[0]) || !names[how])
+		return "?";
+	return names[how];
+}
+
+const char *pki_func_why_name(unsigned why)
+{
+	if (why == PKI_FUNC_NOT_IN_FILE)
+		return "not_in_file";
+	return pki_reloc_why_name(why);
+}

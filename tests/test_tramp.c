@@ -6,7 +6,9 @@
  * (or the callback's changes), rax and the callee-saved registers, and skip
  * the callback when entered from inside one (recursion guard).
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #include "arch/arch.h"
 #include "hook/gp.h"
 #include "hook/tmem.h"
+#include "sym/elf_syms.h"
 #include "harness.h"
 #include "hook_fixture.h"
 
@@ -350,6 +353,149 @@ START_TEST(tmem_is_near_and_not_writable)
 }
 END_TEST
 
+/* ---- a relocated site (doc/design/reloc-sites.md): the exits into its copy ---- */
+
+static volatile long reloc_k = 3;
+
+__attribute__((noinline)) long tramp_reloc_target(long a, long b)
+{
+	return a * reloc_k + b;
+}
+
+struct copy_ctx {
+	struct pki_reloc_in in;
+	struct pki_reloc r;
+};
+
+static int copy_make(unsigned long copy, void *buf, size_t len, void *arg)
+{
+	struct copy_ctx *c = arg;
+
+	c->in.copy = copy;
+	if (pki_reloc(&c->in, &c->r))
+		return -EPERM;
+	ck_assert_uint_le(c->r.len, len);
+	memcpy(buf, c->r.code, c->r.len);
+	return 0;
+}
+
+static int self_read(void *ctx, uint64_t addr, void *buf, size_t len)
+{
+	(void)ctx;
+	memcpy(buf, (const void *)addr, len);
+	return 0;
+}
+
+/*
+ * The entry of a relocated site for tramp_reloc_target, and a stand-in for
+ * its patched text: a slot holding `call E`, called like the function (the
+ * copy jumps back into the real function's body).
+ */
+static long (*reloc_site(struct pki_tentry *e, struct pki_tramp_exits *x))(long, long)
+{
+	static struct copy_ctx c;
+	struct pki_elf_syms syms;
+	const struct pki_elf_sym *sym;
+	unsigned long a = (unsigned long)tramp_reloc_target;
+	uint8_t call[PKI_SITE_LEN];
+	struct pki_tslot site;
+	Dl_info dl;
+
+	ck_assert_int_ne(dladdr((void *)tramp_reloc_target, &dl), 0);
+	ck_assert_int_eq(pki_elf_syms_read_path("/proc/self/exe", &syms), 0);
+	sym = pki_elf_syms_find(&syms, a - (unsigned long)dl.dli_fbase);
+	ck_assert_ptr_nonnull(sym);
+	c.in = (struct pki_reloc_in){
+	    .code = (const uint8_t *)a, .size = sym->size, .addr = a, .read = self_read};
+	pki_elf_syms_free(&syms);
+	ck_assert_int_eq(pki_tmem_entry_new_reloc(a, copy_make, &c, e), 0);
+	ck_assert_int_eq(pki_tmem_alloc(a, &site), 0);
+	pki_insn_call(call, site.x, e->x);
+	memcpy(site.w, call, sizeof(call));
+	pki_tramp_sync_cores();
+	pki_tmem_exits(e, x);
+	printf("relocated site: %u bytes moved, copy of %u bytes\n", c.r.moved, c.r.len);
+	return (long (*)(long, long))site.x;
+}
+
+START_TEST(relocated_site_exits_into_its_copy)
+{
+	struct pki_tentry e;
+	struct pki_tramp_exits x;
+	struct pki_tslot s, h;
+	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
+	long (*f)(long, long) = reloc_site(&e, &x);
+
+	/* As made: X_RELOC, on into the copy, nothing runs. */
+	ck_assert_int_eq(f(5, 7), 22);
+	ck_assert_int_eq(calls, 0);
+	/* The list dispatcher, then X_RELOC: the hook sees the site and the arguments. */
+	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
+	ck_assert_int_eq(
+	    pki_tmem_emit(PKI_TRAMP_LIST, &s, (unsigned long[]){(unsigned long)fake_list}, 1), 0);
+	pki_tmem_entry_set(&e, &(struct pki_tramp_entry){s.x, x.reloc, 0, 0});
+	ck_assert_int_eq(f(5, 7), 22);
+	ck_assert_int_eq(calls, 1);
+	ck_assert_uint_eq(list_ip, (unsigned long)f);
+	ck_assert_int_eq(seen.di, 5);
+	ck_assert_int_eq(seen.si, 7);
+	/* X_USER_RELOC into a handler's entry, which returns into the copy; its change counts. */
+	pki_tmem_entry_set(&e, &(struct pki_tramp_entry){x.user_reloc, x.user_reloc, 0, d});
+	change_di = 10;
+	ck_assert_int_eq(f(5, 7), 37);
+	change_di = -1;
+	ck_assert_int_eq(calls, 2);
+	/* Both: the list dispatcher, then on through X_USER_RELOC. */
+	pki_tmem_entry_set(&e, &(struct pki_tramp_entry){s.x, x.user_reloc, 0, d});
+	ck_assert_int_eq(f(6, 1), 19);
+	ck_assert_int_eq(calls, 4);
+	ck_assert_int_eq(pki_tramp_nest, -1);
+}
+END_TEST
+
+static long (*refused_f)(long, long);
+static long refused_result;
+
+/* A thread past its exit (gp.c's TLS_EXITING, 0x1): X_REG_RELOC refuses it, unhooked. */
+static void *refused_thread(void *arg)
+{
+	(void)arg;
+	pki_tramp_tls.flags |= 0x1;
+	refused_result = refused_f(5, 7);
+	return NULL;
+}
+
+START_TEST(relocated_site_refused_thread_runs_unhooked)
+{
+	struct pki_tentry e;
+	struct pki_tramp_exits x;
+	struct pki_tslot s, h;
+	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
+	pthread_t th;
+
+	refused_f = reloc_site(&e, &x);
+	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
+	ck_assert_int_eq(
+	    pki_tmem_emit(PKI_TRAMP_LIST, &s, (unsigned long[]){(unsigned long)fake_list}, 1), 0);
+	/* No direct address: on to the copy. */
+	pki_tmem_entry_set(&e, &(struct pki_tramp_entry){s.x, x.reloc, 0, 0});
+	pthread_create(&th, NULL, refused_thread, NULL);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(refused_result, 22);
+	ck_assert_int_eq(calls, 0);
+	/* A direct address: through it (its own entry refuses too) into the copy. */
+	pki_tmem_entry_set(&e, &(struct pki_tramp_entry){s.x, x.user_reloc, 0, d});
+	refused_result = 0;
+	pthread_create(&th, NULL, refused_thread, NULL);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(refused_result, 22);
+	ck_assert_int_eq(calls, 0);
+	/* The same words, a thread that registers: both run. */
+	ck_assert_int_eq(refused_f(5, 7), 22);
+	ck_assert_int_eq(calls, 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tramp");
@@ -366,6 +512,8 @@ int main(void)
 	tcase_add_test(tc, first_entry_registers_thread);
 	tcase_add_test(tc, locked_entry_works);
 	tcase_add_test(tc, tmem_is_near_and_not_writable);
+	tcase_add_test(tc, relocated_site_exits_into_its_copy);
+	tcase_add_test(tc, relocated_site_refused_thread_runs_unhooked);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

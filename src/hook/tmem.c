@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Trampoline memory (see tmem.h).  Slot 0 of every chunk holds the chunk's
- * copy of the list dispatcher, slots 1-2 its exits (tramp.S); both, and
+ * copy of the list dispatcher, slots 1-4 its exits (tramp.S); both, and
  * the slots given to entries, live as long as the process.  The chunk table is append-only and
  * published with a release store of its length, so pki_tmem_contains() can run in a signal handler.
  *
@@ -181,13 +181,13 @@ static uint8_t *chunk_map_writer(unsigned long x, int fd)
 	return w;
 }
 
-/* A new chunk's fixed slots: 0 the list dispatcher, 1-2 the exits. */
+/* A new chunk's fixed slots: 0 the list dispatcher, then the exits. */
 static int chunk_fill(struct pki_tmem_chunk *c)
 {
 	int err;
 
-	c->nfree = PKI_TMEM_SLOTS - 3;
-	c->used[0] = 7;
+	c->nfree = PKI_TMEM_SLOTS - 1 - PKI_TRAMP_EXITS_SLOTS;
+	c->used[0] = (2u << PKI_TRAMP_EXITS_SLOTS) - 1; /* slot 0 and the exits' */
 	err = pki_tramp_emit(PKI_TRAMP_LIST, c->w,
 			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1,
 			     c->x + PKI_TMEM_SLOT, false);
@@ -355,38 +355,55 @@ unsigned long pki_tmem_list(const struct pki_tentry *e)
 /*
  * Entries are taken from a slot of a chunk reaching @near, 8 to a slot,
  * never given back (a thread may be about to run any entry it ever saw).
+ * @n consecutive ones (1, or 2: an entry and its relocated copy); their
+ * chunk locked by the caller.
  */
-int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out)
+static int __entries_take(unsigned long near, size_t n, struct pki_tentry *out)
 {
-	struct pki_tramp_exits x;
 	struct pki_tmem_chunk *c = NULL;
 	size_t off;
-	int err = 0;
+	int err;
 
 	if (!near)
 		near = default_near();
-	pthread_mutex_lock(&tmem_lock);
 	for (unsigned int i = 0; i < nchunks && !c; i++)
-		if (chunks[i]->entries && chunks[i]->nentries < ENTRIES_PER_SLOT &&
+		if (chunks[i]->entries && chunks[i]->nentries + n <= ENTRIES_PER_SLOT &&
 		    !chunks[i]->frozen && chunk_reaches(chunks[i]->x, near))
 			c = chunks[i];
 	if (!c) {
 		err = __chunk_get(near, &c);
 		if (err)
-			goto unlock;
+			return err;
 		c->entries = c->w + __slot_take(c) * PKI_TMEM_SLOT;
 		c->nentries = 0;
 	}
-	off = (size_t)(c->entries - c->w) + c->nentries++ * PKI_TRAMP_ENTRY_SIZE;
+	off = (size_t)(c->entries - c->w) + c->nentries * PKI_TRAMP_ENTRY_SIZE;
+	c->nentries += (unsigned int)n;
 	out->chunk = c;
 	out->x = c->x + off;
 	out->w = c->w + off;
-	pki_tramp_exits_at(c->x + PKI_TMEM_SLOT, &x);
-	err = pki_tramp_emit(PKI_TRAMP_ENTRY, out->w, (unsigned long[]){x.ret, x.ret, 0, x.ret_ret},
-			     4, 0, pki_gp_readers_locked());
-	if (!err)
-		err = pki_tramp_entry_link(out->w, out->x, x.reg);
-unlock:
+	return 0;
+}
+
+/* Write entry @e calling nothing: @d's words, its js linked to @x_reg. */
+static int entry_emit(const struct pki_tentry *e, const unsigned long d[4], unsigned long x_reg)
+{
+	int err = pki_tramp_emit(PKI_TRAMP_ENTRY, e->w, d, 4, 0, pki_gp_readers_locked());
+
+	return err ? err : pki_tramp_entry_link(e->w, e->x, x_reg);
+}
+
+int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out)
+{
+	struct pki_tramp_exits x;
+	int err;
+
+	pthread_mutex_lock(&tmem_lock);
+	err = __entries_take(near, 1, out);
+	if (!err) {
+		pki_tramp_exits_at(out->chunk->x + PKI_TMEM_SLOT, &x);
+		err = entry_emit(out, (unsigned long[]){x.ret, x.ret, 0, x.ret_ret}, x.reg);
+	}
 	pthread_mutex_unlock(&tmem_lock);
 	/*
 	 * No core sync here (one per entry would cost a system call per site
@@ -394,6 +411,29 @@ unlock:
 	 * emit that points at it, and both sync cores.
 	 */
 	return err;
+}
+
+int pki_tmem_entry_new_reloc(unsigned long near,
+			     int (*make)(unsigned long copy, void *buf, size_t len, void *ctx),
+			     void *ctx, struct pki_tentry *out)
+{
+	struct pki_tramp_exits x;
+	int err;
+
+	pthread_mutex_lock(&tmem_lock);
+	err = __entries_take(near, 2, out);
+	if (!err) {
+		unsigned char *copy = out->w + PKI_TRAMP_ENTRY_SIZE;
+
+		pki_tramp_exits_at(out->chunk->x + PKI_TMEM_SLOT, &x);
+		pki_tramp_fill_trap(copy, PKI_TRAMP_ENTRY_SIZE);
+		err = make(out->x + PKI_TRAMP_ENTRY_SIZE, copy, PKI_TRAMP_ENTRY_SIZE, ctx);
+		if (!err)
+			err =
+			    entry_emit(out, (unsigned long[]){x.reloc, x.reloc, 0, 0}, x.reg_reloc);
+	}
+	pthread_mutex_unlock(&tmem_lock);
+	return err; /* failed: the two stay unused (entries are never given back) */
 }
 
 static unsigned long *entry_word(const struct pki_tentry *e, size_t off)

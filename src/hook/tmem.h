@@ -58,6 +58,19 @@ struct pki_tentry {
 int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out);
 
 /*
+ * The entry of a relocated site (doc/design/reloc-sites.md): @make(copy,
+ * buf, len, @ctx) writes into @buf (@len bytes, the writable view) the
+ * moved instructions for their new address @copy, which is the 64 bytes
+ * right after the entry; both are never freed.  The entry calls nothing
+ * yet: its target and user words are X_RELOC (on into the copy), its
+ * direct word 0, its registration X_REG_RELOC.  Cores not synced, as
+ * above.  -ENOMEM, -ERANGE, or @make's error.
+ */
+int pki_tmem_entry_new_reloc(unsigned long near,
+			     int (*make)(unsigned long copy, void *buf, size_t len, void *ctx),
+			     void *ctx, struct pki_tentry *out);
+
+/*
  * Publish @d's ops, direct, user and target words in @e, in that order
  * (release stores: what the new target reads is in place before it is
  * reached).

@@ -49,6 +49,7 @@
 #define TLS_WANT 4
 
 /* Data words of an entry (struct pki_tramp_entry in tramp.h). */
+#define ENTRY_SIZE 64	/* PKI_TRAMP_ENTRY_SIZE */
 #define E_TARGET 32
 #define E_USER	40
 #define E_OPS	48
@@ -278,7 +279,7 @@ pki_tramp_list_end:
 	TEMPLATE_END
 
 /*
- * X: the exits, one copy per chunk (slots 1-2, never freed).  Entered
+ * X: the exits, one copy per chunk (slots 1-4, never freed).  Entered
  * counted, registers as at the function entry, r11 = the entry.
  *  X_RET: decl, ret (into the function).  X_RET_RET is that ret alone.
  *  X_USER: decl, jmp *E.direct.
@@ -289,13 +290,26 @@ pki_tramp_list_end:
  *    if it cannot (a thread past its exit), uncounted on to E.direct: the
  *    site's direct address (user code, or a pk_tramp's entry, which ends
  *    here too) or a ret: the ops and handlers are skipped, nothing else.
+ * A relocated site (doc/design/reloc-sites.md) never returns to the site's
+ * call: its copy C of the moved instructions is the 64 bytes after E.
+ *  X_RELOC: decl, drop the site's return address, jump to C.
+ *  X_USER_RELOC: decl, the site's return address becomes C, jump to
+ *    E.direct (the user's trampoline returns into C).
+ *  X_REG_RELOC: X_REG for a relocated site's entry; refused, on uncounted
+ *    to C, or to E.direct through C as above if it is not 0.
+ * The parts after the decl (x_*_go) are uncounted and read only E's words
+ * and E itself: never freed (gp.c, R3).
  * data: [0] exit function, [1] registration function.
  */
 	.globl	pki_tramp_x_ret, pki_tramp_x_ret_ret, pki_tramp_x_user, pki_tramp_x_reg
+	.globl	pki_tramp_x_reloc, pki_tramp_x_user_reloc, pki_tramp_x_reg_reloc
 	.hidden	pki_tramp_x_ret
 	.hidden	pki_tramp_x_ret_ret
 	.hidden	pki_tramp_x_user
 	.hidden	pki_tramp_x_reg
+	.hidden	pki_tramp_x_reloc
+	.hidden	pki_tramp_x_user_reloc
+	.hidden	pki_tramp_x_reg_reloc
 	TEMPLATE_BEGIN exits
 pki_tramp_x_ret:
 	WANT	2f, pki_tramp_exits_start
@@ -332,6 +346,53 @@ pki_tramp_x_reg:
 	jz	4f
 	jmp	*E_TARGET(%r11)
 4:	jmp	*E_DIRECT(%r11)	/* unhooked, but into the direct address if any */
+
+	.p2align 4
+pki_tramp_x_reloc:
+	WANT	5f, pki_tramp_exits_start
+	NEST	decl, pki_tramp_exits_start
+x_reloc_go:
+	leaq	8(%rsp), %rsp	/* the site's return address: the middle of C's first bytes */
+	leaq	ENTRY_SIZE(%r11), %r11
+	jmp	*%r11
+5:	SAVE
+	movq	%r11, R_R11(%rsp)
+	call	*pki_tramp_exits_data(%rip)
+	movq	R_R11(%rsp), %r11
+	RESTORE
+	NEST	decl, pki_tramp_exits_start
+	jmp	x_reloc_go
+
+	.p2align 4
+pki_tramp_x_user_reloc:
+	WANT	6f, pki_tramp_exits_start
+	NEST	decl, pki_tramp_exits_start
+x_user_reloc_go:
+	pushq	E_DIRECT(%r11)
+	leaq	ENTRY_SIZE(%r11), %r11
+	movq	%r11, 8(%rsp)	/* the site's return address becomes C */
+	ret			/* into E.direct */
+6:	SAVE
+	movq	%r11, R_R11(%rsp)
+	call	*pki_tramp_exits_data(%rip)
+	movq	R_R11(%rsp), %r11
+	RESTORE
+	NEST	decl, pki_tramp_exits_start
+	jmp	x_user_reloc_go
+
+	.p2align 4
+pki_tramp_x_reg_reloc:
+	SAVE
+	movq	%r11, R_R11(%rsp)
+	call	*pki_tramp_exits_data+8(%rip)
+	movq	R_R11(%rsp), %r11
+	testl	%eax, %eax
+	RESTORE
+	jz	7f
+	jmp	*E_TARGET(%r11)
+7:	cmpq	$0, E_DIRECT(%r11)
+	je	x_reloc_go
+	jmp	x_user_reloc_go
 	.p2align 3
 pki_tramp_exits_data:
 	.quad	0, 0

@@ -32,7 +32,8 @@ TEMPLATE(list);
 TEMPLATE(entry);
 TEMPLATE(exits);
 extern const unsigned char pki_tramp_entry_lock[], pki_tramp_entry_js[], pki_tramp_x_ret[],
-    pki_tramp_x_ret_ret[], pki_tramp_x_user[], pki_tramp_x_reg[];
+    pki_tramp_x_ret_ret[], pki_tramp_x_user[], pki_tramp_x_reg[], pki_tramp_x_reloc[],
+    pki_tramp_x_user_reloc[], pki_tramp_x_reg_reloc[];
 
 static const struct {
 	const unsigned char *start, *end, *data;
@@ -76,6 +77,9 @@ void pki_tramp_exits_at(unsigned long exits, struct pki_tramp_exits *out)
 	out->ret_ret = exits + (unsigned long)(pki_tramp_x_ret_ret - pki_tramp_exits_start);
 	out->user = exits + (unsigned long)(pki_tramp_x_user - pki_tramp_exits_start);
 	out->reg = exits + (unsigned long)(pki_tramp_x_reg - pki_tramp_exits_start);
+	out->reloc = exits + (unsigned long)(pki_tramp_x_reloc - pki_tramp_exits_start);
+	out->user_reloc = exits + (unsigned long)(pki_tramp_x_user_reloc - pki_tramp_exits_start);
+	out->reg_reloc = exits + (unsigned long)(pki_tramp_x_reg_reloc - pki_tramp_exits_start);
 }
 
 int pki_tramp_entry_link(void *buf, unsigned long x, unsigned long x_reg)

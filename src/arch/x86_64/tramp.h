@@ -24,8 +24,9 @@ enum pki_tramp_kind {
 
 /* Largest template, in bytes: trampoline memory slots are at least this. */
 #define PKI_TRAMP_MAX 512
-/* PKI_TRAMP_EXITS takes two slots. */
-#define PKI_TRAMP_EXITS_MAX (2 * PKI_TRAMP_MAX)
+/* PKI_TRAMP_EXITS takes this many slots. */
+#define PKI_TRAMP_EXITS_SLOTS 4
+#define PKI_TRAMP_EXITS_MAX   (PKI_TRAMP_EXITS_SLOTS * PKI_TRAMP_MAX)
 /* An entry: one cache line. */
 #define PKI_TRAMP_ENTRY_SIZE 64
 
@@ -72,6 +73,10 @@ struct pki_tramp_exits {
 	unsigned long ret_ret; /* its ret alone */
 	unsigned long user;    /* X_USER: decl, jmp *E.direct */
 	unsigned long reg;     /* X_REG */
+	/* A relocated site's (its copy is the 64 bytes after its entry): */
+	unsigned long reloc;	  /* X_RELOC: decl, drop the return address, into the copy */
+	unsigned long user_reloc; /* X_USER_RELOC: decl, return into the copy from E.direct */
+	unsigned long reg_reloc;  /* X_REG_RELOC: X_REG, refused: on to the copy */
 };
 
 void pki_tramp_exits_at(unsigned long exits, struct pki_tramp_exits *out);

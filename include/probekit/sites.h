@@ -37,6 +37,7 @@ enum pk_site_kind {
 	PK_SITE_NOP5 = 1, /* __patchable_function_entries, one five-byte nop (clang) */
 	PK_SITE_NOP1X5,	  /* __patchable_function_entries, five one-byte nops (gcc) */
 	PK_SITE_MCOUNT,	  /* __mcount_loc, one five-byte nop */
+	PK_SITE_RELOC,	  /* a function's first instructions, moved out of line when hooked */
 };
 
 struct pk_site {

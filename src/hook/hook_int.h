@@ -25,6 +25,12 @@ struct pki_site_src {
 	 */
 	int (*each)(const char *glob, unsigned long lo, unsigned long hi,
 		    int (*cb)(unsigned long ip, void *arg), void *arg);
+	/*
+	 * Optional: 0 and the function's start and size if site @ip is a
+	 * relocated entry (PK_SITE_RELOC: its bytes are the function's own
+	 * first instructions), else -ENOENT.
+	 */
+	int (*reloc)(unsigned long ip, unsigned long *func, unsigned long *size);
 };
 
 typedef int (*pki_poke_fn)(struct pki_poke *pokes, size_t n);

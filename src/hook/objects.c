@@ -90,6 +90,7 @@ static void __forget(const struct range *r, size_t nr)
 		pki_hook_tramp_use(st->direct, -1); /* outside any transaction: the committed one */
 		free(st->ops.v);
 		free(st->saved_ops.v);
+		free(st->reloc);
 		free(st);
 	}
 	pki_umap_clear(&pki_reg.sites);

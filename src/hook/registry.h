@@ -88,6 +88,18 @@ struct site {
 	unsigned long new_call;
 	struct pki_tramp_entry new_ent, old_ent;
 	struct opsv *new_opsv;
+	/*
+	 * A relocated site (doc/design/reloc-sites.md): its function and the
+	 * original bytes it gets back when detached.  Its copy, made with the
+	 * entry (the 64 bytes after it), and where each moved instruction went.
+	 */
+	struct site_reloc *reloc;
+};
+
+struct site_reloc {
+	unsigned long func, size;
+	uint8_t orig[PKI_SITE_LEN];
+	struct pki_reloc r; /* the copy as made: moved, map */
 };
 
 struct ops_priv {

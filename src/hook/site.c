@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <probekit/sites.h>
 
@@ -67,7 +69,23 @@ static int sym_each(const char *glob, unsigned long lo, unsigned long hi,
 	return ret;
 }
 
-const struct pki_site_src pki_hook_default_src = {sym_lookup, sym_each};
+static int sym_reloc(unsigned long ip, unsigned long *func, unsigned long *size)
+{
+	const struct pki_site *s;
+	int err = -ENOENT;
+
+	pki_sites_read_lock();
+	s = pki_site_find(ip);
+	if (s && s->ip == ip && s->kind == PK_SITE_RELOC) {
+		*func = s->func;
+		*size = s->size;
+		err = 0;
+	}
+	pki_sites_read_unlock();
+	return err;
+}
+
+const struct pki_site_src pki_hook_default_src = {sym_lookup, sym_each, sym_reloc};
 
 void pki_hook_set_site_src(const struct pki_site_src *src)
 {
@@ -79,6 +97,26 @@ void pki_hook_set_site_src(const struct pki_site_src *src)
 struct site *__pki_hook_site_find(unsigned long ip)
 {
 	return pki_umap_find(&pki_reg.sites, ip);
+}
+
+/*
+ * @s holds a function's own first instructions: a relocated site if the
+ * source says so (its copy is made with its entry), else -EBUSY (someone
+ * else's code).  -ENOMEM.
+ */
+static int site_reloc_get(struct site *s)
+{
+	unsigned long func, size;
+
+	if (!pki_reg.src->reloc || pki_reg.src->reloc(s->ip, &func, &size))
+		return -EBUSY;
+	s->reloc = calloc(1, sizeof(*s->reloc));
+	if (!s->reloc)
+		return -ENOMEM;
+	s->reloc->func = func;
+	s->reloc->size = size;
+	memcpy(s->reloc->orig, s->cur, PKI_SITE_LEN);
+	return 0;
 }
 
 /* The site record of @ip, made on first use after checking it is a site. */
@@ -105,9 +143,12 @@ int __pki_hook_site_get(unsigned long addr, struct site **out)
 	case PKI_INSN_NOP5:
 	case PKI_INSN_NOP1X5:
 		break;
-	default: /* someone else's code already there */
-		free(s);
-		return -EBUSY;
+	default: /* a function's own first instructions, or someone else's code */
+		err = site_reloc_get(s);
+		if (err) {
+			free(s);
+			return err;
+		}
 	}
 	err = pki_umap_insert(&pki_reg.sites, s);
 	if (err) {
@@ -238,14 +279,88 @@ static struct opsv *opsv_new(const struct ops_vec *ops)
  * (any more) too: a thread that entered through old bytes does what the
  * new bytes do.
  */
-int __pki_hook_site_decide(struct site *s)
+/* Read our own memory without faulting (a jump table the decoder points at). */
+static int self_read(void *ctx, uint64_t addr, void *buf, size_t len)
 {
-	unsigned long body = s->direct ? pki_hook_tramp_body(s->direct) : 0;
-	/* The text calls the entry, unless it calls nothing or user code within reach. */
-	bool via_entry = s->ops.n || (s->direct && (body || !pki_tmem_reaches(s->ip, s->direct)));
+	struct iovec local = {buf, len}, remote = {(void *)addr, len};
+
+	(void)ctx;
+	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
+}
+
+/* pki_tmem_entry_new_reloc's maker: the function's prologue for its copy at @copy. */
+static int reloc_copy_make(unsigned long copy, void *buf, size_t len, void *ctx)
+{
+	struct site *s = ctx;
+	struct site_reloc *rl = s->reloc;
+	struct pki_reloc_in in = {.code = (const uint8_t *)rl->func,
+				  .size = rl->size,
+				  .addr = rl->func,
+				  .copy = copy,
+				  .read = self_read};
+
+	if (pki_reloc(&in, &rl->r)) {
+		pki_warn("hooks: site %#lx: its prologue does not relocate: %s\n", s->ip,
+			 pki_reloc_why_name(rl->r.why));
+		return -EPERM;
+	}
+	if (rl->func + rl->r.skip != s->ip || rl->r.len > len)
+		return -EPERM;
+	memcpy(buf, rl->r.code, rl->r.len);
+	return 0;
+}
+
+/*
+ * A relocated site (doc/design/reloc-sites.md, RS1): the text calls its
+ * entry whenever anything is attached, and every way out goes on into the
+ * copy, never back to the call.  No one-ops body, no pk_tramp body: they
+ * return to the call.
+ */
+static int __site_decide_reloc(struct site *s)
+{
 	struct pki_tramp_exits x;
 	int err;
 
+	s->new_opsv = s->opsv;
+	s->new_call = 0;
+	if (!s->ent.x) {
+		if (!s->ops.n && !s->direct)
+			return 0;
+		err = pki_tmem_entry_new_reloc(s->ip, reloc_copy_make, s, &s->ent);
+		if (err)
+			return err;
+	}
+	if (pki_tmem_entry_frozen(&s->ent))
+		return -ENOTRECOVERABLE;
+	pki_tmem_exits(&s->ent, &x);
+	s->new_ent = (struct pki_tramp_entry){x.reloc, x.reloc, (unsigned long)s->opsv, 0};
+	if (s->direct)
+		s->new_ent = (struct pki_tramp_entry){x.user_reloc, x.user_reloc,
+						      (unsigned long)s->opsv, s->direct};
+	if (s->ops.n || s->direct)
+		s->new_call = s->ent.x;
+	if (!s->ops.n)
+		return 0;
+	s->new_opsv = opsv_new(&s->ops);
+	if (!s->new_opsv)
+		return -ENOMEM;
+	s->new_ent.ops = (unsigned long)s->new_opsv;
+	s->new_ent.target = pki_tmem_list(&s->ent);
+	return 0;
+}
+
+int __pki_hook_site_decide(struct site *s)
+{
+	unsigned long body;
+	bool via_entry;
+	struct pki_tramp_exits x;
+	int err;
+
+	if (s->reloc)
+		return __site_decide_reloc(s);
+	body = s->direct ? pki_hook_tramp_body(s->direct) : 0;
+	/* The text calls the entry, unless it calls nothing or user code within reach. */
+	via_entry = s->ops.n || (s->direct && (body || !pki_tmem_reaches(s->ip, s->direct)));
 	s->new_opsv = s->opsv;
 	s->new_call = s->direct;
 	if (!s->ent.x) {
@@ -290,7 +405,7 @@ void pki_hook_site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN])
 	if (s->new_call)
 		pki_insn_call(b, s->ip, s->new_call);
 	else if (s->call)
-		memcpy(b, pki_nop5, PKI_SITE_LEN);
+		memcpy(b, s->reloc ? s->reloc->orig : pki_nop5, PKI_SITE_LEN);
 	else
 		memcpy(b, s->cur, PKI_SITE_LEN);
 }

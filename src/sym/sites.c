@@ -34,8 +34,10 @@
 
 #include <urcu/urcu-memb.h>
 
+#include "base/grow.h"
 #include "base/log.h"
 #include "sym/elf_sites.h"
+#include "sym/func_sites.h"
 #include "sym/sites.h"
 
 struct pki_sym_table {
@@ -183,17 +185,86 @@ static int object_file_read(const char *path, const char *open_path, struct pki_
 	return err;
 }
 
-/*
- * Make @obj's sites from the file's records @es: only those whose bytes are
- * what is mapped (else they are no site: counted as bad_insn).  0 or -ENOMEM.
- */
-static int object_sites_make(struct pki_sym_object *obj, const struct dl_phdr_info *info,
-			     const struct pki_elf_sites *es)
+/* Relocated-entry sites of one object (doc/design/reloc-sites.md, RS4). */
+struct reloc_sites {
+	struct pki_site *v;
+	size_t n, cap;
+	const struct pki_sym_object *obj;
+	const struct dl_phdr_info *info;
+};
+
+static pthread_once_t reloc_once = PTHREAD_ONCE_INIT;
+static bool reloc_on; /* set before the table is built: see sites.h */
+
+static void reloc_init(void)
 {
-	obj->sites = calloc(es->n, sizeof(*obj->sites));
-	obj->by_name = calloc(es->n, sizeof(*obj->by_name));
-	if (!obj->sites || !obj->by_name)
+	const char *e = getenv("PROBEKIT_RELOC");
+
+	if (e && *e == '1')
+		reloc_on = true;
+}
+
+bool pki_sites_reloc(void)
+{
+	pthread_once(&reloc_once, reloc_init);
+	return __atomic_load_n(&reloc_on, __ATOMIC_RELAXED);
+}
+
+void pki_sites_set_reloc(bool on)
+{
+	pthread_once(&reloc_once, reloc_init);
+	__atomic_store_n(&reloc_on, on, __ATOMIC_RELAXED);
+}
+
+/* A function the file says relocates: a site, if its whole text is mapped. */
+static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
+{
+	struct reloc_sites *r = ctx;
+	unsigned long func = r->obj->base + fs->fn->addr, ip = func + fs->skip;
+	struct pki_site *s;
+
+	if (fs->how != PKI_FUNC_RELOC || !in_mapped_text(r->info, func, fs->fn->size))
+		return 0;
+	if (PKI_GROW(r->v, r->cap, r->n + 1))
 		return -ENOMEM;
+	s = &r->v[r->n];
+	*s = (struct pki_site){.ip = ip,
+			       .func = func,
+			       .size = fs->fn->size,
+			       .name = pki_intern(fs->name),
+			       .kind = PK_SITE_RELOC};
+	if (!s->name)
+		return -ENOMEM;
+	memcpy(s->insn, (const void *)ip, PKI_SITE_LEN);
+	r->n++;
+	return 0;
+}
+
+/*
+ * The functions of @open_path without a patchable entry whose prologue
+ * relocates (analysed on the file, which matches the mapping: same_layout).
+ * A file that cannot be classified gives none.  0 or -ENOMEM.
+ */
+static int reloc_sites_read(const char *path, const char *open_path, struct reloc_sites *r)
+{
+	int err = pki_func_sites_file(open_path, reloc_site_take, r, NULL);
+
+	if (err && err != -ENOMEM)
+		pki_debug("sites: %s: no relocated entries: %s\n", path, pki_errstr(err));
+	return err == -ENOMEM ? err : 0;
+}
+
+static int cmp_ip(const void *a, const void *b)
+{
+	const struct pki_site *x = a, *y = b;
+
+	return x->ip < y->ip ? -1 : x->ip > y->ip;
+}
+
+/* @obj's patchable sites from the file's records @es whose bytes are what is mapped. */
+static int object_patchable_take(struct pki_sym_object *obj, const struct dl_phdr_info *info,
+				 const struct pki_elf_sites *es)
+{
 	for (size_t i = 0; i < es->n; i++) {
 		const struct pki_elf_site *e = &es->sites[i];
 		struct pki_site *s = &obj->sites[obj->nsites];
@@ -202,7 +273,7 @@ static int object_sites_make(struct pki_sym_object *obj, const struct dl_phdr_in
 		if (!in_mapped_text(info, obj->base + e->func, ip - (obj->base + e->func)) ||
 		    !in_mapped_text(info, ip, PKI_SITE_LEN) ||
 		    memcmp((const void *)ip, e->insn, PKI_SITE_LEN)) {
-			obj->stats.bad_insn++;
+			obj->stats.bad_insn++; /* else they are no site */
 			continue;
 		}
 		s->ip = ip;
@@ -210,18 +281,45 @@ static int object_sites_make(struct pki_sym_object *obj, const struct dl_phdr_in
 		s->name = pki_intern(e->name);
 		if (!s->name)
 			return -ENOMEM;
-		s->obj = obj;
 		s->kind = e->kind;
 		memcpy(s->insn, e->insn, PKI_SITE_LEN);
-		obj->by_name[obj->nsites] = s;
 		obj->nsites++;
 	}
+	return 0;
+}
+
+/*
+ * Make @obj's sites: the file's patchable records @es, and the relocated
+ * entries @r (taken over), sorted by ip and by name.  0 or -ENOMEM.
+ */
+static int object_sites_make(struct pki_sym_object *obj, const struct dl_phdr_info *info,
+			     const struct pki_elf_sites *es, struct reloc_sites *r)
+{
+	size_t cap = es->n + r->n;
+	int err;
+
+	obj->sites = calloc(cap ? cap : 1, sizeof(*obj->sites));
+	obj->by_name = calloc(cap ? cap : 1, sizeof(*obj->by_name));
+	if (!obj->sites || !obj->by_name)
+		return -ENOMEM;
+	err = object_patchable_take(obj, info, es);
+	if (err)
+		return err;
+	if (r->n)
+		memcpy(&obj->sites[obj->nsites], r->v, r->n * sizeof(*r->v));
+	obj->nsites += r->n;
 	obj->stats.sites = obj->nsites;
-	if (obj->nsites) {
-		qsort(obj->by_name, obj->nsites, sizeof(*obj->by_name), cmp_name);
-		obj->lo = obj->sites[0].ip;
-		obj->hi = obj->sites[obj->nsites - 1].ip + PKI_SITE_LEN;
+	if (!obj->nsites)
+		return 0;
+	if (r->n)
+		qsort(obj->sites, obj->nsites, sizeof(*obj->sites), cmp_ip);
+	for (size_t i = 0; i < obj->nsites; i++) {
+		obj->sites[i].obj = obj;
+		obj->by_name[i] = &obj->sites[i];
 	}
+	qsort(obj->by_name, obj->nsites, sizeof(*obj->by_name), cmp_name);
+	obj->lo = obj->sites[0].ip;
+	obj->hi = obj->sites[obj->nsites - 1].ip + PKI_SITE_LEN;
 	return 0;
 }
 
@@ -244,6 +342,7 @@ static void object_stats_take(struct pki_sym_object *obj, const struct pki_elf_s
 static int object_load(const struct dl_phdr_info *info, const char *path, const char *open_path,
 		       bool is_main, struct pki_sym_object **objp)
 {
+	struct reloc_sites rs = {0};
 	struct pki_elf_sites es;
 	struct pki_sym_object *obj;
 	int err;
@@ -273,8 +372,14 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 		goto out_es;
 	}
 	object_stats_take(obj, &es);
-	if (es.n) {
-		err = object_sites_make(obj, info, &es);
+	if (pki_sites_reloc()) {
+		rs = (struct reloc_sites){.obj = obj, .info = info};
+		err = reloc_sites_read(path, open_path, &rs);
+		if (err)
+			goto out_es;
+	}
+	if (es.n || rs.n) {
+		err = object_sites_make(obj, info, &es, &rs);
 		if (err)
 			goto out_es;
 	}
@@ -283,11 +388,13 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 			 path, obj->stats.bad_insn);
 	pki_debug("sites: %s: %zu site(s) at base %#lx\n", path, obj->nsites, obj->base);
 	pki_elf_sites_free(&es);
+	free(rs.v);
 	*objp = obj;
 	return 0;
 
 out_es:
 	pki_elf_sites_free(&es);
+	free(rs.v);
 	if (err == -ENOMEM)
 		goto out_free_obj;
 out_empty:
@@ -703,6 +810,8 @@ PK_API const char *pk_site_kind_name(enum pk_site_kind kind)
 		return "nop1x5";
 	case PK_SITE_MCOUNT:
 		return "mcount";
+	case PK_SITE_RELOC:
+		return "reloc";
 	}
 	return "?";
 }

@@ -38,6 +38,7 @@ struct pki_sym_object;
 struct pki_site {
 	unsigned long ip;
 	unsigned long func; /* ip, or ip - 4 after an endbr64 */
+	unsigned long size; /* PK_SITE_RELOC: the function's size (what the relocator decodes) */
 	const char *name;   /* interned */
 	const struct pki_sym_object *obj;
 	enum pk_site_kind kind;
@@ -60,6 +61,15 @@ struct pki_sym_object {
 	const struct pki_site **by_name; /* sorted by strcmp of name */
 	struct pk_sites_stats stats;	 /* bad_insn also counts memory mismatches */
 };
+
+/*
+ * Whether objects get PK_SITE_RELOC sites (every function without a
+ * patchable entry whose prologue relocates: doc/design/reloc-sites.md).
+ * Off unless PROBEKIT_RELOC=1; a change applies to objects loaded (or the
+ * table built) after it.
+ */
+bool pki_sites_reloc(void);
+void pki_sites_set_reloc(bool on);
 
 /* Enter / leave a read-side section (nestable). */
 void pki_sites_read_lock(void);

@@ -451,24 +451,54 @@ static void hexbytes(char *out, const uint8_t *b)
 	}
 }
 
+/* What a batch found other than it was told: see poke_bug(). */
+struct poke_bug {
+	unsigned long addr;	    /* the site */
+	const char *what;	    /* the bytes, when not the site's own: "sled relay slot" */
+	const char *when;	    /* when not before writing: "while storing" */
+	const uint8_t *want, *have; /* PKI_SITE_LEN bytes each */
+};
+
+/*
+ * The one report of a fault that leaves patching off for the process, in
+ * the manner of the kernel's ftrace_bug(): with @bug (@err is -EILSEQ),
+ * bytes in the text are not those the batch was told, so someone else
+ * writes there and no later batch can be trusted; without, a failed batch
+ * could not be undone (@err is why) and its sites may keep new bytes.
+ * Every later batch fails with -ECANCELED.
+ */
+static void poke_bug(int err, const struct poke_bug *bug)
+{
+	char want[3 * PKI_SITE_LEN], have[3 * PKI_SITE_LEN];
+
+	atomic_store(&dead, true);
+	if (!bug) {
+		pki_warn("text poke: cannot undo a failed batch, live patching is now off: %s\n",
+			 pki_errstr(err));
+		return;
+	}
+	hexbytes(want, bug->want);
+	hexbytes(have, bug->have);
+	pki_warn("text poke %#lx: %s%sexpected %s, found %s%s%s; live patching is now off for "
+		 "this process: %s\n",
+		 bug->addr, bug->what ? bug->what : "", bug->what ? ": " : "", want, have,
+		 bug->when ? " " : "", bug->when ? bug->when : "", pki_errstr(err));
+}
+
 /* Every site must hold exactly its old bytes, or nothing is written. */
 static int verify_sites(const struct pki_poke *site, size_t n)
 {
 	size_t i;
 
 	for (i = 0; i < n; i++) {
+		struct poke_bug bug;
 		uint8_t cur[PKI_SITE_LEN];
-		char want[3 * PKI_SITE_LEN], have[3 * PKI_SITE_LEN];
 
 		memcpy(cur, (const void *)site[i].addr, PKI_SITE_LEN);
 		if (!memcmp(cur, site[i].old, PKI_SITE_LEN))
 			continue;
-		atomic_store(&dead, true);
-		hexbytes(want, site[i].old);
-		hexbytes(have, cur);
-		pki_warn("text poke %#lx: expected %s, found %s; live patching is now off for "
-			 "this process: %s\n",
-			 site[i].addr, want, have, pki_errstr(EILSEQ));
+		bug = (struct poke_bug){.addr = site[i].addr, .want = site[i].old, .have = cur};
+		poke_bug(-EILSEQ, &bug);
 		return -EILSEQ;
 	}
 	return 0;
@@ -669,8 +699,7 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 	while ((left = atomic_load(&k->left)) > 0) {
 		struct timespec tick = {.tv_nsec = 1000000};
 
-		if (!pki_futex_wait(&k->left, left, &tick) ||
-		    errno != ETIMEDOUT)
+		if (!pki_futex_wait(&k->left, left, &tick) || errno != ETIMEDOUT)
 			continue;
 		/*
 		 * Silent for a while: are they all still alive, and is one of
@@ -679,8 +708,7 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 		 */
 		for (i = 0; i < n; i++)
 			if (!atomic_load(&k->acked[i]) &&
-			    (!pki_thread_alive(k->tid[i]) ||
-			     kick_seen_outside(b, k->tid[i])))
+			    (!pki_thread_alive(k->tid[i]) || kick_seen_outside(b, k->tid[i])))
 				pki_kick_ack(k, i);
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if ((now.tv_sec - start.tv_sec) * 1000000000l + now.tv_nsec - start.tv_nsec >
@@ -843,11 +871,8 @@ static int __poke_apply(struct pki_batch *b)
 		rollback(&rb, done);
 	pki_trap_retire();
 	kick_free(&k);
-	if (err2) {
-		atomic_store(&dead, true);
-		pki_warn("text poke: cannot undo a failed batch, live patching is now off: %s\n",
-			 pki_errstr(err2));
-	}
+	if (err2)
+		poke_bug(err2, NULL);
 	free(rev);
 	return err;
 }
@@ -995,14 +1020,12 @@ static int __poke_single_store(const struct pki_poke *site, size_t n, unsigned i
 	if (err) {
 		done--;
 		if (err == -EILSEQ) {
-			char want[3 * PKI_SITE_LEN], have[3 * PKI_SITE_LEN];
+			struct poke_bug bug = {.addr = site[done].addr,
+					       .when = "while storing",
+					       .want = site[done].old,
+					       .have = (const uint8_t *)site[done].addr};
 
-			atomic_store(&dead, true);
-			hexbytes(want, site[done].old);
-			hexbytes(have, (const uint8_t *)site[done].addr);
-			pki_warn("text poke %#lx: expected %s, found %s while storing; live "
-				 "patching is now off for this process: %s\n",
-				 site[done].addr, want, have, pki_errstr(EILSEQ));
+			poke_bug(err, &bug);
 		} else {
 			pki_warn("text poke %#lx: store through the alias not seen in the text: "
 				 "%s\n",
@@ -1112,19 +1135,6 @@ static int relay_byte_put(unsigned long addr, uint8_t from, uint8_t to)
 	return errno ? -errno : -EIO;
 }
 
-static void relay_report(const struct pki_poke *p, const char *what, const uint8_t *want,
-			 const uint8_t *have)
-{
-	char w[3 * PKI_SITE_LEN], h[3 * PKI_SITE_LEN];
-
-	atomic_store(&dead, true);
-	hexbytes(w, want);
-	hexbytes(h, have);
-	pki_warn("text poke %#lx: %s: expected %s, found %s; live patching is now off for "
-		 "this process: %s\n",
-		 p->addr, what, w, h, pki_errstr(EILSEQ));
-}
-
 /*
  * Does @p take the relay?  1 (and *@r filled, verified), 0 (no: another
  * protocol), or -errno: -EILSEQ (the text or the slot is not what @p says:
@@ -1156,7 +1166,10 @@ static int relay_choose(const struct pki_poke *p, struct relayed *r)
 		      ko == PKI_INSN_CALL || ko == PKI_INSN_JMP))
 		return 0;
 	if ((ko == PKI_INSN_CALL) != on) {
-		relay_report(p, "site", p->old, text);
+		struct poke_bug bug = {
+		    .addr = p->addr, .what = "site", .want = p->old, .have = text};
+
+		poke_bug(-EILSEQ, &bug);
 		return -EILSEQ;
 	}
 	if (kn == PKI_INSN_JMP) {
@@ -1195,7 +1208,12 @@ static int relay_choose(const struct pki_poke *p, struct relayed *r)
 
 		if (pki_insn_jmp(want, r->slot, pki_insn_branch_target(p->old, p->addr)) ||
 		    memcmp(want, r->slot_old, PKI_RELAY_SLOT_LEN)) {
-			relay_report(p, "sled relay slot", want, r->slot_old);
+			struct poke_bug bug = {.addr = p->addr,
+					       .what = "sled relay slot",
+					       .want = want,
+					       .have = r->slot_old};
+
+			poke_bug(-EILSEQ, &bug);
 			return -EILSEQ;
 		}
 	}

@@ -13,7 +13,6 @@
  * below): neither writes an INT3 or signals a thread, so neither depends on
  * how the program's threads mask or handle signals.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/membarrier.h>
@@ -30,6 +29,7 @@
 #include "arch/arch.h"
 #include "base/fd.h"
 #include "base/futex.h"
+#include "base/grow.h"
 #include "base/log.h"
 #include "base/threads.h"
 #include "patch/alias.h"
@@ -618,50 +618,54 @@ static void kick_report(const struct pki_kick *k)
 	}
 }
 
-static int kick_threads(struct pki_batch *b, struct pki_kick *k)
+/* The other threads, into a growing array: a pki_threads_each() callback. */
+struct kick_list {
+	pid_t *tid;
+	size_t n, cap;
+};
+
+static int kick_list_add(pid_t tid, void *arg)
 {
-	pid_t self = (pid_t)syscall(SYS_gettid), pid = getpid(), *tid = NULL, *bigger;
-	size_t n = 0, cap = 0, i;
-	int left;
-	struct timespec start, now;
-	struct dirent *de;
-	DIR *dir;
-	int err = 0;
+	struct kick_list *l = arg;
 
-	atomic_fetch_add(&pki_stat_kicks, 1);
-	dir = opendir("/proc/self/task");
-	if (!dir)
-		return -errno;
-	while ((de = readdir(dir))) {
-		pid_t t = (pid_t)atoi(de->d_name);
+	if (PKI_GROW(l->tid, l->cap, l->n + 1))
+		return -ENOMEM;
+	l->tid[l->n++] = tid;
+	return 0;
+}
 
-		if (t <= 0 || t == self)
-			continue;
-		if (n == cap) {
-			cap = cap ? 2 * cap : 64;
-			bigger = realloc(tid, cap * sizeof(*tid));
-			if (!bigger) {
-				err = -ENOMEM;
-				goto close_dir;
-			}
-			tid = bigger;
-		}
-		tid[n++] = t;
+/* Fill @k with every other thread alive now, sorted by tid, none acknowledged. */
+static int kick_list(struct pki_kick *k)
+{
+	struct kick_list l = {0};
+	int err;
+
+	err = pki_threads_each((pid_t)syscall(SYS_gettid), kick_list_add, &l);
+	if (!err && l.n)
+		qsort(l.tid, l.n, sizeof(*l.tid), cmp_tid);
+	if (!err) {
+		k->acked = calloc(l.n ? l.n : 1, sizeof(*k->acked));
+		if (!k->acked)
+			err = -ENOMEM;
 	}
-	if (n)
-		qsort(tid, n, sizeof(*tid), cmp_tid);
-	k->acked = calloc(n ? n : 1, sizeof(*k->acked));
-	if (!k->acked) {
-		err = -ENOMEM;
-		goto close_dir;
+	if (err) {
+		free(l.tid);
+		return err;
 	}
-	k->n = n;
-	k->tid = tid;
-	atomic_store(&k->left, (int)n);
-	tid = NULL;
-	atomic_store_explicit(&b->kick, k, memory_order_release);
+	k->n = l.n;
+	k->tid = l.tid;
+	atomic_store(&k->left, (int)l.n);
+	return 0;
+}
 
-	for (i = 0; i < n; i++) {
+/* Ask every listed thread that may be inside a sled to step out of it. */
+static int kick_signal(const struct pki_batch *b, struct pki_kick *k)
+{
+	pid_t pid = getpid();
+	size_t i;
+	int err;
+
+	for (i = 0; i < k->n; i++) {
 		/*
 		 * A thread blocked in the kernel (after step 1) at a pc outside
 		 * every sled of the batch can only come back in through a first
@@ -674,8 +678,8 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 		}
 		/*
 		 * A thread that blocks the kick gets it when it unblocks it (a
-		 * handler that returns); meanwhile the wait below looks at it
-		 * again until it is seen asleep in the kernel outside the sleds.
+		 * handler that returns); meanwhile kick_wait() looks at it again
+		 * until it is seen asleep in the kernel outside the sleds.
 		 */
 		if (!syscall(SYS_tgkill, pid, k->tid[i], PKI_SIG_KICK))
 			continue;
@@ -683,44 +687,70 @@ static int kick_threads(struct pki_batch *b, struct pki_kick *k)
 			err = -errno;
 			pki_warn("text poke: cannot signal thread %d: %s\n", k->tid[i],
 				 pki_errstr(err));
-			goto close_dir;
+			return err;
 		}
 		pki_kick_ack(k, i);
 	}
-	err = hook(PKI_POKE_AFTER_KICK_SENT);
-	if (err)
-		goto close_dir;
+	return 0;
+}
 
-	/*
-	 * Sleep rather than spin: on a busy machine the threads to kick are
-	 * often runnable but not running, and need this CPU.
-	 */
+/*
+ * Silent for a while: acknowledge for the threads that are gone or now seen
+ * asleep outside the sleds (one that blocks the kick, or whose handler for
+ * another signal blocks it).
+ */
+static void kick_recheck(const struct pki_batch *b, struct pki_kick *k)
+{
+	size_t i;
+
+	for (i = 0; i < k->n; i++)
+		if (!atomic_load(&k->acked[i]) &&
+		    (!pki_thread_alive(k->tid[i]) || kick_seen_outside(b, k->tid[i])))
+			pki_kick_ack(k, i);
+}
+
+/*
+ * Wait for every acknowledgement, at most KICK_TIMEOUT_NS.  Sleeps rather
+ * than spins: on a busy machine the threads to kick are often runnable but
+ * not running, and need this CPU.
+ */
+static int kick_wait(const struct pki_batch *b, struct pki_kick *k)
+{
+	struct timespec start, now;
+	int left;
+
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	while ((left = atomic_load(&k->left)) > 0) {
 		struct timespec tick = {.tv_nsec = 1000000};
 
 		if (!pki_futex_wait(&k->left, left, &tick) || errno != ETIMEDOUT)
 			continue;
-		/*
-		 * Silent for a while: are they all still alive, and is one of
-		 * them now seen asleep outside the sleds (a thread that blocks
-		 * the kick, or whose handler for another signal blocks it)?
-		 */
-		for (i = 0; i < n; i++)
-			if (!atomic_load(&k->acked[i]) &&
-			    (!pki_thread_alive(k->tid[i]) || kick_seen_outside(b, k->tid[i])))
-				pki_kick_ack(k, i);
+		kick_recheck(b, k);
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if ((now.tv_sec - start.tv_sec) * 1000000000l + now.tv_nsec - start.tv_nsec >
 		    KICK_TIMEOUT_NS) {
-			err = -ETIMEDOUT;
 			kick_report(k);
-			break;
+			return -ETIMEDOUT;
 		}
 	}
-close_dir:
-	closedir(dir);
-	free(tid);
+	return 0;
+}
+
+/* The sled kick for @b, whose first bytes are INT3s on every core. */
+static int kick_threads(struct pki_batch *b, struct pki_kick *k)
+{
+	int err;
+
+	atomic_fetch_add(&pki_stat_kicks, 1);
+	err = kick_list(k);
+	if (err)
+		return err;
+	atomic_store_explicit(&b->kick, k, memory_order_release);
+	err = kick_signal(b, k);
+	if (!err)
+		err = hook(PKI_POKE_AFTER_KICK_SENT);
+	if (!err)
+		err = kick_wait(b, k);
 	return err;
 }
 

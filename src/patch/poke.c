@@ -14,28 +14,25 @@
  * how the program's threads mask or handle signals.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "arch/arch.h"
-#include "base/fd.h"
 #include "base/futex.h"
 #include "base/grow.h"
 #include "base/log.h"
 #include "base/threads.h"
 #include "patch/alias.h"
 #include "patch/internal.h"
-#include "patch/maps.h"
 #include "patch/relay.h"
+#include "patch/text.h"
 
 int (*pki_text_poke_hook)(enum pki_poke_stage stage);
 unsigned int pki_text_poke_disable;
@@ -48,40 +45,10 @@ unsigned int pki_text_poke_disable;
 static pthread_mutex_t poke_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool dead;
 static atomic_bool ready; /* read without the lock by pki_text_sync() */
-/*
- * /proc/self/maps, kept open for PROCMAP_QUERY; no_query once the kernel
- * lacks it.  /proc/self/mem, if the kernel lets us write read-only text
- * through it.  Both live in the program's descriptor table: checked before
- * each batch (proc_fds_check()).
- */
-static struct pki_fd maps = PKI_FD_INIT;
-static bool no_query;
-static struct pki_fd mem = PKI_FD_INIT;
 /* The CPU has the single-store protocol's store (cmpxchg16b). */
 static bool have_cas16;
-/* This batch writes through /proc/self/mem instead of making text writable. */
-static bool use_mem;
-
-/*
- * Batches this small write text with pwrite() on /proc/self/mem (the kernel
- * writes through a read-only mapping, FOLL_FORCE): about 1 us per write, no
- * protection change, text never writable.  Bigger ones make each mapping
- * writable once (mprotect pair: 15-30 us each with threads running) and
- * store directly, which costs nothing per write.  Three writes per site.
- */
-#define MEM_MAX_SITES 8
-
 /* Time allowed for every thread to acknowledge a sled kick. */
 #define KICK_TIMEOUT_NS 2000000000l
-
-/* A page range with one original protection, made writable for the batch. */
-struct text_range {
-	unsigned long start, end;
-	unsigned long map_start; /* the mapping it belongs to */
-	int prot;
-	bool alias; /* written through its alias: never mprotect()ed */
-	bool changed;
-};
 
 static atomic_ulong pki_stat_relayed;
 
@@ -112,22 +79,6 @@ static int sync_cores(void)
 	if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0))
 		return -errno;
 	return 0;
-}
-
-/*
- * Does /proc/self/mem write through a read-only private mapping here?
- * (Kernels may forbid it: proc_mem.force_override.)  Tried on a scratch page.
- */
-static bool mem_writes_readonly(void)
-{
-	uint8_t one = 1, *page = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	bool ok;
-
-	if (page == MAP_FAILED)
-		return false;
-	ok = pwrite(mem.fd, &one, 1, (off_t)(unsigned long)page) == 1 && *page == 1;
-	munmap(page, 4096);
-	return ok;
 }
 
 /*
@@ -176,47 +127,13 @@ static void fork_child(void)
 
 static bool prepared_once; /* poke_lock */
 
-/* Open @path as a descriptor of ours (high number, identity kept); false if not. */
-static bool proc_open(struct pki_fd *o, const char *path, int flags)
-{
-	int fd = open(path, flags | O_CLOEXEC);
-
-	if (fd < 0 || pki_fd_own(o, fd)) {
-		*o = (struct pki_fd)PKI_FD_INIT;
-		return false;
-	}
-	return true;
-}
-
-/*
- * A program that closes every descriptor (daemons do) and opens files of
- * its own gets the numbers of ours: a text write through the old mem
- * number would go into its file, at the offset of the text.  Before each
- * batch, each of ours that was closed or now names another file is
- * forgotten (its number is the program's now) and opened again.  A mode
- * of 0 means we never had it (or the kernel cannot write through it).
- */
-static void proc_fds_check(void)
-{
-	if (maps.mode && !pki_fd_check(&maps)) {
-		pki_warn("text poke: /proc/self/maps descriptor closed or replaced by the "
-			 "program: opened again\n");
-		proc_open(&maps, "/proc/self/maps", O_RDONLY);
-	}
-	if (mem.mode && !pki_fd_check(&mem)) {
-		pki_warn("text poke: /proc/self/mem descriptor closed or replaced by the "
-			 "program: opened again\n");
-		proc_open(&mem, "/proc/self/mem", O_RDWR);
-	}
-}
-
 static int __poke_prepare(void)
 {
 	static bool once;
 	int err;
 
 	if (atomic_load(&ready)) {
-		proc_fds_check();
+		pki_text_files_check();
 		return 0;
 	}
 	if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0)) {
@@ -248,58 +165,10 @@ static int __poke_prepare(void)
 			pki_text_poke_disable |= PKI_POKE_NO_ALIAS;
 		once = true;
 	}
-	/* (Closed only if still ours: a fork child's program may have reused them.) */
-	pki_fd_close(&maps);
-	pki_fd_close(&mem);
-	no_query = false;
 	have_cas16 = pki_arch_have_cas16();
-	proc_open(&maps, "/proc/self/maps", O_RDONLY);
-	if (proc_open(&mem, "/proc/self/mem", O_RDWR) && !mem_writes_readonly()) {
-		pki_fd_close(&mem);
-		mem = (struct pki_fd)PKI_FD_INIT;
-	}
-	pki_debug("text poke: small batches written through %s\n",
-		  mem.fd >= 0 ? "/proc/self/mem" : "mprotect");
+	pki_text_files_open();
 	prepared_once = true;
 	atomic_store(&ready, true);
-	return 0;
-}
-
-/*
- * Text stores.  Each byte is a release store so nothing the handlers read
- * (the published batch) can be ordered after an INT3 they trap on.  Byte
- * stores are enough: no thread executes a byte while it changes (the INT3
- * and the syncs see to that).
- */
-static int text_put(unsigned long addr, const uint8_t *bytes, size_t len)
-{
-	uint8_t *w;
-	size_t i;
-
-	/* Through the alias: plain stores to the same physical bytes. */
-	if ((w = pki_alias_addr(addr)) && pki_alias_addr(addr + len - 1) == w + len - 1) {
-		for (i = 0; i < len; i++)
-			__atomic_store_n(w + i, bytes[i], __ATOMIC_RELEASE);
-		return 0;
-	}
-	if (len > 1 && (pki_alias_addr(addr) || pki_alias_addr(addr + len - 1))) {
-		/* Across the end of an aliased mapping: byte by byte. */
-		for (i = 0; i < len; i++) {
-			int err = text_put(addr + i, bytes + i, 1);
-
-			if (err)
-				return err;
-		}
-		return 0;
-	}
-	if (use_mem) {
-		/* A system call: ordered after the batch publication. */
-		if (pwrite(mem.fd, bytes, len, (off_t)addr) == (ssize_t)len)
-			return 0;
-		return errno ? -errno : -EIO;
-	}
-	for (i = 0; i < len; i++)
-		__atomic_store_n((uint8_t *)addr + i, bytes[i], __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -337,106 +206,6 @@ static int check_sites(const struct pki_poke *site, size_t n)
 		}
 	}
 	return 0;
-}
-
-/*
- * Group the (sorted) sites into one page range per mapping they touch, with
- * that mapping's protection; refuse sites outside readable executable
- * mappings.  @range has room for 2 * n entries (a site may straddle two).
- */
-/* The mapping at @addr: one PROCMAP_QUERY, or a lookup in a full read. */
-static int map_at(unsigned long addr, struct pki_maps *full, struct pki_map *out)
-{
-	const struct pki_map *m;
-	int err;
-
-	if (!no_query && maps.fd >= 0) {
-		err = pki_maps_query(maps.fd, addr, out);
-		if (err != -ENOTTY)
-			return err;
-		no_query = true;
-	}
-	if (!full->map) {
-		err = pki_maps_read(full);
-		if (err)
-			return err;
-	}
-	m = pki_maps_find(full, addr);
-	if (!m)
-		return -ENOENT;
-	*out = *m;
-	return 0;
-}
-
-/*
- * Does mapping @m have a live alias after this call?  Keeps a valid one,
- * drops a stale one, makes one unless disabled.  Failing to make one is not
- * an error: the batch then writes the old ways.
- */
-static bool use_alias(const struct pki_map *m)
-{
-	char name[256] = "";
-	int r;
-
-	r = pki_alias_get(m, NULL, false);
-	if (r || (pki_text_poke_disable & PKI_POKE_NO_ALIAS))
-		return r > 0;
-	if (maps.fd >= 0)
-		pki_maps_query_name(maps.fd, m->start, name, sizeof(name));
-	return pki_alias_get(m, name, true) > 0;
-}
-
-static int build_ranges(const struct pki_poke *site, size_t n, struct text_range *range,
-			size_t *nrange)
-{
-	unsigned long page = (unsigned long)sysconf(_SC_PAGESIZE);
-	struct pki_maps full = {0};
-	struct pki_map cur = {0};
-	size_t i, k = 0;
-	int err = 0;
-
-	for (i = 0; i < n; i++) {
-		unsigned long a = site[i].addr, e = a + PKI_SITE_LEN;
-
-		while (a < e) {
-			const struct pki_map *m = &cur;
-			unsigned long lo, hi;
-
-			/* Sites are sorted: most share the previous mapping. */
-			if (a < cur.start || a >= cur.end) {
-				err = map_at(a, &full, &cur);
-				if (err == -ENOENT) {
-					cur = (struct pki_map){0};
-					err = 0;
-				} else if (err) {
-					goto out;
-				}
-			}
-
-			if ((m->prot & (PROT_READ | PROT_EXEC)) != (PROT_READ | PROT_EXEC)) {
-				pki_debug("text poke %#lx: not in an executable mapping\n",
-					  site[i].addr);
-				err = -EINVAL;
-				goto out;
-			}
-			lo = a & ~(page - 1);
-			hi = ((e < m->end ? e : m->end) + page - 1) & ~(page - 1);
-			if (k && range[k - 1].map_start == m->start) {
-				range[k - 1].end = hi;
-			} else {
-				range[k++] = (struct text_range){.start = lo,
-								 .end = hi,
-								 .map_start = m->start,
-								 .prot = m->prot,
-								 .alias = use_alias(&cur)};
-			}
-			a = hi < e ? hi : e;
-		}
-	}
-	*nrange = k;
-out:
-	pki_maps_free(&full);
-	return err;
 }
 
 static void hexbytes(char *out, const uint8_t *b)
@@ -500,49 +269,6 @@ static int verify_sites(const struct pki_poke *site, size_t n)
 		bug = (struct poke_bug){.addr = site[i].addr, .want = site[i].old, .have = cur};
 		poke_bug(-EILSEQ, &bug);
 		return -EILSEQ;
-	}
-	return 0;
-}
-
-/* --- text protection ------------------------------------------------------ */
-
-static int text_reprotect(struct text_range *range, size_t n)
-{
-	int err = 0;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		if (!range[i].changed)
-			continue;
-		if (mprotect((void *)range[i].start, range[i].end - range[i].start,
-			     range[i].prot)) {
-			err = -errno;
-			pki_warn("text poke: cannot restore protection of %#lx-%#lx: %s\n",
-				 range[i].start, range[i].end, pki_errstr(err));
-			continue;
-		}
-		range[i].changed = false;
-	}
-	return err;
-}
-
-static int text_unprotect(struct text_range *range, size_t n)
-{
-	size_t i;
-	int err;
-
-	for (i = 0; i < n; i++) {
-		if ((range[i].prot & PROT_WRITE) || range[i].alias)
-			continue;
-		if (mprotect((void *)range[i].start, range[i].end - range[i].start,
-			     range[i].prot | PROT_WRITE)) {
-			err = -errno;
-			pki_warn("text poke: cannot make %#lx-%#lx writable: %s\n", range[i].start,
-				 range[i].end, pki_errstr(err));
-			text_reprotect(range, i);
-			return err;
-		}
-		range[i].changed = true;
 	}
 	return 0;
 }
@@ -765,7 +491,7 @@ static int put_int3(const struct pki_batch *b)
 	int err;
 
 	for (i = 0; i < b->n; i++) {
-		err = text_put(b->site[i].addr, &int3, 1);
+		err = pki_text_put(b->site[i].addr, &int3, 1);
 		if (err)
 			return err;
 	}
@@ -785,11 +511,11 @@ static void rollback(struct pki_batch *b, enum step done)
 	atomic_store_explicit(&b->rollback, true, memory_order_release);
 	if (done >= STEP_TAILS) {
 		for (i = 0; i < b->n; i++)
-			text_put(b->site[i].addr + 1, b->site[i].old + 1, PKI_SITE_LEN - 1);
+			pki_text_put(b->site[i].addr + 1, b->site[i].old + 1, PKI_SITE_LEN - 1);
 		sync_cores();
 	}
 	for (i = 0; i < b->n; i++)
-		text_put(b->site[i].addr, b->site[i].old, 1);
+		pki_text_put(b->site[i].addr, b->site[i].old, 1);
 	sync_cores();
 }
 
@@ -830,7 +556,7 @@ static int run_protocol(struct pki_batch *b, bool need_kick, struct pki_kick *k,
 
 	*done = STEP_TAILS;
 	for (i = 0; i < b->n && !err; i++)
-		err = text_put(b->site[i].addr + 1, b->site[i].new + 1, PKI_SITE_LEN - 1);
+		err = pki_text_put(b->site[i].addr + 1, b->site[i].new + 1, PKI_SITE_LEN - 1);
 	if (!err)
 		err = sync_cores();
 	if (!err)
@@ -840,7 +566,7 @@ static int run_protocol(struct pki_batch *b, bool need_kick, struct pki_kick *k,
 
 	*done = STEP_FIRST;
 	for (i = 0; i < b->n && !err; i++)
-		err = text_put(b->site[i].addr, b->site[i].new, 1);
+		err = pki_text_put(b->site[i].addr, b->site[i].new, 1);
 	if (!err)
 		err = sync_cores();
 	if (!err)
@@ -986,8 +712,8 @@ static int store_bytes(unsigned long addr, const uint8_t *from, const uint8_t *t
 
 	if (!win || (win == PKI_STORE_BLOCK && !have_cas16))
 		return -EINVAL;
-	w = pki_alias_addr(start);
-	if (!w || pki_alias_addr(start + win - 1) != w + win - 1)
+	w = pki_text_alias(start, win);
+	if (!w)
 		return -EINVAL;
 	off = (unsigned int)(addr - start);
 	/*
@@ -1032,8 +758,7 @@ static bool single_store_ok(const struct pki_poke *site, size_t n)
 		unsigned int win = pki_arch_store_window(site[i].addr, PKI_SITE_LEN, &start);
 
 		if (!pki_insn_single_store_ok(site[i].addr, site[i].old) ||
-		    (win == PKI_STORE_BLOCK && !have_cas16) || !pki_alias_addr(start) ||
-		    pki_alias_addr(start + win - 1) != pki_alias_addr(start) + win - 1)
+		    (win == PKI_STORE_BLOCK && !have_cas16) || !pki_text_alias(start, win))
 			return false;
 	}
 	return true;
@@ -1127,42 +852,12 @@ struct relayed {
 /* A writable view of relay slot @slot: its chunk's alias, made on first use. */
 static bool relay_writable(unsigned long slot)
 {
-	struct pki_maps full = {0};
-	struct pki_map m;
 	unsigned long start;
 	unsigned int win = pki_arch_store_window(slot, PKI_RELAY_SLOT_LEN, &start);
-	bool ok = false;
 
 	if (!win || (win == PKI_STORE_BLOCK && !have_cas16))
 		return false;
-	if (!map_at(slot, &full, &m) && m.end >= start + win &&
-	    pki_alias_get(&m, "[sled relay]", true) > 0)
-		ok = pki_alias_addr(start) &&
-		     pki_alias_addr(start + win - 1) == pki_alias_addr(start) + win - 1;
-	pki_maps_free(&full);
-	return ok;
-}
-
-/* Can byte 0 of @addr be stored (alias, or /proc/self/mem: one byte is atomic)? */
-static bool relay_site_writable(unsigned long addr)
-{
-	return pki_alias_addr(addr) || mem.fd >= 0;
-}
-
-static int relay_byte_put(unsigned long addr, uint8_t from, uint8_t to)
-{
-	uint8_t *w = pki_alias_addr(addr);
-
-	if (w)
-		return __atomic_compare_exchange_n(w, &from, to, false, __ATOMIC_SEQ_CST,
-						   __ATOMIC_SEQ_CST)
-			   ? 0
-			   : -EILSEQ;
-	if (*(volatile const uint8_t *)addr != from)
-		return -EILSEQ;
-	if (pwrite(mem.fd, &to, 1, (off_t)addr) == 1)
-		return 0;
-	return errno ? -errno : -EIO;
+	return pki_text_alias_make(start, win, "[sled relay]");
 }
 
 /*
@@ -1209,7 +904,7 @@ static int relay_choose(const struct pki_poke *p, struct relayed *r)
 			 p->addr, pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	if (!relay_site_writable(p->addr)) {
+	if (!pki_text_byte_ok(p->addr)) {
 		if (fresh)
 			return 0;
 		pki_warn("text poke %#lx: its sled cannot be written any more: %s\n", p->addr,
@@ -1270,7 +965,7 @@ static int relay_b1_put(struct relayed *r, uint8_t from, uint8_t to)
 
 	if (from == to)
 		return 0;
-	err = relay_byte_put(r->p.addr + 1, from, to);
+	err = pki_text_put_byte(r->p.addr + 1, from, to);
 	if (err)
 		pki_warn("text poke %#lx: cannot store byte 1 of its sled: %s\n", r->p.addr,
 			 pki_errstr(err));
@@ -1298,8 +993,8 @@ static int relay_site_put(struct relayed *r)
 
 	if (r->was_on == r->on)
 		return 0;
-	err =
-	    relay_byte_put(r->p.addr, pki_insn_relay_byte0(r->was_on), pki_insn_relay_byte0(r->on));
+	err = pki_text_put_byte(r->p.addr, pki_insn_relay_byte0(r->was_on),
+				pki_insn_relay_byte0(r->on));
 	if (err)
 		pki_warn("text poke %#lx: cannot store the first byte of its sled: %s\n", r->p.addr,
 			 pki_errstr(err));
@@ -1317,10 +1012,10 @@ static void relay_undo(struct relayed *r, size_t n)
 		bool b1_first = r[i].was_on && !r[i].on;
 
 		if (!b1_first && r[i].byte_done)
-			relay_byte_put(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
-				       pki_insn_relay_byte0(r[i].was_on));
+			pki_text_put_byte(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
+					  pki_insn_relay_byte0(r[i].was_on));
 		if (b1_first && r[i].b1_done)
-			relay_byte_put(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
+			pki_text_put_byte(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
 		if (r[i].slot_done)
 			/*
 			 * Back to what it held, except the INT3 fill of a slot never
@@ -1331,11 +1026,11 @@ static void relay_undo(struct relayed *r, size_t n)
 				    r[i].was_on ? r[i].slot_old : pki_relay_ret,
 				    PKI_RELAY_SLOT_LEN);
 		if (b1_first && r[i].byte_done)
-			relay_byte_put(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
-				       pki_insn_relay_byte0(r[i].was_on));
+			pki_text_put_byte(r[i].p.addr, pki_insn_relay_byte0(r[i].on),
+					  pki_insn_relay_byte0(r[i].was_on));
 		if (!b1_first && r[i].b1_done) {
 			sync_cores(); /* no core still runs the e8 just taken back */
-			relay_byte_put(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
+			pki_text_put_byte(r[i].p.addr + 1, r[i].b1_new, r[i].b1_old);
 		}
 		r[i].byte_done = r[i].slot_done = r[i].b1_done = false;
 	}
@@ -1475,7 +1170,7 @@ static int int3_guard(size_t n)
 }
 
 /* The sites that take neither the relay nor one store: the INT3 protocol. */
-static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nrange)
+static int __poke_int3(struct pki_batch *b, struct pki_text_range *range, size_t nrange)
 {
 	struct pki_poke *site = (struct pki_poke *)b->site;
 	size_t i, n = b->n;
@@ -1486,18 +1181,17 @@ static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nra
 		err = pki_trap_sites_add(site, n);
 	if (err)
 		return err;
-	use_mem = mem.fd >= 0 && n <= MEM_MAX_SITES;
-	if (use_mem)
+	if (pki_text_via_mem(n))
 		return __poke_apply(b);
-	err = text_unprotect(range, nrange);
+	err = pki_text_unprotect(range, nrange);
 	if (err)
 		return err;
 	err = __poke_apply(b);
-	err2 = text_reprotect(range, nrange);
+	err2 = pki_text_reprotect(range, nrange);
 	if (!err && err2) {
 		/* W^X could not be restored: undo rather than leave it committed. */
 		err = err2;
-		if (!text_unprotect(range, nrange)) {
+		if (!pki_text_unprotect(range, nrange)) {
 			for (i = 0; i < n; i++) {
 				uint8_t tmp[PKI_SITE_LEN];
 
@@ -1506,7 +1200,7 @@ static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nra
 				memcpy(site[i].new, tmp, PKI_SITE_LEN);
 			}
 			__poke_apply(b);
-			text_reprotect(range, nrange);
+			pki_text_reprotect(range, nrange);
 		}
 	}
 	return err;
@@ -1515,7 +1209,7 @@ static int __poke_int3(struct pki_batch *b, struct text_range *range, size_t nra
 static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 {
 	struct pki_batch b = {0};
-	struct text_range *range;
+	struct pki_text_range *range;
 	struct relayed *rel;
 	struct pki_poke *site;
 	size_t nrange, nrel = 0;
@@ -1538,7 +1232,7 @@ static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 	err = check_sites(site, n);
 	if (err)
 		goto free_arrays;
-	err = build_ranges(site, n, range, &nrange);
+	err = pki_text_ranges(site, n, range, &nrange);
 	if (err)
 		goto free_arrays;
 	/* Everything is verified before anything is written. */

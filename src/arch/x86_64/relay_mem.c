@@ -9,11 +9,12 @@
  * that attaches its site has written it) and kept for the life of the
  * process: a thread that executed a site's call may sit at its slot at any
  * later moment.  Chunks are written like text, through a writable alias
- * (poke.c), so fork() gives the parent its own copy as it does for text.
+ * (poke_relay.c), so fork() gives the parent its own copy as it does for
+ * text.
  *
  * A chunk's place may be taken (a large heap, another library): then the
  * sites of that stretch are attached the older way (INT3 protocol and sled
- * kick, poke.c).  A refused place is remembered and not asked again.
+ * kick, poke_int3.c).  A refused place is remembered and not asked again.
  *
  * Slots are claimed: a site's default slot keeps the distances between
  * sites, so defaults never overlap, but an alternate slot (byte 1 = clc,
@@ -27,8 +28,8 @@
 #include <unistd.h>
 
 #include "arch/arch.h"
+#include "arch/x86_64/relay_mem.h"
 #include "base/log.h"
-#include "patch/relay.h"
 
 #define CHUNK (64ul << 10)
 

@@ -69,6 +69,12 @@ static inline enum pki_insn_kind pki_insn_classify(const uint8_t b[PKI_SITE_LEN]
 	return PKI_INSN_UNKNOWN;
 }
 
+/* Is @b the breakpoint instruction (INT3) that debuggers and uprobes write? */
+static inline bool pki_insn_is_bp(uint8_t b)
+{
+	return b == PKI_INSN_INT3;
+}
+
 #define PKI_ENDBR64_LEN 4
 
 /* endbr64 (f3 0f 1e fa): with -fcf-protection a site follows it. */

@@ -22,20 +22,20 @@
  * the site that first claimed it, for good (a thread may sit in it).
  */
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "arch/arch.h"
 #include "arch/x86_64/relay_mem.h"
+#include "base/grow.h"
 #include "base/log.h"
 
 #define CHUNK (64ul << 10)
 
 /*
- * A table of key -> value, sorted by key, grown by doubling, never shrunk
- * (both uses below only add).  Patch lock.
+ * A table of key -> value, sorted by key (a claim must see its neighbours),
+ * never shrunk (both uses below only add).  Patch lock.
  */
 struct entry {
 	unsigned long key;
@@ -66,15 +66,8 @@ static size_t table_pos(const struct table *t, unsigned long key)
 /* Insert (@key, @val) at index @i (from table_pos()).  0 or -ENOMEM. */
 static int table_insert(struct table *t, size_t i, unsigned long key, long val)
 {
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? 2 * t->cap : 16;
-		struct entry *bigger = realloc(t->e, cap * sizeof(*t->e));
-
-		if (!bigger)
-			return -ENOMEM;
-		t->e = bigger;
-		t->cap = cap;
-	}
+	if (PKI_GROW(t->e, t->cap, t->n + 1))
+		return -ENOMEM;
 	memmove(&t->e[i + 1], &t->e[i], (t->n - i) * sizeof(*t->e));
 	t->e[i] = (struct entry){.key = key, .val = val};
 	t->n++;

@@ -7,9 +7,10 @@
  * tsk_pinned_all idea).  Every thread has PKI_HWBP_SLOTS slots.  A thread uses
  *	nr_all (all-threads watchpoints, the same for every thread)
  *	+ own(tid) (its single-thread watchpoints).
- * own() lives in a tid hash; a histogram (watch/hist.h) counts the threads by
- * own(); threads with own() == 0 are in neither, so creating a thread costs
- * the library nothing.  Then
+ * own() lives in a map by tid (base/umap.h); a histogram (watch/hist.h)
+ * counts the threads by own(); threads with own() == 0 are in neither (but
+ * for idle records awaiting pruning), so creating a thread costs the
+ * library nothing.  Then
  *	a single-thread add on T fits iff nr_all + own(T) + 1 <= SLOTS,
  *	an all-threads add fits   iff nr_all + 1 + max(own) <= SLOTS,
  * both O(SLOTS).  Only the failure path walks anything: it first reaps the
@@ -44,6 +45,7 @@
 #include "arch/arch.h"
 #include "base/log.h"
 #include "base/threads.h"
+#include "base/umap.h"
 #include "base/sigtrap.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
@@ -94,9 +96,13 @@ struct wslot {
 
 static _Atomic(struct wslot *) chunks[NR_CHUNKS];
 
-/* Single-thread usage per tid: open addressing, linear probing. */
+/*
+ * A thread's single-thread usage, in mgr.towns.  Made before anything
+ * irreversible (__town_reserve()), so that counting cannot fail; a record
+ * whose own() fell to 0 stays, idle, until the idle ones are the majority.
+ */
 struct town {
-	pid_t tid; /* 0 = empty */
+	unsigned long tid; /* the key */
 	int own;
 };
 
@@ -104,13 +110,14 @@ static struct {
 	pthread_mutex_t lock;
 	bool handler_installed;
 	int nr_all;
-	struct pki_hist hist; /* threads by own(), own > 0 only */
-	struct town *tids;
-	size_t tids_mask, nr_tids;
+	struct pki_hist hist;  /* threads by own(), own > 0 only */
+	struct pki_umap towns; /* tid -> struct town */
+	size_t nr_idle;	       /* towns with own() == 0 */
 	struct pk_watch *list;
 	uint32_t nr_slots_used, free_slot; /* free list head, UINT32_MAX = empty */
 } mgr = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .towns = PKI_UMAP_INIT(struct town, tid),
     .free_slot = UINT32_MAX,
 };
 
@@ -290,21 +297,9 @@ static void slot_wait_idle(uint32_t idx)
 
 /* ---- per-thread usage --------------------------------------------------- */
 
-static size_t tid_hash(pid_t tid)
-{
-	return (size_t)tid * 0x9e3779b97f4a7c15ULL >> 17;
-}
-
 static struct town *__town_find(pid_t tid)
 {
-	if (!mgr.tids)
-		return NULL;
-	for (size_t i = tid_hash(tid) & mgr.tids_mask;; i = (i + 1) & mgr.tids_mask) {
-		if (mgr.tids[i].tid == tid)
-			return &mgr.tids[i];
-		if (!mgr.tids[i].tid)
-			return NULL;
-	}
+	return pki_umap_find(&mgr.towns, (unsigned long)tid);
 }
 
 static int __own(pid_t tid)
@@ -314,81 +309,65 @@ static int __own(pid_t tid)
 	return t ? t->own : 0;
 }
 
-static int __town_grow(void)
+/* Make sure @tid has a record, before anything irreversible happens. */
+static int __town_reserve(pid_t tid)
 {
-	size_t n = mgr.tids ? (mgr.tids_mask + 1) * 2 : 16;
-	struct town *old = mgr.tids, *tab = calloc(n, sizeof(*tab));
-	size_t old_n = mgr.tids ? mgr.tids_mask + 1 : 0;
+	struct town *t = __town_find(tid);
 
-	if (!tab)
+	if (t)
+		return 0;
+	t = calloc(1, sizeof(*t));
+	if (!t)
 		return -ENOMEM;
-	mgr.tids = tab;
-	mgr.tids_mask = n - 1;
-	for (size_t i = 0; i < old_n; i++) {
-		size_t j;
-
-		if (!old[i].tid)
-			continue;
-		for (j = tid_hash(old[i].tid) & mgr.tids_mask; tab[j].tid;
-		     j = (j + 1) & mgr.tids_mask)
-			;
-		tab[j] = old[i];
+	t->tid = (unsigned long)tid;
+	if (pki_umap_insert(&mgr.towns, t)) {
+		free(t);
+		return -ENOMEM;
 	}
-	free(old);
+	mgr.nr_idle++;
 	return 0;
 }
 
-/* Make room for one more tid before anything irreversible happens. */
-static int __town_reserve(void)
+/* Free every record, or only the idle ones, putting the others back. */
+static void __towns_prune(bool all)
 {
-	if (mgr.tids && (mgr.nr_tids + 1) * 2 <= mgr.tids_mask + 1)
-		return 0;
-	return __town_grow();
-}
+	struct pki_umap *m = &mgr.towns;
+	struct town **keep = all ? NULL : malloc(m->n * sizeof(*keep));
+	size_t i, k = 0;
 
-/* Remove the entry at @i, shifting back later entries of its probe chain. */
-static void __town_delete(size_t i)
-{
-	size_t j = i;
+	if (!all && !keep)
+		return; /* next time */
+	for (i = 0; i < m->cap; i++) {
+		struct town *t = m->slot[i];
 
-	for (;;) {
-		size_t k;
-
-		j = (j + 1) & mgr.tids_mask;
-		if (!mgr.tids[j].tid)
-			break;
-		k = tid_hash(mgr.tids[j].tid) & mgr.tids_mask;
-		/* entry j may stay iff its home k lies cyclically in (i, j] */
-		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+		if (!t)
 			continue;
-		mgr.tids[i] = mgr.tids[j];
-		i = j;
+		if (!all && t->own)
+			keep[k++] = t;
+		else
+			free(t);
 	}
-	mgr.tids[i].tid = 0;
-	mgr.tids[i].own = 0;
-	mgr.nr_tids--;
+	pki_umap_clear(m);
+	/* No more records than before in the same capacity: cannot fail. */
+	for (i = 0; i < k; i++)
+		(void)pki_umap_insert(m, keep[i]);
+	mgr.nr_idle = 0;
+	free(keep);
 }
 
-/* own(@tid) += @delta (+1 or -1); room was reserved for a new tid. */
+/* own(@tid) += @delta (+1 or -1); its record exists (__town_reserve()). */
 static void __own_move(pid_t tid, int delta)
 {
 	struct town *t = __town_find(tid);
-	int old = t ? t->own : 0;
 
-	pki_hist_move(&mgr.hist, old, delta);
-	if (!t) {
-		size_t i;
-
-		for (i = tid_hash(tid) & mgr.tids_mask; mgr.tids[i].tid;
-		     i = (i + 1) & mgr.tids_mask)
-			;
-		t = &mgr.tids[i];
-		t->tid = tid;
-		mgr.nr_tids++;
-	}
-	t->own += delta;
+	pki_hist_move(&mgr.hist, t->own, delta);
 	if (!t->own)
-		__town_delete((size_t)(t - mgr.tids));
+		mgr.nr_idle--;
+	t->own += delta;
+	if (t->own)
+		return;
+	if (++mgr.nr_idle > 16 && 2 * mgr.nr_idle > mgr.towns.n)
+		__towns_prune(false);
 }
 
 /* ---- admission ---------------------------------------------------------- */
@@ -475,11 +454,14 @@ static int __admit(pid_t tid, const void *addr)
 		/* a thread using the most own slots: the first one found */
 		int max = pki_hist_max(&mgr.hist);
 
-		for (size_t i = 0; max && i <= mgr.tids_mask; i++)
-			if (mgr.tids[i].tid && mgr.tids[i].own == max) {
-				full = mgr.tids[i].tid;
+		for (size_t i = 0; max && i < mgr.towns.cap; i++) {
+			const struct town *t = mgr.towns.slot[i];
+
+			if (t && t->own == max) {
+				full = (pid_t)t->tid;
 				break;
 			}
+		}
 	}
 	__describe_holders(holders, sizeof(holders), full);
 	if (full)
@@ -684,7 +666,7 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	if (err)
 		goto out_unlock;
 	if (o.tid) {
-		err = __town_reserve();
+		err = __town_reserve(o.tid);
 		if (err)
 			goto out_unlock;
 	}
@@ -906,8 +888,6 @@ static void fork_child(void)
 	mgr.nr_all = 0;
 	if (mgr.hist.count)
 		memset(mgr.hist.count, 0, sizeof(long) * PKI_HWBP_SLOTS);
-	if (mgr.tids)
-		memset(mgr.tids, 0, sizeof(*mgr.tids) * (mgr.tids_mask + 1));
-	mgr.nr_tids = 0;
+	__towns_prune(true);
 	pthread_mutex_unlock(&mgr.lock);
 }

@@ -27,7 +27,6 @@
  * of mgr and every struct pk_watch except what the handler reads (below).  It
  * is never taken in signal context.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -556,6 +555,31 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
 	return 1;
 }
 
+/* One pass of __open_all_roots() over the threads: a pki_threads_each() callback. */
+struct roots_pass {
+	struct pk_watch *w;
+	int cap;    /* of w->roots */
+	int sorted; /* w->roots[0 .. sorted) are sorted by tid */
+	int added;  /* this pass */
+	bool failed;
+};
+
+static int roots_add(pid_t tid, void *arg)
+{
+	struct roots_pass *p = arg;
+	int r;
+
+	if (has_root(p->w, p->sorted, tid))
+		return 0;
+	r = add_root(p->w, &p->cap, tid);
+	if (r < 0) {
+		p->failed = true;
+		return r;
+	}
+	p->added += r;
+	return 0;
+}
+
 /*
  * One root per thread alive now.  Called with the thread-creation gate
  * closed (gate.c): no pthread_create() is in flight, so the first pass lists
@@ -568,37 +592,20 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
  */
 static int __open_all_roots(struct pk_watch *w)
 {
-	int cap = 0, sorted = 0, added;
+	struct roots_pass p = {.w = w};
+	int err;
 
 	do {
-		DIR *d = opendir("/proc/self/task");
-		struct dirent *e;
-
-		if (!d) {
-			int err = -errno;
-
+		p.added = 0;
+		err = pki_threads_each(0, roots_add, &p);
+		if (err && !p.failed)
 			pki_warn("watch %#lx: cannot list threads: /proc/self/task: %s\n",
 				 (unsigned long)w->bp.addr, pki_errstr(err));
+		if (err)
 			return err;
-		}
-		added = 0;
-		while ((e = readdir(d))) {
-			pid_t tid = (pid_t)atoi(e->d_name);
-			int r;
-
-			if (tid <= 0 || has_root(w, sorted, tid))
-				continue;
-			r = add_root(w, &cap, tid);
-			if (r < 0) {
-				closedir(d);
-				return r;
-			}
-			added += r;
-		}
-		closedir(d);
 		qsort(w->roots, (size_t)w->nr_roots, sizeof(*w->roots), root_cmp);
-		sorted = w->nr_roots;
-	} while (added);
+		p.sorted = w->nr_roots;
+	} while (p.added);
 	return 0;
 }
 

@@ -555,7 +555,7 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
 	return 1;
 }
 
-/* One pass of __open_all_roots() over the threads: a pki_threads_each() callback. */
+/* __open_all_roots() across its passes over the threads (pki_threads_each()). */
 struct roots_pass {
 	struct pk_watch *w;
 	int cap;    /* of w->roots */
@@ -624,124 +624,173 @@ static void register_atfork(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
-				     const struct pk_watch_opts *opts)
+/* @opts as this library knows them into @o (the defaults if NULL). */
+static int opts_get(const void *addr, const struct pk_watch_opts *opts, struct pk_watch_opts *o)
 {
-	struct pk_watch_opts o = {.sz = sizeof(o)};
-	struct pk_watch *w;
+	*o = (struct pk_watch_opts){.sz = sizeof(*o)};
+	if (!opts)
+		return 0;
+	if (opts->sz < offsetof(struct pk_watch_opts, disabled) + sizeof(bool)) {
+		pki_warn("watch %p: opts->sz %zu is too small (use PK_OPTS): %s\n", addr, opts->sz,
+			 pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	/* a newer caller's fields we do not know must be zero */
+	for (size_t i = sizeof(*o); i < opts->sz; i++)
+		if (((const char *)opts)[i]) {
+			pki_warn("watch %p: opts has fields this library does not know "
+				 "(sz %zu > %zu): %s\n",
+				 addr, opts->sz, sizeof(*o), pki_errstr(EINVAL));
+			return -EINVAL;
+		}
+	memcpy(o, opts, sizeof(*o) < opts->sz ? sizeof(*o) : opts->sz);
+	return 0;
+}
+
+/* What can be refused before taking the lock. */
+static int watch_check(const void *addr, size_t len, enum pk_watch_type type,
+		       const struct pk_watch_opts *o)
+{
+	int err = check_target(addr, len, type);
+
+	if (err)
+		return err;
+	if (o->tid < 0 || (o->tid && !pki_thread_alive(o->tid))) {
+		pki_warn("watch %p: thread %d is not a thread of process %d: %s\n", addr,
+			 (int)o->tid, (int)getpid(), pki_errstr(ESRCH));
+		return -ESRCH;
+	}
+	return 0;
+}
+
+/* The manager ready, and room for one more watchpoint on @tid (0: all threads). */
+static int __watch_admit(pid_t tid, const void *addr)
+{
+	int err;
+
+	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS))
+		return -ENOMEM;
+	err = __install_handler();
+	if (!err)
+		err = __admit(tid, addr);
+	if (!err && tid)
+		err = __town_reserve(tid);
+	return err;
+}
+
+/*
+ * A new watchpoint in a slot of its own, published to the handler before
+ * its first event exists, so that no early hit is lost.
+ */
+static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
+		       const struct pk_watch_opts *o, struct pk_watch **wp)
+{
+	struct pk_watch *w = calloc(1, sizeof(*w));
 	uint32_t idx;
 	int err;
 
-	if (opts) {
-		if (opts->sz < offsetof(struct pk_watch_opts, disabled) + sizeof(bool)) {
-			pki_warn("watch %p: opts->sz %zu is too small (use PK_OPTS): %s\n", addr,
-				 opts->sz, pki_errstr(EINVAL));
-			errno = EINVAL;
-			return NULL;
-		}
-		/* a newer caller's fields we do not know must be zero */
-		for (size_t i = sizeof(o); i < opts->sz; i++)
-			if (((const char *)opts)[i]) {
-				pki_warn("watch %p: opts has fields this library does not know "
-					 "(sz %zu > %zu): %s\n",
-					 addr, opts->sz, sizeof(o), pki_errstr(EINVAL));
-				errno = EINVAL;
-				return NULL;
-			}
-		memcpy(&o, opts, sizeof(o) < opts->sz ? sizeof(o) : opts->sz);
-	}
-	err = check_target(addr, len, type);
-	if (err)
-		goto out_errno;
-	if (o.tid < 0 || (o.tid && !pki_thread_alive(o.tid))) {
-		pki_warn("watch %p: thread %d is not a thread of process %d: %s\n", addr,
-			 (int)o.tid, (int)getpid(), pki_errstr(ESRCH));
-		err = -ESRCH;
-		goto out_errno;
-	}
-	pthread_once(&atfork_once, register_atfork);
-
-	pthread_mutex_lock(&mgr.lock);
-	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS)) {
-		err = -ENOMEM;
-		goto out_unlock;
-	}
-	err = __install_handler();
-	if (err)
-		goto out_unlock;
-	err = __admit(o.tid, addr);
-	if (err)
-		goto out_unlock;
-	if (o.tid) {
-		err = __town_reserve(o.tid);
-		if (err)
-			goto out_unlock;
-	}
-	w = calloc(1, sizeof(*w));
-	if (!w) {
-		err = -ENOMEM;
-		goto out_unlock;
-	}
+	if (!w)
+		return -ENOMEM;
 	err = __slot_get(&idx);
-	if (err)
-		goto out_free;
-	w->cb = o.callback;
-	w->ctx = o.ctx;
-	w->queue = o.queue;
+	if (err) {
+		free(w);
+		return err;
+	}
+	w->cb = o->callback;
+	w->ctx = o->ctx;
+	w->queue = o->queue;
 	w->slot = idx;
-	w->tid = o.tid;
+	w->tid = o->tid;
 	w->bp = (struct pki_bp){
 	    .addr = (uintptr_t)addr,
 	    .len = len,
 	    .type = type,
-	    .disabled = o.disabled,
-	    .inherit = !o.tid,
+	    .disabled = o->disabled,
+	    .inherit = !o->tid,
 	    .sig_data = slot_sig_data(idx),
 	};
-	/* Published before the first event exists: no early hit is lost. */
 	atomic_store(&slot_at(idx)->w, w);
+	*wp = w;
+	return 0;
+}
 
-	if (o.tid) {
-		int cap = 0;
+/* The root events of @w: on its one thread, or on every thread alive now. */
+static int __watch_open(struct pk_watch *w)
+{
+	int cap = 0, err;
 
-		err = add_root(w, &cap, o.tid);
-		if (!err) {
-			/* exited between the check and the open */
-			pki_warn("watch %p: thread %d exited: %s\n", addr, (int)o.tid,
-				 pki_errstr(ESRCH));
-			err = -ESRCH;
-		}
-	} else {
+	if (!w->tid) {
 		pki_gate_close(); /* no thread is being created meanwhile: gate.c */
 		err = __open_all_roots(w);
 		pki_gate_open();
+		return err;
 	}
-	if (err < 0)
-		goto out_close;
-	err = 0;
+	err = add_root(w, &cap, w->tid);
+	if (!err) {
+		/* exited between the check and the open */
+		pki_warn("watch %#lx: thread %d exited: %s\n", (unsigned long)w->bp.addr,
+			 (int)w->tid, pki_errstr(ESRCH));
+		err = -ESRCH;
+	}
+	return err < 0 ? err : 0;
+}
 
-	if (o.tid)
-		__own_move(o.tid, +1);
+/* Free @w, which failed to open: nobody saw it but the handler (R1-R4). */
+static void __watch_discard(struct pk_watch *w)
+{
+	slot_unpublish(w->slot);
+	__close_roots(w);
+	slot_wait_idle(w->slot);
+	__slot_put(w->slot);
+	free(w->roots);
+	free(w);
+}
+
+/* Count @w in the admission and list it. */
+static void __watch_account(struct pk_watch *w)
+{
+	if (w->tid)
+		__own_move(w->tid, +1);
 	else
 		mgr.nr_all++;
 	w->next = mgr.list;
 	if (mgr.list)
 		mgr.list->prev = w;
 	mgr.list = w;
+}
+
+PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
+				     const struct pk_watch_opts *opts)
+{
+	struct pk_watch_opts o;
+	struct pk_watch *w;
+	int err;
+
+	err = opts_get(addr, opts, &o);
+	if (!err)
+		err = watch_check(addr, len, type, &o);
+	if (err)
+		goto out_errno;
+	pthread_once(&atfork_once, register_atfork);
+
+	pthread_mutex_lock(&mgr.lock);
+	err = __watch_admit(o.tid, addr);
+	if (!err)
+		err = __watch_new(addr, len, type, &o, &w);
+	if (err)
+		goto out_unlock;
+	err = __watch_open(w);
+	if (err) {
+		__watch_discard(w);
+		goto out_unlock;
+	}
+	__watch_account(w);
 	pki_debug("watch %p: %s/%zu on %s%d, %d root event(s)\n", addr, type_name[type], len,
 		  o.tid ? "thread " : "all threads of ", o.tid ? (int)o.tid : (int)getpid(),
 		  w->nr_roots);
 	pthread_mutex_unlock(&mgr.lock);
 	return w;
 
-out_close:
-	slot_unpublish(idx);
-	__close_roots(w);
-	slot_wait_idle(idx);
-	__slot_put(idx);
-out_free:
-	free(w->roots);
-	free(w);
 out_unlock:
 	pthread_mutex_unlock(&mgr.lock);
 out_errno:

@@ -14,9 +14,10 @@
  * the struct pki_text_ops the batch layer lends it, so that nothing under
  * src/arch/ depends on src/patch/.
  *
- * Everything here runs with the patch lock held, never in a signal handler.
- * Errors are 0 or -errno; on any error every site keeps its old bytes,
- * unless a fault was reported through pki_text_ops.bug.
+ * Everything here but pki_arch_poke_counts() runs with the patch lock held,
+ * never in a signal handler.  Errors are 0 or -errno; on any error every
+ * site keeps its old bytes, unless a fault was reported through
+ * pki_text_ops.bug.
  */
 #ifndef PK_ARCH_POKE_H
 #define PK_ARCH_POKE_H
@@ -65,7 +66,7 @@ struct pki_text_ops {
 /* Before the first batch (and again if it failed): signal handlers, CPU features. */
 int pki_arch_poke_install(void);
 
-/* The protocols' counters since the process started (struct pki_poke_stats). */
+/* The protocols' counters since the process started (struct pki_poke_stats); any thread. */
 struct pki_poke_counts {
 	unsigned long emulated, restarted, sled_moves, fast, kicks, relayed;
 };

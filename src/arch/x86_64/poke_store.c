@@ -73,7 +73,7 @@ bool pki_arch_store_fits(const struct pki_poke *site, size_t n, const struct pki
 	return true;
 }
 
-/* Site @i could not be stored (@err): say why; a mismatch turns patching off. */
+/* @p could not be stored (@err): say why; a mismatch turns patching off. */
 static void store_report(const struct pki_poke *p, int err, const struct pki_text_ops *ops)
 {
 	struct pki_poke_bug bug = {.addr = p->addr,

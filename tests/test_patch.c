@@ -24,7 +24,7 @@
 #include "harness.h"
 #include "patch_fixture.h"
 #include "patch/maps.h"
-#include "patch/internal.h"
+#include "base/signals.h"
 #include "patch/patch.h"
 
 #define TARGET __attribute__((noipa, patchable_function_entry(5, 0)))

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * The single-store path of the patcher and the writable text aliases it
- * needs (src/patch/poke.c, src/patch/alias.c): which sites take it (non-sled
- * sites inside one cache line, whether in one 16-byte block or across two),
- * which take their sled relay (gcc sleds) and which keep the INT3 protocol
+ * needs (src/arch/x86_64/poke_store.c and poke_relay.c, src/patch/alias.c):
+ * which sites take it (non-sled sites inside one cache line, whether in one
+ * 16-byte block or across two), which take their sled relay (gcc sleds) and
+ * which keep the INT3 protocol
  * (sites crossing a cache line), correctness while threads hammer a site
  * flipped 100,000 times, W^X as /proc/self/maps shows it, fork() after patching (parent and
  * child patch independently), and dlclose() of a patched library.  Targets

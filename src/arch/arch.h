@@ -3,7 +3,8 @@
  * The one header generic code includes for what depends on the
  * architecture: the ELF machine's name and the multiarch triplet (abi.h),
  * the site length and instruction bytes (insn.h), the atomic text store
- * (store.h), INT3 emulation (trap.h), trampolines (tramp.h), return-address
+ * (store.h), the patching protocols and their contract with the batch
+ * layer (x86_64/poke.h, arch/poke.h), trampolines (tramp.h), return-address
  * tracking (callret.h), debug-register facts (hwbp.h), decoding
  * (decode.h), prologue relocation (reloc.h), the timestamp counter (tsc.h),
  * CRC32C (crc32c.h) and vector-register safety (vecsafe.h).  Only x86-64
@@ -20,14 +21,16 @@
 #include "arch/x86_64/decode.h"
 #include "arch/x86_64/hwbp.h"
 #include "arch/x86_64/insn.h"
+#include "arch/x86_64/poke.h"
 #include "arch/x86_64/reloc.h"
 #include "arch/x86_64/store.h"
 #include "arch/x86_64/tramp.h"
-#include "arch/x86_64/trap.h"
 #include "arch/x86_64/tsc.h"
 #include "arch/x86_64/vecsafe.h"
 #else
 #error "probekit supports x86-64 only"
 #endif
+
+#include "arch/poke.h"
 
 #endif /* PK_ARCH_ARCH_H */

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The real-time signal that asks every thread to leave the sleds being converted (patch/). */
+/* The real-time signal that asks every thread to leave the sleds being converted (arch/). */
 #define PKI_SIG_KICK (SIGRTMAX - 1)
 
 /*

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The one SIGTRAP handler of the library (sigtrap.c) and its clients: the
- * patcher claims the INT3s of its batches (patch/trap.c), the watchpoint
+ * patcher claims the INT3s of its batches (arch/x86_64/trap.c), the watchpoint
  * manager the perf hits carrying its sig_data (watch/watch.c).  A trap no
  * client claims goes to the application's SIGTRAP action, run as the kernel
  * would run it (its sa_mask, SIGTRAP blocked unless SA_NODEFER, SA_RESETHAND

@@ -13,12 +13,12 @@
  *     everything patched so far.
  *  2b. For a file mapping, compare the copy with the file (through
  *     /proc/self/map_files, or the path if it is still the same inode): a
- *     byte that differs and is an INT3 is somebody else's breakpoint (a
- *     uprobe, a debugger), since our batches never leave one behind.  Such
- *     a mapping gets no alias: uprobes belong to the file's inode, so in a
- *     memfd the INT3 would no longer be the kernel's, and the next thread
- *     hitting it would die of SIGTRAP.  If the file cannot be read, no
- *     alias either.
+ *     byte that differs and is a breakpoint instruction is somebody else's
+ *     (a uprobe, a debugger), since our batches never leave one behind.
+ *     Such a mapping gets no alias: uprobes belong to the file's inode, so
+ *     in a memfd the breakpoint would no longer be the kernel's, and the
+ *     next thread hitting it would die of SIGTRAP.  If the file cannot be
+ *     read, no alias either.
  *  3. Map the memfd once more at a free address with the mapping's
  *     protection, and unmap it: proves that this memfd may be mapped
  *     executable here (memfd_noexec, LSMs) before anything is replaced.
@@ -267,8 +267,8 @@ static bool is_ours(const struct alias *a, const struct pki_map *m)
 	       m->dev_major == a->dev_major && m->dev_minor == a->dev_minor && m->ino == a->ino;
 }
 
-/* Step 2b: 0 if the copy @rw of file mapping @m holds no foreign INT3. */
-static int foreign_int3(const struct pki_map *m, const char *name, const uint8_t *rw)
+/* Step 2b: 0 if the copy @rw of file mapping @m holds no foreign breakpoint. */
+static int foreign_bp(const struct pki_map *m, const char *name, const uint8_t *rw)
 {
 	size_t len = m->end - m->start, done = 0, i;
 	const size_t chunk = 65536;
@@ -306,9 +306,9 @@ static int foreign_int3(const struct pki_map *m, const char *name, const uint8_t
 		if (r == 0)
 			break; /* past the end of the file: zeros in memory */
 		for (i = 0; i < (size_t)r; i++) {
-			if (rw[done + i] == PKI_INSN_INT3 && buf[i] != PKI_INSN_INT3) {
-				pki_debug("text alias %#lx-%#lx (%s): INT3 at %#lx not in the "
-					  "file (uprobe or debugger breakpoint?)\n",
+			if (pki_insn_is_bp(rw[done + i]) && !pki_insn_is_bp(buf[i])) {
+				pki_debug("text alias %#lx-%#lx (%s): breakpoint at %#lx not in "
+					  "the file (uprobe or debugger?)\n",
 					  m->start, m->end, name ? name : "", m->start + done + i);
 				err = -EBUSY;
 				goto close_fd;
@@ -350,7 +350,7 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create)
 		return -ENOMEM;
 	err = memfd_copy(m->start, len, m->prot, name, (const uint8_t *)m->start, &na);
 	if (!err) {
-		err = foreign_int3(m, name, na.rw);
+		err = foreign_bp(m, name, na.rw);
 		if (!err)
 			err = memfd_place(&na);
 		if (err)

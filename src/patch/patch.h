@@ -1,24 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Live text patching (internal API; implemented in src/patch/).
+ * Live text patching (internal API; the batch layer is src/patch/, the
+ * protocols that know the instructions are the architecture's, under
+ * src/arch/).
  *
- * A batch changes any number of sites, each PKI_SITE_LEN bytes, from the bytes
- * the caller expects to new bytes.  Every site is verified before anything is
- * written; a mismatch fails the batch with nothing changed, reports address,
- * expected and actual bytes, and latches patching off for the process.
- * Threads may execute the sites during the batch: whatever instant they
- * arrive, they execute either the old or the new instruction.
+ * A batch changes any number of sites (struct pki_poke, arch/poke.h), each
+ * PKI_SITE_LEN bytes, from the bytes the caller expects to new bytes.  Every
+ * site is verified before anything is written; a mismatch fails the batch
+ * with nothing changed, reports address, expected and actual bytes, and
+ * latches patching off for the process.  Threads may execute the sites
+ * during the batch: whatever instant they arrive, they execute either the
+ * old or the new instruction.
  *
  * Text is written through a writable alias of the executable mapping when
  * one can be made (src/patch/alias.c: the mapping becomes a memfd, shown as
  * such in /proc/self/maps), else through /proc/self/mem or a grouped
- * mprotect().  A gcc sled (90 x5) is attached by changing its first byte
- * into a call to a relay slot at a fixed distance below it (the sled relay
- * protocol in poke.c); a site that does not hold a sled, has an alias and
- * does not cross a cache line takes one atomic store (the single-store
- * protocol).  Neither writes an INT3 or signals any thread.  The other
- * sites (crossing a cache line, no alias, a sled whose relay memory cannot
- * be placed) take the INT3 protocol.  Aliased text changes what other tools see
+ * mprotect() (src/patch/text.c).  Which bytes are stored in which order is
+ * the architecture's protocol (src/arch/x86_64/poke.h lists them): a relay
+ * for gcc's sleds and one atomic store per site where they apply, which
+ * write no breakpoint and signal no thread; else the breakpoint protocol,
+ * whose stand-ins a SIGTRAP handler emulates, with a signal to every thread
+ * when a sled is converted.  Aliased text changes what other tools see
  * (alias.c lists it: /proc/self/maps names, uprobes and debugger breakpoints
  * on that text, fork() costs a copy of it); PKI_POKE_NO_ALIAS before the
  * first batch keeps the old ways.
@@ -32,16 +34,10 @@
 
 #include "arch/arch.h"
 
-struct pki_poke {
-	unsigned long addr;
-	uint8_t old[PKI_SITE_LEN];
-	uint8_t new[PKI_SITE_LEN];
-};
-
 /*
  * Apply @n pokes as one batch.  Returns 0, -EINVAL (overlapping or duplicate
  * sites, address not in readable executable text, old or new bytes not an
- * instruction the SIGTRAP handler can emulate: nop5, 90 x5, call/jmp rel32),
+ * instruction the SIGTRAP handler can emulate: pki_insn_emulatable()),
  * -EILSEQ (bytes at a site are not @old, checked before writing and again
  * by the atomic store: patching is now off for good), -ECANCELED (patching
  * was latched off earlier, or a fork() could not give the parent its own
@@ -68,7 +64,7 @@ int pki_text_poke_batch(struct pki_poke *pokes, size_t n);
  * next pki_text_sync()).  Call pki_text_sync() before relying on no thread
  * entering what an old instruction called (e.g. before a grace period that
  * precedes freeing a trampoline): one sync then covers every lazy batch
- * before it.  Batches that need the INT3 protocol sync as always.
+ * before it.  Batches that need the breakpoint protocol sync as always.
  */
 #define PKI_POKE_LAZY 0x1u
 
@@ -88,10 +84,10 @@ bool pki_text_poke_dead(void);
 /* Counters since the process started (for tests and benchmarks). */
 struct pki_poke_stats {
 	unsigned long batches;	  /* committed */
-	unsigned long emulated;	  /* INT3 hits emulated by the SIGTRAP handler */
-	unsigned long restarted;  /* late INT3 hits sent back to re-execute a site */
+	unsigned long emulated;	  /* breakpoint hits emulated by the SIGTRAP handler */
+	unsigned long restarted;  /* late breakpoint hits sent back to re-execute a site */
 	unsigned long sled_moves; /* threads moved out of a sled being converted */
-	unsigned long fast;	  /* batches committed by single stores, no INT3 */
+	unsigned long fast;	  /* batches committed by single stores, no breakpoint */
 	unsigned long aliases;	  /* executable mappings with a writable alias now */
 	unsigned long kicks;	  /* batches that ran the sled kick */
 	unsigned long relayed;	  /* sled sites attached through their relay */
@@ -100,31 +96,18 @@ struct pki_poke_stats {
 void pki_text_poke_stats(struct pki_poke_stats *st);
 
 /*
- * Fault injection for tests only: when set, called by the patching thread at
- * each stage of a batch (patch lock held).  A non-zero return (-errno) is
- * treated as a system call failing at that point.
- */
-enum pki_poke_stage {
-	PKI_POKE_AFTER_INT3,	  /* INT3s written and synced */
-	PKI_POKE_AFTER_KICK_SENT, /* sled kick signals sent, acks not awaited */
-	PKI_POKE_AFTER_TAILS,	  /* tails written and synced */
-	PKI_POKE_AFTER_FIRST,	  /* first bytes written and synced */
-	PKI_POKE_AFTER_STORE,	  /* single-store path: every site stored, not synced */
-	PKI_POKE_AFTER_RELAY,	  /* sled relay path: every relayed site stored, not synced */
-};
-
-extern int (*pki_text_poke_hook)(enum pki_poke_stage stage);
-
-/*
+ * Fault injection for tests: pki_text_poke_hook, called at each step of the
+ * protocols (src/arch/x86_64/poke.h names the steps).
+ *
  * For tests and benchmarks: PKI_POKE_NO_ALIAS makes no new writable alias
  * (existing ones are still used: their text can be written no other way);
- * PKI_POKE_NO_FAST runs the INT3 protocol even where one store would do (and
- * for sleds never attached yet: no relay either).
+ * PKI_POKE_NO_FAST runs the breakpoint protocol even where one store would
+ * do (and for sleds never attached yet: no relay either).
  * Set between batches.
  */
 #define PKI_POKE_NO_ALIAS 0x1u
 #define PKI_POKE_NO_FAST  0x2u
-/* Sleds never attached yet take the INT3 protocol and the kick, not a relay. */
+/* Sleds never attached yet take the breakpoint protocol and the kick, not a relay. */
 #define PKI_POKE_NO_RELAY 0x4u
 
 extern unsigned int pki_text_poke_disable;

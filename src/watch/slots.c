@@ -253,95 +253,118 @@ static int max_bp_pinned_slots(const struct pk_slots *s, const struct slot_rec *
 	return pinned;
 }
 
+/* CPU-wide: the per-CPU count and the histogram over CPUs. */
+static void toggle_cpu_slot(struct pk_slots *s, struct slots_pool *pool, int cpu,
+			    enum pk_bp_type type, int weight)
+{
+	pki_hist_move(&pool->cpu_pinned_hist, (int)pool->cpu_pinned[cpu], weight);
+	pool->cpu_pinned[cpu] += weight;
+	s->cpu_bps[(size_t)cpu * NR_TYPES + type_idx(type)] += weight;
+}
+
+/* The task's own counts of one breakpoint of @type at @cpu (-1: all CPUs). */
+static void task_count(struct pk_slots *s, struct slot_rec *trec, struct slot_rec *crec, int cpu,
+		       enum pk_bp_type type, bool enable)
+{
+	unsigned int *n = cpu < 0 ? &trec->n[type_idx(type)] : &crec->n[type_idx(type)];
+
+	if (enable)
+		(*n)++;
+	else
+		(*n)--;
+	if (cpu >= 0) {
+		if (enable)
+			trec->nr_bound[pool_of(s, type)]++;
+		else
+			trec->nr_bound[pool_of(s, type)]--;
+	}
+}
+
+/*
+ * Case 2.a: on enable, the task becomes mixed: its CPU-independent usage
+ * @next leaves tsk_pinned_all and enters every CPU's tsk_pinned, plus this
+ * breakpoint on its CPU.
+ */
+static void task_mix(const struct pk_slots *s, struct slots_pool *pool, int cpu, int next)
+{
+	/* With no CPU-independent usage the loop would move nothing. */
+	if (next)
+		for (int c = 0; c < s->nr_cpus; c++)
+			pki_hist_move(&pool->tsk_pinned[c], 0, next);
+	pki_hist_move(&pool->tsk_pinned[cpu], next, 1);
+	pki_hist_move(&pool->tsk_pinned_all, next, -next);
+}
+
+/* Case 2.b: on disable, the task stops being mixed: the reverse of 2.a. */
+static void task_unmix(const struct pk_slots *s, struct slots_pool *pool, int cpu, int next)
+{
+	pki_hist_move(&pool->tsk_pinned[cpu], next + 1, -1);
+	if (next)
+		for (int c = 0; c < s->nr_cpus; c++)
+			pki_hist_move(&pool->tsk_pinned[c], next, -next);
+	pki_hist_move(&pool->tsk_pinned_all, 0, next);
+}
+
+/*
+ * Case 3: the task keeps other CPU-bound breakpoints: only the per-CPU
+ * tsk_pinned of the CPUs this breakpoint covers change.
+ */
+static void task_toggle_bound(const struct pk_slots *s, struct slots_pool *pool,
+			      const struct slot_rec *trec, int cpu, int p, bool enable)
+{
+	int lo = cpu >= 0 ? cpu : 0, hi = cpu >= 0 ? cpu + 1 : s->nr_cpus;
+
+	for (int c = lo; c < hi; c++) {
+		int next = task_bp_pinned(s, trec, c, p);
+
+		if (!enable)
+			next += 1;
+		pki_hist_move(&pool->tsk_pinned[c], next, enable ? 1 : -1);
+	}
+}
+
 /*
  * The kernel's toggle_bp_slot(): add (@enable) or remove one breakpoint of
  * @type at (@task, @cpu) in the histograms and the per-task counts.  @trec and
  * @crec are the task's records for -1 and @cpu (NULL where they do not apply);
  * the caller created them before and drops empty ones after.
+ *
+ * A task breakpoint takes one of four cases, as in the kernel:
+ *
+ *  1. It targets all CPUs (cpu < 0) and the task has no CPU-bound
+ *     breakpoint in this pool: only tsk_pinned_all changes.
+ *  2. It targets one CPU (cpu >= 0) and the task's other breakpoints in
+ *     this pool all target all CPUs: a. on enable, the task becomes mixed
+ *     (task_mix()); b. on disable, it stops being mixed (task_unmix()).
+ *  3. The task keeps other CPU-bound breakpoints (task_toggle_bound()).
+ *
+ * On disable the breakpoint leaves the counts first, so that `next`
+ * tells whether it was the task's last CPU-bound one.
  */
 static void toggle_bp_slot(struct pk_slots *s, struct slot_rec *trec, struct slot_rec *crec,
 			   long task, int cpu, enum pk_bp_type type, bool enable)
 {
 	int p = pool_of(s, type);
 	struct slots_pool *pool = &s->pool[p];
-	int weight = enable ? 1 : -1;
 	int next;
 
 	if (task < 0) {
-		/* CPU-wide: per-CPU count and the histogram over CPUs. */
-		pki_hist_move(&pool->cpu_pinned_hist, (int)pool->cpu_pinned[cpu], weight);
-		pool->cpu_pinned[cpu] += weight;
-		s->cpu_bps[(size_t)cpu * NR_TYPES + type_idx(type)] += weight;
+		toggle_cpu_slot(s, pool, cpu, type, enable ? 1 : -1);
 		return;
 	}
-
-	/*
-	 * A task breakpoint.  Four cases, as in the kernel:
-	 *
-	 *  1. It targets all CPUs (cpu < 0) and the task has no CPU-bound
-	 *     breakpoint in this pool: only tsk_pinned_all changes.
-	 *
-	 *  2. It targets one CPU (cpu >= 0) and the task's other breakpoints in
-	 *     this pool all target all CPUs:
-	 *     a. on enable, the task becomes mixed: take its usage out of
-	 *        tsk_pinned_all and enter it into every CPU's tsk_pinned, plus
-	 *        this breakpoint on its CPU;
-	 *     b. on disable, the task stops being mixed: the reverse.
-	 *
-	 *  3. The task keeps other CPU-bound breakpoints: only the per-CPU
-	 *     tsk_pinned of the CPUs this breakpoint covers change.
-	 *
-	 * On disable the breakpoint leaves the counts first, so that `next`
-	 * tells whether it was the task's last CPU-bound one.
-	 */
-	if (!enable) {
-		if (cpu < 0) {
-			trec->n[type_idx(type)]--;
-		} else {
-			crec->n[type_idx(type)]--;
-			trec->nr_bound[p]--;
-		}
-	}
+	if (!enable)
+		task_count(s, trec, crec, cpu, type, false);
 	next = task_bp_pinned(s, trec, -1, p);
-
-	if (next >= 0) {
-		if (cpu < 0) { /* Case 1: fast path */
-			if (!enable)
-				next += 1;
-			pki_hist_move(&pool->tsk_pinned_all, next, weight);
-		} else if (enable) { /* Case 2.a: slow path */
-			/* With no CPU-independent usage the loop would move nothing. */
-			if (next)
-				for (int c = 0; c < s->nr_cpus; c++)
-					pki_hist_move(&pool->tsk_pinned[c], 0, next);
-			pki_hist_move(&pool->tsk_pinned[cpu], next, weight);
-			pki_hist_move(&pool->tsk_pinned_all, next, -next);
-		} else { /* Case 2.b: slow path */
-			pki_hist_move(&pool->tsk_pinned[cpu], next + 1, weight);
-			if (next)
-				for (int c = 0; c < s->nr_cpus; c++)
-					pki_hist_move(&pool->tsk_pinned[c], next, -next);
-			pki_hist_move(&pool->tsk_pinned_all, 0, next);
-		}
-	} else { /* Case 3: slow path */
-		int lo = cpu >= 0 ? cpu : 0, hi = cpu >= 0 ? cpu + 1 : s->nr_cpus;
-
-		for (int c = lo; c < hi; c++) {
-			next = task_bp_pinned(s, trec, c, p);
-			if (!enable)
-				next += 1;
-			pki_hist_move(&pool->tsk_pinned[c], next, weight);
-		}
-	}
-
-	if (enable) {
-		if (cpu < 0) {
-			trec->n[type_idx(type)]++;
-		} else {
-			crec->n[type_idx(type)]++;
-			trec->nr_bound[p]++;
-		}
-	}
+	if (next < 0) /* Case 3: slow path */
+		task_toggle_bound(s, pool, trec, cpu, p, enable);
+	else if (cpu < 0) /* Case 1: fast path */
+		pki_hist_move(&pool->tsk_pinned_all, enable ? next : next + 1, enable ? 1 : -1);
+	else if (enable) /* Case 2.a: slow path */
+		task_mix(s, pool, cpu, next);
+	else /* Case 2.b: slow path */
+		task_unmix(s, pool, cpu, next);
+	if (enable)
+		task_count(s, trec, crec, cpu, type, true);
 }
 
 /* The kernel's __reserve_bp_slot(): admission, then the bookkeeping. */

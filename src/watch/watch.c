@@ -7,9 +7,10 @@
  * tsk_pinned_all idea).  Every thread has PKI_HWBP_SLOTS slots.  A thread uses
  *	nr_all (all-threads watchpoints, the same for every thread)
  *	+ own(tid) (its single-thread watchpoints).
- * own() lives in a tid hash; a histogram (watch/hist.h) counts the threads by
- * own(); threads with own() == 0 are in neither, so creating a thread costs
- * the library nothing.  Then
+ * own() lives in a map by tid (base/umap.h); a histogram (watch/hist.h)
+ * counts the threads by own(); threads with own() == 0 are in neither (but
+ * for idle records awaiting pruning), so creating a thread costs the
+ * library nothing.  Then
  *	a single-thread add on T fits iff nr_all + own(T) + 1 <= SLOTS,
  *	an all-threads add fits   iff nr_all + 1 + max(own) <= SLOTS,
  * both O(SLOTS).  Only the failure path walks anything: it first reaps the
@@ -26,7 +27,6 @@
  * of mgr and every struct pk_watch except what the handler reads (below).  It
  * is never taken in signal context.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -44,6 +44,7 @@
 #include "arch/arch.h"
 #include "base/log.h"
 #include "base/threads.h"
+#include "base/umap.h"
 #include "base/sigtrap.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
@@ -94,9 +95,13 @@ struct wslot {
 
 static _Atomic(struct wslot *) chunks[NR_CHUNKS];
 
-/* Single-thread usage per tid: open addressing, linear probing. */
+/*
+ * A thread's single-thread usage, in mgr.towns.  Made before anything
+ * irreversible (__town_reserve()), so that counting cannot fail; a record
+ * whose own() fell to 0 stays, idle, until the idle ones are the majority.
+ */
 struct town {
-	pid_t tid; /* 0 = empty */
+	unsigned long tid; /* the key */
 	int own;
 };
 
@@ -104,13 +109,14 @@ static struct {
 	pthread_mutex_t lock;
 	bool handler_installed;
 	int nr_all;
-	struct pki_hist hist; /* threads by own(), own > 0 only */
-	struct town *tids;
-	size_t tids_mask, nr_tids;
+	struct pki_hist hist;  /* threads by own(), own > 0 only */
+	struct pki_umap towns; /* tid -> struct town */
+	size_t nr_idle;	       /* towns with own() == 0 */
 	struct pk_watch *list;
 	uint32_t nr_slots_used, free_slot; /* free list head, UINT32_MAX = empty */
 } mgr = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
+    .towns = PKI_UMAP_INIT(struct town, tid),
     .free_slot = UINT32_MAX,
 };
 
@@ -290,21 +296,9 @@ static void slot_wait_idle(uint32_t idx)
 
 /* ---- per-thread usage --------------------------------------------------- */
 
-static size_t tid_hash(pid_t tid)
-{
-	return (size_t)tid * 0x9e3779b97f4a7c15ULL >> 17;
-}
-
 static struct town *__town_find(pid_t tid)
 {
-	if (!mgr.tids)
-		return NULL;
-	for (size_t i = tid_hash(tid) & mgr.tids_mask;; i = (i + 1) & mgr.tids_mask) {
-		if (mgr.tids[i].tid == tid)
-			return &mgr.tids[i];
-		if (!mgr.tids[i].tid)
-			return NULL;
-	}
+	return pki_umap_find(&mgr.towns, (unsigned long)tid);
 }
 
 static int __own(pid_t tid)
@@ -314,81 +308,65 @@ static int __own(pid_t tid)
 	return t ? t->own : 0;
 }
 
-static int __town_grow(void)
+/* Make sure @tid has a record, before anything irreversible happens. */
+static int __town_reserve(pid_t tid)
 {
-	size_t n = mgr.tids ? (mgr.tids_mask + 1) * 2 : 16;
-	struct town *old = mgr.tids, *tab = calloc(n, sizeof(*tab));
-	size_t old_n = mgr.tids ? mgr.tids_mask + 1 : 0;
+	struct town *t = __town_find(tid);
 
-	if (!tab)
+	if (t)
+		return 0;
+	t = calloc(1, sizeof(*t));
+	if (!t)
 		return -ENOMEM;
-	mgr.tids = tab;
-	mgr.tids_mask = n - 1;
-	for (size_t i = 0; i < old_n; i++) {
-		size_t j;
-
-		if (!old[i].tid)
-			continue;
-		for (j = tid_hash(old[i].tid) & mgr.tids_mask; tab[j].tid;
-		     j = (j + 1) & mgr.tids_mask)
-			;
-		tab[j] = old[i];
+	t->tid = (unsigned long)tid;
+	if (pki_umap_insert(&mgr.towns, t)) {
+		free(t);
+		return -ENOMEM;
 	}
-	free(old);
+	mgr.nr_idle++;
 	return 0;
 }
 
-/* Make room for one more tid before anything irreversible happens. */
-static int __town_reserve(void)
+/* Free every record, or only the idle ones, putting the others back. */
+static void __towns_prune(bool all)
 {
-	if (mgr.tids && (mgr.nr_tids + 1) * 2 <= mgr.tids_mask + 1)
-		return 0;
-	return __town_grow();
-}
+	struct pki_umap *m = &mgr.towns;
+	struct town **keep = all ? NULL : malloc(m->n * sizeof(*keep));
+	size_t i, k = 0;
 
-/* Remove the entry at @i, shifting back later entries of its probe chain. */
-static void __town_delete(size_t i)
-{
-	size_t j = i;
+	if (!all && !keep)
+		return; /* next time */
+	for (i = 0; i < m->cap; i++) {
+		struct town *t = m->slot[i];
 
-	for (;;) {
-		size_t k;
-
-		j = (j + 1) & mgr.tids_mask;
-		if (!mgr.tids[j].tid)
-			break;
-		k = tid_hash(mgr.tids[j].tid) & mgr.tids_mask;
-		/* entry j may stay iff its home k lies cyclically in (i, j] */
-		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+		if (!t)
 			continue;
-		mgr.tids[i] = mgr.tids[j];
-		i = j;
+		if (!all && t->own)
+			keep[k++] = t;
+		else
+			free(t);
 	}
-	mgr.tids[i].tid = 0;
-	mgr.tids[i].own = 0;
-	mgr.nr_tids--;
+	pki_umap_clear(m);
+	/* No more records than before in the same capacity: cannot fail. */
+	for (i = 0; i < k; i++)
+		(void)pki_umap_insert(m, keep[i]);
+	mgr.nr_idle = 0;
+	free(keep);
 }
 
-/* own(@tid) += @delta (+1 or -1); room was reserved for a new tid. */
+/* own(@tid) += @delta (+1 or -1); its record exists (__town_reserve()). */
 static void __own_move(pid_t tid, int delta)
 {
 	struct town *t = __town_find(tid);
-	int old = t ? t->own : 0;
 
-	pki_hist_move(&mgr.hist, old, delta);
-	if (!t) {
-		size_t i;
-
-		for (i = tid_hash(tid) & mgr.tids_mask; mgr.tids[i].tid;
-		     i = (i + 1) & mgr.tids_mask)
-			;
-		t = &mgr.tids[i];
-		t->tid = tid;
-		mgr.nr_tids++;
-	}
-	t->own += delta;
+	pki_hist_move(&mgr.hist, t->own, delta);
 	if (!t->own)
-		__town_delete((size_t)(t - mgr.tids));
+		mgr.nr_idle--;
+	t->own += delta;
+	if (t->own)
+		return;
+	if (++mgr.nr_idle > 16 && 2 * mgr.nr_idle > mgr.towns.n)
+		__towns_prune(false);
 }
 
 /* ---- admission ---------------------------------------------------------- */
@@ -475,11 +453,14 @@ static int __admit(pid_t tid, const void *addr)
 		/* a thread using the most own slots: the first one found */
 		int max = pki_hist_max(&mgr.hist);
 
-		for (size_t i = 0; max && i <= mgr.tids_mask; i++)
-			if (mgr.tids[i].tid && mgr.tids[i].own == max) {
-				full = mgr.tids[i].tid;
+		for (size_t i = 0; max && i < mgr.towns.cap; i++) {
+			const struct town *t = mgr.towns.slot[i];
+
+			if (t && t->own == max) {
+				full = (pid_t)t->tid;
 				break;
 			}
+		}
 	}
 	__describe_holders(holders, sizeof(holders), full);
 	if (full)
@@ -574,6 +555,31 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
 	return 1;
 }
 
+/* __open_all_roots() across its passes over the threads (pki_threads_each()). */
+struct roots_pass {
+	struct pk_watch *w;
+	int cap;    /* of w->roots */
+	int sorted; /* w->roots[0 .. sorted) are sorted by tid */
+	int added;  /* this pass */
+	bool failed;
+};
+
+static int roots_add(pid_t tid, void *arg)
+{
+	struct roots_pass *p = arg;
+	int r;
+
+	if (has_root(p->w, p->sorted, tid))
+		return 0;
+	r = add_root(p->w, &p->cap, tid);
+	if (r < 0) {
+		p->failed = true;
+		return r;
+	}
+	p->added += r;
+	return 0;
+}
+
 /*
  * One root per thread alive now.  Called with the thread-creation gate
  * closed (gate.c): no pthread_create() is in flight, so the first pass lists
@@ -586,37 +592,20 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
  */
 static int __open_all_roots(struct pk_watch *w)
 {
-	int cap = 0, sorted = 0, added;
+	struct roots_pass p = {.w = w};
+	int err;
 
 	do {
-		DIR *d = opendir("/proc/self/task");
-		struct dirent *e;
-
-		if (!d) {
-			int err = -errno;
-
+		p.added = 0;
+		err = pki_threads_each(0, roots_add, &p);
+		if (err && !p.failed)
 			pki_warn("watch %#lx: cannot list threads: /proc/self/task: %s\n",
 				 (unsigned long)w->bp.addr, pki_errstr(err));
+		if (err)
 			return err;
-		}
-		added = 0;
-		while ((e = readdir(d))) {
-			pid_t tid = (pid_t)atoi(e->d_name);
-			int r;
-
-			if (tid <= 0 || has_root(w, sorted, tid))
-				continue;
-			r = add_root(w, &cap, tid);
-			if (r < 0) {
-				closedir(d);
-				return r;
-			}
-			added += r;
-		}
-		closedir(d);
 		qsort(w->roots, (size_t)w->nr_roots, sizeof(*w->roots), root_cmp);
-		sorted = w->nr_roots;
-	} while (added);
+		p.sorted = w->nr_roots;
+	} while (p.added);
 	return 0;
 }
 
@@ -635,124 +624,173 @@ static void register_atfork(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
-				     const struct pk_watch_opts *opts)
+/* @opts as this library knows them into @o (the defaults if NULL). */
+static int opts_get(const void *addr, const struct pk_watch_opts *opts, struct pk_watch_opts *o)
 {
-	struct pk_watch_opts o = {.sz = sizeof(o)};
-	struct pk_watch *w;
+	*o = (struct pk_watch_opts){.sz = sizeof(*o)};
+	if (!opts)
+		return 0;
+	if (opts->sz < offsetof(struct pk_watch_opts, disabled) + sizeof(bool)) {
+		pki_warn("watch %p: opts->sz %zu is too small (use PK_OPTS): %s\n", addr, opts->sz,
+			 pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	/* a newer caller's fields we do not know must be zero */
+	for (size_t i = sizeof(*o); i < opts->sz; i++)
+		if (((const char *)opts)[i]) {
+			pki_warn("watch %p: opts has fields this library does not know "
+				 "(sz %zu > %zu): %s\n",
+				 addr, opts->sz, sizeof(*o), pki_errstr(EINVAL));
+			return -EINVAL;
+		}
+	memcpy(o, opts, sizeof(*o) < opts->sz ? sizeof(*o) : opts->sz);
+	return 0;
+}
+
+/* What can be refused before taking the lock. */
+static int watch_check(const void *addr, size_t len, enum pk_watch_type type,
+		       const struct pk_watch_opts *o)
+{
+	int err = check_target(addr, len, type);
+
+	if (err)
+		return err;
+	if (o->tid < 0 || (o->tid && !pki_thread_alive(o->tid))) {
+		pki_warn("watch %p: thread %d is not a thread of process %d: %s\n", addr,
+			 (int)o->tid, (int)getpid(), pki_errstr(ESRCH));
+		return -ESRCH;
+	}
+	return 0;
+}
+
+/* The manager ready, and room for one more watchpoint on @tid (0: all threads). */
+static int __watch_admit(pid_t tid, const void *addr)
+{
+	int err;
+
+	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS))
+		return -ENOMEM;
+	err = __install_handler();
+	if (!err)
+		err = __admit(tid, addr);
+	if (!err && tid)
+		err = __town_reserve(tid);
+	return err;
+}
+
+/*
+ * A new watchpoint in a slot of its own, published to the handler before
+ * its first event exists, so that no early hit is lost.
+ */
+static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
+		       const struct pk_watch_opts *o, struct pk_watch **wp)
+{
+	struct pk_watch *w = calloc(1, sizeof(*w));
 	uint32_t idx;
 	int err;
 
-	if (opts) {
-		if (opts->sz < offsetof(struct pk_watch_opts, disabled) + sizeof(bool)) {
-			pki_warn("watch %p: opts->sz %zu is too small (use PK_OPTS): %s\n", addr,
-				 opts->sz, pki_errstr(EINVAL));
-			errno = EINVAL;
-			return NULL;
-		}
-		/* a newer caller's fields we do not know must be zero */
-		for (size_t i = sizeof(o); i < opts->sz; i++)
-			if (((const char *)opts)[i]) {
-				pki_warn("watch %p: opts has fields this library does not know "
-					 "(sz %zu > %zu): %s\n",
-					 addr, opts->sz, sizeof(o), pki_errstr(EINVAL));
-				errno = EINVAL;
-				return NULL;
-			}
-		memcpy(&o, opts, sizeof(o) < opts->sz ? sizeof(o) : opts->sz);
-	}
-	err = check_target(addr, len, type);
-	if (err)
-		goto out_errno;
-	if (o.tid < 0 || (o.tid && !pki_thread_alive(o.tid))) {
-		pki_warn("watch %p: thread %d is not a thread of process %d: %s\n", addr,
-			 (int)o.tid, (int)getpid(), pki_errstr(ESRCH));
-		err = -ESRCH;
-		goto out_errno;
-	}
-	pthread_once(&atfork_once, register_atfork);
-
-	pthread_mutex_lock(&mgr.lock);
-	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS)) {
-		err = -ENOMEM;
-		goto out_unlock;
-	}
-	err = __install_handler();
-	if (err)
-		goto out_unlock;
-	err = __admit(o.tid, addr);
-	if (err)
-		goto out_unlock;
-	if (o.tid) {
-		err = __town_reserve();
-		if (err)
-			goto out_unlock;
-	}
-	w = calloc(1, sizeof(*w));
-	if (!w) {
-		err = -ENOMEM;
-		goto out_unlock;
-	}
+	if (!w)
+		return -ENOMEM;
 	err = __slot_get(&idx);
-	if (err)
-		goto out_free;
-	w->cb = o.callback;
-	w->ctx = o.ctx;
-	w->queue = o.queue;
+	if (err) {
+		free(w);
+		return err;
+	}
+	w->cb = o->callback;
+	w->ctx = o->ctx;
+	w->queue = o->queue;
 	w->slot = idx;
-	w->tid = o.tid;
+	w->tid = o->tid;
 	w->bp = (struct pki_bp){
 	    .addr = (uintptr_t)addr,
 	    .len = len,
 	    .type = type,
-	    .disabled = o.disabled,
-	    .inherit = !o.tid,
+	    .disabled = o->disabled,
+	    .inherit = !o->tid,
 	    .sig_data = slot_sig_data(idx),
 	};
-	/* Published before the first event exists: no early hit is lost. */
 	atomic_store(&slot_at(idx)->w, w);
+	*wp = w;
+	return 0;
+}
 
-	if (o.tid) {
-		int cap = 0;
+/* The root events of @w: on its one thread, or on every thread alive now. */
+static int __watch_open(struct pk_watch *w)
+{
+	int cap = 0, err;
 
-		err = add_root(w, &cap, o.tid);
-		if (!err) {
-			/* exited between the check and the open */
-			pki_warn("watch %p: thread %d exited: %s\n", addr, (int)o.tid,
-				 pki_errstr(ESRCH));
-			err = -ESRCH;
-		}
-	} else {
+	if (!w->tid) {
 		pki_gate_close(); /* no thread is being created meanwhile: gate.c */
 		err = __open_all_roots(w);
 		pki_gate_open();
+		return err;
 	}
-	if (err < 0)
-		goto out_close;
-	err = 0;
+	err = add_root(w, &cap, w->tid);
+	if (!err) {
+		/* exited between the check and the open */
+		pki_warn("watch %#lx: thread %d exited: %s\n", (unsigned long)w->bp.addr,
+			 (int)w->tid, pki_errstr(ESRCH));
+		err = -ESRCH;
+	}
+	return err < 0 ? err : 0;
+}
 
-	if (o.tid)
-		__own_move(o.tid, +1);
+/* Free @w, which failed to open: nobody saw it but the handler (R1-R4). */
+static void __watch_discard(struct pk_watch *w)
+{
+	slot_unpublish(w->slot);
+	__close_roots(w);
+	slot_wait_idle(w->slot);
+	__slot_put(w->slot);
+	free(w->roots);
+	free(w);
+}
+
+/* Count @w in the admission and list it. */
+static void __watch_account(struct pk_watch *w)
+{
+	if (w->tid)
+		__own_move(w->tid, +1);
 	else
 		mgr.nr_all++;
 	w->next = mgr.list;
 	if (mgr.list)
 		mgr.list->prev = w;
 	mgr.list = w;
+}
+
+PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
+				     const struct pk_watch_opts *opts)
+{
+	struct pk_watch_opts o;
+	struct pk_watch *w;
+	int err;
+
+	err = opts_get(addr, opts, &o);
+	if (!err)
+		err = watch_check(addr, len, type, &o);
+	if (err)
+		goto out_errno;
+	pthread_once(&atfork_once, register_atfork);
+
+	pthread_mutex_lock(&mgr.lock);
+	err = __watch_admit(o.tid, addr);
+	if (!err)
+		err = __watch_new(addr, len, type, &o, &w);
+	if (err)
+		goto out_unlock;
+	err = __watch_open(w);
+	if (err) {
+		__watch_discard(w);
+		goto out_unlock;
+	}
+	__watch_account(w);
 	pki_debug("watch %p: %s/%zu on %s%d, %d root event(s)\n", addr, type_name[type], len,
 		  o.tid ? "thread " : "all threads of ", o.tid ? (int)o.tid : (int)getpid(),
 		  w->nr_roots);
 	pthread_mutex_unlock(&mgr.lock);
 	return w;
 
-out_close:
-	slot_unpublish(idx);
-	__close_roots(w);
-	slot_wait_idle(idx);
-	__slot_put(idx);
-out_free:
-	free(w->roots);
-	free(w);
 out_unlock:
 	pthread_mutex_unlock(&mgr.lock);
 out_errno:
@@ -906,8 +944,6 @@ static void fork_child(void)
 	mgr.nr_all = 0;
 	if (mgr.hist.count)
 		memset(mgr.hist.count, 0, sizeof(long) * PKI_HWBP_SLOTS);
-	if (mgr.tids)
-		memset(mgr.tids, 0, sizeof(*mgr.tids) * (mgr.tids_mask + 1));
-	mgr.nr_tids = 0;
+	__towns_prune(true);
 	pthread_mutex_unlock(&mgr.lock);
 }

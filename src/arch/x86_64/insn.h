@@ -69,6 +69,12 @@ static inline enum pki_insn_kind pki_insn_classify(const uint8_t b[PKI_SITE_LEN]
 	return PKI_INSN_UNKNOWN;
 }
 
+/* Is @b the breakpoint instruction (INT3) that debuggers and uprobes write? */
+static inline bool pki_insn_is_bp(uint8_t b)
+{
+	return b == PKI_INSN_INT3;
+}
+
 #define PKI_ENDBR64_LEN 4
 
 /* endbr64 (f3 0f 1e fa): with -fcf-protection a site follows it. */
@@ -92,7 +98,7 @@ static inline bool pki_insn_emulatable(const uint8_t b[PKI_SITE_LEN])
  * True if a thread may be stopped at an instruction boundary strictly inside
  * the site (bytes 1..4): the five one-byte nops.  Such a site is only
  * rewritten once no thread's IP is inside it (see the sled kick in
- * src/patch/poke.c).
+ * arch/x86_64/kick.c).
  */
 static inline bool pki_insn_has_interior(const uint8_t b[PKI_SITE_LEN])
 {
@@ -104,7 +110,7 @@ static inline bool pki_insn_has_interior(const uint8_t b[PKI_SITE_LEN])
  * store: its five bytes lie in one window of arch/x86_64/store.h (an aligned
  * 16-byte block, or eight bytes of one cache line: every site that does not
  * cross a cache line), and no thread can be stopped inside @old (not a
- * sled).  See the single-store protocol in src/patch/poke.c.
+ * sled).  See the single-store protocol in arch/x86_64/poke_store.c.
  */
 static inline bool pki_insn_single_store_ok(unsigned long addr, const uint8_t old[PKI_SITE_LEN])
 {
@@ -114,7 +120,7 @@ static inline bool pki_insn_single_store_ok(unsigned long addr, const uint8_t ol
 }
 
 /*
- * The sled relay (src/patch/relay.c).  A gcc sled (90 x5) is attached by
+ * The sled relay (arch/x86_64/poke_relay.c).  A gcc sled (90 x5) is attached by
  * changing its FIRST byte only, 90 -> e8: the call's rel32 is then the
  * sled's own 90 90 90 90, so a thread stopped at any byte 1..4 of the sled
  * (preempted there, or interrupted by a signal whose handler runs for as long

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The one store of the single-store patching protocol (src/patch/poke.c):
+ * The one store of the single-store patching protocol (poke_store.c):
  * a locked compare-and-exchange of one naturally aligned 16-byte block
  * (cmpxchg16b), or of eight bytes inside one cache line (lock cmpxchg on a
  * quadword that may be unaligned but does not split a line), single-copy

@@ -9,11 +9,12 @@
  * that attaches its site has written it) and kept for the life of the
  * process: a thread that executed a site's call may sit at its slot at any
  * later moment.  Chunks are written like text, through a writable alias
- * (poke.c), so fork() gives the parent its own copy as it does for text.
+ * (poke_relay.c), so fork() gives the parent its own copy as it does for
+ * text.
  *
  * A chunk's place may be taken (a large heap, another library): then the
  * sites of that stretch are attached the older way (INT3 protocol and sled
- * kick, poke.c).  A refused place is remembered and not asked again.
+ * kick, poke_int3.c).  A refused place is remembered and not asked again.
  *
  * Slots are claimed: a site's default slot keeps the distances between
  * sites, so defaults never overlap, but an alternate slot (byte 1 = clc,
@@ -21,20 +22,20 @@
  * the site that first claimed it, for good (a thread may sit in it).
  */
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "arch/arch.h"
+#include "arch/x86_64/relay_mem.h"
+#include "base/grow.h"
 #include "base/log.h"
-#include "patch/relay.h"
 
 #define CHUNK (64ul << 10)
 
 /*
- * A table of key -> value, sorted by key, grown by doubling, never shrunk
- * (both uses below only add).  Patch lock.
+ * A table of key -> value, sorted by key (a claim must see its neighbours),
+ * never shrunk (both uses below only add).  Patch lock.
  */
 struct entry {
 	unsigned long key;
@@ -65,15 +66,8 @@ static size_t table_pos(const struct table *t, unsigned long key)
 /* Insert (@key, @val) at index @i (from table_pos()).  0 or -ENOMEM. */
 static int table_insert(struct table *t, size_t i, unsigned long key, long val)
 {
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? 2 * t->cap : 16;
-		struct entry *bigger = realloc(t->e, cap * sizeof(*t->e));
-
-		if (!bigger)
-			return -ENOMEM;
-		t->e = bigger;
-		t->cap = cap;
-	}
+	if (PKI_GROW(t->e, t->cap, t->n + 1))
+		return -ENOMEM;
 	memmove(&t->e[i + 1], &t->e[i], (t->n - i) * sizeof(*t->e));
 	t->e[i] = (struct entry){.key = key, .val = val};
 	t->n++;

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Sled relays: the memory the relay call of a gcc sled lands in (see
- * pki_insn_relay_slot() in arch/x86_64/insn.h for the idea and
- * src/patch/poke.c for the protocol that uses it).  Everything here runs
- * with the patch lock held.
+ * pki_insn_relay_slot() in insn.h for the idea and poke_relay.c for the
+ * protocol that uses it).  Everything here runs with the patch lock held.
  */
-#ifndef PK_PATCH_RELAY_H
-#define PK_PATCH_RELAY_H
+#ifndef PK_ARCH_X86_64_RELAY_MEM_H
+#define PK_ARCH_X86_64_RELAY_MEM_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -30,4 +29,4 @@ int pki_relay_claim(unsigned long site, unsigned long slot, bool take);
 /* Has @site claimed its slot for byte 1 = @b1 (it was attached by relay once)? */
 bool pki_relay_owned(unsigned long site, uint8_t b1);
 
-#endif /* PK_PATCH_RELAY_H */
+#endif /* PK_ARCH_X86_64_RELAY_MEM_H */

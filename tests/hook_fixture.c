@@ -76,7 +76,7 @@ static int fx_each(const char *glob, unsigned long lo, unsigned long hi,
 	return 0;
 }
 
-static const struct pki_site_src fx_src = {fx_lookup, fx_each};
+static const struct pki_site_src fx_src = {fx_lookup, fx_each, NULL}; /* no relocated sites */
 int fx_poke_batches;
 size_t fx_poke_sites;
 

@@ -26,11 +26,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * A relocated site (doc/design/reloc-sites.md, RS2): one of its two byte
+ * strings is a function's own first instructions, which no handler can
+ * emulate.  A thread that must execute them (an INT3 standing for them)
+ * goes to @copy, their copy out of line; one stopped at an inner boundary
+ * of them when they are replaced (@map: each moved instruction's offset
+ * from the site, and in the copy) is moved to the copy's equivalent place.
+ */
+struct pki_poke_reloc {
+	unsigned long copy;
+	unsigned int n;
+	struct {
+		uint8_t site_off, copy_off;
+	} map[PKI_SITE_LEN];
+};
+
 /* One site of a batch: PKI_SITE_LEN bytes at @addr, from @old to @new. */
 struct pki_poke {
 	unsigned long addr;
 	uint8_t old[PKI_SITE_LEN];
 	uint8_t new[PKI_SITE_LEN];
+	const struct pki_poke_reloc *reloc; /* NULL: both emulatable */
 };
 
 /* Bytes a protocol found other than it was told (see pki_text_ops.bug). */

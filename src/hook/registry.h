@@ -99,7 +99,8 @@ struct site {
 struct site_reloc {
 	unsigned long func, size;
 	uint8_t orig[PKI_SITE_LEN];
-	struct pki_reloc r; /* the copy as made: moved, map */
+	struct pki_reloc r;	    /* the copy as made: moved, map */
+	struct pki_poke_reloc poke; /* what the patch layer needs of it (RS2) */
 };
 
 struct ops_priv {

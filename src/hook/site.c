@@ -288,6 +288,8 @@ static int self_read(void *ctx, uint64_t addr, void *buf, size_t len)
 	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
 }
 
+_Static_assert(PKI_RELOC_INSNS <= PKI_SITE_LEN, "a relocated site's map fits its poke");
+
 /* pki_tmem_entry_new_reloc's maker: the function's prologue for its copy at @copy. */
 static int reloc_copy_make(unsigned long copy, void *buf, size_t len, void *ctx)
 {
@@ -307,6 +309,12 @@ static int reloc_copy_make(unsigned long copy, void *buf, size_t len, void *ctx)
 	if (rl->func + rl->r.skip != s->ip || rl->r.len > len)
 		return -EPERM;
 	memcpy(buf, rl->r.code, rl->r.len);
+	rl->poke.copy = copy;
+	rl->poke.n = rl->r.n;
+	for (unsigned int i = 0; i < rl->r.n; i++) {
+		rl->poke.map[i].site_off = (uint8_t)(rl->r.map[i].old_off - rl->r.skip);
+		rl->poke.map[i].copy_off = rl->r.map[i].new_off;
+	}
 	return 0;
 }
 

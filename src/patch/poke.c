@@ -179,7 +179,11 @@ static int check_sites(const struct pki_poke *site, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		if (!pki_insn_emulatable(site[i].old) || !pki_insn_emulatable(site[i].new)) {
+		/* A relocated site: one side its function's own bytes, the other emulatable. */
+		bool old_ok = pki_insn_emulatable(site[i].old),
+		     new_ok = pki_insn_emulatable(site[i].new);
+
+		if (site[i].reloc ? !(old_ok || new_ok) : !(old_ok && new_ok)) {
 			pki_debug("text poke %#lx: instruction the patcher cannot emulate\n",
 				  site[i].addr);
 			return -EINVAL;

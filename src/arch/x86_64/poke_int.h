@@ -58,6 +58,28 @@ void pki_trap_retire(void);
 /* The site of @b containing @addr (site <= addr < site + len), or NULL. */
 const struct pki_poke *pki_batch_find(const struct pki_batch *b, unsigned long addr);
 
+/*
+ * Whether a thread may be stopped strictly inside @p's old bytes: a gcc
+ * sled, or a relocated site's own instructions with a boundary before the
+ * site's end (the kick moves such a thread into the copy).
+ */
+/*
+ * The kick handler's move of a thread of context @uc stopped at @ip,
+ * strictly inside @p's old bytes (trap.c).  Async-signal-safe.
+ */
+void pki_kick_move(void *uc, const struct pki_poke *p, unsigned long ip);
+
+static inline bool pki_poke_has_interior(const struct pki_poke *p)
+{
+	if (p->reloc && !pki_insn_emulatable(p->old)) {
+		for (unsigned int i = 1; i < p->reloc->n; i++)
+			if (p->reloc->map[i].site_off < PKI_SITE_LEN)
+				return true;
+		return false;
+	}
+	return pki_insn_has_interior(p->old);
+}
+
 /* --- the sled kick (kick.c) ---------------------------------------------- */
 
 /*

@@ -153,7 +153,8 @@ static void bp_reverse(const struct pki_batch *b, const struct pki_text_ops *ops
 		rev[i].addr = b->site[i].addr;
 		memcpy(rev[i].old, b->site[i].new, PKI_SITE_LEN);
 		memcpy(rev[i].new, b->site[i].old, PKI_SITE_LEN);
-		need_kick |= pki_insn_has_interior(rev[i].old);
+		rev[i].reloc = b->site[i].reloc;
+		need_kick |= pki_poke_has_interior(&rev[i]);
 	}
 	err2 = bp_pass(&rb, need_kick, &done, ops);
 	if (err2)
@@ -170,7 +171,7 @@ int pki_arch_bp_apply(const struct pki_poke *site, size_t n, const struct pki_te
 	int err;
 
 	for (i = 0; i < n; i++)
-		need_kick |= pki_insn_has_interior(site[i].old) &&
+		need_kick |= pki_poke_has_interior(&site[i]) &&
 			     memcmp(site[i].old, site[i].new, PKI_SITE_LEN);
 	err = bp_pass(&b, need_kick, &done, ops);
 	if (err && done == STEP_FIRST)

@@ -347,7 +347,8 @@ int pki_arch_relay_take(struct pki_relay_set *rs, struct pki_poke *site, size_t 
 	if (!rs->site)
 		return -ENOMEM;
 	for (i = 0; i < *n; i++) {
-		ret = relay_choose(&site[i], fresh_ok, &rs->site[rs->n], ops);
+		/* A relocated site is a function's own code, never a sled: not ours. */
+		ret = site[i].reloc ? 0 : relay_choose(&site[i], fresh_ok, &rs->site[rs->n], ops);
 		if (ret < 0)
 			return ret;
 		if (ret) {

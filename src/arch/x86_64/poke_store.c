@@ -66,7 +66,8 @@ bool pki_arch_store_fits(const struct pki_poke *site, size_t n, const struct pki
 	size_t i;
 
 	for (i = 0; i < n; i++)
-		if (!pki_insn_single_store_ok(site[i].addr, site[i].old) ||
+		if (site[i].reloc || /* inner boundaries, and bytes no INT3 can stand for */
+		    !pki_insn_single_store_ok(site[i].addr, site[i].old) ||
 		    !(win = pki_store_window(site[i].addr, PKI_SITE_LEN, &start)) ||
 		    !ops->alias(start, win))
 			return false;

@@ -213,12 +213,19 @@ static void uc_set_ip(void *uc, unsigned long ip)
 	((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP] = (greg_t)ip;
 }
 
-/* Continue the thread of @uc as if it had executed @insn at @site, not the INT3 there. */
-static bool int3_emulate(void *uc, unsigned long site, const uint8_t insn[PKI_SITE_LEN])
+/*
+ * Continue the thread of @uc as if it had executed @insn at @p's site, not
+ * the INT3 there.  A relocated site's own instructions run from their copy.
+ */
+static bool int3_emulate(void *uc, const struct pki_poke *p, const uint8_t insn[PKI_SITE_LEN])
 {
 	greg_t *regs = ((ucontext_t *)uc)->uc_mcontext.gregs;
-	unsigned long next = site + PKI_SITE_LEN;
+	unsigned long site = p->addr, next = site + PKI_SITE_LEN;
 
+	if (p->reloc && !pki_insn_emulatable(insn)) {
+		regs[REG_RIP] = (greg_t)p->reloc->copy;
+		return true;
+	}
 	switch (pki_insn_classify(insn)) {
 	case PKI_INSN_NOP5:
 	case PKI_INSN_NOP1X5:
@@ -260,7 +267,7 @@ static bool trap_handler(int sig, siginfo_t *si, void *uc)
 			    atomic_load_explicit(&b->rollback, memory_order_acquire) ? p->old
 										     : p->new;
 
-			done = int3_emulate(uc, addr, insn);
+			done = int3_emulate(uc, p, insn);
 			if (done)
 				atomic_fetch_add_explicit(&pki_stat_emulated, 1,
 							  memory_order_relaxed);
@@ -305,6 +312,31 @@ void pki_kick_ack(struct pki_kick *k, size_t i)
 		pki_futex_wake(&k->left, 1);
 }
 
+/*
+ * A thread stopped strictly inside @p's old bytes, at @ip.  A sled: what is
+ * left to execute there are one-byte nops, so continuing at the end of the
+ * site is equivalent.  A relocated site's own instructions: the same place
+ * in their copy (an inner boundary is in the map; none else can hold a
+ * thread).
+ */
+void pki_kick_move(void *uc, const struct pki_poke *p, unsigned long ip)
+{
+	if (p->reloc && !pki_insn_emulatable(p->old)) {
+		for (unsigned int i = 1; i < p->reloc->n; i++)
+			if (p->addr + p->reloc->map[i].site_off == ip) {
+				uc_set_ip(uc, p->reloc->copy + p->reloc->map[i].copy_off);
+				atomic_fetch_add_explicit(&pki_stat_sled_moves, 1,
+							  memory_order_relaxed);
+				return;
+			}
+		return;
+	}
+	if (pki_insn_has_interior(p->old)) {
+		uc_set_ip(uc, p->addr + PKI_SITE_LEN);
+		atomic_fetch_add_explicit(&pki_stat_sled_moves, 1, memory_order_relaxed);
+	}
+}
+
 static void kick_handler(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
@@ -319,15 +351,8 @@ static void kick_handler(int sig, siginfo_t *si, void *uc)
 		unsigned long ip = uc_ip(uc);
 		const struct pki_poke *p = pki_batch_find(b, ip);
 
-		/*
-		 * Strictly inside a site whose old bytes have inner instruction
-		 * boundaries: what is left to execute there are one-byte nops,
-		 * so continuing at the end of the site is equivalent.
-		 */
-		if (p && ip != p->addr && pki_insn_has_interior(p->old)) {
-			uc_set_ip(uc, p->addr + PKI_SITE_LEN);
-			atomic_fetch_add_explicit(&pki_stat_sled_moves, 1, memory_order_relaxed);
-		}
+		if (p && ip != p->addr)
+			pki_kick_move(uc, p, ip);
 		if (k) {
 			size_t i = kick_find_tid(k, (pid_t)syscall(SYS_gettid));
 

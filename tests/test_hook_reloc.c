@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Hooks on functions without a patchable entry (doc/design/reloc-sites.md):
+ * this file is built without -fpatchable-function-entry, so with relocated
+ * entries on (pki_sites_set_reloc) its own functions are PK_SITE_RELOC
+ * sites.  Ops, direct entries and both on them run the hook and then the
+ * function, with the arguments the hook left; detach restores the original
+ * bytes exactly.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <probekit/hook.h>
+#include <probekit/sites.h>
+
+#include "arch/arch.h"
+#include "arch/x86_64/poke_int.h" /* the kick's move, tested alone */
+#include "harness.h"
+#include "patch/patch.h"
+#include "sym/sites.h"
+
+static volatile long rt_k = 3;
+
+/* One RIP-relative load first: 7 bytes, one instruction, moved whole. */
+__attribute__((noinline)) long rt_scale(long a, long b)
+{
+	return a * rt_k + b;
+}
+
+static int ops_calls;
+static unsigned long ops_ip, ops_di, ops_si;
+
+static void ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		   struct pk_regs *regs)
+{
+	(void)parent_ip, (void)ops;
+	ops_calls++;
+	ops_ip = ip;
+	ops_di = regs->di;
+	ops_si = regs->si;
+}
+
+static int tramp_calls;
+static long tramp_set_di = -1;
+
+static void tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip;
+	tramp_calls++;
+	if (tramp_set_di >= 0)
+		regs->di = (unsigned long)tramp_set_di;
+}
+
+static struct pk_site site;
+static uint8_t orig[PKI_SITE_LEN];
+
+static void setup(void)
+{
+	pki_sites_set_reloc(true);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &site), 0);
+	ck_assert_int_eq(site.kind, PK_SITE_RELOC);
+	ck_assert_uint_eq(site.func, (unsigned long)rt_scale);
+	memcpy(orig, (const void *)site.ip, sizeof(orig));
+}
+
+START_TEST(ops_on_a_relocated_entry)
+{
+	unsigned long ips[1];
+	struct pk_ops o = {.func = ops_cb};
+
+	setup();
+	ips[0] = site.ip;
+	o.filter.ips = ips;
+	o.filter.nips = 1;
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_ne(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	ck_assert_int_eq(rt_scale(5, 7), 22);
+	ck_assert_int_eq(ops_calls, 1);
+	ck_assert_uint_eq(ops_ip, site.ip);
+	ck_assert_uint_eq(ops_di, 5);
+	ck_assert_uint_eq(ops_si, 7);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	ck_assert_int_eq(rt_scale(5, 7), 22);
+	ck_assert_int_eq(ops_calls, 1);
+	/* And again: the entry and copy of the first attach serve. */
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(rt_scale(1, 1), 4);
+	ck_assert_int_eq(ops_calls, 2);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+}
+END_TEST
+
+START_TEST(direct_and_ops_on_a_relocated_entry)
+{
+	struct pk_tramp *t;
+	unsigned long ips[1];
+	struct pk_ops o = {.func = ops_cb};
+
+	setup();
+	t = pk_tramp_new(tramp_cb, 0);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){site.ip, pk_tramp_addr(t)}, 1), 0);
+	tramp_set_di = 10;
+	ck_assert_int_eq(rt_scale(5, 7), 37); /* the handler's change reached the function */
+	tramp_set_di = -1;
+	ck_assert_int_eq(tramp_calls, 1);
+	ips[0] = site.ip;
+	o.filter.ips = ips;
+	o.filter.nips = 1;
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(rt_scale(2, 1), 7);
+	ck_assert_int_eq(tramp_calls, 2);
+	ck_assert_int_eq(ops_calls, 1);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(pk_direct_del(&site.ip, 1), 0);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	ck_assert_int_eq(rt_scale(2, 1), 7);
+	ck_assert_int_eq(tramp_calls, 2);
+	ck_assert_int_eq(pk_direct_sync(), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+}
+END_TEST
+
+START_TEST(off_by_default)
+{
+	struct pk_site s;
+
+	/* No relocated entries unless asked for: this file has no patchable ones. */
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &s), -ENOENT);
+}
+END_TEST
+
+/*
+ * A prologue of several instructions (push %rbp, mov %rsp,%rbp, ...): a
+ * thread may be stopped after the first when the site is attached, and must
+ * then be moved into the copy (the kick), and one that meets the INT3 runs
+ * the copy.
+ */
+__attribute__((noinline, optimize("O0"))) long rt_frame(long a, long b)
+{
+	long x = a * rt_k;
+
+	return x + b;
+}
+
+static volatile int fire_stop;
+static volatile long fire_bad, fire_calls;
+
+static void *fire_caller(void *arg)
+{
+	long i = (long)arg;
+
+	while (!__atomic_load_n(&fire_stop, __ATOMIC_RELAXED)) {
+		if (rt_frame(i, 1) != i * 3 + 1 || rt_scale(i, 2) != i * 3 + 2)
+			__atomic_add_fetch(&fire_bad, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&fire_calls, 1, __ATOMIC_RELAXED);
+		i = (i + 1) & 1023;
+	}
+	return NULL;
+}
+
+START_TEST(attach_and_detach_under_fire)
+{
+	enum { N = 3, CYCLES = 400 };
+	struct pk_site a, b;
+	unsigned long ips[2];
+	struct pk_ops o = {.func = ops_cb};
+	struct pki_poke_stats before, after;
+	uint8_t orig_a[PKI_SITE_LEN];
+	pthread_t th[N];
+
+	pki_sites_set_reloc(true);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_frame, &a), 0);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &b), 0);
+	ck_assert_int_eq(a.kind, PK_SITE_RELOC);
+	memcpy(orig_a, (const void *)a.ip, sizeof(orig_a));
+	ips[0] = a.ip;
+	ips[1] = b.ip;
+	o.filter.ips = ips;
+	o.filter.nips = 2;
+	pki_text_poke_stats(&before);
+	for (long i = 0; i < N; i++)
+		pthread_create(&th[i], NULL, fire_caller, (void *)(i * 100));
+	for (int c = 0; c < CYCLES; c++) {
+		ck_assert_int_eq(pk_ops_register(&o), 0);
+		ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	}
+	__atomic_store_n(&fire_stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	pki_text_poke_stats(&after);
+	printf("under fire: %d cycles, %ld calls, %d hooked, %lu threads moved into a copy, "
+	       "%lu INT3s emulated\n",
+	       CYCLES, fire_calls, ops_calls, after.sled_moves - before.sled_moves,
+	       after.emulated - before.emulated);
+	ck_assert_int_eq(fire_bad, 0);
+	ck_assert_int_gt(ops_calls, 0);
+	ck_assert_uint_gt(after.kicks, before.kicks); /* attaching rt_frame needs the kick */
+	ck_assert_int_eq(memcmp((const void *)a.ip, orig_a, sizeof(orig_a)), 0);
+}
+END_TEST
+
+/* The kick's move (RS2): a thread at an inner boundary goes to the copy's equivalent place. */
+START_TEST(kick_moves_into_the_copy)
+{
+	struct pki_poke_reloc r = {.copy = 0x7000, .n = 3, .map = {{0, 0}, {1, 1}, {4, 7}}};
+	struct pki_poke p = {.addr = 0x1000, .old = {0x55, 0x48, 0x89, 0xe5, 0x48}, .reloc = &r};
+	struct pki_poke sled = {.addr = 0x2000};
+	ucontext_t uc;
+
+	memcpy(sled.old, pki_nop1x5, PKI_SITE_LEN);
+	ck_assert_int_eq(getcontext(&uc), 0);
+	uc.uc_mcontext.gregs[REG_RIP] = 0x1001;
+	pki_kick_move(&uc, &p, 0x1001);
+	ck_assert_uint_eq(uc.uc_mcontext.gregs[REG_RIP], 0x7001);
+	uc.uc_mcontext.gregs[REG_RIP] = 0x1004;
+	pki_kick_move(&uc, &p, 0x1004);
+	ck_assert_uint_eq(uc.uc_mcontext.gregs[REG_RIP], 0x7007);
+	uc.uc_mcontext.gregs[REG_RIP] = 0x1002; /* no boundary there: left alone */
+	pki_kick_move(&uc, &p, 0x1002);
+	ck_assert_uint_eq(uc.uc_mcontext.gregs[REG_RIP], 0x1002);
+	uc.uc_mcontext.gregs[REG_RIP] = 0x2003; /* a sled: to its end, as before */
+	pki_kick_move(&uc, &sled, 0x2003);
+	ck_assert_uint_eq(uc.uc_mcontext.gregs[REG_RIP], 0x2005);
+	ck_assert(pki_poke_has_interior(&p));
+	r.n = 1; /* one instruction of 5 bytes or more: nobody can be inside */
+	ck_assert(!pki_poke_has_interior(&p));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("hook_reloc");
+	TCase *tc = tcase_create("hook_reloc");
+
+	tcase_add_test(tc, off_by_default);
+	tcase_add_test(tc, kick_moves_into_the_copy);
+	tcase_add_test(tc, ops_on_a_relocated_entry);
+	tcase_add_test(tc, direct_and_ops_on_a_relocated_entry);
+	tcase_add_test(tc, attach_and_detach_under_fire);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}

@@ -249,6 +249,21 @@ static unsigned int reader_claim(struct pki_tramp_tls *me)
 }
 
 /*
+ * The thread's own counter, from C.  Only the thread changes it, but for
+ * the writer's park (P1), a compare-and-swap from -1: relaxed atomics say
+ * so (the entries' incl/decl are plain, in tramp.S).  Never at -1 here.
+ */
+static int nest_get(const struct pki_tramp_tls *me)
+{
+	return __atomic_load_n(&me->nest, __ATOMIC_RELAXED);
+}
+
+static void nest_add(struct pki_tramp_tls *me, int d)
+{
+	__atomic_store_n(&me->nest, nest_get(me) + d, __ATOMIC_RELAXED);
+}
+
+/*
  * Make slot @i one the writer scans (P3): active, and on the woken stack
  * unless it is there already (the writer clears on_stack as it pops).
  * Signals blocked (no nested activation between the two steps).
@@ -283,12 +298,12 @@ int pki_gp_register(void)
 	int ok = 1;
 
 	if (me->flags & TLS_EXITING) { /* past gp_thread_exit: no system call per call */
-		me->nest--;
+		nest_add(me, -1);
 		return 0;
 	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	if (me->nest >= 0) /* a nested call registered us */
+	if (nest_get(me) >= 0) /* a nested call registered us */
 		goto out;
 	if (!me->slot && !(me->flags & TLS_EXITING)) {
 		me->slot = reader_claim(me);
@@ -302,9 +317,9 @@ int pki_gp_register(void)
 		reader_activate(me->slot - 1); /* first entry, or the first since parked */
 	if (me->slot) {
 		/* Our levels so far, the first one 0 (see the proof: after the claim). */
-		__atomic_store_n(&me->nest, me->nest - PKI_TRAMP_UNREG - 1, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&me->nest, nest_get(me) - PKI_TRAMP_UNREG - 1, __ATOMIC_SEQ_CST);
 	} else {
-		me->nest--; /* undo the entry's incl: the call runs unhooked */
+		nest_add(me, -1); /* undo the entry's incl: the call runs unhooked */
 		__atomic_add_fetch(&gp_stat.refused, 1, __ATOMIC_RELAXED);
 		ok = 0;
 	}
@@ -361,7 +376,7 @@ void pki_gp_exit_slow(void)
 {
 	struct pki_tramp_tls *me = &pki_tramp_tls;
 
-	if (me->nest != 0) /* nested: the outermost exit answers */
+	if (nest_get(me) != 0) /* nested: the outermost exit answers */
 		return;
 	/* Atomic: the writer stores it from its thread (the entries read it as a byte). */
 	__atomic_store_n(&me->want, 0, __ATOMIC_RELAXED);

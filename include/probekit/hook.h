@@ -171,7 +171,10 @@ struct pk_direct_entry {
  * @addr is entered as if the function had called it at its very first
  * instruction: [rsp] = ip + 5 (where to continue the function), [rsp + 8] =
  * the caller's return address, every argument register live.  It must
- * preserve all of them (a trampoline from pk_tramp_new() does).
+ * preserve all of them (a trampoline from pk_tramp_new() does).  At a
+ * relocated site (PK_SITE_RELOC) [rsp] is instead the out-of-line copy of
+ * the function's first instructions, which continues the function: return
+ * to it the same way.
  *
  * pk_direct_add(): -EINVAL (addr 0, duplicate ip in @e), -EEXIST (a site
  * already has a direct entry), -ENOENT (not a site), -ERANGE (@addr out of

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -54,7 +55,7 @@ static int mem_read(void *ctx, uint64_t addr, void *buf, size_t len)
 }
 
 struct seen {
-	size_t n, plain_found, mismatches;
+	size_t n, plain_found, mismatches, entry;
 	size_t how[PKI_FUNC_SKIP_COLD + 1];
 };
 
@@ -82,6 +83,12 @@ static int against_memory(const struct pki_func_site *fs, void *ctx)
 	}
 	if (fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_REFUSED)
 		return 0;
+	if (fs->how == PKI_FUNC_REFUSED && fs->why == PKI_FUNC_ENTRY_POINT) {
+		/* Refused for what it is, not for its bytes: the program's entry. */
+		ck_assert_uint_eq(at, getauxval(AT_ENTRY));
+		sn->entry++;
+		return 0;
+	}
 	ret = pki_reloc(&in, &r);
 	if (fs->how == PKI_FUNC_RELOC
 		? ret || r.moved != fs->moved || r.skip != fs->skip
@@ -112,6 +119,7 @@ START_TEST(file_as_memory)
 	ck_assert_int_eq(pki_func_sites_file(self, against_memory, &sn, &st), 0);
 	check_counts(&st);
 	ck_assert_uint_eq(sn.plain_found, 1);
+	ck_assert_uint_eq(sn.entry, 1); /* _start, found by its FDE or symbol */
 	ck_assert_uint_eq(sn.mismatches, 0);
 	ck_assert_uint_eq(sn.n, st.funcs + st.ifunc + st.cold);
 	ck_assert_uint_eq(sn.how[PKI_FUNC_RELOC], st.reloc);

@@ -60,7 +60,7 @@ static uint8_t orig[PKI_SITE_LEN];
 
 static void setup(void)
 {
-	pki_sites_set_reloc(true);
+	pki_sites_set_reloc(PKI_RELOC_MAIN);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &site), 0);
 	ck_assert_int_eq(site.kind, PK_SITE_RELOC);
 	ck_assert_uint_eq(site.func, (unsigned long)rt_scale);
@@ -174,7 +174,7 @@ START_TEST(attach_and_detach_under_fire)
 	uint8_t orig_a[PKI_SITE_LEN];
 	pthread_t th[N];
 
-	pki_sites_set_reloc(true);
+	pki_sites_set_reloc(PKI_RELOC_MAIN);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_frame, &a), 0);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &b), 0);
 	ck_assert_int_eq(a.kind, PK_SITE_RELOC);

@@ -499,15 +499,3 @@ unsigned long pki_hook_site_list(unsigned long ip)
 	pki_hook_unlock();
 	return l;
 }
-
-static pthread_once_t list_once = PTHREAD_ONCE_INIT;
-
-static void set_list_func(void)
-{
-	pki_tmem_set_list_func((unsigned long)pki_hook_list_func);
-}
-
-__attribute__((constructor)) static void hook_init(void)
-{
-	pthread_once(&list_once, set_list_func);
-}

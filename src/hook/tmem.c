@@ -48,6 +48,7 @@
 #endif
 
 #include "hook/gp.h"
+#include "hook/hook_int.h" /* pki_hook_list_func: what every chunk's list dispatcher calls */
 #include "base/log.h"
 #include "hook/tmem.h"
 
@@ -73,16 +74,10 @@ static pthread_mutex_t tmem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pki_tmem_chunk *chunks[PKI_TMEM_MAX_CHUNKS];
 static unsigned long chunk_base[PKI_TMEM_MAX_CHUNKS]; /* read lock-free */
 static unsigned int nchunks;			      /* published: release store after the entry */
-static unsigned long list_func;
 static int memfd_err;		 /* memfd_create() refused once: shared anonymous from then on */
 static unsigned char *fork_snap; /* snapshot of every chunk, for a fork child (private memory) */
 static size_t fork_snap_len;
 static bool fork_snap_ok;
-
-void pki_tmem_set_list_func(unsigned long fn)
-{
-	__atomic_store_n(&list_func, fn, __ATOMIC_RELEASE);
-}
 
 bool pki_tmem_reaches(unsigned long site, unsigned long target)
 {
@@ -189,7 +184,7 @@ static int chunk_fill(struct pki_tmem_chunk *c)
 	c->nfree = PKI_TMEM_SLOTS - 1 - PKI_TRAMP_EXITS_SLOTS;
 	c->used[0] = (2u << PKI_TRAMP_EXITS_SLOTS) - 1; /* slot 0 and the exits' */
 	err = pki_tramp_emit(PKI_TRAMP_LIST, c->w,
-			     (unsigned long[]){__atomic_load_n(&list_func, __ATOMIC_ACQUIRE)}, 1,
+			     (unsigned long[]){(unsigned long)pki_hook_list_func}, 1,
 			     c->x + PKI_TMEM_SLOT, false);
 	if (!err)
 		err = pki_tramp_emit(PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,

@@ -102,7 +102,4 @@ void pki_tmem_fork_prepare(void);
 void pki_tmem_fork_parent(void);
 void pki_tmem_fork_child(void);
 
-/* Set once by the registry: the C function the list dispatchers call. */
-void pki_tmem_set_list_func(unsigned long fn);
-
 #endif /* PK_HOOK_TMEM_H */

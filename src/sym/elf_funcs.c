@@ -281,6 +281,9 @@ static int scan_sections(Elf *elf, size_t shstrndx, Elf_Scn **eh, GElf_Shdr *eh_
 		if ((sh.sh_flags & (SHF_ALLOC | SHF_EXECINSTR)) != (SHF_ALLOC | SHF_EXECINSTR) ||
 		    sh.sh_type != SHT_PROGBITS || sh.sh_addr + sh.sh_size < sh.sh_addr)
 			continue;
+		/* The PLT's stubs have FDEs but are no functions (entered with a pushed index). */
+		if (name && !strncmp(name, ".plt", 4))
+			continue;
 		if (grow((void **)&sc->exec, sc->nexec, &cap, sizeof(*sc->exec)))
 			return -ENOMEM;
 		sc->exec[sc->nexec++] = (struct range){sh.sh_addr, sh.sh_addr + sh.sh_size};

@@ -166,6 +166,10 @@ static void classify(const struct state *s, size_t i, struct pki_func_site *fs)
 		fs->how = fn->flags & PKI_FUNC_F_IFUNC ? PKI_FUNC_SKIP_IFUNC : PKI_FUNC_SKIP_COLD;
 		return;
 	}
+	if (fn->addr == ((const Elf64_Ehdr *)s->im.base)->e_entry) {
+		refuse(fs, PKI_FUNC_ENTRY_POINT, fn->addr);
+		return;
+	}
 	in.code = image_at(&s->im, fn->addr, fn->size);
 	if (!in.code) {
 		refuse(fs, PKI_FUNC_NOT_IN_FILE, fn->addr);
@@ -269,5 +273,7 @@ const char *pki_func_why_name(unsigned why)
 {
 	if (why == PKI_FUNC_NOT_IN_FILE)
 		return "not_in_file";
+	if (why == PKI_FUNC_ENTRY_POINT)
+		return "entry_point";
 	return pki_reloc_why_name(why);
 }

@@ -32,7 +32,9 @@ enum pki_func_how {
 
 /* Refusal reasons: pki_reloc's, then one of this layer. */
 #define PKI_FUNC_NOT_IN_FILE PKI_RELOC_NR /* bytes not all in a PT_LOAD's file part */
-#define PKI_FUNC_WHY_NR	     (PKI_RELOC_NR + 1)
+/* The program's entry point (e_entry): entered by the kernel, no return address. */
+#define PKI_FUNC_ENTRY_POINT (PKI_RELOC_NR + 1)
+#define PKI_FUNC_WHY_NR	     (PKI_RELOC_NR + 2)
 
 struct pki_func_site {
 	const struct pki_elf_func *fn;
@@ -74,7 +76,7 @@ int pki_func_sites_file(const char *path, pki_func_site_fn fn, void *ctx,
 /* "patchable", "reloc", "refused", "ifunc", "cold"; "?" if out of range. */
 const char *pki_func_how_name(enum pki_func_how how);
 
-/* pki_reloc_why_name, and "not_in_file". */
+/* pki_reloc_why_name, and "not_in_file", "entry_point". */
 const char *pki_func_why_name(unsigned why);
 
 #endif /* PK_SYM_FUNC_SITES_H */

@@ -194,26 +194,32 @@ struct reloc_sites {
 };
 
 static pthread_once_t reloc_once = PTHREAD_ONCE_INIT;
-static bool reloc_on; /* set before the table is built: see sites.h */
+static int reloc_mode; /* enum pki_reloc_mode, set before the table is built: see sites.h */
 
 static void reloc_init(void)
 {
 	const char *e = getenv("PROBEKIT_RELOC");
 
-	if (e && *e == '1')
-		reloc_on = true;
+	if (e && !strcmp(e, "1"))
+		reloc_mode = PKI_RELOC_ALL;
+	else if (e && !strcmp(e, "main"))
+		reloc_mode = PKI_RELOC_MAIN;
 }
 
-bool pki_sites_reloc(void)
+/* Does the object (the main program if @is_main) get relocated entries? */
+static bool pki_sites_reloc_for(bool is_main)
 {
+	int m;
+
 	pthread_once(&reloc_once, reloc_init);
-	return __atomic_load_n(&reloc_on, __ATOMIC_RELAXED);
+	m = __atomic_load_n(&reloc_mode, __ATOMIC_RELAXED);
+	return m == PKI_RELOC_ALL || (m == PKI_RELOC_MAIN && is_main);
 }
 
-void pki_sites_set_reloc(bool on)
+void pki_sites_set_reloc(enum pki_reloc_mode mode)
 {
 	pthread_once(&reloc_once, reloc_init);
-	__atomic_store_n(&reloc_on, on, __ATOMIC_RELAXED);
+	__atomic_store_n(&reloc_mode, (int)mode, __ATOMIC_RELAXED);
 }
 
 /* A function the file says relocates: a site, if its whole text is mapped. */
@@ -372,7 +378,7 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 		goto out_es;
 	}
 	object_stats_take(obj, &es);
-	if (pki_sites_reloc()) {
+	if (pki_sites_reloc_for(is_main)) {
 		rs = (struct reloc_sites){.obj = obj, .info = info};
 		err = reloc_sites_read(path, open_path, &rs);
 		if (err)

@@ -63,13 +63,14 @@ struct pki_sym_object {
 };
 
 /*
- * Whether objects get PK_SITE_RELOC sites (every function without a
- * patchable entry whose prologue relocates: doc/design/reloc-sites.md).
- * Off unless PROBEKIT_RELOC=1; a change applies to objects loaded (or the
- * table built) after it.
+ * Which objects get PK_SITE_RELOC sites (every function without a
+ * patchable entry whose prologue relocates: doc/design/reloc-sites.md):
+ * none, the main program, or every object.  PROBEKIT_RELOC=main or =1 sets
+ * the default (none); a change applies to objects loaded (or the table
+ * built) after it.
  */
-bool pki_sites_reloc(void);
-void pki_sites_set_reloc(bool on);
+enum pki_reloc_mode { PKI_RELOC_OFF, PKI_RELOC_MAIN, PKI_RELOC_ALL };
+void pki_sites_set_reloc(enum pki_reloc_mode mode);
 
 /* Enter / leave a read-side section (nestable). */
 void pki_sites_read_lock(void);

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# probekit trace of programs built without patchable entries, through the
+# library's relocated entries (PROBEKIT_RELOC=main: the main program's
+# functions, doc/design/reloc-sites.md): Debian's stripped /usr/bin/ls and
+# test_core.  The traced run must behave as the plain one (exit status,
+# stdout), record events of the program's own functions, lose none, and
+# see no exit without its entry.
+#
+# usage: test-trace-reloc.sh PROBEKIT TEST_CORE
+set -uo pipefail
+pk=$(realpath "$1") core=$(realpath "$2")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+export PROBEKIT_RELOC=main
+
+for prog in /usr/bin/ls "$core"; do
+	label=$(basename "$prog")
+	args=()
+	[[ $prog == /usr/bin/ls ]] && args=(-la /usr/share/doc)
+	[[ $prog == "$core" ]] && args=(--help)
+	rm -f r.trace*
+	vs_plain "$label" r.trace "$prog" "${args[@]}"
+	check "$label: summary" "grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended by exit' err"
+	"$pk" report r.trace >rep 2>&1
+	check "$label: report" "[[ \$? == 0 ]]"
+	events=$(sed -n 's/.* \([0-9]*\) events, 0 lost.*/\1/p' rep | head -1)
+	check "$label: events recorded, none lost ($events)" "[[ -n '$events' && $events -gt 100 ]]"
+	check "$label: no exit without its entry" "! grep -q '[1-9][0-9]* exits without an entry' rep"
+	check "$label: the program's own functions" "grep -q '\[$label\]' rep"
+done
+# ls is stripped: its functions are named from .eh_frame.
+check "ls: unnamed functions as sub_<hex>" "PROBEKIT_RELOC=main '$pk' trace -o l.trace -- /usr/bin/ls / >/dev/null 2>&1 && '$pk' report l.trace | grep -q ' sub_[0-9a-f]* \[ls\]'"
+
+echo "trace_reloc: $pass passed, $fail failed"
+[[ $fail == 0 ]]

@@ -318,6 +318,17 @@ static int reloc_copy_make(unsigned long copy, void *buf, size_t len, void *ctx)
 	return 0;
 }
 
+/* @s's entry goes to its chunk's list dispatcher, with a new array of its ops. */
+static int __site_use_list(struct site *s)
+{
+	s->new_opsv = opsv_new(&s->ops);
+	if (!s->new_opsv)
+		return -ENOMEM;
+	s->new_ent.ops = (unsigned long)s->new_opsv;
+	s->new_ent.target = pki_tmem_list(&s->ent);
+	return 0;
+}
+
 /*
  * A relocated site (doc/design/reloc-sites.md, RS1): the text calls its
  * entry whenever anything is attached, and every way out goes on into the
@@ -347,14 +358,7 @@ static int __site_decide_reloc(struct site *s)
 						      (unsigned long)s->opsv, s->direct};
 	if (s->ops.n || s->direct)
 		s->new_call = s->ent.x;
-	if (!s->ops.n)
-		return 0;
-	s->new_opsv = opsv_new(&s->ops);
-	if (!s->new_opsv)
-		return -ENOMEM;
-	s->new_ent.ops = (unsigned long)s->new_opsv;
-	s->new_ent.target = pki_tmem_list(&s->ent);
-	return 0;
+	return s->ops.n ? __site_use_list(s) : 0;
 }
 
 int __pki_hook_site_decide(struct site *s)
@@ -393,12 +397,7 @@ int __pki_hook_site_decide(struct site *s)
 		return 0;
 	if (s->ops.n == 1 && !s->direct)
 		return __ops_tramp(s->ops.v[0]->private, &s->new_ent.target);
-	s->new_opsv = opsv_new(&s->ops);
-	if (!s->new_opsv)
-		return -ENOMEM;
-	s->new_ent.ops = (unsigned long)s->new_opsv;
-	s->new_ent.target = pki_tmem_list(&s->ent);
-	return 0;
+	return __site_use_list(s);
 }
 
 /* The 5 bytes @s gets: a call of new_call, else nop5 (as found until first attached). */

@@ -310,6 +310,16 @@ pki_tramp_list_end:
 	.hidden	pki_tramp_x_reloc
 	.hidden	pki_tramp_x_user_reloc
 	.hidden	pki_tramp_x_reg_reloc
+	/* An exit's slow path, E in r11 kept: report (gp.c), then leave the level. */
+	.macro SLOW_EXIT_E
+	SAVE
+	movq	%r11, R_R11(%rsp)
+	call	*pki_tramp_exits_data(%rip)
+	movq	R_R11(%rsp), %r11
+	RESTORE
+	NEST	decl, pki_tramp_exits_start
+	.endm
+
 	TEMPLATE_BEGIN exits
 pki_tramp_x_ret:
 	WANT	2f, pki_tramp_exits_start
@@ -327,12 +337,7 @@ pki_tramp_x_user:
 	WANT	3f, pki_tramp_exits_start
 	NEST	decl, pki_tramp_exits_start
 	jmp	*E_DIRECT(%r11)
-3:	SAVE
-	movq	%r11, R_R11(%rsp)
-	call	*pki_tramp_exits_data(%rip)
-	movq	R_R11(%rsp), %r11
-	RESTORE
-	NEST	decl, pki_tramp_exits_start
+3:	SLOW_EXIT_E
 	jmp	*E_DIRECT(%r11)
 
 	.p2align 4
@@ -355,12 +360,7 @@ x_reloc_go:
 	leaq	8(%rsp), %rsp	/* the site's return address: the middle of C's first bytes */
 	leaq	ENTRY_SIZE(%r11), %r11
 	jmp	*%r11
-5:	SAVE
-	movq	%r11, R_R11(%rsp)
-	call	*pki_tramp_exits_data(%rip)
-	movq	R_R11(%rsp), %r11
-	RESTORE
-	NEST	decl, pki_tramp_exits_start
+5:	SLOW_EXIT_E
 	jmp	x_reloc_go
 
 	.p2align 4
@@ -372,12 +372,7 @@ x_user_reloc_go:
 	leaq	ENTRY_SIZE(%r11), %r11
 	movq	%r11, 8(%rsp)	/* the site's return address becomes C */
 	ret			/* into E.direct */
-6:	SAVE
-	movq	%r11, R_R11(%rsp)
-	call	*pki_tramp_exits_data(%rip)
-	movq	R_R11(%rsp), %r11
-	RESTORE
-	NEST	decl, pki_tramp_exits_start
+6:	SLOW_EXIT_E
 	jmp	x_user_reloc_go
 
 	.p2align 4

@@ -302,9 +302,9 @@ static bool trace_pick(bool initial)
 	if (!p.total && !p.g.nf)
 		FAIL(initial,
 		     "no patchable function entries in PROG or its libraries: build PROG with "
-		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10); 'probekit sites "
-		     "PROG' lists them (for libraries PROG loads later with dlopen(), name "
-		     "their functions with -f)");
+		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10), or try --relocate "
+		     "(experimental); 'probekit sites PROG' lists them (for libraries PROG "
+		     "loads later with dlopen(), name their functions with -f)");
 	if (!T.nips && !later)
 		FAIL(initial, "no function left to trace: -N excludes all %zu that -f selects",
 		     p.total);

@@ -55,6 +55,10 @@ static const char usage[] =
     "                        rather than slow PROG down\n"
     "      --entry-only      record entries only (no return trampolines, no\n"
     "                        durations); required under a CET shadow stack\n"
+    "      --relocate        also trace PROG's own functions that have no\n"
+    "                        patchable entry, by moving their first\n"
+    "                        instructions out of line (experimental; 'probekit\n"
+    "                        sites --functions PROG' lists which can be)\n"
     "  -h, --help            this text\n\n"
     "PROG's output, exit status and signals are its own; probekit's summary goes\n"
     "to stderr, in lines starting with 'probekit:'.\n\n"
@@ -263,7 +267,7 @@ struct trace_opts {
 	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
 	int nf, nn;
 	const char *output, *buffer;
-	bool children, entry_only, drop;
+	bool children, entry_only, drop, relocate;
 	int prog;
 };
 
@@ -284,13 +288,14 @@ static bool trace_opts_add_glob(struct trace_opts *o, int c, char *glob)
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *status)
 {
-	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP };
+	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP, O_RELOCATE };
 	static const struct option opts[] = {
 	    {"function", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
 	    {"output", required_argument, NULL, 'o'},
 	    {"no-children", no_argument, NULL, O_NO_CHILDREN},
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
+	    {"relocate", no_argument, NULL, O_RELOCATE},
 	    {"buffer", required_argument, NULL, 'b'},
 	    {"drop", no_argument, NULL, O_DROP},
 	    {"help", no_argument, NULL, 'h'},
@@ -326,6 +331,9 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			break;
 		case O_ENTRY_ONLY:
 			o->entry_only = true;
+			break;
+		case O_RELOCATE:
+			o->relocate = true;
 			break;
 		case O_DROP:
 			o->drop = true;
@@ -376,6 +384,10 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	env[ne++] = o->entry_only ? "1" : "0";
 	env[ne++] = PK_ENV_TRACE_DROP;
 	env[ne++] = o->drop ? "1" : "0";
+	if (o->relocate) { /* the library's setting (sym/sites.h), kept for PROG's children */
+		env[ne++] = "PROBEKIT_RELOC";
+		env[ne++] = "main";
+	}
 	env[ne] = NULL;
 }
 

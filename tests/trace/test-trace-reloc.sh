@@ -27,6 +27,14 @@ for prog in /usr/bin/ls "$core"; do
 	check "$label: no exit without its entry" "! grep -q '[1-9][0-9]* exits without an entry' rep"
 	check "$label: the program's own functions" "grep -q '\[$label\]' rep"
 done
+# The command's option does the same; without it, the plain ls is refused.
+rm -f r.trace*
+unset PROBEKIT_RELOC
+run --relocate -o r.trace -- /usr/bin/ls /
+check "--relocate: ls traced" "[[ $rc == 0 ]] && grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended by exit' err"
+run -o r.trace -- /usr/bin/ls /
+check "no --relocate: refused with the hint" "[[ $rc == 125 ]] && grep -q 'try --relocate' err"
+export PROBEKIT_RELOC=main
 # ls is stripped: its functions are named from .eh_frame.
 check "ls: unnamed functions as sub_<hex>" "PROBEKIT_RELOC=main '$pk' trace -o l.trace -- /usr/bin/ls / >/dev/null 2>&1 && '$pk' report l.trace | grep -q ' sub_[0-9a-f]* \[ls\]'"
 

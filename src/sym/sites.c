@@ -207,7 +207,7 @@ static void reloc_init(void)
 }
 
 /* Does the object (the main program if @is_main) get relocated entries? */
-static bool pki_sites_reloc_for(bool is_main)
+static bool reloc_for(bool is_main)
 {
 	int m;
 
@@ -378,7 +378,7 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 		goto out_es;
 	}
 	object_stats_take(obj, &es);
-	if (pki_sites_reloc_for(is_main)) {
+	if (reloc_for(is_main)) {
 		rs = (struct reloc_sites){.obj = obj, .info = info};
 		err = reloc_sites_read(path, open_path, &rs);
 		if (err)

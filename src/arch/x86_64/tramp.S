@@ -320,6 +320,18 @@ pki_tramp_list_end:
 	NEST	decl, pki_tramp_exits_start
 	.endm
 
+	/* X_REG's registration, E in r11 kept: on to E.target, or to @refused. */
+	.macro REGISTER_E refused
+	SAVE
+	movq	%r11, R_R11(%rsp)
+	call	*pki_tramp_exits_data+8(%rip)
+	movq	R_R11(%rsp), %r11
+	testl	%eax, %eax	/* RESTORE keeps the flags */
+	RESTORE
+	jz	\refused
+	jmp	*E_TARGET(%r11)
+	.endm
+
 	TEMPLATE_BEGIN exits
 pki_tramp_x_ret:
 	WANT	2f, pki_tramp_exits_start
@@ -342,14 +354,7 @@ pki_tramp_x_user:
 
 	.p2align 4
 pki_tramp_x_reg:
-	SAVE
-	movq	%r11, R_R11(%rsp)
-	call	*pki_tramp_exits_data+8(%rip)
-	movq	R_R11(%rsp), %r11
-	testl	%eax, %eax	/* RESTORE keeps the flags */
-	RESTORE
-	jz	4f
-	jmp	*E_TARGET(%r11)
+	REGISTER_E 4f
 4:	jmp	*E_DIRECT(%r11)	/* unhooked, but into the direct address if any */
 
 	.p2align 4
@@ -377,14 +382,7 @@ x_user_reloc_go:
 
 	.p2align 4
 pki_tramp_x_reg_reloc:
-	SAVE
-	movq	%r11, R_R11(%rsp)
-	call	*pki_tramp_exits_data+8(%rip)
-	movq	R_R11(%rsp), %r11
-	testl	%eax, %eax
-	RESTORE
-	jz	7f
-	jmp	*E_TARGET(%r11)
+	REGISTER_E 7f
 7:	cmpq	$0, E_DIRECT(%r11)
 	je	x_reloc_go
 	jmp	x_user_reloc_go

@@ -9,12 +9,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <probekit/sites.h>
 
 #include "base/log.h"
+#include "base/peek.h"
 #include "hook/gp.h"
 #include "hook/registry.h"
 #include "sym/sites.h"
@@ -279,13 +278,11 @@ static struct opsv *opsv_new(const struct ops_vec *ops)
  * (any more) too: a thread that entered through old bytes does what the
  * new bytes do.
  */
-/* Read our own memory without faulting (a jump table the decoder points at). */
+/* The relocator's reader: a jump table the decoder points at, without faulting. */
 static int self_read(void *ctx, uint64_t addr, void *buf, size_t len)
 {
-	struct iovec local = {buf, len}, remote = {(void *)addr, len};
-
 	(void)ctx;
-	return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
+	return pki_peek((const void *)addr, buf, len);
 }
 
 _Static_assert(PKI_RELOC_INSNS <= PKI_SITE_LEN, "a relocated site's map fits its poke");

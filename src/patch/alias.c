@@ -92,12 +92,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/fd.h"
 #include "base/grow.h"
 #include "base/log.h"
+#include "base/peek.h"
 #include "patch/alias.h"
 
 #include "arch/arch.h"
@@ -176,7 +176,6 @@ static void drop(struct alias *a)
 static int memfd_copy(unsigned long start, size_t len, int prot, const char *name,
 		      const uint8_t *src, struct alias *a)
 {
-	struct iovec local, remote = {.iov_base = (void *)src, .iov_len = len};
 	char mname[200];
 	struct stat st;
 	uint8_t *rw, *probe;
@@ -197,11 +196,9 @@ static int memfd_copy(unsigned long start, size_t len, int prot, const char *nam
 		err = -errno;
 		goto close_fd;
 	}
-	local = (struct iovec){.iov_base = rw, .iov_len = len};
-	if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)len) {
-		err = errno ? -errno : -EFAULT;
+	err = pki_peek(src, rw, len);
+	if (err)
 		goto unmap_rw;
-	}
 	probe = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
 	if (probe == MAP_FAILED) {
 		err = -errno;

@@ -3,11 +3,38 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 
+#include "base/futex.h"
 #include "base/signals.h"
+
+/*
+ * The handshake of pki_worker_start(): the new thread copies what it runs,
+ * then sets @started and wakes the starter, which waits for it.  The starter
+ * owns this (on its stack) until it has seen @started set, and the new
+ * thread touches it for the last time in that store's wake-up: so the
+ * starter's frame outlives every access.
+ */
+struct worker_start {
+	void *(*fn)(void *);
+	void *arg;
+	uint32_t started; /* atomic futex word */
+};
+
+static void *worker_main(void *p)
+{
+	struct worker_start *ws = p;
+	void *(*fn)(void *) = ws->fn;
+	void *arg = ws->arg;
+
+	__atomic_store_n(&ws->started, 1, __ATOMIC_RELEASE);
+	pki_futex_wake(&ws->started, 1);
+	return fn(arg);
+}
 
 int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *), void *arg)
 {
+	struct worker_start ws = {.fn = fn, .arg = arg};
 	pthread_attr_t attr;
 	sigset_t set, saved;
 	int err;
@@ -19,9 +46,11 @@ int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)
 	pthread_attr_init(&attr);
 	if (detached)
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	err = -pthread_create(th, &attr, fn, arg);
+	err = -pthread_create(th, &attr, worker_main, &ws);
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	while (!err && !__atomic_load_n(&ws.started, __ATOMIC_ACQUIRE))
+		pki_futex_wait(&ws.started, 0, NULL); /* EINTR, EAGAIN: look again */
 	if (!err && name)
 		pthread_setname_np(*th, name);
 	return err;

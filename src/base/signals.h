@@ -23,6 +23,12 @@
  * and never writes an INT3 while one blocks SIGTRAP, is not stalled by it.
  * The mask is set before the thread exists (it inherits ours), so no signal
  * of the program's can land on it first.  Joinable unless @detached.
+ * Returns once the thread runs @fn: its start in libc and in a sanitizer's
+ * runtime, which take allocator locks in the new thread (ASan's thread start
+ * calls calloc), is over, so a fork() the program makes after we return
+ * cannot copy those locks held into a child that would then hang on its
+ * first allocation (a fork by another thread of the program's during this
+ * call still can: only a lock fork() takes could exclude it).
  * 0 or -errno (pthread_create's).
  */
 int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *),

@@ -171,15 +171,62 @@ START_TEST(branch_into_moved)
 }
 END_TEST
 
+/* The copy of the call moved last: push *L(%rip), then a jmp; L holds @ret. */
+static void check_call_copy(const struct pki_reloc *r, size_t at, uint64_t ret)
+{
+	uint64_t lit;
+
+	ck_assert_uint_eq(r->code[at], 0xff);
+	ck_assert_uint_eq(r->code[at + 1], 0x35);
+	memcpy(&lit, r->code + r->len - 8, 8);
+	ck_assert_uint_eq(lit, ret);
+}
+
 START_TEST(call_in_moved)
 {
-	/* call +0; ret */
-	static const uint8_t f[] = {0xe8, 0x00, 0x00, 0x00, 0x00, 0xc3};
-	/* push %rbp; call *%rax; pop %rbp; ret */
+	/* push %rbp; call *%rax; pop %rbp; ret: returns inside the patched bytes */
 	static const uint8_t g[] = {0x55, 0xff, 0xd0, 0x5d, 0xc3, 0x90};
+	/* push %rbp; call *8(%rsp); pop %rbp; ret: the push would move its operand */
+	static const uint8_t s[] = {0x55, 0xff, 0x54, 0x24, 0x08, 0x5d, 0xc3};
+	/* push %rbp; mov %rsp,%rbp; call *%rsp: the same */
+	static const uint8_t t[] = {0x55, 0x48, 0x89, 0xe5, 0xff, 0xd4, 0x5d, 0xc3};
+	/* call .+2 (strictly inside the moved bytes); ret */
+	static const uint8_t i[] = {0x90, 0xe8, 0xfc, 0xff, 0xff, 0xff, 0xc3};
 
-	REFUSED(f, PKI_RELOC_CALL, 0);
 	REFUSED(g, PKI_RELOC_CALL, 1);
+	REFUSED(s, PKI_RELOC_CALL, 1);
+	REFUSED(t, PKI_RELOC_CALL, 4);
+	REFUSED(i, PKI_RELOC_CALL, 1);
+}
+END_TEST
+
+START_TEST(call_moved_returns_to_the_function)
+{
+	/* endbr64; call +0x100; ret */
+	static const uint8_t f[] = {0xf3, 0x0f, 0x1e, 0xfa, 0xe8, 0x00, 0x01, 0x00, 0x00, 0xc3};
+	/* push %rbp; call *0x40(%rip); pop %rbp; ret */
+	static const uint8_t g[] = {0x55, 0xff, 0x15, 0x40, 0x00, 0x00, 0x00, 0x5d, 0xc3};
+	/* sub $8,%rsp; call *%rax; add $8,%rsp; ret (the 2-byte call ends at 6) */
+	static const uint8_t h[] = {0x48, 0x83, 0xec, 0x08, 0xff, 0xd0,
+				    0x48, 0x83, 0xc4, 0x08, 0xc3};
+	/* call itself (the entry: recursion goes through the hook); ret */
+	static const uint8_t e[] = {0xe8, 0xfb, 0xff, 0xff, 0xff, 0xc3};
+	struct pki_reloc r;
+
+	ck_assert_int_eq(reloc(f, sizeof(f), &r), 0);
+	ck_assert_uint_eq(r.moved, 5);
+	check_call_copy(&r, 0, ADDR + 9);
+	ck_assert_uint_eq(r.code[6], 0xe9); /* jmp, not call */
+	ck_assert_int_eq(reloc(g, sizeof(g), &r), 0);
+	ck_assert_uint_eq(r.moved, 7);
+	check_call_copy(&r, 1, ADDR + 7);
+	ck_assert_uint_eq(r.code[7], 0xff);
+	ck_assert_uint_eq(r.code[8], 0x25); /* jmp *disp32(%rip) */
+	ck_assert_int_eq(reloc(h, sizeof(h), &r), 0);
+	check_call_copy(&r, 4, ADDR + 6);
+	ck_assert_uint_eq(r.code[11], 0xe0); /* jmp *%rax */
+	ck_assert_int_eq(reloc(e, sizeof(e), &r), 0);
+	ck_assert_uint_eq(r.len, 6 + 5 + 8);
 }
 END_TEST
 
@@ -374,6 +421,96 @@ START_TEST(jump_table)
 }
 END_TEST
 
+/*
+ * Non-PIC code's switch (Debian's python3 is not PIE):
+ *   0 push %rbp; mov %rsp,%rbp; sub $0x20,%rsp
+ *   8 cmp $3,%edi
+ *  11 ja 26
+ *  13 mov %edi,%eax
+ *  15 jmp *T(,%rax,8)         T = ADDR + 0x1000, 8-byte absolute entries
+ *  22 nop x4
+ *  26 leave; ret
+ * and with an 8-bit index: cmp $3,%dil; ja 26; movzbl %dil,%eax; jmp *T(,%rax,8).
+ */
+static const uint8_t abs_table_fn[] = {
+    0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0x83, 0xff, 0x03, 0x77, 0x0d, 0x89,
+    0xf8, 0xff, 0x24, 0xc5, 0x00, 0x10, 0x40, 0x00, 0x90, 0x90, 0x90, 0x90, 0xc9, 0xc3,
+};
+static const uint8_t abs_table8_fn[] = {
+    0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0x40, 0x80, 0xff, 0x03, 0x77, 0x0c,
+    0x40, 0x0f, 0xb6, 0xc7, 0xff, 0x24, 0xc5, 0x00, 0x10, 0x40, 0x00, 0x90, 0xc9, 0xc3,
+};
+
+struct abs_table_src {
+	uint64_t e[4];
+	int calls;
+};
+
+static int abs_table_read(void *ctx, uint64_t addr, void *buf, size_t len)
+{
+	struct abs_table_src *t = ctx;
+
+	t->calls++;
+	if (addr != ADDR + 0x1000 || len > sizeof(t->e))
+		return -EFAULT;
+	memcpy(buf, t->e, len);
+	return 0;
+}
+
+START_TEST(absolute_jump_table)
+{
+	struct abs_table_src t = {.e = {ADDR + 22, ADDR + 26, ADDR + 22, ADDR}};
+	struct pki_reloc_in in = {.code = abs_table_fn,
+				  .size = sizeof(abs_table_fn),
+				  .addr = ADDR,
+				  .copy = COPY,
+				  .read = abs_table_read,
+				  .ctx = &t};
+	uint8_t f[sizeof(abs_table8_fn)];
+	struct pki_reloc r;
+
+	ck_assert_int_eq(pki_reloc(&in, &r), 0);
+	ck_assert_int_eq(t.calls, 1);
+	t.e[1] = ADDR + 4; /* into the moved bytes */
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_TABLE_IN);
+	ck_assert_uint_eq(r.why_at, ADDR + 15);
+	t.e[1] = ADDR + 26;
+	in.code = abs_table8_fn; /* the 8-bit compare bounds the movzbl's index */
+	in.size = sizeof(abs_table8_fn);
+	ck_assert_int_eq(pki_reloc(&in, &r), 0);
+	/* ... but not a 32-bit copy of the register it compared 8 bits of */
+	memcpy(f, abs_table8_fn, sizeof(f));
+	memcpy(f + 14, (const uint8_t[]){0x89, 0xf8, 0x90, 0x90}, 4); /* mov %edi,%eax */
+	in.code = f;
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
+}
+END_TEST
+
+START_TEST(tail_call_after_the_epilogue)
+{
+	/*
+	 *  0 push %rbx; push %rbp; push %r12; mov %rdi,%rbx
+	 *  7 mov 8(%rdi),%rax
+	 * 11 test %rax,%rax; je 22
+	 * 16 pop %r12; pop %rbp; pop %rbx
+	 * 20 jmp *%rax: the load is behind a branch, but the frame is gone
+	 * 22 pop %r12; pop %rbp; pop %rbx; ret
+	 */
+	static const uint8_t f[] = {0x53, 0x55, 0x41, 0x54, 0x48, 0x89, 0xfb, 0x48, 0x8b,
+				    0x47, 0x08, 0x48, 0x85, 0xc0, 0x74, 0x06, 0x41, 0x5c,
+				    0x5d, 0x5b, 0xff, 0xe0, 0x41, 0x5c, 0x5d, 0x5b, 0xc3};
+	uint8_t g[sizeof(f)];
+	struct pki_reloc r;
+
+	ck_assert_int_eq(reloc(f, sizeof(f), &r), 0);
+	memcpy(g, f, sizeof(g));
+	memset(g + 16, 0x90, 4); /* no epilogue before it: a jump inside, unbounded */
+	REFUSED(g, PKI_RELOC_INDIRECT_JMP, 20);
+}
+END_TEST
+
 START_TEST(names)
 {
 	for (int w = 0; w < PKI_RELOC_NR; w++) {
@@ -449,6 +586,43 @@ __attribute__((noinline)) static long live_frame(long n)
 	for (long i = 0; i < 16; i++)
 		s += buf[i] * (i + 1);
 	return s;
+}
+
+/*
+ * Functions whose moved bytes end with a call (reloc.h, "Calls"), in asm so
+ * the compiler cannot change that: sub $8,%rsp; call; add $8,%rsp; ret, the
+ * call direct or through a pointer slot.  The callee checks that it returns
+ * into the function, never into the copy.
+ */
+long live_call_helper(long x);
+long live_call(long x);
+long live_call_slot(long x);
+long (*live_call_ptr)(long) = live_call_helper;
+static volatile long live_call_bad_ret;
+
+__asm__(".text\n"
+	".type live_call, @function\n"
+	"live_call:\n"
+	"	sub $8, %rsp\n"
+	"	call live_call_helper\n"
+	"	add $8, %rsp\n"
+	"	ret\n"
+	".size live_call, .-live_call\n"
+	".type live_call_slot, @function\n"
+	"live_call_slot:\n"
+	"	sub $8, %rsp\n"
+	"	call *live_call_ptr(%rip)\n"
+	"	add $8, %rsp\n"
+	"	ret\n"
+	".size live_call_slot, .-live_call_slot\n");
+
+__attribute__((noinline)) long live_call_helper(long x)
+{
+	uintptr_t ret = (uintptr_t)__builtin_return_address(0);
+
+	if (ret != (uintptr_t)live_call + 9 && ret != (uintptr_t)live_call_slot + 10)
+		live_call_bad_ret++;
+	return x * 3 + live_g;
 }
 
 /* A page within rel32 reach of @addr (MAP_FIXED_NOREPLACE at hints around it). */
@@ -540,6 +714,9 @@ START_TEST(live_copies)
 	run_copy(live_switch, args, n, false);
 #endif
 	run_copy(live_frame, args, n, true);
+	run_copy(live_call, args, n, true);
+	run_copy(live_call_slot, args, n, true);
+	ck_assert_int_eq(live_call_bad_ret, 0);
 }
 END_TEST
 
@@ -628,12 +805,15 @@ int main(void)
 	tcase_add_test(tc, jcc_within_moved);
 	tcase_add_test(tc, branch_into_moved);
 	tcase_add_test(tc, call_in_moved);
+	tcase_add_test(tc, call_moved_returns_to_the_function);
 	tcase_add_test(tc, too_short);
 	tcase_add_test(tc, no_fallthrough);
 	tcase_add_test(tc, unsupported);
 	tcase_add_test(tc, decode_error);
 	tcase_add_test(tc, indirect_jmps);
 	tcase_add_test(tc, jump_table);
+	tcase_add_test(tc, absolute_jump_table);
+	tcase_add_test(tc, tail_call_after_the_epilogue);
 	tcase_add_test(tc, names);
 	suite_add_tcase(s, tc);
 	tcase_add_loop_test(live, live_copies, 0, 3);

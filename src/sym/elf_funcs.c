@@ -9,6 +9,7 @@
  * augmentation says, which libdw decodes only behind its address lookups,
  * so that small part is decoded here.
  */
+#include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +41,7 @@
 
 struct range {
 	uint64_t lo, hi;
+	bool mid; /* its unwind rules at lo are not a function entry's */
 };
 
 struct cie {
@@ -286,7 +288,7 @@ static int scan_sections(Elf *elf, size_t shstrndx, Elf_Scn **eh, GElf_Shdr *eh_
 			continue;
 		if (grow((void **)&sc->exec, sc->nexec, &cap, sizeof(*sc->exec)))
 			return -ENOMEM;
-		sc->exec[sc->nexec++] = (struct range){sh.sh_addr, sh.sh_addr + sh.sh_size};
+		sc->exec[sc->nexec++] = (struct range){sh.sh_addr, sh.sh_addr + sh.sh_size, false};
 	}
 	return 0;
 }
@@ -318,6 +320,46 @@ static bool shdrs_in_file(Elf *elf, int fd)
 	       n <= ((uint64_t)st.st_size - eh.e_shoff) / sizeof(Elf64_Shdr);
 }
 
+/*
+ * Do the unwind rules at @pc say "just called": the CFA %rsp + 8 and no
+ * callee-saved register saved yet?  A stripped file's FDE that starts
+ * elsewhere (gcc's foo.cold, placed in .text by the linker, or any other
+ * part of a function given its own FDE) describes a frame already built:
+ * entered by a jump from its function, never called, it is no function to
+ * hook (its "return address" would be its function's spill slot).  True
+ * when libdw cannot tell.
+ */
+static bool starts_like_a_call(Dwarf_CFI *cfi, uint64_t pc)
+{
+	static const int saved[] = {3, 6, 12, 13, 14, 15}; /* rbx rbp r12-r15 (DWARF numbers) */
+	Dwarf_Op mem[3], *ops;
+	Dwarf_Frame *fr;
+	size_t n, i;
+	bool ok;
+
+	if (!cfi || dwarf_cfi_addrframe(cfi, pc, &fr))
+		return true;
+	ok = !dwarf_frame_cfa(fr, &ops, &n) && n == 1 &&
+	     ((ops[0].atom == DW_OP_bregx && ops[0].number == 7 && ops[0].number2 == 8) ||
+	      (ops[0].atom == DW_OP_breg7 && ops[0].number == 8));
+	for (i = 0; ok && i < sizeof(saved) / sizeof(saved[0]); i++)
+		if (!dwarf_frame_register(fr, saved[i], mem, &ops, &n) && n > 0)
+			ok = false;
+	free(fr);
+	return ok;
+}
+
+static void judge_entries(Elf *elf, struct scan *sc)
+{
+	Dwarf_CFI *cfi = dwarf_getcfi_elf(elf);
+	size_t i;
+
+	for (i = 0; i < sc->nranges; i++)
+		sc->ranges[i].mid = !starts_like_a_call(cfi, sc->ranges[i].lo);
+	if (cfi)
+		dwarf_cfi_end(cfi);
+}
+
 static int scan_file(int fd, struct scan *sc)
 {
 	Elf_Scn *eh = NULL;
@@ -336,8 +378,10 @@ static int scan_file(int fd, struct scan *sc)
 	ret = scan_sections(elf, shstrndx, &eh, &eh_sh, sc);
 	if (!ret && eh)
 		ret = read_eh_frame(elf, eh, &eh_sh, sc);
-	if (!ret && sc->nranges)
+	if (!ret && sc->nranges) {
 		qsort(sc->ranges, sc->nranges, sizeof(*sc->ranges), cmp_range);
+		judge_entries(elf, sc);
+	}
 out:
 	elf_end(elf);
 	return ret;
@@ -458,8 +502,10 @@ static void add_fdes(struct pki_elf_funcs *out, const struct scan *sc, size_t ns
 				out->n_fde_inside++;
 		} else {
 			prev = &out->funcs[out->n++];
-			*prev = (struct pki_elf_func){r->lo, r->hi - r->lo, NULL, PKI_FUNC_FDE, 0};
+			*prev = (struct pki_elf_func){r->lo, r->hi - r->lo, NULL, PKI_FUNC_FDE,
+						      r->mid ? PKI_FUNC_F_COLD : 0};
 			out->n_fde_only++;
+			out->n_cold += r->mid;
 		}
 	}
 }

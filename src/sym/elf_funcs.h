@@ -38,7 +38,9 @@ enum {
 	PKI_FUNC_F_FDE = 1 << 0,   /* an FDE starts at the symbol's address too */
 	PKI_FUNC_F_IFUNC = 1 << 1, /* an IFUNC resolver: runs once, at relocation */
 	PKI_FUNC_F_COLD = 1 << 2,  /* "foo.cold" & co: a part of foo moved out of
-				      line by the compiler, not an entry */
+				      line by the compiler, not an entry; for an
+				      FDE alone, one whose unwind rules at its
+				      start are not a function entry's */
 };
 
 struct pki_elf_func {
@@ -67,7 +69,7 @@ struct pki_elf_funcs {
 	size_t n_fde_inside; /* FDEs starting inside a function: skipped */
 	size_t n_fde_bad;    /* FDEs unreadable or outside executable sections */
 	size_t n_ifunc;	     /* of n_sym, IFUNC resolvers */
-	size_t n_cold;	     /* of n_sym, cold parts */
+	size_t n_cold;	     /* cold parts: of n_sym by name, of n_fde_only by CFI */
 };
 
 /*

@@ -92,7 +92,7 @@ funcs_ok() {
 		pass=$((pass + 1))
 	fi
 }
-expect 0 'not wired yet'                    out -- sites --help
+expect 0 'trace --relocate'                 out -- sites --help
 expect 1 '/nonexistent: No such file'       err -- sites -f /nonexistent
 echo junk >"$tmp/junk"
 expect 1 'junk: not an x86-64 ELF'          err -- sites --functions "$tmp/junk"

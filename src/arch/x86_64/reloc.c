@@ -15,10 +15,11 @@
 
 #include "arch/x86_64/reloc.h"
 
-#define RING	   20 /* instructions kept for looking back (indirect jmps) */
-#define LOOKBACK   16 /* how far back a jump table's parts may be */
-#define SLOT_BACK  8  /* how far back a jmp *%R's pointer load may be (epilogue pops) */
-#define TABLE_READ 256
+#define RING	     20 /* instructions kept for looking back (indirect jmps) */
+#define LOOKBACK     16 /* how far back a jump table's parts may be */
+#define SLOT_BACK    8	/* how far back a jmp *%R's pointer load may be (epilogue pops) */
+#define TABLE_READ   256
+#define PUSH_RIP_LEN 6 /* push disp32(%rip): FF 35 disp32 */
 
 /* One decoded instruction at its run-time address. */
 struct rec {
@@ -140,6 +141,11 @@ static bool no_fallthrough(ZydisMnemonic m)
 	}
 }
 
+static bool reg_is_sp(ZydisRegister r)
+{
+	return r == ZYDIS_REGISTER_RSP || r == ZYDIS_REGISTER_ESP || r == ZYDIS_REGISTER_SP;
+}
+
 /* A plain jcc: 70+cc rel8 or 0F 80+cc rel32 (loop and jrcxz are not). */
 static bool is_jcc(const struct ctx *c, const struct rec *r)
 {
@@ -155,6 +161,41 @@ static bool is_jcc(const struct ctx *c, const struct rec *r)
 	return false;
 }
 
+/* A near call: E8 rel32, or FF /2 (call *r/m64). */
+static bool is_call_rel32(const struct rec *r)
+{
+	return r->in.opcode == 0xe8 && r->in.raw.imm[0].size == 32;
+}
+
+static bool is_call_rm(const struct rec *r)
+{
+	return r->in.opcode == 0xff && r->in.raw.modrm.reg == 2;
+}
+
+/*
+ * A moved call (see reloc.h, "Calls"): its return address must be the first
+ * byte after the moved ones, outside the bytes the entry patch replaces, so
+ * it is the last moved instruction and ends 5 bytes or more after the first;
+ * its operand must not depend on %rsp, which the copy's push moves.
+ */
+static int check_call(struct ctx *c, const struct rec *r)
+{
+	const ZydisDecodedOperand *o = &r->op[0];
+
+	if (r->addr + r->in.length < c->lo + PKI_RELOC_MIN)
+		return refuse(c, PKI_RELOC_CALL, r->addr);
+	if (is_call_rel32(r))
+		return 0;
+	if (!is_call_rm(r) || r->in.operand_count_visible < 1)
+		return refuse(c, PKI_RELOC_CALL, r->addr);
+	if (o->type == ZYDIS_OPERAND_TYPE_REGISTER && reg_is_sp(o->reg.value))
+		return refuse(c, PKI_RELOC_CALL, r->addr);
+	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY &&
+	    (reg_is_sp(o->mem.base) || reg_is_sp(o->mem.index)))
+		return refuse(c, PKI_RELOC_CALL, r->addr);
+	return 0;
+}
+
 /* Can @r be moved and rewritten?  0 or a refusal. */
 static int check_moved(struct ctx *c, const struct rec *r)
 {
@@ -164,7 +205,7 @@ static int check_moved(struct ctx *c, const struct rec *r)
 	if (no_fallthrough(r->in.mnemonic))
 		return refuse(c, PKI_RELOC_NO_FALLTHROUGH, r->addr);
 	if (r->in.mnemonic == ZYDIS_MNEMONIC_CALL)
-		return refuse(c, PKI_RELOC_CALL, r->addr);
+		return check_call(c, r);
 	if (rel_target(r, &t) && !is_jcc(c, r))
 		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
 	/* A jcc rel8 grows by 4: with 10 prefixes it would pass the 15-byte limit. */
@@ -328,34 +369,98 @@ static bool copies_into(const struct rec *r, ZydisRegister I, ZydisRegister *S)
 	       ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, d);
 }
 
-/*
- * cmp $N,%I; ja before the movslq, I unchanged since (or copied from the
- * register compared: mov %ecx,%edi): the table has N + 1 entries.
- */
-static bool table_bound(const struct ctx *c, size_t kmov, ZydisRegister I, uint64_t *n)
+static unsigned width(ZydisRegister r)
 {
-	for (size_t k = kmov + 1; k < LOOKBACK; k++) {
+	return ZydisRegisterGetWidth(ZYDIS_MACHINE_MODE_LONG_64, r);
+}
+
+/* movzx %S,%I with S of 8 or 16 bits: I is S's value. */
+static bool zero_extends_from(const struct rec *r, ZydisRegister I, ZydisRegister *S)
+{
+	ZydisRegister d;
+
+	return r->in.mnemonic == ZYDIS_MNEMONIC_MOVZX && is_op_reg(r, 0, &d) &&
+	       reg64(d) == reg64(I) && is_op_reg(r, 1, S) && width(*S) < 32;
+}
+
+/*
+ * cmp $N,%I; ja before instruction @k0 back, I unchanged since, or copied
+ * from the register compared (mov %ecx,%edi, or movzbl %r13b,%eax): the
+ * table has N + 1 entries.  The cmp must cover the bits the index has: 32
+ * or more (a 32-bit write zero-extends), or the 8 or 16 a movzx took.
+ */
+static bool table_bound(const struct ctx *c, size_t k0, ZydisRegister I, uint64_t *n)
+{
+	unsigned minw = 32;
+
+	for (size_t k = k0 + 1; k < LOOKBACK; k++) {
 		const struct rec *r = back(c, k), *ja = back(c, k - 1);
-		ZydisRegister d;
+		ZydisRegister d, S;
 
 		if (!r)
 			return false;
 		if (r->in.mnemonic == ZYDIS_MNEMONIC_CMP && is_op_reg(r, 0, &d) &&
 		    reg64(d) == reg64(I) && r->op[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
-			if (ja->in.mnemonic != ZYDIS_MNEMONIC_JNBE || r->op[1].imm.value.s < 0)
+			if (ja->in.mnemonic != ZYDIS_MNEMONIC_JNBE || r->op[1].imm.value.s < 0 ||
+			    width(d) < minw)
 				return false;
 			*n = r->op[1].imm.value.u;
 			return true;
 		}
-		if (writes(r, I) && !zero_extends(r, I)) {
-			ZydisRegister S;
-
-			if (!copies_into(r, I, &S))
-				return false;
+		if (!writes(r, I) || zero_extends(r, I))
+			continue;
+		if (copies_into(r, I, &S)) {
 			I = S;
+		} else if (zero_extends_from(r, I, &S)) {
+			I = S;
+			minw = width(S);
+		} else {
+			return false;
 		}
 	}
 	return false;
+}
+
+/*
+ * Non-PIC code's table: jmp *T(,%I,8), its N + 1 absolute 8-byte entries
+ * each checked like a direct branch's target.
+ */
+static int abs_table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t n)
+{
+	uint64_t e[TABLE_READ / 2];
+
+	if (!c->in->read || n >= PKI_RELOC_TABLE_MAX)
+		return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+	for (uint64_t i = 0; i <= n; i += TABLE_READ / 2) {
+		size_t chunk = n + 1 - i < TABLE_READ / 2 ? n + 1 - i : TABLE_READ / 2;
+
+		if (c->in->read(c->in->ctx, T + 8 * i, e, 8 * chunk))
+			return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+		for (size_t x = 0; x < chunk; x++)
+			if (inside(c, e[x]))
+				return refuse(c, PKI_RELOC_TABLE_IN, j->addr);
+	}
+	return 0;
+}
+
+/*
+ * jmp *%R right after the epilogue (pop of a register, leave, add $N,%rsp):
+ * the frame is gone, so it leaves the function: a tail call through a
+ * register loaded further back (or across a test of it).
+ */
+static bool after_epilogue(const struct ctx *c)
+{
+	const struct rec *r = back(c, 1);
+	ZydisRegister d;
+
+	if (!r)
+		return false;
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_POP && is_op_reg(r, 0, &d))
+		return true;
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_LEAVE)
+		return true;
+	return r->in.mnemonic == ZYDIS_MNEMONIC_ADD && is_op_reg(r, 0, &d) &&
+	       d == ZYDIS_REGISTER_RSP && r->op[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE;
 }
 
 /* Each of the N + 1 entries: a target T + entry, checked like a branch's. */
@@ -387,8 +492,11 @@ static int indirect(struct ctx *c, const struct rec *j)
 
 	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.index == ZYDIS_REGISTER_NONE)
 		return 0; /* a tail call through a pointer slot */
+	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.base == ZYDIS_REGISTER_NONE &&
+	    o->mem.scale == 8 && j->in.raw.disp.size == 32 && table_bound(c, 0, o->mem.index, &n))
+		return abs_table_check(c, j, (uint64_t)o->mem.disp.value, n);
 	if (o->type == ZYDIS_OPERAND_TYPE_REGISTER) {
-		if (slot_load(c, o->reg.value))
+		if (slot_load(c, o->reg.value) || after_epilogue(c))
 			return 0;
 		if (table_parts(c, o->reg.value, &T, &I, &kmov) && table_bound(c, kmov, I, &n))
 			return table_check(c, j, T, n);
@@ -469,6 +577,48 @@ static int put_rel32(struct ctx *c, uint8_t *p, uint64_t target, uint64_t next, 
 	return 0;
 }
 
+/* Bytes a moved call takes in the copy: push, the jmp, the return address. */
+static unsigned call_len(const struct rec *r)
+{
+	return PUSH_RIP_LEN + (is_call_rel32(r) ? 5 : r->in.length) + 8;
+}
+
+/*
+ * A moved call @r as push $ret; jmp to its target (see reloc.h, "Calls"):
+ * push *L(%rip), then E9 rel32 for E8, or the same FF instruction with /4
+ * (jmp) for /2 (call), its disp32 adjusted if RIP-relative; L, the 8 bytes
+ * after, holds the return address, c->hi.
+ */
+static int emit_call(struct ctx *c, const struct rec *r, uint8_t *p, uint64_t here)
+{
+	const uint8_t *src = c->in->code + (r->addr - c->in->addr);
+	unsigned len = call_len(r) - 8, jl = len - PUSH_RIP_LEN;
+	uint8_t *j = p + PUSH_RIP_LEN;
+	const ZydisDecodedOperand *o = rip_mem(r);
+	uint64_t t;
+	int ret;
+
+	p[0] = 0xff;
+	p[1] = 0x35; /* push disp32(%rip) */
+	ret = put_rel32(c, p + 2, here + len, here + PUSH_RIP_LEN, r->addr);
+	if (ret)
+		return ret;
+	memcpy(p + len, &c->hi, 8);
+	if (is_call_rel32(r)) {
+		if (!rel_target(r, &t) || inside(c, t)) /* (the entry: a recursive call) */
+			return refuse(c, PKI_RELOC_CALL, r->addr);
+		j[0] = 0xe9;
+		return put_rel32(c, j + 1, t, here + len, r->addr);
+	}
+	memcpy(j, src, jl);
+	j[r->in.raw.modrm.offset] ^= (2 ^ 4) << 3; /* ModRM.reg: /2 -> /4 */
+	if (!o)
+		return 0;
+	if (!ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r->in, o, r->addr, &t)))
+		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+	return put_rel32(c, j + r->in.raw.disp.offset, t, here + len, r->addr);
+}
+
 /* Moved instruction @i into the copy: a jcc retargeted as rel32, a disp32 adjusted. */
 static int emit_one(struct ctx *c, const struct rec *m, unsigned i)
 {
@@ -479,6 +629,8 @@ static int emit_one(struct ctx *c, const struct rec *m, unsigned i)
 	const ZydisDecodedOperand *o;
 	unsigned len = r->in.length;
 
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_CALL)
+		return emit_call(c, r, p, here);
 	if (rel_target(r, &t)) { /* a jcc: check_moved let no other through */
 		if (retarget(c, m, t, &nt))
 			return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
@@ -499,7 +651,19 @@ static int emit_one(struct ctx *c, const struct rec *m, unsigned i)
 	return put_rel32(c, p + r->in.raw.disp.offset, t, here + len, r->addr);
 }
 
-/* Lay the copy out (a jcc rel8 grows by 4), fill it, end it with jmp back. */
+/* Bytes moved instruction @r takes in the copy. */
+static unsigned copy_len(const struct rec *r)
+{
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_CALL)
+		return call_len(r);
+	return r->in.length + (rel_target(r, &(uint64_t){0}) && is_rel8(r) ? 4 : 0);
+}
+
+/*
+ * Lay the copy out (a jcc rel8 grows by 4, a call becomes push + jmp), fill
+ * it, end it with jmp back, unless it ends with a call: that one returns to
+ * the same place (check_call).
+ */
 static int emit(struct ctx *c, const struct rec *m)
 {
 	struct pki_reloc *out = c->out;
@@ -509,14 +673,16 @@ static int emit(struct ctx *c, const struct rec *m)
 	for (i = 0; i < out->n; i++) {
 		out->map[i].old_off = m[i].addr - c->in->addr;
 		out->map[i].new_off = pos;
-		pos +=
-		    m[i].in.length + (rel_target(&m[i], &(uint64_t){0}) && is_rel8(&m[i]) ? 4 : 0);
+		pos += copy_len(&m[i]);
 	}
 	for (i = 0; i < out->n; i++) {
 		ret = emit_one(c, m, i);
 		if (ret)
 			return ret;
 	}
+	out->len = pos;
+	if (m[out->n - 1].in.mnemonic == ZYDIS_MNEMONIC_CALL)
+		return 0;
 	out->code[pos] = 0xe9;
 	out->len = pos + 5;
 	return put_rel32(c, out->code + pos + 1, c->hi, c->in->copy + out->len, c->hi);

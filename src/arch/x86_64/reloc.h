@@ -11,7 +11,7 @@
  *
  * Refused (enum pki_reloc_why, checked in this order, the first found wins):
  * too few bytes; an instruction after which execution does not fall through
- * or a call among the moved ones; a moved instruction it cannot rewrite
+ * or a call it cannot move (below); a moved instruction it cannot rewrite
  * (loop/jrcxz/xbegin, a relative operand that is neither 8 nor 32 bits);
  * anywhere in the function, a decode error, a direct branch into the moved
  * bytes (strictly after their first byte), a RIP-relative lea of such an
@@ -26,15 +26,35 @@
  *  - jmp *%R where the last write to R, at most 8 instructions back with no
  *    branch in between, is mov R, mem with no index: the same, via a register
  *    (the pops of an epilogue may come between);
+ *  - jmp *%R right after an epilogue (a pop, leave, add $N,%rsp): the frame
+ *    is gone, the jump leaves the function (a tail call);
  *  - gcc's PIC jump table: lea T(%rip),%A; movslq (%A,%I,4),%B; add %A,%B
  *    (or add %B,%A); jmp *%B (or %A), with a cmp $N,%I (32 or 64 bit) and a
  *    ja before it, at most 16 instructions back (I may be a register copy
  *    of the one compared: mov %ecx,%edi).  Its N+1 entries are read
  *    through pki_reloc_in.read and each target T + entry is checked like a
  *    direct branch's.  Without a read callback, or N >= PKI_RELOC_TABLE_MAX,
- *    the jmp is refused.
- * Not recognised: absolute tables (jmp *T(,%I,8)), clang's tables, computed
- * goto through label addresses stored in data (not visible in the code).
+ *    the jmp is refused;
+ *  - non-PIC code's table: jmp *T(,%I,8) with the same cmp and ja, its N + 1
+ *    absolute 8-byte entries read and checked the same way.
+ *  The cmp must cover the index's bits: 32 or more (a 32-bit write zero-
+ *  extends), or those of the 8- or 16-bit register a movzx took it from.
+ * Not recognised: clang's tables, computed goto through label addresses
+ * stored in data (not visible in the code).
+ *
+ * Calls.  A moved call becomes, in the copy, push $R; jmp to its target (R
+ * read from 8 bytes after the jmp), where R is the call's own return address
+ * in the function, never one in the copy: the callee returns to the original
+ * code, whose unwind information describes it (a C++ exception thrown below
+ * unwinds as without probekit), and no return address ever points into the
+ * copy.  That is safe only when R is outside the bytes the entry patch
+ * replaces, [first, first + 5): a thread inside the callee when the entry is
+ * patched or restored returns to R, which must hold the original
+ * instruction.  So a call is moved only as the last moved instruction,
+ * ending 5 bytes or more after the first (then R is the first byte after
+ * the moved ones, which no patch touches), and only E8 rel32 or FF /2 whose
+ * operand does not use %rsp (which the push moves); other calls are refused
+ * (a short call *%rax at the entry would return inside the patched bytes).
  */
 #ifndef PK_ARCH_X86_64_RELOC_H
 #define PK_ARCH_X86_64_RELOC_H
@@ -44,14 +64,14 @@
 
 #define PKI_RELOC_MIN	    5	 /* bytes the entry patch needs */
 #define PKI_RELOC_INSNS	    5	 /* at most 5 instructions cover 5 bytes */
-#define PKI_RELOC_CODE_MAX  64	 /* 19 moved + 3 jcc rel8 grown by 4 + jmp 5 */
+#define PKI_RELOC_CODE_MAX  64	 /* 19 moved + 3 jcc rel8 grown by 4 + jmp 5; calls: 41 */
 #define PKI_RELOC_TABLE_MAX 4096 /* jump-table entries checked, at most */
 
 enum pki_reloc_why {
 	PKI_RELOC_OK = 0,
 	PKI_RELOC_TOO_SHORT,	  /* fewer than 5 bytes before the function's end */
 	PKI_RELOC_NO_FALLTHROUGH, /* ret/jmp/int3/ud2/hlt/syscall/int... moved */
-	PKI_RELOC_CALL,		  /* a call moved: a thread may return into the bytes */
+	PKI_RELOC_CALL,		  /* a call that returns inside the patch, or via %rsp */
 	PKI_RELOC_UNSUPPORTED,	  /* a moved instruction it cannot rewrite */
 	PKI_RELOC_DECODE,	  /* Zydis cannot decode the function's bytes */
 	PKI_RELOC_BRANCH_IN,	  /* a direct branch into the moved bytes */

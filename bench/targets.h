@@ -13,4 +13,7 @@ extern int (*const pkb_targets[])(int);
 /* A tiny function for per-call cost: returns a + b. */
 int pkb_add(int a, int b);
 
+/* The same without a patchable entry (add_reloc.S): hooked by relocation only. */
+int pkb_add_reloc(int a, int b);
+
 #endif /* PK_BENCH_TARGETS_H */

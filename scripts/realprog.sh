@@ -7,7 +7,10 @@
 # the program's own runs under each; the script checks that exit status,
 # stdout and the files written are the plain run's, and compares the
 # per-function call counts of `probekit report` with `uftrace report` (same
-# binary) and with the counter.  Prints one table per program.
+# binary) and with the counter.  The plain build is also traced with
+# --relocate (prologue relocation: no patchable entries, and gcc's -fipa-ra
+# on, as in any distribution binary), its counts compared the same way
+# (uftrace: -P . on the same plain binary).  Prints one table per program.
 #
 # usage: scripts/realprog.sh [-s SCALE] [-q] [PROG...]   (default: lua zstd sqlite)
 #   -s SCALE   workload size (1: CI-sized, default 2: lua 13 M events, zstd
@@ -251,8 +254,19 @@ out_filter_leveldb() { awk '/^[a-z]+ +:/ { print $1 }'; }
 no_files_leveldb() { :; }
 
 # ---- runs -----------------------------------------------------------------
+# rel NAME: the plain build, copied to a path as long as pfe's and cyg's (a
+# program may see its own path: lua's arg[0], interned only when short).
+rel() {
+	local d=$RP_DIR/$1/rel
+	cmp -s "$RP_DIR/$1/plain/$1" "$d/$1" ||
+		{ mkdir -p "$d" && cp "$RP_DIR/$1/plain/$1" "$d/$1"; }
+	echo "$d/$1"
+}
+
 # runall NAME TOOL: every command of NAME's workload under TOOL
-# (plain|pk|uf|ufe|cyg) in a fresh directory $R/TOOL; stats in $R/TOOL.stats.
+# (plain|pk|uf|ufe|cyg, and on the plain build pkr: probekit trace
+# --relocate, ufr: uftrace record -P .) in a fresh directory $R/TOOL; stats
+# in $R/TOOL.stats.
 runall() {
 	local name=$1 tool=$2 i=0 in args
 	local w=$R/$tool
@@ -263,6 +277,8 @@ runall() {
 		case $tool in
 		plain) set -- "$RP_DIR/$name/plain/$name" ;;
 		pk) set -- "$PROBEKIT" trace $RP_TRACE_ARGS -o "$R/pk.t/$i.trace" -- "$RP_DIR/$name/pfe/$name" ;;
+		pkr) set -- "$PROBEKIT" trace --relocate $RP_TRACE_ARGS -o "$R/pkr.t/$i.trace" -- "$(rel "$name")" ;;
+		ufr) set -- uftrace record --no-libcall -P . -d "$R/ufr.t/$i" "$(rel "$name")" ;;
 		uf) set -- uftrace record --no-libcall -P . -d "$R/uf.t/$i" "$RP_DIR/$name/pfe/$name" ;;
 		ufe) set -- uftrace record --no-libcall -e -P . -d "$R/ufe.t/$i" "$RP_DIR/$name/pfe/$name" ;;
 		cyg) set -- env CYGCOUNT_OUT="$R/cyg.t/$i.cnt" "$RP_DIR/$name/cyg/$name" ;;
@@ -296,7 +312,8 @@ one() {
 	say "$name: building"
 	"prepare_$name" || return 77
 	say "$name: running (scale $scale)"
-	for t in plain pk cyg; do runall "$name" $t; done
+	for t in plain pk pkr cyg; do runall "$name" $t; done
+	((quick)) || runall "$name" ufr
 	if ((!quick)); then
 		runall "$name" uf
 		# uftrace stops recording past a depth of 1024 (lua: its longjmps
@@ -308,18 +325,21 @@ one() {
 			same ufe || note="$note; uftrace -e changed the program's output too: uftrace counts not comparable"
 		fi
 	fi
-	local pk_ok=yes cyg_ok=yes
+	local pk_ok=yes pkr_ok=yes cyg_ok=yes
 	same pk || { pk_ok=NO st=1; }
+	same pkr || { pkr_ok=NO st=1; }
 	same cyg || cyg_ok=NO
 
 	ls "$R"/pk.t/*.trace* >/dev/null 2>&1 || { say "$name: no trace written"; return 1; }
-	for f in "$R"/pk.t/*.trace*; do "$PROBEKIT" report --raw "$f" >"$f.rep" 2>/dev/null; done
+	for f in "$R"/pk.t/*.trace* "$R"/pkr.t/*.trace*; do
+		[[ $f == *.rep ]] || "$PROBEKIT" report --raw "$f" >"$f.rep" 2>/dev/null
+	done
 	local ev lost
 	ev=$(cat "$R"/pk.t/*.rep | sed -n 's/^# .* \([0-9]*\) events, \([0-9]*\) lost.*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
 	lost=$(cat "$R"/pk.t/*.rep | sed -n 's/^# .* \([0-9]*\) events, \([0-9]*\) lost.*/\2/p' | awk '{ s += $1 } END { print s + 0 }')
 	local ufc=-
 	if ((!quick)); then
-		for d in "$R/$uft.t"/*/; do uftrace report -d "$d" -f call --no-pager --demangle=no >"${d%/}.rep" 2>/dev/null; done
+		for d in "$R/$uft.t"/*/ "$R/ufr.t"/*/; do uftrace report -d "$d" -f call --no-pager --demangle=no >"${d%/}.rep" 2>/dev/null; done
 		ufc=$R/uf.counts
 	fi
 	nm -n "$RP_DIR/$name/cyg/$name" >"$R/cyg.nm"
@@ -330,13 +350,16 @@ one() {
 		if [[ $in == \~* ]]; then sched+=("$n"); else det+=("$n"); fi
 	done < <("workload_$name")
 	counts() { # SUFFIX RUN...
-		local sfx=$1 i pkf=() uff=() cyf=()
+		local sfx=$1 i pkf=() pkrf=() uff=() ufrf=() cyf=()
 		shift
 		for i; do
 			pkf+=("$R"/pk.t/"$i".trace*.rep) uff+=("$R/$uft.t/$i.rep") cyf+=("$R/cyg.t/$i.cnt")
+			pkrf+=("$R"/pkr.t/"$i".trace*.rep) ufrf+=("$R/ufr.t/$i.rep")
 		done
 		rp probekit "${pkf[@]}" >"$R/pk$sfx.counts"
+		rp probekit "${pkrf[@]}" >"$R/pkr$sfx.counts"
 		((quick)) || rp uftrace "${uff[@]}" >"$R/uf$sfx.counts"
+		((quick)) || rp uftrace "${ufrf[@]}" >"$R/ufr$sfx.counts"
 		rp cyg "$R/cyg.nm" "${cyf[@]}" >"$R/cyg$sfx.counts"
 	}
 	((${#det[@]})) && counts "" "${det[@]}"
@@ -344,7 +367,7 @@ one() {
 
 	echo
 	echo "== $name ($(wc -l <"$R/plain.stats") run(s), scale $scale, $([[ $name == leveldb ]] && echo "clang++ $RP_CFLAGS_CLANG" || echo "$RP_CFLAGS"))"
-	echo "identical exit status, stdout, files: probekit $pk_ok, instrument-functions $cyg_ok"
+	echo "identical exit status, stdout, files: probekit $pk_ok, probekit --relocate $pkr_ok, instrument-functions $cyg_ok"
 	[[ -n $note ]] && echo "note: $note"
 	echo "probekit events recorded $ev, lost $lost"
 	((lost)) && echo "note: probekit lost $lost events (buffers full): its counts fall short by the calls in them"
@@ -352,8 +375,8 @@ one() {
 	local pw
 	pw=$(sum_col "$R/plain.stats" 2)
 	local -A label=([plain]=plain [pk]="probekit trace" [uf]="uftrace record" [ufe]="uftrace record -e"
-		[cyg]=instrument-functions)
-	for t in plain pk uf ufe cyg; do
+		[cyg]=instrument-functions [pkr]="probekit --relocate" [ufr]="uftrace -P . (plain)")
+	for t in plain pk uf ufe cyg pkr ufr; do
 		[[ -f $R/$t.stats ]] || continue
 		[[ $t == uf* ]] && ((quick)) && continue
 		[[ $t == ufe && $uft != ufe ]] && continue
@@ -368,6 +391,12 @@ one() {
 		cat "$R/compare.txt"
 		# Only the counter is judged: uftrace's failures are its own.
 		grep -q '^instrument-functions .* different *0 ' "$R/compare.txt" || st=1
+		local ufrc=-
+		((quick)) || ufrc=$R/ufr.counts
+		echo "the plain build (-fipa-ra, no patchable entries) under probekit trace --relocate:"
+		rp compare "$R/pkr.counts" "$ufrc" "$R/cyg.counts" "$tests/known.txt" >"$R/compare-reloc.txt"
+		sed 's/^/  /' "$R/compare-reloc.txt"
+		grep -q '^instrument-functions .* different *0 ' "$R/compare-reloc.txt" || st=1
 	fi
 	if ((${#sched[@]})); then
 		echo "runs ${sched[*]}, whose counts depend on scheduling (not judged):"

@@ -187,7 +187,7 @@ START_TEST(blocked_threads_not_disturbed)
 	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
 	/* The suite runs twice: with membarrier (plain incl), and as if refused (gp_locked). */
 	ck_assert_int_eq(pki_gp_readers_locked(), locked);
-	ck_assert_uint_eq(((const unsigned char *)hooked)[7], locked ? 0xf0 : 0x90);
+	ck_assert_uint_eq(((const unsigned char *)hooked)[PKI_TRAMP_ENTRY_LOCK], locked ? 0xf0 : 0x90);
 	ck_assert_int_eq(pipe(rd_pipe), 0);
 	pthread_create(&ts, NULL, sleeper, NULL);
 	pthread_create(&tr, NULL, reader, NULL);

@@ -126,6 +126,132 @@ START_TEST(direct_and_ops_on_a_relocated_entry)
 }
 END_TEST
 
+/*
+ * A prologue that ends in a call (arch/x86_64/reloc.h, "Calls"): the copy
+ * pushes the call's own return address, so the callee returns into
+ * rt_call, never into the copy, hooked or not.
+ */
+long rt_call(long x);
+long rt_call_helper(long x);
+static volatile long rt_call_bad_ret;
+
+__asm__(".text\n"
+	".type rt_call, @function\n"
+	"rt_call:\n"
+	"	sub $8, %rsp\n"
+	"	call rt_call_helper\n"
+	"	add $8, %rsp\n"
+	"	ret\n"
+	".size rt_call, .-rt_call\n");
+
+__attribute__((noinline)) long rt_call_helper(long x)
+{
+	if ((uintptr_t)__builtin_return_address(0) != (uintptr_t)rt_call + 9)
+		rt_call_bad_ret++;
+	return x * 2 + 1;
+}
+
+START_TEST(ops_on_a_prologue_ending_in_a_call)
+{
+	struct pk_site cs;
+	unsigned long ips[1];
+	struct pk_ops o = {.func = ops_cb};
+	uint8_t before[PKI_SITE_LEN];
+
+	pki_sites_set_reloc(PKI_RELOC_MAIN);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_call, &cs), 0);
+	ck_assert_int_eq(cs.kind, PK_SITE_RELOC);
+	memcpy(before, (const void *)cs.ip, sizeof(before));
+	ips[0] = cs.ip;
+	o.filter.ips = ips;
+	o.filter.nips = 1;
+	ops_calls = 0;
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(rt_call(20), 41);
+	ck_assert_int_eq(ops_calls, 1);
+	ck_assert_uint_eq(ops_di, 20);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(memcmp((const void *)cs.ip, before, sizeof(before)), 0);
+	ck_assert_int_eq(rt_call(1), 3);
+	ck_assert_int_eq(ops_calls, 1);
+	ck_assert_int_eq(rt_call_bad_ret, 0);
+}
+END_TEST
+
+/*
+ * r11 through a relocated site (tramp.S, RS1b): rt_r11 (5 movable bytes,
+ * then returns the r11 it saw) leaves r11 alone, so a caller built with
+ * -fipa-ra may keep a value there across the call; rt_keep_r11 does, and
+ * returns what rt_r11 saw plus 1 if r11 changed across the call.
+ */
+long rt_r11(void);
+long rt_keep_r11(void);
+__asm__(".text\n"
+	".type rt_r11, @function\n"
+	"rt_r11:\n"
+	"	push %rbp\n"
+	"	mov %r11, %rax\n"
+	"	nop\n"
+	"	pop %rbp\n"
+	"	ret\n"
+	".size rt_r11, .-rt_r11\n"
+	".type rt_keep_r11, @function\n"
+	"rt_keep_r11:\n"
+	"	sub $8, %rsp\n"
+	"	mov $0x7770, %r11\n"
+	"	call rt_r11\n"
+	"	cmp $0x7770, %r11\n"
+	"	je 1f\n"
+	"	add $1, %rax\n"
+	"1:	add $8, %rsp\n"
+	"	ret\n"
+	".size rt_keep_r11, .-rt_keep_r11\n");
+
+/* An ops callback that, as any C may, writes r11 (and counts its calls). */
+static void ops_clobber_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			   struct pk_regs *regs)
+{
+	__asm__ volatile("mov $0x99, %%r11" ::: "r11");
+	ops_cb(ip, parent_ip, ops, regs);
+}
+
+START_TEST(r11_kept_through_a_relocated_site)
+{
+	struct pk_site rs;
+	unsigned long ips[1];
+	struct pk_ops o = {.func = ops_clobber_cb}, o2 = {.func = ops_clobber_cb};
+	struct pk_tramp *t;
+
+	pki_sites_set_reloc(PKI_RELOC_MAIN);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_r11, &rs), 0);
+	ck_assert_int_eq(rs.kind, PK_SITE_RELOC);
+	ck_assert_int_eq(rt_keep_r11(), 0x7770);
+	ips[0] = rs.ip;
+	o.filter.ips = ips;
+	o.filter.nips = 1;
+	ops_calls = 0;
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(rt_keep_r11(), 0x7770); /* through the ops' relocated body, X_RELOC */
+	ck_assert_int_eq(ops_calls, 1);
+	o2.filter = o.filter;
+	ck_assert_int_eq(pk_ops_register(&o2), 0);
+	ck_assert_int_eq(rt_keep_r11(), 0x7770); /* through L_RELOC, X_RELOC */
+	ck_assert_int_eq(ops_calls, 3);
+	ck_assert_int_eq(pk_ops_unregister(&o2), 0);
+	t = pk_tramp_new(tramp_cb, 0);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){rs.ip, pk_tramp_addr(t)}, 1), 0);
+	tramp_calls = 0;
+	rt_keep_r11(); /* through X_USER_RELOC: the pk_tramp's own entry takes r11 (hook.h) */
+	ck_assert_int_eq(tramp_calls, 1);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(pk_direct_del(&rs.ip, 1), 0);
+	ck_assert_int_eq(pk_direct_sync(), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+	ck_assert_int_eq(rt_keep_r11(), 0x7770);
+}
+END_TEST
+
 START_TEST(off_by_default)
 {
 	struct pk_site s;
@@ -238,6 +364,9 @@ int main(void)
 	Suite *s = suite_create("hook_reloc");
 	TCase *tc = tcase_create("hook_reloc");
 
+	tcase_set_timeout(tc, 60); /* under fire, 3 callers on 2 CPUs next to other tests */
+	tcase_add_test(tc, ops_on_a_prologue_ending_in_a_call);
+	tcase_add_test(tc, r11_kept_through_a_relocated_site);
 	tcase_add_test(tc, off_by_default);
 	tcase_add_test(tc, kick_moves_into_the_copy);
 	tcase_add_test(tc, ops_on_a_relocated_entry);

@@ -603,6 +603,10 @@ static const char call_usage[] =
     "  one ops     one ops alone on the site (its specialised trampoline)\n"
     "  two ops     two ops on the site (the shared list dispatcher)\n"
     "  direct+ops  a direct trampoline and one ops (list dispatcher + hash)\n"
+    "  relocated   one ops on pkb_add_reloc, the same a + b without a patchable\n"
+    "              entry (push %rbp; mov %rsp,%rbp first): a relocated site, its\n"
+    "              plain rounds call pkb_add_reloc too; compare with two ops,\n"
+    "              the same list dispatcher at a patchable site\n"
     "  uprobe      the kernel's uprobe (LOOPS / 1000 calls a round, at least 100)\n"
     "Handlers and callbacks count their hits (one increment), checked after each\n"
     "variant; --empty uses empty ones instead (then only results are checked).\n"
@@ -642,7 +646,7 @@ static double call_warm_round(unsigned long loops)
 }
 
 struct call_env {
-	unsigned long ip;
+	unsigned long ip, reloc_ip; /* pkb_add's site, pkb_add_reloc's (0: none) */
 	bool empty;
 	struct pk_tramp *tramp;
 	struct pk_ops ops[2];
@@ -655,13 +659,22 @@ struct call_env {
  * kernel single-steps the file's first nop out of line, then resumes in the
  * middle of our nop5 (SIGILL).
  */
-enum variant { V_PLAIN, V_UPROBE, V_DIRECT, V_ONE_OPS, V_TWO_OPS, V_DIRECT_OPS, NR_VARIANTS };
+enum variant {
+	V_PLAIN,
+	V_UPROBE,
+	V_DIRECT,
+	V_ONE_OPS,
+	V_TWO_OPS,
+	V_DIRECT_OPS,
+	V_RELOC,
+	NR_VARIANTS
+};
 
-static const char *const variant_names[] = {"plain",   "uprobe",  "direct",
-					    "one ops", "two ops", "direct+ops"};
+static const char *const variant_names[] = {"plain",   "uprobe",     "direct",	 "one ops",
+					    "two ops", "direct+ops", "relocated"};
 
 /* Hooks counted per call for each variant. */
-static const unsigned int variant_hits[] = {0, 1, 1, 1, 2, 2};
+static const unsigned int variant_hits[] = {0, 1, 1, 1, 2, 2, 1};
 
 static int variant_attach(struct call_env *e, enum variant v)
 {
@@ -675,6 +688,10 @@ static int variant_attach(struct call_env *e, enum variant v)
 		err = pk_direct_add(&de, 1);
 		break;
 	case V_ONE_OPS:
+		err = pk_ops_register(&e->ops[0]);
+		break;
+	case V_RELOC:
+		e->ops[0].filter.ips = &e->reloc_ip;
 		err = pk_ops_register(&e->ops[0]);
 		break;
 	case V_TWO_OPS:
@@ -712,6 +729,10 @@ static int variant_detach(struct call_env *e, enum variant v)
 	case V_ONE_OPS:
 		err = pk_ops_unregister(&e->ops[0]);
 		break;
+	case V_RELOC:
+		err = pk_ops_unregister(&e->ops[0]);
+		e->ops[0].filter.ips = &e->ip;
+		break;
 	case V_TWO_OPS:
 	case V_DIRECT_OPS:
 		err = pk_txn_begin();
@@ -744,6 +765,11 @@ static int call_variant(struct call_env *e, enum variant v, unsigned long loops)
 	unsigned long want = 0, got = 0;
 	double base = -1, best = -1;
 
+	if (v == V_RELOC && !e->reloc_ip) {
+		printf("# relocated: not measured: pkb_add_reloc is no relocated site\n");
+		return 0;
+	}
+	call_fn = v == V_RELOC ? pkb_add_reloc : pkb_add;
 	for (int r = 0; r < NR_ROUNDS; r++) {
 		unsigned long before;
 		double b = call_warm_round(loops), ns;
@@ -821,8 +847,16 @@ int bench_call(int argc, char **argv)
 		return cli_usage_error("bench call: unexpected argument '%s'", argv[optind]);
 	if (loops < 1 || loops > MAX_CALLLOOPS)
 		return cli_usage_error("bench call: need 1 <= LOOPS <= 1e9");
+	/* Relocated sites in this program, for pkb_add_reloc: before any site lookup. */
+	setenv("PROBEKIT_RELOC", "main", 0);
 	if (site_of((const void *)pkb_add, &e.ip))
 		return 1;
+	{
+		struct pk_site rs;
+
+		if (!pk_site_find((unsigned long)pkb_add_reloc, &rs) && rs.kind == PK_SITE_RELOC)
+			e.reloc_ip = rs.ip;
+	}
 	/* One CPU: no migration in the middle of a round. */
 	cpu = sched_getcpu();
 	if (cpu >= 0) {

@@ -116,7 +116,10 @@ struct pk_ops_filter {
  * other code, libc included, through something that saves xmm0-7 itself).
  * The trampoline of a site where this ops is alone then skips saving and
  * restoring xmm0-7, which makes each call a few ns cheaper.  Where the site
- * is shared, the list dispatcher saves them anyway.
+ * is shared, the list dispatcher saves them anyway.  A callback that is not
+ * vector-free gets xmm0-7 saved, not xmm8-15: at a relocated site
+ * (PK_SITE_RELOC) in code built with gcc's -fipa-ra, where a caller may
+ * keep a value in them across the call, it must leave them alone.
  */
 #define PK_OPS_F_NOVEC 0x1ul
 
@@ -174,7 +177,12 @@ struct pk_direct_entry {
  * preserve all of them (a trampoline from pk_tramp_new() does).  At a
  * relocated site (PK_SITE_RELOC) [rsp] is instead the out-of-line copy of
  * the function's first instructions, which continues the function: return
- * to it the same way.
+ * to it the same way.  Code built without a patchable entry may also be
+ * built with gcc's -fipa-ra (its -O2 default), where a caller keeps values
+ * in the caller-saved registers its callee leaves alone: @addr there must
+ * preserve every register, vector ones included.  The ops path does (r11
+ * and the rest); a pk_tramp_new() trampoline preserves all but r11, which
+ * its entry takes, and xmm8-15, which its handler may use.
  *
  * pk_direct_add(): -EINVAL (addr 0, duplicate ip in @e), -EEXIST (a site
  * already has a direct entry), -ENOENT (not a site), -ERANGE (@addr out of

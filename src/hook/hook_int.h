@@ -45,8 +45,13 @@ unsigned long pki_hook_site_target(unsigned long ip);
 unsigned long pki_hook_site_entry_target(unsigned long ip);
 unsigned long pki_hook_site_list(unsigned long ip);
 
-/* The C function the list dispatchers call with the site's entry (see tramp.S). */
+/*
+ * The C functions the list dispatchers call with the site's entry (see
+ * tramp.S): the chunk's list, and L_RELOC, behind relocated sites' entries.
+ */
 void pki_hook_list_func(const void *entry, unsigned long parent_ip, void *regs, int recursing);
+void pki_hook_list_func_reloc(const void *entry, unsigned long parent_ip, void *regs,
+			      int recursing);
 
 /*
  * Bound the grace period of pk_ops_unregister() (and of a commit that

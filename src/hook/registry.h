@@ -108,10 +108,11 @@ struct ops_priv {
 	unsigned long *ips; /* its sites */
 	size_t nips, cap_ips;
 	size_t nips_before; /* before following new objects: what a failed commit goes back to */
-	struct pki_tslot tramp; /* its body (tramp.x 0: none yet), any chunk */
-	bool registered;	/* committed state */
-	bool staged;		/* staged state */
-	bool follows;		/* filter by globs or empty: takes sites of objects loaded later */
+	struct pki_tslot tramp;	      /* its body (tramp.x 0: none yet), any chunk */
+	struct pki_tslot tramp_reloc; /* the same behind relocated sites' entries */
+	bool registered;	      /* committed state */
+	bool staged;		      /* staged state */
+	bool follows; /* filter by globs or empty: takes sites of objects loaded later */
 	/*
 	 * Unregister + register of a registered ops in one transaction: the
 	 * new registration gets its own ops_priv (ops->private), and @prev is

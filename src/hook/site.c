@@ -217,26 +217,31 @@ int __pki_hook_site_prepare(struct site *s, unsigned int more_ops)
 
 /* ---- what each site calls ---- */
 
-/* @p's body, made on demand (kept until unregister): entries reach it from anywhere. */
-static int __ops_tramp(struct ops_priv *p, unsigned long *out)
+/*
+ * @p's body (behind relocated sites' entries if @reloc: tramp.S), made on
+ * demand, kept until unregister: entries reach it from anywhere.
+ */
+static int __ops_tramp(struct ops_priv *p, bool reloc, unsigned long *out)
 {
-	struct pki_tslot t;
+	static const enum pki_tramp_kind kinds[2][2] = {
+	    {PKI_TRAMP_OPS, PKI_TRAMP_OPS_NV}, {PKI_TRAMP_OPS_RELOC, PKI_TRAMP_OPS_NV_RELOC}};
+	struct pki_tslot *body = reloc ? &p->tramp_reloc : &p->tramp, t;
 	int err;
 
-	if (!p->tramp.x) {
+	if (!body->x) {
 		err = pki_tmem_alloc(0, &t);
 		if (err)
 			return err;
 		err = pki_tmem_emit(
-		    p->ops->flags & PK_OPS_F_NOVEC ? PKI_TRAMP_OPS_NV : PKI_TRAMP_OPS, &t,
+		    kinds[reloc][!!(p->ops->flags & PK_OPS_F_NOVEC)], &t,
 		    (unsigned long[]){(unsigned long)p->ops, (unsigned long)p->ops->func}, 2);
 		if (err) {
 			pki_tmem_free(&t);
 			return err;
 		}
-		p->tramp = t;
+		*body = t;
 	}
-	*out = p->tramp.x;
+	*out = body->x;
 	return 0;
 }
 
@@ -315,14 +320,25 @@ static int reloc_copy_make(unsigned long copy, void *buf, size_t len, void *ctx)
 	return 0;
 }
 
-/* @s's entry goes to its chunk's list dispatcher, with a new array of its ops. */
+/* The list dispatcher of @s's chunk (a relocated site's: L_RELOC, tramp.S). */
+static unsigned long site_list(const struct site *s)
+{
+	struct pki_tramp_exits x;
+
+	if (!s->reloc)
+		return pki_tmem_list(&s->ent);
+	pki_tmem_exits(&s->ent, &x);
+	return x.list_reloc;
+}
+
+/* @s's entry goes to its list dispatcher, with a new array of its ops. */
 static int __site_use_list(struct site *s)
 {
 	s->new_opsv = opsv_new(&s->ops);
 	if (!s->new_opsv)
 		return -ENOMEM;
 	s->new_ent.ops = (unsigned long)s->new_opsv;
-	s->new_ent.target = pki_tmem_list(&s->ent);
+	s->new_ent.target = site_list(s);
 	return 0;
 }
 
@@ -355,6 +371,8 @@ static int __site_decide_reloc(struct site *s)
 						      (unsigned long)s->opsv, s->direct};
 	if (s->ops.n || s->direct)
 		s->new_call = s->ent.x;
+	if (s->ops.n == 1 && !s->direct)
+		return __ops_tramp(s->ops.v[0]->private, true, &s->new_ent.target);
 	return s->ops.n ? __site_use_list(s) : 0;
 }
 
@@ -393,11 +411,14 @@ int __pki_hook_site_decide(struct site *s)
 	if (!s->ops.n)
 		return 0;
 	if (s->ops.n == 1 && !s->direct)
-		return __ops_tramp(s->ops.v[0]->private, &s->new_ent.target);
+		return __ops_tramp(s->ops.v[0]->private, false, &s->new_ent.target);
 	return __site_use_list(s);
 }
 
-/* The 5 bytes @s gets: a call of new_call, else nop5 (as found until first attached). */
+/*
+ * The 5 bytes @s gets: a call of new_call (a jmp at a relocated site), else
+ * nop5 or the function's own bytes (as found until first attached).
+ */
 void pki_hook_site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN])
 {
 	/*
@@ -406,7 +427,9 @@ void pki_hook_site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN])
 	 * s->cur tracks what is in the text, and is what the patch layer
 	 * verifies.
 	 */
-	if (s->new_call)
+	if (s->new_call && s->reloc) /* jumps: no call to return to (tramp.S, X_RELOC) */
+		pki_insn_jmp(b, s->ip, s->new_call);
+	else if (s->new_call)
 		pki_insn_call(b, s->ip, s->new_call);
 	else if (s->call)
 		memcpy(b, s->reloc ? s->reloc->orig : pki_nop5, PKI_SITE_LEN);
@@ -434,6 +457,20 @@ int pki_hook_collect_ip(unsigned long ip, void *arg)
 
 /* ---- what readers see ---- */
 
+/* Every ops of the current array of the site @ip whose entry is @entry. */
+static inline void list_run(const void *entry, unsigned long ip, unsigned long parent_ip,
+			    void *regs)
+{
+	const struct pki_tramp_entry *e =
+	    (const void *)((const char *)entry + PKI_TRAMP_ENTRY_DATA);
+	const struct opsv *v = (const void *)__atomic_load_n(&e->ops, __ATOMIC_ACQUIRE);
+
+	if (!v)
+		return;
+	for (unsigned long i = 0; i < v->n; i++)
+		v->v[i]->func(ip, parent_ip, v->v[i], regs);
+}
+
 /*
  * Hot path, from the list dispatcher (counted, tramp.S): every ops of the
  * site's current array, unless recursing.  @entry is the executable view of
@@ -441,16 +478,21 @@ int pki_hook_collect_ip(unsigned long ip, void *arg)
  */
 void pki_hook_list_func(const void *entry, unsigned long parent_ip, void *regs, int recursing)
 {
-	const struct pki_tramp_entry *e =
-	    (const void *)((const char *)entry + PKI_TRAMP_ENTRY_DATA);
-	const struct opsv *v = (const void *)__atomic_load_n(&e->ops, __ATOMIC_ACQUIRE);
 	/* regs->sp is the function's entry sp: the site's call pushed ip + 5 below it. */
 	unsigned long ip = ((const unsigned long *)((struct pk_regs *)regs)->sp)[-1] - 5;
 
-	if (recursing || !v)
-		return;
-	for (unsigned long i = 0; i < v->n; i++)
-		v->v[i]->func(ip, parent_ip, v->v[i], regs);
+	if (!recursing)
+		list_run(entry, ip, parent_ip, regs);
+}
+
+/* The same behind a relocated site's entry (L_RELOC): the site is in its copy's last word. */
+void pki_hook_list_func_reloc(const void *entry, unsigned long parent_ip, void *regs, int recursing)
+{
+	unsigned long ip;
+
+	memcpy(&ip, (const char *)entry + PKI_TMEM_RELOC_IP, sizeof(ip));
+	if (!recursing)
+		list_run(entry, ip, parent_ip, regs);
 }
 
 void pki_hook_opsv_free(void *v)
@@ -491,7 +533,7 @@ unsigned long pki_hook_site_list(unsigned long ip)
 	pthread_mutex_lock(&pki_reg.lock);
 	s = __pki_hook_site_find(ip);
 	if (s && s->ent.x)
-		l = pki_tmem_list(&s->ent);
+		l = site_list(s);
 	pki_hook_unlock();
 	return l;
 }

@@ -189,8 +189,9 @@ static int chunk_fill(struct pki_tmem_chunk *c)
 	if (!err)
 		err = pki_tramp_emit(PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,
 				     (unsigned long[]){(unsigned long)pki_gp_exit_slow,
-						       (unsigned long)pki_gp_register},
-				     2, 0, false);
+						       (unsigned long)pki_gp_register,
+						       (unsigned long)pki_hook_list_func_reloc},
+				     3, 0, false);
 	return err;
 }
 
@@ -408,7 +409,7 @@ int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out)
 	return err;
 }
 
-int pki_tmem_entry_new_reloc(unsigned long near,
+int pki_tmem_entry_new_reloc(unsigned long ip,
 			     int (*make)(unsigned long copy, void *buf, size_t len, void *ctx),
 			     void *ctx, struct pki_tentry *out)
 {
@@ -416,16 +417,20 @@ int pki_tmem_entry_new_reloc(unsigned long near,
 	int err;
 
 	pthread_mutex_lock(&tmem_lock);
-	err = __entries_take(near, 2, out);
+	err = __entries_take(ip, 2, out);
 	if (!err) {
 		unsigned char *copy = out->w + PKI_TRAMP_ENTRY_SIZE;
 
 		pki_tramp_exits_at(out->chunk->x + PKI_TMEM_SLOT, &x);
 		pki_tramp_fill_trap(copy, PKI_TRAMP_ENTRY_SIZE);
-		err = make(out->x + PKI_TRAMP_ENTRY_SIZE, copy, PKI_TRAMP_ENTRY_SIZE, ctx);
+		memcpy(out->w + PKI_TMEM_RELOC_IP, &ip, sizeof(ip));
+		err = make(out->x + PKI_TRAMP_ENTRY_SIZE, copy,
+			   PKI_TMEM_RELOC_IP - PKI_TRAMP_ENTRY_SIZE, ctx);
 		if (!err)
 			err =
 			    entry_emit(out, (unsigned long[]){x.reloc, x.reloc, 0, 0}, x.reg_reloc);
+		if (!err)
+			pki_tramp_entry_save_r11(out->w);
 	}
 	pthread_mutex_unlock(&tmem_lock);
 	return err; /* failed: the two stay unused (entries are never given back) */

@@ -58,15 +58,18 @@ struct pki_tentry {
 int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out);
 
 /*
- * The entry of a relocated site (doc/design/reloc-sites.md): @make(copy,
- * buf, len, @ctx) writes into @buf (@len bytes, the writable view) the
- * moved instructions for their new address @copy, which is the 64 bytes
- * right after the entry; both are never freed.  The entry calls nothing
- * yet: its target and user words are X_RELOC (on into the copy), its
- * direct word 0, its registration X_REG_RELOC.  Cores not synced, as
- * above.  -ENOMEM, -ERANGE, or @make's error.
+ * The entry of the relocated site @ip (doc/design/reloc-sites.md): @make(
+ * copy, buf, len, @ctx) writes into @buf (@len bytes, the writable view)
+ * the moved instructions for their new address @copy, which is in the 64
+ * bytes right after the entry, whose last 8 hold @ip (PKI_TMEM_RELOC_IP
+ * from the entry: L_RELOC reads it); both are never freed.  The entry
+ * pushes r11 first (tramp.S) and calls nothing yet: its target and user
+ * words are X_RELOC (on into the copy), its direct word 0, its registration
+ * X_REG_RELOC.  Cores not synced, as above.  -ENOMEM, -ERANGE, or @make's
+ * error.
  */
-int pki_tmem_entry_new_reloc(unsigned long near,
+#define PKI_TMEM_RELOC_IP (2 * PKI_TRAMP_ENTRY_SIZE - 8)
+int pki_tmem_entry_new_reloc(unsigned long ip,
 			     int (*make)(unsigned long copy, void *buf, size_t len, void *ctx),
 			     void *ctx, struct pki_tentry *out);
 

@@ -100,10 +100,26 @@ void __pki_hook_undo(void)
 			/* A failed batch may have run it (mid-batch emulation). */
 			if (p->tramp.x)
 				pki_hook_slot_retire(&p->tramp);
+			if (p->tramp_reloc.x)
+				pki_hook_slot_retire(&p->tramp_reloc);
 			__pki_hook_ops_priv_free(p);
 		}
 	}
 	pki_reg.changes.n = 0;
+}
+
+/*
+ * An unregistered ops' body @t, after the grace period: freed, or retired
+ * (freed after a later one) if the grace period timed out (@gp_err).
+ */
+static void ops_body_free(struct pki_tslot *t, int gp_err)
+{
+	if (!t->x)
+		return;
+	if (gp_err)
+		pki_hook_slot_retire(t);
+	else
+		pki_tmem_free(t);
 }
 
 /* Pre-poke: publish the entries the new bytes will call (see the file comment). */
@@ -192,12 +208,8 @@ static int __ops_retire(void)
 
 		if (p->registered)
 			continue;
-		if (p->tramp.x) {
-			if (gp_err)
-				pki_hook_slot_retire(&p->tramp);
-			else
-				pki_tmem_free(&p->tramp);
-		}
+		ops_body_free(&p->tramp, gp_err);
+		ops_body_free(&p->tramp_reloc, gp_err);
 		__pki_hook_ops_priv_free(p);
 	}
 	return gp_err;

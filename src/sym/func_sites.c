@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/grow.h"
 #include "sym/elf_sites.h"
 #include "sym/func_sites.h"
 
@@ -31,7 +32,10 @@ struct state {
 	struct image im;
 	struct pki_elf_funcs funcs;
 	struct pki_elf_sites sites;
-	uint8_t *kind; /* per function: its site's enum pk_site_kind, or 0 */
+	uint8_t *kind;	      /* per function: its site's enum pk_site_kind, or 0 */
+	uint64_t *foreign;    /* direct branch targets from other functions, sorted */
+	size_t nforeign, cap; /* (cold parts included: their jumps back count) */
+	int grow_err;
 };
 
 static const uint8_t *image_at(const struct image *im, uint64_t addr, size_t len)
@@ -112,6 +116,54 @@ static int mark_sites(struct state *s, struct pki_func_stats *st)
 	return 0;
 }
 
+static void foreign_add(void *ctx, uint64_t t)
+{
+	struct state *s = ctx;
+
+	if (!s->grow_err && PKI_GROW(s->foreign, s->cap, s->nforeign + 1))
+		s->grow_err = -ENOMEM;
+	if (!s->grow_err)
+		s->foreign[s->nforeign++] = t;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Every function's branches into the others (pki_reloc_branch_targets). */
+static int collect_foreign(struct state *s)
+{
+	for (size_t i = 0; i < s->funcs.n; i++) {
+		const struct pki_elf_func *fn = &s->funcs.funcs[i];
+		const uint8_t *code = image_at(&s->im, fn->addr, fn->size);
+
+		if (code)
+			pki_reloc_branch_targets(code, fn->size, fn->addr, foreign_add, s);
+	}
+	if (s->nforeign)
+		qsort(s->foreign, s->nforeign, sizeof(*s->foreign), cmp_u64);
+	return s->grow_err;
+}
+
+/* The first foreign target in (lo, hi), or 0. */
+static uint64_t foreign_inside(const struct state *s, uint64_t lo, uint64_t hi)
+{
+	size_t a = 0, b = s->nforeign;
+
+	while (a < b) { /* the first > lo */
+		size_t m = a + (b - a) / 2;
+
+		if (s->foreign[m] <= lo)
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a < s->nforeign && s->foreign[a] < hi ? s->foreign[a] : 0;
+}
+
 static int state_load(int fd, struct state *s, struct pki_func_stats *st)
 {
 	int ret;
@@ -125,6 +177,9 @@ static int state_load(int fd, struct state *s, struct pki_func_stats *st)
 	ret = image_map(fd, &s->im);
 	if (ret)
 		return ret;
+	ret = collect_foreign(s);
+	if (ret)
+		return ret;
 	return mark_sites(s, st);
 }
 
@@ -135,6 +190,7 @@ static void state_free(struct state *s)
 	pki_elf_sites_free(&s->sites);
 	pki_elf_funcs_free(&s->funcs);
 	free(s->kind);
+	free(s->foreign);
 }
 
 static void refuse(struct pki_func_site *fs, unsigned why, uint64_t at)
@@ -155,6 +211,7 @@ static void classify(const struct state *s, size_t i, struct pki_func_site *fs)
 	    .ctx = (void *)&s->im,
 	};
 	struct pki_reloc r;
+	uint64_t t;
 	int ret;
 
 	if (s->kind[i]) {
@@ -176,7 +233,9 @@ static void classify(const struct state *s, size_t i, struct pki_func_site *fs)
 		return;
 	}
 	ret = pki_reloc(&in, &r);
-	if (!ret) {
+	if (!ret && (t = foreign_inside(s, fn->addr + r.skip, fn->addr + r.skip + r.moved))) {
+		refuse(fs, PKI_RELOC_BRANCH_IN, t); /* from another function: at its target */
+	} else if (!ret) {
 		fs->how = PKI_FUNC_RELOC;
 		fs->moved = r.moved;
 		fs->skip = r.skip;

@@ -723,3 +723,22 @@ int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out)
 	}
 	return ret;
 }
+
+int pki_reloc_branch_targets(const uint8_t *code, size_t size, uint64_t addr,
+			     void (*fn)(void *ctx, uint64_t target), void *ctx)
+{
+	struct rec r;
+	struct ctx c = {.in = &(struct pki_reloc_in){.code = code, .size = size, .addr = addr}};
+	uint64_t at = addr, t;
+
+	if (!ZYAN_SUCCESS(
+		ZydisDecoderInit(&c.dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
+		return -1;
+	for (; at < addr + size; at += r.in.length) {
+		if (decode(&c, at, &r))
+			return -1;
+		if (rel_target(&r, &t) && (t < addr || t >= addr + size))
+			fn(ctx, t);
+	}
+	return 0;
+}

@@ -119,6 +119,17 @@ struct pki_reloc {
  */
 int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out);
 
+/*
+ * A function's direct branches and calls that leave it: @fn(@ctx, target)
+ * for each whose target is outside [@addr, @addr + @size), decoding @code
+ * from its start.  A caller gathers them over a whole file, whose other
+ * functions (a cold part's way back, a hot part's jump into its cold part)
+ * pki_reloc() cannot see: a target strictly inside a function's moved
+ * bytes refuses it too.  0, or -1 at the first byte Zydis cannot decode.
+ */
+int pki_reloc_branch_targets(const uint8_t *code, size_t size, uint64_t addr,
+			     void (*fn)(void *ctx, uint64_t target), void *ctx);
+
 /* A short stable name for @why ("too_short", ...), "?" if out of range. */
 const char *pki_reloc_why_name(enum pki_reloc_why why);
 

@@ -54,6 +54,7 @@
 #define E_USER	40
 #define E_OPS	48
 #define E_DIRECT 56
+#define RELOC_IP 120	/* PKI_TMEM_RELOC_IP: a relocated site's address, in its copy's slot */
 
 	.macro FIX fixtab
 9:	.pushsection .rodata.pki_tramp_fix, "a"
@@ -173,7 +174,9 @@ pki_tramp_\name\()_start:
 	.text
 
 /*
- * E: an entry, 64 bytes, one cache line.  The byte before the incl is a nop,
+ * E: an entry, 64 bytes, one cache line.  It starts with a 2-byte nop, which
+ * a relocated site's entry has as push %r11 (see X_RELOC below).  The byte
+ * before the incl is a nop,
  * or a lock prefix where membarrier() is refused (then every entry is a full
  * barrier, the read side liburcu's fallback uses).  The js goes to the
  * chunk's X_REG (its rel32 linked when the entry is made).  Data: target
@@ -181,12 +184,15 @@ pki_tramp_\name\()_start:
  * counted: a pk_tramp's handler body, X_USER, or X_RET), ops (the list
  * dispatcher's ops array), direct (the address X_USER jumps to).
  */
-	.globl	pki_tramp_entry_lock, pki_tramp_entry_js
+	.globl	pki_tramp_entry_lock, pki_tramp_entry_js, pki_tramp_entry_push
 	.hidden	pki_tramp_entry_lock
 	.hidden	pki_tramp_entry_js
+	.hidden	pki_tramp_entry_push
 	.text
 	.p2align 6	/* the data words then sit at 32 */
 	TEMPLATE_BEGIN entry
+pki_tramp_entry_push:
+	xchg	%ax, %ax	/* 2-byte nop, or push %r11 at a relocated site */
 	leaq	pki_tramp_entry_start(%rip), %r11
 pki_tramp_entry_lock:
 	nop
@@ -210,14 +216,24 @@ pki_tramp_entry_end:
  * for callbacks that never touch vector or x87 registers (PK_OPS_F_NOVEC,
  * PK_TRAMP_F_NOVEC: compiled with -mgeneral-regs-only), so the vector
  * arguments and the upper halves of ymm/zmm pass through untouched.
+ * The ops bodies come twice more, _reloc, behind relocated sites' entries:
+ * the site read from the entry's copy (RELOC_IP), the exits X_RELOC and
+ * X_USER_RELOC (filled in as the data's exits).
  */
-	.macro TEMPLATE_OPS name, vec
+	.macro TEMPLATE_OPS name, vec, reloc=0
 	TEMPLATE_BEGIN \name
 	OUTER	1f, pki_tramp_\name\()_start
 	SAVE	\vec
+	.if \reloc
+	movq	%r11, R_R11(%rsp)	/* E: the relocated exits need it */
+	movq	RELOC_IP(%r11), %rdi	/* the site: E pushed r11, not ip + 5 */
+	.endif
 	movq	pki_tramp_\name\()_data(%rip), %rdx
 	movq	%rsp, %rcx
 	call	*pki_tramp_\name\()_data+8(%rip)
+	.if \reloc
+	movq	R_R11(%rsp), %r11
+	.endif
 	RESTORE	\vec
 1:	jmp	*pki_tramp_\name\()_data+16(%rip)
 	.p2align 3
@@ -246,6 +262,8 @@ pki_tramp_\name\()_end:
 
 	TEMPLATE_OPS ops, 1
 	TEMPLATE_OPS ops_nv, 0
+	TEMPLATE_OPS ops_reloc, 1, 1
+	TEMPLATE_OPS ops_nv_reloc, 0, 1
 	TEMPLATE_HANDLER handler, 1
 	TEMPLATE_HANDLER handler_nv, 0
 
@@ -256,7 +274,8 @@ pki_tramp_\name\()_end:
  * counted, on to E.user: X_USER (into the direct address), X_RET (none),
  * or a pk_tramp's handler body.  data: [0] func, then the exits.
  */
-	TEMPLATE_BEGIN list
+	/* The list dispatcher's code; \fn: where its C function's address is. */
+	.macro LIST fn, fixtab
 	SAVE
 	movq	%r11, R_R11(%rsp)
 	movq	%r11, %rdi
@@ -264,13 +283,17 @@ pki_tramp_\name\()_end:
 	xorl	%ecx, %ecx
 	.byte	0x64, 0x83, 0x3c, 0x25	/* cmpl $0, %fs:TLS_NEST */
 	.long	TLS_NEST
-	FIX	pki_tramp_list_start
+	FIX	\fixtab
 	.byte	0
 	setne	%cl
-	call	*pki_tramp_list_data(%rip)
+	call	*\fn(%rip)
 	movq	R_R11(%rsp), %r11
 	RESTORE
 	jmp	*E_USER(%r11)
+	.endm
+
+	TEMPLATE_BEGIN list
+	LIST	pki_tramp_list_data, pki_tramp_list_start
 	.p2align 3
 pki_tramp_list_data:
 	.quad	0
@@ -290,19 +313,29 @@ pki_tramp_list_end:
  *    if it cannot (a thread past its exit), uncounted on to E.direct: the
  *    site's direct address (user code, or a pk_tramp's entry, which ends
  *    here too) or a ret: the ops and handlers are skipped, nothing else.
- * A relocated site (doc/design/reloc-sites.md) never returns to the site's
- * call: its copy C of the moved instructions is the 64 bytes after E.
- *  X_RELOC: decl, drop the site's return address, jump to C.
- *  X_USER_RELOC: decl, the site's return address becomes C, jump to
+ * A relocated site (doc/design/reloc-sites.md, RS1) jumps to E, never
+ * calls it, and E pushes the program's r11 first (RS1b: code built with
+ * -fipa-ra may keep a value there across a call): in its bodies [rsp] is
+ * that r11, [rsp + 8] the parent ip, and every way out pops r11 back and
+ * jumps, through memory, never through a register nor a ret (the return
+ * stack stays as the program's calls left it).  Its copy C of the moved
+ * instructions is the 64 bytes after E, the site's address in their last 8.
+ *  X_RELOC: decl, r11 popped, jump to C (through a slot just left: in the
+ *    red zone, which signal delivery skips).
+ *  X_USER_RELOC: decl, r11 replaced by C as the return address, jump to
  *    E.direct (the user's trampoline returns into C).
  *  X_REG_RELOC: X_REG for a relocated site's entry; refused, on uncounted
  *    to C, or to E.direct through C as above if it is not 0.
+ *  L_RELOC: the list dispatcher of relocated sites: the same code, whose C
+ *    function reads the site from C's last word.
  * The parts after the decl (x_*_go) are uncounted and read only E's words
  * and E itself: never freed (gp.c, R3).
- * data: [0] exit function, [1] registration function.
+ * data: [0] exit function, [1] registration function, [2] list function.
  */
 	.globl	pki_tramp_x_ret, pki_tramp_x_ret_ret, pki_tramp_x_user, pki_tramp_x_reg
 	.globl	pki_tramp_x_reloc, pki_tramp_x_user_reloc, pki_tramp_x_reg_reloc
+	.globl	pki_tramp_l_reloc
+	.hidden	pki_tramp_l_reloc
 	.hidden	pki_tramp_x_ret
 	.hidden	pki_tramp_x_ret_ret
 	.hidden	pki_tramp_x_user
@@ -361,10 +394,12 @@ pki_tramp_x_reg:
 pki_tramp_x_reloc:
 	WANT	5f, pki_tramp_exits_start
 	NEST	decl, pki_tramp_exits_start
-x_reloc_go:
-	leaq	8(%rsp), %rsp	/* the site's return address: the middle of C's first bytes */
+x_reloc_go:			/* [rsp]: the program's r11, [rsp + 8]: parent ip */
 	leaq	ENTRY_SIZE(%r11), %r11
-	jmp	*%r11
+	pushq	%r11		/* C */
+	movq	8(%rsp), %r11	/* the program's */
+	leaq	16(%rsp), %rsp	/* rsp as at the function's entry */
+	jmp	*-16(%rsp)	/* into C */
 5:	SLOW_EXIT_E
 	jmp	x_reloc_go
 
@@ -372,11 +407,14 @@ x_reloc_go:
 pki_tramp_x_user_reloc:
 	WANT	6f, pki_tramp_exits_start
 	NEST	decl, pki_tramp_exits_start
-x_user_reloc_go:
+x_user_reloc_go:		/* [rsp]: the program's r11, [rsp + 8]: parent ip */
 	pushq	E_DIRECT(%r11)
 	leaq	ENTRY_SIZE(%r11), %r11
-	movq	%r11, 8(%rsp)	/* the site's return address becomes C */
-	ret			/* into E.direct */
+	pushq	%r11		/* C, E.direct, r11, parent ip */
+	movq	16(%rsp), %r11	/* the program's */
+	popq	8(%rsp)		/* E.direct, C, parent ip (the address is taken after the pop) */
+	leaq	8(%rsp), %rsp	/* [rsp] = C: the return address */
+	jmp	*-8(%rsp)	/* into E.direct */
 6:	SLOW_EXIT_E
 	jmp	x_user_reloc_go
 
@@ -386,9 +424,13 @@ pki_tramp_x_reg_reloc:
 7:	cmpq	$0, E_DIRECT(%r11)
 	je	x_reloc_go
 	jmp	x_user_reloc_go
+
+	.p2align 4
+pki_tramp_l_reloc:
+	LIST	pki_tramp_exits_data+16, pki_tramp_exits_start
 	.p2align 3
 pki_tramp_exits_data:
-	.quad	0, 0
+	.quad	0, 0, 0
 pki_tramp_exits_end:
 	TEMPLATE_END
 

@@ -27,19 +27,22 @@ __thread struct pki_tramp_tls pki_tramp_tls __attribute__((tls_model("initial-ex
 TEMPLATE(ops);
 TEMPLATE(handler);
 TEMPLATE(ops_nv);
+TEMPLATE(ops_reloc);
+TEMPLATE(ops_nv_reloc);
 TEMPLATE(handler_nv);
 TEMPLATE(list);
 TEMPLATE(entry);
 TEMPLATE(exits);
-extern const unsigned char pki_tramp_entry_lock[], pki_tramp_entry_js[], pki_tramp_x_ret[],
-    pki_tramp_x_ret_ret[], pki_tramp_x_user[], pki_tramp_x_reg[], pki_tramp_x_reloc[],
-    pki_tramp_x_user_reloc[], pki_tramp_x_reg_reloc[];
+extern const unsigned char pki_tramp_entry_lock[], pki_tramp_entry_js[], pki_tramp_entry_push[],
+    pki_tramp_x_ret[], pki_tramp_x_ret_ret[], pki_tramp_x_user[], pki_tramp_x_reg[],
+    pki_tramp_x_reloc[], pki_tramp_x_user_reloc[], pki_tramp_x_reg_reloc[], pki_tramp_l_reloc[];
 
 static const struct {
 	const unsigned char *start, *end, *data;
 	const int32_t *fix; /* offsets just past each %fs:disp32, -1 ends */
 	size_t ndata;
 	bool exits; /* two more data words: X_RET, X_USER of the chunk */
+	bool reloc; /* ... X_RELOC, X_USER_RELOC instead */
 } templates[PKI_TRAMP_NR_KINDS] = {
     [PKI_TRAMP_OPS] = {pki_tramp_ops_start, pki_tramp_ops_end, pki_tramp_ops_data,
 		       pki_tramp_ops_fix, 2, true},
@@ -54,7 +57,12 @@ static const struct {
     [PKI_TRAMP_ENTRY] = {pki_tramp_entry_start, pki_tramp_entry_end, pki_tramp_entry_data,
 			 pki_tramp_entry_fix, 4, false},
     [PKI_TRAMP_EXITS] = {pki_tramp_exits_start, pki_tramp_exits_end, pki_tramp_exits_data,
-			 pki_tramp_exits_fix, 2, false},
+			 pki_tramp_exits_fix, 3, false},
+    [PKI_TRAMP_OPS_RELOC] = {pki_tramp_ops_reloc_start, pki_tramp_ops_reloc_end,
+			     pki_tramp_ops_reloc_data, pki_tramp_ops_reloc_fix, 2, true, true},
+    [PKI_TRAMP_OPS_NV_RELOC] = {pki_tramp_ops_nv_reloc_start, pki_tramp_ops_nv_reloc_end,
+				pki_tramp_ops_nv_reloc_data, pki_tramp_ops_nv_reloc_fix, 2, true,
+				true},
 };
 
 /* Offset of pki_tramp_tls from the thread pointer: one value for all threads. */
@@ -80,6 +88,15 @@ void pki_tramp_exits_at(unsigned long exits, struct pki_tramp_exits *out)
 	out->reloc = exits + (unsigned long)(pki_tramp_x_reloc - pki_tramp_exits_start);
 	out->user_reloc = exits + (unsigned long)(pki_tramp_x_user_reloc - pki_tramp_exits_start);
 	out->reg_reloc = exits + (unsigned long)(pki_tramp_x_reg_reloc - pki_tramp_exits_start);
+	out->list_reloc = exits + (unsigned long)(pki_tramp_l_reloc - pki_tramp_exits_start);
+}
+
+void pki_tramp_entry_save_r11(void *buf)
+{
+	static const unsigned char push_r11[2] = {0x41, 0x53};
+
+	memcpy((unsigned char *)buf + (pki_tramp_entry_push - pki_tramp_entry_start), push_r11,
+	       sizeof(push_r11));
 }
 
 int pki_tramp_entry_link(void *buf, unsigned long x, unsigned long x_reg)
@@ -109,7 +126,8 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 	      : kind == PKI_TRAMP_ENTRY ? PKI_TRAMP_ENTRY_SIZE
 					: PKI_TRAMP_MAX;
 	if (len > max || (kind == PKI_TRAMP_ENTRY &&
-			  templates[kind].data - templates[kind].start != PKI_TRAMP_ENTRY_DATA))
+			  (templates[kind].data - templates[kind].start != PKI_TRAMP_ENTRY_DATA ||
+			   pki_tramp_entry_lock - pki_tramp_entry_start != PKI_TRAMP_ENTRY_LOCK)))
 		return -EINVAL;
 	memcpy(out, templates[kind].start, len);
 	/* Each displacement holds its field's offset in pki_tramp_tls. */
@@ -121,15 +139,19 @@ int pki_tramp_emit(enum pki_tramp_kind kind, void *buf, const unsigned long *dat
 		memcpy(out + *f - sizeof(disp), &disp, sizeof(disp));
 	}
 	if (kind == PKI_TRAMP_ENTRY && locked)
-		out[pki_tramp_entry_lock - pki_tramp_entry_start] = 0xf0; /* nop -> lock */
+		out[PKI_TRAMP_ENTRY_LOCK] = 0xf0; /* nop -> lock */
 	d = out + (templates[kind].data - templates[kind].start);
 	memcpy(d, data, ndata * sizeof(*data));
 	if (templates[kind].exits) {
 		struct pki_tramp_exits x;
 
 		pki_tramp_exits_at(exits, &x);
-		memcpy(d + ndata * sizeof(*data), (unsigned long[]){x.ret, x.user},
-		       2 * sizeof(unsigned long));
+		if (templates[kind].reloc)
+			memcpy(d + ndata * sizeof(*data), (unsigned long[]){x.reloc, x.user_reloc},
+			       2 * sizeof(unsigned long));
+		else
+			memcpy(d + ndata * sizeof(*data), (unsigned long[]){x.ret, x.user},
+			       2 * sizeof(unsigned long));
 	}
 	return 0;
 }

@@ -18,7 +18,9 @@ enum pki_tramp_kind {
 	PKI_TRAMP_HANDLER_NV, /* PKI_TRAMP_HANDLER without it (PK_TRAMP_F_NOVEC) */
 	PKI_TRAMP_LIST,	      /* body, one per chunk; data: list func */
 	PKI_TRAMP_ENTRY,      /* entry (64 bytes); data: struct pki_tramp_entry */
-	PKI_TRAMP_EXITS,      /* exits, one per chunk; data: exit func, registration func */
+	PKI_TRAMP_EXITS,      /* exits, one per chunk; data: exit, registration, list funcs */
+	PKI_TRAMP_OPS_RELOC,  /* PKI_TRAMP_OPS behind relocated sites' entries */
+	PKI_TRAMP_OPS_NV_RELOC,
 	PKI_TRAMP_NR_KINDS,
 };
 
@@ -38,6 +40,7 @@ struct pki_tramp_entry {
 	unsigned long direct; /* where X_USER jumps (uncounted): user code or a ret */
 };
 #define PKI_TRAMP_ENTRY_DATA 32
+#define PKI_TRAMP_ENTRY_LOCK 9 /* the nop (0x90) or lock (0xf0) before the incl */
 
 /*
  * Per-thread state the trampolines use (initial-exec TLS, so they reach it
@@ -77,9 +80,16 @@ struct pki_tramp_exits {
 	unsigned long reloc;	  /* X_RELOC: decl, drop the return address, into the copy */
 	unsigned long user_reloc; /* X_USER_RELOC: decl, return into the copy from E.direct */
 	unsigned long reg_reloc;  /* X_REG_RELOC: X_REG, refused: on to the copy */
+	unsigned long list_reloc; /* L_RELOC: the list dispatcher behind their entries */
 };
 
 void pki_tramp_exits_at(unsigned long exits, struct pki_tramp_exits *out);
+
+/*
+ * Make the entry emitted in @buf a relocated site's: it pushes the
+ * program's r11 first, which the relocated exits and L_RELOC expect (tramp.S).
+ */
+void pki_tramp_entry_save_r11(void *buf);
 
 /*
  * Write a trampoline of @kind into @buf (a writable view of the memory that

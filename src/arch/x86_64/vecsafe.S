@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pki_vecsafe_call(a, b, c, fn): fn(a, b, c) with xmm0-7 preserved, for code
- * built with -mgeneral-regs-only (PKI_NOVEC) that must reach a slow path
- * which may use vector registers (libc, the vDSO).  Such code runs where
- * xmm0-7 are live and nobody saved them: a hook at function entry (vector
- * arguments) or the return trampoline (xmm0/xmm1 hold float results).
- * Returns fn's rax.  Every other caller-saved register is the caller's to
- * lose, as for any call.  Not used on fast paths: 16 vector moves.
+ * pki_vecsafe_call(a, b, c, fn): fn(a, b, c) with the whole extended state
+ * preserved (x87, SSE, AVX, AVX-512, PKRU: every XCR0 component but AMX
+ * tiles), for code built with -mgeneral-regs-only (PKI_NOVEC) that must
+ * reach a slow path which may use vector registers (libc, the vDSO).  Such
+ * code runs where the program's vector registers are live and nobody saved
+ * them: a hook at function entry (vector arguments), the return trampoline
+ * (xmm0/xmm1 results), and, in programs built with -fipa-ra (gcc's default
+ * at -O2), any register a caller knows its callee leaves alone: xmm8-15 and
+ * the upper halves of ymm/zmm included, which libc's vzeroupper would clear.
+ * Returns fn's rax.  Every other caller-saved general register is the
+ * caller's to lose, as for any call.  Not used on fast paths: an xsave and
+ * an xrstor, pki_vecsafe_size bytes of stack (vecsafe.c; 0 until its
+ * constructor ran, then fxsave, 512 bytes).
  */
 	.text
 	.globl	pki_vecsafe_call
@@ -20,29 +26,44 @@ pki_vecsafe_call:
 	.cfi_offset rbp, -16
 	movq	%rsp, %rbp
 	.cfi_def_cfa_register rbp
-	subq	$128, %rsp
-	andq	$-16, %rsp
-	movaps	%xmm0, 0*16(%rsp)
-	movaps	%xmm1, 1*16(%rsp)
-	movaps	%xmm2, 2*16(%rsp)
-	movaps	%xmm3, 3*16(%rsp)
-	movaps	%xmm4, 4*16(%rsp)
-	movaps	%xmm5, 5*16(%rsp)
-	movaps	%xmm6, 6*16(%rsp)
-	movaps	%xmm7, 7*16(%rsp)
+	movq	%rdx, %r8		/* c: xsave takes its mask in edx:eax */
+	movl	pki_vecsafe_size(%rip), %r10d
+	testl	%r10d, %r10d
+	jz	1f
+	subq	%r10, %rsp
+	andq	$-64, %rsp
+	xorl	%eax, %eax		/* the xsave header: xrstor wants its */
+	movq	%rax, 512(%rsp)		/* reserved bytes zero */
+	movq	%rax, 520(%rsp)
+	movq	%rax, 528(%rsp)
+	movq	%rax, 536(%rsp)
+	movq	%rax, 544(%rsp)
+	movq	%rax, 552(%rsp)
+	movq	%rax, 560(%rsp)
+	movq	%rax, 568(%rsp)
+	movl	pki_vecsafe_mask(%rip), %eax
+	movl	pki_vecsafe_mask+4(%rip), %edx
+	xsave64	(%rsp)
+	movq	%r8, %rdx
 	call	*%rcx
-	movaps	0*16(%rsp), %xmm0
-	movaps	1*16(%rsp), %xmm1
-	movaps	2*16(%rsp), %xmm2
-	movaps	3*16(%rsp), %xmm3
-	movaps	4*16(%rsp), %xmm4
-	movaps	5*16(%rsp), %xmm5
-	movaps	6*16(%rsp), %xmm6
-	movaps	7*16(%rsp), %xmm7
+	movq	%rax, %r8
+	movl	pki_vecsafe_mask(%rip), %eax
+	movl	pki_vecsafe_mask+4(%rip), %edx
+	xrstor64 (%rsp)
+	movq	%r8, %rax
+	leave
+	.cfi_def_cfa rsp, 8
+	ret
+1:	.cfi_def_cfa rbp, 16
+	subq	$512, %rsp
+	andq	$-16, %rsp
+	fxsave64 (%rsp)
+	movq	%r8, %rdx
+	call	*%rcx
+	fxrstor64 (%rsp)
 	leave
 	.cfi_def_cfa rsp, 8
 	ret
 	.cfi_endproc
 	.size	pki_vecsafe_call, . - pki_vecsafe_call
-
 	.section .note.GNU-stack, "", @progbits

@@ -4,8 +4,8 @@
  * -DPKI_NOVEC (the hot paths of exit tracing and of the agent's hook, which
  * run behind trampolines that do not save vector registers) call anything
  * that may use them (libc, the vDSO, code built normally) through
- * PKI_SLOWCALL*, which saves xmm0-7 around it (vecsafe.S).  Elsewhere
- * PKI_SLOWCALL* is a plain call.
+ * PKI_SLOWCALL*, which saves the whole vector state around it (vecsafe.S).
+ * Elsewhere PKI_SLOWCALL* is a plain call.
  */
 #ifndef PK_ARCH_X86_64_VECSAFE_H
 #define PK_ARCH_X86_64_VECSAFE_H
@@ -14,7 +14,13 @@
 #error "PKI_NOVEC code must be compiled with -mgeneral-regs-only"
 #endif
 
+#include <stdint.h>
+
 unsigned long pki_vecsafe_call(unsigned long a, unsigned long b, unsigned long c, void *fn);
+
+/* The XSAVE area pki_vecsafe_call() takes (0: fxsave) and the components saved (vecsafe.c). */
+extern uint32_t pki_vecsafe_size;
+extern uint64_t pki_vecsafe_mask;
 
 /* fn(a, b, c), fn(a, b), fn(): for integer and pointer arguments and results. */
 #ifdef PKI_NOVEC

@@ -85,11 +85,20 @@ static inline int reloc_check(const struct pki_reloc_in *in, const struct pki_re
 	int32_t rel;
 
 	ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
-	if (r->why != PKI_RELOC_OK || r->moved < PKI_RELOC_MIN || !r->n || r->len < 5)
+	if (r->why != PKI_RELOC_OK || r->moved < PKI_RELOC_MIN || !r->n || r->len < 1)
+		return __LINE__;
+	/* A ret or jmp moved last ends the copy: no jmp back after it. */
+	if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, in->code + r->map[r->n - 1].old_off,
+						 in->size - r->map[r->n - 1].old_off, &d0, o0)))
+		return __LINE__;
+	unsigned tail =
+	    d0.mnemonic == ZYDIS_MNEMONIC_RET || d0.mnemonic == ZYDIS_MNEMONIC_JMP ? 0 : 5;
+
+	if (r->len < tail)
 		return __LINE__;
 	for (unsigned i = 0; i < r->n; i++) {
 		uint64_t old = in->addr + r->map[i].old_off, new = in->copy + r->map[i].new_off;
-		size_t end = i + 1 < r->n ? r->map[i + 1].new_off : r->len - 5u;
+		size_t end = i + 1 < r->n ? r->map[i + 1].new_off : r->len - tail;
 
 		if (i == 0 ? old != lo : r->map[i].old_off <= r->map[i - 1].old_off)
 			return __LINE__;
@@ -123,6 +132,8 @@ static inline int reloc_check(const struct pki_reloc_in *in, const struct pki_re
 		if (t1 != want)
 			return __LINE__;
 	}
+	if (!tail)
+		return 0;
 	memcpy(&rel, r->code + r->len - 4, sizeof(rel));
 	if (r->code[r->len - 5] != 0xe9 || in->copy + r->len + (int64_t)rel != hi)
 		return __LINE__;

@@ -230,6 +230,34 @@ START_TEST(call_moved_returns_to_the_function)
 }
 END_TEST
 
+/* A ret or jmp ending at byte 5 or later is moved last: the copy ends with it. */
+START_TEST(ends_with_ret_or_jmp)
+{
+	/* mov 8(%rdi),%rax; jmp *0x30(%rax) (python3's _Py_Dealloc) */
+	static const uint8_t slot[] = {0x48, 0x8b, 0x47, 0x08, 0xff, 0x60, 0x30};
+	/* nop; jmp rel32 +0x100 */
+	static const uint8_t far[] = {0x90, 0xe9, 0x00, 0x01, 0x00, 0x00};
+	/* nop x4; jmp rel8 -6 (back to the first moved instruction: to its copy) */
+	static const uint8_t back[] = {0x90, 0x90, 0x90, 0x90, 0xeb, 0xfa};
+	/* nop x4; ret */
+	static const uint8_t ret[] = {0x90, 0x90, 0x90, 0x90, 0xc3};
+	/* mov %rdi,%rax; jmp *0x10(%rip) */
+	static const uint8_t rip[] = {0x48, 0x89, 0xf8, 0xff, 0x25, 0x10, 0x00, 0x00, 0x00};
+	struct pki_reloc r;
+
+	ck_assert_int_eq(reloc(slot, sizeof(slot), &r), 0);
+	ck_assert_uint_eq(r.len, sizeof(slot)); /* no jmp back */
+	ck_assert_int_eq(reloc(far, sizeof(far), &r), 0);
+	ck_assert_uint_eq(r.len, 6);
+	ck_assert_int_eq(reloc(back, sizeof(back), &r), 0);
+	ck_assert_uint_eq(r.len, 4 + 5); /* jmp rel8 as jmp rel32 */
+	ck_assert_int_eq(reloc(ret, sizeof(ret), &r), 0);
+	ck_assert_uint_eq(r.len, 5);
+	ck_assert_int_eq(reloc(rip, sizeof(rip), &r), 0);
+	ck_assert_uint_eq(r.len, sizeof(rip));
+}
+END_TEST
+
 START_TEST(too_short)
 {
 	/* xor %eax,%eax; ret */
@@ -244,19 +272,21 @@ END_TEST
 
 START_TEST(no_fallthrough)
 {
-	/* nop; X; then nops: X ends the moved bytes' straight line */
+	/*
+	 * nop; X; then nops: X ends the moved bytes' straight line, which
+	 * goes on past it (ret and jmp end before byte 5), or X is never moved
+	 */
 	static const char *const x[] = {
-	    "\xc3",		    /* ret */
-	    "\xc2\x08\x00",	    /* ret $8 */
-	    "\xeb\x00",		    /* jmp +0 */
-	    "\xe9\x00\x00\x00\x00", /* jmp rel32 */
-	    "\xff\xe0",		    /* jmp *%rax */
-	    "\xcc",		    /* int3 */
-	    "\x0f\x0b",		    /* ud2 */
-	    "\xf4",		    /* hlt */
-	    "\x0f\x05",		    /* syscall */
-	    "\x0f\x34",		    /* sysenter */
-	    "\xcd\x80",		    /* int $0x80 */
+	    "\xc3",	    /* ret */
+	    "\xc2\x08\x00", /* ret $8 */
+	    "\xeb\x00",	    /* jmp +0 */
+	    "\xff\xe0",	    /* jmp *%rax */
+	    "\xcc",	    /* int3 */
+	    "\x0f\x0b",	    /* ud2 */
+	    "\xf4",	    /* hlt */
+	    "\x0f\x05",	    /* syscall */
+	    "\x0f\x34",	    /* sysenter */
+	    "\xcd\x80",	    /* int $0x80 */
 	};
 
 	for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++) {
@@ -616,6 +646,21 @@ __asm__(".text\n"
 	"	ret\n"
 	".size live_call_slot, .-live_call_slot\n");
 
+/* mov %rdi,%rdi; jmp: a tail call moved whole (the copy ends with the jmp). */
+long live_tail(long x);
+long live_tail_helper(long x);
+__asm__(".text\n"
+	".type live_tail, @function\n"
+	"live_tail:\n"
+	"	mov %rdi, %rdi\n"
+	"	jmp live_tail_helper\n"
+	".size live_tail, .-live_tail\n");
+
+__attribute__((noinline)) long live_tail_helper(long x)
+{
+	return x * 5 + live_g;
+}
+
 __attribute__((noinline)) long live_call_helper(long x)
 {
 	uintptr_t ret = (uintptr_t)__builtin_return_address(0);
@@ -716,6 +761,7 @@ START_TEST(live_copies)
 	run_copy(live_frame, args, n, true);
 	run_copy(live_call, args, n, true);
 	run_copy(live_call_slot, args, n, true);
+	run_copy(live_tail, args, n, true);
 	ck_assert_int_eq(live_call_bad_ret, 0);
 }
 END_TEST
@@ -804,6 +850,7 @@ int main(void)
 	tcase_add_test(tc, jcc_rel8);
 	tcase_add_test(tc, jcc_within_moved);
 	tcase_add_test(tc, branch_into_moved);
+	tcase_add_test(tc, ends_with_ret_or_jmp);
 	tcase_add_test(tc, call_in_moved);
 	tcase_add_test(tc, call_moved_returns_to_the_function);
 	tcase_add_test(tc, too_short);

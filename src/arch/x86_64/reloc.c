@@ -196,12 +196,34 @@ static int check_call(struct ctx *c, const struct rec *r)
 	return 0;
 }
 
+/*
+ * A ret or a near jmp ends the copy as it ends the function's straight line
+ * (no jmp back): movable when it is the last moved instruction, ending 5
+ * bytes or more after the first.  Before that, the bytes after it would be
+ * moved too, though reached only by branches (refused as no_fallthrough).
+ * A relative jmp is rewritten as jmp rel32; jmp *mem keeps its operand (a
+ * RIP-relative one adjusted, checked below); indirect() judges its targets.
+ */
+static int check_last(struct ctx *c, const struct rec *r)
+{
+	const ZydisDecodedOperand *m = rip_mem(r);
+
+	if (r->addr + r->in.length < c->lo + PKI_RELOC_MIN ||
+	    r->in.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR)
+		return refuse(c, PKI_RELOC_NO_FALLTHROUGH, r->addr);
+	if (m && (m->mem.base != ZYDIS_REGISTER_RIP || r->in.raw.disp.size != 32))
+		return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+	return 0;
+}
+
 /* Can @r be moved and rewritten?  0 or a refusal. */
 static int check_moved(struct ctx *c, const struct rec *r)
 {
 	const ZydisDecodedOperand *m = rip_mem(r);
 	uint64_t t;
 
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_RET || r->in.mnemonic == ZYDIS_MNEMONIC_JMP)
+		return check_last(c, r);
 	if (no_fallthrough(r->in.mnemonic))
 		return refuse(c, PKI_RELOC_NO_FALLTHROUGH, r->addr);
 	if (r->in.mnemonic == ZYDIS_MNEMONIC_CALL)
@@ -631,6 +653,12 @@ static int emit_one(struct ctx *c, const struct rec *m, unsigned i)
 
 	if (r->in.mnemonic == ZYDIS_MNEMONIC_CALL)
 		return emit_call(c, r, p, here);
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_JMP && rel_target(r, &t)) { /* as jmp rel32 */
+		if (retarget(c, m, t, &nt))
+			return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
+		p[0] = 0xe9;
+		return put_rel32(c, p + 1, nt, here + 5, r->addr);
+	}
 	if (rel_target(r, &t)) { /* a jcc: check_moved let no other through */
 		if (retarget(c, m, t, &nt))
 			return refuse(c, PKI_RELOC_UNSUPPORTED, r->addr);
@@ -656,13 +684,22 @@ static unsigned copy_len(const struct rec *r)
 {
 	if (r->in.mnemonic == ZYDIS_MNEMONIC_CALL)
 		return call_len(r);
+	if (r->in.mnemonic == ZYDIS_MNEMONIC_JMP && rel_target(r, &(uint64_t){0}))
+		return 5;
 	return r->in.length + (rel_target(r, &(uint64_t){0}) && is_rel8(r) ? 4 : 0);
 }
 
+/* The last moved instruction @r needs no jmp back: a call returns to it, ret and jmp go. */
+static bool ends_copy(const struct rec *r)
+{
+	return r->in.mnemonic == ZYDIS_MNEMONIC_CALL || r->in.mnemonic == ZYDIS_MNEMONIC_RET ||
+	       r->in.mnemonic == ZYDIS_MNEMONIC_JMP;
+}
+
 /*
- * Lay the copy out (a jcc rel8 grows by 4, a call becomes push + jmp), fill
- * it, end it with jmp back, unless it ends with a call: that one returns to
- * the same place (check_call).
+ * Lay the copy out (a jcc rel8 grows by 4, a call becomes push + jmp, a
+ * relative jmp jmp rel32), fill it, end it with jmp back, unless it ends
+ * with a call, a ret or a jmp (ends_copy).
  */
 static int emit(struct ctx *c, const struct rec *m)
 {
@@ -681,7 +718,7 @@ static int emit(struct ctx *c, const struct rec *m)
 			return ret;
 	}
 	out->len = pos;
-	if (m[out->n - 1].in.mnemonic == ZYDIS_MNEMONIC_CALL)
+	if (ends_copy(&m[out->n - 1]))
 		return 0;
 	out->code[pos] = 0xe9;
 	out->len = pos + 5;

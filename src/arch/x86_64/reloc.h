@@ -11,7 +11,9 @@
  *
  * Refused (enum pki_reloc_why, checked in this order, the first found wins):
  * too few bytes; an instruction after which execution does not fall through
- * or a call it cannot move (below); a moved instruction it cannot rewrite
+ * (a ret or near jmp is moved as the last one, ending 5 bytes or more after
+ * the first: the copy then ends with it) or a call it cannot move (below);
+ * a moved instruction it cannot rewrite
  * (loop/jrcxz/xbegin, a relative operand that is neither 8 nor 32 bits);
  * anywhere in the function, a decode error, a direct branch into the moved
  * bytes (strictly after their first byte), a RIP-relative lea of such an
@@ -70,7 +72,7 @@
 enum pki_reloc_why {
 	PKI_RELOC_OK = 0,
 	PKI_RELOC_TOO_SHORT,	  /* fewer than 5 bytes before the function's end */
-	PKI_RELOC_NO_FALLTHROUGH, /* ret/jmp/int3/ud2/hlt/syscall/int... moved */
+	PKI_RELOC_NO_FALLTHROUGH, /* int3/ud2/hlt/syscall/int... moved, ret/jmp not last */
 	PKI_RELOC_CALL,		  /* a call that returns inside the patch, or via %rsp */
 	PKI_RELOC_UNSUPPORTED,	  /* a moved instruction it cannot rewrite */
 	PKI_RELOC_DECODE,	  /* Zydis cannot decode the function's bytes */

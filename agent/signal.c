@@ -7,7 +7,10 @@
  * others to PROG's handler, run with the mask and flags PROG asked for.
  * PROG sees its own handler as the current one: sigaction(SIGTRAP, NULL,
  * &old) returns what PROG installed (or what was there before probekit).
- * Other signals go straight to libc's function of the same name.
+ * The fatal signals the trace and watch modes catch for a last flush while
+ * PROG leaves them at SIG_DFL (base/signals.h, pki_fatal_hides) read as
+ * SIG_DFL too, and PROG's own action for one of them replaces ours.  Other
+ * signals go straight to libc's function of the same name.
  *
  * Not covered: a raw syscall(SYS_rt_sigaction) (PROG then replaces our
  * handler, as without the agent), and SA_ONSTACK or a missing SA_RESTART in
@@ -18,8 +21,10 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 
 #include "agent_int.h"
+#include "base/signals.h"
 #include "base/sigtrap.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
@@ -31,13 +36,26 @@ static struct {
 
 typedef sighandler_t (*signal_fn)(int, sighandler_t);
 
-/* Signals other than SIGTRAP: libc's own function, exactly (siginterrupt etc.). */
+/*
+ * Signals other than SIGTRAP: libc's own function, exactly (siginterrupt
+ * etc.), which for a signal we hold (pki_fatal_hides) returns what our
+ * handler replaced, not our handler (unless it fails).
+ */
 #define PASS_ON(fn, sig, h)                                                                        \
 	do {                                                                                       \
 		signal_fn f_ = (signal_fn)agent_next(&real.fn, #fn);                               \
 		if ((sig) != SIGTRAP)                                                              \
-			return f_ ? f_(sig, h) : (errno = ENOSYS, SIG_ERR);                        \
+			return f_ ? pass_on(f_, sig, h) : (errno = ENOSYS, SIG_ERR);               \
 	} while (0)
+
+static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h)
+{
+	struct sigaction prog;
+	bool held = h != SIG_ERR && h != SIG_HOLD && pki_fatal_hides(sig, &prog, true);
+	sighandler_t r = f(sig, h);
+
+	return held && r != SIG_ERR ? prog.sa_handler : r;
+}
 
 static pki_sigaction_fn agent_real_sigaction(void)
 {
@@ -64,12 +82,31 @@ static int trap_action(const struct sigaction *act, struct sigaction *old)
 	return 0;
 }
 
+/* A signal a catcher holds (pki_fatal_hides): PROG sees, and replaces, what we replaced. */
+static int held_action(pki_sigaction_fn fn, int sig, const struct sigaction *act,
+		       struct sigaction *old)
+{
+	struct sigaction prog;
+
+	if (!pki_fatal_hides(sig, &prog, act != NULL))
+		return fn(sig, act, old);
+	if (act && fn(sig, act, NULL))
+		return -1;
+	if (old)
+		*old = prog;
+	return 0;
+}
+
 PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
 	pki_sigaction_fn fn = agent_real_sigaction();
 
+	if (!fn) {
+		errno = ENOSYS;
+		return -1;
+	}
 	if (sig != SIGTRAP)
-		return fn ? fn(sig, act, old) : (errno = ENOSYS, -1);
+		return held_action(fn, sig, act, old);
 	return trap_action(act, old);
 }
 

@@ -56,11 +56,54 @@ int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)
 	return err;
 }
 
+/*
+ * The catchers with signals caught (pki_fatal_hides reads them from any
+ * thread or handler): a slot is taken at the first catch and kept.
+ */
+#define NCATCHERS 4
+static struct pki_fatal *catchers[NCATCHERS];
+
+static void catcher_add(struct pki_fatal *f)
+{
+	for (int i = 0; i < NCATCHERS; i++) {
+		struct pki_fatal *c = __atomic_load_n(&catchers[i], __ATOMIC_ACQUIRE);
+
+		if (c == f)
+			return;
+		if (!c && __atomic_compare_exchange_n(&catchers[i], &c, f, false, __ATOMIC_ACQ_REL,
+						      __ATOMIC_ACQUIRE))
+			return;
+		if (c == f)
+			return;
+	}
+}
+
+bool pki_fatal_hides(int sig, struct sigaction *old, bool taken)
+{
+	if (sig <= 0 || sig >= NSIG)
+		return false;
+	for (int i = 0; i < NCATCHERS; i++) {
+		struct pki_fatal *f = __atomic_load_n(&catchers[i], __ATOMIC_ACQUIRE);
+		bool yes = true;
+
+		if (!f || !__atomic_load_n(&f->caught[sig], __ATOMIC_ACQUIRE))
+			continue;
+		if (taken && !__atomic_compare_exchange_n(&f->caught[sig], &yes, false, false,
+							  __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			continue; /* let go meanwhile */
+		if (old)
+			*old = f->old[sig];
+		return true;
+	}
+	return false;
+}
+
 void pki_fatal_catch(struct pki_fatal *f, const int *sigs, size_t n)
 {
 	struct sigaction sa = {.sa_sigaction = f->handler, .sa_flags = SA_SIGINFO | SA_ONSTACK};
 	size_t i;
 
+	catcher_add(f);
 	sigfillset(&sa.sa_mask);
 	for (i = 0; i < n; i++) {
 		int sig = sigs[i];
@@ -71,7 +114,7 @@ void pki_fatal_catch(struct pki_fatal *f, const int *sigs, size_t n)
 			continue; /* the program handles or ignores it: leave it be */
 		f->old[sig] = old;
 		if (!sigaction(sig, &sa, NULL))
-			f->caught[sig] = true;
+			__atomic_store_n(&f->caught[sig], true, __ATOMIC_RELEASE);
 	}
 }
 
@@ -98,9 +141,12 @@ void pki_fatal_release(struct pki_fatal *f)
 	for (sig = 1; sig < NSIG; sig++) {
 		struct sigaction cur;
 
-		if (!f->caught[sig])
+		bool yes = true;
+
+		/* Let go first: the program's sigaction() queries see the kernel's again. */
+		if (!__atomic_compare_exchange_n(&f->caught[sig], &yes, false, false,
+						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
-		f->caught[sig] = false;
 		/* Only if still ours: the program may have installed its own since. */
 		if (!sigaction(sig, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
 		    cur.sa_sigaction == f->handler)

@@ -61,4 +61,16 @@ void pki_fatal_die(struct pki_fatal *f, int signo, const siginfo_t *si);
 /* Put back the old action of every signal still caught by @f->handler. */
 void pki_fatal_release(struct pki_fatal *f);
 
+/*
+ * The program's view of @sig while a catcher holds it: true, with *@old
+ * (if not NULL) the action our handler replaced, which is what the program
+ * would see without probekit (its queries must not find a handler of ours:
+ * Debian's python3 reads every handler at start and behaves differently
+ * when one is not SIG_DFL).  With @taken (the program installs an action
+ * of its own now) the catcher lets go of @sig for good: the program's
+ * handler replaces ours.  False when no catcher holds @sig.  Async-signal-
+ * safe: agent/signal.c's sigaction() and signal() family call it.
+ */
+bool pki_fatal_hides(int sig, struct sigaction *old, bool taken);
+
 #endif /* PK_BASE_SIGNALS_H */

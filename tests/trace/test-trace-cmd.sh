@@ -8,6 +8,7 @@
 # usage: test-trace-cmd.sh PROBEKIT TRACE_DEMO NO_SITES_PROG AGENT BT_SIGNAL
 set -uo pipefail
 pk=$(realpath "$1") demo=$(realpath "$2") nosites=$(realpath "$3") agent=$(realpath "$4") btsig=$(realpath "$5")
+sigview=$(realpath "$6")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 # 1. The demo: 4 threads, ~200k calls.  Output identical to a plain run;
@@ -254,6 +255,11 @@ if [[ -z ${PKT_SAN_PRELOAD:-} && $(ldd "$pk") != *lib[at]san* ]]; then
 	check "summary in bounded memory: a big trace" "(( \$(stat -c %s big.trace) > 40000000 ))"
 	rm -f big.trace
 fi
+
+# The program's view of its signal dispositions is its own: the fatal
+# signals the agent catches read as SIG_DFL, its handler replaces ours.
+vs_plain sigview sv.trace "$sigview"
+check "sigview: the caught signals read as SIG_DFL" "[[ \$(head -8 out | grep -c SIG_DFL) == 8 ]]"
 
 echo "trace_cmd: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: MIT
+/*
+ * What a program sees of its signal dispositions must not change under
+ * probekit trace (agent/signal.c, base/signals.h pki_fatal_hides): the
+ * fatal signals the agent catches for a last flush read as SIG_DFL through
+ * sigaction() and signal(), and the program's own handler, installed over
+ * one of them, is the one that runs.  Prints what it sees; the test
+ * compares a traced run's output with a plain run's.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+static volatile sig_atomic_t got;
+
+static void on_usr1(int sig)
+{
+	got = sig;
+}
+
+__attribute__((noinline, patchable_function_entry(5))) static int show(int sig)
+{
+	struct sigaction sa;
+
+	if (sigaction(sig, NULL, &sa))
+		return printf("%d: sigaction failed\n", sig) < 0;
+	return printf("%d: %s flags %#x\n", sig,
+		      sa.sa_handler == SIG_DFL	 ? "SIG_DFL"
+		      : sa.sa_handler == SIG_IGN ? "SIG_IGN"
+						 : "a handler",
+		      (unsigned)(sa.sa_flags & (SA_SIGINFO | SA_ONSTACK | SA_RESTART))) < 0;
+}
+
+int main(void)
+{
+	static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGTERM,
+				   SIGINT,  SIGHUP, SIGUSR1, SIGUSR2};
+	sighandler_t old;
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		show(sigs[i]);
+	old = signal(SIGUSR1, on_usr1);
+	printf("signal(SIGUSR1) returned %s\n", old == SIG_DFL ? "SIG_DFL" : "something else");
+	raise(SIGUSR1);
+	printf("handler ran: %s\n", got == SIGUSR1 ? "yes" : "no");
+	show(SIGUSR1);
+	old = signal(SIGUSR1, SIG_DFL);
+	printf("signal(SIGUSR1, SIG_DFL) returned %s\n",
+	       old == on_usr1 ? "the handler" : "something else");
+	return 0;
+}

@@ -62,6 +62,7 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "arch/arch.h"
+#include "sym/sites.h"
 #include "trace/fgraph.h"
 #include "trace/trace.h"
 
@@ -299,16 +300,61 @@ static bool trace_pick(bool initial)
 	 */
 	for (i = 0; i < p.g.nf; i++)
 		later |= !p.fmatched[i];
+	if (!p.total && !p.g.nf && getenv("PROBEKIT_RELOC"))
+		FAIL(initial,
+		     "no function of PROG can be hooked: it has no patchable entry and none "
+		     "of its functions relocates ('probekit sites --functions --stats PROG' "
+		     "says why; for libraries PROG loads later with dlopen(), name their "
+		     "functions with -f)");
 	if (!p.total && !p.g.nf)
 		FAIL(initial,
 		     "no patchable function entries in PROG or its libraries: build PROG with "
-		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10), or try --relocate "
-		     "(experimental); 'probekit sites PROG' lists them (for libraries PROG "
-		     "loads later with dlopen(), name their functions with -f)");
+		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10), or leave out "
+		     "--no-relocate to hook its functions by relocation; 'probekit sites PROG' "
+		     "lists them (for libraries PROG loads later with dlopen(), name their "
+		     "functions with -f)");
 	if (!T.nips && !later)
 		FAIL(initial, "no function left to trace: -N excludes all %zu that -f selects",
 		     p.total);
 	return true;
+}
+
+/*
+ * With relocated entries: say how many of PROG's functions were refused
+ * and why (the most frequent reasons), once, so that missing functions are
+ * never a silent surprise; `probekit sites --functions` lists them.
+ */
+static void reloc_summary(void)
+{
+	struct pki_func_stats st;
+	char line[512];
+	size_t len, shown = 0;
+	bool used[PKI_FUNC_WHY_NR] = {false};
+
+	if (!pki_sites_reloc_stats_main(&st) || !st.refused)
+		return;
+	len = (size_t)snprintf(
+	    line, sizeof(line),
+	    "probekit: PROG's functions without a patchable entry: %zu relocated, %zu refused (",
+	    st.reloc, st.refused);
+	while (shown < 4 && len < sizeof(line)) {
+		unsigned w = 0;
+
+		for (unsigned i = 1; i < PKI_FUNC_WHY_NR; i++)
+			if (!used[i] && st.why[i] && (!w || st.why[i] > st.why[w]))
+				w = i;
+		if (!w)
+			break;
+		used[w] = true;
+		len += (size_t)snprintf(line + len, sizeof(line) - len, "%s%s %zu",
+					shown ? ", " : "", pki_func_why_name(w), st.why[w]);
+		shown++;
+	}
+	if (len < sizeof(line))
+		snprintf(line + len, sizeof(line) - len,
+			 "%s): 'probekit sites --functions --stats PROG' lists them\n",
+			 shown < st.refused && shown == 4 ? ", ..." : "");
+	agent_notice(line);
 }
 
 /* Hook the sites picked, open the trace, follow forks and later dlopen()s. */
@@ -330,6 +376,8 @@ static bool trace_hook(bool initial)
 	if (err)
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
 			 strerror(-err));
+	if (initial)
+		reloc_summary();
 	err = session_open();
 	if (err)
 		FAIL_SAY(initial, "cannot write the trace %s: %s", T.file,

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <probekit/sites.h>
+
 #include "agent/agent.h"
 #include "agent_run.h"
 #include "cli.h"
@@ -57,8 +59,11 @@ static const char usage[] =
     "                        durations); required under a CET shadow stack\n"
     "      --relocate        also trace PROG's own functions that have no\n"
     "                        patchable entry, by moving their first\n"
-    "                        instructions out of line (experimental; 'probekit\n"
-    "                        sites --functions PROG' lists which can be)\n"
+    "                        instructions out of line ('probekit sites\n"
+    "                        --functions PROG' lists which can be); the default\n"
+    "                        when PROG has no patchable entry at all (any\n"
+    "                        distribution binary)\n"
+    "      --no-relocate     patchable entries only\n"
     "  -h, --help            this text\n\n"
     "PROG's output, exit status and signals are its own; probekit's summary goes\n"
     "to stderr, in lines starting with 'probekit:'.\n\n"
@@ -262,12 +267,30 @@ static int abs_path(const char *path, char *out, size_t n)
 	return 0;
 }
 
+static int count_site(const struct pk_site *s, void *ctx)
+{
+	(void)s;
+	(void)ctx;
+	return 1; /* one is enough */
+}
+
+/*
+ * Does the file @path have a patchable entry?  Without any (a distribution
+ * binary), relocation is the only way to trace its functions: the default.
+ * One that cannot be read says yes: the agent's own check then speaks.
+ */
+static bool has_sites(const char *path)
+{
+	return pk_sites_file_foreach(path, count_site, NULL, NULL) != 0;
+}
+
 /* What the command line asks for; PROG is argv[prog]. */
 struct trace_opts {
 	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
 	int nf, nn;
 	const char *output, *buffer;
-	bool children, entry_only, drop, relocate;
+	bool children, entry_only, drop;
+	int relocate; /* 1 --relocate, 0 --no-relocate, -1 (default): if PROG has no site */
 	int prog;
 };
 
@@ -288,7 +311,7 @@ static bool trace_opts_add_glob(struct trace_opts *o, int c, char *glob)
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *status)
 {
-	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP, O_RELOCATE };
+	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP, O_RELOCATE, O_NO_RELOCATE };
 	static const struct option opts[] = {
 	    {"function", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
@@ -296,6 +319,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"no-children", no_argument, NULL, O_NO_CHILDREN},
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
 	    {"relocate", no_argument, NULL, O_RELOCATE},
+	    {"no-relocate", no_argument, NULL, O_NO_RELOCATE},
 	    {"buffer", required_argument, NULL, 'b'},
 	    {"drop", no_argument, NULL, O_DROP},
 	    {"help", no_argument, NULL, 'h'},
@@ -333,7 +357,8 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			o->entry_only = true;
 			break;
 		case O_RELOCATE:
-			o->relocate = true;
+		case O_NO_RELOCATE:
+			o->relocate = c == O_RELOCATE;
 			break;
 		case O_DROP:
 			o->drop = true;
@@ -384,7 +409,7 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	env[ne++] = o->entry_only ? "1" : "0";
 	env[ne++] = PK_ENV_TRACE_DROP;
 	env[ne++] = o->drop ? "1" : "0";
-	if (o->relocate) { /* the library's setting (sym/sites.h), kept for PROG's children */
+	if (o->relocate > 0) { /* the library's setting (sym/sites.h), kept for PROG's children */
 		env[ne++] = "PROBEKIT_RELOC";
 		env[ne++] = "main";
 	}
@@ -393,7 +418,7 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 
 int cmd_trace(int argc, char **argv)
 {
-	struct trace_opts o = {.output = "probekit.trace", .children = true};
+	struct trace_opts o = {.output = "probekit.trace", .children = true, .relocate = -1};
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
 	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace;
 	bool fmatched[MAX_GLOBS] = {false};
@@ -406,6 +431,8 @@ int cmd_trace(int argc, char **argv)
 	ret = agent_prepare(argv[o.prog], path, sizeof(path), agent, sizeof(agent));
 	if (ret)
 		return ret;
+	if (o.relocate < 0)
+		o.relocate = !has_sites(path);
 	err = abs_path(o.output, ctx.file, sizeof(ctx.file));
 	if (err)
 		return cli_error("%s: %s", o.output, strerror(-err)), TRACE_FAIL;

@@ -191,7 +191,16 @@ struct reloc_sites {
 	size_t n, cap;
 	const struct pki_sym_object *obj;
 	const struct dl_phdr_info *info;
+	struct pki_func_stats st; /* the file's functions, by outcome and refusal reason */
 };
+
+/*
+ * The main program's reloc_sites.st, once its sites were read with
+ * relocated entries on: written under the table's build (one writer),
+ * read by pki_sites_reloc_stats_main() after it.
+ */
+static struct pki_func_stats main_reloc_stats;
+static bool main_reloc_read;
 
 static pthread_once_t reloc_once = PTHREAD_ONCE_INIT;
 static int reloc_mode; /* enum pki_reloc_mode, set before the table is built: see sites.h */
@@ -214,6 +223,14 @@ static bool reloc_for(bool is_main)
 	pthread_once(&reloc_once, reloc_init);
 	m = __atomic_load_n(&reloc_mode, __ATOMIC_RELAXED);
 	return m == PKI_RELOC_ALL || (m == PKI_RELOC_MAIN && is_main);
+}
+
+bool pki_sites_reloc_stats_main(struct pki_func_stats *out)
+{
+	if (!__atomic_load_n(&main_reloc_read, __ATOMIC_ACQUIRE))
+		return false;
+	*out = main_reloc_stats;
+	return true;
 }
 
 void pki_sites_set_reloc(enum pki_reloc_mode mode)
@@ -253,7 +270,7 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
  */
 static int reloc_sites_read(const char *path, const char *open_path, struct reloc_sites *r)
 {
-	int err = pki_func_sites_file(open_path, reloc_site_take, r, NULL);
+	int err = pki_func_sites_file(open_path, reloc_site_take, r, &r->st);
 
 	if (err && err != -ENOMEM)
 		pki_debug("sites: %s: no relocated entries: %s\n", path, pki_errstr(err));
@@ -383,6 +400,10 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 		err = reloc_sites_read(path, open_path, &rs);
 		if (err)
 			goto out_es;
+		if (is_main) {
+			main_reloc_stats = rs.st;
+			__atomic_store_n(&main_reloc_read, true, __ATOMIC_RELEASE);
+		}
 	}
 	if (es.n || rs.n) {
 		err = object_sites_make(obj, info, &es, &rs);

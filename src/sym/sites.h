@@ -32,6 +32,7 @@
 #include <probekit/sites.h>
 
 #include "arch/arch.h"
+#include "sym/func_sites.h"
 
 struct pki_sym_object;
 
@@ -71,6 +72,13 @@ struct pki_sym_object {
  */
 enum pki_reloc_mode { PKI_RELOC_OFF, PKI_RELOC_MAIN, PKI_RELOC_ALL };
 void pki_sites_set_reloc(enum pki_reloc_mode mode);
+
+/*
+ * How the main program's functions were classified when its relocated
+ * entries were read (sym/func_sites.h: relocated, refused by reason,
+ * skipped): false before, or with relocation off for it.
+ */
+bool pki_sites_reloc_stats_main(struct pki_func_stats *out);
 
 /* Enter / leave a read-side section (nestable). */
 void pki_sites_read_lock(void);

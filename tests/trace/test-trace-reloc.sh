@@ -27,13 +27,23 @@ for prog in /usr/bin/ls "$core"; do
 	check "$label: no exit without its entry" "! grep -q '[1-9][0-9]* exits without an entry' rep"
 	check "$label: the program's own functions" "grep -q '\[$label\]' rep"
 done
-# The command's option does the same; without it, the plain ls is refused.
+# The command's option does the same, and is the default for a program
+# without a patchable entry; --no-relocate refuses the plain ls, with a hint.
 rm -f r.trace*
 unset PROBEKIT_RELOC
 run --relocate -o r.trace -- /usr/bin/ls /
 check "--relocate: ls traced" "[[ $rc == 0 ]] && grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended by exit' err"
+rm -f r.trace*
 run -o r.trace -- /usr/bin/ls /
-check "no --relocate: refused with the hint" "[[ $rc == 125 ]] && grep -q 'try --relocate' err"
+check "by default: ls traced" "[[ $rc == 0 ]] && grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended by exit' err"
+# The refusals are counted and named, once, at the start.
+check "ls: its refusals said" "grep -q \"^probekit: PROG's functions without a patchable entry: [0-9]* relocated, [0-9]* refused (.*indirect_jmp [0-9]*\" err"
+run --no-relocate -o r.trace -- /usr/bin/ls /
+check "--no-relocate: refused with the hint" "[[ $rc == 125 ]] && grep -q 'leave out --no-relocate' err"
+# test_core has no patchable entry either: relocated by default too.
+rm -f r.trace*
+run -o r.trace -- "$core" --help
+check "test_core: its own functions by default" "[[ $rc == 0 ]] && '$pk' report r.trace 2>/dev/null | grep -q '\[test_core\]'"
 export PROBEKIT_RELOC=main
 # ls is stripped: its functions are named from .eh_frame.
 check "ls: unnamed functions as sub_<hex>" "PROBEKIT_RELOC=main '$pk' trace -o l.trace -- /usr/bin/ls / >/dev/null 2>&1 && '$pk' report l.trace | grep -q ' sub_[0-9a-f]* \[ls\]'"

@@ -10,6 +10,10 @@
 extern const unsigned pkb_ntargets;
 extern int (*const pkb_targets[])(int);
 
+/* The same without patchable entries (relocated entries only: bench attach --relocated). */
+extern const unsigned pkb_nrtargets;
+extern int (*const pkb_rtargets[])(int);
+
 /* A tiny function for per-call cost: returns a + b. */
 int pkb_add(int a, int b);
 

@@ -113,7 +113,7 @@ static int parse_api(const char *s, enum api *api)
 
 static const char attach_usage[] =
     "usage: probekit bench attach [-n N] [--api ops|direct|uprobe] [--background M]\n"
-    "       probekit bench attach [-n N] --batch [--api ops|direct]\n"
+    "       probekit bench attach [-n N] --batch [--relocated] [--api ops|direct]\n"
     "\n"
     "One function: N cycles of attach + detach of a hook on pkb_add (default 300\n"
     "cycles, api direct), calling it once per cycle while attached (untimed) to\n"
@@ -133,6 +133,9 @@ static const char attach_usage[] =
     "filter names N sites), a sample of them called, then all detached in one\n"
     "batch; prints 'attach: <n> usecs/site' and 'detach: <n> usecs/site' for\n"
     "this first (cold) batch, the same for a second one as a comment.\n"
+    "With --relocated, then the same for N functions without patchable entries\n"
+    "(pkb_rtargets: a frame-pointer prologue, hooked by relocation), and\n"
+    "'relocated attach: <n> usecs/site (ratio <relocated/patchable>)'.\n"
     "\n"
     "--background M: the N cycles alone, then again with M other sites\n"
     "(pkb_targets) attached first (by direct entries with --api direct, one ops\n"
@@ -142,6 +145,7 @@ static const char attach_usage[] =
     "  -n N          cycles, or sites with --batch\n"
     "  -a, --api API ops, direct (default) or uprobe\n"
     "  -b, --batch   one batch of N sites each way\n"
+    "  -r, --relocated  with --batch: relocated sites too, against the patchable\n"
     "  -B, --background M  M other sites attached (at most %u)\n";
 
 struct hook1 {
@@ -408,6 +412,7 @@ free_tramp:
 
 struct batch {
 	enum api api;
+	int (*const *fn)(int); /* the targets: pkb_targets, or pkb_rtargets */
 	unsigned long n;
 	unsigned long *ips;
 	struct pk_direct_entry *de;
@@ -437,12 +442,14 @@ static int batch_check(struct batch *b, unsigned long want)
 {
 	for (unsigned long k = 0; k <= NR_SAMPLES; k++) {
 		unsigned long i = k * (b->n - 1) / NR_SAMPLES, before = hits;
-		int r = pkb_targets[i](7);
+		int r = b->fn[i](7);
 
 		if (r != 7 + (int)i)
 			return cli_error("bench attach: target %lu returned %d, not %lu", i, r,
 					 7 + i);
-		if (hits - before != want || (want && last_ip != b->ips[i]))
+		/* (A direct trampoline at a relocated site sees its copy as the return address.) */
+		if (hits - before != want ||
+		    (want && last_ip != b->ips[i] && (b->fn == pkb_targets || b->api == API_OPS)))
 			return cli_error("bench attach: target %lu: %lu hits (want %lu), ip %#lx "
 					 "(want %#lx)",
 					 i, hits - before, want, last_ip, b->ips[i]);
@@ -470,16 +477,44 @@ static int batch_round(struct batch *b, double *ta, double *td)
 	return batch_check(b, 0) ? -1 : 0;
 }
 
-static int attach_batch(enum api api, unsigned long n)
+/* @b's site addresses and direct entries (to @tramp); untimed: builds the site table. */
+static int batch_sites(struct batch *b, struct pk_tramp *tramp, enum pk_site_kind want)
 {
-	struct batch b = {.api = api, .n = n};
+	for (unsigned long i = 0; i < b->n; i++) {
+		struct pk_site s;
+		int err = pk_site_find((unsigned long)b->fn[i], &s);
+
+		if (err || (want && s.kind != want))
+			return cli_error("bench attach: target %lu is not a%s site: %s", i,
+					 want == PK_SITE_RELOC ? " relocated" : "",
+					 err ? strerror(-err) : "another kind");
+		b->ips[i] = s.ip;
+		b->de[i] = (struct pk_direct_entry){s.ip, tramp ? pk_tramp_addr(tramp) : 0};
+	}
+	b->ops = (struct pk_ops){.func = count_ops, .filter = {.ips = b->ips, .nips = b->n}};
+	return 0;
+}
+
+/* Two rounds of @b (the first cold): their attach and detach times, ns per site. */
+static int batch_measure(struct batch *b, double t[4])
+{
+	if (batch_round(b, &t[0], &t[1]) || batch_round(b, &t[2], &t[3]))
+		return -1;
+	for (int i = 0; i < 4; i++)
+		t[i] /= (double)b->n;
+	return 0;
+}
+
+static int attach_batch(enum api api, unsigned long n, bool relocated)
+{
+	struct batch b = {.api = api, .fn = pkb_targets, .n = n};
 	struct pk_tramp *tramp = NULL;
-	double start, ta, td, ta2, td2, t0, tsync = 0, total;
+	double start, t[4], r[4], t0, tsync = 0, total;
 	int err = 1;
 
 	if (api == API_UPROBE)
 		return cli_usage_error("bench attach: --batch takes --api ops or direct");
-	if (n < 1 || n > pkb_ntargets)
+	if (n < 1 || n > pkb_ntargets || (relocated && n > pkb_nrtargets))
 		return cli_usage_error("bench attach: --batch needs 1 <= N <= %u", pkb_ntargets);
 	b.ips = calloc(n, sizeof(*b.ips));
 	b.de = calloc(n, sizeof(*b.de));
@@ -494,21 +529,22 @@ static int attach_batch(enum api api, unsigned long n)
 			goto free_arrays;
 		}
 	}
-	/* Untimed: builds the process's site table on first use. */
-	for (unsigned long i = 0; i < n; i++) {
-		if (site_of((const void *)pkb_targets[i], &b.ips[i]))
-			goto free_tramp;
-		b.de[i] = (struct pk_direct_entry){b.ips[i], tramp ? pk_tramp_addr(tramp) : 0};
-	}
-	b.ops = (struct pk_ops){.func = count_ops, .filter = {.ips = b.ips, .nips = n}};
+	if (batch_sites(&b, tramp, 0))
+		goto free_tramp;
 
 	printf("# Running 'attach' benchmark:\n");
 	printf("# %lu sites attached in one batch (%s), then detached in one\n", n,
 	       api == API_OPS ? "one ops naming every site" : "one pk_direct_add of every site");
 	fflush(stdout);
 	start = now_ns();
-	if (batch_round(&b, &ta, &td) || batch_round(&b, &ta2, &td2))
+	if (batch_measure(&b, t))
 		goto free_tramp;
+	if (relocated) {
+		/* pkb_rtargets: the same functions without patchable entries, measured alike. */
+		b.fn = pkb_rtargets;
+		if (batch_sites(&b, tramp, PK_SITE_RELOC) || batch_measure(&b, r))
+			goto free_tramp;
+	}
 	if (api == API_DIRECT) {
 		t0 = now_ns();
 		pk_direct_sync();
@@ -518,12 +554,19 @@ static int attach_batch(enum api api, unsigned long n)
 	printf("# %d calls spread over the targets fired while attached, none after\n",
 	       NR_SAMPLES + 1);
 	printf("# second batch (site records warm): attach %.3f, detach %.3f usecs/site\n",
-	       ta2 / 1e3 / (double)n, td2 / 1e3 / (double)n);
+	       t[2] / 1e3, t[3] / 1e3);
+	if (relocated)
+		printf("# relocated, second batch: attach %.3f, detach %.3f usecs/site\n",
+		       r[2] / 1e3, r[3] / 1e3);
 	if (api == API_DIRECT)
 		printf("# final pk_direct_sync: %.3f usecs (in Total time only)\n", tsync / 1e3);
 	printf(" Total time: %.3f [sec]\n\n", total / 1e9);
-	printf("attach: %.3f usecs/site\n", ta / 1e3 / (double)n);
-	printf("detach: %.3f usecs/site\n", td / 1e3 / (double)n);
+	printf("attach: %.3f usecs/site\n", t[0] / 1e3);
+	printf("detach: %.3f usecs/site\n", t[1] / 1e3);
+	if (relocated) {
+		printf("relocated attach: %.3f usecs/site (ratio %.2f)\n", r[0] / 1e3, r[0] / t[0]);
+		printf("relocated detach: %.3f usecs/site (ratio %.2f)\n", r[1] / 1e3, r[1] / t[1]);
+	}
 	err = 0;
 free_tramp:
 	if (tramp)
@@ -537,19 +580,17 @@ free_arrays:
 int bench_attach(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"api", required_argument, NULL, 'a'},
-	    {"batch", no_argument, NULL, 'b'},
-	    {"background", required_argument, NULL, 'B'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"api", required_argument, NULL, 'a'}, {"batch", no_argument, NULL, 'b'},
+	    {"relocated", no_argument, NULL, 'r'}, {"background", required_argument, NULL, 'B'},
+	    {"help", no_argument, NULL, 'h'},	   {NULL, 0, NULL, 0},
 	};
 	unsigned long n = 0, m = 0;
 	enum api api = API_DIRECT;
-	bool batch = false, have_n = false;
+	bool batch = false, have_n = false, relocated = false;
 	int c;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "n:a:bB:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "n:a:brB:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			n = cli_parse_ulong("-n", optarg);
@@ -563,6 +604,9 @@ int bench_attach(int argc, char **argv)
 			break;
 		case 'b':
 			batch = true;
+			break;
+		case 'r':
+			relocated = true;
 			break;
 		case 'B':
 			m = cli_parse_ulong("--background", optarg);
@@ -578,8 +622,12 @@ int bench_attach(int argc, char **argv)
 		return cli_usage_error("bench attach: unexpected argument '%s'", argv[optind]);
 	if (batch && m)
 		return cli_usage_error("bench attach: --batch and --background do not mix");
+	if (relocated && !batch)
+		return cli_usage_error("bench attach: --relocated goes with --batch");
+	if (relocated) /* relocated entries in this program: before any site lookup */
+		setenv("PROBEKIT_RELOC", "main", 0);
 	if (batch)
-		return attach_batch(api, have_n ? n : pkb_ntargets);
+		return attach_batch(api, have_n ? n : pkb_ntargets, relocated);
 	if (!have_n)
 		n = 300;
 	if (n < 1 || n > 100000000ul)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <ucontext.h>
@@ -274,6 +275,25 @@ __attribute__((noinline, optimize("O0"))) long rt_frame(long a, long b)
 	return x + b;
 }
 
+/*
+ * A prologue a thread lingers in: nop; mov (%rdi),%rax (a load that misses
+ * the caches: the callers walk a large buffer); add $1,%rax: 8 bytes moved.
+ * An interrupt while the load is pending finds the thread at +1, an
+ * interior boundary, which the attach's kick must move into the copy.
+ */
+long rt_linger(const long *p);
+__asm__(".text\n"
+	".type rt_linger, @function\n"
+	"rt_linger:\n"
+	"	nop\n"
+	"	mov (%rdi), %rax\n"
+	"	add $1, %rax\n"
+	"	ret\n"
+	".size rt_linger, .-rt_linger\n");
+
+#define LINGER_BYTES (64ul << 20)
+static long *linger_buf;
+
 static volatile int fire_stop;
 static volatile long fire_bad, fire_calls;
 
@@ -282,10 +302,14 @@ static void *fire_caller(void *arg)
 	long i = (long)arg;
 
 	while (!__atomic_load_n(&fire_stop, __ATOMIC_RELAXED)) {
-		if (rt_frame(i, 1) != i * 3 + 1 || rt_scale(i, 2) != i * 3 + 2)
+		/* A line in another page each time: a miss (the buffer is zero). */
+		const long *p =
+		    linger_buf + ((unsigned long)i * 4160 % LINGER_BYTES) / sizeof(long);
+
+		if (rt_frame(i, 1) != i * 3 + 1 || rt_scale(i, 2) != i * 3 + 2 || rt_linger(p) != 1)
 			__atomic_add_fetch(&fire_bad, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&fire_calls, 1, __ATOMIC_RELAXED);
-		i = (i + 1) & 1023;
+		i = (i + 1) & 0xfffff;
 	}
 	return NULL;
 }
@@ -293,8 +317,8 @@ static void *fire_caller(void *arg)
 START_TEST(attach_and_detach_under_fire)
 {
 	enum { N = 3, CYCLES = 400 };
-	struct pk_site a, b;
-	unsigned long ips[2];
+	struct pk_site a, b, l;
+	unsigned long ips[3];
 	struct pk_ops o = {.func = ops_cb};
 	struct pki_poke_stats before, after;
 	uint8_t orig_a[PKI_SITE_LEN];
@@ -303,12 +327,19 @@ START_TEST(attach_and_detach_under_fire)
 	pki_sites_set_reloc(PKI_RELOC_MAIN);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_frame, &a), 0);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &b), 0);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_linger, &l), 0);
 	ck_assert_int_eq(a.kind, PK_SITE_RELOC);
+	ck_assert_int_eq(l.kind, PK_SITE_RELOC);
 	memcpy(orig_a, (const void *)a.ip, sizeof(orig_a));
 	ips[0] = a.ip;
 	ips[1] = b.ip;
+	ips[2] = l.ip;
 	o.filter.ips = ips;
-	o.filter.nips = 2;
+	o.filter.nips = 3;
+	linger_buf = calloc(1, LINGER_BYTES);
+	ck_assert_ptr_nonnull(linger_buf);
+	for (unsigned long k = 0; k < LINGER_BYTES / sizeof(long); k += 512)
+		linger_buf[k] = 0; /* pages present: a cache miss, not a page fault */
 	pki_text_poke_stats(&before);
 	for (long i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, fire_caller, (void *)(i * 100));
@@ -327,7 +358,10 @@ START_TEST(attach_and_detach_under_fire)
 	ck_assert_int_eq(fire_bad, 0);
 	ck_assert_int_gt(ops_calls, 0);
 	ck_assert_uint_gt(after.kicks, before.kicks); /* attaching rt_frame needs the kick */
+	/* Callers caught at rt_linger + 1 were moved (11-18 a run here): the move is live. */
+	ck_assert_uint_gt(after.sled_moves, before.sled_moves);
 	ck_assert_int_eq(memcmp((const void *)a.ip, orig_a, sizeof(orig_a)), 0);
+	free(linger_buf);
 }
 END_TEST
 

@@ -6,9 +6,11 @@
 # untraced (its output includes its backtrace depth), the report's counts
 # must be the program's own, and every entry must have its exit.
 #
-# usage: test-trace-cxx.sh PROBEKIT THROW_DEMO
+# usage: test-trace-cxx.sh PROBEKIT THROW_DEMO [THROW_DEMO_PLAIN]
+# (THROW_DEMO_PLAIN: the same without patchable entries, traced by
+# relocation: the same checks on it.)
 set -uo pipefail
-pk=$(realpath "$1") demo=$(realpath "$2")
+pk=$(realpath "$1") demo=$(realpath "$2") plain=${3:+$(realpath "$3")}
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 "$demo" >plain.out 2>plain.err
@@ -51,6 +53,26 @@ vs_plain pthread_exit pexit.trace "$demo" --pthread-exit
 check "pthread_exit: rc $rc" "[[ $rc == 0 ]]"
 check "pthread_exit: destructors ran, mutex released" \
 	"cmp -s out plain.out && grep -q 'mutex released: yes' out"
+
+# Built plainly (g++ -O2): relocated entries, the same behaviour and counts.
+if [[ -n $plain ]]; then
+	"$plain" >plain.out 2>plain.err
+	for i in 1 2; do
+		run -o rel.trace -- "$plain"
+		check "relocated: rc $rc (run $i)" "[[ $rc == 0 ]]"
+		check "relocated: stdout differs from a plain run (run $i)" "cmp -s out plain.out"
+		check "relocated: traced by relocation (run $i)" "grep -q '[0-9]* relocated' err"
+		counts rel.trace cx_ >got
+		want out >exp
+		check "relocated: report counts != the program's own (run $i)" "diff -u exp got"
+		check "relocated: unmatched entries/exits: $(footnote rel.trace) (run $i)" \
+			"[[ '$(footnote rel.trace)' == '0 0 0' ]]"
+	done
+	vs_plain "relocated uncaught" runc.trace "$plain" --uncaught
+	check "relocated uncaught: rc $rc" "[[ $rc == 134 ]]"
+	vs_plain "relocated pthread_exit" rpexit.trace "$plain" --pthread-exit
+	check "relocated pthread_exit: destructors ran" "grep -q 'mutex released: yes' out"
+fi
 
 echo "trace_cxx: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -227,6 +227,11 @@ START_TEST(call_moved_returns_to_the_function)
 	ck_assert_uint_eq(r.code[11], 0xe0); /* jmp *%rax */
 	ck_assert_int_eq(reloc(e, sizeof(e), &r), 0);
 	ck_assert_uint_eq(r.len, 6 + 5 + 8);
+	/* Under a CET shadow stack the push + jmp would not match it: refused. */
+	struct pki_reloc_in in = {
+	    .code = f, .size = sizeof(f), .addr = ADDR, .copy = COPY, .shstk = true};
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_CALL);
 }
 END_TEST
 
@@ -515,6 +520,72 @@ START_TEST(absolute_jump_table)
 	in.code = f;
 	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
 	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
+}
+END_TEST
+
+/*
+ * What a bound does not cover (found by review): a branch landing between
+ * the cmp and the jmp, the ja's own target there, a compare of other bits
+ * than the index's, and a PIC table whose jmp follows a pop (a table, not a
+ * tail call: its entries are still checked).
+ */
+START_TEST(table_bounds_that_do_not_hold)
+{
+	/*
+	 *  0 nop; nop; lea 1(%rdi),%eax; cmp $1,%eax; ja 19
+	 * 10 mov %eax,%eax; jmp *T(,%rax,8)
+	 * 19 cmp $4,%eax; jae 28; mov $2,%al; jmp 10 (into the window, index 2)
+	 * 28 ret
+	 */
+	static const uint8_t back_in[] = {0x90, 0x90, 0x8d, 0x47, 0x01, 0x83, 0xf8, 0x01,
+					  0x77, 0x09, 0x89, 0xc0, 0xff, 0x24, 0xc5, 0x00,
+					  0x10, 0x40, 0x00, 0x83, 0xf8, 0x04, 0x73, 0x04,
+					  0xb0, 0x02, 0xeb, 0xee, 0xc3};
+	/* 0 nop; nop; lea 1(%rdi),%eax; cmp $1,%eax; ja 12 (the jmp); mov %eax,%eax; 12 jmp */
+	static const uint8_t ja_to_jmp[] = {0x90, 0x90, 0x8d, 0x47, 0x01, 0x83, 0xf8,
+					    0x01, 0x77, 0x02, 0x89, 0xc0, 0xff, 0x24,
+					    0xc5, 0x00, 0x10, 0x40, 0x00, 0xc3};
+	/* mov %edi,%ebx; add $1,%ebx; cmp $1,%bh; ja 21; movzbl %bl,%eax; jmp *T(,%rax,8) */
+	static const uint8_t bh[] = {0x89, 0xfb, 0x83, 0xc3, 0x01, 0x80, 0xff, 0x01,
+				     0x77, 0x0b, 0x0f, 0xb6, 0xc3, 0xff, 0x24, 0xc5,
+				     0x00, 0x10, 0x40, 0x00, 0x90, 0xc3};
+	/* cmp $3,%edi; ja 29; mov %edi,%eax; jmp *T(,%rdi,8): rdi's upper half unbounded */
+	static const uint8_t wide[] = {0x55, 0x48, 0x89, 0xe5, 0x83, 0xff, 0x03, 0x77, 0x07,
+				       0xff, 0x24, 0xfd, 0x00, 0x10, 0x40, 0x00, 0xc9, 0xc3};
+	struct abs_table_src t = {.e = {ADDR + 28, ADDR + 28, ADDR + 28, ADDR + 28}};
+	struct pki_reloc_in in = {.addr = ADDR, .copy = COPY, .read = abs_table_read, .ctx = &t};
+	struct table_src pt = {.e = {32 - 0x1000, 32 - 0x1000, 13 - 0x1000, 4 - 0x1000}};
+	uint8_t popped[sizeof(table_fn) + 1];
+	struct pki_reloc r;
+	const struct {
+		const uint8_t *code;
+		size_t size;
+	} cases[] = {{back_in, sizeof(back_in)},
+		     {ja_to_jmp, sizeof(ja_to_jmp)},
+		     {bh, sizeof(bh)},
+		     {wide, sizeof(wide)}};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		in.code = cases[i].code;
+		in.size = cases[i].size;
+		ck_assert_msg(pki_reloc(&in, &r) == -EPERM && r.why == PKI_RELOC_INDIRECT_JMP,
+			      "case %zu: %s", i, pki_reloc_why_name(r.why));
+	}
+	/* table_fn with pop %rbx before its jmp: an entry into the sub still refuses */
+	memcpy(popped, table_fn, 29);
+	popped[12] = 0x13; /* ja 32: past the pop */
+	popped[29] = 0x5b; /* pop %rbx */
+	memcpy(popped + 30, table_fn + 29, sizeof(table_fn) - 29);
+	in = (struct pki_reloc_in){.code = popped,
+				   .size = sizeof(popped),
+				   .addr = ADDR,
+				   .copy = COPY,
+				   .read = table_read,
+				   .ctx = &pt};
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_TABLE_IN);
+	pt.e[3] = 32 - 0x1000;
+	ck_assert_int_eq(pki_reloc(&in, &r), 0);
 }
 END_TEST
 
@@ -860,6 +931,7 @@ int main(void)
 	tcase_add_test(tc, indirect_jmps);
 	tcase_add_test(tc, jump_table);
 	tcase_add_test(tc, absolute_jump_table);
+	tcase_add_test(tc, table_bounds_that_do_not_hold);
 	tcase_add_test(tc, tail_call_after_the_epilogue);
 	tcase_add_test(tc, names);
 	suite_add_tcase(s, tc);

@@ -220,7 +220,10 @@ PK_API int pk_direct_sync(void);
  * Trampolines for C handlers, to use as a direct @addr.  The handler runs at
  * function entry with the argument registers in @regs (changes are passed on
  * to the function), then the function runs.  Every register the function
- * may read (arguments, vector arguments, rax, r10) is preserved.
+ * may read (arguments, vector arguments, rax, r10) is preserved.  @ip is
+ * the site's address, except at a relocated site (PK_SITE_RELOC), where it
+ * is the address of the site's copy minus 5 (the trampoline knows its
+ * return address only): use ops there to learn the site.
  */
 typedef void (*pk_tramp_fn)(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
 

@@ -301,7 +301,8 @@ static int reloc_copy_make(unsigned long copy, void *buf, size_t len, void *ctx)
 				  .size = rl->size,
 				  .addr = rl->func,
 				  .copy = copy,
-				  .read = self_read};
+				  .read = self_read,
+				  .shstk = pki_sites_shstk()};
 
 	if (pki_reloc(&in, &rl->r)) {
 		pki_warn("hooks: site %#lx: its prologue does not relocate: %s\n", s->ip,
@@ -343,10 +344,11 @@ static int __site_use_list(struct site *s)
 }
 
 /*
- * A relocated site (doc/design/reloc-sites.md, RS1): the text calls its
- * entry whenever anything is attached, and every way out goes on into the
- * copy, never back to the call.  No one-ops body, no pk_tramp body: they
- * return to the call.
+ * A relocated site (doc/design/reloc-sites.md, RS1): the text jumps to its
+ * entry whenever anything is attached, the entry pushes r11, and every way
+ * out pops it and goes on into the copy.  One ops: its relocated body
+ * (PKI_TRAMP_OPS_RELOC); more, or ops and a direct entry: L_RELOC.  Never a
+ * pk_tramp's body: it would return to ip + 5.
  */
 static int __site_decide_reloc(struct site *s)
 {

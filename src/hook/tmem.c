@@ -176,6 +176,23 @@ static uint8_t *chunk_map_writer(unsigned long x, int fd)
 	return w;
 }
 
+/*
+ * The exits' slow paths, with the whole vector state kept around them
+ * (pki_vecsafe_call): a thread's first hooked call registers it, and a
+ * grace period may ask it to report, in the middle of a relocated function
+ * whose callers rely on xmm8-15 and the upper halves (reloc-sites.md,
+ * RS1b), and both reach libc.  Rare paths: an xsave each.
+ */
+static unsigned long gp_exit_slow_kept(void)
+{
+	return pki_vecsafe_call(0, 0, 0, (void *)pki_gp_exit_slow);
+}
+
+static unsigned long gp_register_kept(void)
+{
+	return pki_vecsafe_call(0, 0, 0, (void *)pki_gp_register);
+}
+
 /* A new chunk's fixed slots: 0 the list dispatcher, then the exits. */
 static int chunk_fill(struct pki_tmem_chunk *c)
 {
@@ -188,8 +205,8 @@ static int chunk_fill(struct pki_tmem_chunk *c)
 			     c->x + PKI_TMEM_SLOT, false);
 	if (!err)
 		err = pki_tramp_emit(PKI_TRAMP_EXITS, c->w + PKI_TMEM_SLOT,
-				     (unsigned long[]){(unsigned long)pki_gp_exit_slow,
-						       (unsigned long)pki_gp_register,
+				     (unsigned long[]){(unsigned long)gp_exit_slow_kept,
+						       (unsigned long)gp_register_kept,
 						       (unsigned long)pki_hook_list_func_reloc},
 				     3, 0, false);
 	return err;

@@ -193,6 +193,18 @@ static void state_free(struct state *s)
 	free(s->foreign);
 }
 
+bool pki_sites_shstk(void)
+{
+	static int on = -1; /* glibc turns it on at start, for every thread, or never */
+	int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+
+	if (v < 0) {
+		v = pki_arch_shstk();
+		__atomic_store_n(&on, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
 static void refuse(struct pki_func_site *fs, unsigned why, uint64_t at)
 {
 	fs->how = PKI_FUNC_REFUSED;
@@ -209,6 +221,7 @@ static void classify(const struct state *s, size_t i, struct pki_func_site *fs)
 	    .copy = fn->addr,
 	    .read = image_read,
 	    .ctx = (void *)&s->im,
+	    .shstk = pki_sites_shstk(),
 	};
 	struct pki_reloc r;
 	uint64_t t;

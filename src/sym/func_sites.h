@@ -14,6 +14,7 @@
 #ifndef PK_SYM_FUNC_SITES_H
 #define PK_SYM_FUNC_SITES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,5 +79,12 @@ const char *pki_func_how_name(enum pki_func_how how);
 
 /* pki_reloc_why_name, and "not_in_file", "entry_point". */
 const char *pki_func_why_name(unsigned why);
+
+/*
+ * Is a CET shadow stack on in this process (arch pki_arch_shstk, asked
+ * once)?  Then no call is moved (pki_reloc_in.shstk): the classification
+ * here and the live relocation (hook/site.c) agree.
+ */
+bool pki_sites_shstk(void);
 
 #endif /* PK_SYM_FUNC_SITES_H */

@@ -213,7 +213,8 @@ static inline uint64_t pki_trace_now(void)
 	if (__builtin_expect(pki_trace_use_tsc, 1))
 		return pki_arch_tsc_read();
 #ifdef PKI_NOVEC
-	return PKI_SLOWCALL0(pki_trace_mono_ns_call); /* the vDSO may use xmm */
+	/* The vDSO's clock, behind libc's: SSE at most (vecsafe.S), 32 moves, not an xsave. */
+	return PKI_SLOWCALL_SSE0(pki_trace_mono_ns_call);
 #else
 	return pki_trace_mono_ns();
 #endif

@@ -13,4 +13,9 @@
 #define PKI_MULTIARCH	     "x86_64-linux-gnu"
 #define PKI_SHSTK_NAME	     "CET shadow stack (x86_Thread_features: shstk)"
 
+#include <stdbool.h>
+
+/* Is a CET user shadow stack on for this thread? (shstk.c; normal context) */
+bool pki_arch_shstk(void);
+
 #endif /* PK_ARCH_X86_64_ABI_H */

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <Zydis/Zydis.h>
 
@@ -19,7 +20,9 @@
 #define LOOKBACK     16 /* how far back a jump table's parts may be */
 #define SLOT_BACK    8	/* how far back a jmp *%R's pointer load may be (epilogue pops) */
 #define TABLE_READ   256
-#define PUSH_RIP_LEN 6 /* push disp32(%rip): FF 35 disp32 */
+#define PUSH_RIP_LEN 6		/* push disp32(%rip): FF 35 disp32 */
+#define GUARDS	     64		/* bounded tables a function may have */
+#define TARGETS	     (1u << 20) /* direct branch targets kept (more: tables refused) */
 
 /* One decoded instruction at its run-time address. */
 struct rec {
@@ -29,6 +32,11 @@ struct rec {
 };
 
 /* What the steps share: the input, the moved range, the verdict. */
+/* A bounded table's window: no branch may land in (cmp, jmp] (table_guard_add). */
+struct guard {
+	uint64_t cmp, jmp;
+};
+
 struct ctx {
 	const struct pki_reloc_in *in;
 	struct pki_reloc *out;
@@ -36,6 +44,11 @@ struct ctx {
 	uint64_t lo, hi; /* the moved bytes: [lo, hi) */
 	struct rec ring[RING];
 	size_t nring; /* instructions decoded by scan; the last in ring[(n-1) % RING] */
+	struct guard guards[GUARDS];
+	size_t nguards;
+	uint64_t *targets; /* the function's direct branch targets (malloc), while they fit */
+	size_t ntargets, cap;
+	bool targets_full; /* one did not: then every table is refused */
 };
 
 static const char *const why_names[PKI_RELOC_NR] = {
@@ -182,7 +195,7 @@ static int check_call(struct ctx *c, const struct rec *r)
 {
 	const ZydisDecodedOperand *o = &r->op[0];
 
-	if (r->addr + r->in.length < c->lo + PKI_RELOC_MIN)
+	if (c->in->shstk || r->addr + r->in.length < c->lo + PKI_RELOC_MIN)
 		return refuse(c, PKI_RELOC_CALL, r->addr);
 	if (is_call_rel32(r))
 		return 0;
@@ -405,15 +418,24 @@ static bool zero_extends_from(const struct rec *r, ZydisRegister I, ZydisRegiste
 	       reg64(d) == reg64(I) && is_op_reg(r, 1, S) && width(*S) < 32;
 }
 
+static bool high_byte(ZydisRegister r)
+{
+	return r == ZYDIS_REGISTER_AH || r == ZYDIS_REGISTER_BH || r == ZYDIS_REGISTER_CH ||
+	       r == ZYDIS_REGISTER_DH;
+}
+
 /*
  * cmp $N,%I; ja before instruction @k0 back, I unchanged since, or copied
  * from the register compared (mov %ecx,%edi, or movzbl %r13b,%eax): the
- * table has N + 1 entries.  The cmp must cover the bits the index has: 32
- * or more (a 32-bit write zero-extends), or the 8 or 16 a movzx took.
+ * table has N + 1 entries.  The cmp must cover every bit the index can
+ * have: 64, or 32 after a 32-bit write (mov %edi,%edi or mov %ecx,%eax,
+ * which zero-extend), or the 8 or 16 a movzx took, and be on the same bits
+ * (not %bh for %bl).  Sets *@kcmp: how far back the cmp is (the caller
+ * checks that no branch lands between it and the jmp: table_guard).
  */
-static bool table_bound(const struct ctx *c, size_t k0, ZydisRegister I, uint64_t *n)
+static bool table_bound(const struct ctx *c, size_t k0, ZydisRegister I, uint64_t *n, size_t *kcmp)
 {
-	unsigned minw = 32;
+	unsigned minw = 64;
 
 	for (size_t k = k0 + 1; k < LOOKBACK; k++) {
 		const struct rec *r = back(c, k), *ja = back(c, k - 1);
@@ -424,14 +446,19 @@ static bool table_bound(const struct ctx *c, size_t k0, ZydisRegister I, uint64_
 		if (r->in.mnemonic == ZYDIS_MNEMONIC_CMP && is_op_reg(r, 0, &d) &&
 		    reg64(d) == reg64(I) && r->op[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
 			if (ja->in.mnemonic != ZYDIS_MNEMONIC_JNBE || r->op[1].imm.value.s < 0 ||
-			    width(d) < minw)
+			    width(d) < minw || high_byte(d) || high_byte(I))
 				return false;
 			*n = r->op[1].imm.value.u;
+			*kcmp = k;
 			return true;
 		}
-		if (!writes(r, I) || zero_extends(r, I))
+		if (!writes(r, I))
 			continue;
-		if (copies_into(r, I, &S)) {
+		if (zero_extends(r, I)) {
+			minw = minw < 32 ? minw : 32;
+		} else if (copies_into(r, I, &S)) {
+			if (width(S) == 32)
+				minw = minw < 32 ? minw : 32;
 			I = S;
 		} else if (zero_extends_from(r, I, &S)) {
 			I = S;
@@ -441,6 +468,21 @@ static bool table_bound(const struct ctx *c, size_t k0, ZydisRegister I, uint64_
 		}
 	}
 	return false;
+}
+
+/*
+ * A bounded table's jmp is safe only if every way to it passed the cmp and
+ * the ja: no direct branch of the function (the ja's own target included)
+ * may land after the cmp and up to the jmp.  Known only once the whole
+ * function is decoded, so the window is kept (table_guard_add) and checked
+ * against every branch target at the end (guards_check).
+ */
+static int table_guard_add(struct ctx *c, const struct rec *j, size_t kcmp)
+{
+	if (c->nguards == GUARDS)
+		return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+	c->guards[c->nguards++] = (struct guard){back(c, kcmp)->addr, j->addr};
+	return 0;
 }
 
 /*
@@ -508,22 +550,46 @@ static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t 
 static int indirect(struct ctx *c, const struct rec *j)
 {
 	const ZydisDecodedOperand *o = &j->op[0];
-	ZydisRegister I;
-	size_t kmov;
+	ZydisRegister I = ZYDIS_REGISTER_NONE;
+	size_t kmov = 0, kcmp = 0;
 	uint64_t T, n;
+	int ret;
 
 	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.index == ZYDIS_REGISTER_NONE)
 		return 0; /* a tail call through a pointer slot */
 	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.base == ZYDIS_REGISTER_NONE &&
-	    o->mem.scale == 8 && j->in.raw.disp.size == 32 && table_bound(c, 0, o->mem.index, &n))
-		return abs_table_check(c, j, (uint64_t)o->mem.disp.value, n);
+	    o->mem.scale == 8 && j->in.raw.disp.size == 32 &&
+	    table_bound(c, 0, o->mem.index, &n, &kcmp)) {
+		ret = abs_table_check(c, j, (uint64_t)o->mem.disp.value, n);
+		return ret ? ret : table_guard_add(c, j, kcmp);
+	}
 	if (o->type == ZYDIS_OPERAND_TYPE_REGISTER) {
+		/* A table first: its jmp may follow pops too (then it is no tail call). */
+		if (table_parts(c, o->reg.value, &T, &I, &kmov)) {
+			if (!table_bound(c, kmov, I, &n, &kcmp))
+				return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+			ret = table_check(c, j, T, n);
+			return ret ? ret : table_guard_add(c, j, kcmp);
+		}
 		if (slot_load(c, o->reg.value) || after_epilogue(c))
 			return 0;
-		if (table_parts(c, o->reg.value, &T, &I, &kmov) && table_bound(c, kmov, I, &n))
-			return table_check(c, j, T, n);
 	}
 	return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+}
+
+static void target_add(struct ctx *c, uint64_t t)
+{
+	if (c->ntargets == c->cap && !c->targets_full) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		uint64_t *v = cap <= TARGETS ? realloc(c->targets, cap * sizeof(*v)) : NULL;
+
+		if (!v)
+			c->targets_full = true;
+		else
+			c->targets = v, c->cap = cap;
+	}
+	if (!c->targets_full)
+		c->targets[c->ntargets++] = t;
 }
 
 /* What the function's instruction @r could do to the moved bytes. */
@@ -537,6 +603,7 @@ static int scan_one(struct ctx *c, const struct rec *r)
 		/* Moved branches into the moved bytes are redirected in the copy. */
 		if (inside(c, t) && !moved)
 			return refuse(c, PKI_RELOC_BRANCH_IN, r->addr);
+		target_add(c, t);
 		return 0;
 	}
 	m = rip_mem(r);
@@ -545,6 +612,21 @@ static int scan_one(struct ctx *c, const struct rec *r)
 		return refuse(c, PKI_RELOC_ADDR_IN, r->addr);
 	if (r->in.mnemonic == ZYDIS_MNEMONIC_JMP)
 		return indirect(c, r);
+	return 0;
+}
+
+/* Every bounded table's window against every branch target (table_guard_add). */
+static int guards_check(struct ctx *c)
+{
+	for (size_t g = 0; g < c->nguards; g++) {
+		const struct guard *w = &c->guards[g];
+
+		if (c->targets_full)
+			return refuse(c, PKI_RELOC_INDIRECT_JMP, w->jmp);
+		for (size_t i = 0; i < c->ntargets; i++)
+			if (c->targets[i] > w->cmp && c->targets[i] <= w->jmp)
+				return refuse(c, PKI_RELOC_INDIRECT_JMP, w->jmp);
+	}
 	return 0;
 }
 
@@ -564,7 +646,7 @@ static int scan(struct ctx *c)
 		if (ret)
 			return ret;
 	}
-	return 0;
+	return guards_check(c);
 }
 
 static bool is_rel8(const struct rec *r)
@@ -737,6 +819,9 @@ int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out)
 		return -EINVAL;
 	c.in = in;
 	c.out = out;
+	c.nguards = c.ntargets = c.cap = 0;
+	c.targets = NULL;
+	c.targets_full = false;
 	if (!ZYAN_SUCCESS(
 		ZydisDecoderInit(&c.dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
 		return refuse(&c, PKI_RELOC_DECODE, in->addr);
@@ -748,6 +833,7 @@ int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out)
 	ret = moved_pass(&c, m);
 	if (!ret)
 		ret = scan(&c);
+	free(c.targets);
 	if (!ret)
 		ret = emit(&c, m);
 	if (ret) {
@@ -774,7 +860,14 @@ int pki_reloc_branch_targets(const uint8_t *code, size_t size, uint64_t addr,
 	for (; at < addr + size; at += r.in.length) {
 		if (decode(&c, at, &r))
 			return -1;
+		const ZydisDecodedOperand *m = rip_mem(&r);
+
 		if (rel_target(&r, &t) && (t < addr || t >= addr + size))
+			fn(ctx, t);
+		/* An address taken (lea of code: a computed goto's, a callback's). */
+		else if (r.in.mnemonic == ZYDIS_MNEMONIC_LEA && m &&
+			 ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r.in, m, r.addr, &t)) &&
+			 (t < addr || t >= addr + size))
 			fn(ctx, t);
 	}
 	return 0;

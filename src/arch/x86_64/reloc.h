@@ -61,6 +61,7 @@
 #ifndef PK_ARCH_X86_64_RELOC_H
 #define PK_ARCH_X86_64_RELOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +96,12 @@ struct pki_reloc_in {
 	 */
 	int (*read)(void *ctx, uint64_t addr, void *buf, size_t len);
 	void *ctx;
+	/*
+	 * A CET shadow stack is on (pki_arch_shstk): no call is moved (its
+	 * push + jmp would leave the shadow stack without the return address
+	 * the callee's ret checks).
+	 */
+	bool shstk;
 };
 
 struct pki_reloc_map {

@@ -7,14 +7,15 @@
  * the same offset from %fs in every thread).
  *
  * Three kinds of code (labels E, B, X are those of src/hook/gp.c's proof):
- *  - E, an entry: what a site calls.  One per site (and one per pk_tramp),
- *    never freed and never given to another site, its code never rewritten:
- *    r11 := E, incl the nesting counter, then jmp *E.target (a data word of
- *    E, read by the jump itself).  With X, the only code a thread runs
- *    uncounted.
+ *  - E, an entry: what a site calls (a relocated site jumps to it, and it
+ *    pushes r11 first: see X_RELOC).  One per site (and one per pk_tramp),
+ *    never freed and never given to another site, its code never rewritten
+ *    after it is made: r11 := E, incl the nesting counter, then jmp
+ *    *E.target (a data word of E, read by the jump itself).  With X, the
+ *    only code a thread runs uncounted.
  *  - B, a body (ops, handler, list dispatcher): entered counted from an
- *    entry, with [rsp] = ip + 5, [rsp + 8] = parent ip, r11 = E; freed
- *    after a grace period.  It leaves through a jump to an exit, still
+ *    entry, with [rsp] = ip + 5 (a relocated site's: the program's r11),
+ *    [rsp + 8] = parent ip, r11 = E; freed after a grace period.  It leaves through a jump to an exit, still
  *    counted: no thread is ever uncounted in memory that can be freed.
  *  - X, the exits of a chunk (never freed): decl then ret, or decl then
  *    jmp *E.direct (the site's direct address, read by the jump itself),

@@ -76,9 +76,10 @@ struct pki_tramp_exits {
 	unsigned long ret_ret; /* its ret alone */
 	unsigned long user;    /* X_USER: decl, jmp *E.direct */
 	unsigned long reg;     /* X_REG */
-	/* A relocated site's (its copy is the 64 bytes after its entry): */
-	unsigned long reloc;	  /* X_RELOC: decl, drop the return address, into the copy */
-	unsigned long user_reloc; /* X_USER_RELOC: decl, return into the copy from E.direct */
+	/* A relocated site's (its copy is the 64 bytes after its entry, which pushed r11): */
+	unsigned long reloc; /* X_RELOC: decl, r11 popped, into the copy */
+	unsigned long
+	    user_reloc; /* X_USER_RELOC: decl, into E.direct, which returns into the copy */
 	unsigned long reg_reloc;  /* X_REG_RELOC: X_REG, refused: on to the copy */
 	unsigned long list_reloc; /* L_RELOC: the list dispatcher behind their entries */
 };

@@ -17,6 +17,8 @@
 #include <stdint.h>
 
 unsigned long pki_vecsafe_call(unsigned long a, unsigned long b, unsigned long c, void *fn);
+/* The same for a callee that uses SSE at most (the vDSO's clock): xmm0-15 only. */
+unsigned long pki_vecsafe_call_sse(unsigned long a, unsigned long b, unsigned long c, void *fn);
 
 /* The XSAVE area pki_vecsafe_call() takes (0: fxsave) and the components saved (vecsafe.c). */
 extern uint32_t pki_vecsafe_size;
@@ -28,10 +30,12 @@ extern uint64_t pki_vecsafe_mask;
 	pki_vecsafe_call((unsigned long)(a), (unsigned long)(b), (unsigned long)(c), (void *)(fn))
 #define PKI_SLOWCALL2(fn, a, b) PKI_SLOWCALL3(fn, a, b, 0)
 #define PKI_SLOWCALL0(fn)	PKI_SLOWCALL3(fn, 0, 0, 0)
+#define PKI_SLOWCALL_SSE0(fn)	pki_vecsafe_call_sse(0, 0, 0, (void *)(fn))
 #else
 #define PKI_SLOWCALL3(fn, a, b, c) ((fn)(a, b, c))
 #define PKI_SLOWCALL2(fn, a, b)	   ((fn)(a, b))
 #define PKI_SLOWCALL0(fn)	   ((fn)())
+#define PKI_SLOWCALL_SSE0(fn)	   ((fn)())
 #endif
 
 #endif /* PK_ARCH_X86_64_VECSAFE_H */

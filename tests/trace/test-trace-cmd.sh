@@ -259,7 +259,7 @@ fi
 # The program's view of its signal dispositions is its own: the fatal
 # signals the agent catches read as SIG_DFL, its handler replaces ours.
 vs_plain sigview sv.trace "$sigview"
-check "sigview: the caught signals read as SIG_DFL" "[[ \$(head -8 out | grep -c SIG_DFL) == 8 ]]"
+check "sigview: SIGTERM, caught by the agent, reads as SIG_DFL" "grep -q '^15: SIG_DFL' out"
 
 echo "trace_cmd: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -165,6 +165,36 @@ __asm__(".text\n"
 	"	ret\n"
 	".size vs_probe, .-vs_probe\n");
 
+/* vs_probe through pki_vecsafe_call_sse, for a callee that uses legacy SSE only. */
+void vs_probe_sse(void *fn, const void *pattern, void *out);
+__asm__(".text\n"
+	".type vs_probe_sse, @function\n"
+	"vs_probe_sse:\n"
+	"	push %rbx\n"
+	"	mov %rdx, %rbx\n"
+	"	vmovdqu (%rsi), %ymm1\n"
+	"	vmovdqu (%rsi), %ymm8\n"
+	"	mov %rdi, %rcx\n"
+	"	mov $1, %edi\n"
+	"	mov $2, %esi\n"
+	"	mov $3, %edx\n"
+	"	call pki_vecsafe_call_sse\n"
+	"	vmovdqu %ymm1, (%rbx)\n"
+	"	vmovdqu %ymm8, 32(%rbx)\n"
+	"	vzeroupper\n"
+	"	pop %rbx\n"
+	"	ret\n"
+	".size vs_probe_sse, .-vs_probe_sse\n");
+
+/* Legacy-SSE writes of xmm1 and xmm8 (as the vDSO's code would make). */
+static unsigned long vs_clobber_sse(unsigned long a, unsigned long b, unsigned long c)
+{
+	__asm__ volatile("pcmpeqd %%xmm1, %%xmm1\n\t"
+			 "pcmpeqd %%xmm8, %%xmm8" ::
+			     : "xmm1", "xmm8");
+	return a + b + c;
+}
+
 static unsigned long vs_clobber(unsigned long a, unsigned long b, unsigned long c)
 {
 	__asm__ volatile("vpcmpeqd %%ymm1, %%ymm1, %%ymm1\n\t"
@@ -185,6 +215,10 @@ START_TEST(slowcall_keeps_vector_state)
 	for (int i = 0; i < 32; i++)
 		pattern[i] = (uint8_t)(i * 7 + 1);
 	vs_probe((void *)vs_clobber, pattern, out);
+	ck_assert_int_eq(memcmp(out, pattern, 32), 0);
+	ck_assert_int_eq(memcmp(out + 32, pattern, 32), 0);
+	memset(out, 0, sizeof(out));
+	vs_probe_sse((void *)vs_clobber_sse, pattern, out);
 	ck_assert_int_eq(memcmp(out, pattern, 32), 0);
 	ck_assert_int_eq(memcmp(out + 32, pattern, 32), 0);
 }

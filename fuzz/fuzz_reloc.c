@@ -56,12 +56,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(code + skip, data + 5, size - 5);
 
 	struct fn f = {code, n};
-	struct pki_reloc_in in = {.code = code,
-				  .size = n,
-				  .addr = ADDR,
-				  .copy = ADDR + (int64_t)d * (1 + (data[0] >> 4)),
-				  .read = fn_read,
-				  .ctx = &f};
+	struct pki_reloc_in in = {
+	    .code = code,
+	    .size = n,
+	    .addr = ADDR,
+	    .copy = ADDR + (int64_t)d * (1 + (data[0] >> 4)),
+	    .read = fn_read,
+	    .ctx = &f,
+	    .min = data[0] & 2 ? 1 : 0}; /* an INT3 site's single instruction, or 5 bytes */
 
 	ret = pki_reloc(&in, &r);
 	if (ret == 0) {

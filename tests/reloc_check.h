@@ -85,7 +85,8 @@ static inline int reloc_check(const struct pki_reloc_in *in, const struct pki_re
 	int32_t rel;
 
 	ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
-	if (r->why != PKI_RELOC_OK || r->moved < PKI_RELOC_MIN || !r->n || r->len < 1)
+	if (r->why != PKI_RELOC_OK || r->moved < (in->min ? in->min : PKI_RELOC_MIN) || !r->n ||
+	    r->len < 1)
 		return __LINE__;
 	/* A ret or jmp moved last ends the copy: no jmp back after it. */
 	if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, in->code + r->map[r->n - 1].old_off,

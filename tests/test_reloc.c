@@ -263,6 +263,48 @@ START_TEST(ends_with_ret_or_jmp)
 }
 END_TEST
 
+/*
+ * An INT3 site (reloc-sites.md RS5) moves one instruction only (min 1): a
+ * 1-byte push, a ret (the copy ends with it), a jmp rel8 (as jmp rel32), a
+ * call (push + jmp: it returns after the trap byte, into the function).
+ */
+START_TEST(one_instruction_for_int3)
+{
+	static const uint8_t push[] = {0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3};
+	static const uint8_t ret[] = {0xc3};
+	static const uint8_t jmp[] = {0xeb, 0x10};
+	static const uint8_t call[] = {0xe8, 0x00, 0x01, 0x00, 0x00, 0xc3};
+	static const uint8_t sys[] = {0x0f, 0x05, 0xc3};
+	const struct {
+		const uint8_t *code;
+		size_t size;
+		unsigned moved, len;
+	} ok[] = {{push, sizeof(push), 1, 1 + 5},
+		  {ret, sizeof(ret), 1, 1},
+		  {jmp, sizeof(jmp), 2, 5},
+		  {call, sizeof(call), 5, 6 + 5 + 8}};
+	struct pki_reloc r;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		struct pki_reloc_in in = {
+		    .code = ok[i].code, .size = ok[i].size, .addr = ADDR, .copy = COPY, .min = 1};
+
+		ck_assert_msg(pki_reloc(&in, &r) == 0, "case %zu: %s", i,
+			      pki_reloc_why_name(r.why));
+		ck_assert_int_eq(reloc_check(&in, &r), 0);
+		ck_assert_uint_eq(r.moved, ok[i].moved);
+		ck_assert_uint_eq(r.len, ok[i].len);
+	}
+	struct pki_reloc_in in = {
+	    .code = sys, .size = sizeof(sys), .addr = ADDR, .copy = COPY, .min = 1};
+
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM); /* a syscall restarts at itself */
+	ck_assert_int_eq(r.why, PKI_RELOC_NO_FALLTHROUGH);
+	in.min = PKI_RELOC_MIN + 1;
+	ck_assert_int_eq(pki_reloc(&in, &r), -EINVAL);
+}
+END_TEST
+
 START_TEST(too_short)
 {
 	/* xor %eax,%eax; ret */
@@ -922,6 +964,7 @@ int main(void)
 	tcase_add_test(tc, jcc_within_moved);
 	tcase_add_test(tc, branch_into_moved);
 	tcase_add_test(tc, ends_with_ret_or_jmp);
+	tcase_add_test(tc, one_instruction_for_int3);
 	tcase_add_test(tc, call_in_moved);
 	tcase_add_test(tc, call_moved_returns_to_the_function);
 	tcase_add_test(tc, too_short);

@@ -42,6 +42,7 @@ struct ctx {
 	struct pki_reloc *out;
 	ZydisDecoder dec;
 	uint64_t lo, hi; /* the moved bytes: [lo, hi) */
+	unsigned min;	 /* bytes they must cover: in->min, or PKI_RELOC_MIN */
 	struct rec ring[RING];
 	size_t nring; /* instructions decoded by scan; the last in ring[(n-1) % RING] */
 	struct guard guards[GUARDS];
@@ -195,7 +196,7 @@ static int check_call(struct ctx *c, const struct rec *r)
 {
 	const ZydisDecodedOperand *o = &r->op[0];
 
-	if (c->in->shstk || r->addr + r->in.length < c->lo + PKI_RELOC_MIN)
+	if (c->in->shstk || r->addr + r->in.length < c->lo + c->min)
 		return refuse(c, PKI_RELOC_CALL, r->addr);
 	if (is_call_rel32(r))
 		return 0;
@@ -221,7 +222,7 @@ static int check_last(struct ctx *c, const struct rec *r)
 {
 	const ZydisDecodedOperand *m = rip_mem(r);
 
-	if (r->addr + r->in.length < c->lo + PKI_RELOC_MIN ||
+	if (r->addr + r->in.length < c->lo + c->min ||
 	    r->in.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR)
 		return refuse(c, PKI_RELOC_NO_FALLTHROUGH, r->addr);
 	if (m && (m->mem.base != ZYDIS_REGISTER_RIP || r->in.raw.disp.size != 32))
@@ -259,7 +260,7 @@ static int moved_pass(struct ctx *c, struct rec *m)
 	unsigned n = 0;
 	int ret;
 
-	while (at - c->lo < PKI_RELOC_MIN) {
+	while (at - c->lo < c->min) {
 		if (decode(c, at, &m[n]))
 			return refuse(c, PKI_RELOC_DECODE, at);
 		ret = check_moved(c, &m[n]);
@@ -819,6 +820,9 @@ int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out)
 		return -EINVAL;
 	c.in = in;
 	c.out = out;
+	c.min = in->min ? in->min : PKI_RELOC_MIN;
+	if (c.min > PKI_RELOC_MIN)
+		return -EINVAL;
 	c.nguards = c.ntargets = c.cap = 0;
 	c.targets = NULL;
 	c.targets_full = false;
@@ -828,7 +832,7 @@ int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out)
 	if (in->size >= sizeof(endbr64) && !memcmp(in->code, endbr64, sizeof(endbr64)))
 		out->skip = sizeof(endbr64);
 	c.lo = in->addr + out->skip;
-	if (in->size - out->skip < PKI_RELOC_MIN)
+	if (in->size - out->skip < c.min)
 		return refuse(&c, PKI_RELOC_TOO_SHORT, c.lo);
 	ret = moved_pass(&c, m);
 	if (!ret)

@@ -102,6 +102,13 @@ struct pki_reloc_in {
 	 * the callee's ret checks).
 	 */
 	bool shstk;
+	/*
+	 * Bytes the moved instructions must cover: 0 for PKI_RELOC_MIN (the
+	 * 5-byte entry jump), 1 for an INT3 site (RS5: only the first
+	 * instruction moves, and runs from the copy after the trap).  At most
+	 * PKI_RELOC_MIN (-EINVAL).
+	 */
+	unsigned min;
 };
 
 struct pki_reloc_map {

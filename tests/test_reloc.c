@@ -157,8 +157,11 @@ START_TEST(branch_into_moved)
 	/* the same with jne rel32 to the sub */
 	static const uint8_t g[] = {0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20,
 				    0x0f, 0x85, 0xf6, 0xff, 0xff, 0xff, 0xc3};
-	/* the same with jmp -10: the entry itself, which is fine */
+	/* the same with jmp -10: the entry itself, a loop (the hook would run each turn) */
 	static const uint8_t h[] = {0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0xeb, 0xf6};
+	/* ... call -13: the entry, a call of itself (recursion), which is fine */
+	static const uint8_t k[] = {0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec,
+				    0x20, 0xe8, 0xf3, 0xff, 0xff, 0xff, 0xc3};
 	/* ... lea -11(%rip),%rax: the sub's address taken; ret */
 	static const uint8_t l[] = {0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20,
 				    0x48, 0x8d, 0x05, 0xf5, 0xff, 0xff, 0xff, 0xc3};
@@ -167,7 +170,8 @@ START_TEST(branch_into_moved)
 	REFUSED(f, PKI_RELOC_BRANCH_IN, 8);
 	REFUSED(g, PKI_RELOC_BRANCH_IN, 8);
 	REFUSED(l, PKI_RELOC_ADDR_IN, 8);
-	ck_assert_int_eq(reloc(h, sizeof(h), &r), 0);
+	REFUSED(h, PKI_RELOC_BRANCH_IN, 8);
+	ck_assert_int_eq(reloc(k, sizeof(k), &r), 0);
 }
 END_TEST
 

@@ -604,6 +604,14 @@ static int scan_one(struct ctx *c, const struct rec *r)
 		/* Moved branches into the moved bytes are redirected in the copy. */
 		if (inside(c, t) && !moved)
 			return refuse(c, PKI_RELOC_BRANCH_IN, r->addr);
+		/*
+		 * A jump back to the entry (a loop whose head is the first
+		 * instruction, sqlite's findRightmost) would run the hook on
+		 * every turn: not a call.  (A call of itself is one.)
+		 */
+		if (!moved && r->in.mnemonic != ZYDIS_MNEMONIC_CALL &&
+		    (t == c->lo || t == c->in->addr))
+			return refuse(c, PKI_RELOC_BRANCH_IN, r->addr);
 		target_add(c, t);
 		return 0;
 	}

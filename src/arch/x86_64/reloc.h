@@ -16,7 +16,9 @@
  * a moved instruction it cannot rewrite
  * (loop/jrcxz/xbegin, a relative operand that is neither 8 nor 32 bits);
  * anywhere in the function, a decode error, a direct branch into the moved
- * bytes (strictly after their first byte), a RIP-relative lea of such an
+ * bytes (strictly after their first byte), a jump (not a call) to the
+ * function's entry from outside the moved bytes (a loop: the hook would run
+ * on every turn), a RIP-relative lea of such an
  * address (an address taken: computed goto), or an indirect jmp whose
  * targets are not bounded; then, while building the copy, a moved jcc into
  * the middle of a moved instruction (unsupported) or a rewritten rel32 or

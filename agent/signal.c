@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "agent_int.h"
 #include "base/signals.h"
@@ -41,20 +42,83 @@ typedef sighandler_t (*signal_fn)(int, sighandler_t);
  * etc.), which for a signal we hold (pki_fatal_hides) returns what our
  * handler replaced, not our handler (unless it fails).
  */
-#define PASS_ON(fn, sig, h)                                                                        \
+#define PASS_ON(fn, sig, h, dfl_flags, dfl_mask_self)                                              \
 	do {                                                                                       \
 		signal_fn f_ = (signal_fn)agent_next(&real.fn, #fn);                               \
 		if ((sig) != SIGTRAP)                                                              \
-			return f_ ? pass_on(f_, sig, h) : (errno = ENOSYS, SIG_ERR);               \
+			return f_ ? pass_on(f_, sig, h,                                            \
+					    (struct dfl){!strcmp(#fn, "sigset"), dfl_flags,        \
+							 dfl_mask_self})                           \
+				  : (errno = ENOSYS, SIG_ERR);                                     \
 	} while (0)
 
-static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h)
-{
-	struct sigaction prog;
-	bool held = h != SIG_ERR && h != SIG_HOLD && pki_fatal_hides(sig, &prog, true);
-	sighandler_t r = f(sig, h);
+static pki_sigaction_fn agent_real_sigaction(void);
 
-	return held && r != SIG_ERR ? prog.sa_handler : r;
+/*
+ * Does a catcher hold @sig, with its handler still the kernel's action?
+ * *@prog: the program's view.  If the kernel's action changed behind us
+ * (libc's sigignore, siginterrupt), the catcher lets go: the kernel's view
+ * is the program's again.
+ */
+static bool held(int sig, struct sigaction *prog)
+{
+	pki_sigaction_fn fn = agent_real_sigaction();
+	struct sigaction cur;
+
+	if (!fn || !pki_fatal_hides(sig, prog, false))
+		return false;
+	if (!fn(sig, NULL, &cur) && pki_fatal_ours(sig, &cur))
+		return true;
+	pki_fatal_hides(sig, NULL, true);
+	return false;
+}
+
+/*
+ * sigset(@sig, SIG_DFL) for a held @sig: what sigset does (unblock @sig,
+ * return the old disposition or SIG_HOLD if it was blocked), the handler
+ * set to SIG_DFL only in the program's view: ours stays (signals.h).
+ */
+static sighandler_t sigset_default(int sig, sighandler_t prog)
+{
+	sigset_t one, was;
+
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	if (sigprocmask(SIG_UNBLOCK, &one, &was))
+		return SIG_ERR;
+	pki_fatal_set_default(sig, &(struct sigaction){.sa_handler = SIG_DFL});
+	return sigismember(&was, sig) ? SIG_HOLD : prog;
+}
+
+/* What the function of the signal() family sets: its flags, and @sig blocked in its handler. */
+struct dfl {
+	bool is_sigset;
+	int flags;
+	bool mask_self;
+};
+
+static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, struct dfl d)
+{
+	struct sigaction prog, sa = {.sa_handler = SIG_DFL, .sa_flags = d.flags};
+	sighandler_t r;
+
+	if (h == SIG_ERR || !held(sig, &prog))
+		return f(sig, h);
+	if (h == SIG_DFL && d.is_sigset)
+		return sigset_default(sig, prog.sa_handler);
+	if (h == SIG_DFL) { /* no change without probekit: ours stays (signals.h) */
+		sigemptyset(&sa.sa_mask);
+		if (d.mask_self)
+			sigaddset(&sa.sa_mask, sig);
+		pki_fatal_set_default(sig, &sa);
+		return prog.sa_handler;
+	}
+	r = f(sig, h); /* SIG_HOLD (sigset) blocks it and returns the disposition */
+	if (r == SIG_ERR || r == SIG_HOLD)
+		return r;
+	if (h != SIG_HOLD)
+		pki_fatal_hides(sig, NULL, true); /* the program's handler replaced ours */
+	return prog.sa_handler;
 }
 
 static pki_sigaction_fn agent_real_sigaction(void)
@@ -86,12 +150,19 @@ static int trap_action(const struct sigaction *act, struct sigaction *old)
 static int held_action(pki_sigaction_fn fn, int sig, const struct sigaction *act,
 		       struct sigaction *old)
 {
-	struct sigaction prog;
+	struct sigaction prog, want;
 
-	if (!pki_fatal_hides(sig, &prog, act != NULL))
+	if (!held(sig, &prog))
 		return fn(sig, act, old);
-	if (act && fn(sig, act, NULL))
-		return -1;
+	if (act)
+		want = *act; /* (act may be old) */
+	if (act && want.sa_handler == SIG_DFL && !(want.sa_flags & SA_SIGINFO)) {
+		pki_fatal_set_default(sig, &want); /* no change without probekit: ours stays */
+	} else if (act) {
+		if (fn(sig, &want, NULL))
+			return -1;		  /* ours stays, and hidden */
+		pki_fatal_hides(sig, NULL, true); /* the program's handler replaced ours */
+	}
 	if (old)
 		*old = prog;
 	return 0;
@@ -135,32 +206,32 @@ static sighandler_t set_trap_handler(sighandler_t h, int flags, bool mask_self)
 /* BSD semantics (glibc's signal, bsd_signal, ssignal): restart, handler blocks sig. */
 PK_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
-	PASS_ON(signal, sig, h);
+	PASS_ON(signal, sig, h, SA_RESTART, true);
 	return set_trap_handler(h, SA_RESTART, true);
 }
 
 PK_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
-	PASS_ON(bsd_signal, sig, h);
+	PASS_ON(bsd_signal, sig, h, SA_RESTART, true);
 	return set_trap_handler(h, SA_RESTART, true);
 }
 
 PK_EXPORT sighandler_t ssignal(int sig, sighandler_t h)
 {
-	PASS_ON(ssignal, sig, h);
+	PASS_ON(ssignal, sig, h, SA_RESTART, true);
 	return set_trap_handler(h, SA_RESTART, true);
 }
 
 /* System V semantics: one-shot, not blocked in its handler, no restart. */
 PK_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 {
-	PASS_ON(sysv_signal, sig, h);
+	PASS_ON(sysv_signal, sig, h, SA_RESETHAND | SA_NODEFER, false);
 	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
 }
 
 PK_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
 {
-	PASS_ON(__sysv_signal, sig, h);
+	PASS_ON(__sysv_signal, sig, h, SA_RESETHAND | SA_NODEFER, false);
 	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
 }
 
@@ -174,7 +245,7 @@ PK_EXPORT sighandler_t sigset(int sig, sighandler_t h)
 	struct sigaction sa = {.sa_handler = h}, old;
 	sigset_t one, was;
 
-	PASS_ON(sigset, sig, h);
+	PASS_ON(sigset, sig, h, 0, false);
 	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;

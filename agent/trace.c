@@ -275,6 +275,14 @@ static bool trace_exits(bool initial)
 	return true;
 }
 
+/* Are PROG's own functions relocated (PROBEKIT_RELOC=main or 1, sym/sites.h)? */
+static bool reloc_on(void)
+{
+	const char *e = getenv("PROBEKIT_RELOC");
+
+	return e && (!strcmp(e, "main") || !strcmp(e, "1"));
+}
+
 /* The sites the -f/-N globs select, into T.ips, T.syms and T.objs. */
 static bool trace_pick(bool initial)
 {
@@ -300,7 +308,7 @@ static bool trace_pick(bool initial)
 	 */
 	for (i = 0; i < p.g.nf; i++)
 		later |= !p.fmatched[i];
-	if (!p.total && !p.g.nf && getenv("PROBEKIT_RELOC"))
+	if (!p.total && !p.g.nf && reloc_on())
 		FAIL(initial,
 		     "no function of PROG can be hooked: it has no patchable entry and none "
 		     "of its functions relocates ('probekit sites --functions --stats PROG' "
@@ -330,9 +338,12 @@ static void reloc_summary(void)
 	char line[512];
 	size_t len, shown = 0;
 	bool used[PKI_FUNC_WHY_NR] = {false};
+	unsigned reasons = 0;
 
 	if (!pki_sites_reloc_stats_main(&st) || !st.refused)
 		return;
+	for (unsigned i = 1; i < PKI_FUNC_WHY_NR; i++)
+		reasons += st.why[i] != 0;
 	len = (size_t)snprintf(
 	    line, sizeof(line),
 	    "probekit: PROG's functions without a patchable entry: %zu relocated, %zu refused (",
@@ -353,7 +364,7 @@ static void reloc_summary(void)
 	if (len < sizeof(line))
 		snprintf(line + len, sizeof(line) - len,
 			 "%s): 'probekit sites --functions --stats PROG' lists them\n",
-			 shown < st.refused && shown == 4 ? ", ..." : "");
+			 reasons > shown ? ", ..." : "");
 	agent_notice(line);
 }
 

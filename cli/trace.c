@@ -277,11 +277,12 @@ static int count_site(const struct pk_site *s, void *ctx)
 /*
  * Does the file @path have a patchable entry?  Without any (a distribution
  * binary), relocation is the only way to trace its functions: the default.
- * One that cannot be read says yes: the agent's own check then speaks.
+ * Neither does a file that is no ELF program (a script: its interpreter,
+ * which then runs, is most likely a distribution binary).
  */
 static bool has_sites(const char *path)
 {
-	return pk_sites_file_foreach(path, count_site, NULL, NULL) != 0;
+	return pk_sites_file_foreach(path, count_site, NULL, NULL) > 0;
 }
 
 /* What the command line asks for; PROG is argv[prog]. */
@@ -433,6 +434,8 @@ int cmd_trace(int argc, char **argv)
 		return ret;
 	if (o.relocate < 0)
 		o.relocate = !has_sites(path);
+	if (!o.relocate) /* an inherited setting must not undo --no-relocate */
+		unsetenv("PROBEKIT_RELOC");
 	err = abs_path(o.output, ctx.file, sizeof(ctx.file));
 	if (err)
 		return cli_error("%s: %s", o.output, strerror(-err)), TRACE_FAIL;

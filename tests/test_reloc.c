@@ -458,7 +458,7 @@ static int table_read(void *ctx, uint64_t addr, void *buf, size_t len)
 
 START_TEST(jump_table)
 {
-	struct table_src t = {.e = {31 - 0x1000, 31 - 0x1000, 13 - 0x1000, 0 - 0x1000}};
+	struct table_src t = {.e = {31 - 0x1000, 31 - 0x1000, 13 - 0x1000, 31 - 0x1000}};
 	struct pki_reloc_in in = {.code = table_fn,
 				  .size = sizeof(table_fn),
 				  .addr = ADDR,
@@ -472,7 +472,11 @@ START_TEST(jump_table)
 	ck_assert_int_eq(t.calls, 1);
 	ck_assert_uint_eq(t.asked, ADDR + 0x1000);
 	ck_assert_uint_eq(t.len, 16); /* N + 1 = 4 entries */
-	t.e[2] = 4 - 0x1000;	      /* an entry to the sub: inside the moved bytes */
+	t.e[3] = 0 - 0x1000;	      /* an entry to the function's entry: a loop, refused */
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_TABLE_IN);
+	t.e[3] = 31 - 0x1000;
+	t.e[2] = 4 - 0x1000; /* an entry to the sub: inside the moved bytes */
 	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
 	ck_assert_int_eq(r.why, PKI_RELOC_TABLE_IN);
 	ck_assert_uint_eq(r.why_at, ADDR + 29);
@@ -540,7 +544,7 @@ static int abs_table_read(void *ctx, uint64_t addr, void *buf, size_t len)
 
 START_TEST(absolute_jump_table)
 {
-	struct abs_table_src t = {.e = {ADDR + 22, ADDR + 26, ADDR + 22, ADDR}};
+	struct abs_table_src t = {.e = {ADDR + 22, ADDR + 26, ADDR + 22, ADDR + 26}};
 	struct pki_reloc_in in = {.code = abs_table_fn,
 				  .size = sizeof(abs_table_fn),
 				  .addr = ADDR,

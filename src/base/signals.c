@@ -98,6 +98,35 @@ bool pki_fatal_hides(int sig, struct sigaction *old, bool taken)
 	return false;
 }
 
+/* The catcher that holds @sig, or NULL. */
+static struct pki_fatal *holder(int sig)
+{
+	if (sig <= 0 || sig >= NSIG)
+		return NULL;
+	for (int i = 0; i < NCATCHERS; i++) {
+		struct pki_fatal *f = __atomic_load_n(&catchers[i], __ATOMIC_ACQUIRE);
+
+		if (f && __atomic_load_n(&f->caught[sig], __ATOMIC_ACQUIRE))
+			return f;
+	}
+	return NULL;
+}
+
+bool pki_fatal_ours(int sig, const struct sigaction *cur)
+{
+	struct pki_fatal *f = holder(sig);
+
+	return f && (cur->sa_flags & SA_SIGINFO) && cur->sa_sigaction == f->handler;
+}
+
+void pki_fatal_set_default(int sig, const struct sigaction *act)
+{
+	struct pki_fatal *f = holder(sig);
+
+	if (f)
+		f->old[sig] = *act;
+}
+
 void pki_fatal_catch(struct pki_fatal *f, const int *sigs, size_t n)
 {
 	struct sigaction sa = {.sa_sigaction = f->handler, .sa_flags = SA_SIGINFO | SA_ONSTACK};
@@ -127,6 +156,8 @@ void pki_fatal_die(struct pki_fatal *f, int signo, const siginfo_t *si)
 {
 	int saved = errno;
 
+	/* Let go first: the agent's sigaction() would keep ours for a SIG_DFL (signals.h). */
+	__atomic_store_n(&f->caught[signo], false, __ATOMIC_RELEASE);
 	sigaction(signo, &f->old[signo], NULL);
 	/* si_code > 0: sent by the kernel for the faulting instruction, which runs again. */
 	if (!is_fault(signo) || si->si_code <= 0)

@@ -73,4 +73,19 @@ void pki_fatal_release(struct pki_fatal *f);
  */
 bool pki_fatal_hides(int sig, struct sigaction *old, bool taken);
 
+/*
+ * Is @cur, the kernel's action for @sig, the handler of the catcher that
+ * holds it?  (libc changes actions behind the program's back, sigignore()
+ * for one: then the program's view is the kernel's again.)
+ */
+bool pki_fatal_ours(int sig, const struct sigaction *cur);
+
+/*
+ * The program sets @sig, which a catcher holds, back to SIG_DFL (@act):
+ * nothing changes without probekit, so our handler stays for the last
+ * flush, and @act is what the program sees and what pki_fatal_die() puts
+ * back.  Async-signal-safe.
+ */
+void pki_fatal_set_default(int sig, const struct sigaction *act);
+
 #endif /* PK_BASE_SIGNALS_H */

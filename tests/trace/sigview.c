@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
+/* sigset() and sigignore() are deprecated, and programs still use them. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 static volatile sig_atomic_t got;
 
 static void on_usr1(int sig)
@@ -31,11 +34,30 @@ __attribute__((noinline, patchable_function_entry(5))) static int show(int sig)
 		      (unsigned)(sa.sa_flags & (SA_SIGINFO | SA_ONSTACK | SA_RESTART))) < 0;
 }
 
-int main(void)
+static const char *name(sighandler_t h)
+{
+	return h == SIG_DFL    ? "SIG_DFL"
+	       : h == SIG_IGN  ? "SIG_IGN"
+	       : h == SIG_HOLD ? "SIG_HOLD"
+			       : "a handler";
+}
+
+/* Set back to SIG_DFL (no change without probekit), then crash: the trace must end by signal. */
+__attribute__((noinline, patchable_function_entry(5))) static int crash(void)
+{
+	signal(SIGSEGV, SIG_DFL);
+	fflush(stdout);
+	return *(volatile int *)0;
+}
+
+int main(int argc, char **argv)
 {
 	static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGTERM,
 				   SIGINT,  SIGHUP, SIGUSR1, SIGUSR2};
 	sighandler_t old;
+
+	if (argc > 1 && !strcmp(argv[1], "--crash"))
+		return crash();
 
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
 		show(sigs[i]);
@@ -47,5 +69,16 @@ int main(void)
 	old = signal(SIGUSR1, SIG_DFL);
 	printf("signal(SIGUSR1, SIG_DFL) returned %s\n",
 	       old == on_usr1 ? "the handler" : "something else");
+	/* sigset's hold and restore, and libc changing an action behind the interposer */
+	old = sigset(SIGINT, SIG_HOLD);
+	printf("sigset(SIGINT, SIG_HOLD) returned %s\n", name(old));
+	old = sigset(SIGINT, old);
+	printf("sigset(SIGINT, old) returned %s\n", name(old));
+	show(SIGINT);
+	sigignore(SIGPIPE);
+	show(SIGPIPE);
+	old = signal(SIGTERM, SIG_DFL);
+	printf("signal(SIGTERM, SIG_DFL) returned %s\n", name(old));
+	show(SIGTERM);
 	return 0;
 }

@@ -487,6 +487,15 @@ static int table_guard_add(struct ctx *c, const struct rec *j, size_t kcmp)
 }
 
 /*
+ * A table's target is checked like a jump's: not strictly inside the moved
+ * bytes, and not the entry either (a loop: the hook would run on each turn).
+ */
+static bool table_target_bad(const struct ctx *c, uint64_t t)
+{
+	return inside(c, t) || t == c->lo || t == c->in->addr;
+}
+
+/*
  * Non-PIC code's table: jmp *T(,%I,8), its N + 1 absolute 8-byte entries
  * each checked like a direct branch's target.
  */
@@ -502,7 +511,7 @@ static int abs_table_check(struct ctx *c, const struct rec *j, uint64_t T, uint6
 		if (c->in->read(c->in->ctx, T + 8 * i, e, 8 * chunk))
 			return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
 		for (size_t x = 0; x < chunk; x++)
-			if (inside(c, e[x]))
+			if (table_target_bad(c, e[x]))
 				return refuse(c, PKI_RELOC_TABLE_IN, j->addr);
 	}
 	return 0;
@@ -541,7 +550,7 @@ static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t 
 		if (c->in->read(c->in->ctx, T + 4 * i, e, 4 * chunk))
 			return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
 		for (size_t x = 0; x < chunk; x++)
-			if (inside(c, T + (uint64_t)(int64_t)e[x]))
+			if (table_target_bad(c, T + (uint64_t)(int64_t)e[x]))
 				return refuse(c, PKI_RELOC_TABLE_IN, j->addr);
 	}
 	return 0;

@@ -262,7 +262,7 @@ vs_plain sigview sv.trace "$sigview"
 check "sigview: SIGTERM, caught by the agent, reads as SIG_DFL" "grep -q '^15: SIG_DFL' out"
 # Setting a caught signal back to SIG_DFL changes nothing: the crash still ends the trace.
 run -o svc.trace -- "$sigview" --crash
-check "sigview --crash: rc $rc" "[[ $rc == 139 ]]"
+check "sigview --crash: rc $rc" "[[ $rc == 143 ]]"
 check "sigview --crash: the trace ended by the signal" "grep -q 'svc.trace: [1-9][0-9]* events, 1 thread(s), ended by signal' err"
 
 echo "trace_cmd: $pass passed, $fail failed"

@@ -496,28 +496,6 @@ static bool table_target_bad(const struct ctx *c, uint64_t t)
 }
 
 /*
- * Non-PIC code's table: jmp *T(,%I,8), its N + 1 absolute 8-byte entries
- * each checked like a direct branch's target.
- */
-static int abs_table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t n)
-{
-	uint64_t e[TABLE_READ / 2];
-
-	if (!c->in->read || n >= PKI_RELOC_TABLE_MAX)
-		return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
-	for (uint64_t i = 0; i <= n; i += TABLE_READ / 2) {
-		size_t chunk = n + 1 - i < TABLE_READ / 2 ? n + 1 - i : TABLE_READ / 2;
-
-		if (c->in->read(c->in->ctx, T + 8 * i, e, 8 * chunk))
-			return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
-		for (size_t x = 0; x < chunk; x++)
-			if (table_target_bad(c, e[x]))
-				return refuse(c, PKI_RELOC_TABLE_IN, j->addr);
-	}
-	return 0;
-}
-
-/*
  * jmp *%R right after the epilogue (pop of a register, leave, add $N,%rsp):
  * the frame is gone, so it leaves the function: a tail call through a
  * register loaded further back (or across a test of it).
@@ -537,23 +515,40 @@ static bool after_epilogue(const struct ctx *c)
 	       d == ZYDIS_REGISTER_RSP && r->op[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE;
 }
 
-/* Each of the N + 1 entries: a target T + entry, checked like a branch's. */
-static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t n)
+/*
+ * The N + 1 entries of the table at T for the bounded jmp @j, each target
+ * checked like a branch's: @size 4, gcc's PIC table (target T + entry), or
+ * 8, non-PIC code's jmp *T(,%I,8) (the entry is the target).  Then @j's
+ * window goes on the guard list.
+ */
+static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t n, unsigned size,
+		       size_t kcmp)
 {
-	int32_t e[TABLE_READ];
+	uint8_t buf[4 * TABLE_READ];
+	const size_t per = sizeof(buf) / size;
 
 	if (!c->in->read || n >= PKI_RELOC_TABLE_MAX)
 		return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
-	for (uint64_t i = 0; i <= n; i += TABLE_READ) {
-		size_t chunk = n + 1 - i < TABLE_READ ? n + 1 - i : TABLE_READ;
+	for (uint64_t i = 0; i <= n; i += per) {
+		size_t chunk = n + 1 - i < per ? n + 1 - i : per;
 
-		if (c->in->read(c->in->ctx, T + 4 * i, e, 4 * chunk))
+		if (c->in->read(c->in->ctx, T + size * i, buf, size * chunk))
 			return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
-		for (size_t x = 0; x < chunk; x++)
-			if (table_target_bad(c, T + (uint64_t)(int64_t)e[x]))
+		for (size_t x = 0; x < chunk; x++) {
+			int32_t rel;
+			uint64_t t;
+
+			if (size == 4) {
+				memcpy(&rel, buf + 4 * x, 4);
+				t = T + (uint64_t)(int64_t)rel;
+			} else {
+				memcpy(&t, buf + 8 * x, 8);
+			}
+			if (table_target_bad(c, t))
 				return refuse(c, PKI_RELOC_TABLE_IN, j->addr);
+		}
 	}
-	return 0;
+	return table_guard_add(c, j, kcmp);
 }
 
 /* An indirect jmp (the last instruction decoded): bounded, or refused. */
@@ -563,23 +558,19 @@ static int indirect(struct ctx *c, const struct rec *j)
 	ZydisRegister I = ZYDIS_REGISTER_NONE;
 	size_t kmov = 0, kcmp = 0;
 	uint64_t T, n;
-	int ret;
 
 	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.index == ZYDIS_REGISTER_NONE)
 		return 0; /* a tail call through a pointer slot */
 	if (o->type == ZYDIS_OPERAND_TYPE_MEMORY && o->mem.base == ZYDIS_REGISTER_NONE &&
 	    o->mem.scale == 8 && j->in.raw.disp.size == 32 &&
-	    table_bound(c, 0, o->mem.index, &n, &kcmp)) {
-		ret = abs_table_check(c, j, (uint64_t)o->mem.disp.value, n);
-		return ret ? ret : table_guard_add(c, j, kcmp);
-	}
+	    table_bound(c, 0, o->mem.index, &n, &kcmp))
+		return table_check(c, j, (uint64_t)o->mem.disp.value, n, 8, kcmp);
 	if (o->type == ZYDIS_OPERAND_TYPE_REGISTER) {
 		/* A table first: its jmp may follow pops too (then it is no tail call). */
 		if (table_parts(c, o->reg.value, &T, &I, &kmov)) {
 			if (!table_bound(c, kmov, I, &n, &kcmp))
 				return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
-			ret = table_check(c, j, T, n);
-			return ret ? ret : table_guard_add(c, j, kcmp);
+			return table_check(c, j, T, n, 4, kcmp);
 		}
 		if (slot_load(c, o->reg.value) || after_epilogue(c))
 			return 0;

@@ -141,50 +141,34 @@ END_TEST
 
 /*
  * pki_vecsafe_call() keeps the whole vector state (vecsafe.S): vs_probe()
- * puts a pattern in all of ymm1 and ymm8, calls @fn through it, and stores
- * both back; vs_clobber() writes them and clears the upper halves, as
+ * puts a pattern in all of ymm1 and ymm8, calls @fn through @saver, and
+ * stores both back; vs_clobber() writes them and clears the upper halves, as
  * libc's AVX code does.
  */
-void vs_probe(void *fn, const void *pattern, void *out);
+void vs_probe(void *saver, void *fn, const void *pattern, void *out);
 __asm__(".text\n"
 	".type vs_probe, @function\n"
-	"vs_probe:\n"
+	"vs_probe:\n" /* saver(1, 2, 3, fn), ymm1 and ymm8 = *pattern around it */
 	"	push %rbx\n"
-	"	mov %rdx, %rbx\n"
-	"	vmovdqu (%rsi), %ymm1\n"
-	"	vmovdqu (%rsi), %ymm8\n"
-	"	mov %rdi, %rcx\n"
+	"	push %r12\n"
+	"	sub $8, %rsp\n"
+	"	mov %rcx, %rbx\n"
+	"	mov %rdi, %r12\n"
+	"	vmovdqu (%rdx), %ymm1\n"
+	"	vmovdqu (%rdx), %ymm8\n"
+	"	mov %rsi, %rcx\n"
 	"	mov $1, %edi\n"
 	"	mov $2, %esi\n"
 	"	mov $3, %edx\n"
-	"	call pki_vecsafe_call\n"
+	"	call *%r12\n"
 	"	vmovdqu %ymm1, (%rbx)\n"
 	"	vmovdqu %ymm8, 32(%rbx)\n"
 	"	vzeroupper\n"
+	"	add $8, %rsp\n"
+	"	pop %r12\n"
 	"	pop %rbx\n"
 	"	ret\n"
 	".size vs_probe, .-vs_probe\n");
-
-/* vs_probe through pki_vecsafe_call_sse, for a callee that uses legacy SSE only. */
-void vs_probe_sse(void *fn, const void *pattern, void *out);
-__asm__(".text\n"
-	".type vs_probe_sse, @function\n"
-	"vs_probe_sse:\n"
-	"	push %rbx\n"
-	"	mov %rdx, %rbx\n"
-	"	vmovdqu (%rsi), %ymm1\n"
-	"	vmovdqu (%rsi), %ymm8\n"
-	"	mov %rdi, %rcx\n"
-	"	mov $1, %edi\n"
-	"	mov $2, %esi\n"
-	"	mov $3, %edx\n"
-	"	call pki_vecsafe_call_sse\n"
-	"	vmovdqu %ymm1, (%rbx)\n"
-	"	vmovdqu %ymm8, 32(%rbx)\n"
-	"	vzeroupper\n"
-	"	pop %rbx\n"
-	"	ret\n"
-	".size vs_probe_sse, .-vs_probe_sse\n");
 
 /* Legacy-SSE writes of xmm1 and xmm8 (as the vDSO's code would make). */
 static unsigned long vs_clobber_sse(unsigned long a, unsigned long b, unsigned long c)
@@ -214,11 +198,11 @@ START_TEST(slowcall_keeps_vector_state)
 	}
 	for (int i = 0; i < 32; i++)
 		pattern[i] = (uint8_t)(i * 7 + 1);
-	vs_probe((void *)vs_clobber, pattern, out);
+	vs_probe((void *)pki_vecsafe_call, (void *)vs_clobber, pattern, out);
 	ck_assert_int_eq(memcmp(out, pattern, 32), 0);
 	ck_assert_int_eq(memcmp(out + 32, pattern, 32), 0);
 	memset(out, 0, sizeof(out));
-	vs_probe_sse((void *)vs_clobber_sse, pattern, out);
+	vs_probe((void *)pki_vecsafe_call_sse, (void *)vs_clobber_sse, pattern, out);
 	ck_assert_int_eq(memcmp(out, pattern, 32), 0);
 	ck_assert_int_eq(memcmp(out + 32, pattern, 32), 0);
 }

@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
-#include <string.h>
 
 #include "agent_int.h"
 #include "base/signals.h"
@@ -42,15 +41,36 @@ typedef sighandler_t (*signal_fn)(int, sighandler_t);
  * etc.), which for a signal we hold (pki_fatal_hides) returns what our
  * handler replaced, not our handler (unless it fails).
  */
-#define PASS_ON(fn, sig, h, dfl_flags, dfl_mask_self)                                              \
+#define PASS_ON(fn, sig, h, sem)                                                                   \
 	do {                                                                                       \
 		signal_fn f_ = (signal_fn)agent_next(&real.fn, #fn);                               \
 		if ((sig) != SIGTRAP)                                                              \
-			return f_ ? pass_on(f_, sig, h,                                            \
-					    (struct dfl){!strcmp(#fn, "sigset"), dfl_flags,        \
-							 dfl_mask_self})                           \
-				  : (errno = ENOSYS, SIG_ERR);                                     \
+			return f_ ? pass_on(f_, sig, h, sem) : (errno = ENOSYS, SIG_ERR);          \
 	} while (0)
+
+/* What a function of the signal() family installs besides the handler. */
+struct semantics {
+	int flags;
+	bool mask_self; /* the signal blocked in its handler */
+	bool is_sigset; /* sigset(): also unblocks the signal (SIG_HOLD blocks it) */
+};
+
+/* BSD semantics (glibc's signal, bsd_signal, ssignal): restart, handler blocks sig. */
+static const struct semantics BSD = {.flags = SA_RESTART, .mask_self = true};
+/* System V semantics: one-shot, not blocked in its handler, no restart. */
+static const struct semantics SYSV = {.flags = SA_RESETHAND | SA_NODEFER};
+static const struct semantics SIGSET = {.is_sigset = true};
+
+/* The action @sem's function installs for @h on @sig. */
+static struct sigaction action_of(sighandler_t h, int sig, const struct semantics *sem)
+{
+	struct sigaction sa = {.sa_handler = h, .sa_flags = sem->flags};
+
+	sigemptyset(&sa.sa_mask);
+	if (sem->mask_self)
+		sigaddset(&sa.sa_mask, sig);
+	return sa;
+}
 
 static pki_sigaction_fn agent_real_sigaction(void);
 
@@ -90,26 +110,17 @@ static sighandler_t sigset_default(int sig, sighandler_t prog)
 	return sigismember(&was, sig) ? SIG_HOLD : prog;
 }
 
-/* What the function of the signal() family sets: its flags, and @sig blocked in its handler. */
-struct dfl {
-	bool is_sigset;
-	int flags;
-	bool mask_self;
-};
-
-static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, struct dfl d)
+static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, const struct semantics *sem)
 {
-	struct sigaction prog, sa = {.sa_handler = SIG_DFL, .sa_flags = d.flags};
+	struct sigaction prog, sa;
 	sighandler_t r;
 
 	if (h == SIG_ERR || !held(sig, &prog))
 		return f(sig, h);
-	if (h == SIG_DFL && d.is_sigset)
+	if (h == SIG_DFL && sem->is_sigset)
 		return sigset_default(sig, prog.sa_handler);
 	if (h == SIG_DFL) { /* no change without probekit: ours stays (signals.h) */
-		sigemptyset(&sa.sa_mask);
-		if (d.mask_self)
-			sigaddset(&sa.sa_mask, sig);
+		sa = action_of(SIG_DFL, sig, sem);
 		pki_fatal_set_default(sig, &sa);
 		return prog.sa_handler;
 	}
@@ -186,53 +197,48 @@ PK_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction
 	return sigaction(sig, act, old);
 }
 
-/* SIGTRAP: signal() with the given flags and mask, through our sigaction(). */
-static sighandler_t set_trap_handler(sighandler_t h, int flags, bool mask_self)
+/* SIGTRAP: signal() with @sem's flags and mask, through our sigaction(). */
+static sighandler_t set_trap_handler(sighandler_t h, const struct semantics *sem)
 {
-	struct sigaction sa = {.sa_handler = h, .sa_flags = flags}, old;
+	struct sigaction sa = action_of(h, SIGTRAP, sem), old;
 
 	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;
 	}
-	sigemptyset(&sa.sa_mask);
-	if (mask_self)
-		sigaddset(&sa.sa_mask, SIGTRAP);
 	if (trap_action(&sa, &old))
 		return SIG_ERR;
 	return old.sa_handler;
 }
 
-/* BSD semantics (glibc's signal, bsd_signal, ssignal): restart, handler blocks sig. */
 PK_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
-	PASS_ON(signal, sig, h, SA_RESTART, true);
-	return set_trap_handler(h, SA_RESTART, true);
+	PASS_ON(signal, sig, h, &BSD);
+	return set_trap_handler(h, &BSD);
 }
 
 PK_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
-	PASS_ON(bsd_signal, sig, h, SA_RESTART, true);
-	return set_trap_handler(h, SA_RESTART, true);
+	PASS_ON(bsd_signal, sig, h, &BSD);
+	return set_trap_handler(h, &BSD);
 }
 
 PK_EXPORT sighandler_t ssignal(int sig, sighandler_t h)
 {
-	PASS_ON(ssignal, sig, h, SA_RESTART, true);
-	return set_trap_handler(h, SA_RESTART, true);
+	PASS_ON(ssignal, sig, h, &BSD);
+	return set_trap_handler(h, &BSD);
 }
 
-/* System V semantics: one-shot, not blocked in its handler, no restart. */
 PK_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 {
-	PASS_ON(sysv_signal, sig, h, SA_RESETHAND | SA_NODEFER, false);
-	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
+	PASS_ON(sysv_signal, sig, h, &SYSV);
+	return set_trap_handler(h, &SYSV);
 }
 
 PK_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
 {
-	PASS_ON(__sysv_signal, sig, h, SA_RESETHAND | SA_NODEFER, false);
-	return set_trap_handler(h, SA_RESETHAND | SA_NODEFER, false);
+	PASS_ON(__sysv_signal, sig, h, &SYSV);
+	return set_trap_handler(h, &SYSV);
 }
 
 /*
@@ -245,7 +251,7 @@ PK_EXPORT sighandler_t sigset(int sig, sighandler_t h)
 	struct sigaction sa = {.sa_handler = h}, old;
 	sigset_t one, was;
 
-	PASS_ON(sigset, sig, h, 0, false);
+	PASS_ON(sigset, sig, h, &SIGSET);
 	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;

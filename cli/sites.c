@@ -29,12 +29,16 @@ static const char usage[] =
     "stripped, its .eh_frame): address, size, how it could be hooked and name\n"
     "(sub_<hex> without a symbol).  How: 'patchable KIND' (a site, as above),\n"
     "'reloc N' (its first N bytes can be moved out of line: prologue relocation)\n"
-    "or 'refused REASON'.  IFUNC resolvers and cold parts are skipped (counted by\n"
-    "-s).  'probekit trace --relocate' and the library's relocated sites\n"
-    "(PROBEKIT_RELOC) hook the 'reloc' ones.\n\n"
+    "or 'refused REASON'; with --int3, 'int3 REASON' for a refused one whose first\n"
+    "instruction alone can be moved (hooked through a breakpoint: a signal per\n"
+    "call).  IFUNC resolvers and cold parts are skipped (counted by -s).\n"
+    "'probekit trace --relocate' and the library's relocated sites\n"
+    "(PROBEKIT_RELOC) hook the 'reloc' ones, and with --int3 (PROBEKIT_INT3=1)\n"
+    "the 'int3' ones.\n\n"
     "options:\n"
     "  -f, --functions      every function, with how it could be hooked\n"
     "  -g, --glob PATTERN   only functions whose name matches (fnmatch)\n"
+    "      --int3           with -f: what the INT3 fallback would take\n"
     "  -s, --stats          also print what was found and rejected (with -f: counts\n"
     "                       by outcome and by refusal reason)\n"
     "  -h, --help           this text\n";
@@ -72,6 +76,9 @@ static int print_func(const struct pki_func_site *fs, void *data)
 	case PKI_FUNC_REFUSED:
 		snprintf(how, sizeof(how), "refused %s", pki_func_why_name(fs->why));
 		break;
+	case PKI_FUNC_INT3:
+		snprintf(how, sizeof(how), "int3 %s", pki_func_why_name(fs->why));
+		break;
 	default:
 		return 0; /* skipped: counted, not listed */
 	}
@@ -85,14 +92,16 @@ static void print_func_stats(const char *path, const struct pki_func_stats *st)
 {
 	unsigned w;
 
-	printf("# %s: %zu function(s): %zu patchable, %zu reloc, %zu refused; "
+	printf("# %s: %zu function(s): %zu patchable, %zu reloc, %zu int3, %zu refused; "
 	       "skipped %zu ifunc resolver(s), %zu cold part(s)\n",
-	       path, st->funcs, st->patchable, st->reloc, st->refused, st->ifunc, st->cold);
+	       path, st->funcs, st->patchable, st->reloc, st->int3, st->refused, st->ifunc,
+	       st->cold);
 	if (st->funcs)
-		printf("# %.1f%% hookable (%.1f%% by relocation); %zu patchable site(s) in the "
-		       "file, %zu in no function listed\n",
-		       100.0 * (st->patchable + st->reloc) / st->funcs,
-		       100.0 * st->reloc / st->funcs, st->sites, st->sites_orphan);
+		printf("# %.1f%% hookable (%.1f%% by relocation, %.1f%% by INT3); %zu patchable "
+		       "site(s) in the file, %zu in no function listed\n",
+		       100.0 * (st->patchable + st->reloc + st->int3) / st->funcs,
+		       100.0 * st->reloc / st->funcs, 100.0 * st->int3 / st->funcs, st->sites,
+		       st->sites_orphan);
 	for (w = 1; w < PKI_FUNC_WHY_NR; w++)
 		if (st->why[w])
 			printf("# refused %s: %zu\n", pki_func_why_name(w), st->why[w]);
@@ -112,13 +121,13 @@ static int file_error(const char *path, int ret)
 	}
 }
 
-static int list_functions(const char *path, const char *glob, bool show_stats)
+static int list_functions(const char *path, const char *glob, bool show_stats, bool int3)
 {
 	struct print_ctx pc = {.glob = glob};
 	struct pki_func_stats st;
 	int ret;
 
-	ret = pki_func_sites_file(path, print_func, &pc, &st);
+	ret = pki_func_sites_file(path, int3 ? PKI_FUNC_SITES_INT3 : 0, print_func, &pc, &st);
 	if (ret < 0)
 		return file_error(path, ret);
 	if (show_stats)
@@ -133,15 +142,13 @@ static int list_functions(const char *path, const char *glob, bool show_stats)
 int cmd_sites(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"functions", no_argument, NULL, 'f'},
-	    {"glob", required_argument, NULL, 'g'},
-	    {"stats", no_argument, NULL, 's'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"functions", no_argument, NULL, 'f'}, {"glob", required_argument, NULL, 'g'},
+	    {"stats", no_argument, NULL, 's'},	   {"int3", no_argument, NULL, 'I'},
+	    {"help", no_argument, NULL, 'h'},	   {NULL, 0, NULL, 0},
 	};
 	PK_OPTS(pk_sites_stats, st);
 	struct print_ctx pc = {0};
-	bool show_stats = false, funcs = false;
+	bool show_stats = false, funcs = false, int3 = false;
 	const char *path;
 	int c, ret;
 
@@ -157,6 +164,9 @@ int cmd_sites(int argc, char **argv)
 		case 's':
 			show_stats = true;
 			break;
+		case 'I':
+			int3 = true;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -167,8 +177,10 @@ int cmd_sites(int argc, char **argv)
 	if (optind != argc - 1)
 		return cli_usage_error("sites: expected one FILE");
 	path = argv[optind];
+	if (int3 && !funcs)
+		return cli_usage_error("sites: --int3 needs --functions");
 	if (funcs)
-		return list_functions(path, pc.glob, show_stats);
+		return list_functions(path, pc.glob, show_stats, int3);
 
 	ret = pk_sites_file_foreach(path, print_site, &pc, &st);
 	if (ret < 0)

@@ -116,7 +116,7 @@ START_TEST(file_as_memory)
 	struct pki_func_stats st;
 	struct seen sn = {0};
 
-	ck_assert_int_eq(pki_func_sites_file(self, against_memory, &sn, &st), 0);
+	ck_assert_int_eq(pki_func_sites_file(self, 0, against_memory, &sn, &st), 0);
 	check_counts(&st);
 	ck_assert_uint_eq(sn.plain_found, 1);
 	ck_assert_uint_eq(sn.entry, 1); /* _start, found by its FDE or symbol */
@@ -145,11 +145,11 @@ START_TEST(patchable_program)
 	struct pki_func_stats st;
 	int n = 0;
 
-	ck_assert_int_eq(pki_func_sites_file(PKT_PIE_PATH, NULL, NULL, &st), 0);
+	ck_assert_int_eq(pki_func_sites_file(PKT_PIE_PATH, 0, NULL, NULL, &st), 0);
 	check_counts(&st);
 	ck_assert_uint_ge(st.patchable, 8);
 	ck_assert_uint_eq(st.sites, st.patchable + st.sites_orphan);
-	ck_assert_int_eq(pki_func_sites_file(PKT_PIE_PATH, only_tgt, &n, &st), 0);
+	ck_assert_int_eq(pki_func_sites_file(PKT_PIE_PATH, 0, only_tgt, &n, &st), 0);
 	ck_assert_int_eq(n, 3); /* tgt_alpha, tgt_beta, tgt_gamma */
 	ck_assert_uint_eq(st.funcs, 3);
 	ck_assert_uint_eq(st.patchable, 3);
@@ -168,15 +168,15 @@ START_TEST(errors)
 	struct pki_func_stats st;
 	int fd, n = 0;
 
-	ck_assert_int_eq(pki_func_sites_file(self, stop_at_second, &n, &st), -ECANCELED);
+	ck_assert_int_eq(pki_func_sites_file(self, 0, stop_at_second, &n, &st), -ECANCELED);
 	ck_assert_int_eq(n, 2);
-	ck_assert_int_eq(pki_func_sites_file("/nonexistent", NULL, NULL, NULL), -ENOENT);
-	ck_assert_int_eq(pki_func_sites_file(NULL, NULL, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(pki_func_sites_file("/nonexistent", 0, NULL, NULL, NULL), -ENOENT);
+	ck_assert_int_eq(pki_func_sites_file(NULL, 0, NULL, NULL, NULL), -EINVAL);
 	fd = mkstemp(junk);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, "junk\n", 5), 5);
 	close(fd);
-	ck_assert_int_eq(pki_func_sites_file(junk, NULL, NULL, &st), -ENOEXEC);
+	ck_assert_int_eq(pki_func_sites_file(junk, 0, NULL, NULL, &st), -ENOEXEC);
 	ck_assert_uint_eq(st.funcs, 0);
 	unlink(junk);
 }

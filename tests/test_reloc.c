@@ -306,6 +306,27 @@ START_TEST(one_instruction_for_int3)
 	ck_assert_int_eq(r.why, PKI_RELOC_NO_FALLTHROUGH);
 	in.min = PKI_RELOC_MIN + 1;
 	ck_assert_int_eq(pki_reloc(&in, &r), -EINVAL);
+
+	/*
+	 * lea 1(%rdi),%rdi; xor %eax,%eax; jmp *%rsi: unbounded, refused with
+	 * 5 bytes to move, accepted for one instruction (nothing but the
+	 * entry could be a target that matters); a loop to the entry is not.
+	 */
+	static const uint8_t tail[] = {0x48, 0x8d, 0x7f, 0x01, 0x31, 0xc0, 0xff, 0xe6};
+	static const uint8_t loop[] = {0x48, 0xff, 0xcf, 0x48, 0x89, 0xf8,
+				       0x48, 0x85, 0xc0, 0x75, 0xf5, 0xc3};
+
+	in = (struct pki_reloc_in){.code = tail, .size = sizeof(tail), .addr = ADDR, .copy = COPY};
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
+	in.min = 1;
+	ck_assert_int_eq(pki_reloc(&in, &r), 0);
+	ck_assert_uint_eq(r.moved, 4);
+	ck_assert_int_eq(reloc_check(&in, &r), 0);
+	in = (struct pki_reloc_in){
+	    .code = loop, .size = sizeof(loop), .addr = ADDR, .copy = COPY, .min = 1};
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_BRANCH_IN);
 }
 END_TEST
 

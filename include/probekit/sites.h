@@ -38,6 +38,8 @@ enum pk_site_kind {
 	PK_SITE_NOP1X5,	  /* __patchable_function_entries, five one-byte nops (gcc) */
 	PK_SITE_MCOUNT,	  /* __mcount_loc, one five-byte nop */
 	PK_SITE_RELOC,	  /* a function's first instructions, moved out of line when hooked */
+	PK_SITE_INT3,	  /* a function relocation refused: a breakpoint on its first byte
+			     when hooked (PROBEKIT_INT3=1), a signal delivery per call */
 };
 
 struct pk_site {
@@ -57,7 +59,7 @@ struct pk_site {
  */
 typedef int (*pk_site_fn)(const struct pk_site *site, void *ctx);
 
-/* "nop5", "nop1x5", "mcount", or "?" for anything else. */
+/* "nop5", "nop1x5", "mcount", "reloc", "int3", or "?" for anything else. */
 PK_API const char *pk_site_kind_name(enum pk_site_kind kind);
 
 /*

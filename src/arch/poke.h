@@ -42,12 +42,19 @@ struct pki_poke_reloc {
 	} map[PKI_SITE_LEN];
 };
 
-/* One site of a batch: PKI_SITE_LEN bytes at @addr, from @old to @new. */
+/*
+ * One site of a batch: PKI_SITE_LEN bytes at @addr, from @old to @new.
+ * @trap: an INT3 site (RS5) being attached or detached: @old and @new
+ * differ in byte 0 only, one of them the breakpoint that stays (insn.h,
+ * pki_insn_trap_site()); the batch layer stores that byte alone, after
+ * pki_arch_trap_site_add() said where its traps go.
+ */
 struct pki_poke {
 	unsigned long addr;
 	uint8_t old[PKI_SITE_LEN];
 	uint8_t new[PKI_SITE_LEN];
 	const struct pki_poke_reloc *reloc; /* NULL: both emulatable */
+	bool trap;
 };
 
 /* Bytes a protocol found other than it was told (see pki_text_ops.bug). */
@@ -80,12 +87,27 @@ struct pki_text_ops {
 	void (*bug)(int err, const struct pki_poke_bug *bug);
 };
 
+/*
+ * INT3 sites (doc/design/reloc-sites.md, RS5).  pki_arch_trap_site_add():
+ * from now on, a thread that executes a breakpoint at @ip continues at @to
+ * (the site's entry, which runs its hooks and then the displaced first
+ * instruction from its copy), whatever the byte holds by the time its
+ * handler runs.  Kept for good, as entries are never freed; adding @ip
+ * again is a no-op.  Call before the breakpoint is first written.
+ * -ENOMEM.  pki_arch_trap_guard(): may @n new breakpoints be written now
+ * (no thread blocks SIGTRAP, looked at for up to 20 ms)?  0, or -EDEADLK
+ * after naming the thread.
+ */
+int pki_arch_trap_site_add(unsigned long ip, unsigned long to);
+int pki_arch_trap_guard(size_t n);
+
 /* Before the first batch (and again if it failed): signal handlers, CPU features. */
 int pki_arch_poke_install(void);
 
 /* The protocols' counters since the process started (struct pki_poke_stats); any thread. */
 struct pki_poke_counts {
 	unsigned long emulated, restarted, sled_moves, fast, kicks, relayed;
+	unsigned long trap_calls; /* traps at INT3 sites sent to their entries */
 };
 
 void pki_arch_poke_counts(struct pki_poke_counts *c);

@@ -7,6 +7,7 @@
 #ifndef PK_HOOK_HOOK_INT_H
 #define PK_HOOK_HOOK_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,9 +29,10 @@ struct pki_site_src {
 	/*
 	 * Optional: 0 and the function's start and size if site @ip is a
 	 * relocated entry (PK_SITE_RELOC: its bytes are the function's own
-	 * first instructions), else -ENOENT.
+	 * first instructions), or an INT3 site (PK_SITE_INT3: *@int3 true),
+	 * else -ENOENT.
 	 */
-	int (*reloc)(unsigned long ip, unsigned long *func, unsigned long *size);
+	int (*reloc)(unsigned long ip, unsigned long *func, unsigned long *size, bool *int3);
 };
 
 typedef int (*pki_poke_fn)(struct pki_poke *pokes, size_t n);

@@ -98,6 +98,7 @@ struct site {
 
 struct site_reloc {
 	unsigned long func, size;
+	bool int3; /* an INT3 site (RS5): a breakpoint at ip, one instruction in the copy */
 	uint8_t orig[PKI_SITE_LEN];
 	struct pki_reloc r;	    /* the copy as made: moved, map */
 	struct pki_poke_reloc poke; /* what the patch layer needs of it (RS2) */

@@ -68,16 +68,17 @@ static int sym_each(const char *glob, unsigned long lo, unsigned long hi,
 	return ret;
 }
 
-static int sym_reloc(unsigned long ip, unsigned long *func, unsigned long *size)
+static int sym_reloc(unsigned long ip, unsigned long *func, unsigned long *size, bool *int3)
 {
 	const struct pki_site *s;
 	int err = -ENOENT;
 
 	pki_sites_read_lock();
 	s = pki_site_find(ip);
-	if (s && s->ip == ip && s->kind == PK_SITE_RELOC) {
+	if (s && s->ip == ip && (s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3)) {
 		*func = s->func;
 		*size = s->size;
+		*int3 = s->kind == PK_SITE_INT3;
 		err = 0;
 	}
 	pki_sites_read_unlock();
@@ -106,14 +107,16 @@ struct site *__pki_hook_site_find(unsigned long ip)
 static int site_reloc_get(struct site *s)
 {
 	unsigned long func, size;
+	bool int3 = false;
 
-	if (!pki_reg.src->reloc || pki_reg.src->reloc(s->ip, &func, &size))
+	if (!pki_reg.src->reloc || pki_reg.src->reloc(s->ip, &func, &size, &int3))
 		return -EBUSY;
 	s->reloc = calloc(1, sizeof(*s->reloc));
 	if (!s->reloc)
 		return -ENOMEM;
 	s->reloc->func = func;
 	s->reloc->size = size;
+	s->reloc->int3 = int3;
 	memcpy(s->reloc->orig, s->cur, PKI_SITE_LEN);
 	return 0;
 }
@@ -302,7 +305,8 @@ static int reloc_copy_make(unsigned long copy, void *buf, size_t len, void *ctx)
 				  .addr = rl->func,
 				  .copy = copy,
 				  .read = self_read,
-				  .shstk = pki_sites_shstk()};
+				  .shstk = pki_sites_shstk(),
+				  .min = rl->int3 ? 1 : 0};
 
 	if (pki_reloc(&in, &rl->r)) {
 		pki_warn("hooks: site %#lx: its prologue does not relocate: %s\n", s->ip,
@@ -361,6 +365,12 @@ static int __site_decide_reloc(struct site *s)
 		if (!s->ops.n && !s->direct)
 			return 0;
 		err = pki_tmem_entry_new_reloc(s->ip, reloc_copy_make, s, &s->ent);
+		if (err)
+			return err;
+	}
+	/* An INT3 site's traps go to its entry, before any is written (RS5; idempotent). */
+	if (s->reloc->int3 && (s->ops.n || s->direct)) {
+		err = pki_arch_trap_site_add(s->ip, s->ent.x);
 		if (err)
 			return err;
 	}
@@ -429,7 +439,9 @@ void pki_hook_site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN])
 	 * s->cur tracks what is in the text, and is what the patch layer
 	 * verifies.
 	 */
-	if (s->new_call && s->reloc) /* jumps: no call to return to (tramp.S, X_RELOC) */
+	if (s->new_call && s->reloc && s->reloc->int3) /* traps to its entry (RS5) */
+		pki_insn_trap_site(b, s->reloc->orig);
+	else if (s->new_call && s->reloc) /* jumps: no call to return to (tramp.S, X_RELOC) */
 		pki_insn_jmp(b, s->ip, s->new_call);
 	else if (s->new_call)
 		pki_insn_call(b, s->ip, s->new_call);

@@ -247,7 +247,8 @@ int __pki_hook_commit(void)
 			pokes[np].addr = s->ip;
 			memcpy(pokes[np].old, s->cur, PKI_SITE_LEN);
 			memcpy(pokes[np].new, b, PKI_SITE_LEN);
-			pokes[np].reloc = s->reloc ? &s->reloc->poke : NULL;
+			pokes[np].trap = s->reloc && s->reloc->int3;
+			pokes[np].reloc = s->reloc && !s->reloc->int3 ? &s->reloc->poke : NULL;
 			np++;
 		}
 	}

@@ -91,6 +91,7 @@ struct pki_poke_stats {
 	unsigned long aliases;	  /* executable mappings with a writable alias now */
 	unsigned long kicks;	  /* batches that ran the sled kick */
 	unsigned long relayed;	  /* sled sites attached through their relay */
+	unsigned long trap_calls; /* calls that reached an INT3 site's hooks by a trap */
 };
 
 void pki_text_poke_stats(struct pki_poke_stats *st);

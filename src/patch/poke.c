@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@ void pki_text_poke_stats(struct pki_poke_stats *st)
 	st->aliases = pki_alias_count();
 	st->kicks = c.kicks;
 	st->relayed = c.relayed;
+	st->trap_calls = c.trap_calls;
 }
 
 /* "Sync" of every protocol: every core running a thread of ours serialises. */
@@ -183,6 +185,10 @@ static int check_sites(const struct pki_poke *site, size_t n)
 		bool old_ok = pki_insn_emulatable(site[i].old),
 		     new_ok = pki_insn_emulatable(site[i].new);
 
+		if (site[i].trap) /* byte 0 only, to or from the breakpoint (arch/poke.h) */
+			old_ok = new_ok =
+			    !memcmp(site[i].old + 1, site[i].new + 1, PKI_SITE_LEN - 1) &&
+			    (pki_insn_is_bp(site[i].old[0]) != pki_insn_is_bp(site[i].new[0]));
 		if (site[i].reloc ? !(old_ok || new_ok) : !(old_ok && new_ok)) {
 			pki_debug("text poke %#lx: instruction the patcher cannot emulate\n",
 				  site[i].addr);
@@ -344,11 +350,89 @@ out:
 	return err;
 }
 
+/* --- INT3 sites: one byte each ---------------------------------------------- */
+
+/* Move the INT3 sites' changes to the end of @site, each part kept in order; how many. */
+static size_t trap_sites_split(struct pki_poke *site, size_t n)
+{
+	struct pki_poke tmp;
+	size_t i, j, k = n;
+
+	for (i = n; i-- > 0;) {
+		if (!site[i].trap)
+			continue;
+		tmp = site[i];
+		for (j = i; j + 1 < k; j++)
+			site[j] = site[j + 1];
+		site[--k] = tmp;
+	}
+	return n - k;
+}
+
+/* Is SIGTRAP blocked in the calling thread (pki_arch_trap_guard sees the others)? */
+static int trap_self_guard(void)
+{
+	sigset_t cur;
+
+	if (pthread_sigmask(SIG_BLOCK, NULL, &cur) || !sigismember(&cur, SIGTRAP))
+		return 0;
+	pki_warn("text poke: this thread blocks SIGTRAP, and the batch writes INT3 sites: "
+		 "a trap would kill the process; batch refused, nothing changed: %s\n",
+		 pki_errstr(EDEADLK));
+	return -EDEADLK;
+}
+
+static void trap_sites_store(const struct pki_poke *site, size_t n, bool undo)
+{
+	for (size_t i = 0; i < n; i++)
+		pki_text_put_byte(site[i].addr, undo ? site[i].new[0] : site[i].old[0],
+				  undo ? site[i].old[0] : site[i].new[0]);
+}
+
+/*
+ * The INT3 sites' changes: verified, then byte 0 of each stored alone
+ * (arch/poke.h: nothing else changes, so a thread anywhere sees a whole
+ * instruction), then one core sync unless @lazy.  A new breakpoint is
+ * written only while no thread blocks SIGTRAP (the kernel kills a thread
+ * that traps with it blocked).  On error nothing is left changed.
+ */
+static int trap_sites_apply(const struct pki_poke *site, size_t n, bool lazy)
+{
+	size_t i, adds = 0;
+	int err;
+
+	for (i = 0; i < n; i++)
+		adds += pki_insn_is_bp(site[i].new[0]);
+	err = verify_sites(site, n);
+	if (!err && adds)
+		err = trap_self_guard();
+	if (!err && adds)
+		err = pki_arch_trap_guard(adds);
+	for (i = 0; !err && i < n; i++)
+		if (!pki_text_byte_ok(site[i].addr))
+			err = -EACCES;
+	for (i = 0; !err && i < n; i++) {
+		err = pki_text_put_byte(site[i].addr, site[i].old[0], site[i].new[0]);
+		if (err) {
+			trap_sites_store(site, i, true);
+			if (err == -EILSEQ)
+				poke_bug(err, &(struct pki_poke_bug){
+						  .addr = site[i].addr,
+						  .when = "while storing",
+						  .want = site[i].old,
+						  .have = (const uint8_t *)site[i].addr});
+		}
+	}
+	if (!err && !lazy)
+		err = cores_sync(); /* a failed sync leaves the bytes: complete and correct */
+	return err;
+}
+
 static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 {
 	struct pki_text_range *range;
 	struct pki_poke *site;
-	size_t nrange;
+	size_t nrange, ntrap = 0;
 	int err;
 
 	if (atomic_load(&dead))
@@ -365,10 +449,19 @@ static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 	memcpy(site, pokes, n * sizeof(*site));
 	qsort(site, n, sizeof(*site), cmp_poke);
 	err = check_sites(site, n);
-	if (!err)
-		err = pki_text_ranges(site, n, range, &nrange);
-	if (!err)
-		err = __poke_commit(site, n, range, nrange, flags);
+	if (!err) {
+		ntrap = trap_sites_split(site, n);
+		err = trap_sites_apply(site + n - ntrap, ntrap, flags & PKI_POKE_LAZY);
+	}
+	if (!err && n > ntrap) {
+		err = pki_text_ranges(site, n - ntrap, range, &nrange);
+		if (!err)
+			err = __poke_commit(site, n - ntrap, range, nrange, flags);
+		if (err && ntrap) {
+			trap_sites_store(site + n - ntrap, ntrap, true);
+			cores_sync();
+		}
+	}
 	if (!err)
 		atomic_fetch_add(&batches, 1);
 free_arrays:

@@ -212,7 +212,27 @@ static void refuse(struct pki_func_site *fs, unsigned why, uint64_t at)
 	fs->why_at = at;
 }
 
-static void classify(const struct state *s, size_t i, struct pki_func_site *fs)
+/*
+ * Refused @fs (its relocation's reason kept in why): an INT3 site instead
+ * if its first instruction moves alone and nothing else branches inside it.
+ */
+static void int3_try(const struct state *s, struct pki_reloc_in *in, struct pki_func_site *fs)
+{
+	struct pki_reloc r;
+	uint64_t lo;
+
+	in->min = 1;
+	if (pki_reloc(in, &r))
+		return;
+	lo = in->addr + r.skip;
+	if (foreign_inside(s, lo, lo + r.moved))
+		return;
+	fs->how = PKI_FUNC_INT3;
+	fs->moved = r.moved;
+	fs->skip = r.skip;
+}
+
+static void classify(const struct state *s, size_t i, unsigned flags, struct pki_func_site *fs)
 {
 	const struct pki_elf_func *fn = &s->funcs.funcs[i];
 	struct pki_reloc_in in = {
@@ -257,14 +277,19 @@ static void classify(const struct state *s, size_t i, struct pki_func_site *fs)
 	} else {
 		refuse(fs, PKI_FUNC_NOT_IN_FILE, fn->addr);
 	}
+	if (fs->how == PKI_FUNC_REFUSED && fs->why < PKI_RELOC_NR && (flags & PKI_FUNC_SITES_INT3))
+		int3_try(s, &in, fs);
 }
 
 static void count(struct pki_func_stats *st, const struct pki_func_site *fs)
 {
 	if (fs->how == PKI_FUNC_PATCHABLE || fs->how == PKI_FUNC_RELOC ||
-	    fs->how == PKI_FUNC_REFUSED)
+	    fs->how == PKI_FUNC_REFUSED || fs->how == PKI_FUNC_INT3)
 		st->funcs++;
 	switch (fs->how) {
+	case PKI_FUNC_INT3:
+		st->int3++;
+		break;
 	case PKI_FUNC_PATCHABLE:
 		st->patchable++;
 		break;
@@ -285,7 +310,8 @@ static void count(struct pki_func_stats *st, const struct pki_func_site *fs)
 	}
 }
 
-static int walk(const struct state *s, pki_func_site_fn cb, void *ctx, struct pki_func_stats *st)
+static int walk(const struct state *s, unsigned flags, pki_func_site_fn cb, void *ctx,
+		struct pki_func_stats *st)
 {
 	char buf[24];
 	size_t i;
@@ -295,7 +321,7 @@ static int walk(const struct state *s, pki_func_site_fn cb, void *ctx, struct pk
 		struct pki_func_site fs = {.fn = &s->funcs.funcs[i]};
 
 		fs.name = pki_elf_func_name(fs.fn, buf, sizeof(buf));
-		classify(s, i, &fs);
+		classify(s, i, flags, &fs);
 		r = cb ? cb(&fs, ctx) : 0;
 		if (r < 0)
 			return r;
@@ -305,7 +331,8 @@ static int walk(const struct state *s, pki_func_site_fn cb, void *ctx, struct pk
 	return 0;
 }
 
-int pki_func_sites_file(const char *path, pki_func_site_fn fn, void *ctx, struct pki_func_stats *st)
+int pki_func_sites_file(const char *path, unsigned flags, pki_func_site_fn fn, void *ctx,
+			struct pki_func_stats *st)
 {
 	struct pki_func_stats local;
 	struct state s;
@@ -323,7 +350,7 @@ int pki_func_sites_file(const char *path, pki_func_site_fn fn, void *ctx, struct
 	ret = state_load(fd, &s, st);
 	close(fd);
 	if (!ret)
-		ret = walk(&s, fn, ctx, st);
+		ret = walk(&s, flags, fn, ctx, st);
 	state_free(&s);
 	return ret;
 }
@@ -333,7 +360,7 @@ const char *pki_func_how_name(enum pki_func_how how)
 	static const char *const names[] = {
 	    [PKI_FUNC_PATCHABLE] = "patchable", [PKI_FUNC_RELOC] = "reloc",
 	    [PKI_FUNC_REFUSED] = "refused",	[PKI_FUNC_SKIP_IFUNC] = "ifunc",
-	    [PKI_FUNC_SKIP_COLD] = "cold",
+	    [PKI_FUNC_SKIP_COLD] = "cold",	[PKI_FUNC_INT3] = "int3",
 	};
 
 	if ((unsigned)how >= sizeof(names) / sizeof(names[0]) || !names[how])

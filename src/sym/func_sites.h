@@ -29,6 +29,7 @@ enum pki_func_how {
 	PKI_FUNC_REFUSED,	/* why (or not_in_file) */
 	PKI_FUNC_SKIP_IFUNC,	/* an IFUNC resolver: not classified */
 	PKI_FUNC_SKIP_COLD,	/* a cold part: not classified */
+	PKI_FUNC_INT3,		/* refused (why), hooked by a breakpoint (PKI_FUNC_SITES_INT3) */
 };
 
 /* Refusal reasons: pki_reloc's, then one of this layer. */
@@ -42,17 +43,17 @@ struct pki_func_site {
 	const char *name; /* the symbol's or sub_<hex>; valid during the call */
 	enum pki_func_how how;
 	enum pk_site_kind kind; /* PKI_FUNC_PATCHABLE */
-	uint8_t moved;		/* PKI_FUNC_RELOC: bytes moved */
-	uint8_t skip;		/* PKI_FUNC_RELOC: 4 after an endbr64, else 0 */
-	unsigned why;		/* PKI_FUNC_REFUSED: enum pki_reloc_why or PKI_FUNC_NOT_IN_FILE */
-	uint64_t why_at;	/* PKI_FUNC_REFUSED: link-time address refused */
+	uint8_t moved;		/* PKI_FUNC_RELOC, _INT3: bytes moved */
+	uint8_t skip;		/* PKI_FUNC_RELOC, _INT3: 4 after an endbr64, else 0 */
+	unsigned why;	 /* PKI_FUNC_REFUSED, _INT3: enum pki_reloc_why or PKI_FUNC_NOT_IN_FILE */
+	uint64_t why_at; /* PKI_FUNC_REFUSED, _INT3: link-time address refused */
 };
 
 struct pki_func_stats {
-	size_t funcs; /* classified: patchable + reloc + refused (not the skipped) */
-	size_t patchable, reloc, refused;
+	size_t funcs; /* classified: patchable + reloc + int3 + refused (not the skipped) */
+	size_t patchable, reloc, int3, refused;
 	size_t ifunc, cold;	     /* skipped */
-	size_t why[PKI_FUNC_WHY_NR]; /* refused, by reason (why[0] unused) */
+	size_t why[PKI_FUNC_WHY_NR]; /* refused (not int3), by reason (why[0] unused) */
 	size_t sites;		     /* the file's patchable sites */
 	size_t sites_orphan;	     /* of them, in no listed function */
 };
@@ -66,15 +67,22 @@ struct pki_func_stats {
 typedef int (*pki_func_site_fn)(const struct pki_func_site *s, void *ctx);
 
 /*
+ * PKI_FUNC_SITES_INT3: a function whose prologue does not relocate is an
+ * INT3 site (doc/design/reloc-sites.md, RS5) if its first instruction alone
+ * does (pki_reloc_in.min = 1) and no other function branches inside it.
+ */
+#define PKI_FUNC_SITES_INT3 1u
+
+/*
  * Classify every function of the ELF file at @path; @st (may be NULL) is
  * zeroed, then counts.  Returns 0, the errno of open/mmap, -ENOEXEC (not
  * ELF64 x86-64 ET_EXEC/ET_DYN, or malformed), -EOPNOTSUPP (ET_REL), -ENOMEM,
  * or what @fn returned.
  */
-int pki_func_sites_file(const char *path, pki_func_site_fn fn, void *ctx,
+int pki_func_sites_file(const char *path, unsigned flags, pki_func_site_fn fn, void *ctx,
 			struct pki_func_stats *st);
 
-/* "patchable", "reloc", "refused", "ifunc", "cold"; "?" if out of range. */
+/* "patchable", "reloc", "refused", "ifunc", "cold", "int3"; "?" if out of range. */
 const char *pki_func_how_name(enum pki_func_how how);
 
 /* pki_reloc_why_name, and "not_in_file", "entry_point". */

@@ -204,6 +204,7 @@ static bool main_reloc_read;
 
 static pthread_once_t reloc_once = PTHREAD_ONCE_INIT;
 static int reloc_mode; /* enum pki_reloc_mode, set before the table is built: see sites.h */
+static bool int3_mode; /* the same for INT3 sites */
 
 static void reloc_init(void)
 {
@@ -213,6 +214,8 @@ static void reloc_init(void)
 		reloc_mode = PKI_RELOC_ALL;
 	else if (e && !strcmp(e, "main"))
 		reloc_mode = PKI_RELOC_MAIN;
+	e = getenv("PROBEKIT_INT3");
+	int3_mode = e && !strcmp(e, "1");
 }
 
 /* Does the object (the main program if @is_main) get relocated entries? */
@@ -239,6 +242,18 @@ void pki_sites_set_reloc(enum pki_reloc_mode mode)
 	__atomic_store_n(&reloc_mode, (int)mode, __ATOMIC_RELAXED);
 }
 
+void pki_sites_set_int3(bool on)
+{
+	pthread_once(&reloc_once, reloc_init);
+	__atomic_store_n(&int3_mode, on, __ATOMIC_RELAXED);
+}
+
+static unsigned func_sites_flags(void)
+{
+	pthread_once(&reloc_once, reloc_init);
+	return __atomic_load_n(&int3_mode, __ATOMIC_RELAXED) ? PKI_FUNC_SITES_INT3 : 0;
+}
+
 /* A function the file says relocates: a site, if its whole text is mapped. */
 static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 {
@@ -246,7 +261,8 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 	unsigned long func = r->obj->base + fs->fn->addr, ip = func + fs->skip;
 	struct pki_site *s;
 
-	if (fs->how != PKI_FUNC_RELOC || !in_mapped_text(r->info, func, fs->fn->size))
+	if ((fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_INT3) ||
+	    !in_mapped_text(r->info, func, fs->fn->size))
 		return 0;
 	if (PKI_GROW(r->v, r->cap, r->n + 1))
 		return -ENOMEM;
@@ -255,7 +271,7 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 			       .func = func,
 			       .size = fs->fn->size,
 			       .name = pki_intern(fs->name),
-			       .kind = PK_SITE_RELOC};
+			       .kind = fs->how == PKI_FUNC_INT3 ? PK_SITE_INT3 : PK_SITE_RELOC};
 	if (!s->name)
 		return -ENOMEM;
 	memcpy(s->insn, (const void *)ip, PKI_SITE_LEN);
@@ -270,7 +286,7 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
  */
 static int reloc_sites_read(const char *path, const char *open_path, struct reloc_sites *r)
 {
-	int err = pki_func_sites_file(open_path, reloc_site_take, r, &r->st);
+	int err = pki_func_sites_file(open_path, func_sites_flags(), reloc_site_take, r, &r->st);
 
 	if (err && err != -ENOMEM)
 		pki_debug("sites: %s: no relocated entries: %s\n", path, pki_errstr(err));
@@ -839,6 +855,8 @@ PK_API const char *pk_site_kind_name(enum pk_site_kind kind)
 		return "mcount";
 	case PK_SITE_RELOC:
 		return "reloc";
+	case PK_SITE_INT3:
+		return "int3";
 	}
 	return "?";
 }

@@ -74,6 +74,13 @@ enum pki_reloc_mode { PKI_RELOC_OFF, PKI_RELOC_MAIN, PKI_RELOC_ALL };
 void pki_sites_set_reloc(enum pki_reloc_mode mode);
 
 /*
+ * With relocation on for an object, do its functions that relocation
+ * refuses become PK_SITE_INT3 sites (sym/func_sites.h, PKI_FUNC_SITES_INT3)?
+ * PROBEKIT_INT3=1 sets the default (no); applies like pki_sites_set_reloc.
+ */
+void pki_sites_set_int3(bool on);
+
+/*
  * How the main program's functions were classified when its relocated
  * entries were read (sym/func_sites.h: relocated, refused by reason,
  * skipped): false before, or with relocation off for it.

@@ -75,6 +75,18 @@ static inline bool pki_insn_is_bp(uint8_t b)
 	return b == PKI_INSN_INT3;
 }
 
+/*
+ * An INT3 site's attached bytes (doc/design/reloc-sites.md, RS5): the
+ * function's own @orig with its first byte a breakpoint, for good.  Only
+ * byte 0 differs, so a single-byte store switches it either way, and a
+ * thread stopped anywhere in or after the first instruction is unaffected.
+ */
+static inline void pki_insn_trap_site(uint8_t out[PKI_SITE_LEN], const uint8_t orig[PKI_SITE_LEN])
+{
+	memcpy(out, orig, PKI_SITE_LEN);
+	out[0] = PKI_INSN_INT3;
+}
+
 #define PKI_ENDBR64_LEN 4
 
 /* endbr64 (f3 0f 1e fa): with -fcf-protection a site follows it. */

@@ -10,7 +10,7 @@ int (*pki_text_poke_hook)(enum pki_poke_stage stage);
 bool pki_have_cas16;
 
 atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_fast,
-    pki_stat_kicks, pki_stat_relayed;
+    pki_stat_kicks, pki_stat_relayed, pki_stat_trap_calls;
 
 int pki_arch_poke_install(void)
 {
@@ -27,4 +27,5 @@ void pki_arch_poke_counts(struct pki_poke_counts *c)
 	c->fast = atomic_load(&pki_stat_fast);
 	c->kicks = atomic_load(&pki_stat_kicks);
 	c->relayed = atomic_load(&pki_stat_relayed);
+	c->trap_calls = atomic_load(&pki_stat_trap_calls);
 }

@@ -125,6 +125,6 @@ static inline int pki_poke_stage(enum pki_poke_stage stage)
 }
 
 extern atomic_ulong pki_stat_emulated, pki_stat_restarted, pki_stat_sled_moves, pki_stat_fast,
-    pki_stat_kicks, pki_stat_relayed;
+    pki_stat_kicks, pki_stat_relayed, pki_stat_trap_calls;
 
 #endif /* PK_ARCH_X86_64_POKE_INT_H */

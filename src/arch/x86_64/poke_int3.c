@@ -197,7 +197,7 @@ static int int3_guard_one(pid_t tid, void *arg)
 	if (!g->report)
 		return -EDEADLK;
 	pki_warn("text poke: thread %d (%s) blocks SIGTRAP, and %zu site(s) of this batch "
-		 "need the INT3 protocol (crossing a cache line, or a sled without relay "
+		 "need an INT3 (INT3 sites, sites crossing a cache line, sleds without relay "
 		 "memory): a trap would kill the process; batch refused, nothing changed: %s\n",
 		 tid, name, g->n, pki_errstr(EDEADLK));
 	return -EDEADLK;
@@ -211,7 +211,7 @@ static int int3_guard_one(pid_t tid, void *arg)
  * that blocks it during the batch (a few milliseconds) is not seen: the
  * remaining exposure, only for the sites this protocol still serves.
  */
-static int int3_guard(size_t n)
+int pki_arch_trap_guard(size_t n)
 {
 	struct int3_guard g = {.n = n};
 	int err = 0, i;
@@ -229,7 +229,7 @@ static int int3_guard(size_t n)
 
 int pki_arch_bp_prepare(const struct pki_poke *site, size_t n)
 {
-	int err = int3_guard(n);
+	int err = pki_arch_trap_guard(n);
 
 	return err ? err : pki_trap_sites_add(site, n);
 }

@@ -594,6 +594,22 @@ static void target_add(struct ctx *c, uint64_t t)
 }
 
 /* What the function's instruction @r could do to the moved bytes. */
+/*
+ * An INT3 site's one moved instruction (c->min 1) cannot be branched into
+ * by any target short of a jump to the entry itself (a loop), which only a
+ * table could hide: an indirect jmp whose targets are not bounded is
+ * accepted there (a bounded one's entry to the entry is still TABLE_IN).
+ */
+static int one_insn_ok(struct ctx *c, int ret)
+{
+	if (ret && c->min == 1 && c->out->why == PKI_RELOC_INDIRECT_JMP) {
+		c->out->why = PKI_RELOC_OK;
+		c->out->why_at = 0;
+		return 0;
+	}
+	return ret;
+}
+
 static int scan_one(struct ctx *c, const struct rec *r)
 {
 	bool moved = r->addr >= c->lo && r->addr < c->hi;
@@ -620,7 +636,7 @@ static int scan_one(struct ctx *c, const struct rec *r)
 	    ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r->in, m, r->addr, &t)) && inside(c, t))
 		return refuse(c, PKI_RELOC_ADDR_IN, r->addr);
 	if (r->in.mnemonic == ZYDIS_MNEMONIC_JMP)
-		return indirect(c, r);
+		return one_insn_ok(c, indirect(c, r));
 	return 0;
 }
 
@@ -655,7 +671,7 @@ static int scan(struct ctx *c)
 		if (ret)
 			return ret;
 	}
-	return guards_check(c);
+	return one_insn_ok(c, guards_check(c));
 }
 
 static bool is_rel8(const struct rec *r)

@@ -107,8 +107,9 @@ struct pki_reloc_in {
 	/*
 	 * Bytes the moved instructions must cover: 0 for PKI_RELOC_MIN (the
 	 * 5-byte entry jump), 1 for an INT3 site (RS5: only the first
-	 * instruction moves, and runs from the copy after the trap).  At most
-	 * PKI_RELOC_MIN (-EINVAL).
+	 * instruction moves, and runs from the copy after the trap; an
+	 * indirect jmp with unbounded targets is then accepted, since none but
+	 * the entry itself could matter).  At most PKI_RELOC_MIN (-EINVAL).
 	 */
 	unsigned min;
 };

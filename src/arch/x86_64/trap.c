@@ -16,6 +16,16 @@
  * hooked function traps again and is emulated in turn (re-entrant: the
  * reader count nests).
  *
+ * INT3 sites (doc/design/reloc-sites.md, RS5): a function hooked through a
+ * breakpoint on its first byte, for good.  Its address is in `seen` with
+ * the site's entry: a trap there continues at the entry, exactly as the
+ * 5-byte jmp of a relocated site would (same registers, same stack: the
+ * kernel restores the whole context at sigreturn), and the entry runs the
+ * hooks outside any signal handler, then the displaced instruction from its
+ * copy.  Checked before the active batch: such a site is never in one (the
+ * batch layer stores its byte alone).  A trap whose handler runs after the
+ * site was detached goes to the entry too, which then only runs the copy.
+ *
  * PKI_SIG_KICK: the sled kick (kick.c): a thread stopped inside a sled
  * being converted is moved to the end of the sled, then acknowledges.
  *
@@ -37,6 +47,7 @@
  * written and synced before it.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,86 +78,127 @@ static bool installed;
 
 /* --- addresses ever poked: open addressing, 0 = empty ---------------------- */
 
+/*
+ * Each slot: an address, and for an INT3 site (RS5) where its traps go
+ * (0 for the INT3 protocol's stand-ins).  @to is stored before @addr is
+ * released, and never changes once nonzero (a site's entry is never freed).
+ */
+struct site_slot {
+	atomic_ulong addr, to;
+};
+
 struct site_set {
 	size_t cap; /* power of two */
 	size_t used;
 	struct site_set *older; /* the table this one replaced: kept, see below */
-	atomic_ulong slot[];
+	struct site_slot slot[];
 };
 
 /*
  * Replaced tables are never freed: a handler may still be probing one.  They
  * grow by doubling, so what is kept is smaller than the live table; each new
  * table points at the one it replaced so that all stay reachable (they are
- * retained on purpose, not leaked).
+ * retained on purpose, not leaked).  Writers hold the patch lock or the
+ * registry's (one at a time: set_lock).
  */
 static _Atomic(struct site_set *) seen;
+static pthread_mutex_t set_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t set_hash(unsigned long addr, size_t cap)
 {
 	return (size_t)((addr * 0x9e3779b97f4a7c15ul) >> 17) & (cap - 1);
 }
 
-static bool set_has(const struct site_set *s, unsigned long addr)
+/* @addr's slot, or NULL.  Async-signal-safe. */
+static const struct site_slot *set_find(const struct site_set *s, unsigned long addr)
 {
 	size_t i;
 
 	if (!s)
-		return false;
+		return NULL;
 	for (i = set_hash(addr, s->cap);; i = (i + 1) & (s->cap - 1)) {
-		unsigned long v = atomic_load_explicit(&s->slot[i], memory_order_relaxed);
+		unsigned long v = atomic_load_explicit(&s->slot[i].addr, memory_order_acquire);
 
 		if (v == addr)
-			return true;
+			return &s->slot[i];
 		if (!v)
-			return false;
+			return NULL;
 	}
 }
 
-static bool set_put(struct site_set *s, unsigned long addr)
+static void set_put(struct site_set *s, unsigned long addr, unsigned long to)
 {
 	size_t i;
 
 	for (i = set_hash(addr, s->cap);; i = (i + 1) & (s->cap - 1)) {
-		unsigned long v = atomic_load_explicit(&s->slot[i], memory_order_relaxed);
+		unsigned long v = atomic_load_explicit(&s->slot[i].addr, memory_order_relaxed);
 
-		if (v == addr)
-			return false;
+		if (v == addr) {
+			if (to)
+				atomic_store_explicit(&s->slot[i].to, to, memory_order_release);
+			return;
+		}
 		if (!v) {
-			atomic_store_explicit(&s->slot[i], addr, memory_order_relaxed);
+			atomic_store_explicit(&s->slot[i].to, to, memory_order_relaxed);
+			atomic_store_explicit(&s->slot[i].addr, addr, memory_order_release);
 			s->used++;
-			return true;
+			return;
 		}
 	}
 }
 
-int pki_trap_sites_add(const struct pki_poke *site, size_t n)
+/* Room for @n more addresses in `seen`: the table, or NULL (-ENOMEM). */
+static struct site_set *set_room(size_t n)
 {
 	struct site_set *s = atomic_load_explicit(&seen, memory_order_relaxed), *bigger;
 	size_t i, cap;
 
-	if (!s || (s->used + n) * 2 > s->cap) {
-		for (cap = 1024; cap < ((s ? s->used : 0) + n) * 2 + 1; cap *= 2)
-			;
-		bigger = calloc(1, sizeof(*bigger) + cap * sizeof(bigger->slot[0]));
-		if (!bigger)
-			return -ENOMEM;
-		bigger->cap = cap;
-		bigger->older = s;
-		for (i = 0; s && i < s->cap; i++) {
-			unsigned long v = atomic_load_explicit(&s->slot[i], memory_order_relaxed);
+	if (s && (s->used + n) * 2 <= s->cap)
+		return s;
+	for (cap = 1024; cap < ((s ? s->used : 0) + n) * 2 + 1; cap *= 2)
+		;
+	bigger = calloc(1, sizeof(*bigger) + cap * sizeof(bigger->slot[0]));
+	if (!bigger)
+		return NULL;
+	bigger->cap = cap;
+	bigger->older = s;
+	for (i = 0; s && i < s->cap; i++) {
+		unsigned long v = atomic_load_explicit(&s->slot[i].addr, memory_order_relaxed);
 
-			if (v)
-				set_put(bigger, v);
-		}
-		/* Release: handlers that find the new table see its contents. */
-		atomic_store_explicit(&seen, bigger, memory_order_release);
-		s = bigger;
+		if (v)
+			set_put(bigger, v,
+				atomic_load_explicit(&s->slot[i].to, memory_order_relaxed));
 	}
-	for (i = 0; i < n; i++)
-		set_put(s, site[i].addr);
+	/* Release: handlers that find the new table see its contents. */
+	atomic_store_explicit(&seen, bigger, memory_order_release);
+	return bigger;
+}
+
+int pki_trap_sites_add(const struct pki_poke *site, size_t n)
+{
+	struct site_set *s;
+	size_t i;
+
+	pthread_mutex_lock(&set_lock);
+	s = set_room(n);
+	for (i = 0; s && i < n; i++)
+		set_put(s, site[i].addr, 0);
+	pthread_mutex_unlock(&set_lock);
 	/* Ordered before the INT3s by the release store in pki_trap_publish(). */
-	return 0;
+	return s ? 0 : -ENOMEM;
+}
+
+int pki_arch_trap_site_add(unsigned long ip, unsigned long to)
+{
+	struct site_set *s;
+
+	pthread_mutex_lock(&set_lock);
+	s = set_room(1);
+	if (s)
+		set_put(s, ip, to);
+	pthread_mutex_unlock(&set_lock);
+	/* The release stores precede the breakpoint's store (x86: program order). */
+	return s ? 0 : -ENOMEM;
 }
 
 /* --- the published batch -------------------------------------------------- */
@@ -260,6 +312,16 @@ static bool trap_handler(int sig, siginfo_t *si, void *uc)
 		const struct pki_poke *p;
 		bool done = false;
 
+		const struct site_slot *ss =
+		    set_find(atomic_load_explicit(&seen, memory_order_acquire), addr);
+		unsigned long to = ss ? atomic_load_explicit(&ss->to, memory_order_acquire) : 0;
+
+		if (to) { /* an INT3 site: its entry, as its jmp would (RS5) */
+			uc_set_ip(uc, to);
+			atomic_fetch_add_explicit(&pki_stat_trap_calls, 1, memory_order_relaxed);
+			errno = saved_errno;
+			return true;
+		}
 		atomic_fetch_add(&readers, 1);
 		b = atomic_load(&active);
 		if (b && (p = pki_batch_find(b, addr)) && p->addr == addr) {
@@ -273,7 +335,7 @@ static bool trap_handler(int sig, siginfo_t *si, void *uc)
 							  memory_order_relaxed);
 		}
 		readers_leave();
-		if (!done && set_has(atomic_load_explicit(&seen, memory_order_acquire), addr)) {
+		if (!done && ss) {
 			uc_set_ip(uc, addr);
 			atomic_fetch_add_explicit(&pki_stat_restarted, 1, memory_order_relaxed);
 			done = true;

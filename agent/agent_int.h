@@ -10,6 +10,7 @@
 #define PK_AGENT_INT_H
 
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -194,6 +195,18 @@ void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *op
  * constructor.
  */
 void agent_signal_init(void);
+
+/*
+ * SIGTRAP kept deliverable while INT3 sites may exist (sigmask.c):
+ * resolve the wrapped functions (before main()).  For sigaction(): strip
+ * SIGTRAP from @act's sa_mask into @buf (true if it had it, with
+ * PROBEKIT_INT3=1); whether @sig's current action had it in PROG's view,
+ * and record that for a new action.
+ */
+void agent_sigmask_init(void);
+bool agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf);
+bool agent_sa_mask_had(int sig);
+void agent_sa_mask_set(int sig, bool had);
 
 /* Resolve the real exec and spawn functions the agent wraps (trace.c, shell.c). */
 void agent_exec_init(void);

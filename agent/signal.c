@@ -144,6 +144,7 @@ static pki_sigaction_fn agent_real_sigaction(void)
 void agent_signal_init(void)
 {
 	agent_real_sigaction();
+	agent_sigmask_init();
 }
 
 static int trap_action(const struct sigaction *act, struct sigaction *old)
@@ -182,14 +183,25 @@ static int held_action(pki_sigaction_fn fn, int sig, const struct sigaction *act
 PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
 	pki_sigaction_fn fn = agent_real_sigaction();
+	struct sigaction buf;
+	bool had, has;
 
 	if (!fn) {
 		errno = ENOSYS;
 		return -1;
 	}
-	if (sig != SIGTRAP)
-		return held_action(fn, sig, act, old);
-	return trap_action(act, old);
+	if (sig == SIGTRAP)
+		return trap_action(act, old);
+	/* With INT3 sites, a handler never blocks SIGTRAP (sigmask.c); PROG reads its mask. */
+	had = agent_sa_mask_had(sig);
+	has = agent_sa_mask_strip(act, &buf);
+	if (held_action(fn, sig, has ? &buf : act, old))
+		return -1;
+	if (act)
+		agent_sa_mask_set(sig, has);
+	if (old && had)
+		sigaddset(&old->sa_mask, SIGTRAP);
+	return 0;
 }
 
 PK_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction *old)

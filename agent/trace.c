@@ -332,39 +332,88 @@ static bool trace_pick(bool initial)
  * and why (the most frequent reasons), once, so that missing functions are
  * never a silent surprise; `probekit sites --functions` lists them.
  */
-static void reloc_summary(void)
+/* ", reason N, ..." for the 4 commonest refusal reasons of @st, appended to @line. */
+static size_t reasons_add(char *line, size_t len, size_t size, const struct pki_func_stats *st)
 {
-	struct pki_func_stats st;
-	char line[512];
-	size_t len, shown = 0;
 	bool used[PKI_FUNC_WHY_NR] = {false};
-	unsigned reasons = 0;
+	unsigned reasons = 0, shown = 0;
 
-	if (!pki_sites_reloc_stats_main(&st) || !st.refused)
-		return;
 	for (unsigned i = 1; i < PKI_FUNC_WHY_NR; i++)
-		reasons += st.why[i] != 0;
-	len = (size_t)snprintf(
-	    line, sizeof(line),
-	    "probekit: PROG's functions without a patchable entry: %zu relocated, %zu refused (",
-	    st.reloc, st.refused);
-	while (shown < 4 && len < sizeof(line)) {
+		reasons += st->why[i] != 0;
+	while (shown < 4 && len < size) {
 		unsigned w = 0;
 
 		for (unsigned i = 1; i < PKI_FUNC_WHY_NR; i++)
-			if (!used[i] && st.why[i] && (!w || st.why[i] > st.why[w]))
+			if (!used[i] && st->why[i] && (!w || st->why[i] > st->why[w]))
 				w = i;
 		if (!w)
 			break;
 		used[w] = true;
-		len += (size_t)snprintf(line + len, sizeof(line) - len, "%s%s %zu",
-					shown ? ", " : "", pki_func_why_name(w), st.why[w]);
+		len += (size_t)snprintf(line + len, size - len, "%s%s %zu", shown ? ", " : "",
+					pki_func_why_name(w), st->why[w]);
 		shown++;
+	}
+	if (len < size && reasons > shown)
+		len += (size_t)snprintf(line + len, size - len, ", ...");
+	return len;
+}
+
+/* The INT3 sites among the traced ones: how many, the first names into @line. */
+static size_t int3_names_add(char *line, size_t len, size_t size)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < T.nips; i++) {
+		struct pk_site s;
+
+		if (pk_site_find(T.ips[i], &s) || s.kind != PK_SITE_INT3)
+			continue;
+		if (n < 6 && len < size)
+			len += (size_t)snprintf(line + len, size - len, "%s%s", n ? ", " : ": ",
+						s.name);
+		n++;
+	}
+	if (n > 6 && len < size)
+		len += (size_t)snprintf(line + len, size - len, ", ... %zu in all", n);
+	return len;
+}
+
+/*
+ * Said once at the start, when PROG's own functions were relocated: how
+ * many, how many through INT3 (each call a signal: named, as uprobes'
+ * users would want to know), and why the rest were refused.
+ */
+static void reloc_summary(void)
+{
+	struct pki_func_stats st;
+	char line[768];
+	size_t len;
+
+	if (!pki_sites_reloc_stats_main(&st) || (!st.refused && !st.int3))
+		return;
+	len = (size_t)snprintf(
+	    line, sizeof(line),
+	    "probekit: PROG's functions without a patchable entry: %zu relocated", st.reloc);
+	if (st.int3) {
+		len += (size_t)snprintf(line + len, sizeof(line) - len,
+					", %zu through INT3 (a signal per call", st.int3);
+		len = int3_names_add(line, len, sizeof(line));
+		if (len < sizeof(line))
+			len += (size_t)snprintf(line + len, sizeof(line) - len, ")");
+	}
+	if (st.refused && len < sizeof(line)) {
+		len +=
+		    (size_t)snprintf(line + len, sizeof(line) - len, ", %zu refused (", st.refused);
+		len = reasons_add(line, len, sizeof(line), &st);
+		if (len < sizeof(line))
+			len += (size_t)snprintf(line + len, sizeof(line) - len, ")");
 	}
 	if (len < sizeof(line))
 		snprintf(line + len, sizeof(line) - len,
-			 "%s): 'probekit sites --functions --stats PROG' lists them\n",
-			 reasons > shown ? ", ..." : "");
+			 ": 'probekit sites --functions --stats%s PROG' lists them\n",
+			 st.int3 ? " --int3" : "");
+	else
+		line[sizeof(line) - 2] = '\n';
 	agent_notice(line);
 }
 

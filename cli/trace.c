@@ -64,6 +64,11 @@ static const char usage[] =
     "                        when PROG has no patchable entry at all (any\n"
     "                        distribution binary)\n"
     "      --no-relocate     patchable entries only\n"
+    "      --int3            with relocation, also trace the functions it\n"
+    "                        refuses through a breakpoint on their first\n"
+    "                        instruction: every function reached, at the cost\n"
+    "                        of a signal per call to those (uprobe-like);\n"
+    "                        they are named at the start\n"
     "  -h, --help            this text\n\n"
     "PROG's output, exit status and signals are its own; probekit's summary goes\n"
     "to stderr, in lines starting with 'probekit:'.\n\n"
@@ -292,6 +297,7 @@ struct trace_opts {
 	const char *output, *buffer;
 	bool children, entry_only, drop;
 	int relocate; /* 1 --relocate, 0 --no-relocate, -1 (default): if PROG has no site */
+	bool int3;
 	int prog;
 };
 
@@ -312,7 +318,7 @@ static bool trace_opts_add_glob(struct trace_opts *o, int c, char *glob)
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *status)
 {
-	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP, O_RELOCATE, O_NO_RELOCATE };
+	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP, O_RELOCATE, O_NO_RELOCATE, O_INT3 };
 	static const struct option opts[] = {
 	    {"function", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
@@ -321,6 +327,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
 	    {"relocate", no_argument, NULL, O_RELOCATE},
 	    {"no-relocate", no_argument, NULL, O_NO_RELOCATE},
+	    {"int3", no_argument, NULL, O_INT3},
 	    {"buffer", required_argument, NULL, 'b'},
 	    {"drop", no_argument, NULL, O_DROP},
 	    {"help", no_argument, NULL, 'h'},
@@ -361,6 +368,9 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 		case O_NO_RELOCATE:
 			o->relocate = c == O_RELOCATE;
 			break;
+		case O_INT3:
+			o->int3 = true;
+			break;
 		case O_DROP:
 			o->drop = true;
 			break;
@@ -377,12 +387,18 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 		optind++;
 	if (optind >= argc)
 		return cli_usage_error("trace: expected PROG"), false;
+	if (o->int3 && !o->relocate)
+		return cli_usage_error("trace: --int3 is the fallback of relocation: not with "
+				       "--no-relocate"),
+		       false;
+	if (o->int3)
+		o->relocate = 1;
 	o->prog = optind;
 	return true;
 }
 
 /*
- * The agent's settings (agent.h) into @env, NULL-terminated (13 entries at
+ * The agent's settings (agent.h) into @env, NULL-terminated (15 entries at
  * most).  @funcs, @notrace: the joined globs, or NULL for none.
  */
 static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
@@ -414,6 +430,10 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 		env[ne++] = "PROBEKIT_RELOC";
 		env[ne++] = "main";
 	}
+	if (o->int3) {
+		env[ne++] = "PROBEKIT_INT3";
+		env[ne++] = "1";
+	}
 	env[ne] = NULL;
 }
 
@@ -436,6 +456,8 @@ int cmd_trace(int argc, char **argv)
 		o.relocate = !has_sites(path);
 	if (!o.relocate) /* an inherited setting must not undo --no-relocate */
 		unsetenv("PROBEKIT_RELOC");
+	if (!o.int3)
+		unsetenv("PROBEKIT_INT3");
 	err = abs_path(o.output, ctx.file, sizeof(ctx.file));
 	if (err)
 		return cli_error("%s: %s", o.output, strerror(-err)), TRACE_FAIL;

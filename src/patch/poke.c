@@ -176,6 +176,16 @@ static int cmp_poke(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/*
+ * The bytes a site's poke owns: an INT3 site's change is its first byte
+ * alone, and the 4 after it may be the next function's (a 3-byte one is
+ * followed by another within the 5), which another site may change.
+ */
+static size_t poke_len(const struct pki_poke *p)
+{
+	return p->trap ? 1 : PKI_SITE_LEN;
+}
+
 static int check_sites(const struct pki_poke *site, size_t n)
 {
 	size_t i;
@@ -194,7 +204,7 @@ static int check_sites(const struct pki_poke *site, size_t n)
 				  site[i].addr);
 			return -EINVAL;
 		}
-		if (i && site[i - 1].addr + PKI_SITE_LEN > site[i].addr) {
+		if (i && site[i - 1].addr + poke_len(&site[i - 1]) > site[i].addr) {
 			pki_debug("text poke %#lx: overlaps site %#lx\n", site[i].addr,
 				  site[i - 1].addr);
 			return -EINVAL;
@@ -251,7 +261,7 @@ static int verify_sites(const struct pki_poke *site, size_t n)
 		uint8_t cur[PKI_SITE_LEN];
 
 		memcpy(cur, (const void *)site[i].addr, PKI_SITE_LEN);
-		if (!memcmp(cur, site[i].old, PKI_SITE_LEN))
+		if (!memcmp(cur, site[i].old, poke_len(&site[i])))
 			continue;
 		bug = (struct pki_poke_bug){.addr = site[i].addr, .want = site[i].old, .have = cur};
 		poke_bug(-EILSEQ, &bug);

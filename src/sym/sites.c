@@ -262,7 +262,8 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 	struct pki_site *s;
 
 	if ((fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_INT3) ||
-	    !in_mapped_text(r->info, func, fs->fn->size))
+	    !in_mapped_text(r->info, func, fs->fn->size) ||
+	    !in_mapped_text(r->info, ip, PKI_SITE_LEN)) /* an INT3 site's 5 bytes are read */
 		return 0;
 	if (PKI_GROW(r->v, r->cap, r->n + 1))
 		return -ENOMEM;

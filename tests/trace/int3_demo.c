@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A program whose hooks need INT3 sites (probekit trace --int3), calling
+ * them where SIGTRAP would be blocked without the agent's help
+ * (agent/sigmask.c): from a thread that blocks every signal, from a
+ * handler installed with a full sa_mask, and inside sigsuspend() with a
+ * mask of everything but SIGUSR1.  demo_short is 4 bytes (relocation
+ * refuses it: too short); demo_tail ends in a tail call through a register
+ * (refused: an unbounded indirect jmp).  It checks that the masks it reads
+ * back are the ones it set, and prints "calls NAME N" for what it called.
+ * Built without -fpatchable-function-entry.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+long demo_short(long x);
+long demo_tail(long x, long (*f)(long));
+
+__asm__(".text\n"
+	".p2align 4\n"
+	".globl demo_short\n"
+	".type demo_short, @function\n"
+	"demo_short:\n"
+	"	mov %rdi, %rax\n"
+	"	ret\n"
+	".size demo_short, .-demo_short\n"
+	".p2align 4\n"
+	".globl demo_tail\n"
+	".type demo_tail, @function\n"
+	"demo_tail:\n"
+	"	lea 1(%rdi), %rdi\n"
+	"	xor %eax, %eax\n"
+	"	jmp *%rsi\n"
+	".size demo_tail, .-demo_tail\n");
+
+static long n_short, n_tail;
+static volatile long sink;
+static int bad;
+
+__attribute__((noinline)) static long twice(long x)
+{
+	return 2 * x;
+}
+
+static void call_both(void)
+{
+	sink += demo_short(3) + demo_tail(4, twice);
+	__atomic_add_fetch(&n_short, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&n_tail, 1, __ATOMIC_RELAXED);
+}
+
+static void *blocked_worker(void *arg)
+{
+	sigset_t all, back;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (int i = 0; i < 1000; i++)
+		call_both();
+	pthread_sigmask(SIG_BLOCK, NULL, &back);
+	if (!sigismember(&back, SIGTRAP) || !sigismember(&back, SIGUSR1)) {
+		fprintf(stderr, "int3_demo: the worker's mask read back is not what it set\n");
+		bad = 1;
+	}
+	return NULL;
+}
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	call_both();
+}
+
+int main(void)
+{
+	struct sigaction sa = {.sa_handler = on_usr1}, back;
+	sigset_t only_usr1, usr1;
+	pthread_t th;
+
+	pthread_create(&th, NULL, blocked_worker, NULL);
+	pthread_join(th, NULL);
+
+	sigfillset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGUSR1, NULL, &back);
+	if (!sigismember(&back.sa_mask, SIGTRAP)) {
+		fprintf(stderr, "int3_demo: the handler's mask read back is not what it set\n");
+		bad = 1;
+	}
+	for (int i = 0; i < 10; i++)
+		raise(SIGUSR1);
+
+	/* SIGUSR1 blocked, then let in by sigsuspend alone, whose mask blocks the rest. */
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, NULL);
+	sigfillset(&only_usr1);
+	sigdelset(&only_usr1, SIGUSR1);
+	for (int i = 0; i < 10; i++) {
+		raise(SIGUSR1); /* pending until sigsuspend */
+		sigsuspend(&only_usr1);
+	}
+	printf("calls demo_short %ld\ncalls demo_tail %ld\n", n_short, n_tail);
+	return bad;
+}

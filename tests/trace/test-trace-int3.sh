@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# probekit trace --int3 (doc/design/reloc-sites.md, RS5): the functions
+# relocation refuses are traced through a breakpoint on their first byte,
+# named at the start; int3_demo calls them from a thread that blocks every
+# signal, from a handler whose sa_mask is full and inside sigsuspend() with
+# everything but SIGUSR1 blocked: the agent keeps SIGTRAP deliverable
+# (agent/sigmask.c) while the program reads back the masks it set.  The
+# traced run must behave as the plain one, and its counts must be the
+# program's own.
+#
+# usage: test-trace-int3.sh PROBEKIT INT3_DEMO
+set -uo pipefail
+pk=$(realpath "$1") demo=$(realpath "$2")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+"$demo" >plain.out 2>plain.err
+plain_rc=$?
+check "plain run: rc $plain_rc" "[[ $plain_rc == 0 ]]"
+run --int3 -o i.trace -- "$demo"
+check "--int3: rc $rc, as the plain run" "[[ $rc == 0 ]]"
+check "--int3: stdout of the plain run" "cmp -s out plain.out"
+check "--int3: the INT3 functions named at the start" \
+	"grep -q \"^probekit: PROG's functions without a patchable entry: [0-9]* relocated, 2 through INT3 (a signal per call: demo_short, demo_tail)\" err"
+counts i.trace >got
+want out >exp
+check "--int3: counts equal to the program's own ($(tr '\n' ' ' <got))" "[[ -s exp ]] && cmp -s got exp"
+"$pk" report i.trace >rep 2>&1
+check "--int3: nothing lost" "grep -q ' 0 lost' rep"
+# Without --int3 the same functions are refused, counted, not traced.
+run --relocate -o r.trace -- "$demo"
+check "--relocate alone: rc $rc" "[[ $rc == 0 ]]"
+check "--relocate alone: the two refused, said" "grep -q \"functions without a patchable entry: [0-9]* relocated, [0-9]* refused (too_short 1, indirect_jmp 1\" err"
+counts r.trace >got2
+check "--relocate alone: neither traced" "! grep -q 'demo_' got2"
+run --int3 --no-relocate -o x.trace -- "$demo"
+check "--int3 --no-relocate: a usage error" "[[ $rc != 0 ]] && grep -q 'not with --no-relocate' err"
+# probekit sites says what --int3 would take.
+"$pk" sites -f --int3 "$demo" >sites 2>&1
+check "sites -f --int3: demo_short" "grep -q 'int3 too_short *demo_short' sites"
+check "sites -f --int3: demo_tail" "grep -q 'int3 indirect_jmp *demo_tail' sites"
+
+echo "trace_int3: $pass passed, $fail failed"
+[[ $fail == 0 ]]

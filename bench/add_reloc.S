@@ -4,7 +4,8 @@
  * so that only prologue relocation can hook it (probekit bench call's
  * "relocated" variant).  The frame-pointer prologue of an -O0 or
  * -fno-omit-frame-pointer build: push %rbp; mov %rsp,%rbp (4 bytes) and the
- * lea, 7 bytes moved.
+ * lea, 7 bytes moved.  pkb_add_int3(a, b): the same in 4 bytes (lea; ret),
+ * too short to relocate: hooked through an INT3 site ("int3" variant).
  */
 	.text
 	.globl	pkb_add_reloc
@@ -23,4 +24,14 @@ pkb_add_reloc:
 	ret
 	.cfi_endproc
 	.size	pkb_add_reloc, . - pkb_add_reloc
+
+	.globl	pkb_add_int3
+	.type	pkb_add_int3, @function
+	.p2align 4
+pkb_add_int3:
+	.cfi_startproc
+	leal	(%rdi,%rsi), %eax
+	ret
+	.cfi_endproc
+	.size	pkb_add_int3, . - pkb_add_int3
 	.section .note.GNU-stack, "", @progbits

@@ -19,5 +19,7 @@ int pkb_add(int a, int b);
 
 /* The same without a patchable entry (add_reloc.S): hooked by relocation only. */
 int pkb_add_reloc(int a, int b);
+/* The same in 4 bytes (add_reloc.S): too short to relocate, an INT3 site. */
+int pkb_add_int3(int a, int b);
 
 #endif /* PK_BENCH_TARGETS_H */

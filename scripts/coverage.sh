@@ -11,7 +11,8 @@
 #
 # Columns: the functions probekit finds (symbols, else .eh_frame, cold
 # parts and IFUNC resolvers left out), those of 16 bytes or more and the
-# share of them it hooks (patchable entry or relocated prologue); then
+# share of them it hooks (patchable entry or relocated prologue); the share
+# of all functions it hooks with the INT3 fallback too (--int3); then
 # uftrace's own count of the functions it considered (its symbol table:
 # .dynsym only in a stripped binary), patched, failed and skipped.
 # Needs uftrace (Debian package uftrace) for its columns; without it they
@@ -26,15 +27,17 @@ targets=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-printf '| %s | %s | %s | %s | %s |\n' binary functions ">= 16 bytes" "probekit hooks (>= 16 B)" \
-	"uftrace -P .: considered / patched / failed / skipped"
-printf '|---|---|---|---|---|\n'
+printf '| %s | %s | %s | %s | %s | %s |\n' binary functions ">= 16 bytes" "probekit hooks (>= 16 B)" \
+	"with --int3 (all)" "uftrace -P .: considered / patched / failed / skipped"
+printf '|---|---|---|---|---|---|\n'
 for t in "${targets[@]}"; do
 	bin=${t%%:*} args=${t#*:}
 	[[ -x $bin ]] || { echo "coverage: $bin: not installed" >&2; continue; }
 	"$PROBEKIT" sites -f "$bin" 2>/dev/null >"$tmp/f" || { echo "coverage: $bin: probekit sites failed" >&2; continue; }
 	read -r n big ok < <(awk '$1 !~ /^#/ && NF >= 3 { n++; if ($2 >= 16) { big++; if ($3 == "reloc" || $3 == "patchable") ok++ } }
 		END { print n + 0, big + 0, ok + 0 }' "$tmp/f")
+	"$PROBEKIT" sites -f --int3 "$bin" 2>/dev/null >"$tmp/i" || { echo "coverage: $bin: probekit sites --int3 failed" >&2; continue; }
+	i3=$(awk '$1 !~ /^#/ && NF >= 3 { n++; if ($3 != "refused") ok++ } END { printf "%d (%.1f%%)", ok, n ? 100 * ok / n : 0 }' "$tmp/i")
 	uf="-"
 	if command -v uftrace >/dev/null; then
 		# shellcheck disable=SC2086 # ARGS are words
@@ -47,6 +50,6 @@ for t in "${targets[@]}"; do
 			END { if (p != "") printf "%d / %d (%.1f%%) / %d / %d", p + f + s, p, 100 * p / (p + f + s), f, s;
 				else if (seen) print "0 (no function it can see)"; else print "-" }' "$tmp/uf")
 	fi
-	printf '| %s | %d | %d | %d (%.1f%%) | %s |\n' "$bin" "$n" "$big" "$ok" \
-		"$(awk -v a="$ok" -v b="$big" 'BEGIN { print b ? 100 * a / b : 0 }')" "$uf"
+	printf '| %s | %d | %d | %d (%.1f%%) | %s | %s |\n' "$bin" "$n" "$big" "$ok" \
+		"$(awk -v a="$ok" -v b="$big" 'BEGIN { print b ? 100 * a / b : 0 }')" "$i3" "$uf"
 done

@@ -16,7 +16,8 @@
 #   PROG: python3 sqlite3 git bash coreutils redis
 #   -q   no uftrace runs (outputs only)
 # Environment: PROBEKIT (default build/cli/probekit), DISTRO_DIR (work
-# directory, default a temporary one, removed).
+# directory, default a temporary one, removed), DISTRO_TRACE_OPTS (more
+# options for probekit trace, e.g. --int3).
 # Exit status: 0 when every probekit run matched its plain run and every
 # judged count matched uftrace's; 1 otherwise; 77 when none is installed.
 # redis-server's counts depend on its event loop's timing: printed, not
@@ -127,7 +128,8 @@ run() {
 	d=$R/$tool.$n
 	rm -rf "$d" && mkdir -p "$d" && "setup_$name" "$d" || return 1
 	case $tool in
-	pk) pre=("$PROBEKIT" trace --relocate -o "$R/pk.t/$n.trace" --) ;;
+	# shellcheck disable=SC2086 # DISTRO_TRACE_OPTS are words
+	pk) pre=("$PROBEKIT" trace --relocate ${DISTRO_TRACE_OPTS:-} -o "$R/pk.t/$n.trace" --) ;;
 	uf) pre=(uftrace record --no-libcall -P . -d "$R/uf.t/$n") ;;
 	esac
 	if [[ $name == redis ]]; then

@@ -655,6 +655,9 @@ static const char call_usage[] =
     "              entry (push %rbp; mov %rsp,%rbp first): a relocated site, its\n"
     "              plain rounds call pkb_add_reloc too; compare with two ops,\n"
     "              the same list dispatcher at a patchable site\n"
+    "  int3        one ops on pkb_add_int3 (lea; ret: too short to relocate),\n"
+    "              hooked through an INT3 site: a signal per call (LOOPS / 1000\n"
+    "              calls a round, at least 100); compare with uprobe\n"
     "  uprobe      the kernel's uprobe (LOOPS / 1000 calls a round, at least 100)\n"
     "Handlers and callbacks count their hits (one increment), checked after each\n"
     "variant; --empty uses empty ones instead (then only results are checked).\n"
@@ -695,6 +698,7 @@ static double call_warm_round(unsigned long loops)
 
 struct call_env {
 	unsigned long ip, reloc_ip; /* pkb_add's site, pkb_add_reloc's (0: none) */
+	unsigned long int3_ip;	    /* pkb_add_int3's (0: none) */
 	bool empty;
 	struct pk_tramp *tramp;
 	struct pk_ops ops[2];
@@ -715,14 +719,15 @@ enum variant {
 	V_TWO_OPS,
 	V_DIRECT_OPS,
 	V_RELOC,
+	V_INT3,
 	NR_VARIANTS
 };
 
-static const char *const variant_names[] = {"plain",   "uprobe",     "direct",	 "one ops",
-					    "two ops", "direct+ops", "relocated"};
+static const char *const variant_names[] = {"plain",   "uprobe",     "direct",	  "one ops",
+					    "two ops", "direct+ops", "relocated", "int3"};
 
 /* Hooks counted per call for each variant. */
-static const unsigned int variant_hits[] = {0, 1, 1, 1, 2, 2, 1};
+static const unsigned int variant_hits[] = {0, 1, 1, 1, 2, 2, 1, 1};
 
 static int variant_attach(struct call_env *e, enum variant v)
 {
@@ -739,7 +744,8 @@ static int variant_attach(struct call_env *e, enum variant v)
 		err = pk_ops_register(&e->ops[0]);
 		break;
 	case V_RELOC:
-		e->ops[0].filter.ips = &e->reloc_ip;
+	case V_INT3:
+		e->ops[0].filter.ips = v == V_RELOC ? &e->reloc_ip : &e->int3_ip;
 		err = pk_ops_register(&e->ops[0]);
 		break;
 	case V_TWO_OPS:
@@ -778,6 +784,7 @@ static int variant_detach(struct call_env *e, enum variant v)
 		err = pk_ops_unregister(&e->ops[0]);
 		break;
 	case V_RELOC:
+	case V_INT3:
 		err = pk_ops_unregister(&e->ops[0]);
 		e->ops[0].filter.ips = &e->ip;
 		break;
@@ -809,7 +816,9 @@ static int variant_detach(struct call_env *e, enum variant v)
  */
 static int call_variant(struct call_env *e, enum variant v, unsigned long loops)
 {
-	unsigned long vloops = v == V_UPROBE ? (loops / 1000 > 100 ? loops / 1000 : 100) : loops;
+	/* A trap per call (uprobe, INT3 site): a thousandth of the loops. */
+	bool slow = v == V_UPROBE || v == V_INT3;
+	unsigned long vloops = slow ? (loops / 1000 > 100 ? loops / 1000 : 100) : loops;
 	unsigned long want = 0, got = 0;
 	double base = -1, best = -1;
 
@@ -817,7 +826,11 @@ static int call_variant(struct call_env *e, enum variant v, unsigned long loops)
 		printf("# relocated: not measured: pkb_add_reloc is no relocated site\n");
 		return 0;
 	}
-	call_fn = v == V_RELOC ? pkb_add_reloc : pkb_add;
+	if (v == V_INT3 && !e->int3_ip) {
+		printf("# int3: not measured: pkb_add_int3 is no INT3 site\n");
+		return 0;
+	}
+	call_fn = v == V_RELOC ? pkb_add_reloc : v == V_INT3 ? pkb_add_int3 : pkb_add;
 	for (int r = 0; r < NR_ROUNDS; r++) {
 		unsigned long before;
 		double b = call_warm_round(loops), ns;
@@ -897,6 +910,7 @@ int bench_call(int argc, char **argv)
 		return cli_usage_error("bench call: need 1 <= LOOPS <= 1e9");
 	/* Relocated sites in this program, for pkb_add_reloc: before any site lookup. */
 	setenv("PROBEKIT_RELOC", "main", 0);
+	setenv("PROBEKIT_INT3", "1", 0);
 	if (site_of((const void *)pkb_add, &e.ip))
 		return 1;
 	{
@@ -904,6 +918,8 @@ int bench_call(int argc, char **argv)
 
 		if (!pk_site_find((unsigned long)pkb_add_reloc, &rs) && rs.kind == PK_SITE_RELOC)
 			e.reloc_ip = rs.ip;
+		if (!pk_site_find((unsigned long)pkb_add_int3, &rs) && rs.kind == PK_SITE_INT3)
+			e.int3_ip = rs.ip;
 	}
 	/* One CPU: no migration in the middle of a round. */
 	cpu = sched_getcpu();
@@ -921,7 +937,7 @@ int bench_call(int argc, char **argv)
 
 	printf("# Running 'call' benchmark:\n");
 	printf("# pkb_add called through a volatile pointer, result fed to the next call; "
-	       "best of %d rounds of %lu calls (uprobe: %lu), each after a plain round; "
+	       "best of %d rounds of %lu calls (uprobe, int3: %lu), each after a plain round; "
 	       "%s handlers\n",
 	       NR_ROUNDS, loops, loops / 1000 > 100 ? loops / 1000 : 100,
 	       e.empty ? "empty" : "counting");

@@ -97,12 +97,13 @@ expect 1 '/nonexistent: No such file'       err -- sites -f /nonexistent
 echo junk >"$tmp/junk"
 expect 1 'junk: not an x86-64 ELF'          err -- sites --functions "$tmp/junk"
 expect 1 "no function matches 'nope_\*'"    err -- sites -f -g 'nope_*' "$prog"
+expect 2 '--int3 needs --functions'       err -- sites --int3 "$prog"
 # (a) a program built with patchable entries: they show as patchable
 expect_all 0 out '^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +main$' \
 	'^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +tgt_alpha$' '^# .*% hookable' \
 	-- sites --functions -s "$prog"
 funcs_ok "$prog"
-expect_all 0 out '^# .*: 3 function\(s\): 3 patchable, 0 reloc, 0 refused; ' \
+expect_all 0 out '^# .*: 3 function\(s\): 3 patchable, 0 reloc, 0 int3, 0 refused; ' \
 	-- sites -f -s -g 'tgt_*' "$prog"
 funcs_ok "$prog -g tgt_*"
 # (b) a plain program of the tree: nothing patchable, most relocate

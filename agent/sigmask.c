@@ -14,20 +14,33 @@
  *    believes SIGTRAP blocked; the old mask returned has it set then;
  *  - sigaction: a handler's sa_mask loses SIGTRAP, and the old action read
  *    back has it again (a bit per signal);
- *  - sigsuspend, ppoll, pselect, epoll_pwait, epoll_pwait2 and
- *    pthread_attr_setsigmask_np: the mask loses SIGTRAP.
+ *  - sigsetmask, sigblock (BSD), sighold and sigrelse of SIGTRAP: the
+ *    same view;
+ *  - sigsuspend, ppoll (and __ppoll_chk, what it becomes with
+ *    _FORTIFY_SOURCE), pselect, epoll_pwait, epoll_pwait2 and
+ *    pthread_attr_setsigmask_np: the mask loses SIGTRAP;
+ *  - a SIGTRAP blocked when PROG starts (inherited through exec) is
+ *    unblocked, in PROG's view still blocked.
+ *
+ * The agent's own calls (its copy of the library blocking every signal
+ * around its critical sections) reach the kernel unchanged: the caller's
+ * return address is checked against the agent's text.
  *
  * What changes for PROG: a SIGTRAP sent to it (kill, raise) while it
  * believes SIGTRAP blocked is delivered at once to its handler (or its
  * default action) instead of pending.  Not covered: raw system calls
  * (syscall(SYS_rt_sigprocmask)), masks set through setcontext/swapcontext
- * or in a ucontext a handler edits, sigwait on SIGTRAP, and a new thread's
- * flag (it starts as not blocked whatever its creator believed).
+ * or in a ucontext a handler edits, sigwait on SIGTRAP, sigpause, the
+ * view inside a handler (the kernel's mask for it is not the view's) and
+ * after a siglongjmp, and a new thread's flag (it starts as not blocked
+ * whatever its creator believed).
  *
  * Every wrapper is async-signal-safe where the original is: the real
  * functions are resolved in agent_sigmask_init(), before main().
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,6 +49,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "agent_int.h"
 
@@ -43,18 +58,62 @@
 
 static bool keep; /* PROBEKIT_INT3=1: set once, before main() */
 static __thread bool view_blocked;
+/* The agent's own text (the library inside it calls these too): passed through. */
+static uintptr_t self_lo, self_hi;
 static unsigned long long sa_mask_had; /* bit sig - 1: PROG's sa_mask had SIGTRAP */
 
 static struct {
 	void *sigprocmask, *pthread_sigmask, *sigsuspend, *ppoll, *pselect, *epoll_pwait,
-	    *epoll_pwait2, *pthread_attr_setsigmask_np;
+	    *epoll_pwait2, *pthread_attr_setsigmask_np, *__ppoll_chk, *sigsetmask, *sigblock,
+	    *sighold, *sigrelse;
 } real;
+
+static int self_text(struct dl_phdr_info *info, size_t size, void *base)
+{
+	(void)size;
+	if ((void *)info->dlpi_addr != base)
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+			continue;
+		self_lo = info->dlpi_addr + ph->p_vaddr;
+		self_hi = self_lo + ph->p_memsz;
+	}
+	return 1;
+}
+
+/*
+ * Is the caller the agent itself (its bundled library blocking every
+ * signal around its own critical sections, base/sigtrap.c, hook/gp.c)?
+ * Those masks must reach the kernel whole.
+ */
+static bool from_self(const void *ret)
+{
+	return (uintptr_t)ret >= self_lo && (uintptr_t)ret < self_hi;
+}
 
 void agent_sigmask_init(void)
 {
 	const char *e = getenv("PROBEKIT_INT3");
 
+	Dl_info di;
+	uint64_t cur = 0;
+
 	keep = e && !strcmp(e, "1");
+	if (dladdr((void *)agent_sigmask_init, &di))
+		dl_iterate_phdr(self_text, di.dli_fbase);
+	/*
+	 * Started with SIGTRAP blocked (inherited through exec): unblock it,
+	 * the program's view keeps it blocked, as if it had set it itself.
+	 */
+	if (keep && !syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &cur, sizeof(cur)) &&
+	    (cur & (1ull << (SIGTRAP - 1)))) {
+		cur = 1ull << (SIGTRAP - 1);
+		syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &cur, NULL, sizeof(cur));
+		view_blocked = true;
+	}
 	/* Resolved either way: the first call may come from a signal handler. */
 	agent_next(&real.sigprocmask, "sigprocmask");
 	agent_next(&real.pthread_sigmask, "pthread_sigmask");
@@ -64,6 +123,11 @@ void agent_sigmask_init(void)
 	agent_next(&real.epoll_pwait, "epoll_pwait");
 	agent_next(&real.epoll_pwait2, "epoll_pwait2");
 	agent_next(&real.pthread_attr_setsigmask_np, "pthread_attr_setsigmask_np");
+	agent_next(&real.__ppoll_chk, "__ppoll_chk");
+	agent_next(&real.sigsetmask, "sigsetmask");
+	agent_next(&real.sigblock, "sigblock");
+	agent_next(&real.sighold, "sighold");
+	agent_next(&real.sigrelse, "sigrelse");
 }
 
 /* @set as the kernel gets it: without SIGTRAP (into @buf) if it had it. */
@@ -103,24 +167,33 @@ void agent_sa_mask_set(int sig, bool had)
 
 typedef int (*mask_fn)(int, const sigset_t *, sigset_t *);
 
-/* sigprocmask and pthread_sigmask: @fn with the deliverable mask, PROG's view back. */
-static int mask_change(mask_fn fn, int how, const sigset_t *set, sigset_t *old)
+/*
+ * sigprocmask and pthread_sigmask: @fn with the deliverable mask, PROG's
+ * view back.  @set is read before the call: it may be @old.  The agent's
+ * own calls (@caller in it) pass through.
+ */
+static int mask_change(mask_fn fn, const void *caller, int how, const sigset_t *set, sigset_t *old)
 {
-	sigset_t buf;
-	bool was = view_blocked;
+	sigset_t buf, want;
+	bool was = view_blocked, has;
 	int r;
 
 	if (!fn)
 		return ENOSYS;
-	r = fn(how, deliverable(set, &buf), old);
-	if (r || !keep)
+	if (!keep || from_self(caller))
+		return fn(how, set, old);
+	if (set)
+		want = *set;
+	has = set && sigismember(&want, SIGTRAP);
+	r = fn(how, deliverable(set ? &want : NULL, &buf), old);
+	if (r)
 		return r;
-	if (set && how == SIG_BLOCK && sigismember(set, SIGTRAP))
+	if (set && how == SIG_BLOCK && has)
 		view_blocked = true;
-	else if (set && how == SIG_UNBLOCK && sigismember(set, SIGTRAP))
+	else if (set && how == SIG_UNBLOCK && has)
 		view_blocked = false;
 	else if (set && how == SIG_SETMASK)
-		view_blocked = sigismember(set, SIGTRAP);
+		view_blocked = has;
 	if (old && was)
 		sigaddset(old, SIGTRAP);
 	return 0;
@@ -128,13 +201,14 @@ static int mask_change(mask_fn fn, int how, const sigset_t *set, sigset_t *old)
 
 PK_EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 {
-	return mask_change((mask_fn)agent_next(&real.pthread_sigmask, "pthread_sigmask"), how, set,
-			   old);
+	return mask_change((mask_fn)agent_next(&real.pthread_sigmask, "pthread_sigmask"),
+			   __builtin_return_address(0), how, set, old);
 }
 
 PK_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
-	int r = mask_change((mask_fn)agent_next(&real.sigprocmask, "sigprocmask"), how, set, old);
+	int r = mask_change((mask_fn)agent_next(&real.sigprocmask, "sigprocmask"),
+			    __builtin_return_address(0), how, set, old);
 
 	/* sigprocmask's own convention: -1 and errno (mask_change says ENOSYS itself). */
 	if (r == ENOSYS) {
@@ -142,6 +216,58 @@ PK_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 		return -1;
 	}
 	return r;
+}
+
+/* The BSD calls on the first 32 signals, through sigprocmask (so with PROG's view). */
+static int bsd_mask(int how, int mask)
+{
+	sigset_t set, old;
+
+	sigemptyset(&set);
+	for (int sig = 1; sig < 32; sig++)
+		if (mask & (1 << (sig - 1)))
+			sigaddset(&set, sig);
+	if (mask_change((mask_fn)agent_next(&real.sigprocmask, "sigprocmask"), NULL, how, &set,
+			&old))
+		return -1;
+	mask = 0;
+	for (int sig = 1; sig < 32; sig++)
+		if (sigismember(&old, sig))
+			mask |= 1 << (sig - 1);
+	return mask;
+}
+
+PK_EXPORT int sigsetmask(int mask)
+{
+	return bsd_mask(SIG_SETMASK, mask);
+}
+
+PK_EXPORT int sigblock(int mask)
+{
+	return bsd_mask(SIG_BLOCK, mask);
+}
+
+/* sighold/sigrelse of SIGTRAP change PROG's view only; others go to libc. */
+PK_EXPORT int sighold(int sig)
+{
+	int (*fn)(int) = (int (*)(int))agent_next(&real.sighold, "sighold");
+
+	if (keep && sig == SIGTRAP) {
+		view_blocked = true;
+		return 0;
+	}
+	return fn ? fn(sig) : (errno = ENOSYS, -1);
+}
+
+PK_EXPORT int sigrelse(int sig)
+{
+	int (*fn)(int) = (int (*)(int))agent_next(&real.sigrelse, "sigrelse");
+
+	if (keep && sig == SIGTRAP) {
+		view_blocked = false;
+		return 0;
+	}
+	return fn ? fn(sig) : (errno = ENOSYS, -1);
 }
 
 PK_EXPORT int sigsuspend(const sigset_t *mask)
@@ -169,6 +295,22 @@ PK_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *t, cons
 		return -1;
 	}
 	return fn(fds, n, t, deliverable(mask, &buf));
+}
+
+/* What ppoll() becomes with _FORTIFY_SOURCE (glibc's check of the array's size). */
+PK_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *t,
+			  const sigset_t *mask, size_t fdslen)
+{
+	int (*fn)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *, size_t) =
+	    (int (*)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *,
+		     size_t))agent_next(&real.__ppoll_chk, "__ppoll_chk");
+	sigset_t buf;
+
+	if (!fn) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return fn(fds, n, t, deliverable(mask, &buf), fdslen);
 }
 
 PK_EXPORT int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *t,

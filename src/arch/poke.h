@@ -92,13 +92,15 @@ struct pki_text_ops {
  * from now on, a thread that executes a breakpoint at @ip continues at @to
  * (the site's entry, which runs its hooks and then the displaced first
  * instruction from its copy), whatever the byte holds by the time its
- * handler runs.  Kept for good, as entries are never freed; adding @ip
- * again is a no-op.  Call before the breakpoint is first written.
+ * handler runs.  Kept (entries are never freed) until the object is
+ * unloaded; adding @ip again sets @to.  Call before the breakpoint is first written.
  * -ENOMEM.  pki_arch_trap_guard(): may @n new breakpoints be written now
  * (no thread blocks SIGTRAP, looked at for up to 20 ms)?  0, or -EDEADLK
  * after naming the thread.
  */
 int pki_arch_trap_site_add(unsigned long ip, unsigned long to);
+/* @ip's object was unloaded: a trap there no longer goes to its old entry. */
+void pki_arch_trap_site_del(unsigned long ip);
 int pki_arch_trap_guard(size_t n);
 
 /* Before the first batch (and again if it failed): signal handlers, CPU features. */

@@ -87,6 +87,8 @@ static void __forget(const struct range *r, size_t nr)
 		}
 		if (st->opsv)
 			pki_gp_defer(pki_hook_opsv_free, st->opsv);
+		if (st->reloc && st->reloc->int3) /* a trap there is no longer this site's */
+			pki_arch_trap_site_del(st->ip);
 		pki_hook_tramp_use(st->direct, -1); /* outside any transaction: the committed one */
 		free(st->ops.v);
 		free(st->saved_ops.v);

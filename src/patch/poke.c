@@ -382,9 +382,11 @@ static size_t trap_sites_split(struct pki_poke *site, size_t n)
 /* Is SIGTRAP blocked in the calling thread (pki_arch_trap_guard sees the others)? */
 static int trap_self_guard(void)
 {
-	sigset_t cur;
+	uint64_t cur = 0;
 
-	if (pthread_sigmask(SIG_BLOCK, NULL, &cur) || !sigismember(&cur, SIGTRAP))
+	/* The kernel's mask, not what a wrapper (agent/sigmask.c) shows the program. */
+	if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &cur, sizeof(cur)) ||
+	    !(cur & (1ull << (SIGTRAP - 1))))
 		return 0;
 	pki_warn("text poke: this thread blocks SIGTRAP, and the batch writes INT3 sites: "
 		 "a trap would kill the process; batch refused, nothing changed: %s\n",
@@ -433,8 +435,10 @@ static int trap_sites_apply(const struct pki_poke *site, size_t n, bool lazy)
 						  .have = (const uint8_t *)site[i].addr});
 		}
 	}
-	if (!err && !lazy)
-		err = cores_sync(); /* a failed sync leaves the bytes: complete and correct */
+	if (!err && !lazy && (err = cores_sync())) {
+		trap_sites_store(site, n, true); /* the batch fails: nothing left changed */
+		cores_sync();
+	}
 	return err;
 }
 

@@ -4,12 +4,14 @@
  * them where SIGTRAP would be blocked without the agent's help
  * (agent/sigmask.c): from a thread that blocks every signal, from a
  * handler installed with a full sa_mask, and inside sigsuspend() with a
- * mask of everything but SIGUSR1.  demo_short is 4 bytes (relocation
+ * mask of everything but SIGUSR1, after sigsetmask(~0) and a full
+ * SIG_SETMASK whose old mask is its new one.  demo_short is 4 bytes (relocation
  * refuses it: too short); demo_tail ends in a tail call through a register
  * (refused: an unbounded indirect jmp).  It checks that the masks it reads
  * back are the ones it set, and prints "calls NAME N" for what it called.
  * Built without -fpatchable-function-entry.
  */
+#define _DEFAULT_SOURCE /* sigsetmask */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -104,6 +106,23 @@ int main(void)
 		raise(SIGUSR1); /* pending until sigsuspend */
 		sigsuspend(&only_usr1);
 	}
+	/* The BSD call blocks everything; set == old reads back what was set. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#pragma GCC diagnostic ignored "-Wrestrict"
+	sigsetmask(~0);
+	call_both();
+	sigfillset(&only_usr1);
+	sigprocmask(SIG_SETMASK, &only_usr1, &only_usr1);
+#pragma GCC diagnostic pop
+	sigprocmask(SIG_SETMASK, NULL, &only_usr1);
+	if (!sigismember(&only_usr1, SIGTRAP)) {
+		fprintf(stderr, "int3_demo: SIG_SETMASK with set == old read back wrong\n");
+		bad = 1;
+	}
+	call_both();
+	sigemptyset(&only_usr1);
+	sigprocmask(SIG_SETMASK, &only_usr1, NULL);
 	printf("calls demo_short %ld\ncalls demo_tail %ld\n", n_short, n_tail);
 	return bad;
 }

@@ -81,7 +81,8 @@ static bool installed;
 /*
  * Each slot: an address, and for an INT3 site (RS5) where its traps go
  * (0 for the INT3 protocol's stand-ins).  @to is stored before @addr is
- * released, and never changes once nonzero (a site's entry is never freed).
+ * released; it is cleared only when the site's object is unloaded (its
+ * text is gone, so no thread traps there for it any more).
  */
 struct site_slot {
 	atomic_ulong addr, to;
@@ -126,7 +127,15 @@ static const struct site_slot *set_find(const struct site_set *s, unsigned long 
 	}
 }
 
+/* @to 0 clears an INT3 site's entry (set_clear); else only a nonzero one is stored. */
+static void set_put_to(struct site_set *s, unsigned long addr, unsigned long to, bool clear);
+
 static void set_put(struct site_set *s, unsigned long addr, unsigned long to)
+{
+	set_put_to(s, addr, to, false);
+}
+
+static void set_put_to(struct site_set *s, unsigned long addr, unsigned long to, bool clear)
 {
 	size_t i;
 
@@ -134,7 +143,7 @@ static void set_put(struct site_set *s, unsigned long addr, unsigned long to)
 		unsigned long v = atomic_load_explicit(&s->slot[i].addr, memory_order_relaxed);
 
 		if (v == addr) {
-			if (to)
+			if (to || clear)
 				atomic_store_explicit(&s->slot[i].to, to, memory_order_release);
 			return;
 		}
@@ -199,6 +208,17 @@ int pki_arch_trap_site_add(unsigned long ip, unsigned long to)
 	pthread_mutex_unlock(&set_lock);
 	/* The release stores precede the breakpoint's store (x86: program order). */
 	return s ? 0 : -ENOMEM;
+}
+
+void pki_arch_trap_site_del(unsigned long ip)
+{
+	struct site_set *s;
+
+	pthread_mutex_lock(&set_lock);
+	s = atomic_load_explicit(&seen, memory_order_relaxed);
+	if (set_find(s, ip))
+		set_put_to(s, ip, 0, true);
+	pthread_mutex_unlock(&set_lock);
 }
 
 /* --- the published batch -------------------------------------------------- */

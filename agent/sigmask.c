@@ -49,12 +49,12 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "agent_int.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
+
+typedef int (*mask_fn)(int, const sigset_t *, sigset_t *);
 
 static bool keep; /* PROBEKIT_INT3=1: set once, before main() */
 static __thread bool view_blocked;
@@ -98,22 +98,13 @@ void agent_sigmask_init(void)
 {
 	const char *e = getenv("PROBEKIT_INT3");
 
+	mask_fn real_mask;
+	sigset_t cur, trap;
 	Dl_info di;
-	uint64_t cur = 0;
 
 	keep = e && !strcmp(e, "1");
 	if (dladdr((void *)agent_sigmask_init, &di))
 		dl_iterate_phdr(self_text, di.dli_fbase);
-	/*
-	 * Started with SIGTRAP blocked (inherited through exec): unblock it,
-	 * the program's view keeps it blocked, as if it had set it itself.
-	 */
-	if (keep && !syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &cur, sizeof(cur)) &&
-	    (cur & (1ull << (SIGTRAP - 1)))) {
-		cur = 1ull << (SIGTRAP - 1);
-		syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &cur, NULL, sizeof(cur));
-		view_blocked = true;
-	}
 	/* Resolved either way: the first call may come from a signal handler. */
 	agent_next(&real.sigprocmask, "sigprocmask");
 	agent_next(&real.pthread_sigmask, "pthread_sigmask");
@@ -128,6 +119,17 @@ void agent_sigmask_init(void)
 	agent_next(&real.sigblock, "sigblock");
 	agent_next(&real.sighold, "sighold");
 	agent_next(&real.sigrelse, "sigrelse");
+	/*
+	 * Started with SIGTRAP blocked (inherited through exec): unblock it,
+	 * the program's view keeps it blocked, as if it had set it itself.
+	 */
+	real_mask = (mask_fn)real.pthread_sigmask;
+	if (keep && real_mask && !real_mask(SIG_BLOCK, NULL, &cur) && sigismember(&cur, SIGTRAP)) {
+		sigemptyset(&trap);
+		sigaddset(&trap, SIGTRAP);
+		real_mask(SIG_UNBLOCK, &trap, NULL);
+		view_blocked = true;
+	}
 }
 
 /* @set as the kernel gets it: without SIGTRAP (into @buf) if it had it. */
@@ -164,8 +166,6 @@ void agent_sa_mask_set(int sig, bool had)
 	else
 		__atomic_and_fetch(&sa_mask_had, ~(1ull << (sig - 1)), __ATOMIC_RELAXED);
 }
-
-typedef int (*mask_fn)(int, const sigset_t *, sigset_t *);
 
 /*
  * sigprocmask and pthread_sigmask: @fn with the deliverable mask, PROG's

@@ -184,7 +184,7 @@ static int session_open(void)
  * Fork child (after the recorder's own handler stopped the parent's session
  * here): a file of its own, or nothing with --no-children.
  */
-static void on_fork_child(void)
+static void on_fork_child_setup(void)
 {
 	int err;
 
@@ -207,6 +207,13 @@ static void on_fork_child(void)
 			 T.file, hint ? hint : strerror(-err));
 		agent_notice(line);
 	}
+}
+
+static void on_fork_child(void)
+{
+	pki_trace_busy++; /* the child's set-up calls are probekit's, not events */
+	on_fork_child_setup();
+	pki_trace_busy--;
 }
 
 /*

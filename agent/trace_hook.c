@@ -24,8 +24,8 @@ void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_op
 {
 	(void)parent_ip;
 	(void)ops;
-	if (__builtin_expect(!agent_hook.active, 0))
-		return;
+	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
+		return; /* (busy: probekit's own call, trace.h) */
 	pki_trace_enter(ip);
 	pki_fgraph_enter(ip, (unsigned long *)regs->sp);
 }
@@ -37,7 +37,7 @@ void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *op
 	(void)parent_ip;
 	(void)ops;
 	(void)regs;
-	if (__builtin_expect(!agent_hook.active, 0))
+	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
 		return;
 	pki_trace_enter(ip);
 }

@@ -63,6 +63,9 @@ static const char usage[] =
     "                        --functions PROG' lists which can be); the default\n"
     "                        when PROG has no patchable entry at all (any\n"
     "                        distribution binary)\n"
+    "      --relocate-all    the same in every object: PROG and all its\n"
+    "                        libraries, libc included (probekit's own calls\n"
+    "                        into them are not recorded)\n"
     "      --no-relocate     patchable entries only\n"
     "      --int3            with relocation, also trace the functions it\n"
     "                        refuses through a breakpoint on their first\n"
@@ -296,7 +299,7 @@ struct trace_opts {
 	int nf, nn;
 	const char *output, *buffer;
 	bool children, entry_only, drop;
-	int relocate; /* 1 --relocate, 0 --no-relocate, -1 (default): if PROG has no site */
+	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
 	int prog;
 };
@@ -318,7 +321,15 @@ static bool trace_opts_add_glob(struct trace_opts *o, int c, char *glob)
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *status)
 {
-	enum { O_NO_CHILDREN = 256, O_ENTRY_ONLY, O_DROP, O_RELOCATE, O_NO_RELOCATE, O_INT3 };
+	enum {
+		O_NO_CHILDREN = 256,
+		O_ENTRY_ONLY,
+		O_DROP,
+		O_RELOCATE,
+		O_RELOCATE_ALL,
+		O_NO_RELOCATE,
+		O_INT3
+	};
 	static const struct option opts[] = {
 	    {"function", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
@@ -327,6 +338,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
 	    {"relocate", no_argument, NULL, O_RELOCATE},
 	    {"no-relocate", no_argument, NULL, O_NO_RELOCATE},
+	    {"relocate-all", no_argument, NULL, O_RELOCATE_ALL},
 	    {"int3", no_argument, NULL, O_INT3},
 	    {"buffer", required_argument, NULL, 'b'},
 	    {"drop", no_argument, NULL, O_DROP},
@@ -368,6 +380,9 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 		case O_NO_RELOCATE:
 			o->relocate = c == O_RELOCATE;
 			break;
+		case O_RELOCATE_ALL:
+			o->relocate = 2;
+			break;
 		case O_INT3:
 			o->int3 = true;
 			break;
@@ -391,7 +406,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 		return cli_usage_error("trace: --int3 is the fallback of relocation: not with "
 				       "--no-relocate"),
 		       false;
-	if (o->int3)
+	if (o->int3 && o->relocate < 1)
 		o->relocate = 1;
 	o->prog = optind;
 	return true;
@@ -427,8 +442,10 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	env[ne++] = PK_ENV_TRACE_DROP;
 	env[ne++] = o->drop ? "1" : "0";
 	if (o->relocate > 0) { /* the library's setting (sym/sites.h), kept for PROG's children */
-		env[ne++] = "PROBEKIT_RELOC";
-		env[ne++] = "main";
+		const char *e = getenv("PROBEKIT_RELOC");
+
+		env[ne++] = "PROBEKIT_RELOC"; /* 1: the libraries too */
+		env[ne++] = o->relocate == 2 || (e && !strcmp(e, "1")) ? "1" : "main";
 	}
 	if (o->int3) {
 		env[ne++] = "PROBEKIT_INT3";

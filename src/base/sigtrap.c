@@ -74,22 +74,34 @@ bool pki_sigtrap_installed(void)
 }
 
 /*
- * Every signal blocked first: the holder cannot be interrupted by a handler
- * that wants the lock (or reads a half-written action) on its own thread.
+ * Every signal but SIGTRAP blocked first: the holder cannot be interrupted
+ * by a handler that wants the lock on its own thread.  SIGTRAP stays
+ * deliverable: the calls made under the lock (sigaction, the mask's
+ * restore) may be libc functions that are being patched (relocation in
+ * every object), and a trap met with SIGTRAP blocked kills the process.
+ * Our own handler, interrupting the holder, takes no lock and reads the
+ * action the holder is writing as it was before (lock_mine, app_writing).
  * Held for a few stores or one sigaction call.
  */
+static __thread bool lock_mine;	  /* this thread holds `lock` */
+static __thread bool app_writing; /* this thread is inside __app_store's stores */
+static struct sigaction app_prev; /* under `lock`: the action before the one being stored */
+
 static void lock_take(sigset_t *saved)
 {
 	sigset_t all;
 
 	sigfillset(&all);
+	sigdelset(&all, SIGTRAP);
 	pthread_sigmask(SIG_SETMASK, &all, saved);
 	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
 		sched_yield();
+	lock_mine = true;
 }
 
 static void lock_drop(const sigset_t *saved)
 {
+	lock_mine = false;
 	atomic_flag_clear_explicit(&lock, memory_order_release);
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
@@ -111,21 +123,38 @@ static void register_atfork(void)
 	pthread_atfork(fork_prepare, fork_release, fork_release);
 }
 
+static void app_words(unsigned long buf[ACT_WORDS])
+{
+	for (size_t i = 0; i < ACT_WORDS; i++)
+		buf[i] = atomic_load_explicit(&app.w[i], memory_order_relaxed);
+}
+
 /* Under `lock`. */
 static void __app_store(const struct sigaction *act)
 {
-	unsigned long buf[ACT_WORDS] = {0};
+	unsigned long buf[ACT_WORDS] = {0}, cur[ACT_WORDS];
 	unsigned int s = atomic_load_explicit(&app.seq, memory_order_relaxed);
 
 	memcpy(buf, act, sizeof(*act));
+	app_words(cur); /* complete: only lock holders write */
+	memcpy(&app_prev, cur, sizeof(app_prev));
+	atomic_signal_fence(memory_order_seq_cst);
+	app_writing = true;
+	atomic_signal_fence(memory_order_seq_cst);
 	atomic_store_explicit(&app.seq, s + 1, memory_order_relaxed);
 	atomic_thread_fence(memory_order_release);
 	for (size_t i = 0; i < ACT_WORDS; i++)
 		atomic_store_explicit(&app.w[i], buf[i], memory_order_relaxed);
 	atomic_store_explicit(&app.seq, s + 2, memory_order_release);
+	atomic_signal_fence(memory_order_seq_cst);
+	app_writing = false;
 }
 
-/* Any context.  A writer holds the lock with signals blocked on ANOTHER thread. */
+/*
+ * Any context.  A writer on ANOTHER thread finishes soon; one on this
+ * thread (our handler interrupted it: SIGTRAP stays deliverable under the
+ * lock) never will before we return, so we take the action it replaces.
+ */
 static unsigned int app_load(struct sigaction *act)
 {
 	unsigned long buf[ACT_WORDS];
@@ -133,6 +162,10 @@ static unsigned int app_load(struct sigaction *act)
 
 	for (;;) {
 		s1 = atomic_load_explicit(&app.seq, memory_order_acquire);
+		if ((s1 & 1) && app_writing) {
+			*act = app_prev;
+			return s1;
+		}
 		if (!(s1 & 1)) {
 			for (size_t i = 0; i < ACT_WORDS; i++)
 				buf[i] = atomic_load_explicit(&app.w[i], memory_order_relaxed);
@@ -182,11 +215,14 @@ static void chain(int sig, siginfo_t *si, void *uc)
 		sigset_t s;
 
 		sigemptyset(&dfl.sa_mask);
+		if (lock_mine) /* we interrupted this thread's own store: leave it be */
+			goto run;
 		lock_take(&s);
 		if (atomic_load_explicit(&app.seq, memory_order_relaxed) == seq)
 			__app_store(&dfl);
 		lock_drop(&s);
 	}
+run:
 	add = act.sa_mask;
 	if (!(act.sa_flags & SA_NODEFER))
 		sigaddset(&add, SIGTRAP);
@@ -203,14 +239,26 @@ static void chain(int sig, siginfo_t *si, void *uc)
 		pthread_sigmask(SIG_SETMASK, &saved, NULL);
 }
 
+/*
+ * The patcher's client first, before anything that may call libc: its INT3s
+ * can stand in libc's own functions while they are patched (with relocation
+ * in every object), errno's own __errno_location() included, so the path
+ * that claims them calls none and leaves errno alone (sigtrap.h).  Saving
+ * errno first would trap again, in every nested handler, without end.
+ */
 static void sigtrap_handler(int sig, siginfo_t *si, void *uc)
 {
-	int saved_errno = errno;
+	pki_sigtrap_fn patch =
+	    atomic_load_explicit(&clients[PKI_SIGTRAP_PATCH], memory_order_acquire);
+	int saved_errno;
 
+	if (patch && patch(sig, si, uc))
+		return;
+	saved_errno = errno;
 	for (int i = 0; i < PKI_SIGTRAP_NR; i++) {
 		pki_sigtrap_fn fn = atomic_load_explicit(&clients[i], memory_order_acquire);
 
-		if (fn && fn(sig, si, uc))
+		if (i != PKI_SIGTRAP_PATCH && fn && fn(sig, si, uc))
 			goto out;
 	}
 	chain(sig, si, uc);

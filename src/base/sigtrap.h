@@ -21,7 +21,7 @@
 #include <stdbool.h>
 
 enum pki_sigtrap_client {
-	PKI_SIGTRAP_PATCH, /* INT3s of a batch being written */
+	PKI_SIGTRAP_PATCH, /* INT3s of a batch being written: called first, calls no libc */
 	PKI_SIGTRAP_WATCH, /* perf watchpoint hits */
 	PKI_SIGTRAP_NR,
 };

@@ -177,6 +177,12 @@ static pthread_key_t exit_key;
 static bool exit_key_ok;
 
 #define TLS_EXITING 0x1u /* pki_tramp_tls.flags: past gp_thread_exit */
+/*
+ * pki_tramp_tls.flags: inside pki_gp_register, which calls libc: a hooked
+ * libc function reached from there (relocation in every object) runs
+ * unhooked instead of registering again, without end.
+ */
+#define TLS_REGISTERING 0x2u
 
 static struct {
 	unsigned long periods, readers, waited, answers, refused, parked, woke, scanned;
@@ -286,25 +292,23 @@ static void reader_activate(unsigned int i)
 }
 
 /*
- * X_REG: the thread's first entry (counter PKI_TRAMP_UNREG + 1, or more if a
- * signal handler entered again before we blocked signals: that nested call
- * registers, and we find the counter converted).  Signals blocked so that
- * no nested call claims a second slot.
+ * X_REG: the thread's first entry (counter PKI_TRAMP_UNREG + 1).  A nested
+ * entry meanwhile (a signal handler's hooked call, or a hooked libc function
+ * this calls: relocation in every object) finds TLS_REGISTERING and runs
+ * unhooked: no second slot is claimed, and no signal is blocked here (a
+ * trap met with SIGTRAP blocked kills the process).
  */
 int pki_gp_register(void)
 {
 	struct pki_tramp_tls *me = &pki_tramp_tls;
-	sigset_t all, old;
 	int ok = 1;
 
-	if (me->flags & TLS_EXITING) { /* past gp_thread_exit: no system call per call */
+	if (me->flags & (TLS_EXITING | TLS_REGISTERING)) { /* no system call per call */
 		nest_add(me, -1);
 		return 0;
 	}
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	if (nest_get(me) >= 0) /* a nested call registered us */
-		goto out;
+	me->flags |= TLS_REGISTERING;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* set before any call */
 	if (!me->slot && !(me->flags & TLS_EXITING)) {
 		me->slot = reader_claim(me);
 		if (me->slot) {
@@ -323,8 +327,8 @@ int pki_gp_register(void)
 		__atomic_add_fetch(&gp_stat.refused, 1, __ATOMIC_RELAXED);
 		ok = 0;
 	}
-out:
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	me->flags &= ~TLS_REGISTERING;
 	return ok;
 }
 
@@ -349,6 +353,7 @@ static void gp_thread_exit(void *unused)
 
 	(void)unused;
 	sigfillset(&all);
+	sigdelset(&all, SIGTRAP); /* its calls may meet a patch's INT3 (sigtrap.c) */
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	me->flags |= TLS_EXITING;
 	__atomic_store_n(&me->nest, PKI_TRAMP_UNREG, __ATOMIC_RELAXED); /* a pass may read it */

@@ -382,11 +382,10 @@ static size_t trap_sites_split(struct pki_poke *site, size_t n)
 /* Is SIGTRAP blocked in the calling thread (pki_arch_trap_guard sees the others)? */
 static int trap_self_guard(void)
 {
-	uint64_t cur = 0;
+	sigset_t cur;
 
-	/* The kernel's mask, not what a wrapper (agent/sigmask.c) shows the program. */
-	if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &cur, sizeof(cur)) ||
-	    !(cur & (1ull << (SIGTRAP - 1))))
+	/* (Inside the agent, its wrapper passes the library's own calls through.) */
+	if (pthread_sigmask(SIG_BLOCK, NULL, &cur) || !sigismember(&cur, SIGTRAP))
 		return 0;
 	pki_warn("text poke: this thread blocks SIGTRAP, and the batch writes INT3 sites: "
 		 "a trap would kill the process; batch refused, nothing changed: %s\n",

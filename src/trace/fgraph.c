@@ -34,10 +34,33 @@ static void stack_release(void *arg)
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 
 	t->cap = 0;
-	t->depth = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (t->depth) {
+		/*
+		 * Frames of the exit path itself are hijacked (libc's, traced with
+		 * relocation in every object: the one that runs this destructor):
+		 * they still return through the trampoline, so the stack stays
+		 * until the last of them has (stack_gone).
+		 */
+		t->dying = 1;
+		return;
+	}
 	t->st = GONE;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	munmap(arg, STACK_LEN);
+}
+
+/* The last hijacked frame of a dying thread returned: free its stack. */
+static __attribute__((noinline)) void stack_gone(struct pki_fgraph_tls *t)
+{
+	struct pki_fgraph_ent *st = t->st;
+
+	t->dying = 0;
+	t->st = GONE; /* before munmap: never hijacked now */
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	pki_trace_busy++;
+	munmap(st, STACK_LEN);
+	pki_trace_busy--;
 }
 
 int pki_fgraph_init(void)
@@ -60,6 +83,7 @@ __attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long 
 	struct pki_fgraph_ent *st;
 
 	if (!t->st) {
+		pki_trace_busy++; /* mmap and the key are probekit's calls, not events */
 		st = mmap(NULL, STACK_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 			  0);
 		if (st != MAP_FAILED && !t->st) { /* not made by a signal handler meanwhile */
@@ -68,11 +92,13 @@ __attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long 
 				pthread_setspecific(key, st); /* low key: no allocation */
 			__atomic_signal_fence(__ATOMIC_SEQ_CST);
 			t->cap = PKI_FGRAPH_DEPTH;
+			pki_trace_busy--;
 			pki_fgraph_enter(fn, slot);
 			return;
 		}
 		if (st != MAP_FAILED)
 			munmap(st, STACK_LEN);
+		pki_trace_busy--;
 	}
 	/* Too deep, out of memory, or the thread is exiting: this exit is not seen. */
 	pki_trace_count_lost();
@@ -113,6 +139,8 @@ unsigned long pki_fgraph_exit(unsigned long sp)
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
 		pki_trace_record(fn, PKI_EV_EXIT, ts);
+		if (__builtin_expect(t->dying && !t->depth, 0))
+			stack_gone(t);
 		return ret;
 	}
 	for (i = d; i-- > 0;)
@@ -128,6 +156,8 @@ unsigned long pki_fgraph_exit(unsigned long sp)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	t->depth = i;
 	pki_trace_record(fn, PKI_EV_EXIT, ts);
+	if (t->dying && !t->depth)
+		stack_gone(t);
 	return ret;
 }
 

@@ -68,6 +68,9 @@ struct pki_fgraph_tls {
 	 * enclosing unwinds and are not touched by the inner one. */
 	uint32_t unwinding;
 	uint32_t base[PKI_FGRAPH_UNWIND_MAX];
+	/* Past the thread's key destructor with hijacked frames left (the exit
+	 * path's own, when libc is traced): the last one's return frees st. */
+	uint32_t dying;
 };
 
 extern __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));

@@ -46,6 +46,7 @@
 #include "trace/trace.h"
 
 __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-exec")));
+__thread unsigned pki_trace_busy __attribute__((tls_model("initial-exec")));
 bool pki_trace_use_tsc;
 bool pki_trace_drop;
 
@@ -773,11 +774,13 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 		return;
 	}
 	tls_allocating = 1;
+	pki_trace_busy++; /* buf_new's libc calls are not events */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	b = buf_new();
 	if (b)
 		pki_trace_tls = b;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	pki_trace_busy--;
 	tls_allocating = 0;
 	if (!b) {
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
@@ -899,7 +902,10 @@ static bool room_wait(const struct pki_trace_buf *b)
 __attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts)
 {
 	struct pki_trace_buf *b = pki_trace_tls;
-	int saved = errno, r = PKI_TRACE_PUT_FULL;
+	int saved, r = PKI_TRACE_PUT_FULL;
+
+	pki_trace_busy++; /* before errno: __errno_location may be traced */
+	saved = errno;
 
 	/* Full again after room was seen only if a signal handler refilled it. */
 	while (r == PKI_TRACE_PUT_FULL && room_wait(b))
@@ -909,6 +915,7 @@ __attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind,
 	else if (r == PKI_TRACE_PUT_SLOW)
 		pki_trace_record_slow(fn, kind, ts); /* the buffer went meanwhile */
 	errno = saved;
+	pki_trace_busy--;
 }
 
 /* ---- the drainer thread -----------------------------------------------------
@@ -951,6 +958,7 @@ static void *drainer_main(void *arg)
 
 	(void)arg;
 	pki_trace_tls = &internal_buf;
+	pki_trace_busy = 1; /* its calls are probekit's, never recorded */
 	for (;;) {
 		struct timespec ts = {.tv_sec = wait_ms / 1000,
 				      .tv_nsec = (long)(wait_ms % 1000) * 1000000};

@@ -178,6 +178,15 @@ struct pki_trace_buf {
 };
 
 extern __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-exec")));
+/*
+ * Nonzero while this thread runs probekit's own code that may call traced
+ * functions (libc, when every object is relocated): the slow paths below,
+ * the shadow stack's, the drainer, a fork child's set-up.  The hooks record
+ * nothing then (agent/trace_hook.c): probekit's calls are not the program's,
+ * and recording them from inside a record would recurse without end (a
+ * full buffer's wait calling a traced function whose exit is traced...).
+ */
+extern __thread unsigned pki_trace_busy __attribute__((tls_model("initial-exec")));
 extern bool pki_trace_use_tsc;
 extern bool pki_trace_drop; /* the session's opts.drop */
 

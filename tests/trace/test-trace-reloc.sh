@@ -6,9 +6,13 @@
 # stdout), record events of the program's own functions, lose none, and
 # see no exit without its entry.
 #
-# usage: test-trace-reloc.sh PROBEKIT TEST_CORE
+# With --relocate-all the libraries are relocated too, libc included:
+# libc_calls' own calls of two libc functions are counted exactly, in a
+# fork child too, and a shell pipeline gives its plain output.
+#
+# usage: test-trace-reloc.sh PROBEKIT TEST_CORE LIBC_CALLS
 set -uo pipefail
-pk=$(realpath "$1") core=$(realpath "$2")
+pk=$(realpath "$1") core=$(realpath "$2") lc=$(realpath "$3")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 export PROBEKIT_RELOC=main
 
@@ -51,6 +55,28 @@ export PROBEKIT_RELOC=main
 PROBEKIT_RELOC=main "$pk" trace -o l.trace -- /usr/bin/ls / >/dev/null 2>&1
 "$pk" report l.trace >rep 2>&1
 check "ls: unnamed functions as sub_<hex>" "grep -q ' sub_[0-9a-f]* \[ls\]' rep"
+
+# Every object: libc's functions traced, counted as the program counts them.
+unset PROBEKIT_RELOC
+libc_counts() { { counts "$1" rand_r; counts "$1" strverscmp; } | sort; }
+"$lc" >plain.out 2>&1
+rm -f a.trace*
+run --relocate-all -o a.trace -- "$lc"
+check "--relocate-all: rc $rc, stdout of the plain run" "[[ $rc == 0 ]] && cmp -s out plain.out"
+libc_counts a.trace >got
+want out parent >exp
+check "--relocate-all: libc calls counted as the program does ($(tr '\n' ' ' <got))" "[[ -s exp ]] && cmp -s got exp"
+child=$(ls a.trace.* 2>/dev/null | head -1)
+libc_counts "${child:-none}" >got
+want out child >exp
+check "--relocate-all: and in the fork child ($(tr '\n' ' ' <got))" "[[ -s exp ]] && cmp -s got exp"
+"$pk" report a.trace >rep 2>&1
+check "--relocate-all: nothing lost" "grep -q ' 0 lost' rep"
+bash -c 'for i in 3 1 2; do echo $i; done | sort' >plain.out 2>&1
+run --relocate-all -o b.trace -- bash -c 'for i in 3 1 2; do echo $i; done | sort'
+check "--relocate-all: a pipeline of bash and sort (rc $rc)" "[[ $rc == 0 ]] && cmp -s out plain.out"
+"$pk" report b.trace >rep 2>&1
+check "--relocate-all: libc's functions in the report" "grep -q '\[libc.so.6\]' rep"
 
 echo "trace_reloc: $pass passed, $fail failed"
 [[ $fail == 0 ]]

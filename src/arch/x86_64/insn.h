@@ -56,11 +56,24 @@ static inline int pki_insn_jmp(uint8_t out[PKI_SITE_LEN], unsigned long site, un
  * clang's -fpatchable-function-entry=5 writes 8.  So the bytes of a NOP5 site
  * are not always pki_nop5: patchers must expect the site's own bytes.
  */
+/*
+ * @n bytes equal, without libc: the SIGTRAP handler classifies sites, and
+ * with relocation in every object memcmp itself may be being patched
+ * (base/sigtrap.c).  Same for pki_insn_branch_target's load.
+ */
+static inline bool pki_insn_eq(const uint8_t *a, const uint8_t *b, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (a[i] != b[i])
+			return false;
+	return true;
+}
+
 static inline enum pki_insn_kind pki_insn_classify(const uint8_t b[PKI_SITE_LEN])
 {
-	if (!memcmp(b, pki_nop5, PKI_SITE_LEN - 1))
+	if (pki_insn_eq(b, pki_nop5, PKI_SITE_LEN - 1))
 		return PKI_INSN_NOP5;
-	if (!memcmp(b, pki_nop1x5, PKI_SITE_LEN))
+	if (pki_insn_eq(b, pki_nop1x5, PKI_SITE_LEN))
 		return PKI_INSN_NOP1X5;
 	if (b[0] == 0xe8)
 		return PKI_INSN_CALL;
@@ -195,10 +208,10 @@ static inline void pki_insn_site_off(uint8_t out[PKI_SITE_LEN], const uint8_t or
 static inline unsigned long pki_insn_branch_target(const uint8_t b[PKI_SITE_LEN],
 						   unsigned long site)
 {
-	int32_t rel32;
+	uint32_t rel =
+	    (uint32_t)b[1] | (uint32_t)b[2] << 8 | (uint32_t)b[3] << 16 | (uint32_t)b[4] << 24;
 
-	memcpy(&rel32, b + 1, sizeof(rel32));
-	return site + PKI_SITE_LEN + (long)rel32;
+	return site + PKI_SITE_LEN + (long)(int32_t)rel;
 }
 
 #endif /* PK_ARCH_X86_64_INSN_H */

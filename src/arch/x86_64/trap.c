@@ -319,54 +319,49 @@ static bool int3_emulate(void *uc, const struct pki_poke *p, const uint8_t insn[
 
 /* --- handlers -------------------------------------------------------------- */
 
-/* The SIGTRAP client: true if the trap was one of our INT3s (handled). */
+/*
+ * The SIGTRAP client: true if the trap was one of our INT3s (handled).  Runs
+ * first and calls no libc function that could be one of the functions being
+ * patched, errno's included (base/sigtrap.c): only loads, stores and atomics,
+ * and a futex wake while a batch retires (FUTEX_WAKE cannot fail: errno
+ * stays).
+ */
 static bool trap_handler(int sig, siginfo_t *si, void *uc)
 {
-	int saved_errno = errno;
+	unsigned long addr, to;
+	const struct site_slot *ss;
+	const struct pki_batch *b;
+	const struct pki_poke *p;
+	bool done = false;
 
 	(void)sig;
-	if (si->si_code == SI_KERNEL) {
-		/* The trap leaves the IP just past the one-byte INT3. */
-		unsigned long addr = uc_ip(uc) - 1;
-		const struct pki_batch *b;
-		const struct pki_poke *p;
-		bool done = false;
-
-		const struct site_slot *ss =
-		    set_find(atomic_load_explicit(&seen, memory_order_acquire), addr);
-		unsigned long to = ss ? atomic_load_explicit(&ss->to, memory_order_acquire) : 0;
-
-		if (to) { /* an INT3 site: its entry, as its jmp would (RS5) */
-			uc_set_ip(uc, to);
-			atomic_fetch_add_explicit(&pki_stat_trap_calls, 1, memory_order_relaxed);
-			errno = saved_errno;
-			return true;
-		}
-		atomic_fetch_add(&readers, 1);
-		b = atomic_load(&active);
-		if (b && (p = pki_batch_find(b, addr)) && p->addr == addr) {
-			const uint8_t *insn =
-			    atomic_load_explicit(&b->rollback, memory_order_acquire) ? p->old
-										     : p->new;
-
-			done = int3_emulate(uc, p, insn);
-			if (done)
-				atomic_fetch_add_explicit(&pki_stat_emulated, 1,
-							  memory_order_relaxed);
-		}
-		readers_leave();
-		if (!done && ss) {
-			uc_set_ip(uc, addr);
-			atomic_fetch_add_explicit(&pki_stat_restarted, 1, memory_order_relaxed);
-			done = true;
-		}
-		if (done) {
-			errno = saved_errno;
-			return true;
-		}
+	if (si->si_code != SI_KERNEL)
+		return false;
+	addr = uc_ip(uc) - 1; /* the trap leaves the IP just past the one-byte INT3 */
+	ss = set_find(atomic_load_explicit(&seen, memory_order_acquire), addr);
+	to = ss ? atomic_load_explicit(&ss->to, memory_order_acquire) : 0;
+	if (to) { /* an INT3 site: its entry, as its jmp would (RS5) */
+		uc_set_ip(uc, to);
+		atomic_fetch_add_explicit(&pki_stat_trap_calls, 1, memory_order_relaxed);
+		return true;
 	}
-	errno = saved_errno;
-	return false;
+	atomic_fetch_add(&readers, 1);
+	b = atomic_load(&active);
+	if (b && (p = pki_batch_find(b, addr)) && p->addr == addr) {
+		const uint8_t *insn =
+		    atomic_load_explicit(&b->rollback, memory_order_acquire) ? p->old : p->new;
+
+		done = int3_emulate(uc, p, insn);
+		if (done)
+			atomic_fetch_add_explicit(&pki_stat_emulated, 1, memory_order_relaxed);
+	}
+	readers_leave();
+	if (!done && ss) {
+		uc_set_ip(uc, addr);
+		atomic_fetch_add_explicit(&pki_stat_restarted, 1, memory_order_relaxed);
+		done = true;
+	}
+	return done;
 }
 
 static size_t kick_find_tid(const struct pki_kick *k, pid_t tid)

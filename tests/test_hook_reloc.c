@@ -47,10 +47,12 @@ static void ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops
 
 static int tramp_calls;
 static long tramp_set_di = -1;
+static unsigned long tramp_ip;
 
 static void tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
 {
-	(void)ip, (void)parent_ip;
+	(void)parent_ip;
+	tramp_ip = ip;
 	tramp_calls++;
 	if (tramp_set_di >= 0)
 		regs->di = (unsigned long)tramp_set_di;
@@ -110,12 +112,14 @@ START_TEST(direct_and_ops_on_a_relocated_entry)
 	ck_assert_int_eq(rt_scale(5, 7), 37); /* the handler's change reached the function */
 	tramp_set_di = -1;
 	ck_assert_int_eq(tramp_calls, 1);
+	ck_assert_uint_eq(tramp_ip, site.ip); /* the site's, not its copy's (tramp.c's shim) */
 	ips[0] = site.ip;
 	o.filter.ips = ips;
 	o.filter.nips = 1;
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert_int_eq(rt_scale(2, 1), 7);
 	ck_assert_int_eq(tramp_calls, 2);
+	ck_assert_uint_eq(tramp_ip, site.ip); /* with an ops too: the list dispatcher */
 	ck_assert_int_eq(ops_calls, 1);
 	ck_assert_int_eq(pk_ops_unregister(&o), 0);
 	ck_assert_int_eq(pk_direct_del(&site.ip, 1), 0);
@@ -243,9 +247,14 @@ START_TEST(r11_kept_through_a_relocated_site)
 	ck_assert_ptr_nonnull(t);
 	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){rs.ip, pk_tramp_addr(t)}, 1), 0);
 	tramp_calls = 0;
-	rt_keep_r11(); /* through X_USER_RELOC: the pk_tramp's own entry takes r11 (hook.h) */
+	/* Ops and a pk_tramp: L_RELOC runs both (the pk_tramp as its shim), X_RELOC. */
+	ck_assert_int_eq(rt_keep_r11(), 0x7770);
 	ck_assert_int_eq(tramp_calls, 1);
 	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	/* The pk_tramp alone: its shim's relocated body, r11 kept too (hook.h). */
+	ck_assert_int_eq(rt_keep_r11(), 0x7770);
+	ck_assert_int_eq(tramp_calls, 2);
+	ck_assert_uint_eq(tramp_ip, rs.ip);
 	ck_assert_int_eq(pk_direct_del(&rs.ip, 1), 0);
 	ck_assert_int_eq(pk_direct_sync(), 0);
 	ck_assert_int_eq(pk_tramp_free(t), 0);

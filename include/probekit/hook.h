@@ -181,8 +181,9 @@ struct pk_direct_entry {
  * built with gcc's -fipa-ra (its -O2 default), where a caller keeps values
  * in the caller-saved registers its callee leaves alone: @addr there must
  * preserve every register, vector ones included.  The ops path does (r11
- * and the rest); a pk_tramp_new() trampoline preserves all but r11, which
- * its entry takes, and xmm8-15, which its handler may use.
+ * and the rest), and so does a pk_tramp_new() trampoline there: at a
+ * relocated site its handler is run through the site's own entry, like an
+ * ops, never through the trampoline's address (whose entry takes r11).
  *
  * pk_direct_add(): -EINVAL (addr 0, duplicate ip in @e), -EEXIST (a site
  * already has a direct entry), -ENOENT (not a site), -ERANGE (@addr out of
@@ -221,9 +222,7 @@ PK_API int pk_direct_sync(void);
  * function entry with the argument registers in @regs (changes are passed on
  * to the function), then the function runs.  Every register the function
  * may read (arguments, vector arguments, rax, r10) is preserved.  @ip is
- * the site's address, except at a relocated site (PK_SITE_RELOC), where it
- * is the address of the site's copy minus 5 (the trampoline knows its
- * return address only): use ops there to learn the site.
+ * the site's address, at a relocated site (PK_SITE_RELOC) too.
  */
 typedef void (*pk_tramp_fn)(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
 

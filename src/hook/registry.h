@@ -215,6 +215,12 @@ void __pki_hook_objects_apply(void);
 void pki_hook_tramp_use(unsigned long addr, int delta);
 /* The handler body of the live pk_tramp whose address is @addr, or 0. */
 unsigned long pki_hook_tramp_body(unsigned long addr);
+/*
+ * If @addr is a pk_tramp's, the ops that runs its handler at a relocated
+ * site (tramp.c), and its private state for its bodies; else NULL.
+ */
+struct pk_ops *pki_hook_tramp_shim(unsigned long addr);
+struct ops_priv *pki_hook_tramp_shim_priv(struct pk_ops *shim);
 
 /* The fork stages of the locks each file owns (txn.c orders them). */
 enum pki_hook_fork { PKI_HOOK_FORK_PREPARE, PKI_HOOK_FORK_PARENT, PKI_HOOK_FORK_CHILD };

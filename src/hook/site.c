@@ -268,14 +268,16 @@ void pki_hook_slot_retire(const struct pki_tslot *t)
 	pki_gp_defer(slot_free, c);
 }
 
-/* A copy of @s's staged ops, for a list dispatcher. */
-static struct opsv *opsv_new(const struct ops_vec *ops)
+/* A copy of @s's staged ops, and @extra (if not NULL) last, for a list dispatcher. */
+static struct opsv *opsv_new(const struct ops_vec *ops, struct pk_ops *extra)
 {
-	struct opsv *v = malloc(sizeof(*v) + ops->n * sizeof(v->v[0]));
+	struct opsv *v = malloc(sizeof(*v) + (ops->n + 1) * sizeof(v->v[0]));
 
 	if (v) {
 		v->n = ops->n;
 		memcpy(v->v, ops->v, ops->n * sizeof(v->v[0]));
+		if (extra)
+			v->v[v->n++] = extra;
 	}
 	return v;
 }
@@ -336,10 +338,10 @@ static unsigned long site_list(const struct site *s)
 	return x.list_reloc;
 }
 
-/* @s's entry goes to its list dispatcher, with a new array of its ops. */
-static int __site_use_list(struct site *s)
+/* @s's entry goes to its list dispatcher, with a new array of its ops (and @extra last). */
+static int __site_use_list(struct site *s, struct pk_ops *extra)
 {
-	s->new_opsv = opsv_new(&s->ops);
+	s->new_opsv = opsv_new(&s->ops, extra);
 	if (!s->new_opsv)
 		return -ENOMEM;
 	s->new_ent.ops = (unsigned long)s->new_opsv;
@@ -357,6 +359,7 @@ static int __site_use_list(struct site *s)
 static int __site_decide_reloc(struct site *s)
 {
 	struct pki_tramp_exits x;
+	struct pk_ops *shim;
 	int err;
 
 	s->new_opsv = s->opsv;
@@ -378,14 +381,18 @@ static int __site_decide_reloc(struct site *s)
 		return -ENOTRECOVERABLE;
 	pki_tmem_exits(&s->ent, &x);
 	s->new_ent = (struct pki_tramp_entry){x.reloc, x.reloc, (unsigned long)s->opsv, 0};
-	if (s->direct)
-		s->new_ent = (struct pki_tramp_entry){x.user_reloc, x.user_reloc,
-						      (unsigned long)s->opsv, s->direct};
 	if (s->ops.n || s->direct)
 		s->new_call = s->ent.x;
+	/* A pk_tramp runs as an ops of the site (tramp.c, its shim): r11 and ip kept. */
+	shim = s->direct ? pki_hook_tramp_shim(s->direct) : NULL;
+	if (s->direct && !shim) /* user code: returns into the copy (X_USER_RELOC) */
+		s->new_ent = (struct pki_tramp_entry){x.user_reloc, x.user_reloc,
+						      (unsigned long)s->opsv, s->direct};
+	if (shim && !s->ops.n)
+		return __ops_tramp(pki_hook_tramp_shim_priv(shim), true, &s->new_ent.target);
 	if (s->ops.n == 1 && !s->direct)
 		return __ops_tramp(s->ops.v[0]->private, true, &s->new_ent.target);
-	return s->ops.n ? __site_use_list(s) : 0;
+	return s->ops.n ? __site_use_list(s, shim) : 0;
 }
 
 int __pki_hook_site_decide(struct site *s)
@@ -424,7 +431,7 @@ int __pki_hook_site_decide(struct site *s)
 		return 0;
 	if (s->ops.n == 1 && !s->direct)
 		return __ops_tramp(s->ops.v[0]->private, false, &s->new_ent.target);
-	return __site_use_list(s);
+	return __site_use_list(s, NULL);
 }
 
 /*

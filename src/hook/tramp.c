@@ -12,7 +12,10 @@
  * later pk_tramp_new() of the same handler and flags: a program making and
  * freeing trampolines in a loop does not grow.  Every pk_tramp ever made is
  * in `tramps` (entry address -> struct), which is how the registry knows a
- * direct address is one.
+ * direct address is one.  At a relocated site a pk_tramp's handler is run
+ * as an ops of the site (its shim), never through the trampoline's entry:
+ * that entry would clobber the program's r11 and give the handler the
+ * copy's address (doc/design/reloc-sites.md, RS1b).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,7 +34,24 @@ struct pk_tramp {
 	unsigned int flags;
 	unsigned long uses;    /* committed sites whose direct address it is (tramp_lock) */
 	struct pk_tramp *next; /* on the list of parked ones */
+	/*
+	 * At a relocated site the handler runs as this ops (pki_hook_tramp_shim):
+	 * through the site's own entry, which keeps the program's r11, with the
+	 * site's address, out into the copy (RS1).  Its relocated body is made
+	 * on first use (shim_priv.tramp_reloc) and retired with the trampoline.
+	 */
+	struct pk_ops shim;
+	struct ops_priv shim_priv;
 };
+
+/* The shim's callback: the handler, as at a patchable site. */
+__attribute__((target("general-regs-only"))) static void
+tramp_shim(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops, struct pk_regs *regs)
+{
+	const struct pk_tramp *t = ops->private;
+
+	t->handler(ip, parent_ip, regs);
+}
 
 /* The pk_tramp records; taken under pki_reg.lock, never the other way. */
 static pthread_mutex_t tramp_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -65,6 +85,18 @@ unsigned long pki_hook_tramp_body(unsigned long addr)
 		body = t->body.x;
 	pthread_mutex_unlock(&tramp_lock);
 	return body;
+}
+
+struct pk_ops *pki_hook_tramp_shim(unsigned long addr)
+{
+	struct pk_tramp *t;
+
+	if (!pki_tmem_contains(addr))
+		return NULL;
+	pthread_mutex_lock(&tramp_lock);
+	t = pki_umap_find(&tramps, addr);
+	pthread_mutex_unlock(&tramp_lock);
+	return t && t->body.x ? &t->shim : NULL;
 }
 
 void pki_hook_tramps_fork(enum pki_hook_fork stage)
@@ -134,9 +166,20 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 		errno = -err;
 		return NULL;
 	}
+	/* (ops->private is the trampoline: the shim's callback reads it; the
+	 * registry reaches shim_priv through pki_hook_tramp_shim's caller.) */
+	t->shim = (struct pk_ops){.func = tramp_shim,
+				  .flags = flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
+	t->shim.private = t;
+	t->shim_priv = (struct ops_priv){.ops = &t->shim};
 	pki_tmem_exits(&t->ent, &x);
 	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){t->body.x, x.ret, 0, x.ret_ret});
 	return t;
+}
+
+struct ops_priv *pki_hook_tramp_shim_priv(struct pk_ops *shim)
+{
+	return &((struct pk_tramp *)shim->private)->shim_priv;
 }
 
 unsigned long pk_tramp_addr(const struct pk_tramp *t)
@@ -151,7 +194,7 @@ int pk_tramp_free(struct pk_tramp *t)
 
 	if (!t)
 		return 0;
-	struct pki_tslot body;
+	struct pki_tslot body, shim_body;
 
 	err = pki_hook_enter();
 	if (err)
@@ -173,12 +216,16 @@ int pk_tramp_free(struct pk_tramp *t)
 		pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){x.ret, x.ret, 0, x.ret_ret});
 		pthread_mutex_lock(&tramp_lock);
 		body = t->body;
+		shim_body = t->shim_priv.tramp_reloc;
 		t->body = (struct pki_tslot){0};
+		t->shim_priv.tramp_reloc = (struct pki_tslot){0};
 		t->next = parked;
 		parked = t;
 		pthread_mutex_unlock(&tramp_lock);
-		pki_hook_slot_retire(
-		    &body); /* outside tramp_lock: it may wait for a grace period */
+		/* Outside tramp_lock: they may wait for a grace period. */
+		pki_hook_slot_retire(&body);
+		if (shim_body.x)
+			pki_hook_slot_retire(&shim_body);
 	}
 	pki_hook_unlock();
 	return err;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write the stress test's hookable functions: N distinct functions and a table.
 
-usage: gen-funcs.py N OUT.c [C]
+usage: gen-funcs.py N OUT.c [C] [--plain]
 
 Function i notes its return address in the caller's context (the hooks'
 parent_ip must equal it), takes x, five integer arguments and one double,
@@ -19,11 +19,16 @@ __patchable_function_entries record), each folding its key into e and
 jumping to one shared C body: gcc takes milliseconds per function, so
 10,000 more C functions would take half a minute to compile, the assembler
 a fraction of a second.
+With --plain the same functions without patchable entries (no sled, no
+record; built without -fpatchable-function-entry): the relocated variant,
+hooked by prologue relocation (PROBEKIT_RELOC=main).
 """
 import sys
 
-n, out = int(sys.argv[1]), sys.argv[2]
-nc = int(sys.argv[3]) if len(sys.argv) > 3 else n
+plain = "--plain" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--plain"]
+n, out = int(args[0]), args[1]
+nc = int(args[2]) if len(args) > 2 else n
 nc = min(nc, n)
 M64 = (1 << 64) - 1
 
@@ -57,11 +62,13 @@ with open(out, "w") as f:
             f.write(f"pks_fn pks_f{i};\n")
         f.write("\n__asm__(\"\\t.text\\n\"\n")
         for i in range(nc, n):
-            f.write(f'"\\t.globl pks_f{i}\\n\\t.type pks_f{i}, @function\\n'
-                    f'\\t.p2align 4\\npks_f{i}:\\n\\t.cfi_startproc\\n'
+            sled = ("" if plain else
                     f'\\t.section __patchable_function_entries,\\"awo\\",@progbits,pks_f{nc}\\n'
                     f'\\t.align 8\\n\\t.quad .LPFEa{i}\\n\\t.text\\n'
-                    f'.LPFEa{i}:\\n\\tnop\\n\\tnop\\n\\tnop\\n\\tnop\\n\\tnop\\n'
+                    f'.LPFEa{i}:\\n\\tnop\\n\\tnop\\n\\tnop\\n\\tnop\\n\\tnop\\n')
+            f.write(f'"\\t.globl pks_f{i}\\n\\t.type pks_f{i}, @function\\n'
+                    f'\\t.p2align 4\\npks_f{i}:\\n\\t.cfi_startproc\\n'
+                    + sled +
                     f'\\tmovabsq ${key(i):#x}, %rax\\n\\txorq %rax, %r9\\n'
                     f'\\tjmp pks_asm_body\\n\\t.cfi_endproc\\n'
                     f'\\t.size pks_f{i}, .-pks_f{i}\\n"\n')

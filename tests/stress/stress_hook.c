@@ -3,7 +3,8 @@
  * stress_hook: an adversarial stress test of the public hook API, written as
  * a user would write it (public headers and the shared library only).
  *
- * 200 generated functions (built with -fpatchable-function-entry=5) are
+ * 200 generated functions (built with -fpatchable-function-entry=5; in
+ * stress_hook_reloc, without, and hooked by prologue relocation) are
  * called in tight loops by worker threads of several kinds, while one
  * controller thread registers and unregisters ops, adds, retargets and
  * deletes direct entries, makes and frees trampolines, and groups random

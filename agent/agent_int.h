@@ -216,6 +216,8 @@ void agent_shell_init(void);
 struct agent_dl_conf {
 	const char *funcs, *notrace; /* the -f / -N globs, newline-separated, or NULL */
 	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
+	/* for an object hooked by relocation (entries only: trace.c, lib_entry_only) */
+	void (*func_reloc)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	unsigned long flags;  /* of the main ops */
 	uint32_t next_object; /* first OBJECT id not used in the trace */
 };

@@ -121,6 +121,7 @@ static struct {
 	char *fbuf, *nbuf;
 	struct agent_globs g;
 	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
+	void (*func_reloc)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	unsigned long flags;
 	bool shstk;	/* CET shadow stack: no pki_call_via */
 	bool test_fail; /* PK_ENV_TRACE_TEST_DLOPEN_FAIL: hooking fails (tests) */
@@ -392,8 +393,14 @@ static int __dlo_register(struct dlo *d)
 {
 	int err;
 
+	struct pk_site s;
+
 	memset(&d->ops, 0, sizeof(d->ops));
 	d->ops.func = C.func;
+	/* Relocated (--relocate-all): entries only, as for the libraries at start (trace.c). */
+	if (d->nips && !pk_site_find(d->ips[0], &s) &&
+	    (s.kind == PK_SITE_RELOC || s.kind == PK_SITE_INT3))
+		d->ops.func = C.func_reloc;
 	d->ops.flags = C.flags;
 	d->ops.filter.ips = d->ips;
 	d->ops.filter.nips = d->nips;
@@ -749,6 +756,7 @@ int agent_dl_start(const struct agent_dl_conf *conf)
 		return -ENOMEM;
 	agent_globs_split(&C.g, C.fbuf, C.nbuf);
 	C.func = conf->func;
+	C.func_reloc = conf->func_reloc;
 	C.flags = conf->flags;
 	C.shstk = pki_fgraph_shstk();
 	D.next_id = conf->next_object;

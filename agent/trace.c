@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -93,7 +94,9 @@ static struct {
 	struct tsym *syms;
 	struct tobj *objs;
 	size_t nobjs;
-	struct pk_ops ops;
+	struct pk_ops ops;     /* entries and exits */
+	struct pk_ops ops_lib; /* libraries' relocated functions: entries only (lib_entry_only) */
+	unsigned long *main_ips, *lib_ips; /* the filters of ops and ops_lib: ips split */
 } T;
 
 static struct {
@@ -424,10 +427,54 @@ static void reloc_summary(void)
 	agent_notice(line);
 }
 
+/*
+ * With relocation in every object (--relocate-all), the libraries' relocated
+ * functions are traced entries only: their returns are never hijacked.
+ * libc's own setjmp/longjmp, vfork, clone's child, posix_spawn's CLONE_VM
+ * child and the unwinder in libgcc_s leave or share frames in ways a return
+ * trampoline cannot follow (a longjmp to the trampoline, a child popping
+ * its parent's shadow entries); counts stay exact, durations are the
+ * program's own functions'.
+ */
+static bool lib_entry_only(unsigned long ip, uintptr_t main_base)
+{
+	struct pk_site s;
+	Dl_info di;
+
+	return !pk_site_find(ip, &s) && (s.kind == PK_SITE_RELOC || s.kind == PK_SITE_INT3) &&
+	       dladdr((void *)s.func, &di) && (uintptr_t)di.dli_fbase != main_base;
+}
+
+/* T.ips split into T.main_ips (for T.ops) and T.lib_ips; false: out of memory. */
+static bool ips_split(size_t *nmain, size_t *nlib)
+{
+	Dl_info di;
+	uintptr_t main_base =
+	    dladdr((void *)getauxval(AT_ENTRY), &di) ? (uintptr_t)di.dli_fbase : 0;
+	size_t m = 0, l = 0, sz = (T.nips ? T.nips : 1) * sizeof(unsigned long);
+
+	free(T.main_ips);
+	free(T.lib_ips);
+	T.main_ips = malloc(sz);
+	T.lib_ips = malloc(sz);
+	if (!T.main_ips || !T.lib_ips)
+		return false;
+	for (size_t i = 0; i < T.nips; i++) {
+		if (conf->exits && lib_entry_only(T.ips[i], main_base))
+			T.lib_ips[l++] = T.ips[i];
+		else
+			T.main_ips[m++] = T.ips[i];
+	}
+	*nmain = m;
+	*nlib = l;
+	return true;
+}
+
 /* Hook the sites picked, open the trace, follow forks and later dlopen()s. */
 static bool trace_hook(bool initial)
 {
 	struct agent_dl_conf dc;
+	size_t nmain, nlib;
 	int err;
 
 	/*
@@ -435,11 +482,24 @@ static bool trace_hook(bool initial)
 	 * signal, and the recorder's drainer thread blocks them all.  Until
 	 * agent_hook.active the callback returns at once.
 	 */
+	if (!ips_split(&nmain, &nlib))
+		FAIL(initial, "out of memory");
 	T.ops.func = conf->exits ? agent_on_entry_exit : agent_on_entry;
 	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
-	T.ops.filter.ips = T.ips;
-	T.ops.filter.nips = T.nips;
-	err = T.nips ? pk_ops_register(&T.ops) : 0; /* an empty filter would mean all */
+	T.ops.filter.ips = T.main_ips;
+	T.ops.filter.nips = nmain;
+	T.ops_lib = (struct pk_ops){.func = agent_on_entry, .flags = PK_OPS_F_NOVEC};
+	T.ops_lib.filter.ips = T.lib_ips;
+	T.ops_lib.filter.nips = nlib;
+	err = pk_txn_begin();
+	if (!err && nmain) /* an empty filter would mean all */
+		err = pk_ops_register(&T.ops);
+	if (!err && nlib)
+		err = pk_ops_register(&T.ops_lib);
+	if (!err)
+		err = pk_txn_commit();
+	else
+		pk_txn_abort();
 	if (err)
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
 			 strerror(-err));
@@ -453,8 +513,8 @@ static bool trace_hook(bool initial)
 	if (pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");
 	/* After ours, too: dlopen.c's child handler adds to the child's file. */
-	dc = (struct agent_dl_conf){conf->funcs, conf->notrace, T.ops.func, T.ops.flags,
-				    (uint32_t)T.nobjs + 1};
+	dc = (struct agent_dl_conf){conf->funcs,    conf->notrace, T.ops.func,
+				    T.ops_lib.func, T.ops.flags,   (uint32_t)T.nobjs + 1};
 	err = agent_dl_start(&dc);
 	if (err)
 		fprintf(stderr, "probekit: libraries PROG loads later stay untraced: %s\n",
@@ -606,12 +666,16 @@ static int do_exec(const struct exec_req *r, char *const envp[])
 		if (!env)
 			env = envp; /* too large to rewrite: run it untraced */
 	}
+	pki_trace_busy++; /* the flush before the exec: probekit's calls, not events */
 	if (same && T.session)
 		pki_trace_exec_prepare();
+	pki_trace_busy--;
 	ret = exec_call(r, env);
 	saved = errno;
+	pki_trace_busy++;
 	if (same && T.session)
 		pki_trace_exec_failed();
+	pki_trace_busy--;
 	envbuf_unmap(b);
 	errno = saved;
 	return ret;

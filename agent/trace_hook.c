@@ -39,5 +39,5 @@ void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *op
 	(void)regs;
 	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
 		return;
-	pki_trace_enter(ip);
+	pki_trace_call_only(ip);
 }

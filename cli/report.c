@@ -50,11 +50,18 @@ static struct pki_trace_file *open_trace(const char *path)
 			"probekit: warning: %s: INCOMPLETE: the writer could not go on (%s); "
 			"the events after that were not written\n",
 			path, strerror(f->stop_error));
-	if (f->lost)
+	uint64_t late = f->complete ? f->end.late_lost : 0;
+
+	if (f->lost > late)
 		fprintf(stderr,
 			"probekit: warning: %s: %llu events were lost (buffers full); calls "
 			"around them may be mismatched\n",
-			path, (unsigned long long)f->lost);
+			path, (unsigned long long)(f->lost - late));
+	if (late) /* a thread's calls after its trace ended (thread teardown): nothing mismatched */
+		fprintf(stderr,
+			"probekit: note: %s: %llu calls not recorded, made after their thread's "
+			"trace ended (or before its buffer could be made)\n",
+			path, (unsigned long long)late);
 	return f;
 }
 
@@ -126,9 +133,12 @@ static void print_table(const struct pki_trace_file *f, const struct pki_trace_r
 			continue;
 		fmt_ns(t[0], sizeof(t[0]), s->total_ns, raw);
 		fmt_ns(t[1], sizeof(t[1]), s->self_ns, raw);
-		fmt_ns(t[2], sizeof(t[2]), s->sum_ns / s->calls, raw);
+		fmt_ns(t[2], sizeof(t[2]), s->sum_ns / (s->calls - s->instants ?: 1), raw);
 		fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
 		fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
+		if (s->instants == s->calls) /* entries only: counts, no durations */
+			for (int k = 0; k < 5; k++)
+				snprintf(t[k], sizeof(t[k]), "-");
 		printf("%10llu %*s %*s %*s %*s %*s  %s", (unsigned long long)s->calls, w, t[0], w,
 		       t[1], w, t[2], w, t[3], w, t[4],
 		       pki_trace_fn_name(f, s->fn, nb, sizeof(nb)));

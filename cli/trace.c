@@ -222,8 +222,8 @@ static void on_ended(const struct agent_run *r, int status)
 	siblings_report(c, &lost, &lost_threads);
 	if (lost)
 		fprintf(stderr,
-			"probekit: %llu events lost in %u thread(s) (buffers full, or frames "
-			"too deep for exit tracing%s)\n",
+			"probekit: %llu events lost in %u thread(s) (buffers full, frames too "
+			"deep for exit tracing, or calls made after a thread's trace ended%s)\n",
 			lost, lost_threads,
 			any_stopped ? ", or the file could not be written" : "");
 	/*

@@ -528,6 +528,58 @@ START_TEST(jump_table)
 END_TEST
 
 /*
+ * A PIC switch whose base was loaded far before (hoisted out of a loop:
+ * sqlite3's shell), beyond the 16 instructions looked back at the jmp:
+ *   0 push %r13; push %rbp; mov %rsp,%rbp
+ *   6 lea T(%rip),%r13         T = ADDR + 0x1000
+ *  13 nop x17
+ *  30 cmp $3,%edi; ja 49; mov %edi,%edi
+ *  37 movslq (%r13,%rdi,4),%rax; add %r13,%rax; jmp *%rax
+ *  47 nop; nop
+ *  49 pop %rbp; pop %r13; ret
+ */
+static const uint8_t hoisted_fn[] = {
+    0x41, 0x55, 0x55, 0x48, 0x89, 0xe5, 0x4c, 0x8d, 0x2d, 0xf3, 0x0f, 0x00, 0x00, 0x90,
+    0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+    0x90, 0x90, 0x83, 0xff, 0x03, 0x77, 0x0e, 0x89, 0xff, 0x49, 0x63, 0x44, 0xbd, 0x00,
+    0x4c, 0x01, 0xe8, 0xff, 0xe0, 0x90, 0x90, 0x5d, 0x41, 0x5d, 0xc3, 0x90,
+};
+
+START_TEST(jump_table_with_a_hoisted_base)
+{
+	struct table_src t = {.e = {47 - 0x1000, 49 - 0x1000, 47 - 0x1000, 49 - 0x1000}};
+	struct pki_reloc_in in = {.code = hoisted_fn,
+				  .size = sizeof(hoisted_fn) - 1,
+				  .addr = ADDR,
+				  .copy = COPY,
+				  .read = table_read,
+				  .ctx = &t};
+	uint8_t f[sizeof(hoisted_fn)];
+	struct pki_reloc r;
+
+	ck_assert_int_eq(pki_reloc(&in, &r), 0);
+	ck_assert_int_eq(t.calls, 1);
+	ck_assert_uint_eq(t.asked, ADDR + 0x1000);
+	t.e[1] = 4 - 0x1000; /* an entry into the moved bytes: refused */
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_TABLE_IN);
+	t.e[1] = 49 - 0x1000;
+	/* Another write of the base (mov %rax,%r13 in the nops): not bounded. */
+	memcpy(f, hoisted_fn, sizeof(f));
+	f[13] = 0x49, f[14] = 0x89, f[15] = 0xc5;
+	in.code = f;
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
+	/* A pop of the base that jumps back into the loop (jmp 30): its value is the caller's. */
+	memcpy(f, hoisted_fn, sizeof(f));
+	f[52] = 0xeb, f[53] = 0xe8;
+	in.size = sizeof(f);
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
+}
+END_TEST
+
+/*
  * Non-PIC code's switch (Debian's python3 is not PIE):
  *   0 push %rbp; mov %rsp,%rbp; sub $0x20,%rsp
  *   8 cmp $3,%edi
@@ -1002,6 +1054,7 @@ int main(void)
 	tcase_add_test(tc, decode_error);
 	tcase_add_test(tc, indirect_jmps);
 	tcase_add_test(tc, jump_table);
+	tcase_add_test(tc, jump_table_with_a_hoisted_base);
 	tcase_add_test(tc, absolute_jump_table);
 	tcase_add_test(tc, table_bounds_that_do_not_hold);
 	tcase_add_test(tc, tail_call_after_the_epilogue);

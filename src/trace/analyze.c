@@ -102,6 +102,32 @@ static int pop(struct replay *r, uint64_t ts, bool unwound, bool open)
 	return r->cb(r->t, &c, r->arg);
 }
 
+/*
+ * A call with no exit to come (PKI_EV_CALL): reported at the depth it would
+ * have, with its stack, and no duration; nothing stays on the stack.
+ */
+static int instant(struct replay *r, uint64_t fn, uint64_t ts)
+{
+	struct pki_trace_call c = {.fn = fn, .instant = true};
+	uint64_t *a;
+	int err = push(r, fn, ts);
+
+	if (err)
+		return err;
+	a = pki_idxmap_slot(&r->active, fn, 0);
+	c.depth = (uint32_t)(r->depth - 1);
+	c.outermost = *a == 2;
+	c.start_ns = c.end_ns = pki_trace_file_ts_ns(r->f, ts);
+	c.stack = r->fns;
+	c.stack_ts = r->starts;
+	c.ids = r->ids;
+	r->st->calls++;
+	err = r->cb(r->t, &c, r->arg);
+	(*a)--;
+	r->depth--;
+	return err;
+}
+
 static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 {
 	size_t i;
@@ -114,6 +140,10 @@ static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 		r->last = ts;
 		if (PKI_EV_KIND(ev[i].word) == PKI_EV_ENTRY) {
 			err = push(r, fn, ts);
+			continue;
+		}
+		if (PKI_EV_KIND(ev[i].word) == PKI_EV_CALL) {
+			err = instant(r, fn, ts);
 			continue;
 		}
 		a = r->depth ? pki_idxmap_get(&r->active, fn, 0) : 0;
@@ -316,6 +346,10 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 	}
 	s = &b->r->st[*slot - 1];
 	s->calls++;
+	if (c->instant) { /* counted, no time */
+		s->instants++;
+		return 0;
+	}
 	s->self_ns += c->self_ns;
 	s->sum_ns += c->dur_ns;
 	if (c->outermost)

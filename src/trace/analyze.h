@@ -28,6 +28,7 @@ struct pki_trace_call {
 	uint32_t depth;		  /* 0 = bottom of the thread's stack */
 	bool outermost;		  /* no other frame of fn below: counts in total time */
 	bool unwound, open;	  /* see above */
+	bool instant;		  /* PKI_EV_CALL: no exit recorded, no duration (0, 0) */
 	const uint64_t *stack;	  /* fns from the bottom to this call, depth + 1 entries */
 	const uint64_t *stack_ts; /* their entry timestamps (ticks), depth + 1 entries */
 	const uint64_t *ids;	  /* their frame serials, unique within the thread */
@@ -67,6 +68,7 @@ struct pki_trace_fnstat {
 	uint64_t self_ns;
 	uint64_t sum_ns; /* every call's own duration: avg = sum_ns / calls */
 	uint64_t min_ns, max_ns;
+	uint64_t instants; /* of the calls, those without an exit (PKI_EV_CALL): no time */
 };
 
 struct pki_trace_report {

@@ -93,8 +93,10 @@ struct pki_trace_event {
 	uint64_t word; /* fn << 2 | kind */
 };
 
-#define PKI_EV_ENTRY	      0u
-#define PKI_EV_EXIT	      1u
+#define PKI_EV_ENTRY 0u
+#define PKI_EV_EXIT  1u
+/* An entry whose exit is not recorded (entries-only tracing): a call, no duration. */
+#define PKI_EV_CALL	      2u
 #define PKI_EV_KIND(w)	      ((unsigned)((w)&3u))
 #define PKI_EV_FN(w)	      ((w) >> 2)
 #define PKI_EV_WORD(fn, kind) (((uint64_t)(fn) << 2) | (kind))

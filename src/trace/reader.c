@@ -356,7 +356,7 @@ static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 
 		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
 		kind = PKI_EV_KIND(e.word);
-		if (kind != PKI_EV_ENTRY && kind != PKI_EV_EXIT)
+		if (kind != PKI_EV_ENTRY && kind != PKI_EV_EXIT && kind != PKI_EV_CALL)
 			return fail(p, off + sizeof(struct pki_trace_frame) + sizeof(h) + i * 16u,
 				    "EVENTS: event %u has unknown kind %u", i, kind);
 	}

@@ -937,11 +937,14 @@ __attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind,
  */
 void pki_trace_kick(void)
 {
-	int saved = errno; /* may run in a signal handler */
+	int saved;
 
+	pki_trace_busy++; /* before errno: __errno_location may be traced */
+	saved = errno;	  /* may run in a signal handler */
 	if (__atomic_exchange_n(&S.wake, 0, __ATOMIC_SEQ_CST) == 1)
 		pki_futex_wake(&S.wake, 1);
 	errno = saved;
+	pki_trace_busy--;
 }
 
 /*
@@ -1034,7 +1037,12 @@ static int flush_final(uint32_t reason, int signo)
 
 int pki_trace_flush_signal(int signo)
 {
-	return flush_final(PKI_END_SIGNAL, signo);
+	int err;
+
+	pki_trace_busy++; /* the flush's own calls are not events (trace.h) */
+	err = flush_final(PKI_END_SIGNAL, signo);
+	pki_trace_busy--;
+	return err;
 }
 
 /*
@@ -1047,9 +1055,11 @@ int pki_trace_flush_exit(void)
 	sigset_t saved;
 	int err;
 
+	pki_trace_busy++;
 	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved);
 	err = flush_final(PKI_END_CLOSE, 0);
 	sigprocmask(SIG_SETMASK, &saved, NULL);
+	pki_trace_busy--;
 	return err;
 }
 
@@ -1357,7 +1367,19 @@ err_close:
 	return err;
 }
 
+static int __trace_close(void);
+
 int pki_trace_close(void)
+{
+	int err;
+
+	pki_trace_busy++; /* the drain's and the trailer's calls are not events */
+	err = __trace_close();
+	pki_trace_busy--;
+	return err;
+}
+
+static int __trace_close(void)
 {
 	int st = ST_ACTIVE, err;
 	sigset_t saved;
@@ -1391,10 +1413,12 @@ int pki_trace_flush(void)
 	sigset_t saved;
 	int err = -EBADF;
 
+	pki_trace_busy++;
 	writer_lock(&saved);
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
 		err = drain_all(true, false, NULL);
 	writer_unlock_restore(&saved);
+	pki_trace_busy--;
 	return err;
 }
 

@@ -317,4 +317,10 @@ static inline void pki_trace_exit(uint64_t fn)
 	pki_trace_record(fn, PKI_EV_EXIT, pki_trace_now());
 }
 
+/* An entry whose exit will not be recorded (entries-only tracing): a call, no duration. */
+static inline void pki_trace_call_only(uint64_t fn)
+{
+	pki_trace_record(fn, PKI_EV_CALL, pki_trace_now());
+}
+
 #endif /* PK_TRACE_TRACE_H */

@@ -3,8 +3,14 @@
  * Calls of libc functions the program counts itself, for probekit trace
  * --relocate-all (libc's own functions relocated and traced): rand_r and
  * strverscmp, which nothing else in libc calls, and a fork whose child
- * calls them too.  Prints "calls NAME N" per process.
+ * calls them too.  Prints "calls NAME N" per process.  Then what a return
+ * trampoline in libc's own frames would break (their output must be the
+ * plain run's): setjmp/longjmp, vfork, posix_spawn, a thread's
+ * pthread_exit.
  */
+#include <pthread.h>
+#include <setjmp.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +37,53 @@ static void work(const char *who, int n)
 		puts(""); /* keeps the calls */
 }
 
+static jmp_buf env;
+
+__attribute__((noinline)) static void jumper(int i)
+{
+	if (i & 1)
+		longjmp(env, 1);
+}
+
+static void *exiting(void *arg)
+{
+	pthread_exit(arg);
+}
+
+/* Frames libc leaves or shares: each must behave as without probekit. */
+static void unusual_returns(void)
+{
+	extern char **environ;
+	volatile int jumped = 0;
+	pthread_t th;
+	void *ret = NULL;
+	pid_t p;
+	int st = -1;
+
+	for (volatile int i = 0; i < 100; i++)
+		if (setjmp(env))
+			jumped++;
+		else
+			jumper(i);
+	printf("jumped %d\n", jumped);
+	p = vfork();
+	if (p == 0)
+		_exit(3);
+	waitpid(p, &st, 0);
+	printf("vfork child: %d\n", WEXITSTATUS(st));
+	if (!posix_spawn(&p, "/bin/true", NULL, NULL, (char *[]){"true", NULL}, environ))
+		waitpid(p, &st, 0);
+	printf("posix_spawn child: %d\n", WEXITSTATUS(st));
+	pthread_create(&th, NULL, exiting, (void *)42);
+	pthread_join(th, &ret);
+	printf("pthread_exit: %ld\n", (long)ret);
+}
+
 int main(void)
 {
 	pid_t p;
 
+	unusual_returns();
 	work("parent", 777);
 	p = fork();
 	if (p == 0) {

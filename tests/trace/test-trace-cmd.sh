@@ -236,6 +236,18 @@ check "entry-only: rc $rc" "[[ $rc == 0 ]]"
 counts entry.trace >got
 want out >exp
 check "entry-only: counts" "diff -u exp got"
+# An entry-only trace has counts, no durations and no nesting (issue #12):
+# the report prints '-' for the times and finds no open calls; the folded
+# export of times is empty, of counts one frame deep per function; Chrome's
+# has zero-length events.
+"$pk" report --threads entry.trace >rep 2>&1
+check "entry-only: report has no durations" "grep -q '^ *[0-9][0-9]* *- *- *- *- *-  demo_' rep && ! grep -q 'calls still open' rep"
+"$pk" export entry.trace --format folded -o eo.folded >/dev/null 2>&1
+check "entry-only: folded (time) is empty" "[[ ! -s eo.folded ]]"
+"$pk" export entry.trace --format folded --value calls -o eo.count >/dev/null 2>&1
+check "entry-only: folded counts, not nested" "[[ -s eo.count ]] && ! grep -q ';demo_.*;demo_' eo.count"
+"$pk" export entry.trace --format chrome -o eo.json >/dev/null 2>&1
+check "entry-only: chrome, zero-length events" "grep -q '\"dur\":0' eo.json"
 run -o x.trace -- /nonexistent/prog
 check "missing PROG: rc $rc" "[[ $rc == 127 ]]"
 run --bogus -- "$demo"

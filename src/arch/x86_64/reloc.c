@@ -37,6 +37,16 @@ struct guard {
 	uint64_t cmp, jmp;
 };
 
+/*
+ * A PIC table whose base register was loaded far before its jmp (hoisted
+ * out of a loop): resolved once the whole function is decoded (hoisted_check).
+ */
+struct hoisted {
+	uint64_t jmp, n; /* the jmp; the bound: n + 1 entries */
+	ZydisRegister base;
+};
+#define HOISTED 16
+
 struct ctx {
 	const struct pki_reloc_in *in;
 	struct pki_reloc *out;
@@ -47,6 +57,8 @@ struct ctx {
 	size_t nring; /* instructions decoded by scan; the last in ring[(n-1) % RING] */
 	struct guard guards[GUARDS];
 	size_t nguards;
+	struct hoisted hoisted[HOISTED];
+	size_t nhoisted;
 	uint64_t *targets; /* the function's direct branch targets (malloc), while they fit */
 	size_t ntargets, cap;
 	bool targets_full; /* one did not: then every table is refused */
@@ -354,10 +366,26 @@ static bool zero_extends(const struct rec *r, ZydisRegister I)
 /*
  * Before the jmp *%X: add %Y,%X, then, further back, movslq (%A,%I,4),%B
  * and lea T(%rip),%A, where {A, B} = {X, Y}.  Finds T, I and how far back
- * the movslq is.
+ * the movslq is.  A callee-saved A with no writer in sight: T 0, *@base A
+ * (a base hoisted out of a loop, found by hoisted_check).
  */
+static bool callee_saved(ZydisRegister r)
+{
+	switch (reg64(r)) {
+	case ZYDIS_REGISTER_RBX:
+	case ZYDIS_REGISTER_RBP:
+	case ZYDIS_REGISTER_R12:
+	case ZYDIS_REGISTER_R13:
+	case ZYDIS_REGISTER_R14:
+	case ZYDIS_REGISTER_R15:
+		return r == reg64(r);
+	default:
+		return false;
+	}
+}
+
 static bool table_parts(const struct ctx *c, ZydisRegister X, uint64_t *T, ZydisRegister *I,
-			size_t *kmov)
+			size_t *kmov, ZydisRegister *base)
 {
 	const struct rec *add, *mov, *lea;
 	ZydisRegister d, y, A = 0;
@@ -385,6 +413,11 @@ static bool table_parts(const struct ctx *c, ZydisRegister X, uint64_t *T, Zydis
 		return false;
 	/* The nearest writer of A before the add is the lea, before the movslq. */
 	lea = writer(c, kadd + 1, A, &kl);
+	if (!lea && callee_saved(A)) { /* none in sight: a hoisted base (hoisted_check) */
+		*T = 0;
+		*base = A;
+		return true;
+	}
 	if (!lea || kl <= *kmov || lea->in.mnemonic != ZYDIS_MNEMONIC_LEA ||
 	    lea->op[1].type != ZYDIS_OPERAND_TYPE_MEMORY ||
 	    lea->op[1].mem.base != ZYDIS_REGISTER_RIP ||
@@ -521,19 +554,18 @@ static bool after_epilogue(const struct ctx *c)
  * 8, non-PIC code's jmp *T(,%I,8) (the entry is the target).  Then @j's
  * window goes on the guard list.
  */
-static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t n, unsigned size,
-		       size_t kcmp)
+static int table_entries_check(struct ctx *c, uint64_t jmp, uint64_t T, uint64_t n, unsigned size)
 {
 	uint8_t buf[4 * TABLE_READ];
 	const size_t per = sizeof(buf) / size;
 
 	if (!c->in->read || n >= PKI_RELOC_TABLE_MAX)
-		return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+		return refuse(c, PKI_RELOC_INDIRECT_JMP, jmp);
 	for (uint64_t i = 0; i <= n; i += per) {
 		size_t chunk = n + 1 - i < per ? n + 1 - i : per;
 
 		if (c->in->read(c->in->ctx, T + size * i, buf, size * chunk))
-			return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+			return refuse(c, PKI_RELOC_INDIRECT_JMP, jmp);
 		for (size_t x = 0; x < chunk; x++) {
 			int32_t rel;
 			uint64_t t;
@@ -545,17 +577,25 @@ static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t 
 				memcpy(&t, buf + 8 * x, 8);
 			}
 			if (table_target_bad(c, t))
-				return refuse(c, PKI_RELOC_TABLE_IN, j->addr);
+				return refuse(c, PKI_RELOC_TABLE_IN, jmp);
 		}
 	}
-	return table_guard_add(c, j, kcmp);
+	return 0;
+}
+
+static int table_check(struct ctx *c, const struct rec *j, uint64_t T, uint64_t n, unsigned size,
+		       size_t kcmp)
+{
+	int ret = table_entries_check(c, j->addr, T, n, size);
+
+	return ret ? ret : table_guard_add(c, j, kcmp);
 }
 
 /* An indirect jmp (the last instruction decoded): bounded, or refused. */
 static int indirect(struct ctx *c, const struct rec *j)
 {
 	const ZydisDecodedOperand *o = &j->op[0];
-	ZydisRegister I = ZYDIS_REGISTER_NONE;
+	ZydisRegister I = ZYDIS_REGISTER_NONE, base = ZYDIS_REGISTER_NONE;
 	size_t kmov = 0, kcmp = 0;
 	uint64_t T, n;
 
@@ -567,10 +607,15 @@ static int indirect(struct ctx *c, const struct rec *j)
 		return table_check(c, j, (uint64_t)o->mem.disp.value, n, 8, kcmp);
 	if (o->type == ZYDIS_OPERAND_TYPE_REGISTER) {
 		/* A table first: its jmp may follow pops too (then it is no tail call). */
-		if (table_parts(c, o->reg.value, &T, &I, &kmov)) {
+		if (table_parts(c, o->reg.value, &T, &I, &kmov, &base)) {
 			if (!table_bound(c, kmov, I, &n, &kcmp))
 				return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
-			return table_check(c, j, T, n, 4, kcmp);
+			if (T)
+				return table_check(c, j, T, n, 4, kcmp);
+			if (c->nhoisted == HOISTED)
+				return refuse(c, PKI_RELOC_INDIRECT_JMP, j->addr);
+			c->hoisted[c->nhoisted++] = (struct hoisted){j->addr, n, base};
+			return table_guard_add(c, j, kcmp);
 		}
 		if (slot_load(c, o->reg.value) || after_epilogue(c))
 			return 0;
@@ -655,6 +700,73 @@ static int guards_check(struct ctx *c)
 	return 0;
 }
 
+static bool is_target(const struct ctx *c, uint64_t a)
+{
+	for (size_t i = 0; i < c->ntargets; i++)
+		if (c->targets[i] == a)
+			return true;
+	return false;
+}
+
+/*
+ * After pop %R at @r: an epilogue to its end (pops, add $N,%rsp, leave, then
+ * ret, or a jmp that leaves the function: a tail call), which no branch
+ * enters: R's caller's value never reaches a table's jmp from there.
+ */
+static bool pop_ends(struct ctx *c, const struct rec *r)
+{
+	uint64_t at = r->addr + r->in.length, end = c->in->addr + c->in->size, t;
+	struct rec n;
+	ZydisRegister d;
+
+	for (int k = 0; k < 8 && at < end; k++, at += n.in.length) {
+		if (decode(c, at, &n) || is_target(c, at))
+			return false;
+		if (n.in.mnemonic == ZYDIS_MNEMONIC_RET)
+			return true;
+		if (n.in.mnemonic == ZYDIS_MNEMONIC_JMP)
+			return !rel_target(&n, &t) || t < c->in->addr || t >= end;
+		if (!(n.in.mnemonic == ZYDIS_MNEMONIC_POP ||
+		      n.in.mnemonic == ZYDIS_MNEMONIC_LEAVE ||
+		      (n.in.mnemonic == ZYDIS_MNEMONIC_ADD && is_op_reg(&n, 0, &d) &&
+		       d == ZYDIS_REGISTER_RSP && n.op[1].type == ZYDIS_OPERAND_TYPE_IMMEDIATE)))
+			return false;
+	}
+	return false;
+}
+
+/*
+ * The base of hoisted table @h: the one lea T(%rip),%R of the function.
+ * Every other write of R must be an epilogue's pop (pop_ends); R is
+ * callee-saved, so calls keep it.  Then at the jmp R holds T (or the
+ * caller's value, which the program itself would jump through: it does
+ * not), and the table is checked as any.
+ */
+static int hoisted_check(struct ctx *c, const struct hoisted *h)
+{
+	uint64_t at = c->in->addr, end = at + c->in->size, T = 0, t;
+	struct rec r;
+
+	for (; at < end; at += r.in.length) {
+		if (decode(c, at, &r))
+			return refuse(c, PKI_RELOC_DECODE, at);
+		if (!writes(&r, h->base))
+			continue;
+		if (r.in.mnemonic == ZYDIS_MNEMONIC_POP && pop_ends(c, &r))
+			continue;
+		if (r.in.mnemonic != ZYDIS_MNEMONIC_LEA || r.op[0].reg.value != h->base ||
+		    r.op[1].mem.base != ZYDIS_REGISTER_RIP ||
+		    r.op[1].mem.index != ZYDIS_REGISTER_NONE ||
+		    !ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r.in, &r.op[1], r.addr, &t)) ||
+		    (T && t != T))
+			return refuse(c, PKI_RELOC_INDIRECT_JMP, h->jmp);
+		T = t;
+	}
+	if (!T || c->targets_full)
+		return refuse(c, PKI_RELOC_INDIRECT_JMP, h->jmp);
+	return table_entries_check(c, h->jmp, T, h->n, 4);
+}
+
 /* Decode the whole function, keeping the last RING instructions for indirect(). */
 static int scan(struct ctx *c)
 {
@@ -671,7 +783,10 @@ static int scan(struct ctx *c)
 		if (ret)
 			return ret;
 	}
-	return one_insn_ok(c, guards_check(c));
+	ret = guards_check(c);
+	for (size_t i = 0; !ret && i < c->nhoisted; i++)
+		ret = hoisted_check(c, &c->hoisted[i]);
+	return one_insn_ok(c, ret);
 }
 
 static bool is_rel8(const struct rec *r)
@@ -847,7 +962,7 @@ int pki_reloc(const struct pki_reloc_in *in, struct pki_reloc *out)
 	c.min = in->min ? in->min : PKI_RELOC_MIN;
 	if (c.min > PKI_RELOC_MIN)
 		return -EINVAL;
-	c.nguards = c.ntargets = c.cap = 0;
+	c.nguards = c.ntargets = c.cap = c.nhoisted = 0;
 	c.targets = NULL;
 	c.targets_full = false;
 	if (!ZYAN_SUCCESS(

@@ -57,7 +57,16 @@ PROBEKIT_RELOC=main "$pk" trace -o l.trace -- /usr/bin/ls / >/dev/null 2>&1
 check "ls: unnamed functions as sub_<hex>" "grep -q ' sub_[0-9a-f]* \[ls\]' rep"
 
 # Every object: libc's functions traced, counted as the program counts them.
+# Not under a sanitizer: its runtime, preloaded first, calls libc from inside
+# the hooks and owns the stack the return trampoline reads (the sanitizer
+# builds test the agent's code, the plain build this).
 unset PROBEKIT_RELOC
+if [[ -n ${PKT_SAN_PRELOAD:-} ]]; then
+	echo "trace_reloc: --relocate-all not run under a sanitizer"
+	echo "trace_reloc: $pass passed, $fail failed"
+	[[ $fail == 0 ]]
+	exit
+fi
 libc_counts() { { counts "$1" rand_r; counts "$1" strverscmp; } | sort; }
 "$lc" >plain.out 2>&1
 rm -f a.trace*

@@ -92,6 +92,12 @@ START_TEST(threads_helpers)
 	ck_assert_int_eq(write(peer_pipe[1], "x", 1), 1);
 	pthread_join(th, &ret);
 	ck_assert_int_eq((long)ret, 1);
+	/*
+	 * pthread_join() returns once the kernel cleared the tid, which it does
+	 * before the task leaves /proc: look again for up to a second.
+	 */
+	for (int i = 0; i < 1000 && pki_thread_sample(peer_tid, &st) != -ESRCH; i++)
+		usleep(1000);
 	ck_assert_int_eq(pki_thread_sample(peer_tid, &st), -ESRCH);
 }
 END_TEST

@@ -397,10 +397,17 @@ static int __dlo_register(struct dlo *d)
 
 	memset(&d->ops, 0, sizeof(d->ops));
 	d->ops.func = C.func;
-	/* Relocated (--relocate-all): entries only, as for the libraries at start (trace.c). */
-	if (d->nips && !pk_site_find(d->ips[0], &s) &&
-	    (s.kind == PK_SITE_RELOC || s.kind == PK_SITE_INT3))
-		d->ops.func = C.func_reloc;
+	/*
+	 * Relocated (--relocate-all): entries only, as for the libraries at
+	 * start (trace.c); one ops per object, so any relocated function makes
+	 * the whole object entries only (its returns must not be hijacked).
+	 */
+	for (size_t i = 0; i < d->nips; i++)
+		if (!pk_site_find(d->ips[i], &s) &&
+		    (s.kind == PK_SITE_RELOC || s.kind == PK_SITE_INT3)) {
+			d->ops.func = C.func_reloc;
+			break;
+		}
 	d->ops.flags = C.flags;
 	d->ops.filter.ips = d->ips;
 	d->ops.filter.nips = d->nips;

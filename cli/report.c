@@ -92,7 +92,10 @@ static const char report_usage[] =
     "total counts a recursive function's time once (outermost calls only);\n"
     "self is total minus the time in the functions it called; avg, min and max\n"
     "are over every call's own duration.  Calls still running when the trace\n"
-    "ended end at their thread's last event.\n";
+    "ended end at their thread's last event.  Calls recorded without their\n"
+    "exit (--entry-only, or a library's under --relocate-all) are counted and\n"
+    "have no time: '-' when a function has only such calls, else its times\n"
+    "are those of its timed calls.\n";
 
 static const char *const sort_names[] = {
     [PKI_SORT_TOTAL] = "total", [PKI_SORT_CALLS] = "calls", [PKI_SORT_SELF] = "self",

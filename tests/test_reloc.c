@@ -576,6 +576,10 @@ START_TEST(jump_table_with_a_hoisted_base)
 	in.size = sizeof(f);
 	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
 	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
+	/* Or through a register (jmp *%rdx): it may come back too (a review's case). */
+	f[52] = 0xff, f[53] = 0xe2;
+	ck_assert_int_eq(pki_reloc(&in, &r), -EPERM);
+	ck_assert_int_eq(r.why, PKI_RELOC_INDIRECT_JMP);
 }
 END_TEST
 

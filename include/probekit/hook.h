@@ -181,9 +181,10 @@ struct pk_direct_entry {
  * built with gcc's -fipa-ra (its -O2 default), where a caller keeps values
  * in the caller-saved registers its callee leaves alone: @addr there must
  * preserve every register, vector ones included.  The ops path does (r11
- * and the rest), and so does a pk_tramp_new() trampoline there: at a
- * relocated site its handler is run through the site's own entry, like an
- * ops, never through the trampoline's address (whose entry takes r11).
+ * and the rest), and so does a pk_tramp_new() trampoline there (its
+ * handler is run through the site's own entry, like an ops, never through
+ * the trampoline's address, whose entry takes r11), except xmm8-15, which
+ * only xmm0-7 being saved leaves to the handler: it must not touch them.
  *
  * pk_direct_add(): -EINVAL (addr 0, duplicate ip in @e), -EEXIST (a site
  * already has a direct entry), -ENOENT (not a site), -ERANGE (@addr out of

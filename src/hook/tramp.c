@@ -149,6 +149,16 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 		}
 		t->handler = handler;
 		t->flags = flags;
+		/*
+		 * Set once, never again: a revived trampoline has the same
+		 * handler and flags, and a thread may still read these from a
+		 * retired body or list until its grace period ends.  (private is
+		 * the trampoline, which the shim's callback reads.)
+		 */
+		t->shim = (struct pk_ops){.func = tramp_shim,
+					  .flags = flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
+		t->shim.private = t;
+		t->shim_priv = (struct ops_priv){.ops = &t->shim};
 	}
 	err = pki_tmem_alloc(0, &t->body);
 	if (!err)
@@ -166,12 +176,6 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 		errno = -err;
 		return NULL;
 	}
-	/* (ops->private is the trampoline: the shim's callback reads it; the
-	 * registry reaches shim_priv through pki_hook_tramp_shim's caller.) */
-	t->shim = (struct pk_ops){.func = tramp_shim,
-				  .flags = flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
-	t->shim.private = t;
-	t->shim_priv = (struct ops_priv){.ops = &t->shim};
 	pki_tmem_exits(&t->ent, &x);
 	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){t->body.x, x.ret, 0, x.ret_ret});
 	return t;

@@ -400,10 +400,10 @@ static uint64_t key_of(const struct pki_trace_fnstat *s, enum pki_trace_sort key
 		return s->calls;
 	case PKI_SORT_SELF:
 		return s->self_ns;
-	case PKI_SORT_AVG:
-		return s->calls ? s->sum_ns / s->calls : 0;
+	case PKI_SORT_AVG: /* over the timed calls, as printed */
+		return s->calls > s->instants ? s->sum_ns / (s->calls - s->instants) : 0;
 	case PKI_SORT_MIN:
-		return s->min_ns;
+		return s->calls > s->instants ? s->min_ns : 0; /* untimed: none, last */
 	case PKI_SORT_MAX:
 		return s->max_ns;
 	default:

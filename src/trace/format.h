@@ -19,7 +19,7 @@
 
 #define PKI_TRACE_MAGIC		"PKTRACE"   /* 7 chars + NUL = 8 bytes */
 #define PKI_TRACE_VERSION_MAJOR 1	    /* readers refuse other majors */
-#define PKI_TRACE_VERSION_MINOR 1	    /* additions readers may ignore (1: STATUS) */
+#define PKI_TRACE_VERSION_MINOR 2	    /* additions readers may ignore (1: STATUS, 2: CALL events) */
 #define PKI_TRACE_MAX_RECORD	(64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING	4096u
 

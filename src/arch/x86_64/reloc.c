@@ -710,8 +710,9 @@ static bool is_target(const struct ctx *c, uint64_t a)
 
 /*
  * After pop %R at @r: an epilogue to its end (pops, add $N,%rsp, leave, then
- * ret, or a jmp that leaves the function: a tail call), which no branch
- * enters: R's caller's value never reaches a table's jmp from there.
+ * ret, or a direct jmp out of the function: a tail call), which no branch
+ * enters: R's caller's value never reaches a table's jmp from there.  (A
+ * push of a label then ret, a jump in disguise, is not compiler output.)
  */
 static bool pop_ends(struct ctx *c, const struct rec *r)
 {
@@ -724,8 +725,9 @@ static bool pop_ends(struct ctx *c, const struct rec *r)
 			return false;
 		if (n.in.mnemonic == ZYDIS_MNEMONIC_RET)
 			return true;
+		/* (an indirect jmp may come back: a table, a label in a register) */
 		if (n.in.mnemonic == ZYDIS_MNEMONIC_JMP)
-			return !rel_target(&n, &t) || t < c->in->addr || t >= end;
+			return rel_target(&n, &t) && (t < c->in->addr || t >= end);
 		if (!(n.in.mnemonic == ZYDIS_MNEMONIC_POP ||
 		      n.in.mnemonic == ZYDIS_MNEMONIC_LEAVE ||
 		      (n.in.mnemonic == ZYDIS_MNEMONIC_ADD && is_op_reg(&n, 0, &d) &&

@@ -7,6 +7,9 @@
 #ifndef PK_CLI_H
 #define PK_CLI_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 struct cli_cmd {
 	const char *name;
 	int (*run)(int argc, char **argv);
@@ -34,6 +37,13 @@ int bench_poke(int argc, char **argv);
 int bench_slots(int argc, char **argv);
 int bench_breakpoint(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
+
+/* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
+struct pki_trace_file;
+struct pki_trace_file *cli_trace_open(const char *path);
+/* @ns as "12 ns", "1.234 us", "5.000 ms", "2.000 s"; the integer if @raw. */
+void cli_fmt_ns(char *buf, size_t len, unsigned long long ns, bool raw);
 int cmd_export(int argc, char **argv);
 int bench_record(int argc, char **argv);
 int bench_attach(int argc, char **argv);

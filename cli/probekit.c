@@ -86,25 +86,27 @@ static int cmd_version(int argc, char **argv)
 }
 
 static const struct cli_cmd commands[] = {
-	{"bench", cmd_bench, "measure probekit against its peers (perf bench style)"},
-	{"export", cmd_export, "convert a trace file: Chrome trace JSON or folded stacks"},
-	{"report", cmd_report, "per-function calls and times of a trace file"},
-	{"sites", cmd_sites, "list the patchable functions of a program or library"},
-	{"trace", cmd_trace, "run a program and record every call of its functions"},
-	{"version", cmd_version, "print the library version"},
-	{"watch", cmd_watch, "run a program with a watchpoint on a variable or function"},
-	{NULL, NULL, NULL},
+    {"bench", cmd_bench, "measure probekit against its peers (perf bench style)"},
+    {"export", cmd_export, "convert a trace file: Chrome trace JSON or folded stacks"},
+    {"replay", cmd_replay, "the calls of a trace file as a tree, with durations"},
+    {"report", cmd_report, "per-function calls and times of a trace file"},
+    {"sites", cmd_sites, "list the patchable functions of a program or library"},
+    {"trace", cmd_trace, "run a program and record every call of its functions"},
+    {"version", cmd_version, "print the library version"},
+    {"watch", cmd_watch, "run a program with a watchpoint on a variable or function"},
+    {NULL, NULL, NULL},
 };
 
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--version"))
 		return cmd_version(0, NULL);
-	return cli_dispatch("command", commands,
-			    "usage: probekit <command> [options]\n"
-			    "       probekit <command> --help\n\n"
-			    "Instrument live Linux x86-64 processes: hardware watchpoints on every\n"
-			    "thread and function-entry hooks, at a cost that does not grow with the\n"
-			    "number of hooks, threads or CPUs.\n\ncommands:\n",
-			    argc, argv);
+	return cli_dispatch(
+	    "command", commands,
+	    "usage: probekit <command> [options]\n"
+	    "       probekit <command> --help\n\n"
+	    "Instrument live Linux x86-64 processes: hardware watchpoints on every\n"
+	    "thread and function-entry hooks, at a cost that does not grow with the\n"
+	    "number of hooks, threads or CPUs.\n\ncommands:\n",
+	    argc, argv);
 }

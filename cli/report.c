@@ -27,7 +27,7 @@
 static const char *const end_reasons[] = {"?", "exit", "exec", "signal"};
 
 /* Open @path; NULL after printing the error.  Warns about partial files and loss. */
-static struct pki_trace_file *open_trace(const char *path)
+struct pki_trace_file *cli_trace_open(const char *path)
 {
 	struct pki_trace_file *f;
 	char err[256];
@@ -103,7 +103,7 @@ static const char *const sort_names[] = {
     [PKI_SORT_NAME] = "name",
 };
 
-static void fmt_ns(char *buf, size_t len, uint64_t ns, bool raw)
+void cli_fmt_ns(char *buf, size_t len, unsigned long long ns, bool raw)
 {
 	if (raw)
 		snprintf(buf, len, "%llu", (unsigned long long)ns);
@@ -134,11 +134,11 @@ static void print_table(const struct pki_trace_file *f, const struct pki_trace_r
 
 		if (s->tsn != tsn)
 			continue;
-		fmt_ns(t[0], sizeof(t[0]), s->total_ns, raw);
-		fmt_ns(t[1], sizeof(t[1]), s->self_ns, raw);
-		fmt_ns(t[2], sizeof(t[2]), s->sum_ns / (s->calls - s->instants ?: 1), raw);
-		fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
-		fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
+		cli_fmt_ns(t[0], sizeof(t[0]), s->total_ns, raw);
+		cli_fmt_ns(t[1], sizeof(t[1]), s->self_ns, raw);
+		cli_fmt_ns(t[2], sizeof(t[2]), s->sum_ns / (s->calls - s->instants ?: 1), raw);
+		cli_fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
+		cli_fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
 		if (s->instants == s->calls) /* entries only: counts, no durations */
 			for (int k = 0; k < 5; k++)
 				snprintf(t[k], sizeof(t[k]), "-");
@@ -277,7 +277,7 @@ int cmd_report(int argc, char **argv)
 
 	if (!report_opts_parse(&o, argc, argv, &ret))
 		return ret;
-	f = open_trace(o.path);
+	f = cli_trace_open(o.path);
 	if (!f)
 		return 1;
 	ret = pki_trace_report_build(f, o.per_thread, &r);
@@ -814,7 +814,7 @@ int cmd_export(int argc, char **argv)
 	if (strcmp(format, "chrome") && strcmp(format, "folded"))
 		return cli_usage_error("export: unknown format '%s' (chrome or folded)", format);
 
-	f = open_trace(path);
+	f = cli_trace_open(path);
 	if (!f)
 		return 1;
 	if (out) {

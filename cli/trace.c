@@ -318,18 +318,62 @@ static bool trace_opts_add_glob(struct trace_opts *o, int c, char *glob)
 	return true;
 }
 
+enum {
+	O_NO_CHILDREN = 256,
+	O_ENTRY_ONLY,
+	O_DROP,
+	O_RELOCATE,
+	O_RELOCATE_ALL,
+	O_NO_RELOCATE,
+	O_INT3
+};
+
+/* The flags (options without an argument) into @o. */
+static void trace_opt_flag(struct trace_opts *o, int c)
+{
+	switch (c) {
+	case O_NO_CHILDREN:
+		o->children = false;
+		break;
+	case O_ENTRY_ONLY:
+		o->entry_only = true;
+		break;
+	case O_RELOCATE:
+	case O_NO_RELOCATE:
+		o->relocate = c == O_RELOCATE;
+		break;
+	case O_RELOCATE_ALL:
+		o->relocate = 2;
+		break;
+	case O_INT3:
+		o->int3 = true;
+		break;
+	case O_DROP:
+		o->drop = true;
+		break;
+	}
+}
+
+/* What the options say together; false after a usage error. */
+static bool trace_opts_check(struct trace_opts *o, int argc, char **argv)
+{
+	if (optind < argc && !strcmp(argv[optind], "--"))
+		optind++;
+	if (optind >= argc)
+		return cli_usage_error("trace: expected PROG"), false;
+	if (o->int3 && !o->relocate)
+		return cli_usage_error("trace: --int3 is the fallback of relocation: not with "
+				       "--no-relocate"),
+		       false;
+	if (o->int3 && o->relocate < 1)
+		o->relocate = 1;
+	o->prog = optind;
+	return true;
+}
+
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *status)
 {
-	enum {
-		O_NO_CHILDREN = 256,
-		O_ENTRY_ONLY,
-		O_DROP,
-		O_RELOCATE,
-		O_RELOCATE_ALL,
-		O_NO_RELOCATE,
-		O_INT3
-	};
 	static const struct option opts[] = {
 	    {"function", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
@@ -370,46 +414,19 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 				       false;
 			o->buffer = optarg;
 			break;
-		case O_NO_CHILDREN:
-			o->children = false;
-			break;
-		case O_ENTRY_ONLY:
-			o->entry_only = true;
-			break;
-		case O_RELOCATE:
-		case O_NO_RELOCATE:
-			o->relocate = c == O_RELOCATE;
-			break;
-		case O_RELOCATE_ALL:
-			o->relocate = 2;
-			break;
-		case O_INT3:
-			o->int3 = true;
-			break;
-		case O_DROP:
-			o->drop = true;
-			break;
 		case 'h':
 			fputs(usage, stdout);
 			*status = 0;
 			return false;
-		default:
+		case '?':
+		case ':':
 			return cli_usage_error("trace: unknown option '%s'", argv[optind - 1]),
 			       false;
+		default:
+			trace_opt_flag(o, c);
 		}
 	}
-	if (optind < argc && !strcmp(argv[optind], "--"))
-		optind++;
-	if (optind >= argc)
-		return cli_usage_error("trace: expected PROG"), false;
-	if (o->int3 && !o->relocate)
-		return cli_usage_error("trace: --int3 is the fallback of relocation: not with "
-				       "--no-relocate"),
-		       false;
-	if (o->int3 && o->relocate < 1)
-		o->relocate = 1;
-	o->prog = optind;
-	return true;
+	return trace_opts_check(o, argc, argv);
 }
 
 /*

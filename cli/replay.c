@@ -1,0 +1,416 @@
+// SPDX-License-Identifier: MIT
+/*
+ * probekit replay [FILE]: the calls of a trace as a tree, per thread, with
+ * their durations, the way uftrace's replay prints them:
+ *
+ *     DURATION     TID   FUNCTION
+ *                [ 1234] | main() {
+ *       0.250 us [ 1234] |   leaf();
+ *      10.000 us [ 1234] | } /+ main +/
+ *
+ * Streamed: the events are read once, EVENTS record by EVENTS record
+ * (pki_trace_file_events), and each thread keeps only its open frames and
+ * the lines not decided yet, so memory does not grow with the trace.  A
+ * frame's line is held until it is known whether the frame is a leaf (its
+ * exit comes before any child: one line with its duration) and, with -t,
+ * whether it lasts long enough to be shown: a frame shorter than -t is
+ * dropped with its subtree at its exit, and held lines are written as soon
+ * as the oldest undecided frame has lasted -t (or exited).  Threads are
+ * printed in the order their events were recorded, a buffer's worth at a
+ * time; each thread's lines are in order.
+ */
+#include <errno.h>
+#include <fnmatch.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/grow.h"
+#include "cli.h"
+#include "trace/analyze.h"
+#include "trace/format.h"
+#include "trace/reader.h"
+
+#define MAX_GLOBS 32
+
+static const char usage[] =
+    "usage: probekit replay [FILE] [options]\n\n"
+    "The calls of the trace FILE (default probekit.trace) as a tree per thread:\n"
+    "a function with callees opens with '{' and closes with '}' and its duration,\n"
+    "a leaf is one line with its duration (uftrace's replay layout).  Calls\n"
+    "recorded without their exit (--entry-only, libraries under --relocate-all)\n"
+    "show '-' for the time.  Memory does not grow with the trace.\n\n"
+    "options:\n"
+    "  -D, --depth N     only the calls at most N deep (1: the outermost)\n"
+    "  -t, --time TIME   hide calls shorter than TIME (e.g. 10us, 1.5ms, 200ns)\n"
+    "      --tid TID     only the thread TID\n"
+    "  -f, --filter GLOB only the calls of functions matching GLOB and their\n"
+    "                    callees (repeatable)\n"
+    "  -N, --notrace GLOB hide the calls of functions matching GLOB and their\n"
+    "                    callees (repeatable)\n"
+    "      --since TIME  only calls entered at or after TIME into the trace\n"
+    "      --until TIME  only calls entered before TIME into the trace\n"
+    "  -h, --help        this text\n";
+
+struct replay_opts {
+	const char *path;
+	unsigned long depth; /* 0: no limit */
+	uint64_t min_ns, since_ns, until_ns;
+	long tid; /* -1: every thread */
+	const char *f[MAX_GLOBS], *n[MAX_GLOBS];
+	int nf, nn;
+};
+
+/* One open frame of a thread. */
+struct rframe {
+	uint64_t fn, start; /* start: ticks */
+	size_t off;	    /* where its line starts in the thread's held text */
+	size_t hdr_end;	    /* where its line ends: nothing after it = no child shown yet */
+	bool shown;	    /* it has a line */
+	bool written;	    /* its line is out: it cannot become a leaf any more */
+	bool hide_sub;	    /* its callees hidden too (-N, outside -f) */
+	bool in_scope;	    /* inside a -f function's subtree */
+};
+
+struct rthread {
+	const struct pki_trace_thread *t;
+	struct rframe *st;
+	size_t depth, cap;
+	char *text; /* held lines, not written yet */
+	size_t len, tcap;
+	uint64_t last; /* ticks of its last event */
+};
+
+struct replay {
+	const struct replay_opts *o;
+	const struct pki_trace_file *f;
+	struct rthread *th;
+	uint64_t name_fn; /* name_of's cache */
+	const char *name;
+	char name_buf[64];
+};
+
+static bool glob_any(const char *const *g, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (!fnmatch(g[i], name, 0))
+			return true;
+	return false;
+}
+
+static int text_add(struct rthread *r, const char *s, size_t n)
+{
+	if (PKI_GROW(r->text, r->tcap, r->len + n + 1))
+		return -ENOMEM;
+	memcpy(r->text + r->len, s, n);
+	r->len += n;
+	return 0;
+}
+
+/* One line: duration column (empty if @dur is NULL), tid, indent, @pre @name @post. */
+static int line(struct rthread *r, const char *dur, size_t depth, const char *pre, const char *name,
+		const char *post)
+{
+	char buf[1024];
+	int n = snprintf(buf, sizeof(buf), "%12s [%6u] | %*s%s%s%s\n", dur ? dur : "", r->t->tid,
+			 (int)(2 * depth), "", pre, name, post);
+
+	if (n < 0)
+		return -EIO;
+	return text_add(r, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+/* @fn's name; the last one asked is kept (a tree repeats its functions). */
+static const char *name_of(struct replay *p, uint64_t fn)
+{
+	if (fn != p->name_fn || !p->name) {
+		p->name = pki_trace_fn_name(p->f, fn, p->name_buf, sizeof(p->name_buf));
+		p->name_fn = fn;
+	}
+	return p->name;
+}
+
+/*
+ * Write the held text up to the first line still undecided: the line of the
+ * deepest frame shown while nothing follows it (it may become a leaf), and,
+ * with -t, that of the first frame not yet -t long at @now.
+ */
+static void flush(struct replay *p, struct rthread *r, uint64_t now)
+{
+	size_t limit = r->len, i;
+
+	for (i = r->depth; i-- > 0;)
+		if (r->st[i].shown) {
+			if (!r->st[i].written && r->len == r->st[i].hdr_end)
+				limit = r->st[i].off;
+			break;
+		}
+	for (i = 0; p->o->min_ns && i < r->depth; i++) {
+		const struct rframe *fr = &r->st[i];
+
+		if (fr->shown && !fr->written &&
+		    pki_trace_file_dur_ns(p->f, now - fr->start) < p->o->min_ns) {
+			limit = fr->off < limit ? fr->off : limit;
+			break;
+		}
+	}
+	if (!limit)
+		return;
+	fwrite(r->text, 1, limit, stdout);
+	memmove(r->text, r->text + limit, r->len - limit);
+	r->len -= limit;
+	for (i = 0; i < r->depth; i++) {
+		struct rframe *fr = &r->st[i];
+
+		if (fr->shown && fr->hdr_end <= limit)
+			fr->written = true;
+		fr->off = fr->off > limit ? fr->off - limit : 0;
+		fr->hdr_end = fr->hdr_end > limit ? fr->hdr_end - limit : 0;
+	}
+}
+
+/* Is a call of @fn entered at @ts, under the top frame, shown? */
+static bool shown(const struct replay *p, const struct rthread *r, const char *name, uint64_t ts,
+		  bool *hide_sub, bool *in_scope)
+{
+	const struct rframe *up = r->depth ? &r->st[r->depth - 1] : NULL;
+	uint64_t at = pki_trace_file_ts_ns(p->f, ts);
+
+	*hide_sub = (up && up->hide_sub) || glob_any(p->o->n, p->o->nn, name);
+	*in_scope = !p->o->nf || (up && up->in_scope) || glob_any(p->o->f, p->o->nf, name);
+	if (*hide_sub || !*in_scope)
+		return false;
+	if (p->o->depth && r->depth + 1 > p->o->depth)
+		return false;
+	return at >= p->o->since_ns && (!p->o->until_ns || at < p->o->until_ns);
+}
+
+static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
+{
+	const char *name = name_of(p, fn);
+	struct rframe fr = {.fn = fn, .start = ts, .off = r->len};
+	int err = 0;
+
+	if (PKI_GROW(r->st, r->cap, r->depth + 1))
+		return -ENOMEM;
+	fr.shown = shown(p, r, name, ts, &fr.hide_sub, &fr.in_scope);
+	if (fr.shown)
+		err = line(r, NULL, r->depth, "", name, "() {");
+	fr.hdr_end = r->len;
+	r->st[r->depth++] = fr;
+	return err;
+}
+
+/* The top frame ends at @ts (@how: NULL, or why it ended another way). */
+static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *how)
+{
+	struct rframe fr = r->st[--r->depth];
+	uint64_t ns;
+	char dur[32], post[48];
+	const char *name;
+
+	if (!fr.shown)
+		return 0;
+	ns = pki_trace_file_dur_ns(p->f, ts - fr.start);
+	name = name_of(p, fr.fn);
+	if (p->o->min_ns && ns < p->o->min_ns &&
+	    !fr.written) { /* too short: it and its subtree go */
+		r->len = fr.off;
+		return 0;
+	}
+	cli_fmt_ns(dur, sizeof(dur), ns, false);
+	if (!fr.written && r->len == fr.hdr_end) { /* no child shown: a leaf, one line */
+		r->len = fr.off;
+		snprintf(post, sizeof(post), "();%s%s", how ? " " : "", how ? how : "");
+		return line(r, dur, r->depth, "", name, post);
+	}
+	snprintf(post, sizeof(post), " */%s%s", how ? " " : "", how ? how : "");
+	return line(r, dur, r->depth, "} /* ", name, post);
+}
+
+/* A call recorded without its exit: one line, no time. */
+static int instant(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
+{
+	const char *name = name_of(p, fn);
+	bool hide_sub, in_scope;
+
+	if (!shown(p, r, name, ts, &hide_sub, &in_scope) || p->o->min_ns)
+		return 0; /* (no time: never as long as -t) */
+	return line(r, "-", r->depth, "", name, "();");
+}
+
+static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
+{
+	size_t d = r->depth;
+	int err = 0;
+
+	while (d && r->st[d - 1].fn != fn)
+		d--;
+	if (!d)
+		return 0;	     /* no entry for it (the trace began inside it): skipped */
+	while (!err && r->depth > d) /* left without their exit: longjmp, exception */
+		err = leave(p, r, ts, "(unwound)");
+	return err ? err : leave(p, r, ts, NULL);
+}
+
+static int on_events(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+		     const struct pki_trace_event *ev, size_t n, void *arg)
+{
+	struct replay *p = arg;
+	struct rthread *r = &p->th[t - f->threads];
+	int err = 0;
+
+	if (p->o->tid >= 0 && t->tid != (uint32_t)p->o->tid)
+		return 0;
+	r->t = t;
+	for (size_t i = 0; i < n && !err; i++) {
+		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts;
+
+		r->last = ts;
+		switch (PKI_EV_KIND(ev[i].word)) {
+		case PKI_EV_ENTRY:
+			err = enter(p, r, fn, ts);
+			break;
+		case PKI_EV_EXIT:
+			err = exit_of(p, r, fn, ts);
+			break;
+		default:
+			err = instant(p, r, fn, ts);
+			break;
+		}
+		flush(p, r, ts);
+	}
+	return err;
+}
+
+/* The end: frames still open close at their thread's last event. */
+static int finish(struct replay *p)
+{
+	int err = 0;
+
+	for (size_t i = 0; i < p->f->nthreads; i++) {
+		struct rthread *r = &p->th[i];
+
+		while (!err && r->depth)
+			err = leave(p, r, r->last, "(still running at the end)");
+		if (r->t)
+			flush(p, r, r->last);
+		free(r->st);
+		free(r->text);
+	}
+	return err;
+}
+
+/* "10us", "1.5ms", "200ns", "2s", or a number of nanoseconds. */
+static bool parse_time(const char *s, uint64_t *ns)
+{
+	static const struct {
+		const char *unit;
+		double mul;
+	} units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"", 1}};
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || v < 0)
+		return false;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcmp(end, units[i].unit)) {
+			*ns = (uint64_t)(v * units[i].mul + 0.5);
+			return true;
+		}
+	return false;
+}
+
+static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int *status)
+{
+	enum { O_TID = 256, O_SINCE, O_UNTIL };
+	static const struct option opts[] = {
+	    {"depth", required_argument, NULL, 'D'},
+	    {"time", required_argument, NULL, 't'},
+	    {"tid", required_argument, NULL, O_TID},
+	    {"filter", required_argument, NULL, 'f'},
+	    {"notrace", required_argument, NULL, 'N'},
+	    {"since", required_argument, NULL, O_SINCE},
+	    {"until", required_argument, NULL, O_UNTIL},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	int c;
+
+	*status = 2;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "D:t:f:N:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'D':
+			o->depth = cli_parse_ulong("-D", optarg);
+			break;
+		case 't':
+		case O_SINCE:
+		case O_UNTIL:
+			if (!parse_time(optarg, c == 't'       ? &o->min_ns
+						: c == O_SINCE ? &o->since_ns
+							       : &o->until_ns))
+				return cli_usage_error("replay: bad time '%s' (e.g. 10us, 1.5ms)",
+						       optarg),
+				       false;
+			break;
+		case O_TID:
+			o->tid = (long)cli_parse_ulong("--tid", optarg);
+			break;
+		case 'f':
+		case 'N':
+			if ((c == 'f' ? o->nf : o->nn) == MAX_GLOBS)
+				return cli_usage_error("replay: at most %d -%c globs", MAX_GLOBS,
+						       c),
+				       false;
+			if (c == 'f')
+				o->f[o->nf++] = optarg;
+			else
+				o->n[o->nn++] = optarg;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			*status = 0;
+			return false;
+		default:
+			return cli_usage_error("replay: bad option"), false;
+		}
+	}
+	if (optind < argc)
+		o->path = argv[optind++];
+	if (optind < argc)
+		return cli_usage_error("replay: unexpected argument '%s'", argv[optind]), false;
+	return true;
+}
+
+int cmd_replay(int argc, char **argv)
+{
+	struct replay_opts o = {.path = "probekit.trace", .tid = -1};
+	struct pki_trace_file *f;
+	struct replay p = {.o = &o};
+	int status, err;
+
+	if (!replay_opts_parse(&o, argc, argv, &status))
+		return status;
+	f = cli_trace_open(o.path);
+	if (!f)
+		return 1;
+	p.f = f;
+	p.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*p.th));
+	if (!p.th) {
+		pki_trace_file_free(f);
+		return cli_error("replay: out of memory");
+	}
+	setvbuf(stdout, NULL, _IOFBF, 1 << 20);
+	printf("# %10s  %6s    %s\n", "DURATION", "TID", "FUNCTION");
+	err = pki_trace_file_events(f, on_events, &p);
+	err = finish(&p) ?: err;
+	free(p.th);
+	pki_trace_file_free(f);
+	fflush(stdout);
+	if (err)
+		return cli_error("replay: %s: %s", o.path, strerror(err < 0 ? -err : err));
+	return 0;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# probekit replay: the call tree of a trace of trace_demo, checked against
+# probekit report of the same file (every call shown once: a leaf line or a
+# closing line), and each option against what it promises.
+#
+# usage: test-trace-replay.sh PROBEKIT TRACE_DEMO
+set -uo pipefail
+pk=$(realpath "$1") demo=$(realpath "$2")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+run -o r.trace -- "$demo" --threads 2
+check "trace: rc $rc" "[[ $rc == 0 ]]"
+"$pk" replay r.trace >rp 2>rp.err
+check "replay: rc $?" "[[ -s rp ]]"
+# Each call is one line: 'fn();' (a leaf) or '} /* fn */' (its close).
+for fn in demo_fib demo_stage demo_leaf demo_worker; do
+	shown=$(grep -cE "\| *($fn\(\);|\} /\* $fn \*/)" rp)
+	calls=$("$pk" report --raw r.trace 2>/dev/null | awk -v f="$fn" '$(NF-1) == f {print $1}')
+	check "replay: $fn calls $shown, report $calls" "[[ -n '$calls' && $shown == $calls ]]"
+done
+check "replay: every '{' closed" "[[ \$(grep -c '() {\$' rp) == \$(grep -c '} /\\*' rp) ]]"
+# -D 1: only the outermost calls.
+"$pk" replay r.trace -D 1 >d1 2>&1
+check "-D 1: nothing indented" "grep -q 'demo_worker' d1 && ! grep -q '|   ' d1"
+# -t: no call shorter is shown, nor left open.
+"$pk" replay r.trace -t 2us >t2 2>&1
+check "-t 2us: no duration under 2 us" "[[ -s t2 ]] && ! awk -F'[' 'NR > 1 && \$1 ~ / ns / {bad = 1} END {exit !bad}' t2"
+check "-t 2us: fewer lines" "[[ \$(wc -l <t2) -lt \$(wc -l <rp) ]]"
+check "-t 2us: every '{' closed" "[[ \$(grep -c '() {\$' t2) == \$(grep -c '} /\\*' t2) ]]"
+# -N hides a function and its callees; -f keeps only a function's subtree.
+"$pk" replay r.trace -N demo_stage >nn 2>&1
+check "-N demo_stage: neither it nor demo_leaf" "grep -q demo_fib nn && ! grep -qE 'demo_stage|demo_leaf' nn"
+"$pk" replay r.trace -f demo_stage >ff 2>&1
+check "-f demo_stage: only its subtree" "grep -q demo_leaf ff && ! grep -qE 'demo_worker|demo_fib' ff"
+# --tid: one thread's lines only.
+tid=$(awk -F'[][]' 'NR == 2 {gsub(/ /, "", $2); print $2}' rp)
+"$pk" replay r.trace --tid "$tid" >td 2>&1
+check "--tid $tid: its lines only" "[[ -s td ]] && ! awk -F'[][]' -v t=$tid 'NR > 1 {gsub(/ /, \"\", \$2); if (\$2 != t) bad = 1} END {exit !bad}' td"
+# --since/--until: a window shows fewer calls, each entered inside it.
+"$pk" replay r.trace --until 1ns >u1 2>&1
+check "--until 1ns: almost nothing" "[[ \$(wc -l <u1) -lt 10 ]]"
+# An entry-only trace: calls with '-' for the time.
+run -o e.trace --entry-only -- "$demo" --threads 1
+"$pk" replay e.trace >eo 2>&1
+check "entry-only: '-' times" "grep -qE '^ *- \[.*demo_fib\(\);' eo && ! grep -q '{\$' eo"
+"$pk" replay r.trace -t soon >/dev/null 2>bad.err
+check "bad time: usage error" "[[ \$? == 2 ]] && grep -q 'bad time' bad.err"
+
+echo "trace_replay: $pass passed, $fail failed"
+[[ $fail == 0 ]]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # probekit replay: the call tree of a trace of trace_demo, checked against
 # probekit report of the same file (every call shown once: a leaf line or a
-# closing line), and each option against what it promises.
+# closing line), and each option against what it promises.  probekit graph:
+# the paths under a function, whose calls add up to report's.
 #
 # usage: test-trace-replay.sh PROBEKIT TRACE_DEMO
 set -uo pipefail
@@ -45,6 +46,22 @@ run -o e.trace --entry-only -- "$demo" --threads 1
 check "entry-only: '-' times" "grep -qE '^ *- \[.*demo_fib\(\);' eo && ! grep -q '{\$' eo"
 "$pk" replay r.trace -t soon >/dev/null 2>bad.err
 check "bad time: usage error" "[[ \$? == 2 ]] && grep -q 'bad time' bad.err"
+
+# graph: under demo_worker, every path once; the calls of each function on
+# the paths add up to report's, and the root's time is report's total.
+"$pk" graph demo_worker r.trace >g 2>&1
+for fn in demo_fib demo_stage demo_leaf; do
+	sum=$(awk -v f="$fn" '$NF == f { c = $0; sub(/.*\(/, "", c); sub(/\).*/, "", c); s += c } END { print s + 0 }' g)
+	calls=$("$pk" report --raw r.trace 2>/dev/null | awk -v f="$fn" '$(NF-1) == f {print $1}')
+	check "graph: $fn calls on the paths $sum, report $calls" "[[ $sum == $calls ]]"
+done
+root=$(awk 'NR == 2 {print $1, $2}' g)
+total=$("$pk" report r.trace 2>/dev/null | awk '$(NF-1) == "demo_worker" {print $2, $3}')
+check "graph: the root's time is report's total ($root, $total)" "grep -q '(2) demo_worker' g && [[ -n '$total' && '$root' == '$total' ]]"
+"$pk" graph demo_worker r.trace -D 1 >g1 2>&1
+check "graph -D 1: FUNC and its direct callees" "[[ \$(wc -l <g1) == 4 ]] && ! grep -q '    +-' g1"
+"$pk" graph no_such r.trace >/dev/null 2>gbad
+check "graph: an unknown function is named" "[[ \$? == 1 ]] && grep -q \"no function 'no_such'\" gbad"
 
 echo "trace_replay: $pass passed, $fail failed"
 [[ $fail == 0 ]]

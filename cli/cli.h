@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 struct cli_cmd {
 	const char *name;
@@ -43,6 +44,10 @@ int cmd_graph(int argc, char **argv);
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;
 struct pki_trace_file *cli_trace_open(const char *path);
+/* @str as a JSON string (report.c); speedscope's evented JSON of @f (export_speedscope.c). */
+void cli_json_str(FILE *o, const char *str);
+int cli_export_speedscope(const struct pki_trace_file *f, FILE *o);
+
 /* @ns as "12 ns", "1.234 us", "5.000 ms", "2.000 s"; the integer if @raw. */
 void cli_fmt_ns(char *buf, size_t len, unsigned long long ns, bool raw);
 int cmd_export(int argc, char **argv);

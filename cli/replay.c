@@ -403,7 +403,6 @@ int cmd_replay(int argc, char **argv)
 		pki_trace_file_free(f);
 		return cli_error("replay: out of memory");
 	}
-	setvbuf(stdout, NULL, _IOFBF, 1 << 20);
 	printf("# %10s  %6s    %s\n", "DURATION", "TID", "FUNCTION");
 	err = pki_trace_file_events(f, on_events, &p);
 	err = finish(&p) ?: err;

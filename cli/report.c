@@ -298,7 +298,8 @@ out_file:
 /* ---- export ---------------------------------------------------------------- */
 
 static const char export_usage[] =
-    "usage: probekit export [FILE] --format chrome|folded [-o OUT] [--value time|calls]\n"
+    "usage: probekit export [FILE] --format chrome|folded|speedscope [-o OUT]\n"
+    "                       [--value time|calls]\n"
     "                       [--threads]\n"
     "\n"
     "Convert the trace FILE (default " DEFAULT_TRACE ") for other tools; to OUT or stdout.\n"
@@ -307,6 +308,8 @@ static const char export_usage[] =
     "                    microseconds): open in https://ui.perfetto.dev or chrome://tracing\n"
     "  --format folded   one line per call stack, 'outer;inner;leaf VALUE', for\n"
     "                    flamegraph.pl, inferno, speedscope\n"
+    "  --format speedscope  speedscope's own JSON: one evented profile per thread\n"
+    "                    (open/close at nanoseconds), https://www.speedscope.app\n"
     "  --value time      folded VALUE = self time in nanoseconds (default)\n"
     "  --value calls     folded VALUE = number of calls of the leaf with that stack\n"
     "  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
@@ -336,7 +339,7 @@ static size_t utf8_len(const unsigned char *s)
 	return n;
 }
 
-static void json_str(FILE *o, const char *str)
+void cli_json_str(FILE *o, const char *str)
 {
 	const unsigned char *s = (const unsigned char *)str;
 
@@ -420,12 +423,12 @@ static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, co
 	char nb[32];
 
 	fprintf(ch->o, ",\n{\"ph\":\"%s\",\"name\":", b ? "B" : "X");
-	json_str(ch->o, pki_trace_fn_name(ch->f, c->fn, nb, sizeof(nb)));
+	cli_json_str(ch->o, pki_trace_fn_name(ch->f, c->fn, nb, sizeof(nb)));
 	if (obj) {
 		const char *base = strrchr(obj->path, '/');
 
 		fputs(",\"cat\":", ch->o);
-		json_str(ch->o, base ? base + 1 : obj->path);
+		cli_json_str(ch->o, base ? base + 1 : obj->path);
 	}
 	fprintf(ch->o, ",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid, t->tid);
 	json_us(ch->o, c->start_ns);
@@ -514,14 +517,14 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 		return -ENOMEM;
 	fputs("{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", o);
 	fprintf(o, "%u,\"tid\":0,\"args\":{\"name\":", f->pid);
-	json_str(o, f->program);
+	cli_json_str(o, f->program);
 	fputs("}}", o);
 	for (i = 0; i < f->nthreads; i++) {
 		fprintf(o,
 			",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
 			"\"args\":{\"name\":",
 			f->pid, f->threads[i].tid);
-		json_str(o, thread_name(&f->threads[i]));
+		cli_json_str(o, thread_name(&f->threads[i]));
 		fputs("}}", o);
 	}
 	err = pki_trace_replay_all(f, chrome_call, &ch, NULL);
@@ -534,7 +537,7 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 	if (err)
 		return err;
 	fputs("\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"program\":", o);
-	json_str(o, f->program);
+	cli_json_str(o, f->program);
 	fprintf(o, ",\"events\":%llu,\"lost\":%llu,\"complete\":%s}}\n",
 		(unsigned long long)f->nevents, (unsigned long long)f->lost,
 		f->complete ? "true" : "false");
@@ -810,9 +813,10 @@ int cmd_export(int argc, char **argv)
 	if (optind < argc)
 		return cli_usage_error("export: unexpected argument '%s'", argv[optind]);
 	if (!format)
-		return cli_usage_error("export: --format chrome|folded is required");
-	if (strcmp(format, "chrome") && strcmp(format, "folded"))
-		return cli_usage_error("export: unknown format '%s' (chrome or folded)", format);
+		return cli_usage_error("export: --format chrome|folded|speedscope is required");
+	if (strcmp(format, "chrome") && strcmp(format, "folded") && strcmp(format, "speedscope"))
+		return cli_usage_error("export: unknown format '%s' (chrome, folded or speedscope)",
+				       format);
 
 	f = cli_trace_open(path);
 	if (!f)
@@ -827,6 +831,8 @@ int cmd_export(int argc, char **argv)
 	}
 	if (!strcmp(format, "chrome"))
 		err = export_chrome(f, o);
+	else if (!strcmp(format, "speedscope"))
+		err = cli_export_speedscope(f, o);
 	else
 		err = export_folded(f, o, threads, count);
 	if (fflush(o) && !err)

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * The two cli/probekit.c helpers that cli/report.c needs, for the trace
- * fuzz target, which links report.c to run `probekit report` and `probekit
- * export` on each input that parses (cli/probekit.c itself holds main()).
+ * The cli/probekit.c helpers that cli/report.c, replay.c and graph.c need,
+ * for the trace fuzz target, which links them to run `probekit report`,
+ * `export`, `replay` and `graph` on each input that parses (cli/probekit.c
+ * itself holds main()).
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "cli/cli.h"
 
@@ -27,4 +29,11 @@ int cli_usage_error(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	return 2;
+}
+
+/* cli/probekit.c's, for replay and graph; the fuzzer only passes valid numbers. */
+unsigned long cli_parse_ulong(const char *opt, const char *val)
+{
+	(void)opt;
+	return strtoul(val, NULL, 0);
 }

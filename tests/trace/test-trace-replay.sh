@@ -2,7 +2,8 @@
 # probekit replay: the call tree of a trace of trace_demo, checked against
 # probekit report of the same file (every call shown once: a leaf line or a
 # closing line), and each option against what it promises.  probekit graph:
-# the paths under a function, whose calls add up to report's.
+# the paths under a function, whose calls add up to report's.  export
+# --format speedscope: checked by parsing it.
 #
 # usage: test-trace-replay.sh PROBEKIT TRACE_DEMO
 set -uo pipefail
@@ -62,6 +63,35 @@ check "graph: the root's time is report's total ($root, $total)" "grep -q '(2) d
 check "graph -D 1: FUNC and its direct callees" "[[ \$(wc -l <g1) == 4 ]] && ! grep -q '    +-' g1"
 "$pk" graph no_such r.trace >/dev/null 2>gbad
 check "graph: an unknown function is named" "[[ \$? == 1 ]] && grep -q \"no function 'no_such'\" gbad"
+
+# speedscope: valid JSON, one evented profile per thread, frames opened and
+# closed in order, as many opens per function as report's calls.
+"$pk" export r.trace --format speedscope -o r.ss >/dev/null 2>&1
+python3 - r.ss >ss.check 2>&1 <<'PY'
+import json, sys, collections
+d = json.load(open(sys.argv[1]))
+frames = d["shared"]["frames"]
+opens = collections.Counter()
+for p in d["profiles"]:
+    assert p["type"] == "evented" and p["unit"] == "nanoseconds"
+    st, last = [], 0
+    for e in p["events"]:
+        assert e["at"] >= last
+        last = e["at"]
+        if e["type"] == "O":
+            st.append(e["frame"])
+            opens[frames[e["frame"]]["name"]] += 1
+        else:
+            assert st and st.pop() == e["frame"], "closed out of order"
+    assert not st, "left open"
+for name, n in sorted(opens.items()):
+    print(name, n)
+PY
+check "speedscope: valid, nested in order" "grep -q '^demo_fib ' ss.check && ! grep -q Error ss.check"
+for fn in demo_fib demo_stage demo_leaf; do
+	calls=$("$pk" report --raw r.trace 2>/dev/null | awk -v f="$fn" '$(NF-1) == f {print $1}')
+	check "speedscope: $fn opened $calls times" "grep -qx '$fn $calls' ss.check"
+done
 
 echo "trace_replay: $pass passed, $fail failed"
 [[ $fail == 0 ]]

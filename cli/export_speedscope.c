@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: MIT
+/*
+ * probekit export --format speedscope: speedscope's own file format
+ * (https://www.speedscope.app/file-format-schema.json), its "evented"
+ * profiles, one per thread: an entry is an "O" (open frame) event, an exit
+ * a "C" (close), at nanoseconds from the trace's start.  The frames table is
+ * the trace's symbols, known before the events.
+ *
+ * Streamed: the events are read once; each thread's are written as they
+ * come to a temporary file of its own, then the profiles are copied out
+ * one after the other.  Memory: each thread's open frames; disk: about the
+ * output's size.  Frames left without their exit (longjmp, exceptions: an
+ * outer exit) are closed first, as the format wants every frame closed in
+ * order; those still open at the end close at the thread's last event.
+ * Calls recorded without an exit open and close at the same instant.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/grow.h"
+#include "cli.h"
+#include "trace/analyze.h"
+#include "trace/format.h"
+#include "trace/reader.h"
+
+struct sthread {
+	FILE *tmp;		/* its events, as JSON objects */
+	size_t *st, depth, cap; /* open frames: frame indexes */
+	uint64_t *fns;		/* and their fns */
+	size_t fcap;
+	uint64_t last_ns;
+	bool any;
+};
+
+struct speedscope {
+	const struct pki_trace_file *f;
+	struct sthread *th;
+	int err;
+};
+
+/* The frame index of @fn: its symbol's, or the last one ("unknown"). */
+static size_t frame_of(const struct pki_trace_file *f, uint64_t fn)
+{
+	const struct pki_trace_sym *sym = pki_trace_file_sym(f, fn);
+
+	return sym ? (size_t)(sym - f->syms) : f->nsyms;
+}
+
+static void ev(struct sthread *t, char kind, size_t frame, uint64_t at)
+{
+	fprintf(t->tmp, "%s{\"type\":\"%c\",\"frame\":%zu,\"at\":%llu}", t->any ? ",\n" : "", kind,
+		frame, (unsigned long long)at);
+	t->any = true;
+}
+
+static int open_frame(struct sthread *t, size_t frame, uint64_t fn, uint64_t at)
+{
+	if (PKI_GROW(t->st, t->cap, t->depth + 1) || PKI_GROW(t->fns, t->fcap, t->depth + 1))
+		return -ENOMEM;
+	t->st[t->depth] = frame;
+	t->fns[t->depth++] = fn;
+	ev(t, 'O', frame, at);
+	return 0;
+}
+
+/* An exit of @fn: close the frames above its own (left without exit), then it. */
+static void close_frame(struct sthread *t, uint64_t fn, uint64_t at)
+{
+	size_t d = t->depth;
+
+	while (d && t->fns[d - 1] != fn)
+		d--;
+	if (!d)
+		return; /* no entry for it (the trace began inside it) */
+	while (t->depth >= d)
+		ev(t, 'C', t->st[--t->depth], at);
+}
+
+static int on_events(const struct pki_trace_file *f, const struct pki_trace_thread *th,
+		     const struct pki_trace_event *e, size_t n, void *arg)
+{
+	struct speedscope *s = arg;
+	struct sthread *t = &s->th[th - f->threads];
+	int err = 0;
+
+	if (!t->tmp && !(t->tmp = tmpfile()))
+		return -errno;
+	for (size_t i = 0; i < n && !err; i++) {
+		uint64_t fn = PKI_EV_FN(e[i].word), at = pki_trace_file_ts_ns(f, e[i].ts);
+		size_t frame = frame_of(f, fn);
+
+		t->last_ns = at;
+		switch (PKI_EV_KIND(e[i].word)) {
+		case PKI_EV_ENTRY:
+			err = open_frame(t, frame, fn, at);
+			break;
+		case PKI_EV_EXIT:
+			close_frame(t, fn, at);
+			break;
+		default: /* a call without exit: an instant */
+			ev(t, 'O', frame, at);
+			ev(t, 'C', frame, at);
+			break;
+		}
+	}
+	return err;
+}
+
+static void frames_write(const struct pki_trace_file *f, FILE *o)
+{
+	fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\n"
+	      "\"exporter\":\"probekit\",\n\"shared\":{\"frames\":[",
+	      o);
+	for (size_t i = 0; i < f->nsyms; i++) {
+		const struct pki_trace_obj *obj = pki_trace_file_obj(f, f->syms[i].object_id);
+
+		fputs(i ? ",\n{\"name\":" : "\n{\"name\":", o);
+		cli_json_str(o, f->syms[i].name);
+		if (obj) {
+			fputs(",\"file\":", o);
+			cli_json_str(o, obj->path);
+		}
+		fputc('}', o);
+	}
+	fprintf(o, "%s{\"name\":\"(unknown)\"}]},\n\"profiles\":[", f->nsyms ? ",\n" : "\n");
+}
+
+/* Thread @i's profile: its events copied from its temporary file. */
+static int profile_write(const struct pki_trace_file *f, struct sthread *t, size_t i, bool first,
+			 FILE *o)
+{
+	char name[96], buf[65536];
+	size_t n;
+
+	while (t->depth) /* still open at the end */
+		ev(t, 'C', t->st[--t->depth], t->last_ns);
+	snprintf(name, sizeof(name), "%s/%u", f->threads[i].name ? f->threads[i].name : "thread",
+		 f->threads[i].tid);
+	fprintf(o, "%s\n{\"type\":\"evented\",\"name\":", first ? "" : ",");
+	cli_json_str(o, name);
+	fprintf(o, ",\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":%llu,\"events\":[\n",
+		(unsigned long long)t->last_ns);
+	if (fflush(t->tmp) || fseek(t->tmp, 0, SEEK_SET))
+		return -errno;
+	while ((n = fread(buf, 1, sizeof(buf), t->tmp)))
+		if (fwrite(buf, 1, n, o) != n)
+			return -EIO;
+	if (ferror(t->tmp))
+		return -EIO;
+	fputs("]}", o);
+	return 0;
+}
+
+int cli_export_speedscope(const struct pki_trace_file *f, FILE *o)
+{
+	struct speedscope s = {.f = f};
+	bool first = true;
+	int err;
+
+	s.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*s.th));
+	if (!s.th)
+		return -ENOMEM;
+	err = pki_trace_file_events(f, on_events, &s);
+	if (!err)
+		frames_write(f, o);
+	for (size_t i = 0; i < f->nthreads; i++) {
+		struct sthread *t = &s.th[i];
+
+		if (!err && t->tmp) {
+			err = profile_write(f, t, i, first, o);
+			first = false;
+		}
+		if (t->tmp)
+			fclose(t->tmp);
+		free(t->st);
+		free(t->fns);
+	}
+	if (!err)
+		fputs("]}\n", o);
+	free(s.th);
+	return err;
+}

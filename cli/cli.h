@@ -28,6 +28,14 @@ __attribute__((format(printf, 1, 2))) int cli_usage_error(const char *fmt, ...);
 /* Parse a non-negative integer option value; exits with a usage error on junk. */
 unsigned long cli_parse_ulong(const char *opt, const char *val);
 
+/*
+ * After getopt_long() (opterr 0) returned '?': one message naming what was
+ * wrong: a missing value, or an unknown option with the nearest one of
+ * @opts suggested.  Returns 2.
+ */
+struct option;
+int cli_bad_option(const char *cmd, const char *shortopts, const struct option *opts, char **argv);
+
 int cmd_bench(int argc, char **argv);
 int cmd_sites(int argc, char **argv);
 int cmd_watch(int argc, char **argv);

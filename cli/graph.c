@@ -131,6 +131,7 @@ int cmd_graph(int argc, char **argv)
 	int c, err;
 
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "D:h", opts, NULL)) != -1) {
 		if (c == 'D') {
 			g.depth = cli_parse_ulong("-D", optarg);
@@ -138,7 +139,7 @@ int cmd_graph(int argc, char **argv)
 			fputs(usage, stdout);
 			return 0;
 		} else {
-			return cli_usage_error("graph: bad option");
+			return cli_bad_option("graph", "D:h", opts, argv);
 		}
 	}
 	if (optind >= argc)

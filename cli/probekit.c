@@ -2,6 +2,7 @@
 /* The probekit command: subcommand dispatch and shared helpers. */
 #include <errno.h>
 #include <stdarg.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,61 @@ unsigned long cli_parse_ulong(const char *opt, const char *val)
 	return v;
 }
 
+/* Levenshtein distance of @a and @b, capped at 9 (long option names). */
+static unsigned edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), i, j;
+	unsigned d[40], prev, tmp;
+
+	if (la >= sizeof(d) / sizeof(d[0]) || lb >= sizeof(d) / sizeof(d[0]))
+		return 9;
+	for (j = 0; j <= lb; j++)
+		d[j] = (unsigned)j;
+	for (i = 1; i <= la; i++) {
+		prev = d[0];
+		d[0] = (unsigned)i;
+		for (j = 1; j <= lb; j++) {
+			unsigned sub = prev + (a[i - 1] != b[j - 1]);
+
+			tmp = d[j];
+			d[j] = sub < d[j] + 1 ? sub : d[j] + 1;
+			d[j] = d[j] < d[j - 1] + 1 ? d[j] : d[j - 1] + 1;
+			prev = tmp;
+		}
+	}
+	return d[lb] < 9 ? d[lb] : 9;
+}
+
+int cli_bad_option(const char *cmd, const char *shortopts, const struct option *opts, char **argv)
+{
+	const char *arg = argv[optind - 1], *name = arg + strspn(arg, "-");
+	size_t len = strcspn(name, "=");
+	const struct option *best = NULL;
+	unsigned bd = 3;
+
+	for (const struct option *o = opts; o->name; o++) {
+		unsigned d;
+
+		if (!strncmp(o->name, name, len) && !o->name[len] &&
+		    o->has_arg == required_argument)
+			return cli_usage_error("%s: option --%s needs a value", cmd, o->name);
+		d = edit_distance(name, o->name);
+		if (d < bd)
+			bd = d, best = o;
+	}
+	if (optopt && (arg[0] != '-' || arg[1] != '-')) {
+		const char *s = strchr(shortopts, optopt);
+
+		if (s && s[1] == ':')
+			return cli_usage_error("%s: option -%c needs a value", cmd, optopt);
+		return cli_usage_error("%s: unknown option -%c", cmd, optopt);
+	}
+	if (best)
+		return cli_usage_error("%s: unknown option '%s' (did you mean --%s?)", cmd, arg,
+				       best->name);
+	return cli_usage_error("%s: unknown option '%s'", cmd, arg);
+}
+
 static void print_cmds(FILE *f, const struct cli_cmd *cmds)
 {
 	for (; cmds->name; cmds++)
@@ -63,6 +119,9 @@ int cli_dispatch(const char *prog, const struct cli_cmd *cmds, const char *usage
 {
 	const struct cli_cmd *c;
 
+	if (argc > 2 && !strcmp(argv[1], "help")) /* help CMD: CMD --help */
+		return cli_dispatch(prog, cmds, usage, 3,
+				    (char *[]){argv[0], argv[2], "--help", NULL});
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
 	    !strcmp(argv[1], "help")) {
 		FILE *f = argc < 2 ? stderr : stdout;
@@ -79,8 +138,12 @@ int cli_dispatch(const char *prog, const struct cli_cmd *cmds, const char *usage
 
 static int cmd_version(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
+	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		fputs("usage: probekit version\n\nPrint the library's version.\n", stdout);
+		return 0;
+	}
+	if (argc > 1)
+		return cli_usage_error("version: unexpected argument '%s'", argv[1]);
 	printf("probekit %s\n", pk_version());
 	return 0;
 }

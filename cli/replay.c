@@ -341,6 +341,7 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 
 	*status = 2;
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "D:t:f:N:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'D':
@@ -375,7 +376,7 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 			*status = 0;
 			return false;
 		default:
-			return cli_usage_error("replay: bad option"), false;
+			return cli_bad_option("replay", "D:t:f:N:h", opts, argv), false;
 		}
 	}
 	if (optind < argc)

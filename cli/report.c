@@ -187,6 +187,7 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 	};
 	int c;
 
+	opterr = 0; /* cli_bad_option() says it, once, with the prefix */
 	while ((c = getopt_long(argc, argv, "ts:rh", opts, NULL)) != -1) {
 		switch (c) {
 		case 't':
@@ -207,7 +208,7 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 			*status = 0;
 			return false;
 		default:
-			*status = cli_usage_error("report: bad option");
+			*status = cli_bad_option("report", "ts:rh", opts, argv);
 			return false;
 		}
 	}
@@ -783,6 +784,7 @@ int cmd_export(int argc, char **argv)
 	FILE *o = stdout;
 	int c, err;
 
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "f:o:v:th", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
@@ -805,7 +807,7 @@ int cmd_export(int argc, char **argv)
 			fputs(export_usage, stdout);
 			return 0;
 		default:
-			return cli_usage_error("export: bad option");
+			return cli_bad_option("export", "f:o:v:th", opts, argv);
 		}
 	}
 	if (optind < argc)

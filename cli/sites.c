@@ -153,6 +153,7 @@ int cmd_sites(int argc, char **argv)
 	int c, ret;
 
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "fg:sh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
@@ -171,7 +172,7 @@ int cmd_sites(int argc, char **argv)
 			fputs(usage, stdout);
 			return 0;
 		default:
-			return cli_usage_error("sites: bad option");
+			return cli_bad_option("sites", "fg:sh", opts, argv);
 		}
 	}
 	if (optind != argc - 1)

@@ -419,9 +419,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			*status = 0;
 			return false;
 		case '?':
-		case ':':
-			return cli_usage_error("trace: unknown option '%s'", argv[optind - 1]),
-			       false;
+			return cli_bad_option("trace", "+f:N:o:b:h", opts, argv), false;
 		default:
 			trace_opt_flag(o, c);
 		}

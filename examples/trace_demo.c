@@ -39,6 +39,9 @@
  * Functions are noinline/noclone so the compiler keeps one entry (one site)
  * per function, whatever the optimisation level.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* environ, execveat: it builds on its own too */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

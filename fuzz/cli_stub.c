@@ -5,6 +5,7 @@
  * `export`, `replay` and `graph` on each input that parses (cli/probekit.c
  * itself holds main()).
  */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,4 +37,10 @@ unsigned long cli_parse_ulong(const char *opt, const char *val)
 {
 	(void)opt;
 	return strtoul(val, NULL, 0);
+}
+
+int cli_bad_option(const char *cmd, const char *shortopts, const struct option *opts, char **argv)
+{
+	(void)cmd, (void)shortopts, (void)opts, (void)argv;
+	return 2;
 }

@@ -27,6 +27,7 @@
 
 #include <probekit/watch.h>
 
+#include "arch/arch.h"
 #include "cli.h"
 
 #define USEC_PER_SEC  1000000L
@@ -111,6 +112,11 @@ static int setup_failed(const char *bench)
 		printf("Skipping probekit bench breakpoint %s: No hardware support\n", bench);
 		return 0;
 	}
+	if (errno == ENOSPC)
+		return cli_error("pk_watch_add: %s: an %s thread has %d debug registers, and "
+				 "every breakpoint of this benchmark takes one in every thread "
+				 "(with perf's or a debugger's); use -b %d or fewer",
+				 strerror(errno), PKI_HWBP_CPU, PKI_HWBP_SLOTS, PKI_HWBP_SLOTS);
 	return cli_error("pk_watch_add: %s", strerror(errno));
 }
 

@@ -71,9 +71,10 @@ expect 0 ' nop1x5 pkt_lib_add$'             out -- sites "$lib"
 funcs_ok() {
 	local f=$1 n p r x sum=0 bad=0 line
 	line=$(grep -E '^# .*: [0-9]+ function\(s\): ' "$tmp/out")
-	[[ $line =~ :\ ([0-9]+)\ function\(s\):\ ([0-9]+)\ patchable,\ ([0-9]+)\ reloc,\ ([0-9]+)\ refused\; ]] ||
-		{ echo "  $f: no stats line"; return 1; }
-	n=${BASH_REMATCH[1]} p=${BASH_REMATCH[2]} r=${BASH_REMATCH[3]} x=${BASH_REMATCH[4]}
+	[[ $line =~ :\ ([0-9]+)\ function\(s\):\ ([0-9]+)\ patchable,\ ([0-9]+)\ reloc,\ ([0-9]+)\ int3,\ ([0-9]+)\ refused\; ]] ||
+		{ echo "FAIL: sites --functions -s $f: no stats line"; fail=$((fail + 1)); return 1; }
+	n=${BASH_REMATCH[1]} p=${BASH_REMATCH[2]} r=${BASH_REMATCH[3]} i3=${BASH_REMATCH[4]} x=${BASH_REMATCH[5]}
+	[[ $i3 -eq 0 ]] || { echo "  $f: $i3 int3 without --int3"; bad=1; }
 	[[ $((p + r + x)) -eq $n ]] || { echo "  $f: $p + $r + $x != $n"; bad=1; }
 	[[ $(grep -vc '^#' "$tmp/out") -eq $n ]] || { echo "  $f: $n functions, other line count"; bad=1; }
 	[[ $(grep -Ec '^[0-9a-f]{16} +[0-9]+ (patchable (nop5|nop1x5|mcount)|reloc [0-9]+|refused [a-z_]+) +[^ ]+$' "$tmp/out") -eq $n ]] ||
@@ -98,6 +99,15 @@ echo junk >"$tmp/junk"
 expect 1 'junk: not an x86-64 ELF'          err -- sites --functions "$tmp/junk"
 expect 1 "no function matches 'nope_\*'"    err -- sites -f -g 'nope_*' "$prog"
 expect 2 '--int3 needs --functions'       err -- sites --int3 "$prog"
+# One message style for bad options (issue #12): the value a option needs,
+# the nearest option for a mistyped one, help CMD, version --help.
+expect 2 '^probekit: report: option --sort needs a value$' err -- report --sort
+expect 125 "unknown option '--funtion' \(did you mean --function\?\)" err -- trace --funtion x -- /bin/true
+expect 2 "unknown option '--formt' \(did you mean --format\?\)" err -- export --formt chrome
+expect 2 '^probekit: replay: option -D needs a value$' err -- replay -D
+expect 2 '^probekit: graph: unknown option -x$' err -- graph -x main
+expect 0 '^usage: probekit trace ' out -- help trace
+expect 0 '^usage: probekit version' out -- version --help
 # (a) a program built with patchable entries: they show as patchable
 expect_all 0 out '^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +main$' \
 	'^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +tgt_alpha$' '^# .*% hookable' \

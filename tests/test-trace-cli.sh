@@ -122,7 +122,7 @@ head -c 20 "$tmp/t.trace" >"$tmp/short.trace"
 expect_err 1 "not a readable trace: offset 16: truncated record frame" "$pk" report "$tmp/short.trace"
 expect_err 1 "not a probekit trace file" "$pk" export "$gen" --format chrome
 expect_err 2 "unknown key 'bogus'" "$pk" report "$tmp/t.trace" --sort bogus
-expect_err 2 "--format chrome|folded is required" "$pk" export "$tmp/t.trace"
+expect_err 2 "--format chrome|folded|speedscope is required" "$pk" export "$tmp/t.trace"
 expect_err 2 "unknown format 'svg'" "$pk" export "$tmp/t.trace" --format svg
 expect_err 2 "unexpected argument" "$pk" report a b
 (cd "$tmp" && { "$pk" report 2>&1 || true; } | grep -q "probekit.trace: No such file") ||

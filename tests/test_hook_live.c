@@ -11,6 +11,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <probekit/hook.h>
+#include <probekit/probekit.h>
 #include <probekit/sites.h>
 
 #include "hook/gp.h"
@@ -153,6 +155,39 @@ START_TEST(sled_takes_relay)
 		ck_assert_uint_eq(st.kicks - st0.kicks, 0);
 		ck_assert_uint_eq(st.emulated - st0.emulated, 0);
 	}
+}
+END_TEST
+
+/* Every refusal of pk_ops_register names what was wrong (issue #12). */
+static char said[512];
+
+static int capture_print(enum pk_print_level level, const char *fmt, va_list ap)
+{
+	(void)level;
+	return vsnprintf(said, sizeof(said), fmt, ap);
+}
+
+START_TEST(refusals_are_named)
+{
+	static const char *const globs[] = {"no_such_function_*"};
+	struct seen s = {0};
+	struct pk_ops o = {.func = record, .data = &s, .filter = {.globs = globs, .nglobs = 1}};
+	unsigned long ip = (unsigned long)&s; /* data, no site */
+	struct pk_ops bad = {.func = NULL};
+
+	pk_set_print(capture_print);
+	said[0] = 0;
+	ck_assert_int_eq(pk_ops_register(&o), -ENOENT);
+	ck_assert_msg(strstr(said, "no_such_function_*") && strstr(said, "matches no site"), "%s",
+		      said);
+	said[0] = 0;
+	o.filter = (struct pk_ops_filter){.ips = &ip, .nips = 1};
+	ck_assert_int_lt(pk_ops_register(&o), 0);
+	ck_assert_msg(strstr(said, "is no site") || strstr(said, "not a site"), "%s", said);
+	said[0] = 0;
+	ck_assert_int_eq(pk_ops_register(&bad), -EINVAL);
+	ck_assert_msg(strstr(said, "no func"), "%s", said);
+	pk_set_print(NULL);
 }
 END_TEST
 
@@ -512,6 +547,7 @@ int main(void)
 
 	pk_test_require_membarrier_sync_core();
 	tcase_add_test(tc, ops_by_glob_in_program_and_library);
+	tcase_add_test(tc, refusals_are_named);
 	tcase_add_test(tc, direct_near_and_far);
 	tcase_add_test(tc, sled_takes_relay);
 	tcase_add_test(tc, dlopen_follows_globs);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "hook/registry.h"
 
 /*
@@ -63,8 +64,11 @@ static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
 		size_t before = c->n;
 
 		err = pki_reg.src->each(f->globs[i], 0, ~0ul, pki_hook_collect_ip, c);
-		if (!err && c->n == before)
+		if (!err && c->n == before) {
+			pki_warn("hooks: pk_ops_register: glob '%s' matches no site: %s\n",
+				 f->globs[i], pki_errstr(ENOENT));
 			err = -ENOENT;
+		}
 	}
 	return err;
 }
@@ -76,12 +80,21 @@ static int __ops_register(struct pk_ops *ops)
 	struct site **ss;
 	int err;
 
-	if (!ops || !ops->func || (ops->flags & ~PK_OPS_F_NOVEC))
+	if (!ops || !ops->func || (ops->flags & ~PK_OPS_F_NOVEC)) {
+		pki_warn("hooks: pk_ops_register: %s: %s\n",
+			 !ops	      ? "no ops"
+			 : !ops->func ? "the ops has no func"
+				      : "unknown flags",
+			 pki_errstr(EINVAL));
 		return -EINVAL;
+	}
 	/* Registered, unless its unregister is staged in this transaction. */
 	prev = ops->private;
-	if (prev && (prev->staged || !prev->registered))
+	if (prev && (prev->staged || !prev->registered)) {
+		pki_warn("hooks: pk_ops_register: this ops is registered already: %s\n",
+			 pki_errstr(EBUSY));
 		return -EBUSY;
+	}
 	err = resolve_filter(&ops->filter, &c);
 	if (err)
 		goto free_ips;
@@ -96,6 +109,10 @@ static int __ops_register(struct pk_ops *ops)
 		err = __pki_hook_site_get(c.ips[i], &ss[i]);
 		if (!err)
 			c.ips[i] = ss[i]->ip; /* a function's address -> its site */
+		else if (err == -ENOENT || err == -EBUSY)
+			pki_warn("hooks: pk_ops_register: %#lx is %s: %s\n", c.ips[i],
+				 err == -ENOENT ? "no site" : "someone else's code, not a site",
+				 pki_errstr(-err));
 	}
 	if (err)
 		goto free_p;

@@ -94,15 +94,17 @@ static void lock_take(sigset_t *saved)
 	sigfillset(&all);
 	sigdelset(&all, SIGTRAP);
 	pthread_sigmask(SIG_SETMASK, &all, saved);
+	lock_mine = true; /* before the flag is ours, and after it is not: no window */
+	atomic_signal_fence(memory_order_seq_cst);
 	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
 		sched_yield();
-	lock_mine = true;
 }
 
 static void lock_drop(const sigset_t *saved)
 {
-	lock_mine = false;
 	atomic_flag_clear_explicit(&lock, memory_order_release);
+	atomic_signal_fence(memory_order_seq_cst);
+	lock_mine = false;
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <probekit/probekit.h>
 
@@ -43,6 +44,64 @@ START_TEST(silent_by_default_then_prints)
 	ck_assert_ptr_eq(pk_set_print(NULL), capture);
 	pki_warn("silent again\n");
 	ck_assert_int_eq(calls, 1);
+}
+END_TEST
+
+/* What pk_print_stderr() wrote while @fn ran (stderr into a file). */
+static void stderr_of(void (*fn)(void), char *out, size_t len)
+{
+	FILE *f = tmpfile();
+	int saved = dup(2);
+	size_t n;
+
+	ck_assert_ptr_nonnull(f);
+	fflush(stderr);
+	dup2(fileno(f), 2);
+	fn();
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(f);
+	n = fread(out, 1, len - 1, f);
+	out[n] = 0;
+	fclose(f);
+}
+
+static void three_levels(void)
+{
+	pki_warn("w\n");
+	pki_info("i\n");
+	pki_debug("d\n");
+}
+
+/* pk_print_stderr: up to PK_INFO by default, then what pk_set_print_level() says. */
+START_TEST(stderr_printer_levels)
+{
+	char out[256];
+
+	pk_set_print(pk_print_stderr);
+	stderr_of(three_levels, out, sizeof(out));
+	ck_assert_str_eq(out, "probekit warning: w\nprobekit info: i\n");
+	ck_assert_int_eq(pk_set_print_level(PK_DEBUG), PK_INFO);
+	stderr_of(three_levels, out, sizeof(out));
+	ck_assert_str_eq(out, "probekit warning: w\nprobekit info: i\nprobekit debug: d\n");
+	ck_assert_int_eq(pk_set_print_level(PK_WARN), PK_DEBUG);
+	stderr_of(three_levels, out, sizeof(out));
+	ck_assert_str_eq(out, "probekit warning: w\n");
+	pk_set_print(NULL);
+}
+END_TEST
+
+/* PROBEKIT_LOG, read at the printer's first use. */
+START_TEST(stderr_printer_env)
+{
+	char out[256];
+
+	setenv("PROBEKIT_LOG", "debug", 1);
+	pk_set_print(pk_print_stderr);
+	stderr_of(three_levels, out, sizeof(out));
+	ck_assert_ptr_nonnull(strstr(out, "probekit debug: d\n"));
+	pk_set_print(NULL);
 }
 END_TEST
 
@@ -106,6 +165,8 @@ int main(void)
 
 	tcase_add_test(tc, version_matches_header);
 	tcase_add_test(tc, silent_by_default_then_prints);
+	tcase_add_test(tc, stderr_printer_levels);
+	tcase_add_test(tc, stderr_printer_env);
 	tcase_add_test(tc, umap_finds_what_was_put);
 	tcase_add_test(tc, grow_keeps_contents);
 	suite_add_tcase(s, tc);

@@ -45,15 +45,22 @@ typedef int (*pk_print_fn)(enum pk_print_level level, const char *fmt, va_list a
  */
 PK_API pk_print_fn pk_set_print(pk_print_fn fn);
 
-/* A ready-made printer to stderr, for pk_set_print(). */
+/*
+ * A ready-made printer to stderr, for pk_set_print().  It prints the
+ * messages up to a level (libbpf's default printer style): PK_INFO unless
+ * PROBEKIT_LOG=warn, info or debug says otherwise (read at its first use),
+ * or pk_set_print_level() was called.
+ */
 PK_API int pk_print_stderr(enum pk_print_level level, const char *fmt, va_list ap);
+
+/* The level up to which pk_print_stderr() prints; returns the previous one. */
+PK_API enum pk_print_level pk_set_print_level(enum pk_print_level max);
 
 /*
  * Options structs that may grow carry their own size in their first member;
  * declare them with PK_OPTS so the size is filled in and the rest is zero.
  */
-#define PK_OPTS(TYPE, NAME, ...)                                                                   \
-	struct TYPE NAME = {.sz = sizeof(struct TYPE), __VA_ARGS__}
+#define PK_OPTS(TYPE, NAME, ...) struct TYPE NAME = {.sz = sizeof(struct TYPE), __VA_ARGS__}
 
 #ifdef __cplusplus
 }

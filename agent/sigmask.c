@@ -247,27 +247,26 @@ PK_EXPORT int sigblock(int mask)
 	return bsd_mask(SIG_BLOCK, mask);
 }
 
-/* sighold/sigrelse of SIGTRAP change PROG's view only; others go to libc. */
-PK_EXPORT int sighold(int sig)
+/* sighold/sigrelse of SIGTRAP change PROG's view only (@blocked); others go to libc. */
+static int hold(void **cache, const char *name, int sig, bool blocked)
 {
-	int (*fn)(int) = (int (*)(int))agent_next(&real.sighold, "sighold");
+	int (*fn)(int) = (int (*)(int))agent_next(cache, name);
 
 	if (keep && sig == SIGTRAP) {
-		view_blocked = true;
+		view_blocked = blocked;
 		return 0;
 	}
 	return fn ? fn(sig) : (errno = ENOSYS, -1);
 }
 
+PK_EXPORT int sighold(int sig)
+{
+	return hold(&real.sighold, "sighold", sig, true);
+}
+
 PK_EXPORT int sigrelse(int sig)
 {
-	int (*fn)(int) = (int (*)(int))agent_next(&real.sigrelse, "sigrelse");
-
-	if (keep && sig == SIGTRAP) {
-		view_blocked = false;
-		return 0;
-	}
-	return fn ? fn(sig) : (errno = ENOSYS, -1);
+	return hold(&real.sigrelse, "sigrelse", sig, false);
 }
 
 PK_EXPORT int sigsuspend(const sigset_t *mask)

@@ -73,6 +73,7 @@ struct tsym {
 	uint64_t fn;
 	uint32_t obj;
 	char *name;
+	bool relocated; /* PK_SITE_RELOC or PK_SITE_INT3 (lib_entry_only) */
 };
 
 struct tobj {
@@ -154,7 +155,8 @@ static int pick_site(const struct pk_site *s, void *ctx)
 		    dladdr((void *)s->func, &di) ? (uint64_t)(uintptr_t)di.dli_fbase : 0;
 		T.nobjs++;
 	}
-	T.syms[T.nips] = (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(s->name)};
+	T.syms[T.nips] = (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(s->name),
+				       s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3};
 	T.ips[T.nips++] = s->ip;
 	return 0;
 }
@@ -436,13 +438,11 @@ static void reloc_summary(void)
  * its parent's shadow entries); counts stay exact, durations are the
  * program's own functions'.
  */
-static bool lib_entry_only(unsigned long ip, uintptr_t main_base)
+static bool lib_entry_only(size_t i, uintptr_t main_base)
 {
-	struct pk_site s;
-	Dl_info di;
+	const struct tsym *y = &T.syms[i];
 
-	return !pk_site_find(ip, &s) && (s.kind == PK_SITE_RELOC || s.kind == PK_SITE_INT3) &&
-	       dladdr((void *)s.func, &di) && (uintptr_t)di.dli_fbase != main_base;
+	return y->relocated && T.objs[y->obj - 1].base != main_base;
 }
 
 /* T.ips split into T.main_ips (for T.ops) and T.lib_ips; false: out of memory. */
@@ -460,7 +460,7 @@ static bool ips_split(size_t *nmain, size_t *nlib)
 	if (!T.main_ips || !T.lib_ips)
 		return false;
 	for (size_t i = 0; i < T.nips; i++) {
-		if (conf->exits && lib_entry_only(T.ips[i], main_base))
+		if (conf->exits && lib_entry_only(i, main_base))
 			T.lib_ips[l++] = T.ips[i];
 		else
 			T.main_ips[m++] = T.ips[i];

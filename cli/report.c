@@ -136,7 +136,7 @@ static void print_table(const struct pki_trace_file *f, const struct pki_trace_r
 			continue;
 		cli_fmt_ns(t[0], sizeof(t[0]), s->total_ns, raw);
 		cli_fmt_ns(t[1], sizeof(t[1]), s->self_ns, raw);
-		cli_fmt_ns(t[2], sizeof(t[2]), s->sum_ns / (s->calls - s->instants ?: 1), raw);
+		cli_fmt_ns(t[2], sizeof(t[2]), pki_trace_fnstat_avg(s), raw);
 		cli_fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
 		cli_fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
 		if (s->instants == s->calls) /* entries only: counts, no durations */

@@ -401,7 +401,7 @@ static uint64_t key_of(const struct pki_trace_fnstat *s, enum pki_trace_sort key
 	case PKI_SORT_SELF:
 		return s->self_ns;
 	case PKI_SORT_AVG: /* over the timed calls, as printed */
-		return s->calls > s->instants ? s->sum_ns / (s->calls - s->instants) : 0;
+		return pki_trace_fnstat_avg(s);
 	case PKI_SORT_MIN:
 		return s->calls > s->instants ? s->min_ns : 0; /* untimed: none, last */
 	case PKI_SORT_MAX:

@@ -71,6 +71,12 @@ struct pki_trace_fnstat {
 	uint64_t instants; /* of the calls, those without an exit (PKI_EV_CALL): no time */
 };
 
+/* @s's average duration over its timed calls (0 if it has none). */
+static inline uint64_t pki_trace_fnstat_avg(const struct pki_trace_fnstat *s)
+{
+	return s->calls > s->instants ? s->sum_ns / (s->calls - s->instants) : 0;
+}
+
 struct pki_trace_report {
 	struct pki_trace_fnstat *st;
 	size_t n;

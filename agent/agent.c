@@ -260,6 +260,9 @@ static void read_trace_config(void)
 	t->shstk_test = getenv(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
 	v = getenv(PK_ENV_TRACE_DROP);
 	t->drop = v && !strcmp(v, "1");
+	v = getenv(PK_ENV_TRACE_RING);
+	t->ring = v && !strcmp(v, "1");
+	t->trigger = dup_env(PK_ENV_TRACE_TRIGGER);
 	v = getenv(PK_ENV_TRACE_BUF);
 	t->buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
 	if (t->buf_events < 1024 || t->buf_events > (1u << 26))
@@ -419,6 +422,11 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 	b->vec[n++] = b->buf;
 	snprintf(b->drop, sizeof(b->drop), "%s=%d", PK_ENV_TRACE_DROP, t->drop);
 	b->vec[n++] = b->drop;
+	snprintf(b->ring, sizeof(b->ring), "%s=%d", PK_ENV_TRACE_RING, t->ring);
+	b->vec[n++] = b->ring;
+	if (t->trigger && (size_t)snprintf(b->trigger, sizeof(b->trigger), "%s=%s",
+					   PK_ENV_TRACE_TRIGGER, t->trigger) < sizeof(b->trigger))
+		b->vec[n++] = b->trigger;
 	snprintf(b->pid, sizeof(b->pid), "%s=%d", PK_ENV_TRACE_PID, (int)agent_lineage.pid);
 	b->vec[n++] = b->pid;
 	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN,

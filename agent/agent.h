@@ -51,15 +51,17 @@
  * different for a child started by posix_spawn or vfork+exec), GEN counts
  * the execs of that process.
  */
-#define PK_ENV_TRACE		   "PROBEKIT_TRACE"
-#define PK_ENV_TRACE_FUNCS	   "PROBEKIT_TRACE_FUNCS"
-#define PK_ENV_TRACE_NOTRACE	   "PROBEKIT_TRACE_NOTRACE"
-#define PK_ENV_TRACE_CHILDREN	   "PROBEKIT_TRACE_CHILDREN"   /* 0: fork children untraced */
-#define PK_ENV_TRACE_ENTRY_ONLY	   "PROBEKIT_TRACE_ENTRY_ONLY" /* 1: no exit events */
-#define PK_ENV_TRACE_BUF	   "PROBEKIT_TRACE_BUF" /* events per thread buffer */
-#define PK_ENV_TRACE_DROP	   "PROBEKIT_TRACE_DROP" /* 1: full buffers lose events */
-#define PK_ENV_TRACE_PID	   "PROBEKIT_TRACE_PID"
-#define PK_ENV_TRACE_GEN	   "PROBEKIT_TRACE_GEN"
+#define PK_ENV_TRACE		  "PROBEKIT_TRACE"
+#define PK_ENV_TRACE_FUNCS	  "PROBEKIT_TRACE_FUNCS"
+#define PK_ENV_TRACE_NOTRACE	  "PROBEKIT_TRACE_NOTRACE"
+#define PK_ENV_TRACE_CHILDREN	  "PROBEKIT_TRACE_CHILDREN"   /* 0: fork children untraced */
+#define PK_ENV_TRACE_ENTRY_ONLY	  "PROBEKIT_TRACE_ENTRY_ONLY" /* 1: no exit events */
+#define PK_ENV_TRACE_BUF	  "PROBEKIT_TRACE_BUF"	      /* events per thread buffer */
+#define PK_ENV_TRACE_DROP	  "PROBEKIT_TRACE_DROP"	      /* 1: full buffers lose events */
+#define PK_ENV_TRACE_RING	  "PROBEKIT_TRACE_RING"	      /* 1: flight recorder rings */
+#define PK_ENV_TRACE_TRIGGER	  "PROBEKIT_TRACE_TRIGGER" /* FUNC: a ring snapshot at each entry */
+#define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"
+#define PK_ENV_TRACE_GEN	  "PROBEKIT_TRACE_GEN"
 #define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */
 
 /* tests: hooking a library loaded by dlopen() fails with EIO */

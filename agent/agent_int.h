@@ -44,7 +44,9 @@ struct agent_trace_conf {
 	bool exits;    /* hijack returns */
 	bool shstk_test;
 	bool drop; /* --drop: a full buffer loses the event instead of waiting */
+	bool ring; /* --ring: the buffers are a flight recorder's rings */
 	uint32_t buf_events;
+	char *trigger;	     /* --trigger FUNC (with ring) */
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
@@ -138,7 +140,7 @@ extern struct agent_lineage agent_lineage;
 struct agent_envbuf {
 	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 16];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
-	char children[48], entry[48], buf[48], drop[48];
+	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512];
 };
 
 /*
@@ -177,8 +179,12 @@ bool agent_watch_start(void);
 
 /* What the trace hook reads (trace_hook.c, built vector-free). */
 struct agent_hook {
-	volatile bool active; /* record (set once trace mode is ready) */
+	volatile bool active;  /* record (set once trace mode is ready) */
+	unsigned long trigger; /* --ring --trigger FUNC: its ip, or 0 */
 };
+
+/* The trigger function was entered: snapshot the flight recorder (trace.c). */
+void agent_trace_trigger(unsigned long ip, unsigned long a, unsigned long b);
 extern struct agent_hook agent_hook;
 
 /* The trace hook: with exit tracing, and --entry-only. */

@@ -166,7 +166,7 @@ static int pick_site(const struct pk_site *s, void *ctx)
 static int session_open(void)
 {
 	PK_OPTS(pki_trace_opts, o, .buf_events = conf->buf_events, .drop = conf->drop,
-		.catch_signals = true, .at_exit = true, .notice = agent_notice);
+		.ring = conf->ring, .catch_signals = true, .at_exit = true, .notice = agent_notice);
 	size_t i;
 	int err;
 
@@ -470,6 +470,27 @@ static bool ips_split(size_t *nmain, size_t *nlib)
 	return true;
 }
 
+/*
+ * Called by the hook when the --trigger function is entered, in whatever
+ * context it runs in (pki_trace_snapshot() is async-signal-safe).  Each
+ * call writes what the rings hold that is not in the file yet.
+ */
+void agent_trace_trigger(unsigned long ip, unsigned long a, unsigned long b)
+{
+	(void)a;
+	(void)b;
+	pki_trace_snapshot(PKI_TRIGGER_FUNC, 0, ip);
+}
+
+/* --trigger FUNC: the ip of the traced function of that name, or 0. */
+static unsigned long trigger_ip(const char *name)
+{
+	for (size_t i = 0; i < T.nips; i++)
+		if (T.syms[i].name && !strcmp(T.syms[i].name, name))
+			return T.syms[i].fn;
+	return 0;
+}
+
 /* Hook the sites picked, open the trace, follow forks and later dlopen()s. */
 static bool trace_hook(bool initial)
 {
@@ -484,6 +505,12 @@ static bool trace_hook(bool initial)
 	 */
 	if (!ips_split(&nmain, &nlib))
 		FAIL(initial, "out of memory");
+	if (conf->ring && conf->trigger && *conf->trigger &&
+	    !(agent_hook.trigger = trigger_ip(conf->trigger)))
+		FAIL_SAY(initial,
+			 "--trigger %s: no traced function has that name (-f/-N and "
+			 "'probekit sites -f PROG' say which are traced)",
+			 conf->trigger);
 	T.ops.func = conf->exits ? agent_on_entry_exit : agent_on_entry;
 	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
 	T.ops.filter.ips = T.main_ips;

@@ -28,6 +28,8 @@ void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_op
 		return; /* (busy: probekit's own call, trace.h) */
 	pki_trace_enter(ip);
 	pki_fgraph_enter(ip, (unsigned long *)regs->sp);
+	if (__builtin_expect(ip == agent_hook.trigger, 0))
+		PKI_SLOWCALL3(agent_trace_trigger, ip, 0, 0); /* libc: may use xmm */
 }
 
 /* --entry-only. */
@@ -40,4 +42,6 @@ void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *op
 	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
 		return;
 	pki_trace_call_only(ip);
+	if (__builtin_expect(ip == agent_hook.trigger, 0))
+		PKI_SLOWCALL3(agent_trace_trigger, ip, 0, 0);
 }

@@ -25,8 +25,19 @@ int cli_dispatch(const char *prog, const struct cli_cmd *cmds, const char *usage
 __attribute__((format(printf, 1, 2))) int cli_error(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) int cli_usage_error(const char *fmt, ...);
 
+struct pki_trace_file;
+
+/* How the trace ended: "ended at exit", "ended by signal 11 (SIGSEGV)", "cut short"... */
+const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n);
+
+/* A flight recorder's snapshots in words into @buf, or "" if the trace has none. */
+void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n);
+
 /* Parse a non-negative integer option value; exits with a usage error on junk. */
 unsigned long cli_parse_ulong(const char *opt, const char *val);
+
+/* A size in bytes: a number with an optional K, M or G (powers of 1024); exits on junk. */
+unsigned long long cli_parse_size(const char *opt, const char *val);
 
 /*
  * After getopt_long() (opterr 0) returned '?': one message naming what was

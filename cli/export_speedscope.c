@@ -78,6 +78,13 @@ static void close_frame(struct sthread *t, uint64_t fn, uint64_t at)
 		ev(t, 'C', t->st[--t->depth], at);
 }
 
+/* Close every open frame at @at: the thread's end, or events overwritten (a GAP). */
+static void close_all(struct sthread *t, uint64_t at)
+{
+	while (t->depth)
+		ev(t, 'C', t->st[--t->depth], at);
+}
+
 static int on_events(const struct pki_trace_file *f, const struct pki_trace_thread *th,
 		     const struct pki_trace_event *e, size_t n, void *arg)
 {
@@ -88,9 +95,15 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 	if (!t->tmp && !(t->tmp = tmpfile()))
 		return -errno;
 	for (size_t i = 0; i < n && !err; i++) {
-		uint64_t fn = PKI_EV_FN(e[i].word), at = pki_trace_file_ts_ns(f, e[i].ts);
-		size_t frame = frame_of(f, fn);
+		uint64_t fn = PKI_EV_FN(e[i].word), at;
+		size_t frame;
 
+		if (PKI_EV_KIND(e[i].word) == PKI_EV_GAP) { /* overwritten: close what is open */
+			close_all(t, t->last_ns);
+			continue;
+		}
+		at = pki_trace_file_ts_ns(f, e[i].ts);
+		frame = frame_of(f, fn);
 		t->last_ns = at;
 		switch (PKI_EV_KIND(e[i].word)) {
 		case PKI_EV_ENTRY:
@@ -134,8 +147,7 @@ static int profile_write(const struct pki_trace_file *f, struct sthread *t, size
 	char name[96], buf[65536];
 	size_t n;
 
-	while (t->depth) /* still open at the end */
-		ev(t, 'C', t->st[--t->depth], t->last_ns);
+	close_all(t, t->last_ns); /* still open at the end */
 	snprintf(name, sizeof(name), "%s/%u", f->threads[i].name ? f->threads[i].name : "thread",
 		 f->threads[i].tid);
 	fprintf(o, "%s\n{\"type\":\"evented\",\"name\":", first ? "" : ",");

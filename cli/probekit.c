@@ -53,6 +53,35 @@ unsigned long cli_parse_ulong(const char *opt, const char *val)
 	return v;
 }
 
+unsigned long long cli_parse_size(const char *opt, const char *val)
+{
+	static const char units[] = "KMG";
+	unsigned long long v;
+	const char *u;
+	char *end;
+
+	if (!val || !*val || *val == '-') {
+		cli_usage_error("option %s needs a size (e.g. 512K, 4M, 1G)", opt);
+		exit(2);
+	}
+	errno = 0;
+	v = strtoull(val, &end, 10);
+	u = *end ? strchr(units, *end & ~0x20) : NULL;
+	if (errno || end == val ||
+	    (*end && (!u || (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB"))))) {
+		cli_usage_error("option %s: '%s' is not a size (e.g. 512K, 4M, 1G)", opt, val);
+		exit(2);
+	}
+	for (int i = u ? (int)(u - units) + 1 : 0; i > 0; i--) {
+		if (v > (~0ull >> 10)) {
+			cli_usage_error("option %s: '%s' is too large", opt, val);
+			exit(2);
+		}
+		v <<= 10;
+	}
+	return v;
+}
+
 /* Levenshtein distance of @a and @b, capped at 9 (long option names). */
 static unsigned edit_distance(const char *a, const char *b)
 {

@@ -41,7 +41,9 @@ static const char usage[] =
     "a function with callees opens with '{' and closes with '}' and its duration,\n"
     "a leaf is one line with its duration (uftrace's replay layout).  Calls\n"
     "recorded without their exit (--entry-only, libraries under --relocate-all)\n"
-    "show '-' for the time.  Memory does not grow with the trace.\n\n"
+    "show '-' for the time.  Where a flight recorder (trace --ring) overwrote\n"
+    "events, the calls open there end, and a line says how many were lost.\n"
+    "Memory does not grow with the trace.\n\n"
     "options:\n"
     "  -D, --depth N     only the calls at most N deep (1: the outermost)\n"
     "  -t, --time TIME   hide calls shorter than TIME (e.g. 10us, 1.5ms, 200ns)\n"
@@ -255,6 +257,27 @@ static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts
 	return err ? err : leave(p, r, ts, NULL);
 }
 
+/*
+ * A flight recorder overwrote @n events of the thread here: what was open
+ * ends at its last event seen, and a line says so.
+ */
+static int gap(struct replay *p, struct rthread *r, uint64_t n)
+{
+	char what[64];
+	int err = 0;
+
+	while (!err && r->depth)
+		err = leave(p, r, r->last, "(cut: events overwritten)");
+	if (err)
+		return err;
+	flush(p, r, r->last);
+	snprintf(what, sizeof(what), "/* %llu events overwritten (--ring) */",
+		 (unsigned long long)n);
+	err = line(r, NULL, 0, "", what, "");
+	flush(p, r, r->last);
+	return err;
+}
+
 static int on_events(const struct pki_trace_file *f, const struct pki_trace_thread *t,
 		     const struct pki_trace_event *ev, size_t n, void *arg)
 {
@@ -268,6 +291,10 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 	for (size_t i = 0; i < n && !err; i++) {
 		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts;
 
+		if (PKI_EV_KIND(ev[i].word) == PKI_EV_GAP) {
+			err = gap(p, r, fn);
+			continue;
+		}
 		r->last = ts;
 		switch (PKI_EV_KIND(ev[i].word)) {
 		case PKI_EV_ENTRY:

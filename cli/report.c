@@ -24,7 +24,40 @@
 
 #define DEFAULT_TRACE "probekit.trace"
 
-static const char *const end_reasons[] = {"?", "exit", "exec", "signal"};
+const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n)
+{
+	static const char *const reasons[] = {"?", "ended at exit", "ended at exec"};
+
+	if (!f->complete)
+		return "cut short";
+	if (f->end.reason == PKI_END_SIGNAL) {
+		const char *abbrev = sigabbrev_np((int)f->end.signo);
+
+		snprintf(buf, n, "ended by signal %u%s%s%s", f->end.signo, abbrev ? " (SIG" : "",
+			 abbrev ? abbrev : "", abbrev ? ")" : "");
+		return buf;
+	}
+	return f->end.reason < 3 ? reasons[f->end.reason] : "ended (?)";
+}
+
+void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n)
+{
+	static const char *const why[] = {"?",	  "SIGUSR2", "--trigger", "crash",
+					  "exit", "exec",    "API call"};
+	size_t len;
+
+	buf[0] = '\0';
+	if (!f->ntriggers)
+		return;
+	len = (size_t)snprintf(buf, n, "flight recorder: %u snapshot(s) (", f->ntriggers);
+	for (unsigned w = 1, any = 0; w <= PKI_TRIGGER_CALL && len < n; w++)
+		if (f->triggers_by[w])
+			len += (size_t)snprintf(buf + len, n - len, "%s%u %s", any++ ? ", " : "",
+						f->triggers_by[w], why[w]);
+	if (len < n)
+		snprintf(buf + len, n - len, "), %llu older events overwritten",
+			 (unsigned long long)f->last_trigger.overwritten);
+}
 
 /* Open @path; NULL after printing the error.  Warns about partial files and loss. */
 struct pki_trace_file *cli_trace_open(const char *path)
@@ -226,16 +259,17 @@ static void report_header_print(const struct pki_trace_file *f)
 {
 	printf("# %s: pid %u, %zu threads, %llu events, %llu lost, ", f->program, f->pid,
 	       f->nthreads, (unsigned long long)f->nevents, (unsigned long long)f->lost);
-	if (f->complete && f->end.reason == PKI_END_SIGNAL)
-		printf("ended by signal %u", f->end.signo);
-	else if (f->complete)
-		printf("ended at %s", end_reasons[f->end.reason]);
-	else
-		printf("INCOMPLETE");
+	char buf[160];
+
+	printf("%s", f->complete ? cli_trace_ending(f, buf, sizeof(buf)) : "INCOMPLETE");
 	if (f->stop_error)
 		printf("%s (writing stopped: %s)", f->complete ? ", INCOMPLETE" : "",
 		       strerror(f->stop_error));
 	printf("\n");
+	cli_ring_summary(f, buf, sizeof(buf));
+	if (buf[0])
+		printf("# %s: the calls open where events were overwritten count as still open\n",
+		       buf);
 }
 
 /* One table for the process, or one per thread with @per_thread. */

@@ -55,6 +55,15 @@ static const char usage[] =
     "                        its events are lost, counted)\n"
     "      --drop            lose the events that find the buffer full (counted)\n"
     "                        rather than slow PROG down\n"
+    "      --ring SIZE       flight recorder: each thread keeps its last SIZE of\n"
+    "                        events (e.g. 1M: 65536 events; 16K to 1G) in a ring\n"
+    "                        that overwrites the oldest, written to FILE only on\n"
+    "                        a trigger: SIGUSR2 (if PROG leaves it at its\n"
+    "                        default), --trigger, a crash, exec, or PROG's exit.\n"
+    "                        Each trigger adds what is new since the last one\n"
+    "      --trigger FUNC    with --ring: a trigger at every entry of the traced\n"
+    "                        function FUNC (each costs a write of the rings'\n"
+    "                        new events)\n"
     "      --entry-only      record entries only (no return trampolines, no\n"
     "                        durations); required under a CET shadow stack\n"
     "      --relocate        also trace PROG's own functions that have no\n"
@@ -107,12 +116,13 @@ struct file_summary {
 	unsigned resumed;      /* times the writer reopened the file */
 	int stop_error;	       /* why writing stopped, 0 if it did not */
 	const char *end;       /* what ended the process, or "cut short" */
+	char end_buf[64];
+	char ring[160]; /* a flight recorder's snapshots, or "" */
 };
 
 /* Summarize the trace file @path into @s; false if unreadable. */
 static bool file_summarize(const struct trace_ctx *c, const char *path, struct file_summary *s)
 {
-	static const char *const reasons[] = {"?", "exit", "exec", "signal"};
 	struct pki_trace_file *f;
 	char err[256];
 	size_t i;
@@ -132,7 +142,8 @@ static bool file_summarize(const struct trace_ctx *c, const char *path, struct f
 			s->lost_threads++;
 	if (f->complete && f->end.late_lost && !s->lost_threads)
 		s->lost_threads = 1;
-	s->end = f->complete && f->end.reason < 4 ? reasons[f->end.reason] : "cut short";
+	s->end = cli_trace_ending(f, s->end_buf, sizeof(s->end_buf));
+	cli_ring_summary(f, s->ring, sizeof(s->ring));
 	mark_globs(c, f);
 	pki_trace_file_free(f);
 	return true;
@@ -150,13 +161,15 @@ static void report_one(const struct trace_ctx *c, const char *path, long pid,
 		fprintf(stderr, "probekit: %s: not a readable trace\n", path);
 		return;
 	}
-	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), ended by %s\n", path,
-		s.events, s.threads, s.end);
+	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), %s\n", path, s.events,
+		s.threads, s.end);
 	if (!strcmp(s.end, "cut short") && pid > 0 && (!kill((pid_t)pid, 0) || errno == EPERM))
 		fprintf(stderr,
 			"probekit: %s: still being written: process %ld outlives PROG (a "
 			"daemon?); read it once that process has exited\n",
 			path, pid);
+	if (s.ring[0])
+		fprintf(stderr, "probekit: %s: %s\n", path, s.ring);
 	any_stopped |= s.stop_error != 0;
 	if (s.resumed)
 		fprintf(stderr,
@@ -297,8 +310,9 @@ static bool has_sites(const char *path)
 struct trace_opts {
 	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
 	int nf, nn;
-	const char *output, *buffer;
-	bool children, entry_only, drop;
+	const char *output, *buffer, *trigger;
+	char ring_events[24]; /* --ring SIZE, in events, for the agent */
+	bool children, entry_only, drop, ring;
 	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
 	int prog;
@@ -325,7 +339,9 @@ enum {
 	O_RELOCATE,
 	O_RELOCATE_ALL,
 	O_NO_RELOCATE,
-	O_INT3
+	O_INT3,
+	O_RING,
+	O_TRIGGER,
 };
 
 /* The flags (options without an argument) into @o. */
@@ -367,7 +383,31 @@ static bool trace_opts_check(struct trace_opts *o, int argc, char **argv)
 		       false;
 	if (o->int3 && o->relocate < 1)
 		o->relocate = 1;
+	if (o->trigger && !o->ring)
+		return cli_usage_error("trace: --trigger FUNC needs --ring SIZE (it snapshots "
+				       "the flight recorder)"),
+		       false;
+	if (o->ring && o->drop)
+		return cli_usage_error("trace: --ring never waits: --drop means nothing there"),
+		       false;
 	o->prog = optind;
+	return true;
+}
+
+/* --ring SIZE: per-thread bytes, as the agent's buffer in events; false after a usage error. */
+static bool trace_opt_ring(struct trace_opts *o, const char *arg)
+{
+	unsigned long long bytes = cli_parse_size("--ring", arg);
+
+	if (o->buffer)
+		return cli_usage_error("trace: --ring SIZE sets the buffer: not with --buffer"),
+		       false;
+	if (bytes < (16u << 10) || bytes > (1ull << 30))
+		return cli_usage_error("trace: --ring %s: from 16K to 1G per thread", arg), false;
+	snprintf(o->ring_events, sizeof(o->ring_events), "%llu",
+		 (bytes + sizeof(struct pki_trace_event) - 1) / sizeof(struct pki_trace_event));
+	o->buffer = o->ring_events;
+	o->ring = true;
 	return true;
 }
 
@@ -386,6 +426,8 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"int3", no_argument, NULL, O_INT3},
 	    {"buffer", required_argument, NULL, 'b'},
 	    {"drop", no_argument, NULL, O_DROP},
+	    {"ring", required_argument, NULL, O_RING},
+	    {"trigger", required_argument, NULL, O_TRIGGER},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -412,7 +454,21 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 				return cli_usage_error("trace: --buffer: 1024 to %lu events",
 						       1ul << 26),
 				       false;
+			if (o->ring)
+				return cli_usage_error("trace: --ring SIZE sets the buffer: not "
+						       "with --buffer"),
+				       false;
 			o->buffer = optarg;
+			break;
+		case O_RING:
+			if (!trace_opt_ring(o, optarg))
+				return false;
+			break;
+		case O_TRIGGER:
+			if (!*optarg || strchr(optarg, '\n') || strlen(optarg) > 400)
+				return cli_usage_error("trace: --trigger needs a function name"),
+				       false;
+			o->trigger = optarg;
 			break;
 		case 'h':
 			fputs(usage, stdout);
@@ -428,7 +484,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 }
 
 /*
- * The agent's settings (agent.h) into @env, NULL-terminated (15 entries at
+ * The agent's settings (agent.h) into @env, NULL-terminated (27 entries at
  * most).  @funcs, @notrace: the joined globs, or NULL for none.
  */
 static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
@@ -456,6 +512,14 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	env[ne++] = o->entry_only ? "1" : "0";
 	env[ne++] = PK_ENV_TRACE_DROP;
 	env[ne++] = o->drop ? "1" : "0";
+	if (o->ring) {
+		env[ne++] = PK_ENV_TRACE_RING;
+		env[ne++] = "1";
+	}
+	if (o->trigger) {
+		env[ne++] = PK_ENV_TRACE_TRIGGER;
+		env[ne++] = o->trigger;
+	}
 	if (o->relocate > 0) { /* the library's setting (sym/sites.h), kept for PROG's children */
 		const char *e = getenv("PROBEKIT_RELOC");
 
@@ -476,7 +540,7 @@ int cmd_trace(int argc, char **argv)
 	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace;
 	bool fmatched[MAX_GLOBS] = {false};
 	struct trace_ctx ctx = {0};
-	const char *env[24];
+	const char *env[32];
 	int err, ret;
 
 	if (!trace_opts_parse(&o, argc, argv, &ret))

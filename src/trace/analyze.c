@@ -137,6 +137,13 @@ static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts, a;
 		size_t d;
 
+		if (PKI_EV_KIND(ev[i].word) == PKI_EV_GAP) {
+			/* Overwritten events: what was open ends at the last one seen. */
+			while (!err && r->depth)
+				err = pop(r, r->last, false, true);
+			r->st->gaps++;
+			continue;
+		}
 		r->last = ts;
 		if (PKI_EV_KIND(ev[i].word) == PKI_EV_ENTRY) {
 			err = push(r, fn, ts);

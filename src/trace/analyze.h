@@ -14,6 +14,8 @@
  *    events); they are flagged unwound.
  *  - frames still open after the thread's last event (the program ended or
  *    crashed inside them) are closed at that event's time, flagged open.
+ *    So are the frames open at a GAP event (a flight recorder overwrote
+ *    events there): the stack starts afresh after it.
  *  - self time = duration - durations of the direct children.
  */
 #ifndef PK_TRACE_ANALYZE_H
@@ -36,6 +38,7 @@ struct pki_trace_call {
 
 struct pki_trace_replay_stats {
 	uint64_t calls, unmatched_exits, unwound, open;
+	uint64_t gaps; /* GAP events (flight recorder): the frames open then were ended, open */
 };
 
 /*

@@ -17,11 +17,12 @@
 
 #include <stdint.h>
 
-#define PKI_TRACE_MAGIC		"PKTRACE"   /* 7 chars + NUL = 8 bytes */
-#define PKI_TRACE_VERSION_MAJOR 1	    /* readers refuse other majors */
-#define PKI_TRACE_VERSION_MINOR 2	    /* additions readers may ignore (1: STATUS, 2: CALL events) */
-#define PKI_TRACE_MAX_RECORD	(64u << 20) /* payload bytes; larger = corrupt */
-#define PKI_TRACE_MAX_STRING	4096u
+#define PKI_TRACE_MAGIC		"PKTRACE" /* 7 chars + NUL = 8 bytes */
+#define PKI_TRACE_VERSION_MAJOR 1	  /* readers refuse other majors */
+#define PKI_TRACE_VERSION_MINOR                                                                    \
+	3 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER) */
+#define PKI_TRACE_MAX_RECORD (64u << 20) /* payload bytes; larger = corrupt */
+#define PKI_TRACE_MAX_STRING 4096u
 
 struct pki_trace_prefix {
 	char magic[8];
@@ -45,7 +46,8 @@ enum pki_trace_rec {
 	PKI_REC_EVENTS = 5,
 	PKI_REC_LOST = 6,
 	PKI_REC_END = 7,
-	PKI_REC_STATUS = 8, /* since 1.1 */
+	PKI_REC_STATUS = 8,  /* since 1.1 */
+	PKI_REC_TRIGGER = 9, /* since 1.3 */
 };
 
 enum pki_trace_clock {
@@ -96,7 +98,14 @@ struct pki_trace_event {
 #define PKI_EV_ENTRY 0u
 #define PKI_EV_EXIT  1u
 /* An entry whose exit is not recorded (entries-only tracing): a call, no duration. */
-#define PKI_EV_CALL	      2u
+#define PKI_EV_CALL 2u
+/*
+ * Since 1.3, flight recorder (TRIGGER records): fn is the number of this
+ * thread's events overwritten in its ring since its previous event in the
+ * file (> 0).  What the thread was inside before it is unknown: readers end
+ * the frames still open at the previous event, and start afresh.
+ */
+#define PKI_EV_GAP	      3u
 #define PKI_EV_KIND(w)	      ((unsigned)((w)&3u))
 #define PKI_EV_FN(w)	      ((w) >> 2)
 #define PKI_EV_WORD(fn, kind) (((uint64_t)(fn) << 2) | (kind))
@@ -163,6 +172,30 @@ struct pki_rec_status {
 	int32_t error;	/* a positive errno */
 	uint64_t ticks; /* clock reading when it happened */
 	uint64_t lost;	/* events lost so far, all threads + late_lost, as END.lost */
+};
+
+/*
+ * Since version 1.3: a flight recorder's snapshot (`probekit trace --ring`).
+ * The threads' rings overwrite their oldest events and are written out only
+ * on a trigger; the EVENTS records of a snapshot come before its TRIGGER
+ * record.  Each thread's events in the file stay in order; where some were
+ * overwritten between two of them, a GAP event says how many.
+ */
+enum pki_trace_trigger {
+	PKI_TRIGGER_SIGNAL = 1, /* the snapshot signal (SIGUSR2) */
+	PKI_TRIGGER_FUNC = 2,	/* a trigger function was entered (fn) */
+	PKI_TRIGGER_CRASH = 3,	/* a fatal signal (signo) */
+	PKI_TRIGGER_EXIT = 4,	/* the program's exit */
+	PKI_TRIGGER_EXEC = 5,	/* the program called exec */
+	PKI_TRIGGER_CALL = 6,	/* pki_trace_snapshot() from the library's user */
+};
+
+struct pki_rec_trigger {
+	uint32_t why; /* enum pki_trace_trigger */
+	uint32_t signo;
+	uint64_t ticks;	      /* clock reading when the snapshot began */
+	uint64_t fn;	      /* PKI_TRIGGER_FUNC: the function's event value; else 0 */
+	uint64_t overwritten; /* events overwritten so far, all threads (GAPs + exited threads') */
 };
 
 #endif /* PK_TRACE_FORMAT_H */

@@ -129,7 +129,7 @@ __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t
 static const char *rec_name(uint32_t type)
 {
 	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL", "THREAD",
-					    "EVENTS", "LOST",	"END",	  "STATUS"};
+					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -339,7 +339,7 @@ static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 	struct pki_rec_events h;
 	struct pki_trace_thread *t;
 	struct pki_trace_event e;
-	uint32_t i;
+	uint32_t i, gaps = 0;
 
 	if (len < sizeof(h))
 		return fail(p, off, "EVENTS record too short (%u bytes)", len);
@@ -356,9 +356,12 @@ static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 
 		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
 		kind = PKI_EV_KIND(e.word);
-		if (kind != PKI_EV_ENTRY && kind != PKI_EV_EXIT && kind != PKI_EV_CALL)
-			return fail(p, off + sizeof(struct pki_trace_frame) + sizeof(h) + i * 16u,
-				    "EVENTS: event %u has unknown kind %u", i, kind);
+		if (kind == PKI_EV_GAP && (f->version_minor < 3 || !PKI_EV_FN(e.word)))
+			return fail(
+			    p, off + sizeof(struct pki_trace_frame) + sizeof(h) + i * 16u,
+			    "EVENTS: event %u is a GAP of %llu events in a version %u.%u file", i,
+			    (unsigned long long)PKI_EV_FN(e.word), f->version_major,
+			    f->version_minor);
 	}
 	if (p->keep) {
 		struct pki_trace_event *ev = grow(t->ev, &t->cap, t->nev + h.count, sizeof(*ev));
@@ -370,13 +373,19 @@ static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 	}
 	for (i = 0; i < h.count; i++) {
 		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
+		if (PKI_EV_KIND(e.word) == PKI_EV_GAP) {
+			t->overwritten += PKI_EV_FN(e.word);
+			f->ngaps++;
+			gaps++;
+			continue; /* a marker: its time is its next event's */
+		}
 		if (!p->any_ts || e.ts < f->origin) {
 			f->origin = e.ts;
 			p->any_ts = true;
 		}
 	}
 	t->nev += h.count;
-	f->nevents += h.count;
+	f->nevents += h.count - gaps; /* the program's events: GAPs are markers */
 	return 0;
 }
 
@@ -440,6 +449,31 @@ static int rec_status(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 			return 0; /* a kind added since */
 		return fail(p, off, "STATUS: unknown kind %u", st.what);
 	}
+}
+
+static int rec_trigger(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
+{
+	struct pki_trace_file *f = p->f;
+	struct pki_rec_trigger tr;
+
+	if (len != sizeof(tr))
+		return fail(p, off, "TRIGGER record of %u bytes, not %zu", len, sizeof(tr));
+	memcpy(&tr, d, sizeof(tr));
+	if (tr.why < PKI_TRIGGER_SIGNAL || tr.why > PKI_TRIGGER_CALL) {
+		if (f->version_minor > PKI_TRACE_VERSION_MINOR)
+			return 0; /* a kind added since */
+		return fail(p, off, "TRIGGER: unknown kind %u", tr.why);
+	}
+	if (tr.signo > 64)
+		return fail(p, off, "TRIGGER: signal %u out of range", tr.signo);
+	if (f->ntriggers && tr.overwritten < f->last_trigger.overwritten)
+		return fail(p, off, "TRIGGER: overwritten count went down (%llu after %llu)",
+			    (unsigned long long)tr.overwritten,
+			    (unsigned long long)f->last_trigger.overwritten);
+	f->ntriggers++;
+	f->triggers_by[tr.why]++;
+	f->last_trigger = tr;
+	return 0;
 }
 
 /*
@@ -540,6 +574,11 @@ static int record_apply(struct parser *p, uint64_t off, const struct pki_trace_f
 		return rec_end(p, off, d, fr->len);
 	case PKI_REC_STATUS:
 		return rec_status(p, off, d, fr->len);
+	case PKI_REC_TRIGGER:
+		if (f->version_minor < 3)
+			return fail(p, off, "TRIGGER record in a version %u.%u file",
+				    f->version_major, f->version_minor);
+		return rec_trigger(p, off, d, fr->len);
 	default:
 		/*
 		 * Only a newer minor version may hold types we do not know

@@ -44,7 +44,8 @@ struct pki_trace_thread {
 	uint32_t tsn, tid;
 	char *name;
 	struct pki_trace_event *ev; /* in file order; NULL unless the events were kept */
-	size_t nev, cap;	    /* nev: events in the file (kept or not) */
+	size_t nev, cap;	    /* nev: events in the file (kept or not), GAPs included */
+	uint64_t overwritten;	    /* flight recorder: the sum of its GAP events */
 	uint64_t recorded, lost;    /* from its latest LOST record (0 if none) */
 };
 
@@ -64,9 +65,14 @@ struct pki_trace_file {
 	struct pki_trace_thread *threads; /* by tsn: the order threads began recording */
 	size_t nthreads;
 
-	bool complete;		/* END record seen */
-	struct pki_rec_end end; /* valid if complete */
-	uint64_t nevents, nrecords;
+	bool complete;		    /* END record seen */
+	struct pki_rec_end end;	    /* valid if complete */
+	uint64_t nevents, nrecords; /* nevents: the program's, GAP markers not included */
+	/* TRIGGER records (version 1.3): a flight recorder's snapshots */
+	uint32_t ntriggers;
+	uint32_t triggers_by[PKI_TRIGGER_CALL + 1]; /* how many of each why */
+	struct pki_rec_trigger last_trigger;	    /* valid if ntriggers */
+	uint64_t ngaps;
 	uint64_t lost; /* sum over threads (+ END's late_lost if complete) */
 	/* STATUS records (version 1.1): how the writing of the file went */
 	uint32_t nstopped;  /* STOPPED: writing stopped there (events lost from there) */

@@ -49,6 +49,7 @@ __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-e
 __thread unsigned pki_trace_busy __attribute__((tls_model("initial-exec")));
 bool pki_trace_use_tsc;
 bool pki_trace_drop;
+bool pki_trace_ring;
 
 enum {
 	ST_IDLE,   /* no session: threads without a buffer record nothing */
@@ -128,6 +129,7 @@ static struct {
 	uint64_t wait_ns; /* opts.wait_ms */
 	bool stop;	  /* atomic */
 	uint32_t drain_ms;
+	bool ring; /* opts.ring: see "the flight recorder" */
 
 	pthread_key_t key;
 	bool key_made, atexit_done, atfork_done;
@@ -479,13 +481,68 @@ static bool cannot_write(void)
 }
 
 /*
+ * Write events @first..@first + @n of @ev (slot = index & @mask) as EVENTS
+ * records of @b's thread; *@done counts those written (they are in the file
+ * once counted).  After each record @landed (if set) is told the index past
+ * it.  A nearly full file system makes the records smaller, so that every
+ * event that fits is kept (emit() then fails without stopping).
+ */
+static int emit_events(struct pki_trace_buf *b, const struct pki_trace_event *ev, uint64_t mask,
+		       uint64_t first, uint64_t n, uint64_t *done,
+		       void (*landed)(struct pki_trace_buf *, uint64_t))
+{
+	uint64_t t = first, h = first + n;
+	int err;
+
+	while (t != h) {
+		uint64_t k = h - t, i = t & mask, k1;
+		struct pki_rec_events hdr = {.tsn = b->tsn};
+		struct iovec p[3];
+
+		if (k > S.events_per_rec)
+			k = S.events_per_rec;
+		k1 = mask + 1 - i;
+		if (k1 > k || !k1) /* !k1: mask is ~0, a flat array */
+			k1 = k;
+		hdr.count = (uint32_t)k;
+		p[0] = (struct iovec){&hdr, sizeof(hdr)};
+		p[1] = (struct iovec){(void *)&ev[i], k1 * sizeof(struct pki_trace_event)};
+		p[2] = (struct iovec){(void *)ev, (k - k1) * sizeof(struct pki_trace_event)};
+		S.may_shrink = S.events_per_rec > EVENTS_MIN_REC;
+		err = emit(PKI_REC_EVENTS, p, 3);
+		S.may_shrink = false;
+		if ((err == -ENOSPC || err == -EDQUOT) && !S.stop_err) {
+			S.events_per_rec /= 4;
+			continue;
+		}
+		if (err)
+			return err;
+		t += k;
+		*done += k;
+		if (landed)
+			landed(b, t);
+	}
+	return 0;
+}
+
+/* A queue's slots below @t are in the file: free them for the owner. */
+static void queue_landed(struct pki_trace_buf *b, uint64_t t)
+{
+	__atomic_store_n(&b->tail, t, __ATOMIC_RELEASE);
+	room_release();
+}
+
+static int ring_events(struct pki_trace_buf *b);
+
+/*
  * Copy @b's published events to the file and free their slots.  The acquire
  * load of head pairs with the owner's release store: slots below head are
  * fully written.  tail is released only after pwritev() has copied them.
+ * A flight recorder's ring is copied out another way (ring_events()).
  */
 static int drain_buf(struct pki_trace_buf *b, bool trailer)
 {
-	uint64_t h, t, l;
+	uint64_t h, l, n = 0;
 	int err;
 
 	if (cannot_write()) {
@@ -495,7 +552,10 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		 * Only the trailer then writes, into the reserve, while it fits.
 		 */
 		h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
-		b->dropped += h - b->tail;
+		l = b->tail;
+		if (S.ring && h - l > b->mask + 1)
+			l = h - b->mask - 1; /* the older ones were overwritten, not lost */
+		b->dropped += h - l;
 		__atomic_store_n(&b->tail, h, __ATOMIC_RELEASE);
 		if (!trailer || S.f.fd < 0 || !trailer_room(2 * sizeof(struct pki_rec_lost) + 64))
 			return 0;
@@ -515,41 +575,16 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		b->announced = 1;
 		S.announced++;
 	}
-	h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
-	t = b->tail;
-	while (t != h) {
-		uint64_t n = h - t, i = t & b->mask, n1;
-		struct pki_rec_events hdr = {.tsn = b->tsn};
-		struct iovec p[3];
-
-		if (n > S.events_per_rec)
-			n = S.events_per_rec;
-		n1 = b->mask + 1 - i;
-		if (n1 > n)
-			n1 = n;
-		hdr.count = (uint32_t)n;
-		p[0] = (struct iovec){&hdr, sizeof(hdr)};
-		p[1] = (struct iovec){&b->ev[i], n1 * sizeof(struct pki_trace_event)};
-		p[2] = (struct iovec){b->ev, (n - n1) * sizeof(struct pki_trace_event)};
-		/*
-		 * Nearly full file system: smaller records, so that every event
-		 * that fits is kept (emit() then fails without stopping).
-		 */
-		S.may_shrink = S.events_per_rec > EVENTS_MIN_REC;
-		err = emit(PKI_REC_EVENTS, p, 3);
-		S.may_shrink = false;
-		if ((err == -ENOSPC || err == -EDQUOT) && !S.stop_err) {
-			S.events_per_rec /= 4;
-			continue;
-		}
-		if (err)
-			return err;
-		t += n;
+	if (S.ring) {
+		err = ring_events(b);
+	} else {
+		h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
+		err = emit_events(b, b->ev, b->mask, b->tail, h - b->tail, &n, queue_landed);
 		b->recorded += n;
 		S.recorded += n;
-		__atomic_store_n(&b->tail, t, __ATOMIC_RELEASE);
-		room_release();
 	}
+	if (err)
+		return err;
 	l = buf_lost(b);
 	if (l != b->lost_reported || trailer) {
 		struct pki_rec_lost lr = {.tsn = b->tsn, .recorded = b->recorded};
@@ -630,6 +665,222 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 	return err;
 }
 
+/* ---- the flight recorder ----------------------------------------------------- */
+
+/*
+ * With opts.ring every buffer is a ring: its owner never waits and never
+ * looks at tail, it overwrites its oldest slot (trace.h, pki_trace_put()).
+ * tail is then the writer's alone: the first event not yet in the file.
+ * Nothing is written until a snapshot (a trigger: pki_trace_snapshot(), or
+ * the end of the session), which writes, for each thread, the events of
+ * its ring not yet in the file, preceded by a GAP event counting those
+ * overwritten since its last event in the file.
+ *
+ * ring_copy() reads a ring the owner goes on writing, as a seqlock is read:
+ * head h1 (acquire), the slots of events [start, h1) into S.scratch, an
+ * acquire fence, head again (h2).  The owner writes event j into the slot of
+ * event j - cap only after its release store of head = j, and its release
+ * fence (trace.h) orders that store before the slot's; so if our copy of a
+ * slot read any of event j's stores, the fence pairing makes head = j
+ * visible to the load of h2: h2 >= j.  Event i is therefore intact in the
+ * copy if no event j = i + cap had begun by h2, that is i > h2 - cap, and
+ * the copy keeps those only: a record half overwritten is never written.
+ * That one event, h2 - cap, is whole too if the owner is not inside a
+ * record (busy, read with acquire after the copy) and head is still h2
+ * after that: had the copy read a store of event h2, the fences would make
+ * its busy = 1 visible, or its later busy = 0, which is released after
+ * head = h2 + 1.  So an idle thread (blocked, exited) loses nothing.
+ * Events the owner published after h1 wait for the next snapshot.
+ *
+ * The scratch copy is needed because emit() reads the events twice (the
+ * CRC, then pwritev()): from the ring itself, the two could differ.
+ */
+#define RING_DEAD_KEEP 256u /* exited threads whose rings wait for the next snapshot */
+
+static struct {
+	struct pki_trace_event *scratch; /* writer only: one ring + the GAP event */
+	size_t scratch_len;
+	uint64_t overwritten; /* writer only: GAPs written + exited threads' rings freed */
+	uint64_t snapshots;   /* writer only: TRIGGER records */
+} R;
+
+/* Copy @b's unwritten events to R.scratch + 1; how many, from event *@from. */
+static uint64_t ring_copy(struct pki_trace_buf *b, uint64_t *from)
+{
+	uint64_t cap = b->mask + 1, h1, h2, start, i, n;
+
+	h1 = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
+	start = h1 - b->tail > cap ? h1 - cap : b->tail;
+	for (i = start; i != h1; i++) {
+		const struct pki_trace_event *e = &b->ev[i & b->mask];
+		struct pki_trace_event *d = &R.scratch[1 + (i - start)];
+
+		d->ts = __atomic_load_n(&e->ts, __ATOMIC_RELAXED);
+		d->word = __atomic_load_n(&e->word, __ATOMIC_RELAXED);
+	}
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	h2 = __atomic_load_n(&b->head, __ATOMIC_RELAXED);
+	n = h1 - start;
+	if (h2 >= cap && h2 - cap + 1 > start) { /* events below h2 - cap + 1 may be torn */
+		uint64_t torn = h2 - cap + 1 - start;
+
+		if (!__atomic_load_n(&b->busy, __ATOMIC_ACQUIRE) &&
+		    __atomic_load_n(&b->head, __ATOMIC_RELAXED) == h2)
+			torn--; /* event h2 had not begun: h2 - cap is whole (see above) */
+		if (!torn)
+			goto out;
+
+		if (torn > n)
+			torn = n;
+		memmove(&R.scratch[1], &R.scratch[1 + torn], (n - torn) * sizeof(R.scratch[0]));
+		start += torn;
+		n -= torn;
+	}
+out:
+	*from = start;
+	return n;
+}
+
+/* Write @b's ring: what is not in the file yet, after a GAP if some was overwritten. */
+static int ring_events(struct pki_trace_buf *b)
+{
+	uint64_t start, n = ring_copy(b, &start), gap = start - b->tail, done = 0;
+	const struct pki_trace_event *first = &R.scratch[1];
+	int err;
+
+	if (gap) {
+		R.scratch[0].ts = n ? R.scratch[1].ts : pki_trace_now();
+		R.scratch[0].word = PKI_EV_WORD(gap, PKI_EV_GAP);
+		first = R.scratch;
+		n++;
+	}
+	err = emit_events(b, first, ~0ull, 0, n, &done, NULL);
+	if (done && gap) { /* the GAP is a marker, not an event of the program */
+		R.overwritten += gap;
+		done--;
+	}
+	b->recorded += done;
+	S.recorded += done;
+	/* Release: the owner's look at tail (pki_trace_put()) is an acquire load. */
+	if (!err)
+		__atomic_store_n(&b->tail, start + done, __ATOMIC_RELEASE);
+	return err;
+}
+
+/* The TRIGGER record of a snapshot whose events were just written. */
+static int emit_trigger(uint32_t why, int signo, uint64_t fn, uint64_t ticks)
+{
+	struct pki_rec_trigger tr = {.why = why,
+				     .signo = (uint32_t)signo,
+				     .ticks = ticks,
+				     .fn = fn,
+				     .overwritten = R.overwritten};
+	struct iovec p = {&tr, sizeof(tr)};
+	int err = emit(PKI_REC_TRIGGER, &p, 1);
+
+	if (!err)
+		R.snapshots++;
+	return err;
+}
+
+/*
+ * The drainer's job in a ring session: free the rings of exited threads
+ * once a snapshot has taken them, and, past RING_DEAD_KEEP of them waiting,
+ * the oldest ones anyway (their events counted as overwritten), so that a
+ * program that makes threads without end has bounded memory.  The list has
+ * the newest buffers first.  Freeing is safe as in drain_all().
+ */
+static void ring_reap(void)
+{
+	struct pki_trace_buf *b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE), *next;
+	uint32_t waiting = 0;
+
+	for (; b; b = next) {
+		uint64_t unwritten;
+
+		next = b->next;
+		if (!__atomic_load_n(&b->dead, __ATOMIC_ACQUIRE))
+			continue;
+		unwritten = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE) - b->tail;
+		if (unwritten && ++waiting <= RING_DEAD_KEEP)
+			continue;
+		if (b->announced) /* its LOST records are in the file: END must count them */
+			S.gone_lost += b->lost_reported - b->lost_base;
+		R.overwritten += unwritten;
+		buf_unlink(b);
+		buf_free(b);
+	}
+}
+
+/* One scratch ring, as large as any buffer (S.cap, the largest) and a GAP. */
+static int ring_setup(uint32_t cap)
+{
+	size_t len = ((size_t)cap + 1) * sizeof(struct pki_trace_event);
+
+	R.overwritten = R.snapshots = 0;
+	if (R.scratch_len >= len)
+		return 0;
+	if (R.scratch)
+		munmap(R.scratch, R.scratch_len);
+	R.scratch_len = 0;
+	R.scratch = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (R.scratch == MAP_FAILED) {
+		R.scratch = NULL;
+		return -ENOMEM;
+	}
+	R.scratch_len = len;
+	return 0;
+}
+
+/* Caller holds the writer word: write every ring out, then the TRIGGER record. */
+static int ring_snapshot(uint32_t why, int signo, uint64_t fn, bool trailer)
+{
+	uint64_t ticks = pki_trace_now();
+	int err = drain_all(false, trailer, NULL);
+
+	if (err && cannot_write())
+		err = drain_all(false, trailer, NULL);
+	if (!err || S.stop_err)
+		err = emit_trigger(why, signo, fn, ticks);
+	return err;
+}
+
+int pki_trace_snapshot(uint32_t why, int signo, uint64_t fn)
+{
+	int saved_errno = errno, err = -EBUSY;
+	sigset_t saved;
+
+	if (!S.ring)
+		return -EINVAL;
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
+		return -EALREADY;
+	pki_trace_busy++;
+	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved); /* rule (1) */
+	if (writer_lock_timed(WAIT_SIGNAL_NS)) {
+		err = -EALREADY;
+		if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+			err = ring_snapshot(why, signo, fn, false);
+		writer_unlock();
+	}
+	sigprocmask(SIG_SETMASK, &saved, NULL);
+	pki_trace_busy--;
+	errno = saved_errno;
+	return err;
+}
+
+/* A ring session's end is a snapshot too: why, in TRIGGER's words. */
+static uint32_t trigger_of(uint32_t end_reason)
+{
+	switch (end_reason) {
+	case PKI_END_EXEC:
+		return PKI_TRIGGER_EXEC;
+	case PKI_END_SIGNAL:
+		return PKI_TRIGGER_CRASH;
+	default:
+		return PKI_TRIGGER_EXIT;
+	}
+}
+
 /* Write the trailer (a LOST record per thread, then END); caller holds the writer. */
 static int emit_trailer(uint32_t reason, int signo)
 {
@@ -645,8 +896,9 @@ static int emit_trailer(uint32_t reason, int signo)
 	 * into the reserve, then END, which always fits there.
 	 */
 	S.in_trailer = true;
-	err = drain_all(false, true, NULL);
-	if (err && cannot_write())
+	if (S.ring)
+		err = ring_snapshot(trigger_of(reason), signo, 0, true);
+	else if ((err = drain_all(false, true, NULL)) && cannot_write())
 		err = drain_all(false, true, NULL);
 	if (err && !S.stop_err)
 		goto out;
@@ -939,6 +1191,8 @@ void pki_trace_kick(void)
 {
 	int saved;
 
+	if (S.ring) /* nothing to drain: rings wait for a snapshot */
+		return;
 	pki_trace_busy++; /* before errno: __errno_location may be traced */
 	saved = errno;	  /* may run in a signal handler */
 	if (__atomic_exchange_n(&S.wake, 0, __ATOMIC_SEQ_CST) == 1)
@@ -977,7 +1231,11 @@ static void *drainer_main(void *arg)
 
 			writer_lock_timed(UINT64_MAX);
 			/* re-check: a fatal signal or exec may have ended the trace meanwhile */
-			if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+			if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
+				;
+			else if (S.ring)
+				ring_reap();
+			else
 				err = drain_all(true, false, &busy);
 			writer_unlock();
 			/* A failed write: threads with a full buffer stop waiting (drop, count). */
@@ -1071,6 +1329,10 @@ int pki_trace_flush_exit(void)
 static void on_fatal(int signo, siginfo_t *si, void *uc)
 {
 	(void)uc;
+	if (S.ring && signo == SIGUSR2) { /* the flight recorder's trigger: not fatal then */
+		pki_trace_snapshot(PKI_TRIGGER_SIGNAL, signo, 0);
+		return;
+	}
 	pki_trace_flush_signal(signo);
 	pki_fatal_die(&S.fatal, signo, si);
 }
@@ -1284,6 +1546,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.stalled = 0;
 	S.waiters = 0;
 	pki_trace_drop = opts->drop;
+	S.ring = pki_trace_ring = opts->ring;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
 }
@@ -1336,6 +1599,8 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 			return err;
 		S.key_made = true;
 	}
+	if (opts->ring && (err = ring_setup(cap)))
+		return err;
 	err = session_file_open(path);
 	if (err)
 		return err;
@@ -1540,5 +1805,7 @@ void pki_trace_counts(struct pki_trace_counts *c)
 	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
 		c->lost += buf_lost(b) - b->lost_base;
 	c->threads = __atomic_load_n(&S.nthreads, __ATOMIC_RELAXED);
+	c->overwritten = R.overwritten;
+	c->snapshots = R.snapshots;
 	writer_unlock_restore(&saved);
 }

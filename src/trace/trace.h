@@ -62,12 +62,20 @@ struct pki_trace_opts {
 	uint32_t buf_events; /* per-thread capacity, rounded up to 2^n; default 64K (1 MiB) */
 	uint32_t drain_ms;   /* drainer period; 0 = 5 ms (shortened while buffers fill) */
 	bool drop;	     /* a full buffer loses the event (counted) instead of waiting */
-	uint32_t wait_ms;    /* give up waiting for room after the drainer made no
-				progress this long; 0 = 2000 ms */
-	bool no_drainer;     /* no drainer thread: pki_trace_flush() by hand (tests) */
-	int clock;	     /* 0 = best (TSC if invariant), or enum pki_trace_clock */
-	bool catch_signals;  /* flush on fatal signals (installs handlers) */
-	bool at_exit;	     /* register pki_trace_close() with atexit() */
+	/*
+	 * Flight recorder: each buffer is a ring that overwrites its oldest
+	 * events, written out only by pki_trace_snapshot() and at the end
+	 * (close, exec, fatal signal), and on SIGUSR2 when catch_signals is
+	 * set and the program leaves SIGUSR2 at its default.  See trace.c,
+	 * "the flight recorder".
+	 */
+	bool ring;
+	uint32_t wait_ms;   /* give up waiting for room after the drainer made no
+			       progress this long; 0 = 2000 ms */
+	bool no_drainer;    /* no drainer thread: pki_trace_flush() by hand (tests) */
+	int clock;	    /* 0 = best (TSC if invariant), or enum pki_trace_clock */
+	bool catch_signals; /* flush on fatal signals (installs handlers) */
+	bool at_exit;	    /* register pki_trace_close() with atexit() */
 	/*
 	 * Told one line ("probekit: trace FILE: ...\n") when writing stops
 	 * (ENOSPC...), or when the program closed or replaced the trace's
@@ -135,8 +143,19 @@ int pki_trace_flush_signal(int signo);
  */
 int pki_trace_flush_exit(void);
 
+/*
+ * Flight recorder (opts.ring): write every thread's ring out now, what is in
+ * it and not yet in the file, then a TRIGGER record saying @why (enum
+ * pki_trace_trigger), @signo and @fn.  Async-signal-safe; may run in a hook
+ * or a signal handler.  0, -EINVAL (not a ring session), -EALREADY (no
+ * session), -EBUSY (the writer could not be taken in time), or a write error.
+ */
+int pki_trace_snapshot(uint32_t why, int signo, uint64_t fn);
+
 /* Counters of the current session, for tests and the CLI. */
 struct pki_trace_counts {
+	uint64_t overwritten; /* flight recorder: overwritten before a snapshot took them */
+	uint64_t snapshots;
 	uint64_t recorded; /* written to the file */
 	uint64_t lost;	   /* known lost, all threads, including late_lost */
 	uint64_t late_lost;
@@ -189,6 +208,7 @@ extern __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("in
 extern __thread unsigned pki_trace_busy __attribute__((tls_model("initial-exec")));
 extern bool pki_trace_use_tsc;
 extern bool pki_trace_drop; /* the session's opts.drop */
+extern bool pki_trace_ring; /* the session's opts.ring */
 
 void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
 
@@ -244,6 +264,13 @@ enum { PKI_TRACE_PUT_OK, PKI_TRACE_PUT_FULL, PKI_TRACE_PUT_SLOW };
  *    entirely before we read head, or sees busy and counts itself lost; it
  *    can never publish a slot we then overwrite.  Signal fences are enough:
  *    the handler runs on this CPU, in program order.
+ *  - A flight recorder's ring (pki_trace_ring) is never full: the owner
+ *    overwrites its oldest slots without looking at tail, and the writer
+ *    copies a ring out the way a seqlock is read (trace.c, ring_copy()).
+ *    For that, the release fence orders the store of head that published
+ *    event h - 1, and busy = 1, before the slot stores of event h, and
+ *    busy = 0 is a release store after head's; on x86 these are plain moves
+ *    and a compiler barrier.
  *  - A full buffer returns PUT_FULL with busy cleared again, so that while
  *    the caller waits for room (pki_trace_record_full()) the records of a
  *    signal handler on this thread are not lost: they wait too, or find the
@@ -257,15 +284,20 @@ static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned k
 
 	if (__builtin_expect(!b || b->busy, 0))
 		return PKI_TRACE_PUT_SLOW;
-	b->busy = 1;
+	__atomic_store_n(&b->busy, 1, __ATOMIC_RELAXED); /* a ring's copier reads it */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	h = b->head;
 	if (__builtin_expect(h - b->cached_tail > b->mask, 0)) {
 		b->cached_tail = __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE);
 		if (h - b->cached_tail > b->mask) {
+			if (pki_trace_ring) {
+				/* Overwrite: the next (mask + 1) events need no look at tail. */
+				b->cached_tail = h;
+				goto put;
+			}
 			if (!pki_trace_drop) {
 				__atomic_signal_fence(__ATOMIC_SEQ_CST);
-				b->busy = 0;
+				__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE);
 				return PKI_TRACE_PUT_FULL;
 			}
 			/* No lock prefix: only this thread, inside busy, writes lost. */
@@ -273,12 +305,15 @@ static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned k
 			goto out;
 		}
 	}
+put:
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 	e = &b->ev[h & b->mask];
-	e->ts = ts;
-	e->word = PKI_EV_WORD(fn, kind);
+	/* Relaxed atomics, plain moves: a ring's slot may be read as it is overwritten. */
+	__atomic_store_n(&e->ts, ts, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->word, PKI_EV_WORD(fn, kind), __ATOMIC_RELAXED);
 	__atomic_store_n(&b->head, h + 1, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	b->busy = 0;
+	__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE); /* after head: ring_copy() relies on it */
 	/*
 	 * Every (capacity / 2) events, tell the drainer: a thread in a tight loop
 	 * fills its buffer faster than the drainer's period.  One predictable
@@ -290,7 +325,7 @@ static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned k
 	return PKI_TRACE_PUT_OK;
 out:
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	b->busy = 0;
+	__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE);
 	return PKI_TRACE_PUT_OK;
 }
 

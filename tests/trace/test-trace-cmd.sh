@@ -15,7 +15,7 @@ sigview=$(realpath "$6")
 #    counts exact; every call has its exit.
 vs_plain demo demo.trace "$demo"
 check "demo: stderr has more than probekit's lines" "! grep -v '^probekit: ' err | grep -q ."
-check "demo: summary line" "grep -q '^probekit: wrote .*/demo.trace: [0-9]* events, 5 thread(s), ended by exit' err"
+check "demo: summary line" "grep -q '^probekit: wrote .*/demo.trace: [0-9]* events, 5 thread(s), ended at exit' err"
 check "demo: nothing lost" "! grep -q 'lost' err"
 counts demo.trace >got
 want out >exp
@@ -267,7 +267,7 @@ if [[ -z ${PKT_SAN_PRELOAD:-} && $(ldd "$pk") != *lib[at]san* ]]; then
 	rc=$?
 	check "summary in bounded memory: rc $rc" "[[ $rc == 0 ]]"
 	check "summary in bounded memory: $(head -c 300 err)" \
-		"grep -q '^probekit: wrote .*/big.trace: [0-9]\{7\} events, 1 thread(s), ended by exit' err"
+		"grep -q '^probekit: wrote .*/big.trace: [0-9]\{7\} events, 1 thread(s), ended at exit' err"
 	check "summary in bounded memory: a big trace" "(( \$(stat -c %s big.trace) > 40000000 ))"
 	rm -f big.trace
 fi

@@ -25,7 +25,7 @@ for alias in 1 0; do
 	unset PROBEKIT_TEXT_ALIAS
 	check "close (alias $alias): PROG's files intact (rc $rc)" "[[ $rc == 0 ]] && ! grep -q 'written by someone else' err"
 	check "close (alias $alias): summary says reopened" "grep -q 'close$alias.trace: PROG closed or replaced the trace.s descriptor 1 time(s)' err"
-	check "close (alias $alias): ended by exit, nothing lost" "grep -q 'close$alias.trace: .* ended by exit' err && ! grep -q lost err"
+	check "close (alias $alias): ended at exit, nothing lost" "grep -q 'close$alias.trace: .* ended at exit' err && ! grep -q lost err"
 	counts "close$alias.trace" >got
 	want out >exp
 	check "close (alias $alias): counts" "diff -u exp got"
@@ -53,7 +53,7 @@ if grep -q "wrote .*dmn.trace.$dpid: .*cut short" err; then
 	check "daemon: summary says still being written" "grep -q 'dmn.trace.$dpid: still being written: process $dpid outlives PROG' err"
 fi
 for _ in $(seq 100); do [[ -d /proc/$dpid ]] || break; sleep 0.1; done
-check "daemon: its trace ended by exit" "$pk report dmn.trace.$dpid 2>/dev/null | grep -q 'ended at exit'"
+check "daemon: its trace ended at exit" "$pk report dmn.trace.$dpid 2>/dev/null | grep -q 'ended at exit'"
 counts "dmn.trace.$dpid" >got
 want dmn/daemon.out >exp
 check "daemon: counts" "[[ -s exp ]] && diff -u exp got"
@@ -95,7 +95,7 @@ if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=1m pktest "$tmp/full" 2>/dev/nu
 	check "enospc: PROG's status (rc $rc)" "[[ $rc == 0 ]]"
 	check "enospc: summary says it" "grep -q 'f.trace: INCOMPLETE: writing stopped: No space left on device' err"
 	check "enospc: the agent said it" "grep -q 'f.trace: cannot write the file (No space left on device): tracing stopped' err"
-	check "enospc: events written before" "grep -q 'wrote .*f.trace: [1-9][0-9]* events, 1 thread(s), ended by exit' err"
+	check "enospc: events written before" "grep -q 'wrote .*f.trace: [1-9][0-9]* events, 1 thread(s), ended at exit' err"
 	"$pk" report full/f.trace >rep 2>&1
 	check "enospc: file whole (END record, no cut record)" "! grep -q 'cut short\|truncated\|offset' rep && grep -q 'ended at exit, INCOMPLETE (writing stopped: No space left on device)' rep"
 	check "enospc: losses counted" "grep -q '[1-9][0-9]* events were lost' rep"

@@ -23,7 +23,7 @@ for prog in /usr/bin/ls "$core"; do
 	[[ $prog == "$core" ]] && args=(--help)
 	rm -f r.trace*
 	vs_plain "$label" r.trace "$prog" "${args[@]}"
-	check "$label: summary" "grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended by exit' err"
+	check "$label: summary" "grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended at exit' err"
 	"$pk" report r.trace >rep 2>&1
 	check "$label: report" "[[ \$? == 0 ]]"
 	events=$(sed -n 's/.* \([0-9]*\) events, 0 lost.*/\1/p' rep | head -1)
@@ -36,10 +36,10 @@ done
 rm -f r.trace*
 unset PROBEKIT_RELOC
 run --relocate -o r.trace -- /usr/bin/ls /
-check "--relocate: ls traced" "[[ $rc == 0 ]] && grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended by exit' err"
+check "--relocate: ls traced" "[[ $rc == 0 ]] && grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended at exit' err"
 rm -f r.trace*
 run -o r.trace -- /usr/bin/ls /
-check "by default: ls traced" "[[ $rc == 0 ]] && grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended by exit' err"
+check "by default: ls traced" "[[ $rc == 0 ]] && grep -q 'wrote .*r.trace: [0-9]* events, 1 thread(s), ended at exit' err"
 # The refusals are counted and named, once, at the start.
 check "ls: its refusals said" "grep -q \"^probekit: PROG's functions without a patchable entry: [0-9]* relocated, [0-9]* refused (.*indirect_jmp [0-9]*\" err"
 run --no-relocate -o r.trace -- /usr/bin/ls /

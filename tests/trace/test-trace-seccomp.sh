@@ -21,7 +21,7 @@ for opt in "" -n; do
 	check "$label: not traced" "! grep -q 'not traced' err"
 	f=$(ls s.trace.*.1 2>/dev/null)
 	check "$label: the exec'd program's trace ($f)" "[[ -n '$f' && -s '$f' ]]"
-	check "$label: summary" "grep -q 'wrote .*s.trace.[0-9]*.1: [0-9]* events, 5 thread(s), ended by exit' err"
+	check "$label: summary" "grep -q 'wrote .*s.trace.[0-9]*.1: [0-9]* events, 5 thread(s), ended at exit' err"
 	[[ -n $f ]] && counts "$f" >got || : >got
 	check "$label: counts" "diff -u exp got"
 done

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# probekit trace --ring: the flight recorder.  ring_prog calls phase_a()
+# N times, then a trigger, then phase_b() N times.  With rings of 16 KiB
+# (1024 events: 512 calls), the file holds about the last 512 calls before
+# each trigger: phase_a's at the trigger, phase_b's at the exit; nothing in
+# between, and the summary names the triggers and what was overwritten.
+#
+# usage: test-trace-ring.sh PROBEKIT RING_PROG
+set -uo pipefail
+pk=$(realpath "$1") prog=$(realpath "$2")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+n=100000
+# calls FILE FUNC: FUNC's calls in the report of FILE (0 if absent).
+calls() { "$pk" report "$1" 2>/dev/null | awk -v f="$2" '$NF ~ /^\[/ && $(NF-1) == f { print $1; x=1 } END { if (!x) print 0 }'; }
+near512() { [[ $1 -ge 500 && $1 -le 512 ]]; }
+
+# 1. The exit only: the last 512 calls, all of phase_b.
+run --ring 16K -o none.trace -- "$prog" none $n
+check "none: rc $rc" "[[ $rc == 0 ]]"
+check "none: summary" "grep -q 'none.trace: flight recorder: 1 snapshot(s) (1 exit), [0-9]* older events overwritten' err"
+a=$(calls none.trace phase_a) b=$(calls none.trace phase_b)
+check "none: phase_a $a, phase_b $b (512 expected)" "[[ $a == 0 ]] && near512 $b"
+check "none: report says it" "$pk report none.trace 2>/dev/null | grep -q '^# flight recorder: 1 snapshot(s) (1 exit)'"
+"$pk" replay none.trace >rep 2>&1
+check "none: replay marks the cut" "grep -q 'events overwritten (--ring)' rep"
+ow=$(sed -n 's/.*(1 exit), \([0-9]*\) older events overwritten/\1/p' err)
+ev=$(sed -n 's|^probekit: wrote .*/none.trace: \([0-9]*\) events.*|\1|p' err)
+# every event of the run is in the file or counted as overwritten: 4 N + main's 2
+check "none: $ev events + $ow overwritten = $((4 * n + 2))" "[[ $((ev + ow)) == $((4 * n + 2)) ]]"
+
+# 2. SIGUSR2, which the program leaves at its default: a snapshot, the program lives on.
+run --ring 16K -o sig.trace -- "$prog" signal $n
+check "signal: rc $rc, output" "[[ $rc == 0 ]] && grep -qx 'handled 0' out"
+check "signal: summary" "grep -q 'sig.trace: flight recorder: 2 snapshot(s) (1 SIGUSR2, 1 exit)' err"
+a=$(calls sig.trace phase_a) b=$(calls sig.trace phase_b)
+check "signal: phase_a $a, phase_b $b (512 each expected)" "near512 $a && near512 $b"
+
+# 3. --trigger FUNC.
+run --ring 16K --trigger ring_mark -o func.trace -- "$prog" func $n
+check "func: rc $rc" "[[ $rc == 0 ]]"
+check "func: summary" "grep -q 'func.trace: flight recorder: 2 snapshot(s) (1 --trigger, 1 exit)' err"
+a=$(calls func.trace phase_a) b=$(calls func.trace phase_b) m=$(calls func.trace ring_mark)
+check "func: phase_a $a, phase_b $b, ring_mark $m" "near512 $a && near512 $b && [[ $m == 1 ]]"
+
+# 4. A crash: the snapshot is the last thing, and the program dies as it would.
+run --ring 16K -o crash.trace -- "$prog" crash $n
+check "crash: rc $rc (SIGSEGV)" "[[ $rc == 139 ]]"
+check "crash: summary" "grep -q 'crash.trace: flight recorder: 1 snapshot(s) (1 crash)' err"
+a=$(calls crash.trace phase_a)
+check "crash: phase_a $a" "near512 $a"
+
+# 5. The program's own SIGUSR2 handler: it runs, and SIGUSR2 is no trigger.
+run --ring 16K -o own.trace -- "$prog" own $n
+check "own: rc $rc, the program's handler ran" "[[ $rc == 0 ]] && grep -qx 'handled 1' out"
+check "own: no SIGUSR2 snapshot" "grep -q 'own.trace: flight recorder: 1 snapshot(s) (1 exit)' err"
+
+# 6. Usage errors, named.
+run --trigger ring_mark -- "$prog" none 10
+check "--trigger without --ring refused" "[[ $rc == 125 ]] && grep -q 'needs --ring' err"
+run --ring 1K -- "$prog" none 10
+check "--ring too small refused" "[[ $rc == 125 ]] && grep -q 'from 16K to 1G' err"
+run --ring 16K --trigger no_such_fn -o x.trace -- "$prog" none 10
+check "--trigger unknown function refused" "[[ $rc == 125 ]] && grep -q 'no_such_fn: no traced function' err"
+run --ring 16K --drop -- "$prog" none 10
+check "--ring --drop refused" "[[ $rc == 125 ]] && grep -q 'never waits' err"
+
+echo "$pass passed, $fail failed"
+[[ $fail == 0 ]]

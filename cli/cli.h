@@ -66,6 +66,8 @@ struct pki_trace_file *cli_trace_open(const char *path);
 /* @str as a JSON string (report.c); speedscope's evented JSON of @f (export_speedscope.c). */
 void cli_json_str(FILE *o, const char *str);
 int cli_export_speedscope(const struct pki_trace_file *f, FILE *o);
+/* Perfetto's protobuf trace of @f (export_perfetto.c). */
+int cli_export_perfetto(const struct pki_trace_file *f, FILE *o);
 
 /* @ns as "12 ns", "1.234 us", "5.000 ms", "2.000 s"; the integer if @raw. */
 void cli_fmt_ns(char *buf, size_t len, unsigned long long ns, bool raw);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "trace/analyze.h"
@@ -333,12 +334,15 @@ out_file:
 /* ---- export ---------------------------------------------------------------- */
 
 static const char export_usage[] =
-    "usage: probekit export [FILE] --format chrome|folded|speedscope [-o OUT]\n"
+    "usage: probekit export [FILE] --format perfetto|chrome|folded|speedscope [-o OUT]\n"
     "                       [--value time|calls]\n"
     "                       [--threads]\n"
     "\n"
     "Convert the trace FILE (default " DEFAULT_TRACE ") for other tools; to OUT or stdout.\n"
     "\n"
+    "  --format perfetto Perfetto's own protobuf trace (TrackEvent slices, interned\n"
+    "                    names, incremental timestamps): the smallest, and what\n"
+    "                    https://ui.perfetto.dev opens best; binary, so give -o\n"
     "  --format chrome   Chrome trace-event JSON (\"X\" complete events, ts/dur in\n"
     "                    microseconds): open in https://ui.perfetto.dev or chrome://tracing\n"
     "  --format folded   one line per call stack, 'outer;inner;leaf VALUE', for\n"
@@ -849,10 +853,15 @@ int cmd_export(int argc, char **argv)
 	if (optind < argc)
 		return cli_usage_error("export: unexpected argument '%s'", argv[optind]);
 	if (!format)
-		return cli_usage_error("export: --format chrome|folded|speedscope is required");
-	if (strcmp(format, "chrome") && strcmp(format, "folded") && strcmp(format, "speedscope"))
-		return cli_usage_error("export: unknown format '%s' (chrome, folded or speedscope)",
-				       format);
+		return cli_usage_error(
+		    "export: --format perfetto|chrome|folded|speedscope is required");
+	if (strcmp(format, "chrome") && strcmp(format, "folded") && strcmp(format, "speedscope") &&
+	    strcmp(format, "perfetto"))
+		return cli_usage_error(
+		    "export: unknown format '%s' (perfetto, chrome, folded or speedscope)", format);
+	if (!strcmp(format, "perfetto") && !out && isatty(STDOUT_FILENO))
+		return cli_usage_error("export: --format perfetto is binary: give -o OUT, or "
+				       "redirect stdout");
 
 	f = cli_trace_open(path);
 	if (!f)
@@ -869,6 +878,8 @@ int cmd_export(int argc, char **argv)
 		err = export_chrome(f, o);
 	else if (!strcmp(format, "speedscope"))
 		err = cli_export_speedscope(f, o);
+	else if (!strcmp(format, "perfetto"))
+		err = cli_export_perfetto(f, o);
 	else
 		err = export_folded(f, o, threads, count);
 	if (fflush(o) && !err)

@@ -129,6 +129,7 @@ static void exercise(const uint8_t *data, size_t size)
 	run_cli(cmd_export, "export", path, "--format=folded", "--threads", "--value=calls",
 		"--output=/dev/null");
 	run_cli(cmd_export, "export", path, "--format", "speedscope", "-o", "/dev/null");
+	run_cli(cmd_export, "export", path, "--format", "perfetto", "-o", "/dev/null");
 	run_cli(cmd_replay, "replay", path, "-t", "100ns", NULL, NULL);
 	run_cli(cmd_graph, "graph", "main", path, "-D", "3", NULL);
 out:

@@ -351,6 +351,7 @@ static const char export_usage[] =
     "                    (open/close at nanoseconds), https://www.speedscope.app\n"
     "  --value time      folded VALUE = self time in nanoseconds (default)\n"
     "  --value calls     folded VALUE = number of calls of the leaf with that stack\n"
+    "                    (the first line, a '#' comment, says which)\n"
     "  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
     "  -o, --output OUT  write to OUT instead of stdout\n";
 
@@ -792,6 +793,13 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 			lines[nl++].value = fo.v[i].value;
 	}
 	if (!err) {
+		/*
+		 * The unit, in a line no folded-stack reader takes for a stack (it
+		 * ends in no number): flamegraph.pl and inferno skip it, with a
+		 * notice; speedscope skips it.
+		 */
+		fprintf(o, "# probekit folded stacks: VALUE = %s (flamegraph.pl --countname=%s)\n",
+			count ? "number of calls" : "self time in nanoseconds", count ? "calls" : "ns");
 		if (nl) /* lines may be NULL then: qsort's argument is nonnull */
 			qsort(lines, nl, sizeof(*lines), line_cmp);
 		for (i = 0; i < nl; i = j) {

@@ -38,6 +38,7 @@ grep -q '2 exits without an entry (ignored), 2 calls closed by an outer exit, 2 
 # folded: self time in ns per stack, both threads merged
 "$pk" export "$tmp/t.trace" --format folded -o "$tmp/folded" 2>/dev/null
 cat >"$tmp/want" <<'END'
+# probekit folded stacks: VALUE = self time in nanoseconds (flamegraph.pl --countname=ns)
 alpha 150
 alpha;beta 50
 ep"s 100
@@ -53,6 +54,7 @@ diff -u "$tmp/want" "$tmp/folded" || fail "folded"
 "$pk" export "$tmp/t.trace" --format folded --value calls --threads |
 	sed -E 's#^(main|worker)/[0-9]+#\1#' >"$tmp/folded"
 cat >"$tmp/want" <<'END'
+# probekit folded stacks: VALUE = number of calls (flamegraph.pl --countname=calls)
 main;alpha 1
 main;alpha;beta 2
 main;ep"s 1
@@ -122,7 +124,7 @@ head -c 20 "$tmp/t.trace" >"$tmp/short.trace"
 expect_err 1 "not a readable trace: offset 16: truncated record frame" "$pk" report "$tmp/short.trace"
 expect_err 1 "not a probekit trace file" "$pk" export "$gen" --format chrome
 expect_err 2 "unknown key 'bogus'" "$pk" report "$tmp/t.trace" --sort bogus
-expect_err 2 "--format chrome|folded|speedscope is required" "$pk" export "$tmp/t.trace"
+expect_err 2 "--format perfetto|chrome|folded|speedscope is required" "$pk" export "$tmp/t.trace"
 expect_err 2 "unknown format 'svg'" "$pk" export "$tmp/t.trace" --format svg
 expect_err 2 "unexpected argument" "$pk" report a b
 (cd "$tmp" && { "$pk" report 2>&1 || true; } | grep -q "probekit.trace: No such file") ||
@@ -180,7 +182,8 @@ limited "$pk" report "$tmp/long.trace" --raw >"$tmp/out" 2>"$tmp/err" ||
 grep -Eq '^ +1500000 +1500000 +1500000 +1 +1 +1  beta' "$tmp/out" || fail "long report: $(cat "$tmp/out")"
 limited "$pk" export "$tmp/long.trace" --format folded >"$tmp/out" 2>"$tmp/err" ||
 	fail "folded export of a 48 MB trace: $(cat "$tmp/err")"
-printf 'alpha 1500009\nalpha;beta 1500000\n' | diff -u - "$tmp/out" || fail "long folded"
+printf '# probekit folded stacks: VALUE = self time in nanoseconds (flamegraph.pl --countname=ns)\nalpha 1500009\nalpha;beta 1500000\n' |
+	diff -u - "$tmp/out" || fail "long folded"
 limited "$pk" export "$tmp/long.trace" --format chrome -o /dev/null 2>"$tmp/err" ||
 	fail "chrome export of a 48 MB trace: $(cat "$tmp/err")"
 # The Chrome export writes a thread's calls within a bounded buffer: an outer

@@ -16,7 +16,7 @@ events() { sed -n "s|^probekit: wrote .*/$1: \([0-9]*\) events.*|\1|p" err; }
 # lost: the lost count in the command's summary (0 if none).
 lost() { local l; l=$(sed -n 's/^probekit: \([0-9]*\) events lost.*/\1/p' err); echo "${l:-0}"; }
 # ended FILE: how the command says FILE ended.
-ended() { sed -n "s|^probekit: wrote .*/$1: .* ended \(at\|by\) \(.*\)|\2|p" err; }
+ended() { sed -n "s#^probekit: wrote .*/$1: .* ended \(at\|by\) \(.*\)#\2#p" err; }
 
 # 1. Buffers of 1024 events, 2 M events from one thread, then 4 threads at
 #    once: nothing lost, the counts exact (each call has its entry and exit).

@@ -263,6 +263,8 @@ static void read_trace_config(void)
 	v = getenv(PK_ENV_TRACE_RING);
 	t->ring = v && !strcmp(v, "1");
 	t->trigger = dup_env(PK_ENV_TRACE_TRIGGER);
+	v = getenv(PK_ENV_TRACE_MAX_SIZE);
+	t->max_size = v ? strtoull(v, NULL, 10) : 0;
 	v = getenv(PK_ENV_TRACE_BUF);
 	t->buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
 	if (t->buf_events < 1024 || t->buf_events > (1u << 26))
@@ -427,6 +429,11 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 	if (t->trigger && (size_t)snprintf(b->trigger, sizeof(b->trigger), "%s=%s",
 					   PK_ENV_TRACE_TRIGGER, t->trigger) < sizeof(b->trigger))
 		b->vec[n++] = b->trigger;
+	if (t->max_size) {
+		snprintf(b->max_size, sizeof(b->max_size), "%s=%llu", PK_ENV_TRACE_MAX_SIZE,
+			 (unsigned long long)t->max_size);
+		b->vec[n++] = b->max_size;
+	}
 	snprintf(b->pid, sizeof(b->pid), "%s=%d", PK_ENV_TRACE_PID, (int)agent_lineage.pid);
 	b->vec[n++] = b->pid;
 	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN,

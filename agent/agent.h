@@ -60,6 +60,7 @@
 #define PK_ENV_TRACE_DROP	  "PROBEKIT_TRACE_DROP"	      /* 1: full buffers lose events */
 #define PK_ENV_TRACE_RING	  "PROBEKIT_TRACE_RING"	      /* 1: flight recorder rings */
 #define PK_ENV_TRACE_TRIGGER	  "PROBEKIT_TRACE_TRIGGER" /* FUNC: a ring snapshot at each entry */
+#define PK_ENV_TRACE_MAX_SIZE	  "PROBEKIT_TRACE_MAX_SIZE" /* bytes: stop writing past it */
 #define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"
 #define PK_ENV_TRACE_GEN	  "PROBEKIT_TRACE_GEN"
 #define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */

@@ -47,6 +47,7 @@ struct agent_trace_conf {
 	bool ring; /* --ring: the buffers are a flight recorder's rings */
 	uint32_t buf_events;
 	char *trigger;	     /* --trigger FUNC (with ring) */
+	uint64_t max_size;   /* --max-size, bytes (0: none) */
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
@@ -140,7 +141,7 @@ extern struct agent_lineage agent_lineage;
 struct agent_envbuf {
 	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 16];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
-	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512];
+	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512], max_size[64];
 };
 
 /*

@@ -166,7 +166,8 @@ static int pick_site(const struct pk_site *s, void *ctx)
 static int session_open(void)
 {
 	PK_OPTS(pki_trace_opts, o, .buf_events = conf->buf_events, .drop = conf->drop,
-		.ring = conf->ring, .catch_signals = true, .at_exit = true, .notice = agent_notice);
+		.ring = conf->ring, .max_size = conf->max_size, .catch_signals = true,
+		.at_exit = true, .notice = agent_notice);
 	size_t i;
 	int err;
 

@@ -30,6 +30,9 @@ struct pki_trace_file;
 /* How the trace ended: "ended at exit", "ended by signal 11 (SIGSEGV)", "cut short"... */
 const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n);
 
+/* Why a trace's writing stopped (STATUS STOPPED's errno), in words. */
+const char *cli_stop_reason(int err);
+
 /* A flight recorder's snapshots in words into @buf, or "" if the trace has none. */
 void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n);
 

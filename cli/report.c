@@ -25,6 +25,11 @@
 
 #define DEFAULT_TRACE "probekit.trace"
 
+const char *cli_stop_reason(int err)
+{
+	return err == EFBIG ? "the file reached --max-size, or ulimit -f" : strerror(err);
+}
+
 const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n)
 {
 	static const char *const reasons[] = {"?", "ended at exit", "ended at exec"};
@@ -83,7 +88,7 @@ struct pki_trace_file *cli_trace_open(const char *path)
 		fprintf(stderr,
 			"probekit: warning: %s: INCOMPLETE: the writer could not go on (%s); "
 			"the events after that were not written\n",
-			path, strerror(f->stop_error));
+			path, cli_stop_reason(f->stop_error));
 	uint64_t late = f->complete ? f->end.late_lost : 0;
 
 	if (f->lost > late)
@@ -265,7 +270,7 @@ static void report_header_print(const struct pki_trace_file *f)
 	printf("%s", f->complete ? cli_trace_ending(f, buf, sizeof(buf)) : "INCOMPLETE");
 	if (f->stop_error)
 		printf("%s (writing stopped: %s)", f->complete ? ", INCOMPLETE" : "",
-		       strerror(f->stop_error));
+		       cli_stop_reason(f->stop_error));
 	printf("\n");
 	cli_ring_summary(f, buf, sizeof(buf));
 	if (buf[0])
@@ -799,7 +804,8 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 		 * notice; speedscope skips it.
 		 */
 		fprintf(o, "# probekit folded stacks: VALUE = %s (flamegraph.pl --countname=%s)\n",
-			count ? "number of calls" : "self time in nanoseconds", count ? "calls" : "ns");
+			count ? "number of calls" : "self time in nanoseconds",
+			count ? "calls" : "ns");
 		if (nl) /* lines may be NULL then: qsort's argument is nonnull */
 			qsort(lines, nl, sizeof(*lines), line_cmp);
 		for (i = 0; i < nl; i = j) {

@@ -64,6 +64,9 @@ static const char usage[] =
     "      --trigger FUNC    with --ring: a trigger at every entry of the traced\n"
     "                        function FUNC (each costs a write of the rings'\n"
     "                        new events)\n"
+    "      --max-size SIZE   stop writing events once a trace file reaches SIZE\n"
+    "                        (e.g. 500M, 2G; at least 1M): the file keeps what\n"
+    "                        came before, later events are counted as lost\n"
     "      --entry-only      record entries only (no return trampolines, no\n"
     "                        durations); required under a CET shadow stack\n"
     "      --relocate        also trace PROG's own functions that have no\n"
@@ -180,7 +183,7 @@ static void report_one(const struct trace_ctx *c, const char *path, long pid,
 		fprintf(stderr,
 			"probekit: %s: INCOMPLETE: writing stopped: %s; the file holds the %llu "
 			"events written before, %llu later events were lost\n",
-			path, strerror(s.stop_error), s.events, s.lost);
+			path, cli_stop_reason(s.stop_error), s.events, s.lost);
 	*tot_lost += s.lost;
 	*tot_threads += s.lost_threads;
 }
@@ -310,8 +313,9 @@ static bool has_sites(const char *path)
 struct trace_opts {
 	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
 	int nf, nn;
-	const char *output, *buffer, *trigger;
+	const char *output, *buffer, *trigger, *max_size;
 	char ring_events[24]; /* --ring SIZE, in events, for the agent */
+	char max_bytes[24];   /* --max-size SIZE, in bytes */
 	bool children, entry_only, drop, ring;
 	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
@@ -342,6 +346,7 @@ enum {
 	O_INT3,
 	O_RING,
 	O_TRIGGER,
+	O_MAX_SIZE,
 };
 
 /* The flags (options without an argument) into @o. */
@@ -411,6 +416,18 @@ static bool trace_opt_ring(struct trace_opts *o, const char *arg)
 	return true;
 }
 
+/* --max-size SIZE, in bytes for the agent; false after a usage error. */
+static bool trace_opt_max_size(struct trace_opts *o, const char *arg)
+{
+	unsigned long long bytes = cli_parse_size("--max-size", arg);
+
+	if (bytes < (1u << 20))
+		return cli_usage_error("trace: --max-size %s: at least 1M", arg), false;
+	snprintf(o->max_bytes, sizeof(o->max_bytes), "%llu", bytes);
+	o->max_size = o->max_bytes;
+	return true;
+}
+
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *status)
 {
@@ -428,6 +445,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"drop", no_argument, NULL, O_DROP},
 	    {"ring", required_argument, NULL, O_RING},
 	    {"trigger", required_argument, NULL, O_TRIGGER},
+	    {"max-size", required_argument, NULL, O_MAX_SIZE},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -464,6 +482,10 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			if (!trace_opt_ring(o, optarg))
 				return false;
 			break;
+		case O_MAX_SIZE:
+			if (!trace_opt_max_size(o, optarg))
+				return false;
+			break;
 		case O_TRIGGER:
 			if (!*optarg || strchr(optarg, '\n') || strlen(optarg) > 400)
 				return cli_usage_error("trace: --trigger needs a function name"),
@@ -484,7 +506,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 }
 
 /*
- * The agent's settings (agent.h) into @env, NULL-terminated (27 entries at
+ * The agent's settings (agent.h) into @env, NULL-terminated (29 entries at
  * most).  @funcs, @notrace: the joined globs, or NULL for none.
  */
 static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
@@ -519,6 +541,10 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	if (o->trigger) {
 		env[ne++] = PK_ENV_TRACE_TRIGGER;
 		env[ne++] = o->trigger;
+	}
+	if (o->max_size) {
+		env[ne++] = PK_ENV_TRACE_MAX_SIZE;
+		env[ne++] = o->max_size;
 	}
 	if (o->relocate > 0) { /* the library's setting (sym/sites.h), kept for PROG's children */
 		const char *e = getenv("PROBEKIT_RELOC");

@@ -129,7 +129,8 @@ static struct {
 	uint64_t wait_ns; /* opts.wait_ms */
 	bool stop;	  /* atomic */
 	uint32_t drain_ms;
-	bool ring; /* opts.ring: see "the flight recorder" */
+	bool ring;	   /* opts.ring: see "the flight recorder" */
+	uint64_t max_size; /* opts.max_size, or 0 */
 
 	pthread_key_t key;
 	bool key_made, atexit_done, atfork_done;
@@ -403,9 +404,14 @@ static void write_failed(int err)
 		return;
 	S.stop_err = err;
 	emit_status(PKI_STATUS_STOPPED, err, pki_trace_now());
-	say("cannot write the file", err,
-	    ": tracing stopped; the file keeps every event written before, later ones "
-	    "are counted as lost");
+	if (err == -EFBIG && S.max_size)
+		say("the file reached its --max-size", 0,
+		    ": tracing stopped; the file keeps every event written before, later ones "
+		    "are counted as lost");
+	else
+		say("cannot write the file", err,
+		    ": tracing stopped; the file keeps every event written before, later ones "
+		    "are counted as lost");
 }
 
 /* While the trailer is written after writing stopped: does @len still fit? */
@@ -436,6 +442,13 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	iov[n + 1].iov_len = pad;
 	if (S.stop_err && !S.in_trailer)
 		return S.stop_err;
+	if (S.max_size && !S.in_trailer &&
+	    S.off + sizeof(fr) + len + pad + RESERVE_LEN > S.max_size) {
+		/* opts.max_size: as a file system full at that size (the trailer still fits) */
+		if (!S.may_shrink)
+			write_failed(-EFBIG);
+		return -EFBIG;
+	}
 	memcpy(again, iov, sizeof(iov[0]) * (size_t)(n + 2));
 	for (tries = 0;; tries++) {
 		err = file_ready();
@@ -511,7 +524,7 @@ static int emit_events(struct pki_trace_buf *b, const struct pki_trace_event *ev
 		S.may_shrink = S.events_per_rec > EVENTS_MIN_REC;
 		err = emit(PKI_REC_EVENTS, p, 3);
 		S.may_shrink = false;
-		if ((err == -ENOSPC || err == -EDQUOT) && !S.stop_err) {
+		if ((err == -ENOSPC || err == -EDQUOT || err == -EFBIG) && !S.stop_err) {
 			S.events_per_rec /= 4;
 			continue;
 		}
@@ -1547,6 +1560,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.waiters = 0;
 	pki_trace_drop = opts->drop;
 	S.ring = pki_trace_ring = opts->ring;
+	S.max_size = opts->max_size;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
 }

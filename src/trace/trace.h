@@ -70,6 +70,13 @@ struct pki_trace_opts {
 	 * "the flight recorder".
 	 */
 	bool ring;
+	/*
+	 * Stop writing events once the file would pass this many bytes (0: no
+	 * limit), as if the file system were full there: a STATUS record
+	 * (STOPPED, EFBIG) says so, later events are counted as lost, and the
+	 * trailer still goes in (it may pass the size by its LOST records).
+	 */
+	uint64_t max_size;
 	uint32_t wait_ms;   /* give up waiting for room after the drainer made no
 			       progress this long; 0 = 2000 ms */
 	bool no_drainer;    /* no drainer thread: pki_trace_flush() by hand (tests) */

@@ -87,5 +87,19 @@ check "memory: 100 busy threads: $kb KiB traced, $plain_kb plain" "[[ -n '$kb' &
 check "memory: 100 busy threads: nothing lost" "[[ '$(events busy.trace)' == 4000000 && $(lost) == 0 ]]"
 echo "memory: 100 busy threads: peak RSS $kb KiB traced, $plain_kb KiB plain"
 
+# 6. --max-size: the file stops growing at about SIZE, whole; every later
+#    event is counted as lost (events + lost = 2 N); the summary and the
+#    report say why.
+run -o max.trace --max-size 2M -f loss_leaf -- "$prog" loop 1000000 1
+sz=$(stat -c %s max.trace)
+check "max-size: rc $rc" "[[ $rc == 0 ]] && grep -qx 'calls loss_leaf 1000000' out"
+check "max-size: file $sz bytes <= 2 MiB" "[[ $sz -le $((2 << 20)) && $sz -gt $((1 << 20)) ]]"
+check "max-size: $(events max.trace) events + $(lost) lost = 2000000" "[[ $(($(events max.trace) + $(lost))) == 2000000 ]]"
+check "max-size: the summary says why" "grep -q 'max.trace: INCOMPLETE: writing stopped: the file reached --max-size' err"
+"$pk" report max.trace >rep 2>&1
+check "max-size: report reads it whole and says why" "grep -q 'ended at exit, INCOMPLETE (writing stopped: the file reached --max-size' rep && ! grep -q 'cut short\|checksum' rep"
+run --max-size 10K -- "$prog" loop 10 1
+check "max-size below 1M refused" "[[ $rc == 125 ]] && grep -q 'at least 1M' err"
+
 echo "trace_lossless: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -84,6 +84,8 @@ struct pki_trace_file *cli_trace_open(const char *path)
 			"probekit: warning: %s: %s; using the %llu events before offset %llu\n",
 			path, f->error, (unsigned long long)f->nevents,
 			(unsigned long long)f->valid_size);
+	if (!f->nevents)
+		fprintf(stderr, "probekit: warning: %s holds no event\n", path);
 	if (f->stop_error)
 		fprintf(stderr,
 			"probekit: warning: %s: INCOMPLETE: the writer could not go on (%s); "

@@ -48,6 +48,8 @@ static const char usage[] =
     "  -o, --output FILE     the trace file (default probekit.trace); a child\n"
     "                        that PROG forks writes FILE.PID, a program that a\n"
     "                        process execs writes FILE.PID.N (N-th exec)\n"
+    "      --force           replace an existing FILE even with a trace of no event\n"
+    "                        (without it, such a run keeps the previous FILE)\n"
     "      --no-children     do not trace the children PROG forks or spawns\n"
     "  -b, --buffer EVENTS   per-thread buffer, in events of 16 bytes (default\n"
     "                        65536); a thread that finds it full waits for it\n"
@@ -93,6 +95,8 @@ static const char usage[] =
 
 struct trace_ctx {
 	char file[PATH_MAX];
+	char old[PATH_MAX + 16]; /* FILE as it was before the run, moved aside, if has_old */
+	bool has_old;
 	time_t start;
 	char **fglobs; /* -f: which matched a function traced in some file */
 	bool *fmatched;
@@ -154,15 +158,15 @@ static bool file_summarize(const struct trace_ctx *c, const char *path, struct f
 
 static bool any_stopped; /* some file's writing stopped (ENOSPC...) */
 
-/* @pid: the process that writes @path (FILE.PID...), 0 if not known. */
-static void report_one(const struct trace_ctx *c, const char *path, long pid,
-		       unsigned long long *tot_lost, unsigned *tot_threads)
+/* @pid: the process that writes @path (FILE.PID...), 0 if not known.  Its events, or -1. */
+static long long report_one(const struct trace_ctx *c, const char *path, long pid,
+			    unsigned long long *tot_lost, unsigned *tot_threads)
 {
 	struct file_summary s;
 
 	if (!file_summarize(c, path, &s)) {
 		fprintf(stderr, "probekit: %s: not a readable trace\n", path);
-		return;
+		return -1;
 	}
 	fprintf(stderr, "probekit: wrote %s: %llu events, %zu thread(s), %s\n", path, s.events,
 		s.threads, s.end);
@@ -186,6 +190,7 @@ static void report_one(const struct trace_ctx *c, const char *path, long pid,
 			path, cli_stop_reason(s.stop_error), s.events, s.lost);
 	*tot_lost += s.lost;
 	*tot_threads += s.lost_threads;
+	return (long long)s.events;
 }
 
 /* Report FILE.PID and FILE.PID.N written by this run (children, exec'd programs). */
@@ -221,20 +226,69 @@ static void siblings_report(const struct trace_ctx *c, unsigned long long *lost,
 	closedir(d);
 }
 
+/*
+ * A trace of no event does not replace the one that was there: the old file
+ * was moved aside before the run (previous_aside()); put it back if the new
+ * one holds no event (or was not written), else drop it.  Idempotent.
+ */
+static void previous_settle(struct trace_ctx *c)
+{
+	struct pki_trace_file *f;
+	char err[256];
+	bool empty;
+
+	if (!c->has_old)
+		return;
+	c->has_old = false;
+	f = pki_trace_file_open(c->file, 0, err, sizeof(err));
+	empty = !f || !f->nevents;
+	pki_trace_file_free(f);
+	if (!empty) {
+		unlink(c->old);
+		return;
+	}
+	if (rename(c->old, c->file)) {
+		fprintf(stderr, "probekit: could not put the previous trace back from %s: %s\n",
+			c->old, strerror(errno));
+		return;
+	}
+	fprintf(stderr,
+		"probekit: nothing was recorded: the previous %s is kept (--force replaces it "
+		"with an empty trace)\n",
+		c->file);
+}
+
+/* Move an existing trace FILE aside (FILE.probekit-old), for previous_settle(). */
+static void previous_aside(struct trace_ctx *c)
+{
+	struct stat st;
+
+	snprintf(c->old, sizeof(c->old), "%s.probekit-old", c->file);
+	c->has_old = !lstat(c->file, &st) && S_ISREG(st.st_mode) && st.st_size > 0 &&
+		     !rename(c->file, c->old);
+}
+
 /* The main file, then its siblings, then what was lost and what never matched. */
 static void on_ended(const struct agent_run *r, int status)
 {
-	const struct trace_ctx *c = r->ctx;
+	struct trace_ctx *c = r->ctx;
 	unsigned long long lost = 0;
 	unsigned lost_threads = 0;
 	struct stat st;
 
 	(void)status;
 	fflush(stdout);
+	long long events = -1;
+
 	if (!stat(c->file, &st))
-		report_one(c, c->file, 0, &lost, &lost_threads);
+		events = report_one(c, c->file, 0, &lost, &lost_threads);
 	else
 		fprintf(stderr, "probekit: no trace written to %s\n", c->file);
+	if (events == 0)
+		fprintf(stderr, "probekit: warning: no event was recorded in %s: %s\n", c->file,
+			c->nf ? "do the -f globs name functions PROG calls?"
+			      : "PROG called none of the traced functions");
+	previous_settle(c);
 	siblings_report(c, &lost, &lost_threads);
 	if (lost)
 		fprintf(stderr,
@@ -316,7 +370,7 @@ struct trace_opts {
 	const char *output, *buffer, *trigger, *max_size;
 	char ring_events[24]; /* --ring SIZE, in events, for the agent */
 	char max_bytes[24];   /* --max-size SIZE, in bytes */
-	bool children, entry_only, drop, ring;
+	bool children, entry_only, drop, ring, force;
 	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
 	int prog;
@@ -347,6 +401,7 @@ enum {
 	O_RING,
 	O_TRIGGER,
 	O_MAX_SIZE,
+	O_FORCE,
 };
 
 /* The flags (options without an argument) into @o. */
@@ -371,6 +426,9 @@ static void trace_opt_flag(struct trace_opts *o, int c)
 		break;
 	case O_DROP:
 		o->drop = true;
+		break;
+	case O_FORCE:
+		o->force = true;
 		break;
 	}
 }
@@ -446,6 +504,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"ring", required_argument, NULL, O_RING},
 	    {"trigger", required_argument, NULL, O_TRIGGER},
 	    {"max-size", required_argument, NULL, O_MAX_SIZE},
+	    {"force", no_argument, NULL, O_FORCE},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -603,7 +662,10 @@ int cmd_trace(int argc, char **argv)
 	ctx.fmatched = fmatched;
 	ctx.nf = o.nf;
 	r.ctx = &ctx;
+	if (!o.force)
+		previous_aside(&ctx);
 	ret = agent_run(&r);
+	previous_settle(&ctx); /* if PROG never ran: on_ended() was not called */
 out:
 	free(notrace);
 	free(funcs);

@@ -10,14 +10,16 @@
 #
 # usage: scripts/trace-figures.sh [-n CALLS] [-z] [-k]
 #   -n CALLS  trace_demo --bench CALLS (default 10000000: 20 M events)
-#   -z        also the zstd trace (needs scripts/realprog.sh zstd once)
+#   -z        also the zstd trace: 160 KB of zstd's sources at -19 with two
+#             threads, about 130 M events (needs scripts/realprog.sh zstd once)
 #   -k        keep the traces (in $TF_DIR, default build/trace-figures)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 pk=${PROBEKIT:-$repo/build/cli/probekit}
 demo=$repo/build/examples/trace_demo
 zstd=${TF_ZSTD:-$repo/build/realprog/zstd/pfe/zstd}
-zdata=${TF_ZSTD_DATA:-$repo/build/realprog/zstd/data.2}
+zsrc=$repo/build/realprog/zstd/data.2 # zstd's own sources, as realprog.sh lays them out
+zdata=${TF_ZSTD_DATA:-$repo/build/realprog/zstd/data.fig}
 dir=${TF_DIR:-$repo/build/trace-figures}
 n=10000000 withz=false keep=false
 while getopts n:zk o; do
@@ -85,6 +87,7 @@ echo "# $(nproc) CPUs, $(sed -n 's/^model name\t: //p' /proc/cpuinfo | head -1);
 echo
 figures "trace_demo --bench $n" "$demo" --bench "$n"
 if $withz; then
+	[[ -f $zdata || ! -f $zsrc ]] || head -c 160000 "$zsrc" >"$zdata"
 	[[ -x $zstd && -f $zdata ]] || { echo "trace-figures: no $zstd: run scripts/realprog.sh zstd first" >&2; exit 1; }
-	figures "zstd -19 -T2" "$zstd" -q -f -19 -T2 -B512KiB "$zdata" -o "$dir/z.zst"
+	figures "zstd -19 -T2, 160 KB" "$zstd" -q -f -19 -T2 -B512KiB "$zdata" -o "$dir/z.zst"
 fi

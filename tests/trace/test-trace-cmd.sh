@@ -281,5 +281,18 @@ run -o svc.trace -- "$sigview" --crash
 check "sigview --crash: rc $rc" "[[ $rc == 143 ]]"
 check "sigview --crash: the trace ended by the signal" "grep -q 'svc.trace: [1-9][0-9]* events, 1 thread(s), ended by signal' err"
 
+# A run that records nothing keeps the trace that was there (and says so);
+# --force replaces it; a report of an empty trace warns.
+run -o keep.trace -- "$demo" --threads 1
+before=$(md5sum <keep.trace)
+run -f 'nomatch_*' -o keep.trace -- "$demo" --threads 1
+check "empty run: rc $rc, the previous trace kept" "[[ $rc == 0 && \$(md5sum <keep.trace) == '$before' ]]"
+check "empty run: says so" "grep -q 'nothing was recorded: the previous .*keep.trace is kept (--force' err && grep -q 'no event was recorded in' err"
+check "empty run: no file left aside" "[[ ! -e keep.trace.probekit-old ]]"
+run --force -f 'nomatch_*' -o keep.trace -- "$demo" --threads 1
+check "--force: replaced by the empty trace" "[[ \$(md5sum <keep.trace) != '$before' ]] && [[ ! -e keep.trace.probekit-old ]]"
+"$pk" report keep.trace >/dev/null 2>rep
+check "report of an empty trace warns" "grep -q 'keep.trace holds no event' rep"
+
 echo "trace_cmd: $pass passed, $fail failed"
 [[ $fail == 0 ]]

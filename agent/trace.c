@@ -222,23 +222,40 @@ static void on_fork_child(void)
 	pki_trace_busy--;
 }
 
+/* "probekit: pid N@what" then @fmt's line on stderr: a child's or exec'd program's note. */
+static void pid_note(const char *what, const char *fmt, va_list ap)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof(buf), "probekit: pid %d%s", (int)getpid(), what);
+
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	strcat(buf, "\n");
+	if (write(2, buf, strlen(buf)) < 0) {
+		/* nowhere to say it */
+	}
+}
+
+/* Something works less than asked (a missing --trigger function). */
+static void trace_note(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	pid_note(": ", fmt, ap);
+	va_end(ap);
+}
+
 /*
  * A child or exec'd program that cannot be traced says so on stderr (one
  * line, the cause named), instead of running untraced in silence.
  */
 static void untraced_note(const char *fmt, ...)
 {
-	char buf[512];
 	va_list ap;
-	int n = snprintf(buf, sizeof(buf), "probekit: pid %d not traced: ", (int)getpid());
 
 	va_start(ap, fmt);
-	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	pid_note(" not traced: ", fmt, ap);
 	va_end(ap);
-	strcat(buf, "\n");
-	if (write(2, buf, strlen(buf)) < 0) {
-		/* nowhere to say it */
-	}
 }
 
 /*
@@ -506,12 +523,22 @@ static bool trace_hook(bool initial)
 	 */
 	if (!ips_split(&nmain, &nlib))
 		FAIL(initial, "out of memory");
+	/*
+	 * The program the command started must have the trigger (a typo is
+	 * refused); a child or an exec'd program without it is traced with the
+	 * other triggers only, and says so.  Libraries loaded later are not
+	 * searched.
+	 */
 	if (conf->ring && conf->trigger && *conf->trigger &&
-	    !(agent_hook.trigger = trigger_ip(conf->trigger)))
-		FAIL_SAY(initial,
-			 "--trigger %s: no traced function has that name (-f/-N and "
-			 "'probekit sites -f PROG' say which are traced)",
-			 conf->trigger);
+	    !(agent_hook.trigger = trigger_ip(conf->trigger))) {
+		if (initial)
+			refuse("--trigger %s: no traced function has that name (-f/-N and "
+			       "'probekit sites -f PROG' say which are traced)",
+			       conf->trigger);
+		trace_note("--trigger %s: no traced function of that name here: SIGUSR2, a "
+			   "crash and the exit still write the rings",
+			   conf->trigger);
+	}
 	T.ops.func = conf->exits ? agent_on_entry_exit : agent_on_entry;
 	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
 	T.ops.filter.ips = T.main_ips;

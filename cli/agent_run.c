@@ -224,7 +224,7 @@ static void set_env_int(const char *name, int v)
 /* One run of PROG: what the steps of agent_run() share. */
 struct run {
 	const struct agent_run *r;
-	struct sigaction old_int, old_quit, old_term, old_hup; /* ours, as they were */
+	struct sigaction old[6]; /* ours, as they were: by index in relayed[] */
 	sigset_t old_mask;
 	int ctl[2];	   /* the control pipe: the agent's status line */
 	int outp[2];	   /* the report pipe, unless the caller gave out_fd */
@@ -236,6 +236,21 @@ struct run {
 	bool ctl_open, started; /* started: the agent said "ok" */
 };
 
+/*
+ * What we do with the signals meant for PROG while it runs.  Like
+ * system(3), the terminal's ^C and ^\ reach PROG itself, and we wait for
+ * it; the others, sent to us (kill %1, pkill), are passed on to PROG:
+ * SIGUSR2 is the flight recorder's trigger (trace --ring).
+ */
+static const int relayed[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+#define NRELAYED (sizeof(relayed) / sizeof(relayed[0]))
+
+static void relay_restore(const struct run *x)
+{
+	for (size_t i = 0; i < NRELAYED; i++)
+		sigaction(relayed[i], &x->old[i], NULL);
+}
+
 /* In the child: never returns. */
 static void child_exec(const struct run *x)
 {
@@ -245,10 +260,7 @@ static void child_exec(const struct run *x)
 	int ctl_w = x->ctl[1], out_w = x->out_w;
 	int ctl = high_fd(ctl_w), out = out_w >= 0 ? high_fd(out_w) : -1, err;
 
-	sigaction(SIGINT, &x->old_int, NULL);
-	sigaction(SIGQUIT, &x->old_quit, NULL);
-	sigaction(SIGTERM, &x->old_term, NULL);
-	sigaction(SIGHUP, &x->old_hup, NULL);
+	relay_restore(x);
 	sigprocmask(SIG_SETMASK, &x->old_mask, NULL);
 	if (ctl != ctl_w)
 		close(ctl_w);
@@ -343,11 +355,9 @@ static int run_start(struct run *x)
 			return cli_error("pipe: %s", strerror(errno)), 125;
 		x->out_w = x->outp[1];
 	}
-	/* Like system(3): the terminal's ^C and ^\ reach PROG itself; we wait for it. */
-	sigaction(SIGINT, &ign, &x->old_int);
-	sigaction(SIGQUIT, &ign, &x->old_quit);
-	sigaction(SIGTERM, &fwd, &x->old_term);
-	sigaction(SIGHUP, &fwd, &x->old_hup);
+	for (size_t i = 0; i < NRELAYED; i++)
+		sigaction(relayed[i], relayed[i] == SIGINT || relayed[i] == SIGQUIT ? &ign : &fwd,
+			  &x->old[i]);
 	sigprocmask(SIG_SETMASK, NULL, &x->old_mask);
 	fflush(NULL);
 	x->pid = fork();
@@ -476,10 +486,7 @@ int agent_run(const struct agent_run *r)
 		return ret;
 	run_wait(&x);
 	child_pid = 0;
-	sigaction(SIGINT, &x.old_int, NULL);
-	sigaction(SIGQUIT, &x.old_quit, NULL);
-	sigaction(SIGTERM, &x.old_term, NULL);
-	sigaction(SIGHUP, &x.old_hup, NULL);
+	relay_restore(&x);
 	if (!x.started)
 		return not_started(&x);
 	if (r->report_end && r->relay_fd >= 0)

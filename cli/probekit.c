@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <probekit/probekit.h>
 
@@ -68,7 +69,7 @@ unsigned long long cli_parse_size(const char *opt, const char *val)
 	v = strtoull(val, &end, 10);
 	u = *end ? strchr(units, *end & ~0x20) : NULL;
 	if (errno || end == val ||
-	    (*end && (!u || (end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB"))))) {
+	    (*end && (!u || (end[1] && strcasecmp(end + 1, "B") && strcasecmp(end + 1, "iB"))))) {
 		cli_usage_error("option %s: '%s' is not a size (e.g. 512K, 4M, 1G)", opt, val);
 		exit(2);
 	}

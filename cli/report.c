@@ -276,8 +276,10 @@ static void report_header_print(const struct pki_trace_file *f)
 	printf("\n");
 	cli_ring_summary(f, buf, sizeof(buf));
 	if (buf[0])
-		printf("# %s: the calls open where events were overwritten count as still open\n",
-		       buf);
+		printf("# %s%s\n", buf,
+		       f->last_trigger.overwritten
+			   ? ": the calls open where events were overwritten count as still open"
+			   : "");
 }
 
 /* One table for the process, or one per thread with @per_thread. */
@@ -294,7 +296,7 @@ static void report_tables_print(const struct pki_trace_file *f, const struct pki
 		const struct pki_trace_thread *t = &f->threads[i];
 
 		printf("\n# thread %u (tid %u, %s): %zu events, %llu lost\n", t->tsn, t->tid,
-		       thread_name(t), t->nev, (unsigned long long)t->lost);
+		       thread_name(t), t->nev - t->ngaps, (unsigned long long)t->lost);
 		print_table(f, r, t->tsn, raw);
 	}
 }

@@ -58,14 +58,17 @@ static const char usage[] =
     "      --drop            lose the events that find the buffer full (counted)\n"
     "                        rather than slow PROG down\n"
     "      --ring SIZE       flight recorder: each thread keeps its last SIZE of\n"
-    "                        events (e.g. 1M: 65536 events; 16K to 1G) in a ring\n"
-    "                        that overwrites the oldest, written to FILE only on\n"
-    "                        a trigger: SIGUSR2 (if PROG leaves it at its\n"
-    "                        default), --trigger, a crash, exec, or PROG's exit.\n"
-    "                        Each trigger adds what is new since the last one\n"
+    "                        events (e.g. 1M: 65536 events; 16K to 1G, rounded\n"
+    "                        up to a power of two) in a ring that overwrites the\n"
+    "                        oldest, written to FILE only on a trigger: SIGUSR2\n"
+    "                        sent to PROG or to probekit (if PROG leaves it at\n"
+    "                        its default), --trigger, a fatal signal, exec, or\n"
+    "                        PROG's exit (SIGKILL leaves nothing). Each trigger\n"
+    "                        adds what is new since the last one. Past 64 MiB of\n"
+    "                        live rings (or twice SIZE), new threads' are smaller\n"
     "      --trigger FUNC    with --ring: a trigger at every entry of the traced\n"
-    "                        function FUNC (each costs a write of the rings'\n"
-    "                        new events)\n"
+    "                        function FUNC (each writes the rings' new events,\n"
+    "                        inside FUNC's call: its time counts in FUNC's)\n"
     "      --max-size SIZE   stop writing events once a trace file reaches SIZE\n"
     "                        (e.g. 500M, 2G; at least 1M): the file keeps what\n"
     "                        came before, later events are counted as lost\n"
@@ -258,14 +261,25 @@ static void previous_settle(struct trace_ctx *c)
 		c->file);
 }
 
-/* Move an existing trace FILE aside (FILE.probekit-old), for previous_settle(). */
+/*
+ * Move an existing trace FILE aside (FILE.probekit-old), for
+ * previous_settle().  Only a regular file of ours with one link, in a
+ * directory no one else can write to: elsewhere the file may be someone
+ * else's, planted there, and the agent's own checks decide (its
+ * file_create() refuses to truncate it).
+ */
 static void previous_aside(struct trace_ctx *c)
 {
-	struct stat st;
+	char dirbuf[PATH_MAX];
+	struct stat st, dst;
 
 	snprintf(c->old, sizeof(c->old), "%s.probekit-old", c->file);
-	c->has_old = !lstat(c->file, &st) && S_ISREG(st.st_mode) && st.st_size > 0 &&
-		     !rename(c->file, c->old);
+	snprintf(dirbuf, sizeof(dirbuf), "%s", c->file);
+	if (lstat(c->file, &st) || !S_ISREG(st.st_mode) || !st.st_size ||
+	    st.st_uid != geteuid() || st.st_nlink != 1 || stat(dirname(dirbuf), &dst) ||
+	    (dst.st_mode & (S_IWGRP | S_IWOTH)) || (dst.st_uid != geteuid() && dst.st_uid))
+		return;
+	c->has_old = !rename(c->file, c->old);
 }
 
 /* The main file, then its siblings, then what was lost and what never matched. */
@@ -462,7 +476,7 @@ static bool trace_opt_ring(struct trace_opts *o, const char *arg)
 {
 	unsigned long long bytes = cli_parse_size("--ring", arg);
 
-	if (o->buffer)
+	if (o->buffer && !o->ring)
 		return cli_usage_error("trace: --ring SIZE sets the buffer: not with --buffer"),
 		       false;
 	if (bytes < (16u << 10) || bytes > (1ull << 30))

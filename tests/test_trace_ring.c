@@ -308,6 +308,109 @@ START_TEST(exited_thread_kept_until_snapshot)
 }
 END_TEST
 
+/*
+ * A thread keeps its buffer from an earlier session (65536 events) into a
+ * ring session of 1024: the copy must fit its ring, not the session's.
+ */
+START_TEST(ring_of_an_earlier_session)
+{
+	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = 65536,
+		.no_drainer = true, .program = "test-ring");
+	struct pki_trace_file *f;
+	uint64_t i;
+
+	ring_open(1024, false); /* a path, then closed and reopened plain */
+	pki_trace_close();
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	put(0);
+	pki_trace_close();
+	ring_open(1024, false);
+	for (i = 0; i < 200000; i++)
+		put(i);
+	ck_assert_int_eq(pki_trace_snapshot(PKI_TRIGGER_CALL, 0, 0), 0);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = ring_read();
+	ck_assert_uint_eq(f->nevents, 65536);
+	ck_assert_uint_eq(f->threads[0].overwritten, 200000 - 65536);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/*
+ * The file stops taking writes in the middle of a snapshot (opts.max_size,
+ * as a full file system: the records shrink to fit, then writing stops),
+ * and more events come after: every event the thread wrote is in the
+ * file, lost or overwritten, each counted once.
+ */
+START_TEST(write_failure_counts_each_event_once)
+{
+	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = 8192, .ring = true,
+		.no_drainer = true, .max_size = 64 << 10, .program = "test-ring");
+	struct pki_trace_counts c;
+	struct pki_trace_file *f;
+	uint64_t i;
+
+	ring_open(1024, false); /* the path */
+	pki_trace_close();
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	for (i = 0; i < 20000; i++)
+		put(i);
+	ck_assert_int_eq(pki_trace_snapshot(PKI_TRIGGER_CALL, 0, 0), -EFBIG);
+	pki_trace_counts(&c);
+	ck_assert_uint_gt(c.recorded, 0);
+	ck_assert_uint_lt(c.recorded, 8192);
+	ck_assert_uint_eq(c.recorded + c.lost + c.overwritten, 20000);
+	for (; i < 50000; i++)
+		put(i);
+	pki_trace_snapshot(PKI_TRIGGER_CALL, 0, 0);
+	pki_trace_counts(&c);
+	ck_assert_uint_eq(c.recorded + c.lost + c.overwritten, 50000);
+	ck_assert_int_eq(pki_trace_close(), -EFBIG);
+	f = ring_read();
+	ck_assert_uint_eq(f->nevents, c.recorded);
+	ck_assert_uint_eq(f->end.recorded + f->end.lost + f->last_trigger.overwritten, 50000);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/*
+ * 20 threads, one after the other, each filling a ring of 4 MiB and
+ * exiting before the snapshot: 80 MiB, past the 64 MiB budget, yet each
+ * keeps its whole ring (exited threads' rings do not shrink new ones).
+ */
+static void *fill_ring(void *arg)
+{
+	uint64_t base = (uint64_t)(uintptr_t)arg;
+
+	for (uint64_t i = 0; i < 270000; i++)
+		put(base + i);
+	return NULL;
+}
+
+START_TEST(exited_rings_do_not_shrink_new_ones)
+{
+	struct pki_trace_file *f;
+	pthread_t th;
+
+	ring_open(1u << 18, false);
+	for (int k = 0; k < 20; k++) {
+		ck_assert_int_eq(
+		    pthread_create(&th, NULL, fill_ring, (void *)(uintptr_t)(k * 1000000ull)), 0);
+		pthread_join(th, NULL);
+	}
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = ring_read();
+	ck_assert_uint_eq(f->nthreads, 20);
+	for (size_t j = 0; j < f->nthreads; j++)
+		ck_assert_msg(f->threads[j].nev - f->threads[j].ngaps == 1u << 18,
+			      "thread %zu: %zu events", j, f->threads[j].nev - f->threads[j].ngaps);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("trace_ring");
@@ -320,6 +423,9 @@ int main(void)
 	tcase_add_test(tc, replay_cuts_at_gap);
 	tcase_add_test(tc, sigusr2_snapshots);
 	tcase_add_test(tc, exited_thread_kept_until_snapshot);
+	tcase_add_test(tc, ring_of_an_earlier_session);
+	tcase_add_test(tc, write_failure_counts_each_event_once);
+	tcase_add_test(tc, exited_rings_do_not_shrink_new_ones);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -363,7 +363,31 @@ static bool trace_bench_parse(struct trace_bench *b, int argc, char **argv, int 
 	return false;
 }
 
-/* @b's self and prog (default: examples/trace_demo next to us); 0 or the exit status. */
+/*
+ * The default trace_demo into @b->prog: the build tree's (examples/ beside
+ * cli/), the installed one (PK_LIBEXEC_DIR), or, for a prefix moved since,
+ * libexec/probekit/ beside our bin/.  0, or -ENOENT with the last one tried.
+ */
+static int trace_demo_find(struct trace_bench *b)
+{
+	static const char *const rel[] = {"/../examples/trace_demo", NULL,
+					  "/../libexec/probekit/trace_demo"};
+	char dir[sizeof(b->self)];
+
+	snprintf(dir, sizeof(dir), "%s", b->self);
+	*strrchr(dir, '/') = 0;
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		if (rel[i])
+			snprintf(b->prog, sizeof(b->prog), "%s%s", dir, rel[i]);
+		else
+			snprintf(b->prog, sizeof(b->prog), "%s", PK_LIBEXEC_DIR "/trace_demo");
+		if (!access(b->prog, X_OK))
+			return 0;
+	}
+	return -ENOENT;
+}
+
+/* @b's self and prog (default: trace_demo_find()); 0 or the exit status. */
 static int trace_bench_find_progs(struct trace_bench *b)
 {
 	ssize_t len;
@@ -372,11 +396,10 @@ static int trace_bench_find_progs(struct trace_bench *b)
 	if (len <= 0)
 		return cli_error("cannot find myself");
 	b->self[len] = 0;
-	if (!b->prog[0]) {
-		snprintf(b->prog, sizeof(b->prog), "%s", b->self);
-		*strrchr(b->prog, '/') = 0;
-		strcat(b->prog, "/../examples/trace_demo");
-	}
+	if (!b->prog[0] && trace_demo_find(b))
+		return cli_error("no trace_demo beside this probekit (build tree) nor in %s "
+				 "(installed): give --prog PATH",
+				 PK_LIBEXEC_DIR);
 	if (access(b->prog, X_OK))
 		return cli_error("%s: %s (give --prog PATH to examples/trace_demo)", b->prog,
 				 strerror(errno));

@@ -375,6 +375,7 @@ static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
 		if (PKI_EV_KIND(e.word) == PKI_EV_GAP) {
 			t->overwritten += PKI_EV_FN(e.word);
+			t->ngaps++;
 			f->ngaps++;
 			gaps++;
 			continue; /* a marker: its time is its next event's */

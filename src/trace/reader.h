@@ -46,6 +46,7 @@ struct pki_trace_thread {
 	struct pki_trace_event *ev; /* in file order; NULL unless the events were kept */
 	size_t nev, cap;	    /* nev: events in the file (kept or not), GAPs included */
 	uint64_t overwritten;	    /* flight recorder: the sum of its GAP events */
+	size_t ngaps;		    /* its GAP events (in nev, not events of the program) */
 	uint64_t recorded, lost;    /* from its latest LOST record (0 if none) */
 };
 

@@ -547,6 +547,16 @@ static void queue_landed(struct pki_trace_buf *b, uint64_t t)
 
 static int ring_events(struct pki_trace_buf *b);
 
+/* The flight recorder's state (see "the flight recorder" below). */
+#define RING_DEAD_KEEP 256u /* exited threads whose rings wait for the next snapshot, at most */
+
+static struct {
+	struct pki_trace_event *scratch; /* writer only: one ring + the GAP event */
+	size_t scratch_len;
+	uint64_t overwritten; /* writer only: GAPs written + exited threads' rings freed */
+	uint64_t snapshots;   /* writer only: TRIGGER records */
+} R;
+
 /*
  * Copy @b's published events to the file and free their slots.  The acquire
  * load of head pairs with the owner's release store: slots below head are
@@ -566,8 +576,10 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		 */
 		h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
 		l = b->tail;
-		if (S.ring && h - l > b->mask + 1)
-			l = h - b->mask - 1; /* the older ones were overwritten, not lost */
+		if (S.ring && h - l > b->mask + 1) { /* the older ones were overwritten, not lost */
+			R.overwritten += h - l - (b->mask + 1);
+			l = h - b->mask - 1;
+		}
 		b->dropped += h - l;
 		__atomic_store_n(&b->tail, h, __ATOMIC_RELEASE);
 		if (!trailer || S.f.fd < 0 || !trailer_room(2 * sizeof(struct pki_rec_lost) + 64))
@@ -614,7 +626,8 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 
 static void buf_free(struct pki_trace_buf *b)
 {
-	__atomic_sub_fetch(&S.buf_mem, b->map_len, __ATOMIC_RELAXED);
+	if (!b->budget_out)
+		__atomic_sub_fetch(&S.buf_mem, b->map_len, __ATOMIC_RELAXED);
 	munmap(b, b->map_len);
 }
 
@@ -708,14 +721,6 @@ static int drain_all(bool reap, bool trailer, bool *busy)
  * The scratch copy is needed because emit() reads the events twice (the
  * CRC, then pwritev()): from the ring itself, the two could differ.
  */
-#define RING_DEAD_KEEP 256u /* exited threads whose rings wait for the next snapshot */
-
-static struct {
-	struct pki_trace_event *scratch; /* writer only: one ring + the GAP event */
-	size_t scratch_len;
-	uint64_t overwritten; /* writer only: GAPs written + exited threads' rings freed */
-	uint64_t snapshots;   /* writer only: TRIGGER records */
-} R;
 
 /* Copy @b's unwritten events to R.scratch + 1; how many, from event *@from. */
 static uint64_t ring_copy(struct pki_trace_buf *b, uint64_t *from)
@@ -768,15 +773,20 @@ static int ring_events(struct pki_trace_buf *b)
 		n++;
 	}
 	err = emit_events(b, first, ~0ull, 0, n, &done, NULL);
-	if (done && gap) { /* the GAP is a marker, not an event of the program */
+	if (gap && !done)
+		return err; /* nothing landed, the GAP neither: all of it waits */
+	if (gap) {	    /* the GAP is a marker, not an event of the program */
 		R.overwritten += gap;
 		done--;
 	}
 	b->recorded += done;
 	S.recorded += done;
-	/* Release: the owner's look at tail (pki_trace_put()) is an acquire load. */
-	if (!err)
-		__atomic_store_n(&b->tail, start + done, __ATOMIC_RELEASE);
+	/*
+	 * What landed is behind us, even if the write then failed (the rest
+	 * waits, or the next drain counts it lost).  Release: the owner's look
+	 * at tail (pki_trace_put()) is an acquire load.
+	 */
+	__atomic_store_n(&b->tail, start + done, __ATOMIC_RELEASE);
 	return err;
 }
 
@@ -798,15 +808,18 @@ static int emit_trigger(uint32_t why, int signo, uint64_t fn, uint64_t ticks)
 
 /*
  * The drainer's job in a ring session: free the rings of exited threads
- * once a snapshot has taken them, and, past RING_DEAD_KEEP of them waiting,
- * the oldest ones anyway (their events counted as overwritten), so that a
- * program that makes threads without end has bounded memory.  The list has
+ * once a snapshot has taken them, and, past RING_DEAD_KEEP of them waiting
+ * or past S.buf_budget bytes of them, the oldest ones anyway (their events
+ * counted as overwritten), so that a program that makes threads without end
+ * has bounded memory.  Exited threads' rings are out of the budget that
+ * makes new threads' rings smaller (buf_release()): a pool of their own.  The list has
  * the newest buffers first.  Freeing is safe as in drain_all().
  */
 static void ring_reap(void)
 {
 	struct pki_trace_buf *b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE), *next;
 	uint32_t waiting = 0;
+	size_t bytes = 0;
 
 	for (; b; b = next) {
 		uint64_t unwritten;
@@ -815,7 +828,8 @@ static void ring_reap(void)
 		if (!__atomic_load_n(&b->dead, __ATOMIC_ACQUIRE))
 			continue;
 		unwritten = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE) - b->tail;
-		if (unwritten && ++waiting <= RING_DEAD_KEEP)
+		if (unwritten && ++waiting <= RING_DEAD_KEEP &&
+		    (bytes += b->map_len) <= S.buf_budget)
 			continue;
 		if (b->announced) /* its LOST records are in the file: END must count them */
 			S.gone_lost += b->lost_reported - b->lost_base;
@@ -825,12 +839,20 @@ static void ring_reap(void)
 	}
 }
 
-/* One scratch ring, as large as any buffer (S.cap, the largest) and a GAP. */
+/*
+ * One scratch ring, as large as any buffer and a GAP: the session's new
+ * buffers have @cap events at most, but the threads of an earlier session
+ * keep theirs (session_reset_bufs()), which may be larger.
+ */
 static int ring_setup(uint32_t cap)
 {
-	size_t len = ((size_t)cap + 1) * sizeof(struct pki_trace_event);
+	const struct pki_trace_buf *b;
+	size_t len, most = cap;
 
-	R.overwritten = R.snapshots = 0;
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
+		if (b->mask + 1 > most)
+			most = b->mask + 1;
+	len = (most + 1) * sizeof(struct pki_trace_event);
 	if (R.scratch_len >= len)
 		return 0;
 	if (R.scratch)
@@ -943,6 +965,14 @@ static void buf_release(void *arg)
 	if (!sigaltstack(NULL, &ss) && ss.ss_sp == (char *)b + b->map_len - ALTSTACK_LEN) {
 		ss.ss_flags = SS_DISABLE;
 		sigaltstack(&ss, NULL);
+	}
+	/*
+	 * A ring waits for the next snapshot (ring_reap()), in a pool of its
+	 * own: the rings of threads that exited must not shrink new threads'.
+	 */
+	if (pki_trace_ring) {
+		b->budget_out = 1;
+		__atomic_sub_fetch(&S.buf_mem, b->map_len, __ATOMIC_RELAXED);
 	}
 	/* Last access: from here the writer may free @b. */
 	__atomic_store_n(&b->dead, 1, __ATOMIC_RELEASE);
@@ -1560,6 +1590,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.waiters = 0;
 	pki_trace_drop = opts->drop;
 	S.ring = pki_trace_ring = opts->ring;
+	R.overwritten = R.snapshots = 0;
 	S.max_size = opts->max_size;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
@@ -1694,7 +1725,11 @@ int pki_trace_flush(void)
 
 	pki_trace_busy++;
 	writer_lock(&saved);
-	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
+		;
+	else if (S.ring) /* a ring's events are written by snapshots only */
+		err = ring_snapshot(PKI_TRIGGER_CALL, 0, 0, false);
+	else
 		err = drain_all(true, false, NULL);
 	writer_unlock_restore(&saved);
 	pki_trace_busy--;

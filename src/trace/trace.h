@@ -113,7 +113,7 @@ const char *pki_trace_open_hint(int err);
  */
 int pki_trace_close(void);
 
-/* Drain every buffer now (normal context); the file stays open. */
+/* Drain every buffer now (normal context); the file stays open.  A ring session: a snapshot. */
 int pki_trace_flush(void);
 
 /* Name things for the reader.  @id > 0.  0 or -errno. */
@@ -196,8 +196,8 @@ struct pki_trace_buf {
 	uint64_t dropped; /* writer only: drained but not written (the file could not take them) */
 	uint32_t tid;
 	uint32_t announced;
-	uint32_t dead; /* set (release) by the owner when it exits: it won't write again */
-	uint32_t reserved;
+	uint32_t dead;	     /* set (release) by the owner when it exits: it won't write again */
+	uint32_t budget_out; /* owner, before dead: its ring no longer counts in S.buf_mem */
 	struct pki_trace_buf *next; /* session list: pushed lock-free, unlinked by the writer */
 	size_t map_len;
 	char name[16];

@@ -13,7 +13,8 @@ meson install -C "$tmp/build" --quiet >/dev/null
 
 p=$tmp/prefix
 for f in bin/probekit include/probekit/probekit.h lib/libprobekit.so lib/libprobekit.a \
-	lib/pkgconfig/probekit.pc lib/probekit/libprobekit-agent.so share/man/man1/probekit.1; do
+	lib/pkgconfig/probekit.pc lib/probekit/libprobekit-agent.so share/man/man1/probekit.1 \
+	libexec/probekit/trace_demo; do
 	[[ -e $p/$f ]] || { echo "FAIL: $f not installed"; exit 1; }
 done
 
@@ -58,4 +59,13 @@ if [[ $rc -ne 4 || $n -ne 3 ]]; then
 	cat "$tmp/hits"
 	exit 1
 fi
+# The installed command's benchmark finds the installed trace_demo.
+(unset PROBEKIT_AGENT; "$p/bin/probekit" bench trace --calls 20000 --runs 1 --work 0 --no-uftrace) \
+	>"$tmp/bench" 2>&1 || { echo "FAIL: installed probekit bench trace:"; cat "$tmp/bench"; exit 1; }
+# The static link that works without static system libraries (Debian ships
+# no libZydis.a): libprobekit.a, the system libraries shared.
+cc -Wall -Wextra -Werror -pthread -o "$tmp/static2" "$src/tests/install/consumer.c" \
+	$(pkg-config --cflags probekit) -Wl,-Bstatic -L"$p/lib" -lprobekit -Wl,-Bdynamic \
+	$(pkg-config --static --libs-only-l probekit | sed 's/-lprobekit//')
+"$tmp/static2"
 echo "install: ok"

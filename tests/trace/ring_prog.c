@@ -4,13 +4,17 @@
  * N times, then the trigger of the mode, then phase_b() N times, then exit.
  * The trigger: "signal" raises SIGUSR2 (left at its default); "func" calls
  * ring_mark(); "crash" dies by SIGSEGV; "own" installs its own SIGUSR2
- * handler first and raises it (the program's handler must run); "none" has
- * no trigger but the exit.  Prints what it did, for the test to compare.
+ * handler first and raises it (the program's handler must run); "wait"
+ * creates the file "ready" and waits (at most 20 s) for a file "go", so that
+ * the test can signal it (or probekit) meanwhile; "none" has no trigger but
+ * the exit.  Prints what it did, for the test to compare.
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static volatile unsigned long sink;
 static volatile sig_atomic_t handled;
@@ -52,6 +56,15 @@ int main(int argc, char **argv)
 		ring_mark();
 	else if (!strcmp(mode, "crash"))
 		*nowhere = 1;
+	else if (!strcmp(mode, "wait")) {
+		struct timespec ts = {0, 10000000};
+		FILE *f = fopen("ready", "w");
+
+		if (f)
+			fclose(f);
+		for (int k = 0; k < 2000 && access("go", F_OK); k++)
+			nanosleep(&ts, NULL);
+	}
 	for (i = 0; i < n; i++)
 		phase_b(i);
 	printf("phase_a %lu\nphase_b %lu\nhandled %d\n", n, n, (int)handled);

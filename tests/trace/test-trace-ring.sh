@@ -55,7 +55,21 @@ run --ring 16K -o own.trace -- "$prog" own $n
 check "own: rc $rc, the program's handler ran" "[[ $rc == 0 ]] && grep -qx 'handled 1' out"
 check "own: no SIGUSR2 snapshot" "grep -q 'own.trace: flight recorder: 1 snapshot(s) (1 exit)' err"
 
-# 6. Usage errors, named.
+# 6. SIGUSR2 sent to probekit itself (kill %1, pkill) reaches PROG: a snapshot.
+rm -f ready go
+"$pk" trace --ring 16K -o fwd.trace -- "$prog" wait $n >out 2>err &
+pkpid=$!
+for ((k = 0; k < 2000; k++)); do [[ -e ready ]] && break; sleep 0.01; done
+kill -USR2 $pkpid
+sleep 0.2
+touch go
+wait $pkpid
+rc=$?
+check "usr2 to probekit: rc $rc, summary" "[[ $rc == 0 ]] && grep -q 'fwd.trace: flight recorder: 2 snapshot(s) (1 SIGUSR2, 1 exit)' err"
+a=$(calls fwd.trace phase_a)
+check "usr2 to probekit: phase_a $a" "near512 $a"
+
+# 7. Usage errors, named.
 run --trigger ring_mark -- "$prog" none 10
 check "--trigger without --ring refused" "[[ $rc == 125 ]] && grep -q 'needs --ring' err"
 run --ring 1K -- "$prog" none 10
@@ -64,6 +78,8 @@ run --ring 16K --trigger no_such_fn -o x.trace -- "$prog" none 10
 check "--trigger unknown function refused" "[[ $rc == 125 ]] && grep -q 'no_such_fn: no traced function' err"
 run --ring 16K --drop -- "$prog" none 10
 check "--ring --drop refused" "[[ $rc == 125 ]] && grep -q 'never waits' err"
+run --ring 16K --ring 32kb -o twice.trace -- "$prog" none 10
+check "--ring twice: the last one, '32kb' read as 32 KiB" "[[ $rc == 0 ]] && grep -q 'twice.trace: flight recorder' err"
 
 echo "$pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -187,6 +187,39 @@ START_TEST(refusals_are_named)
 	said[0] = 0;
 	ck_assert_int_eq(pk_ops_register(&bad), -EINVAL);
 	ck_assert_msg(strstr(said, "no func"), "%s", said);
+	/* ... and so does every other call of hook.h (issue #12). */
+	said[0] = 0;
+	ck_assert_int_eq(pk_ops_unregister(&o), -ENOENT);
+	ck_assert_msg(strstr(said, "pk_ops_unregister") && strstr(said, "not registered"), "%s",
+		      said);
+	said[0] = 0;
+	ck_assert_int_lt(pk_direct_add(&(struct pk_direct_entry){.ip = ip, .addr = 1}, 1), 0);
+	ck_assert_msg(strstr(said, "pk_direct_add: entry 0") && strstr(said, "site"), "%s", said);
+	said[0] = 0;
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){.ip = ip, .addr = 0}, 1), -EINVAL);
+	ck_assert_msg(strstr(said, "no trampoline address"), "%s", said);
+	said[0] = 0;
+	{
+		unsigned long site = (unsigned long)site_of(pkt_lib_add);
+
+		ck_assert_int_eq(pk_direct_del(&site, 1), -ENOENT);
+		ck_assert_msg(strstr(said, "pk_direct_del") && strstr(said, "no direct trampoline"),
+			      "%s", said);
+	}
+	said[0] = 0;
+	ck_assert_int_eq(pk_txn_commit(), -EINVAL);
+	ck_assert_msg(strstr(said, "pk_txn_commit") && strstr(said, "no transaction open"), "%s",
+		      said);
+	said[0] = 0;
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_txn_begin(), -EBUSY);
+	ck_assert_msg(strstr(said, "open already"), "%s", said);
+	ck_assert_int_eq(pk_txn_abort(), 0);
+	said[0] = 0;
+	errno = 0;
+	ck_assert_ptr_null(pk_tramp_new(NULL, 0));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(said, "pk_tramp_new: no handler"), "%s", said);
 	pk_set_print(NULL);
 }
 END_TEST

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "hook/gp.h"
 #include "hook/registry.h"
 
@@ -23,7 +24,7 @@ static int cmp_ptr(const void *a, const void *b)
 }
 
 /* -EINVAL if a site appears twice in @ss (sorting a copy: batches may be big). */
-static int sites_unique(struct site *const *ss, size_t n)
+static int sites_unique(const char *call, struct site *const *ss, size_t n)
 {
 	struct site **v;
 	int err = 0;
@@ -36,9 +37,30 @@ static int sites_unique(struct site *const *ss, size_t n)
 	memcpy(v, ss, n * sizeof(*v));
 	qsort(v, n, sizeof(*v), cmp_ptr);
 	for (size_t i = 1; i < n && !err; i++)
-		if (v[i] == v[i - 1])
+		if (v[i] == v[i - 1]) {
+			pki_warn("hooks: %s: site %#lx is in the batch twice: %s\n", call, v[i]->ip,
+				 pki_errstr(EINVAL));
 			err = -EINVAL;
+		}
 	free(v);
+	return err;
+}
+
+static const char *const direct_call[] = {"pk_direct_add", "pk_direct_del", "pk_direct_mod"};
+
+/*
+ * Entry @i (ip @ip) of a batch refused with @err: say why (@why, or what
+ * __pki_hook_site_get()'s @err means), and return @err.
+ */
+static int direct_refuse(enum direct_op op, size_t i, unsigned long ip, int err, const char *why)
+{
+	if (!why)
+		why = err == -ENOENT  ? "is no site"
+		      : err == -EBUSY ? "is someone else's code, not a site"
+				      : "cannot be hooked";
+	if (err != -ENOMEM)
+		pki_warn("hooks: %s: entry %zu: %#lx %s: %s\n", direct_call[op], i, ip, why,
+			 pki_errstr(-err));
 	return err;
 }
 
@@ -54,19 +76,21 @@ static int __direct_stage(enum direct_op op, const unsigned long *ips,
 		unsigned long ip = e ? e[i].ip : ips[i];
 
 		if (e && !e[i].addr) {
-			err = -EINVAL;
+			err = direct_refuse(op, i, ip, -EINVAL, "has no trampoline address (addr 0)");
 			break;
 		}
 		err = __pki_hook_site_get(ip, &ss[i]);
 		if (err)
-			break;
-		if (op == DIRECT_ADD && ss[i]->direct)
-			err = -EEXIST;
+			direct_refuse(op, i, ip, err, NULL);
+		else if (op == DIRECT_ADD && ss[i]->direct)
+			err = direct_refuse(op, i, ip, -EEXIST,
+					    "has a direct trampoline already (pk_direct_mod "
+					    "changes it)");
 		else if (op != DIRECT_ADD && !ss[i]->direct)
-			err = -ENOENT;
+			err = direct_refuse(op, i, ip, -ENOENT, "has no direct trampoline");
 	}
 	if (!err)
-		err = sites_unique(ss, n);
+		err = sites_unique(direct_call[op], ss, n);
 	for (size_t i = 0; i < n && !err; i++)
 		err = __pki_hook_site_prepare(ss[i], 0);
 	if (!err)

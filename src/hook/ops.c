@@ -161,8 +161,11 @@ static int __ops_unregister(struct pk_ops *ops)
 	struct ops_priv *p = ops ? ops->private : NULL;
 	int err;
 
-	if (!p || !p->staged)
+	if (!p || !p->staged) {
+		pki_warn("hooks: pk_ops_unregister: this ops is not registered: %s\n",
+			 pki_errstr(ENOENT));
 		return -ENOENT;
+	}
 	err = p->registered ? GROW(pki_reg.changes, pki_reg.changes.n + 1) : 0;
 	for (size_t i = 0; i < p->nips && !err; i++)
 		err = __pki_hook_site_prepare(__pki_hook_site_find(p->ips[i]), 0);

@@ -24,6 +24,7 @@
 
 #include <probekit/hook.h>
 
+#include "base/log.h"
 #include "hook/gp.h"
 #include "hook/registry.h"
 
@@ -127,6 +128,8 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	int err;
 
 	if (!handler || (flags & ~PK_TRAMP_F_NOVEC)) {
+		pki_warn("hooks: pk_tramp_new: %s: %s\n", !handler ? "no handler" : "unknown flags",
+			 pki_errstr(EINVAL));
 		errno = EINVAL;
 		return NULL;
 	}

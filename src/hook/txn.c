@@ -59,8 +59,12 @@ void pki_hook_set_poke(pki_poke_fn fn)
  */
 int pki_hook_enter(void)
 {
-	if (pki_tramp_in_hook())
+	if (pki_tramp_in_hook()) {
+		pki_warn("hooks: called from inside a hook: hooks cannot be changed from a hook's "
+			 "callback: %s\n",
+			 pki_errstr(EDEADLK));
 		return -EDEADLK;
+	}
 	pki_hook_notify_init();
 	pthread_mutex_lock(&pki_reg.lock);
 	/* Broken first: in such a fork child nobody is left to end another thread's transaction. */
@@ -68,6 +72,9 @@ int pki_hook_enter(void)
 		pthread_cond_wait(&txn_cv, &pki_reg.lock);
 	if (pki_reg.broken) {
 		pthread_mutex_unlock(&pki_reg.lock);
+		pki_warn("hooks: this fork child cannot change hooks: another thread of the "
+			 "parent was inside a hook call at fork(): %s\n",
+			 pki_errstr(ENOTRECOVERABLE));
 		return -ENOTRECOVERABLE;
 	}
 	if (!pki_reg.txn_open && pki_hook_objects_pending())
@@ -295,8 +302,13 @@ int pk_txn_begin(void)
 {
 	int err;
 
-	if (txn_mine)
+	if (txn_mine) {
+		pki_warn("hooks: pk_txn_begin: %s: %s\n",
+			 pki_tramp_in_hook() ? "called from inside a hook"
+					     : "this thread's transaction is open already",
+			 pki_errstr(pki_tramp_in_hook() ? EDEADLK : EBUSY));
 		return pki_tramp_in_hook() ? -EDEADLK : -EBUSY;
+	}
 	err = pki_hook_enter();
 	if (err)
 		return err;
@@ -313,10 +325,16 @@ static int txn_end(bool commit)
 {
 	int err = -ENOTRECOVERABLE;
 
-	if (!txn_mine)
+	if (!txn_mine) {
+		pki_warn("hooks: %s: this thread has no transaction open (pk_txn_begin): %s\n",
+			 commit ? "pk_txn_commit" : "pk_txn_abort", pki_errstr(EINVAL));
 		return -EINVAL;
-	if (pki_tramp_in_hook())
+	}
+	if (pki_tramp_in_hook()) {
+		pki_warn("hooks: %s: called from inside a hook: %s\n",
+			 commit ? "pk_txn_commit" : "pk_txn_abort", pki_errstr(EDEADLK));
 		return -EDEADLK;
+	}
 	pthread_mutex_lock(&pki_reg.lock);
 	if (!pki_reg.broken) {
 		err = 0;

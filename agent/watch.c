@@ -45,8 +45,9 @@
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
 
-#define MAX_FRAMES 16
-#define NRECS	   1024 /* records in flight; also the hit queue's capacity */
+#define MAX_FRAMES  16
+#define STACK_WORDS 32	 /* a frameless function's return address is found this far up */
+#define NRECS	    1024 /* records in flight; also the hit queue's capacity */
 
 /*
  * One hit, filled in by the signal handler.  State protocol: FREE -> BUSY
@@ -64,7 +65,10 @@ struct rec {
 	bool late; /* PK_WATCH_HIT_LATE: ip and stack are where SIGTRAP was unblocked */
 	uint64_t oldv, newv;
 	int nframes;
-	uintptr_t frames[MAX_FRAMES]; /* return addresses, caller first */
+	uintptr_t frames[MAX_FRAMES]; /* the frame-pointer walk's return addresses, caller first */
+	uintptr_t sp;		      /* the stack pointer at the hit ... */
+	int nwords;
+	uintptr_t top[STACK_WORDS]; /* ... and the words from there: a frameless function's RA */
 };
 
 /* A loaded object with its symbol table, for function+offset. */
@@ -195,7 +199,12 @@ static const struct pki_elf_sym *symbolize(uintptr_t ip, char *buf, size_t n, ui
 	const struct pki_elf_sym *s = o ? pki_elf_syms_find(obj_syms(o), ip - o->base) : NULL;
 
 	if (!s || s->kind == PKI_SYM_OBJECT) {
-		snprintf(buf, n, "%#lx", (unsigned long)ip);
+		/* No symbol (a stripped library's local function): the object and offset. */
+		if (o)
+			snprintf(buf, n, "%s+0x%lx", base_name(o->path),
+				 (unsigned long)(ip - o->base));
+		else
+			snprintf(buf, n, "%#lx", (unsigned long)ip);
 		return NULL;
 	}
 	if (o == &A.objs[0])
@@ -357,18 +366,23 @@ static bool peek(uintptr_t addr, uintptr_t *out)
 }
 
 /*
- * Frame-pointer walk from the interrupted context.  Every load goes through
- * process_vm_readv, so a frame without a frame pointer ends the walk instead
- * of faulting.  At an X hit on a function entry the frame is not set up yet:
- * the return address is at the top of the stack (PKI_FRAME_RA_OFF).
+ * Frame-pointer walk from the interrupted context, and the words at the top
+ * of the stack: if the function hit has not set its frame pointer (a
+ * frameless leaf, or a hit in its prologue, an X hit at its entry), its
+ * return address is one of those, which print_stack() finds by decoding
+ * the function, and the walk starts at its caller's caller.  Every load
+ * goes through process_vm_readv, so a frame without a frame pointer ends
+ * the walk instead of faulting.
  */
 static void capture_stack(struct rec *r, const ucontext_t *uc)
 {
 	uintptr_t fp = pki_uc_fp(uc), sp = pki_uc_sp(uc), ra;
 
 	r->nframes = 0;
-	if (conf->type == PK_WATCH_X && peek(sp, &ra) && ra)
-		r->frames[r->nframes++] = ra;
+	r->sp = sp;
+	for (r->nwords = 0; r->nwords < STACK_WORDS; r->nwords++)
+		if (!peek(sp + (uintptr_t)r->nwords * sizeof(uintptr_t), &r->top[r->nwords]))
+			break;
 	while (r->nframes < MAX_FRAMES && fp && !(fp % sizeof(uintptr_t)) && fp >= sp) {
 		uintptr_t next;
 
@@ -378,6 +392,40 @@ static void capture_stack(struct rec *r, const ucontext_t *uc)
 		if (next <= fp)
 			break; /* the stack grows down: a caller's frame is higher */
 		fp = next;
+	}
+}
+
+/*
+ * The return address of the function the hit is in, if that function has
+ * not set its frame pointer at the hit (see capture_stack()), else 0.
+ */
+static uintptr_t leaf_return(const struct rec *r)
+{
+	uintptr_t start;
+	size_t off;
+	char where[8];
+
+	if (!symbolize(r->ip, where, sizeof(where), &start) || r->ip - start > 65536)
+		return 0;
+	if (pki_insn_frame((const uint8_t *)start, r->ip - start + 16, start, r->ip, &off) ||
+	    off % sizeof(uintptr_t) || off / sizeof(uintptr_t) >= (size_t)r->nwords)
+		return 0;
+	return r->top[off / sizeof(uintptr_t)];
+}
+
+/* The callers, innermost first: a frameless function's, then the frame chain's. */
+static void print_stack(const struct rec *r)
+{
+	uintptr_t leaf = r->nwords ? leaf_return(r) : 0, ra, start;
+	char where[320];
+	int i, n = 0;
+
+	for (i = leaf ? -1 : 0; i < r->nframes; i++) {
+		ra = i < 0 ? leaf : r->frames[i];
+		/* ra - 1 is inside the call: right function even for a noreturn callee. */
+		if (symbolize(ra - 1, where, sizeof(where), &start))
+			symbolize(ra, where, sizeof(where), NULL);
+		agent_out_printf("        #%d %s\n", ++n, where);
 	}
 }
 
@@ -443,7 +491,7 @@ static void print_rec(const struct rec *r)
 	long long ns = (r->t.tv_sec - A.t0.tv_sec) * 1000000000LL + (r->t.tv_nsec - A.t0.tv_nsec);
 	uintptr_t start = 0, prev;
 	const struct pki_elf_sym *s;
-	int i, len;
+	int len;
 
 	len = snprintf(line, sizeof(line), "%4lld.%06lld tid %d ", ns / 1000000000,
 		       (ns % 1000000000) / 1000, (int)r->tid);
@@ -489,13 +537,7 @@ static void print_rec(const struct rec *r)
 		}
 	}
 	agent_out_write(line, strlen(line));
-	for (i = 0; i < r->nframes; i++) {
-		/* ra - 1 is inside the call: right function even for a noreturn callee. */
-		s = symbolize(r->frames[i] - 1, where, sizeof(where), &start);
-		if (s)
-			symbolize(r->frames[i], where, sizeof(where), NULL);
-		agent_out_printf("        #%d %s\n", i + 1, where);
-	}
+	print_stack(r);
 }
 
 /* Print what is queued; consumer only (one thread at a time). */

@@ -135,6 +135,36 @@ START_TEST(insn_prev)
 }
 END_TEST
 
+/* Where the return address is, instruction by instruction through prologues. */
+START_TEST(insn_frame)
+{
+	/* push %rbp; mov %rsp,%rbp; lock addq $1,0(%rip); pop %rbp; ret */
+	static const uint8_t fp[] = {0x55, 0x48, 0x89, 0xe5, 0xf0, 0x48, 0x83, 0x05,
+				     0x00, 0x00, 0x00, 0x00, 0x01, 0x5d, 0xc3};
+	/* push %rbx; sub $0x18,%rsp; addl $1,0(%rip); add $0x18,%rsp; pop %rbx; ret */
+	static const uint8_t leaf[] = {0x53, 0x48, 0x83, 0xec, 0x18, 0x83, 0x05, 0x00, 0x00,
+				       0x00, 0x00, 0x01, 0x48, 0x83, 0xc4, 0x18, 0x5b, 0xc3};
+	/* and $-16,%rsp (an alignment nobody follows) */
+	static const uint8_t odd[] = {0x48, 0x83, 0xe4, 0xf0, 0xc3};
+	size_t off = 99;
+
+	ck_assert_int_eq(pki_insn_frame(fp, sizeof(fp), 0x1000, 0x1000, &off), 0);
+	ck_assert_uint_eq(off, 0); /* at the entry */
+	ck_assert_int_eq(pki_insn_frame(fp, sizeof(fp), 0x1000, 0x1001, &off), 0);
+	ck_assert_uint_eq(off, 8); /* rbp pushed, not yet the frame pointer */
+	ck_assert_int_eq(pki_insn_frame(fp, sizeof(fp), 0x1000, 0x100d, &off), 1);
+	ck_assert_int_eq(pki_insn_frame(leaf, sizeof(leaf), 0x1000, 0x1005, &off), 0);
+	ck_assert_uint_eq(off, 0x20);
+	ck_assert_int_eq(pki_insn_frame(leaf, sizeof(leaf), 0x1000, 0x100c, &off), 0);
+	ck_assert_uint_eq(off, 0x20); /* after the add to memory */
+	ck_assert_int_eq(pki_insn_frame(leaf, sizeof(leaf), 0x1000, 0x1010, &off), 0);
+	ck_assert_uint_eq(off, 8);
+	ck_assert_int_eq(pki_insn_frame(odd, sizeof(odd), 0x1000, 0x1004, &off), -ENOENT);
+	ck_assert_int_eq(pki_insn_frame(leaf, sizeof(leaf), 0x1000, 0x1003, &off), -ENOENT);
+	ck_assert_int_eq(pki_insn_frame(leaf, sizeof(leaf), 0x1000, 0x2000, &off), -ERANGE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("elf_syms");
@@ -148,6 +178,7 @@ int main(void)
 	tcase_add_test(tc, not_elf);
 	tcase_add_test(tc, no_symbols);
 	tcase_add_test(tc, insn_prev);
+	tcase_add_test(tc, insn_frame);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

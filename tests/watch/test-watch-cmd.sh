@@ -8,9 +8,11 @@
 #
 # SECCOMP_EXEC runs a command with perf_event_open denied by seccomp.
 #
-# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC
+# WATCH_TARGET_LEAF is watch_target built -O1: bump() has no frame.
+#
+# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC WATCH_TARGET_LEAF
 set -uo pipefail
-pk=$1 target=$2 strap=$3 secx=$4
+pk=$1 target=$2 strap=$3 secx=$4 leaf=$5
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Sanitizer builds: their runtime must be preloaded before the agent.
@@ -93,6 +95,14 @@ n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 run --stack -c 4 counter -- "$target" 3
 n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 [[ $rc -eq 3 && $n -eq 4 ]] && ok || bad "--stack: rc $rc, $n frames in worker"
+
+# --stack in a frameless leaf (-O1: bump pushes no frame): its caller worker
+# is found from the return address at the top of the stack, then the frame
+# chain; the C library's frame (stripped: no symbol) is named by its file.
+run --stack -c 4 counter -- "$leaf" 3
+n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
+m=$(count '^ +#2 libc\.so\.6\+0x[0-9a-f]+$' "$tmp/err")
+[[ $rc -eq 3 && $n -eq 4 && $m -eq 4 ]] && ok || bad "--stack, frameless leaf: rc $rc, $n frames in worker, $m in libc"
 
 # Reads and writes: the locked add both reads and writes; reported once per access trap.
 run -t rw -c 5 counter -- "$target" 3

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Instruction boundaries through Zydis (see decode.h). */
 #include <errno.h>
+#include <stdbool.h>
 #include <Zydis/Zydis.h>
 
 #include "arch/x86_64/decode.h"
@@ -27,4 +28,86 @@ int pki_insn_prev(const uint8_t *code, size_t len, uint64_t start, uint64_t ip, 
 		at += insn.length;
 	}
 	return -ENOENT;
+}
+
+/* Is @op the register @reg? */
+static bool op_is_reg(const ZydisDecodedOperand *op, ZydisRegister reg)
+{
+	return op->type == ZYDIS_OPERAND_TYPE_REGISTER && op->reg.value == reg;
+}
+
+/*
+ * What @insn (with @ops) does to the stack: bytes it pushes (negative:
+ * pops), into *@delta; false if it changes %rsp in a way not followed.
+ */
+static bool stack_delta(const ZydisDecodedInstruction *insn, const ZydisDecodedOperand *ops,
+			long *delta)
+{
+	*delta = 0;
+	switch (insn->mnemonic) {
+	case ZYDIS_MNEMONIC_PUSH:
+		*delta = insn->operand_width / 8;
+		return true;
+	case ZYDIS_MNEMONIC_POP:
+		*delta = -(long)(insn->operand_width / 8);
+		return true;
+	case ZYDIS_MNEMONIC_SUB:
+	case ZYDIS_MNEMONIC_ADD:
+		if (!op_is_reg(&ops[0], ZYDIS_REGISTER_RSP))
+			break;
+		if (ops[1].type != ZYDIS_OPERAND_TYPE_IMMEDIATE)
+			return false;
+		*delta = (long)ops[1].imm.value.s;
+		if (insn->mnemonic == ZYDIS_MNEMONIC_ADD)
+			*delta = -*delta;
+		return true;
+	case ZYDIS_MNEMONIC_CALL: /* the callee returns: no net change */
+		return true;
+	default:
+		break;
+	}
+	/* Any other write to %rsp (lea, and, mov): not followed. */
+	for (unsigned i = 0; i < insn->operand_count_visible; i++)
+		if (op_is_reg(&ops[i], ZYDIS_REGISTER_RSP) &&
+		    (ops[i].actions & ZYDIS_OPERAND_ACTION_MASK_WRITE))
+			return false;
+	return true;
+}
+
+int pki_insn_frame(const uint8_t *code, size_t len, uint64_t start, uint64_t ip, size_t *ra_off)
+{
+	ZydisDecoder dec;
+	uint64_t at = start;
+	long off = 0;
+	bool pushed_rbp = false;
+
+	if (ip < start || ip - start > len)
+		return -ERANGE;
+	if (!ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
+		return -ENOENT;
+	while (at < ip) {
+		ZydisDecodedInstruction insn;
+		ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+		long d;
+
+		if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code + (at - start),
+							 len - (at - start), &insn, ops)))
+			return -ENOENT;
+		if (pushed_rbp && insn.mnemonic == ZYDIS_MNEMONIC_MOV &&
+		    op_is_reg(&ops[0], ZYDIS_REGISTER_RBP) &&
+		    op_is_reg(&ops[1], ZYDIS_REGISTER_RSP))
+			return 1;
+		pushed_rbp = off == 0 && insn.mnemonic == ZYDIS_MNEMONIC_PUSH &&
+			     op_is_reg(&ops[0], ZYDIS_REGISTER_RBP);
+		if (!stack_delta(&insn, ops, &d))
+			return -ENOENT;
+		off += d;
+		if (off < 0)
+			return -ENOENT;
+		at += insn.length;
+	}
+	if (at != ip)
+		return -ENOENT;
+	*ra_off = (size_t)off;
+	return 0;
 }

@@ -22,4 +22,16 @@
  */
 int pki_insn_prev(const uint8_t *code, size_t len, uint64_t start, uint64_t ip, uint64_t *prev);
 
+/*
+ * Where is the return address of the function that starts at @start, when
+ * it runs at @ip?  Decodes forward from @start as pki_insn_prev() does,
+ * keeping count of what the instructions before @ip put on the stack
+ * (push, pop, sub/add of an immediate to %rsp), straight through, as a
+ * function's prologue runs.  Returns 1 if `mov %rsp,%rbp` right after
+ * `push %rbp` came first: the frame pointer is set, walk the frame chain;
+ * 0 with *@ra_off the return address's offset from %rsp (0 at the entry);
+ * -ENOENT if %rsp is changed another way, or the code cannot be decoded.
+ */
+int pki_insn_frame(const uint8_t *code, size_t len, uint64_t start, uint64_t ip, size_t *ra_off);
+
 #endif /* PK_ARCH_X86_64_DECODE_H */

@@ -239,6 +239,7 @@ static void read_watch_config(void)
 	w->len = env_ulong(PK_ENV_WATCH_LEN);
 	w->limit = env_ulong(PK_ENV_WATCH_COUNT);
 	w->stack = env_ulong(PK_ENV_WATCH_STACK) != 0;
+	w->follow = env_ulong(PK_ENV_WATCH_FOLLOW) != 0;
 }
 
 static void read_trace_config(void)

@@ -34,6 +34,7 @@ struct agent_watch_conf {
 	size_t len;	     /* 0: the symbol's size */
 	unsigned long limit; /* --count (0: none) */
 	bool stack;
+	bool follow; /* --follow: a *SYMBOL watch moves with the pointer */
 };
 extern struct agent_watch_conf agent_watch_conf;
 

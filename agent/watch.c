@@ -62,7 +62,9 @@ struct rec {
 	struct timespec t;
 	pid_t tid;
 	uintptr_t ip;
-	bool late; /* PK_WATCH_HIT_LATE: ip and stack are where SIGTRAP was unblocked */
+	bool late;    /* PK_WATCH_HIT_LATE: ip and stack are where SIGTRAP was unblocked */
+	bool is_ptr;  /* a write to the pointer of *SYMBOL --follow, not to the object */
+	uint32_t seq; /* is_ptr: its number among them (A.ptr_seq) */
 	uint64_t oldv, newv;
 	int nframes;
 	uintptr_t frames[MAX_FRAMES]; /* the frame-pointer walk's return addresses, caller first */
@@ -85,10 +87,18 @@ static const struct agent_watch_conf *const conf = &agent_watch_conf;
 
 static struct {
 	/* the watchpoint */
-	size_t len; /* the settings', or the symbol's size */
-	uintptr_t addr;
-	char what[320]; /* "counter (8 bytes at 0x...)" */
+	size_t len;		/* the settings', or the symbol's size */
+	_Atomic uintptr_t addr; /* what is watched (moved by --follow; 0: nothing yet) */
+	char what[320];		/* "counter (8 bytes at 0x...)" */
 	struct pk_watch *w;
+	/* *SYMBOL: the pointer, the field's offset, and with --follow its own watch */
+	uintptr_t ptr;
+	char ptr_name[256];
+	unsigned long ptr_off;
+	struct pk_watch *pw;
+	_Atomic uintptr_t ptr_shadow; /* the pointer's last value seen */
+	_Atomic uint32_t ptr_seq;     /* pointer writes seen (handler) ... */
+	_Atomic uint32_t moves; /* ... and handled (consumer): a futex word, see follow_wait() */
 	struct pk_hitq *q;
 	struct rec *recs;
 	struct timespec t0;
@@ -292,13 +302,67 @@ static void symbol_len(const struct pki_elf_sym *s, const char *name, unsigned l
 		       name, (unsigned long)s->size);
 }
 
+/* "NAME[+OFF]" of @spec into @name and *@off, or refuse. */
+static void spec_split(const char *spec, char *name, size_t n, unsigned long *off)
+{
+	char *plus;
+
+	snprintf(name, n, "%s", spec);
+	*off = 0;
+	plus = strchr(name, '+');
+	if (plus) {
+		char *end;
+
+		*plus = 0;
+		errno = 0;
+		*off = strtoul(plus + 1, &end, 0);
+		if (errno || *end || plus[1] == 0)
+			refuse("'%s': bad offset after '+'", conf->spec);
+	}
+}
+
+/*
+ * *SYMBOL[+OFF]: the object the pointer SYMBOL points to, read now (before
+ * main()), OFF bytes in, -l bytes of it (default 8).  A NULL pointer is
+ * refused unless --follow moves the watch once it is set.
+ */
+static void resolve_deref(void)
+{
+	const struct pki_elf_sym *s;
+	struct obj *o = NULL;
+	char name[256];
+	uintptr_t v;
+
+	spec_split(conf->spec + 1, name, sizeof(name), &A.ptr_off);
+	if (!name[0])
+		refuse("'%s': '*' needs the name of a pointer after it", conf->spec);
+	s = lookup(name, &o);
+	if (s->kind != PKI_SYM_OBJECT || (s->size && s->size != sizeof(void *)))
+		refuse("'*%s': %s is not a pointer variable (%s of %lu bytes)", name, name,
+		       s->kind == PKI_SYM_OBJECT ? "an object" : "not data",
+		       (unsigned long)s->size);
+	A.ptr = o->base + s->value;
+	snprintf(A.ptr_name, sizeof(A.ptr_name), "%s", name);
+	memcpy(&v, (const void *)A.ptr, sizeof(v));
+	atomic_store(&A.ptr_shadow, v);
+	if (!A.len)
+		A.len = sizeof(uint64_t);
+	if (!v && !conf->follow)
+		refuse("'%s': %s is NULL when the watch starts (before main()): --follow "
+		       "watches what it points to once it is set",
+		       conf->spec, name);
+	atomic_store(&A.addr, v ? v + A.ptr_off : 0);
+	snprintf(A.what, sizeof(A.what), "%s (%s at %#lx%s)", conf->spec, name,
+		 (unsigned long)A.ptr, conf->follow ? ", followed" : "");
+}
+
 /* Resolve conf->spec to A.addr and A.len, or refuse. */
 static void resolve(void)
 {
 	const struct pki_elf_sym *s;
 	struct obj *o = NULL;
 	unsigned long off = 0;
-	char name[256], *plus;
+	char name[256];
 
 	dl_iterate_phdr(add_obj, NULL);
 	if (!A.nobjs)
@@ -307,17 +371,11 @@ static void resolve(void)
 		resolve_addr();
 		return;
 	}
-	snprintf(name, sizeof(name), "%s", conf->spec);
-	plus = strchr(name, '+');
-	if (plus) {
-		char *end;
-
-		*plus = 0;
-		errno = 0;
-		off = strtoul(plus + 1, &end, 0);
-		if (errno || *end || plus[1] == 0)
-			refuse("'%s': bad offset after '+'", conf->spec);
+	if (conf->spec[0] == '*') {
+		resolve_deref();
+		return;
 	}
+	spec_split(conf->spec, name, sizeof(name), &off);
 	s = lookup(name, &o);
 	if (s->kind == PKI_SYM_TLS)
 		refuse("'%s' is thread-local: every thread has its own copy; not supported", name);
@@ -336,22 +394,23 @@ static void resolve(void)
 
 /* ---- the signal handler ---- */
 
-static uint64_t read_value(void)
+/* The A.len bytes at @addr: a watched object, which the access just touched. */
+static uint64_t read_value(uintptr_t addr)
 {
 	uint64_t v = 0;
 
 	switch (A.len) {
 	case 1:
-		v = *(volatile uint8_t *)A.addr;
+		v = *(volatile uint8_t *)addr;
 		break;
 	case 2:
-		v = *(volatile uint16_t *)A.addr;
+		v = *(volatile uint16_t *)addr;
 		break;
 	case 4:
-		v = *(volatile uint32_t *)A.addr;
+		v = *(volatile uint32_t *)addr;
 		break;
 	default:
-		v = *(volatile uint64_t *)A.addr;
+		v = *(volatile uint64_t *)addr;
 	}
 	return v;
 }
@@ -429,17 +488,41 @@ static void print_stack(const struct rec *r)
 	}
 }
 
+/*
+ * The thread that wrote the pointer of *SYMBOL --follow waits, in its
+ * SIGTRAP handler, until the consumer has moved the watch (follow()): it
+ * cannot touch the new object before it is watched.  Bounded (1 s: a
+ * consumer that cannot run, a fork child without one), futex only,
+ * errno kept: signal-safe.  The wait costs the program tens of
+ * microseconds per pointer write.
+ */
+static void follow_wait(uint32_t seq)
+{
+	struct timespec tmo = {0, 100 * 1000 * 1000};
+	int saved = errno;
+
+	for (int i = 0; i < 10 && getpid() == A.pid && A.consumer_up; i++) {
+		uint32_t m = atomic_load_explicit(&A.moves, memory_order_acquire);
+
+		if ((int32_t)(m - seq) >= 0)
+			break;
+		pki_futex_wait(&A.moves, m, &tmo);
+	}
+	errno = saved;
+}
+
 /* on_hit() reads the new value, print_rec() decodes back from the trap ip. */
 _Static_assert(PKI_HWBP_TRAP_AFTER, "watch mode wants data breakpoints that trap after the access");
 
 static void on_hit(const struct pk_watch_hit *hit)
 {
 	struct pk_watch_hit h = *hit;
-	unsigned long n = atomic_fetch_add_explicit(&A.nhits, 1, memory_order_relaxed);
+	bool is_ptr = A.pw && hit->watch == A.pw; /* --follow: the pointer was written */
 	struct rec *r;
 	int expect = REC_FREE;
 
-	if (conf->limit && n >= conf->limit)
+	if (!is_ptr && conf->limit &&
+	    atomic_fetch_add_explicit(&A.nhits, 1, memory_order_relaxed) >= conf->limit)
 		return; /* past --count: the consumer is about to remove us */
 	r = &A.recs[atomic_fetch_add_explicit(&A.rec_next, 1, memory_order_relaxed) % NRECS];
 	if (!atomic_compare_exchange_strong_explicit(&r->state, &expect, REC_BUSY,
@@ -451,10 +534,15 @@ static void on_hit(const struct pk_watch_hit *hit)
 	r->tid = hit->tid;
 	r->ip = hit->ip;
 	r->late = hit->flags & PK_WATCH_HIT_LATE;
+	r->is_ptr = is_ptr;
+	r->seq = is_ptr ? atomic_fetch_add_explicit(&A.ptr_seq, 1, memory_order_relaxed) + 1 : 0;
 	r->nframes = 0;
-	if (conf->type != PK_WATCH_X) {
+	if (is_ptr) {
+		r->newv = *(volatile uintptr_t *)A.ptr;
+		r->oldv = atomic_exchange_explicit(&A.ptr_shadow, r->newv, memory_order_relaxed);
+	} else if (conf->type != PK_WATCH_X) {
 		/* The trap comes after the access: memory holds the new value now. */
-		r->newv = read_value();
+		r->newv = read_value(hit->addr);
 		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
 	}
 	if (conf->stack && hit->uc && !r->late)
@@ -468,6 +556,8 @@ static void on_hit(const struct pk_watch_hit *hit)
 	}
 	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
 	pki_futex_wake(&A.wake, 1);
+	if (is_ptr)
+		follow_wait(r->seq);
 }
 
 /* ---- the consumer ---- */
@@ -540,6 +630,64 @@ static void print_rec(const struct rec *r)
 	print_stack(r);
 }
 
+/*
+ * Move the object watch of *SYMBOL to where the pointer now points (@v),
+ * or pause it at NULL.  Consumer only.  The new object's value is read
+ * with peek(): the pointer may hold anything.  A.addr is stored before the
+ * watch moves, so no hit of the new target reads the old one.
+ */
+static void retarget(uintptr_t v, char *say, size_t n)
+{
+	uintptr_t a = v + A.ptr_off, val;
+	int err = 0;
+
+	if (!v || !pki_hwbp_data_ok(a, A.len)) {
+		if (A.w)
+			pk_watch_disable(A.w);
+		snprintf(say, n,
+			 v ? "%#lx is not aligned to %zu bytes: watch paused"
+			   : "NULL: watch paused",
+			 (unsigned long)a, A.len);
+		return;
+	}
+	atomic_store(&A.addr, a);
+	atomic_store(&A.shadow, peek(a, &val) ? val : 0);
+	if (!A.w) {
+		PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
+
+		A.w = pk_watch_add((void *)a, A.len, conf->type, &opts);
+		err = A.w ? 0 : -errno;
+	} else {
+		err = pk_watch_modify(A.w, (void *)a, A.len, conf->type);
+		if (!err)
+			err = pk_watch_enable(A.w);
+	}
+	if (err)
+		snprintf(say, n, "cannot watch %#lx: %s", (unsigned long)a, strerror(-err));
+	else
+		snprintf(say, n, "watching %zu byte(s) at %#lx", A.len, (unsigned long)a);
+}
+
+/* A write to the pointer of *SYMBOL --follow: say it, and move the watch. */
+static void follow(const struct rec *r)
+{
+	char where[320], say[160];
+	uintptr_t start, prev, at = r->ip;
+
+	if (symbolize(r->ip, where, sizeof(where), &start) && r->ip - start <= 65536 &&
+	    !pki_insn_prev((const uint8_t *)start, r->ip - start, start, r->ip, &prev)) {
+		at = prev;
+		symbolize(at, where, sizeof(where), NULL);
+	}
+	if (atomic_load_explicit(&A.stop, memory_order_acquire))
+		return; /* the watches are going away (exit) */
+	if (r->newv == r->oldv && r->newv + A.ptr_off == atomic_load(&A.addr))
+		return; /* the same value stored again: nothing moves */
+	retarget((uintptr_t)r->newv, say, sizeof(say));
+	agent_out_printf("# tid %d: %s = %#lx (was %#lx) at %s: %s\n", (int)r->tid, A.ptr_name,
+			 (unsigned long)r->newv, (unsigned long)r->oldv, where, say);
+}
+
 /* Print what is queued; consumer only (one thread at a time). */
 static void drain(void)
 {
@@ -550,7 +698,12 @@ static void drain(void)
 
 		while (atomic_load_explicit(&r->state, memory_order_acquire) != REC_READY)
 			; /* pushed after READY: cannot happen; keeps the order explicit */
-		if (!conf->limit || A.printed < conf->limit) {
+		if (r->is_ptr) {
+			if (!A.count_done)
+				follow(r);
+			atomic_store_explicit(&A.moves, r->seq, memory_order_release);
+			pki_futex_wake(&A.moves, INT32_MAX);
+		} else if (!conf->limit || A.printed < conf->limit) {
 			print_rec(r);
 			A.printed++;
 		}
@@ -561,6 +714,10 @@ static void drain(void)
 /* Remove the watchpoint, keeping its final counts for the summary. */
 static void watch_remove(void)
 {
+	if (A.pw) {
+		pk_watch_remove(A.pw);
+		A.pw = NULL;
+	}
 	if (!A.w)
 		return;
 	A.stats = (struct pk_watch_stats){.sz = sizeof(A.stats)};
@@ -705,7 +862,7 @@ bool agent_watch_start(void)
 		       A.len);
 	if (conf->type == PK_WATCH_X && A.len != 1)
 		refuse("-t x watches one instruction: no -l (or -l 1)");
-	if (!pki_hwbp_data_ok(A.addr, A.len))
+	if (A.addr && !pki_hwbp_data_ok(A.addr, A.len))
 		refuse("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
 		       " watches naturally aligned ranges (use -l or SYMBOL+OFFSET)",
 		       conf->spec, (unsigned long)A.addr, A.len);
@@ -713,21 +870,30 @@ bool agent_watch_start(void)
 	A.q = pk_hitq_new(NRECS);
 	if (!A.recs || !A.q)
 		refuse("out of memory");
-	if (conf->type != PK_WATCH_X)
-		atomic_store(&A.shadow, read_value());
+	if (conf->type != PK_WATCH_X && A.addr)
+		atomic_store(&A.shadow, read_value(A.addr));
 	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
 		refuse("cannot start the report thread");
 	A.consumer_up = true;
-	A.w = pk_watch_add((void *)A.addr, A.len, conf->type, &opts);
-	if (!A.w)
+	if (A.addr && !(A.w = pk_watch_add((void *)A.addr, A.len, conf->type, &opts)))
+		refuse_add(errno);
+	/* *SYMBOL --follow: the pointer's writes move the object watch (follow()). */
+	if (A.ptr && conf->follow &&
+	    !(A.pw = pk_watch_add((void *)A.ptr, sizeof(void *), PK_WATCH_W, &opts)))
 		refuse_add(errno);
 	atexit(agent_exit);
 	install_fatal();
-	agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n", A.what,
-			 A.len, (unsigned long)A.addr,
-			 conf->type == PK_WATCH_W    ? "writes"
-			 : conf->type == PK_WATCH_RW ? "reads and writes"
-						     : "execution");
+	if (A.addr)
+		agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n",
+				 A.what, A.len, (unsigned long)A.addr,
+				 conf->type == PK_WATCH_W    ? "writes"
+				 : conf->type == PK_WATCH_RW ? "reads and writes"
+							     : "execution");
+	else
+		agent_out_printf("# probekit watch: %s: NULL for now, %zu byte(s) of what it will "
+				 "point to, %s, all threads\n",
+				 A.what, A.len,
+				 conf->type == PK_WATCH_W ? "writes" : "reads and writes");
 	ctl_send(PK_CTL_OK "\n");
 	return true;
 }

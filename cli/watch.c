@@ -22,12 +22,16 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: probekit watch [options] SYMBOL[+OFF]|ADDR [options] -- PROG [ARGS...]\n\n"
+    "usage: probekit watch [options] SYMBOL[+OFF]|*SYMBOL[+OFF]|ADDR [options] -- PROG "
+    "[ARGS...]\n\n"
     "Run PROG with a hardware watchpoint on every thread, set before main(), and\n"
     "print each hit: seconds since start, thread id, the instruction, and the\n"
     "value (old -> new for writes).  SYMBOL is a data or function symbol of PROG\n"
     "or of a library it loads; ADDR is a hex link-time address of PROG (for a\n"
-    "PIE, an offset from its load base, as nm prints it).\n\n"
+    "PIE, an offset from its load base, as nm prints it).  *SYMBOL watches the\n"
+    "object the pointer SYMBOL points to (+OFF: a field of it; -l: how much,\n"
+    "default 8 bytes), read when the watch starts, before main(); with\n"
+    "--follow, the watch moves to the new object each time the pointer changes.\n\n"
     "x86 reports a data access after it happened: the instruction shown is found\n"
     "by decoding the function from its start (\"at f+0x..\"), or is the next one\n"
     "(\"after f+0x..\") when that fails.  The value is read when the hit is\n"
@@ -38,6 +42,10 @@ static const char usage[] =
     "  -s, --stack         a backtrace with each hit (frame pointers: build PROG\n"
     "                      with -fno-omit-frame-pointer for full stacks)\n"
     "  -c, --count N       stop after N hits; PROG goes on unwatched\n"
+    "  -F, --follow        with *SYMBOL: also watch the pointer, and move the\n"
+    "                      watch to what it points to whenever it is written\n"
+    "                      (NULL: paused); the thread that wrote the pointer\n"
+    "                      waits the move out (tens of microseconds)\n"
     "  -o, --output FILE   write the report to FILE (default: stderr)\n"
     "  -h, --help          this text\n\n"
     "Exit status: PROG's (death by a signal is reproduced); 125 probekit failed,\n"
@@ -49,7 +57,7 @@ static const char usage[] =
 struct watch_opts {
 	const char *spec; /* SYMBOL[+OFF] or ADDR */
 	const char *type, *len, *count, *output;
-	bool stack;
+	bool stack, follow;
 	int prog;
 };
 
@@ -78,6 +86,9 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 	case 's':
 		o->stack = true;
 		return true;
+	case 'F':
+		o->follow = true;
+		return true;
 	case 'c':
 		o->count = arg;
 		errno = 0;
@@ -98,13 +109,10 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *status)
 {
 	static const struct option opts[] = {
-	    {"type", required_argument, NULL, 't'},
-	    {"len", required_argument, NULL, 'l'},
-	    {"stack", no_argument, NULL, 's'},
-	    {"count", required_argument, NULL, 'c'},
-	    {"output", required_argument, NULL, 'o'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"type", required_argument, NULL, 't'},  {"len", required_argument, NULL, 'l'},
+	    {"stack", no_argument, NULL, 's'},	     {"follow", no_argument, NULL, 'F'},
+	    {"count", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
+	    {"help", no_argument, NULL, 'h'},	     {NULL, 0, NULL, 0},
 	};
 
 	*status = WATCH_FAIL;
@@ -118,7 +126,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	for (;;) {
 		int before = optind, c;
 
-		c = getopt_long(argc, argv, "+t:l:sc:o:h", opts, NULL);
+		c = getopt_long(argc, argv, "+t:l:sFc:o:h", opts, NULL);
 		if (c == -1) {
 			if (optind == before + 1 && !strcmp(argv[before], "--"))
 				break; /* getopt ate the "--": PROG follows */
@@ -142,13 +150,22 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 		       false;
 	if (optind >= argc)
 		return cli_usage_error("watch: expected PROG after %s --", o->spec), false;
+	if (o->follow && o->spec[0] != '*')
+		return cli_usage_error("watch: --follow moves a *SYMBOL watch (the object a "
+				       "pointer points to): not with '%s'",
+				       o->spec),
+		       false;
+	if (o->spec[0] == '*' && !strcmp(o->type, "x"))
+		return cli_usage_error("watch: -t x watches a function, not what a pointer points "
+				       "to"),
+		       false;
 	if (!strcmp(o->type, "x") && o->len && strcmp(o->len, "1"))
 		return cli_usage_error("watch: -t x watches one instruction: no -l"), false;
 	o->prog = optind;
 	return true;
 }
 
-/* The agent's settings (agent.h) into @env, NULL-terminated: at most 11 entries. */
+/* The agent's settings (agent.h) into @env, NULL-terminated: at most 13 entries. */
 static void watch_env_build(const char **env, const struct watch_opts *o)
 {
 	int ne = 0;
@@ -167,6 +184,10 @@ static void watch_env_build(const char **env, const struct watch_opts *o)
 	}
 	if (o->stack) {
 		env[ne++] = PK_ENV_WATCH_STACK;
+		env[ne++] = "1";
+	}
+	if (o->follow) {
+		env[ne++] = PK_ENV_WATCH_FOLLOW;
 		env[ne++] = "1";
 	}
 	env[ne] = NULL;

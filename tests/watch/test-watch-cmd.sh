@@ -10,9 +10,12 @@
 #
 # WATCH_TARGET_LEAF is watch_target built -O1: bump() has no frame.
 #
-# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC WATCH_TARGET_LEAF
+# WATCH_PTR: a pointer global that points to heap objects, changed while
+# it runs (tests/targets/watch_ptr.c), for *SYMBOL and --follow.
+#
+# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC WATCH_TARGET_LEAF WATCH_PTR
 set -uo pipefail
-pk=$1 target=$2 strap=$3 secx=$4 leaf=$5
+pk=$1 target=$2 strap=$3 secx=$4 leaf=$5 wptr=$6
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Sanitizer builds: their runtime must be preloaded before the agent.
@@ -103,6 +106,29 @@ run --stack -c 4 counter -- "$leaf" 3
 n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 m=$(count '^ +#2 libc\.so\.6\+0x[0-9a-f]+$' "$tmp/err")
 [[ $rc -eq 3 && $n -eq 4 && $m -eq 4 ]] && ok || bad "--stack, frameless leaf: rc $rc, $n frames in worker, $m in libc"
+
+# *SYMBOL: the object a pointer points to.  fixed -> target from the start:
+# poke()'s two writes.  cur is NULL before main(): refused without --follow;
+# with it, each of the 3 objects' field b (+8) is watched once cur points
+# to it: 3 x 3 writes in bump(), 3 moves said, and the program's output as
+# without probekit.
+run '*fixed' -- "$wptr"
+n=$(count '^ +[0-9.]+ tid [0-9]+ write \*fixed: [0-9]+ -> [0-9]+ at poke\+0x' "$tmp/err")
+[[ $rc -eq 0 && $n -eq 2 ]] && ok || bad "*fixed: rc $rc, $n hits in poke"
+run '*cur' -- "$wptr"
+[[ $rc -eq 125 ]] && grep -q "'\*cur': cur is NULL when the watch starts (before main()): --follow" "$tmp/err" &&
+	ok || bad "*cur (NULL) without --follow: rc $rc"
+"$wptr" >"$tmp/plain.out"
+run --follow '*cur+8' -- "$wptr"
+n=$(count '^ +[0-9.]+ tid [0-9]+ write \*cur\+8: [0-9]+ -> [0-9]+ at bump\+0x' "$tmp/err")
+m=$(count '^# tid [0-9]+: cur = 0x[0-9a-f]+ \(was (0|0x[0-9a-f]+)\) at main\+0x[0-9a-f]+: watching 8 byte\(s\) at 0x' "$tmp/err")
+v=$(grep -cE 'write \*cur\+8: (0 -> 1|1 -> 2|2 -> 3) ' "$tmp/err")
+[[ $rc -eq 0 && $n -eq 9 && $m -eq 3 && $v -eq 9 ]] && cmp -s "$tmp/out" "$tmp/plain.out" &&
+	ok || bad "--follow '*cur+8': rc $rc, $n hits in bump, $m moves, $v values 0->1->2->3"
+run --follow counter -- "$target" 3
+[[ $rc -eq 125 ]] && grep -q 'follow moves a \*SYMBOL watch' "$tmp/err" && ok || bad "--follow without *: rc $rc"
+run '*counter' -- "$target" 3
+[[ $rc -eq 125 ]] && grep -q 'is NULL when the watch starts' "$tmp/err" && ok || bad "*counter (a long, 0): rc $rc"
 
 # Reads and writes: the locked add both reads and writes; reported once per access trap.
 run -t rw -c 5 counter -- "$target" 3

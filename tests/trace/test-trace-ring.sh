@@ -45,7 +45,7 @@ check "func: phase_a $a, phase_b $b, ring_mark $m" "near512 $a && near512 $b && 
 
 # 4. A crash: the snapshot is the last thing, and the program dies as it would.
 run --ring 16K -o crash.trace -- "$prog" crash $n
-check "crash: rc $rc (SIGSEGV)" "[[ $rc == 139 ]]"
+check "crash: rc $rc (SIGABRT)" "[[ $rc == 134 ]]"
 check "crash: summary" "grep -q 'crash.trace: flight recorder: 1 snapshot(s) (1 crash)' err"
 a=$(calls crash.trace phase_a)
 check "crash: phase_a $a" "near512 $a"

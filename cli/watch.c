@@ -144,7 +144,9 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 			return false;
 	}
 	if (!o->spec)
-		return cli_usage_error("watch: expected SYMBOL or ADDR, then -- PROG"), false;
+		return cli_usage_error("watch: no SYMBOL given (expected SYMBOL, *SYMBOL or ADDR, "
+				       "then -- PROG)"),
+		       false;
 	if (!*o->spec)
 		return cli_usage_error("watch: empty SYMBOL: give a symbol of PROG or an address"),
 		       false;

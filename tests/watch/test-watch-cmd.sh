@@ -210,6 +210,7 @@ expect_err 126 'suid is set-user-ID: the dynamic loader ignores LD_PRELOAD' coun
 PROBEKIT_AGENT=/nonexistent expect_err 125 'PROBEKIT_AGENT=/nonexistent: no such readable file' \
 	counter -- "$target"
 expect_err 125 'watch: empty SYMBOL' "" -- "$target"
+expect_err 125 'watch: no SYMBOL given' -- "$target"
 
 # Options after SYMBOL are ours too, up to "--" (or PROG without "--").
 run counter -l 8 -c 2 -- "$target" 3

@@ -827,89 +827,115 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 	return err;
 }
 
-int cmd_export(int argc, char **argv)
+struct export_opts {
+	const char *path, *out, *format;
+	bool threads, count;
+};
+
+static const char *const export_formats[] = {"perfetto", "chrome", "folded", "speedscope"};
+
+/* Fill @eo from the command line; false: stop with exit status *@status. */
+static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int *status)
 {
 	static const struct option opts[] = {
 	    {"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
 	    {"value", required_argument, NULL, 'v'},  {"threads", no_argument, NULL, 't'},
 	    {"help", no_argument, NULL, 'h'},	      {NULL, 0, NULL, 0},
 	};
-	const char *path = DEFAULT_TRACE, *out = NULL, *format = NULL;
-	bool threads = false, count = false;
-	struct pki_trace_file *f;
-	FILE *o = stdout;
-	int c, err;
+	bool known = false;
+	int c;
 
+	*status = 2;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "f:o:v:th", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
-			format = optarg;
+			eo->format = optarg;
 			break;
 		case 'o':
-			out = optarg;
+			eo->out = optarg;
 			break;
 		case 'v':
 			if (!strcmp(optarg, "calls"))
-				count = true;
+				eo->count = true;
 			else if (strcmp(optarg, "time"))
 				return cli_usage_error("--value: '%s' is neither time nor calls",
-						       optarg);
+						       optarg),
+				       false;
 			break;
 		case 't':
-			threads = true;
+			eo->threads = true;
 			break;
 		case 'h':
 			fputs(export_usage, stdout);
-			return 0;
+			*status = 0;
+			return false;
 		default:
-			return cli_bad_option("export", "f:o:v:th", opts, argv);
+			return cli_bad_option("export", "f:o:v:th", opts, argv), false;
 		}
 	}
 	if (optind < argc)
-		path = argv[optind++];
+		eo->path = argv[optind++];
 	if (optind < argc)
-		return cli_usage_error("export: unexpected argument '%s'", argv[optind]);
-	if (!format)
+		return cli_usage_error("export: unexpected argument '%s'", argv[optind]), false;
+	if (!eo->format)
 		return cli_usage_error(
-		    "export: --format perfetto|chrome|folded|speedscope is required");
-	if (strcmp(format, "chrome") && strcmp(format, "folded") && strcmp(format, "speedscope") &&
-	    strcmp(format, "perfetto"))
+			   "export: --format perfetto|chrome|folded|speedscope is required"),
+		       false;
+	for (size_t i = 0; i < sizeof(export_formats) / sizeof(export_formats[0]); i++)
+		known |= !strcmp(eo->format, export_formats[i]);
+	if (!known)
 		return cli_usage_error(
-		    "export: unknown format '%s' (perfetto, chrome, folded or speedscope)", format);
-	if (!strcmp(format, "perfetto") && !out && isatty(STDOUT_FILENO))
+			   "export: unknown format '%s' (perfetto, chrome, folded or speedscope)",
+			   eo->format),
+		       false;
+	if (!strcmp(eo->format, "perfetto") && !eo->out && isatty(STDOUT_FILENO))
 		return cli_usage_error("export: --format perfetto is binary: give -o OUT, or "
-				       "redirect stdout");
+				       "redirect stdout"),
+		       false;
+	return true;
+}
 
-	f = cli_trace_open(path);
+/* Write @f to @o in @eo's format: 0 or a negative errno. */
+static int export_write(const struct export_opts *eo, const struct pki_trace_file *f, FILE *o)
+{
+	if (!strcmp(eo->format, "chrome"))
+		return export_chrome(f, o);
+	if (!strcmp(eo->format, "speedscope"))
+		return cli_export_speedscope(f, o);
+	if (!strcmp(eo->format, "perfetto"))
+		return cli_export_perfetto(f, o);
+	return export_folded(f, o, eo->threads, eo->count);
+}
+
+int cmd_export(int argc, char **argv)
+{
+	struct export_opts eo = {.path = DEFAULT_TRACE};
+	struct pki_trace_file *f;
+	FILE *o = stdout;
+	int err;
+
+	if (!export_opts_parse(&eo, argc, argv, &err))
+		return err;
+	f = cli_trace_open(eo.path);
 	if (!f)
 		return 1;
-	if (out) {
-		o = fopen(out, "w");
-		if (!o) {
-			err = errno;
-			pki_trace_file_free(f);
-			return cli_error("%s: %s", out, strerror(err));
-		}
+	if (eo.out && !(o = fopen(eo.out, "w"))) {
+		err = errno;
+		pki_trace_file_free(f);
+		return cli_error("%s: %s", eo.out, strerror(err));
 	}
-	if (!strcmp(format, "chrome"))
-		err = export_chrome(f, o);
-	else if (!strcmp(format, "speedscope"))
-		err = cli_export_speedscope(f, o);
-	else if (!strcmp(format, "perfetto"))
-		err = cli_export_perfetto(f, o);
-	else
-		err = export_folded(f, o, threads, count);
+	err = export_write(&eo, f, o);
 	if (fflush(o) && !err)
 		err = -errno;
 	if (o != stdout && fclose(o) && !err)
 		err = -errno;
 	pki_trace_file_free(f);
 	if (err == -EIO || err == -ENOMEM)
-		return cli_error("%s: %s", path, replay_error(err));
+		return cli_error("%s: %s", eo.path, replay_error(err));
 	if (err)
-		return cli_error("%s: %s", out ? out : "stdout", strerror(-err));
-	if (out)
-		fprintf(stderr, "probekit: wrote %s\n", out);
+		return cli_error("%s: %s", eo.out ? eo.out : "stdout", strerror(-err));
+	if (eo.out)
+		fprintf(stderr, "probekit: wrote %s\n", eo.out);
 	return 0;
 }

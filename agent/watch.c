@@ -99,6 +99,7 @@ static struct {
 	_Atomic uintptr_t ptr_shadow; /* the pointer's last value seen */
 	_Atomic uint32_t ptr_seq;     /* pointer writes seen (handler) ... */
 	_Atomic uint32_t moves; /* ... and handled (consumer): a futex word, see follow_wait() */
+	_Atomic bool resync;	/* a pointer write had no record: read the pointer again */
 	struct pk_hitq *q;
 	struct rec *recs;
 	struct timespec t0;
@@ -302,6 +303,15 @@ static void symbol_len(const struct pki_elf_sym *s, const char *name, unsigned l
 		       name, (unsigned long)s->size);
 }
 
+/* Read 8 bytes of our own memory without faulting: a syscall, signal-safe. */
+static bool peek(uintptr_t addr, uintptr_t *out)
+{
+	struct iovec local = {out, sizeof(*out)}, remote = {(void *)addr, sizeof(*out)};
+
+	return syscall(SYS_process_vm_readv, (long)A.pid, &local, 1L, &remote, 1L, 0L) ==
+	       (long)sizeof(*out);
+}
+
 /* "NAME[+OFF]" of @spec into @name and *@off, or refuse. */
 static void spec_split(const char *spec, char *name, size_t n, unsigned long *off)
 {
@@ -331,7 +341,7 @@ static void resolve_deref(void)
 	const struct pki_elf_sym *s;
 	struct obj *o = NULL;
 	char name[256];
-	uintptr_t v;
+	uintptr_t v, probe;
 
 	spec_split(conf->spec + 1, name, sizeof(name), &A.ptr_off);
 	if (!name[0])
@@ -351,6 +361,10 @@ static void resolve_deref(void)
 		refuse("'%s': %s is NULL when the watch starts (before main()): --follow "
 		       "watches what it points to once it is set",
 		       conf->spec, name);
+	if (v && !peek(v + A.ptr_off, &probe))
+		refuse("'%s': %s is %#lx when the watch starts (before main()), and nothing is "
+		       "mapped at %#lx",
+		       conf->spec, name, (unsigned long)v, (unsigned long)(v + A.ptr_off));
 	atomic_store(&A.addr, v ? v + A.ptr_off : 0);
 	snprintf(A.what, sizeof(A.what), "%s (%s at %#lx%s)", conf->spec, name,
 		 (unsigned long)A.ptr, conf->follow ? ", followed" : "");
@@ -415,15 +429,6 @@ static uint64_t read_value(uintptr_t addr)
 	return v;
 }
 
-/* Read 8 bytes of our own memory without faulting: a syscall, signal-safe. */
-static bool peek(uintptr_t addr, uintptr_t *out)
-{
-	struct iovec local = {out, sizeof(*out)}, remote = {(void *)addr, sizeof(*out)};
-
-	return syscall(SYS_process_vm_readv, (long)A.pid, &local, 1L, &remote, 1L, 0L) ==
-	       (long)sizeof(*out);
-}
-
 /*
  * Frame-pointer walk from the interrupted context, and the words at the top
  * of the stack: if the function hit has not set its frame pointer (a
@@ -460,7 +465,8 @@ static void capture_stack(struct rec *r, const ucontext_t *uc)
  */
 static uintptr_t leaf_return(const struct rec *r)
 {
-	uintptr_t start;
+	uintptr_t start, ra;
+	struct obj *o;
 	size_t off;
 	char where[8];
 
@@ -469,7 +475,12 @@ static uintptr_t leaf_return(const struct rec *r)
 	if (pki_insn_frame((const uint8_t *)start, r->ip - start + 16, start, r->ip, &off) ||
 	    off % sizeof(uintptr_t) || off / sizeof(uintptr_t) >= (size_t)r->nwords)
 		return 0;
-	return r->top[off / sizeof(uintptr_t)];
+	ra = r->top[off / sizeof(uintptr_t)];
+	/* In a known object's code, after a call: else not a return address. */
+	o = obj_at(ra);
+	if (!o || ra - 8 < o->lo || !pki_insn_after_call((const uint8_t *)ra))
+		return 0;
+	return ra;
 }
 
 /* The callers, innermost first: a frameless function's, then the frame chain's. */
@@ -490,21 +501,34 @@ static void print_stack(const struct rec *r)
 
 /*
  * The thread that wrote the pointer of *SYMBOL --follow waits, in its
- * SIGTRAP handler, until the consumer has moved the watch (follow()): it
- * cannot touch the new object before it is watched.  Bounded (1 s: a
- * consumer that cannot run, a fork child without one), futex only,
- * errno kept: signal-safe.  The wait costs the program tens of
- * microseconds per pointer write.
+ * SIGTRAP handler, until the consumer has handled its write (A.moves, the
+ * highest record number handled, reaches @seq): it cannot touch the new
+ * object before it is watched.  Bounded by a deadline (1 s: a consumer
+ * that cannot run, a fork child without one), futex and clock only, errno
+ * kept: signal-safe.  It costs the program tens of microseconds per
+ * pointer write.
  */
 static void follow_wait(uint32_t seq)
 {
-	struct timespec tmo = {0, 100 * 1000 * 1000};
+	struct timespec now, end;
 	int saved = errno;
 
-	for (int i = 0; i < 10 && getpid() == A.pid && A.consumer_up; i++) {
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += 1;
+	while (getpid() == A.pid && A.consumer_up) {
 		uint32_t m = atomic_load_explicit(&A.moves, memory_order_acquire);
+		struct timespec tmo;
 
 		if ((int32_t)(m - seq) >= 0)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		tmo.tv_sec = end.tv_sec - now.tv_sec;
+		tmo.tv_nsec = end.tv_nsec - now.tv_nsec;
+		if (tmo.tv_nsec < 0) {
+			tmo.tv_nsec += 1000000000;
+			tmo.tv_sec--;
+		}
+		if (tmo.tv_sec < 0)
 			break;
 		pki_futex_wait(&A.moves, m, &tmo);
 	}
@@ -513,6 +537,22 @@ static void follow_wait(uint32_t seq)
 
 /* on_hit() reads the new value, print_rec() decodes back from the trap ip. */
 _Static_assert(PKI_HWBP_TRAP_AFTER, "watch mode wants data breakpoints that trap after the access");
+
+/*
+ * A hit that finds no record or no room in the queue: an object hit is
+ * lost (counted); a pointer write makes the consumer read the pointer
+ * again (A.resync): the watch still follows it, only that line is missed.
+ */
+static void ptr_or_lost(bool is_ptr)
+{
+	if (!is_ptr) {
+		atomic_fetch_add_explicit(&A.lost, 1, memory_order_relaxed);
+		return;
+	}
+	atomic_store_explicit(&A.resync, true, memory_order_release);
+	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
+	pki_futex_wake(&A.wake, 1);
+}
 
 static void on_hit(const struct pk_watch_hit *hit)
 {
@@ -527,7 +567,7 @@ static void on_hit(const struct pk_watch_hit *hit)
 	r = &A.recs[atomic_fetch_add_explicit(&A.rec_next, 1, memory_order_relaxed) % NRECS];
 	if (!atomic_compare_exchange_strong_explicit(&r->state, &expect, REC_BUSY,
 						     memory_order_acquire, memory_order_relaxed)) {
-		atomic_fetch_add_explicit(&A.lost, 1, memory_order_relaxed);
+		ptr_or_lost(is_ptr);
 		return;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &r->t);
@@ -551,7 +591,7 @@ static void on_hit(const struct pk_watch_hit *hit)
 	h.ctx = r;
 	if (pk_hitq_push(A.q, &h)) {
 		atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
-		atomic_fetch_add_explicit(&A.lost, 1, memory_order_relaxed);
+		ptr_or_lost(is_ptr);
 		return;
 	}
 	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
@@ -631,10 +671,10 @@ static void print_rec(const struct rec *r)
 }
 
 /*
- * Move the object watch of *SYMBOL to where the pointer now points (@v),
- * or pause it at NULL.  Consumer only.  The new object's value is read
- * with peek(): the pointer may hold anything.  A.addr is stored before the
- * watch moves, so no hit of the new target reads the old one.
+ * Move the object watch of *SYMBOL to where the pointer points now (@v),
+ * or pause it at NULL, at an unaligned address, or if the watch cannot go
+ * there.  Consumer only.  The new object's value is read with peek(): the
+ * pointer may hold anything.  A.addr changes only once the watch has.
  */
 static void retarget(uintptr_t v, char *say, size_t n)
 {
@@ -648,10 +688,9 @@ static void retarget(uintptr_t v, char *say, size_t n)
 			 v ? "%#lx is not aligned to %zu bytes: watch paused"
 			   : "NULL: watch paused",
 			 (unsigned long)a, A.len);
+		atomic_store(&A.addr, 0);
 		return;
 	}
-	atomic_store(&A.addr, a);
-	atomic_store(&A.shadow, peek(a, &val) ? val : 0);
 	if (!A.w) {
 		PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
 
@@ -662,30 +701,47 @@ static void retarget(uintptr_t v, char *say, size_t n)
 		if (!err)
 			err = pk_watch_enable(A.w);
 	}
-	if (err)
-		snprintf(say, n, "cannot watch %#lx: %s", (unsigned long)a, strerror(-err));
-	else
-		snprintf(say, n, "watching %zu byte(s) at %#lx", A.len, (unsigned long)a);
+	if (err) {
+		if (A.w)
+			pk_watch_disable(A.w);
+		atomic_store(&A.addr, 0);
+		snprintf(say, n, "cannot watch %#lx: %s: watch paused", (unsigned long)a,
+			 strerror(-err));
+		return;
+	}
+	atomic_store(&A.shadow, peek(a, &val) ? val : 0);
+	atomic_store(&A.addr, a);
+	snprintf(say, n, "watching %zu byte(s) at %#lx", A.len, (unsigned long)a);
 }
 
-/* A write to the pointer of *SYMBOL --follow: say it, and move the watch. */
+/*
+ * The pointer of *SYMBOL --follow was written (by the thread of @r; NULL:
+ * the consumer's own look, after a write that found no record or was made
+ * inside another hit's handler, or before its record came): move the watch to what it points to
+ * now, read from the pointer itself, so that of writes handled out of
+ * order, or missed, the last one wins.  Nothing moves when it still points
+ * where the watch is.
+ */
 static void follow(const struct rec *r)
 {
-	char where[320], say[160];
-	uintptr_t start, prev, at = r->ip;
+	char where[320] = "?", say[160];
+	uintptr_t start, prev, v = 0, was = atomic_load(&A.addr);
 
-	if (symbolize(r->ip, where, sizeof(where), &start) && r->ip - start <= 65536 &&
-	    !pki_insn_prev((const uint8_t *)start, r->ip - start, start, r->ip, &prev)) {
-		at = prev;
-		symbolize(at, where, sizeof(where), NULL);
-	}
-	if (atomic_load_explicit(&A.stop, memory_order_acquire))
+	if (atomic_load_explicit(&A.stop, memory_order_acquire) || !peek(A.ptr, &v))
 		return; /* the watches are going away (exit) */
-	if (r->newv == r->oldv && r->newv + A.ptr_off == atomic_load(&A.addr))
-		return; /* the same value stored again: nothing moves */
-	retarget((uintptr_t)r->newv, say, sizeof(say));
-	agent_out_printf("# tid %d: %s = %#lx (was %#lx) at %s: %s\n", (int)r->tid, A.ptr_name,
-			 (unsigned long)r->newv, (unsigned long)r->oldv, where, say);
+	if ((v ? v + A.ptr_off : 0) == was)
+		return;
+	if (r && symbolize(r->ip, where, sizeof(where), &start) && r->ip - start <= 65536 &&
+	    !pki_insn_prev((const uint8_t *)start, r->ip - start, start, r->ip, &prev))
+		symbolize(prev, where, sizeof(where), NULL);
+	retarget(v, say, sizeof(say));
+	if (r)
+		agent_out_printf("# tid %d: %s = %#lx (was %#lx) at %s: %s\n", (int)r->tid,
+				 A.ptr_name, (unsigned long)v,
+				 (unsigned long)(was ? was - A.ptr_off : 0), where, say);
+	else
+		agent_out_printf("# %s = %#lx (was %#lx): %s\n", A.ptr_name, (unsigned long)v,
+				 (unsigned long)(was ? was - A.ptr_off : 0), say);
 }
 
 /* Print what is queued; consumer only (one thread at a time). */
@@ -699,9 +755,13 @@ static void drain(void)
 		while (atomic_load_explicit(&r->state, memory_order_acquire) != REC_READY)
 			; /* pushed after READY: cannot happen; keeps the order explicit */
 		if (r->is_ptr) {
+			uint32_t m = atomic_load_explicit(&A.moves, memory_order_relaxed);
+
 			if (!A.count_done)
 				follow(r);
-			atomic_store_explicit(&A.moves, r->seq, memory_order_release);
+			/* The highest handled: records are numbered when claimed, not pushed. */
+			if ((int32_t)(r->seq - m) > 0)
+				atomic_store_explicit(&A.moves, r->seq, memory_order_release);
 			pki_futex_wake(&A.moves, INT32_MAX);
 		} else if (!conf->limit || A.printed < conf->limit) {
 			print_rec(r);
@@ -740,19 +800,30 @@ static void count_reached(void)
 
 static void *consumer(void *arg)
 {
+	bool quiet = false; /* the last wait timed out: no hit for a while */
+
 	(void)arg;
 	for (;;) {
 		uint32_t seen = atomic_load_explicit(&A.wake, memory_order_acquire);
 		struct timespec tmo = {0, 200 * 1000 * 1000};
 
 		drain();
+		/*
+		 * A pointer write that found no record, or that a signal handler
+		 * made inside another hit's handler (not reported: "self"), is
+		 * caught up here: at once for the first, after a quiet while for
+		 * the second (when no record can be on its way).
+		 */
+		if (atomic_exchange_explicit(&A.resync, false, memory_order_acq_rel) ||
+		    (A.pw && quiet))
+			follow(NULL);
 		count_reached();
 		atomic_fetch_add_explicit(&A.drained, 1, memory_order_release);
 		pki_futex_wake(&A.drained, INT32_MAX);
 		if (atomic_load_explicit(&A.stop, memory_order_acquire))
 			return NULL;
 		/* Woken by every hit and by the exit handler; the timeout is a backstop. */
-		pki_futex_wait(&A.wake, seen, &tmo);
+		quiet = pki_futex_wait(&A.wake, seen, &tmo) && errno == ETIMEDOUT;
 	}
 }
 
@@ -828,6 +899,11 @@ static void agent_exit(void)
 		agent_out_printf(
 		    "# %lu hit(s) seen late: thread(s) blocked SIGTRAP at the access\n",
 		    A.stats.late);
+	if (A.stats.self)
+		agent_out_printf(
+		    "# %lu access(es) made while a hit was being handled on its thread "
+		    "(a signal handler's): not reported\n",
+		    A.stats.self);
 }
 
 /* pk_watch_add() failed with @err: refuse, saying why if the library knows. */

@@ -11,8 +11,10 @@
  *  - Per thread, one packet sequence: its first packet clears the sequence's
  *    incremental state and holds a ClockSnapshot that defines clock 64, a
  *    sequence-scoped incremental clock in nanoseconds (each packet's
- *    timestamp is the delta from the previous one), against BOOTTIME; its
- *    TracePacketDefaults make clock 64 and the thread's track the defaults.
+ *    timestamp is the delta from the previous one), against CLOCK_MONOTONIC
+ *    (what the trace's times are), which it makes the trace's clock
+ *    (primary_trace_clock); its TracePacketDefaults make clock 64 and the
+ *    thread's track the defaults.
  *  - Each call is a TrackEvent slice: TYPE_SLICE_BEGIN with the function's
  *    interned name (name_iid; the InternedData entry rides on the first
  *    packet of the sequence that uses it), TYPE_SLICE_END at its exit; a
@@ -53,6 +55,7 @@ enum {
 	CLOCK_ID = 1,
 	CLOCK_TIMESTAMP = 2,
 	CLOCK_INCREMENTAL = 3,
+	SNAPSHOT_PRIMARY_CLOCK = 2,
 	TD_UUID = 1,
 	TD_NAME = 2,
 	TD_PROCESS = 3,
@@ -73,7 +76,7 @@ enum {
 
 enum { SLICE_BEGIN = 1, SLICE_END = 2, INSTANT = 3 };
 enum { SEQ_CLEARED = 1, SEQ_NEEDS_STATE = 2 };
-enum { CLOCK_BOOTTIME = 6, CLOCK_OURS = 64 };
+enum { CLOCK_MONOTONIC = 3, CLOCK_OURS = 64 };
 
 /* A message being built: bytes, and the stack of open submessages. */
 struct pb {
@@ -200,7 +203,8 @@ static void packet_flush(struct pexport *p)
 	n += varint_enc(hdr + n, p->m.len);
 	if (!p->err &&
 	    (fwrite(hdr, 1, n, p->o) != n || fwrite(p->m.b, 1, p->m.len, p->o) != p->m.len))
-		p->err = -EIO;
+		p->err = errno && errno != EIO ? -errno
+					       : -ENOSPC; /* the output's, not -EIO: the input's */
 	p->m.len = 0;
 	p->m.depth = 0;
 	p->m.err = 0;
@@ -242,11 +246,11 @@ static uint32_t seq_of(size_t i)
 	return (uint32_t)i + 2; /* 1: the descriptors */
 }
 
-/* The thread's first packet: clock 64 against BOOTTIME, and the sequence's defaults. */
+/* The thread's first packet: clock 64 against MONOTONIC, and the sequence's defaults. */
 static void sequence_start(struct pexport *p, size_t i)
 {
 	pb_varint(&p->m, PKT_TIMESTAMP, p->mono0);
-	pb_varint(&p->m, PKT_TIMESTAMP_CLOCK_ID, CLOCK_BOOTTIME);
+	pb_varint(&p->m, PKT_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC);
 	pb_begin(&p->m, PKT_CLOCK_SNAPSHOT);
 	pb_begin(&p->m, CLOCKS);
 	pb_varint(&p->m, CLOCK_ID, CLOCK_OURS);
@@ -254,9 +258,10 @@ static void sequence_start(struct pexport *p, size_t i)
 	pb_varint(&p->m, CLOCK_INCREMENTAL, 1);
 	pb_end(&p->m);
 	pb_begin(&p->m, CLOCKS);
-	pb_varint(&p->m, CLOCK_ID, CLOCK_BOOTTIME);
+	pb_varint(&p->m, CLOCK_ID, CLOCK_MONOTONIC);
 	pb_varint(&p->m, CLOCK_TIMESTAMP, p->mono0);
 	pb_end(&p->m);
+	pb_varint(&p->m, SNAPSHOT_PRIMARY_CLOCK, CLOCK_MONOTONIC);
 	pb_end(&p->m);
 	pb_begin(&p->m, PKT_DEFAULTS);
 	pb_varint(&p->m, DEFAULTS_TIMESTAMP_CLOCK_ID, CLOCK_OURS);
@@ -366,7 +371,7 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 	return p->err;
 }
 
-/* CLOCK_MONOTONIC at the trace's origin, for the BOOTTIME side of the snapshots. */
+/* CLOCK_MONOTONIC at the trace's origin, for the snapshots. */
 static uint64_t origin_mono(const struct pki_trace_file *f)
 {
 	if (f->origin >= f->ref_ticks)

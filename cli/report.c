@@ -265,8 +265,11 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 /* The first line: what the file is and how the traced process ended. */
 static void report_header_print(const struct pki_trace_file *f)
 {
+	/* END's total: some LOST records may not have fit after writing stopped. */
+	uint64_t lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+
 	printf("# %s: pid %u, %zu threads, %llu events, %llu lost, ", f->program, f->pid,
-	       f->nthreads, (unsigned long long)f->nevents, (unsigned long long)f->lost);
+	       f->nthreads, (unsigned long long)f->nevents, (unsigned long long)lost);
 	char buf[160];
 
 	printf("%s", f->complete ? cli_trace_ending(f, buf, sizeof(buf)) : "INCOMPLETE");

@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -49,7 +50,8 @@ static const char usage[] =
     "                        that PROG forks writes FILE.PID, a program that a\n"
     "                        process execs writes FILE.PID.N (N-th exec)\n"
     "      --force           replace an existing FILE even with a trace of no event\n"
-    "                        (without it, such a run keeps the previous FILE)\n"
+    "                        (without it, such a run keeps the previous FILE if\n"
+    "                        it is yours, in a directory only you can write to)\n"
     "      --no-children     do not trace the children PROG forks or spawns\n"
     "  -b, --buffer EVENTS   per-thread buffer, in events of 16 bytes (default\n"
     "                        65536); a thread that finds it full waits for it\n"
@@ -150,8 +152,8 @@ static bool file_summarize(const struct trace_ctx *c, const char *path, struct f
 	for (i = 0; i < f->nthreads; i++)
 		if (f->threads[i].lost)
 			s->lost_threads++;
-	if (f->complete && f->end.late_lost && !s->lost_threads)
-		s->lost_threads = 1;
+	if (f->complete && f->end.lost && !s->lost_threads)
+		s->lost_threads = 1; /* late_lost, or threads whose LOST record did not fit */
 	s->end = cli_trace_ending(f, s->end_buf, sizeof(s->end_buf));
 	cli_ring_summary(f, s->ring, sizeof(s->ring));
 	mark_globs(c, f);
@@ -196,10 +198,14 @@ static long long report_one(const struct trace_ctx *c, const char *path, long pi
 	return (long long)s.events;
 }
 
-/* Report FILE.PID and FILE.PID.N written by this run (children, exec'd programs). */
-static void siblings_report(const struct trace_ctx *c, unsigned long long *lost,
-			    unsigned *lost_threads)
+/*
+ * Report FILE.PID and FILE.PID.N written by this run (children, exec'd
+ * programs); how many of them hold events.
+ */
+static unsigned siblings_report(const struct trace_ctx *c, unsigned long long *lost,
+				unsigned *lost_threads)
 {
+	unsigned with_events = 0;
 	char dirbuf[PATH_MAX], basebuf[PATH_MAX], path[2 * PATH_MAX + 2];
 	const char *dir, *base;
 	struct dirent *de;
@@ -214,7 +220,7 @@ static void siblings_report(const struct trace_ctx *c, unsigned long long *lost,
 	bl = strlen(base);
 	d = opendir(dir);
 	if (!d)
-		return;
+		return 0;
 	while ((de = readdir(d))) {
 		const char *p = de->d_name + bl;
 
@@ -224,9 +230,10 @@ static void siblings_report(const struct trace_ctx *c, unsigned long long *lost,
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (stat(path, &st) || st.st_mtime < c->start)
 			continue; /* from an earlier run */
-		report_one(c, path, strtol(p + 1, NULL, 10), lost, lost_threads);
+		with_events += report_one(c, path, strtol(p + 1, NULL, 10), lost, lost_threads) > 0;
 	}
 	closedir(d);
+	return with_events;
 }
 
 /*
@@ -234,7 +241,7 @@ static void siblings_report(const struct trace_ctx *c, unsigned long long *lost,
  * was moved aside before the run (previous_aside()); put it back if the new
  * one holds no event (or was not written), else drop it.  Idempotent.
  */
-static void previous_settle(struct trace_ctx *c)
+static void previous_settle(struct trace_ctx *c, bool others_recorded)
 {
 	struct pki_trace_file *f;
 	char err[256];
@@ -246,7 +253,7 @@ static void previous_settle(struct trace_ctx *c)
 	f = pki_trace_file_open(c->file, 0, err, sizeof(err));
 	empty = !f || !f->nevents;
 	pki_trace_file_free(f);
-	if (!empty) {
+	if (!empty || others_recorded) { /* this run's files go together */
 		unlink(c->old);
 		return;
 	}
@@ -275,11 +282,17 @@ static void previous_aside(struct trace_ctx *c)
 
 	snprintf(c->old, sizeof(c->old), "%s.probekit-old", c->file);
 	snprintf(dirbuf, sizeof(dirbuf), "%s", c->file);
-	if (lstat(c->file, &st) || !S_ISREG(st.st_mode) || !st.st_size ||
-	    st.st_uid != geteuid() || st.st_nlink != 1 || stat(dirname(dirbuf), &dst) ||
+	if (lstat(c->file, &st) || !S_ISREG(st.st_mode) || !st.st_size || st.st_uid != geteuid() ||
+	    st.st_nlink != 1 || stat(dirname(dirbuf), &dst) ||
 	    (dst.st_mode & (S_IWGRP | S_IWOTH)) || (dst.st_uid != geteuid() && dst.st_uid))
 		return;
-	c->has_old = !rename(c->file, c->old);
+	/* Never over an older copy: an interrupted run's, which may be the one to keep. */
+	c->has_old = !renameat2(AT_FDCWD, c->file, AT_FDCWD, c->old, RENAME_NOREPLACE);
+	if (!c->has_old && errno == EEXIST)
+		fprintf(stderr,
+			"probekit: %s is there (from an interrupted run?): it may hold your "
+			"previous trace; left alone\n",
+			c->old);
 }
 
 /* The main file, then its siblings, then what was lost and what never matched. */
@@ -287,23 +300,22 @@ static void on_ended(const struct agent_run *r, int status)
 {
 	struct trace_ctx *c = r->ctx;
 	unsigned long long lost = 0;
-	unsigned lost_threads = 0;
+	unsigned lost_threads = 0, others;
+	long long events = -1;
 	struct stat st;
 
 	(void)status;
 	fflush(stdout);
-	long long events = -1;
-
 	if (!stat(c->file, &st))
 		events = report_one(c, c->file, 0, &lost, &lost_threads);
 	else
 		fprintf(stderr, "probekit: no trace written to %s\n", c->file);
-	if (events == 0)
+	others = siblings_report(c, &lost, &lost_threads);
+	if (events == 0 && !others)
 		fprintf(stderr, "probekit: warning: no event was recorded in %s: %s\n", c->file,
 			c->nf ? "do the -f globs name functions PROG calls?"
 			      : "PROG called none of the traced functions");
-	previous_settle(c);
-	siblings_report(c, &lost, &lost_threads);
+	previous_settle(c, others > 0);
 	if (lost)
 		fprintf(stderr,
 			"probekit: %llu events lost in %u thread(s) (buffers full, frames too "
@@ -679,7 +691,7 @@ int cmd_trace(int argc, char **argv)
 	if (!o.force)
 		previous_aside(&ctx);
 	ret = agent_run(&r);
-	previous_settle(&ctx); /* if PROG never ran: on_ended() was not called */
+	previous_settle(&ctx, false); /* if PROG never ran: on_ended() was not called */
 out:
 	free(notrace);
 	free(funcs);

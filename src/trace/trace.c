@@ -414,6 +414,19 @@ static void write_failed(int err)
 		    "are counted as lost");
 }
 
+/*
+ * opts.max_size reached: writing stops as in write_failed(), also in the
+ * trailer, whose remaining drain then counts the events it cannot write.
+ */
+static void size_reached(void)
+{
+	bool was = S.in_trailer;
+
+	S.in_trailer = false;
+	write_failed(-EFBIG);
+	S.in_trailer = was;
+}
+
 /* While the trailer is written after writing stopped: does @len still fit? */
 static bool trailer_room(uint64_t len)
 {
@@ -442,11 +455,15 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	iov[n + 1].iov_len = pad;
 	if (S.stop_err && !S.in_trailer)
 		return S.stop_err;
-	if (S.max_size && !S.in_trailer &&
+	if (S.max_size && (!S.in_trailer || type == PKI_REC_EVENTS) &&
 	    S.off + sizeof(fr) + len + pad + RESERVE_LEN > S.max_size) {
-		/* opts.max_size: as a file system full at that size (the trailer still fits) */
+		/*
+		 * opts.max_size: as a file system full at that size.  Events are
+		 * refused in the trailer too (the last drain, a ring's last
+		 * snapshot); its STATUS, LOST and END records still go in.
+		 */
 		if (!S.may_shrink)
-			write_failed(-EFBIG);
+			size_reached();
 		return -EFBIG;
 	}
 	memcpy(again, iov, sizeof(iov[0]) * (size_t)(n + 2));

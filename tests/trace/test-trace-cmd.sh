@@ -293,6 +293,12 @@ run --force -f 'nomatch_*' -o keep.trace -- "$demo" --threads 1
 check "--force: replaced by the empty trace" "[[ \$(md5sum <keep.trace) != '$before' ]] && [[ ! -e keep.trace.probekit-old ]]"
 "$pk" report keep.trace >/dev/null 2>rep
 check "report of an empty trace warns" "grep -q 'keep.trace holds no event' rep"
+# A copy left by an interrupted run is never overwritten.
+run -o keep.trace -- "$demo" --threads 1
+echo precious >keep.trace.probekit-old
+run -f 'nomatch_*' -o keep.trace -- "$demo" --threads 1
+check "an interrupted run's copy: left alone, said" "[[ \$(cat keep.trace.probekit-old) == precious ]] && grep -q 'keep.trace.probekit-old is there' err"
+rm -f keep.trace.probekit-old
 
 echo "trace_cmd: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -78,8 +78,7 @@ int pki_insn_frame(const uint8_t *code, size_t len, uint64_t start, uint64_t ip,
 {
 	ZydisDecoder dec;
 	uint64_t at = start;
-	long off = 0;
-	bool pushed_rbp = false;
+	long off = 0, rbp_at = -1; /* rbp_at: the depth right after `push %rbp` */
 
 	if (ip < start || ip - start > len)
 		return -ERANGE;
@@ -93,21 +92,44 @@ int pki_insn_frame(const uint8_t *code, size_t len, uint64_t start, uint64_t ip,
 		if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code + (at - start),
 							 len - (at - start), &insn, ops)))
 			return -ENOENT;
-		if (pushed_rbp && insn.mnemonic == ZYDIS_MNEMONIC_MOV &&
+		/* The frame pointer set: at the depth `push %rbp` left (maybe not next). */
+		if (rbp_at >= 0 && off == rbp_at && insn.mnemonic == ZYDIS_MNEMONIC_MOV &&
 		    op_is_reg(&ops[0], ZYDIS_REGISTER_RBP) &&
 		    op_is_reg(&ops[1], ZYDIS_REGISTER_RSP))
 			return 1;
-		pushed_rbp = off == 0 && insn.mnemonic == ZYDIS_MNEMONIC_PUSH &&
-			     op_is_reg(&ops[0], ZYDIS_REGISTER_RBP);
+		/* A path that ends before @ip: what follows is another path, depth unknown. */
+		if (insn.mnemonic == ZYDIS_MNEMONIC_RET || insn.mnemonic == ZYDIS_MNEMONIC_JMP)
+			return -ENOENT;
 		if (!stack_delta(&insn, ops, &d))
 			return -ENOENT;
 		off += d;
 		if (off < 0)
 			return -ENOENT;
+		if (rbp_at < 0 && insn.mnemonic == ZYDIS_MNEMONIC_PUSH &&
+		    op_is_reg(&ops[0], ZYDIS_REGISTER_RBP))
+			rbp_at = off;
 		at += insn.length;
 	}
 	if (at != ip)
 		return -ENOENT;
 	*ra_off = (size_t)off;
 	return 0;
+}
+
+bool pki_insn_after_call(const uint8_t *ra)
+{
+	static const unsigned lens[] = {2, 3, 5, 6, 7}; /* call reg, rel32, [mem] forms */
+	ZydisDecoder dec;
+
+	if (!ZYAN_SUCCESS(ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64)))
+		return false;
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		ZydisDecodedInstruction insn;
+
+		if (ZYAN_SUCCESS(
+			ZydisDecoderDecodeInstruction(&dec, NULL, ra - lens[i], lens[i], &insn)) &&
+		    insn.length == lens[i] && insn.mnemonic == ZYDIS_MNEMONIC_CALL)
+			return true;
+	}
+	return false;
 }

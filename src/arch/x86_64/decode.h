@@ -8,6 +8,7 @@
 #ifndef PK_ARCH_X86_64_DECODE_H
 #define PK_ARCH_X86_64_DECODE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,11 +28,20 @@ int pki_insn_prev(const uint8_t *code, size_t len, uint64_t start, uint64_t ip, 
  * it runs at @ip?  Decodes forward from @start as pki_insn_prev() does,
  * keeping count of what the instructions before @ip put on the stack
  * (push, pop, sub/add of an immediate to %rsp), straight through, as a
- * function's prologue runs.  Returns 1 if `mov %rsp,%rbp` right after
- * `push %rbp` came first: the frame pointer is set, walk the frame chain;
+ * function's prologue runs.  Returns 1 if `mov %rsp,%rbp` came at the
+ * depth `push %rbp` left: the frame pointer is set, walk the frame chain;
  * 0 with *@ra_off the return address's offset from %rsp (0 at the entry);
- * -ENOENT if %rsp is changed another way, or the code cannot be decoded.
+ * -ENOENT if %rsp is changed another way, a ret or jmp ends the straight
+ * path before @ip (what follows it is another path), or the code cannot be
+ * decoded.  Conditional branches are taken as falling through.
  */
 int pki_insn_frame(const uint8_t *code, size_t len, uint64_t start, uint64_t ip, size_t *ra_off);
+
+/*
+ * Does a call instruction end right before @ra, as before a return
+ * address (the 7 bytes before @ra must be readable)?  A plausibility check
+ * of a word taken from a stack for one.
+ */
+bool pki_insn_after_call(const uint8_t *ra);
 
 #endif /* PK_ARCH_X86_64_DECODE_H */

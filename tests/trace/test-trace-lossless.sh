@@ -98,6 +98,14 @@ check "max-size: $(events max.trace) events + $(lost) lost = 2000000" "[[ $(($(e
 check "max-size: the summary says why" "grep -q 'max.trace: INCOMPLETE: writing stopped: the file reached --max-size' err"
 "$pk" report max.trace >rep 2>&1
 check "max-size: report reads it whole and says why" "grep -q 'ended at exit, INCOMPLETE (writing stopped: the file reached --max-size' rep && ! grep -q 'cut short\|checksum' rep"
+# ... also when everything is written at the end: a buffer larger than the
+# run, and a flight recorder's ring.
+for o in "-b 4194304" "--ring 64M"; do
+	# shellcheck disable=SC2086 # two words
+	run -o maxend.trace --max-size 1M $o -f loss_leaf -- "$prog" loop 300000 1
+	sz=$(stat -c %s maxend.trace)
+	check "max-size $o: rc $rc, file $sz bytes <= 1 MiB, says why" "[[ $rc == 0 && $sz -le $((1 << 20)) ]] && grep -q 'maxend.trace: INCOMPLETE: writing stopped: the file reached --max-size' err"
+done
 run --max-size 10K -- "$prog" loop 10 1
 check "max-size below 1M refused" "[[ $rc == 125 ]] && grep -q 'at least 1M' err"
 

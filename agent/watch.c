@@ -42,6 +42,7 @@
 #include "arch/arch.h"
 #include "base/futex.h"
 #include "base/signals.h"
+#include "sym/unwind.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
 
@@ -102,6 +103,9 @@ static struct {
 	_Atomic bool resync;	/* a pointer write had no record: read the pointer again */
 	struct pk_hitq *q;
 	struct rec *recs;
+	struct pki_stack_snap *snaps; /* --stack: one per record (the .eh_frame unwinder's) */
+	struct pki_unwinder *unw;     /* made by the consumer at its first backtrace */
+	bool unw_tried;
 	struct timespec t0;
 
 	/* shared with the handler */
@@ -444,6 +448,8 @@ static void capture_stack(struct rec *r, const ucontext_t *uc)
 
 	r->nframes = 0;
 	r->sp = sp;
+	if (A.snaps)
+		pki_stack_snap_take(&A.snaps[r - A.recs], uc, A.pid);
 	for (r->nwords = 0; r->nwords < STACK_WORDS; r->nwords++)
 		if (!peek(sp + (uintptr_t)r->nwords * sizeof(uintptr_t), &r->top[r->nwords]))
 			break;
@@ -483,15 +489,35 @@ static uintptr_t leaf_return(const struct rec *r)
 	return ra;
 }
 
-/* The callers, innermost first: a frameless function's, then the frame chain's. */
+/*
+ * The callers by the .eh_frame unwinder (libdwfl, over the snapshot taken
+ * at the hit) into @ras: how many, 0 if it found none.  Consumer only.
+ */
+static int cfi_callers(const struct rec *r, uintptr_t *ras, int max)
+{
+	if (!A.snaps)
+		return 0;
+	if (!A.unw_tried) {
+		A.unw_tried = true;
+		A.unw = pki_unwinder_new(A.pid);
+	}
+	return pki_unwind(A.unw, &A.snaps[r - A.recs], ras, max);
+}
+
+/*
+ * The callers, innermost first: by the .eh_frame unwinder, or, if it found
+ * fewer (code without CFI), a frameless function's caller and then the
+ * frame-pointer chain.
+ */
 static void print_stack(const struct rec *r)
 {
-	uintptr_t leaf = r->nwords ? leaf_return(r) : 0, ra, start;
+	uintptr_t leaf = r->nwords ? leaf_return(r) : 0, ra, start, cfi[MAX_FRAMES];
+	int i, n = 0, ncfi = cfi_callers(r, cfi, MAX_FRAMES);
+	bool by_cfi = ncfi > 0 && ncfi >= r->nframes + (leaf != 0);
 	char where[320];
-	int i, n = 0;
 
-	for (i = leaf ? -1 : 0; i < r->nframes; i++) {
-		ra = i < 0 ? leaf : r->frames[i];
+	for (i = by_cfi || !leaf ? 0 : -1; i < (by_cfi ? ncfi : r->nframes); i++) {
+		ra = by_cfi ? cfi[i] : i < 0 ? leaf : r->frames[i];
 		/* ra - 1 is inside the call: right function even for a noreturn callee. */
 		if (symbolize(ra - 1, where, sizeof(where), &start))
 			symbolize(ra, where, sizeof(where), NULL);
@@ -943,6 +969,9 @@ bool agent_watch_start(void)
 		       " watches naturally aligned ranges (use -l or SYMBOL+OFFSET)",
 		       conf->spec, (unsigned long)A.addr, A.len);
 	A.recs = calloc(NRECS, sizeof(*A.recs));
+	/* Mapped, not touched: only the records used get pages (8 KiB each). */
+	if (conf->stack && !(A.snaps = calloc(NRECS, sizeof(*A.snaps))))
+		refuse("out of memory");
 	A.q = pk_hitq_new(NRECS);
 	if (!A.recs || !A.q)
 		refuse("out of memory");

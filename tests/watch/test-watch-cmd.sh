@@ -13,9 +13,11 @@
 # WATCH_PTR: a pointer global that points to heap objects, changed while
 # it runs (tests/targets/watch_ptr.c), for *SYMBOL and --follow.
 #
-# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC WATCH_TARGET_LEAF WATCH_PTR
+# WATCH_TARGET_NOFP: watch_target built -O2 -fomit-frame-pointer.
+#
+# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC WATCH_TARGET_LEAF WATCH_PTR WATCH_TARGET_NOFP
 set -uo pipefail
-pk=$1 target=$2 strap=$3 secx=$4 leaf=$5 wptr=$6
+pk=$1 target=$2 strap=$3 secx=$4 leaf=$5 wptr=$6 nofp=$7
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Sanitizer builds: their runtime must be preloaded before the agent.
@@ -129,6 +131,14 @@ run --follow counter -- "$target" 3
 [[ $rc -eq 125 ]] && grep -q 'follow moves a \*SYMBOL watch' "$tmp/err" && ok || bad "--follow without *: rc $rc"
 run '*counter' -- "$target" 3
 [[ $rc -eq 125 ]] && grep -q 'is NULL when the watch starts' "$tmp/err" && ok || bad "*counter (a long, 0): rc $rc"
+
+# --stack without any frame pointer: the .eh_frame unwinder finds worker,
+# then the C library's thread start and clone3 (stripped: file+offset),
+# as gdb's bt does.
+run --stack -c 2 counter -- "$nofp" 3
+n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
+m=$(count '^ +#3 libc\.so\.6\+0x[0-9a-f]+$' "$tmp/err")
+[[ $rc -eq 3 && $n -eq 2 && $m -eq 2 ]] && ok || bad "--stack, no frame pointers: rc $rc, $n frames in worker, $m third frames in libc"
 
 # Reads and writes: the locked add both reads and writes; reported once per access trap.
 run -t rw -c 5 counter -- "$target" 3

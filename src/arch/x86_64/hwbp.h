@@ -76,6 +76,23 @@ static inline uintptr_t pki_uc_fp(const ucontext_t *uc)
 }
 
 /*
+ * The interrupted context's registers in DWARF's numbering (the x86-64
+ * psABI's: rax, rdx, rcx, rbx, rsi, rdi, rbp, rsp, r8-r15, then the return
+ * address column, rip), for an unwinder that reads .eh_frame.
+ */
+#define PKI_DWARF_NREGS 17
+
+static inline void pki_uc_dwarf_regs(const ucontext_t *uc, uint64_t regs[PKI_DWARF_NREGS])
+{
+	static const int map[PKI_DWARF_NREGS] = {
+	    REG_RAX, REG_RDX, REG_RCX, REG_RBX, REG_RSI, REG_RDI, REG_RBP, REG_RSP, REG_R8,
+	    REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15, REG_RIP};
+
+	for (int i = 0; i < PKI_DWARF_NREGS; i++)
+		regs[i] = (uint64_t)uc->uc_mcontext.gregs[map[i]];
+}
+
+/*
  * The frame-pointer chain: at FP the caller's FP, at FP + PKI_FRAME_RA_OFF
  * the return address.  At a function's first instruction the frame is not
  * set up yet: the return address is at the top of the stack (the call

@@ -140,6 +140,10 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 			*status = 0;
 			return false;
 		}
+		if (c == '?') {
+			cli_bad_option("watch", "+t:l:sFc:o:h", opts, argv);
+			return false;
+		}
 		if (!watch_opts_set(o, c, optarg, argv[optind - 1]))
 			return false;
 	}

@@ -245,6 +245,7 @@ int bench_gp(int argc, char **argv)
 	int c;
 
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "b:R:H:r:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'b':
@@ -268,7 +269,7 @@ int bench_gp(int argc, char **argv)
 			fputs(gp_usage, stdout);
 			return 0;
 		default:
-			return cli_usage_error("bench gp: bad option");
+			return cli_bad_option("bench gp", "b:R:H:r:h", longopts, argv);
 		}
 	}
 	if (optind < argc)

@@ -590,6 +590,7 @@ int bench_attach(int argc, char **argv)
 	int c;
 
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "n:a:brB:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
@@ -615,7 +616,7 @@ int bench_attach(int argc, char **argv)
 			printf(attach_usage, pkb_ntargets);
 			return 0;
 		default:
-			return cli_usage_error("bench attach: bad option");
+			return cli_bad_option("bench attach", "n:a:brB:h", longopts, argv);
 		}
 	}
 	if (optind < argc)
@@ -889,6 +890,7 @@ int bench_call(int argc, char **argv)
 	int c, cpu, err = 0;
 
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "l:eh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
@@ -901,7 +903,7 @@ int bench_call(int argc, char **argv)
 			fputs(call_usage, stdout);
 			return 0;
 		default:
-			return cli_usage_error("bench call: bad option");
+			return cli_bad_option("bench call", "l:eh", longopts, argv);
 		}
 	}
 	if (optind < argc)

@@ -127,6 +127,7 @@ static bool poke_opts_parse(unsigned long *flips, unsigned long *threads, int ar
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {0}};
 	int c;
 
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "n:t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
@@ -143,8 +144,7 @@ static bool poke_opts_parse(unsigned long *flips, unsigned long *threads, int ar
 			*status = 0;
 			return false;
 		default:
-			fputs(usage, stderr);
-			*status = 2;
+			*status = cli_bad_option("bench poke", "n:t:h", opts, argv);
 			return false;
 		}
 	}

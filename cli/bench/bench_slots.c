@@ -110,6 +110,7 @@ int bench_slots(int argc, char **argv)
 	int c;
 
 	optind = 1;
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "t:c:l:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
@@ -125,7 +126,7 @@ int bench_slots(int argc, char **argv)
 			fputs(usage, stdout);
 			return 0;
 		default:
-			return cli_usage_error("bench slots: bad option");
+			return cli_bad_option("bench slots", "t:c:l:h", longopts, argv);
 		}
 	}
 	if (optind < argc)

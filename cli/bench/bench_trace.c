@@ -121,6 +121,7 @@ int bench_record(int argc, char **argv)
 	double tsc, mono, rconst, rec;
 	int c, fd, nthreads = 1, err;
 
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "l:t:b:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'l':
@@ -141,7 +142,7 @@ int bench_record(int argc, char **argv)
 			       "with the drainer writing to a temporary file meanwhile.\n");
 			return 0;
 		default:
-			return cli_usage_error("bench record: bad option");
+			return cli_bad_option("bench record", "l:t:b:h", opts, argv);
 		}
 	}
 	if (to.buf_events < 64)

@@ -328,6 +328,7 @@ static bool trace_bench_parse(struct trace_bench *b, int argc, char **argv, int 
 	};
 	int c;
 
+	opterr = 0;
 	while ((c = getopt_long(argc, argv, "n:r:w:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
@@ -350,7 +351,7 @@ static bool trace_bench_parse(struct trace_bench *b, int argc, char **argv, int 
 			*status = 0;
 			return false;
 		default:
-			*status = cli_usage_error("bench trace: bad option");
+			*status = cli_bad_option("bench trace", "n:r:w:p:h", opts, argv);
 			return false;
 		}
 	}

@@ -106,6 +106,10 @@ expect 125 "unknown option '--funtion' \(did you mean --function\?\)" err -- tra
 expect 2 "unknown option '--formt' \(did you mean --format\?\)" err -- export --formt chrome
 expect 2 '^probekit: replay: option -D needs a value$' err -- replay -D
 expect 2 '^probekit: graph: unknown option -x$' err -- graph -x main
+expect 125 '^probekit: watch: option -o needs a value$' err -- watch counter -o
+expect 125 "unknown option '--folow' \(did you mean --follow\?\)" err -- watch --folow x -- /bin/true
+expect 2 '^probekit: bench gp: option --blocked needs a value$' err -- bench gp --blocked
+expect 2 '^probekit: bench poke: unknown option -x$' err -- bench poke -x
 expect 0 '^usage: probekit trace ' out -- help trace
 expect 0 '^usage: probekit version' out -- version --help
 # (a) a program built with patchable entries: they show as patchable

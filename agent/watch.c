@@ -104,8 +104,8 @@ static struct {
 	struct pk_hitq *q;
 	struct rec *recs;
 	struct pki_stack_snap *snaps; /* --stack: one per record (the .eh_frame unwinder's) */
-	struct pki_unwinder *unw;     /* made by the consumer at its first backtrace */
-	bool unw_tried;
+	struct pki_unwinder *unw;     /* made by the consumer at its first backtrace ... */
+	size_t unw_nobjs;	      /* ... and again when the objects loaded change */
 	struct timespec t0;
 
 	/* shared with the handler */
@@ -493,13 +493,25 @@ static uintptr_t leaf_return(const struct rec *r)
  * The callers by the .eh_frame unwinder (libdwfl, over the snapshot taken
  * at the hit) into @ras: how many, 0 if it found none.  Consumer only.
  */
+static int count_obj(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)info;
+	(void)size;
+	++*(size_t *)data;
+	return 0;
+}
+
 static int cfi_callers(const struct rec *r, uintptr_t *ras, int max)
 {
+	size_t nobjs = 0;
+
 	if (!A.snaps)
 		return 0;
-	if (!A.unw_tried) {
-		A.unw_tried = true;
+	dl_iterate_phdr(count_obj, &nobjs); /* a dlopen() since: its CFI too */
+	if (nobjs != A.unw_nobjs) {
+		pki_unwinder_free(A.unw);
 		A.unw = pki_unwinder_new(A.pid);
+		A.unw_nobjs = nobjs;
 	}
 	return pki_unwind(A.unw, &A.snaps[r - A.recs], ras, max);
 }

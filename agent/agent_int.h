@@ -185,6 +185,12 @@ struct agent_hook {
 	unsigned long trigger; /* --ring --trigger FUNC: its ip, or 0 */
 };
 
+/*
+ * A function of a library loaded later is traced as @name at @ip: the
+ * --trigger function, if it is that one and none was found before (trace.c).
+ */
+void agent_trace_trigger_offer(unsigned long ip, const char *name);
+
 /* The trigger function was entered: snapshot the flight recorder (trace.c). */
 void agent_trace_trigger(unsigned long ip, unsigned long a, unsigned long b);
 extern struct agent_hook agent_hook;

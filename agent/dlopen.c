@@ -384,8 +384,10 @@ static int __dlo_records(const struct dlo *d)
 {
 	int err = pki_trace_object_add(d->id, d->fbase, d->path);
 
-	for (size_t i = 0; i < d->nips && !err; i++)
+	for (size_t i = 0; i < d->nips && !err; i++) {
 		err = pki_trace_symbol_add(d->ips[i], d->id, d->names[i]);
+		agent_trace_trigger_offer(d->ips[i], d->names[i]);
+	}
 	return err;
 }
 

@@ -500,6 +500,13 @@ void agent_trace_trigger(unsigned long ip, unsigned long a, unsigned long b)
 	pki_trace_snapshot(PKI_TRIGGER_FUNC, 0, ip);
 }
 
+void agent_trace_trigger_offer(unsigned long ip, const char *name)
+{
+	if (conf->ring && conf->trigger && !agent_hook.trigger && name &&
+	    !strcmp(name, conf->trigger))
+		__atomic_store_n(&agent_hook.trigger, ip, __ATOMIC_RELAXED);
+}
+
 /* --trigger FUNC: the ip of the traced function of that name, or 0. */
 static unsigned long trigger_ip(const char *name)
 {
@@ -524,21 +531,16 @@ static bool trace_hook(bool initial)
 	if (!ips_split(&nmain, &nlib))
 		FAIL(initial, "out of memory");
 	/*
-	 * The program the command started must have the trigger (a typo is
-	 * refused); a child or an exec'd program without it is traced with the
-	 * other triggers only, and says so.  Libraries loaded later are not
-	 * searched.
+	 * --trigger FUNC not among PROG's traced functions: a library PROG loads
+	 * later may have it (agent_trace_trigger_offer()); the command says
+	 * after the run if it never fired.  SIGUSR2, a crash and the exit
+	 * still write the rings.
 	 */
 	if (conf->ring && conf->trigger && *conf->trigger &&
-	    !(agent_hook.trigger = trigger_ip(conf->trigger))) {
-		if (initial)
-			refuse("--trigger %s: no traced function has that name (-f/-N and "
-			       "'probekit sites -f PROG' say which are traced)",
-			       conf->trigger);
-		trace_note("--trigger %s: no traced function of that name here: SIGUSR2, a "
-			   "crash and the exit still write the rings",
+	    !(agent_hook.trigger = trigger_ip(conf->trigger)))
+		trace_note("--trigger %s: no traced function of that name yet (a library "
+			   "loaded later may have it)",
 			   conf->trigger);
-	}
 	T.ops.func = conf->exits ? agent_on_entry_exit : agent_on_entry;
 	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
 	T.ops.filter.ips = T.main_ips;

@@ -69,8 +69,9 @@ static const char usage[] =
     "                        adds what is new since the last one. Past 64 MiB of\n"
     "                        live rings (or twice SIZE), new threads' are smaller\n"
     "      --trigger FUNC    with --ring: a trigger at every entry of the traced\n"
-    "                        function FUNC (each writes the rings' new events,\n"
-    "                        inside FUNC's call: its time counts in FUNC's)\n"
+    "                        function FUNC, of PROG or of a library it loads\n"
+    "                        later (each writes the rings' new events, inside\n"
+    "                        FUNC's call: its time counts in FUNC's)\n"
     "      --max-size SIZE   stop writing events once a trace file reaches SIZE\n"
     "                        (e.g. 500M, 2G; at least 1M): the file keeps what\n"
     "                        came before, later events are counted as lost\n"
@@ -101,6 +102,8 @@ static const char usage[] =
 struct trace_ctx {
 	char file[PATH_MAX];
 	char old[PATH_MAX + 16]; /* FILE as it was before the run, moved aside, if has_old */
+	const char *trigger;	 /* --trigger FUNC, or NULL */
+	unsigned fired;		 /* its snapshots, all files */
 	bool has_old;
 	time_t start;
 	char **fglobs; /* -f: which matched a function traced in some file */
@@ -133,7 +136,7 @@ struct file_summary {
 };
 
 /* Summarize the trace file @path into @s; false if unreadable. */
-static bool file_summarize(const struct trace_ctx *c, const char *path, struct file_summary *s)
+static bool file_summarize(struct trace_ctx *c, const char *path, struct file_summary *s)
 {
 	struct pki_trace_file *f;
 	char err[256];
@@ -156,6 +159,7 @@ static bool file_summarize(const struct trace_ctx *c, const char *path, struct f
 		s->lost_threads = 1; /* late_lost, or threads whose LOST record did not fit */
 	s->end = cli_trace_ending(f, s->end_buf, sizeof(s->end_buf));
 	cli_ring_summary(f, s->ring, sizeof(s->ring));
+	c->fired += f->triggers_by[PKI_TRIGGER_FUNC];
 	mark_globs(c, f);
 	pki_trace_file_free(f);
 	return true;
@@ -164,7 +168,7 @@ static bool file_summarize(const struct trace_ctx *c, const char *path, struct f
 static bool any_stopped; /* some file's writing stopped (ENOSPC...) */
 
 /* @pid: the process that writes @path (FILE.PID...), 0 if not known.  Its events, or -1. */
-static long long report_one(const struct trace_ctx *c, const char *path, long pid,
+static long long report_one(struct trace_ctx *c, const char *path, long pid,
 			    unsigned long long *tot_lost, unsigned *tot_threads)
 {
 	struct file_summary s;
@@ -202,7 +206,7 @@ static long long report_one(const struct trace_ctx *c, const char *path, long pi
  * Report FILE.PID and FILE.PID.N written by this run (children, exec'd
  * programs); how many of them hold events.
  */
-static unsigned siblings_report(const struct trace_ctx *c, unsigned long long *lost,
+static unsigned siblings_report(struct trace_ctx *c, unsigned long long *lost,
 				unsigned *lost_threads)
 {
 	unsigned with_events = 0;
@@ -316,6 +320,11 @@ static void on_ended(const struct agent_run *r, int status)
 			c->nf ? "do the -f globs name functions PROG calls?"
 			      : "PROG called none of the traced functions");
 	previous_settle(c, others > 0);
+	if (c->trigger && !c->fired)
+		fprintf(stderr,
+			"probekit: --trigger %s never fired: no traced function of that name was "
+			"entered (the rings were written at the end)\n",
+			c->trigger);
 	if (lost)
 		fprintf(stderr,
 			"probekit: %llu events lost in %u thread(s) (buffers full, frames too "
@@ -687,6 +696,7 @@ int cmd_trace(int argc, char **argv)
 	ctx.fglobs = o.fglobs;
 	ctx.fmatched = fmatched;
 	ctx.nf = o.nf;
+	ctx.trigger = o.trigger;
 	r.ctx = &ctx;
 	if (!o.force)
 		previous_aside(&ctx);

@@ -124,5 +124,9 @@ counts spin.trace plug_ >got
 want out >exp
 check "spinner: the plugin traced, counts" "[[ -s exp ]] && diff -u exp got"
 
+# --ring --trigger FUNC of a library loaded later: found when it is loaded.
+run --ring 16K --trigger plug_add -o trig.trace -- "$demo"
+check "trigger in a dlopen()ed library: rc $rc, it fired" "[[ $rc == $plain_rc ]] && grep -q 'trig.trace: flight recorder: [0-9]* snapshot(s) ([1-9][0-9]* --trigger' err"
+
 echo "trace_dlopen: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -130,6 +130,8 @@ static struct {
 	bool stop;	  /* atomic */
 	uint32_t drain_ms;
 	bool ring;	   /* opts.ring: see "the flight recorder" */
+	pid_t pid;	   /* the session's process: a fork child, until its atfork
+			      handler ran, must not write the parent's file */
 	uint64_t max_size; /* opts.max_size, or 0 */
 
 	pthread_key_t key;
@@ -904,8 +906,8 @@ int pki_trace_snapshot(uint32_t why, int signo, uint64_t fn)
 
 	if (!S.ring)
 		return -EINVAL;
-	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
-		return -EALREADY;
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE || getpid() != S.pid)
+		return -EALREADY; /* (a fork child before pki_trace_fork_child(): not its file) */
 	pki_trace_busy++;
 	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved); /* rule (1) */
 	if (writer_lock_timed(WAIT_SIGNAL_NS)) {
@@ -1342,6 +1344,8 @@ static int flush_final(uint32_t reason, int signo)
 {
 	int st = ST_ACTIVE, err;
 
+	if (getpid() != S.pid)
+		return -EALREADY; /* a fork child before pki_trace_fork_child(): not its file */
 	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return -EALREADY;
@@ -1389,7 +1393,7 @@ int pki_trace_flush_exit(void)
 static void on_fatal(int signo, siginfo_t *si, void *uc)
 {
 	(void)uc;
-	if (S.ring && signo == SIGUSR2) { /* the flight recorder's trigger: not fatal then */
+	if (S.ring && signo == SIGUSR2 && getpid() == S.pid) { /* the trigger: not fatal then */
 		pki_trace_snapshot(PKI_TRIGGER_SIGNAL, signo, 0);
 		return;
 	}
@@ -1607,6 +1611,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.waiters = 0;
 	pki_trace_drop = opts->drop;
 	S.ring = pki_trace_ring = opts->ring;
+	S.pid = getpid();
 	R.overwritten = R.snapshots = 0;
 	S.max_size = opts->max_size;
 	session_reset_bufs();

@@ -61,8 +61,11 @@ void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n)
 			len += (size_t)snprintf(buf + len, n - len, "%s%u %s", any++ ? ", " : "",
 						f->triggers_by[w], why[w]);
 	if (len < n)
-		snprintf(buf + len, n - len, "), %llu older events overwritten",
-			 (unsigned long long)f->last_trigger.overwritten);
+		len += (size_t)snprintf(buf + len, n - len, "), %llu older events overwritten",
+					(unsigned long long)f->last_trigger.overwritten);
+	if (len < n && f->last_trigger.missed)
+		snprintf(buf + len, n - len, ", %llu trigger(s) missed (the writer was busy)",
+			 (unsigned long long)f->last_trigger.missed);
 }
 
 /* Open @path; NULL after printing the error.  Warns about partial files and loss. */
@@ -270,7 +273,7 @@ static void report_header_print(const struct pki_trace_file *f)
 
 	printf("# %s: pid %u, %zu threads, %llu events, %llu lost, ", f->program, f->pid,
 	       f->nthreads, (unsigned long long)f->nevents, (unsigned long long)lost);
-	char buf[160];
+	char buf[256];
 
 	printf("%s", f->complete ? cli_trace_ending(f, buf, sizeof(buf)) : "INCOMPLETE");
 	if (f->stop_error)

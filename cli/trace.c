@@ -132,7 +132,7 @@ struct file_summary {
 	int stop_error;	       /* why writing stopped, 0 if it did not */
 	const char *end;       /* what ended the process, or "cut short" */
 	char end_buf[64];
-	char ring[160]; /* a flight recorder's snapshots, or "" */
+	char ring[256]; /* a flight recorder's snapshots, or "" */
 };
 
 /* Summarize the trace file @path into @s; false if unreadable. */

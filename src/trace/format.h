@@ -196,6 +196,7 @@ struct pki_rec_trigger {
 	uint64_t ticks;	      /* clock reading when the snapshot began */
 	uint64_t fn;	      /* PKI_TRIGGER_FUNC: the function's event value; else 0 */
 	uint64_t overwritten; /* events overwritten so far, all threads (GAPs + exited threads') */
+	uint64_t missed;      /* triggers so far that could not snapshot (writer busy 2 s) */
 };
 
 #endif /* PK_TRACE_FORMAT_H */

@@ -467,6 +467,10 @@ static int rec_trigger(struct parser *p, uint64_t off, const uint8_t *d, uint32_
 	}
 	if (tr.signo > 64)
 		return fail(p, off, "TRIGGER: signal %u out of range", tr.signo);
+	if (f->ntriggers && tr.missed < f->last_trigger.missed)
+		return fail(p, off, "TRIGGER: missed count went down (%llu after %llu)",
+			    (unsigned long long)tr.missed,
+			    (unsigned long long)f->last_trigger.missed);
 	if (f->ntriggers && tr.overwritten < f->last_trigger.overwritten)
 		return fail(p, off, "TRIGGER: overwritten count went down (%llu after %llu)",
 			    (unsigned long long)tr.overwritten,

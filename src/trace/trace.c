@@ -574,6 +574,7 @@ static struct {
 	size_t scratch_len;
 	uint64_t overwritten; /* writer only: GAPs written + exited threads' rings freed */
 	uint64_t snapshots;   /* writer only: TRIGGER records */
+	uint64_t missed;      /* atomic: triggers that could not take the writer */
 } R;
 
 /*
@@ -816,7 +817,8 @@ static int emit_trigger(uint32_t why, int signo, uint64_t fn, uint64_t ticks)
 				     .signo = (uint32_t)signo,
 				     .ticks = ticks,
 				     .fn = fn,
-				     .overwritten = R.overwritten};
+				     .overwritten = R.overwritten,
+				     .missed = __atomic_load_n(&R.missed, __ATOMIC_RELAXED)};
 	struct iovec p = {&tr, sizeof(tr)};
 	int err = emit(PKI_REC_TRIGGER, &p, 1);
 
@@ -915,6 +917,8 @@ int pki_trace_snapshot(uint32_t why, int signo, uint64_t fn)
 		if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
 			err = ring_snapshot(why, signo, fn, false);
 		writer_unlock();
+	} else {
+		__atomic_fetch_add(&R.missed, 1, __ATOMIC_RELAXED); /* said in the next TRIGGER */
 	}
 	sigprocmask(SIG_SETMASK, &saved, NULL);
 	pki_trace_busy--;
@@ -1612,7 +1616,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	pki_trace_drop = opts->drop;
 	S.ring = pki_trace_ring = opts->ring;
 	S.pid = getpid();
-	R.overwritten = R.snapshots = 0;
+	R.overwritten = R.snapshots = R.missed = 0;
 	S.max_size = opts->max_size;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;

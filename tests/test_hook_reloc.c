@@ -352,22 +352,30 @@ START_TEST(attach_and_detach_under_fire)
 	pki_text_poke_stats(&before);
 	for (long i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, fire_caller, (void *)(i * 100));
-	for (int c = 0; c < CYCLES; c++) {
+	/*
+	 * At least CYCLES, and on until some caller was caught inside the moved
+	 * bytes (a matter of scheduling: a few in 400 cycles on this VM,
+	 * sometimes none), at most ten times as many.
+	 */
+	for (int c = 0; c < 10 * CYCLES; c++) {
 		ck_assert_int_eq(pk_ops_register(&o), 0);
 		ck_assert_int_eq(pk_ops_unregister(&o), 0);
+		pki_text_poke_stats(&after);
+		if (c >= CYCLES && after.sled_moves > before.sled_moves)
+			break;
 	}
 	__atomic_store_n(&fire_stop, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < N; i++)
 		pthread_join(th[i], NULL);
 	pki_text_poke_stats(&after);
-	printf("under fire: %d cycles, %ld calls, %d hooked, %lu threads moved into a copy, "
+	printf("under fire: %d+ cycles, %ld calls, %d hooked, %lu threads moved into a copy, "
 	       "%lu INT3s emulated\n",
 	       CYCLES, fire_calls, ops_calls, after.sled_moves - before.sled_moves,
 	       after.emulated - before.emulated);
 	ck_assert_int_eq(fire_bad, 0);
 	ck_assert_int_gt(ops_calls, 0);
 	ck_assert_uint_gt(after.kicks, before.kicks); /* attaching rt_frame needs the kick */
-	/* Callers caught at rt_linger + 1 were moved (11-18 a run here): the move is live. */
+	/* Callers caught at rt_linger + 1 were moved: the move is live. */
 	ck_assert_uint_gt(after.sled_moves, before.sled_moves);
 	ck_assert_int_eq(memcmp((const void *)a.ip, orig_a, sizeof(orig_a)), 0);
 	free(linger_buf);

@@ -129,7 +129,6 @@ static struct {
 	uint64_t wait_ns; /* opts.wait_ms */
 	bool stop;	  /* atomic */
 	uint32_t drain_ms;
-	bool ring;	   /* opts.ring: see "the flight recorder" */
 	pid_t pid;	   /* the session's process: a fork child, until its atfork
 			      handler ran, must not write the parent's file */
 	uint64_t max_size; /* opts.max_size, or 0 */
@@ -397,6 +396,9 @@ static void reserve_release(void)
  */
 static void write_failed(int err)
 {
+	static const char stopped_rest[] = ": tracing stopped; the file keeps every event written "
+					   "before, later ones are counted as lost";
+
 	if (!S.io_err)
 		S.io_err = err;
 	if (S.f.fd >= 0 && ftruncate(S.f.fd, (off_t)S.off)) {
@@ -407,13 +409,9 @@ static void write_failed(int err)
 	S.stop_err = err;
 	emit_status(PKI_STATUS_STOPPED, err, pki_trace_now());
 	if (err == -EFBIG && S.max_size)
-		say("the file reached its --max-size", 0,
-		    ": tracing stopped; the file keeps every event written before, later ones "
-		    "are counted as lost");
+		say("the file reached its --max-size", 0, stopped_rest);
 	else
-		say("cannot write the file", err,
-		    ": tracing stopped; the file keeps every event written before, later ones "
-		    "are counted as lost");
+		say("cannot write the file", err, stopped_rest);
 }
 
 /*
@@ -596,7 +594,8 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		 */
 		h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
 		l = b->tail;
-		if (S.ring && h - l > b->mask + 1) { /* the older ones were overwritten, not lost */
+		if (pki_trace_ring &&
+		    h - l > b->mask + 1) { /* the older ones were overwritten, not lost */
 			R.overwritten += h - l - (b->mask + 1);
 			l = h - b->mask - 1;
 		}
@@ -620,7 +619,7 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 		b->announced = 1;
 		S.announced++;
 	}
-	if (S.ring) {
+	if (pki_trace_ring) {
 		err = ring_events(b);
 	} else {
 		h = __atomic_load_n(&b->head, __ATOMIC_ACQUIRE);
@@ -711,6 +710,20 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 	return err;
 }
 
+/*
+ * drain_all() without reaping; if the file turned out unable to take the
+ * events (writing stopped meanwhile), once more, which counts the rest as
+ * lost and frees their slots (drain_buf()).
+ */
+static int drain_or_count(bool trailer)
+{
+	int err = drain_all(false, trailer, NULL);
+
+	if (err && cannot_write())
+		err = drain_all(false, trailer, NULL);
+	return err;
+}
+
 /* ---- the flight recorder ----------------------------------------------------- */
 
 /*
@@ -765,16 +778,15 @@ static uint64_t ring_copy(struct pki_trace_buf *b, uint64_t *from)
 		if (!__atomic_load_n(&b->busy, __ATOMIC_ACQUIRE) &&
 		    __atomic_load_n(&b->head, __ATOMIC_RELAXED) == h2)
 			torn--; /* event h2 had not begun: h2 - cap is whole (see above) */
-		if (!torn)
-			goto out;
-
 		if (torn > n)
 			torn = n;
-		memmove(&R.scratch[1], &R.scratch[1 + torn], (n - torn) * sizeof(R.scratch[0]));
-		start += torn;
-		n -= torn;
+		if (torn) {
+			memmove(&R.scratch[1], &R.scratch[1 + torn],
+				(n - torn) * sizeof(R.scratch[0]));
+			start += torn;
+			n -= torn;
+		}
 	}
-out:
 	*from = start;
 	return n;
 }
@@ -892,10 +904,8 @@ static int ring_setup(uint32_t cap)
 static int ring_snapshot(uint32_t why, int signo, uint64_t fn, bool trailer)
 {
 	uint64_t ticks = pki_trace_now();
-	int err = drain_all(false, trailer, NULL);
+	int err = drain_or_count(trailer);
 
-	if (err && cannot_write())
-		err = drain_all(false, trailer, NULL);
 	if (!err || S.stop_err)
 		err = emit_trigger(why, signo, fn, ticks);
 	return err;
@@ -906,7 +916,7 @@ int pki_trace_snapshot(uint32_t why, int signo, uint64_t fn)
 	int saved_errno = errno, err = -EBUSY;
 	sigset_t saved;
 
-	if (!S.ring)
+	if (!pki_trace_ring)
 		return -EINVAL;
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE || getpid() != S.pid)
 		return -EALREADY; /* (a fork child before pki_trace_fork_child(): not its file) */
@@ -954,10 +964,10 @@ static int emit_trailer(uint32_t reason, int signo)
 	 * into the reserve, then END, which always fits there.
 	 */
 	S.in_trailer = true;
-	if (S.ring)
+	if (pki_trace_ring)
 		err = ring_snapshot(trigger_of(reason), signo, 0, true);
-	else if ((err = drain_all(false, true, NULL)) && cannot_write())
-		err = drain_all(false, true, NULL);
+	else
+		err = drain_or_count(true);
 	if (err && !S.stop_err)
 		goto out;
 	pki_trace_clock_pair(S.ci.clock, &end.end_ticks, &end.end_mono_ns);
@@ -1257,7 +1267,7 @@ void pki_trace_kick(void)
 {
 	int saved;
 
-	if (S.ring) /* nothing to drain: rings wait for a snapshot */
+	if (pki_trace_ring) /* nothing to drain: rings wait for a snapshot */
 		return;
 	pki_trace_busy++; /* before errno: __errno_location may be traced */
 	saved = errno;	  /* may run in a signal handler */
@@ -1299,7 +1309,7 @@ static void *drainer_main(void *arg)
 			/* re-check: a fatal signal or exec may have ended the trace meanwhile */
 			if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
 				;
-			else if (S.ring)
+			else if (pki_trace_ring)
 				ring_reap();
 			else
 				err = drain_all(true, false, &busy);
@@ -1397,7 +1407,8 @@ int pki_trace_flush_exit(void)
 static void on_fatal(int signo, siginfo_t *si, void *uc)
 {
 	(void)uc;
-	if (S.ring && signo == SIGUSR2 && getpid() == S.pid) { /* the trigger: not fatal then */
+	if (pki_trace_ring && signo == SIGUSR2 &&
+	    getpid() == S.pid) { /* the trigger: not fatal then */
 		pki_trace_snapshot(PKI_TRIGGER_SIGNAL, signo, 0);
 		return;
 	}
@@ -1614,7 +1625,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.stalled = 0;
 	S.waiters = 0;
 	pki_trace_drop = opts->drop;
-	S.ring = pki_trace_ring = opts->ring;
+	pki_trace_ring = opts->ring; /* see "the flight recorder" */
 	S.pid = getpid();
 	R.overwritten = R.snapshots = R.missed = 0;
 	S.max_size = opts->max_size;
@@ -1753,7 +1764,7 @@ int pki_trace_flush(void)
 	writer_lock(&saved);
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
 		;
-	else if (S.ring) /* a ring's events are written by snapshots only */
+	else if (pki_trace_ring) /* a ring's events are written by snapshots only */
 		err = ring_snapshot(PKI_TRIGGER_CALL, 0, 0, false);
 	else
 		err = drain_all(true, false, NULL);

@@ -97,10 +97,9 @@ static struct {
 	char ptr_name[256];
 	unsigned long ptr_off;
 	struct pk_watch *pw;
-	_Atomic uintptr_t ptr_shadow; /* the pointer's last value seen */
-	_Atomic uint32_t ptr_seq;     /* pointer writes seen (handler) ... */
-	_Atomic uint32_t moves; /* ... and handled (consumer): a futex word, see follow_wait() */
-	_Atomic bool resync;	/* a pointer write had no record: read the pointer again */
+	_Atomic uint32_t ptr_seq; /* pointer writes seen (handler) ... */
+	_Atomic uint32_t moves;	  /* ... and handled (consumer): a futex word, see follow_wait() */
+	_Atomic bool resync;	  /* a pointer write had no record: read the pointer again */
 	struct pk_hitq *q;
 	struct rec *recs;
 	struct pki_stack_snap *snaps; /* --stack: one per record (the .eh_frame unwinder's) */
@@ -358,7 +357,6 @@ static void resolve_deref(void)
 	A.ptr = o->base + s->value;
 	snprintf(A.ptr_name, sizeof(A.ptr_name), "%s", name);
 	memcpy(&v, (const void *)A.ptr, sizeof(v));
-	atomic_store(&A.ptr_shadow, v);
 	if (!A.len)
 		A.len = sizeof(uint64_t);
 	if (!v && !conf->follow)
@@ -463,6 +461,24 @@ static void capture_stack(struct rec *r, const ucontext_t *uc)
 			break; /* the stack grows down: a caller's frame is higher */
 		fp = next;
 	}
+}
+
+/*
+ * The instruction that made a data access trapping at @ip, as function+off
+ * into @where: x86 traps after it, so decode forward from the function's
+ * start to find the one that ends at @ip.  true: found ("at"); false:
+ * @where names @ip itself ("after").
+ */
+static bool access_where(uintptr_t ip, char *where, size_t n)
+{
+	uintptr_t start, prev;
+
+	if (symbolize(ip, where, n, &start) && ip - start <= 65536 &&
+	    !pki_insn_prev((const uint8_t *)start, ip - start, start, ip, &prev)) {
+		symbolize(prev, where, n, NULL);
+		return true;
+	}
+	return false;
 }
 
 /*
@@ -615,10 +631,8 @@ static void on_hit(const struct pk_watch_hit *hit)
 	r->is_ptr = is_ptr;
 	r->seq = is_ptr ? atomic_fetch_add_explicit(&A.ptr_seq, 1, memory_order_relaxed) + 1 : 0;
 	r->nframes = 0;
-	if (is_ptr) {
-		r->newv = *(volatile uintptr_t *)A.ptr;
-		r->oldv = atomic_exchange_explicit(&A.ptr_shadow, r->newv, memory_order_relaxed);
-	} else if (conf->type != PK_WATCH_X) {
+	/* (A pointer write's new value is read by follow(), from the pointer.) */
+	if (!is_ptr && conf->type != PK_WATCH_X) {
 		/* The trap comes after the access: memory holds the new value now. */
 		r->newv = read_value(hit->addr);
 		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
@@ -657,8 +671,6 @@ static void print_rec(const struct rec *r)
 {
 	char where[512], a[64], b[64], line[1024];
 	long long ns = (r->t.tv_sec - A.t0.tv_sec) * 1000000000LL + (r->t.tv_nsec - A.t0.tv_nsec);
-	uintptr_t start = 0, prev;
-	const struct pki_elf_sym *s;
 	int len;
 
 	len = snprintf(line, sizeof(line), "%4lld.%06lld tid %d ", ns / 1000000000,
@@ -679,20 +691,9 @@ static void print_rec(const struct rec *r)
 		symbolize(r->ip, where, sizeof(where), NULL);
 		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
 	} else {
-		/*
-		 * The trap ip follows the access.  Decode forward from the
-		 * function's start to find the instruction that ends there.
-		 */
-		const char *how = "after";
-		uintptr_t at = r->ip;
+		/* The trap ip follows the access (access_where()). */
+		const char *how = access_where(r->ip, where, sizeof(where)) ? "at" : "after";
 
-		s = symbolize(r->ip, where, sizeof(where), &start);
-		if (s && r->ip - start <= 65536 &&
-		    !pki_insn_prev((const uint8_t *)start, r->ip - start, start, r->ip, &prev)) {
-			how = "at";
-			at = prev;
-			symbolize(at, where, sizeof(where), NULL);
-		}
 		fmt_value(b, sizeof(b), r->newv);
 		if (conf->type == PK_WATCH_W) {
 			fmt_value(a, sizeof(a), r->oldv);
@@ -763,15 +764,14 @@ static void retarget(uintptr_t v, char *say, size_t n)
 static void follow(const struct rec *r)
 {
 	char where[320] = "?", say[160];
-	uintptr_t start, prev, v = 0, was = atomic_load(&A.addr);
+	uintptr_t v = 0, was = atomic_load(&A.addr);
 
 	if (atomic_load_explicit(&A.stop, memory_order_acquire) || !peek(A.ptr, &v))
 		return; /* the watches are going away (exit) */
 	if ((v ? v + A.ptr_off : 0) == was)
 		return;
-	if (r && symbolize(r->ip, where, sizeof(where), &start) && r->ip - start <= 65536 &&
-	    !pki_insn_prev((const uint8_t *)start, r->ip - start, start, r->ip, &prev))
-		symbolize(prev, where, sizeof(where), NULL);
+	if (r)
+		access_where(r->ip, where, sizeof(where));
 	retarget(v, say, sizeof(say));
 	if (r)
 		agent_out_printf("# tid %d: %s = %#lx (was %#lx) at %s: %s\n", (int)r->tid,

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/peek.h"
 #include "sym/unwind.h"
 
 struct pki_unwinder {
@@ -35,16 +36,14 @@ void pki_stack_snap_take(struct pki_stack_snap *s, const ucontext_t *uc, pid_t p
 /* One word of the process: from the snapshot's copy if there, else live. */
 static bool mem_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *out, void *arg)
 {
-	struct pki_unwinder *u = arg;
-	const struct pki_stack_snap *s = u->cur;
-	struct iovec local = {out, sizeof(*out)}, remote = {(void *)(uintptr_t)addr, sizeof(*out)};
+	const struct pki_stack_snap *s = ((struct pki_unwinder *)arg)->cur;
 
 	(void)dwfl;
 	if (addr >= s->sp && addr - s->sp + sizeof(*out) <= s->len) {
 		memcpy(out, s->stack + (addr - s->sp), sizeof(*out));
 		return true;
 	}
-	return process_vm_readv(u->pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof(*out);
+	return !pki_peek((const void *)(uintptr_t)addr, out, sizeof(*out));
 }
 
 static pid_t next_thread(Dwfl *dwfl, void *arg, void **thread_argp)

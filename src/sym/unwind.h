@@ -35,7 +35,10 @@ void pki_stack_snap_take(struct pki_stack_snap *s, const ucontext_t *uc, pid_t p
 
 struct pki_unwinder;
 
-/* An unwinder for the objects process @pid has loaded now; NULL if it cannot. */
+/*
+ * An unwinder for the objects this process (@pid: its pid) has loaded now;
+ * NULL if it cannot.
+ */
 struct pki_unwinder *pki_unwinder_new(pid_t pid);
 void pki_unwinder_free(struct pki_unwinder *u);
 

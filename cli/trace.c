@@ -402,9 +402,9 @@ static bool has_sites(const char *path)
 struct trace_opts {
 	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
 	int nf, nn;
-	const char *output, *buffer, *trigger, *max_size;
-	char ring_events[24]; /* --ring SIZE, in events, for the agent */
-	char max_bytes[24];   /* --max-size SIZE, in bytes */
+	const char *output, *buffer, *trigger; /* buffer: -b EVENTS */
+	char ring_events[24];		       /* --ring SIZE, in events, for the agent */
+	char max_bytes[24];		       /* --max-size SIZE, in bytes; "" without */
 	bool children, entry_only, drop, ring, force;
 	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
@@ -485,6 +485,9 @@ static bool trace_opts_check(struct trace_opts *o, int argc, char **argv)
 		return cli_usage_error("trace: --trigger FUNC needs --ring SIZE (it snapshots "
 				       "the flight recorder)"),
 		       false;
+	if (o->ring && o->buffer)
+		return cli_usage_error("trace: --ring SIZE sets the buffer: not with --buffer"),
+		       false;
 	if (o->ring && o->drop)
 		return cli_usage_error("trace: --ring never waits: --drop means nothing there"),
 		       false;
@@ -497,14 +500,10 @@ static bool trace_opt_ring(struct trace_opts *o, const char *arg)
 {
 	unsigned long long bytes = cli_parse_size("--ring", arg);
 
-	if (o->buffer && !o->ring)
-		return cli_usage_error("trace: --ring SIZE sets the buffer: not with --buffer"),
-		       false;
 	if (bytes < (16u << 10) || bytes > (1ull << 30))
 		return cli_usage_error("trace: --ring %s: from 16K to 1G per thread", arg), false;
 	snprintf(o->ring_events, sizeof(o->ring_events), "%llu",
 		 (bytes + sizeof(struct pki_trace_event) - 1) / sizeof(struct pki_trace_event));
-	o->buffer = o->ring_events;
 	o->ring = true;
 	return true;
 }
@@ -517,7 +516,6 @@ static bool trace_opt_max_size(struct trace_opts *o, const char *arg)
 	if (bytes < (1u << 20))
 		return cli_usage_error("trace: --max-size %s: at least 1M", arg), false;
 	snprintf(o->max_bytes, sizeof(o->max_bytes), "%llu", bytes);
-	o->max_size = o->max_bytes;
 	return true;
 }
 
@@ -565,10 +563,6 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			if (v < 1024 || v > (1ul << 26))
 				return cli_usage_error("trace: --buffer: 1024 to %lu events",
 						       1ul << 26),
-				       false;
-			if (o->ring)
-				return cli_usage_error("trace: --ring SIZE sets the buffer: not "
-						       "with --buffer"),
 				       false;
 			o->buffer = optarg;
 			break;
@@ -620,9 +614,9 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	}
 	env[ne++] = PK_ENV_TRACE_CHILDREN;
 	env[ne++] = o->children ? "1" : "0";
-	if (o->buffer) {
+	if (o->buffer || o->ring) {
 		env[ne++] = PK_ENV_TRACE_BUF;
-		env[ne++] = o->buffer;
+		env[ne++] = o->ring ? o->ring_events : o->buffer;
 	}
 	env[ne++] = PK_ENV_TRACE_ENTRY_ONLY;
 	env[ne++] = o->entry_only ? "1" : "0";
@@ -636,9 +630,9 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 		env[ne++] = PK_ENV_TRACE_TRIGGER;
 		env[ne++] = o->trigger;
 	}
-	if (o->max_size) {
+	if (o->max_bytes[0]) {
 		env[ne++] = PK_ENV_TRACE_MAX_SIZE;
-		env[ne++] = o->max_size;
+		env[ne++] = o->max_bytes;
 	}
 	if (o->relocate > 0) { /* the library's setting (sym/sites.h), kept for PROG's children */
 		const char *e = getenv("PROBEKIT_RELOC");

@@ -33,6 +33,7 @@
 
 #include "base/grow.h"
 #include "cli.h"
+#include "trace/analyze.h"
 #include "trace/format.h"
 #include "trace/reader.h"
 
@@ -306,8 +307,7 @@ static void event(struct pexport *p, size_t i, unsigned type, uint64_t fn, uint6
 	} else if (type != SLICE_END) {
 		char buf[32];
 
-		snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)fn);
-		pb_str(&p->m, TE_NAME, buf);
+		pb_str(&p->m, TE_NAME, pki_trace_fn_name(p->f, fn, buf, sizeof(buf))); /* 0x<fn> */
 	}
 	pb_end(&p->m);
 	if (intern) {

@@ -16,7 +16,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
+#include <sys/user.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -693,6 +696,140 @@ START_TEST(cost_blocked_vs_running)
 }
 END_TEST
 
+/* ---- a signal at every instruction of a hooked call ---- */
+
+/*
+ * The nesting counter stays balanced whatever instruction of an entry, a
+ * registration or an exit a signal handler interrupts (gp.c, N1-N3).  A
+ * traced child calls `hooked` between two int3 markers; the tracer steps it
+ * k instructions past the first marker and delivers SIGUSR1 there, for
+ * every k up to the second marker.  The handler calls `hooked` too (run, or
+ * skipped when it interrupted a counted section), then stops at an int3.
+ * After each call the child checks that its own hook ran exactly once and
+ * that the counter is back to -1.  Rounds with the thread parked first take
+ * the registration path (X_REG); the others the steady one.
+ */
+static volatile long sig_runs;
+
+static void sig_call(int sig)
+{
+	long before = nothing_calls;
+
+	(void)sig;
+	call(hooked);
+	sig_runs += nothing_calls - before;
+	__asm__ volatile("int3\n.globl pk_mark_h\npk_mark_h:");
+}
+
+/* Park the calling thread (P1): grace periods until it is parked. */
+static void park_self(void)
+{
+	struct pki_gp_stats a, b;
+
+	pki_gp_stats(&a);
+	for (int i = 0; i < 1000; i++) {
+		if (pki_gp_synchronize())
+			_exit(3);
+		pki_gp_stats(&b);
+		if (b.parked > a.parked)
+			return;
+	}
+	_exit(4);
+}
+
+extern const char pk_mark_a[], pk_mark_b[], pk_mark_h[];
+
+__attribute__((noinline)) static void sig_child(bool parked)
+{
+	struct sigaction sa = {.sa_handler = sig_call};
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	if (ptrace(PTRACE_TRACEME, 0, NULL, NULL))
+		_exit(2);
+	raise(SIGSTOP);
+	call(hooked); /* registered */
+	for (;;) {
+		long before, sig_before;
+
+		if (parked)
+			park_self();
+		before = nothing_calls;
+		sig_before = sig_runs;
+		__asm__ volatile("int3\n.globl pk_mark_a\npk_mark_a:" ::: "memory");
+		call(hooked);
+		__asm__ volatile("int3\n.globl pk_mark_b\npk_mark_b:" ::: "memory");
+		if (nothing_calls - before - (sig_runs - sig_before) != 1)
+			_exit(5); /* the call's own hook was skipped (or ran twice) */
+		if (pki_tramp_nest != -1)
+			_exit(6); /* a level left behind */
+	}
+}
+
+/* Resume @pid with @req and @sig; where it stopped next (0: it ended, status in *@st). */
+static unsigned long sig_resume(pid_t pid, int req, int sig, int *st)
+{
+	struct user_regs_struct r;
+
+	ck_assert_int_eq(ptrace(req, pid, NULL, (void *)(long)sig), 0);
+	ck_assert_int_eq(waitpid(pid, st, 0), pid);
+	if (!WIFSTOPPED(*st))
+		return 0;
+	ck_assert_int_eq(WSTOPSIG(*st), SIGTRAP);
+	ck_assert_int_eq(ptrace(PTRACE_GETREGS, pid, NULL, &r), 0);
+	return r.rip;
+}
+
+/* Rounds for k = 0, 1, ... until B comes before step k; returns the region's steps. */
+static long sig_every_instruction(bool parked)
+{
+	const char *how = parked ? "parked first" : "registered";
+	pid_t pid = fork();
+	unsigned long ip;
+	int st;
+	long k;
+
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		sig_child(parked);
+		_exit(1);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFSTOPPED(st) && WSTOPSIG(st) == SIGSTOP);
+	for (k = 0;; k++) {
+		ip = sig_resume(pid, PTRACE_CONT, 0, &st);
+		ck_assert_msg(ip == (unsigned long)pk_mark_a,
+			      "%s: the child's checks failed after a signal at step %ld: %s %d", how,
+			      k - 1, WIFEXITED(st) ? "exit" : "status", WIFEXITED(st) ? WEXITSTATUS(st) : st);
+		for (long j = 0; j < k && ip != (unsigned long)pk_mark_b; j++)
+			ip = sig_resume(pid, PTRACE_SINGLESTEP, 0, &st);
+		if (ip == (unsigned long)pk_mark_b)
+			break;
+		ip = sig_resume(pid, PTRACE_CONT, SIGUSR1, &st);
+		ck_assert_msg(ip == (unsigned long)pk_mark_h, "%s: step %ld: the handler did not stop",
+			      how, k);
+		ip = sig_resume(pid, PTRACE_CONT, 0, &st);
+		ck_assert_msg(ip == (unsigned long)pk_mark_b, "%s: step %ld: no marker B", how, k);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return k;
+}
+
+START_TEST(signal_at_every_instruction)
+{
+	long steady, parked;
+
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	steady = sig_every_instruction(false);
+	parked = sig_every_instruction(true);
+	printf("a signal at each of %ld instructions of a hooked call, %ld with the thread parked "
+	       "first: balanced\n",
+	       steady, parked);
+	ck_assert_int_gt(parked, steady); /* the registration path was stepped */
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("gp");
@@ -708,6 +845,7 @@ int main(void)
 	tcase_add_test(tc, idle_threads_parked_and_woken);
 	tcase_add_test(tc, parking_races);
 	tcase_add_test(tc, cost_blocked_vs_running);
+	tcase_add_test(tc, signal_at_every_instruction);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

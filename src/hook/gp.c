@@ -103,6 +103,38 @@
  * thread that calls hooks all the time is rarely parked, and an activation
  * costs it two sigprocmask calls.
  *
+ * N (the counter's balance).  Write the counter as base + L: L the levels
+ * the thread has entered and not left (incl done, decl or undo not yet),
+ * base -1 (registered) or PKI_TRAMP_UNREG (unregistered, parked, exiting).
+ * The proof above needs: a thread outside every body has L = 0, so its
+ * counter is < 0 once it leaves (else grace periods wait for ever and every
+ * later hook of the thread is skipped as a recursion).
+ *  N1  Every write of the counter is one instruction: the entries' incl
+ *      and the exits' decl (tramp.S), a refused entry's undo (locked sub),
+ *      the conversion (N2, a compare-and-swap), the writer's park (P1, a
+ *      compare-and-swap from -1, L = 0) and gp_thread_exit's store (signals
+ *      blocked, outside every hook).  A signal handler of the thread runs
+ *      between two instructions, never inside one; the writer's CAS is
+ *      atomic, and the thread's plain incl can only overwrite it (P1).
+ *  N2  Only the conversion changes the base to -1, and only while it is
+ *      PKI_TRAMP_UNREG, in the same instruction that reads it: v < -1 means
+ *      unconverted (L <= 1 + the entries nested in this registration, far
+ *      below -PKI_TRAMP_UNREG), v >= -1 converted.  A registration that a
+ *      signal handler interrupted before TLS_REGISTERING was set may find
+ *      that the handler registered and converted (its own entries then ran
+ *      as a nested level: skipped); it leaves the base alone.  After the
+ *      flag is set, nested entries are refused and undo their own incl.
+ *  N3  Only the park and the exit lower the base, with L = 0.
+ *  So a handler that returns leaves L as it found it (each of its entries
+ *  ends in a decl or an undo, N1), and the base at -1 or raised to -1: a
+ *  registration of the interrupted code converts exactly once, and a
+ *  thread whose outermost level ends has counter base - 0 < 0.  Checked by
+ *  test_gp's signal_at_every_instruction, which delivers a signal at each
+ *  instruction of a call, registered and parked.  A handler that never
+ *  returns to a level it interrupted (siglongjmp out of a callback, or out
+ *  of the few instructions of an entry or exit) abandons that level: see
+ *  Limits.
+ *
  * S (freeing TLS).  The writer dereferences a TLS address it loaded from a
  * slot; the memory goes away when its thread exits.  An exiting thread
  * empties its slot (seq_cst), then waits while a pass is in progress
@@ -112,7 +144,9 @@
  * sleeps: the wait is bounded by one scan of the slots).
  *
  * Limits.  A thread blocked inside a callback holds grace periods off until
- * it returns (as with any RCU).  A thread that leaves without running its
+ * it returns (as with any RCU); so does one whose signal handler left a
+ * hook's level by siglongjmp (the 2 s warning names it), and its hooks are
+ * skipped from then on.  A thread that leaves without running its
  * thread-specific-data destructors (a raw SYS_exit) keeps its slot, whose
  * TLS may later be unmapped: not supported; so is a thread whose very first
  * hooked call is made by another library's destructor in glibc's last
@@ -256,17 +290,35 @@ static unsigned int reader_claim(struct pki_tramp_tls *me)
 
 /*
  * The thread's own counter, from C.  Only the thread changes it, but for
- * the writer's park (P1), a compare-and-swap from -1: relaxed atomics say
- * so (the entries' incl/decl are plain, in tramp.S).  Never at -1 here.
+ * the writer's park (P1), a compare-and-swap from -1: atomics say so (the
+ * entries' incl/decl are plain, in tramp.S).  Each change is one
+ * instruction (N1): a signal handler runs before or after it, never inside.
  */
 static int nest_get(const struct pki_tramp_tls *me)
 {
 	return __atomic_load_n(&me->nest, __ATOMIC_RELAXED);
 }
 
-static void nest_add(struct pki_tramp_tls *me, int d)
+/* Undo the entry's incl of a refused call (N1: one locked add). */
+static void nest_undo(struct pki_tramp_tls *me)
 {
-	__atomic_store_n(&me->nest, nest_get(me) + d, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&me->nest, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * N2: base PKI_TRAMP_UNREG -> -1, keeping the levels, if the base is still
+ * PKI_TRAMP_UNREG: a signal handler that interrupted this registration
+ * before TLS_REGISTERING was set may have registered and converted already
+ * (its levels are back to ours when it returns).  One compare-and-swap:
+ * the read and the write are one instruction.
+ */
+static void nest_convert(struct pki_tramp_tls *me)
+{
+	int v = nest_get(me);
+
+	while (v < -1 && !__atomic_compare_exchange_n(&me->nest, &v, v - PKI_TRAMP_UNREG - 1,
+						      false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		;
 }
 
 /*
@@ -292,11 +344,13 @@ static void reader_activate(unsigned int i)
 }
 
 /*
- * X_REG: the thread's first entry (counter PKI_TRAMP_UNREG + 1).  A nested
- * entry meanwhile (a signal handler's hooked call, or a hooked libc function
- * this calls: relocation in every object) finds TLS_REGISTERING and runs
- * unhooked: no second slot is claimed, and no signal is blocked here (a
- * trap met with SIGTRAP blocked kills the process).
+ * X_REG: the thread's first entry, or its first since parked (counter
+ * PKI_TRAMP_UNREG + 1).  A nested entry meanwhile (a signal handler's
+ * hooked call, or a hooked libc function this calls: relocation in every
+ * object) finds TLS_REGISTERING and runs unhooked: no second slot is
+ * claimed, and no signal is blocked here (a trap met with SIGTRAP blocked
+ * kills the process).  One that came before the flag may have registered
+ * the thread already: N2.
  */
 int pki_gp_register(void)
 {
@@ -304,7 +358,7 @@ int pki_gp_register(void)
 	int ok = 1;
 
 	if (me->flags & (TLS_EXITING | TLS_REGISTERING)) { /* no system call per call */
-		nest_add(me, -1);
+		nest_undo(me);
 		return 0;
 	}
 	me->flags |= TLS_REGISTERING;
@@ -320,10 +374,9 @@ int pki_gp_register(void)
 	if (me->slot)
 		reader_activate(me->slot - 1); /* first entry, or the first since parked */
 	if (me->slot) {
-		/* Our levels so far, the first one 0 (see the proof: after the claim). */
-		__atomic_store_n(&me->nest, nest_get(me) - PKI_TRAMP_UNREG - 1, __ATOMIC_SEQ_CST);
+		nest_convert(me); /* our levels so far, the first one 0 (after the claim) */
 	} else {
-		nest_add(me, -1); /* undo the entry's incl: the call runs unhooked */
+		nest_undo(me); /* the call runs unhooked (N2: still unconverted) */
 		__atomic_add_fetch(&gp_stat.refused, 1, __ATOMIC_RELAXED);
 		ok = 0;
 	}

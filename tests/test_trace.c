@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -604,6 +606,71 @@ START_TEST(signals_while_waiting)
 		(int)handled, (unsigned long long)f->threads[0].lost);
 	ck_assert_uint_eq(na, STRESS_N);
 	ck_assert_uint_eq(nb + f->threads[0].lost, 2 * (uint64_t)handled);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/*
+ * A signal handler that records while its thread's first record makes the
+ * thread's buffer: its events are counted as that thread's losses (they
+ * were counted in the session's late_lost, which signals_while_waiting's
+ * sum missed: 2 events per such handler).  buf_new() reads the thread's
+ * name with prctl(PR_GET_NAME): this one raises the signal right there.
+ */
+static volatile int prctl_raise;
+
+int prctl(int option, ...)
+{
+	unsigned long a[4];
+	va_list ap;
+
+	va_start(ap, option);
+	for (int i = 0; i < 4; i++)
+		a[i] = va_arg(ap, unsigned long);
+	va_end(ap);
+	if (option == PR_GET_NAME && prctl_raise) {
+		prctl_raise = 0;
+		raise(SIGUSR1);
+	}
+	return (int)syscall(SYS_prctl, option, a[0], a[1], a[2], a[3]);
+}
+
+static void on_usr1_record(int sig)
+{
+	(void)sig;
+	EN(FB, 0);
+	EX(FB, 0);
+}
+
+static void *first_record_thread(void *arg)
+{
+	(void)arg;
+	prctl_raise = 1;
+	EN(FA, 1);
+	return NULL;
+}
+
+START_TEST(handler_while_buffer_made)
+{
+	struct sigaction sa = {.sa_handler = on_usr1_record};
+	struct pki_trace_file *f;
+	pthread_t th;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	topen(64, 1, false);
+	pthread_create(&th, NULL, first_record_thread, NULL);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(prctl_raise, 0); /* the handler ran inside buf_new() */
+	ck_assert_int_eq(pki_trace_close(), 0);
+	signal(SIGUSR1, SIG_DFL);
+	f = tread();
+	ck_assert_int_eq(f->nthreads, 1);
+	ck_assert_uint_eq(f->threads[0].nev, 1);
+	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[0].word), FA);
+	ck_assert_uint_eq(f->threads[0].lost, 2);
+	ck_assert_uint_eq(f->end.late_lost, 0);
 	pki_trace_file_free(f);
 	unlink(tpath);
 }
@@ -1583,6 +1650,7 @@ int main(void)
 	tcase_add_test(rt, stress_drop_counted);
 	tcase_add_test(rt, wait_bounded_when_drainer_cannot_write);
 	tcase_add_test(rt, signals_while_waiting);
+	tcase_add_test(rt, handler_while_buffer_made);
 	tcase_add_test(rt, exited_threads_kept);
 	tcase_add_test(rt, real_clock_durations);
 	tcase_add_test(rt, half_buffer_wakes_drainer);

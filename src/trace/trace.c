@@ -81,8 +81,13 @@ enum {
  */
 static struct pki_trace_buf internal_buf = {.busy = 1};
 static struct pki_trace_buf gone_buf = {.busy = 1};
-/* initial-exec like pki_trace_tls: a dynamic TLS access could allocate. */
+/*
+ * initial-exec like pki_trace_tls: a dynamic TLS access could allocate.
+ * tls_alloc_lost: events of this thread's signal handlers while buf_new()
+ * made its buffer (pki_trace_record_slow()).
+ */
 static __thread int tls_allocating __attribute__((tls_model("initial-exec")));
+static __thread unsigned int tls_alloc_lost __attribute__((tls_model("initial-exec")));
 
 static struct {
 	int state;  /* atomic, ST_* */
@@ -1080,6 +1085,16 @@ static struct pki_trace_buf *buf_new(void)
 /*
  * Everything the inline path does not handle: first event of a thread,
  * nested record, sentinel buffers.  Async-signal-safe.
+ *
+ * A signal handler that records while buf_new() runs for its thread finds
+ * no buffer and tls_allocating set: its event is counted in tls_alloc_lost
+ * (one instruction's increment, as nested_lost's).  Once tls_allocating is
+ * clear no handler adds to it (with the buffer published in pki_trace_tls
+ * they record into it or count in its nested_lost; without one they make
+ * their own), so one exchange after that takes the whole count: it goes
+ * to the buffer's nested_lost, the thread's own losses (to late_lost if no
+ * buffer could be made).  Every such event is counted once, against its
+ * thread.
  */
 __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts)
 {
@@ -1098,7 +1113,7 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
 		return;	      /* outside any trace: not an event of a trace */
 	if (tls_allocating) { /* a handler interrupted buf_new() of this thread */
-		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&tls_alloc_lost, 1, __ATOMIC_RELAXED);
 		return;
 	}
 	tls_allocating = 1;
@@ -1108,8 +1123,11 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 	if (b)
 		pki_trace_tls = b;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	pki_trace_busy--;
 	tls_allocating = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_fetch_add(b ? &b->nested_lost : &S.late_lost,
+			   __atomic_exchange_n(&tls_alloc_lost, 0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+	pki_trace_busy--;
 	if (!b) {
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 		return;

@@ -5,11 +5,18 @@
 # issue 9's scale: scripts/stress.sh -- --hang 30 --background 10000
 # --background-callers 4 -t 200 (CI's stress_hook_scale, 10 s, --no-fork-api).
 #
-#   scripts/stress.sh [-n RUNS] [-d SECONDS] [-s FIRST_SEED] [--installed] [-- FLAGS...]
+#   scripts/stress.sh [-n RUNS] [-d SECONDS] [-s FIRST_SEED] [-o THREADS] [--installed]
+#                     [-- FLAGS...]
 #
 #   -n RUNS        runs, each with the next seed (10)
 #   -d SECONDS     duration of each run (30)
 #   -s SEED        first seed (from the clock)
+#   -o, --overload THREADS
+#                  overload mode: each run beside a second process of THREADS
+#                  busy threads (tests/stress/load.c, killed at the end of the
+#                  run), as on a shared machine with a load average in the
+#                  hundreds (stress_hook --overload; CI's stress_hook_overload:
+#                  300 for 15 s, with -- -a 4)
 #   --installed    build the test as a user would: `./dev install` into a
 #                  scratch prefix, then cc + pkg-config against it (default:
 #                  the copy `./dev build` makes, which also links only the
@@ -22,15 +29,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs=10 dur=30 seed=$(($(date +%s) % 100000)) installed=0
+runs=10 dur=30 seed=$(($(date +%s) % 100000)) installed=0 overload=()
 while (($#)); do
 	case $1 in
 	-n) runs=$2; shift 2 ;;
 	-d) dur=$2; shift 2 ;;
 	-s) seed=$2; shift 2 ;;
+	-o|--overload) overload=(--overload "$2"); shift 2 ;;
 	--installed) installed=1; shift ;;
 	--) shift; break ;;
-	-h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,28p' "$0"; exit 0 ;;
 	*) echo "stress.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -45,8 +53,9 @@ if ((installed)); then
 	cc -O2 -c -Itests/stress -mgeneral-regs-only $(pkg-config --cflags probekit) \
 		-o "$out/cb.o" tests/stress/stress_cb.c
 	cc -O2 -Wall -pthread -Itests/stress $(pkg-config --cflags probekit) -o "$out/stress_hook" \
-		tests/stress/stress_hook.c "$out/funcs.o" "$out/cb.o" \
+		tests/stress/stress_hook.c tests/stress/overload.c "$out/funcs.o" "$out/cb.o" \
 		$(pkg-config --libs probekit) -Wl,-rpath,"$out/prefix/lib"
+	cc -O2 -Wall -pthread -o "$out/stress_load" tests/stress/load.c
 	bin=$out/stress_hook
 else
 	./dev build
@@ -59,7 +68,7 @@ for ((r = 0; r < runs; r++)); do
 	s=$((seed + r))
 	mkdir -p "$out/run-$s"
 	rc=0
-	(cd "$out/run-$s" && exec "$bin" --duration "$dur" --seed "$s" "$@" >log 2>&1) || rc=$?
+	(cd "$out/run-$s" && exec "$bin" --duration "$dur" --seed "$s" "${overload[@]}" "$@" >log 2>&1) || rc=$?
 	first=$(grep -m1 -E 'BROKEN|WATCHDOG' "$out/run-$s/log" || true)
 	case $rc in
 	0) what=ok ;;

@@ -66,6 +66,7 @@
 #include <probekit/hook.h>
 #include <probekit/sites.h>
 
+#include "overload.h"
 #include "stress.h"
 
 #define NS	    200 /* sites used (at most pks_nfuncs) */
@@ -84,6 +85,7 @@ static struct {
 	int plain, nalarm, sigblock, alarm, sleeper, rtblock, forker, churn;
 	int txn, txn_same, long_handler, alarm_calls, fork_api, probes, direct, verbose;
 	int background, bg_callers; /* background sites, and threads calling them */
+	int overload;		    /* busy threads of a second process beside the test */
 } opt = {
     .duration = 10,
     .hang = 15,
@@ -1666,6 +1668,12 @@ static void usage(int status)
 	    "                     every result and that every call is counted once (0)\n"
 	    "  (at most %d threads in all; CI's stress_hook_scale: --background 10000\n"
 	    "  --background-callers 4 -t 200)\n"
+	    "overload, off by default:\n"
+	    "  --overload N       run N busy threads in a second process beside the test\n"
+	    "                     (stress_load, killed at the end): every thread, signal\n"
+	    "                     handlers included, is preempted anywhere and waits long\n"
+	    "                     for a CPU; the promises are the same (CI's\n"
+	    "                     stress_hook_overload: 300)\n"
 	    "hazards (issue 8), each on by default:\n"
 	    "  --no-sigblock      no threads that block every signal (H4)\n"
 	    "  --no-alarm         no threads taking SIGALRM every 100 us whose handler calls\n"
@@ -1741,6 +1749,8 @@ static int set_opt(const char *a, const char *v, int *used)
 		opt.background = atoi(v);
 	else if (!strcmp(a, "--background-callers"))
 		opt.bg_callers = atoi(v);
+	else if (!strcmp(a, "--overload"))
+		opt.overload = atoi(v);
 	else
 		return -1;
 	return 0;
@@ -2006,6 +2016,11 @@ int main(int argc, char **argv)
 	    opt.sleeper ? " sleep" : "", opt.forker ? " fork" : "",
 	    opt.forker && opt.fork_api ? " fork-api" : "", opt.churn ? " churn" : "",
 	    opt.txn ? " txn" : "", opt.txn && opt.txn_same ? " txn-same" : "");
+	if (opt.overload) {
+		if (pks_overload_start(opt.overload, opt.duration + 2 * opt.hang + 10))
+			return 2;
+		say("stress: overload: %d busy threads in another process\n", opt.overload);
+	}
 	if (opt.background)
 		say("stress: scale: %d background sites, %d threads calling them, %d plain "
 		    "workers\n",
@@ -2058,6 +2073,7 @@ int main(int argc, char **argv)
 	for (k = 0; k < nworkers; k++)
 		pthread_join(workers[k]->thr, NULL);
 	atomic_store(&joined, 1);
+	pks_overload_stop();
 	if (opt.background)
 		bg_detach(&mainw);
 	if (atomic_load(&pks_late_runs))

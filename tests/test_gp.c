@@ -705,11 +705,14 @@ END_TEST
  * k instructions past the first marker and delivers SIGUSR1 there, for
  * every k up to the second marker.  The handler calls `hooked` too (run, or
  * skipped when it interrupted a counted section), then stops at an int3.
- * After each call the child checks that its own hook ran exactly once and
- * that the counter is back to -1.  Rounds with the thread parked first take
- * the registration path (X_REG); the others the steady one.
+ * After each call the child checks that its own hooks ran exactly
+ * sig_expect times and that the counter is back to -1.  Rounds with the
+ * thread parked first take the registration path (X_REG); the others the
+ * steady one.  `hooked` is a bare entry to a handler body, then a function
+ * with an ops and a direct entry to a pk_tramp (the list dispatcher, X_USER,
+ * the pk_tramp's own entry and exits).
  */
-static volatile long sig_runs;
+static volatile long sig_runs, sig_expect;
 
 static void sig_call(int sig)
 {
@@ -759,8 +762,8 @@ __attribute__((noinline)) static void sig_child(bool parked)
 		__asm__ volatile("int3\n.globl pk_mark_a\npk_mark_a:" ::: "memory");
 		call(hooked);
 		__asm__ volatile("int3\n.globl pk_mark_b\npk_mark_b:" ::: "memory");
-		if (nothing_calls - before - (sig_runs - sig_before) != 1)
-			_exit(5); /* the call's own hook was skipped (or ran twice) */
+		if (nothing_calls - before - (sig_runs - sig_before) != sig_expect)
+			_exit(5); /* the call's own hooks were skipped (or ran twice) */
 		if (pki_tramp_nest != -1)
 			_exit(6); /* a level left behind */
 	}
@@ -816,17 +819,43 @@ static long sig_every_instruction(bool parked)
 	return k;
 }
 
+static void nothing_ops(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			struct pk_regs *regs)
+{
+	(void)ops;
+	nothing(ip, parent_ip, regs);
+}
+
 START_TEST(signal_at_every_instruction)
 {
+	static unsigned long ip[1];
+	struct pk_ops ops = {.func = nothing_ops, .filter = {.ips = ip, .nips = 1}};
+	struct pk_direct_entry e;
+	struct pk_tramp *t;
 	long steady, parked;
 
 	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	sig_expect = 1;
 	steady = sig_every_instruction(false);
 	parked = sig_every_instruction(true);
 	printf("a signal at each of %ld instructions of a hooked call, %ld with the thread parked "
 	       "first: balanced\n",
 	       steady, parked);
 	ck_assert_int_gt(parked, steady); /* the registration path was stepped */
+
+	fx_install();
+	hooked = ip[0] = (unsigned long)fx_funcs[0];
+	t = pk_tramp_new(nothing, 0);
+	ck_assert_ptr_nonnull(t);
+	e = (struct pk_direct_entry){ip[0], pk_tramp_addr(t)};
+	ck_assert_int_eq(pk_ops_register(&ops), 0);
+	ck_assert_int_eq(pk_direct_add(&e, 1), 0);
+	sig_expect = 2;
+	steady = sig_every_instruction(false);
+	parked = sig_every_instruction(true);
+	printf("the same with an ops and a direct entry: %ld instructions, %ld parked first\n",
+	       steady, parked);
+	ck_assert_int_gt(parked, steady);
 }
 END_TEST
 

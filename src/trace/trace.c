@@ -1143,6 +1143,8 @@ void pki_trace_count_lost(void)
 		return;
 	if (b && b != &gone_buf)
 		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+	else if (!b && tls_allocating) /* the thread's, once its buffer is made */
+		__atomic_fetch_add(&tls_alloc_lost, 1, __ATOMIC_RELAXED);
 	else if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 }

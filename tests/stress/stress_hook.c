@@ -1673,7 +1673,7 @@ static void usage(int status)
 	    "                     (stress_load, killed at the end): every thread, signal\n"
 	    "                     handlers included, is preempted anywhere and waits long\n"
 	    "                     for a CPU; the promises are the same (CI's\n"
-	    "                     stress_hook_overload: 300)\n"
+	    "                     stress_hook_overload: 300, with -a 4)\n"
 	    "hazards (issue 8), each on by default:\n"
 	    "  --no-sigblock      no threads that block every signal (H4)\n"
 	    "  --no-alarm         no threads taking SIGALRM every 100 us whose handler calls\n"

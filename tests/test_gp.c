@@ -863,6 +863,7 @@ int main(void)
 {
 	Suite *s = suite_create("gp");
 	TCase *tc = tcase_create("gp");
+	TCase *steps = tcase_create("steps");
 
 	tcase_add_test(tc, threads_helpers);
 	tcase_add_test(tc, blocked_threads_not_disturbed);
@@ -874,8 +875,11 @@ int main(void)
 	tcase_add_test(tc, idle_threads_parked_and_woken);
 	tcase_add_test(tc, parking_races);
 	tcase_add_test(tc, cost_blocked_vs_running);
-	tcase_add_test(tc, signal_at_every_instruction);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
+	/* Steps k instructions for every k: quadratic, slow under ASan. */
+	tcase_add_test(steps, signal_at_every_instruction);
+	tcase_set_timeout(steps, 120);
+	suite_add_tcase(s, steps);
 	return pk_test_run(s);
 }

@@ -73,6 +73,8 @@ static struct sigaction action_of(sighandler_t h, int sig, const struct semantic
 }
 
 static pki_sigaction_fn agent_real_sigaction(void);
+static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
+				 const struct semantics *sem);
 
 /*
  * Does a catcher hold @sig, with its handler still the kernel's action?
@@ -110,7 +112,27 @@ static sighandler_t sigset_default(int sig, sighandler_t prog)
 	return sigismember(&was, sig) ? SIG_HOLD : prog;
 }
 
+/*
+ * PROG set @h for @sig: a handler or SIG_IGN for SIGUSR2 makes it PROG's,
+ * and the flight recorder's trigger lets go of it (trigger.c).
+ */
+static void set_by_prog(int sig, sighandler_t h, bool siginfo)
+{
+	if (sig == SIGUSR2 && (siginfo || (h != SIG_DFL && h != SIG_HOLD && h != SIG_ERR)))
+		agent_trigger_give_way();
+}
+
 static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, const struct semantics *sem)
+{
+	sighandler_t r = pass_on_held(f, sig, h, sem);
+
+	if (r != SIG_ERR)
+		set_by_prog(sig, h, false);
+	return r;
+}
+
+static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
+				 const struct semantics *sem)
 {
 	struct sigaction prog, sa;
 	sighandler_t r;
@@ -184,7 +206,8 @@ PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 {
 	pki_sigaction_fn fn = agent_real_sigaction();
 	struct sigaction buf;
-	bool had, has;
+	bool had, has, siginfo;
+	sighandler_t h;
 
 	if (!fn) {
 		errno = ENOSYS;
@@ -195,10 +218,14 @@ PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 	/* With INT3 sites, a handler never blocks SIGTRAP (sigmask.c); PROG reads its mask. */
 	had = agent_sa_mask_had(sig);
 	has = agent_sa_mask_strip(act, &buf);
+	h = act ? act->sa_handler : SIG_DFL; /* (act may be old) */
+	siginfo = act && (act->sa_flags & SA_SIGINFO);
 	if (held_action(fn, sig, has ? &buf : act, old))
 		return -1;
-	if (act)
+	if (act) {
+		set_by_prog(sig, h, siginfo);
 		agent_sa_mask_set(sig, has);
+	}
 	if (old && had)
 		sigaddset(&old->sa_mask, SIGTRAP);
 	return 0;

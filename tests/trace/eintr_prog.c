@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: MIT
+/*
+ * A program whose threads wait in blocking system calls while probekit's
+ * triggers and patching run (tests/trace/test-trace-eintr.sh).  One thread
+ * each waits in read (a pipe), nanosleep (1 s, and 1 ms, again and again),
+ * epoll_wait, poll, select, futex, accept and waitpid (a child that exits
+ * when its pipe closes), all without a timeout that could end them except
+ * the sleeps.  Meanwhile a thread calls ring_mark() (the test's --trigger
+ * FUNC) and loads and unloads the plugin given as argv[1] (the agent hooks
+ * it at each load), and main sleeps 10 ms at a time (a signal sent to the
+ * process goes to the main thread first), until the test creates the file
+ * "go".  The file "ready" holds the pid once every waiter is in place.
+ * Then main releases each waiter through its own object.
+ *
+ * A call that fails (EINTR or another error) or returns before its waiter
+ * was released, and a sleep shorter than asked, is reported as "EARLY
+ * WAITER: what" on stderr; the last line is "early N", and the exit status
+ * is 1 if N > 0.  Without probekit a SIGUSR2 kills it (its default).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_bool released, stop_marker;
+static atomic_int early, armed, loads;
+static atomic_uint futex_word;
+static int rd_pipe[2], ev_epoll, ev_poll, ev_select, lsock, child_pipe[2];
+static pid_t child;
+static volatile unsigned long sink;
+
+__attribute__((noinline)) void ring_mark(void)
+{
+	sink++;
+}
+
+static void report(const char *who, const char *what, long r)
+{
+	fprintf(stderr, "EARLY %s: %s returned %ld (%s)\n", who, what, r,
+		r < 0 ? strerror(errno) : "before release");
+	atomic_fetch_add(&early, 1);
+}
+
+/* A blocking call's result: anything before the release is early. */
+static bool done(const char *who, long r)
+{
+	if (r < 0 || !atomic_load(&released)) {
+		report(who, who, r);
+		return atomic_load(&released);
+	}
+	return true;
+}
+
+static double now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* nanosleep(@ns), never cut short. */
+static void sleep_whole(const char *who, long ns)
+{
+	struct timespec ts = {ns / 1000000000, ns % 1000000000};
+	double t0 = now();
+	int r = nanosleep(&ts, NULL);
+	double dt = now() - t0;
+
+	if (r || dt < (double)ns / 1e9) {
+		fprintf(stderr, "EARLY %s: nanosleep returned %d after %.6f s (%s)\n", who, r, dt,
+			r ? strerror(errno) : "short");
+		atomic_fetch_add(&early, 1);
+	}
+}
+
+/* nanosleep(@ns) again and again until released. */
+static void sleeper(const char *who, long ns)
+{
+	while (!atomic_load(&released))
+		sleep_whole(who, ns);
+}
+
+static void *w_read(void *a)
+{
+	char c;
+
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	while (!done("read", read(rd_pipe[0], &c, 1)))
+		;
+	return NULL;
+}
+
+static void *w_sleep(void *a)
+{
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	sleeper("nanosleep", 1000000000l);
+	return NULL;
+}
+
+static void *w_sleep_short(void *a)
+{
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	sleeper("nanosleep-1ms", 1000000l);
+	return NULL;
+}
+
+static void *w_epoll(void *a)
+{
+	struct epoll_event ev = {.events = EPOLLIN}, out;
+	int ep = epoll_create1(0);
+
+	(void)a;
+	epoll_ctl(ep, EPOLL_CTL_ADD, ev_epoll, &ev);
+	atomic_fetch_add(&armed, 1);
+	while (!done("epoll_wait", epoll_wait(ep, &out, 1, -1)))
+		;
+	return NULL;
+}
+
+static void *w_poll(void *a)
+{
+	struct pollfd p = {ev_poll, POLLIN, 0};
+
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	while (!done("poll", poll(&p, 1, -1)))
+		;
+	return NULL;
+}
+
+static void *w_select(void *a)
+{
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	for (;;) {
+		fd_set r;
+
+		FD_ZERO(&r);
+		FD_SET(ev_select, &r);
+		if (done("select", select(ev_select + 1, &r, NULL, NULL, NULL)))
+			break;
+	}
+	return NULL;
+}
+
+static void *w_futex(void *a)
+{
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	while (!atomic_load(&futex_word)) {
+		long r = syscall(SYS_futex, &futex_word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+
+		/* EAGAIN: the word changed before we slept: the release. */
+		if (r < 0 && errno == EAGAIN)
+			break;
+		done("futex", r);
+	}
+	return NULL;
+}
+
+static void *w_accept(void *a)
+{
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	for (;;) {
+		int s = accept(lsock, NULL, NULL);
+
+		if (s >= 0)
+			close(s);
+		if (done("accept", s))
+			break;
+	}
+	return NULL;
+}
+
+static void *w_waitpid(void *a)
+{
+	int st;
+
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	while (!done("waitpid", waitpid(child, &st, 0)))
+		;
+	return NULL;
+}
+
+/* --trigger ring_mark, and hooks attached and detached at each load of the plugin. */
+static void *marker(void *a)
+{
+	const char *plugin = a;
+
+	while (!atomic_load(&stop_marker)) {
+		struct timespec ts = {0, 2000000};
+
+		ring_mark();
+		if (plugin) {
+			void *h = dlopen(plugin, RTLD_NOW);
+
+			if (h) {
+				unsigned long (*work)(unsigned long) = dlsym(h, "plug_work");
+
+				if (work)
+					sink += work(3);
+				dlclose(h);
+				atomic_fetch_add(&loads, 1);
+			}
+		}
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static int listener(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(sa);
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) || listen(s, 4) ||
+	    getsockname(s, (struct sockaddr *)&sa, &len))
+		return -1;
+	return s;
+}
+
+static void connect_to(int s)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+
+	getsockname(s, (struct sockaddr *)&sa, &len);
+	if (c < 0 || connect(c, (struct sockaddr *)&sa, len))
+		perror("connect");
+	close(c);
+}
+
+int main(int argc, char **argv)
+{
+	void *(*waiters[])(void *) = {w_read,  w_sleep,  w_sleep_short, w_epoll, w_poll,
+				      w_select, w_futex, w_accept,	w_waitpid};
+	enum { NW = sizeof(waiters) / sizeof(waiters[0]) };
+	pthread_t th[NW], mk;
+	uint64_t one = 1;
+	FILE *f;
+	int k;
+
+	if (pipe(rd_pipe) || pipe(child_pipe))
+		return perror("pipe"), 2;
+	ev_epoll = eventfd(0, 0);
+	ev_poll = eventfd(0, 0);
+	ev_select = eventfd(0, 0);
+	lsock = listener();
+	if (ev_epoll < 0 || ev_poll < 0 || ev_select < 0 || lsock < 0)
+		return perror("setup"), 2;
+	child = fork();
+	if (child == 0) {
+		char c;
+
+		close(child_pipe[1]);
+		while (read(child_pipe[0], &c, 1) != 0)
+			; /* EINTR included: the child only waits for the close */
+		_exit(0);
+	}
+	close(child_pipe[0]);
+	for (k = 0; k < NW; k++)
+		pthread_create(&th[k], NULL, waiters[k], NULL);
+	pthread_create(&mk, NULL, marker, argc > 1 ? argv[1] : NULL);
+	while (atomic_load(&armed) < NW)
+		usleep(1000);
+	usleep(100000); /* let them reach their calls; an early one is reported either way */
+	f = fopen("ready.tmp", "w");
+	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) || rename("ready.tmp", "ready"))
+		return perror("ready"), 2;
+	for (k = 0; k < 6000 && access("go", F_OK); k++)
+		sleep_whole("main", 10000000l); /* the thread a process signal goes to first */
+	atomic_store(&stop_marker, true);
+	pthread_join(mk, NULL);
+
+	atomic_store(&released, true);
+	if (write(rd_pipe[1], "x", 1) != 1 || write(ev_epoll, &one, 8) != 8 ||
+	    write(ev_poll, &one, 8) != 8 || write(ev_select, &one, 8) != 8)
+		perror("release");
+	atomic_store(&futex_word, 1);
+	syscall(SYS_futex, &futex_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	connect_to(lsock);
+	close(child_pipe[1]);
+	for (k = 0; k < NW; k++)
+		pthread_join(th[k], NULL);
+	printf("loads %d\nearly %d\n", atomic_load(&loads), atomic_load(&early));
+	return atomic_load(&early) ? 1 : 0;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# No signal of probekit's cuts a system call of PROG short.  eintr_prog's
+# threads wait in read, nanosleep, epoll_wait, poll, select, futex, accept
+# and waitpid while the flight recorder's triggers run (SIGUSR2 to
+# probekit, SIGUSR2 to PROG, --trigger FUNC from another thread) and the
+# agent hooks and unhooks a plugin PROG loads and unloads again and again;
+# PROG reports any call that fails or returns before its waiter is released.
+#
+# usage: test-trace-eintr.sh PROBEKIT EINTR_PROG PLUGIN
+set -uo pipefail
+pk=$(realpath "$1") prog=$(realpath "$2") plugin=$(realpath "$3")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+# one LABEL TARGET [TRACE ARGS...]: a run where SIGUSR2 goes to TARGET
+# (probekit, prog or none) 5 times while PROG's threads wait.
+one() {
+	local label=$1 target=$2 k pkpid pid
+	shift 2
+	rm -f ready go
+	"$pk" trace "$@" -o "$label.trace" -- "$prog" "$plugin" >out 2>err &
+	pkpid=$!
+	for ((k = 0; k < 6000; k++)); do [[ -e ready ]] && break; sleep 0.01; done
+	pid=$(cat ready 2>/dev/null)
+	check "$label: PROG ready" "[[ -n \$pid ]]"
+	for ((k = 0; k < 5; k++)); do
+		case $target in
+		probekit) kill -USR2 "$pkpid" ;;
+		prog) [[ -n $pid ]] && kill -USR2 "$pid" ;;
+		esac
+		sleep 0.2
+	done
+	sleep 0.5
+	touch go
+	wait "$pkpid"
+	rc=$?
+	check "$label: rc $rc, no call cut short" "[[ $rc == 0 ]] && grep -qx 'early 0' out"
+	check "$label: the plugin was loaded" "grep -q '^loads [1-9]' out"
+}
+signals() { sed -n "s/.*$1.trace: flight recorder: [0-9]* snapshot(s) (\([0-9]*\) SIGUSR2.*/\1/p" err; }
+
+one probekit probekit --ring 64K --trigger ring_mark
+n=$(signals probekit)
+check "probekit: SIGUSR2 to probekit made snapshots (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
+check "probekit: --trigger fired" "grep -q 'probekit.trace: flight recorder: .*--trigger' err"
+
+one prog prog --ring 64K --trigger ring_mark
+n=$(signals prog)
+check "prog: SIGUSR2 to PROG made snapshots (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
+
+# Patching alone, without the ring: hooks attached and detached at each load.
+one hooks none
+
+echo "trace eintr: $pass passed, $fail failed"
+[[ $fail == 0 ]]

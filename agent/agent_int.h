@@ -222,6 +222,8 @@ void agent_sigmask_init(void);
 bool agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf);
 bool agent_sa_mask_had(int sig);
 void agent_sa_mask_set(int sig, bool had);
+/* Is @ret, a caller's return address, in the agent's own text (its copy of the library)? */
+bool agent_from_self(const void *ret);
 
 /* Resolve the real exec and spawn functions the agent wraps (trace.c, shell.c). */
 void agent_exec_init(void);

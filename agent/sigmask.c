@@ -94,6 +94,11 @@ static bool from_self(const void *ret)
 	return (uintptr_t)ret >= self_lo && (uintptr_t)ret < self_hi;
 }
 
+bool agent_from_self(const void *ret)
+{
+	return from_self(ret);
+}
+
 void agent_sigmask_init(void)
 {
 	const char *e = getenv("PROBEKIT_INT3");

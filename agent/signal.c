@@ -202,7 +202,8 @@ static int held_action(pki_sigaction_fn fn, int sig, const struct sigaction *act
 	return 0;
 }
 
-PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+/* sigaction() for @caller (a return address: the library's own calls are not PROG's). */
+static int action(int sig, const struct sigaction *act, struct sigaction *old, const void *caller)
 {
 	pki_sigaction_fn fn = agent_real_sigaction();
 	struct sigaction buf;
@@ -223,7 +224,8 @@ PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 	if (held_action(fn, sig, has ? &buf : act, old))
 		return -1;
 	if (act) {
-		set_by_prog(sig, h, siginfo);
+		if (!agent_from_self(caller))
+			set_by_prog(sig, h, siginfo); /* (the library's catchers are not PROG) */
 		agent_sa_mask_set(sig, has);
 	}
 	if (old && had)
@@ -231,9 +233,14 @@ PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 	return 0;
 }
 
+PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	return action(sig, act, old, __builtin_return_address(0));
+}
+
 PK_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-	return sigaction(sig, act, old);
+	return action(sig, act, old, __builtin_return_address(0));
 }
 
 /* SIGTRAP: signal() with @sem's flags and mask, through our sigaction(). */

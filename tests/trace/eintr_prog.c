@@ -12,6 +12,11 @@
  * "go".  The file "ready" holds the pid once every waiter is in place.
  * Then main releases each waiter through its own object.
  *
+ * First it prints the mask it reads ("view: ...": SIGUSR2 blocked, 0 or 1,
+ * in main, in a new thread, blocked by main and in a thread it creates
+ * then, and unblocked again), and the SigBlk lines of the programs it
+ * starts by fork+exec and posix_spawn.
+ *
  * A call that fails (EINTR or another error) or returns before its waiter
  * was released, and a sleep shorter than asked, is reported as "EARLY
  * WAITER: what" on stderr; the last line is "early N", and the exit status
@@ -22,6 +27,8 @@
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -253,6 +260,66 @@ static void connect_to(int s)
 	close(c);
 }
 
+/* Does this thread block SIGUSR2, as it reads its own mask? */
+static int usr2_blocked(void)
+{
+	sigset_t m;
+
+	pthread_sigmask(SIG_BLOCK, NULL, &m);
+	return sigismember(&m, SIGUSR2);
+}
+
+static void *view_thread(void *a)
+{
+	(void)a;
+	return (void *)(long)usr2_blocked();
+}
+
+/* A new thread's view of SIGUSR2: 1 if blocked. */
+static int thread_view(void)
+{
+	pthread_t t;
+	void *r;
+
+	pthread_create(&t, NULL, view_thread, NULL);
+	pthread_join(t, &r);
+	return (int)(long)r;
+}
+
+/* "view: ..." the mask the program reads: SIGUSR2 unblocked, blocked when it blocks it. */
+static void print_views(void)
+{
+	sigset_t one, old;
+	int a = usr2_blocked(), b = thread_view(), c, d;
+
+	sigemptyset(&one);
+	sigaddset(&one, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, &one, &old);
+	c = usr2_blocked() + thread_view() + !sigismember(&old, SIGUSR2);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	d = usr2_blocked();
+	printf("view: main %d thread %d, blocked %d/3, unblocked again %d\n", a, b, c, d);
+}
+
+/* The SigBlk line of a program started by exec, fork+exec and posix_spawn. */
+static void print_exec_masks(void)
+{
+	char *const argv[] = {"grep", "^SigBlk", "/proc/self/status", NULL};
+	extern char **environ;
+	pid_t p;
+	int st;
+
+	fflush(stdout);
+	p = fork();
+	if (p == 0) {
+		execvp("grep", argv);
+		_exit(127);
+	}
+	waitpid(p, &st, 0);
+	if (!posix_spawnp(&p, "grep", NULL, NULL, argv, environ))
+		waitpid(p, &st, 0);
+}
+
 int main(int argc, char **argv)
 {
 	void *(*waiters[])(void *) = {w_read,  w_sleep,  w_sleep_short, w_epoll, w_poll,
@@ -263,6 +330,8 @@ int main(int argc, char **argv)
 	FILE *f;
 	int k;
 
+	print_views();
+	print_exec_masks();
 	if (pipe(rd_pipe) || pipe(child_pipe))
 		return perror("pipe"), 2;
 	ev_epoll = eventfd(0, 0);

@@ -35,6 +35,11 @@ one() {
 	rc=$?
 	check "$label: rc $rc, no call cut short" "[[ $rc == 0 ]] && grep -qx 'early 0' out"
 	check "$label: the plugin was loaded" "grep -q '^loads [1-9]' out"
+	check "$label: PROG reads its own mask" \
+		"grep -qx 'view: main 0 thread 0, blocked 3/3, unblocked again 0' out"
+	# SIGUSR2 is bit 12 (0x800): never blocked in the programs PROG starts
+	check "$label: programs PROG starts block no SIGUSR2" \
+		"[[ \$(grep -c '^SigBlk:' out) == 2 ]] && ! grep '^SigBlk:' out | grep -q '[89a-f]..\$'"
 }
 signals() { sed -n "s/.*$1.trace: flight recorder: [0-9]* snapshot(s) (\([0-9]*\) SIGUSR2.*/\1/p" err; }
 

@@ -4,12 +4,13 @@
  * triggers and patching run (tests/trace/test-trace-eintr.sh).  One thread
  * each waits in read (a pipe), nanosleep (1 s, and 1 ms, again and again),
  * epoll_wait, poll, select, futex, accept and waitpid (a child that exits
- * when its pipe closes), all without a timeout that could end them except
+ * when its pipe closes, 0 unless its read failed), all without a timeout that could end them except
  * the sleeps.  Meanwhile a thread calls ring_mark() (the test's --trigger
  * FUNC) and loads and unloads the plugin given as argv[1] (the agent hooks
  * it at each load), and main sleeps 10 ms at a time (a signal sent to the
  * process goes to the main thread first), until the test creates the file
- * "go".  The file "ready" holds the pid once every waiter is in place.
+ * "go".  The file "ready" holds the pids of PROG and of its child once
+ * every waiter is in place.
  * Then main releases each waiter through its own object.
  *
  * First it prints the mask it reads ("view: ...": SIGUSR2 blocked, 0 or 1,
@@ -201,12 +202,21 @@ static void *w_accept(void *a)
 
 static void *w_waitpid(void *a)
 {
-	int st;
+	int st = 0;
 
 	(void)a;
 	atomic_fetch_add(&armed, 1);
-	while (!done("waitpid", waitpid(child, &st, 0)))
-		;
+	for (;;) {
+		pid_t r = waitpid(child, &st, 0);
+
+		done("waitpid", r);
+		if (r == child || errno != EINTR)
+			break;
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "EARLY child: its read was cut short (status %#x)\n", st);
+		atomic_fetch_add(&early, 1);
+	}
 	return NULL;
 }
 
@@ -345,9 +355,8 @@ int main(int argc, char **argv)
 		char c;
 
 		close(child_pipe[1]);
-		while (read(child_pipe[0], &c, 1) != 0)
-			; /* EINTR included: the child only waits for the close */
-		_exit(0);
+		/* a traced child: a SIGUSR2 sent to it must not cut its read short */
+		_exit(read(child_pipe[0], &c, 1) == 0 ? 0 : 3);
 	}
 	close(child_pipe[0]);
 	for (k = 0; k < NW; k++)
@@ -357,7 +366,8 @@ int main(int argc, char **argv)
 		usleep(1000);
 	usleep(100000); /* let them reach their calls; an early one is reported either way */
 	f = fopen("ready.tmp", "w");
-	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) || rename("ready.tmp", "ready"))
+	if (!f || fprintf(f, "%d %d\n", (int)getpid(), (int)child) < 0 || fclose(f) ||
+	    rename("ready.tmp", "ready"))
 		return perror("ready"), 2;
 	for (k = 0; k < 6000 && access("go", F_OK); k++)
 		sleep_whole("main", 10000000l); /* the thread a process signal goes to first */

@@ -2,8 +2,9 @@
 # No signal of probekit's cuts a system call of PROG short.  eintr_prog's
 # threads wait in read, nanosleep, epoll_wait, poll, select, futex, accept
 # and waitpid while the flight recorder's triggers run (SIGUSR2 to
-# probekit, SIGUSR2 to PROG, --trigger FUNC from another thread) and the
-# agent hooks and unhooks a plugin PROG loads and unloads again and again;
+# probekit, SIGUSR2 to PROG and to its traced child, --trigger FUNC from
+# another thread) and the agent hooks and unhooks a plugin PROG loads and
+# unloads again and again;
 # PROG reports any call that fails or returns before its waiter is released.
 #
 # usage: test-trace-eintr.sh PROBEKIT EINTR_PROG PLUGIN
@@ -20,12 +21,12 @@ one() {
 	"$pk" trace "$@" -o "$label.trace" -- "$prog" "$plugin" >out 2>err &
 	pkpid=$!
 	for ((k = 0; k < 6000; k++)); do [[ -e ready ]] && break; sleep 0.01; done
-	pid=$(cat ready 2>/dev/null)
-	check "$label: PROG ready" "[[ -n \$pid ]]"
+	read -r pid cpid <ready
+	check "$label: PROG ready" "[[ -n \$pid && -n \$cpid ]]"
 	for ((k = 0; k < 5; k++)); do
 		case $target in
 		probekit) kill -USR2 "$pkpid" ;;
-		prog) [[ -n $pid ]] && kill -USR2 "$pid" ;;
+		prog) [[ -n $pid ]] && kill -USR2 "$pid" "$cpid" ;;
 		esac
 		sleep 0.2
 	done
@@ -41,16 +42,19 @@ one() {
 	check "$label: programs PROG starts block no SIGUSR2" \
 		"[[ \$(grep -c '^SigBlk:' out) == 2 ]] && ! grep '^SigBlk:' out | grep -q '[89a-f]..\$'"
 }
-signals() { sed -n "s/.*$1.trace: flight recorder: [0-9]* snapshot(s) (\([0-9]*\) SIGUSR2.*/\1/p" err; }
+# signals FILE: the SIGUSR2 snapshots of trace FILE, from the summary
+signals() { sed -n "s|.*/$1: flight recorder: [0-9]* snapshot(s) (\([0-9]*\) SIGUSR2.*|\1|p" err; }
 
 one probekit probekit --ring 64K --trigger ring_mark
-n=$(signals probekit)
+n=$(signals probekit.trace)
 check "probekit: SIGUSR2 to probekit made snapshots (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
 check "probekit: --trigger fired" "grep -q 'probekit.trace: flight recorder: .*--trigger' err"
 
 one prog prog --ring 64K --trigger ring_mark
-n=$(signals prog)
+n=$(signals prog.trace)
 check "prog: SIGUSR2 to PROG made snapshots (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
+n=$(signals "prog.trace.$cpid")
+check "prog: SIGUSR2 to its traced child made snapshots there (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
 
 # Patching alone, without the ring: hooks attached and detached at each load.
 one hooks none

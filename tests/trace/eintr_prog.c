@@ -2,7 +2,8 @@
 /*
  * A program whose threads wait in blocking system calls while probekit's
  * triggers and patching run (tests/trace/test-trace-eintr.sh).  One thread
- * each waits in read (a pipe), nanosleep (1 s, and 1 ms, again and again),
+ * each waits in read (a pipe), nanosleep (1 s, and 1 ms, again and again;
+ * and 20 us between short computations),
  * epoll_wait, poll, select, futex, accept and waitpid (a child that exits
  * when its pipe closes, 0 unless its read failed), all without a timeout that could end them except
  * the sleeps.  Meanwhile a thread calls ring_mark() (the test's --trigger
@@ -128,6 +129,19 @@ static void *w_sleep_short(void *a)
 	(void)a;
 	atomic_fetch_add(&armed, 1);
 	sleeper("nanosleep-1ms", 1000000l);
+	return NULL;
+}
+
+/* A thread that computes a little and sleeps a little, again and again. */
+static void *w_sleep_spin(void *a)
+{
+	(void)a;
+	atomic_fetch_add(&armed, 1);
+	while (!atomic_load(&released)) {
+		for (volatile int k = 0; k < 20000; k++)
+			;
+		sleep_whole("nanosleep-20us", 20000l);
+	}
 	return NULL;
 }
 
@@ -332,8 +346,8 @@ static void print_exec_masks(void)
 
 int main(int argc, char **argv)
 {
-	void *(*waiters[])(void *) = {w_read,  w_sleep,  w_sleep_short, w_epoll, w_poll,
-				      w_select, w_futex, w_accept,	w_waitpid};
+	void *(*waiters[])(void *) = {w_read,	   w_sleep, w_sleep_short, w_sleep_spin, w_epoll,
+				      w_poll,	   w_select, w_futex,	   w_accept,	 w_waitpid};
 	enum { NW = sizeof(waiters) / sizeof(waiters[0]) };
 	pthread_t th[NW], mk;
 	uint64_t one = 1;

@@ -7,18 +7,19 @@
 # unloads again and again;
 # PROG reports any call that fails or returns before its waiter is released.
 #
-# usage: test-trace-eintr.sh PROBEKIT EINTR_PROG PLUGIN
+# usage: test-trace-eintr.sh PROBEKIT EINTR_PROG PLUGIN PLAIN_PLUGIN
 set -uo pipefail
-pk=$(realpath "$1") prog=$(realpath "$2") plugin=$(realpath "$3")
+pk=$(realpath "$1") prog=$(realpath "$2") plugin=$(realpath "$3") plain=$(realpath "$4")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
-# one LABEL TARGET [TRACE ARGS...]: a run where SIGUSR2 goes to TARGET
-# (probekit, prog or none) 5 times while PROG's threads wait.
+# one LABEL TARGET PLUGIN [TRACE ARGS...]: a run where PROG loads PLUGIN
+# and SIGUSR2 goes to TARGET (probekit, prog or none) 5 times while PROG's
+# threads wait.
 one() {
-	local label=$1 target=$2 k pkpid pid
-	shift 2
+	local label=$1 target=$2 lib=$3 k pkpid pid
+	shift 3
 	rm -f ready go
-	"$pk" trace "$@" -o "$label.trace" -- "$prog" "$plugin" >out 2>err &
+	"$pk" trace "$@" -o "$label.trace" -- "$prog" "$lib" >out 2>err &
 	pkpid=$!
 	for ((k = 0; k < 6000; k++)); do [[ -e ready ]] && break; sleep 0.01; done
 	read -r pid cpid <ready
@@ -45,19 +46,23 @@ one() {
 # signals FILE: the SIGUSR2 snapshots of trace FILE, from the summary
 signals() { sed -n "s|.*/$1: flight recorder: [0-9]* snapshot(s) (\([0-9]*\) SIGUSR2.*|\1|p" err; }
 
-one probekit probekit --ring 64K --trigger ring_mark
+one probekit probekit "$plugin" --ring 64K --trigger ring_mark
 n=$(signals probekit.trace)
 check "probekit: SIGUSR2 to probekit made snapshots (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
 check "probekit: --trigger fired" "grep -q 'probekit.trace: flight recorder: .*--trigger' err"
 
-one prog prog --ring 64K --trigger ring_mark
+one prog prog "$plugin" --ring 64K --trigger ring_mark
 n=$(signals prog.trace)
 check "prog: SIGUSR2 to PROG made snapshots (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
 n=$(signals "prog.trace.$cpid")
 check "prog: SIGUSR2 to its traced child made snapshots there (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
 
-# Patching alone, without the ring: hooks attached and detached at each load.
-one hooks none
+# Patching alone, without the ring: hooks attached and detached at each
+# load, on patchable entries (the relay protocol)...
+one hooks none "$plugin"
+# ...and on relocated entries, which ask the threads that may be inside the
+# moved bytes to step out (the sled kick, a signal).
+one reloc none "$plain" --relocate-all -f 'plug_*'
 
 echo "trace eintr: $pass passed, $fail failed"
 [[ $fail == 0 ]]

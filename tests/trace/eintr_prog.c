@@ -19,6 +19,10 @@
  * then, and unblocked again), and the SigBlk lines of the programs it
  * starts by fork+exec and posix_spawn.
  *
+ * argv[2] "own": main sets a SIGUSR2 handler of its own once the waiters
+ * wait; "sigwait": every thread blocks SIGUSR2 and one takes it with
+ * sigtimedwait.  Then "handled N sigwaited M" says how many it got.
+ *
  * A call that fails (EINTR or another error) or returns before its waiter
  * was released, and a sleep shorter than asked, is reported as "EARLY
  * WAITER: what" on stderr; the last line is "early N", and the exit status
@@ -47,6 +51,7 @@
 #include <unistd.h>
 
 static atomic_bool released, stop_marker;
+static atomic_int handled, waited;
 static atomic_int early, armed, loads;
 static atomic_uint futex_word;
 static int rd_pipe[2], ev_epoll, ev_poll, ev_select, lsock, child_pipe[2];
@@ -234,6 +239,31 @@ static void *w_waitpid(void *a)
 	return NULL;
 }
 
+static void on_usr2(int sig)
+{
+	(void)sig;
+	atomic_fetch_add(&handled, 1);
+}
+
+/* "sigwait" mode: SIGUSR2 taken by sigtimedwait, in a thread of its own. */
+static void *w_sigwait(void *a)
+{
+	sigset_t one;
+
+	(void)a;
+	sigemptyset(&one);
+	sigaddset(&one, SIGUSR2);
+	while (!atomic_load(&released) || atomic_load(&waited) == 0) {
+		struct timespec t = {0, 50000000};
+
+		if (sigtimedwait(&one, NULL, &t) == SIGUSR2)
+			atomic_fetch_add(&waited, 1);
+		if (atomic_load(&released))
+			break;
+	}
+	return NULL;
+}
+
 /* --trigger ring_mark, and hooks attached and detached at each load of the plugin. */
 static void *marker(void *a)
 {
@@ -349,7 +379,9 @@ int main(int argc, char **argv)
 	void *(*waiters[])(void *) = {w_read,	   w_sleep, w_sleep_short, w_sleep_spin, w_epoll,
 				      w_poll,	   w_select, w_futex,	   w_accept,	 w_waitpid};
 	enum { NW = sizeof(waiters) / sizeof(waiters[0]) };
-	pthread_t th[NW], mk;
+	const char *mode = argc > 2 ? argv[2] : "";
+	bool own = !strcmp(mode, "own"), sigwaiting = !strcmp(mode, "sigwait");
+	pthread_t th[NW], mk, sw;
 	uint64_t one = 1;
 	FILE *f;
 	int k;
@@ -373,18 +405,35 @@ int main(int argc, char **argv)
 		_exit(read(child_pipe[0], &c, 1) == 0 ? 0 : 3);
 	}
 	close(child_pipe[0]);
+	if (sigwaiting) { /* every thread blocks SIGUSR2, one waits for it */
+		sigset_t one;
+
+		sigemptyset(&one);
+		sigaddset(&one, SIGUSR2);
+		pthread_sigmask(SIG_BLOCK, &one, NULL);
+		pthread_create(&sw, NULL, w_sigwait, NULL);
+	}
 	for (k = 0; k < NW; k++)
 		pthread_create(&th[k], NULL, waiters[k], NULL);
 	pthread_create(&mk, NULL, marker, argc > 1 ? argv[1] : NULL);
 	while (atomic_load(&armed) < NW)
 		usleep(1000);
 	usleep(100000); /* let them reach their calls; an early one is reported either way */
+	if (own) { /* the program's own handler, set while its threads wait */
+		struct sigaction sa = {.sa_handler = on_usr2, .sa_flags = SA_RESTART};
+
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGUSR2, &sa, NULL);
+	}
 	f = fopen("ready.tmp", "w");
 	if (!f || fprintf(f, "%d %d\n", (int)getpid(), (int)child) < 0 || fclose(f) ||
 	    rename("ready.tmp", "ready"))
 		return perror("ready"), 2;
 	for (k = 0; k < 6000 && access("go", F_OK); k++)
-		sleep_whole("main", 10000000l); /* the thread a process signal goes to first */
+		if (own)
+			usleep(10000); /* the program's own SIGUSR2 may cut this short */
+		else
+			sleep_whole("main", 10000000l); /* a process signal goes here first */
 	atomic_store(&stop_marker, true);
 	pthread_join(mk, NULL);
 
@@ -398,6 +447,10 @@ int main(int argc, char **argv)
 	close(child_pipe[1]);
 	for (k = 0; k < NW; k++)
 		pthread_join(th[k], NULL);
+	if (sigwaiting)
+		pthread_join(sw, NULL);
+	if (own || sigwaiting)
+		printf("handled %d sigwaited %d\n", atomic_load(&handled), atomic_load(&waited));
 	printf("loads %d\nearly %d\n", atomic_load(&loads), atomic_load(&early));
 	return atomic_load(&early) ? 1 : 0;
 }

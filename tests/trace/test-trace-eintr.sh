@@ -14,12 +14,13 @@ pk=$(realpath "$1") prog=$(realpath "$2") plugin=$(realpath "$3") plain=$(realpa
 
 # one LABEL TARGET PLUGIN [TRACE ARGS...]: a run where PROG loads PLUGIN
 # and SIGUSR2 goes to TARGET (probekit, prog or none) 5 times while PROG's
-# threads wait.
+# threads wait.  $mode: PROG's mode (own, sigwait).
+mode=
 one() {
 	local label=$1 target=$2 lib=$3 k pkpid pid
 	shift 3
 	rm -f ready go
-	"$pk" trace "$@" -o "$label.trace" -- "$prog" "$lib" >out 2>err &
+	"$pk" trace "$@" -o "$label.trace" -- "$prog" "$lib" $mode >out 2>err &
 	pkpid=$!
 	for ((k = 0; k < 6000; k++)); do [[ -e ready ]] && break; sleep 0.01; done
 	read -r pid cpid <ready
@@ -56,6 +57,15 @@ n=$(signals prog.trace)
 check "prog: SIGUSR2 to PROG made snapshots (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
 n=$(signals "prog.trace.$cpid")
 check "prog: SIGUSR2 to its traced child made snapshots there (${n:-0})" "[[ \${n:-0} -ge 1 ]]"
+
+# SIGUSR2 is PROG's once it sets a handler (while its threads wait) or
+# waits for it: no snapshot, PROG gets it.
+mode=own one own prog "$plugin" --ring 64K
+check "own: PROG's handler ran, no SIGUSR2 snapshot" \
+	"grep -q '^handled [1-5] ' out && [[ -z \$(signals own.trace) ]]"
+mode=sigwait one sigwait prog "$plugin" --ring 64K
+check "sigwait: PROG's sigtimedwait took it, no SIGUSR2 snapshot" \
+	"grep -q ' sigwaited [1-5]\$' out && [[ -z \$(signals sigwait.trace) ]]"
 
 # Patching alone, without the ring: hooks attached and detached at each
 # load, on patchable entries (the relay protocol)...

@@ -272,6 +272,8 @@ bool agent_trigger_view(void);
 /* Fork child (@traced: it records its own trace); exec (@before, then after a failure). */
 void agent_trigger_fork_child(bool traced);
 void agent_trigger_exec(bool before);
+/* @mask, this thread's real one, as PROG believes it (into @buf). */
+const sigset_t *agent_trigger_child_mask(const sigset_t *mask, sigset_t *buf);
 /* posix_spawn's attributes: the child starts with the mask PROG believes it has. */
 const posix_spawnattr_t *agent_trigger_spawn_attr(const posix_spawnattr_t *attr,
 						  posix_spawnattr_t *buf);

@@ -292,11 +292,20 @@ PK_EXPORT int signalfd(int fd, const sigset_t *set, int flags)
 	return fn ? fn(fd, set, flags) : (errno = ENOSYS, -1);
 }
 
+const sigset_t *agent_trigger_child_mask(const sigset_t *mask, sigset_t *buf)
+{
+	if (!agent_trigger_owns() || view)
+		return mask;
+	*buf = *mask;
+	sigdelset(buf, SIGUSR2);
+	return buf;
+}
+
 const posix_spawnattr_t *agent_trigger_spawn_attr(const posix_spawnattr_t *attr,
 						  posix_spawnattr_t *buf)
 {
 	short flags = 0;
-	sigset_t mask;
+	sigset_t mask, child;
 
 	if (!agent_trigger_owns() || view)
 		return attr;
@@ -307,8 +316,7 @@ const posix_spawnattr_t *agent_trigger_spawn_attr(const posix_spawnattr_t *attr,
 	else if (posix_spawnattr_init(buf))
 		return attr;
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &mask, sizeof(long));
-	sigdelset(&mask, SIGUSR2);
-	posix_spawnattr_setsigmask(buf, &mask);
+	posix_spawnattr_setsigmask(buf, agent_trigger_child_mask(&mask, &child));
 	posix_spawnattr_setflags(buf, (short)(flags | POSIX_SPAWN_SETSIGMASK));
 	return buf;
 }

@@ -22,6 +22,12 @@
  *  - a SIGTRAP blocked when PROG starts (inherited through exec) is
  *    unblocked, in PROG's view still blocked.
  *
+ * The same wrappers keep SIGUSR2 blocked for real while the flight
+ * recorder's trigger owns it (trace --ring, trigger.c), PROG reading back
+ * the mask it set: the temporary masks gain SIGUSR2, and a mask PROG sets
+ * goes through agent_trigger_kernel_mask() and agent_trigger_mask_done();
+ * sighold/sigrelse of SIGUSR2 go through sigprocmask then.
+ *
  * The agent's own calls (its copy of the library blocking every signal
  * around its critical sections) reach the kernel unchanged: the caller's
  * return address is checked against the agent's text.
@@ -286,10 +292,10 @@ static int hold(void **cache, const char *name, int sig, bool blocked)
 
 		sigemptyset(&one);
 		sigaddset(&one, sig);
-		return mask_change((mask_fn)agent_next(&real.sigprocmask, "sigprocmask"), NULL,
-				   blocked ? SIG_BLOCK : SIG_UNBLOCK, &one, NULL)
-			   ? -1
-			   : 0;
+		if (mask_change((mask_fn)agent_next(&real.sigprocmask, "sigprocmask"), NULL,
+				blocked ? SIG_BLOCK : SIG_UNBLOCK, &one, NULL))
+			return -1;
+		return 0;
 	}
 	if (keep && sig == SIGTRAP) {
 		view_blocked = blocked;

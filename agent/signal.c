@@ -9,8 +9,10 @@
  * &old) returns what PROG installed (or what was there before probekit).
  * The fatal signals the trace and watch modes catch for a last flush while
  * PROG leaves them at SIG_DFL (base/signals.h, pki_fatal_hides) read as
- * SIG_DFL too, and PROG's own action for one of them replaces ours.  Other
- * signals go straight to libc's function of the same name.
+ * SIG_DFL too, and PROG's own action for one of them replaces ours; PROG's
+ * own action for SIGUSR2 also ends the flight recorder's hold on it
+ * (trigger.c).  Other signals go straight to libc's function of the same
+ * name.
  *
  * Not covered: a raw syscall(SYS_rt_sigaction) (PROG then replaces our
  * handler, as without the agent), and SA_ONSTACK or a missing SA_RESTART in
@@ -73,8 +75,6 @@ static struct sigaction action_of(sighandler_t h, int sig, const struct semantic
 }
 
 static pki_sigaction_fn agent_real_sigaction(void);
-static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
-				 const struct semantics *sem);
 
 /*
  * Does a catcher hold @sig, with its handler still the kernel's action?
@@ -122,15 +122,7 @@ static void set_by_prog(int sig, sighandler_t h, bool siginfo)
 		agent_trigger_give_way();
 }
 
-static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, const struct semantics *sem)
-{
-	sighandler_t r = pass_on_held(f, sig, h, sem);
-
-	if (r != SIG_ERR)
-		set_by_prog(sig, h, false);
-	return r;
-}
-
+/* The signal() family for a signal other than SIGTRAP, through a catcher if one holds it. */
 static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
 				 const struct semantics *sem)
 {
@@ -152,6 +144,15 @@ static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
 	if (h != SIG_HOLD)
 		pki_fatal_hides(sig, NULL, true); /* the program's handler replaced ours */
 	return prog.sa_handler;
+}
+
+static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, const struct semantics *sem)
+{
+	sighandler_t r = pass_on_held(f, sig, h, sem);
+
+	if (r != SIG_ERR)
+		set_by_prog(sig, h, false);
+	return r;
 }
 
 static pki_sigaction_fn agent_real_sigaction(void)

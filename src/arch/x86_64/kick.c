@@ -115,7 +115,10 @@ static int kick_list(struct pki_kick *k)
  * to wait.  Looking again catches the threads that wait most of the time,
  * between their short runs; what is left is mostly threads that compute.
  * (None reaches the threads that block every signal, e.g. liburcu's
- * workers, either: they are found asleep.)
+ * workers, either: they are found asleep.)  Limit: a thread never seen
+ * asleep in those 2 ms that starts such a wait between the last look and
+ * the signal's arrival still gets EINTR; only a protocol that moves no
+ * thread's pc (the relays, poke_relay.c) is free of it.
  */
 #define KICK_LOOKS   20
 #define KICK_LOOK_NS 100000l

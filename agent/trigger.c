@@ -229,7 +229,14 @@ static bool raised(int sig, bool self)
 	return true;
 }
 
-PK_EXPORT int raise(int sig)
+/*
+ * raise() runs in the frames a handler's backtrace() sees (it raises a
+ * signal the program handles): the real one is tail-called, so no frame of
+ * ours stays below the handler's, in debug builds too.
+ */
+#define TAILCALL __attribute__((optimize("O2", "optimize-sibling-calls")))
+
+PK_EXPORT TAILCALL int raise(int sig)
 {
 	int (*fn)(int) = (int (*)(int))agent_next(&real.raise, "raise");
 
@@ -238,7 +245,7 @@ PK_EXPORT int raise(int sig)
 	return fn ? fn(sig) : (errno = ENOSYS, -1);
 }
 
-PK_EXPORT int pthread_kill(pthread_t t, int sig)
+PK_EXPORT TAILCALL int pthread_kill(pthread_t t, int sig)
 {
 	int (*fn)(pthread_t, int) = (int (*)(pthread_t, int))agent_next(&real.pthread_kill,
 									 "pthread_kill");

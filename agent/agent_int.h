@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -221,6 +222,8 @@ void agent_sigmask_init(void);
 bool agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf);
 bool agent_sa_mask_had(int sig);
 void agent_sa_mask_set(int sig, bool had);
+/* Is @ret, a caller's return address, in the agent's own text (its copy of the library)? */
+bool agent_from_self(const void *ret);
 
 /* Resolve the real exec and spawn functions the agent wraps (trace.c, shell.c). */
 void agent_exec_init(void);
@@ -246,5 +249,33 @@ void agent_dl_config(void);
  * 0 or -errno (then they stay untraced; PROG is still traced).
  */
 int agent_dl_start(const struct agent_dl_conf *conf);
+
+/* ---- the flight recorder's SIGUSR2 trigger (trigger.c) ---- */
+
+/*
+ * Trace --ring, in the constructor or a fork child's set-up: if PROG
+ * leaves SIGUSR2 at its default, own it (every thread of PROG's blocks it,
+ * the agent's thread takes it).  0, or -errno (then SIGUSR2 stays PROG's).
+ */
+int agent_trigger_start(void);
+/* PROG makes SIGUSR2 its own: the trigger lets go of it for good. */
+void agent_trigger_give_way(void);
+/* Did the trigger own SIGUSR2 in this process (views kept)?  Does it now? */
+bool agent_trigger_tracks(void);
+bool agent_trigger_owns(void);
+/* The mask for the kernel when PROG asks for @how @set (SIGUSR2 kept blocked). */
+const sigset_t *agent_trigger_kernel_mask(int how, const sigset_t *set, sigset_t *buf);
+/* After PROG's mask call went through: its view updated, *@old as PROG believes. */
+void agent_trigger_mask_done(int how, const sigset_t *set, sigset_t *old);
+/* Does PROG believe SIGUSR2 blocked in this thread? */
+bool agent_trigger_view(void);
+/* Fork child (@traced: it records its own trace); exec (@before, then after a failure). */
+void agent_trigger_fork_child(bool traced);
+void agent_trigger_exec(bool before);
+/* @mask, this thread's real one, as PROG believes it (into @buf). */
+const sigset_t *agent_trigger_child_mask(const sigset_t *mask, sigset_t *buf);
+/* posix_spawn's attributes: the child starts with the mask PROG believes it has. */
+const posix_spawnattr_t *agent_trigger_spawn_attr(const posix_spawnattr_t *attr,
+						  posix_spawnattr_t *buf);
 
 #endif /* PK_AGENT_INT_H */

@@ -130,6 +130,9 @@ static char *const *shell_env(struct agent_envbuf **b)
 static int spawn_shell(pid_t *pid, const posix_spawn_file_actions_t *fa,
 		       const posix_spawnattr_t *attr, const char *command, char *const env[])
 {
+	posix_spawnattr_t buf;
+
+	attr = agent_trigger_spawn_attr(attr, &buf); /* the mask PROG believes it has */
 	return REAL(posix_spawn)(pid, SHELL_PATH, fa, attr,
 				 (char *const[]){"sh", "-c", (char *)command, NULL}, env);
 }
@@ -165,7 +168,7 @@ static void sys_cancelled(void *arg)
 static int sys_run(const char *line)
 {
 	struct sigaction ign = {.sa_handler = SIG_IGN};
-	sigset_t chld, omask, reset;
+	sigset_t chld, omask, reset, child_mask;
 	posix_spawnattr_t attr;
 	struct agent_envbuf *b;
 	char *const *env;
@@ -191,7 +194,7 @@ static int sys_run(const char *line)
 	sigprocmask(SIG_BLOCK, &chld, &omask);
 
 	posix_spawnattr_init(&attr);
-	posix_spawnattr_setsigmask(&attr, &omask);
+	posix_spawnattr_setsigmask(&attr, agent_trigger_child_mask(&omask, &child_mask));
 	posix_spawnattr_setsigdefault(&attr, &reset);
 	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 	env = shell_env(&b);

@@ -22,6 +22,12 @@
  *  - a SIGTRAP blocked when PROG starts (inherited through exec) is
  *    unblocked, in PROG's view still blocked.
  *
+ * The same wrappers keep SIGUSR2 blocked for real while the flight
+ * recorder's trigger owns it (trace --ring, trigger.c), PROG reading back
+ * the mask it set: the temporary masks gain SIGUSR2, and a mask PROG sets
+ * goes through agent_trigger_kernel_mask() and agent_trigger_mask_done();
+ * sighold/sigrelse of SIGUSR2 go through sigprocmask then.
+ *
  * The agent's own calls (its copy of the library blocking every signal
  * around its critical sections) reach the kernel unchanged: the caller's
  * return address is checked against the agent's text.
@@ -94,6 +100,11 @@ static bool from_self(const void *ret)
 	return (uintptr_t)ret >= self_lo && (uintptr_t)ret < self_hi;
 }
 
+bool agent_from_self(const void *ret)
+{
+	return from_self(ret);
+}
+
 void agent_sigmask_init(void)
 {
 	const char *e = getenv("PROBEKIT_INT3");
@@ -132,14 +143,34 @@ void agent_sigmask_init(void)
 	}
 }
 
-/* @set as the kernel gets it: without SIGTRAP (into @buf) if it had it. */
+/*
+ * A temporary mask @set as the kernel gets it: without SIGTRAP if it had
+ * it, with SIGUSR2 while the trigger owns it (trigger.c); into @buf.
+ */
 static const sigset_t *deliverable(const sigset_t *set, sigset_t *buf)
 {
-	if (!keep || !set || !sigismember(set, SIGTRAP))
+	bool trap = keep && set && sigismember(set, SIGTRAP);
+	bool usr2 = set && agent_trigger_owns() && !sigismember(set, SIGUSR2);
+
+	if (!trap && !usr2)
 		return set;
 	*buf = *set;
-	sigdelset(buf, SIGTRAP);
+	if (trap)
+		sigdelset(buf, SIGTRAP);
+	if (usr2)
+		sigaddset(buf, SIGUSR2);
 	return buf;
+}
+
+/* A mask PROG sets with @how as the kernel gets it: SIGTRAP and SIGUSR2 as above. */
+static const sigset_t *kernel_mask(int how, const sigset_t *set, sigset_t *buf, sigset_t *buf2)
+{
+	if (keep && set && sigismember(set, SIGTRAP)) {
+		*buf = *set;
+		sigdelset(buf, SIGTRAP);
+		set = buf;
+	}
+	return agent_trigger_kernel_mask(how, set, buf2);
 }
 
 bool agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf)
@@ -174,20 +205,24 @@ void agent_sa_mask_set(int sig, bool had)
  */
 static int mask_change(mask_fn fn, const void *caller, int how, const sigset_t *set, sigset_t *old)
 {
-	sigset_t buf, want;
-	bool was = view_blocked, has;
+	sigset_t buf, buf2, want;
+	bool was = view_blocked, has, usr2 = agent_trigger_tracks();
 	int r;
 
 	if (!fn)
 		return ENOSYS;
-	if (!keep || from_self(caller))
+	if ((!keep && !usr2) || from_self(caller))
 		return fn(how, set, old);
 	if (set)
 		want = *set;
 	has = set && sigismember(&want, SIGTRAP);
-	r = fn(how, deliverable(set ? &want : NULL, &buf), old);
+	r = fn(how, kernel_mask(how, set ? &want : NULL, &buf, &buf2), old);
 	if (r)
 		return r;
+	if (usr2)
+		agent_trigger_mask_done(how, set ? &want : NULL, old);
+	if (!keep)
+		return 0;
 	if (set && how == SIG_BLOCK && has)
 		view_blocked = true;
 	else if (set && how == SIG_UNBLOCK && has)
@@ -252,6 +287,16 @@ static int hold(void **cache, const char *name, int sig, bool blocked)
 {
 	int (*fn)(int) = (int (*)(int))agent_next(cache, name);
 
+	if (sig == SIGUSR2 && agent_trigger_tracks()) {
+		sigset_t one;
+
+		sigemptyset(&one);
+		sigaddset(&one, sig);
+		if (mask_change((mask_fn)agent_next(&real.sigprocmask, "sigprocmask"), NULL,
+				blocked ? SIG_BLOCK : SIG_UNBLOCK, &one, NULL))
+			return -1;
+		return 0;
+	}
 	if (keep && sig == SIGTRAP) {
 		view_blocked = blocked;
 		return 0;

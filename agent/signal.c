@@ -9,8 +9,10 @@
  * &old) returns what PROG installed (or what was there before probekit).
  * The fatal signals the trace and watch modes catch for a last flush while
  * PROG leaves them at SIG_DFL (base/signals.h, pki_fatal_hides) read as
- * SIG_DFL too, and PROG's own action for one of them replaces ours.  Other
- * signals go straight to libc's function of the same name.
+ * SIG_DFL too, and PROG's own action for one of them replaces ours; PROG's
+ * own action for SIGUSR2 also ends the flight recorder's hold on it
+ * (trigger.c).  Other signals go straight to libc's function of the same
+ * name.
  *
  * Not covered: a raw syscall(SYS_rt_sigaction) (PROG then replaces our
  * handler, as without the agent), and SA_ONSTACK or a missing SA_RESTART in
@@ -110,7 +112,19 @@ static sighandler_t sigset_default(int sig, sighandler_t prog)
 	return sigismember(&was, sig) ? SIG_HOLD : prog;
 }
 
-static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, const struct semantics *sem)
+/*
+ * PROG set @h for @sig: a handler or SIG_IGN for SIGUSR2 makes it PROG's,
+ * and the flight recorder's trigger lets go of it (trigger.c).
+ */
+static void set_by_prog(int sig, sighandler_t h, bool siginfo)
+{
+	if (sig == SIGUSR2 && (siginfo || (h != SIG_DFL && h != SIG_HOLD && h != SIG_ERR)))
+		agent_trigger_give_way();
+}
+
+/* The signal() family for a signal other than SIGTRAP, through a catcher if one holds it. */
+static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
+				 const struct semantics *sem)
 {
 	struct sigaction prog, sa;
 	sighandler_t r;
@@ -130,6 +144,15 @@ static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, const struct s
 	if (h != SIG_HOLD)
 		pki_fatal_hides(sig, NULL, true); /* the program's handler replaced ours */
 	return prog.sa_handler;
+}
+
+static sighandler_t pass_on(signal_fn f, int sig, sighandler_t h, const struct semantics *sem)
+{
+	sighandler_t r = pass_on_held(f, sig, h, sem);
+
+	if (r != SIG_ERR)
+		set_by_prog(sig, h, false);
+	return r;
 }
 
 static pki_sigaction_fn agent_real_sigaction(void)
@@ -180,11 +203,13 @@ static int held_action(pki_sigaction_fn fn, int sig, const struct sigaction *act
 	return 0;
 }
 
-PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+/* sigaction() for @caller (a return address: the library's own calls are not PROG's). */
+static int action(int sig, const struct sigaction *act, struct sigaction *old, const void *caller)
 {
 	pki_sigaction_fn fn = agent_real_sigaction();
 	struct sigaction buf;
-	bool had, has;
+	bool had, has, siginfo;
+	sighandler_t h;
 
 	if (!fn) {
 		errno = ENOSYS;
@@ -195,18 +220,28 @@ PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 	/* With INT3 sites, a handler never blocks SIGTRAP (sigmask.c); PROG reads its mask. */
 	had = agent_sa_mask_had(sig);
 	has = agent_sa_mask_strip(act, &buf);
+	h = act ? act->sa_handler : SIG_DFL; /* (act may be old) */
+	siginfo = act && (act->sa_flags & SA_SIGINFO);
 	if (held_action(fn, sig, has ? &buf : act, old))
 		return -1;
-	if (act)
+	if (act) {
+		if (!agent_from_self(caller))
+			set_by_prog(sig, h, siginfo); /* (the library's catchers are not PROG) */
 		agent_sa_mask_set(sig, has);
+	}
 	if (old && had)
 		sigaddset(&old->sa_mask, SIGTRAP);
 	return 0;
 }
 
+PK_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	return action(sig, act, old, __builtin_return_address(0));
+}
+
 PK_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-	return sigaction(sig, act, old);
+	return action(sig, act, old, __builtin_return_address(0));
 }
 
 /* SIGTRAP: signal() with @sem's flags and mask, through our sigaction(). */

@@ -200,10 +200,13 @@ static void on_fork_child_setup(void)
 	if (!conf->children) {
 		agent_hook.active = false;
 		me->follow = false;
+		agent_trigger_fork_child(false);
 		return;
 	}
 	snprintf(T.file, sizeof(T.file), "%s.%d", conf->base, (int)me->pid);
-	if (T.nips && (err = session_open())) {
+	err = T.nips ? session_open() : 0;
+	agent_trigger_fork_child(T.nips && !err);
+	if (err) {
 		const char *hint = pki_trace_open_hint(err);
 		char line[PATH_MAX + 256];
 
@@ -604,6 +607,8 @@ bool agent_trace_start(void)
 		return true;
 	}
 	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
+	if (conf->ring && agent_trigger_start())
+		trace_note("SIGUSR2 is no trigger: the agent cannot start its thread");
 	ctl_send(PK_CTL_OK "\n");
 	return true;
 }
@@ -697,8 +702,12 @@ static __attribute__((noinline)) int exec_shared_child(const struct exec_req *r,
 {
 	struct agent_envbuf b;
 	char *const *env = agent_env_for_next(envp, false, &b);
+	int ret;
 
-	return exec_call(r, env ? env : envp); /* too large to rewrite: run it untraced */
+	agent_trigger_exec(true);
+	ret = exec_call(r, env ? env : envp); /* too large to rewrite: run it untraced */
+	agent_trigger_exec(false);
+	return ret;
 }
 
 /*
@@ -727,8 +736,10 @@ static int do_exec(const struct exec_req *r, char *const envp[])
 	if (same && T.session)
 		pki_trace_exec_prepare();
 	pki_trace_busy--;
+	agent_trigger_exec(true); /* the new program starts with the mask PROG believes */
 	ret = exec_call(r, env);
 	saved = errno;
+	agent_trigger_exec(false);
 	pki_trace_busy++;
 	if (same && T.session)
 		pki_trace_exec_failed();
@@ -830,10 +841,12 @@ PK_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 			  const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	struct agent_envbuf *b;
+	posix_spawnattr_t abuf;
 	int ret;
 
 	if (!real.posix_spawn)
 		return ENOSYS;
+	attr = agent_trigger_spawn_attr(attr, &abuf); /* the mask PROG believes it has */
 	b = agent_follows_children() ? envbuf_map() : NULL;
 	ret = real.posix_spawn(pid, path, fa, attr, argv, b ? agent_child_env(envp, b) : envp);
 	envbuf_unmap(b);
@@ -844,10 +857,12 @@ PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
 	struct agent_envbuf *b;
+	posix_spawnattr_t abuf;
 	int ret;
 
 	if (!real.posix_spawnp)
 		return ENOSYS;
+	attr = agent_trigger_spawn_attr(attr, &abuf); /* the mask PROG believes it has */
 	b = agent_follows_children() ? envbuf_map() : NULL;
 	ret = real.posix_spawnp(pid, file, fa, attr, argv, b ? agent_child_env(envp, b) : envp);
 	envbuf_unmap(b);

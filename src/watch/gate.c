@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "base/log.h"
 #include "watch/gate.h"
@@ -86,6 +87,50 @@ __attribute__((constructor)) static void gate_init(void)
 		pki_warn("watch: cannot register the thread gate's fork handler\n");
 }
 
+/* What a new thread inherits from its creator (pki_gate_inherit()). */
+static uint64_t (*inherit_save)(void);
+static void (*inherit_load)(uint64_t);
+
+struct inherit {
+	void *(*fn)(void *);
+	void *arg;
+	uint64_t v;
+};
+
+static void *inherit_start(void *p)
+{
+	struct inherit in = *(struct inherit *)p;
+
+	free(p);
+	inherit_load(in.v);
+	return in.fn(in.arg);
+}
+
+void pki_gate_inherit(uint64_t (*save)(void), void (*load)(uint64_t))
+{
+	inherit_save = save;
+	__atomic_store_n(&inherit_load, load, __ATOMIC_RELEASE);
+}
+
+/* @real(@th, @attr, @fn, @arg), through inherit_start() if something is inherited. */
+static int create(create_fn real, pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+		  void *arg)
+{
+	struct inherit *in;
+	int err;
+
+	if (!__atomic_load_n(&inherit_load, __ATOMIC_ACQUIRE))
+		return real(th, attr, fn, arg);
+	in = malloc(sizeof(*in));
+	if (!in)
+		return 11; /* EAGAIN */
+	*in = (struct inherit){fn, arg, inherit_save()};
+	err = real(th, attr, inherit_start, in);
+	if (err)
+		free(in);
+	return err;
+}
+
 __attribute__((visibility("default"))) int pthread_create(pthread_t *th, const pthread_attr_t *attr,
 							  void *(*fn)(void *), void *arg)
 {
@@ -99,10 +144,10 @@ __attribute__((visibility("default"))) int pthread_create(pthread_t *th, const p
 		__atomic_store_n(&real_create, real, __ATOMIC_RELAXED);
 	}
 	if (gate_holder || gate_depth) /* non-recursive lock: never taken twice */
-		return real(th, attr, fn, arg);
+		return create(real, th, attr, fn, arg);
 	gate_depth++;
 	pthread_rwlock_rdlock(&gate);
-	err = real(th, attr, fn, arg);
+	err = create(real, th, attr, fn, arg);
 	pthread_rwlock_unlock(&gate);
 	gate_depth--;
 	return err;

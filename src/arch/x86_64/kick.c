@@ -104,6 +104,38 @@ static int kick_list(struct pki_kick *k)
 	return 0;
 }
 
+/*
+ * Look at the threads not yet acknowledged KICK_LOOKS times, KICK_LOOK_NS
+ * apart (at most ~2 ms), before any is signalled: a thread blocked in the
+ * kernel (after step 1) at a pc outside every sled of the batch can only
+ * come back in through a first byte, now an INT3, so it needs no signal.
+ * The signal is what must be spared: a handler that runs while its thread
+ * waits in nanosleep, poll, epoll_wait, select... makes the call return
+ * EINTR whatever SA_RESTART says, and a thread seen running may be about
+ * to wait.  Looking again catches the threads that wait most of the time,
+ * between their short runs; what is left is mostly threads that compute.
+ * (None reaches the threads that block every signal, e.g. liburcu's
+ * workers, either: they are found asleep.)  Limit: a thread never seen
+ * asleep in those 2 ms that starts such a wait between the last look and
+ * the signal's arrival still gets EINTR; only a protocol that moves no
+ * thread's pc (the relays, poke_relay.c) is free of it.
+ */
+#define KICK_LOOKS   20
+#define KICK_LOOK_NS 100000l
+
+static void kick_look(const struct pki_batch *b, struct pki_kick *k)
+{
+	for (int r = 0; r < KICK_LOOKS && atomic_load(&k->left) > 0; r++) {
+		struct timespec gap = {0, KICK_LOOK_NS};
+
+		if (r)
+			nanosleep(&gap, NULL);
+		for (size_t i = 0; i < k->n; i++)
+			if (!atomic_load(&k->acked[i]) && kick_seen_outside(b, k->tid[i]))
+				pki_kick_ack(k, i);
+	}
+}
+
 /* Ask every listed thread that may be inside a sled to step out of it. */
 static int kick_signal(const struct pki_batch *b, struct pki_kick *k)
 {
@@ -111,14 +143,11 @@ static int kick_signal(const struct pki_batch *b, struct pki_kick *k)
 	size_t i;
 	int err;
 
+	kick_look(b, k);
 	for (i = 0; i < k->n; i++) {
-		/*
-		 * A thread blocked in the kernel (after step 1) at a pc outside
-		 * every sled of the batch can only come back in through a first
-		 * byte, now an INT3: no signal needed (and none reaches the
-		 * threads that block every signal, e.g. liburcu's workers).
-		 */
-		if (kick_seen_outside(b, k->tid[i])) {
+		if (atomic_load(&k->acked[i]))
+			continue;
+		if (kick_seen_outside(b, k->tid[i])) { /* the last look, just before */
 			pki_kick_ack(k, i);
 			continue;
 		}

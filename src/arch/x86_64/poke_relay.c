@@ -215,7 +215,7 @@ static int jrelay_choose(const struct pki_poke *p, bool fresh_ok, struct pki_jre
 {
 	uint8_t text[PKI_SITE_LEN], want[PKI_JRELAY_SLOT_LEN];
 	const uint8_t *orig, *jmp;
-	unsigned long slot;
+	unsigned long slot, start;
 	bool attach, fresh;
 
 	orig = p->trap ? NULL : jrelay_orig(p, &attach);
@@ -242,6 +242,9 @@ static int jrelay_choose(const struct pki_poke *p, bool fresh_ok, struct pki_jre
 		r->b0_new = orig[0];
 		return 1;
 	}
+	/* One first instruction over the five bytes: the single store, where it fits. */
+	if (!pki_poke_has_interior(p) && pki_store_window(p->addr, PKI_SITE_LEN, &start))
+		return 0;
 	if (!fresh_ok || memcmp(text, orig, PKI_SITE_LEN) || !ops->byte_ok(p->addr) ||
 	    !jrelay_slot_usable(p, slot, want, &fresh, ops))
 		return 0;

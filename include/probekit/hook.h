@@ -22,11 +22,11 @@
  * doc/design/reloc-sites.md, RS2) and for sites inside one cache line, and
  * then never wait for another thread: the patching part of a call is a few
  * system calls (membarrier, and the first time a relay slot's 64 KiB of a
- * stretch of text is needed, mmap and its alias).  The remaining sites (a
- * relocated or sled site whose relay slot's place is taken by another
- * mapping, a patchable site no single store covers, PROBEKIT_TEXT_ALIAS=0)
- * take the INT3 protocol, which waits at
- * most 20 ms for threads that block SIGTRAP and 2 s for the sled kick, and
+ * stretch of text is needed, mmap, and an alias or /proc/self/mem writes).
+ * The remaining sites (a relocated or sled site whose relay slot's place is
+ * taken by another mapping, a patchable site no single store covers) take
+ * the INT3 protocol, which waits at most 20 ms (and one more look at the
+ * threads) for threads that block SIGTRAP and 2 s for the sled kick, and
  * whose errnos the calls below reflect: -EDEADLK when a thread still blocks
  * SIGTRAP after 20 ms (an INT3 would kill the process; the message names
  * it), -ETIMEDOUT when a thread inside a site's bytes neither answered the

@@ -199,8 +199,8 @@ static bool jrelay_slot_usable(const struct pki_poke *p, unsigned long slot, con
 	}
 	*fresh = true;
 	return !pki_relay_claim(p->addr, slot, PKI_JRELAY_SLOT_LEN, false) &&
-	       !pki_relay_map_at(slot, PKI_JRELAY_SLOT_LEN) &&
-	       ops->alias_make(slot, PKI_JRELAY_SLOT_LEN, "[jump relay]") &&
+	       !pki_relay_map_at(slot, PKI_JRELAY_SLOT_LEN, false) && ops->byte_ok(slot) &&
+	       ops->byte_ok(slot + PKI_JRELAY_SLOT_LEN - 1) &&
 	       !pki_relay_claim(p->addr, slot, PKI_JRELAY_SLOT_LEN, true);
 }
 
@@ -256,6 +256,25 @@ static int jrelay_choose(const struct pki_poke *p, bool fresh_ok, struct pki_jre
 }
 
 /*
+ * A fresh slot, byte by byte (no thread can reach it yet), through the
+ * text's own writer: /proc/self/mem, or the alias of a sled relay's chunk.
+ */
+static int jrelay_slot_put(const struct pki_jrelayed *r, const struct pki_text_ops *ops)
+{
+	for (size_t k = 0; k < PKI_JRELAY_SLOT_LEN; k++) {
+		uint8_t cur = ((volatile const uint8_t *)r->slot)[k];
+		int err = ops->put_byte(r->slot + k, cur, r->slot_new[k]);
+
+		if (err) {
+			pki_warn("text poke %#lx: cannot write its jump slot %#lx: %s\n", r->addr,
+				 r->slot, pki_errstr(err));
+			return err;
+		}
+	}
+	return 0;
+}
+
+/*
  * The jump relay's steps (RS2 of doc/design/reloc-sites.md says why they
  * need neither a breakpoint nor a kick): the fresh slots, one core sync,
  * then byte 0 of every site, one compare-exchange each.  The caller syncs
@@ -270,7 +289,7 @@ static int jrelay_apply(struct pki_relay_set *rs, const struct pki_text_ops *ops
 
 	for (i = 0; i < rs->jn && !err; i++)
 		if (r[i].slot_fresh) {
-			err = ops->put(r[i].slot, r[i].slot_new, PKI_JRELAY_SLOT_LEN);
+			err = jrelay_slot_put(&r[i], ops);
 			fresh = true;
 		}
 	if (!err && fresh)

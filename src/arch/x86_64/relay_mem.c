@@ -2,7 +2,11 @@
 /*
  * Relay memory, for gcc sleds and for relocated sites' jump slots (insn.h,
  * pki_insn_jrelay_slot(): wherever the function's own bytes 1..4 point,
- * claimed and mapped the same way).  A sled site is attached by turning its first
+ * claimed and mapped the same way, but left zero, and written through
+ * /proc/self/mem rather than an alias: a slot is written once, and a
+ * program has as many distinct prologues per 64 KiB of text as it has
+ * chunks then, so a chunk costs only the pages its slots are in, and no
+ * descriptor; private memory, so a fork child has its copy).  A sled site is attached by turning its first
  * byte into a call whose rel32 is the sled's own four nops (see
  * pki_insn_relay_slot()), so every sled site has its relay slot at one fixed
  * distance below it.  The slots of one 64 KiB stretch of text live in one
@@ -82,14 +86,14 @@ static struct table chunks;
 /* Claimed slots -> the site that owns each; never released. */
 static struct table claims;
 
-static int chunk_make(unsigned long base)
+static int chunk_make(unsigned long base, bool fill)
 {
 	void *p;
 
 	if (base < (unsigned long)sysconf(_SC_PAGESIZE) * 16)
 		return -ERANGE;
 	/* Written before it is executable: no site calls into it yet. */
-	p = mmap((void *)base, CHUNK, PROT_READ | PROT_WRITE,
+	p = mmap((void *)base, CHUNK, fill ? PROT_READ | PROT_WRITE : PROT_READ | PROT_EXEC,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
@@ -97,6 +101,8 @@ static int chunk_make(unsigned long base)
 		munmap(p, CHUNK);
 		return -EEXIST;
 	}
+	if (!fill)
+		return 0;
 	memset(p, PKI_INSN_INT3, CHUNK);
 	if (mprotect(p, CHUNK, PROT_READ | PROT_EXEC)) {
 		int err = -errno;
@@ -107,7 +113,7 @@ static int chunk_make(unsigned long base)
 	return 0;
 }
 
-int pki_relay_map_at(unsigned long slot, size_t len)
+int pki_relay_map_at(unsigned long slot, size_t len, bool fill)
 {
 	unsigned long base = slot & ~(CHUNK - 1);
 	size_t i;
@@ -115,14 +121,14 @@ int pki_relay_map_at(unsigned long slot, size_t len)
 
 	/* A slot never straddles two chunks: map the next one too if it does. */
 	if ((slot + len - 1) / CHUNK != slot / CHUNK) {
-		err = pki_relay_map_at(base + CHUNK, 1);
+		err = pki_relay_map_at(base + CHUNK, 1, fill);
 		if (err)
 			return err;
 	}
 	i = table_pos(&chunks, base);
 	if (i < chunks.n && chunks.e[i].key == base)
 		return (int)chunks.e[i].val;
-	err = chunk_make(base);
+	err = chunk_make(base, fill);
 	if (table_insert(&chunks, i, base, err, 0))
 		return -ENOMEM;
 	if (err)
@@ -136,7 +142,7 @@ int pki_relay_map(unsigned long site, uint8_t b1)
 
 	if (slot > site)
 		return -ERANGE; /* wrapped below address 0 */
-	return pki_relay_map_at(slot, PKI_RELAY_SLOT_LEN);
+	return pki_relay_map_at(slot, PKI_RELAY_SLOT_LEN, true);
 }
 
 int pki_relay_claim(unsigned long site, unsigned long slot, size_t len, bool take)

@@ -20,8 +20,8 @@
  * mmap().
  */
 int pki_relay_map(unsigned long site, uint8_t b1);
-/* The same for any slot of @len bytes at @slot (a jump slot). */
-int pki_relay_map_at(unsigned long slot, size_t len);
+/* The same for any slot of @len bytes at @slot; a chunk made now is INT3s if @fill, else zero. */
+int pki_relay_map_at(unsigned long slot, size_t len, bool fill);
 
 /*
  * May @site use relay slot @slot: free, or already its own?  With @take,

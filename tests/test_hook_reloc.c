@@ -9,6 +9,9 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -323,16 +326,24 @@ static void *fire_caller(void *arg)
 	return NULL;
 }
 
-START_TEST(attach_and_detach_under_fire)
+/*
+ * Attach and detach rt_frame, rt_scale and rt_linger, every other call by
+ * 3 threads, until some caller was caught inside rt_linger's moved bytes
+ * when the old protocol (@kick: INT3 and the kick) moved it, or CYCLES
+ * times through the jump relay, which moves nobody and writes no INT3.
+ */
+static void under_fire(bool kick)
 {
 	enum { N = 3, CYCLES = 400 };
 	struct pk_site a, b, l;
 	unsigned long ips[3];
 	struct pk_ops o = {.func = ops_cb};
 	struct pki_poke_stats before, after;
-	uint8_t orig_a[PKI_SITE_LEN];
+	uint8_t orig_a[PKI_SITE_LEN], on_a[PKI_SITE_LEN];
 	pthread_t th[N];
 
+	if (kick)
+		pki_text_poke_disable = PKI_POKE_NO_RELAY;
 	pki_sites_set_reloc(PKI_RELOC_MAIN);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_frame, &a), 0);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &b), 0);
@@ -353,32 +364,115 @@ START_TEST(attach_and_detach_under_fire)
 	for (long i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, fire_caller, (void *)(i * 100));
 	/*
-	 * At least CYCLES, and on until some caller was caught inside the moved
-	 * bytes (a matter of scheduling: a few in 400 cycles on this VM,
-	 * sometimes none), at most ten times as many.
+	 * The kick: at least CYCLES, and on until some caller was caught inside
+	 * the moved bytes (a matter of scheduling: a few in 400 cycles on this
+	 * VM, sometimes none), at most ten times as many.
 	 */
-	for (int c = 0; c < 10 * CYCLES; c++) {
+	for (int c = 0; c < (kick ? 10 : 1) * CYCLES; c++) {
 		ck_assert_int_eq(pk_ops_register(&o), 0);
+		if (!c)
+			memcpy(on_a, (const void *)a.ip, sizeof(on_a));
 		ck_assert_int_eq(pk_ops_unregister(&o), 0);
 		pki_text_poke_stats(&after);
-		if (c >= CYCLES && after.sled_moves > before.sled_moves)
+		if (kick && c >= CYCLES && after.sled_moves > before.sled_moves)
 			break;
 	}
+	/* Hooked calls between two changes, however the callers were scheduled. */
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	while (!__atomic_load_n(&ops_calls, __ATOMIC_RELAXED))
+		sched_yield();
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
 	__atomic_store_n(&fire_stop, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < N; i++)
 		pthread_join(th[i], NULL);
 	pki_text_poke_stats(&after);
-	printf("under fire: %d+ cycles, %ld calls, %d hooked, %lu threads moved into a copy, "
-	       "%lu INT3s emulated\n",
-	       CYCLES, fire_calls, ops_calls, after.sled_moves - before.sled_moves,
-	       after.emulated - before.emulated);
+	fprintf(stderr, "under fire (%s): %d+ cycles, %ld calls, %d hooked, %lu threads moved into a "
+	       "copy, %lu INT3s emulated, %lu relayed\n",
+	       kick ? "kick" : "jump relay", CYCLES, fire_calls, ops_calls,
+	       after.sled_moves - before.sled_moves, after.emulated - before.emulated,
+	       after.relayed - before.relayed);
 	ck_assert_int_eq(fire_bad, 0);
 	ck_assert_int_gt(ops_calls, 0);
-	ck_assert_uint_gt(after.kicks, before.kicks); /* attaching rt_frame needs the kick */
-	/* Callers caught at rt_linger + 1 were moved: the move is live. */
-	ck_assert_uint_gt(after.sled_moves, before.sled_moves);
+	if (kick) {
+		ck_assert_uint_gt(after.kicks, before.kicks); /* attaching rt_frame needs the kick */
+		/* Callers caught at rt_linger + 1 were moved: the move is live. */
+		ck_assert_uint_gt(after.sled_moves, before.sled_moves);
+	} else {
+		/* Byte 0 alone changed, to a jmp whose rel32 is the function's own bytes. */
+		ck_assert_uint_eq(on_a[0], 0xe9);
+		ck_assert_int_eq(memcmp(on_a + 1, orig_a + 1, PKI_SITE_LEN - 1), 0);
+		ck_assert_uint_eq(after.kicks, before.kicks);
+		ck_assert_uint_eq(after.emulated, before.emulated);
+		/* rt_frame and rt_linger (rt_scale's first instruction: one store) */
+		ck_assert_uint_eq(after.relayed - before.relayed, 2ul * (CYCLES + 1));
+	}
 	ck_assert_int_eq(memcmp((const void *)a.ip, orig_a, sizeof(orig_a)), 0);
 	free(linger_buf);
+}
+
+START_TEST(attach_and_detach_under_fire)
+{
+	under_fire(false);
+}
+END_TEST
+
+START_TEST(attach_and_detach_under_fire_kick)
+{
+	under_fire(true);
+}
+END_TEST
+
+/*
+ * A thread that blocks every signal and calls a relocated function all the
+ * time: attaching and detaching it need no SIGTRAP (no refusal), and the
+ * hook runs in that thread.
+ */
+static volatile int blocker_stop;
+static volatile long blocker_calls, blocker_bad;
+
+static void *blocker(void *arg)
+{
+	sigset_t all;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (long i = 0; !__atomic_load_n(&blocker_stop, __ATOMIC_RELAXED); i = (i + 1) & 0xffff) {
+		if (rt_frame(i, 2) != i * 3 + 2)
+			__atomic_add_fetch(&blocker_bad, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&blocker_calls, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+START_TEST(attach_while_a_thread_blocks_sigtrap)
+{
+	struct pk_site a;
+	unsigned long ip;
+	struct pk_ops o = {.func = ops_cb};
+	pthread_t th;
+
+	pki_sites_set_reloc(PKI_RELOC_MAIN);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_frame, &a), 0);
+	ck_assert_int_eq(a.kind, PK_SITE_RELOC);
+	ip = a.ip;
+	o.filter.ips = &ip;
+	o.filter.nips = 1;
+	pthread_create(&th, NULL, blocker, NULL);
+	while (__atomic_load_n(&blocker_calls, __ATOMIC_RELAXED) < 1000)
+		sched_yield();
+	for (int c = 0; c < 50; c++) {
+		int calls = __atomic_load_n(&ops_calls, __ATOMIC_RELAXED);
+
+		ck_assert_int_eq(pk_ops_register(&o), 0);
+		/* Only the blocker calls rt_frame: its calls are hooked. */
+		while (__atomic_load_n(&ops_calls, __ATOMIC_RELAXED) == calls)
+			sched_yield();
+		ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	}
+	__atomic_store_n(&blocker_stop, 1, __ATOMIC_RELAXED);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(blocker_bad, 0);
 }
 END_TEST
 
@@ -423,6 +517,8 @@ int main(void)
 	tcase_add_test(tc, ops_on_a_relocated_entry);
 	tcase_add_test(tc, direct_and_ops_on_a_relocated_entry);
 	tcase_add_test(tc, attach_and_detach_under_fire);
+	tcase_add_test(tc, attach_and_detach_under_fire_kick);
+	tcase_add_test(tc, attach_while_a_thread_blocks_sigtrap);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

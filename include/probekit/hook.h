@@ -17,12 +17,21 @@
  *
  * Every call below is one patch batch, unless made between pk_txn_begin()
  * and pk_txn_commit(), which group any number of them into one batch.
- * Batches write no INT3 and signal no thread for gcc's sleds (sled relays)
- * and for sites inside one cache line; the remaining sites take the INT3
- * protocol, which the patch errnos of the calls below reflect: -EDEADLK
- * when a thread blocks SIGTRAP (an INT3 would kill the process; the message
- * names it), -ETIMEDOUT when a sled must be converted and a thread that
- * blocks SIGRTMAX - 1 never sleeps; the batch then changes nothing.
+ * Batches write no INT3 and signal no thread for gcc's sleds (sled relays),
+ * for relocated sites (jump relays: byte 0 alone changes; see
+ * doc/design/reloc-sites.md, RS2) and for sites inside one cache line, and
+ * then never wait for another thread: the patching part of a call is a few
+ * system calls (membarrier, and the first time a relay slot's 64 KiB of a
+ * stretch of text is needed, mmap, and an alias or /proc/self/mem writes).
+ * The remaining sites (a relocated or sled site whose relay slot's place is
+ * taken by another mapping, a patchable site no single store covers) take
+ * the INT3 protocol, which waits at most 20 ms (and one more look at the
+ * threads) for threads that block SIGTRAP and 2 s for the sled kick, and
+ * whose errnos the calls below reflect: -EDEADLK when a thread still blocks
+ * SIGTRAP after 20 ms (an INT3 would kill the process; the message names
+ * it), -ETIMEDOUT when a thread inside a site's bytes neither answered the
+ * kick nor slept in 2 s; the batch then changes nothing.  A call's other
+ * wait is its grace period (below).
  *
  * Contexts: none of these functions may be called from a hook callback, a
  * trampoline handler or a signal handler (-EDEADLK from a callback).

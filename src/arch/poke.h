@@ -115,8 +115,10 @@ struct pki_poke_counts {
 void pki_arch_poke_counts(struct pki_poke_counts *c);
 
 /*
- * The relay: sites whose old bytes have inner instruction boundaries (a
- * thread may be stopped inside them) attached without stopping anyone.
+ * The relays: sites whose old bytes have inner instruction boundaries (a
+ * thread may be stopped inside them) attached without stopping anyone and
+ * without a breakpoint: gcc sleds, and relocated sites (a function's own
+ * first instructions, RS2 of doc/design/reloc-sites.md).
  * pki_arch_relay_take() moves the sites of @site (sorted, *@n of them) that
  * take it into @rs, verified, keeping the others in order at the front;
  * *@n becomes their number.  With !@fresh_ok only sites already on their
@@ -125,9 +127,12 @@ void pki_arch_poke_counts(struct pki_poke_counts *c);
  * form), for the verification that follows.  Free @rs in every case.
  */
 struct pki_relayed;
+struct pki_jrelayed;
 struct pki_relay_set {
-	struct pki_relayed *site;
+	struct pki_relayed *site; /* gcc sleds */
 	size_t n;
+	struct pki_jrelayed *jsite; /* relocated sites (jump relay) */
+	size_t jn;
 };
 
 int pki_arch_relay_take(struct pki_relay_set *rs, struct pki_poke *site, size_t *n, bool fresh_ok,

@@ -345,7 +345,7 @@ static int __poke_commit(struct pki_poke *site, size_t n, struct pki_text_range 
 	err = pki_arch_relay_take(&rs, site, &n, fresh_ok, &text_ops);
 	if (!err)
 		err = verify_sites(site, n);
-	if (!err && rs.n)
+	if (!err && (rs.n || rs.jn))
 		err = pki_arch_relay_apply(&rs, lazy, &text_ops);
 	if (err || !n)
 		goto out;
@@ -353,7 +353,7 @@ static int __poke_commit(struct pki_poke *site, size_t n, struct pki_text_range 
 		err = pki_arch_store_apply(site, n, lazy, &text_ops);
 	else
 		err = __poke_bp(site, n, range, nrange);
-	if (err && rs.n)
+	if (err && (rs.n || rs.jn))
 		pki_arch_relay_undo(&rs, &text_ops);
 out:
 	pki_arch_relay_free(&rs);

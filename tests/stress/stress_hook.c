@@ -1015,6 +1015,11 @@ static struct {
 	unsigned long op_no;
 	unsigned long longest_ns; /* the longest API call, for the summary */
 	char longest_op[64];
+	struct {
+		char name[32];
+		unsigned long n, worst_ns;
+	} api[16]; /* each API function's calls and longest call, for the summary */
+	int napi;
 } ctl;
 
 static pk_tramp_fn const handlers[PKS_NDIRECT] = {pks_h0, pks_h1, pks_h2, pks_h3};
@@ -1030,9 +1035,22 @@ static void end_api(void)
 {
 	unsigned long t = now_ns() - atomic_load(&ctl.op_start);
 
+	int len = (int)strcspn((const char *)ctl.op, " "), i;
+
 	if (t > ctl.longest_ns) {
 		ctl.longest_ns = t;
 		snprintf(ctl.longest_op, sizeof(ctl.longest_op), "%s", (const char *)ctl.op);
+	}
+	for (i = 0; i < ctl.napi; i++)
+		if (!strncmp(ctl.api[i].name, (const char *)ctl.op, len) && !ctl.api[i].name[len])
+			break;
+	if (i == ctl.napi && i < (int)(sizeof(ctl.api) / sizeof(ctl.api[0])))
+		snprintf(ctl.api[ctl.napi++].name, sizeof(ctl.api[0].name), "%.*s", len,
+			 (const char *)ctl.op);
+	if (i < ctl.napi) {
+		ctl.api[i].n++;
+		if (t > ctl.api[i].worst_ns)
+			ctl.api[i].worst_ns = t;
 	}
 	atomic_store(&ctl.op_start, 0);
 	atomic_store(&ctl.w->progress_ns, now_ns());
@@ -2127,6 +2145,9 @@ int main(int argc, char **argv)
 	if (ctl.longest_ns)
 		say("stress: the controller's longest API call: %.1f ms (%s)\n",
 		    (double)ctl.longest_ns / 1e6, ctl.longest_op);
+	for (int i = 0; i < ctl.napi; i++)
+		say("stress:   %-24s %6lu calls, longest %.1f ms\n", ctl.api[i].name, ctl.api[i].n,
+		    (double)ctl.api[i].worst_ns / 1e6);
 	for (k = 0; k < MAX_KINDS && atomic_load(&kinds[k].fmt); k++)
 		if (atomic_load(&kinds[k].n) > MAX_SAME)
 			say("stress: %lu of the kind \"%.70s...\"\n", atomic_load(&kinds[k].n),

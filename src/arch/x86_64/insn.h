@@ -214,4 +214,36 @@ static inline unsigned long pki_insn_branch_target(const uint8_t b[PKI_SITE_LEN]
 	return site + PKI_SITE_LEN + (long)(int32_t)rel;
 }
 
+/*
+ * The jump relay (poke_relay.c; doc/design/reloc-sites.md, RS2).  A
+ * relocated site is attached by changing its FIRST byte only, to e9 (jmp
+ * rel32): the rel32 is then the function's own bytes 1..4, unchanged, so a
+ * thread stopped at any inner boundary of its moved instructions resumes
+ * into the same bytes as before, and nobody needs to be moved.  The jmp
+ * lands in the site's jump slot, wherever those four bytes say, which holds
+ * an absolute jmp to the site's entry: ff 25 00 00 00 00 (jmp *0(%rip)) and
+ * the entry's address, no register touched (RS1b).
+ */
+#define PKI_JRELAY_OP	    0xe9
+#define PKI_JRELAY_SLOT_LEN 14
+
+/* Where byte 0 = e9 at @site, whose own bytes are @orig, jumps: 0 if it wraps. */
+static inline unsigned long pki_insn_jrelay_slot(unsigned long site,
+						 const uint8_t orig[PKI_SITE_LEN])
+{
+	unsigned long slot = pki_insn_branch_target(orig, site);
+	bool down = orig[4] & 0x80;
+
+	return down == (slot < site + PKI_SITE_LEN) ? slot : 0;
+}
+
+/* The jump slot's bytes: jmp *0(%rip) and @target. */
+static inline void pki_insn_jrelay_fill(uint8_t out[PKI_JRELAY_SLOT_LEN], unsigned long target)
+{
+	static const uint8_t jmp_rip[6] = {0xff, 0x25, 0, 0, 0, 0};
+
+	memcpy(out, jmp_rip, sizeof(jmp_rip));
+	memcpy(out + sizeof(jmp_rip), &target, sizeof(target));
+}
+
 #endif /* PK_ARCH_X86_64_INSN_H */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "arch/x86_64/poke_int.h"
@@ -203,28 +204,42 @@ static int int3_guard_one(pid_t tid, void *arg)
 	return -EDEADLK;
 }
 
+static long mono_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000000l + t.tv_nsec;
+}
+
 /*
  * The kernel kills a process whose thread meets an INT3 with SIGTRAP
  * blocked, so no INT3 is written while any thread blocks it.  Threads block
  * every signal for a moment in places (glibc's thread start, a signal
- * handler's entry): look again for up to 20 ms before refusing.  A thread
- * that blocks it during the batch (a few milliseconds) is not seen: the
- * remaining exposure, only for the sites this protocol still serves.
+ * handler's entry): look again, a millisecond apart, until TRAP_GUARD_NS
+ * after the first look, and then refuse (a look at a thousand threads may
+ * itself take long on a loaded machine: the time counts, not the looks).
+ * A thread that blocks it during the batch (a few milliseconds) is not
+ * seen: the remaining exposure, only for the sites this protocol still
+ * serves (arch/poke.h).
  */
+#define TRAP_GUARD_NS 20000000l
+
 int pki_arch_trap_guard(size_t n)
 {
 	struct int3_guard g = {.n = n};
-	int err = 0, i;
+	long end = mono_ns() + TRAP_GUARD_NS;
+	int err;
 
-	for (i = 0; i < 20; i++) {
-		g.report = i == 19;
+	for (;;) {
 		err = pki_threads_each((pid_t)syscall(SYS_gettid), int3_guard_one, &g);
-		if (err != -EDEADLK)
-			return 0;
-		if (!g.report)
+		if (err != -EDEADLK || g.report)
+			return err == -EDEADLK ? err : 0;
+		if (mono_ns() >= end)
+			g.report = true; /* the last look, which names the thread */
+		else
 			usleep(1000);
 	}
-	return err;
 }
 
 int pki_arch_bp_prepare(const struct pki_poke *site, size_t n)

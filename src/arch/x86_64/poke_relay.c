@@ -42,8 +42,8 @@ static bool relay_usable(unsigned long site, uint8_t b1, const struct pki_text_o
 {
 	unsigned long slot = pki_insn_relay_slot(site, b1);
 
-	return !pki_relay_claim(site, slot, false) && !pki_relay_map(site, b1) &&
-	       relay_writable(slot, ops) && !pki_relay_claim(site, slot, true);
+	return !pki_relay_claim(site, slot, PKI_RELAY_SLOT_LEN, false) && !pki_relay_map(site, b1) &&
+	       relay_writable(slot, ops) && !pki_relay_claim(site, slot, PKI_RELAY_SLOT_LEN, true);
 }
 
 /*
@@ -164,6 +164,157 @@ static int relay_choose(const struct pki_poke *p, bool fresh_ok, struct pki_rela
 	return relay_slot_plan(p, text, fresh, r, ops);
 }
 
+/* --- relocated sites: the jump relay ---------------------------------------- */
+
+/*
+ * One relocated site of the batch on its jump relay (insn.h): only its
+ * byte 0 changes, between the function's own first byte and e9; its jump
+ * slot is written once, before the site's first attach, and never again.
+ */
+struct pki_jrelayed {
+	unsigned long addr, slot;
+	uint8_t b0_old, b0_new;
+	bool slot_fresh, attach, byte_done;
+	uint8_t slot_new[PKI_JRELAY_SLOT_LEN];
+};
+
+/* Attach (the function's bytes -> jmp E) or detach (the reverse)?  The function's bytes. */
+static const uint8_t *jrelay_orig(const struct pki_poke *p, bool *attach)
+{
+	bool fn_old = !pki_insn_emulatable(p->old), fn_new = !pki_insn_emulatable(p->new);
+
+	*attach = fn_old && pki_insn_classify(p->new) == PKI_INSN_JMP;
+	if (*attach)
+		return p->old;
+	return fn_new && pki_insn_classify(p->old) == PKI_INSN_JMP ? p->new : NULL;
+}
+
+/* Can @p's jump slot @slot (holding @want once written) be ours, mapped and writable? */
+static bool jrelay_slot_usable(const struct pki_poke *p, unsigned long slot, const uint8_t *want,
+			       bool *fresh, const struct pki_text_ops *ops)
+{
+	if (pki_relay_owned_at(p->addr, slot)) { /* written before, for good */
+		*fresh = false;
+		return !memcmp((const void *)slot, want, PKI_JRELAY_SLOT_LEN);
+	}
+	*fresh = true;
+	return !pki_relay_claim(p->addr, slot, PKI_JRELAY_SLOT_LEN, false) &&
+	       !pki_relay_map_at(slot, PKI_JRELAY_SLOT_LEN, false) && ops->byte_ok(slot) &&
+	       ops->byte_ok(slot + PKI_JRELAY_SLOT_LEN - 1) &&
+	       !pki_relay_claim(p->addr, slot, PKI_JRELAY_SLOT_LEN, true);
+}
+
+/*
+ * Does relocated site @p take the jump relay?  1 (*@r filled, the text
+ * verified), 0 (no: the other protocols, which verify it).  A detach takes
+ * it exactly when the site is on its relay (then @fresh_ok does not
+ * matter: the old protocols would see bytes other than jmp E).
+ */
+static int jrelay_choose(const struct pki_poke *p, bool fresh_ok, struct pki_jrelayed *r,
+			 const struct pki_text_ops *ops)
+{
+	uint8_t text[PKI_SITE_LEN], want[PKI_JRELAY_SLOT_LEN];
+	const uint8_t *orig, *jmp;
+	unsigned long slot, start;
+	bool attach, fresh;
+
+	orig = p->trap ? NULL : jrelay_orig(p, &attach);
+	if (!orig || orig[0] == PKI_JRELAY_OP || !(slot = pki_insn_jrelay_slot(p->addr, orig)))
+		return 0;
+	jmp = attach ? p->new : p->old;
+	pki_insn_jrelay_fill(want, pki_insn_branch_target(jmp, p->addr));
+	memcpy(text, (const void *)p->addr, PKI_SITE_LEN);
+	*r = (struct pki_jrelayed){.addr = p->addr, .slot = slot, .attach = attach};
+	if (!attach) {
+		if (text[0] != PKI_JRELAY_OP || memcmp(text + 1, orig + 1, PKI_SITE_LEN - 1) ||
+		    !pki_relay_owned_at(p->addr, slot))
+			return 0;
+		if (memcmp((const void *)slot, want, PKI_JRELAY_SLOT_LEN)) {
+			struct pki_poke_bug bug = {.addr = p->addr,
+						   .what = "jump relay slot",
+						   .want = want,
+						   .have = (const uint8_t *)slot};
+
+			ops->bug(-EILSEQ, &bug);
+			return -EILSEQ;
+		}
+		r->b0_old = PKI_JRELAY_OP;
+		r->b0_new = orig[0];
+		return 1;
+	}
+	/* One first instruction over the five bytes: the single store, where it fits. */
+	if (!pki_poke_has_interior(p) && pki_store_window(p->addr, PKI_SITE_LEN, &start))
+		return 0;
+	if (!fresh_ok || memcmp(text, orig, PKI_SITE_LEN) || !ops->byte_ok(p->addr) ||
+	    !jrelay_slot_usable(p, slot, want, &fresh, ops))
+		return 0;
+	r->b0_old = orig[0];
+	r->b0_new = PKI_JRELAY_OP;
+	r->slot_fresh = fresh;
+	memcpy(r->slot_new, want, PKI_JRELAY_SLOT_LEN);
+	return 1;
+}
+
+/*
+ * A fresh slot, byte by byte (no thread can reach it yet), through the
+ * text's own writer: /proc/self/mem, or the alias of a sled relay's chunk.
+ */
+static int jrelay_slot_put(const struct pki_jrelayed *r, const struct pki_text_ops *ops)
+{
+	for (size_t k = 0; k < PKI_JRELAY_SLOT_LEN; k++) {
+		uint8_t cur = ((volatile const uint8_t *)r->slot)[k];
+		int err = ops->put_byte(r->slot + k, cur, r->slot_new[k]);
+
+		if (err) {
+			pki_warn("text poke %#lx: cannot write its jump slot %#lx: %s\n", r->addr,
+				 r->slot, pki_errstr(err));
+			return err;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The jump relay's steps (RS2 of doc/design/reloc-sites.md says why they
+ * need neither a breakpoint nor a kick): the fresh slots, one core sync,
+ * then byte 0 of every site, one compare-exchange each.  The caller syncs
+ * at the end.
+ */
+static int jrelay_apply(struct pki_relay_set *rs, const struct pki_text_ops *ops)
+{
+	struct pki_jrelayed *r = rs->jsite;
+	bool fresh = false;
+	size_t i;
+	int err = 0;
+
+	for (i = 0; i < rs->jn && !err; i++)
+		if (r[i].slot_fresh) {
+			err = jrelay_slot_put(&r[i], ops);
+			fresh = true;
+		}
+	if (!err && fresh)
+		err = ops->sync();
+	for (i = 0; i < rs->jn && !err; i++) {
+		err = ops->put_byte(r[i].addr, r[i].b0_old, r[i].b0_new);
+		r[i].byte_done = !err;
+		if (err)
+			pki_warn("text poke %#lx: cannot store the first byte of its jump relay: "
+				 "%s\n",
+				 r[i].addr, pki_errstr(err));
+	}
+	return err;
+}
+
+/* Put byte 0 back where jrelay_apply() changed it (the slots stay: they are the sites'). */
+static void jrelay_undo(struct pki_relay_set *rs, const struct pki_text_ops *ops)
+{
+	for (size_t i = rs->jn; i-- > 0;)
+		if (rs->jsite[i].byte_done) {
+			ops->put_byte(rs->jsite[i].addr, rs->jsite[i].b0_new, rs->jsite[i].b0_old);
+			rs->jsite[i].byte_done = false;
+		}
+}
+
 /* --- writing them --------------------------------------------------------- */
 
 /* Byte 1 (see PKI_RELAY_B1_ALT), changed only while byte 0 is 90. */
@@ -217,6 +368,7 @@ void pki_arch_relay_undo(struct pki_relay_set *rs, const struct pki_text_ops *op
 	struct pki_relayed *r = rs->site;
 	size_t i, n = rs->n;
 
+	jrelay_undo(rs, ops);
 	for (i = n; i-- > 0;) {
 		/* Each site's steps backwards (byte 1 moves only while byte 0 is 90). */
 		bool b1_first = r[i].was_on && !r[i].on;
@@ -291,7 +443,7 @@ int pki_arch_relay_apply(struct pki_relay_set *rs, bool lazy, const struct pki_t
 	struct pki_relayed *r = rs->site;
 	bool attach = false;
 	size_t i, n = rs->n;
-	int err = 0;
+	int err = jrelay_apply(rs, ops);
 
 	for (i = 0; i < n && !err; i++)
 		if (r[i].on && !r[i].was_on)
@@ -331,6 +483,9 @@ int pki_arch_relay_apply(struct pki_relay_set *rs, bool lazy, const struct pki_t
 	for (i = 0; i < n; i++)
 		if (r[i].on && !r[i].was_on)
 			atomic_fetch_add(&pki_stat_relayed, 1);
+	for (i = 0; i < rs->jn; i++)
+		if (rs->jsite[i].attach)
+			atomic_fetch_add(&pki_stat_relayed, 1);
 	return 0;
 }
 
@@ -342,19 +497,26 @@ int pki_arch_relay_take(struct pki_relay_set *rs, struct pki_poke *site, size_t 
 	size_t i, k = 0;
 	int ret;
 
-	rs->n = 0;
+	rs->n = rs->jn = 0;
 	rs->site = malloc(*n * sizeof(*rs->site));
-	if (!rs->site)
+	rs->jsite = malloc(*n * sizeof(*rs->jsite));
+	if (!rs->site || !rs->jsite)
 		return -ENOMEM;
 	for (i = 0; i < *n; i++) {
-		/* A relocated site is a function's own code, never a sled: not ours. */
-		ret = site[i].reloc ? 0 : relay_choose(&site[i], fresh_ok, &rs->site[rs->n], ops);
-		if (ret < 0)
-			return ret;
-		if (ret) {
-			rs->n++;
-			continue;
+		/* A relocated site is a function's own code, never a sled. */
+		if (site[i].reloc) {
+			ret = jrelay_choose(&site[i], fresh_ok, &rs->jsite[rs->jn], ops);
+			if (ret < 0)
+				return ret;
+			rs->jn += ret;
+		} else {
+			ret = relay_choose(&site[i], fresh_ok, &rs->site[rs->n], ops);
+			if (ret < 0)
+				return ret;
+			rs->n += ret;
 		}
+		if (ret)
+			continue;
 		/*
 		 * A site detached from its relay (it owns a slot) holds the sled
 		 * again while the caller (the hook layer) says nop5, the off bytes
@@ -378,5 +540,6 @@ int pki_arch_relay_take(struct pki_relay_set *rs, struct pki_poke *site, size_t 
 void pki_arch_relay_free(struct pki_relay_set *rs)
 {
 	free(rs->site);
+	free(rs->jsite);
 	*rs = (struct pki_relay_set){0};
 }

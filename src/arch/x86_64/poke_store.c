@@ -66,7 +66,7 @@ bool pki_arch_store_fits(const struct pki_poke *site, size_t n, const struct pki
 	size_t i;
 
 	for (i = 0; i < n; i++)
-		if (site[i].reloc || /* inner boundaries, and bytes no INT3 can stand for */
+		if ((site[i].reloc && pki_poke_has_interior(&site[i])) || /* the jump relay's */
 		    !pki_insn_single_store_ok(site[i].addr, site[i].old) ||
 		    !(win = pki_store_window(site[i].addr, PKI_SITE_LEN, &start)) ||
 		    !ops->alias(start, win))
@@ -124,7 +124,8 @@ static void store_report(const struct pki_poke *p, int err, const struct pki_tex
  *      stress tests hammer it.  Where the premise is not wanted, set
  *      PKI_POKE_NO_FAST: every batch then takes the INT3 protocol.
  *  (c) Threads inside the site.  The old instruction is a single
- *      instruction (nop5, call or jmp rel32), so no thread is stopped at
+ *      instruction (nop5, call or jmp rel32, or the first of a relocated
+ *      site's that covers all five bytes), so no thread is stopped at
  *      bytes 1..4; one inside a callee returns to site + 5, an instruction
  *      boundary of old and new alike.  A sled is refused in (a) for exactly
  *      this reason: it keeps the INT3 protocol and the sled kick.

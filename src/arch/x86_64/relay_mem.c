@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * Relay memory for gcc sleds.  A sled site is attached by turning its first
+ * Relay memory, for gcc sleds and for relocated sites' jump slots (insn.h,
+ * pki_insn_jrelay_slot(): wherever the function's own bytes 1..4 point,
+ * claimed and mapped the same way, but left zero, and written through
+ * /proc/self/mem rather than an alias: a slot is written once, and a
+ * program has as many distinct prologues per 64 KiB of text as it has
+ * chunks then, so a chunk costs only the pages its slots are in, and no
+ * descriptor; private memory, so a fork child has its copy).  A sled site is attached by turning its first
  * byte into a call whose rel32 is the sled's own four nops (see
  * pki_insn_relay_slot()), so every sled site has its relay slot at one fixed
  * distance below it.  The slots of one 64 KiB stretch of text live in one
@@ -40,6 +46,7 @@
 struct entry {
 	unsigned long key;
 	long val;
+	size_t len; /* a claim's slot length */
 };
 
 struct table {
@@ -64,12 +71,12 @@ static size_t table_pos(const struct table *t, unsigned long key)
 }
 
 /* Insert (@key, @val) at index @i (from table_pos()).  0 or -ENOMEM. */
-static int table_insert(struct table *t, size_t i, unsigned long key, long val)
+static int table_insert(struct table *t, size_t i, unsigned long key, long val, size_t len)
 {
 	if (PKI_GROW(t->e, t->cap, t->n + 1))
 		return -ENOMEM;
 	memmove(&t->e[i + 1], &t->e[i], (t->n - i) * sizeof(*t->e));
-	t->e[i] = (struct entry){.key = key, .val = val};
+	t->e[i] = (struct entry){.key = key, .val = val, .len = len};
 	t->n++;
 	return 0;
 }
@@ -79,14 +86,14 @@ static struct table chunks;
 /* Claimed slots -> the site that owns each; never released. */
 static struct table claims;
 
-static int chunk_make(unsigned long base)
+static int chunk_make(unsigned long base, bool fill)
 {
 	void *p;
 
 	if (base < (unsigned long)sysconf(_SC_PAGESIZE) * 16)
 		return -ERANGE;
 	/* Written before it is executable: no site calls into it yet. */
-	p = mmap((void *)base, CHUNK, PROT_READ | PROT_WRITE,
+	p = mmap((void *)base, CHUNK, fill ? PROT_READ | PROT_WRITE : PROT_READ | PROT_EXEC,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
@@ -94,6 +101,8 @@ static int chunk_make(unsigned long base)
 		munmap(p, CHUNK);
 		return -EEXIST;
 	}
+	if (!fill)
+		return 0;
 	memset(p, PKI_INSN_INT3, CHUNK);
 	if (mprotect(p, CHUNK, PROT_READ | PROT_EXEC)) {
 		int err = -errno;
@@ -104,50 +113,59 @@ static int chunk_make(unsigned long base)
 	return 0;
 }
 
-int pki_relay_map(unsigned long site, uint8_t b1)
+int pki_relay_map_at(unsigned long slot, size_t len, bool fill)
 {
-	unsigned long slot = pki_insn_relay_slot(site, b1), base = slot & ~(CHUNK - 1);
+	unsigned long base = slot & ~(CHUNK - 1);
 	size_t i;
 	int err;
 
-	if (slot > site)
-		return -ERANGE; /* wrapped below address 0 */
 	/* A slot never straddles two chunks: map the next one too if it does. */
-	if ((slot + PKI_RELAY_SLOT_LEN - 1) / CHUNK != slot / CHUNK) {
-		err = pki_relay_map(site + CHUNK - (slot & (CHUNK - 1)), b1);
+	if ((slot + len - 1) / CHUNK != slot / CHUNK) {
+		err = pki_relay_map_at(base + CHUNK, 1, fill);
 		if (err)
 			return err;
 	}
 	i = table_pos(&chunks, base);
 	if (i < chunks.n && chunks.e[i].key == base)
 		return (int)chunks.e[i].val;
-	err = chunk_make(base);
-	if (table_insert(&chunks, i, base, err))
+	err = chunk_make(base, fill);
+	if (table_insert(&chunks, i, base, err, 0))
 		return -ENOMEM;
 	if (err)
-		pki_debug("sled relay %#lx: no relay memory at %#lx: %s\n", site, base,
-			  pki_errstr(err));
+		pki_debug("relay memory: none at %#lx: %s\n", base, pki_errstr(err));
 	return err;
 }
 
-int pki_relay_claim(unsigned long site, unsigned long slot, bool take)
+int pki_relay_map(unsigned long site, uint8_t b1)
+{
+	unsigned long slot = pki_insn_relay_slot(site, b1);
+
+	if (slot > site)
+		return -ERANGE; /* wrapped below address 0 */
+	return pki_relay_map_at(slot, PKI_RELAY_SLOT_LEN, true);
+}
+
+int pki_relay_claim(unsigned long site, unsigned long slot, size_t len, bool take)
 {
 	size_t i = table_pos(&claims, slot);
 	const struct entry *e = claims.e;
 
 	if (i < claims.n && e[i].key == slot)
-		return (unsigned long)e[i].val == site ? 0 : -EEXIST;
-	/* Overlap with the neighbours (slots are PKI_RELAY_SLOT_LEN bytes). */
-	if ((i < claims.n && e[i].key < slot + PKI_RELAY_SLOT_LEN) ||
-	    (i && e[i - 1].key + PKI_RELAY_SLOT_LEN > slot))
+		return (unsigned long)e[i].val == site && e[i].len == len ? 0 : -EEXIST;
+	/* Overlap with the neighbours. */
+	if ((i < claims.n && e[i].key < slot + len) || (i && e[i - 1].key + e[i - 1].len > slot))
 		return -EEXIST;
-	return take ? table_insert(&claims, i, slot, (long)site) : 0;
+	return take ? table_insert(&claims, i, slot, (long)site, len) : 0;
+}
+
+bool pki_relay_owned_at(unsigned long site, unsigned long slot)
+{
+	size_t i = table_pos(&claims, slot);
+
+	return i < claims.n && claims.e[i].key == slot && (unsigned long)claims.e[i].val == site;
 }
 
 bool pki_relay_owned(unsigned long site, uint8_t b1)
 {
-	unsigned long slot = pki_insn_relay_slot(site, b1);
-	size_t i = table_pos(&claims, slot);
-
-	return i < claims.n && claims.e[i].key == slot && (unsigned long)claims.e[i].val == site;
+	return pki_relay_owned_at(site, pki_insn_relay_slot(site, b1));
 }

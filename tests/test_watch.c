@@ -908,6 +908,23 @@ START_TEST(threads_created_during_add)
 }
 END_TEST
 
+/* ---- needing no delivered hit --------------------------------------------- */
+
+/* A NULL handle is refused where the call returns an error, never followed. */
+START_TEST(null_handles)
+{
+	PK_OPTS(pk_watch_stats, st);
+
+	pk_set_print(capture);
+	ck_assert_int_eq(pk_watch_enable(NULL), -EINVAL);
+	ck_assert_int_eq(pk_watch_disable(NULL), -EINVAL);
+	ck_assert_int_eq(pk_watch_modify(NULL, (const void *)&shared_a, 8, PK_WATCH_W), -EINVAL);
+	ck_assert_uint_eq(pk_watch_hits(NULL), 0);
+	ck_assert_int_eq(pk_watch_stats(NULL, &st), -EINVAL);
+	pk_watch_remove(NULL);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *s;
@@ -930,6 +947,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, exhaustion_and_recovery);
 	tcase_add_test(tc, single_thread_scope);
 	tcase_add_test(tc, bad_input);
+	tcase_add_test(tc, null_handles);
 	tcase_add_test(tc, foreign_sigtrap_chained);
 	tcase_add_test(tc, hits_through_queue);
 	tcase_add_test(tc, callback_reading_rw_variable);

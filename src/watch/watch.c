@@ -836,6 +836,10 @@ static int set_enabled(struct pk_watch *w, bool on)
 {
 	int err;
 
+	if (!w) {
+		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
+		return -EINVAL;
+	}
 	pthread_mutex_lock(&mgr.lock);
 	err = __live(w);
 	for (int i = 0; !err && i < w->nr_roots; i++)
@@ -865,6 +869,10 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	struct pki_bp old, new;
 	int err, i;
 
+	if (!w) {
+		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
+		return -EINVAL;
+	}
 	err = check_target(addr, len, type);
 	if (err)
 		return err;
@@ -898,7 +906,7 @@ out:
 
 PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
 {
-	return atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed);
+	return w ? atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed) : 0;
 }
 
 PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)

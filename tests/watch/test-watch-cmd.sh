@@ -221,6 +221,13 @@ PROBEKIT_AGENT=/nonexistent expect_err 125 'PROBEKIT_AGENT=/nonexistent: no such
 	counter -- "$target"
 expect_err 125 'watch: empty SYMBOL' "" -- "$target"
 expect_err 125 'watch: no SYMBOL given' -- "$target"
+# An address where nothing is mapped: refused, naming it; the agent does not
+# read it itself (it did: PROG died before main() and the loader was blamed).
+for t in w x; do
+	expect_err 125 'cannot watch 0x10000000000: nothing is mapped at 0x[0-9a-f]+ in PROG' \
+		-t $t -l 1 0x10000000000 -- "$target"
+	grep -q 'loader' "$tmp/err" && bad "unmapped address, -t $t: the loader is blamed"
+done
 
 # Options after SYMBOL are ours too, up to "--" (or PROG without "--").
 run counter -l 8 -c 2 -- "$target" 3

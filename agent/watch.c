@@ -964,6 +964,14 @@ static void check_mapped(void)
 		       (unsigned long)A.addr);
 }
 
+/* PROBEKIT_HWBP_UNDELIVERED set: the library pretends hits are not delivered. */
+static bool pretending(void)
+{
+	const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
+
+	return e && *e && strcmp(e, "0");
+}
+
 /* pk_watch_add() failed with @err: refuse, saying why if the library knows. */
 static __attribute__((noreturn)) void refuse_add(int err)
 {
@@ -972,6 +980,11 @@ static __attribute__((noreturn)) void refuse_add(int err)
 	if (err == ENOSPC)
 		snprintf(why, sizeof(why), " (all %d " PKI_HWBP_SLOTS_NAME " in use)",
 			 PKI_HWBP_SLOTS);
+	if (err == EOPNOTSUPP)
+		snprintf(why, sizeof(why),
+			 " (this machine accepts hardware breakpoints but does not deliver them: "
+			 "a test write to a watched word raised no hit%s)",
+			 pretending() ? "; PROBEKIT_HWBP_UNDELIVERED is set" : "");
 	if (err == EACCES || err == EPERM) {
 		strcpy(why, " (");
 		pki_perf_denied_why(why + 2, sizeof(why) - 3);

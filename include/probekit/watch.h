@@ -110,15 +110,22 @@ struct pk_watch_opts {
  *           @len != 1, NULL @addr, or @opts->sz too small/unknown fields set
  *   ESRCH   @opts->tid is not a live thread of this process
  *   ENOSPC  some thread has no free debug-register slot (message says which)
- *   ENODEV / EOPNOTSUPP  no hardware breakpoints here
+ *   EOPNOTSUPP  this machine accepts hardware breakpoints but does not
+ *           deliver them (some hypervisors): checked once per process, at
+ *           its first pk_watch_add(), by arming one on a private word and
+ *           writing it; the message says so.  Every later add fails alike.
+ *           PROBEKIT_HWBP_UNDELIVERED=1 in the environment pretends the
+ *           hardware never delivers, to test this path where it does.
+ *   ENODEV, ENOENT  no hardware breakpoints here (perf_event_open's error)
  *   EACCES / EPERM  perf_event_open refused: the message says whether a
  *           seccomp filter or perf_event_paranoid (needs <= 2) is the cause
  *   ENOMEM, EMFILE  out of memory or file descriptors (one per root thread)
  * Nothing is left installed when it fails.  Must not be called from a
  * callback.  A thread inside clone() while the roots are opened may be
  * missed, or get two events (its hits are reported once, counted twice).  Costs one perf_event_open per thread alive at the call (all
- * threads) or one (single thread); threads created later cost the library
- * nothing.
+ * threads) or one (single thread), plus, at the first add of a process, the
+ * delivery check (one event opened, written and read on the calling thread);
+ * threads created later cost the library nothing.
  */
 PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
 				     const struct pk_watch_opts *opts);

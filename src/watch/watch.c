@@ -663,6 +663,39 @@ static int watch_check(const void *addr, size_t len, enum pk_watch_type type,
 	return 0;
 }
 
+/*
+ * Are hardware breakpoints delivered here?  Checked once per process, at
+ * the first pk_watch_add() (pki_perf_bp_delivered: one event opened on the
+ * calling thread, one write, one read), and kept.  A check that cannot open
+ * its event concludes nothing: the add goes on and its own open says why.
+ * PROBEKIT_HWBP_UNDELIVERED=1 makes the check arm its breakpoint over
+ * another word than the one it writes, to test the refusal (README).
+ */
+static int __check_delivered(const void *addr)
+{
+	static int delivered = -1; /* under mgr.lock; a fork child keeps it */
+	static bool pretend;
+
+	if (delivered < 0) {
+		const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
+		int r;
+
+		pretend = e && *e && strcmp(e, "0");
+		r = pki_perf_bp_delivered(pretend);
+		if (r < 0)
+			return 0; /* nothing concluded */
+		delivered = r;
+	}
+	if (delivered)
+		return 0;
+	pki_warn("watch %p: this machine accepts hardware breakpoints but does not deliver them "
+		 "(a write to a watched word of probekit's own raised no hit; a hypervisor that "
+		 "does not pass debug exceptions on?)%s: %s\n",
+		 addr, pretend ? "; PROBEKIT_HWBP_UNDELIVERED is set: pretending so" : "",
+		 pki_errstr(EOPNOTSUPP));
+	return -EOPNOTSUPP;
+}
+
 /* The manager ready, and room for one more watchpoint on @tid (0: all threads). */
 static int __watch_admit(pid_t tid, const void *addr)
 {
@@ -670,7 +703,9 @@ static int __watch_admit(pid_t tid, const void *addr)
 
 	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS))
 		return -ENOMEM;
-	err = __install_handler();
+	err = __check_delivered(addr);
+	if (!err)
+		err = __install_handler();
 	if (!err)
 		err = __admit(tid, addr);
 	if (!err && tid)

@@ -993,6 +993,7 @@ int main(int argc, char **argv)
 	self_exe = realpath("/proc/self/exe", NULL);
 	pk_test_require_hw_breakpoint();
 	tc = tcase_create("any");
+	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, null_handles);
 	tcase_add_test(tc, undelivered_refused);
 	suite_add_tcase(s, tc);

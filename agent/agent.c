@@ -290,7 +290,8 @@ static void read_trace_config(void)
 static bool user_setting(const char *var)
 {
 	static const char *const keep[] = {
-	    "PROBEKIT_TEXT_ALIAS=", "PROBEKIT_TRACE_CLOCK=", "PROBEKIT_RELOC=", "PROBEKIT_INT3="};
+	    "PROBEKIT_TEXT_ALIAS=", "PROBEKIT_TRACE_CLOCK=", "PROBEKIT_RELOC=", "PROBEKIT_INT3=",
+	    "PROBEKIT_HWBP_UNDELIVERED="};
 
 	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
 		if (!strncmp(var, keep[i], strlen(keep[i])))

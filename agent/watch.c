@@ -41,6 +41,7 @@
 #include "agent_int.h"
 #include "arch/arch.h"
 #include "base/futex.h"
+#include "base/peek.h"
 #include "base/signals.h"
 #include "sym/unwind.h"
 #include "sym/elf_syms.h"
@@ -410,25 +411,30 @@ static void resolve(void)
 
 /* ---- the signal handler ---- */
 
-/* The A.len bytes at @addr: a watched object, which the access just touched. */
+/*
+ * The A.len bytes at @addr (x86: little-endian, the low bytes of the
+ * result), read without faulting: a hit's object may have been unmapped by
+ * another thread since its access.  0 if nothing is mapped there.  A
+ * process whose seccomp filter denies process_vm_readv reads the object
+ * directly: mapped at the access, as it nearly always still is.
+ */
 static uint64_t read_value(uintptr_t addr)
 {
 	uint64_t v = 0;
+	int err = pki_peek((const void *)addr, &v, A.len);
 
+	if (!err || err == -EFAULT)
+		return err ? 0 : v;
 	switch (A.len) {
 	case 1:
-		v = *(volatile uint8_t *)addr;
-		break;
+		return *(volatile uint8_t *)addr;
 	case 2:
-		v = *(volatile uint16_t *)addr;
-		break;
+		return *(volatile uint16_t *)addr;
 	case 4:
-		v = *(volatile uint32_t *)addr;
-		break;
+		return *(volatile uint32_t *)addr;
 	default:
-		v = *(volatile uint64_t *)addr;
+		return *(volatile uint64_t *)addr;
 	}
-	return v;
 }
 
 /*
@@ -944,6 +950,28 @@ static void agent_exit(void)
 		    A.stats.self);
 }
 
+/*
+ * Refuse an address with nothing mapped there, before the first read of it
+ * (the agent must not fault in PROG).  A process that may not read itself
+ * with process_vm_readv (seccomp) is not checked: its value is read directly.
+ */
+static void check_mapped(void)
+{
+	uint64_t v;
+
+	if (pki_peek((const void *)A.addr, &v, A.len) == -EFAULT)
+		refuse("cannot watch %s: nothing is mapped at %#lx in PROG", conf->spec,
+		       (unsigned long)A.addr);
+}
+
+/* PROBEKIT_HWBP_UNDELIVERED set: the library pretends hits are not delivered. */
+static bool pretending(void)
+{
+	const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
+
+	return e && *e && strcmp(e, "0");
+}
+
 /* pk_watch_add() failed with @err: refuse, saying why if the library knows. */
 static __attribute__((noreturn)) void refuse_add(int err)
 {
@@ -952,6 +980,11 @@ static __attribute__((noreturn)) void refuse_add(int err)
 	if (err == ENOSPC)
 		snprintf(why, sizeof(why), " (all %d " PKI_HWBP_SLOTS_NAME " in use)",
 			 PKI_HWBP_SLOTS);
+	if (err == EOPNOTSUPP)
+		snprintf(why, sizeof(why),
+			 " (this machine accepts hardware breakpoints but does not deliver them: "
+			 "a test write to a watched word raised no hit%s)",
+			 pretending() ? "; PROBEKIT_HWBP_UNDELIVERED is set" : "");
 	if (err == EACCES || err == EPERM) {
 		strcpy(why, " (");
 		pki_perf_denied_why(why + 2, sizeof(why) - 3);
@@ -987,6 +1020,8 @@ bool agent_watch_start(void)
 	A.q = pk_hitq_new(NRECS);
 	if (!A.recs || !A.q)
 		refuse("out of memory");
+	if (A.addr)
+		check_mapped();
 	if (conf->type != PK_WATCH_X && A.addr)
 		atomic_store(&A.shadow, read_value(A.addr));
 	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "hwbp_delivered.h"
 
 #define SKIP_EXIT 77
 
@@ -71,6 +72,11 @@ void pk_test_require_hw_breakpoint(void)
 			 strerror(errno));
 		skip(why);
 	}
+}
+
+bool pk_test_hw_delivered(char *why, size_t n)
+{
+	return pkt_hwbp_delivered(why, n);
 }
 
 void pk_test_require_membarrier_sync_core(void)

@@ -10,6 +10,7 @@
 
 #include <check.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Run @s in fork mode; returns the process exit status (0 = all passed). */
 int pk_test_run(Suite *s);
@@ -21,5 +22,11 @@ void pk_test_require_membarrier_sync_core(void);
 
 /* Probes, for tests that want to decide per case. */
 bool pk_test_have_hw_breakpoint(void);
+/*
+ * Are hardware breakpoints delivered, not only accepted (tests/hwbp_delivered.h:
+ * one armed on a private word, the word written)?  false with the reason in
+ * @why where they are not, or where PROBEKIT_HWBP_UNDELIVERED pretends so.
+ */
+bool pk_test_hw_delivered(char *why, size_t n);
 
 #endif /* PK_TESTS_HARNESS_H */

@@ -104,6 +104,26 @@ START_TEST(concurrent_producers)
 }
 END_TEST
 
+/* NULL queue or hit: -EINVAL (0 for the count, nothing for free), no crash. */
+START_TEST(null_args)
+{
+	struct pk_hitq *q = pk_hitq_new(4);
+	struct pk_watch_hit h = {.tid = 1};
+
+	ck_assert_ptr_nonnull(q);
+	ck_assert_int_eq(pk_hitq_push(NULL, &h), -EINVAL);
+	ck_assert_int_eq(pk_hitq_push(q, NULL), -EINVAL);
+	ck_assert_int_eq(pk_hitq_pop(NULL, &h), -EINVAL);
+	ck_assert_int_eq(pk_hitq_pop(q, NULL), -EINVAL);
+	ck_assert_uint_eq(pk_hitq_dropped(NULL), 0);
+	pk_hitq_free(NULL);
+	/* the queue itself is untouched by the refused calls */
+	ck_assert_int_eq(pk_hitq_pop(q, &h), -EAGAIN);
+	ck_assert_uint_eq(pk_hitq_dropped(q), 0);
+	pk_hitq_free(q);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hitq");
@@ -112,6 +132,7 @@ int main(void)
 	tcase_add_test(tc, fifo_and_drops);
 	tcase_add_test(tc, bad_capacity);
 	tcase_add_test(tc, concurrent_producers);
+	tcase_add_test(tc, null_args);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

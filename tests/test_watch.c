@@ -908,20 +908,106 @@ START_TEST(threads_created_during_add)
 }
 END_TEST
 
+/* ---- needing no delivered hit --------------------------------------------- */
+
+/* A NULL handle is refused where the call returns an error, never followed. */
+START_TEST(null_handles)
+{
+	PK_OPTS(pk_watch_stats, st);
+
+	pk_set_print(capture);
+	ck_assert_int_eq(pk_watch_enable(NULL), -EINVAL);
+	ck_assert_int_eq(pk_watch_disable(NULL), -EINVAL);
+	ck_assert_int_eq(pk_watch_modify(NULL, (const void *)&shared_a, 8, PK_WATCH_W), -EINVAL);
+	ck_assert_uint_eq(pk_watch_hits(NULL), 0);
+	ck_assert_int_eq(pk_watch_stats(NULL, &st), -EINVAL);
+	pk_watch_remove(NULL);
+}
+END_TEST
+
+/*
+ * Where hits are not delivered (for real, or PROBEKIT_HWBP_UNDELIVERED, set
+ * here on a machine that delivers), every add is refused with EOPNOTSUPP and
+ * a message naming the cause, nothing left open; the check is made once.
+ */
+START_TEST(undelivered_refused)
+{
+	PK_OPTS(pk_watch_opts, one, .tid = gettid());
+	char why[256];
+	bool pretend = false;
+	int fds;
+
+	if (pk_test_hw_delivered(why, sizeof(why))) {
+		setenv("PROBEKIT_HWBP_UNDELIVERED", "1", 1);
+		pretend = true;
+	} else {
+		pretend = getenv("PROBEKIT_HWBP_UNDELIVERED") != NULL;
+	}
+	pk_set_print(capture);
+	fds = count_fds();
+	errno = 0;
+	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_msg(strstr(last_msg, "accepts hardware breakpoints but does not deliver them"),
+		      "message: %s", last_msg);
+	ck_assert_msg(!pretend || strstr(last_msg, "PROBEKIT_HWBP_UNDELIVERED is set"),
+		      "message: %s", last_msg);
+	last_msg[0] = 0;
+	errno = 0;
+	ck_assert_ptr_null(pk_watch_add((const void *)&shared_b, 8, PK_WATCH_RW, &one));
+	ck_assert_int_eq(errno, EOPNOTSUPP);
+	ck_assert_msg(strstr(last_msg, "does not deliver"), "message: %s", last_msg);
+	ck_assert_int_eq(count_fds(), fds);
+	/* bad input is still told apart from the machine */
+	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 3, PK_WATCH_W, NULL));
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+/* PROBEKIT_HWBP_UNDELIVERED=0 pretends nothing: hits come (a delivering machine). */
+START_TEST(switch_zero_delivers)
+{
+	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	struct pk_watch *w;
+
+	setenv("PROBEKIT_HWBP_UNDELIVERED", "0", 1);
+	w = pk_watch_add((const void *)&shared_a, sizeof(shared_a), PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	shared_a = 3;
+	ck_assert_uint_eq(pk_watch_hits(w), 1);
+	pk_watch_remove(w);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *s;
 	TCase *tc;
+	char why[256];
 
 	if (argc == 2 && !strcmp(argv[1], "--exec-probe"))
 		return exec_probe();
 	s = suite_create("watch");
-	tc = tcase_create("watch");
 	if (getenv("PK_TEST_VERBOSE"))
 		pk_set_print(pk_print_stderr);
 	self_exe = realpath("/proc/self/exe", NULL);
 	pk_test_require_hw_breakpoint();
+	tc = tcase_create("any");
 	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, null_handles);
+	tcase_add_test(tc, undelivered_refused);
+	suite_add_tcase(s, tc);
+	if (!pk_test_hw_delivered(why, sizeof(why))) {
+		int rc = pk_test_run(s);
+
+		if (rc)
+			return rc;
+		printf("SKIP: the cases that need delivered hits: %s\n", why);
+		return 77;
+	}
+	tc = tcase_create("watch");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, switch_zero_delivers);
 	tcase_add_test(tc, exact_counts_many_threads);
 	tcase_add_test(tc, hit_reports_address_and_ip);
 	tcase_add_test(tc, execute_watchpoint);

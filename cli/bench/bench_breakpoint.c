@@ -109,7 +109,9 @@ static struct pk_watch *breakpoint_setup(void *addr)
 static int setup_failed(const char *bench)
 {
 	if (errno == ENODEV || errno == EOPNOTSUPP) {
-		printf("Skipping probekit bench breakpoint %s: No hardware support\n", bench);
+		printf("Skipping probekit bench breakpoint %s: %s\n", bench,
+		       errno == EOPNOTSUPP ? "hardware breakpoints are not delivered here"
+					   : "No hardware support");
 		return 0;
 	}
 	if (errno == ENOSPC)

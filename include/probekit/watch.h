@@ -110,15 +110,22 @@ struct pk_watch_opts {
  *           @len != 1, NULL @addr, or @opts->sz too small/unknown fields set
  *   ESRCH   @opts->tid is not a live thread of this process
  *   ENOSPC  some thread has no free debug-register slot (message says which)
- *   ENODEV / EOPNOTSUPP  no hardware breakpoints here
+ *   EOPNOTSUPP  this machine accepts hardware breakpoints but does not
+ *           deliver them (some hypervisors): checked once per process, at
+ *           its first pk_watch_add(), by arming one on a private word and
+ *           writing it; the message says so.  Every later add fails alike.
+ *           PROBEKIT_HWBP_UNDELIVERED=1 in the environment pretends the
+ *           hardware never delivers, to test this path where it does.
+ *   ENODEV, ENOENT  no hardware breakpoints here (perf_event_open's error)
  *   EACCES / EPERM  perf_event_open refused: the message says whether a
  *           seccomp filter or perf_event_paranoid (needs <= 2) is the cause
  *   ENOMEM, EMFILE  out of memory or file descriptors (one per root thread)
  * Nothing is left installed when it fails.  Must not be called from a
  * callback.  A thread inside clone() while the roots are opened may be
  * missed, or get two events (its hits are reported once, counted twice).  Costs one perf_event_open per thread alive at the call (all
- * threads) or one (single thread); threads created later cost the library
- * nothing.
+ * threads) or one (single thread), plus, at the first add of a process, the
+ * delivery check (one event opened, written and read on the calling thread);
+ * threads created later cost the library nothing.
  */
 PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
 				     const struct pk_watch_opts *opts);
@@ -132,8 +139,9 @@ PK_API void pk_watch_remove(struct pk_watch *w);
 
 /*
  * Arm / disarm @w on every thread (one ioctl per root thread).  Idempotent.
- * Returns 0, or -ESRCH if @w no longer watches anything (it was on a single
- * thread that exited, or we are a fork child), or the ioctl's -errno.
+ * Returns 0, -EINVAL if @w is NULL, -ESRCH if @w no longer watches anything
+ * (it was on a single thread that exited, or we are a fork child), or the
+ * ioctl's -errno.
  */
 PK_API int pk_watch_enable(struct pk_watch *w);
 PK_API int pk_watch_disable(struct pk_watch *w);
@@ -141,13 +149,13 @@ PK_API int pk_watch_disable(struct pk_watch *w);
 /*
  * Retarget @w to @len bytes at @addr for @type, on every thread at once (one
  * ioctl per root thread, reaching the threads created since).  Keeps @w's
- * enabled state.  Returns 0, -EINVAL (bad arguments, as for pk_watch_add),
+ * enabled state.  Returns 0, -EINVAL (NULL @w, or bad arguments as for pk_watch_add),
  * -ESRCH (as above) or the ioctl's -errno; on failure @w keeps its old target.
  */
 PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 			   enum pk_watch_type type);
 
-/* Number of hits of @w so far, on all threads (relaxed count). */
+/* Number of hits of @w so far, on all threads (relaxed count); 0 for NULL. */
 PK_API unsigned long pk_watch_hits(const struct pk_watch *w);
 
 /*
@@ -183,11 +191,12 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st);
  * pk_hitq_new: @capacity is rounded up to a power of two (>= 2).  NULL + errno
  *   EINVAL (0 or above 2^24) or ENOMEM.
  * pk_hitq_free: the queue must no longer be referenced by any watchpoint.
- * pk_hitq_push: async-signal-safe and lock-free; 0, or -ENOBUFS when full
- *   (the hit is dropped and counted).
- * pk_hitq_pop: consumer only (one thread at a time); 0 with *@out filled, or
- *   -EAGAIN when nothing is ready.
- * pk_hitq_dropped: hits dropped so far because the queue was full.
+ *   NULL is ignored.
+ * pk_hitq_push: async-signal-safe and lock-free; 0, -ENOBUFS when full
+ *   (the hit is dropped and counted), or -EINVAL if @q or @hit is NULL.
+ * pk_hitq_pop: consumer only (one thread at a time); 0 with *@out filled,
+ *   -EAGAIN when nothing is ready, or -EINVAL if @q or @out is NULL.
+ * pk_hitq_dropped: hits dropped so far because the queue was full; 0 for NULL.
  */
 PK_API struct pk_hitq *pk_hitq_new(size_t capacity);
 PK_API void pk_hitq_free(struct pk_hitq *q);

@@ -68,9 +68,12 @@ PK_API void pk_hitq_free(struct pk_hitq *q)
 
 PK_API int pk_hitq_push(struct pk_hitq *q, const struct pk_watch_hit *hit)
 {
-	size_t pos = atomic_load_explicit(&q->tail, memory_order_relaxed);
+	size_t pos;
 	struct hitq_cell *c;
 
+	if (!q || !hit)
+		return -EINVAL;
+	pos = atomic_load_explicit(&q->tail, memory_order_relaxed);
 	for (;;) {
 		size_t seq;
 		intptr_t diff;
@@ -100,9 +103,13 @@ PK_API int pk_hitq_push(struct pk_hitq *q, const struct pk_watch_hit *hit)
 
 PK_API int pk_hitq_pop(struct pk_hitq *q, struct pk_watch_hit *out)
 {
-	struct hitq_cell *c = &q->cells[q->head & q->mask];
-	size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+	struct hitq_cell *c;
+	size_t seq;
 
+	if (!q || !out)
+		return -EINVAL;
+	c = &q->cells[q->head & q->mask];
+	seq = atomic_load_explicit(&c->seq, memory_order_acquire);
 	if (seq != q->head + 1)
 		return -EAGAIN;
 	*out = c->hit;
@@ -114,5 +121,5 @@ PK_API int pk_hitq_pop(struct pk_hitq *q, struct pk_watch_hit *out)
 
 PK_API unsigned long pk_hitq_dropped(const struct pk_hitq *q)
 {
-	return atomic_load_explicit(&((struct pk_hitq *)q)->dropped, memory_order_relaxed);
+	return q ? atomic_load_explicit(&((struct pk_hitq *)q)->dropped, memory_order_relaxed) : 0;
 }

@@ -98,6 +98,37 @@ int pki_perf_bp_count(int fd, uint64_t *count)
 	return n < 0 ? -errno : -EIO;
 }
 
+/*
+ * Arm a counting write breakpoint (no sigtrap: nothing is raised) on this
+ * thread over one of two private words, write the first, read the count.
+ * @pretend arms it over the second word, which nothing writes: the same
+ * system calls and the same write, and the count is 0, as on a machine
+ * that accepts breakpoints but never delivers them.  The debug exception
+ * of a write comes before the next instruction, so the count is final when
+ * the write returns.
+ */
+int pki_perf_bp_delivered(bool pretend)
+{
+	static volatile uint64_t words[2];
+	struct perf_event_attr attr;
+	struct pki_bp bp = {.len = sizeof(words[0]), .type = PK_WATCH_W};
+	uint64_t n = 0;
+	long fd;
+	int err;
+
+	bp.addr = (uintptr_t)&words[pretend ? 1 : 0];
+	bp_attr(&attr, &bp);
+	attr.sigtrap = 0;
+	attr.remove_on_exec = 0;
+	fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	words[0]++;
+	err = pki_perf_bp_count((int)fd, &n);
+	close((int)fd);
+	return err ? err : n > 0;
+}
+
 /* The integer after @key in the file at @path, or -1 (read with open/read). */
 static int file_int(const char *path, const char *key)
 {

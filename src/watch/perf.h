@@ -44,6 +44,17 @@ int pki_perf_bp_enable(int fd, bool on);
 int pki_perf_bp_count(int fd, uint64_t *count);
 
 /*
+ * Does the hardware deliver breakpoints, not only accept them?  Arms one
+ * on a private word on the calling thread and writes the word: 1 if the
+ * kernel counted the hit, 0 if not (a hypervisor that accepts debug
+ * registers but never raises their exceptions), or -errno if the event
+ * could not be opened (nothing concluded).  @pretend: arm it over another
+ * word than the one written, to test the "not delivered" path on a
+ * machine that delivers.
+ */
+int pki_perf_bp_delivered(bool pretend);
+
+/*
  * Why perf_event_open failed with EACCES or EPERM, for a message: a seccomp
  * filter (the Seccomp: line of /proc/self/status) or perf_event_paranoid
  * (watching one's own threads, user space only, needs <= 2), or neither.

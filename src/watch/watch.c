@@ -663,6 +663,39 @@ static int watch_check(const void *addr, size_t len, enum pk_watch_type type,
 	return 0;
 }
 
+/*
+ * Are hardware breakpoints delivered here?  Checked once per process, at
+ * the first pk_watch_add() (pki_perf_bp_delivered: one event opened on the
+ * calling thread, one write, one read), and kept.  A check that cannot open
+ * its event concludes nothing: the add goes on and its own open says why.
+ * PROBEKIT_HWBP_UNDELIVERED=1 makes the check arm its breakpoint over
+ * another word than the one it writes, to test the refusal (README).
+ */
+static int __check_delivered(const void *addr)
+{
+	static int delivered = -1; /* under mgr.lock; a fork child keeps it */
+	static bool pretend;
+
+	if (delivered < 0) {
+		const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
+		int r;
+
+		pretend = e && *e && strcmp(e, "0");
+		r = pki_perf_bp_delivered(pretend);
+		if (r < 0)
+			return 0; /* nothing concluded */
+		delivered = r;
+	}
+	if (delivered)
+		return 0;
+	pki_warn("watch %p: this machine accepts hardware breakpoints but does not deliver them "
+		 "(a write to a watched word of probekit's own raised no hit; a hypervisor that "
+		 "does not pass debug exceptions on?)%s: %s\n",
+		 addr, pretend ? "; PROBEKIT_HWBP_UNDELIVERED is set: pretending so" : "",
+		 pki_errstr(EOPNOTSUPP));
+	return -EOPNOTSUPP;
+}
+
 /* The manager ready, and room for one more watchpoint on @tid (0: all threads). */
 static int __watch_admit(pid_t tid, const void *addr)
 {
@@ -670,7 +703,9 @@ static int __watch_admit(pid_t tid, const void *addr)
 
 	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS))
 		return -ENOMEM;
-	err = __install_handler();
+	err = __check_delivered(addr);
+	if (!err)
+		err = __install_handler();
 	if (!err)
 		err = __admit(tid, addr);
 	if (!err && tid)
@@ -836,6 +871,10 @@ static int set_enabled(struct pk_watch *w, bool on)
 {
 	int err;
 
+	if (!w) {
+		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
+		return -EINVAL;
+	}
 	pthread_mutex_lock(&mgr.lock);
 	err = __live(w);
 	for (int i = 0; !err && i < w->nr_roots; i++)
@@ -865,6 +904,10 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	struct pki_bp old, new;
 	int err, i;
 
+	if (!w) {
+		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
+		return -EINVAL;
+	}
 	err = check_target(addr, len, type);
 	if (err)
 		return err;
@@ -898,7 +941,7 @@ out:
 
 PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
 {
-	return atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed);
+	return w ? atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed) : 0;
 }
 
 PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)

@@ -6,8 +6,10 @@
  * re-made lock lost a reader, and the next pk_watch_add() waited for ever
  * (4 of 6 runs).  Linked with the static archive, so that our constructor
  * runs before the library's.  Exit 0 when pk_watch_add() returns, 3 when it
- * is stuck after 3 s.
+ * is stuck after 3 s, 77 (SKIP) where hardware breakpoints are not
+ * delivered: the add is refused before the gate.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,6 +63,11 @@ int main(void)
 	signal(SIGALRM, on_alarm);
 	alarm(3);
 	w = pk_watch_add(&var, sizeof(var), PK_WATCH_W, NULL);
+	if (!w && errno == EOPNOTSUPP) {
+		/* refused before the gate: nothing here was tested */
+		printf("SKIP: hardware breakpoints are not delivered here\n");
+		return 77;
+	}
 	printf("pk_watch_add returned %s\n", w ? "a watchpoint" : "NULL (no breakpoints here?)");
 	if (w)
 		pk_watch_remove(w);

@@ -21,6 +21,8 @@
  * runs on the other, is a frame that can no longer return.  Its exit is
  * recorded then, before the event that revealed it, so no entry of a
  * trace lacks its exit and the shadow stack never fills with the dead.
+ * The agent's longjmp() and siglongjmp() close them at the jump itself
+ * (pki_fgraph_jump), with the stack pointer they restore.
  *
  * Stack switches (makecontext/swapcontext/setcontext, coroutines): each
  * context has its own shadow stack, as each task has in the kernel.  The
@@ -123,6 +125,14 @@ void pki_fgraph_own(struct pki_fgraph_ent *st);
  * call.  Normal context (or a signal handler that switches contexts).
  */
 void pki_fgraph_ctx_switch(const void *from, const void *to);
+
+/*
+ * The calling thread jumps (longjmp, siglongjmp) to the frame whose stack
+ * pointer will be @sp: the frames below it on that stack (and on the
+ * alternate signal stack, when it leaves it) get their exit now.  Any
+ * context.
+ */
+void pki_fgraph_jump(unsigned long sp);
 
 /* 0 or -errno (pthread key). */
 int pki_fgraph_init(void);

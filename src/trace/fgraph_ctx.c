@@ -318,3 +318,35 @@ void pki_fgraph_prune_slow(unsigned long *at, uint64_t ts)
 		t->depth = --d;
 	}
 }
+
+/*
+ * A jump to the frame whose stack pointer will be @sp: the entries it
+ * abandons get their exit now, from the top.  @sp comes from a jump buffer
+ * decoded by the caller: taken only if it is plausible (aligned, and above
+ * the caller's frame when both are on the same stack), else the next entry
+ * or return finds the dead entries, a little later.
+ */
+void pki_fgraph_jump(unsigned long sp)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	unsigned long here = (unsigned long)__builtin_frame_address(0);
+	uint32_t d = t->depth;
+	struct pki_fgraph_ent *e;
+	uint64_t ts;
+	struct alt a;
+
+	if (!d || t->unwinding || t->st == PKI_FGRAPH_GONE || sp & 7)
+		return;
+	ts = pki_trace_now();
+	alt_get(t, &a);
+	if (on_alt(&a, here) == on_alt(&a, sp) && sp <= here)
+		return;
+	while (d) {
+		e = &t->st[d - 1];
+		if (!dead(&a, e->slot, sp))
+			break;
+		pki_trace_record(e->fn, PKI_EV_EXIT, ts);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		t->depth = --d;
+	}
+}

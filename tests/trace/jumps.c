@@ -5,7 +5,9 @@
  * alternate signal stack (SIGJUMPS times, in main and in a thread whose
  * alternate stack lies above its stack), under exit tracing: every call
  * abandoned by a jump must get its exit at the jump, none may stay open,
- * and no later exit may be lost.  Prints "calls NAME N" for what it called.
+ * and no later exit may be lost.  The first jumps are followed by 20 ms of
+ * sleep before the next traced call (demo_slept): the calls they abandon
+ * end before it.  Prints "calls NAME N" for what it called.
  * Built with -fpatchable-function-entry=5.
  */
 #include <pthread.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define JUMPS	 100000
 #define SIGJUMPS 10000
@@ -21,7 +24,7 @@
 
 static jmp_buf env;
 static __thread sigjmp_buf senv;
-static long n_outer, n_mid, n_deep, n_after, n_sig_outer, n_sig_inner, n_handler;
+static long n_outer, n_mid, n_deep, n_after, n_sig_outer, n_sig_inner, n_handler, n_slept;
 
 __attribute__((noinline)) void demo_deep(long i)
 {
@@ -39,6 +42,11 @@ __attribute__((noinline)) void demo_outer(long i)
 {
 	__atomic_add_fetch(&n_outer, 1, __ATOMIC_RELAXED);
 	demo_mid(i);
+}
+
+__attribute__((noinline)) void demo_slept(long i)
+{
+	n_slept += i >= 0;
 }
 
 /* Returns normally: its exit must be there after any number of jumps. */
@@ -90,13 +98,17 @@ static void *thread_main(void *alt)
 int main(void)
 {
 	struct sigaction sa = {.sa_handler = demo_handler, .sa_flags = SA_ONSTACK};
+	struct timespec ms20 = {0, 20 * 1000 * 1000};
 	volatile long i = 0;
 	void *alt_main, *alt_thread;
 	pthread_t th;
 
-	for (int k = 0; k < 2; k++) { /* a plain longjmp also leaves a handler */
+	/* The first jumps: 20 ms of untraced sleep before the next traced call. */
+	for (int k = 0; k < 3; k++) {
 		if (!setjmp(env))
 			demo_outer(k);
+		nanosleep(&ms20, NULL);
+		demo_slept(k);
 	}
 	while (i < JUMPS) {
 		if (!setjmp(env))
@@ -115,7 +127,7 @@ int main(void)
 	pthread_join(th, NULL);
 	printf("calls demo_outer %ld\ncalls demo_mid %ld\ncalls demo_deep %ld\n"
 	       "calls demo_after %ld\ncalls demo_sig_outer %ld\ncalls demo_sig_inner %ld\n"
-	       "calls demo_handler %ld\n",
-	       n_outer, n_mid, n_deep, n_after, n_sig_outer, n_sig_inner, n_handler);
+	       "calls demo_handler %ld\ncalls demo_slept %ld\n",
+	       n_outer, n_mid, n_deep, n_after, n_sig_outer, n_sig_inner, n_handler, n_slept);
 	return 0;
 }

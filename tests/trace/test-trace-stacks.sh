@@ -6,7 +6,8 @@
 # behave as the plain ones, their counts must be the programs' own (and
 # --entry-only's), every call must have its exit (none closed by an outer
 # exit, none left open, nothing lost), and a call a jump abandoned must
-# end at the jump: the next call is not nested in it.
+# end at the jump: the next call is not nested in it, and it ends before
+# the 20 ms sleep that follows the jump (jump_ends.py).
 #
 # usage: test-trace-stacks.sh PROBEKIT CORO JUMPS
 set -uo pipefail
@@ -41,6 +42,10 @@ check "jumps: each longjmp'd call ends at its jump (one depth for demo_outer)" \
 	"[[ $(indents j.trace demo_outer) == 1 ]]"
 check "jumps: each siglongjmp'd call ends at its jump (one depth per thread)" \
 	"[[ $(indents j.trace demo_sig_outer) == 2 ]]"
+
+"$pk" export --format chrome -o j.json j.trace 2>/dev/null
+check "jumps: the calls a jump abandons end at the jump, before the sleep after it" \
+	"python3 '$(dirname "$(realpath "$0")")/jump_ends.py' j.json >rep 2>&1"
 
 echo "trace_stacks: $pass passed, $fail failed"
 [[ $fail == 0 ]]

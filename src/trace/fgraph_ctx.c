@@ -33,20 +33,23 @@ struct alt {
 	unsigned long lo, hi; /* hi == 0: none */
 };
 
-/* And kept for pki_fgraph_prune()'s test. */
+/*
+ * And kept for pki_fgraph_prune()'s test.  One that reads as disabled keeps
+ * the last one seen: a handler that runs on it with SS_AUTODISARM reads it
+ * so, and its frames must still be told from the others.
+ */
 static void alt_get(struct pki_fgraph_tls *t, struct alt *a)
 {
 	stack_t ss;
 
-	a->lo = a->hi = 0;
 	pki_trace_busy++; /* (libc's: may be traced) */
 	if (!sigaltstack(NULL, &ss) && !(ss.ss_flags & SS_DISABLE)) {
-		a->lo = (unsigned long)ss.ss_sp;
-		a->hi = a->lo + ss.ss_size;
+		t->alt_lo = (unsigned long)ss.ss_sp;
+		t->alt_size = ss.ss_size;
 	}
-	t->alt_lo = a->lo;
-	t->alt_size = a->hi - a->lo;
 	pki_trace_busy--;
+	a->lo = t->alt_lo;
+	a->hi = a->lo + t->alt_size;
 }
 
 static bool on_alt(const struct alt *a, unsigned long p)

@@ -70,6 +70,8 @@ int pki_fgraph_init(void)
 	if (key_made)
 		return 0;
 	err = pthread_key_create(&key, stack_release);
+	if (!err)
+		err = pki_fgraph_ctx_init();
 	if (err)
 		return -err;
 	key_made = true;

@@ -116,6 +116,9 @@ unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts);
 /* fgraph_ctx.c: a frame is entered at @slot, at or above the top entry's, at @ts. */
 void pki_fgraph_prune_slow(unsigned long *slot, uint64_t ts);
 
+/* fgraph_ctx.c's part of pki_fgraph_init(): 0 or an errno (pthread_atfork). */
+int pki_fgraph_ctx_init(void);
+
 /* The calling thread's shadow stack is now @st (fgraph_ctx.c's switches). */
 void pki_fgraph_own(struct pki_fgraph_ent *st);
 

@@ -101,6 +101,23 @@ static void lock_drop(const sigset_t *saved)
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 
+/* fork() in another thread while one holds the lock: the child gets it free. */
+static void fork_prepare(void)
+{
+	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
+		sched_yield();
+}
+
+static void fork_release(void)
+{
+	atomic_flag_clear_explicit(&lock, memory_order_release);
+}
+
+int pki_fgraph_ctx_init(void)
+{
+	return pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 static void ctx_remove(size_t i)
 {
 	ctxs[i] = ctxs[--nctx];
@@ -146,6 +163,21 @@ static void own(struct pki_fgraph_tls *t, struct pki_fgraph_ent *st, uint32_t de
 }
 
 /*
+ * Under the lock: the thread's stack becomes @next's, and its own is put
+ * aside under @key if it has entries, else freed.  Freed after the switch:
+ * a handler (an INT3 hook: SIGTRAP stays deliverable) may push meanwhile.
+ */
+static void put_or_free(struct pki_fgraph_tls *t, const void *key, struct ctx next)
+{
+	struct pki_fgraph_ent *old = t->st;
+	uint32_t depth = t->depth;
+
+	own(t, next.st, next.depth);
+	if (!depth || !ctx_put(key, old, depth))
+		stack_free(old); /* (no memory: its frames' returns will abort) */
+}
+
+/*
  * Under the lock: the context to be saved in @from was saved there before
  * (ctxs[i]) and not resumed through us.  Resumed by libc (uc_link) if the
  * thread's stack is empty: those are its entries, the running context's.
@@ -160,8 +192,7 @@ static void from_put_back(struct pki_fgraph_tls *t, size_t i)
 		return;
 	}
 	ctx_remove(i);
-	stack_free(t->st);
-	own(t, c.st, c.depth);
+	put_or_free(t, NULL, c);
 }
 
 void pki_fgraph_ctx_switch(const void *from, const void *to)
@@ -194,10 +225,8 @@ void pki_fgraph_ctx_switch(const void *from, const void *to)
 		pki_trace_busy--;
 		return;
 	}
-	if (!t->depth || !ctx_put(from, t->st, t->depth))
-		stack_free(t->st); /* (no memory: its frames' returns will abort) */
+	put_or_free(t, from, next);
 	lock_drop(&saved);
-	own(t, next.st, next.depth);
 	pki_trace_busy--;
 }
 
@@ -224,11 +253,9 @@ static bool ctx_adopt(struct pki_fgraph_tls *t, unsigned long slot)
 				ctx_remove(i);
 				break;
 			}
-	if (next.st && (!t->depth || !ctx_put(NULL, t->st, t->depth)))
-		stack_free(t->st);
-	lock_drop(&saved);
 	if (next.st)
-		own(t, next.st, next.depth);
+		put_or_free(t, NULL, next);
+	lock_drop(&saved);
 	pki_trace_busy--;
 	return next.st != NULL;
 }

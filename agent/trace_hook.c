@@ -25,7 +25,8 @@ void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_op
 	(void)parent_ip;
 	(void)ops;
 	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
-		return; /* (busy: probekit's own call, trace.h) */
+		return;				     /* (busy: probekit's own call, trace.h) */
+	pki_fgraph_prune((unsigned long *)regs->sp); /* abandoned frames' exits first */
 	pki_trace_enter(ip);
 	pki_fgraph_enter(ip, (unsigned long *)regs->sp);
 	if (__builtin_expect(ip == agent_hook.trigger, 0))

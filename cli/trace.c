@@ -20,6 +20,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -243,9 +244,11 @@ static unsigned siblings_report(struct trace_ctx *c, unsigned long long *lost,
 /*
  * A trace of no event does not replace the one that was there: the old file
  * was moved aside before the run (previous_aside()); put it back if the new
- * one holds no event (or was not written), else drop it.  Idempotent.
+ * one holds no event (or was not written), else drop it.  Idempotent.  A
+ * PROG that died of a signal ran: what it wrote stays, and the previous
+ * trace stays aside, named (@died).
  */
-static void previous_settle(struct trace_ctx *c, bool others_recorded)
+static void previous_settle(struct trace_ctx *c, bool others_recorded, bool died)
 {
 	struct pki_trace_file *f;
 	char err[256];
@@ -259,6 +262,10 @@ static void previous_settle(struct trace_ctx *c, bool others_recorded)
 	pki_trace_file_free(f);
 	if (!empty || others_recorded) { /* this run's files go together */
 		unlink(c->old);
+		return;
+	}
+	if (died) {
+		fprintf(stderr, "probekit: the previous trace is kept as %s\n", c->old);
 		return;
 	}
 	if (rename(c->old, c->file)) {
@@ -308,8 +315,12 @@ static void on_ended(const struct agent_run *r, int status)
 	long long events = -1;
 	struct stat st;
 
-	(void)status;
 	fflush(stdout);
+	if (WIFSIGNALED(status))
+		fprintf(
+		    stderr,
+		    "probekit: %s was killed by signal %d (%s): %s holds what was written before\n",
+		    r->argv[0], WTERMSIG(status), strsignal(WTERMSIG(status)), c->file);
 	if (!stat(c->file, &st))
 		events = report_one(c, c->file, 0, &lost, &lost_threads);
 	else
@@ -317,9 +328,10 @@ static void on_ended(const struct agent_run *r, int status)
 	others = siblings_report(c, &lost, &lost_threads);
 	if (events == 0 && !others)
 		fprintf(stderr, "probekit: warning: no event was recorded in %s: %s\n", c->file,
-			c->nf ? "do the -f globs name functions PROG calls?"
-			      : "PROG called none of the traced functions");
-	previous_settle(c, others > 0);
+			WIFSIGNALED(status) ? "PROG was killed before one was written"
+			: c->nf		    ? "do the -f globs name functions PROG calls?"
+					    : "PROG called none of the traced functions");
+	previous_settle(c, others > 0, WIFSIGNALED(status));
 	if (c->trigger && !c->fired)
 		fprintf(stderr,
 			"probekit: --trigger %s never fired: no traced function of that name was "
@@ -695,7 +707,7 @@ int cmd_trace(int argc, char **argv)
 	if (!o.force)
 		previous_aside(&ctx);
 	ret = agent_run(&r);
-	previous_settle(&ctx, false); /* if PROG never ran: on_ended() was not called */
+	previous_settle(&ctx, false, false); /* if PROG never ran: on_ended() was not called */
 out:
 	free(notrace);
 	free(funcs);

@@ -5,7 +5,12 @@
  * to them and passes what neither claims to the application's action,
  * running it as the kernel would have: with its sa_mask and SIGTRAP blocked
  * (unless it asked SA_NODEFER), SA_RESETHAND honoured, SIG_IGN ignored,
- * SIG_DFL the default action (the process dies of SIGTRAP).
+ * SIG_DFL the default action (the process dies of SIGTRAP).  One exception:
+ * once the patcher is a client, INT3 sites may exist, and the handler may
+ * call a function hooked through one; a trap met with SIGTRAP blocked kills
+ * the process, so SIGTRAP is then never blocked in the application's
+ * handler (sa_mask or not), and a SIGTRAP raised while it runs (its own kill
+ * or INT3) runs it again, nested, instead of pending or killing the process.
  *
  * Why one handler: two handlers that each chained to whatever was installed
  * before them made the order depend on who came first, and a program that
@@ -226,7 +231,9 @@ static void chain(int sig, siginfo_t *si, void *uc)
 	}
 run:
 	add = act.sa_mask;
-	if (!(act.sa_flags & SA_NODEFER))
+	if (atomic_load_explicit(&clients[PKI_SIGTRAP_PATCH], memory_order_relaxed))
+		sigdelset(&add, SIGTRAP); /* INT3 sites may exist (the header comment) */
+	else if (!(act.sa_flags & SA_NODEFER))
 		sigaddset(&add, SIGTRAP);
 	if (!sigisemptyset(&add)) {
 		pthread_sigmask(SIG_BLOCK, &add, &saved);

@@ -17,8 +17,8 @@
 
 __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
 
-#define GONE	  ((struct pki_fgraph_ent *)1)
-#define STACK_LEN (PKI_FGRAPH_DEPTH * sizeof(struct pki_fgraph_ent))
+#define GONE	  PKI_FGRAPH_GONE
+#define STACK_LEN PKI_FGRAPH_STACK_LEN
 
 static pthread_key_t key;
 static bool key_made;
@@ -70,6 +70,8 @@ int pki_fgraph_init(void)
 	if (key_made)
 		return 0;
 	err = pthread_key_create(&key, stack_release);
+	if (!err)
+		err = pki_fgraph_ctx_init();
 	if (err)
 		return -err;
 	key_made = true;
@@ -104,25 +106,10 @@ __attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long 
 	pki_trace_count_lost();
 }
 
-/* No shadow entry for a return through the trampoline: cannot continue. */
-static __attribute__((noreturn)) void lost_return(unsigned long sp)
-{
-	static const char msg[] =
-	    "probekit: return trampoline reached with no shadow entry for this frame "
-	    "(stack switched?): aborting\n";
-
-	(void)sp;
-	if (write(2, msg, sizeof(msg) - 1) < 0) {
-		/* nothing else to do */
-	}
-	abort();
-}
-
 /*
- * Find the entry of the frame returning to @sp (its slot is sp - 8), from
- * the top.  Entries above it with a lower slot are abandoned frames: dropped.
- * Entries above it with a higher slot (another stack: a signal handler that
- * left through siglongjmp from an alternate stack) are kept, moved down.
+ * Record the exit of the frame returning to @sp (its slot is sp - 8) and
+ * pop its entry; where to go.  Normally the top entry; else the slow path
+ * (fgraph_ctx.c) finds it, below abandoned frames or in another context.
  * Reads the entry before depth shrinks: after that a signal handler may
  * reuse its place.
  */
@@ -131,7 +118,7 @@ unsigned long pki_fgraph_exit(unsigned long sp)
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 	unsigned long slot = sp - 8, ret;
 	uint64_t ts = pki_trace_now(), fn;
-	uint32_t d = t->depth, i, j;
+	uint32_t d = t->depth;
 
 	if (__builtin_expect(d && t->st[d - 1].slot == slot, 1)) {
 		ret = t->st[d - 1].ret;
@@ -139,26 +126,18 @@ unsigned long pki_fgraph_exit(unsigned long sp)
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
 		pki_trace_record(fn, PKI_EV_EXIT, ts);
-		if (__builtin_expect(t->dying && !t->depth, 0))
-			stack_gone(t);
-		return ret;
+	} else {
+		ret = PKI_SLOWCALL2(pki_fgraph_exit_slow, sp, ts); /* syscalls: may use xmm */
 	}
-	for (i = d; i-- > 0;)
-		if (t->st[i].slot == slot)
-			break;
-	if (i == UINT32_MAX || d == 0)
-		lost_return(sp);
-	ret = t->st[i].ret;
-	fn = t->st[i].fn;
-	for (j = i + 1; j < d; j++)
-		if (t->st[j].slot > slot)
-			t->st[i++] = t->st[j];
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	t->depth = i;
-	pki_trace_record(fn, PKI_EV_EXIT, ts);
-	if (t->dying && !t->depth)
+	if (__builtin_expect(t->dying && !t->depth, 0))
 		stack_gone(t);
 	return ret;
+}
+
+void pki_fgraph_own(struct pki_fgraph_ent *st)
+{
+	if (key_made)
+		pthread_setspecific(key, st); /* low key: no allocation */
 }
 
 /*
@@ -173,7 +152,7 @@ unsigned long pki_fgraph_exit(unsigned long sp)
  * nested in ours), so reading depth once and storing it last is enough, as
  * in pki_fgraph_exit().
  */
-#define MARK 1ul
+#define MARK PKI_FGRAPH_MARK
 
 void pki_fgraph_unwind_begin(unsigned long cfa)
 {

@@ -9,12 +9,30 @@
  *
  * Shadow entries are (return address, address of the stack slot, fn).  At a
  * return the entry is the one whose slot is the returning frame's, searched
- * from the top: normally the top one.  Entries above it whose slot is lower
- * in memory belong to frames that were abandoned (longjmp, siglongjmp,
- * pthread_exit's unwinding): they are dropped, their exits never recorded
- * (the trace replay closes them as "unwound").  A tail call from a traced
- * function into another one finds the trampoline already in the slot and
- * pushes it again: both exits are recorded, innermost first.
+ * from the top: normally the top one.  A tail call from a traced function
+ * into another one finds the trampoline already in the slot and pushes it
+ * again: both exits are recorded, innermost first.
+ *
+ * Abandoned frames (longjmp, siglongjmp, a setcontext that does not come
+ * back) are recognised by their slot (fgraph_ctx.c): an entry on the stack
+ * the thread runs on (the thread's, or its alternate signal stack) whose
+ * slot lies below the frame that returns (pki_fgraph_exit) or is entered
+ * (pki_fgraph_prune), or an entry on the alternate stack when the thread
+ * runs on the other, is a frame that can no longer return.  Its exit is
+ * recorded then, before the event that revealed it, so no entry of a
+ * trace lacks its exit and the shadow stack never fills with the dead.
+ * The agent's longjmp() and siglongjmp() close them at the jump itself
+ * (pki_fgraph_jump), with the stack pointer they restore.
+ *
+ * Stack switches (makecontext/swapcontext/setcontext, coroutines): each
+ * context has its own shadow stack, as each task has in the kernel.  The
+ * agent's swapcontext() and setcontext() call pki_fgraph_ctx_switch(): the
+ * running context's entries are put aside under its ucontext_t, and those
+ * of the context resumed taken back (a new one starts empty).  A return
+ * whose slot is in no entry of the running context (a context resumed from
+ * inside libc: uc_link at the end of a makecontext function) finds the
+ * context put aside whose entries hold that slot, and takes it
+ * (pki_fgraph_exit).  Only a return found nowhere still aborts.
  *
  * Limits (documented in doc/probekit.1):
  *  - depth: a thread has PKI_FGRAPH_DEPTH entries; deeper frames keep their
@@ -26,7 +44,9 @@
  *    entry points and __cxa_begin_catch, agent/unwind.c): the original return
  *    addresses are put back for the unwinder, the frames it removed get their
  *    exit event at the catch, the frames that stay get the trampoline back.
- *  - stack switching (makecontext/swapcontext, coroutines) is not supported.
+ *  - stack switches that bypass swapcontext()/setcontext() (hand-written
+ *    context switches, as boost.context's) are not told apart from a
+ *    longjmp: the frames of the context left may be taken for abandoned.
  *  - a CET shadow stack would see every hijacked return as an attack:
  *    pki_fgraph_shstk() tells, and the caller must not hijack then.
  *
@@ -48,8 +68,12 @@
 #include <stdint.h>
 
 #include "arch/arch.h"
+#include "trace/trace.h"
 
-#define PKI_FGRAPH_DEPTH 2048
+#define PKI_FGRAPH_DEPTH     2048
+#define PKI_FGRAPH_STACK_LEN (PKI_FGRAPH_DEPTH * sizeof(struct pki_fgraph_ent))
+#define PKI_FGRAPH_GONE	     ((struct pki_fgraph_ent *)1)
+#define PKI_FGRAPH_MARK	     1ul /* an entry whose frame an unwinder reads (unwind_begin) */
 
 struct pki_fgraph_ent {
 	unsigned long ret;  /* the original return address */
@@ -71,6 +95,8 @@ struct pki_fgraph_tls {
 	/* Past the thread's key destructor with hijacked frames left (the exit
 	 * path's own, when libc is traced): the last one's return frees st. */
 	uint32_t dying;
+	/* The alternate signal stack as the last slow path saw it (fgraph_ctx.c). */
+	unsigned long alt_lo, alt_size;
 };
 
 extern __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
@@ -83,6 +109,33 @@ unsigned long pki_fgraph_exit(unsigned long sp);
 
 /* Stack full or not yet allocated. */
 void pki_fgraph_enter_slow(uint64_t fn, unsigned long *slot);
+
+/* fgraph_ctx.c, behind the trampoline (PKI_SLOWCALL): the top entry is not @sp's. */
+unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts);
+
+/* fgraph_ctx.c: a frame is entered at @slot, at or above the top entry's, at @ts. */
+void pki_fgraph_prune_slow(unsigned long *slot, uint64_t ts);
+
+/* fgraph_ctx.c's part of pki_fgraph_init(): 0 or an errno (pthread_atfork). */
+int pki_fgraph_ctx_init(void);
+
+/* The calling thread's shadow stack is now @st (fgraph_ctx.c's switches). */
+void pki_fgraph_own(struct pki_fgraph_ent *st);
+
+/*
+ * The calling thread leaves its context for @to (a ucontext_t): swapcontext
+ * saves the one left in @from, setcontext passes NULL.  Before the real
+ * call.  Normal context (or a signal handler that switches contexts).
+ */
+void pki_fgraph_ctx_switch(const void *from, const void *to);
+
+/*
+ * The calling thread jumps (longjmp, siglongjmp) to the frame whose stack
+ * pointer will be @sp: the frames below it on that stack (and on the
+ * alternate signal stack, when it leaves it) get their exit now.  Any
+ * context.
+ */
+void pki_fgraph_jump(unsigned long sp);
 
 /* 0 or -errno (pthread key). */
 int pki_fgraph_init(void);
@@ -109,6 +162,28 @@ void pki_fgraph_unwind_end(unsigned long cfa);
 
 /* True if the calling thread runs with a CET user shadow stack. */
 bool pki_fgraph_shstk(void);
+
+/*
+ * A frame is entered at @slot (struct pk_regs.sp), before its entry event:
+ * if it is not below the top entry's frame, or the top one is on the
+ * alternate signal stack and it is not, the entries it reveals as abandoned
+ * get their exit first (pki_fgraph_prune_slow).  Not while an
+ * unwinder reads the stack (unwind_begin/end own the entries then).
+ */
+static inline void pki_fgraph_prune(unsigned long *slot)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	unsigned long s = (unsigned long)slot, top;
+	uint32_t d = t->depth;
+
+	if (__builtin_expect(!d || t->unwinding, 1))
+		return;
+	top = t->st[d - 1].slot;
+	/* Not below the top frame, or off the alternate stack the top frame is on. */
+	if (__builtin_expect(
+		s >= top || (top - t->alt_lo < t->alt_size && s - t->alt_lo >= t->alt_size), 0))
+		PKI_SLOWCALL2(pki_fgraph_prune_slow, slot, pki_trace_now()); /* syscall: xmm */
+}
 
 /*
  * Hijack the return of the function whose entry is being hooked: @slot is

@@ -5,11 +5,12 @@
  * (agent/sigmask.c): from a thread that blocks every signal, from a
  * handler installed with a full sa_mask, and inside sigsuspend() with a
  * mask of everything but SIGUSR1, after sigsetmask(~0) and a full
- * SIG_SETMASK whose old mask is its new one.  demo_short is 4 bytes (relocation
+ * SIG_SETMASK whose old mask is its new one, and from its own SIGTRAP
+ * handler (SIGTRAP blocked in it, as the kernel does).  demo_short is 4 bytes (relocation
  * refuses it: too short); demo_tail ends in a tail call through a register
  * (refused: an unbounded indirect jmp).  It checks that the masks it reads
  * back are the ones it set, and prints "calls NAME N" for what it called.
- * Built without -fpatchable-function-entry.
+ * With "die", it kills itself first.  Built without -fpatchable-function-entry.
  */
 #define _DEFAULT_SOURCE /* sigsetmask */
 #include <pthread.h>
@@ -77,12 +78,24 @@ static void on_usr1(int sig)
 	call_both();
 }
 
-int main(void)
+/* The program's own SIGTRAP handler (SIGTRAP blocked in it, as by default) calls them too. */
+static int n_trap;
+
+static void on_trap(int sig)
+{
+	(void)sig;
+	call_both();
+	n_trap++;
+}
+
+int main(int argc, char **argv)
 {
 	struct sigaction sa = {.sa_handler = on_usr1}, back;
 	sigset_t only_usr1, usr1;
 	pthread_t th;
 
+	if (argc > 1 && !strcmp(argv[1], "die"))
+		return raise(SIGKILL); /* before any traced call */
 	pthread_create(&th, NULL, blocked_worker, NULL);
 	pthread_join(th, NULL);
 
@@ -95,6 +108,16 @@ int main(void)
 	}
 	for (int i = 0; i < 10; i++)
 		raise(SIGUSR1);
+
+	sa.sa_handler = on_trap;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTRAP, &sa, NULL);
+	for (int i = 0; i < 10; i++)
+		raise(SIGTRAP);
+	if (n_trap != 10) {
+		fprintf(stderr, "int3_demo: %d of 10 SIGTRAPs handled\n", n_trap);
+		bad = 1;
+	}
 
 	/* SIGUSR1 blocked, then let in by sigsuspend alone, whose mask blocks the rest. */
 	sigemptyset(&usr1);

@@ -3,10 +3,10 @@
 # relocation refuses are traced through a breakpoint on their first byte,
 # named at the start; int3_demo calls them from a thread that blocks every
 # signal, from a handler whose sa_mask is full and inside sigsuspend() with
-# everything but SIGUSR1 blocked: the agent keeps SIGTRAP deliverable
-# (agent/sigmask.c) while the program reads back the masks it set.  The
-# traced run must behave as the plain one, and its counts must be the
-# program's own.
+# everything but SIGUSR1 blocked, and from its own SIGTRAP handler: the
+# agent keeps SIGTRAP deliverable (agent/sigmask.c, base/sigtrap.c) while
+# the program reads back the masks it set.  The traced run must behave as
+# the plain one, and its counts must be the program's own.
 #
 # usage: test-trace-int3.sh PROBEKIT INT3_DEMO
 set -uo pipefail
@@ -26,6 +26,13 @@ want out >exp
 check "--int3: counts equal to the program's own ($(tr '\n' ' ' <got))" "[[ -s exp ]] && cmp -s got exp"
 "$pk" report i.trace >rep 2>&1
 check "--int3: nothing lost" "grep -q ' 0 lost' rep"
+# PROG killed before it wrote an event: said, and the previous trace is not
+# put back over the file as if nothing ran.
+run --int3 -o i.trace -- "$demo" die
+check "killed: rc $rc" "[[ $rc == 137 ]]"
+check "killed: the death said" "grep -q 'int3_demo was killed by signal 9' err"
+check "killed: the previous trace kept aside" \
+	"grep -q 'previous trace is kept as .*i.trace.probekit-old' err && [[ -s i.trace.probekit-old ]]"
 # Without --int3 the same functions are refused, counted, not traced.
 run --relocate -o r.trace -- "$demo"
 check "--relocate alone: rc $rc" "[[ $rc == 0 ]]"

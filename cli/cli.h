@@ -72,6 +72,16 @@ int cli_export_speedscope(const struct pki_trace_file *f, FILE *o);
 /* Perfetto's protobuf trace of @f (export_perfetto.c). */
 int cli_export_perfetto(const struct pki_trace_file *f, FILE *o);
 
+/*
+ * A tree line's indentation (replay, graph): 2 columns a level up to
+ * CLI_INDENT_MAX levels.  A deeper line keeps that indentation and names its
+ * level instead, in @mark ("[N] ", N being @shown; "" when not that deep),
+ * so a line's length stays bounded and the output grows linearly with depth.
+ * Returns the indentation in columns.
+ */
+#define CLI_INDENT_MAX 64
+size_t cli_indent(size_t level, unsigned long long shown, char *mark, size_t n);
+
 /* @ns as "12 ns", "1.234 us", "5.000 ms", "2.000 s"; the integer if @raw. */
 void cli_fmt_ns(char *buf, size_t len, unsigned long long ns, bool raw);
 int cmd_export(int argc, char **argv);

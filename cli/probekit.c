@@ -191,16 +191,41 @@ static const struct cli_cmd commands[] = {
     {NULL, NULL, NULL},
 };
 
+size_t cli_indent(size_t level, unsigned long long shown, char *mark, size_t n)
+{
+	if (level <= CLI_INDENT_MAX) {
+		mark[0] = '\0';
+		return 2 * level;
+	}
+	snprintf(mark, n, "[%llu] ", shown);
+	return 2 * CLI_INDENT_MAX;
+}
+
+/*
+ * A command whose output could not all be written (a full disk, a closed
+ * or broken standard output) failed, whatever it printed before: say so and
+ * exit non-zero rather than 0 with a truncated result.
+ */
+static int stdout_check(int status)
+{
+	int err = fflush(stdout) ? errno : 0;
+
+	if (!err && !ferror(stdout))
+		return status;
+	cli_error("standard output: %s", strerror(err ? err : EIO));
+	return status ? status : 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--version"))
-		return cmd_version(0, NULL);
-	return cli_dispatch(
+		return stdout_check(cmd_version(0, NULL));
+	return stdout_check(cli_dispatch(
 	    "command", commands,
 	    "usage: probekit <command> [options]\n"
 	    "       probekit <command> --help\n\n"
 	    "Instrument live Linux x86-64 processes: hardware watchpoints on every\n"
 	    "thread and function-entry hooks, at a cost that does not grow with the\n"
 	    "number of hooks, threads or CPUs.\n\ncommands:\n",
-	    argc, argv);
+	    argc, argv));
 }

@@ -66,6 +66,11 @@ int cmd_graph(int argc, char **argv);
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;
 struct pki_trace_file *cli_trace_open(const char *path);
+/*
+ * Bytes of the valid UTF-8 sequence at @s (1 to 4), or 0 (report.c): names
+ * come from the trace and may hold any bytes, where exports need UTF-8.
+ */
+size_t cli_utf8_len(const unsigned char *s);
 /* @str as a JSON string (report.c); speedscope's evented JSON of @f (export_speedscope.c). */
 void cli_json_str(FILE *o, const char *str);
 int cli_export_speedscope(const struct pki_trace_file *f, FILE *o);

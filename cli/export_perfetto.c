@@ -129,9 +129,35 @@ static void pb_bytes(struct pb *m, unsigned field, const void *p, size_t len)
 	pb_put(m, p, len);
 }
 
-static void pb_str(struct pb *m, unsigned field, const char *s)
+/*
+ * A string field must hold UTF-8 (protoc and Perfetto reject others), and
+ * names (thread, program, function) come from the trace as any bytes: an
+ * invalid sequence is written as U+FFFD.
+ */
+static void pb_str(struct pb *m, unsigned field, const char *str)
 {
-	pb_bytes(m, field, s, strlen(s));
+	const unsigned char *s = (const unsigned char *)str, *p;
+	size_t len = strlen(str), n = 0, k;
+	char *clean;
+
+	for (p = s; *p && (k = cli_utf8_len(p)); p += k)
+		;
+	if (!*p) {
+		pb_bytes(m, field, str, len);
+		return;
+	}
+	clean = malloc(3 * len + 1); /* each byte at worst one U+FFFD */
+	if (!clean) {
+		m->err = -ENOMEM;
+		return;
+	}
+	for (p = s; *p; p += k ? k : 1) {
+		k = cli_utf8_len(p);
+		memcpy(clean + n, k ? (const char *)p : "\xef\xbf\xbd", k ? k : 3);
+		n += k ? k : 3;
+	}
+	pb_bytes(m, field, clean, n);
+	free(clean);
 }
 
 /*

@@ -375,7 +375,7 @@ static const char export_usage[] =
  * file (symbols, thread names, paths) and may hold any bytes, but JSON text
  * must be UTF-8: an invalid sequence is written as U+FFFD instead.
  */
-static size_t utf8_len(const unsigned char *s)
+size_t cli_utf8_len(const unsigned char *s)
 {
 	size_t n = *s < 0x80		      ? 1
 		   : *s >= 0xc2 && *s <= 0xdf ? 2
@@ -400,7 +400,7 @@ void cli_json_str(FILE *o, const char *str)
 
 	putc('"', o);
 	while (*s) {
-		size_t n = utf8_len(s);
+		size_t n = cli_utf8_len(s);
 
 		if (*s == '"' || *s == '\\')
 			fprintf(o, "\\%c", *s);

@@ -275,6 +275,20 @@ tail -1 "$tmp/out" | grep -Eq '^(gamma;){10000}alpha 1$' || fail "deep folded: l
 printf '# probekit folded stacks: VALUE = self time in nanoseconds (flamegraph.pl --countname=ns)\ndeep__thr\xff/TID;gamma 2\ndeep__thr\xff/TID;gamma;gamma 3\ndeep__thr\xff/TID;gamma;gamma;alpha 1\n' |
 	diff -u - "$tmp/out" || fail "folded thread name with ';' and a newline"
 
+# Perfetto's string fields must be UTF-8 (protoc warns, Perfetto rejects):
+# the thread name's invalid byte is written as U+FFFD.
+proto=$(dirname "$(realpath "$0")")/perfetto
+if command -v protoc >/dev/null; then
+	"$pk" export "$tmp/deep.trace" --format perfetto -o "$tmp/deep.pftrace" 2>/dev/null
+	protoc --decode=perfetto.protos.Trace -I "$proto" "$proto/probekit-perfetto.proto" \
+		<"$tmp/deep.pftrace" >"$tmp/out" 2>"$tmp/err" || fail "perfetto: protoc: $(cat "$tmp/err")"
+	[[ ! -s $tmp/err ]] || fail "perfetto with a thread name not UTF-8: $(cat "$tmp/err")"
+	grep -Fqx '      thread_name: "deep;\nthr\357\277\275"' "$tmp/out" ||
+		fail "perfetto thread name: $(grep thread_name "$tmp/out")"
+else
+	echo "note: no protoc: the Perfetto export's UTF-8 not checked"
+fi
+
 # A reader whose output cannot be written fails, and says so.
 for cmd in "report" "replay" "graph gamma" "export --format folded" "export --format chrome"; do
 	expect_err 1 "standard output: No space left on device" \

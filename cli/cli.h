@@ -36,6 +36,15 @@ const char *cli_stop_reason(int err);
 /* A flight recorder's snapshots in words into @buf, or "" if the trace has none. */
 void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n);
 
+/*
+ * Open @path to write a command's output (export -o, watch -o), as the
+ * trace file is opened: where others can write to the directory (/tmp), a
+ * symbolic link there is not followed and an existing file is overwritten
+ * only if it is a regular file of ours with a single link; elsewhere, as
+ * usual.  The descriptor, or -1 after saying why.
+ */
+int cli_output_open(const char *path, unsigned mode);
+
 /* Parse a non-negative integer option value; exits with a usage error on junk. */
 unsigned long cli_parse_ulong(const char *opt, const char *val);
 

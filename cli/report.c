@@ -1081,10 +1081,18 @@ int cmd_export(int argc, char **argv)
 	f = cli_trace_open(eo.path);
 	if (!f)
 		return 1;
-	if (eo.out && !(o = fopen(eo.out, "w"))) {
-		err = errno;
-		pki_trace_file_free(f);
-		return cli_error("%s: %s", eo.out, strerror(err));
+	if (eo.out) {
+		int fd = cli_output_open(eo.out, 0666);
+
+		o = fd < 0 ? NULL : fdopen(fd, "w");
+		if (!o) {
+			if (fd >= 0) {
+				cli_error("%s: %s", eo.out, strerror(errno));
+				close(fd);
+			}
+			pki_trace_file_free(f);
+			return 1;
+		}
 	}
 	err = export_write(&eo, f, o);
 	/* Standard output is checked by main(), for every command. */

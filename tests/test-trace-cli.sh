@@ -289,6 +289,28 @@ else
 	echo "note: no protoc: the Perfetto export's UTF-8 not checked"
 fi
 
+# export -o opens its output as the trace file is opened: in a directory
+# others can write to (/tmp), a symbolic link planted there is not followed
+# (it overwrote its target, as root), nor a file of another user's
+# overwritten; a file of ours there is, and elsewhere a link is followed.
+mkdir -m 1777 "$tmp/shared"
+echo victim >"$tmp/victim"
+ln -s "$tmp/victim" "$tmp/shared/out.json"
+expect_err 1 "out.json: a symbolic link in a directory other users can write to: not followed" \
+	"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/shared/out.json"
+[[ $(cat "$tmp/victim") == victim ]] || fail "export -o through a planted link overwrote its target"
+echo theirs >"$tmp/shared/theirs.json"
+chown 65534 "$tmp/shared/theirs.json"
+expect_err 1 "theirs.json: exists in a directory other users can write to and is not a regular file of ours" \
+	"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/shared/theirs.json"
+[[ $(cat "$tmp/shared/theirs.json") == theirs ]] || fail "export -o overwrote another user's file"
+echo old >"$tmp/shared/ours.json"
+"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/shared/ours.json" 2>/dev/null &&
+	grep -q traceEvents "$tmp/shared/ours.json" || fail "export -o over a file of ours in /tmp"
+ln -s "$tmp/victim" "$tmp/link.json"
+"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/link.json" 2>/dev/null &&
+	grep -q traceEvents "$tmp/victim" || fail "export -o through a link in a private directory"
+
 # A reader whose output cannot be written fails, and says so.
 for cmd in "report" "replay" "graph gamma" "export --format folded" "export --format chrome"; do
 	expect_err 1 "standard output: No space left on device" \

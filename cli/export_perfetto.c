@@ -35,6 +35,7 @@
 #include "cli.h"
 #include "trace/analyze.h"
 #include "trace/format.h"
+#include "trace/idxmap.h"
 #include "trace/reader.h"
 
 /* Field numbers (Perfetto's protos/perfetto/trace/...): see the file comment. */
@@ -194,6 +195,7 @@ static void pb_end(struct pb *m)
 struct pthread_st {
 	uint64_t *fns; /* open frames, bottom first */
 	size_t depth, cap;
+	struct pki_idxmap active; /* the number of frames of each fn on the stack */
 	uint64_t last_ns;	 /* timestamp of the last packet on the sequence */
 	unsigned char *interned; /* bit per symbol: its name is on this sequence */
 	bool started;
@@ -356,6 +358,7 @@ static void end_frames(struct pexport *p, size_t i, size_t to, uint64_t ns)
 
 	while (t->depth > to) {
 		t->depth--;
+		pki_idxmap_count_add(&t->active, t->fns[t->depth], -1); /* its slot exists */
 		event(p, i, SLICE_END, 0, ns);
 	}
 }
@@ -378,16 +381,18 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 		ns = pki_trace_file_ts_ns(f, e[k].ts);
 		switch (PKI_EV_KIND(e[k].word)) {
 		case PKI_EV_ENTRY:
-			if (PKI_GROW(t->fns, t->cap, t->depth + 1))
+			if (PKI_GROW(t->fns, t->cap, t->depth + 1) ||
+			    pki_idxmap_count_add(&t->active, fn, 1))
 				return -ENOMEM;
 			t->fns[t->depth++] = fn;
 			event(p, i, SLICE_BEGIN, fn, ns);
 			break;
 		case PKI_EV_EXIT:
-			for (d = t->depth; d && t->fns[d - 1] != fn; d--)
+			if (!pki_idxmap_count(&t->active, fn))
+				break; /* no entry for it (the trace began inside it) */
+			for (d = t->depth; t->fns[d - 1] != fn; d--) /* passes what it ends */
 				;
-			if (d) /* else no entry for it (the trace began inside it) */
-				end_frames(p, i, d - 1, ns);
+			end_frames(p, i, d - 1, ns);
 			break;
 		default:
 			event(p, i, INSTANT, fn, ns);
@@ -424,6 +429,7 @@ int cli_export_perfetto(const struct pki_trace_file *f, FILE *o)
 		if (!err && !p.err)
 			end_frames(&p, i, 0, p.th[i].last_ns); /* still open at the end */
 		free(p.th[i].fns);
+		pki_idxmap_free(&p.th[i].active);
 		free(p.th[i].interned);
 	}
 	if (!err)

@@ -96,7 +96,7 @@ struct rthread {
 	size_t *sh;	  /* the indexes in st of the shown frames, bottom first */
 	size_t nsh, nout; /* shown frames, and how many of them (the bottom ones) are out */
 	size_t shcap;
-	struct pki_idxmap active; /* (fn, 0) -> 1 + number of its frames on the stack */
+	struct pki_idxmap active; /* the number of frames of each fn on the stack */
 	char *text;		  /* held lines, not written yet: text[head, head + len) */
 	size_t head, len, tcap;
 	uint64_t out;  /* bytes of lines written: the offset of text[head] */
@@ -228,21 +228,6 @@ static bool shown(const struct replay *p, const struct rthread *r, const char *n
 	return at >= p->o->since_ns && (!p->o->until_ns || at < p->o->until_ns);
 }
 
-/* Count @fn's frames on @r's stack up (@by 1) or down (-1). */
-static int active_add(struct rthread *r, uint64_t fn, int by)
-{
-	uint64_t *a = pki_idxmap_slot(&r->active, fn, 0);
-
-	if (!a)
-		return -ENOMEM;
-	if (!*a) {
-		*a = 1;
-		r->active.n++;
-	}
-	*a += (uint64_t)(int64_t)by;
-	return 0;
-}
-
 static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
 {
 	const char *name = name_of(p, fn);
@@ -250,7 +235,7 @@ static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
 	int err = 0;
 
 	if (PKI_GROW(r->st, r->cap, r->depth + 1) || PKI_GROW(r->sh, r->shcap, r->nsh + 1) ||
-	    active_add(r, fn, 1))
+	    pki_idxmap_count_add(&r->active, fn, 1))
 		return -ENOMEM;
 	fr.shown = shown(p, r, name, ts, &fr.hide_sub, &fr.in_scope);
 	if (fr.shown) {
@@ -271,7 +256,7 @@ static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *h
 	char dur[32], post[48];
 	const char *name;
 
-	if (active_add(r, fr.fn, -1))
+	if (pki_idxmap_count_add(&r->active, fr.fn, -1))
 		return -ENOMEM;
 	if (!fr.shown)
 		return 0;
@@ -309,7 +294,7 @@ static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts
 	size_t d = r->depth;
 	int err = 0;
 
-	if (pki_idxmap_get(&r->active, fn, 0) <= 1)
+	if (!pki_idxmap_count(&r->active, fn))
 		return 0; /* no entry for it (the trace began inside it): skipped */
 	while (r->st[d - 1].fn != fn) /* the frames passed end here: linear */
 		d--;

@@ -13,7 +13,8 @@
  * trace_gen FILE --deep N: one thread ("deep;\nthr\xff"), gamma (FC) recursing N
  * deep, each level entered 1 ns after its caller and left 1 ns after its
  * callee: every level's self time is 2 ns (the innermost's 3 ns), then
- * alpha (FA) called once at the bottom; the thread name holds a ';', a
+ * at the bottom N exits of beta (FB, never entered: ignored) and alpha
+ * (FA) called once; the thread name holds a ';', a
  * newline and an invalid UTF-8 byte, for the readers' tests of deep stacks
  * and of names.
  *
@@ -114,6 +115,12 @@ int main(int argc, char **argv)
 		/* Flushed by hand (no drainer) before the buffer can fill: nothing lost. */
 		for (k = 0; k < deep && !err; k++) {
 			EN(FC, 1 + k);
+			if (k % 16384 == 16383)
+				err = pki_trace_flush();
+		}
+		/* At the bottom, N exits of beta, never entered: each one skipped. */
+		for (k = 0; k < deep && !err; k++) {
+			EX(FB, 1 + deep);
 			if (k % 16384 == 16383)
 				err = pki_trace_flush();
 		}

@@ -36,6 +36,15 @@ const char *cli_stop_reason(int err);
 /* A flight recorder's snapshots in words into @buf, or "" if the trace has none. */
 void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n);
 
+/*
+ * Open @path to write a command's output (export -o, watch -o), as the
+ * trace file is opened: where others can write to the directory (/tmp), a
+ * symbolic link there is not followed and an existing file is overwritten
+ * only if it is a regular file of ours with a single link; elsewhere, as
+ * usual.  The descriptor, or -1 after saying why.
+ */
+int cli_output_open(const char *path, unsigned mode);
+
 /* Parse a non-negative integer option value; exits with a usage error on junk. */
 unsigned long cli_parse_ulong(const char *opt, const char *val);
 
@@ -66,11 +75,26 @@ int cmd_graph(int argc, char **argv);
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;
 struct pki_trace_file *cli_trace_open(const char *path);
+/*
+ * Bytes of the valid UTF-8 sequence at @s (1 to 4), or 0 (report.c): names
+ * come from the trace and may hold any bytes, where exports need UTF-8.
+ */
+size_t cli_utf8_len(const unsigned char *s);
 /* @str as a JSON string (report.c); speedscope's evented JSON of @f (export_speedscope.c). */
 void cli_json_str(FILE *o, const char *str);
 int cli_export_speedscope(const struct pki_trace_file *f, FILE *o);
 /* Perfetto's protobuf trace of @f (export_perfetto.c). */
 int cli_export_perfetto(const struct pki_trace_file *f, FILE *o);
+
+/*
+ * A tree line's indentation (replay, graph): 2 columns a level up to
+ * CLI_INDENT_MAX levels.  A deeper line keeps that indentation and names its
+ * level instead, in @mark ("[N] ", N being @shown; "" when not that deep),
+ * so a line's length stays bounded and the output grows linearly with depth.
+ * Returns the indentation in columns.
+ */
+#define CLI_INDENT_MAX 64
+size_t cli_indent(size_t level, unsigned long long shown, char *mark, size_t n);
 
 /* @ns as "12 ns", "1.234 us", "5.000 ms", "2.000 s"; the integer if @raw. */
 void cli_fmt_ns(char *buf, size_t len, unsigned long long ns, bool raw);

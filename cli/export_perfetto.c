@@ -35,6 +35,7 @@
 #include "cli.h"
 #include "trace/analyze.h"
 #include "trace/format.h"
+#include "trace/idxmap.h"
 #include "trace/reader.h"
 
 /* Field numbers (Perfetto's protos/perfetto/trace/...): see the file comment. */
@@ -129,9 +130,35 @@ static void pb_bytes(struct pb *m, unsigned field, const void *p, size_t len)
 	pb_put(m, p, len);
 }
 
-static void pb_str(struct pb *m, unsigned field, const char *s)
+/*
+ * A string field must hold UTF-8 (protoc and Perfetto reject others), and
+ * names (thread, program, function) come from the trace as any bytes: an
+ * invalid sequence is written as U+FFFD.
+ */
+static void pb_str(struct pb *m, unsigned field, const char *str)
 {
-	pb_bytes(m, field, s, strlen(s));
+	const unsigned char *s = (const unsigned char *)str, *p;
+	size_t len = strlen(str), n = 0, k;
+	char *clean;
+
+	for (p = s; *p && (k = cli_utf8_len(p)); p += k)
+		;
+	if (!*p) {
+		pb_bytes(m, field, str, len);
+		return;
+	}
+	clean = malloc(3 * len + 1); /* each byte at worst one U+FFFD */
+	if (!clean) {
+		m->err = -ENOMEM;
+		return;
+	}
+	for (p = s; *p; p += k ? k : 1) {
+		k = cli_utf8_len(p);
+		memcpy(clean + n, k ? (const char *)p : "\xef\xbf\xbd", k ? k : 3);
+		n += k ? k : 3;
+	}
+	pb_bytes(m, field, clean, n);
+	free(clean);
 }
 
 /*
@@ -168,6 +195,7 @@ static void pb_end(struct pb *m)
 struct pthread_st {
 	uint64_t *fns; /* open frames, bottom first */
 	size_t depth, cap;
+	struct pki_idxmap active; /* the number of frames of each fn on the stack */
 	uint64_t last_ns;	 /* timestamp of the last packet on the sequence */
 	unsigned char *interned; /* bit per symbol: its name is on this sequence */
 	bool started;
@@ -330,6 +358,7 @@ static void end_frames(struct pexport *p, size_t i, size_t to, uint64_t ns)
 
 	while (t->depth > to) {
 		t->depth--;
+		pki_idxmap_count_add(&t->active, t->fns[t->depth], -1); /* its slot exists */
 		event(p, i, SLICE_END, 0, ns);
 	}
 }
@@ -352,16 +381,18 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 		ns = pki_trace_file_ts_ns(f, e[k].ts);
 		switch (PKI_EV_KIND(e[k].word)) {
 		case PKI_EV_ENTRY:
-			if (PKI_GROW(t->fns, t->cap, t->depth + 1))
+			if (PKI_GROW(t->fns, t->cap, t->depth + 1) ||
+			    pki_idxmap_count_add(&t->active, fn, 1))
 				return -ENOMEM;
 			t->fns[t->depth++] = fn;
 			event(p, i, SLICE_BEGIN, fn, ns);
 			break;
 		case PKI_EV_EXIT:
-			for (d = t->depth; d && t->fns[d - 1] != fn; d--)
+			if (!pki_idxmap_count(&t->active, fn))
+				break; /* no entry for it (the trace began inside it) */
+			for (d = t->depth; t->fns[d - 1] != fn; d--) /* passes what it ends */
 				;
-			if (d) /* else no entry for it (the trace began inside it) */
-				end_frames(p, i, d - 1, ns);
+			end_frames(p, i, d - 1, ns);
 			break;
 		default:
 			event(p, i, INSTANT, fn, ns);
@@ -398,6 +429,7 @@ int cli_export_perfetto(const struct pki_trace_file *f, FILE *o)
 		if (!err && !p.err)
 			end_frames(&p, i, 0, p.th[i].last_ns); /* still open at the end */
 		free(p.th[i].fns);
+		pki_idxmap_free(&p.th[i].active);
 		free(p.th[i].interned);
 	}
 	if (!err)

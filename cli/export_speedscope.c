@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "trace/analyze.h"
 #include "trace/format.h"
+#include "trace/idxmap.h"
 #include "trace/reader.h"
 
 struct sthread {
@@ -30,6 +31,7 @@ struct sthread {
 	size_t *st, depth, cap; /* open frames: frame indexes */
 	uint64_t *fns;		/* and their fns */
 	size_t fcap;
+	struct pki_idxmap active; /* the number of frames of each fn on the stack */
 	uint64_t last_ns;
 	bool any;
 };
@@ -57,7 +59,8 @@ static void ev(struct sthread *t, char kind, size_t frame, uint64_t at)
 
 static int open_frame(struct sthread *t, size_t frame, uint64_t fn, uint64_t at)
 {
-	if (PKI_GROW(t->st, t->cap, t->depth + 1) || PKI_GROW(t->fns, t->fcap, t->depth + 1))
+	if (PKI_GROW(t->st, t->cap, t->depth + 1) || PKI_GROW(t->fns, t->fcap, t->depth + 1) ||
+	    pki_idxmap_count_add(&t->active, fn, 1))
 		return -ENOMEM;
 	t->st[t->depth] = frame;
 	t->fns[t->depth++] = fn;
@@ -65,24 +68,35 @@ static int open_frame(struct sthread *t, size_t frame, uint64_t fn, uint64_t at)
 	return 0;
 }
 
-/* An exit of @fn: close the frames above its own (left without exit), then it. */
+static void close_top(struct sthread *t, uint64_t at)
+{
+	t->depth--;
+	pki_idxmap_count_add(&t->active, t->fns[t->depth], -1); /* its slot exists */
+	ev(t, 'C', t->st[t->depth], at);
+}
+
+/*
+ * An exit of @fn: close the frames above its own (left without exit), then
+ * it.  The count of @fn's frames says whether it is there at all, so the
+ * walk down passes only frames it closes.
+ */
 static void close_frame(struct sthread *t, uint64_t fn, uint64_t at)
 {
 	size_t d = t->depth;
 
-	while (d && t->fns[d - 1] != fn)
-		d--;
-	if (!d)
+	if (!pki_idxmap_count(&t->active, fn))
 		return; /* no entry for it (the trace began inside it) */
+	while (t->fns[d - 1] != fn)
+		d--;
 	while (t->depth >= d)
-		ev(t, 'C', t->st[--t->depth], at);
+		close_top(t, at);
 }
 
 /* Close every open frame at @at: the thread's end, or events overwritten (a GAP). */
 static void close_all(struct sthread *t, uint64_t at)
 {
 	while (t->depth)
-		ev(t, 'C', t->st[--t->depth], at);
+		close_top(t, at);
 }
 
 static int on_events(const struct pki_trace_file *f, const struct pki_trace_thread *th,
@@ -188,6 +202,7 @@ int cli_export_speedscope(const struct pki_trace_file *f, FILE *o)
 			fclose(t->tmp);
 		free(t->st);
 		free(t->fns);
+		pki_idxmap_free(&t->active);
 	}
 	if (!err)
 		fputs("]}\n", o);

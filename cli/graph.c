@@ -5,7 +5,11 @@
  * how many calls took it and their total time.  Built from the analyzer's
  * calls (analyze.h), each of which carries its stack: a call under FUNC
  * (its outermost frame of FUNC, so recursion is not counted twice) adds to
- * the node of its path from there.  Memory: one node per distinct path.
+ * the node of its path from there.  Each thread keeps the nodes of its
+ * current stack by frame serial (a serial is never reused, so a cached frame
+ * means the frames below it are cached too): a call costs the frames pushed
+ * since the last call ended, not its depth, and the printer walks the tree
+ * without recursion.  Memory: one node per distinct path, and the stack.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -33,6 +37,21 @@ struct gnode {
 	uint64_t fn;
 	uint64_t calls, ns, timed;
 	size_t child, sibling, last; /* first child, next sibling, last child: 1-based, 0: none */
+	size_t parent;		     /* index (n[0]'s: 0) */
+	size_t level;		     /* calls below FUNC */
+};
+
+/* A frame's place in the graph: a node index, or one of these. */
+enum { NOT_UNDER = -1, TOO_DEEP = -2 };
+
+struct gframe {
+	uint64_t id; /* frame serial (analyze.h's ids); 0: none cached */
+	long node;
+};
+
+struct gthread {
+	struct gframe *v; /* by depth */
+	size_t cap;
 };
 
 struct graph {
@@ -42,21 +61,22 @@ struct graph {
 	struct gnode *n; /* n[0]: FUNC */
 	size_t nn, cap;
 	struct pki_idxmap kids; /* (parent index + 1, fn) -> child index + 1 */
+	struct gthread *th;	/* by thread index */
 };
 
-/* The child of node @parent for @fn, made on first use; its index, or -1. */
+/* The child of node @parent for @fn, made on first use; its index, or -ENOMEM. */
 static long child_of(struct graph *g, size_t parent, uint64_t fn)
 {
 	uint64_t *slot = pki_idxmap_slot(&g->kids, parent + 1, fn);
 	struct gnode *p;
 
 	if (!slot)
-		return -1;
+		return -ENOMEM;
 	if (*slot)
 		return (long)*slot - 1;
 	if (PKI_GROW(g->n, g->cap, g->nn + 1))
-		return -1;
-	g->n[g->nn] = (struct gnode){.fn = fn};
+		return -ENOMEM;
+	g->n[g->nn] = (struct gnode){.fn = fn, .parent = parent, .level = g->n[parent].level + 1};
 	p = &g->n[parent];
 	if (p->last)
 		g->n[p->last - 1].sibling = g->nn + 1;
@@ -68,23 +88,37 @@ static long child_of(struct graph *g, size_t parent, uint64_t fn)
 	return (long)g->nn - 1;
 }
 
+/* The node of the frame at depth @j of @c whose caller's node is @up. */
+static long frame_node(struct graph *g, const struct pki_trace_call *c, size_t j, long up)
+{
+	if (up == NOT_UNDER)
+		return c->stack[j] == g->root_fn ? 0 : NOT_UNDER; /* FUNC's outermost frame */
+	if (up == TOO_DEEP || (g->depth && g->n[up].level >= g->depth))
+		return TOO_DEEP;
+	return child_of(g, (size_t)up, c->stack[j]);
+}
+
 static int on_call(const struct pki_trace_thread *t, const struct pki_trace_call *c, void *arg)
 {
 	struct graph *g = arg;
-	size_t node = 0, k;
+	struct gthread *th = &g->th[t - g->f->threads];
+	size_t d = c->depth, k = d + 1, old = th->cap;
+	long node;
 
-	(void)t;
-	for (k = 0; k <= c->depth && c->stack[k] != g->root_fn; k++)
-		;
-	if (k > c->depth || (g->depth && c->depth - k > g->depth))
-		return 0; /* not under FUNC, or too deep */
-	for (size_t j = k + 1; j <= c->depth; j++) {
-		long i = child_of(g, node, c->stack[j]);
-
-		if (i < 0)
+	if (PKI_GROW(th->v, th->cap, d + 1))
+		return -ENOMEM;
+	memset(th->v + old, 0, (th->cap - old) * sizeof(*th->v));
+	while (k && th->v[k - 1].id != c->ids[k - 1])
+		k--;
+	for (; k <= d; k++) {
+		node = frame_node(g, c, k, k ? th->v[k - 1].node : NOT_UNDER);
+		if (node == -ENOMEM)
 			return -ENOMEM;
-		node = (size_t)i;
+		th->v[k] = (struct gframe){.id = c->ids[k], .node = node};
 	}
+	node = th->v[d].node;
+	if (node < 0)
+		return 0; /* not under FUNC, or too deep */
 	g->n[node].calls++;
 	if (!c->instant) {
 		g->n[node].ns += c->dur_ns;
@@ -93,20 +127,36 @@ static int on_call(const struct pki_trace_thread *t, const struct pki_trace_call
 	return 0;
 }
 
-/* Node @i and, below it, its children, depth first. */
-static void print_node(const struct graph *g, size_t i, unsigned level)
+static void print_node(const struct graph *g, const struct gnode *n)
 {
-	const struct gnode *n = &g->n[i];
-	char dur[32], nb[64];
+	char dur[32], nb[64], mark[32];
+	size_t ind = cli_indent(n->level, n->level, mark, sizeof(mark));
 
 	if (n->timed)
 		cli_fmt_ns(dur, sizeof(dur), n->ns, false);
 	else
 		snprintf(dur, sizeof(dur), "-");
-	printf("%12s : %*s%s(%llu) %s\n", dur, 2 * (int)level, "", level ? "+-" : "",
+	printf("%12s : %*s%s%s(%llu) %s\n", dur, (int)ind, "", n->level ? "+-" : "", mark,
 	       (unsigned long long)n->calls, pki_trace_fn_name(g->f, n->fn, nb, sizeof(nb)));
-	for (size_t c = n->child; c; c = g->n[c - 1].sibling)
-		print_node(g, c - 1, level + 1);
+}
+
+/* Every node, depth first from FUNC: a node, its children, then its next sibling. */
+static void print_graph(const struct graph *g)
+{
+	size_t i = 0;
+
+	for (;;) {
+		print_node(g, &g->n[i]);
+		if (g->n[i].child) {
+			i = g->n[i].child - 1;
+			continue;
+		}
+		while (i && !g->n[i].sibling)
+			i = g->n[i].parent;
+		if (!i)
+			return;
+		i = g->n[i].sibling - 1;
+	}
 }
 
 /* The fn named @name in @f's symbols, or 0. */
@@ -159,14 +209,20 @@ int cmd_graph(int argc, char **argv)
 		return cli_error("graph: %s: no function '%s' in the trace", path, func);
 	}
 	err = PKI_GROW(g.n, g.cap, 1);
+	g.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*g.th));
+	if (!err && !g.th)
+		err = -ENOMEM;
 	if (!err) {
 		g.n[g.nn++] = (struct gnode){.fn = g.root_fn};
 		err = pki_trace_replay_all(f, on_call, &g, NULL);
 	}
 	if (!err) {
 		printf("# call graph under %s (%s): total time : (calls) function\n", func, path);
-		print_node(&g, 0, 0);
+		print_graph(&g);
 	}
+	for (size_t i = 0; g.th && i < f->nthreads; i++)
+		free(g.th[i].v);
+	free(g.th);
 	free(g.n);
 	pki_idxmap_free(&g.kids);
 	pki_trace_file_free(f);

@@ -18,6 +18,15 @@
  * as the oldest undecided frame has lasted -t (or exited).  Threads are
  * printed in the order their events were recorded, a buffer's worth at a
  * time; each thread's lines are in order.
+ *
+ * Linear in the events whatever the depth: a frame's line is placed by its
+ * offset in the thread's output since the start (never moved as text goes
+ * out), the frames shown are kept on a stack of their own with the number
+ * of them already out, and each thread counts the frames of each function
+ * on its stack, so an event looks at the frames it opens or closes and at
+ * the shown frames it writes out, not at the whole stack.  A line deeper
+ * than CLI_INDENT_MAX levels names its depth instead of being indented
+ * further (cli.h), so the output grows linearly with the depth too.
  */
 #include <errno.h>
 #include <fnmatch.h>
@@ -31,6 +40,7 @@
 #include "cli.h"
 #include "trace/analyze.h"
 #include "trace/format.h"
+#include "trace/idxmap.h"
 #include "trace/reader.h"
 
 #define MAX_GLOBS 32
@@ -65,13 +75,16 @@ struct replay_opts {
 	int nf, nn;
 };
 
-/* One open frame of a thread. */
+/*
+ * One open frame of a thread.  Offsets count the bytes of the thread's lines
+ * from its first: a frame's line is out (it cannot become a leaf any more)
+ * once hdr_end <= the thread's out.
+ */
 struct rframe {
 	uint64_t fn, start; /* start: ticks */
-	size_t off;	    /* where its line starts in the thread's held text */
-	size_t hdr_end;	    /* where its line ends: nothing after it = no child shown yet */
+	uint64_t off;	    /* where its line starts */
+	uint64_t hdr_end;   /* where its line ends: nothing after it = no child shown yet */
 	bool shown;	    /* it has a line */
-	bool written;	    /* its line is out: it cannot become a leaf any more */
 	bool hide_sub;	    /* its callees hidden too (-N, outside -f) */
 	bool in_scope;	    /* inside a -f function's subtree */
 };
@@ -80,8 +93,13 @@ struct rthread {
 	const struct pki_trace_thread *t;
 	struct rframe *st;
 	size_t depth, cap;
-	char *text; /* held lines, not written yet */
-	size_t len, tcap;
+	size_t *sh;	  /* the indexes in st of the shown frames, bottom first */
+	size_t nsh, nout; /* shown frames, and how many of them (the bottom ones) are out */
+	size_t shcap;
+	struct pki_idxmap active; /* the number of frames of each fn on the stack */
+	char *text;		  /* held lines, not written yet: text[head, head + len) */
+	size_t head, len, tcap;
+	uint64_t out;  /* bytes of lines written: the offset of text[head] */
 	uint64_t last; /* ticks of its last event */
 };
 
@@ -102,11 +120,27 @@ static bool glob_any(const char *const *g, int n, const char *name)
 	return false;
 }
 
+/* The offset of the end of @r's lines. */
+static uint64_t text_end(const struct rthread *r)
+{
+	return r->out + r->len;
+}
+
+/* Drop @r's held lines from offset @at on. */
+static void text_cut(struct rthread *r, uint64_t at)
+{
+	r->len = (size_t)(at - r->out);
+}
+
 static int text_add(struct rthread *r, const char *s, size_t n)
 {
-	if (PKI_GROW(r->text, r->tcap, r->len + n + 1))
+	if (r->head && r->head >= r->len) { /* moves no more than was written out since */
+		memmove(r->text, r->text + r->head, r->len);
+		r->head = 0;
+	}
+	if (PKI_GROW(r->text, r->tcap, r->head + r->len + n + 1))
 		return -ENOMEM;
-	memcpy(r->text + r->len, s, n);
+	memcpy(r->text + r->head + r->len, s, n);
 	r->len += n;
 	return 0;
 }
@@ -115,13 +149,19 @@ static int text_add(struct rthread *r, const char *s, size_t n)
 static int line(struct rthread *r, const char *dur, size_t depth, const char *pre, const char *name,
 		const char *post)
 {
-	char buf[1024];
-	int n = snprintf(buf, sizeof(buf), "%12s [%6u] | %*s%s%s%s\n", dur ? dur : "", r->t->tid,
-			 (int)(2 * depth), "", pre, name, post);
+	char head[64 + 2 * CLI_INDENT_MAX], mark[32];
+	size_t ind = cli_indent(depth, depth + 1, mark, sizeof(mark));
+	int n = snprintf(head, sizeof(head), "%12s [%6u] | %*s%s", dur ? dur : "", r->t->tid,
+			 (int)ind, "", mark);
+	const char *parts[] = {pre, name, post, "\n"};
+	int err = 0;
 
-	if (n < 0)
+	if (n < 0 || (size_t)n >= sizeof(head))
 		return -EIO;
-	return text_add(r, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+	err = text_add(r, head, (size_t)n);
+	for (size_t i = 0; !err && i < sizeof(parts) / sizeof(parts[0]); i++)
+		err = text_add(r, parts[i], strlen(parts[i]));
+	return err;
 }
 
 /* @fn's name; the last one asked is kept (a tree repeats its functions). */
@@ -141,36 +181,35 @@ static const char *name_of(struct replay *p, uint64_t fn)
  */
 static void flush(struct replay *p, struct rthread *r, uint64_t now)
 {
-	size_t limit = r->len, i;
+	uint64_t limit = text_end(r);
+	size_t i;
 
-	for (i = r->depth; i-- > 0;)
-		if (r->st[i].shown) {
-			if (!r->st[i].written && r->len == r->st[i].hdr_end)
-				limit = r->st[i].off;
-			break;
-		}
-	for (i = 0; p->o->min_ns && i < r->depth; i++) {
-		const struct rframe *fr = &r->st[i];
+	if (r->nsh > r->nout) {
+		const struct rframe *top = &r->st[r->sh[r->nsh - 1]];
 
-		if (fr->shown && !fr->written &&
-		    pki_trace_file_dur_ns(p->f, now - fr->start) < p->o->min_ns) {
+		if (text_end(r) == top->hdr_end)
+			limit = top->off;
+	}
+	/*
+	 * The frames passed here are at least -t long: they go out now, and
+	 * the next flush starts after them (the top one aside, held above).
+	 */
+	for (i = r->nout; p->o->min_ns && i < r->nsh; i++) {
+		const struct rframe *fr = &r->st[r->sh[i]];
+
+		if (pki_trace_file_dur_ns(p->f, now - fr->start) < p->o->min_ns) {
 			limit = fr->off < limit ? fr->off : limit;
 			break;
 		}
 	}
-	if (!limit)
+	if (limit == r->out)
 		return;
-	fwrite(r->text, 1, limit, stdout);
-	memmove(r->text, r->text + limit, r->len - limit);
-	r->len -= limit;
-	for (i = 0; i < r->depth; i++) {
-		struct rframe *fr = &r->st[i];
-
-		if (fr->shown && fr->hdr_end <= limit)
-			fr->written = true;
-		fr->off = fr->off > limit ? fr->off - limit : 0;
-		fr->hdr_end = fr->hdr_end > limit ? fr->hdr_end - limit : 0;
-	}
+	fwrite(r->text + r->head, 1, (size_t)(limit - r->out), stdout);
+	r->head += (size_t)(limit - r->out);
+	r->len -= (size_t)(limit - r->out);
+	r->out = limit;
+	while (r->nout < r->nsh && r->st[r->sh[r->nout]].hdr_end <= r->out)
+		r->nout++;
 }
 
 /* Is a call of @fn entered at @ts, under the top frame, shown? */
@@ -192,15 +231,18 @@ static bool shown(const struct replay *p, const struct rthread *r, const char *n
 static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
 {
 	const char *name = name_of(p, fn);
-	struct rframe fr = {.fn = fn, .start = ts, .off = r->len};
+	struct rframe fr = {.fn = fn, .start = ts, .off = text_end(r)};
 	int err = 0;
 
-	if (PKI_GROW(r->st, r->cap, r->depth + 1))
+	if (PKI_GROW(r->st, r->cap, r->depth + 1) || PKI_GROW(r->sh, r->shcap, r->nsh + 1) ||
+	    pki_idxmap_count_add(&r->active, fn, 1))
 		return -ENOMEM;
 	fr.shown = shown(p, r, name, ts, &fr.hide_sub, &fr.in_scope);
-	if (fr.shown)
+	if (fr.shown) {
 		err = line(r, NULL, r->depth, "", name, "() {");
-	fr.hdr_end = r->len;
+		r->sh[r->nsh++] = r->depth;
+	}
+	fr.hdr_end = text_end(r);
 	r->st[r->depth++] = fr;
 	return err;
 }
@@ -209,22 +251,26 @@ static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
 static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *how)
 {
 	struct rframe fr = r->st[--r->depth];
+	bool out = fr.hdr_end <= r->out;
 	uint64_t ns;
 	char dur[32], post[48];
 	const char *name;
 
+	if (pki_idxmap_count_add(&r->active, fr.fn, -1))
+		return -ENOMEM;
 	if (!fr.shown)
 		return 0;
+	r->nsh--; /* the top shown frame: those above it ended first */
+	r->nout = r->nout < r->nsh ? r->nout : r->nsh;
 	ns = pki_trace_file_dur_ns(p->f, ts - fr.start);
 	name = name_of(p, fr.fn);
-	if (p->o->min_ns && ns < p->o->min_ns &&
-	    !fr.written) { /* too short: it and its subtree go */
-		r->len = fr.off;
+	if (p->o->min_ns && ns < p->o->min_ns && !out) { /* too short: it and its subtree go */
+		text_cut(r, fr.off);
 		return 0;
 	}
 	cli_fmt_ns(dur, sizeof(dur), ns, false);
-	if (!fr.written && r->len == fr.hdr_end) { /* no child shown: a leaf, one line */
-		r->len = fr.off;
+	if (!out && text_end(r) == fr.hdr_end) { /* no child shown: a leaf, one line */
+		text_cut(r, fr.off);
 		snprintf(post, sizeof(post), "();%s%s", how ? " " : "", how ? how : "");
 		return line(r, dur, r->depth, "", name, post);
 	}
@@ -248,10 +294,10 @@ static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts
 	size_t d = r->depth;
 	int err = 0;
 
-	while (d && r->st[d - 1].fn != fn)
+	if (!pki_idxmap_count(&r->active, fn))
+		return 0; /* no entry for it (the trace began inside it): skipped */
+	while (r->st[d - 1].fn != fn) /* the frames passed end here: linear */
 		d--;
-	if (!d)
-		return 0;	     /* no entry for it (the trace began inside it): skipped */
 	while (!err && r->depth > d) /* left without their exit: longjmp, exception */
 		err = leave(p, r, ts, "(unwound)");
 	return err ? err : leave(p, r, ts, NULL);
@@ -325,7 +371,9 @@ static int finish(struct replay *p)
 		if (r->t)
 			flush(p, r, r->last);
 		free(r->st);
+		free(r->sh);
 		free(r->text);
+		pki_idxmap_free(&r->active);
 	}
 	return err;
 }
@@ -436,7 +484,6 @@ int cmd_replay(int argc, char **argv)
 	err = finish(&p) ?: err;
 	free(p.th);
 	pki_trace_file_free(f);
-	fflush(stdout);
 	if (err)
 		return cli_error("replay: %s: %s", o.path, strerror(err < 0 ? -err : err));
 	return 0;

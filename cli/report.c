@@ -375,7 +375,7 @@ static const char export_usage[] =
  * file (symbols, thread names, paths) and may hold any bytes, but JSON text
  * must be UTF-8: an invalid sequence is written as U+FFFD instead.
  */
-static size_t utf8_len(const unsigned char *s)
+size_t cli_utf8_len(const unsigned char *s)
 {
 	size_t n = *s < 0x80		      ? 1
 		   : *s >= 0xc2 && *s <= 0xdf ? 2
@@ -400,7 +400,7 @@ void cli_json_str(FILE *o, const char *str)
 
 	putc('"', o);
 	while (*s) {
-		size_t n = utf8_len(s);
+		size_t n = cli_utf8_len(s);
 
 		if (*s == '"' || *s == '\\')
 			fprintf(o, "\\%c", *s);
@@ -601,13 +601,20 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 
 /*
  * Folded export: one node per distinct call stack (a calling-context tree,
- * keyed by parent node and fn), holding the sum of its leaf's values; the
- * lines are made from the nodes at the end.  Each thread caches the nodes of
- * its current stack by frame serial, so a call costs O(1) lookups, not
- * O(depth).
+ * keyed by parent node and function name), holding the sum of its leaf's
+ * values.  Each thread caches the nodes of its current stack by frame
+ * serial, so a call costs O(1) lookups, not O(depth).  The lines are written
+ * from the tree, depth first with siblings in name order, each from the
+ * names of its path kept on a stack: memory follows the nodes, whatever the
+ * depth, and no line is built twice.  Functions of the same name (static
+ * functions of different files, a library loaded again elsewhere) share
+ * their nodes, as their lines would be the same.
+ *
+ * A name is written with ';' and control characters (a newline would end the
+ * line) as '_': a folded line is 'frame;frame;... VALUE' and nothing else.
  */
 struct fnode {
-	uint64_t fn, parent; /* parent: node index + 1, or a root key (below) */
+	uint64_t fn, parent; /* fn: the first of its name; parent: index + 1, or a root key */
 	uint64_t value;
 };
 
@@ -616,22 +623,132 @@ struct fcache {
 	size_t cap;
 };
 
-struct folded_line {
-	char *stack; /* "outer;...;leaf" */
-	uint64_t value;
-};
-
 struct folded {
 	const struct pki_trace_file *f;
 	bool threads, count;
 	struct fnode *v;
 	size_t n, cap;
-	struct pki_idxmap idx; /* (parent, fn) -> node index + 1 */
-	struct fcache *th;     /* by thread index */
+	struct pki_idxmap idx;	 /* (parent, fn) -> node index + 1 */
+	struct pki_idxmap canon; /* (fn, 0) -> the first fn of its name + 1, if another */
+	size_t *troot;		 /* by thread index: the first thread of its name and tid */
+	struct fcache *th;	 /* by thread index */
 };
 
 /* The parent of a bottom frame: 0, or with --threads its thread's index | this bit. */
 #define ROOT_THREAD (1ull << 63)
+
+static char folded_char(unsigned char c)
+{
+	return c == ';' || c < 0x20 || c == 0x7f ? '_' : (char)c;
+}
+
+/* strcmp of @a and @b as written (folded_char). */
+static int folded_cmp(const char *a, const char *b)
+{
+	while (*a && folded_char((unsigned char)*a) == folded_char((unsigned char)*b))
+		a++, b++;
+	return (unsigned char)folded_char((unsigned char)*a) -
+	       (unsigned char)folded_char((unsigned char)*b);
+}
+
+static void folded_put(FILE *o, const char *s)
+{
+	for (; *s; s++)
+		putc_unlocked(folded_char((unsigned char)*s), o);
+}
+
+static const char *folded_fn_name(const struct folded *fo, uint64_t fn, char *buf, size_t n)
+{
+	return pki_trace_fn_name(fo->f, fn, buf, n);
+}
+
+static int sym_by_name(const void *pa, const void *pb)
+{
+	const struct pki_trace_sym *a = *(const struct pki_trace_sym *const *)pa,
+				   *b = *(const struct pki_trace_sym *const *)pb;
+	int c = folded_cmp(a->name, b->name);
+
+	return c ? c : a->fn < b->fn ? -1 : a->fn > b->fn;
+}
+
+/* fo->canon: each symbol whose name an earlier (lower) fn has. */
+static int folded_canon(struct folded *fo)
+{
+	const struct pki_trace_file *f = fo->f;
+	const struct pki_trace_sym **v;
+	size_t i, first = 0;
+	int err = 0;
+
+	if (f->nsyms < 2)
+		return 0;
+	v = calloc(f->nsyms, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < f->nsyms; i++)
+		v[i] = &f->syms[i];
+	qsort(v, f->nsyms, sizeof(*v), sym_by_name);
+	for (i = 1; i < f->nsyms && !err; i++) {
+		uint64_t *slot;
+
+		if (folded_cmp(v[i]->name, v[first]->name)) {
+			first = i;
+			continue;
+		}
+		slot = pki_idxmap_slot(&fo->canon, v[i]->fn, 0);
+		if (!slot) {
+			err = -ENOMEM;
+		} else if (!*slot) {
+			*slot = v[first]->fn + 1;
+			fo->canon.n++;
+		}
+	}
+	free(v);
+	return err;
+}
+
+static uint64_t folded_fn(const struct folded *fo, uint64_t fn)
+{
+	uint64_t c = pki_idxmap_get(&fo->canon, fn, 0);
+
+	return c ? c - 1 : fn;
+}
+
+static int thread_by_name(const void *pa, const void *pb, void *arg)
+{
+	const struct pki_trace_thread *ts = arg, *a = &ts[*(const size_t *)pa],
+				      *b = &ts[*(const size_t *)pb];
+	int c = folded_cmp(thread_name(a), thread_name(b));
+
+	if (c)
+		return c;
+	if (a->tid != b->tid)
+		return a->tid < b->tid ? -1 : 1;
+	return a < b ? -1 : a > b;
+}
+
+/* The threads in the order of their 'name/tid' frames; fo->troot of each. */
+static size_t *folded_threads(struct folded *fo)
+{
+	const struct pki_trace_thread *ts = fo->f->threads;
+	size_t n = fo->f->nthreads, *order = calloc(n ? n : 1, sizeof(*order)), i;
+
+	fo->troot = calloc(n ? n : 1, sizeof(*fo->troot));
+	if (!order || !fo->troot) {
+		free(order);
+		return NULL;
+	}
+	for (i = 0; i < n; i++)
+		order[i] = i;
+	if (n)
+		qsort_r(order, n, sizeof(*order), thread_by_name, (void *)ts);
+	for (i = 0; i < n; i++) {
+		const struct pki_trace_thread *a = &ts[order[i]], *b = i ? &ts[order[i - 1]] : NULL;
+		bool same = b && a->tid == b->tid && !folded_cmp(thread_name(a), thread_name(b));
+
+		fo->troot[order[i]] = same ? fo->troot[order[i - 1]] : order[i];
+	}
+	return order;
+}
 
 static int folded_node(struct folded *fo, struct fcache *fc, uint64_t root,
 		       const struct pki_trace_call *c, uint64_t *node)
@@ -658,9 +775,9 @@ static int folded_node(struct folded *fo, struct fcache *fc, uint64_t root,
 	while (k && fc->ids[k - 1] != c->ids[k - 1])
 		k--;
 	for (j = k; j <= d; j++) {
-		uint64_t parent = j ? fc->nodes[j - 1] : root, *slot;
+		uint64_t parent = j ? fc->nodes[j - 1] : root, fn = folded_fn(fo, c->stack[j]), *slot;
 
-		slot = pki_idxmap_slot(&fo->idx, parent, c->stack[j]);
+		slot = pki_idxmap_slot(&fo->idx, parent, fn);
 		if (!slot)
 			return -ENOMEM;
 		if (!*slot) {
@@ -673,7 +790,7 @@ static int folded_node(struct folded *fo, struct fcache *fc, uint64_t root,
 				fo->v = nv;
 				fo->cap = ncap;
 			}
-			fo->v[fo->n++] = (struct fnode){.fn = c->stack[j], .parent = parent};
+			fo->v[fo->n++] = (struct fnode){.fn = fn, .parent = parent};
 			*slot = fo->n;
 			fo->idx.n++;
 		}
@@ -693,120 +810,166 @@ static int folded_call(const struct pki_trace_thread *t, const struct pki_trace_
 
 	if (!value)
 		return 0;
-	err = folded_node(fo, &fo->th[ti], fo->threads ? ROOT_THREAD | ti : 0, c, &node);
+	err = folded_node(fo, &fo->th[ti], fo->threads ? ROOT_THREAD | fo->troot[ti] : 0, c,
+			  &node);
 	if (!err)
 		fo->v[node - 1].value += value;
 	return err;
 }
 
-/* Append @s to the growing string *@buf (length *@len, capacity *@cap). */
-static int append(char **buf, size_t *len, size_t *cap, const char *s, size_t sl)
+/* By parent, then by name: a node's children are together, in name order. */
+static int node_cmp(const void *pa, const void *pb, void *arg)
 {
-	if (*len + sl + 1 > *cap) {
-		size_t ncap = *cap ? *cap : 128;
-		char *n;
+	const struct folded *fo = arg;
+	const struct fnode *a = &fo->v[*(const size_t *)pa], *b = &fo->v[*(const size_t *)pb];
+	char ba[32], bb[32];
 
-		while (*len + sl + 1 > ncap)
-			ncap *= 2;
-		n = realloc(*buf, ncap);
-		if (!n)
-			return -ENOMEM;
-		*buf = n;
-		*cap = ncap;
+	if (a->parent != b->parent)
+		return a->parent < b->parent ? -1 : 1;
+	return folded_cmp(folded_fn_name(fo, a->fn, ba, sizeof(ba)),
+			  folded_fn_name(fo, b->fn, bb, sizeof(bb)));
+}
+
+/* The tree, for the walk: nodes by parent and name, and where each one's children are. */
+struct ftree {
+	size_t *order; /* node indexes, sorted by node_cmp */
+	size_t *kids;  /* by node index: the position in order of its first child (n: none) */
+	size_t *path;  /* the walk's stack: positions in order */
+};
+
+static int ftree_build(const struct folded *fo, struct ftree *t)
+{
+	size_t i;
+
+	t->order = calloc(fo->n + 1, sizeof(*t->order));
+	t->kids = calloc(fo->n + 1, sizeof(*t->kids));
+	t->path = calloc(fo->n + 1, sizeof(*t->path));
+	if (!t->order || !t->kids || !t->path)
+		return -ENOMEM;
+	for (i = 0; i < fo->n; i++) {
+		t->order[i] = i;
+		t->kids[i] = fo->n;
 	}
-	memcpy(*buf + *len, s, sl);
-	*len += sl;
-	(*buf)[*len] = '\0';
+	if (fo->n)
+		qsort_r(t->order, fo->n, sizeof(*t->order), node_cmp, (void *)fo);
+	for (i = fo->n; i--;) {
+		uint64_t p = fo->v[t->order[i]].parent;
+
+		if (p && !(p & ROOT_THREAD))
+			t->kids[p - 1] = i;
+	}
 	return 0;
 }
 
-/* "thread/tid;outer;...;leaf" of node @i (index + 1), built leaf first then reversed. */
-static char *folded_stack(const struct folded *fo, uint64_t i)
+/* The position in t->order of the first node whose parent is @root (n: none). */
+static size_t ftree_first(const struct folded *fo, const struct ftree *t, uint64_t root)
 {
-	size_t len = 0, cap = 0, depth = 0, k;
-	char *s = NULL, nb[64];
-	uint64_t n, root;
-	size_t *ends = NULL, *ne;
+	size_t lo = 0, hi = fo->n;
 
-	/* Frame names in leaf-to-root order, with their end offsets. */
-	for (n = i; n && !(n & ROOT_THREAD); n = fo->v[n - 1].parent) {
-		const char *name = pki_trace_fn_name(fo->f, fo->v[n - 1].fn, nb, sizeof(nb));
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
 
-		ne = realloc(ends, (depth + 1) * sizeof(*ends));
-		if (!ne || append(&s, &len, &cap, name, strlen(name)))
-			goto err;
-		ends = ne;
-		ends[depth++] = len;
+		if (fo->v[t->order[mid]].parent < root)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	root = n;
-	{
-		char *out = NULL;
-		size_t olen = 0, ocap = 0;
-
-		if (root & ROOT_THREAD) {
-			const struct pki_trace_thread *t = &fo->f->threads[root & ~ROOT_THREAD];
-
-			snprintf(nb, sizeof(nb), "%s/%u", thread_name(t), t->tid);
-			if (append(&out, &olen, &ocap, nb, strlen(nb)))
-				goto err;
-		}
-		for (k = depth; k--;) {
-			size_t from = k ? ends[k - 1] : 0;
-
-			if ((olen && append(&out, &olen, &ocap, ";", 1)) ||
-			    append(&out, &olen, &ocap, s + from, ends[k] - from)) {
-				free(out);
-				goto err;
-			}
-		}
-		free(s);
-		free(ends);
-		return out;
-	}
-err:
-	free(s);
-	free(ends);
-	return NULL;
+	return lo < fo->n && fo->v[t->order[lo]].parent == root ? lo : fo->n;
 }
 
-static int line_cmp(const void *a, const void *b)
+/* The line of the node at the top of the walk, whose path is t->path[0..depth]. */
+static void folded_line(const struct folded *fo, const struct ftree *t, size_t depth,
+			const char *prefix, FILE *o)
 {
-	return strcmp(((const struct folded_line *)a)->stack,
-		      ((const struct folded_line *)b)->stack);
+	char nb[32];
+
+	fputs(prefix, o);
+	for (size_t k = 0; k <= depth; k++) {
+		const struct fnode *nd = &fo->v[t->order[t->path[k]]];
+
+		if (k || *prefix)
+			putc_unlocked(';', o);
+		folded_put(o, folded_fn_name(fo, nd->fn, nb, sizeof(nb)));
+	}
+	fprintf(o, " %llu\n", (unsigned long long)fo->v[t->order[t->path[depth]]].value);
+}
+
+/* Every line of the subtree whose first bottom node is at @pos in t->order, depth first. */
+static void folded_walk(const struct folded *fo, struct ftree *t, size_t pos, const char *prefix,
+			FILE *o)
+{
+	size_t depth = 0;
+
+	t->path[0] = pos;
+	for (;;) {
+		size_t node = t->order[t->path[depth]], next;
+
+		if (fo->v[node].value)
+			folded_line(fo, t, depth, prefix, o);
+		if (t->kids[node] < fo->n) { /* down to its first child */
+			t->path[++depth] = t->kids[node];
+			continue;
+		}
+		for (;;) { /* else to the next sibling, of it or of the nearest ancestor */
+			next = t->path[depth] + 1;
+			if (next < fo->n && fo->v[t->order[next]].parent ==
+						fo->v[t->order[t->path[depth]]].parent)
+				break;
+			if (!depth--)
+				return;
+		}
+		t->path[depth] = next;
+	}
+}
+
+static int folded_write(const struct folded *fo, const size_t *threads, FILE *o)
+{
+	struct ftree t = {0};
+	char prefix[64];
+	int err = ftree_build(fo, &t);
+
+	for (size_t i = 0; !err && i < (fo->threads ? fo->f->nthreads : 1); i++) {
+		size_t ti = fo->threads ? threads[i] : 0, pos;
+
+		if (fo->threads && fo->troot[ti] != ti)
+			continue; /* its calls are under the first thread of its name and tid */
+		pos = ftree_first(fo, &t, fo->threads ? ROOT_THREAD | ti : 0);
+		if (pos == fo->n)
+			continue;
+		prefix[0] = '\0';
+		if (fo->threads) {
+			const struct pki_trace_thread *th = &fo->f->threads[ti];
+			size_t k;
+
+			snprintf(prefix, sizeof(prefix), "%s/%u", thread_name(th), th->tid);
+			for (k = 0; prefix[k]; k++)
+				prefix[k] = folded_char((unsigned char)prefix[k]);
+		}
+		folded_walk(fo, &t, pos, prefix, o);
+	}
+	free(t.order);
+	free(t.kids);
+	free(t.path);
+	return err;
 }
 
 static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, bool count)
 {
 	struct folded fo = {.f = f, .threads = threads, .count = count};
-	struct folded_line *lines = NULL;
-	size_t i, j, nl = 0;
+	size_t i, *order = NULL;
 	int err;
 
 	fo.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*fo.th));
-	if (!fo.th)
-		return -ENOMEM;
-	err = pki_trace_replay_all(f, folded_call, &fo, NULL);
-	for (i = 0; i < f->nthreads; i++) {
+	order = fo.th ? folded_threads(&fo) : NULL;
+	err = order ? folded_canon(&fo) : -ENOMEM;
+	if (!err)
+		err = pki_trace_replay_all(f, folded_call, &fo, NULL);
+	for (i = 0; fo.th && i < f->nthreads; i++) {
 		free(fo.th[i].ids);
 		free(fo.th[i].nodes);
 	}
 	free(fo.th);
 	pki_idxmap_free(&fo.idx);
-	if (!err && fo.n) {
-		lines = calloc(fo.n, sizeof(*lines));
-		if (!lines)
-			err = -ENOMEM;
-	}
-	/* Distinct fns may share a name: equal lines are summed after sorting. */
-	for (i = 0; !err && i < fo.n; i++) {
-		if (!fo.v[i].value)
-			continue;
-		lines[nl].stack = folded_stack(&fo, i + 1);
-		if (!lines[nl].stack)
-			err = -ENOMEM;
-		else
-			lines[nl++].value = fo.v[i].value;
-	}
 	if (!err) {
 		/*
 		 * The unit, in a line no folded-stack reader takes for a stack (it
@@ -816,19 +979,11 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 		fprintf(o, "# probekit folded stacks: VALUE = %s (flamegraph.pl --countname=%s)\n",
 			count ? "number of calls" : "self time in nanoseconds",
 			count ? "calls" : "ns");
-		if (nl) /* lines may be NULL then: qsort's argument is nonnull */
-			qsort(lines, nl, sizeof(*lines), line_cmp);
-		for (i = 0; i < nl; i = j) {
-			uint64_t sum = 0;
-
-			for (j = i; j < nl && !strcmp(lines[j].stack, lines[i].stack); j++)
-				sum += lines[j].value;
-			fprintf(o, "%s %llu\n", lines[i].stack, (unsigned long long)sum);
-		}
+		err = folded_write(&fo, order, o);
 	}
-	for (i = 0; i < nl; i++)
-		free(lines[i].stack);
-	free(lines);
+	pki_idxmap_free(&fo.canon);
+	free(fo.troot);
+	free(order);
 	free(fo.v);
 	return err;
 }
@@ -926,14 +1081,24 @@ int cmd_export(int argc, char **argv)
 	f = cli_trace_open(eo.path);
 	if (!f)
 		return 1;
-	if (eo.out && !(o = fopen(eo.out, "w"))) {
-		err = errno;
-		pki_trace_file_free(f);
-		return cli_error("%s: %s", eo.out, strerror(err));
+	if (eo.out) {
+		int fd = cli_output_open(eo.out, 0666);
+
+		o = fd < 0 ? NULL : fdopen(fd, "w");
+		if (!o) {
+			if (fd >= 0) {
+				cli_error("%s: %s", eo.out, strerror(errno));
+				close(fd);
+			}
+			pki_trace_file_free(f);
+			return 1;
+		}
 	}
 	err = export_write(&eo, f, o);
-	if (fflush(o) && !err)
-		err = -errno;
+	/* Standard output is checked by main(), for every command. */
+	errno = 0;
+	if (o != stdout && (fflush(o) || ferror(o)) && !err)
+		err = errno ? -errno : -EIO;
 	if (o != stdout && fclose(o) && !err)
 		err = -errno;
 	pki_trace_file_free(f);

@@ -7,11 +7,14 @@
  * why; sym/func_sites), what the relocation hooks of issue #10 will reach.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <probekit/sites.h>
 
@@ -121,6 +124,30 @@ static int file_error(const char *path, int ret)
 	}
 }
 
+/*
+ * Only a regular file is read: a FIFO would block the read until a writer
+ * comes (forever), a device would never end.  Opened without blocking to
+ * find out.  0, or the exit status after saying why.
+ */
+static int regular_file(const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), err;
+
+	if (fd < 0)
+		return file_error(path, -errno);
+	err = fstat(fd, &st) ? errno : 0;
+	close(fd);
+	if (err)
+		return file_error(path, -err);
+	if (!S_ISREG(st.st_mode))
+		return cli_error("%s: not a regular file (%s)", path,
+				 S_ISDIR(st.st_mode)	? "a directory"
+				 : S_ISFIFO(st.st_mode) ? "a pipe or FIFO"
+							: "a device or socket");
+	return 0;
+}
+
 static int list_functions(const char *path, const char *glob, bool show_stats, bool int3)
 {
 	struct print_ctx pc = {.glob = glob};
@@ -180,6 +207,9 @@ int cmd_sites(int argc, char **argv)
 	path = argv[optind];
 	if (int3 && !funcs)
 		return cli_usage_error("sites: --int3 needs --functions");
+	ret = regular_file(path);
+	if (ret)
+		return ret;
 	if (funcs)
 		return list_functions(path, pc.glob, show_stats, int3);
 

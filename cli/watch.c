@@ -213,9 +213,9 @@ int cmd_watch(int argc, char **argv)
 	if (ret)
 		return ret;
 	if (o.output) {
-		r.out_fd = open(o.output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		r.out_fd = cli_output_open(o.output, 0644);
 		if (r.out_fd < 0)
-			return cli_error("%s: %s", o.output, strerror(errno)), WATCH_FAIL;
+			return WATCH_FAIL;
 		r.relay_fd = r.out_fd;
 	}
 	watch_env_build(env, &o);

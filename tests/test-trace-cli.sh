@@ -215,5 +215,108 @@ assert p == ["/usr/bin/d\ufffdmo\u20ac"], p
 g = [x for x in ev if x.get("name") == "gamma"]
 assert len(g) == 1 and g[0]["args"] == {"open": True}, g
 END
+
+# Deep stacks: gamma recursing 200,000 deep (trace_gen --deep) through every
+# reader, in the same 100 MB of address space.  Time and memory are linear in
+# the depth (graph and replay took time growing with its square, graph's
+# printer recursed until SIGSEGV, the folded export held every line: 430 MB
+# at 10,000 deep).  The timeout is 100 times what they need here: only a
+# quadratic reader (20 minutes for replay at this depth) reaches it.
+deep=200000
+"$gen" "$tmp/deep.trace" --deep $deep
+deep_limited() { limited "$@"; }
+if [[ $(ldd "$pk") != *lib[at]san* ]]; then
+	deep_limited() { (ulimit -v 100000 && exec timeout 300 "$@"); }
+fi
+deep_limited "$pk" graph gamma "$tmp/deep.trace" >"$tmp/out" 2>"$tmp/err" ||
+	fail "graph of a $deep-deep stack exited $?: $(cat "$tmp/err")"
+[[ $(wc -l <"$tmp/out") == $((deep + 2)) ]] || fail "deep graph: $(wc -l <"$tmp/out") lines"
+grep -Eqx ' +1 ns : {129}\+-\[200000\] \(1\) alpha' "$tmp/out" || fail "deep graph: $(tail -1 "$tmp/out")"
+grep -Eqx ' +400.002 us : \(1\) gamma' "$tmp/out" || fail "deep graph: $(sed -n 2p "$tmp/out")"
+awk 'length > 200 {exit 1}' "$tmp/out" || fail "deep graph: a line longer than 200 bytes"
+deep_limited "$pk" replay "$tmp/deep.trace" >"$tmp/out" 2>"$tmp/err" ||
+	fail "replay of a $deep-deep stack exited $?: $(cat "$tmp/err")"
+[[ $(wc -l <"$tmp/out") == $((2 * deep + 2)) ]] || fail "deep replay: $(wc -l <"$tmp/out") lines"
+grep -Eq '^ +1 ns \[ *[0-9]+\] \| {129}\[200001\] alpha\(\);$' "$tmp/out" || fail "deep replay: leaf"
+tail -1 "$tmp/out" | grep -Eq '^ +400.002 us \[ *[0-9]+\] \| \} /\* gamma \*/$' ||
+	fail "deep replay: $(tail -1 "$tmp/out")"
+awk 'length > 200 {exit 1}' "$tmp/out" || fail "deep replay: a line longer than 200 bytes"
+deep_limited "$pk" replay -t 3 -D 100000 "$tmp/deep.trace" >"$tmp/out" 2>"$tmp/err" ||
+	fail "replay -t -D of a $deep-deep stack exited $?: $(cat "$tmp/err")"
+[[ $(wc -l <"$tmp/out") == $((2 * 100000)) ]] || fail "deep replay -t -D: $(wc -l <"$tmp/out") lines"
+deep_limited "$pk" report --raw "$tmp/deep.trace" >"$tmp/out" 2>"$tmp/err" ||
+	fail "report of a $deep-deep stack exited $?: $(cat "$tmp/err")"
+grep -Eq '^ +200000 +400002 +400001 .* gamma$' "$tmp/out" || fail "deep report: $(cat "$tmp/out")"
+for fmt in chrome speedscope perfetto; do
+	deep_limited "$pk" export "$tmp/deep.trace" --format $fmt -o "$tmp/deep.$fmt" 2>"$tmp/err" ||
+		fail "$fmt export of a $deep-deep stack exited $?: $(cat "$tmp/err")"
+done
+python3 - "$tmp/deep.chrome" "$tmp/deep.speedscope" <<'END' || fail "deep chrome/speedscope"
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] != "M"]
+assert sum(e.get("name") == "gamma" for e in ev) == 200000, len(ev)
+p = json.load(open(sys.argv[2]))["profiles"][0]["events"]
+assert len(p) == 2 * 200001, len(p)
+END
+# Folded: the stacks' lines themselves grow with the square of the depth
+# (one line per level): 10,000 deep, 300 MB of output, in 100 MB.
+"$gen" "$tmp/deep.trace" --deep 10000
+deep_limited "$pk" export "$tmp/deep.trace" --format folded -o "$tmp/out" 2>"$tmp/err" ||
+	fail "folded export of a 10000-deep stack exited $?: $(cat "$tmp/err")"
+awk 'NR > 1 { n++; v += $NF; if (split($1, fr, ";") != NR - 1) exit 1 }
+	END { if (n != 10001 || v != 20002) exit 1 }' "$tmp/out" ||
+	fail "deep folded: $(wc -l <"$tmp/out") lines"
+tail -1 "$tmp/out" | grep -Eq '^(gamma;){10000}alpha 1$' || fail "deep folded: last line"
+
+# The thread's name "deep;\nthr\xff": a ';' or a newline in a folded frame
+# would split it; both are written as '_'.
+"$gen" "$tmp/deep.trace" --deep 2
+"$pk" export "$tmp/deep.trace" --format folded --threads 2>/dev/null | sed -E 's#/[0-9]+;#/TID;#' >"$tmp/out"
+printf '# probekit folded stacks: VALUE = self time in nanoseconds (flamegraph.pl --countname=ns)\ndeep__thr\xff/TID;gamma 2\ndeep__thr\xff/TID;gamma;gamma 3\ndeep__thr\xff/TID;gamma;gamma;alpha 1\n' |
+	diff -u - "$tmp/out" || fail "folded thread name with ';' and a newline"
+
+# Perfetto's string fields must be UTF-8 (protoc warns, Perfetto rejects):
+# the thread name's invalid byte is written as U+FFFD.
+proto=$(dirname "$(realpath "$0")")/perfetto
+if command -v protoc >/dev/null; then
+	"$pk" export "$tmp/deep.trace" --format perfetto -o "$tmp/deep.pftrace" 2>/dev/null
+	protoc --decode=perfetto.protos.Trace -I "$proto" "$proto/probekit-perfetto.proto" \
+		<"$tmp/deep.pftrace" >"$tmp/out" 2>"$tmp/err" || fail "perfetto: protoc: $(cat "$tmp/err")"
+	[[ ! -s $tmp/err ]] || fail "perfetto with a thread name not UTF-8: $(cat "$tmp/err")"
+	grep -Fqx '      thread_name: "deep;\nthr\357\277\275"' "$tmp/out" ||
+		fail "perfetto thread name: $(grep thread_name "$tmp/out")"
+else
+	echo "note: no protoc: the Perfetto export's UTF-8 not checked"
+fi
+
+# export -o opens its output as the trace file is opened: in a directory
+# others can write to (/tmp), a symbolic link planted there is not followed
+# (it overwrote its target, as root), nor a file of another user's
+# overwritten; a file of ours there is, and elsewhere a link is followed.
+mkdir -m 1777 "$tmp/shared"
+echo victim >"$tmp/victim"
+ln -s "$tmp/victim" "$tmp/shared/out.json"
+expect_err 1 "out.json: a symbolic link in a directory other users can write to: not followed" \
+	"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/shared/out.json"
+[[ $(cat "$tmp/victim") == victim ]] || fail "export -o through a planted link overwrote its target"
+echo theirs >"$tmp/shared/theirs.json"
+chown 65534 "$tmp/shared/theirs.json"
+expect_err 1 "theirs.json: exists in a directory other users can write to and is not a regular file of ours" \
+	"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/shared/theirs.json"
+[[ $(cat "$tmp/shared/theirs.json") == theirs ]] || fail "export -o overwrote another user's file"
+echo old >"$tmp/shared/ours.json"
+"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/shared/ours.json" 2>/dev/null &&
+	grep -q traceEvents "$tmp/shared/ours.json" || fail "export -o over a file of ours in /tmp"
+ln -s "$tmp/victim" "$tmp/link.json"
+"$pk" export "$tmp/t.trace" --format chrome -o "$tmp/link.json" 2>/dev/null &&
+	grep -q traceEvents "$tmp/victim" || fail "export -o through a link in a private directory"
+
+# A reader whose output cannot be written fails, and says so.
+for cmd in "report" "replay" "graph gamma" "export --format folded" "export --format chrome"; do
+	expect_err 1 "standard output: No space left on device" \
+		sh -c "exec \"\$0\" $cmd \"\$1\" >/dev/full" "$pk" "$tmp/t.trace"
+	expect_err 1 "standard output: Bad file descriptor" \
+		sh -c "exec \"\$0\" $cmd \"\$1\" >&-" "$pk" "$tmp/t.trace"
+done
 "$pk" export --help | grep -q 'usage: probekit export' || fail "export --help"
 echo "trace-cli: all checks passed"

@@ -10,6 +10,14 @@
  * Chrome export's B/E events for outer frames; its program name is not
  * valid UTF-8.
  *
+ * trace_gen FILE --deep N: one thread ("deep;\nthr\xff"), gamma (FC) recursing N
+ * deep, each level entered 1 ns after its caller and left 1 ns after its
+ * callee: every level's self time is 2 ns (the innermost's 3 ns), then
+ * at the bottom N exits of beta (FB, never entered: ignored) and alpha
+ * (FA) called once; the thread name holds a ';', a
+ * newline and an invalid UTF-8 byte, for the readers' tests of deep stacks
+ * and of names.
+ *
  * trace_gen FILE --bad-end: the crafted trace, then damaged with valid
  * checksums (crafted_bad_end): a TSC clock and an END record whose
  * end_mono_ns is 2^64 - 1 (issue #8, C6).
@@ -78,7 +86,7 @@ int main(int argc, char **argv)
 	size_t i;
 	int err;
 
-	unsigned long long n = 0, k;
+	unsigned long long n = 0, deep = 0, k;
 	bool bad_end = argc == 3 && !strcmp(argv[2], "--bad-end");
 
 	if (argc == 4 && !strcmp(argv[2], "--long")) {
@@ -86,11 +94,14 @@ int main(int argc, char **argv)
 		o.buf_events = 1u << 16;
 		o.program =
 		    "/usr/bin/d\xffmo\xe2\x82\xac"; /* an invalid byte, then a valid euro sign */
+	} else if (argc == 4 && !strcmp(argv[2], "--deep")) {
+		deep = strtoull(argv[3], NULL, 10);
+		o.buf_events = 1u << 16;
 	} else if (argc != 2 && !bad_end) {
-		fprintf(stderr, "usage: trace_gen FILE [--long N | --bad-end]\n");
+		fprintf(stderr, "usage: trace_gen FILE [--long N | --deep N | --bad-end]\n");
 		return 2;
 	}
-	prctl(PR_SET_NAME, "main");
+	prctl(PR_SET_NAME, deep ? "deep;\nthr\xff" : "main");
 	err = pki_trace_open(argv[1], &o);
 	if (!err)
 		err = pki_trace_object_add(1, 0x7f0000000000, "/opt/lib/libdemo.so");
@@ -100,7 +111,27 @@ int main(int argc, char **argv)
 		fprintf(stderr, "trace_gen: %s: %s\n", argv[1], strerror(-err));
 		return 1;
 	}
-	if (n) {
+	if (deep) {
+		/* Flushed by hand (no drainer) before the buffer can fill: nothing lost. */
+		for (k = 0; k < deep && !err; k++) {
+			EN(FC, 1 + k);
+			if (k % 16384 == 16383)
+				err = pki_trace_flush();
+		}
+		/* At the bottom, N exits of beta, never entered: each one skipped. */
+		for (k = 0; k < deep && !err; k++) {
+			EX(FB, 1 + deep);
+			if (k % 16384 == 16383)
+				err = pki_trace_flush();
+		}
+		EN(FA, 1 + deep);
+		EX(FA, 2 + deep);
+		for (k = deep; k-- > 0 && !err;) {
+			EX(FC, 3 + 2 * deep - k);
+			if (k % 16384 == 0)
+				err = pki_trace_flush();
+		}
+	} else if (n) {
 		/* Flushed by hand (no drainer) before the buffer can fill: nothing lost. */
 		EN(FA, 1);
 		for (k = 0; k < n && !err; k++) {

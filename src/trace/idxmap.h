@@ -87,6 +87,32 @@ static inline uint64_t pki_idxmap_get(const struct pki_idxmap *m, uint64_t a, ui
 	return 0;
 }
 
+/*
+ * A count per key @a (the frames of each function on a shadow stack, so an
+ * exit finds whether its function is there without a walk down the stack):
+ * stored as 1 + count.  Add @by (+1 or -1); 0 or -ENOMEM.
+ */
+static inline int pki_idxmap_count_add(struct pki_idxmap *m, uint64_t a, int by)
+{
+	uint64_t *v = pki_idxmap_slot(m, a, 0);
+
+	if (!v)
+		return -ENOMEM;
+	if (!*v) {
+		*v = 1;
+		m->n++;
+	}
+	*v += (uint64_t)(int64_t)by;
+	return 0;
+}
+
+static inline uint64_t pki_idxmap_count(const struct pki_idxmap *m, uint64_t a)
+{
+	uint64_t v = pki_idxmap_get(m, a, 0);
+
+	return v ? v - 1 : 0;
+}
+
 static inline void pki_idxmap_free(struct pki_idxmap *m)
 {
 	free(m->s);

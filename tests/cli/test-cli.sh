@@ -95,6 +95,28 @@ funcs_ok() {
 }
 expect 0 'trace --relocate'                 out -- sites --help
 expect 1 '/nonexistent: No such file'       err -- sites -f /nonexistent
+# A FIFO is refused at once, not read until a writer comes (it hung).
+mkfifo "$tmp/fifo"
+if timeout 60 "$pk" sites "$tmp/fifo" >"$tmp/out" 2>"$tmp/err"; then got=0; else got=$?; fi
+if [[ $got == 1 ]] && grep -q 'fifo: not a regular file (a pipe or FIFO)' "$tmp/err"; then
+	pass=$((pass + 1))
+else
+	echo "FAIL: probekit sites FIFO -> exit $got: $(cat "$tmp/err")"
+	fail=$((fail + 1))
+fi
+expect 1 'not a regular file \(a directory\)' err -- sites -f "$tmp"
+# watch -o opens its output as the trace file is opened: in a directory
+# others can write to (/tmp), a symbolic link planted there is not followed
+# (it overwrote its target, as root).
+mkdir -m 1777 "$tmp/shared"
+echo victim >"$tmp/victim"
+ln -s "$tmp/victim" "$tmp/shared/out"
+expect 125 'out: a symbolic link in a directory other users can write to: not followed' err \
+	-- watch -o "$tmp/shared/out" tgt_counter -- "$prog"
+if [[ $(cat "$tmp/victim") == victim ]]; then pass=$((pass + 1)); else
+	echo "FAIL: watch -o through a planted link overwrote its target"
+	fail=$((fail + 1))
+fi
 echo junk >"$tmp/junk"
 expect 1 'junk: not an x86-64 ELF'          err -- sites --functions "$tmp/junk"
 expect 1 "no function matches 'nope_\*'"    err -- sites -f -g 'nope_*' "$prog"

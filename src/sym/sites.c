@@ -38,6 +38,7 @@
 #include "base/log.h"
 #include "sym/elf_sites.h"
 #include "sym/func_sites.h"
+#include "base/signals.h"
 #include "sym/sites.h"
 
 struct pki_sym_table {
@@ -593,8 +594,10 @@ static void table_free(struct pki_sym_table *t)
 	free(t);
 }
 
+/* Runs on liburcu's call_rcu thread: one of ours (base/signals.h), not the program's. */
 static void table_free_rcu(struct rcu_head *head)
 {
+	pki_worker_adopt();
 	table_free(caa_container_of(head, struct pki_sym_table, rcu));
 }
 

@@ -1097,6 +1097,10 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 	}
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
 		return;	      /* outside any trace: not an event of a trace */
+	if (pki_worker_is(gettid())) { /* a thread of ours: its calls are never events */
+		pki_trace_tls = &internal_buf;
+		return;
+	}
 	if (tls_allocating) { /* a handler interrupted buf_new() of this thread */
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 		return;

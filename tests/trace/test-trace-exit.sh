@@ -76,5 +76,16 @@ counts pexit0.trace >got
 want out >exp
 check "pexit0: report counts" "[[ -s exp ]] && diff -u exp got"
 
+# 4. The agent's own calls are never events: under --relocate-all, libc's
+#    write and close (which the agent calls to answer the command, and its
+#    threads to read /proc) are traced, yet the first event is the
+#    program's and every event is of the program's one thread.
+trun trace --relocate-all -f write -f close -f demo_leaf -o self.trace -- "$prog" pexit0 3
+check "relocate-all: rc $rc" "[[ $rc == 0 ]]"
+"$pk" replay self.trace >rep 2>&1
+first=$(awk '/\|/ {print $NF; exit}' rep)
+check "relocate-all: first event '$first', not the agent's" "[[ '$first' == 'demo_leaf();' ]]"
+check "relocate-all: one thread" "grep -q 'self.trace: [0-9]* events, 1 thread(s)' err"
+
 echo "trace_exit: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -7,9 +7,13 @@
 # threads must not keep the process alive).  exit_demo counts its calls of
 # demo_leaf, the only function traced (-f).
 #
-# usage: test-trace-exit.sh PROBEKIT EXIT_DEMO
+# SELFHOOK links libprobekit and reads its own sites with it: traced, it
+# runs as plainly (the agent's copy of the library shares no state with
+# the program's) and its calls are in the trace.
+#
+# usage: test-trace-exit.sh PROBEKIT EXIT_DEMO SELFHOOK
 set -uo pipefail
-pk=$(realpath "$1") prog=$(realpath "$2")
+pk=$(realpath "$1") prog=$(realpath "$2") selfhook=$(realpath "$3")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 # trun CMD ARGS...: probekit CMD ARGS, bounded (a process that never ends
@@ -86,6 +90,16 @@ check "relocate-all: rc $rc" "[[ $rc == 0 ]]"
 first=$(awk '/\|/ {print $NF; exit}' rep)
 check "relocate-all: first event '$first', not the agent's" "[[ '$first' == 'demo_leaf();' ]]"
 check "relocate-all: one thread" "grep -q 'self.trace: [0-9]* events, 1 thread(s)' err"
+
+# 5. A program that uses libprobekit itself.
+"$selfhook" >plain.out 2>plain.err
+plain_rc=$?
+trun trace -o selfhook.trace -f demo_leaf -- "$selfhook"
+same selfhook
+check "selfhook: it saw its sites" "grep -qx 'sites demo_ found' out"
+counts selfhook.trace >got
+want out >exp
+check "selfhook: report counts" "[[ -s exp ]] && diff -u exp got"
 
 echo "trace_exit: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -25,6 +25,11 @@
  *    CODE of a later syscall(SYS_exit) of another thread (taken as the
  *    last).  The trace is completed as for _exit().
  *
+ * The reaper's own calls are never events (it is one of ours while it
+ * polls); the program's atexit handlers it runs are recorded, unless a
+ * call of its polling was already seen (--relocate-all traces libc's
+ * open/read): the thread then stays ours and their calls are not recorded.
+ *
  * Not seen: a main thread that leaves by a raw exit system call of its own
  * (inline assembly): the process then still outlives its threads.
  *
@@ -70,6 +75,7 @@ static void *reaper(void *arg)
 		agent_exit_really(__atomic_load_n(&R.status, __ATOMIC_ACQUIRE));
 	}
 	pthread_sigmask(SIG_SETMASK, &R.mask, NULL);
+	pki_worker_leave(); /* the atexit handlers are the program's: their calls are events */
 	exit(0);
 }
 

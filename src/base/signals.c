@@ -58,7 +58,7 @@ void pki_worker_adopt(void)
 	/* All taken: the thread passes for the program's (pki_threads_only_ours waits on). */
 }
 
-static void worker_leave(void)
+void pki_worker_leave(void)
 {
 	pid_t self = (pid_t)syscall(SYS_gettid);
 
@@ -89,7 +89,7 @@ static void *worker_main(void *p)
 	__atomic_store_n(&ws->started, 1, __ATOMIC_RELEASE);
 	pki_futex_wake(&ws->started, 1);
 	ret = fn(arg);
-	worker_leave();
+	pki_worker_leave();
 	return ret;
 }
 

@@ -47,6 +47,9 @@ bool pki_worker_is(pid_t tid);
  */
 void pki_worker_adopt(void);
 
+/* The calling thread is no longer one of ours (it runs the program's code from now on). */
+void pki_worker_leave(void);
+
 /* Every thread of ours is named with this prefix (pki_threads_only_ours). */
 #define PKI_WORKER_PREFIX "probekit-"
 

@@ -37,6 +37,7 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "base/fd.h"
+#include "trace/trace.h"
 
 #define BUF_EVENTS (1u << 16) /* per thread: 1 MiB, ~1 ms of a busy thread (it waits when full) */
 
@@ -133,11 +134,13 @@ void ctl_send(const char *msg)
 {
 	if (cmd.ctl_fd < 0)
 		return;
+	pki_trace_busy++; /* the agent's calls, not the program's: never events */
 	if (write(cmd.ctl_fd, msg, strlen(msg)) < 0) {
 		/* the command is gone; nothing to tell */
 	}
 	close(cmd.ctl_fd);
 	cmd.ctl_fd = -1;
+	pki_trace_busy--;
 }
 
 /* Refuse to run PROG: tell the command (or stderr if run by hand) and end PROG before main. */

@@ -82,6 +82,21 @@ void ctl_send(const char *msg);
 /* Refuse to run PROG: tell the command (or stderr) and end PROG before main. */
 __attribute__((noreturn, format(printf, 1, 2))) void refuse(const char *fmt, ...);
 
+/* ---- ending (reap.c, trace.c) ---- */
+
+/*
+ * The calling thread leaves with pthread_exit() (@raw false) or
+ * syscall(SYS_exit, @code) (@raw true): when it is the main thread, the
+ * process is ended once the program has no thread left (reap.c).
+ */
+void agent_thread_leaves(bool raw, int code);
+
+/* Complete this process's trace as _exit() does (nothing without one); errno kept. */
+void agent_exit_flush(void);
+
+/* libc's _exit(@status), never returning. */
+__attribute__((noreturn)) void agent_exit_really(int status);
+
 /* ---- the real functions the agent's own ones hide (agent.c) ---- */
 
 /*

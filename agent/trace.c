@@ -881,12 +881,15 @@ PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
  * process's trace is not theirs to end (getpid() differs: skipped).
  *
  * syscall(SYS_exit_group, status) is the same exit by another door (some
- * programs and runtimes use it to bypass libc): wrapped too.  Not covered:
+ * programs and runtimes use it to bypass libc): wrapped too, and
+ * syscall(SYS_exit) by the main thread tells reap.c to end the process
+ * when the program's other threads have.  quick_exit() ends in glibc's own
+ * _exit: the recorder flushes from an at_quick_exit handler (trace.c).  Not covered:
  * an exit_group made by a raw syscall instruction (static runtimes, inline
  * assembly), and death by SIGKILL; their files are cut short, readable up to
  * the last record the drainer wrote.
  */
-static void exit_flush(void)
+void agent_exit_flush(void)
 {
 	int saved = errno;
 
@@ -895,7 +898,7 @@ static void exit_flush(void)
 	errno = saved;
 }
 
-static __attribute__((noreturn)) void exit_really(int status)
+__attribute__((noreturn)) void agent_exit_really(int status)
 {
 	void (*fn)(int) = (void (*)(int))agent_next((void **)&real.exit_, "_exit");
 
@@ -907,14 +910,14 @@ static __attribute__((noreturn)) void exit_really(int status)
 
 PK_EXPORT void _exit(int status)
 {
-	exit_flush();
-	exit_really(status);
+	agent_exit_flush();
+	agent_exit_really(status);
 }
 
 PK_EXPORT void _Exit(int status)
 {
-	exit_flush();
-	exit_really(status);
+	agent_exit_flush();
+	agent_exit_really(status);
 }
 
 /*
@@ -934,7 +937,9 @@ PK_EXPORT long syscall(long nr, ...)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
 	if (nr == SYS_exit_group)
-		exit_flush();
+		agent_exit_flush();
+	if (nr == SYS_exit)
+		agent_thread_leaves(true, (int)a[0]);
 	if (!fn) {
 		errno = ENOSYS;
 		return -1;

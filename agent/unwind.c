@@ -143,6 +143,7 @@ PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 
 PK_EXPORT __attribute__((noinline, noreturn)) void pthread_exit(void *value)
 {
+	agent_thread_leaves(false, 0);
 	pki_fgraph_unwind_begin(CALLER_CFA());
 	REAL(pthread_exit, void (*)(void *))(value);
 	__builtin_unreachable();

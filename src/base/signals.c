@@ -4,6 +4,9 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/futex.h"
 #include "base/signals.h"
@@ -21,15 +24,73 @@ struct worker_start {
 	uint32_t started; /* atomic futex word */
 };
 
+/*
+ * The tids of our threads (pki_worker_is).  A slot is taken by the thread
+ * itself and given back when its function returns; a slot whose thread is
+ * gone from this process (a fork child sees its parent's) is taken again.
+ */
+#define NWORKERS 32
+static pid_t workers[NWORKERS];
+
+static bool worker_slot_stale(pid_t tid)
+{
+	int saved = errno;
+	bool gone = tid && syscall(SYS_tgkill, getpid(), tid, 0) && errno == ESRCH;
+
+	errno = saved;
+	return gone;
+}
+
+void pki_worker_adopt(void)
+{
+	pid_t self = (pid_t)syscall(SYS_gettid);
+
+	if (pki_worker_is(self))
+		return;
+	for (int i = 0; i < NWORKERS; i++) {
+		pid_t t = __atomic_load_n(&workers[i], __ATOMIC_ACQUIRE);
+
+		if ((!t || worker_slot_stale(t)) &&
+		    __atomic_compare_exchange_n(&workers[i], &t, self, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return;
+	}
+	/* All taken: the thread passes for the program's (pki_threads_only_ours waits on). */
+}
+
+void pki_worker_leave(void)
+{
+	pid_t self = (pid_t)syscall(SYS_gettid);
+
+	for (int i = 0; i < NWORKERS; i++) {
+		pid_t t = self;
+
+		__atomic_compare_exchange_n(&workers[i], &t, 0, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
+	}
+}
+
+bool pki_worker_is(pid_t tid)
+{
+	for (int i = 0; i < NWORKERS; i++)
+		if (tid && __atomic_load_n(&workers[i], __ATOMIC_ACQUIRE) == tid)
+			return true;
+	return false;
+}
+
 static void *worker_main(void *p)
 {
 	struct worker_start *ws = p;
 	void *(*fn)(void *) = ws->fn;
 	void *arg = ws->arg;
+	void *ret;
 
+	pki_worker_adopt(); /* before the starter returns: no window where it passes for PROG's */
 	__atomic_store_n(&ws->started, 1, __ATOMIC_RELEASE);
 	pki_futex_wake(&ws->started, 1);
-	return fn(arg);
+	ret = fn(arg);
+	pki_worker_leave();
+	return ret;
 }
 
 int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *), void *arg)

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The real-time signal that asks every thread to leave the sleds being converted (arch/). */
 #define PKI_SIG_KICK (SIGRTMAX - 1)
@@ -33,6 +34,24 @@
  */
 int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *),
 		     void *arg);
+
+/*
+ * Is thread @tid one of ours: started by pki_worker_start() (until its
+ * function returns) or adopted?  Async-signal-safe.
+ */
+bool pki_worker_is(pid_t tid);
+
+/*
+ * Count the calling thread as one of ours from now on (a thread a library
+ * of ours started, liburcu's call_rcu thread, seen from its callback).
+ */
+void pki_worker_adopt(void);
+
+/* The calling thread is no longer one of ours (it runs the program's code from now on). */
+void pki_worker_leave(void);
+
+/* Every thread of ours is named with this prefix (pki_threads_only_ours). */
+#define PKI_WORKER_PREFIX "probekit-"
 
 /*
  * Fatal signals caught for a last flush: only those whose disposition is

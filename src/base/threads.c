@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/signals.h"
 #include "base/threads.h"
 
 int pki_threads_each(pid_t skip, int (*cb)(pid_t tid, void *arg), void *arg)
@@ -111,4 +112,35 @@ int pki_thread_sigblk(pid_t tid, uint64_t *mask, char *name, size_t len)
 	if (!l || sscanf(l + 9, "%" SCNx64, mask) != 1)
 		return -EPROTO;
 	return 0;
+}
+
+/*
+ * A thread of the program's, still running: not @self, not ours (by tid,
+ * or by name for another copy of the library in the process), and not an
+ * exited thread the kernel still lists (the main thread stays a zombie
+ * while others run).  A thread that cannot be read counts as the program's.
+ */
+static int program_thread(pid_t tid, void *arg)
+{
+	char buf[512], *open, *paren;
+	int err;
+
+	(void)arg;
+	if (pki_worker_is(tid))
+		return 0;
+	err = task_read(tid, "stat", buf, sizeof(buf));
+	if (err == -ESRCH)
+		return 0;
+	open = err ? NULL : strchr(buf, '(');
+	paren = err ? NULL : strrchr(buf, ')');
+	if (!open || !paren || paren < open || paren[1] != ' ')
+		return 1;
+	if (paren[2] == 'Z' || paren[2] == 'X')
+		return 0;
+	return strncmp(open + 1, PKI_WORKER_PREFIX, strlen(PKI_WORKER_PREFIX)) != 0;
+}
+
+bool pki_threads_only_ours(void)
+{
+	return pki_threads_each((pid_t)syscall(SYS_gettid), program_thread, NULL) == 0;
 }

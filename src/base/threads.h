@@ -51,4 +51,12 @@ int pki_thread_sample(pid_t tid, struct pki_thread_state *st);
  */
 int pki_thread_sigblk(pid_t tid, uint64_t *mask, char *name, size_t len);
 
+/*
+ * Has the program no thread left, the caller's apart: every other thread
+ * of the process is one of ours (base/signals.h: started by
+ * pki_worker_start() or adopted, or named PKI_WORKER_PREFIX by another copy
+ * of the library), or has exited.  False if /proc cannot be read.
+ */
+bool pki_threads_only_ours(void);
+
 #endif /* PK_BASE_THREADS_H */

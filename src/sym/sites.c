@@ -32,12 +32,25 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
+/*
+ * One liburcu flavor per copy of the library: the agent builds this file
+ * with PKI_URCU_MB (agent/meson.build), so that a program that links
+ * libprobekit (memb) and runs under the agent never shares a reader
+ * registry with the agent's copy: a thread registered by both would abort.
+ */
+#ifdef PKI_URCU_MB
+#include <urcu/urcu-mb.h>
+#define PKI_RCU(name) urcu_mb_##name
+#else
 #include <urcu/urcu-memb.h>
+#define PKI_RCU(name) urcu_memb_##name
+#endif
 
 #include "base/grow.h"
 #include "base/log.h"
 #include "sym/elf_sites.h"
 #include "sym/func_sites.h"
+#include "base/signals.h"
 #include "sym/sites.h"
 
 struct pki_sym_table {
@@ -72,7 +85,7 @@ static __thread bool rcu_registered;
 static void rcu_thread_exit(void *unused)
 {
 	(void)unused;
-	urcu_memb_unregister_thread();
+	PKI_RCU(unregister_thread)();
 	rcu_registered = false;
 }
 
@@ -92,7 +105,7 @@ static void rcu_thread_online(void)
 	if (rcu_registered)
 		return;
 	pthread_once(&rcu_key_once, rcu_key_init);
-	urcu_memb_register_thread();
+	PKI_RCU(register_thread)();
 	rcu_registered = true;
 	pthread_setspecific(rcu_key, (void *)1);
 }
@@ -100,12 +113,12 @@ static void rcu_thread_online(void)
 void pki_sites_read_lock(void)
 {
 	rcu_thread_online();
-	urcu_memb_read_lock();
+	PKI_RCU(read_lock)();
 }
 
 void pki_sites_read_unlock(void)
 {
-	urcu_memb_read_unlock();
+	PKI_RCU(read_unlock)();
 }
 
 /* --- building objects --------------------------------------------------- */
@@ -593,8 +606,10 @@ static void table_free(struct pki_sym_table *t)
 	free(t);
 }
 
+/* Runs on liburcu's call_rcu thread: one of ours (base/signals.h), not the program's. */
 static void table_free_rcu(struct rcu_head *head)
 {
+	pki_worker_adopt();
 	table_free(caa_container_of(head, struct pki_sym_table, rcu));
 }
 
@@ -656,7 +671,7 @@ static int __publish(struct scan *sc)
 	if (old) {
 		/* Readers may still walk old and its dead objects: free after a grace period. */
 		rcu_thread_online();
-		urcu_memb_call_rcu(&old->rcu, table_free_rcu);
+		PKI_RCU(call_rcu)(&old->rcu, table_free_rcu);
 	}
 	return 0;
 }

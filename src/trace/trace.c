@@ -139,7 +139,7 @@ static struct {
 	uint64_t max_size; /* opts.max_size, or 0 */
 
 	pthread_key_t key;
-	bool key_made, atexit_done, atfork_done;
+	bool key_made, atexit_done, at_quick_done, atfork_done;
 	struct pki_fatal fatal; /* the fatal signals we flush on (signals_install) */
 	sigset_t fatal_set;
 } S = {.f = PKI_FD_INIT};
@@ -1112,6 +1112,10 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 	}
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
 		return;	      /* outside any trace: not an event of a trace */
+	if (pki_worker_is(gettid())) { /* a thread of ours: its calls are never events */
+		pki_trace_tls = &internal_buf;
+		return;
+	}
 	if (tls_allocating) { /* a handler interrupted buf_new() of this thread */
 		__atomic_fetch_add(&tls_alloc_lost, 1, __ATOMIC_RELAXED);
 		return;
@@ -1351,7 +1355,7 @@ static int drainer_start(void)
 
 	S.stop = false;
 	S.wake = 1;
-	err = pki_worker_start(&S.drainer, false, "pk-trace-drain", drainer_main, NULL);
+	err = pki_worker_start(&S.drainer, false, "probekit-drain", drainer_main, NULL);
 	if (err)
 		__atomic_store_n(&S.drainer_running, false, __ATOMIC_RELEASE);
 	return err;
@@ -1452,6 +1456,18 @@ static void signals_restore(void)
 static void at_exit(void)
 {
 	pki_trace_close();
+}
+
+/*
+ * quick_exit() runs the at_quick_exit() handlers, then glibc's own _exit(),
+ * out of an interposer's reach: the end of a session is written here, as
+ * for _exit() (async-signal-safe: quick_exit() may be called from a
+ * handler).  Registered before main(), so it runs after the program's own
+ * handlers, whose events it keeps.
+ */
+static void at_quick_exit_flush(void)
+{
+	pki_trace_flush_exit();
 }
 
 /* Buffers left from an earlier session (same threads) start empty and clean. */
@@ -1669,6 +1685,8 @@ static void exit_hooks_install(const struct pki_trace_opts *opts)
 	}
 	if (opts->at_exit && !S.atexit_done && !atexit(at_exit))
 		S.atexit_done = true;
+	if (opts->at_exit && !S.at_quick_done && !at_quick_exit(at_quick_exit_flush))
+		S.at_quick_done = true;
 	if (!S.atfork_done && !pthread_atfork(NULL, NULL, pki_trace_fork_child))
 		S.atfork_done = true;
 }

@@ -6,7 +6,8 @@
  * One session per process.  Hooks call pki_trace_enter()/pki_trace_exit()
  * (or pki_trace_record() with their own timestamp); a drainer thread copies
  * the buffers to the file every few milliseconds; the file is completed by
- * pki_trace_close() (normal exit: registered with atexit), by
+ * pki_trace_close() (normal exit: registered with atexit; quick_exit: the
+ * flush of _exit, registered with at_quick_exit), by
  * pki_trace_exec_prepare() before an exec, and by the fatal-signal handler.
  *
  * What may run where:
@@ -82,7 +83,8 @@ struct pki_trace_opts {
 	bool no_drainer;    /* no drainer thread: pki_trace_flush() by hand (tests) */
 	int clock;	    /* 0 = best (TSC if invariant), or enum pki_trace_clock */
 	bool catch_signals; /* flush on fatal signals (installs handlers) */
-	bool at_exit;	    /* register pki_trace_close() with atexit() */
+	bool at_exit;	    /* register pki_trace_close() with atexit(), and the
+			       flush of _exit() with at_quick_exit() */
 	/*
 	 * Told one line ("probekit: trace FILE: ...\n") when writing stops
 	 * (ENOSPC...), or when the program closed or replaced the trace's

@@ -199,4 +199,11 @@ struct pki_rec_trigger {
 	uint64_t missed;      /* triggers so far that could not snapshot (writer busy 2 s) */
 };
 
+/* Why writing stopped (trace.c's stop_cause). */
+enum pki_trace_stop_cause {
+	PKI_STOP_ERROR = 0,    /* a write failed with stop_error (ENOSPC, EDQUOT, EIO...) */
+	PKI_STOP_MAX_SIZE = 1, /* the file reached opts.max_size (`--max-size`) */
+	PKI_STOP_FSIZE = 2,    /* the file reached the file size limit (RLIMIT_FSIZE, ulimit -f) */
+};
+
 #endif /* PK_TRACE_FORMAT_H */

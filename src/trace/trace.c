@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <linux/falloc.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -95,6 +96,7 @@ static struct {
 	struct pki_fd f;
 	char path[PATH_MAX];	 /* absolute: the program may chdir() */
 	int stop_err;		 /* writing failed (-ENOSPC...): events are lost from here */
+	uint32_t stop_cause;	 /* PKI_STOP_*: what stop_err means */
 	int lost_err;		 /* the descriptor is lost and reopening failed with this */
 	uint64_t lost_ticks;	 /* when the descriptor was found lost */
 	uint64_t lost_try;	 /* mono ns of the last reopen attempt */
@@ -391,10 +393,13 @@ static void reserve_release(void)
 }
 
 /*
- * Writing @err'd: cut the part of the record that was written (a reader
- * keeps every whole record before it), stop writing events, say why.
+ * Writing @err'd (@cause: PKI_STOP_*): cut the part of the record that was
+ * written (a reader keeps every whole record before it), stop writing
+ * events, say why.  Also in the trailer: what it writes next goes into the
+ * reserve, and its drain counts the rest as lost (a record size that would
+ * shrink without end spun here once).
  */
-static void write_failed(int err)
+static void write_failed(int err, uint32_t cause)
 {
 	static const char stopped_rest[] = ": tracing stopped; the file keeps every event written "
 					   "before, later ones are counted as lost";
@@ -404,27 +409,67 @@ static void write_failed(int err)
 	if (S.f.fd >= 0 && ftruncate(S.f.fd, (off_t)S.off)) {
 		/* nothing better to do: the reader stops at the cut record */
 	}
-	if (S.stop_err || S.in_trailer)
+	if (S.stop_err)
 		return;
 	S.stop_err = err;
+	S.stop_cause = cause;
 	emit_status(PKI_STATUS_STOPPED, err, pki_trace_now());
-	if (err == -EFBIG && S.max_size)
+	if (cause == PKI_STOP_MAX_SIZE)
 		say("the file reached its --max-size", 0, stopped_rest);
+	else if (cause == PKI_STOP_FSIZE)
+		say("the file reached the file size limit (ulimit -f, RLIMIT_FSIZE)", 0,
+		    stopped_rest);
 	else
 		say("cannot write the file", err, stopped_rest);
 }
 
 /*
- * opts.max_size reached: writing stops as in write_failed(), also in the
- * trailer, whose remaining drain then counts the events it cannot write.
+ * How large the file may grow: opts.max_size, or the process's file size
+ * limit (RLIMIT_FSIZE, read afresh: the program or prlimit(1) may change
+ * it), whichever is lower; *@cause says which (PKI_STOP_*).  A write that
+ * reaches RLIMIT_FSIZE would raise SIGXFSZ, whose default action kills the
+ * program: no record is written across it.
  */
-static void size_reached(void)
+static uint64_t size_limit(uint32_t *cause)
 {
-	bool was = S.in_trailer;
+	uint64_t lim = S.max_size ? S.max_size : UINT64_MAX;
+	struct rlimit rl;
 
-	S.in_trailer = false;
-	write_failed(-EFBIG);
-	S.in_trailer = was;
+	*cause = PKI_STOP_MAX_SIZE;
+	if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < lim) {
+		lim = rl.rlim_cur;
+		*cause = PKI_STOP_FSIZE;
+	}
+	return lim;
+}
+
+/*
+ * Does a record of @len bytes (frame and padding included) of @type fit
+ * under size_limit()?  EVENTS, and any record outside the trailer, leave
+ * RESERVE_LEN for the STATUS record and the trailer; the trailer's records
+ * leave room for END.  If not, writing stops (an EVENTS record that may
+ * shrink only returns -EFBIG: its caller tries a smaller one).
+ */
+static int size_check(uint32_t type, uint64_t len)
+{
+	uint32_t cause;
+	uint64_t lim = size_limit(&cause), keep;
+
+	if (lim == UINT64_MAX)
+		return 0;
+	keep = !S.in_trailer || type == PKI_REC_EVENTS ? RESERVE_LEN
+	       : type == PKI_REC_END			? 0
+							: END_REC_LEN;
+	if (S.off + len + keep <= lim)
+		return 0;
+	if (!S.may_shrink) {
+		bool was = S.in_trailer;
+
+		S.in_trailer = false;
+		write_failed(-EFBIG, cause);
+		S.in_trailer = was;
+	}
+	return -EFBIG;
 }
 
 /* While the trailer is written after writing stopped: does @len still fit? */
@@ -455,17 +500,14 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	iov[n + 1].iov_len = pad;
 	if (S.stop_err && !S.in_trailer)
 		return S.stop_err;
-	if (S.max_size && (!S.in_trailer || type == PKI_REC_EVENTS) &&
-	    S.off + sizeof(fr) + len + pad + RESERVE_LEN > S.max_size) {
-		/*
-		 * opts.max_size: as a file system full at that size.  Events are
-		 * refused in the trailer too (the last drain, a ring's last
-		 * snapshot); its STATUS, LOST and END records still go in.
-		 */
-		if (!S.may_shrink)
-			size_reached();
-		return -EFBIG;
-	}
+	/*
+	 * opts.max_size and ulimit -f: as a file system full at that size.
+	 * Events are refused in the trailer too (the last drain, a ring's last
+	 * snapshot); its STATUS, LOST and END records still go in.
+	 */
+	err = size_check(type, sizeof(fr) + len + pad);
+	if (err)
+		return err;
 	memcpy(again, iov, sizeof(iov[0]) * (size_t)(n + 2));
 	for (tries = 0;; tries++) {
 		err = file_ready();
@@ -482,7 +524,7 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 		memcpy(iov, again, sizeof(iov[0]) * (size_t)(n + 2));
 	}
 	if (err) {
-		write_failed(err);
+		write_failed(err, PKI_STOP_ERROR);
 		return err;
 	}
 	S.off += sizeof(fr) + len + pad;
@@ -522,6 +564,7 @@ static int emit_events(struct pki_trace_buf *b, const struct pki_trace_event *ev
 		       void (*landed)(struct pki_trace_buf *, uint64_t))
 {
 	uint64_t t = first, h = first + n;
+	bool shrink;
 	int err;
 
 	while (t != h) {
@@ -538,11 +581,14 @@ static int emit_events(struct pki_trace_buf *b, const struct pki_trace_event *ev
 		p[0] = (struct iovec){&hdr, sizeof(hdr)};
 		p[1] = (struct iovec){(void *)&ev[i], k1 * sizeof(struct pki_trace_event)};
 		p[2] = (struct iovec){(void *)ev, (k - k1) * sizeof(struct pki_trace_event)};
-		S.may_shrink = S.events_per_rec > EVENTS_MIN_REC;
+		shrink = S.events_per_rec > EVENTS_MIN_REC;
+		S.may_shrink = shrink;
 		err = emit(PKI_REC_EVENTS, p, 3);
 		S.may_shrink = false;
-		if ((err == -ENOSPC || err == -EDQUOT || err == -EFBIG) && !S.stop_err) {
+		if (shrink && (err == -ENOSPC || err == -EDQUOT || err == -EFBIG) && !S.stop_err) {
 			S.events_per_rec /= 4;
+			if (S.events_per_rec < EVENTS_MIN_REC)
+				S.events_per_rec = EVENTS_MIN_REC;
 			continue;
 		}
 		if (err)
@@ -1606,6 +1652,7 @@ static int session_file_open(const char *path)
 static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 {
 	S.stop_err = S.lost_err = 0;
+	S.stop_cause = PKI_STOP_ERROR;
 	S.lost_ticks = S.reserved_to = 0;
 	S.no_falloc = S.in_trailer = S.may_shrink = false;
 	S.events_per_rec = EVENTS_PER_REC;

@@ -106,6 +106,20 @@ for o in "-b 4194304" "--ring 64M"; do
 	sz=$(stat -c %s maxend.trace)
 	check "max-size $o: rc $rc, file $sz bytes <= 1 MiB, says why" "[[ $rc == 0 && $sz -le $((1 << 20)) ]] && grep -q 'maxend.trace: INCOMPLETE: writing stopped: the file reached --max-size' err"
 done
+# 7. ulimit -f: as --max-size at the limit.  The program ends as it would
+#    untraced (no SIGXFSZ of ours, no endless retry), and the file keeps at
+#    least half the limit's worth of events, whole.
+for o in "" "-b 4194304" "--ring 64M"; do
+	# shellcheck disable=SC2086 # two words
+	(ulimit -f 1024 && exec timeout 120 "$pk" trace -o fsize.trace $o -f loss_leaf -- "$prog" loop 300000 1) >out 2>err
+	rc=$?
+	sz=$(stat -c %s fsize.trace)
+	ev=$(events fsize.trace)
+	check "ulimit -f 1 MiB $o: rc $rc, file $sz bytes <= 1 MiB" "[[ $rc == 0 && $sz -le $((1 << 20)) ]] && grep -qx 'calls loss_leaf 300000' out"
+	check "ulimit -f 1 MiB $o: ${ev:-no} events >= half the limit's worth" "[[ -n '$ev' && $ev -ge $(((1 << 19) / 16)) ]]"
+	check "ulimit -f 1 MiB $o: $ev events + $(lost) lost = 600000" "[[ $((ev + $(lost))) == 600000 ]]"
+	echo "ulimit -f 1 MiB $o: $ev events kept, file $sz bytes"
+done
 run --max-size 10K -- "$prog" loop 10 1
 check "max-size below 1M refused" "[[ $rc == 125 ]] && grep -q 'at least 1M' err"
 

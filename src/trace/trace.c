@@ -363,13 +363,14 @@ static int file_ready(void)
  * Keep RESERVE_LEN allocated past the record about to be written, so the
  * STATUS record and the trailer fit when the file system fills up.  Only a
  * full file system (or quota) is an error; a file that cannot be
- * preallocated (pipe, device, some file systems) goes without.
+ * preallocated (pipe, device, some file systems) goes without.  Not @keep
+ * (the trailer's STATUS, LOST and END): written into the reserve.
  */
-static int reserve(uint64_t len)
+static int reserve(uint64_t len, bool keep)
 {
 	uint64_t want = S.off + len + RESERVE_LEN;
 
-	if (S.in_trailer || S.no_falloc || want <= S.reserved_to)
+	if (!keep || S.no_falloc || want <= S.reserved_to)
 		return 0;
 	while (fallocate(S.f.fd, FALLOC_FL_KEEP_SIZE, (off_t)S.off, (off_t)(want - S.off))) {
 		if (errno == EINTR)
@@ -513,7 +514,7 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 		err = file_ready();
 		if (err)
 			return err; /* lost descriptor: file_ready() said so */
-		err = reserve(sizeof(fr) + len + pad);
+		err = reserve(sizeof(fr) + len + pad, !S.in_trailer || type == PKI_REC_EVENTS);
 		if (err && S.may_shrink)
 			return err; /* nothing written: the caller tries a smaller record */
 		if (!err)

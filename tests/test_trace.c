@@ -414,6 +414,12 @@ START_TEST(lost_when_full)
 	ck_assert_int_eq(f->end.lost, 88);
 	ck_assert_int_eq(f->end.recorded, 32);
 	ck_assert_int_eq(f->lost, 88);
+	/* said why: buffers full, nothing else */
+	ck_assert(f->has_losses);
+	ck_assert_uint_eq(f->losses.full, 88);
+	ck_assert_uint_eq(f->losses.nested + f->losses.depth + f->losses.unwritten + f->losses.late,
+			  0);
+	ck_assert_int_eq(f->losses.stop_error, 0);
 	for (i = 0; i < 16; i++) {
 		ck_assert_int_eq(f->threads[0].ev[i].ts, i);
 		ck_assert_int_eq(f->threads[0].ev[16 + i].ts, 100 + i);
@@ -434,11 +440,18 @@ START_TEST(nested_record_counted)
 	EN(FB, 2);
 	pki_trace_tls->busy = 0;
 	EX(FA, 3);
+	/* An exit exit tracing cannot see (frames too deep): another cause. */
+	pki_trace_count_lost();
+	pki_trace_count_lost();
 	ck_assert_int_eq(pki_trace_close(), 0);
 	f = tread();
 	ck_assert_int_eq(f->threads[0].nev, 2);
-	ck_assert_int_eq(f->threads[0].lost, 1);
-	ck_assert_int_eq(f->end.lost, 1);
+	ck_assert_int_eq(f->threads[0].lost, 3);
+	ck_assert_int_eq(f->end.lost, 3);
+	ck_assert(f->has_losses);
+	ck_assert_uint_eq(f->losses.nested, 1);
+	ck_assert_uint_eq(f->losses.depth, 2);
+	ck_assert_uint_eq(f->losses.full + f->losses.unwritten + f->losses.late, 0);
 	pki_trace_file_free(f);
 	unlink(tpath);
 }
@@ -589,6 +602,11 @@ START_TEST(fsize_limit_final_write)
 	ck_assert(f->complete);
 	ck_assert_int_eq(f->stop_error, EFBIG);
 	ck_assert_uint_eq(f->end.recorded + f->end.lost, 2 * FSIZE_N);
+	/* said why: not written, the file size limit */
+	ck_assert(f->has_losses);
+	ck_assert_int_eq(f->losses.stop_error, EFBIG);
+	ck_assert_uint_eq(f->losses.stop_cause, PKI_STOP_FSIZE);
+	ck_assert_uint_eq(f->losses.unwritten, f->end.lost);
 	/* at least half the limit's worth of events */
 	ck_assert_uint_ge(f->nevents, FSIZE_LIMIT / 2 / sizeof(struct pki_trace_event));
 	pki_trace_file_free(f);

@@ -18,7 +18,9 @@
  * whole record), a STATUS record says why writing stopped, and later events
  * are counted as lost; room for that and the trailer is kept allocated past
  * the end of the file (fallocate), so a full file system still gets a
- * complete trace of what fit.
+ * complete trace of what fit.  --max-size and the file size limit (ulimit
+ * -f) are met as a file system full at that size (size_check()).  Every
+ * loss is counted with its cause (buf_kinds(), the LOSSES record).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -120,6 +122,7 @@ static struct {
 	uint64_t late_lost;	    /* atomic */
 	uint64_t recorded;	    /* writer only: events in the file */
 	uint64_t gone_lost;	    /* writer only: lost counts of freed buffers */
+	uint64_t gone_kinds[4];	    /* writer only: the same by cause (LK_*) */
 
 	uint32_t wake; /* atomic futex word: 1 = drainer armed to sleep; see drainer_main() */
 	pthread_t drainer;
@@ -279,6 +282,7 @@ static void say(const char *what, int err, const char *rest)
 }
 
 static uint64_t buf_lost(struct pki_trace_buf *b);
+static int emit_losses(void);
 static int emit(uint32_t type, const struct iovec *parts, int n);
 
 /* Every event lost so far: all threads, freed buffers, late_lost. */
@@ -415,6 +419,7 @@ static void write_failed(int err, uint32_t cause)
 	S.stop_err = err;
 	S.stop_cause = cause;
 	emit_status(PKI_STATUS_STOPPED, err, pki_trace_now());
+	emit_losses();
 	if (cause == PKI_STOP_MAX_SIZE)
 		say("the file reached its --max-size", 0, stopped_rest);
 	else if (cause == PKI_STOP_FSIZE)
@@ -541,10 +546,68 @@ static int emit_string_rec(uint32_t type, const void *fixed, size_t flen, const 
 	return emit(type, p, 2);
 }
 
+/* Why a buffer's events were lost: indexes of kind_base and S.gone_kinds. */
+enum { LK_FULL, LK_NESTED, LK_DEPTH, LK_UNWRITTEN, LK_N };
+
+/* @b's losses by cause, since it was made. */
+static void buf_kinds(const struct pki_trace_buf *b, uint64_t k[LK_N])
+{
+	k[LK_FULL] = __atomic_load_n(&b->lost, __ATOMIC_RELAXED) +
+		     __atomic_load_n(&b->full_lost, __ATOMIC_RELAXED);
+	k[LK_NESTED] = __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED);
+	k[LK_DEPTH] = __atomic_load_n(&b->depth_lost, __ATOMIC_RELAXED);
+	k[LK_UNWRITTEN] = b->dropped;
+}
+
 static uint64_t buf_lost(struct pki_trace_buf *b)
 {
-	return __atomic_load_n(&b->lost, __ATOMIC_RELAXED) +
-	       __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED) + b->dropped;
+	uint64_t k[LK_N];
+
+	buf_kinds(b, k);
+	return k[LK_FULL] + k[LK_NESTED] + k[LK_DEPTH] + k[LK_UNWRITTEN];
+}
+
+/* @b is freed: its losses of this session stay counted, by cause. */
+static void buf_kinds_keep(const struct pki_trace_buf *b)
+{
+	uint64_t k[LK_N];
+
+	buf_kinds(b, k);
+	for (int i = 0; i < LK_N; i++)
+		S.gone_kinds[i] += k[i] - b->kind_base[i];
+}
+
+/*
+ * The LOSSES record: what was lost so far, by cause, and why writing
+ * stopped.  Into the reserve, as a STATUS record.
+ */
+static int emit_losses(void)
+{
+	struct pki_rec_losses r = {.stop_error = S.stop_err < 0 ? -S.stop_err : S.stop_err};
+	struct iovec p = {&r, sizeof(r)};
+	struct pki_trace_buf *b;
+	uint64_t t[LK_N], k[LK_N];
+	bool was = S.in_trailer;
+	int i, ret;
+
+	memcpy(t, S.gone_kinds, sizeof(t));
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next) {
+		buf_kinds(b, k);
+		for (i = 0; i < LK_N; i++)
+			t[i] += k[i] - b->kind_base[i];
+	}
+	r.full = t[LK_FULL];
+	r.nested = t[LK_NESTED];
+	r.depth = t[LK_DEPTH];
+	r.unwritten = t[LK_UNWRITTEN];
+	r.late = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	r.stop_cause = r.stop_error ? S.stop_cause : 0;
+	if (!r.full && !r.nested && !r.depth && !r.unwritten && !r.late && !r.stop_error)
+		return 0;
+	S.in_trailer = true;
+	ret = emit(PKI_REC_LOSSES, &p, 1);
+	S.in_trailer = was;
+	return ret;
 }
 
 /* The file cannot take events (stopped, or descriptor lost): no EVENTS record. */
@@ -750,6 +813,7 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 			break;
 		if (reap && dead) {
 			S.gone_lost += b->lost_reported - b->lost_base;
+			buf_kinds_keep(b);
 			buf_unlink(b);
 			buf_free(b);
 		}
@@ -911,8 +975,10 @@ static void ring_reap(void)
 		if (unwritten && ++waiting <= RING_DEAD_KEEP &&
 		    (bytes += b->map_len) <= S.buf_budget)
 			continue;
-		if (b->announced) /* its LOST records are in the file: END must count them */
+		if (b->announced) { /* its LOST records are in the file: END must count them */
 			S.gone_lost += b->lost_reported - b->lost_base;
+			buf_kinds_keep(b);
+		}
 		R.overwritten += unwritten;
 		buf_unlink(b);
 		buf_free(b);
@@ -1025,6 +1091,7 @@ static int emit_trailer(uint32_t reason, int signo)
 	end.lost = S.stop_err ? lost_now() : lost + end.late_lost;
 	end.recorded = S.recorded;
 	end.nthreads = S.announced;
+	emit_losses(); /* the END record follows even if it did not fit */
 	S.end_off = S.off;
 	err = emit(PKI_REC_END, &p, 1);
 out:
@@ -1171,7 +1238,7 @@ void pki_trace_count_lost(void)
 	if (b == &internal_buf)
 		return;
 	if (b && b != &gone_buf)
-		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->depth_lost, 1, __ATOMIC_RELAXED);
 	else if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 }
@@ -1286,7 +1353,7 @@ __attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind,
 	while (r == PKI_TRACE_PUT_FULL && room_wait(b))
 		r = pki_trace_put(b, fn, kind, ts);
 	if (r == PKI_TRACE_PUT_FULL)
-		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->full_lost, 1, __ATOMIC_RELAXED);
 	else if (r == PKI_TRACE_PUT_SLOW)
 		pki_trace_record_slow(fn, kind, ts); /* the buffer went meanwhile */
 	errno = saved;
@@ -1490,6 +1557,7 @@ static void session_reset_bufs(void)
 		__atomic_store_n(&b->tail, __atomic_load_n(&b->head, __ATOMIC_ACQUIRE),
 				 __ATOMIC_RELEASE);
 		b->lost_base = b->lost_reported = buf_lost(b);
+		buf_kinds(b, b->kind_base);
 		b->recorded = 0;
 		b->announced = 0;
 		b->tsn = __atomic_add_fetch(&S.next_tsn, 1, __ATOMIC_RELAXED);
@@ -1664,6 +1732,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 		S.buf_budget = BUF_BUDGET;
 	S.io_err = 0;
 	S.recorded = S.gone_lost = 0;
+	memset(S.gone_kinds, 0, sizeof(S.gone_kinds));
 	S.late_lost = 0;
 	S.next_tsn = 0;
 	S.nthreads = 0;

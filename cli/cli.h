@@ -30,8 +30,19 @@ struct pki_trace_file;
 /* How the trace ended: "ended at exit", "ended by signal 11 (SIGSEGV)", "cut short"... */
 const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n);
 
-/* Why a trace's writing stopped (STATUS STOPPED's errno), in words. */
-const char *cli_stop_reason(int err);
+/*
+ * Why a trace's writing stopped (STATUS STOPPED's errno), in words; @f's
+ * LOSSES record, if any, tells --max-size from ulimit -f.
+ */
+const char *cli_stop_reason(const struct pki_trace_file *f, int err);
+
+struct pki_rec_losses;
+
+/*
+ * The causes of @l's losses in words ("3 buffers full, 2 frames too deep
+ * ..."), into @buf; late_lost (after a thread's trace ended) with @late.
+ */
+const char *cli_loss_causes(const struct pki_rec_losses *l, bool late, char *buf, size_t n);
 
 /* A flight recorder's snapshots in words into @buf, or "" if the trace has none. */
 void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n);

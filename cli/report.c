@@ -25,9 +25,48 @@
 
 #define DEFAULT_TRACE "probekit.trace"
 
-const char *cli_stop_reason(int err)
+static const char *stop_cause_words(int err, uint32_t cause, bool known)
 {
-	return err == EFBIG ? "the file reached --max-size, or ulimit -f" : strerror(err);
+	if (err == EFBIG && known && cause == PKI_STOP_MAX_SIZE)
+		return "the file reached --max-size";
+	if (err == EFBIG && known && cause == PKI_STOP_FSIZE)
+		return "the file reached the file size limit (ulimit -f)";
+	if (err == EFBIG && !known) /* a file older than LOSSES records */
+		return "the file reached --max-size, or ulimit -f";
+	return strerror(err);
+}
+
+const char *cli_stop_reason(const struct pki_trace_file *f, int err)
+{
+	return stop_cause_words(err, f && f->has_losses ? f->losses.stop_cause : 0,
+				f && f->has_losses && f->losses.stop_error == err);
+}
+
+const char *cli_loss_causes(const struct pki_rec_losses *l, bool late, char *buf, size_t n)
+{
+	const struct {
+		uint64_t v;
+		const char *what;
+	} c[] = {
+	    {l->full, "buffers full"},
+	    {l->nested, "recorded by a signal handler inside another record"},
+	    {l->depth, "exits of frames too deep for exit tracing (depth limit)"},
+	    {l->unwritten, "not written: "},
+	    {late ? l->late : 0, "made after their thread's trace ended"},
+	};
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]) && len < n; i++) {
+		if (!c[i].v)
+			continue;
+		len += (size_t)snprintf(buf + len, n - len, "%s%llu %s%s", len ? ", " : "",
+					(unsigned long long)c[i].v, c[i].what,
+					c[i].v == l->unwritten && i == 3
+					    ? stop_cause_words(l->stop_error, l->stop_cause, true)
+					    : "");
+	}
+	return buf;
 }
 
 const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n)
@@ -93,14 +132,17 @@ struct pki_trace_file *cli_trace_open(const char *path)
 		fprintf(stderr,
 			"probekit: warning: %s: INCOMPLETE: the writer could not go on (%s); "
 			"the events after that were not written\n",
-			path, cli_stop_reason(f->stop_error));
+			path, cli_stop_reason(f, f->stop_error));
 	uint64_t late = f->complete ? f->end.late_lost : 0;
+	char causes[512];
 
 	if (f->lost > late)
 		fprintf(stderr,
-			"probekit: warning: %s: %llu events were lost (buffers full); calls "
+			"probekit: warning: %s: %llu events were lost (%s); calls "
 			"around them may be mismatched\n",
-			path, (unsigned long long)(f->lost - late));
+			path, (unsigned long long)(f->lost - late),
+			f->has_losses ? cli_loss_causes(&f->losses, false, causes, sizeof(causes))
+				      : "the file does not say why");
 	if (late) /* a thread's calls after its trace ended (thread teardown): nothing mismatched */
 		fprintf(stderr,
 			"probekit: note: %s: %llu calls not recorded, made after their thread's "
@@ -278,7 +320,7 @@ static void report_header_print(const struct pki_trace_file *f)
 	printf("%s", f->complete ? cli_trace_ending(f, buf, sizeof(buf)) : "INCOMPLETE");
 	if (f->stop_error)
 		printf("%s (writing stopped: %s)", f->complete ? ", INCOMPLETE" : "",
-		       cli_stop_reason(f->stop_error));
+		       cli_stop_reason(f, f->stop_error));
 	printf("\n");
 	cli_ring_summary(f, buf, sizeof(buf));
 	if (buf[0])

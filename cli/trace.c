@@ -131,6 +131,9 @@ struct file_summary {
 	unsigned lost_threads; /* threads that lost events */
 	unsigned resumed;      /* times the writer reopened the file */
 	int stop_error;	       /* why writing stopped, 0 if it did not */
+	char stop_reason[128]; /* ... in words */
+	bool has_losses;
+	struct pki_rec_losses losses; /* the file's LOSSES record, if has_losses */
 	const char *end;       /* what ended the process, or "cut short" */
 	char end_buf[64];
 	char ring[256]; /* a flight recorder's snapshots, or "" */
@@ -150,6 +153,9 @@ static bool file_summarize(struct trace_ctx *c, const char *path, struct file_su
 	/* END's total: some LOST records may not have fit after writing stopped. */
 	s->lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
 	s->stop_error = f->stop_error;
+	snprintf(s->stop_reason, sizeof(s->stop_reason), "%s", cli_stop_reason(f, f->stop_error));
+	s->has_losses = f->has_losses;
+	s->losses = f->losses;
 	s->resumed = f->nresumed;
 	s->threads = f->nthreads;
 	s->lost_threads = 0;
@@ -167,6 +173,26 @@ static bool file_summarize(struct trace_ctx *c, const char *path, struct file_su
 }
 
 static bool any_stopped; /* some file's writing stopped (ENOSPC...) */
+/* The files' losses by cause; causes_unknown: some file with losses does not say why. */
+static struct pki_rec_losses all_losses;
+static bool causes_unknown;
+
+static void losses_add(const struct file_summary *s)
+{
+	if (!s->has_losses) {
+		causes_unknown |= s->lost != 0;
+		return;
+	}
+	all_losses.full += s->losses.full;
+	all_losses.nested += s->losses.nested;
+	all_losses.depth += s->losses.depth;
+	all_losses.unwritten += s->losses.unwritten;
+	all_losses.late += s->losses.late;
+	if (s->losses.stop_error) {
+		all_losses.stop_error = s->losses.stop_error;
+		all_losses.stop_cause = s->losses.stop_cause;
+	}
+}
 
 /* @pid: the process that writes @path (FILE.PID...), 0 if not known.  Its events, or -1. */
 static long long report_one(struct trace_ctx *c, const char *path, long pid,
@@ -188,6 +214,7 @@ static long long report_one(struct trace_ctx *c, const char *path, long pid,
 	if (s.ring[0])
 		fprintf(stderr, "probekit: %s: %s\n", path, s.ring);
 	any_stopped |= s.stop_error != 0;
+	losses_add(&s);
 	if (s.resumed)
 		fprintf(stderr,
 			"probekit: %s: PROG closed or replaced the trace's descriptor %u time(s); "
@@ -197,7 +224,7 @@ static long long report_one(struct trace_ctx *c, const char *path, long pid,
 		fprintf(stderr,
 			"probekit: %s: INCOMPLETE: writing stopped: %s; the file holds the %llu "
 			"events written before, %llu later events were lost\n",
-			path, cli_stop_reason(s.stop_error), s.events, s.lost);
+			path, s.stop_reason, s.events, s.lost);
 	*tot_lost += s.lost;
 	*tot_threads += s.lost_threads;
 	return (long long)s.events;
@@ -337,7 +364,12 @@ static void on_ended(const struct agent_run *r, int status)
 			"probekit: --trigger %s never fired: no traced function of that name was "
 			"entered (the rings were written at the end)\n",
 			c->trigger);
-	if (lost)
+	char causes[512];
+
+	if (lost && !causes_unknown)
+		fprintf(stderr, "probekit: %llu events lost in %u thread(s): %s\n", lost,
+			lost_threads, cli_loss_causes(&all_losses, true, causes, sizeof(causes)));
+	else if (lost)
 		fprintf(stderr,
 			"probekit: %llu events lost in %u thread(s) (buffers full, frames too "
 			"deep for exit tracing, or calls made after a thread's trace ended%s)\n",

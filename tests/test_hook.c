@@ -408,6 +408,57 @@ START_TEST(txn_other_threads_wait)
 }
 END_TEST
 
+/* A thread that opens a transaction, stages a change, and exits without ending it. */
+static void *txn_then_exit(void *arg)
+{
+	int err = pk_txn_begin();
+
+	if (!err)
+		err = pk_ops_register(arg);
+	return (void *)(long)err;
+}
+
+/*
+ * Its transaction is dropped at its exit (before, every later call of every
+ * other thread waited for it for ever): the next begin opens at once, and
+ * the staged change was never applied.
+ */
+START_TEST(txn_of_exited_thread_dropped)
+{
+	pthread_t th;
+	void *ret;
+
+	ck_assert_int_eq(pthread_create(&th, NULL, txn_then_exit, &ops_a), 0);
+	ck_assert_int_eq(pthread_join(th, &ret), 0);
+	ck_assert_int_eq((long)ret, 0);
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_ptr_null(ops_a.private);
+	ck_assert_int_eq(pk_txn_abort(), 0);
+	site_calls(F0, 0);
+	ck_assert_int_eq(pk_ops_register(&ops_a), 0);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("a");
+	ck_assert_int_eq(pk_ops_unregister(&ops_a), 0);
+}
+END_TEST
+
+/* NULL arrays and trampolines: -EINVAL (0 and errno for an address), as the other calls. */
+START_TEST(null_arguments_refused)
+{
+	errno = 0;
+	ck_assert_uint_eq(pk_tramp_addr(NULL), 0);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(pk_direct_add(NULL, 1), -EINVAL);
+	ck_assert_int_eq(pk_direct_mod(NULL, 2), -EINVAL);
+	ck_assert_int_eq(pk_direct_del(NULL, 1), -EINVAL);
+	ck_assert_int_eq(pk_direct_add(NULL, 0), 0); /* nothing to do */
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_direct_add(NULL, 1), -EINVAL);
+	ck_assert_int_eq(pk_txn_commit(), 0);
+	site_calls(F0, 0);
+}
+END_TEST
+
 static int fail_poke(struct pki_poke *p, size_t n)
 {
 	(void)p, (void)n;
@@ -618,6 +669,8 @@ int main(void)
 	tcase_add_test(tc, txn_is_one_batch);
 	tcase_add_test(tc, txn_register_unregister_same_ops);
 	tcase_add_test(tc, txn_other_threads_wait);
+	tcase_add_test(tc, txn_of_exited_thread_dropped);
+	tcase_add_test(tc, null_arguments_refused);
 	tcase_add_test(tc, errors_change_nothing);
 	tcase_add_test(tc, vector_and_varargs_survive);
 	tcase_add_test(tc, novec_flags);

@@ -416,6 +416,12 @@ START_TEST(lost_when_full)
 	ck_assert_int_eq(f->end.lost, 88);
 	ck_assert_int_eq(f->end.recorded, 32);
 	ck_assert_int_eq(f->lost, 88);
+	/* said why: buffers full, nothing else */
+	ck_assert(f->has_losses);
+	ck_assert_uint_eq(f->losses.full, 88);
+	ck_assert_uint_eq(f->losses.nested + f->losses.depth + f->losses.unwritten + f->losses.late,
+			  0);
+	ck_assert_int_eq(f->losses.stop_error, 0);
 	for (i = 0; i < 16; i++) {
 		ck_assert_int_eq(f->threads[0].ev[i].ts, i);
 		ck_assert_int_eq(f->threads[0].ev[16 + i].ts, 100 + i);
@@ -436,11 +442,18 @@ START_TEST(nested_record_counted)
 	EN(FB, 2);
 	pki_trace_tls->busy = 0;
 	EX(FA, 3);
+	/* An exit exit tracing cannot see (frames too deep): another cause. */
+	pki_trace_count_lost();
+	pki_trace_count_lost();
 	ck_assert_int_eq(pki_trace_close(), 0);
 	f = tread();
 	ck_assert_int_eq(f->threads[0].nev, 2);
-	ck_assert_int_eq(f->threads[0].lost, 1);
-	ck_assert_int_eq(f->end.lost, 1);
+	ck_assert_int_eq(f->threads[0].lost, 3);
+	ck_assert_int_eq(f->end.lost, 3);
+	ck_assert(f->has_losses);
+	ck_assert_uint_eq(f->losses.nested, 1);
+	ck_assert_uint_eq(f->losses.depth, 2);
+	ck_assert_uint_eq(f->losses.full + f->losses.unwritten + f->losses.late, 0);
 	pki_trace_file_free(f);
 	unlink(tpath);
 }
@@ -550,6 +563,55 @@ START_TEST(wait_bounded_when_drainer_cannot_write)
 	ck_assert_uint_le(c.recorded + c.lost, STRESS_N);
 	ck_assert_uint_ge(c.recorded + c.lost, STRESS_N - 1024); /* the rest is buffered */
 	pki_trace_close();
+	unlink(tpath);
+}
+END_TEST
+
+/*
+ * The file size limit (ulimit -f) reached by the final write, with SIGXFSZ
+ * at its default action (_i == 0: a write across the limit would kill us)
+ * or ignored (_i == 1: writes fail with EFBIG; the trailer's record size
+ * once shrank to nothing and spun).  The close ends, nothing is killed, and
+ * the file keeps about the limit's worth of events, complete, saying why
+ * the rest was lost.
+ */
+#define FSIZE_LIMIT (256u << 10)
+#define FSIZE_N	    30000u
+
+START_TEST(fsize_limit_final_write)
+{
+	struct rlimit rl = {.rlim_cur = FSIZE_LIMIT, .rlim_max = RLIM_INFINITY};
+	struct pki_trace_file *f;
+	struct stat st;
+	uint64_t i;
+
+	signal(SIGXFSZ, _i ? SIG_IGN : SIG_DFL);
+	topen(1 << 16, 0, false); /* no drainer: everything is written by the close */
+	for (i = 0; i < FSIZE_N; i++) {
+		EN(FA, 2 * i);
+		EX(FA, 2 * i + 1);
+	}
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	ck_assert_int_eq(pki_trace_close(), -EFBIG);
+	rl.rlim_cur = RLIM_INFINITY;
+	ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	ck_assert_int_eq(stat(tpath, &st), 0);
+	ck_assert_uint_le((uint64_t)st.st_size, FSIZE_LIMIT);
+	f = tread();
+	fprintf(stderr, "ulimit -f %u KiB: %llu events kept, %llu lost, file %lld bytes\n",
+		FSIZE_LIMIT >> 10, (unsigned long long)f->nevents,
+		(unsigned long long)f->end.lost, (long long)st.st_size);
+	ck_assert(f->complete);
+	ck_assert_int_eq(f->stop_error, EFBIG);
+	ck_assert_uint_eq(f->end.recorded + f->end.lost, 2 * FSIZE_N);
+	/* said why: not written, the file size limit */
+	ck_assert(f->has_losses);
+	ck_assert_int_eq(f->losses.stop_error, EFBIG);
+	ck_assert_uint_eq(f->losses.stop_cause, PKI_STOP_FSIZE);
+	ck_assert_uint_eq(f->losses.unwritten, f->end.lost);
+	/* at least half the limit's worth of events */
+	ck_assert_uint_ge(f->nevents, FSIZE_LIMIT / 2 / sizeof(struct pki_trace_event));
+	pki_trace_file_free(f);
 	unlink(tpath);
 }
 END_TEST
@@ -1651,6 +1713,7 @@ int main(void)
 	tcase_add_test(rt, wait_bounded_when_drainer_cannot_write);
 	tcase_add_test(rt, signals_while_waiting);
 	tcase_add_test(rt, handler_while_buffer_made);
+	tcase_add_loop_test(rt, fsize_limit_final_write, 0, 2);
 	tcase_add_test(rt, exited_threads_kept);
 	tcase_add_test(rt, real_clock_durations);
 	tcase_add_test(rt, half_buffer_wakes_drainer);

@@ -370,6 +370,11 @@ START_TEST(write_failure_counts_each_event_once)
 	f = ring_read();
 	ck_assert_uint_eq(f->nevents, c.recorded);
 	ck_assert_uint_eq(f->end.recorded + f->end.lost + f->last_trigger.overwritten, 50000);
+	/* said why: not written, --max-size */
+	ck_assert(f->has_losses);
+	ck_assert_int_eq(f->losses.stop_error, EFBIG);
+	ck_assert_uint_eq(f->losses.stop_cause, PKI_STOP_MAX_SIZE);
+	ck_assert_uint_eq(f->losses.unwritten, f->end.lost);
 	pki_trace_file_free(f);
 	unlink(tpath);
 }

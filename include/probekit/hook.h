@@ -195,7 +195,8 @@ struct pk_direct_entry {
  * the trampoline's address, whose entry takes r11), except xmm8-15, which
  * only xmm0-7 being saved leaves to the handler: it must not touch them.
  *
- * pk_direct_add(): -EINVAL (addr 0, duplicate ip in @e), -EEXIST (a site
+ * pk_direct_add(): -EINVAL (addr 0, duplicate ip in @e, @e NULL with @n > 0
+ * here and in pk_direct_del() and pk_direct_mod()), -EEXIST (a site
  * already has a direct entry), -ENOENT (not a site), -ERANGE (@addr out of
  * rel32 reach and no stub memory near the site), -ENOMEM, -EDEADLK, or a
  * patch batch errno.  All or nothing.
@@ -207,7 +208,8 @@ PK_API int pk_direct_add(const struct pk_direct_entry *e, size_t n);
  * running an old @addr when it returns.  Trampolines from pk_tramp_new() may
  * be freed with pk_tramp_free() right away (reclaimed after a grace period in
  * the background); for your own code, call pk_direct_sync() before reusing
- * it.  Errors: -ENOENT (no direct entry on an ip), -EDEADLK, patch errnos.
+ * it.  Errors: -EINVAL (@ips NULL with @n > 0), -ENOENT (no direct entry on
+ * an ip), -EDEADLK, patch errnos.
  */
 PK_API int pk_direct_del(const unsigned long *ips, size_t n);
 
@@ -251,7 +253,7 @@ struct pk_tramp;
  */
 PK_API struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags);
 
-/* Address to put in pk_direct_entry.addr. */
+/* Address to put in pk_direct_entry.addr; 0 with errno EINVAL if @t is NULL. */
 PK_API unsigned long pk_tramp_addr(const struct pk_tramp *t);
 
 /*
@@ -271,9 +273,12 @@ PK_API int pk_tramp_free(struct pk_tramp *t);
  * return its validation errors (see pk_ops_register() for the same ops
  * registered and unregistered in one transaction); pk_txn_commit() applies
  * all of them (0, or a patch errno with nothing changed: the staged changes
- * are dropped), pk_txn_abort() drops them.  -EBUSY: begin inside a
- * transaction; -EINVAL: commit/abort outside one; -EDEADLK from a callback;
- * -ENOTRECOVERABLE: see fork() above.
+ * are dropped), pk_txn_abort() drops them.  A thread that exits
+ * (pthread_exit(), or a return from its start function) with its
+ * transaction open has it dropped at its exit, as by pk_txn_abort(), and
+ * said; a thread that ends by a raw exit system call cannot be seen.
+ * -EBUSY: begin inside a transaction; -EINVAL: commit/abort outside one;
+ * -EDEADLK from a callback; -ENOMEM; -ENOTRECOVERABLE: see fork() above.
  */
 PK_API int pk_txn_begin(void);
 PK_API int pk_txn_commit(void);

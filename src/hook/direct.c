@@ -100,10 +100,21 @@ static int __direct_stage(enum direct_op op, const unsigned long *ips,
 	return err;
 }
 
+/* An array argument of @n > 0 entries that is NULL: -EINVAL, said, nothing staged. */
+static int direct_null(enum direct_op op, const void *v, size_t n)
+{
+	if (v || !n)
+		return 0;
+	pki_warn("hooks: %s: %zu entries at NULL: %s\n", direct_call[op], n, pki_errstr(EINVAL));
+	return -EINVAL;
+}
+
 int pk_direct_add(const struct pk_direct_entry *e, size_t n)
 {
-	int err = pki_hook_enter();
+	int err = direct_null(DIRECT_ADD, e, n);
 
+	if (!err)
+		err = pki_hook_enter();
 	if (err)
 		return err;
 	return pki_hook_leave(__direct_stage(DIRECT_ADD, NULL, e, n));
@@ -111,8 +122,10 @@ int pk_direct_add(const struct pk_direct_entry *e, size_t n)
 
 int pk_direct_del(const unsigned long *ips, size_t n)
 {
-	int err = pki_hook_enter();
+	int err = direct_null(DIRECT_DEL, ips, n);
 
+	if (!err)
+		err = pki_hook_enter();
 	if (err)
 		return err;
 	return pki_hook_leave(__direct_stage(DIRECT_DEL, ips, NULL, n));
@@ -120,8 +133,10 @@ int pk_direct_del(const unsigned long *ips, size_t n)
 
 int pk_direct_mod(const struct pk_direct_entry *e, size_t n)
 {
-	int err = pki_hook_enter();
+	int err = direct_null(DIRECT_MOD, e, n);
 
+	if (!err)
+		err = pki_hook_enter();
 	if (err)
 		return err;
 	return pki_hook_leave(__direct_stage(DIRECT_MOD, NULL, e, n));

@@ -191,6 +191,10 @@ struct ops_priv *pki_hook_tramp_shim_priv(struct pk_ops *shim)
 
 unsigned long pk_tramp_addr(const struct pk_tramp *t)
 {
+	if (!t) {
+		errno = EINVAL;
+		return 0; /* which pk_direct_add() refuses (-EINVAL) */
+	}
 	return t->ent.x;
 }
 

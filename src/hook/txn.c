@@ -298,6 +298,33 @@ int pki_hook_leave(int err)
 	return err;
 }
 
+/*
+ * A thread that ends with its transaction open would leave every other
+ * thread waiting for it for ever: a thread-specific value set while the
+ * transaction is open makes its exit (pthread_exit(), a return from its
+ * start function) run txn_exited(), which drops the transaction as
+ * pk_txn_abort() does.  Key destructors run in the exiting thread itself,
+ * with its thread-local txn_mine still readable, holding no lock of ours.
+ */
+static pthread_key_t txn_key;
+static bool txn_key_made;
+static pthread_once_t txn_key_once = PTHREAD_ONCE_INIT;
+
+static void txn_exited(void *arg)
+{
+	(void)arg;
+	if (txn_mine) {
+		pki_warn("hooks: a thread exited with its transaction open: dropped, as by "
+			 "pk_txn_abort()\n");
+		pk_txn_abort();
+	}
+}
+
+static void txn_key_make(void)
+{
+	txn_key_made = !pthread_key_create(&txn_key, txn_exited);
+}
+
 int pk_txn_begin(void)
 {
 	int err;
@@ -309,9 +336,18 @@ int pk_txn_begin(void)
 			 pki_errstr(pki_tramp_in_hook() ? EDEADLK : EBUSY));
 		return pki_tramp_in_hook() ? -EDEADLK : -EBUSY;
 	}
+	pthread_once(&txn_key_once, txn_key_make);
+	/* Before the transaction opens: the value may need memory (-ENOMEM, nothing open). */
+	if (!txn_key_made || pthread_setspecific(txn_key, &txn_key_made)) {
+		pki_warn("hooks: pk_txn_begin: cannot watch this thread's exit: %s\n",
+			 pki_errstr(ENOMEM));
+		return -ENOMEM;
+	}
 	err = pki_hook_enter();
-	if (err)
+	if (err) {
+		pthread_setspecific(txn_key, NULL);
 		return err;
+	}
 	pki_reg.txn_open = txn_mine = true;
 	pki_hook_unlock();
 	return 0;
@@ -346,6 +382,7 @@ static int txn_end(bool commit)
 	pki_reg.txn_open = txn_mine = false;
 	pthread_cond_broadcast(&txn_cv);
 	pki_hook_unlock();
+	pthread_setspecific(txn_key, NULL); /* made by pk_txn_begin(): no allocation */
 	return err;
 }
 

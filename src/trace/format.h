@@ -20,7 +20,7 @@
 #define PKI_TRACE_MAGIC		"PKTRACE" /* 7 chars + NUL = 8 bytes */
 #define PKI_TRACE_VERSION_MAJOR 1	  /* readers refuse other majors */
 #define PKI_TRACE_VERSION_MINOR                                                                    \
-	3 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER) */
+	4 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES) */
 #define PKI_TRACE_MAX_RECORD (64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING 4096u
 
@@ -48,6 +48,7 @@ enum pki_trace_rec {
 	PKI_REC_END = 7,
 	PKI_REC_STATUS = 8,  /* since 1.1 */
 	PKI_REC_TRIGGER = 9, /* since 1.3 */
+	PKI_REC_LOSSES = 10, /* since 1.4 */
 };
 
 enum pki_trace_clock {
@@ -197,6 +198,28 @@ struct pki_rec_trigger {
 	uint64_t fn;	      /* PKI_TRIGGER_FUNC: the function's event value; else 0 */
 	uint64_t overwritten; /* events overwritten so far, all threads (GAPs + exited threads') */
 	uint64_t missed;      /* triggers so far that could not snapshot (writer busy 2 s) */
+};
+
+/*
+ * Since version 1.4: why events were lost.  Cumulative counts of the whole
+ * session by cause (their sum is END.lost); a later record supersedes.
+ * Written after a STATUS STOPPED record and before END, when anything was
+ * lost or writing stopped.  Older readers skip it (a newer minor version).
+ */
+enum pki_trace_stop_cause {
+	PKI_STOP_ERROR = 0,    /* a write failed with stop_error (ENOSPC, EDQUOT, EIO...) */
+	PKI_STOP_MAX_SIZE = 1, /* the file reached opts.max_size (`--max-size`) */
+	PKI_STOP_FSIZE = 2,    /* the file reached the file size limit (RLIMIT_FSIZE, ulimit -f) */
+};
+
+struct pki_rec_losses {
+	uint64_t full;	    /* a thread's buffer was full (--drop, or the wait for room ended) */
+	uint64_t nested;    /* recorded by a signal handler inside another record of its thread */
+	uint64_t depth;	    /* exits exit tracing cannot see: frames too deep (or no memory) */
+	uint64_t unwritten; /* the file could not take them: see stop_cause */
+	uint64_t late;	    /* made after their thread's trace ended (= END.late_lost) */
+	int32_t stop_error; /* a positive errno: why writing stopped (STATUS), or 0 */
+	uint32_t stop_cause; /* enum pki_trace_stop_cause, if stop_error */
 };
 
 #endif /* PK_TRACE_FORMAT_H */

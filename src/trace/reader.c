@@ -129,7 +129,7 @@ __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t
 static const char *rec_name(uint32_t type)
 {
 	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL", "THREAD",
-					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER"};
+					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER", "LOSSES"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -452,6 +452,23 @@ static int rec_status(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 	}
 }
 
+static int rec_losses(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
+{
+	struct pki_trace_file *f = p->f;
+	struct pki_rec_losses l;
+
+	if (len != sizeof(l))
+		return fail(p, off, "LOSSES record of %u bytes, not %zu", len, sizeof(l));
+	memcpy(&l, d, sizeof(l));
+	if (l.stop_error < 0 || l.stop_error > 4095)
+		return fail(p, off, "LOSSES: error %d out of range", l.stop_error);
+	if (l.stop_cause > PKI_STOP_FSIZE && f->version_minor <= PKI_TRACE_VERSION_MINOR)
+		return fail(p, off, "LOSSES: unknown stop cause %u", l.stop_cause);
+	f->losses = l;
+	f->has_losses = true;
+	return 0;
+}
+
 static int rec_trigger(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
 {
 	struct pki_trace_file *f = p->f;
@@ -584,6 +601,11 @@ static int record_apply(struct parser *p, uint64_t off, const struct pki_trace_f
 			return fail(p, off, "TRIGGER record in a version %u.%u file",
 				    f->version_major, f->version_minor);
 		return rec_trigger(p, off, d, fr->len);
+	case PKI_REC_LOSSES:
+		if (f->version_minor < 4)
+			return fail(p, off, "LOSSES record in a version %u.%u file",
+				    f->version_major, f->version_minor);
+		return rec_losses(p, off, d, fr->len);
 	default:
 		/*
 		 * Only a newer minor version may hold types we do not know

@@ -79,6 +79,9 @@ struct pki_trace_file {
 	uint32_t nstopped;  /* STOPPED: writing stopped there (events lost from there) */
 	uint32_t nresumed;  /* RESUMED: the program closed our descriptor, file reopened */
 	int32_t stop_error; /* errno of the last STOPPED not followed by a RESUMED, or 0 */
+	/* the last LOSSES record (version 1.4): the losses by cause, why writing stopped */
+	bool has_losses;
+	struct pki_rec_losses losses;
 
 	uint64_t size;	     /* bytes in the file */
 	uint64_t valid_size; /* bytes up to the end of the last valid record */

@@ -18,7 +18,9 @@
  * whole record), a STATUS record says why writing stopped, and later events
  * are counted as lost; room for that and the trailer is kept allocated past
  * the end of the file (fallocate), so a full file system still gets a
- * complete trace of what fit.
+ * complete trace of what fit.  --max-size and the file size limit (ulimit
+ * -f) are met as a file system full at that size (size_check()).  Every
+ * loss is counted with its cause (buf_kinds(), the LOSSES record).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +36,7 @@
 #include <sys/stat.h>
 #include <linux/falloc.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -100,6 +103,7 @@ static struct {
 	struct pki_fd f;
 	char path[PATH_MAX];	 /* absolute: the program may chdir() */
 	int stop_err;		 /* writing failed (-ENOSPC...): events are lost from here */
+	uint32_t stop_cause;	 /* PKI_STOP_*: what stop_err means */
 	int lost_err;		 /* the descriptor is lost and reopening failed with this */
 	uint64_t lost_ticks;	 /* when the descriptor was found lost */
 	uint64_t lost_try;	 /* mono ns of the last reopen attempt */
@@ -123,6 +127,7 @@ static struct {
 	uint64_t late_lost;	    /* atomic */
 	uint64_t recorded;	    /* writer only: events in the file */
 	uint64_t gone_lost;	    /* writer only: lost counts of freed buffers */
+	uint64_t gone_kinds[4];	    /* writer only: the same by cause (LK_*) */
 
 	uint32_t wake; /* atomic futex word: 1 = drainer armed to sleep; see drainer_main() */
 	pthread_t drainer;
@@ -282,6 +287,7 @@ static void say(const char *what, int err, const char *rest)
 }
 
 static uint64_t buf_lost(struct pki_trace_buf *b);
+static int emit_losses(void);
 static int emit(uint32_t type, const struct iovec *parts, int n);
 
 /* Every event lost so far: all threads, freed buffers, late_lost. */
@@ -366,13 +372,14 @@ static int file_ready(void)
  * Keep RESERVE_LEN allocated past the record about to be written, so the
  * STATUS record and the trailer fit when the file system fills up.  Only a
  * full file system (or quota) is an error; a file that cannot be
- * preallocated (pipe, device, some file systems) goes without.
+ * preallocated (pipe, device, some file systems) goes without.  Not @keep
+ * (the trailer's STATUS, LOST and END): written into the reserve.
  */
-static int reserve(uint64_t len)
+static int reserve(uint64_t len, bool keep)
 {
 	uint64_t want = S.off + len + RESERVE_LEN;
 
-	if (S.in_trailer || S.no_falloc || want <= S.reserved_to)
+	if (!keep || S.no_falloc || want <= S.reserved_to)
 		return 0;
 	while (fallocate(S.f.fd, FALLOC_FL_KEEP_SIZE, (off_t)S.off, (off_t)(want - S.off))) {
 		if (errno == EINTR)
@@ -396,10 +403,13 @@ static void reserve_release(void)
 }
 
 /*
- * Writing @err'd: cut the part of the record that was written (a reader
- * keeps every whole record before it), stop writing events, say why.
+ * Writing @err'd (@cause: PKI_STOP_*): cut the part of the record that was
+ * written (a reader keeps every whole record before it), stop writing
+ * events, say why.  Also in the trailer: what it writes next goes into the
+ * reserve, and its drain counts the rest as lost (a record size that would
+ * shrink without end spun here once).
  */
-static void write_failed(int err)
+static void write_failed(int err, uint32_t cause)
 {
 	static const char stopped_rest[] = ": tracing stopped; the file keeps every event written "
 					   "before, later ones are counted as lost";
@@ -409,27 +419,68 @@ static void write_failed(int err)
 	if (S.f.fd >= 0 && ftruncate(S.f.fd, (off_t)S.off)) {
 		/* nothing better to do: the reader stops at the cut record */
 	}
-	if (S.stop_err || S.in_trailer)
+	if (S.stop_err)
 		return;
 	S.stop_err = err;
+	S.stop_cause = cause;
 	emit_status(PKI_STATUS_STOPPED, err, pki_trace_now());
-	if (err == -EFBIG && S.max_size)
+	emit_losses();
+	if (cause == PKI_STOP_MAX_SIZE)
 		say("the file reached its --max-size", 0, stopped_rest);
+	else if (cause == PKI_STOP_FSIZE)
+		say("the file reached the file size limit (ulimit -f, RLIMIT_FSIZE)", 0,
+		    stopped_rest);
 	else
 		say("cannot write the file", err, stopped_rest);
 }
 
 /*
- * opts.max_size reached: writing stops as in write_failed(), also in the
- * trailer, whose remaining drain then counts the events it cannot write.
+ * How large the file may grow: opts.max_size, or the process's file size
+ * limit (RLIMIT_FSIZE, read afresh: the program or prlimit(1) may change
+ * it), whichever is lower; *@cause says which (PKI_STOP_*).  A write that
+ * reaches RLIMIT_FSIZE would raise SIGXFSZ, whose default action kills the
+ * program: no record is written across it.
  */
-static void size_reached(void)
+static uint64_t size_limit(uint32_t *cause)
 {
-	bool was = S.in_trailer;
+	uint64_t lim = S.max_size ? S.max_size : UINT64_MAX;
+	struct rlimit rl;
 
-	S.in_trailer = false;
-	write_failed(-EFBIG);
-	S.in_trailer = was;
+	*cause = PKI_STOP_MAX_SIZE;
+	if (!getrlimit(RLIMIT_FSIZE, &rl) && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < lim) {
+		lim = rl.rlim_cur;
+		*cause = PKI_STOP_FSIZE;
+	}
+	return lim;
+}
+
+/*
+ * Does a record of @len bytes (frame and padding included) of @type fit
+ * under size_limit()?  EVENTS, and any record outside the trailer, leave
+ * RESERVE_LEN for the STATUS record and the trailer; the trailer's records
+ * leave room for END.  If not, writing stops (an EVENTS record that may
+ * shrink only returns -EFBIG: its caller tries a smaller one).
+ */
+static int size_check(uint32_t type, uint64_t len)
+{
+	uint32_t cause;
+	uint64_t lim = size_limit(&cause), keep;
+
+	if (lim == UINT64_MAX)
+		return 0;
+	keep = !S.in_trailer || type == PKI_REC_EVENTS ? RESERVE_LEN
+	       : type == PKI_REC_END			? 0
+							: END_REC_LEN;
+	if (S.off + len + keep <= lim)
+		return 0;
+	if (!S.may_shrink) {
+		bool was = S.in_trailer;
+
+		S.in_trailer = false;
+		write_failed(-EFBIG, cause);
+		S.in_trailer = was;
+	}
+	return -EFBIG;
 }
 
 /* While the trailer is written after writing stopped: does @len still fit? */
@@ -460,23 +511,20 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	iov[n + 1].iov_len = pad;
 	if (S.stop_err && !S.in_trailer)
 		return S.stop_err;
-	if (S.max_size && (!S.in_trailer || type == PKI_REC_EVENTS) &&
-	    S.off + sizeof(fr) + len + pad + RESERVE_LEN > S.max_size) {
-		/*
-		 * opts.max_size: as a file system full at that size.  Events are
-		 * refused in the trailer too (the last drain, a ring's last
-		 * snapshot); its STATUS, LOST and END records still go in.
-		 */
-		if (!S.may_shrink)
-			size_reached();
-		return -EFBIG;
-	}
+	/*
+	 * opts.max_size and ulimit -f: as a file system full at that size.
+	 * Events are refused in the trailer too (the last drain, a ring's last
+	 * snapshot); its STATUS, LOST and END records still go in.
+	 */
+	err = size_check(type, sizeof(fr) + len + pad);
+	if (err)
+		return err;
 	memcpy(again, iov, sizeof(iov[0]) * (size_t)(n + 2));
 	for (tries = 0;; tries++) {
 		err = file_ready();
 		if (err)
 			return err; /* lost descriptor: file_ready() said so */
-		err = reserve(sizeof(fr) + len + pad);
+		err = reserve(sizeof(fr) + len + pad, !S.in_trailer || type == PKI_REC_EVENTS);
 		if (err && S.may_shrink)
 			return err; /* nothing written: the caller tries a smaller record */
 		if (!err)
@@ -487,7 +535,7 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 		memcpy(iov, again, sizeof(iov[0]) * (size_t)(n + 2));
 	}
 	if (err) {
-		write_failed(err);
+		write_failed(err, PKI_STOP_ERROR);
 		return err;
 	}
 	S.off += sizeof(fr) + len + pad;
@@ -503,10 +551,68 @@ static int emit_string_rec(uint32_t type, const void *fixed, size_t flen, const 
 	return emit(type, p, 2);
 }
 
+/* Why a buffer's events were lost: indexes of kind_base and S.gone_kinds. */
+enum { LK_FULL, LK_NESTED, LK_DEPTH, LK_UNWRITTEN, LK_N };
+
+/* @b's losses by cause, since it was made. */
+static void buf_kinds(const struct pki_trace_buf *b, uint64_t k[LK_N])
+{
+	k[LK_FULL] = __atomic_load_n(&b->lost, __ATOMIC_RELAXED) +
+		     __atomic_load_n(&b->full_lost, __ATOMIC_RELAXED);
+	k[LK_NESTED] = __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED);
+	k[LK_DEPTH] = __atomic_load_n(&b->depth_lost, __ATOMIC_RELAXED);
+	k[LK_UNWRITTEN] = b->dropped;
+}
+
 static uint64_t buf_lost(struct pki_trace_buf *b)
 {
-	return __atomic_load_n(&b->lost, __ATOMIC_RELAXED) +
-	       __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED) + b->dropped;
+	uint64_t k[LK_N];
+
+	buf_kinds(b, k);
+	return k[LK_FULL] + k[LK_NESTED] + k[LK_DEPTH] + k[LK_UNWRITTEN];
+}
+
+/* @b is freed: its losses of this session stay counted, by cause. */
+static void buf_kinds_keep(const struct pki_trace_buf *b)
+{
+	uint64_t k[LK_N];
+
+	buf_kinds(b, k);
+	for (int i = 0; i < LK_N; i++)
+		S.gone_kinds[i] += k[i] - b->kind_base[i];
+}
+
+/*
+ * The LOSSES record: what was lost so far, by cause, and why writing
+ * stopped.  Into the reserve, as a STATUS record.
+ */
+static int emit_losses(void)
+{
+	struct pki_rec_losses r = {.stop_error = S.stop_err < 0 ? -S.stop_err : S.stop_err};
+	struct iovec p = {&r, sizeof(r)};
+	struct pki_trace_buf *b;
+	uint64_t t[LK_N], k[LK_N];
+	bool was = S.in_trailer;
+	int i, ret;
+
+	memcpy(t, S.gone_kinds, sizeof(t));
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next) {
+		buf_kinds(b, k);
+		for (i = 0; i < LK_N; i++)
+			t[i] += k[i] - b->kind_base[i];
+	}
+	r.full = t[LK_FULL];
+	r.nested = t[LK_NESTED];
+	r.depth = t[LK_DEPTH];
+	r.unwritten = t[LK_UNWRITTEN];
+	r.late = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	r.stop_cause = r.stop_error ? S.stop_cause : 0;
+	if (!r.full && !r.nested && !r.depth && !r.unwritten && !r.late && !r.stop_error)
+		return 0;
+	S.in_trailer = true;
+	ret = emit(PKI_REC_LOSSES, &p, 1);
+	S.in_trailer = was;
+	return ret;
 }
 
 /* The file cannot take events (stopped, or descriptor lost): no EVENTS record. */
@@ -527,6 +633,7 @@ static int emit_events(struct pki_trace_buf *b, const struct pki_trace_event *ev
 		       void (*landed)(struct pki_trace_buf *, uint64_t))
 {
 	uint64_t t = first, h = first + n;
+	bool shrink;
 	int err;
 
 	while (t != h) {
@@ -543,11 +650,14 @@ static int emit_events(struct pki_trace_buf *b, const struct pki_trace_event *ev
 		p[0] = (struct iovec){&hdr, sizeof(hdr)};
 		p[1] = (struct iovec){(void *)&ev[i], k1 * sizeof(struct pki_trace_event)};
 		p[2] = (struct iovec){(void *)ev, (k - k1) * sizeof(struct pki_trace_event)};
-		S.may_shrink = S.events_per_rec > EVENTS_MIN_REC;
+		shrink = S.events_per_rec > EVENTS_MIN_REC;
+		S.may_shrink = shrink;
 		err = emit(PKI_REC_EVENTS, p, 3);
 		S.may_shrink = false;
-		if ((err == -ENOSPC || err == -EDQUOT || err == -EFBIG) && !S.stop_err) {
+		if (shrink && (err == -ENOSPC || err == -EDQUOT || err == -EFBIG) && !S.stop_err) {
 			S.events_per_rec /= 4;
+			if (S.events_per_rec < EVENTS_MIN_REC)
+				S.events_per_rec = EVENTS_MIN_REC;
 			continue;
 		}
 		if (err)
@@ -708,6 +818,7 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 			break;
 		if (reap && dead) {
 			S.gone_lost += b->lost_reported - b->lost_base;
+			buf_kinds_keep(b);
 			buf_unlink(b);
 			buf_free(b);
 		}
@@ -869,8 +980,10 @@ static void ring_reap(void)
 		if (unwritten && ++waiting <= RING_DEAD_KEEP &&
 		    (bytes += b->map_len) <= S.buf_budget)
 			continue;
-		if (b->announced) /* its LOST records are in the file: END must count them */
+		if (b->announced) { /* its LOST records are in the file: END must count them */
 			S.gone_lost += b->lost_reported - b->lost_base;
+			buf_kinds_keep(b);
+		}
 		R.overwritten += unwritten;
 		buf_unlink(b);
 		buf_free(b);
@@ -983,6 +1096,7 @@ static int emit_trailer(uint32_t reason, int signo)
 	end.lost = S.stop_err ? lost_now() : lost + end.late_lost;
 	end.recorded = S.recorded;
 	end.nthreads = S.announced;
+	emit_losses(); /* the END record follows even if it did not fit */
 	S.end_off = S.off;
 	err = emit(PKI_REC_END, &p, 1);
 out:
@@ -1146,7 +1260,7 @@ void pki_trace_count_lost(void)
 	if (b == &internal_buf)
 		return;
 	if (b && b != &gone_buf)
-		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->depth_lost, 1, __ATOMIC_RELAXED);
 	else if (!b && tls_allocating) /* the thread's, once its buffer is made */
 		__atomic_fetch_add(&tls_alloc_lost, 1, __ATOMIC_RELAXED);
 	else if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
@@ -1263,7 +1377,7 @@ __attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind,
 	while (r == PKI_TRACE_PUT_FULL && room_wait(b))
 		r = pki_trace_put(b, fn, kind, ts);
 	if (r == PKI_TRACE_PUT_FULL)
-		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->full_lost, 1, __ATOMIC_RELAXED);
 	else if (r == PKI_TRACE_PUT_SLOW)
 		pki_trace_record_slow(fn, kind, ts); /* the buffer went meanwhile */
 	errno = saved;
@@ -1479,6 +1593,7 @@ static void session_reset_bufs(void)
 		__atomic_store_n(&b->tail, __atomic_load_n(&b->head, __ATOMIC_ACQUIRE),
 				 __ATOMIC_RELEASE);
 		b->lost_base = b->lost_reported = buf_lost(b);
+		buf_kinds(b, b->kind_base);
 		b->recorded = 0;
 		b->announced = 0;
 		b->tsn = __atomic_add_fetch(&S.next_tsn, 1, __ATOMIC_RELAXED);
@@ -1642,6 +1757,7 @@ static int session_file_open(const char *path)
 static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 {
 	S.stop_err = S.lost_err = 0;
+	S.stop_cause = PKI_STOP_ERROR;
 	S.lost_ticks = S.reserved_to = 0;
 	S.no_falloc = S.in_trailer = S.may_shrink = false;
 	S.events_per_rec = EVENTS_PER_REC;
@@ -1652,6 +1768,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 		S.buf_budget = BUF_BUDGET;
 	S.io_err = 0;
 	S.recorded = S.gone_lost = 0;
+	memset(S.gone_kinds, 0, sizeof(S.gone_kinds));
 	S.late_lost = 0;
 	S.next_tsn = 0;
 	S.nthreads = 0;

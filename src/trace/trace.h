@@ -196,6 +196,9 @@ struct pki_trace_buf {
 	uint64_t lost_base;			    /* lost when this session began */
 	uint64_t recorded;
 	uint64_t dropped; /* writer only: drained but not written (the file could not take them) */
+	uint64_t full_lost;  /* atomic adds: waits for room that ended without room */
+	uint64_t depth_lost; /* atomic adds: exits exit tracing cannot see (pki_trace_count_lost) */
+	uint64_t kind_base[4]; /* each cause's count when this session began (trace.c) */
 	uint32_t tid;
 	uint32_t announced;
 	uint32_t dead;	     /* set (release) by the owner when it exits: it won't write again */

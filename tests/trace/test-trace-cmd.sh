@@ -211,7 +211,7 @@ check "deep: rc $rc" "[[ $rc == 0 ]]"
 counts deep.trace >got
 want out >exp
 check "deep: counts" "diff -u exp got"
-check "deep: lost reported" "grep -Eq '^probekit: [0-9]+ events lost in 1 thread\(s\)' err"
+check "deep: lost reported, blamed on the depth" "grep -Eq '^probekit: [0-9]+ events lost in 1 thread\(s\): [0-9]+ exits of frames too deep for exit tracing \(depth limit\)$' err"
 
 # 8. Errors.  (Without --no-relocate, a program without sites is traced by relocation.)
 run --no-relocate -- "$nosites"

@@ -98,7 +98,17 @@ if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=1m pktest "$tmp/full" 2>/dev/nu
 	check "enospc: events written before" "grep -q 'wrote .*f.trace: [1-9][0-9]* events, 1 thread(s), ended at exit' err"
 	"$pk" report full/f.trace >rep 2>&1
 	check "enospc: file whole (END record, no cut record)" "! grep -q 'cut short\|truncated\|offset' rep && grep -q 'ended at exit, INCOMPLETE (writing stopped: No space left on device)' rep"
-	check "enospc: losses counted" "grep -q '[1-9][0-9]* events were lost' rep"
+	check "enospc: losses counted, and why" "grep -q '[1-9][0-9]* events were lost ([0-9]* not written: No space left on device)' rep && grep -q 'events lost in 1 thread(s): [0-9]* not written: No space left on device\$' err"
+	# ... also when the disk fills during the final write (everything in
+	# one buffer, or a flight recorder's ring): PROG ends as it would.
+	for o in "-b 4194304" "--ring 64M"; do
+		rm -f full/f.trace
+		# shellcheck disable=SC2086 # two words
+		timeout 120 "$pk" trace -o full/f.trace $o -- "$demo" many 2000 >out 2>err
+		rc=$?
+		check "enospc $o: PROG's status (rc $rc)" "[[ $rc == 0 ]] && cmp -s out plain.out"
+		check "enospc $o: the file ends with END, says why" "grep -q 'wrote .*f.trace: [1-9][0-9]* events, 1 thread(s), ended at exit' err && grep -q 'f.trace: INCOMPLETE: writing stopped: No space left on device' err"
+	done
 	umount "$tmp/full"
 	trap 'rm -rf "$tmp"' EXIT
 else

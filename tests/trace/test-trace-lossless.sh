@@ -41,6 +41,7 @@ check "drop: total" "grep -qx 'calls loss_leaf 1000000' out"
 rec=$(events drop.trace) l=$(lost)
 check "drop: recorded $rec + lost $l = 2000000" "[[ -n '$rec' && \$(($rec + $l)) == 2000000 ]]"
 echo "drop: $rec recorded, $l lost"
+check "drop: the losses are blamed on full buffers only" "[[ \$l == 0 ]] || grep -q '^probekit: $l events lost in [0-9]* thread(s): $l buffers full\$' err"
 
 # 3. _exit(), _Exit(), syscall(SYS_exit_group): every event and the END.
 for m in exit:3 Exit:4 sysexit:5; do
@@ -95,7 +96,7 @@ sz=$(stat -c %s max.trace)
 check "max-size: rc $rc" "[[ $rc == 0 ]] && grep -qx 'calls loss_leaf 1000000' out"
 check "max-size: file $sz bytes <= 2 MiB" "[[ $sz -le $((2 << 20)) && $sz -gt $((1 << 20)) ]]"
 check "max-size: $(events max.trace) events + $(lost) lost = 2000000" "[[ $(($(events max.trace) + $(lost))) == 2000000 ]]"
-check "max-size: the summary says why" "grep -q 'max.trace: INCOMPLETE: writing stopped: the file reached --max-size' err"
+check "max-size: the summary says why" "grep -q 'max.trace: INCOMPLETE: writing stopped: the file reached --max-size' err && grep -q 'events lost in 1 thread(s): [0-9]* not written: the file reached --max-size\$' err"
 "$pk" report max.trace >rep 2>&1
 check "max-size: report reads it whole and says why" "grep -q 'ended at exit, INCOMPLETE (writing stopped: the file reached --max-size' rep && ! grep -q 'cut short\|checksum' rep"
 # ... also when everything is written at the end: a buffer larger than the
@@ -105,6 +106,23 @@ for o in "-b 4194304" "--ring 64M"; do
 	run -o maxend.trace --max-size 1M $o -f loss_leaf -- "$prog" loop 300000 1
 	sz=$(stat -c %s maxend.trace)
 	check "max-size $o: rc $rc, file $sz bytes <= 1 MiB, says why" "[[ $rc == 0 && $sz -le $((1 << 20)) ]] && grep -q 'maxend.trace: INCOMPLETE: writing stopped: the file reached --max-size' err"
+done
+# 7. ulimit -f: as --max-size at the limit.  The program ends as it would
+#    untraced (no SIGXFSZ of ours, no endless retry), and the file keeps at
+#    least half the limit's worth of events, whole.
+for o in "" "-b 4194304" "--ring 64M"; do
+	# shellcheck disable=SC2086 # two words
+	(ulimit -f 1024 && exec timeout 120 "$pk" trace -o fsize.trace $o -f loss_leaf -- "$prog" loop 300000 1) >out 2>err
+	rc=$?
+	sz=$(stat -c %s fsize.trace)
+	ev=$(events fsize.trace)
+	check "ulimit -f 1 MiB $o: rc $rc, file $sz bytes <= 1 MiB" "[[ $rc == 0 && $sz -le $((1 << 20)) ]] && grep -qx 'calls loss_leaf 300000' out"
+	check "ulimit -f 1 MiB $o: ${ev:-no} events >= half the limit's worth" "[[ -n '$ev' && $ev -ge $(((1 << 19) / 16)) ]]"
+	check "ulimit -f 1 MiB $o: $ev events + $(lost) lost = 600000" "[[ $((ev + $(lost))) == 600000 ]]"
+	check "ulimit -f 1 MiB $o: the summary says why" "grep -q 'fsize.trace: INCOMPLETE: writing stopped: the file reached the file size limit (ulimit -f)' err && grep -q 'events lost in 1 thread(s): [0-9]* not written: the file reached the file size limit (ulimit -f)\$' err"
+	"$pk" report fsize.trace >rep 2>&1
+	check "ulimit -f 1 MiB $o: report says why" "grep -q 'INCOMPLETE (writing stopped: the file reached the file size limit (ulimit -f))' rep && grep -q 'events were lost ([0-9]* not written: the file reached the file size limit' rep"
+	echo "ulimit -f 1 MiB $o: $ev events kept, file $sz bytes"
 done
 run --max-size 10K -- "$prog" loop 10 1
 check "max-size below 1M refused" "[[ $rc == 125 ]] && grep -q 'at least 1M' err"

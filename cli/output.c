@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Where the commands write: an output file opened as the trace file is
+ * (src/trace/trace.c, file_create: no symbolic link followed and nobody
+ * else's file overwritten in a directory others can write to), and the
+ * indentation of the call-tree printers (replay, graph), capped so that
+ * their output stays linear in the depth.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* Is @path's directory one that only we (or root) can write to? */
+static bool dir_private(const char *path)
+{
+	char dir[PATH_MAX], *slash;
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash)
+		slash[slash == dir] = '\0'; /* "/x" -> "/" */
+	else
+		snprintf(dir, sizeof(dir), ".");
+	return !stat(dir, &st) && !(st.st_mode & (S_IWGRP | S_IWOTH)) &&
+	       (st.st_uid == geteuid() || st.st_uid == 0);
+}
+
+int cli_output_open(const char *path, unsigned mode)
+{
+	struct stat st;
+	int fd;
+
+	if (dir_private(path)) {
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+		return fd < 0 ? cli_error("%s: %s", path, strerror(errno)), -1 : fd;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd >= 0 || errno != EEXIST)
+		return fd < 0 ? cli_error("%s: %s", path, strerror(errno)), -1 : fd;
+	/* O_NONBLOCK: a planted FIFO must not block us here (refused below). */
+	fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 && errno == ELOOP)
+		return cli_error("%s: a symbolic link in a directory other users can write to: "
+				 "not followed, refusing to write there",
+				 path),
+		       -1;
+	if (fd < 0)
+		return cli_error("%s: %s", path, strerror(errno)), -1;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    st.st_nlink != 1) {
+		close(fd);
+		return cli_error("%s: exists in a directory other users can write to and is not a "
+				 "regular file of ours with a single link: refusing to overwrite it",
+				 path),
+		       -1;
+	}
+	if (ftruncate(fd, 0) || fcntl(fd, F_SETFL, 0)) {
+		cli_error("%s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+size_t cli_indent(size_t level, unsigned long long shown, char *mark, size_t n)
+{
+	if (level <= CLI_INDENT_MAX) {
+		mark[0] = '\0';
+		return 2 * level;
+	}
+	snprintf(mark, n, "[%llu] ", shown);
+	return 2 * CLI_INDENT_MAX;
+}

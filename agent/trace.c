@@ -401,7 +401,8 @@ static bool int3_on_relay(unsigned long ip)
 	return *(const volatile uint8_t *)ip == 0xe9;
 }
 
-/* The traced INT3 sites on a breakpoint (!@relay) or on a jump relay: how many, names into @line. */
+/* The traced INT3 sites on a breakpoint (!@relay) or on a jump relay: how many, names into @line.
+ */
 static size_t int3_names_add(char *line, size_t len, size_t size, bool relay)
 {
 	size_t n = 0;
@@ -430,8 +431,7 @@ static size_t int3_relayed(void)
 	for (size_t i = 0; i < T.nips; i++) {
 		struct pk_site s;
 
-		n += !pk_site_find(T.ips[i], &s) && s.kind == PK_SITE_INT3 &&
-		     int3_on_relay(s.ip);
+		n += !pk_site_find(T.ips[i], &s) && s.kind == PK_SITE_INT3 && int3_on_relay(s.ip);
 	}
 	return n;
 }
@@ -464,9 +464,9 @@ static void reloc_summary(void)
 			len += (size_t)snprintf(line + len, sizeof(line) - len, ")");
 	}
 	if (relayed && len < sizeof(line)) {
-		len += (size_t)snprintf(line + len, sizeof(line) - len,
-					", %zu INT3-class through the jump relay (no signal",
-					relayed);
+		len +=
+		    (size_t)snprintf(line + len, sizeof(line) - len,
+				     ", %zu INT3-class through the jump relay (no signal", relayed);
 		len = int3_names_add(line, len, sizeof(line), true);
 		if (len < sizeof(line))
 			len += (size_t)snprintf(line + len, sizeof(line) - len, ")");

@@ -102,8 +102,8 @@ static void print_func_stats(const char *path, const struct pki_func_stats *st)
 		snprintf(relay, sizeof(relay), " (%zu int3-relay)", st->int3_relay);
 	printf("# %s: %zu function(s): %zu patchable, %zu reloc, %zu int3%s, %zu refused; "
 	       "skipped %zu ifunc resolver(s), %zu cold part(s)\n",
-	       path, st->funcs, st->patchable, st->reloc, st->int3, relay, st->refused,
-	       st->ifunc, st->cold);
+	       path, st->funcs, st->patchable, st->reloc, st->int3, relay, st->refused, st->ifunc,
+	       st->cold);
 	if (st->funcs)
 		printf("# %.1f%% hookable (%.1f%% by relocation, %.1f%% by INT3); %zu patchable "
 		       "site(s) in the file, %zu in no function listed\n",

@@ -356,7 +356,8 @@ START_TEST(jump_relay_while_a_thread_blocks_every_signal)
 		ck_assert_int_eq(pk_ops_register(&o), 0);
 		/* byte 0 is e9 (jmp rel32 through the function's own bytes 1..4) */
 		ck_assert_uint_eq(*(const uint8_t *)site.ip, 0xe9);
-		ck_assert_int_eq(memcmp((const uint8_t *)site.ip + 1, orig + 1, PKI_SITE_LEN - 1), 0);
+		ck_assert_int_eq(memcmp((const uint8_t *)site.ip + 1, orig + 1, PKI_SITE_LEN - 1),
+				 0);
 		ck_assert_int_eq(it_tail(41, it_double), 84);
 		ck_assert_int_eq(pk_ops_unregister(&o), 0);
 		ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);

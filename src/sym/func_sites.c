@@ -237,8 +237,8 @@ static bool int3_relay(const struct state *s, uint64_t lo, uint64_t end)
 	uint64_t slot;
 	int32_t rel;
 
-	if (end < lo + sizeof(b) || image_read((void *)&s->im, lo, b, sizeof(b)) ||
-	    b[0] == 0xe9 || b[0] == 0xcc)
+	if (end < lo + sizeof(b) || image_read((void *)&s->im, lo, b, sizeof(b)) || b[0] == 0xe9 ||
+	    b[0] == 0xcc)
 		return false;
 	rel = (int32_t)((uint32_t)b[1] | (uint32_t)b[2] << 8 | (uint32_t)b[3] << 16 |
 			(uint32_t)b[4] << 24);

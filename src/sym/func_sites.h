@@ -59,7 +59,7 @@ struct pki_func_site {
 struct pki_func_stats {
 	size_t funcs; /* classified: patchable + reloc + int3 + refused (not the skipped) */
 	size_t patchable, reloc, int3, refused;
-	size_t int3_relay; /* of the int3, those with relay set */
+	size_t int3_relay;	     /* of the int3, those with relay set */
 	size_t ifunc, cold;	     /* skipped */
 	size_t why[PKI_FUNC_WHY_NR]; /* refused (not int3), by reason (why[0] unused) */
 	size_t sites;		     /* the file's patchable sites */

@@ -322,8 +322,8 @@ static void jrelay_undo(struct pki_relay_set *rs, const struct pki_text_ops *ops
  * breakpoint side made e9; *@fresh: its slot is yet to be written, into
  * @slot_new), 0 (the breakpoint: the batch layer verifies it) or -EILSEQ.
  */
-static int trap_relay_choose(struct pki_poke *p, bool fresh_ok, bool *fresh,
-			     struct pki_jrelayed *r, const struct pki_text_ops *ops)
+static int trap_relay_choose(struct pki_poke *p, bool fresh_ok, bool *fresh, struct pki_jrelayed *r,
+			     const struct pki_text_ops *ops)
 {
 	bool attach = pki_insn_is_bp(p->new[0]);
 	const uint8_t *orig = attach ? p->old : p->new;

@@ -362,6 +362,15 @@ START_TEST(jump_relay_while_a_thread_blocks_every_signal)
 		ck_assert_int_eq(pk_ops_unregister(&o), 0);
 		ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
 	}
+	/* On its relay, it leaves it whatever the batches may take meanwhile. */
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	pki_text_poke_disable |= PKI_POKE_NO_RELAY;
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	/* Without the relay, the breakpoint: refused while the thread blocks SIGTRAP. */
+	ck_assert_int_eq(pk_ops_register(&o), -EDEADLK);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	pki_text_poke_disable &= ~PKI_POKE_NO_RELAY;
 	__atomic_store_n(&blocker_stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th, NULL);
 	printf("jump relay: 50 cycles, %ld calls by a thread blocking every signal, %d hooked\n",

@@ -391,15 +391,27 @@ static size_t reasons_add(char *line, size_t len, size_t size, const struct pki_
 	return len;
 }
 
-/* The INT3 sites among the traced ones: how many, the first names into @line. */
-static size_t int3_names_add(char *line, size_t len, size_t size)
+/*
+ * Is traced INT3 site @ip on its jump relay (its first byte a jmp: the
+ * patch layer's RS5a), not on a breakpoint?  A function whose own first
+ * byte is e9 never takes the relay, so the byte tells.
+ */
+static bool int3_on_relay(unsigned long ip)
+{
+	return *(const volatile uint8_t *)ip == 0xe9;
+}
+
+/* The traced INT3 sites on a breakpoint (!@relay) or on a jump relay: how many, names into @line.
+ */
+static size_t int3_names_add(char *line, size_t len, size_t size, bool relay)
 {
 	size_t n = 0;
 
 	for (size_t i = 0; i < T.nips; i++) {
 		struct pk_site s;
 
-		if (pk_site_find(T.ips[i], &s) || s.kind != PK_SITE_INT3)
+		if (pk_site_find(T.ips[i], &s) || s.kind != PK_SITE_INT3 ||
+		    int3_on_relay(s.ip) != relay)
 			continue;
 		if (n < 6 && len < size)
 			len += (size_t)snprintf(line + len, size - len, "%s%s", n ? ", " : ": ",
@@ -411,26 +423,51 @@ static size_t int3_names_add(char *line, size_t len, size_t size)
 	return len;
 }
 
+/* How many traced INT3 sites are on their jump relay. */
+static size_t int3_relayed(void)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < T.nips; i++) {
+		struct pk_site s;
+
+		n += !pk_site_find(T.ips[i], &s) && s.kind == PK_SITE_INT3 && int3_on_relay(s.ip);
+	}
+	return n;
+}
+
 /*
- * Said once at the start, when PROG's own functions were relocated: how
- * many, how many through INT3 (each call a signal: named, as uprobes'
- * users would want to know), and why the rest were refused.
+ * Said once at the start (the hooks attached), when PROG's own functions
+ * were relocated: how many, how many through INT3 (each call a signal:
+ * named, as uprobes' users would want to know), how many of those INT3
+ * sites the jump relay serves instead (no signal: named too), and why the
+ * rest were refused.
  */
 static void reloc_summary(void)
 {
 	struct pki_func_stats st;
-	char line[768];
+	size_t relayed;
+	char line[1024];
 	size_t len;
 
 	if (!pki_sites_reloc_stats_main(&st) || (!st.refused && !st.int3))
 		return;
+	relayed = int3_relayed();
 	len = (size_t)snprintf(
 	    line, sizeof(line),
 	    "probekit: PROG's functions without a patchable entry: %zu relocated", st.reloc);
-	if (st.int3) {
+	if (st.int3 > relayed) {
 		len += (size_t)snprintf(line + len, sizeof(line) - len,
-					", %zu through INT3 (a signal per call", st.int3);
-		len = int3_names_add(line, len, sizeof(line));
+					", %zu through INT3 (a signal per call", st.int3 - relayed);
+		len = int3_names_add(line, len, sizeof(line), false);
+		if (len < sizeof(line))
+			len += (size_t)snprintf(line + len, sizeof(line) - len, ")");
+	}
+	if (relayed && len < sizeof(line)) {
+		len +=
+		    (size_t)snprintf(line + len, sizeof(line) - len,
+				     ", %zu INT3-class through the jump relay (no signal", relayed);
+		len = int3_names_add(line, len, sizeof(line), true);
 		if (len < sizeof(line))
 			len += (size_t)snprintf(line + len, sizeof(line) - len, ")");
 	}

@@ -34,7 +34,10 @@ static const char usage[] =
     "'reloc N' (its first N bytes can be moved out of line: prologue relocation)\n"
     "or 'refused REASON'; with --int3, 'int3 REASON' for a refused one whose first\n"
     "instruction alone can be moved (hooked through a breakpoint: a signal per\n"
-    "call).  IFUNC resolvers and cold parts are skipped (counted by -s).\n"
+    "call), 'int3-relay REASON' for one of them 5 bytes long or more (hooked by\n"
+    "changing its first byte into a jmp: no signal; the breakpoint if the place\n"
+    "the jmp reaches is taken at run time).  IFUNC resolvers and cold parts are\n"
+    "skipped (counted by -s).\n"
     "'probekit trace --relocate' and the library's relocated sites\n"
     "(PROBEKIT_RELOC) hook the 'reloc' ones, and with --int3 (PROBEKIT_INT3=1)\n"
     "the 'int3' ones.\n\n"
@@ -80,7 +83,8 @@ static int print_func(const struct pki_func_site *fs, void *data)
 		snprintf(how, sizeof(how), "refused %s", pki_func_why_name(fs->why));
 		break;
 	case PKI_FUNC_INT3:
-		snprintf(how, sizeof(how), "int3 %s", pki_func_why_name(fs->why));
+		snprintf(how, sizeof(how), "%s %s", fs->relay ? "int3-relay" : "int3",
+			 pki_func_why_name(fs->why));
 		break;
 	default:
 		return 0; /* skipped: counted, not listed */
@@ -95,9 +99,13 @@ static void print_func_stats(const char *path, const struct pki_func_stats *st)
 {
 	unsigned w;
 
-	printf("# %s: %zu function(s): %zu patchable, %zu reloc, %zu int3, %zu refused; "
+	char relay[48] = "";
+
+	if (st->int3)
+		snprintf(relay, sizeof(relay), " (%zu int3-relay)", st->int3_relay);
+	printf("# %s: %zu function(s): %zu patchable, %zu reloc, %zu int3%s, %zu refused; "
 	       "skipped %zu ifunc resolver(s), %zu cold part(s)\n",
-	       path, st->funcs, st->patchable, st->reloc, st->int3, st->refused, st->ifunc,
+	       path, st->funcs, st->patchable, st->reloc, st->int3, relay, st->refused, st->ifunc,
 	       st->cold);
 	if (st->funcs)
 		printf("# %.1f%% hookable (%.1f%% by relocation, %.1f%% by INT3); %zu patchable "

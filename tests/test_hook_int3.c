@@ -7,7 +7,9 @@
  * relocation refuses them: too short, or an unbounded indirect jmp.  Ops,
  * direct entries and both run the hook, then the function with the
  * arguments the hook left; the trap is counted; detach restores the bytes;
- * a thread blocking SIGTRAP makes the attach refuse, nothing written.
+ * a thread blocking SIGTRAP makes the attach of a breakpoint refuse,
+ * nothing written; a function of 5 bytes or more takes the jump relay
+ * instead, which needs no signal.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -64,7 +66,7 @@ __attribute__((noinline)) long it_double(long x)
 	return 2 * x;
 }
 
-static int ops_calls;
+static int ops_calls, short_calls;
 static unsigned long ops_ip, ops_di;
 
 static void ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
@@ -72,6 +74,8 @@ static void ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops
 {
 	(void)parent_ip, (void)ops;
 	__atomic_add_fetch(&ops_calls, 1, __ATOMIC_RELAXED);
+	if (ip == (unsigned long)it_short)
+		__atomic_add_fetch(&short_calls, 1, __ATOMIC_RELAXED);
 	ops_ip = ip;
 	ops_di = regs->di;
 }
@@ -256,8 +260,12 @@ START_TEST(attach_and_detach_under_fire)
 	       ops_calls, trap_calls() - t0);
 	ck_assert_int_eq(fire_bad, 0);
 	ck_assert_int_gt(ops_calls, 0);
-	/* Every hooked call came by a trap; a trap may also come after detach (no hook). */
-	ck_assert_uint_ge(trap_calls() - t0, (unsigned long)ops_calls);
+	/*
+	 * Every hooked call of the 4-byte it_short came by a trap (a trap may
+	 * also come after detach: no hook); it_tail's by its jump relay.
+	 */
+	ck_assert_int_gt(short_calls, 0);
+	ck_assert_uint_ge(trap_calls() - t0, (unsigned long)short_calls);
 	ck_assert_int_eq(memcmp((const void *)a.ip, orig, sizeof(orig)), 0);
 	ck_assert_int_eq(memcmp((const void *)b.ip, orig_b, sizeof(orig_b)), 0);
 }
@@ -305,6 +313,74 @@ START_TEST(refused_while_a_thread_blocks_sigtrap)
 }
 END_TEST
 
+/*
+ * A function of 5 bytes or more takes the jump relay instead (RS5a): no
+ * breakpoint, so a thread that blocks every signal, and calls the function
+ * meanwhile, neither refuses the attach nor dies.
+ */
+static volatile long relay_calls, relay_bad;
+
+static void *blocking_caller(void *arg)
+{
+	sigset_t all;
+	long i = 0;
+
+	(void)arg;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	__atomic_store_n(&blocker_ready, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&blocker_stop, __ATOMIC_ACQUIRE)) {
+		if (it_tail(i, it_double) != 2 * (i + 1))
+			__atomic_add_fetch(&relay_bad, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&relay_calls, 1, __ATOMIC_RELAXED);
+		i = (i + 1) & 0xfffff;
+	}
+	return NULL;
+}
+
+START_TEST(jump_relay_while_a_thread_blocks_every_signal)
+{
+	struct pk_ops o = {0};
+	unsigned long ip, t0;
+	pthread_t th;
+
+	setup_on(it_tail);
+	ip = site.ip;
+	ops_on(&o, &ip);
+	__atomic_store_n(&blocker_stop, 0, __ATOMIC_RELEASE);
+	pthread_create(&th, NULL, blocking_caller, NULL);
+	while (!__atomic_load_n(&blocker_ready, __ATOMIC_ACQUIRE))
+		usleep(100);
+	t0 = trap_calls();
+	for (int c = 0; c < 50; c++) {
+		ck_assert_int_eq(pk_ops_register(&o), 0);
+		/* byte 0 is e9 (jmp rel32 through the function's own bytes 1..4) */
+		ck_assert_uint_eq(*(const uint8_t *)site.ip, 0xe9);
+		ck_assert_int_eq(memcmp((const uint8_t *)site.ip + 1, orig + 1, PKI_SITE_LEN - 1),
+				 0);
+		ck_assert_int_eq(it_tail(41, it_double), 84);
+		ck_assert_int_eq(pk_ops_unregister(&o), 0);
+		ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	}
+	/* On its relay, it leaves it whatever the batches may take meanwhile. */
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	pki_text_poke_disable |= PKI_POKE_NO_RELAY;
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	/* Without the relay, the breakpoint: refused while the thread blocks SIGTRAP. */
+	ck_assert_int_eq(pk_ops_register(&o), -EDEADLK);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	pki_text_poke_disable &= ~PKI_POKE_NO_RELAY;
+	__atomic_store_n(&blocker_stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	printf("jump relay: 50 cycles, %ld calls by a thread blocking every signal, %d hooked\n",
+	       relay_calls, ops_calls);
+	ck_assert_int_eq(relay_bad, 0);
+	ck_assert_int_ge(ops_calls, 50);
+	ck_assert_uint_eq(trap_calls() - t0, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hook_int3");
@@ -316,6 +392,7 @@ int main(void)
 	tcase_add_test(tc, direct_and_ops_on_an_int3_site);
 	tcase_add_test(tc, unbounded_tail_jump_via_int3);
 	tcase_add_test(tc, refused_while_a_thread_blocks_sigtrap);
+	tcase_add_test(tc, jump_relay_while_a_thread_blocks_every_signal);
 	tcase_add_test(tc, attach_and_detach_under_fire);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

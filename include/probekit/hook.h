@@ -18,14 +18,16 @@
  * Every call below is one patch batch, unless made between pk_txn_begin()
  * and pk_txn_commit(), which group any number of them into one batch.
  * Batches write no INT3 and signal no thread for gcc's sleds (sled relays),
- * for relocated sites (jump relays: byte 0 alone changes; see
- * doc/design/reloc-sites.md, RS2) and for sites inside one cache line, and
+ * for relocated sites and INT3 sites of 5 bytes or more (jump relays:
+ * byte 0 alone changes; see doc/design/reloc-sites.md, RS2 and RS5a) and
+ * for sites inside one cache line, and
  * then never wait for another thread: the patching part of a call is a few
  * system calls (membarrier, and the first time a relay slot's 64 KiB of a
  * stretch of text is needed, mmap, and an alias or /proc/self/mem writes).
  * The remaining sites (a relocated or sled site whose relay slot's place is
- * taken by another mapping, a patchable site no single store covers) take
- * the INT3 protocol, which waits at most 20 ms (and one more look at the
+ * taken by another mapping, a patchable site no single store covers, an
+ * INT3 site the jump relay does not serve: its breakpoint) take the INT3
+ * protocol, which waits at most 20 ms (and one more look at the
  * threads) for threads that block SIGTRAP and 2 s for the sled kick, and
  * whose errnos the calls below reflect: -EDEADLK when a thread still blocks
  * SIGTRAP after 20 ms (an INT3 would kill the process; the message names

@@ -39,7 +39,9 @@ enum pk_site_kind {
 	PK_SITE_MCOUNT,	  /* __mcount_loc, one five-byte nop */
 	PK_SITE_RELOC,	  /* a function's first instructions, moved out of line when hooked */
 	PK_SITE_INT3,	  /* a function relocation refused: a breakpoint on its first byte
-			     when hooked (PROBEKIT_INT3=1), a signal delivery per call */
+			     when hooked (PROBEKIT_INT3=1), a signal delivery per call;
+			     5 bytes or more: a jmp there instead where the jump relay
+			     applies, no signal (reloc-sites.md, RS5a) */
 };
 
 struct pk_site {

@@ -47,7 +47,10 @@ struct pki_poke_reloc {
  * @trap: an INT3 site (RS5) being attached or detached: @old and @new
  * differ in byte 0 only, one of them the breakpoint that stays (insn.h,
  * pki_insn_trap_site()); the batch layer stores that byte alone, after
- * pki_arch_trap_site_add() said where its traps go.
+ * pki_arch_trap_site_add() said where its traps go.  @relay_to (@trap
+ * only): the site's entry when bytes 1..4 are its function's own (it is 5
+ * bytes or longer): the jump relay may then stand for the breakpoint
+ * (pki_arch_trap_relay()); 0: the breakpoint always.
  */
 struct pki_poke {
 	unsigned long addr;
@@ -55,6 +58,7 @@ struct pki_poke {
 	uint8_t new[PKI_SITE_LEN];
 	const struct pki_poke_reloc *reloc; /* NULL: both emulatable */
 	bool trap;
+	unsigned long relay_to;
 };
 
 /* Bytes a protocol found other than it was told (see pki_text_ops.bug). */
@@ -102,6 +106,19 @@ int pki_arch_trap_site_add(unsigned long ip, unsigned long to);
 /* @ip's object was unloaded: a trap there no longer goes to its old entry. */
 void pki_arch_trap_site_del(unsigned long ip);
 int pki_arch_trap_guard(size_t n);
+
+/*
+ * INT3 sites on the jump relay (doc/design/reloc-sites.md, RS5a): of the
+ * @n INT3 site changes @site, an attach whose relay applies (@fresh_ok, or
+ * its slot written before) gets e9 for its new byte 0 instead of the
+ * breakpoint, and a detach whose text holds e9 on its relay gets e9 for its
+ * old byte 0: the batch layer then stores byte 0 as for any INT3 site, and
+ * only the breakpoints left need SIGTRAP.  The fresh jump slots are written
+ * here, then one core sync, before any byte 0.  0, or -errno (-EILSEQ: a
+ * slot not what it should be, reported).
+ */
+int pki_arch_trap_relay(struct pki_poke *site, size_t n, bool fresh_ok,
+			const struct pki_text_ops *ops);
 
 /* Before the first batch (and again if it failed): signal handlers, CPU features. */
 int pki_arch_poke_install(void);

@@ -255,6 +255,10 @@ int __pki_hook_commit(void)
 			memcpy(pokes[np].old, s->cur, PKI_SITE_LEN);
 			memcpy(pokes[np].new, b, PKI_SITE_LEN);
 			pokes[np].trap = s->reloc && s->reloc->int3;
+			/* Bytes 1..4 its function's own: the jump relay may stand for the trap. */
+			if (pokes[np].trap &&
+			    s->reloc->func + s->reloc->size >= s->ip + PKI_SITE_LEN)
+				pokes[np].relay_to = s->ent.x;
 			pokes[np].reloc = s->reloc && !s->reloc->int3 ? &s->reloc->poke : NULL;
 			np++;
 		}

@@ -401,20 +401,25 @@ static void trap_sites_store(const struct pki_poke *site, size_t n, bool undo)
 }
 
 /*
- * The INT3 sites' changes: verified, then byte 0 of each stored alone
- * (arch/poke.h: nothing else changes, so a thread anywhere sees a whole
- * instruction), then one core sync unless @lazy.  A new breakpoint is
- * written only while no thread blocks SIGTRAP (the kernel kills a thread
- * that traps with it blocked).  On error nothing is left changed.
+ * The INT3 sites' changes: those the jump relay takes get e9 instead of
+ * the breakpoint (their slots written first); all verified, then byte 0 of
+ * each stored alone (arch/poke.h: nothing else changes, so a thread
+ * anywhere sees a whole instruction), then one core sync unless @lazy.  A
+ * new breakpoint is written only while no thread blocks SIGTRAP (the
+ * kernel kills a thread that traps with it blocked).  On error nothing is
+ * left changed.
  */
-static int trap_sites_apply(const struct pki_poke *site, size_t n, bool lazy)
+static int trap_sites_apply(struct pki_poke *site, size_t n, bool lazy)
 {
+	bool fresh_ok = !(pki_text_poke_disable & (PKI_POKE_NO_FAST | PKI_POKE_NO_RELAY));
 	size_t i, adds = 0;
 	int err;
 
+	err = n ? pki_arch_trap_relay(site, n, fresh_ok, &text_ops) : 0;
 	for (i = 0; i < n; i++)
 		adds += pki_insn_is_bp(site[i].new[0]);
-	err = verify_sites(site, n);
+	if (!err)
+		err = verify_sites(site, n);
 	if (!err && adds)
 		err = trap_self_guard();
 	if (!err && adds)

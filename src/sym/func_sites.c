@@ -212,6 +212,42 @@ static void refuse(struct pki_func_site *fs, unsigned why, uint64_t at)
 	fs->why_at = at;
 }
 
+/* Is @addr in one of the file's segments (mapped with it, so no jump slot's place)? */
+static bool image_covers(const struct image *im, uint64_t addr)
+{
+	for (size_t i = 0; i < im->nph; i++) {
+		const Elf64_Phdr *p = &im->ph[i];
+
+		if (p->p_type == PT_LOAD && addr >= (p->p_vaddr & ~0xfffull) &&
+		    addr - (p->p_vaddr & ~0xfffull) < p->p_memsz + (p->p_vaddr & 0xfff) + 0xfff)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Can the INT3 site at @lo of a function ending at @end take the jump relay
+ * (src/arch/x86_64/insn.h): bytes 1..4 its own, byte 0 no e9 (nor int3),
+ * the slot they point at neither wrapping nor in the file's own segments?
+ * (Whether its place is free is known only at run time.)
+ */
+static bool int3_relay(const struct state *s, uint64_t lo, uint64_t end)
+{
+	uint8_t b[5];
+	uint64_t slot;
+	int32_t rel;
+
+	if (end < lo + sizeof(b) || image_read((void *)&s->im, lo, b, sizeof(b)) || b[0] == 0xe9 ||
+	    b[0] == 0xcc)
+		return false;
+	rel = (int32_t)((uint32_t)b[1] | (uint32_t)b[2] << 8 | (uint32_t)b[3] << 16 |
+			(uint32_t)b[4] << 24);
+	slot = lo + sizeof(b) + (uint64_t)(int64_t)rel;
+	if ((rel < 0) != (slot < lo + sizeof(b)))
+		return false;
+	return !image_covers(&s->im, slot) && !image_covers(&s->im, slot + 13);
+}
+
 /*
  * Refused @fs (its relocation's reason kept in why): an INT3 site instead
  * if its first instruction moves alone and nothing else branches inside it.
@@ -230,6 +266,7 @@ static void int3_try(const struct state *s, struct pki_reloc_in *in, struct pki_
 	fs->how = PKI_FUNC_INT3;
 	fs->moved = r.moved;
 	fs->skip = r.skip;
+	fs->relay = int3_relay(s, lo, in->addr + in->size);
 }
 
 static void classify(const struct state *s, size_t i, unsigned flags, struct pki_func_site *fs)
@@ -289,6 +326,7 @@ static void count(struct pki_func_stats *st, const struct pki_func_site *fs)
 	switch (fs->how) {
 	case PKI_FUNC_INT3:
 		st->int3++;
+		st->int3_relay += fs->relay;
 		break;
 	case PKI_FUNC_PATCHABLE:
 		st->patchable++;

@@ -47,11 +47,19 @@ struct pki_func_site {
 	uint8_t skip;		/* PKI_FUNC_RELOC, _INT3: 4 after an endbr64, else 0 */
 	unsigned why;	 /* PKI_FUNC_REFUSED, _INT3: enum pki_reloc_why or PKI_FUNC_NOT_IN_FILE */
 	uint64_t why_at; /* PKI_FUNC_REFUSED, _INT3: link-time address refused */
+	/*
+	 * PKI_FUNC_INT3: 5 bytes or more from the site, its first byte not
+	 * e9, its jump slot outside the file's segments: the jump relay
+	 * stands for the breakpoint (RS5a) unless the slot's place is taken
+	 * at run time.
+	 */
+	bool relay;
 };
 
 struct pki_func_stats {
 	size_t funcs; /* classified: patchable + reloc + int3 + refused (not the skipped) */
 	size_t patchable, reloc, int3, refused;
+	size_t int3_relay;	     /* of the int3, those with relay set */
 	size_t ifunc, cold;	     /* skipped */
 	size_t why[PKI_FUNC_WHY_NR]; /* refused (not int3), by reason (why[0] unused) */
 	size_t sites;		     /* the file's patchable sites */

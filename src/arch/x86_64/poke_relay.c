@@ -315,6 +315,82 @@ static void jrelay_undo(struct pki_relay_set *rs, const struct pki_text_ops *ops
 		}
 }
 
+/* --- INT3 sites: the jump relay instead of the breakpoint ------------------ */
+
+/*
+ * Does INT3 site change @p take the jump relay?  1 (and byte 0 of @p's
+ * breakpoint side made e9; *@fresh: its slot is yet to be written, into
+ * @slot_new), 0 (the breakpoint: the batch layer verifies it) or -EILSEQ.
+ */
+static int trap_relay_choose(struct pki_poke *p, bool fresh_ok, bool *fresh, struct pki_jrelayed *r,
+			     const struct pki_text_ops *ops)
+{
+	bool attach = pki_insn_is_bp(p->new[0]);
+	const uint8_t *orig = attach ? p->old : p->new;
+	uint8_t text[PKI_SITE_LEN], want[PKI_JRELAY_SLOT_LEN];
+	unsigned long slot;
+
+	*fresh = false;
+	if (!p->relay_to || orig[0] == PKI_JRELAY_OP || pki_insn_is_bp(orig[0]) ||
+	    !(slot = pki_insn_jrelay_slot(p->addr, orig)))
+		return 0;
+	pki_insn_jrelay_fill(want, p->relay_to);
+	memcpy(text, (const void *)p->addr, PKI_SITE_LEN);
+	if (!attach) {
+		/* On its relay exactly when the text is e9 and bytes 1..4, its slot its own. */
+		if (text[0] != PKI_JRELAY_OP || memcmp(text + 1, orig + 1, PKI_SITE_LEN - 1) ||
+		    !pki_relay_owned_at(p->addr, slot))
+			return 0;
+		if (memcmp((const void *)slot, want, PKI_JRELAY_SLOT_LEN)) {
+			struct pki_poke_bug bug = {.addr = p->addr,
+						   .what = "jump relay slot",
+						   .want = want,
+						   .have = (const uint8_t *)slot};
+
+			ops->bug(-EILSEQ, &bug);
+			return -EILSEQ;
+		}
+		p->old[0] = PKI_JRELAY_OP;
+		return 1;
+	}
+	if (!fresh_ok || memcmp(text, orig, PKI_SITE_LEN) || !ops->byte_ok(p->addr) ||
+	    !jrelay_slot_usable(p, slot, want, fresh, ops))
+		return 0;
+	*r = (struct pki_jrelayed){.addr = p->addr, .slot = slot, .slot_fresh = *fresh};
+	memcpy(r->slot_new, want, PKI_JRELAY_SLOT_LEN);
+	p->new[0] = PKI_JRELAY_OP;
+	return 1;
+}
+
+/*
+ * RS5a of doc/design/reloc-sites.md: the same two steps as jrelay_apply()
+ * (the fresh slots, one core sync), byte 0 left to the batch layer.
+ */
+int pki_arch_trap_relay(struct pki_poke *site, size_t n, bool fresh_ok,
+			const struct pki_text_ops *ops)
+{
+	bool any = false;
+	int err = 0;
+
+	for (size_t i = 0; i < n && !err; i++) {
+		struct pki_jrelayed r;
+		bool fresh;
+		int ret = trap_relay_choose(&site[i], fresh_ok, &fresh, &r, ops);
+
+		if (ret < 0)
+			return ret;
+		if (ret > 0 && fresh) {
+			err = jrelay_slot_put(&r, ops);
+			any = true;
+		}
+		if (ret > 0 && site[i].new[0] == PKI_JRELAY_OP)
+			atomic_fetch_add(&pki_stat_relayed, 1);
+	}
+	if (!err && any)
+		err = ops->sync();
+	return err;
+}
+
 /* --- writing them --------------------------------------------------------- */
 
 /* Byte 1 (see PKI_RELAY_B1_ALT), changed only while byte 0 is 90. */

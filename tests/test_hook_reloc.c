@@ -23,6 +23,7 @@
 
 #include "arch/arch.h"
 #include "arch/x86_64/poke_int.h" /* the kick's move, tested alone */
+#include "arch/x86_64/relay_mem.h"
 #include "harness.h"
 #include "patch/patch.h"
 #include "sym/sites.h"
@@ -538,6 +539,20 @@ START_TEST(a_refused_batch_runs_no_hook)
 }
 END_TEST
 
+/*
+ * Relay memory is never placed in the main thread's stack growth area
+ * (a mapping there would stop the stack from growing) nor in the lowest
+ * 4 MiB (RS2g): such a slot's site takes the INT3 protocol instead.
+ */
+START_TEST(no_chunk_below_the_stack_or_in_low_memory)
+{
+	unsigned long sp = (unsigned long)__builtin_frame_address(0);
+
+	ck_assert_int_eq(pki_relay_map_at((sp & ~0xfffful) - (4ul << 20), 1, false), -ERANGE);
+	ck_assert_int_eq(pki_relay_map_at(0x110000, 1, false), -ERANGE);
+}
+END_TEST
+
 /* The kick's move (RS2): a thread at an inner boundary goes to the copy's equivalent place. */
 START_TEST(kick_moves_into_the_copy)
 {
@@ -582,6 +597,7 @@ int main(void)
 	tcase_add_test(tc, attach_and_detach_under_fire_kick);
 	tcase_add_test(tc, attach_while_a_thread_blocks_sigtrap);
 	tcase_add_test(tc, a_refused_batch_runs_no_hook);
+	tcase_add_test(tc, no_chunk_below_the_stack_or_in_low_memory);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -684,13 +684,18 @@ static char folded_char(unsigned char c)
 	return c == ';' || c < 0x20 || c == 0x7f ? '_' : (char)c;
 }
 
-/* strcmp of @a and @b as written (folded_char). */
+/* A name's byte as written (folded_char), its end as 0. */
+static unsigned char folded_at(const char *s)
+{
+	return *s ? (unsigned char)folded_char((unsigned char)*s) : 0;
+}
+
+/* strcmp of @a and @b as written: "a_" and "a" differ though '\0' would map to '_'. */
 static int folded_cmp(const char *a, const char *b)
 {
-	while (*a && folded_char((unsigned char)*a) == folded_char((unsigned char)*b))
+	while (*a && folded_at(a) == folded_at(b))
 		a++, b++;
-	return (unsigned char)folded_char((unsigned char)*a) -
-	       (unsigned char)folded_char((unsigned char)*b);
+	return folded_at(a) - folded_at(b);
 }
 
 static void folded_put(FILE *o, const char *s)

@@ -43,6 +43,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/siglock.h"
 #include "base/sigtrap.h"
 
 #define ACT_WORDS ((sizeof(struct sigaction) + sizeof(long) - 1) / sizeof(long))
@@ -94,20 +95,15 @@ static struct sigaction app_prev; /* under `lock`: the action before the one bei
 
 static void lock_take(sigset_t *saved)
 {
-	sigset_t all;
-
-	sigfillset(&all);
-	sigdelset(&all, SIGTRAP);
-	pthread_sigmask(SIG_SETMASK, &all, saved);
+	pki_siglock_block(saved);
 	lock_mine = true; /* before the flag is ours, and after it is not: no window */
 	atomic_signal_fence(memory_order_seq_cst);
-	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
-		sched_yield();
+	pki_siglock_wait(&lock);
 }
 
 static void lock_drop(const sigset_t *saved)
 {
-	atomic_flag_clear_explicit(&lock, memory_order_release);
+	pki_siglock_release(&lock);
 	atomic_signal_fence(memory_order_seq_cst);
 	lock_mine = false;
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
@@ -116,13 +112,12 @@ static void lock_drop(const sigset_t *saved)
 /* fork() in another thread while one holds the lock: the child gets it free. */
 static void fork_prepare(void)
 {
-	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
-		sched_yield();
+	pki_siglock_wait(&lock);
 }
 
 static void fork_release(void)
 {
-	atomic_flag_clear_explicit(&lock, memory_order_release);
+	pki_siglock_release(&lock);
 }
 
 static void register_atfork(void)

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/siglock.h"
 #include "trace/fgraph.h"
 #include "trace/trace.h"
 
@@ -85,32 +86,24 @@ static atomic_flag lock = ATOMIC_FLAG_INIT;
 
 static void lock_take(sigset_t *saved)
 {
-	sigset_t all;
-
-	sigfillset(&all);
-	sigdelset(&all, SIGTRAP);
-	pthread_sigmask(SIG_SETMASK, &all, saved);
-	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
-		sched_yield();
+	pki_siglock_take(&lock, saved);
 }
 
 static void lock_drop(const sigset_t *saved)
 {
 	atomic_store(&nctx_pub, nctx);
-	atomic_flag_clear_explicit(&lock, memory_order_release);
-	pthread_sigmask(SIG_SETMASK, saved, NULL);
+	pki_siglock_drop(&lock, saved);
 }
 
 /* fork() in another thread while one holds the lock: the child gets it free. */
 static void fork_prepare(void)
 {
-	while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
-		sched_yield();
+	pki_siglock_wait(&lock);
 }
 
 static void fork_release(void)
 {
-	atomic_flag_clear_explicit(&lock, memory_order_release);
+	pki_siglock_release(&lock);
 }
 
 int pki_fgraph_ctx_init(void)

@@ -23,6 +23,7 @@
 
 #include "arch/arch.h"
 #include "arch/x86_64/poke_int.h" /* the kick's move, tested alone */
+#include "arch/x86_64/relay_mem.h"
 #include "harness.h"
 #include "patch/patch.h"
 #include "sym/sites.h"
@@ -492,6 +493,82 @@ START_TEST(attach_while_a_thread_blocks_sigtrap)
 }
 END_TEST
 
+/*
+ * A relocated site whose jump slot lies in this program's own text (push
+ * %rbx; mov $0,%eax: bytes 1..4 are b8 00 00 00, so the slot is 0xbd bytes
+ * on): no relay memory there, so it takes the breakpoint protocol.
+ */
+long rt_noslot(long x);
+__asm__(".text\n"
+	".p2align 4\n"
+	".type rt_noslot, @function\n"
+	"rt_noslot:\n"
+	"	.cfi_startproc\n"
+	"	push %rbx\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	.cfi_offset %rbx, -16\n"
+	"	mov $0, %eax\n"
+	"	lea (%rdi,%rax), %rax\n"
+	"	pop %rbx\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	ret\n"
+	"	.cfi_endproc\n"
+	".size rt_noslot, .-rt_noslot\n"
+	".fill 256, 1, 0xcc\n");
+
+/*
+ * One batch of a jump-relay site and a breakpoint site while a thread
+ * blocks every signal: the SIGTRAP guard refuses it before any byte 0 is
+ * written (RS2f), so the blocker, which calls the relay's function all the
+ * time, never ran the hook, and both texts are as before.
+ */
+START_TEST(a_refused_batch_runs_no_hook)
+{
+	struct pk_site a, b;
+	unsigned long ips[2];
+	uint8_t ta[PKI_SITE_LEN], tb[PKI_SITE_LEN];
+	struct pk_ops o = {.func = ops_cb};
+	pthread_t th;
+
+	pki_sites_set_reloc(PKI_RELOC_MAIN);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_frame, &a), 0);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_noslot, &b), 0);
+	ck_assert_int_eq(a.kind, PK_SITE_RELOC);
+	ck_assert_int_eq(b.kind, PK_SITE_RELOC);
+	memcpy(ta, (const void *)a.ip, PKI_SITE_LEN);
+	memcpy(tb, (const void *)b.ip, PKI_SITE_LEN);
+	ips[0] = a.ip;
+	ips[1] = b.ip;
+	o.filter.ips = ips;
+	o.filter.nips = 2;
+	pthread_create(&th, NULL, blocker, NULL);
+	while (__atomic_load_n(&blocker_calls, __ATOMIC_RELAXED) < 1000)
+		sched_yield();
+	ck_assert_int_eq(pk_ops_register(&o), -EDEADLK);
+	ck_assert_int_eq(__atomic_load_n(&ops_calls, __ATOMIC_RELAXED), 0);
+	ck_assert_mem_eq((const void *)a.ip, ta, PKI_SITE_LEN);
+	ck_assert_mem_eq((const void *)b.ip, tb, PKI_SITE_LEN);
+	__atomic_store_n(&blocker_stop, 1, __ATOMIC_RELAXED);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(blocker_bad, 0);
+	ck_assert_int_eq(rt_noslot(4), 4);
+}
+END_TEST
+
+/*
+ * Relay memory is never placed in the main thread's stack growth area
+ * (a mapping there would stop the stack from growing) nor in the lowest
+ * 4 MiB (RS2g): such a slot's site takes the INT3 protocol instead.
+ */
+START_TEST(no_chunk_below_the_stack_or_in_low_memory)
+{
+	unsigned long sp = (unsigned long)__builtin_frame_address(0);
+
+	ck_assert_int_eq(pki_relay_map_at((sp & ~0xfffful) - (4ul << 20), 1, false), -ERANGE);
+	ck_assert_int_eq(pki_relay_map_at(0x110000, 1, false), -ERANGE);
+}
+END_TEST
+
 /* The kick's move (RS2): a thread at an inner boundary goes to the copy's equivalent place. */
 START_TEST(kick_moves_into_the_copy)
 {
@@ -535,6 +612,8 @@ int main(void)
 	tcase_add_test(tc, attach_and_detach_under_fire);
 	tcase_add_test(tc, attach_and_detach_under_fire_kick);
 	tcase_add_test(tc, attach_while_a_thread_blocks_sigtrap);
+	tcase_add_test(tc, a_refused_batch_runs_no_hook);
+	tcase_add_test(tc, no_chunk_below_the_stack_or_in_low_memory);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -299,15 +299,12 @@ static void pokes_reverse(struct pki_poke *site, size_t n)
 /*
  * The sites that take neither the relay nor one store: the breakpoint
  * protocol, with their text writable (or written through /proc/self/mem)
- * for its duration.
+ * for its duration; pki_arch_bp_prepare() ran in commit_prepare().
  */
 static int __poke_bp(struct pki_poke *site, size_t n, struct pki_text_range *range, size_t nrange)
 {
 	int err, err2;
 
-	err = pki_arch_bp_prepare(site, n);
-	if (err)
-		return err;
 	if (pki_text_via_mem(n))
 		return pki_arch_bp_apply(site, n, &text_ops);
 	err = pki_text_unprotect(range, nrange);
@@ -328,35 +325,53 @@ static int __poke_bp(struct pki_poke *site, size_t n, struct pki_text_range *ran
 }
 
 /*
- * Every site validated and in @range: the relay takes the sites it serves,
- * verifying them itself; the others are verified here, before anything is
- * written; then the relay's sites are written, and the others by one store
- * each if they all fit, else by the breakpoint protocol.
+ * The sites other than INT3 sites, all validated and in their ranges:
+ * which protocol each takes, decided before anything of the batch is
+ * written (reloc-sites.md, RS2f): the relay takes the sites it serves,
+ * verifying them itself; the others are verified here, and take one store
+ * each if they all fit, else the breakpoint protocol, whose SIGTRAP guard
+ * (which may refuse the batch) runs here too.  @c->n: the sites left for
+ * the store or the breakpoints.
  */
-static int __poke_commit(struct pki_poke *site, size_t n, struct pki_text_range *range,
-			 size_t nrange, unsigned int flags)
+struct commit {
+	struct pki_relay_set rs;
+	size_t n;
+	bool bp;
+};
+
+static int commit_prepare(struct commit *c, struct pki_poke *site, size_t n)
 {
-	bool lazy = flags & PKI_POKE_LAZY, fresh_ok, fast;
-	struct pki_relay_set rs = {0};
+	bool fast = !(pki_text_poke_disable & PKI_POKE_NO_FAST);
+	bool fresh_ok = fast && !(pki_text_poke_disable & PKI_POKE_NO_RELAY);
 	int err;
 
-	fast = !(pki_text_poke_disable & PKI_POKE_NO_FAST);
-	fresh_ok = fast && !(pki_text_poke_disable & PKI_POKE_NO_RELAY);
-	err = pki_arch_relay_take(&rs, site, &n, fresh_ok, &text_ops);
+	c->n = n;
+	err = pki_arch_relay_take(&c->rs, site, &c->n, fresh_ok, &text_ops);
 	if (!err)
-		err = verify_sites(site, n);
-	if (!err && (rs.n || rs.jn))
-		err = pki_arch_relay_apply(&rs, lazy, &text_ops);
-	if (err || !n)
-		goto out;
-	if (fast && pki_arch_store_fits(site, n, &text_ops))
-		err = pki_arch_store_apply(site, n, lazy, &text_ops);
+		err = verify_sites(site, c->n);
+	if (err || !c->n)
+		return err;
+	c->bp = !(fast && pki_arch_store_fits(site, c->n, &text_ops));
+	return c->bp ? pki_arch_bp_prepare(site, c->n) : 0;
+}
+
+/* Write what commit_prepare() decided: the relay's sites first, then the others. */
+static int __poke_commit(struct commit *c, struct pki_poke *site, struct pki_text_range *range,
+			 size_t nrange, unsigned int flags)
+{
+	bool lazy = flags & PKI_POKE_LAZY;
+	int err = 0;
+
+	if (c->rs.n || c->rs.jn)
+		err = pki_arch_relay_apply(&c->rs, lazy, &text_ops);
+	if (err || !c->n)
+		return err;
+	if (!c->bp)
+		err = pki_arch_store_apply(site, c->n, lazy, &text_ops);
 	else
-		err = __poke_bp(site, n, range, nrange);
-	if (err && (rs.n || rs.jn))
-		pki_arch_relay_undo(&rs, &text_ops);
-out:
-	pki_arch_relay_free(&rs);
+		err = __poke_bp(site, c->n, range, nrange);
+	if (err && (c->rs.n || c->rs.jn))
+		pki_arch_relay_undo(&c->rs, &text_ops);
 	return err;
 }
 
@@ -449,6 +464,7 @@ static int trap_sites_apply(struct pki_poke *site, size_t n, bool lazy)
 static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 {
 	struct pki_text_range *range;
+	struct commit c = {0};
 	struct pki_poke *site;
 	size_t nrange, ntrap = 0;
 	int err;
@@ -467,14 +483,22 @@ static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 	memcpy(site, pokes, n * sizeof(*site));
 	qsort(site, n, sizeof(*site), cmp_poke);
 	err = check_sites(site, n);
-	if (!err) {
+	if (!err)
 		ntrap = trap_sites_split(site, n);
-		err = trap_sites_apply(site + n - ntrap, ntrap, flags & PKI_POKE_LAZY);
-	}
+	/*
+	 * Every step that may refuse the batch (the SIGTRAP guards above all)
+	 * before any site's byte 0 is written (reloc-sites.md, RS2f): a
+	 * refused batch has run no hook.
+	 */
 	if (!err && n > ntrap) {
 		err = pki_text_ranges(site, n - ntrap, range, &nrange);
 		if (!err)
-			err = __poke_commit(site, n - ntrap, range, nrange, flags);
+			err = commit_prepare(&c, site, n - ntrap);
+	}
+	if (!err)
+		err = trap_sites_apply(site + n - ntrap, ntrap, flags & PKI_POKE_LAZY);
+	if (!err && n > ntrap) {
+		err = __poke_commit(&c, site, range, nrange, flags);
 		if (err && ntrap) {
 			trap_sites_store(site + n - ntrap, ntrap, true);
 			cores_sync();
@@ -482,6 +506,7 @@ static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 	}
 	if (!err)
 		atomic_fetch_add(&batches, 1);
+	pki_arch_relay_free(&c.rs);
 free_arrays:
 	free(range);
 	free(site);

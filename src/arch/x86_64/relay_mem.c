@@ -28,8 +28,11 @@
  * the site that first claimed it, for good (a thread may sit in it).
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "arch/arch.h"
@@ -86,11 +89,59 @@ static struct table chunks;
 /* Claimed slots -> the site that owns each; never released. */
 static struct table claims;
 
+/*
+ * Places a chunk must not take (reloc-sites.md, RS2g), though nothing is
+ * mapped there yet: low memory, where a NULL-based access must still
+ * fault (CHUNK_FLOOR), and the main thread's stack growth area: from
+ * the top of its stack down by RLIMIT_STACK (STACK_UNLIMITED when it is
+ * unlimited) and the kernel's guard gap (STACK_GAP, 256 pages), as a
+ * mapping there stops the stack from growing (SIGSEGV).
+ */
+#define CHUNK_FLOOR	(4ul << 20)
+#define STACK_GAP	(1ul << 20)
+#define STACK_UNLIMITED (256ul << 20)
+
+/* The main thread's stack start (its top, /proc/self/stat's startstack); 0 if unknown. */
+static unsigned long stack_top(void)
+{
+	static unsigned long top;
+	char buf[1024], *p;
+	FILE *f;
+	int field;
+
+	if (top)
+		return top;
+	f = fopen("/proc/self/stat", "re");
+	if (!f)
+		return 0;
+	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	/* Fields 3 on follow the command's closing parenthesis; startstack is 28. */
+	for (field = 2; p && field < 28; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		top = strtoul(p + 1, NULL, 10);
+	return top;
+}
+
+static bool chunk_place_ok(unsigned long base)
+{
+	unsigned long top = stack_top(), room = STACK_UNLIMITED;
+	struct rlimit rl;
+
+	if (base < CHUNK_FLOOR)
+		return false;
+	if (!getrlimit(RLIMIT_STACK, &rl) && rl.rlim_cur != RLIM_INFINITY)
+		room = rl.rlim_cur;
+	room += STACK_GAP;
+	return !top || base + CHUNK <= (top > room ? top - room : 0) || base > top;
+}
+
 static int chunk_make(unsigned long base, bool fill)
 {
 	void *p;
 
-	if (base < (unsigned long)sysconf(_SC_PAGESIZE) * 16)
+	if (!chunk_place_ok(base))
 		return -ERANGE;
 	/* Written before it is executable: no site calls into it yet. */
 	p = mmap((void *)base, CHUNK, fill ? PROT_READ | PROT_WRITE : PROT_READ | PROT_EXEC,

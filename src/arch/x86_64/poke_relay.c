@@ -205,6 +205,33 @@ static bool jrelay_slot_usable(const struct pki_poke *p, unsigned long slot, con
 }
 
 /*
+ * Is the site at @addr (original bytes @orig) on its jump relay?  Exactly
+ * when its text is e9 then bytes 1..4 and its slot @slot is its own: 1
+ * (the slot holding @want), 0 (not on it), -EILSEQ (the slot's bytes are
+ * not @want: reported through ops->bug).
+ */
+static int jrelay_is_on(unsigned long addr, const uint8_t *orig, unsigned long slot,
+			const uint8_t *want, const struct pki_text_ops *ops)
+{
+	uint8_t text[PKI_SITE_LEN];
+
+	memcpy(text, (const void *)addr, PKI_SITE_LEN);
+	if (text[0] != PKI_JRELAY_OP || memcmp(text + 1, orig + 1, PKI_SITE_LEN - 1) ||
+	    !pki_relay_owned_at(addr, slot))
+		return 0;
+	if (memcmp((const void *)slot, want, PKI_JRELAY_SLOT_LEN)) {
+		struct pki_poke_bug bug = {.addr = addr,
+					   .what = "jump relay slot",
+					   .want = want,
+					   .have = (const uint8_t *)slot};
+
+		ops->bug(-EILSEQ, &bug);
+		return -EILSEQ;
+	}
+	return 1;
+}
+
+/*
  * Does relocated site @p take the jump relay?  1 (*@r filled, the text
  * verified), 0 (no: the other protocols, which verify it).  A detach takes
  * it exactly when the site is on its relay (then @fresh_ok does not
@@ -226,18 +253,10 @@ static int jrelay_choose(const struct pki_poke *p, bool fresh_ok, struct pki_jre
 	memcpy(text, (const void *)p->addr, PKI_SITE_LEN);
 	*r = (struct pki_jrelayed){.addr = p->addr, .slot = slot, .attach = attach};
 	if (!attach) {
-		if (text[0] != PKI_JRELAY_OP || memcmp(text + 1, orig + 1, PKI_SITE_LEN - 1) ||
-		    !pki_relay_owned_at(p->addr, slot))
-			return 0;
-		if (memcmp((const void *)slot, want, PKI_JRELAY_SLOT_LEN)) {
-			struct pki_poke_bug bug = {.addr = p->addr,
-						   .what = "jump relay slot",
-						   .want = want,
-						   .have = (const uint8_t *)slot};
+		int on = jrelay_is_on(p->addr, orig, slot, want, ops);
 
-			ops->bug(-EILSEQ, &bug);
-			return -EILSEQ;
-		}
+		if (on <= 0)
+			return on;
 		r->b0_old = PKI_JRELAY_OP;
 		r->b0_new = orig[0];
 		return 1;
@@ -337,19 +356,10 @@ static int trap_relay_choose(struct pki_poke *p, bool fresh_ok, bool *fresh, str
 	pki_insn_jrelay_fill(want, p->relay_to);
 	memcpy(text, (const void *)p->addr, PKI_SITE_LEN);
 	if (!attach) {
-		/* On its relay exactly when the text is e9 and bytes 1..4, its slot its own. */
-		if (text[0] != PKI_JRELAY_OP || memcmp(text + 1, orig + 1, PKI_SITE_LEN - 1) ||
-		    !pki_relay_owned_at(p->addr, slot))
-			return 0;
-		if (memcmp((const void *)slot, want, PKI_JRELAY_SLOT_LEN)) {
-			struct pki_poke_bug bug = {.addr = p->addr,
-						   .what = "jump relay slot",
-						   .want = want,
-						   .have = (const uint8_t *)slot};
+		int on = jrelay_is_on(p->addr, orig, slot, want, ops);
 
-			ops->bug(-EILSEQ, &bug);
-			return -EILSEQ;
-		}
+		if (on <= 0)
+			return on;
 		p->old[0] = PKI_JRELAY_OP;
 		return 1;
 	}

@@ -4,7 +4,7 @@
  * on disk (address, kind, name), the way the hook layer will see them once
  * the file is loaded.  With --functions: every function of the file and how
  * it could be hooked (patchable entry, prologue relocation, or refused and
- * why; sym/func_sites), what the relocation hooks of issue #10 will reach.
+ * why; sym/func_sites), what the relocation hooks reach.
  */
 #include <errno.h>
 #include <fcntl.h>

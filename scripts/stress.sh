@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The hook API stress test (tests/stress/stress_hook.c), longer than CI runs
-# it and in a loop of seeds, with every hazard of issue 8 on unless flags
-# after "--" switch some off (see `build/tests/stress_hook --help`).  At
-# issue 9's scale: scripts/stress.sh -- --hang 30 --background 10000
+# it and in a loop of seeds, with every hazard on unless flags after "--"
+# switch some off (see `build/tests/stress_hook --help`).  At scale:
+# scripts/stress.sh -- --hang 30 --background 10000
 # --background-callers 4 -t 200 (CI's stress_hook_scale, 10 s, --no-fork-api).
 #
 #   scripts/stress.sh [-n RUNS] [-d SECONDS] [-s FIRST_SEED] [-o THREADS] [--installed]

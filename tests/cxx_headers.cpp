@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * The public headers compile as C++ (issue 9: `void *private` in struct
- * pk_ops did not), and the library links from C++: register and unregister
+ * The public headers compile as C++ (struct pk_ops's `private` field is
+ * `private_` there), and the library links from C++: register and unregister
  * an ops on nothing, read a site table, ask the slot model.
  */
 #include <cstdio>

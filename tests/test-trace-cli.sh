@@ -131,9 +131,9 @@ expect_err 2 "unexpected argument" "$pk" report a b
 	fail "default FILE"
 "$pk" report --help | grep -q 'usage: probekit report' || fail "report --help"
 
-# Issue #8, C6: an END record whose end_mono_ns is 2^64 - 1 (checksum valid)
-# made the refined TSC rate 0 and report/export die of SIGFPE.  The rate
-# refined from an implausible END pair is not used.
+# An END record whose end_mono_ns is 2^64 - 1 (checksum valid) would make
+# the refined TSC rate 0 and report/export die of SIGFPE: the rate refined
+# from an implausible END pair is not used.
 "$gen" "$tmp/badend.trace" --bad-end
 for cmd in "report" "export --format chrome" "export --format folded"; do
 	# shellcheck disable=SC2086
@@ -142,9 +142,9 @@ for cmd in "report" "export --format chrome" "export --format folded"; do
 done
 "$pk" report "$tmp/badend.trace" | grep -q 'alpha' || fail "report of a damaged END record"
 
-# Issue #8, C5: report and export read their whole input before checking
-# it (/dev/zero: 16 GB in 20 s).  They now check the prefix and each record
-# before reading on, and keep memory bounded whatever the input: run them
+# Report and export check the prefix and each record before reading on,
+# never the whole input first (/dev/zero: 16 GB in 20 s), and keep memory
+# bounded whatever the input: run them
 # in 100 MB of address space (a small report needs ~20 MB), where a reader
 # that holds the file fails at once instead of swapping.
 # (Not under ASan or TSan, whose shadow memory needs terabytes of address

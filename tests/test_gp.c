@@ -225,7 +225,7 @@ START_TEST(blocked_threads_not_disturbed)
 }
 END_TEST
 
-/* ---- H8: threads that sleep between hooked calls never see EINTR ---- */
+/* ---- threads that sleep between hooked calls never see EINTR ---- */
 
 static volatile int nap_stop;
 static volatile long nap_eintr, nap_naps;

@@ -295,7 +295,7 @@ START_TEST(txn_is_one_batch)
 END_TEST
 
 /*
- * H1: register and unregister of the same ops in one transaction, in both
+ * Register and unregister of the same ops in one transaction, in both
  * orders, committed or aborted: the net effect and nothing else (ASan sees
  * any use after free), and the ops reusable afterwards.
  */

@@ -4,13 +4,13 @@
  * poke.  In the child only the forking thread exists:
  *  - a transaction another thread had open, or a call it was making, must
  *    not leave the child's registry locked: the child's calls finish, on the
- *    committed state, and its new hooks run (H7);
+ *    committed state, and its new hooks run;
  *  - deferred frees and grace periods work in the child (no worker thread
  *    was inherited);
  *  - trampoline memory is not shared with the parent: the parent freeing and
- *    reusing a trampoline never changes what the child's text calls (H6),
+ *    reusing a trampoline never changes what the child's text calls,
  *    also when memfd_create() is denied (seccomp) and trampolines live in
- *    shared anonymous memory (C10).
+ *    shared anonymous memory.
  * Each child reports through its exit status; the parent waits for it with a
  * deadline, so a child that hangs fails the test instead of hanging it.
  */
@@ -290,7 +290,7 @@ START_TEST(fork_inside_own_txn)
 END_TEST
 
 /*
- * H6: the parent deletes a direct entry, frees its trampoline and reuses the
+ * The parent deletes a direct entry, frees its trampoline and reuses the
  * slot for another handler; the child, whose text still calls the old one,
  * must run the handler it inherited.
  */
@@ -355,7 +355,7 @@ START_TEST(fork_child_keeps_its_trampolines)
 }
 END_TEST
 
-/* memfd_create() fails with EPERM from here on, in this process (C10). */
+/* memfd_create() fails with EPERM from here on, in this process. */
 static void deny_memfd(void)
 {
 	struct sock_filter f[] = {

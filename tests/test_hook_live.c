@@ -158,7 +158,7 @@ START_TEST(sled_takes_relay)
 }
 END_TEST
 
-/* Every refusal of pk_ops_register names what was wrong (issue #12). */
+/* Every refusal of pk_ops_register names what was wrong. */
 static char said[512];
 
 static int capture_print(enum pk_print_level level, const char *fmt, va_list ap)
@@ -187,7 +187,7 @@ START_TEST(refusals_are_named)
 	said[0] = 0;
 	ck_assert_int_eq(pk_ops_register(&bad), -EINVAL);
 	ck_assert_msg(strstr(said, "no func"), "%s", said);
-	/* ... and so does every other call of hook.h (issue #12). */
+	/* ... and so does every other call of hook.h. */
 	said[0] = 0;
 	ck_assert_int_eq(pk_ops_unregister(&o), -ENOENT);
 	ck_assert_msg(strstr(said, "pk_ops_unregister") && strstr(said, "not registered"), "%s",
@@ -440,7 +440,7 @@ static void fork_hy(unsigned long ip, unsigned long parent_ip, struct pk_regs *r
 }
 
 /*
- * H6 with the real patch layer (text alias, far stubs): after fork() the
+ * Fork with the real patch layer (text alias, far stubs): after fork() the
  * parent detaches, frees, and reuses the trampoline memory for another
  * handler; the child's text still calls what it inherited, and must run
  * that (near site and far site through its stub), never the parent's new one.
@@ -531,7 +531,7 @@ static void *fk_txn_holder(void *unused)
 }
 
 /*
- * H7 with the real patch layer: another thread holds a transaction open
+ * Fork with the real patch layer: another thread holds a transaction open
  * across fork(); the child's calls finish (patching its own text), its
  * hook runs, and the other thread's staged ops is not in the child.
  */

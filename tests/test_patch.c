@@ -415,7 +415,7 @@ START_TEST(kick_moves_thread_out_of_sled)
 END_TEST
 
 /*
- * H5: a thread that blocks the kick signal is never signalled; it is looked
+ * A thread that blocks the kick signal is never signalled; it is looked
  * at again until it is seen asleep outside the sleds.  One that is busy for
  * a while and then sleeps lets the batch through; one that never sleeps
  * makes it fail after the timeout with every site as it was.

@@ -286,7 +286,7 @@ START_TEST(sled_takes_its_relay)
 END_TEST
 
 /*
- * H3: thread T stops at byte 2 of the sled (single-stepped there), and a
+ * Thread T stops at byte 2 of the sled (single-stepped there), and a
  * signal handler of its own (SIGUSR1, which does not block anything of ours)
  * interrupts it there and runs for the whole batch that attaches the sled.
  * The sled kick would be answered from inside that handler, whose IP is not
@@ -356,7 +356,7 @@ START_TEST(sled_attached_under_long_handler)
 END_TEST
 
 /*
- * H4: worker threads that block every signal (sigfillset + pthread_sigmask)
+ * Worker threads that block every signal (sigfillset + pthread_sigmask)
  * and call the sites while batches change them.  An INT3 would kill the
  * process: the sled takes its relay and the aligned site one store, with no
  * trap; the line-crossing site, which would need one, is refused with

@@ -946,10 +946,10 @@ static void report_survives(const struct pki_trace_file *f)
 }
 
 /*
- * Issue #8, C6: an END record with end_mono_ns = 2^64 - 1 (valid checksum)
- * refined the TSC rate to 0, and every conversion divided by it (SIGFPE).
- * An END pair overflowing the other way (end_ticks = 2^64 - 1 over 100 ms)
- * truncated the 128-bit rate.  The reader keeps the HEADER's rate when the
+ * An END record with end_mono_ns = 2^64 - 1 (valid checksum) would refine
+ * the TSC rate to 0, and every conversion divide by it (SIGFPE).  An END
+ * pair overflowing the other way (end_ticks = 2^64 - 1 over 100 ms) would
+ * truncate the 128-bit rate.  The reader keeps the HEADER's rate when the
  * refined one is more than 1% away from it, and uses a plausible one.
  */
 START_TEST(end_clock_untrusted)
@@ -957,7 +957,7 @@ START_TEST(end_clock_untrusted)
 	static const struct {
 		uint64_t dticks, dns, rate;
 	} c[] = {
-	    {1000000000u, UINT64_MAX, 1000000000u},  /* the END of the issue: dns wraps too */
+	    {1000000000u, UINT64_MAX, 1000000000u},  /* end_mono_ns 2^64 - 1: dns wraps too */
 	    {UINT64_MAX, 100000000u, 1000000000u},   /* rate 1.8e20: overflow */
 	    {1, 200000000u, 1000000000u},	     /* rate 5 */
 	    {1005000000u, 1000000000u, 1005000000u}, /* 0.5% faster: refined */

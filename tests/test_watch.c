@@ -809,10 +809,10 @@ START_TEST(remove_while_hitting)
 END_TEST
 
 /*
- * ---- issue 9, item 3: threads created while all-threads watchpoints are
- * added and removed.  A thread inside clone() during an add used to get no
- * event (its creator's root came after its perf context was copied), or
- * two (inherited, and a root of its own from a later pass): then the kernel
+ * ---- threads created while all-threads watchpoints are added and
+ * removed.  A thread inside clone() during an add risks getting no event
+ * (its creator's root coming after its perf context was copied), or two
+ * (inherited, and a root of its own from a later pass): then the kernel
  * counts every write twice ("unseen" hits).  Each short-lived thread makes
  * K writes; it is judged when the watchpoint was present, stable, from
  * before its first write to after its last (gen % 4 == 2 and unchanged),

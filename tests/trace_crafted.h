@@ -89,8 +89,8 @@ static inline void crafted_fix(uint8_t *payload)
 
 /*
  * Damage @buf (a complete trace with a HEADER and an END record) with valid
- * checksums, as issue #8's C6: the clock becomes the TSC (rate 1e9 as
- * before) and the END pair says @end_ticks at @end_mono_ns.  With
+ * checksums: the clock becomes the TSC (rate 1e9 as before) and the END
+ * pair says @end_ticks at @end_mono_ns.  With
  * end_mono_ns = 2^64 - 1 the rate refined from it was 0, and every duration
  * a division by 0.  0, or -1 if @buf lacks either record.
  */

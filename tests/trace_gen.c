@@ -20,7 +20,7 @@
  *
  * trace_gen FILE --bad-end: the crafted trace, then damaged with valid
  * checksums (crafted_bad_end): a TSC clock and an END record whose
- * end_mono_ns is 2^64 - 1 (issue #8, C6).
+ * end_mono_ns is 2^64 - 1.
  */
 #include <pthread.h>
 #include <stdio.h>

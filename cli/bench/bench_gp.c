@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * probekit bench gp: what one grace period costs with many threads (issue
- * 9).  Two figures, each alone and then with N threads blocked, M threads
- * running and H threads running hooked code: one pk_ops_register +
+ * probekit bench gp: what one grace period costs with many threads.  Two
+ * figures, each alone and then with N threads blocked, M threads running
+ * and H threads running hooked code: one pk_ops_register +
  * pk_ops_unregister of an ops on pkb_add (the unregister waits for a grace
  * period), and one pk_direct_sync() (a grace period alone).  Every thread
  * made one hooked call first (so the library knows it); then the blocked

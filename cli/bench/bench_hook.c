@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * probekit bench attach / call: what function hooks cost (issue 3, section
- * 6).  `attach` times attach + detach cycles on one function, or one batch
- * of many sites each way; `call` times the added nanoseconds per call of a
- * hooked function over a plain call of the same function, in the same run.
+ * probekit bench attach / call: what function hooks cost.  `attach` times
+ * attach + detach cycles on one function, or one batch of many sites each
+ * way; `call` times the added nanoseconds per call of a hooked function
+ * over a plain call of the same function, in the same run.
  * The kernel's uprobe on the same function (cli/bench/peer_uprobe.c) is the peer.
  *
  * Every figure is checked, never trusted: each hook counts its hits and the

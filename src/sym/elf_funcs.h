@@ -2,8 +2,8 @@
 /*
  * Every function of one ELF file: its link-time entry address and size,
  * whether or not it was built with patchable entries, and whether or not the
- * file still has its .symtab.  Hooking any function (issue #10) starts from
- * this list.  Two sources are merged:
+ * file still has its .symtab.  Hooking any function starts from this
+ * list.  Two sources are merged:
  *
  *   - the symbol tables (.symtab and .dynsym, read by sym/elf_syms):
  *     STT_FUNC and STT_GNU_IFUNC symbols with a size, defined in an

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * How each function of an ELF file on disk could be hooked (issue #10): at
- * its patchable entry (a site of sym/elf_sites, preferred, as today), by
- * relocating its prologue (arch reloc accepts it), or not at all (refused,
- * with the reason).  IFUNC resolvers and cold parts (elf_funcs flags) are
+ * How each function of an ELF file on disk could be hooked: at its
+ * patchable entry (a site of sym/elf_sites, preferred), by relocating its
+ * prologue (arch reloc accepts it), or not at all (refused, with the
+ * reason).  IFUNC resolvers and cold parts (elf_funcs flags) are
  * skipped and counted: a resolver runs once, at relocation, and a cold part
  * is not an entry.  The functions' bytes and jump tables are read from the
  * file's PT_LOAD segments; the relocation is analysed as if the copy sat at

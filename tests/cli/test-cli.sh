@@ -121,7 +121,7 @@ echo junk >"$tmp/junk"
 expect 1 'junk: not an x86-64 ELF'          err -- sites --functions "$tmp/junk"
 expect 1 "no function matches 'nope_\*'"    err -- sites -f -g 'nope_*' "$prog"
 expect 2 '--int3 needs --functions'       err -- sites --int3 "$prog"
-# One message style for bad options (issue #12): the value a option needs,
+# One message style for bad options: the value a option needs,
 # the nearest option for a mistyped one, help CMD, version --help.
 expect 2 '^probekit: report: option --sort needs a value$' err -- report --sort
 expect 125 "unknown option '--funtion' \(did you mean --function\?\)" err -- trace --funtion x -- /bin/true

@@ -34,10 +34,10 @@
  *    or child takes longer than the watchdog allows (then: a diagnostic and
  *    abort(), never a hang).
  *
- * Each hazard of issue 8 is a kind of worker or a kind of change that a flag
- * switches off, so that CI can run what works today (see --help, README).
+ * Each hazard is a kind of worker or a kind of change that a flag switches
+ * off, so that CI can run what works today (see --help, README).
  *
- * Scale (issue 9): --background N attaches N more sites (the functions after
+ * Scale: --background N attaches N more sites (the functions after
  * the 200, up to 10,000) before the workers start, half through one ops
  * filtered by ip and half as direct entries to one pk_tramp_new()
  * trampoline, with hooks that only count; they stay attached for the whole
@@ -459,7 +459,7 @@ static void calls(struct worker *w, int n)
 		/*
 		 * Alarm workers favour sites never patched yet: the first patch
 		 * converts a gcc nop sled, which a thread interrupted inside it
-		 * by a long handler must survive (H3).
+		 * by a long handler must survive.
 		 */
 		for (int t = 0; w->kind == W_ALARM && t < 4 &&
 				atomic_load_explicit(&site_word[i], memory_order_relaxed) >> 32;
@@ -548,8 +548,8 @@ static void spin_ns(unsigned long ns)
 /*
  * SIGALRM, every 100 us on each alarm worker (its own timer): two checked
  * calls from the handler, and every 16th time a long handler (2 ms), which
- * is what a thread stopped in a gcc nop sled meets in real programs (H3).
- * The handler may interrupt probekit's own SIGTRAP handler (H2).
+ * is what a thread stopped in a gcc nop sled meets in real programs.
+ * The handler may interrupt probekit's own SIGTRAP handler.
  */
 static void on_alarm(int sig)
 {
@@ -589,15 +589,14 @@ static void block_rt(void)
 	pthread_sigmask(SIG_BLOCK, &s, NULL);
 }
 
-/* nanosleep @us microseconds; EINTR is a broken promise (H8) unless --no-sleep. */
+/* nanosleep @us microseconds; EINTR is a broken promise unless --no-sleep. */
 static void nap(struct worker *w, long us)
 {
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
 
 	if (nanosleep(&ts, NULL) && errno == EINTR && opt.sleeper) {
 		w->eintr++;
-		viol("%s: nanosleep failed with EINTR in a thread that takes no signal of its own "
-		     "(H8)",
+		viol("%s: nanosleep failed with EINTR in a thread that takes no signal of its own",
 		     ctxname(w, &w->ctx));
 	}
 }
@@ -683,7 +682,7 @@ static void *worker_main(void *arg)
 			nap(w, 50 + (long)(rnd(&w->rng) % 500));
 			break;
 		case W_RTBLOCK:
-			/* Mostly asleep (H5): a call now and then. */
+			/* Mostly asleep: a call now and then. */
 			calls(w, 1);
 			nap(w, 1000 + (long)(rnd(&w->rng) % 4000));
 			break;
@@ -753,7 +752,7 @@ static void on_child_alarm(int sig)
 	(void)sig;
 	snprintf(b, sizeof(b), "stress: BROKEN (fork child %d): stuck for %.0f s in \"%s\"%s\n",
 		 getpid(), opt.hang / 2, child_stages[child_page->stage_no],
-		 child_page->stage_no == 2 || child_page->stage_no >= 4 ? " (H7?)" : "");
+		 child_page->stage_no == 2 || child_page->stage_no >= 4 ? " (fork-api?)" : "");
 	out(b);
 	/* A core file shows where (core dumps permitting); the parent counts it. */
 	child_page->stuck = 1;
@@ -782,7 +781,7 @@ static int child_sites_without(unsigned int mask, unsigned int *out, int max, un
 	return n;
 }
 
-/* Random checked calls for @ms milliseconds (the parent changes hooks meanwhile: H6). */
+/* Random checked calls for @ms milliseconds (the parent changes hooks meanwhile). */
 static void child_calls_for(struct worker *w, unsigned long ms)
 {
 	unsigned long t0 = now_ns();
@@ -1357,7 +1356,7 @@ static void run_batch(int n, int txn)
 			viol("controller: %s (slot %d, %d sites)%s returned %d (%s)%s",
 			     step_name[ctl.steps[j].kind], ctl.steps[j].slot, ctl.steps[j].n,
 			     txn ? " in a transaction" : "", err, errname(err),
-			     err == -ETIMEDOUT ? " (H5?)" : "");
+			     err == -ETIMEDOUT ? " (rtblock?)" : "");
 			ctl.nerr++;
 			ok = 0;
 		}
@@ -1377,7 +1376,7 @@ static void run_batch(int n, int txn)
 		end_api();
 		if (err) {
 			viol("controller: pk_txn_commit of %d steps: %d (%s)%s", n, err,
-			     errname(err), err == -ETIMEDOUT ? " (H5?)" : "");
+			     errname(err), err == -ETIMEDOUT ? " (rtblock?)" : "");
 			ctl.nerr++;
 			ok = 0;
 		}
@@ -1612,7 +1611,7 @@ static void *watchdog_main(void *arg)
 
 	/*
 	 * Not block_all(): a sleeping thread that blocks SIGRTMAX-1 is one of
-	 * the hazards (H5), which only --rtblock threads should bring.
+	 * the hazards, which only --rtblock threads should bring.
 	 */
 	(void)arg;
 	for (;;) {
@@ -1677,7 +1676,7 @@ static void usage(int status)
 	    "  -t, --threads N    plain worker threads (2)\n"
 	    "  -a, --alarm-threads N  SIGALRM worker threads (1)\n"
 	    "  -v, --verbose      per-thread statistics\n"
-	    "scale (issue 9), off by default:\n"
+	    "scale, off by default:\n"
 	    "  --background N     attach N more sites (up to %u) for the whole run, half\n"
 	    "                     through one ops, half direct to one trampoline, with\n"
 	    "                     hooks that only count; the controller never touches\n"
@@ -1692,20 +1691,20 @@ static void usage(int status)
 	    "                     handlers included, is preempted anywhere and waits long\n"
 	    "                     for a CPU; the promises are the same (CI's\n"
 	    "                     stress_hook_overload: 300, with -a 4)\n"
-	    "hazards (issue 8), each on by default:\n"
-	    "  --no-sigblock      no threads that block every signal (H4)\n"
+	    "hazards, each on by default:\n"
+	    "  --no-sigblock      no threads that block every signal\n"
 	    "  --no-alarm         no threads taking SIGALRM every 100 us whose handler calls\n"
-	    "                     hooked functions (H2)\n"
-	    "  --no-long-handler  the SIGALRM handler never spins for 2 ms (H3)\n"
-	    "  --no-alarm-calls   the SIGALRM handler calls no hooked function (H2)\n"
-	    "  --no-rtblock       no sleeping threads that block SIGRTMAX-1/-2 (H5)\n"
-	    "  --no-sleep         no threads checking nanosleep for EINTR (H8)\n"
-	    "  --no-fork          no forking thread (H6, H7)\n"
-	    "  --no-fork-api      fork children call hooked functions but not the API (H7)\n"
+	    "                     hooked functions\n"
+	    "  --no-long-handler  the SIGALRM handler never spins for 2 ms\n"
+	    "  --no-alarm-calls   the SIGALRM handler calls no hooked function\n"
+	    "  --no-rtblock       no sleeping threads that block SIGRTMAX-1/-2\n"
+	    "  --no-sleep         no threads checking nanosleep for EINTR\n"
+	    "  --no-fork          no forking thread\n"
+	    "  --no-fork-api      fork children call hooked functions but not the API\n"
 	    "  --no-churn         no threads created and joined continuously\n"
 	    "  --no-txn           no transactions\n"
 	    "  --no-txn-same      a transaction touches each ops slot and each site's\n"
-	    "                     direct entry at most once (H1)\n"
+	    "                     direct entry at most once\n"
 	    "  --no-probes        no calls checking the documented error returns\n"
 	    "  --no-direct        no direct entries (ops only), to narrow a failure down\n"
 	    "  --safe             the --no-* flags of the main CI run: --no-sleep --no-sigblock\n",

@@ -241,7 +241,7 @@ check "entry-only: rc $rc" "[[ $rc == 0 ]]"
 counts entry.trace >got
 want out >exp
 check "entry-only: counts" "diff -u exp got"
-# An entry-only trace has counts, no durations and no nesting (issue #12):
+# An entry-only trace has counts, no durations and no nesting:
 # the report prints '-' for the times and finds no open calls; the folded
 # export of times is empty, of counts one frame deep per function; Chrome's
 # has zero-length events.
@@ -258,11 +258,10 @@ check "missing PROG: rc $rc" "[[ $rc == 127 ]]"
 run --bogus -- "$demo"
 check "bad option: rc $rc" "[[ $rc == 125 ]]"
 
-# Issue #8: after PROG ended, the command read the whole trace back for its
-# summary (about twice the trace's size: 860 MB for a 440 MB trace).  It now
+# After PROG ended, the command reads the trace back for its summary, and
 # streams it: 4 M calls (a trace of over 40 MB) in 100 MB of address space,
-# where the old reader failed with "not a readable trace".  (Not under the
-# sanitizers, whose shadow memory needs terabytes of address space.)
+# not about twice the trace's size.  (Not under the sanitizers, whose shadow
+# memory needs terabytes of address space.)
 if [[ -z ${PKT_SAN_PRELOAD:-} && $(ldd "$pk") != *lib[at]san* ]]; then
 	(ulimit -v 100000 && exec "$pk" trace -o big.trace -- "$demo" --bench 4000000) >out 2>err
 	rc=$?

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# probekit trace and the files around PROG (issue 8, C1 C2 C4 C11):
+# probekit trace and the files around PROG:
 #  - PROG closes every descriptor (close_range) or dup2()s its own file over
 #    them, then opens files of its own: none of them gets a byte of trace
 #    data, /proc/self/mem included (a later dlopen patches text, with
@@ -58,7 +58,7 @@ counts "dmn.trace.$dpid" >got
 want dmn/daemon.out >exp
 check "daemon: counts" "[[ -s exp ]] && diff -u exp got"
 
-# 4. C11: a directory other users can write to (sticky, theirs).
+# 4. A directory other users can write to (sticky, theirs).
 if [[ $(id -u) == 0 ]]; then
 	sh=$tmp/shared
 	mkdir -m 1777 "$sh" && chown nobody "$sh"
@@ -87,7 +87,7 @@ else
 	echo "SKIP: shared-directory checks need root (chown nobody)"
 fi
 
-# 5. C4: a full file system (a 1 MiB tmpfs; the calls make ~64 MB of events).
+# 5. A full file system (a 1 MiB tmpfs; the calls make ~64 MB of events).
 mkdir -p full
 if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=1m pktest "$tmp/full" 2>/dev/null; then
 	trap 'umount "$tmp/full"; rm -rf "$tmp"' EXIT

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Prologue relocation (issue #10): to hook a function that was not built
- * with a patchable entry, the whole instructions covering its first 5 bytes
- * (after an endbr64, which stays in place) are moved to an out-of-line copy,
+ * Prologue relocation: to hook a function that was not built with a
+ * patchable entry, the whole instructions covering its first 5 bytes (after
+ * an endbr64, which stays in place) are moved to an out-of-line copy,
  * rewritten for their new address and followed by a jmp back to the first
  * byte after them; the entry can then become a 5-byte jmp/call.  This is the
  * pure core: it decodes bytes it is given (Zydis), decides whether moving

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Reproducer (issue 8: H6 the other way round, found by stress_hook with
+ * Reproducer (fork_tramp.c the other way round, found by stress_hook with
  * fork children that use the API): trampoline memory is a MAP_SHARED memfd
  * that fork() shares, so a CHILD that uses the hook API writes into the
  * PARENT's trampolines.  The parent attaches trampoline T1 (handler h1) to f

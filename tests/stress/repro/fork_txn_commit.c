@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Found by stress_hook at scale (issue 9: --background 10000
+ * Found by stress_hook at scale (--background 10000
  * --background-callers 4 -t 200, where a controller's call can take 2-3 s):
  * a fork child hangs for ever in its first hook call instead of failing
  * with -ENOTRECOVERABLE, as hook.h promises, when fork() gave up waiting

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Reproducer (found by stress_hook, not in issue 8's list): a grace period
+ * Reproducer (found by stress_hook, beyond its hazards): a grace period
  * judges a thread quiescent while the thread sits at a trampoline's entry,
  * if another signal handler interrupted it there.  A worker calls a hooked
  * function in a loop and takes SIGALRM every 20 us from its own timer (the
@@ -12,7 +12,8 @@
  * handlers; probekit's handler then inspects the interrupted IP of OUR
  * handler, not the window, answers "quiescent", the trampoline is freed, and
  * the worker resumes into int3: the process dies by SIGTRAP.  The handler
- * need not be long (compare H3, the same blind spot in the sled kick).
+ * need not be long (compare a long handler interrupting a thread in a gcc nop
+ * sled, the same blind spot in the sled kick).
  *
  * Build: cc -O2 -pthread -o gp_nested_signal gp_nested_signal.c \
  *          $(pkg-config --cflags --libs probekit)
@@ -22,8 +23,8 @@
  * e25f0d3, 10 s runs on a loaded 2-core box: 3 of 4 killed with the timer,
  * 0 of 3 without (with 30 times more calls).  With f a gcc nop sled instead
  * (patchable_function_entry(5)) the same program also dies by SIGSEGV at
- * f+4: H3 with a short handler (the sled kick's same blind spot).  Not
- * registered in CI: it fails today.
+ * f+4, as under a long handler in a sled, but with a short one (the sled
+ * kick's same blind spot).  Not registered in CI: it fails today.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -44,8 +45,8 @@ static atomic_ulong calls, hits;
 
 /*
  * f(x) = x + 1 behind ONE five-byte nop (what clang emits), recorded in
- * __patchable_function_entries: no gcc nop sled, so no sled kick (H3)
- * either; only grace periods are left to go wrong.
+ * __patchable_function_entries: no gcc nop sled, so no sled kick either;
+ * only grace periods are left to go wrong.
  */
 int f(int x);
 __asm__(".text\n"

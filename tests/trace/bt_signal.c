@@ -2,7 +2,9 @@
 /*
  * bt_signal: backtrace() from a signal handler, as crash handlers call it,
  * with a buffer of 1000 entries, for test-trace-cmd.sh.  The handler runs
- * on a 16 KiB alternate stack, below traced frames.  It must not allocate:
+ * on a 16 KiB alternate stack, below traced frames (64 KiB under
+ * AddressSanitizer, whose redzones make every frame of the handler, the
+ * unwinder's and the agent's several times larger).  It must not allocate:
  * the signal may have interrupted malloc().  This program defines malloc()
  * (forwarding to glibc's) and aborts if it is called inside the handler;
  * under AddressSanitizer, which owns malloc, that check is left out.  It
@@ -16,15 +18,17 @@
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
-#define CHECK_MALLOC 0
+#define UNDER_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define CHECK_MALLOC 0
+#define UNDER_ASAN 1
 #endif
 #endif
-#ifndef CHECK_MALLOC
-#define CHECK_MALLOC 1
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
 #endif
+#define CHECK_MALLOC (!UNDER_ASAN)
+#define ALTSTACK_SIZE (UNDER_ASAN ? 64 * 1024 : 16 * 1024)
 
 static volatile sig_atomic_t in_handler;
 static int depth;
@@ -71,7 +75,7 @@ __attribute__((noinline)) void bt_nest(int n)
 
 int main(void)
 {
-	static char altstack[16 * 1024];
+	static char altstack[ALTSTACK_SIZE];
 	stack_t ss = {.ss_sp = altstack, .ss_size = sizeof(altstack)};
 	struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_ONSTACK};
 	void *prime[4];

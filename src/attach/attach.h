@@ -36,15 +36,23 @@ struct pki_attach_report {
 	uint64_t handle;     /* dlopen's result in @pid */
 };
 
+/* How pki_attach_inject() chooses; zero for the defaults. */
+struct pki_attach_opts {
+	pid_t tid; /* only this thread (tests: each blocking call in turn); 0: any */
+	int rounds; /* passes over the threads, 1 ms apart (A3); 0: 200 */
+};
+
 /*
  * Load the shared library open on @lib_fd into @pid (A2-A6): returns 0
  * once its constructors have run in the process, with timings in @rep.
  * Errors (message in @why): those of pki_attach_preflight(); -EAGAIN (no
- * thread reached a safe point within the retries: nothing was changed);
+ * thread reached a safe point within the retries, or @opts->tid is not a
+ * thread of @pid or waits where it must not be touched: nothing was changed);
  * -ETIMEDOUT (the bootstrap thread did not finish dlopen within 10 s);
  * -ELIBBAD (dlopen failed in the process: dlerror()'s text); -EFAULT (a
  * remote call faulted); another errno of ptrace, mmap or memfd_create.
  */
-int pki_attach_inject(pid_t pid, int lib_fd, struct pki_attach_report *rep, char *why, size_t n);
+int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
+		      struct pki_attach_report *rep, char *why, size_t n);
 
 #endif /* PK_ATTACH_ATTACH_H */

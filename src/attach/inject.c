@@ -58,6 +58,7 @@ static const char *const blocking_entries[] = {
     "syscall",
 };
 #define N_ENTRIES (sizeof(blocking_entries) / sizeof(blocking_entries[0]))
+#define MAX_ENTRIES 128
 
 struct inject {
 	pid_t pid;
@@ -69,11 +70,13 @@ struct inject {
 	char libc_path[PATH_MAX];  /* as in maps, for /proc/PID/root/... */
 	struct range libc_text;	   /* its executable mapping */
 	uint64_t libc_syscall;	   /* a `syscall` in it (A5) */
-	struct range entries[N_ENTRIES];
+	struct range entries[MAX_ENTRIES];
+	int nentries;
 	uint64_t fn_pthread_create, fn_dlopen, fn_dlerror, fn_close, fn_self, fn_detach;
 	Dwfl *dwfl;
 	const struct pki_remote_regs *cur; /* the thread being unwound */
 	struct pki_attach_report *rep;
+	struct pki_attach_opts opts;
 	char *why;
 	size_t n;
 	char refused[512]; /* the last refusal, for -EAGAIN's message */
@@ -174,12 +177,18 @@ static int libc_syms(struct inject *c)
 		}
 		*need[i].out = c->libc_base + sym->value;
 	}
-	for (size_t i = 0; i < N_ENTRIES; i++) {
-		const struct pki_elf_sym *sym = pki_elf_syms_lookup(&s, blocking_entries[i]);
+	/* Every version of each: pthread_cond_wait@GLIBC_2.2.5 is another function. */
+	for (size_t j = 0; j < s.n && c->nentries < MAX_ENTRIES; j++) {
+		const struct pki_elf_sym *sym = &s.syms[j];
 
-		if (sym && sym->kind == PKI_SYM_FUNC)
-			c->entries[i] = (struct range){c->libc_base + sym->value,
-						       c->libc_base + sym->value + sym->size};
+		if (sym->kind != PKI_SYM_FUNC || !sym->size)
+			continue;
+		for (size_t i = 0; i < N_ENTRIES; i++)
+			if (!strcmp(sym->name, blocking_entries[i])) {
+				c->entries[c->nentries++] = (struct range){
+				    c->libc_base + sym->value, c->libc_base + sym->value + sym->size};
+				break;
+			}
 	}
 	pki_elf_syms_free(&s);
 	return 0;
@@ -354,13 +363,12 @@ static bool safe_point(struct inject *c, pid_t tid, const struct pki_remote_regs
 			 (unsigned long)pki_remote_pc(r));
 		return false;
 	}
-	for (i = 0; i < (int)N_ENTRIES; i++)
-		if (f.pc[k - 1] >= c->entries[i].lo && f.pc[k - 1] < c->entries[i].hi)
-			return true;
+	if (in_ranges(c->entries, c->nentries, f.pc[k - 1]))
+		return true;
 	snprintf(c->refused, sizeof(c->refused),
-		 "thread %d: waiting in system call %ld inside libc code (pc %#lx) that is not "
-		 "a blocking entry point",
-		 tid, pki_remote_syscall_nr(r), (unsigned long)f.pc[k - 1]);
+		 "thread %d: waiting in system call %ld inside libc code (libc.so.6+%#lx) that "
+		 "is not a blocking entry point",
+		 tid, pki_remote_syscall_nr(r), (unsigned long)(f.pc[k - 1] - c->libc_base));
 	return false;
 }
 
@@ -428,8 +436,13 @@ static int candidate(struct inject *c, pid_t tid)
 	nr = strtol(buf, NULL, 10);
 	if (nr < 0)
 		return 1;
-	if (!restartable(nr))
+	if (!restartable(nr)) {
+		snprintf(c->refused, sizeof(c->refused),
+			 "thread %d waits in system call %ld, which %s: not touched", tid, nr,
+			 eintr_prone(nr) ? "fails with EINTR when interrupted"
+					 : "may not restart when interrupted");
 		return 0;
+	}
 	if (nr == SYS_read || nr == SYS_readv || nr == SYS_pread64) {
 		/* An inotify read fails with EINTR when interrupted. */
 		if (sscanf(buf, "%*d %lx", &fd) != 1)
@@ -439,8 +452,13 @@ static int candidate(struct inject *c, pid_t tid)
 		if (len < 0)
 			return 0;
 		link[len] = '\0';
-		if (strstr(link, "inotify"))
+		if (strstr(link, "inotify")) {
+			snprintf(c->refused, sizeof(c->refused),
+				 "thread %d reads an inotify descriptor, which fails with EINTR "
+				 "when interrupted: not touched",
+				 tid);
 			return 0;
+		}
 	}
 	return 2;
 }
@@ -756,7 +774,7 @@ static int seize_one(struct inject *c, int lib_fd)
 	static pid_t tids[4096];
 	const struct timespec ms = {0, 1000000};
 
-	for (int round = 0; round < ROUNDS; round++) {
+	for (int round = 0; round < c->opts.rounds; round++) {
 		int n, rc;
 
 		c->rep->rounds = round + 1;
@@ -766,6 +784,18 @@ static int seize_one(struct inject *c, int lib_fd)
 		n = tids_read(c->pid, tids, 4096);
 		if (n <= 0)
 			return pki_attach_why(c->why, c->n, "process %d exited", c->pid), -ESRCH;
+		if (c->opts.tid) {
+			int i = 0;
+
+			while (i < n && tids[i] != c->opts.tid)
+				i++;
+			if (i == n)
+				return pki_attach_why(c->why, c->n, "no thread %d in process %d",
+						      c->opts.tid, c->pid),
+				       -EAGAIN;
+			tids[0] = c->opts.tid;
+			n = 1;
+		}
 		for (int want = 2; want >= 1; want--)
 			for (int i = 0; i < n; i++) {
 				if (candidate(c, tids[i]) != want)
@@ -779,7 +809,7 @@ static int seize_one(struct inject *c, int lib_fd)
 	return pki_attach_why(c->why, c->n,
 			      "no thread of process %d reached a safe point in %d tries over %d "
 			      "rounds; last: %s (nothing was changed; try again)",
-			      c->pid, c->rep->tries, ROUNDS,
+			      c->pid, c->rep->tries, c->opts.rounds,
 			      c->refused[0] ? c->refused : "no thread could be interrupted "
 							   "without an EINTR"),
 	       -EAGAIN;
@@ -817,7 +847,8 @@ static int boot_wait(struct inject *c)
 	return 0;
 }
 
-int pki_attach_inject(pid_t pid, int lib_fd, struct pki_attach_report *rep, char *why, size_t n)
+int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
+		      struct pki_attach_report *rep, char *why, size_t n)
 {
 	struct inject *c;
 	sigset_t quiet, old;
@@ -834,6 +865,10 @@ int pki_attach_inject(pid_t pid, int lib_fd, struct pki_attach_report *rep, char
 		return pki_attach_why(why, n, "out of memory"), -ENOMEM;
 	c->pid = pid;
 	c->rep = rep;
+	if (opts)
+		c->opts = *opts;
+	if (c->opts.rounds <= 0)
+		c->opts.rounds = ROUNDS;
 	c->why = why;
 	c->n = n;
 	snprintf(path, sizeof(path), "/proc/%d/mem", pid);

@@ -3,8 +3,8 @@
  * The bootstrap a new thread of the target runs (doc/design/attach.md A4):
  * copied into the target's area as bytes, never run here.  %rdi is the
  * data page (struct pki_remote_boot_data, remote.h): dlopen its path with
- * RTLD_NOW, keep the handle or copy dlerror()'s text, close the
- * descriptor, detach the thread, set done, return.  Only %rbx is used
+ * RTLD_NOW, keep the handle, or copy dlerror()'s text and close the
+ * descriptor; detach the thread, set done, return.  Only %rbx is used
  * across calls; the thread is a normal thread of the program's, so every
  * libc call here is allowed (A3).
  */
@@ -34,7 +34,7 @@ pki_remote_boot_start:
 	call *D_DLOPEN(%rbx)
 	mov %rax, D_HANDLE(%rbx)
 	test %rax, %rax
-	jnz 2f
+	jnz 3f				/* loaded: the descriptor stays (A4) */
 	call *D_DLERROR(%rbx)
 	test %rax, %rax
 	jz 2f
@@ -50,7 +50,7 @@ pki_remote_boot_start:
 	jnz 1b
 2:	mov D_FD(%rbx), %rdi
 	call *D_CLOSE(%rbx)
-	call *D_SELF(%rbx)
+3:	call *D_SELF(%rbx)
 	mov %rax, %rdi
 	call *D_DETACH(%rbx)
 	movq $1, D_DONE(%rbx)		/* last: the command reads the rest after it */

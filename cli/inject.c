@@ -28,6 +28,7 @@ static const char usage[] =
     "options:\n"
     "  -p, --pid PID   the process\n"
     "  -n, --check     only check that PID could be attached to, touching nothing\n"
+    "  -t, --thread TID  use only thread TID of PID (20 tries; for tests)\n"
     "  -h, --help      this text\n";
 
 int cmd_inject(int argc, char **argv)
@@ -35,9 +36,11 @@ int cmd_inject(int argc, char **argv)
 	static const struct option opts[] = {
 	    {"pid", required_argument, NULL, 'p'},
 	    {"check", no_argument, NULL, 'n'},
+	    {"thread", required_argument, NULL, 't'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
+	struct pki_attach_opts ao = {0};
 	struct pki_attach_report rep;
 	char why[1024], *end;
 	bool check = false;
@@ -46,7 +49,7 @@ int cmd_inject(int argc, char **argv)
 
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "p:nh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:nt:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			pid = strtol(optarg, &end, 10);
@@ -56,11 +59,17 @@ int cmd_inject(int argc, char **argv)
 		case 'n':
 			check = true;
 			break;
+		case 't':
+			ao.tid = (pid_t)strtol(optarg, &end, 10);
+			if (*end || ao.tid <= 0)
+				return cli_usage_error("inject: bad TID '%s'", optarg);
+			ao.rounds = 20;
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
 		default:
-			return cli_bad_option("inject", "p:nh", opts, argv);
+			return cli_bad_option("inject", "p:nt:h", opts, argv);
 		}
 	}
 	if (!pid)
@@ -79,7 +88,7 @@ int cmd_inject(int argc, char **argv)
 	fd = open(argv[optind], O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return cli_error("inject: %s: %s", argv[optind], strerror(errno));
-	rc = pki_attach_inject((pid_t)pid, fd, &rep, why, sizeof(why));
+	rc = pki_attach_inject((pid_t)pid, fd, &ao, &rep, why, sizeof(why));
 	close(fd);
 	if (rc)
 		return cli_error("inject: %s", why);

@@ -75,6 +75,7 @@ struct inject {
 	uint64_t fn_pthread_create, fn_dlopen, fn_dlerror, fn_close, fn_self, fn_detach;
 	Dwfl *dwfl;
 	const struct pki_remote_regs *cur; /* the thread being unwound */
+	bool stale;			   /* an unwind failed: report the modules again */
 	struct pki_attach_report *rep;
 	struct pki_attach_opts opts;
 	char *why;
@@ -273,6 +274,19 @@ static const Dwfl_Callbacks dw_proc_cbs = {
     .find_debuginfo = dwfl_standard_find_debuginfo,
 };
 
+/* Open each module's ELF and CFI now, not while a thread waits on us. */
+static int dw_warm(Dwfl_Module *mod, void **userdata, const char *name, Dwarf_Addr start, void *arg)
+{
+	Dwarf_Addr bias;
+
+	(void)userdata;
+	(void)name;
+	(void)start;
+	(void)arg;
+	dwfl_module_eh_cfi(mod, &bias);
+	return DWARF_CB_OK;
+}
+
 /* The modules as mapped now; done with no thread stopped (A3). */
 static int dwfl_refresh(struct inject *c)
 {
@@ -285,6 +299,8 @@ static int dwfl_refresh(struct inject *c)
 		return pki_attach_why(c->why, c->n, "process %d: its modules: %s", c->pid,
 				      dwfl_errmsg(-1)),
 		       -ENOEXEC;
+	dwfl_getmodules(c->dwfl, dw_warm, NULL, 0);
+	c->stale = false;
 	return 0;
 }
 
@@ -324,6 +340,7 @@ static bool safe_point(struct inject *c, pid_t tid, const struct pki_remote_regs
 	c->cur = r;
 	if (dwfl_getthread_frames(c->dwfl, tid, on_frame, &f) != 0 || f.n == 0) {
 		/* Rule 1: an unwind that stops early could hide a libc frame. */
+		c->stale = true; /* perhaps a library loaded since the report */
 		snprintf(c->refused, sizeof(c->refused),
 			 "thread %d: its stack does not unwind to its start (%d frames, pc %#lx: "
 			 "%s)",
@@ -778,9 +795,11 @@ static int seize_one(struct inject *c, int lib_fd)
 		int n, rc;
 
 		c->rep->rounds = round + 1;
-		rc = dwfl_refresh(c);
-		if (rc)
-			return rc;
+		if (!c->dwfl || c->stale) {
+			rc = dwfl_refresh(c);
+			if (rc)
+				return rc;
+		}
 		n = tids_read(c->pid, tids, 4096);
 		if (n <= 0)
 			return pki_attach_why(c->why, c->n, "process %d exited", c->pid), -ESRCH;

@@ -12,6 +12,9 @@
 # and A1's refusals: a process gone, stopped, already traced, static, and
 # a caller without the right to trace.
 #
+# A file that is not a library fails in the process's dlopen, whose error
+# is reported; the process goes on unharmed.
+#
 # usage: test-attach.sh PROBEKIT WAITERS MARKER_LIB [STATIC_PROG]
 set -uo pipefail
 pk=$(realpath "$1") waiters=$(realpath "$2") marker=$(realpath "$3")
@@ -83,7 +86,9 @@ finish() {
 inject() {
 	local label=$1
 	shift
-	"$pk" inject -p "$wpid" "$@" "$marker" >inj 2>&1
+	local lib=$marker
+	[[ $label == notlib ]] && lib=$tmp/notlib.so
+	"$pk" inject -p "$wpid" "$@" "$lib" >inj 2>&1
 	rc=$?
 	stopped=$(sed -n 's/.* stopped \([0-9]*\) us.*/\1/p' inj)
 	[[ $rc == 0 ]] && echo "  $label: $(sed 's/.*: \([0-9.]* ms in all\)/\1/' inj)"
@@ -106,6 +111,12 @@ for name in read sigblock nanosleep poll futex condvar accept waitpid main; do
 	check "thread $name: marker $n" "[[ \$(markers blocked) == $n ]]"
 	[[ -n $stopped ]] && check "thread $name: stopped ${stopped} us (< 20 ms)" "((stopped < 20000))"
 done
+echo 'not a library' >notlib.so
+inject notlib
+check "not a library: dlopen's own error, reported" \
+	"[[ $rc != 0 ]] && grep -q 'dlopen in process $wpid: .*notlib\\|invalid ELF header\\|too short' inj"
+"$pk" inject --check -p "$wpid" >inj 2>&1
+check "--check: attachable" "grep -q 'process $wpid can be attached to' inj"
 tid=$(tid_of epoll_wait blocked)
 inject epoll --thread "$tid"
 check "epoll_wait thread: refused, untouched" \

@@ -720,8 +720,14 @@ static int try_thread(struct inject *c, pid_t tid, int lib_fd)
 {
 	struct pki_remote_regs saved;
 	struct work w = {.tid = tid, .saved = &saved};
-	uint64_t t0 = now_ns(), t1;
+	uint64_t t0, t1;
 	int rc = seize_stop(tid);
+
+	/*
+	 * A7: stopped from the interrupt stop on.  Before it, the thread runs
+	 * (a fork in progress delays the stop by as long as the copy takes).
+	 */
+	t0 = now_ns();
 
 	if (rc == -ESRCH || rc == -EAGAIN)
 		return 0;

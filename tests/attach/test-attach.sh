@@ -10,15 +10,16 @@
 # epoll_wait thread is refused (its call would fail with EINTR), untouched.
 # Then a process of another user (the library reaches it by a descriptor),
 # and A1's refusals: a process gone, stopped, already traced, static, and
-# a caller without the right to trace.
+# a caller without the right to trace, a process under a seccomp filter.
 #
 # A file that is not a library fails in the process's dlopen, whose error
 # is reported; the process goes on unharmed.
 #
-# usage: test-attach.sh PROBEKIT WAITERS MARKER_LIB [STATIC_PROG]
+# usage: test-attach.sh PROBEKIT WAITERS MARKER_LIB NOMEMFD [STATIC_PROG]
+# (NOMEMFD: tests/trace/nomemfd.c, which runs a program under a seccomp filter)
 set -uo pipefail
-pk=$(realpath "$1") waiters=$(realpath "$2") marker=$(realpath "$3")
-static=${4:+$(realpath "$4")}
+pk=$(realpath "$1") waiters=$(realpath "$2") marker=$(realpath "$3") nomemfd=$(realpath "$4")
+static=${5:+$(realpath "$5")}
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
@@ -189,6 +190,15 @@ if command -v strace >/dev/null; then
 else
 	echo "SKIP (part): already-traced process: no strace"
 fi
+kill "$sp"
+
+"$nomemfd" sleep 30 &
+sp=$!
+pids+=("$sp")
+for ((k = 0; k < 500; k++)); do grep -q libc.so.6 "/proc/$sp/maps" 2>/dev/null && break; sleep 0.01; done
+"$pk" inject -p "$sp" "$marker" >inj 2>&1
+rc=$?
+check "seccomp filter: refused" "[[ $rc != 0 ]] && grep -q 'seccomp filter' inj"
 kill "$sp"
 
 if [[ -n $static ]]; then

@@ -512,8 +512,10 @@ static int seize_stop(pid_t tid)
 	}
 	for (int i = 0; i < 64; i++) {
 		while (waitpid(tid, &st, __WALL) < 0)
-			if (errno != EINTR)
-				return -errno;
+			if (errno != EINTR) {
+				rc = -errno;
+				goto detach;
+			}
 		if (!WIFSTOPPED(st))
 			return -ESRCH;
 		if (st >> 16 == PTRACE_EVENT_STOP) {
@@ -696,9 +698,22 @@ static int work(struct inject *c, struct work *w, int lib_fd, uint64_t *area_out
 		goto close_fd;
 	}
 	*area_out = area;
-	/* 6. the mask back; the bootstrap owns the descriptor and the area now. */
-	rsys(c, w, SYS_rt_sigprocmask, SIG_SETMASK, area + PAGE +
-		offsetof(struct pki_remote_boot_data, sigset), 0, 8, 0, 0, &ret);
+	/*
+	 * 6. the mask back; the bootstrap owns the descriptor and the area now.
+	 * Every signal is blocked, so only a fault could come first: retried.
+	 */
+	for (int i = 0; i < 3; i++) {
+		rc = rsys(c, w, SYS_rt_sigprocmask, SIG_SETMASK,
+			  area + PAGE + offsetof(struct pki_remote_boot_data, sigset), 0, 8, 0, 0,
+			  &ret);
+		if (!rc && !ret)
+			return 0;
+		w->sig = 0;
+	}
+	pki_attach_why(c->why, c->n,
+		       "thread %d: its signal mask could not be restored (it blocks every "
+		       "signal now): %s",
+		       w->tid, strerror(rc ? -rc : (int)-ret));
 	return 0;
 
 close_fd:
@@ -794,7 +809,7 @@ static int tids_read(pid_t pid, pid_t *out, int max)
 /* A3: rounds over the threads, blocked ones first. */
 static int seize_one(struct inject *c, int lib_fd)
 {
-	static pid_t tids[4096];
+	pid_t tids[4096];
 	const struct timespec ms = {0, 1000000};
 
 	for (int round = 0; round < c->opts.rounds; round++) {

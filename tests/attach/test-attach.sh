@@ -8,7 +8,8 @@
 # must appear once per injection, from a thread of its own, and waiters
 # must see no EINTR, no early return, and print what it prints alone.  The
 # epoll_wait thread is refused (its call would fail with EINTR), untouched.
-# Then a process of another user (the library reaches it by a descriptor),
+# Then a process of another user and one in a mount namespace of its own
+# that cannot see the library's file (it reaches them by a descriptor),
 # and A1's refusals: a process gone, stopped, already traced, static, and
 # a caller without the right to trace, a process under a seccomp filter.
 #
@@ -155,7 +156,24 @@ else
 	echo "SKIP (part): another user's process: not root, or no nobody user, or $waiters not reachable by it"
 fi
 
-# 3. A1's refusals, each naming the cause.
+# 3. A process in a mount namespace of its own, which cannot see the
+# library's file (a tmpfs over its directory): the descriptor gets it in.
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null &&
+	unshare -m --propagation private true 2>/dev/null; then
+	mkdir hidden && cp "$marker" hidden/lib.so
+	start mntns unshare -m --propagation private sh -c "mount -t tmpfs none '$tmp/hidden' && exec \"\$0\" \"\$@\""
+	check "mntns: the library's file is hidden from the process" \
+		"[[ ! -e /proc/$wpid/root$tmp/hidden/lib.so ]]"
+	"$pk" inject -p "$wpid" "$tmp/hidden/lib.so" >inj 2>&1
+	rc=$?
+	check "mount namespace: inject rc $rc" "[[ $rc == 0 ]]"
+	check "mount namespace: the marker" "[[ \$(markers mntns) == 1 ]]"
+	finish mntns
+else
+	echo "SKIP (part): mount namespace: not root, or no unshare -m here"
+fi
+
+# 4. A1's refusals, each naming the cause.
 sleep 0 &
 gone=$!
 wait "$gone"

@@ -28,6 +28,7 @@
 
 #include "arch/arch.h"
 #include "attach/attach_int.h"
+#include "attach/safepoint.h"
 #include "sym/elf_syms.h"
 
 #define ROUNDS	     200	 /* A3: passes over the thread list, 1 ms apart */
@@ -323,23 +324,43 @@ static int on_frame(Dwfl_Frame *state, void *arg)
 	return DWARF_CB_OK;
 }
 
-static bool is_libc(const struct inject *c, uint64_t pc)
+static enum pki_frame_where frame_where(const struct inject *c, uint64_t pc)
 {
-	return in_ranges(c->libc, c->nlibc, pc) || in_ranges(c->ld, c->nld, pc);
+	if (in_ranges(c->libc, c->nlibc, pc))
+		return PKI_FRAME_LIBC;
+	if (in_ranges(c->ld, c->nld, pc))
+		return PKI_FRAME_LD;
+	return PKI_FRAME_PROG;
 }
 
 /*
- * A3: is the thread whose saved state is @r at a safe point?  If not,
- * c->refused says why.
+ * A3: is the thread whose saved state is @r at a safe point?  The rules
+ * are safepoint.c's; here the thread is unwound and rule 5's entry point
+ * checked.  If not, c->refused says why.
  */
 static bool safe_point(struct inject *c, pid_t tid, const struct pki_remote_regs *r)
 {
+	static enum pki_frame_where where[MAX_FRAMES];
 	struct frames f = {.n = 0};
-	int last, e, k, i;
+	bool complete;
+	int at;
 
 	c->cur = r;
-	if (dwfl_getthread_frames(c->dwfl, tid, on_frame, &f) != 0 || f.n == 0) {
-		/* Rule 1: an unwind that stops early could hide a libc frame. */
+	complete = dwfl_getthread_frames(c->dwfl, tid, on_frame, &f) == 0;
+	for (int i = 0; i < f.n; i++)
+		where[i] = frame_where(c, f.pc[i]);
+	switch (pki_attach_safe_frames(where, f.n, complete, pki_remote_syscall_nr(r) >= 0, &at)) {
+	case PKI_SAFE:
+		return true;
+	case PKI_SAFE_IF_ENTRY:
+		if (in_ranges(c->entries, c->nentries, f.pc[at]))
+			return true;
+		snprintf(c->refused, sizeof(c->refused),
+			 "thread %d: waiting in system call %ld inside libc code (libc.so.6+%#lx) "
+			 "that is not a blocking entry point",
+			 tid, pki_remote_syscall_nr(r), (unsigned long)(f.pc[at] - c->libc_base));
+		return false;
+	case PKI_UNSAFE_UNWIND:
 		c->stale = true; /* perhaps a library loaded since the report */
 		snprintf(c->refused, sizeof(c->refused),
 			 "thread %d: its stack does not unwind to its start (%d frames, pc %#lx: "
@@ -347,46 +368,24 @@ static bool safe_point(struct inject *c, pid_t tid, const struct pki_remote_regs
 			 tid, f.n, (unsigned long)pki_remote_pc(r),
 			 f.n == MAX_FRAMES ? "too deep" : dwfl_errmsg(-1));
 		return false;
-	}
-	/* Rule 2: the entry run E, after the main thread's _start. */
-	last = f.n - 1;
-	if (!is_libc(c, f.pc[last]))
-		last--;
-	for (e = last; e >= 0 && is_libc(c, f.pc[e]); e--)
-		;
-	/* Rule 3: a program frame above E. */
-	for (k = 0; k <= e && is_libc(c, f.pc[k]); k++)
-		;
-	if (k > e) {
+	case PKI_UNSAFE_NO_PROG:
 		snprintf(c->refused, sizeof(c->refused),
 			 "thread %d: only libc frames (a thread of libc's own)", tid);
 		return false;
-	}
-	/* Rule 4: no libc frame between the program's first frame and E. */
-	for (i = k; i <= e; i++)
-		if (is_libc(c, f.pc[i])) {
-			snprintf(c->refused, sizeof(c->refused),
-				 "thread %d: libc or ld.so (frame %d, pc %#lx) is in the middle of "
-				 "its stack: it may hold a libc lock",
-				 tid, i, (unsigned long)f.pc[i]);
-			return false;
-		}
-	if (k == 0)
-		return true; /* stopped in the program's own code */
-	/* Rule 5: the innermost libc run entered through a blocking entry point. */
-	if (pki_remote_syscall_nr(r) < 0 || in_ranges(c->ld, c->nld, pki_remote_pc(r))) {
+	case PKI_UNSAFE_MIDDLE:
 		snprintf(c->refused, sizeof(c->refused),
-			 "thread %d: stopped inside libc (pc %#lx), not in a system call", tid,
-			 (unsigned long)pki_remote_pc(r));
+			 "thread %d: libc or ld.so (frame %d, pc %#lx) is in the middle of its "
+			 "stack: it may hold a libc lock",
+			 tid, at, (unsigned long)f.pc[at]);
+		return false;
+	case PKI_UNSAFE_NOT_WAITING:
+	default:
+		snprintf(c->refused, sizeof(c->refused),
+			 "thread %d: stopped inside libc or ld.so (pc %#lx), not waiting in a "
+			 "system call",
+			 tid, (unsigned long)f.pc[at]);
 		return false;
 	}
-	if (in_ranges(c->entries, c->nentries, f.pc[k - 1]))
-		return true;
-	snprintf(c->refused, sizeof(c->refused),
-		 "thread %d: waiting in system call %ld inside libc code (libc.so.6+%#lx) that "
-		 "is not a blocking entry point",
-		 tid, pki_remote_syscall_nr(r), (unsigned long)(f.pc[k - 1] - c->libc_base));
-	return false;
 }
 
 /* ---- choosing and stopping a thread (A2) ---- */

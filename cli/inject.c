@@ -94,7 +94,7 @@ int cmd_inject(int argc, char **argv)
 		return cli_error("inject: %s", why);
 	printf("loaded %s into process %ld: %.3f ms in all; thread %d stopped %.0f us "
 	       "(%.0f us of remote work), %d thread(s) tried in %d round(s)\n",
-	       argv[optind], pid, (double)rep.total_ns / 1e6, rep.tid,
-	       (double)rep.stopped_ns / 1e3, (double)rep.call_ns / 1e3, rep.tries, rep.rounds);
+	       argv[optind], pid, (double)rep.total_ns / 1e6, rep.tid, (double)rep.stopped_ns / 1e3,
+	       (double)rep.call_ns / 1e3, rep.tries, rep.rounds);
 	return 0;
 }

@@ -10,9 +10,9 @@
 #include "attach/safepoint.h"
 #include "harness.h"
 
-#define P PKI_FRAME_PROG
-#define C PKI_FRAME_LIBC
-#define L PKI_FRAME_LD
+#define P    PKI_FRAME_PROG
+#define C    PKI_FRAME_LIBC
+#define L    PKI_FRAME_LD
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static enum pki_safe_verdict verdict(const enum pki_frame_where *w, int n, bool complete,
@@ -69,7 +69,8 @@ END_TEST
 
 START_TEST(libc_in_the_middle)
 {
-	/* on_object <- dl_iterate_phdr (holds dl_load_write_lock) <- worker <- start_thread <- clone3 */
+	/* on_object <- dl_iterate_phdr (holds dl_load_write_lock) <- worker <- start_thread <-
+	 * clone3 */
 	static const enum pki_frame_where phdr[] = {P, C, P, C, C};
 	/* ctor <- call_init <- _dl_init <- dl_open_worker ... <- dlopen <- main <- ... <- _start */
 	static const enum pki_frame_where ctor[] = {P, L, L, L, C, P, C, C, P};

@@ -38,7 +38,7 @@ struct pki_attach_report {
 
 /* How pki_attach_inject() chooses; zero for the defaults. */
 struct pki_attach_opts {
-	pid_t tid; /* only this thread (tests: each blocking call in turn); 0: any */
+	pid_t tid;  /* only this thread (tests: each blocking call in turn); 0: any */
 	int rounds; /* passes over the threads, 1 ms apart (A3); 0: 200 */
 };
 

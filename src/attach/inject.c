@@ -31,7 +31,7 @@
 #include "attach/safepoint.h"
 #include "sym/elf_syms.h"
 
-#define ROUNDS	     200	 /* A3: passes over the thread list, 1 ms apart */
+#define ROUNDS	     200 /* A3: passes over the thread list, 1 ms apart */
 #define MAX_FRAMES   256
 #define PAGE	     4096u
 #define AREA_STACK   (64u << 10) /* A4: the remote call's stack */
@@ -49,16 +49,37 @@ struct range {
  * one of them holds no libc lock.
  */
 static const char *const blocking_entries[] = {
-    "read",	    "readv",	      "pread64",	"recv",
-    "recvfrom",	    "recvmsg",	      "accept",		"accept4",
-    "nanosleep",    "clock_nanosleep", "sleep",		"usleep",
-    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "pthread_join",
-    "sem_wait",	    "sem_timedwait",  "wait",		"waitpid",
-    "wait4",	    "waitid",	      "poll",		"ppoll",
-    "select",	    "pselect",	      "pause",		"sigsuspend",
+    "read",
+    "readv",
+    "pread64",
+    "recv",
+    "recvfrom",
+    "recvmsg",
+    "accept",
+    "accept4",
+    "nanosleep",
+    "clock_nanosleep",
+    "sleep",
+    "usleep",
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+    "pthread_cond_clockwait",
+    "pthread_join",
+    "sem_wait",
+    "sem_timedwait",
+    "wait",
+    "waitpid",
+    "wait4",
+    "waitid",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect",
+    "pause",
+    "sigsuspend",
     "syscall",
 };
-#define N_ENTRIES (sizeof(blocking_entries) / sizeof(blocking_entries[0]))
+#define N_ENTRIES   (sizeof(blocking_entries) / sizeof(blocking_entries[0]))
 #define MAX_ENTRIES 128
 
 struct inject {
@@ -67,10 +88,10 @@ struct inject {
 	struct range libc[16], ld[16];
 	int nlibc, nld;
 	uint64_t libc_base;
-	char libc_file[PATH_MAX];  /* /proc/PID/map_files/... of its first mapping */
-	char libc_path[PATH_MAX];  /* as in maps, for /proc/PID/root/... */
-	struct range libc_text;	   /* its executable mapping */
-	uint64_t libc_syscall;	   /* a `syscall` in it (A5) */
+	char libc_file[PATH_MAX]; /* /proc/PID/map_files/... of its first mapping */
+	char libc_path[PATH_MAX]; /* as in maps, for /proc/PID/root/... */
+	struct range libc_text;	  /* its executable mapping */
+	uint64_t libc_syscall;	  /* a `syscall` in it (A5) */
 	struct range entries[MAX_ENTRIES];
 	int nentries;
 	uint64_t fn_pthread_create, fn_dlopen, fn_dlerror, fn_close, fn_self, fn_detach;
@@ -150,9 +171,12 @@ static int libc_syms(struct inject *c)
 		const char *name;
 		uint64_t *out;
 	} need[] = {
-	    {"pthread_create", &c->fn_pthread_create}, {"dlopen", &c->fn_dlopen},
-	    {"dlerror", &c->fn_dlerror},	       {"close", &c->fn_close},
-	    {"pthread_self", &c->fn_self},	       {"pthread_detach", &c->fn_detach},
+	    {"pthread_create", &c->fn_pthread_create},
+	    {"dlopen", &c->fn_dlopen},
+	    {"dlerror", &c->fn_dlerror},
+	    {"close", &c->fn_close},
+	    {"pthread_self", &c->fn_self},
+	    {"pthread_detach", &c->fn_detach},
 	};
 	int rc = pki_elf_syms_read_path(c->libc_file, &s);
 
@@ -163,8 +187,7 @@ static int libc_syms(struct inject *c)
 		rc = pki_elf_syms_read_path(path, &s);
 	}
 	if (rc)
-		return pki_attach_why(c->why, c->n, "reading %s: %s", c->libc_path,
-				      strerror(-rc)),
+		return pki_attach_why(c->why, c->n, "reading %s: %s", c->libc_path, strerror(-rc)),
 		       rc;
 	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
 		const struct pki_elf_sym *sym = pki_elf_syms_lookup(&s, need[i].name);
@@ -187,8 +210,9 @@ static int libc_syms(struct inject *c)
 			continue;
 		for (size_t i = 0; i < N_ENTRIES; i++)
 			if (!strcmp(sym->name, blocking_entries[i])) {
-				c->entries[c->nentries++] = (struct range){
-				    c->libc_base + sym->value, c->libc_base + sym->value + sym->size};
+				c->entries[c->nentries++] =
+				    (struct range){c->libc_base + sym->value,
+						   c->libc_base + sym->value + sym->size};
 				break;
 			}
 	}
@@ -198,8 +222,8 @@ static int libc_syms(struct inject *c)
 
 static int mem_rw(struct inject *c, bool write, uint64_t addr, void *buf, size_t len)
 {
-	ssize_t got = write ? pwrite(c->mem, buf, len, (off_t)addr)
-			    : pread(c->mem, buf, len, (off_t)addr);
+	ssize_t got =
+	    write ? pwrite(c->mem, buf, len, (off_t)addr) : pread(c->mem, buf, len, (off_t)addr);
 
 	if (got < 0)
 		return -errno;
@@ -223,8 +247,7 @@ static int find_libc_syscall(struct inject *c)
 			return 0;
 		}
 	}
-	return pki_attach_why(c->why, c->n, "no syscall instruction in %s", c->libc_path),
-	       -ENOEXEC;
+	return pki_attach_why(c->why, c->n, "no syscall instruction in %s", c->libc_path), -ENOEXEC;
 }
 
 /* ---- remote unwinding (A3) ---- */
@@ -561,8 +584,8 @@ static int rsys(struct inject *c, struct work *w, long nr, uint64_t a0, uint64_t
 				      w->sig),
 		       -EINTR;
 	if (rc < 0)
-		return pki_attach_why(c->why, c->n, "thread %d: remote system call %ld: %s",
-				      w->tid, nr, strerror(-rc)),
+		return pki_attach_why(c->why, c->n, "thread %d: remote system call %ld: %s", w->tid,
+				      nr, strerror(-rc)),
 		       rc;
 	return 0;
 }
@@ -624,8 +647,8 @@ static int work(struct inject *c, struct work *w, int lib_fd, uint64_t *area_out
 				      strerror(ret < 0 ? (int)-ret : EIO)),
 		       ret < 0 ? (int)ret : -EIO;
 	/* 2. the area. */
-	rc = rsys(c, w, SYS_mmap, 0, AREA_LEN, PROT_READ | PROT_WRITE,
-		  MAP_PRIVATE | MAP_ANONYMOUS, (uint64_t)-1, 0, &ret);
+	rc = rsys(c, w, SYS_mmap, 0, AREA_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		  (uint64_t)-1, 0, &ret);
 	if (rc)
 		goto unmask;
 	if (ret < 0 && ret > -4096) {
@@ -678,7 +701,8 @@ static int work(struct inject *c, struct work *w, int lib_fd, uint64_t *area_out
 	w->insn = area + code.syscall;
 	/* 5. the one remote call. */
 	{
-		const uint64_t args[6] = {area + PAGE + offsetof(struct pki_remote_boot_data, thread),
+		const uint64_t args[6] = {area + PAGE +
+					      offsetof(struct pki_remote_boot_data, thread),
 					  0, area + code.entry, area + PAGE};
 
 		rc = pki_remote_call(w->tid, w->saved, c->fn_pthread_create, args, area + AREA_LEN,
@@ -763,8 +787,8 @@ static int try_thread(struct inject *c, pid_t tid, int lib_fd)
 		return rc == -ESRCH ? 0 : rc;
 	}
 	/* A2: an EINTR our interrupt caused is undone, unless a signal explains it. */
-	if (eintr_prone(pki_remote_syscall_nr(&saved)) && pki_remote_syscall_ret(&saved) == -EINTR &&
-	    !signal_pending(c, tid))
+	if (eintr_prone(pki_remote_syscall_nr(&saved)) &&
+	    pki_remote_syscall_ret(&saved) == -EINTR && !signal_pending(c, tid))
 		pki_remote_syscall_rewind(&saved);
 	if (!safe_point(c, tid, &saved)) {
 		rc = release(tid, &saved, 0);
@@ -849,8 +873,9 @@ static int seize_one(struct inject *c, int lib_fd)
 			      "no thread of process %d reached a safe point in %d tries over %d "
 			      "rounds; last: %s (nothing was changed; try again)",
 			      c->pid, c->rep->tries, c->opts.rounds,
-			      c->refused[0] ? c->refused : "no thread could be interrupted "
-							   "without an EINTR"),
+			      c->refused[0] ? c->refused
+					    : "no thread could be interrupted "
+					      "without an EINTR"),
 	       -EAGAIN;
 }
 

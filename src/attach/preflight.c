@@ -77,17 +77,19 @@ static int yama_check(bool cap, char *why, size_t n)
 		return 0; /* no Yama */
 	scope = atoi(buf);
 	if (scope == 3)
-		return pki_attach_why(why, n,
-				      "Yama ptrace_scope is 3: no process may be traced until reboot "
-				      "(the fix: a kernel booted without it, or Yama set lower at boot)"),
+		return pki_attach_why(
+			   why, n,
+			   "Yama ptrace_scope is 3: no process may be traced until reboot "
+			   "(the fix: a kernel booted without it, or Yama set lower at boot)"),
 		       -EPERM;
 	if ((scope == 1 || scope == 2) && !cap)
-		return pki_attach_why(why, n,
-				      "Yama ptrace_scope is %d: only %s may attach to a process that "
-				      "is not its descendant (the fix: run as root or with "
-				      "CAP_SYS_PTRACE%s)",
-				      scope, scope == 1 ? "a process with CAP_SYS_PTRACE" : "root",
-				      scope == 1 ? ", or `sysctl kernel.yama.ptrace_scope=0`" : ""),
+		return pki_attach_why(
+			   why, n,
+			   "Yama ptrace_scope is %d: only %s may attach to a process that "
+			   "is not its descendant (the fix: run as root or with "
+			   "CAP_SYS_PTRACE%s)",
+			   scope, scope == 1 ? "a process with CAP_SYS_PTRACE" : "root",
+			   scope == 1 ? ", or `sysctl kernel.yama.ptrace_scope=0`" : ""),
 		       -EPERM;
 	return 0;
 }
@@ -132,10 +134,10 @@ static int shstk_check(pid_t pid, char *why, size_t n)
 		v = status_field(buf, "x86_Thread_features");
 		if (v && strstr(v, "shstk") && strstr(v, "shstk") < strchr(v, '\n')) {
 			pki_attach_why(why, n,
-					    "thread %s runs with a CET shadow stack, which injection "
-					    "does not honour yet (the fix: start the program with "
-					    "GLIBC_TUNABLES=glibc.cpu.x86_shstk=off)",
-					    d->d_name);
+				       "thread %s runs with a CET shadow stack, which injection "
+				       "does not honour yet (the fix: start the program with "
+				       "GLIBC_TUNABLES=glibc.cpu.x86_shstk=off)",
+				       d->d_name);
 			rc = -EOPNOTSUPP;
 		}
 	}
@@ -159,12 +161,13 @@ static int libc_check(pid_t pid, char *why, size_t n)
 	}
 	fclose(f);
 	if (!libc || !ld)
-		return pki_attach_why(why, n,
-				      "the process is %s: no %s among its mappings, and injection "
-				      "needs glibc's dynamic loader (the fix: none yet; a static or "
-				      "musl program can be run under `probekit trace` instead)",
-				      !ld ? "statically linked or not dynamic" : "not a glibc program",
-				      !ld ? "ld-linux-x86-64.so.2" : "libc.so.6"),
+		return pki_attach_why(
+			   why, n,
+			   "the process is %s: no %s among its mappings, and injection "
+			   "needs glibc's dynamic loader (the fix: none yet; a static or "
+			   "musl program can be run under `probekit trace` instead)",
+			   !ld ? "statically linked or not dynamic" : "not a glibc program",
+			   !ld ? "ld-linux-x86-64.so.2" : "libc.so.6"),
 		       -ENOEXEC;
 	return 0;
 }
@@ -215,11 +218,12 @@ int pki_attach_preflight(pid_t pid, char *why, size_t n)
 		       -EBUSY;
 	v = status_field(status, "Seccomp");
 	if (v && *v != '0')
-		return pki_attach_why(why, n,
-				      "process %d runs under a seccomp %s: the calls injection makes "
-				      "could kill it with SIGSYS (the fix: none yet; start it under "
-				      "`probekit trace` instead)",
-				      pid, *v == '1' ? "strict mode" : "filter"),
+		return pki_attach_why(
+			   why, n,
+			   "process %d runs under a seccomp %s: the calls injection makes "
+			   "could kill it with SIGSYS (the fix: none yet; start it under "
+			   "`probekit trace` instead)",
+			   pid, *v == '1' ? "strict mode" : "filter"),
 		       -EPERM;
 	rc = libc_check(pid, why, n);
 	if (!rc)

@@ -18,11 +18,11 @@ enum pki_frame_where {
 };
 
 enum pki_safe_verdict {
-	PKI_SAFE,	      /* rules 1-5 hold */
-	PKI_SAFE_IF_ENTRY,    /* rule 5 left to the caller: is frame *@at a blocking entry point? */
-	PKI_UNSAFE_UNWIND,    /* rule 1: the unwind did not reach the thread's start */
-	PKI_UNSAFE_NO_PROG,   /* rule 3: no frame of the program's above libc's entry run */
-	PKI_UNSAFE_MIDDLE,    /* rule 4: libc or ld.so at frame *@at, below a program frame */
+	PKI_SAFE,	    /* rules 1-5 hold */
+	PKI_SAFE_IF_ENTRY,  /* rule 5 left to the caller: is frame *@at a blocking entry point? */
+	PKI_UNSAFE_UNWIND,  /* rule 1: the unwind did not reach the thread's start */
+	PKI_UNSAFE_NO_PROG, /* rule 3: no frame of the program's above libc's entry run */
+	PKI_UNSAFE_MIDDLE,  /* rule 4: libc or ld.so at frame *@at, below a program frame */
 	PKI_UNSAFE_NOT_WAITING, /* rule 5: inside libc or ld.so, not in a system call */
 };
 

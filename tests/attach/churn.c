@@ -107,7 +107,8 @@ static void *t_phdr(void *arg)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = {"malloc0", "malloc1", "malloc2", "dlopen", "fork", "phdr"};
+	static const char *const names[] = {"malloc0", "malloc1", "malloc2",
+					    "dlopen",  "fork",	  "phdr"};
 	const struct timespec tick = {0, 10000000};
 	pthread_t th[6];
 	char path[4096];

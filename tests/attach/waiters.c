@@ -185,7 +185,7 @@ static void *w_waitpid(void *arg)
 
 int main(int argc, char **argv)
 {
-	static void *(*const fns[])(void *) = {w_read,	w_sigblock, w_nanosleep, w_epoll, w_poll,
+	static void *(*const fns[])(void *) = {w_read,	w_sigblock, w_nanosleep, w_epoll,  w_poll,
 					       w_futex, w_cond,	    w_accept,	 w_waitpid};
 	static const char *const names[] = {"read",  "sigblock", "nanosleep", "epoll_wait", "poll",
 					    "futex", "condvar",	 "accept",    "waitpid"};

@@ -101,10 +101,10 @@ struct pki_remote_boot_data {
 	uint64_t fd;						       /* 40 */
 	uint64_t handle;					       /* 48 */
 	uint64_t done;						       /* 56 */
-	uint64_t thread;					       /* 64: pthread_create's out */
-	uint64_t sigset;					       /* 72: the mask to restore */
-	char path[64];						       /* 80 */
-	char err[256];						       /* 144 */
+	uint64_t thread; /* 64: pthread_create's out */
+	uint64_t sigset; /* 72: the mask to restore */
+	char path[64];	 /* 80 */
+	char err[256];	 /* 144 */
 };
 
 /* The bootstrap's code (position independent) and two offsets in it. */

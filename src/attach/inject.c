@@ -78,6 +78,9 @@ static const char *const blocking_entries[] = {
     "pause",
     "sigsuspend",
     "syscall",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
 };
 #define N_ENTRIES   (sizeof(blocking_entries) / sizeof(blocking_entries[0]))
 #define MAX_ENTRIES 128
@@ -459,7 +462,20 @@ static bool eintr_prone(long nr)
 	}
 }
 
-/* 2: blocked in a restartable call; 1: in user mode; 0: not to be touched. */
+/* epoll_wait and kin: EINTR-prone, but safe to run again (A2's last resort). */
+static bool epoll_family(long nr)
+{
+	return nr == SYS_epoll_wait || nr == SYS_epoll_pwait
+#ifdef SYS_epoll_pwait2
+	       || nr == SYS_epoll_pwait2
+#endif
+	    ;
+}
+
+/*
+ * A2: 3, blocked in a restartable call; 2, in user mode; 1, waiting in
+ * epoll_wait (the last resort: its EINTR is rewound); 0, not to be touched.
+ */
 static int candidate(struct inject *c, pid_t tid)
 {
 	char path[96], buf[256], link[128];
@@ -471,9 +487,11 @@ static int candidate(struct inject *c, pid_t tid)
 	if (pki_attach_read_file(path, buf, sizeof(buf)) <= 0)
 		return 0;
 	if (!strncmp(buf, "running", 7))
-		return 1;
+		return 2;
 	nr = strtol(buf, NULL, 10);
 	if (nr < 0)
+		return 2;
+	if (epoll_family(nr))
 		return 1;
 	if (!restartable(nr)) {
 		snprintf(c->refused, sizeof(c->refused),
@@ -499,7 +517,7 @@ static int candidate(struct inject *c, pid_t tid)
 			return 0;
 		}
 	}
-	return 2;
+	return 3;
 }
 
 static bool signal_pending(struct inject *c, pid_t tid)
@@ -859,7 +877,7 @@ static int seize_one(struct inject *c, int lib_fd)
 			tids[0] = c->opts.tid;
 			n = 1;
 		}
-		for (int want = 2; want >= 1; want--)
+		for (int want = 3; want >= 1; want--)
 			for (int i = 0; i < n; i++) {
 				if (candidate(c, tids[i]) != want)
 					continue;

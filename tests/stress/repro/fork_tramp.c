@@ -13,7 +13,7 @@
  * Build: cc -O2 -pthread -o fork_tramp fork_tramp.c $(pkg-config --cflags --libs probekit)
  * (or from the tree: see tests/stress/repro/README).  Exit 0: the child ran
  * only h1 (correct); 1: the child ran h2 or no handler; 2: setup failed;
- * 128+N: the child died by signal N.  Not registered in CI: it fails today.
+ * 128+N: the child died by signal N.  Run by the suite as repro_fork_tramp.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -24,7 +24,7 @@
  * 0 of 3 without (with 30 times more calls).  With f a gcc nop sled instead
  * (patchable_function_entry(5)) the same program also dies by SIGSEGV at
  * f+4, as under a long handler in a sled, but with a short one (the sled
- * kick's same blind spot).  Not registered in CI: it fails today.
+ * kick's same blind spot).  Run by the suite as repro_gp_nested_signal.
  */
 #include <pthread.h>
 #include <signal.h>

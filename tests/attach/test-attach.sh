@@ -231,7 +231,7 @@ if [[ -n $static ]]; then
 	check "static program: refused" "[[ $rc != 0 ]] && grep -q 'statically linked' inj"
 	kill "$st"
 else
-	echo "SKIP (part): static program: no static libc to build one"
+	echo "SKIP (part): static program: not built (no static libc, or a sanitizer build, whose runtime cannot be linked statically)"
 fi
 
 echo "attach: $pass passed, $fail failed"

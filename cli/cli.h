@@ -82,6 +82,7 @@ int bench_breakpoint(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
+int cmd_inject(int argc, char **argv);
 
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;

@@ -186,6 +186,7 @@ static const struct cli_cmd commands[] = {
     {"bench", cmd_bench, "measure probekit against its peers (perf bench style)"},
     {"export", cmd_export, "convert a trace file: Chrome trace JSON or folded stacks"},
     {"graph", cmd_graph, "the call graph under a function of a trace file, per path"},
+    {"inject", cmd_inject, "load a shared library into a running process (development)"},
     {"replay", cmd_replay, "the calls of a trace file as a tree, with durations"},
     {"report", cmd_report, "per-function calls and times of a trace file"},
     {"sites", cmd_sites, "list the patchable functions of a program or library"},

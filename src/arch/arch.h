@@ -6,7 +6,8 @@
  * (store.h), the patching protocols and their contract with the batch
  * layer (x86_64/poke.h, arch/poke.h), trampolines (tramp.h), return-address
  * tracking (callret.h), debug-register facts (hwbp.h), decoding
- * (decode.h), prologue relocation (reloc.h), the timestamp counter (tsc.h),
+ * (decode.h), prologue relocation (reloc.h), code run in
+ * another process's thread under ptrace (remote.h), the timestamp counter (tsc.h),
  * CRC32C (crc32c.h) and vector-register safety (vecsafe.h).  Only x86-64
  * exists: everything lives under src/arch/x86_64/, which nothing outside
  * src/arch/ includes.
@@ -23,6 +24,7 @@
 #include "arch/x86_64/insn.h"
 #include "arch/x86_64/poke.h"
 #include "arch/x86_64/reloc.h"
+#include "arch/x86_64/remote.h"
 #include "arch/x86_64/store.h"
 #include "arch/x86_64/tramp.h"
 #include "arch/x86_64/tsc.h"

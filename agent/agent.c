@@ -44,6 +44,7 @@
 struct agent_watch_conf agent_watch_conf;
 struct agent_trace_conf agent_trace_conf;
 struct agent_lineage agent_lineage;
+bool agent_attached;
 
 /* The command's descriptors. */
 static struct {
@@ -190,18 +191,23 @@ static int env_fd(const char *name, int dflt)
 	return (int)fd;
 }
 
-static unsigned long env_ulong(const char *name)
+static char *dup_setting(const char *(*get)(const char *), const char *name)
 {
-	const char *v = getenv(name);
-
-	return v ? strtoul(v, NULL, 0) : 0;
-}
-
-static char *dup_env(const char *name)
-{
-	const char *v = getenv(name);
+	const char *v = get(name);
 
 	return v && *v ? strdup(v) : NULL;
+}
+
+static const char *env_get(const char *name)
+{
+	return getenv(name);
+}
+
+void agent_out_use(int fd)
+{
+	pki_fd_close(&cmd.out);
+	if (fd >= 0)
+		pki_fd_own(&cmd.out, fd);
 }
 
 /* The command's descriptors and PROBEKIT_DEBUG: every mode's. */
@@ -219,18 +225,26 @@ static void read_cmd_config(void)
 		pk_set_print(print_lib);
 }
 
-static void read_watch_config(void)
+/* The unsigned number @name of @get, 0 if unset. */
+static unsigned long setting_ulong(const char *(*get)(const char *), const char *name)
 {
-	const char *spec = getenv(PK_ENV_WATCH), *type = getenv(PK_ENV_WATCH_TYPE);
+	const char *v = get(name);
+
+	return v ? strtoul(v, NULL, 0) : 0;
+}
+
+bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
+{
+	const char *spec = get(PK_ENV_WATCH), *type = get(PK_ENV_WATCH_TYPE);
 	struct agent_watch_conf *w = &agent_watch_conf;
 
+	memset(w, 0, sizeof(*w));
 	if (!spec)
-		return;
+		return true;
 	if (!*spec)
-		refuse("watch: empty SYMBOL: give a symbol of PROG or an address");
+		return snprintf(why, n, "watch: empty SYMBOL: give a symbol or an address"), false;
 	if (strlen(spec) >= sizeof(w->spec))
-		refuse("watch: '%.40s...' is too long", spec);
-	strcpy(w->spec, spec);
+		return snprintf(why, n, "watch: '%.40s...' is too long", spec), false;
 	if (!type || !strcmp(type, "w"))
 		w->type = PK_WATCH_W;
 	else if (!strcmp(type, "rw"))
@@ -238,49 +252,67 @@ static void read_watch_config(void)
 	else if (!strcmp(type, "x"))
 		w->type = PK_WATCH_X;
 	else
-		refuse("unknown watch type '%s' (w, rw or x)", type);
-	w->len = env_ulong(PK_ENV_WATCH_LEN);
-	w->limit = env_ulong(PK_ENV_WATCH_COUNT);
-	w->stack = env_ulong(PK_ENV_WATCH_STACK) != 0;
-	w->follow = env_ulong(PK_ENV_WATCH_FOLLOW) != 0;
+		return snprintf(why, n, "unknown watch type '%s' (w, rw or x)", type), false;
+	strcpy(w->spec, spec);
+	w->len = setting_ulong(get, PK_ENV_WATCH_LEN);
+	w->limit = setting_ulong(get, PK_ENV_WATCH_COUNT);
+	w->stack = setting_ulong(get, PK_ENV_WATCH_STACK) != 0;
+	w->follow = setting_ulong(get, PK_ENV_WATCH_FOLLOW) != 0;
+	return true;
 }
 
-static void read_trace_config(void)
+static void read_watch_config(void)
 {
-	const char *file = getenv(PK_ENV_TRACE), *v;
+	char why[256];
+
+	if (!agent_watch_config(env_get, why, sizeof(why)))
+		refuse("%s", why);
+}
+
+void agent_trace_config(const char *(*get)(const char *))
+{
+	const char *file = get(PK_ENV_TRACE), *v;
 	struct agent_trace_conf *t = &agent_trace_conf;
 	Dl_info di;
 
 	if (!file || !*file || strlen(file) >= sizeof(t->base))
 		return;
+	free(t->funcs);
+	free(t->notrace);
+	free(t->trigger);
+	memset(t, 0, sizeof(*t));
 	t->on = true;
 	strcpy(t->base, file);
-	t->funcs = dup_env(PK_ENV_TRACE_FUNCS);
-	t->notrace = dup_env(PK_ENV_TRACE_NOTRACE);
-	v = getenv(PK_ENV_TRACE_CHILDREN);
+	t->funcs = dup_setting(get, PK_ENV_TRACE_FUNCS);
+	t->notrace = dup_setting(get, PK_ENV_TRACE_NOTRACE);
+	v = get(PK_ENV_TRACE_CHILDREN);
 	t->children = !v || strcmp(v, "0");
-	v = getenv(PK_ENV_TRACE_ENTRY_ONLY);
+	v = get(PK_ENV_TRACE_ENTRY_ONLY);
 	t->exits = !v || strcmp(v, "1");
-	t->shstk_test = getenv(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
-	v = getenv(PK_ENV_TRACE_DROP);
+	t->shstk_test = get(PK_ENV_TRACE_ASSUME_SHSTK) != NULL;
+	v = get(PK_ENV_TRACE_DROP);
 	t->drop = v && !strcmp(v, "1");
-	v = getenv(PK_ENV_TRACE_RING);
+	v = get(PK_ENV_TRACE_RING);
 	t->ring = v && !strcmp(v, "1");
-	t->trigger = dup_env(PK_ENV_TRACE_TRIGGER);
-	v = getenv(PK_ENV_TRACE_MAX_SIZE);
+	t->trigger = dup_setting(get, PK_ENV_TRACE_TRIGGER);
+	v = get(PK_ENV_TRACE_MAX_SIZE);
 	t->max_size = v ? strtoull(v, NULL, 10) : 0;
-	v = getenv(PK_ENV_TRACE_BUF);
+	v = get(PK_ENV_TRACE_BUF);
 	t->buf_events = v ? (uint32_t)strtoul(v, NULL, 0) : 0;
 	if (t->buf_events < 1024 || t->buf_events > (1u << 26))
 		t->buf_events = BUF_EVENTS;
-	v = getenv(PK_ENV_TRACE_PID);
+	v = get(PK_ENV_TRACE_PID);
 	if (v) {
 		t->has_pid = true;
 		t->env_pid = strtol(v, NULL, 10);
-		v = getenv(PK_ENV_TRACE_GEN);
+		v = get(PK_ENV_TRACE_GEN);
 		t->env_gen = v ? strtoul(v, NULL, 10) : 0;
 	}
-	if (dladdr((void *)read_trace_config, &di) && di.dli_fname &&
+	v = get(PK_ENV_TRACE_TOP);
+	t->top = v && !strcmp(v, "1");
+	v = get("PROBEKIT_RELOC");
+	snprintf(t->reloc, sizeof(t->reloc), "%s", v ? v : "");
+	if (dladdr((void *)agent_trace_config, &di) && di.dli_fname &&
 	    strlen(di.dli_fname) < sizeof(t->agent))
 		strcpy(t->agent, di.dli_fname);
 }
@@ -465,6 +497,29 @@ char *const *agent_child_env(char *const envp[], struct agent_envbuf *b)
 
 /* ---- the constructor ---- */
 
+/* PROBEKIT_LISTEN=1: the cooperative mode (agent.h, doc/design/attach.md A11). */
+static bool listening(void)
+{
+	const char *v = getenv(PK_ENV_LISTEN);
+
+	return v && !strcmp(v, "1");
+}
+
+/*
+ * Loaded from "/proc/PID/fd/N" or "/proc/self/fd/N", as the command's
+ * bootstrap does (src/attach/inject.c)?
+ */
+static bool loaded_by_fd(const char *name)
+{
+	size_t n;
+
+	if (strncmp(name, "/proc/", 6))
+		return false;
+	n = !strncmp(name + 6, "self", 4) ? 4 : strspn(name + 6, "0123456789");
+	return n && !strncmp(name + 6 + n, "/fd/", 4) && name[10 + n] &&
+	       strspn(name + 10 + n, "0123456789") == strlen(name + 10 + n);
+}
+
 /*
  * Before main(): libc's sigaction() first (the library's own calls go
  * through our wrapper), the settings read before the environment is
@@ -474,15 +529,35 @@ char *const *agent_child_env(char *const envp[], struct agent_envbuf *b)
  */
 __attribute__((constructor(101))) static void agent_start(void)
 {
+	Dl_info di;
+
 	agent_signal_init();
+	/*
+	 * Loaded into a running process by `probekit trace -p` (attach.c): the
+	 * process's environment is not ours to read or edit, and nothing starts
+	 * before the command's settings arrive on the channel.
+	 */
+	if (dladdr((void *)agent_start, &di) && di.dli_fname && loaded_by_fd(di.dli_fname)) {
+		agent_attached = true;
+		return;
+	}
 	read_cmd_config();
 	read_watch_config();
-	read_trace_config();
+	agent_trace_config(env_get);
 	agent_dl_config();
-	env_clean();
+	/*
+	 * Preloaded by the program's own environment to listen: that stays as
+	 * it is.  Preloaded by a command (its descriptors, a mode): cleaned,
+	 * and no listener.
+	 */
+	if (!listening() || cmd.ctl_fd >= 0 || agent_trace_conf.on || agent_watch_conf.spec[0])
+		env_clean();
 	agent_exec_init();
 	agent_shell_init();
 	if (agent_trace_start() || agent_watch_start())
 		return; /* the mode answered the command */
 	ctl_send(PK_CTL_OK "\n");
+	if (listening() && cmd.ctl_fd < 0 && !agent_listen_start())
+		agent_out_printf("probekit-agent: %s=1: cannot listen for attaches: %s\n",
+				 PK_ENV_LISTEN, strerror(errno));
 }

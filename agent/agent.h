@@ -62,6 +62,7 @@
 #define PK_ENV_TRACE_RING	  "PROBEKIT_TRACE_RING"	      /* 1: flight recorder rings */
 #define PK_ENV_TRACE_TRIGGER	  "PROBEKIT_TRACE_TRIGGER" /* FUNC: a ring snapshot at each entry */
 #define PK_ENV_TRACE_MAX_SIZE	  "PROBEKIT_TRACE_MAX_SIZE" /* bytes: stop writing past it */
+#define PK_ENV_TRACE_TOP	  "PROBEKIT_TOP" /* 1: `top`: statistics, no file (attached) */
 #define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"
 #define PK_ENV_TRACE_GEN	  "PROBEKIT_TRACE_GEN"
 #define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */
@@ -77,5 +78,28 @@
 /* Control-pipe messages. */
 #define PK_CTL_OK    "ok"
 #define PK_CTL_ERROR "error: "
+
+/*
+ * Attached to a running process (`probekit trace -p`, agent/attach.c): the
+ * command's bootstrap calls PK_ATTACH_ENTRY with a socket pair's end; the
+ * settings come on it (the names above, plus PK_ENV_ATTACH_BY, the
+ * command's pid) and the replies are PK_CTL_OK, PK_CTL_ERROR and, at the
+ * end, PK_CTL_DETACHED.  PK_ATTACH_MEMFD names the memfd the agent is
+ * copied into, which a later attach finds and reuses.
+ */
+#define PK_ATTACH_ENTRY	 "probekit_agent_attach"
+#define PK_ATTACH_MEMFD	 "probekit-agent"
+#define PK_ENV_ATTACH_BY "PROBEKIT_ATTACH_BY"
+#define PK_CTL_DETACHED	 "detached"
+
+/*
+ * The cooperative mode (doc/design/attach.md A11): a program started with
+ * the agent preloaded and PROBEKIT_LISTEN=1 accepts attaches without
+ * ptrace, on the abstract socket PK_LISTEN_NAME "-PID-STARTTIME" (its
+ * start time in clock ticks, /proc/PID/stat's field 22), from processes of
+ * its own user or root; then the attach goes on as above.
+ */
+#define PK_ENV_LISTEN  "PROBEKIT_LISTEN"
+#define PK_LISTEN_NAME "probekit-listen"
 
 #endif /* PK_AGENT_H */

@@ -53,11 +53,29 @@ struct agent_trace_conf {
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
+	char reloc[8];	      /* PROBEKIT_RELOC: "1", "main" or "" (sym/sites.h) */
+	bool top;	      /* PROBEKIT_TOP: statistics in the process, no trace file */
 	bool has_pid;
 	long env_pid;
 	unsigned long env_gen;
 };
 extern struct agent_trace_conf agent_trace_conf;
+
+/*
+ * Read trace mode's settings (agent.h's names) through @get: getenv() in
+ * the constructor, the channel's block when attached (attach.c).  Leaves
+ * agent_trace_conf as it was if PROBEKIT_TRACE is missing.
+ */
+void agent_trace_config(const char *(*get)(const char *));
+
+/*
+ * Loaded into a running process by the command (attach.c), not preloaded:
+ * set by the constructor, before anything else runs.  Then the
+ * interposers are never reached (calls are bound already), failures are
+ * told to the command rather than ending the process, and the
+ * environment, signal actions and descriptors stay the program's.
+ */
+extern bool agent_attached;
 
 /* ---- the command's two descriptors (agent.c) ---- */
 
@@ -78,6 +96,9 @@ void agent_notice(const char *line);
 
 /* Status line to the command (once), then close the control pipe. */
 void ctl_send(const char *msg);
+
+/* Attached: the report (notices) goes to @fd from now on, owned; -1: nowhere. */
+void agent_out_use(int fd);
 
 /* Refuse to run PROG: tell the command (or stderr) and end PROG before main. */
 __attribute__((noreturn, format(printf, 1, 2))) void refuse(const char *fmt, ...);
@@ -190,10 +211,49 @@ char *const *agent_child_env(char *const envp[], struct agent_envbuf *b);
 bool agent_trace_start(void);
 
 /*
+ * Attached (attach.c): start trace mode with agent_trace_conf, writing the
+ * trace to @fd (the command opened it; owned from the call on).  0, or
+ * false with the reason in @why; nothing stays hooked then.
+ */
+bool agent_trace_attach(int fd, char *why, size_t n);
+
+/*
+ * Attached: stop recording, take every hook off (the text is the file's
+ * again once this returns), complete and close the trace.  The agent
+ * stays loaded, idle, for the next attach.
+ */
+void agent_trace_detach(void);
+
+/* Attached: the command asks for a flight-recorder snapshot. */
+void agent_trace_snapshot(void);
+
+/*
+ * Watch mode's settings from @get (the environment, or the settings an
+ * attaching command sent) into agent_watch_conf; false with why in @why
+ * (@n bytes).  No PK_ENV_WATCH: watch mode off, true.
+ */
+bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n);
+
+/*
  * Start watch mode if configured (agent_watch_conf.spec); true if it did
  * (and answered the command).  Errors refuse.
  */
 bool agent_watch_start(void);
+
+/*
+ * Attached (agent/attach.c): start the watch agent_watch_conf names, its
+ * report on agent_out; false with why in @why (@n bytes), nothing watched.
+ * agent_watch_detach() removes it, prints the summary, and gives SIGTRAP
+ * back to the program.
+ */
+bool agent_watch_attach(char *why, size_t n);
+void agent_watch_detach(void);
+
+/*
+ * PROBEKIT_LISTEN=1 (agent.h): listen for attaching commands on the
+ * program's abstract socket (agent/attach.c).  False if it cannot.
+ */
+bool agent_listen_start(void);
 
 /* What the trace hook reads (trace_hook.c, built vector-free). */
 struct agent_hook {
@@ -216,6 +276,18 @@ void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_op
 			 struct pk_regs *regs);
 void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		    struct pk_regs *regs);
+/* top (in-process statistics, no trace): timed, and counted only. */
+void agent_on_entry_timed(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			  struct pk_regs *regs);
+void agent_on_entry_count(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			  struct pk_regs *regs);
+
+/*
+ * top: the figures of the functions called since the last sample, one line
+ * each ("f CALLS UNTIMED TOTAL_NS SELF_NS P50_NS P99_NS MAX_NS NAME",
+ * tab-separated), given to @emit, then "end".  The control thread only.
+ */
+void agent_top_sample(void (*emit)(const char *line, void *arg), void *arg);
 
 /* ---- the interposers, set up by the constructor ---- */
 
@@ -264,6 +336,19 @@ void agent_dl_config(void);
  * 0 or -errno (then they stay untraced; PROG is still traced).
  */
 int agent_dl_start(const struct agent_dl_conf *conf);
+
+/*
+ * Attached: sync with the loader if it loaded or unloaded objects since the
+ * last look (control thread, every few tens of ms).  The detach, under
+ * agent_dl_lock() taken before its transaction: agent_dl_stop() takes the
+ * ops of the objects loaded since the attach off inside it,
+ * agent_dl_free(committed) forgets them after it.
+ */
+void agent_dl_poll(void);
+void agent_dl_lock(void);
+void agent_dl_unlock(void);
+int agent_dl_stop(void);
+void agent_dl_free(bool committed);
 
 /* ---- the flight recorder's SIGUSR2 trigger (trigger.c) ---- */
 

@@ -180,6 +180,10 @@ __attribute__((format(printf, 1, 2))) static void report_once(const char *fmt, .
 	va_start(ap, fmt);
 	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
 	va_end(ap);
+	if (agent_attached) { /* the program's stderr is not ours: the command's channel */
+		agent_out_printf("%s", msg);
+		return;
+	}
 	if (write(STDERR_FILENO, msg, strlen(msg)) < 0)
 		return; /* nowhere else to say it */
 }
@@ -753,12 +757,35 @@ void agent_dl_config(void)
 	C.test_fail = getenv(PK_ENV_TRACE_TEST_DLOPEN_FAIL) != NULL;
 }
 
+static int __dl_start(const struct agent_dl_conf *conf);
+
 int agent_dl_start(const struct agent_dl_conf *conf)
+{
+	static bool atfork;
+	int err;
+
+	pthread_mutex_lock(&dl_lock); /* a wrapper's sync reads C and D */
+	err = __dl_start(conf);
+	pthread_mutex_unlock(&dl_lock);
+	if (err)
+		return err;
+	err = atfork ? 0 : pthread_atfork(dl_fork_prepare, dl_fork_parent, dl_fork_child);
+	if (err)
+		return -err;
+	atfork = true;
+	__atomic_store_n(&agent_dl_on, true, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int __dl_start(const struct agent_dl_conf *conf)
 {
 	const struct pki_sym_object *last = NULL;
 	struct counters c = {0};
 	int err;
 
+	free(C.fbuf); /* an earlier attach's */
+	free(C.nbuf);
+	D.warned = false;
 	C.fbuf = conf->funcs ? strdup(conf->funcs) : NULL;
 	C.nbuf = conf->notrace ? strdup(conf->notrace) : NULL;
 	if ((conf->funcs && !C.fbuf) || (conf->notrace && !C.nbuf))
@@ -781,9 +808,79 @@ int agent_dl_start(const struct agent_dl_conf *conf)
 		return err;
 	D.adds = c.adds;
 	D.subs = c.subs;
-	err = pthread_atfork(dl_fork_prepare, dl_fork_parent, dl_fork_child);
-	if (err)
-		return -err;
-	__atomic_store_n(&agent_dl_on, true, __ATOMIC_RELEASE);
 	return 0;
+}
+
+/*
+ * Attached (doc/design/attach.md A9e): the program's dlopen() and
+ * dlclose() are libc's, not ours, so the control thread looks at the
+ * loader's counters every few tens of milliseconds and syncs when they
+ * moved: a library loaded since is hooked (its calls before that, and its
+ * constructors', are not recorded), one unloaded is forgotten (its sites
+ * never written again).  Under dl_lock, as the wrappers' syncs.
+ */
+void agent_dl_poll(void)
+{
+	if (!__atomic_load_n(&agent_dl_on, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&dl_lock);
+	dl_inside = true;
+	__dl_sync(__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE));
+	dl_inside = false;
+	pthread_mutex_unlock(&dl_lock);
+}
+
+/*
+ * The attached agent's detach, between agent_dl_lock() and
+ * agent_dl_unlock(), which the caller takes before its transaction: the
+ * lock order of the file comment (dl_lock, then the hook registry), which
+ * a program thread in our dlopen/dlclose wrappers (a preloaded agent, the
+ * cooperative mode) follows too.  agent_dl_stop() takes every object's ops
+ * off in the caller's transaction (one grace period for all); then
+ * agent_dl_free(committed) forgets what dl_sync knew, for the next attach
+ * to start anew: every object if the commit took them off, when no thread
+ * can be in their trampolines any more; else only those never hooked (and
+ * the syncs go on for the others).  0 or -errno of an unregister.
+ */
+void agent_dl_lock(void)
+{
+	pthread_mutex_lock(&dl_lock);
+	dl_inside = true;
+}
+
+void agent_dl_unlock(void)
+{
+	dl_inside = false;
+	pthread_mutex_unlock(&dl_lock);
+}
+
+int agent_dl_stop(void)
+{
+	int err = 0;
+
+	__atomic_store_n(&agent_dl_on, false, __ATOMIC_RELEASE);
+	for (size_t i = 0; i < D.n && !err; i++)
+		if (D.v[i]->registered)
+			err = pk_ops_unregister(&D.v[i]->ops);
+	return err;
+}
+
+void agent_dl_free(bool committed)
+{
+	bool left = false;
+
+	for (size_t i = 0; i < D.n; i++) {
+		if (committed)
+			D.v[i]->registered = false;
+		if (D.v[i]->registered) {
+			left = true; /* still hooked (the unhook failed): kept */
+			continue;
+		}
+		free(D.v[i]->ips);
+		free(D.v[i]->names);
+		free(D.v[i]);
+		D.v[i--] = D.v[--D.n];
+	}
+	if (left)
+		__atomic_store_n(&agent_dl_on, true, __ATOMIC_RELEASE);
 }

@@ -63,8 +63,10 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "arch/arch.h"
+#include "hook/hook_int.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"
+#include "trace/fnstats.h"
 #include "trace/trace.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
@@ -89,6 +91,10 @@ static struct agent_lineage *const me = &agent_lineage;
 
 static struct {
 	bool session; /* a trace file is open */
+	int fd;	      /* attached: the command's descriptor for the next session_open(), or -1 */
+	char why[1024]; /* attached: why the start failed */
+	bool atfork;  /* on_fork_child is registered (once per process) */
+	size_t nmain, nlib; /* registered: T.ops (if nmain) and T.ops_lib (if nlib) */
 	char file[PATH_MAX + 64];
 	unsigned long *ips;
 	size_t nips;
@@ -98,7 +104,7 @@ static struct {
 	struct pk_ops ops;     /* entries and exits */
 	struct pk_ops ops_lib; /* libraries' relocated functions: entries only (lib_entry_only) */
 	unsigned long *main_ips, *lib_ips; /* the filters of ops and ops_lib: ips split */
-} T;
+} T = {.fd = -1};
 
 static struct {
 	int (*execve)(const char *, char *const[], char *const[]);
@@ -165,19 +171,27 @@ static int pick_site(const struct pk_site *s, void *ctx)
 
 static int session_open(void)
 {
+	/* Attached: the program's signal actions are its own (agent_int.h). */
 	PK_OPTS(pki_trace_opts, o, .buf_events = conf->buf_events, .drop = conf->drop,
-		.ring = conf->ring, .max_size = conf->max_size, .catch_signals = true,
-		.at_exit = true, .notice = agent_notice);
+		.ring = conf->ring, .max_size = conf->max_size, .catch_signals = !agent_attached,
+		.at_exit = true, .notice = agent_notice, .use_fd = T.fd >= 0, .fd = T.fd);
 	size_t i;
 	int err;
 
+	T.fd = -1; /* taken, whatever the outcome */
 	err = pki_trace_open(T.file, &o);
 	if (err)
 		return err;
 	for (i = 0; i < T.nobjs && !err; i++)
 		err = pki_trace_object_add((uint32_t)i + 1, T.objs[i].base, T.objs[i].path);
-	for (i = 0; i < T.nips && !err; i++)
-		err = pki_trace_symbol_add(T.syms[i].fn, T.syms[i].obj, T.syms[i].name);
+	if (!err && T.nips) { /* in a few writes: 10,000 one by one took 100 ms */
+		struct pki_trace_symdef *v = malloc(T.nips * sizeof(*v));
+
+		for (i = 0; v && i < T.nips; i++)
+			v[i] = (struct pki_trace_symdef){T.syms[i].fn, T.syms[i].obj, T.syms[i].name};
+		err = v ? pki_trace_symbols_add(v, T.nips) : -ENOMEM;
+		free(v);
+	}
 	if (err) {
 		pki_trace_close();
 		return err;
@@ -233,7 +247,9 @@ static void pid_note(const char *what, const char *fmt, va_list ap)
 
 	vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
 	strcat(buf, "\n");
-	if (write(2, buf, strlen(buf)) < 0) {
+	if (agent_attached) /* the program's stderr is not ours */
+		agent_notice(buf);
+	else if (write(2, buf, strlen(buf)) < 0) {
 		/* nowhere to say it */
 	}
 }
@@ -261,14 +277,27 @@ static void untraced_note(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Attached: why the start failed, for the command (agent_trace_attach()). */
+__attribute__((format(printf, 1, 2))) static void why_set(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(T.why, sizeof(T.why), fmt, ap);
+	va_end(ap);
+}
+
 /*
  * The steps of agent_trace_start(), each true if it went well.  A failure
- * refuses in the program the command started; elsewhere the step returns
- * false and the program stays untraced.
+ * refuses in the program the command started, or, attached, is kept in
+ * T.why for the command; elsewhere the step returns false and the program
+ * stays untraced.
  */
 #define FAIL(initial, ...)                                                                         \
 	do {                                                                                       \
-		if (initial)                                                                       \
+		if ((initial) && agent_attached)                                                   \
+			why_set(__VA_ARGS__);                                                      \
+		else if (initial)                                                                  \
 			refuse(__VA_ARGS__);                                                       \
 		return false;                                                                      \
 	} while (0)
@@ -311,7 +340,7 @@ static bool trace_exits(bool initial)
 /* Are PROG's own functions relocated (PROBEKIT_RELOC=main or 1, sym/sites.h)? */
 static bool reloc_on(void)
 {
-	const char *e = getenv("PROBEKIT_RELOC");
+	const char *e = conf->reloc;
 
 	return e && (!strcmp(e, "main") || !strcmp(e, "1"));
 }
@@ -454,8 +483,8 @@ static void reloc_summary(void)
 		return;
 	relayed = int3_relayed();
 	len = (size_t)snprintf(
-	    line, sizeof(line),
-	    "probekit: PROG's functions without a patchable entry: %zu relocated", st.reloc);
+	    line, sizeof(line), "probekit: %s functions without a patchable entry: %zu relocated",
+	    agent_attached ? "the process's" : "PROG's", st.reloc);
 	if (st.int3 > relayed) {
 		len += (size_t)snprintf(line + len, sizeof(line) - len,
 					", %zu through INT3 (a signal per call", st.int3 - relayed);
@@ -556,6 +585,41 @@ static unsigned long trigger_ip(const char *name)
 	return 0;
 }
 
+/*
+ * top (attached, agent_int.h): the hooks count into fnstats (src/trace/
+ * fnstats.h) instead of recording; exits are timed unless --entry-only.
+ */
+static bool top_prepare(void)
+{
+	if (pki_fnstats_init(T.ips, T.nips))
+		return false;
+	pki_fgraph_timed = conf->exits;
+	T.ops.func = conf->exits ? agent_on_entry_timed : agent_on_entry_count;
+	T.ops_lib.func = agent_on_entry_count;
+	return true;
+}
+
+void agent_top_sample(void (*emit)(const char *line, void *arg), void *arg)
+{
+	struct pki_fnstats_row *rows = malloc((T.nips ? T.nips : 1) * sizeof(*rows));
+	size_t n = rows ? pki_fnstats_sample(rows, T.nips) : 0;
+	char line[600];
+
+	for (size_t i = 0; i < n; i++) {
+		const struct pki_fnstats_row *r = &rows[i];
+
+		snprintf(line, sizeof(line), "f\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%.400s\n",
+			 (unsigned long long)r->calls, (unsigned long long)r->untimed,
+			 (unsigned long long)r->total_ns, (unsigned long long)r->self_ns,
+			 (unsigned long long)r->p50_ns, (unsigned long long)r->p99_ns,
+			 (unsigned long long)r->max_ns,
+			 T.syms[r->index].name ? T.syms[r->index].name : "?");
+		emit(line, arg);
+	}
+	free(rows);
+	emit("end\n", arg);
+}
+
 /* Hook the sites picked, open the trace, follow forks and later dlopen()s. */
 static bool trace_hook(bool initial)
 {
@@ -588,6 +652,8 @@ static bool trace_hook(bool initial)
 	T.ops_lib = (struct pk_ops){.func = agent_on_entry, .flags = PK_OPS_F_NOVEC};
 	T.ops_lib.filter.ips = T.lib_ips;
 	T.ops_lib.filter.nips = nlib;
+	if (conf->top && !top_prepare())
+		FAIL(initial, "out of memory for the statistics of %zu functions", T.nips);
 	err = pk_txn_begin();
 	if (!err && nmain) /* an empty filter would mean all */
 		err = pk_ops_register(&T.ops);
@@ -600,20 +666,30 @@ static bool trace_hook(bool initial)
 	if (err)
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
 			 strerror(-err));
+	T.nmain = nmain;
+	T.nlib = nlib;
 	if (initial)
 		reloc_summary();
-	err = session_open();
+	err = conf->top ? 0 : session_open();
 	if (err)
 		FAIL_SAY(initial, "cannot write the trace %s: %s", T.file,
 			 pki_trace_open_hint(err) ? pki_trace_open_hint(err) : strerror(-err));
 	/* After the recorder's own handler (child handlers run in registration order). */
-	if (pthread_atfork(NULL, NULL, on_fork_child))
+	if (!T.atfork && pthread_atfork(NULL, NULL, on_fork_child))
 		FAIL(initial, "pthread_atfork failed");
-	/* After ours, too: dlopen.c's child handler adds to the child's file. */
+	T.atfork = true;
+	/*
+	 * After ours, too: dlopen.c's child handler adds to the child's file.
+	 * Attached, its wrappers are not reached: the control thread polls
+	 * (agent_dl_poll(), doc/design/attach.md A9e).
+	 */
 	dc = (struct agent_dl_conf){conf->funcs,    conf->notrace, T.ops.func,
 				    T.ops_lib.func, T.ops.flags,   (uint32_t)T.nobjs + 1};
 	err = agent_dl_start(&dc);
-	if (err)
+	if (err && agent_attached)
+		agent_out_printf("probekit: libraries the process loads later stay untraced: %s\n",
+				 strerror(-err));
+	else if (err)
 		fprintf(stderr, "probekit: libraries PROG loads later stay untraced: %s\n",
 			strerror(-err));
 	return true;
@@ -629,7 +705,9 @@ static void stay_untraced(void)
 		T.session = false;
 	}
 	T.nips = 0;
-	pthread_atfork(NULL, NULL, on_fork_child);
+	if (!T.atfork)
+		pthread_atfork(NULL, NULL, on_fork_child);
+	T.atfork = true;
 }
 
 bool agent_trace_start(void)
@@ -648,6 +726,120 @@ bool agent_trace_start(void)
 		trace_note("SIGUSR2 is no trigger: the agent cannot start its thread");
 	ctl_send(PK_CTL_OK "\n");
 	return true;
+}
+
+/* ---- attached (attach.c) -------------------------------------------------------- */
+
+/* What the last session picked, freed: the next one picks again. */
+static void picks_free(void)
+{
+	for (size_t i = 0; i < T.nips; i++)
+		free(T.syms[i].name);
+	free(T.ips);
+	free(T.syms);
+	free(T.objs);
+	free(T.main_ips);
+	free(T.lib_ips);
+	T.ips = T.main_ips = T.lib_ips = NULL;
+	T.syms = NULL;
+	T.objs = NULL;
+	T.nips = T.nobjs = T.nmain = T.nlib = 0;
+}
+
+/* Take T.ops and T.ops_lib off every site (a grace period: no thread is in the hook after). */
+static int unhook(void)
+{
+	int err;
+
+	/* Never a timeout here (a preloaded agent's dlclose() sets one for itself). */
+	pki_hook_set_unregister_timeout(0);
+	agent_dl_lock(); /* before the transaction: dlopen.c's lock order */
+	err = pk_txn_begin();
+	if (!err && T.nmain)
+		err = pk_ops_unregister(&T.ops);
+	if (!err && T.nlib)
+		err = pk_ops_unregister(&T.ops_lib);
+	if (!err)
+		err = agent_dl_stop(); /* the libraries loaded since the attach */
+	if (!err)
+		err = pk_txn_commit();
+	else
+		pk_txn_abort();
+	if (!err)
+		T.nmain = T.nlib = 0;
+	agent_dl_free(!err);
+	agent_dl_unlock();
+	return err;
+}
+
+bool agent_trace_attach(int fd, char *why, size_t n)
+{
+	T.fd = fd;
+	T.why[0] = '\0';
+	/* Hooks a fork child inherited from its attached parent (idle there): off first. */
+	if ((T.nmain || T.nlib) && unhook()) {
+		snprintf(why, n, "the hooks inherited from the parent process cannot be taken off");
+		if (T.fd >= 0)
+			close(T.fd);
+		T.fd = -1;
+		return false;
+	}
+	/* Libraries loaded since the last attach (or before the first): in the pick. */
+	pk_sites_refresh();
+	picks_free();
+	trace_name(true);
+	me->follow = false; /* the exec wrappers are not reached */
+	if (!trace_exits(true) || !trace_pick(true) || !trace_hook(true)) {
+		if (T.fd >= 0)
+			close(T.fd);
+		T.fd = -1;
+		if (T.nmain || T.nlib)
+			unhook();
+		if (T.session)
+			pki_trace_close();
+		T.session = false;
+		if (conf->top) {
+			pki_fgraph_timed = false;
+			pki_fnstats_fini();
+		}
+		snprintf(why, n, "%s", T.why[0] ? T.why : "trace mode did not start");
+		return false;
+	}
+	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
+	return true;
+}
+
+void agent_trace_detach(void)
+{
+	int err;
+
+	__atomic_store_n(&agent_hook.active, false, __ATOMIC_RELEASE);
+	/*
+	 * Libraries the program unloaded while attached (its dlclose() is not
+	 * ours): the refresh makes the hook layer forget their sites, whose
+	 * text is gone or another object's now, so that the unhook restores
+	 * the others instead of failing on them.
+	 */
+	err = pk_sites_refresh();
+	if (err)
+		agent_out_printf("probekit: reading the loaded objects again: %s\n", strerror(-err));
+	err = unhook();
+	if (err)
+		agent_out_printf("probekit: taking the hooks off failed: %s; they stay, idle\n",
+				 strerror(-err));
+	if (T.session)
+		pki_trace_detach();
+	T.session = false;
+	if (conf->top) { /* after the grace period of unhook(): see fnstats.c, "freeing" */
+		pki_fgraph_timed = false;
+		pki_fnstats_fini();
+	}
+}
+
+void agent_trace_snapshot(void)
+{
+	if (T.session && conf->ring)
+		pki_trace_snapshot(PKI_TRIGGER_SIGNAL, SIGUSR2, 0);
 }
 
 /* ---- exec: put the settings back -------------------------------------------- */

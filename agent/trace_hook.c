@@ -14,6 +14,7 @@
 
 #include "agent_int.h"
 #include "trace/fgraph.h"
+#include "trace/fnstats.h"
 #include "trace/trace.h"
 
 struct agent_hook agent_hook;
@@ -31,6 +32,30 @@ void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_op
 	pki_fgraph_enter(ip, (unsigned long *)regs->sp);
 	if (__builtin_expect(ip == agent_hook.trigger, 0))
 		PKI_SLOWCALL3(agent_trace_trigger, ip, 0, 0); /* libc: may use xmm */
+}
+
+/* top: the entry's time kept, the exit adds the call to fnstats (fgraph.h). */
+void agent_on_entry_timed(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			  struct pk_regs *regs)
+{
+	(void)parent_ip;
+	(void)ops;
+	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
+		return;
+	pki_fgraph_prune((unsigned long *)regs->sp);
+	pki_fgraph_enter_timed(ip, (unsigned long *)regs->sp, pki_trace_now());
+}
+
+/* top --entry-only, and libraries' relocated functions: calls counted, not timed. */
+void agent_on_entry_count(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			  struct pk_regs *regs)
+{
+	(void)parent_ip;
+	(void)ops;
+	(void)regs;
+	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
+		return;
+	pki_fnstats_count(ip);
 }
 
 /* --entry-only. */

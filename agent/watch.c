@@ -21,6 +21,7 @@
  * then dies from the same signal with the default action (on_fatal).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
@@ -46,6 +47,7 @@
 #include "sym/unwind.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
+#include "watch/watch_int.h"
 
 #define MAX_FRAMES  16
 #define STACK_WORDS 32	 /* a frameless function's return address is found this far up */
@@ -126,8 +128,27 @@ static struct {
 	struct obj *objs;
 	size_t nobjs;
 	pid_t pid; /* the process the agent started in: a fork child stays silent */
+	bool attached;	/* loaded into a running process (agent/attach.c), not preloaded */
+	char prog[32];	/* the program, for messages: "PROG" or "process N" */
 	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
 } A;
+
+/*
+ * Why the watch cannot start, said by fail() (which returns false): the
+ * launched agent refuses with it (PROG does not run), the attached one
+ * answers the command with it (the process goes on untouched).
+ */
+static char why_not[1024];
+
+static bool __attribute__((format(printf, 1, 2))) fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why_not, sizeof(why_not), fmt, ap);
+	va_end(ap);
+	return false;
+}
 
 /* ---- objects and symbols ---- */
 
@@ -233,7 +254,7 @@ static const struct pki_elf_sym *symbolize(uintptr_t ip, char *buf, size_t n, ui
 }
 
 /* A hex link-time address of the main program: A.addr, and A.len for -t x. */
-static void resolve_addr(void)
+static bool resolve_addr(void)
 {
 	unsigned long off;
 	char *end;
@@ -241,19 +262,20 @@ static void resolve_addr(void)
 	errno = 0;
 	off = strtoul(conf->spec, &end, 16);
 	if (errno || *end || !off)
-		refuse("'%s' is not a hex address", conf->spec);
+		return fail("'%s' is not a hex address", conf->spec);
 	A.addr = A.objs[0].base + off;
 	if (!A.len)
 		A.len = conf->type == PK_WATCH_X ? 1 : 0;
 	if (!A.len)
-		refuse("%s: an address has no size: give -l " PKI_HWBP_LENS, conf->spec);
+		return fail("%s: an address has no size: give -l " PKI_HWBP_LENS, conf->spec);
 	snprintf(A.what, sizeof(A.what), "%s", conf->spec);
+	return true;
 }
 
 /*
  * The symbol @name and its object (*@op), searched in load order (the main
- * program first), like the dynamic linker would; or refuse, naming the
- * closest symbol if there is one.
+ * program first), like the dynamic linker would; or NULL after fail(),
+ * naming the closest symbol if there is one.
  */
 static const struct pki_elf_sym *lookup(const char *name, struct obj **op)
 {
@@ -283,28 +305,31 @@ static const struct pki_elf_sym *lookup(const char *name, struct obj **op)
 		}
 	}
 	if (suggest)
-		refuse("unknown symbol '%s' in PROG and its libraries (did you mean '%s'?)", name,
-		       suggest);
-	refuse("unknown symbol '%s' in PROG and its libraries (no symbol table entry; "
-	       "stripped?)",
-	       name);
+		fail("unknown symbol '%s' in %s and its libraries (did you mean '%s'?)", name,
+		     A.prog, suggest);
+	else
+		fail("unknown symbol '%s' in %s and its libraries (no symbol table entry; "
+		     "stripped?)",
+		     name, A.prog);
+	return NULL;
 }
 
-/* Without -l: the symbol's size, if the hardware watches that length; else refuse. */
-static void symbol_len(const struct pki_elf_sym *s, const char *name, unsigned long off)
+/* Without -l: the symbol's size, if the hardware watches that length; else fail(). */
+static bool symbol_len(const struct pki_elf_sym *s, const char *name, unsigned long off)
 {
 	if (A.len)
-		return;
+		return true;
 	if (conf->type == PK_WATCH_X)
 		A.len = 1;
 	else if (!off && pki_hwbp_len_ok(s->size))
 		A.len = s->size;
 	else if (off)
-		refuse("'%s': give the length to watch with -l " PKI_HWBP_LENS, conf->spec);
+		return fail("'%s': give the length to watch with -l " PKI_HWBP_LENS, conf->spec);
 	else
-		refuse("'%s' is %lu bytes: give the length to watch with -l " PKI_HWBP_LENS " "
-		       "(and SYMBOL+OFFSET for a field)",
-		       name, (unsigned long)s->size);
+		return fail("'%s' is %lu bytes: give the length to watch with -l " PKI_HWBP_LENS " "
+			    "(and SYMBOL+OFFSET for a field)",
+			    name, (unsigned long)s->size);
+	return true;
 }
 
 /* Read 8 bytes of our own memory without faulting: a syscall, signal-safe. */
@@ -316,8 +341,8 @@ static bool peek(uintptr_t addr, uintptr_t *out)
 	       (long)sizeof(*out);
 }
 
-/* "NAME[+OFF]" of @spec into @name and *@off, or refuse. */
-static void spec_split(const char *spec, char *name, size_t n, unsigned long *off)
+/* "NAME[+OFF]" of @spec into @name and *@off, or fail(). */
+static bool spec_split(const char *spec, char *name, size_t n, unsigned long *off)
 {
 	char *plus;
 
@@ -331,50 +356,56 @@ static void spec_split(const char *spec, char *name, size_t n, unsigned long *of
 		errno = 0;
 		*off = strtoul(plus + 1, &end, 0);
 		if (errno || *end || plus[1] == 0)
-			refuse("'%s': bad offset after '+'", conf->spec);
+			return fail("'%s': bad offset after '+'", conf->spec);
 	}
+	return true;
 }
 
 /*
  * *SYMBOL[+OFF]: the object the pointer SYMBOL points to, read now (before
- * main()), OFF bytes in, -l bytes of it (default 8).  A NULL pointer is
- * refused unless --follow moves the watch once it is set.
+ * main(), or at the attach), OFF bytes in, -l bytes of it (default 8).  A
+ * NULL pointer is refused unless --follow moves the watch once it is set.
  */
-static void resolve_deref(void)
+static bool resolve_deref(void)
 {
 	const struct pki_elf_sym *s;
 	struct obj *o = NULL;
 	char name[256];
 	uintptr_t v, probe;
 
-	spec_split(conf->spec + 1, name, sizeof(name), &A.ptr_off);
+	if (!spec_split(conf->spec + 1, name, sizeof(name), &A.ptr_off))
+		return false;
 	if (!name[0])
-		refuse("'%s': '*' needs the name of a pointer after it", conf->spec);
+		return fail("'%s': '*' needs the name of a pointer after it", conf->spec);
 	s = lookup(name, &o);
+	if (!s)
+		return false;
 	if (s->kind != PKI_SYM_OBJECT || (s->size && s->size != sizeof(void *)))
-		refuse("'*%s': %s is not a pointer variable (%s of %lu bytes)", name, name,
-		       s->kind == PKI_SYM_OBJECT ? "an object" : "not data",
-		       (unsigned long)s->size);
+		return fail("'*%s': %s is not a pointer variable (%s of %lu bytes)", name, name,
+			    s->kind == PKI_SYM_OBJECT ? "an object" : "not data",
+			    (unsigned long)s->size);
 	A.ptr = o->base + s->value;
 	snprintf(A.ptr_name, sizeof(A.ptr_name), "%s", name);
 	memcpy(&v, (const void *)A.ptr, sizeof(v));
 	if (!A.len)
 		A.len = sizeof(uint64_t);
 	if (!v && !conf->follow)
-		refuse("'%s': %s is NULL when the watch starts (before main()): --follow "
-		       "watches what it points to once it is set",
-		       conf->spec, name);
+		return fail("'%s': %s is NULL when the watch starts%s: --follow watches what it "
+			    "points to once it is set",
+			    conf->spec, name, A.attached ? "" : " (before main())");
 	if (v && !peek(v + A.ptr_off, &probe))
-		refuse("'%s': %s is %#lx when the watch starts (before main()), and nothing is "
-		       "mapped at %#lx",
-		       conf->spec, name, (unsigned long)v, (unsigned long)(v + A.ptr_off));
+		return fail("'%s': %s is %#lx when the watch starts%s, and nothing is mapped at "
+			    "%#lx",
+			    conf->spec, name, (unsigned long)v, A.attached ? "" : " (before main())",
+			    (unsigned long)(v + A.ptr_off));
 	atomic_store(&A.addr, v ? v + A.ptr_off : 0);
 	snprintf(A.what, sizeof(A.what), "%s (%s at %#lx%s)", conf->spec, name,
 		 (unsigned long)A.ptr, conf->follow ? ", followed" : "");
+	return true;
 }
 
-/* Resolve conf->spec to A.addr and A.len, or refuse. */
-static void resolve(void)
+/* Resolve conf->spec to A.addr and A.len, or fail(). */
+static bool resolve(void)
 {
 	const struct pki_elf_sym *s;
 	struct obj *o = NULL;
@@ -383,30 +414,29 @@ static void resolve(void)
 
 	dl_iterate_phdr(add_obj, NULL);
 	if (!A.nobjs)
-		refuse("cannot list the objects of PROG");
-	if (!strncmp(conf->spec, "0x", 2) || !strncmp(conf->spec, "0X", 2)) {
-		resolve_addr();
-		return;
-	}
-	if (conf->spec[0] == '*') {
-		resolve_deref();
-		return;
-	}
-	spec_split(conf->spec, name, sizeof(name), &off);
-	s = lookup(name, &o);
+		return fail("cannot list the objects of %s", A.prog);
+	if (!strncmp(conf->spec, "0x", 2) || !strncmp(conf->spec, "0X", 2))
+		return resolve_addr();
+	if (conf->spec[0] == '*')
+		return resolve_deref();
+	if (!spec_split(conf->spec, name, sizeof(name), &off) || !(s = lookup(name, &o)))
+		return false;
 	if (s->kind == PKI_SYM_TLS)
-		refuse("'%s' is thread-local: every thread has its own copy; not supported", name);
+		return fail("'%s' is thread-local: every thread has its own copy; not supported",
+			    name);
 	if (s->kind == PKI_SYM_IFUNC)
-		refuse("'%s' is an IFUNC: its address is a resolver, not the function", name);
+		return fail("'%s' is an IFUNC: its address is a resolver, not the function", name);
 	if (conf->type == PK_WATCH_X && s->kind != PKI_SYM_FUNC)
-		refuse("-t x: '%s' is not a function", name);
+		return fail("-t x: '%s' is not a function", name);
 	if (s->size && off >= s->size)
-		refuse("'%s': offset %#lx is past its end (size %lu)", conf->spec, off,
-		       (unsigned long)s->size);
+		return fail("'%s': offset %#lx is past its end (size %lu)", conf->spec, off,
+			    (unsigned long)s->size);
 	A.addr = o->base + s->value + off;
-	symbol_len(s, name, off);
+	if (!symbol_len(s, name, off))
+		return false;
 	snprintf(A.what, sizeof(A.what), "%s%s%s%s", conf->spec, o == &A.objs[0] ? "" : " (",
 		 o == &A.objs[0] ? "" : base_name(o->path), o == &A.objs[0] ? "" : ")");
+	return true;
 }
 
 /* ---- the signal handler ---- */
@@ -914,22 +944,37 @@ static void install_fatal(void)
 }
 
 /*
- * exit(): stop the consumer (it drains once more), remove the watchpoint (no
- * callback runs after that), drain what came meanwhile, print the summary.
- * Not run on _exit() or death by a signal: hits not yet printed then are lost
- * (the consumer prints within microseconds of a hit, normally).
+ * The end of a watch: stop the consumer (it drains once more), remove the
+ * watchpoint (no callback runs after that), drain what came meanwhile,
+ * print the summary.  At exit(), or at the detach of an attached agent,
+ * whichever comes first (end_lock).  Not run on _exit() or death by a
+ * signal: hits not yet printed then are lost (the consumer prints within
+ * microseconds of a hit, normally).
  */
-static void agent_exit(void)
-{
-	unsigned long lost;
+static pthread_mutex_t end_lock = PTHREAD_MUTEX_INITIALIZER;
 
-	if (getpid() != A.pid || !A.consumer_up)
-		return; /* a fork child: the agent has nothing here */
+/* Under end_lock: the consumer drains once more and ends. */
+static void consumer_stop(void)
+{
 	atomic_store_explicit(&A.stop, true, memory_order_release);
 	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
 	pki_futex_wake(&A.wake, 1);
 	pthread_join(A.consumer, NULL);
 	A.consumer_up = false;
+}
+
+static void watch_end(void)
+{
+	unsigned long lost;
+
+	if (getpid() != A.pid)
+		return; /* a fork child: the agent has nothing here */
+	pthread_mutex_lock(&end_lock);
+	if (!A.consumer_up) {
+		pthread_mutex_unlock(&end_lock);
+		return; /* ended already */
+	}
+	consumer_stop();
 	watch_remove();
 	drain();
 	lost = atomic_load(&A.lost) + pk_hitq_dropped(A.q);
@@ -948,20 +993,42 @@ static void agent_exit(void)
 		    "# %lu access(es) made while a hit was being handled on its thread "
 		    "(a signal handler's): not reported\n",
 		    A.stats.self);
+	pthread_mutex_unlock(&end_lock);
+}
+
+static void agent_exit(void)
+{
+	watch_end();
+}
+
+/* A fork child made while a thread held end_lock gets it free. */
+static void end_lock_child(void)
+{
+	pthread_mutex_init(&end_lock, NULL);
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void exit_register(void)
+{
+	atexit(agent_exit);
+	pthread_atfork(NULL, NULL, end_lock_child);
 }
 
 /*
  * Refuse an address with nothing mapped there, before the first read of it
- * (the agent must not fault in PROG).  A process that may not read itself
- * with process_vm_readv (seccomp) is not checked: its value is read directly.
+ * (the agent must not fault in the program).  A process that may not read
+ * itself with process_vm_readv (seccomp) is not checked: its value is read
+ * directly.
  */
-static void check_mapped(void)
+static bool check_mapped(void)
 {
 	uint64_t v;
 
 	if (pki_peek((const void *)A.addr, &v, A.len) == -EFAULT)
-		refuse("cannot watch %s: nothing is mapped at %#lx in PROG", conf->spec,
-		       (unsigned long)A.addr);
+		return fail("cannot watch %s: nothing is mapped at %#lx in %s", conf->spec,
+			    (unsigned long)A.addr, A.prog);
+	return true;
 }
 
 /* PROBEKIT_HWBP_UNDELIVERED set: the library pretends hits are not delivered. */
@@ -972,8 +1039,8 @@ static bool pretending(void)
 	return e && *e && strcmp(e, "0");
 }
 
-/* pk_watch_add() failed with @err: refuse, saying why if the library knows. */
-static __attribute__((noreturn)) void refuse_add(int err)
+/* pk_watch_add() failed with @err: fail(), saying why if the library knows. */
+static bool add_failed(int err)
 {
 	char why[340] = "";
 
@@ -990,51 +1057,92 @@ static __attribute__((noreturn)) void refuse_add(int err)
 		pki_perf_denied_why(why + 2, sizeof(why) - 3);
 		strcat(why, ")");
 	}
-	refuse("cannot watch %s at %#lx: %s%s", conf->spec, (unsigned long)A.addr, strerror(err),
-	       why);
+	return fail("cannot watch %s at %#lx: %s%s", conf->spec, (unsigned long)A.addr,
+		    strerror(err), why);
 }
 
-bool agent_watch_start(void)
+/*
+ * What a watch holds, freed once nothing can reach it: after watch_end()
+ * (the watchpoints removed, so no handler runs with a record; the consumer
+ * joined), or before the first watch.  The objects are read again by the
+ * next watch: libraries may have come and gone meanwhile.
+ */
+static void watch_free(void)
+{
+	/* In a fork child, the parent's watchpoints (dead there: watch.h) are still ours to remove. */
+	if (A.pw)
+		pk_watch_remove(A.pw);
+	if (A.w)
+		pk_watch_remove(A.w);
+	for (size_t i = 0; i < A.nobjs; i++) {
+		free(A.objs[i].path);
+		if (A.objs[i].loaded)
+			pki_elf_syms_free(&A.objs[i].syms);
+	}
+	free(A.objs);
+	free(A.recs);
+	free(A.snaps);
+	pk_hitq_free(A.q);
+	if (A.unw)
+		pki_unwinder_free(A.unw);
+	memset(&A, 0, sizeof(A));
+}
+
+/*
+ * Resolve the watched symbol, start the report thread, add the
+ * watchpoint(s) and print the report's first line; false after fail()
+ * (then nothing is watched and the report thread is stopped).
+ */
+static bool watch_begin(void)
 {
 	PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
 
-	if (!conf->spec[0])
-		return false;
 	clock_gettime(CLOCK_MONOTONIC, &A.t0);
 	A.pid = getpid();
 	A.len = conf->len;
-	resolve();
+	if (!resolve())
+		return false;
 	if (!pki_hwbp_len_ok(A.len))
-		refuse("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_LENS " bytes",
-		       A.len);
+		return fail("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_LENS
+			    " bytes",
+			    A.len);
 	if (conf->type == PK_WATCH_X && A.len != 1)
-		refuse("-t x watches one instruction: no -l (or -l 1)");
+		return fail("-t x watches one instruction: no -l (or -l 1)");
 	if (A.addr && !pki_hwbp_data_ok(A.addr, A.len))
-		refuse("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
-		       " watches naturally aligned ranges (use -l or SYMBOL+OFFSET)",
-		       conf->spec, (unsigned long)A.addr, A.len);
+		return fail("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
+			    " watches naturally aligned ranges (use -l or SYMBOL+OFFSET)",
+			    conf->spec, (unsigned long)A.addr, A.len);
 	A.recs = calloc(NRECS, sizeof(*A.recs));
 	/* Mapped, not touched: only the records used get pages (8 KiB each). */
 	if (conf->stack && !(A.snaps = calloc(NRECS, sizeof(*A.snaps))))
-		refuse("out of memory");
+		return fail("out of memory");
 	A.q = pk_hitq_new(NRECS);
 	if (!A.recs || !A.q)
-		refuse("out of memory");
-	if (A.addr)
-		check_mapped();
+		return fail("out of memory");
+	if (A.addr && !check_mapped())
+		return false;
 	if (conf->type != PK_WATCH_X && A.addr)
 		atomic_store(&A.shadow, read_value(A.addr));
 	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
-		refuse("cannot start the report thread");
+		return fail("cannot start the report thread");
 	A.consumer_up = true;
 	if (A.addr && !(A.w = pk_watch_add((void *)A.addr, A.len, conf->type, &opts)))
-		refuse_add(errno);
+		return add_failed(errno);
+	/*
+	 * The value again, now that every write is seen: one made while the
+	 * watchpoint went on (a running program's, when attached) is the first
+	 * hit's old value, unless a hit has taken the shadow since (its old
+	 * value is then the first read, and a write in that window unseen).
+	 */
+	if (conf->type != PK_WATCH_X && A.addr) {
+		uint64_t first = atomic_load(&A.shadow);
+
+		atomic_compare_exchange_strong(&A.shadow, &first, read_value(A.addr));
+	}
 	/* *SYMBOL --follow: the pointer's writes move the object watch (follow()). */
 	if (A.ptr && conf->follow &&
 	    !(A.pw = pk_watch_add((void *)A.ptr, sizeof(void *), PK_WATCH_W, &opts)))
-		refuse_add(errno);
-	atexit(agent_exit);
-	install_fatal();
+		return add_failed(errno);
 	if (A.addr)
 		agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n",
 				 A.what, A.len, (unsigned long)A.addr,
@@ -1046,6 +1154,48 @@ bool agent_watch_start(void)
 				 "point to, %s, all threads\n",
 				 A.what, A.len,
 				 conf->type == PK_WATCH_W ? "writes" : "reads and writes");
+	return true;
+}
+
+bool agent_watch_start(void)
+{
+	if (!conf->spec[0])
+		return false;
+	snprintf(A.prog, sizeof(A.prog), "PROG");
+	if (!watch_begin())
+		refuse("%s", why_not);
+	pthread_once(&exit_once, exit_register);
+	install_fatal();
 	ctl_send(PK_CTL_OK "\n");
 	return true;
+}
+
+
+bool agent_watch_attach(char *why, size_t n)
+{
+	watch_free(); /* an earlier attach's */
+	A.attached = true;
+	snprintf(A.prog, sizeof(A.prog), "process %d", (int)getpid());
+	if (!watch_begin()) {
+		snprintf(why, n, "%s", why_not);
+		pthread_mutex_lock(&end_lock);
+		if (A.consumer_up)
+			consumer_stop();
+		watch_remove();
+		pthread_mutex_unlock(&end_lock);
+		pki_watch_release();
+		return false;
+	}
+	/* The process exiting while attached ends the watch with its summary. */
+	pthread_once(&exit_once, exit_register);
+	return true;
+}
+
+void agent_watch_detach(void)
+{
+	watch_end();
+	if (!pki_watch_release())
+		agent_out_printf("probekit: a watchpoint hit is still pending on a thread that "
+				 "blocks SIGTRAP: the agent's handler stays, passing other "
+				 "SIGTRAPs on to the program's\n");
 }

@@ -21,6 +21,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <probekit/sites.h>
+
 #include "agent/agent.h"
 #include "agent_run.h"
 #include "arch/arch.h"
@@ -112,6 +114,18 @@ int agent_check_prog(const char *path)
 	if (fd >= 0)
 		close(fd);
 	return cli_error("%s: not an " PKI_ELF_MACHINE_NAME " ELF program or script", path), 126;
+}
+
+static int count_site(const struct pk_site *s, void *ctx)
+{
+	(void)s;
+	(void)ctx;
+	return 1; /* one is enough */
+}
+
+bool agent_has_sites(const char *path)
+{
+	return pk_sites_file_foreach(path, count_site, NULL, NULL) > 0;
 }
 
 static bool readable(const char *path)

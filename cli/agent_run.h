@@ -35,6 +35,14 @@ int agent_find_prog(const char *prog, char *out, size_t n);
 /* Refuse what LD_PRELOAD cannot enter; 0, or an exit code after an error message. */
 int agent_check_prog(const char *path);
 
+/*
+ * Does the file @path have a patchable entry?  Without any (a distribution
+ * binary), relocation is the only way to trace its functions: the default.
+ * Neither does a file that is no ELF program (a script: its interpreter,
+ * which then runs, is most likely a distribution binary).
+ */
+bool agent_has_sites(const char *path);
+
 /* The agent's absolute path into @out (PATH_MAX bytes); 0 or -1 after a message. */
 int agent_find(char *out, size_t n);
 

@@ -73,6 +73,12 @@ int cli_bad_option(const char *cmd, const char *shortopts, const struct option *
 int cmd_bench(int argc, char **argv);
 int cmd_sites(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
+/*
+ * @v[0..n) joined with newlines, allocated (the agent's glob lists); NULL if
+ * @n is 0 or out of memory.
+ */
+char *cli_join_lines(char **v, int n);
+
 int cmd_trace(int argc, char **argv);
 
 /* Benchmarks (cli/bench/), dispatched by cmd_bench. */
@@ -83,6 +89,7 @@ int cmd_report(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 int cmd_inject(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -78,4 +79,24 @@ size_t cli_indent(size_t level, unsigned long long shown, char *mark, size_t n)
 	}
 	snprintf(mark, n, "[%llu] ", shown);
 	return 2 * CLI_INDENT_MAX;
+}
+
+char *cli_join_lines(char **v, int n)
+{
+	size_t len = 1;
+	char *s;
+
+	if (n <= 0)
+		return NULL;
+	for (int i = 0; i < n; i++)
+		len += strlen(v[i]) + 1;
+	s = calloc(1, len);
+	if (!s)
+		return NULL;
+	for (int i = 0; i < n; i++) {
+		if (i)
+			strcat(s, "\n");
+		strcat(s, v[i]);
+	}
+	return s;
 }

@@ -190,6 +190,7 @@ static const struct cli_cmd commands[] = {
     {"replay", cmd_replay, "the calls of a trace file as a tree, with durations"},
     {"report", cmd_report, "per-function calls and times of a trace file"},
     {"sites", cmd_sites, "list the patchable functions of a program or library"},
+    {"top", cmd_top, "a live view of the functions of a running process"},
     {"trace", cmd_trace, "run a program and record every call of its functions"},
     {"version", cmd_version, "print the library version"},
     {"watch", cmd_watch, "run a program with a watchpoint on a variable or function"},

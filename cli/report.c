@@ -71,7 +71,8 @@ const char *cli_loss_causes(const struct pki_rec_losses *l, bool late, char *buf
 
 const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n)
 {
-	static const char *const reasons[] = {"?", "ended at exit", "ended at exec"};
+	static const char *const reasons[] = {"?", "ended at exit", "ended at exec", "?",
+					      "ended at detach"};
 
 	if (!f->complete)
 		return "cut short";
@@ -82,7 +83,7 @@ const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n
 			 abbrev ? abbrev : "", abbrev ? ")" : "");
 		return buf;
 	}
-	return f->end.reason < 3 ? reasons[f->end.reason] : "ended (?)";
+	return f->end.reason < 5 && f->end.reason != 3 ? reasons[f->end.reason] : "ended (?)";
 }
 
 void cli_ring_summary(const struct pki_trace_file *f, char *buf, size_t n)

@@ -19,15 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <probekit/sites.h>
-
 #include "agent/agent.h"
 #include "agent_run.h"
+#include "attach_run.h"
 #include "cli.h"
 #include "trace/reader.h"
 
@@ -35,7 +35,8 @@
 #define MAX_GLOBS  64
 
 static const char usage[] =
-    "usage: probekit trace [options] [--] PROG [ARGS...]\n\n"
+    "usage: probekit trace [options] [--] PROG [ARGS...]\n"
+    "       probekit trace [options] -p PID [--duration SECONDS]\n\n"
     "Run PROG with every patchable function of it and its libraries hooked from\n"
     "before main(), and those of the libraries it loads later with dlopen() from\n"
     "then on (build them with -fpatchable-function-entry=5), and record\n"
@@ -47,6 +48,15 @@ static const char usage[] =
     "                        later with dlopen(), so a GLOB that matches nothing\n"
     "                        at start is only reported after the run\n"
     "  -N, --notrace GLOB    do not trace the functions matching GLOB (repeat)\n"
+    "  -p, --pid PID         attach to the running process PID instead of starting\n"
+    "                        PROG: its functions are hooked while it runs, and\n"
+    "                        taken off again on Ctrl-C, SIGTERM or SIGHUP, at the\n"
+    "                        end of --duration, or when it exits (the text is\n"
+    "                        the file's again; the agent stays loaded, idle, for\n"
+    "                        the next attach).  SIGUSR2 sent to probekit is a\n"
+    "                        --ring trigger.  Children it forks and libraries it\n"
+    "                        loads later are not traced\n"
+    "      --duration SECONDS  with -p: detach after SECONDS (fractions allowed)\n"
     "  -o, --output FILE     the trace file (default probekit.trace); a child\n"
     "                        that PROG forks writes FILE.PID, a program that a\n"
     "                        process execs writes FILE.PID.N (N-th exec)\n"
@@ -388,28 +398,6 @@ static void on_ended(const struct agent_run *r, int status)
 				c->fglobs[g]);
 }
 
-/* Join @v[0..n) with newlines into an allocated string (NULL if n == 0). */
-static char *join(char **v, int n)
-{
-	size_t len = 1;
-	char *s;
-	int i;
-
-	if (!n)
-		return NULL;
-	for (i = 0; i < n; i++)
-		len += strlen(v[i]) + 1;
-	s = calloc(1, len);
-	if (!s)
-		return NULL;
-	for (i = 0; i < n; i++) {
-		if (i)
-			strcat(s, "\n");
-		strcat(s, v[i]);
-	}
-	return s;
-}
-
 /* @out := absolute @path (its directory must exist). */
 static int abs_path(const char *path, char *out, size_t n)
 {
@@ -424,24 +412,6 @@ static int abs_path(const char *path, char *out, size_t n)
 	return 0;
 }
 
-static int count_site(const struct pk_site *s, void *ctx)
-{
-	(void)s;
-	(void)ctx;
-	return 1; /* one is enough */
-}
-
-/*
- * Does the file @path have a patchable entry?  Without any (a distribution
- * binary), relocation is the only way to trace its functions: the default.
- * Neither does a file that is no ELF program (a script: its interpreter,
- * which then runs, is most likely a distribution binary).
- */
-static bool has_sites(const char *path)
-{
-	return pk_sites_file_foreach(path, count_site, NULL, NULL) > 0;
-}
-
 /* What the command line asks for; PROG is argv[prog]. */
 struct trace_opts {
 	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
@@ -453,6 +423,8 @@ struct trace_opts {
 	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
 	int prog;
+	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
+	double duration; /* --duration SECONDS with -p; 0: until a signal */
 };
 
 /* -f or -N @glob: false after a usage error. */
@@ -481,6 +453,7 @@ enum {
 	O_TRIGGER,
 	O_MAX_SIZE,
 	O_FORCE,
+	O_DURATION,
 };
 
 /* The flags (options without an argument) into @o. */
@@ -517,8 +490,17 @@ static bool trace_opts_check(struct trace_opts *o, int argc, char **argv)
 {
 	if (optind < argc && !strcmp(argv[optind], "--"))
 		optind++;
-	if (optind >= argc)
-		return cli_usage_error("trace: expected PROG"), false;
+	if (o->pid && optind < argc)
+		return cli_usage_error("trace: -p PID attaches to a running process: no PROG "
+				       "with it ('%s')",
+				       argv[optind]),
+		       false;
+	if (!o->pid && o->duration > 0)
+		return cli_usage_error("trace: --duration is for -p PID (PROG's run ends when "
+				       "PROG does)"),
+		       false;
+	if (!o->pid && optind >= argc)
+		return cli_usage_error("trace: expected PROG, or -p PID"), false;
 	if (o->int3 && !o->relocate)
 		return cli_usage_error("trace: --int3 is the fallback of relocation: not with "
 				       "--no-relocate"),
@@ -582,6 +564,8 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"trigger", required_argument, NULL, O_TRIGGER},
 	    {"max-size", required_argument, NULL, O_MAX_SIZE},
 	    {"force", no_argument, NULL, O_FORCE},
+	    {"pid", required_argument, NULL, 'p'},
+	    {"duration", required_argument, NULL, O_DURATION},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -592,8 +576,16 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	optind = 1;
 	opterr = 0;
 	/* '+': stop at PROG, so its own options are never ours. */
-	while ((c = getopt_long(argc, argv, "+f:N:o:b:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+f:N:o:b:p:h", opts, NULL)) != -1) {
 		switch (c) {
+		case 'p':
+			if (!attach_opt_pid("trace", optarg, &o->pid))
+				return false;
+			break;
+		case O_DURATION:
+			if (!attach_opt_seconds("trace", "--duration", optarg, &o->duration))
+				return false;
+			break;
 		case 'f':
 		case 'N':
 			if (!trace_opts_add_glob(o, c, optarg))
@@ -629,7 +621,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			*status = 0;
 			return false;
 		case '?':
-			return cli_bad_option("trace", "+f:N:o:b:h", opts, argv), false;
+			return cli_bad_option("trace", "+f:N:o:b:p:h", opts, argv), false;
 		default:
 			trace_opt_flag(o, c);
 		}
@@ -691,6 +683,33 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	env[ne] = NULL;
 }
 
+/*
+ * -p PID: the trace file made here, as the user who runs probekit and where
+ * they asked (the process may not see that directory, or may run as
+ * another user), and handed to the agent attached to PID.
+ */
+static int trace_attached(const struct trace_opts *o, struct trace_ctx *ctx, const char **env)
+{
+	struct attach_run ar = {.pid = o->pid, .env = env, .duration = o->duration};
+	char *argv[] = {(char *)"the process", NULL};
+	struct agent_run r = {.ctx = ctx, .argv = argv};
+	struct attach_result res;
+	int ret;
+
+	ar.file_fd = open(ctx->file, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (ar.file_fd < 0)
+		return cli_error("%s: %s", ctx->file, strerror(errno)), TRACE_FAIL;
+	ret = attach_run(&ar, &res);
+	close(ar.file_fd);
+	if (ret) {
+		unlink(ctx->file); /* nothing was written: the previous trace comes back */
+		previous_settle(ctx, false, false);
+		return ret;
+	}
+	on_ended(&r, 0);
+	return 0;
+}
+
 int cmd_trace(int argc, char **argv)
 {
 	struct trace_opts o = {.output = "probekit.trace", .children = true, .relocate = -1};
@@ -703,11 +722,16 @@ int cmd_trace(int argc, char **argv)
 
 	if (!trace_opts_parse(&o, argc, argv, &ret))
 		return ret;
-	ret = agent_prepare(argv[o.prog], path, sizeof(path), agent, sizeof(agent));
-	if (ret)
-		return ret;
+	if (o.pid) {
+		snprintf(path, sizeof(path), "/proc/%d/exe", (int)o.pid);
+		o.children = false; /* its fork wrappers are not reached */
+	} else {
+		ret = agent_prepare(argv[o.prog], path, sizeof(path), agent, sizeof(agent));
+		if (ret)
+			return ret;
+	}
 	if (o.relocate < 0)
-		o.relocate = !has_sites(path);
+		o.relocate = !agent_has_sites(path);
 	if (!o.relocate) /* an inherited setting must not undo --no-relocate */
 		unsetenv("PROBEKIT_RELOC");
 	if (!o.int3)
@@ -719,8 +743,8 @@ int cmd_trace(int argc, char **argv)
 	unsetenv(PK_ENV_TRACE_PID);
 	unsetenv(PK_ENV_TRACE_GEN);
 	ctx.start = time(NULL) - 1; /* mtime has 1 s granularity on some file systems */
-	funcs = join(o.fglobs, o.nf);
-	notrace = join(o.nglobs, o.nn);
+	funcs = cli_join_lines(o.fglobs, o.nf);
+	notrace = cli_join_lines(o.nglobs, o.nn);
 	if ((o.nf && !funcs) || (o.nn && !notrace)) {
 		cli_error("out of memory");
 		ret = TRACE_FAIL;
@@ -738,6 +762,10 @@ int cmd_trace(int argc, char **argv)
 	r.ctx = &ctx;
 	if (!o.force)
 		previous_aside(&ctx);
+	if (o.pid) {
+		ret = trace_attached(&o, &ctx, env);
+		goto out;
+	}
 	ret = agent_run(&r);
 	previous_settle(&ctx, false, false); /* if PROG never ran: on_ended() was not called */
 out:

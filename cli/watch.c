@@ -4,7 +4,9 @@
  * its symbols (or an address) from before main(), and report every hit.  The
  * command checks what it can before running PROG (options, PROG itself); the
  * agent resolves the symbol inside PROG, where its libraries are loaded, and
- * tells the command when it refuses (agent_run.c).
+ * tells the command when it refuses (agent_run.c).  With -p PID the agent is
+ * loaded into a running process instead (attach_run.c), and its report
+ * comes back on the channel.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,12 +20,14 @@
 
 #include "agent/agent.h"
 #include "agent_run.h"
+#include "attach_run.h"
 #include "arch/arch.h"
 #include "cli.h"
 
 static const char usage[] =
     "usage: probekit watch [options] SYMBOL[+OFF]|*SYMBOL[+OFF]|ADDR [options] -- PROG "
-    "[ARGS...]\n\n"
+    "[ARGS...]\n"
+    "       probekit watch [options] -p PID SYMBOL[+OFF]|*SYMBOL[+OFF]|ADDR\n\n"
     "Run PROG with a hardware watchpoint on every thread, set before main(), and\n"
     "print each hit: seconds since start, thread id, the instruction, and the\n"
     "value (old -> new for writes).  SYMBOL is a data or function symbol of PROG\n"
@@ -47,9 +51,16 @@ static const char usage[] =
     "                      (NULL: paused); the thread that wrote the pointer\n"
     "                      waits the move out (tens of microseconds)\n"
     "  -o, --output FILE   write the report to FILE (default: stderr)\n"
+    "  -p, --pid PID       watch the running process PID instead of starting PROG:\n"
+    "                      the agent is loaded into it (as by trace -p), the\n"
+    "                      watchpoint is on every thread it has and will have;\n"
+    "                      off on Ctrl-C, at --duration or --count, or when the\n"
+    "                      process exits.  *SYMBOL is read at the attach\n"
+    "      --duration SECONDS  with -p: detach after SECONDS (fractions allowed)\n"
     "  -h, --help          this text\n\n"
     "Exit status: PROG's (death by a signal is reproduced); 125 probekit failed,\n"
-    "126 PROG cannot be run under probekit (setuid, static), 127 PROG not found.\n";
+    "126 PROG cannot be run under probekit (setuid, static), 127 PROG not found.\n"
+    "With -p: 0 after the detach, 125 if the attach failed (the process untouched).\n";
 
 #define WATCH_FAIL 125
 
@@ -59,7 +70,11 @@ struct watch_opts {
 	const char *type, *len, *count, *output;
 	bool stack, follow;
 	int prog;
+	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
+	double duration; /* --duration SECONDS with -p; 0: until a signal */
 };
+
+enum { O_DURATION = 256 };
 
 /* Option @c with its argument @arg (@word: as written); false after a usage error. */
 static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const char *word)
@@ -100,6 +115,10 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 	case 'o':
 		o->output = arg;
 		return true;
+	case 'p':
+		return attach_opt_pid("watch", arg, &o->pid);
+	case O_DURATION:
+		return attach_opt_seconds("watch", "--duration", arg, &o->duration);
 	default:
 		return cli_usage_error("watch: unknown option '%s'", word), false;
 	}
@@ -112,6 +131,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	    {"type", required_argument, NULL, 't'},  {"len", required_argument, NULL, 'l'},
 	    {"stack", no_argument, NULL, 's'},	     {"follow", no_argument, NULL, 'F'},
 	    {"count", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
+	    {"pid", required_argument, NULL, 'p'},   {"duration", required_argument, NULL, O_DURATION},
 	    {"help", no_argument, NULL, 'h'},	     {NULL, 0, NULL, 0},
 	};
 
@@ -126,7 +146,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	for (;;) {
 		int before = optind, c;
 
-		c = getopt_long(argc, argv, "+t:l:sFc:o:h", opts, NULL);
+		c = getopt_long(argc, argv, "+t:l:sFc:o:p:h", opts, NULL);
 		if (c == -1) {
 			if (optind == before + 1 && !strcmp(argv[before], "--"))
 				break; /* getopt ate the "--": PROG follows */
@@ -141,7 +161,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 			return false;
 		}
 		if (c == '?') {
-			cli_bad_option("watch", "+t:l:sFc:o:h", opts, argv);
+			cli_bad_option("watch", "+t:l:sFc:o:p:h", opts, argv);
 			return false;
 		}
 		if (!watch_opts_set(o, c, optarg, argv[optind - 1]))
@@ -154,7 +174,15 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	if (!*o->spec)
 		return cli_usage_error("watch: empty SYMBOL: give a symbol of PROG or an address"),
 		       false;
-	if (optind >= argc)
+	if (o->pid && optind < argc)
+		return cli_usage_error("watch: -p PID watches a running process: no PROG ('%s')",
+				       argv[optind]),
+		       false;
+	if (!o->pid && o->duration > 0)
+		return cli_usage_error("watch: --duration is for -p PID (PROG's run ends when "
+				       "PROG does)"),
+		       false;
+	if (!o->pid && optind >= argc)
 		return cli_usage_error("watch: expected PROG after %s --", o->spec), false;
 	if (o->follow && o->spec[0] != '*')
 		return cli_usage_error("watch: --follow moves a *SYMBOL watch (the object a "
@@ -199,6 +227,30 @@ static void watch_env_build(const char **env, const struct watch_opts *o)
 	env[ne] = NULL;
 }
 
+/* -p PID: each report line to @ctx's descriptor; the --count line ends the attach. */
+static bool report_line(void *ctx, const char *line)
+{
+	int fd = *(const int *)ctx;
+
+	dprintf(fd, "%s\n", line);
+	return !strstr(line, "# --count ");
+}
+
+static int watch_attached(const struct watch_opts *o, const char **env, int out_fd)
+{
+	int fd = out_fd >= 0 ? out_fd : 2;
+	struct attach_run ar = {.pid = o->pid,
+				.env = env,
+				.file_fd = -1,
+				.duration = o->duration,
+				.line = report_line,
+				.ctx = &fd,
+				.what = "watching"};
+	struct attach_result res;
+
+	return attach_run(&ar, &res);
+}
+
 int cmd_watch(int argc, char **argv)
 {
 	struct watch_opts o = {.type = "w"};
@@ -209,6 +261,15 @@ int cmd_watch(int argc, char **argv)
 
 	if (!watch_opts_parse(&o, argc, argv, &ret))
 		return ret;
+	if (o.pid) {
+		if (o.output && (r.out_fd = cli_output_open(o.output, 0644)) < 0)
+			return WATCH_FAIL;
+		watch_env_build(env, &o);
+		ret = watch_attached(&o, env, r.out_fd);
+		if (r.out_fd >= 0)
+			close(r.out_fd);
+		return ret;
+	}
 	ret = agent_prepare(argv[o.prog], path, sizeof(path), agent, sizeof(agent));
 	if (ret)
 		return ret;

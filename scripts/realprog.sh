@@ -303,6 +303,64 @@ same() {
 sum_col() { awk -v c="$2" '{ s += $c } END { printf "%.3f", s }' "$1"; }
 max_col() { awk -v c="$2" '$c > m { m = $c } END { printf "%.1f", m / 1024 }' "$1"; }
 
+# attached NAME (lua): `probekit trace -p` on the patchable build while it
+# runs tests/realprog/attach.NAME, attached while it waits for its first
+# line (one of 2 bytes: run the workload) and detached while it waits for
+# its second; the trace's counts against the counter's, (run, end) +
+# (skip, more, end) - 2 x (skip, end) (the script says why), and its stdout
+# the counter's (run, end).  Returns 1 on a difference, including a
+# function on one side only (a call missed, or one from outside the window).
+attached() {
+	local name=$1 d=$R/attach k i=0 pid pkpid rc pkrc in
+	local script=$tests/attach.$name work=$tests/work.$name bin=$RP_DIR/$1/pfe/$1
+	rm -rf "$d" && mkdir -p "$d" || return 1
+	for in in 'qx jzq' 'qxv jzq' 'qxv kqxjv jzq'; do
+		i=$((i + 1))
+		tr ' ' '\n' <<<"$in" >"$d/in$i"
+		(cd "$d" && CYGCOUNT_OUT="$d/ref$i.cnt" "$RP_DIR/$name/cyg/$name" "$script" "$work" \
+			<"$d/in$i" >"$d/ref$i.out" 2>"$d/ref$i.err")
+	done
+	# WAITS-th "waiting" printed, and the program in read(0, ...) (60 s at most).
+	waiting() {
+		for ((k = 0; k < 6000; k++)); do
+			[[ $(grep -c '^waiting$' "$d/att.out") -ge $1 &&
+				$(cut -d' ' -f1,2 "/proc/$pid/syscall" 2>/dev/null) == "0 0x0" ]] && return 0
+			sleep 0.01
+		done
+		return 1
+	}
+	mkfifo "$d/fifo" || return 1
+	(cd "$d" && exec "$bin" "$script" "$work" <"$d/fifo" >"$d/att.out" 2>"$d/att.err") &
+	pid=$!
+	exec 7>"$d/fifo"
+	waiting 1 || { say "$name attached: never waited for its first line"; exec 7>&-; return 1; }
+	"$PROBEKIT" trace -p "$pid" -o "$d/att.trace" 2>"$d/pk.err" &
+	pkpid=$!
+	for ((k = 0; k < 6000; k++)); do grep -q 'recording until' "$d/pk.err" && break; sleep 0.01; done
+	echo qx >&7
+	waiting 2 || say "$name attached: never waited for its second line"
+	kill -INT "$pkpid"
+	wait "$pkpid"
+	pkrc=$?
+	echo jzq >&7
+	exec 7>&-
+	wait "$pid"
+	rc=$?
+	"$PROBEKIT" report --raw "$d/att.trace" >"$d/att.rep" 2>&1
+	rp probekit "$d/att.rep" >"$d/att.counts"
+	for i in 1 2 3; do rp cyg "$R/cyg.nm" "$d/ref$i.cnt" >"$d/ref$i.counts"; done
+	rp sum "$d/ref1.counts:1" "$d/ref3.counts:1" "$d/ref2.counts:-2" >"$d/ref.counts"
+	echo "attached (probekit trace -p while it ran tests/realprog/attach.$name): exit status $rc," \
+		"probekit's $pkrc, stdout $(cmp -s "$d/att.out" "$d/ref1.out" && echo identical || echo DIFFERENT)," \
+		"$(grep -m1 -o '[0-9]* events, [0-9]* lost, ended at [a-z]*' "$d/att.rep")"
+	cat "$tests/known.txt" "$tests/known-attach.txt" >"$d/known.txt"
+	rp compare "$d/att.counts" - "$d/ref.counts" "$d/known.txt" >"$d/compare.txt"
+	sed 's/^/  /' "$d/compare.txt"
+	[[ $rc == 0 && $pkrc == 0 ]] && cmp -s "$d/att.out" "$d/ref1.out" &&
+		grep -q 'ended at detach' "$d/att.rep" &&
+		grep -q '^instrument-functions .* different *0 .* only probekit *0 *only instrument *0$' "$d/compare.txt"
+}
+
 # one NAME: prepare, run, compare, print the table; returns 1 on a difference.
 one() {
 	local name=$1 st=0 uft=uf note=""
@@ -397,6 +455,9 @@ one() {
 		rp compare "$R/pkr.counts" "$ufrc" "$R/cyg.counts" "$tests/known.txt" >"$R/compare-reloc.txt"
 		sed 's/^/  /' "$R/compare-reloc.txt"
 		grep -q '^instrument-functions .* different *0 ' "$R/compare-reloc.txt" || st=1
+		if [[ -f $tests/attach.$name ]]; then
+			attached "$name" || st=1
+		fi
 	fi
 	if ((${#sched[@]})); then
 		echo "runs ${sched[*]}, whose counts depend on scheduling (not judged):"

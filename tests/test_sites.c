@@ -589,12 +589,13 @@ END_TEST
 /* --- lookups racing with refreshes -------------------------------------- */
 
 static atomic_bool stop_readers;
+static atomic_ulong reader_rounds[2];
 
 static void *reader(void *arg)
 {
+	atomic_ulong *rounds = arg;
 	unsigned long n = 0;
 
-	(void)arg;
 	while (!atomic_load(&stop_readers)) {
 		struct pk_site s;
 
@@ -606,7 +607,7 @@ static void *reader(void *arg)
 		if (!pk_site_lookup("pkt_dl_two", &s))
 			ck_assert_str_eq(s.name, "pkt_dl_two");
 		pk_sites_match("pkt_dl_*", never, NULL);
-		n++;
+		atomic_store(rounds, ++n);
 	}
 	return (void *)n;
 }
@@ -619,8 +620,15 @@ START_TEST(lookups_race_with_refresh)
 
 	ck_assert_int_eq(pk_sites_refresh(), 0);
 	for (i = 0; i < 2; i++)
-		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, NULL), 0);
-	for (i = 0; i < 100; i++) {
+		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, (void *)&reader_rounds[i]), 0);
+	/*
+	 * 100 rounds at least, and on until each reader has made 10 rounds of
+	 * lookups against them: a loaded machine may not run a reader for a
+	 * while (the verdict must not depend on scheduling).
+	 */
+	for (i = 0; i < 100 || atomic_load(&reader_rounds[0]) < 10 ||
+		    atomic_load(&reader_rounds[1]) < 10;
+	     i++) {
 		void *h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
 
 		ck_assert_ptr_nonnull(h);

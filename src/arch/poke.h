@@ -123,6 +123,19 @@ int pki_arch_trap_relay(struct pki_poke *site, size_t n, bool fresh_ok,
 /* Before the first batch (and again if it failed): signal handlers, CPU features. */
 int pki_arch_poke_install(void);
 
+/*
+ * The signal handlers back to what they were (pki_text_poke_release()):
+ * no batch runs and none of its traps can come any more.  False if a
+ * SIGTRAP came pending meanwhile: then they stay.
+ */
+bool pki_arch_poke_release(void);
+
+/*
+ * Has some thread a SIGTRAP or a kick pending (sent, not yet taken)?
+ * Looks again for up to a second while one has; true if one still has.
+ */
+bool pki_arch_poke_pending(void);
+
 /* The protocols' counters since the process started (struct pki_poke_stats); any thread. */
 struct pki_poke_counts {
 	unsigned long emulated, restarted, sled_moves, fast, kicks, relayed;

@@ -20,13 +20,17 @@
 #include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "arch/arch.h"
+#include "base/clock.h"
+#include "attach/attach.h"
 #include "attach/attach_int.h"
 #include "attach/safepoint.h"
 #include "sym/elf_syms.h"
@@ -35,7 +39,7 @@
 #define MAX_FRAMES   256
 #define PAGE	     4096u
 #define AREA_STACK   (64u << 10) /* A4: the remote call's stack */
-#define AREA_LEN     (2 * PAGE + AREA_STACK)
+#define AREA_LEN     PKI_ATTACH_AREA_LEN
 #define BOOT_TIMEOUT 10000000000ull /* ns: dlopen and the constructors */
 
 struct range {
@@ -82,7 +86,27 @@ static const char *const blocking_entries[] = {
     "epoll_pwait",
     "epoll_pwait2",
 };
+
+/*
+ * The stdio readers (a REPL waiting in getc() on stdin), entry points only
+ * for a thread waiting in read(2): there they hold their stream's lock
+ * (and, reading a line-buffered stdin, took and released stdout's before),
+ * which nothing the injection runs takes (it uses no stdio).  In another
+ * system call they may be inside malloc (a stream's first buffer: brk or
+ * mmap under an arena's lock), which the bootstrap's dlopen needs.  They
+ * reach the read through the stream's vtable, where __uflow's tail call
+ * leaves _IO_default_uflow as the outermost frame.
+ */
+static const char *const stdio_entries[] = {
+    "__uflow",	  "__underflow", "_IO_default_uflow", "_IO_file_underflow",
+    "_IO_getc",	  "getc",	 "getc_unlocked",     "fgetc",
+    "fgetc_unlocked", "getchar",	 "getchar_unlocked",  "fgets",
+    "fgets_unlocked", "getline",	 "getdelim",	      "__getdelim",
+    "_IO_getline", "fread",	 "_IO_fread",	      "fread_unlocked",
+    "scanf",	  "fscanf",	 "__isoc99_scanf",    "__isoc99_fscanf",
+};
 #define N_ENTRIES   (sizeof(blocking_entries) / sizeof(blocking_entries[0]))
+#define N_STDIO	    (sizeof(stdio_entries) / sizeof(stdio_entries[0]))
 #define MAX_ENTRIES 128
 
 struct inject {
@@ -97,7 +121,16 @@ struct inject {
 	uint64_t libc_syscall;	  /* a `syscall` in it (A5) */
 	struct range entries[MAX_ENTRIES];
 	int nentries;
-	uint64_t fn_pthread_create, fn_dlopen, fn_dlerror, fn_close, fn_self, fn_detach;
+	struct range stdio[MAX_ENTRIES]; /* stdio_entries: safe in read(2) only */
+	int nstdio;
+	uint64_t fn_pthread_create, fn_dlopen, fn_dlerror, fn_close, fn_self, fn_detach, fn_dlsym;
+	char memfd_map[96]; /* how maps names a mapping of the library's memfd */
+	unsigned long reuse_ino[4]; /* A9c: inodes of such mappings (device: reuse_dev) */
+	unsigned reuse_maj[4], reuse_min[4];
+	int nreuse;
+	long reuse_fd; /* A9c: the process's descriptor of one, or -1 */
+	int pidfd;
+	pid_t nspid; /* @pid in its own pid namespace (the last of NSpid) */
 	Dwfl *dwfl;
 	const struct pki_remote_regs *cur; /* the thread being unwound */
 	bool stale;			   /* an unwind failed: report the modules again */
@@ -107,14 +140,6 @@ struct inject {
 	size_t n;
 	char refused[512]; /* the last refusal, for -EAGAIN's message */
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static bool in_ranges(const struct range *r, int n, uint64_t a)
 {
@@ -145,7 +170,16 @@ static int maps_read(struct inject *c)
 			continue;
 		base = strrchr(file, '/');
 		base = base ? base + 1 : file;
-		if (!strcmp(base, "libc.so.6") && c->nlibc < 16) {
+		if (!strcmp(file, c->memfd_map) && c->nreuse < 4) {
+			unsigned long ino = 0;
+			unsigned maj, min;
+
+			if (sscanf(line, "%*s %*s %*s %x:%x %lu", &maj, &min, &ino) == 3 && ino) {
+				c->reuse_maj[c->nreuse] = maj;
+				c->reuse_min[c->nreuse] = min;
+				c->reuse_ino[c->nreuse++] = ino;
+			}
+		} else if (!strcmp(base, "libc.so.6") && c->nlibc < 16) {
 			c->libc[c->nlibc++] = (struct range){lo, hi};
 			if (off == 0 && !c->libc_base) {
 				c->libc_base = lo;
@@ -167,6 +201,47 @@ static int maps_read(struct inject *c)
 	return 0;
 }
 
+/*
+ * A9c: the process's descriptor of a memfd whose copy of the library is
+ * mapped (an earlier attach's, kept open by the library), into
+ * c->reuse_fd; -1 if none.
+ */
+static void reuse_find(struct inject *c)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+
+	c->reuse_fd = -1;
+	if (!c->nreuse)
+		return;
+	snprintf(path, sizeof(path), "/proc/%d/fd", c->pid);
+	d = opendir(path);
+	if (!d)
+		return;
+	while (c->reuse_fd < 0 && (de = readdir(d))) {
+		char fdpath[64 + 256], link[128];
+		struct stat st;
+		ssize_t n;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", path, de->d_name);
+		/* The same memfd: its name, and the device and inode a mapping has. */
+		n = readlink(fdpath, link, sizeof(link) - 1);
+		if (n <= 0 || stat(fdpath, &st))
+			continue;
+		link[n] = '\0';
+		if (strcmp(link, c->memfd_map))
+			continue;
+		for (int i = 0; i < c->nreuse; i++)
+			if (st.st_ino == c->reuse_ino[i] && major(st.st_dev) == c->reuse_maj[i] &&
+			    minor(st.st_dev) == c->reuse_min[i])
+				c->reuse_fd = strtol(de->d_name, NULL, 10);
+	}
+	closedir(d);
+}
+
 static int libc_syms(struct inject *c)
 {
 	struct pki_elf_syms s;
@@ -180,6 +255,7 @@ static int libc_syms(struct inject *c)
 	    {"close", &c->fn_close},
 	    {"pthread_self", &c->fn_self},
 	    {"pthread_detach", &c->fn_detach},
+	    {"dlsym", &c->fn_dlsym},
 	};
 	int rc = pki_elf_syms_read_path(c->libc_file, &s);
 
@@ -206,16 +282,20 @@ static int libc_syms(struct inject *c)
 		*need[i].out = c->libc_base + sym->value;
 	}
 	/* Every version of each: pthread_cond_wait@GLIBC_2.2.5 is another function. */
-	for (size_t j = 0; j < s.n && c->nentries < MAX_ENTRIES; j++) {
+	for (size_t j = 0; j < s.n; j++) {
 		const struct pki_elf_sym *sym = &s.syms[j];
+		struct range r = {c->libc_base + sym->value, c->libc_base + sym->value + sym->size};
 
 		if (sym->kind != PKI_SYM_FUNC || !sym->size)
 			continue;
-		for (size_t i = 0; i < N_ENTRIES; i++)
+		for (size_t i = 0; i < N_ENTRIES && c->nentries < MAX_ENTRIES; i++)
 			if (!strcmp(sym->name, blocking_entries[i])) {
-				c->entries[c->nentries++] =
-				    (struct range){c->libc_base + sym->value,
-						   c->libc_base + sym->value + sym->size};
+				c->entries[c->nentries++] = r;
+				break;
+			}
+		for (size_t i = 0; i < N_STDIO && c->nstdio < MAX_ENTRIES; i++)
+			if (!strcmp(sym->name, stdio_entries[i])) {
+				c->stdio[c->nstdio++] = r;
 				break;
 			}
 	}
@@ -379,7 +459,8 @@ static bool safe_point(struct inject *c, pid_t tid, const struct pki_remote_regs
 	case PKI_SAFE:
 		return true;
 	case PKI_SAFE_IF_ENTRY:
-		if (in_ranges(c->entries, c->nentries, f.pc[at]))
+		if (in_ranges(c->entries, c->nentries, f.pc[at]) ||
+		    (pki_remote_syscall_nr(r) == SYS_read && in_ranges(c->stdio, c->nstdio, f.pc[at])))
 			return true;
 		snprintf(c->refused, sizeof(c->refused),
 			 "thread %d: waiting in system call %ld inside libc code (libc.so.6+%#lx) "
@@ -639,19 +720,136 @@ static int memfd_fill(struct inject *c, long fd, int lib_fd)
  * runs; on failure everything mapped or opened is taken back (A8).  The
  * caller restores the registers and releases the thread either way.
  */
+/* A4: the library into a memfd of the process, or the copy it has already (A9c). */
+static int library_fd(struct inject *c, struct work *w, uint64_t area, int lib_fd, long *fd)
+{
+	const char *name = c->opts.name ? c->opts.name : "probekit-inject";
+	long ret;
+	int rc;
+
+	if (c->reuse_fd >= 0) {
+		*fd = c->reuse_fd;
+		c->rep->reused = true;
+		return 0;
+	}
+	rc = mem_rw(c, true, area + PAGE + 2048, (void *)name, strlen(name) + 1);
+	if (!rc)
+		rc = rsys(c, w, SYS_memfd_create, area + PAGE + 2048, MFD_CLOEXEC, 0, 0, 0, 0,
+			  &ret);
+	if (rc)
+		return rc;
+	if (ret < 0)
+		return pki_attach_why(c->why, c->n, "memfd_create in process %d: %s", c->pid,
+				      strerror((int)-ret)),
+		       (int)ret;
+	*fd = ret;
+	rc = memfd_fill(c, ret, lib_fd);
+	if (rc)
+		rsys(c, w, SYS_close, (uint64_t)ret, 0, 0, 0, 0, 0, &ret);
+	return rc;
+}
+
+/*
+ * A9a: a socket pair in the process, one end ours (pidfd_getfd, into
+ * c->rep->channel); @ends the process's two descriptors.
+ */
+static int channel_make(struct inject *c, struct work *w, uint64_t area, int ends[2])
+{
+	long ret;
+	int rc = rsys(c, w, SYS_socketpair, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+		      area + PAGE + 2048, 0, 0, &ret);
+
+	if (rc)
+		return rc;
+	if (ret < 0)
+		return pki_attach_why(c->why, c->n, "socketpair in process %d: %s", c->pid,
+				      strerror((int)-ret)),
+		       (int)ret;
+	rc = mem_rw(c, false, area + PAGE + 2048, ends, 2 * sizeof(int));
+	if (!rc) {
+		c->rep->channel = (int)syscall(SYS_pidfd_getfd, c->pidfd, ends[1], 0);
+		if (c->rep->channel < 0)
+			rc = -errno;
+	}
+	if (rc) {
+		pki_attach_why(c->why, c->n, "taking a descriptor of process %d: %s", c->pid,
+			       strerror(-rc));
+		rsys(c, w, SYS_close, (uint64_t)ends[0], 0, 0, 0, 0, 0, &ret);
+		rsys(c, w, SYS_close, (uint64_t)ends[1], 0, 0, 0, 0, 0, &ret);
+		ends[0] = ends[1] = -1; /* closed: work()'s cleanup must not close them again */
+	}
+	return rc;
+}
+
+/* Does the process's own /proc/NSPID/fd/@fd name its descriptor @fd? */
+static bool same_file(const struct inject *c, long fd)
+{
+	char mine[96], theirs[128];
+	struct stat a, b;
+
+	snprintf(mine, sizeof(mine), "/proc/%d/fd/%ld", c->pid, fd);
+	snprintf(theirs, sizeof(theirs), "/proc/%d/root/proc/%d/fd/%ld", c->pid, (int)c->nspid,
+		 fd);
+	return !stat(mine, &a) && !stat(theirs, &b) && a.st_dev == b.st_dev &&
+	       a.st_ino == b.st_ino;
+}
+
+/* The bootstrap's data page (A4, A9b). */
+static void boot_data(const struct inject *c, struct pki_remote_boot_data *d, long fd,
+		      const int ends[2], uint64_t area, uint64_t old)
+{
+	memset(d, 0, sizeof(*d));
+	d->dlopen = c->fn_dlopen;
+	d->dlerror = c->fn_dlerror;
+	d->close = c->fn_close;
+	d->pthread_self = c->fn_self;
+	d->pthread_detach = c->fn_detach;
+	d->dlsym = c->fn_dlsym;
+	d->fd = fd == c->reuse_fd ? (uint64_t)-1 : (uint64_t)fd; /* closed on failure: not a reused one */
+	d->sigset = old;
+	/*
+	 * The name the loader keeps in the link map, which debuggers and
+	 * profilers open from their own process: "/proc/self/fd/N" would be
+	 * their own descriptor N there (gdb reads its own pipe and hangs), so
+	 * the process's own pid, as its /proc knows it (its pid namespace's),
+	 * if that /proc does name it (a pid namespace whose /proc was not
+	 * mounted anew names others: then /proc/self).
+	 */
+	if (same_file(c, fd))
+		snprintf(d->path, sizeof(d->path), "/proc/%d/fd/%ld", (int)c->nspid, fd);
+	else
+		snprintf(d->path, sizeof(d->path), "/proc/self/fd/%ld", fd);
+	if (c->opts.entry)
+		snprintf(d->sym, sizeof(d->sym), "%s", c->opts.entry);
+	d->args[0] = (uint64_t)(int64_t)ends[0];
+	d->args[1] = (uint64_t)(int64_t)ends[1];
+	d->args[2] = area;
+}
+
+/*
+ * A4-A5 on the accepted thread @w->tid.  On success the bootstrap thread
+ * runs; on failure everything mapped or opened is taken back (A8).  The
+ * caller restores the registers and releases the thread either way.
+ */
 static int work(struct inject *c, struct work *w, int lib_fd, uint64_t *area_out)
 {
-	static const char memfd_name[] = "probekit-inject";
 	uint64_t scratch = ((pki_remote_sp(w->saved) - 128 - 64) & ~(uint64_t)15);
 	uint64_t all = ~0ull, old = 0, area = 0, thread_ret = 0;
 	struct pki_remote_boot_data d;
 	struct pki_remote_boot_code code;
+	int ends[2] = {-1, -1};
 	long ret, fd = -1;
 	int rc;
 
 	pki_remote_boot_code(&code);
 	w->insn = c->libc_syscall;
-	/* 1. every signal blocked; the old mask kept below the red zone. */
+	/*
+	 * 1. every signal blocked but the synchronous ones (a trap or fault with
+	 * its signal blocked resets the program's handler: A4, step 1); the old
+	 * mask kept below the red zone.
+	 */
+	all &= ~(1ull << (SIGTRAP - 1) | 1ull << (SIGSEGV - 1) | 1ull << (SIGBUS - 1) |
+		 1ull << (SIGILL - 1) | 1ull << (SIGFPE - 1) | 1ull << (SIGSYS - 1));
 	rc = mem_rw(c, true, scratch, &all, sizeof(all));
 	if (rc)
 		return pki_attach_why(c->why, c->n, "thread %d: writing its stack: %s", w->tid,
@@ -675,32 +873,14 @@ static int work(struct inject *c, struct work *w, int lib_fd, uint64_t *area_out
 		goto unmask;
 	}
 	area = (uint64_t)ret;
-	/* 3. the descriptor, filled from here. */
-	rc = mem_rw(c, true, area + PAGE, (void *)memfd_name, sizeof(memfd_name));
-	if (!rc)
-		rc = rsys(c, w, SYS_memfd_create, area + PAGE, MFD_CLOEXEC, 0, 0, 0, 0, &ret);
+	/* 3. the library's descriptor, and the channel. */
+	rc = library_fd(c, w, area, lib_fd, &fd);
 	if (rc)
 		goto unmap;
-	if (ret < 0) {
-		rc = (int)ret;
-		pki_attach_why(c->why, c->n, "memfd_create in process %d: %s", c->pid,
-			       strerror(-rc));
-		goto unmap;
-	}
-	fd = ret;
-	rc = memfd_fill(c, fd, lib_fd);
-	if (rc)
+	if (c->opts.channel && (rc = channel_make(c, w, area, ends)))
 		goto close_fd;
 	/* 4. the code and data, then the code page read+execute only. */
-	memset(&d, 0, sizeof(d));
-	d.dlopen = c->fn_dlopen;
-	d.dlerror = c->fn_dlerror;
-	d.close = c->fn_close;
-	d.pthread_self = c->fn_self;
-	d.pthread_detach = c->fn_detach;
-	d.fd = (uint64_t)fd;
-	d.sigset = old;
-	snprintf(d.path, sizeof(d.path), "/proc/self/fd/%ld", fd);
+	boot_data(c, &d, fd, ends, area, old);
 	rc = mem_rw(c, true, area, (void *)code.bytes, code.len);
 	if (!rc)
 		rc = mem_rw(c, true, area + PAGE, &d, sizeof(d));
@@ -758,7 +938,16 @@ static int work(struct inject *c, struct work *w, int lib_fd, uint64_t *area_out
 	return 0;
 
 close_fd:
-	rsys(c, w, SYS_close, (uint64_t)fd, 0, 0, 0, 0, 0, &ret);
+	w->insn = c->libc_syscall;
+	for (int i = 0; i < 2; i++)
+		if (ends[i] >= 0)
+			rsys(c, w, SYS_close, (uint64_t)ends[i], 0, 0, 0, 0, 0, &ret);
+	if (c->rep->channel >= 0) {
+		close(c->rep->channel);
+		c->rep->channel = -1;
+	}
+	if (fd != c->reuse_fd)
+		rsys(c, w, SYS_close, (uint64_t)fd, 0, 0, 0, 0, 0, &ret);
 unmap:
 	w->insn = c->libc_syscall;
 	rsys(c, w, SYS_munmap, area, AREA_LEN, 0, 0, 0, 0, &ret);
@@ -783,7 +972,7 @@ static int try_thread(struct inject *c, pid_t tid, int lib_fd)
 	 * A7: stopped from the interrupt stop on.  Before it, the thread runs
 	 * (a fork in progress delays the stop by as long as the copy takes).
 	 */
-	t0 = now_ns();
+	t0 = pki_mono_ns();
 
 	if (rc == -ESRCH || rc == -EAGAIN)
 		return 0;
@@ -801,7 +990,7 @@ static int try_thread(struct inject *c, pid_t tid, int lib_fd)
 	rc = pki_remote_regs_save(tid, &saved);
 	if (rc) {
 		ptrace(PTRACE_DETACH, tid, NULL, NULL);
-		c->rep->stopped_ns += now_ns() - t0;
+		c->rep->stopped_ns += pki_mono_ns() - t0;
 		return rc == -ESRCH ? 0 : rc;
 	}
 	/* A2: an EINTR our interrupt caused is undone, unless a signal explains it. */
@@ -810,11 +999,11 @@ static int try_thread(struct inject *c, pid_t tid, int lib_fd)
 		pki_remote_syscall_rewind(&saved);
 	if (!safe_point(c, tid, &saved)) {
 		rc = release(tid, &saved, 0);
-		c->rep->stopped_ns += now_ns() - t0;
+		c->rep->stopped_ns += pki_mono_ns() - t0;
 		pki_remote_regs_free(&saved);
 		return rc == -ESRCH ? 0 : rc;
 	}
-	t1 = now_ns();
+	t1 = pki_mono_ns();
 	rc = work(c, &w, lib_fd, &c->rep->area);
 	if (rc == -EINTR && !c->rep->area)
 		rc = 0; /* a signal came first: nothing done; delivered, and another try */
@@ -822,29 +1011,33 @@ static int try_thread(struct inject *c, pid_t tid, int lib_fd)
 		rc = 1;
 	if (release(tid, &saved, w.sig) && rc == 1)
 		pki_attach_why(c->why, c->n, "thread %d: restoring its registers failed", tid);
-	c->rep->call_ns = now_ns() - t1;
-	c->rep->stopped_ns += now_ns() - t0;
+	c->rep->call_ns = pki_mono_ns() - t1;
+	c->rep->stopped_ns += pki_mono_ns() - t0;
 	c->rep->tid = tid;
 	pki_remote_regs_free(&saved);
 	return rc;
 }
 
+struct tids {
+	pid_t *out;
+	int n, max;
+};
+
+static int tid_add(pid_t tid, void *arg)
+{
+	struct tids *t = arg;
+
+	t->out[t->n++] = tid;
+	return t->n == t->max;
+}
+
+/* Up to @max thread ids of @pid into @out: their number, or -errno. */
 static int tids_read(pid_t pid, pid_t *out, int max)
 {
-	char path[64];
-	struct dirent *d;
-	DIR *dir;
-	int n = 0;
+	struct tids t = {.out = out, .max = max};
+	int rc = pki_attach_each_task(pid, tid_add, &t);
 
-	snprintf(path, sizeof(path), "/proc/%d/task", pid);
-	dir = opendir(path);
-	if (!dir)
-		return -errno;
-	while ((d = readdir(dir)) && n < max)
-		if (d->d_name[0] != '.')
-			out[n++] = atoi(d->d_name);
-	closedir(dir);
-	return n;
+	return rc < 0 ? rc : t.n;
 }
 
 /* A3: rounds over the threads, blocked ones first. */
@@ -900,7 +1093,7 @@ static int seize_one(struct inject *c, int lib_fd)
 /* A4: the bootstrap's result, read without stopping anything. */
 static int boot_wait(struct inject *c)
 {
-	uint64_t data = c->rep->area + PAGE, t0 = now_ns();
+	uint64_t data = c->rep->area + PAGE, t0 = pki_mono_ns();
 	struct pki_remote_boot_data d;
 	const struct timespec poll_ns = {0, 100000};
 
@@ -911,7 +1104,7 @@ static int boot_wait(struct inject *c)
 			       -ESRCH;
 		if (d.done)
 			break;
-		if (now_ns() - t0 > BOOT_TIMEOUT)
+		if (pki_mono_ns() - t0 > BOOT_TIMEOUT)
 			return pki_attach_why(c->why, c->n,
 					      "the library's load in process %d did not end in 10 "
 					      "s (its constructor may be waiting)",
@@ -920,6 +1113,7 @@ static int boot_wait(struct inject *c)
 		nanosleep(&poll_ns, NULL);
 	}
 	c->rep->handle = d.handle;
+	c->rep->entry_ret = d.ret;
 	if (!d.handle) {
 		d.err[sizeof(d.err) - 1] = '\0';
 		return pki_attach_why(c->why, c->n, "dlopen in process %d: %s", c->pid,
@@ -934,11 +1128,12 @@ int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
 {
 	struct inject *c;
 	sigset_t quiet, old;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = pki_mono_ns();
 	char path[64];
 	int rc;
 
 	memset(rep, 0, sizeof(*rep));
+	rep->channel = -1;
 	rc = pki_attach_preflight(pid, why, n);
 	if (rc)
 		return rc;
@@ -953,6 +1148,17 @@ int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
 		c->opts.rounds = ROUNDS;
 	c->why = why;
 	c->n = n;
+	c->pidfd = -1;
+	if (c->opts.name) /* A9c: reuse only a library of a name the caller chose */
+		snprintf(c->memfd_map, sizeof(c->memfd_map), "/memfd:%s (deleted)", c->opts.name);
+	if (c->opts.channel) {
+		c->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		if (c->pidfd < 0) {
+			rc = -errno;
+			pki_attach_why(why, n, "pidfd_open(%d): %s", pid, strerror(errno));
+			goto free_c;
+		}
+	}
 	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
 	c->mem = open(path, O_RDWR | O_CLOEXEC);
 	if (c->mem < 0) {
@@ -960,7 +1166,10 @@ int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
 		pki_attach_why(why, n, "%s: %s", path, strerror(errno));
 		goto free_c;
 	}
+	c->nspid = pki_attach_nspid(c->pid);
 	rc = maps_read(c);
+	if (!rc)
+		reuse_find(c);
 	if (!rc)
 		rc = libc_syms(c);
 	if (!rc)
@@ -979,12 +1188,14 @@ int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!rc)
 		rc = boot_wait(c);
-	rep->total_ns = now_ns() - t0;
+	rep->total_ns = pki_mono_ns() - t0;
 	if (c->dwfl)
 		dwfl_end(c->dwfl);
 close_mem:
 	close(c->mem);
 free_c:
+	if (c->pidfd >= 0)
+		close(c->pidfd);
 	free(c);
 	return rc;
 }

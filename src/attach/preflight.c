@@ -80,14 +80,17 @@ static int yama_check(bool cap, char *why, size_t n)
 		return pki_attach_why(
 			   why, n,
 			   "Yama ptrace_scope is 3: no process may be traced until reboot "
-			   "(the fix: a kernel booted without it, or Yama set lower at boot)"),
+			   "(the fix: a kernel booted without it, or Yama set lower at boot; "
+			   "or start the program with the agent listening: "
+			   "LD_PRELOAD=libprobekit-agent.so PROBEKIT_LISTEN=1)"),
 		       -EPERM;
 	if ((scope == 1 || scope == 2) && !cap)
 		return pki_attach_why(
 			   why, n,
 			   "Yama ptrace_scope is %d: only %s may attach to a process that "
 			   "is not its descendant (the fix: run as root or with "
-			   "CAP_SYS_PTRACE%s)",
+			   "CAP_SYS_PTRACE%s; or start the program with the agent listening: "
+			   "LD_PRELOAD=libprobekit-agent.so PROBEKIT_LISTEN=1)",
 			   scope, scope == 1 ? "a process with CAP_SYS_PTRACE" : "root",
 			   scope == 1 ? ", or `sysctl kernel.yama.ptrace_scope=0`" : ""),
 		       -EPERM;
@@ -111,10 +114,9 @@ static int cred_check(const char *status, bool cap, char *why, size_t n)
 	return 0;
 }
 
-/* Any thread with a CET user shadow stack enabled (A5). */
-static int shstk_check(pid_t pid, char *why, size_t n)
+int pki_attach_each_task(pid_t pid, int (*fn)(pid_t tid, void *arg), void *arg)
 {
-	char path[64], buf[4096];
+	char path[64];
 	struct dirent *d;
 	DIR *dir;
 	int rc = 0;
@@ -122,27 +124,48 @@ static int shstk_check(pid_t pid, char *why, size_t n)
 	snprintf(path, sizeof(path), "/proc/%d/task", pid);
 	dir = opendir(path);
 	if (!dir)
-		return 0;
-	while (!rc && (d = readdir(dir))) {
-		const char *v;
-
-		if (d->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%.16s/status", pid, d->d_name);
-		if (pki_attach_read_file(path, buf, sizeof(buf)) < 0)
-			continue;
-		v = status_field(buf, "x86_Thread_features");
-		if (v && strstr(v, "shstk") && strstr(v, "shstk") < strchr(v, '\n')) {
-			pki_attach_why(why, n,
-				       "thread %s runs with a CET shadow stack, which injection "
-				       "does not honour yet (the fix: start the program with "
-				       "GLIBC_TUNABLES=glibc.cpu.x86_shstk=off)",
-				       d->d_name);
-			rc = -EOPNOTSUPP;
-		}
-	}
+		return -errno;
+	while (!rc && (d = readdir(dir)))
+		if (d->d_name[0] != '.')
+			rc = fn(atoi(d->d_name), arg);
 	closedir(dir);
 	return rc;
+}
+
+struct shstk_look {
+	pid_t pid;
+	char *why;
+	size_t n;
+};
+
+/* -EOPNOTSUPP if thread @tid runs with a CET user shadow stack (A5). */
+static int shstk_of(pid_t tid, void *arg)
+{
+	const struct shstk_look *l = arg;
+	char path[64], buf[4096];
+	const char *v;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", l->pid, tid);
+	if (pki_attach_read_file(path, buf, sizeof(buf)) < 0)
+		return 0;
+	v = status_field(buf, "x86_Thread_features");
+	if (!v || !strstr(v, "shstk") || strstr(v, "shstk") > strchr(v, '\n'))
+		return 0;
+	pki_attach_why(l->why, l->n,
+		       "thread %d runs with a CET shadow stack, which injection "
+		       "does not honour yet (the fix: start the program with "
+		       "GLIBC_TUNABLES=glibc.cpu.x86_shstk=off)",
+		       tid);
+	return -EOPNOTSUPP;
+}
+
+/* Any thread with a CET user shadow stack enabled (A5). */
+static int shstk_check(pid_t pid, char *why, size_t n)
+{
+	struct shstk_look l = {.pid = pid, .why = why, .n = n};
+	int rc = pki_attach_each_task(pid, shstk_of, &l);
+
+	return rc == -EOPNOTSUPP ? rc : 0;
 }
 
 static int libc_check(pid_t pid, char *why, size_t n)

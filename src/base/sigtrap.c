@@ -45,6 +45,7 @@
 
 #include "base/siglock.h"
 #include "base/sigtrap.h"
+#include "base/threads.h"
 
 #define ACT_WORDS ((sizeof(struct sigaction) + sizeof(long) - 1) / sizeof(long))
 
@@ -53,7 +54,15 @@ static struct {
 	_Atomic unsigned long w[ACT_WORDS];
 } app;
 
+/*
+ * A client's function, once registered, stays: a trap already dequeued
+ * for our handler when its client left (pki_sigtrap_client_drop()) must
+ * still find it (a late watchpoint hit is swallowed, not passed on to a
+ * default action that kills).  `wanted` (under `lock`) says who is still
+ * there; with nobody, SIGTRAP goes back to the application.
+ */
 static _Atomic(pki_sigtrap_fn) clients[PKI_SIGTRAP_NR];
+static bool wanted[PKI_SIGTRAP_NR];
 static _Atomic(pki_sigaction_fn) sys_fn;
 static atomic_bool installed;
 
@@ -309,6 +318,7 @@ int pki_sigtrap_client_add(enum pki_sigtrap_client client, pki_sigtrap_fn fn, in
 		sigemptyset(&handler_block);
 	/* Published before the handler can run: the first trap finds it. */
 	atomic_store_explicit(&clients[client], fn, memory_order_release);
+	wanted[client] = true;
 	if (block > 0 && !sigismember(&handler_block, block)) {
 		sigaddset(&handler_block, block);
 		more = true;
@@ -317,6 +327,38 @@ int pki_sigtrap_client_add(enum pki_sigtrap_client client, pki_sigtrap_fn fn, in
 		err = __install();
 	lock_drop(&saved);
 	return err;
+}
+
+bool pki_sigtrap_client_drop(enum pki_sigtrap_client client)
+{
+	struct sigaction act;
+	sigset_t saved;
+	bool others = false;
+
+	if (client < 0 || client >= PKI_SIGTRAP_NR)
+		return false;
+	if (pki_threads_pending(1ull << (SIGTRAP - 1), 1000))
+		return false;
+	lock_take(&saved);
+	wanted[client] = false;
+	for (int i = 0; i < PKI_SIGTRAP_NR; i++)
+		others |= wanted[i];
+	if (atomic_load(&installed) && !others) {
+		struct sigaction cur;
+
+		/*
+		 * The application's action as we last saw it, unless it set its
+		 * own since without us seeing it (an attached agent interposes
+		 * no sigaction()): then that one stays.
+		 */
+		app_load(&act);
+		if (!sys_sigaction(NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
+		    cur.sa_sigaction == sigtrap_handler)
+			sys_sigaction(&act, NULL);
+		atomic_store(&installed, false);
+	}
+	lock_drop(&saved);
+	return true;
 }
 
 int pki_sigtrap_app_action(const struct sigaction *act, struct sigaction *old)

@@ -62,4 +62,19 @@ void pki_sigtrap_set_sys(pki_sigaction_fn fn);
 /* Is the library's SIGTRAP handler installed (in this process image)? */
 bool pki_sigtrap_installed(void);
 
+/*
+ * @client leaves: its traps can no longer come (an attached agent leaving:
+ * no INT3 of the patcher's in the text, no watchpoint).  Unless a thread
+ * has a SIGTRAP pending (one of the client's, perhaps, that a thread
+ * blocking SIGTRAP has not taken yet: it stays registered to claim it, and
+ * false is returned), it leaves, and when no client is left SIGTRAP goes
+ * back to the application: its action (as pki_sigtrap_app_action() last
+ * saw it) becomes the kernel's again, unless the application installed
+ * another since, unseen; the next pki_sigtrap_client_add() installs the
+ * handler anew.  The client's function stays callable by a trap already
+ * on its way to our handler.  Normal context; may
+ * wait up to a second for a pending SIGTRAP to be taken.
+ */
+bool pki_sigtrap_client_drop(enum pki_sigtrap_client client);
+
 #endif /* PK_BASE_SIGTRAP_H */

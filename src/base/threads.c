@@ -114,6 +114,39 @@ int pki_thread_sigblk(pid_t tid, uint64_t *mask, char *name, size_t len)
 	return 0;
 }
 
+int pki_thread_sigpnd(pid_t tid, uint64_t *mask)
+{
+	char buf[2048], *l;
+	int err = task_read(tid, "status", buf, sizeof(buf));
+
+	if (err)
+		return err;
+	l = strstr(buf, "\nSigPnd:\t");
+	if (!l || sscanf(l + 9, "%" SCNx64, mask) != 1)
+		return -EPROTO;
+	return 0;
+}
+
+static int pending_one(pid_t tid, void *arg)
+{
+	uint64_t pnd;
+
+	if (pki_thread_sigpnd(tid, &pnd))
+		return 0; /* gone */
+	return pnd & *(const uint64_t *)arg ? 1 : 0;
+}
+
+bool pki_threads_pending(uint64_t mask, int wait_ms)
+{
+	for (int i = 0;; i++) {
+		if (pki_threads_each(0, pending_one, &mask) != 1)
+			return false;
+		if (i >= wait_ms)
+			return true;
+		usleep(1000);
+	}
+}
+
 /*
  * A thread of the program's, still running: not @self, not ours (by tid,
  * or by name for another copy of the library in the process), and not an

@@ -51,6 +51,17 @@ int pki_thread_sample(pid_t tid, struct pki_thread_state *st);
  */
 int pki_thread_sigblk(pid_t tid, uint64_t *mask, char *name, size_t len);
 
+/* Thread @tid's own pending signals (SigPnd: sent to it, not to the process). */
+int pki_thread_sigpnd(pid_t tid, uint64_t *mask);
+
+/*
+ * Has some thread of the process one of the signals of @mask (bit N-1 for
+ * signal N) pending, sent to it?  Looked at again every millisecond for up
+ * to @wait_ms (a thread preempted between its trap and its handler takes it
+ * soon): true if one still has after that.
+ */
+bool pki_threads_pending(uint64_t mask, int wait_ms);
+
 /*
  * Has the program no thread left, the caller's apart: every other thread
  * of the process is one of ours (base/signals.h: started by

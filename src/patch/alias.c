@@ -121,6 +121,7 @@ struct alias {
 	unsigned int dev_major, dev_minor;
 	unsigned long ino;
 	struct alias *fork_copy; /* made before fork(), placed in the parent after */
+	bool anon;		 /* aliases anonymous memory (a relay chunk), not a file */
 };
 
 /* Sorted by start, disjoint.  Patch lock. */
@@ -361,6 +362,7 @@ int pki_alias_get(const struct pki_map *m, const char *name, bool create)
 	for (i = 0; i < nr_alias && alias[i].start < na.start; i++)
 		;
 	memmove(&alias[i + 1], &alias[i], (nr_alias - i) * sizeof(*alias));
+	na.anon = !m->ino;
 	alias[i] = na;
 	nr_alias++;
 	atomic_store_explicit(&nr_alias_pub, nr_alias, memory_order_relaxed);
@@ -391,6 +393,8 @@ int pki_alias_fork_prepare(void)
 	 * when fork() is called through the agent, which holds its dlopen lock
 	 * across it.
 	 */
+	if (!nr_alias)
+		return 0; /* nothing shared to keep apart, and no descriptor opened */
 	err = pki_maps_read(&maps);
 	if (err)
 		return err;
@@ -418,6 +422,62 @@ int pki_alias_fork_prepare(void)
 		a->fork_copy = c;
 	}
 	return 0;
+}
+
+/*
+ * One anonymous alias back to private memory: a copy of its bytes made
+ * elsewhere, protected as the view, then moved over the view by mremap(),
+ * which replaces the old mapping under the mmap lock held for writing: a
+ * thread executing there meets the old pages or the new ones, with the
+ * same bytes (the argument of step 4 above).  Only an alias whose view is
+ * still whole, ours and protected as it was (the kernel's view, @maps).
+ * False, and the alias as it was, if a step fails.  mremap() unmaps the
+ * target before it moves: should the move fail after that (out of map
+ * count or memory), the bytes are put back at once, as private memory.
+ */
+static bool settle_one(struct alias *a, const struct pki_maps *maps)
+{
+	const struct pki_map *m = pki_maps_find(maps, a->start);
+	size_t len = a->end - a->start;
+	void *p, *back;
+
+	if (!m || !is_ours(a, m) || m->end < a->end || m->prot != a->prot)
+		return false;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return false;
+	memcpy(p, a->rw, len);
+	if (mprotect(p, len, a->prot)) {
+		munmap(p, len);
+		return false;
+	}
+	if (mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)a->start) != MAP_FAILED)
+		return true;
+	back = mmap((void *)a->start, len, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (back == MAP_FAILED) { /* the view is still there (EEXIST): nothing lost */
+		munmap(p, len);
+		return false;
+	}
+	memcpy(back, p, len);
+	mprotect(back, len, a->prot);
+	munmap(p, len);
+	return true;
+}
+
+void pki_alias_settle(void)
+{
+	struct pki_maps maps;
+
+	if (!nr_alias || pki_maps_read(&maps))
+		return;
+	for (size_t i = 0; i < nr_alias;) {
+		if (alias[i].anon && !alias[i].fork_copy && settle_one(&alias[i], &maps))
+			drop(&alias[i]);
+		else
+			i++;
+	}
+	pki_maps_free(&maps);
 }
 
 static void fork_copy_free(struct alias *a)
@@ -462,6 +522,7 @@ int pki_alias_fork_child(void)
 				err = -ENOMEM;
 			break;
 		}
+		c->anon = a->anon;
 		memfd_discard(a);
 		*a = *c;
 		a->fork_copy = NULL;

@@ -37,6 +37,16 @@ uint8_t *pki_alias_addr(unsigned long addr);
 unsigned long pki_alias_count(void);
 
 /*
+ * The patcher leaves (an attached agent's detach), patch lock held: every
+ * alias of an anonymous mapping (the relay chunks) becomes anonymous
+ * private memory again, same bytes, same protection, and is forgotten, so
+ * that a fork() no longer copies it (nothing to keep apart from a child
+ * when nobody patches) and no descriptor of ours is opened at each fork().
+ * Aliases of files stay.  The next patch there makes a new alias.
+ */
+void pki_alias_settle(void);
+
+/*
  * fork() support, from the patcher's pthread_atfork() handlers, patch lock
  * held throughout: prepare copies every aliased mapping into a new memfd;
  * the parent drops the copies and keeps its memfds; in the child, each copy

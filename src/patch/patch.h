@@ -78,6 +78,15 @@ int pki_text_poke_batch_flags(struct pki_poke *pokes, size_t n, unsigned int fla
  */
 int pki_text_sync(void);
 
+/*
+ * Close the descriptors the batches keep open (/proc/self/maps and mem)
+ * and give SIGTRAP and the kick signal back to the program's actions,
+ * until the next batch opens and installs them again: an attached agent
+ * leaving the process, with nothing hooked.  Any thread; not from a signal
+ * handler.
+ */
+void pki_text_poke_release(void);
+
 /* True once a verification failure latched patching off. */
 bool pki_text_poke_dead(void);
 

@@ -122,6 +122,9 @@ static void fork_child(void)
  * the protocols' signal handlers and the fork handlers); else only check
  * the files are still ours.
  */
+/* The protocols' signal handlers are in (pki_text_poke_release() takes them out). */
+static bool handlers_in;
+
 static int __poke_prepare(void)
 {
 	static bool once;
@@ -137,13 +140,16 @@ static int __poke_prepare(void)
 			 pki_errstr(err));
 		return err;
 	}
-	if (!once) {
+	if (!handlers_in) {
 		err = pki_arch_poke_install();
 		if (err) {
 			pki_warn("text poke: cannot install SIGTRAP handler: %s\n",
 				 pki_errstr(err));
 			return err;
 		}
+		handlers_in = true;
+	}
+	if (!once) {
 		err = pthread_atfork(fork_prepare, fork_parent, fork_child);
 		if (err) {
 			pki_warn("text poke: cannot register fork handlers: %s\n", pki_errstr(err));
@@ -530,6 +536,30 @@ int pki_text_poke_batch_flags(struct pki_poke *pokes, size_t n, unsigned int fla
 int pki_text_poke_batch(struct pki_poke *pokes, size_t n)
 {
 	return pki_text_poke_batch_flags(pokes, n, 0);
+}
+
+void pki_text_poke_release(void)
+{
+	pthread_mutex_lock(&poke_lock);
+	if (atomic_load(&ready))
+		pki_text_files_close();
+	pki_alias_settle();
+	/*
+	 * No batch is running (the lock) and the last one completed, text
+	 * synced: no thread can meet an INT3 of ours any more.  But one that
+	 * met one before may not have taken its SIGTRAP yet (trapped, then
+	 * preempted), or a kick be pending on a thread that blocks it: those
+	 * would get the program's action.  So only when no thread has either
+	 * pending (pki_arch_poke_pending(), which waits a little for them) do
+	 * SIGTRAP and the kick signal go back to the program's actions; else
+	 * ours stay, chaining to the program's.  The next batch installs ours
+	 * again (__poke_prepare() with ready false).
+	 */
+	if (handlers_in && !pki_arch_poke_pending() && pki_arch_poke_release()) {
+		handlers_in = false;
+		atomic_store(&ready, false);
+	}
+	pthread_mutex_unlock(&poke_lock);
 }
 
 int pki_text_sync(void)

@@ -44,6 +44,8 @@ static bool no_query;
 static struct pki_fd mem = PKI_FD_INIT;
 /* This batch writes text without an alias through /proc/self/mem. */
 static bool use_mem;
+/* Closed by pki_text_files_close(): the next batch opens them again. */
+static bool closed;
 
 /* Open @path as a descriptor of ours (high number, identity kept); false if not. */
 static bool proc_open(struct pki_fd *o, const char *path, int flags)
@@ -73,6 +75,15 @@ static bool mem_writes_readonly(void)
 	return ok;
 }
 
+void pki_text_files_close(void)
+{
+	pki_fd_close(&maps);
+	pki_fd_close(&mem);
+	maps = (struct pki_fd)PKI_FD_INIT;
+	mem = (struct pki_fd)PKI_FD_INIT;
+	closed = true;
+}
+
 void pki_text_files_open(void)
 {
 	pki_fd_close(&maps);
@@ -97,6 +108,11 @@ void pki_text_files_open(void)
  */
 void pki_text_files_check(void)
 {
+	if (closed) {
+		closed = false;
+		pki_text_files_open();
+		return;
+	}
 	if (maps.mode && !pki_fd_check(&maps)) {
 		pki_warn("text poke: /proc/self/maps descriptor closed or replaced by the "
 			 "program: opened again\n");

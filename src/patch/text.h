@@ -24,8 +24,14 @@
  */
 void pki_text_files_open(void);
 
-/* Open again whichever of them the program closed or replaced since (base/fd.h). */
+/*
+ * Open again whichever of them the program closed or replaced since
+ * (base/fd.h), or both after pki_text_files_close().
+ */
 void pki_text_files_check(void);
+
+/* Close both until the next batch (pki_text_poke_release()). */
+void pki_text_files_close(void);
 
 /* A page range of one mapping, with the mapping's own protection. */
 struct pki_text_range {

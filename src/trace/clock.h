@@ -12,15 +12,13 @@
 #define PK_TRACE_CLOCK_H
 
 #include <stdint.h>
-#include <time.h>
+
+#include "base/clock.h"
 
 /* CLOCK_MONOTONIC in ns: vDSO, async-signal-safe. */
 static inline uint64_t pki_trace_mono_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return pki_mono_ns();
 }
 
 /* The same, out of line: for PKI_NOVEC code to call through PKI_SLOWCALL0. */

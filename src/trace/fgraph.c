@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "trace/fgraph.h"
+#include "trace/fnstats.h"
 #include "trace/trace.h"
 
 __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
@@ -106,6 +107,8 @@ __attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long 
 	pki_trace_count_lost();
 }
 
+bool pki_fgraph_timed;
+
 /*
  * Record the exit of the frame returning to @sp (its slot is sp - 8) and
  * pop its entry; where to go.  Normally the top entry; else the slow path
@@ -121,11 +124,22 @@ unsigned long pki_fgraph_exit(unsigned long sp)
 	uint32_t d = t->depth;
 
 	if (__builtin_expect(d && t->st[d - 1].slot == slot, 1)) {
+		uint64_t start = t->st[d - 1].ts, child = t->st[d - 1].child;
+		uint64_t dur = start && ts > start ? ts - start : 0;
+
 		ret = t->st[d - 1].ret;
 		fn = t->st[d - 1].fn;
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
-		pki_trace_record(fn, PKI_EV_EXIT, ts);
+		if (__builtin_expect(!pki_fgraph_timed, 1)) {
+			pki_trace_record(fn, PKI_EV_EXIT, ts);
+		} else if (!start) { /* pushed untimed (an earlier trace's frame): counted only */
+			pki_fnstats_count(fn);
+		} else {
+			if (d >= 2)
+				t->st[d - 2].child += dur;
+			pki_fnstats_add(fn, dur, child < dur ? dur - child : 0);
+		}
 	} else {
 		ret = PKI_SLOWCALL2(pki_fgraph_exit_slow, sp, ts); /* syscalls: may use xmm */
 	}

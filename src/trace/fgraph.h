@@ -79,7 +79,16 @@ struct pki_fgraph_ent {
 	unsigned long ret;  /* the original return address */
 	unsigned long slot; /* where it was on the stack */
 	uint64_t fn;	    /* event value of the function */
+	uint64_t ts, child; /* timed entries (pki_fgraph_timed): entry time, callees' time */
 };
+
+/*
+ * In-process statistics instead of a trace (`probekit top`, fnstats.h): the
+ * exit of an entry pushed by pki_fgraph_enter_timed() adds its duration and
+ * self time to fnstats rather than recording an EXIT event.  Set while no
+ * hook runs (before the ops are registered, after they are unregistered).
+ */
+extern bool pki_fgraph_timed;
 
 #define PKI_FGRAPH_UNWIND_MAX 8 /* nested unwinds (a throw inside a cleanup) tracked */
 
@@ -208,8 +217,26 @@ static inline void pki_fgraph_enter(uint64_t fn, unsigned long *slot)
 	e->ret = *slot;
 	e->slot = (unsigned long)slot;
 	e->fn = fn;
+	e->ts = 0; /* untimed: a timed exit only counts it (a trace's frame returning under top) */
+	e->child = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	*slot = (unsigned long)pki_rettramp;
+}
+
+/*
+ * pki_fgraph_enter() for pki_fgraph_timed: the entry keeps @ts, its entry
+ * time, and the time of its callees, added as they return.
+ */
+static inline void pki_fgraph_enter_timed(uint64_t fn, unsigned long *slot, uint64_t ts)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	uint32_t d = t->depth;
+
+	pki_fgraph_enter(fn, slot);
+	if (__builtin_expect(t->depth == d + 1, 1)) {
+		t->st[d].ts = ts;
+		t->st[d].child = 0;
+	}
 }
 
 #endif /* PK_TRACE_FGRAPH_H */

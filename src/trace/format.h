@@ -20,7 +20,8 @@
 #define PKI_TRACE_MAGIC		"PKTRACE" /* 7 chars + NUL = 8 bytes */
 #define PKI_TRACE_VERSION_MAJOR 1	  /* readers refuse other majors */
 #define PKI_TRACE_VERSION_MINOR                                                                    \
-	4 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES) */
+	5 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,     \
+	     5: END at a detach) */
 #define PKI_TRACE_MAX_RECORD (64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING 4096u
 
@@ -134,6 +135,7 @@ enum pki_trace_end_reason {
 	PKI_END_CLOSE = 1,  /* pki_trace_close(): normal exit or explicit stop */
 	PKI_END_EXEC = 2,   /* the process called exec */
 	PKI_END_SIGNAL = 3, /* a fatal signal (signo) */
+	PKI_END_DETACH = 4, /* pki_trace_detach(): an attached agent left (since 1.5) */
 };
 
 struct pki_rec_end {

@@ -417,7 +417,9 @@ static int rec_end(struct parser *p, uint64_t off, const uint8_t *d, uint32_t le
 	if (len != sizeof(f->end))
 		return fail(p, off, "END record of %u bytes, not %zu", len, sizeof(f->end));
 	memcpy(&f->end, d, sizeof(f->end));
-	if (f->end.reason < PKI_END_CLOSE || f->end.reason > PKI_END_SIGNAL)
+	if ((f->end.reason < PKI_END_CLOSE || f->end.reason > PKI_END_DETACH ||
+	     (f->end.reason == PKI_END_DETACH && f->version_minor < 5)) &&
+	    f->version_minor <= PKI_TRACE_VERSION_MINOR)
 		return fail(p, off, "END: unknown reason %u", f->end.reason);
 	if (f->end.recorded != f->nevents)
 		return fail(p, off, "END says %llu events were written, the file holds %llu",

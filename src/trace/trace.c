@@ -489,14 +489,16 @@ static bool trailer_room(uint64_t len)
 	return !S.stop_err || S.no_falloc || S.off + len + END_REC_LEN <= S.reserved_to;
 }
 
+static int emit_iov(uint32_t type, struct iovec *iov, int n, size_t total);
+
 /* Write one record made of @n payload parts at S.off.  Caller holds the writer. */
 static int emit(uint32_t type, const struct iovec *parts, int n)
 {
 	static const uint8_t zeros[8];
 	struct pki_trace_frame fr = {.type = type};
-	struct iovec iov[8], again[8];
+	struct iovec iov[8];
 	size_t len = 0, pad;
-	int i, err, tries;
+	int i;
 
 	iov[0].iov_base = &fr;
 	iov[0].iov_len = sizeof(fr);
@@ -509,6 +511,18 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	pad = (8 - len % 8) % 8;
 	iov[n + 1].iov_base = (void *)zeros;
 	iov[n + 1].iov_len = pad;
+	return emit_iov(type, iov, n + 2, sizeof(fr) + len + pad);
+}
+
+/*
+ * Write @iov[0..n), @total bytes of whole records of @type (framed and
+ * padded already), at S.off.  Caller holds the writer.
+ */
+static int emit_iov(uint32_t type, struct iovec *iov, int n, size_t total)
+{
+	struct iovec again[8];
+	int err, tries;
+
 	if (S.stop_err && !S.in_trailer)
 		return S.stop_err;
 	/*
@@ -516,29 +530,29 @@ static int emit(uint32_t type, const struct iovec *parts, int n)
 	 * Events are refused in the trailer too (the last drain, a ring's last
 	 * snapshot); its STATUS, LOST and END records still go in.
 	 */
-	err = size_check(type, sizeof(fr) + len + pad);
+	err = size_check(type, total);
 	if (err)
 		return err;
-	memcpy(again, iov, sizeof(iov[0]) * (size_t)(n + 2));
+	memcpy(again, iov, sizeof(iov[0]) * (size_t)n);
 	for (tries = 0;; tries++) {
 		err = file_ready();
 		if (err)
 			return err; /* lost descriptor: file_ready() said so */
-		err = reserve(sizeof(fr) + len + pad, !S.in_trailer || type == PKI_REC_EVENTS);
+		err = reserve(total, !S.in_trailer || type == PKI_REC_EVENTS);
 		if (err && S.may_shrink)
 			return err; /* nothing written: the caller tries a smaller record */
 		if (!err)
-			err = pwritev_all(S.f.fd, iov, n + 2, S.off);
+			err = pwritev_all(S.f.fd, iov, n, S.off);
 		/* Closed between the check and the write: check (and reopen) again. */
 		if (err != -EBADF || tries)
 			break;
-		memcpy(iov, again, sizeof(iov[0]) * (size_t)(n + 2));
+		memcpy(iov, again, sizeof(iov[0]) * (size_t)n);
 	}
 	if (err) {
 		write_failed(err, PKI_STOP_ERROR);
 		return err;
 	}
-	S.off += sizeof(fr) + len + pad;
+	S.off += total;
 	return 0;
 }
 
@@ -1738,14 +1752,16 @@ static const char *exe_path(char *exe, size_t size)
 	return exe;
 }
 
-/* Create the trace file @path and own its descriptor in S.f; 0 or -errno. */
-static int session_file_open(const char *path)
+/* Create the trace file @path (or take @opts' descriptor) and own it in S.f; 0 or -errno. */
+static int session_file_open(const char *path, const struct pki_trace_opts *opts)
 {
 	int err;
 
 	err = set_path(path);
+	if (err && opts->use_fd)
+		close(opts->fd);
 	if (!err)
-		err = file_create();
+		err = opts->use_fd ? opts->fd : file_create();
 	if (err >= 0)
 		err = pki_fd_own(&S.f, err);
 	if (err)
@@ -1838,7 +1854,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	}
 	if (opts->ring && (err = ring_setup(cap)))
 		return err;
-	err = session_file_open(path);
+	err = session_file_open(path, opts);
 	if (err)
 		return err;
 	session_state_reset(opts, cap);
@@ -1869,19 +1885,29 @@ err_close:
 	return err;
 }
 
-static int __trace_close(void);
+static int __trace_close(uint32_t reason);
 
 int pki_trace_close(void)
 {
 	int err;
 
 	pki_trace_busy++; /* the drain's and the trailer's calls are not events */
-	err = __trace_close();
+	err = __trace_close(PKI_END_CLOSE);
 	pki_trace_busy--;
 	return err;
 }
 
-static int __trace_close(void)
+int pki_trace_detach(void)
+{
+	int err;
+
+	pki_trace_busy++;
+	err = __trace_close(PKI_END_DETACH);
+	pki_trace_busy--;
+	return err;
+}
+
+static int __trace_close(uint32_t reason)
 {
 	int st = ST_ACTIVE, err;
 	sigset_t saved;
@@ -1897,7 +1923,7 @@ static int __trace_close(void)
 	}
 	drainer_stop();
 	writer_lock(&saved);
-	err = emit_trailer(PKI_END_CLOSE, 0);
+	err = emit_trailer(reason, 0);
 	writer_unlock_restore(&saved);
 	if (S.io_err && !err)
 		err = S.io_err;
@@ -1957,6 +1983,63 @@ int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name)
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
 		err = emit_string_rec(PKI_REC_SYMBOL, &s, sizeof(s), name, s.name_len);
 	writer_unlock_restore(&saved);
+	return err;
+}
+
+/* One SYMBOL record, framed and padded, into @out (room for it checked); its length. */
+static size_t symbol_rec(uint8_t *out, uint64_t fn, uint32_t object_id, const char *name)
+{
+	struct pki_rec_symbol s = {.fn = fn, .object_id = object_id};
+	struct pki_trace_frame fr = {.type = PKI_REC_SYMBOL};
+	size_t len, pad;
+
+	s.name_len = (uint32_t)strnlen(name, PKI_TRACE_MAX_STRING);
+	len = sizeof(s) + s.name_len;
+	pad = (8 - len % 8) % 8;
+	fr.len = (uint32_t)len;
+	fr.crc = pki_crc32c(pki_crc32c(0, &s, sizeof(s)), name, s.name_len);
+	memcpy(out, &fr, sizeof(fr));
+	memcpy(out + sizeof(fr), &s, sizeof(s));
+	memcpy(out + sizeof(fr) + sizeof(s), name, s.name_len);
+	memset(out + sizeof(fr) + len, 0, pad);
+	return sizeof(fr) + len + pad;
+}
+
+int pki_trace_symbols_add(const struct pki_trace_symdef *v, size_t n)
+{
+	enum { CHUNK = 64u << 10, MAX_REC = sizeof(struct pki_trace_frame) +
+					     sizeof(struct pki_rec_symbol) + PKI_TRACE_MAX_STRING + 8 };
+	uint8_t *buf = malloc(CHUNK);
+	sigset_t saved;
+	size_t i = 0;
+	int err = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	writer_lock(&saved);
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
+		err = -EBADF;
+	while (!err && i < n) {
+		size_t len = 0;
+
+		/*
+		 * Records in the chunk, one write; CRC of a record is over its
+		 * payload only (format.h), so a chunk is the records as emit()
+		 * would write them one by one.
+		 */
+		for (; i < n && len + MAX_REC <= CHUNK; i++) {
+			if (!v[i].name || v[i].fn > PKI_EV_FN_MAX)
+				continue;
+			len += symbol_rec(buf + len, v[i].fn, v[i].object_id, v[i].name);
+		}
+		if (len) {
+			struct iovec io = {buf, len};
+
+			err = emit_iov(PKI_REC_SYMBOL, &io, 1, len);
+		}
+	}
+	writer_unlock_restore(&saved);
+	free(buf);
 	return err;
 }
 

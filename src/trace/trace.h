@@ -93,6 +93,14 @@ struct pki_trace_opts {
 	 * be async-signal-safe.  NULL: say nothing (the file says it: STATUS).
 	 */
 	void (*notice)(const char *line);
+	/*
+	 * Write the descriptor @fd (owned from the call on: closed at the end or on an error)
+	 * instead of creating @path, which then only names the file in
+	 * messages and a reopen (an attached agent: the command opened the
+	 * file, where the program may not see it).
+	 */
+	bool use_fd;
+	int fd;
 };
 
 /*
@@ -115,12 +123,24 @@ const char *pki_trace_open_hint(int err);
  */
 int pki_trace_close(void);
 
+/* The same, the END record saying an attached agent left (the process goes on). */
+int pki_trace_detach(void);
+
 /* Drain every buffer now (normal context); the file stays open.  A ring session: a snapshot. */
 int pki_trace_flush(void);
 
 /* Name things for the reader.  @id > 0.  0 or -errno. */
 int pki_trace_object_add(uint32_t id, uint64_t base, const char *path);
 int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name);
+
+/* Many SYMBOL records at once, as many calls of pki_trace_symbol_add() would write them, in a few
+ * writes (a function without a name, or beyond PKI_EV_FN_MAX, is left out). */
+struct pki_trace_symdef {
+	uint64_t fn;
+	uint32_t object_id;
+	const char *name;
+};
+int pki_trace_symbols_add(const struct pki_trace_symdef *v, size_t n);
 
 /*
  * Before exec: drain and END the file (reason exec) and close it.  If exec

@@ -49,6 +49,7 @@
 #include "watch/gate.h"
 #include "watch/hist.h"
 #include "watch/perf.h"
+#include "watch/watch_int.h"
 
 struct wroot {
 	pid_t tid;
@@ -235,6 +236,20 @@ static int __install_handler(void)
 	}
 	mgr.handler_installed = true;
 	return 0;
+}
+
+bool pki_watch_release(void)
+{
+	bool done;
+
+	pthread_mutex_lock(&mgr.lock);
+	done = !mgr.list;
+	if (done && mgr.handler_installed) {
+		done = pki_sigtrap_client_drop(PKI_SIGTRAP_WATCH);
+		mgr.handler_installed = !done;
+	}
+	pthread_mutex_unlock(&mgr.lock);
+	return done;
 }
 
 /* ---- slots -------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #
 # usage: test-attach-loop.sh PROBEKIT CHURN MARKER_LIB [N]
 set -uo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") churn=$(realpath "$2") marker=$(realpath "$3") n=${4:-60}
 tmp=$(mktemp -d)
 cpid=
@@ -27,20 +28,7 @@ ok() { pass=$((pass + 1)); }
 bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
-# Skip honestly: may this process trace another at all (Yama, capabilities)?
-sleep 30 &
-probe=$!
-for ((k = 0; k < 500; k++)); do grep -q libc.so.6 "/proc/$probe/maps" 2>/dev/null && break; sleep 0.01; done
-if ! "$pk" inject --check -p "$probe" >inj 2>&1; then
-	kill "$probe"
-	if grep -q 'Yama\|CAP_SYS_PTRACE\|seccomp' inj; then
-		echo "SKIP: cannot attach here: $(cat inj)"
-		exit 77
-	fi
-	echo "FAIL: --check on a sleeping process: $(cat inj)"
-	exit 1
-fi
-kill "$probe"
+skip_unless_attachable
 
 PK_ATTACH_MARKER=$tmp/marker "$churn" "$tmp/stop" >out 2>err &
 cpid=$!

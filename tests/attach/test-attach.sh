@@ -2,7 +2,7 @@
 # probekit inject against running programs (doc/design/attach.md).
 #
 # waiters' threads wait in read, nanosleep, epoll_wait, poll, futex, a
-# condvar, accept and waitpid, and one blocks every signal: the library is
+# condvar, accept, waitpid, getc and fgets, and one blocks every signal: the library is
 # injected through the thread probekit picks, then through each of them in
 # turn (--thread), into one process; the marker its constructor writes
 # must appear once per injection, from a thread of its own, and waiters
@@ -19,6 +19,7 @@
 # usage: test-attach.sh PROBEKIT WAITERS MARKER_LIB NOMEMFD [STATIC_PROG]
 # (NOMEMFD: tests/trace/nomemfd.c, which runs a program under a seccomp filter)
 set -uo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") waiters=$(realpath "$2") marker=$(realpath "$3") nomemfd=$(realpath "$4")
 static=${5:+$(realpath "$5")}
 tmp=$(mktemp -d)
@@ -42,20 +43,7 @@ bad() {
 }
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
-# Skip honestly: may this process trace another at all (Yama, capabilities)?
-sleep 30 &
-probe=$!
-for ((k = 0; k < 500; k++)); do grep -q libc.so.6 "/proc/$probe/maps" 2>/dev/null && break; sleep 0.01; done
-if ! "$pk" inject --check -p "$probe" >inj 2>&1; then
-	kill "$probe"
-	if grep -q 'Yama\|CAP_SYS_PTRACE\|seccomp' inj; then
-		echo "SKIP: cannot attach here: $(cat inj)"
-		exit 77
-	fi
-	echo "FAIL: --check on a sleeping process: $(cat inj)"
-	exit 1
-fi
-kill "$probe"
+skip_unless_attachable
 
 # start LABEL [PREFIX...]: waiters under PREFIX, its marker file LABEL.marker;
 # its files (LABEL.go, LABEL.go.tids, the socket) in $wdir.
@@ -86,7 +74,8 @@ finish() {
 	check "$label: no EINTR or early return" "! grep -q EARLY err"
 	printf '%s\n' ready 'waiter read done' 'waiter sigblock done' 'waiter nanosleep done' \
 		'waiter epoll_wait done' 'waiter poll done' 'waiter futex done' \
-		'waiter condvar done' 'waiter accept done' 'waiter waitpid done' 'early 0' >want
+		'waiter condvar done' 'waiter accept done' 'waiter waitpid done' \
+		'waiter getc done' 'waiter fgets done' 'early 0' >want
 	check "$label: output as without probekit" "diff <(sed 's/^ready .*/ready/' out) want >/dev/null"
 }
 # inject LABEL [OPTS...]: inject the marker library; rc, stopped (us) from its output.
@@ -110,7 +99,7 @@ check "any thread: inject rc $rc" "[[ $rc == 0 ]]"
 check "any thread: the marker, from a thread of its own" \
 	"[[ \$(markers blocked) == 1 ]] && ! grep -qw \"\$(awk '{print \$3}' blocked.marker)\" blocked.go.tids"
 n=1
-for name in read sigblock nanosleep poll futex condvar accept waitpid main; do
+for name in read sigblock nanosleep poll futex condvar accept waitpid getc fgets main; do
 	tid=$(tid_of "$name" blocked)
 	inject "$name" --thread "$tid"
 	check "thread $name ($tid): inject rc $rc" "[[ $rc == 0 ]] && grep -q 'thread $tid stopped' inj"

@@ -5,7 +5,8 @@
  * doc/design/attach.md).  One thread each waits in read (a pipe),
  * nanosleep (200 ms, again and again, each checked for its full length),
  * epoll_wait, poll, futex (raw, and through pthread_cond_wait), accept and
- * waitpid (a child that exits when its pipe closes); one more blocks every
+ * waitpid (a child that exits when its pipe closes), getc and fgets (stdio
+ * on a pipe: in read under the stream's lock); one more blocks every
  * signal and waits in read.  None has a timeout that could end it but the
  * sleeps.  Main sleeps 10 ms at a time until the file argv[1] exists,
  * then releases each waiter through its own object.
@@ -38,7 +39,8 @@
 static atomic_bool released;
 static atomic_int early, in_place;
 static atomic_uint futex_word;
-static int rd_pipe[2], blk_pipe[2], poll_pipe[2], child_pipe[2], ev_fd, ep, lsock;
+static int rd_pipe[2], blk_pipe[2], poll_pipe[2], child_pipe[2], getc_pipe[2], fgets_pipe[2],
+    ev_fd, ep, lsock;
 static pid_t child;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -72,6 +74,26 @@ static void *w_read(void *arg)
 
 	in_place_now(arg);
 	check("read", read(rd_pipe[0], &c, 1));
+	return NULL;
+}
+
+/* stdio: getc() and fgets() on pipes, waiting in read() under their stream's lock. */
+static void *w_getc(void *arg)
+{
+	FILE *f = fdopen(getc_pipe[0], "r");
+
+	in_place_now(arg);
+	check("getc", f && getc(f) == 'x' ? 0 : -1);
+	return NULL;
+}
+
+static void *w_fgets(void *arg)
+{
+	FILE *f = fdopen(fgets_pipe[0], "r");
+	char line[16];
+
+	in_place_now(arg);
+	check("fgets", f && fgets(line, sizeof(line), f) && !strcmp(line, "x\n") ? 0 : -1);
 	return NULL;
 }
 
@@ -185,10 +207,12 @@ static void *w_waitpid(void *arg)
 
 int main(int argc, char **argv)
 {
-	static void *(*const fns[])(void *) = {w_read,	w_sigblock, w_nanosleep, w_epoll,  w_poll,
-					       w_futex, w_cond,	    w_accept,	 w_waitpid};
-	static const char *const names[] = {"read",  "sigblock", "nanosleep", "epoll_wait", "poll",
-					    "futex", "condvar",	 "accept",    "waitpid"};
+	static void *(*const fns[])(void *) = {w_read,	 w_sigblock, w_nanosleep, w_epoll, w_poll,
+					       w_futex,	 w_cond,     w_accept,	  w_waitpid, w_getc,
+					       w_fgets};
+	static const char *const names[] = {"read",   "sigblock", "nanosleep", "epoll_wait",
+					    "poll",   "futex",	  "condvar",   "accept",
+					    "waitpid", "getc",	  "fgets"};
 	enum { N = sizeof(fns) / sizeof(fns[0]) };
 	struct epoll_event ev = {.events = EPOLLIN};
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -203,7 +227,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (pipe(rd_pipe) || pipe(blk_pipe) || pipe(poll_pipe) || pipe(child_pipe))
+	if (pipe(rd_pipe) || pipe(blk_pipe) || pipe(poll_pipe) || pipe(child_pipe) ||
+	    pipe(getc_pipe) || pipe(fgets_pipe))
 		return perror("pipe"), 2;
 	ev_fd = eventfd(0, 0);
 	ep = epoll_create1(0);
@@ -241,7 +266,8 @@ int main(int argc, char **argv)
 
 	atomic_store(&released, 1);
 	if (write(rd_pipe[1], &c, 1) != 1 || write(blk_pipe[1], &c, 1) != 1 ||
-	    write(poll_pipe[1], &c, 1) != 1 || eventfd_write(ev_fd, 1))
+	    write(poll_pipe[1], &c, 1) != 1 || write(getc_pipe[1], "x", 1) != 1 ||
+	    write(fgets_pipe[1], "x\n", 2) != 2 || eventfd_write(ev_fd, 1))
 		return perror("write"), 2;
 	atomic_store(&futex_word, 1);
 	syscall(SYS_futex, &futex_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);

@@ -11,6 +11,8 @@
   rp.py uftrace FILE...    the same from `uftrace report -f call` outputs
   rp.py cyg NM FILE...     the same from cygcount.c dumps, NM being `nm -n`
         of the -finstrument-functions binary (offset -> name)
+  rp.py sum FILE:COEF...   "NAME COUNT" lines of those files (rp.py's own
+        outputs) summed with those coefficients; names summing to 0 left out
   rp.py compare PK UF CYG [KNOWN]  the table: per reference, functions
         compared, equal, different, explained, and the different ones (at
         most 40 each); KNOWN lists "NAME REASON" lines, differences whose
@@ -107,6 +109,15 @@ def load(f):
     return d
 
 
+def lincomb(args):
+    d = {}
+    for a in args:
+        f, coef = a.rsplit(':', 1)
+        for k, v in load(f).items():
+            add(d, k, int(coef) * v)
+    return {k: v for k, v in d.items() if v}
+
+
 def compare(pkf, uff, cygf, knownf=None):
     pk = load(pkf)
     known = {}
@@ -158,6 +169,8 @@ def main():
         dump(uftrace(a[1:]))
     elif a[0] == 'cyg':
         dump(cyg(a[1], a[2:]))
+    elif a[0] == 'sum':
+        dump(lincomb(a[1:]))
     elif a[0] == 'compare':
         compare(*a[1:5])
     else:

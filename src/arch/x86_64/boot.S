@@ -4,9 +4,13 @@
  * copied into the target's area as bytes, never run here.  %rdi is the
  * data page (struct pki_remote_boot_data, remote.h): dlopen its path with
  * RTLD_NOW, keep the handle, or copy dlerror()'s text and close the
- * descriptor; detach the thread, set done, return.  Only %rbx is used
- * across calls; the thread is a normal thread of the program's, so every
- * libc call here is allowed (A3).
+ * descriptor; with an entry name, look it up in the library and call it
+ * with the three arguments, keeping its result (-2, -ENOENT, if the
+ * library has no such symbol); when the entry is not called, close the
+ * descriptors of its first two arguments (the channel's, -1 without one);
+ * detach the thread, set done, return.  Only
+ * %rbx is used across calls; the thread is a normal thread of the
+ * program's, so every libc call here is allowed (A3).
  */
 #define D_DLOPEN  0
 #define D_DLERROR 8
@@ -18,6 +22,10 @@
 #define D_DONE    56
 #define D_PATH    80
 #define D_ERR     144
+#define D_DLSYM   400
+#define D_ARGS    408
+#define D_RET     432
+#define D_SYM     440
 #define ERR_LEN   256
 #define RTLD_NOW  2
 
@@ -34,7 +42,7 @@ pki_remote_boot_start:
 	call *D_DLOPEN(%rbx)
 	mov %rax, D_HANDLE(%rbx)
 	test %rax, %rax
-	jnz 3f				/* loaded: the descriptor stays (A4) */
+	jnz 4f				/* loaded: the descriptor stays (A4) */
 	call *D_DLERROR(%rbx)
 	test %rax, %rax
 	jz 2f
@@ -48,8 +56,26 @@ pki_remote_boot_start:
 	inc %rdi
 	dec %ecx
 	jnz 1b
-2:	mov D_FD(%rbx), %rdi
+2:	mov D_FD(%rbx), %rdi		/* -1 for a library loaded already */
 	call *D_CLOSE(%rbx)
+5:	mov D_ARGS(%rbx), %rdi		/* the entry will not run: its two descriptors */
+	call *D_CLOSE(%rbx)
+	mov D_ARGS+8(%rbx), %rdi
+	call *D_CLOSE(%rbx)
+	jmp 3f
+4:	cmpb $0, D_SYM(%rbx)		/* an entry to call? */
+	je 3f
+	mov %rax, %rdi
+	lea D_SYM(%rbx), %rsi
+	call *D_DLSYM(%rbx)
+	movq $-2, D_RET(%rbx)
+	test %rax, %rax
+	jz 5b
+	mov D_ARGS(%rbx), %rdi
+	mov D_ARGS+8(%rbx), %rsi
+	mov D_ARGS+16(%rbx), %rdx
+	call *%rax
+	mov %rax, D_RET(%rbx)
 3:	call *D_SELF(%rbx)
 	mov %rax, %rdi
 	call *D_DETACH(%rbx)

@@ -46,6 +46,13 @@ struct pki_batch {
 int pki_trap_install(void);
 
 /*
+ * Undo pki_trap_install(): the kick's and SIGTRAP's actions as they were
+ * (SIGTRAP's once no other client needs it).  False, and nothing undone, if
+ * a thread has a SIGTRAP pending.
+ */
+bool pki_trap_release(void);
+
+/*
  * Remember the sites for good as places where our INT3 may have been: a
  * thread whose trap there is handled after its batch retired is sent back
  * to re-execute the site.  Call before the batch is published.  -ENOMEM.

@@ -24,6 +24,10 @@ _Static_assert(offsetof(struct pki_remote_boot_data, handle) == 48, "boot.S D_HA
 _Static_assert(offsetof(struct pki_remote_boot_data, done) == 56, "boot.S D_DONE");
 _Static_assert(offsetof(struct pki_remote_boot_data, path) == 80, "boot.S D_PATH");
 _Static_assert(offsetof(struct pki_remote_boot_data, err) == 144, "boot.S D_ERR");
+_Static_assert(offsetof(struct pki_remote_boot_data, dlsym) == 400, "boot.S D_DLSYM");
+_Static_assert(offsetof(struct pki_remote_boot_data, args) == 408, "boot.S D_ARGS");
+_Static_assert(offsetof(struct pki_remote_boot_data, ret) == 432, "boot.S D_RET");
+_Static_assert(offsetof(struct pki_remote_boot_data, sym) == 440, "boot.S D_SYM");
 
 extern const uint8_t pki_remote_boot_start[], pki_remote_boot_trap[], pki_remote_boot_syscall[],
     pki_remote_boot_end[];

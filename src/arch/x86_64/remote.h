@@ -94,7 +94,8 @@ int pki_remote_call(pid_t tid, const struct pki_remote_regs *saved, uint64_t fn,
 /*
  * The bootstrap's data (A4), at the start of the area's data page; boot.S
  * uses these offsets.  The command fills the function addresses, fd and
- * path; the bootstrap fills handle, err and, last, done.
+ * path, and the entry's name and arguments; the bootstrap fills handle,
+ * err, ret and, last, done.
  */
 struct pki_remote_boot_data {
 	uint64_t dlopen, dlerror, close, pthread_self, pthread_detach; /* 0..32 */
@@ -105,6 +106,10 @@ struct pki_remote_boot_data {
 	uint64_t sigset; /* 72: the mask to restore */
 	char path[64];	 /* 80 */
 	char err[256];	 /* 144 */
+	uint64_t dlsym;	 /* 400 */
+	uint64_t args[3]; /* 408: the entry's arguments */
+	int64_t ret;	  /* 432: the entry's result */
+	char sym[64];	  /* 440: the entry's name; empty: none */
 };
 
 /* The bootstrap's code (position independent) and two offsets in it. */

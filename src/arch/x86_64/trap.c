@@ -414,13 +414,31 @@ void pki_kick_move(void *uc, const struct pki_poke *p, unsigned long ip)
 	}
 }
 
+/* The kick signal's action before ours: chained to, and given back by pki_trap_release(). */
+static struct sigaction old_kick;
+
+/*
+ * A kick signal that is not ours (sent by another process, or by kill(2)
+ * rather than a thread kick): the program's own handler for it, if it has
+ * one (a default or ignored action is not reproduced: the signal is taken).
+ */
+static void kick_chain(int sig, siginfo_t *si, void *uc)
+{
+	if (si->si_code == SI_TKILL && si->si_pid == getpid())
+		return;
+	if (old_kick.sa_flags & SA_SIGINFO) {
+		if (old_kick.sa_sigaction)
+			old_kick.sa_sigaction(sig, si, uc);
+	} else if (old_kick.sa_handler != SIG_DFL && old_kick.sa_handler != SIG_IGN) {
+		old_kick.sa_handler(sig);
+	}
+}
+
 static void kick_handler(int sig, siginfo_t *si, void *uc)
 {
 	int saved_errno = errno;
 	const struct pki_batch *b;
 
-	(void)sig;
-	(void)si;
 	atomic_fetch_add(&readers, 1);
 	b = atomic_load(&active);
 	if (b) {
@@ -439,12 +457,12 @@ static void kick_handler(int sig, siginfo_t *si, void *uc)
 	}
 	readers_leave();
 	errno = saved_errno;
+	kick_chain(sig, si, uc);
 }
 
 int pki_trap_install(void)
 {
 	struct sigaction sa = {.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK};
-	struct sigaction old_kick;
 	int err;
 
 	if (installed)
@@ -464,4 +482,15 @@ int pki_trap_install(void)
 		return -errno;
 	installed = true;
 	return 0;
+}
+
+bool pki_trap_release(void)
+{
+	if (!installed)
+		return true;
+	if (!pki_sigtrap_client_drop(PKI_SIGTRAP_PATCH))
+		return false;
+	sigaction(PKI_SIG_KICK, &old_kick, NULL);
+	installed = false;
+	return true;
 }

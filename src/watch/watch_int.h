@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the watchpoint manager (watch.c) offers inside the project beyond
+ * the public probekit/watch.h: the agent, attached to a running process,
+ * leaves it as it found it.
+ */
+#ifndef PK_WATCH_WATCH_INT_H
+#define PK_WATCH_WATCH_INT_H
+
+#include <stdbool.h>
+
+/*
+ * With no watchpoint left, give SIGTRAP back to the program (base/sigtrap.h,
+ * pki_sigtrap_client_drop()); the next pk_watch_add() installs the handler
+ * again.  False if a watchpoint is left, or a thread still has a SIGTRAP
+ * pending (a hit of a watchpoint removed since, which only our handler may
+ * take: it stays, chaining to the program's action).  Normal context.
+ */
+bool pki_watch_release(void);
+
+#endif /* PK_WATCH_WATCH_INT_H */

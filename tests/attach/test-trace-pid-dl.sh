@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# probekit trace -p on a program that unloads a traced library and loads
+# another while attached (tests/attach/dlhost.c): the library loaded after
+# the attach is hooked too (its text differs from its file while
+# attached), the detach takes every hook off that is still there (the
+# unloaded library's sites are forgotten, not written: the new one may sit
+# at their address), the text equals the files after, and the program's
+# results are unharmed.
+#
+# usage: test-trace-pid-dl.sh PROBEKIT DLHOST LIB1 LIB2 TEXT_EQUAL
+set -uo pipefail
+. "$(dirname "$(realpath "$0")")/lib.sh"
+pk=$(realpath "$1") host=$(realpath "$2") lib1=$(realpath "$3") lib2=$(realpath "$4") texteq=$(realpath "$5")
+tmp=$(mktemp -d)
+hpid=
+cleanup() {
+	[[ -n $hpid ]] && kill "$hpid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+cd "$tmp" || exit 1
+unset LD_PRELOAD
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() {
+	echo "FAIL: $*"
+	for f in out err cmd rep; do
+		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -30; }
+	done
+	fail=$((fail + 1))
+}
+check() { if eval "$2"; then ok; else bad "$1"; fi; }
+# wait_for PATTERN FILE: up to a minute.
+wait_for() { for ((k = 0; k < 6000; k++)); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
+
+skip_unless_attachable
+
+"$host" "$lib1" "$lib2" >out 2>err &
+hpid=$!
+wait_for '^ready' out
+check "dlhost ready" "grep -q '^ready $hpid' out"
+"$pk" trace -p "$hpid" -f plug_fn -o t.trace 2>cmd &
+t=$!
+wait_for 'recording until' cmd
+check "attached" "grep -q 'recording until' cmd"
+sleep 0.2
+touch swap
+wait_for '^swapped' out
+# The agent looks for new libraries every 50 ms: a minute at most here.
+for ((k = 0; k < 600; k++)); do
+	python3 "$texteq" "$hpid" >textcheck 2>&1 || break
+	sleep 0.1
+done
+check "the library loaded after the attach is hooked" "grep -q 'DIFF .*libpkplug2' textcheck"
+check "the unloaded library is gone" "! grep -q libpkplug1 /proc/$hpid/maps"
+kill -INT "$t"
+wait "$t"
+rc=$?
+check "detach: exit status $rc, every hook off" \
+	"[[ $rc == 0 ]] && grep -q 'detached from process $hpid' cmd && ! grep -q 'failed' cmd"
+check "text equals the files after" "python3 '$texteq' $hpid >textcheck 2>&1 || { sed 's/^/    /' textcheck; false; }"
+check "no probekit text mapping of the libraries" "! grep -q 'probekit.*libplug' /proc/$hpid/maps"
+"$pk" report t.trace >rep 2>&1
+check "the first library's calls recorded, ended at detach" \
+	"grep -q ' plug_fn ' rep && grep -m1 '^#' rep | grep -q 'ended at detach'"
+touch stop
+wait "$hpid"
+rc=$?
+hpid=
+check "dlhost: exit status $rc, every result right" "[[ $rc == 0 ]] && grep -qx 'bad 0' out"
+
+echo "trace -p with dlclose/dlopen: $pass passed, $fail failed"
+((fail == 0))

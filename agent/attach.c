@@ -429,7 +429,12 @@ PK_EXPORT long probekit_agent_attach(long channel, long peer, unsigned long area
 	pthread_once(&fork_once, fork_handler);
 	pthread_mutex_lock(&A.lock);
 	area_keep(area);
-	if (A.busy && A.by > 0) {
+	if (A.busy && A.by > 0 && kill((pid_t)A.by, 0) && errno == ESRCH) {
+		snprintf(line, sizeof(line),
+			 PK_CTL_ERROR "the agent is still detaching from probekit (process %ld, "
+				      "gone since); try again in a moment\n",
+			 A.by);
+	} else if (A.busy && A.by > 0) {
 		snprintf(line, sizeof(line),
 			 PK_CTL_ERROR "probekit (process %ld) is attached to this process already; "
 				      "detach it first (Ctrl-C in it, or kill %ld)\n",

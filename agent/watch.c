@@ -1195,7 +1195,8 @@ void agent_watch_detach(void)
 {
 	watch_end();
 	if (!pki_watch_release())
-		agent_out_printf("probekit: a watchpoint hit is still pending on a thread that "
-				 "blocks SIGTRAP: the agent's handler stays, passing other "
-				 "SIGTRAPs on to the program's\n");
+		agent_out_printf("probekit: a watchpoint hit may still be on its way to a thread "
+				 "(one that blocks SIGTRAP, or one starved of CPU for 2 s): the "
+				 "agent's handler stays, passing other SIGTRAPs on to the "
+				 "program's\n");
 }

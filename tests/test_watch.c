@@ -17,13 +17,16 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <probekit/watch.h>
 
+#include "base/clock.h"
 #include "base/sigtrap.h"
 #include "harness.h"
+#include "watch/watch_int.h"
 
 static volatile long shared_a, shared_b;
 /* executable TLS: fine in a signal handler; volatile: the handler changes it */
@@ -808,6 +811,140 @@ START_TEST(remove_while_hitting)
 }
 END_TEST
 
+
+/*
+ * ---- giving SIGTRAP back (pki_watch_release, as an attached agent does at
+ * its detach).  A hit's SIGTRAP is sent by work the kernel runs as the
+ * thread returns to user space; a writer preempted on that way (more
+ * writers than CPUs) sends it after the event was closed.  And a child
+ * forked by a raw fork (no fork handlers) holds the events open until it
+ * exits: they fire on after our close unless disabled.  Every such SIGTRAP
+ * must reach our handler, never the program's, which is back once
+ * released. ----
+ */
+static atomic_int raw_forks_stop;
+
+static void *raw_forker_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&raw_forks_stop)) {
+		pid_t p = (pid_t)syscall(SYS_fork);
+
+		if (p == 0) {
+			struct timespec d = {0, 20000000};
+
+			syscall(SYS_nanosleep, &d, NULL);
+			syscall(SYS_exit_group, 0);
+		}
+		if (p > 0)
+			waitpid(p, NULL, 0);
+	}
+	return NULL;
+}
+
+static atomic_long late_traps, late_perf_traps;
+
+static void late_trap(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig, (void)uc;
+	atomic_fetch_add(&late_traps, 1);
+	if (si->si_code == 6) /* TRAP_PERF */
+		atomic_fetch_add(&late_perf_traps, 1);
+}
+
+START_TEST(release_after_late_hits)
+{
+	enum { NR = 6 };
+	static struct writer wr[NR];
+	struct sigaction sa = {.sa_sigaction = late_trap, .sa_flags = SA_SIGINFO}, cur;
+	int released = 0, rounds = 0;
+	uint64_t t0 = pki_mono_ns();
+
+	pthread_t forker;
+
+	ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
+	ck_assert_int_eq(pthread_create(&forker, NULL, raw_forker_main, NULL), 0);
+	for (int i = 0; i < NR; i++) {
+		writer_start(&wr[i]);
+		atomic_store(&wr[i].cmd, 3);
+	}
+	while (rounds < 400 && pki_mono_ns() - t0 < 4000000000ull) {
+		PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+		long before = atomic_load(&cb_hits);
+		struct pk_watch *w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
+
+		ck_assert_msg(w != NULL, "round %d: %s", rounds, strerror(errno));
+		for (long spin = 0; spin < 10000000 && atomic_load(&cb_hits) < before + 3; spin++)
+			;
+		pk_watch_remove(w);
+		if (pki_watch_release()) {
+			released++;
+			ck_assert_int_eq(sigaction(SIGTRAP, NULL, &cur), 0);
+			ck_assert_msg(cur.sa_sigaction == late_trap, "round %d: released, but "
+				      "SIGTRAP's action is not the program's", rounds);
+		}
+		rounds++;
+	}
+	usleep(100000); /* any straggler would have come by now */
+	atomic_store(&raw_forks_stop, 1);
+	pthread_join(forker, NULL);
+	writers_stop(wr, NR);
+	ck_assert_msg(atomic_load(&late_perf_traps) == 0,
+		      "%ld hit(s) of removed watchpoints reached the program's handler "
+		      "(%d rounds, %d released)", atomic_load(&late_perf_traps), rounds, released);
+	ck_assert_int_eq(atomic_load(&late_traps), 0);
+	ck_assert_int_gt(released, 0);
+	ck_assert_int_gt(atomic_load(&cb_hits), 0);
+}
+END_TEST
+
+/*
+ * The program forks while the handler is installed and given back: fork's
+ * prepare handlers take the SIGTRAP lock after the watchpoint manager's, as
+ * pk_watch_add and pki_watch_release do (a hang before).
+ */
+static atomic_int forks_stop;
+static atomic_long forks_done;
+
+static void *forker_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&forks_stop)) {
+		pid_t p = fork();
+
+		if (p == 0)
+			_exit(0);
+		if (p > 0 && waitpid(p, NULL, 0) == p)
+			atomic_fetch_add(&forks_done, 1);
+	}
+	return NULL;
+}
+
+START_TEST(release_while_forking)
+{
+	pthread_t f[2];
+	uint64_t t0 = pki_mono_ns();
+	int rounds = 0;
+
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&f[i], NULL, forker_main, NULL), 0);
+	while (pki_mono_ns() - t0 < 2000000000ull) {
+		struct pk_watch *w = pk_watch_add((const void *)&shared_b, 8, PK_WATCH_W, NULL);
+
+		ck_assert_msg(w != NULL, "round %d: %s", rounds, strerror(errno));
+		shared_b++;
+		pk_watch_remove(w);
+		pki_watch_release();
+		rounds++;
+	}
+	atomic_store(&forks_stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(f[i], NULL);
+	ck_assert_int_gt(rounds, 0);
+	ck_assert_int_gt(atomic_load(&forks_done), 0);
+}
+END_TEST
+
 /*
  * ---- threads created while all-threads watchpoints are added and
  * removed.  A thread inside clone() during an add risks getting no event
@@ -1033,6 +1170,8 @@ int main(int argc, char **argv)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, remove_while_hitting);
 	tcase_add_test(tc, threads_created_during_add);
+	tcase_add_test(tc, release_after_late_hits);
+	tcase_add_test(tc, release_while_forking);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

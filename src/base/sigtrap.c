@@ -69,7 +69,6 @@ static atomic_bool installed;
 /* Under `lock`: the signals the clients keep blocked in the handler. */
 static sigset_t handler_block;
 static atomic_flag lock = ATOMIC_FLAG_INIT;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static int sys_sigaction(const struct sigaction *act, struct sigaction *old)
 {
@@ -118,7 +117,14 @@ static void lock_drop(const sigset_t *saved)
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 
-/* fork() in another thread while one holds the lock: the child gets it free. */
+/*
+ * fork() in another thread while one holds the lock: the child gets it free.
+ * The lock is the innermost of all: clients take it under their own locks
+ * (pki_sigtrap_client_add and _drop are called holding the watchpoint
+ * manager's or the patch lock), so fork's prepare must take it after theirs.
+ * Prepare handlers run in the reverse order of registration: registered at
+ * load, before any client's, ours runs last.
+ */
 static void fork_prepare(void)
 {
 	pki_siglock_wait(&lock);
@@ -129,7 +135,7 @@ static void fork_release(void)
 	pki_siglock_release(&lock);
 }
 
-static void register_atfork(void)
+__attribute__((constructor)) static void register_atfork(void)
 {
 	pthread_atfork(fork_prepare, fork_release, fork_release);
 }
@@ -312,7 +318,6 @@ int pki_sigtrap_client_add(enum pki_sigtrap_client client, pki_sigtrap_fn fn, in
 
 	if (client < 0 || client >= PKI_SIGTRAP_NR || !fn)
 		return -EINVAL;
-	pthread_once(&atfork_once, register_atfork);
 	lock_take(&saved);
 	if (!atomic_load(&installed))
 		sigemptyset(&handler_block);

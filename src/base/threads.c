@@ -148,6 +148,98 @@ bool pki_threads_pending(uint64_t mask, int wait_ms)
 }
 
 /*
+ * Thread @tid's scheduling state (the letter of /proc's stat) and the CPU
+ * time it has run, in ns: schedstat's first field, else utime + stime.
+ */
+static int task_progress(pid_t tid, char *state, uint64_t *run_ns)
+{
+	char buf[512], *paren;
+	unsigned long ut, st;
+	int err = task_read(tid, "stat", buf, sizeof(buf));
+
+	*state = 'R'; /* unreadable: as if runnable */
+	*run_ns = 0;
+	if (err)
+		return err;
+	paren = strrchr(buf, ')');
+	if (!paren || paren[1] != ' ' || !paren[2])
+		return -EPROTO;
+	*state = paren[2];
+	if (*state != 'R')
+		return 0;
+	if (sscanf(paren + 3, " %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -EPROTO;
+	*run_ns = (uint64_t)(ut + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+	if (!task_read(tid, "schedstat", buf, sizeof(buf)))
+		sscanf(buf, "%" SCNu64, run_ns);
+	return 0;
+}
+
+struct runnable {
+	pid_t *tid;
+	uint64_t *run0;
+	int n, cap;
+};
+
+/* First look: keep the runnable threads with the CPU time they had run. */
+static int runnable_add(pid_t tid, void *arg)
+{
+	struct runnable *r = arg;
+	uint64_t run;
+	char state;
+
+	if (task_progress(tid, &state, &run) == -ESRCH || state != 'R')
+		return 0; /* gone, or not on its way anywhere */
+	if (r->n == r->cap) {
+		int cap = r->cap ? 2 * r->cap : 64;
+		pid_t *t = realloc(r->tid, (size_t)cap * sizeof(*t));
+		uint64_t *u = t ? realloc(r->run0, (size_t)cap * sizeof(*u)) : NULL;
+
+		if (t)
+			r->tid = t;
+		if (!u)
+			return -ENOMEM;
+		r->run0 = u;
+		r->cap = cap;
+	}
+	r->tid[r->n] = tid;
+	r->run0[r->n++] = run;
+	return 0;
+}
+
+bool pki_threads_settled(uint64_t run_ns, int wait_ms)
+{
+	struct runnable r = {0};
+	bool done = false;
+
+	if (pki_threads_each((pid_t)syscall(SYS_gettid), runnable_add, &r))
+		goto out;
+	for (int i = 0;; i++) {
+		int left = 0;
+
+		for (int k = 0; k < r.n; k++) {
+			uint64_t run;
+			char state;
+
+			if (task_progress(r.tid[k], &state, &run) == -ESRCH || state != 'R' ||
+			    (run > r.run0[k] && run - r.run0[k] >= run_ns))
+				continue;
+			r.tid[left] = r.tid[k];
+			r.run0[left++] = r.run0[k];
+		}
+		r.n = left;
+		if (!left || i >= wait_ms)
+			break;
+		usleep(1000);
+	}
+	done = !r.n;
+out:
+	free(r.tid);
+	free(r.run0);
+	return done;
+}
+
+/*
  * A thread of the program's, still running: not @self, not ours (by tid,
  * or by name for another copy of the library in the process), and not an
  * exited thread the kernel still lists (the main thread stays a zombie

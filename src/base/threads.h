@@ -63,6 +63,18 @@ int pki_thread_sigpnd(pid_t tid, uint64_t *mask);
 bool pki_threads_pending(uint64_t mask, int wait_ms);
 
 /*
+ * Wait until no thread of the process (the caller's apart) can still be on
+ * its way back to user space from an exception taken before the call: each
+ * has been seen not runnable (state other than R: asleep, stopped, gone) or
+ * has run @run_ns of CPU time since the call.  A trap's work the kernel
+ * queued for the thread's return (a perf event's SIGTRAP) is done by then,
+ * its signal queued.  Looked at every millisecond for up to @wait_ms: false
+ * if a thread was still runnable without having run that long (starved).
+ * Each look reads two /proc files per thread still runnable.
+ */
+bool pki_threads_settled(uint64_t run_ns, int wait_ms);
+
+/*
  * Has the program no thread left, the caller's apart: every other thread
  * of the process is one of ours (base/signals.h: started by
  * pki_worker_start() or adopted, or named PKI_WORKER_PREFIX by another copy

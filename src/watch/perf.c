@@ -76,6 +76,17 @@ void pki_perf_bp_close(int fd)
 		close(fd);
 }
 
+void pki_perf_bp_retire(int fd, uint64_t *count)
+{
+	uint64_t id;
+
+	if (ioctl(fd, PERF_EVENT_IOC_ID, &id))
+		return;
+	ioctl(fd, PERF_EVENT_IOC_DISABLE, 0);
+	pki_perf_bp_count(fd, count);
+	close(fd);
+}
+
 int pki_perf_bp_modify(int fd, const struct pki_bp *bp)
 {
 	struct perf_event_attr attr;

@@ -67,4 +67,13 @@ void pki_perf_denied_why(char *buf, size_t size);
  */
 void pki_perf_bp_close(int fd);
 
+/*
+ * The same for an event of this process's own: disabled first, with every
+ * event inherited from it, for a fork child may hold it open (until its
+ * fork handler closes it), which keeps it counting and raising SIGTRAPs
+ * after our close.  Its final count in *@count, if read (else untouched).
+ * Never in a fork child: the events are its parent's.
+ */
+void pki_perf_bp_retire(int fd, uint64_t *count);
+
 #endif /* PK_WATCH_PERF_H */

@@ -147,10 +147,14 @@ static struct wslot *slot_at(uint32_t idx)
  */
 static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")));
 
+/* R5's bounds: CPU time each runnable thread runs, wall time waited. */
+#define SETTLE_RUN_NS 1000000
+#define SETTLE_WAIT_MS 2000
+
 /*
  * Freeing protocol (why pk_watch_remove may free a watchpoint).
  *   handler:  H1 inflight++   H2 load gen, load w   H3 use w   H4 inflight--
- *   remover:  R1 w = NULL, gen++   R2 close fds   R3 wait until inflight == 0
+ *   remover:  R1 w = NULL, gen++   R2 disable, close fds   R3 wait until inflight == 0
  *             R4 free w, recycle the slot
  * All of H1, H2, R1 and R3's loads are seq_cst, so they sit in one total
  * order.  A handler that loaded the old w did H2 before R1, hence H1 before R1
@@ -161,6 +165,24 @@ static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")))
  * must be short, see watch.h); it is not a sleep, it watches a counter.
  * A SIGTRAP still pending after R2 (a thread blocking SIGTRAP) carries the old
  * generation and is swallowed, never forwarded: it is ours.
+ *
+ * R2 disables before it closes: a fork child holds copies of the fds until
+ * its fork handler closes them (a raw clone or vfork, until it exits or
+ * execs), and an event open there keeps counting and raising SIGTRAPs on
+ * our threads.
+ *
+ * R5, giving SIGTRAP back to the program (pki_watch_release, no watchpoint
+ * left): disabling or closing an event at R2 does not wait for a hit's
+ * SIGTRAP the kernel has yet to send.  That signal is sent by work queued on the thread that
+ * hit, run on its way back to user space; a thread preempted on that way
+ * runs it whenever it gets a CPU again, and the SIGTRAP it then queues would
+ * reach the program's handler (seen under load: si_code TRAP_PERF in the
+ * program's handler after a detach).  So the handler is dropped only once
+ * every thread has been seen off that way (pki_threads_settled: asleep, or
+ * SETTLE_RUN_NS of CPU run since R2, which the work and the handler take a
+ * small part of), then with no SIGTRAP pending (pki_sigtrap_client_drop).
+ * A thread starved for SETTLE_WAIT_MS keeps the handler in place, swallowing
+ * ours and passing the program's on.
  *
  * A hit the kernel could not deliver at once because the thread blocked
  * SIGTRAP comes when it unblocks, flagged TRAP_PERF_FLAG_ASYNC, with the
@@ -240,8 +262,17 @@ static int __install_handler(void)
 
 bool pki_watch_release(void)
 {
-	bool done;
+	bool done, installed;
 
+	pthread_mutex_lock(&mgr.lock);
+	done = !mgr.list;
+	installed = mgr.handler_installed;
+	pthread_mutex_unlock(&mgr.lock);
+	if (!done || !installed)
+		return done;
+	/* R5, outside the lock: a fork meanwhile is not held up. */
+	if (!pki_threads_settled(SETTLE_RUN_NS, SETTLE_WAIT_MS))
+		return false;
 	pthread_mutex_lock(&mgr.lock);
 	done = !mgr.list;
 	if (done && mgr.handler_installed) {
@@ -386,22 +417,29 @@ static void __own_move(pid_t tid, int delta)
 
 /* ---- admission ---------------------------------------------------------- */
 
-/* Close @w's events; their count is kept in counted_closed if @keep_count. */
-static void __close_roots_count(struct pk_watch *w, bool keep_count)
+/*
+ * Close @w's events.  In the process that owns them they are disabled
+ * first and their count is kept in counted_closed (pki_perf_bp_retire); a
+ * fork child only closes its copies (@parents).
+ */
+static void __roots_close(struct pk_watch *w, bool parents)
 {
 	for (int i = 0; i < w->nr_roots; i++) {
-		uint64_t n;
+		uint64_t n = 0;
 
-		if (keep_count && !pki_perf_bp_count(w->roots[i].fd, &n))
-			w->counted_closed += (unsigned long)n;
-		pki_perf_bp_close(w->roots[i].fd);
+		if (parents) {
+			pki_perf_bp_close(w->roots[i].fd);
+			continue;
+		}
+		pki_perf_bp_retire(w->roots[i].fd, &n);
+		w->counted_closed += (unsigned long)n;
 	}
 	w->nr_roots = 0;
 }
 
 static void __close_roots(struct pk_watch *w)
 {
-	__close_roots_count(w, true);
+	__roots_close(w, false);
 }
 
 /* Give back what @w holds in the accounting (it stays in the list). */
@@ -996,7 +1034,7 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 static void fork_child(void)
 {
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
-		__close_roots_count(w, false); /* the parent's events, the parent's counts */
+		__roots_close(w, true); /* the parent's events, the parent's counts */
 		w->dead = true;
 	}
 	mgr.nr_all = 0;

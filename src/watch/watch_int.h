@@ -13,8 +13,9 @@
  * With no watchpoint left, give SIGTRAP back to the program (base/sigtrap.h,
  * pki_sigtrap_client_drop()); the next pk_watch_add() installs the handler
  * again.  False if a watchpoint is left, or a thread still has a SIGTRAP
- * pending (a hit of a watchpoint removed since, which only our handler may
- * take: it stays, chaining to the program's action).  Normal context.
+ * pending or on its way (a hit of a watchpoint removed since, which only our
+ * handler may take: it stays, chaining to the program's action; R5 in
+ * watch.c).  May wait up to 2 s for starved threads.  Normal context.
  */
 bool pki_watch_release(void);
 

@@ -9,7 +9,9 @@
  * once all are running, and runs until the file argv[1] exists; then it
  * releases the reader, joins everyone and prints "rounds N" (N > 0) and
  * "bad M", M the wrong rounds, early returns and failed children, and
- * "signals T R", the SIGTRAP and SIGRTMAX-1 its own handlers caught.  Exit
+ * "signals T R", the SIGTRAP and SIGRTMAX-1 its own handlers caught, then,
+ * if any SIGTRAP was not sent by kill(2), "trap-codes C..." (their si_code:
+ * 6 a perf event's hit, 128 the kernel's, 1 a breakpoint).  Exit
  * status 1 if M > 0.  argv[2], if given, is the number of workers (4);
  * argv[3], of idle threads more, each waiting in read() on one shared pipe
  * until the end, which writes a byte for each (0), each checked as the
@@ -31,12 +33,15 @@
 #include <unistd.h>
 
 static atomic_bool stop;
-static volatile sig_atomic_t traps, rts;
+static volatile sig_atomic_t traps, rts, other_traps;
+static int other_codes[8];
 
-static void on_trap(int sig)
+static void on_trap(int sig, siginfo_t *si, void *uc)
 {
-	(void)sig;
+	(void)sig, (void)uc;
 	traps++;
+	if (si->si_code != SI_USER && other_traps < 8)
+		other_codes[other_traps++] = si->si_code;
 }
 
 static void on_rt(int sig)
@@ -164,7 +169,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: busy STOPFILE [WORKERS [IDLE]]\n");
 		return 2;
 	}
-	signal(SIGTRAP, on_trap);
+	sigaction(SIGTRAP, &(struct sigaction){.sa_sigaction = on_trap, .sa_flags = SA_SIGINFO}, NULL);
 	signal(SIGRTMAX - 1, on_rt);
 	want = one_round();
 	if (pipe(rd))
@@ -203,6 +208,12 @@ int main(int argc, char **argv)
 		pthread_join(t[i], NULL);
 	printf("rounds %s\nbad %ld\nsignals %d %d\n", atomic_load(&rounds) > 0 ? "N" : "0",
 	       atomic_load(&bad), (int)traps, (int)rts);
+	if (other_traps) {
+		printf("trap-codes");
+		for (int i = 0; i < other_traps; i++)
+			printf(" %d", other_codes[i]);
+		printf("\n");
+	}
 	if (getenv("BUSY_QUICK_EXIT")) { /* ends by _exit(): no atexit handler runs */
 		fflush(stdout);
 		_exit(atomic_load(&bad) ? 1 : 0);

@@ -497,7 +497,7 @@ int attach_run(const struct attach_run *r, struct attach_result *res)
 	int sigfd, pidfd, ret, lock;
 
 	memset(res, 0, sizeof(*res));
-	res->start_ns = pki_mono_ns();
+	res->start_ns = cli_start_ns ? cli_start_ns : pki_mono_ns();
 	pidfd = (int)syscall(SYS_pidfd_open, r->pid, 0);
 	if (pidfd < 0)
 		return cli_error("process %d: %s", (int)r->pid,

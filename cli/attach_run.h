@@ -32,7 +32,7 @@ struct attach_run {
 };
 
 struct attach_result {
-	uint64_t start_ns;   /* CLOCK_MONOTONIC when attach_run() started */
+	uint64_t start_ns;   /* CLOCK_MONOTONIC when the command started */
 	uint64_t attach_ns;  /* from the start to the agent's "ok" (recording) */
 	uint64_t stopped_ns; /* time a thread of the process was stopped (A7) */
 	uint64_t detach_ns;  /* from the request to the agent's "detached" */

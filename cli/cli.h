@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 struct cli_cmd {
@@ -18,6 +19,9 @@ struct cli_cmd {
 };
 
 /* Dispatch argv[1] among @cmds; prints @usage for help or an unknown name. */
+/* CLOCK_MONOTONIC when the command started (base/clock.h), in ns. */
+extern uint64_t cli_start_ns;
+
 int cli_dispatch(const char *prog, const struct cli_cmd *cmds, const char *usage, int argc,
 		 char **argv);
 

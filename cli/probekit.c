@@ -14,6 +14,7 @@
 
 #include <probekit/probekit.h>
 
+#include "base/clock.h"
 #include "cli.h"
 
 int cli_error(const char *fmt, ...)
@@ -210,6 +211,14 @@ static int stdout_check(int status)
 		return status;
 	cli_error("standard output: %s", strerror(err ? err : EIO));
 	return status ? status : 1;
+}
+
+uint64_t cli_start_ns;
+
+/* The command's start, before main: what "attached in" counts from. */
+__attribute__((constructor)) static void start_note(void)
+{
+	cli_start_ns = pki_mono_ns();
 }
 
 int main(int argc, char **argv)

@@ -179,6 +179,7 @@ failed=$(awk '$1 != 0' "$dir/cycles" | wc -l)
 echo "| measure | $funcs functions, $cycles cycles of --duration $dur |"
 echo "|---|---|"
 echo "| attach to recording, ms (median, max) | $(awk '$1 == 0 {print $2}' "$dir/cycles" | med) |"
+echo "| the first attach (the agent loaded, not reused), ms | $(awk 'NR == 1 && $1 == 0 {print $2}' "$dir/cycles") |"
 echo "| a thread of the server stopped, ms | $(awk '$1 == 0 {print $3}' "$dir/cycles" | med) |"
 echo "| detach with every function hooked, ms | $(awk '$1 == 0 {print $4}' "$dir/cycles" | med) |"
 echo "| the whole command, ms | $(awk '$1 == 0 {print $5}' "$dir/cycles" | med) |"

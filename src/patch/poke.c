@@ -361,6 +361,25 @@ static int commit_prepare(struct commit *c, struct pki_poke *site, size_t n)
 	return c->bp ? pki_arch_bp_prepare(site, c->n) : 0;
 }
 
+/*
+ * The relay's sites: each a byte store (and slots through their aliases).
+ * In a batch too big for /proc/self/mem, into text made writable: one
+ * protection change per mapping instead of a system call per site.  W^X not
+ * restored afterwards: the batch is undone rather than left committed.
+ */
+static int __poke_relay(struct commit *c, struct pki_text_range *range, size_t nrange, bool lazy)
+{
+	bool open = !pki_text_via_mem(c->rs.n + c->rs.jn) && !pki_text_unprotect(range, nrange);
+	int err = pki_arch_relay_apply(&c->rs, lazy, &text_ops);
+
+	if (open && pki_text_reprotect(range, nrange) && !err) {
+		pki_arch_relay_undo(&c->rs, &text_ops);
+		pki_text_reprotect(range, nrange);
+		err = -EACCES;
+	}
+	return err;
+}
+
 /* Write what commit_prepare() decided: the relay's sites first, then the others. */
 static int __poke_commit(struct commit *c, struct pki_poke *site, struct pki_text_range *range,
 			 size_t nrange, unsigned int flags)
@@ -369,7 +388,7 @@ static int __poke_commit(struct commit *c, struct pki_poke *site, struct pki_tex
 	int err = 0;
 
 	if (c->rs.n || c->rs.jn)
-		err = pki_arch_relay_apply(&c->rs, lazy, &text_ops);
+		err = __poke_relay(c, range, nrange, lazy);
 	if (err || !c->n)
 		return err;
 	if (!c->bp)

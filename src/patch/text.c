@@ -7,7 +7,10 @@
  * pwrite() on /proc/self/mem in small batches (the kernel writes through a
  * read-only mapping) and directly, each mapping made writable once, in
  * bigger ones: mprotect() costs a TLB shootdown whenever other threads
- * run, so it is grouped by mapping (pki_text_ranges()).
+ * run, so it is grouped by mapping (pki_text_ranges()).  The byte stores
+ * of the relay protocols (pki_text_put_byte()) follow the same choice: a
+ * locked compare-and-exchange in a range made writable, one write to
+ * /proc/self/mem per byte otherwise.
  *
  * The /proc/self descriptors live in the program's descriptor table, where
  * the program may close them and reuse their numbers: they are checked
@@ -44,6 +47,12 @@ static bool no_query;
 static struct pki_fd mem = PKI_FD_INIT;
 /* This batch writes text without an alias through /proc/self/mem. */
 static bool use_mem;
+/*
+ * The ranges pki_text_unprotect() made writable, until pki_text_reprotect():
+ * pki_text_put_byte() stores there directly.  Patch lock.
+ */
+static const struct pki_text_range *open_range;
+static size_t open_n;
 /* Closed by pki_text_files_close(): the next batch opens them again. */
 static bool closed;
 
@@ -229,6 +238,8 @@ int pki_text_reprotect(struct pki_text_range *range, size_t n)
 	int err = 0;
 	size_t i;
 
+	open_range = NULL; /* a range left writable on failure is written the slow way */
+	open_n = 0;
 	for (i = 0; i < n; i++) {
 		if (!range[i].changed)
 			continue;
@@ -262,7 +273,28 @@ int pki_text_unprotect(struct pki_text_range *range, size_t n)
 		}
 		range[i].changed = true;
 	}
+	open_range = range;
+	open_n = n;
 	return 0;
+}
+
+/* Is @addr in a range made writable for this batch (sorted: a binary search)? */
+static bool in_open_range(unsigned long addr)
+{
+	size_t lo = 0, hi = open_n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct pki_text_range *r = &open_range[mid];
+
+		if (addr < r->start)
+			hi = mid;
+		else if (addr >= r->end)
+			lo = mid + 1;
+		else
+			return r->changed || (r->prot & PROT_WRITE);
+	}
+	return false;
 }
 
 /* --- stores ---------------------------------------------------------------- */
@@ -324,6 +356,8 @@ bool pki_text_alias_make(unsigned long addr, size_t len, const char *name)
 	struct pki_map m;
 	bool ok = false;
 
+	if (pki_text_alias(addr, len))
+		return true; /* most calls: no look at the map */
 	if (!map_at(addr, &full, &m) && m.end >= addr + len && pki_alias_get(&m, name, true) > 0)
 		ok = pki_text_alias(addr, len) != NULL;
 	pki_maps_free(&full);
@@ -335,11 +369,17 @@ bool pki_text_byte_ok(unsigned long addr)
 	return pki_alias_addr(addr) || mem.fd >= 0;
 }
 
-/* Through /proc/self/mem the compare is a load first: only the patcher writes text. */
+/*
+ * Through the alias, or directly in a range made writable, one locked
+ * compare-and-exchange; through /proc/self/mem the compare is a load first:
+ * only the patcher writes text.
+ */
 int pki_text_put_byte(unsigned long addr, uint8_t from, uint8_t to)
 {
 	uint8_t *w = pki_alias_addr(addr);
 
+	if (!w && open_n && in_open_range(addr))
+		w = (uint8_t *)addr;
 	if (w)
 		return __atomic_compare_exchange_n(w, &from, to, false, __ATOMIC_SEQ_CST,
 						   __ATOMIC_SEQ_CST)

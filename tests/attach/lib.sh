@@ -1,4 +1,37 @@
-# Sourced by the attach tests, in their scratch directory, with $pk set.
+# Sourced by the attach tests, with $pk set.
+
+# scratch [FILE...]: a scratch directory, $tmp, made the working directory
+# and removed at exit (after the test's own end_hook, if it defines one,
+# and with every process of the pids array killed); LD_PRELOAD unset; the
+# counters and check LABEL CONDITION, which on failure prints LABEL and
+# the FILEs of $tmp (out err cmd rep by default).
+scratch() {
+	shown=("$@")
+	((${#shown[@]})) || shown=(out err cmd rep)
+	tmp=$(mktemp -d)
+	pids=()
+	trap scratch_end EXIT
+	cd "$tmp" || exit 1
+	unset LD_PRELOAD
+	pass=0 fail=0
+}
+scratch_end() {
+	declare -F end_hook >/dev/null && end_hook
+	for p in "${pids[@]}"; do
+		kill -CONT "$p" 2>/dev/null
+		kill "$p" 2>/dev/null
+	done
+	rm -rf "$tmp"
+}
+ok() { pass=$((pass + 1)); }
+bad() {
+	echo "FAIL: $*"
+	for f in "${shown[@]}"; do
+		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -30; }
+	done
+	fail=$((fail + 1))
+}
+check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
 # skip_unless_attachable: exit 77 (SKIP), saying why, where this process
 # may not trace another at all (Yama, capabilities, a seccomp filter), as
@@ -25,8 +58,7 @@ skip_unless_attachable() {
 }
 
 # The busy program (tests/attach/busy.c) attached to, and the process as it
-# was after each detach.  They need $busy, $texteq, $tmp (the working
-# directory), the pids array and check() of the test sourcing this.
+# was after each detach.  They need $busy and $texteq, and scratch run.
 
 # start [PROG [IDLE [PREFIX...]]]: busy (or PROG) with IDLE idle threads more,
 # under PREFIX, running; its pid in $bpid, its stop file $tmp/stop.

@@ -14,19 +14,9 @@
 set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") churn=$(realpath "$2") marker=$(realpath "$3") n=${4:-60}
-tmp=$(mktemp -d)
+scratch
+end_hook() { [[ -n $cpid ]] && kill -9 "$cpid" 2>/dev/null; }
 cpid=
-cleanup() {
-	[[ -n $cpid ]] && kill -9 "$cpid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-unset LD_PRELOAD
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
 skip_unless_attachable
 

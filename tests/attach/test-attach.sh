@@ -22,26 +22,8 @@ set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") waiters=$(realpath "$2") marker=$(realpath "$3") nomemfd=$(realpath "$4")
 static=${5:+$(realpath "$5")}
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
+scratch out err inj
 chmod 755 "$tmp"
-unset LD_PRELOAD
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-	echo "FAIL: $*"
-	for f in out err inj; do
-		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -30; }
-	done
-	fail=$((fail + 1))
-}
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
 skip_unless_attachable
 

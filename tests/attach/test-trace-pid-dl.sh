@@ -11,25 +11,9 @@
 set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") host=$(realpath "$2") lib1=$(realpath "$3") lib2=$(realpath "$4") texteq=$(realpath "$5")
-tmp=$(mktemp -d)
+scratch
+end_hook() { [[ -n $hpid ]] && kill "$hpid" 2>/dev/null; }
 hpid=
-cleanup() {
-	[[ -n $hpid ]] && kill "$hpid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-unset LD_PRELOAD
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-	echo "FAIL: $*"
-	for f in out err cmd rep; do
-		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -30; }
-	done
-	fail=$((fail + 1))
-}
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
 # wait_for PATTERN FILE: up to a minute.
 wait_for() { for ((k = 0; k < 6000; k++)); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
 

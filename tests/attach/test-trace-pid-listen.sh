@@ -12,25 +12,9 @@
 set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") busy=$(realpath "$2") agent=$(realpath "$3") texteq=$(realpath "$4") hwbp=$(realpath "$5")
-tmp=$(mktemp -d)
+scratch
+end_hook() { [[ -n $bpid ]] && kill "$bpid" 2>/dev/null; }
 bpid=
-cleanup() {
-	[[ -n $bpid ]] && kill "$bpid" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-unset LD_PRELOAD
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-	echo "FAIL: $*"
-	for f in out err cmd rep; do
-		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -30; }
-	done
-	fail=$((fail + 1))
-}
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
 # ASan's runtime first where the programs are instrumented (tests/meson.build).
 LD_PRELOAD=${PKT_SAN_PRELOAD:+$PKT_SAN_PRELOAD:}$agent PROBEKIT_LISTEN=1 \

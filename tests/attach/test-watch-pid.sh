@@ -13,25 +13,8 @@
 set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") busy=$(realpath "$2") texteq=$(realpath "$3") hwbp=$(realpath "$4")
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-cd "$tmp" || exit 1
-unset LD_PRELOAD PROBEKIT_HWBP_UNDELIVERED
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() {
-	echo "FAIL: $*"
-	for f in out err cmd rep; do
-		[[ -s $tmp/$f ]] && { echo "  --- $f:"; sed 's/^/    /' "$tmp/$f" | head -30; }
-	done
-	fail=$((fail + 1))
-}
-check() { if eval "$2"; then ok; else bad "$1"; fi; }
+scratch
+unset PROBEKIT_HWBP_UNDELIVERED
 
 skip_unless_attachable
 

@@ -37,6 +37,7 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "base/fd.h"
+#include "base/sigtrap.h"
 #include "trace/trace.h"
 
 #define BUF_EVENTS (1u << 16) /* per thread: 1 MiB, ~1 ms of a busy thread (it waits when full) */
@@ -531,6 +532,7 @@ __attribute__((constructor(101))) static void agent_start(void)
 {
 	Dl_info di;
 
+	pki_sigtrap_init(); /* its fork handler before any client's (base/sigtrap.c) */
 	agent_signal_init();
 	/*
 	 * Loaded into a running process by `probekit trace -p` (attach.c): the

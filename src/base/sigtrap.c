@@ -123,7 +123,9 @@ static void lock_drop(const sigset_t *saved)
  * (pki_sigtrap_client_add and _drop are called holding the watchpoint
  * manager's or the patch lock), so fork's prepare must take it after theirs.
  * Prepare handlers run in the reverse order of registration: registered at
- * load, before any client's, ours runs last.
+ * load, before any client's, ours runs last.  Code whose own constructors
+ * may make a client register first (the agent's, which run before the
+ * library's) calls pki_sigtrap_init() before anything else.
  */
 static void fork_prepare(void)
 {
@@ -135,9 +137,21 @@ static void fork_release(void)
 	pki_siglock_release(&lock);
 }
 
-__attribute__((constructor)) static void register_atfork(void)
+static void register_atfork(void)
 {
 	pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+void pki_sigtrap_init(void)
+{
+	pthread_once(&atfork_once, register_atfork);
+}
+
+__attribute__((constructor)) static void sigtrap_load(void)
+{
+	pki_sigtrap_init();
 }
 
 static void app_words(unsigned long buf[ACT_WORDS])

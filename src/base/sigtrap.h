@@ -77,4 +77,12 @@ bool pki_sigtrap_installed(void);
  */
 bool pki_sigtrap_client_drop(enum pki_sigtrap_client client);
 
+/*
+ * Register the fork handler of the lock this file keeps, once: before any
+ * client's own fork handler, so that fork takes this lock last (sigtrap.c).
+ * Done at load by a constructor; code whose constructors run earlier and
+ * may add a client calls it first.
+ */
+void pki_sigtrap_init(void);
+
 #endif /* PK_BASE_SIGTRAP_H */

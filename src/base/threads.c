@@ -175,6 +175,8 @@ static int task_progress(pid_t tid, char *state, uint64_t *run_ns)
 	return 0;
 }
 
+#define RUN_UNKNOWN UINT64_MAX
+
 struct runnable {
 	pid_t *tid;
 	uint64_t *run0;
@@ -188,8 +190,12 @@ static int runnable_add(pid_t tid, void *arg)
 	uint64_t run;
 	char state;
 
-	if (task_progress(tid, &state, &run) == -ESRCH || state != 'R')
+	int err = task_progress(tid, &state, &run);
+
+	if (err == -ESRCH || state != 'R')
 		return 0; /* gone, or not on its way anywhere */
+	if (err)
+		run = RUN_UNKNOWN; /* unreadable: its first good read is the baseline */
 	if (r->n == r->cap) {
 		int cap = r->cap ? 2 * r->cap : 64;
 		pid_t *t = realloc(r->tid, (size_t)cap * sizeof(*t));
@@ -220,10 +226,14 @@ bool pki_threads_settled(uint64_t run_ns, int wait_ms)
 		for (int k = 0; k < r.n; k++) {
 			uint64_t run;
 			char state;
+			int err = task_progress(r.tid[k], &state, &run);
 
-			if (task_progress(r.tid[k], &state, &run) == -ESRCH || state != 'R' ||
-			    (run > r.run0[k] && run - r.run0[k] >= run_ns))
+			if (err == -ESRCH || state != 'R' ||
+			    (!err && r.run0[k] != RUN_UNKNOWN && run > r.run0[k] &&
+			     run - r.run0[k] >= run_ns))
 				continue;
+			if (!err && r.run0[k] == RUN_UNKNOWN)
+				r.run0[k] = run;
 			r.tid[left] = r.tid[k];
 			r.run0[left++] = r.run0[k];
 		}

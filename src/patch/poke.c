@@ -313,7 +313,7 @@ static int __poke_bp(struct pki_poke *site, size_t n, struct pki_text_range *ran
 
 	if (pki_text_via_mem(n))
 		return pki_arch_bp_apply(site, n, &text_ops);
-	err = pki_text_unprotect(range, nrange);
+	err = pki_text_unprotect(range, nrange, false);
 	if (err)
 		return err;
 	err = pki_arch_bp_apply(site, n, &text_ops);
@@ -321,7 +321,7 @@ static int __poke_bp(struct pki_poke *site, size_t n, struct pki_text_range *ran
 	if (!err && err2) {
 		/* W^X could not be restored: undo rather than leave it committed. */
 		err = err2;
-		if (!pki_text_unprotect(range, nrange)) {
+		if (!pki_text_unprotect(range, nrange, false)) {
 			pokes_reverse(site, n);
 			pki_arch_bp_apply(site, n, &text_ops);
 			pki_text_reprotect(range, nrange);
@@ -361,15 +361,10 @@ static int commit_prepare(struct commit *c, struct pki_poke *site, size_t n)
 	return c->bp ? pki_arch_bp_prepare(site, c->n) : 0;
 }
 
-/*
- * The relay's sites: each a byte store (and slots through their aliases).
- * In a batch too big for /proc/self/mem, into text made writable: one
- * protection change per mapping instead of a system call per site.  W^X not
- * restored afterwards: the batch is undone rather than left committed.
- */
-static int __poke_relay(struct commit *c, struct pki_text_range *range, size_t nrange, bool lazy)
+/* The relay's stores, into the ranges made writable if @open. */
+static int __poke_relay_apply(struct commit *c, struct pki_text_range *range, size_t nrange,
+			      bool lazy, bool open)
 {
-	bool open = !pki_text_via_mem(c->rs.n + c->rs.jn) && !pki_text_unprotect(range, nrange);
 	int err = pki_arch_relay_apply(&c->rs, lazy, &text_ops);
 
 	if (open && pki_text_reprotect(range, nrange) && !err) {
@@ -378,6 +373,26 @@ static int __poke_relay(struct commit *c, struct pki_text_range *range, size_t n
 		err = -EACCES;
 	}
 	return err;
+}
+
+/*
+ * The relay's sites: each a byte store (and slots through their aliases).
+ * In a batch too big for /proc/self/mem, into text made writable: one
+ * protection change per mapping instead of a system call per site (where
+ * the system refuses writable text, e.g. MemoryDenyWriteExecute, quietly
+ * through /proc/self/mem, and not tried again).  W^X not restored
+ * afterwards: the batch is undone rather than left committed.
+ */
+static int __poke_relay(struct commit *c, struct pki_text_range *range, size_t nrange, bool lazy)
+{
+	static bool refused; /* patch lock */
+	bool open = !refused && !pki_text_via_mem(c->rs.n + c->rs.jn);
+
+	if (open && pki_text_unprotect(range, nrange, true)) {
+		refused = true;
+		open = false;
+	}
+	return __poke_relay_apply(c, range, nrange, lazy, open);
 }
 
 /* Write what commit_prepare() decided: the relay's sites first, then the others. */
@@ -507,6 +522,7 @@ static int __poke_batch(struct pki_poke *pokes, size_t n, unsigned int flags)
 	}
 	memcpy(site, pokes, n * sizeof(*site));
 	qsort(site, n, sizeof(*site), cmp_poke);
+	pki_text_batch_begin();
 	err = check_sites(site, n);
 	if (!err)
 		ntrap = trap_sites_split(site, n);

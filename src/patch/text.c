@@ -55,6 +55,12 @@ static const struct pki_text_range *open_range;
 static size_t open_n;
 /* Closed by pki_text_files_close(): the next batch opens them again. */
 static bool closed;
+/*
+ * The batch running (pki_text_batch_begin()), and the mapping whose alias
+ * pki_text_alias_make() last checked against the map in it: within one
+ * batch it is not looked up again.  Patch lock.
+ */
+static unsigned long batch_gen, checked_gen, checked_start, checked_end;
 
 /* Open @path as a descriptor of ours (high number, identity kept); false if not. */
 static bool proc_open(struct pki_fd *o, const char *path, int flags)
@@ -255,7 +261,7 @@ int pki_text_reprotect(struct pki_text_range *range, size_t n)
 	return err;
 }
 
-int pki_text_unprotect(struct pki_text_range *range, size_t n)
+int pki_text_unprotect(struct pki_text_range *range, size_t n, bool quiet)
 {
 	size_t i;
 	int err;
@@ -266,8 +272,9 @@ int pki_text_unprotect(struct pki_text_range *range, size_t n)
 		if (mprotect((void *)range[i].start, range[i].end - range[i].start,
 			     range[i].prot | PROT_WRITE)) {
 			err = -errno;
-			pki_warn("text poke: cannot make %#lx-%#lx writable: %s\n", range[i].start,
-				 range[i].end, pki_errstr(err));
+			if (!quiet)
+				pki_warn("text poke: cannot make %#lx-%#lx writable: %s\n",
+					 range[i].start, range[i].end, pki_errstr(err));
 			pki_text_reprotect(range, i);
 			return err;
 		}
@@ -350,16 +357,27 @@ int pki_text_put(unsigned long addr, const uint8_t *bytes, size_t len)
 	return 0;
 }
 
+void pki_text_batch_begin(void)
+{
+	batch_gen++;
+}
+
 bool pki_text_alias_make(unsigned long addr, size_t len, const char *name)
 {
 	struct pki_maps full = {0};
 	struct pki_map m;
 	bool ok = false;
 
-	if (pki_text_alias(addr, len))
-		return true; /* most calls: no look at the map */
+	/* Checked in this batch already (most calls: the sites share few chunks). */
+	if (checked_gen == batch_gen && addr >= checked_start && addr + len <= checked_end)
+		return pki_text_alias(addr, len) != NULL;
 	if (!map_at(addr, &full, &m) && m.end >= addr + len && pki_alias_get(&m, name, true) > 0)
 		ok = pki_text_alias(addr, len) != NULL;
+	if (ok) {
+		checked_gen = batch_gen;
+		checked_start = m.start;
+		checked_end = m.end;
+	}
 	pki_maps_free(&full);
 	return ok;
 }

@@ -51,8 +51,11 @@ struct pki_text_range {
 int pki_text_ranges(const struct pki_poke *site, size_t n, struct pki_text_range *range,
 		    size_t *nrange);
 
-/* Make the ranges without an alias writable; on failure none is.  0 or -errno. */
-int pki_text_unprotect(struct pki_text_range *range, size_t n);
+/*
+ * Make the ranges without an alias writable; on failure none is, and a
+ * warning says why unless @quiet (the caller has another way).  0 or -errno.
+ */
+int pki_text_unprotect(struct pki_text_range *range, size_t n, bool quiet);
 
 /* Give the ranges made writable their protection back.  0 or -errno of the last failure. */
 int pki_text_reprotect(struct pki_text_range *range, size_t n);
@@ -74,9 +77,13 @@ int pki_text_put(unsigned long addr, const uint8_t *bytes, size_t len);
 /* The writable alias of [@addr, @addr + @len) if one alias covers it whole, else NULL. */
 uint8_t *pki_text_alias(unsigned long addr, size_t len);
 
+/* A batch starts: what pki_text_alias_make() checked in the last one is checked again. */
+void pki_text_batch_begin(void);
+
 /*
  * Give the mapping holding [@addr, @addr + @len) an alias, named @name if
- * it is made now; true if one alias then covers the range whole.
+ * it is made now; true if one alias then covers the range whole.  The map
+ * is looked at once per batch and mapping.
  */
 bool pki_text_alias_make(unsigned long addr, size_t len, const char *name);
 

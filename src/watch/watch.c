@@ -115,6 +115,7 @@ static struct {
 	size_t nr_idle;	       /* towns with own() == 0 */
 	struct pk_watch *list;
 	uint32_t nr_slots_used, free_slot; /* free list head, UINT32_MAX = empty */
+	unsigned long removals;		   /* pk_watch_remove() calls so far */
 } mgr = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .towns = PKI_UMAP_INIT(struct town, tid),
@@ -262,25 +263,38 @@ static int __install_handler(void)
 
 bool pki_watch_release(void)
 {
-	bool done, installed;
+	for (int tries = 0; tries < 3; tries++) {
+		unsigned long removals;
+		bool done, installed;
 
-	pthread_mutex_lock(&mgr.lock);
-	done = !mgr.list;
-	installed = mgr.handler_installed;
-	pthread_mutex_unlock(&mgr.lock);
-	if (!done || !installed)
-		return done;
-	/* R5, outside the lock: a fork meanwhile is not held up. */
-	if (!pki_threads_settled(SETTLE_RUN_NS, SETTLE_WAIT_MS))
-		return false;
-	pthread_mutex_lock(&mgr.lock);
-	done = !mgr.list;
-	if (done && mgr.handler_installed) {
-		done = pki_sigtrap_client_drop(PKI_SIGTRAP_WATCH);
-		mgr.handler_installed = !done;
+		pthread_mutex_lock(&mgr.lock);
+		done = !mgr.list;
+		installed = mgr.handler_installed;
+		removals = mgr.removals;
+		pthread_mutex_unlock(&mgr.lock);
+		if (!done || !installed)
+			return done;
+		/*
+		 * R5, outside the lock (a fork or an API call meanwhile is not
+		 * held up): the threads seen off their way back, then no SIGTRAP
+		 * pending.  A removal meanwhile has hits of its own: again.
+		 */
+		if (!pki_threads_settled(SETTLE_RUN_NS, SETTLE_WAIT_MS) ||
+		    pki_threads_pending(1ull << (SIGTRAP - 1), SETTLE_WAIT_MS / 2))
+			return false;
+		pthread_mutex_lock(&mgr.lock);
+		if (mgr.removals == removals) {
+			done = !mgr.list;
+			if (done && mgr.handler_installed) {
+				done = pki_sigtrap_client_drop(PKI_SIGTRAP_WATCH);
+				mgr.handler_installed = !done;
+			}
+			pthread_mutex_unlock(&mgr.lock);
+			return done;
+		}
+		pthread_mutex_unlock(&mgr.lock);
 	}
-	pthread_mutex_unlock(&mgr.lock);
-	return done;
+	return false;
 }
 
 /* ---- slots -------------------------------------------------------------- */
@@ -905,6 +919,7 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 	__close_roots(w);	 /* R2 */
 	slot_wait_idle(w->slot); /* R3 */
 	__slot_put(w->slot);
+	mgr.removals++;
 	pthread_mutex_unlock(&mgr.lock);
 	free(w->roots); /* R4 */
 	free(w);

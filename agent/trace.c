@@ -45,6 +45,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -325,9 +326,52 @@ static void trace_name(bool initial)
 	}
 }
 
+/* A loaded C++ runtime (what can throw), its name into the argument. */
+static int cxx_runtime_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	static const char *const runtimes[] = {"libstdc++.so", "libc++abi.so", "libc++.so"};
+	const char *base = strrchr(info->dlpi_name, '/');
+
+	(void)size;
+	base = base ? base + 1 : info->dlpi_name;
+	for (size_t i = 0; i < sizeof(runtimes) / sizeof(runtimes[0]); i++)
+		if (!strncmp(base, runtimes[i], strlen(runtimes[i]))) {
+			snprintf(arg, PATH_MAX, "%s", info->dlpi_name);
+			return 1;
+		}
+	return 0;
+}
+
+/*
+ * Attached, the unwinder's entry points are not the agent's (agent/unwind.c
+ * interposes them by symbol, which calls bound before the load never
+ * reach): a C++ throw across a function traced with its exit would find
+ * the return trampoline and end the process.  Can this process throw?  A
+ * C++ runtime loaded, or __cxa_throw in the global scope (the name, or
+ * "__cxa_throw", into @what).
+ */
+static bool cxx_throws(char what[PATH_MAX])
+{
+	if (dl_iterate_phdr(cxx_runtime_cb, what))
+		return true;
+	if (dlsym(RTLD_DEFAULT, "__cxa_throw")) {
+		snprintf(what, PATH_MAX, "__cxa_throw");
+		return true;
+	}
+	return false;
+}
+
 /* Exit tracing, unless --entry-only: possible here, and set up. */
 static bool trace_exits(bool initial)
 {
+	char what[PATH_MAX];
+
+	if (conf->exits && agent_attached && cxx_throws(what))
+		FAIL(initial, "the process can throw C++ exceptions (%s is loaded), and attached, "
+			      "a throw across a function traced with its exit would end it (the "
+			      "unwinder is reached without probekit's wrappers); exit tracing is "
+			      "refused: use --entry-only to record function entries without "
+			      "durations", what);
 	if (conf->exits && (conf->shstk_test || pki_fgraph_shstk()))
 		FAIL(initial, "PROG runs with a " PKI_SHSTK_NAME ": "
 			      "return trampolines would make it crash, so exit tracing is refused; "

@@ -74,5 +74,33 @@ if [[ -n $plain ]]; then
 	check "relocated pthread_exit: destructors ran" "grep -q 'mutex released: yes' out"
 fi
 
+# Attached (trace -p), the unwinder is reached without the agent's
+# wrappers: exit tracing is refused before anything is touched, naming the
+# C++ runtime, and the process throws on unharmed; --entry-only traces it.
+rm -f stop
+"$demo" --forever stop >fout 2>&1 &
+fpid=$!
+for ((k = 0; k < 500; k++)); do grep -q '^ready' fout && break; sleep 0.01; done
+if ! "$pk" inject --check -p "$fpid" >err 2>&1 && grep -q 'Yama\|CAP_SYS_PTRACE\|seccomp' err; then
+	echo "note: the attached cases not run: $(cat err)"
+	touch stop
+	wait "$fpid"
+	echo "trace_cxx: $pass passed, $fail failed"
+	[[ $fail == 0 ]]
+	exit
+fi
+"$pk" trace -p "$fpid" -f 'cx_*' --duration 0.3 -o attach.trace 2>err
+rc=$?
+check "attached: exits refused ($rc), naming the C++ runtime" \
+	"[[ $rc == 125 ]] && grep -q 'can throw C++ exceptions (.*libstdc++' err && grep -q -- '--entry-only' err"
+"$pk" trace -p "$fpid" -f 'cx_*' --entry-only --duration 0.3 -o attach.trace 2>err
+rc=$?
+check "attached --entry-only: rc $rc, cx_catch recorded" \
+	"[[ $rc == 0 ]] && $pk report attach.trace 2>/dev/null | grep -q ' cx_catch '"
+touch stop
+wait "$fpid"
+rc=$?
+check "attached: the program threw on unharmed (rc $rc)" "[[ $rc == 0 ]] && grep -q '^caught [1-9]' fout"
+
 echo "trace_cxx: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -8,6 +8,9 @@
  *
  *   throw_demo              every pattern below, on 3 threads at once
  *   throw_demo --uncaught   a throw nobody catches (std::terminate, SIGABRT)
+ *   throw_demo --forever STOPFILE  prints "ready PID", then throws through
+ *                           cx_catch() until STOPFILE exists, and prints
+ *                           "caught N" (for `probekit trace -p`)
  *   throw_demo --pthread-exit  a thread calls pthread_exit() 3 traced frames
  *                           deep: their destructors must run (one unlocks a
  *                           mutex the main thread then takes)
@@ -23,6 +26,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <exception>
 #include <stdexcept>
@@ -218,6 +222,17 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--uncaught")) {
 		cx_catch(0);
 		cx_deep(5); /* nobody catches an int: std::terminate() */
+		return 0;
+	}
+	if (argc > 2 && !strcmp(argv[1], "--forever")) {
+		printf("ready %d\n", (int)getpid());
+		fflush(stdout);
+		for (int i = 0; access(argv[2], F_OK); i++) {
+			caught += (unsigned long)cx_catch(i);
+			if (i % 100 == 0)
+				usleep(1000);
+		}
+		printf("caught %lu\n", caught);
 		return 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "--pthread-exit")) {

@@ -46,6 +46,7 @@ struct agent_watch_conf agent_watch_conf;
 struct agent_trace_conf agent_trace_conf;
 struct agent_lineage agent_lineage;
 bool agent_attached;
+bool agent_injected;
 
 /* The command's descriptors. */
 static struct {
@@ -540,7 +541,7 @@ __attribute__((constructor(101))) static void agent_start(void)
 	 * before the command's settings arrive on the channel.
 	 */
 	if (dladdr((void *)agent_start, &di) && di.dli_fname && loaded_by_fd(di.dli_fname)) {
-		agent_attached = true;
+		agent_attached = agent_injected = true;
 		return;
 	}
 	read_cmd_config();

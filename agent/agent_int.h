@@ -77,6 +77,13 @@ void agent_trace_config(const char *(*get)(const char *));
  */
 extern bool agent_attached;
 
+/*
+ * Loaded into the running process (by `-p`), not preloaded: the functions
+ * the agent interposes by symbol (agent.map) are not reached by calls the
+ * program had bound before.  A listening agent is attached, not injected.
+ */
+extern bool agent_injected;
+
 /* ---- the command's two descriptors (agent.c) ---- */
 
 /*

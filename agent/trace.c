@@ -343,9 +343,9 @@ static int cxx_runtime_cb(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /*
- * Attached, the unwinder's entry points are not the agent's (agent/unwind.c
+ * Injected, the unwinder's entry points are not the agent's (agent/unwind.c
  * interposes them by symbol, which calls bound before the load never
- * reach): a C++ throw across a function traced with its exit would find
+ * reach; a preloaded agent that listens has them): a C++ throw across a function traced with its exit would find
  * the return trampoline and end the process.  Can this process throw?  A
  * C++ runtime loaded, or __cxa_throw in the global scope (the name, or
  * "__cxa_throw", into @what).
@@ -366,7 +366,7 @@ static bool trace_exits(bool initial)
 {
 	char what[PATH_MAX];
 
-	if (conf->exits && agent_attached && cxx_throws(what))
+	if (conf->exits && agent_injected && cxx_throws(what))
 		FAIL(initial, "the process can throw C++ exceptions (%s is loaded), and attached, "
 			      "a throw across a function traced with its exit would end it (the "
 			      "unwinder is reached without probekit's wrappers); exit tracing is "

@@ -102,5 +102,24 @@ wait "$fpid"
 rc=$?
 check "attached: the program threw on unharmed (rc $rc)" "[[ $rc == 0 ]] && grep -q '^caught [1-9]' fout"
 
+# Through a listening agent the program preloaded, the unwinder's entry
+# points are the agent's: exits are traced, durations and all.
+agent=$(dirname "$pk")/../agent/libprobekit-agent.so
+rm -f stop
+LD_PRELOAD=${PKT_SAN_PRELOAD:+$PKT_SAN_PRELOAD:}$agent PROBEKIT_LISTEN=1 "$demo" --forever stop >fout 2>&1 &
+fpid=$!
+for ((k = 0; k < 500; k++)); do
+	grep -q '^ready' fout && grep -q probekit-listen /proc/$fpid/task/*/comm 2>/dev/null && break
+	sleep 0.01
+done
+"$pk" trace -p "$fpid" -f 'cx_*' --duration 0.3 -o listen.trace 2>err
+rc=$?
+check "listening agent: rc $rc, exits traced" \
+	"[[ $rc == 0 ]] && grep -q 'through its listening agent' err && $pk report --raw listen.trace 2>/dev/null | awk '\$(NF-1) == \"cx_throw\" && \$2 > 0 {ok = 1} END {exit !ok}'"
+touch stop
+wait "$fpid"
+rc=$?
+check "listening agent: the program threw on unharmed (rc $rc)" "[[ $rc == 0 ]] && grep -q '^caught [1-9]' fout"
+
 echo "trace_cxx: $pass passed, $fail failed"
 [[ $fail == 0 ]]

@@ -326,17 +326,49 @@ static void trace_name(bool initial)
 	}
 }
 
-/* A loaded C++ runtime (what can throw), its name into the argument. */
-static int cxx_runtime_cb(struct dl_phdr_info *info, size_t size, void *arg)
+/* Does @name (a path or a soname) start with one of @prefixes, after its directory? */
+static bool named(const char *name, const char *const *prefixes, size_t n)
 {
-	static const char *const runtimes[] = {"libstdc++.so", "libc++abi.so", "libc++.so"};
-	const char *base = strrchr(info->dlpi_name, '/');
+	const char *base = strrchr(name, '/');
+
+	base = base ? base + 1 : name;
+	for (size_t i = 0; i < n; i++)
+		if (!strncmp(base, prefixes[i], strlen(prefixes[i])))
+			return true;
+	return false;
+}
+
+static const char *const cxx_runtimes[] = {"libstdc++.so", "libc++.so", "libc++abi.so"};
+/* They need a C++ runtime for themselves, not because the program throws. */
+static const char *const san_runtimes[] = {"libasan.so", "libtsan.so", "libubsan.so",
+					   "liblsan.so", "libhwasan.so"};
+#define NR(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+ * An object of the program that needs a C++ runtime (DT_NEEDED): its name
+ * (the program's own: "PROG") and the runtime's into the argument.  The
+ * loader made the dynamic section's addresses absolute (x86-64 glibc).
+ */
+static int cxx_user_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const ElfW(Dyn) *dyn = NULL;
+	const char *strtab = NULL, *name = info->dlpi_name;
 
 	(void)size;
-	base = base ? base + 1 : info->dlpi_name;
-	for (size_t i = 0; i < sizeof(runtimes) / sizeof(runtimes[0]); i++)
-		if (!strncmp(base, runtimes[i], strlen(runtimes[i]))) {
-			snprintf(arg, PATH_MAX, "%s", info->dlpi_name);
+	if (named(name, cxx_runtimes, NR(cxx_runtimes)) ||
+	    named(name, san_runtimes, NR(san_runtimes)) || !strncmp(name, "linux-vdso", 10))
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_STRTAB)
+			strtab = (const char *)d->d_un.d_ptr;
+	for (const ElfW(Dyn) *d = dyn; strtab && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_NEEDED && named(strtab + d->d_un.d_val, cxx_runtimes,
+						  NR(cxx_runtimes))) {
+			snprintf(arg, PATH_MAX, "%s, which needs %s", name[0] ? name : "the program",
+				 strtab + d->d_un.d_val);
 			return 1;
 		}
 	return 0;
@@ -345,20 +377,15 @@ static int cxx_runtime_cb(struct dl_phdr_info *info, size_t size, void *arg)
 /*
  * Injected, the unwinder's entry points are not the agent's (agent/unwind.c
  * interposes them by symbol, which calls bound before the load never
- * reach; a preloaded agent that listens has them): a C++ throw across a function traced with its exit would find
- * the return trampoline and end the process.  Can this process throw?  A
- * C++ runtime loaded, or __cxa_throw in the global scope (the name, or
- * "__cxa_throw", into @what).
+ * reach; a preloaded agent that listens has them): a C++ throw across a
+ * function traced with its exit would find the return trampoline and end
+ * the process.  Can this process throw?  One of its objects needs a C++
+ * runtime (a sanitizer's runtime needing one is not the program throwing).
+ * What says so into @what.
  */
 static bool cxx_throws(char what[PATH_MAX])
 {
-	if (dl_iterate_phdr(cxx_runtime_cb, what))
-		return true;
-	if (dlsym(RTLD_DEFAULT, "__cxa_throw")) {
-		snprintf(what, PATH_MAX, "__cxa_throw");
-		return true;
-	}
-	return false;
+	return dl_iterate_phdr(cxx_user_cb, what) != 0;
 }
 
 /* Exit tracing, unless --entry-only: possible here, and set up. */
@@ -367,7 +394,7 @@ static bool trace_exits(bool initial)
 	char what[PATH_MAX];
 
 	if (conf->exits && agent_injected && cxx_throws(what))
-		FAIL(initial, "the process can throw C++ exceptions (%s is loaded), and attached, "
+		FAIL(initial, "the process can throw C++ exceptions (%s), and attached, "
 			      "a throw across a function traced with its exit would end it (the "
 			      "unwinder is reached without probekit's wrappers); exit tracing is "
 			      "refused: use --entry-only to record function entries without "

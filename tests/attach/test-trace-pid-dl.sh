@@ -23,6 +23,7 @@ skip_unless_attachable
 hpid=$!
 wait_for '^ready' out
 check "dlhost ready" "grep -q '^ready $hpid' out"
+: >cmd # the last run's lines are not this one's
 "$pk" trace -p "$hpid" -f plug_fn -o t.trace 2>cmd &
 t=$!
 wait_for 'recording until' cmd

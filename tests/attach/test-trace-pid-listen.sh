@@ -112,6 +112,7 @@ BUSY_QUICK_EXIT=1 LD_PRELOAD=${PKT_SAN_PRELOAD:+$PKT_SAN_PRELOAD:}$agent PROBEKI
 	"$busy" "$tmp/stop" 4 0 >out 2>err &
 bpid=$!
 for ((k = 0; k < 1000; k++)); do grep -q '^ready' out && break; sleep 0.01; done
+: >cmd # the last run's lines are not this one's
 "$pk" trace -p "$bpid" -o t3.trace 2>cmd &
 t=$!
 for ((k = 0; k < 6000; k++)); do grep -q 'recording until' cmd && break; kill -0 "$t" 2>/dev/null || break; sleep 0.01; done

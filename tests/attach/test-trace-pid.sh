@@ -53,6 +53,7 @@ else
 fi
 
 # 3. Two at once: the second is refused, naming the first; SIGINT detaches the first.
+: >cmd1 # the last run's lines are not this one's
 "$pk" trace -p "$bpid" -o t3.trace 2>cmd1 &
 first=$!
 for ((k = 0; k < 6000; k++)); do grep -q 'recording' cmd1 && break; kill -0 "$first" 2>/dev/null || break; sleep 0.01; done
@@ -78,6 +79,7 @@ kill -s SIGRTMAX-1 "$bpid"
 sleep 0.1
 
 # 4. The command killed: the agent sees its channel close and detaches.
+: >cmd # the last run's lines are not this one's
 "$pk" trace -p "$bpid" -o t5.trace 2>cmd &
 first=$!
 for ((k = 0; k < 6000; k++)); do grep -q 'recording' cmd && break; kill -0 "$first" 2>/dev/null || break; sleep 0.01; done
@@ -94,6 +96,7 @@ check "the program's signal handlers: 2 SIGTRAP, 2 SIGRTMAX-1 caught" "grep -qx 
 
 # 5. The process exits while attached: the command says so, the trace is complete.
 start
+: >cmd # the last run's lines are not this one's
 "$pk" trace -p "$bpid" -o t6.trace 2>cmd &
 first=$!
 for ((k = 0; k < 6000; k++)); do grep -q 'recording' cmd && break; kill -0 "$first" 2>/dev/null || break; sleep 0.01; done

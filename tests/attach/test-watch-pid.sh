@@ -102,6 +102,7 @@ check "--count 3: no report on stderr" "! grep -qE '$hit_naps' cmd"
 after_detach "--count"
 
 # 4. SIGINT detaches; the program's own SIGTRAP handler gets its signals after.
+: >cmd # the last run's lines are not this one's
 "$pk" watch -p "$bpid" naps 2>cmd &
 w=$!
 for ((k = 0; k < 6000; k++)); do grep -q 'watching until Ctrl-C' cmd && break; kill -0 "$w" 2>/dev/null || break; sleep 0.01; done

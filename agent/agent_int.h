@@ -136,6 +136,37 @@ __attribute__((noreturn)) void agent_exit_really(int status);
  */
 void *agent_next(void **cache, const char *name);
 
+/* ---- the unwinder hooked when injected (unwind_hook.c) ---- */
+
+struct pk_site;
+
+/* The site table reads the relocated entries of the unwinder's functions. */
+void agent_unwind_settings(void);
+
+/*
+ * Hook the entry points of every unwinder loaded (U1-U2), those not hooked
+ * yet: 0, or -errno with why into @why (a static unwinder elsewhere, an
+ * entry that does not relocate).
+ */
+int agent_unwind_hook(char *why, size_t n);
+
+/*
+ * agent_unwind_hook() again if objects were loaded or unloaded since the
+ * last poll (a C++ runtime dlopen'd while attached): 0, or -errno and why.
+ */
+int agent_unwind_poll(char *why, size_t n);
+
+/* Unwinders hooked (they stay after a detach). */
+size_t agent_unwind_hooked(void);
+
+/* The attach under way succeeded (its hooks stay), or failed before any trace hook: off. */
+void agent_unwind_attached(void);
+void agent_unwind_unhook_fresh(void);
+
+/* Is @path an unwinder's object; is @s one of the sites hooked here? */
+bool agent_unwind_object(const char *path);
+bool agent_unwind_site(const struct pk_site *s);
+
 /* ---- trace mode's function selection (agent.c) ---- */
 
 /* At most this many -f and as many -N globs are used. */
@@ -224,10 +255,14 @@ bool agent_trace_start(void);
  */
 bool agent_trace_attach(int fd, char *why, size_t n);
 
+/* Attached, every 50 ms: an unwinder loaded since is hooked too (unwind_hook.c). */
+void agent_trace_poll(void);
+
 /*
  * Attached: stop recording, take every hook off (the text is the file's
- * again once this returns), complete and close the trace.  The agent
- * stays loaded, idle, for the next attach.
+ * again once this returns, but for the unwinder's entries: unwind_hook.c),
+ * complete and close the trace.  The agent stays loaded, idle, for the
+ * next attach.
  */
 void agent_trace_detach(void);
 

@@ -192,6 +192,8 @@ static void library_settings(void)
 			    : r && !strcmp(r, "main") ? PKI_RELOC_MAIN
 						      : PKI_RELOC_OFF);
 	pki_sites_set_int3(i3 && !strcmp(i3, "1"));
+	if (agent_injected)
+		agent_unwind_settings();
 	/*
 	 * The program's text stays on its file mappings (no writable alias
 	 * put in their place, src/patch/alias.c): after the detach its maps
@@ -219,6 +221,7 @@ static void serve(int sock)
 			continue;
 		if (ready == 0) {
 			agent_dl_poll();
+			agent_trace_poll();
 			continue;
 		}
 		n = recv(sock, buf + len, sizeof(buf) - 1 - len, 0);

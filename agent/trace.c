@@ -129,12 +129,20 @@ struct pick {
 	int err;
 };
 
+/* Is every object's every function relocated (PROBEKIT_RELOC=1, sym/sites.h)? */
+static bool reloc_all(void)
+{
+	return !strcmp(conf->reloc, "1");
+}
+
 static int pick_site(const struct pk_site *s, void *ctx)
 {
 	struct pick *p = ctx;
 
 	if (strstr(s->object, PK_AGENT_NAME))
 		return 0; /* our own copy of the library */
+	if (agent_unwind_site(s) && !reloc_all())
+		return 0; /* a site for unwind_hook.c only */
 	p->total++;
 	if (!agent_globs_want(&p->g, s->name, p->fmatched))
 		return 0;
@@ -375,11 +383,7 @@ static int cxx_user_cb(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /*
- * Injected, the unwinder's entry points are not the agent's (agent/unwind.c
- * interposes them by symbol, which calls bound before the load never
- * reach; a preloaded agent that listens has them): a C++ throw across a
- * function traced with its exit would find the return trampoline and end
- * the process.  Can this process throw?  One of its objects needs a C++
+ * Can this process throw C++ exceptions?  One of its objects needs a C++
  * runtime (a sanitizer's runtime needing one is not the program throwing).
  * What says so into @what.
  */
@@ -388,24 +392,39 @@ static bool cxx_throws(char what[PATH_MAX])
 	return dl_iterate_phdr(cxx_user_cb, what) != 0;
 }
 
+/*
+ * Injected, the unwinder's entry points are not the agent's (agent/unwind.c
+ * interposes them by symbol, which calls bound before the load never
+ * reach; a preloaded agent that listens has them): they are hooked
+ * instead (unwind_hook.c), or a throw across a function traced with its
+ * exit would find the return trampoline and end the process.
+ */
+static bool unwinder_hooked(bool initial)
+{
+	char why[PATH_MAX + 200], what[PATH_MAX];
+
+	if (agent_unwind_hook(why, sizeof(why)))
+		FAIL(initial, "%s, and a C++ throw across a function traced with its exit would "
+			      "end the process; exit tracing is refused: use --entry-only to record "
+			      "function entries without durations", why);
+	if (!agent_unwind_hooked() && cxx_throws(what))
+		FAIL(initial, "the process can throw C++ exceptions (%s) but has no unwinder "
+			      "probekit knows (libgcc_s, libunwind) loaded; exit tracing is "
+			      "refused: use --entry-only to record function entries without "
+			      "durations", what);
+	return true;
+}
+
 /* Exit tracing, unless --entry-only: possible here, and set up. */
 static bool trace_exits(bool initial)
 {
-	char what[PATH_MAX];
-
-	if (conf->exits && agent_injected && cxx_throws(what))
-		FAIL(initial, "the process can throw C++ exceptions (%s), and attached, "
-			      "a throw across a function traced with its exit would end it (the "
-			      "unwinder is reached without probekit's wrappers); exit tracing is "
-			      "refused: use --entry-only to record function entries without "
-			      "durations", what);
 	if (conf->exits && (conf->shstk_test || pki_fgraph_shstk()))
 		FAIL(initial, "PROG runs with a " PKI_SHSTK_NAME ": "
 			      "return trampolines would make it crash, so exit tracing is refused; "
 			      "use --entry-only to record function entries without durations");
 	if (conf->exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
-	return true;
+	return !conf->exits || !agent_injected || unwinder_hooked(initial);
 }
 
 /* Are PROG's own functions relocated (PROBEKIT_RELOC=main or 1, sym/sites.h)? */
@@ -864,8 +883,11 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 		if (T.fd >= 0)
 			close(T.fd);
 		T.fd = -1;
+		/* Frames hijacked while the trace hooks were on keep the unwinder's. */
 		if (T.nmain || T.nlib)
 			unhook();
+		else
+			agent_unwind_unhook_fresh();
 		if (T.session)
 			pki_trace_close();
 		T.session = false;
@@ -876,8 +898,23 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 		snprintf(why, n, "%s", T.why[0] ? T.why : "trace mode did not start");
 		return false;
 	}
+	agent_unwind_attached();
 	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
 	return true;
+}
+
+void agent_trace_poll(void)
+{
+	char why[PATH_MAX + 200];
+	static bool said;
+
+	if (!conf->exits || !agent_injected || !agent_hook.active)
+		return;
+	if (agent_unwind_poll(why, sizeof(why)) && !said) {
+		said = true;
+		agent_out_printf("probekit: %s: a C++ throw across a function traced with its exit "
+				 "may end the process\n", why);
+	}
 }
 
 void agent_trace_detach(void)
@@ -901,6 +938,11 @@ void agent_trace_detach(void)
 	if (T.session)
 		pki_trace_detach();
 	T.session = false;
+	if (agent_unwind_hooked())
+		agent_out_printf("probekit: the C++ unwinder's entry points stay hooked (in %zu "
+				 "object(s)): frames traced while attached return through probekit "
+				 "and a throw across one needs them (doc/design/attach.md A9h)\n",
+				 agent_unwind_hooked());
 	if (conf->top) { /* after the grace period of unhook(): see fnstats.c, "freeing" */
 		pki_fgraph_timed = false;
 		pki_fnstats_fini();

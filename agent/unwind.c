@@ -28,7 +28,8 @@
  * A throw caught inside such a cleanup is an unwind nested in the first one
  * (fgraph.h keeps their bases apart).
  *
- * These are interposed by symbol (the agent is preloaded): a program or
+ * These are interposed by symbol (the agent is preloaded; injected, it
+ * hooks the unwinder's own entry points instead: unwind_hook.c): a program or
  * library that links libgcc's unwinder or libstdc++ statically unwinds
  * without them, and a throw across a traced frame still terminates it; the
  * README says so.  A thread that pthread_cancel() ends unwinds from inside

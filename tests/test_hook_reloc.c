@@ -7,6 +7,7 @@
  * function, with the arguments the hook left; detach restores the original
  * bytes exactly.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -263,6 +264,48 @@ START_TEST(r11_kept_through_a_relocated_site)
 	ck_assert_int_eq(pk_direct_sync(), 0);
 	ck_assert_int_eq(pk_tramp_free(t), 0);
 	ck_assert_int_eq(rt_keep_r11(), 0x7770);
+}
+END_TEST
+
+struct named_seen {
+	size_t in_libgcc, raise;
+	bool other_kind;
+};
+
+static int named_cb(const struct pk_site *s, void *ctx)
+{
+	struct named_seen *n = ctx;
+
+	if (!strstr(s->object, "libgcc_s.so"))
+		return 0;
+	n->in_libgcc++;
+	n->raise += !strcmp(s->name, "_Unwind_RaiseException");
+	n->other_kind |= s->kind != PK_SITE_RELOC;
+	return 0;
+}
+
+/* The functions named for an object relocation is off for, and none else of it. */
+START_TEST(named_functions_relocated_where_relocation_is_off)
+{
+	static const char *const objs[] = {"libgcc_s.so", NULL};
+	static const char *const names[] = {"_Unwind_RaiseException", "_Unwind_GetCFA", NULL};
+	struct named_seen n = {0};
+	struct pk_site s;
+	void *h;
+
+	pki_sites_set_reloc(PKI_RELOC_OFF);
+	pki_sites_set_reloc_named(objs, names);
+	h = dlopen("libgcc_s.so.1", RTLD_NOW);
+	ck_assert_ptr_nonnull(h);
+	ck_assert_int_eq(pk_sites_refresh(), 0);
+	ck_assert_int_ge(pk_sites_foreach(named_cb, &n), 0);
+	ck_assert_uint_eq(n.raise, 1);
+	ck_assert_uint_ge(n.in_libgcc, 1);
+	ck_assert_uint_le(n.in_libgcc, 2);
+	ck_assert(!n.other_kind);
+	ck_assert_int_eq(pk_site_lookup("_Unwind_Resume", &s), -ENOENT);
+	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &s), -ENOENT);
+	dlclose(h);
 }
 END_TEST
 
@@ -606,6 +649,7 @@ int main(void)
 	tcase_add_test(tc, ops_on_a_prologue_ending_in_a_call);
 	tcase_add_test(tc, r11_kept_through_a_relocated_site);
 	tcase_add_test(tc, off_by_default);
+	tcase_add_test(tc, named_functions_relocated_where_relocation_is_off);
 	tcase_add_test(tc, kick_moves_into_the_copy);
 	tcase_add_test(tc, ops_on_a_relocated_entry);
 	tcase_add_test(tc, direct_and_ops_on_a_relocated_entry);

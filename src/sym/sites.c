@@ -204,6 +204,7 @@ struct reloc_sites {
 	size_t n, cap;
 	const struct pki_sym_object *obj;
 	const struct dl_phdr_info *info;
+	const char *const *only; /* NULL, or the only names taken (pki_sites_set_reloc_named) */
 	struct pki_func_stats st; /* the file's functions, by outcome and refusal reason */
 };
 
@@ -218,6 +219,8 @@ static bool main_reloc_read;
 static pthread_once_t reloc_once = PTHREAD_ONCE_INIT;
 static int reloc_mode; /* enum pki_reloc_mode, set before the table is built: see sites.h */
 static bool int3_mode; /* the same for INT3 sites */
+/* pki_sites_set_reloc_named(): NULL-terminated lists, or NULL. */
+static const char *const *named_objs, *const *named_funcs;
 
 static void reloc_init(void)
 {
@@ -255,6 +258,31 @@ void pki_sites_set_reloc(enum pki_reloc_mode mode)
 	__atomic_store_n(&reloc_mode, (int)mode, __ATOMIC_RELAXED);
 }
 
+void pki_sites_set_reloc_named(const char *const *objs, const char *const *names)
+{
+	__atomic_store_n(&named_funcs, names, __ATOMIC_RELAXED);
+	__atomic_store_n(&named_objs, objs, __ATOMIC_RELAXED);
+}
+
+/* Is @s one of the NULL-terminated @list, or (@prefix) does it start with one? */
+static bool listed(const char *s, const char *const *list, bool prefix)
+{
+	for (; list && *list; list++)
+		if (prefix ? !strncmp(s, *list, strlen(*list)) : !strcmp(s, *list))
+			return true;
+	return false;
+}
+
+/* The names relocated in @path, an object relocation is off for: NULL for none. */
+static const char *const *reloc_named_for(const char *path)
+{
+	const char *const *objs = __atomic_load_n(&named_objs, __ATOMIC_RELAXED);
+	const char *base = strrchr(path, '/');
+
+	base = base ? base + 1 : path;
+	return listed(base, objs, true) ? __atomic_load_n(&named_funcs, __ATOMIC_RELAXED) : NULL;
+}
+
 void pki_sites_set_int3(bool on)
 {
 	pthread_once(&reloc_once, reloc_init);
@@ -274,6 +302,8 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 	unsigned long func = r->obj->base + fs->fn->addr, ip = func + fs->skip;
 	struct pki_site *s;
 
+	if (r->only && !listed(fs->name, r->only, false))
+		return PKI_FUNC_UNCOUNTED;
 	if ((fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_INT3) ||
 	    !in_mapped_text(r->info, func, fs->fn->size) ||
 	    !in_mapped_text(r->info, ip, PKI_SITE_LEN)) /* an INT3 site's 5 bytes are read */
@@ -396,6 +426,7 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 		       bool is_main, struct pki_sym_object **objp)
 {
 	struct reloc_sites rs = {0};
+	const char *const *only;
 	struct pki_elf_sites es;
 	struct pki_sym_object *obj;
 	int err;
@@ -425,12 +456,13 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 		goto out_es;
 	}
 	object_stats_take(obj, &es);
-	if (reloc_for(is_main)) {
-		rs = (struct reloc_sites){.obj = obj, .info = info};
+	only = reloc_for(is_main) ? NULL : reloc_named_for(path);
+	if (reloc_for(is_main) || only) {
+		rs = (struct reloc_sites){.obj = obj, .info = info, .only = only};
 		err = reloc_sites_read(path, open_path, &rs);
 		if (err)
 			goto out_es;
-		if (is_main) {
+		if (is_main && !only) {
 			main_reloc_stats = rs.st;
 			__atomic_store_n(&main_reloc_read, true, __ATOMIC_RELEASE);
 		}

@@ -74,6 +74,15 @@ enum pki_reloc_mode { PKI_RELOC_OFF, PKI_RELOC_MAIN, PKI_RELOC_ALL };
 void pki_sites_set_reloc(enum pki_reloc_mode mode);
 
 /*
+ * In an object relocation is off for, whose file name starts with one of
+ * @objs, the functions named in @names that relocate become PK_SITE_RELOC
+ * sites, and no other function of it (the agent's hooks on an unwinder
+ * when attached: agent/unwind_hook.c).  NULL-terminated lists that live as
+ * long as the process, or NULL for none; applies like pki_sites_set_reloc.
+ */
+void pki_sites_set_reloc_named(const char *const *objs, const char *const *names);
+
+/*
  * With relocation on for an object, do its functions that relocation
  * refuses become PK_SITE_INT3 sites (sym/func_sites.h, PKI_FUNC_SITES_INT3)?
  * PROBEKIT_INT3=1 sets the default (no); applies like pki_sites_set_reloc.

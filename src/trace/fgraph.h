@@ -41,7 +41,8 @@
  *    addresses from the stack, where it would find the trampoline, which has
  *    no caller.  Whoever starts such an unwind of the calling thread brackets
  *    it with pki_fgraph_unwind_begin/end (the agent wraps the unwinder's
- *    entry points and __cxa_begin_catch, agent/unwind.c): the original return
+ *    entry points and __cxa_begin_catch, agent/unwind.c, or hooks the
+ *    unwinder's when injected, agent/unwind_hook.c): the original return
  *    addresses are put back for the unwinder, the frames it removed get their
  *    exit event at the catch, the frames that stay get the trampoline back.
  *  - stack switches that bypass swapcontext()/setcontext() (hand-written

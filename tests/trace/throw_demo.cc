@@ -8,9 +8,10 @@
  *
  *   throw_demo              every pattern below, on 3 threads at once
  *   throw_demo --uncaught   a throw nobody catches (std::terminate, SIGABRT)
- *   throw_demo --forever STOPFILE  prints "ready PID", then throws through
- *                           cx_catch() until STOPFILE exists, and prints
- *                           "caught N" (for `probekit trace -p`)
+ *   throw_demo --forever STOPFILE  prints "ready PID", then runs every
+ *                           pattern on 2 threads until STOPFILE exists,
+ *                           checking each result, and prints what it saw
+ *                           (for `probekit trace -p`)
  *   throw_demo --pthread-exit  a thread calls pthread_exit() 3 traced frames
  *                           deep: their destructors must run (one unlocks a
  *                           mutex the main thread then takes)
@@ -212,6 +213,79 @@ static void *worker(void *arg)
 	return (void *)caught;
 }
 
+/*
+ * --forever: every pattern above, on two threads, until STOPFILE exists;
+ * each result is checked as it comes (what each call returns is known:
+ * cx_catch(i) catches unless i % 3 == 2, cx_ptr and cx_deep always), and
+ * so is the depth of each backtrace() against the one measured before
+ * "ready" in that thread; the first thread starts one that leaves by pthread_exit() every
+ * 200 rounds and checks that its destructors released the mutex.
+ */
+struct forever_arg {
+	const char *stop;
+	bool exiter; /* starts the pthread_exit() threads (one at a time: they take `held`) */
+	int depth;
+	unsigned long rounds, wrong, bt_wrong, exits, unreleased;
+};
+
+static pthread_barrier_t measured;
+
+static void *forever_worker(void *p)
+{
+	struct forever_arg *a = (struct forever_arg *)p;
+	pthread_t t;
+
+	a->depth = cx_bt(4); /* this thread's own, not yet traced */
+	pthread_barrier_wait(&measured);
+	if (a->exiter) {
+		printf("ready %d\n", (int)getpid());
+		fflush(stdout);
+	}
+
+	for (unsigned long i = 0; access(a->stop, F_OK); i++) {
+		a->wrong += (unsigned long)cx_catch((int)i) != (i % 3 != 2);
+		a->wrong += (unsigned long)cx_ptr((int)i) != 1;
+		if (i % 10 == 0) {
+			try {
+				cx_deep(60);
+				a->wrong++;
+			} catch (int) {
+			}
+		}
+		if (i % 50 == 0)
+			a->bt_wrong += cx_bt(4) != a->depth;
+		if (a->exiter && i % 200 == 0 && !pthread_create(&t, nullptr, cx_exit_thread, nullptr)) {
+			pthread_join(t, nullptr);
+			a->exits++;
+			if (pthread_mutex_trylock(&held))
+				a->unreleased++;
+			else
+				pthread_mutex_unlock(&held);
+		}
+		if (i % 100 == 0)
+			usleep(1000);
+		a->rounds++;
+	}
+	return nullptr;
+}
+
+static int forever(const char *stop)
+{
+	struct forever_arg a[2] = {};
+	pthread_t t;
+
+	a[0].stop = a[1].stop = stop;
+	a[0].exiter = true;
+	pthread_barrier_init(&measured, nullptr, 2);
+	pthread_create(&t, nullptr, forever_worker, &a[1]);
+	forever_worker(&a[0]);
+	pthread_join(t, nullptr);
+	for (auto &x : a)
+		printf("rounds %lu wrong %lu bt-wrong %lu exits %lu unreleased %lu\n", x.rounds,
+		       x.wrong, x.bt_wrong, x.exits, x.unreleased);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int rounds = 300, depth;
@@ -224,17 +298,8 @@ int main(int argc, char **argv)
 		cx_deep(5); /* nobody catches an int: std::terminate() */
 		return 0;
 	}
-	if (argc > 2 && !strcmp(argv[1], "--forever")) {
-		printf("ready %d\n", (int)getpid());
-		fflush(stdout);
-		for (int i = 0; access(argv[2], F_OK); i++) {
-			caught += (unsigned long)cx_catch(i);
-			if (i % 100 == 0)
-				usleep(1000);
-		}
-		printf("caught %lu\n", caught);
-		return 0;
-	}
+	if (argc > 2 && !strcmp(argv[1], "--forever"))
+		return forever(argv[2]);
 	if (argc > 1 && !strcmp(argv[1], "--pthread-exit")) {
 		pthread_create(&th[0], nullptr, cx_exit_thread, nullptr);
 		pthread_join(th[0], nullptr);

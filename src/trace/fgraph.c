@@ -110,12 +110,37 @@ __attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long 
 bool pki_fgraph_timed;
 
 /*
- * Record the exit of the frame returning to @sp (its slot is sp - 8) and
- * pop its entry; where to go.  Normally the top entry; else the slow path
- * (fgraph_ctx.c) finds it, below abandoned frames or in another context.
- * Reads the entry before depth shrinks: after that a signal handler may
- * reuse its place.
+ * The exit at @ts of a frame of @fn entered at @start (0: pushed untimed,
+ * by an earlier trace) whose callees took @child: an EXIT event, or with
+ * pki_fgraph_timed its duration and self time, the duration added to the
+ * child time of @caller (the caller's entry; NULL for none).
  */
+static inline void exit_account(uint64_t fn, uint64_t start, uint64_t child, uint64_t ts,
+				struct pki_fgraph_ent *caller)
+{
+	uint64_t dur;
+
+	if (__builtin_expect(!pki_fgraph_timed, 1)) {
+		pki_trace_record(fn, PKI_EV_EXIT, ts);
+		return;
+	}
+	if (!start) {
+		pki_fnstats_count(fn);
+		return;
+	}
+	dur = ts > start ? ts - start : 0;
+	if (caller)
+		caller->child += dur;
+	pki_fnstats_add(fn, dur, child < dur ? dur - child : 0);
+}
+
+void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts)
+{
+	const struct pki_fgraph_ent *e = &t->st[i];
+
+	exit_account(e->fn, e->ts, e->child, ts, i ? &t->st[i - 1] : NULL);
+}
+
 unsigned long pki_fgraph_exit(unsigned long sp)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
@@ -125,21 +150,12 @@ unsigned long pki_fgraph_exit(unsigned long sp)
 
 	if (__builtin_expect(d && t->st[d - 1].slot == slot, 1)) {
 		uint64_t start = t->st[d - 1].ts, child = t->st[d - 1].child;
-		uint64_t dur = start && ts > start ? ts - start : 0;
 
 		ret = t->st[d - 1].ret;
 		fn = t->st[d - 1].fn;
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
-		if (__builtin_expect(!pki_fgraph_timed, 1)) {
-			pki_trace_record(fn, PKI_EV_EXIT, ts);
-		} else if (!start) { /* pushed untimed (an earlier trace's frame): counted only */
-			pki_fnstats_count(fn);
-		} else {
-			if (d >= 2)
-				t->st[d - 2].child += dur;
-			pki_fnstats_add(fn, dur, child < dur ? dur - child : 0);
-		}
+		exit_account(fn, start, child, ts, d >= 2 ? &t->st[d - 2] : NULL);
 	} else {
 		ret = PKI_SLOWCALL2(pki_fgraph_exit_slow, sp, ts); /* syscalls: may use xmm */
 	}
@@ -219,7 +235,7 @@ void pki_fgraph_unwind_end(unsigned long cfa)
 	for (i = d; i-- > lo;) {
 		slot = t->st[i].slot;
 		if (slot & MARK && (slot & ~MARK) < cfa)
-			pki_trace_record(t->st[i].fn, PKI_EV_EXIT, ts);
+			pki_fgraph_ent_exit(t, i, ts);
 	}
 	/*
 	 * Bottom up: the lower of two entries sharing a slot (a tail call)

@@ -117,6 +117,13 @@ void pki_rettramp(void);
 /* Called by the trampoline: record the exit, pop, return where to go. */
 unsigned long pki_fgraph_exit(unsigned long sp);
 
+/*
+ * Entry @i of @t leaves at @ts without returning (unwound, abandoned): its
+ * exit as its return would give it (an EXIT event, or in-process
+ * statistics), its duration counted in its caller's.  Does not pop.
+ */
+void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts);
+
 /* Stack full or not yet allocated. */
 void pki_fgraph_enter_slow(uint64_t fn, unsigned long *slot);
 

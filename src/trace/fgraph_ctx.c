@@ -289,7 +289,6 @@ unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts)
 	unsigned long slot = sp - 8, ret;
 	uint32_t d, i, j;
 	struct alt a;
-	uint64_t fn;
 
 	i = find(t, slot);
 	if (i == UINT32_MAX) {
@@ -301,15 +300,14 @@ unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts)
 	d = t->depth;
 	for (j = d; j-- > i + 1;)
 		if (dead(&a, t->st[j].slot, slot))
-			pki_trace_record(t->st[j].fn, PKI_EV_EXIT, ts);
+			pki_fgraph_ent_exit(t, j, ts);
 	ret = t->st[i].ret;
-	fn = t->st[i].fn;
+	pki_fgraph_ent_exit(t, i, ts);
 	for (j = i + 1; j < d; j++)
 		if (!dead(&a, t->st[j].slot, slot))
 			t->st[i++] = t->st[j];
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	t->depth = i;
-	pki_trace_record(fn, PKI_EV_EXIT, ts);
 	return ret;
 }
 
@@ -336,7 +334,7 @@ void pki_fgraph_prune_slow(unsigned long *at, uint64_t ts)
 		} else if (!dead(&a, e->slot, slot)) {
 			break;
 		}
-		pki_trace_record(e->fn, PKI_EV_EXIT, ts);
+		pki_fgraph_ent_exit(t, d - 1, ts);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = --d;
 	}
@@ -368,7 +366,7 @@ void pki_fgraph_jump(unsigned long sp)
 		e = &t->st[d - 1];
 		if (!dead(&a, e->slot, sp))
 			break;
-		pki_trace_record(e->fn, PKI_EV_EXIT, ts);
+		pki_fgraph_ent_exit(t, d - 1, ts);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = --d;
 	}

@@ -108,6 +108,14 @@ for i in 1 2 3; do
 	check "attached $i: text equal to the files but the unwinder's entries" \
 		"python3 '$textcheck' $fpid --unwinder-hooked >tx && ! python3 '$textcheck' $fpid >/dev/null"
 done
+# top -p times in the process: a frame a throw removes counts too (cx_deep
+# never returns otherwise), and its time is its caller's child time.
+"$pk" top -p "$fpid" -f 'cx_*' --batch --count 1 --interval 0.5 -r 0 >top.out 2>err
+rc=$?
+check "top -p: rc $rc, cx_deep counted" \
+	"[[ $rc == 0 ]] && awk '\$NF == \"cx_deep\" && \$1 > 0 {ok = 1} END {exit !ok}' top.out"
+check "top -p: cx_catch's self time leaves out its callees, the unwound ones too" \
+	"awk '\$NF == \"cx_catch\" {sub(/s\\/s/, \"\", \$2); sub(/s\\/s/, \"\", \$3); ok = \$3 < \$2 / 2} END {exit !ok}' top.out"
 "$pk" trace -p "$fpid" -f 'cx_*' --entry-only --duration 0.3 -o attach.trace 2>err
 rc=$?
 check "attached --entry-only: rc $rc, cx_catch recorded" \

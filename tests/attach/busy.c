@@ -19,7 +19,8 @@
  * sleeper adds one to `naps` after each nap, and while a file "spawn"
  * exists in the working directory, main starts a short-lived thread every
  * 10 ms, which adds one to `spawned` and ends.  With BUSY_QUICK_EXIT set
- * it ends by _exit().
+ * it ends by _exit(); with BUSY_MAIN_LEAVES, its main thread leaves by
+ * pthread_exit() after "ready" and another thread does the rest.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -159,12 +160,53 @@ static void *forker(void *arg)
 	return NULL;
 }
 
+static pthread_t t[1100];
+static int idle[2];
+static int ni, n;
+
+/* Wait for STOPFILE, stop everyone, report: the exit status. */
+static int finish(const char *stopfile)
+{
+	while (access(stopfile, F_OK)) {
+		struct timespec d = {0, 10000000};
+
+		nanosleep(&d, NULL);
+		spawn_maybe();
+	}
+	atomic_store(&stop, true);
+	if (write(rd[1], "x", 1) != 1)
+		return 2;
+	for (int i = 0; i < ni; i++)
+		if (write(idle[1], "x", 1) != 1)
+			return 2;
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	printf("rounds %s\nbad %ld\nsignals %d %d\n", atomic_load(&rounds) > 0 ? "N" : "0",
+	       atomic_load(&bad), (int)traps, (int)rts);
+	if (other_traps) {
+		printf("trap-codes");
+		for (int i = 0; i < other_traps; i++)
+			printf(" %d", other_codes[i]);
+		printf("\n");
+	}
+	if (getenv("BUSY_QUICK_EXIT")) { /* ends by _exit(): no atexit handler runs */
+		fflush(stdout);
+		_exit(atomic_load(&bad) ? 1 : 0);
+	}
+	return atomic_load(&bad) ? 1 : 0;
+}
+
+static void *finisher(void *stopfile)
+{
+	exit(finish(stopfile));
+}
+
 int main(int argc, char **argv)
 {
-	static pthread_t t[1100];
-	static int idle[2];
-	int nw = argc > 2 ? atoi(argv[2]) : 4, ni = argc > 3 ? atoi(argv[3]) : 0, n = 0;
+	int nw = argc > 2 ? atoi(argv[2]) : 4;
+	pthread_t f;
 
+	ni = argc > 3 ? atoi(argv[3]) : 0;
 	if (argc < 2 || nw < 1 || nw > 60 || ni < 0 || ni > 1000) {
 		fprintf(stderr, "usage: busy STOPFILE [WORKERS [IDLE]]\n");
 		return 2;
@@ -192,31 +234,10 @@ int main(int argc, char **argv)
 	}
 	printf("ready %d\n", (int)getpid());
 	fflush(stdout);
-	while (access(argv[1], F_OK)) {
-		struct timespec d = {0, 10000000};
-
-		nanosleep(&d, NULL);
-		spawn_maybe();
-	}
-	atomic_store(&stop, true);
-	if (write(rd[1], "x", 1) != 1)
-		return 2;
-	for (int i = 0; i < ni; i++)
-		if (write(idle[1], "x", 1) != 1)
+	if (getenv("BUSY_MAIN_LEAVES")) { /* the main thread leaves; another finishes */
+		if (pthread_create(&f, NULL, finisher, argv[1]))
 			return 2;
-	for (int i = 0; i < n; i++)
-		pthread_join(t[i], NULL);
-	printf("rounds %s\nbad %ld\nsignals %d %d\n", atomic_load(&rounds) > 0 ? "N" : "0",
-	       atomic_load(&bad), (int)traps, (int)rts);
-	if (other_traps) {
-		printf("trap-codes");
-		for (int i = 0; i < other_traps; i++)
-			printf(" %d", other_codes[i]);
-		printf("\n");
+		pthread_exit(NULL);
 	}
-	if (getenv("BUSY_QUICK_EXIT")) { /* ends by _exit(): no atexit handler runs */
-		fflush(stdout);
-		_exit(atomic_load(&bad) ? 1 : 0);
-	}
-	return atomic_load(&bad) ? 1 : 0;
+	return finish(argv[1]);
 }

@@ -108,6 +108,16 @@ check "exit while attached: exit status $rc, said" "[[ $rc == 0 ]] && grep -q 'e
 "$pk" report t6.trace >rep 2>&1
 check "exit while attached: the trace ended at exit" "grep -m1 '^#' rep | grep -q 'ended at exit'"
 
+# 5b. A process whose main thread has left by pthread_exit(): refused,
+# saying so (its /proc/PID shows no memory), and the process runs on.
+start "$busy" 0 env BUSY_MAIN_LEAVES=1
+for ((k = 0; k < 300; k++)); do grep -q 'Z' "/proc/$bpid/stat" 2>/dev/null && break; sleep 0.01; done
+"$pk" trace -p "$bpid" -o t6b.trace 2>cmd
+rc=$?
+check "main thread gone: refused ($rc), saying why" \
+	"[[ $rc == 125 ]] && grep -q 'main thread has exited (pthread_exit)' cmd"
+finish "main thread gone"
+
 # 6. No patchable entry: relocated while it runs, restored after.
 start "$plain"
 "$pk" trace -p "$bpid" --duration 0.3 -o t7.trace 2>cmd

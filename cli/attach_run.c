@@ -330,21 +330,16 @@ static int signals_take(sigset_t *old)
 	return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
+static int agent_line(const char *line, void *ctx)
+{
+	(void)ctx;
+	return strstr(line, "/memfd:" PK_ATTACH_MEMFD " ") != NULL;
+}
+
 /* Is the agent (its memfd) mapped in @pid?  Not after an exec. */
 static bool agent_mapped(pid_t pid)
 {
-	char path[64], line[512];
-	bool found = false;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, "/memfd:" PK_ATTACH_MEMFD " ") != NULL;
-	fclose(f);
-	return found;
+	return pki_proc_lines(pid, "maps", agent_line, NULL) > 0;
 }
 
 /*

@@ -88,6 +88,15 @@ int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
 		      struct pki_attach_report *rep, char *why, size_t n);
 
 /*
+ * Call @fn for each line of /proc/PID/@file (@pid 0: the caller's own), its
+ * newline kept, until @fn returns nonzero; that value, 0 at the end, or
+ * -errno if the file cannot be opened.  Lines longer than PATH_MAX + 128
+ * bytes come in pieces.
+ */
+int pki_proc_lines(pid_t pid, const char *file, int (*fn)(const char *line, void *ctx),
+		   void *ctx);
+
+/*
  * Naming a process for the sockets the command and the agent meet on: its
  * start time in clock ticks (/proc/PID/stat's field 22; @pid 0: the
  * caller's own), 0 if unknown; its pid as it sees itself (NSpid's last

@@ -151,49 +151,50 @@ static bool in_ranges(const struct range *r, int n, uint64_t a)
 
 /* ---- the process's mappings and libc's symbols ---- */
 
+/* One line of the process's maps: the agent's memfd, libc's and ld.so's mappings. */
+static int maps_line(const char *line, void *ctx)
+{
+	struct inject *c = ctx;
+	unsigned long lo, hi, off;
+	char perms[8], file[PATH_MAX] = "";
+	const char *base;
+
+	if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %4095[^\n]", &lo, &hi, perms, &off, file) < 4)
+		return 0;
+	base = strrchr(file, '/');
+	base = base ? base + 1 : file;
+	if (!strcmp(file, c->memfd_map) && c->nreuse < 4) {
+		unsigned long ino = 0;
+		unsigned maj, min;
+
+		if (sscanf(line, "%*s %*s %*s %x:%x %lu", &maj, &min, &ino) == 3 && ino) {
+			c->reuse_maj[c->nreuse] = maj;
+			c->reuse_min[c->nreuse] = min;
+			c->reuse_ino[c->nreuse++] = ino;
+		}
+	} else if (!strcmp(base, "libc.so.6") && c->nlibc < 16) {
+		c->libc[c->nlibc++] = (struct range){lo, hi};
+		if (off == 0 && !c->libc_base) {
+			c->libc_base = lo;
+			snprintf(c->libc_file, sizeof(c->libc_file), "/proc/%d/map_files/%lx-%lx",
+				 c->pid, lo, hi);
+			snprintf(c->libc_path, sizeof(c->libc_path), "%s", file);
+		}
+		if (perms[2] == 'x')
+			c->libc_text = (struct range){lo, hi};
+	} else if (!strcmp(base, "ld-linux-x86-64.so.2") && c->nld < 16) {
+		c->ld[c->nld++] = (struct range){lo, hi};
+	}
+	return 0;
+}
+
 static int maps_read(struct inject *c)
 {
-	char path[64], line[PATH_MAX + 128];
-	FILE *f;
+	int err = pki_proc_lines(c->pid, "maps", maps_line, c);
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", c->pid);
-	f = fopen(path, "re");
-	if (!f)
-		return pki_attach_why(c->why, c->n, "%s: %s", path, strerror(errno)), -errno;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi, off;
-		char perms[8], file[PATH_MAX] = "";
-		const char *base;
-
-		if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %4095[^\n]", &lo, &hi, perms, &off,
-			   file) < 4)
-			continue;
-		base = strrchr(file, '/');
-		base = base ? base + 1 : file;
-		if (!strcmp(file, c->memfd_map) && c->nreuse < 4) {
-			unsigned long ino = 0;
-			unsigned maj, min;
-
-			if (sscanf(line, "%*s %*s %*s %x:%x %lu", &maj, &min, &ino) == 3 && ino) {
-				c->reuse_maj[c->nreuse] = maj;
-				c->reuse_min[c->nreuse] = min;
-				c->reuse_ino[c->nreuse++] = ino;
-			}
-		} else if (!strcmp(base, "libc.so.6") && c->nlibc < 16) {
-			c->libc[c->nlibc++] = (struct range){lo, hi};
-			if (off == 0 && !c->libc_base) {
-				c->libc_base = lo;
-				snprintf(c->libc_file, sizeof(c->libc_file),
-					 "/proc/%d/map_files/%lx-%lx", c->pid, lo, hi);
-				snprintf(c->libc_path, sizeof(c->libc_path), "%s", file);
-			}
-			if (perms[2] == 'x')
-				c->libc_text = (struct range){lo, hi};
-		} else if (!strcmp(base, "ld-linux-x86-64.so.2") && c->nld < 16) {
-			c->ld[c->nld++] = (struct range){lo, hi};
-		}
-	}
-	fclose(f);
+	if (err < 0)
+		return pki_attach_why(c->why, c->n, "/proc/%d/maps: %s", c->pid, strerror(-err)),
+		       err;
 	if (!c->libc_base || !c->libc_text.lo || !c->nld)
 		return pki_attach_why(c->why, c->n, "process %d: no libc.so.6 or ld.so mapping",
 				      c->pid),

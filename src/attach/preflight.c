@@ -168,29 +168,35 @@ static int shstk_check(pid_t pid, char *why, size_t n)
 	return rc == -EOPNOTSUPP ? rc : 0;
 }
 
+struct libc_seen {
+	bool libc, ld;
+};
+
+static int libc_line(const char *line, void *ctx)
+{
+	struct libc_seen *s = ctx;
+
+	s->libc |= strstr(line, "/libc.so.6") != NULL;
+	s->ld |= strstr(line, "/ld-linux-x86-64.so.2") != NULL;
+	return 0;
+}
+
 static int libc_check(pid_t pid, char *why, size_t n)
 {
-	char path[64], line[1024];
-	bool libc = false, ld = false;
-	FILE *f;
+	struct libc_seen seen = {false, false};
+	int err = pki_proc_lines(pid, "maps", libc_line, &seen);
 
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return pki_attach_why(why, n, "cannot read %s: %s", path, strerror(errno)), -errno;
-	while (fgets(line, sizeof(line), f)) {
-		libc |= strstr(line, "/libc.so.6") != NULL;
-		ld |= strstr(line, "/ld-linux-x86-64.so.2") != NULL;
-	}
-	fclose(f);
-	if (!libc || !ld)
+	if (err < 0)
+		return pki_attach_why(why, n, "cannot read /proc/%d/maps: %s", pid, strerror(-err)),
+		       err;
+	if (!seen.libc || !seen.ld)
 		return pki_attach_why(
 			   why, n,
 			   "the process is %s: no %s among its mappings, and injection "
 			   "needs glibc's dynamic loader (the fix: none yet; a static or "
 			   "musl program can be run under `probekit trace` instead)",
-			   !ld ? "statically linked or not dynamic" : "not a glibc program",
-			   !ld ? "ld-linux-x86-64.so.2" : "libc.so.6"),
+			   !seen.ld ? "statically linked or not dynamic" : "not a glibc program",
+			   !seen.ld ? "ld-linux-x86-64.so.2" : "libc.so.6"),
 		       -ENOEXEC;
 	return 0;
 }

@@ -77,6 +77,17 @@ start() {
 	sleep 0.1
 }
 
+# attached LABEL FILE ARGS...: `probekit trace -p $bpid -o FILE ARGS`, its
+# stderr into cmd, its exit status in rc (checked: 0), FILE's report into rep.
+attached() {
+	local label=$1 file=$2
+	shift 2
+	"$pk" trace -p "$bpid" -o "$file" "$@" 2>cmd
+	rc=$?
+	check "$label: exit status $rc" "[[ $rc == 0 ]]"
+	"$pk" report "$file" >rep 2>&1
+}
+
 # after_detach LABEL: the process as it was (text, mappings, threads, descriptors).
 after_detach() {
 	local label=$1 k fds

@@ -20,11 +20,8 @@ skip_unless_attachable
 
 # 1. Attach for half a second: events of step and leaf, ended at detach.
 start
-"$pk" trace -p "$bpid" --duration 0.5 -o t1.trace 2>cmd
-rc=$?
-check "trace -p: exit status $rc" "[[ $rc == 0 ]]"
+attached "trace -p" t1.trace --duration 0.5
 check "trace -p: attached, detached" "grep -q 'attached to process $bpid' cmd && grep -q 'detached from process $bpid' cmd"
-"$pk" report t1.trace >rep 2>&1
 check "trace -p: the trace ends at the detach" "grep -m1 '^#' rep | grep -q 'ended at detach'"
 check "trace -p: step and leaf recorded" "grep -q ' step ' rep && grep -q ' leaf ' rep"
 check "trace -p: leaf called twice per step" \
@@ -32,11 +29,8 @@ check "trace -p: leaf called twice per step" \
 after_detach "first attach"
 
 # 2. A second attach reuses the agent; the text is the file's again after it.
-"$pk" trace -p "$bpid" --duration 0.3 -o t2.trace -f step 2>cmd
-rc=$?
-check "second attach: exit status $rc" "[[ $rc == 0 ]]"
+attached "second attach" t2.trace --duration 0.3 -f step
 check "second attach: the agent reused" "grep -q 'the agent reused' cmd"
-"$pk" report t2.trace >rep 2>&1
 check "second attach: -f step only" "grep -q ' step ' rep && ! grep -q ' leaf ' rep"
 after_detach "second attach"
 
@@ -120,10 +114,8 @@ finish "main thread gone"
 
 # 6. No patchable entry: relocated while it runs, restored after.
 start "$plain"
-"$pk" trace -p "$bpid" --duration 0.3 -o t7.trace 2>cmd
-rc=$?
-check "relocated: exit status $rc" "[[ $rc == 0 ]] && grep -q 'relocated' cmd"
-"$pk" report t7.trace >rep 2>&1
+attached "relocated" t7.trace --duration 0.3
+check "relocated: said so" "grep -q 'relocated' cmd"
 check "relocated: step recorded" "grep -q ' step ' rep"
 after_detach "relocated"
 finish "relocated"
@@ -159,10 +151,7 @@ finish "top"
 
 # 8. 500 threads more, waiting in read(): attached, each call unharmed.
 start "$busy" 500
-"$pk" trace -p "$bpid" --duration 0.3 -o t9.trace -f step 2>cmd
-rc=$?
-check "500 threads: exit status $rc" "[[ $rc == 0 ]]"
-"$pk" report t9.trace >rep 2>&1
+attached "500 threads" t9.trace --duration 0.3 -f step
 check "500 threads: step recorded" "grep -q ' step ' rep"
 after_detach "500 threads"
 finish "500 threads"
@@ -174,11 +163,8 @@ if [[ $(id -u) == 0 && -n $nobody ]] && setpriv --reuid="$nobody" --regid="$nobo
 	test -x "$busy" 2>/dev/null; then
 	chmod 777 "$tmp"
 	start "$busy" 0 setpriv --reuid="$nobody" --regid="$nobody" --clear-groups
-	"$pk" trace -p "$bpid" --duration 0.3 -o t10.trace 2>cmd
-	rc=$?
-	check "another user's process: exit status $rc" "[[ $rc == 0 ]]"
+	attached "another user's process" t10.trace --duration 0.3
 	check "another user's process: the trace is ours" "[[ \$(stat -c %u t10.trace) == 0 ]]"
-	"$pk" report t10.trace >rep 2>&1
 	check "another user's process: step recorded" "grep -q ' step ' rep"
 	after_detach "another user's process"
 	finish "another user's process"
@@ -192,10 +178,7 @@ if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null &&
 		"mount -t tmpfs none '$agentdir' && mount -t tmpfs none '$tmp/out_dir' && exec \"\$0\" \"\$@\""
 	check "mount namespace: the agent's file is hidden from the process" \
 		"[[ ! -e /proc/$bpid/root$agentdir/libprobekit-agent.so ]]"
-	"$pk" trace -p "$bpid" --duration 0.3 -o out_dir/t11.trace 2>cmd
-	rc=$?
-	check "mount namespace: exit status $rc" "[[ $rc == 0 ]]"
-	"$pk" report out_dir/t11.trace >rep 2>&1
+	attached "mount namespace" out_dir/t11.trace --duration 0.3
 	check "mount namespace: step recorded" "grep -q ' step ' rep"
 	after_detach "mount namespace"
 	finish "mount namespace"

@@ -144,9 +144,10 @@ struct pk_site;
 void agent_unwind_settings(void);
 
 /*
- * Hook the entry points of every unwinder loaded (U1-U2), those not hooked
- * yet: 0, or -errno with why into @why (a static unwinder elsewhere, an
- * entry that does not relocate).
+ * In a process that can throw (an object needs a C++ runtime, or has C++
+ * exception tables), hook the entry points of every unwinder loaded (U1-U5),
+ * those not hooked yet: 0, or -errno with why into @why (no unwinder
+ * library: one linked statically; an entry that does not relocate).
  */
 int agent_unwind_hook(char *why, size_t n);
 
@@ -387,6 +388,13 @@ int agent_dl_start(const struct agent_dl_conf *conf);
  * agent_dl_free(committed) forgets them after it.
  */
 void agent_dl_poll(void);
+
+/*
+ * Objects hooked from now on get their entries only (C.func_reloc's ops):
+ * set by trace.c when a throw could not cross their exits safely.  The
+ * control thread's.
+ */
+extern bool agent_dl_entry_only;
 void agent_dl_lock(void);
 void agent_dl_unlock(void);
 int agent_dl_stop(void);

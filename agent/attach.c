@@ -220,8 +220,8 @@ static void serve(int sock)
 		if (ready < 0 && errno == EINTR)
 			continue;
 		if (ready == 0) {
+			agent_trace_poll(); /* before: what it decides applies to new objects */
 			agent_dl_poll();
-			agent_trace_poll();
 			continue;
 		}
 		n = recv(sock, buf + len, sizeof(buf) - 1 - len, 0);

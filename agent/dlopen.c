@@ -145,6 +145,7 @@ static struct {
 /* Read by dlopen_entry.S: nonzero once trace mode hooked PROG. */
 bool agent_dl_on;
 void *(*agent_dl_real_dlopen)(const char *, int);
+bool agent_dl_entry_only;
 static int (*real_dlclose)(void *);
 
 void *agent_dlopen(const char *file, int mode, unsigned long caller);
@@ -402,7 +403,7 @@ static int __dlo_register(struct dlo *d)
 	struct pk_site s;
 
 	memset(&d->ops, 0, sizeof(d->ops));
-	d->ops.func = C.func;
+	d->ops.func = agent_dl_entry_only ? C.func_reloc : C.func;
 	/*
 	 * Relocated (--relocate-all): entries only, as for the libraries at
 	 * start (trace.c); one ops per object, so any relocated function makes

@@ -334,84 +334,22 @@ static void trace_name(bool initial)
 	}
 }
 
-/* Does @name (a path or a soname) start with one of @prefixes, after its directory? */
-static bool named(const char *name, const char *const *prefixes, size_t n)
-{
-	const char *base = strrchr(name, '/');
-
-	base = base ? base + 1 : name;
-	for (size_t i = 0; i < n; i++)
-		if (!strncmp(base, prefixes[i], strlen(prefixes[i])))
-			return true;
-	return false;
-}
-
-static const char *const cxx_runtimes[] = {"libstdc++.so", "libc++.so", "libc++abi.so"};
-/* They need a C++ runtime for themselves, not because the program throws. */
-static const char *const san_runtimes[] = {"libasan.so", "libtsan.so", "libubsan.so",
-					   "liblsan.so", "libhwasan.so"};
-#define NR(a) (sizeof(a) / sizeof((a)[0]))
-
-/*
- * An object of the program that needs a C++ runtime (DT_NEEDED): its name
- * (the program's own: "PROG") and the runtime's into the argument.  The
- * loader made the dynamic section's addresses absolute (x86-64 glibc).
- */
-static int cxx_user_cb(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	const ElfW(Dyn) *dyn = NULL;
-	const char *strtab = NULL, *name = info->dlpi_name;
-
-	(void)size;
-	if (named(name, cxx_runtimes, NR(cxx_runtimes)) ||
-	    named(name, san_runtimes, NR(san_runtimes)) || !strncmp(name, "linux-vdso", 10))
-		return 0;
-	for (int i = 0; i < info->dlpi_phnum; i++)
-		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
-	for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++)
-		if (d->d_tag == DT_STRTAB)
-			strtab = (const char *)d->d_un.d_ptr;
-	for (const ElfW(Dyn) *d = dyn; strtab && d->d_tag != DT_NULL; d++)
-		if (d->d_tag == DT_NEEDED && named(strtab + d->d_un.d_val, cxx_runtimes,
-						  NR(cxx_runtimes))) {
-			snprintf(arg, PATH_MAX, "%s, which needs %s", name[0] ? name : "the program",
-				 strtab + d->d_un.d_val);
-			return 1;
-		}
-	return 0;
-}
-
-/*
- * Can this process throw C++ exceptions?  One of its objects needs a C++
- * runtime (a sanitizer's runtime needing one is not the program throwing).
- * What says so into @what.
- */
-static bool cxx_throws(char what[PATH_MAX])
-{
-	return dl_iterate_phdr(cxx_user_cb, what) != 0;
-}
-
 /*
  * Injected, the unwinder's entry points are not the agent's (agent/unwind.c
  * interposes them by symbol, which calls bound before the load never
- * reach; a preloaded agent that listens has them): they are hooked
- * instead (unwind_hook.c), or a throw across a function traced with its
- * exit would find the return trampoline and end the process.
+ * reach; a preloaded agent that listens has them): in a process that can
+ * throw they are hooked instead (unwind_hook.c), or a throw across a
+ * function traced with its exit would find the return trampoline and end
+ * the process.
  */
 static bool unwinder_hooked(bool initial)
 {
-	char why[PATH_MAX + 200], what[PATH_MAX];
+	char why[2 * PATH_MAX + 200];
 
 	if (agent_unwind_hook(why, sizeof(why)))
 		FAIL(initial, "%s, and a C++ throw across a function traced with its exit would "
 			      "end the process; exit tracing is refused: use --entry-only to record "
 			      "function entries without durations", why);
-	if (!agent_unwind_hooked() && cxx_throws(what))
-		FAIL(initial, "the process can throw C++ exceptions (%s) but has no unwinder "
-			      "probekit knows (libgcc_s, libunwind) loaded; exit tracing is "
-			      "refused: use --entry-only to record function entries without "
-			      "durations", what);
 	return true;
 }
 
@@ -899,21 +837,22 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 		return false;
 	}
 	agent_unwind_attached();
+	agent_dl_entry_only = false;
 	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
 	return true;
 }
 
 void agent_trace_poll(void)
 {
-	char why[PATH_MAX + 200];
-	static bool said;
+	char why[2 * PATH_MAX + 200];
 
 	if (!conf->exits || !agent_injected || !agent_hook.active)
 		return;
-	if (agent_unwind_poll(why, sizeof(why)) && !said) {
-		said = true;
-		agent_out_printf("probekit: %s: a C++ throw across a function traced with its exit "
-				 "may end the process\n", why);
+	if (agent_unwind_poll(why, sizeof(why)) && !agent_dl_entry_only) {
+		agent_dl_entry_only = true;
+		agent_out_printf("probekit: %s: the libraries loaded from now on are traced without "
+				 "their exits (a C++ throw across one would end the process)\n",
+				 why);
 	}
 }
 

@@ -8,14 +8,16 @@
  * such a walk, and brackets each with pki_fgraph_unwind_begin/end:
  *
  *  - _Unwind_RaiseException (throw, std::rethrow_exception, and throw;
- *    whose _Unwind_Resume_or_Rethrow calls it through libgcc_s's PLT, which
- *    is why that one is not wrapped too: it would begin twice): begin, from
+ *    whose _Unwind_Resume_or_Rethrow calls it through libgcc_s's PLT): begin, from
  *    the wrapper's own CFA.  If the call returns, no handler was found and
  *    the caller terminates the program: end, so the frames get their
  *    trampoline back.
  *  - __cxa_begin_catch, which every C++ catch handler calls first: end, from
  *    the handler's frame.  The frames between the throw and the handler get
  *    their exit event now; the frames above get the trampoline back.
+ *  - _Unwind_Resume_or_Rethrow: begin for the rethrow of a forced
+ *    unwinding only, which libgcc_s goes on with inside (a throw's begins
+ *    in _Unwind_RaiseException).
  *  - _Unwind_Backtrace and backtrace(): begin, walk, end.
  *  - pthread_exit(): begin, and no end: glibc unwinds the thread with
  *    _Unwind_ForcedUnwind, which it calls through a pointer of its own (no
@@ -43,6 +45,7 @@
  * The real functions are looked up at their first call (libgcc_s and
  * libstdc++ may be loaded after the agent, or never).  Normal context only.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -91,6 +94,26 @@ PK_EXPORT __attribute__((noinline)) int _Unwind_RaiseException(struct _Unwind_Ex
 	ret = REAL(_Unwind_RaiseException, int (*)(struct _Unwind_Exception *))(e);
 	pki_fgraph_unwind_end(cfa); /* returned: no handler, nothing was removed */
 	return ret;
+}
+
+/*
+ * `throw;` of a forced unwinding (pthread_exit, cancellation) that a
+ * catch (...) took: libgcc_s goes on with it inside, without
+ * _Unwind_RaiseException, so it begins here (the Itanium ABI's header:
+ * private_1 is the forced unwinding's stop function, 0 for a throw).  A
+ * throw's rethrow reaches the _Unwind_RaiseException above.
+ */
+struct unwind_exception_head {
+	uint64_t exception_class;
+	void *exception_cleanup;
+	uint64_t private_1, private_2;
+};
+
+PK_EXPORT __attribute__((noinline)) int _Unwind_Resume_or_Rethrow(struct _Unwind_Exception *e)
+{
+	if (((const struct unwind_exception_head *)e)->private_1)
+		pki_fgraph_unwind_begin(CALLER_CFA());
+	return REAL(_Unwind_Resume_or_Rethrow, int (*)(struct _Unwind_Exception *))(e);
 }
 
 PK_EXPORT __attribute__((noinline)) void *__cxa_begin_catch(void *e)

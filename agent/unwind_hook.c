@@ -13,7 +13,7 @@
  * of these few functions of that one object are read for the purpose
  * (pki_sites_set_reloc_named), with no other function of it.  Entry hooks
  * only, each bracketing the unwinder's reads of the stack as unwind.c's
- * wrappers do (U1-U5):
+ * wrappers do (U1-U6):
  *
  *  U1. _Unwind_RaiseException (throw, std::rethrow_exception, and
  *      throw; through the PLT), _Unwind_Resume (on after a cleanup) and
@@ -52,6 +52,12 @@
  *      without its begin does nothing, but a begin without its end would
  *      leave its unwind open, and the thread's later begins would skip the
  *      entries below the depth it began at.
+ *  U6. _Unwind_Resume_or_Rethrow, libgcc_s's only: `throw;` of a forced
+ *      unwinding that a catch (...) took goes on inside it, reaching no
+ *      function above; a begin then (the exception's private_1, the stop
+ *      function, is set).  A throw's rethrow calls _Unwind_RaiseException
+ *      through the PLT, which begins (U1).  LLVM's libunwind goes on with
+ *      the forced one through its _Unwind_Resume (U1): not hooked there.
  *
  * Registers: the callbacks are not vector-free (the ops saves xmm0-7), and
  * they and agent_unwind_backtrace() may use any register the ABI lets a
@@ -71,9 +77,12 @@
  * Normal context; the control thread's only (attach, detach, polls).
  */
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <limits.h>
 #include <link.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -82,16 +91,20 @@
 
 #include "agent.h"
 #include "agent_int.h"
+#include "sym/elf_syms.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"
 
 /* Objects that hold an unwinder of their own (file names start so). */
 static const char *const unwinder_objs[] = {"libgcc_s.so", "libunwind.so", NULL};
 
-enum { U_RAISE, U_RESUME, U_FORCED, U_SETIP, U_BACKTRACE, U_NR };
+enum { U_RAISE, U_RESUME, U_FORCED, U_SETIP, U_BACKTRACE, U_RETHROW, U_NR };
 static const char *const unwinder_funcs[] = {"_Unwind_RaiseException", "_Unwind_Resume",
 					     "_Unwind_ForcedUnwind", "_Unwind_SetIP",
-					     "_Unwind_Backtrace", NULL};
+					     "_Unwind_Backtrace",      "_Unwind_Resume_or_Rethrow",
+					     NULL};
+/* U6: libgcc_s's, whose rethrow of a forced unwinding goes on inside. */
+static const char *const rethrow_objs[] = {"libgcc_s.so", NULL};
 
 #define UNWINDERS_MAX 4 /* objects with an unwinder hooked in one process */
 
@@ -107,6 +120,7 @@ static struct unwinder {
 	unsigned long ip[U_NR];	/* 0: not a site */
 	get_cfa_fn get_cfa;		/* its _Unwind_GetCFA */
 	struct pk_ops begin, end;	/* registered: hooked */
+	struct pk_ops rethrow;		/* U6, registered with begin where the object needs it */
 	unsigned long begin_ips[U_SETIP];
 	bool fresh;			/* hooked by the attach under way */
 } unw[UNWINDERS_MAX];
@@ -117,6 +131,21 @@ static void on_begin(unsigned long ip, unsigned long parent_ip, struct pk_ops *o
 {
 	(void)ip, (void)parent_ip, (void)ops;
 	pki_fgraph_unwind_begin(regs->sp + 8); /* U1 */
+}
+
+/* The Itanium ABI's exception header: private_1 is a forced unwinding's stop function. */
+struct unwind_exception_head {
+	uint64_t exception_class;
+	void *exception_cleanup;
+	uint64_t private_1, private_2;
+};
+
+static void on_rethrow(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		       struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip, (void)ops;
+	if (((const struct unwind_exception_head *)regs->di)->private_1)
+		pki_fgraph_unwind_begin(regs->sp + 8); /* U6 */
 }
 
 static void on_end(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
@@ -178,6 +207,103 @@ bool agent_unwind_site(const struct pk_site *s)
 		if (!strcmp(s->name, unwinder_funcs[i]))
 			return true;
 	return false;
+}
+
+/* Is @name (a path or a soname) one of @list, by the start of its file name? */
+static bool named(const char *name, const char *const *list)
+{
+	const char *base = strrchr(name, '/');
+
+	base = base ? base + 1 : name;
+	for (; *list; list++)
+		if (!strncmp(base, *list, strlen(*list)))
+			return true;
+	return false;
+}
+
+static const char *const cxx_runtimes[] = {"libstdc++.so", "libc++.so", "libc++abi.so", NULL};
+/*
+ * Objects whose C++ runtime or exception tables do not mean the program
+ * throws: the runtimes themselves, libc (its cancellation cleanups), the
+ * sanitizers' runtimes (they need libstdc++ for themselves).
+ */
+static const char *const not_throwers[] = {
+    "libstdc++.so", "libc++.so",   "libc++abi.so", "libc.so",	"libasan.so", "libtsan.so",
+    "libubsan.so",  "liblsan.so", "libhwasan.so", "linux-vdso", NULL};
+
+/* The first of @info's DT_NEEDED named in @list (the loader made the addresses absolute). */
+static const char *needed(const struct dl_phdr_info *info, const char *const *list)
+{
+	const ElfW(Dyn) *dyn = NULL;
+	const char *strtab = NULL;
+
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+	for (const ElfW(Dyn) *d = dyn; d && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_STRTAB)
+			strtab = (const char *)d->d_un.d_ptr;
+	for (const ElfW(Dyn) *d = dyn; strtab && d->d_tag != DT_NULL; d++)
+		if (d->d_tag == DT_NEEDED && named(strtab + d->d_un.d_val, list))
+			return strtab + d->d_un.d_val;
+	return NULL;
+}
+
+enum throws { THROWS_NOT, THROWS_SHARED, THROWS_STATIC };
+
+struct thrower {
+	char *what;
+	size_t n;
+	unsigned long self; /* our own load base: not the program's */
+	enum throws how;
+};
+
+/*
+ * An object throws through the shared unwinder if it needs a C++ runtime
+ * (which needs the unwinder), or has C++ exception tables and needs the
+ * unwinder's library itself; with tables and neither, its unwinder is
+ * linked in statically (-static-libstdc++ -static-libgcc).
+ */
+static int thrower_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct thrower *t = arg;
+	const char *name = info->dlpi_name, *rt;
+	const char *who = name[0] ? name : "the program";
+
+	(void)size;
+	if (info->dlpi_addr == t->self || named(name, not_throwers) ||
+	    agent_unwind_object(name) || strstr(name, "(deleted)"))
+		return 0;
+	rt = needed(info, cxx_runtimes);
+	if (rt) {
+		snprintf(t->what, t->n, "%s, which needs %s", who, rt);
+		t->how = THROWS_SHARED;
+		return 0;
+	}
+	if (!pki_elf_has_section(name[0] ? name : "/proc/self/exe", ".gcc_except_table"))
+		return 0;
+	if (needed(info, unwinder_objs)) {
+		snprintf(t->what, t->n, "%s, which has C++ exception tables", who);
+		t->how = THROWS_SHARED;
+		return 0;
+	}
+	snprintf(t->what, t->n, "%s has C++ exception tables and needs no unwinder library: its "
+				"unwinder is linked in statically, out of probekit's reach attached",
+		 who);
+	t->how = THROWS_STATIC;
+	return 1;
+}
+
+/* Can this process throw, and through which unwinder?  What says so into @what. */
+static enum throws can_throw(char *what, size_t n)
+{
+	struct thrower t = {what, n, 0, THROWS_NOT};
+	Dl_info di;
+
+	if (dladdr((void *)can_throw, &di))
+		t.self = (unsigned long)di.dli_fbase;
+	dl_iterate_phdr(thrower_cb, &t);
+	return t.how;
 }
 
 void agent_unwind_settings(void)
@@ -256,6 +382,8 @@ static int unwinder_hook(struct unwinder *u)
 	u->begin.filter = (struct pk_ops_filter){.ips = u->begin_ips, .nips = U_SETIP};
 	u->end = (struct pk_ops){.func = on_end, .data = u};
 	u->end.filter = (struct pk_ops_filter){.ips = &u->ip[U_SETIP], .nips = 1};
+	u->rethrow = (struct pk_ops){.func = on_rethrow, .data = u};
+	u->rethrow.filter = (struct pk_ops_filter){.ips = &u->ip[U_RETHROW], .nips = 1};
 	bt = (struct pk_direct_entry){u->ip[U_BACKTRACE],
 				      (unsigned long)agent_unwind_backtrace_entry};
 	/* U5: the ends, then the begins. */
@@ -270,7 +398,15 @@ static int unwinder_hook(struct unwinder *u)
 		pk_txn_abort();
 	if (err)
 		return err;
-	err = pk_ops_register(&u->begin);
+	err = pk_txn_begin();
+	if (!err)
+		err = pk_ops_register(&u->begin);
+	if (!err && named(u->path, rethrow_objs))
+		err = pk_ops_register(&u->rethrow);
+	if (!err)
+		err = pk_txn_commit();
+	else
+		pk_txn_abort();
 	if (err && !pk_txn_begin()) {
 		if (!pk_ops_unregister(&u->end) && !pk_direct_del(&u->ip[U_BACKTRACE], 1))
 			pk_txn_commit();
@@ -282,10 +418,19 @@ static int unwinder_hook(struct unwinder *u)
 
 int agent_unwind_hook(char *why, size_t n)
 {
-	char other[PATH_MAX] = "";
+	char other[PATH_MAX] = "", what[PATH_MAX + 64];
 	struct found f = {.other = other, .other_len = sizeof(other)};
 	int err = 0;
 
+	switch (can_throw(what, sizeof(what))) {
+	case THROWS_NOT:
+		return 0; /* the unwinder never crosses a traced frame */
+	case THROWS_STATIC:
+		snprintf(why, n, "%s", what);
+		return -EOPNOTSUPP;
+	case THROWS_SHARED:
+		break;
+	} /* the unwinder never crosses a traced frame */
 	for (f.k = 0; f.k < U_NR && !f.err; f.k++) {
 		int r = pk_sites_match(unwinder_funcs[f.k], found_site, &f);
 
@@ -301,21 +446,32 @@ int agent_unwind_hook(char *why, size_t n)
 				 "probekit cannot reach attached", other);
 		return -EOPNOTSUPP;
 	}
+	if (!nunw) {
+		snprintf(why, n, "the process can throw C++ exceptions (%s) and no unwinder "
+				 "library (libgcc_s, libunwind) is loaded: its unwinder is linked "
+				 "statically, out of probekit's reach attached", what);
+		return -EOPNOTSUPP;
+	}
 	for (size_t i = 0; i < nunw && !err; i++) {
 		struct unwinder *u = &unw[i];
-		unsigned k;
+		unsigned k, need = U_RETHROW + (named(u->path, rethrow_objs) ? 1u : 0u);
 
 		if (u->begin.private)
 			continue; /* hooked by an earlier attach */
-		for (k = 0; k < U_NR && u->ip[k]; k++)
+		for (k = 0; k < need && u->ip[k]; k++)
 			;
-		if (k < U_NR) {
+		if (k < need) {
 			snprintf(why, n, "%s's %s cannot be hooked (its entry does not relocate)",
 				 u->path, unwinder_funcs[k]);
 			return -EOPNOTSUPP;
 		}
 		err = unwinder_hook(u);
-		if (err)
+		if (err == -EDEADLK) /* src/patch/poke.c: no relay slot, and INT3 sites */
+			snprintf(why, n, "cannot hook %s's unwinder: its entries would need "
+					 "breakpoints (their jump's place is taken), which probekit "
+					 "does not place from its own thread",
+				 u->path);
+		else if (err)
 			snprintf(why, n, "cannot hook %s's unwinder: %s", u->path, strerror(-err));
 		u->fresh = !err;
 	}
@@ -339,9 +495,13 @@ int agent_unwind_poll(char *why, size_t n)
 	dl_iterate_phdr(loads_cb, &now);
 	if (now == seen)
 		return 0;
-	seen = now;
-	err = agent_unwind_hook(why, n);
+	err = pk_sites_refresh();
+	if (!err)
+		err = agent_unwind_hook(why, n);
+	else
+		snprintf(why, n, "reading the loaded objects again: %s", strerror(-err));
 	agent_unwind_attached(); /* hooked while attached: they stay */
+	seen = now; /* a failure is tried again when objects come or go again */
 	return err;
 }
 
@@ -368,7 +528,14 @@ void agent_unwind_unhook_fresh(void)
 		if (!u->fresh)
 			continue;
 		u->fresh = false;
-		if (pk_ops_unregister(&u->begin) || pk_txn_begin())
+		if (pk_txn_begin())
+			continue;
+		if (pk_ops_unregister(&u->begin) ||
+		    (u->rethrow.private && pk_ops_unregister(&u->rethrow)) || pk_txn_commit()) {
+			pk_txn_abort();
+			continue;
+		}
+		if (pk_txn_begin())
 			continue; /* U5: the begins first */
 		if (!pk_ops_unregister(&u->end) && !pk_direct_del(&u->ip[U_BACKTRACE], 1))
 			pk_txn_commit();

@@ -323,3 +323,28 @@ const char *pki_elf_syms_suggest(const struct pki_elf_syms *s, const char *name,
 		*dist = best ? best_d : 3;
 	return best;
 }
+
+bool pki_elf_has_section(const char *path, const char *name)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	Elf_Scn *scn = NULL;
+	bool found = false;
+	size_t shstr;
+	Elf *e;
+
+	if (fd < 0)
+		return false;
+	pthread_once(&libelf_once, libelf_init);
+	e = libelf_ok ? elf_begin(fd, ELF_C_READ_MMAP, NULL) : NULL;
+	if (e && !elf_getshdrstrndx(e, &shstr))
+		while (!found && (scn = elf_nextscn(e, scn))) {
+			GElf_Shdr sh;
+			const char *n;
+
+			if (gelf_getshdr(scn, &sh) && (n = elf_strptr(e, shstr, sh.sh_name)))
+				found = !strcmp(n, name);
+		}
+	elf_end(e);
+	close(fd);
+	return found;
+}

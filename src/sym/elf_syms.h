@@ -71,4 +71,10 @@ const struct pki_elf_sym *pki_elf_syms_find(const struct pki_elf_syms *s, uint64
  */
 const char *pki_elf_syms_suggest(const struct pki_elf_syms *s, const char *name, int *dist);
 
+/*
+ * Does the ELF file at @path have a section named @name (section headers
+ * read, nothing else)?  False if it cannot be read.
+ */
+bool pki_elf_has_section(const char *path, const char *name);
+
 #endif /* PK_SYM_ELF_SYMS_H */

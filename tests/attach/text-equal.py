@@ -7,7 +7,8 @@
 # mapping names a probekit memfd other than the agent's, its trampolines'
 # and its jump relays' (the documented idle mappings, doc/design/attach.md A9).
 # --unwinder-hooked: the entries of the unwinder's functions that stay
-# hooked after a detach (A9h) may differ, in libgcc_s and nowhere else.
+# hooked after a detach (A9h) may differ, in libgcc_s and nowhere else; how
+# many of them differ is printed ("unwinder entries hooked: N").
 import os
 import subprocess
 import sys
@@ -15,10 +16,13 @@ import sys
 pid = int(sys.argv[1])
 unwinder_hooked = "--unwinder-hooked" in sys.argv[2:]
 UNWINDER = ("_Unwind_RaiseException", "_Unwind_Resume", "_Unwind_ForcedUnwind",
-            "_Unwind_SetIP", "_Unwind_Backtrace")
+            "_Unwind_SetIP", "_Unwind_Backtrace", "_Unwind_Resume_or_Rethrow")
 bad = 0
 n = 0
 bases = {}
+
+
+hooked = set()
 
 
 def hooked_entry(path, addr):
@@ -32,6 +36,7 @@ def hooked_entry(path, addr):
         if len(f) == 3 and f[2].split("@")[0] in UNWINDER:
             start = bases[path] + int(f[0], 16)
             if start <= addr < start + 16:
+                hooked.add(f[2].split("@")[0])
                 return True
     return False
 
@@ -82,4 +87,6 @@ with open(f"/proc/{pid}/mem", "rb", 0) as mem, open(f"/proc/{pid}/maps") as maps
                 print(f"DIFF {path} at {where[0]:#x} ({len(where)} place(s))")
                 bad += 1
 print(f"{n} text mappings, {bad} differ")
+if unwinder_hooked:
+    print(f"unwinder entries hooked: {len(hooked)}")
 sys.exit(1 if bad else 0)

@@ -13,8 +13,10 @@
  *                           checking each result, and prints what it saw
  *                           (for `probekit trace -p`)
  *   throw_demo --pthread-exit  a thread calls pthread_exit() 3 traced frames
- *                           deep: their destructors must run (one unlocks a
- *                           mutex the main thread then takes)
+ *                           deep, whose forced unwinding a catch(...) takes
+ *                           and a traced function rethrows: the destructors
+ *                           must run (one unlocks a mutex the main thread
+ *                           then takes)
  *
  * Patterns: a throw through three frames with destructors that call traced
  * functions; `throw;` from a catch(...) in the middle; a throw inside a
@@ -166,11 +168,21 @@ struct unlocker {
 	~unlocker() { pthread_mutex_unlock(&held); }
 };
 
+/* `throw;` from a function a catch(...) calls: the forced unwinding goes on. */
+FN void cx_exit_rethrow(void)
+{
+	throw;
+}
+
 FN void cx_exit_inner(void)
 {
 	say s{"cx_exit_inner"};
 
-	pthread_exit(nullptr);
+	try {
+		pthread_exit(nullptr);
+	} catch (...) {
+		cx_exit_rethrow();
+	}
 }
 
 FN void cx_exit_outer(void)

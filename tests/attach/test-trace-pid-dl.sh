@@ -7,10 +7,14 @@
 # at their address), the text equals the files after, and the program's
 # results are unharmed.
 #
-# usage: test-trace-pid-dl.sh PROBEKIT DLHOST LIB1 LIB2 TEXT_EQUAL
+# usage: test-trace-pid-dl.sh PROBEKIT DLHOST LIB1 LIB2 TEXT_EQUAL [LIBCXX]
+# (LIBCXX, tests/attach/plug_cxx.cc: loaded in LIB2's place in a second run,
+# it brings the C++ runtime and the unwinder into the process while exits
+# are traced; its plug_fn throws across a traced frame at every call.)
 set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") host=$(realpath "$2") lib1=$(realpath "$3") lib2=$(realpath "$4") texteq=$(realpath "$5")
+libcxx=${6:+$(realpath "$6")}
 scratch
 end_hook() { [[ -n $hpid ]] && kill "$hpid" 2>/dev/null; }
 hpid=
@@ -53,6 +57,44 @@ wait "$hpid"
 rc=$?
 hpid=
 check "dlhost: exit status $rc, every result right" "[[ $rc == 0 ]] && grep -qx 'bad 0' out"
+
+# A C++ library loaded while attached: the unwinder is hooked at the next
+# look (or, where it cannot be, the libraries loaded since get their entries
+# only, said); each throw across plug_throw's frame comes back right.
+if [[ -n $libcxx ]]; then
+	rm -f swap stop
+	: >out
+	"$host" "$lib1" "$libcxx" >out 2>err &
+	hpid=$!
+	wait_for '^ready' out
+	: >cmd
+	"$pk" trace -p "$hpid" -f 'plug_*' -o tc.trace 2>cmd &
+	t=$!
+	wait_for 'recording until' cmd
+	touch swap
+	wait_for '^swapped' out
+	for ((k = 0; k < 600; k++)); do
+		python3 "$texteq" "$hpid" --unwinder-hooked >textcheck 2>&1 || break
+		sleep 0.1
+	done
+	check "C++ library loaded after the attach: hooked" "grep -q 'DIFF .*libpkplugcxx' textcheck"
+	sleep 0.3
+	kill -INT "$t"
+	wait "$t"
+	rc=$?
+	check "C++ library: detach ($rc), the unwinder hooked or exits left out, said" \
+		"[[ $rc == 0 ]] && grep -Eq 'unwinder.s entry points stay hooked|traced without their exits' cmd"
+	check "C++ library: text equal to the files but the unwinder's entries" \
+		"python3 '$texteq' $hpid --unwinder-hooked >textcheck 2>&1 || { sed 's/^/    /' textcheck; false; }"
+	"$pk" report tc.trace >rep 2>&1
+	check "C++ library: plug_throw recorded" "grep -q ' plug_throw ' rep"
+	touch stop
+	wait "$hpid"
+	rc=$?
+	hpid=
+	check "dlhost with the C++ library: exit status $rc, every result right" \
+		"[[ $rc == 0 ]] && grep -qx 'bad 0' out"
+fi
 
 echo "trace -p with dlclose/dlopen: $pass passed, $fail failed"
 ((fail == 0))

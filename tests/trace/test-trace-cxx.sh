@@ -6,11 +6,12 @@
 # untraced (its output includes its backtrace depth), the report's counts
 # must be the program's own, and every entry must have its exit.
 #
-# usage: test-trace-cxx.sh PROBEKIT THROW_DEMO [THROW_DEMO_PLAIN]
+# usage: test-trace-cxx.sh PROBEKIT THROW_DEMO [THROW_DEMO_PLAIN [THROW_DEMO_STATIC]]
 # (THROW_DEMO_PLAIN: the same without patchable entries, traced by
-# relocation: the same checks on it.)
+# relocation: the same checks on it.  THROW_DEMO_STATIC: with its C++
+# runtime and unwinder linked in: attached, exit tracing refused.)
 set -uo pipefail
-pk=$(realpath "$1") demo=$(realpath "$2") plain=${3:+$(realpath "$3")}
+pk=$(realpath "$1") demo=$(realpath "$2") plain=${3:+$(realpath "$3")} static=${4:+$(realpath "$4")}
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 "$demo" >plain.out 2>plain.err
@@ -126,6 +127,31 @@ wait "$fpid"
 rc=$?
 check "attached: the program's own checks (rc $rc): $(grep '^rounds' fout | tr '\n' ' ')" \
 	"[[ $rc == 0 ]] && [[ \$(grep -c '^rounds [1-9][0-9]* wrong 0 bt-wrong 0 exits [0-9]* unreleased 0\$' fout) == 2 ]] && grep -q '^rounds.* exits [1-9]' fout"
+
+# Its unwinder linked in statically: out of reach attached, so exit tracing
+# is refused before anything is touched, naming the cause; --entry-only
+# traces it, and the program throws on unharmed.
+if [[ -n $static ]]; then
+	rm -f stop
+	: >fout
+	"$static" --forever stop >fout 2>&1 &
+	fpid=$!
+	for ((k = 0; k < 500; k++)); do grep -q '^ready' fout && break; sleep 0.01; done
+	"$pk" trace -p "$fpid" -f 'cx_*' --duration 0.3 -o static.trace 2>err
+	rc=$?
+	check "static unwinder: exits refused ($rc), saying why" \
+		"[[ $rc == 125 ]] && grep -q 'linked in statically' err && grep -q -- '--entry-only' err"
+	check "static unwinder: the text untouched" "python3 '$textcheck' $fpid >/dev/null"
+	"$pk" trace -p "$fpid" -f 'cx_*' --entry-only --duration 0.3 -o static.trace 2>err
+	rc=$?
+	check "static unwinder, --entry-only: rc $rc, cx_catch recorded" \
+		"[[ $rc == 0 ]] && $pk report static.trace 2>/dev/null | grep -q ' cx_catch '"
+	touch stop
+	wait "$fpid"
+	rc=$?
+	check "static unwinder: the program's own checks (rc $rc)" \
+		"[[ $rc == 0 ]] && [[ \$(grep -c '^rounds [1-9][0-9]* wrong 0 bt-wrong 0 exits [0-9]* unreleased 0\$' fout) == 2 ]]"
+fi
 
 # Through a listening agent the program preloaded, the unwinder's entry
 # points are the agent's: exits are traced, durations and all.

@@ -71,7 +71,7 @@
  * A frame hijacked while attached still returns through the trampoline
  * after it (A9f), and a throw across it needs them as much as before; no
  * thread's frames can be known to be gone.  Their text stays patched:
- * the first bytes of the five functions hooked here, which the
+ * the first bytes of the functions hooked here, which the
  * detach says.  A next attach finds them in place.
  *
  * Normal context; the control thread's only (attach, detach, polls).

@@ -821,11 +821,10 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 		if (T.fd >= 0)
 			close(T.fd);
 		T.fd = -1;
-		/* Frames hijacked while the trace hooks were on keep the unwinder's. */
 		if (T.nmain || T.nlib)
 			unhook();
-		else
-			agent_unwind_unhook_fresh();
+		/* Never active: no frame was hijacked, the unwinder's hooks can go. */
+		agent_unwind_unhook_fresh();
 		if (T.session)
 			pki_trace_close();
 		T.session = false;

@@ -857,6 +857,7 @@ void agent_trace_poll(void)
 
 void agent_trace_detach(void)
 {
+	size_t nunw;
 	int err;
 
 	__atomic_store_n(&agent_hook.active, false, __ATOMIC_RELEASE);
@@ -876,11 +877,11 @@ void agent_trace_detach(void)
 	if (T.session)
 		pki_trace_detach();
 	T.session = false;
-	if (agent_unwind_hooked())
+	if ((nunw = agent_unwind_hooked()))
 		agent_out_printf("probekit: the C++ unwinder's entry points stay hooked (in %zu "
 				 "object(s)): frames traced while attached return through probekit "
 				 "and a throw across one needs them (doc/design/attach.md A9h)\n",
-				 agent_unwind_hooked());
+				 nunw);
 	if (conf->top) { /* after the grace period of unhook(): see fnstats.c, "freeing" */
 		pki_fgraph_timed = false;
 		pki_fnstats_fini();

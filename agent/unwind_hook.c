@@ -99,9 +99,12 @@
 static const char *const unwinder_objs[] = {"libgcc_s.so", "libunwind.so", NULL};
 
 enum { U_RAISE, U_RESUME, U_FORCED, U_SETIP, U_BACKTRACE, U_RETHROW, U_NR };
-static const char *const unwinder_funcs[] = {"_Unwind_RaiseException", "_Unwind_Resume",
-					     "_Unwind_ForcedUnwind", "_Unwind_SetIP",
-					     "_Unwind_Backtrace",      "_Unwind_Resume_or_Rethrow",
+static const char *const unwinder_funcs[] = {"_Unwind_RaiseException",
+					     "_Unwind_Resume",
+					     "_Unwind_ForcedUnwind",
+					     "_Unwind_SetIP",
+					     "_Unwind_Backtrace",
+					     "_Unwind_Resume_or_Rethrow",
 					     NULL};
 /* U6: libgcc_s's, whose rethrow of a forced unwinding goes on inside. */
 static const char *const rethrow_objs[] = {"libgcc_s.so", NULL};
@@ -116,13 +119,13 @@ typedef int (*backtrace_fn)(trace_fn, void *);
 void agent_unwind_backtrace_entry(void); /* unwind_entry.S */
 
 static struct unwinder {
-	const char *path;		/* the site table's string: lives as long as the process */
-	unsigned long ip[U_NR];	/* 0: not a site */
-	get_cfa_fn get_cfa;		/* its _Unwind_GetCFA */
-	struct pk_ops begin, end;	/* registered: hooked */
-	struct pk_ops rethrow;		/* U6, registered with begin where the object needs it */
+	const char *path;	  /* the site table's string: lives as long as the process */
+	unsigned long ip[U_NR];	  /* 0: not a site */
+	get_cfa_fn get_cfa;	  /* its _Unwind_GetCFA */
+	struct pk_ops begin, end; /* registered: hooked */
+	struct pk_ops rethrow;	  /* U6, registered with begin where the object needs it */
 	unsigned long begin_ips[U_SETIP];
-	bool fresh;			/* hooked by the attach under way */
+	bool fresh; /* hooked by the attach under way */
 } unw[UNWINDERS_MAX];
 static size_t nunw;
 
@@ -175,8 +178,8 @@ static int bt_frame(struct _Unwind_Context *c, void *arg)
 	return w->fn(c, w->arg);
 }
 
-__attribute__((noinline, visibility("hidden"))) int
-agent_unwind_backtrace(trace_fn fn, void *arg, backtrace_fn cont)
+__attribute__((noinline, visibility("hidden"))) int agent_unwind_backtrace(trace_fn fn, void *arg,
+									   backtrace_fn cont)
 {
 	unsigned long cfa = (unsigned long)__builtin_dwarf_cfa();
 	struct bt_walk w = {fn, arg, false};
@@ -186,27 +189,6 @@ agent_unwind_backtrace(trace_fn fn, void *arg, backtrace_fn cont)
 	ret = cont(bt_frame, &w);
 	pki_fgraph_unwind_end(cfa);
 	return ret;
-}
-
-bool agent_unwind_object(const char *path)
-{
-	const char *base = strrchr(path, '/');
-
-	base = base ? base + 1 : path;
-	for (size_t i = 0; unwinder_objs[i]; i++)
-		if (!strncmp(base, unwinder_objs[i], strlen(unwinder_objs[i])))
-			return true;
-	return false;
-}
-
-bool agent_unwind_site(const struct pk_site *s)
-{
-	if (!agent_unwind_object(s->object))
-		return false;
-	for (size_t i = 0; unwinder_funcs[i]; i++)
-		if (!strcmp(s->name, unwinder_funcs[i]))
-			return true;
-	return false;
 }
 
 /* Is @name (a path or a soname) one of @list, by the start of its file name? */
@@ -221,6 +203,21 @@ static bool named(const char *name, const char *const *list)
 	return false;
 }
 
+bool agent_unwind_object(const char *path)
+{
+	return named(path, unwinder_objs);
+}
+
+bool agent_unwind_site(const struct pk_site *s)
+{
+	if (!agent_unwind_object(s->object))
+		return false;
+	for (size_t i = 0; unwinder_funcs[i]; i++)
+		if (!strcmp(s->name, unwinder_funcs[i]))
+			return true;
+	return false;
+}
+
 static const char *const cxx_runtimes[] = {"libstdc++.so", "libc++.so", "libc++abi.so", NULL};
 /*
  * Objects whose C++ runtime or exception tables do not mean the program
@@ -228,7 +225,7 @@ static const char *const cxx_runtimes[] = {"libstdc++.so", "libc++.so", "libc++a
  * sanitizers' runtimes (they need libstdc++ for themselves).
  */
 static const char *const not_throwers[] = {
-    "libstdc++.so", "libc++.so",   "libc++abi.so", "libc.so",	"libasan.so", "libtsan.so",
+    "libstdc++.so", "libc++.so",  "libc++abi.so", "libc.so",	"libasan.so", "libtsan.so",
     "libubsan.so",  "liblsan.so", "libhwasan.so", "linux-vdso", NULL};
 
 /* The first of @info's DT_NEEDED named in @list (the loader made the addresses absolute). */
@@ -271,8 +268,8 @@ static int thrower_cb(struct dl_phdr_info *info, size_t size, void *arg)
 	const char *who = name[0] ? name : "the program";
 
 	(void)size;
-	if (info->dlpi_addr == t->self || named(name, not_throwers) ||
-	    agent_unwind_object(name) || strstr(name, "(deleted)"))
+	if (info->dlpi_addr == t->self || named(name, not_throwers) || agent_unwind_object(name) ||
+	    strstr(name, "(deleted)"))
 		return 0;
 	rt = needed(info, cxx_runtimes);
 	if (rt) {
@@ -287,8 +284,9 @@ static int thrower_cb(struct dl_phdr_info *info, size_t size, void *arg)
 		t->how = THROWS_SHARED;
 		return 0;
 	}
-	snprintf(t->what, t->n, "%s has C++ exception tables and needs no unwinder library: its "
-				"unwinder is linked in statically, out of probekit's reach attached",
+	snprintf(t->what, t->n,
+		 "%s has C++ exception tables and needs no unwinder library: its "
+		 "unwinder is linked in statically, out of probekit's reach attached",
 		 who);
 	t->how = THROWS_STATIC;
 	return 1;
@@ -320,8 +318,8 @@ static struct unwinder *unwinder_of(const char *path)
 }
 
 struct found {
-	unsigned k;	  /* which function */
-	char *other;	  /* a static unwinder's object, if one is seen */
+	unsigned k;  /* which function */
+	char *other; /* a static unwinder's object, if one is seen */
 	size_t other_len;
 	int err;
 };
@@ -368,10 +366,46 @@ static get_cfa_fn get_cfa_of(unsigned long setip)
 	return (get_cfa_fn)fn;
 }
 
+/* Commit the transaction @err (0 or -errno) left open: 0 or -errno. */
+static int txn_end(int err)
+{
+	if (!err)
+		return pk_txn_commit();
+	pk_txn_abort();
+	return err;
+}
+
+/* U5's first half, in one transaction: @u's end, and the backtrace's direct entry; on or off. */
+static int ends_hook(struct unwinder *u, bool on)
+{
+	struct pk_direct_entry bt = {u->ip[U_BACKTRACE],
+				     (unsigned long)agent_unwind_backtrace_entry};
+	int err = pk_txn_begin();
+
+	if (err)
+		return err;
+	err = on ? pk_ops_register(&u->end) : pk_ops_unregister(&u->end);
+	if (!err)
+		err = on ? pk_direct_add(&bt, 1) : pk_direct_del(&bt.ip, 1);
+	return txn_end(err);
+}
+
+/* U5's second half, in one transaction: @u's begins (U1, and U6 where needed); on or off. */
+static int begins_hook(struct unwinder *u, bool on)
+{
+	int err = pk_txn_begin();
+
+	if (err)
+		return err;
+	err = on ? pk_ops_register(&u->begin) : pk_ops_unregister(&u->begin);
+	if (!err && named(u->path, rethrow_objs))
+		err = on ? pk_ops_register(&u->rethrow) : pk_ops_unregister(&u->rethrow);
+	return txn_end(err);
+}
+
 /* Hook @u (every one of its functions is a site): 0 or -errno. */
 static int unwinder_hook(struct unwinder *u)
 {
-	struct pk_direct_entry bt;
 	int err;
 
 	u->get_cfa = get_cfa_of(u->ip[U_SETIP]);
@@ -384,34 +418,12 @@ static int unwinder_hook(struct unwinder *u)
 	u->end.filter = (struct pk_ops_filter){.ips = &u->ip[U_SETIP], .nips = 1};
 	u->rethrow = (struct pk_ops){.func = on_rethrow, .data = u};
 	u->rethrow.filter = (struct pk_ops_filter){.ips = &u->ip[U_RETHROW], .nips = 1};
-	bt = (struct pk_direct_entry){u->ip[U_BACKTRACE],
-				      (unsigned long)agent_unwind_backtrace_entry};
 	/* U5: the ends, then the begins. */
-	err = pk_txn_begin();
-	if (!err)
-		err = pk_ops_register(&u->end);
-	if (!err)
-		err = pk_direct_add(&bt, 1);
-	if (!err)
-		err = pk_txn_commit();
-	else
-		pk_txn_abort();
-	if (err)
-		return err;
-	err = pk_txn_begin();
-	if (!err)
-		err = pk_ops_register(&u->begin);
-	if (!err && named(u->path, rethrow_objs))
-		err = pk_ops_register(&u->rethrow);
-	if (!err)
-		err = pk_txn_commit();
-	else
-		pk_txn_abort();
-	if (err && !pk_txn_begin()) {
-		if (!pk_ops_unregister(&u->end) && !pk_direct_del(&u->ip[U_BACKTRACE], 1))
-			pk_txn_commit();
-		else
-			pk_txn_abort();
+	err = ends_hook(u, true);
+	if (!err) {
+		err = begins_hook(u, true);
+		if (err)
+			ends_hook(u, false);
 	}
 	return err;
 }
@@ -442,14 +454,18 @@ int agent_unwind_hook(char *why, size_t n)
 		return f.err;
 	}
 	if (other[0]) {
-		snprintf(why, n, "%s has an unwinder of its own, linked statically, which "
-				 "probekit cannot reach attached", other);
+		snprintf(why, n,
+			 "%s has an unwinder of its own, linked statically, which "
+			 "probekit cannot reach attached",
+			 other);
 		return -EOPNOTSUPP;
 	}
 	if (!nunw) {
-		snprintf(why, n, "the process can throw C++ exceptions (%s) and no unwinder "
-				 "library (libgcc_s, libunwind) is loaded: its unwinder is linked "
-				 "statically, out of probekit's reach attached", what);
+		snprintf(why, n,
+			 "the process can throw C++ exceptions (%s) and no unwinder "
+			 "library (libgcc_s, libunwind) is loaded: its unwinder is linked "
+			 "statically, out of probekit's reach attached",
+			 what);
 		return -EOPNOTSUPP;
 	}
 	for (size_t i = 0; i < nunw && !err; i++) {
@@ -467,9 +483,10 @@ int agent_unwind_hook(char *why, size_t n)
 		}
 		err = unwinder_hook(u);
 		if (err == -EDEADLK) /* src/patch/poke.c: no relay slot, and INT3 sites */
-			snprintf(why, n, "cannot hook %s's unwinder: its entries would need "
-					 "breakpoints (their jump's place is taken), which probekit "
-					 "does not place from its own thread",
+			snprintf(why, n,
+				 "cannot hook %s's unwinder: its entries would need "
+				 "breakpoints (their jump's place is taken), which probekit "
+				 "does not place from its own thread",
 				 u->path);
 		else if (err)
 			snprintf(why, n, "cannot hook %s's unwinder: %s", u->path, strerror(-err));
@@ -501,7 +518,7 @@ int agent_unwind_poll(char *why, size_t n)
 	else
 		snprintf(why, n, "reading the loaded objects again: %s", strerror(-err));
 	agent_unwind_attached(); /* hooked while attached: they stay */
-	seen = now; /* a failure is tried again when objects come or go again */
+	seen = now;		 /* a failure is tried again when objects come or go again */
 	return err;
 }
 
@@ -528,18 +545,7 @@ void agent_unwind_unhook_fresh(void)
 		if (!u->fresh)
 			continue;
 		u->fresh = false;
-		if (pk_txn_begin())
-			continue;
-		if (pk_ops_unregister(&u->begin) ||
-		    (u->rethrow.private && pk_ops_unregister(&u->rethrow)) || pk_txn_commit()) {
-			pk_txn_abort();
-			continue;
-		}
-		if (pk_txn_begin())
-			continue; /* U5: the begins first */
-		if (!pk_ops_unregister(&u->end) && !pk_direct_del(&u->ip[U_BACKTRACE], 1))
-			pk_txn_commit();
-		else
-			pk_txn_abort();
+		if (!begins_hook(u, false)) /* U5: the begins first */
+			ends_hook(u, false);
 	}
 }

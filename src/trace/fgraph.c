@@ -141,6 +141,13 @@ void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts)
 	exit_account(e->fn, e->ts, e->child, ts, i ? &t->st[i - 1] : NULL);
 }
 
+/*
+ * Record the exit of the frame returning to @sp (its slot is sp - 8) and
+ * pop its entry; where to go.  Normally the top entry; else the slow path
+ * (fgraph_ctx.c) finds it, below abandoned frames or in another context.
+ * Reads the entry before depth shrinks: after that a signal handler may
+ * reuse its place.
+ */
 unsigned long pki_fgraph_exit(unsigned long sp)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;

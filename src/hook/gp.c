@@ -178,6 +178,7 @@
 #include "base/futex.h"
 #include "base/grow.h"
 #include "hook/gp.h"
+#include "trace/fgraph.h"
 #include "base/log.h"
 #include "base/signals.h"
 
@@ -316,8 +317,8 @@ static void nest_convert(struct pki_tramp_tls *me)
 {
 	int v = nest_get(me);
 
-	while (v < -1 && !__atomic_compare_exchange_n(&me->nest, &v, v - PKI_TRAMP_UNREG - 1,
-						      false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+	while (v < -1 && !__atomic_compare_exchange_n(&me->nest, &v, v - PKI_TRAMP_UNREG - 1, false,
+						      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 		;
 }
 
@@ -405,6 +406,9 @@ static void gp_thread_exit(void *unused)
 	sigset_t all, old;
 
 	(void)unused;
+	/* Exits of the frames the thread left, while it can still run callbacks (fgraph.h). */
+	if (pki_fgraph_tls.depth && pki_fgraph_tls.st != PKI_FGRAPH_GONE)
+		pki_fgraph_thread_exit((unsigned long)__builtin_frame_address(0));
 	sigfillset(&all);
 	sigdelset(&all, SIGTRAP); /* its calls may meet a patch's INT3 (sigtrap.c) */
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -467,6 +471,40 @@ bool pki_gp_readers_locked(void)
 {
 	pthread_once(&barrier_once, barrier_init);
 	return !barrier_ok;
+}
+
+/*
+ * A counted section entered from C, where no entry E counted the thread:
+ * behind a return trampoline (hook/fprobe.c's exits, X3 of
+ * doc/design/exit-hooks.md).  The same read side as E and X: the increment
+ * is one instruction (N1), locked where the entries' are (W1's fallback:
+ * barrier_ok is decided before the first entry is made, and this follows
+ * one), and a thread whose counter is still unregistered registers (N2).
+ */
+int pki_gp_read_begin(void)
+{
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+	int v;
+
+	if (__builtin_expect(barrier_ok, 1)) {
+		__asm__ volatile("incl %0" : "+m"(me->nest) : : "memory");
+		v = nest_get(me);
+	} else {
+		v = __atomic_add_fetch(&me->nest, 1, __ATOMIC_SEQ_CST);
+	}
+	if (__builtin_expect(v >= 0, 1))
+		return v;
+	return pki_gp_register() ? nest_get(me) : -1; /* refused: undone, not counted */
+}
+
+/* The end of a section pki_gp_read_begin() counted: X's slow exit if asked, then X's decl. */
+void pki_gp_read_end(void)
+{
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+
+	if (__builtin_expect(__atomic_load_n(&me->want, __ATOMIC_RELAXED), 0))
+		pki_gp_exit_slow();
+	__asm__ volatile("decl %0" : "+m"(me->nest) : : "memory");
 }
 
 /*

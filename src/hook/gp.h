@@ -69,6 +69,16 @@ void pki_gp_exit_slow(void);
 int pki_gp_register(void);
 
 /*
+ * A counted section entered and left from C (an exit callback behind a
+ * return trampoline): the read side above, as an entry and an exit make it.
+ * pki_gp_read_begin() returns the level (0: outermost; above 0: the thread
+ * is inside a callback) or -1 (not counted: the thread could not register;
+ * no pki_gp_read_end() then).  Async-signal-safe.
+ */
+int pki_gp_read_begin(void);
+void pki_gp_read_end(void);
+
+/*
  * fork() support, called by the registry's atfork handlers in this order
  * relative to its own locks (see gp.c): the child keeps its queued frees and
  * can run grace periods again.

@@ -73,7 +73,7 @@ static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
 	return err;
 }
 
-static int __ops_register(struct pk_ops *ops)
+int __pki_hook_ops_register(struct pk_ops *ops)
 {
 	struct collect c = {0};
 	struct ops_priv *p, *prev;
@@ -153,10 +153,10 @@ int pk_ops_register(struct pk_ops *ops)
 
 	if (err)
 		return err;
-	return pki_hook_leave(__ops_register(ops));
+	return pki_hook_leave(__pki_hook_ops_register(ops));
 }
 
-static int __ops_unregister(struct pk_ops *ops)
+int __pki_hook_ops_unregister(struct pk_ops *ops)
 {
 	struct ops_priv *p = ops ? ops->private : NULL;
 	int err;
@@ -208,5 +208,5 @@ int pk_ops_unregister(struct pk_ops *ops)
 
 	if (err)
 		return err;
-	return pki_hook_leave(__ops_unregister(ops));
+	return pki_hook_leave(__pki_hook_ops_unregister(ops));
 }

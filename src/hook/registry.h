@@ -197,6 +197,10 @@ void __pki_hook_undo(void);
 
 /* ---- ops.c ---- */
 
+/* pk_ops_register() and pk_ops_unregister() under the registry (pki_hook_enter). */
+int __pki_hook_ops_register(struct pk_ops *ops);
+int __pki_hook_ops_unregister(struct pk_ops *ops);
+
 /* Forget @p (out of all_ops; ops->private back to what it replaced). */
 void __pki_hook_ops_priv_free(struct ops_priv *p);
 

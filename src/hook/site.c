@@ -458,7 +458,7 @@ void pki_hook_site_bytes(const struct site *s, uint8_t b[PKI_SITE_LEN])
 		memcpy(b, s->cur, PKI_SITE_LEN);
 }
 
-/* Duplicates are dropped by __ops_register() (collect_unique). */
+/* Duplicates are dropped by __pki_hook_ops_register() (collect_unique). */
 int pki_hook_collect_ip(unsigned long ip, void *arg)
 {
 	struct collect *c = arg;

@@ -94,7 +94,7 @@ void __pki_hook_undo(void)
 	}
 	pki_reg.dirty.n = 0;
 	/*
-	 * Each ops_priv is in `changes` at most once (see __ops_unregister, ops.c),
+	 * Each ops_priv is in `changes` at most once (see __pki_hook_ops_unregister, ops.c),
 	 * so each is freed at most once.  Newest first: a registration made
 	 * after an unregister of the same ops gives ops->private back to the
 	 * committed record before that record is restored.

@@ -25,24 +25,23 @@ static pthread_key_t key;
 static bool key_made;
 
 /*
- * Thread exit (key destructor).  No hijacked frame of this thread can still
- * return: the start routine has returned, or pthread_exit() abandoned the
- * frames above it.  Functions traced later (other destructors) keep their
- * entry events and are not hijacked (cap stays 0 with st == GONE).
+ * Thread exit (key destructor).  The frames the thread left (its start
+ * routine returned, or pthread_exit() unwound them) get their exits now, as
+ * unwound (pki_fgraph_thread_exit).  Hijacked frames of the exit path
+ * (libc's, traced with relocation in every object: the one that runs this
+ * destructor) still return through the trampoline, so the stack stays
+ * until the last of them has (stack_gone).  Functions hooked later (other destructors) are not
+ * hijacked (cap stays 0 with st == GONE).
  */
 static void stack_release(void *arg)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 
+	if (t->depth)
+		pki_fgraph_thread_exit((unsigned long)__builtin_frame_address(0));
 	t->cap = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (t->depth) {
-		/*
-		 * Frames of the exit path itself are hijacked (libc's, traced with
-		 * relocation in every object: the one that runs this destructor):
-		 * they still return through the trampoline, so the stack stays
-		 * until the last of them has (stack_gone).
-		 */
 		t->dying = 1;
 		return;
 	}
@@ -79,16 +78,23 @@ int pki_fgraph_init(void)
 	return 0;
 }
 
-/* First entry of a thread (allocate), or the stack is full (count, do not hijack). */
-__attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long *slot)
+void (*pki_fgraph_probe_exit)(struct pki_fgraph_ent *e, void *regs);
+unsigned long pki_fgraph_deep;
+
+/*
+ * First entry of a thread (reserve its stack: address space, touched as it
+ * deepens), or the stack is full (count, do not hijack).
+ */
+__attribute__((noinline)) struct pki_fgraph_ent *pki_fgraph_push_slow(uint64_t fn, uint64_t probe,
+								      unsigned long *slot)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 	struct pki_fgraph_ent *st;
 
 	if (!t->st) {
 		pki_trace_busy++; /* mmap and the key are probekit's calls, not events */
-		st = mmap(NULL, STACK_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-			  0);
+		st = mmap(NULL, STACK_LEN, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (st != MAP_FAILED && !t->st) { /* not made by a signal handler meanwhile */
 			t->st = st;
 			if (key_made)
@@ -96,15 +102,15 @@ __attribute__((noinline)) void pki_fgraph_enter_slow(uint64_t fn, unsigned long 
 			__atomic_signal_fence(__ATOMIC_SEQ_CST);
 			t->cap = PKI_FGRAPH_DEPTH;
 			pki_trace_busy--;
-			pki_fgraph_enter(fn, slot);
-			return;
+			return pki_fgraph_push(fn, probe, slot);
 		}
 		if (st != MAP_FAILED)
 			munmap(st, STACK_LEN);
 		pki_trace_busy--;
+	} else if (t->st != GONE && t->cap && t->depth >= t->cap) {
+		__atomic_add_fetch(&pki_fgraph_deep, 1, __ATOMIC_RELAXED);
 	}
-	/* Too deep, out of memory, or the thread is exiting: this exit is not seen. */
-	pki_trace_count_lost();
+	return NULL; /* too deep, out of memory, or the thread is exiting */
 }
 
 bool pki_fgraph_timed;
@@ -134,41 +140,52 @@ static inline void exit_account(uint64_t fn, uint64_t start, uint64_t child, uin
 	pki_fnstats_add(fn, dur, child < dur ? dur - child : 0);
 }
 
-void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts)
+void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void *regs)
 {
-	const struct pki_fgraph_ent *e = &t->st[i];
+	struct pki_fgraph_ent *e = &t->st[i];
 
-	exit_account(e->fn, e->ts, e->child, ts, i ? &t->st[i - 1] : NULL);
+	if (e->probe)
+		pki_fgraph_probe_exit(e, regs);
+	else
+		exit_account(e->fn, e->ts, e->child, ts, i ? &t->st[i - 1] : NULL);
 }
 
 /*
- * Record the exit of the frame returning to @sp (its slot is sp - 8) and
- * pop its entry; where to go.  Normally the top entry; else the slow path
- * (fgraph_ctx.c) finds it, below abandoned frames or in another context.
- * Reads the entry before depth shrinks: after that a signal handler may
- * reuse its place.
+ * The exit of the frame returning to @sp (its slot is sp - 8), with @regs
+ * (pki_rettramp_regs') or not, and its entry popped; where to go.  Normally
+ * the top entry; else the slow path (fgraph_ctx.c) finds it, below
+ * abandoned frames or in another context.  The exit runs before depth
+ * shrinks: after that a signal handler may reuse the entry's place.
  */
-unsigned long pki_fgraph_exit(unsigned long sp)
+static inline unsigned long exit_frame(unsigned long sp, void *regs)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 	unsigned long slot = sp - 8, ret;
-	uint64_t ts = pki_trace_now(), fn;
+	uint64_t ts = pki_trace_now();
 	uint32_t d = t->depth;
 
-	if (__builtin_expect(d && t->st[d - 1].slot == slot, 1)) {
-		uint64_t start = t->st[d - 1].ts, child = t->st[d - 1].child;
-
+	/* (a probe's frame, reached by the trampoline that saves no xmm: slow) */
+	if (__builtin_expect(d && t->st[d - 1].slot == slot && (regs || !t->st[d - 1].probe), 1)) {
 		ret = t->st[d - 1].ret;
-		fn = t->st[d - 1].fn;
+		pki_fgraph_ent_exit(t, d - 1, ts, regs);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
-		exit_account(fn, start, child, ts, d >= 2 ? &t->st[d - 2] : NULL);
 	} else {
-		ret = PKI_SLOWCALL2(pki_fgraph_exit_slow, sp, ts); /* syscalls: may use xmm */
+		ret = PKI_SLOWCALL3(pki_fgraph_exit_slow, sp, ts, regs); /* syscalls: may use xmm */
 	}
 	if (__builtin_expect(t->dying && !t->depth, 0))
 		stack_gone(t);
 	return ret;
+}
+
+unsigned long pki_fgraph_exit(unsigned long sp)
+{
+	return exit_frame(sp, NULL);
+}
+
+unsigned long pki_fgraph_exit_regs(unsigned long sp, void *regs)
+{
+	return exit_frame(sp, regs);
 }
 
 void pki_fgraph_own(struct pki_fgraph_ent *st)
@@ -216,7 +233,7 @@ void pki_fgraph_unwind_begin(unsigned long cfa)
 		if (t->st[i].slot & MARK || t->st[i].slot < cfa)
 			continue;
 		p = (unsigned long *)t->st[i].slot;
-		if (*p != (unsigned long)pki_rettramp)
+		if (!pki_fgraph_is_tramp(*p))
 			continue;
 		*p = t->st[i].ret;
 		t->st[i].slot |= MARK;
@@ -242,7 +259,7 @@ void pki_fgraph_unwind_end(unsigned long cfa)
 	for (i = d; i-- > lo;) {
 		slot = t->st[i].slot;
 		if (slot & MARK && (slot & ~MARK) < cfa)
-			pki_fgraph_ent_exit(t, i, ts);
+			pki_fgraph_ent_exit(t, i, ts, NULL);
 	}
 	/*
 	 * Bottom up: the lower of two entries sharing a slot (a tail call)
@@ -256,9 +273,9 @@ void pki_fgraph_unwind_end(unsigned long cfa)
 			if (slot < cfa)
 				continue; /* removed: its exit is recorded */
 			p = (unsigned long *)slot;
-			if (*p != t->st[i].ret && *p != (unsigned long)pki_rettramp)
+			if (*p != t->st[i].ret && *p != pki_fgraph_tramp(&t->st[i]))
 				continue; /* the frame was rewritten: let it return untraced */
-			*p = (unsigned long)pki_rettramp;
+			*p = pki_fgraph_tramp(&t->st[i]);
 			t->st[i].slot = slot;
 		}
 		t->st[j++] = t->st[i];

@@ -36,7 +36,8 @@
  *
  * Limits (documented in doc/probekit.1):
  *  - depth: a thread has PKI_FGRAPH_DEPTH entries; deeper frames keep their
- *    entry event but are not hijacked, and their exit counts as a lost event.
+ *    entry event but are not hijacked: their exits are counted, in
+ *    pki_fgraph_deep (and a trace's as lost events).
  *  - table-driven unwinding (C++ exceptions, backtrace()) reads return
  *    addresses from the stack, where it would find the trampoline, which has
  *    no caller.  Whoever starts such an unwind of the calling thread brackets
@@ -71,17 +72,46 @@
 #include "arch/arch.h"
 #include "trace/trace.h"
 
-#define PKI_FGRAPH_DEPTH     2048
+/*
+ * A thread's shadow stack: PKI_FGRAPH_DEPTH entries of address space,
+ * reserved at its first entry and touched only as deep as it goes.
+ */
+#define PKI_FGRAPH_DEPTH     65536
 #define PKI_FGRAPH_STACK_LEN (PKI_FGRAPH_DEPTH * sizeof(struct pki_fgraph_ent))
 #define PKI_FGRAPH_GONE	     ((struct pki_fgraph_ent *)1)
 #define PKI_FGRAPH_MARK	     1ul /* an entry whose frame an unwinder reads (unwind_begin) */
+#define PKI_FGRAPH_WORDS     4	 /* per-call words of a probe entry */
 
+/*
+ * One hijacked frame.  @probe 0: exit tracing's (the trace recorder, or
+ * fnstats when timed), @fn its event value; else a probe's (hook/fprobe.c
+ * reads @probe, @fn is the site, @w the words its entry left), whose frame
+ * returns through pki_rettramp_regs.  One cache line.
+ */
 struct pki_fgraph_ent {
 	unsigned long ret;  /* the original return address */
 	unsigned long slot; /* where it was on the stack */
-	uint64_t fn;	    /* event value of the function */
-	uint64_t ts, child; /* timed entries (pki_fgraph_timed): entry time, callees' time */
+	uint64_t fn;
+	uint64_t probe;
+	union {
+		struct {
+			uint64_t ts,
+			    child; /* timed (pki_fgraph_timed): entry time, callees' time */
+		};
+		uint64_t w[PKI_FGRAPH_WORDS];
+	};
 };
+
+/*
+ * Where a probe entry's exit goes (set by the hook layer before its first
+ * probe entry): @e leaves with the return registers @regs (a struct pk_ret),
+ * or without returning when @regs is NULL.  Called with the entry still in
+ * place; its caller pops it.
+ */
+extern void (*pki_fgraph_probe_exit)(struct pki_fgraph_ent *e, void *regs);
+
+/* Entries that got no exit because the thread was PKI_FGRAPH_DEPTH deep. */
+extern unsigned long pki_fgraph_deep;
 
 /*
  * In-process statistics instead of a trace (`probekit top`, fnstats.h): the
@@ -111,24 +141,39 @@ struct pki_fgraph_tls {
 
 extern __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
 
-/* The return trampoline (asm); its address replaces return addresses. */
-void pki_rettramp(void);
+/* The return trampolines (asm); their address replaces return addresses. */
+void pki_rettramp(void);      /* exit tracing's: saves the general registers */
+void pki_rettramp_regs(void); /* probes': and xmm0-7, the return registers in a struct pk_ret */
 
-/* Called by the trampoline: record the exit, pop, return where to go. */
+/* The trampoline an entry's frame returns through. */
+static inline unsigned long pki_fgraph_tramp(const struct pki_fgraph_ent *e)
+{
+	return e->probe ? (unsigned long)pki_rettramp_regs : (unsigned long)pki_rettramp;
+}
+
+static inline bool pki_fgraph_is_tramp(unsigned long addr)
+{
+	return addr == (unsigned long)pki_rettramp || addr == (unsigned long)pki_rettramp_regs;
+}
+
+/* Called by the trampolines: the exit, pop, where to go.  @regs: pk_ret, or NULL. */
 unsigned long pki_fgraph_exit(unsigned long sp);
+unsigned long pki_fgraph_exit_regs(unsigned long sp, void *regs);
 
 /*
- * Entry @i of @t leaves at @ts without returning (unwound, abandoned): its
- * exit as its return would give it (an EXIT event, or in-process
- * statistics), its duration counted in its caller's.  Does not pop.
+ * Entry @i of @t leaves at @ts: with its return registers @regs (a return
+ * through pki_rettramp_regs), or without returning (NULL: unwound,
+ * abandoned).  Its exit as a return would give it (an EXIT event,
+ * in-process statistics, or the probe's exit), its duration counted in its
+ * caller's.  Does not pop.
  */
-void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts);
+void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void *regs);
 
-/* Stack full or not yet allocated. */
-void pki_fgraph_enter_slow(uint64_t fn, unsigned long *slot);
+/* pki_fgraph_push(): the stack is full or not yet allocated. */
+struct pki_fgraph_ent *pki_fgraph_push_slow(uint64_t fn, uint64_t probe, unsigned long *slot);
 
 /* fgraph_ctx.c, behind the trampoline (PKI_SLOWCALL): the top entry is not @sp's. */
-unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts);
+unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts, void *regs);
 
 /* fgraph_ctx.c: a frame is entered at @slot, at or above the top entry's, at @ts. */
 void pki_fgraph_prune_slow(unsigned long *slot, uint64_t ts);
@@ -153,6 +198,13 @@ void pki_fgraph_ctx_switch(const void *from, const void *to);
  * context.
  */
 void pki_fgraph_jump(unsigned long sp);
+
+/*
+ * The calling thread's key destructor at @here (its frame): the entries of
+ * frames it left get their exit, as unwound; those of the exit path that
+ * called the destructor stay.  Normal context.
+ */
+void pki_fgraph_thread_exit(unsigned long here);
 
 /* 0 or -errno (pthread key). */
 int pki_fgraph_init(void);
@@ -203,32 +255,60 @@ static inline void pki_fgraph_prune(unsigned long *slot)
 }
 
 /*
- * Hijack the return of the function whose entry is being hooked: @slot is
- * the address of its return address (struct pk_regs.sp).  Signal safety: the
- * entry is reserved (depth++) before it is filled, so a signal handler that
- * traces functions meanwhile pushes above it and pops back to it; the slot
- * is overwritten last, when the entry is complete.
+ * The next entry of the calling thread, for the frame whose return address
+ * is at @slot (struct pk_regs.sp): filled, not armed (the frame still
+ * returns to its caller).  NULL: the thread is PKI_FGRAPH_DEPTH deep (counted
+ * in pki_fgraph_deep), out of memory or exiting.  Signal safety: the entry
+ * is reserved (depth++) before it is filled, so a signal handler that hooks
+ * functions meanwhile pushes above it and pops back to it.
  */
-static inline void pki_fgraph_enter(uint64_t fn, unsigned long *slot)
+static inline struct pki_fgraph_ent *pki_fgraph_push(uint64_t fn, uint64_t probe,
+						     unsigned long *slot)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 	struct pki_fgraph_ent *e;
 	uint32_t d = t->depth;
 
-	if (__builtin_expect(d >= t->cap, 0)) {
-		PKI_SLOWCALL2(pki_fgraph_enter_slow, fn, slot); /* mmap: may use xmm */
-		return;
-	}
+	if (__builtin_expect(d >= t->cap, 0)) /* mmap: may use xmm */
+		return (struct pki_fgraph_ent *)PKI_SLOWCALL3(pki_fgraph_push_slow, fn, probe,
+							      slot);
 	t->depth = d + 1;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	e = &t->st[d];
 	e->ret = *slot;
 	e->slot = (unsigned long)slot;
 	e->fn = fn;
+	e->probe = probe;
 	e->ts = 0; /* untimed: a timed exit only counts it (a trace's frame returning under top) */
 	e->child = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	*slot = (unsigned long)pki_rettramp;
+	return e;
+}
+
+/* The frame of @e, just pushed, returns through its trampoline: the slot is written last. */
+static inline void pki_fgraph_arm(const struct pki_fgraph_ent *e)
+{
+	*(unsigned long *)e->slot = pki_fgraph_tramp(e);
+}
+
+/* @e, the calling thread's top entry, is dropped unarmed. */
+static inline void pki_fgraph_cancel(const struct pki_fgraph_ent *e)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->depth = (uint32_t)(e - t->st);
+}
+
+/* Hijack the return of the function whose entry is being hooked, for exit tracing. */
+static inline void pki_fgraph_enter(uint64_t fn, unsigned long *slot)
+{
+	struct pki_fgraph_ent *e = pki_fgraph_push(fn, 0, slot);
+
+	if (__builtin_expect(e != NULL, 1))
+		pki_fgraph_arm(e);
+	else
+		pki_trace_count_lost(); /* this exit is not seen */
 }
 
 /*

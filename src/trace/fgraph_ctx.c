@@ -283,7 +283,7 @@ static uint32_t find(const struct pki_fgraph_tls *t, unsigned long slot)
  * it that are dead get their exit first (innermost first, at @ts), the
  * others (another stack's) stay, moved down.
  */
-unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts)
+unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts, void *regs)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 	unsigned long slot = sp - 8, ret;
@@ -300,9 +300,9 @@ unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts)
 	d = t->depth;
 	for (j = d; j-- > i + 1;)
 		if (dead(&a, t->st[j].slot, slot))
-			pki_fgraph_ent_exit(t, j, ts);
+			pki_fgraph_ent_exit(t, j, ts, NULL);
 	ret = t->st[i].ret;
-	pki_fgraph_ent_exit(t, i, ts);
+	pki_fgraph_ent_exit(t, i, ts, regs);
 	for (j = i + 1; j < d; j++)
 		if (!dead(&a, t->st[j].slot, slot))
 			t->st[i++] = t->st[j];
@@ -329,12 +329,12 @@ void pki_fgraph_prune_slow(unsigned long *at, uint64_t ts)
 	while (d) {
 		e = &t->st[d - 1];
 		if (e->slot == slot) {
-			if (*at == (unsigned long)pki_rettramp)
+			if (pki_fgraph_is_tramp(*at))
 				break;
 		} else if (!dead(&a, e->slot, slot)) {
 			break;
 		}
-		pki_fgraph_ent_exit(t, d - 1, ts);
+		pki_fgraph_ent_exit(t, d - 1, ts, NULL);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = --d;
 	}
@@ -366,8 +366,39 @@ void pki_fgraph_jump(unsigned long sp)
 		e = &t->st[d - 1];
 		if (!dead(&a, e->slot, sp))
 			break;
-		pki_fgraph_ent_exit(t, d - 1, ts);
+		pki_fgraph_ent_exit(t, d - 1, ts, NULL);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = --d;
 	}
+}
+
+/*
+ * The calling thread ends (its key destructor runs at @here): every entry is
+ * a frame the thread left (returned from its start routine, pthread_exit()
+ * or a cancellation unwound it), except those of the exit path itself, the
+ * callers of the destructor that hooks hijacked after the unwinding: above
+ * @here, their slot still holding their trampoline, unmarked.  The others'
+ * exits now, innermost first; those stay, moved down.
+ */
+void pki_fgraph_thread_exit(unsigned long here)
+{
+	struct pki_fgraph_tls *t = &pki_fgraph_tls;
+	uint32_t d = t->depth, i, j;
+	uint64_t ts = pki_trace_now();
+	struct pki_fgraph_ent *e;
+
+	for (i = d; i-- > 0;) {
+		e = &t->st[i];
+		if (e->slot & PKI_FGRAPH_MARK || e->slot < here ||
+		    *(unsigned long *)e->slot != pki_fgraph_tramp(e)) {
+			pki_fgraph_ent_exit(t, i, ts, NULL);
+			e->slot = 0; /* gone */
+		}
+	}
+	for (i = j = 0; i < d; i++)
+		if (t->st[i].slot)
+			t->st[j++] = t->st[i];
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->depth = j;
+	t->unwinding = 0;
 }

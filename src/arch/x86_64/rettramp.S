@@ -62,4 +62,77 @@ pki_rettramp:
 	ret
 	.cfi_endproc
 	.size	pki_rettramp, . - pki_rettramp
+/*
+ * The probes' return trampoline (src/hook/fprobe.c): as pki_rettramp, and
+ * it saves xmm0-7 too (an exit callback need not be vector-free).  Its frame
+ * starts with a struct pk_ret (include/probekit/fprobe.h): the return
+ * registers, which pki_fgraph_exit_regs() passes to the callback and which
+ * are reloaded from it, changed or not.
+ */
+#define RET_AX	 0
+#define RET_DX	 8
+#define RET_XMM0 16
+#define RET_XMM1 32
+#define RET_SP	 48
+#define RET_HOW	 56	/* unwound, reserved: 0 */
+#define SAVE_XMM 64	/* xmm2-7 */
+#define SAVE_GPR 160	/* rcx rsi rdi r8 r9 r10 r11 */
+#define RFRAME	 224
+	.globl	pki_rettramp_regs
+	.hidden	pki_rettramp_regs
+	.type	pki_rettramp_regs, @function
+	.p2align 4
+pki_rettramp_regs:
+	.cfi_startproc
+	.cfi_undefined rip
+	subq	$8, %rsp		/* back over the slot: rsp = slot */
+	pushq	%rbp
+	movq	%rsp, %rbp		/* 8(%rbp): the slot */
+	andq	$-16, %rsp
+	subq	$RFRAME, %rsp
+	movq	%rax, RET_AX(%rsp)
+	movq	%rdx, RET_DX(%rsp)
+	movaps	%xmm0, RET_XMM0(%rsp)
+	movaps	%xmm1, RET_XMM1(%rsp)
+	leaq	16(%rbp), %rax
+	movq	%rax, RET_SP(%rsp)
+	movq	$0, RET_HOW(%rsp)
+	movaps	%xmm2, SAVE_XMM+0*16(%rsp)
+	movaps	%xmm3, SAVE_XMM+1*16(%rsp)
+	movaps	%xmm4, SAVE_XMM+2*16(%rsp)
+	movaps	%xmm5, SAVE_XMM+3*16(%rsp)
+	movaps	%xmm6, SAVE_XMM+4*16(%rsp)
+	movaps	%xmm7, SAVE_XMM+5*16(%rsp)
+	movq	%rcx, SAVE_GPR+0(%rsp)
+	movq	%rsi, SAVE_GPR+8(%rsp)
+	movq	%rdi, SAVE_GPR+16(%rsp)
+	movq	%r8, SAVE_GPR+24(%rsp)
+	movq	%r9, SAVE_GPR+32(%rsp)
+	movq	%r10, SAVE_GPR+40(%rsp)
+	movq	%r11, SAVE_GPR+48(%rsp)
+	leaq	16(%rbp), %rdi		/* rsp as the function's ret left it */
+	movq	%rsp, %rsi		/* the struct pk_ret */
+	call	pki_fgraph_exit_regs
+	movq	%rax, 8(%rbp)
+	movq	SAVE_GPR+0(%rsp), %rcx
+	movq	SAVE_GPR+8(%rsp), %rsi
+	movq	SAVE_GPR+16(%rsp), %rdi
+	movq	SAVE_GPR+24(%rsp), %r8
+	movq	SAVE_GPR+32(%rsp), %r9
+	movq	SAVE_GPR+40(%rsp), %r10
+	movq	SAVE_GPR+48(%rsp), %r11
+	movaps	SAVE_XMM+0*16(%rsp), %xmm2
+	movaps	SAVE_XMM+1*16(%rsp), %xmm3
+	movaps	SAVE_XMM+2*16(%rsp), %xmm4
+	movaps	SAVE_XMM+3*16(%rsp), %xmm5
+	movaps	SAVE_XMM+4*16(%rsp), %xmm6
+	movaps	SAVE_XMM+5*16(%rsp), %xmm7
+	movaps	RET_XMM0(%rsp), %xmm0
+	movaps	RET_XMM1(%rsp), %xmm1
+	movq	RET_AX(%rsp), %rax
+	movq	RET_DX(%rsp), %rdx
+	leave
+	ret
+	.cfi_endproc
+	.size	pki_rettramp_regs, . - pki_rettramp_regs
 	.section .note.GNU-stack, "", @progbits

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The hot path of entry and exit hooks (doc/design/exit-hooks.md, X1-X5):
+ * the ops callback that calls a fprobe's entry and hijacks the return, and
+ * the exit that pki_rettramp_regs reaches.  Built vector-free
+ * (-mgeneral-regs-only), so a PK_FPROBE_F_NOVEC fprobe's trampoline need
+ * not save xmm0-7; its slow paths go through PKI_SLOWCALL (fgraph.h).
+ * Runs in any context a hooked function does: no lock, no allocation.
+ */
+#include <stddef.h>
+
+#include "hook/fprobe_int.h"
+#include "arch/arch.h"
+#include "hook/gp.h"
+
+struct pki_fprobe *pki_fprobe_table[PKI_FPROBE_MAX];
+unsigned long pki_fprobe_dropped;
+
+#define ADD(v) __atomic_add_fetch(&(v), 1, __ATOMIC_RELAXED)
+
+/*
+ * X1.  Counted (an ops body called us), at the outermost level.  Frames the
+ * thread has left without returning get their exit first (fgraph.h's
+ * prune), then the entry is pushed and filled, the entry callback writes
+ * its words in place, and the return is hijacked last, unless declined.
+ */
+void pki_fprobe_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		      struct pk_regs *regs)
+{
+	struct pki_fprobe *p = ops->data;
+	struct pk_fprobe *fp = p->fp;
+	unsigned long *slot = (unsigned long *)regs->sp;
+	uint64_t scratch[PKI_FGRAPH_WORDS] = {0};
+	struct pki_fgraph_ent *e;
+
+	if (!fp->exit) {
+		fp->entry(fp, ip, parent_ip, regs, scratch);
+		return;
+	}
+	pki_fgraph_prune(slot);
+	e = pki_fgraph_push(ip, p->handle, slot);
+	if (__builtin_expect(!e, 0)) {
+		ADD(p->deep);
+		if (fp->entry)
+			fp->entry(fp, ip, parent_ip, regs, scratch);
+		return;
+	}
+	e->w[2] = e->w[3] = 0; /* push zeroed w[0..1] (ts, child) */
+	if (fp->entry && fp->entry(fp, ip, parent_ip, regs, e->w)) {
+		pki_fgraph_cancel(e);
+		return;
+	}
+	pki_fgraph_arm(e);
+}
+
+/* X4: the fprobe's exit callback, counted; @r the return registers. */
+static void call_exit(struct pki_fgraph_ent *e, struct pk_ret *r)
+{
+	struct pki_fprobe *p =
+	    __atomic_load_n(&pki_fprobe_table[PKI_FPROBE_IDX(e->probe)], __ATOMIC_ACQUIRE);
+
+	if (!p || p->handle != e->probe) {
+		ADD(pki_fprobe_dropped); /* X5: unregistered since the entry */
+		return;
+	}
+	if (r->unwound)
+		ADD(p->unwound);
+	p->fp->exit(p->fp, e->fn, e->ret, r, e->w);
+}
+
+/*
+ * X3.  From pki_rettramp_regs (uncounted: a counted section of our own), or
+ * from a slow path that finds frames left without returning (@regs NULL):
+ * inside an entry's body (counted already) or behind a trampoline.  At a
+ * level above 0 the thread is inside a callback: skipped, as hooks are.
+ */
+void pki_fprobe_exit(struct pki_fgraph_ent *e, void *regs)
+{
+	struct pk_ret unwound = {.unwound = 1}, *r = regs ? regs : &unwound;
+	int level = pki_tramp_nest;
+	bool mine = level < 0;
+
+	if (mine)
+		level = pki_gp_read_begin();
+	if (level == 0) {
+		call_exit(e, r);
+	} else {
+		struct pki_fprobe *p =
+		    __atomic_load_n(&pki_fprobe_table[PKI_FPROBE_IDX(e->probe)], __ATOMIC_ACQUIRE);
+
+		if (level > 0 && p && p->handle == e->probe)
+			ADD(p->skipped);
+		else
+			ADD(pki_fprobe_dropped); /* not counted: cannot look (X5) */
+	}
+	if (mine && level >= 0)
+		pki_gp_read_end();
+}

@@ -1,0 +1,516 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Entry and exit hooks (include/probekit/fprobe.h) on functions of this
+ * program built with a patchable entry: exact counts, the per-call words
+ * from entry to exit, return registers read and replaced, declined exits,
+ * frames left by longjmp, siglongjmp and pthread_exit reported as unwound
+ * (innermost first, never with a value), signal handlers that run hooked
+ * code, threads, fork, deep recursion past PK_FPROBE_DEPTH, and an
+ * unregister that returns while a hooked frame is still pending.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <probekit/fprobe.h>
+#include <probekit/hook.h>
+
+#include "harness.h"
+
+#define PATCHABLE __attribute__((noinline, noipa, patchable_function_entry(5, 0)))
+
+/* ---- the hooked functions ----------------------------------------------- */
+
+PATCHABLE long t_add(long a, long b)
+{
+	return a + b;
+}
+
+PATCHABLE double t_scale(double x, long n)
+{
+	return x * (double)n;
+}
+
+struct pair {
+	long lo, hi;
+};
+
+PATCHABLE struct pair t_pair(long a)
+{
+	return (struct pair){a, -a};
+}
+
+static jmp_buf jb;
+static sigjmp_buf sjb;
+
+PATCHABLE long t_jump_inner(long v)
+{
+	longjmp(jb, (int)v);
+}
+
+PATCHABLE long t_jump_outer(long v)
+{
+	return t_jump_inner(v) + 1; /* never returns */
+}
+
+PATCHABLE long t_recurse(long n)
+{
+	long r = n ? t_recurse(n - 1) : -1;
+
+	__asm__ volatile("" : "+r"(r)); /* no loop made of the recursion */
+	return r + 1;
+}
+
+static sem_t go, inside;
+
+PATCHABLE long t_block(long v)
+{
+	sem_post(&inside);
+	while (sem_wait(&go) && errno == EINTR)
+		;
+	return v * 3;
+}
+
+PATCHABLE void t_leave(long v)
+{
+	pthread_exit((void *)v);
+}
+
+PATCHABLE long t_fork(long v)
+{
+	pid_t pid = fork();
+
+	return pid < 0 ? -1 : pid == 0 ? v : v + 1000000;
+}
+
+/* ---- what the callbacks saw -------------------------------------------- */
+
+#define MAXLOG 64
+
+struct seen {
+	long entries, exits, unwound, declines, bad;
+	unsigned long log[MAXLOG]; /* exits' ips, in order */
+	int nlog;
+	long add_ret;	 /* added to t_add's result at exit */
+	int decline_odd; /* the entry declines calls with an odd first argument */
+};
+
+static struct seen S;
+
+static int on_entry(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		    struct pk_regs *regs, void *data)
+{
+	struct seen *s = fp->data;
+	uint64_t *w = data;
+
+	(void)parent_ip;
+	__atomic_add_fetch(&s->entries, 1, __ATOMIC_RELAXED);
+	w[0] = ip ^ regs->di; /* the words reach the exit */
+	w[1] = regs->di;
+	w[3] = 0x5eed;
+	if (s->decline_odd && (regs->di & 1)) {
+		__atomic_add_fetch(&s->declines, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+	return 0;
+}
+
+static void on_exit_cb(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		       struct pk_ret *ret, void *data)
+{
+	struct seen *s = fp->data;
+	uint64_t *w = data;
+	int n;
+
+	(void)parent_ip;
+	if (w[0] != (ip ^ w[1]) || w[3] != 0x5eed)
+		__atomic_add_fetch(&s->bad, 1, __ATOMIC_RELAXED);
+	if (ret->unwound) {
+		if (ret->ax || ret->dx)
+			__atomic_add_fetch(&s->bad, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->unwound, 1, __ATOMIC_RELAXED);
+	} else {
+		__atomic_add_fetch(&s->exits, 1, __ATOMIC_RELAXED);
+	}
+	n = __atomic_fetch_add(&s->nlog, 1, __ATOMIC_RELAXED);
+	if (n < MAXLOG)
+		s->log[n] = ip;
+	if (ip == (unsigned long)t_add && !ret->unwound)
+		ret->ax += (unsigned long)s->add_ret;
+}
+
+static struct pk_fprobe probe_of(const void *const *fns, size_t n, unsigned long *ips)
+{
+	for (size_t i = 0; i < n; i++)
+		ips[i] = (unsigned long)fns[i];
+	return (struct pk_fprobe){.entry = on_entry,
+				  .exit = on_exit_cb,
+				  .data = &S,
+				  .data_size = 32,
+				  .filter = {.ips = ips, .nips = n}};
+}
+
+#define PROBE(name, ...)                                                                           \
+	static const void *const name##_fns[] = {__VA_ARGS__};                                     \
+	unsigned long name##_ips[sizeof(name##_fns) / sizeof(name##_fns[0])];                      \
+	struct pk_fprobe name =                                                                    \
+	    probe_of(name##_fns, sizeof(name##_fns) / sizeof(name##_fns[0]), name##_ips)
+
+/* ---- cases -------------------------------------------------------------- */
+
+START_TEST(returns_and_words)
+{
+	PROBE(fp, (const void *)t_add, (const void *)t_scale, (const void *)t_pair);
+	struct pair pr;
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	for (long i = 0; i < 1000; i++) {
+		ck_assert_int_eq(t_add(i, 2), i + 2);
+		ck_assert(t_scale(0.5, i) == 0.5 * (double)i);
+		pr = t_pair(i);
+		ck_assert(pr.lo == i && pr.hi == -i);
+	}
+	ck_assert_int_eq(S.entries, 3000);
+	ck_assert_int_eq(S.exits, 3000);
+	ck_assert_int_eq(S.unwound, 0);
+	ck_assert_int_eq(S.bad, 0);
+	S.add_ret = 40; /* the exit replaces rax */
+	ck_assert_int_eq(t_add(1, 1), 42);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+	ck_assert_int_eq(t_add(1, 1), 2);
+	ck_assert_int_eq(S.exits, 3001);
+}
+END_TEST
+
+static void set_xmm0(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		     struct pk_ret *ret, void *data)
+{
+	double d = -1.25;
+
+	(void)fp;
+	(void)ip;
+	(void)parent_ip;
+	(void)data;
+	memcpy(&ret->xmm0[0], &d, sizeof(d));
+	ret->dx = 7; /* t_pair's hi */
+}
+
+START_TEST(replace_float_and_rdx)
+{
+	unsigned long ips[] = {(unsigned long)t_scale, (unsigned long)t_pair};
+	struct pk_fprobe fp = {.exit = set_xmm0, .filter = {.ips = ips, .nips = 2}};
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	ck_assert(t_scale(2.0, 3) == -1.25);
+	ck_assert_int_eq(t_pair(5).hi, 7);
+	ck_assert_int_eq(t_pair(5).lo, 5);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+	ck_assert(t_scale(2.0, 3) == 6.0);
+}
+END_TEST
+
+START_TEST(declined)
+{
+	PROBE(fp, (const void *)t_add);
+
+	S.decline_odd = 1;
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	for (long i = 0; i < 100; i++)
+		ck_assert_int_eq(t_add(i, 1), i + 1);
+	ck_assert_int_eq(S.entries, 100);
+	ck_assert_int_eq(S.declines, 50);
+	ck_assert_int_eq(S.exits, 50);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+START_TEST(longjmp_unwound)
+{
+	PROBE(fp, (const void *)t_jump_outer, (const void *)t_jump_inner, (const void *)t_add);
+	struct pk_fprobe_stats st;
+	volatile int round = 0;
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	if (setjmp(jb) == 0)
+		t_jump_outer(5);
+	round++;
+	ck_assert_int_eq(round, 1);
+	ck_assert_int_eq(S.unwound, 0); /* seen at the thread's next hooked entry */
+	ck_assert_int_eq(t_add(1, 2), 3);
+	ck_assert_int_eq(S.unwound, 2);
+	ck_assert_int_eq(S.exits, 1);
+	ck_assert_uint_eq(S.log[0], (unsigned long)t_jump_inner); /* innermost first */
+	ck_assert_uint_eq(S.log[1], (unsigned long)t_jump_outer);
+	ck_assert_uint_eq(S.log[2], (unsigned long)t_add);
+	ck_assert_int_eq(pk_fprobe_stats(&fp, &st), 0);
+	ck_assert_uint_eq(st.unwound, 2);
+	ck_assert_int_eq(S.bad, 0);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+static volatile long handler_sum;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	handler_sum += t_add(10, 20); /* hooked code in a handler */
+}
+
+static void on_usr2(int sig)
+{
+	(void)sig;
+	siglongjmp(sjb, 1);
+}
+
+PATCHABLE long t_wait_signal(long v)
+{
+	raise(SIGUSR2); /* the handler jumps out of this frame */
+	return v;
+}
+
+START_TEST(signal_handlers)
+{
+	PROBE(fp, (const void *)t_add, (const void *)t_wait_signal);
+
+	signal(SIGUSR1, on_usr1);
+	signal(SIGUSR2, on_usr2);
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	for (int i = 0; i < 200; i++)
+		raise(SIGUSR1);
+	ck_assert_int_eq(handler_sum, 200 * 30);
+	ck_assert_int_eq(S.exits, 200);
+	if (sigsetjmp(sjb, 1) == 0)
+		t_wait_signal(1);
+	ck_assert_int_eq(t_add(0, 0), 0);
+	ck_assert_int_eq(S.unwound, 1);
+	ck_assert_int_eq(S.exits, 201);
+	ck_assert_int_eq(S.bad, 0);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+#define NTHREADS 8
+#define NCALLS	 20000
+
+static void *caller(void *arg)
+{
+	long k = (long)arg, sum = 0;
+
+	for (long i = 0; i < NCALLS; i++)
+		sum += t_add(i, k) - k;
+	return (void *)(sum == (long)NCALLS * (NCALLS - 1) / 2 ? 0L : 1L);
+}
+
+START_TEST(threads)
+{
+	PROBE(fp, (const void *)t_add);
+	pthread_t th[NTHREADS];
+	void *r;
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	for (long i = 0; i < NTHREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, caller, (void *)i), 0);
+	for (int i = 0; i < NTHREADS; i++) {
+		ck_assert_int_eq(pthread_join(th[i], &r), 0);
+		ck_assert_ptr_null(r);
+	}
+	ck_assert_int_eq(S.entries, NTHREADS * NCALLS);
+	ck_assert_int_eq(S.exits, NTHREADS * NCALLS);
+	ck_assert_int_eq(S.bad, 0);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+static void *leaver(void *arg)
+{
+	t_leave((long)arg);
+	return NULL;
+}
+
+START_TEST(pthread_exit_unwound)
+{
+	PROBE(fp, (const void *)t_leave);
+	pthread_t th;
+	void *r;
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, leaver, (void *)77L), 0);
+	ck_assert_int_eq(pthread_join(th, &r), 0);
+	ck_assert_ptr_eq(r, (void *)77L);
+	ck_assert_int_eq(S.entries, 1);
+	ck_assert_int_eq(S.unwound, 1); /* at the thread's exit */
+	ck_assert_int_eq(S.exits, 0);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+START_TEST(fork_child_returns)
+{
+	PROBE(fp, (const void *)t_fork);
+	int status;
+	long r;
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	r = t_fork(5);
+	if (r == 5) /* the child: its copy of the frame returned through the trampoline */
+		_exit(S.exits == 1 && S.bad == 0 ? 0 : 1);
+	ck_assert_int_eq(r, 1000005);
+	ck_assert_int_gt(waitpid(-1, &status, 0), 0);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(S.exits, 1);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+static void *recurser(void *arg)
+{
+	long n = (long)arg;
+
+	return (void *)(t_recurse(n) == n ? 0L : 1L);
+}
+
+START_TEST(deeper_than_the_stack)
+{
+	PROBE(fp, (const void *)t_recurse);
+	struct pk_fprobe_stats st;
+	pthread_attr_t a;
+	pthread_t th;
+	long n = PK_FPROBE_DEPTH + 1000;
+	void *r;
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	pthread_attr_init(&a);
+	pthread_attr_setstacksize(&a, 256ul << 20);
+	ck_assert_int_eq(pthread_create(&th, &a, recurser, (void *)n), 0);
+	ck_assert_int_eq(pthread_join(th, &r), 0);
+	ck_assert_ptr_null(r);
+	ck_assert_int_eq(S.entries, n + 1);
+	ck_assert_int_eq(S.exits, PK_FPROBE_DEPTH);
+	ck_assert_int_eq(pk_fprobe_stats(&fp, &st), 0);
+	ck_assert_uint_eq(st.deep, n + 1 - PK_FPROBE_DEPTH);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+static void *blocker(void *arg)
+{
+	return (void *)t_block((long)arg);
+}
+
+START_TEST(unregister_with_a_frame_pending)
+{
+	PROBE(fp, (const void *)t_block);
+	struct pk_fprobe_stats st;
+	pthread_t th;
+	void *r;
+
+	sem_init(&go, 0, 0);
+	sem_init(&inside, 0, 0);
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, blocker, (void *)14L), 0);
+	while (sem_wait(&inside))
+		;
+	/* The thread waits inside t_block until we post: this returns first, or never. */
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+	memset(&fp, 0xa5, sizeof(fp)); /* freed, as a user may */
+	fp.private = NULL;
+	sem_post(&go);
+	ck_assert_int_eq(pthread_join(th, &r), 0);
+	ck_assert_ptr_eq(r, (void *)42L);
+	ck_assert_int_eq(S.entries, 1);
+	ck_assert_int_eq(S.exits, 0);
+	ck_assert_int_eq(pk_fprobe_stats(NULL, &st), 0);
+	ck_assert_uint_eq(st.dropped, 1);
+}
+END_TEST
+
+START_TEST(bad_input)
+{
+	unsigned long ip = (unsigned long)t_add;
+	struct pk_fprobe none = {.filter = {.ips = &ip, .nips = 1}};
+	struct pk_fprobe big = {
+	    .exit = on_exit_cb, .data_size = 33, .filter = {.ips = &ip, .nips = 1}};
+	struct pk_fprobe flags = {
+	    .exit = on_exit_cb, .flags = 2, .filter = {.ips = &ip, .nips = 1}};
+	struct pk_fprobe ok = {.exit = on_exit_cb, .data = &S, .filter = {.ips = &ip, .nips = 1}};
+	unsigned long nosite = (unsigned long)&S;
+	struct pk_fprobe bad_ip = {.exit = on_exit_cb, .filter = {.ips = &nosite, .nips = 1}};
+
+	ck_assert_int_eq(pk_fprobe_register(NULL), -EINVAL);
+	ck_assert_int_eq(pk_fprobe_register(&none), -EINVAL);
+	ck_assert_int_eq(pk_fprobe_register(&big), -EINVAL);
+	ck_assert_int_eq(pk_fprobe_register(&flags), -EINVAL);
+	ck_assert_int_eq(pk_fprobe_register(&bad_ip), -ENOENT);
+	ck_assert_ptr_null(bad_ip.private);
+	ck_assert_int_eq(pk_fprobe_unregister(&ok), -ENOENT);
+	ck_assert_int_eq(pk_fprobe_register(&ok), 0);
+	ck_assert_int_eq(pk_fprobe_register(&ok), -EBUSY);
+	ck_assert_int_eq(pk_txn_begin(), 0);
+	ck_assert_int_eq(pk_fprobe_unregister(&ok), -EBUSY);
+	ck_assert_int_eq(pk_txn_abort(), 0);
+	ck_assert_int_eq(t_add(2, 2), 4);
+	ck_assert_int_eq(S.exits, 1);
+	ck_assert_int_eq(pk_fprobe_unregister(&ok), 0);
+	ck_assert_int_eq(pk_fprobe_unregister(&ok), -ENOENT);
+}
+END_TEST
+
+/* An exit callback that calls a hooked function: that call is not hooked (recursion guard). */
+static void calls_hooked(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+			 struct pk_ret *ret, void *data)
+{
+	(void)ip;
+	(void)parent_ip;
+	(void)data;
+	ret->ax += (unsigned long)t_add(100, 0);
+	__atomic_add_fetch(&((struct seen *)fp->data)->exits, 1, __ATOMIC_RELAXED);
+}
+
+START_TEST(callback_reaches_hooked_code)
+{
+	unsigned long ip = (unsigned long)t_add;
+	struct pk_fprobe fp = {.exit = calls_hooked, .data = &S, .filter = {.ips = &ip, .nips = 1}};
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	ck_assert_int_eq(t_add(1, 2), 103);
+	ck_assert_int_eq(S.exits, 1); /* the inner t_add ran unhooked */
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+static void reset(void)
+{
+	memset(&S, 0, sizeof(S));
+}
+
+int main(void)
+{
+	Suite *s = suite_create("fprobe");
+	TCase *tc = tcase_create("fprobe");
+
+	tcase_add_checked_fixture(tc, reset, NULL);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, returns_and_words);
+	tcase_add_test(tc, replace_float_and_rdx);
+	tcase_add_test(tc, declined);
+	tcase_add_test(tc, longjmp_unwound);
+	tcase_add_test(tc, signal_handlers);
+	tcase_add_test(tc, threads);
+	tcase_add_test(tc, pthread_exit_unwound);
+	tcase_add_test(tc, fork_child_returns);
+	tcase_add_test(tc, deeper_than_the_stack);
+	tcase_add_test(tc, unregister_with_a_frame_pending);
+	tcase_add_test(tc, bad_input);
+	tcase_add_test(tc, callback_reaches_hooked_code);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}

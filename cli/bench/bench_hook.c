@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <probekit/fprobe.h>
 #include <probekit/hook.h>
 #include <probekit/sites.h>
 
@@ -88,6 +89,51 @@ static void empty_ops(unsigned long ip, unsigned long parent_ip, struct pk_ops *
 }
 
 /* The site of function @fn, in @ip. */
+/* The entry+exit variant's fprobe callbacks. */
+static int count_entry(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		       struct pk_regs *regs, void *data)
+{
+	(void)fp;
+	(void)parent_ip;
+	(void)regs;
+	(void)data;
+	hits++;
+	last_ip = ip;
+	return 0;
+}
+
+static void count_exit(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		       struct pk_ret *ret, void *data)
+{
+	(void)fp;
+	(void)ip;
+	(void)parent_ip;
+	(void)ret;
+	(void)data;
+	hits++;
+}
+
+static int empty_entry(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		       struct pk_regs *regs, void *data)
+{
+	(void)fp;
+	(void)ip;
+	(void)parent_ip;
+	(void)regs;
+	(void)data;
+	return 0;
+}
+
+static void empty_exit(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		       struct pk_ret *ret, void *data)
+{
+	(void)fp;
+	(void)ip;
+	(void)parent_ip;
+	(void)ret;
+	(void)data;
+}
+
 static int site_of(const void *fn, unsigned long *ip)
 {
 	struct pk_site s;
@@ -650,6 +696,8 @@ static const char call_usage[] =
     "  plain       nothing attached (its added figure is the run's noise)\n"
     "  direct      pk_direct_add of a pk_tramp_new trampoline\n"
     "  one ops     one ops alone on the site (its specialised trampoline)\n"
+    "  entry+exit  one fprobe with an entry and an exit callback (pk_fprobe_register):\n"
+    "              the ops, the return hijacked, the return trampoline\n"
     "  two ops     two ops on the site (the shared list dispatcher)\n"
     "  direct+ops  a direct trampoline and one ops (list dispatcher + hash)\n"
     "  relocated   one ops on pkb_add_reloc, the same a + b without a patchable\n"
@@ -703,6 +751,7 @@ struct call_env {
 	bool empty;
 	struct pk_tramp *tramp;
 	struct pk_ops ops[2];
+	struct pk_fprobe fprobe;
 	int fd;
 };
 
@@ -717,6 +766,7 @@ enum variant {
 	V_UPROBE,
 	V_DIRECT,
 	V_ONE_OPS,
+	V_ENTRY_EXIT,
 	V_TWO_OPS,
 	V_DIRECT_OPS,
 	V_RELOC,
@@ -724,11 +774,12 @@ enum variant {
 	NR_VARIANTS
 };
 
-static const char *const variant_names[] = {"plain",   "uprobe",     "direct",	  "one ops",
-					    "two ops", "direct+ops", "relocated", "int3"};
+static const char *const variant_names[] = {
+    "plain", "uprobe", "direct", "one ops", "entry+exit", "two ops", "direct+ops", "relocated",
+    "int3"};
 
 /* Hooks counted per call for each variant. */
-static const unsigned int variant_hits[] = {0, 1, 1, 1, 2, 2, 1, 1};
+static const unsigned int variant_hits[] = {0, 1, 1, 1, 2, 2, 2, 1, 1};
 
 static int variant_attach(struct call_env *e, enum variant v)
 {
@@ -743,6 +794,9 @@ static int variant_attach(struct call_env *e, enum variant v)
 		break;
 	case V_ONE_OPS:
 		err = pk_ops_register(&e->ops[0]);
+		break;
+	case V_ENTRY_EXIT:
+		err = pk_fprobe_register(&e->fprobe);
 		break;
 	case V_RELOC:
 	case V_INT3:
@@ -783,6 +837,9 @@ static int variant_detach(struct call_env *e, enum variant v)
 		break;
 	case V_ONE_OPS:
 		err = pk_ops_unregister(&e->ops[0]);
+		break;
+	case V_ENTRY_EXIT:
+		err = pk_fprobe_unregister(&e->fprobe);
 		break;
 	case V_RELOC:
 	case V_INT3:
@@ -936,6 +993,9 @@ int bench_call(int argc, char **argv)
 	for (int i = 0; i < 2; i++)
 		e.ops[i] = (struct pk_ops){.func = e.empty ? empty_ops : count_ops,
 					   .filter = {.ips = &e.ip, .nips = 1}};
+	e.fprobe = (struct pk_fprobe){.entry = e.empty ? empty_entry : count_entry,
+				      .exit = e.empty ? empty_exit : count_exit,
+				      .filter = {.ips = &e.ip, .nips = 1}};
 
 	printf("# Running 'call' benchmark:\n");
 	printf("# pkb_add called through a volatile pointer, result fed to the next call; "

@@ -161,17 +161,21 @@ static inline unsigned long exit_frame(unsigned long sp, void *regs)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 	unsigned long slot = sp - 8, ret;
-	uint64_t ts = pki_trace_now();
 	uint32_t d = t->depth;
+	struct pki_fgraph_ent *e = d ? &t->st[d - 1] : NULL;
 
 	/* (a probe's frame, reached by the trampoline that saves no xmm: slow) */
-	if (__builtin_expect(d && t->st[d - 1].slot == slot && (regs || !t->st[d - 1].probe), 1)) {
-		ret = t->st[d - 1].ret;
-		pki_fgraph_ent_exit(t, d - 1, ts, regs);
+	if (__builtin_expect(e && e->slot == slot && (regs || !e->probe), 1)) {
+		ret = e->ret;
+		if (e->probe) /* (no clock read: a probe's exit has no use for it) */
+			pki_fgraph_probe_exit(e, regs);
+		else
+			exit_account(e->fn, e->ts, e->child, pki_trace_now(),
+				     d >= 2 ? &t->st[d - 2] : NULL);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
-	} else {
-		ret = PKI_SLOWCALL3(pki_fgraph_exit_slow, sp, ts, regs); /* syscalls: may use xmm */
+	} else { /* syscalls: may use xmm */
+		ret = PKI_SLOWCALL3(pki_fgraph_exit_slow, sp, pki_trace_now(), regs);
 	}
 	if (__builtin_expect(t->dying && !t->depth, 0))
 		stack_gone(t);

@@ -430,8 +430,8 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 			user_pre = envp[i] + 11;
 			continue;
 		}
-		if (!strncmp(envp[i], "PROBEKIT_", 9))
-			continue;
+		if (!strncmp(envp[i], "PROBEKIT_", 9) && !user_setting(envp[i]))
+			continue; /* (the library's settings go on as they are) */
 		if (n >= PK_ENVBUF_VARS)
 			return NULL;
 		b->vec[n++] = envp[i];

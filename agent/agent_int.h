@@ -166,6 +166,11 @@ void agent_unwind_unhook_fresh(void);
 
 /* Is @path an unwinder's object; is @s one of the sites hooked here? */
 bool agent_unwind_object(const char *path);
+/*
+ * A library function whose return exit tracing leaves alone (agent/trace.c
+ * lists them): @name, of the object at @path.
+ */
+bool agent_lib_no_exit(const char *name, const char *path);
 bool agent_unwind_site(const struct pk_site *s);
 
 /* ---- trace mode's function selection (agent.c) ---- */

@@ -405,13 +405,14 @@ static int __dlo_register(struct dlo *d)
 	memset(&d->ops, 0, sizeof(d->ops));
 	d->ops.func = agent_dl_entry_only ? C.func_reloc : C.func;
 	/*
-	 * Relocated (--relocate-all): entries only, as for the libraries at
-	 * start (trace.c); one ops per object, so any relocated function makes
-	 * the whole object entries only (its returns must not be hijacked).
+	 * Relocated (--relocate-all): timed, except the functions whose return
+	 * must not be hijacked (trace.c's list, agent_lib_no_exit); one ops per
+	 * object, so one of those makes the whole object entries only.
 	 */
 	for (size_t i = 0; i < d->nips; i++)
 		if (!pk_site_find(d->ips[i], &s) &&
-		    (s.kind == PK_SITE_RELOC || s.kind == PK_SITE_INT3)) {
+		    (s.kind == PK_SITE_RELOC || s.kind == PK_SITE_INT3) &&
+		    agent_lib_no_exit(d->names[i], d->path)) {
 			d->ops.func = C.func_reloc;
 			break;
 		}

@@ -91,10 +91,10 @@ static const struct agent_trace_conf *const conf = &agent_trace_conf;
 static struct agent_lineage *const me = &agent_lineage;
 
 static struct {
-	bool session; /* a trace file is open */
-	int fd;	      /* attached: the command's descriptor for the next session_open(), or -1 */
+	bool session;	/* a trace file is open */
+	int fd;		/* attached: the command's descriptor for the next session_open(), or -1 */
 	char why[1024]; /* attached: why the start failed */
-	bool atfork;  /* on_fork_child is registered (once per process) */
+	bool atfork;	/* on_fork_child is registered (once per process) */
 	size_t nmain, nlib; /* registered: T.ops (if nmain) and T.ops_lib (if nlib) */
 	char file[PATH_MAX + 64];
 	unsigned long *ips;
@@ -197,7 +197,8 @@ static int session_open(void)
 		struct pki_trace_symdef *v = malloc(T.nips * sizeof(*v));
 
 		for (i = 0; v && i < T.nips; i++)
-			v[i] = (struct pki_trace_symdef){T.syms[i].fn, T.syms[i].obj, T.syms[i].name};
+			v[i] =
+			    (struct pki_trace_symdef){T.syms[i].fn, T.syms[i].obj, T.syms[i].name};
 		err = v ? pki_trace_symbols_add(v, T.nips) : -ENOMEM;
 		free(v);
 	}
@@ -347,9 +348,11 @@ static bool unwinder_hooked(bool initial)
 	char why[2 * PATH_MAX + 200];
 
 	if (agent_unwind_hook(why, sizeof(why)))
-		FAIL(initial, "%s, and a C++ throw across a function traced with its exit would "
-			      "end the process; exit tracing is refused: use --entry-only to record "
-			      "function entries without durations", why);
+		FAIL(initial,
+		     "%s, and a C++ throw across a function traced with its exit would "
+		     "end the process; exit tracing is refused: use --entry-only to record "
+		     "function entries without durations",
+		     why);
 	return true;
 }
 
@@ -510,9 +513,9 @@ static void reloc_summary(void)
 	if (!pki_sites_reloc_stats_main(&st) || (!st.refused && !st.int3))
 		return;
 	relayed = int3_relayed();
-	len = (size_t)snprintf(
-	    line, sizeof(line), "probekit: %s functions without a patchable entry: %zu relocated",
-	    agent_attached ? "the process's" : "PROG's", st.reloc);
+	len = (size_t)snprintf(line, sizeof(line),
+			       "probekit: %s functions without a patchable entry: %zu relocated",
+			       agent_attached ? "the process's" : "PROG's", st.reloc);
 	if (st.int3 > relayed) {
 		len += (size_t)snprintf(line + len, sizeof(line) - len,
 					", %zu through INT3 (a signal per call", st.int3 - relayed);
@@ -545,19 +548,83 @@ static void reloc_summary(void)
 }
 
 /*
- * With relocation in every object (--relocate-all), the libraries' relocated
- * functions are traced entries only: their returns are never hijacked.
- * libc's own setjmp/longjmp, vfork, clone's child, posix_spawn's CLONE_VM
- * child and the unwinder in libgcc_s leave or share frames in ways a return
- * trampoline cannot follow (a longjmp to the trampoline, a child popping
- * its parent's shadow entries); counts stay exact, durations are the
- * program's own functions'.
+ * With relocation in every object (--relocate-all, or attached), the
+ * libraries' functions are timed like the program's own, except those whose
+ * return a trampoline cannot replace, traced entries only (counts stay
+ * exact):
+ *  - functions that return twice or into another stack: the setjmp family,
+ *    vfork, getcontext and the other context functions;
+ *  - functions that leave by a jump or never return to their caller: the
+ *    longjmp family, pthread_exit and glibc's unwinding of a thread, exit's
+ *    path is fine (it just never returns) but start_thread, clone and
+ *    posix_spawn are not: their CLONE_VM children run on the parent's
+ *    thread-local shadow stack (clone without CLONE_SETTLS);
+ *  - functions that read their own stack as an unwinder does: backtrace(),
+ *    and every function of the unwinder's object (libgcc_s, LLVM's
+ *    libunwind), which starts a walk from its own frame;
+ *  - the dynamic loader (ld.so), whose lazy-binding entry is called with
+ *    the PLT's words where a return address would be.
  */
+static const char *const lib_no_exit[] = {"setjmp",
+					  "_setjmp",
+					  "sigsetjmp",
+					  "__sigsetjmp",
+					  "longjmp",
+					  "_longjmp",
+					  "siglongjmp",
+					  "__longjmp_chk",
+					  "__libc_longjmp",
+					  "__libc_siglongjmp",
+					  "vfork",
+					  "__vfork",
+					  "getcontext",
+					  "setcontext",
+					  "swapcontext",
+					  "makecontext",
+					  "clone",
+					  "__clone",
+					  "clone3",
+					  "posix_spawn",
+					  "posix_spawnp",
+					  "pthread_exit",
+					  "thrd_exit",
+					  "__pthread_unwind",
+					  "__pthread_unwind_next",
+					  "start_thread",
+					  "backtrace",
+					  "__backtrace",
+					  "__libc_start_main",
+					  "__libc_start_call_main",
+					  NULL};
+
+static bool listed(const char *name, const char *const *list)
+{
+	for (; name && *list; list++)
+		if (!strcmp(name, *list))
+			return true;
+	return false;
+}
+
+/* The object of @path is the unwinder or the dynamic loader: no exits in it. */
+static bool lib_object_no_exit(const char *path)
+{
+	const char *base = path ? strrchr(path, '/') : NULL;
+
+	base = base ? base + 1 : path;
+	return agent_unwind_object(path) || (base && !strncmp(base, "ld-linux", 8));
+}
+
+bool agent_lib_no_exit(const char *name, const char *path)
+{
+	return listed(name, lib_no_exit) || lib_object_no_exit(path);
+}
+
 static bool lib_entry_only(size_t i, uintptr_t main_base)
 {
 	const struct tsym *y = &T.syms[i];
+	const struct tobj *o = &T.objs[y->obj - 1];
 
-	return y->relocated && T.objs[y->obj - 1].base != main_base;
+	return y->relocated && o->base != main_base && agent_lib_no_exit(y->name, o->path);
 }
 
 /* T.ips split into T.main_ips (for T.ops) and T.lib_ips; false: out of memory. */
@@ -636,7 +703,8 @@ void agent_top_sample(void (*emit)(const char *line, void *arg), void *arg)
 	for (size_t i = 0; i < n; i++) {
 		const struct pki_fnstats_row *r = &rows[i];
 
-		snprintf(line, sizeof(line), "f\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%.400s\n",
+		snprintf(line, sizeof(line),
+			 "f\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\t%.400s\n",
 			 (unsigned long long)r->calls, (unsigned long long)r->untimed,
 			 (unsigned long long)r->total_ns, (unsigned long long)r->self_ns,
 			 (unsigned long long)r->p50_ns, (unsigned long long)r->p99_ns,
@@ -849,9 +917,10 @@ void agent_trace_poll(void)
 		return;
 	if (agent_unwind_poll(why, sizeof(why)) && !agent_dl_entry_only) {
 		agent_dl_entry_only = true;
-		agent_out_printf("probekit: %s: the libraries loaded from now on are traced without "
-				 "their exits (a C++ throw across one would end the process)\n",
-				 why);
+		agent_out_printf(
+		    "probekit: %s: the libraries loaded from now on are traced without "
+		    "their exits (a C++ throw across one would end the process)\n",
+		    why);
 	}
 }
 
@@ -869,7 +938,8 @@ void agent_trace_detach(void)
 	 */
 	err = pk_sites_refresh();
 	if (err)
-		agent_out_printf("probekit: reading the loaded objects again: %s\n", strerror(-err));
+		agent_out_printf("probekit: reading the loaded objects again: %s\n",
+				 strerror(-err));
 	err = unhook();
 	if (err)
 		agent_out_printf("probekit: taking the hooks off failed: %s; they stay, idle\n",
@@ -1129,7 +1199,9 @@ PK_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_a
 		return ENOSYS;
 	attr = agent_trigger_spawn_attr(attr, &abuf); /* the mask PROG believes it has */
 	b = agent_follows_children() ? envbuf_map() : NULL;
+	pki_trace_busy++; /* its CLONE_VM child runs on our memory until exec: untraced */
 	ret = real.posix_spawn(pid, path, fa, attr, argv, b ? agent_child_env(envp, b) : envp);
+	pki_trace_busy--;
 	envbuf_unmap(b);
 	return ret;
 }
@@ -1145,7 +1217,9 @@ PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
 		return ENOSYS;
 	attr = agent_trigger_spawn_attr(attr, &abuf); /* the mask PROG believes it has */
 	b = agent_follows_children() ? envbuf_map() : NULL;
+	pki_trace_busy++; /* its CLONE_VM child runs on our memory until exec: untraced */
 	ret = real.posix_spawnp(pid, file, fa, attr, argv, b ? agent_child_env(envp, b) : envp);
+	pki_trace_busy--;
 	envbuf_unmap(b);
 	return ret;
 }

@@ -25,13 +25,75 @@ static pthread_key_t key;
 static bool key_made;
 
 /*
+ * Graves: the stacks of threads that ended with hijacked frames left, the
+ * frames of the exit path that ran the key destructor.  Some of those never
+ * return (start_thread, when libc is traced: it ends the thread with a
+ * system call), so the stack cannot wait for its last entry to pop: it is
+ * given to a later thread's first entry once its thread is gone (tgkill()
+ * finds no such thread: the kernel is done with it).  A fork child's graves
+ * are its parent's threads', all gone there.  Lock-free, for a first entry
+ * may be in a signal handler: a slot is claimed by compare-and-swap from
+ * NULL to CLAIMED, filled, then published; taken by compare-and-swap back
+ * to NULL.
+ */
+#define GRAVES	64
+#define CLAIMED ((struct pki_fgraph_ent *)2)
+
+static struct {
+	struct pki_fgraph_ent *st;
+	pid_t tid;
+} graves[GRAVES];
+
+unsigned long pki_fgraph_graves_full; /* dying stacks no grave took (freed at their last pop) */
+
+static bool grave_put(struct pki_fgraph_ent *st)
+{
+	for (int i = 0; i < GRAVES; i++) {
+		struct pki_fgraph_ent *none = NULL;
+
+		if (!__atomic_compare_exchange_n(&graves[i].st, &none, CLAIMED, false,
+						 __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			continue;
+		graves[i].tid = (pid_t)syscall(SYS_gettid);
+		__atomic_store_n(&graves[i].st, st, __ATOMIC_RELEASE);
+		return true;
+	}
+	__atomic_add_fetch(&pki_fgraph_graves_full, 1, __ATOMIC_RELAXED);
+	return false;
+}
+
+/* A stack whose thread is gone, or NULL.  Keeps errno. */
+static struct pki_fgraph_ent *grave_take(void)
+{
+	int saved = errno;
+	pid_t pid = getpid();
+
+	for (int i = 0; i < GRAVES; i++) {
+		struct pki_fgraph_ent *st = __atomic_load_n(&graves[i].st, __ATOMIC_ACQUIRE);
+
+		if (st == NULL || st == CLAIMED)
+			continue;
+		if (!syscall(SYS_tgkill, pid, graves[i].tid, 0) || errno != ESRCH)
+			continue; /* its thread runs yet */
+		if (__atomic_compare_exchange_n(&graves[i].st, &st, NULL, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED)) {
+			errno = saved;
+			return st;
+		}
+	}
+	errno = saved;
+	return NULL;
+}
+
+/*
  * Thread exit (key destructor).  The frames the thread left (its start
  * routine returned, or pthread_exit() unwound them) get their exits now, as
  * unwound (pki_fgraph_thread_exit).  Hijacked frames of the exit path
  * (libc's, traced with relocation in every object: the one that runs this
- * destructor) still return through the trampoline, so the stack stays
- * until the last of them has (stack_gone).  Functions hooked later (other destructors) are not
- * hijacked (cap stays 0 with st == GONE).
+ * destructor) still return through the trampoline, so the stack stays, in a
+ * grave (above) or, with every grave taken, until the last of them has
+ * returned (stack_gone).  Functions hooked later (other destructors) are
+ * not hijacked (cap stays 0).
  */
 static void stack_release(void *arg)
 {
@@ -42,7 +104,7 @@ static void stack_release(void *arg)
 	t->cap = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (t->depth) {
-		t->dying = 1;
+		t->dying = grave_put(arg) ? 2 : 1; /* 2: the grave frees it, not stack_gone */
 		return;
 	}
 	t->st = GONE;
@@ -50,14 +112,17 @@ static void stack_release(void *arg)
 	munmap(arg, STACK_LEN);
 }
 
-/* The last hijacked frame of a dying thread returned: free its stack. */
+/* The last hijacked frame of a dying thread returned: free its stack, unless a grave has it. */
 static __attribute__((noinline)) void stack_gone(struct pki_fgraph_tls *t)
 {
 	struct pki_fgraph_ent *st = t->st;
+	bool buried = t->dying == 2;
 
 	t->dying = 0;
 	t->st = GONE; /* before munmap: never hijacked now */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (buried)
+		return;
 	pki_trace_busy++;
 	munmap(st, STACK_LEN);
 	pki_trace_busy--;
@@ -93,8 +158,10 @@ __attribute__((noinline)) struct pki_fgraph_ent *pki_fgraph_push_slow(uint64_t f
 
 	if (!t->st) {
 		pki_trace_busy++; /* mmap and the key are probekit's calls, not events */
-		st = mmap(NULL, STACK_LEN, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		st = grave_take();
+		if (!st)
+			st = mmap(NULL, STACK_LEN, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (st != MAP_FAILED && !t->st) { /* not made by a signal handler meanwhile */
 			t->st = st;
 			if (key_made)

@@ -307,8 +307,9 @@ static inline void pki_fgraph_enter(uint64_t fn, unsigned long *slot)
 
 	if (__builtin_expect(e != NULL, 1))
 		pki_fgraph_arm(e);
-	else
-		pki_trace_count_lost(); /* this exit is not seen */
+	else if (pki_fgraph_tls.cap || !pki_fgraph_tls.st)
+		pki_trace_count_lost(); /* this exit is not seen (past the thread's end: not asked)
+					 */
 }
 
 /*

@@ -75,7 +75,15 @@ check "--relocate-all: rc $rc, stdout of the plain run" "[[ $rc == 0 ]] && cmp -
 libc_counts a.trace >got
 want out parent >exp
 check "--relocate-all: libc calls counted as the program does ($(tr '\n' ' ' <got))" "[[ -s exp ]] && cmp -s got exp"
-child=$(ls a.trace.* 2>/dev/null | head -1)
+# The fork child's file (the posix_spawn child, /bin/true, has its own: the
+# relocation setting goes on to the programs PROG starts).
+child= spawned=
+for f in a.trace.*; do
+	"$pk" report "$f" >rep 2>&1
+	head -1 rep | grep -q "$lc:" && child=$f
+	head -1 rep | grep -q '/true:' && spawned=$f
+done
+check "--relocate-all: the posix_spawn child traced too (${spawned:-none})" "[[ -n '$spawned' ]]"
 libc_counts "${child:-none}" >got
 want out child >exp
 check "--relocate-all: and in the fork child ($(tr '\n' ' ' <got))" "[[ -s exp ]] && cmp -s got exp"

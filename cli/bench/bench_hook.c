@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <probekit/fprobe.h>
@@ -708,6 +709,9 @@ static const char call_usage[] =
     "              hooked through an INT3 site: a signal per call (LOOPS / 1000\n"
     "              calls a round, at least 100); compare with uprobe\n"
     "  uprobe      the kernel's uprobe (LOOPS / 1000 calls a round, at least 100)\n"
+    "Then clang's XRay (bench/xray_peer.cc: the same pkb_add built with\n"
+    "-fxray-instrument, an entry+exit handler counting both) in the same way,\n"
+    "and the ratio of what entry+exit adds to what XRay adds.\n"
     "Handlers and callbacks count their hits (one increment), checked after each\n"
     "variant; --empty uses empty ones instead (then only results are checked).\n"
     "\n"
@@ -774,9 +778,9 @@ enum variant {
 	NR_VARIANTS
 };
 
-static const char *const variant_names[] = {
-    "plain", "uprobe", "direct", "one ops", "entry+exit", "two ops", "direct+ops", "relocated",
-    "int3"};
+static const char *const variant_names[] = {"plain",	  "uprobe",	"direct",
+					    "one ops",	  "entry+exit", "two ops",
+					    "direct+ops", "relocated",	"int3"};
 
 /* Hooks counted per call for each variant. */
 static const unsigned int variant_hits[] = {0, 1, 1, 1, 2, 2, 2, 1, 1};
@@ -872,7 +876,7 @@ static int variant_detach(struct call_env *e, enum variant v)
  * of the variant, detach.  Interleaved so that both see the same machine;
  * best of each.  Prints the variant's line; 0 or 1 (failed).
  */
-static int call_variant(struct call_env *e, enum variant v, unsigned long loops)
+static int call_variant(struct call_env *e, enum variant v, unsigned long loops, double *added)
 {
 	/* A trap per call (uprobe, INT3 site): a thousandth of the loops. */
 	bool slow = v == V_UPROBE || v == V_INT3;
@@ -930,6 +934,72 @@ static int call_variant(struct call_env *e, enum variant v, unsigned long loops)
 	printf("# %s: plain call in the same rounds: %.3f nsecs/call\n", variant_names[v], base);
 	printf("%s: %.3f nsecs/call (%+.3f nsecs)\n", variant_names[v], best, best - base);
 	fflush(stdout);
+	*added = best - base;
+	return 0;
+}
+
+/*
+ * The peer: clang's XRay on the same pkb_add (bench/xray_peer.cc), started
+ * with @args; its one line of figures in @line.  0, or -1 with the reason
+ * printed as a comment (not built, refused): the peer is optional.
+ */
+static int xray_run(const char *args, char *line, size_t n)
+{
+	const char *env = getenv("PROBEKIT_XRAY_PEER");
+	char self[PATH_MAX], path[PATH_MAX + 64], cmd[2 * PATH_MAX];
+	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+	FILE *f;
+	int st;
+
+	if (env && *env) {
+		snprintf(path, sizeof(path), "%s", env);
+	} else {
+		self[len > 0 ? len : 0] = 0;
+		slash = strrchr(self, '/');
+		if (slash)
+			*slash = 0;
+		snprintf(path, sizeof(path), "%s/../bench/probekit-xray-peer", self);
+	}
+	if (access(path, X_OK)) {
+		printf("# xray: not measured: no %s (built where clang++ with compiler-rt's XRay "
+		       "is installed; PROBEKIT_XRAY_PEER names another)\n",
+		       path);
+		return -1;
+	}
+	snprintf(cmd, sizeof(cmd), "XRAY_OPTIONS=patch_premain=false '%s' %s", path, args);
+	fflush(stdout);
+	f = popen(cmd, "r");
+	if (!f || !fgets(line, (int)n, f)) {
+		if (f)
+			pclose(f);
+		printf("# xray: not measured: %s gave no figures\n", path);
+		return -1;
+	}
+	st = pclose(f);
+	if (st) {
+		printf("# xray: not measured: %s failed (status %d)\n", path, st);
+		return -1;
+	}
+	return 0;
+}
+
+/* XRay's entry+exit handler on the same leaf, beside the entry+exit variant's figure. */
+static int call_xray(unsigned long loops, double ours)
+{
+	char args[64], line[256];
+	double plain, hooked;
+	unsigned long hits;
+
+	snprintf(args, sizeof(args), "call %lu", loops);
+	if (xray_run(args, line, sizeof(line)))
+		return 0;
+	if (sscanf(line, "xray-call: %lf %lf %lu", &plain, &hooked, &hits) != 3)
+		return cli_error("bench call: the XRay peer printed '%s'", line);
+	printf("# xray entry+exit: plain call in the same rounds: %.3f nsecs/call\n", plain);
+	printf("xray entry+exit: %.3f nsecs/call (%+.3f nsecs)\n", hooked, hooked - plain);
+	if (hooked - plain > 0)
+		printf("entry+exit / xray entry+exit (added): %.2fx\n", ours / (hooked - plain));
 	return 0;
 }
 
@@ -941,6 +1011,7 @@ int bench_call(int argc, char **argv)
 	    {NULL, 0, NULL, 0},
 	};
 	struct call_env e = {.fd = -1};
+	double added[NR_VARIANTS] = {0};
 	unsigned long loops = 10000000ul;
 	double start;
 	cpu_set_t cpus;
@@ -1006,7 +1077,9 @@ int bench_call(int argc, char **argv)
 	fflush(stdout);
 	start = now_ns();
 	for (int v = 0; v < NR_VARIANTS && !err; v++)
-		err = call_variant(&e, (enum variant)v, loops);
+		err = call_variant(&e, (enum variant)v, loops, &added[v]);
+	if (!err)
+		err = call_xray(loops, added[V_ENTRY_EXIT]);
 	if (!err)
 		printf(" Total time: %.3f [sec]\n", (now_ns() - start) / 1e9);
 	pk_tramp_free(e.tramp);

@@ -24,25 +24,33 @@ unsigned long pki_fprobe_dropped;
  * prune), then the entry is pushed and filled, the entry callback writes
  * its words in place, and the return is hijacked last, unless declined.
  */
+/* Entries without an exit: only an entry callback, or too deep (words of their own). */
+static __attribute__((noinline)) void entry_alone(struct pk_fprobe *fp, unsigned long ip,
+						  unsigned long parent_ip, struct pk_regs *regs)
+{
+	uint64_t scratch[PKI_FGRAPH_WORDS] = {0};
+
+	if (fp->entry)
+		fp->entry(fp, ip, parent_ip, regs, scratch);
+}
+
 void pki_fprobe_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		      struct pk_regs *regs)
 {
 	struct pki_fprobe *p = ops->data;
 	struct pk_fprobe *fp = p->fp;
 	unsigned long *slot = (unsigned long *)regs->sp;
-	uint64_t scratch[PKI_FGRAPH_WORDS] = {0};
 	struct pki_fgraph_ent *e;
 
 	if (!fp->exit) {
-		fp->entry(fp, ip, parent_ip, regs, scratch);
+		entry_alone(fp, ip, parent_ip, regs);
 		return;
 	}
 	pki_fgraph_prune(slot);
 	e = pki_fgraph_push(ip, p->handle, slot);
 	if (__builtin_expect(!e, 0)) {
 		ADD(p->deep);
-		if (fp->entry)
-			fp->entry(fp, ip, parent_ip, regs, scratch);
+		entry_alone(fp, ip, parent_ip, regs);
 		return;
 	}
 	e->w[2] = e->w[3] = 0; /* push zeroed w[0..1] (ts, child) */
@@ -74,25 +82,38 @@ static void call_exit(struct pki_fgraph_ent *e, struct pk_ret *r)
  * inside an entry's body (counted already) or behind a trampoline.  At a
  * level above 0 the thread is inside a callback: skipped, as hooks are.
  */
+static __attribute__((noinline)) void call_unwound(struct pki_fgraph_ent *e)
+{
+	struct pk_ret unwound = {.unwound = 1};
+
+	call_exit(e, &unwound);
+}
+
+/* The exit at a level other than the outermost one: not run (X3). */
+static __attribute__((noinline)) void not_run(const struct pki_fgraph_ent *e, int level)
+{
+	struct pki_fprobe *p =
+	    __atomic_load_n(&pki_fprobe_table[PKI_FPROBE_IDX(e->probe)], __ATOMIC_ACQUIRE);
+
+	if (level > 0 && p && p->handle == e->probe)
+		ADD(p->skipped);
+	else
+		ADD(pki_fprobe_dropped); /* not counted: cannot look (X5) */
+}
+
 void pki_fprobe_exit(struct pki_fgraph_ent *e, void *regs)
 {
-	struct pk_ret unwound = {.unwound = 1}, *r = regs ? regs : &unwound;
 	int level = pki_tramp_nest;
 	bool mine = level < 0;
 
 	if (mine)
 		level = pki_gp_read_begin();
-	if (level == 0) {
-		call_exit(e, r);
-	} else {
-		struct pki_fprobe *p =
-		    __atomic_load_n(&pki_fprobe_table[PKI_FPROBE_IDX(e->probe)], __ATOMIC_ACQUIRE);
-
-		if (level > 0 && p && p->handle == e->probe)
-			ADD(p->skipped);
-		else
-			ADD(pki_fprobe_dropped); /* not counted: cannot look (X5) */
-	}
+	if (__builtin_expect(level != 0, 0))
+		not_run(e, level);
+	else if (__builtin_expect(regs != NULL, 1))
+		call_exit(e, regs);
+	else
+		call_unwound(e);
 	if (mine && level >= 0)
 		pki_gp_read_end();
 }

@@ -451,18 +451,19 @@ void pki_gp_exit_slow(void)
 /* ---- write side ---- */
 
 static pthread_once_t barrier_once = PTHREAD_ONCE_INIT;
-static bool barrier_ok; /* membarrier private expedited registered */
+bool pki_gp_barrier_ok; /* membarrier private expedited registered */
 
 static void barrier_init(void)
 {
 	const char *e = getenv("PROBEKIT_GP_LOCKED");
 
 	if (e && *e == '1') { /* tests and benchmarks of the fallback */
-		barrier_ok = false;
+		pki_gp_barrier_ok = false;
 		return;
 	}
-	barrier_ok = !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
-	if (!barrier_ok)
+	pki_gp_barrier_ok =
+	    !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+	if (!pki_gp_barrier_ok)
 		pki_debug("hooks: membarrier: %s: entries take a locked increment\n",
 			  pki_errstr(errno));
 }
@@ -470,41 +471,7 @@ static void barrier_init(void)
 bool pki_gp_readers_locked(void)
 {
 	pthread_once(&barrier_once, barrier_init);
-	return !barrier_ok;
-}
-
-/*
- * A counted section entered from C, where no entry E counted the thread:
- * behind a return trampoline (hook/fprobe.c's exits, X3 of
- * doc/design/exit-hooks.md).  The same read side as E and X: the increment
- * is one instruction (N1), locked where the entries' are (W1's fallback:
- * barrier_ok is decided before the first entry is made, and this follows
- * one), and a thread whose counter is still unregistered registers (N2).
- */
-int pki_gp_read_begin(void)
-{
-	struct pki_tramp_tls *me = &pki_tramp_tls;
-	int v;
-
-	if (__builtin_expect(barrier_ok, 1)) {
-		__asm__ volatile("incl %0" : "+m"(me->nest) : : "memory");
-		v = nest_get(me);
-	} else {
-		v = __atomic_add_fetch(&me->nest, 1, __ATOMIC_SEQ_CST);
-	}
-	if (__builtin_expect(v >= 0, 1))
-		return v;
-	return pki_gp_register() ? nest_get(me) : -1; /* refused: undone, not counted */
-}
-
-/* The end of a section pki_gp_read_begin() counted: X's slow exit if asked, then X's decl. */
-void pki_gp_read_end(void)
-{
-	struct pki_tramp_tls *me = &pki_tramp_tls;
-
-	if (__builtin_expect(__atomic_load_n(&me->want, __ATOMIC_RELAXED), 0))
-		pki_gp_exit_slow();
-	__asm__ volatile("decl %0" : "+m"(me->nest) : : "memory");
+	return !pki_gp_barrier_ok;
 }
 
 /*
@@ -515,7 +482,7 @@ void pki_gp_read_end(void)
 static int gp_barrier(void)
 {
 	pthread_once(&barrier_once, barrier_init);
-	if (!barrier_ok) {
+	if (!pki_gp_barrier_ok) {
 		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* readers' entries are locked */
 		return 0;
 	}
@@ -932,7 +899,8 @@ void pki_gp_fork_child(void)
 	 * A membarrier() registration belongs to the address space: the
 	 * child's is made again here (entries stay as they are, unlocked).
 	 */
-	if (barrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0))
+	if (pki_gp_barrier_ok &&
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0))
 		pki_warn("hooks: fork child: membarrier: %s: grace periods here do not "
 			 "order running threads\n",
 			 pki_errstr(errno));

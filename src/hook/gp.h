@@ -11,6 +11,8 @@
 
 #include <stdbool.h>
 
+#include "arch/arch.h"
+
 /*
  * Wait until every thread has been outside every trampoline body and
  * callback at some instant after the call began.  Anything unpublished
@@ -69,14 +71,43 @@ void pki_gp_exit_slow(void);
 int pki_gp_register(void);
 
 /*
- * A counted section entered and left from C (an exit callback behind a
- * return trampoline): the read side above, as an entry and an exit make it.
- * pki_gp_read_begin() returns the level (0: outermost; above 0: the thread
- * is inside a callback) or -1 (not counted: the thread could not register;
- * no pki_gp_read_end() then).  Async-signal-safe.
+ * A counted section entered and left from C, where no entry E counted the
+ * thread: behind a return trampoline (hook/fprobe_hot.c's exits, X3 of
+ * doc/design/exit-hooks.md).  The same read side as E and X: the increment
+ * is one instruction (N1), locked where the entries' are (W1's fallback:
+ * pki_gp_barrier_ok is decided before the first entry is made, and this
+ * follows one), and a thread whose counter is still unregistered registers
+ * (N2).  pki_gp_read_begin() returns the level (0: outermost; above 0: the
+ * thread is inside a callback) or -1 (not counted: the thread could not
+ * register; no pki_gp_read_end() then).  pki_gp_read_end() is X's exit: the
+ * slow exit if a grace period asked, then the decrement.  Async-signal-safe.
  */
-int pki_gp_read_begin(void);
-void pki_gp_read_end(void);
+extern bool pki_gp_barrier_ok;
+
+static inline int pki_gp_read_begin(void)
+{
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+	int v;
+
+	if (__builtin_expect(pki_gp_barrier_ok, 1)) {
+		__asm__ volatile("incl %0" : "+m"(me->nest) : : "memory");
+		v = __atomic_load_n(&me->nest, __ATOMIC_RELAXED);
+	} else {
+		v = __atomic_add_fetch(&me->nest, 1, __ATOMIC_SEQ_CST);
+	}
+	if (__builtin_expect(v >= 0, 1))
+		return v;
+	return pki_gp_register() ? __atomic_load_n(&me->nest, __ATOMIC_RELAXED) : -1;
+}
+
+static inline void pki_gp_read_end(void)
+{
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+
+	if (__builtin_expect(__atomic_load_n(&me->want, __ATOMIC_RELAXED), 0))
+		pki_gp_exit_slow();
+	__asm__ volatile("decl %0" : "+m"(me->nest) : : "memory");
+}
 
 /*
  * fork() support, called by the registry's atfork handlers in this order

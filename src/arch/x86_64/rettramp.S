@@ -5,15 +5,19 @@
  * its `ret` lands here with rsp = (the slot that held the return address) +
  * 8.  pki_fgraph_exit(rsp) records the exit, pops the shadow entry and
  * returns the original return address, which goes back into the slot; the
- * final `ret` then leaves exactly as the function's own would have: the
- * stack as it left it, and every register as it left it.
+ * final jump through the slot then leaves exactly as the function's own
+ * `ret` would have: the stack as it left it, and every register as it left
+ * it.  A jump, not a `ret`: the function's `ret` into the trampoline
+ * already took the return stack buffer's entry for the caller (the one
+ * misprediction a hijacked return costs), and a second `ret` would take
+ * the grandcaller's, leaving every return above it mispredicted.
  *
  * Every general register is preserved, not only the return values: the
  * SysV ABI makes the others dead at a return, but gcc's -fipa-ra (on at -O2
  * for any program not built with -pg or -fpatchable-function-entry, which
  * turn it off) lets a caller keep values in the caller-saved registers its
  * callee is known not to write (python3 keeps r8-r10 across calls of its
- * own config functions).  Going back through `ret`, not `jmp *%reg`, keeps
+ * own config functions).  Jumping through memory, not `jmp *%reg`, keeps
  * r11 as well.  The slot is below rsp between the function's ret and our
  * sub: inside the 128-byte red zone, which signal delivery skips.
  * Vector and x87 registers: fgraph.c is built with -mgeneral-regs-only and
@@ -58,8 +62,9 @@ pki_rettramp:
 	popq	%rcx
 	popq	%rdx
 	popq	%rax
-	leave
-	ret
+	leave				/* rsp = the slot, which holds the return address */
+	leaq	8(%rsp), %rsp		/* as after the function's ret; flags kept */
+	jmp	*-8(%rsp)		/* (in the red zone: signal delivery skips it) */
 	.cfi_endproc
 	.size	pki_rettramp, . - pki_rettramp
 /*
@@ -131,8 +136,9 @@ pki_rettramp_regs:
 	movaps	RET_XMM1(%rsp), %xmm1
 	movq	RET_AX(%rsp), %rax
 	movq	RET_DX(%rsp), %rdx
-	leave
-	ret
+	leave				/* rsp = the slot, which holds the return address */
+	leaq	8(%rsp), %rsp		/* as after the function's ret; flags kept */
+	jmp	*-8(%rsp)		/* (in the red zone: signal delivery skips it) */
 	.cfi_endproc
 	.size	pki_rettramp_regs, . - pki_rettramp_regs
 	.section .note.GNU-stack, "", @progbits

@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include "agent_int.h"
+#include "trace/trace.h"
 
 #define PK_EXPORT  __attribute__((visibility("default")))
 #define SHELL_PATH "/bin/sh"
@@ -132,9 +133,14 @@ static int spawn_shell(pid_t *pid, const posix_spawn_file_actions_t *fa,
 {
 	posix_spawnattr_t buf;
 
+	int ret;
+
 	attr = agent_trigger_spawn_attr(attr, &buf); /* the mask PROG believes it has */
-	return REAL(posix_spawn)(pid, SHELL_PATH, fa, attr,
-				 (char *const[]){"sh", "-c", (char *)command, NULL}, env);
+	pki_trace_busy++; /* its CLONE_VM child runs on our memory until exec: untraced */
+	ret = REAL(posix_spawn)(pid, SHELL_PATH, fa, attr,
+				(char *const[]){"sh", "-c", (char *)command, NULL}, env);
+	pki_trace_busy--;
+	return ret;
 }
 
 /* ---- system() ------------------------------------------------------------------ */
@@ -225,12 +231,17 @@ PK_EXPORT int system(const char *line)
 	int (*sys)(const char *);
 
 	if (!agent_follows_children() || !REAL(posix_spawn)) {
+		int ret;
+
 		sys = REAL(system);
 		if (!sys) {
 			errno = ENOSYS;
 			return -1;
 		}
-		return sys(line);
+		pki_trace_busy++; /* glibc's spawns a CLONE_VM child on our memory: untraced */
+		ret = sys(line);
+		pki_trace_busy--;
+		return ret;
 	}
 	if (!line)
 		return sys_run("exit 0") == 0; /* is there a shell (chroot)? */
@@ -380,7 +391,10 @@ PK_EXPORT FILE *popen(const char *command, const char *mode)
 			errno = ENOSYS;
 			return NULL;
 		}
-		return pop(command, mode);
+		pki_trace_busy++; /* as system() */
+		fp = pop(command, mode);
+		pki_trace_busy--;
+		return fp;
 	}
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
 	fp = pop_open(command, mode);

@@ -555,47 +555,25 @@ static void reloc_summary(void)
  *  - functions that return twice or into another stack: the setjmp family,
  *    vfork, getcontext and the other context functions;
  *  - functions that leave by a jump or never return to their caller: the
- *    longjmp family, pthread_exit and glibc's unwinding of a thread, exit's
- *    path is fine (it just never returns) but start_thread, clone and
- *    posix_spawn are not: their CLONE_VM children run on the parent's
- *    thread-local shadow stack (clone without CLONE_SETTLS);
- *  - functions that read their own stack as an unwinder does: backtrace(),
- *    and every function of the unwinder's object (libgcc_s, LLVM's
- *    libunwind), which starts a walk from its own frame;
+ *    longjmp family, pthread_exit and glibc's unwinding of a thread;
+ *  - clone and posix_spawn, whose CLONE_VM children run on the parent's
+ *    thread-local shadow stack (no CLONE_SETTLS);
+ *  - functions that read their own return address: dlopen, dlmopen, dlsym,
+ *    dlvsym and dl_iterate_phdr take their caller's object from it (its
+ *    RUNPATH, RTLD_NEXT), backtrace() and every function of the unwinder's
+ *    object (libgcc_s, LLVM's libunwind) start a walk from their own frame;
+ *  - mcount and __fentry__, called by -pg code before its frame is made;
  *  - the dynamic loader (ld.so), whose lazy-binding entry is called with
  *    the PLT's words where a return address would be.
  */
-static const char *const lib_no_exit[] = {"setjmp",
-					  "_setjmp",
-					  "sigsetjmp",
-					  "__sigsetjmp",
-					  "longjmp",
-					  "_longjmp",
-					  "siglongjmp",
-					  "__longjmp_chk",
-					  "__libc_longjmp",
-					  "__libc_siglongjmp",
-					  "vfork",
-					  "__vfork",
-					  "getcontext",
-					  "setcontext",
-					  "swapcontext",
-					  "makecontext",
-					  "clone",
-					  "__clone",
-					  "clone3",
-					  "posix_spawn",
-					  "posix_spawnp",
-					  "pthread_exit",
-					  "thrd_exit",
-					  "__pthread_unwind",
-					  "__pthread_unwind_next",
-					  "start_thread",
-					  "backtrace",
-					  "__backtrace",
-					  "__libc_start_main",
-					  "__libc_start_call_main",
-					  NULL};
+static const char *const lib_no_exit[] = {
+    "setjmp", "_setjmp", "sigsetjmp", "__sigsetjmp", "longjmp", "_longjmp", "siglongjmp",
+    "__longjmp_chk", "__libc_longjmp", "__libc_siglongjmp", "vfork", "__vfork", "getcontext",
+    "setcontext", "swapcontext", "makecontext", "clone", "__clone", "clone3", "posix_spawn",
+    "posix_spawnp", "pthread_exit", "thrd_exit", "__pthread_unwind", "__pthread_unwind_next",
+    "start_thread", "backtrace", "__backtrace", "__libc_start_main", "__libc_start_call_main",
+    "dlopen", "dlmopen", "dlsym", "dlvsym", "dl_iterate_phdr", "__libc_dlopen_mode",
+    "__libc_dlsym", "__libc_dlvsym", "mcount", "_mcount", "__fentry__", NULL};
 
 static bool listed(const char *name, const char *const *list)
 {

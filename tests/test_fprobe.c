@@ -8,6 +8,7 @@
  * code, threads, fork, deep recursion past PK_FPROBE_DEPTH, and an
  * unregister that returns while a hooked frame is still pending.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -22,6 +23,7 @@
 
 #include <probekit/fprobe.h>
 #include <probekit/hook.h>
+#include <probekit/sites.h>
 
 #include "harness.h"
 
@@ -89,6 +91,12 @@ PATCHABLE long t_fork(long v)
 	pid_t pid = fork();
 
 	return pid < 0 ? -1 : pid == 0 ? v : v + 1000000;
+}
+
+PATCHABLE long t_fail(long v)
+{
+	errno = (int)v;
+	return -1;
 }
 
 /* ---- what the callbacks saw -------------------------------------------- */
@@ -487,6 +495,145 @@ START_TEST(callback_reaches_hooked_code)
 }
 END_TEST
 
+/*
+ * Under fire: 200 threads call hooked functions (plainly, leaving them by
+ * longjmp, from a signal handler) while the fprobe is registered and
+ * unregistered 200 times, beside a busy neighbour process.  Every result
+ * stays right, and at the end every entry is accounted for exactly once:
+ * an exit, an unwound exit, or a frame dropped by an unregister.
+ */
+#define FIRE_THREADS 200
+#define FIRE_CYCLES  20
+
+static volatile int fire_stop;
+static __thread jmp_buf fire_jb;
+
+PATCHABLE long t_fire_inner(long v)
+{
+	longjmp(fire_jb, (int)v + 1);
+}
+
+PATCHABLE long t_fire_outer(long v)
+{
+	return t_fire_inner(v) * 2;
+}
+
+static void fire_usr1(int sig)
+{
+	(void)sig;
+	if (t_add(5, 6) != 11)
+		abort();
+}
+
+static void *fire_thread(void *arg)
+{
+	volatile long k = (long)arg, wrong = 0;
+
+	for (volatile long i = 0; !fire_stop; i++) {
+		switch (k % 3) {
+		case 0:
+			wrong += t_add(i, k) != i + k;
+			break;
+		case 1: {
+			volatile long got = 0;
+
+			if (!(got = setjmp(fire_jb)))
+				t_fire_outer(i & 0xff);
+			wrong += got != (i & 0xff) + 1;
+			break;
+		}
+		default:
+			pthread_kill(pthread_self(), SIGUSR1);
+			wrong += t_add(i, 1) != i + 1;
+			break;
+		}
+	}
+	return (void *)wrong;
+}
+
+START_TEST(under_fire)
+{
+	PROBE(fp, (const void *)t_add, (const void *)t_fire_outer, (const void *)t_fire_inner);
+	struct pk_fprobe_stats st0, st;
+	pthread_t th[FIRE_THREADS];
+	pid_t busy = fork();
+	void *r;
+
+	if (busy == 0)
+		for (;;)
+			__asm__ volatile("" ::: "memory");
+	ck_assert_int_gt(busy, 0);
+	signal(SIGUSR1, fire_usr1);
+	ck_assert_int_eq(pk_fprobe_stats(NULL, &st0), 0);
+	for (long i = 0; i < FIRE_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, fire_thread, (void *)i), 0);
+	for (int c = 0; c < FIRE_CYCLES; c++) {
+		ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+		usleep(500);
+		ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+	}
+	fire_stop = 1;
+	for (int i = 0; i < FIRE_THREADS; i++) {
+		ck_assert_int_eq(pthread_join(th[i], &r), 0);
+		ck_assert_ptr_null(r);
+	}
+	kill(busy, SIGKILL);
+	waitpid(busy, NULL, 0);
+	ck_assert_int_eq(pk_fprobe_stats(NULL, &st), 0);
+	ck_assert_int_gt(S.entries, 0);
+	ck_assert_int_gt(S.unwound, 0);
+	ck_assert_int_eq(S.bad, 0);
+	ck_assert_int_eq(S.entries, S.exits + S.unwound + (long)(st.dropped - st0.dropped));
+}
+END_TEST
+
+static void clobbers_errno(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+			   struct pk_ret *ret, void *data)
+{
+	(void)fp;
+	(void)ip;
+	(void)parent_ip;
+	(void)ret;
+	(void)data;
+	close(-1); /* EBADF */
+	S.exits++;
+}
+
+START_TEST(errno_kept)
+{
+	unsigned long ip = (unsigned long)t_fail;
+	struct pk_fprobe fp = {.exit = clobbers_errno, .filter = {.ips = &ip, .nips = 1}};
+
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	errno = 0;
+	ck_assert_int_eq(t_fail(EAGAIN), -1);
+	ck_assert_int_eq(errno, EAGAIN); /* the function's, not the callback's */
+	ck_assert_int_eq(S.exits, 1);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
+START_TEST(refused_functions)
+{
+	unsigned long ip = (unsigned long)dlsym(RTLD_DEFAULT, "dlsym");
+	struct pk_fprobe fp = {.exit = on_exit_cb, .data = &S, .filter = {.ips = &ip, .nips = 1}};
+	struct pk_site site;
+
+	if (pk_site_find(ip, &site)) {
+		printf("refused_functions: libc's dlsym is no site here (PROBEKIT_RELOC=1 makes it one)\n");
+		return;
+	}
+	ck_assert_int_eq(pk_fprobe_register(&fp), -EINVAL);
+	ck_assert_ptr_null(fp.private);
+	fp.exit = NULL; /* an entry callback alone is accepted */
+	fp.entry = on_entry;
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	ck_assert_ptr_nonnull(dlsym(RTLD_DEFAULT, "malloc"));
+	ck_assert_int_eq(S.entries, 1);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+}
+END_TEST
+
 static void reset(void)
 {
 	memset(&S, 0, sizeof(S));
@@ -511,6 +658,9 @@ int main(void)
 	tcase_add_test(tc, unregister_with_a_frame_pending);
 	tcase_add_test(tc, bad_input);
 	tcase_add_test(tc, callback_reaches_hooked_code);
+	tcase_add_test(tc, under_fire);
+	tcase_add_test(tc, errno_kept);
+	tcase_add_test(tc, refused_functions);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

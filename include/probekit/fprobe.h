@@ -11,11 +11,10 @@
  * and may change the arguments (struct pk_regs, as an ops does) and, by its
  * return value, decline the exit of this call.
  *
- * Frames that never return (longjmp, siglongjmp, a C++ exception caught
- * above them, a thread that ends inside them): their exit callback runs
- * with ret->unwound = 1 once the thread is seen past them (at its next
- * hooked entry or return that shows it, at the longjmp when the agent is
- * there, at thread exit), never with a return value, innermost first.
+ * Frames that never return (longjmp, siglongjmp, a thread that ends inside
+ * them): their exit callback runs with ret->unwound = 1 once the thread is
+ * seen past them (at its next hooked entry or return that shows it, at
+ * thread exit), never with a return value, innermost first.
  *
  * Unregistering never waits for pending exits: it returns after one grace
  * period (no thread is inside either callback then), and the frames still
@@ -27,13 +26,22 @@
  * entry past it runs its entry callback but gets no exit, counted as
  * `deep`.  A CET user shadow stack would see every hijacked return as an
  * attack: registering an exit callback in a thread that runs with one is
- * refused (-EOPNOTSUPP).  Functions that return twice or into another
- * frame's stack (setjmp, sigsetjmp, vfork, getcontext) are refused with an
- * exit callback (-EINVAL): their second return would find the frame's
- * return already taken.  C++ exceptions thrown through a frame with a
- * pending exit need the unwinder bracketed (as `probekit trace` does):
- * without it, the unwinder stops at the hijacked return and the program
- * ends in std::terminate; see doc/design/exit-hooks.md, X8.
+ * refused (-EOPNOTSUPP).  Functions whose return cannot be replaced are
+ * refused with an exit callback (-EINVAL, the log names them): those that
+ * return twice or on another stack (setjmp, sigsetjmp, vfork, the context
+ * functions) and those that read their own return address (dlopen,
+ * dlmopen, dlsym, dlvsym, dl_iterate_phdr).  Not supported while an exit is
+ * pending (doc/design/exit-hooks.md, X8): a C++ exception thrown through
+ * the frame (the unwinder stops at the hijacked return: std::terminate),
+ * and a switch to another stack by swapcontext or a coroutine library (the
+ * frame's return is then not found: abort).
+ *
+ * Registers: the exit callback runs with xmm0-7 saved (xmm0 and xmm1 are in
+ * struct pk_ret), not xmm8-15, the upper halves of ymm/zmm, nor the x87
+ * stack: like an ops callback (hook.h), it must leave xmm8-15 alone, and a
+ * function returning a __m256 in ymm0 or a long double in st0 must not be
+ * given an exit callback that touches them (libc's AVX string functions
+ * clear the upper halves).  errno is kept across both callbacks.
  *
  * Contexts: as hook.h.  The callbacks run on the thread that called the
  * function, in whatever context it runs (signal handlers included); while

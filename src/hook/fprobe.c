@@ -7,7 +7,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,9 +15,9 @@
 #include "hook/gp.h"
 #include "hook/registry.h"
 
-static pthread_mutex_t fp_lock = PTHREAD_MUTEX_INITIALIZER; /* the table's writers */
-static uint64_t fp_gen;					    /* under fp_lock */
-static uint32_t fp_hint;				    /* under fp_lock */
+/* Under the registry's lock (pki_hook_enter), which fork() handles. */
+static uint64_t fp_gen;
+static uint32_t fp_hint;
 
 /* X2: a free index for @p, its handle made; -ENOSPC. */
 static int slot_claim(struct pki_fprobe *p)
@@ -42,24 +41,26 @@ static void slot_free(const struct pki_fprobe *p)
 }
 
 /*
- * X6: functions that return twice, or whose second return is another
- * stack's (a vfork child's on its parent's frame): the hijacked return is
- * taken by the first, and the second would go where the first went.
+ * X6: functions whose return a trampoline cannot replace: they return twice
+ * or on another stack (setjmp, vfork, the context functions), or read their
+ * own return address (the dl functions take their caller's object from it).
  */
-static const char *const twice[] = {"setjmp",  "_setjmp",    "sigsetjmp",    "__sigsetjmp", "vfork",
-				    "__vfork", "getcontext", "__getcontext", "savectx"};
+static const char *const no_exit[] = {
+    "setjmp",	    "_setjmp",	   "sigsetjmp",	      "__sigsetjmp", "vfork",	"__vfork",
+    "getcontext",   "setcontext",  "swapcontext",     "makecontext", "savectx", "dlopen",
+    "dlmopen",	    "dlsym",	   "dlvsym",	      "dl_iterate_phdr"};
 
-/* The name of a function of @p's sites that returns twice, or NULL. */
-static const char *returns_twice(const struct pki_fprobe *p)
+/* The name of a function of @p's sites whose return cannot be replaced, or NULL. */
+static const char *cannot_exit(const struct pki_fprobe *p)
 {
 	const struct ops_priv *o = p->ops.private;
 
-	for (size_t k = 0; k < sizeof(twice) / sizeof(twice[0]); k++) {
-		unsigned long a = (unsigned long)dlsym(RTLD_DEFAULT, twice[k]);
+	for (size_t k = 0; k < sizeof(no_exit) / sizeof(no_exit[0]); k++) {
+		unsigned long a = (unsigned long)dlsym(RTLD_DEFAULT, no_exit[k]);
 
 		for (size_t i = 0; a && i < o->nips; i++)
 			if (o->ips[i] == a || o->ips[i] == a + 4) /* (behind an endbr64) */
-				return twice[k];
+				return no_exit[k];
 	}
 	return NULL;
 }
@@ -105,25 +106,41 @@ static int exits_ready(void)
 	return err;
 }
 
-/* Under the registry (pki_hook_enter): stage @p's ops, refused if it would return twice. */
+/*
+ * Under the registry: stage @p's ops, refused if one of its functions
+ * cannot have its return replaced, and give it its place in the table (X2).
+ */
 static int stage(struct pki_fprobe *p)
 {
 	const char *name;
 	int err;
 
 	if (pki_reg.txn_open) {
-		pki_warn("hooks: pk_fprobe_register/unregister: not inside a transaction: %s\n",
+		pki_warn("hooks: pk_fprobe_register: not inside a transaction: %s\n",
 			 pki_errstr(EBUSY));
 		return -EBUSY;
 	}
-	err = __pki_hook_ops_register(&p->ops);
-	if (err || !p->fp->exit || !(name = returns_twice(p)))
+	err = p->fp->exit ? exits_ready() : 0;
+	if (!err)
+		err = __pki_hook_ops_register(&p->ops);
+	if (err)
 		return err;
-	__pki_hook_ops_unregister(&p->ops); /* staged only: nothing was written */
-	pki_warn("hooks: pk_fprobe_register: %s returns twice; an exit callback cannot follow "
-		 "it (register it with an entry callback only): %s\n",
-		 name, pki_errstr(EINVAL));
-	return -EINVAL;
+	name = p->fp->exit ? cannot_exit(p) : NULL;
+	if (name) {
+		__pki_hook_ops_unregister(&p->ops); /* staged only: nothing was written */
+		pki_warn("hooks: pk_fprobe_register: %s returns twice, on another stack, or reads "
+			 "its return address; an exit callback cannot follow it (register it with "
+			 "an entry callback only): %s\n",
+			 name, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	err = slot_claim(p);
+	if (err) {
+		__pki_hook_ops_unregister(&p->ops);
+		pki_warn("hooks: pk_fprobe_register: %d fprobes are registered already: %s\n",
+			 PKI_FPROBE_MAX, pki_errstr(ENOSPC));
+	}
+	return err;
 }
 
 int pk_fprobe_register(struct pk_fprobe *fp)
@@ -136,35 +153,35 @@ int pk_fprobe_register(struct pk_fprobe *fp)
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	*p =
-	    (struct pki_fprobe){.ops = {.func = pki_fprobe_entry,
-					.data = p,
-					.flags = fp->flags & PK_FPROBE_F_NOVEC ? PK_OPS_F_NOVEC : 0,
-					.filter = fp->filter},
-				.fp = fp};
-	pthread_mutex_lock(&fp_lock);
-	err = fp->exit ? exits_ready() : 0;
-	if (!err)
-		err = slot_claim(p);
-	pthread_mutex_unlock(&fp_lock);
-	if (err == -ENOSPC)
-		pki_warn("hooks: pk_fprobe_register: %d fprobes are registered already: %s\n",
-			 PKI_FPROBE_MAX, pki_errstr(ENOSPC));
-	if (err)
-		goto free_p;
+	*p = (struct pki_fprobe){
+	    .ops = {.func = pki_fprobe_entry,
+		    .data = p,
+		    .flags = fp->flags & PK_FPROBE_F_NOVEC ? PK_OPS_F_NOVEC : 0,
+		    .filter = fp->filter},
+	    .fp = fp};
 	err = pki_hook_enter();
-	if (!err)
-		err = pki_hook_leave(stage(p));
-	if (!err) {
-		fp->private = p;
-		return 0;
+	if (err) {
+		free(p);
+		return err;
 	}
-	pthread_mutex_lock(&fp_lock);
-	slot_free(p); /* no entry ran: the ops never was committed */
-	pthread_mutex_unlock(&fp_lock);
-free_p:
-	free(p);
-	return err;
+	err = stage(p);
+	if (err) {
+		pki_hook_leave(err);
+		free(p); /* never published */
+		return err;
+	}
+	err = pki_hook_leave(0); /* the commit */
+	if (err) {
+		/*
+		 * No entry ran, but the place was published: a pending exit of an
+		 * earlier fprobe of the same place may be reading the record.
+		 */
+		slot_free(p);
+		pki_gp_defer(free, p);
+		return err;
+	}
+	fp->private = p;
+	return 0;
 }
 
 /*
@@ -192,14 +209,16 @@ int pk_fprobe_unregister(struct pk_fprobe *fp)
 			 pki_errstr(EBUSY));
 		return -EBUSY;
 	}
-	err = pki_hook_leave(__pki_hook_ops_unregister(&p->ops));
-	if (err)
-		return err;
-	pthread_mutex_lock(&fp_lock);
+	if (p->ops.private) {
+		err = pki_hook_leave(__pki_hook_ops_unregister(&p->ops));
+		if (err)
+			return err;
+	} else {
+		pki_hook_unlock(); /* a call again after a failed grace period (below) */
+	}
 	slot_free(p);
-	pthread_mutex_unlock(&fp_lock);
 	err = pki_gp_synchronize();
-	if (err) /* (-EDEADLK: from a callback, refused by pki_hook_enter already) */
+	if (err) /* the entries are off; a call again retries the rest */
 		return err;
 	fp->private = NULL;
 	free(p);

@@ -7,6 +7,7 @@
  * not save xmm0-7; its slow paths go through PKI_SLOWCALL (fgraph.h).
  * Runs in any context a hooked function does: no lock, no allocation.
  */
+#include <errno.h>
 #include <stddef.h>
 
 #include "hook/fprobe_int.h"
@@ -24,6 +25,16 @@ unsigned long pki_fprobe_dropped;
  * prune), then the entry is pushed and filled, the entry callback writes
  * its words in place, and the return is hijacked last, unless declined.
  */
+/* The entry callback, errno kept (the function may read it: perror). */
+static inline int entry_call(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+			     struct pk_regs *regs, uint64_t *w)
+{
+	int saved = errno, ret = fp->entry(fp, ip, parent_ip, regs, w);
+
+	errno = saved;
+	return ret;
+}
+
 /* Entries without an exit: only an entry callback, or too deep (words of their own). */
 static __attribute__((noinline)) void entry_alone(struct pk_fprobe *fp, unsigned long ip,
 						  unsigned long parent_ip, struct pk_regs *regs)
@@ -31,7 +42,7 @@ static __attribute__((noinline)) void entry_alone(struct pk_fprobe *fp, unsigned
 	uint64_t scratch[PKI_FGRAPH_WORDS] = {0};
 
 	if (fp->entry)
-		fp->entry(fp, ip, parent_ip, regs, scratch);
+		entry_call(fp, ip, parent_ip, regs, scratch);
 }
 
 void pki_fprobe_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
@@ -54,7 +65,7 @@ void pki_fprobe_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *
 		return;
 	}
 	e->w[2] = e->w[3] = 0; /* push zeroed w[0..1] (ts, child) */
-	if (fp->entry && fp->entry(fp, ip, parent_ip, regs, e->w)) {
+	if (fp->entry && entry_call(fp, ip, parent_ip, regs, e->w)) {
 		pki_fgraph_cancel(e);
 		return;
 	}
@@ -71,9 +82,12 @@ static void call_exit(struct pki_fgraph_ent *e, struct pk_ret *r)
 		ADD(pki_fprobe_dropped); /* X5: unregistered since the entry */
 		return;
 	}
+	int saved = errno; /* the function's, which its caller may read next */
+
 	if (r->unwound)
 		ADD(p->unwound);
 	p->fp->exit(p->fp, e->fn, e->ret, r, e->w);
+	errno = saved;
 }
 
 /*

@@ -31,7 +31,7 @@ static bool key_made;
  * system call), so the stack cannot wait for its last entry to pop: it is
  * given to a later thread's first entry once its thread is gone (tgkill()
  * finds no such thread: the kernel is done with it).  A fork child's graves
- * are its parent's threads', all gone there.  Lock-free, for a first entry
+ * are its parent's threads': reused once those are gone in the parent.  Lock-free, for a first entry
  * may be in a signal handler: a slot is claimed by compare-and-swap from
  * NULL to CLAIMED, filled, then published; taken by compare-and-swap back
  * to NULL.
@@ -41,7 +41,7 @@ static bool key_made;
 
 static struct {
 	struct pki_fgraph_ent *st;
-	pid_t tid;
+	pid_t pid, tid; /* the thread it was (a CLONE_VM child's getpid() is not its parent's) */
 } graves[GRAVES];
 
 unsigned long pki_fgraph_graves_full; /* dying stacks no grave took (freed at their last pop) */
@@ -54,6 +54,7 @@ static bool grave_put(struct pki_fgraph_ent *st)
 		if (!__atomic_compare_exchange_n(&graves[i].st, &none, CLAIMED, false,
 						 __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			continue;
+		graves[i].pid = getpid();
 		graves[i].tid = (pid_t)syscall(SYS_gettid);
 		__atomic_store_n(&graves[i].st, st, __ATOMIC_RELEASE);
 		return true;
@@ -66,14 +67,13 @@ static bool grave_put(struct pki_fgraph_ent *st)
 static struct pki_fgraph_ent *grave_take(void)
 {
 	int saved = errno;
-	pid_t pid = getpid();
 
 	for (int i = 0; i < GRAVES; i++) {
 		struct pki_fgraph_ent *st = __atomic_load_n(&graves[i].st, __ATOMIC_ACQUIRE);
 
 		if (st == NULL || st == CLAIMED)
 			continue;
-		if (!syscall(SYS_tgkill, pid, graves[i].tid, 0) || errno != ESRCH)
+		if (!syscall(SYS_tgkill, graves[i].pid, graves[i].tid, 0) || errno != ESRCH)
 			continue; /* its thread runs yet */
 		if (__atomic_compare_exchange_n(&graves[i].st, &st, NULL, false, __ATOMIC_ACQ_REL,
 						__ATOMIC_RELAXED)) {
@@ -207,6 +207,12 @@ static inline void exit_account(uint64_t fn, uint64_t start, uint64_t child, uin
 	pki_fnstats_add(fn, dur, child < dur ? dur - child : 0);
 }
 
+/* The entry whose callees' time entry @i's adds to: NULL if none, or a probe's (its words are its own). */
+static inline struct pki_fgraph_ent *caller_of(struct pki_fgraph_tls *t, uint32_t i)
+{
+	return i && !t->st[i - 1].probe ? &t->st[i - 1] : NULL;
+}
+
 void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void *regs)
 {
 	struct pki_fgraph_ent *e = &t->st[i];
@@ -214,7 +220,7 @@ void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void
 	if (e->probe)
 		pki_fgraph_probe_exit(e, regs);
 	else
-		exit_account(e->fn, e->ts, e->child, ts, i ? &t->st[i - 1] : NULL);
+		exit_account(e->fn, e->ts, e->child, ts, caller_of(t, i));
 }
 
 /*
@@ -237,8 +243,7 @@ static inline unsigned long exit_frame(unsigned long sp, void *regs)
 		if (e->probe) /* (no clock read: a probe's exit has no use for it) */
 			pki_fgraph_probe_exit(e, regs);
 		else
-			exit_account(e->fn, e->ts, e->child, pki_trace_now(),
-				     d >= 2 ? &t->st[d - 2] : NULL);
+			exit_account(e->fn, e->ts, e->child, pki_trace_now(), caller_of(t, d - 1));
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
 	} else { /* syscalls: may use xmm */

@@ -37,9 +37,9 @@
 #define NR_SAMPLES    64 /* targets called while a batch is attached */
 #define MAX_CALLLOOPS 1000000000ul
 
-enum api { API_OPS, API_DIRECT, API_UPROBE };
+enum api { API_OPS, API_DIRECT, API_UPROBE, API_XRAY };
 
-static const char *const api_names[] = {"ops", "direct", "uprobe"};
+static const char *const api_names[] = {"ops", "direct", "uprobe", "xray"};
 
 static double now_ns(void)
 {
@@ -159,7 +159,7 @@ static int parse_api(const char *s, enum api *api)
 /* ---- bench attach: one function ---- */
 
 static const char attach_usage[] =
-    "usage: probekit bench attach [-n N] [--api ops|direct|uprobe] [--background M]\n"
+    "usage: probekit bench attach [-n N] [--api ops|direct|uprobe|xray] [--background M]\n"
     "       probekit bench attach [-n N] --batch [--relocated] [--api ops|direct]\n"
     "\n"
     "One function: N cycles of attach + detach of a hook on pkb_add (default 300\n"
@@ -172,6 +172,9 @@ static const char attach_usage[] =
     "          made once with pk_tramp_new (del does not wait; one pk_direct_sync\n"
     "          at the end is counted in Total time, not in usecs/op)\n"
     "  uprobe  the kernel's uprobe on the same function: perf_event_open + close\n"
+    "  xray    direct's cycles, then clang's XRay as their peer: N cycles of\n"
+    "          __xray_patch_function + __xray_unpatch_function of the same pkb_add\n"
+    "          (bench/xray_peer.cc), and the ratio 'direct / xray: <r>'\n"
     "Prints usecs per attach and per detach, Total time, and the last line\n"
     "'<n> usecs/op', one op being one attach + detach.\n"
     "\n"
@@ -393,7 +396,7 @@ static void background_detach(struct background *bg, enum api api)
 	free(bg->de);
 }
 
-static int attach_one(enum api api, unsigned long n, unsigned long m)
+static int attach_one(enum api api, unsigned long n, unsigned long m, double *us_op)
 {
 	struct hook1 h = {.api = api, .fn = pkb_add, .fd = -1};
 	struct background bg = {.m = m};
@@ -436,6 +439,7 @@ static int attach_one(enum api api, unsigned long n, unsigned long m)
 	if (m)
 		printf("# alone:\n");
 	print_cycles(&h, n, &alone);
+	*us_op = (alone.ta + alone.td) / 1e3 / (double)n;
 	if (!m)
 		goto free_tramp;
 	err = background_attach(&bg, api);
@@ -624,6 +628,8 @@ free_arrays:
 	return err;
 }
 
+static int attach_xray(unsigned long n, double ours);
+
 int bench_attach(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -633,6 +639,7 @@ int bench_attach(int argc, char **argv)
 	};
 	unsigned long n = 0, m = 0;
 	enum api api = API_DIRECT;
+	double us;
 	bool batch = false, have_n = false, relocated = false;
 	int c;
 
@@ -647,7 +654,7 @@ int bench_attach(int argc, char **argv)
 		case 'a':
 			if (parse_api(optarg, &api))
 				return cli_usage_error(
-				    "bench attach: unknown api '%s' (ops, direct or uprobe)",
+				    "bench attach: unknown api '%s' (ops, direct, uprobe or xray)",
 				    optarg);
 			break;
 		case 'b':
@@ -670,6 +677,8 @@ int bench_attach(int argc, char **argv)
 		return cli_usage_error("bench attach: unexpected argument '%s'", argv[optind]);
 	if (batch && m)
 		return cli_usage_error("bench attach: --batch and --background do not mix");
+	if (batch && (api == API_UPROBE || api == API_XRAY))
+		return cli_usage_error("bench attach: --batch takes --api ops or direct");
 	if (relocated && !batch)
 		return cli_usage_error("bench attach: --relocated goes with --batch");
 	if (relocated) /* relocated entries in this program: before any site lookup */
@@ -680,7 +689,11 @@ int bench_attach(int argc, char **argv)
 		n = 300;
 	if (n < 1 || n > 100000000ul)
 		return cli_usage_error("bench attach: need 1 <= N <= 1e8");
-	return attach_one(api, n, m);
+	if (api != API_XRAY)
+		return attach_one(api, n, m, &us);
+	if (m)
+		return cli_usage_error("bench attach: --api xray takes no --background");
+	return attach_one(API_DIRECT, n, 0, &us) || attach_xray(n, us);
 }
 
 /* ---- bench call ---- */
@@ -981,6 +994,25 @@ static int xray_run(const char *args, char *line, size_t n)
 		printf("# xray: not measured: %s failed (status %d)\n", path, st);
 		return -1;
 	}
+	return 0;
+}
+
+/* XRay's patch+unpatch of pkb_add's sleds, beside the direct cycle's figure (@ours usecs). */
+static int attach_xray(unsigned long n, double ours)
+{
+	char args[64], line[256];
+	double us;
+
+	snprintf(args, sizeof(args), "attach %lu", n);
+	if (xray_run(args, line, sizeof(line)))
+		return 0;
+	if (sscanf(line, "xray-attach: %lf", &us) != 1)
+		return cli_error("bench attach: the XRay peer printed '%s'", line);
+	printf("\n# clang's XRay: %lu cycles of __xray_patch_function + __xray_unpatch_function "
+	       "of the same pkb_add\n",
+	       n);
+	printf(" %14.3f usecs/op (xray)\n", us);
+	printf(" direct / xray: %.2f\n", ours / us);
 	return 0;
 }
 

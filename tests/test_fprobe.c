@@ -4,7 +4,9 @@
  * program built with a patchable entry: exact counts, the per-call words
  * from entry to exit, return registers read and replaced, declined exits,
  * frames left by longjmp, siglongjmp and pthread_exit reported as unwound
- * (innermost first, never with a value), signal handlers that run hooked
+ * (innermost first, never with a value, at the jump: the library's
+ * wrappers, which this program gets from the archive as a program linked
+ * with -lprobekit gets them from libprobekit.so), signal handlers that run hooked
  * code, threads, fork, deep recursion past PK_FPROBE_DEPTH, and an
  * unregister that returns while a hooked frame is still pending.
  */
@@ -251,7 +253,7 @@ START_TEST(longjmp_unwound)
 		t_jump_outer(5);
 	round++;
 	ck_assert_int_eq(round, 1);
-	ck_assert_int_eq(S.unwound, 0); /* seen at the thread's next hooked entry */
+	ck_assert_int_eq(S.unwound, 2); /* at the jump: the library wraps longjmp */
 	ck_assert_int_eq(t_add(1, 2), 3);
 	ck_assert_int_eq(S.unwound, 2);
 	ck_assert_int_eq(S.exits, 1);
@@ -645,7 +647,7 @@ int main(void)
 	TCase *tc = tcase_create("fprobe");
 
 	tcase_add_checked_fixture(tc, reset, NULL);
-	tcase_set_timeout(tc, 60);
+	tcase_set_timeout(tc, 150);
 	tcase_add_test(tc, returns_and_words);
 	tcase_add_test(tc, replace_float_and_rdx);
 	tcase_add_test(tc, declined);

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Exit hooks in a C++ program that links libprobekit.so, whose wrappers of
+ * the stack walks and switches (src/trace/fgraph_wrap.c) come before
+ * libstdc++, libgcc_s and libc: exceptions thrown through frames with a
+ * pending exit are caught where they would be (the frames removed reported
+ * as unwound at the catch, the others returning normally); backtrace()
+ * sees the same frames as unhooked; coroutines on swapcontext switch with
+ * exits pending on both stacks; pthread_exit() runs the destructors of the
+ * frames it leaves.  Each case against its own result unhooked.
+ */
+#include <execinfo.h>
+#include <pthread.h>
+#include <stdexcept>
+#include <stdio.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <probekit/fprobe.h>
+
+#define PATCHABLE __attribute__((noinline, noipa, patchable_function_entry(5, 0)))
+
+static int failed;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			printf("FAIL: " __VA_ARGS__);                                              \
+			printf(" (%s)\n", #cond);                                                  \
+			failed++;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+static long exits, unwound, entries;
+
+static int on_entry(pk_fprobe *, unsigned long, unsigned long, pk_regs *, void *)
+{
+	__atomic_add_fetch(&entries, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static void on_exit_cb(pk_fprobe *, unsigned long, unsigned long, pk_ret *ret, void *)
+{
+	__atomic_add_fetch(ret->unwound ? &unwound : &exits, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- exceptions ---- */
+
+extern "C" PATCHABLE int thrower(int v)
+{
+	if (v > 0)
+		throw std::runtime_error("thrown");
+	return v;
+}
+
+extern "C" PATCHABLE int middle(int v)
+{
+	return thrower(v) + 1;
+}
+
+extern "C" PATCHABLE int catcher(int v)
+{
+	try {
+		return middle(v);
+	} catch (const std::runtime_error &e) {
+		return strcmp(e.what(), "thrown") ? -2 : -1;
+	}
+}
+
+/* ---- backtrace ---- */
+
+extern "C" PATCHABLE int bt_depth(int n)
+{
+	void *buf[64];
+	int r = n ? bt_depth(n - 1) : backtrace(buf, 64);
+
+	__asm__ volatile("" : "+r"(r)); /* a real call each: no loop made of it */
+	return r;
+}
+
+/* ---- coroutines ---- */
+
+static ucontext_t main_ctx, co_ctx;
+static char co_stack[256 * 1024];
+
+extern "C" PATCHABLE long co_step(long v)
+{
+	swapcontext(&co_ctx, &main_ctx); /* back to main with this frame pending */
+	return v * 2;
+}
+
+static long co_sum;
+
+static void co_body()
+{
+	for (long i = 0; i < 100; i++)
+		co_sum += co_step(i);
+}
+
+extern "C" PATCHABLE long co_resume(long)
+{
+	swapcontext(&main_ctx, &co_ctx);
+	return 1;
+}
+
+static long coroutine()
+{
+	getcontext(&co_ctx);
+	co_ctx.uc_stack.ss_sp = co_stack;
+	co_ctx.uc_stack.ss_size = sizeof(co_stack);
+	co_ctx.uc_link = &main_ctx;
+	makecontext(&co_ctx, co_body, 0);
+	co_sum = 0;
+	for (int i = 0; i < 101; i++)
+		co_resume(i);
+	return co_sum;
+}
+
+/* ---- pthread_exit ---- */
+
+static int guards_run;
+
+struct guard {
+	~guard() { __atomic_add_fetch(&guards_run, 1, __ATOMIC_RELAXED); }
+};
+
+extern "C" PATCHABLE void leaves(long v)
+{
+	guard g;
+
+	pthread_exit((void *)v);
+}
+
+static void *leaver(void *arg)
+{
+	leaves((long)arg);
+	return nullptr;
+}
+
+static int thread_leaves()
+{
+	pthread_t t;
+	void *r = nullptr;
+
+	guards_run = 0;
+	if (pthread_create(&t, nullptr, leaver, (void *)7L) || pthread_join(t, &r))
+		return -1;
+	return r == (void *)7L ? guards_run : -2;
+}
+
+int main()
+{
+	unsigned long ips[] = {(unsigned long)thrower, (unsigned long)middle,
+			       (unsigned long)catcher, (unsigned long)bt_depth,
+			       (unsigned long)co_step,	(unsigned long)co_resume,
+			       (unsigned long)leaves};
+	pk_fprobe fp = {};
+	int plain_bt = bt_depth(5), plain_catch = catcher(1), plain_guards = thread_leaves();
+	long plain_co = coroutine();
+	int err;
+
+	fp.entry = on_entry;
+	fp.exit = on_exit_cb;
+	fp.filter.ips = ips;
+	fp.filter.nips = sizeof(ips) / sizeof(ips[0]);
+	err = pk_fprobe_register(&fp);
+	CHECK(!err, "pk_fprobe_register: %d", err);
+	if (err)
+		return 1;
+
+	CHECK(catcher(1) == plain_catch, "the exception caught where it is unhooked");
+	CHECK(unwound == 2, "thrower and middle unwound at the catch: %ld", unwound);
+	CHECK(exits == 1, "catcher returned: %ld exits", exits);
+	CHECK(catcher(0) == 1 && exits == 4, "no throw: three returns (%ld exits)", exits);
+
+	exits = unwound = 0;
+	CHECK(bt_depth(5) == plain_bt, "backtrace() depth %d as unhooked", plain_bt);
+	CHECK(exits == 6 && unwound == 0, "bt_depth's six frames returned: %ld", exits);
+
+	exits = unwound = 0;
+	CHECK(coroutine() == plain_co, "the coroutine's sum %ld as unhooked", plain_co);
+	CHECK(exits == 201, "co_step's 100 and co_resume's 101 returns: %ld exits", exits);
+
+	exits = unwound = 0;
+	CHECK(thread_leaves() == plain_guards && plain_guards == 1,
+	      "pthread_exit ran the destructor of the hooked frame");
+	CHECK(unwound == 1 && exits == 0, "leaves unwound at the thread's end: %ld", unwound);
+
+	CHECK(!pk_fprobe_unregister(&fp), "pk_fprobe_unregister");
+	printf("fprobe_cxx: %s\n", failed ? "failed" : "passed");
+	return failed ? 1 : 0;
+}

@@ -52,6 +52,9 @@ PATCHABLE struct pair t_pair(long a)
 	return (struct pair){a, -a};
 }
 
+/* Defined where the library's wrappers were linked in (src/trace/fgraph_wrap.c): weak, pulls nothing. */
+extern const int pki_fgraph_wrapped __attribute__((weak));
+
 static jmp_buf jb;
 static sigjmp_buf sjb;
 
@@ -253,7 +256,8 @@ START_TEST(longjmp_unwound)
 		t_jump_outer(5);
 	round++;
 	ck_assert_int_eq(round, 1);
-	ck_assert_int_eq(S.unwound, 2); /* at the jump: the library wraps longjmp */
+	/* At the jump where the library's longjmp is the one called, else at the next entry. */
+	ck_assert_int_eq(S.unwound, &pki_fgraph_wrapped ? 2 : 0);
 	ck_assert_int_eq(t_add(1, 2), 3);
 	ck_assert_int_eq(S.unwound, 2);
 	ck_assert_int_eq(S.exits, 1);

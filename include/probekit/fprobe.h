@@ -11,10 +11,11 @@
  * and may change the arguments (struct pk_regs, as an ops does) and, by its
  * return value, decline the exit of this call.
  *
- * Frames that never return (longjmp, siglongjmp, a thread that ends inside
- * them): their exit callback runs with ret->unwound = 1 once the thread is
- * seen past them (at its next hooked entry or return that shows it, at
- * thread exit), never with a return value, innermost first.
+ * Frames that never return (longjmp, siglongjmp, a C++ exception caught
+ * above them, a thread that ends inside them): their exit callback runs
+ * with ret->unwound = 1 once the thread is seen past them (at the jump, at
+ * the catch, at thread exit, or at its next hooked entry or return that
+ * shows it), never with a return value, innermost first.
  *
  * Unregistering never waits for pending exits: it returns after one grace
  * period (no thread is inside either callback then), and the frames still
@@ -30,11 +31,12 @@
  * refused with an exit callback (-EINVAL, the log names them): those that
  * return twice or on another stack (setjmp, sigsetjmp, vfork, the context
  * functions) and those that read their own return address (dlopen,
- * dlmopen, dlsym, dlvsym, dl_iterate_phdr).  Not supported while an exit is
- * pending (doc/design/exit-hooks.md, X8): a C++ exception thrown through
- * the frame (the unwinder stops at the hijacked return: std::terminate),
- * and a switch to another stack by swapcontext or a coroutine library (the
- * frame's return is then not found: abort).
+ * dlmopen, dlsym, dlvsym, dl_iterate_phdr).  C++ exceptions, backtrace(),
+ * swapcontext() and pthread_exit() across a pending exit work where
+ * libprobekit.so comes before libstdc++ and libc in the lookup order (a
+ * program linked with -lprobekit: doc/design/exit-hooks.md, X8); loaded by
+ * dlopen(), or with a statically linked unwinder, an exception thrown
+ * through a pending exit ends the program in std::terminate.
  *
  * Registers: the exit callback runs with xmm0-7 saved (xmm0 and xmm1 are in
  * struct pk_ret), not xmm8-15, the upper halves of ymm/zmm, nor the x87

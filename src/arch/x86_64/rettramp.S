@@ -28,18 +28,32 @@
  * backtrace taken inside a traced function) stops here instead of reading
  * garbage; C++ exceptions cannot cross traced frames (see fgraph.h).
  */
-	.text
-	.globl	pki_rettramp
-	.hidden	pki_rettramp
-	.type	pki_rettramp, @function
-	.p2align 4
-pki_rettramp:
+/*
+ * Both trampolines' frame: in, from the function's `ret` (rsp = slot + 8)
+ * to rbp = slot - 8 and rsp 16-aligned below it; out, through the slot.
+ */
+	.macro FRAME_IN
 	.cfi_startproc
 	.cfi_undefined rip
 	subq	$8, %rsp		/* back over the slot: rsp = slot */
 	pushq	%rbp
 	movq	%rsp, %rbp		/* 8(%rbp): the slot */
 	andq	$-16, %rsp
+	.endm
+
+	.macro FRAME_OUT
+	leave				/* rsp = the slot, which holds the return address */
+	leaq	8(%rsp), %rsp		/* as after the function's ret; flags kept */
+	jmp	*-8(%rsp)		/* (in the red zone: signal delivery skips it) */
+	.endm
+
+	.text
+	.globl	pki_rettramp
+	.hidden	pki_rettramp
+	.type	pki_rettramp, @function
+	.p2align 4
+pki_rettramp:
+	FRAME_IN
 	subq	$8, %rsp		/* 9 pushes: 16-byte aligned at the call */
 	pushq	%rax
 	pushq	%rdx
@@ -62,9 +76,7 @@ pki_rettramp:
 	popq	%rcx
 	popq	%rdx
 	popq	%rax
-	leave				/* rsp = the slot, which holds the return address */
-	leaq	8(%rsp), %rsp		/* as after the function's ret; flags kept */
-	jmp	*-8(%rsp)		/* (in the red zone: signal delivery skips it) */
+	FRAME_OUT
 	.cfi_endproc
 	.size	pki_rettramp, . - pki_rettramp
 /*
@@ -88,12 +100,7 @@ pki_rettramp:
 	.type	pki_rettramp_regs, @function
 	.p2align 4
 pki_rettramp_regs:
-	.cfi_startproc
-	.cfi_undefined rip
-	subq	$8, %rsp		/* back over the slot: rsp = slot */
-	pushq	%rbp
-	movq	%rsp, %rbp		/* 8(%rbp): the slot */
-	andq	$-16, %rsp
+	FRAME_IN
 	subq	$RFRAME, %rsp
 	movq	%rax, RET_AX(%rsp)
 	movq	%rdx, RET_DX(%rsp)
@@ -136,9 +143,7 @@ pki_rettramp_regs:
 	movaps	RET_XMM1(%rsp), %xmm1
 	movq	RET_AX(%rsp), %rax
 	movq	RET_DX(%rsp), %rdx
-	leave				/* rsp = the slot, which holds the return address */
-	leaq	8(%rsp), %rsp		/* as after the function's ret; flags kept */
-	jmp	*-8(%rsp)		/* (in the red zone: signal delivery skips it) */
+	FRAME_OUT
 	.cfi_endproc
 	.size	pki_rettramp_regs, . - pki_rettramp_regs
 	.section .note.GNU-stack, "", @progbits

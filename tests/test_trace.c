@@ -62,11 +62,13 @@ static void tpath_new(void)
 	close(fd);
 }
 
+static bool t_unpacked; /* the next topen() writes EVENTS records, not PACKED */
+
 static void topen(uint32_t cap, uint32_t drain_ms, bool sig)
 {
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = cap,
 		.drain_ms = drain_ms, .no_drainer = !drain_ms, .catch_signals = sig,
-		.program = "test-prog");
+		.program = "test-prog", .unpacked = t_unpacked);
 
 	if (!tpath[0])
 		tpath_new();
@@ -569,9 +571,10 @@ END_TEST
 
 /*
  * The file size limit (ulimit -f) reached by the final write, with SIGXFSZ
- * at its default action (_i == 0: a write across the limit would kill us)
- * or ignored (_i == 1: writes fail with EFBIG; the trailer's record size
- * once shrank to nothing and spun).  The close ends, nothing is killed, and
+ * at its default action (_i & 1 == 0: a write across the limit would kill
+ * us) or ignored (_i & 1: writes fail with EFBIG; the trailer's record size
+ * once shrank to nothing and spun), with EVENTS records (_i < 2) or PACKED
+ * ones (8 times as many events).  The close ends, nothing is killed, and
  * the file keeps about the limit's worth of events, complete, saying why
  * the rest was lost.
  */
@@ -583,11 +586,13 @@ START_TEST(fsize_limit_final_write)
 	struct rlimit rl = {.rlim_cur = FSIZE_LIMIT, .rlim_max = RLIM_INFINITY};
 	struct pki_trace_file *f;
 	struct stat st;
-	uint64_t i;
+	uint64_t i, n = _i < 2 ? FSIZE_N : 8 * FSIZE_N;
 
-	signal(SIGXFSZ, _i ? SIG_IGN : SIG_DFL);
-	topen(1 << 16, 0, false); /* no drainer: everything is written by the close */
-	for (i = 0; i < FSIZE_N; i++) {
+	signal(SIGXFSZ, _i & 1 ? SIG_IGN : SIG_DFL);
+	t_unpacked = _i < 2;
+	topen(1 << 20, 0, false); /* no drainer: everything is written by the close */
+	t_unpacked = false;
+	for (i = 0; i < n; i++) {
 		EN(FA, 2 * i);
 		EX(FA, 2 * i + 1);
 	}
@@ -603,7 +608,7 @@ START_TEST(fsize_limit_final_write)
 		(unsigned long long)f->end.lost, (long long)st.st_size);
 	ck_assert(f->complete);
 	ck_assert_int_eq(f->stop_error, EFBIG);
-	ck_assert_uint_eq(f->end.recorded + f->end.lost, 2 * FSIZE_N);
+	ck_assert_uint_eq(f->end.recorded + f->end.lost, 2 * n);
 	/* said why: not written, the file size limit */
 	ck_assert(f->has_losses);
 	ck_assert_int_eq(f->losses.stop_error, EFBIG);
@@ -1713,7 +1718,7 @@ int main(void)
 	tcase_add_test(rt, wait_bounded_when_drainer_cannot_write);
 	tcase_add_test(rt, signals_while_waiting);
 	tcase_add_test(rt, handler_while_buffer_made);
-	tcase_add_loop_test(rt, fsize_limit_final_write, 0, 2);
+	tcase_add_loop_test(rt, fsize_limit_final_write, 0, 4);
 	tcase_add_test(rt, exited_threads_kept);
 	tcase_add_test(rt, real_clock_durations);
 	tcase_add_test(rt, half_buffer_wakes_drainer);

@@ -346,7 +346,8 @@ END_TEST
 START_TEST(write_failure_counts_each_event_once)
 {
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = 8192, .ring = true,
-		.no_drainer = true, .max_size = 64 << 10, .program = "test-ring");
+		.no_drainer = true, .max_size = 64 << 10, .program = "test-ring",
+		.unpacked = true); /* 16 bytes an event: 64 KiB fill before 8192 */
 	struct pki_trace_counts c;
 	struct pki_trace_file *f;
 	uint64_t i;

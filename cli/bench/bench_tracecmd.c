@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -181,8 +182,27 @@ static double floor_added(unsigned long calls, unsigned long work, int runs)
 	return fl - plain;
 }
 
+/* What probekit said about a run: lost events (summed), the file's events (last run). */
+struct run_said {
+	unsigned long long lost, events;
+};
+
+/* The number before @what in @err, or 0. */
+static unsigned long long number_before(const char *err, const char *what)
+{
+	const char *p = strstr(err, what);
+
+	if (!p)
+		return 0;
+	while (p > err && p[-1] == ' ')
+		p--;
+	while (p > err && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	return strtoull(p, NULL, 10);
+}
+
 /* ns per call reported by the demo, or a negative value. */
-static double run_once(char *const argv[], unsigned long calls, unsigned long long *lost)
+static double run_once(char *const argv[], unsigned long calls, struct run_said *said)
 {
 	static char out[4096], err[65536];
 	unsigned long n = 0;
@@ -197,25 +217,20 @@ static double run_once(char *const argv[], unsigned long calls, unsigned long lo
 			*err ? ": " : "", err);
 		return -1;
 	}
-	if (lost && (p = strstr(err, "events lost in")) != NULL) {
-		while (p > err && p[-1] != ' ' && p[-1] != '\n')
-			p--;
-		while (p > err && p[-1] == ' ')
-			p--;
-		while (p > err && p[-1] >= '0' && p[-1] <= '9')
-			p--;
-		*lost += strtoull(p, NULL, 10);
+	if (said) {
+		said->lost += number_before(err, " events lost in");
+		said->events = number_before(err, " events, ");
 	}
 	return ns / (double)calls;
 }
 
-static double best(char *const argv[], unsigned long calls, int runs, unsigned long long *lost)
+static double best(char *const argv[], unsigned long calls, int runs, struct run_said *said)
 {
 	double b = -1, v;
 	int i;
 
 	for (i = 0; i < runs; i++) {
-		v = run_once(argv, calls, lost);
+		v = run_once(argv, calls, said);
 		if (v < 0)
 			return -1;
 		if (b < 0 || v < b)
@@ -242,34 +257,52 @@ struct trace_bench {
 	char self[PATH_MAX];	/* this program, which runs 'probekit trace' */
 	char prog[PATH_MAX + 32];
 	char tdir[sizeof(TMPDIR_TEMPLATE)];
-	char tfile[sizeof(TMPDIR_TEMPLATE) + 16], udir[sizeof(TMPDIR_TEMPLATE) + 16];
-	char nbuf[32]; /* probekit trace -b */
+	char tfile[sizeof(TMPDIR_TEMPLATE) + 16], rfile[sizeof(TMPDIR_TEMPLATE) + 16];
+	char udir[sizeof(TMPDIR_TEMPLATE) + 16];
 };
 
+/* --ring's size: 65536 events, the default buffer's. */
+#define RING_SIZE "1M"
+
+/* "  probekit: +X nsecs/call (Y ns with it)", and what was lost, if anything. */
+static void print_added(const char *name, double ns, double plain, const struct run_said *said,
+			int runs)
+{
+	printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", name, ns - plain, ns);
+	if (said && said->lost)
+		printf("%14s %llu events lost over %d runs: their cost is not in the figure\n", "",
+		       said->lost, runs);
+}
+
 /*
- * One leaf (demo_leaf, or demo_body with @work): the four lines and the
- * ratio; false if a tool that must run failed.
+ * One leaf (demo_leaf, or demo_body with @work): plain, probekit's default
+ * and --ring, the floor, uftrace, the ratios; false if a tool that must run
+ * failed.
  */
 static bool workload(const struct trace_bench *b, unsigned long work)
 {
 	char ncalls[32], nwork[32], *prog = (char *)b->prog;
-	unsigned long long lost = 0;
-	double plain, pk, uf = -1, fl;
+	struct run_said said = {0}, said_ring = {0};
+	double plain, pk, ring, uf = -1, fl;
+	struct stat st;
 
 	snprintf(ncalls, sizeof(ncalls), "%lu", b->calls);
 	snprintf(nwork, sizeof(nwork), "%lu", work);
 	{
 		/* argv[] of execvp() is char *const[]: the strings are not written. */
 		char *const a_plain[] = {prog, "--bench", ncalls, "--work", nwork, NULL};
-		char *const a_pk[] = {(char *)b->self, "trace", "-o", (char *)b->tfile, "-b",
-				      (char *)b->nbuf, "--",	prog, "--bench",	ncalls,
-				      "--work",	       nwork,	NULL};
+		char *const a_pk[] = {(char *)b->self, "trace", "-o", (char *)b->tfile, "--", prog,
+				      "--bench", ncalls, "--work", nwork, NULL};
+		char *const a_ring[] = {(char *)b->self, "trace", "-o", (char *)b->rfile, "--ring",
+					RING_SIZE, "--", prog, "--bench", ncalls, "--work", nwork,
+					NULL};
 		char *const a_uf[] = {
 		    "uftrace", "record",  "--no-libcall", "-P",	    ".",   "-d", (char *)b->udir,
 		    prog,      "--bench", ncalls,	  "--work", nwork, NULL};
 
 		plain = best(a_plain, b->calls, b->runs, NULL);
-		pk = best(a_pk, b->calls, b->runs, &lost);
+		pk = best(a_pk, b->calls, b->runs, &said);
+		ring = best(a_ring, b->calls, b->runs, &said_ring);
 		if (!b->no_uftrace)
 			uf = best(a_uf, b->calls, b->runs, NULL);
 	}
@@ -277,23 +310,30 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		printf("# demo_body: %lu dependent multiply-adds per call\n", work);
 	else
 		printf("# demo_leaf: an almost empty leaf (the worst case)\n");
-	if (plain < 0 || pk < 0)
+	if (plain < 0 || pk < 0 || ring < 0)
 		return false;
 	printf("%12s: %8.2f nsecs/call\n", "plain", plain);
-	printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "probekit", pk - plain, pk);
-	if (lost)
-		printf("%14s %llu events lost over %d runs: their cost is not in the figure\n", "",
-		       lost, b->runs);
+	print_added("probekit", pk, plain, &said, b->runs);
+	print_added("--ring", ring, plain, &said_ring, b->runs);
 	fl = floor_added(b->calls, work, b->runs);
 	if (fl >= 0 && pki_arch_tsc_invariant())
 		printf("%12s: %+8.2f nsecs/call  (two TSC reads and event stores per call, inline, "
 		       "no hook)\n",
 		       "floor", fl);
 	if (uf >= 0)
-		printf("%12s: %+8.2f nsecs/call  (%.2f ns with it)\n", "uftrace", uf - plain, uf);
+		print_added("uftrace", uf, plain, NULL, b->runs);
 	else
 		printf("%12s: not measured (%s)\n", "uftrace",
 		       b->no_uftrace ? b->no_uftrace : "uftrace record failed");
+	if (pk > plain && ring > plain)
+		printf("%12s: the default adds %.2fx what --ring adds\n", "lossless",
+		       (pk - plain) / (ring - plain));
+	if (fl >= 0 && ring > plain)
+		printf("%12s: --ring adds %+.2f ns more than the floor\n", "over floor",
+		       ring - plain - fl);
+	if (!stat(b->tfile, &st) && said.events)
+		printf("%12s: %.2f bytes per event (%llu events, %lld bytes; 16 in memory)\n", "file",
+		       (double)st.st_size / (double)said.events, said.events, (long long)st.st_size);
 	if (uf > plain && pk > plain)
 		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
 		       (uf - plain) / (pk - plain));
@@ -304,9 +344,12 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 
 static const char usage[] = "usage: probekit bench trace [--calls N] [--runs R] [--work K] "
 			    "[--no-uftrace] [--prog TRACE_DEMO]\n\n"
-			    "ns per call that 'probekit trace' and 'uftrace record -P .' add to\n"
-			    "examples/trace_demo --bench N (N calls of a leaf function timed by\n"
-			    "the program itself, one thread); best of R runs each.  Two leaves:\n"
+			    "ns per call that 'probekit trace' (its default, lossless to a file,\n"
+			    "and --ring " RING_SIZE ", the flight recorder, which writes only at the end)\n"
+			    "and 'uftrace record -P .' add to examples/trace_demo --bench N\n"
+			    "(N calls of a leaf function timed by the program itself, one\n"
+			    "thread); best of R runs each, and the default's file size per\n"
+			    "event.  Two leaves:\n"
 			    "an almost empty one (the worst case), and one doing K dependent\n"
 			    "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
 			    "reading the TSC and storing an event at entry and exit costs alone\n"
@@ -410,15 +453,12 @@ static int trace_bench_find_progs(struct trace_bench *b)
 /* @b's temporary directory and the files in it; 0 or the exit status. */
 static int trace_bench_make_files(struct trace_bench *b)
 {
-	unsigned long nbuf = b->calls * 2 + 4096;
-
 	snprintf(b->tdir, sizeof(b->tdir), "%s", TMPDIR_TEMPLATE);
 	if (!mkdtemp(b->tdir))
 		return cli_error("mkdtemp: %s", strerror(errno));
 	snprintf(b->tfile, sizeof(b->tfile), "%s/t.trace", b->tdir);
+	snprintf(b->rfile, sizeof(b->rfile), "%s/r.trace", b->tdir);
 	snprintf(b->udir, sizeof(b->udir), "%s/uftrace", b->tdir);
-	/* Room for every event: the figure is the cost of recording, not of losing. */
-	snprintf(b->nbuf, sizeof(b->nbuf), "%lu", nbuf < (1ul << 26) ? nbuf : 1ul << 26);
 	return 0;
 }
 
@@ -434,7 +474,7 @@ static void trace_bench_remove_files(const struct trace_bench *b)
 
 int bench_trace(int argc, char **argv)
 {
-	struct trace_bench b = {.calls = 1000000, .work = 32, .runs = 3};
+	struct trace_bench b = {.calls = 1000000, .work = 32, .runs = 5};
 	bool ok;
 	int ret;
 

@@ -20,8 +20,8 @@
 #define PKI_TRACE_MAGIC		"PKTRACE" /* 7 chars + NUL = 8 bytes */
 #define PKI_TRACE_VERSION_MAJOR 1	  /* readers refuse other majors */
 #define PKI_TRACE_VERSION_MINOR                                                                    \
-	5 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,     \
-	     5: END at a detach) */
+	6 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,     \
+	     5: END at a detach, 6: PACKED) */
 #define PKI_TRACE_MAX_RECORD (64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING 4096u
 
@@ -50,6 +50,7 @@ enum pki_trace_rec {
 	PKI_REC_STATUS = 8,  /* since 1.1 */
 	PKI_REC_TRIGGER = 9, /* since 1.3 */
 	PKI_REC_LOSSES = 10, /* since 1.4 */
+	PKI_REC_PACKED = 11, /* since 1.6 */
 };
 
 enum pki_trace_clock {
@@ -117,6 +118,20 @@ struct pki_rec_events {
 	uint32_t tsn;
 	uint32_t count; /* len == 8 + 16 * count */
 	struct pki_trace_event ev[];
+};
+
+/*
+ * Since 1.6: a thread's events as EVENTS holds them, packed in a few bytes
+ * each (trace/pack.h): len == 16 + the packed bytes.  What the writer
+ * writes; EVENTS stays readable.
+ */
+#define PKI_PACK_SLOTS 32u /* the function table of one record */
+
+struct pki_rec_packed {
+	uint32_t tsn;
+	uint32_t count;
+	uint64_t base_ts; /* the first event's ts counts from it */
+	uint8_t data[];
 };
 
 /*

@@ -24,6 +24,7 @@
 
 #include "trace/crc32.h"
 #include "trace/idxmap.h"
+#include "trace/pack.h"
 #include "trace/reader.h"
 
 #define MAX_TSN	   (1u << 20)
@@ -108,6 +109,8 @@ struct parser {
 	uint32_t tsn_cap;
 	size_t syms_cap, objs_cap, threads_cap;
 	struct pki_idxmap sym_idx, obj_idx; /* fn / id -> index + 1 */
+	struct pki_trace_event *unpacked;   /* a PACKED record's events */
+	size_t unpacked_cap;
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t off,
@@ -129,7 +132,8 @@ __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t
 static const char *rec_name(uint32_t type)
 {
 	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL", "THREAD",
-					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER", "LOSSES"};
+					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER", "LOSSES",
+					    "PACKED"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -333,46 +337,104 @@ err_name:
 	return -ENOMEM;
 }
 
-static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
+/*
+ * The events of an EVENTS or PACKED record (@type), @len bytes at @d: into
+ * *@tsn, *@ev and *@count.  *@ev points into @d (EVENTS) or into *@buf,
+ * grown to hold them (PACKED).  0, -ENOMEM, or -EINVAL with what is wrong
+ * with the record in @why.
+ */
+static int events_of(uint32_t type, const uint8_t *d, uint32_t len, uint32_t *tsn,
+		     const struct pki_trace_event **ev, uint32_t *count,
+		     struct pki_trace_event **buf, size_t *cap, char *why, size_t whylen)
+{
+	if (type == PKI_REC_EVENTS) {
+		struct pki_rec_events h;
+
+		if (len < sizeof(h)) {
+			snprintf(why, whylen, "EVENTS record too short (%u bytes)", len);
+			return -EINVAL;
+		}
+		memcpy(&h, d, sizeof(h));
+		if ((uint64_t)len != sizeof(h) + (uint64_t)h.count * sizeof(**ev)) {
+			snprintf(why, whylen, "EVENTS record: %u events do not fill %u bytes",
+				 h.count, len);
+			return -EINVAL;
+		}
+		/* Records start 8-aligned in the file and in memory. */
+		*ev = (const struct pki_trace_event *)(d + sizeof(h));
+		*tsn = h.tsn;
+		*count = h.count;
+	} else {
+		struct pki_rec_packed h;
+		struct pki_trace_event *out;
+
+		if (len < sizeof(h)) {
+			snprintf(why, whylen, "PACKED record too short (%u bytes)", len);
+			return -EINVAL;
+		}
+		memcpy(&h, d, sizeof(h));
+		/* An event takes two bytes at least: a bound on what to allocate. */
+		if (h.count > (len - sizeof(h)) / 2)
+			goto bad_packed;
+		out = grow(*buf, cap, h.count, sizeof(*out));
+		if (!out)
+			return -ENOMEM;
+		*buf = out;
+		if (pki_unpack_events(d + sizeof(h), len - sizeof(h), h.base_ts, out, h.count))
+			goto bad_packed;
+		*ev = out;
+		*tsn = h.tsn;
+		*count = h.count;
+	}
+	return 0;
+bad_packed:
+	snprintf(why, whylen, "PACKED record: %u bytes do not hold %u events", len,
+		 ((const struct pki_rec_packed *)d)->count);
+	return -EINVAL;
+}
+
+static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8_t *d,
+		      uint32_t len)
 {
 	struct pki_trace_file *f = p->f;
-	struct pki_rec_events h;
+	const struct pki_trace_event *evs;
 	struct pki_trace_thread *t;
 	struct pki_trace_event e;
-	uint32_t i, gaps = 0;
+	uint32_t i, tsn, count, gaps = 0;
+	char why[96];
+	int err;
 
-	if (len < sizeof(h))
-		return fail(p, off, "EVENTS record too short (%u bytes)", len);
-	memcpy(&h, d, sizeof(h));
-	if ((uint64_t)len != sizeof(h) + (uint64_t)h.count * sizeof(e))
-		return fail(p, off, "EVENTS record: %u events do not fill %u bytes", h.count, len);
-	t = thread_of(p, h.tsn);
+	err = events_of(type, d, len, &tsn, &evs, &count, &p->unpacked, &p->unpacked_cap, why,
+			sizeof(why));
+	if (err == -EINVAL)
+		return fail(p, off, "%s", why);
+	if (err)
+		return err;
+	t = thread_of(p, tsn);
 	if (!t)
-		return fail(p, off, "EVENTS for thread serial %u, which no THREAD record declared",
-			    h.tsn);
+		return fail(p, off, "%s for thread serial %u, which no THREAD record declared",
+			    rec_name(type), tsn);
 	/* Check the whole record before keeping anything of it. */
-	for (i = 0; i < h.count; i++) {
+	for (i = 0; i < count; i++) {
 		unsigned kind;
 
-		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
+		memcpy(&e, &evs[i], sizeof(e));
 		kind = PKI_EV_KIND(e.word);
 		if (kind == PKI_EV_GAP && (f->version_minor < 3 || !PKI_EV_FN(e.word)))
-			return fail(
-			    p, off + sizeof(struct pki_trace_frame) + sizeof(h) + i * 16u,
-			    "EVENTS: event %u is a GAP of %llu events in a version %u.%u file", i,
-			    (unsigned long long)PKI_EV_FN(e.word), f->version_major,
-			    f->version_minor);
+			return fail(p, off, "%s: event %u is a GAP of %llu events in a version %u.%u file",
+				    rec_name(type), i, (unsigned long long)PKI_EV_FN(e.word),
+				    f->version_major, f->version_minor);
 	}
 	if (p->keep) {
-		struct pki_trace_event *ev = grow(t->ev, &t->cap, t->nev + h.count, sizeof(*ev));
+		struct pki_trace_event *ev = grow(t->ev, &t->cap, t->nev + count, sizeof(*ev));
 
 		if (!ev)
 			return -ENOMEM;
 		t->ev = ev;
-		memcpy(ev + t->nev, d + sizeof(h), (size_t)h.count * sizeof(*ev));
+		memcpy(ev + t->nev, evs, (size_t)count * sizeof(*ev));
 	}
-	for (i = 0; i < h.count; i++) {
-		memcpy(&e, d + sizeof(h) + (size_t)i * sizeof(e), sizeof(e));
+	for (i = 0; i < count; i++) {
+		memcpy(&e, &evs[i], sizeof(e));
 		if (PKI_EV_KIND(e.word) == PKI_EV_GAP) {
 			t->overwritten += PKI_EV_FN(e.word);
 			t->ngaps++;
@@ -385,8 +447,8 @@ static int rec_events(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 			p->any_ts = true;
 		}
 	}
-	t->nev += h.count;
-	f->nevents += h.count - gaps; /* the program's events: GAPs are markers */
+	t->nev += count;
+	f->nevents += count - gaps; /* the program's events: GAPs are markers */
 	return 0;
 }
 
@@ -591,7 +653,12 @@ static int record_apply(struct parser *p, uint64_t off, const struct pki_trace_f
 	case PKI_REC_THREAD:
 		return rec_thread(p, off, d, fr->len);
 	case PKI_REC_EVENTS:
-		return rec_events(p, off, d, fr->len);
+		return rec_events(p, off, fr->type, d, fr->len);
+	case PKI_REC_PACKED:
+		if (f->version_minor < 6)
+			return fail(p, off, "PACKED record in a version %u.%u file",
+				    f->version_major, f->version_minor);
+		return rec_events(p, off, fr->type, d, fr->len);
 	case PKI_REC_LOST:
 		return rec_lost(p, off, d, fr->len);
 	case PKI_REC_END:
@@ -737,6 +804,7 @@ static void parser_free(struct parser *p)
 {
 	free(p->tsn_idx);
 	free(p->s.buf);
+	free(p->unpacked);
 	pki_idxmap_free(&p->sym_idx);
 	pki_idxmap_free(&p->obj_idx);
 }
@@ -906,10 +974,10 @@ int pki_trace_file_events(const struct pki_trace_file *f, pki_trace_events_fn cb
 	struct parser p = {.f = &scratch,
 			   .s = {.fd = f->fd, .pos = sizeof(struct pki_trace_prefix)}};
 	uint64_t off = p.s.pos, next;
+	struct pki_trace_event *unpacked = NULL;
+	size_t i, unpacked_cap = 0;
 	struct pki_trace_frame fr;
-	struct pki_rec_events h;
 	const uint8_t *d;
-	size_t i;
 	int ret = 0;
 
 	if (f->kept_events) {
@@ -932,26 +1000,30 @@ int pki_trace_file_events(const struct pki_trace_file *f, pki_trace_events_fn cb
 			ret = p.s.err == ENOMEM ? -ENOMEM : -EIO;
 			break;
 		}
-		if (fr.type == PKI_REC_EVENTS) {
-			if (fr.len < sizeof(h)) {
+		if (fr.type == PKI_REC_EVENTS || fr.type == PKI_REC_PACKED) {
+			const struct pki_trace_event *ev;
+			uint32_t tsn, count;
+			char why[96];
+
+			ret = events_of(fr.type, d, fr.len, &tsn, &ev, &count, &unpacked,
+					&unpacked_cap, why, sizeof(why));
+			if (ret) {
+				ret = ret == -ENOMEM ? ret : -EIO; /* it was well-formed at the first read */
+				break;
+			}
+			t = thread_by_tsn(f, tsn);
+			if (!t) {
 				ret = -EIO;
 				break;
 			}
-			memcpy(&h, d, sizeof(h));
-			t = thread_by_tsn(f, h.tsn);
-			if (!t || (uint64_t)fr.len != sizeof(h) + (uint64_t)h.count * 16u) {
-				ret = -EIO;
-				break;
-			}
-			/* Records start 8-aligned in the file and in the window. */
-			if (h.count)
-				ret = cb(f, t, (const struct pki_trace_event *)(d + sizeof(h)),
-					 h.count, arg);
+			if (count)
+				ret = cb(f, t, ev, count, arg);
 		}
 		src_consume(&p.s, next - off);
 		off = next;
 	}
 	free(p.s.buf);
+	free(unpacked);
 	return ret;
 }
 

@@ -46,6 +46,7 @@
 #include "base/log.h"
 #include "base/signals.h"
 #include "trace/crc32.h"
+#include "trace/pack.h"
 #include "trace/trace.h"
 
 __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("initial-exec")));
@@ -112,6 +113,7 @@ static struct {
 	bool in_trailer;	 /* writing the trailer or a STATUS: into the reserve */
 	bool may_shrink;	 /* an EVENTS record that could be smaller: ENOSPC is not final */
 	uint32_t events_per_rec; /* EVENTS_PER_REC, less once the file system is nearly full */
+	uint8_t *pack;		 /* writer only: one PACKED record's bytes, or NULL (EVENTS) */
 	void (*notice)(const char *line);
 	uint64_t off;	  /* where the next record goes; writer only */
 	uint64_t end_off; /* where the END record went (exec_failed truncates there) */
@@ -454,6 +456,12 @@ static uint64_t size_limit(uint32_t *cause)
 	return lim;
 }
 
+/* The records that carry events: EVENTS, or PACKED. */
+static bool events_rec(uint32_t type)
+{
+	return type == PKI_REC_EVENTS || type == PKI_REC_PACKED;
+}
+
 /*
  * Does a record of @len bytes (frame and padding included) of @type fit
  * under size_limit()?  EVENTS, and any record outside the trailer, leave
@@ -468,7 +476,7 @@ static int size_check(uint32_t type, uint64_t len)
 
 	if (lim == UINT64_MAX)
 		return 0;
-	keep = !S.in_trailer || type == PKI_REC_EVENTS ? RESERVE_LEN
+	keep = !S.in_trailer || events_rec(type) ? RESERVE_LEN
 	       : type == PKI_REC_END			? 0
 							: END_REC_LEN;
 	if (S.off + len + keep <= lim)
@@ -538,7 +546,7 @@ static int emit_iov(uint32_t type, struct iovec *iov, int n, size_t total)
 		err = file_ready();
 		if (err)
 			return err; /* lost descriptor: file_ready() said so */
-		err = reserve(total, !S.in_trailer || type == PKI_REC_EVENTS);
+		err = reserve(total, !S.in_trailer || events_rec(type));
 		if (err && S.may_shrink)
 			return err; /* nothing written: the caller tries a smaller record */
 		if (!err)
@@ -636,8 +644,40 @@ static bool cannot_write(void)
 }
 
 /*
+ * One record of thread @tsn's events: the @n1 at @ev1 then the @n2 at @ev2
+ * (a ring's two halves).  PACKED, or EVENTS as they are when no packing
+ * buffer could be mapped.
+ */
+static int emit_span(uint32_t tsn, const struct pki_trace_event *ev1, uint64_t n1,
+		     const struct pki_trace_event *ev2, uint64_t n2)
+{
+	struct iovec p[3];
+
+	if (S.pack) {
+		struct pki_rec_packed hdr = {.tsn = tsn, .count = (uint32_t)(n1 + n2)};
+		struct pki_pack pk;
+		size_t len;
+
+		hdr.base_ts = n1 ? ev1[0].ts : ev2[0].ts;
+		pki_pack_begin(&pk, hdr.base_ts);
+		len = pki_pack_events(&pk, S.pack, ev1, n1);
+		len += pki_pack_events(&pk, S.pack + len, ev2, n2);
+		p[0] = (struct iovec){&hdr, sizeof(hdr)};
+		p[1] = (struct iovec){S.pack, len};
+		return emit(PKI_REC_PACKED, p, 2);
+	} else {
+		struct pki_rec_events hdr = {.tsn = tsn, .count = (uint32_t)(n1 + n2)};
+
+		p[0] = (struct iovec){&hdr, sizeof(hdr)};
+		p[1] = (struct iovec){(void *)ev1, n1 * sizeof(*ev1)};
+		p[2] = (struct iovec){(void *)ev2, n2 * sizeof(*ev2)};
+		return emit(PKI_REC_EVENTS, p, 3);
+	}
+}
+
+/*
  * Write events @first..@first + @n of @ev (slot = index & @mask) as EVENTS
- * records of @b's thread; *@done counts those written (they are in the file
+ * or PACKED records of @b's thread; *@done counts those written (they are in the file
  * once counted).  After each record @landed (if set) is told the index past
  * it.  A nearly full file system makes the records smaller, so that every
  * event that fits is kept (emit() then fails without stopping).
@@ -652,21 +692,15 @@ static int emit_events(struct pki_trace_buf *b, const struct pki_trace_event *ev
 
 	while (t != h) {
 		uint64_t k = h - t, i = t & mask, k1;
-		struct pki_rec_events hdr = {.tsn = b->tsn};
-		struct iovec p[3];
 
 		if (k > S.events_per_rec)
 			k = S.events_per_rec;
 		k1 = mask + 1 - i;
 		if (k1 > k || !k1) /* !k1: mask is ~0, a flat array */
 			k1 = k;
-		hdr.count = (uint32_t)k;
-		p[0] = (struct iovec){&hdr, sizeof(hdr)};
-		p[1] = (struct iovec){(void *)&ev[i], k1 * sizeof(struct pki_trace_event)};
-		p[2] = (struct iovec){(void *)ev, (k - k1) * sizeof(struct pki_trace_event)};
 		shrink = S.events_per_rec > EVENTS_MIN_REC;
 		S.may_shrink = shrink;
-		err = emit(PKI_REC_EVENTS, p, 3);
+		err = emit_span(b->tsn, &ev[i], k1, ev, k - k1);
 		S.may_shrink = false;
 		if (shrink && (err == -ENOSPC || err == -EDQUOT || err == -EFBIG) && !S.stop_err) {
 			S.events_per_rec /= 4;
@@ -1824,6 +1858,25 @@ static void exit_hooks_install(const struct pki_trace_opts *opts)
 		S.atfork_done = true;
 }
 
+/*
+ * The writer's PACKED record buffer, mapped once for every session (its
+ * pages are touched as records need them); without it, or @unpacked, the
+ * events go out as EVENTS records.
+ */
+static void pack_setup(bool unpacked)
+{
+	static uint8_t *buf;
+
+	if (!buf && !unpacked) {
+		void *m = mmap(NULL, (size_t)EVENTS_PER_REC * PKI_PACK_MAX_EVENT,
+			       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+
+		buf = m == MAP_FAILED ? NULL : m;
+	}
+	S.pack = unpacked ? NULL : buf;
+}
+
 int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 {
 	static const struct pki_trace_opts defaults = {.sz = sizeof(defaults)};
@@ -1854,6 +1907,7 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	}
 	if (opts->ring && (err = ring_setup(cap)))
 		return err;
+	pack_setup(opts->unpacked);
 	err = session_file_open(path, opts);
 	if (err)
 		return err;

@@ -81,6 +81,7 @@ struct pki_trace_opts {
 	uint32_t wait_ms;   /* give up waiting for room after the drainer made no
 			       progress this long; 0 = 2000 ms */
 	bool no_drainer;    /* no drainer thread: pki_trace_flush() by hand (tests) */
+	bool unpacked;	    /* EVENTS records, 16 bytes an event, not PACKED (tests) */
 	int clock;	    /* 0 = best (TSC if invariant), or enum pki_trace_clock */
 	bool catch_signals; /* flush on fatal signals (installs handlers) */
 	bool at_exit;	    /* register pki_trace_close() with atexit(), and the

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The compact encoding of a thread's events in a PACKED record
+ * (doc/trace-format.md, "PACKED"): the writer packs what the per-thread
+ * buffers hold (16-byte events, pki_trace_event) into a few bytes each, the
+ * reader unpacks them back into the same 16-byte events, so everything
+ * above the reader sees what the program recorded, bit for bit.
+ *
+ * Each event is a tag byte, then an optional function, then its time:
+ *
+ *   tag     bits 0-1 the kind; bit 2 set: a literal function follows;
+ *           bits 3-7 a slot of the record's 32-entry function table
+ *   fn      with bit 2 only: zigzag LEB128 of fn minus the previous
+ *           literal fn of the record (0 before the first), which then
+ *           goes into the slot (except for a GAP, whose fn is a count)
+ *   ts      zigzag LEB128 of ts minus the previous event's ts (the
+ *           record's base_ts before the first)
+ *
+ * The table and both "previous" values start afresh in every record, so a
+ * record decodes alone.  Which slot the writer picks is its own business
+ * (a hash of fn); the reader only follows the tags.
+ */
+#ifndef PK_TRACE_PACK_H
+#define PK_TRACE_PACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trace/format.h"
+
+/* The most bytes one event packs into: the tag and two 64-bit LEB128s. */
+#define PKI_PACK_MAX_EVENT (1u + 10u + 10u)
+
+/* The writer's state over one record. */
+struct pki_pack {
+	uint64_t table[PKI_PACK_SLOTS];
+	uint64_t last_fn, last_ts;
+};
+
+/* Start a record whose events count their time from @base_ts. */
+void pki_pack_begin(struct pki_pack *pk, uint64_t base_ts);
+
+/*
+ * Append @n events to @out (room for n * PKI_PACK_MAX_EVENT bytes);
+ * returns the bytes written.  Call again for the rest of the same record
+ * (a ring that wraps).
+ */
+size_t pki_pack_events(struct pki_pack *pk, uint8_t *out, const struct pki_trace_event *ev,
+		       size_t n);
+
+/*
+ * Unpack exactly @count events from the @len bytes at @in, whose first
+ * event counts from @base_ts, into @out.  0, or -1 if the bytes are not
+ * @count well-formed events that fill @len exactly (a slot used before
+ * anything was put in it, a LEB128 past 64 bits or past the end).
+ */
+int pki_unpack_events(const uint8_t *in, size_t len, uint64_t base_ts, struct pki_trace_event *out,
+		      uint32_t count);
+
+#endif

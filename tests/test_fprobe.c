@@ -641,6 +641,131 @@ START_TEST(refused_functions)
 }
 END_TEST
 
+/* ---- skipping the function (pk_regs_skip) -------------------------------- */
+
+static long skip_runs, skip_nested_ret, skip_exit_ax, skip_exits;
+
+PATCHABLE long t_skipme(long a)
+{
+	skip_runs++;
+	return a * 2;
+}
+
+static void on_usr1_skipme(int sig)
+{
+	(void)sig;
+	skip_nested_ret = t_skipme(5); /* a level above the callback's: runs, not skipped */
+}
+
+/* 7: skipped with 4242 (a signal handler calls it meanwhile); 8: rdx too; 9: an error. */
+static int skip_entry(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		      struct pk_regs *regs, void *data)
+{
+	(void)fp, (void)ip, (void)parent_ip, (void)data;
+	if (regs->di == 7) {
+		if (pk_regs_skip(regs, 4242))
+			return 1;
+		raise(SIGUSR1);
+	} else if (regs->di == 8) {
+		regs->dx = 99;
+		pk_regs_skip(regs, 11);
+	}
+	return 0;
+}
+
+static void skip_exit(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		      struct pk_ret *ret, void *data)
+{
+	struct pk_regs dummy = {0};
+
+	(void)fp, (void)ip, (void)parent_ip, (void)data;
+	skip_exit_ax = (long)ret->ax;
+	skip_exits++;
+	pk_regs_skip(&dummy, 1); /* no function to skip here: no effect */
+}
+
+START_TEST(skip_with_a_value)
+{
+	unsigned long ips[] = {(unsigned long)t_skipme, (unsigned long)t_pair,
+			       (unsigned long)t_add};
+	struct pk_fprobe fp = {.entry = skip_entry, .exit = skip_exit, .filter = {ips, 3}};
+	struct pk_regs r = {0};
+	struct pair pr;
+
+	signal(SIGUSR1, on_usr1_skipme);
+	skip_runs = skip_exits = 0;
+	ck_assert_int_eq(pk_regs_skip(&r, 1), -EINVAL); /* not in a callback */
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	ck_assert_int_eq(t_skipme(3), 6);
+	ck_assert_int_eq(skip_runs, 1);
+	ck_assert_int_eq(skip_exit_ax, 6);
+	ck_assert_int_eq(t_skipme(7), 4242);
+	ck_assert_int_eq(skip_nested_ret, 10); /* the handler's call ran */
+	ck_assert_int_eq(skip_runs, 2);	      /* that one, not the skipped one */
+	ck_assert_int_eq(skip_exit_ax, 4242); /* the exit saw the value given */
+	ck_assert_int_eq(skip_exits, 2);
+	pr = t_pair(8);
+	ck_assert_int_eq(pr.lo, 11);
+	ck_assert_int_eq(pr.hi, 99);
+	/* the exit callback's pk_regs_skip() skipped nothing */
+	ck_assert_int_eq(t_add(1, 2), 3);
+	ck_assert_int_eq(t_skipme(4), 8);
+	ck_assert_int_eq(skip_runs, 3);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+	ck_assert_int_eq(t_skipme(7), 14);
+	signal(SIGUSR1, SIG_DFL);
+}
+END_TEST
+
+static void skip_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip, (void)ops;
+	if ((long)regs->di < 0)
+		pk_regs_skip(regs, (unsigned long)-regs->di);
+}
+
+static long skip_tramp_calls;
+
+static void skip_tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
+{
+	(void)ip, (void)parent_ip;
+	skip_tramp_calls++;
+	if (regs->di == 1000)
+		pk_regs_skip(regs, 1);
+}
+
+/* An ops, a pk_tramp as a direct entry, and both (the list dispatcher) skip. */
+START_TEST(skip_from_ops_and_tramp)
+{
+	unsigned long ip = (unsigned long)t_skipme;
+	struct pk_ops o = {.func = skip_ops_cb, .filter = {&ip, 1}};
+	struct pk_tramp *t = pk_tramp_new(skip_tramp_cb, 0);
+
+	skip_runs = skip_tramp_calls = 0;
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(t_skipme(-5), 5);
+	ck_assert_int_eq(t_skipme(5), 10);
+	ck_assert_int_eq(skip_runs, 1);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){ip, pk_tramp_addr(t)}, 1), 0);
+	ck_assert_int_eq(t_skipme(-6), 6); /* the ops skipped: the handler ran, not the function */
+	ck_assert_int_eq(skip_tramp_calls, 1);
+	ck_assert_int_eq(t_skipme(1000), 1);
+	ck_assert_int_eq(t_skipme(6), 12);
+	ck_assert_int_eq(skip_runs, 2);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(t_skipme(1000), 1); /* the handler alone */
+	ck_assert_int_eq(t_skipme(-7), -14);
+	ck_assert_int_eq(skip_runs, 3);
+	ck_assert_int_eq(skip_tramp_calls, 5);
+	ck_assert_int_eq(pk_direct_del(&ip, 1), 0);
+	ck_assert_int_eq(pk_direct_sync(), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+	ck_assert_int_eq(t_skipme(1000), 2000);
+}
+END_TEST
+
 static void reset(void)
 {
 	memset(&S, 0, sizeof(S));
@@ -668,6 +793,8 @@ int main(void)
 	tcase_add_test(tc, under_fire);
 	tcase_add_test(tc, errno_kept);
 	tcase_add_test(tc, refused_functions);
+	tcase_add_test(tc, skip_with_a_value);
+	tcase_add_test(tc, skip_from_ops_and_tramp);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -66,6 +66,10 @@ __attribute__((noinline)) long it_double(long x)
 	return 2 * x;
 }
 
+/* The callbacks skip the function when its first argument is one of these. */
+#define SKIP_OPS   0x5c1b0001l
+#define SKIP_TRAMP 0x5c1b0002l
+
 static int ops_calls, short_calls;
 static unsigned long ops_ip, ops_di;
 
@@ -78,6 +82,8 @@ static void ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops
 		__atomic_add_fetch(&short_calls, 1, __ATOMIC_RELAXED);
 	ops_ip = ip;
 	ops_di = regs->di;
+	if (regs->di == (unsigned long)SKIP_OPS)
+		pk_regs_skip(regs, 777);
 }
 
 static int tramp_calls;
@@ -89,6 +95,8 @@ static void tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *
 	tramp_calls++;
 	if (tramp_set_di >= 0)
 		regs->di = (unsigned long)tramp_set_di;
+	if (regs->di == (unsigned long)SKIP_TRAMP)
+		pk_regs_skip(regs, 888);
 }
 
 static struct pk_site site;
@@ -183,6 +191,38 @@ START_TEST(direct_and_ops_on_an_int3_site)
 	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
 	ck_assert_int_eq(it_short(2), 2);
 	ck_assert_int_eq(tramp_calls, 2);
+	ck_assert_int_eq(pk_direct_sync(), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+}
+END_TEST
+
+/* pk_regs_skip() from an ops, a pk_tramp handler, and both: the caller gets the value. */
+START_TEST(skip_on_an_int3_site)
+{
+	struct pk_ops o = {0};
+	struct pk_tramp *t;
+	unsigned long ip;
+
+	setup_on(it_short);
+	ip = site.ip;
+	o.func = ops_cb;
+	o.filter.ips = &ip;
+	o.filter.nips = 1;
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(it_short(SKIP_OPS), 777);
+	ck_assert_int_eq(it_short(4), 4);
+	t = pk_tramp_new(tramp_cb, 0);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){site.ip, pk_tramp_addr(t)}, 1), 0);
+	ck_assert_int_eq(it_short(SKIP_OPS), 777);
+	ck_assert_int_eq(it_short(SKIP_TRAMP), 888);
+	ck_assert_int_eq(it_short(4), 4);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(it_short(SKIP_TRAMP), 888); /* the handler alone */
+	ck_assert_int_ne(it_short(SKIP_OPS), 777);
+	ck_assert_int_eq(pk_direct_del(&site.ip, 1), 0);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	ck_assert_int_ne(it_short(SKIP_TRAMP), 888);
 	ck_assert_int_eq(pk_direct_sync(), 0);
 	ck_assert_int_eq(pk_tramp_free(t), 0);
 }
@@ -390,6 +430,7 @@ int main(void)
 	tcase_add_test(tc, off_unless_asked);
 	tcase_add_test(tc, ops_on_an_int3_site);
 	tcase_add_test(tc, direct_and_ops_on_an_int3_site);
+	tcase_add_test(tc, skip_on_an_int3_site);
 	tcase_add_test(tc, unbounded_tail_jump_via_int3);
 	tcase_add_test(tc, refused_while_a_thread_blocks_sigtrap);
 	tcase_add_test(tc, jump_relay_while_a_thread_blocks_every_signal);

@@ -37,6 +37,10 @@ __attribute__((noinline)) long rt_scale(long a, long b)
 	return a * rt_k + b;
 }
 
+/* The callbacks skip the function when its first argument is one of these. */
+#define SKIP_OPS   0x5c1b0001l
+#define SKIP_TRAMP 0x5c1b0002l
+
 static int ops_calls;
 static unsigned long ops_ip, ops_di, ops_si;
 
@@ -47,6 +51,8 @@ static void ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops
 	ops_calls++;
 	ops_ip = ip;
 	ops_di = regs->di;
+	if (regs->di == (unsigned long)SKIP_OPS)
+		pk_regs_skip(regs, 777);
 	ops_si = regs->si;
 }
 
@@ -61,6 +67,8 @@ static void tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *
 	tramp_calls++;
 	if (tramp_set_di >= 0)
 		regs->di = (unsigned long)tramp_set_di;
+	if (regs->di == (unsigned long)SKIP_TRAMP)
+		pk_regs_skip(regs, 888);
 }
 
 static struct pk_site site;
@@ -131,6 +139,38 @@ START_TEST(direct_and_ops_on_a_relocated_entry)
 	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
 	ck_assert_int_eq(rt_scale(2, 1), 7);
 	ck_assert_int_eq(tramp_calls, 2);
+	ck_assert_int_eq(pk_direct_sync(), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+}
+END_TEST
+
+/* pk_regs_skip() from an ops, a pk_tramp handler, and both: the caller gets the value. */
+START_TEST(skip_on_a_relocated_entry)
+{
+	struct pk_ops o = {0};
+	struct pk_tramp *t;
+	unsigned long ip;
+
+	setup();
+	ip = site.ip;
+	o.func = ops_cb;
+	o.filter.ips = &ip;
+	o.filter.nips = 1;
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(rt_scale(SKIP_OPS, 1), 777);
+	ck_assert_int_eq(rt_scale(4, 1), 13);
+	t = pk_tramp_new(tramp_cb, 0);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){site.ip, pk_tramp_addr(t)}, 1), 0);
+	ck_assert_int_eq(rt_scale(SKIP_OPS, 1), 777);
+	ck_assert_int_eq(rt_scale(SKIP_TRAMP, 1), 888);
+	ck_assert_int_eq(rt_scale(4, 1), 13);
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	ck_assert_int_eq(rt_scale(SKIP_TRAMP, 1), 888); /* the handler alone */
+	ck_assert_int_ne(rt_scale(SKIP_OPS, 1), 777);
+	ck_assert_int_eq(pk_direct_del(&site.ip, 1), 0);
+	ck_assert_int_eq(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
+	ck_assert_int_ne(rt_scale(SKIP_TRAMP, 1), 888);
 	ck_assert_int_eq(pk_direct_sync(), 0);
 	ck_assert_int_eq(pk_tramp_free(t), 0);
 }
@@ -653,6 +693,7 @@ int main(void)
 	tcase_add_test(tc, kick_moves_into_the_copy);
 	tcase_add_test(tc, ops_on_a_relocated_entry);
 	tcase_add_test(tc, direct_and_ops_on_a_relocated_entry);
+	tcase_add_test(tc, skip_on_a_relocated_entry);
 	tcase_add_test(tc, attach_and_detach_under_fire);
 	tcase_add_test(tc, attach_and_detach_under_fire_kick);
 	tcase_add_test(tc, attach_while_a_thread_blocks_sigtrap);

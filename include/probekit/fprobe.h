@@ -8,8 +8,10 @@
  *
  * The exit callback sees the function's return registers and may change
  * them: the caller then receives the new values.  The entry callback sees
- * and may change the arguments (struct pk_regs, as an ops does) and, by its
- * return value, decline the exit of this call.
+ * and may change the arguments (struct pk_regs, as an ops does), by its
+ * return value decline the exit of this call, and skip the function with a
+ * return value of its choice (pk_regs_skip(), hook.h): the exit callback,
+ * unless declined, then sees that value.
  *
  * Frames that never return (longjmp, siglongjmp, a C++ exception caught
  * above them, a thread that ends inside them): their exit callback runs

@@ -103,6 +103,19 @@ static inline unsigned long pk_regs_arg(const struct pk_regs *regs, unsigned int
 	return n < 6 ? a[n] : 0;
 }
 
+/*
+ * From an ops callback, a pk_tramp_new() handler or a fprobe's entry
+ * callback, with the @regs it was given: do not run the function; its
+ * caller receives @ret in rax, and regs->dx in rdx (set it first for a
+ * function that returns two words).  Only integer and pointer returns: the
+ * caller of a function returning in a vector register (float, double)
+ * gets whatever xmm0 held at the entry.  Every callback of the site still
+ * runs, and exits already hijacked at this entry (another fprobe's) run
+ * with @ret as the return value.  Returns 0, or -EINVAL outside such a
+ * callback (nothing changed); in an exit callback it has no effect.
+ */
+PK_API int pk_regs_skip(struct pk_regs *regs, unsigned long ret);
+
 struct pk_ops;
 
 /*

@@ -433,7 +433,25 @@ __attribute__((constructor)) static void gp_init(void)
 			 "grace-period slot\n");
 }
 
-/* X's slow exit: the grace period asked this thread (want). */
+/*
+ * X's slow exit: the grace period asked this thread (want), or a callback
+ * of this level asked to skip the function (skip, pk_regs_skip()): nonzero
+ * then, and skip is cleared.  A nested level's exit leaves skip to the
+ * outermost one, whose callback set it.
+ */
+int pki_tramp_exit_slow(void)
+{
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+
+	if (__atomic_load_n(&me->want, __ATOMIC_RELAXED))
+		pki_gp_exit_slow();
+	if (!me->skip || nest_get(me) != 0)
+		return 0;
+	me->skip = 0;
+	return 1;
+}
+
+/* The grace period asked this thread (want). */
 void pki_gp_exit_slow(void)
 {
 	struct pki_tramp_tls *me = &pki_tramp_tls;

@@ -71,6 +71,13 @@ void pki_gp_exit_slow(void);
 int pki_gp_register(void);
 
 /*
+ * X's slow exit (tramp.S): pki_gp_exit_slow() if the grace period asked,
+ * then nonzero if a callback of this, the outermost, level skipped the
+ * function (pk_regs_skip(): tramp.h, skip).
+ */
+int pki_tramp_exit_slow(void);
+
+/*
  * A counted section entered and left from C, where no entry E counted the
  * thread: behind a return trampoline (hook/fprobe_hot.c's exits, X3 of
  * doc/design/exit-hooks.md).  The same read side as E and X: the increment
@@ -106,6 +113,7 @@ static inline void pki_gp_read_end(void)
 
 	if (__builtin_expect(__atomic_load_n(&me->want, __ATOMIC_RELAXED), 0))
 		pki_gp_exit_slow();
+	me->skip = 0; /* an exit callback has no function to skip */
 	__asm__ volatile("decl %0" : "+m"(me->nest) : : "memory");
 }
 

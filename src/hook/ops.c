@@ -210,3 +210,19 @@ int pk_ops_unregister(struct pk_ops *ops)
 		return err;
 	return pki_hook_leave(__pki_hook_ops_unregister(ops));
 }
+
+/*
+ * The outermost level's exit (tramp.S, X slow exits) returns to the caller
+ * when skip is set: tramp.h.  The recursion guard runs callbacks at level 0
+ * only, so level 0 is "inside a callback"; an exit callback's counted
+ * section (gp.h, pki_gp_read_end()) clears skip behind it.
+ */
+int pk_regs_skip(struct pk_regs *regs, unsigned long ret)
+{
+	if (!regs || pki_tramp_nest != 0)
+		return -EINVAL;
+	regs->ax = ret;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	pki_tramp_tls.skip = 1;
+	return 0;
+}

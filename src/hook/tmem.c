@@ -185,7 +185,7 @@ static uint8_t *chunk_map_writer(unsigned long x, int fd)
  */
 static unsigned long gp_exit_slow_kept(void)
 {
-	return pki_vecsafe_call(0, 0, 0, (void *)pki_gp_exit_slow);
+	return pki_vecsafe_call(0, 0, 0, (void *)pki_tramp_exit_slow);
 }
 
 static unsigned long gp_register_kept(void)

@@ -96,9 +96,9 @@ pki_tramp_\name\()_start:
 	FIX	\fixtab
 	.endm
 
-	/* cmpb $0, %fs:TLS_WANT; jne \slow (spelt out: the imm8 follows the disp) */
+	/* cmpw $0, %fs:TLS_WANT (want and skip); jne \slow (spelt out: the imm8 follows the disp) */
 	.macro WANT slow, fixtab
-	.byte	0x64, 0x80, 0x3c, 0x25
+	.byte	0x66, 0x64, 0x83, 0x3c, 0x25
 	.long	TLS_WANT
 	FIX	\fixtab
 	.byte	0
@@ -307,8 +307,11 @@ pki_tramp_list_end:
  * counted, registers as at the function entry, r11 = the entry.
  *  X_RET: decl, ret (into the function).  X_RET_RET is that ret alone.
  *  X_USER: decl, jmp *E.direct.
- *  Slow variants: the grace period set pki_tramp_tls.want; exit(), still
- *    counted, reports if this is the outermost level (gp.c).
+ *  Slow variants: the grace period set pki_tramp_tls.want, or a callback
+ *    of this level skip; exit(), still counted, reports if this is the
+ *    outermost level (gp.c) and says whether this level skips the
+ *    function: then x_skip (x_skip_reloc) leaves the level and returns
+ *    to the caller, rax and rdx as the callback set them in pk_regs.
  *  X_REG: the thread's first entry (counter below -1): reg() registers it
  *    with the grace period and makes the counter 0, then on to E.target;
  *    if it cannot (a thread past its exit), uncounted on to E.direct: the
@@ -344,13 +347,18 @@ pki_tramp_list_end:
 	.hidden	pki_tramp_x_reloc
 	.hidden	pki_tramp_x_user_reloc
 	.hidden	pki_tramp_x_reg_reloc
-	/* An exit's slow path, E in r11 kept: report (gp.c), then leave the level. */
-	.macro SLOW_EXIT_E
+	/*
+	 * An exit's slow path, E in r11 kept: report (gp.c), then leave the
+	 * level; on to \skip when this level's callback skipped the function.
+	 */
+	.macro SLOW_EXIT_E skip
 	SAVE
 	movq	%r11, R_R11(%rsp)
 	call	*pki_tramp_exits_data(%rip)
 	movq	R_R11(%rsp), %r11
+	testl	%eax, %eax	/* RESTORE keeps the flags (NEST's decl would not) */
 	RESTORE
+	jnz	\skip
 	NEST	decl, pki_tramp_exits_start
 	.endm
 
@@ -374,16 +382,23 @@ pki_tramp_x_ret_ret:
 	ret
 2:	SAVE
 	call	*pki_tramp_exits_data(%rip)
+	testl	%eax, %eax	/* RESTORE keeps the flags */
 	RESTORE
+	jnz	x_skip
 	NEST	decl, pki_tramp_exits_start
 	ret
+	/* Skipped: [rsp] is ip + 5, [rsp + 8] the caller's return address. */
+x_skip:
+	NEST	decl, pki_tramp_exits_start
+	leaq	8(%rsp), %rsp
+	ret			/* to the caller, rax (and rdx) as the callback left them */
 
 	.p2align 4
 pki_tramp_x_user:
 	WANT	3f, pki_tramp_exits_start
 	NEST	decl, pki_tramp_exits_start
 	jmp	*E_DIRECT(%r11)
-3:	SLOW_EXIT_E
+3:	SLOW_EXIT_E x_skip
 	jmp	*E_DIRECT(%r11)
 
 	.p2align 4
@@ -401,8 +416,13 @@ x_reloc_go:			/* [rsp]: the program's r11, [rsp + 8]: parent ip */
 	movq	8(%rsp), %r11	/* the program's */
 	leaq	16(%rsp), %rsp	/* rsp as at the function's entry */
 	jmp	*-16(%rsp)	/* into C */
-5:	SLOW_EXIT_E
+5:	SLOW_EXIT_E x_skip_reloc
 	jmp	x_reloc_go
+	/* Skipped at a relocated site: [rsp] the program's r11, then the return address. */
+x_skip_reloc:
+	NEST	decl, pki_tramp_exits_start
+	popq	%r11
+	ret
 
 	.p2align 4
 pki_tramp_x_user_reloc:
@@ -416,7 +436,7 @@ x_user_reloc_go:		/* [rsp]: the program's r11, [rsp + 8]: parent ip */
 	popq	8(%rsp)		/* E.direct, C, parent ip (the address is taken after the pop) */
 	leaq	8(%rsp), %rsp	/* [rsp] = C: the return address */
 	jmp	*-8(%rsp)	/* into E.direct */
-6:	SLOW_EXIT_E
+6:	SLOW_EXIT_E x_skip_reloc
 	jmp	x_user_reloc_go
 
 	.p2align 4

@@ -47,12 +47,18 @@ struct pki_tramp_entry {
  * as %fs:const).  nest: -1 outside every body and callback, PKI_TRAMP_UNREG
  * before the thread's first entry registered it with the grace period.
  * want: set by a grace period that found the thread busy; its next
- * outermost exit then takes the slow exit, which bumps qs.  The rest is the
- * grace period's (gp.c).
+ * outermost exit then takes the slow exit, which bumps qs.  skip: set by a
+ * callback at the outermost level (pk_regs_skip()): that level's exit
+ * takes the slow exit too, which clears it and returns to the function's
+ * caller instead of into the function.  Each byte has one writer (want the
+ * grace period, skip the thread itself); the exits test both at once.  The
+ * rest is the grace period's (gp.c).
  */
 struct pki_tramp_tls {
 	int nest;
-	int want;
+	unsigned char want;
+	unsigned char skip;
+	unsigned short reserved;
 	unsigned long qs;   /* outermost slow exits taken */
 	unsigned int slot;  /* gp.c's reader slot + 1 (0: none) */
 	unsigned int flags; /* gp.c */

@@ -64,6 +64,7 @@
 #include "agent.h"
 #include "agent_int.h"
 #include "arch/arch.h"
+#include "hook/fprobe_int.h"
 #include "hook/hook_int.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"
@@ -566,23 +567,6 @@ static void reloc_summary(void)
  *  - the dynamic loader (ld.so), whose lazy-binding entry is called with
  *    the PLT's words where a return address would be.
  */
-static const char *const lib_no_exit[] = {
-    "setjmp", "_setjmp", "sigsetjmp", "__sigsetjmp", "longjmp", "_longjmp", "siglongjmp",
-    "__longjmp_chk", "__libc_longjmp", "__libc_siglongjmp", "vfork", "__vfork", "getcontext",
-    "setcontext", "swapcontext", "makecontext", "clone", "__clone", "clone3", "posix_spawn",
-    "posix_spawnp", "pthread_exit", "thrd_exit", "__pthread_unwind", "__pthread_unwind_next",
-    "start_thread", "backtrace", "__backtrace", "__libc_start_main", "__libc_start_call_main",
-    "dlopen", "dlmopen", "dlsym", "dlvsym", "dl_iterate_phdr", "__libc_dlopen_mode",
-    "__libc_dlsym", "__libc_dlvsym", "mcount", "_mcount", "__fentry__", NULL};
-
-static bool listed(const char *name, const char *const *list)
-{
-	for (; name && *list; list++)
-		if (!strcmp(name, *list))
-			return true;
-	return false;
-}
-
 /* The object of @path is the unwinder or the dynamic loader: no exits in it. */
 static bool lib_object_no_exit(const char *path)
 {
@@ -594,7 +578,7 @@ static bool lib_object_no_exit(const char *path)
 
 bool agent_lib_no_exit(const char *name, const char *path)
 {
-	return listed(name, lib_no_exit) || lib_object_no_exit(path);
+	return pki_no_exit_name(name) || lib_object_no_exit(path);
 }
 
 static bool lib_entry_only(size_t i, uintptr_t main_base)

@@ -766,6 +766,101 @@ START_TEST(skip_from_ops_and_tramp)
 }
 END_TEST
 
+/* ---- direct entries with exit hooks (pk_fprobe_tramp_new) -------------- */
+
+START_TEST(tramp_with_exits)
+{
+	unsigned long ip = (unsigned long)t_add, bad_ip = (unsigned long)t_block;
+	struct pk_fprobe fp = {.entry = on_entry, .exit = on_exit_cb, .data = &S, .data_size = 32};
+	struct pk_fprobe_stats st;
+	struct pk_tramp *t, *t2;
+	unsigned long addr;
+	pthread_t th;
+	void *r;
+
+	/* a filter is refused: the sites are pk_direct_add()'s */
+	fp.filter = (struct pk_ops_filter){.ips = &ip, .nips = 1};
+	errno = 0;
+	ck_assert_ptr_null(pk_fprobe_tramp_new(&fp));
+	ck_assert_int_eq(errno, EINVAL);
+	fp.filter = (struct pk_ops_filter){0};
+	t = pk_fprobe_tramp_new(&fp);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_ptr_null(pk_fprobe_tramp_new(&fp)); /* one trampoline an fprobe */
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_int_eq(pk_fprobe_register(&fp), -EBUSY);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), -EINVAL);
+	addr = pk_tramp_addr(t);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){ip, addr}, 1), 0);
+	for (long i = 0; i < 100; i++)
+		ck_assert_int_eq(t_add(i, 3), i + 3);
+	ck_assert_int_eq(S.entries, 100);
+	ck_assert_int_eq(S.exits, 100);
+	ck_assert_int_eq(S.bad, 0);
+	S.add_ret = 40; /* the exit replaces rax */
+	ck_assert_int_eq(t_add(1, 1), 42);
+	S.add_ret = 0;
+	ck_assert_int_eq(pk_tramp_free(t), -EBUSY); /* a site uses it */
+	/* a frame pending at the free: it returns without its exit, counted */
+	sem_init(&go, 0, 0);
+	sem_init(&inside, 0, 0);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){bad_ip, addr}, 1), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, blocker, (void *)14L), 0);
+	while (sem_wait(&inside))
+		;
+	ck_assert_int_eq(pk_fprobe_stats(NULL, &st), 0);
+	ck_assert_int_eq(pk_direct_del((unsigned long[]){ip, bad_ip}, 2), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+	ck_assert_ptr_null(fp.private);
+	memset(&fp, 0xa5, sizeof(fp)); /* freed, as a user may */
+	fp.private = NULL;
+	sem_post(&go);
+	ck_assert_int_eq(pthread_join(th, &r), 0);
+	ck_assert_ptr_eq(r, (void *)42L);
+	ck_assert_int_eq(S.exits, 101);
+	ck_assert_int_eq(pk_fprobe_stats(NULL, &st) == 0 && st.dropped >= 1, 1);
+	ck_assert_int_eq(t_add(2, 2), 4);
+	ck_assert_int_eq(S.entries, 102);
+	/* made and freed again and again: the same trampoline comes back */
+	fp = (struct pk_fprobe){.entry = on_entry, .exit = on_exit_cb, .data = &S};
+	for (int k = 0; k < 50; k++) {
+		t2 = pk_fprobe_tramp_new(&fp);
+		ck_assert_ptr_nonnull(t2);
+		ck_assert_uint_eq(pk_tramp_addr(t2), addr);
+		ck_assert_int_eq(pk_tramp_free(t2), 0);
+	}
+}
+END_TEST
+
+/* An exit trampoline on a function that cannot have an exit: refused, nothing staged. */
+START_TEST(tramp_with_exits_refused_functions)
+{
+	unsigned long ip = (unsigned long)dlsym(RTLD_DEFAULT, "dlsym");
+	struct pk_fprobe fp = {.exit = on_exit_cb, .data = &S};
+	struct pk_tramp *t;
+	struct pk_site site;
+
+	if (pk_site_find(ip, &site)) {
+		printf("tramp_with_exits_refused_functions: libc's dlsym is no site here "
+		       "(PROBEKIT_RELOC=1 makes it one)\n");
+		return;
+	}
+	t = pk_fprobe_tramp_new(&fp);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){ip, pk_tramp_addr(t)}, 1),
+			 -EINVAL);
+	ck_assert_int_eq(pk_tramp_free(t), 0); /* nothing uses it */
+	fp = (struct pk_fprobe){.entry = on_entry, .data = &S};
+	t = pk_fprobe_tramp_new(&fp); /* an entry callback alone is accepted */
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){ip, pk_tramp_addr(t)}, 1), 0);
+	ck_assert_ptr_nonnull(dlsym(RTLD_DEFAULT, "malloc"));
+	ck_assert_int_eq(S.entries, 1);
+	ck_assert_int_eq(pk_direct_del(&ip, 1), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+}
+END_TEST
+
 static void reset(void)
 {
 	memset(&S, 0, sizeof(S));
@@ -795,6 +890,8 @@ int main(void)
 	tcase_add_test(tc, refused_functions);
 	tcase_add_test(tc, skip_with_a_value);
 	tcase_add_test(tc, skip_from_ops_and_tramp);
+	tcase_add_test(tc, tramp_with_exits);
+	tcase_add_test(tc, tramp_with_exits_refused_functions);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -130,6 +130,21 @@ PK_API int pk_fprobe_register(struct pk_fprobe *fp);
  */
 PK_API int pk_fprobe_unregister(struct pk_fprobe *fp);
 
+/*
+ * A trampoline (hook.h, pk_tramp_new()) that runs @fp's entry and exit
+ * callbacks, for pk_direct_add(): direct entries with exit hooks.  @fp is
+ * as for pk_fprobe_register() but its filter must be empty (its sites are
+ * those whose direct address the trampoline becomes; pk_direct_add()
+ * refuses it, -EINVAL, on a function that cannot have an exit).  Everything
+ * above holds for its calls: per-call words, declined exits, frames left
+ * without returning, pk_regs_skip(), pk_fprobe_stats(@fp).  pk_tramp_free()
+ * ends it after a grace period (neither callback is running then: @fp may
+ * be freed; pending exits are dropped), and refuses from a callback
+ * (-EDEADLK).  pk_fprobe_unregister() refuses @fp (-EINVAL).  NULL and
+ * errno on error: as pk_fprobe_register(), and EINVAL for a filter.
+ */
+PK_API struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp);
+
 struct pk_fprobe_stats {
 	unsigned long unwound; /* exit callbacks run for frames left without returning */
 	unsigned long deep;    /* entries that got no exit: the thread was PK_FPROBE_DEPTH deep */

@@ -6,10 +6,13 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
+#include "hook/fprobe_int.h"
 #include "hook/gp.h"
 #include "hook/registry.h"
 
@@ -64,10 +67,34 @@ static int direct_refuse(enum direct_op op, size_t i, unsigned long ip, int err,
 	return err;
 }
 
+/*
+ * A trampoline with an exit hook (pk_fprobe_tramp_new()) for entry @i at
+ * @ip: refused if the function cannot have one (X6), @set resolved at the
+ * first such entry of the batch.
+ */
+static int direct_exit_check(enum direct_op op, size_t i, unsigned long ip,
+			     struct pki_no_exit_set *set)
+{
+	char why[128];
+	const char *name;
+
+	if (set->n == SIZE_MAX)
+		pki_no_exit_resolve(set);
+	name = pki_no_exit_in(set, ip);
+	if (!name)
+		return 0;
+	snprintf(why, sizeof(why),
+		 "is %s, which returns twice, on another stack, or reads its return address: "
+		 "no exit hook can follow it",
+		 name);
+	return direct_refuse(op, i, ip, -EINVAL, why);
+}
+
 static int __direct_stage(enum direct_op op, const unsigned long *ips,
 			  const struct pk_direct_entry *e, size_t n)
 {
 	struct site **ss = calloc(n ? n : 1, sizeof(*ss));
+	struct pki_no_exit_set no_exit = {.n = SIZE_MAX}; /* resolved when needed */
 	int err = 0;
 
 	if (!ss)
@@ -88,6 +115,8 @@ static int __direct_stage(enum direct_op op, const unsigned long *ips,
 					    "changes it)");
 		else if (op != DIRECT_ADD && !ss[i]->direct)
 			err = direct_refuse(op, i, ip, -ENOENT, "has no direct trampoline");
+		else if (op != DIRECT_DEL && pki_hook_tramp_hijacks(e[i].addr))
+			err = direct_exit_check(op, i, ip, &no_exit);
 	}
 	if (!err)
 		err = sites_unique(direct_call[op], ss, n);

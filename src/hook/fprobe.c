@@ -5,8 +5,8 @@
  * entry and hijacks the return, and a place in the table its pending exits
  * find it by (doc/design/exit-hooks.md, X2, X6, X7).
  */
-#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,29 +40,17 @@ static void slot_free(const struct pki_fprobe *p)
 	__atomic_store_n(&pki_fprobe_table[PKI_FPROBE_IDX(p->handle)], NULL, __ATOMIC_RELEASE);
 }
 
-/*
- * X6: functions whose return a trampoline cannot replace: they return twice
- * or on another stack (setjmp, vfork, the context functions), or read their
- * own return address (the dl functions take their caller's object from it).
- */
-static const char *const no_exit[] = {
-    "setjmp",	    "_setjmp",	   "sigsetjmp",	      "__sigsetjmp", "vfork",	"__vfork",
-    "getcontext",   "setcontext",  "swapcontext",     "makecontext", "savectx", "dlopen",
-    "dlmopen",	    "dlsym",	   "dlvsym",	      "dl_iterate_phdr"};
-
-/* The name of a function of @p's sites whose return cannot be replaced, or NULL. */
+/* The name of a function of @p's sites that cannot have an exit (X6), or NULL. */
 static const char *cannot_exit(const struct pki_fprobe *p)
 {
 	const struct ops_priv *o = p->ops.private;
+	struct pki_no_exit_set set;
+	const char *name = NULL;
 
-	for (size_t k = 0; k < sizeof(no_exit) / sizeof(no_exit[0]); k++) {
-		unsigned long a = (unsigned long)dlsym(RTLD_DEFAULT, no_exit[k]);
-
-		for (size_t i = 0; a && i < o->nips; i++)
-			if (o->ips[i] == a || o->ips[i] == a + 4) /* (behind an endbr64) */
-				return no_exit[k];
-	}
-	return NULL;
+	pki_no_exit_resolve(&set);
+	for (size_t i = 0; !name && i < o->nips; i++)
+		name = pki_no_exit_in(&set, o->ips[i]);
+	return name;
 }
 
 static int check(const struct pk_fprobe *fp)
@@ -200,6 +188,12 @@ int pk_fprobe_unregister(struct pk_fprobe *fp)
 			 pki_errstr(ENOENT));
 		return -ENOENT;
 	}
+	if (p->tramp) {
+		pki_warn("hooks: pk_fprobe_unregister: this fprobe is a trampoline's: "
+			 "pk_tramp_free() ends it: %s\n",
+			 pki_errstr(EINVAL));
+		return -EINVAL;
+	}
 	err = pki_hook_enter();
 	if (err)
 		return err;
@@ -239,4 +233,108 @@ int pk_fprobe_stats(const struct pk_fprobe *fp, struct pk_fprobe_stats *st)
 	st->deep = __atomic_load_n(&p->deep, __ATOMIC_RELAXED);
 	st->skipped = __atomic_load_n(&p->skipped, __ATOMIC_RELAXED);
 	return 0;
+}
+
+/*
+ * Fprobe trampolines (pk_fprobe_tramp_new()): a pk_tramp whose handler is
+ * pki_fprobe_tramp_entry(), given the fprobe's record, which has a place in
+ * the table like a registered fprobe's but no ops.  Records are recycled:
+ * a parked trampoline comes back only with the record it was made for
+ * (tramp.c), so reusing records keeps a program that makes and frees
+ * fprobe trampolines in a loop from growing.
+ */
+static pthread_mutex_t recs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pki_fprobe *recs_free; /* linked through fp */
+
+static struct pki_fprobe *rec_get(void)
+{
+	struct pki_fprobe *p;
+
+	pthread_mutex_lock(&recs_lock);
+	p = recs_free;
+	if (p)
+		recs_free = (struct pki_fprobe *)p->fp;
+	pthread_mutex_unlock(&recs_lock);
+	return p ? p : calloc(1, sizeof(*p));
+}
+
+static void rec_put(void *arg)
+{
+	struct pki_fprobe *p = arg;
+
+	pthread_mutex_lock(&recs_lock);
+	p->fp = (struct pk_fprobe *)recs_free;
+	recs_free = p;
+	pthread_mutex_unlock(&recs_lock);
+}
+
+/*
+ * pk_tramp_free() parked the trampoline: no site reaches the handler any
+ * more.  X5 as for an unregister: the place emptied, then a grace period
+ * (no thread is inside either callback: the user may free the fprobe).
+ */
+static void tramp_rec_free(void *arg)
+{
+	struct pki_fprobe *p = arg;
+	struct pk_fprobe *fp = p->fp;
+	int err;
+
+	slot_free(p); /* a store: slot_claim() runs under the registry, reads it or not */
+	err = pki_gp_synchronize();
+	fp->private = NULL;
+	if (err) /* (out of memory: pk_tramp_free() checked it is not in a callback) */
+		pki_gp_defer(rec_put, p);
+	else
+		rec_put(p);
+}
+
+struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
+{
+	struct pki_fprobe *p;
+	struct pk_tramp *t;
+	int err = check(fp);
+
+	if (!err && (fp->filter.nips || fp->filter.nglobs)) {
+		pki_warn("hooks: pk_fprobe_tramp_new: a trampoline's sites are those of "
+			 "pk_direct_add(), not a filter: %s\n",
+			 pki_errstr(EINVAL));
+		err = -EINVAL;
+	}
+	if (!err && fp->exit)
+		err = exits_ready();
+	if (err) {
+		errno = -err;
+		return NULL;
+	}
+	p = rec_get();
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	*p = (struct pki_fprobe){.fp = fp, .tramp = true};
+	err = pki_hook_enter();
+	if (!err) {
+		err = slot_claim(p);
+		pki_hook_unlock();
+	}
+	if (err) {
+		if (err == -ENOSPC)
+			pki_warn("hooks: pk_fprobe_tramp_new: %d fprobes are registered already: "
+				 "%s\n",
+				 PKI_FPROBE_MAX, pki_errstr(ENOSPC));
+		rec_put(p); /* never published */
+		errno = -err;
+		return NULL;
+	}
+	t = pki_hook_tramp_new_arg(pki_fprobe_tramp_entry, p, tramp_rec_free,
+				   fp->flags & PK_FPROBE_F_NOVEC ? PK_TRAMP_F_NOVEC : 0, fp->exit != NULL);
+	if (!t) {
+		err = errno;
+		slot_free(p); /* published, but no thread could reach it: no site has it */
+		pki_gp_defer(rec_put, p);
+		errno = err;
+		return NULL;
+	}
+	fp->private = p;
+	return t;
 }

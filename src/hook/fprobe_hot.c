@@ -45,10 +45,9 @@ static __attribute__((noinline)) void entry_alone(struct pk_fprobe *fp, unsigned
 		entry_call(fp, ip, parent_ip, regs, scratch);
 }
 
-void pki_fprobe_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
-		      struct pk_regs *regs)
+static inline void entry_of(struct pki_fprobe *p, unsigned long ip, unsigned long parent_ip,
+			    struct pk_regs *regs)
 {
-	struct pki_fprobe *p = ops->data;
 	struct pk_fprobe *fp = p->fp;
 	unsigned long *slot = (unsigned long *)regs->sp;
 	struct pki_fgraph_ent *e;
@@ -70,6 +69,18 @@ void pki_fprobe_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *
 		return;
 	}
 	pki_fgraph_arm(e);
+}
+
+void pki_fprobe_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		      struct pk_regs *regs)
+{
+	entry_of(ops->data, ip, parent_ip, regs);
+}
+
+void pki_fprobe_tramp_entry(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs,
+			    void *arg)
+{
+	entry_of(arg, ip, parent_ip, regs);
 }
 
 /* X4: the fprobe's exit callback, counted; @r the return registers. */

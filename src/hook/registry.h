@@ -226,6 +226,23 @@ unsigned long pki_hook_tramp_body(unsigned long addr);
 struct pk_ops *pki_hook_tramp_shim(unsigned long addr);
 struct ops_priv *pki_hook_tramp_shim_priv(struct pk_ops *shim);
 
+/* The library's trampoline handlers: a pk_tramp_fn with an argument of their own. */
+typedef void (*pki_tramp_arg_fn)(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs,
+				 void *arg);
+/*
+ * pk_tramp_new() for @handler, given @arg; pk_tramp_free() calls
+ * @on_free(@arg) (if set) after it parked the trampoline, outside every
+ * lock, and refuses with -EDEADLK from a callback (on_free may wait for a
+ * grace period).  @hijacks: the handler hijacks returns (pk_direct_add()
+ * refuses it on functions that cannot have an exit).  A parked trampoline
+ * is revived only for the same handler, argument, on_free, @hijacks and
+ * flags.
+ */
+struct pk_tramp *pki_hook_tramp_new_arg(pki_tramp_arg_fn handler, void *arg,
+					void (*on_free)(void *arg), unsigned int flags, bool hijacks);
+/* @addr is a live trampoline whose handler hijacks the function's return (an exit hook). */
+bool pki_hook_tramp_hijacks(unsigned long addr);
+
 /* The fork stages of the locks each file owns (txn.c orders them). */
 enum pki_hook_fork { PKI_HOOK_FORK_PREPARE, PKI_HOOK_FORK_PARENT, PKI_HOOK_FORK_CHILD };
 void pki_hook_objects_fork(enum pki_hook_fork stage);

@@ -31,7 +31,11 @@
 struct pk_tramp {
 	struct pki_tentry ent;
 	struct pki_tslot body;
-	pk_tramp_fn handler;
+	pk_tramp_fn handler;	 /* a pk_tramp_new() handler, or NULL: */
+	pki_tramp_arg_fn handler_arg; /* the library's own, given @arg */
+	void *arg;
+	void (*on_free)(void *arg); /* after pk_tramp_free() parked it, or NULL */
+	bool hijacks;		    /* the handler hijacks returns */
 	unsigned int flags;
 	unsigned long uses;    /* committed sites whose direct address it is (tramp_lock) */
 	struct pk_tramp *next; /* on the list of parked ones */
@@ -51,7 +55,10 @@ tramp_shim(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops, struct
 {
 	const struct pk_tramp *t = ops->private;
 
-	t->handler(ip, parent_ip, regs);
+	if (t->handler)
+		t->handler(ip, parent_ip, regs);
+	else
+		t->handler_arg(ip, parent_ip, regs, t->arg);
 }
 
 /* The pk_tramp records; taken under pki_reg.lock, never the other way. */
@@ -105,14 +112,16 @@ void pki_hook_tramps_fork(enum pki_hook_fork stage)
 	pki_hook_mutex_fork(&tramp_lock, stage);
 }
 
-/* A parked trampoline of @handler and @flags, or NULL. */
-static struct pk_tramp *tramp_unpark(pk_tramp_fn handler, unsigned int flags)
+/* A parked trampoline made like @like (handler, argument, on_free, hijacks, flags), or NULL. */
+static struct pk_tramp *tramp_unpark(const struct pk_tramp *like)
 {
 	struct pk_tramp **pp, *t = NULL;
 
 	pthread_mutex_lock(&tramp_lock);
 	for (pp = &parked; *pp; pp = &(*pp)->next)
-		if ((*pp)->handler == handler && (*pp)->flags == flags) {
+		if ((*pp)->handler == like->handler && (*pp)->handler_arg == like->handler_arg &&
+		    (*pp)->arg == like->arg && (*pp)->on_free == like->on_free &&
+		    (*pp)->hijacks == like->hijacks && (*pp)->flags == like->flags) {
 			t = *pp;
 			*pp = t->next;
 			break;
@@ -121,20 +130,15 @@ static struct pk_tramp *tramp_unpark(pk_tramp_fn handler, unsigned int flags)
 	return t;
 }
 
-struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
+/* A trampoline like @like (handler, argument, flags, on_free), parked or new; NULL + errno. */
+static struct pk_tramp *tramp_new(const struct pk_tramp *like)
 {
 	struct pki_tramp_exits x;
 	struct pk_tramp *t;
 	int err;
 
-	if (!handler || (flags & ~PK_TRAMP_F_NOVEC)) {
-		pki_warn("hooks: pk_tramp_new: %s: %s\n", !handler ? "no handler" : "unknown flags",
-			 pki_errstr(EINVAL));
-		errno = EINVAL;
-		return NULL;
-	}
 	pki_hook_atfork_init(); /* its memory must be unshared at fork() too */
-	t = tramp_unpark(handler, flags);
+	t = tramp_unpark(like);
 	if (!t) {
 		t = calloc(1, sizeof(*t));
 		if (!t)
@@ -150,24 +154,31 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 			errno = -err;
 			return NULL;
 		}
-		t->handler = handler;
-		t->flags = flags;
 		/*
 		 * Set once, never again: a revived trampoline has the same
-		 * handler and flags, and a thread may still read these from a
-		 * retired body or list until its grace period ends.  (private is
-		 * the trampoline, which the shim's callback reads.)
+		 * handler, argument and flags, and a thread may still read these
+		 * from a retired body or list until its grace period ends.
+		 * (private is the trampoline, which the shim's callback reads.)
 		 */
+		t->handler = like->handler;
+		t->handler_arg = like->handler_arg;
+		t->arg = like->arg;
+		t->on_free = like->on_free;
+		t->hijacks = like->hijacks;
+		t->flags = like->flags;
 		t->shim = (struct pk_ops){.func = tramp_shim,
-					  .flags = flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
+					  .flags = t->flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
 		t->shim.private = t;
 		t->shim_priv = (struct ops_priv){.ops = &t->shim};
 	}
 	err = pki_tmem_alloc(0, &t->body);
 	if (!err)
-		err = pki_tmem_emit(flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV
-							     : PKI_TRAMP_HANDLER,
-				    &t->body, (unsigned long[]){(unsigned long)handler}, 1);
+		err = pki_tmem_emit(
+		    t->flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV : PKI_TRAMP_HANDLER, &t->body,
+		    (unsigned long[]){t->handler ? (unsigned long)t->handler
+						 : (unsigned long)t->handler_arg,
+				      (unsigned long)t->arg},
+		    2);
 	if (err) {
 		if (t->body.x)
 			pki_tmem_free(&t->body);
@@ -182,6 +193,42 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	pki_tmem_exits(&t->ent, &x);
 	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){t->body.x, x.ret, 0, x.ret_ret});
 	return t;
+}
+
+struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
+{
+	if (!handler || (flags & ~PK_TRAMP_F_NOVEC)) {
+		pki_warn("hooks: pk_tramp_new: %s: %s\n", !handler ? "no handler" : "unknown flags",
+			 pki_errstr(EINVAL));
+		errno = EINVAL;
+		return NULL;
+	}
+	return tramp_new(&(struct pk_tramp){.handler = handler, .flags = flags});
+}
+
+struct pk_tramp *pki_hook_tramp_new_arg(pki_tramp_arg_fn handler, void *arg,
+					void (*on_free)(void *arg), unsigned int flags, bool hijacks)
+{
+	return tramp_new(&(struct pk_tramp){.handler_arg = handler,
+					    .arg = arg,
+					    .on_free = on_free,
+					    .hijacks = hijacks,
+					    .flags = flags});
+}
+
+bool pki_hook_tramp_hijacks(unsigned long addr)
+{
+	struct pk_tramp *t;
+	bool h = false;
+
+	if (!pki_tmem_contains(addr))
+		return false;
+	pthread_mutex_lock(&tramp_lock);
+	t = pki_umap_find(&tramps, addr);
+	if (t)
+		h = t->hijacks && t->body.x;
+	pthread_mutex_unlock(&tramp_lock);
+	return h;
 }
 
 struct ops_priv *pki_hook_tramp_shim_priv(struct pk_ops *shim)
@@ -207,6 +254,8 @@ int pk_tramp_free(struct pk_tramp *t)
 		return 0;
 	struct pki_tslot body, shim_body;
 
+	if (t->on_free && pki_tramp_in_hook())
+		return -EDEADLK; /* on_free waits for a grace period */
 	err = pki_hook_enter();
 	if (err)
 		return err;
@@ -239,5 +288,7 @@ int pk_tramp_free(struct pk_tramp *t)
 			pki_hook_slot_retire(&shim_body);
 	}
 	pki_hook_unlock();
+	if (!err && t->on_free)
+		t->on_free(t->arg);
 	return err;
 }

@@ -211,8 +211,9 @@ pki_tramp_entry_end:
 /*
  * B (a) ops body, specialised for one ops: ops->func(ip, parent_ip, ops,
  * regs).  data: [0] ops, [1] func, then the exits X_RET, X_USER.
- * B (c) handler body for a C handler: handler(ip, parent_ip, regs).
- * data: [0] handler, then the exits.
+ * B (c) handler body for a C handler: handler(ip, parent_ip, regs, arg).
+ * data: [0] handler, [1] arg (NULL for a pk_tramp_new() handler, which
+ * takes three), then the exits.
  * Each comes twice: ops/handler save xmm0-7 around the call; the _nv copies do not,
  * for callbacks that never touch vector or x87 registers (PK_OPS_F_NOVEC,
  * PK_TRAMP_F_NOVEC: compiled with -mgeneral-regs-only), so the vector
@@ -250,12 +251,13 @@ pki_tramp_\name\()_end:
 	OUTER	1f, pki_tramp_\name\()_start
 	SAVE	\vec
 	movq	%rsp, %rdx
+	movq	pki_tramp_\name\()_data+8(%rip), %rcx
 	call	*pki_tramp_\name\()_data(%rip)
 	RESTORE	\vec
-1:	jmp	*pki_tramp_\name\()_data+8(%rip)
+1:	jmp	*pki_tramp_\name\()_data+16(%rip)
 	.p2align 3
 pki_tramp_\name\()_data:
-	.quad	0
+	.quad	0, 0
 	.quad	0, 0	/* exits */
 pki_tramp_\name\()_end:
 	TEMPLATE_END

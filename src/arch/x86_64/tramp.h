@@ -13,7 +13,7 @@
 
 enum pki_tramp_kind {
 	PKI_TRAMP_OPS,	      /* body; data: ops, func */
-	PKI_TRAMP_HANDLER,    /* body; data: handler */
+	PKI_TRAMP_HANDLER,    /* body; data: handler, its fourth argument */
 	PKI_TRAMP_OPS_NV,     /* PKI_TRAMP_OPS without the vector save (PK_OPS_F_NOVEC) */
 	PKI_TRAMP_HANDLER_NV, /* PKI_TRAMP_HANDLER without it (PK_TRAMP_F_NOVEC) */
 	PKI_TRAMP_LIST,	      /* body, one per chunk; data: list func */

@@ -46,6 +46,9 @@ struct pks_ctx {
 	/* The background hooks (--background): runs by kind, last ip and parent_ip. */
 	volatile unsigned long bg_runs[2];
 	volatile unsigned long bg_ip, bg_parent;
+	/* Their exits (--background-exits): by kind, the last one's values. */
+	volatile unsigned long bg_exits[2];
+	volatile unsigned long bg_exit_ip, bg_exit_parent, bg_exit_ax, bg_exit_bad;
 };
 
 extern __thread struct pks_ctx *pks_ctx;
@@ -81,5 +84,20 @@ void pks_h3(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
 void pks_bg_ops_cb(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		   struct pk_regs *regs);
 void pks_bg_h(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs);
+
+/*
+ * The background hooks with exits (--background-exits): fprobes whose data
+ * is the kind.  The entry counts as above and leaves ip and parent_ip in the
+ * call's words; the exit counts in pks_bg_exits and the context, with what
+ * it saw (bg_exit_bad: words that did not come from this call's entry, or
+ * a frame reported as unwound).
+ */
+extern atomic_ulong pks_bg_exits[2];
+struct pk_fprobe;
+struct pk_ret;
+int pks_bg_fp_entry(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		    struct pk_regs *regs, void *data);
+void pks_bg_fp_exit(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		    struct pk_ret *ret, void *data);
 
 #endif

@@ -10,6 +10,7 @@
  * PK_OPS_F_NOVEC and trampolines made with PK_TRAMP_F_NOVEC; async-signal-
  * safe, since hooked functions are also called from signal handlers.
  */
+#include <probekit/fprobe.h>
 #include <probekit/hook.h>
 
 #include "stress.h"
@@ -83,4 +84,36 @@ void pks_bg_h(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
 {
 	(void)regs;
 	bg_count(ip, parent_ip, PKS_BG_DIRECT);
+}
+
+atomic_ulong pks_bg_exits[2];
+
+int pks_bg_fp_entry(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		    struct pk_regs *regs, void *data)
+{
+	unsigned long *w = data;
+
+	(void)regs;
+	bg_count(ip, parent_ip, (int)(long)fp->data);
+	w[0] = ip;
+	w[1] = parent_ip;
+	return 0;
+}
+
+void pks_bg_fp_exit(struct pk_fprobe *fp, unsigned long ip, unsigned long parent_ip,
+		    struct pk_ret *ret, void *data)
+{
+	const unsigned long *w = data;
+	int kind = (int)(long)fp->data;
+	struct pks_ctx *c = pks_ctx;
+
+	atomic_fetch_add_explicit(&pks_bg_exits[kind], 1, memory_order_relaxed);
+	if (!c)
+		return;
+	c->bg_exits[kind]++;
+	c->bg_exit_ip = ip;
+	c->bg_exit_parent = parent_ip;
+	c->bg_exit_ax = ret->ax;
+	if (w[0] != ip || w[1] != parent_ip || ret->unwound)
+		c->bg_exit_bad++;
 }

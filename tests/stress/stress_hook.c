@@ -63,6 +63,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <probekit/fprobe.h>
 #include <probekit/hook.h>
 #include <probekit/sites.h>
 
@@ -85,6 +86,7 @@ static struct {
 	int plain, nalarm, sigblock, alarm, sleeper, rtblock, forker, churn;
 	int txn, txn_same, long_handler, alarm_calls, fork_api, probes, direct, verbose;
 	int background, bg_callers; /* background sites, and threads calling them */
+	int bg_exits;		    /* their hooks are fprobes with exits */
 	int overload;		    /* busy threads of a second process beside the test */
 } opt = {
     .duration = 10,
@@ -485,8 +487,42 @@ static struct {
 	struct pk_tramp *tramp;
 	struct pk_direct_entry *e; /* the direct half */
 	unsigned long base[2];	   /* pks_bg_total when the callers started */
+	unsigned long xbase[2];	   /* pks_bg_exits then */
+	struct pk_fprobe fp[2];	   /* --background-exits: the ops half's, the trampoline's */
 } bg;
 static const char *const bg_kind_name[] = {"ops", "direct"};
+
+/*
+ * With --background-exits, the exit of that call (@x0, @x1: the context's
+ * exit counts before it): run @expect times by the hook of its kind, with
+ * the entry's words, the site, the caller, and the function's result @r.
+ * The function's own return address is the exit trampoline's then: not
+ * compared.
+ */
+static void bg_exit_check(struct worker *w, unsigned int j, int kind, unsigned long expect,
+			  unsigned long r, unsigned long x0, unsigned long x1)
+{
+	struct pks_ctx *c = &w->ctx;
+	unsigned long n[2] = {c->bg_exits[0] - x0, c->bg_exits[1] - x1};
+
+	if (n[kind] != expect || n[!kind])
+		viol("%s: background f%u (%s%s): its exit ran %lu times, the %s exit %lu times "
+		     "(expected %lu and 0)",
+		     ctxname(w, c), NS + j, bg_kind_name[kind], expect ? "" : ", detached", n[kind],
+		     bg_kind_name[!kind], n[!kind], expect);
+	else if (expect && c->bg_exit_bad)
+		viol("%s: background f%u (%s): an exit got words not its entry's, or was "
+		     "reported unwound (%lu times)",
+		     ctxname(w, c), NS + j, bg_kind_name[kind], c->bg_exit_bad);
+	else if (expect && (c->bg_exit_ip != bg.ip[j] || c->bg_exit_parent != c->bg_parent))
+		viol("%s: background f%u (%s): its exit got ip %#lx parent %#lx, the entry %#lx "
+		     "%#lx",
+		     ctxname(w, c), NS + j, bg_kind_name[kind], c->bg_exit_ip, c->bg_exit_parent,
+		     bg.ip[j], c->bg_parent);
+	else if (expect && c->bg_exit_ax != r)
+		viol("%s: background f%u (%s): its exit saw rax %#lx, the function returned %#lx",
+		     ctxname(w, c), NS + j, bg_kind_name[kind], c->bg_exit_ax, r);
+}
 
 /*
  * One call of background function @j from @w's context: the result must be
@@ -501,8 +537,10 @@ static void bg_call_one(struct worker *w, unsigned int j, unsigned long expect)
 	unsigned long x = rnd(&w->rng) & ~PKS_BAD, a = rnd(&w->rng), b = rnd(&w->rng);
 	unsigned long cc = rnd(&w->rng), d = rnd(&w->rng), e = PKS_KEY(i) ^ a ^ b ^ cc ^ d, r;
 	unsigned long r0 = c->bg_runs[0], r1 = c->bg_runs[1], n[2];
+	unsigned long x0 = c->bg_exits[0], x1 = c->bg_exits[1];
 
 	c->bg_ip = 0;
+	c->bg_exit_ax = ~r0;
 	c->bg_parent = 0;
 	c->ret = 0;
 	atomic_signal_fence(memory_order_seq_cst);
@@ -523,10 +561,12 @@ static void bg_call_one(struct worker *w, unsigned int j, unsigned long expect)
 	else if (expect && c->bg_ip != bg.ip[j])
 		viol("%s: background f%u (%s): its hook got ip %#lx, the site is %#lx",
 		     ctxname(w, c), i, bg_kind_name[kind], c->bg_ip, bg.ip[j]);
-	else if (expect && c->bg_parent != c->ret)
+	else if (expect && !opt.bg_exits && c->bg_parent != c->ret)
 		viol("%s: background f%u (%s): its hook got parent_ip %#lx, the function returns "
 		     "to %#lx",
 		     ctxname(w, c), i, bg_kind_name[kind], c->bg_parent, c->ret);
+	else if (opt.bg_exits)
+		bg_exit_check(w, j, kind, expect, r, x0, x1);
 }
 
 static void bg_calls(struct worker *w, int n)
@@ -1683,6 +1723,8 @@ static void usage(int status)
 	    "                     them; at the end, detached and checked uncounted (0)\n"
 	    "  --background-callers K  K threads calling background sites, checking\n"
 	    "                     every result and that every call is counted once (0)\n"
+	    "  --background-exits  the background hooks are a fprobe and a fprobe\n"
+	    "                     trampoline with exits: each exit is checked too\n"
 	    "  (at most %d threads in all; CI's stress_hook_scale: --background 10000\n"
 	    "  --background-callers 4 -t 200)\n"
 	    "overload, off by default:\n"
@@ -1743,6 +1785,10 @@ static int set_opt(const char *a, const char *v, int *used)
 		opt.sigblock = opt.sleeper = 0;
 		return 0;
 	}
+	if (!strcmp(a, "--background-exits")) {
+		opt.bg_exits = 1;
+		return 0;
+	}
 	if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
 		opt.verbose = 1;
 		return 0;
@@ -1766,6 +1812,7 @@ static int set_opt(const char *a, const char *v, int *used)
 		opt.background = atoi(v);
 	else if (!strcmp(a, "--background-callers"))
 		opt.bg_callers = atoi(v);
+
 	else if (!strcmp(a, "--overload"))
 		opt.overload = atoi(v);
 	else
@@ -1846,9 +1893,18 @@ static int bg_attach(struct worker *mw)
 	bg.ops.flags = PK_OPS_F_NOVEC;
 	bg.ops.filter.ips = bg.ip;
 	bg.ops.filter.nips = bg.nops;
+	for (int kind = 0; kind < 2; kind++)
+		bg.fp[kind] = (struct pk_fprobe){.entry = pks_bg_fp_entry,
+						 .exit = pks_bg_fp_exit,
+						 .data = (void *)(long)kind,
+						 .flags = PK_FPROBE_F_NOVEC,
+						 .data_size = 16};
+	bg.fp[PKS_BG_OPS].filter = bg.ops.filter;
 	t = now_ns();
 	main_api("pk_ops_register (background)");
-	err = bg.nops ? pk_ops_register(&bg.ops) : 0;
+	err = !bg.nops	    ? 0
+	      : opt.bg_exits ? pk_fprobe_register(&bg.fp[PKS_BG_OPS])
+			     : pk_ops_register(&bg.ops);
 	main_api(NULL);
 	ops_ns = now_ns() - t;
 	if (err) {
@@ -1858,7 +1914,8 @@ static int bg_attach(struct worker *mw)
 	}
 	if (nd) {
 		main_api("pk_tramp_new (background)");
-		bg.tramp = pk_tramp_new(pks_bg_h, PK_TRAMP_F_NOVEC);
+		bg.tramp = opt.bg_exits ? pk_fprobe_tramp_new(&bg.fp[PKS_BG_DIRECT])
+					: pk_tramp_new(pks_bg_h, PK_TRAMP_F_NOVEC);
 		main_api(NULL);
 		if (!bg.tramp) {
 			viol("pk_tramp_new (background): %s", strerror(errno));
@@ -1883,9 +1940,12 @@ static int bg_attach(struct worker *mw)
 		bg_call_one(mw, j, 1);
 	bg.base[0] = atomic_load(&pks_bg_total[0]);
 	bg.base[1] = atomic_load(&pks_bg_total[1]);
-	say("stress: background: %u sites attached (%u through one ops in %.1f ms, %u direct in "
+	bg.xbase[0] = atomic_load(&pks_bg_exits[0]);
+	bg.xbase[1] = atomic_load(&pks_bg_exits[1]);
+	say("stress: background: %u sites attached (%u through one %s in %.1f ms, %u direct in "
 	    "%.1f ms)\n",
-	    n, bg.nops, (double)ops_ns / 1e6, nd, (double)dir_ns / 1e6);
+	    n, bg.nops, opt.bg_exits ? "fprobe with exits" : "ops", (double)ops_ns / 1e6, nd,
+	    (double)dir_ns / 1e6);
 	return atomic_load(&nviol) ? 1 : 0;
 }
 
@@ -1896,7 +1956,7 @@ static int bg_attach(struct worker *mw)
 static void bg_detach(struct worker *mw)
 {
 	unsigned int nd = bg.n - bg.nops;
-	unsigned long made[2] = {0, 0}, t, ops_ns = 0, dir_ns = 0, tot[2];
+	unsigned long made[2] = {0, 0}, t, ops_ns = 0, dir_ns = 0, tot[2], xtot[2];
 	int err, callers = 0;
 
 	for (int k = 0; k < nworkers; k++)
@@ -1907,15 +1967,22 @@ static void bg_detach(struct worker *mw)
 		}
 	for (int kind = 0; kind < 2; kind++) {
 		unsigned long got = atomic_load(&pks_bg_total[kind]) - bg.base[kind];
+		unsigned long xgot = atomic_load(&pks_bg_exits[kind]) - bg.xbase[kind];
 
 		if (got != made[kind])
 			viol("the background %s hook counted %lu runs; its sites were called %lu "
 			     "times (by %d threads)",
 			     bg_kind_name[kind], got, made[kind], callers);
+		if (opt.bg_exits && xgot != made[kind])
+			viol("the background %s exit counted %lu runs; its sites were called %lu "
+			     "times (by %d threads)",
+			     bg_kind_name[kind], xgot, made[kind], callers);
 	}
 	t = now_ns();
 	main_api("pk_ops_unregister (background)");
-	err = bg.nops ? pk_ops_unregister(&bg.ops) : 0;
+	err = !bg.nops	    ? 0
+	      : opt.bg_exits ? pk_fprobe_unregister(&bg.fp[PKS_BG_OPS])
+			     : pk_ops_unregister(&bg.ops);
 	main_api(NULL);
 	ops_ns = now_ns() - t;
 	if (err)
@@ -1939,12 +2006,18 @@ static void bg_detach(struct worker *mw)
 	}
 	tot[0] = atomic_load(&pks_bg_total[0]);
 	tot[1] = atomic_load(&pks_bg_total[1]);
+	xtot[0] = atomic_load(&pks_bg_exits[0]);
+	xtot[1] = atomic_load(&pks_bg_exits[1]);
 	for (unsigned int j = 0; j < bg.n; j++)
 		bg_call_one(mw, j, 0);
-	for (int kind = 0; kind < 2; kind++)
+	for (int kind = 0; kind < 2; kind++) {
 		if (atomic_load(&pks_bg_total[kind]) != tot[kind])
 			viol("the background %s hook ran %lu times after the detach",
 			     bg_kind_name[kind], atomic_load(&pks_bg_total[kind]) - tot[kind]);
+		if (atomic_load(&pks_bg_exits[kind]) != xtot[kind])
+			viol("the background %s exit ran %lu times after the detach",
+			     bg_kind_name[kind], atomic_load(&pks_bg_exits[kind]) - xtot[kind]);
+	}
 	say("stress: background: %lu calls checked by %d threads (%lu ops, %lu direct); "
 	    "detached in %.1f ms (ops) and %.1f ms (direct)\n",
 	    made[0] + made[1], callers, made[0], made[1], (double)ops_ns / 1e6,

@@ -5,6 +5,7 @@
  * program's usual events; and bytes that are not a record's are refused,
  * never read past their end.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,28 @@ START_TEST(bad_bytes_refused)
 }
 END_TEST
 
+/* doc/trace-format.md's example, byte for byte but the slots (the writer's choice). */
+START_TEST(the_documented_example)
+{
+	static const uint8_t want[] = {0x04, 0x80, 0x40, 0x00, 0x07, 0xf1, 0x3f,
+				       0x64, 0x04, 0x80, 0x01, 0x00};
+	size_t len;
+
+	in[0] = (struct pki_trace_event){100, PKI_EV_WORD(0x1000, PKI_EV_ENTRY)};
+	in[1] = (struct pki_trace_event){150, PKI_EV_WORD(7, PKI_EV_GAP)};
+	in[2] = (struct pki_trace_event){150, PKI_EV_WORD(0x1040, PKI_EV_ENTRY)};
+	len = pack(3, 100);
+	ck_assert_uint_eq(len, sizeof(want));
+	for (size_t i = 0; i < len; i++) {
+		bool tag = i == 0 || i == 4 || i == 8;
+
+		ck_assert_msg((tag ? buf[i] & 7 : buf[i]) == want[i], "byte %zu: %#x, not %#x", i,
+			      buf[i], want[i]);
+	}
+	roundtrip(3, 100);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("pack");
@@ -161,6 +184,7 @@ int main(void)
 	tcase_add_test(tc, any_values_come_back);
 	tcase_add_test(tc, a_programs_events_are_small);
 	tcase_add_test(tc, bad_bytes_refused);
+	tcase_add_test(tc, the_documented_example);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -109,10 +109,13 @@ static inline unsigned long pk_regs_arg(const struct pk_regs *regs, unsigned int
  * caller receives @ret in rax, and regs->dx in rdx (set it first for a
  * function that returns two words).  Only integer and pointer returns: the
  * caller of a function returning in a vector register (float, double)
- * gets whatever xmm0 held at the entry.  Every callback of the site still
- * runs, and exits already hijacked at this entry (another fprobe's) run
- * with @ret as the return value.  Returns 0, or -EINVAL outside such a
- * callback (nothing changed); in an exit callback it has no effect.
+ * gets whatever xmm0 held at the entry.  The site's other ops and its
+ * pk_tramp_new() handler still run; a direct entry to code of your own
+ * (pk_direct_add() of another address) does not.  Exits already hijacked
+ * at this entry (a fprobe's) run with @ret as the return value.  Vector-
+ * free: a PK_OPS_F_NOVEC callback may call it.  Returns 0; -EINVAL outside
+ * an entry callback (in an exit callback too), -EOPNOTSUPP where a CET
+ * shadow stack is on; then nothing changed.
  */
 PK_API int pk_regs_skip(struct pk_regs *regs, unsigned long ret);
 
@@ -274,7 +277,8 @@ PK_API unsigned long pk_tramp_addr(const struct pk_tramp *t);
 /*
  * Free @t; its memory is reused only after a grace period, so this may
  * follow pk_direct_del() at once.  -EBUSY if a direct entry still uses it
- * (committed, or staged in the caller's transaction).  Its address stays
+ * (committed, or staged in the caller's transaction); -EINVAL if it was
+ * freed already.  Its address stays
  * valid code (a call there runs the function without the handler) and may
  * be given again by a later pk_tramp_new() of the same handler and flags.
  */

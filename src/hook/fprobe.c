@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "hook/fprobe_int.h"
@@ -280,12 +281,15 @@ static void tramp_rec_free(void *arg)
 	int err;
 
 	slot_free(p); /* a store: slot_claim() runs under the registry, reads it or not */
-	err = pki_gp_synchronize();
+	/*
+	 * pk_tramp_free() promises its caller that neither callback runs any
+	 * more: wait until that is so (it checked it is not in a callback; a
+	 * grace period fails otherwise only for want of memory).
+	 */
+	while ((err = pki_gp_synchronize()) != 0)
+		usleep(1000);
 	fp->private = NULL;
-	if (err) /* (out of memory: pk_tramp_free() checked it is not in a callback) */
-		pki_gp_defer(rec_put, p);
-	else
-		rec_put(p);
+	rec_put(p);
 }
 
 struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
@@ -337,4 +341,9 @@ struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 	}
 	fp->private = p;
 	return t;
+}
+
+void pki_fprobe_fork(enum pki_hook_fork stage)
+{
+	pki_hook_mutex_fork(&recs_lock, stage);
 }

@@ -445,7 +445,7 @@ int pki_tramp_exit_slow(void)
 
 	if (__atomic_load_n(&me->want, __ATOMIC_RELAXED))
 		pki_gp_exit_slow();
-	if (!me->skip || nest_get(me) != 0)
+	if (me->skip != PKI_TRAMP_SKIP || nest_get(me) != 0)
 		return 0;
 	me->skip = 0;
 	return 1;

@@ -87,7 +87,9 @@ int pki_tramp_exit_slow(void);
  * (N2).  pki_gp_read_begin() returns the level (0: outermost; above 0: the
  * thread is inside a callback) or -1 (not counted: the thread could not
  * register; no pki_gp_read_end() then).  pki_gp_read_end() is X's exit: the
- * slow exit if a grace period asked, then the decrement.  Async-signal-safe.
+ * slow exit if a grace period asked, then the decrement.  At the outermost
+ * level the section marks skip PKI_TRAMP_SKIP_NONE for its length: an exit
+ * callback's pk_regs_skip() is refused.  Async-signal-safe.
  */
 extern bool pki_gp_barrier_ok;
 
@@ -102,9 +104,11 @@ static inline int pki_gp_read_begin(void)
 	} else {
 		v = __atomic_add_fetch(&me->nest, 1, __ATOMIC_SEQ_CST);
 	}
-	if (__builtin_expect(v >= 0, 1))
-		return v;
-	return pki_gp_register() ? __atomic_load_n(&me->nest, __ATOMIC_RELAXED) : -1;
+	if (__builtin_expect(v < 0, 0))
+		v = pki_gp_register() ? __atomic_load_n(&me->nest, __ATOMIC_RELAXED) : -1;
+	if (v == 0)
+		me->skip = PKI_TRAMP_SKIP_NONE; /* an exit callback has no function to skip */
+	return v;
 }
 
 static inline void pki_gp_read_end(void)
@@ -113,7 +117,7 @@ static inline void pki_gp_read_end(void)
 
 	if (__builtin_expect(__atomic_load_n(&me->want, __ATOMIC_RELAXED), 0))
 		pki_gp_exit_slow();
-	me->skip = 0; /* an exit callback has no function to skip */
+	me->skip = 0;
 	__asm__ volatile("decl %0" : "+m"(me->nest) : : "memory");
 }
 

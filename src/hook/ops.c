@@ -211,18 +211,40 @@ int pk_ops_unregister(struct pk_ops *ops)
 	return pki_hook_leave(__pki_hook_ops_unregister(ops));
 }
 
+bool pki_hook_shstk;
+
+static void shstk_read(void)
+{
+	pki_hook_shstk = pki_arch_shstk();
+}
+
+void pki_hook_shstk_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, shstk_read);
+}
+
 /*
  * The outermost level's exit (tramp.S, X slow exits) returns to the caller
- * when skip is set: tramp.h.  The recursion guard runs callbacks at level 0
- * only, so level 0 is "inside a callback"; an exit callback's counted
- * section (gp.h, pki_gp_read_end()) clears skip behind it.
+ * when skip is 1: tramp.h.  The recursion guard runs callbacks at level 0
+ * only, so level 0 is "inside a callback", unless it is an exit callback's
+ * counted section (gp.h, pki_gp_read_begin()), which marks skip 2 for its
+ * length: no function to skip there.  Vector-free (a NOVEC callback may
+ * call it): no libc.  Under a CET shadow stack the skip exit of a site
+ * entered by a call would leave the site's return on it: refused.
  */
-int pk_regs_skip(struct pk_regs *regs, unsigned long ret)
+__attribute__((target("general-regs-only"))) int pk_regs_skip(struct pk_regs *regs,
+								unsigned long ret)
 {
-	if (!regs || pki_tramp_nest != 0)
+	struct pki_tramp_tls *me = &pki_tramp_tls;
+
+	if (!regs || me->nest != 0 || me->skip == PKI_TRAMP_SKIP_NONE)
 		return -EINVAL;
+	if (pki_hook_shstk)
+		return -EOPNOTSUPP;
 	regs->ax = ret;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	pki_tramp_tls.skip = 1;
+	me->skip = PKI_TRAMP_SKIP;
 	return 0;
 }

@@ -255,5 +255,13 @@ static inline void pki_hook_mutex_fork(pthread_mutex_t *m, enum pki_hook_fork st
 		pthread_mutex_unlock(m);
 }
 void pki_hook_tramps_fork(enum pki_hook_fork stage);
+void pki_fprobe_fork(enum pki_hook_fork stage); /* fprobe.c's records (a leaf lock) */
+
+/*
+ * A CET user shadow stack is on (read once, at the first hook call:
+ * pki_hook_enter()), for the paths that cannot ask then (pk_regs_skip()).
+ */
+extern bool pki_hook_shstk;
+void pki_hook_shstk_init(void);
 
 #endif /* PK_HOOK_REGISTRY_H */

@@ -261,7 +261,9 @@ int pk_tramp_free(struct pk_tramp *t)
 		return err;
 	/* Used by a committed site, or staged for one in our transaction: O(dirty sites). */
 	pthread_mutex_lock(&tramp_lock);
-	if (t->uses)
+	if (!t->body.x)
+		err = -EINVAL; /* freed already: parked */
+	else if (t->uses)
 		err = -EBUSY;
 	pthread_mutex_unlock(&tramp_lock);
 	for (size_t i = 0; i < pki_reg.dirty.n && !err; i++)

@@ -66,6 +66,7 @@ int pki_hook_enter(void)
 		return -EDEADLK;
 	}
 	pki_hook_notify_init();
+	pki_hook_shstk_init();
 	pthread_mutex_lock(&pki_reg.lock);
 	/* Broken first: in such a fork child nobody is left to end another thread's transaction. */
 	while (!pki_reg.broken && pki_reg.txn_open && !txn_mine)
@@ -471,6 +472,7 @@ static void hook_fork_prepare(void)
 	pki_hook_tramps_fork(PKI_HOOK_FORK_PREPARE);
 	pki_gp_fork_prepare();
 	pki_tmem_fork_prepare();
+	pki_fprobe_fork(PKI_HOOK_FORK_PREPARE); /* a leaf: last */
 }
 
 static void hook_fork_parent(void)
@@ -478,6 +480,7 @@ static void hook_fork_parent(void)
 	if (!fork_depth)
 		return;
 	fork_depth = 0;
+	pki_fprobe_fork(PKI_HOOK_FORK_PARENT);
 	pki_tmem_fork_parent();
 	pki_gp_fork_parent();
 	pki_hook_tramps_fork(PKI_HOOK_FORK_PARENT);
@@ -493,6 +496,7 @@ static void hook_fork_child(void)
 		return;
 	fork_depth = 0;
 	pki_tmem_fork_child(); /* first: before anything else runs a trampoline */
+	pki_fprobe_fork(PKI_HOOK_FORK_CHILD);
 	pki_gp_fork_child();
 	pki_hook_tramps_fork(PKI_HOOK_FORK_CHILD);
 	pki_hook_objects_fork(PKI_HOOK_FORK_CHILD);

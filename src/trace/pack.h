@@ -10,9 +10,10 @@
  *
  *   tag     bits 0-1 the kind; bit 2 set: a literal function follows;
  *           bits 3-7 a slot of the record's 32-entry function table
- *   fn      with bit 2 only: zigzag LEB128 of fn minus the previous
- *           literal fn of the record (0 before the first), which then
- *           goes into the slot (except for a GAP, whose fn is a count)
+ *   fn      with bit 2 only: zigzag LEB128 of fn minus the base: the
+ *           previous literal fn of the record that was no GAP's (0 before
+ *           the first).  Except for a GAP (whose fn is a count), fn then
+ *           goes into the slot and becomes the base.
  *   ts      zigzag LEB128 of ts minus the previous event's ts (the
  *           record's base_ts before the first)
  *

@@ -376,6 +376,14 @@ static int events_of(uint32_t type, const uint8_t *d, uint32_t len, uint32_t *ts
 		/* An event takes two bytes at least: a bound on what to allocate. */
 		if (h.count > (len - sizeof(h)) / 2)
 			goto bad_packed;
+		if (!h.count) {
+			if (len != sizeof(h))
+				goto bad_packed;
+			*ev = NULL;
+			*tsn = h.tsn;
+			*count = 0;
+			return 0;
+		}
 		out = grow(*buf, cap, h.count, sizeof(*out));
 		if (!out)
 			return -ENOMEM;
@@ -425,7 +433,7 @@ static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8
 				    rec_name(type), i, (unsigned long long)PKI_EV_FN(e.word),
 				    f->version_major, f->version_minor);
 	}
-	if (p->keep) {
+	if (p->keep && count) {
 		struct pki_trace_event *ev = grow(t->ev, &t->cap, t->nev + count, sizeof(*ev));
 
 		if (!ev)

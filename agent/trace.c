@@ -66,6 +66,7 @@
 #include "arch/arch.h"
 #include "hook/fprobe_int.h"
 #include "hook/hook_int.h"
+#include "hook/registry.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"
 #include "trace/fnstats.h"
@@ -366,6 +367,8 @@ static bool trace_exits(bool initial)
 			      "use --entry-only to record function entries without durations");
 	if (conf->exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
+	if (conf->exits && !agent_injected) /* (injected, unwinder_hooked() hooks it: U1) */
+		__atomic_store_n(&pki_fgraph_cancel_hook, pki_hook_forced_unwind, __ATOMIC_RELEASE);
 	return !conf->exits || !agent_injected || unwinder_hooked(initial);
 }
 

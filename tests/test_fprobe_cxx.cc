@@ -11,6 +11,7 @@
  */
 #include <execinfo.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdexcept>
 #include <stdio.h>
 #include <string.h>
@@ -148,15 +149,63 @@ static int thread_leaves()
 	return r == (void *)7L ? guards_run : -2;
 }
 
+/* ---- pthread_cancel: glibc's forced unwinding, from inside a cancellation point ---- */
+
+static sem_t cancel_in, cancel_never;
+
+extern "C" PATCHABLE long waits(long v)
+{
+	guard g;
+
+	sem_post(&cancel_in);
+	while (sem_wait(&cancel_never)) /* a cancellation point */
+		;
+	return v;
+}
+
+extern "C" PATCHABLE long waits_above(long v)
+{
+	guard g; /* a frame above the hooked one: its destructor runs too */
+
+	return waits(v) + 1;
+}
+
+static void *canceled(void *arg)
+{
+	guard g;
+
+	return (void *)waits_above((long)arg);
+}
+
+/* Destructors run in the cancelled thread: 3, and it ended cancelled. */
+static int thread_canceled()
+{
+	pthread_t t;
+	void *r = nullptr;
+
+	guards_run = 0;
+	sem_init(&cancel_in, 0, 0);
+	sem_init(&cancel_never, 0, 0);
+	if (pthread_create(&t, nullptr, canceled, (void *)3L))
+		return -1;
+	while (sem_wait(&cancel_in))
+		;
+	if (pthread_cancel(t) || pthread_join(t, &r))
+		return -1;
+	return r == PTHREAD_CANCELED ? guards_run : -2;
+}
+
 int main()
 {
 	unsigned long ips[] = {(unsigned long)thrower, (unsigned long)middle,
 			       (unsigned long)catcher, (unsigned long)bt_depth,
 			       (unsigned long)co_step,	(unsigned long)co_resume,
-			       (unsigned long)leaves};
+			       (unsigned long)leaves, (unsigned long)waits,
+			       (unsigned long)waits_above};
 	pk_fprobe fp = {};
 	int plain_bt = bt_depth(5), plain_catch = catcher(1), plain_guards = thread_leaves();
 	long plain_co = coroutine();
+	int plain_cancel = thread_canceled();
 	int err;
 
 	fp.entry = on_entry;
@@ -185,6 +234,14 @@ int main()
 	CHECK(thread_leaves() == plain_guards && plain_guards == 1,
 	      "pthread_exit ran the destructor of the hooked frame");
 	CHECK(unwound == 1 && exits == 0, "leaves unwound at the thread's end: %ld", unwound);
+
+	exits = unwound = 0;
+	CHECK(plain_cancel == 3, "unhooked, a cancelled thread runs its 3 destructors: %d",
+	      plain_cancel);
+	CHECK(thread_canceled() == plain_cancel,
+	      "pthread_cancel ran the destructors of the hooked frames and above them");
+	CHECK(unwound == 2 && exits == 0, "waits and waits_above unwound at the thread's end: %ld",
+	      unwound);
 
 	CHECK(!pk_fprobe_unregister(&fp), "pk_fprobe_unregister");
 	printf("fprobe_cxx: %s\n", failed ? "failed" : "passed");

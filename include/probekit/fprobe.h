@@ -34,7 +34,8 @@
  * return twice or on another stack (setjmp, sigsetjmp, vfork, the context
  * functions) and those that read their own return address (dlopen,
  * dlmopen, dlsym, dlvsym, dl_iterate_phdr).  C++ exceptions, backtrace(),
- * swapcontext() and pthread_exit() across a pending exit work where
+ * swapcontext(), pthread_exit() and pthread_cancel() across a pending exit
+ * work where
  * libprobekit.so comes before libstdc++ and libc in the lookup order (a
  * program linked with -lprobekit: doc/design/exit-hooks.md, X8); loaded by
  * dlopen(), or with a statically linked unwinder, an exception thrown

@@ -90,8 +90,10 @@ static int exits_ready(void)
 		return -EOPNOTSUPP;
 	}
 	err = pki_fgraph_init();
-	if (!err)
+	if (!err) {
 		pki_fgraph_probe_exit = pki_fprobe_exit;
+		__atomic_store_n(&pki_fgraph_cancel_hook, pki_hook_forced_unwind, __ATOMIC_RELEASE);
+	}
 	return err;
 }
 

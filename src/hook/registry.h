@@ -264,4 +264,7 @@ void pki_fprobe_fork(enum pki_hook_fork stage); /* fprobe.c's records (a leaf lo
 extern bool pki_hook_shstk;
 void pki_hook_shstk_init(void);
 
+/* unwind_forced.c: hook libgcc_s's _Unwind_ForcedUnwind for cancellation, once. */
+void pki_hook_forced_unwind(void);
+
 #endif /* PK_HOOK_REGISTRY_H */

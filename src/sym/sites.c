@@ -55,6 +55,7 @@
 
 struct pki_sym_table {
 	unsigned long long adds, subs; /* loader counters this table reflects */
+	bool reread;		       /* an object of it is to be read again */
 	size_t nobj;
 	struct pki_sym_object **objs; /* load order, main program first */
 	size_t naddr;
@@ -258,10 +259,27 @@ void pki_sites_set_reloc(enum pki_reloc_mode mode)
 	__atomic_store_n(&reloc_mode, (int)mode, __ATOMIC_RELAXED);
 }
 
+static bool listed(const char *s, const char *const *list, bool prefix);
+
 void pki_sites_set_reloc_named(const char *const *objs, const char *const *names)
 {
+	pthread_mutex_lock(&refresh_lock);
 	__atomic_store_n(&named_funcs, names, __ATOMIC_RELAXED);
 	__atomic_store_n(&named_objs, objs, __ATOMIC_RELAXED);
+	/* Objects read without them (no site: relocation was off) are read again. */
+	for (size_t i = 0; cur_table && i < cur_table->nobj; i++) {
+		struct pki_sym_object *o = cur_table->objs[i];
+		const char *base = strrchr(o->path, '/');
+
+		if (!o->nsites && listed(base ? base + 1 : o->path, objs, true))
+			o->reread = cur_table->reread = true;
+	}
+	pthread_mutex_unlock(&refresh_lock);
+}
+
+bool pki_sites_reloc_named_set(void)
+{
+	return __atomic_load_n(&named_objs, __ATOMIC_RELAXED) != NULL;
 }
 
 /* Is @s one of the NULL-terminated @list, or (@prefix) does it start with one? */
@@ -531,7 +549,7 @@ static struct pki_sym_object *old_object(const struct scan *sc, const struct dl_
 		struct pki_sym_object *o = sc->old->objs[i];
 
 		if (o->base == info->dlpi_addr && o->phdr == info->dlpi_phdr &&
-		    !strcmp(o->path, path))
+		    !strcmp(o->path, path) && !o->reread)
 			return o;
 	}
 	return NULL;
@@ -577,7 +595,8 @@ static int scan_cb(struct dl_phdr_info *info, size_t size, void *data)
 		if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
 			sc->adds = info->dlpi_adds;
 			sc->subs = info->dlpi_subs;
-			if (sc->old && sc->old->adds == sc->adds && sc->old->subs == sc->subs) {
+			if (sc->old && sc->old->adds == sc->adds && sc->old->subs == sc->subs &&
+			    !sc->old->reread) {
 				sc->unchanged = true;
 				return 1;
 			}

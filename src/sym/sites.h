@@ -61,6 +61,7 @@ struct pki_sym_object {
 	struct pki_site *sites;		 /* sorted by ip */
 	const struct pki_site **by_name; /* sorted by strcmp of name */
 	struct pk_sites_stats stats;	 /* bad_insn also counts memory mismatches */
+	bool reread; /* read it again at the next refresh (refresh_lock) */
 };
 
 /*
@@ -76,11 +77,15 @@ void pki_sites_set_reloc(enum pki_reloc_mode mode);
 /*
  * In an object relocation is off for, whose file name starts with one of
  * @objs, the functions named in @names that relocate become PK_SITE_RELOC
- * sites, and no other function of it (the agent's hooks on an unwinder
- * when attached: agent/unwind_hook.c).  NULL-terminated lists that live as
- * long as the process, or NULL for none; applies like pki_sites_set_reloc.
+ * sites, and no other function of it (the hooks on an unwinder: the
+ * agent's when attached, agent/unwind_hook.c, and the library's for thread
+ * cancellation, hook/unwind_forced.c).  NULL-terminated lists that live as
+ * long as the process, or NULL for none.  Applies at the next refresh,
+ * to @objs' objects loaded already too when they have no site yet.
  */
 void pki_sites_set_reloc_named(const char *const *objs, const char *const *names);
+/* Did someone set them (the agent's unwinder hooks: a list that holds the library's)? */
+bool pki_sites_reloc_named_set(void);
 
 /*
  * With relocation on for an object, do its functions that relocation

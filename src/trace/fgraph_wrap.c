@@ -44,16 +44,17 @@
  * links the unwinder or libstdc++ statically unwinds without them, and a
  * throw across a hooked frame still terminates it.  A thread that
  * pthread_cancel() ends unwinds from inside glibc (a cancellation point, or
- * its signal handler), where nothing can be wrapped: the unwinding stops at
- * the first trampoline and the thread ends there, without running the C++
- * destructors of that frame's callers.  A program that switches stacks by
- * its own code is not seen (fgraph.h's limits).
+ * its signal handler), where nothing can be wrapped: the pthread_cancel()
+ * wrapper has the unwinder's entry hooked first (pki_fgraph_cancel_hook),
+ * so that the cleanups of every frame run.  A program that switches stacks
+ * by its own code is not seen (fgraph.h's limits).
  *
  * The real functions are looked up at their first call (libgcc_s and
  * libstdc++ may be loaded later, or never).  Normal context, except the
  * jumps and backtrace() (any context).
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -183,6 +184,17 @@ PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 	if (all != local)
 		munmap(all, len);
 	return n;
+}
+
+void (*pki_fgraph_cancel_hook)(void);
+
+PK_EXPORT __attribute__((noinline)) int pthread_cancel(pthread_t th)
+{
+	void (*hook)(void) = __atomic_load_n(&pki_fgraph_cancel_hook, __ATOMIC_ACQUIRE);
+
+	if (hook)
+		hook();
+	return REAL(pthread_cancel, int (*)(pthread_t))(th);
 }
 
 /* ---- context switches and jumps ---- */

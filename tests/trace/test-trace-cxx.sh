@@ -55,6 +55,14 @@ check "pthread_exit: rc $rc" "[[ $rc == 0 ]]"
 check "pthread_exit: destructors ran, mutex released" \
 	"cmp -s out plain.out && grep -q 'mutex released: yes' out"
 
+# pthread_cancel() of a thread waiting 3 traced frames deep: glibc unwinds it
+# from a cancellation point, through libgcc_s's _Unwind_ForcedUnwind, which
+# it calls through a pointer of its own; the destructors must run.
+vs_plain cancel cancel.trace "$demo" --cancel
+check "pthread_cancel: rc $rc" "[[ $rc == 0 ]]"
+check "pthread_cancel: destructors ran, mutex released" \
+	"cmp -s out plain.out && grep -q 'mutex released: yes' out && grep -q 'cancelled: yes' out"
+
 # Built plainly (g++ -O2): relocated entries, the same behaviour and counts.
 if [[ -n $plain ]]; then
 	"$plain" >plain.out 2>plain.err
@@ -73,6 +81,9 @@ if [[ -n $plain ]]; then
 	check "relocated uncaught: rc $rc" "[[ $rc == 134 ]]"
 	vs_plain "relocated pthread_exit" rpexit.trace "$plain" --pthread-exit
 	check "relocated pthread_exit: destructors ran" "grep -q 'mutex released: yes' out"
+	vs_plain "relocated pthread_cancel" rcancel.trace "$plain" --cancel
+	check "relocated pthread_cancel: destructors ran" \
+		"cmp -s out plain.out && grep -q 'mutex released: yes' out"
 fi
 
 # Attached (trace -p), the unwinder's entry points are hooked instead of

@@ -17,6 +17,10 @@
  *                           and a traced function rethrows: the destructors
  *                           must run (one unlocks a mutex the main thread
  *                           then takes)
+ *   throw_demo --cancel     the same frames' destructors for a thread that
+ *                           pthread_cancel() ends while it waits 3 traced
+ *                           frames deep (glibc's forced unwinding, from a
+ *                           cancellation point)
  *
  * Patterns: a throw through three frames with destructors that call traced
  * functions; `throw;` from a catch(...) in the middle; a throw inside a
@@ -27,6 +31,7 @@
  */
 #include <execinfo.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -202,6 +207,35 @@ FN void *cx_exit_thread(void *)
 	return nullptr;
 }
 
+/* pthread_cancel() of a thread waiting inside traced frames: each frame's destructor runs. */
+static sem_t cancel_in, cancel_never;
+
+FN void cx_cancel_inner(void)
+{
+	say s{"cx_cancel_inner"};
+
+	sem_post(&cancel_in);
+	while (sem_wait(&cancel_never)) /* a cancellation point */
+		;
+}
+
+FN void cx_cancel_outer(void)
+{
+	unlocker u;
+	say s{"cx_cancel_outer"};
+
+	pthread_mutex_lock(&held);
+	cx_cancel_inner();
+}
+
+FN void *cx_cancel_thread(void *)
+{
+	say s{"cx_cancel_thread"};
+
+	cx_cancel_outer();
+	return nullptr;
+}
+
 static void *worker(void *arg)
 {
 	unsigned long caught = 0;
@@ -315,6 +349,18 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--pthread-exit")) {
 		pthread_create(&th[0], nullptr, cx_exit_thread, nullptr);
 		pthread_join(th[0], nullptr);
+		printf("mutex released: %s\n", pthread_mutex_trylock(&held) ? "no" : "yes");
+		return 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--cancel")) {
+		sem_init(&cancel_in, 0, 0);
+		sem_init(&cancel_never, 0, 0);
+		pthread_create(&th[0], nullptr, cx_cancel_thread, nullptr);
+		while (sem_wait(&cancel_in))
+			;
+		pthread_cancel(th[0]);
+		pthread_join(th[0], &ret);
+		printf("cancelled: %s\n", ret == PTHREAD_CANCELED ? "yes" : "no");
 		printf("mutex released: %s\n", pthread_mutex_trylock(&held) ? "no" : "yes");
 		return 0;
 	}

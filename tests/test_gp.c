@@ -193,7 +193,7 @@ START_TEST(blocked_threads_not_disturbed)
 	const char *lk = getenv("PROBEKIT_GP_LOCKED");
 	bool locked = lk && *lk == '1';
 
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
 	/* The suite runs twice: with membarrier (plain incl), and as if refused (gp_locked). */
 	ck_assert_int_eq(pki_gp_readers_locked(), locked);
 	ck_assert_uint_eq(((const unsigned char *)hooked)[PKI_TRAMP_ENTRY_LOCK], locked ? 0xf0 : 0x90);
@@ -250,7 +250,7 @@ START_TEST(sleepers_never_see_eintr)
 	enum { N = 4, GPS = 3000 };
 	pthread_t th[N];
 
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
 	for (int i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, napper, NULL);
 	while (__atomic_load_n(&nap_naps, __ATOMIC_RELAXED) < N)
@@ -290,7 +290,7 @@ START_TEST(busy_thread_answers)
 	double t0, worst = 0;
 
 	/* Lingering inside: over 300 grace periods some must find a thread busy. */
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)linger}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)linger, 0}, 2);
 	for (int i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, always_hooked, NULL);
 	while (__atomic_load_n(&nothing_calls, __ATOMIC_RELAXED) < 1000)
@@ -346,7 +346,7 @@ START_TEST(threads_come_and_go)
 	struct pki_gp_stats a, b;
 	pthread_t th[N];
 
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
 	call(hooked);
 	pki_gp_stats(&a);
 	for (int i = 0; i < N; i++)
@@ -393,7 +393,7 @@ START_TEST(first_hook_in_a_destructor)
 	struct pki_gp_stats a, b;
 	pthread_t th[N];
 
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
 	call(hooked);
 	ck_assert_int_eq(pthread_key_create(&late_key, late_dtor), 0); /* after the library's */
 	pki_gp_stats(&a);
@@ -508,8 +508,8 @@ START_TEST(idle_threads_parked_and_woken)
 	memset(bytes, 'x', sizeof(bytes));
 	ck_assert_int_eq(pipe(wake_pipe), 0);
 	ck_assert_int_eq(pipe(hold_pipe), 0);
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
-	hold_entry = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)hold_cb}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
+	hold_entry = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)hold_cb, 0}, 2);
 	for (int i = 0; i < PARK_N; i++) {
 		tid[i] = 0;
 		pthread_create(&th[i], NULL, idle_then_hold, (void *)&tid[i]);
@@ -598,7 +598,7 @@ START_TEST(parking_races)
 	ck_assert_ptr_nonnull(all);
 	rcu_cur = calloc(1, sizeof(*rcu_cur));
 	rcu_cur->alive = 1;
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)rcu_reader_cb}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)rcu_reader_cb, 0}, 2);
 	pki_gp_stats(&a);
 	for (int i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, rcu_reader, (void *)(uintptr_t)(i + 1));
@@ -668,7 +668,7 @@ START_TEST(cost_blocked_vs_running)
 	volatile pid_t tid[N];
 	double base, blocked, running;
 
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
 	base = gp_cost(ROUNDS);
 	ck_assert_int_eq(pipe(park_pipe), 0);
 	for (int i = 0; i < N; i++) {
@@ -834,7 +834,7 @@ START_TEST(signal_at_every_instruction)
 	struct pk_tramp *t;
 	long steady, parked;
 
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing}, 1);
+	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
 	sig_expect = 1;
 	steady = sig_every_instruction(false);
 	parked = sig_every_instruction(true);

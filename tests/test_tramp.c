@@ -135,7 +135,7 @@ END_TEST
 START_TEST(handler_tramp_preserves_and_can_change_args)
 {
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &s);
+	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
 
 	check_call(t, 11);
 	change_di = 7;
@@ -153,7 +153,7 @@ START_TEST(novec_tramps_preserve_and_see_args)
 	    make(PKI_TRAMP_OPS_NV, (unsigned long[]){(unsigned long)&ops, (unsigned long)record}, 2,
 		 &s1);
 	unsigned long t2 =
-	    make(PKI_TRAMP_HANDLER_NV, (unsigned long[]){(unsigned long)handler}, 1, &s2);
+	    make(PKI_TRAMP_HANDLER_NV, (unsigned long[]){(unsigned long)handler, 0}, 2, &s2);
 
 	check_call(t1, 11);
 	ck_assert_ptr_eq(seen_ops, &ops);
@@ -168,7 +168,7 @@ END_TEST
 START_TEST(recursion_is_skipped)
 {
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &s);
+	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
 
 	nested_entry = t;
 	check_call(t, 11);
@@ -208,7 +208,7 @@ START_TEST(list_tramp_returns_or_continues)
 {
 	struct pki_tslot s, h;
 	struct pki_tramp_exits x;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
+	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	unsigned long e = entry_make();
 	struct pki_tentry *en = &entries[nentries - 1];
 
@@ -236,7 +236,7 @@ START_TEST(far_direct_jumps_on)
 {
 	struct pki_tslot h;
 	struct pki_tramp_exits x;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
+	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	unsigned long e = entry_make();
 
 	pki_tmem_exits(&entries[nentries - 1], &x);
@@ -267,7 +267,7 @@ END_TEST
 START_TEST(slow_exit_reports)
 {
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &s);
+	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
 	unsigned long qs;
 
 	check_call(t, 11); /* registers this thread */
@@ -301,7 +301,7 @@ START_TEST(first_entry_registers_thread)
 	struct pki_gp_stats a, b, c;
 	pthread_t th;
 
-	thread_entry = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &s);
+	thread_entry = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
 	check_call(thread_entry, 11); /* this thread too */
 	pki_gp_stats(&a);
 	ck_assert_int_eq(pthread_create(&th, NULL, first_call_thread, NULL), 0);
@@ -323,7 +323,7 @@ START_TEST(locked_entry_works)
 
 	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
 	ck_assert_int_eq(
-	    pki_tmem_emit(PKI_TRAMP_HANDLER, &s, (unsigned long[]){(unsigned long)handler}, 1), 0);
+	    pki_tmem_emit(PKI_TRAMP_HANDLER, &s, (unsigned long[]){(unsigned long)handler, 0}, 2), 0);
 	/* Reuse a plain entry's exits; write a locked copy of it into a slot of its own. */
 	entry_make();
 	pki_tmem_exits(&entries[nentries - 1], &x);
@@ -423,7 +423,7 @@ START_TEST(relocated_site_exits_into_its_copy)
 	struct pki_tentry e;
 	struct pki_tramp_exits x;
 	struct pki_tslot h;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
+	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	long (*f)(long, long) = reloc_site(&e, &x);
 
 	/* As made: X_RELOC, on into the copy, nothing runs. */
@@ -468,7 +468,7 @@ START_TEST(relocated_site_refused_thread_runs_unhooked)
 	struct pki_tentry e;
 	struct pki_tramp_exits x;
 	struct pki_tslot s, h;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler}, 1, &h);
+	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	pthread_t th;
 
 	refused_f = reloc_site(&e, &x);

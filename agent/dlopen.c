@@ -353,6 +353,8 @@ static int walk_site(const struct pki_site *s, void *ctx)
 	}
 	if (w->skip || !agent_globs_want(&C.g, s->name, NULL))
 		return 0;
+	if (s->internal)
+		return 0; /* an unwinder's entry, a site for the library's own hooks */
 	f = w->cur;
 	if (f->n == f->cap) {
 		size_t cap = f->cap ? 2 * f->cap : 64;

@@ -367,8 +367,6 @@ static bool trace_exits(bool initial)
 			      "use --entry-only to record function entries without durations");
 	if (conf->exits && pki_fgraph_init())
 		FAIL(initial, "cannot set up exit tracing (pthread key)");
-	if (conf->exits && !agent_injected) /* (injected, unwinder_hooked() hooks it: U1) */
-		__atomic_store_n(&pki_fgraph_cancel_hook, pki_hook_forced_unwind, __ATOMIC_RELEASE);
 	return !conf->exits || !agent_injected || unwinder_hooked(initial);
 }
 
@@ -783,6 +781,8 @@ bool agent_trace_start(void)
 		return true;
 	}
 	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
+	if (conf->exits) /* thread cancellation across traced frames (exit-hooks.md X8) */
+		pki_hook_forced_unwind();
 	if (conf->ring && agent_trigger_start())
 		trace_note("SIGUSR2 is no trigger: the agent cannot start its thread");
 	ctl_send(PK_CTL_OK "\n");

@@ -244,6 +244,19 @@ int main()
 	      unwound);
 
 	CHECK(!pk_fprobe_unregister(&fp), "pk_fprobe_unregister");
+
+	/*
+	 * Every site (an empty filter) with exits: the unwinder's entry the
+	 * library hooks for cancellation is not among them (an exit there would
+	 * stop the cancelled thread's unwinding at once).
+	 */
+	pk_fprobe every = {};
+	every.exit = on_exit_cb;
+	err = pk_fprobe_register(&every);
+	CHECK(!err, "pk_fprobe_register of every site: %d", err);
+	CHECK(thread_canceled() == plain_cancel,
+	      "with every site hooked, pthread_cancel still ran the destructors");
+	CHECK(!err && !pk_fprobe_unregister(&every), "pk_fprobe_unregister of every site");
 	printf("fprobe_cxx: %s\n", failed ? "failed" : "passed");
 	return failed ? 1 : 0;
 }

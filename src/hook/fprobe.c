@@ -90,10 +90,8 @@ static int exits_ready(void)
 		return -EOPNOTSUPP;
 	}
 	err = pki_fgraph_init();
-	if (!err) {
+	if (!err)
 		pki_fgraph_probe_exit = pki_fprobe_exit;
-		__atomic_store_n(&pki_fgraph_cancel_hook, pki_hook_forced_unwind, __ATOMIC_RELEASE);
-	}
 	return err;
 }
 
@@ -172,6 +170,8 @@ int pk_fprobe_register(struct pk_fprobe *fp)
 		return err;
 	}
 	fp->private = p;
+	if (fp->exit)
+		pki_hook_forced_unwind(); /* once: thread cancellation (X8) */
 	return 0;
 }
 
@@ -342,6 +342,8 @@ struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 		return NULL;
 	}
 	fp->private = p;
+	if (fp->exit)
+		pki_hook_forced_unwind();
 	return t;
 }
 

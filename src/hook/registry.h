@@ -264,7 +264,13 @@ void pki_fprobe_fork(enum pki_hook_fork stage); /* fprobe.c's records (a leaf lo
 extern bool pki_hook_shstk;
 void pki_hook_shstk_init(void);
 
-/* unwind_forced.c: hook libgcc_s's _Unwind_ForcedUnwind for cancellation, once. */
+/*
+ * unwind_forced.c: hook libgcc_s's _Unwind_ForcedUnwind for thread
+ * cancellation, once per process, when exit hooks are first set up.
+ * Normal context, outside the registry's lock; from a callback it does
+ * nothing.
+ */
 void pki_hook_forced_unwind(void);
+void pki_hook_forced_fork_child(void);
 
 #endif /* PK_HOOK_REGISTRY_H */

@@ -35,19 +35,12 @@ struct each_ctx {
 	unsigned long lo, hi;
 };
 
-static int each_one(const struct pk_site *s, void *ctx)
-{
-	struct each_ctx *c = ctx;
-	int err = c->cb(s->ip, c->arg);
-
-	return err < 0 ? err : 0;
-}
-
+/* The sites an ops' globs or empty filter take: not the internal ones (sym/sites.h). */
 static int each_in_range(const struct pki_site *s, void *ctx)
 {
 	const struct each_ctx *c = ctx;
 
-	if (s->ip < c->lo || s->ip >= c->hi)
+	if (s->ip < c->lo || s->ip >= c->hi || s->internal)
 		return 0;
 	return c->cb(s->ip, c->arg);
 }
@@ -56,12 +49,10 @@ static int sym_each(const char *glob, unsigned long lo, unsigned long hi,
 		    int (*cb)(unsigned long, void *), void *arg)
 {
 	struct each_ctx c = {cb, arg, lo, hi};
-	int ret;
+	int ret = pki_sites_ensure(); /* the table, on first use */
 
-	if (!lo && hi == ~0ul) { /* builds the table on first use */
-		ret = pk_sites_match(glob, each_one, &c);
-		return ret < 0 ? ret : 0;
-	}
+	if (ret)
+		return ret;
 	pki_sites_read_lock();
 	ret = pki_sites_match_in(glob, lo, hi, each_in_range, &c);
 	pki_sites_read_unlock();

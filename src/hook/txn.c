@@ -497,6 +497,7 @@ static void hook_fork_child(void)
 	fork_depth = 0;
 	pki_tmem_fork_child(); /* first: before anything else runs a trampoline */
 	pki_fprobe_fork(PKI_HOOK_FORK_CHILD);
+	pki_hook_forced_fork_child();
 	pki_gp_fork_child();
 	pki_hook_tramps_fork(PKI_HOOK_FORK_CHILD);
 	pki_hook_objects_fork(PKI_HOOK_FORK_CHILD);

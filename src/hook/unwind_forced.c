@@ -7,21 +7,22 @@
  * stop at the first return trampoline, skipping the cleanup handlers and
  * C++ destructors of every frame above it.  So that function's entry is
  * hooked, as a relocated site read for it alone (libgcc_s has no patchable
- * entries), by an ops that puts the thread's hijacked returns back from
- * its caller's frame up (pki_fgraph_unwind_begin), as the pthread_exit()
- * wrapper does; the thread ends, and its frames' exits come then, unwound.
+ * entries; an internal site: no glob or empty filter of an ops takes it),
+ * by an ops that puts the thread's hijacked returns back from its caller's
+ * frame up (pki_fgraph_unwind_begin), as the pthread_exit() wrapper does;
+ * the thread ends, and its frames' exits come then, unwound.
  *
- * Made by the pthread_cancel() wrapper (trace/fgraph_wrap.c) of a process
- * that uses exit hooks, before the real call: glibc's pthread_cancel loads
- * libgcc_s first too, on the cancelling thread, in normal context.  Once
- * made, it stays: a thread may be cancelled at any time later.  A process
- * that cannot have it (the canceller is inside a hook's callback, the
- * entry does not relocate) is told once in the log, and cancels as before.
+ * Made once per process, when exit hooks are first set up (a fprobe with
+ * an exit callback registered, `probekit trace` started), from that API
+ * call's thread, outside the registry's lock: libgcc_s is loaded then if
+ * it is not yet (glibc loads it at the first cancellation or
+ * pthread_exit() anyway).  It stays: a thread may be cancelled at any time
+ * later.  A process that cannot have it (the entry does not relocate, no
+ * libgcc_s) is told once in the log, and cancels as before.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdbool.h>
 
 #include <probekit/hook.h>
 #include <probekit/sites.h>
@@ -41,22 +42,22 @@ static void on_forced(unsigned long ip, unsigned long parent_ip, struct pk_ops *
 	pki_fgraph_unwind_begin(regs->sp + 8); /* the caller's CFA: it and the frames above */
 }
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static bool tried;
+enum { UNTRIED, TRYING, DONE };
+static int state; /* atomic */
 static unsigned long forced_ip;
 static struct pk_ops forced = {.func = on_forced};
 
 /* libgcc_s's _Unwind_ForcedUnwind as a site, its object loaded now: 0 or -errno. */
 static int forced_site(unsigned long *ip)
 {
-	void *h = dlopen("libgcc_s.so.1", RTLD_NOW);
+	void *h = dlopen("libgcc_s.so.1", RTLD_NOW); /* (stays open: glibc keeps it too) */
 	struct pk_site site;
 	void *fn;
 	int err;
 
 	if (!h)
 		return -ENOENT;
-	fn = dlsym(h, "_Unwind_ForcedUnwind"); /* (h stays open: glibc keeps it too) */
+	fn = dlsym(h, "_Unwind_ForcedUnwind");
 	if (!fn)
 		return -ENOENT;
 	/* (The agent, attached, sets a list of its own, which holds it.) */
@@ -72,27 +73,32 @@ static int forced_site(unsigned long *ip)
 
 void pki_hook_forced_unwind(void)
 {
-	int err;
+	int old = UNTRIED, err, cs;
 
-	pthread_mutex_lock(&lock);
-	if (tried) {
-		pthread_mutex_unlock(&lock);
+	/* One thread tries, once; the others go on without waiting for it. */
+	if (pki_tramp_in_hook() ||
+	    !__atomic_compare_exchange_n(&state, &old, TRYING, false, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
 		return;
-	}
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs); /* (file reads: cancellation points) */
 	err = forced_site(&forced_ip);
 	if (!err) {
 		forced.filter = (struct pk_ops_filter){.ips = &forced_ip, .nips = 1};
 		err = pk_ops_register(&forced);
 	}
-	if (err == -EDEADLK) { /* from a callback: the next pthread_cancel() tries again */
-		pthread_mutex_unlock(&lock);
-		return;
-	}
-	tried = true;
-	pthread_mutex_unlock(&lock);
+	pthread_setcancelstate(cs, NULL);
+	__atomic_store_n(&state, DONE, __ATOMIC_RELEASE);
 	if (err)
-		pki_warn("hooks: pthread_cancel: cannot hook libgcc_s's _Unwind_ForcedUnwind (%s): "
-			 "a thread cancelled inside a function with a pending exit hook stops "
-			 "unwinding there, without the cleanups of the frames above it\n",
+		pki_warn("hooks: cannot hook libgcc_s's _Unwind_ForcedUnwind (%s): a thread "
+			 "cancelled inside a function with a pending exit hook stops unwinding "
+			 "there, without the cleanups of the frames above it\n",
 			 pki_errstr(-err));
+}
+
+void pki_hook_forced_fork_child(void)
+{
+	int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
+
+	if (s == TRYING) /* the trying thread is not in the child: let it try again */
+		__atomic_store_n(&state, UNTRIED, __ATOMIC_RELAXED);
 }

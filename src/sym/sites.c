@@ -333,7 +333,8 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 			       .func = func,
 			       .size = fs->fn->size,
 			       .name = pki_intern(fs->name),
-			       .kind = fs->how == PKI_FUNC_INT3 ? PK_SITE_INT3 : PK_SITE_RELOC};
+			       .kind = fs->how == PKI_FUNC_INT3 ? PK_SITE_INT3 : PK_SITE_RELOC,
+			       .internal = r->only != NULL};
 	if (!s->name)
 		return -ENOMEM;
 	memcpy(s->insn, (const void *)ip, PKI_SITE_LEN);
@@ -779,6 +780,11 @@ static int ensure_table(void)
 	if (CMM_LOAD_SHARED(cur_table))
 		return 0;
 	return pki_sites_refresh();
+}
+
+int pki_sites_ensure(void)
+{
+	return ensure_table();
 }
 
 static const struct pki_site *object_find(const struct pki_sym_object *obj, unsigned long ip)

@@ -44,6 +44,12 @@ struct pki_site {
 	const struct pki_sym_object *obj;
 	enum pk_site_kind kind;
 	/*
+	 * Read for pki_sites_set_reloc_named() alone (an unwinder's entry
+	 * point for the library's or the agent's own hooks): found by address
+	 * and by name, never given to an ops by a glob or an empty filter.
+	 */
+	bool internal;
+	/*
 	 * The bytes at ip when the object was scanned: what a patcher expects
 	 * to replace the first time.  Not always pki_nop5 (clang's nop5 has a
 	 * displacement of 8).
@@ -119,6 +125,9 @@ int pki_sites_match(const char *glob, int (*fn)(const struct pki_site *s, void *
  * of each such object's sites): what an object loaded there brought.  Costs
  * O(objects + their sites), not O(all sites).
  */
+/* Build the table if there is none yet: 0 or -errno. */
+int pki_sites_ensure(void);
+
 int pki_sites_match_in(const char *glob, unsigned long lo, unsigned long hi,
 		       int (*fn)(const struct pki_site *s, void *ctx), void *ctx);
 

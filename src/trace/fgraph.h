@@ -229,14 +229,6 @@ void pki_fgraph_unwind_begin(unsigned long cfa);
  */
 void pki_fgraph_unwind_end(unsigned long cfa);
 
-/*
- * Called by the pthread_cancel() wrapper before the real call, once exit
- * hooks exist (set by their user: hook/unwind_forced.c's
- * pki_hook_forced_unwind): makes the cancelled thread's forced unwinding
- * see its frames.  Normal context.
- */
-extern void (*pki_fgraph_cancel_hook)(void);
-
 /* True if the calling thread runs with a CET user shadow stack. */
 bool pki_fgraph_shstk(void);
 

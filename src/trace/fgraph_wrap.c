@@ -44,9 +44,9 @@
  * links the unwinder or libstdc++ statically unwinds without them, and a
  * throw across a hooked frame still terminates it.  A thread that
  * pthread_cancel() ends unwinds from inside glibc (a cancellation point, or
- * its signal handler), where nothing can be wrapped: the pthread_cancel()
- * wrapper has the unwinder's entry hooked first (pki_fgraph_cancel_hook),
- * so that the cleanups of every frame run.  A program that switches stacks
+ * its signal handler), where nothing can be wrapped: the library hooks
+ * the unwinder's entry instead (hook/unwind_forced.c), so that the
+ * cleanups of every frame run.  A program that switches stacks
  * by its own code is not seen (fgraph.h's limits).
  *
  * The real functions are looked up at their first call (libgcc_s and
@@ -54,7 +54,6 @@
  * jumps and backtrace() (any context).
  */
 #include <dlfcn.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -184,17 +183,6 @@ PK_EXPORT __attribute__((noinline)) int backtrace(void **buf, int size)
 	if (all != local)
 		munmap(all, len);
 	return n;
-}
-
-void (*pki_fgraph_cancel_hook)(void);
-
-PK_EXPORT __attribute__((noinline)) int pthread_cancel(pthread_t th)
-{
-	void (*hook)(void) = __atomic_load_n(&pki_fgraph_cancel_hook, __ATOMIC_ACQUIRE);
-
-	if (hook)
-		hook();
-	return REAL(pthread_cancel, int (*)(pthread_t))(th);
 }
 
 /* ---- context switches and jumps ---- */

@@ -23,7 +23,7 @@ done
 # The exceptions: pthread_create, the thread-creation gate (src/watch/gate.c),
 # and the stack walks and switches (src/trace/fgraph_wrap.c), and the version
 # nodes those are exported under (A symbols).
-wrapped='^(pthread_create|_Unwind_RaiseException|_Unwind_Resume_or_Rethrow|_Unwind_Backtrace|__cxa_begin_catch|backtrace|pthread_exit|pthread_cancel|thrd_exit|swapcontext|setcontext|longjmp|_longjmp|siglongjmp|__longjmp_chk)@'
+wrapped='^(pthread_create|_Unwind_RaiseException|_Unwind_Resume_or_Rethrow|_Unwind_Backtrace|__cxa_begin_catch|backtrace|pthread_exit|thrd_exit|swapcontext|setcontext|longjmp|_longjmp|siglongjmp|__longjmp_chk)@'
 bad=$(nm -D --defined-only "$p/lib/libprobekit.so" |
 	awk -v w="$wrapped" '$2 ~ /[TDBRVW]/ && $3 !~ /^pk_/ && $3 !~ w {print $3}')
 if [[ -n $bad ]]; then

@@ -780,9 +780,10 @@ bool agent_trace_start(void)
 		stay_untraced();
 		return true;
 	}
-	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
+	/* Before the hooks record: its file reads and dlopen are not the program's. */
 	if (conf->exits) /* thread cancellation across traced frames (exit-hooks.md X8) */
 		pki_hook_forced_unwind();
+	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
 	if (conf->ring && agent_trigger_start())
 		trace_note("SIGUSR2 is no trigger: the agent cannot start its thread");
 	ctl_send(PK_CTL_OK "\n");

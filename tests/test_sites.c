@@ -5,6 +5,7 @@
  * against hostile files, and lookups racing with refreshes.  The targets are
  * built by tests/targets/meson.build; their paths come in as PKT_* macros.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <gelf.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +188,64 @@ START_TEST(dlopen_adds_dlclose_removes)
 	ck_assert_int_eq(pk_sites_refresh(), 0);
 	ck_assert_int_eq(notified_add, 3);
 	pki_sites_set_notify(NULL);
+}
+END_TEST
+
+/* Bit @sig of the SigBlk line of /proc/self/task/@tid/status. */
+static bool task_blocks(const char *tid, int sig)
+{
+	char path[64], line[256];
+	unsigned long long mask = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/status", tid);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "%s: %m", path);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "SigBlk: %llx", &mask) == 1)
+			found = true;
+	fclose(f);
+	ck_assert_msg(found, "%s: no SigBlk", path);
+	return mask >> (sig - 1) & 1;
+}
+
+/*
+ * A refresh that retires a table frees it from liburcu's call_rcu thread,
+ * started by that first refresh: started from a program's thread that
+ * blocks nothing, it still takes none of the program's signals.
+ */
+START_TEST(rcu_thread_takes_no_program_signal)
+{
+	char self[32];
+	struct dirent *d;
+	sigset_t none;
+	int others = 0;
+	void *h;
+	DIR *dir;
+
+	sigemptyset(&none);
+	ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, &none, NULL), 0);
+	ck_assert_int_eq(pk_sites_refresh(), 0);
+	h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(h, "dlopen: %s", dlerror());
+	ck_assert_int_eq(pk_sites_refresh(), 0);
+	ck_assert_int_eq(dlclose(h), 0);
+	ck_assert_int_eq(pk_sites_refresh(), 0);
+
+	snprintf(self, sizeof(self), "%d", (int)gettid());
+	dir = opendir("/proc/self/task");
+	ck_assert_ptr_nonnull(dir);
+	while ((d = readdir(dir))) {
+		if (d->d_name[0] == '.' || !strcmp(d->d_name, self))
+			continue;
+		others++;
+		ck_assert_msg(task_blocks(d->d_name, SIGCHLD) && task_blocks(d->d_name, SIGUSR1) &&
+				      task_blocks(d->d_name, SIGINT),
+			      "thread %s takes the program's signals", d->d_name);
+	}
+	closedir(dir);
+	ck_assert_int_ge(others, 1); /* the call_rcu thread exists */
 }
 END_TEST
 
@@ -655,6 +715,7 @@ int main(void)
 	tcase_add_test(mem, library_sites);
 	tcase_add_test(mem, glob_and_name_lookup);
 	tcase_add_test(mem, dlopen_adds_dlclose_removes);
+	tcase_add_test(mem, rcu_thread_takes_no_program_signal);
 	tcase_add_test(mem, clang_nop5_sites);
 	tcase_add_test(mem, site_after_endbr64);
 	tcase_add_test(mem, lookups_race_with_refresh);

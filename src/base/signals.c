@@ -93,17 +93,24 @@ static void *worker_main(void *p)
 	return ret;
 }
 
-int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *), void *arg)
+void pki_worker_mask_enter(sigset_t *saved)
 {
-	struct worker_start ws = {.fn = fn, .arg = arg};
-	pthread_attr_t attr;
-	sigset_t set, saved;
-	int err;
+	sigset_t set;
 
 	sigfillset(&set);
 	sigdelset(&set, PKI_SIG_KICK);
 	sigdelset(&set, SIGTRAP);
-	pthread_sigmask(SIG_SETMASK, &set, &saved);
+	pthread_sigmask(SIG_SETMASK, &set, saved);
+}
+
+int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)(void *), void *arg)
+{
+	struct worker_start ws = {.fn = fn, .arg = arg};
+	pthread_attr_t attr;
+	sigset_t saved;
+	int err;
+
+	pki_worker_mask_enter(&saved);
 	pthread_attr_init(&attr);
 	if (detached)
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

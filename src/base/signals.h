@@ -36,6 +36,13 @@ int pki_worker_start(pthread_t *th, bool detached, const char *name, void *(*fn)
 		     void *arg);
 
 /*
+ * The mask pki_worker_start() gives its threads, set on the calling thread
+ * (the old one saved in @saved, to put back with pthread_sigmask): for a
+ * thread a library of ours starts from the caller's, which inherits it.
+ */
+void pki_worker_mask_enter(sigset_t *saved);
+
+/*
  * Is thread @tid one of ours: started by pki_worker_start() (until its
  * function returns) or adopted?  Async-signal-safe.
  */

@@ -111,6 +111,25 @@ static void rcu_thread_online(void)
 	pthread_setspecific(rcu_key, (void *)1);
 }
 
+/*
+ * liburcu starts its call_rcu thread at the first call_rcu(), from the
+ * caller, whose signal mask it inherits: a thread of the program's (the
+ * one that dlopens, or that starts tracing) with the program's mask would
+ * give it one that takes the program's signals (a SIGCHLD meant for a
+ * thread blocking it in system(), handled there instead).  Start it first
+ * with the mask of our own threads.
+ */
+static pthread_once_t rcu_worker_once = PTHREAD_ONCE_INIT;
+
+static void rcu_worker_start(void)
+{
+	sigset_t saved;
+
+	pki_worker_mask_enter(&saved);
+	(void)PKI_RCU(get_default_call_rcu_data)();
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+}
+
 void pki_sites_read_lock(void)
 {
 	rcu_thread_online();
@@ -661,6 +680,12 @@ static void table_free(struct pki_sym_table *t)
 /* Runs on liburcu's call_rcu thread: one of ours (base/signals.h), not the program's. */
 static void table_free_rcu(struct rcu_head *head)
 {
+	static __thread bool named;
+
+	if (!named) {
+		pthread_setname_np(pthread_self(), PKI_WORKER_PREFIX "rcu");
+		named = true;
+	}
 	pki_worker_adopt();
 	table_free(caa_container_of(head, struct pki_sym_table, rcu));
 }
@@ -723,6 +748,7 @@ static int __publish(struct scan *sc)
 	if (old) {
 		/* Readers may still walk old and its dead objects: free after a grace period. */
 		rcu_thread_online();
+		pthread_once(&rcu_worker_once, rcu_worker_start);
 		PKI_RCU(call_rcu)(&old->rcu, table_free_rcu);
 	}
 	return 0;

@@ -213,11 +213,28 @@ static bool task_blocks(const char *tid, int sig)
 /*
  * A refresh that retires a table frees it from liburcu's call_rcu thread,
  * started by that first refresh: started from a program's thread that
- * blocks nothing, it still takes none of the program's signals.
+ * blocks nothing, it still takes none of the program's signals, and it is
+ * named ours before it ran any callback (a program whose main thread left
+ * by syscall(SYS_exit) would otherwise wait on it as on one of its own).
+ * This thread holds a read-side critical section across the refresh that
+ * retires a table: no grace period ends, so no callback runs, before the
+ * threads are looked at.
  */
+static void task_comm(const char *tid, char *comm, size_t len)
+{
+	char path[300];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/comm", tid);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "%s: %m", path);
+	ck_assert_msg(fgets(comm, (int)len, f), "%s: empty", path);
+	fclose(f);
+}
+
 START_TEST(rcu_thread_takes_no_program_signal)
 {
-	char self[32];
+	char self[32], comm[32];
 	struct dirent *d;
 	sigset_t none;
 	int others = 0;
@@ -227,10 +244,9 @@ START_TEST(rcu_thread_takes_no_program_signal)
 	sigemptyset(&none);
 	ck_assert_int_eq(pthread_sigmask(SIG_SETMASK, &none, NULL), 0);
 	ck_assert_int_eq(pk_sites_refresh(), 0);
+	pki_sites_read_lock();
 	h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
 	ck_assert_msg(h, "dlopen: %s", dlerror());
-	ck_assert_int_eq(pk_sites_refresh(), 0);
-	ck_assert_int_eq(dlclose(h), 0);
 	ck_assert_int_eq(pk_sites_refresh(), 0);
 
 	snprintf(self, sizeof(self), "%d", (int)gettid());
@@ -243,9 +259,15 @@ START_TEST(rcu_thread_takes_no_program_signal)
 		ck_assert_msg(task_blocks(d->d_name, SIGCHLD) && task_blocks(d->d_name, SIGUSR1) &&
 				      task_blocks(d->d_name, SIGINT),
 			      "thread %s takes the program's signals", d->d_name);
+		task_comm(d->d_name, comm, sizeof(comm));
+		ck_assert_msg(!strncmp(comm, "probekit-", 9), "thread %s is named %s", d->d_name,
+			      comm);
 	}
 	closedir(dir);
+	pki_sites_read_unlock();
 	ck_assert_int_ge(others, 1); /* the call_rcu thread exists */
+	ck_assert_int_eq(dlclose(h), 0);
+	ck_assert_int_eq(pk_sites_refresh(), 0);
 }
 END_TEST
 

@@ -117,17 +117,23 @@ static void rcu_thread_online(void)
  * one that dlopens, or that starts tracing) with the program's mask would
  * give it one that takes the program's signals (a SIGCHLD meant for a
  * thread blocking it in system(), handled there instead).  Start it first
- * with the mask of our own threads.
+ * with the mask of our own threads, and name it ours at once: a program
+ * whose main thread leaves by syscall(SYS_exit) before the thread ran a
+ * callback would otherwise count it as one of the program's (agent/reap.c)
+ * and end with status 0.
  */
 static pthread_once_t rcu_worker_once = PTHREAD_ONCE_INIT;
 
 static void rcu_worker_start(void)
 {
+	struct call_rcu_data *crdp;
 	sigset_t saved;
 
 	pki_worker_mask_enter(&saved);
-	(void)PKI_RCU(get_default_call_rcu_data)();
+	crdp = PKI_RCU(get_default_call_rcu_data)();
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	if (crdp)
+		pthread_setname_np(PKI_RCU(get_call_rcu_thread)(crdp), PKI_WORKER_PREFIX "rcu");
 }
 
 void pki_sites_read_lock(void)
@@ -680,12 +686,6 @@ static void table_free(struct pki_sym_table *t)
 /* Runs on liburcu's call_rcu thread: one of ours (base/signals.h), not the program's. */
 static void table_free_rcu(struct rcu_head *head)
 {
-	static __thread bool named;
-
-	if (!named) {
-		pthread_setname_np(pthread_self(), PKI_WORKER_PREFIX "rcu");
-		named = true;
-	}
 	pki_worker_adopt();
 	table_free(caa_container_of(head, struct pki_sym_table, rcu));
 }

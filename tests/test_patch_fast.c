@@ -238,15 +238,28 @@ END_TEST
 /*
  * A sled takes its relay: byte 0 becomes e8 and nothing else of the site
  * ever changes, so no INT3 and no kick; off, the sled is back byte for byte.
+ * Core syncs: two for the first attach (its slot held the INT3 fill), one
+ * for each later batch (a retarget, a detach, an attach onto the ret the
+ * detach left).
  */
+static unsigned long syncs_since(unsigned long *last)
+{
+	unsigned long now = stats().syncs, d = now - *last;
+
+	*last = now;
+	return d;
+}
+
 START_TEST(sled_takes_its_relay)
 {
 	uint8_t off[PKI_SITE_LEN];
 	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
 	struct pki_poke_stats st;
+	unsigned long syncs = stats().syncs;
 
 	ck_assert(!pki_insn_single_store_ok(p.addr, p.old));
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(syncs_since(&syncs), 2);
 	ck_assert_mem_eq((void *)p.addr, pki_relay_call, PKI_SITE_LEN);
 	ck_assert_int_eq(f_sled(1, 1), 5);
 	ck_assert_uint_eq(count(&count_a), 1);
@@ -257,6 +270,7 @@ START_TEST(sled_takes_its_relay)
 	memcpy(r.old, p.new, PKI_SITE_LEN);
 	pki_insn_call(r.new, r.addr, (unsigned long)stub_b);
 	ck_assert_int_eq(pki_text_poke_batch(&r, 1), 0);
+	ck_assert_uint_eq(syncs_since(&syncs), 1);
 	ck_assert_mem_eq((void *)p.addr, pki_relay_call, PKI_SITE_LEN);
 	ck_assert_int_eq(f_sled(1, 1), 5);
 	ck_assert_uint_eq(count(&count_a), 1);
@@ -267,6 +281,7 @@ START_TEST(sled_takes_its_relay)
 	memcpy(p.old, r.new, PKI_SITE_LEN);
 	memcpy(p.new, off, PKI_SITE_LEN);
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(syncs_since(&syncs), 1);
 	ck_assert_mem_eq((void *)p.addr, pki_nop1x5, PKI_SITE_LEN);
 	ck_assert_int_eq(f_sled(1, 1), 5);
 	ck_assert_uint_eq(count(&count_a) + count(&count_b), 2);
@@ -275,6 +290,7 @@ START_TEST(sled_takes_its_relay)
 	memcpy(p.old, off, PKI_SITE_LEN);
 	pki_insn_call(p.new, p.addr, (unsigned long)stub_a);
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(syncs_since(&syncs), 1);
 	ck_assert_int_eq(f_sled(1, 1), 5);
 	ck_assert_uint_eq(count(&count_a), 2);
 	st = stats();
@@ -417,27 +433,41 @@ START_TEST(sigtrap_blocked_threads_never_meet_a_trap)
 }
 END_TEST
 
-/* A sled whose default slot would cross a cache line takes the other (byte 1 = clc). */
+/*
+ * A sled whose default slot would cross a cache line takes the other (byte
+ * 1 = clc), which changes byte 1 both ways: a core sync before byte 0 on,
+ * and before byte 1 off.
+ */
 START_TEST(sled_relay_other_slot)
 {
 	static const uint8_t on_alt[PKI_SITE_LEN] = {0xe8, PKI_RELAY_B1_ALT, 0x90, 0x90, 0x90};
-	unsigned long start;
+	unsigned long start, syncs = stats().syncs;
 	struct pki_poke p = poke_to(fa_sled_alt, stub_a, NULL);
 
 	ck_assert_uint_eq(p.addr & 63, 40);
 	ck_assert(!pki_arch_store_window(pki_insn_relay_slot(p.addr, PKI_RELAY_B1),
 					 PKI_RELAY_SLOT_LEN, &start));
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(syncs_since(&syncs), 2);
 	ck_assert_mem_eq((void *)p.addr, on_alt, PKI_SITE_LEN);
 	ck_assert_int_eq(f_sled_alt(1, 1), 10);
 	ck_assert_uint_eq(count(&count_a), 1);
 	memcpy(p.old, p.new, PKI_SITE_LEN);
 	memcpy(p.new, pki_nop5, PKI_SITE_LEN);
 	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(syncs_since(&syncs), 2);
 	ck_assert_mem_eq((void *)p.addr, pki_nop1x5, PKI_SITE_LEN);
 	ck_assert_int_eq(f_sled_alt(1, 1), 10);
 	ck_assert_uint_eq(count(&count_a), 1);
-	ck_assert_uint_eq(stats().relayed, 1);
+	/* On again: the slot holds a ret, but byte 1 changes: the sync again. */
+	memcpy(p.new, p.old, PKI_SITE_LEN);
+	memcpy(p.old, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_uint_eq(syncs_since(&syncs), 2);
+	ck_assert_mem_eq((void *)p.addr, on_alt, PKI_SITE_LEN);
+	ck_assert_int_eq(f_sled_alt(1, 1), 10);
+	ck_assert_uint_eq(count(&count_a), 2);
+	ck_assert_uint_eq(stats().relayed, 2);
 	ck_assert_uint_eq(stats().emulated, 0);
 }
 END_TEST

@@ -101,6 +101,7 @@ struct pki_poke_stats {
 	unsigned long kicks;	  /* batches that ran the sled kick */
 	unsigned long relayed;	  /* sled sites attached through their relay */
 	unsigned long trap_calls; /* calls that reached an INT3 site's hooks by a trap */
+	unsigned long syncs;	  /* core syncs (membarrier sync-core) the protocols made */
 };
 
 void pki_text_poke_stats(struct pki_poke_stats *st);

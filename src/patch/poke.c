@@ -41,6 +41,7 @@ static atomic_bool dead;
 static atomic_bool ready;    /* read without the lock by pki_text_sync() */
 static bool prepared_once;   /* a batch was prepared: pki_text_sync() may prepare again */
 static atomic_ulong batches; /* committed */
+static atomic_ulong syncs;   /* cores_sync() calls */
 
 bool pki_text_poke_dead(void)
 {
@@ -61,11 +62,13 @@ void pki_text_poke_stats(struct pki_poke_stats *st)
 	st->kicks = c.kicks;
 	st->relayed = c.relayed;
 	st->trap_calls = c.trap_calls;
+	st->syncs = atomic_load(&syncs);
 }
 
 /* "Sync" of every protocol: every core running a thread of ours serialises. */
 static int cores_sync(void)
 {
+	atomic_fetch_add_explicit(&syncs, 1, memory_order_relaxed);
 	if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0))
 		return -errno;
 	return 0;
@@ -459,7 +462,8 @@ static void trap_sites_store(const struct pki_poke *site, size_t n, bool undo)
  * The INT3 sites' changes: those the jump relay takes get e9 instead of
  * the breakpoint (their slots written first); all verified, then byte 0 of
  * each stored alone (arch/poke.h: nothing else changes, so a thread
- * anywhere sees a whole instruction), then one core sync unless @lazy.  A
+ * anywhere sees a whole instruction), then one core sync unless @lazy (or
+ * the batch has none: nothing changed, nothing to sync).  A
  * new breakpoint is written only while no thread blocks SIGTRAP (the
  * kernel kills a thread that traps with it blocked).  On error nothing is
  * left changed.
@@ -494,7 +498,7 @@ static int trap_sites_apply(struct pki_poke *site, size_t n, bool lazy)
 						  .have = (const uint8_t *)site[i].addr});
 		}
 	}
-	if (!err && !lazy && (err = cores_sync())) {
+	if (!err && n && !lazy && (err = cores_sync())) {
 		trap_sites_store(site, n, true); /* the batch fails: nothing left changed */
 		cores_sync();
 	}

@@ -14,7 +14,9 @@
  *
  * The /proc/self descriptors live in the program's descriptor table, where
  * the program may close them and reuse their numbers: they are checked
- * before each batch (pki_text_files_check()).
+ * before each batch uses them (pki_text_files_check() for maps, which every
+ * batch reads; mem_fd() for mem, which a batch that writes only through
+ * aliases never touches).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,6 +63,8 @@ static bool closed;
  * batch it is not looked up again.  Patch lock.
  */
 static unsigned long batch_gen, checked_gen, checked_start, checked_end;
+/* The batch that checked the mem descriptor last (mem_fd()).  Patch lock. */
+static unsigned long mem_gen;
 
 /* Open @path as a descriptor of ours (high number, identity kept); false if not. */
 static bool proc_open(struct pki_fd *o, const char *path, int flags)
@@ -133,11 +137,20 @@ void pki_text_files_check(void)
 			 "program: opened again\n");
 		proc_open(&maps, "/proc/self/maps", O_RDONLY);
 	}
+}
+
+/* /proc/self/mem, checked once per batch at its first use (as above); -1 if none. */
+static int mem_fd(void)
+{
+	if (mem_gen == batch_gen)
+		return mem.fd;
+	mem_gen = batch_gen;
 	if (mem.mode && !pki_fd_check(&mem)) {
 		pki_warn("text poke: /proc/self/mem descriptor closed or replaced by the "
 			 "program: opened again\n");
 		proc_open(&mem, "/proc/self/mem", O_RDWR);
 	}
+	return mem.fd;
 }
 
 /* --- where the sites are --------------------------------------------------- */
@@ -308,7 +321,7 @@ static bool in_open_range(unsigned long addr)
 
 bool pki_text_via_mem(size_t n)
 {
-	use_mem = mem.fd >= 0 && n <= MEM_MAX_SITES;
+	use_mem = n <= MEM_MAX_SITES && mem.fd >= 0; /* a write checks it (mem_fd()) */
 	return use_mem;
 }
 
@@ -348,7 +361,7 @@ int pki_text_put(unsigned long addr, const uint8_t *bytes, size_t len)
 	}
 	if (use_mem) {
 		/* A system call: ordered after the batch publication. */
-		if (pwrite(mem.fd, bytes, len, (off_t)addr) == (ssize_t)len)
+		if (pwrite(mem_fd(), bytes, len, (off_t)addr) == (ssize_t)len)
 			return 0;
 		return errno ? -errno : -EIO;
 	}
@@ -384,7 +397,7 @@ bool pki_text_alias_make(unsigned long addr, size_t len, const char *name)
 
 bool pki_text_byte_ok(unsigned long addr)
 {
-	return pki_alias_addr(addr) || mem.fd >= 0;
+	return pki_alias_addr(addr) || mem.fd >= 0; /* a write checks it (mem_fd()) */
 }
 
 /*
@@ -405,7 +418,7 @@ int pki_text_put_byte(unsigned long addr, uint8_t from, uint8_t to)
 			   : -EILSEQ;
 	if (*(volatile const uint8_t *)addr != from)
 		return -EILSEQ;
-	if (pwrite(mem.fd, &to, 1, (off_t)addr) == 1)
+	if (pwrite(mem_fd(), &to, 1, (off_t)addr) == 1)
 		return 0;
 	return errno ? -errno : -EIO;
 }

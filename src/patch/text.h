@@ -25,8 +25,9 @@
 void pki_text_files_open(void);
 
 /*
- * Open again whichever of them the program closed or replaced since
- * (base/fd.h), or both after pki_text_files_close().
+ * Before a batch: open maps again if the program closed or replaced it
+ * (base/fd.h), or both after pki_text_files_close().  mem is checked the
+ * same way at its first use in the batch.
  */
 void pki_text_files_check(void);
 

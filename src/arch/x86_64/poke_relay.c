@@ -28,13 +28,18 @@ struct pki_relayed {
 
 /* --- choosing the sites ---------------------------------------------------- */
 
-/* A writable view of relay slot @slot: its chunk's alias, made on first use. */
+/*
+ * A writable view of relay slot @slot: its chunk's alias, made on first
+ * use.  The chunk is our own memory, never the program's: an alias it has
+ * is live (alias.c drops it when it moves the chunk back to plain memory),
+ * so it is used without asking the kernel's map again.
+ */
 static bool relay_writable(unsigned long slot, const struct pki_text_ops *ops)
 {
 	unsigned long start;
 	unsigned int win = pki_store_window(slot, PKI_RELAY_SLOT_LEN, &start);
 
-	return win && ops->alias_make(start, win, "[sled relay]");
+	return win && (ops->alias(start, win) || ops->alias_make(start, win, "[sled relay]"));
 }
 
 /* Can the slot of @site with byte 1 = @b1 be mapped and stored atomically? */
@@ -505,7 +510,12 @@ void pki_arch_relay_undo(struct pki_relay_set *rs, const struct pki_text_ops *op
  *      thread at the slot came through the site's call, so [rsp] = site + 5
  *      and both ret and any jmp to a trampoline are correct for it.
  *  (c) Order.  Attach: slot first, then a core sync, then byte 0, so a thread
- *      that executes the new call finds the new jump.  Detach: byte 0
+ *      that executes the new call finds the new jump, not the INT3 fill of
+ *      a slot never used, nor, through a byte 1 that changed, another
+ *      slot.  A slot that holds the ret of an earlier detach, reached
+ *      through an unchanged byte 1, needs no sync there: a thread that
+ *      still runs the old ret leaves for site + 5, a call not hooked yet,
+ *      as any before the batch.  Detach: byte 0
  *      first, then the slot becomes a ret, so a thread that executed the
  *      call just before and sits at the slot when the batch returns leaves
  *      through the ret, never through a jump to a trampoline that a grace
@@ -527,7 +537,7 @@ void pki_arch_relay_undo(struct pki_relay_set *rs, const struct pki_text_ops *op
 int pki_arch_relay_apply(struct pki_relay_set *rs, bool lazy, const struct pki_text_ops *ops)
 {
 	struct pki_relayed *r = rs->site;
-	bool attach = false;
+	bool sync_first = false; /* (c): a slot or byte 1 a thread must not see stale */
 	size_t i, n = rs->n;
 	int err = jrelay_apply(rs, ops);
 
@@ -537,9 +547,11 @@ int pki_arch_relay_apply(struct pki_relay_set *rs, bool lazy, const struct pki_t
 	for (i = 0; i < n && !err; i++)
 		if (r[i].on) {
 			err = relay_slot_put(&r[i], ops);
-			attach |= !r[i].was_on;
+			sync_first |= !r[i].was_on && (r[i].b1_old != r[i].b1_new ||
+						   memcmp(r[i].slot_old, pki_relay_ret,
+							  PKI_RELAY_SLOT_LEN));
 		}
-	if (!err && attach)
+	if (!err && sync_first)
 		err = ops->sync();
 	for (i = 0; i < n && !err; i++)
 		err = relay_site_put(&r[i], ops);

@@ -348,3 +348,65 @@ bool pki_elf_has_section(const char *path, const char *name)
 	close(fd);
 	return found;
 }
+
+/*
+ * Every R_X86_64_IRELATIVE relocation of the file's SHT_RELA sections:
+ * where ld.so stores the implementation an IFUNC resolver chose, and that
+ * resolver (the addend).  Hostile input: only sections whose entries are
+ * whole Elf64_Rela are read; a malformed file gives what was read.
+ */
+int pki_elf_irelative_read_path(const char *path, struct pki_elf_irel **out, size_t *n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct pki_elf_irel *v = NULL;
+	size_t nv = 0, cap = 0;
+	Elf_Scn *scn = NULL;
+	int ret = 0;
+	Elf *e;
+
+	*out = NULL;
+	*n = 0;
+	if (fd < 0)
+		return -errno;
+	pthread_once(&libelf_once, libelf_init);
+	e = libelf_ok ? elf_begin(fd, ELF_C_READ_MMAP, NULL) : NULL;
+	while (e && !ret && (scn = elf_nextscn(e, scn))) {
+		Elf_Data *d = NULL;
+		GElf_Shdr sh;
+
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA ||
+		    sh.sh_entsize != sizeof(Elf64_Rela))
+			continue;
+		while (!ret && (d = elf_getdata(scn, d)))
+			for (size_t i = 0; i < d->d_size / sizeof(Elf64_Rela); i++) {
+				GElf_Rela r;
+
+				if (!gelf_getrela(d, (int)i, &r) ||
+				    GELF_R_TYPE(r.r_info) != R_X86_64_IRELATIVE)
+					continue;
+				if (nv == cap) {
+					size_t c = cap ? 2 * cap : 64;
+					struct pki_elf_irel *g = realloc(v, c * sizeof(*v));
+
+					if (!g) {
+						ret = -ENOMEM;
+						break;
+					}
+					v = g;
+					cap = c;
+				}
+				v[nv++] = (struct pki_elf_irel){.slot = r.r_offset,
+								.resolver = (uint64_t)r.r_addend};
+			}
+	}
+	if (e)
+		elf_end(e);
+	close(fd);
+	if (ret) {
+		free(v);
+		return ret;
+	}
+	*out = v;
+	*n = nv;
+	return 0;
+}

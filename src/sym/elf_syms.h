@@ -77,4 +77,22 @@ const char *pki_elf_syms_suggest(const struct pki_elf_syms *s, const char *name,
  */
 bool pki_elf_has_section(const char *path, const char *name);
 
+/*
+ * IFUNC choices: the file's R_X86_64_IRELATIVE relocations, each the slot
+ * (link-time address) where ld.so stores the implementation the resolver
+ * (link-time address, an IFUNC symbol's value) returned.  Reading a loaded
+ * object's slot tells which implementation runs, without calling anything.
+ */
+struct pki_elf_irel {
+	uint64_t slot;
+	uint64_t resolver;
+};
+
+/*
+ * Every IRELATIVE relocation of the ELF file at @path into *@out (malloc'd,
+ * *@n entries; none in a file without).  0, the errno of open(2), or
+ * -ENOMEM.
+ */
+int pki_elf_irelative_read_path(const char *path, struct pki_elf_irel **out, size_t *n);
+
 #endif /* PK_SYM_ELF_SYMS_H */

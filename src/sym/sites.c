@@ -225,6 +225,12 @@ static int object_file_read(const char *path, const char *open_path, struct pki_
 }
 
 /* Relocated-entry sites of one object (doc/design/reloc-sites.md, RS4). */
+/* An IFUNC implementation ld.so chose in this process (ifunc_impls_read()). */
+struct ifunc_impl {
+	unsigned long impl, resolver; /* link-time addresses */
+	const char *name;	      /* the resolver's symbol, interned; NULL until seen */
+};
+
 struct reloc_sites {
 	struct pki_site *v;
 	size_t n, cap;
@@ -232,6 +238,8 @@ struct reloc_sites {
 	const struct dl_phdr_info *info;
 	const char *const *only; /* NULL, or the only names taken (pki_sites_set_reloc_named) */
 	struct pki_func_stats st; /* the file's functions, by outcome and refusal reason */
+	struct ifunc_impl *ifn;
+	size_t nifn;
 };
 
 /*
@@ -338,6 +346,95 @@ static unsigned func_sites_flags(void)
 	return __atomic_load_n(&int3_mode, __ATOMIC_RELAXED) ? PKI_FUNC_SITES_INT3 : 0;
 }
 
+/* Is [addr, addr + len) inside one of the object's PT_LOAD segments? */
+static bool in_mapped(const struct dl_phdr_info *info, unsigned long addr, size_t len)
+{
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		unsigned long start = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_R) && addr >= start &&
+		    addr - start <= ph->p_memsz && ph->p_memsz - (addr - start) >= len)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * IFUNC implementations get the name of the symbol they were chosen for
+ * (strlen, not sub_1a2b30, in a libc without .symtab; doc: "Library
+ * functions"), where the file does not name them.  Which one runs is read,
+ * never decided again: each R_X86_64_IRELATIVE slot of the object holds
+ * what ld.so stored there when it relocated it, and its addend is the
+ * resolver.  A slot that does not hold an address of the object other than
+ * its resolver (not relocated yet) is ignored.  0 or -ENOMEM.
+ */
+static int ifunc_impls_read(const char *open_path, struct reloc_sites *r)
+{
+	unsigned long base = r->obj->base;
+	struct pki_elf_irel *irel;
+	size_t n, k = 0;
+	int err = pki_elf_irelative_read_path(open_path, &irel, &n);
+
+	if (err || !n)
+		return err == -ENOMEM ? err : 0;
+	r->ifn = calloc(n, sizeof(*r->ifn));
+	if (!r->ifn) {
+		free(irel);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		unsigned long slot = base + irel[i].slot, impl;
+
+		if (slot < base || !in_mapped(r->info, slot, sizeof(impl)))
+			continue;
+		memcpy(&impl, (const void *)slot, sizeof(impl));
+		if (impl < base || impl - base == irel[i].resolver ||
+		    !in_mapped_text(r->info, impl, 1))
+			continue;
+		r->ifn[k++] = (struct ifunc_impl){.impl = impl - base, .resolver = irel[i].resolver};
+	}
+	r->nifn = k;
+	free(irel);
+	return 0;
+}
+
+/* The resolver @fs was chosen by: its name for each implementation it chose. */
+static void ifunc_resolver_seen(const struct pki_func_site *fs, struct reloc_sites *r)
+{
+	for (size_t i = 0; i < r->nifn; i++) {
+		struct ifunc_impl *f = &r->ifn[i];
+
+		if (f->resolver != fs->fn->addr || !fs->fn->name)
+			continue;
+		/* Several chose one implementation (memcpy, memmove): the shorter, lower name. */
+		if (!f->name || strlen(fs->fn->name) < strlen(f->name) ||
+		    (strlen(fs->fn->name) == strlen(f->name) && strcmp(fs->fn->name, f->name) < 0))
+			f->name = pki_intern(fs->fn->name);
+	}
+}
+
+/*
+ * After the walk: each site of a function without a symbol (named sub_<hex>
+ * by pki_elf_func_name()) that an IFUNC chose takes the IFUNC's name.
+ */
+static void ifunc_impls_name(struct reloc_sites *r)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		struct pki_site *s = &r->v[i];
+		unsigned long fn = s->func - r->obj->base;
+		char *end;
+
+		if (strncmp(s->name, "sub_", 4) || strtoul(s->name + 4, &end, 16) != fn || *end)
+			continue;
+		for (size_t k = 0; k < r->nifn; k++)
+			if (r->ifn[k].impl == fn && r->ifn[k].name) {
+				s->name = r->ifn[k].name;
+				break;
+			}
+	}
+}
+
 /* A function the file says relocates: a site, if its whole text is mapped. */
 static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 {
@@ -345,6 +442,8 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 	unsigned long func = r->obj->base + fs->fn->addr, ip = func + fs->skip;
 	struct pki_site *s;
 
+	if (fs->how == PKI_FUNC_SKIP_IFUNC)
+		ifunc_resolver_seen(fs, r);
 	if (r->only && !listed(fs->name, r->only, false))
 		return PKI_FUNC_UNCOUNTED;
 	if ((fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_INT3) ||
@@ -374,8 +473,15 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
  */
 static int reloc_sites_read(const char *path, const char *open_path, struct reloc_sites *r)
 {
-	int err = pki_func_sites_file(open_path, func_sites_flags(), reloc_site_take, r, &r->st);
+	int err = r->only ? 0 : ifunc_impls_read(open_path, r);
 
+	if (!err)
+		err = pki_func_sites_file(open_path, func_sites_flags(), reloc_site_take, r, &r->st);
+	if (!err)
+		ifunc_impls_name(r);
+	free(r->ifn);
+	r->ifn = NULL;
+	r->nifn = 0;
 	if (err && err != -ENOMEM)
 		pki_debug("sites: %s: no relocated entries: %s\n", path, pki_errstr(err));
 	return err == -ENOMEM ? err : 0;

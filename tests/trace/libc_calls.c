@@ -6,7 +6,9 @@
  * calls them too.  Prints "calls NAME N" per process.  Then what a return
  * trampoline in libc's own frames would break (their output must be the
  * plain run's): setjmp/longjmp, vfork, posix_spawn, a thread's
- * pthread_exit.
+ * pthread_exit.  And strlen, an IFUNC, 500 times through a pointer: the
+ * implementation libc chose, unnamed in a libc without .symtab, is traced
+ * as strlen (prints "ifunc strlen 500").
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -79,10 +81,21 @@ static void unusual_returns(void)
 	printf("pthread_exit: %ld\n", (long)ret);
 }
 
+static void ifunc_calls(int n)
+{
+	size_t (*volatile len)(const char *) = strlen;
+	size_t sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += len(i & 1 ? "odd" : "even");
+	printf("ifunc strlen %d\n", sum ? n : 0);
+}
+
 int main(void)
 {
 	pid_t p;
 
+	ifunc_calls(500);
 	unusual_returns();
 	work("parent", 777);
 	p = fork();

@@ -5,14 +5,33 @@
  * must keep the header's promises (syms sorted by value, by_name sorted by
  * strcmp and covering every symbol, known kinds), and the lookups the CLI
  * and the watch agent make on it (by name, by address, "did you mean") must
- * be safe and consistent with the table.
+ * be safe and consistent with the table.  The same bytes' IRELATIVE
+ * relocations (pki_elf_irelative_read_path()) read without harm too.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz_util.h"
 #include "sym/elf_syms.h"
+
+/* Any bytes: 0 and a list (or none), or -ENOMEM with none. */
+static void irel_check(int fd)
+{
+	struct pki_elf_irel *ir;
+	char path[64];
+	size_t n;
+	int ret;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ret = pki_elf_irelative_read_path(path, &ir, &n);
+	if (ret && (ret != -ENOMEM || ir || n))
+		abort();
+	if (!ret && !ir != !n)
+		abort();
+	free(ir);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -21,6 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t i;
 
 	ret = pki_elf_syms_read(fd, &s);
+	irel_check(fd);
 	close(fd);
 	if (ret) {
 		if (ret != -ENOEXEC && ret != -ENOMEM)

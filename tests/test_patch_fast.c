@@ -473,6 +473,32 @@ START_TEST(sled_relay_other_slot)
 END_TEST
 
 /*
+ * A relay chunk the program unmapped (ours, but its address space is the
+ * program's to misuse): the next attach asks the kernel's map, finds no
+ * chunk, and takes another protocol; the patcher never reads or writes
+ * the hole.
+ */
+START_TEST(relay_chunk_unmapped_by_program)
+{
+	struct pki_poke p = poke_to(fa_sled, stub_a, NULL);
+	unsigned long chunk = pki_insn_relay_slot(p.addr, PKI_RELAY_B1) & ~0xfffful;
+
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	memcpy(p.old, p.new, PKI_SITE_LEN);
+	memcpy(p.new, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(munmap((void *)chunk, 0x10000), 0);
+	memcpy(p.new, p.old, PKI_SITE_LEN);
+	memcpy(p.old, pki_nop5, PKI_SITE_LEN);
+	ck_assert_int_eq(pki_text_poke_batch(&p, 1), 0);
+	ck_assert_int_eq(f_sled(1, 1), 5);
+	ck_assert_uint_eq(count(&count_a), 2);
+	ck_assert(!pki_text_poke_dead());
+}
+END_TEST
+
+/*
  * fa_sled_twin sits 0x68 bytes after fa_sled_alt: its default slot is
  * fa_sled_alt's other one.  Each must keep a slot of its own.
  */
@@ -1031,6 +1057,7 @@ int main(void)
 	tcase_add_test(tc, relay_slot_mismatch_latches_off);
 	tcase_add_test(tc, sled_relay_other_slot);
 	tcase_add_test(tc, sled_relay_slots_never_shared);
+	tcase_add_test(tc, relay_chunk_unmapped_by_program);
 	tcase_add_test(tc, relay_rollback_leaves_a_ret);
 	tcase_add_test(tc, relay_off_then_other_protocol);
 	tcase_add_test(tc, sled_attached_under_long_handler);

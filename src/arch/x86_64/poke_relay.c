@@ -30,16 +30,16 @@ struct pki_relayed {
 
 /*
  * A writable view of relay slot @slot: its chunk's alias, made on first
- * use.  The chunk is our own memory, never the program's: an alias it has
- * is live (alias.c drops it when it moves the chunk back to plain memory),
- * so it is used without asking the kernel's map again.
+ * use, and checked against the kernel's map once per batch (the program
+ * may have unmapped or replaced the chunk; a settle that could not put it
+ * back leaves a hole): a stale alias is dropped, never written.
  */
 static bool relay_writable(unsigned long slot, const struct pki_text_ops *ops)
 {
 	unsigned long start;
 	unsigned int win = pki_store_window(slot, PKI_RELAY_SLOT_LEN, &start);
 
-	return win && (ops->alias(start, win) || ops->alias_make(start, win, "[sled relay]"));
+	return win && ops->alias_make(start, win, "[sled relay]");
 }
 
 /* Can the slot of @site with byte 1 = @b1 be mapped and stored atomically? */

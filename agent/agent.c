@@ -382,22 +382,40 @@ static void env_clean(void)
 
 /* ---- trace mode's selection ---- */
 
-/* Split a newline-separated list in place into @v; the count. */
-static size_t split(char *list, char **v)
+/* Split a newline-separated list in place into *@v (malloc'd); the count, or -ENOMEM. */
+static long split(char *list, char ***v)
 {
-	size_t n = 0;
+	size_t n = 1;
 	char *save = NULL, *tok;
 
-	for (tok = list ? strtok_r(list, "\n", &save) : NULL; tok && n < AGENT_MAX_GLOBS;
-	     tok = strtok_r(NULL, "\n", &save))
-		v[n++] = tok;
-	return n;
+	*v = NULL;
+	if (!list)
+		return 0;
+	for (const char *c = list; *c; c++)
+		n += *c == '\n';
+	*v = malloc(n * sizeof(**v));
+	if (!*v)
+		return -ENOMEM;
+	n = 0;
+	for (tok = strtok_r(list, "\n", &save); tok; tok = strtok_r(NULL, "\n", &save))
+		(*v)[n++] = tok;
+	return (long)n;
 }
 
-void agent_globs_split(struct agent_globs *g, char *funcs, char *notrace)
+int agent_globs_split(struct agent_globs *g, char *funcs, char *notrace)
 {
-	g->nf = split(funcs, g->f);
-	g->nn = split(notrace, g->n);
+	long nf = split(funcs, &g->f), nn = split(notrace, &g->n);
+
+	g->nf = nf > 0 ? (size_t)nf : 0;
+	g->nn = nn > 0 ? (size_t)nn : 0;
+	return nf < 0 || nn < 0 ? -ENOMEM : 0;
+}
+
+void agent_globs_free(struct agent_globs *g)
+{
+	free(g->f);
+	free(g->n);
+	*g = (struct agent_globs){0};
 }
 
 bool agent_globs_want(const struct agent_globs *g, const char *name, bool *fmatched)

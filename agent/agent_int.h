@@ -176,19 +176,19 @@ bool agent_unwind_site(const struct pk_site *s);
 /* ---- trace mode's function selection (agent.c) ---- */
 
 /* At most this many -f and as many -N globs are used. */
-#define AGENT_MAX_GLOBS 64
-
 /* trace mode's function selection: the -f globs minus the -N globs. */
 struct agent_globs {
-	char *f[AGENT_MAX_GLOBS], *n[AGENT_MAX_GLOBS];
+	char **f, **n; /* malloc'd (agent_globs_free()) */
 	size_t nf, nn;
 };
 
 /*
  * Fill @g from the newline-separated lists @funcs and @notrace (either may
- * be NULL), which are cut in place and must outlive @g.
+ * be NULL), which are cut in place and must outlive @g: 0 or -ENOMEM
+ * (then @g selects nothing more than an empty list would).
  */
-void agent_globs_split(struct agent_globs *g, char *funcs, char *notrace);
+int agent_globs_split(struct agent_globs *g, char *funcs, char *notrace);
+void agent_globs_free(struct agent_globs *g);
 
 /*
  * Is function @name selected (no -f, or one matches, and no -N matches)?

@@ -794,7 +794,9 @@ static int __dl_start(const struct agent_dl_conf *conf)
 	C.nbuf = conf->notrace ? strdup(conf->notrace) : NULL;
 	if ((conf->funcs && !C.fbuf) || (conf->notrace && !C.nbuf))
 		return -ENOMEM;
-	agent_globs_split(&C.g, C.fbuf, C.nbuf);
+	agent_globs_free(&C.g); /* an earlier attach's */
+	if (agent_globs_split(&C.g, C.fbuf, C.nbuf))
+		return -ENOMEM;
 	C.func = conf->func;
 	C.func_reloc = conf->func_reloc;
 	C.flags = conf->flags;

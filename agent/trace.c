@@ -126,7 +126,7 @@ static struct {
 
 struct pick {
 	struct agent_globs g;
-	bool fmatched[AGENT_MAX_GLOBS];
+	bool *fmatched; /* one per -f glob */
 	size_t total, cap;
 	int err;
 };
@@ -385,24 +385,28 @@ static bool trace_pick(bool initial)
 	struct pick p = {0};
 	bool later = false;
 	size_t i;
-	int n;
+	int n = -ENOMEM;
 
 	/* agent_globs_split() cuts its lists: the originals are passed on at exec. */
 	fcopy = conf->funcs ? strdup(conf->funcs) : NULL;
 	ncopy = conf->notrace ? strdup(conf->notrace) : NULL;
-	agent_globs_split(&p.g, fcopy, ncopy);
-	n = pk_sites_foreach(pick_site, &p);
-	free(fcopy);
-	free(ncopy);
-	if (n < 0)
-		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
+	if ((fcopy || !conf->funcs) && (ncopy || !conf->notrace) &&
+	    !agent_globs_split(&p.g, fcopy, ncopy) &&
+	    (p.fmatched = calloc(p.g.nf + 1, sizeof(*p.fmatched))))
+		n = pk_sites_foreach(pick_site, &p);
 	/*
 	 * A -f glob that matches nothing yet may be meant for a library PROG
 	 * loads later (dlopen.c): not an error here; the command warns after
 	 * the run about globs that no traced function matched.
 	 */
-	for (i = 0; i < p.g.nf; i++)
+	for (i = 0; n >= 0 && i < p.g.nf; i++)
 		later |= !p.fmatched[i];
+	free(p.fmatched);
+	agent_globs_free(&p.g);
+	free(fcopy);
+	free(ncopy);
+	if (n < 0)
+		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
 	if (!p.total && !p.g.nf && reloc_on())
 		FAIL(initial,
 		     "no function of PROG can be hooked: it has no patchable entry and none "

@@ -83,6 +83,22 @@ int cmd_watch(int argc, char **argv);
  */
 char *cli_join_lines(char **v, int n);
 
+/* The -f or -N globs of a command line (pointers into its argv). */
+struct cli_globs {
+	char **v;
+	int n;
+};
+
+/*
+ * Add @glob, given as -@c to @cmd whose argv has @argc entries (which bound
+ * how many there can be): false after a usage error (empty, more than one
+ * line) or with out of memory said.
+ */
+bool cli_globs_add(struct cli_globs *g, const char *cmd, int c, char *glob, int argc);
+
+/* Does @name match one of @g? */
+bool cli_globs_any(const struct cli_globs *g, const char *name);
+
 int cmd_trace(int argc, char **argv);
 
 /* Benchmarks (cli/bench/), dispatched by cmd_bench. */

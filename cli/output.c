@@ -7,6 +7,7 @@
  * their output stays linear in the depth.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -84,19 +85,35 @@ size_t cli_indent(size_t level, unsigned long long shown, char *mark, size_t n)
 char *cli_join_lines(char **v, int n)
 {
 	size_t len = 1;
-	char *s;
+	char *s, *p;
 
 	if (n <= 0)
 		return NULL;
 	for (int i = 0; i < n; i++)
 		len += strlen(v[i]) + 1;
-	s = calloc(1, len);
+	s = p = malloc(len);
 	if (!s)
 		return NULL;
-	for (int i = 0; i < n; i++) {
-		if (i)
-			strcat(s, "\n");
-		strcat(s, v[i]);
-	}
+	for (int i = 0; i < n; i++)
+		p = stpcpy(p + !!i, v[i]), *p = '\n';
+	*p = 0;
 	return s;
+}
+
+bool cli_globs_add(struct cli_globs *g, const char *cmd, int c, char *glob, int argc)
+{
+	if (!*glob || strchr(glob, '\n'))
+		return cli_usage_error("%s: -%c needs a glob (one line)", cmd, c), false;
+	if (!g->v && !(g->v = calloc((size_t)argc, sizeof(*g->v))))
+		return cli_error("%s: out of memory", cmd), false;
+	g->v[g->n++] = glob;
+	return true;
+}
+
+bool cli_globs_any(const struct cli_globs *g, const char *name)
+{
+	for (int i = 0; i < g->n; i++)
+		if (!fnmatch(g->v[i], name, 0))
+			return true;
+	return false;
 }

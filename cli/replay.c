@@ -29,7 +29,6 @@
  * further (cli.h), so the output grows linearly with the depth too.
  */
 #include <errno.h>
-#include <fnmatch.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -43,7 +42,6 @@
 #include "trace/idxmap.h"
 #include "trace/reader.h"
 
-#define MAX_GLOBS 32
 
 static const char usage[] =
     "usage: probekit replay [FILE] [options]\n\n"
@@ -71,8 +69,7 @@ struct replay_opts {
 	unsigned long depth; /* 0: no limit */
 	uint64_t min_ns, since_ns, until_ns;
 	long tid; /* -1: every thread */
-	const char *f[MAX_GLOBS], *n[MAX_GLOBS];
-	int nf, nn;
+	struct cli_globs f, n; /* -f, -N */
 };
 
 /*
@@ -111,14 +108,6 @@ struct replay {
 	const char *name;
 	char name_buf[64];
 };
-
-static bool glob_any(const char *const *g, int n, const char *name)
-{
-	for (int i = 0; i < n; i++)
-		if (!fnmatch(g[i], name, 0))
-			return true;
-	return false;
-}
 
 /* The offset of the end of @r's lines. */
 static uint64_t text_end(const struct rthread *r)
@@ -219,8 +208,8 @@ static bool shown(const struct replay *p, const struct rthread *r, const char *n
 	const struct rframe *up = r->depth ? &r->st[r->depth - 1] : NULL;
 	uint64_t at = pki_trace_file_ts_ns(p->f, ts);
 
-	*hide_sub = (up && up->hide_sub) || glob_any(p->o->n, p->o->nn, name);
-	*in_scope = !p->o->nf || (up && up->in_scope) || glob_any(p->o->f, p->o->nf, name);
+	*hide_sub = (up && up->hide_sub) || cli_globs_any(&p->o->n, name);
+	*in_scope = !p->o->f.n || (up && up->in_scope) || cli_globs_any(&p->o->f, name);
 	if (*hide_sub || !*in_scope)
 		return false;
 	if (p->o->depth && r->depth + 1 > p->o->depth)
@@ -437,14 +426,8 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 			break;
 		case 'f':
 		case 'N':
-			if ((c == 'f' ? o->nf : o->nn) == MAX_GLOBS)
-				return cli_usage_error("replay: at most %d -%c globs", MAX_GLOBS,
-						       c),
-				       false;
-			if (c == 'f')
-				o->f[o->nf++] = optarg;
-			else
-				o->n[o->nn++] = optarg;
+			if (!cli_globs_add(c == 'f' ? &o->f : &o->n, "replay", c, optarg, argc))
+				return false;
 			break;
 		case 'h':
 			fputs(usage, stdout);

@@ -27,7 +27,6 @@
 #include "attach_run.h"
 #include "cli.h"
 
-#define MAX_GLOBS 64
 
 static const char usage[] =
     "usage: probekit top -p PID [options]\n\n"
@@ -240,8 +239,7 @@ static bool parse_sort(const char *arg, enum sort_key *k)
 }
 
 struct top_opts {
-	char *f[MAX_GLOBS], *nf[MAX_GLOBS];
-	int nfs, nns;
+	struct cli_globs f, n; /* -f, -N */
 	double duration;
 	bool entry_only;
 	int relocate; /* -1: if the program has no patchable entry */
@@ -284,15 +282,8 @@ static bool top_parse(int argc, char **argv, struct top *t, struct top_opts *o, 
 			break;
 		case 'f':
 		case 'N':
-			if (!*optarg || strchr(optarg, '\n'))
-				return cli_usage_error("top: -%c needs a glob (one line)", c), false;
-			if ((c == 'f' ? o->nfs : o->nns) >= MAX_GLOBS)
-				return cli_usage_error("top: at most %d -%c globs", MAX_GLOBS, c),
-				       false;
-			if (c == 'f')
-				o->f[o->nfs++] = optarg;
-			else
-				o->nf[o->nns++] = optarg;
+			if (!cli_globs_add(c == 'f' ? &o->f : &o->n, "top", c, optarg, argc))
+				return false;
 			break;
 		case 'i':
 			if (!attach_opt_seconds("top", "--interval", optarg, &t->interval))
@@ -365,9 +356,9 @@ int cmd_top(int argc, char **argv)
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)t.pid);
 	if (o.relocate < 0)
 		o.relocate = !agent_has_sites(exe);
-	funcs = cli_join_lines(o.f, o.nfs);
-	notrace = cli_join_lines(o.nf, o.nns);
-	if ((o.nfs && !funcs) || (o.nns && !notrace)) {
+	funcs = cli_join_lines(o.f.v, o.f.n);
+	notrace = cli_join_lines(o.n.v, o.n.n);
+	if ((o.f.n && !funcs) || (o.n.n && !notrace)) {
 		ret = cli_error("out of memory");
 		goto out;
 	}

@@ -32,7 +32,6 @@
 #include "trace/reader.h"
 
 #define TRACE_FAIL 125
-#define MAX_GLOBS  64
 
 static const char usage[] =
     "usage: probekit trace [options] [--] PROG [ARGS...]\n"
@@ -117,9 +116,8 @@ struct trace_ctx {
 	unsigned fired;		 /* its snapshots, all files */
 	bool has_old;
 	time_t start;
-	char **fglobs; /* -f: which matched a function traced in some file */
+	const struct cli_globs *f; /* -f: which matched a function traced in some file */
 	bool *fmatched;
-	int nf;
 };
 
 /* Mark the -f globs that name a function of @f's SYMBOL records. */
@@ -128,10 +126,10 @@ static void mark_globs(const struct trace_ctx *c, const struct pki_trace_file *f
 	size_t i;
 	int g;
 
-	for (g = 0; g < c->nf; g++)
+	for (g = 0; g < c->f->n; g++)
 		for (i = 0; i < f->nsyms && !c->fmatched[g]; i++)
 			c->fmatched[g] =
-			    f->syms[i].name && !fnmatch(c->fglobs[g], f->syms[i].name, 0);
+			    f->syms[i].name && !fnmatch(c->f->v[g], f->syms[i].name, 0);
 }
 
 /* What one trace file holds, for the summary after the run. */
@@ -366,7 +364,7 @@ static void on_ended(const struct agent_run *r, int status)
 	if (events == 0 && !others)
 		fprintf(stderr, "probekit: warning: no event was recorded in %s: %s\n", c->file,
 			WIFSIGNALED(status) ? "PROG was killed before one was written"
-			: c->nf		    ? "do the -f globs name functions PROG calls?"
+			: c->f->n	    ? "do the -f globs name functions PROG calls?"
 					    : "PROG called none of the traced functions");
 	previous_settle(c, others > 0, WIFSIGNALED(status));
 	if (c->trigger && !c->fired)
@@ -389,13 +387,13 @@ static void on_ended(const struct agent_run *r, int status)
 	 * A -f glob that matched nothing at start is not an error (it may name
 	 * functions of a library PROG loads later): say here if it never did.
 	 */
-	for (int g = 0; g < c->nf; g++)
+	for (int g = 0; g < c->f->n; g++)
 		if (!c->fmatched[g])
 			fprintf(stderr,
 				"probekit: -f '%s' matched no traced function (not in PROG, its "
 				"libraries, or the libraries it loaded with dlopen(); 'probekit "
 				"sites FILE' lists the patchable functions of a file)\n",
-				c->fglobs[g]);
+				c->f->v[g]);
 }
 
 /* @out := absolute @path (its directory must exist). */
@@ -414,8 +412,7 @@ static int abs_path(const char *path, char *out, size_t n)
 
 /* What the command line asks for; PROG is argv[prog]. */
 struct trace_opts {
-	char *fglobs[MAX_GLOBS], *nglobs[MAX_GLOBS];
-	int nf, nn;
+	struct cli_globs f, n; /* -f, -N */
 	const char *output, *buffer, *trigger; /* buffer: -b EVENTS */
 	char ring_events[24];		       /* --ring SIZE, in events, for the agent */
 	char max_bytes[24];		       /* --max-size SIZE, in bytes; "" without */
@@ -426,20 +423,6 @@ struct trace_opts {
 	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
 	double duration; /* --duration SECONDS with -p; 0: until a signal */
 };
-
-/* -f or -N @glob: false after a usage error. */
-static bool trace_opts_add_glob(struct trace_opts *o, int c, char *glob)
-{
-	if (!*glob || strchr(glob, '\n'))
-		return cli_usage_error("trace: -%c needs a glob (one line)", c), false;
-	if ((c == 'f' ? o->nf : o->nn) >= MAX_GLOBS)
-		return cli_usage_error("trace: at most %d -%c globs", MAX_GLOBS, c), false;
-	if (c == 'f')
-		o->fglobs[o->nf++] = glob;
-	else
-		o->nglobs[o->nn++] = glob;
-	return true;
-}
 
 enum {
 	O_NO_CHILDREN = 256,
@@ -588,7 +571,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			break;
 		case 'f':
 		case 'N':
-			if (!trace_opts_add_glob(o, c, optarg))
+			if (!cli_globs_add(c == 'f' ? &o->f : &o->n, "trace", c, optarg, argc))
 				return false;
 			break;
 		case 'o':
@@ -715,7 +698,7 @@ int cmd_trace(int argc, char **argv)
 	struct trace_opts o = {.output = "probekit.trace", .children = true, .relocate = -1};
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
 	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace;
-	bool fmatched[MAX_GLOBS] = {false};
+	bool *fmatched = NULL;
 	struct trace_ctx ctx = {0};
 	const char *env[32];
 	int err, ret;
@@ -743,9 +726,10 @@ int cmd_trace(int argc, char **argv)
 	unsetenv(PK_ENV_TRACE_PID);
 	unsetenv(PK_ENV_TRACE_GEN);
 	ctx.start = time(NULL) - 1; /* mtime has 1 s granularity on some file systems */
-	funcs = cli_join_lines(o.fglobs, o.nf);
-	notrace = cli_join_lines(o.nglobs, o.nn);
-	if ((o.nf && !funcs) || (o.nn && !notrace)) {
+	funcs = cli_join_lines(o.f.v, o.f.n);
+	notrace = cli_join_lines(o.n.v, o.n.n);
+	fmatched = calloc((size_t)o.f.n + 1, sizeof(*fmatched));
+	if ((o.f.n && !funcs) || (o.n.n && !notrace) || !fmatched) {
 		cli_error("out of memory");
 		ret = TRACE_FAIL;
 		goto out;
@@ -755,9 +739,8 @@ int cmd_trace(int argc, char **argv)
 	r.argv = argv + o.prog;
 	r.agent = agent;
 	r.env = env;
-	ctx.fglobs = o.fglobs;
+	ctx.f = &o.f;
 	ctx.fmatched = fmatched;
-	ctx.nf = o.nf;
 	ctx.trigger = o.trigger;
 	r.ctx = &ctx;
 	if (!o.force)
@@ -769,6 +752,7 @@ int cmd_trace(int argc, char **argv)
 	ret = agent_run(&r);
 	previous_settle(&ctx, false, false); /* if PROG never ran: on_ended() was not called */
 out:
+	free(fmatched);
 	free(notrace);
 	free(funcs);
 	return ret;

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # Library calls timed: `probekit trace --relocate-all --int3` against
 # uftrace's library-call tracing (its PLT hooks, `uftrace record -P main`) on
-# the same runs of Debian's sqlite3 and xz.  probekit is given the library
+# the same runs of Debian's sqlite3, xz and python3.  probekit is given the library
 # functions uftrace saw (-f each), so both time the same functions; probekit
 # also sees the calls a library makes to its own exported functions, uftrace
-# only the program's calls through the PLT.  Known gaps it shows: glibc's
-# IFUNC functions (strlen, memcpy, strcmp, ...) are hooked at their
-# resolver, not at the implementation the calls reach, so probekit counts
-# none of their calls by that name; an alias (fopen64) is reported under the
-# name probekit gives the address (fopen).  Prints, per function: both counts and
+# only the program's calls through the PLT.  An alias (fopen64) is reported
+# under the name probekit gives the address (fopen); glibc's IFUNC functions
+# (strlen, memcpy) under the IFUNC's name where the object's relocations
+# say which implementation it chose.  Prints, per function: both counts and
 # total times, and the ratio of the times where the counts are equal.
 # Checks that every run gives the plain run's output and that probekit
 # counts at least uftrace's calls of every function.  The times are
 # figures, not a verdict (both tools add their own cost to each call).
 #
-# usage: scripts/libtime.sh [PROG...]   (sqlite3 xz; default both)
+# usage: scripts/libtime.sh [PROG...]   (sqlite3 xz python3; default all)
 # Exit status: 0 when outputs and counts hold; 1 otherwise; 77 without
 # uftrace.
 set -uo pipefail
@@ -22,10 +21,10 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 PROBEKIT=$(realpath "${PROBEKIT:-$repo/build/cli/probekit}")
 command -v uftrace >/dev/null || { echo "libtime: no uftrace: nothing to compare"; exit 77; }
 W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
+[[ ${KEEP:-} ]] || trap 'rm -rf "$W"' EXIT
 cd "$W" || exit 1
 progs=("$@")
-((${#progs[@]})) || progs=(sqlite3 xz)
+((${#progs[@]})) || progs=(sqlite3 xz python3)
 bad=0
 
 workload() { # PROG: the command line, its stdin in in.$PROG
@@ -43,6 +42,14 @@ SQL
 	xz)
 		seq 1 200000 >in.xz
 		echo /usr/bin/xz -T2 -c ;;
+	python3)
+		cat >in.python3 <<'PY'
+import json, re
+rows = [{"k": i, "v": hex(i * 2654435761 % 4294967296)} for i in range(20000)]
+text = json.dumps(rows)
+print(len(text), len(re.findall(r"[A-F]{3}", text.upper())), len(json.loads(text)))
+PY
+		echo /usr/bin/python3.11 -I - ;;
 	esac
 }
 

@@ -7,11 +7,19 @@
  * as unwound at the catch, the others returning normally); backtrace()
  * sees the same frames as unhooked; coroutines on swapcontext switch with
  * exits pending on both stacks; pthread_exit() runs the destructors of the
- * frames it leaves.  Each case against its own result unhooked.
+ * frames it leaves.  Each case against its own result unhooked.  Then all
+ * of it under fire: 200 threads throwing, longjmp'ing and catching in
+ * signal handlers while the probe comes and goes, every entry accounted
+ * for exactly once.
  */
 #include <execinfo.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdexcept>
 #include <stdio.h>
 #include <string.h>
@@ -32,16 +40,27 @@ static int failed;
 		}                                                                                  \
 	} while (0)
 
-static long exits, unwound, entries;
+static long exits, unwound, entries, bad;
 
-static int on_entry(pk_fprobe *, unsigned long, unsigned long, pk_regs *, void *)
+/* The words carry the entry's ip and first argument to the exit, which checks them. */
+static int on_entry(pk_fprobe *, unsigned long ip, unsigned long, pk_regs *regs, void *data)
 {
+	unsigned long *w = (unsigned long *)data;
+
+	w[0] = ip;
+	w[1] = regs->di;
 	__atomic_add_fetch(&entries, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
-static void on_exit_cb(pk_fprobe *, unsigned long, unsigned long, pk_ret *ret, void *)
+static void on_exit_cb(pk_fprobe *fp, unsigned long ip, unsigned long, pk_ret *ret, void *data)
 {
+	unsigned long *w = (unsigned long *)data;
+
+	if (fp->data_size && w[0] != ip)
+		__atomic_add_fetch(&bad, 1, __ATOMIC_RELAXED);
+	if (ret->unwound && (ret->ax || ret->dx))
+		__atomic_add_fetch(&bad, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(ret->unwound ? &unwound : &exits, 1, __ATOMIC_RELAXED);
 }
 
@@ -195,6 +214,115 @@ static int thread_canceled()
 	return r == PTHREAD_CANCELED ? guards_run : -2;
 }
 
+/* ---- under fire ---- */
+
+#define FIRE_THREADS 200
+#define FIRE_CYCLES  20
+
+static volatile int fire_stop;
+static __thread jmp_buf fire_jb;
+static volatile long fire_handled;
+
+extern "C" PATCHABLE long jumps(long v)
+{
+	longjmp(fire_jb, (int)v + 1);
+}
+
+extern "C" PATCHABLE long jumps_above(long v)
+{
+	return jumps(v) * 2;
+}
+
+/* An exception thrown and caught inside a signal handler, through hooked frames. */
+static void fire_usr1(int)
+{
+	if (catcher(1) != -1)
+		abort();
+	__atomic_add_fetch(&fire_handled, 1, __ATOMIC_RELAXED);
+}
+
+static void *fire_thread(void *arg)
+{
+	volatile long k = (long)arg, wrong = 0;
+
+	for (volatile long i = 0; !fire_stop; i++) {
+		switch (k % 4) {
+		case 0:
+			wrong += catcher((int)(i & 0xff)) != (i & 0xff ? -1 : 1);
+			break;
+		case 1:
+			wrong += catcher(0) != 1;
+			break;
+		case 2: {
+			volatile int got = setjmp(fire_jb);
+
+			if (!got)
+				jumps_above(i & 0xff);
+			else
+				wrong += got != (i & 0xff) + 1;
+			break;
+		}
+		default:
+			pthread_kill(pthread_self(), SIGUSR1);
+			break;
+		}
+	}
+	return (void *)wrong;
+}
+
+/*
+ * 200 threads, beside a busy process, while the probe (with words) is
+ * registered and unregistered 20 times: every result as unhooked, every
+ * exit's words its entry's, and entries = exits + unwound + dropped.
+ */
+static void under_fire(unsigned long *ips, size_t nips)
+{
+	pk_fprobe fp = {};
+	struct pk_fprobe_stats st0 = {}, st = {};
+	pthread_t th[FIRE_THREADS];
+	pid_t busy = fork();
+	long wrong = 0;
+	void *r;
+
+	if (busy == 0)
+		for (;;)
+			__asm__ volatile("" ::: "memory");
+	fp.entry = on_entry;
+	fp.exit = on_exit_cb;
+	fp.data_size = 16;
+	fp.filter.ips = ips;
+	fp.filter.nips = nips;
+	entries = exits = unwound = bad = 0;
+	signal(SIGUSR1, fire_usr1);
+	pk_fprobe_stats(nullptr, &st0);
+	for (long i = 0; i < FIRE_THREADS; i++)
+		if (pthread_create(&th[i], nullptr, fire_thread, (void *)i))
+			abort();
+	for (int c = 0; c < FIRE_CYCLES; c++) {
+		CHECK(!pk_fprobe_register(&fp), "under fire: register, cycle %d", c);
+		usleep(2000);
+		/* The last cycle lasts until a frame was unwound: under load 2 ms may see none. */
+		while (c == FIRE_CYCLES - 1 && !__atomic_load_n(&unwound, __ATOMIC_RELAXED))
+			usleep(1000);
+		CHECK(!pk_fprobe_unregister(&fp), "under fire: unregister, cycle %d", c);
+	}
+	fire_stop = 1;
+	for (int i = 0; i < FIRE_THREADS; i++) {
+		pthread_join(th[i], &r);
+		wrong += (long)r;
+	}
+	kill(busy, SIGKILL);
+	waitpid(busy, nullptr, 0);
+	pk_fprobe_stats(nullptr, &st);
+	CHECK(!wrong, "under fire: %ld wrong results", wrong);
+	CHECK(!bad, "under fire: %ld exits with another call's words or an unwound value", bad);
+	CHECK(entries > 0 && unwound > 0 && fire_handled > 0,
+	      "under fire: %ld entries, %ld unwound, %ld handlers", entries, unwound, fire_handled);
+	CHECK(entries == exits + unwound + (long)(st.dropped - st0.dropped),
+	      "under fire: %ld entries = %ld exits + %ld unwound + %ld dropped", entries, exits,
+	      unwound, (long)(st.dropped - st0.dropped));
+}
+
 int main()
 {
 	unsigned long ips[] = {(unsigned long)thrower, (unsigned long)middle,
@@ -257,6 +385,11 @@ int main()
 	CHECK(thread_canceled() == plain_cancel,
 	      "with every site hooked, pthread_cancel still ran the destructors");
 	CHECK(!err && !pk_fprobe_unregister(&every), "pk_fprobe_unregister of every site");
+
+	unsigned long fire_ips[] = {(unsigned long)thrower, (unsigned long)middle,
+				    (unsigned long)catcher, (unsigned long)jumps,
+				    (unsigned long)jumps_above};
+	under_fire(fire_ips, sizeof(fire_ips) / sizeof(fire_ips[0]));
 	printf("fprobe_cxx: %s\n", failed ? "failed" : "passed");
 	return failed ? 1 : 0;
 }

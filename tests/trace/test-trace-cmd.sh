@@ -28,6 +28,13 @@ check "demo: main traced" "$pk report --raw demo.trace | grep -q ' main \[trace_
 run -o sel.trace -f 'demo_*' -N demo_leaf -- "$demo"
 check "-f/-N: rc $rc" "[[ $rc == 0 ]]"
 check "-f/-N: selection" "[[ \$($pk report --raw sel.trace | awk 'NR > 2 {print \$NF == \"[trace_demo]\" ? \$(NF-1) : \$NF}' | sort | tr '\n' ' ') == 'demo_fib demo_stage demo_worker ' ]]"
+# As many globs as a command line holds (a script's generated list): 300 -f, one matching.
+many=()
+for i in $(seq 1 299); do many+=(-f "no_such_fn_$i"); done
+run -o many.trace "${many[@]}" -f demo_fib -- "$demo"
+check "300 -f globs: rc $rc" "[[ $rc == 0 ]]"
+check "300 -f globs: demo_fib alone" "[[ \$($pk report --raw many.trace | awk 'NR > 2 {print \$(NF-1)}' | sort -u) == demo_fib ]]"
+check "300 -f globs: the last unmatched one said" "grep -q \"^probekit: -f 'no_such_fn_299' matched no traced function\" err"
 
 # 3. A crash: same death, and the trace holds everything up to it.
 vs_plain crash crash.trace "$demo" --crash

@@ -20,7 +20,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,6 +37,7 @@
 #include "agent_int.h"
 #include "base/fd.h"
 #include "base/sigtrap.h"
+#include "sym/demangle.h"
 #include "trace/trace.h"
 
 #define BUF_EVENTS (1u << 16) /* per thread: 1 MiB, ~1 ms of a busy thread (it waits when full) */
@@ -421,17 +421,22 @@ void agent_globs_free(struct agent_globs *g)
 bool agent_globs_want(const struct agent_globs *g, const char *name, bool *fmatched)
 {
 	bool in = !g->nf;
+	struct pki_name_forms forms;
 	size_t i;
 
+	if (!g->nf && !g->nn)
+		return true;
+	pki_name_forms_init(&forms, name); /* C++ and Rust names: matched demangled too */
 	for (i = 0; i < g->nf && (fmatched || !in); i++)
-		if (!fnmatch(g->f[i], name, 0)) {
+		if (pki_name_forms_match(&forms, g->f[i])) {
 			in = true;
 			if (fmatched)
 				fmatched[i] = true;
 		}
 	for (i = 0; in && i < g->nn; i++)
-		if (!fnmatch(g->n[i], name, 0))
-			return false;
+		if (pki_name_forms_match(&forms, g->n[i]))
+			in = false;
+	pki_name_forms_free(&forms);
 	return in;
 }
 

@@ -74,6 +74,29 @@ unsigned long long cli_parse_size(const char *opt, const char *val);
 struct option;
 int cli_bad_option(const char *cmd, const char *shortopts, const struct option *opts, char **argv);
 
+/*
+ * --demangle=no|simple|full and --no-demangle, which every command that
+ * shows function names takes (uftrace's option): how C++ and Rust names are
+ * shown (default simple, src/sym/demangle.h).  CLI_DEMANGLE_OPTIONS goes
+ * into a getopt_long table; cli_demangle_opt() handles both values of c:
+ * false after a usage error.
+ */
+enum { CLI_O_DEMANGLE = 0x1000, CLI_O_NO_DEMANGLE };
+/* clang-format off */
+#define CLI_DEMANGLE_OPTIONS                                                                       \
+	{"demangle", required_argument, NULL, CLI_O_DEMANGLE},                                     \
+	{"no-demangle", no_argument, NULL, CLI_O_NO_DEMANGLE}
+/* clang-format on */
+#define CLI_DEMANGLE_HELP                                                                          \
+	"  --demangle=TYPE  C++ and Rust names: simple (default: no parameters),\n"                \
+	"                   full (with them) or no (as the object spells them)\n"                  \
+	"  --no-demangle    the same as --demangle=no\n"
+extern int cli_demangle; /* enum pki_demangle_style */
+bool cli_demangle_opt(int c, const char *arg);
+
+/* @name as --demangle asks: malloc'd, or NULL to show @name as it is. */
+char *cli_demangled(const char *name);
+
 int cmd_bench(int argc, char **argv);
 int cmd_sites(int argc, char **argv);
 int cmd_watch(int argc, char **argv);

@@ -30,7 +30,7 @@ static const char usage[] =
     "down, with the number of calls that took it and their total time (uftrace's\n"
     "graph).  Calls recorded without their exit count, with no time.\n\n"
     "options:\n"
-    "  -D, --depth N  only the paths at most N calls below FUNC\n"
+    "  -D, --depth N  only the paths at most N calls below FUNC\n" CLI_DEMANGLE_HELP
     "  -h, --help     this text\n";
 
 struct gnode {
@@ -173,6 +173,7 @@ int cmd_graph(int argc, char **argv)
 	static const struct option opts[] = {
 	    {"depth", required_argument, NULL, 'D'},
 	    {"help", no_argument, NULL, 'h'},
+	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
 	};
 	struct graph g = {0};
@@ -185,6 +186,9 @@ int cmd_graph(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "D:h", opts, NULL)) != -1) {
 		if (c == 'D') {
 			g.depth = cli_parse_ulong("-D", optarg);
+		} else if (c == CLI_O_DEMANGLE || c == CLI_O_NO_DEMANGLE) {
+			if (!cli_demangle_opt(c, optarg))
+				return 2;
 		} else if (c == 'h') {
 			fputs(usage, stdout);
 			return 0;

@@ -7,7 +7,6 @@
  * their output stays linear in the depth.
  */
 #include <errno.h>
-#include <fnmatch.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "sym/demangle.h"
 
 /* Is @path's directory one that only we (or root) can write to? */
 static bool dir_private(const char *path)
@@ -100,6 +100,23 @@ char *cli_join_lines(char **v, int n)
 	return s;
 }
 
+int cli_demangle = PKI_DEMANGLE_SIMPLE;
+
+bool cli_demangle_opt(int c, const char *arg)
+{
+	enum pki_demangle_style style = PKI_DEMANGLE_NO;
+
+	if (c == CLI_O_DEMANGLE && pki_demangle_style_parse(arg, &style))
+		return cli_usage_error("--demangle: no, simple or full, not '%s'", arg), false;
+	cli_demangle = style;
+	return true;
+}
+
+char *cli_demangled(const char *name)
+{
+	return pki_demangle(name, (enum pki_demangle_style)cli_demangle);
+}
+
 bool cli_globs_add(struct cli_globs *g, const char *cmd, int c, char *glob, int argc)
 {
 	if (!*glob || strchr(glob, '\n'))
@@ -113,7 +130,7 @@ bool cli_globs_add(struct cli_globs *g, const char *cmd, int c, char *glob, int 
 bool cli_globs_any(const struct cli_globs *g, const char *name)
 {
 	for (int i = 0; i < g->n; i++)
-		if (!fnmatch(g->v[i], name, 0))
+		if (pki_glob_match(g->v[i], name))
 			return true;
 	return false;
 }

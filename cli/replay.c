@@ -42,7 +42,6 @@
 #include "trace/idxmap.h"
 #include "trace/reader.h"
 
-
 static const char usage[] =
     "usage: probekit replay [FILE] [options]\n\n"
     "The calls of the trace FILE (default probekit.trace) as a tree per thread:\n"
@@ -61,7 +60,7 @@ static const char usage[] =
     "  -N, --notrace GLOB hide the calls of functions matching GLOB and their\n"
     "                    callees (repeatable)\n"
     "      --since TIME  only calls entered at or after TIME into the trace\n"
-    "      --until TIME  only calls entered before TIME into the trace\n"
+    "      --until TIME  only calls entered before TIME into the trace\n" CLI_DEMANGLE_HELP
     "  -h, --help        this text\n";
 
 struct replay_opts {
@@ -399,6 +398,7 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 	    {"since", required_argument, NULL, O_SINCE},
 	    {"until", required_argument, NULL, O_UNTIL},
 	    {"help", no_argument, NULL, 'h'},
+	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -427,6 +427,11 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 		case 'f':
 		case 'N':
 			if (!cli_globs_add(c == 'f' ? &o->f : &o->n, "replay", c, optarg, argc))
+				return false;
+			break;
+		case CLI_O_DEMANGLE:
+		case CLI_O_NO_DEMANGLE:
+			if (!cli_demangle_opt(c, optarg))
 				return false;
 			break;
 		case 'h':

@@ -122,6 +122,15 @@ struct pki_trace_file *cli_trace_open(const char *path)
 			cli_error("%s: %s", path, err);
 		return NULL;
 	}
+	/* The file keeps names as the objects spell them; every view shows them demangled. */
+	for (size_t i = 0; i < f->nsyms; i++) {
+		char *d = f->syms[i].name ? cli_demangled(f->syms[i].name) : NULL;
+
+		if (d) {
+			free(f->syms[i].name);
+			f->syms[i].name = d;
+		}
+	}
 	if (f->partial)
 		fprintf(stderr,
 			"probekit: warning: %s: %s; using the %llu events before offset %llu\n",
@@ -174,8 +183,7 @@ static const char report_usage[] =
     "\n"
     "  --threads     one table per thread instead of one for the process\n"
     "  --sort KEY    calls|total|self|avg|min|max (largest first) or name\n"
-    "  --raw         times as integer nanoseconds (for scripts)\n"
-    "\n"
+    "  --raw         times as integer nanoseconds (for scripts)\n" CLI_DEMANGLE_HELP "\n"
     "total counts a recursive function's time once (outermost calls only);\n"
     "self is total minus the time in the functions it called; avg, min and max\n"
     "are over every call's own duration.  Calls still running when the trace\n"
@@ -270,6 +278,7 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 	    {"sort", required_argument, NULL, 's'},
 	    {"raw", no_argument, NULL, 'r'},
 	    {"help", no_argument, NULL, 'h'},
+	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
 	};
 	int c;
@@ -289,6 +298,11 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 			return false;
 		case 'r':
 			o->raw = true;
+			break;
+		case CLI_O_DEMANGLE:
+		case CLI_O_NO_DEMANGLE:
+			if (!cli_demangle_opt(c, optarg))
+				return *status = 2, false;
 			break;
 		case 'h':
 			fputs(report_usage, stdout);
@@ -411,7 +425,7 @@ static const char export_usage[] =
     "  --value calls     folded VALUE = number of calls of the leaf with that stack\n"
     "                    (the first line, a '#' comment, says which)\n"
     "  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
-    "  -o, --output OUT  write to OUT instead of stdout\n";
+    "  -o, --output OUT  write to OUT instead of stdout\n" CLI_DEMANGLE_HELP;
 
 /*
  * Bytes of the valid UTF-8 sequence at @s (1 to 4), or 0.  Names come from the
@@ -1047,9 +1061,13 @@ static const char *const export_formats[] = {"perfetto", "chrome", "folded", "sp
 static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int *status)
 {
 	static const struct option opts[] = {
-	    {"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
-	    {"value", required_argument, NULL, 'v'},  {"threads", no_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},	      {NULL, 0, NULL, 0},
+	    {"format", required_argument, NULL, 'f'},
+	    {"output", required_argument, NULL, 'o'},
+	    {"value", required_argument, NULL, 'v'},
+	    {"threads", no_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},
+	    CLI_DEMANGLE_OPTIONS,
+	    {NULL, 0, NULL, 0},
 	};
 	bool known = false;
 	int c;
@@ -1074,6 +1092,11 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
 			break;
 		case 't':
 			eo->threads = true;
+			break;
+		case CLI_O_DEMANGLE:
+		case CLI_O_NO_DEMANGLE:
+			if (!cli_demangle_opt(c, optarg))
+				return false;
 			break;
 		case 'h':
 			fputs(export_usage, stdout);

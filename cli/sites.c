@@ -8,10 +8,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +19,7 @@
 #include <probekit/sites.h>
 
 #include "cli.h"
+#include "sym/demangle.h"
 #include "sym/func_sites.h"
 
 static const char usage[] =
@@ -43,10 +44,11 @@ static const char usage[] =
     "the 'int3' ones.\n\n"
     "options:\n"
     "  -f, --functions      every function, with how it could be hooked\n"
-    "  -g, --glob PATTERN   only functions whose name matches (fnmatch)\n"
+    "  -g, --glob PATTERN   only functions whose name matches (fnmatch; C++ and\n"
+    "                       Rust names also in their demangled forms)\n"
     "      --int3           with -f: what the INT3 fallback would take\n"
     "  -s, --stats          also print what was found and rejected (with -f: counts\n"
-    "                       by outcome and by refusal reason)\n"
+    "                       by outcome and by refusal reason)\n" CLI_DEMANGLE_HELP
     "  -h, --help           this text\n";
 
 struct print_ctx {
@@ -58,9 +60,13 @@ static int print_site(const struct pk_site *s, void *data)
 {
 	struct print_ctx *pc = data;
 
-	if (pc->glob && fnmatch(pc->glob, s->name, 0))
+	char *shown;
+
+	if (pc->glob && !pki_glob_match(pc->glob, s->name))
 		return 0;
-	printf("%016lx %-6s %s\n", s->ip, pk_site_kind_name(s->kind), s->name);
+	shown = cli_demangled(s->name);
+	printf("%016lx %-6s %s\n", s->ip, pk_site_kind_name(s->kind), shown ? shown : s->name);
+	free(shown);
 	pc->shown++;
 	return 0;
 }
@@ -68,9 +74,9 @@ static int print_site(const struct pk_site *s, void *data)
 static int print_func(const struct pki_func_site *fs, void *data)
 {
 	struct print_ctx *pc = data;
-	char how[48];
+	char how[48], *shown;
 
-	if (pc->glob && fnmatch(pc->glob, fs->name, 0))
+	if (pc->glob && !pki_glob_match(pc->glob, fs->name))
 		return PKI_FUNC_UNCOUNTED;
 	switch (fs->how) {
 	case PKI_FUNC_PATCHABLE:
@@ -89,8 +95,10 @@ static int print_func(const struct pki_func_site *fs, void *data)
 	default:
 		return 0; /* skipped: counted, not listed */
 	}
+	shown = cli_demangled(fs->name);
 	printf("%016llx %7llu %-22s %s\n", (unsigned long long)fs->fn->addr,
-	       (unsigned long long)fs->fn->size, how, fs->name);
+	       (unsigned long long)fs->fn->size, how, shown ? shown : fs->name);
+	free(shown);
 	pc->shown++;
 	return 0;
 }
@@ -177,9 +185,13 @@ static int list_functions(const char *path, const char *glob, bool show_stats, b
 int cmd_sites(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"functions", no_argument, NULL, 'f'}, {"glob", required_argument, NULL, 'g'},
-	    {"stats", no_argument, NULL, 's'},	   {"int3", no_argument, NULL, 'I'},
-	    {"help", no_argument, NULL, 'h'},	   {NULL, 0, NULL, 0},
+	    {"functions", no_argument, NULL, 'f'},
+	    {"glob", required_argument, NULL, 'g'},
+	    {"stats", no_argument, NULL, 's'},
+	    {"int3", no_argument, NULL, 'I'},
+	    {"help", no_argument, NULL, 'h'},
+	    CLI_DEMANGLE_OPTIONS,
+	    {NULL, 0, NULL, 0},
 	};
 	PK_OPTS(pk_sites_stats, st);
 	struct print_ctx pc = {0};
@@ -202,6 +214,11 @@ int cmd_sites(int argc, char **argv)
 			break;
 		case 'I':
 			int3 = true;
+			break;
+		case CLI_O_DEMANGLE:
+		case CLI_O_NO_DEMANGLE:
+			if (!cli_demangle_opt(c, optarg))
+				return 2;
 			break;
 		case 'h':
 			fputs(usage, stdout);

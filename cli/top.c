@@ -27,7 +27,6 @@
 #include "attach_run.h"
 #include "cli.h"
 
-
 static const char usage[] =
     "usage: probekit top -p PID [options]\n\n"
     "Attach to the running process PID and show, for each of its functions\n"
@@ -53,7 +52,7 @@ static const char usage[] =
     "                        height, 20 in batch mode; 0: all)\n"
     "      --entry-only      count calls only (no durations): the cheapest\n"
     "      --relocate, --relocate-all, --no-relocate\n"
-    "                        which functions can be hooked, as for trace\n"
+    "                        which functions can be hooked, as for trace\n" CLI_DEMANGLE_HELP
     "  -h, --help            this text\n\n"
     "Columns: CALLS/S, calls per second; TOTAL and SELF, time in the function\n"
     "(with and without its hooked callees) per second of the interval, summed\n"
@@ -196,6 +195,7 @@ static bool on_line(void *ctx, const char *line)
 	struct top *t = ctx;
 	struct row r;
 	unsigned long long v[7];
+	char *demangled;
 	int used = 0;
 
 	if (!strcmp(line, "end")) {
@@ -208,7 +208,9 @@ static bool on_line(void *ctx, const char *line)
 	    !used)
 		return true; /* not ours: ignored */
 	r = (struct row){v[0], v[1], v[2], v[3], v[4], v[5], v[6], ""};
-	snprintf(r.name, sizeof(r.name), "%s", line + used);
+	demangled = cli_demangled(line + used);
+	snprintf(r.name, sizeof(r.name), "%s", demangled ? demangled : line + used);
+	free(demangled);
 	if (t->n == t->cap) {
 		size_t cap = t->cap ? 2 * t->cap : 256;
 		struct row *nv = realloc(t->v, cap * sizeof(*nv));
@@ -265,6 +267,7 @@ static bool top_parse(int argc, char **argv, struct top *t, struct top_opts *o, 
 	    {"relocate-all", no_argument, NULL, O_RELOCATE_ALL},
 	    {"no-relocate", no_argument, NULL, O_NO_RELOCATE},
 	    {"help", no_argument, NULL, 'h'},
+	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
 	};
 	char *end;
@@ -307,6 +310,11 @@ static bool top_parse(int argc, char **argv, struct top *t, struct top_opts *o, 
 			break;
 		case 'b':
 			t->batch = true;
+			break;
+		case CLI_O_DEMANGLE:
+		case CLI_O_NO_DEMANGLE:
+			if (!cli_demangle_opt(c, optarg))
+				return false;
 			break;
 		case 's':
 			if (!parse_sort(optarg, &t->sort))

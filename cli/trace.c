@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
@@ -29,6 +28,7 @@
 #include "agent_run.h"
 #include "attach_run.h"
 #include "cli.h"
+#include "sym/demangle.h"
 #include "trace/reader.h"
 
 #define TRACE_FAIL 125
@@ -129,7 +129,7 @@ static void mark_globs(const struct trace_ctx *c, const struct pki_trace_file *f
 	for (g = 0; g < c->f->n; g++)
 		for (i = 0; i < f->nsyms && !c->fmatched[g]; i++)
 			c->fmatched[g] =
-			    f->syms[i].name && !fnmatch(c->f->v[g], f->syms[i].name, 0);
+			    f->syms[i].name && pki_glob_match(c->f->v[g], f->syms[i].name);
 }
 
 /* What one trace file holds, for the summary after the run. */

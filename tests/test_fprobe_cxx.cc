@@ -214,6 +214,39 @@ static int thread_canceled()
 	return r == PTHREAD_CANCELED ? guards_run : -2;
 }
 
+/* ---- C++ names: the API's globs match them demangled ---- */
+
+namespace names_ns
+{
+PATCHABLE int counted(int v)
+{
+	return v + 1;
+}
+PATCHABLE int counted(double v)
+{
+	return (int)v + 2;
+}
+} // namespace names_ns
+
+/* Entries of names_ns::counted(int) while a probe of @glob is registered: -1 on error. */
+static long entries_by_glob(const char *glob)
+{
+	const char *globs[] = {glob};
+	pk_fprobe fp = {};
+	volatile int sum = 0;
+
+	fp.entry = on_entry;
+	fp.filter.globs = globs;
+	fp.filter.nglobs = 1;
+	entries = 0;
+	if (pk_fprobe_register(&fp))
+		return -1;
+	for (int i = 0; i < 3; i++)
+		sum += names_ns::counted(i);
+	sum += names_ns::counted(1.0);
+	return pk_fprobe_unregister(&fp) ? -1 : entries;
+}
+
 /* ---- under fire ---- */
 
 #define FIRE_THREADS 200
@@ -325,11 +358,10 @@ static void under_fire(unsigned long *ips, size_t nips)
 
 int main()
 {
-	unsigned long ips[] = {(unsigned long)thrower, (unsigned long)middle,
-			       (unsigned long)catcher, (unsigned long)bt_depth,
-			       (unsigned long)co_step,	(unsigned long)co_resume,
-			       (unsigned long)leaves, (unsigned long)waits,
-			       (unsigned long)waits_above};
+	unsigned long ips[] = {
+	    (unsigned long)thrower,  (unsigned long)middle,  (unsigned long)catcher,
+	    (unsigned long)bt_depth, (unsigned long)co_step, (unsigned long)co_resume,
+	    (unsigned long)leaves,   (unsigned long)waits,   (unsigned long)waits_above};
 	pk_fprobe fp = {};
 	int plain_bt = bt_depth(5), plain_catch = catcher(1), plain_guards = thread_leaves();
 	long plain_co = coroutine();
@@ -385,6 +417,14 @@ int main()
 	CHECK(thread_canceled() == plain_cancel,
 	      "with every site hooked, pthread_cancel still ran the destructors");
 	CHECK(!err && !pk_fprobe_unregister(&every), "pk_fprobe_unregister of every site");
+
+	/* Demangled, with and without the parameters, a literal and a glob; mangled too. */
+	CHECK(entries_by_glob("names_ns::counted") == 4, "literal simple name: both overloads");
+	CHECK(entries_by_glob("names_ns::counted(int)") == 3, "literal full name: one overload");
+	CHECK(entries_by_glob("names_ns::*") == 4, "glob over the namespace");
+	CHECK(entries_by_glob("_ZN8names_ns7countedEi") == 3, "the mangled name itself");
+	CHECK(entries_by_glob("names_ns::nothing*") == -1,
+	      "a glob that matches nothing is refused");
 
 	unsigned long fire_ips[] = {(unsigned long)thrower, (unsigned long)middle,
 				    (unsigned long)catcher, (unsigned long)jumps,

@@ -133,7 +133,7 @@ typedef void (*pk_ops_fn)(unsigned long ip, unsigned long parent_ip, struct pk_o
 struct pk_ops_filter {
 	const unsigned long *ips; /* site addresses */
 	size_t nips;
-	const char *const *globs; /* function-name globs (fnmatch) */
+	const char *const *globs; /* function-name globs (fnmatch; C++ names also demangled) */
 	size_t nglobs;
 };
 

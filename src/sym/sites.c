@@ -22,7 +22,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <link.h>
 #include <limits.h>
 #include <pthread.h>
@@ -51,6 +50,7 @@
 #include "sym/elf_sites.h"
 #include "sym/func_sites.h"
 #include "base/signals.h"
+#include "sym/demangle.h"
 #include "sym/sites.h"
 
 struct pki_sym_table {
@@ -998,6 +998,31 @@ const struct pki_site *pki_site_lookup(const char *name)
 	return NULL;
 }
 
+/*
+ * The sites of @obj whose demangled name is the literal @name (C++ and Rust
+ * names: the `_R` and `_Z` runs of by_name), for the literal glob's fast
+ * path, which found those spelt @name already.
+ */
+static int mangled_match(const struct pki_sym_object *obj, const char *name,
+			 int (*fn)(const struct pki_site *s, void *ctx), void *ctx)
+{
+	static const char *const prefixes[] = {"_R", "_Z"};
+
+	if (pki_is_mangled(name))
+		return 0; /* a mangled name demangles to something else */
+	for (size_t p = 0; p < 2; p++)
+		for (size_t k = name_first(obj, prefixes[p]);
+		     k < obj->nsites && !strncmp(obj->by_name[k]->name, prefixes[p], 2); k++) {
+			int ret = 0;
+
+			if (pki_glob_match(name, obj->by_name[k]->name))
+				ret = fn(obj->by_name[k], ctx);
+			if (ret)
+				return ret;
+		}
+	return 0;
+}
+
 int pki_sites_match(const char *glob, int (*fn)(const struct pki_site *s, void *ctx), void *ctx)
 {
 	return pki_sites_match_in(glob, 0, ~0ul, fn, ctx);
@@ -1023,12 +1048,15 @@ int pki_sites_match_in(const char *glob, unsigned long lo, unsigned long hi,
 				if (ret)
 					return ret;
 			}
+			ret = mangled_match(obj, glob, fn, ctx);
+			if (ret)
+				return ret;
 			continue;
 		}
 		for (k = 0; k < obj->nsites; k++) {
 			const struct pki_site *s = &obj->sites[k];
 
-			if (glob && fnmatch(glob, s->name, 0))
+			if (glob && !pki_glob_match(glob, s->name))
 				continue;
 			ret = fn(s, ctx);
 			if (ret)

@@ -175,7 +175,6 @@ bool agent_unwind_site(const struct pk_site *s);
 
 /* ---- trace mode's function selection (agent.c) ---- */
 
-/* At most this many -f and as many -N globs are used. */
 /* trace mode's function selection: the -f globs minus the -N globs. */
 struct agent_globs {
 	char **f, **n; /* malloc'd (agent_globs_free()) */
@@ -185,7 +184,7 @@ struct agent_globs {
 /*
  * Fill @g from the newline-separated lists @funcs and @notrace (either may
  * be NULL), which are cut in place and must outlive @g: 0 or -ENOMEM
- * (then @g selects nothing more than an empty list would).
+ * (then @g is unusable: an empty -f list would select every function).
  */
 int agent_globs_split(struct agent_globs *g, char *funcs, char *notrace);
 void agent_globs_free(struct agent_globs *g);

@@ -384,7 +384,7 @@ static bool trace_pick(bool initial)
 	char *fcopy, *ncopy;
 	struct pick p = {0};
 	bool later = false;
-	size_t i;
+	size_t i, nf;
 	int n = -ENOMEM;
 
 	/* agent_globs_split() cuts its lists: the originals are passed on at exec. */
@@ -401,19 +401,20 @@ static bool trace_pick(bool initial)
 	 */
 	for (i = 0; n >= 0 && i < p.g.nf; i++)
 		later |= !p.fmatched[i];
+	nf = p.g.nf; /* for the checks below, after the lists are freed */
 	free(p.fmatched);
 	agent_globs_free(&p.g);
 	free(fcopy);
 	free(ncopy);
 	if (n < 0)
 		FAIL(initial, "cannot list the patchable sites of PROG: %s", strerror(-n));
-	if (!p.total && !p.g.nf && reloc_on())
+	if (!p.total && !nf && reloc_on())
 		FAIL(initial,
 		     "no function of PROG can be hooked: it has no patchable entry and none "
 		     "of its functions relocates ('probekit sites --functions --stats PROG' "
 		     "says why; for libraries PROG loads later with dlopen(), name their "
 		     "functions with -f)");
-	if (!p.total && !p.g.nf)
+	if (!p.total && !nf)
 		FAIL(initial,
 		     "no patchable function entries in PROG or its libraries: build PROG with "
 		     "-fpatchable-function-entry=5 (gcc >= 8, clang >= 10), or leave out "

@@ -117,12 +117,29 @@ char *cli_demangled(const char *name)
 	return pki_demangle(name, (enum pki_demangle_style)cli_demangle);
 }
 
+/*
+ * A command's glob arrays live as long as the command: chained from here so
+ * that a leak checker sees them reachable whichever way the command returns.
+ */
+struct globs_block {
+	struct globs_block *next;
+	char *v[];
+};
+static struct globs_block *globs_blocks;
+
 bool cli_globs_add(struct cli_globs *g, const char *cmd, int c, char *glob, int argc)
 {
 	if (!*glob || strchr(glob, '\n'))
 		return cli_usage_error("%s: -%c needs a glob (one line)", cmd, c), false;
-	if (!g->v && !(g->v = calloc((size_t)argc, sizeof(*g->v))))
-		return cli_error("%s: out of memory", cmd), false;
+	if (!g->v) {
+		struct globs_block *b = calloc(1, sizeof(*b) + (size_t)argc * sizeof(b->v[0]));
+
+		if (!b)
+			return cli_error("%s: out of memory", cmd), false;
+		b->next = globs_blocks;
+		globs_blocks = b;
+		g->v = b->v;
+	}
 	g->v[g->n++] = glob;
 	return true;
 }

@@ -18,6 +18,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <stdexcept>
@@ -317,9 +318,11 @@ static void under_fire(unsigned long *ips, size_t nips)
 	long wrong = 0;
 	void *r;
 
-	if (busy == 0)
+	if (busy == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
 		for (;;)
 			__asm__ volatile("" ::: "memory");
+	}
 	fp.entry = on_entry;
 	fp.exit = on_exit_cb;
 	fp.data_size = 16;

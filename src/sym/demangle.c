@@ -31,15 +31,33 @@ char *pki_demangle(const char *name, enum pki_demangle_style style)
 
 void pki_name_forms_init(struct pki_name_forms *f, const char *name)
 {
-	f->name = name;
-	f->simple = pki_demangle(name, PKI_DEMANGLE_SIMPLE);
-	f->full = f->simple ? pki_demangle(name, PKI_DEMANGLE_FULL) : NULL;
+	bool mangled = pki_is_mangled(name);
+
+	*f = (struct pki_name_forms){.name = name, .done_simple = !mangled, .done_full = !mangled};
 }
 
-bool pki_name_forms_match(const struct pki_name_forms *f, const char *glob)
+/* The @style form of @f's name, demangled on first use; NULL if there is none. */
+static const char *form(struct pki_name_forms *f, enum pki_demangle_style style)
 {
-	return !fnmatch(glob, f->name, 0) || (f->simple && !fnmatch(glob, f->simple, 0)) ||
-	       (f->full && !fnmatch(glob, f->full, 0));
+	bool *done = style == PKI_DEMANGLE_FULL ? &f->done_full : &f->done_simple;
+	char **s = style == PKI_DEMANGLE_FULL ? &f->full : &f->simple;
+
+	if (!*done) {
+		*s = pki_demangle(f->name, style);
+		*done = true;
+	}
+	return *s;
+}
+
+bool pki_name_forms_match(struct pki_name_forms *f, const char *glob)
+{
+	const char *d;
+
+	if (!fnmatch(glob, f->name, 0))
+		return true;
+	if ((d = form(f, PKI_DEMANGLE_SIMPLE)) && !fnmatch(glob, d, 0))
+		return true;
+	return strchr(glob, '(') && (d = form(f, PKI_DEMANGLE_FULL)) && !fnmatch(glob, d, 0);
 }
 
 void pki_name_forms_free(struct pki_name_forms *f)

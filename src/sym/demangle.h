@@ -29,20 +29,26 @@ bool pki_is_mangled(const char *name);
 char *pki_demangle(const char *name, enum pki_demangle_style style);
 
 /*
- * Does @glob (fnmatch) match @name as spelt, or its simple or full
- * demangled form?  So `app::Parser::*`, `app::*(int)` and `_ZN3app*` all
+ * Does @glob (fnmatch) match @name as spelt, or its simple demangled form,
+ * or (a glob with a '(') its full one?  So `app::Parser::*`, `app::*(int)` and `_ZN3app*` all
  * select the same functions.
  */
 bool pki_glob_match(const char *glob, const char *name);
 
-/* A name's three forms, demangled once for many globs. */
+/*
+ * A name's three forms for many globs, each demangled at most once and only
+ * when a glob needs it: the full form only for a glob with a parameter list
+ * (a '('), so that `*alloc*` does not select every function taking a
+ * std::string (std::allocator is in its parameters).
+ */
 struct pki_name_forms {
 	const char *name;
-	char *simple, *full; /* NULL: not mangled */
+	char *simple, *full; /* demangled yet? (done_*) NULL: not mangled */
+	bool done_simple, done_full;
 };
 
 void pki_name_forms_init(struct pki_name_forms *f, const char *name);
-bool pki_name_forms_match(const struct pki_name_forms *f, const char *glob);
+bool pki_name_forms_match(struct pki_name_forms *f, const char *glob);
 void pki_name_forms_free(struct pki_name_forms *f);
 
 /* Parse uftrace's --demangle argument (no, simple, full): 0 or -EINVAL. */

@@ -1008,14 +1008,24 @@ static int mangled_match(const struct pki_sym_object *obj, const char *name,
 {
 	static const char *const prefixes[] = {"_R", "_Z"};
 
+	const char *ident = name, *c;
+	size_t len;
+
 	if (pki_is_mangled(name))
 		return 0; /* a mangled name demangles to something else */
+	/* Its last identifier ("parse" of "app::Parser::parse(int)") is spelt in the mangled name. */
+	for (c = name; *c && *c != '(' && *c != '<'; c++)
+		if (*c == ':')
+			ident = c + 1;
+	len = (size_t)(c - ident);
 	for (size_t p = 0; p < 2; p++)
 		for (size_t k = name_first(obj, prefixes[p]);
 		     k < obj->nsites && !strncmp(obj->by_name[k]->name, prefixes[p], 2); k++) {
 			int ret = 0;
 
-			if (pki_glob_match(name, obj->by_name[k]->name))
+			const char *m = obj->by_name[k]->name;
+
+			if ((!len || memmem(m, strlen(m), ident, len)) && pki_glob_match(name, m))
 				ret = fn(obj->by_name[k], ctx);
 			if (ret)
 				return ret;

@@ -92,8 +92,8 @@ PK_API int pk_site_lookup(const char *name, struct pk_site *out);
 /*
  * Call @fn for each site whose function name matches the fnmatch(3) pattern
  * @glob (NULL matches all), in load order then address order.  A C++ or
- * Rust name matches as spelt and demangled, with or without its parameter
- * list ("app::Parser::*", "app::*(int)", "_ZN3app*").  Returns the
+ * Rust name matches as spelt and demangled, with its parameter list when
+ * @glob has one ("app::Parser::*", "app::*(int)", "_ZN3app*").  Returns the
  * number of sites passed to @fn, or the negative value @fn returned,
  * -EINVAL (@fn NULL), or -ENOMEM.
  */

@@ -11,10 +11,11 @@ set -uo pipefail
 pk=$(realpath "$1") demo=$(realpath "$2")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
-# report --raw's rows as "NAME CALLS", overloads (same name) summed, without main.
+# report --raw's rows of the demo's own functions (app::*, plain_c; not main,
+# nor a sanitizer's module constructors) as "NAME CALLS", overloads summed.
 named() {
 	"$pk" report --raw "$@" 2>/dev/null | awk 'NR > 2 && NF > 1 {
-		n = $NF; if (n ~ /^\[/) n = $(NF-1); if (n != "main") c[n] += $1 }
+		n = $NF; if (n ~ /^\[/) n = $(NF-1); if (n ~ /^app::/ || n == "plain_c") c[n] += $1 }
 		END {for (n in c) print n, c[n]}' | sort
 }
 

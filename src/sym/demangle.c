@@ -72,11 +72,7 @@ bool pki_glob_match(const char *glob, const char *name)
 	struct pki_name_forms f;
 	bool hit;
 
-	if (!fnmatch(glob, name, 0))
-		return true;
-	if (!pki_is_mangled(name))
-		return false;
-	pki_name_forms_init(&f, name);
+	pki_name_forms_init(&f, name); /* demangles nothing until the raw name missed */
 	hit = pki_name_forms_match(&f, glob);
 	pki_name_forms_free(&f);
 	return hit;

@@ -281,12 +281,14 @@ void agent_trace_config(const char *(*get)(const char *))
 		return;
 	free(t->funcs);
 	free(t->notrace);
+	free(t->args);
 	free(t->trigger);
 	memset(t, 0, sizeof(*t));
 	t->on = true;
 	strcpy(t->base, file);
 	t->funcs = dup_setting(get, PK_ENV_TRACE_FUNCS);
 	t->notrace = dup_setting(get, PK_ENV_TRACE_NOTRACE);
+	t->args = dup_setting(get, PK_ENV_TRACE_ARGS);
 	v = get(PK_ENV_TRACE_CHILDREN);
 	t->children = !v || strcmp(v, "0");
 	v = get(PK_ENV_TRACE_ENTRY_ONLY);

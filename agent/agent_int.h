@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <probekit/hook.h>
 #include <probekit/watch.h>
 
 struct pk_ops;
@@ -52,6 +53,7 @@ struct agent_trace_conf {
 	uint64_t max_size;   /* --max-size, bytes (0: none) */
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
+	char *args;	      /* -A/-R: "GLOB@SPEC" lines, or NULL */
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
 	char reloc[8];	      /* PROBEKIT_RELOC: "1", "main" or "" (sym/sites.h) */
 	bool top;	      /* PROBEKIT_TOP: statistics in the process, no trace file */
@@ -317,6 +319,50 @@ void agent_trace_trigger_offer(unsigned long ip, const char *name);
 /* The trigger function was entered: snapshot the flight recorder (trace.c). */
 void agent_trace_trigger(unsigned long ip, unsigned long a, unsigned long b);
 extern struct agent_hook agent_hook;
+
+/*
+ * -A/-R (args.c): ONE pk_ops over the traced functions that have an argument
+ * spec, whose callback (agent_on_entry_args) finds the function's spec in
+ * an open-addressing table by its ip.  The ops is the first member: the
+ * callback's ops pointer is the table's.
+ */
+struct pki_argspec;
+
+struct agent_args_slot {
+	unsigned long ip; /* 0: empty */
+	const struct pki_argspec *spec;
+};
+
+struct agent_args {
+	struct pk_ops ops;
+	uint64_t mask; /* slots - 1 (a power of two, at least twice the functions) */
+	struct agent_args_slot *slot;
+	struct pki_argspec *specs; /* what slot[].spec point into */
+	size_t nspecs;
+	bool exits; /* entries and exits (else --entry-only: CALL events) */
+	bool vec;   /* registered without PK_OPS_F_NOVEC: a spec reads an fparg */
+};
+
+static inline uint64_t agent_args_hash(unsigned long ip, uint64_t mask)
+{
+	return ((ip * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+}
+
+void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			 struct pk_regs *regs);
+
+/* Parse the -A/-R lines: 0, -ENOMEM, or -EINVAL with @why. */
+int agent_args_init(const char *lines, char *why, size_t len);
+/* The items of every rule matching @name, into @out: false if none. */
+bool agent_args_match(const char *name, struct pki_argspec *out);
+/* A new table for @n functions at most (the last session's stays: args.c). 0 or -ENOMEM. */
+int agent_args_begin(size_t n);
+void agent_args_add(unsigned long ip, const struct pki_argspec *spec);
+/* The table's ops, set up (NULL: no function has a spec); how many functions it has. */
+struct pk_ops *agent_args_ops(bool exits);
+size_t agent_args_count(void);
+/* The ARGS records of the table's functions, into the session's file. */
+int agent_args_records(void);
 
 /* The trace hook: with exit tracing, and --entry-only. */
 void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,

@@ -106,6 +106,7 @@ static struct {
 	size_t nobjs;
 	struct pk_ops ops;     /* entries and exits */
 	struct pk_ops ops_lib; /* libraries' relocated functions: entries only (lib_entry_only) */
+	struct pk_ops *ops_args; /* -A/-R: the functions with an argument spec (args.c), or NULL */
 	unsigned long *main_ips, *lib_ips; /* the filters of ops and ops_lib: ips split */
 } T = {.fd = -1};
 
@@ -204,6 +205,8 @@ static int session_open(void)
 		err = v ? pki_trace_symbols_add(v, T.nips) : -ENOMEM;
 		free(v);
 	}
+	if (!err && T.ops_args) /* before the first event that carries DATA */
+		err = agent_args_records();
 	if (err) {
 		pki_trace_close();
 		return err;
@@ -595,6 +598,33 @@ static bool lib_entry_only(size_t i, uintptr_t main_base)
 	return y->relocated && o->base != main_base && agent_lib_no_exit(y->name, o->path);
 }
 
+/*
+ * -A/-R: the functions of T.main_ips[0, *nmain) that have an argument spec
+ * go to the args table (args.c) instead, keeping their order.  A
+ * library's entry-only function (T.lib_ips) gets none: its hook is the
+ * plain one.  False: out of memory.
+ */
+static bool args_split(unsigned long *ips, const size_t *idx, size_t *nmain)
+{
+	struct pki_argspec spec;
+	size_t m = 0;
+
+	T.ops_args = NULL;
+	if (!conf->args || conf->top)
+		return true;
+	if (agent_args_begin(*nmain))
+		return false;
+	for (size_t k = 0; k < *nmain; k++) {
+		if (agent_args_match(T.syms[idx[k]].name, &spec))
+			agent_args_add(ips[k], &spec);
+		else
+			ips[m++] = ips[k];
+	}
+	*nmain = m;
+	T.ops_args = agent_args_ops(conf->exits);
+	return true;
+}
+
 /* T.ips split into T.main_ips (for T.ops) and T.lib_ips; false: out of memory. */
 static bool ips_split(size_t *nmain, size_t *nlib)
 {
@@ -603,21 +633,30 @@ static bool ips_split(size_t *nmain, size_t *nlib)
 	    dladdr((void *)getauxval(AT_ENTRY), &di) ? (uintptr_t)di.dli_fbase : 0;
 	size_t m = 0, l = 0, sz = (T.nips ? T.nips : 1) * sizeof(unsigned long);
 
+	size_t *idx = malloc((T.nips ? T.nips : 1) * sizeof(*idx));
+	bool ok;
+
 	free(T.main_ips);
 	free(T.lib_ips);
 	T.main_ips = malloc(sz);
 	T.lib_ips = malloc(sz);
-	if (!T.main_ips || !T.lib_ips)
+	if (!T.main_ips || !T.lib_ips || !idx) {
+		free(idx);
 		return false;
-	for (size_t i = 0; i < T.nips; i++) {
-		if (conf->exits && lib_entry_only(i, main_base))
-			T.lib_ips[l++] = T.ips[i];
-		else
-			T.main_ips[m++] = T.ips[i];
 	}
+	for (size_t i = 0; i < T.nips; i++) {
+		if (conf->exits && lib_entry_only(i, main_base)) {
+			T.lib_ips[l++] = T.ips[i];
+		} else {
+			idx[m] = i;
+			T.main_ips[m++] = T.ips[i];
+		}
+	}
+	ok = args_split(T.main_ips, idx, &m);
+	free(idx);
 	*nmain = m;
 	*nlib = l;
-	return true;
+	return ok;
 }
 
 /*
@@ -696,6 +735,13 @@ static bool trace_hook(bool initial)
 	 * signal, and the recorder's drainer thread blocks them all.  Until
 	 * agent_hook.active the callback returns at once.
 	 */
+	if (conf->args && !conf->top) {
+		char why[300];
+
+		err = agent_args_init(conf->args, why, sizeof(why));
+		if (err)
+			FAIL(initial, "%s", err == -EINVAL ? why : strerror(-err));
+	}
 	if (!ips_split(&nmain, &nlib))
 		FAIL(initial, "out of memory");
 	/*
@@ -723,13 +769,17 @@ static bool trace_hook(bool initial)
 		err = pk_ops_register(&T.ops);
 	if (!err && nlib)
 		err = pk_ops_register(&T.ops_lib);
+	if (!err && T.ops_args)
+		err = pk_ops_register(T.ops_args);
 	if (!err)
 		err = pk_txn_commit();
 	else
 		pk_txn_abort();
-	if (err)
+	if (err) {
+		T.ops_args = NULL;
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
 			 strerror(-err));
+	}
 	T.nmain = nmain;
 	T.nlib = nlib;
 	if (initial)
@@ -826,14 +876,19 @@ static int unhook(void)
 		err = pk_ops_unregister(&T.ops);
 	if (!err && T.nlib)
 		err = pk_ops_unregister(&T.ops_lib);
+	if (!err && T.ops_args)
+		err = pk_ops_unregister(T.ops_args);
 	if (!err)
 		err = agent_dl_stop(); /* the libraries loaded since the attach */
 	if (!err)
 		err = pk_txn_commit();
 	else
 		pk_txn_abort();
-	if (!err)
+	if (!err) {
 		T.nmain = T.nlib = 0;
+		/* Its table stays: frames may still return through it (args.c). */
+		T.ops_args = NULL;
+	}
 	agent_dl_free(!err);
 	agent_dl_unlock();
 	return err;

@@ -13,6 +13,7 @@
 #include <probekit/hook.h>
 
 #include "agent_int.h"
+#include "trace/argcap.h"
 #include "trace/fgraph.h"
 #include "trace/fnstats.h"
 #include "trace/trace.h"
@@ -68,6 +69,49 @@ void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *op
 	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
 		return;
 	pki_trace_call_only(ip);
+	if (__builtin_expect(ip == agent_hook.trigger, 0))
+		PKI_SLOWCALL3(agent_trace_trigger, ip, 0, 0);
+}
+
+/*
+ * -A/-R: @ip's spec in @ops's table (agent_args, args.c), or NULL.  The
+ * table is written before the ops is registered and never changes while it
+ * is: read without synchronisation.
+ */
+static inline const struct pki_argspec *args_find(const struct pk_ops *ops, unsigned long ip)
+{
+	const struct agent_args *a = (const struct agent_args *)ops;
+	uint64_t h = agent_args_hash(ip, a->mask);
+
+	while (a->slot[h].ip != ip) {
+		if (!a->slot[h].ip)
+			return NULL;
+		h = (h + 1) & a->mask;
+	}
+	return a->slot[h].spec;
+}
+
+/* An entry event with the arguments -A asked for, and the return hijacked for -R's. */
+void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			 struct pk_regs *regs)
+{
+	const struct agent_args *a = (const struct agent_args *)ops;
+	const struct pki_argspec *spec;
+	struct pki_trace_event d[PKI_DATA_MAX];
+	unsigned n;
+
+	(void)parent_ip;
+	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
+		return;
+	spec = args_find(ops, ip);
+	if (a->exits)
+		pki_fgraph_prune((unsigned long *)regs->sp);
+	n = spec ? pki_argcap_entry(spec, regs, a->vec, d) : 0;
+	pki_trace_record_n(ip, a->exits ? PKI_EV_ENTRY : PKI_EV_CALL, pki_trace_now(), d, n);
+	if (a->exits && spec && spec->ret)
+		pki_fgraph_enter_args(ip, (unsigned long *)regs->sp, spec);
+	else if (a->exits)
+		pki_fgraph_enter(ip, (unsigned long *)regs->sp);
 	if (__builtin_expect(ip == agent_hook.trigger, 0))
 		PKI_SLOWCALL3(agent_trace_trigger, ip, 0, 0);
 }

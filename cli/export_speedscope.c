@@ -112,6 +112,8 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 		uint64_t fn = PKI_EV_FN(e[i].word), at;
 		size_t frame;
 
+		if (PKI_EV_IS_DATA(e[i].word)) /* an argument's value: no frame */
+			continue;
 		if (PKI_EV_KIND(e[i].word) == PKI_EV_GAP) { /* overwritten: close what is open */
 			close_all(t, t->last_ns);
 			continue;

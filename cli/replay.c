@@ -78,6 +78,7 @@ struct replay_opts {
  */
 struct rframe {
 	uint64_t fn, start; /* start: ticks */
+	char *args;	    /* "(1, \"a\")" when its entry carried arguments, else NULL */
 	uint64_t off;	    /* where its line starts */
 	uint64_t hdr_end;   /* where its line ends: nothing after it = no child shown yet */
 	bool shown;	    /* it has a line */
@@ -85,8 +86,22 @@ struct rframe {
 	bool in_scope;	    /* inside a -f function's subtree */
 };
 
+/*
+ * An event whose DATA (its arguments, its return value) may still come: it
+ * is shown when the thread's next event that is no DATA comes, or at the
+ * end (a record may end between an event and its DATA).
+ */
+struct pending {
+	bool on;
+	unsigned kind;
+	uint64_t fn, ts;
+	const struct pki_argspec *spec;
+	struct pki_argval v[PKI_DATA_ITEMS_MAX];
+};
+
 struct rthread {
 	const struct pki_trace_thread *t;
+	struct pending *pend; /* allocated at the first event with DATA */
 	struct rframe *st;
 	size_t depth, cap;
 	size_t *sh;	  /* the indexes in st of the shown frames, bottom first */
@@ -216,18 +231,29 @@ static bool shown(const struct replay *p, const struct rthread *r, const char *n
 	return at >= p->o->since_ns && (!p->o->until_ns || at < p->o->until_ns);
 }
 
-static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
+/* @args (NULL: "()") then @tail, into @out. */
+static const char *call_text(char *out, size_t len, const char *args, const char *tail)
+{
+	snprintf(out, len, "%s%s", args ? args : "()", tail);
+	return out;
+}
+
+/* @args: "(...)" of the arguments its entry carried (taken by the frame), or NULL. */
+static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, char *args)
 {
 	const char *name = name_of(p, fn);
-	struct rframe fr = {.fn = fn, .start = ts, .off = text_end(r)};
+	struct rframe fr = {.fn = fn, .start = ts, .off = text_end(r), .args = args};
+	char post[CLI_ARGS_TEXT + 8];
 	int err = 0;
 
 	if (PKI_GROW(r->st, r->cap, r->depth + 1) || PKI_GROW(r->sh, r->shcap, r->nsh + 1) ||
-	    pki_idxmap_count_add(&r->active, fn, 1))
+	    pki_idxmap_count_add(&r->active, fn, 1)) {
+		free(args);
 		return -ENOMEM;
+	}
 	fr.shown = shown(p, r, name, ts, &fr.hide_sub, &fr.in_scope);
 	if (fr.shown) {
-		err = line(r, NULL, r->depth, "", name, "() {");
+		err = line(r, NULL, r->depth, "", name, call_text(post, sizeof(post), args, " {"));
 		r->sh[r->nsh++] = r->depth;
 	}
 	fr.hdr_end = text_end(r);
@@ -235,49 +261,71 @@ static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
 	return err;
 }
 
-/* The top frame ends at @ts (@how: NULL, or why it ended another way). */
-static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *how)
+/*
+ * The top frame ends at @ts (@how: NULL, or why it ended another way), with
+ * the return value @ret (NULL: none recorded).
+ */
+static int leave_ret(struct replay *p, struct rthread *r, uint64_t ts, const char *how,
+		     const char *ret)
 {
 	struct rframe fr = r->st[--r->depth];
 	bool out = fr.hdr_end <= r->out;
 	uint64_t ns;
-	char dur[32], post[48];
+	char dur[32], post[CLI_ARGS_TEXT * 2 + 64], val[CLI_ARGS_TEXT + 8] = "";
 	const char *name;
+	int err;
 
-	if (pki_idxmap_count_add(&r->active, fr.fn, -1))
-		return -ENOMEM;
-	if (!fr.shown)
-		return 0;
+	if (ret)
+		snprintf(val, sizeof(val), " = %s", ret);
+	err = pki_idxmap_count_add(&r->active, fr.fn, -1) ? -ENOMEM : 0;
+	if (err || !fr.shown) {
+		free(fr.args);
+		return err;
+	}
 	r->nsh--; /* the top shown frame: those above it ended first */
 	r->nout = r->nout < r->nsh ? r->nout : r->nsh;
 	ns = pki_trace_file_dur_ns(p->f, ts - fr.start);
 	name = name_of(p, fr.fn);
 	if (p->o->min_ns && ns < p->o->min_ns && !out) { /* too short: it and its subtree go */
 		text_cut(r, fr.off);
+		free(fr.args);
 		return 0;
 	}
 	cli_fmt_ns(dur, sizeof(dur), ns, false);
 	if (!out && text_end(r) == fr.hdr_end) { /* no child shown: a leaf, one line */
 		text_cut(r, fr.off);
-		snprintf(post, sizeof(post), "();%s%s", how ? " " : "", how ? how : "");
+		snprintf(post, sizeof(post), "%s%s;%s%s", fr.args ? fr.args : "()", val,
+			 how ? " " : "", how ? how : "");
+		free(fr.args);
 		return line(r, dur, r->depth, "", name, post);
 	}
-	snprintf(post, sizeof(post), " */%s%s", how ? " " : "", how ? how : "");
-	return line(r, dur, r->depth, "} /* ", name, post);
+	free(fr.args);
+	if (!*val) {
+		snprintf(post, sizeof(post), " */%s%s", how ? " " : "", how ? how : "");
+		return line(r, dur, r->depth, "} /* ", name, post);
+	}
+	snprintf(post, sizeof(post), "%s; /* %s */%s%s", val, name, how ? " " : "", how ? how : "");
+	return line(r, dur, r->depth, "}", "", post); /* uftrace's "} = 0; /+ main +/" */
+}
+
+static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *how)
+{
+	return leave_ret(p, r, ts, how, NULL);
 }
 
 /* A call recorded without its exit: one line, no time. */
-static int instant(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
+static int instant(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, const char *args)
 {
 	const char *name = name_of(p, fn);
+	char post[CLI_ARGS_TEXT + 8];
 	bool hide_sub, in_scope;
 
 	if (!shown(p, r, name, ts, &hide_sub, &in_scope) || p->o->min_ns)
 		return 0; /* (no time: never as long as -t) */
-	return line(r, "-", r->depth, "", name, "();");
+	return line(r, "-", r->depth, "", name, call_text(post, sizeof(post), args, ";"));
 }
 
-static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts)
+static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, const char *ret)
 {
 	size_t d = r->depth;
 	int err = 0;
@@ -288,7 +336,65 @@ static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts
 		d--;
 	while (!err && r->depth > d) /* left without their exit: longjmp, exception */
 		err = leave(p, r, ts, "(unwound)");
-	return err ? err : leave(p, r, ts, NULL);
+	return err ? err : leave_ret(p, r, ts, NULL, ret);
+}
+
+/* The name of the function at exactly @addr, for a p argument. */
+static const char *addr_name(uint64_t addr, void *arg)
+{
+	const struct pki_trace_sym *s = pki_trace_file_sym(arg, addr);
+
+	return s ? s->name : NULL;
+}
+
+/* Show the event @e of @r, with what its DATA held. */
+static int settle(struct replay *p, struct rthread *r)
+{
+	struct pending *e = r->pend;
+	char *args = NULL, ret[CLI_ARGS_TEXT];
+	int err;
+
+	if (!e || !e->on)
+		return 0;
+	e->on = false;
+	if (e->kind == PKI_EV_EXIT) {
+		cli_args_text(p->f, e->spec, e->v, true, ret, sizeof(ret), addr_name);
+		return exit_of(p, r, e->fn, e->ts, *ret ? ret : NULL);
+	}
+	args = malloc(CLI_ARGS_TEXT);
+	if (!args)
+		return -ENOMEM;
+	cli_args_text(p->f, e->spec, e->v, false, args, CLI_ARGS_TEXT, addr_name);
+	if (e->kind == PKI_EV_CALL) {
+		err = instant(p, r, e->fn, e->ts, args);
+		free(args);
+		return err;
+	}
+	return enter(p, r, e->fn, e->ts, args);
+}
+
+/* @fn's event of @kind at @ts carries DATA: held until they are in (settle()). */
+static int hold(struct rthread *r, const struct pki_argspec *spec, unsigned kind, uint64_t fn,
+		uint64_t ts)
+{
+	if (!r->pend && !(r->pend = malloc(sizeof(*r->pend))))
+		return -ENOMEM;
+	r->pend->on = true;
+	r->pend->kind = kind;
+	r->pend->fn = fn;
+	r->pend->ts = ts;
+	r->pend->spec = spec;
+	memset(r->pend->v, 0, sizeof(r->pend->v));
+	return 0;
+}
+
+/* A DATA event: a piece of the held event's values (else one whose event was overwritten). */
+static void data_add(struct rthread *r, const struct pki_trace_event *e)
+{
+	unsigned item = PKI_DATA_ITEM(e->word);
+
+	if (r->pend && r->pend->on && item < r->pend->spec->n)
+		pki_argval_add(&r->pend->v[item], e->word, e->ts);
 }
 
 /*
@@ -324,21 +430,35 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 	r->t = t;
 	for (size_t i = 0; i < n && !err; i++) {
 		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts;
+		unsigned kind = PKI_EV_KIND(ev[i].word);
+		const struct pki_argspec *spec;
 
-		if (PKI_EV_KIND(ev[i].word) == PKI_EV_GAP) {
+		if (PKI_EV_IS_DATA(ev[i].word)) {
+			data_add(r, &ev[i]);
+			continue;
+		}
+		err = settle(p, r);
+		if (err)
+			break;
+		if (kind == PKI_EV_GAP) {
 			err = gap(p, r, fn);
 			continue;
 		}
 		r->last = ts;
-		switch (PKI_EV_KIND(ev[i].word)) {
+		spec = p->f->nargs ? pki_trace_file_args(p->f, fn) : NULL;
+		if (spec && (kind == PKI_EV_EXIT ? spec->ret : spec->n > spec->ret)) {
+			err = hold(r, spec, kind, fn, ts);
+			continue;
+		}
+		switch (kind) {
 		case PKI_EV_ENTRY:
-			err = enter(p, r, fn, ts);
+			err = enter(p, r, fn, ts, NULL);
 			break;
 		case PKI_EV_EXIT:
-			err = exit_of(p, r, fn, ts);
+			err = exit_of(p, r, fn, ts, NULL);
 			break;
 		default:
-			err = instant(p, r, fn, ts);
+			err = instant(p, r, fn, ts, NULL);
 			break;
 		}
 		flush(p, r, ts);
@@ -354,10 +474,15 @@ static int finish(struct replay *p)
 	for (size_t i = 0; i < p->f->nthreads; i++) {
 		struct rthread *r = &p->th[i];
 
+		if (!err)
+			err = settle(p, r);
 		while (!err && r->depth)
 			err = leave(p, r, r->last, "(still running at the end)");
 		if (r->t)
 			flush(p, r, r->last);
+		while (r->depth) /* (an error: the frames left) */
+			free(r->st[--r->depth].args);
+		free(r->pend);
 		free(r->st);
 		free(r->sh);
 		free(r->text);

@@ -29,6 +29,7 @@
 #include "attach_run.h"
 #include "cli.h"
 #include "sym/demangle.h"
+#include "trace/argspec.h"
 #include "trace/reader.h"
 
 #define TRACE_FAIL 125
@@ -47,6 +48,18 @@ static const char usage[] =
     "                        later with dlopen(), so a GLOB that matches nothing\n"
     "                        at start is only reported after the run\n"
     "  -N, --notrace GLOB    do not trace the functions matching GLOB (repeat)\n"
+    "  -A, --argument GLOB@SPEC  record the arguments SPEC names at each call of\n"
+    "                        the traced functions matching GLOB (repeat), in\n"
+    "                        uftrace's syntax: items argN (integer or pointer\n"
+    "                        argument N from 1), fparg N (floating-point), retval,\n"
+    "                        each with /FORMAT[SIZE] (d i u x o: integers of 8 16\n"
+    "                        32 64 bits, c char, s C string, S std::string, p code\n"
+    "                        address, f float or double) and %LOCATION (rdi..r9,\n"
+    "                        xmm0..7, stack+N); e.g. -A 'parse@arg1/s,arg2/u32'.\n"
+    "                        Strings are read without ever faulting and cut at\n"
+    "                        64 bytes; replay shows 'name(args) = ret'\n"
+    "  -R, --retval GLOB[@SPEC]  record the return value (retval/FORMAT; default\n"
+    "                        d) of the traced functions matching GLOB\n"
     "  -p, --pid PID         attach to the running process PID instead of starting\n"
     "                        PROG: its functions are hooked while it runs, and\n"
     "                        taken off again on Ctrl-C, SIGTERM or SIGHUP, at the\n"
@@ -413,6 +426,8 @@ static int abs_path(const char *path, char *out, size_t n)
 /* What the command line asks for; PROG is argv[prog]. */
 struct trace_opts {
 	struct cli_globs f, n; /* -f, -N */
+	struct cli_globs args; /* -A, -R: "GLOB@SPEC" */
+	bool retval;	       /* one of them records a return value */
 	const char *output, *buffer, *trigger; /* buffer: -b EVENTS */
 	char ring_events[24];		       /* --ring SIZE, in events, for the agent */
 	char max_bytes[24];		       /* --max-size SIZE, in bytes; "" without */
@@ -438,6 +453,33 @@ enum {
 	O_FORCE,
 	O_DURATION,
 };
+
+/*
+ * -A GLOB@SPEC, -R GLOB[@SPEC] (retval/d without a spec): checked here, so
+ * that the agent only meets specs it can parse.  False after a usage error.
+ */
+static bool trace_opt_args(struct trace_opts *o, int c, char *arg, int argc)
+{
+	struct pki_argspec spec = {0};
+	char *at = strrchr(arg, '@'), why[200];
+
+	if (c == 'R' && !at && *arg && asprintf(&arg, "%s@retval", arg) < 0)
+		return cli_error("trace: out of memory"), false;
+	at = strrchr(arg, '@');
+	if (!at || at == arg || strchr(arg, '\n'))
+		return cli_usage_error("trace: -%c '%s': GLOB@SPEC expected (e.g. %s)", c, arg,
+				       c == 'A' ? "'parse@arg1/d,arg2/s'" : "'parse@retval/x'"),
+		       false;
+	if (pki_argspec_parse(at + 1, &spec, why, sizeof(why)))
+		return cli_usage_error("trace: -%c '%s': %s", c, arg, why), false;
+	if (c == 'R' && (spec.n != 1 || !spec.ret))
+		return cli_usage_error("trace: -R '%s': the return value only (retval[/FMT]); "
+				       "arguments go to -A",
+				       arg),
+		       false;
+	o->retval |= spec.ret;
+	return cli_globs_add(&o->args, "trace", c, arg, argc);
+}
 
 /* The flags (options without an argument) into @o. */
 static void trace_opt_flag(struct trace_opts *o, int c)
@@ -500,6 +542,10 @@ static bool trace_opts_check(struct trace_opts *o, int argc, char **argv)
 	if (o->ring && o->drop)
 		return cli_usage_error("trace: --ring never waits: --drop means nothing there"),
 		       false;
+	if (o->retval && o->entry_only)
+		return cli_usage_error("trace: a return value (-R, retval) needs the exits: not "
+				       "with --entry-only"),
+		       false;
 	o->prog = optind;
 	return true;
 }
@@ -534,6 +580,8 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	static const struct option opts[] = {
 	    {"function", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
+	    {"argument", required_argument, NULL, 'A'},
+	    {"retval", required_argument, NULL, 'R'},
 	    {"output", required_argument, NULL, 'o'},
 	    {"no-children", no_argument, NULL, O_NO_CHILDREN},
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
@@ -559,7 +607,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	optind = 1;
 	opterr = 0;
 	/* '+': stop at PROG, so its own options are never ours. */
-	while ((c = getopt_long(argc, argv, "+f:N:o:b:p:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+f:N:A:R:o:b:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (!attach_opt_pid("trace", optarg, &o->pid))
@@ -572,6 +620,11 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 		case 'f':
 		case 'N':
 			if (!cli_globs_add(c == 'f' ? &o->f : &o->n, "trace", c, optarg, argc))
+				return false;
+			break;
+		case 'A':
+		case 'R':
+			if (!trace_opt_args(o, c, optarg, argc))
 				return false;
 			break;
 		case 'o':
@@ -604,7 +657,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			*status = 0;
 			return false;
 		case '?':
-			return cli_bad_option("trace", "+f:N:o:b:p:h", opts, argv), false;
+			return cli_bad_option("trace", "+f:N:A:R:o:b:p:h", opts, argv), false;
 		default:
 			trace_opt_flag(o, c);
 		}
@@ -613,16 +666,20 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 }
 
 /*
- * The agent's settings (agent.h) into @env, NULL-terminated (29 entries at
- * most).  @funcs, @notrace: the joined globs, or NULL for none.
+ * The agent's settings (agent.h) into @env, NULL-terminated (31 entries at
+ * most).  @funcs, @notrace, @args: the joined globs and specs, or NULL for none.
  */
 static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
-			    const char *funcs, const char *notrace)
+			    const char *funcs, const char *notrace, const char *args)
 {
 	int ne = 0;
 
 	env[ne++] = PK_ENV_TRACE;
 	env[ne++] = file;
+	if (args) {
+		env[ne++] = PK_ENV_TRACE_ARGS;
+		env[ne++] = args;
+	}
 	if (funcs) {
 		env[ne++] = PK_ENV_TRACE_FUNCS;
 		env[ne++] = funcs;
@@ -697,10 +754,10 @@ int cmd_trace(int argc, char **argv)
 {
 	struct trace_opts o = {.output = "probekit.trace", .children = true, .relocate = -1};
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
-	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace;
+	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace, *args;
 	bool *fmatched = NULL;
 	struct trace_ctx ctx = {0};
-	const char *env[32];
+	const char *env[34];
 	int err, ret;
 
 	if (!trace_opts_parse(&o, argc, argv, &ret))
@@ -728,13 +785,14 @@ int cmd_trace(int argc, char **argv)
 	ctx.start = time(NULL) - 1; /* mtime has 1 s granularity on some file systems */
 	funcs = cli_join_lines(o.f.v, o.f.n);
 	notrace = cli_join_lines(o.n.v, o.n.n);
+	args = cli_join_lines(o.args.v, o.args.n);
 	fmatched = calloc((size_t)o.f.n + 1, sizeof(*fmatched));
-	if ((o.f.n && !funcs) || (o.n.n && !notrace) || !fmatched) {
+	if ((o.f.n && !funcs) || (o.n.n && !notrace) || (o.args.n && !args) || !fmatched) {
 		cli_error("out of memory");
 		ret = TRACE_FAIL;
 		goto out;
 	}
-	trace_env_build(env, &o, ctx.file, funcs, notrace);
+	trace_env_build(env, &o, ctx.file, funcs, notrace, args);
 	r.path = path;
 	r.argv = argv + o.prog;
 	r.agent = agent;
@@ -753,6 +811,7 @@ int cmd_trace(int argc, char **argv)
 	previous_settle(&ctx, false, false); /* if PROG never ran: on_ended() was not called */
 out:
 	free(fmatched);
+	free(args);
 	free(notrace);
 	free(funcs);
 	return ret;

@@ -66,10 +66,19 @@ START_TEST(any_values_come_back)
 			uint64_t fn = round % 2 ? fns[rnd() % 6] : rnd() & PKI_EV_FN_MAX;
 			unsigned kind = (unsigned)(rnd() & 3);
 
-			if (kind == PKI_EV_GAP && !fn)
-				fn = 1;
+			if (kind == PKI_EV_GAP)
+				fn = (fn & ((PKI_EV_DATA_BIT >> 2) - 1)) |
+				     1; /* a count: bit 63 is DATA's */
 			in[i].ts = round % 3 ? rnd() : (uint64_t)i * 100 - (rnd() & 255);
 			in[i].word = PKI_EV_WORD(fn, kind);
+			if (kind == PKI_EV_GAP && rnd() % 2) { /* a DATA: any payload, any length */
+				unsigned len = (unsigned)(rnd() % 9);
+
+				in[i].word =
+				    PKI_EV_DATA_WORD(rnd() & 255, len, rnd() & PKI_DATA_FLAGS);
+				if (rnd() % 2 && len < 8) /* a string's piece: only its bytes */
+					in[i].ts &= len ? ~0ull >> (64 - 8 * len) : 0;
+			}
 		}
 		roundtrip(N, round % 2 ? 0 : UINT64_MAX);
 		roundtrip(1, rnd());
@@ -176,6 +185,35 @@ START_TEST(the_documented_example)
 }
 END_TEST
 
+/*
+ * DATA events keep the times around them intact and pack small: an entry
+ * of add(2, -3) with both integers, then a string's two pieces ("abcdefghij"),
+ * then the exit: the integers take 4 bytes each, the pieces 11 and 5, and
+ * the exit's time counts from the entry's, not from a payload.
+ */
+START_TEST(data_events_pack_small)
+{
+	static const char str[] = "abcdefghij";
+	uint64_t piece[2] = {0, 0};
+	size_t len;
+
+	memcpy(piece, str, 8);
+	memcpy(&piece[1], str + 8, 2);
+	in[0] = (struct pki_trace_event){1000, PKI_EV_WORD(0x401000, PKI_EV_ENTRY)};
+	in[1] = (struct pki_trace_event){2, PKI_EV_DATA_WORD(0, 8, 0)};
+	in[2] = (struct pki_trace_event){(uint64_t)-3, PKI_EV_DATA_WORD(1, 8, 0)};
+	in[3] = (struct pki_trace_event){piece[0], PKI_EV_DATA_WORD(2, 8, PKI_DATA_MORE)};
+	in[4] = (struct pki_trace_event){piece[1], PKI_EV_DATA_WORD(2, 2, 0)};
+	in[5] = (struct pki_trace_event){1100, PKI_EV_WORD(0x401000, PKI_EV_EXIT)};
+	len = pack(6, 1000);
+	/* entry 1+4+1; ints tag, item and length (2), value (1); pieces 1+2+8, 1+2+2; exit 1+2 */
+	ck_assert_uint_eq(len, 6 + 4 + 4 + 11 + 5 + 3);
+	roundtrip(6, 1000);
+	for (size_t i = 0; i < 6; i++)
+		ck_assert_int_eq(PKI_EV_IS_DATA(out[i].word), i >= 1 && i <= 4);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("pack");
@@ -185,6 +223,7 @@ int main(void)
 	tcase_add_test(tc, a_programs_events_are_small);
 	tcase_add_test(tc, bad_bytes_refused);
 	tcase_add_test(tc, the_documented_example);
+	tcase_add_test(tc, data_events_pack_small);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -6,11 +6,11 @@
  * (store.h), the patching protocols and their contract with the batch
  * layer (x86_64/poke.h, arch/poke.h), trampolines (tramp.h), return-address
  * tracking (callret.h), debug-register facts (hwbp.h), decoding
- * (decode.h), prologue relocation (reloc.h), code run in
- * another process's thread under ptrace (remote.h), the timestamp counter (tsc.h),
- * CRC32C (crc32c.h) and vector-register safety (vecsafe.h).  Only x86-64
- * exists: everything lives under src/arch/x86_64/, which nothing outside
- * src/arch/ includes.
+ * (decode.h), reading a hooked call's arguments (fetch.h), prologue
+ * relocation (reloc.h), code run in another process's thread under ptrace
+ * (remote.h), the timestamp counter (tsc.h), CRC32C (crc32c.h) and
+ * vector-register safety (vecsafe.h).  Only x86-64 exists: everything
+ * lives under src/arch/x86_64/, which nothing outside src/arch/ includes.
  */
 #ifndef PK_ARCH_ARCH_H
 #define PK_ARCH_ARCH_H
@@ -20,6 +20,7 @@
 #include "arch/x86_64/callret.h"
 #include "arch/x86_64/crc32c.h"
 #include "arch/x86_64/decode.h"
+#include "arch/x86_64/fetch.h"
 #include "arch/x86_64/hwbp.h"
 #include "arch/x86_64/insn.h"
 #include "arch/x86_64/poke.h"

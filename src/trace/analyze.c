@@ -137,6 +137,8 @@ static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts, a;
 		size_t d;
 
+		if (PKI_EV_IS_DATA(ev[i].word))
+			continue; /* an argument's value, not a time */
 		if (PKI_EV_KIND(ev[i].word) == PKI_EV_GAP) {
 			/* Overwritten events: what was open ends at the last one seen. */
 			while (!err && r->depth)

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "trace/argcap.h"
 #include "trace/fgraph.h"
 #include "trace/fnstats.h"
 #include "trace/trace.h"
@@ -230,7 +231,17 @@ void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void
  * abandoned frames or in another context.  The exit runs before depth
  * shrinks: after that a signal handler may reuse the entry's place.
  */
-static inline unsigned long exit_frame(unsigned long sp, void *regs)
+/* The EXIT event of @e, which returns @ax / @x0, with the return value its spec asks for. */
+static void exit_args(const struct pki_fgraph_ent *e, unsigned long ax, unsigned long x0)
+{
+	struct pki_trace_event d[PKI_DATA_MAX];
+	unsigned n = pki_argcap_ret((const struct pki_argspec *)(uintptr_t)e->args, ax, x0, d);
+
+	pki_trace_record_n(e->fn, PKI_EV_EXIT, pki_trace_now(), d, n);
+}
+
+static inline unsigned long exit_frame(unsigned long sp, void *regs, unsigned long ax,
+				       unsigned long x0)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
 	unsigned long slot = sp - 8, ret;
@@ -242,6 +253,8 @@ static inline unsigned long exit_frame(unsigned long sp, void *regs)
 		ret = e->ret;
 		if (e->probe) /* (no clock read: a probe's exit has no use for it) */
 			pki_fgraph_probe_exit(e, regs);
+		else if (__builtin_expect(e->args && !pki_fgraph_timed, 0))
+			exit_args(e, ax, x0);
 		else
 			exit_account(e->fn, e->ts, e->child, pki_trace_now(), caller_of(t, d - 1));
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -254,14 +267,14 @@ static inline unsigned long exit_frame(unsigned long sp, void *regs)
 	return ret;
 }
 
-unsigned long pki_fgraph_exit(unsigned long sp)
+unsigned long pki_fgraph_exit(unsigned long sp, unsigned long ax, unsigned long x0)
 {
-	return exit_frame(sp, NULL);
+	return exit_frame(sp, NULL, ax, x0);
 }
 
 unsigned long pki_fgraph_exit_regs(unsigned long sp, void *regs)
 {
-	return exit_frame(sp, regs);
+	return exit_frame(sp, regs, 0, 0);
 }
 
 void pki_fgraph_own(struct pki_fgraph_ent *st)

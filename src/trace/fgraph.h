@@ -70,6 +70,7 @@
 #include <stdint.h>
 
 #include "arch/arch.h"
+#include "trace/argspec.h"
 #include "trace/trace.h"
 
 /*
@@ -97,6 +98,9 @@ struct pki_fgraph_ent {
 		struct {
 			uint64_t ts,
 			    child; /* timed (pki_fgraph_timed): entry time, callees' time */
+			/* a traced frame's struct pki_argspec whose return value its exit
+			 * records (pki_fgraph_enter_args), or 0 */
+			uint64_t args;
 		};
 		uint64_t w[PKI_FGRAPH_WORDS];
 	};
@@ -156,8 +160,11 @@ static inline bool pki_fgraph_is_tramp(unsigned long addr)
 	return addr == (unsigned long)pki_rettramp || addr == (unsigned long)pki_rettramp_regs;
 }
 
-/* Called by the trampolines: the exit, pop, where to go.  @regs: pk_ret, or NULL. */
-unsigned long pki_fgraph_exit(unsigned long sp);
+/*
+ * Called by the trampolines: the exit, pop, where to go.  @regs: pk_ret, or
+ * NULL; @ax, @x0: rax and xmm0's low 8 bytes as the function left them.
+ */
+unsigned long pki_fgraph_exit(unsigned long sp, unsigned long ax, unsigned long x0);
 unsigned long pki_fgraph_exit_regs(unsigned long sp, void *regs);
 
 /*
@@ -281,6 +288,7 @@ static inline struct pki_fgraph_ent *pki_fgraph_push(uint64_t fn, uint64_t probe
 	e->probe = probe;
 	e->ts = 0; /* untimed: a timed exit only counts it (a trace's frame returning under top) */
 	e->child = 0;
+	e->args = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	return e;
 }
@@ -310,6 +318,24 @@ static inline void pki_fgraph_enter(uint64_t fn, unsigned long *slot)
 	else if (pki_fgraph_tls.cap || !pki_fgraph_tls.st)
 		pki_trace_count_lost(); /* this exit is not seen (past the thread's end: not asked)
 					 */
+}
+
+/*
+ * pki_fgraph_enter() for a function whose return value the trace records,
+ * as @spec's last item says (trace/argcap.h): @spec must live until no
+ * frame can return through it (the session's end).
+ */
+static inline void pki_fgraph_enter_args(uint64_t fn, unsigned long *slot,
+					 const struct pki_argspec *spec)
+{
+	struct pki_fgraph_ent *e = pki_fgraph_push(fn, 0, slot);
+
+	if (__builtin_expect(e != NULL, 1)) {
+		e->args = (uint64_t)(uintptr_t)spec;
+		pki_fgraph_arm(e);
+	} else if (pki_fgraph_tls.cap || !pki_fgraph_tls.st) {
+		pki_trace_count_lost();
+	}
 }
 
 /*

@@ -20,8 +20,8 @@
 #define PKI_TRACE_MAGIC		"PKTRACE" /* 7 chars + NUL = 8 bytes */
 #define PKI_TRACE_VERSION_MAJOR 1	  /* readers refuse other majors */
 #define PKI_TRACE_VERSION_MINOR                                                                    \
-	6 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,     \
-	     5: END at a detach, 6: PACKED) */
+	7 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,              \
+	     5: END at a detach, 6: PACKED, 7: ARGS, DATA events) */
 #define PKI_TRACE_MAX_RECORD (64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING 4096u
 
@@ -51,6 +51,7 @@ enum pki_trace_rec {
 	PKI_REC_TRIGGER = 9, /* since 1.3 */
 	PKI_REC_LOSSES = 10, /* since 1.4 */
 	PKI_REC_PACKED = 11, /* since 1.6 */
+	PKI_REC_ARGS = 12,   /* since 1.7 */
 };
 
 enum pki_trace_clock {
@@ -114,6 +115,30 @@ struct pki_trace_event {
 #define PKI_EV_WORD(fn, kind) (((uint64_t)(fn) << 2) | (kind))
 #define PKI_EV_FN_MAX	      (UINT64_MAX >> 2)
 
+/*
+ * Since 1.7: a DATA event carries 8 bytes of a value the event before it
+ * captured (an argument at an ENTRY or CALL, the return value at an EXIT):
+ * kind 3 with bit 63 set, which no GAP has (its count stays below 2^61).
+ * Its ts field is the payload, not a time.  The word says which item of
+ * the function's ARGS record the bytes belong to, how many of the 8 are
+ * meant, and whether more DATA of the same item follow (a string is cut
+ * into 8-byte pieces).  The DATA of one event follow it at once, in the
+ * order of the items; a thread records them with the event, as one.
+ */
+#define PKI_EV_DATA_BIT	   (1ull << 63)
+#define PKI_EV_IS_DATA(w)  (((w)&PKI_EV_DATA_BIT) && PKI_EV_KIND(w) == PKI_EV_GAP)
+#define PKI_DATA_ITEM(w)   ((unsigned)((w) >> 2) & 0xffu) /* the item, from 0 */
+#define PKI_DATA_LEN(w)	   ((unsigned)((w) >> 10) & 0xfu) /* payload bytes meant, 0..8 */
+#define PKI_DATA_MORE	   (1ull << 14)			  /* the item goes on in the next DATA */
+#define PKI_DATA_FAULT	   (1ull << 15) /* could not be read: the payload is the address */
+#define PKI_DATA_CUT	   (1ull << 16) /* a string longer than the limit, cut there */
+#define PKI_DATA_FLAGS	   (PKI_DATA_MORE | PKI_DATA_FAULT | PKI_DATA_CUT)
+#define PKI_DATA_ITEMS_MAX 64u /* items an ARGS record may name */
+#define PKI_DATA_MAX	   48u /* DATA events one event may carry */
+#define PKI_EV_DATA_WORD(item, len, flags)                                                         \
+	(PKI_EV_DATA_BIT | (uint64_t)(flags) | (uint64_t)(len) << 10 | (uint64_t)(item) << 2 |     \
+	 PKI_EV_GAP)
+
 struct pki_rec_events {
 	uint32_t tsn;
 	uint32_t count; /* len == 8 + 16 * count */
@@ -132,6 +157,20 @@ struct pki_rec_packed {
 	uint32_t count;
 	uint64_t base_ts; /* the first event's ts counts from it */
 	uint8_t data[];
+};
+
+/*
+ * Since 1.7: what the DATA events after an event of @fn hold, in the
+ * argument spec syntax of `probekit trace -A` (trace/argspec.h): the items,
+ * comma-separated, in the order of their DATA ("arg1/d,arg2/s,retval/x").
+ * Written before the function's first event; a later one for the same fn
+ * replaces it.
+ */
+struct pki_rec_args {
+	uint64_t fn;
+	uint32_t spec_len;
+	uint32_t reserved;
+	char spec[];
 };
 
 /*

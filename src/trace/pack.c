@@ -11,6 +11,8 @@
 #define TAG_LITERAL	 4u
 #define TAG_SLOT_SHIFT	 3
 #define LEB_MAX_BYTES	 10u
+#define TAG_DATA_LEB	 PKI_EV_GAP /* a DATA event, its payload a LEB128 */
+#define TAG_DATA_RAW	 (PKI_EV_GAP | 1u << TAG_SLOT_SHIFT) /* ... its payload's meant bytes */
 
 static inline uint64_t zigzag(uint64_t d)
 {
@@ -69,12 +71,45 @@ void pki_pack_begin(struct pki_pack *pk, uint64_t base_ts)
 	pk->last_ts = base_ts;
 }
 
+static inline unsigned leb_len(uint64_t v)
+{
+	unsigned n = 1;
+
+	while (v >= 0x80) {
+		v >>= 7;
+		n++;
+	}
+	return n;
+}
+
+/* A DATA event: its word's item, length and flags, then its payload; the times go on around it. */
+static uint8_t *pack_data(uint8_t *p, const struct pki_trace_event *e)
+{
+	unsigned len = PKI_DATA_LEN(e->word);
+	uint64_t v = e->ts, z = zigzag(v);
+
+	if (len < 8 ? !(v >> (8 * len)) : leb_len(z) > 8) {
+		*p++ = (uint8_t)TAG_DATA_RAW;
+		p = leb_put(p, (e->word & ~PKI_EV_DATA_BIT) >> 2);
+		for (unsigned k = 0; k < len; k++)
+			*p++ = (uint8_t)(v >> (8 * k));
+		return p;
+	}
+	*p++ = (uint8_t)TAG_DATA_LEB;
+	p = leb_put(p, (e->word & ~PKI_EV_DATA_BIT) >> 2);
+	return leb_put(p, z);
+}
+
 size_t pki_pack_events(struct pki_pack *pk, uint8_t *out, const struct pki_trace_event *ev,
 		       size_t n)
 {
 	uint8_t *p = out;
 
 	for (size_t i = 0; i < n; i++) {
+		if (PKI_EV_IS_DATA(ev[i].word)) {
+			p = pack_data(p, &ev[i]);
+			continue;
+		}
 		uint64_t fn = PKI_EV_FN(ev[i].word);
 		unsigned kind = PKI_EV_KIND(ev[i].word), s = slot_of(fn);
 
@@ -94,6 +129,33 @@ size_t pki_pack_events(struct pki_pack *pk, uint8_t *out, const struct pki_trace
 	return (size_t)(p - out);
 }
 
+/* The DATA event whose tag @tag was just read (pack_data()): 0, or -1 if malformed. */
+static int unpack_data(unsigned tag, const uint8_t **p, const uint8_t *end,
+		       struct pki_trace_event *out)
+{
+	uint64_t meta, v = 0;
+	unsigned len;
+
+	if (leb_get(p, end, &meta) || meta >> 61)
+		return -1;
+	out->word = PKI_EV_DATA_BIT | meta << 2 | PKI_EV_GAP;
+	len = PKI_DATA_LEN(out->word);
+	if (len > 8)
+		return -1;
+	if (tag == TAG_DATA_LEB) {
+		if (leb_get(p, end, &v))
+			return -1;
+		out->ts = unzigzag(v);
+		return 0;
+	}
+	if ((size_t)(end - *p) < len)
+		return -1;
+	for (unsigned k = 0; k < len; k++)
+		v |= (uint64_t) * (*p)++ << (8 * k);
+	out->ts = v;
+	return 0;
+}
+
 int pki_unpack_events(const uint8_t *in, size_t len, uint64_t base_ts, struct pki_trace_event *out,
 		      uint32_t count)
 {
@@ -110,6 +172,11 @@ int pki_unpack_events(const uint8_t *in, size_t len, uint64_t base_ts, struct pk
 		tag = *p++;
 		kind = tag & 3u;
 		s = tag >> TAG_SLOT_SHIFT;
+		if (tag == TAG_DATA_LEB || tag == TAG_DATA_RAW) {
+			if (unpack_data(tag, &p, end, &out[i]))
+				return -1;
+			continue;
+		}
 		if (tag & TAG_LITERAL) {
 			if (leb_get(&p, end, &v))
 				return -1;

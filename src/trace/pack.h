@@ -17,6 +17,12 @@
  *   ts      zigzag LEB128 of ts minus the previous event's ts (the
  *           record's base_ts before the first)
  *
+ * A DATA event (since 1.7) is a tag of kind 3 without bit 2 (no GAP has
+ * one): tag 3, then LEB128 of its word's bits 2-62 (item, length, flags),
+ * then zigzag LEB128 of its payload; or tag 11, the same word, then its
+ * payload's meant bytes (PKI_DATA_LEN), little-endian, the rest zero.  It
+ * changes neither the base fn nor the previous ts.
+ *
  * The table and both "previous" values start afresh in every record, so a
  * record decodes alone.  Which slot the writer picks is its own business
  * (a hash of fn); the reader only follows the tags.

@@ -107,8 +107,8 @@ struct parser {
 	bool any_ts;	   /* f->origin holds a timestamp */
 	uint32_t *tsn_idx; /* tsn -> index + 1 into f->threads */
 	uint32_t tsn_cap;
-	size_t syms_cap, objs_cap, threads_cap;
-	struct pki_idxmap sym_idx, obj_idx; /* fn / id -> index + 1 */
+	size_t syms_cap, objs_cap, threads_cap, args_cap;
+	struct pki_idxmap sym_idx, obj_idx, args_idx; /* fn / id -> index + 1 */
 	struct pki_trace_event *unpacked;   /* a PACKED record's events */
 	size_t unpacked_cap;
 };
@@ -132,8 +132,8 @@ __attribute__((format(printf, 3, 4))) static int fail(struct parser *p, uint64_t
 static const char *rec_name(uint32_t type)
 {
 	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL", "THREAD",
-					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER", "LOSSES",
-					    "PACKED"};
+					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER",
+					    "LOSSES", "PACKED", "ARGS"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -288,6 +288,47 @@ nomem:
 	return -ENOMEM;
 }
 
+static int rec_args(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
+{
+	struct pki_trace_file *f = p->f;
+	struct pki_argspec spec = {0};
+	struct pki_trace_args *arr;
+	struct pki_rec_args a;
+	char why[160], *text;
+	uint64_t *slot;
+	int err;
+
+	if (len < sizeof(a))
+		return fail(p, off, "ARGS record too short (%u bytes)", len);
+	memcpy(&a, d, sizeof(a));
+	if (check_str(p, off, PKI_REC_ARGS, len, sizeof(a), a.spec_len))
+		return -EINVAL;
+	if (a.fn > PKI_EV_FN_MAX)
+		return fail(p, off, "ARGS: function value %#llx out of range",
+			    (unsigned long long)a.fn);
+	text = dupstr(d + sizeof(a), a.spec_len);
+	if (!text)
+		return -ENOMEM;
+	err = pki_argspec_parse(text, &spec, why, sizeof(why));
+	free(text);
+	if (err)
+		return fail(p, off, "ARGS of %#llx: %s", (unsigned long long)a.fn, why);
+	slot = pki_idxmap_slot(&p->args_idx, a.fn, 0);
+	if (!slot)
+		return -ENOMEM;
+	if (!*slot) {
+		arr = grow(f->args, &p->args_cap, f->nargs + 1, sizeof(*arr));
+		if (!arr)
+			return -ENOMEM;
+		f->args = arr;
+		f->args[f->nargs++].fn = a.fn;
+		*slot = f->nargs;
+		p->args_idx.n++;
+	}
+	f->args[*slot - 1].spec = spec;
+	return 0;
+}
+
 static int rec_thread(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
 {
 	struct pki_trace_file *f = p->f;
@@ -408,7 +449,7 @@ static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8
 	const struct pki_trace_event *evs;
 	struct pki_trace_thread *t;
 	struct pki_trace_event e;
-	uint32_t i, tsn, count, gaps = 0;
+	uint32_t i, tsn, count, gaps = 0, data = 0;
 	char why[96];
 	int err;
 
@@ -428,6 +469,14 @@ static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8
 
 		memcpy(&e, &evs[i], sizeof(e));
 		kind = PKI_EV_KIND(e.word);
+		if (PKI_EV_IS_DATA(e.word)) {
+			if (f->version_minor < 7 || PKI_DATA_LEN(e.word) > 8 ||
+			    (e.word & ~PKI_EV_DATA_BIT) >> 17)
+				return fail(p, off,
+					    "%s: event %u is no valid DATA in a version %u.%u file",
+					    rec_name(type), i, f->version_major, f->version_minor);
+			continue;
+		}
 		if (kind == PKI_EV_GAP && (f->version_minor < 3 || !PKI_EV_FN(e.word)))
 			return fail(p, off, "%s: event %u is a GAP of %llu events in a version %u.%u file",
 				    rec_name(type), i, (unsigned long long)PKI_EV_FN(e.word),
@@ -443,6 +492,10 @@ static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8
 	}
 	for (i = 0; i < count; i++) {
 		memcpy(&e, &evs[i], sizeof(e));
+		if (PKI_EV_IS_DATA(e.word)) {
+			data++;
+			continue; /* a value, not a time */
+		}
 		if (PKI_EV_KIND(e.word) == PKI_EV_GAP) {
 			t->overwritten += PKI_EV_FN(e.word);
 			t->ngaps++;
@@ -456,7 +509,8 @@ static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8
 		}
 	}
 	t->nev += count;
-	f->nevents += count - gaps; /* the program's events: GAPs are markers */
+	f->nevents += count - gaps - data; /* the program's events: GAPs are markers */
+	f->ndata += data;
 	return 0;
 }
 
@@ -491,9 +545,10 @@ static int rec_end(struct parser *p, uint64_t off, const uint8_t *d, uint32_t le
 	     (f->end.reason == PKI_END_DETACH && f->version_minor < 5)) &&
 	    f->version_minor <= PKI_TRACE_VERSION_MINOR)
 		return fail(p, off, "END: unknown reason %u", f->end.reason);
-	if (f->end.recorded != f->nevents)
+	if (f->end.recorded != f->nevents + f->ndata) /* (its count has the DATA too) */
 		return fail(p, off, "END says %llu events were written, the file holds %llu",
-			    (unsigned long long)f->end.recorded, (unsigned long long)f->nevents);
+			    (unsigned long long)f->end.recorded,
+			    (unsigned long long)(f->nevents + f->ndata));
 	f->complete = true;
 	return 0;
 }
@@ -678,6 +733,11 @@ static int record_apply(struct parser *p, uint64_t off, const struct pki_trace_f
 			return fail(p, off, "TRIGGER record in a version %u.%u file",
 				    f->version_major, f->version_minor);
 		return rec_trigger(p, off, d, fr->len);
+	case PKI_REC_ARGS:
+		if (f->version_minor < 7)
+			return fail(p, off, "ARGS record in a version %u.%u file", f->version_major,
+				    f->version_minor);
+		return rec_args(p, off, d, fr->len);
 	case PKI_REC_LOSSES:
 		if (f->version_minor < 4)
 			return fail(p, off, "LOSSES record in a version %u.%u file",
@@ -789,6 +849,14 @@ static uint64_t refined_rate(const struct pki_trace_file *f)
 	return (uint64_t)r;
 }
 
+static int args_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct pki_trace_args *)a)->fn,
+		 y = ((const struct pki_trace_args *)b)->fn;
+
+	return x < y ? -1 : x > y;
+}
+
 static void finish(struct pki_trace_file *f, bool any_ts)
 {
 	size_t i;
@@ -798,6 +866,8 @@ static void finish(struct pki_trace_file *f, bool any_ts)
 		qsort(f->syms, f->nsyms, sizeof(*f->syms), sym_cmp);
 	if (f->nobjs)
 		qsort(f->objs, f->nobjs, sizeof(*f->objs), obj_cmp);
+	if (f->nargs)
+		qsort(f->args, f->nargs, sizeof(*f->args), args_cmp);
 	if (f->nthreads)
 		qsort(f->threads, f->nthreads, sizeof(*f->threads), thread_cmp);
 	f->lost = f->complete ? f->end.late_lost : 0;
@@ -815,6 +885,7 @@ static void parser_free(struct parser *p)
 	free(p->unpacked);
 	pki_idxmap_free(&p->sym_idx);
 	pki_idxmap_free(&p->obj_idx);
+	pki_idxmap_free(&p->args_idx);
 }
 
 /* Parse from @p->s (set up by the caller).  NULL + errno on fatal errors. */
@@ -1051,6 +1122,7 @@ void pki_trace_file_free(struct pki_trace_file *f)
 	}
 	free(f->syms);
 	free(f->objs);
+	free(f->args);
 	free(f->threads);
 	free(f->program);
 	if (f->fd >= 0)
@@ -1068,6 +1140,23 @@ const struct pki_trace_sym *pki_trace_file_sym(const struct pki_trace_file *f, u
 		if (f->syms[mid].fn == fn)
 			return &f->syms[mid];
 		if (f->syms[mid].fn < fn)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+const struct pki_argspec *pki_trace_file_args(const struct pki_trace_file *f, uint64_t fn)
+{
+	size_t lo = 0, hi = f->nargs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (f->args[mid].fn == fn)
+			return &f->args[mid].spec;
+		if (f->args[mid].fn < fn)
 			lo = mid + 1;
 		else
 			hi = mid;

@@ -26,12 +26,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trace/argspec.h"
 #include "trace/format.h"
 
 struct pki_trace_sym {
 	uint64_t fn;
 	uint32_t object_id;
 	char *name;
+};
+
+/* An ARGS record (version 1.7): what the DATA after @fn's events hold. */
+struct pki_trace_args {
+	uint64_t fn;
+	struct pki_argspec spec;
 };
 
 struct pki_trace_obj {
@@ -63,12 +70,15 @@ struct pki_trace_file {
 	size_t nsyms;
 	struct pki_trace_obj *objs;
 	size_t nobjs;
+	struct pki_trace_args *args; /* sorted by fn, unique (later record wins) */
+	size_t nargs;
 	struct pki_trace_thread *threads; /* by tsn: the order threads began recording */
 	size_t nthreads;
 
 	bool complete;		    /* END record seen */
 	struct pki_rec_end end;	    /* valid if complete */
-	uint64_t nevents, nrecords; /* nevents: the program's, GAP markers not included */
+	uint64_t nevents, nrecords; /* nevents: the program's, GAP markers and DATA not included */
+	uint64_t ndata;		    /* DATA events: the values events carry (version 1.7) */
 	/* TRIGGER records (version 1.3): a flight recorder's snapshots */
 	uint32_t ntriggers;
 	uint32_t triggers_by[PKI_TRIGGER_CALL + 1]; /* how many of each why */
@@ -128,6 +138,8 @@ void pki_trace_file_free(struct pki_trace_file *f);
 
 /* The symbol of @fn, or NULL. */
 const struct pki_trace_sym *pki_trace_file_sym(const struct pki_trace_file *f, uint64_t fn);
+/* What @fn's DATA events hold, or NULL (no ARGS record for it). */
+const struct pki_argspec *pki_trace_file_args(const struct pki_trace_file *f, uint64_t fn);
 const struct pki_trace_obj *pki_trace_file_obj(const struct pki_trace_file *f, uint32_t id);
 
 /* Ticks -> ns: a duration, and a timestamp relative to f->origin. */

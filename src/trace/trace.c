@@ -1258,18 +1258,18 @@ static struct pki_trace_buf *buf_new(void)
  * buffer could be made).  Every such event is counted once, against its
  * thread.
  */
-__attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts)
+static void record_slow(const struct pki_trace_group *g)
 {
 	struct pki_trace_buf *b = pki_trace_tls;
 
 	if (b == &internal_buf)
 		return;
 	if (b == &gone_buf) {
-		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&S.late_lost, 1 + g->n, __ATOMIC_RELAXED);
 		return;
 	}
 	if (b) { /* busy: a signal handler interrupted a record of this thread */
-		__atomic_fetch_add(&b->nested_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->nested_lost, 1 + g->n, __ATOMIC_RELAXED);
 		return;
 	}
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
@@ -1279,7 +1279,7 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 		return;
 	}
 	if (tls_allocating) { /* a handler interrupted buf_new() of this thread */
-		__atomic_fetch_add(&tls_alloc_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&tls_alloc_lost, 1 + g->n, __ATOMIC_RELAXED);
 		return;
 	}
 	tls_allocating = 1;
@@ -1295,10 +1295,22 @@ __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind,
 			   __atomic_exchange_n(&tls_alloc_lost, 0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 	pki_trace_busy--;
 	if (!b) {
-		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&S.late_lost, 1 + g->n, __ATOMIC_RELAXED);
 		return;
 	}
-	pki_trace_record(fn, kind, ts);
+	pki_trace_record_n(g->fn, g->kind, g->ts, g->data, g->n);
+}
+
+__attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts)
+{
+	struct pki_trace_group g = {fn, ts, kind, 0, NULL};
+
+	record_slow(&g);
+}
+
+__attribute__((noinline)) void pki_trace_record_slow_n(const struct pki_trace_group *g)
+{
+	record_slow(g);
 }
 
 void pki_trace_count_lost(void)
@@ -1363,9 +1375,10 @@ void pki_trace_count_lost(void)
  * them wait would need a second slot reservation scheme for a window of a
  * few nanoseconds.  The drainer thread never records (internal_buf).
  */
-static bool room_free(const struct pki_trace_buf *b)
+/* Room for @n more events after the next one. */
+static bool room_free(const struct pki_trace_buf *b, unsigned n)
 {
-	return b->head - __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE) <= b->mask;
+	return b->head + n - __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE) <= b->mask;
 }
 
 static bool room_may_wait(const struct pki_trace_buf *b)
@@ -1376,15 +1389,15 @@ static bool room_may_wait(const struct pki_trace_buf *b)
 	       __atomic_load_n(&S.writer, __ATOMIC_RELAXED) != (int)b->tid;
 }
 
-/* True once @b has room; false if waiting cannot end (see above). */
-static bool room_wait(const struct pki_trace_buf *b)
+/* True once @b has room for 1 + @n events; false if waiting cannot end (see above). */
+static bool room_wait(const struct pki_trace_buf *b, unsigned n)
 {
 	uint32_t seen = 0, r;
 	uint64_t t0 = 0, now;
 	unsigned i;
 
 	for (i = 0; i < SPIN_ROOM; i++) {
-		if (room_free(b))
+		if (room_free(b, n))
 			return true;
 		if (!room_may_wait(b))
 			return false;
@@ -1394,7 +1407,7 @@ static bool room_wait(const struct pki_trace_buf *b)
 		struct timespec nap = {.tv_nsec = NAP_ROOM_NS};
 
 		r = __atomic_load_n(&S.room, __ATOMIC_SEQ_CST);
-		if (room_free(b))
+		if (room_free(b, n))
 			return true;
 		if (!room_may_wait(b))
 			return false;
@@ -1413,7 +1426,7 @@ static bool room_wait(const struct pki_trace_buf *b)
 	}
 }
 
-__attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts)
+static void record_full(const struct pki_trace_group *g)
 {
 	struct pki_trace_buf *b = pki_trace_tls;
 	int saved, r = PKI_TRACE_PUT_FULL;
@@ -1422,14 +1435,26 @@ __attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind,
 	saved = errno;
 
 	/* Full again after room was seen only if a signal handler refilled it. */
-	while (r == PKI_TRACE_PUT_FULL && room_wait(b))
-		r = pki_trace_put(b, fn, kind, ts);
+	while (r == PKI_TRACE_PUT_FULL && room_wait(b, g->n))
+		r = pki_trace_put_n(b, g->fn, g->kind, g->ts, g->data, g->n);
 	if (r == PKI_TRACE_PUT_FULL)
-		__atomic_fetch_add(&b->full_lost, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&b->full_lost, 1 + g->n, __ATOMIC_RELAXED);
 	else if (r == PKI_TRACE_PUT_SLOW)
-		pki_trace_record_slow(fn, kind, ts); /* the buffer went meanwhile */
+		record_slow(g); /* the buffer went meanwhile */
 	errno = saved;
 	pki_trace_busy--;
+}
+
+__attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts)
+{
+	struct pki_trace_group g = {fn, ts, kind, 0, NULL};
+
+	record_full(&g);
+}
+
+__attribute__((noinline)) void pki_trace_record_full_n(const struct pki_trace_group *g)
+{
+	record_full(g);
 }
 
 /* ---- the drainer thread -----------------------------------------------------
@@ -2036,6 +2061,22 @@ int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name)
 	writer_lock(&saved);
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
 		err = emit_string_rec(PKI_REC_SYMBOL, &s, sizeof(s), name, s.name_len);
+	writer_unlock_restore(&saved);
+	return err;
+}
+
+int pki_trace_args_add(uint64_t fn, const char *spec)
+{
+	struct pki_rec_args a = {.fn = fn};
+	sigset_t saved;
+	int err = -EBADF;
+
+	if (!spec || fn > PKI_EV_FN_MAX)
+		return -EINVAL;
+	a.spec_len = (uint32_t)strnlen(spec, PKI_TRACE_MAX_STRING);
+	writer_lock(&saved);
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+		err = emit_string_rec(PKI_REC_ARGS, &a, sizeof(a), spec, a.spec_len);
 	writer_unlock_restore(&saved);
 	return err;
 }

@@ -134,6 +134,13 @@ int pki_trace_flush(void);
 int pki_trace_object_add(uint32_t id, uint64_t base, const char *path);
 int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name);
 
+/*
+ * What the DATA events after @fn's events hold: an ARGS record (format.h)
+ * with @spec, in trace/argspec.h's syntax.  Write it before the first
+ * event of @fn that carries DATA.  0 or -errno, as pki_trace_symbol_add().
+ */
+int pki_trace_args_add(uint64_t fn, const char *spec);
+
 /* Many SYMBOL records at once, as many calls of pki_trace_symbol_add() would write them, in a few
  * writes (a function without a name, or beyond PKI_EV_FN_MAX, is left out). */
 struct pki_trace_symdef {
@@ -244,6 +251,13 @@ extern bool pki_trace_drop; /* the session's opts.drop */
 extern bool pki_trace_ring; /* the session's opts.ring */
 
 void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
+/* An event and its DATA (format.h), for the slow paths of pki_trace_record_n(). */
+struct pki_trace_group {
+	uint64_t fn, ts;
+	unsigned kind, n;
+	const struct pki_trace_event *data;
+};
+void pki_trace_record_slow_n(const struct pki_trace_group *g);
 
 /*
  * The caller's buffer was full (and it is not inside a record): wait for
@@ -251,6 +265,7 @@ void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
  * Async-signal-safe (atomics, clock reads, futex); errno preserved.
  */
 void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts);
+void pki_trace_record_full_n(const struct pki_trace_group *g);
 
 /*
  * Wake the drainer now: the caller's buffer just filled another half of its
@@ -309,8 +324,14 @@ enum { PKI_TRACE_PUT_OK, PKI_TRACE_PUT_FULL, PKI_TRACE_PUT_SLOW };
  *    signal handler on this thread are not lost: they wait too, or find the
  *    room first; the caller then starts over and reads head afresh.  In drop
  *    mode the event is counted here, inside busy, as it always was.
+ *  - An event with @n DATA events (@data, n <= PKI_DATA_MAX) takes
+ *    n + 1 slots, published by the one store of head: the writer sees all
+ *    of them or none, and a full buffer loses (or waits for) all of them.
+ *    A ring may overwrite the first few of them only: the reader drops
+ *    DATA that follow no event (doc/trace-format.md).
  */
-static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts)
+static inline int pki_trace_put_n(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts,
+				  const struct pki_trace_event *data, unsigned n)
 {
 	struct pki_trace_event *e;
 	uint64_t h;
@@ -320,9 +341,9 @@ static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned k
 	__atomic_store_n(&b->busy, 1, __ATOMIC_RELAXED); /* a ring's copier reads it */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	h = b->head;
-	if (__builtin_expect(h - b->cached_tail > b->mask, 0)) {
+	if (__builtin_expect(h + n - b->cached_tail > b->mask, 0)) {
 		b->cached_tail = __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE);
-		if (h - b->cached_tail > b->mask) {
+		if (h + n - b->cached_tail > b->mask) {
 			if (pki_trace_ring) {
 				/* Overwrite: the next (mask + 1) events need no look at tail. */
 				b->cached_tail = h;
@@ -334,7 +355,7 @@ static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned k
 				return PKI_TRACE_PUT_FULL;
 			}
 			/* No lock prefix: only this thread, inside busy, writes lost. */
-			__atomic_store_n(&b->lost, b->lost + 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&b->lost, b->lost + 1 + n, __ATOMIC_RELAXED);
 			goto out;
 		}
 	}
@@ -344,7 +365,12 @@ put:
 	/* Relaxed atomics, plain moves: a ring's slot may be read as it is overwritten. */
 	__atomic_store_n(&e->ts, ts, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->word, PKI_EV_WORD(fn, kind), __ATOMIC_RELAXED);
-	__atomic_store_n(&b->head, h + 1, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < n; i++) {
+		e = &b->ev[(h + 1 + i) & b->mask];
+		__atomic_store_n(&e->ts, data[i].ts, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->word, data[i].word, __ATOMIC_RELAXED);
+	}
+	__atomic_store_n(&b->head, h + 1 + n, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE); /* after head: ring_copy() relies on it */
 	/*
@@ -352,14 +378,20 @@ put:
 	 * fills its buffer faster than the drainer's period.  One predictable
 	 * branch on registers we already hold; the call is out of line, after
 	 * busy is cleared so a signal handler's records meanwhile are not lost.
+	 * (Head crossed a multiple of capacity / 2.)
 	 */
-	if (__builtin_expect(!((h + 1) & (b->mask >> 1)), 0))
+	if (__builtin_expect(((h + 1 + n) ^ h) > (b->mask >> 1), 0))
 		PKI_SLOWCALL0(pki_trace_kick); /* futex syscall via libc: may use xmm */
 	return PKI_TRACE_PUT_OK;
 out:
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE);
 	return PKI_TRACE_PUT_OK;
+}
+
+static inline int pki_trace_put(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts)
+{
+	return pki_trace_put_n(b, fn, kind, ts, NULL, 0);
 }
 
 /* Record one event of the calling thread (pki_trace_put() says how). */
@@ -373,6 +405,21 @@ static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
 		PKI_SLOWCALL3(pki_trace_record_full, fn, kind, ts); /* libc: may use xmm */
 	else
 		PKI_SLOWCALL3(pki_trace_record_slow, fn, kind, ts);
+}
+
+/* The same with @n DATA events after it (format.h), as one record. */
+static inline void pki_trace_record_n(uint64_t fn, unsigned kind, uint64_t ts,
+				      const struct pki_trace_event *data, unsigned n)
+{
+	int r = pki_trace_put_n(pki_trace_tls, fn, kind, ts, data, n);
+	struct pki_trace_group g = {fn, ts, kind, n, data};
+
+	if (__builtin_expect(r == PKI_TRACE_PUT_OK, 1))
+		return;
+	if (r == PKI_TRACE_PUT_FULL)
+		PKI_SLOWCALL1(pki_trace_record_full_n, &g); /* libc: may use xmm */
+	else
+		PKI_SLOWCALL1(pki_trace_record_slow_n, &g);
 }
 
 static inline void pki_trace_enter(uint64_t fn)

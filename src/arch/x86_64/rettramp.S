@@ -65,6 +65,8 @@ pki_rettramp:
 	pushq	%r10
 	pushq	%r11
 	leaq	16(%rbp), %rdi		/* rsp as the function's ret left it */
+	movq	%rax, %rsi		/* the return value, for a trace that records it */
+	movq	%xmm0, %rdx		/* (read, not written: xmm0 is the caller's) */
 	call	pki_fgraph_exit
 	movq	%rax, 8(%rbp)
 	popq	%r11

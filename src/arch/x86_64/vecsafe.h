@@ -24,16 +24,18 @@ unsigned long pki_vecsafe_call_sse(unsigned long a, unsigned long b, unsigned lo
 extern uint32_t pki_vecsafe_size;
 extern uint64_t pki_vecsafe_mask;
 
-/* fn(a, b, c), fn(a, b), fn(): for integer and pointer arguments and results. */
+/* fn(a, b, c), fn(a, b), fn(a), fn(): for integer and pointer arguments and results. */
 #ifdef PKI_NOVEC
 #define PKI_SLOWCALL3(fn, a, b, c)                                                                 \
 	pki_vecsafe_call((unsigned long)(a), (unsigned long)(b), (unsigned long)(c), (void *)(fn))
 #define PKI_SLOWCALL2(fn, a, b) PKI_SLOWCALL3(fn, a, b, 0)
+#define PKI_SLOWCALL1(fn, a)	PKI_SLOWCALL3(fn, a, 0, 0)
 #define PKI_SLOWCALL0(fn)	PKI_SLOWCALL3(fn, 0, 0, 0)
 #define PKI_SLOWCALL_SSE0(fn)	pki_vecsafe_call_sse(0, 0, 0, (void *)(fn))
 #else
 #define PKI_SLOWCALL3(fn, a, b, c) ((fn)(a, b, c))
 #define PKI_SLOWCALL2(fn, a, b)	   ((fn)(a, b))
+#define PKI_SLOWCALL1(fn, a)	   ((fn)(a))
 #define PKI_SLOWCALL0(fn)	   ((fn)())
 #define PKI_SLOWCALL_SSE0(fn)	   ((fn)())
 #endif

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Capturing a call's arguments and return value as DATA events
+ * (format.h), after an argument spec (argspec.h).  Runs in the hook and
+ * behind the return trampoline: any context, signal handlers included; no
+ * lock, no allocation, no libc; vector-free (PKI_NOVEC callers inline it).
+ *
+ * Integers are the registers' 8 bytes, sized and signed only when shown.
+ * Memory (strings, std::string, stack words) is read with
+ * pki_arch_copy_safe(), which never faults: what cannot be read becomes a
+ * DATA event with PKI_DATA_FAULT and the address, shown "<unreadable>".
+ * A string keeps PKI_ARG_STR_MAX bytes at most (PKI_DATA_CUT past them).
+ */
+#ifndef PK_TRACE_ARGCAP_H
+#define PK_TRACE_ARGCAP_H
+
+#include <probekit/hook.h>
+
+#include "arch/arch.h"
+#include "trace/argspec.h"
+#include "trace/format.h"
+
+/* A string's bytes at @s (@len of them, @cut: more were there) as DATA of @item, into @d. */
+static inline unsigned pki_argcap_bytes(unsigned item, const unsigned char *s, size_t len, bool cut,
+					struct pki_trace_event *d)
+{
+	unsigned n = 0;
+	size_t off = 0;
+
+	do {
+		size_t k = len - off < 8 ? len - off : 8;
+		uint64_t v = 0, flags;
+
+		for (size_t i = 0; i < k; i++)
+			v |= (uint64_t)s[off + i] << (8 * i);
+		off += k;
+		flags = off < len ? PKI_DATA_MORE : cut ? PKI_DATA_CUT : 0;
+		d[n++] = (struct pki_trace_event){v, PKI_EV_DATA_WORD(item, k, flags)};
+	} while (off < len);
+	return n;
+}
+
+static inline unsigned pki_argcap_fault(unsigned item, uint64_t addr, struct pki_trace_event *d)
+{
+	d[0] = (struct pki_trace_event){addr, PKI_EV_DATA_WORD(item, 8, PKI_DATA_FAULT)};
+	return 1;
+}
+
+/* The C string at @addr. */
+static inline unsigned pki_argcap_str(unsigned item, uint64_t addr, struct pki_trace_event *d)
+{
+	unsigned char buf[PKI_ARG_STR_MAX + 1];
+	size_t got, len = 0;
+
+	if (!addr)
+		return pki_argcap_fault(item, 0, d);
+	got = pki_arch_copy_safe(buf, (const void *)addr, sizeof(buf));
+	if (!got)
+		return pki_argcap_fault(item, addr, d);
+	while (len < got && len < PKI_ARG_STR_MAX && buf[len])
+		len++;
+	/* Cut: no NUL within the limit, or the memory became unreadable before one. */
+	return pki_argcap_bytes(item, buf, len, len == got || buf[len], d);
+}
+
+/* The std::string at @addr, libstdc++'s layout: { char *data; size_t size; ... }. */
+static inline unsigned pki_argcap_stdstr(unsigned item, uint64_t addr, struct pki_trace_event *d)
+{
+	unsigned char buf[PKI_ARG_STR_MAX];
+	uint64_t obj[2];
+	size_t len;
+
+	if (!addr)
+		return pki_argcap_fault(item, 0, d);
+	if (pki_arch_copy_safe(obj, (const void *)addr, sizeof(obj)) != sizeof(obj))
+		return pki_argcap_fault(item, addr, d);
+	len = obj[1] < PKI_ARG_STR_MAX ? (size_t)obj[1] : PKI_ARG_STR_MAX;
+	if (len && pki_arch_copy_safe(buf, (const void *)obj[0], len) != len)
+		return pki_argcap_fault(item, obj[0], d);
+	return pki_argcap_bytes(item, buf, len, obj[1] > len, d);
+}
+
+/* Item @item, whose raw value is @v (the register, or the stack word's address). */
+static inline unsigned pki_argcap_value(const struct pki_arg_item *it, unsigned item, uint64_t v,
+					struct pki_trace_event *d)
+{
+	if (it->src == PKI_ARG_STACK) {
+		uint64_t w;
+
+		if (pki_arch_copy_safe(&w, (const void *)v, sizeof(w)) != sizeof(w))
+			return pki_argcap_fault(item, v, d);
+		v = w;
+	}
+	if (it->fmt == 's')
+		return pki_argcap_str(item, v, d);
+	if (it->fmt == 'S')
+		return pki_argcap_stdstr(item, v, d);
+	d[0] = (struct pki_trace_event){v, PKI_EV_DATA_WORD(item, 8, 0)};
+	return 1;
+}
+
+/*
+ * The entry items of @spec from the hook's @regs (@vec: the ops saved the
+ * vector registers, so fparg items can be read; without, they are 0),
+ * into @d (room for PKI_DATA_MAX); how many DATA events.
+ */
+static inline unsigned pki_argcap_entry(const struct pki_argspec *spec, const struct pk_regs *regs,
+					bool vec, struct pki_trace_event *d)
+{
+	const unsigned long *ints = &regs->di;
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < spec->n; i++) {
+		const struct pki_arg_item *it = &spec->item[i];
+		uint64_t v;
+
+		switch (it->src) {
+		case PKI_ARG_INT:
+			v = ints[it->idx];
+			break;
+		case PKI_ARG_FP:
+			v = vec ? pki_arch_regs_xmm(regs, it->idx) : 0;
+			break;
+		case PKI_ARG_STACK:
+			v = regs->sp + 8ull * it->idx;
+			break;
+		default:
+			continue; /* the return value: at the exit */
+		}
+		n += pki_argcap_value(it, i, v, d + n);
+	}
+	return n;
+}
+
+/* The return value item of @spec (the last) from rax @ax and xmm0's low bytes @x0, into @d. */
+static inline unsigned pki_argcap_ret(const struct pki_argspec *spec, uint64_t ax, uint64_t x0,
+				      struct pki_trace_event *d)
+{
+	const struct pki_arg_item *it = &spec->item[spec->n - 1];
+
+	return pki_argcap_value(it, spec->n - 1, it->fmt == 'f' ? x0 : ax, d);
+}
+
+#endif /* PK_TRACE_ARGCAP_H */

@@ -1,0 +1,401 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Argument specs (argspec.h): parsing, the normal form an ARGS record
+ * holds, and the display of captured values.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "trace/argspec.h"
+
+static const char *const int_regs[] = {"rdi", "rsi", "rdx", "rcx", "r8", "r9"};
+
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* A decimal number at *@p (advanced past it) in [lo, hi]: true. */
+static bool number(const char **p, unsigned lo, unsigned hi, unsigned *out)
+{
+	unsigned v = 0;
+	const char *s = *p;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	while (*s >= '0' && *s <= '9') {
+		v = v * 10 + (unsigned)(*s++ - '0');
+		if (v > hi)
+			return false;
+	}
+	if (v < lo)
+		return false;
+	*out = v;
+	*p = s;
+	return true;
+}
+
+static bool prefix(const char **p, const char *word)
+{
+	size_t n = strlen(word);
+
+	if (strncmp(*p, word, n))
+		return false;
+	*p += n;
+	return true;
+}
+
+/* "/fmt[size]" at *@p into @it. */
+static int parse_format(const char **p, struct pki_arg_item *it, const char *start, char *err,
+			size_t errlen)
+{
+	unsigned size = 0;
+	char f = **p;
+
+	if (!f || !strchr("diuxoscfSp", f))
+		return bad(err, errlen, "'%s': unknown format '%c' (d i u x o s c f S p)", start,
+			   f ? f : '?');
+	if (it->src == PKI_ARG_FP && f != 'f')
+		return bad(err, errlen, "'%s': fparg takes no format but f", start);
+	if (f == 'f' && it->src != PKI_ARG_FP && it->src != PKI_ARG_RET)
+		return bad(err, errlen,
+			   "'%s': an f argument is an fpargN (argN is an integer register)", start);
+	(*p)++;
+	it->fmt = (uint8_t)f;
+	if (**p >= '0' && **p <= '9') {
+		if (!number(p, 8, 80, &size) ||
+		    (f == 'f' ? size != 32 && size != 64
+			      : size != 8 && size != 16 && size != 32 && size != 64))
+			return bad(err, errlen, "'%s': size %u is not one of %s", start, size,
+				   f == 'f' ? "32 64 (long double is not supported)"
+					    : "8 16 32 64");
+		if (strchr("scSp", f))
+			return bad(err, errlen, "'%s': format %c takes no size", start, f);
+		it->size = (uint8_t)size;
+	}
+	return 0;
+}
+
+/* "%where" at *@p into @it. */
+static int parse_where(const char **p, struct pki_arg_item *it, const char *start, char *err,
+		       size_t errlen)
+{
+	unsigned n;
+
+	if (it->src == PKI_ARG_RET)
+		return bad(err, errlen, "'%s': the return value has no location to name", start);
+	if (prefix(p, "stack")) {
+		if (**p == '+')
+			(*p)++;
+		if (!number(p, 1, 4096, &n))
+			return bad(err, errlen, "'%s': stack+N takes N from 1 to 4096", start);
+		if (it->src == PKI_ARG_FP)
+			return bad(err, errlen,
+				   "'%s': a floating-point argument on the stack is "
+				   "not supported",
+				   start);
+		it->src = PKI_ARG_STACK;
+		it->idx = (uint16_t)n;
+		return 0;
+	}
+	if (prefix(p, "xmm")) {
+		if (it->src != PKI_ARG_FP || !number(p, 0, 7, &n))
+			return bad(err, errlen, "'%s': xmm0..xmm7 hold fpargN only", start);
+		it->idx = (uint16_t)n;
+		return 0;
+	}
+	for (unsigned r = 0; r < 6; r++)
+		if (prefix(p, int_regs[r])) {
+			if (it->src == PKI_ARG_FP)
+				return bad(err, errlen, "'%s': %s holds no floating-point argument",
+					   start, int_regs[r]);
+			it->src = PKI_ARG_INT;
+			it->idx = (uint16_t)r;
+			return 0;
+		}
+	return bad(err, errlen,
+		   "'%s': unknown location (rdi rsi rdx rcx r8 r9, xmm0..xmm7, stack+N)", start);
+}
+
+/* One item, @text up to its comma. */
+static int parse_item(const char *text, struct pki_arg_item *it, char *err, size_t errlen)
+{
+	const char *p = text;
+	unsigned n;
+	int r;
+
+	*it = (struct pki_arg_item){0};
+	if (prefix(&p, "retval")) {
+		it->src = PKI_ARG_RET;
+		it->fmt = 'd';
+	} else if (prefix(&p, "fparg")) {
+		if (!number(&p, 1, 8, &n))
+			return bad(err, errlen, "'%s': fparg takes N from 1 to 8", text);
+		it->src = PKI_ARG_FP;
+		it->idx = (uint16_t)(n - 1);
+		it->num = (uint8_t)n;
+		it->fmt = 'f';
+	} else if (prefix(&p, "arg")) {
+		if (!number(&p, 1, 255, &n))
+			return bad(err, errlen, "'%s': arg takes N from 1 to 255", text);
+		it->src = n <= 6 ? PKI_ARG_INT : PKI_ARG_STACK;
+		it->idx = (uint16_t)(n <= 6 ? n - 1 : n - 6);
+		it->num = (uint8_t)n;
+		it->fmt = 'd';
+	} else {
+		return bad(err, errlen, "'%s': an item is argN, fparg N or retval", text);
+	}
+	if (*p == '/' && (p++, (r = parse_format(&p, it, text, err, errlen))))
+		return r;
+	if (*p == '%' && (p++, (r = parse_where(&p, it, text, err, errlen))))
+		return r;
+	if (*p)
+		return bad(err, errlen, "'%s': unexpected '%s'", text, p);
+	return 0;
+}
+
+int pki_argspec_parse(const char *text, struct pki_argspec *spec, char *err, size_t errlen)
+{
+	char item[64];
+	const char *p = text;
+
+	if (!*p)
+		return bad(err, errlen, "empty argument spec");
+	while (*p) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		struct pki_arg_item it;
+		int r;
+
+		if (!len || len >= sizeof(item))
+			return bad(err, errlen, "'%.*s': %s", (int)(len ? 40 : 0), p,
+				   len ? "item too long" : "empty item in the spec");
+		memcpy(item, p, len);
+		item[len] = '\0';
+		r = parse_item(item, &it, err, errlen);
+		if (r)
+			return r;
+		if (it.src == PKI_ARG_RET && spec->ret) {
+			spec->item[spec->n - 1] = it; /* the last -R wins */
+		} else if (spec->n >= PKI_DATA_ITEMS_MAX) {
+			return bad(err, errlen, "more than %u items for one function",
+				   PKI_DATA_ITEMS_MAX);
+		} else if (it.src == PKI_ARG_RET || !spec->ret) {
+			spec->item[spec->n++] = it;
+		} else { /* entry items go before the retval, which stays last */
+			spec->item[spec->n] = spec->item[spec->n - 1];
+			spec->item[spec->n++ - 1] = it;
+		}
+		spec->ret |= it.src == PKI_ARG_RET;
+		p += len;
+		if (*p == ',' && !*++p)
+			return bad(err, errlen, "the spec ends with a comma");
+	}
+	if (pki_argspec_slots(spec, false) > PKI_DATA_MAX)
+		return bad(err, errlen,
+			   "the arguments asked for take more than %u 8-byte slots "
+			   "(a string takes %u)",
+			   PKI_DATA_MAX, PKI_ARG_STR_MAX / 8);
+	return 0;
+}
+
+static int item_format(const struct pki_arg_item *it, char *out, size_t len)
+{
+	char size[4] = "";
+	int n;
+
+	if (it->size)
+		snprintf(size, sizeof(size), "%u", it->size);
+	switch (it->src) {
+	case PKI_ARG_RET:
+		n = snprintf(out, len, "retval/%c%s", it->fmt, size);
+		break;
+	case PKI_ARG_FP:
+		n = snprintf(out, len, "fparg%u/%c%s%%xmm%u", it->num, it->fmt, size, it->idx);
+		break;
+	case PKI_ARG_STACK:
+		n = snprintf(out, len, "arg%u/%c%s%%stack+%u", it->num, it->fmt, size, it->idx);
+		break;
+	default:
+		n = snprintf(out, len, "arg%u/%c%s%%%s", it->num, it->fmt, size,
+			     int_regs[it->idx % 6]);
+		break;
+	}
+	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+}
+
+int pki_argspec_format(const struct pki_argspec *spec, char *out, size_t len)
+{
+	size_t off = 0;
+
+	if (!len)
+		return -ENOSPC;
+	out[0] = '\0';
+	for (unsigned i = 0; i < spec->n; i++) {
+		int n;
+
+		if (i) {
+			if (off + 1 >= len)
+				return -ENOSPC;
+			out[off++] = ',';
+			out[off] = '\0';
+		}
+		n = item_format(&spec->item[i], out + off, len - off);
+		if (n < 0)
+			return n;
+		off += (size_t)n;
+	}
+	return 0;
+}
+
+unsigned pki_arg_item_slots(const struct pki_arg_item *it)
+{
+	return it->fmt == 's' || it->fmt == 'S' ? PKI_ARG_STR_MAX / 8 : 1;
+}
+
+unsigned pki_argspec_slots(const struct pki_argspec *spec, bool ret)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < spec->n; i++)
+		if ((spec->item[i].src == PKI_ARG_RET) == ret)
+			n += pki_arg_item_slots(&spec->item[i]);
+	return n;
+}
+
+bool pki_argval_add(struct pki_argval *v, uint64_t word, uint64_t payload)
+{
+	unsigned n = PKI_DATA_LEN(word);
+
+	if (v->done)
+		return false;
+	if (!v->any)
+		v->value = payload;
+	v->any = true;
+	v->fault |= !!(word & PKI_DATA_FAULT);
+	v->cut |= !!(word & PKI_DATA_CUT);
+	for (unsigned k = 0; k < n && v->len < sizeof(v->str); k++)
+		v->str[v->len++] = (char)(payload >> (8 * k));
+	v->done = !(word & PKI_DATA_MORE);
+	return true;
+}
+
+/* @v's value cut to @it's size, signed or not. */
+static uint64_t sized(const struct pki_arg_item *it, uint64_t v, bool sign)
+{
+	unsigned bits = it->size ? it->size : it->fmt == 'c' ? 8 : 64;
+
+	if (bits == 64)
+		return v;
+	v &= (1ull << bits) - 1;
+	if (sign && v >> (bits - 1))
+		v |= ~0ull << bits;
+	return v;
+}
+
+/* A C string's bytes, escaped, between quotes, into @out. */
+static void quote(const char *s, size_t n, bool cut, char *out, size_t len)
+{
+	size_t o = 0;
+
+	if (len < 8) {
+		if (len)
+			out[0] = '\0';
+		return;
+	}
+	out[o++] = '"';
+	for (size_t i = 0; i < n && o + 6 < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		const char *esc = c == '\n'   ? "\\n"
+				  : c == '\t' ? "\\t"
+				  : c == '"'  ? "\\\""
+				  : c == '\\' ? "\\\\"
+					      : NULL;
+
+		if (esc) {
+			memcpy(out + o, esc, 2);
+			o += 2;
+		} else if (c < 0x20 || c >= 0x7f) {
+			o += (size_t)snprintf(out + o, len - o, "\\x%02x", c);
+		} else {
+			out[o++] = (char)c;
+		}
+	}
+	out[o++] = '"';
+	if (cut && o + 4 < len) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+const char *pki_argval_str(const struct pki_arg_item *it, const struct pki_argval *v, char *out,
+			   size_t len, const char *(*name_of)(uint64_t addr, void *arg), void *arg)
+{
+	union {
+		uint64_t u;
+		double d;
+		float f;
+	} fp = {.u = v->value};
+	const char *name;
+
+	if (!len)
+		return out;
+	if (!v->any) {
+		snprintf(out, len, "?");
+		return out;
+	}
+	switch (it->fmt) {
+	case 's':
+	case 'S':
+		if (v->fault && !v->value)
+			snprintf(out, len, "(null)");
+		else if (v->fault)
+			snprintf(out, len, "%#llx <unreadable>", (unsigned long long)v->value);
+		else
+			quote(v->str, v->len, v->cut || !v->done, out, len);
+		break;
+	case 'c': {
+		unsigned char c = (unsigned char)sized(it, v->value, false);
+
+		if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
+			snprintf(out, len, "'%c'", c);
+		else
+			snprintf(out, len, "'\\x%02x'", c);
+		break;
+	}
+	case 'f':
+		if (it->size == 32)
+			snprintf(out, len, "%g", (double)fp.f);
+		else
+			snprintf(out, len, "%g", fp.d);
+		break;
+	case 'p':
+		name = name_of ? name_of(v->value, arg) : NULL;
+		if (name)
+			snprintf(out, len, "&%s", name);
+		else
+			snprintf(out, len, "%#llx", (unsigned long long)v->value);
+		break;
+	case 'u':
+		snprintf(out, len, "%llu", (unsigned long long)sized(it, v->value, false));
+		break;
+	case 'x':
+		snprintf(out, len, "%#llx", (unsigned long long)sized(it, v->value, false));
+		break;
+	case 'o':
+		snprintf(out, len, "%#llo", (unsigned long long)sized(it, v->value, false));
+		break;
+	default:
+		snprintf(out, len, "%lld", (long long)sized(it, v->value, true));
+		break;
+	}
+	return out;
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Argument and return value specs (`probekit trace -A/-R`, uftrace's
+ * syntax) and the display of what they captured.  Pure code: the command
+ * parses what the user typed, the agent parses it again to capture, the
+ * reader parses the ARGS records of a trace and formats its DATA events.
+ *
+ *   spec    := item { "," item }
+ *   item    := ( "arg" N | "fparg" N | "retval" ) [ "/" fmt [ size ] ] [ "%" where ]
+ *   fmt     := d | i | u | x | o | s | c | f | S | p
+ *   size    := 8 | 16 | 32 | 64            (integers; f: 32 | 64)
+ *   where   := rdi | rsi | rdx | rcx | r8 | r9 | xmm0 .. xmm7 | "stack" [ "+" ] N
+ *
+ * argN is the N-th integer or pointer argument (N from 1: rdi, rsi, rdx, rcx,
+ * r8, r9, then the stack words above the return address: arg7 is
+ * stack+1), fparg N the N-th floating-point one (xmm0 .. xmm7), retval the
+ * return value (rax, or xmm0 for f).  d and i print signed decimal, u
+ * unsigned, x hex, o octal, c a character, s a C string, S a std::string
+ * (libstdc++'s layout), p a code address (by name where the trace names
+ * it), f a float or double.  Without a format: d (f for fparg).
+ */
+#ifndef PK_TRACE_ARGSPEC_H
+#define PK_TRACE_ARGSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trace/format.h"
+
+enum pki_arg_src {
+	PKI_ARG_INT = 1, /* integer argument register idx (0..5) */
+	PKI_ARG_FP,	 /* xmm idx (0..7) */
+	PKI_ARG_STACK,	 /* the idx-th word above the return address (1..) */
+	PKI_ARG_RET,	 /* the return value */
+};
+
+struct pki_arg_item {
+	uint8_t src;  /* enum pki_arg_src */
+	uint8_t fmt;  /* the format letter */
+	uint8_t size; /* bits: 8 16 32 64 */
+	uint8_t num;  /* N as written: argN, fpargN (0 for retval) */
+	uint16_t idx; /* see pki_arg_src */
+};
+
+struct pki_argspec {
+	unsigned n;
+	bool ret; /* an item is the return value's (the last one: at most one) */
+	struct pki_arg_item item[PKI_DATA_ITEMS_MAX];
+};
+
+/* Bytes of a string argument a trace keeps (a longer one is cut, and says so). */
+#define PKI_ARG_STR_MAX 64u
+
+/*
+ * Parse @text (the part after "FUNC@") into @spec, items appended after those
+ * already there (a function named by several -A/-R options gets them all;
+ * a second retval replaces the first).  0, or -EINVAL with @err saying what
+ * is wrong and where.
+ */
+int pki_argspec_parse(const char *text, struct pki_argspec *spec, char *err, size_t errlen);
+
+/* @spec in the syntax above, entry items first, normalized: 0, or -ENOSPC. */
+int pki_argspec_format(const struct pki_argspec *spec, char *out, size_t len);
+
+/* The most DATA events capturing @it may take (a string is cut at PKI_ARG_STR_MAX). */
+unsigned pki_arg_item_slots(const struct pki_arg_item *it);
+
+/* The most DATA events an entry (@ret false) or an exit of @spec may take. */
+unsigned pki_argspec_slots(const struct pki_argspec *spec, bool ret);
+
+/* What one item captured, put together from its DATA events (pki_argval_add()). */
+struct pki_argval {
+	uint64_t value; /* the first DATA's payload */
+	uint32_t len;	/* string bytes in str */
+	bool fault, cut, done, any;
+	char str[PKI_ARG_STR_MAX];
+};
+
+/* Add the DATA event @word/@payload to @v.  False if it does not continue it. */
+bool pki_argval_add(struct pki_argval *v, uint64_t word, uint64_t payload);
+
+/*
+ * @v, captured by @it, as a trace shows it ("3", "0x1f", "\"abc\"...",
+ * "'c'", "2.5", "(null)", "0x7f12 <unreadable>"), into @out; a code
+ * address by @name_of's name for it (NULL: none, or no such function).
+ * Returns @out.
+ */
+const char *pki_argval_str(const struct pki_arg_item *it, const struct pki_argval *v, char *out,
+			   size_t len, const char *(*name_of)(uint64_t addr, void *arg), void *arg);
+
+#endif /* PK_TRACE_ARGSPEC_H */

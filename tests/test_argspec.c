@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Argument specs (src/trace/argspec.c) and their capture (trace/argcap.h):
+ * the syntax, its normal form and errors; every format's display; strings
+ * captured from memory that is fine, cut, unterminated before a PROT_NONE
+ * page, wild or NULL, and put back together from their DATA events.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "trace/argcap.h"
+#include "trace/argspec.h"
+
+static char err[256];
+
+/* @text parsed, in its normal form (or "ERR: why"). */
+static const char *normal(const char *text)
+{
+	static char out[1024];
+	struct pki_argspec s = {0};
+
+	if (pki_argspec_parse(text, &s, err, sizeof(err)))
+		snprintf(out, sizeof(out), "ERR: %s", err);
+	else
+		ck_assert_int_eq(pki_argspec_format(&s, out, sizeof(out)), 0);
+	return out;
+}
+
+START_TEST(syntax_and_normal_form)
+{
+	ck_assert_str_eq(normal("arg1"), "arg1/d%rdi");
+	ck_assert_str_eq(normal("arg2/x32,arg6/u8"), "arg2/x32%rsi,arg6/u8%r9");
+	ck_assert_str_eq(normal("arg7/s,arg9"), "arg7/s%stack+1,arg9/d%stack+3");
+	ck_assert_str_eq(normal("fparg1,fparg3/f32"), "fparg1/f%xmm0,fparg3/f32%xmm2");
+	ck_assert_str_eq(normal("arg1/d%rcx,arg2%stack+4,fparg1%xmm5"),
+			 "arg1/d%rcx,arg2/d%stack+4,fparg1/f%xmm5");
+	ck_assert_str_eq(normal("retval/S"), "retval/S");
+	/* the return value stays last; a second one replaces the first */
+	ck_assert_str_eq(normal("retval/x,arg1/c,retval/u,arg2/p"),
+			 "arg1/c%rdi,arg2/p%rsi,retval/u");
+	/* the normal form parses to itself */
+	ck_assert_str_eq(normal(normal("arg3/o16,fparg2,retval/f")),
+			 "arg3/o16%rdx,fparg2/f%xmm1,retval/f");
+}
+END_TEST
+
+START_TEST(errors_say_what)
+{
+	static const struct {
+		const char *text, *says;
+	} bad[] = {
+	    {"", "empty argument spec"},
+	    {"arg1,", "ends with a comma"},
+	    {"arg1,,arg2", "empty item"},
+	    {"arg0", "arg takes N from 1"},
+	    {"arg256", "arg takes N from 1"},
+	    {"fparg9", "fparg takes N from 1 to 8"},
+	    {"arg1/q", "unknown format 'q'"},
+	    {"arg1/d12", "size 12 is not one of 8 16 32 64"},
+	    {"fparg1/f80", "long double is not supported"},
+	    {"arg1/s64", "format s takes no size"},
+	    {"arg1/f", "an f argument is an fpargN"},
+	    {"fparg1/x", "fparg takes no format but f"},
+	    {"arg1%rax", "unknown location"},
+	    {"fparg1%rdi", "rdi holds no floating-point argument"},
+	    {"arg1%xmm0", "xmm0..xmm7 hold fpargN only"},
+	    {"retval%rdi", "the return value has no location"},
+	    {"arg1%stack+0", "stack+N takes N from 1"},
+	    {"arg1x", "unexpected 'x'"},
+	    {"ret", "an item is argN, fparg N or retval"},
+	};
+	char many[1024] = "";
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *got = normal(bad[i].text);
+
+		ck_assert_msg(!strncmp(got, "ERR: ", 5) && strstr(got, bad[i].says),
+			      "'%s': %s (wanted: %s)", bad[i].text, got, bad[i].says);
+	}
+	/* more strings than an event's DATA can hold */
+	for (int i = 1; i <= 7; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%sarg%d/s",
+			 i > 1 ? "," : "", i);
+	ck_assert_msg(strstr(normal(many), "more than 48 8-byte slots"), "%s", normal(many));
+}
+END_TEST
+
+/* @v's value as shown for the item @text. */
+static const char *shown(const char *text, uint64_t v)
+{
+	static char out[300];
+	struct pki_argspec s = {0};
+	struct pki_argval val = {0};
+
+	ck_assert_int_eq(pki_argspec_parse(text, &s, err, sizeof(err)), 0);
+	ck_assert(pki_argval_add(&val, PKI_EV_DATA_WORD(0, 8, 0), v));
+	return pki_argval_str(&s.item[0], &val, out, sizeof(out), NULL, NULL);
+}
+
+START_TEST(every_format_shows)
+{
+	union {
+		double d;
+		uint64_t u;
+	} d = {.d = 2.5};
+	union {
+		float f;
+		uint32_t u;
+	} f = {.f = -0.75f};
+
+	ck_assert_str_eq(shown("arg1", (uint64_t)-5), "-5");
+	ck_assert_str_eq(shown("arg1/i32", 0xffffffffull), "-1");
+	ck_assert_str_eq(shown("arg1/d32", 0x12345678ffffffffull), "-1"); /* upper half ignored */
+	ck_assert_str_eq(shown("arg1/u8", 0x1ff), "255");
+	ck_assert_str_eq(shown("arg1/u", (uint64_t)-1), "18446744073709551615");
+	ck_assert_str_eq(shown("arg1/x16", 0xabcdef), "0xcdef");
+	ck_assert_str_eq(shown("arg1/x", 0), "0");
+	ck_assert_str_eq(shown("arg1/o", 8), "010");
+	ck_assert_str_eq(shown("arg1/c", 'z'), "'z'");
+	ck_assert_str_eq(shown("arg1/c", '\n'), "'\\x0a'");
+	ck_assert_str_eq(shown("fparg1", d.u), "2.5");
+	ck_assert_str_eq(shown("fparg1/f32", f.u), "-0.75");
+	ck_assert_str_eq(shown("retval/f", d.u), "2.5");
+	ck_assert_str_eq(shown("arg1/p", 0x401000), "0x401000");
+}
+END_TEST
+
+/* @addr captured as arg1/s, then shown as replay would. */
+static const char *captured(const void *addr)
+{
+	static char out[400];
+	struct pki_trace_event d[PKI_DATA_MAX];
+	struct pki_argspec s = {0};
+	struct pki_argval v = {0};
+	unsigned n;
+
+	ck_assert_int_eq(pki_argspec_parse("arg1/s", &s, err, sizeof(err)), 0);
+	n = pki_argcap_str(0, (uint64_t)(uintptr_t)addr, d);
+	ck_assert_uint_ge(n, 1);
+	ck_assert_uint_le(n, pki_arg_item_slots(&s.item[0]));
+	for (unsigned i = 0; i < n; i++) {
+		ck_assert(PKI_EV_IS_DATA(d[i].word));
+		ck_assert(pki_argval_add(&v, d[i].word, d[i].ts));
+	}
+	ck_assert(v.done);
+	ck_assert(!pki_argval_add(&v, d[0].word, 0)); /* an item ends at its last piece */
+	return pki_argval_str(&s.item[0], &v, out, sizeof(out), NULL, NULL);
+}
+
+START_TEST(strings_never_fault)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m =
+	    mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char sixty_four[65], buf[200];
+
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	memset(sixty_four, 'x', 64);
+	sixty_four[64] = '\0';
+	ck_assert_str_eq(captured("tab\there \"q\""), "\"tab\\there \\\"q\\\"\"");
+	ck_assert_str_eq(captured(""), "\"\"");
+	ck_assert_str_eq(captured(NULL), "(null)");
+	ck_assert_str_eq(captured((void *)16), "0x10 <unreadable>");
+	snprintf(buf, sizeof(buf), "\"%s\"", sixty_four);
+	ck_assert_str_eq(captured(sixty_four), buf); /* exactly the limit: whole */
+	memcpy(buf, sixty_four, 64);
+	strcpy(buf + 64, "y");
+	snprintf(buf + 100, 100, "\"%s\"...", sixty_four);
+	ck_assert_str_eq(captured(buf), buf + 100); /* one more: cut */
+	/* unterminated before a page that cannot be read */
+	ck_assert_int_eq(mprotect(m + pg, (size_t)pg, PROT_NONE), 0);
+	memcpy(m + pg - 3, "abc", 3);
+	ck_assert_str_eq(captured(m + pg - 3), "\"abc\"...");
+	memcpy(m + pg - 3, "ab", 3);
+	ck_assert_str_eq(captured(m + pg - 3), "\"ab\"");
+	snprintf(buf, sizeof(buf), "%#lx <unreadable>", (unsigned long)(uintptr_t)(m + pg));
+	ck_assert_str_eq(captured(m + pg), buf);
+	ck_assert_int_eq(munmap(m, 2 * (size_t)pg), 0);
+	snprintf(buf, sizeof(buf), "%#lx <unreadable>", (unsigned long)(uintptr_t)m);
+	ck_assert_str_eq(captured(m), buf); /* unmapped */
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("argspec");
+	TCase *tc = tcase_create("spec");
+
+	tcase_add_test(tc, syntax_and_normal_form);
+	tcase_add_test(tc, errors_say_what);
+	tcase_add_test(tc, every_format_shows);
+	tcase_add_test(tc, strings_never_fault);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Arguments and return values (-A/-R): tests/trace/args_demo prints, for
+# each call, the line replay must show from its own view of the values;
+# the trace must show exactly those lines.  Every format, sizes, register
+# and stack locations, strings NULL, wild, cut, unterminated before a
+# PROT_NONE page, on a page not resident, and unmapped during the call; the
+# same values with --entry-only, and in a flight recorder that overwrites
+# its oldest calls; bad specs refused with a clear error and nothing run.
+#
+# usage: test-trace-args.sh PROBEKIT ARGS_DEMO
+set -uo pipefail
+pk=$(realpath "$1") demo=$(realpath "$2")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+specs=(-A 'add@arg1/d32,arg2/d32' -R 'add@retval/i32'
+	-A 'bits@arg1/x,arg2/c,arg3/u16' -R 'bits@retval/x'
+	-A 'slen@arg1/s' -R 'slen@retval/u' -A 'peek@arg1/s'
+	-A 'scale@fparg1,fparg2' -R 'scale@retval/f'
+	-A 'half@fparg1/f32' -R 'half@retval/f32'
+	-A 'up@arg1/c' -R 'up@retval/c'
+	-A 'many@arg1,arg2%rsi,arg7,arg8%stack+2' -R 'many'
+	-A 'callback@arg1/p' -A 'drop@arg1/s' -R 'drop@retval/s')
+
+# The calls replay shows, without duration and thread: "name(args) = ret;".
+calls() { "$pk" replay "$@" 2>/dev/null | sed -n 's/^.*| *//p'; }
+
+"$demo" >plain.out
+run -o a.trace "${specs[@]}" -- "$demo"
+check "args: rc $rc" "[[ $rc == 0 ]]"
+check "args: stdout differs from a plain run but for the addresses" \
+	"diff <(sed 's/0x[0-9a-f]*/ADDR/' plain.out) <(sed 's/0x[0-9a-f]*/ADDR/' out)"
+sed -n 's/^want //p' out >want
+calls a.trace >got
+check "args: replay shows every call with the program's own values" "diff -u want got"
+check "args: the file page was not resident when the call read it" \
+	"grep -q 'resident before the call: 0' out"
+check "args: the summary counts calls' events, not their values" \
+	"grep -q 'wrote .*: $(($(wc -l <want) * 2)) events' err"
+
+# --entry-only: the same arguments, no exits, no return values.
+run -o e.trace --entry-only -A 'add@arg1/d32,arg2/d32' -A 'slen@arg1/s' -- "$demo"
+check "entry-only args: rc $rc" "[[ $rc == 0 ]]"
+check "entry-only args: the calls with their arguments" \
+	"[[ \"\$(calls e.trace | grep -E '^(add|slen)' | head -4 | tr '\\n' '|')\" == 'add(2, 3);|add(-7, 1);|slen(\"abc\");|slen(\"\");|' ]]"
+
+# A flight recorder overwrites its oldest calls, their values with them: what
+# is left shows each call's own values, never a value of another call.
+run -o r.trace --ring 64K -A 'tagged@arg1/d32,arg2/s' -R 'tagged@retval/d32' -- "$demo" ring 20000
+check "ring args: rc $rc" "[[ $rc == 0 ]]"
+sed -n 's/^want //p' out | sort >rwant
+calls r.trace | grep '^tagged' | sort >rgot
+check "ring args: many calls left ($(wc -l <rgot))" "(( \$(wc -l <rgot) > 300 ))"
+check "ring args: each one as the program made it" "[[ -z \$(comm -13 rwant rgot) ]]"
+
+# Bad specs: refused before PROG runs, with what is wrong.
+bad_spec() { # LABEL WANT ARGS...
+	local label=$1 want=$2
+	shift 2
+	"$pk" trace -o x.trace "$@" -- "$demo" >out 2>err
+	rc=$?
+	check "$label: refused (rc $rc)" "[[ $rc != 0 && ! -s out ]]"
+	check "$label: says '$want'" "grep -qF -- \"$want\" err"
+}
+bad_spec "unknown format" "unknown format 'q'" -A 'add@arg1/q'
+bad_spec "size of a string" "format s takes no size" -A 'slen@arg1/s32'
+bad_spec "fparg with d" "fparg takes no format but f" -A 'scale@fparg1/d'
+bad_spec "no spec" "GLOB@SPEC expected" -A 'add'
+bad_spec "-R with arguments" "the return value only" -R 'add@arg1'
+bad_spec "retval with --entry-only" "not with --entry-only" --entry-only -R 'add'
+bad_spec "bad register" "unknown location" -A 'add@arg1%rax'
+bad_spec "arg0" "arg takes N from 1" -A 'add@arg0'
+
+echo "trace_args: $pass passed, $fail failed"
+[[ $fail == 0 ]]

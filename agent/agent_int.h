@@ -321,26 +321,41 @@ void agent_trace_trigger(unsigned long ip, unsigned long a, unsigned long b);
 extern struct agent_hook agent_hook;
 
 /*
- * -A/-R (args.c): ONE pk_ops over the traced functions that have an argument
- * spec, whose callback (agent_on_entry_args) finds the function's spec in
- * an open-addressing table by its ip.  The ops is the first member: the
- * callback's ops pointer is the table's.
+ * -A/-R (args.c): the traced functions that have an argument spec go to
+ * pk_ops of their own, whose callback is agent_on_entry_args: one per
+ * distinct spec while there are few (the callback takes it from its ops),
+ * else one over all of them, whose callback finds the function's spec in an
+ * open-addressing table by its ip.  The ops is the first member: the
+ * callback's ops pointer is its struct agent_args.
  */
 struct pki_argspec;
 
+#define AGENT_ARGS_REGS 8 /* register items the fast path takes */
+
+/*
+ * A function's spec, and, when its entry items are register values only
+ * (no string, no stack word: nothing read from memory), the fast path's
+ * plan: @nreg items, the i-th read at byte @off[i] of the hook's struct
+ * pk_regs frame (an fparg's in the vector save area beside it) into a
+ * DATA event of item @item[i].  @nreg is AGENT_ARGS_SLOW otherwise.
+ */
+#define AGENT_ARGS_SLOW 0xff
 struct agent_args_slot {
 	unsigned long ip; /* 0: empty */
 	const struct pki_argspec *spec;
+	uint8_t nreg;
+	uint8_t off[AGENT_ARGS_REGS], item[AGENT_ARGS_REGS];
 };
 
 struct agent_args {
 	struct pk_ops ops;
+	/* every function of the ops has this spec (no lookup), or NULL: look it up in slot[] */
+	const struct agent_args_slot *one;
 	uint64_t mask; /* slots - 1 (a power of two, at least twice the functions) */
 	struct agent_args_slot *slot;
-	struct pki_argspec *specs; /* what slot[].spec point into */
-	size_t nspecs;
-	bool exits; /* entries and exits (else --entry-only: CALL events) */
-	bool vec;   /* registered without PK_OPS_F_NOVEC: a spec reads an fparg */
+	unsigned long *ips; /* the ops' filter */
+	bool exits;	    /* entries and exits (else --entry-only: CALL events) */
+	bool vec;	    /* registered without PK_OPS_F_NOVEC: a spec reads an fparg */
 };
 
 static inline uint64_t agent_args_hash(unsigned long ip, uint64_t mask)
@@ -355,12 +370,11 @@ void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_op
 int agent_args_init(const char *lines, char *why, size_t len);
 /* The items of every rule matching @name, into @out: false if none. */
 bool agent_args_match(const char *name, struct pki_argspec *out);
-/* A new table for @n functions at most (the last session's stays: args.c). 0 or -ENOMEM. */
+/* A new list for @n functions at most (the last session's stays: args.c). 0 or -ENOMEM. */
 int agent_args_begin(size_t n);
 void agent_args_add(unsigned long ip, const struct pki_argspec *spec);
-/* The table's ops, set up (NULL: no function has a spec); how many functions it has. */
-struct pk_ops *agent_args_ops(bool exits);
-size_t agent_args_count(void);
+/* The ops of the functions added, set up, in *@ops: how many (0: none, or out of memory). */
+size_t agent_args_ops(bool exits, struct pk_ops ***ops);
 /* The ARGS records of the table's functions, into the session's file. */
 int agent_args_records(void);
 

@@ -17,11 +17,13 @@
  * Normal context only (the trace mode's set-up).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent_int.h"
+#include "arch/arch.h"
 #include "sym/demangle.h"
 #include "trace/argspec.h"
 #include "trace/trace.h"
@@ -31,12 +33,20 @@ struct rule {
 	struct pki_argspec spec;
 };
 
+/* Functions with distinct specs up to which each spec gets an ops of its own (no lookup). */
+#define GROUPS_MAX 16
+
 static struct {
 	struct rule *rules;
 	size_t nrules;
-	struct agent_args *cur; /* this session's table, or NULL */
-	unsigned long *ips;	/* cur's filter */
-	size_t nips, cap;
+	/* this session's functions with a spec, in the order added */
+	unsigned long *ips;
+	struct pki_argspec *specs;
+	size_t n, cap;
+	/* the ops they were given (agent_args_ops) */
+	struct agent_args **groups;
+	struct pk_ops **ops;
+	size_t ngroups;
 } R;
 
 int agent_args_init(const char *lines, char *why, size_t len)
@@ -112,79 +122,147 @@ bool agent_args_match(const char *name, struct pki_argspec *out)
 
 int agent_args_begin(size_t n)
 {
+	/* The last session's tables stay (file comment): only the lists are new. */
+	R.ips = malloc((n ? n : 1) * sizeof(*R.ips));
+	R.specs = malloc((n ? n : 1) * sizeof(*R.specs));
+	R.n = R.ngroups = 0;
+	R.cap = n;
+	R.groups = NULL;
+	R.ops = NULL;
+	return R.ips && R.specs ? 0 : -ENOMEM;
+}
+
+/* @spec's fast path plan into @sl (agent_int.h), or AGENT_ARGS_SLOW. */
+static void plan(struct agent_args_slot *sl, const struct pki_argspec *spec)
+{
+	sl->nreg = 0;
+	for (unsigned k = 0; k < spec->n; k++) {
+		const struct pki_arg_item *it = &spec->item[k];
+
+		if (it->src == PKI_ARG_RET)
+			continue;
+		if (sl->nreg == AGENT_ARGS_REGS || it->src == PKI_ARG_STACK || it->fmt == 's' ||
+		    it->fmt == 'S') {
+			sl->nreg = AGENT_ARGS_SLOW;
+			return;
+		}
+		sl->off[sl->nreg] =
+		    (uint8_t)(it->src == PKI_ARG_INT ? offsetof(struct pk_regs, di) + 8 * it->idx
+						     : PKI_ARCH_REGS_XMM + 16 * it->idx);
+		sl->item[sl->nreg++] = (uint8_t)k;
+	}
+}
+
+void agent_args_add(unsigned long ip, const struct pki_argspec *spec)
+{
+	if (R.n >= R.cap)
+		return;
+	R.ips[R.n] = ip;
+	R.specs[R.n++] = *spec;
+}
+
+/* A group over @n functions (@ips, @specs), its ops set up; NULL: out of memory. */
+static struct agent_args *group_new(const unsigned long *ips, const struct pki_argspec *specs,
+				    const size_t *idx, size_t n, bool one, bool exits)
+{
 	struct agent_args *a = calloc(1, sizeof(*a));
 	size_t slots = 16;
 
 	while (slots < 2 * n)
 		slots *= 2;
-	if (!a)
-		return -ENOMEM;
-	a->slot = calloc(slots, sizeof(*a->slot));
-	a->specs = calloc(n ? n : 1, sizeof(*a->specs));
-	free(R.ips);
-	R.ips = malloc((n ? n : 1) * sizeof(*R.ips));
-	if (!a->slot || !a->specs || !R.ips) {
-		free(a->slot);
-		free(a->specs);
+	if (one)
+		slots = 1;
+	if (!a || !(a->slot = calloc(slots, sizeof(*a->slot))) ||
+	    !(a->ips = malloc(n * sizeof(*a->ips)))) {
+		if (a)
+			free(a->slot);
 		free(a);
-		R.cur = NULL;
-		return -ENOMEM;
+		return NULL;
 	}
 	a->mask = slots - 1;
-	R.cur = a;
-	R.nips = 0;
-	R.cap = n;
-	return 0;
-}
+	for (size_t k = 0; k < n; k++) {
+		const struct pki_argspec *spec = &specs[idx[k]];
+		uint64_t h = 0;
 
-void agent_args_add(unsigned long ip, const struct pki_argspec *spec)
-{
-	struct agent_args *a = R.cur;
-	uint64_t h;
-
-	if (!a || R.nips >= R.cap)
-		return;
-	a->specs[a->nspecs] = *spec;
-	for (h = agent_args_hash(ip, a->mask); a->slot[h].ip; h = (h + 1) & a->mask)
-		;
-	a->slot[h] = (struct agent_args_slot){ip, &a->specs[a->nspecs]};
-	a->nspecs++;
-	for (unsigned k = 0; k < spec->n; k++)
-		a->vec |= spec->item[k].src == PKI_ARG_FP;
-	R.ips[R.nips++] = ip;
-}
-
-struct pk_ops *agent_args_ops(bool exits)
-{
-	struct agent_args *a = R.cur;
-
-	if (!a || !R.nips)
-		return NULL;
+		a->ips[k] = ips[idx[k]];
+		for (unsigned i = 0; i < spec->n; i++)
+			a->vec |= spec->item[i].src == PKI_ARG_FP;
+		if (one && k)
+			continue;
+		if (!one)
+			for (h = agent_args_hash(a->ips[k], a->mask); a->slot[h].ip;
+			     h = (h + 1) & a->mask)
+				;
+		a->slot[h] = (struct agent_args_slot){.ip = one ? 0 : a->ips[k], .spec = spec};
+		plan(&a->slot[h], spec);
+	}
+	a->one = one ? &a->slot[0] : NULL;
 	a->exits = exits;
 	/* The xmm save area only where an fparg is read (tramp.S saves it then). */
 	a->ops = (struct pk_ops){.func = agent_on_entry_args, .flags = a->vec ? 0 : PK_OPS_F_NOVEC};
-	a->ops.filter.ips = R.ips;
-	a->ops.filter.nips = R.nips;
-	return &a->ops;
+	a->ops.filter.ips = a->ips;
+	a->ops.filter.nips = n;
+	return a;
 }
 
-size_t agent_args_count(void)
+/*
+ * The functions added, in groups: one per distinct spec while there are at
+ * most GROUPS_MAX (the hook takes the spec from its ops, no lookup), else
+ * one over all of them (the hook looks its ip up in the table).
+ */
+size_t agent_args_ops(bool exits, struct pk_ops ***ops)
 {
-	return R.cur ? R.nips : 0;
+	size_t *idx = malloc((R.n ? R.n : 1) * sizeof(*idx)), ndist = 0, dist[GROUPS_MAX + 1];
+	size_t *of = malloc((R.n ? R.n : 1) * sizeof(*of)); /* each function's distinct spec */
+	bool table;
+
+	*ops = NULL;
+	if (!idx || !of || !R.n)
+		goto out;
+	for (size_t k = 0; k < R.n && ndist <= GROUPS_MAX; k++) {
+		size_t d = 0;
+
+		while (d < ndist && memcmp(&R.specs[dist[d]], &R.specs[k], sizeof(R.specs[k])))
+			d++;
+		if (d == ndist)
+			dist[ndist++] = k;
+		of[k] = d;
+	}
+	table = ndist > GROUPS_MAX;
+	if (table)
+		ndist = 1;
+	R.groups = calloc(ndist, sizeof(*R.groups));
+	R.ops = calloc(ndist, sizeof(*R.ops));
+	if (!R.groups || !R.ops)
+		goto out;
+	for (size_t d = 0; d < ndist; d++) {
+		size_t m = 0;
+
+		for (size_t k = 0; k < R.n; k++)
+			if (table || of[k] == d)
+				idx[m++] = k;
+		R.groups[d] = group_new(R.ips, R.specs, idx, m, !table, exits);
+		if (!R.groups[d])
+			goto out;
+		R.ops[d] = &R.groups[d]->ops;
+		R.ngroups++;
+	}
+	*ops = R.ops;
+out:
+	free(idx);
+	free(of);
+	return *ops ? R.ngroups : 0;
 }
 
 int agent_args_records(void)
 {
-	const struct agent_args *a = R.cur;
 	char text[PKI_TRACE_MAX_STRING];
 	int err = 0;
 
-	for (size_t i = 0; a && i <= a->mask && !err; i++) {
-		if (!a->slot[i].ip)
-			continue;
-		err = pki_argspec_format(a->slot[i].spec, text, sizeof(text));
+	for (size_t k = 0; k < R.n && !err; k++) {
+		err = pki_argspec_format(&R.specs[k], text, sizeof(text));
 		if (!err)
-			err = pki_trace_args_add(a->slot[i].ip, text);
+			err = pki_trace_args_add(R.ips[k], text);
 	}
 	return err;
 }

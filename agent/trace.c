@@ -106,7 +106,9 @@ static struct {
 	size_t nobjs;
 	struct pk_ops ops;     /* entries and exits */
 	struct pk_ops ops_lib; /* libraries' relocated functions: entries only (lib_entry_only) */
-	struct pk_ops *ops_args; /* -A/-R: the functions with an argument spec (args.c), or NULL */
+	struct pk_ops *
+	    *ops_args; /* -A/-R: the ops of the functions with an argument spec (args.c) */
+	size_t nops_args;
 	unsigned long *main_ips, *lib_ips; /* the filters of ops and ops_lib: ips split */
 } T = {.fd = -1};
 
@@ -205,7 +207,7 @@ static int session_open(void)
 		err = v ? pki_trace_symbols_add(v, T.nips) : -ENOMEM;
 		free(v);
 	}
-	if (!err && T.ops_args) /* before the first event that carries DATA */
+	if (!err && T.nops_args) /* before the first event that carries DATA */
 		err = agent_args_records();
 	if (err) {
 		pki_trace_close();
@@ -609,7 +611,7 @@ static bool args_split(unsigned long *ips, const size_t *idx, size_t *nmain)
 	struct pki_argspec spec;
 	size_t m = 0;
 
-	T.ops_args = NULL;
+	T.nops_args = 0;
 	if (!conf->args || conf->top)
 		return true;
 	if (agent_args_begin(*nmain))
@@ -620,8 +622,10 @@ static bool args_split(unsigned long *ips, const size_t *idx, size_t *nmain)
 		else
 			ips[m++] = ips[k];
 	}
+	T.nops_args = agent_args_ops(conf->exits, &T.ops_args);
+	if (m < *nmain && !T.nops_args)
+		return false;
 	*nmain = m;
-	T.ops_args = agent_args_ops(conf->exits);
 	return true;
 }
 
@@ -769,14 +773,14 @@ static bool trace_hook(bool initial)
 		err = pk_ops_register(&T.ops);
 	if (!err && nlib)
 		err = pk_ops_register(&T.ops_lib);
-	if (!err && T.ops_args)
-		err = pk_ops_register(T.ops_args);
+	for (size_t i = 0; !err && i < T.nops_args; i++)
+		err = pk_ops_register(T.ops_args[i]);
 	if (!err)
 		err = pk_txn_commit();
 	else
 		pk_txn_abort();
 	if (err) {
-		T.ops_args = NULL;
+		T.nops_args = 0;
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
 			 strerror(-err));
 	}
@@ -876,8 +880,8 @@ static int unhook(void)
 		err = pk_ops_unregister(&T.ops);
 	if (!err && T.nlib)
 		err = pk_ops_unregister(&T.ops_lib);
-	if (!err && T.ops_args)
-		err = pk_ops_unregister(T.ops_args);
+	for (size_t i = 0; !err && i < T.nops_args; i++)
+		err = pk_ops_unregister(T.ops_args[i]);
 	if (!err)
 		err = agent_dl_stop(); /* the libraries loaded since the attach */
 	if (!err)
@@ -886,8 +890,8 @@ static int unhook(void)
 		pk_txn_abort();
 	if (!err) {
 		T.nmain = T.nlib = 0;
-		/* Its table stays: frames may still return through it (args.c). */
-		T.ops_args = NULL;
+		/* Their specs stay: frames may still return through them (args.c). */
+		T.nops_args = 0;
 	}
 	agent_dl_free(!err);
 	agent_dl_unlock();

@@ -74,11 +74,11 @@ void agent_on_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *op
 }
 
 /*
- * -A/-R: @ip's spec in @ops's table (agent_args, args.c), or NULL.  The
+ * -A/-R: @ip's slot in @ops's table (agent_args, args.c), or NULL.  The
  * table is written before the ops is registered and never changes while it
  * is: read without synchronisation.
  */
-static inline const struct pki_argspec *args_find(const struct pk_ops *ops, unsigned long ip)
+static inline const struct agent_args_slot *args_find(const struct pk_ops *ops, unsigned long ip)
 {
 	const struct agent_args *a = (const struct agent_args *)ops;
 	uint64_t h = agent_args_hash(ip, a->mask);
@@ -88,28 +88,53 @@ static inline const struct pki_argspec *args_find(const struct pk_ops *ops, unsi
 			return NULL;
 		h = (h + 1) & a->mask;
 	}
-	return a->slot[h].spec;
+	return &a->slot[h];
 }
 
-/* An entry event with the arguments -A asked for, and the return hijacked for -R's. */
+/* An entry whose spec reads memory (strings, stack words): the general capture. */
+static __attribute__((noinline)) void args_entry_slow(unsigned long ip, unsigned kind,
+						      const struct pki_argspec *spec,
+						      const struct pk_regs *regs, bool vec)
+{
+	struct pki_trace_event d[PKI_DATA_MAX];
+	unsigned n = pki_argcap_entry(spec, regs, vec, d);
+
+	pki_trace_record_n(ip, kind, pki_trace_now(), d, n);
+}
+
+/*
+ * An entry event with the arguments -A asked for, and the return hijacked
+ * for -R's.  Register values only (the slot's plan): a few loads into the
+ * DATA events, recorded with the entry as one.
+ */
 void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 			 struct pk_regs *regs)
 {
 	const struct agent_args *a = (const struct agent_args *)ops;
-	const struct pki_argspec *spec;
-	struct pki_trace_event d[PKI_DATA_MAX];
-	unsigned n;
+	const struct agent_args_slot *sl;
+	unsigned kind = a->exits ? PKI_EV_ENTRY : PKI_EV_CALL;
 
 	(void)parent_ip;
 	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
 		return;
-	spec = args_find(ops, ip);
+	sl = a->one ? a->one : args_find(ops, ip);
 	if (a->exits)
 		pki_fgraph_prune((unsigned long *)regs->sp);
-	n = spec ? pki_argcap_entry(spec, regs, a->vec, d) : 0;
-	pki_trace_record_n(ip, a->exits ? PKI_EV_ENTRY : PKI_EV_CALL, pki_trace_now(), d, n);
-	if (a->exits && spec && spec->ret)
-		pki_fgraph_enter_args(ip, (unsigned long *)regs->sp, spec);
+	if (__builtin_expect(sl && sl->nreg != AGENT_ARGS_SLOW, 1)) {
+		struct pki_trace_event d[AGENT_ARGS_REGS];
+
+		for (unsigned i = 0; i < sl->nreg; i++) {
+			d[i].ts = *(const uint64_t *)((const char *)regs + sl->off[i]);
+			d[i].word = PKI_EV_DATA_WORD(sl->item[i], 8, 0);
+		}
+		pki_trace_record_n(ip, kind, pki_trace_now(), d, sl->nreg);
+	} else if (sl) {
+		args_entry_slow(ip, kind, sl->spec, regs, a->vec);
+	} else {
+		pki_trace_record(ip, kind, pki_trace_now());
+	}
+	if (a->exits && sl && sl->spec->ret)
+		pki_fgraph_enter_args(ip, (unsigned long *)regs->sp, sl->spec);
 	else if (a->exits)
 		pki_fgraph_enter(ip, (unsigned long *)regs->sp);
 	if (__builtin_expect(ip == agent_hook.trigger, 0))

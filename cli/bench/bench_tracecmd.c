@@ -258,6 +258,7 @@ struct trace_bench {
 	char prog[PATH_MAX + 32];
 	char tdir[sizeof(TMPDIR_TEMPLATE)];
 	char tfile[sizeof(TMPDIR_TEMPLATE) + 16], rfile[sizeof(TMPDIR_TEMPLATE) + 16];
+	char afile[sizeof(TMPDIR_TEMPLATE) + 16];
 	char udir[sizeof(TMPDIR_TEMPLATE) + 16];
 };
 
@@ -282,8 +283,8 @@ static void print_added(const char *name, double ns, double plain, const struct 
 static bool workload(const struct trace_bench *b, unsigned long work)
 {
 	char ncalls[32], nwork[32], *prog = (char *)b->prog;
-	struct run_said said = {0}, said_ring = {0};
-	double plain, pk, ring, uf = -1, fl;
+	struct run_said said = {0}, said_ring = {0}, said_args = {0};
+	double plain, pk, ring, args, uf = -1, fl;
 	struct stat st;
 
 	snprintf(ncalls, sizeof(ncalls), "%lu", b->calls);
@@ -296,6 +297,20 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		char *const a_ring[] = {(char *)b->self, "trace", "-o", (char *)b->rfile, "--ring",
 					RING_SIZE, "--", prog, "--bench", ncalls, "--work", nwork,
 					NULL};
+		/* -A: both integer argument registers of the leaf (demo_body has two) */
+		char *const a_args[] = {(char *)b->self,
+					"trace",
+					"-o",
+					(char *)b->afile,
+					"-A",
+					work ? "demo_body@arg1,arg2" : "demo_leaf@arg1,arg2",
+					"--",
+					prog,
+					"--bench",
+					ncalls,
+					"--work",
+					nwork,
+					NULL};
 		char *const a_uf[] = {
 		    "uftrace", "record",  "--no-libcall", "-P",	    ".",   "-d", (char *)b->udir,
 		    prog,      "--bench", ncalls,	  "--work", nwork, NULL};
@@ -303,6 +318,7 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		plain = best(a_plain, b->calls, b->runs, NULL);
 		pk = best(a_pk, b->calls, b->runs, &said);
 		ring = best(a_ring, b->calls, b->runs, &said_ring);
+		args = best(a_args, b->calls, b->runs, &said_args);
 		if (!b->no_uftrace)
 			uf = best(a_uf, b->calls, b->runs, NULL);
 	}
@@ -310,11 +326,12 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		printf("# demo_body: %lu dependent multiply-adds per call\n", work);
 	else
 		printf("# demo_leaf: an almost empty leaf (the worst case)\n");
-	if (plain < 0 || pk < 0 || ring < 0)
+	if (plain < 0 || pk < 0 || ring < 0 || args < 0)
 		return false;
 	printf("%12s: %8.2f nsecs/call\n", "plain", plain);
 	print_added("probekit", pk, plain, &said, b->runs);
 	print_added("--ring", ring, plain, &said_ring, b->runs);
+	print_added("-A 2 ints", args, plain, &said_args, b->runs);
 	fl = floor_added(b->calls, work, b->runs);
 	if (fl >= 0 && pki_arch_tsc_invariant())
 		printf("%12s: %+8.2f nsecs/call  (two TSC reads and event stores per call, inline, "
@@ -331,6 +348,8 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 	if (fl >= 0 && ring > plain)
 		printf("%12s: --ring adds %+.2f ns more than the floor\n", "over floor",
 		       ring - plain - fl);
+	printf("%12s: -A with two integer arguments adds %+.2f ns to the traced call\n",
+	       "arguments", args - pk);
 	if (!stat(b->tfile, &st) && said.events)
 		printf("%12s: %.2f bytes per event (%llu events, %lld bytes; 16 in memory)\n", "file",
 		       (double)st.st_size / (double)said.events, said.events, (long long)st.st_size);
@@ -342,20 +361,22 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 	return true;
 }
 
-static const char usage[] = "usage: probekit bench trace [--calls N] [--runs R] [--work K] "
-			    "[--no-uftrace] [--prog TRACE_DEMO]\n\n"
-			    "ns per call that 'probekit trace' (its default, lossless to a file,\n"
-			    "and --ring " RING_SIZE ", the flight recorder, which writes only at the end)\n"
-			    "and 'uftrace record -P .' add to examples/trace_demo --bench N\n"
-			    "(N calls of a leaf function timed by the program itself, one\n"
-			    "thread); best of R runs each, and the default's file size per\n"
-			    "event.  Two leaves:\n"
-			    "an almost empty one (the worst case), and one doing K dependent\n"
-			    "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
-			    "reading the TSC and storing an event at entry and exit costs alone\n"
-			    "(no hook): no tracer that timestamps every call can add less.\n"
-			    "--no-uftrace leaves the peer out (it is also left out when it is\n"
-			    "not installed).\n";
+static const char usage[] =
+    "usage: probekit bench trace [--calls N] [--runs R] [--work K] "
+    "[--no-uftrace] [--prog TRACE_DEMO]\n\n"
+    "ns per call that 'probekit trace' (its default, lossless to a file,\n"
+    "and --ring " RING_SIZE ", the flight recorder, which writes only at the end;\n"
+    "and the default with -A recording two integer arguments)\n"
+    "and 'uftrace record -P .' add to examples/trace_demo --bench N\n"
+    "(N calls of a leaf function timed by the program itself, one\n"
+    "thread); best of R runs each, and the default's file size per\n"
+    "event.  Two leaves:\n"
+    "an almost empty one (the worst case), and one doing K dependent\n"
+    "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
+    "reading the TSC and storing an event at entry and exit costs alone\n"
+    "(no hook): no tracer that timestamps every call can add less.\n"
+    "--no-uftrace leaves the peer out (it is also left out when it is\n"
+    "not installed).\n";
 
 /* Fill @b's settings from the command line; false: stop with exit status *@status. */
 static bool trace_bench_parse(struct trace_bench *b, int argc, char **argv, int *status)
@@ -458,6 +479,7 @@ static int trace_bench_make_files(struct trace_bench *b)
 		return cli_error("mkdtemp: %s", strerror(errno));
 	snprintf(b->tfile, sizeof(b->tfile), "%s/t.trace", b->tdir);
 	snprintf(b->rfile, sizeof(b->rfile), "%s/r.trace", b->tdir);
+	snprintf(b->afile, sizeof(b->afile), "%s/a.trace", b->tdir);
 	snprintf(b->udir, sizeof(b->udir), "%s/uftrace", b->tdir);
 	return 0;
 }

@@ -330,8 +330,9 @@ enum { PKI_TRACE_PUT_OK, PKI_TRACE_PUT_FULL, PKI_TRACE_PUT_SLOW };
  *    A ring may overwrite the first few of them only: the reader drops
  *    DATA that follow no event (doc/trace-format.md).
  */
-static inline int pki_trace_put_n(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts,
-				  const struct pki_trace_event *data, unsigned n)
+static inline __attribute__((always_inline)) int
+pki_trace_put_n(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts,
+		const struct pki_trace_event *data, unsigned n)
 {
 	struct pki_trace_event *e;
 	uint64_t h;
@@ -408,8 +409,9 @@ static inline void pki_trace_record(uint64_t fn, unsigned kind, uint64_t ts)
 }
 
 /* The same with @n DATA events after it (format.h), as one record. */
-static inline void pki_trace_record_n(uint64_t fn, unsigned kind, uint64_t ts,
-				      const struct pki_trace_event *data, unsigned n)
+static inline __attribute__((always_inline)) void
+pki_trace_record_n(uint64_t fn, unsigned kind, uint64_t ts, const struct pki_trace_event *data,
+		   unsigned n)
 {
 	int r = pki_trace_put_n(pki_trace_tls, fn, kind, ts, data, n);
 	struct pki_trace_group g = {fn, ts, kind, n, data};

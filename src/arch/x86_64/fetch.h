@@ -24,7 +24,7 @@
 #include <probekit/hook.h>
 
 /* Where tramp.S saves xmm0..7 of a non-PK_OPS_F_NOVEC ops' call, from @regs. */
-#define PKI_ARCH_REGS_XMM 80
+#define PKI_ARCH_REGS_XMM 80u
 
 /* The low 8 bytes of xmm@i (0..7) at the entry: only in a callback of an ops without NOVEC. */
 static inline uint64_t pki_arch_regs_xmm(const struct pk_regs *regs, unsigned i)

@@ -122,21 +122,8 @@ bool cli_globs_add(struct cli_globs *g, const char *cmd, int c, char *glob, int 
 /* Does @name match one of @g? */
 bool cli_globs_any(const struct cli_globs *g, const char *name);
 
-struct pki_trace_file;
-struct pki_argspec;
-struct pki_argval;
-
 /* Room for the "(args)" or the return value text of one call. */
 #define CLI_ARGS_TEXT 1024
-
-/*
- * The values @v of @spec's entry items as "(a, b)" (@ret false), or of its
- * return value item (@ret true: "" if it recorded nothing, as an exit that
- * was unwound), into @out; a p value named by @name_of(addr, @f).
- */
-void cli_args_text(const struct pki_trace_file *f, const struct pki_argspec *spec,
-		   const struct pki_argval *v, bool ret, char *out, size_t len,
-		   const char *(*name_of)(uint64_t addr, void *arg));
 
 int cmd_trace(int argc, char **argv);
 

@@ -71,6 +71,9 @@ enum {
 	TE_TYPE = 9,
 	TE_NAME_IID = 10,
 	TE_NAME = 23,
+	TE_DEBUG_ANNOTATIONS = 4,
+	DA_STRING_VALUE = 6,
+	DA_NAME = 10,
 	ID_EVENT_NAMES = 2,
 	EN_IID = 1,
 	EN_NAME = 2,
@@ -191,8 +194,21 @@ static void pb_end(struct pb *m)
 	m->len -= 5 - n;
 }
 
+/*
+ * An event whose DATA (trace -A/-R: arguments, return value) may still come:
+ * written when the thread's next event that is no DATA comes, or at the end.
+ */
+struct pheld {
+	bool on;
+	unsigned kind;
+	uint64_t fn, ns;
+	const struct pki_argspec *spec;
+	struct pki_argval *vals; /* PKI_DATA_ITEMS_MAX, allocated at the first one */
+};
+
 /* One thread: its sequence and what the replay needs. */
 struct pthread_st {
+	struct pheld held;
 	uint64_t *fns; /* open frames, bottom first */
 	size_t depth, cap;
 	struct pki_idxmap active; /* the number of frames of each fn on the stack */
@@ -304,11 +320,39 @@ static void sequence_start(struct pexport *p, size_t i)
 	p->th[i].started = true;
 }
 
+/* The name of the function at exactly @addr, for a p value. */
+static const char *addr_name(uint64_t addr, void *arg)
+{
+	const struct pki_trace_sym *s = pki_trace_file_sym(arg, addr);
+
+	return s ? s->name : NULL;
+}
+
+/* @h's values of the entry (@ret false) or of the exit as debug annotations, "arg1": "2". */
+static void annotations(struct pexport *p, const struct pheld *h, bool ret)
+{
+	char name[16], val[PKI_ARG_STR_MAX * 4 + 32];
+
+	for (unsigned k = 0; h && k < h->spec->n; k++) {
+		const struct pki_arg_item *it = &h->spec->item[k];
+
+		if ((it->src == PKI_ARG_RET) != ret || !h->vals[k].any)
+			continue;
+		pb_begin(&p->m, TE_DEBUG_ANNOTATIONS);
+		pb_str(&p->m, DA_NAME, pki_arg_item_name(it, name, sizeof(name)));
+		pb_str(&p->m, DA_STRING_VALUE,
+		       pki_argval_str(it, &h->vals[k], val, sizeof(val), addr_name, (void *)p->f));
+		pb_end(&p->m);
+	}
+}
+
 /*
  * One TrackEvent of thread @i at @ns (from the origin): @type, and for a
- * begin or an instant the name of @fn, interned on first use.
+ * begin or an instant the name of @fn, interned on first use; @h: the
+ * values it carries (NULL: none).
  */
-static void event(struct pexport *p, size_t i, unsigned type, uint64_t fn, uint64_t ns)
+static void event(struct pexport *p, size_t i, unsigned type, uint64_t fn, uint64_t ns,
+		  const struct pheld *h)
 {
 	struct pthread_st *t = &p->th[i];
 	const struct pki_trace_sym *sym = NULL;
@@ -337,6 +381,7 @@ static void event(struct pexport *p, size_t i, unsigned type, uint64_t fn, uint6
 
 		pb_str(&p->m, TE_NAME, pki_trace_fn_name(p->f, fn, buf, sizeof(buf))); /* 0x<fn> */
 	}
+	annotations(p, h, type == SLICE_END);
 	pb_end(&p->m);
 	if (intern) {
 		pb_begin(&p->m, PKT_INTERNED_DATA);
@@ -352,15 +397,62 @@ static void event(struct pexport *p, size_t i, unsigned type, uint64_t fn, uint6
 	packet_flush(p);
 }
 
-static void end_frames(struct pexport *p, size_t i, size_t to, uint64_t ns)
+/* End the frames of thread @i above depth @to at @ns, the last one (at @to) with @h's values. */
+static void end_frames_args(struct pexport *p, size_t i, size_t to, uint64_t ns,
+			    const struct pheld *h)
 {
 	struct pthread_st *t = &p->th[i];
 
 	while (t->depth > to) {
 		t->depth--;
 		pki_idxmap_count_add(&t->active, t->fns[t->depth], -1); /* its slot exists */
-		event(p, i, SLICE_END, 0, ns);
+		event(p, i, SLICE_END, 0, ns, t->depth == to ? h : NULL);
 	}
+}
+
+static void end_frames(struct pexport *p, size_t i, size_t to, uint64_t ns)
+{
+	end_frames_args(p, i, to, ns, NULL);
+}
+
+/* Thread @i's event of @kind of @fn at @ns, with @h's values (NULL: none). */
+static int one_event(struct pexport *p, size_t i, unsigned kind, uint64_t fn, uint64_t ns,
+		     const struct pheld *h)
+{
+	struct pthread_st *t = &p->th[i];
+	size_t d;
+
+	switch (kind) {
+	case PKI_EV_ENTRY:
+		if (PKI_GROW(t->fns, t->cap, t->depth + 1) ||
+		    pki_idxmap_count_add(&t->active, fn, 1))
+			return -ENOMEM;
+		t->fns[t->depth++] = fn;
+		event(p, i, SLICE_BEGIN, fn, ns, h);
+		break;
+	case PKI_EV_EXIT:
+		if (!pki_idxmap_count(&t->active, fn))
+			break; /* no entry for it (the trace began inside it) */
+		for (d = t->depth; t->fns[d - 1] != fn; d--) /* passes what it ends */
+			;
+		end_frames_args(p, i, d - 1, ns, h);
+		break;
+	default:
+		event(p, i, INSTANT, fn, ns, h);
+		break;
+	}
+	return 0;
+}
+
+/* Write thread @i's held event, its values in. */
+static int settle(struct pexport *p, size_t i)
+{
+	struct pheld *h = &p->th[i].held;
+
+	if (!h->on)
+		return 0;
+	h->on = false;
+	return one_event(p, i, h->kind, h->fn, h->ns, h);
 }
 
 static int on_events(const struct pki_trace_file *f, const struct pki_trace_thread *th,
@@ -369,35 +461,38 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 	struct pexport *p = arg;
 	size_t i = (size_t)(th - f->threads);
 	struct pthread_st *t = &p->th[i];
+	struct pheld *h = &t->held;
 
 	for (size_t k = 0; k < n && !p->err; k++) {
-		uint64_t fn = PKI_EV_FN(e[k].word), ns;
-		size_t d;
+		uint64_t fn = PKI_EV_FN(e[k].word);
+		unsigned kind = PKI_EV_KIND(e[k].word), item = PKI_DATA_ITEM(e[k].word);
+		const struct pki_argspec *spec;
+		int err;
 
-		if (PKI_EV_KIND(e[k].word) == PKI_EV_GAP) { /* overwritten: end what is open */
+		if (PKI_EV_IS_DATA(e[k].word)) { /* a value of the held event (else: overwritten) */
+			if (h->on && item < h->spec->n)
+				pki_argval_add(&h->vals[item], e[k].word, e[k].ts);
+			continue;
+		}
+		err = settle(p, i);
+		if (err)
+			return err;
+		if (kind == PKI_EV_GAP) { /* overwritten: end what is open */
 			end_frames(p, i, 0, t->last_ns);
 			continue;
 		}
-		ns = pki_trace_file_ts_ns(f, e[k].ts);
-		switch (PKI_EV_KIND(e[k].word)) {
-		case PKI_EV_ENTRY:
-			if (PKI_GROW(t->fns, t->cap, t->depth + 1) ||
-			    pki_idxmap_count_add(&t->active, fn, 1))
+		spec = f->nargs ? pki_trace_file_args(f, fn) : NULL;
+		if (spec && (kind == PKI_EV_EXIT ? spec->ret : spec->n > spec->ret)) {
+			if (!h->vals && !(h->vals = calloc(PKI_DATA_ITEMS_MAX, sizeof(*h->vals))))
 				return -ENOMEM;
-			t->fns[t->depth++] = fn;
-			event(p, i, SLICE_BEGIN, fn, ns);
-			break;
-		case PKI_EV_EXIT:
-			if (!pki_idxmap_count(&t->active, fn))
-				break; /* no entry for it (the trace began inside it) */
-			for (d = t->depth; t->fns[d - 1] != fn; d--) /* passes what it ends */
-				;
-			end_frames(p, i, d - 1, ns);
-			break;
-		default:
-			event(p, i, INSTANT, fn, ns);
-			break;
+			memset(h->vals, 0, spec->n * sizeof(*h->vals));
+			*h = (struct pheld){true, kind,	  fn, pki_trace_file_ts_ns(f, e[k].ts),
+					    spec, h->vals};
+			continue;
 		}
+		err = one_event(p, i, kind, fn, pki_trace_file_ts_ns(f, e[k].ts), NULL);
+		if (err)
+			return err;
 	}
 	return p->err;
 }
@@ -427,7 +522,10 @@ int cli_export_perfetto(const struct pki_trace_file *f, FILE *o)
 	err = p.err ? p.err : pki_trace_file_events(f, on_events, &p);
 	for (size_t i = 0; i < f->nthreads; i++) {
 		if (!err && !p.err)
+			err = settle(&p, i);
+		if (!err && !p.err)
 			end_frames(&p, i, 0, p.th[i].last_ns); /* still open at the end */
+		free(p.th[i].held.vals);
 		free(p.th[i].fns);
 		pki_idxmap_free(&p.th[i].active);
 		free(p.th[i].interned);

@@ -18,8 +18,6 @@
 
 #include "cli.h"
 #include "sym/demangle.h"
-#include "trace/argspec.h"
-#include "trace/reader.h"
 
 /* Is @path's directory one that only we (or root) can write to? */
 static bool dir_private(const char *path)
@@ -152,35 +150,4 @@ bool cli_globs_any(const struct cli_globs *g, const char *name)
 		if (pki_glob_match(g->v[i], name))
 			return true;
 	return false;
-}
-
-void cli_args_text(const struct pki_trace_file *f, const struct pki_argspec *spec,
-		   const struct pki_argval *v, bool ret, char *out, size_t len,
-		   const char *(*name_of)(uint64_t addr, void *arg))
-{
-	char one[PKI_ARG_STR_MAX * 4 + 32];
-	size_t off = 0;
-	bool first = true;
-
-	if (len < 3)
-		return;
-	out[0] = '\0';
-	if (!ret)
-		out[off++] = '(';
-	for (unsigned i = 0; i < spec->n; i++) {
-		const struct pki_arg_item *it = &spec->item[i];
-
-		if ((it->src == PKI_ARG_RET) != ret || (ret && !v[i].any))
-			continue;
-		pki_argval_str(it, &v[i], one, sizeof(one), name_of, (void *)f);
-		off += (size_t)snprintf(out + off, len - off, "%s%s", first ? "" : ", ", one);
-		if (off >= len - 2) {
-			off = len - 2;
-			break;
-		}
-		first = false;
-	}
-	if (!ret)
-		out[off++] = ')';
-	out[off] = '\0';
 }

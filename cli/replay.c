@@ -358,13 +358,13 @@ static int settle(struct replay *p, struct rthread *r)
 		return 0;
 	e->on = false;
 	if (e->kind == PKI_EV_EXIT) {
-		cli_args_text(p->f, e->spec, e->v, true, ret, sizeof(ret), addr_name);
+		pki_argvals_str(e->spec, e->v, true, ret, sizeof(ret), addr_name, (void *)p->f);
 		return exit_of(p, r, e->fn, e->ts, *ret ? ret : NULL);
 	}
 	args = malloc(CLI_ARGS_TEXT);
 	if (!args)
 		return -ENOMEM;
-	cli_args_text(p->f, e->spec, e->v, false, args, CLI_ARGS_TEXT, addr_name);
+	pki_argvals_str(e->spec, e->v, false, args, CLI_ARGS_TEXT, addr_name, (void *)p->f);
 	if (e->kind == PKI_EV_CALL) {
 		err = instant(p, r, e->fn, e->ts, args);
 		free(args);

@@ -176,14 +176,16 @@ static const char *thread_name(const struct pki_trace_thread *t)
 /* ---- report ---------------------------------------------------------------- */
 
 static const char report_usage[] =
-    "usage: probekit report [FILE] [--threads] [--sort KEY] [--raw]\n"
+    "usage: probekit report [FILE] [--threads] [--sort KEY] [--raw] [--args]\n"
     "\n"
     "Per function of the trace FILE (default " DEFAULT_TRACE "): calls, total time,\n"
     "self time, average, minimum and maximum duration, sorted by total time.\n"
     "\n"
     "  --threads     one table per thread instead of one for the process\n"
     "  --sort KEY    calls|total|self|avg|min|max (largest first) or name\n"
-    "  --raw         times as integer nanoseconds (for scripts)\n" CLI_DEMANGLE_HELP "\n"
+    "  --raw         times as integer nanoseconds (for scripts)\n"
+    "  --args        one row per function and distinct values its calls\n"
+    "                carried (trace -A/-R): 'parse(\"key\", 3) = 0x1'\n" CLI_DEMANGLE_HELP "\n"
     "total counts a recursive function's time once (outermost calls only);\n"
     "self is total minus the time in the functions it called; avg, min and max\n"
     "are over every call's own duration.  Calls still running when the trace\n"
@@ -191,6 +193,14 @@ static const char report_usage[] =
     "exit (--entry-only, or a library's under --relocate-all) are counted and\n"
     "have no time: '-' when a function has only such calls, else its times\n"
     "are those of its timed calls.\n";
+
+/* The name of the function at exactly @addr, for a p value. */
+static const char *addr_name(uint64_t addr, void *arg)
+{
+	const struct pki_trace_sym *s = pki_trace_file_sym(arg, addr);
+
+	return s ? s->name : NULL;
+}
 
 static const char *const sort_names[] = {
     [PKI_SORT_TOTAL] = "total", [PKI_SORT_CALLS] = "calls", [PKI_SORT_SELF] = "self",
@@ -237,9 +247,9 @@ static void print_table(const struct pki_trace_file *f, const struct pki_trace_r
 		if (s->instants == s->calls) /* entries only: counts, no durations */
 			for (int k = 0; k < 5; k++)
 				snprintf(t[k], sizeof(t[k]), "-");
-		printf("%10llu %*s %*s %*s %*s %*s  %s", (unsigned long long)s->calls, w, t[0], w,
-		       t[1], w, t[2], w, t[3], w, t[4],
-		       pki_trace_fn_name(f, s->fn, nb, sizeof(nb)));
+		printf("%10llu %*s %*s %*s %*s %*s  %s%s", (unsigned long long)s->calls, w, t[0], w,
+		       t[1], w, t[2], w, t[3], w, t[4], pki_trace_fn_name(f, s->fn, nb, sizeof(nb)),
+		       s->args ? s->args : "");
 		sym = pki_trace_file_sym(f, s->fn);
 		obj = sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
 		if (obj) {
@@ -267,7 +277,7 @@ static int parse_sort(const char *v, enum pki_trace_sort *key)
 struct report_opts {
 	const char *path;
 	enum pki_trace_sort key;
-	bool per_thread, raw;
+	bool per_thread, raw, args;
 };
 
 /* Fill @o from the command line; false: stop with exit status *@status. */
@@ -277,6 +287,7 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 	    {"threads", no_argument, NULL, 't'},
 	    {"sort", required_argument, NULL, 's'},
 	    {"raw", no_argument, NULL, 'r'},
+	    {"args", no_argument, NULL, 'a'},
 	    {"help", no_argument, NULL, 'h'},
 	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
@@ -298,6 +309,9 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 			return false;
 		case 'r':
 			o->raw = true;
+			break;
+		case 'a':
+			o->args = true;
 			break;
 		case CLI_O_DEMANGLE:
 		case CLI_O_NO_DEMANGLE:
@@ -388,7 +402,7 @@ int cmd_report(int argc, char **argv)
 	f = cli_trace_open(o.path);
 	if (!f)
 		return 1;
-	ret = pki_trace_report_build(f, o.per_thread, &r);
+	ret = pki_trace_report_build_args(f, o.per_thread, o.args, addr_name, &r);
 	if (ret) {
 		ret = cli_error("%s: %s", o.path, replay_error(ret));
 		goto out_file;
@@ -495,6 +509,7 @@ struct xcall {
 	uint64_t fn, start_ns, dur_ns; /* dur_ns UINT64_MAX: a "B" event */
 	uint32_t depth;
 	bool unwound, open;
+	char *args; /* its arguments and return value as "args" members, or NULL */
 };
 
 struct cthread {
@@ -521,10 +536,46 @@ static int xcall_cmp(const void *pa, const void *pb)
 	return a->depth < b->depth ? -1 : a->depth > b->depth;
 }
 
-static void chrome_flags(FILE *o, bool open, bool unwound)
+/* @c's values (trace -A/-R) as "args" members, "arg1":"2",...: malloc'd, NULL if none. */
+static char *chrome_args(const struct pki_trace_file *f, const struct pki_trace_call *c)
 {
+	char *buf = NULL, name[16], val[PKI_ARG_STR_MAX * 4 + 32];
+	size_t len = 0;
+	bool first = true;
+	FILE *m;
+
+	if (!c->spec || !(m = open_memstream(&buf, &len)))
+		return NULL;
+	for (unsigned i = 0; i < c->spec->n; i++) {
+		const struct pki_arg_item *it = &c->spec->item[i];
+
+		if (!c->vals[i].any)
+			continue;
+		fprintf(m, "%s\"%s\":", first ? "" : ",",
+			pki_arg_item_name(it, name, sizeof(name)));
+		first = false;
+		cli_json_str(
+		    m, pki_argval_str(it, &c->vals[i], val, sizeof(val), addr_name, (void *)f));
+	}
+	fclose(m);
+	if (!len) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+/* The "args" of an event: @args (chrome_args()), and whether its frame was left open or unwound. */
+static void chrome_flags(FILE *o, bool open, bool unwound, const char *args)
+{
+	if (!open && !unwound && !args)
+		return;
+	fputs(",\"args\":{", o);
+	if (args)
+		fputs(args, o);
 	if (open || unwound)
-		fprintf(o, ",\"args\":{\"%s\":true}", open ? "open" : "unwound");
+		fprintf(o, "%s\"%s\":true", args ? "," : "", open ? "open" : "unwound");
+	fputc('}', o);
 }
 
 static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, const struct xcall *c)
@@ -547,7 +598,7 @@ static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, co
 	if (!b) {
 		fputs(",\"dur\":", ch->o);
 		json_us(ch->o, c->dur_ns);
-		chrome_flags(ch->o, c->open, c->unwound);
+		chrome_flags(ch->o, c->open, c->unwound, c->args);
 	}
 	fputc('}', ch->o);
 }
@@ -559,8 +610,10 @@ static void chrome_flush(struct chrome *ch, const struct pki_trace_thread *t, st
 
 	if (th->n) /* th->v may be NULL then: qsort's argument is nonnull */
 		qsort(th->v, th->n, sizeof(*th->v), xcall_cmp);
-	for (i = 0; i < th->n; i++)
+	for (i = 0; i < th->n; i++) {
 		chrome_begin(ch, t, &th->v[i]);
+		free(th->v[i].args);
+	}
 	th->n = 0;
 }
 
@@ -568,6 +621,7 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 {
 	struct chrome *ch = arg;
 	struct cthread *th = &ch->th[t - ch->f->threads];
+	char *args;
 	size_t k;
 
 	if (c->depth < th->nbegun) {
@@ -576,7 +630,9 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 		fprintf(ch->o, ",\n{\"ph\":\"E\",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid,
 			t->tid);
 		json_us(ch->o, c->end_ns);
-		chrome_flags(ch->o, c->open, c->unwound);
+		args = chrome_args(ch->f, c); /* (a "B" has none: they are known at the end) */
+		chrome_flags(ch->o, c->open, c->unwound, args);
+		free(args);
 		fputc('}', ch->o);
 		th->nbegun = c->depth; /* it is the top one: frames above it ended first */
 		return 0;
@@ -599,7 +655,8 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 					.dur_ns = c->dur_ns,
 					.depth = c->depth,
 					.unwound = c->unwound,
-					.open = c->open};
+					.open = c->open,
+					.args = chrome_args(ch->f, c)};
 	if (th->n < CHROME_BUF)
 		return 0;
 	/*
@@ -621,7 +678,7 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 static int export_chrome(const struct pki_trace_file *f, FILE *o)
 {
 	struct chrome ch = {.f = f, .o = o};
-	size_t i;
+	size_t i, k;
 	int err;
 
 	ch.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*ch.th));
@@ -643,6 +700,8 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 	for (i = 0; i < f->nthreads; i++) {
 		if (!err)
 			chrome_flush(&ch, &f->threads[i], &ch.th[i]);
+		for (k = 0; k < ch.th[i].n; k++) /* (an error: calls not written) */
+			free(ch.th[i].v[k].args);
 		free(ch.th[i].v);
 	}
 	free(ch.th);

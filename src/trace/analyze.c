@@ -18,11 +18,29 @@
  * One thread's replay, fed its events as they are read.  Memory: the shadow
  * stack (call depth) and the map of the functions on it, never the events.
  */
+/*
+ * An event whose DATA may still come (an exit with a return value, a call
+ * with arguments): it is replayed when the thread's next event that is no
+ * DATA comes, or at the end (a record may end between an event and its
+ * DATA).
+ */
+struct held {
+	bool on;
+	unsigned kind;
+	uint64_t fn, ts;
+	const struct pki_argspec *spec;
+	struct pki_argval *vals; /* spec->n, allocated with the replay */
+};
+
 struct replay {
 	const struct pki_trace_file *f;
 	const struct pki_trace_thread *t;
 	uint64_t *fns, *starts, *child_ns, *ids; /* the stack, bottom first */
+	struct pki_argval **vals;		 /* per frame: its values, or NULL */
 	size_t depth, cap;
+	struct held held;
+	struct pki_argval *into; /* where the DATA that come now go (spec->n of them), or NULL */
+	unsigned into_n;
 	uint64_t next_id;	  /* frame serials: unique within the thread */
 	uint64_t last;		  /* the thread's last event time */
 	struct pki_idxmap active; /* (fn, 0) -> 1 + number of its frames on the stack */
@@ -39,6 +57,8 @@ static int grow_stack(struct replay *r)
 
 	if (ncap > SIZE_MAX / sizeof(uint64_t))
 		return -ENOMEM;
+	struct pki_argval **v;
+
 	for (i = 0; i < sizeof(arrs) / sizeof(arrs[0]); i++) {
 		uint64_t *n = realloc(*arrs[i], ncap * sizeof(uint64_t));
 
@@ -46,8 +66,18 @@ static int grow_stack(struct replay *r)
 			return -ENOMEM;
 		*arrs[i] = n;
 	}
+	v = realloc(r->vals, ncap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	r->vals = v;
 	r->cap = ncap;
 	return 0;
+}
+
+/* Room for @spec's values, zeroed: NULL when out of memory (the values are then not shown). */
+static struct pki_argval *vals_new(const struct pki_argspec *spec)
+{
+	return calloc(spec->n, sizeof(struct pki_argval));
 }
 
 static int push(struct replay *r, uint64_t fn, uint64_t ts)
@@ -68,15 +98,22 @@ static int push(struct replay *r, uint64_t fn, uint64_t ts)
 	r->starts[r->depth] = ts;
 	r->child_ns[r->depth] = 0;
 	r->ids[r->depth] = ++r->next_id;
+	r->vals[r->depth] = NULL;
 	r->depth++;
 	return 0;
 }
 
-/* Close the top frame at @ts. */
-static int pop(struct replay *r, uint64_t ts, bool unwound, bool open)
+/*
+ * Close the top frame at @ts; @ret: its exit's values (the return value
+ * item's, which the frame's values take), or NULL.
+ */
+static int pop_ret(struct replay *r, uint64_t ts, bool unwound, bool open,
+		   const struct pki_argval *ret)
 {
 	size_t d = --r->depth;
 	uint64_t fn = r->fns[d], start = r->starts[d];
+	const struct pki_argspec *spec = r->f->nargs ? pki_trace_file_args(r->f, fn) : NULL;
+	int err;
 	uint64_t *a = pki_idxmap_slot(&r->active, fn, 0);
 	struct pki_trace_call c = {.fn = fn,
 				   .depth = (uint32_t)d,
@@ -99,16 +136,36 @@ static int pop(struct replay *r, uint64_t ts, bool unwound, bool open)
 	r->st->calls++;
 	r->st->unwound += unwound;
 	r->st->open += open;
-	return r->cb(r->t, &c, r->arg);
+	if (spec && ret && spec->ret && !r->vals[d])
+		r->vals[d] = vals_new(spec);
+	if (spec && ret && spec->ret && r->vals[d])
+		r->vals[d][spec->n - 1] = ret[spec->n - 1];
+	if (spec && r->vals[d]) {
+		c.spec = spec;
+		c.vals = r->vals[d];
+	}
+	if (r->into && r->into == r->vals[d])
+		r->into = NULL;
+	err = r->cb(r->t, &c, r->arg);
+	free(r->vals[d]);
+	r->vals[d] = NULL;
+	return err;
+}
+
+static int pop(struct replay *r, uint64_t ts, bool unwound, bool open)
+{
+	return pop_ret(r, ts, unwound, open, NULL);
 }
 
 /*
  * A call with no exit to come (PKI_EV_CALL): reported at the depth it would
  * have, with its stack, and no duration; nothing stays on the stack.
  */
-static int instant(struct replay *r, uint64_t fn, uint64_t ts)
+static int instant(struct replay *r, uint64_t fn, uint64_t ts, const struct pki_argspec *spec,
+		   const struct pki_argval *vals)
 {
-	struct pki_trace_call c = {.fn = fn, .instant = true};
+	struct pki_trace_call c = {
+	    .fn = fn, .instant = true, .spec = vals ? spec : NULL, .vals = vals};
 	uint64_t *a;
 	int err = push(r, fn, ts);
 
@@ -128,17 +185,75 @@ static int instant(struct replay *r, uint64_t fn, uint64_t ts)
 	return err;
 }
 
+/* The exit of @fn at @ts (@ret: its values, or NULL). */
+static int exit_of(struct replay *r, uint64_t fn, uint64_t ts, const struct pki_argval *ret)
+{
+	uint64_t a = r->depth ? pki_idxmap_get(&r->active, fn, 0) : 0;
+	size_t d;
+	int err = 0;
+
+	if (a <= 1) {
+		r->st->unmatched_exits++;
+		return 0;
+	}
+	for (d = r->depth; r->fns[d - 1] != fn; d--)
+		;
+	while (!err && r->depth > d)
+		err = pop(r, ts, true, false);
+	return err ? err : pop_ret(r, ts, false, false, ret);
+}
+
+/* Replay the held event, its DATA in. */
+static int settle(struct replay *r)
+{
+	struct held *h = &r->held;
+
+	if (!h->on)
+		return 0;
+	h->on = false;
+	r->into = NULL;
+	if (h->kind == PKI_EV_EXIT)
+		return exit_of(r, h->fn, h->ts, h->vals);
+	return instant(r, h->fn, h->ts, h->spec, h->vals);
+}
+
+/* @fn's event of @kind at @ts, whose DATA come next, is held (settle()). */
+static int hold(struct replay *r, const struct pki_argspec *spec, unsigned kind, uint64_t fn,
+		uint64_t ts)
+{
+	struct held *h = &r->held;
+
+	if (!h->vals && !(h->vals = calloc(PKI_DATA_ITEMS_MAX, sizeof(*h->vals))))
+		return -ENOMEM;
+	memset(h->vals, 0, spec->n * sizeof(*h->vals));
+	*h = (struct held){true, kind, fn, ts, spec, h->vals};
+	r->into = h->vals;
+	r->into_n = spec->n;
+	return 0;
+}
+
 static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 {
 	size_t i;
 	int err = 0;
 
 	for (i = 0; i < n && !err; i++) {
-		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts, a;
-		size_t d;
+		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts;
+		unsigned kind = PKI_EV_KIND(ev[i].word);
+		const struct pki_argspec *spec;
 
-		if (PKI_EV_IS_DATA(ev[i].word))
-			continue; /* an argument's value, not a time */
+		if (PKI_EV_IS_DATA(ev[i].word)) { /* a value of the event before, if we have it */
+			unsigned item = PKI_DATA_ITEM(ev[i].word);
+
+			if (r->into && item < r->into_n)
+				pki_argval_add(&r->into[item], ev[i].word, ev[i].ts);
+			continue;
+		}
+		err = settle(r);
+		r->into = NULL;
+		if (err)
+			break;
+		spec = r->f->nargs ? pki_trace_file_args(r->f, fn) : NULL;
 		if (PKI_EV_KIND(ev[i].word) == PKI_EV_GAP) {
 			/* Overwritten events: what was open ends at the last one seen. */
 			while (!err && r->depth)
@@ -147,25 +262,23 @@ static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 			continue;
 		}
 		r->last = ts;
-		if (PKI_EV_KIND(ev[i].word) == PKI_EV_ENTRY) {
+		if (kind == PKI_EV_ENTRY) {
 			err = push(r, fn, ts);
+			if (!err && spec && spec->n > spec->ret) { /* its arguments come next */
+				r->vals[r->depth - 1] = vals_new(spec);
+				r->into = r->vals[r->depth - 1];
+				r->into_n = spec->n;
+			}
 			continue;
 		}
-		if (PKI_EV_KIND(ev[i].word) == PKI_EV_CALL) {
-			err = instant(r, fn, ts);
+		if (spec && (kind == PKI_EV_EXIT ? spec->ret : spec->n > spec->ret)) {
+			err = hold(r, spec, kind, fn, ts);
 			continue;
 		}
-		a = r->depth ? pki_idxmap_get(&r->active, fn, 0) : 0;
-		if (a <= 1) {
-			r->st->unmatched_exits++;
-			continue;
-		}
-		for (d = r->depth; r->fns[d - 1] != fn; d--)
-			;
-		while (!err && r->depth > d)
-			err = pop(r, ts, true, false);
-		if (!err)
-			err = pop(r, ts, false, false);
+		if (kind == PKI_EV_CALL)
+			err = instant(r, fn, ts, NULL, NULL);
+		else
+			err = exit_of(r, fn, ts, NULL);
 	}
 	return err;
 }
@@ -173,8 +286,14 @@ static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 /* The thread's events are over: close the frames still open, free the state. */
 static int replay_end(struct replay *r, int err)
 {
+	if (!err)
+		err = settle(r);
 	while (!err && r->depth)
 		err = pop(r, r->last, false, true);
+	while (r->depth) /* (an error: the frames left) */
+		free(r->vals[--r->depth]);
+	free(r->vals);
+	free(r->held.vals);
 	free(r->fns);
 	free(r->starts);
 	free(r->child_ns);
@@ -311,9 +430,69 @@ static int canon_build(const struct pki_trace_file *f, struct canon **out, size_
 	return 0;
 }
 
+/* Distinct texts, each kept once: an open-addressing table of indexes into r->texts. */
+struct texts {
+	uint32_t *slot; /* index + 1, or 0 */
+	size_t mask, cap;
+};
+
+static uint64_t text_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+	return h;
+}
+
+/* @s's index in @r->texts (added if new): 0 or -ENOMEM. */
+static int text_id(struct pki_trace_report *r, struct texts *t, const char *s, uint32_t *id)
+{
+	size_t h;
+
+	if (2 * (r->ntexts + 1) > t->mask + 1) {
+		size_t n = t->mask ? 2 * (t->mask + 1) : 64;
+		uint32_t *slot = calloc(n, sizeof(*slot));
+
+		if (!slot)
+			return -ENOMEM;
+		for (size_t i = 0; i < r->ntexts; i++) {
+			for (h = text_hash(r->texts[i]) & (n - 1); slot[h]; h = (h + 1) & (n - 1))
+				;
+			slot[h] = (uint32_t)i + 1;
+		}
+		free(t->slot);
+		t->slot = slot;
+		t->mask = n - 1;
+	}
+	for (h = text_hash(s) & t->mask; t->slot[h]; h = (h + 1) & t->mask)
+		if (!strcmp(r->texts[t->slot[h] - 1], s)) {
+			*id = t->slot[h] - 1;
+			return 0;
+		}
+	if (r->ntexts == t->cap) {
+		size_t ncap = t->cap ? 2 * t->cap : 64;
+		char **v = realloc(r->texts, ncap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		r->texts = v;
+		t->cap = ncap;
+	}
+	if (!(r->texts[r->ntexts] = strdup(s)))
+		return -ENOMEM;
+	t->slot[h] = (uint32_t)++r->ntexts;
+	*id = (uint32_t)r->ntexts - 1;
+	return 0;
+}
+
 struct build {
 	struct pki_trace_report *r;
 	size_t cap;
+	bool by_args;
+	const char *(*name_of)(uint64_t addr, void *arg);
+	const struct pki_trace_file *f;
+	struct texts texts;
 	struct pki_idxmap idx; /* (fn, tsn or 0) -> index + 1 into r->st */
 	bool per_thread;
 	struct canon *canon; /* NULL in most traces: no library came back elsewhere */
@@ -326,6 +505,7 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 	struct build *b = arg;
 	uint64_t fn = c->fn, *slot;
 	struct pki_trace_fnstat *s;
+	uint32_t id = 0;
 
 	if (b->ncanon) {
 		struct canon key = {.fn = fn}, *m;
@@ -334,7 +514,25 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 		if (m)
 			fn = m->to;
 	}
-	slot = pki_idxmap_slot(&b->idx, fn, b->per_thread ? t->tsn : 0);
+	if (b->by_args && c->spec) {
+		char text[2 * 1024 + 4];
+		size_t n;
+		int err;
+
+		pki_argvals_str(c->spec, c->vals, false, text, 1024, b->name_of, (void *)b->f);
+		n = strlen(text);
+		if (c->spec->ret && c->vals[c->spec->n - 1].any) {
+			memcpy(text + n, " = ", 4);
+			pki_argvals_str(c->spec, c->vals, true, text + n + 3, 1024, b->name_of,
+					(void *)b->f);
+		}
+		err = text_id(b->r, &b->texts, text, &id);
+		if (err)
+			return err;
+		id++;
+	}
+	/* (the key's second word: the thread, and the values' text + 1 above it) */
+	slot = pki_idxmap_slot(&b->idx, fn, (b->per_thread ? t->tsn : 0) | (uint64_t)id << 32);
 
 	if (!slot)
 		return -ENOMEM;
@@ -350,6 +548,8 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 		}
 		b->r->st[b->r->n++] = (struct pki_trace_fnstat){
 		    .fn = fn, .tsn = b->per_thread ? t->tsn : 0, .min_ns = UINT64_MAX};
+		if (id) /* (texts only grow: their index is what stays) */
+			b->r->st[b->r->n - 1].args = (const char *)(uintptr_t)id;
 		*slot = b->r->n;
 		b->idx.n++;
 	}
@@ -370,10 +570,12 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 	return 0;
 }
 
-int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
-			   struct pki_trace_report *r)
+int pki_trace_report_build_args(const struct pki_trace_file *f, bool per_thread, bool by_args,
+				const char *(*name_of)(uint64_t addr, void *arg),
+				struct pki_trace_report *r)
 {
-	struct build b = {.r = r, .per_thread = per_thread};
+	struct build b = {
+	    .r = r, .per_thread = per_thread, .by_args = by_args, .name_of = name_of, .f = f};
 	int err = 0;
 
 	memset(r, 0, sizeof(*r));
@@ -382,9 +584,20 @@ int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
 		err = pki_trace_replay_all(f, account, &b, &r->rs);
 	pki_idxmap_free(&b.idx);
 	free(b.canon);
+	free(b.texts.slot);
+	/* The rows' values: from text index + 1 to the text (r->texts is final now). */
+	for (size_t i = 0; !err && i < r->n; i++)
+		if (r->st[i].args)
+			r->st[i].args = r->texts[(uintptr_t)r->st[i].args - 1];
 	if (err)
 		pki_trace_report_free(r);
 	return err;
+}
+
+int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
+			   struct pki_trace_report *r)
+{
+	return pki_trace_report_build_args(f, per_thread, false, NULL, r);
 }
 
 const char *pki_trace_fn_name(const struct pki_trace_file *f, uint64_t fn, char *buf, size_t len)
@@ -435,7 +648,9 @@ static int stat_cmp(const void *pa, const void *pb, void *arg)
 		return c;
 	if (a->fn != b->fn)
 		return a->fn < b->fn ? -1 : 1;
-	return a->tsn < b->tsn ? -1 : a->tsn > b->tsn;
+	if (a->tsn != b->tsn)
+		return a->tsn < b->tsn ? -1 : 1;
+	return strcmp(a->args ? a->args : "", b->args ? b->args : "");
 }
 
 void pki_trace_report_sort(const struct pki_trace_file *f, struct pki_trace_report *r,
@@ -450,6 +665,9 @@ void pki_trace_report_sort(const struct pki_trace_file *f, struct pki_trace_repo
 
 void pki_trace_report_free(struct pki_trace_report *r)
 {
+	for (size_t i = 0; i < r->ntexts; i++)
+		free(r->texts[i]);
+	free(r->texts);
 	free(r->st);
 	memset(r, 0, sizeof(*r));
 }

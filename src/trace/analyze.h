@@ -34,6 +34,14 @@ struct pki_trace_call {
 	const uint64_t *stack;	  /* fns from the bottom to this call, depth + 1 entries */
 	const uint64_t *stack_ts; /* their entry timestamps (ticks), depth + 1 entries */
 	const uint64_t *ids;	  /* their frame serials, unique within the thread */
+	/*
+	 * With an ARGS record for fn (trace -A/-R): its items, and the values
+	 * recorded, spec->n of them (an item not recorded, as the return
+	 * value of a call unwound, has .any false).  Else NULL.  Valid only
+	 * during the callback.
+	 */
+	const struct pki_argspec *spec;
+	const struct pki_argval *vals;
 };
 
 struct pki_trace_replay_stats {
@@ -72,6 +80,9 @@ struct pki_trace_fnstat {
 	uint64_t sum_ns; /* every call's own duration: avg = sum_ns / calls */
 	uint64_t min_ns, max_ns;
 	uint64_t instants; /* of the calls, those without an exit (PKI_EV_CALL): no time */
+	/* by_args: the values of these calls, "(1, \"a\") = 0" (in the report's
+	 * texts), or NULL for the calls that carry none */
+	const char *args;
 };
 
 /* @s's average duration over its timed calls (0 if it has none). */
@@ -84,6 +95,8 @@ struct pki_trace_report {
 	struct pki_trace_fnstat *st;
 	size_t n;
 	struct pki_trace_replay_stats rs; /* all threads */
+	char **texts; /* by_args: the distinct values' texts st[].args point to */
+	size_t ntexts;
 };
 
 enum pki_trace_sort {
@@ -99,7 +112,17 @@ enum pki_trace_sort {
 /* Per function (and per thread if @per_thread).  0 or -ENOMEM. */
 int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
 			   struct pki_trace_report *r);
-/* Descending by the key (ascending by name), then by name, then fn: deterministic. */
+
+/*
+ * The same, with @by_args one row per function and distinct values its
+ * calls carried (trace -A/-R: the arguments and the return value as replay
+ * shows them, a p value by @name_of's name), calls without values in a row
+ * of their own.
+ */
+int pki_trace_report_build_args(const struct pki_trace_file *f, bool per_thread, bool by_args,
+				const char *(*name_of)(uint64_t addr, void *arg),
+				struct pki_trace_report *r);
+/* Descending by the key (ascending by name), then by name, fn, values: deterministic. */
 void pki_trace_report_sort(const struct pki_trace_file *f, struct pki_trace_report *r,
 			   enum pki_trace_sort key);
 void pki_trace_report_free(struct pki_trace_report *r);

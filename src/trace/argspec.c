@@ -255,6 +255,15 @@ int pki_argspec_format(const struct pki_argspec *spec, char *out, size_t len)
 	return 0;
 }
 
+const char *pki_arg_item_name(const struct pki_arg_item *it, char *out, size_t len)
+{
+	if (it->src == PKI_ARG_RET)
+		snprintf(out, len, "retval");
+	else
+		snprintf(out, len, "%s%u", it->src == PKI_ARG_FP ? "fparg" : "arg", it->num);
+	return out;
+}
+
 unsigned pki_arg_item_slots(const struct pki_arg_item *it)
 {
 	return it->fmt == 's' || it->fmt == 'S' ? PKI_ARG_STR_MAX / 8 : 1;
@@ -397,5 +406,42 @@ const char *pki_argval_str(const struct pki_arg_item *it, const struct pki_argva
 		snprintf(out, len, "%lld", (long long)sized(it, v->value, true));
 		break;
 	}
+	return out;
+}
+
+const char *pki_argvals_str(const struct pki_argspec *spec, const struct pki_argval *v, bool ret,
+			    char *out, size_t len, const char *(*name_of)(uint64_t addr, void *arg),
+			    void *arg)
+{
+	char one[PKI_ARG_STR_MAX * 4 + 32];
+	size_t off = 0;
+	bool first = true;
+
+	if (len < 3) {
+		if (len)
+			out[0] = '\0';
+		return out;
+	}
+	if (!ret)
+		out[off++] = '(';
+	out[off] = '\0';
+	for (unsigned i = 0; i < spec->n; i++) {
+		const struct pki_arg_item *it = &spec->item[i];
+		int n;
+
+		if ((it->src == PKI_ARG_RET) != ret || (ret && !v[i].any))
+			continue;
+		pki_argval_str(it, &v[i], one, sizeof(one), name_of, arg);
+		n = snprintf(out + off, len - off, "%s%s", first ? "" : ", ", one);
+		first = false;
+		if (n < 0 || (size_t)n >= len - off - 1) { /* no room left for ')' */
+			off = len - 2;
+			break;
+		}
+		off += (size_t)n;
+	}
+	if (!ret)
+		out[off++] = ')';
+	out[off] = '\0';
 	return out;
 }

@@ -69,6 +69,9 @@ unsigned pki_arg_item_slots(const struct pki_arg_item *it);
 /* The most DATA events an entry (@ret false) or an exit of @spec may take. */
 unsigned pki_argspec_slots(const struct pki_argspec *spec, bool ret);
 
+/* @it's name: "arg2", "fparg1", "retval" (as written, without its format). */
+const char *pki_arg_item_name(const struct pki_arg_item *it, char *out, size_t len);
+
 /* What one item captured, put together from its DATA events (pki_argval_add()). */
 struct pki_argval {
 	uint64_t value; /* the first DATA's payload */
@@ -88,5 +91,15 @@ bool pki_argval_add(struct pki_argval *v, uint64_t word, uint64_t payload);
  */
 const char *pki_argval_str(const struct pki_arg_item *it, const struct pki_argval *v, char *out,
 			   size_t len, const char *(*name_of)(uint64_t addr, void *arg), void *arg);
+
+/*
+ * The values @v of @spec's items as a call shows them: the arguments
+ * "(1, \"a\")" (@ret false), or the return value "0x1" (@ret true; ""
+ * when it was not recorded, as for a call unwound), into @out.  Returns
+ * @out.
+ */
+const char *pki_argvals_str(const struct pki_argspec *spec, const struct pki_argval *v, bool ret,
+			    char *out, size_t len, const char *(*name_of)(uint64_t addr, void *arg),
+			    void *arg);
 
 #endif /* PK_TRACE_ARGSPEC_H */

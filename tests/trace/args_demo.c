@@ -11,10 +11,12 @@
  * cache: the copy faults it in), and one whose page the function itself
  * unmaps before it returns it (the return value is then unreadable).
  *
- * usage: args_demo [ring N]: with "ring", N calls of tagged() only (the
- * flight recorder case: every one shows its own values).
+ * usage: args_demo [ring N | threads N M]: with "ring", N calls of tagged()
+ * only (the flight recorder case: every one shows its own values); with
+ * "threads", N threads making M calls of it each.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +124,35 @@ static char *cold_page(const char *text, long pagesz, int *resident)
 	return p;
 }
 
+static int per_thread;
+
+/* One thread's calls of tagged(), each with its own values (threads N M). */
+static void *calls(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	char s[32];
+
+	for (int i = 0; i < per_thread; i++) {
+		int n = id * 1000000 + i;
+
+		snprintf(s, sizeof(s), "t%d-%d", id, i);
+		printf("want tagged(%d, \"%s\") = %d;\n", n, s, tagged(n, s));
+	}
+	return NULL;
+}
+
+static int threads(int n, int m)
+{
+	pthread_t t[64];
+
+	per_thread = m;
+	for (int i = 0; i < n && i < 64; i++)
+		pthread_create(&t[i], NULL, calls, (void *)(intptr_t)i);
+	for (int i = 0; i < n && i < 64; i++)
+		pthread_join(t[i], NULL);
+	return 0;
+}
+
 static int ring(int n)
 {
 	char s[32];
@@ -147,6 +178,8 @@ int main(int argc, char **argv)
 
 	if (argc > 2 && !strcmp(argv[1], "ring"))
 		return ring(atoi(argv[2]));
+	if (argc > 3 && !strcmp(argv[1], "threads"))
+		return threads(atoi(argv[2]), atoi(argv[3]));
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("want add(2, 3) = %d;\n", add(2, 3));
 	printf("want add(-7, 1) = %d;\n", add(-7, 1));

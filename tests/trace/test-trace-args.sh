@@ -4,12 +4,15 @@
 # the trace must show exactly those lines.  Every format, sizes, register
 # and stack locations, strings NULL, wild, cut, unterminated before a
 # PROT_NONE page, on a page not resident, and unmapped during the call; the
-# same values with --entry-only, and in a flight recorder that overwrites
-# its oldest calls; bad specs refused with a clear error and nothing run.
+# same values with --entry-only, in a flight recorder that overwrites its
+# oldest calls, and from 8 threads at once; report --args, the Chrome and
+# Perfetto exports show them; bad specs refused with a clear error and
+# nothing run.
 #
 # usage: test-trace-args.sh PROBEKIT ARGS_DEMO
 set -uo pipefail
 pk=$(realpath "$1") demo=$(realpath "$2")
+protodir=$(realpath "$(dirname "$(realpath "$0")")/../perfetto")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 specs=(-A 'add@arg1/d32,arg2/d32' -R 'add@retval/i32'
@@ -51,6 +54,35 @@ sed -n 's/^want //p' out | sort >rwant
 calls r.trace | grep '^tagged' | sort >rgot
 check "ring args: many calls left ($(wc -l <rgot))" "(( \$(wc -l <rgot) > 300 ))"
 check "ring args: each one as the program made it" "[[ -z \$(comm -13 rwant rgot) ]]"
+
+# Threads: each call with its own values, none lost, none mixed.
+run -o t.trace -A 'tagged@arg1/d32,arg2/s' -R 'tagged@retval/d32' -- "$demo" threads 8 3000
+check "threads args: rc $rc" "[[ $rc == 0 ]]"
+sed -n 's/^want //p' out | sort >twant
+calls t.trace | sort >tgot
+check "threads args: every call of every thread, as the program made it ($(wc -l <tgot))" \
+	"[[ \$(wc -l <twant) == 24000 ]] && cmp -s twant tgot"
+
+# The views and exports show them too.
+"$pk" report --args --raw a.trace >rep 2>&1
+check "report --args: a row per distinct values" \
+	"grep -q ' add(2, 3) = 5 \\[' rep && grep -q ' add(-7, 1) = -6 \\[' rep && grep -q ' slen((null)) = 0 \\[' rep"
+check "report without --args: a row per function" "[[ \$($pk report a.trace | grep -c ' add ') == 1 ]]"
+check "chrome export: a call's args" \
+	"$pk export --format chrome a.trace | grep -q '\"name\":\"add\",.*\"args\":{\"arg1\":\"2\",\"arg2\":\"3\",\"retval\":\"5\"}'"
+if command -v protoc >/dev/null; then
+	"$pk" export --format perfetto -o a.pftrace a.trace 2>/dev/null
+	protoc --decode=perfetto.protos.Trace -I "$protodir" "$protodir/probekit-perfetto.proto" \
+		<a.pftrace >a.txt 2>&1
+	# "name"=value of each annotation (protoc prints the value first)
+	awk '/string_value:/ {sub(/^ *string_value: /, ""); v = $0}
+		/^ *name: "(arg|fparg|retval)/ {sub(/^ *name: /, ""); print $0 "=" v}' a.txt >pairs
+	printf '%s\n' '"arg1"="\"abc\""' '"retval"="0x12cb"' '"fparg1"="1.5"' >pwant
+	check "perfetto export: the arguments and return values are debug annotations" \
+		"[[ \$(grep -cFxf pwant pairs) -ge 3 ]]"
+else
+	echo "SKIP: perfetto export check: no protoc (apt-get install protobuf-compiler)"
+fi
 
 # Bad specs: refused before PROG runs, with what is wrong.
 bad_spec() { # LABEL WANT ARGS...

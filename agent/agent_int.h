@@ -377,6 +377,14 @@ void agent_args_add(unsigned long ip, const struct pki_argspec *spec);
 size_t agent_args_ops(bool exits, struct pk_ops ***ops);
 /* The ARGS records of the table's functions, into the session's file. */
 int agent_args_records(void);
+/*
+ * A library loaded later: one ops over its @n functions @ips (named
+ * @names) in which those with a spec get their values (their ARGS records
+ * written first), or NULL: none has one, or *@err (-ENOMEM, or the
+ * record's -errno).  Never freed (the session's are not either).
+ */
+struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const *names, size_t n,
+				     bool exits, int *err);
 
 /* The trace hook: with exit tracing, and --entry-only. */
 void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
@@ -431,6 +439,8 @@ struct agent_dl_conf {
 	void (*func_reloc)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	unsigned long flags;  /* of the main ops */
 	uint32_t next_object; /* first OBJECT id not used in the trace */
+	bool args;	      /* -A/-R rules (args.c): an object's functions may get values */
+	bool exits;	      /* func records exits (else --entry-only) */
 };
 
 /* Read dlopen.c's settings before the environment is cleaned. */

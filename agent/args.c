@@ -161,9 +161,15 @@ void agent_args_add(unsigned long ip, const struct pki_argspec *spec)
 	R.specs[R.n++] = *spec;
 }
 
-/* A group over @n functions (@ips, @specs), its ops set up; NULL: out of memory. */
+/*
+ * A group's ops over @nfilter functions @filter, @n of which (@ips[idx[k]],
+ * @specs[idx[k]]) have a spec: with @one, all the same (taken from the
+ * ops), else looked up in the group's table (a function of the filter
+ * absent from it records no values).  NULL: out of memory.
+ */
 static struct agent_args *group_new(const unsigned long *ips, const struct pki_argspec *specs,
-				    const size_t *idx, size_t n, bool one, bool exits)
+				    const size_t *idx, size_t n, const unsigned long *filter,
+				    size_t nfilter, bool one, bool exits)
 {
 	struct agent_args *a = calloc(1, sizeof(*a));
 	size_t slots = 16;
@@ -173,7 +179,7 @@ static struct agent_args *group_new(const unsigned long *ips, const struct pki_a
 	if (one)
 		slots = 1;
 	if (!a || !(a->slot = calloc(slots, sizeof(*a->slot))) ||
-	    !(a->ips = malloc(n * sizeof(*a->ips)))) {
+	    !(a->ips = malloc((nfilter ? nfilter : 1) * sizeof(*a->ips)))) {
 		if (a)
 			free(a->slot);
 		free(a);
@@ -184,25 +190,55 @@ static struct agent_args *group_new(const unsigned long *ips, const struct pki_a
 		const struct pki_argspec *spec = &specs[idx[k]];
 		uint64_t h = 0;
 
-		a->ips[k] = ips[idx[k]];
 		for (unsigned i = 0; i < spec->n; i++)
 			a->vec |= spec->item[i].src == PKI_ARG_FP;
 		if (one && k)
 			continue;
 		if (!one)
-			for (h = agent_args_hash(a->ips[k], a->mask); a->slot[h].ip;
+			for (h = agent_args_hash(ips[idx[k]], a->mask); a->slot[h].ip;
 			     h = (h + 1) & a->mask)
 				;
-		a->slot[h] = (struct agent_args_slot){.ip = one ? 0 : a->ips[k], .spec = spec};
+		a->slot[h] = (struct agent_args_slot){.ip = one ? 0 : ips[idx[k]], .spec = spec};
 		plan(&a->slot[h], spec);
 	}
+	memcpy(a->ips, filter, nfilter * sizeof(*a->ips));
 	a->one = one ? &a->slot[0] : NULL;
 	a->exits = exits;
 	/* The xmm save area only where an fparg is read (tramp.S saves it then). */
 	a->ops = (struct pk_ops){.func = agent_on_entry_args, .flags = a->vec ? 0 : PK_OPS_F_NOVEC};
 	a->ops.filter.ips = a->ips;
-	a->ops.filter.nips = n;
+	a->ops.filter.nips = nfilter;
 	return a;
+}
+
+/* The ARGS record of @spec for @ip. */
+static int args_record(unsigned long ip, const struct pki_argspec *spec)
+{
+	char text[PKI_TRACE_MAX_STRING];
+	int err = pki_argspec_format(spec, text, sizeof(text));
+
+	return err ? err : pki_trace_args_add(ip, text);
+}
+
+struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const *names, size_t n,
+				     bool exits, int *err)
+{
+	struct pki_argspec *specs = malloc((n ? n : 1) * sizeof(*specs));
+	size_t *idx = malloc((n ? n : 1) * sizeof(*idx)), m = 0;
+	struct agent_args *a = NULL;
+
+	*err = specs && idx ? 0 : -ENOMEM;
+	for (size_t k = 0; !*err && k < n; k++)
+		if (agent_args_match(names[k], &specs[k])) {
+			idx[m++] = k;
+			*err = args_record(ips[k], &specs[k]); /* before any of its DATA */
+		}
+	if (!*err && m && !(a = group_new(ips, specs, idx, m, ips, n, false, exits)))
+		*err = -ENOMEM;
+	free(idx);
+	if (!a) /* (else the table points into specs: kept, as the session's are) */
+		free(specs);
+	return a ? &a->ops : NULL;
 }
 
 /*
@@ -214,10 +250,11 @@ size_t agent_args_ops(bool exits, struct pk_ops ***ops)
 {
 	size_t *idx = malloc((R.n ? R.n : 1) * sizeof(*idx)), ndist = 0, dist[GROUPS_MAX + 1];
 	size_t *of = malloc((R.n ? R.n : 1) * sizeof(*of)); /* each function's distinct spec */
+	unsigned long *filter = malloc((R.n ? R.n : 1) * sizeof(*filter));
 	bool table;
 
 	*ops = NULL;
-	if (!idx || !of || !R.n)
+	if (!idx || !of || !filter || !R.n)
 		goto out;
 	for (size_t k = 0; k < R.n && ndist <= GROUPS_MAX; k++) {
 		size_t d = 0;
@@ -241,7 +278,9 @@ size_t agent_args_ops(bool exits, struct pk_ops ***ops)
 		for (size_t k = 0; k < R.n; k++)
 			if (table || of[k] == d)
 				idx[m++] = k;
-		R.groups[d] = group_new(R.ips, R.specs, idx, m, !table, exits);
+		for (size_t k = 0; k < m; k++)
+			filter[k] = R.ips[idx[k]];
+		R.groups[d] = group_new(R.ips, R.specs, idx, m, filter, m, !table, exits);
 		if (!R.groups[d])
 			goto out;
 		R.ops[d] = &R.groups[d]->ops;
@@ -251,18 +290,15 @@ size_t agent_args_ops(bool exits, struct pk_ops ***ops)
 out:
 	free(idx);
 	free(of);
+	free(filter);
 	return *ops ? R.ngroups : 0;
 }
 
 int agent_args_records(void)
 {
-	char text[PKI_TRACE_MAX_STRING];
 	int err = 0;
 
-	for (size_t k = 0; k < R.n && !err; k++) {
-		err = pki_argspec_format(&R.specs[k], text, sizeof(text));
-		if (!err)
-			err = pki_trace_args_add(R.ips[k], text);
-	}
+	for (size_t k = 0; k < R.n && !err; k++)
+		err = args_record(R.ips[k], &R.specs[k]);
 	return err;
 }

@@ -114,6 +114,7 @@ struct dlo {
 	unsigned long *ips; /* selected sites, ascending */
 	const char **names; /* interned, parallel to ips */
 	struct pk_ops ops;
+	struct pk_ops *opsp; /* registered: &ops, or -A/-R's over the same sites (args.c) */
 };
 
 /* Written before agent_dl_on is set; read by the wrappers. */
@@ -122,6 +123,7 @@ static struct {
 	struct agent_globs g;
 	void (*func)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	void (*func_reloc)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
+	bool args, exits; /* agent_dl_conf's */
 	unsigned long flags;
 	bool shstk;	/* CET shadow stack: no pki_call_via */
 	bool test_fail; /* PK_ENV_TRACE_TEST_DLOPEN_FAIL: hooking fails (tests) */
@@ -421,7 +423,16 @@ static int __dlo_register(struct dlo *d)
 	d->ops.flags = C.flags;
 	d->ops.filter.ips = d->ips;
 	d->ops.filter.nips = d->nips;
-	err = pk_ops_register(&d->ops);
+	d->opsp = &d->ops;
+	if (C.args && d->ops.func == C.func) {
+		struct pk_ops *a = agent_args_object_ops(d->ips, d->names, d->nips, C.exits, &err);
+
+		if (err)
+			return err;
+		if (a)
+			d->opsp = a;
+	}
+	err = pk_ops_register(d->opsp);
 	d->registered = !err;
 	return err;
 }
@@ -533,7 +544,7 @@ static void __dl_sync(bool hook_new)
 		if (!d->loaded || d->present)
 			continue;
 		d->loaded = false;
-		if (d->registered && !pk_ops_unregister(&d->ops))
+		if (d->registered && !pk_ops_unregister(d->opsp))
 			d->registered = false;
 	}
 	for (i = 0; i < w.nfr; i++) {
@@ -642,7 +653,7 @@ PK_EXPORT int dlclose(void *h)
 	/* Step 1 (file comment): off before the text may go. */
 	d = __dlo_of_handle(h);
 	pki_hook_set_unregister_timeout(DLCLOSE_GP_NS);
-	err = d ? pk_ops_unregister(&d->ops) : 0;
+	err = d ? pk_ops_unregister(d->opsp) : 0;
 	if (d && (!err || err == -ETIMEDOUT))
 		d->registered = false;
 	if (err == -ETIMEDOUT) {
@@ -799,6 +810,8 @@ static int __dl_start(const struct agent_dl_conf *conf)
 		return -ENOMEM;
 	C.func = conf->func;
 	C.func_reloc = conf->func_reloc;
+	C.args = conf->args;
+	C.exits = conf->exits;
 	C.flags = conf->flags;
 	C.shstk = pki_fgraph_shstk();
 	D.next_id = conf->next_object;
@@ -867,7 +880,7 @@ int agent_dl_stop(void)
 	__atomic_store_n(&agent_dl_on, false, __ATOMIC_RELEASE);
 	for (size_t i = 0; i < D.n && !err; i++)
 		if (D.v[i]->registered)
-			err = pk_ops_unregister(&D.v[i]->ops);
+			err = pk_ops_unregister(D.v[i]->opsp);
 	return err;
 }
 

@@ -801,8 +801,14 @@ static bool trace_hook(bool initial)
 	 * Attached, its wrappers are not reached: the control thread polls
 	 * (agent_dl_poll(), doc/design/attach.md A9e).
 	 */
-	dc = (struct agent_dl_conf){conf->funcs,    conf->notrace, T.ops.func,
-				    T.ops_lib.func, T.ops.flags,   (uint32_t)T.nobjs + 1};
+	dc = (struct agent_dl_conf){conf->funcs,
+				    conf->notrace,
+				    T.ops.func,
+				    T.ops_lib.func,
+				    T.ops.flags,
+				    (uint32_t)T.nobjs + 1,
+				    conf->args && !conf->top,
+				    conf->exits};
 	err = agent_dl_start(&dc);
 	if (err && agent_attached)
 		agent_out_printf("probekit: libraries the process loads later stay untraced: %s\n",

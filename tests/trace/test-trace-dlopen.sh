@@ -8,7 +8,8 @@
 # row per function, whatever address each load had); every entry has its
 # exit; PROG's output and exit status are unchanged; a fork child's file
 # names the plugin's functions; -f selects plugin functions that are not
-# loaded at start; a -f glob nobody matches is reported after the run; a
+# loaded at start, and -A/-R record their values; a -f glob nobody
+# matches is reported after the run; a
 # library that cannot be hooked runs untraced, with one message; fork()
 # while another thread loads and unloads the plugin does not deadlock.
 #
@@ -69,6 +70,13 @@ check "-f plug_*: only the plugin's selected functions" \
 	"[[ \$($pk report --raw sel.trace | awk 'NR > 2 && NF > 1 {print \$(NF-1)}' | sort | tr '\n' ' ') == 'plug_add plug_dep plug_work ' ]]"
 check "-f plug_*: footnote $(footnote sel.trace)" "[[ '$(footnote sel.trace)' == '0 0 0' ]]"
 check "-f plug_*: no warning" "! grep -q 'matched no' err"
+
+# 3b. -A/-R on the plugin's function: every call with its values.
+run -o args.trace -f 'plug_add' -A 'plug_add@arg1/d32,arg2/d32' -R 'plug_add@retval/d32' -- "$demo"
+check "-A plug_add: rc $rc" "[[ $rc == $plain_rc ]]"
+n_add=$(want out | awk '$1 == "plug_add" {print $2}')
+check "-A plug_add: every call ($n_add) with its arguments and return value" \
+	"[[ \$($pk replay args.trace | grep -cE '\\| +plug_add\\([0-9]+, 1\\) = -?[0-9]+;\$') == $n_add ]]"
 
 # 4. --entry-only counts the same.
 run -o entry.trace --entry-only -f 'plug_w*' -- "$demo"

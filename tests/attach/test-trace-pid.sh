@@ -34,6 +34,39 @@ check "second attach: the agent reused" "grep -q 'the agent reused' cmd"
 check "second attach: -f step only" "grep -q ' step ' rep && ! grep -q ' leaf ' rep"
 after_detach "second attach"
 
+# 2b. Attached with -A/-R: each step(x) calls leaf(x) and leaf(x >> 3) and
+# returns their xor; the recorded values must say exactly that.
+attached "-A attached" t2b.trace --duration 0.3 -A 'step@arg1/u' -R 'step@retval/u' \
+	-A 'leaf@arg1/u' -R 'leaf@retval/u'
+"$pk" replay t2b.trace >replay 2>&1
+python3 - replay >argcheck <<'PY'
+import re, sys
+ok = bad = 0
+lines = {}
+for l in open(sys.argv[1]):
+    m = re.match(r'.*\[ *(\d+)\] \| *(.*)$', l)
+    if m:
+        lines.setdefault(m.group(1), []).append(m.group(2))
+for tid, ls in lines.items():
+    for i in range(len(ls) - 3):
+        s = re.match(r'step\((\d+)\) \{$', ls[i])
+        a = re.match(r'leaf\((\d+)\) = (\d+);$', ls[i + 1])
+        b = re.match(r'leaf\((\d+)\) = (\d+);$', ls[i + 2])
+        e = re.match(r'\} = (\d+); /\* step \*/$', ls[i + 3])
+        if not (s and a and b and e):
+            continue
+        x = int(s.group(1))
+        good = (int(a.group(1)) == x and int(b.group(1)) == x >> 3 and
+                int(e.group(1)) == int(a.group(2)) ^ int(b.group(2)))
+        ok += good
+        bad += not good
+print(ok, bad)
+PY
+read -r n_ok n_bad <argcheck
+check "-A attached: each step's values, its leaves' and its result agree ($n_ok, $n_bad wrong)" \
+	"[[ $n_ok -gt 100 && $n_bad == 0 ]]"
+after_detach "-A attached"
+
 # A debugger attaches after us: the link map names the agent by the
 # process's own /proc/PID/fd/N, which gdb opens from its side (a
 # /proc/self/fd/N name made gdb read its own pipe forever).

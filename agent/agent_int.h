@@ -20,6 +20,9 @@
 #include <probekit/hook.h>
 #include <probekit/watch.h>
 
+#include "trace/argcond.h"
+#include "trace/argspec.h"
+
 struct pk_ops;
 struct pk_regs;
 
@@ -328,7 +331,6 @@ extern struct agent_hook agent_hook;
  * open-addressing table by its ip.  The ops is the first member: the
  * callback's ops pointer is its struct agent_args.
  */
-struct pki_argspec;
 
 #define AGENT_ARGS_REGS 8 /* register items the fast path takes */
 
@@ -343,6 +345,7 @@ struct pki_argspec;
 struct agent_args_slot {
 	unsigned long ip; /* 0: empty */
 	const struct pki_argspec *spec;
+	const struct pki_cond *cond; /* -F: the call is recorded only if it holds; or NULL */
 	uint8_t nreg;
 	uint8_t off[AGENT_ARGS_REGS], item[AGENT_ARGS_REGS];
 };
@@ -368,11 +371,16 @@ void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_op
 
 /* Parse the -A/-R lines: 0, -ENOMEM, or -EINVAL with @why. */
 int agent_args_init(const char *lines, char *why, size_t len);
-/* The items of every rule matching @name, into @out: false if none. */
-bool agent_args_match(const char *name, struct pki_argspec *out);
+/* A function's -A/-R items and -F condition. */
+struct agent_argfn {
+	struct pki_argspec spec;
+	struct pki_cond cond;
+};
+/* The items and conditions of every rule matching @name, into @fn: false if none. */
+bool agent_args_match(const char *name, struct agent_argfn *fn);
 /* A new list for @n functions at most (the last session's stays: args.c). 0 or -ENOMEM. */
 int agent_args_begin(size_t n);
-void agent_args_add(unsigned long ip, const struct pki_argspec *spec);
+void agent_args_add(unsigned long ip, const struct agent_argfn *fn);
 /* The ops of the functions added, set up, in *@ops: how many (0: none, or out of memory). */
 size_t agent_args_ops(bool exits, struct pk_ops ***ops);
 /* The ARGS records of the table's functions, into the session's file. */

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
- * Trace mode's -A/-R (`probekit trace -A 'GLOB@SPEC' -R 'GLOB@retval/x'`):
- * which traced functions carry an argument spec, the table the hook finds
- * it in (struct agent_args, agent_int.h), and the ARGS records that tell
- * the reader what their DATA events hold.
+ * Trace mode's -A/-R/-F (`probekit trace -A 'GLOB@SPEC' -R 'GLOB@retval/x'
+ * -F 'GLOB@if:COND'`): which traced functions carry an argument spec or a
+ * condition (struct agent_argfn), the table the hook finds them in (struct
+ * agent_args, agent_int.h), and the ARGS records that tell the reader what
+ * their DATA events hold.
  *
- * The rules come from the command as lines "GLOB@SPEC" (PROBEKIT_TRACE_ARGS,
- * checked by the command already).  A function gets the items of every
- * rule whose glob matches its name (raw or demangled, as -f), in order; a
- * later retval replaces an earlier one.
+ * The rules come from the command as lines "GLOB@SPEC" and "GLOB@if:COND"
+ * (PROBEKIT_TRACE_ARGS, checked by the command already).  A function gets
+ * the items of every rule whose glob matches its name (raw or demangled, as
+ * -f), in order, a later retval replacing an earlier one, and the terms of
+ * every condition, which must all hold.
  *
  * Memory: a session's table and specs are never freed.  A frame whose
  * return value is recorded points at its spec (fgraph.h, args) and may
@@ -25,12 +27,14 @@
 #include "agent_int.h"
 #include "arch/arch.h"
 #include "sym/demangle.h"
+#include "trace/argcond.h"
 #include "trace/argspec.h"
 #include "trace/trace.h"
 
 struct rule {
 	char *glob;
-	struct pki_argspec spec;
+	struct pki_argspec spec; /* -A, -R */
+	struct pki_cond cond;	 /* -F GLOB@if:COND */
 };
 
 /* Functions with distinct specs up to which each spec gets an ops of its own (no lookup). */
@@ -39,9 +43,9 @@ struct rule {
 static struct {
 	struct rule *rules;
 	size_t nrules;
-	/* this session's functions with a spec, in the order added */
+	/* this session's functions with a spec or a condition, in the order added */
 	unsigned long *ips;
-	struct pki_argspec *specs;
+	struct agent_argfn *specs;
 	size_t n, cap;
 	/* the ops they were given (agent_args_ops) */
 	struct agent_args **groups;
@@ -78,8 +82,11 @@ int agent_args_init(const char *lines, char *why, size_t len)
 		r = &R.rules[R.nrules];
 		*r = (struct rule){.glob = line};
 		line[at - line] = '\0';
-		if (pki_argspec_parse(at + 1, &r->spec, e, sizeof(e))) {
-			snprintf(why, len, "-A/-R '%s': %s", line, e);
+		if (!strncmp(at + 1, "if:", 3)
+			? pki_cond_parse(at + 4, &r->cond, e, sizeof(e))
+			: pki_argspec_parse(at + 1, &r->spec, e, sizeof(e))) {
+			snprintf(why, len, "-%c '%s': %s", strncmp(at + 1, "if:", 3) ? 'A' : 'F',
+				 line, e);
 			free(line);
 			return -EINVAL;
 		}
@@ -88,16 +95,21 @@ int agent_args_init(const char *lines, char *why, size_t len)
 	return 0;
 }
 
-bool agent_args_match(const char *name, struct pki_argspec *out)
+bool agent_args_match(const char *name, struct agent_argfn *fn)
 {
-	*out = (struct pki_argspec){0};
+	struct pki_argspec *out = &fn->spec;
+
+	memset(fn, 0, sizeof(*fn));
 	if (!name)
 		return false;
 	for (size_t i = 0; i < R.nrules; i++) {
 		const struct pki_argspec *s = &R.rules[i].spec;
+		const struct pki_cond *c = &R.rules[i].cond;
 
 		if (!pki_glob_match(R.rules[i].glob, name))
 			continue;
+		for (unsigned k = 0; k < c->n && fn->cond.n < PKI_COND_TERMS; k++)
+			fn->cond.t[fn->cond.n++] = c->t[k]; /* (every -F's must hold) */
 		for (unsigned k = 0; k < s->n; k++) {
 			const struct pki_arg_item *it = &s->item[k];
 
@@ -117,7 +129,7 @@ bool agent_args_match(const char *name, struct pki_argspec *out)
 			}
 		}
 	}
-	return out->n > 0;
+	return out->n > 0 || fn->cond.n > 0;
 }
 
 int agent_args_begin(size_t n)
@@ -153,7 +165,7 @@ static void plan(struct agent_args_slot *sl, const struct pki_argspec *spec)
 	}
 }
 
-void agent_args_add(unsigned long ip, const struct pki_argspec *spec)
+void agent_args_add(unsigned long ip, const struct agent_argfn *spec)
 {
 	if (R.n >= R.cap)
 		return;
@@ -167,7 +179,7 @@ void agent_args_add(unsigned long ip, const struct pki_argspec *spec)
  * ops), else looked up in the group's table (a function of the filter
  * absent from it records no values).  NULL: out of memory.
  */
-static struct agent_args *group_new(const unsigned long *ips, const struct pki_argspec *specs,
+static struct agent_args *group_new(const unsigned long *ips, const struct agent_argfn *specs,
 				    const size_t *idx, size_t n, const unsigned long *filter,
 				    size_t nfilter, bool one, bool exits)
 {
@@ -187,7 +199,8 @@ static struct agent_args *group_new(const unsigned long *ips, const struct pki_a
 	}
 	a->mask = slots - 1;
 	for (size_t k = 0; k < n; k++) {
-		const struct pki_argspec *spec = &specs[idx[k]];
+		const struct pki_argspec *spec = &specs[idx[k]].spec;
+		const struct pki_cond *cond = &specs[idx[k]].cond;
 		uint64_t h = 0;
 
 		for (unsigned i = 0; i < spec->n; i++)
@@ -198,7 +211,8 @@ static struct agent_args *group_new(const unsigned long *ips, const struct pki_a
 			for (h = agent_args_hash(ips[idx[k]], a->mask); a->slot[h].ip;
 			     h = (h + 1) & a->mask)
 				;
-		a->slot[h] = (struct agent_args_slot){.ip = one ? 0 : ips[idx[k]], .spec = spec};
+		a->slot[h] = (struct agent_args_slot){
+		    .ip = one ? 0 : ips[idx[k]], .spec = spec, .cond = cond->n ? cond : NULL};
 		plan(&a->slot[h], spec);
 	}
 	memcpy(a->ips, filter, nfilter * sizeof(*a->ips));
@@ -211,19 +225,19 @@ static struct agent_args *group_new(const unsigned long *ips, const struct pki_a
 	return a;
 }
 
-/* The ARGS record of @spec for @ip. */
+/* The ARGS record of @spec for @ip (none for a condition without values). */
 static int args_record(unsigned long ip, const struct pki_argspec *spec)
 {
 	char text[PKI_TRACE_MAX_STRING];
-	int err = pki_argspec_format(spec, text, sizeof(text));
+	int err = spec->n ? pki_argspec_format(spec, text, sizeof(text)) : 0;
 
-	return err ? err : pki_trace_args_add(ip, text);
+	return err || !spec->n ? err : pki_trace_args_add(ip, text);
 }
 
 struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const *names, size_t n,
 				     bool exits, int *err)
 {
-	struct pki_argspec *specs = malloc((n ? n : 1) * sizeof(*specs));
+	struct agent_argfn *specs = malloc((n ? n : 1) * sizeof(*specs));
 	size_t *idx = malloc((n ? n : 1) * sizeof(*idx)), m = 0;
 	struct agent_args *a = NULL;
 
@@ -231,7 +245,7 @@ struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const
 	for (size_t k = 0; !*err && k < n; k++)
 		if (agent_args_match(names[k], &specs[k])) {
 			idx[m++] = k;
-			*err = args_record(ips[k], &specs[k]); /* before any of its DATA */
+			*err = args_record(ips[k], &specs[k].spec); /* before any of its DATA */
 		}
 	if (!*err && m && !(a = group_new(ips, specs, idx, m, ips, n, false, exits)))
 		*err = -ENOMEM;
@@ -299,6 +313,6 @@ int agent_args_records(void)
 	int err = 0;
 
 	for (size_t k = 0; k < R.n && !err; k++)
-		err = args_record(R.ips[k], &R.specs[k]);
+		err = args_record(R.ips[k], &R.specs[k].spec);
 	return err;
 }

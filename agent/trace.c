@@ -608,7 +608,7 @@ static bool lib_entry_only(size_t i, uintptr_t main_base)
  */
 static bool args_split(unsigned long *ips, const size_t *idx, size_t *nmain)
 {
-	struct pki_argspec spec;
+	struct agent_argfn spec;
 	size_t m = 0;
 
 	T.nops_args = 0;

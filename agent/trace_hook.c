@@ -14,6 +14,7 @@
 
 #include "agent_int.h"
 #include "trace/argcap.h"
+#include "trace/argcond.h"
 #include "trace/fgraph.h"
 #include "trace/fnstats.h"
 #include "trace/trace.h"
@@ -118,6 +119,8 @@ void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_op
 	if (__builtin_expect(!agent_hook.active || pki_trace_busy, 0))
 		return;
 	sl = a->one ? a->one : args_find(ops, ip);
+	if (sl && sl->cond && !pki_cond_eval(sl->cond, regs))
+		return; /* -F: not this call; nothing recorded, its exit not hijacked */
 	if (a->exits)
 		pki_fgraph_prune((unsigned long *)regs->sp);
 	if (__builtin_expect(sl && sl->nreg != AGENT_ARGS_SLOW, 1)) {

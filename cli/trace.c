@@ -29,6 +29,7 @@
 #include "attach_run.h"
 #include "cli.h"
 #include "sym/demangle.h"
+#include "trace/argcond.h"
 #include "trace/argspec.h"
 #include "trace/reader.h"
 
@@ -60,6 +61,14 @@ static const char usage[] =
     "                        64 bytes; replay shows 'name(args) = ret'\n"
     "  -R, --retval GLOB[@SPEC]  record the return value (retval/FORMAT; default\n"
     "                        d) of the traced functions matching GLOB\n"
+    "  -F, --filter GLOB@if:COND  record a call of the traced functions matching\n"
+    "                        GLOB only if its arguments satisfy COND, decided in\n"
+    "                        the hook before anything is recorded: terms\n"
+    "                        ARG OP VALUE joined by &&, ARG argN[/FMT[SIZE]] as\n"
+    "                        in -A (integers: d i signed, u x o unsigned), OP\n"
+    "                        == != < <= > >=, VALUE an integer or a quoted\n"
+    "                        string (== and != only; a trailing * makes it a\n"
+    "                        prefix); e.g. -F 'parse@if:arg1/d32>0 && arg2==\"GET*\"'\n"
     "  -p, --pid PID         attach to the running process PID instead of starting\n"
     "                        PROG: its functions are hooked while it runs, and\n"
     "                        taken off again on Ctrl-C, SIGTERM or SIGHUP, at the\n"
@@ -455,8 +464,9 @@ enum {
 };
 
 /*
- * -A GLOB@SPEC, -R GLOB[@SPEC] (retval/d without a spec): checked here, so
- * that the agent only meets specs it can parse.  False after a usage error.
+ * -A GLOB@SPEC, -R GLOB[@SPEC] (retval/d without a spec), -F GLOB@if:COND:
+ * checked here, so that the agent only meets specs and conditions it can
+ * parse.  False after a usage error.
  */
 static bool trace_opt_args(struct trace_opts *o, int c, char *arg, int argc)
 {
@@ -465,11 +475,21 @@ static bool trace_opt_args(struct trace_opts *o, int c, char *arg, int argc)
 
 	if (c == 'R' && !at && *arg && asprintf(&arg, "%s@retval", arg) < 0)
 		return cli_error("trace: out of memory"), false;
-	at = strrchr(arg, '@');
+	at = c == 'F' ? strstr(arg, "@if:") : strrchr(arg, '@');
 	if (!at || at == arg || strchr(arg, '\n'))
-		return cli_usage_error("trace: -%c '%s': GLOB@SPEC expected (e.g. %s)", c, arg,
-				       c == 'A' ? "'parse@arg1/d,arg2/s'" : "'parse@retval/x'"),
+		return cli_usage_error("trace: -%c '%s': %s expected (e.g. %s)", c, arg,
+				       c == 'F' ? "GLOB@if:COND" : "GLOB@SPEC",
+				       c == 'A'	  ? "'parse@arg1/d,arg2/s'"
+				       : c == 'R' ? "'parse@retval/x'"
+						  : "'parse@if:arg1==3'"),
 		       false;
+	if (c == 'F') {
+		struct pki_cond cond = {0};
+
+		if (pki_cond_parse(at + 4, &cond, why, sizeof(why)))
+			return cli_usage_error("trace: -F '%s': %s", arg, why), false;
+		return cli_globs_add(&o->args, "trace", c, arg, argc);
+	}
 	if (pki_argspec_parse(at + 1, &spec, why, sizeof(why)))
 		return cli_usage_error("trace: -%c '%s': %s", c, arg, why), false;
 	if (c == 'R' && (spec.n != 1 || !spec.ret))
@@ -582,6 +602,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"notrace", required_argument, NULL, 'N'},
 	    {"argument", required_argument, NULL, 'A'},
 	    {"retval", required_argument, NULL, 'R'},
+	    {"filter", required_argument, NULL, 'F'},
 	    {"output", required_argument, NULL, 'o'},
 	    {"no-children", no_argument, NULL, O_NO_CHILDREN},
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
@@ -607,7 +628,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	optind = 1;
 	opterr = 0;
 	/* '+': stop at PROG, so its own options are never ours. */
-	while ((c = getopt_long(argc, argv, "+f:N:A:R:o:b:p:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+f:N:A:R:F:o:b:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (!attach_opt_pid("trace", optarg, &o->pid))
@@ -624,6 +645,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			break;
 		case 'A':
 		case 'R':
+		case 'F':
 			if (!trace_opt_args(o, c, optarg, argc))
 				return false;
 			break;
@@ -657,7 +679,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			*status = 0;
 			return false;
 		case '?':
-			return cli_bad_option("trace", "+f:N:A:R:o:b:p:h", opts, argv), false;
+			return cli_bad_option("trace", "+f:N:A:R:F:o:b:p:h", opts, argv), false;
 		default:
 			trace_opt_flag(o, c);
 		}

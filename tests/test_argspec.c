@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "trace/argcap.h"
+#include "trace/argcond.h"
 #include "trace/argspec.h"
 
 static char err[256];
@@ -185,6 +186,61 @@ START_TEST(strings_never_fault)
 }
 END_TEST
 
+/* @cond parsed (or the error), then evaluated on a call with @a1, @a2 as its first two arguments.
+ */
+static int holds(const char *cond, unsigned long a1, unsigned long a2)
+{
+	struct pki_cond c = {0};
+	struct pk_regs regs = {.di = a1, .si = a2};
+
+	if (pki_cond_parse(cond, &c, err, sizeof(err)))
+		return -1;
+	return pki_cond_eval(&c, &regs);
+}
+
+START_TEST(conditions)
+{
+	static const char get[] = "GET /index", x[] = "x";
+
+	ck_assert_int_eq(holds("arg1==3", 3, 0), 1);
+	ck_assert_int_eq(holds("arg1==3", 4, 0), 0);
+	ck_assert_int_eq(holds("arg1 == 0x10 && arg2 != 5", 16, 6), 1);
+	ck_assert_int_eq(holds("arg1 == 0x10 && arg2 != 5", 16, 5), 0);
+	/* sizes: an int's upper half is not the caller's */
+	ck_assert_int_eq(holds("arg1/d32==-1", 0xdeadbeefffffffffull, 0), 1);
+	ck_assert_int_eq(holds("arg1/d32<0", 0x00000000ffffffffull, 0), 1);
+	ck_assert_int_eq(holds("arg1/u32<0x10", 0x100000005ull, 0), 1);
+	ck_assert_int_eq(holds("arg1<0", (unsigned long)-3, 0), 1);   /* d: signed */
+	ck_assert_int_eq(holds("arg1/u>5", (unsigned long)-3, 0), 1); /* u: unsigned */
+	ck_assert_int_eq(holds("arg1>=5 && arg1<=5", 5, 0), 1);
+	/* strings: exact, prefix, NULL and unreadable pointers equal nothing */
+	ck_assert_int_eq(holds("arg2==\"GET /index\"", 0, (unsigned long)get), 1);
+	ck_assert_int_eq(holds("arg2==\"GET\"", 0, (unsigned long)get), 0);
+	ck_assert_int_eq(holds("arg2==\"GET*\"", 0, (unsigned long)get), 1);
+	ck_assert_int_eq(holds("arg2==\"GET /index/*\"", 0, (unsigned long)get), 0);
+	ck_assert_int_eq(holds("arg2!=\"POST*\"", 0, (unsigned long)get), 1);
+	ck_assert_int_eq(holds("arg2==\"x\"", 0, 0), 0);
+	ck_assert_int_eq(holds("arg2!=\"x\"", 0, 0), 1);
+	ck_assert_int_eq(holds("arg2==\"x\"", 0, 16), 0);
+	ck_assert_int_eq(holds("arg2==\"x\"", 0, (unsigned long)x), 1);
+	ck_assert_int_eq(holds("arg2==\"a && b\"", 0, (unsigned long)"a && b"), 1);
+	/* errors */
+	ck_assert_int_eq(holds("", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1==", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1==3 &&", 0, 0), -1);
+	ck_assert_int_eq(holds("retval==3", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1/s==3", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1<\"a\"", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1==\"unterminated", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1%rsi==3", 0, 0), -1);
+	ck_assert_int_eq(holds("arg1==1&&arg1==1&&arg1==1&&arg1==1&&arg1==1&&arg1==1&&arg1==1&&"
+			       "arg1==1&&arg1==1",
+			       1, 0),
+			 -1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("argspec");
@@ -194,6 +250,7 @@ int main(void)
 	tcase_add_test(tc, errors_say_what);
 	tcase_add_test(tc, every_format_shows);
 	tcase_add_test(tc, strings_never_fault);
+	tcase_add_test(tc, conditions);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -283,8 +283,8 @@ static void print_added(const char *name, double ns, double plain, const struct 
 static bool workload(const struct trace_bench *b, unsigned long work)
 {
 	char ncalls[32], nwork[32], *prog = (char *)b->prog;
-	struct run_said said = {0}, said_ring = {0}, said_args = {0};
-	double plain, pk, ring, args, uf = -1, fl;
+	struct run_said said = {0}, said_ring = {0}, said_args = {0}, said_cond = {0};
+	double plain, pk, ring, args, cond, uf = -1, fl;
 	struct stat st;
 
 	snprintf(ncalls, sizeof(ncalls), "%lu", b->calls);
@@ -311,6 +311,20 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 					"--work",
 					nwork,
 					NULL};
+		/* -F that no call satisfies: the hook's cost, no record */
+		char *const a_cond[] = {(char *)b->self,
+					"trace",
+					"-o",
+					(char *)b->afile,
+					"-F",
+					work ? "demo_body@if:arg2==12345" : "demo_leaf@if:arg1==-1",
+					"--",
+					prog,
+					"--bench",
+					ncalls,
+					"--work",
+					nwork,
+					NULL};
 		char *const a_uf[] = {
 		    "uftrace", "record",  "--no-libcall", "-P",	    ".",   "-d", (char *)b->udir,
 		    prog,      "--bench", ncalls,	  "--work", nwork, NULL};
@@ -319,6 +333,7 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		pk = best(a_pk, b->calls, b->runs, &said);
 		ring = best(a_ring, b->calls, b->runs, &said_ring);
 		args = best(a_args, b->calls, b->runs, &said_args);
+		cond = best(a_cond, b->calls, b->runs, &said_cond);
 		if (!b->no_uftrace)
 			uf = best(a_uf, b->calls, b->runs, NULL);
 	}
@@ -326,12 +341,13 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		printf("# demo_body: %lu dependent multiply-adds per call\n", work);
 	else
 		printf("# demo_leaf: an almost empty leaf (the worst case)\n");
-	if (plain < 0 || pk < 0 || ring < 0 || args < 0)
+	if (plain < 0 || pk < 0 || ring < 0 || args < 0 || cond < 0)
 		return false;
 	printf("%12s: %8.2f nsecs/call\n", "plain", plain);
 	print_added("probekit", pk, plain, &said, b->runs);
 	print_added("--ring", ring, plain, &said_ring, b->runs);
 	print_added("-A 2 ints", args, plain, &said_args, b->runs);
+	print_added("-F no match", cond, plain, &said_cond, b->runs);
 	fl = floor_added(b->calls, work, b->runs);
 	if (fl >= 0 && pki_arch_tsc_invariant())
 		printf("%12s: %+8.2f nsecs/call  (two TSC reads and event stores per call, inline, "

@@ -11,9 +11,10 @@
  * cache: the copy faults it in), and one whose page the function itself
  * unmaps before it returns it (the return value is then unreadable).
  *
- * usage: args_demo [ring N | threads N M]: with "ring", N calls of tagged()
- * only (the flight recorder case: every one shows its own values); with
- * "threads", N threads making M calls of it each.
+ * usage: args_demo [ring N | threads N M | cond N]: with "ring", N calls of
+ * tagged() only (the flight recorder case: every one shows its own
+ * values); with "threads", N threads making M calls of it each; with
+ * "cond", N calls of pick() for -F (see cond()).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -124,6 +125,42 @@ static char *cold_page(const char *text, long pagesz, int *resident)
 	return p;
 }
 
+/* -F's target: its callee inner() is traced whether pick()'s call is or not. */
+P int inner(int n)
+{
+	return n + 1;
+}
+
+P int pick(int n, const char *req)
+{
+	sink += req != NULL;
+	return inner(n);
+}
+
+/*
+ * cond N: N calls of pick(i, request), the requests cycling through GET,
+ * POST, GET and NULL; the program's own counts of what each test filter
+ * should keep.
+ */
+static int cond(int n)
+{
+	static const char *const req[] = {"GET /a", "POST /b", "GET /c", NULL};
+	long get = 0, post_b = 0, not_get = 0, range = 0;
+
+	for (int i = 0; i < n; i++) {
+		const char *r = req[i % 4];
+
+		pick(i, r);
+		get += r && !strncmp(r, "GET", 3);
+		post_b += r && !strcmp(r, "POST /b");
+		not_get += !r || strncmp(r, "GET", 3);
+		range += i >= 10 && i < 20;
+	}
+	printf("pick %d inner %d get %ld post_b %ld not_get %ld range %ld\n", n, n, get, post_b,
+	       not_get, range);
+	return 0;
+}
+
 static int per_thread;
 
 /* One thread's calls of tagged(), each with its own values (threads N M). */
@@ -178,6 +215,8 @@ int main(int argc, char **argv)
 
 	if (argc > 2 && !strcmp(argv[1], "ring"))
 		return ring(atoi(argv[2]));
+	if (argc > 2 && !strcmp(argv[1], "cond"))
+		return cond(atoi(argv[2]));
 	if (argc > 3 && !strcmp(argv[1], "threads"))
 		return threads(atoi(argv[2]), atoi(argv[3]));
 	setvbuf(stdout, NULL, _IOLBF, 0);

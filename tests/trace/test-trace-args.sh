@@ -84,6 +84,24 @@ else
 	echo "SKIP: perfetto export check: no protoc (apt-get install protobuf-compiler)"
 fi
 
+# -F: only the calls whose arguments satisfy the condition are recorded
+# (their callees are, whatever pick's call was): exact counts.
+filtered() { # COND: the number of pick calls recorded under -F 'pick@if:COND'
+	run -o c.trace -A 'pick@arg1/d32,arg2/s' -F "pick@if:$1" -- "$demo" cond 1000
+	"$pk" report --raw c.trace 2>/dev/null | awk '$NF == "[args_demo]" && $(NF-1) == "pick" {print $1}'
+}
+"$demo" cond 1000 >cond.out
+read -r _ n_pick _ n_inner _ n_get _ n_post _ n_not_get _ n_range <cond.out
+check "-F arg1==7: one call" "[[ \$(filtered 'arg1/d32==7') == 1 ]]"
+check "-F: the callee still traced (inner: $n_inner)" \
+	"[[ \$($pk report --raw c.trace | awk '\$(NF-1) == \"inner\" {print \$1}') == $n_inner ]]"
+check "-F: the call recorded has its values" "[[ \$(calls c.trace | grep -c '^pick(7, (null)) {') == 1 ]]"
+check "-F a range with &&: $n_range calls" "[[ \$(filtered 'arg1/d32 >= 10 && arg1/d32 < 20') == $n_range ]]"
+check "-F string prefix: $n_get calls" "[[ \$(filtered 'arg2==\"GET*\"') == $n_get ]]"
+check "-F exact string: $n_post calls" "[[ \$(filtered 'arg2==\"POST /b\"') == $n_post ]]"
+check "-F != prefix (NULL included): $n_not_get calls" "[[ \$(filtered 'arg2!=\"GET*\"') == $n_not_get ]]"
+check "-F hex, unsigned: 1 call" "[[ \$(filtered 'arg1/x==0x3e7') == 1 ]]"
+check "-F no call matches: none recorded" "[[ -z \$(filtered 'arg1/d32<0') ]]"
 # Bad specs: refused before PROG runs, with what is wrong.
 bad_spec() { # LABEL WANT ARGS...
 	local label=$1 want=$2
@@ -101,6 +119,11 @@ bad_spec "-R with arguments" "the return value only" -R 'add@arg1'
 bad_spec "retval with --entry-only" "not with --entry-only" --entry-only -R 'add'
 bad_spec "bad register" "unknown location" -A 'add@arg1%rax'
 bad_spec "arg0" "arg takes N from 1" -A 'add@arg0'
+bad_spec "-F without if:" "GLOB@if:COND expected" -F 'add@arg1==3'
+bad_spec "-F on retval" "not on the return value" -F 'add@if:retval<0'
+bad_spec "-F string with <" "strings compare with == and != only" -F 'slen@if:arg1<"a"'
+bad_spec "-F bad value" "the value is an integer or a quoted string" -F 'add@if:arg1==x'
+bad_spec "-F empty term" "an empty term" -F 'add@if:arg1==3 &&'
 
 echo "trace_args: $pass passed, $fail failed"
 [[ $fail == 0 ]]

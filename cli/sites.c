@@ -124,6 +124,8 @@ static void print_func_stats(const char *path, const struct pki_func_stats *st)
 	for (w = 1; w < PKI_FUNC_WHY_NR; w++)
 		if (st->why[w])
 			printf("# refused %s: %zu\n", pki_func_why_name(w), st->why[w]);
+	if (st->debug_file[0])
+		printf("# names from the separate debug file %s\n", st->debug_file);
 }
 
 static int file_error(const char *path, int ret)

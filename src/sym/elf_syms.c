@@ -10,10 +10,13 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "sym/debugfile.h"
 #include "sym/elf_syms.h"
 
 /* A symbol while reading: name points into libelf's string table. */
@@ -155,14 +158,61 @@ static int finish(struct raw_sym *raw, size_t n, struct pki_elf_syms *out)
 	return 0;
 }
 
+/* The SHT_SYMTAB (@symtab) or SHT_DYNSYM sections of @elf, appended to @raw. */
+static int read_tables(Elf *elf, bool symtab, struct raw_sym **raw, size_t *nraw, bool *any)
+{
+	Elf_Scn *scn = NULL;
+	int ret = 0;
+
+	while (!ret && (scn = elf_nextscn(elf, scn))) {
+		GElf_Shdr sh;
+
+		if (!gelf_getshdr(scn, &sh))
+			return -ENOEXEC;
+		if (sh.sh_type != (symtab ? SHT_SYMTAB : SHT_DYNSYM))
+			continue;
+		*any = true;
+		ret = read_table(elf, scn, raw, nraw);
+	}
+	return ret;
+}
+
+/*
+ * A stripped file's symbols from its separate debug file, appended to @raw;
+ * its Elf in *@dbg (the names point into it until elf_end), its path in
+ * @out.  Nothing (0) when there is none or it cannot be read.
+ */
+static int read_debug_file(Elf *elf, int fd, struct raw_sym **raw, size_t *nraw, Elf **dbg,
+			   int *dfd, struct pki_elf_syms *out)
+{
+	char self[64], path[4096], found[4096];
+	ssize_t n;
+	bool any = false;
+	int ret;
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	n = readlink(self, path, sizeof(path) - 1);
+	path[n > 0 ? n : 0] = '\0';
+	*dfd = pki_debugfile_open(elf, n > 0 ? path : NULL, found, sizeof(found));
+	if (*dfd < 0)
+		return 0;
+	*dbg = elf_begin(*dfd, ELF_C_READ, NULL);
+	if (!*dbg || elf_kind(*dbg) != ELF_K_ELF || gelf_getclass(*dbg) != ELFCLASS64)
+		return 0;
+	ret = read_tables(*dbg, true, raw, nraw, &any);
+	if (!ret && any && !(out->debug_file = strdup(found)))
+		ret = -ENOMEM;
+	return ret == -ENOEXEC ? 0 : ret; /* (a bad debug file: the object's own symbols) */
+}
+
 int pki_elf_syms_read(int fd, struct pki_elf_syms *out)
 {
 	struct raw_sym *raw = NULL;
-	Elf_Scn *scn = NULL;
 	GElf_Ehdr eh;
 	size_t nraw = 0, i, nph;
-	Elf *elf;
-	int ret = -ENOEXEC;
+	Elf *elf, *dbg = NULL;
+	bool symtab = false, dynsym = false;
+	int ret = -ENOEXEC, dfd = -1;
 
 	memset(out, 0, sizeof(*out));
 	pthread_once(&libelf_once, libelf_init);
@@ -184,22 +234,22 @@ int pki_elf_syms_read(int fd, struct pki_elf_syms *out)
 		if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_INTERP)
 			out->interp = true;
 	}
-	while ((scn = elf_nextscn(elf, scn))) {
-		GElf_Shdr sh;
-
-		if (!gelf_getshdr(scn, &sh))
-			goto out_free;
-		if (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM)
-			continue;
-		ret = read_table(elf, scn, &raw, &nraw);
-		if (ret)
-			goto out_free;
-	}
+	ret = read_tables(elf, true, &raw, &nraw, &symtab);
+	if (!ret)
+		ret = read_tables(elf, false, &raw, &nraw, &dynsym);
+	if (!ret && !symtab)
+		ret = read_debug_file(elf, fd, &raw, &nraw, &dbg, &dfd, out);
+	if (ret)
+		goto out_free;
 	ret = finish(raw, nraw, out);
 out_free:
 	free(raw);
 	if (ret)
 		pki_elf_syms_free(out);
+	if (dbg)
+		elf_end(dbg);
+	if (dfd >= 0)
+		close(dfd);
 out_end:
 	elf_end(elf);
 	return ret;
@@ -220,6 +270,7 @@ int pki_elf_syms_read_path(const char *path, struct pki_elf_syms *out)
 
 void pki_elf_syms_free(struct pki_elf_syms *s)
 {
+	free(s->debug_file);
 	free(s->syms);
 	free(s->by_name);
 	free(s->strings);

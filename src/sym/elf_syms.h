@@ -36,10 +36,16 @@ struct pki_elf_syms {
 	char *strings;			    /* every name, one allocation */
 	bool pic;			    /* ET_DYN */
 	bool interp;			    /* has PT_INTERP: dynamically linked program */
+	/* the separate debug file (sym/debugfile.h) whose .symtab was read
+	 * too, the file having none of its own; NULL if none */
+	char *debug_file;
 };
 
 /*
  * Fill @out from the ELF file open on @fd (pread; the offset is not used).
+ * A file without a .symtab (stripped) gets the one of its separate debug
+ * file, if one is installed (sym/debugfile.h; found by its build ID, or by
+ * its .gnu_debuglink relative to the path /proc/self/fd/@fd names).
  * Returns 0, -ENOEXEC (not ELF64 x86-64 ET_EXEC/ET_DYN, or malformed) or
  * -ENOMEM.  On error @out is empty.  A file without symbols gives n == 0.
  */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -174,6 +175,8 @@ static int state_load(int fd, struct state *s, struct pki_func_stats *st)
 	ret = pki_elf_funcs_read(fd, &s->funcs);
 	if (ret)
 		return ret;
+	if (s->funcs.syms.debug_file)
+		snprintf(st->debug_file, sizeof(st->debug_file), "%s", s->funcs.syms.debug_file);
 	ret = image_map(fd, &s->im);
 	if (ret)
 		return ret;

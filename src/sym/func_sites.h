@@ -64,6 +64,7 @@ struct pki_func_stats {
 	size_t why[PKI_FUNC_WHY_NR]; /* refused (not int3), by reason (why[0] unused) */
 	size_t sites;		     /* the file's patchable sites */
 	size_t sites_orphan;	     /* of them, in no listed function */
+	char debug_file[256];	     /* the names' separate debug file (elf_syms.h), or "" */
 };
 
 /*

@@ -18,6 +18,7 @@
  * frame was on a stack); a new session (attached again) makes new ones.
  * Normal context only (the trace mode's set-up).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ struct rule {
 static struct {
 	struct rule *rules;
 	size_t nrules;
+	uint8_t stdstr; /* the process's std::string (enum pki_stdstr) */
 	/* this session's functions with a spec or a condition, in the order added */
 	unsigned long *ips;
 	struct agent_argfn *specs;
@@ -56,7 +58,12 @@ static struct {
 int agent_args_init(const char *lines, char *why, size_t len)
 {
 	const char *p = lines;
+	void *cxx = dlopen("libc++.so.1", RTLD_LAZY | RTLD_NOLOAD);
 
+	/* S reads libc++'s layout in a process that uses it (libstdc++'s else). */
+	R.stdstr = cxx ? PKI_STDSTR_LLVM : PKI_STDSTR_GNU;
+	if (cxx)
+		dlclose(cxx);
 	R.nrules = 0;
 	while (p && *p) {
 		const char *nl = strchr(p, '\n'), *at;
@@ -102,6 +109,7 @@ bool agent_args_match(const char *name, struct agent_argfn *fn)
 	memset(fn, 0, sizeof(*fn));
 	if (!name)
 		return false;
+	out->stdstr = R.stdstr;
 	for (size_t i = 0; i < R.nrules; i++) {
 		const struct pki_argspec *s = &R.rules[i].spec;
 		const struct pki_cond *c = &R.rules[i].cond;

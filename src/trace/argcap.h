@@ -63,27 +63,46 @@ static inline unsigned pki_argcap_str(unsigned item, uint64_t addr, struct pki_t
 	return pki_argcap_bytes(item, buf, len, len == got || buf[len], d);
 }
 
-/* The std::string at @addr, libstdc++'s layout: { char *data; size_t size; ... }. */
-static inline unsigned pki_argcap_stdstr(unsigned item, uint64_t addr, struct pki_trace_event *d)
+/*
+ * The std::string at @addr.  libstdc++: { char *data; size_t size; ... }.
+ * libc++ (its default layout, little-endian): bit 0 of the first byte set,
+ * long: { size_t cap | 1; size_t size; char *data; }; clear, short: the
+ * size is the first byte >> 1 and the characters follow it in the object.
+ */
+static inline unsigned pki_argcap_stdstr(unsigned item, uint64_t addr, uint8_t lib,
+					 struct pki_trace_event *d)
 {
 	unsigned char buf[PKI_ARG_STR_MAX];
-	uint64_t obj[2];
+	uint64_t obj[3], data, size;
 	size_t len;
 
 	if (!addr)
 		return pki_argcap_fault(item, 0, d);
-	if (pki_arch_copy_safe(obj, (const void *)addr, sizeof(obj)) != sizeof(obj))
+	len = lib == PKI_STDSTR_LLVM ? sizeof(obj) : 2 * sizeof(obj[0]);
+	if (pki_arch_copy_safe(obj, (const void *)addr, len) != len)
 		return pki_argcap_fault(item, addr, d);
-	len = obj[1] < PKI_ARG_STR_MAX ? (size_t)obj[1] : PKI_ARG_STR_MAX;
-	if (len && pki_arch_copy_safe(buf, (const void *)obj[0], len) != len)
-		return pki_argcap_fault(item, obj[0], d);
-	return pki_argcap_bytes(item, buf, len, obj[1] > len, d);
+	if (lib != PKI_STDSTR_LLVM) {
+		data = obj[0];
+		size = obj[1];
+	} else if (obj[0] & 1) {
+		data = obj[2];
+		size = obj[1];
+	} else {
+		data = addr + 1;
+		size = (obj[0] & 0xff) >> 1;
+	}
+	len = size < PKI_ARG_STR_MAX ? (size_t)size : PKI_ARG_STR_MAX;
+	if (len && pki_arch_copy_safe(buf, (const void *)data, len) != len)
+		return pki_argcap_fault(item, data, d);
+	return pki_argcap_bytes(item, buf, len, size > len, d);
 }
 
-/* Item @item, whose raw value is @v (the register, or the stack word's address). */
-static inline unsigned pki_argcap_value(const struct pki_arg_item *it, unsigned item, uint64_t v,
+/* Item @item of @spec, whose raw value is @v (the register, or the stack word's address). */
+static inline unsigned pki_argcap_value(const struct pki_argspec *spec, unsigned item, uint64_t v,
 					struct pki_trace_event *d)
 {
+	const struct pki_arg_item *it = &spec->item[item];
+
 	if (it->src == PKI_ARG_STACK) {
 		uint64_t w;
 
@@ -94,7 +113,7 @@ static inline unsigned pki_argcap_value(const struct pki_arg_item *it, unsigned 
 	if (it->fmt == 's')
 		return pki_argcap_str(item, v, d);
 	if (it->fmt == 'S')
-		return pki_argcap_stdstr(item, v, d);
+		return pki_argcap_stdstr(item, v, spec->stdstr, d);
 	d[0] = (struct pki_trace_event){v, PKI_EV_DATA_WORD(item, 8, 0)};
 	return 1;
 }
@@ -127,7 +146,7 @@ static inline unsigned pki_argcap_entry(const struct pki_argspec *spec, const st
 		default:
 			continue; /* the return value: at the exit */
 		}
-		n += pki_argcap_value(it, i, v, d + n);
+		n += pki_argcap_value(spec, i, v, d + n);
 	}
 	return n;
 }
@@ -138,7 +157,7 @@ static inline unsigned pki_argcap_ret(const struct pki_argspec *spec, uint64_t a
 {
 	const struct pki_arg_item *it = &spec->item[spec->n - 1];
 
-	return pki_argcap_value(it, spec->n - 1, it->fmt == 'f' ? x0 : ax, d);
+	return pki_argcap_value(spec, spec->n - 1, it->fmt == 'f' ? x0 : ax, d);
 }
 
 #endif /* PK_TRACE_ARGCAP_H */

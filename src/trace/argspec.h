@@ -16,7 +16,8 @@
  * stack+1), fparg N the N-th floating-point one (xmm0 .. xmm7), retval the
  * return value (rax, or xmm0 for f).  d and i print signed decimal, u
  * unsigned, x hex, o octal, c a character, s a C string, S a std::string
- * (libstdc++'s layout), p a code address (by name where the trace names
+ * (libstdc++'s layout, or libc++'s where the process uses it), p a code
+ * address (by name where the trace names
  * it), f a float or double.  Without a format: d (f for fparg).
  */
 #ifndef PK_TRACE_ARGSPEC_H
@@ -43,9 +44,13 @@ struct pki_arg_item {
 	uint16_t idx; /* see pki_arg_src */
 };
 
+/* Which C++ library's std::string an S item reads (the process's: agent/args.c). */
+enum pki_stdstr { PKI_STDSTR_GNU, PKI_STDSTR_LLVM };
+
 struct pki_argspec {
 	unsigned n;
-	bool ret; /* an item is the return value's (the last one: at most one) */
+	bool ret;	/* an item is the return value's (the last one: at most one) */
+	uint8_t stdstr; /* enum pki_stdstr: capture only, not in the text form */
 	struct pki_arg_item item[PKI_DATA_ITEMS_MAX];
 };
 

@@ -9,9 +9,9 @@
 # Perfetto exports show them; bad specs refused with a clear error and
 # nothing run.
 #
-# usage: test-trace-args.sh PROBEKIT ARGS_DEMO
+# usage: test-trace-args.sh PROBEKIT ARGS_DEMO STRS_DEMO
 set -uo pipefail
-pk=$(realpath "$1") demo=$(realpath "$2")
+pk=$(realpath "$1") demo=$(realpath "$2") strs=$(realpath "$3")
 protodir=$(realpath "$(dirname "$(realpath "$0")")/../perfetto")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
@@ -102,6 +102,24 @@ check "-F exact string: $n_post calls" "[[ \$(filtered 'arg2==\"POST /b\"') == $
 check "-F != prefix (NULL included): $n_not_get calls" "[[ \$(filtered 'arg2!=\"GET*\"') == $n_not_get ]]"
 check "-F hex, unsigned: 1 call" "[[ \$(filtered 'arg1/x==0x3e7') == 1 ]]"
 check "-F no call matches: none recorded" "[[ -z \$(filtered 'arg1/d32<0') ]]"
+# std::string (S), libstdc++'s and, where clang++ builds with it, libc++'s.
+# twice() returns one by value: its hidden result pointer is rdi, so its
+# string is arg2, and rax points at the result at the exit.
+strs_check() { # LABEL PROG
+	run -o s.trace -A 'slen@arg1/S' -R 'slen@retval/u' -A 'twice@arg2/S' -R 'twice@retval/S' -- "$2"
+	check "$1: rc $rc" "[[ $rc == 0 ]]"
+	sed -n 's/^want //p' out >swant
+	calls s.trace >sgot
+	check "$1: each std::string as the program sees it" "[[ -s swant ]] && diff -u swant sgot"
+}
+strs_check "S (libstdc++)" "$strs"
+if command -v clang++ >/dev/null &&
+	clang++ -stdlib=libc++ -O2 -o strs_llvm "$(dirname "$(realpath "$0")")/strs_demo.cc" 2>/dev/null; then
+	strs_check "S (libc++)" ./strs_llvm
+else
+	echo "SKIP (part): S with libc++: clang++ -stdlib=libc++ cannot build (apt-get install clang libc++-dev libc++abi-dev)"
+fi
+
 # Bad specs: refused before PROG runs, with what is wrong.
 bad_spec() { # LABEL WANT ARGS...
 	local label=$1 want=$2

@@ -480,6 +480,12 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 	if (t->notrace && (size_t)snprintf(b->notrace, sizeof(b->notrace), "%s=%s",
 					   PK_ENV_TRACE_NOTRACE, t->notrace) < sizeof(b->notrace))
 		b->vec[n++] = b->notrace;
+	if (t->args) {
+		if ((size_t)snprintf(b->args, sizeof(b->args), "%s=%s", PK_ENV_TRACE_ARGS,
+				     t->args) >= sizeof(b->args))
+			return NULL;
+		b->vec[n++] = b->args;
+	}
 	snprintf(b->children, sizeof(b->children), "%s=%d", PK_ENV_TRACE_CHILDREN, t->children);
 	b->vec[n++] = b->children;
 	snprintf(b->entry, sizeof(b->entry), "%s=%d", PK_ENV_TRACE_ENTRY_ONLY, !t->exits);

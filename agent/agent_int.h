@@ -225,8 +225,9 @@ extern struct agent_lineage agent_lineage;
 #define PK_ENVBUF_VARS 4096
 
 struct agent_envbuf {
-	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 16];
+	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 20];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
+	char args[8192]; /* -A/-R/-F: a program they do not fit runs untraced (a filter lost) */
 	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512], max_size[64];
 };
 
@@ -375,8 +376,13 @@ int agent_args_init(const char *lines, char *why, size_t len);
 struct agent_argfn {
 	struct pki_argspec spec;
 	struct pki_cond cond;
+	bool overflow; /* more items or terms matched than one function can take */
 };
-/* The items and conditions of every rule matching @name, into @fn: false if none. */
+/*
+ * The items and conditions of every rule matching @name, into @fn: false
+ * if none.  Those beyond the limits (PKI_COND_TERMS, PKI_DATA_ITEMS_MAX,
+ * PKI_DATA_MAX) set fn->overflow: the caller refuses the function.
+ */
 bool agent_args_match(const char *name, struct agent_argfn *fn);
 /* A new list for @n functions at most (the last session's stays: args.c). 0 or -ENOMEM. */
 int agent_args_begin(size_t n);
@@ -388,11 +394,14 @@ int agent_args_records(void);
 /*
  * A library loaded later: one ops over its @n functions @ips (named
  * @names) in which those with a spec get their values (their ARGS records
- * written first), or NULL: none has one, or *@err (-ENOMEM, or the
- * record's -errno).  Never freed (the session's are not either).
+ * written first), or NULL: none has one, or *@err (-ENOMEM, -E2BIG: a
+ * function matched more than it can take, or the record's -errno).
+ * Never freed (the session's are not either).
  */
 struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const *names, size_t n,
 				     bool exits, int *err);
+/* Its ARGS records again (a fork child's new file). */
+int agent_args_object_records(const struct pk_ops *ops);
 
 /* The trace hook: with exit tracing, and --entry-only. */
 void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,

@@ -55,15 +55,21 @@ static struct {
 	size_t ngroups;
 } R;
 
-int agent_args_init(const char *lines, char *why, size_t len)
+/* S reads libc++'s layout in a process that uses it (libstdc++'s else). */
+static void stdstr_detect(void)
 {
-	const char *p = lines;
 	void *cxx = dlopen("libc++.so.1", RTLD_LAZY | RTLD_NOLOAD);
 
-	/* S reads libc++'s layout in a process that uses it (libstdc++'s else). */
 	R.stdstr = cxx ? PKI_STDSTR_LLVM : PKI_STDSTR_GNU;
 	if (cxx)
 		dlclose(cxx);
+}
+
+int agent_args_init(const char *lines, char *why, size_t len)
+{
+	const char *p = lines;
+
+	stdstr_detect();
 	R.nrules = 0;
 	while (p && *p) {
 		const char *nl = strchr(p, '\n'), *at;
@@ -74,9 +80,11 @@ int agent_args_init(const char *lines, char *why, size_t len)
 		p += n + (nl != NULL);
 		if (!line)
 			return -ENOMEM;
-		at = strrchr(line, '@');
+		at = strstr(line, "@if:"); /* (a condition's string may hold an '@') */
+		if (!at)
+			at = strrchr(line, '@');
 		if (!at || at == line) {
-			snprintf(why, len, "-A/-R '%s': GLOB@SPEC expected", line);
+			snprintf(why, len, "-A/-R/-F '%s': GLOB@SPEC expected", line);
 			free(line);
 			return -EINVAL;
 		}
@@ -92,7 +100,7 @@ int agent_args_init(const char *lines, char *why, size_t len)
 		if (!strncmp(at + 1, "if:", 3)
 			? pki_cond_parse(at + 4, &r->cond, e, sizeof(e))
 			: pki_argspec_parse(at + 1, &r->spec, e, sizeof(e))) {
-			snprintf(why, len, "-%c '%s': %s", strncmp(at + 1, "if:", 3) ? 'A' : 'F',
+			snprintf(why, len, "-%s '%s': %s", strncmp(at + 1, "if:", 3) ? "A/-R" : "F",
 				 line, e);
 			free(line);
 			return -EINVAL;
@@ -116,16 +124,23 @@ bool agent_args_match(const char *name, struct agent_argfn *fn)
 
 		if (!pki_glob_match(R.rules[i].glob, name))
 			continue;
-		for (unsigned k = 0; k < c->n && fn->cond.n < PKI_COND_TERMS; k++)
-			fn->cond.t[fn->cond.n++] = c->t[k]; /* (every -F's must hold) */
+		for (unsigned k = 0; k < c->n; k++) { /* (every -F's must hold) */
+			if (fn->cond.n == PKI_COND_TERMS)
+				fn->overflow = true;
+			else
+				fn->cond.t[fn->cond.n++] = c->t[k];
+		}
 		for (unsigned k = 0; k < s->n; k++) {
 			const struct pki_arg_item *it = &s->item[k];
 
 			if (it->src == PKI_ARG_RET && out->ret) {
 				out->item[out->n - 1] = *it;
-			} else if (out->n < PKI_DATA_ITEMS_MAX &&
-				   pki_argspec_slots(out, false) + pki_arg_item_slots(it) <=
-				       PKI_DATA_MAX) {
+			} else if (out->n == PKI_DATA_ITEMS_MAX ||
+				   (it->src != PKI_ARG_RET &&
+				    pki_argspec_slots(out, false) + pki_arg_item_slots(it) >
+					PKI_DATA_MAX)) {
+				fn->overflow = true;
+			} else {
 				if (out->ret) { /* the retval stays last */
 					out->item[out->n] = out->item[out->n - 1];
 					out->item[out->n - 1] = *it;
@@ -245,22 +260,55 @@ static int args_record(unsigned long ip, const struct pki_argspec *spec)
 struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const *names, size_t n,
 				     bool exits, int *err)
 {
-	struct agent_argfn *specs = malloc((n ? n : 1) * sizeof(*specs));
-	size_t *idx = malloc((n ? n : 1) * sizeof(*idx)), m = 0;
+	struct agent_argfn one, *specs = NULL, *grown;
+	unsigned long *mips = NULL, *ip;
+	size_t *idx = NULL, m = 0;
 	struct agent_args *a = NULL;
 
-	*err = specs && idx ? 0 : -ENOMEM;
-	for (size_t k = 0; !*err && k < n; k++)
-		if (agent_args_match(names[k], &specs[k])) {
-			idx[m++] = k;
-			*err = args_record(ips[k], &specs[k].spec); /* before any of its DATA */
+	*err = 0;
+	stdstr_detect();			  /* (libc++ may have come with this library) */
+	for (size_t k = 0; !*err && k < n; k++) { /* (only the functions matched are kept) */
+		if (!agent_args_match(names[k], &one))
+			continue;
+		if (one.overflow) { /* more than one function can take: said, not cut */
+			*err = -E2BIG;
+			break;
 		}
-	if (!*err && m && !(a = group_new(ips, specs, idx, m, ips, n, false, exits)))
+		grown = realloc(specs, (m + 1) * sizeof(*specs));
+		if (grown)
+			specs = grown;
+		ip = grown ? realloc(mips, (m + 1) * sizeof(*mips)) : NULL;
+		if (!ip) {
+			*err = -ENOMEM;
+			break;
+		}
+		mips = ip;
+		specs[m] = one;
+		mips[m++] = ips[k];
+		*err = args_record(ips[k], &one.spec); /* before any of its DATA */
+	}
+	if (!*err && m && !(idx = malloc(m * sizeof(*idx))))
+		*err = -ENOMEM;
+	for (size_t k = 0; idx && k < m; k++)
+		idx[k] = k;
+	if (!*err && m && !(a = group_new(mips, specs, idx, m, ips, n, false, exits)))
 		*err = -ENOMEM;
 	free(idx);
+	free(mips);
 	if (!a) /* (else the table points into specs: kept, as the session's are) */
 		free(specs);
 	return a ? &a->ops : NULL;
+}
+
+int agent_args_object_records(const struct pk_ops *ops)
+{
+	const struct agent_args *a = (const struct agent_args *)ops;
+	int err = 0;
+
+	for (size_t i = 0; i <= a->mask && !err; i++)
+		if (a->slot[i].ip)
+			err = args_record(a->slot[i].ip, a->slot[i].spec);
+	return err;
 }
 
 /*

@@ -114,7 +114,8 @@ struct dlo {
 	unsigned long *ips; /* selected sites, ascending */
 	const char **names; /* interned, parallel to ips */
 	struct pk_ops ops;
-	struct pk_ops *opsp; /* registered: &ops, or -A/-R's over the same sites (args.c) */
+	struct pk_ops *opsp; /* registered: &ops, or aops */
+	struct pk_ops *aops; /* -A/-R/-F's over the same sites (args.c), made once per selection */
 };
 
 /* Written before agent_dl_on is set; read by the wrappers. */
@@ -397,6 +398,8 @@ static int __dlo_records(const struct dlo *d)
 		err = pki_trace_symbol_add(d->ips[i], d->id, d->names[i]);
 		agent_trace_trigger_offer(d->ips[i], d->names[i]);
 	}
+	if (!err && d->aops) /* (a fork child's file: at the first hook, made with the ops) */
+		err = agent_args_object_records(d->aops);
 	return err;
 }
 
@@ -424,14 +427,13 @@ static int __dlo_register(struct dlo *d)
 	d->ops.filter.ips = d->ips;
 	d->ops.filter.nips = d->nips;
 	d->opsp = &d->ops;
-	if (C.args && d->ops.func == C.func) {
-		struct pk_ops *a = agent_args_object_ops(d->ips, d->names, d->nips, C.exits, &err);
-
+	if (C.args && d->ops.func == C.func && !d->aops) {
+		d->aops = agent_args_object_ops(d->ips, d->names, d->nips, C.exits, &err);
 		if (err)
 			return err;
-		if (a)
-			d->opsp = a;
 	}
+	if (C.args && d->ops.func == C.func && d->aops)
+		d->opsp = d->aops;
 	err = pk_ops_register(d->opsp);
 	d->registered = !err;
 	return err;
@@ -463,6 +465,7 @@ static void __dlo_hook(struct fresh *f)
 		d->ips = f->ips;
 		d->names = f->names;
 		d->nips = f->n;
+		d->aops = NULL; /* another selection: its own (the old one stays, args.c) */
 		f->ips = NULL;
 		f->names = NULL;
 		d->id = D.next_id++;

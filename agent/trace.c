@@ -106,9 +106,10 @@ static struct {
 	size_t nobjs;
 	struct pk_ops ops;     /* entries and exits */
 	struct pk_ops ops_lib; /* libraries' relocated functions: entries only (lib_entry_only) */
-	struct pk_ops *
-	    *ops_args; /* -A/-R: the ops of the functions with an argument spec (args.c) */
+	/* -A/-R/-F: the ops of the functions with an argument spec or condition (args.c) */
+	struct pk_ops **ops_args;
 	size_t nops_args;
+	char why_args[400];		   /* why args_split() failed, or "" (out of memory) */
 	unsigned long *main_ips, *lib_ips; /* the filters of ops and ops_lib: ips split */
 } T = {.fd = -1};
 
@@ -617,10 +618,18 @@ static bool args_split(unsigned long *ips, const size_t *idx, size_t *nmain)
 	if (agent_args_begin(*nmain))
 		return false;
 	for (size_t k = 0; k < *nmain; k++) {
-		if (agent_args_match(T.syms[idx[k]].name, &spec))
-			agent_args_add(ips[k], &spec);
-		else
+		if (!agent_args_match(T.syms[idx[k]].name, &spec)) {
 			ips[m++] = ips[k];
+		} else if (spec.overflow) {
+			snprintf(T.why_args, sizeof(T.why_args),
+				 "-A/-R/-F: %.200s matches more than one function can take (%u "
+				 "conditions, %u items, %u 8-byte values: a string takes %u)",
+				 T.syms[idx[k]].name, PKI_COND_TERMS, PKI_DATA_ITEMS_MAX,
+				 PKI_DATA_MAX, PKI_ARG_STR_MAX / 8);
+			return false;
+		} else {
+			agent_args_add(ips[k], &spec);
+		}
 	}
 	T.nops_args = agent_args_ops(conf->exits, &T.ops_args);
 	if (m < *nmain && !T.nops_args)
@@ -746,8 +755,9 @@ static bool trace_hook(bool initial)
 		if (err)
 			FAIL(initial, "%s", err == -EINVAL ? why : strerror(-err));
 	}
+	T.why_args[0] = '\0';
 	if (!ips_split(&nmain, &nlib))
-		FAIL(initial, "out of memory");
+		FAIL(initial, "%s", T.why_args[0] ? T.why_args : "out of memory");
 	/*
 	 * --trigger FUNC not among PROG's traced functions: a library PROG loads
 	 * later may have it (agent_trace_trigger_offer()); the command says
@@ -909,7 +919,7 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 	T.fd = fd;
 	T.why[0] = '\0';
 	/* Hooks a fork child inherited from its attached parent (idle there): off first. */
-	if ((T.nmain || T.nlib) && unhook()) {
+	if ((T.nmain || T.nlib || T.nops_args) && unhook()) {
 		snprintf(why, n, "the hooks inherited from the parent process cannot be taken off");
 		if (T.fd >= 0)
 			close(T.fd);
@@ -925,7 +935,7 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 		if (T.fd >= 0)
 			close(T.fd);
 		T.fd = -1;
-		if (T.nmain || T.nlib)
+		if (T.nmain || T.nlib || T.nops_args)
 			unhook();
 		/* Never active: no frame was hijacked, the unwinder's hooks can go. */
 		agent_unwind_unhook_fresh();

@@ -440,6 +440,7 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 		err = settle(p, r);
 		if (err)
 			break;
+		flush(p, r, ts); /* (held events too: the output streams whatever is held) */
 		if (kind == PKI_EV_GAP) {
 			err = gap(p, r, fn);
 			continue;

@@ -231,13 +231,27 @@ void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void
  * abandoned frames or in another context.  The exit runs before depth
  * shrinks: after that a signal handler may reuse the entry's place.
  */
-/* The EXIT event of @e, which returns @ax / @x0, with the return value its spec asks for. */
-static void exit_args(const struct pki_fgraph_ent *e, unsigned long ax, unsigned long x0)
+/*
+ * The EXIT event at @ts of @e, which returns @ax / @x0, with the return
+ * value its spec asks for (one item: a string's pieces at most).
+ */
+static void exit_args(const struct pki_fgraph_ent *e, unsigned long ax, unsigned long x0,
+		      uint64_t ts)
 {
-	struct pki_trace_event d[PKI_DATA_MAX];
+	struct pki_trace_event d[PKI_ARG_STR_MAX / 8];
 	unsigned n = pki_argcap_ret((const struct pki_argspec *)(uintptr_t)e->args, ax, x0, d);
 
-	pki_trace_record_n(e->fn, PKI_EV_EXIT, pki_trace_now(), d, n);
+	pki_trace_record_n(e->fn, PKI_EV_EXIT, ts, d, n);
+}
+
+void pki_fgraph_ent_return(struct pki_fgraph_tls *t, uint32_t i, const struct pki_fgraph_return *r)
+{
+	struct pki_fgraph_ent *e = &t->st[i];
+
+	if (!e->probe && e->args && !pki_fgraph_timed && !r->regs)
+		exit_args(e, r->ax, r->x0, r->ts);
+	else
+		pki_fgraph_ent_exit(t, i, r->ts, r->regs);
 }
 
 static inline unsigned long exit_frame(unsigned long sp, void *regs, unsigned long ax,
@@ -254,13 +268,15 @@ static inline unsigned long exit_frame(unsigned long sp, void *regs, unsigned lo
 		if (e->probe) /* (no clock read: a probe's exit has no use for it) */
 			pki_fgraph_probe_exit(e, regs);
 		else if (__builtin_expect(e->args && !pki_fgraph_timed, 0))
-			exit_args(e, ax, x0);
+			exit_args(e, ax, x0, pki_trace_now());
 		else
 			exit_account(e->fn, e->ts, e->child, pki_trace_now(), caller_of(t, d - 1));
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		t->depth = d - 1;
 	} else { /* syscalls: may use xmm */
-		ret = PKI_SLOWCALL3(pki_fgraph_exit_slow, sp, pki_trace_now(), regs);
+		struct pki_fgraph_return r = {sp, pki_trace_now(), regs, ax, x0};
+
+		ret = PKI_SLOWCALL1(pki_fgraph_exit_slow, &r);
 	}
 	if (__builtin_expect(t->dying && !t->depth, 0))
 		stack_gone(t);

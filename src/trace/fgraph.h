@@ -179,8 +179,22 @@ void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void
 /* pki_fgraph_push(): the stack is full or not yet allocated. */
 struct pki_fgraph_ent *pki_fgraph_push_slow(uint64_t fn, uint64_t probe, unsigned long *slot);
 
-/* fgraph_ctx.c, behind the trampoline (PKI_SLOWCALL): the top entry is not @sp's. */
-unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts, void *regs);
+/* A return that pki_fgraph_exit() could not take on its fast path. */
+struct pki_fgraph_return {
+	unsigned long sp; /* as the function's ret left it */
+	uint64_t ts;
+	void *regs;	      /* a struct pk_ret (pki_rettramp_regs), or NULL */
+	unsigned long ax, x0; /* rax and xmm0's low bytes (pki_rettramp) */
+};
+
+/* fgraph_ctx.c, behind the trampoline (PKI_SLOWCALL): the top entry is not @r->sp's. */
+unsigned long pki_fgraph_exit_slow(const struct pki_fgraph_return *r);
+
+/*
+ * pki_fgraph_ent_exit() of the entry a return reached, returning @r's
+ * values: a traced frame with a return value to record records it.
+ */
+void pki_fgraph_ent_return(struct pki_fgraph_tls *t, uint32_t i, const struct pki_fgraph_return *r);
 
 /* fgraph_ctx.c: a frame is entered at @slot, at or above the top entry's, at @ts. */
 void pki_fgraph_prune_slow(unsigned long *slot, uint64_t ts);

@@ -283,10 +283,11 @@ static uint32_t find(const struct pki_fgraph_tls *t, unsigned long slot)
  * it that are dead get their exit first (innermost first, at @ts), the
  * others (another stack's) stay, moved down.
  */
-unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts, void *regs)
+unsigned long pki_fgraph_exit_slow(const struct pki_fgraph_return *r)
 {
 	struct pki_fgraph_tls *t = &pki_fgraph_tls;
-	unsigned long slot = sp - 8, ret;
+	unsigned long sp = r->sp, slot = sp - 8, ret;
+	uint64_t ts = r->ts;
 	uint32_t d, i, j;
 	struct alt a;
 
@@ -302,7 +303,7 @@ unsigned long pki_fgraph_exit_slow(unsigned long sp, uint64_t ts, void *regs)
 		if (dead(&a, t->st[j].slot, slot))
 			pki_fgraph_ent_exit(t, j, ts, NULL);
 	ret = t->st[i].ret;
-	pki_fgraph_ent_exit(t, i, ts, regs);
+	pki_fgraph_ent_return(t, i, r);
 	for (j = i + 1; j < d; j++)
 		if (!dead(&a, t->st[j].slot, slot))
 			t->st[i++] = t->st[j];

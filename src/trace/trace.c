@@ -648,6 +648,19 @@ static bool cannot_write(void)
  * (a ring's two halves).  PACKED, or EVENTS as they are when no packing
  * buffer could be mapped.
  */
+/* The time of the first event of @ev1 then @ev2 that is no DATA (whose ts is a payload). */
+static uint64_t first_time(const struct pki_trace_event *ev1, uint64_t n1,
+			   const struct pki_trace_event *ev2, uint64_t n2)
+{
+	for (uint64_t i = 0; i < n1 + n2; i++) {
+		const struct pki_trace_event *e = i < n1 ? &ev1[i] : &ev2[i - n1];
+
+		if (!PKI_EV_IS_DATA(e->word))
+			return e->ts;
+	}
+	return n1 ? ev1[0].ts : ev2[0].ts;
+}
+
 static int emit_span(uint32_t tsn, const struct pki_trace_event *ev1, uint64_t n1,
 		     const struct pki_trace_event *ev2, uint64_t n2)
 {
@@ -658,7 +671,7 @@ static int emit_span(uint32_t tsn, const struct pki_trace_event *ev1, uint64_t n
 		struct pki_pack pk;
 		size_t len;
 
-		hdr.base_ts = n1 ? ev1[0].ts : ev2[0].ts;
+		hdr.base_ts = first_time(ev1, n1, ev2, n2);
 		pki_pack_begin(&pk, hdr.base_ts);
 		len = pki_pack_events(&pk, S.pack, ev1, n1);
 		len += pki_pack_events(&pk, S.pack + len, ev2, n2);
@@ -936,12 +949,18 @@ static uint64_t ring_copy(struct pki_trace_buf *b, uint64_t *from)
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	h2 = __atomic_load_n(&b->head, __ATOMIC_RELAXED);
 	n = h1 - start;
-	if (h2 >= cap && h2 - cap + 1 > start) { /* events below h2 - cap + 1 may be torn */
-		uint64_t torn = h2 - cap + 1 - start;
+	/*
+	 * Events below h2 - cap + 1 may be torn, and below h2 - cap + 1 +
+	 * PKI_DATA_MAX when the owner is inside a record: event h2 may come
+	 * with DATA, whose slots are those of the events after h2 - cap.
+	 */
+	if (h2 >= cap && h2 - cap + 1 + PKI_DATA_MAX > start) {
+		uint64_t torn = h2 - cap + 1 + PKI_DATA_MAX - start;
 
 		if (!__atomic_load_n(&b->busy, __ATOMIC_ACQUIRE) &&
 		    __atomic_load_n(&b->head, __ATOMIC_RELAXED) == h2)
-			torn--; /* event h2 had not begun: h2 - cap is whole (see above) */
+			/* event h2 had not begun: h2 - cap and above are whole (see above) */
+			torn = h2 - cap > start ? h2 - cap - start : 0;
 		if (torn > n)
 			torn = n;
 		if (torn) {
@@ -963,7 +982,11 @@ static int ring_events(struct pki_trace_buf *b)
 	int err;
 
 	if (gap) {
-		R.scratch[0].ts = n ? R.scratch[1].ts : pki_trace_now();
+		uint64_t k = 1;
+
+		while (k <= n && PKI_EV_IS_DATA(R.scratch[k].word)) /* (a payload is no time) */
+			k++;
+		R.scratch[0].ts = k <= n ? R.scratch[k].ts : pki_trace_now();
 		R.scratch[0].word = PKI_EV_WORD(gap, PKI_EV_GAP);
 		first = R.scratch;
 		n++;

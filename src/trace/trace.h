@@ -341,6 +341,8 @@ pki_trace_put_n(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts
 		return PKI_TRACE_PUT_SLOW;
 	__atomic_store_n(&b->busy, 1, __ATOMIC_RELAXED); /* a ring's copier reads it */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (__builtin_expect(n > b->mask / 2, 0)) /* (a tiny buffer: the group never fits) */
+		goto lost;
 	h = b->head;
 	if (__builtin_expect(h + n - b->cached_tail > b->mask, 0)) {
 		b->cached_tail = __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE);
@@ -355,9 +357,7 @@ pki_trace_put_n(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts
 				__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE);
 				return PKI_TRACE_PUT_FULL;
 			}
-			/* No lock prefix: only this thread, inside busy, writes lost. */
-			__atomic_store_n(&b->lost, b->lost + 1 + n, __ATOMIC_RELAXED);
-			goto out;
+			goto lost;
 		}
 	}
 put:
@@ -384,7 +384,9 @@ put:
 	if (__builtin_expect(((h + 1 + n) ^ h) > (b->mask >> 1), 0))
 		PKI_SLOWCALL0(pki_trace_kick); /* futex syscall via libc: may use xmm */
 	return PKI_TRACE_PUT_OK;
-out:
+lost:
+	/* No lock prefix: only this thread, inside busy, writes lost. */
+	__atomic_store_n(&b->lost, b->lost + 1 + n, __ATOMIC_RELAXED);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE);
 	return PKI_TRACE_PUT_OK;

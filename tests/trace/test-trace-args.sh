@@ -102,6 +102,13 @@ check "-F exact string: $n_post calls" "[[ \$(filtered 'arg2==\"POST /b\"') == $
 check "-F != prefix (NULL included): $n_not_get calls" "[[ \$(filtered 'arg2!=\"GET*\"') == $n_not_get ]]"
 check "-F hex, unsigned: 1 call" "[[ \$(filtered 'arg1/x==0x3e7') == 1 ]]"
 check "-F no call matches: none recorded" "[[ -z \$(filtered 'arg1/d32<0') ]]"
+# The settings go on to a program exec'd: its -F and -A hold there too.
+rm -f x.trace*
+run -o x.trace -A 'pick@arg1/d32' -F 'pick@if:arg1/d32==7' -- sh -c "exec '$demo' cond 1000"
+xfile=$(grep -l . x.trace* 2>/dev/null | while read -r f; do
+	"$pk" report "$f" 2>/dev/null | grep -q ' pick ' && echo "$f"; done | head -1)
+check "-F through exec: the exec'd program's file (${xfile:-none}) has the one call" \
+	"[[ -n '$xfile' && \$(calls $xfile | grep -c '^pick(7) {') == 1 && \$(calls $xfile | grep -c '^pick') == 1 ]]"
 # std::string (S), libstdc++'s and, where clang++ builds with it, libc++'s.
 # twice() returns one by value: its hidden result pointer is rdi, so its
 # string is arg2, and rax points at the result at the exit.

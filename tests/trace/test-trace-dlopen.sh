@@ -77,6 +77,15 @@ check "-A plug_add: rc $rc" "[[ $rc == $plain_rc ]]"
 n_add=$(want out | awk '$1 == "plug_add" {print $2}')
 check "-A plug_add: every call ($n_add) with its arguments and return value" \
 	"[[ \$($pk replay args.trace | grep -cE '\\| +plug_add\\([0-9]+, 1\\) = -?[0-9]+;\$') == $n_add ]]"
+# ... and in a fork child's own file, whose ARGS records are written again.
+"$demo" --fork >plain.out 2>/dev/null
+rm -f fargs.trace*
+run -o fargs.trace -A 'plug_add@arg1/d32,arg2/d32' -- "$demo" --fork
+fchild=$(ls fargs.trace.* 2>/dev/null | head -1)
+n_add=$(want out child | awk '$1 == "plug_add" {print $2}')
+check "-A plug_add, fork child: its calls ($n_add) with their arguments" \
+	"[[ -n '$fchild' && \$($pk replay $fchild | grep -cE '\\| +plug_add\\([0-9]+, 1\\) \\{\$') == $n_add ]]"
+"$demo" >plain.out 2>/dev/null
 
 # 4. --entry-only counts the same.
 run -o entry.trace --entry-only -f 'plug_w*' -- "$demo"

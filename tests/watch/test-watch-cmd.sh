@@ -117,10 +117,11 @@ hit_cases() {
 
 	# --stack in a frameless leaf (-O1: bump pushes no frame): its caller worker
 	# is found from the return address at the top of the stack, then the frame
-	# chain; the C library's frame (stripped: no symbol) is named by its file.
+	# chain; the C library's frame (stripped: no symbol) is named by its file,
+	# or by its function and file where libc's debug file (libc6-dbg) is installed.
 	run --stack -c 4 counter -- "$leaf" 3
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
-	m=$(count '^ +#2 libc\.so\.6\+0x[0-9a-f]+$' "$tmp/err")
+	m=$(count '^ +#2 (libc\.so\.6\+0x[0-9a-f]+|start_thread\+0x[0-9a-f]+ \(libc\.so\.6\))$' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 4 && $m -eq 4 ]] && ok || bad "--stack, frameless leaf: rc $rc, $n frames in worker, $m in libc"
 
 	# *SYMBOL: the object a pointer points to.  fixed -> target from the start:
@@ -140,11 +141,11 @@ hit_cases() {
 		ok || bad "--follow '*cur+8': rc $rc, $n hits in bump, $m moves, $v values 0->1->2->3"
 
 	# --stack without any frame pointer: the .eh_frame unwinder finds worker,
-	# then the C library's thread start and clone3 (stripped: file+offset),
-	# as gdb's bt does.
+	# then the C library's thread start and clone3 (stripped: file+offset, or
+	# named from libc6-dbg's debug file), as gdb's bt does.
 	run --stack -c 2 counter -- "$nofp" 3
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
-	m=$(count '^ +#3 libc\.so\.6\+0x[0-9a-f]+$' "$tmp/err")
+	m=$(count '^ +#3 (libc\.so\.6\+0x[0-9a-f]+|clone3?\+0x[0-9a-f]+ \(libc\.so\.6\))$' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 2 && $m -eq 2 ]] && ok || bad "--stack, no frame pointers: rc $rc, $n frames in worker, $m third frames in libc"
 
 	# Reads and writes: the locked add both reads and writes; reported once per access trap.

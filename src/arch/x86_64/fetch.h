@@ -55,10 +55,12 @@ static inline size_t pki_arch_copy_safe(void *dst, const void *src, size_t len)
 {
 	uintptr_t a = (uintptr_t)src, first = 4096 - (a & 4095);
 	struct iovec local = {dst, len}, remote[2] = {{(void *)src, len}, {NULL, 0}};
-	long pid = pki_arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0), n;
+	long pid, n;
 
 	if (!len)
 		return 0;
+	/* Asked each time: a cached pid would be the parent's in a fork child. */
+	pid = pki_arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
 	if (first < len) {
 		remote[0].iov_len = first;
 		remote[1] = (struct iovec){(void *)(a + first), len - first};

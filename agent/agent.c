@@ -289,6 +289,8 @@ void agent_trace_config(const char *(*get)(const char *))
 	t->funcs = dup_setting(get, PK_ENV_TRACE_FUNCS);
 	t->notrace = dup_setting(get, PK_ENV_TRACE_NOTRACE);
 	t->args = dup_setting(get, PK_ENV_TRACE_ARGS);
+	v = get(PK_ENV_TRACE_AUTO_ARGS);
+	t->auto_args = v && !strcmp(v, "1");
 	v = get(PK_ENV_TRACE_CHILDREN);
 	t->children = !v || strcmp(v, "0");
 	v = get(PK_ENV_TRACE_ENTRY_ONLY);
@@ -485,6 +487,10 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 				     t->args) >= sizeof(b->args))
 			return NULL;
 		b->vec[n++] = b->args;
+	}
+	if (t->auto_args) {
+		snprintf(b->auto_args, sizeof(b->auto_args), "%s=1", PK_ENV_TRACE_AUTO_ARGS);
+		b->vec[n++] = b->auto_args;
 	}
 	snprintf(b->children, sizeof(b->children), "%s=%d", PK_ENV_TRACE_CHILDREN, t->children);
 	b->vec[n++] = b->children;

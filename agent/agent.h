@@ -62,6 +62,7 @@
 #define PK_ENV_TRACE_RING	  "PROBEKIT_TRACE_RING"	      /* 1: flight recorder rings */
 #define PK_ENV_TRACE_TRIGGER	  "PROBEKIT_TRACE_TRIGGER" /* FUNC: a ring snapshot at each entry */
 #define PK_ENV_TRACE_ARGS	  "PROBEKIT_TRACE_ARGS"	   /* -A/-R: "GLOB@SPEC" lines */
+#define PK_ENV_TRACE_AUTO_ARGS	  "PROBEKIT_TRACE_AUTO_ARGS" /* 1: -a, specs from DWARF */
 #define PK_ENV_TRACE_MAX_SIZE	  "PROBEKIT_TRACE_MAX_SIZE" /* bytes: stop writing past it */
 #define PK_ENV_TRACE_TOP	  "PROBEKIT_TOP" /* 1: `top`: statistics, no file (attached) */
 #define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"

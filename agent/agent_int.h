@@ -57,6 +57,7 @@ struct agent_trace_conf {
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
 	char *args;	      /* -A/-R: "GLOB@SPEC" lines, or NULL */
+	bool auto_args;	      /* -a: the functions without -A/-R items get DWARF's */
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
 	char reloc[8];	      /* PROBEKIT_RELOC: "1", "main" or "" (sym/sites.h) */
 	bool top;	      /* PROBEKIT_TOP: statistics in the process, no trace file */
@@ -228,6 +229,7 @@ struct agent_envbuf {
 	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 20];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
 	char args[8192]; /* -A/-R/-F: a program they do not fit runs untraced (a filter lost) */
+	char auto_args[48];
 	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512], max_size[64];
 };
 
@@ -370,8 +372,8 @@ static inline uint64_t agent_args_hash(unsigned long ip, uint64_t mask)
 void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 			 struct pk_regs *regs);
 
-/* Parse the -A/-R lines: 0, -ENOMEM, or -EINVAL with @why. */
-int agent_args_init(const char *lines, char *why, size_t len);
+/* Parse the -A/-R/-F lines, and whether -a was given: 0, -ENOMEM, or -EINVAL with @why. */
+int agent_args_init(const char *lines, bool auto_args, char *why, size_t len);
 /* A function's -A/-R items and -F condition. */
 struct agent_argfn {
 	struct pki_argspec spec;
@@ -392,14 +394,20 @@ size_t agent_args_ops(bool exits, struct pk_ops ***ops);
 /* The ARGS records of the table's functions, into the session's file. */
 int agent_args_records(void);
 /*
+ * -a: DWARF's spec of the function at @ip of the object @path loaded at
+ * @base (dli_fbase), or NULL; objects are read once (args.c keeps them).
+ */
+const struct pki_argspec *agent_args_auto(const char *path, uint64_t base, unsigned long ip);
+/*
  * A library loaded later: one ops over its @n functions @ips (named
- * @names) in which those with a spec get their values (their ARGS records
+ * @names; the object @path loaded at @base, for -a) in which those with a
+ * spec get their values (their ARGS records
  * written first), or NULL: none has one, or *@err (-ENOMEM, -E2BIG: a
  * function matched more than it can take, or the record's -errno).
  * Never freed (the session's are not either).
  */
 struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const *names, size_t n,
-				     bool exits, int *err);
+				     const char *path, uint64_t base, bool exits, int *err);
 /* Its ARGS records again (a fork child's new file). */
 int agent_args_object_records(const struct pk_ops *ops);
 

@@ -28,6 +28,7 @@
 #include "agent_int.h"
 #include "arch/arch.h"
 #include "sym/demangle.h"
+#include "sym/dwarf_args.h"
 #include "trace/argcond.h"
 #include "trace/argspec.h"
 #include "trace/trace.h"
@@ -45,6 +46,7 @@ static struct {
 	struct rule *rules;
 	size_t nrules;
 	uint8_t stdstr; /* the process's std::string (enum pki_stdstr) */
+	bool auto_args; /* -a (agent_args_init) */
 	/* this session's functions with a spec or a condition, in the order added */
 	unsigned long *ips;
 	struct agent_argfn *specs;
@@ -54,6 +56,33 @@ static struct {
 	struct pk_ops **ops;
 	size_t ngroups;
 } R;
+
+/* -a: each object's DWARF specs, read once (never freed: specs are kept). */
+static struct dwarf_obj {
+	const char *path; /* the site table's interned string: compared by pointer */
+	struct pki_dwarf_args *d;
+	struct dwarf_obj *next;
+} * dwarf_objs;
+
+const struct pki_argspec *agent_args_auto(const char *path, uint64_t base, unsigned long ip)
+{
+	struct dwarf_obj *o;
+
+	if (!path)
+		return NULL;
+	for (o = dwarf_objs; o && o->path != path; o = o->next)
+		;
+	if (!o) {
+		o = calloc(1, sizeof(*o));
+		if (!o)
+			return NULL;
+		o->path = path;
+		pki_dwarf_args_read(path, &o->d); /* (none: no debug information) */
+		o->next = dwarf_objs;
+		dwarf_objs = o;
+	}
+	return o->d ? pki_dwarf_args_find(o->d, ip, base) : NULL;
+}
 
 /* S reads libc++'s layout in a process that uses it (libstdc++'s else). */
 static void stdstr_detect(void)
@@ -65,11 +94,12 @@ static void stdstr_detect(void)
 		dlclose(cxx);
 }
 
-int agent_args_init(const char *lines, char *why, size_t len)
+int agent_args_init(const char *lines, bool auto_args, char *why, size_t len)
 {
 	const char *p = lines;
 
 	stdstr_detect();
+	R.auto_args = auto_args;
 	R.nrules = 0;
 	while (p && *p) {
 		const char *nl = strchr(p, '\n'), *at;
@@ -174,7 +204,7 @@ static void plan(struct agent_args_slot *sl, const struct pki_argspec *spec)
 	for (unsigned k = 0; k < spec->n; k++) {
 		const struct pki_arg_item *it = &spec->item[k];
 
-		if (it->src == PKI_ARG_RET)
+		if (it->src == PKI_ARG_RET || it->fmt == '-')
 			continue;
 		if (sl->nreg == AGENT_ARGS_REGS || it->src == PKI_ARG_STACK || it->fmt == 's' ||
 		    it->fmt == 'S') {
@@ -258,7 +288,7 @@ static int args_record(unsigned long ip, const struct pki_argspec *spec)
 }
 
 struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const *names, size_t n,
-				     bool exits, int *err)
+				     const char *path, uint64_t base, bool exits, int *err)
 {
 	struct agent_argfn one, *specs = NULL, *grown;
 	unsigned long *mips = NULL, *ip;
@@ -268,7 +298,18 @@ struct pk_ops *agent_args_object_ops(const unsigned long *ips, const char *const
 	*err = 0;
 	stdstr_detect();			  /* (libc++ may have come with this library) */
 	for (size_t k = 0; !*err && k < n; k++) { /* (only the functions matched are kept) */
-		if (!agent_args_match(names[k], &one))
+		const struct pki_argspec *dw;
+		bool any = agent_args_match(names[k], &one);
+
+		/* -a: DWARF's items where -A/-R gave none */
+		if (R.auto_args && !one.spec.n && (dw = agent_args_auto(path, base, ips[k]))) {
+			uint8_t stdstr = one.spec.stdstr;
+
+			one.spec = *dw;
+			one.spec.stdstr = stdstr;
+			any = true;
+		}
+		if (!any)
 			continue;
 		if (one.overflow) { /* more than one function can take: said, not cut */
 			*err = -E2BIG;

@@ -428,7 +428,8 @@ static int __dlo_register(struct dlo *d)
 	d->ops.filter.nips = d->nips;
 	d->opsp = &d->ops;
 	if (C.args && d->ops.func == C.func && !d->aops) {
-		d->aops = agent_args_object_ops(d->ips, d->names, d->nips, C.exits, &err);
+		d->aops = agent_args_object_ops(d->ips, d->names, d->nips, d->path, d->fbase,
+						C.exits, &err);
 		if (err)
 			return err;
 	}

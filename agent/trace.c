@@ -613,12 +613,25 @@ static bool args_split(unsigned long *ips, const size_t *idx, size_t *nmain)
 	size_t m = 0;
 
 	T.nops_args = 0;
-	if (!conf->args || conf->top)
+	if ((!conf->args && !conf->auto_args) || conf->top)
 		return true;
 	if (agent_args_begin(*nmain))
 		return false;
 	for (size_t k = 0; k < *nmain; k++) {
-		if (!agent_args_match(T.syms[idx[k]].name, &spec)) {
+		bool any = agent_args_match(T.syms[idx[k]].name, &spec);
+		const struct tobj *o = &T.objs[T.syms[idx[k]].obj - 1];
+		const struct pki_argspec *dw;
+
+		/* -a: DWARF's items where -A/-R gave none (an explicit spec wins) */
+		if (conf->auto_args && !spec.spec.n &&
+		    (dw = agent_args_auto(o->path, o->base, ips[k]))) {
+			uint8_t stdstr = spec.spec.stdstr;
+
+			spec.spec = *dw;
+			spec.spec.stdstr = stdstr;
+			any = true;
+		}
+		if (!any) {
 			ips[m++] = ips[k];
 		} else if (spec.overflow) {
 			snprintf(T.why_args, sizeof(T.why_args),
@@ -748,10 +761,11 @@ static bool trace_hook(bool initial)
 	 * signal, and the recorder's drainer thread blocks them all.  Until
 	 * agent_hook.active the callback returns at once.
 	 */
-	if (conf->args && !conf->top) {
+	if ((conf->args || conf->auto_args) && !conf->top) {
 		char why[300];
 
-		err = agent_args_init(conf->args, why, sizeof(why));
+		err = agent_args_init(conf->args ? conf->args : "", conf->auto_args, why,
+				      sizeof(why));
 		if (err)
 			FAIL(initial, "%s", err == -EINVAL ? why : strerror(-err));
 	}

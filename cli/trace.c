@@ -61,6 +61,13 @@ static const char usage[] =
     "                        64 bytes; replay shows 'name(args) = ret'\n"
     "  -R, --retval GLOB[@SPEC]  record the return value (retval/FORMAT; default\n"
     "                        d) of the traced functions matching GLOB\n"
+    "  -a, --auto-args       record the arguments and return value of every\n"
+    "                        traced function that -A/-R give none, as its DWARF\n"
+    "                        debug information (its own, or its separate debug\n"
+    "                        file) declares them: integers, enums, bool, char,\n"
+    "                        float, double, strings, std::string, function\n"
+    "                        pointers by name, other pointers in hex; '?' for\n"
+    "                        what cannot be shown (a struct by value)\n"
     "  -F, --filter GLOB@if:COND  record a call of the traced functions matching\n"
     "                        GLOB only if its arguments satisfy COND, decided in\n"
     "                        the hook before anything is recorded: terms\n"
@@ -437,6 +444,7 @@ struct trace_opts {
 	struct cli_globs f, n; /* -f, -N */
 	struct cli_globs args; /* -A, -R: "GLOB@SPEC" */
 	bool retval;	       /* one of them records a return value */
+	bool auto_args;	       /* -a */
 	const char *output, *buffer, *trigger; /* buffer: -b EVENTS */
 	char ring_events[24];		       /* --ring SIZE, in events, for the agent */
 	char max_bytes[24];		       /* --max-size SIZE, in bytes; "" without */
@@ -461,6 +469,7 @@ enum {
 	O_MAX_SIZE,
 	O_FORCE,
 	O_DURATION,
+	O_AUTO_ARGS,
 };
 
 /*
@@ -603,6 +612,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"argument", required_argument, NULL, 'A'},
 	    {"retval", required_argument, NULL, 'R'},
 	    {"filter", required_argument, NULL, 'F'},
+	    {"auto-args", no_argument, NULL, 'a'},
 	    {"output", required_argument, NULL, 'o'},
 	    {"no-children", no_argument, NULL, O_NO_CHILDREN},
 	    {"entry-only", no_argument, NULL, O_ENTRY_ONLY},
@@ -628,7 +638,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	optind = 1;
 	opterr = 0;
 	/* '+': stop at PROG, so its own options are never ours. */
-	while ((c = getopt_long(argc, argv, "+f:N:A:R:F:o:b:p:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+f:N:A:R:F:ao:b:p:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (!attach_opt_pid("trace", optarg, &o->pid))
@@ -642,6 +652,9 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 		case 'N':
 			if (!cli_globs_add(c == 'f' ? &o->f : &o->n, "trace", c, optarg, argc))
 				return false;
+			break;
+		case 'a':
+			o->auto_args = true;
 			break;
 		case 'A':
 		case 'R':
@@ -679,7 +692,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 			*status = 0;
 			return false;
 		case '?':
-			return cli_bad_option("trace", "+f:N:A:R:F:o:b:p:h", opts, argv), false;
+			return cli_bad_option("trace", "+f:N:A:R:F:ao:b:p:h", opts, argv), false;
 		default:
 			trace_opt_flag(o, c);
 		}
@@ -688,7 +701,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 }
 
 /*
- * The agent's settings (agent.h) into @env, NULL-terminated (31 entries at
+ * The agent's settings (agent.h) into @env, NULL-terminated (33 entries at
  * most).  @funcs, @notrace, @args: the joined globs and specs, or NULL for none.
  */
 static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
@@ -701,6 +714,10 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	if (args) {
 		env[ne++] = PK_ENV_TRACE_ARGS;
 		env[ne++] = args;
+	}
+	if (o->auto_args) {
+		env[ne++] = PK_ENV_TRACE_AUTO_ARGS;
+		env[ne++] = "1";
 	}
 	if (funcs) {
 		env[ne++] = PK_ENV_TRACE_FUNCS;
@@ -779,7 +796,7 @@ int cmd_trace(int argc, char **argv)
 	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace, *args;
 	bool *fmatched = NULL;
 	struct trace_ctx ctx = {0};
-	const char *env[34];
+	const char *env[36];
 	int err, ret;
 
 	if (!trace_opts_parse(&o, argc, argv, &ret))

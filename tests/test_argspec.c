@@ -40,6 +40,7 @@ START_TEST(syntax_and_normal_form)
 	ck_assert_str_eq(normal("arg1/d%rcx,arg2%stack+4,fparg1%xmm5"),
 			 "arg1/d%rcx,arg2/d%stack+4,fparg1/f%xmm5");
 	ck_assert_str_eq(normal("retval/S"), "retval/S");
+	ck_assert_str_eq(normal("arg3/-"), "arg3/-%rdx"); /* (nothing recorded: shown "?") */
 	/* the return value stays last; a second one replaces the first */
 	ck_assert_str_eq(normal("retval/x,arg1/c,retval/u,arg2/p"),
 			 "arg1/c%rdi,arg2/p%rsi,retval/u");

@@ -103,6 +103,8 @@ static inline unsigned pki_argcap_value(const struct pki_argspec *spec, unsigned
 {
 	const struct pki_arg_item *it = &spec->item[item];
 
+	if (it->fmt == '-')
+		return 0; /* (nothing to show: it says "?") */
 	if (it->src == PKI_ARG_STACK) {
 		uint64_t w;
 

@@ -59,10 +59,10 @@ static int parse_format(const char **p, struct pki_arg_item *it, const char *sta
 	unsigned size = 0;
 	char f = **p;
 
-	if (!f || !strchr("diuxoscfSp", f))
-		return bad(err, errlen, "'%s': unknown format '%c' (d i u x o s c f S p)", start,
-			   f ? f : '?');
-	if (it->src == PKI_ARG_FP && f != 'f')
+	if (!f || !strchr("diuxoscfSp-", f))
+		return bad(err, errlen, "'%s': unknown format '%c' (d i u x o s c f S p, or -)",
+			   start, f ? f : '?');
+	if (it->src == PKI_ARG_FP && f != 'f' && f != '-')
 		return bad(err, errlen, "'%s': fparg takes no format but f", start);
 	if (f == 'f' && it->src != PKI_ARG_FP && it->src != PKI_ARG_RET)
 		return bad(err, errlen,
@@ -76,7 +76,7 @@ static int parse_format(const char **p, struct pki_arg_item *it, const char *sta
 			return bad(err, errlen, "'%s': size %u is not one of %s", start, size,
 				   f == 'f' ? "32 64 (long double is not supported)"
 					    : "8 16 32 64");
-		if (strchr("scSp", f))
+		if (strchr("scSp-", f))
 			return bad(err, errlen, "'%s': format %c takes no size", start, f);
 		it->size = (uint8_t)size;
 	}
@@ -266,6 +266,8 @@ const char *pki_arg_item_name(const struct pki_arg_item *it, char *out, size_t l
 
 unsigned pki_arg_item_slots(const struct pki_arg_item *it)
 {
+	if (it->fmt == '-')
+		return 0;
 	return it->fmt == 's' || it->fmt == 'S' ? PKI_ARG_STR_MAX / 8 : 1;
 }
 

@@ -7,7 +7,7 @@
  *
  *   spec    := item { "," item }
  *   item    := ( "arg" N | "fparg" N | "retval" ) [ "/" fmt [ size ] ] [ "%" where ]
- *   fmt     := d | i | u | x | o | s | c | f | S | p
+ *   fmt     := d | i | u | x | o | s | c | f | S | p | -
  *   size    := 8 | 16 | 32 | 64            (integers; f: 32 | 64)
  *   where   := rdi | rsi | rdx | rcx | r8 | r9 | xmm0 .. xmm7 | "stack" [ "+" ] N
  *
@@ -18,7 +18,8 @@
  * unsigned, x hex, o octal, c a character, s a C string, S a std::string
  * (libstdc++'s layout, or libc++'s where the process uses it), p a code
  * address (by name where the trace names
- * it), f a float or double.  Without a format: d (f for fparg).
+ * it), f a float or double, - nothing (a value that cannot be shown,
+ * from DWARF: "?").  Without a format: d (f for fparg).
  */
 #ifndef PK_TRACE_ARGSPEC_H
 #define PK_TRACE_ARGSPEC_H

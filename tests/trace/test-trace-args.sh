@@ -9,9 +9,10 @@
 # Perfetto exports show them; bad specs refused with a clear error and
 # nothing run.
 #
-# usage: test-trace-args.sh PROBEKIT ARGS_DEMO STRS_DEMO
+# usage: test-trace-args.sh PROBEKIT ARGS_DEMO STRS_DEMO AUTO_DEMO
 set -uo pipefail
-pk=$(realpath "$1") demo=$(realpath "$2") strs=$(realpath "$3")
+pk=$(realpath "$1") demo=$(realpath "$2") strs=$(realpath "$3") auto=$(realpath "$4")
+here=$(dirname "$(realpath "$0")")
 protodir=$(realpath "$(dirname "$(realpath "$0")")/../perfetto")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
@@ -126,6 +127,33 @@ if command -v clang++ >/dev/null &&
 else
 	echo "SKIP (part): S with libc++: clang++ -stdlib=libc++ cannot build (apt-get install clang libc++-dev libc++abi-dev)"
 fi
+
+# -a: every traced function's arguments from DWARF, checked against gdb's
+# `info args` at the same calls; the same through a separate debug file;
+# an explicit -A wins over DWARF's.
+afuncs=(f_int f_fp f_str f_struct f_bool f_ret_big many)
+run -o au.trace -a -- "$auto"
+check "-a: rc $rc" "[[ $rc == 0 ]]"
+"$pk" replay au.trace >au.replay 2>&1
+check "-a: a struct by value is '?', the arguments after it read right" \
+	"grep -qF 'f_struct(?, 10, ?, 20, ?, 0.5) = 36;' au.replay"
+check "-a: the return value too" "grep -qF 'many(1, -2, 3, -4, 5, -6, 7, -8) = -4;' au.replay"
+if command -v gdb >/dev/null; then
+	python3 "$here/gdb_args.py" "$auto" au.replay "${afuncs[@]}" >gdb.out 2>&1
+	check "-a: the values gdb's info args shows ($(tail -1 gdb.out))" \
+		"grep -qx '${#afuncs[@]} compared, 0 differ' gdb.out"
+else
+	echo "SKIP (part): -a against gdb: no gdb"
+fi
+if command -v objcopy >/dev/null; then
+	cp "$auto" stripped && objcopy --only-keep-debug stripped stripped.debug &&
+		strip --strip-all stripped && objcopy --add-gnu-debuglink=stripped.debug stripped
+	run -o aus.trace -a -- ./stripped
+	check "-a: DWARF from a separate debug file" \
+		"[[ $rc == 0 ]] && $pk replay aus.trace | grep -qF 'f_str(\"hello\", 5) = 10;'"
+fi
+run -o auo.trace -a -A 'f_int@arg1/x32' -- "$auto"
+check "-a: an explicit -A wins" "$pk replay auo.trace | grep -qF 'f_int(0xfffffffd);'"
 
 # Bad specs: refused before PROG runs, with what is wrong.
 bad_spec() { # LABEL WANT ARGS...

@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Argument specs from DWARF (dwarf_args.h), through elfutils libdw.
+ */
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sym/debugfile.h"
+#include "sym/dwarf_args.h"
+
+struct fn_spec {
+	uint64_t addr; /* link-time entry */
+	struct pki_argspec spec;
+};
+
+struct pki_dwarf_args {
+	struct fn_spec *v; /* sorted by addr */
+	size_t n, cap;
+	bool pic;
+};
+
+/* Where the next parameter goes (the System V x86-64 rules). */
+struct place {
+	unsigned ints, sses, stack; /* used so far: of 6, of 8, 8-byte stack words */
+	unsigned slots;		    /* DATA the items take (PKI_DATA_MAX at most) */
+};
+
+/* @die's type with typedefs and qualifiers peeled off: false if none (void). */
+static bool type_of(Dwarf_Die *die, Dwarf_Die *type)
+{
+	Dwarf_Attribute a;
+
+	if (!dwarf_attr_integrate(die, DW_AT_type, &a) || !dwarf_formref_die(&a, type))
+		return false;
+	for (int i = 0; i < 16; i++) {
+		int tag = dwarf_tag(type);
+
+		if (tag != DW_TAG_typedef && tag != DW_TAG_const_type &&
+		    tag != DW_TAG_volatile_type && tag != DW_TAG_restrict_type &&
+		    tag != DW_TAG_atomic_type)
+			return true;
+		if (!dwarf_attr_integrate(type, DW_AT_type, &a) || !dwarf_formref_die(&a, type))
+			return false; /* (const void) */
+	}
+	return false;
+}
+
+static uint64_t size_of(Dwarf_Die *type)
+{
+	Dwarf_Word sz;
+
+	return dwarf_aggregate_size(type, &sz) ? 0 : sz;
+}
+
+static int encoding(Dwarf_Die *type)
+{
+	Dwarf_Attribute a;
+	Dwarf_Word enc;
+
+	return dwarf_attr(type, DW_AT_encoding, &a) && !dwarf_formudata(&a, &enc) ? (int)enc : -1;
+}
+
+/* Is @type (peeled) a std::string, of libstdc++ or libc++? */
+static bool is_std_string(Dwarf_Die *type)
+{
+	const char *name = dwarf_diename(type);
+
+	return name && (!strncmp(name, "basic_string<char,", 18) || !strcmp(name, "string"));
+}
+
+/* Is a class of @type passed by invisible reference (not trivially copyable)? */
+static bool by_reference(Dwarf_Die *type)
+{
+	Dwarf_Attribute a;
+	Dwarf_Word cc;
+
+	return dwarf_attr(type, DW_AT_calling_convention, &a) && !dwarf_formudata(&a, &cc) &&
+	       cc == DW_CC_pass_by_reference;
+}
+
+/* The format of a scalar of @type, or 0 if it is none (an aggregate, ...). */
+static char scalar_format(Dwarf_Die *type, uint8_t *size, bool *fp)
+{
+	Dwarf_Die to;
+	int tag = dwarf_tag(type), enc;
+	uint64_t sz = size_of(type);
+
+	*fp = false;
+	*size = 0;
+	switch (tag) {
+	case DW_TAG_pointer_type:
+		if (!type_of(type, &to))
+			return 'x';
+		if (dwarf_tag(&to) == DW_TAG_subroutine_type)
+			return 'p';
+		enc = dwarf_tag(&to) == DW_TAG_base_type ? encoding(&to) : -1;
+		if (size_of(&to) == 1 && (enc == DW_ATE_signed_char || enc == DW_ATE_unsigned_char))
+			return 's';
+		return 'x';
+	case DW_TAG_reference_type:
+	case DW_TAG_rvalue_reference_type:
+		return type_of(type, &to) && is_std_string(&to) ? 'S' : 'x';
+	case DW_TAG_enumeration_type:
+		*size = sz == 1 || sz == 2 || sz == 4 ? (uint8_t)(8 * sz) : 0;
+		return 'd';
+	case DW_TAG_base_type:
+		enc = encoding(type);
+		if (enc == DW_ATE_float && (sz == 4 || sz == 8)) {
+			*fp = true;
+			*size = sz == 4 ? 32 : 0;
+			return 'f';
+		}
+		if (sz == 0 || sz > 8 || enc == DW_ATE_float)
+			return 0;
+		*size = sz < 8 ? (uint8_t)(8 * sz) : 0;
+		if (sz == 1 && (enc == DW_ATE_signed_char || enc == DW_ATE_unsigned_char)) {
+			*size = 0; /* (c is a byte) */
+			return 'c';
+		}
+		return enc == DW_ATE_signed || enc == DW_ATE_signed_char ? 'd' : 'u';
+	default:
+		return 0;
+	}
+}
+
+/* Is every scalar of aggregate @type in [lo, lo + 8) a float or double (the SSE class)? */
+static bool eightbyte_sse(Dwarf_Die *type, uint64_t base, uint64_t lo, int depth)
+{
+	Dwarf_Die m, mt;
+	bool any = false;
+
+	if (depth > 8 || dwarf_child(type, &m))
+		return false;
+	do {
+		Dwarf_Attribute a;
+		Dwarf_Word off = 0;
+		uint64_t at, sz;
+
+		if (dwarf_tag(&m) != DW_TAG_member || !type_of(&m, &mt))
+			continue;
+		if (dwarf_attr(&m, DW_AT_data_member_location, &a) && dwarf_formudata(&a, &off))
+			return false;
+		at = base + off;
+		sz = size_of(&mt);
+		if (at + sz <= lo || at >= lo + 8)
+			continue;
+		if (dwarf_tag(&mt) == DW_TAG_structure_type ||
+		    dwarf_tag(&mt) == DW_TAG_union_type || dwarf_tag(&mt) == DW_TAG_class_type ||
+		    dwarf_tag(&mt) == DW_TAG_array_type) {
+			if (dwarf_tag(&mt) == DW_TAG_array_type ||
+			    !eightbyte_sse(&mt, at, lo, depth + 1))
+				return false;
+		} else if (dwarf_tag(&mt) != DW_TAG_base_type || encoding(&mt) != DW_ATE_float) {
+			return false;
+		}
+		any = true;
+	} while (!dwarf_siblingof(&m, &m));
+	return any;
+}
+
+/* Append item @it, or '-' if its DATA would pass PKI_DATA_MAX. */
+static void add(struct pki_argspec *s, struct place *pl, struct pki_arg_item it)
+{
+	unsigned slots = it.fmt == '-' ? 0 : pki_arg_item_slots(&it);
+
+	if (s->n == PKI_DATA_ITEMS_MAX)
+		return;
+	if (pl->slots + slots > PKI_DATA_MAX) {
+		it.fmt = '-';
+		it.size = 0;
+		slots = 0;
+	}
+	pl->slots += slots;
+	s->item[s->n++] = it;
+}
+
+/* A register item, or the next stack word when those of its class are all used. */
+static struct pki_arg_item placed(struct place *pl, bool fp, unsigned num, char fmt, uint8_t size)
+{
+	struct pki_arg_item it = {.fmt = (uint8_t)fmt, .size = size, .num = (uint8_t)num};
+
+	if (fp && pl->sses < 8) {
+		it.src = PKI_ARG_FP;
+		it.idx = (uint16_t)pl->sses++;
+	} else if (!fp && pl->ints < 6) {
+		it.src = PKI_ARG_INT;
+		it.idx = (uint16_t)pl->ints++;
+	} else {
+		it.src = PKI_ARG_STACK;
+		it.idx = (uint16_t)++pl->stack;
+		if (fp) /* (a float on the stack: shown as the word it is) */
+			it.fmt = '-', it.size = 0;
+	}
+	return it;
+}
+
+/* The item(s) of one parameter of @type, the @num-th (from 1). */
+static void parameter(struct pki_argspec *s, struct place *pl, Dwarf_Die *type, unsigned num)
+{
+	int tag = dwarf_tag(type);
+	uint64_t sz = size_of(type);
+	uint8_t size;
+	bool fp;
+	char fmt = scalar_format(type, &size, &fp);
+
+	if (fmt) {
+		add(s, pl, placed(pl, fp, num, fmt, size));
+		return;
+	}
+	if ((tag == DW_TAG_structure_type || tag == DW_TAG_class_type ||
+	     tag == DW_TAG_union_type) &&
+	    by_reference(type)) { /* a hidden pointer to a copy */
+		add(s, pl, placed(pl, false, num, is_std_string(type) ? 'S' : 'x', 0));
+		return;
+	}
+	if ((tag == DW_TAG_structure_type || tag == DW_TAG_class_type ||
+	     tag == DW_TAG_union_type) &&
+	    sz && sz <= 16) { /* in one or two registers, or all on the stack */
+		bool sse0 = eightbyte_sse(type, 0, 0, 0),
+		     sse1 = sz > 8 && eightbyte_sse(type, 0, 8, 0);
+		unsigned nsse = sse0 + sse1, nint = (sz > 8 ? 2 : 1) - nsse;
+
+		if (pl->ints + nint <= 6 && pl->sses + nsse <= 8) {
+			pl->ints += nint;
+			pl->sses += nsse;
+		} else {
+			pl->stack += (unsigned)((sz + 7) / 8);
+		}
+		add(s, pl,
+		    (struct pki_arg_item){.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num});
+		return;
+	}
+	/* in memory: long double, __int128 (two registers), big aggregates */
+	if (tag == DW_TAG_base_type && sz == 16 && encoding(type) != DW_ATE_float && pl->ints <= 4)
+		pl->ints += 2;
+	else
+		pl->stack += (unsigned)((sz + 7) / 8);
+	add(s, pl, (struct pki_arg_item){.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num});
+}
+
+/* The spec of subprogram @fn. */
+static void spec_of(Dwarf_Die *fn, struct pki_argspec *s)
+{
+	struct place pl = {0};
+	Dwarf_Die p, type;
+	unsigned num = 0;
+	uint8_t size;
+	bool fp, has_ret = type_of(fn, &type);
+	char rfmt = has_ret ? scalar_format(&type, &size, &fp) : 0;
+	int rtag = has_ret ? dwarf_tag(&type) : 0;
+
+	memset(s, 0, sizeof(*s));
+	/* A result in memory: its address is a hidden first argument (and the return value). */
+	if (has_ret && !rfmt &&
+	    (rtag == DW_TAG_structure_type || rtag == DW_TAG_class_type ||
+	     rtag == DW_TAG_union_type) &&
+	    (size_of(&type) > 16 || by_reference(&type))) {
+		pl.ints = 1;
+		rfmt = is_std_string(&type) ? 'S' : 'x';
+		size = 0;
+	}
+	if (!dwarf_child(fn, &p)) {
+		do {
+			if (dwarf_tag(&p) == DW_TAG_unspecified_parameters)
+				break;
+			if (dwarf_tag(&p) != DW_TAG_formal_parameter)
+				continue;
+			num++;
+			if (type_of(&p, &type))
+				parameter(s, &pl, &type, num);
+		} while (!dwarf_siblingof(&p, &p));
+	}
+	if (rfmt && s->n < PKI_DATA_ITEMS_MAX) {
+		s->item[s->n++] =
+		    (struct pki_arg_item){.src = PKI_ARG_RET, .fmt = (uint8_t)rfmt, .size = size};
+		s->ret = true;
+	}
+}
+
+static int keep(struct pki_dwarf_args *d, uint64_t addr, Dwarf_Die *fn)
+{
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 256;
+		struct fn_spec *v = realloc(d->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		d->v = v;
+		d->cap = cap;
+	}
+	d->v[d->n].addr = addr;
+	spec_of(fn, &d->v[d->n].spec);
+	d->n++;
+	return 0;
+}
+
+/* The subprograms with code under @die (namespaces, classes), into @d. */
+static int walk(struct pki_dwarf_args *d, Dwarf_Die *die, int depth)
+{
+	Dwarf_Die c;
+	int err = 0;
+
+	if (depth > 32 || dwarf_child(die, &c))
+		return 0;
+	do {
+		int tag = dwarf_tag(&c);
+		Dwarf_Addr lo;
+
+		if (tag == DW_TAG_subprogram && !dwarf_lowpc(&c, &lo) && lo)
+			err = keep(d, lo, &c);
+		else if (tag == DW_TAG_namespace || tag == DW_TAG_structure_type ||
+			 tag == DW_TAG_class_type || tag == DW_TAG_union_type)
+			err = walk(d, &c, depth + 1);
+	} while (!err && !dwarf_siblingof(&c, &c));
+	return err;
+}
+
+static int by_addr(const void *a, const void *b)
+{
+	uint64_t x = ((const struct fn_spec *)a)->addr, y = ((const struct fn_spec *)b)->addr;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Every CU of @dbg into @d. */
+static int read_cus(struct pki_dwarf_args *d, Dwarf *dbg)
+{
+	Dwarf_Off off = 0, next;
+	size_t hsize;
+	int err = 0;
+
+	while (!err && !dwarf_nextcu(dbg, off, &next, &hsize, NULL, NULL, NULL)) {
+		Dwarf_Die cu;
+
+		if (dwarf_offdie(dbg, off + hsize, &cu))
+			err = walk(d, &cu, 0);
+		off = next;
+	}
+	return err;
+}
+
+int pki_dwarf_args_read(const char *path, struct pki_dwarf_args **out)
+{
+	struct pki_dwarf_args *d = calloc(1, sizeof(*d));
+	int fd = open(path, O_RDONLY | O_CLOEXEC), dfd = -1, err = -ENOENT;
+	char found[4096];
+	Dwarf *dbg = NULL;
+	Elf *elf = NULL;
+	GElf_Ehdr eh;
+
+	*out = NULL;
+	if (!d || fd < 0) {
+		err = d ? -errno : -ENOMEM;
+		goto out;
+	}
+	elf_version(EV_CURRENT);
+	elf = elf_begin(fd, ELF_C_READ, NULL);
+	if (!elf || !gelf_getehdr(elf, &eh)) {
+		err = -ENOEXEC;
+		goto out;
+	}
+	d->pic = eh.e_type == ET_DYN;
+	dbg = dwarf_begin_elf(elf, DWARF_C_READ, NULL);
+	if (!dbg) { /* stripped: its separate debug file */
+		dfd = pki_debugfile_open(elf, path, found, sizeof(found));
+		dbg = dfd >= 0 ? dwarf_begin(dfd, DWARF_C_READ) : NULL;
+	}
+	if (!dbg)
+		goto out;
+	err = read_cus(d, dbg);
+	if (!err && !d->n)
+		err = -ENOENT;
+	if (!err) {
+		qsort(d->v, d->n, sizeof(*d->v), by_addr);
+		*out = d;
+		d = NULL;
+	}
+out:
+	if (dbg)
+		dwarf_end(dbg);
+	if (elf)
+		elf_end(elf);
+	if (dfd >= 0)
+		close(dfd);
+	if (fd >= 0)
+		close(fd);
+	pki_dwarf_args_free(d);
+	return err;
+}
+
+const struct pki_argspec *pki_dwarf_args_find(const struct pki_dwarf_args *d, uint64_t ip,
+					      uint64_t base)
+{
+	uint64_t addr = d->pic ? ip - base : ip;
+	size_t lo = 0, hi = d->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (d->v[mid].addr == addr)
+			return &d->v[mid].spec;
+		if (d->v[mid].addr < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+void pki_dwarf_args_free(struct pki_dwarf_args *d)
+{
+	if (d)
+		free(d->v);
+	free(d);
+}

@@ -341,7 +341,8 @@ static void annotations(struct pexport *p, const struct pheld *h, bool ret)
 		pb_begin(&p->m, TE_DEBUG_ANNOTATIONS);
 		pb_str(&p->m, DA_NAME, pki_arg_item_name(it, name, sizeof(name)));
 		pb_str(&p->m, DA_STRING_VALUE,
-		       pki_argval_str(it, &h->vals[k], val, sizeof(val), addr_name, (void *)p->f));
+		       pki_argval_str(h->spec, k, &h->vals[k], val, sizeof(val), addr_name,
+				      (void *)p->f));
 		pb_end(&p->m);
 	}
 }

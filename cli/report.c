@@ -554,8 +554,8 @@ static char *chrome_args(const struct pki_trace_file *f, const struct pki_trace_
 		fprintf(m, "%s\"%s\":", first ? "" : ",",
 			pki_arg_item_name(it, name, sizeof(name)));
 		first = false;
-		cli_json_str(
-		    m, pki_argval_str(it, &c->vals[i], val, sizeof(val), addr_name, (void *)f));
+		cli_json_str(m, pki_argval_str(c->spec, i, &c->vals[i], val, sizeof(val), addr_name,
+					       (void *)f));
 	}
 	fclose(m);
 	if (!len) {

@@ -41,6 +41,8 @@ START_TEST(syntax_and_normal_form)
 			 "arg1/d%rcx,arg2/d%stack+4,fparg1/f%xmm5");
 	ck_assert_str_eq(normal("retval/S"), "retval/S");
 	ck_assert_str_eq(normal("arg3/-"), "arg3/-%rdx"); /* (nothing recorded: shown "?") */
+	ck_assert_str_eq(normal("arg2/e32{A=0;B=1},retval/e{X=-1}"),
+			 "arg2/e32{A=0;B=1}%rsi,retval/e{X=-1}");
 	/* the return value stays last; a second one replaces the first */
 	ck_assert_str_eq(normal("retval/x,arg1/c,retval/u,arg2/p"),
 			 "arg1/c%rdi,arg2/p%rsi,retval/u");
@@ -100,7 +102,7 @@ static const char *shown(const char *text, uint64_t v)
 
 	ck_assert_int_eq(pki_argspec_parse(text, &s, err, sizeof(err)), 0);
 	ck_assert(pki_argval_add(&val, PKI_EV_DATA_WORD(0, 8, 0), v));
-	return pki_argval_str(&s.item[0], &val, out, sizeof(out), NULL, NULL);
+	return pki_argval_str(&s, 0, &val, out, sizeof(out), NULL, NULL);
 }
 
 START_TEST(every_format_shows)
@@ -128,6 +130,11 @@ START_TEST(every_format_shows)
 	ck_assert_str_eq(shown("fparg1/f32", f.u), "-0.75");
 	ck_assert_str_eq(shown("retval/f", d.u), "2.5");
 	ck_assert_str_eq(shown("arg1/p", 0x401000), "0x401000");
+	ck_assert_str_eq(shown("arg1/e32{RED=0;GREEN=5;BLUE=6}", 5), "GREEN");
+	ck_assert_str_eq(shown("arg1/e32{RED=0;GREEN=5;BLUE=6}", 0xffffffff00000000ull), "RED");
+	ck_assert_str_eq(shown("arg1/e{NEG=-1}", (uint64_t)-1), "NEG");
+	ck_assert_str_eq(shown("arg1/e32{RED=0;GREEN=5}", 7), "7");
+	ck_assert_str_eq(shown("arg1/e", 7), "7");
 }
 END_TEST
 
@@ -150,7 +157,7 @@ static const char *captured(const void *addr)
 	}
 	ck_assert(v.done);
 	ck_assert(!pki_argval_add(&v, d[0].word, 0)); /* an item ends at its last piece */
-	return pki_argval_str(&s.item[0], &v, out, sizeof(out), NULL, NULL);
+	return pki_argval_str(&s, 0, &v, out, sizeof(out), NULL, NULL);
 }
 
 START_TEST(strings_never_fault)

@@ -6,6 +6,7 @@
 #include <elfutils/libdw.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -107,7 +108,7 @@ static char scalar_format(Dwarf_Die *type, uint8_t *size, bool *fp)
 		return type_of(type, &to) && is_std_string(&to) ? 'S' : 'x';
 	case DW_TAG_enumeration_type:
 		*size = sz == 1 || sz == 2 || sz == 4 ? (uint8_t)(8 * sz) : 0;
-		return 'd';
+		return 'e';
 	case DW_TAG_base_type:
 		enc = encoding(type);
 		if (enc == DW_ATE_float && (sz == 4 || sz == 8)) {
@@ -163,6 +164,39 @@ static bool eightbyte_sse(Dwarf_Die *type, uint64_t base, uint64_t lo, int depth
 	return any;
 }
 
+/*
+ * An e item's table, "NAME=VALUE;...", from enum @type into @s's names:
+ * the item's names offset, or 0 (numbers only) when it does not fit.
+ */
+static uint16_t enum_table(struct pki_argspec *s, Dwarf_Die *type)
+{
+	char *out = s->names + s->nnames;
+	size_t room = PKI_ARG_NAMES_MAX - s->nnames, len = 0;
+	Dwarf_Die e;
+
+	if (dwarf_child(type, &e))
+		return 0;
+	do {
+		Dwarf_Attribute a;
+		Dwarf_Sword v;
+		const char *name = dwarf_diename(&e);
+		int n;
+
+		if (dwarf_tag(&e) != DW_TAG_enumerator || !name ||
+		    !dwarf_attr(&e, DW_AT_const_value, &a) || dwarf_formsdata(&a, &v))
+			continue;
+		n = snprintf(out + len, room - len, "%s%s=%lld", len ? ";" : "", name,
+			     (long long)v);
+		if (n < 0 || (size_t)n >= room - len)
+			return 0; /* (too many names: the numbers) */
+		len += (size_t)n;
+	} while (!dwarf_siblingof(&e, &e));
+	if (!len)
+		return 0;
+	s->nnames = (uint16_t)(s->nnames + len + 1);
+	return (uint16_t)(s->nnames - len);
+}
+
 /* Append item @it, or '-' if its DATA would pass PKI_DATA_MAX. */
 static void add(struct pki_argspec *s, struct place *pl, struct pki_arg_item it)
 {
@@ -209,7 +243,11 @@ static void parameter(struct pki_argspec *s, struct place *pl, Dwarf_Die *type, 
 	char fmt = scalar_format(type, &size, &fp);
 
 	if (fmt) {
-		add(s, pl, placed(pl, fp, num, fmt, size));
+		struct pki_arg_item it = placed(pl, fp, num, fmt, size);
+
+		if (fmt == 'e')
+			it.names = enum_table(s, type);
+		add(s, pl, it);
 		return;
 	}
 	if ((tag == DW_TAG_structure_type || tag == DW_TAG_class_type ||

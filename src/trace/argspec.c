@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "trace/argspec.h"
@@ -59,11 +60,13 @@ static int parse_format(const char **p, struct pki_arg_item *it, const char *sta
 	unsigned size = 0;
 	char f = **p;
 
-	if (!f || !strchr("diuxoscfSp-", f))
-		return bad(err, errlen, "'%s': unknown format '%c' (d i u x o s c f S p, or -)",
+	if (!f || !strchr("diuxoscfSpe-", f))
+		return bad(err, errlen, "'%s': unknown format '%c' (d i u x o s c f S p e, or -)",
 			   start, f ? f : '?');
 	if (it->src == PKI_ARG_FP && f != 'f' && f != '-')
 		return bad(err, errlen, "'%s': fparg takes no format but f", start);
+	if (f == 'e' && it->src == PKI_ARG_FP)
+		return bad(err, errlen, "'%s': an enum is an integer argument (argN)", start);
 	if (f == 'f' && it->src != PKI_ARG_FP && it->src != PKI_ARG_RET)
 		return bad(err, errlen,
 			   "'%s': an f argument is an fpargN (argN is an integer register)", start);
@@ -80,6 +83,29 @@ static int parse_format(const char **p, struct pki_arg_item *it, const char *sta
 			return bad(err, errlen, "'%s': format %c takes no size", start, f);
 		it->size = (uint8_t)size;
 	}
+	return 0;
+}
+
+/* e's "{NAME=VALUE;...}" at *@p into @spec's names for @it. */
+static int parse_enum(const char **p, struct pki_arg_item *it, struct pki_argspec *spec,
+		      const char *start, char *err, size_t errlen)
+{
+	const char *end = strchr(*p, '}');
+	size_t len;
+
+	if (**p != '{')
+		return 0; /* (numbers only) */
+	if (!end)
+		return bad(err, errlen, "'%s': an enum's table ends with '}'", start);
+	len = (size_t)(end - *p - 1);
+	if (spec->nnames + len + 1 > PKI_ARG_NAMES_MAX)
+		return bad(err, errlen, "'%s': the enums' names pass %u bytes", start,
+			   PKI_ARG_NAMES_MAX);
+	memcpy(spec->names + spec->nnames, *p + 1, len);
+	spec->names[spec->nnames + len] = '\0';
+	it->names = (uint16_t)(spec->nnames + 1);
+	spec->nnames = (uint16_t)(spec->nnames + len + 1);
+	*p = end + 1;
 	return 0;
 }
 
@@ -124,8 +150,9 @@ static int parse_where(const char **p, struct pki_arg_item *it, const char *star
 		   "'%s': unknown location (rdi rsi rdx rcx r8 r9, xmm0..xmm7, stack+N)", start);
 }
 
-/* One item, @text up to its comma. */
-static int parse_item(const char *text, struct pki_arg_item *it, char *err, size_t errlen)
+/* One item, @text up to its comma (its enum names into @spec). */
+static int parse_item(const char *text, struct pki_arg_item *it, struct pki_argspec *spec,
+		      char *err, size_t errlen)
 {
 	const char *p = text;
 	unsigned n;
@@ -154,6 +181,8 @@ static int parse_item(const char *text, struct pki_arg_item *it, char *err, size
 	}
 	if (*p == '/' && (p++, (r = parse_format(&p, it, text, err, errlen))))
 		return r;
+	if (it->fmt == 'e' && (r = parse_enum(&p, it, spec, text, err, errlen)))
+		return r;
 	if (*p == '%' && (p++, (r = parse_where(&p, it, text, err, errlen))))
 		return r;
 	if (*p)
@@ -163,7 +192,7 @@ static int parse_item(const char *text, struct pki_arg_item *it, char *err, size
 
 int pki_argspec_parse(const char *text, struct pki_argspec *spec, char *err, size_t errlen)
 {
-	char item[64];
+	char item[PKI_ARG_NAMES_MAX + 64];
 	const char *p = text;
 
 	if (!*p)
@@ -179,7 +208,7 @@ int pki_argspec_parse(const char *text, struct pki_argspec *spec, char *err, siz
 				   len ? "item too long" : "empty item in the spec");
 		memcpy(item, p, len);
 		item[len] = '\0';
-		r = parse_item(item, &it, err, errlen);
+		r = parse_item(item, &it, spec, err, errlen);
 		if (r)
 			return r;
 		if (it.src == PKI_ARG_RET && spec->ret) {
@@ -206,25 +235,31 @@ int pki_argspec_parse(const char *text, struct pki_argspec *spec, char *err, siz
 	return 0;
 }
 
-static int item_format(const struct pki_arg_item *it, char *out, size_t len)
+static int item_format(const struct pki_argspec *spec, const struct pki_arg_item *it, char *out,
+		       size_t len)
 {
 	char size[4] = "";
 	int n;
 
 	if (it->size)
 		snprintf(size, sizeof(size), "%u", it->size);
+	char names[PKI_ARG_NAMES_MAX + 2] = "";
+
+	if (it->names && it->names <= spec->nnames)
+		snprintf(names, sizeof(names), "{%s}", spec->names + it->names - 1);
 	switch (it->src) {
 	case PKI_ARG_RET:
-		n = snprintf(out, len, "retval/%c%s", it->fmt, size);
+		n = snprintf(out, len, "retval/%c%s%s", it->fmt, size, names);
 		break;
 	case PKI_ARG_FP:
 		n = snprintf(out, len, "fparg%u/%c%s%%xmm%u", it->num, it->fmt, size, it->idx);
 		break;
 	case PKI_ARG_STACK:
-		n = snprintf(out, len, "arg%u/%c%s%%stack+%u", it->num, it->fmt, size, it->idx);
+		n = snprintf(out, len, "arg%u/%c%s%s%%stack+%u", it->num, it->fmt, size, names,
+			     it->idx);
 		break;
 	default:
-		n = snprintf(out, len, "arg%u/%c%s%%%s", it->num, it->fmt, size,
+		n = snprintf(out, len, "arg%u/%c%s%s%%%s", it->num, it->fmt, size, names,
 			     int_regs[it->idx % 6]);
 		break;
 	}
@@ -247,7 +282,7 @@ int pki_argspec_format(const struct pki_argspec *spec, char *out, size_t len)
 			out[off++] = ',';
 			out[off] = '\0';
 		}
-		n = item_format(&spec->item[i], out + off, len - off);
+		n = item_format(spec, &spec->item[i], out + off, len - off);
 		if (n < 0)
 			return n;
 		off += (size_t)n;
@@ -347,9 +382,29 @@ static void quote(const char *s, size_t n, bool cut, char *out, size_t len)
 	out[o] = '\0';
 }
 
-const char *pki_argval_str(const struct pki_arg_item *it, const struct pki_argval *v, char *out,
-			   size_t len, const char *(*name_of)(uint64_t addr, void *arg), void *arg)
+/* The name of @value in the enum table @table ("NAME=VALUE;..."), into @out: false if none. */
+static bool enum_name(const char *table, long long value, char *out, size_t len)
 {
+	for (const char *p = table; p && *p;) {
+		const char *eq = strchr(p, '='), *semi = strchr(p, ';');
+		char *end;
+
+		if (!eq || (semi && semi < eq))
+			return false;
+		if (strtoll(eq + 1, &end, 0) == value && (*end == ';' || !*end)) {
+			snprintf(out, len, "%.*s", (int)(eq - p), p);
+			return true;
+		}
+		p = semi ? semi + 1 : NULL;
+	}
+	return false;
+}
+
+const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const struct pki_argval *v,
+			   char *out, size_t len, const char *(*name_of)(uint64_t addr, void *arg),
+			   void *arg)
+{
+	const struct pki_arg_item *it = &spec->item[i];
 	union {
 		uint64_t u;
 		double d;
@@ -398,6 +453,12 @@ const char *pki_argval_str(const struct pki_arg_item *it, const struct pki_argva
 	case 'u':
 		snprintf(out, len, "%llu", (unsigned long long)sized(it, v->value, false));
 		break;
+	case 'e':
+		if (!it->names || it->names > spec->nnames ||
+		    !enum_name(spec->names + it->names - 1, (long long)sized(it, v->value, true),
+			       out, len))
+			snprintf(out, len, "%lld", (long long)sized(it, v->value, true));
+		break;
 	case 'x':
 		snprintf(out, len, "%#llx", (unsigned long long)sized(it, v->value, false));
 		break;
@@ -433,7 +494,7 @@ const char *pki_argvals_str(const struct pki_argspec *spec, const struct pki_arg
 
 		if ((it->src == PKI_ARG_RET) != ret || (ret && !v[i].any))
 			continue;
-		pki_argval_str(it, &v[i], one, sizeof(one), name_of, arg);
+		pki_argval_str(spec, i, &v[i], one, sizeof(one), name_of, arg);
 		n = snprintf(out + off, len - off, "%s%s", first ? "" : ", ", one);
 		first = false;
 		if (n < 0 || (size_t)n >= len - off - 1) { /* no room left for ')' */

@@ -7,9 +7,9 @@
  *
  *   spec    := item { "," item }
  *   item    := ( "arg" N | "fparg" N | "retval" ) [ "/" fmt [ size ] ] [ "%" where ]
- *   fmt     := d | i | u | x | o | s | c | f | S | p | -
- *   size    := 8 | 16 | 32 | 64            (integers; f: 32 | 64)
- *   where   := rdi | rsi | rdx | rcx | r8 | r9 | xmm0 .. xmm7 | "stack" [ "+" ] N
+ *   fmt     := d | i | u | x | o | s | c | f | S | p | - | e [ size ] "{" NAME=VALUE { ";"
+ * NAME=VALUE } "}" size    := 8 | 16 | 32 | 64            (integers; f: 32 | 64) where   := rdi |
+ * rsi | rdx | rcx | r8 | r9 | xmm0 .. xmm7 | "stack" [ "+" ] N
  *
  * argN is the N-th integer or pointer argument (N from 1: rdi, rsi, rdx, rcx,
  * r8, r9, then the stack words above the return address: arg7 is
@@ -19,7 +19,8 @@
  * (libstdc++'s layout, or libc++'s where the process uses it), p a code
  * address (by name where the trace names
  * it), f a float or double, - nothing (a value that cannot be shown,
- * from DWARF: "?").  Without a format: d (f for fparg).
+ * from DWARF: "?"), e an enum: its enumerator's name, or the number when
+ * none has it.  Without a format: d (f for fparg).
  */
 #ifndef PK_TRACE_ARGSPEC_H
 #define PK_TRACE_ARGSPEC_H
@@ -38,12 +39,16 @@ enum pki_arg_src {
 };
 
 struct pki_arg_item {
-	uint8_t src;  /* enum pki_arg_src */
-	uint8_t fmt;  /* the format letter */
-	uint8_t size; /* bits: 8 16 32 64 */
-	uint8_t num;  /* N as written: argN, fpargN (0 for retval) */
-	uint16_t idx; /* see pki_arg_src */
+	uint8_t src;	/* enum pki_arg_src */
+	uint8_t fmt;	/* the format letter */
+	uint8_t size;	/* bits: 8 16 32 64 */
+	uint8_t num;	/* N as written: argN, fpargN (0 for retval) */
+	uint16_t idx;	/* see pki_arg_src */
+	uint16_t names; /* e: where its "NAME=VALUE;..." starts in the spec's names, + 1 */
 };
+
+/* Bytes of enumerator names one spec keeps (an enum past them shows numbers). */
+#define PKI_ARG_NAMES_MAX 480
 
 /* Which C++ library's std::string an S item reads (the process's: agent/args.c). */
 enum pki_stdstr { PKI_STDSTR_GNU, PKI_STDSTR_LLVM };
@@ -52,7 +57,9 @@ struct pki_argspec {
 	unsigned n;
 	bool ret;	/* an item is the return value's (the last one: at most one) */
 	uint8_t stdstr; /* enum pki_stdstr: capture only, not in the text form */
+	uint16_t nnames; /* bytes used in names */
 	struct pki_arg_item item[PKI_DATA_ITEMS_MAX];
+	char names[PKI_ARG_NAMES_MAX]; /* the enums' tables, NUL-terminated each */
 };
 
 /* Bytes of a string argument a trace keeps (a longer one is cut, and says so). */
@@ -90,13 +97,14 @@ struct pki_argval {
 bool pki_argval_add(struct pki_argval *v, uint64_t word, uint64_t payload);
 
 /*
- * @v, captured by @it, as a trace shows it ("3", "0x1f", "\"abc\"...",
- * "'c'", "2.5", "(null)", "0x7f12 <unreadable>"), into @out; a code
- * address by @name_of's name for it (NULL: none, or no such function).
- * Returns @out.
+ * @v, captured by item @i of @spec, as a trace shows it ("3", "0x1f",
+ * "\"abc\"...", "'c'", "2.5", "GREEN", "(null)", "0x7f12 <unreadable>"),
+ * into @out; a code address by @name_of's name for it (NULL: none, or no
+ * such function).  Returns @out.
  */
-const char *pki_argval_str(const struct pki_arg_item *it, const struct pki_argval *v, char *out,
-			   size_t len, const char *(*name_of)(uint64_t addr, void *arg), void *arg);
+const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const struct pki_argval *v,
+			   char *out, size_t len, const char *(*name_of)(uint64_t addr, void *arg),
+			   void *arg);
 
 /*
  * The values @v of @spec's items as a call shows them: the arguments

@@ -3,7 +3,7 @@
 at the same calls: gdb breaks at each function of the list, prints its
 arguments; each value it shows is turned into probekit's display (an int
 as is, a char as 'c', true/false as 1/0, a string without its address, a
-function pointer as &name, an enum by its number); a struct (gdb's {...})
+function pointer as &name; an enum by its name, as both show it); a struct (gdb's {...})
 must be probekit's "?".  Prints one line per mismatch and "N compared".
 
 usage: gdb_args.py PROG REPLAY_FILE FUNC...
@@ -29,9 +29,6 @@ for _ in funcs:
     cmds += ['-ex', 'info args', '-ex', 'continue']
 out = subprocess.run(['gdb'] + cmds + ['--args', prog], capture_output=True, text=True).stdout
 
-enums = {'RED': '0', 'GREEN': '5', 'BLUE': '6'}
-
-
 def ours(v):
     """gdb's display of a value as probekit shows it."""
     v = v.strip()
@@ -39,8 +36,6 @@ def ours(v):
         return '?'
     if v in ('true', 'false'):
         return '1' if v == 'true' else '0'
-    if v in enums:
-        return enums[v]
     m = re.match(r"^(-?\d+) '.*'$", v)  # a char: its number, shown as probekit shows bytes
     if m:
         c = int(m.group(1)) & 0xff

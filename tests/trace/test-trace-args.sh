@@ -150,7 +150,7 @@ if command -v objcopy >/dev/null; then
 		strip --strip-all stripped && objcopy --add-gnu-debuglink=stripped.debug stripped
 	run -o aus.trace -a -- ./stripped
 	check "-a: DWARF from a separate debug file" \
-		"[[ $rc == 0 ]] && $pk replay aus.trace | grep -qF 'f_str(\"hello\", 5) = 10;'"
+		"[[ $rc == 0 ]] && $pk replay aus.trace | grep -qF 'f_str(\"hello\", GREEN) = 10;'"
 fi
 run -o auo.trace -a -A 'f_int@arg1/x32' -- "$auto"
 check "-a: an explicit -A wins" "$pk replay auo.trace | grep -qF 'f_int(0xfffffffd);'"

@@ -163,23 +163,14 @@ bool agent_args_match(const char *name, struct agent_argfn *fn)
 		for (unsigned k = 0; k < s->n; k++) {
 			const struct pki_arg_item *it = &s->item[k];
 
-			if (it->src == PKI_ARG_RET && out->ret) {
-				out->item[out->n - 1] = *it;
-			} else if (out->n == PKI_DATA_ITEMS_MAX ||
-				   (it->src != PKI_ARG_RET &&
-				    pki_argspec_slots(out, false) + pki_arg_item_slots(it) >
-					PKI_DATA_MAX)) {
+			if ((it->src != PKI_ARG_RET || !out->ret) &&
+			    (out->n == PKI_DATA_ITEMS_MAX ||
+			     (it->src != PKI_ARG_RET &&
+			      pki_argspec_slots(out, false) + pki_arg_item_slots(it) >
+				  PKI_DATA_MAX)))
 				fn->overflow = true;
-			} else {
-				if (out->ret) { /* the retval stays last */
-					out->item[out->n] = out->item[out->n - 1];
-					out->item[out->n - 1] = *it;
-				} else {
-					out->item[out->n] = *it;
-				}
-				out->n++;
-				out->ret |= it->src == PKI_ARG_RET;
-			}
+			else if (pki_argspec_take(out, s, k))
+				fn->overflow = true;
 		}
 	}
 	return out->n > 0 || fn->cond.n > 0;
@@ -206,8 +197,8 @@ static void plan(struct agent_args_slot *sl, const struct pki_argspec *spec)
 
 		if (it->src == PKI_ARG_RET || it->fmt == '-')
 			continue;
-		if (sl->nreg == AGENT_ARGS_REGS || it->src == PKI_ARG_STACK || it->fmt == 's' ||
-		    it->fmt == 'S') {
+		if (sl->nreg == AGENT_ARGS_REGS || it->src == PKI_ARG_STACK ||
+		    strchr("sSTP", it->fmt)) {
 			sl->nreg = AGENT_ARGS_SLOW;
 			return;
 		}

@@ -43,6 +43,12 @@ START_TEST(syntax_and_normal_form)
 	ck_assert_str_eq(normal("arg3/-"), "arg3/-%rdx"); /* (nothing recorded: shown "?") */
 	ck_assert_str_eq(normal("arg2/e32{A=0;B=1},retval/e{X=-1}"),
 			 "arg2/e32{A=0;B=1}%rsi,retval/e{X=-1}");
+	ck_assert_str_eq(normal("arg1/T8{x:d32+0;y:d32+4},arg2/P16{a:f+0;b:x+8},fparg1/T16{a:f+0}"),
+			 "arg1/T8{x:d32+0;y:d32+4}%rdi,arg2/P16{a:f+0;b:x+8}%rsi,"
+			 "fparg1/T16{a:f+0}%xmm0");
+	ck_assert_str_eq(normal("arg1/T8"), "ERR: 'arg1/T8': T takes its members {...}");
+	ck_assert_str_eq(normal("arg1/T99{a:d+0}"),
+			 "ERR: 'arg1/T99{a:d+0}': T takes the struct's bytes, 1 to 64");
 	/* the return value stays last; a second one replaces the first */
 	ck_assert_str_eq(normal("retval/x,arg1/c,retval/u,arg2/p"),
 			 "arg1/c%rdi,arg2/p%rsi,retval/u");
@@ -135,6 +141,49 @@ START_TEST(every_format_shows)
 	ck_assert_str_eq(shown("arg1/e{NEG=-1}", (uint64_t)-1), "NEG");
 	ck_assert_str_eq(shown("arg1/e32{RED=0;GREEN=5}", 7), "7");
 	ck_assert_str_eq(shown("arg1/e", 7), "7");
+}
+END_TEST
+
+/* The struct { int x; char c; double d; } at @p captured as @item, then shown. */
+static const char *struct_shown(const char *item, const void *p, unsigned long reg2)
+{
+	static char out[300];
+	struct pki_trace_event d[PKI_DATA_MAX];
+	struct pki_argspec s = {0};
+	struct pki_argval v = {0};
+	struct { /* a hook's frame: the registers, then the vector save area (tramp.S) */
+		struct pk_regs r;
+		unsigned char xmm[8 * 16 + 64];
+	} f = {.r = {.di = (unsigned long)p, .si = reg2}};
+	unsigned n;
+
+	ck_assert_int_eq(pki_argspec_parse(item, &s, err, sizeof(err)), 0);
+	n = pki_argcap_entry(&s, &f.r, false, d);
+	for (unsigned i = 0; i < n; i++)
+		ck_assert(pki_argval_add(&v, d[i].word, d[i].ts));
+	return pki_argval_str(&s, 0, &v, out, sizeof(out), NULL, NULL);
+}
+
+START_TEST(structs_by_members)
+{
+	struct {
+		int x;
+		char c;
+		double d;
+	} st = {-7, 'q', 0.25};
+	unsigned long w[2];
+
+	memcpy(w, &st, sizeof(w));
+	/* followed (P): its bytes read; NULL; unreadable */
+	ck_assert_str_eq(struct_shown("arg1/P16{x:d32+0;c:c+4;d:f+8}", &st, 0),
+			 "{x=-7, c='q', d=0.25}");
+	ck_assert_str_eq(struct_shown("arg1/P16{x:d32+0}", NULL, 0), "(null)");
+	ck_assert_str_eq(struct_shown("arg1/P16{x:d32+0}", (void *)16, 0), "0x10 <unreadable>");
+	/* by value (T) in two integer registers: rdi, rsi hold its two eightbytes */
+	ck_assert_str_eq(struct_shown("arg1/T16{x:d32+0;c:c+4;d:f+8}", (void *)w[0], w[1]),
+			 "{x=-7, c='q', d=0.25}");
+	/* a member past the bytes recorded */
+	ck_assert_str_eq(struct_shown("arg1/P8{x:d32+0;d:f+8}", &st, 0), "{x=-7, d=?}");
 }
 END_TEST
 
@@ -259,6 +308,7 @@ int main(void)
 	tcase_add_test(tc, every_format_shows);
 	tcase_add_test(tc, strings_never_fault);
 	tcase_add_test(tc, conditions);
+	tcase_add_test(tc, structs_by_members);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -102,6 +102,10 @@ static char scalar_format(Dwarf_Die *type, uint8_t *size, bool *fp)
 		enc = dwarf_tag(&to) == DW_TAG_base_type ? encoding(&to) : -1;
 		if (size_of(&to) == 1 && (enc == DW_ATE_signed_char || enc == DW_ATE_unsigned_char))
 			return 's';
+		if ((dwarf_tag(&to) == DW_TAG_structure_type ||
+		     dwarf_tag(&to) == DW_TAG_class_type || dwarf_tag(&to) == DW_TAG_union_type) &&
+		    size_of(&to) && size_of(&to) <= PKI_ARG_STR_MAX)
+			return 'P'; /* (followed: its members, parameter()) */
 		return 'x';
 	case DW_TAG_reference_type:
 	case DW_TAG_rvalue_reference_type:
@@ -197,6 +201,52 @@ static uint16_t enum_table(struct pki_argspec *s, Dwarf_Die *type)
 	return (uint16_t)(s->nnames - len);
 }
 
+/*
+ * A T or P item's table, "NAME:FMT[SIZE]+OFFSET;...", of the scalar members
+ * of struct @type (not nested aggregates, arrays or bitfields), into @s's
+ * names: the offset + 1, or 0 when none fits or none is a scalar.
+ */
+static uint16_t member_table(struct pki_argspec *s, Dwarf_Die *type)
+{
+	char *out = s->names + s->nnames;
+	size_t room = PKI_ARG_NAMES_MAX - s->nnames, len = 0;
+	Dwarf_Die m, mt;
+
+	if (dwarf_child(type, &m))
+		return 0;
+	do {
+		Dwarf_Attribute a;
+		Dwarf_Word off;
+		const char *name = dwarf_diename(&m);
+		char fmt, size_txt[8] = "";
+		uint8_t size;
+		bool fp;
+		int n;
+
+		if (dwarf_tag(&m) != DW_TAG_member || !name || dwarf_hasattr(&m, DW_AT_bit_size) ||
+		    !dwarf_attr(&m, DW_AT_data_member_location, &a) || dwarf_formudata(&a, &off) ||
+		    !type_of(&m, &mt))
+			continue;
+		fmt = scalar_format(&mt, &size, &fp);
+		if (fmt &&
+		    strchr("sSpPe", fmt)) /* (a pointer's value, not followed; an enum's number) */
+			fmt = fmt == 'e' ? 'd' : 'x';
+		if (!fmt || (fmt == 'x' && size_of(&mt) != 8))
+			continue;
+		if (size)
+			snprintf(size_txt, sizeof(size_txt), "%u", size);
+		n = snprintf(out + len, room - len, "%s%s:%c%s+%lu", len ? ";" : "", name, fmt,
+			     size_txt, (unsigned long)off);
+		if (n < 0 || (size_t)n >= room - len)
+			return 0;
+		len += (size_t)n;
+	} while (!dwarf_siblingof(&m, &m));
+	if (!len)
+		return 0;
+	s->nnames = (uint16_t)(s->nnames + len + 1);
+	return (uint16_t)(s->nnames - len);
+}
+
 /* Append item @it, or '-' if its DATA would pass PKI_DATA_MAX. */
 static void add(struct pki_argspec *s, struct place *pl, struct pki_arg_item it)
 {
@@ -206,7 +256,8 @@ static void add(struct pki_argspec *s, struct place *pl, struct pki_arg_item it)
 		return;
 	if (pl->slots + slots > PKI_DATA_MAX) {
 		it.fmt = '-';
-		it.size = 0;
+		it.size = it.len = 0;
+		it.names = 0;
 		slots = 0;
 	}
 	pl->slots += slots;
@@ -244,9 +295,16 @@ static void parameter(struct pki_argspec *s, struct place *pl, Dwarf_Die *type, 
 
 	if (fmt) {
 		struct pki_arg_item it = placed(pl, fp, num, fmt, size);
+		Dwarf_Die to;
 
 		if (fmt == 'e')
 			it.names = enum_table(s, type);
+		if (fmt == 'P' && type_of(type, &to)) {
+			it.len = (uint8_t)size_of(&to);
+			it.names = member_table(s, &to);
+		}
+		if (fmt == 'P' && !it.names)
+			it.fmt = 'x', it.len = 0; /* (no member to show: the address) */
 		add(s, pl, it);
 		return;
 	}
@@ -262,15 +320,45 @@ static void parameter(struct pki_argspec *s, struct place *pl, Dwarf_Die *type, 
 		bool sse0 = eightbyte_sse(type, 0, 0, 0),
 		     sse1 = sz > 8 && eightbyte_sse(type, 0, 8, 0);
 		unsigned nsse = sse0 + sse1, nint = (sz > 8 ? 2 : 1) - nsse;
+		struct pki_arg_item it = {.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num};
 
+		/* shown (T) when its eightbytes are of one class: consecutive registers */
 		if (pl->ints + nint <= 6 && pl->sses + nsse <= 8) {
+			if (!nsse || !nint)
+				it = (struct pki_arg_item){
+				    .src = nsse ? PKI_ARG_FP : PKI_ARG_INT,
+				    .fmt = 'T',
+				    .idx = (uint16_t)(nsse ? pl->sses : pl->ints),
+				    .num = (uint8_t)num,
+				    .len = (uint8_t)sz};
 			pl->ints += nint;
 			pl->sses += nsse;
 		} else {
+			it = (struct pki_arg_item){.src = PKI_ARG_STACK,
+						   .fmt = 'T',
+						   .idx = (uint16_t)(pl->stack + 1),
+						   .num = (uint8_t)num,
+						   .len = (uint8_t)sz};
 			pl->stack += (unsigned)((sz + 7) / 8);
 		}
-		add(s, pl,
-		    (struct pki_arg_item){.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num});
+		if (it.fmt == 'T' && !(it.names = member_table(s, type)))
+			it.fmt = '-', it.len = 0;
+		add(s, pl, it);
+		return;
+	}
+	if ((tag == DW_TAG_structure_type || tag == DW_TAG_class_type ||
+	     tag == DW_TAG_union_type) &&
+	    sz > 16 && sz <= PKI_ARG_STR_MAX) { /* in memory: its stack words, read */
+		struct pki_arg_item it = {.src = PKI_ARG_STACK,
+					  .fmt = 'T',
+					  .idx = (uint16_t)(pl->stack + 1),
+					  .num = (uint8_t)num,
+					  .len = (uint8_t)sz};
+
+		pl->stack += (unsigned)((sz + 7) / 8);
+		if (!(it.names = member_table(s, type)))
+			it.fmt = '-', it.len = 0;
+		add(s, pl, it);
 		return;
 	}
 	/* in memory: long double, __int128 (two registers), big aggregates */
@@ -314,8 +402,13 @@ static void spec_of(Dwarf_Die *fn, struct pki_argspec *s)
 		} while (!dwarf_siblingof(&p, &p));
 	}
 	if (rfmt && s->n < PKI_DATA_ITEMS_MAX) {
-		s->item[s->n++] =
-		    (struct pki_arg_item){.src = PKI_ARG_RET, .fmt = (uint8_t)rfmt, .size = size};
+		struct pki_arg_item it = {.src = PKI_ARG_RET, .fmt = (uint8_t)rfmt, .size = size};
+
+		if (rfmt == 'e' && type_of(fn, &type))
+			it.names = enum_table(s, &type);
+		if (rfmt == 'P') /* a pointer to a struct returned: its address */
+			it.fmt = 'x', it.size = 0;
+		s->item[s->n++] = it;
 		s->ret = true;
 	}
 }

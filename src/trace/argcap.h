@@ -97,6 +97,43 @@ static inline unsigned pki_argcap_stdstr(unsigned item, uint64_t addr, uint8_t l
 	return pki_argcap_bytes(item, buf, len, size > len, d);
 }
 
+/* The @len bytes at @addr (a struct a P item follows, or a T item's on the stack). */
+static inline unsigned pki_argcap_mem(unsigned item, uint64_t addr, size_t len,
+				      struct pki_trace_event *d)
+{
+	unsigned char buf[PKI_ARG_STR_MAX];
+
+	if (!addr)
+		return pki_argcap_fault(item, 0, d);
+	if (len > sizeof(buf) || pki_arch_copy_safe(buf, (const void *)addr, len) != len)
+		return pki_argcap_fault(item, addr, d);
+	return pki_argcap_bytes(item, buf, len, false, d);
+}
+
+/*
+ * A T item: a struct passed by value in one or two registers of one class
+ * (integer, or the low halves of two xmm), or on the stack.
+ */
+static inline unsigned pki_argcap_struct(const struct pki_arg_item *it, unsigned item,
+					 const struct pk_regs *regs, bool vec,
+					 struct pki_trace_event *d)
+{
+	const unsigned long *ints = &regs->di;
+	uint64_t w[2] = {0, 0};
+	size_t len = it->len;
+
+	if (it->src == PKI_ARG_STACK)
+		return pki_argcap_mem(item, regs->sp + 8ull * it->idx, len, d);
+	if (len > 16 || (it->src == PKI_ARG_FP && !vec) ||
+	    (it->src == PKI_ARG_INT && it->idx + (len > 8) > 5) ||
+	    (it->src == PKI_ARG_FP && it->idx + (len > 8) > 7))
+		return 0; /* (not where a struct of it could be: nothing, shown "?") */
+	for (unsigned k = 0; k < (len > 8 ? 2u : 1u); k++)
+		w[k] = it->src == PKI_ARG_INT ? ints[it->idx + k]
+					      : pki_arch_regs_xmm(regs, it->idx + k);
+	return pki_argcap_bytes(item, (const unsigned char *)w, len, false, d);
+}
+
 /* Item @item of @spec, whose raw value is @v (the register, or the stack word's address). */
 static inline unsigned pki_argcap_value(const struct pki_argspec *spec, unsigned item, uint64_t v,
 					struct pki_trace_event *d)
@@ -116,6 +153,8 @@ static inline unsigned pki_argcap_value(const struct pki_argspec *spec, unsigned
 		return pki_argcap_str(item, v, d);
 	if (it->fmt == 'S')
 		return pki_argcap_stdstr(item, v, spec->stdstr, d);
+	if (it->fmt == 'P')
+		return pki_argcap_mem(item, v, it->len, d);
 	d[0] = (struct pki_trace_event){v, PKI_EV_DATA_WORD(item, 8, 0)};
 	return 1;
 }
@@ -135,6 +174,10 @@ static inline unsigned pki_argcap_entry(const struct pki_argspec *spec, const st
 		const struct pki_arg_item *it = &spec->item[i];
 		uint64_t v;
 
+		if (it->fmt == 'T') {
+			n += pki_argcap_struct(it, i, regs, vec, d + n);
+			continue;
+		}
 		switch (it->src) {
 		case PKI_ARG_INT:
 			v = ints[it->idx];

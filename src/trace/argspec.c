@@ -60,18 +60,28 @@ static int parse_format(const char **p, struct pki_arg_item *it, const char *sta
 	unsigned size = 0;
 	char f = **p;
 
-	if (!f || !strchr("diuxoscfSpe-", f))
-		return bad(err, errlen, "'%s': unknown format '%c' (d i u x o s c f S p e, or -)",
-			   start, f ? f : '?');
-	if (it->src == PKI_ARG_FP && f != 'f' && f != '-')
+	if (!f || !strchr("diuxoscfSpeTP-", f))
+		return bad(err, errlen,
+			   "'%s': unknown format '%c' (d i u x o s c f S p e T P, or -)", start,
+			   f ? f : '?');
+	if (it->src == PKI_ARG_FP && f != 'f' && f != '-' && f != 'T')
 		return bad(err, errlen, "'%s': fparg takes no format but f", start);
-	if (f == 'e' && it->src == PKI_ARG_FP)
-		return bad(err, errlen, "'%s': an enum is an integer argument (argN)", start);
+	if ((f == 'e' || f == 'P') && it->src == PKI_ARG_FP)
+		return bad(err, errlen, "'%s': %c is an integer argument (argN)", start, f);
 	if (f == 'f' && it->src != PKI_ARG_FP && it->src != PKI_ARG_RET)
 		return bad(err, errlen,
 			   "'%s': an f argument is an fpargN (argN is an integer register)", start);
 	(*p)++;
 	it->fmt = (uint8_t)f;
+	if (f == 'T' || f == 'P') { /* its bytes, then its members (parse_table) */
+		if (!number(p, 1, PKI_ARG_STR_MAX, &size))
+			return bad(err, errlen, "'%s': %c takes the struct's bytes, 1 to %u", start,
+				   f, PKI_ARG_STR_MAX);
+		if (f == 'T' && it->src == PKI_ARG_RET)
+			return bad(err, errlen, "'%s': a struct return value is not read", start);
+		it->len = (uint8_t)size;
+		return 0;
+	}
 	if (**p >= '0' && **p <= '9') {
 		if (!number(p, 8, 80, &size) ||
 		    (f == 'f' ? size != 32 && size != 64
@@ -86,17 +96,19 @@ static int parse_format(const char **p, struct pki_arg_item *it, const char *sta
 	return 0;
 }
 
-/* e's "{NAME=VALUE;...}" at *@p into @spec's names for @it. */
-static int parse_enum(const char **p, struct pki_arg_item *it, struct pki_argspec *spec,
-		      const char *start, char *err, size_t errlen)
+/* e's "{NAME=VALUE;...}", T's and P's "{NAME:FMT+OFF;...}", at *@p into @spec's names. */
+static int parse_table(const char **p, struct pki_arg_item *it, struct pki_argspec *spec,
+		       const char *start, char *err, size_t errlen)
 {
 	const char *end = strchr(*p, '}');
 	size_t len;
 
 	if (**p != '{')
-		return 0; /* (numbers only) */
+		return it->fmt == 'e' ? 0
+				      : bad(err, errlen, "'%s': %c takes its members {...}", start,
+					    it->fmt); /* (an enum: numbers only) */
 	if (!end)
-		return bad(err, errlen, "'%s': an enum's table ends with '}'", start);
+		return bad(err, errlen, "'%s': a table ends with '}'", start);
 	len = (size_t)(end - *p - 1);
 	if (spec->nnames + len + 1 > PKI_ARG_NAMES_MAX)
 		return bad(err, errlen, "'%s': the enums' names pass %u bytes", start,
@@ -181,7 +193,7 @@ static int parse_item(const char *text, struct pki_arg_item *it, struct pki_args
 	}
 	if (*p == '/' && (p++, (r = parse_format(&p, it, text, err, errlen))))
 		return r;
-	if (it->fmt == 'e' && (r = parse_enum(&p, it, spec, text, err, errlen)))
+	if (strchr("eTP", it->fmt) && (r = parse_table(&p, it, spec, text, err, errlen)))
 		return r;
 	if (*p == '%' && (p++, (r = parse_where(&p, it, text, err, errlen))))
 		return r;
@@ -235,14 +247,45 @@ int pki_argspec_parse(const char *text, struct pki_argspec *spec, char *err, siz
 	return 0;
 }
 
+int pki_argspec_take(struct pki_argspec *dst, const struct pki_argspec *src, unsigned i)
+{
+	struct pki_arg_item it = src->item[i];
+
+	if (it.names) {
+		const char *t = it.names <= src->nnames ? src->names + it.names - 1 : "";
+		size_t len = strlen(t);
+
+		if (dst->nnames + len + 1 > PKI_ARG_NAMES_MAX)
+			return -ENOSPC;
+		memcpy(dst->names + dst->nnames, t, len + 1);
+		it.names = (uint16_t)(dst->nnames + 1);
+		dst->nnames = (uint16_t)(dst->nnames + len + 1);
+	}
+	if (it.src == PKI_ARG_RET && dst->ret) {
+		dst->item[dst->n - 1] = it;
+		return 0;
+	}
+	if (dst->n >= PKI_DATA_ITEMS_MAX)
+		return -ENOSPC;
+	if (dst->ret) { /* the retval stays last */
+		dst->item[dst->n] = dst->item[dst->n - 1];
+		dst->item[dst->n - 1] = it;
+	} else {
+		dst->item[dst->n] = it;
+	}
+	dst->n++;
+	dst->ret |= it.src == PKI_ARG_RET;
+	return 0;
+}
+
 static int item_format(const struct pki_argspec *spec, const struct pki_arg_item *it, char *out,
 		       size_t len)
 {
 	char size[4] = "";
 	int n;
 
-	if (it->size)
-		snprintf(size, sizeof(size), "%u", it->size);
+	if (it->size || it->len)
+		snprintf(size, sizeof(size), "%u", it->len ? it->len : it->size);
 	char names[PKI_ARG_NAMES_MAX + 2] = "";
 
 	if (it->names && it->names <= spec->nnames)
@@ -252,7 +295,8 @@ static int item_format(const struct pki_argspec *spec, const struct pki_arg_item
 		n = snprintf(out, len, "retval/%c%s%s", it->fmt, size, names);
 		break;
 	case PKI_ARG_FP:
-		n = snprintf(out, len, "fparg%u/%c%s%%xmm%u", it->num, it->fmt, size, it->idx);
+		n = snprintf(out, len, "fparg%u/%c%s%s%%xmm%u", it->num, it->fmt, size, names,
+			     it->idx);
 		break;
 	case PKI_ARG_STACK:
 		n = snprintf(out, len, "arg%u/%c%s%s%%stack+%u", it->num, it->fmt, size, names,
@@ -303,6 +347,8 @@ unsigned pki_arg_item_slots(const struct pki_arg_item *it)
 {
 	if (it->fmt == '-')
 		return 0;
+	if (it->fmt == 'T' || it->fmt == 'P')
+		return (it->len + 7u) / 8;
 	return it->fmt == 's' || it->fmt == 'S' ? PKI_ARG_STR_MAX / 8 : 1;
 }
 
@@ -382,6 +428,50 @@ static void quote(const char *s, size_t n, bool cut, char *out, size_t len)
 	out[o] = '\0';
 }
 
+/* The struct in @v's bytes as "{x=1, y=2}", its members from @it's table, into @out. */
+static void members(const struct pki_argspec *spec, const struct pki_arg_item *it,
+		    const struct pki_argval *v, char *out, size_t len)
+{
+	const char *p = it->names && it->names <= spec->nnames ? spec->names + it->names - 1 : "";
+	size_t off = 0;
+
+	off += (size_t)snprintf(out, len, "{");
+	while (*p && off + 2 < len) {
+		const char *colon = strchr(p, ':'), *at = strchr(p, '+'), *semi = strchr(p, ';');
+		struct pki_arg_item m = {.src = PKI_ARG_INT};
+		struct pki_argval mv = {.any = true, .done = true};
+		char fmt[24], one[96];
+		unsigned long moff;
+		size_t n;
+
+		if (!colon || !at || at < colon || (semi && semi < at))
+			break;
+		snprintf(fmt, sizeof(fmt), "%.*s", (int)(at - colon - 1), colon + 1);
+		moff = strtoul(at + 1, NULL, 10);
+		m.fmt = (uint8_t)fmt[0];
+		m.size = (uint8_t)atoi(fmt + 1);
+		n = m.size ? m.size / 8u : 8u;
+		if (m.fmt == 'f' && !m.size)
+			n = 8;
+		if (n <= 8 && moff + n <= v->len) {
+			memcpy(&mv.value, v->str + moff, n);
+			pki_argval_str(&(struct pki_argspec){.n = 1, .item = {m}}, 0, &mv, one,
+				       sizeof(one), NULL, NULL);
+		} else {
+			snprintf(one, sizeof(one), "?");
+		}
+		off += (size_t)snprintf(out + off, len - off, "%s%.*s=%s", off > 1 ? ", " : "",
+					(int)(colon - p), p, one);
+		if (off >= len)
+			off = len - 1;
+		if (!semi)
+			break;
+		p = semi + 1;
+	}
+	if (off + 2 <= len)
+		snprintf(out + off, len - off, "}");
+}
+
 /* The name of @value in the enum table @table ("NAME=VALUE;..."), into @out: false if none. */
 static bool enum_name(const char *table, long long value, char *out, size_t len)
 {
@@ -452,6 +542,15 @@ const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const str
 		break;
 	case 'u':
 		snprintf(out, len, "%llu", (unsigned long long)sized(it, v->value, false));
+		break;
+	case 'T':
+	case 'P':
+		if (v->fault && !v->value)
+			snprintf(out, len, "(null)");
+		else if (v->fault)
+			snprintf(out, len, "%#llx <unreadable>", (unsigned long long)v->value);
+		else
+			members(spec, it, v, out, len);
 		break;
 	case 'e':
 		if (!it->names || it->names > spec->nnames ||

@@ -20,7 +20,10 @@
  * address (by name where the trace names
  * it), f a float or double, - nothing (a value that cannot be shown,
  * from DWARF: "?"), e an enum: its enumerator's name, or the number when
- * none has it.  Without a format: d (f for fparg).
+ * none has it, T a struct of BYTES passed by value (in one or two registers
+ * of a class, or on the stack), P a pointer to one, followed: its members
+ * NAME of format d u x c f p (and size) at byte OFFSET, shown
+ * "{x=1, y=2}".  Without a format: d (f for fparg).
  */
 #ifndef PK_TRACE_ARGSPEC_H
 #define PK_TRACE_ARGSPEC_H
@@ -44,7 +47,8 @@ struct pki_arg_item {
 	uint8_t size;	/* bits: 8 16 32 64 */
 	uint8_t num;	/* N as written: argN, fpargN (0 for retval) */
 	uint16_t idx;	/* see pki_arg_src */
-	uint16_t names; /* e: where its "NAME=VALUE;..." starts in the spec's names, + 1 */
+	uint16_t names; /* e, T, P: where its table starts in the spec's names, + 1 */
+	uint8_t len;	/* T, P: the struct's bytes (1..PKI_ARG_STR_MAX) */
 };
 
 /* Bytes of enumerator names one spec keeps (an enum past them shows numbers). */
@@ -72,6 +76,13 @@ struct pki_argspec {
  * is wrong and where.
  */
 int pki_argspec_parse(const char *text, struct pki_argspec *spec, char *err, size_t errlen);
+
+/*
+ * Item @i of @src into @dst (its table copied into @dst's names): appended,
+ * before the return value's, or in place of it for a return value.  0, or
+ * -ENOSPC (no room for the item or its table).
+ */
+int pki_argspec_take(struct pki_argspec *dst, const struct pki_argspec *src, unsigned i);
 
 /* @spec in the syntax above, entry items first, normalized: 0, or -ENOSPC. */
 int pki_argspec_format(const struct pki_argspec *spec, char *out, size_t len);

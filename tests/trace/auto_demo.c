@@ -2,12 +2,14 @@
 /*
  * Functions whose parameters `probekit trace -a` reads from DWARF (built
  * with -g): integers of every size and sign, char, bool, enum, float and
- * double, a C string, a function pointer, structs by value in registers and
- * on the stack (shown "?", the parameters after them still read right), a
- * struct returned in memory, more arguments than registers.  The test
- * compares the trace with gdb's `info args` at the same calls.
+ * double, a C string, a function pointer, structs by value in integer and
+ * vector registers and on the stack (their members; "?" for one holding an
+ * array; the parameters after them read right), a pointer to a struct
+ * (followed), a struct returned in memory, more arguments than registers.
+ * The test compares the trace with gdb's `info args` at the same calls.
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +48,12 @@ P int f_struct(struct pt p, int after, struct big b, int after2, struct dd q, do
 	return p.x + after + (int)b.a[0] + after2 + (int)(q.a + r);
 }
 
+/* A pointer to a struct, followed: its members (or NULL, or unreadable). */
+P int f_ptr(const struct pt *p)
+{
+	return (uintptr_t)p < 4096 ? -1 : p->x + p->y;
+}
+
 P bool f_bool(bool b, void (*cb)(void))
 {
 	sink += cb != NULL;
@@ -79,6 +87,7 @@ int main(void)
 	sink += (long)f_fp(1.5f, 2.0, 7);
 	sink += (long)f_str("hello", GREEN);
 	sink += f_struct(p, 10, b, 20, q, 0.5);
+	sink += f_ptr(&p) + f_ptr(NULL) + f_ptr((const struct pt *)16);
 	sink += f_bool(true, nothing);
 	nothing();
 	sink += f_ret_big(40, 2).a[1];

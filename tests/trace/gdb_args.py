@@ -3,8 +3,8 @@
 at the same calls: gdb breaks at each function of the list, prints its
 arguments; each value it shows is turned into probekit's display (an int
 as is, a char as 'c', true/false as 1/0, a string without its address, a
-function pointer as &name; an enum by its name, as both show it); a struct (gdb's {...})
-must be probekit's "?".  Prints one line per mismatch and "N compared".
+function pointer as &name; an enum by its name, as both show it; a struct's
+scalar members as {x=1, y=2}, one that nests arrays or structs as "?").  Prints one line per mismatch and "N compared".
 
 usage: gdb_args.py PROG REPLAY_FILE FUNC...
 """
@@ -32,8 +32,12 @@ out = subprocess.run(['gdb'] + cmds + ['--args', prog], capture_output=True, tex
 def ours(v):
     """gdb's display of a value as probekit shows it."""
     v = v.strip()
-    if v.startswith('{'):
-        return '?'
+    if v.startswith('{'):  # a struct: its scalar members, or '?' if it nests
+        inner = v[1:-1]
+        if '{' in inner:
+            return '?'
+        members = re.findall(r'(\w+) = ([^,]+)', inner)
+        return '{' + ', '.join(f'{n}={ours(x)}' for n, x in members) + '}' if members else '?'
     if v in ('true', 'false'):
         return '1' if v == 'true' else '0'
     m = re.match(r"^(-?\d+) '.*'$", v)  # a char: its number, shown as probekit shows bytes

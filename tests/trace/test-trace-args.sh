@@ -135,8 +135,11 @@ afuncs=(f_int f_fp f_str f_struct f_bool f_ret_big many)
 run -o au.trace -a -- "$auto"
 check "-a: rc $rc" "[[ $rc == 0 ]]"
 "$pk" replay au.trace >au.replay 2>&1
-check "-a: a struct by value is '?', the arguments after it read right" \
-	"grep -qF 'f_struct(?, 10, ?, 20, ?, 0.5) = 36;' au.replay"
+check "-a: structs by value by their members ('?': an array's), the arguments after them read right" \
+	"grep -qF 'f_struct({x=1, y=2}, 10, ?, 20, {a=1.5, b=2.5}, 0.5) = 36;' au.replay"
+check "-a: a pointer to a struct followed, NULL, unreadable" \
+	"grep -qF 'f_ptr({x=1, y=2}) = 3;' au.replay && grep -qF 'f_ptr((null)) = -1;' au.replay &&
+	 grep -qF 'f_ptr(0x10 <unreadable>) = -1;' au.replay"
 check "-a: the return value too" "grep -qF 'many(1, -2, 3, -4, 5, -6, 7, -8) = -4;' au.replay"
 if command -v gdb >/dev/null; then
 	python3 "$here/gdb_args.py" "$auto" au.replay "${afuncs[@]}" >gdb.out 2>&1

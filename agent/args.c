@@ -27,6 +27,7 @@
 
 #include "agent_int.h"
 #include "arch/arch.h"
+#include "base/peek.h"
 #include "sym/demangle.h"
 #include "sym/dwarf_args.h"
 #include "trace/argcond.h"
@@ -66,6 +67,8 @@ static struct dwarf_obj {
 
 const struct pki_argspec *agent_args_auto(const char *path, uint64_t base, unsigned long ip)
 {
+	const struct pki_argspec *spec;
+	uint8_t b[PKI_ENDBR64_LEN];
 	struct dwarf_obj *o;
 
 	if (!path)
@@ -81,7 +84,14 @@ const struct pki_argspec *agent_args_auto(const char *path, uint64_t base, unsig
 		o->next = dwarf_objs;
 		dwarf_objs = o;
 	}
-	return o->d ? pki_dwarf_args_find(o->d, ip, base) : NULL;
+	if (!o->d)
+		return NULL;
+	spec = pki_dwarf_args_find(o->d, ip, base);
+	/* A site after an endbr64 (-fcf-protection): DWARF's entry is 4 bytes before. */
+	if (!spec && !pki_peek((const void *)(ip - PKI_ENDBR64_LEN), b, sizeof(b)) &&
+	    pki_insn_is_endbr64(b))
+		spec = pki_dwarf_args_find(o->d, ip - PKI_ENDBR64_LEN, base);
+	return spec;
 }
 
 /* S reads libc++'s layout in a process that uses it (libstdc++'s else). */

@@ -182,8 +182,14 @@ START_TEST(structs_by_members)
 	/* by value (T) in two integer registers: rdi, rsi hold its two eightbytes */
 	ck_assert_str_eq(struct_shown("arg1/T16{x:d32+0;c:c+4;d:f+8}", (void *)w[0], w[1]),
 			 "{x=-7, c='q', d=0.25}");
-	/* a member past the bytes recorded */
-	ck_assert_str_eq(struct_shown("arg1/P8{x:d32+0;d:f+8}", &st, 0), "{x=-7, d=?}");
+	/* tables are checked: a member past the bytes, a bad format, a bad name */
+	ck_assert(!strncmp(normal("arg1/P8{x:d32+0;d:f+8}"), "ERR: ", 5));
+	ck_assert(!strncmp(normal("arg1/P8{x:s+0}"), "ERR: ", 5));
+	ck_assert(!strncmp(normal("arg1/P8{x:d12+0}"), "ERR: ", 5));
+	ck_assert(!strncmp(normal("arg1/P8{x y:d+0}"), "ERR: ", 5));
+	ck_assert(!strncmp(normal("arg1/P8{x:d+-1}"), "ERR: ", 5));
+	ck_assert(!strncmp(normal("arg1/e{A=zz}"), "ERR: ", 5));
+	ck_assert_str_eq(struct_shown("arg1/P16{c:c+4;x:d32+0}", &st, 0), "{c='q', x=-7}");
 }
 END_TEST
 

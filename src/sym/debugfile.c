@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sym/debugfile.h"
@@ -45,29 +46,36 @@ static bool same_build_id(int fd, const void *id, ssize_t len)
 	return same;
 }
 
-/* Is the CRC-32 of the whole file on @fd @want? */
-static bool same_crc(int fd, unsigned want)
+/* Is the CRC-32 of the whole file on @fd (of @size bytes) @want? */
+static bool same_crc(int fd, off_t size, unsigned want)
 {
-	unsigned char buf[65536];
+	enum { CHUNK = 1 << 16 };
+	unsigned char *buf = malloc(CHUNK); /* (not on the stack: any thread may be here) */
 	unsigned crc = 0;
 	off_t off = 0;
-	ssize_t n;
+	ssize_t n = -1;
 
-	while ((n = pread(fd, buf, sizeof(buf), off)) > 0) {
+	while (buf && off < size && (n = pread(fd, buf, CHUNK, off)) > 0) {
 		crc = pki_crc32_ieee(crc, buf, (size_t)n);
 		off += n;
 	}
-	return n == 0 && crc == want;
+	free(buf);
+	return off == size && crc == want;
 }
 
 /* Open @path if it is the debug file (@id, or the debuglink's @crc): fd, or -1. */
 static int try(const char *path, const void *id, ssize_t idlen, const unsigned *crc)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* (a FIFO never blocks us) */
+	struct stat st;
 
 	if (fd < 0)
 		return -1;
-	if (id ? same_build_id(fd, id, idlen) : same_crc(fd, *crc))
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { /* (no device, FIFO, directory) */
+		close(fd);
+		return -1;
+	}
+	if (id ? same_build_id(fd, id, idlen) : same_crc(fd, st.st_size, *crc))
 		return fd;
 	close(fd);
 	return -1;
@@ -131,8 +139,8 @@ static int by_debuglink(Elf *elf, const char *path, char *found, size_t len)
 		snprintf(found, len, "%s/.debug/%s", objdir, name);
 		fd = try(found, NULL, 0, &crc);
 	}
-	for (int i = 0; fd < 0 && debug_dir(i, dir, sizeof(dir)); i++) {
-		snprintf(found, len, "%s%s/%s", dir, objdir, name);
+	for (int i = 0; fd < 0 && objdir[0] == '/' && debug_dir(i, dir, sizeof(dir)); i++) {
+		snprintf(found, len, "%s%s/%s", dir, objdir, name); /* (an absolute objdir only) */
 		fd = try(found, NULL, 0, &crc);
 	}
 	return fd;

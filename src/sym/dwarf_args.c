@@ -29,6 +29,7 @@ struct pki_dwarf_args {
 struct place {
 	unsigned ints, sses, stack; /* used so far: of 6, of 8, 8-byte stack words */
 	unsigned slots;		    /* DATA the items take (PKI_DATA_MAX at most) */
+	bool lost;		    /* a parameter could not be placed: the rest are '-' */
 };
 
 /* @die's type with typedefs and qualifiers peeled off: false if none (void). */
@@ -74,14 +75,72 @@ static bool is_std_string(Dwarf_Die *type)
 	return name && (!strncmp(name, "basic_string<char,", 18) || !strcmp(name, "string"));
 }
 
-/* Is a class of @type passed by invisible reference (not trivially copyable)? */
-static bool by_reference(Dwarf_Die *type)
+static bool flag(Dwarf_Die *die, unsigned name)
 {
 	Dwarf_Attribute a;
-	Dwarf_Word cc;
+	bool v = false;
 
-	return dwarf_attr(type, DW_AT_calling_convention, &a) && !dwarf_formudata(&a, &cc) &&
-	       cc == DW_CC_pass_by_reference;
+	return dwarf_attr(die, name, &a) && !dwarf_formflag(&a, &v) && v;
+}
+
+/*
+ * Is a class of @type passed by invisible reference (not trivially
+ * copyable)?  clang says so (DW_AT_calling_convention); gcc does not, so,
+ * as gdb does: a destructor, copy or move constructor declared by the
+ * user (not artificial, not defaulted), a virtual function or base, or
+ * such a base or member.
+ */
+static bool by_reference(Dwarf_Die *type, int depth)
+{
+	const char *cname = dwarf_diename(type);
+	Dwarf_Attribute a;
+	Dwarf_Word cc;
+	Dwarf_Die c, t;
+
+	if (dwarf_attr(type, DW_AT_calling_convention, &a) && !dwarf_formudata(&a, &cc))
+		return cc == DW_CC_pass_by_reference;
+	if (is_std_string(type))
+		return true;
+	if (depth > 8 || dwarf_child(type, &c))
+		return false;
+	do {
+		int tag = dwarf_tag(&c);
+		const char *name = dwarf_diename(&c);
+
+		if (tag == DW_TAG_subprogram) {
+			bool user =
+			    !flag(&c, DW_AT_artificial) && !dwarf_hasattr(&c, DW_AT_defaulted);
+
+			if (dwarf_hasattr(&c, DW_AT_virtuality))
+				return true;
+			if (user && name && name[0] == '~')
+				return true;
+			if (user && name && cname && !strcmp(name, cname)) { /* a constructor */
+				Dwarf_Die p;
+				int n = 0;
+
+				if (!dwarf_child(&c, &p))
+					do /* (this, then a reference: a copy or move) */
+						if (dwarf_tag(&p) == DW_TAG_formal_parameter &&
+						    n++ == 1 && type_of(&p, &t) &&
+						    (dwarf_tag(&t) == DW_TAG_reference_type ||
+						     dwarf_tag(&t) == DW_TAG_rvalue_reference_type))
+							return true;
+					while (!dwarf_siblingof(&p, &p));
+			}
+		} else if (tag == DW_TAG_inheritance) {
+			if (dwarf_hasattr(&c, DW_AT_virtuality) ||
+			    (type_of(&c, &t) && by_reference(&t, depth + 1)))
+				return true;
+		} else if (tag == DW_TAG_member && !flag(&c, DW_AT_declaration) &&
+			   type_of(&c, &t) &&
+			   (dwarf_tag(&t) == DW_TAG_structure_type ||
+			    dwarf_tag(&t) == DW_TAG_class_type) &&
+			   by_reference(&t, depth + 1)) {
+			return true;
+		}
+	} while (!dwarf_siblingof(&c, &c));
+	return false;
 }
 
 /* The format of a scalar of @type, or 0 if it is none (an aggregate, ...). */
@@ -133,39 +192,93 @@ static char scalar_format(Dwarf_Die *type, uint8_t *size, bool *fp)
 	}
 }
 
-/* Is every scalar of aggregate @type in [lo, lo + 8) a float or double (the SSE class)? */
-static bool eightbyte_sse(Dwarf_Die *type, uint64_t base, uint64_t lo, int depth)
+/* The System V classes of an aggregate's eightbytes. */
+enum cls { C_NONE, C_INT, C_SSE };
+
+/* The byte offset of member (or base) @m: false if it has none it can say. */
+static bool member_offset(Dwarf_Die *m, bool in_union, uint64_t *off)
 {
-	Dwarf_Die m, mt;
-	bool any = false;
+	Dwarf_Attribute a;
+	Dwarf_Word v;
 
-	if (depth > 8 || dwarf_child(type, &m))
+	if (dwarf_attr(m, DW_AT_data_member_location, &a))
+		return !dwarf_formudata(&a, &v) && (*off = v, true);
+	if (dwarf_attr(m, DW_AT_data_bit_offset, &a))
+		return !dwarf_formudata(&a, &v) && (*off = v / 8, true);
+	*off = 0;
+	return in_union;
+}
+
+/*
+ * Add the classes of @type, at @at in an aggregate of at most 16 bytes, to
+ * @eb; false if the aggregate is of class MEMORY (or what this cannot
+ * classify: long double, vectors, unaligned members).  @budget bounds the
+ * work on deep or huge types.
+ */
+static bool classify(Dwarf_Die *type, uint64_t at, enum cls eb[2], int depth, unsigned *budget)
+{
+	int tag = dwarf_tag(type), enc;
+	uint64_t sz = size_of(type);
+	Dwarf_Die c, t;
+
+	if (depth > 8 || !(*budget)-- || at + sz > 16)
 		return false;
-	do {
-		Dwarf_Attribute a;
-		Dwarf_Word off = 0;
-		uint64_t at, sz;
+	switch (tag) {
+	case DW_TAG_base_type:
+		enc = encoding(type);
+		if (!sz || sz > 8 || at % sz || enc == DW_ATE_complex_float)
+			return false; /* (long double, __int128, complex, unaligned) */
+		if (enc == DW_ATE_float)
+			eb[at / 8] = eb[at / 8] == C_INT ? C_INT : C_SSE;
+		else
+			eb[at / 8] = C_INT;
+		return true;
+	case DW_TAG_pointer_type:
+	case DW_TAG_reference_type:
+	case DW_TAG_rvalue_reference_type:
+	case DW_TAG_enumeration_type:
+		if (!sz || sz > 8 || at % sz)
+			return false;
+		eb[at / 8] = C_INT;
+		return true;
+	case DW_TAG_array_type: {
+		Dwarf_Die el;
+		uint64_t esz;
 
-		if (dwarf_tag(&m) != DW_TAG_member || !type_of(&m, &mt))
-			continue;
-		if (dwarf_attr(&m, DW_AT_data_member_location, &a) && dwarf_formudata(&a, &off))
+		if (!type_of(type, &el) || !(esz = size_of(&el)))
 			return false;
-		at = base + off;
-		sz = size_of(&mt);
-		if (at + sz <= lo || at >= lo + 8)
-			continue;
-		if (dwarf_tag(&mt) == DW_TAG_structure_type ||
-		    dwarf_tag(&mt) == DW_TAG_union_type || dwarf_tag(&mt) == DW_TAG_class_type ||
-		    dwarf_tag(&mt) == DW_TAG_array_type) {
-			if (dwarf_tag(&mt) == DW_TAG_array_type ||
-			    !eightbyte_sse(&mt, at, lo, depth + 1))
+		for (uint64_t o = 0; o < sz; o += esz)
+			if (!classify(&el, at + o, eb, depth + 1, budget))
 				return false;
-		} else if (dwarf_tag(&mt) != DW_TAG_base_type || encoding(&mt) != DW_ATE_float) {
-			return false;
-		}
-		any = true;
-	} while (!dwarf_siblingof(&m, &m));
-	return any;
+		return true;
+	}
+	case DW_TAG_structure_type:
+	case DW_TAG_class_type:
+	case DW_TAG_union_type:
+		if (dwarf_child(type, &c))
+			return true; /* (empty) */
+		do {
+			int ct = dwarf_tag(&c);
+			uint64_t off;
+
+			if ((ct != DW_TAG_member && ct != DW_TAG_inheritance) ||
+			    flag(&c, DW_AT_declaration) || flag(&c, DW_AT_external))
+				continue; /* (functions, static members, ...) */
+			if (!type_of(&c, &t) || !member_offset(&c, tag == DW_TAG_union_type, &off))
+				return false;
+			if (dwarf_hasattr(&c, DW_AT_bit_size)) { /* a bitfield: integer */
+				if (at + off >= 16)
+					return false;
+				eb[(at + off) / 8] = C_INT;
+				continue;
+			}
+			if (!classify(&t, at + off, eb, depth + 1, budget))
+				return false;
+		} while (!dwarf_siblingof(&c, &c));
+		return true;
+	default:
+		return false; /* (vectors, member pointers, ...: not classified) */
+	}
 }
 
 /*
@@ -186,7 +299,7 @@ static uint16_t enum_table(struct pki_argspec *s, Dwarf_Die *type)
 		const char *name = dwarf_diename(&e);
 		int n;
 
-		if (dwarf_tag(&e) != DW_TAG_enumerator || !name ||
+		if (dwarf_tag(&e) != DW_TAG_enumerator || !name || strpbrk(name, ",;:+={}%@") ||
 		    !dwarf_attr(&e, DW_AT_const_value, &a) || dwarf_formsdata(&a, &v))
 			continue;
 		n = snprintf(out + len, room - len, "%s%s=%lld", len ? ";" : "", name,
@@ -223,7 +336,8 @@ static uint16_t member_table(struct pki_argspec *s, Dwarf_Die *type)
 		bool fp;
 		int n;
 
-		if (dwarf_tag(&m) != DW_TAG_member || !name || dwarf_hasattr(&m, DW_AT_bit_size) ||
+		if (dwarf_tag(&m) != DW_TAG_member || !name || strpbrk(name, ",;:+={}%@") ||
+		    dwarf_hasattr(&m, DW_AT_bit_size) || flag(&m, DW_AT_declaration) ||
 		    !dwarf_attr(&m, DW_AT_data_member_location, &a) || dwarf_formudata(&a, &off) ||
 		    !type_of(&m, &mt))
 			continue;
@@ -272,15 +386,75 @@ static struct pki_arg_item placed(struct place *pl, bool fp, unsigned num, char 
 	if (fp && pl->sses < 8) {
 		it.src = PKI_ARG_FP;
 		it.idx = (uint16_t)pl->sses++;
+		it.num = (uint8_t)pl->sses; /* (fpargN: the N-th vector register) */
 	} else if (!fp && pl->ints < 6) {
 		it.src = PKI_ARG_INT;
 		it.idx = (uint16_t)pl->ints++;
 	} else {
 		it.src = PKI_ARG_STACK;
 		it.idx = (uint16_t)++pl->stack;
-		if (fp) /* (a float on the stack: shown as the word it is) */
+		if (fp) /* (a float on the stack: not shown) */
 			it.fmt = '-', it.size = 0;
 	}
+	return it;
+}
+
+static bool is_aggregate(int tag)
+{
+	return tag == DW_TAG_structure_type || tag == DW_TAG_class_type || tag == DW_TAG_union_type;
+}
+
+/* Is aggregate @type passed in registers (not of class MEMORY)? */
+static bool classify_all(Dwarf_Die *type)
+{
+	enum cls eb[2] = {C_NONE, C_NONE};
+	unsigned budget = 4096;
+
+	return size_of(type) <= 16 && classify(type, 0, eb, 0, &budget);
+}
+
+/* A struct of @sz bytes (@type) in memory: its stack words (16-byte aligned if @align16). */
+static struct pki_arg_item on_stack(struct pki_argspec *s, struct place *pl, Dwarf_Die *type,
+				    uint64_t sz, bool align16, unsigned num)
+{
+	struct pki_arg_item it = {.src = PKI_ARG_STACK, .fmt = '-', .num = (uint8_t)num};
+
+	if (align16)
+		pl->stack += pl->stack & 1;
+	it.idx = (uint16_t)(pl->stack + 1);
+	pl->stack += (unsigned)((sz + 7) / 8);
+	if (type && sz <= PKI_ARG_STR_MAX && (it.names = member_table(s, type))) {
+		it.fmt = 'T';
+		it.len = (uint8_t)sz;
+	}
+	return it;
+}
+
+/* A struct of at most 16 bytes, by the classes of its eightbytes (System V 3.2.3). */
+static struct pki_arg_item small_struct(struct pki_argspec *s, struct place *pl, Dwarf_Die *type,
+					uint64_t sz, unsigned num)
+{
+	enum cls eb[2] = {C_NONE, C_NONE};
+	unsigned budget = 4096, nint = 0, nsse = 0;
+	struct pki_arg_item it = {.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num};
+
+	if (!classify(type, 0, eb, 0, &budget))
+		return on_stack(s, pl, type, sz, false, num); /* MEMORY */
+	for (unsigned k = 0; k < (sz > 8 ? 2u : 1u); k++)
+		eb[k] == C_SSE ? nsse++ : nint++;
+	if (!nint && !nsse)
+		return it; /* (an empty class: nothing passed) */
+	if (pl->ints + nint > 6 || pl->sses + nsse > 8)
+		return on_stack(s, pl, type, sz, false, num);
+	/* shown (T) when its eightbytes are of one class: consecutive registers */
+	if (!nsse || !nint) {
+		it.src = nsse ? PKI_ARG_FP : PKI_ARG_INT;
+		it.idx = (uint16_t)(nsse ? pl->sses : pl->ints);
+		if ((it.names = member_table(s, type)))
+			it.fmt = 'T', it.len = (uint8_t)sz;
+	}
+	pl->ints += nint;
+	pl->sses += nsse;
 	return it;
 }
 
@@ -291,8 +465,13 @@ static void parameter(struct pki_argspec *s, struct place *pl, Dwarf_Die *type, 
 	uint64_t sz = size_of(type);
 	uint8_t size;
 	bool fp;
-	char fmt = scalar_format(type, &size, &fp);
+	char fmt = pl->lost ? 0 : scalar_format(type, &size, &fp);
 
+	if (pl->lost) { /* (after a parameter this cannot place: nothing is sure) */
+		add(s, pl,
+		    (struct pki_arg_item){.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num});
+		return;
+	}
 	if (fmt) {
 		struct pki_arg_item it = placed(pl, fp, num, fmt, size);
 		Dwarf_Die to;
@@ -308,64 +487,45 @@ static void parameter(struct pki_argspec *s, struct place *pl, Dwarf_Die *type, 
 		add(s, pl, it);
 		return;
 	}
-	if ((tag == DW_TAG_structure_type || tag == DW_TAG_class_type ||
-	     tag == DW_TAG_union_type) &&
-	    by_reference(type)) { /* a hidden pointer to a copy */
+	if (tag == DW_TAG_unspecified_type && sz <= 8) { /* nullptr_t */
+		add(s, pl, placed(pl, false, num, 'x', 0));
+		return;
+	}
+	if (is_aggregate(tag) && (!sz || flag(type, DW_AT_declaration))) {
+		pl->lost = true; /* a class known only by its name: where it goes is unknown */
+		add(s, pl,
+		    (struct pki_arg_item){.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num});
+		return;
+	}
+	if (is_aggregate(tag) && by_reference(type, 0)) { /* a hidden pointer to a copy */
 		add(s, pl, placed(pl, false, num, is_std_string(type) ? 'S' : 'x', 0));
 		return;
 	}
-	if ((tag == DW_TAG_structure_type || tag == DW_TAG_class_type ||
-	     tag == DW_TAG_union_type) &&
-	    sz && sz <= 16) { /* in one or two registers, or all on the stack */
-		bool sse0 = eightbyte_sse(type, 0, 0, 0),
-		     sse1 = sz > 8 && eightbyte_sse(type, 0, 8, 0);
-		unsigned nsse = sse0 + sse1, nint = (sz > 8 ? 2 : 1) - nsse;
-		struct pki_arg_item it = {.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num};
-
-		/* shown (T) when its eightbytes are of one class: consecutive registers */
-		if (pl->ints + nint <= 6 && pl->sses + nsse <= 8) {
-			if (!nsse || !nint)
-				it = (struct pki_arg_item){
-				    .src = nsse ? PKI_ARG_FP : PKI_ARG_INT,
-				    .fmt = 'T',
-				    .idx = (uint16_t)(nsse ? pl->sses : pl->ints),
-				    .num = (uint8_t)num,
-				    .len = (uint8_t)sz};
-			pl->ints += nint;
-			pl->sses += nsse;
-		} else {
-			it = (struct pki_arg_item){.src = PKI_ARG_STACK,
-						   .fmt = 'T',
-						   .idx = (uint16_t)(pl->stack + 1),
-						   .num = (uint8_t)num,
-						   .len = (uint8_t)sz};
-			pl->stack += (unsigned)((sz + 7) / 8);
-		}
-		if (it.fmt == 'T' && !(it.names = member_table(s, type)))
-			it.fmt = '-', it.len = 0;
-		add(s, pl, it);
+	if (is_aggregate(tag) && sz <= 16) {
+		add(s, pl, small_struct(s, pl, type, sz, num));
 		return;
 	}
-	if ((tag == DW_TAG_structure_type || tag == DW_TAG_class_type ||
-	     tag == DW_TAG_union_type) &&
-	    sz > 16 && sz <= PKI_ARG_STR_MAX) { /* in memory: its stack words, read */
-		struct pki_arg_item it = {.src = PKI_ARG_STACK,
-					  .fmt = 'T',
-					  .idx = (uint16_t)(pl->stack + 1),
-					  .num = (uint8_t)num,
-					  .len = (uint8_t)sz};
-
-		pl->stack += (unsigned)((sz + 7) / 8);
-		if (!(it.names = member_table(s, type)))
-			it.fmt = '-', it.len = 0;
-		add(s, pl, it);
+	if (is_aggregate(tag)) { /* in memory: its stack words, read */
+		add(s, pl, on_stack(s, pl, type, sz, false, num));
 		return;
 	}
-	/* in memory: long double, __int128 (two registers), big aggregates */
-	if (tag == DW_TAG_base_type && sz == 16 && encoding(type) != DW_ATE_float && pl->ints <= 4)
-		pl->ints += 2;
-	else
-		pl->stack += (unsigned)((sz + 7) / 8);
+	if (tag == DW_TAG_base_type && sz == 16 && encoding(type) != DW_ATE_float &&
+	    encoding(type) != DW_ATE_complex_float) { /* __int128: two registers, or the stack */
+		if (pl->ints <= 4)
+			pl->ints += 2;
+		else
+			on_stack(s, pl, NULL, sz, true, num);
+		add(s, pl,
+		    (struct pki_arg_item){.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num});
+		return;
+	}
+	if (tag == DW_TAG_base_type && sz == 16 &&
+	    encoding(type) == DW_ATE_float) { /* long double */
+		add(s, pl, on_stack(s, pl, NULL, sz, true, num));
+		return;
+	}
+	/* vectors, complex, _Float16, member pointers...: not placed; nothing after is sure */
+	pl->lost = true;
 	add(s, pl, (struct pki_arg_item){.src = PKI_ARG_INT, .fmt = '-', .num = (uint8_t)num});
 }
 
@@ -385,7 +545,7 @@ static void spec_of(Dwarf_Die *fn, struct pki_argspec *s)
 	if (has_ret && !rfmt &&
 	    (rtag == DW_TAG_structure_type || rtag == DW_TAG_class_type ||
 	     rtag == DW_TAG_union_type) &&
-	    (size_of(&type) > 16 || by_reference(&type))) {
+	    (size_of(&type) > 16 || by_reference(&type, 0) || !classify_all(&type))) {
 		pl.ints = 1;
 		rfmt = is_std_string(&type) ? 'S' : 'x';
 		size = 0;
@@ -399,6 +559,9 @@ static void spec_of(Dwarf_Die *fn, struct pki_argspec *s)
 			num++;
 			if (type_of(&p, &type))
 				parameter(s, &pl, &type, num);
+			else
+				pl.lost =
+				    true; /* (a parameter of no type: nothing after is sure) */
 		} while (!dwarf_siblingof(&p, &p));
 	}
 	if (rfmt && s->n < PKI_DATA_ITEMS_MAX) {
@@ -430,6 +593,19 @@ static int keep(struct pki_dwarf_args *d, uint64_t addr, Dwarf_Die *fn)
 	return 0;
 }
 
+/*
+ * An optimizer's clone (foo.isra.0, foo.constprop.1, foo.part.2): its code
+ * takes other arguments than the function it describes.
+ */
+static bool ipa_clone(Dwarf_Die *fn)
+{
+	Dwarf_Attribute a;
+	Dwarf_Word cc;
+
+	return dwarf_attr(fn, DW_AT_calling_convention, &a) && !dwarf_formudata(&a, &cc) &&
+	       cc == DW_CC_nocall;
+}
+
 /* The subprograms with code under @die (namespaces, classes), into @d. */
 static int walk(struct pki_dwarf_args *d, Dwarf_Die *die, int depth)
 {
@@ -442,7 +618,7 @@ static int walk(struct pki_dwarf_args *d, Dwarf_Die *die, int depth)
 		int tag = dwarf_tag(&c);
 		Dwarf_Addr lo;
 
-		if (tag == DW_TAG_subprogram && !dwarf_lowpc(&c, &lo) && lo)
+		if (tag == DW_TAG_subprogram && !dwarf_lowpc(&c, &lo) && lo && !ipa_clone(&c))
 			err = keep(d, lo, &c);
 		else if (tag == DW_TAG_namespace || tag == DW_TAG_structure_type ||
 			 tag == DW_TAG_class_type || tag == DW_TAG_union_type)
@@ -497,13 +673,14 @@ int pki_dwarf_args_read(const char *path, struct pki_dwarf_args **out)
 	}
 	d->pic = eh.e_type == ET_DYN;
 	dbg = dwarf_begin_elf(elf, DWARF_C_READ, NULL);
-	if (!dbg) { /* stripped: its separate debug file */
+	err = dbg ? read_cus(d, dbg) : 0;
+	if (!err && !d->n) { /* stripped, or its own DWARF has no function: the debug file's */
+		if (dbg)
+			dwarf_end(dbg);
 		dfd = pki_debugfile_open(elf, path, found, sizeof(found));
 		dbg = dfd >= 0 ? dwarf_begin(dfd, DWARF_C_READ) : NULL;
+		err = dbg ? read_cus(d, dbg) : 0;
 	}
-	if (!dbg)
-		goto out;
-	err = read_cus(d, dbg);
 	if (!err && !d->n)
 		err = -ENOENT;
 	if (!err) {

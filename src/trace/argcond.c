@@ -94,7 +94,7 @@ static int parse_term(const char *term, struct pki_cond_term *t, char *err, size
 	if (r)
 		return r;
 	t->arg = one.item[0];
-	if (strchr("scSpf-", t->arg.fmt)) {
+	if (!strchr("diuxo", t->arg.fmt)) {
 		snprintf(err, errlen,
 			 "'%s': compare an integer format (d i u x o); a string is "
 			 "compared by its quoted value",

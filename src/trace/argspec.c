@@ -3,6 +3,7 @@
  * Argument specs (argspec.h): parsing, the normal form an ARGS record
  * holds, and the display of captured values.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,6 +97,66 @@ static int parse_format(const char **p, struct pki_arg_item *it, const char *sta
 	return 0;
 }
 
+/* The bytes a member of format @fmt and @size (bits, 0: the default) takes: 0 if none valid. */
+static unsigned member_bytes(char fmt, unsigned size)
+{
+	if (fmt == 'c')
+		return size ? 0 : 1;
+	if (fmt == 'f')
+		return size == 32 ? 4 : size == 64 || !size ? 8 : 0;
+	if (!strchr("dux", fmt))
+		return 0;
+	return !size ? 8 : size == 8 || size == 16 || size == 32 || size == 64 ? size / 8 : 0;
+}
+
+/*
+ * Is the table @t (@len bytes, no braces) well-formed for @it: an enum's
+ * NAME=INTEGER entries, or a struct's NAME:FMT[SIZE]+OFFSET entries that
+ * fit its bytes?  Names are C identifiers (what the text form can hold).
+ */
+static bool table_valid(const char *t, size_t len, const struct pki_arg_item *it)
+{
+	const char *end = t + len;
+
+	while (t < end) {
+		const char *semi = memchr(t, ';', (size_t)(end - t)), *q = t;
+		const char *stop = semi ? semi : end;
+		char *e;
+
+		while (q < stop && (isalnum((unsigned char)*q) || *q == '_'))
+			q++;
+		if (q == t || q == stop)
+			return false;
+		if (it->fmt == 'e') {
+			if (*q != '=' || q + 1 == stop)
+				return false;
+			strtoll(q + 1, &e, 0);
+			if (e != stop)
+				return false;
+		} else {
+			char fmt = q[1];
+			unsigned long size = 0, off;
+
+			if (*q != ':' || q + 2 >= stop)
+				return false;
+			q += 2;
+			if (*q >= '0' && *q <= '9') {
+				size = strtoul(q, &e, 10);
+				q = e;
+			}
+			if (*q != '+' || q + 1 == stop || size > 64 ||
+			    !member_bytes(fmt, (unsigned)size))
+				return false;
+			off = strtoul(q + 1, &e, 10);
+			if (e != stop || off > it->len ||
+			    member_bytes(fmt, (unsigned)size) > it->len - off)
+				return false;
+		}
+		t = stop + 1;
+	}
+	return true;
+}
+
 /* e's "{NAME=VALUE;...}", T's and P's "{NAME:FMT+OFF;...}", at *@p into @spec's names. */
 static int parse_table(const char **p, struct pki_arg_item *it, struct pki_argspec *spec,
 		       const char *start, char *err, size_t errlen)
@@ -111,8 +172,13 @@ static int parse_table(const char **p, struct pki_arg_item *it, struct pki_argsp
 		return bad(err, errlen, "'%s': a table ends with '}'", start);
 	len = (size_t)(end - *p - 1);
 	if (spec->nnames + len + 1 > PKI_ARG_NAMES_MAX)
-		return bad(err, errlen, "'%s': the enums' names pass %u bytes", start,
+		return bad(err, errlen, "'%s': the tables' names pass %u bytes", start,
 			   PKI_ARG_NAMES_MAX);
+	if (!table_valid(*p + 1, len, it))
+		return bad(err, errlen, "'%s': a bad table (%s)", start,
+			   it->fmt == 'e'
+			       ? "NAME=INTEGER;..."
+			       : "NAME:FMT[SIZE]+OFFSET;..., FMT d u x c f, inside the bytes");
 	memcpy(spec->names + spec->nnames, *p + 1, len);
 	spec->names[spec->nnames + len] = '\0';
 	it->names = (uint16_t)(spec->nnames + 1);
@@ -449,11 +515,9 @@ static void members(const struct pki_argspec *spec, const struct pki_arg_item *i
 		snprintf(fmt, sizeof(fmt), "%.*s", (int)(at - colon - 1), colon + 1);
 		moff = strtoul(at + 1, NULL, 10);
 		m.fmt = (uint8_t)fmt[0];
-		m.size = (uint8_t)atoi(fmt + 1);
-		n = m.size ? m.size / 8u : 8u;
-		if (m.fmt == 'f' && !m.size)
-			n = 8;
-		if (n <= 8 && moff + n <= v->len) {
+		m.size = (uint8_t)strtoul(fmt + 1, NULL, 10);
+		n = member_bytes(fmt[0], m.size); /* (the table was checked: 1..8) */
+		if (n && moff <= v->len && n <= v->len - moff) {
 			memcpy(&mv.value, v->str + moff, n);
 			pki_argval_str(&(struct pki_argspec){.n = 1, .item = {m}}, 0, &mv, one,
 				       sizeof(one), NULL, NULL);
@@ -472,16 +536,23 @@ static void members(const struct pki_argspec *spec, const struct pki_arg_item *i
 		snprintf(out + off, len - off, "}");
 }
 
-/* The name of @value in the enum table @table ("NAME=VALUE;..."), into @out: false if none. */
-static bool enum_name(const char *table, long long value, char *out, size_t len)
+/*
+ * The name of @value in the enum table @table ("NAME=VALUE;..."), into
+ * @out: false if none.  Compared on the enum's @bits (a table value may be
+ * written signed or unsigned).
+ */
+static bool enum_name(const char *table, uint64_t value, unsigned bits, char *out, size_t len)
 {
+	uint64_t mask = bits && bits < 64 ? (1ull << bits) - 1 : ~0ull;
+
 	for (const char *p = table; p && *p;) {
 		const char *eq = strchr(p, '='), *semi = strchr(p, ';');
 		char *end;
 
 		if (!eq || (semi && semi < eq))
 			return false;
-		if (strtoll(eq + 1, &end, 0) == value && (*end == ';' || !*end)) {
+		if (((uint64_t)strtoll(eq + 1, &end, 0) & mask) == (value & mask) &&
+		    (*end == ';' || !*end)) {
 			snprintf(out, len, "%.*s", (int)(eq - p), p);
 			return true;
 		}
@@ -554,8 +625,7 @@ const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const str
 		break;
 	case 'e':
 		if (!it->names || it->names > spec->nnames ||
-		    !enum_name(spec->names + it->names - 1, (long long)sized(it, v->value, true),
-			       out, len))
+		    !enum_name(spec->names + it->names - 1, v->value, it->size, out, len))
 			snprintf(out, len, "%lld", (long long)sized(it, v->value, true));
 		break;
 	case 'x':

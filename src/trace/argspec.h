@@ -6,24 +6,28 @@
  * reader parses the ARGS records of a trace and formats its DATA events.
  *
  *   spec    := item { "," item }
- *   item    := ( "arg" N | "fparg" N | "retval" ) [ "/" fmt [ size ] ] [ "%" where ]
- *   fmt     := d | i | u | x | o | s | c | f | S | p | - | e [ size ] "{" NAME=VALUE { ";"
- * NAME=VALUE } "}" size    := 8 | 16 | 32 | 64            (integers; f: 32 | 64) where   := rdi |
- * rsi | rdx | rcx | r8 | r9 | xmm0 .. xmm7 | "stack" [ "+" ] N
+ *   item    := ( "arg" N | "fparg" N | "retval" ) [ "/" fmt ] [ "%" where ]
+ *   fmt     := ( d | i | u | x | o ) [ size ] | c | s | S | p | f [ 32 | 64 ] | -
+ *            | e [ size ] [ "{" NAME=INTEGER { ";" NAME=INTEGER } "}" ]
+ *            | ( T | P ) BYTES "{" NAME:MFMT+OFFSET { ";" NAME:MFMT+OFFSET } "}"
+ *   size    := 8 | 16 | 32 | 64
+ *   MFMT    := ( d | u | x ) [ size ] | c | f [ 32 | 64 ]
+ *   where   := rdi | rsi | rdx | rcx | r8 | r9 | xmm0 .. xmm7 | "stack" [ "+" ] N
  *
- * argN is the N-th integer or pointer argument (N from 1: rdi, rsi, rdx, rcx,
- * r8, r9, then the stack words above the return address: arg7 is
- * stack+1), fparg N the N-th floating-point one (xmm0 .. xmm7), retval the
- * return value (rax, or xmm0 for f).  d and i print signed decimal, u
+ * argN is the N-th integer or pointer argument (N from 1: rdi, rsi, rdx,
+ * rcx, r8, r9, then the stack words above the return address: arg7 is
+ * stack+1), fparg N the N-th floating-point one (xmm0 .. xmm7), retval
+ * the return value (rax, or xmm0 for f).  d and i print signed decimal, u
  * unsigned, x hex, o octal, c a character, s a C string, S a std::string
  * (libstdc++'s layout, or libc++'s where the process uses it), p a code
- * address (by name where the trace names
- * it), f a float or double, - nothing (a value that cannot be shown,
- * from DWARF: "?"), e an enum: its enumerator's name, or the number when
- * none has it, T a struct of BYTES passed by value (in one or two registers
- * of a class, or on the stack), P a pointer to one, followed: its members
- * NAME of format d u x c f p (and size) at byte OFFSET, shown
- * "{x=1, y=2}".  Without a format: d (f for fparg).
+ * address (by name where the trace names it), f a float or double, - nothing
+ * (a value that cannot be shown: "?"), e an enum: its enumerator's name
+ * from the table, or the number when none has it, T a struct of BYTES
+ * passed by value (in one or two registers of one class, or on the
+ * stack), P a pointer to one, followed: each shown by its members NAME of
+ * format MFMT at byte OFFSET, "{x=1, y=2}".  Without a format: d (f for
+ * fparg).  Tables are checked: names are C identifiers, members lie inside
+ * the bytes.
  */
 #ifndef PK_TRACE_ARGSPEC_H
 #define PK_TRACE_ARGSPEC_H

@@ -954,13 +954,13 @@ static uint64_t ring_copy(struct pki_trace_buf *b, uint64_t *from)
 	 * PKI_DATA_MAX when the owner is inside a record: event h2 may come
 	 * with DATA, whose slots are those of the events after h2 - cap.
 	 */
-	if (h2 >= cap && h2 - cap + 1 + PKI_DATA_MAX > start) {
-		uint64_t torn = h2 - cap + 1 + PKI_DATA_MAX - start;
+	if (h2 + 1 + PKI_DATA_MAX > cap + start) {
+		uint64_t torn = h2 + 1 + PKI_DATA_MAX - cap - start;
 
 		if (!__atomic_load_n(&b->busy, __ATOMIC_ACQUIRE) &&
 		    __atomic_load_n(&b->head, __ATOMIC_RELAXED) == h2)
 			/* event h2 had not begun: h2 - cap and above are whole (see above) */
-			torn = h2 - cap > start ? h2 - cap - start : 0;
+			torn = h2 > cap + start ? h2 - cap - start : 0;
 		if (torn > n)
 			torn = n;
 		if (torn) {

@@ -23,6 +23,13 @@ P std::string twice(const std::string &s)
 	return s + s;
 }
 
+/* By value: passed by invisible reference (it is not trivially copyable), as -a must know. */
+P unsigned long byval(std::string s, int after)
+{
+	sink += s.size();
+	return s.size() + (unsigned long)after;
+}
+
 /* The string as replay quotes it: cut at 64 bytes with "...". */
 static std::string quoted(const std::string &s)
 {
@@ -38,6 +45,8 @@ int main()
 
 	for (const std::string &s : cases)
 		std::printf("want slen(%s) = %lu;\n", quoted(s).c_str(), slen(s));
+	std::printf("want byval(\"by value\", 7) = 15;\n");
+	sink += byval("by value", 7);
 	for (const std::string &s : {std::string("ab"), std::string(20, 'x')}) {
 		std::string r = twice(s);
 

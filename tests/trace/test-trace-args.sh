@@ -125,7 +125,7 @@ run -o sa.trace -a -- "$strs"
 check "-a, g++: a std::string passed by value goes by reference, the int after it right" \
 	"[[ $rc == 0 ]] && $pk replay sa.trace | grep -qF 'byval(\"by value\", 7) = 15;'"
 if command -v clang++ >/dev/null &&
-	clang++ -stdlib=libc++ -O2 -o strs_llvm "$(dirname "$(realpath "$0")")/strs_demo.cc" 2>/dev/null; then
+	env -u LD_PRELOAD clang++ -stdlib=libc++ -O2 -o strs_llvm "$here/strs_demo.cc" 2>/dev/null; then
 	strs_check "S (libc++)" ./strs_llvm
 else
 	echo "SKIP (part): S with libc++: clang++ -stdlib=libc++ cannot build (apt-get install clang libc++-dev libc++abi-dev)"
@@ -145,15 +145,17 @@ check "-a: a pointer to a struct followed, NULL, unreadable" \
 	 grep -qF 'f_ptr(0x10 <unreadable>) = -1;' au.replay"
 check "-a: the return value too" "grep -qF 'many(1, -2, 3, -4, 5, -6, 7, -8) = -4;' au.replay"
 if command -v gdb >/dev/null; then
-	python3 "$here/gdb_args.py" "$auto" au.replay "${afuncs[@]}" >gdb.out 2>&1
+	# (not under a sanitizer's preloaded runtime: gdb would run with it too)
+	env -u LD_PRELOAD timeout 120 python3 "$here/gdb_args.py" "$auto" au.replay "${afuncs[@]}" \
+		>gdb.out 2>&1
 	check "-a: the values gdb's info args shows ($(tail -1 gdb.out))" \
 		"grep -qx '${#afuncs[@]} compared, 0 differ' gdb.out"
 else
 	echo "SKIP (part): -a against gdb: no gdb"
 fi
 if command -v objcopy >/dev/null; then
-	cp "$auto" stripped && objcopy --only-keep-debug stripped stripped.debug &&
-		strip --strip-all stripped && objcopy --add-gnu-debuglink=stripped.debug stripped
+	cp "$auto" stripped && env -u LD_PRELOAD objcopy --only-keep-debug stripped stripped.debug &&
+		env -u LD_PRELOAD strip --strip-all stripped && env -u LD_PRELOAD objcopy --add-gnu-debuglink=stripped.debug stripped
 	run -o aus.trace -a -- ./stripped
 	check "-a: DWARF from a separate debug file" \
 		"[[ $rc == 0 ]] && $pk replay aus.trace | grep -qF 'f_str(\"hello\", GREEN) = 10;'"

@@ -11,19 +11,20 @@ set -uo pipefail
 pk=$(realpath "$1") demo=$(realpath "$2")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
+# (binutils run without a sanitizer's preloaded runtime: env -u LD_PRELOAD)
 for t in objcopy strip; do
 	command -v $t >/dev/null || { echo "SKIP: no $t (binutils)"; exit 77; }
 done
 export PROBEKIT_DEBUG_DIR=$tmp/dbg
 mkdir -p a dbg
 cp "$demo" a/prog
-objcopy --only-keep-debug a/prog a/prog.debug
-strip --strip-all a/prog
+env -u LD_PRELOAD objcopy --only-keep-debug a/prog a/prog.debug
+env -u LD_PRELOAD strip --strip-all a/prog
 # names of the demo's functions as sites -f lists them
 names() { "$pk" sites -f "$1" 2>/dev/null | awk '{print $NF}' | grep -E '^dbg_' | sort | tr '\n' ' '; }
 check "stripped, no debug file: unnamed" "[[ -z '$(names a/prog)' ]]"
 
-objcopy --add-gnu-debuglink=a/prog.debug a/prog
+env -u LD_PRELOAD objcopy --add-gnu-debuglink=a/prog.debug a/prog
 check "debuglink beside it: named" "[[ '$(names a/prog)' == 'dbg_square dbg_sum ' ]]"
 check "sites -s says where the names come from" \
 	"$pk sites -f -s a/prog | grep -qF \"# names from the separate debug file $tmp/a/prog.debug\""
@@ -45,9 +46,9 @@ check "a debug file with another CRC: not used" "[[ -z '$(names a/prog)' ]]"
 rm "dbg$tmp/a/prog.debug"
 
 # By build ID, without a debuglink.
-id=$(readelf -n a/prog | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')
+id=$(env -u LD_PRELOAD readelf -n a/prog | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')
 if [[ -n $id ]]; then
-	objcopy --remove-section=.gnu_debuglink a/prog
+	env -u LD_PRELOAD objcopy --remove-section=.gnu_debuglink a/prog
 	mkdir -p "dbg/.build-id/${id:0:2}"
 	cp good.debug "dbg/.build-id/${id:0:2}/${id:2}.debug"
 	check "by build ID: named" "[[ '$(names a/prog)' == 'dbg_square dbg_sum ' ]]"
@@ -60,7 +61,7 @@ fi
 # An installed debug package: libc6-dbg's file for the libc in use.
 unset PROBEKIT_DEBUG_DIR
 libc=$(ldd "$demo" | awk '/libc.so.6/ {print $3}')
-lid=$(readelf -n "$libc" | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')
+lid=$(env -u LD_PRELOAD readelf -n "$libc" | sed -n 's/.*Build ID: \([0-9a-f]*\).*/\1/p')
 if [[ -n $lid && -f /usr/lib/debug/.build-id/${lid:0:2}/${lid:2}.debug ]]; then
 	"$pk" sites -f -s "$libc" >libc.txt 2>&1
 	awk '{print $NF}' libc.txt >libc.names

@@ -58,15 +58,7 @@ int pki_cond_parse(const char *text, struct pki_cond *c, char *err, size_t errle
 /* @v cut to @it's size, sign-extended if its format is signed. */
 static inline uint64_t pki_cond_sized(const struct pki_arg_item *it, uint64_t v)
 {
-	unsigned bits = it->size ? it->size : it->fmt == 'c' ? 8 : 64;
-	bool sign = it->fmt == 'd' || it->fmt == 'i';
-
-	if (bits == 64)
-		return v;
-	v &= (1ull << bits) - 1;
-	if (sign && v >> (bits - 1))
-		v |= ~0ull << bits;
-	return v;
+	return pki_arg_sized(it, v, it->fmt == 'd' || it->fmt == 'i');
 }
 
 static inline bool pki_cond_cmp(const struct pki_cond_term *t, uint64_t v)

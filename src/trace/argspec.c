@@ -445,19 +445,6 @@ bool pki_argval_add(struct pki_argval *v, uint64_t word, uint64_t payload)
 	return true;
 }
 
-/* @v's value cut to @it's size, signed or not. */
-static uint64_t sized(const struct pki_arg_item *it, uint64_t v, bool sign)
-{
-	unsigned bits = it->size ? it->size : it->fmt == 'c' ? 8 : 64;
-
-	if (bits == 64)
-		return v;
-	v &= (1ull << bits) - 1;
-	if (sign && v >> (bits - 1))
-		v |= ~0ull << bits;
-	return v;
-}
-
 /* A C string's bytes, escaped, between quotes, into @out. */
 static void quote(const char *s, size_t n, bool cut, char *out, size_t len)
 {
@@ -590,7 +577,7 @@ const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const str
 			quote(v->str, v->len, v->cut || !v->done, out, len);
 		break;
 	case 'c': {
-		unsigned char c = (unsigned char)sized(it, v->value, false);
+		unsigned char c = (unsigned char)pki_arg_sized(it, v->value, false);
 
 		if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\')
 			snprintf(out, len, "'%c'", c);
@@ -612,7 +599,7 @@ const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const str
 			snprintf(out, len, "%#llx", (unsigned long long)v->value);
 		break;
 	case 'u':
-		snprintf(out, len, "%llu", (unsigned long long)sized(it, v->value, false));
+		snprintf(out, len, "%llu", (unsigned long long)pki_arg_sized(it, v->value, false));
 		break;
 	case 'T':
 	case 'P':
@@ -626,16 +613,16 @@ const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const str
 	case 'e':
 		if (!it->names || it->names > spec->nnames ||
 		    !enum_name(spec->names + it->names - 1, v->value, it->size, out, len))
-			snprintf(out, len, "%lld", (long long)sized(it, v->value, true));
+			snprintf(out, len, "%lld", (long long)pki_arg_sized(it, v->value, true));
 		break;
 	case 'x':
-		snprintf(out, len, "%#llx", (unsigned long long)sized(it, v->value, false));
+		snprintf(out, len, "%#llx", (unsigned long long)pki_arg_sized(it, v->value, false));
 		break;
 	case 'o':
-		snprintf(out, len, "%#llo", (unsigned long long)sized(it, v->value, false));
+		snprintf(out, len, "%#llo", (unsigned long long)pki_arg_sized(it, v->value, false));
 		break;
 	default:
-		snprintf(out, len, "%lld", (long long)sized(it, v->value, true));
+		snprintf(out, len, "%lld", (long long)pki_arg_sized(it, v->value, true));
 		break;
 	}
 	return out;

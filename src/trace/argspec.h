@@ -55,6 +55,22 @@ struct pki_arg_item {
 	uint8_t len;	/* T, P: the struct's bytes (1..PKI_ARG_STR_MAX) */
 };
 
+/*
+ * @v cut to @it's size (its bits; a c's 8; else 64), sign-extended if
+ * @sign.  Pure arithmetic: the hook's conditions use it too (argcond.h).
+ */
+static inline uint64_t pki_arg_sized(const struct pki_arg_item *it, uint64_t v, bool sign)
+{
+	unsigned bits = it->size ? it->size : it->fmt == 'c' ? 8 : 64;
+
+	if (bits == 64)
+		return v;
+	v &= (1ull << bits) - 1;
+	if (sign && v >> (bits - 1))
+		v |= ~0ull << bits;
+	return v;
+}
+
 /* Bytes of enumerator names one spec keeps (an enum past them shows numbers). */
 #define PKI_ARG_NAMES_MAX 480
 

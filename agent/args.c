@@ -169,6 +169,7 @@ bool agent_args_match(const char *name, struct agent_argfn *fn)
 				fn->overflow = true;
 			else
 				fn->cond.t[fn->cond.n++] = c->t[k];
+			fn->cond.ret |= c->t[k].arg.src == PKI_ARG_RET;
 		}
 		for (unsigned k = 0; k < s->n; k++) {
 			const struct pki_arg_item *it = &s->item[k];

@@ -17,6 +17,7 @@
 #include "trace/argcond.h"
 #include "trace/fgraph.h"
 #include "trace/fnstats.h"
+#include "trace/hold.h"
 #include "trace/trace.h"
 
 struct agent_hook agent_hook;
@@ -93,20 +94,73 @@ static inline const struct agent_args_slot *args_find(const struct pk_ops *ops, 
 }
 
 /* An entry whose spec reads memory (strings, stack words): the general capture. */
-static __attribute__((noinline)) void args_entry_slow(unsigned long ip, unsigned kind,
+static __attribute__((noinline)) void args_entry_slow(unsigned long ip, unsigned kind, uint64_t ts,
 						      const struct pki_argspec *spec,
 						      const struct pk_regs *regs, bool vec)
 {
 	struct pki_trace_event d[PKI_DATA_MAX];
 	unsigned n = pki_argcap_entry(spec, regs, vec, d);
 
-	pki_trace_record_n(ip, kind, pki_trace_now(), d, n);
+	pki_trace_record_n(ip, kind, ts, d, n);
+}
+
+/*
+ * The event of @ip's call at @ts with the arguments @sl's spec asks for.
+ * Register values only (the slot's plan): a few loads into the DATA
+ * events, recorded with the event as one.
+ */
+static inline __attribute__((always_inline)) void args_entry(unsigned long ip, unsigned kind,
+							     uint64_t ts,
+							     const struct agent_args_slot *sl,
+							     const struct pk_regs *regs, bool vec)
+{
+	if (__builtin_expect(sl && sl->nreg != AGENT_ARGS_SLOW, 1)) {
+		struct pki_trace_event d[AGENT_ARGS_REGS];
+
+		for (unsigned i = 0; i < sl->nreg; i++) {
+			d[i].ts = *(const uint64_t *)((const char *)regs + sl->off[i]);
+			d[i].word = PKI_EV_DATA_WORD(sl->item[i], 8, 0);
+		}
+		pki_trace_record_n(ip, kind, ts, d, sl->nreg);
+	} else if (sl) {
+		args_entry_slow(ip, kind, ts, sl->spec, regs, vec);
+	} else {
+		pki_trace_record(ip, kind, ts);
+	}
+}
+
+/*
+ * A call whose -F condition has terms on retval: held (trace/hold.h) from
+ * its entry event to its return, which decides (src/trace/fgraph.c).  A
+ * call whose return cannot be seen (too deep) is kept.
+ */
+static __attribute__((noinline)) void args_entry_held(unsigned long ip,
+						      const struct agent_args_slot *sl,
+						      const struct pk_regs *regs, bool vec)
+{
+	uint64_t mark = PKI_SLOWCALL0(pki_trace_hold_begin), ts = pki_trace_now();
+	struct pki_fgraph_ent *e;
+
+	args_entry(ip, PKI_EV_ENTRY, ts, sl, regs, vec);
+	e = pki_fgraph_push(ip, 0, (unsigned long *)regs->sp);
+	if (__builtin_expect(!e, 0)) {
+		struct pki_trace_event entry = {ts, PKI_EV_WORD(ip, PKI_EV_ENTRY)};
+
+		PKI_SLOWCALL3(pki_trace_hold_end, mark, &entry, true);
+		if (pki_fgraph_tls.cap || !pki_fgraph_tls.st)
+			pki_trace_count_lost(); /* (as pki_fgraph_enter()) */
+		return;
+	}
+	e->args = (uint64_t)(uintptr_t)sl->spec;
+	e->cond = (uint64_t)(uintptr_t)sl->cond;
+	e->entry_ts = ts;
+	e->mark = mark;
+	pki_fgraph_arm(e);
 }
 
 /*
  * An entry event with the arguments -A asked for, and the return hijacked
- * for -R's.  Register values only (the slot's plan): a few loads into the
- * DATA events, recorded with the entry as one.
+ * for -R's; -F's condition first.
  */
 void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 			 struct pk_regs *regs)
@@ -123,23 +177,15 @@ void agent_on_entry_args(unsigned long ip, unsigned long parent_ip, struct pk_op
 		return; /* -F: not this call; nothing recorded, its exit not hijacked */
 	if (a->exits)
 		pki_fgraph_prune((unsigned long *)regs->sp);
-	if (__builtin_expect(sl && sl->nreg != AGENT_ARGS_SLOW, 1)) {
-		struct pki_trace_event d[AGENT_ARGS_REGS];
-
-		for (unsigned i = 0; i < sl->nreg; i++) {
-			d[i].ts = *(const uint64_t *)((const char *)regs + sl->off[i]);
-			d[i].word = PKI_EV_DATA_WORD(sl->item[i], 8, 0);
-		}
-		pki_trace_record_n(ip, kind, pki_trace_now(), d, sl->nreg);
-	} else if (sl) {
-		args_entry_slow(ip, kind, sl->spec, regs, a->vec);
+	if (__builtin_expect(sl && sl->cond && sl->cond->ret && a->exits, 0)) {
+		args_entry_held(ip, sl, regs, a->vec);
 	} else {
-		pki_trace_record(ip, kind, pki_trace_now());
+		args_entry(ip, kind, pki_trace_now(), sl, regs, a->vec);
+		if (a->exits && sl && sl->spec->ret)
+			pki_fgraph_enter_args(ip, (unsigned long *)regs->sp, sl->spec);
+		else if (a->exits)
+			pki_fgraph_enter(ip, (unsigned long *)regs->sp);
 	}
-	if (a->exits && sl && sl->spec->ret)
-		pki_fgraph_enter_args(ip, (unsigned long *)regs->sp, sl->spec);
-	else if (a->exits)
-		pki_fgraph_enter(ip, (unsigned long *)regs->sp);
 	if (__builtin_expect(ip == agent_hook.trigger, 0))
 		PKI_SLOWCALL3(agent_trace_trigger, ip, 0, 0);
 }

@@ -77,7 +77,10 @@ static const char usage[] =
     "                        in -A (integers: d i signed, u x o unsigned), OP\n"
     "                        == != < <= > >=, VALUE an integer or a quoted\n"
     "                        string (== and != only; a trailing * makes it a\n"
-    "                        prefix); e.g. -F 'parse@if:arg1/d32>0 && arg2==\"GET*\"'\n"
+    "                        prefix); e.g. -F 'parse@if:arg1/d32>0 && arg2==\"GET*\"'.\n"
+    "                        A term on retval[/FMT[SIZE]] decides at the return\n"
+    "                        (-F 'parse@if:retval/d32<0'): the call is held\n"
+    "                        until then; its callees are recorded either way\n"
     "  -p, --pid PID         attach to the running process PID instead of starting\n"
     "                        PROG: its functions are hooked while it runs, and\n"
     "                        taken off again on Ctrl-C, SIGTERM or SIGHUP, at the\n"
@@ -499,6 +502,7 @@ static bool trace_opt_args(struct trace_opts *o, int c, char *arg, int argc)
 
 		if (pki_cond_parse(at + 4, &cond, why, sizeof(why)))
 			return cli_usage_error("trace: -F '%s': %s", arg, why), false;
+		o->retval |= cond.ret;
 		return cli_globs_add(&o->args, "trace", c, arg, argc);
 	}
 	if (pki_argspec_parse(at + 1, &spec, why, sizeof(why)))

@@ -261,6 +261,43 @@ static int holds(const char *cond, unsigned long a1, unsigned long a2)
 	return pki_cond_eval(&c, &regs);
 }
 
+/*
+ * @cond's verdicts at the entry (arguments @a1) and at the return (@ret):
+ * 10 * entry + return, or -1 if it does not parse; @held set to whether
+ * the call is held until its return.
+ */
+static int holds_ret(const char *cond, unsigned long a1, unsigned long ret, bool *held)
+{
+	struct pki_cond c = {0};
+	struct pk_regs regs = {.di = a1};
+
+	if (pki_cond_parse(cond, &c, err, sizeof(err)))
+		return -1;
+	*held = c.ret;
+	return 10 * pki_cond_eval(&c, &regs) + pki_cond_eval_ret(&c, ret);
+}
+
+START_TEST(conditions_on_return_values)
+{
+	bool held;
+
+	ck_assert_int_eq(holds_ret("retval==3", 0, 3, &held), 11);
+	ck_assert(held);
+	ck_assert_int_eq(holds_ret("retval==3", 0, 4, &held), 10);
+	ck_assert_int_eq(holds_ret("retval/d32<0", 0, 0xffffffffull, &held), 11);
+	ck_assert_int_eq(holds_ret("retval/u32<0x10", 0, 0x100000005ull, &held), 11);
+	/* terms on arguments at the entry, on retval at the return */
+	ck_assert_int_eq(holds_ret("arg1==1 && retval!=0", 1, 0, &held), 10);
+	ck_assert_int_eq(holds_ret("arg1==1 && retval!=0", 2, 5, &held), 1);
+	ck_assert_int_eq(holds_ret("retval==\"ok\"", 0, (unsigned long)"ok", &held), 11);
+	ck_assert_int_eq(holds_ret("retval==\"ok\"", 0, 0, &held), 10);
+	ck_assert_int_eq(holds_ret("arg1==1", 1, 0, &held), 11);
+	ck_assert(!held);
+	ck_assert_int_eq(holds_ret("retval/f<0", 0, 0, &held), -1);
+	ck_assert_ptr_nonnull(strstr(err, "integer format"));
+}
+END_TEST
+
 START_TEST(conditions)
 {
 	static const char get[] = "GET /index", x[] = "x";
@@ -292,7 +329,7 @@ START_TEST(conditions)
 	ck_assert_int_eq(holds("arg1", 0, 0), -1);
 	ck_assert_int_eq(holds("arg1==", 0, 0), -1);
 	ck_assert_int_eq(holds("arg1==3 &&", 0, 0), -1);
-	ck_assert_int_eq(holds("retval==3", 0, 0), -1);
+	ck_assert_int_eq(holds("fparg1==3", 0, 0), -1);
 	ck_assert_int_eq(holds("arg1/s==3", 0, 0), -1);
 	ck_assert_int_eq(holds("arg1<\"a\"", 0, 0), -1);
 	ck_assert_int_eq(holds("arg1==\"unterminated", 0, 0), -1);
@@ -314,6 +351,7 @@ int main(void)
 	tcase_add_test(tc, every_format_shows);
 	tcase_add_test(tc, strings_never_fault);
 	tcase_add_test(tc, conditions);
+	tcase_add_test(tc, conditions_on_return_values);
 	tcase_add_test(tc, structs_by_members);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

@@ -79,15 +79,9 @@ static int parse_term(const char *term, struct pki_cond_term *t, char *err, size
 	}
 	memcpy(lhs, term, (size_t)(p - term));
 	lhs[p - term] = '\0';
-	if (!strncmp(lhs, "retval", 6)) {
+	if ((strncmp(lhs, "arg", 3) && strncmp(lhs, "retval", 6)) || strchr(lhs, '%')) {
 		snprintf(err, errlen,
-			 "'%s': conditions are on arguments (argN), decided at the "
-			 "entry; not on the return value",
-			 term);
-		return -EINVAL;
-	}
-	if (strncmp(lhs, "arg", 3) || strchr(lhs, '%')) {
-		snprintf(err, errlen, "'%s': a condition is on argN[/FMT[SIZE]]", term);
+			 "'%s': a condition is on argN[/FMT[SIZE]] or retval[/FMT[SIZE]]", term);
 		return -EINVAL;
 	}
 	r = pki_argspec_parse(lhs, &one, err, errlen);
@@ -170,6 +164,7 @@ int pki_cond_parse(const char *text, struct pki_cond *c, char *err, size_t errle
 		r = parse_term(term, &c->t[c->n], err, errlen);
 		if (r)
 			return r;
+		c->ret |= c->t[c->n].arg.src == PKI_ARG_RET;
 		c->n++;
 		if (!and)
 			return 0;

@@ -7,6 +7,7 @@
  *   cond  := term { "&&" term }
  *   term  := arg [ "/" fmt [ size ] ] op value
  *   arg   := "arg" N                     (as in argspec.h: rdi ... r9, then the stack)
+ *          | "retval"                    (rax as the function returns)
  *   op    := == | != | < | <= | > | >=
  *   value := an integer (decimal, 0x hex, negative) | "a string" | "a prefix*"
  *
@@ -14,7 +15,9 @@
  * on the argument's low SIZE bits (default 64: an int is arg1/d32).  A
  * quoted value compares the C string the argument points to: == and !=
  * only, a trailing * making it a prefix; a NULL or unreadable pointer
- * equals no string.  Parsing is pure; evaluation (pki_cond_eval) runs in
+ * equals no string.  Terms on retval are decided at the return
+ * (pki_cond_eval_ret): until then the call is held (trace/hold.h), the
+ * others at the entry.  Parsing is pure; evaluation (pki_cond_eval) runs in
  * the hook: any context, no libc, vector-free, memory read with
  * pki_arch_copy_safe() (a string costs a system call).
  */
@@ -46,6 +49,7 @@ struct pki_cond_term {
 
 struct pki_cond {
 	unsigned n;
+	bool ret; /* a term is on retval: the call is held until its return */
 	struct pki_cond_term t[PKI_COND_TERMS];
 };
 
@@ -103,7 +107,13 @@ static inline bool pki_cond_str(const struct pki_cond_term *t, uint64_t addr)
 	return t->op == PKI_COND_EQ ? same : !same;
 }
 
-/* Do the arguments of the call in @regs satisfy @c? */
+/* Does @v satisfy @t? */
+static inline bool pki_cond_term_eval(const struct pki_cond_term *t, uint64_t v)
+{
+	return t->str ? pki_cond_str(t, v) : pki_cond_cmp(t, v);
+}
+
+/* Do the arguments of the call in @regs satisfy @c's terms on them? */
 static inline bool pki_cond_eval(const struct pki_cond *c, const struct pk_regs *regs)
 {
 	const unsigned long *ints = &regs->di;
@@ -112,6 +122,8 @@ static inline bool pki_cond_eval(const struct pki_cond *c, const struct pk_regs 
 		const struct pki_cond_term *t = &c->t[i];
 		uint64_t v;
 
+		if (t->arg.src == PKI_ARG_RET)
+			continue; /* (pki_cond_eval_ret's) */
 		if (t->arg.src == PKI_ARG_STACK) {
 			if (pki_arch_copy_safe(&v, (const void *)(regs->sp + 8ull * t->arg.idx),
 					       sizeof(v)) != sizeof(v))
@@ -119,9 +131,18 @@ static inline bool pki_cond_eval(const struct pki_cond *c, const struct pk_regs 
 		} else {
 			v = ints[t->arg.idx];
 		}
-		if (t->str ? !pki_cond_str(t, v) : !pki_cond_cmp(t, v))
+		if (!pki_cond_term_eval(t, v))
 			return false;
 	}
+	return true;
+}
+
+/* Does the return value @ax satisfy @c's terms on retval? */
+static inline bool pki_cond_eval_ret(const struct pki_cond *c, uint64_t ax)
+{
+	for (unsigned i = 0; i < c->n; i++)
+		if (c->t[i].arg.src == PKI_ARG_RET && !pki_cond_term_eval(&c->t[i], ax))
+			return false;
 	return true;
 }
 

@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "trace/argcap.h"
+#include "trace/argcond.h"
 #include "trace/fgraph.h"
 #include "trace/fnstats.h"
+#include "trace/hold.h"
 #include "trace/trace.h"
 
 __thread struct pki_fgraph_tls pki_fgraph_tls __attribute__((tls_model("initial-exec")));
@@ -214,23 +216,30 @@ static inline struct pki_fgraph_ent *caller_of(struct pki_fgraph_tls *t, uint32_
 	return i && !t->st[i - 1].probe ? &t->st[i - 1] : NULL;
 }
 
+/*
+ * A held call's exit (hold.h), as its condition says @keep: whether to
+ * record its EXIT event.
+ */
+static bool held_end(const struct pki_fgraph_ent *e, bool keep)
+{
+	struct pki_trace_event entry = {e->entry_ts, PKI_EV_WORD(e->fn, PKI_EV_ENTRY)};
+
+	return PKI_SLOWCALL3(pki_trace_hold_end, e->mark, &entry, keep);
+}
+
 void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void *regs)
 {
 	struct pki_fgraph_ent *e = &t->st[i];
 
 	if (e->probe)
 		pki_fgraph_probe_exit(e, regs);
-	else
+	else if (__builtin_expect(e->cond != 0, 0) && !pki_fgraph_timed) {
+		if (held_end(e, true)) /* (unwound: no return value to decide on, kept) */
+			pki_trace_record(e->fn, PKI_EV_EXIT, ts);
+	} else
 		exit_account(e->fn, e->ts, e->child, ts, caller_of(t, i));
 }
 
-/*
- * The exit of the frame returning to @sp (its slot is sp - 8), with @regs
- * (pki_rettramp_regs') or not, and its entry popped; where to go.  Normally
- * the top entry; else the slow path (fgraph_ctx.c) finds it, below
- * abandoned frames or in another context.  The exit runs before depth
- * shrinks: after that a signal handler may reuse the entry's place.
- */
 /*
  * The EXIT event at @ts of @e, which returns @ax / @x0, with the return
  * value its spec asks for (one item: a string's pieces at most).
@@ -238,9 +247,14 @@ void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void
 static void exit_args(const struct pki_fgraph_ent *e, unsigned long ax, unsigned long x0,
 		      uint64_t ts)
 {
+	const struct pki_argspec *spec = (const struct pki_argspec *)(uintptr_t)e->args;
 	struct pki_trace_event d[PKI_ARG_STR_MAX / 8];
-	unsigned n = pki_argcap_ret((const struct pki_argspec *)(uintptr_t)e->args, ax, x0, d);
+	unsigned n;
 
+	if (__builtin_expect(e->cond != 0, 0) &&
+	    !held_end(e, pki_cond_eval_ret((const struct pki_cond *)(uintptr_t)e->cond, ax)))
+		return; /* -F on retval: not this call (its entry voided) */
+	n = spec->ret ? pki_argcap_ret(spec, ax, x0, d) : 0;
 	pki_trace_record_n(e->fn, PKI_EV_EXIT, ts, d, n);
 }
 
@@ -254,6 +268,13 @@ void pki_fgraph_ent_return(struct pki_fgraph_tls *t, uint32_t i, const struct pk
 		pki_fgraph_ent_exit(t, i, r->ts, r->regs);
 }
 
+/*
+ * The exit of the frame returning to @sp (its slot is sp - 8), with @regs
+ * (pki_rettramp_regs') or not, and its entry popped; where to go.  Normally
+ * the top entry; else the slow path (fgraph_ctx.c) finds it, below
+ * abandoned frames or in another context.  The exit runs before depth
+ * shrinks: after that a signal handler may reuse the entry's place.
+ */
 static inline unsigned long exit_frame(unsigned long sp, void *regs, unsigned long ax,
 				       unsigned long x0)
 {

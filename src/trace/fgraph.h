@@ -101,6 +101,12 @@ struct pki_fgraph_ent {
 			/* a traced frame's struct pki_argspec whose return value its exit
 			 * records (pki_fgraph_enter_args), or 0 */
 			uint64_t args;
+			/* a held call's struct pki_cond, decided at its exit (hold.h), or 0 */
+			uint64_t cond;
+		};
+		struct {
+			/* a held call's (cond): its entry event's time, its hold mark */
+			uint64_t entry_ts, mark;
 		};
 		uint64_t w[PKI_FGRAPH_WORDS];
 	};
@@ -303,6 +309,7 @@ static inline struct pki_fgraph_ent *pki_fgraph_push(uint64_t fn, uint64_t probe
 	e->ts = 0; /* untimed: a timed exit only counts it (a trace's frame returning under top) */
 	e->child = 0;
 	e->args = 0;
+	e->cond = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	return e;
 }

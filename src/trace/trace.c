@@ -46,6 +46,7 @@
 #include "base/log.h"
 #include "base/signals.h"
 #include "trace/crc32.h"
+#include "trace/hold.h"
 #include "trace/pack.h"
 #include "trace/trace.h"
 
@@ -628,6 +629,9 @@ static int emit_losses(void)
 	r.depth = t[LK_DEPTH];
 	r.unwritten = t[LK_UNWRITTEN];
 	r.late = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	/* Held calls still undecided at the end: what they held comes too late (hold.h). */
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
+		r.late += pki_trace_hold_undecided(b);
 	r.stop_cause = r.stop_error ? S.stop_cause : 0;
 	if (!r.full && !r.nested && !r.depth && !r.unwritten && !r.late && !r.stop_error)
 		return 0;
@@ -823,6 +827,7 @@ static void buf_free(struct pki_trace_buf *b)
 {
 	if (!b->budget_out)
 		__atomic_sub_fetch(&S.buf_mem, b->map_len, __ATOMIC_RELAXED);
+	pki_trace_hold_free(b);
 	munmap(b, b->map_len);
 }
 
@@ -1184,6 +1189,7 @@ static void buf_release(void *arg)
 	struct pki_trace_buf *b = arg;
 	stack_t ss;
 
+	pki_trace_hold_release(b);
 	pki_trace_tls = &gone_buf;
 	if (!sigaltstack(NULL, &ss) && ss.ss_sp == (char *)b + b->map_len - ALTSTACK_LEN) {
 		ss.ss_flags = SS_DISABLE;
@@ -1281,6 +1287,27 @@ static struct pki_trace_buf *buf_new(void)
  * buffer could be made).  Every such event is counted once, against its
  * thread.
  */
+/* The calling thread's first buffer (record_slow() says how), or NULL. */
+static struct pki_trace_buf *buf_make(void)
+{
+	struct pki_trace_buf *b;
+
+	tls_allocating = 1;
+	pki_trace_busy++; /* buf_new's libc calls are not events */
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	b = buf_new();
+	if (b)
+		pki_trace_tls = b;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	tls_allocating = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	__atomic_fetch_add(b ? &b->nested_lost : &S.late_lost,
+			   __atomic_exchange_n(&tls_alloc_lost, 0, __ATOMIC_RELAXED),
+			   __ATOMIC_RELAXED);
+	pki_trace_busy--;
+	return b;
+}
+
 static void record_slow(const struct pki_trace_group *g)
 {
 	struct pki_trace_buf *b = pki_trace_tls;
@@ -1305,23 +1332,29 @@ static void record_slow(const struct pki_trace_group *g)
 		__atomic_fetch_add(&tls_alloc_lost, 1 + g->n, __ATOMIC_RELAXED);
 		return;
 	}
-	tls_allocating = 1;
-	pki_trace_busy++; /* buf_new's libc calls are not events */
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	b = buf_new();
-	if (b)
-		pki_trace_tls = b;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	tls_allocating = 0;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	__atomic_fetch_add(b ? &b->nested_lost : &S.late_lost,
-			   __atomic_exchange_n(&tls_alloc_lost, 0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
-	pki_trace_busy--;
+	b = buf_make();
 	if (!b) {
 		__atomic_fetch_add(&S.late_lost, 1 + g->n, __ATOMIC_RELAXED);
 		return;
 	}
 	pki_trace_record_n(g->fn, g->kind, g->ts, g->data, g->n);
+}
+
+struct pki_trace_buf *pki_trace_buf_self(void)
+{
+	struct pki_trace_buf *b = pki_trace_tls;
+
+	if (b == &internal_buf || b == &gone_buf)
+		return NULL;
+	if (b)
+		return b->hold_of ? b->hold_of : b;
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE || tls_allocating)
+		return NULL;
+	if (pki_worker_is(gettid())) {
+		pki_trace_tls = &internal_buf;
+		return NULL;
+	}
+	return buf_make();
 }
 
 __attribute__((noinline)) void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts)
@@ -1449,9 +1482,9 @@ static bool room_wait(const struct pki_trace_buf *b, unsigned n)
 	}
 }
 
-static void record_full(const struct pki_trace_group *g)
+/* @g into @b, the calling thread's (its TLS buffer, or the one its hold buffer commits to). */
+static void put_wait(struct pki_trace_buf *b, const struct pki_trace_group *g)
 {
-	struct pki_trace_buf *b = pki_trace_tls;
 	int saved, r = PKI_TRACE_PUT_FULL;
 
 	pki_trace_busy++; /* before errno: __errno_location may be traced */
@@ -1462,10 +1495,34 @@ static void record_full(const struct pki_trace_group *g)
 		r = pki_trace_put_n(b, g->fn, g->kind, g->ts, g->data, g->n);
 	if (r == PKI_TRACE_PUT_FULL)
 		__atomic_fetch_add(&b->full_lost, 1 + g->n, __ATOMIC_RELAXED);
-	else if (r == PKI_TRACE_PUT_SLOW)
+	else if (r == PKI_TRACE_PUT_SLOW && b == pki_trace_tls)
 		record_slow(g); /* the buffer went meanwhile */
+	else if (r == PKI_TRACE_PUT_SLOW) /* a handler's record, interrupted by a commit */
+		__atomic_fetch_add(&b->nested_lost, 1 + g->n, __ATOMIC_RELAXED);
 	errno = saved;
 	pki_trace_busy--;
+}
+
+void pki_trace_put_wait(struct pki_trace_buf *b, const struct pki_trace_group *g)
+{
+	put_wait(b, g);
+}
+
+static void record_full(const struct pki_trace_group *g)
+{
+	struct pki_trace_buf *b = pki_trace_tls;
+
+	if (b->hold_of) { /* a hold buffer is full: its events go on to the thread's (hold.h) */
+		pki_trace_busy++;
+		pki_trace_hold_overflow(b);
+		pki_trace_busy--;
+		if (pki_trace_put_n(b, g->fn, g->kind, g->ts, g->data, g->n) == PKI_TRACE_PUT_OK)
+			return;
+		b = pki_trace_buf_self(); /* (could not empty it: a commit is under way) */
+		if (!b)
+			return;
+	}
+	put_wait(b, g);
 }
 
 __attribute__((noinline)) void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts)
@@ -1610,6 +1667,7 @@ int pki_trace_flush_signal(int signo)
 	int err;
 
 	pki_trace_busy++; /* the flush's own calls are not events (trace.h) */
+	pki_trace_hold_flush();
 	err = flush_final(PKI_END_SIGNAL, signo);
 	pki_trace_busy--;
 	return err;
@@ -1626,6 +1684,7 @@ int pki_trace_flush_exit(void)
 	int err;
 
 	pki_trace_busy++;
+	pki_trace_hold_flush();
 	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved);
 	err = flush_final(PKI_END_CLOSE, 0);
 	sigprocmask(SIG_SETMASK, &saved, NULL);
@@ -2014,6 +2073,7 @@ static int __trace_close(uint32_t reason)
 	int st = ST_ACTIVE, err;
 	sigset_t saved;
 
+	pki_trace_hold_flush(); /* (what this thread holds: the others' count as late) */
 	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE)) {
 		/* ended by a fatal signal or exec_prepare: only tidy up */
@@ -2170,6 +2230,7 @@ int pki_trace_exec_prepare(void)
 	int st = ST_ACTIVE, err;
 	sigset_t saved;
 
+	pki_trace_hold_flush();
 	if (!__atomic_compare_exchange_n(&S.state, &st, ST_ENDING, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return -EBADF;
@@ -2211,6 +2272,8 @@ void pki_trace_fork_child(void)
 
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_IDLE)
 		return;
+	if (self && self != &internal_buf && self != &gone_buf)
+		pki_trace_tls = self = pki_trace_hold_fork_child(self);
 	for (b = S.bufs; b; b = next) {
 		next = b->next;
 		if (b != self)

@@ -231,6 +231,15 @@ struct pki_trace_buf {
 	uint32_t announced;
 	uint32_t dead;	     /* set (release) by the owner when it exits: it won't write again */
 	uint32_t budget_out; /* owner, before dead: its ring no longer counts in S.buf_mem */
+	/*
+	 * Held calls (hold.h): a thread's buffer points at its hold buffer
+	 * (made at its first held call, or NULL), a hold buffer at its
+	 * thread's.  The rest is the hold buffer's, its owner's only.
+	 */
+	struct pki_trace_buf *hold, *hold_of;
+	uint32_t hold_depth;	    /* held calls undecided */
+	uint32_t hold_gen;	    /* marks of an older generation are a parent's (fork) */
+	uint32_t hold_committing;   /* a commit runs: a handler's call is not held */
 	struct pki_trace_buf *next; /* session list: pushed lock-free, unlinked by the writer */
 	size_t map_len;
 	char name[16];
@@ -266,6 +275,15 @@ void pki_trace_record_slow_n(const struct pki_trace_group *g);
  */
 void pki_trace_record_full(uint64_t fn, unsigned kind, uint64_t ts);
 void pki_trace_record_full_n(const struct pki_trace_group *g);
+
+/*
+ * For hold.c: the calling thread's own buffer, made now if it has none yet
+ * (NULL: it cannot have one: a thread of ours, past its end, no session);
+ * and @g put into @b, its owner's, waiting for room as a full buffer does.
+ * Any context, as the records.
+ */
+struct pki_trace_buf *pki_trace_buf_self(void);
+void pki_trace_put_wait(struct pki_trace_buf *b, const struct pki_trace_group *g);
 
 /*
  * Wake the drainer now: the caller's buffer just filled another half of its
@@ -324,6 +342,8 @@ enum { PKI_TRACE_PUT_OK, PKI_TRACE_PUT_FULL, PKI_TRACE_PUT_SLOW };
  *    signal handler on this thread are not lost: they wait too, or find the
  *    room first; the caller then starts over and reads head afresh.  In drop
  *    mode the event is counted here, inside busy, as it always was.
+ *  - A hold buffer (hold.h) is neither overwritten nor dropped from: full,
+ *    it returns PUT_FULL in every mode, and the slow path commits it.
  *  - An event with @n DATA events (@data, n <= PKI_DATA_MAX) takes
  *    n + 1 slots, published by the one store of head: the writer sees all
  *    of them or none, and a full buffer loses (or waits for) all of them.
@@ -347,12 +367,12 @@ pki_trace_put_n(struct pki_trace_buf *b, uint64_t fn, unsigned kind, uint64_t ts
 	if (__builtin_expect(h + n - b->cached_tail > b->mask, 0)) {
 		b->cached_tail = __atomic_load_n(&b->tail, __ATOMIC_ACQUIRE);
 		if (h + n - b->cached_tail > b->mask) {
-			if (pki_trace_ring) {
+			if (pki_trace_ring && !b->hold_of) {
 				/* Overwrite: the next (mask + 1) events need no look at tail. */
 				b->cached_tail = h;
 				goto put;
 			}
-			if (!pki_trace_drop) {
+			if (!pki_trace_drop || b->hold_of) { /* (a hold buffer: hold.h) */
 				__atomic_signal_fence(__ATOMIC_SEQ_CST);
 				__atomic_store_n(&b->busy, 0, __ATOMIC_RELEASE);
 				return PKI_TRACE_PUT_FULL;

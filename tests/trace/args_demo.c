@@ -11,18 +11,22 @@
  * cache: the copy faults it in), and one whose page the function itself
  * unmaps before it returns it (the return value is then unreadable).
  *
- * usage: args_demo [ring N | threads N M | cond N]: with "ring", N calls of
- * tagged() only (the flight recorder case: every one shows its own
- * values); with "threads", N threads making M calls of it each; with
- * "cond", N calls of pick() for -F (see cond()).
+ * usage: args_demo [ring N | threads N M | cond N | held]: with "ring", N
+ * calls of tagged() only (the flight recorder case: every one shows its
+ * own values); with "threads", N threads making M calls of it each; with
+ * "cond", N calls of pick() for -F (see cond()); with "held", the calls
+ * of held() for -F on return values.
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define P __attribute__((noinline, patchable_function_entry(5)))
@@ -128,6 +132,7 @@ static char *cold_page(const char *text, long pagesz, int *resident)
 /* -F's target: its callee inner() is traced whether pick()'s call is or not. */
 P int inner(int n)
 {
+	sink++;
 	return n + 1;
 }
 
@@ -135,6 +140,92 @@ P int pick(int n, const char *req)
 {
 	sink += req != NULL;
 	return inner(n);
+}
+
+/* -F on the return value: recursive calls decided one by one. */
+P int deep(int n)
+{
+	int r = n ? deep(n - 1) + 1 : 0;
+
+	sink += r; /* (no loop made of the recursion) */
+	return r;
+}
+
+/* n calls of inner() under one call that returns -1. */
+P int big(int n)
+{
+	for (int i = 0; i < n; i++)
+		inner(i);
+	return -1;
+}
+
+static jmp_buf jumped;
+
+/* Never returns: left by longjmp. */
+P int jumpy(int n)
+{
+	inner(n);
+	longjmp(jumped, 1);
+}
+
+/* A signal handler's held calls, nested in the one it interrupts. */
+static void on_usr1(int sig)
+{
+	(void)sig;
+	deep(4);
+}
+
+P int raiser(void)
+{
+	raise(SIGUSR1);
+	return -1;
+}
+
+/* Forks inside a held call: returns 1 in the child, 0 in the parent. */
+P int forker(void)
+{
+	pid_t pid = fork();
+
+	inner(-1);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+	return pid == 0;
+}
+
+/* A thread that ends inside a held call. */
+P int quitter(void)
+{
+	inner(-2);
+	pthread_exit(NULL);
+}
+
+static void *quitting(void *arg)
+{
+	(void)arg;
+	quitter();
+	return NULL;
+}
+
+/* held: the calls -F decides at their return (test-trace-args.sh says which are kept). */
+static int held(void)
+{
+	pthread_t t;
+
+	signal(SIGUSR1, on_usr1);
+	printf("deep %d\n", deep(5));
+	big(20);
+	big(2 * 16384);
+	if (!setjmp(jumped))
+		jumpy(7);
+	raiser();
+	pthread_create(&t, NULL, quitting, NULL);
+	pthread_join(t, NULL);
+	fflush(stdout);
+	if (forker())
+		_exit(0); /* the child */
+	/* main's inner calls: big's, jumpy's, forker's, quitter's */
+	printf("inner %d\n", 20 + 2 * 16384 + 1 + 1 + 1);
+	return 0;
 }
 
 /*
@@ -145,7 +236,7 @@ P int pick(int n, const char *req)
 static int cond(int n)
 {
 	static const char *const req[] = {"GET /a", "POST /b", "GET /c", NULL};
-	long get = 0, post_b = 0, not_get = 0, range = 0;
+	long get = 0, post_b = 0, not_get = 0, range = 0, get_lo = 0;
 
 	for (int i = 0; i < n; i++) {
 		const char *r = req[i % 4];
@@ -155,9 +246,10 @@ static int cond(int n)
 		post_b += r && !strcmp(r, "POST /b");
 		not_get += !r || strncmp(r, "GET", 3);
 		range += i >= 10 && i < 20;
+		get_lo += r && !strncmp(r, "GET", 3) && i + 1 <= 100; /* pick() returns i + 1 */
 	}
-	printf("pick %d inner %d get %ld post_b %ld not_get %ld range %ld\n", n, n, get, post_b,
-	       not_get, range);
+	printf("pick %d inner %d get %ld post_b %ld not_get %ld range %ld get_lo %ld\n", n, n, get,
+	       post_b, not_get, range, get_lo);
 	return 0;
 }
 
@@ -215,6 +307,8 @@ int main(int argc, char **argv)
 
 	if (argc > 2 && !strcmp(argv[1], "ring"))
 		return ring(atoi(argv[2]));
+	if (argc > 1 && !strcmp(argv[1], "held"))
+		return held();
 	if (argc > 2 && !strcmp(argv[1], "cond"))
 		return cond(atoi(argv[2]));
 	if (argc > 3 && !strcmp(argv[1], "threads"))

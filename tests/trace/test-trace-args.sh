@@ -92,7 +92,7 @@ filtered() { # COND: the number of pick calls recorded under -F 'pick@if:COND'
 	"$pk" report --raw c.trace 2>/dev/null | awk '$NF == "[args_demo]" && $(NF-1) == "pick" {print $1}'
 }
 "$demo" cond 1000 >cond.out
-read -r _ n_pick _ n_inner _ n_get _ n_post _ n_not_get _ n_range <cond.out
+read -r _ n_pick _ n_inner _ n_get _ n_post _ n_not_get _ n_range _ n_get_lo <cond.out
 check "-F arg1==7: one call" "[[ \$(filtered 'arg1/d32==7') == 1 ]]"
 check "-F: the callee still traced (inner: $n_inner)" \
 	"[[ \$($pk report --raw c.trace | awk '\$(NF-1) == \"inner\" {print \$1}') == $n_inner ]]"
@@ -103,6 +103,47 @@ check "-F exact string: $n_post calls" "[[ \$(filtered 'arg2==\"POST /b\"') == $
 check "-F != prefix (NULL included): $n_not_get calls" "[[ \$(filtered 'arg2!=\"GET*\"') == $n_not_get ]]"
 check "-F hex, unsigned: 1 call" "[[ \$(filtered 'arg1/x==0x3e7') == 1 ]]"
 check "-F no call matches: none recorded" "[[ -z \$(filtered 'arg1/d32<0') ]]"
+# -F on the return value: the call is held from its entry to its return,
+# which decides; its callees are recorded either way.
+check "-F retval==8: one call" "[[ \$(filtered 'retval/d32==8') == 1 ]]"
+check "-F retval: the callee still traced, all $n_inner" \
+	"[[ \$($pk report --raw c.trace | awk '\$(NF-1) == \"inner\" {print \$1}') == $n_inner ]]"
+check "-F retval: the call kept shows its callee inside it" \
+	"$pk replay c.trace | grep -A2 'pick(7, (null)) {' | sed -n 2p | grep -q '|   inner();'"
+check "-F retval>990: 10 calls" "[[ \$(filtered 'retval/d32>990') == 10 ]]"
+check "-F arguments && retval: $n_get_lo calls" \
+	"[[ \$(filtered 'arg2==\"GET*\" && retval/d32<=100') == $n_get_lo ]]"
+run -o c.trace -R 'pick@retval/d32' -F 'pick@if:retval/d32==8' -- "$demo" cond 1000
+check "-F retval with -R: the value at the exit" "[[ \$(calls c.trace | grep -c '^} = 8; /\\* pick \\*/') == 1 ]]"
+run -o c.trace -F 'tagged@if:retval/d32<1000000' -A 'tagged@arg1/d32,arg2/s' -R 'tagged@retval/d32' \
+	-- "$demo" threads 8 3000
+sed -n 's/^want //p' out | awk -F'[(,]' '$2 < 1000000' | sort >twant
+calls c.trace | sort >tgot
+check "-F retval, 8 threads: exactly thread 0's 3000 calls, each with its values" \
+	"[[ \$(wc -l <twant) == 3000 ]] && cmp -s twant tgot"
+rm -f h.trace*
+run -o h.trace -F 'deep@if:retval/d32>=3' -F 'big@if:retval/d32>=0' -F 'jumpy@if:retval/d32==1' \
+	-F 'raiser@if:retval/d32>=0' -F 'forker@if:retval/d32==1' -F 'quitter@if:retval/d32==1' \
+	-R 'deep@retval/d32' -- "$demo" held
+"$pk" replay h.trace >h.replay 2>&1
+count() { # FILE FUNCTION: its calls in report
+	"$pk" report --raw "$1" 2>/dev/null | awk -v f="$2" '$(NF-1) == f {print $1}'
+}
+check "-F retval, recursion: deep(5..3) kept, nested, deep(2..0) not" \
+	"grep -qF '|     deep() = 3;' h.replay && grep -qF '| } = 5; /* deep */' h.replay"
+check "-F retval: a signal handler's held calls inside a held call (deep(4), deep(3)) decided alone" \
+	"[[ \$(count h.trace deep) == 5 && -z \$(count h.trace raiser) ]]"
+check "-F retval: a thread that ends inside a held call keeps it" "[[ \$(count h.trace quitter) == 1 ]]"
+check "-F retval: a call that forks: not kept in the parent (it returns 0)" "[[ -z \$(count h.trace forker) ]]"
+hchild=$(ls h.trace.* 2>/dev/null | head -1)
+check "-F retval: the fork child's file (${hchild:-none}) has its callee, no held entry of the parent's" \
+	"[[ -n '$hchild' && \$(count $hchild inner) == 1 ]] && ! $pk replay $hchild 2>&1 | grep -q 'forker() {'"
+
+n_held_inner=$(sed -n 's/^inner //p' out)
+check "-F retval: a call whose callees overflow the hold is kept, every callee ($n_held_inner) too" \
+	"[[ \$(count h.trace inner) == $n_held_inner && \$(count h.trace big) == 1 ]]"
+check "-F retval: a call left by longjmp is kept (no value to decide on)" "[[ \$(count h.trace jumpy) == 1 ]]"
+check "-F retval: nothing lost" "$pk report --raw h.trace | head -1 | grep -q ', 0 lost,'"
 # The settings go on to a program exec'd: its -F and -A hold there too.
 rm -f x.trace*
 run -o x.trace -A 'pick@arg1/d32' -F 'pick@if:arg1/d32==7' -- sh -c "exec '$demo' cond 1000"
@@ -181,7 +222,8 @@ bad_spec "retval with --entry-only" "not with --entry-only" --entry-only -R 'add
 bad_spec "bad register" "unknown location" -A 'add@arg1%rax'
 bad_spec "arg0" "arg takes N from 1" -A 'add@arg0'
 bad_spec "-F without if:" "GLOB@if:COND expected" -F 'add@arg1==3'
-bad_spec "-F on retval" "not on the return value" -F 'add@if:retval<0'
+bad_spec "-F on retval with --entry-only" "not with --entry-only" --entry-only -F 'add@if:retval<0'
+bad_spec "-F on fparg" "a condition is on argN" -F 'add@if:fparg1<0'
 bad_spec "-F string with <" "strings compare with == and != only" -F 'slen@if:arg1<"a"'
 bad_spec "-F bad value" "the value is an integer or a quoted string" -F 'add@if:arg1==x'
 bad_spec "-F empty term" "an empty term" -F 'add@if:arg1==3 &&'

@@ -108,6 +108,7 @@ int agent_args_init(const char *lines, bool auto_args, char *why, size_t len)
 {
 	const char *p = lines;
 
+	pki_arch_fetch_init(); /* (the pid kept for the memory reads: fetch.h) */
 	stdstr_detect();
 	R.auto_args = auto_args;
 	R.nrules = 0;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -249,6 +250,33 @@ START_TEST(strings_never_fault)
 }
 END_TEST
 
+/* A fork child reads its own memory, not its parent's (the pid kept: fetch.h). */
+START_TEST(fork_child_reads_its_own)
+{
+	static volatile long v = 1;
+	long got = 0;
+	int st;
+	pid_t pid;
+
+	pki_arch_fetch_init();
+	ck_assert_uint_eq(pki_arch_copy_safe(&got, (const void *)&v, sizeof(got)), sizeof(got));
+	ck_assert_int_eq(got, 1);
+	ck_assert_int_eq(*pki_arch_pid_cell, getpid());
+	pid = fork();
+	if (pid == 0) {
+		v = 2; /* the parent's stays 1 */
+		got = 0;
+		_exit(pki_arch_copy_safe(&got, (const void *)&v, sizeof(got)) == sizeof(got) &&
+			      got == 2 && *pki_arch_pid_cell == getpid()
+			  ? 0
+			  : 1);
+	}
+	ck_assert_int_gt(pid, 0);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+END_TEST
+
 /* @cond parsed (or the error), then evaluated on a call with @a1, @a2 as its first two arguments.
  */
 static int holds(const char *cond, unsigned long a1, unsigned long a2)
@@ -350,6 +378,7 @@ int main(void)
 	tcase_add_test(tc, errors_say_what);
 	tcase_add_test(tc, every_format_shows);
 	tcase_add_test(tc, strings_never_fault);
+	tcase_add_test(tc, fork_child_reads_its_own);
 	tcase_add_test(tc, conditions);
 	tcase_add_test(tc, conditions_on_return_values);
 	tcase_add_test(tc, structs_by_members);

@@ -11,7 +11,8 @@
  * that is not mapped or not readable (PROT_NONE, a guard page) ends the
  * copy with what was read before it.  No signal, no cached view of the
  * mappings: a page unmapped by another thread during the call is simply
- * not there any more.  Async-signal-safe; built vector-free (PKI_NOVEC).
+ * not there any more.  One system call (the pid is kept: below).
+ * Async-signal-safe; built vector-free (PKI_NOVEC).
  */
 #ifndef PK_ARCH_X86_64_FETCH_H
 #define PK_ARCH_X86_64_FETCH_H
@@ -45,6 +46,31 @@ static inline long pki_arch_syscall6(long nr, long a, long b, long c, long d, lo
 }
 
 /*
+ * The process's pid, for process_vm_readv(2) on itself: kept in a cell on
+ * a page the kernel zeroes in a fork child (MADV_WIPEONFORK), so a child
+ * asks again instead of reading its parent's memory; a thread or a vfork
+ * child shares the memory the pid names.  NULL until pki_arch_fetch_init()
+ * (or where the kernel has no MADV_WIPEONFORK): asked every time then.
+ */
+extern volatile long *pki_arch_pid_cell;
+
+/* Map the pid cell: normal context, once (later calls do nothing). */
+void pki_arch_fetch_init(void);
+
+static inline long pki_arch_self_pid(void)
+{
+	volatile long *cell = pki_arch_pid_cell;
+	long pid;
+
+	if (cell && (pid = *cell) != 0)
+		return pid;
+	pid = pki_arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+	if (cell)
+		*cell = pid;
+	return pid;
+}
+
+/*
  * Copy up to @len bytes at @src into @dst, stopping at the first byte that
  * cannot be read: how many were copied (0 if the first cannot be).  @len
  * is at most a page: the copy is two pieces at most, split where @src's
@@ -59,8 +85,7 @@ static inline size_t pki_arch_copy_safe(void *dst, const void *src, size_t len)
 
 	if (!len)
 		return 0;
-	/* Asked each time: a cached pid would be the parent's in a fork child. */
-	pid = pki_arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+	pid = pki_arch_self_pid();
 	if (first < len) {
 		remote[0].iov_len = first;
 		remote[1] = (struct iovec){(void *)(a + first), len - first};

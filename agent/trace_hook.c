@@ -130,31 +130,30 @@ static inline __attribute__((always_inline)) void args_entry(unsigned long ip, u
 }
 
 /*
- * A call whose -F condition has terms on retval: held (trace/hold.h) from
- * its entry event to its return, which decides (src/trace/fgraph.c).  A
- * call whose return cannot be seen (too deep) is kept.
+ * A call whose -F condition has terms on retval: held (trace/hold.h H1)
+ * from its entry event to its return, which decides (src/trace/fgraph.c).
+ * Its shadow entry is pushed first, so that from the hold's start on the
+ * hold ends with the frame, whichever way it ends.  A call whose return
+ * cannot be seen (too deep) is not held: recorded, its exit counted lost.
  */
 static __attribute__((noinline)) void args_entry_held(unsigned long ip,
 						      const struct agent_args_slot *sl,
 						      const struct pk_regs *regs, bool vec)
 {
-	uint64_t mark = PKI_SLOWCALL0(pki_trace_hold_begin), ts = pki_trace_now();
-	struct pki_fgraph_ent *e;
+	struct pki_fgraph_ent *e = pki_fgraph_push(ip, 0, (unsigned long *)regs->sp);
+	uint64_t ts;
 
-	args_entry(ip, PKI_EV_ENTRY, ts, sl, regs, vec);
-	e = pki_fgraph_push(ip, 0, (unsigned long *)regs->sp);
 	if (__builtin_expect(!e, 0)) {
-		struct pki_trace_event entry = {ts, PKI_EV_WORD(ip, PKI_EV_ENTRY)};
-
-		PKI_SLOWCALL3(pki_trace_hold_end, mark, &entry, true);
+		args_entry(ip, PKI_EV_ENTRY, pki_trace_now(), sl, regs, vec);
 		if (pki_fgraph_tls.cap || !pki_fgraph_tls.st)
 			pki_trace_count_lost(); /* (as pki_fgraph_enter()) */
 		return;
 	}
 	e->args = (uint64_t)(uintptr_t)sl->spec;
-	e->cond = (uint64_t)(uintptr_t)sl->cond;
-	e->entry_ts = ts;
-	e->mark = mark;
+	e->cond = (uint64_t)(uintptr_t)sl->cond; /* (mark 0 until the hold begins: not held) */
+	e->mark = PKI_SLOWCALL0(pki_trace_hold_begin);
+	e->entry_ts = ts = pki_trace_now();
+	args_entry(ip, PKI_EV_ENTRY, ts, sl, regs, vec);
 	pki_fgraph_arm(e);
 }
 

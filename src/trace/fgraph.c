@@ -210,20 +210,27 @@ static inline void exit_account(uint64_t fn, uint64_t start, uint64_t child, uin
 	pki_fnstats_add(fn, dur, child < dur ? dur - child : 0);
 }
 
-/* The entry whose callees' time entry @i's adds to: NULL if none, or a probe's (its words are its own). */
+/*
+ * The entry whose callees' time entry @i's adds to: NULL if none, a
+ * probe's (its words are its own) or a held call's (a trace's: the words
+ * are its mark).
+ */
 static inline struct pki_fgraph_ent *caller_of(struct pki_fgraph_tls *t, uint32_t i)
 {
-	return i && !t->st[i - 1].probe ? &t->st[i - 1] : NULL;
+	return i && !t->st[i - 1].probe && !t->st[i - 1].cond ? &t->st[i - 1] : NULL;
 }
 
 /*
  * A held call's exit (hold.h), as its condition says @keep: whether to
- * record its EXIT event.
+ * record its EXIT event.  Its cond is cleared first: an exit given twice
+ * (a handler left the first by siglongjmp) is an ordinary frame's then.
  */
-static bool held_end(const struct pki_fgraph_ent *e, bool keep)
+static bool held_end(struct pki_fgraph_ent *e, bool keep)
 {
 	struct pki_trace_event entry = {e->entry_ts, PKI_EV_WORD(e->fn, PKI_EV_ENTRY)};
 
+	e->cond = 0;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	return PKI_SLOWCALL3(pki_trace_hold_end, e->mark, &entry, keep);
 }
 
@@ -231,21 +238,22 @@ void pki_fgraph_ent_exit(struct pki_fgraph_tls *t, uint32_t i, uint64_t ts, void
 {
 	struct pki_fgraph_ent *e = &t->st[i];
 
-	if (e->probe)
+	if (e->probe) {
 		pki_fgraph_probe_exit(e, regs);
-	else if (__builtin_expect(e->cond != 0, 0) && !pki_fgraph_timed) {
-		if (held_end(e, true)) /* (unwound: no return value to decide on, kept) */
+	} else if (__builtin_expect(e->cond != 0, 0)) {
+		/* unwound: no return value to decide on, kept (under top: an earlier trace's) */
+		if (held_end(e, true) && !pki_fgraph_timed)
 			pki_trace_record(e->fn, PKI_EV_EXIT, ts);
-	} else
+	} else {
 		exit_account(e->fn, e->ts, e->child, ts, caller_of(t, i));
+	}
 }
 
 /*
  * The EXIT event at @ts of @e, which returns @ax / @x0, with the return
  * value its spec asks for (one item: a string's pieces at most).
  */
-static void exit_args(const struct pki_fgraph_ent *e, unsigned long ax, unsigned long x0,
-		      uint64_t ts)
+static void exit_args(struct pki_fgraph_ent *e, unsigned long ax, unsigned long x0, uint64_t ts)
 {
 	const struct pki_argspec *spec = (const struct pki_argspec *)(uintptr_t)e->args;
 	struct pki_trace_event d[PKI_ARG_STR_MAX / 8];
@@ -254,6 +262,8 @@ static void exit_args(const struct pki_fgraph_ent *e, unsigned long ax, unsigned
 	if (__builtin_expect(e->cond != 0, 0) &&
 	    !held_end(e, pki_cond_eval_ret((const struct pki_cond *)(uintptr_t)e->cond, ax)))
 		return; /* -F on retval: not this call (its entry voided) */
+	if (__builtin_expect(pki_fgraph_timed, 0))
+		return; /* (a held call of an earlier trace, returning under top) */
 	n = spec->ret ? pki_argcap_ret(spec, ax, x0, d) : 0;
 	pki_trace_record_n(e->fn, PKI_EV_EXIT, ts, d, n);
 }
@@ -262,7 +272,7 @@ void pki_fgraph_ent_return(struct pki_fgraph_tls *t, uint32_t i, const struct pk
 {
 	struct pki_fgraph_ent *e = &t->st[i];
 
-	if (!e->probe && e->args && !pki_fgraph_timed && !r->regs)
+	if (!e->probe && ((e->args && !pki_fgraph_timed) || e->cond) && !r->regs)
 		exit_args(e, r->ax, r->x0, r->ts);
 	else
 		pki_fgraph_ent_exit(t, i, r->ts, r->regs);
@@ -288,7 +298,7 @@ static inline unsigned long exit_frame(unsigned long sp, void *regs, unsigned lo
 		ret = e->ret;
 		if (e->probe) /* (no clock read: a probe's exit has no use for it) */
 			pki_fgraph_probe_exit(e, regs);
-		else if (__builtin_expect(e->args && !pki_fgraph_timed, 0))
+		else if (__builtin_expect((e->args && !pki_fgraph_timed) || e->cond, 0))
 			exit_args(e, ax, x0, pki_trace_now());
 		else
 			exit_account(e->fn, e->ts, e->child, pki_trace_now(), caller_of(t, d - 1));
@@ -399,8 +409,11 @@ void pki_fgraph_unwind_end(unsigned long cfa)
 			if (slot < cfa)
 				continue; /* removed: its exit is recorded */
 			p = (unsigned long *)slot;
-			if (*p != t->st[i].ret && *p != pki_fgraph_tramp(&t->st[i]))
+			if (*p != t->st[i].ret && *p != pki_fgraph_tramp(&t->st[i])) {
+				if (t->st[i].cond && !t->st[i].probe)
+					held_end(&t->st[i], true); /* (its hold released) */
 				continue; /* the frame was rewritten: let it return untraced */
+			}
 			*p = pki_fgraph_tramp(&t->st[i]);
 			t->st[i].slot = slot;
 		}

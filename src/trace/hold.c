@@ -15,15 +15,29 @@
 #include "trace/hold.h"
 
 #define HOLD_HDR_LEN 4096u
-#define POS_BITS     48
+#define POS_BITS     40
 #define POS_MASK     ((1ull << POS_BITS) - 1)
+#define GEN_MASK     ((1u << 24) - 1)
 /* An entry voided in a hold buffer (H2): a GAP of no event, which no file holds. */
 #define HOLD_VOID PKI_EV_WORD(0, PKI_EV_GAP)
+
+/* Generations, one per hold buffer and session, so that a mark is its own thread's (H6). */
+static uint32_t next_gen;
+
+/* @h empty, for the session now, with a generation of its own: older marks are stale. */
+static void hold_renew(struct pki_trace_buf *h)
+{
+	h->head = h->tail = h->cached_tail = 0;
+	h->hold_depth = h->hold_committing = 0;
+	h->nested_lost = h->depth_lost = 0; /* (an older session's) */
+	h->hold_gen = __atomic_add_fetch(&next_gen, 1, __ATOMIC_RELAXED) & GEN_MASK;
+	h->hold_session = __atomic_load_n(&pki_trace_session, __ATOMIC_ACQUIRE);
+}
 
 static struct pki_trace_buf *hold_new(struct pki_trace_buf *b)
 {
 	size_t len = HOLD_HDR_LEN + PKI_HOLD_EVENTS * sizeof(struct pki_trace_event);
-	struct pki_trace_buf *h;
+	struct pki_trace_buf *h, *none = NULL;
 
 	pki_trace_busy++; /* (libc's mmap may be traced) */
 	h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -35,8 +49,33 @@ static struct pki_trace_buf *hold_new(struct pki_trace_buf *b)
 	h->ev = (struct pki_trace_event *)((char *)h + HOLD_HDR_LEN);
 	h->tid = b->tid;
 	h->hold_of = b;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	b->hold = h;
+	hold_renew(h);
+	/* A handler's first held call may have made one meanwhile: one stays. */
+	if (!__atomic_compare_exchange_n(&b->hold, &none, h, false, __ATOMIC_RELEASE,
+					 __ATOMIC_RELAXED)) {
+		munmap(h, len);
+		return none;
+	}
+	return h;
+}
+
+/*
+ * @b's hold buffer for this session (made if @make and it has none): one
+ * left from an older session (a thread inside a held call when the trace
+ * was detached) is emptied first, and the thread records into @b again.
+ */
+static struct pki_trace_buf *hold_get(struct pki_trace_buf *b, bool make)
+{
+	struct pki_trace_buf *h = b->hold;
+
+	if (!h)
+		return make ? hold_new(b) : NULL;
+	if (h->hold_session != __atomic_load_n(&pki_trace_session, __ATOMIC_ACQUIRE) &&
+	    !h->hold_committing) {
+		pki_trace_tls = b; /* (its events were counted late by that session's end) */
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		hold_renew(h);
+	}
 	return h;
 }
 
@@ -45,7 +84,7 @@ uint64_t pki_trace_hold_begin(void)
 	int saved = errno; /* (making the buffers: system calls) */
 	struct pki_trace_buf *b = pki_trace_buf_self(), *h;
 
-	h = !b ? NULL : b->hold ? b->hold : hold_new(b);
+	h = b ? hold_get(b, true) : NULL;
 	errno = saved;
 	if (!h || h->hold_committing || h->head >= POS_MASK)
 		return 0; /* H4 */
@@ -60,7 +99,8 @@ uint64_t pki_trace_hold_begin(void)
 /*
  * H3: the groups (an event and its DATA) of @h that have not gone on yet,
  * in order, into @b, but the voided ones.  tail moves past a group before
- * it is put: a handler that commits meanwhile (H4) goes on from the next.
+ * it is put: a handler that moves them on meanwhile (a thread exit's
+ * release, H4) goes on from the next.
  */
 static void move_on(struct pki_trace_buf *h, struct pki_trace_buf *b)
 {
@@ -122,28 +162,30 @@ static void commit(struct pki_trace_buf *h, struct pki_trace_buf *b)
  */
 static int void_entry(struct pki_trace_buf *h, uint64_t pos, const struct pki_trace_event *entry)
 {
-	if (pos < h->tail)
-		return -1;
-	for (uint64_t p = pos; p != h->head; p++) {
+	uint64_t p = pos < h->tail ? h->tail : pos;
+
+	for (; p != h->head; p++) {
 		struct pki_trace_event *e = &h->ev[p & h->mask];
 
 		if (e->word == entry->word && e->ts == entry->ts) {
 			e->word = HOLD_VOID;
-			return 1;
+			__atomic_signal_fence(__ATOMIC_SEQ_CST);
+			return p < h->tail ? -1
+					   : 1; /* (a handler's overflow moved it on meanwhile) */
 		}
 	}
-	return 0;
+	return pos < h->tail ? -1 : 0;
 }
 
 bool pki_trace_hold_end(uint64_t mark, const struct pki_trace_event *entry, bool keep)
 {
-	struct pki_trace_buf *b = pki_trace_buf_self(), *h = b ? b->hold : NULL;
+	struct pki_trace_buf *b = pki_trace_buf_self(), *h = b ? hold_get(b, false) : NULL;
 	bool rec = keep;
 
 	if (!mark)
 		return true; /* not held: its entry was recorded as any */
 	if (!h || mark >> POS_BITS != h->hold_gen || !h->hold_depth)
-		return keep; /* a parent's, before a fork (H6): its entry is not in this file */
+		return keep; /* another thread's, a parent's or an older session's (H6) */
 	if (!keep)
 		rec = void_entry(h, (mark & POS_MASK) - 1, entry) < 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -152,15 +194,16 @@ bool pki_trace_hold_end(uint64_t mark, const struct pki_trace_event *entry, bool
 	return rec;
 }
 
-void pki_trace_hold_overflow(struct pki_trace_buf *h)
+bool pki_trace_hold_overflow(struct pki_trace_buf *h)
 {
 	if (h->hold_committing)
-		return;
+		return false;
 	h->hold_committing = 1;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	move_on(h, h->hold_of);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	h->hold_committing = 0;
+	return true;
 }
 
 void pki_trace_hold_flush(void)
@@ -175,8 +218,13 @@ void pki_trace_hold_release(struct pki_trace_buf *b)
 {
 	struct pki_trace_buf *h = b->hold;
 
-	if (h && !h->hold_committing)
-		move_on(h, b);
+	if (!h || h->hold_session != __atomic_load_n(&pki_trace_session, __ATOMIC_ACQUIRE))
+		return;
+	/* Even after a commit a handler left by siglongjmp: nothing resumes it now (H4). */
+	h->hold_committing = 1;
+	pki_trace_tls = b;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	move_on(h, b);
 }
 
 void pki_trace_hold_free(struct pki_trace_buf *b)
@@ -188,23 +236,22 @@ void pki_trace_hold_free(struct pki_trace_buf *b)
 
 struct pki_trace_buf *pki_trace_hold_fork_child(struct pki_trace_buf *tls)
 {
-	struct pki_trace_buf *b = tls && tls->hold_of ? tls->hold_of : tls, *h;
+	struct pki_trace_buf *b = tls && tls->hold_of ? tls->hold_of : tls;
 
-	if (!b || !(h = b->hold))
-		return b;
-	h->head = h->tail = h->cached_tail = 0;
-	h->hold_depth = h->hold_committing = 0;
-	h->nested_lost = h->depth_lost = 0;
-	h->hold_gen++;
+	if (b && b->hold)
+		hold_renew(b->hold);
 	return b;
 }
 
 uint64_t pki_trace_hold_undecided(const struct pki_trace_buf *b)
 {
 	const struct pki_trace_buf *h = __atomic_load_n(&b->hold, __ATOMIC_ACQUIRE);
+	uint64_t tail, head;
 
-	if (!h)
+	if (!h || h->hold_session != __atomic_load_n(&pki_trace_session, __ATOMIC_ACQUIRE))
 		return 0;
-	return __atomic_load_n(&h->head, __ATOMIC_RELAXED) -
-	       __atomic_load_n(&h->tail, __ATOMIC_RELAXED);
+	/* (its owner may be moving them on, or restarting the positions: never below 0) */
+	tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
+	head = __atomic_load_n(&h->head, __ATOMIC_ACQUIRE);
+	return head > tail ? head - tail : 0;
 }

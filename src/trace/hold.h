@@ -50,11 +50,12 @@ bool pki_trace_hold_end(uint64_t mark, const struct pki_trace_event *entry, bool
 /*
  * The hold buffer @h, the calling thread's, is full: its events go on to
  * the thread's buffer now, its undecided calls kept whatever they return
- * (H5).  Does nothing during a commit (the caller records elsewhere).
+ * (H5).  False, doing nothing, during a commit (H4).
  */
-void pki_trace_hold_overflow(struct pki_trace_buf *h);
+bool pki_trace_hold_overflow(struct pki_trace_buf *h);
 
-/* The calling thread's held events go on now, undecided: the session ends on it (H6). */
+/* The calling thread's held events go on now, undecided: the session ends on it, or a flight
+ * recorder's snapshot is taken on it (H6). */
 void pki_trace_hold_flush(void);
 
 /* The thread of @b exits: its held events go on to @b (H6).  Its own thread. */

@@ -55,6 +55,7 @@ __thread unsigned pki_trace_busy __attribute__((tls_model("initial-exec")));
 bool pki_trace_use_tsc;
 bool pki_trace_drop;
 bool pki_trace_ring;
+uint32_t pki_trace_session;
 
 enum {
 	ST_IDLE,   /* no session: threads without a buffer record nothing */
@@ -629,9 +630,6 @@ static int emit_losses(void)
 	r.depth = t[LK_DEPTH];
 	r.unwritten = t[LK_UNWRITTEN];
 	r.late = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
-	/* Held calls still undecided at the end: what they held comes too late (hold.h). */
-	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
-		r.late += pki_trace_hold_undecided(b);
 	r.stop_cause = r.stop_error ? S.stop_cause : 0;
 	if (!r.full && !r.nested && !r.depth && !r.unwritten && !r.late && !r.stop_error)
 		return 0;
@@ -1114,6 +1112,7 @@ int pki_trace_snapshot(uint32_t why, int signo, uint64_t fn)
 		return -EINVAL;
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE || getpid() != S.pid)
 		return -EALREADY; /* (a fork child before pki_trace_fork_child(): not its file) */
+	pki_trace_hold_flush();	  /* the calling thread's held calls are in it (hold.h H6) */
 	pki_trace_busy++;
 	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved); /* rule (1) */
 	if (writer_lock_timed(WAIT_SIGNAL_NS)) {
@@ -1165,8 +1164,11 @@ static int emit_trailer(uint32_t reason, int signo)
 	if (err && !S.stop_err)
 		goto out;
 	pki_trace_clock_pair(S.ci.clock, &end.end_ticks, &end.end_mono_ns);
-	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next)
+	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next) {
 		lost += b->lost_reported - b->lost_base;
+		/* held calls still undecided: what they held comes too late (hold.h H6) */
+		__atomic_fetch_add(&S.late_lost, pki_trace_hold_undecided(b), __ATOMIC_RELAXED);
+	}
 	end.late_lost = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
 	/* What the LOST records say, or all of it if some did not fit. */
 	end.lost = S.stop_err ? lost_now() : lost + end.late_lost;
@@ -1512,15 +1514,13 @@ static void record_full(const struct pki_trace_group *g)
 {
 	struct pki_trace_buf *b = pki_trace_tls;
 
-	if (b->hold_of) { /* a hold buffer is full: its events go on to the thread's (hold.h) */
-		pki_trace_busy++;
-		pki_trace_hold_overflow(b);
-		pki_trace_busy--;
-		if (pki_trace_put_n(b, g->fn, g->kind, g->ts, g->data, g->n) == PKI_TRACE_PUT_OK)
+	if (b->hold_of) { /* a hold buffer is full: its events go on to the thread's (hold.h H5) */
+		if (pki_trace_hold_overflow(b) &&
+		    pki_trace_put_n(b, g->fn, g->kind, g->ts, g->data, g->n) == PKI_TRACE_PUT_OK)
 			return;
-		b = pki_trace_buf_self(); /* (could not empty it: a commit is under way) */
-		if (!b)
-			return;
+		/* a handler's, during a commit (H4): counted */
+		__atomic_fetch_add(&b->nested_lost, 1 + g->n, __ATOMIC_RELAXED);
+		return;
 	}
 	put_wait(b, g);
 }
@@ -1927,6 +1927,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.recorded = S.gone_lost = 0;
 	memset(S.gone_kinds, 0, sizeof(S.gone_kinds));
 	S.late_lost = 0;
+	__atomic_add_fetch(&pki_trace_session, 1, __ATOMIC_RELEASE); /* (hold buffers: hold.h) */
 	S.next_tsn = 0;
 	S.nthreads = 0;
 	S.announced = 0;

@@ -240,6 +240,7 @@ struct pki_trace_buf {
 	uint32_t hold_depth;	    /* held calls undecided */
 	uint32_t hold_gen;	    /* marks of an older generation are a parent's (fork) */
 	uint32_t hold_committing;   /* a commit runs: a handler's call is not held */
+	uint32_t hold_session;	    /* the session it holds for (pki_trace_session) */
 	struct pki_trace_buf *next; /* session list: pushed lock-free, unlinked by the writer */
 	size_t map_len;
 	char name[16];
@@ -258,6 +259,7 @@ extern __thread unsigned pki_trace_busy __attribute__((tls_model("initial-exec")
 extern bool pki_trace_use_tsc;
 extern bool pki_trace_drop; /* the session's opts.drop */
 extern bool pki_trace_ring; /* the session's opts.ring */
+extern uint32_t pki_trace_session; /* bumped by each pki_trace_open() */
 
 void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);
 /* An event and its DATA (format.h), for the slow paths of pki_trace_record_n(). */

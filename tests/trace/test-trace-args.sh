@@ -113,6 +113,12 @@ check "-F retval: the call kept shows its callee inside it" \
 check "-F retval>990: 10 calls" "[[ \$(filtered 'retval/d32>990') == 10 ]]"
 check "-F arguments && retval: $n_get_lo calls" \
 	"[[ \$(filtered 'arg2==\"GET*\" && retval/d32<=100') == $n_get_lo ]]"
+for mode in --ring=1M --drop; do
+	run -o c.trace $mode -F 'pick@if:retval/d32==8' -- "$demo" cond 1000
+	check "-F retval with $mode: one call, the callee's $n_inner" \
+		"[[ $rc == 0 && \$($pk report --raw c.trace | awk '\$(NF-1) == \"pick\" {print \$1}') == 1 &&
+		   \$($pk report --raw c.trace | awk '\$(NF-1) == \"inner\" {print \$1}') == $n_inner ]]"
+done
 run -o c.trace -R 'pick@retval/d32' -F 'pick@if:retval/d32==8' -- "$demo" cond 1000
 check "-F retval with -R: the value at the exit" "[[ \$(calls c.trace | grep -c '^} = 8; /\\* pick \\*/') == 1 ]]"
 run -o c.trace -F 'tagged@if:retval/d32<1000000' -A 'tagged@arg1/d32,arg2/s' -R 'tagged@retval/d32' \

@@ -12,8 +12,17 @@ set -uo pipefail
 pk=$(realpath "$1") prog=$(realpath "$2")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
+nforks=8
+if [[ -n ${PKT_SAN_PRELOAD:-} ]]; then
+	# A sanitizer's allocator is not fork-safe: a child whose set-up
+	# allocates (the trace's drainer thread) hangs on a lock that a
+	# parent's thread held at the fork.
+	echo "SKIP (part): forks under a sanitizer runtime (its allocator is not fork-safe)"
+	export ARGS_STRESS_NOFORK=1
+	nforks=0
+fi
 "$prog" >plain.out 2>&1
-check "plain run: rc $? ($(cat plain.out))" "grep -q ' bad 0 children 8 ' plain.out"
+check "plain run: rc $? ($(cat plain.out))" "grep -q ' bad 0 children $nforks ' plain.out"
 
 # 20 distinct specs over the generated functions (the last digit's item,
 # and the return value for those starting with pks_f1): a table, not an
@@ -27,7 +36,7 @@ run -o s.trace "${specs[@]}" -- "$prog"
 check "traced: rc $rc" "[[ $rc == 0 ]]"
 read -r _ leaf _ held _ kept _ cond _ pks _ bad _ children _ signals <out
 check "traced: no call saw a clobbered argument ($bad), every child well ($children)" \
-	"[[ $bad == 0 && $children == 8 ]]"
+	"[[ $bad == 0 && $children == $nforks ]]"
 # What a signal handler records inside another record of its thread is
 # lost (counted): the only loss allowed.
 lost=$(sed -n 's/^probekit: \([0-9]*\) events lost in .*: \([0-9]*\) recorded by a signal handler inside another record$/\1 \2/p' err)
@@ -65,8 +74,8 @@ for f in s.trace.*; do
 	[[ $("$pk" report --raw "$f" 2>/dev/null | awk '$(NF-1) == "leaf" {print $1}') == 200 ]] ||
 		childbad=$((childbad + 1))
 done
-check "fork children: 8 files, each with its 200 leaf calls ($childbad wrong)" \
-	"[[ $nchild == 8 && $childbad == 0 ]]"
+check "fork children: $nforks files, each with its 200 leaf calls ($childbad wrong)" \
+	"[[ $nchild == $nforks && $childbad == 0 ]]"
 
 echo "trace_args_stress: $pass passed, $fail failed"
 [[ $fail == 0 ]]

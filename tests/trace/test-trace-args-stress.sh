@@ -51,7 +51,14 @@ check "pks_f*: all $pks calls" \
 	"[[ \$(awk 'NF > 2 && \$(NF-1) ~ /^pks_f/ {n += \$1} END {print n}' rep) == $pks ]]"
 # Every call's values are its own: leaf(N, "vN") = 2N, held's -1,
 # cond_fn(N, "keep-N"), pks_fI(I, ...) = I.
-"$pk" replay s.trace 2>/dev/null | sed -n 's/^.*| *//p' >calls
+"$pk" replay s.trace 2>/dev/null >replay.out
+sed -n 's/^.*| *//p' replay.out >calls
+# Each thread's leaf calls in the order it made them (held's leaf repeats its n).
+check "replay: each thread's calls in its own order" \
+	"awk '/\\| *leaf\\(/ { t = \$0; sub(/^[^[]*\\[ */, \"\", t); sub(/\\].*/, \"\", t);
+		n = \$0; sub(/^.*leaf\\(/, \"\", n); sub(/,.*/, \"\", n); n += 0;
+		if (t in last && n < last[t]) bad++; last[t] = n }
+		END { exit bad > 0 }' replay.out"
 awk '
 function no() { bad++; print > "wrong" }
 /^leaf\(/ { split($0, a, /[(,)"= ;]+/); if (a[3] != "v" a[2] || (a[4] != "{" && a[4] != 2 * a[2])) no(); n++ }

@@ -125,6 +125,8 @@ run -o c.trace -F 'tagged@if:retval/d32<1000000' -A 'tagged@arg1/d32,arg2/s' -R 
 	-- "$demo" threads 8 3000
 sed -n 's/^want //p' out | awk -F'[(,]' '$2 < 1000000' | sort >twant
 calls c.trace | sort >tgot
+check "-F retval, 8 threads: thread 0's calls in the order it made them" \
+	"diff -q <(calls c.trace | awk -F'[(,]' '{print \$2}') <(seq 0 2999)"
 check "-F retval, 8 threads: exactly thread 0's 3000 calls, each with its values" \
 	"[[ \$(wc -l <twant) == 3000 ]] && cmp -s twant tgot"
 rm -f h.trace*

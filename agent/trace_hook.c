@@ -150,9 +150,10 @@ static __attribute__((noinline)) void args_entry_held(unsigned long ip,
 		return;
 	}
 	e->args = (uint64_t)(uintptr_t)sl->spec;
-	e->cond = (uint64_t)(uintptr_t)sl->cond; /* (mark 0 until the hold begins: not held) */
 	e->mark = PKI_SLOWCALL0(pki_trace_hold_begin);
 	e->entry_ts = ts = pki_trace_now();
+	if (e->mark) /* (else not held: an ordinary frame, its entry recorded as any) */
+		e->cond = (uint64_t)(uintptr_t)sl->cond;
 	args_entry(ip, PKI_EV_ENTRY, ts, sl, regs, vec);
 	pki_fgraph_arm(e);
 }

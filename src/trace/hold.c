@@ -7,7 +7,7 @@
  * inline recorder (trace.h) writes it as any buffer, and only its owner
  * reads it.  head counts the events held since the hold buffer was last
  * empty, tail those that went on already; a mark is a position between
- * them, with the buffer's generation above bit 48.
+ * them, with the buffer's generation above bit 40.
  */
 #include <errno.h>
 #include <sys/mman.h>
@@ -18,8 +18,12 @@
 #define POS_BITS     40
 #define POS_MASK     ((1ull << POS_BITS) - 1)
 #define GEN_MASK     ((1u << 24) - 1)
-/* An entry voided in a hold buffer (H2): a GAP of no event, which no file holds. */
-#define HOLD_VOID PKI_EV_WORD(0, PKI_EV_GAP)
+/*
+ * An entry voided in a hold buffer (H2), and a group's event word once it
+ * went on (H3): a GAP and a CALL of no event, which no thread records.
+ */
+#define HOLD_VOID  PKI_EV_WORD(0, PKI_EV_GAP)
+#define HOLD_MOVED PKI_EV_WORD(0, PKI_EV_CALL)
 
 /* Generations, one per hold buffer and session, so that a mark is its own thread's (H6). */
 static uint32_t next_gen;
@@ -59,10 +63,15 @@ static struct pki_trace_buf *hold_new(struct pki_trace_buf *b)
 	return h;
 }
 
+static void move_on(struct pki_trace_buf *h, struct pki_trace_buf *b);
+
 /*
  * @b's hold buffer for this session (made if @make and it has none): one
  * left from an older session (a thread inside a held call when the trace
- * was detached) is emptied first, and the thread records into @b again.
+ * was detached) goes on first, into this session (what the older one held
+ * was counted late by its end; what this one recorded there is its own),
+ * and the thread records into @b again.  Not while a commit or a record
+ * into it is under way on the thread (a signal handler's call).
  */
 static struct pki_trace_buf *hold_get(struct pki_trace_buf *b, bool make)
 {
@@ -71,8 +80,11 @@ static struct pki_trace_buf *hold_get(struct pki_trace_buf *b, bool make)
 	if (!h)
 		return make ? hold_new(b) : NULL;
 	if (h->hold_session != __atomic_load_n(&pki_trace_session, __ATOMIC_ACQUIRE) &&
-	    !h->hold_committing) {
-		pki_trace_tls = b; /* (its events were counted late by that session's end) */
+	    !h->hold_committing && !h->busy) {
+		h->hold_committing = 1;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		move_on(h, b);
+		pki_trace_tls = b;
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		hold_renew(h);
 	}
@@ -106,9 +118,12 @@ static void move_on(struct pki_trace_buf *h, struct pki_trace_buf *b)
 {
 	struct pki_trace_event d[PKI_DATA_MAX];
 
-	while (h->tail != h->head) {
-		uint64_t t = h->tail, w = h->ev[t & h->mask].word, ts = h->ev[t & h->mask].ts;
+	while (h->tail < h->head) {
+		uint64_t t = h->tail, ts = h->ev[t & h->mask].ts, w;
 		unsigned n = 0;
+
+		/* One instruction: a void in a handler (H2) lands before it or finds it moved. */
+		w = __atomic_exchange_n(&h->ev[t & h->mask].word, HOLD_MOVED, __ATOMIC_RELAXED);
 
 		while (t + 1 + n != h->head && n < PKI_DATA_MAX &&
 		       PKI_EV_IS_DATA(h->ev[(t + 1 + n) & h->mask].word)) {
@@ -149,30 +164,42 @@ static void commit(struct pki_trace_buf *h, struct pki_trace_buf *b)
 		pki_trace_tls = h; /* a handler recorded into it before the switch */
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	}
-	/* Empty, and no one records into it (TLS is b's, begin refuses): positions restart. */
-	h->head = h->tail = h->cached_tail = 0;
+	/*
+	 * Empty, and no one records into it (TLS is b's, begin refuses):
+	 * positions restart, head first (pki_trace_hold_undecided() reads
+	 * tail first: it never sees head below tail).
+	 */
+	__atomic_store_n(&h->head, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&h->tail, 0, __ATOMIC_RELEASE);
+	h->cached_tail = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	h->hold_committing = 0;
 }
 
 /*
- * H2: void the entry group @entry, held at or after @pos.  1 if voided,
- * -1 if it went on already (H5), 0 if it was never held (lost: recorded
- * inside another record, counted there).
+ * H2: find the entry group @entry, held at or after @pos, and void it if
+ * @drop.  1 if found (and voided), -1 if it went on already (H5), 0 if it
+ * was never held (lost: recorded inside another record, counted there; or
+ * its frame was left before it was recorded).
  */
-static int void_entry(struct pki_trace_buf *h, uint64_t pos, const struct pki_trace_event *entry)
+static int find_entry(struct pki_trace_buf *h, uint64_t pos, const struct pki_trace_event *entry,
+		      bool drop)
 {
 	uint64_t p = pos < h->tail ? h->tail : pos;
 
-	for (; p != h->head; p++) {
+	for (; p < h->head; p++) {
 		struct pki_trace_event *e = &h->ev[p & h->mask];
+		uint64_t want = entry->word;
 
-		if (e->word == entry->word && e->ts == entry->ts) {
-			e->word = HOLD_VOID;
-			__atomic_signal_fence(__ATOMIC_SEQ_CST);
-			return p < h->tail ? -1
-					   : 1; /* (a handler's overflow moved it on meanwhile) */
-		}
+		if (e->ts != entry->ts || __atomic_load_n(&e->word, __ATOMIC_RELAXED) != want)
+			continue;
+		if (!drop)
+			return 1;
+		/* One instruction, as move_on()'s: voided, or moved first (by a handler). */
+		return __atomic_compare_exchange_n(&e->word, &want, HOLD_VOID, false,
+						   __ATOMIC_RELAXED, __ATOMIC_RELAXED)
+			   ? 1
+			   : -1;
 	}
 	return pos < h->tail ? -1 : 0;
 }
@@ -180,14 +207,15 @@ static int void_entry(struct pki_trace_buf *h, uint64_t pos, const struct pki_tr
 bool pki_trace_hold_end(uint64_t mark, const struct pki_trace_event *entry, bool keep)
 {
 	struct pki_trace_buf *b = pki_trace_buf_self(), *h = b ? hold_get(b, false) : NULL;
-	bool rec = keep;
+	bool rec;
 
 	if (!mark)
 		return true; /* not held: its entry was recorded as any */
 	if (!h || mark >> POS_BITS != h->hold_gen || !h->hold_depth)
 		return keep; /* another thread's, a parent's or an older session's (H6) */
-	if (!keep)
-		rec = void_entry(h, (mark & POS_MASK) - 1, entry) < 0;
+	/* Kept: its exit only if its entry was recorded.  Not kept: only if it went on. */
+	rec = keep ? find_entry(h, (mark & POS_MASK) - 1, entry, false) != 0
+		   : find_entry(h, (mark & POS_MASK) - 1, entry, true) < 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (!--h->hold_depth && !h->hold_committing)
 		commit(h, b);
@@ -218,7 +246,7 @@ void pki_trace_hold_release(struct pki_trace_buf *b)
 {
 	struct pki_trace_buf *h = b->hold;
 
-	if (!h || h->hold_session != __atomic_load_n(&pki_trace_session, __ATOMIC_ACQUIRE))
+	if (!h)
 		return;
 	/* Even after a commit a handler left by siglongjmp: nothing resumes it now (H4). */
 	h->hold_committing = 1;
@@ -253,5 +281,8 @@ uint64_t pki_trace_hold_undecided(const struct pki_trace_buf *b)
 	/* (its owner may be moving them on, or restarting the positions: never below 0) */
 	tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
 	head = __atomic_load_n(&h->head, __ATOMIC_ACQUIRE);
-	return head > tail ? head - tail : 0;
+	/* and what it counted lost, not yet moved to its thread's counts */
+	return (head > tail ? head - tail : 0) +
+	       __atomic_load_n(&h->nested_lost, __ATOMIC_RELAXED) +
+	       __atomic_load_n(&h->depth_lost, __ATOMIC_RELAXED);
 }

@@ -129,6 +129,7 @@ static struct {
 	uint32_t nthreads;	    /* atomic: buffers made this session */
 	uint32_t announced;	    /* writer only: THREAD records written */
 	uint64_t late_lost;	    /* atomic */
+	uint64_t held_late;	    /* held calls undecided at the trailer (hold.h H6) */
 	uint64_t recorded;	    /* writer only: events in the file */
 	uint64_t gone_lost;	    /* writer only: lost counts of freed buffers */
 	uint64_t gone_kinds[4];	    /* writer only: the same by cause (LK_*) */
@@ -629,7 +630,7 @@ static int emit_losses(void)
 	r.nested = t[LK_NESTED];
 	r.depth = t[LK_DEPTH];
 	r.unwritten = t[LK_UNWRITTEN];
-	r.late = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	r.late = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED) + (S.in_trailer ? S.held_late : 0);
 	r.stop_cause = r.stop_error ? S.stop_cause : 0;
 	if (!r.full && !r.nested && !r.depth && !r.unwritten && !r.late && !r.stop_error)
 		return 0;
@@ -1164,12 +1165,16 @@ static int emit_trailer(uint32_t reason, int signo)
 	if (err && !S.stop_err)
 		goto out;
 	pki_trace_clock_pair(S.ci.clock, &end.end_ticks, &end.end_mono_ns);
+	/*
+	 * Held calls still undecided: what they held comes too late (hold.h
+	 * H6); counted afresh at each trailer (an exec that fails goes on).
+	 */
+	S.held_late = 0;
 	for (b = __atomic_load_n(&S.bufs, __ATOMIC_ACQUIRE); b; b = b->next) {
 		lost += b->lost_reported - b->lost_base;
-		/* held calls still undecided: what they held comes too late (hold.h H6) */
-		__atomic_fetch_add(&S.late_lost, pki_trace_hold_undecided(b), __ATOMIC_RELAXED);
+		S.held_late += pki_trace_hold_undecided(b);
 	}
-	end.late_lost = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED);
+	end.late_lost = __atomic_load_n(&S.late_lost, __ATOMIC_RELAXED) + S.held_late;
 	/* What the LOST records say, or all of it if some did not fit. */
 	end.lost = S.stop_err ? lost_now() : lost + end.late_lost;
 	end.recorded = S.recorded;

@@ -238,7 +238,7 @@ struct pki_trace_buf {
 	 */
 	struct pki_trace_buf *hold, *hold_of;
 	uint32_t hold_depth;	    /* held calls undecided */
-	uint32_t hold_gen;	    /* marks of an older generation are a parent's (fork) */
+	uint32_t hold_gen;	    /* its marks' generation: per thread and session */
 	uint32_t hold_committing;   /* a commit runs: a handler's call is not held */
 	uint32_t hold_session;	    /* the session it holds for (pki_trace_session) */
 	struct pki_trace_buf *next; /* session list: pushed lock-free, unlinked by the writer */

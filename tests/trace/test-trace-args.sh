@@ -151,6 +151,10 @@ n_held_inner=$(sed -n 's/^inner //p' out)
 check "-F retval: a call whose callees overflow the hold is kept, every callee ($n_held_inner) too" \
 	"[[ \$(count h.trace inner) == $n_held_inner && \$(count h.trace big) == 1 ]]"
 check "-F retval: a call left by longjmp is kept (no value to decide on)" "[[ \$(count h.trace jumpy) == 1 ]]"
+rm -f hr.trace*
+run -o hr.trace --ring=4M -F 'deep@if:retval/d32>=3' -F 'big@if:retval/d32>=0' -- "$demo" held
+check "-F retval with --ring: a hold that fills goes on whole (every inner call, $n_held_inner), deep kept 3 + 2 (the handler's)" \
+	"[[ $rc == 0 && \$(count hr.trace inner) == $n_held_inner && \$(count hr.trace deep) == 5 && \$(count hr.trace big) == 1 ]]"
 check "-F retval: nothing lost" "$pk report --raw h.trace | head -1 | grep -q ', 0 lost,'"
 # The settings go on to a program exec'd: its -F and -A hold there too.
 rm -f x.trace*

@@ -32,6 +32,7 @@
 
 struct alt {
 	unsigned long lo, hi; /* hi == 0: none */
+	bool got;	      /* read (alt_get): a system call, made only when needed */
 };
 
 /*
@@ -51,6 +52,7 @@ static void alt_get(struct pki_fgraph_tls *t, struct alt *a)
 	pki_trace_busy--;
 	a->lo = t->alt_lo;
 	a->hi = a->lo + t->alt_size;
+	a->got = true;
 }
 
 static bool on_alt(const struct alt *a, unsigned long p)
@@ -60,12 +62,15 @@ static bool on_alt(const struct alt *a, unsigned long p)
 
 /*
  * The frame of entry slot @e cannot return, the thread running the frame
- * whose slot is @slot.  Marked entries belong to an unwind: never.
+ * whose slot is @slot.  Marked entries belong to an unwind: never.  @a is
+ * read at the first entry that needs it.
  */
-static bool dead(const struct alt *a, unsigned long e, unsigned long slot)
+static bool dead(struct alt *a, unsigned long e, unsigned long slot)
 {
 	if (e & PKI_FGRAPH_MARK)
 		return false;
+	if (!a->got)
+		alt_get(&pki_fgraph_tls, a);
 	if (on_alt(a, e) == on_alt(a, slot))
 		return e < slot;
 	return on_alt(a, e); /* a handler's frame, left by siglongjmp */
@@ -289,7 +294,7 @@ unsigned long pki_fgraph_exit_slow(const struct pki_fgraph_return *r)
 	unsigned long sp = r->sp, slot = sp - 8, ret;
 	uint64_t ts = r->ts;
 	uint32_t d, i, j;
-	struct alt a;
+	struct alt a = {0};
 
 	i = find(t, slot);
 	if (i == UINT32_MAX) {
@@ -297,7 +302,6 @@ unsigned long pki_fgraph_exit_slow(const struct pki_fgraph_return *r)
 			lost_return();
 		i = find(t, slot);
 	}
-	alt_get(t, &a);
 	d = t->depth;
 	for (j = d; j-- > i + 1;)
 		if (dead(&a, t->st[j].slot, slot))
@@ -324,9 +328,8 @@ void pki_fgraph_prune_slow(unsigned long *at, uint64_t ts)
 	unsigned long slot = (unsigned long)at;
 	uint32_t d = t->depth;
 	struct pki_fgraph_ent *e;
-	struct alt a;
+	struct alt a = {0}; /* (a tail call, the common case, needs none) */
 
-	alt_get(t, &a);
 	while (d) {
 		e = &t->st[d - 1];
 		if (e->slot == slot) {
@@ -355,7 +358,7 @@ void pki_fgraph_jump(unsigned long sp)
 	uint32_t d = t->depth;
 	struct pki_fgraph_ent *e;
 	uint64_t ts;
-	struct alt a;
+	struct alt a = {0};
 
 	if (!d || t->unwinding || t->st == PKI_FGRAPH_GONE || sp & 7)
 		return;

@@ -35,7 +35,6 @@
 
 int agent_find_prog(const char *prog, char *out, size_t n)
 {
-	const char *path = getenv("PATH"), *p, *end;
 	struct stat st;
 
 	if (strchr(prog, '/')) {
@@ -46,6 +45,16 @@ int agent_find_prog(const char *prog, char *out, size_t n)
 			       errno == ENOENT ? 127 : 126;
 		return 0;
 	}
+	if (agent_in_path(prog, out, n))
+		return 0;
+	return cli_error("%s: command not found in PATH", prog), 127;
+}
+
+bool agent_in_path(const char *prog, char *out, size_t n)
+{
+	const char *path = getenv("PATH"), *p, *end;
+	struct stat st;
+
 	/* As execvp(3), without its fallback to /bin/sh. */
 	for (p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin"; p;
 	     p = end ? end + 1 : NULL) {
@@ -56,9 +65,9 @@ int agent_find_prog(const char *prog, char *out, size_t n)
 		if (snprintf(out, n, "%.*s%s%s", (int)dl, p, dl ? "/" : "", prog) >= (int)n)
 			continue;
 		if (!stat(out, &st) && S_ISREG(st.st_mode) && !access(out, X_OK))
-			return 0;
+			return true;
 	}
-	return cli_error("%s: command not found in PATH", prog), 127;
+	return false;
 }
 
 int agent_check_prog(const char *path)

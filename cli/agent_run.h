@@ -32,6 +32,9 @@ struct agent_run {
 /* Resolve PROG like execvp into @out; 0, or an exit code after an error message. */
 int agent_find_prog(const char *prog, char *out, size_t n);
 
+/* @prog (no '/') is an executable file in PATH, its path into @out: no message. */
+bool agent_in_path(const char *prog, char *out, size_t n);
+
 /* Refuse what LD_PRELOAD cannot enter; 0, or an exit code after an error message. */
 int agent_check_prog(const char *path);
 

@@ -143,6 +143,27 @@ int cli_bad_option(const char *cmd, const char *shortopts, const struct option *
 	return cli_usage_error("%s: unknown option '%s'", cmd, arg);
 }
 
+/*
+ * The command @name is a typing slip of, or NULL: the unique nearest, with
+ * fewer edits than half @name's letters ('tarce' is 'trace', 'nope' nothing).
+ */
+static const struct cli_cmd *closest_cmd(const struct cli_cmd *cmds, const char *name)
+{
+	const struct cli_cmd *best = NULL;
+	unsigned bd = 3;
+	bool tie = false;
+
+	for (; cmds->name; cmds++) {
+		unsigned d = edit_distance(name, cmds->name);
+
+		if (d < bd)
+			bd = d, best = cmds, tie = false;
+		else if (d == bd)
+			tie = true;
+	}
+	return tie || 2 * bd >= strlen(name) ? NULL : best;
+}
+
 static void print_cmds(FILE *f, const struct cli_cmd *cmds)
 {
 	for (; cmds->name; cmds++)
@@ -168,6 +189,10 @@ int cli_dispatch(const char *prog, const struct cli_cmd *cmds, const char *usage
 	for (c = cmds; c->name; c++)
 		if (!strcmp(c->name, argv[1]))
 			return c->run(argc - 1, argv + 1);
+	c = closest_cmd(cmds, argv[1]);
+	if (c)
+		return cli_usage_error("unknown %s '%s' (did you mean '%s'?)", prog, argv[1],
+				       c->name);
 	return cli_usage_error("unknown %s '%s'", prog, argv[1]);
 }
 
@@ -185,12 +210,13 @@ static int cmd_version(int argc, char **argv)
 
 static const struct cli_cmd commands[] = {
     {"bench", cmd_bench, "measure probekit against its peers (perf bench style)"},
-    {"export", cmd_export, "convert a trace file: Chrome trace JSON or folded stacks"},
+    {"export", cmd_export,
+     "convert a trace file: Chrome JSON, Perfetto, speedscope or folded stacks"},
     {"graph", cmd_graph, "the call graph under a function of a trace file, per path"},
     {"inject", cmd_inject, "load a shared library into a running process (development)"},
     {"replay", cmd_replay, "the calls of a trace file as a tree, with durations"},
     {"report", cmd_report, "per-function calls and times of a trace file"},
-    {"sites", cmd_sites, "list the patchable functions of a program or library"},
+    {"sites", cmd_sites, "the functions of a program or library that can be hooked, and how"},
     {"top", cmd_top, "a live view of the functions of a running process"},
     {"trace", cmd_trace, "run a program and record every call of its functions"},
     {"version", cmd_version, "print the library version"},

@@ -26,9 +26,10 @@ static const char usage[] =
     "usage: probekit sites [options] FILE\n\n"
     "List the patchable function entries of an ELF program or shared library:\n"
     "address (link-time; offset from the load base for PIE and libraries), kind\n"
-    "(nop5, nop1x5, mcount) and function name.\n\n"
-    "Build code with -fpatchable-function-entry=5 (gcc or clang), or non-PIC code\n"
-    "with -pg -mfentry -mnop-mcount -mrecord-mcount, to give it sites.\n\n"
+    "(nop5, nop1x5, mcount) and function name.  Code built with\n"
+    "-fpatchable-function-entry=5 (gcc or clang), or non-PIC code with -pg\n"
+    "-mfentry -mnop-mcount -mrecord-mcount, has them.  A file without them (any\n"
+    "distribution binary) gets a summary of what can be hooked all the same.\n\n"
     "With -f, list every function of the file instead (from its symbols and, if\n"
     "stripped, its .eh_frame): address, size, how it could be hooked and name\n"
     "(sub_<hex> without a symbol).  How: 'patchable KIND' (a site, as above),\n"
@@ -184,6 +185,44 @@ static int list_functions(const char *path, const char *glob, bool show_stats, b
 	return 0;
 }
 
+static int count_func(const struct pki_func_site *fs, void *data)
+{
+	(void)fs;
+	(void)data;
+	return 0;
+}
+
+/*
+ * A file without patchable entries (any distribution binary): what can be
+ * hooked anyway, and how to see it, instead of a rebuild it does not need.
+ */
+static int coverage(const char *path)
+{
+	struct pki_func_stats st;
+	size_t hookable;
+	int ret = pki_func_sites_file(path, 0, count_func, NULL, &st);
+
+	if (ret < 0)
+		return file_error(path, ret);
+	if (!st.funcs)
+		return cli_error("%s: no patchable entries and no function found (no symbols, "
+				 "no .eh_frame)",
+				 path);
+	hookable = st.patchable + st.reloc;
+	printf("# %s: no patchable entries (built without -fpatchable-function-entry=5)\n"
+	       "# %zu of its %zu function(s) can be hooked all the same, by prologue "
+	       "relocation (%.1f%%); %zu refused\n",
+	       path, hookable, st.funcs, 100.0 * hookable / st.funcs, st.refused);
+	for (unsigned w = 1; w < PKI_FUNC_WHY_NR; w++)
+		if (st.why[w])
+			printf("#   refused %s: %zu\n", pki_func_why_name(w), st.why[w]);
+	printf("# 'probekit sites -f %s' lists them with how each is hooked (--int3: the "
+	       "refused ones a breakpoint would take);\n"
+	       "# 'probekit trace -- PROG' traces them as they are\n",
+	       path);
+	return 0;
+}
+
 int cmd_sites(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -254,10 +293,7 @@ int cmd_sites(int argc, char **argv)
 			    "%s: %zu patchable record(s) but no usable site "
 			    "(built with -fpatchable-function-entry=N,M other than 5,0?)",
 			    path, st.records);
-		return cli_error("%s: no patchable sites; rebuild with "
-				 "-fpatchable-function-entry=5 (or, non-PIC, -pg -mfentry "
-				 "-mnop-mcount -mrecord-mcount)",
-				 path);
+		return coverage(path);
 	}
 	if (pc.glob && !pc.shown)
 		return cli_error("%s: no site matches '%s'", path, pc.glob);

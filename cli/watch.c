@@ -124,6 +124,30 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 	}
 }
 
+/*
+ * @spec names a place as watch reads it, not a C expression: symbols
+ * (C++'s with '::', a static's 'name.N'), '*', '+OFF' and hex addresses
+ * have none of "->", brackets, parentheses, '&' or blanks.
+ */
+static bool spec_plain(const char *spec)
+{
+	return !strstr(spec, "->") && !strpbrk(spec, "[]()& \t");
+}
+
+/*
+ * The word @argv[@prog] taken as PROG is a second symbol: a "--" follows it
+ * and it is no program (no '/' in it and not in PATH): 'watch a b -- prog'.
+ */
+static bool several_symbols(int argc, char **argv, int prog)
+{
+	char path[PATH_MAX];
+	bool dashes = false;
+
+	for (int i = prog + 1; i < argc && !dashes; i++)
+		dashes = !strcmp(argv[i], "--");
+	return dashes && !strchr(argv[prog], '/') && !agent_in_path(argv[prog], path, sizeof(path));
+}
+
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *status)
 {
@@ -134,6 +158,8 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	    {"pid", required_argument, NULL, 'p'},   {"duration", required_argument, NULL, O_DURATION},
 	    {"help", no_argument, NULL, 'h'},	     {NULL, 0, NULL, 0},
 	};
+
+	bool bare = false;
 
 	*status = WATCH_FAIL;
 	optind = 1;
@@ -150,8 +176,12 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 		if (c == -1) {
 			if (optind == before + 1 && !strcmp(argv[before], "--"))
 				break; /* getopt ate the "--": PROG follows */
-			if (optind >= argc || o->spec)
+			if (optind >= argc)
 				break;
+			if (o->spec) {
+				bare = true; /* PROG without "--" before it */
+				break;
+			}
 			o->spec = argv[optind++];
 			continue;
 		}
@@ -173,6 +203,18 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 		       false;
 	if (!*o->spec)
 		return cli_usage_error("watch: empty SYMBOL: give a symbol of PROG or an address"),
+		       false;
+	if (!spec_plain(o->spec))
+		return cli_usage_error("watch: '%s' is an expression, which watch does not "
+				       "evaluate: give SYMBOL[+OFF], *SYMBOL[+OFF] (OFF bytes "
+				       "into what the pointer SYMBOL points to) or ADDR",
+				       o->spec),
+		       false;
+	if (bare && several_symbols(argc, argv, optind))
+		return cli_usage_error("watch: one SYMBOL per run: '%s' after '%s' is not a "
+				       "program; watch the other in a second probekit watch (or "
+				       "with the API's pk_watch_add(), any number)",
+				       argv[optind], o->spec),
 		       false;
 	if (o->pid && optind < argc)
 		return cli_usage_error("watch: -p PID watches a running process: no PROG ('%s')",

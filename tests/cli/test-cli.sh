@@ -50,7 +50,10 @@ expect_all() {
 expect 2 '^usage: probekit'                 err -- 
 expect 0 'bench +measure'                   out -- --help
 expect 0 '^probekit [0-9]+\.[0-9]+\.[0-9]+$' out -- --version
-expect 2 "unknown command 'nope'"           err -- nope
+expect 2 "unknown command 'nope'\$"         err -- nope
+expect 2 "unknown command 'tarce' \\(did you mean 'trace'\\?\\)" err -- tarce
+expect 2 "unknown benchmark 'trac' \\(did you mean 'trace'\\?\\)" err -- bench trac
+expect 0 'export +.*Perfetto.*speedscope'   out -- --help
 expect 0 '^usage: probekit bench'           out -- bench --help
 expect 2 "unknown benchmark 'nope'"         err -- bench nope
 expect 0 '^usage: probekit bench slots'     out -- bench slots --help
@@ -60,7 +63,19 @@ expect 0 '^usage: probekit sites'           out -- sites --help
 expect 2 'expected one FILE'                err -- sites
 expect 1 '/nonexistent: No such file'       err -- sites /nonexistent
 expect 1 'not an x86-64 ELF'                err -- sites "$tmp/out"
-expect 1 'no patchable sites; rebuild with -fpatchable-function-entry=5' err -- sites "$plain"
+# A file without patchable entries: what can be hooked all the same, the
+# figures those of 'sites -f -s'.
+expect_all 0 out '^# .*: no patchable entries' "'probekit sites -f .*' lists them" -- sites "$plain"
+cp "$tmp/out" "$tmp/cov"
+"$pk" sites -f -s "$plain" >"$tmp/fs" 2>/dev/null
+read -r nf np nr nref < <(sed -n 's/.*: \([0-9]*\) function(s): \([0-9]*\) patchable, \([0-9]*\) reloc, [0-9]* int3, \([0-9]*\) refused.*/\1 \2 \3 \4/p' "$tmp/fs")
+if [[ -n ${nf:-} ]] && grep -q "^# $((np + nr)) of its $nf function(s) can be hooked.*; $nref refused\$" "$tmp/cov"; then
+	pass=$((pass + 1))
+else
+	echo "FAIL: sites FILE's summary differs from sites -f -s:"
+	sed 's/^/    /' "$tmp/cov" "$tmp/fs" | grep '^    #'
+	fail=$((fail + 1))
+fi
 expect 0 ' nop1x5 pkt_lib_add$'             out -- sites "$lib"
 
 # sites --functions: every function with how it could be hooked.  funcs_ok
@@ -130,6 +145,9 @@ expect 2 '^probekit: replay: option -D needs a value$' err -- replay -D
 expect 2 '^probekit: graph: unknown option -x$' err -- graph -x main
 expect 125 '^probekit: watch: option -o needs a value$' err -- watch counter -o
 expect 125 "unknown option '--folow' \(did you mean --follow\?\)" err -- watch --folow x -- /bin/true
+expect 125 "watch: one SYMBOL per run: 'cur' after 'counter' is not a program" err -- watch counter cur -- /bin/true
+expect 125 "watch: 'cur->b' is an expression, which watch does not evaluate" err -- watch 'cur->b' -- /bin/true
+expect 125 "watch: 'a\[2\]' is an expression" err -- watch 'a[2]' -- /bin/true
 expect 2 '^probekit: bench gp: option --blocked needs a value$' err -- bench gp --blocked
 expect 2 '^probekit: bench poke: unknown option -x$' err -- bench poke -x
 expect 0 '^usage: probekit trace ' out -- help trace

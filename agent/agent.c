@@ -35,6 +35,7 @@
 
 #include "agent.h"
 #include "agent_int.h"
+#include "sym/sites.h"
 #include "base/fd.h"
 #include "base/sigtrap.h"
 #include "sym/demangle.h"
@@ -316,11 +317,28 @@ void agent_trace_config(const char *(*get)(const char *))
 	}
 	v = get(PK_ENV_TRACE_TOP);
 	t->top = v && !strcmp(v, "1");
-	v = get("PROBEKIT_RELOC");
+	/* The command's settings, else the user's for the library (it reads them itself). */
+	v = get(PK_ENV_TRACE_RELOC);
+	if (!v)
+		v = get("PROBEKIT_RELOC");
 	snprintf(t->reloc, sizeof(t->reloc), "%s", v ? v : "");
+	v = get(PK_ENV_TRACE_INT3);
+	if (!v)
+		v = get("PROBEKIT_INT3");
+	t->int3 = v && !strcmp(v, "1");
 	if (dladdr((void *)agent_trace_config, &di) && di.dli_fname &&
 	    strlen(di.dli_fname) < sizeof(t->agent))
 		strcpy(t->agent, di.dli_fname);
+}
+
+void agent_library_settings(void)
+{
+	const char *r = agent_trace_conf.reloc;
+
+	pki_sites_set_reloc(!strcmp(r, "1")	 ? PKI_RELOC_ALL
+			    : !strcmp(r, "main") ? PKI_RELOC_MAIN
+						 : PKI_RELOC_OFF);
+	pki_sites_set_int3(agent_trace_conf.int3);
 }
 
 /*
@@ -505,6 +523,14 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 	if (t->trigger && (size_t)snprintf(b->trigger, sizeof(b->trigger), "%s=%s",
 					   PK_ENV_TRACE_TRIGGER, t->trigger) < sizeof(b->trigger))
 		b->vec[n++] = b->trigger;
+	if (t->reloc[0]) {
+		snprintf(b->reloc, sizeof(b->reloc), "%s=%s", PK_ENV_TRACE_RELOC, t->reloc);
+		b->vec[n++] = b->reloc;
+	}
+	if (t->int3) {
+		snprintf(b->int3, sizeof(b->int3), "%s=1", PK_ENV_TRACE_INT3);
+		b->vec[n++] = b->int3;
+	}
 	if (t->max_size) {
 		snprintf(b->max_size, sizeof(b->max_size), "%s=%llu", PK_ENV_TRACE_MAX_SIZE,
 			 (unsigned long long)t->max_size);
@@ -584,6 +610,8 @@ __attribute__((constructor(101))) static void agent_start(void)
 	read_cmd_config();
 	read_watch_config();
 	agent_trace_config(env_get);
+	if (agent_trace_conf.on)
+		agent_library_settings();
 	agent_dl_config();
 	/*
 	 * Preloaded by the program's own environment to listen: that stays as

@@ -67,6 +67,14 @@
 #define PK_ENV_TRACE_TOP	  "PROBEKIT_TOP" /* 1: `top`: statistics, no file (attached) */
 #define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"
 #define PK_ENV_TRACE_GEN	  "PROBEKIT_TRACE_GEN"
+/*
+ * The command's --relocate/--relocate-all and --int3: the library's
+ * PROBEKIT_RELOC and PROBEKIT_INT3 (sym/sites.h) under the agent's names,
+ * so that they leave PROG's environment with the others (a user's own
+ * PROBEKIT_RELOC stays where the user put it).
+ */
+#define PK_ENV_TRACE_RELOC	  "PROBEKIT_TRACE_RELOC"	/* main or 1 */
+#define PK_ENV_TRACE_INT3	  "PROBEKIT_TRACE_INT3"		/* 1 */
 #define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */
 
 /* tests: hooking a library loaded by dlopen() fails with EIO */

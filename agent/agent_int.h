@@ -59,7 +59,8 @@ struct agent_trace_conf {
 	char *args;	      /* -A/-R: "GLOB@SPEC" lines, or NULL */
 	bool auto_args;	      /* -a: the functions without -A/-R items get DWARF's */
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
-	char reloc[8];	      /* PROBEKIT_RELOC: "1", "main" or "" (sym/sites.h) */
+	char reloc[8];	      /* relocation: "1", "main" or "" (sym/sites.h) */
+	bool int3;	      /* with it, INT3 sites (sym/sites.h) */
 	bool top;	      /* PROBEKIT_TOP: statistics in the process, no trace file */
 	bool has_pid;
 	long env_pid;
@@ -73,6 +74,9 @@ extern struct agent_trace_conf agent_trace_conf;
  * agent_trace_conf as it was if PROBEKIT_TRACE is missing.
  */
 void agent_trace_config(const char *(*get)(const char *));
+
+/* Give the library agent_trace_conf's relocation settings, before its first site table. */
+void agent_library_settings(void);
 
 /*
  * Loaded into a running process by the command (attach.c), not preloaded:
@@ -231,6 +235,7 @@ struct agent_envbuf {
 	char args[8192]; /* -A/-R/-F: a program they do not fit runs untraced (a filter lost) */
 	char auto_args[48];
 	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512], max_size[64];
+	char reloc[48], int3[48];
 };
 
 /*

@@ -186,7 +186,7 @@ static int settings_read(int sock, int *fd)
 /* The library's settings the command sends (sym/sites.h), set before the first site table. */
 static void library_settings(void)
 {
-	const char *r = setting_get("PROBEKIT_RELOC"), *i3 = setting_get("PROBEKIT_INT3");
+	const char *r = setting_get(PK_ENV_TRACE_RELOC), *i3 = setting_get(PK_ENV_TRACE_INT3);
 
 	pki_sites_set_reloc(r && !strcmp(r, "1")	? PKI_RELOC_ALL
 			    : r && !strcmp(r, "main") ? PKI_RELOC_MAIN

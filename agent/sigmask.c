@@ -56,6 +56,7 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 
+#include "agent.h"
 #include "agent_int.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
@@ -107,7 +108,9 @@ bool agent_from_self(const void *ret)
 
 void agent_sigmask_init(void)
 {
-	const char *e = getenv("PROBEKIT_INT3");
+	/* (the command's setting, or the user's for the library: the environment is still whole) */
+	const char *e =
+	    getenv(PK_ENV_TRACE_INT3) ? getenv(PK_ENV_TRACE_INT3) : getenv("PROBEKIT_INT3");
 
 	mask_fn real_mask;
 	sigset_t cur, trap;

@@ -387,7 +387,7 @@ int cmd_top(int argc, char **argv)
 		env[ne++] = notrace;
 	}
 	if (o.relocate > 0) {
-		env[ne++] = "PROBEKIT_RELOC";
+		env[ne++] = PK_ENV_TRACE_RELOC;
 		env[ne++] = o.relocate == 2 ? "1" : "main";
 	}
 	env[ne] = NULL;

@@ -760,14 +760,14 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 		env[ne++] = PK_ENV_TRACE_MAX_SIZE;
 		env[ne++] = o->max_bytes;
 	}
-	if (o->relocate > 0) { /* the library's setting (sym/sites.h), kept for PROG's children */
+	if (o->relocate > 0) { /* the library's setting (sym/sites.h), passed on by the agent */
 		const char *e = getenv("PROBEKIT_RELOC");
 
-		env[ne++] = "PROBEKIT_RELOC"; /* 1: the libraries too */
+		env[ne++] = PK_ENV_TRACE_RELOC; /* 1: the libraries too */
 		env[ne++] = o->relocate == 2 || (e && !strcmp(e, "1")) ? "1" : "main";
 	}
 	if (o->int3) {
-		env[ne++] = "PROBEKIT_INT3";
+		env[ne++] = PK_ENV_TRACE_INT3;
 		env[ne++] = "1";
 	}
 	env[ne] = NULL;

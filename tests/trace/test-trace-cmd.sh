@@ -203,6 +203,19 @@ check "text alias: on by default ($(cat out))" "grep -Eq '^aliased [1-9]' out"
 PROBEKIT_TEXT_ALIAS=0 run -o maps.trace -- "$demo" --maps
 check "text alias: PROBEKIT_TEXT_ALIAS=0 honoured ($(cat out))" "grep -qx 'aliased 0' out"
 
+# 5e. PROG's environment is the user's: no variable of probekit's, whatever
+#     the relocation asked (the settings still reach the programs it execs:
+#     ls, run by a shell without patchable entries, is traced by relocation);
+#     a user's own library setting stays.
+for mode in "" --relocate-all --int3; do
+	rm -f envp.trace*
+	run $mode -o envp.trace -- /bin/sh -c 'env; exec /bin/ls /'
+	check "environment${mode:+ ($mode)}: no PROBEKIT_ variable ($(grep -c '^PROBEKIT_' out))" "[[ $rc == 0 ]] && ! grep -q '^PROBEKIT_' out"
+	check "environment${mode:+ ($mode)}: the exec'd ls traced" "grep -Eq '^probekit: wrote .*/envp.trace.[0-9]+.1: [1-9][0-9]* events' err"
+done
+PROBEKIT_TEXT_ALIAS=0 run -o envp.trace -- /bin/sh -c env
+check "environment: the user's PROBEKIT_TEXT_ALIAS kept" "grep -qx PROBEKIT_TEXT_ALIAS=0 out"
+
 # 6. longjmp out of 6 traced frames: each gets its exit at the jump (the
 #    agent wraps the longjmp family), none is left to an outer exit; counts exact.
 run -o jmp.trace -- "$demo" --longjmp

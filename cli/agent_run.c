@@ -74,7 +74,8 @@ int agent_check_prog(const char *path)
 {
 	struct pki_elf_syms syms;
 	struct stat st;
-	char magic[2];
+	char magic[4];
+	ssize_t got;
 	int fd, ret;
 
 	if (stat(path, &st))
@@ -114,15 +115,21 @@ int agent_check_prog(const char *path)
 			       126;
 		return 0;
 	}
-	/* Not an ELF object of ours: fine if a script, whose interpreter gets the agent. */
+	/*
+	 * Not an ELF object of ours: a script, whose interpreter gets the
+	 * agent, "#!" or not (without, /bin/sh runs it, as execvp(3) does).
+	 * An ELF file of another kind is refused.
+	 */
 	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0 && read(fd, magic, 2) == 2 && magic[0] == '#' && magic[1] == '!') {
-		close(fd);
-		return 0;
-	}
-	if (fd >= 0)
-		close(fd);
-	return cli_error("%s: not an " PKI_ELF_MACHINE_NAME " ELF program or script", path), 126;
+	if (fd < 0)
+		return cli_error("%s: %s", path, strerror(errno)), 126;
+	got = read(fd, magic, sizeof(magic));
+	close(fd);
+	if (got == sizeof(magic) && !memcmp(magic, "\177ELF", 4))
+		return cli_error("%s: not an " PKI_ELF_MACHINE_NAME " ELF program (%s)", path,
+				 strerror(-ret)),
+		       126;
+	return 0;
 }
 
 static int count_site(const struct pk_site *s, void *ctx)
@@ -274,6 +281,25 @@ static void relay_restore(const struct run *x)
 		sigaction(relayed[i], &x->old[i], NULL);
 }
 
+/* /bin/sh @path @argv[1..], as execvp(3) runs a script without "#!": its errno. */
+static int exec_sh(const char *path, char *const *argv)
+{
+	size_t n = 0;
+
+	while (argv[n])
+		n++;
+	{
+		char *sh_argv[n + 2];
+
+		sh_argv[0] = (char *)"/bin/sh";
+		sh_argv[1] = (char *)path;
+		for (size_t i = 1; i <= n; i++) /* (argv[n] is the NULL) */
+			sh_argv[i + 1] = argv[i];
+		execv("/bin/sh", sh_argv);
+	}
+	return errno;
+}
+
 /* In the child: never returns. */
 static void child_exec(const struct run *x)
 {
@@ -309,6 +335,8 @@ static void child_exec(const struct run *x)
 		setenv(r->env[i], r->env[i + 1], 1);
 	execv(r->path, r->argv);
 	err = errno;
+	if (err == ENOEXEC) /* a script without "#!": execvp(3)'s /bin/sh runs it */
+		err = exec_sh(r->path, r->argv);
 	dprintf(ctl, "exec %d\n", err);
 	_exit(err == ENOENT ? 127 : 126);
 }

@@ -216,6 +216,20 @@ done
 PROBEKIT_TEXT_ALIAS=0 run -o envp.trace -- /bin/sh -c env
 check "environment: the user's PROBEKIT_TEXT_ALIAS kept" "grep -qx PROBEKIT_TEXT_ALIAS=0 out"
 
+# 5f. A script without "#!" runs under /bin/sh, as execvp(3) and env(1) run
+#     it: traced, with its arguments, output and exit status; an ELF file
+#     of another kind is refused.
+printf 'echo "args: $*"\nexit 3\n' >nobang
+chmod +x nobang
+run -o nobang.trace -- ./nobang x 'y z'
+check "no #!: exit status $rc of the script's" "[[ $rc == 3 ]]"
+check "no #!: its output" "[[ \"\$(cat out)\" == 'args: x y z' ]]"
+check "no #!: /bin/sh traced" "grep -Eq '^probekit: wrote .*/nobang.trace: [1-9][0-9]* events' err"
+printf '\177ELF\002\001\001' >badelf
+chmod +x badelf
+run -o badelf.trace -- ./badelf
+check "foreign ELF: refused ($rc)" "[[ $rc == 126 ]] && grep -q 'badelf: not an x86-64 ELF program' err"
+
 # 6. longjmp out of 6 traced frames: each gets its exit at the jump (the
 #    agent wraps the longjmp family), none is left to an outer exit; counts exact.
 run -o jmp.trace -- "$demo" --longjmp

@@ -67,6 +67,8 @@
 #include "hook/fprobe_int.h"
 #include "hook/hook_int.h"
 #include "hook/registry.h"
+#include "sym/demangle.h"
+#include "sym/elf_syms.h"
 #include "sym/sites.h"
 #include "trace/fgraph.h"
 #include "trace/fnstats.h"
@@ -384,6 +386,64 @@ static bool reloc_on(void)
 	return e && (!strcmp(e, "main") || !strcmp(e, "1"));
 }
 
+/* A -f glob that selected nothing, and the first library function it names. */
+struct unmatched {
+	const char *glob;
+	char fn[128];
+	char lib[PATH_MAX];
+};
+
+static int unmatched_in(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct unmatched *u = data;
+	struct pki_elf_syms syms;
+
+	(void)size;
+	/* (not the main program, nameless here, nor us, nor the vDSO) */
+	if (!info->dlpi_name[0] || strstr(info->dlpi_name, PK_AGENT_NAME) ||
+	    pki_elf_syms_read_path(info->dlpi_name, &syms))
+		return 0;
+	for (size_t i = 0; i < syms.n && !u->lib[0]; i++) {
+		const struct pki_elf_sym *s = &syms.syms[i];
+		struct pki_name_forms forms;
+
+		if (s->kind != PKI_SYM_FUNC && s->kind != PKI_SYM_IFUNC)
+			continue;
+		pki_name_forms_init(&forms, s->name);
+		if (pki_name_forms_match(&forms, u->glob)) {
+			snprintf(u->fn, sizeof(u->fn), "%s", s->name);
+			snprintf(u->lib, sizeof(u->lib), "%s", info->dlpi_name);
+		}
+		pki_name_forms_free(&forms);
+	}
+	pki_elf_syms_free(&syms);
+	return u->lib[0] != 0;
+}
+
+/*
+ * The -f globs of @g that selected no site (@fmatched) but name a function
+ * of a library without patchable entries: say which flag traces it.  In the
+ * program the command started only (not again in each one it execs).
+ */
+static void unmatched_say(const struct agent_globs *g, const bool *fmatched)
+{
+	char line[PATH_MAX + 512];
+
+	if (conf->has_pid || agent_attached || !strcmp(conf->reloc, "1"))
+		return;
+	for (size_t i = 0; i < g->nf; i++) {
+		struct unmatched u = {.glob = g->f[i]};
+
+		if (fmatched[i] || !dl_iterate_phdr(unmatched_in, &u))
+			continue;
+		snprintf(line, sizeof(line),
+			 "probekit: -f '%s': %s is a function of %s, whose functions are hooked "
+			 "with --relocate-all (it has no patchable entries)\n",
+			 u.glob, u.fn, u.lib);
+		agent_notice(line);
+	}
+}
+
 /* The sites the -f/-N globs select, into T.ips, T.syms and T.objs. */
 static bool trace_pick(bool initial)
 {
@@ -407,6 +467,8 @@ static bool trace_pick(bool initial)
 	 */
 	for (i = 0; n >= 0 && i < p.g.nf; i++)
 		later |= !p.fmatched[i];
+	if (later && initial)
+		unmatched_say(&p.g, p.fmatched);
 	nf = p.g.nf; /* for the checks below, after the lists are freed */
 	free(p.fmatched);
 	agent_globs_free(&p.g);

@@ -429,9 +429,10 @@ static void on_ended(const struct agent_run *r, int status)
 	for (int g = 0; g < c->f->n; g++)
 		if (!c->fmatched[g])
 			fprintf(stderr,
-				"probekit: -f '%s' matched no traced function (not in PROG, its "
-				"libraries, or the libraries it loaded with dlopen(); 'probekit "
-				"sites FILE' lists the patchable functions of a file)\n",
+				"probekit: -f '%s' matched no traced function (PROG's, its "
+				"libraries' patchable ones, those of the libraries it loaded with "
+				"dlopen(); a library's others need --relocate-all; 'probekit sites "
+				"-f FILE' lists how each function of FILE can be hooked)\n",
 				c->f->v[g]);
 }
 

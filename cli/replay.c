@@ -8,16 +8,23 @@
  *       0.250 us [ 1234] |   leaf();
  *      10.000 us [ 1234] | } /+ main +/
  *
- * Streamed: the events are read once, EVENTS record by EVENTS record
- * (pki_trace_file_events), and each thread keeps only its open frames and
- * the lines not decided yet, so memory does not grow with the trace.  A
- * frame's line is held until it is known whether the frame is a leaf (its
- * exit comes before any child: one line with its duration) and, with -t,
- * whether it lasts long enough to be shown: a frame shorter than -t is
- * dropped with its subtree at its exit, and held lines are written as soon
- * as the oldest undecided frame has lasted -t (or exited).  Threads are
- * printed in the order their events were recorded, a buffer's worth at a
- * time; each thread's lines are in order.
+ * The threads' lines are merged in time order, as uftrace's replay does: a
+ * line's time is that of the event it shows (a call's entry for its '{' or
+ * leaf line, its exit for its '}'), each thread's lines come in their
+ * order, and of the threads' next lines the earliest goes out first (the
+ * first thread on a tie); the nesting stays that of each thread.
+ *
+ * Streamed: each thread's events are read through a cursor of its own
+ * (pki_trace_cursor_next, a record at a time), and each thread keeps only
+ * its open frames and the lines not out yet, so memory does not grow with
+ * the trace.  A frame's line is held until it is known whether the frame
+ * is a leaf (its exit comes before any child: one line with its duration)
+ * and, with -t, whether it lasts long enough to be shown: a frame shorter
+ * than -t is dropped with its subtree at its exit, and held lines are
+ * decided as soon as the oldest undecided frame has lasted -t (or exited).
+ * A thread whose next line is undecided is read ahead until it is decided,
+ * the others wait where they are: what is held is a thread's lines from its
+ * oldest undecided frame on, as it would be without the merge.
  *
  * Linear in the events whatever the depth: a frame's line is placed by its
  * offset in the thread's output since the start (never moved as text goes
@@ -46,7 +53,9 @@ static const char usage[] =
     "usage: probekit replay [FILE] [options]\n\n"
     "The calls of the trace FILE (default probekit.trace) as a tree per thread:\n"
     "a function with callees opens with '{' and closes with '}' and its duration,\n"
-    "a leaf is one line with its duration (uftrace's replay layout).  Calls\n"
+    "a leaf is one line with its duration (uftrace's replay layout).  The\n"
+    "threads' lines are merged in time order (a call's line at its entry, its\n"
+    "'}' at its exit), each with its thread's id; --tid shows one thread.  Calls\n"
     "recorded without their exit (--entry-only, libraries under --relocate-all)\n"
     "show '-' for the time.  Where a flight recorder (trace --ring) overwrote\n"
     "events, the calls open there end, and a line says how many were lost.\n"
@@ -54,7 +63,7 @@ static const char usage[] =
     "options:\n"
     "  -D, --depth N     only the calls at most N deep (1: the outermost)\n"
     "  -t, --time TIME   hide calls shorter than TIME (e.g. 10us, 1.5ms, 200ns)\n"
-    "      --tid TID     only the thread TID\n"
+    "      --tid TID     only the thread TID (its lines alone, in their order)\n"
     "  -f, --filter GLOB only the calls of functions matching GLOB and their\n"
     "                    callees (repeatable)\n"
     "  -N, --notrace GLOB hide the calls of functions matching GLOB and their\n"
@@ -73,8 +82,8 @@ struct replay_opts {
 
 /*
  * One open frame of a thread.  Offsets count the bytes of the thread's lines
- * from its first: a frame's line is out (it cannot become a leaf any more)
- * once hdr_end <= the thread's out.
+ * from its first: a frame's line is out (decided: it cannot become a leaf
+ * any more) once hdr_end <= the thread's out.
  */
 struct rframe {
 	uint64_t fn, start; /* start: ticks */
@@ -99,8 +108,17 @@ struct pending {
 	struct pki_argval v[PKI_DATA_ITEMS_MAX];
 };
 
+/* Where a held line starts, and its time (ticks): the merge's key. */
+struct rmark {
+	uint64_t off, ts;
+};
+
 struct rthread {
 	const struct pki_trace_thread *t;
+	struct pki_trace_cursor *cur;	  /* NULL: not shown (--tid) */
+	const struct pki_trace_event *ev; /* the cursor's record: ev[iev, nev) to come */
+	size_t iev, nev;
+	bool done;	      /* its last event is in */
 	struct pending *pend; /* allocated at the first event with DATA */
 	struct rframe *st;
 	size_t depth, cap;
@@ -110,7 +128,10 @@ struct rthread {
 	struct pki_idxmap active; /* the number of frames of each fn on the stack */
 	char *text;		  /* held lines, not written yet: text[head, head + len) */
 	size_t head, len, tcap;
-	uint64_t out;  /* bytes of lines written: the offset of text[head] */
+	struct rmark *mk; /* the held lines' starts: mk[mhead, mhead + nmk) */
+	size_t mhead, nmk, mkcap;
+	uint64_t wr;   /* bytes of lines written: the offset of text[head] */
+	uint64_t out;  /* bytes of lines decided (wr <= out): they may go out */
 	uint64_t last; /* ticks of its last event */
 };
 
@@ -118,6 +139,7 @@ struct replay {
 	const struct replay_opts *o;
 	const struct pki_trace_file *f;
 	struct rthread *th;
+	uint64_t lines;	  /* written */
 	uint64_t name_fn; /* name_of's cache */
 	const char *name;
 	char name_buf[64];
@@ -126,13 +148,28 @@ struct replay {
 /* The offset of the end of @r's lines. */
 static uint64_t text_end(const struct rthread *r)
 {
-	return r->out + r->len;
+	return r->wr + r->len;
 }
 
-/* Drop @r's held lines from offset @at on. */
+/* Drop @r's held lines from offset @at (a line's start, not decided) on. */
 static void text_cut(struct rthread *r, uint64_t at)
 {
-	r->len = (size_t)(at - r->out);
+	r->len = (size_t)(at - r->wr);
+	while (r->nmk && r->mk[r->mhead + r->nmk - 1].off >= at)
+		r->nmk--;
+}
+
+/* A line of @r starts here, at @ts. */
+static int mark_add(struct rthread *r, uint64_t ts)
+{
+	if (r->mhead && r->mhead >= r->nmk) { /* as text_add() */
+		memmove(r->mk, r->mk + r->mhead, r->nmk * sizeof(*r->mk));
+		r->mhead = 0;
+	}
+	if (PKI_GROW(r->mk, r->mkcap, r->mhead + r->nmk + 1))
+		return -ENOMEM;
+	r->mk[r->mhead + r->nmk++] = (struct rmark){.off = text_end(r), .ts = ts};
+	return 0;
 }
 
 static int text_add(struct rthread *r, const char *s, size_t n)
@@ -148,9 +185,12 @@ static int text_add(struct rthread *r, const char *s, size_t n)
 	return 0;
 }
 
-/* One line: duration column (empty if @dur is NULL), tid, indent, @pre @name @post. */
-static int line(struct rthread *r, const char *dur, size_t depth, const char *pre, const char *name,
-		const char *post)
+/*
+ * One line, of the time @ts: duration column (empty if @dur is NULL), tid,
+ * indent, @pre @name @post.
+ */
+static int line(struct rthread *r, uint64_t ts, const char *dur, size_t depth, const char *pre,
+		const char *name, const char *post)
 {
 	char head[64 + 2 * CLI_INDENT_MAX], mark[32];
 	size_t ind = cli_indent(depth, depth + 1, mark, sizeof(mark));
@@ -161,7 +201,7 @@ static int line(struct rthread *r, const char *dur, size_t depth, const char *pr
 
 	if (n < 0 || (size_t)n >= sizeof(head))
 		return -EIO;
-	err = text_add(r, head, (size_t)n);
+	err = mark_add(r, ts) ?: text_add(r, head, (size_t)n);
 	for (size_t i = 0; !err && i < sizeof(parts) / sizeof(parts[0]); i++)
 		err = text_add(r, parts[i], strlen(parts[i]));
 	return err;
@@ -178,9 +218,10 @@ static const char *name_of(struct replay *p, uint64_t fn)
 }
 
 /*
- * Write the held text up to the first line still undecided: the line of the
+ * Decide the held text up to the first line still undecided: the line of the
  * deepest frame shown while nothing follows it (it may become a leaf), and,
- * with -t, that of the first frame not yet -t long at @now.
+ * with -t, that of the first frame not yet -t long at @now.  What is
+ * decided goes out when the merge comes to it (emit()).
  */
 static void flush(struct replay *p, struct rthread *r, uint64_t now)
 {
@@ -205,11 +246,8 @@ static void flush(struct replay *p, struct rthread *r, uint64_t now)
 			break;
 		}
 	}
-	if (limit == r->out)
+	if (limit <= r->out)
 		return;
-	fwrite(r->text + r->head, 1, (size_t)(limit - r->out), stdout);
-	r->head += (size_t)(limit - r->out);
-	r->len -= (size_t)(limit - r->out);
 	r->out = limit;
 	while (r->nout < r->nsh && r->st[r->sh[r->nout]].hdr_end <= r->out)
 		r->nout++;
@@ -253,7 +291,8 @@ static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, 
 	}
 	fr.shown = shown(p, r, name, ts, &fr.hide_sub, &fr.in_scope);
 	if (fr.shown) {
-		err = line(r, NULL, r->depth, "", name, call_text(post, sizeof(post), args, " {"));
+		err = line(r, ts, NULL, r->depth, "", name,
+			   call_text(post, sizeof(post), args, " {"));
 		r->sh[r->nsh++] = r->depth;
 	}
 	fr.hdr_end = text_end(r);
@@ -297,15 +336,15 @@ static int leave_ret(struct replay *p, struct rthread *r, uint64_t ts, const cha
 		snprintf(post, sizeof(post), "%s%s;%s%s", fr.args ? fr.args : "()", val,
 			 how ? " " : "", how ? how : "");
 		free(fr.args);
-		return line(r, dur, r->depth, "", name, post);
+		return line(r, fr.start, dur, r->depth, "", name, post);
 	}
 	free(fr.args);
 	if (!*val) {
 		snprintf(post, sizeof(post), " */%s%s", how ? " " : "", how ? how : "");
-		return line(r, dur, r->depth, "} /* ", name, post);
+		return line(r, ts, dur, r->depth, "} /* ", name, post);
 	}
 	snprintf(post, sizeof(post), "%s; /* %s */%s%s", val, name, how ? " " : "", how ? how : "");
-	return line(r, dur, r->depth, "}", "", post); /* uftrace's "} = 0; /+ main +/" */
+	return line(r, ts, dur, r->depth, "}", "", post); /* uftrace's "} = 0; /+ main +/" */
 }
 
 static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *how)
@@ -322,7 +361,7 @@ static int instant(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts
 
 	if (!shown(p, r, name, ts, &hide_sub, &in_scope) || p->o->min_ns)
 		return 0; /* (no time: never as long as -t) */
-	return line(r, "-", r->depth, "", name, call_text(post, sizeof(post), args, ";"));
+	return line(r, ts, "-", r->depth, "", name, call_text(post, sizeof(post), args, ";"));
 }
 
 static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, const char *ret)
@@ -413,83 +452,145 @@ static int gap(struct replay *p, struct rthread *r, uint64_t n)
 	flush(p, r, r->last);
 	snprintf(what, sizeof(what), "/* %llu events overwritten (--ring) */",
 		 (unsigned long long)n);
-	err = line(r, NULL, 0, "", what, "");
+	err = line(r, r->last, NULL, 0, "", what, "");
 	flush(p, r, r->last);
 	return err;
 }
 
-static int on_events(const struct pki_trace_file *f, const struct pki_trace_thread *t,
-		     const struct pki_trace_event *ev, size_t n, void *arg)
+/* The event @e of @r. */
+static int event(struct replay *p, struct rthread *r, const struct pki_trace_event *e)
 {
-	struct replay *p = arg;
-	struct rthread *r = &p->th[t - f->threads];
-	int err = 0;
+	uint64_t fn = PKI_EV_FN(e->word), ts = e->ts;
+	unsigned kind = PKI_EV_KIND(e->word);
+	const struct pki_argspec *spec;
+	int err;
 
-	if (p->o->tid >= 0 && t->tid != (uint32_t)p->o->tid)
+	if (PKI_EV_IS_DATA(e->word)) {
+		data_add(r, e);
 		return 0;
-	r->t = t;
-	for (size_t i = 0; i < n && !err; i++) {
-		uint64_t fn = PKI_EV_FN(ev[i].word), ts = ev[i].ts;
-		unsigned kind = PKI_EV_KIND(ev[i].word);
-		const struct pki_argspec *spec;
-
-		if (PKI_EV_IS_DATA(ev[i].word)) {
-			data_add(r, &ev[i]);
-			continue;
-		}
-		err = settle(p, r);
-		if (err)
-			break;
-		flush(p, r, ts); /* (held events too: the output streams whatever is held) */
-		if (kind == PKI_EV_GAP) {
-			err = gap(p, r, fn);
-			continue;
-		}
-		r->last = ts;
-		spec = p->f->nargs ? pki_trace_file_args(p->f, fn) : NULL;
-		if (spec && (kind == PKI_EV_EXIT ? spec->ret : spec->n > spec->ret)) {
-			err = hold(r, spec, kind, fn, ts);
-			continue;
-		}
-		switch (kind) {
-		case PKI_EV_ENTRY:
-			err = enter(p, r, fn, ts, NULL);
-			break;
-		case PKI_EV_EXIT:
-			err = exit_of(p, r, fn, ts, NULL);
-			break;
-		default:
-			err = instant(p, r, fn, ts, NULL);
-			break;
-		}
-		flush(p, r, ts);
 	}
+	err = settle(p, r);
+	if (err)
+		return err;
+	flush(p, r, ts); /* (held events too: the lines are decided whatever is held) */
+	if (kind == PKI_EV_GAP)
+		return gap(p, r, fn);
+	r->last = ts;
+	spec = p->f->nargs ? pki_trace_file_args(p->f, fn) : NULL;
+	if (spec && (kind == PKI_EV_EXIT ? spec->ret : spec->n > spec->ret))
+		return hold(r, spec, kind, fn, ts);
+	switch (kind) {
+	case PKI_EV_ENTRY:
+		err = enter(p, r, fn, ts, NULL);
+		break;
+	case PKI_EV_EXIT:
+		err = exit_of(p, r, fn, ts, NULL);
+		break;
+	default:
+		err = instant(p, r, fn, ts, NULL);
+		break;
+	}
+	flush(p, r, ts);
 	return err;
 }
 
-/* The end: frames still open close at their thread's last event. */
-static int finish(struct replay *p)
+/* The end of @r's events: frames still open close at its last event. */
+static int thread_end(struct replay *p, struct rthread *r)
 {
-	int err = 0;
+	int err = settle(p, r);
 
+	while (!err && r->depth)
+		err = leave(p, r, r->last, "(still running at the end)");
+	flush(p, r, r->last);
+	r->done = true;
+	return err;
+}
+
+/* @r's next event (or its end), read from its cursor. */
+static int step(struct replay *p, struct rthread *r)
+{
+	if (r->iev == r->nev) {
+		int got = pki_trace_cursor_next(r->cur, &r->ev, &r->nev);
+
+		r->iev = 0;
+		if (got <= 0) {
+			r->nev = 0;
+			return got < 0 ? got : thread_end(p, r);
+		}
+	}
+	return event(p, r, &r->ev[r->iev++]);
+}
+
+/* Write @r's next line, which is decided. */
+static void emit(struct replay *p, struct rthread *r)
+{
+	uint64_t end = r->nmk > 1 ? r->mk[r->mhead + 1].off : text_end(r);
+
+	fwrite(r->text + r->head, 1, (size_t)(end - r->wr), stdout);
+	r->head += (size_t)(end - r->wr);
+	r->len -= (size_t)(end - r->wr);
+	r->wr = end;
+	r->mhead++;
+	r->nmk--;
+	p->lines++;
+}
+
+/*
+ * The merge: each thread shown is read until its next line is decided (or
+ * its events end), and the earliest of those lines goes out, with the lines
+ * of its thread that are no later than every other thread's next one.
+ * Linear in the threads a turn: a trace has few next to its events.
+ */
+static int merge(struct replay *p)
+{
+	for (;;) {
+		struct rthread *best = NULL;
+		uint64_t best_ts = 0, next = UINT64_MAX;
+		int err = 0;
+
+		for (size_t i = 0; i < p->f->nthreads; i++) {
+			struct rthread *r = &p->th[i];
+			uint64_t ts;
+
+			while (!err && r->cur && r->out == r->wr && !r->done)
+				err = step(p, r);
+			if (err)
+				return err;
+			if (!r->cur || r->out == r->wr)
+				continue;
+			ts = r->mk[r->mhead].ts;
+			if (!best || ts < best_ts) {
+				next = best && best_ts < next ? best_ts : next;
+				best = r;
+				best_ts = ts;
+			} else if (ts < next) {
+				next = ts;
+			}
+		}
+		if (!best)
+			return 0;
+		do
+			emit(p, best);
+		while (best->out > best->wr && best->mk[best->mhead].ts <= next);
+	}
+}
+
+static void replay_free(struct replay *p)
+{
 	for (size_t i = 0; i < p->f->nthreads; i++) {
 		struct rthread *r = &p->th[i];
 
-		if (!err)
-			err = settle(p, r);
-		while (!err && r->depth)
-			err = leave(p, r, r->last, "(still running at the end)");
-		if (r->t)
-			flush(p, r, r->last);
 		while (r->depth) /* (an error: the frames left) */
 			free(r->st[--r->depth].args);
+		pki_trace_cursor_free(r->cur);
 		free(r->pend);
 		free(r->st);
 		free(r->sh);
 		free(r->text);
+		free(r->mk);
 		pki_idxmap_free(&r->active);
 	}
-	return err;
+	free(p->th);
 }
 
 /* "10us", "1.5ms", "200ns", "2s", or a number of nanoseconds. */
@@ -575,12 +676,51 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 	return true;
 }
 
+/*
+ * Does --tid name a thread of the trace, does a -f glob match one of its
+ * functions?  If not, nothing would be shown: say why (on stderr) and false.
+ */
+static bool filters_match(struct replay *p)
+{
+	const struct replay_opts *o = p->o;
+	const struct pki_trace_file *f = p->f;
+	char list[256] = "";
+	size_t i, n = 0;
+
+	for (i = 0; o->tid >= 0 && i < f->nthreads; i++)
+		if (f->threads[i].tid == (uint32_t)o->tid)
+			break;
+	if (o->tid >= 0 && i == f->nthreads) {
+		/* Its threads, when they are few enough to be read at a glance. */
+		for (i = 0; f->nthreads <= 16 && i < f->nthreads; i++)
+			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%u", i ? ", " : "",
+					      f->threads[i].tid);
+		if (!f->nthreads)
+			snprintf(list, sizeof(list), "none");
+		else if (!*list)
+			snprintf(list, sizeof(list), "%zu of them", f->nthreads);
+		cli_error("replay: %s: no thread %ld in the trace (its threads: %s)", o->path,
+			  o->tid, list);
+		return false;
+	}
+	for (i = 0; o->f.n && i < f->nsyms; i++)
+		if (cli_globs_any(&o->f, name_of(p, f->syms[i].fn)))
+			return true;
+	if (!o->f.n)
+		return true;
+	for (int g = 0; g < o->f.n; g++)
+		n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0, "%s'%s'",
+				      g ? " or " : "", o->f.v[g]);
+	cli_error("replay: %s: no function matches %s", o->path, list);
+	return false;
+}
+
 int cmd_replay(int argc, char **argv)
 {
 	struct replay_opts o = {.path = "probekit.trace", .tid = -1};
 	struct pki_trace_file *f;
 	struct replay p = {.o = &o};
-	int status, err;
+	int status, err = 0;
 
 	if (!replay_opts_parse(&o, argc, argv, &status))
 		return status;
@@ -588,15 +728,25 @@ int cmd_replay(int argc, char **argv)
 	if (!f)
 		return 1;
 	p.f = f;
+	if (!filters_match(&p)) {
+		pki_trace_file_free(f);
+		return 1;
+	}
 	p.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*p.th));
 	if (!p.th) {
 		pki_trace_file_free(f);
 		return cli_error("replay: out of memory");
 	}
+	for (size_t i = 0; !err && i < f->nthreads; i++) {
+		p.th[i].t = &f->threads[i];
+		if (o.tid >= 0 && f->threads[i].tid != (uint32_t)o.tid)
+			continue;
+		p.th[i].cur = pki_trace_cursor_new(f, &f->threads[i]);
+		err = p.th[i].cur ? 0 : -ENOMEM;
+	}
 	printf("# %10s  %6s    %s\n", "DURATION", "TID", "FUNCTION");
-	err = pki_trace_file_events(f, on_events, &p);
-	err = finish(&p) ?: err;
-	free(p.th);
+	err = err ?: merge(&p);
+	replay_free(&p);
 	pki_trace_file_free(f);
 	if (err)
 		return cli_error("replay: %s: %s", o.path, strerror(err < 0 ? -err : err));

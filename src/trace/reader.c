@@ -1106,6 +1106,147 @@ int pki_trace_file_events(const struct pki_trace_file *f, pki_trace_events_fn cb
 	return ret;
 }
 
+#define CURSOR_WIN (64u << 10)
+
+struct pki_trace_cursor {
+	const struct pki_trace_file *f;
+	const struct pki_trace_thread *t;
+	uint64_t off; /* the next record's */
+	uint8_t *win; /* win[0, wlen) = file[wpos, wpos + wlen) */
+	size_t wcap, wlen;
+	uint64_t wpos;
+	struct pki_trace_event *unpacked; /* a PACKED record's events */
+	size_t unpacked_cap;
+	bool done;
+};
+
+struct pki_trace_cursor *pki_trace_cursor_new(const struct pki_trace_file *f,
+					      const struct pki_trace_thread *t)
+{
+	struct pki_trace_cursor *c = calloc(1, sizeof(*c));
+
+	if (c) {
+		c->f = f;
+		c->t = t;
+		c->off = sizeof(struct pki_trace_prefix);
+	}
+	return c;
+}
+
+/*
+ * file[@off, @off + @n) in the window, read if it is not (with what follows,
+ * up to the window's size and valid_size): NULL if the file is shorter now,
+ * a read failed (errno), or out of memory (ENOMEM).
+ */
+static const uint8_t *cursor_bytes(struct pki_trace_cursor *c, uint64_t off, size_t n)
+{
+	size_t want = n > CURSOR_WIN ? n : CURSOR_WIN;
+
+	if (off >= c->wpos && off - c->wpos <= c->wlen && c->wlen - (off - c->wpos) >= n)
+		return c->win + (off - c->wpos);
+	if (c->f->valid_size - off < want)
+		want = (size_t)(c->f->valid_size - off);
+	if (want > c->wcap) {
+		uint8_t *w = realloc(c->win, want);
+
+		if (!w) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		c->win = w;
+		c->wcap = want;
+	}
+	c->wpos = off;
+	c->wlen = 0;
+	while (c->wlen < want) {
+		ssize_t r =
+		    pread(c->f->fd, c->win + c->wlen, want - c->wlen, (off_t)(off + c->wlen));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		c->wlen += (size_t)r;
+	}
+	if (c->wlen < n) {
+		errno = EIO;
+		return NULL;
+	}
+	return c->win;
+}
+
+int pki_trace_cursor_next(struct pki_trace_cursor *c, const struct pki_trace_event **ev, size_t *n)
+{
+	const struct pki_trace_file *f = c->f;
+
+	if (c->done)
+		return 0;
+	if (f->kept_events) {
+		c->done = true;
+		*ev = c->t->ev;
+		*n = c->t->nev;
+		return c->t->nev ? 1 : 0;
+	}
+	if (f->fd < 0)
+		return -EINVAL;
+	while (c->off < f->valid_size) {
+		struct pki_trace_frame fr;
+		const uint8_t *d;
+		uint64_t need, next;
+		uint32_t tsn, count;
+		char why[96];
+		int err;
+
+		/* The frame and, for events, the thread serial that follows it. */
+		d = cursor_bytes(c, c->off,
+				 f->valid_size - c->off < sizeof(fr) + 4 ? sizeof(fr)
+									 : sizeof(fr) + 4);
+		if (!d)
+			return errno == ENOMEM ? -ENOMEM : -EIO;
+		memcpy(&fr, d, sizeof(fr));
+		need = sizeof(fr) + (uint64_t)fr.len + (8 - fr.len % 8) % 8;
+		next = c->off + need;
+		if (fr.len > PKI_TRACE_MAX_RECORD || next > f->valid_size)
+			return -EIO; /* it was well-formed at the first read */
+		if (fr.type != PKI_REC_EVENTS && fr.type != PKI_REC_PACKED) {
+			c->off = next;
+			continue;
+		}
+		if (fr.len < 4)
+			return -EIO;
+		memcpy(&tsn, d + sizeof(fr), sizeof(tsn));
+		if (tsn != c->t->tsn) {
+			c->off = next;
+			continue;
+		}
+		d = cursor_bytes(c, c->off, (size_t)need);
+		if (!d)
+			return errno == ENOMEM ? -ENOMEM : -EIO;
+		if (pki_crc32c(0, d + sizeof(fr), fr.len) != fr.crc)
+			return -EIO;
+		err = events_of(fr.type, d + sizeof(fr), fr.len, &tsn, ev, &count, &c->unpacked,
+				&c->unpacked_cap, why, sizeof(why));
+		if (err)
+			return err == -ENOMEM ? err : -EIO;
+		c->off = next;
+		if (count) {
+			*n = count;
+			return 1;
+		}
+	}
+	c->done = true;
+	return 0;
+}
+
+void pki_trace_cursor_free(struct pki_trace_cursor *c)
+{
+	if (!c)
+		return;
+	free(c->win);
+	free(c->unpacked);
+	free(c);
+}
+
 void pki_trace_file_free(struct pki_trace_file *f)
 {
 	size_t i;

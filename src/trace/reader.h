@@ -128,6 +128,31 @@ typedef int (*pki_trace_events_fn)(const struct pki_trace_file *f, const struct 
  */
 int pki_trace_file_events(const struct pki_trace_file *f, pki_trace_events_fn cb, void *arg);
 
+/*
+ * One thread's events, read on their own: a cursor has its own position in
+ * the file and a window of its own (64 KiB, more only for a record of the
+ * thread that long), and steps over the other threads' records by their
+ * frames, so that the threads can be read side by side (replay merges them
+ * in time order) with the memory of a window and a record each, whatever
+ * the file's length.  Each record of the thread is checked again (frame,
+ * checksum) as pki_trace_file_events() does.
+ */
+struct pki_trace_cursor;
+
+/* A cursor at the first event of @t, a thread of @f; NULL if out of memory. */
+struct pki_trace_cursor *pki_trace_cursor_new(const struct pki_trace_file *f,
+					      const struct pki_trace_thread *t);
+
+/*
+ * The thread's next EVENTS record: 1 with its events in *@ev, *@n (valid
+ * until the next call), 0 at the end, -ENOMEM, or -EIO if the file changed
+ * since it was opened (or a read failed).  A file whose events were kept
+ * hands them all at once.
+ */
+int pki_trace_cursor_next(struct pki_trace_cursor *c, const struct pki_trace_event **ev, size_t *n);
+
+void pki_trace_cursor_free(struct pki_trace_cursor *c);
+
 /* pki_trace_file_open(@path, PKI_TRACE_KEEP_EVENTS, ...). */
 struct pki_trace_file *pki_trace_file_read(const char *path, char *err, size_t errlen);
 

@@ -38,6 +38,56 @@ check "-f demo_stage: only its subtree" "grep -q demo_leaf ff && ! grep -qE 'dem
 tid=$(awk -F'[][]' 'NR == 2 {gsub(/ /, "", $2); print $2}' rp)
 "$pk" replay r.trace --tid "$tid" >td 2>&1
 check "--tid $tid: its lines only" "[[ -s td ]] && ! awk -F'[][]' -v t=$tid 'NR > 1 {gsub(/ /, \"\", \$2); if (\$2 != t) bad = 1} END {exit !bad}' td"
+# The threads' lines are merged in time order: main()'s line, entered first,
+# comes first, the workers' lines interleave, and each line is shown once:
+# the lines are those of every thread's --tid replay together.
+"$pk" replay r.trace -D 1 >m1 2>&1
+check "merged: main() first" "awk 'NR == 2' m1 | grep -q 'main();'"
+"$pk" replay r.trace -D 2 >m2 2>&1
+check "merged: the workers' lines interleave" "[[ \$(awk -F'[][]' 'NR > 1 {if (\$2 != p) n++; p = \$2} END {print n}' m2) -gt 4 ]]"
+: >pertid
+for t in $(awk -F'[][]' 'NR > 1 {gsub(/ /, "", $2); print $2}' rp | sort -u); do
+	"$pk" replay r.trace --tid "$t" | tail -n +2 >>pertid
+done
+check "merged: the lines of the threads' replays, none lost or repeated" "cmp -s <(tail -n +2 rp | sort) <(sort pertid)"
+check "merged: each thread's lines in its order" "for t in \$(awk -F'[][]' 'NR > 1 {gsub(/ /, \"\", \$2); print \$2}' rp | sort -u); do cmp -s <(awk -F'[][]' -v t=\$t 'NR > 1 {x = \$2; gsub(/ /, \"\", x); if (x == t) print}' rp) <(\"$pk\" replay r.trace --tid \$t | tail -n +2) || exit 1; done"
+# Each line's time (a call's entry for its '{' or leaf line, its exit for
+# its '}'), from the chrome export's calls of the same file: nondecreasing.
+"$pk" export r.trace --format chrome -o r.json >/dev/null 2>&1
+python3 - r.json rp >order.check 2>&1 <<'PY'
+import json, re, sys, collections
+calls, opened = collections.defaultdict(list), collections.defaultdict(list)
+for e in json.load(open(sys.argv[1]))["traceEvents"]:
+    if e["ph"] == "X":
+        calls[e["tid"]].append((e["ts"], -e["dur"]))
+    elif e["ph"] == "B":
+        opened[e["tid"]].append(e["ts"])
+    elif e["ph"] == "E":
+        ts = opened[e["tid"]].pop()
+        calls[e["tid"]].append((ts, ts - e["ts"]))
+for v in calls.values():
+    v.sort(reverse=True)
+stacks, last = collections.defaultdict(list), -1
+for l in open(sys.argv[2]).readlines()[1:]:
+    m = re.match(r".*\[ *(\d+)\] \| *(.*)$", l)
+    tid, text = int(m.group(1)), m.group(2)
+    if text.startswith("}"):
+        t = stacks[tid].pop()
+    else:
+        ts, negdur = calls[tid].pop()
+        t = ts
+        if text.endswith("{"):
+            stacks[tid].append(ts - negdur)
+    assert t >= last - 0.002, "%s: %.3f after %.3f" % (l.strip(), t, last)
+    last = max(last, t)
+print("in order")
+PY
+check "merged: each line's time no earlier than the line before's" "grep -qx 'in order' order.check"
+# Nothing matched: said, and status 1.
+"$pk" replay r.trace --tid 999999999 >nt 2>nt.err
+check "--tid 999999999: no such thread, status 1" "[[ \$? == 1 && ! -s nt ]] && grep -q 'no thread 999999999 in the trace (its threads: [0-9]' nt.err"
+"$pk" replay r.trace -f nosuch >nf 2>nf.err
+check "-f nosuch: no function, status 1" "[[ \$? == 1 && ! -s nf ]] && grep -q \"no function matches 'nosuch'\" nf.err"
 # --since/--until: a window shows fewer calls, each entered inside it.
 "$pk" replay r.trace --until 1ns >u1 2>&1
 check "--until 1ns: almost nothing" "[[ \$(wc -l <u1) -lt 10 ]]"

@@ -163,7 +163,11 @@ static int profile_write(const struct pki_trace_file *f, struct sthread *t, size
 	char name[96], buf[65536];
 	size_t n;
 
-	close_all(t, t->last_ns); /* still open at the end */
+	uint64_t end;
+
+	/* Still open at the end: where the thread's trace ended, if known. */
+	close_all(t, pki_trace_thread_end(f, &f->threads[i], &end) ? pki_trace_file_ts_ns(f, end)
+								   : t->last_ns);
 	snprintf(name, sizeof(name), "%s/%u", f->threads[i].name ? f->threads[i].name : "thread",
 		 f->threads[i].tid);
 	fprintf(o, "%s\n{\"type\":\"evented\",\"name\":", first ? "" : ",");

@@ -11,7 +11,8 @@
  * one after the other.  Memory: each thread's open frames; disk: about the
  * output's size.  Frames left without their exit (longjmp, exceptions: an
  * outer exit) are closed first, as the format wants every frame closed in
- * order; those still open at the end close at the thread's last event.
+ * order; those still open at the end close where the thread's trace ended
+ * (its last event, where that is not known: speedscope wants them closed).
  * Calls recorded without an exit open and close at the same instant.
  */
 #include <errno.h>

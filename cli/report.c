@@ -189,7 +189,10 @@ static const char report_usage[] =
     "total counts a recursive function's time once (outermost calls only);\n"
     "self is total minus the time in the functions it called; avg, min and max\n"
     "are over every call's own duration.  Calls still running when the trace\n"
-    "ended end at their thread's last event.  Calls recorded without their\n"
+    "ended end where their thread's trace did (exit, exec, a crash, a detach, or\n"
+    "a snapshot's trigger); where that is not known (the thread exited before,\n"
+    "the file was cut short, events were overwritten) they have no time: '-'\n"
+    "for the times that would count them.  Calls recorded without their\n"
     "exit (--entry-only, or a library's under --relocate-all) are counted and\n"
     "have no time: '-' when a function has only such calls, else its times\n"
     "are those of its timed calls.\n";
@@ -359,7 +362,7 @@ static void report_header_print(const struct pki_trace_file *f)
 	if (buf[0])
 		printf("# %s%s\n", buf,
 		       f->last_trigger.overwritten
-			   ? ": the calls open where events were overwritten count as still open"
+			   ? ": the calls open where events were overwritten have no known end"
 			   : "");
 }
 

@@ -180,7 +180,7 @@ struct pki_rec_args {
  */
 struct pki_rec_lost {
 	uint32_t tsn;
-	uint32_t flags;	   /* PKI_LOST_EXITED; 0 before 1.7 (unknown whether it exited) */
+	uint32_t flags;	   /* PKI_LOST_EXITED; older writers: 0 (not known) */
 	uint64_t recorded; /* events written to the file for this thread */
 	uint64_t lost;	   /* events that could not be recorded */
 };

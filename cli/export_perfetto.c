@@ -524,8 +524,15 @@ int cli_export_perfetto(const struct pki_trace_file *f, FILE *o)
 	for (size_t i = 0; i < f->nthreads; i++) {
 		if (!err && !p.err)
 			err = settle(&p, i);
-		if (!err && !p.err)
-			end_frames(&p, i, 0, p.th[i].last_ns); /* still open at the end */
+		uint64_t end;
+
+		/*
+		 * Still open at the end: they end where the thread's trace did;
+		 * where that is not known, they get no end (Perfetto shows them
+		 * as not ended) rather than a time made up.
+		 */
+		if (!err && !p.err && pki_trace_thread_end(f, &f->threads[i], &end))
+			end_frames(&p, i, 0, pki_trace_file_ts_ns(f, end));
 		free(p.th[i].held.vals);
 		free(p.th[i].fns);
 		pki_idxmap_free(&p.th[i].active);

@@ -11,7 +11,8 @@
  * one after the other.  Memory: each thread's open frames; disk: about the
  * output's size.  Frames left without their exit (longjmp, exceptions: an
  * outer exit) are closed first, as the format wants every frame closed in
- * order; those still open at the end close at the thread's last event.
+ * order; those still open at the end close where the thread's trace ended
+ * (its last event, where that is not known: speedscope wants them closed).
  * Calls recorded without an exit open and close at the same instant.
  */
 #include <errno.h>
@@ -163,7 +164,11 @@ static int profile_write(const struct pki_trace_file *f, struct sthread *t, size
 	char name[96], buf[65536];
 	size_t n;
 
-	close_all(t, t->last_ns); /* still open at the end */
+	uint64_t end;
+
+	/* Still open at the end: where the thread's trace ended, if known. */
+	close_all(t, pki_trace_thread_end(f, &f->threads[i], &end) ? pki_trace_file_ts_ns(f, end)
+								   : t->last_ns);
 	snprintf(name, sizeof(name), "%s/%u", f->threads[i].name ? f->threads[i].name : "thread",
 		 f->threads[i].tid);
 	fprintf(o, "%s\n{\"type\":\"evented\",\"name\":", first ? "" : ",");

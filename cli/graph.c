@@ -28,7 +28,10 @@ static const char usage[] =
     "The call graph under the function FUNC in the trace FILE (default\n"
     "probekit.trace), every thread together: each path of calls from FUNC\n"
     "down, with the number of calls that took it and their total time (uftrace's\n"
-    "graph).  Calls recorded without their exit count, with no time.\n\n"
+    "graph).  Calls recorded without their exit count, with no time.  A path\n"
+    "with a call whose end is not known (still running when its thread's\n"
+    "events stop, with no time for that end, or cut where a flight recorder\n"
+    "overwrote events) shows '-'.\n\n"
     "options:\n"
     "  -D, --depth N  only the paths at most N calls below FUNC\n" CLI_DEMANGLE_HELP
     "  -h, --help     this text\n";
@@ -36,6 +39,7 @@ static const char usage[] =
 struct gnode {
 	uint64_t fn;
 	uint64_t calls, ns, timed;
+	uint64_t no_end;	     /* calls open with no known end: the total is not known */
 	size_t child, sibling, last; /* first child, next sibling, last child: 1-based, 0: none */
 	size_t parent;		     /* index (n[0]'s: 0) */
 	size_t level;		     /* calls below FUNC */
@@ -120,7 +124,9 @@ static int on_call(const struct pki_trace_thread *t, const struct pki_trace_call
 	if (node < 0)
 		return 0; /* not under FUNC, or too deep */
 	g->n[node].calls++;
-	if (!c->instant) {
+	if (c->no_end)
+		g->n[node].no_end++;
+	else if (!c->instant) {
 		g->n[node].ns += c->dur_ns;
 		g->n[node].timed++;
 	}
@@ -132,7 +138,7 @@ static void print_node(const struct graph *g, const struct gnode *n)
 	char dur[32], nb[64], mark[32];
 	size_t ind = cli_indent(n->level, n->level, mark, sizeof(mark));
 
-	if (n->timed)
+	if (n->timed && !n->no_end)
 		cli_fmt_ns(dur, sizeof(dur), n->ns, false);
 	else
 		snprintf(dur, sizeof(dur), "-");

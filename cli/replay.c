@@ -57,8 +57,11 @@ static const char usage[] =
     "threads' lines are merged in time order (a call's line at its entry, its\n"
     "'}' at its exit), each with its thread's id; --tid shows one thread.  Calls\n"
     "recorded without their exit (--entry-only, libraries under --relocate-all)\n"
-    "show '-' for the time.  Where a flight recorder (trace --ring) overwrote\n"
-    "events, the calls open there end, and a line says how many were lost.\n"
+    "show '-' for the time.  Calls still running when their thread's trace\n"
+    "ended end there; where that time is not known (the thread exited before,\n"
+    "the file was cut short) their time is '-'.  Where a flight recorder\n"
+    "(trace --ring) overwrote events, the calls open there end, at a time not\n"
+    "known ('-'), and a line says how many were lost.\n"
     "Memory does not grow with the trace.\n\n"
     "options:\n"
     "  -D, --depth N     only the calls at most N deep (1: the outermost)\n"
@@ -302,10 +305,12 @@ static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, 
 
 /*
  * The top frame ends at @ts (@how: NULL, or why it ended another way), with
- * the return value @ret (NULL: none recorded).
+ * the return value @ret (NULL: none recorded).  @no_end: when it ended is not
+ * known (@ts is only its last time seen): its duration is '-', and never
+ * shorter than -t.
  */
 static int leave_ret(struct replay *p, struct rthread *r, uint64_t ts, const char *how,
-		     const char *ret)
+		     const char *ret, bool no_end)
 {
 	struct rframe fr = r->st[--r->depth];
 	bool out = fr.hdr_end <= r->out;
@@ -325,12 +330,16 @@ static int leave_ret(struct replay *p, struct rthread *r, uint64_t ts, const cha
 	r->nout = r->nout < r->nsh ? r->nout : r->nsh;
 	ns = pki_trace_file_dur_ns(p->f, ts - fr.start);
 	name = name_of(p, fr.fn);
-	if (p->o->min_ns && ns < p->o->min_ns && !out) { /* too short: it and its subtree go */
+	if (p->o->min_ns && ns < p->o->min_ns && !out &&
+	    !no_end) { /* too short: it and its subtree go */
 		text_cut(r, fr.off);
 		free(fr.args);
 		return 0;
 	}
-	cli_fmt_ns(dur, sizeof(dur), ns, false);
+	if (no_end)
+		snprintf(dur, sizeof(dur), "-");
+	else
+		cli_fmt_ns(dur, sizeof(dur), ns, false);
 	if (!out && text_end(r) == fr.hdr_end) { /* no child shown: a leaf, one line */
 		text_cut(r, fr.off);
 		snprintf(post, sizeof(post), "%s%s;%s%s", fr.args ? fr.args : "()", val,
@@ -349,7 +358,7 @@ static int leave_ret(struct replay *p, struct rthread *r, uint64_t ts, const cha
 
 static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *how)
 {
-	return leave_ret(p, r, ts, how, NULL);
+	return leave_ret(p, r, ts, how, NULL, false);
 }
 
 /* A call recorded without its exit: one line, no time. */
@@ -375,7 +384,7 @@ static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts
 		d--;
 	while (!err && r->depth > d) /* left without their exit: longjmp, exception */
 		err = leave(p, r, ts, "(unwound)");
-	return err ? err : leave_ret(p, r, ts, NULL, ret);
+	return err ? err : leave_ret(p, r, ts, NULL, ret, false);
 }
 
 /* The name of the function at exactly @addr, for a p argument. */
@@ -438,7 +447,7 @@ static void data_add(struct rthread *r, const struct pki_trace_event *e)
 
 /*
  * A flight recorder overwrote @n events of the thread here: what was open
- * ends at its last event seen, and a line says so.
+ * ended among them, when is not known ('-'), and a line says so.
  */
 static int gap(struct replay *p, struct rthread *r, uint64_t n)
 {
@@ -446,7 +455,7 @@ static int gap(struct replay *p, struct rthread *r, uint64_t n)
 	int err = 0;
 
 	while (!err && r->depth)
-		err = leave(p, r, r->last, "(cut: events overwritten)");
+		err = leave_ret(p, r, r->last, "(cut: events overwritten)", NULL, true);
 	if (err)
 		return err;
 	flush(p, r, r->last);
@@ -494,14 +503,22 @@ static int event(struct replay *p, struct rthread *r, const struct pki_trace_eve
 	return err;
 }
 
-/* The end of @r's events: frames still open close at its last event. */
+/*
+ * The end of @r's events: frames still open close where the thread's trace
+ * ended, or with no end ('-') where that is not known (pki_trace_thread_end()).
+ */
 static int thread_end(struct replay *p, struct rthread *r)
 {
+	uint64_t end = r->last;
+	bool known = r->t && pki_trace_thread_end(p->f, r->t, &end);
 	int err = settle(p, r);
 
 	while (!err && r->depth)
-		err = leave(p, r, r->last, "(still running at the end)");
-	flush(p, r, r->last);
+		err = leave_ret(p, r, end,
+				known ? "(still running at the end)"
+				      : "(still running at its last event: end unknown)",
+				NULL, !known);
+	flush(p, r, end);
 	r->done = true;
 	return err;
 }

@@ -189,7 +189,10 @@ static const char report_usage[] =
     "total counts a recursive function's time once (outermost calls only);\n"
     "self is total minus the time in the functions it called; avg, min and max\n"
     "are over every call's own duration.  Calls still running when the trace\n"
-    "ended end at their thread's last event.  Calls recorded without their\n"
+    "ended end where their thread's trace did (exit, exec, a crash, a detach, or\n"
+    "a snapshot's trigger); where that is not known (the thread exited before,\n"
+    "the file was cut short, events were overwritten) they have no time: '-'\n"
+    "for the times that would count them.  Calls recorded without their\n"
     "exit (--entry-only, or a library's under --relocate-all) are counted and\n"
     "have no time: '-' when a function has only such calls, else its times\n"
     "are those of its timed calls.\n";
@@ -244,8 +247,12 @@ static void print_table(const struct pki_trace_file *f, const struct pki_trace_r
 		cli_fmt_ns(t[2], sizeof(t[2]), pki_trace_fnstat_avg(s), raw);
 		cli_fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
 		cli_fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
-		if (s->instants == s->calls) /* entries only: counts, no durations */
-			for (int k = 0; k < 5; k++)
+		/*
+		 * Unknown: entries only (counts, no durations), or a call with
+		 * no known end among those a time sums or bounds.
+		 */
+		for (int k = 0; k < 5; k++)
+			if (s->instants == s->calls || (k ? s->no_end : s->no_end_outer))
 				snprintf(t[k], sizeof(t[k]), "-");
 		printf("%10llu %*s %*s %*s %*s %*s  %s%s", (unsigned long long)s->calls, w, t[0], w,
 		       t[1], w, t[2], w, t[3], w, t[4], pki_trace_fn_name(f, s->fn, nb, sizeof(nb)),
@@ -355,7 +362,7 @@ static void report_header_print(const struct pki_trace_file *f)
 	if (buf[0])
 		printf("# %s%s\n", buf,
 		       f->last_trigger.overwritten
-			   ? ": the calls open where events were overwritten count as still open"
+			   ? ": the calls open where events were overwritten have no known end"
 			   : "");
 }
 
@@ -388,6 +395,10 @@ static void report_footer_print(const struct pki_trace_file *f, const struct pki
 		       "exit, %llu calls still open at the end, %llu events after thread exit\n",
 		       (unsigned long long)r->rs.unmatched_exits, (unsigned long long)r->rs.unwound,
 		       (unsigned long long)r->rs.open, (unsigned long long)late);
+	if (r->rs.no_end)
+		printf("# %llu of the open calls have no known end (their thread exited, the file "
+		       "was cut short, or a flight recorder overwrote their exit): '-'\n",
+		       (unsigned long long)r->rs.no_end);
 }
 
 int cmd_report(int argc, char **argv)
@@ -505,8 +516,16 @@ static void json_us(FILE *o, uint64_t ns)
  */
 #define CHROME_BUF 4096
 
+/*
+ * A call open with no known end has no duration to give: it is an instant
+ * ("i") event where it began, "args" {"open":true,"end":"unknown"}; one
+ * written as "B" before gets its "E" at its last time seen, so marked.
+ */
+#define XCALL_BEGIN  UINT64_MAX
+#define XCALL_NO_END (UINT64_MAX - 1)
+
 struct xcall {
-	uint64_t fn, start_ns, dur_ns; /* dur_ns UINT64_MAX: a "B" event */
+	uint64_t fn, start_ns, dur_ns; /* dur_ns XCALL_BEGIN: a "B" event; XCALL_NO_END */
 	uint32_t depth;
 	bool unwound, open;
 	char *args; /* its arguments and return value as "args" members, or NULL */
@@ -565,8 +584,11 @@ static char *chrome_args(const struct pki_trace_file *f, const struct pki_trace_
 	return buf;
 }
 
-/* The "args" of an event: @args (chrome_args()), and whether its frame was left open or unwound. */
-static void chrome_flags(FILE *o, bool open, bool unwound, const char *args)
+/*
+ * The "args" of an event: @args (chrome_args()), whether its frame was left
+ * open or unwound, and whether its end is unknown.
+ */
+static void chrome_flags(FILE *o, bool open, bool unwound, bool no_end, const char *args)
 {
 	if (!open && !unwound && !args)
 		return;
@@ -575,6 +597,8 @@ static void chrome_flags(FILE *o, bool open, bool unwound, const char *args)
 		fputs(args, o);
 	if (open || unwound)
 		fprintf(o, "%s\"%s\":true", args ? "," : "", open ? "open" : "unwound");
+	if (no_end)
+		fputs(",\"end\":\"unknown\"", o);
 	fputc('}', o);
 }
 
@@ -582,10 +606,10 @@ static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, co
 {
 	const struct pki_trace_sym *sym = pki_trace_file_sym(ch->f, c->fn);
 	const struct pki_trace_obj *obj = sym ? pki_trace_file_obj(ch->f, sym->object_id) : NULL;
-	bool b = c->dur_ns == UINT64_MAX;
+	bool b = c->dur_ns == XCALL_BEGIN, i = c->dur_ns == XCALL_NO_END;
 	char nb[32];
 
-	fprintf(ch->o, ",\n{\"ph\":\"%s\",\"name\":", b ? "B" : "X");
+	fprintf(ch->o, ",\n{\"ph\":\"%s\",\"name\":", b ? "B" : i ? "i" : "X");
 	cli_json_str(ch->o, pki_trace_fn_name(ch->f, c->fn, nb, sizeof(nb)));
 	if (obj) {
 		const char *base = strrchr(obj->path, '/');
@@ -595,10 +619,13 @@ static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, co
 	}
 	fprintf(ch->o, ",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid, t->tid);
 	json_us(ch->o, c->start_ns);
-	if (!b) {
+	if (i) {
+		fputs(",\"s\":\"t\"", ch->o);
+		chrome_flags(ch->o, true, false, true, c->args);
+	} else if (!b) {
 		fputs(",\"dur\":", ch->o);
 		json_us(ch->o, c->dur_ns);
-		chrome_flags(ch->o, c->open, c->unwound, c->args);
+		chrome_flags(ch->o, c->open, c->unwound, false, c->args);
 	}
 	fputc('}', ch->o);
 }
@@ -631,7 +658,7 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 			t->tid);
 		json_us(ch->o, c->end_ns);
 		args = chrome_args(ch->f, c); /* (a "B" has none: they are known at the end) */
-		chrome_flags(ch->o, c->open, c->unwound, args);
+		chrome_flags(ch->o, c->open, c->unwound, c->no_end, args);
 		free(args);
 		fputc('}', ch->o);
 		th->nbegun = c->depth; /* it is the top one: frames above it ended first */
@@ -652,7 +679,7 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 	}
 	th->v[th->n++] = (struct xcall){.fn = c->fn,
 					.start_ns = c->start_ns,
-					.dur_ns = c->dur_ns,
+					.dur_ns = c->no_end ? XCALL_NO_END : c->dur_ns,
 					.depth = c->depth,
 					.unwound = c->unwound,
 					.open = c->open,
@@ -668,7 +695,7 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 		th->v[th->n++] =
 		    (struct xcall){.fn = c->stack[k],
 				   .start_ns = pki_trace_file_ts_ns(ch->f, c->stack_ts[k]),
-				   .dur_ns = UINT64_MAX,
+				   .dur_ns = XCALL_BEGIN,
 				   .depth = (uint32_t)k};
 	th->nbegun = c->depth;
 	chrome_flush(ch, t, th);

@@ -247,16 +247,24 @@ static const struct pki_trace_fnstat *stat_of(const struct pki_trace_report *r, 
 		ck_assert_int_eq(s_->max_ns, mx);                                                  \
 	} while (0)
 
+static void spit(const void *buf, size_t len);
+
 START_TEST(report_numbers_exact)
 {
 	struct pki_trace_report r;
 	struct pki_trace_file *f;
 	char nb[32];
+	uint8_t *buf;
+	size_t len;
 
 	topen(256, 0, false);
 	ck_assert_int_eq(pki_trace_symbol_add(FA, 0, "alpha"), 0);
 	crafted();
 	ck_assert_int_eq(pki_trace_close(), 0);
+	buf = slurp(tpath, &len);
+	ck_assert_int_eq(crafted_end_at(buf, len, 640), 0);
+	spit(buf, len);
+	free(buf);
 	f = tread();
 	ck_assert(f->complete);
 	ck_assert_int_eq(f->origin, 0);
@@ -268,7 +276,7 @@ START_TEST(report_numbers_exact)
 	CHECK_STAT(&r, FC, 3, 100, 100, 150, 10, 100);
 	CHECK_STAT(&r, FG, 1, 30, 10, 30, 30, 30);
 	CHECK_STAT(&r, FH, 1, 20, 20, 20, 20, 20);
-	CHECK_STAT(&r, FE, 1, 20, 10, 20, 20, 20);
+	CHECK_STAT(&r, FE, 1, 40, 30, 40, 40, 40); /* open: ends with END, at 640 */
 	CHECK_STAT(&r, FF, 1, 10, 10, 10, 10, 10);
 	ck_assert_int_eq(r.rs.unmatched_exits, 1);
 	ck_assert_int_eq(r.rs.unwound, 1);
@@ -278,7 +286,8 @@ START_TEST(report_numbers_exact)
 	pki_trace_report_sort(f, &r, PKI_SORT_TOTAL); /* ties (100) by name: "0x30" < "alpha" */
 	ck_assert_int_eq(r.st[0].fn, FC);
 	ck_assert_int_eq(r.st[1].fn, FA);
-	ck_assert_int_eq(r.st[2].fn, FG);
+	ck_assert_int_eq(r.st[2].fn, FE);
+	ck_assert_int_eq(r.st[3].fn, FG);
 	pki_trace_report_sort(f, &r, PKI_SORT_SELF);
 	ck_assert_int_eq(r.st[0].fn, FC);
 	ck_assert_int_eq(r.st[1].fn, FA);

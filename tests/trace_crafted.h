@@ -7,7 +7,9 @@
  *   A 1..101   calls B 11..31 and B 41..46        A self 100 - 20 - 5 = 75
  *   C 200..300 calls C 210..250 calls C 220..230  recursion
  *   G 500..530 calls H 510..(never)               H closed by G's exit: 20
- *   E 600..(open) calls F 610..620                E closed at 620: 20, self 10
+ *   E 600..(open) calls F 610..620                E ends with the trace's END
+ * crafted_end_at(640) puts END at 640: E's thread (if it did not exit
+ * before) ends there, and so does E: 40, self 30.
  */
 #ifndef PK_TESTS_TRACE_CRAFTED_H
 #define PK_TESTS_TRACE_CRAFTED_H
@@ -107,6 +109,18 @@ static inline int crafted_bad_end(uint8_t *buf, size_t len, uint64_t end_ticks,
 	memcpy(e + offsetof(struct pki_rec_end, end_ticks), &end_ticks, sizeof(end_ticks));
 	memcpy(e + offsetof(struct pki_rec_end, end_mono_ns), &end_mono_ns, sizeof(end_mono_ns));
 	crafted_fix(h);
+	crafted_fix(e);
+	return 0;
+}
+
+/* Move @buf's END record to @end_ticks (with valid checksums): 0, or -1 without END. */
+static inline int crafted_end_at(uint8_t *buf, size_t len, uint64_t end_ticks)
+{
+	uint8_t *e = crafted_find(buf, len, PKI_REC_END);
+
+	if (!e)
+		return -1;
+	memcpy(e + offsetof(struct pki_rec_end, end_ticks), &end_ticks, sizeof(end_ticks));
 	crafted_fix(e);
 	return 0;
 }

@@ -107,7 +107,7 @@ static int push(struct replay *r, uint64_t fn, uint64_t ts)
  * Close the top frame at @ts; @ret: its exit's values (the return value
  * item's, which the frame's values take), or NULL.
  */
-static int pop_ret(struct replay *r, uint64_t ts, bool unwound, bool open,
+static int pop_ret(struct replay *r, uint64_t ts, bool unwound, bool open, bool no_end,
 		   const struct pki_argval *ret)
 {
 	size_t d = --r->depth;
@@ -119,6 +119,7 @@ static int pop_ret(struct replay *r, uint64_t ts, bool unwound, bool open,
 				   .depth = (uint32_t)d,
 				   .unwound = unwound,
 				   .open = open,
+				   .no_end = no_end,
 				   .stack = r->fns,
 				   .stack_ts = r->starts,
 				   .ids = r->ids};
@@ -129,13 +130,15 @@ static int pop_ret(struct replay *r, uint64_t ts, bool unwound, bool open,
 	c.outermost = *a == 1;
 	c.start_ns = pki_trace_file_ts_ns(r->f, start);
 	c.end_ns = pki_trace_file_ts_ns(r->f, ts);
-	c.dur_ns = ts > start ? pki_trace_file_dur_ns(r->f, ts - start) : 0;
+	/* (no end known: no time, and the frames below it are cut with it) */
+	c.dur_ns = ts > start && !no_end ? pki_trace_file_dur_ns(r->f, ts - start) : 0;
 	c.self_ns = c.dur_ns > r->child_ns[d] ? c.dur_ns - r->child_ns[d] : 0;
 	if (d)
 		r->child_ns[d - 1] += c.dur_ns;
 	r->st->calls++;
 	r->st->unwound += unwound;
 	r->st->open += open;
+	r->st->no_end += no_end;
 	if (spec && ret && spec->ret && !r->vals[d])
 		r->vals[d] = vals_new(spec);
 	if (spec && ret && spec->ret && r->vals[d])
@@ -152,9 +155,15 @@ static int pop_ret(struct replay *r, uint64_t ts, bool unwound, bool open,
 	return err;
 }
 
-static int pop(struct replay *r, uint64_t ts, bool unwound, bool open)
+static int pop(struct replay *r, uint64_t ts, bool unwound)
 {
-	return pop_ret(r, ts, unwound, open, NULL);
+	return pop_ret(r, ts, unwound, false, false, NULL);
+}
+
+/* Close what is open at the end of the thread's trace: at @ts, or with no known end. */
+static int pop_open(struct replay *r, uint64_t ts, bool known)
+{
+	return pop_ret(r, ts, false, true, !known, NULL);
 }
 
 /*
@@ -199,8 +208,8 @@ static int exit_of(struct replay *r, uint64_t fn, uint64_t ts, const struct pki_
 	for (d = r->depth; r->fns[d - 1] != fn; d--)
 		;
 	while (!err && r->depth > d)
-		err = pop(r, ts, true, false);
-	return err ? err : pop_ret(r, ts, false, false, ret);
+		err = pop(r, ts, true);
+	return err ? err : pop_ret(r, ts, false, false, false, ret);
 }
 
 /* Replay the held event, its DATA in. */
@@ -255,9 +264,12 @@ static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 			break;
 		spec = r->f->nargs ? pki_trace_file_args(r->f, fn) : NULL;
 		if (PKI_EV_KIND(ev[i].word) == PKI_EV_GAP) {
-			/* Overwritten events: what was open ends at the last one seen. */
+			/*
+			 * Overwritten events: what was open ended in them, when is
+			 * not known.
+			 */
 			while (!err && r->depth)
-				err = pop(r, r->last, false, true);
+				err = pop_open(r, r->last, false);
 			r->st->gaps++;
 			continue;
 		}
@@ -283,13 +295,19 @@ static int feed(struct replay *r, const struct pki_trace_event *ev, size_t n)
 	return err;
 }
 
-/* The thread's events are over: close the frames still open, free the state. */
+/*
+ * The thread's events are over: close the frames still open where its
+ * trace is known to have ended (else with no end), free the state.
+ */
 static int replay_end(struct replay *r, int err)
 {
+	uint64_t end = r->last;
+	bool known = pki_trace_thread_end(r->f, r->t, &end);
+
 	if (!err)
 		err = settle(r);
 	while (!err && r->depth)
-		err = pop(r, r->last, false, true);
+		err = pop_open(r, end, known);
 	while (r->depth) /* (an error: the frames left) */
 		free(r->vals[--r->depth]);
 	free(r->vals);
@@ -559,6 +577,11 @@ static int account(const struct pki_trace_thread *t, const struct pki_trace_call
 		s->instants++;
 		return 0;
 	}
+	if (c->no_end) { /* no time known: the sums and bounds it is in are unknown */
+		s->no_end++;
+		s->no_end_outer += c->outermost;
+		return 0;
+	}
 	s->self_ns += c->self_ns;
 	s->sum_ns += c->dur_ns;
 	if (c->outermost)
@@ -615,8 +638,11 @@ struct sort_ctx {
 	enum pki_trace_sort key;
 };
 
+/* (an unknown time, where a call has no known end, sorts as 0: after the known ones) */
 static uint64_t key_of(const struct pki_trace_fnstat *s, enum pki_trace_sort key)
 {
+	if (key == PKI_SORT_TOTAL ? s->no_end_outer : key != PKI_SORT_CALLS && s->no_end)
+		return 0;
 	switch (key) {
 	case PKI_SORT_CALLS:
 		return s->calls;

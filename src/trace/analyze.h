@@ -13,9 +13,12 @@
  *    at the same time (their exits were never seen: longjmp, exceptions, lost
  *    events); they are flagged unwound.
  *  - frames still open after the thread's last event (the program ended or
- *    crashed inside them) are closed at that event's time, flagged open.
- *    So are the frames open at a GAP event (a flight recorder overwrote
- *    events there): the stack starts afresh after it.
+ *    crashed inside them) are closed where the thread's trace ended
+ *    (pki_trace_thread_end(): END, or a snapshot's TRIGGER), flagged open.
+ *    When that is not known (the thread exited before, the file was cut
+ *    short) they are flagged no_end too: no duration is known.  So are the
+ *    frames open at a GAP event (a flight recorder overwrote events there,
+ *    the exits among them): the stack starts afresh after it.
  *  - self time = duration - durations of the direct children.
  */
 #ifndef PK_TRACE_ANALYZE_H
@@ -30,6 +33,7 @@ struct pki_trace_call {
 	uint32_t depth;		  /* 0 = bottom of the thread's stack */
 	bool outermost;		  /* no other frame of fn below: counts in total time */
 	bool unwound, open;	  /* see above */
+	bool no_end;		  /* open, end not known: dur_ns, self_ns 0, not times */
 	bool instant;		  /* PKI_EV_CALL: no exit recorded, no duration (0, 0) */
 	const uint64_t *stack;	  /* fns from the bottom to this call, depth + 1 entries */
 	const uint64_t *stack_ts; /* their entry timestamps (ticks), depth + 1 entries */
@@ -46,6 +50,7 @@ struct pki_trace_call {
 
 struct pki_trace_replay_stats {
 	uint64_t calls, unmatched_exits, unwound, open;
+	uint64_t no_end; /* of the open calls, those whose end is not known */
 	uint64_t gaps; /* GAP events (flight recorder): the frames open then were ended, open */
 };
 
@@ -80,6 +85,11 @@ struct pki_trace_fnstat {
 	uint64_t sum_ns; /* every call's own duration: avg = sum_ns / calls */
 	uint64_t min_ns, max_ns;
 	uint64_t instants; /* of the calls, those without an exit (PKI_EV_CALL): no time */
+	/*
+	 * Of the calls, those open with no known end: in no sum, minimum or
+	 * maximum, which are then unknown (total: if one is outermost)
+	 */
+	uint64_t no_end, no_end_outer;
 	/* by_args: the values of these calls, "(1, \"a\") = 0" (in the report's
 	 * texts), or NULL for the calls that carry none */
 	const char *args;
@@ -88,7 +98,8 @@ struct pki_trace_fnstat {
 /* @s's average duration over its timed calls (0 if it has none). */
 static inline uint64_t pki_trace_fnstat_avg(const struct pki_trace_fnstat *s)
 {
-	return s->calls > s->instants ? s->sum_ns / (s->calls - s->instants) : 0;
+	return s->calls > s->instants + s->no_end ? s->sum_ns / (s->calls - s->instants - s->no_end)
+						  : 0;
 }
 
 struct pki_trace_report {

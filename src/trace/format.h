@@ -180,10 +180,18 @@ struct pki_rec_args {
  */
 struct pki_rec_lost {
 	uint32_t tsn;
-	uint32_t reserved;
+	uint32_t flags;	   /* PKI_LOST_EXITED; older writers: 0 (not known) */
 	uint64_t recorded; /* events written to the file for this thread */
 	uint64_t lost;	   /* events that could not be recorded */
 };
+
+/*
+ * The thread had exited when this record was written: its events in the
+ * file end before END, and when its trace ended is not known (a call it
+ * left open, as under pthread_exit(), has no known end).  Without it, a
+ * thread runs to END (or, without END, to the last TRIGGER).
+ */
+#define PKI_LOST_EXITED 1u
 
 enum pki_trace_end_reason {
 	PKI_END_CLOSE = 1,  /* pki_trace_close(): normal exit or explicit stop */

@@ -507,6 +507,8 @@ static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8
 			f->origin = e.ts;
 			p->any_ts = true;
 		}
+		t->last_ts = e.ts;
+		t->last_snap = f->ntriggers;
 	}
 	t->nev += count;
 	f->nevents += count - gaps - data; /* the program's events: GAPs are markers */
@@ -531,6 +533,7 @@ static int rec_lost(struct parser *p, uint64_t off, const uint8_t *d, uint32_t l
 			    (unsigned long long)l.lost, (unsigned long long)t->lost);
 	t->lost = l.lost;
 	t->recorded = l.recorded;
+	t->exited = l.flags & PKI_LOST_EXITED;
 	return 0;
 }
 
@@ -1323,6 +1326,24 @@ const struct pki_trace_obj *pki_trace_file_obj(const struct pki_trace_file *f, u
 }
 
 /* Saturating: a slow clock rate (any nonzero one is valid) cannot wrap the result. */
+bool pki_trace_thread_end(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+			  uint64_t *ts)
+{
+	uint64_t end;
+
+	if (t->exited)
+		return false;
+	if (f->complete)
+		end = f->end.end_ticks;
+	else if (f->ntriggers && t->last_snap < f->ntriggers) /* its events are in a snapshot */
+		end = f->last_trigger.ticks;
+	else
+		return false;
+	/* (a snapshot's events may come after its trigger's time, while it is taken) */
+	*ts = end > t->last_ts || !t->nev ? end : t->last_ts;
+	return true;
+}
+
 uint64_t pki_trace_file_dur_ns(const struct pki_trace_file *f, uint64_t ticks)
 {
 	unsigned __int128 ns;

@@ -55,6 +55,9 @@ struct pki_trace_thread {
 	uint64_t overwritten;	    /* flight recorder: the sum of its GAP events */
 	size_t ngaps;		    /* its GAP events (in nev, not events of the program) */
 	uint64_t recorded, lost;    /* from its latest LOST record (0 if none) */
+	uint64_t last_ts;	    /* its last event's time (not a DATA's), if nev */
+	uint32_t last_snap;	    /* TRIGGER records before its last event */
+	bool exited;		    /* its latest LOST record says PKI_LOST_EXITED */
 };
 
 struct pki_trace_file {
@@ -166,6 +169,16 @@ const struct pki_trace_sym *pki_trace_file_sym(const struct pki_trace_file *f, u
 /* What @fn's DATA events hold, or NULL (no ARGS record for it). */
 const struct pki_argspec *pki_trace_file_args(const struct pki_trace_file *f, uint64_t fn);
 const struct pki_trace_obj *pki_trace_file_obj(const struct pki_trace_file *f, uint32_t id);
+
+/*
+ * When the trace of @t ended, if that is known, in *@ts: END's time (the
+ * process's exit, exec, fatal signal or detach), or without END the last
+ * TRIGGER's (a flight recorder's snapshot), never before @t's last event.
+ * Not known for a thread that exited before (PKI_LOST_EXITED), nor in a
+ * file cut short that has no TRIGGER.
+ */
+bool pki_trace_thread_end(const struct pki_trace_file *f, const struct pki_trace_thread *t,
+			  uint64_t *ts);
 
 /* Ticks -> ns: a duration, and a timestamp relative to f->origin. */
 uint64_t pki_trace_file_dur_ns(const struct pki_trace_file *f, uint64_t ticks);

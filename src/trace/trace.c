@@ -760,7 +760,7 @@ static struct {
  * fully written.  tail is released only after pwritev() has copied them.
  * A flight recorder's ring is copied out another way (ring_events()).
  */
-static int drain_buf(struct pki_trace_buf *b, bool trailer)
+static int drain_buf(struct pki_trace_buf *b, bool trailer, bool dead)
 {
 	uint64_t h, l, n = 0;
 	int err;
@@ -809,8 +809,10 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer)
 	if (err)
 		return err;
 	l = buf_lost(b);
-	if (l != b->lost_reported || trailer) {
-		struct pki_rec_lost lr = {.tsn = b->tsn, .recorded = b->recorded};
+	/* An exited thread's record says so: readers then know its trace ended early. */
+	if (l != b->lost_reported || trailer || dead) {
+		struct pki_rec_lost lr = {
+		    .tsn = b->tsn, .flags = dead ? PKI_LOST_EXITED : 0, .recorded = b->recorded};
 		struct iovec p = {&lr, sizeof(lr)};
 
 		lr.lost = l - b->lost_base;
@@ -875,10 +877,9 @@ static int drain_all(bool reap, bool trailer, bool *busy)
 		 * trailer will not see it, and its last one may predate events just
 		 * written (readers take recorded from the last LOST record).
 		 */
-		err = drain_buf(b, trailer || (reap && dead));
-		if (err && cannot_write())
-			err = drain_buf(b,
-					trailer || (reap && dead)); /* count them, free the slots */
+		err = drain_buf(b, trailer || (reap && dead), dead);
+		if (err && cannot_write()) /* count them, free the slots */
+			err = drain_buf(b, trailer || (reap && dead), dead);
 		if (err)
 			break;
 		if (reap && dead) {

@@ -16,6 +16,9 @@
  *                           no exit(), the status is 7, stdout as flushed
  *   exit_demo pexit0 N      main makes N calls and leaves with pthread_exit()
  *                           with no other thread
+ *   exit_demo inexit N      N calls, then demo_quit(), which calls exit(0);
+ *                           an atexit handler sleeps 50 ms first, so that
+ *                           demo_quit runs at least that long, until the end
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -77,6 +80,16 @@ static void *worker(void *arg)
 	return arg;
 }
 
+static void slow_atexit(void)
+{
+	usleep(50000);
+}
+
+FN void demo_quit(void)
+{
+	exit(0);
+}
+
 static void quick_handler(void)
 {
 	calls(1);
@@ -96,13 +109,21 @@ int main(int argc, char **argv)
 		at_quick_exit(quick_handler);
 		quick_exit(6);
 	}
+	if (!strcmp(mode, "inexit")) {
+		calls(per);
+		printf("calls demo_leaf %lu\n", total);
+		atexit(slow_atexit);
+		demo_quit();
+	}
 	if (!strcmp(mode, "pexit0")) {
 		calls(per);
 		printf("calls demo_leaf %lu\n", total);
 		pthread_exit(NULL);
 	}
 	if (strcmp(mode, "pexit") && strcmp(mode, "sysexit")) {
-		fprintf(stderr, "usage: exit_demo quick N | pexit T N | sysexit T N | pexit0 N\n");
+		fprintf(
+		    stderr,
+		    "usage: exit_demo quick N | pexit T N | sysexit T N | pexit0 N | inexit N\n");
 		return 2;
 	}
 	calls(per);

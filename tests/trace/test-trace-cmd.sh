@@ -251,6 +251,8 @@ counts deep.trace >got
 want out >exp
 check "deep: counts" "diff -u exp got"
 check "deep: lost reported, blamed on the depth" "grep -Eq '^probekit: 4466 events lost in 1 thread\(s\): 4466 exits of frames too deep for exit tracing \(depth limit\)$' err"
+"$pk" report deep.trace 2>rep.err >/dev/null
+check "deep: report's warning blames the depth, not full buffers" "grep -Eq 'deep.trace: 4466 events were lost \(4466 exits of frames too deep for exit tracing \(depth limit\)\);' rep.err && ! grep -q 'buffers full' rep.err"
 
 # 8. Errors.  (Without --no-relocate, a program without sites is traced by relocation.)
 run --no-relocate -- "$nosites"

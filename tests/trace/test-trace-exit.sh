@@ -80,6 +80,32 @@ counts pexit0.trace >got
 want out >exp
 check "pexit0: report counts" "[[ -s exp ]] && diff -u exp got"
 
+# 3b. Calls open at the end.  demo_quit() calls exit(0), whose atexit
+#     handler sleeps 50 ms: it runs until the END record, not 0 ns.  The
+#     same file cut before its END (as a kill leaves it): when the trace
+#     ended is not known, and demo_quit has '-', not a made-up time.
+# row FILE FN: "calls total self avg min max" of FN in report --raw FILE.
+row() { "$pk" report --raw "$1" 2>/dev/null | awk -v f="$2" '$(NF-1) == f || $NF == f {print $1, $2, $3, $4, $5, $6}'; }
+plain inexit 10
+trun trace -o inexit.trace -f demo_leaf -f demo_quit -- "$prog" inexit 10
+same "inexit"
+read -r c t s a mn mx <<<"$(row inexit.trace demo_quit)"
+check "inexit: demo_quit runs until END ($c $t $s $a $mn $mx)" "[[ '$c' == 1 && '$t' -ge 50000000 && '$t' == '$s' && '$t' == '$mx' ]]"
+"$pk" replay inexit.trace >rep 2>&1
+check "inexit: replay gives demo_quit its time to END" "grep -Eq '^ +[0-9.]+ ms .*demo_quit\(\); \(still running at the end\)' rep"
+python3 - inexit.trace cut.trace <<'PY'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+off = 16
+while struct.unpack_from('<I', d, off)[0] != 7:  # up to END, not included
+    off += 16 + (struct.unpack_from('<I', d, off + 4)[0] + 7) // 8 * 8
+open(sys.argv[2], 'wb').write(d[:off])
+PY
+check "cut: demo_quit has no time ($(row cut.trace demo_quit))" "[[ '$(row cut.trace demo_quit)' == '1 - - - - -' ]]"
+check "cut: the footnote counts it" "$pk report cut.trace 2>/dev/null | grep -q '^# 1 of the open calls have no known end'"
+"$pk" replay cut.trace >rep 2>&1
+check "cut: replay says demo_quit's end is unknown" "grep -Eq '^ +- .*demo_quit\(\); \(still running at its last event: end unknown\)' rep"
+
 # 4. The agent's own calls are never events: under --relocate-all, libc's
 #    write and close (which the agent calls to answer the command, and its
 #    threads to read /proc) are traced, yet the first event is the

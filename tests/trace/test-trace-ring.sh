@@ -46,6 +46,31 @@ check "func: summary" "grep -q 'func.trace: flight recorder: 2 snapshot(s) (1 --
 a=$(calls func.trace phase_a) b=$(calls func.trace phase_b) m=$(calls func.trace ring_mark)
 check "func: phase_a $a, phase_b $b, ring_mark $m" "near512 $a && near512 $b && [[ $m == 1 ]]"
 
+# ring_mark's exit was overwritten (the 2nd snapshot's GAP cut it): its end
+# is not known, '-', not the 0 ns of an end made up at its entry.
+check "func: ring_mark cut by the gap has no time" "$pk report --raw func.trace 2>/dev/null | grep -Eq '^ +1 +- +- +- +- +-  ring_mark '"
+"$pk" replay func.trace >rep 2>&1
+check "func: replay says ring_mark's end is unknown" "grep -Eq '^ +- .*ring_mark\(\); \(cut: events overwritten\)' rep"
+# The trigger's snapshot alone (the file cut after its TRIGGER record, as a
+# kill would leave it): main and ring_mark were open at the trigger's time,
+# which ends them, not their last event.
+run --ring 1M --trigger ring_mark -o cut.trace -- "$prog" func 1000
+python3 - cut.trace cut1.trace <<'PY'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+off = 16
+while True:
+    typ, ln = struct.unpack_from('<II', d, off)
+    off += 16 + (ln + 7) // 8 * 8
+    if typ == 9:
+        break
+open(sys.argv[2], 'wb').write(d[:off])
+PY
+"$pk" report --raw cut1.trace >rep 2>/dev/null
+check "trigger cut: ring_mark ends at the trigger, not 0 ns" "awk '\$NF == \"[ring_prog]\" && \$(NF-1) == \"ring_mark\" && \$2 > 0 && \$6 > 0 {x = 1} END {exit !x}' rep"
+check "trigger cut: main's time known" "awk '\$NF == \"[ring_prog]\" && \$(NF-1) == \"main\" && \$2 > 0 {x = 1} END {exit !x}' rep"
+check "trigger cut: no end unknown" "! grep -q 'no known end' rep"
+
 # 4. A crash: the snapshot is the last thing, and the program dies as it would.
 run --ring 16K -o crash.trace -- "$prog" crash $n
 check "crash: rc $rc (SIGABRT)" "[[ $rc == 134 ]]"

@@ -397,7 +397,7 @@ static void report_footer_print(const struct pki_trace_file *f, const struct pki
 		       (unsigned long long)r->rs.open, (unsigned long long)late);
 	if (r->rs.no_end)
 		printf("# %llu of the open calls have no known end (their thread exited, the file "
-		       "was cut short, or a flight recorder overwrote their exit): '-'\n",
+		       "stops before their exit, or a flight recorder overwrote it): '-'\n",
 		       (unsigned long long)r->rs.no_end);
 }
 

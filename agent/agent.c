@@ -326,6 +326,8 @@ void agent_trace_config(const char *(*get)(const char *))
 	if (!v)
 		v = get("PROBEKIT_INT3");
 	t->int3 = v && !strcmp(v, "1");
+	v = get(PK_ENV_TRACE_LIBCALL);
+	t->libcall = v && !strcmp(v, "1");
 	if (dladdr((void *)agent_trace_config, &di) && di.dli_fname &&
 	    strlen(di.dli_fname) < sizeof(t->agent))
 		strcpy(t->agent, di.dli_fname);
@@ -339,6 +341,8 @@ void agent_library_settings(void)
 			    : !strcmp(r, "main") ? PKI_RELOC_MAIN
 						 : PKI_RELOC_OFF);
 	pki_sites_set_int3(agent_trace_conf.int3);
+	if (agent_trace_conf.libcall && strcmp(r, "1")) /* (all relocated: from any caller) */
+		agent_libcalls_setup();
 }
 
 /*
@@ -530,6 +534,10 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 	if (t->int3) {
 		snprintf(b->int3, sizeof(b->int3), "%s=1", PK_ENV_TRACE_INT3);
 		b->vec[n++] = b->int3;
+	}
+	if (t->libcall) {
+		snprintf(b->libcall, sizeof(b->libcall), "%s=1", PK_ENV_TRACE_LIBCALL);
+		b->vec[n++] = b->libcall;
 	}
 	if (t->max_size) {
 		snprintf(b->max_size, sizeof(b->max_size), "%s=%llu", PK_ENV_TRACE_MAX_SIZE,

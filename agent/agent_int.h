@@ -61,6 +61,7 @@ struct agent_trace_conf {
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
 	char reloc[8];	      /* relocation: "1", "main" or "" (sym/sites.h) */
 	bool int3;	      /* with it, INT3 sites (sym/sites.h) */
+	bool libcall;	      /* PROG's calls into its libraries (libcalls.c) */
 	bool top;	      /* PROBEKIT_TOP: statistics in the process, no trace file */
 	bool has_pid;
 	long env_pid;
@@ -230,12 +231,12 @@ extern struct agent_lineage agent_lineage;
 #define PK_ENVBUF_VARS 4096
 
 struct agent_envbuf {
-	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 20];
+	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 24];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
 	char args[8192]; /* -A/-R/-F: a program they do not fit runs untraced (a filter lost) */
 	char auto_args[48];
 	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512], max_size[64];
-	char reloc[48], int3[48];
+	char reloc[48], int3[48], libcall[48];
 };
 
 /*
@@ -319,6 +320,8 @@ bool agent_listen_start(void);
 struct agent_hook {
 	volatile bool active;  /* record (set once trace mode is ready) */
 	unsigned long trigger; /* --ring --trigger FUNC: its ip, or 0 */
+	/* PROG's text [main_lo, main_hi): a library call returns there (libcalls.c) */
+	unsigned long main_lo, main_hi;
 };
 
 /*
@@ -326,6 +329,19 @@ struct agent_hook {
  * --trigger function, if it is that one and none was found before (trace.c).
  */
 void agent_trace_trigger_offer(unsigned long ip, const char *name);
+
+/*
+ * Library calls (libcalls.c): set before the site table is first built,
+ * the functions PROG's imports bind to become relocated sites.  If @func
+ * (a site's function) is one, the name PROG imports it by, else NULL.
+ */
+void agent_libcalls_setup(void);
+const char *agent_libcall(unsigned long func);
+/* The trace hooks of those: a call recorded only if it returns into PROG (trace_hook.c). */
+void agent_on_libcall(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		      struct pk_regs *regs);
+void agent_on_libcall_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			    struct pk_regs *regs);
 
 /* The trigger function was entered: snapshot the flight recorder (trace.c). */
 void agent_trace_trigger(unsigned long ip, unsigned long a, unsigned long b);

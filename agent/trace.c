@@ -81,6 +81,7 @@ struct tsym {
 	uint32_t obj;
 	char *name;
 	bool relocated; /* PK_SITE_RELOC or PK_SITE_INT3 (lib_entry_only) */
+	bool libcall;	/* a function PROG's imports bind to (libcalls.c) */
 };
 
 struct tobj {
@@ -108,6 +109,10 @@ static struct {
 	size_t nobjs;
 	struct pk_ops ops;     /* entries and exits */
 	struct pk_ops ops_lib; /* libraries' relocated functions: entries only (lib_entry_only) */
+	/* PROG's library calls (libcalls.c): with exits, and entries only */
+	struct pk_ops ops_call, ops_call1;
+	size_t ncall, ncall1;		     /* registered: ops_call, ops_call1 */
+	unsigned long *call_ips, *call1_ips; /* their filters */
 	/* -A/-R/-F: the ops of the functions with an argument spec or condition (args.c) */
 	struct pk_ops **ops_args;
 	size_t nops_args;
@@ -143,16 +148,32 @@ static bool reloc_all(void)
 	return !strcmp(conf->reloc, "1");
 }
 
+/*
+ * A library call of PROG's (libcalls.c): a relocated function of a library
+ * that PROG's imports bind to, hooked for them alone; its name is the
+ * imported one (strlen, not the __strlen_avx2 it binds to).  With --relocate-all
+ * every function is hooked from any caller instead; top counts every call.
+ */
+static const char *libcall_site(const struct pk_site *s)
+{
+	if (!conf->libcall || reloc_all() || conf->top ||
+	    (s->kind != PK_SITE_RELOC && s->kind != PK_SITE_INT3))
+		return NULL;
+	return agent_libcall(s->func);
+}
+
 static int pick_site(const struct pk_site *s, void *ctx)
 {
 	struct pick *p = ctx;
+	const char *call = libcall_site(s);
+	const char *name = call ? call : s->name;
 
 	if (strstr(s->object, PK_AGENT_NAME))
 		return 0; /* our own copy of the library */
 	if (agent_unwind_site(s) && !reloc_all())
 		return 0; /* a site for unwind_hook.c only */
 	p->total++;
-	if (!agent_globs_want(&p->g, s->name, p->fmatched))
+	if (!agent_globs_want(&p->g, name, p->fmatched))
 		return 0;
 	if (T.nips == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 1024;
@@ -178,8 +199,9 @@ static int pick_site(const struct pk_site *s, void *ctx)
 		    dladdr((void *)s->func, &di) ? (uint64_t)(uintptr_t)di.dli_fbase : 0;
 		T.nobjs++;
 	}
-	T.syms[T.nips] = (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(s->name),
-				       s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3};
+	T.syms[T.nips] =
+	    (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(name),
+			  s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3, call != NULL};
 	T.ips[T.nips++] = s->ip;
 	return 0;
 }
@@ -713,27 +735,48 @@ static bool args_split(unsigned long *ips, const size_t *idx, size_t *nmain)
 	return true;
 }
 
-/* T.ips split into T.main_ips (for T.ops) and T.lib_ips; false: out of memory. */
-static bool ips_split(size_t *nmain, size_t *nlib)
+/* Fresh filters for the picks' split (ips_split): false if out of memory. */
+static bool ips_alloc(void)
+{
+	size_t sz = (T.nips ? T.nips : 1) * sizeof(unsigned long);
+
+	free(T.main_ips);
+	free(T.lib_ips);
+	free(T.call_ips);
+	free(T.call1_ips);
+	T.main_ips = malloc(sz);
+	T.lib_ips = malloc(sz);
+	T.call_ips = malloc(sz);
+	T.call1_ips = malloc(sz);
+	return T.main_ips && T.lib_ips && T.call_ips && T.call1_ips;
+}
+
+/*
+ * T.ips split into T.main_ips (for T.ops), T.lib_ips (T.ops_lib), and PROG's
+ * library calls: T.call_ips with exits, T.call1_ips without (T.ops_call,
+ * T.ops_call1).  False: out of memory.
+ */
+static bool ips_split(size_t *nmain, size_t *nlib, size_t *ncall, size_t *ncall1)
 {
 	Dl_info di;
 	uintptr_t main_base =
 	    dladdr((void *)getauxval(AT_ENTRY), &di) ? (uintptr_t)di.dli_fbase : 0;
-	size_t m = 0, l = 0, sz = (T.nips ? T.nips : 1) * sizeof(unsigned long);
-
+	size_t m = 0, l = 0, c = 0, c1 = 0;
 	size_t *idx = malloc((T.nips ? T.nips : 1) * sizeof(*idx));
 	bool ok;
 
-	free(T.main_ips);
-	free(T.lib_ips);
-	T.main_ips = malloc(sz);
-	T.lib_ips = malloc(sz);
-	if (!T.main_ips || !T.lib_ips || !idx) {
+	if (!ips_alloc() || !idx) {
 		free(idx);
 		return false;
 	}
 	for (size_t i = 0; i < T.nips; i++) {
-		if (conf->exits && lib_entry_only(i, main_base)) {
+		bool entry_only = !conf->exits || lib_entry_only(i, main_base);
+
+		if (T.syms[i].libcall && entry_only) {
+			T.call1_ips[c1++] = T.ips[i];
+		} else if (T.syms[i].libcall) {
+			T.call_ips[c++] = T.ips[i];
+		} else if (conf->exits && entry_only) {
 			T.lib_ips[l++] = T.ips[i];
 		} else {
 			idx[m] = i;
@@ -744,6 +787,8 @@ static bool ips_split(size_t *nmain, size_t *nlib)
 	free(idx);
 	*nmain = m;
 	*nlib = l;
+	*ncall = c;
+	*ncall1 = c1;
 	return ok;
 }
 
@@ -815,7 +860,7 @@ void agent_top_sample(void (*emit)(const char *line, void *arg), void *arg)
 static bool trace_hook(bool initial)
 {
 	struct agent_dl_conf dc;
-	size_t nmain, nlib;
+	size_t nmain, nlib, ncall, ncall1;
 	int err;
 
 	/*
@@ -832,7 +877,7 @@ static bool trace_hook(bool initial)
 			FAIL(initial, "%s", err == -EINVAL ? why : strerror(-err));
 	}
 	T.why_args[0] = '\0';
-	if (!ips_split(&nmain, &nlib))
+	if (!ips_split(&nmain, &nlib, &ncall, &ncall1))
 		FAIL(initial, "%s", T.why_args[0] ? T.why_args : "out of memory");
 	/*
 	 * --trigger FUNC not among PROG's traced functions: a library PROG loads
@@ -852,6 +897,12 @@ static bool trace_hook(bool initial)
 	T.ops_lib = (struct pk_ops){.func = agent_on_entry, .flags = PK_OPS_F_NOVEC};
 	T.ops_lib.filter.ips = T.lib_ips;
 	T.ops_lib.filter.nips = nlib;
+	T.ops_call = (struct pk_ops){.func = agent_on_libcall, .flags = PK_OPS_F_NOVEC};
+	T.ops_call.filter.ips = T.call_ips;
+	T.ops_call.filter.nips = ncall;
+	T.ops_call1 = (struct pk_ops){.func = agent_on_libcall_entry, .flags = PK_OPS_F_NOVEC};
+	T.ops_call1.filter.ips = T.call1_ips;
+	T.ops_call1.filter.nips = ncall1;
 	if (conf->top && !top_prepare())
 		FAIL(initial, "out of memory for the statistics of %zu functions", T.nips);
 	err = pk_txn_begin();
@@ -859,6 +910,10 @@ static bool trace_hook(bool initial)
 		err = pk_ops_register(&T.ops);
 	if (!err && nlib)
 		err = pk_ops_register(&T.ops_lib);
+	if (!err && ncall)
+		err = pk_ops_register(&T.ops_call);
+	if (!err && ncall1)
+		err = pk_ops_register(&T.ops_call1);
 	for (size_t i = 0; !err && i < T.nops_args; i++)
 		err = pk_ops_register(T.ops_args[i]);
 	if (!err)
@@ -872,6 +927,8 @@ static bool trace_hook(bool initial)
 	}
 	T.nmain = nmain;
 	T.nlib = nlib;
+	T.ncall = ncall;
+	T.ncall1 = ncall1;
 	if (initial)
 		reloc_summary();
 	err = conf->top ? 0 : session_open();
@@ -953,10 +1010,12 @@ static void picks_free(void)
 	free(T.objs);
 	free(T.main_ips);
 	free(T.lib_ips);
-	T.ips = T.main_ips = T.lib_ips = NULL;
+	free(T.call_ips);
+	free(T.call1_ips);
+	T.ips = T.main_ips = T.lib_ips = T.call_ips = T.call1_ips = NULL;
 	T.syms = NULL;
 	T.objs = NULL;
-	T.nips = T.nobjs = T.nmain = T.nlib = 0;
+	T.nips = T.nobjs = T.nmain = T.nlib = T.ncall = T.ncall1 = 0;
 }
 
 /* Take T.ops and T.ops_lib off every site (a grace period: no thread is in the hook after). */
@@ -972,6 +1031,10 @@ static int unhook(void)
 		err = pk_ops_unregister(&T.ops);
 	if (!err && T.nlib)
 		err = pk_ops_unregister(&T.ops_lib);
+	if (!err && T.ncall)
+		err = pk_ops_unregister(&T.ops_call);
+	if (!err && T.ncall1)
+		err = pk_ops_unregister(&T.ops_call1);
 	for (size_t i = 0; !err && i < T.nops_args; i++)
 		err = pk_ops_unregister(T.ops_args[i]);
 	if (!err)
@@ -981,7 +1044,7 @@ static int unhook(void)
 	else
 		pk_txn_abort();
 	if (!err) {
-		T.nmain = T.nlib = 0;
+		T.nmain = T.nlib = T.ncall = T.ncall1 = 0;
 		/* Their specs stay: frames may still return through them (args.c). */
 		T.nops_args = 0;
 	}
@@ -995,7 +1058,7 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 	T.fd = fd;
 	T.why[0] = '\0';
 	/* Hooks a fork child inherited from its attached parent (idle there): off first. */
-	if ((T.nmain || T.nlib || T.nops_args) && unhook()) {
+	if ((T.nmain || T.nlib || T.ncall || T.ncall1 || T.nops_args) && unhook()) {
 		snprintf(why, n, "the hooks inherited from the parent process cannot be taken off");
 		if (T.fd >= 0)
 			close(T.fd);

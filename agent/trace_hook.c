@@ -37,6 +37,61 @@ void agent_on_entry_exit(unsigned long ip, unsigned long parent_ip, struct pk_op
 		PKI_SLOWCALL3(agent_trace_trigger, ip, 0, 0); /* libc: may use xmm */
 }
 
+/*
+ * Is @addr in PROG's own text (agent_hook.main_lo/hi, set before the hooks
+ * are)?  A call that returns there, or a traced function of PROG's tail
+ * call, is PROG's library call (libcalls.c).
+ */
+static inline bool in_prog(unsigned long addr)
+{
+	return addr - agent_hook.main_lo < agent_hook.main_hi - agent_hook.main_lo;
+}
+
+/*
+ * A tail call from a traced function (jmp fflush) returns where that
+ * function would have: into the trampoline that hijacked its return slot.
+ * The call is that function's: the shadow entry of the same slot names it
+ * (the entries above, at lower slots, are frames left without their exits).
+ */
+static __attribute__((noinline)) unsigned long tail_caller(unsigned long parent_ip,
+							   unsigned long slot)
+{
+	const struct pki_fgraph_tls *t = &pki_fgraph_tls;
+
+	if (!t->cap || t->st == (void *)1) /* none yet, or the thread is gone */
+		return parent_ip;
+	for (uint32_t i = t->depth; i-- > 0;) {
+		if (t->st[i].slot == slot)
+			return t->st[i].fn;
+		if (t->st[i].slot > slot)
+			break;
+	}
+	return parent_ip;
+}
+
+static inline bool from_prog(unsigned long parent_ip, const struct pk_regs *regs)
+{
+	if (__builtin_expect(pki_fgraph_is_tramp(parent_ip), 0))
+		parent_ip = tail_caller(parent_ip, regs->sp);
+	return in_prog(parent_ip);
+}
+
+/* A library call of PROG's: as agent_on_entry_exit; a library's own: nothing. */
+void agent_on_libcall(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+		      struct pk_regs *regs)
+{
+	if (from_prog(parent_ip, regs))
+		agent_on_entry_exit(ip, parent_ip, ops, regs);
+}
+
+/* The same for a function whose exit is not taken (lib_entry_only, --entry-only). */
+void agent_on_libcall_entry(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
+			    struct pk_regs *regs)
+{
+	if (from_prog(parent_ip, regs))
+		agent_on_entry(ip, parent_ip, ops, regs);
+}
+
 /* top: the entry's time kept, the exit adds the call to fnstats (fgraph.h). */
 void agent_on_entry_timed(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 			  struct pk_regs *regs)

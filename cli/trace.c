@@ -136,6 +136,12 @@ static const char usage[] =
     "                        libraries, libc included (probekit's own calls\n"
     "                        into them are not recorded)\n"
     "      --no-relocate     patchable entries only\n"
+    "      --libcall         also trace PROG's calls into its libraries, timed:\n"
+    "                        each function PROG imports that relocation takes,\n"
+    "                        named as imported (strlen, not __strlen_avx2) and\n"
+    "                        recorded when PROG calls it, as uftrace's PLT hooks\n"
+    "                        do (the libraries' own calls of it are not); each\n"
+    "                        exec'd program's alike\n"
     "      --int3            with relocation, also trace the functions it\n"
     "                        refuses through a breakpoint on their first\n"
     "                        instruction: every function reached, at the cost\n"
@@ -462,6 +468,7 @@ struct trace_opts {
 	bool children, entry_only, drop, ring, force;
 	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
+	bool libcall; /* --libcall */
 	int prog;
 	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
 	double duration; /* --duration SECONDS with -p; 0: until a signal */
@@ -481,6 +488,7 @@ enum {
 	O_FORCE,
 	O_DURATION,
 	O_AUTO_ARGS,
+	O_LIBCALL,
 };
 
 /*
@@ -547,6 +555,9 @@ static void trace_opt_flag(struct trace_opts *o, int c)
 		break;
 	case O_FORCE:
 		o->force = true;
+		break;
+	case O_LIBCALL:
+		o->libcall = true;
 		break;
 	}
 }
@@ -632,6 +643,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"no-relocate", no_argument, NULL, O_NO_RELOCATE},
 	    {"relocate-all", no_argument, NULL, O_RELOCATE_ALL},
 	    {"int3", no_argument, NULL, O_INT3},
+	    {"libcall", no_argument, NULL, O_LIBCALL},
 	    {"buffer", required_argument, NULL, 'b'},
 	    {"drop", no_argument, NULL, O_DROP},
 	    {"ring", required_argument, NULL, O_RING},
@@ -741,6 +753,10 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	}
 	env[ne++] = PK_ENV_TRACE_CHILDREN;
 	env[ne++] = o->children ? "1" : "0";
+	if (o->libcall) {
+		env[ne++] = PK_ENV_TRACE_LIBCALL;
+		env[ne++] = "1";
+	}
 	if (o->buffer || o->ring) {
 		env[ne++] = PK_ENV_TRACE_BUF;
 		env[ne++] = o->ring ? o->ring_events : o->buffer;
@@ -808,7 +824,7 @@ int cmd_trace(int argc, char **argv)
 	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace, *args;
 	bool *fmatched = NULL;
 	struct trace_ctx ctx = {0};
-	const char *env[36];
+	const char *env[40];
 	int err, ret;
 
 	if (!trace_opts_parse(&o, argc, argv, &ret))

@@ -237,6 +237,8 @@ struct reloc_sites {
 	const struct pki_sym_object *obj;
 	const struct dl_phdr_info *info;
 	const char *const *only; /* NULL, or the only names taken (pki_sites_set_reloc_named) */
+	const unsigned long *funcs; /* with only or alone: the functions taken by address */
+	size_t nfuncs;		    /* (pki_sites_set_reloc_funcs), or 0 */
 	struct pki_func_stats st; /* the file's functions, by outcome and refusal reason */
 	struct ifunc_impl *ifn;
 	size_t nifn;
@@ -255,6 +257,9 @@ static int reloc_mode; /* enum pki_reloc_mode, set before the table is built: se
 static bool int3_mode; /* the same for INT3 sites */
 /* pki_sites_set_reloc_named(): NULL-terminated lists, or NULL. */
 static const char *const *named_objs, *const *named_funcs;
+/* pki_sites_set_reloc_funcs(): sorted addresses, or NULL. */
+static const unsigned long *addr_funcs;
+static size_t addr_nfuncs;
 
 static void reloc_init(void)
 {
@@ -313,6 +318,47 @@ void pki_sites_set_reloc_named(const char *const *objs, const char *const *names
 bool pki_sites_reloc_named_set(void)
 {
 	return __atomic_load_n(&named_objs, __ATOMIC_RELAXED) != NULL;
+}
+
+void pki_sites_set_reloc_funcs(const unsigned long *funcs, size_t n)
+{
+	pthread_mutex_lock(&refresh_lock);
+	addr_funcs = funcs;
+	addr_nfuncs = funcs ? n : 0;
+	pthread_mutex_unlock(&refresh_lock);
+}
+
+/* The first of the sorted @v[0, @n) at or above @addr: @n if none. */
+static size_t addr_lower(const unsigned long *v, size_t n, unsigned long addr)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (v[mid] < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Do any of pki_sites_set_reloc_funcs()'s functions lie in @info's text? */
+static bool funcs_in(const struct dl_phdr_info *info)
+{
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		unsigned long start = info->dlpi_addr + ph->p_vaddr;
+		size_t k;
+
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+			continue;
+		k = addr_lower(addr_funcs, addr_nfuncs, start);
+		if (k < addr_nfuncs && addr_funcs[k] - start < ph->p_memsz)
+			return true;
+	}
+	return false;
 }
 
 /* Is @s one of the NULL-terminated @list, or (@prefix) does it start with one? */
@@ -441,11 +487,17 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 	struct reloc_sites *r = ctx;
 	unsigned long func = r->obj->base + fs->fn->addr, ip = func + fs->skip;
 	struct pki_site *s;
+	bool internal = false;
 
 	if (fs->how == PKI_FUNC_SKIP_IFUNC)
 		ifunc_resolver_seen(fs, r);
-	if (r->only && !listed(fs->name, r->only, false))
-		return PKI_FUNC_UNCOUNTED;
+	if (r->only || r->funcs) { /* a selection: the named ones, internal, and the listed */
+		size_t k = addr_lower(r->funcs, r->nfuncs, func);
+
+		internal = r->only && listed(fs->name, r->only, false);
+		if (!internal && !(k < r->nfuncs && r->funcs[k] == func))
+			return PKI_FUNC_UNCOUNTED;
+	}
 	if ((fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_INT3) ||
 	    !in_mapped_text(r->info, func, fs->fn->size) ||
 	    !in_mapped_text(r->info, ip, PKI_SITE_LEN)) /* an INT3 site's 5 bytes are read */
@@ -458,7 +510,7 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 			       .size = fs->fn->size,
 			       .name = pki_intern(fs->name),
 			       .kind = fs->how == PKI_FUNC_INT3 ? PK_SITE_INT3 : PK_SITE_RELOC,
-			       .internal = r->only != NULL};
+			       .internal = internal};
 	if (!s->name)
 		return -ENOMEM;
 	memcpy(s->insn, (const void *)ip, PKI_SITE_LEN);
@@ -473,7 +525,7 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
  */
 static int reloc_sites_read(const char *path, const char *open_path, struct reloc_sites *r)
 {
-	int err = r->only ? 0 : ifunc_impls_read(open_path, r);
+	int err = r->only && !r->funcs ? 0 : ifunc_impls_read(open_path, r);
 
 	if (!err)
 		err = pki_func_sites_file(open_path, func_sites_flags(), reloc_site_take, r, &r->st);
@@ -577,6 +629,7 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 {
 	struct reloc_sites rs = {0};
 	const char *const *only;
+	bool by_addr;
 	struct pki_elf_sites es;
 	struct pki_sym_object *obj;
 	int err;
@@ -607,12 +660,17 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 	}
 	object_stats_take(obj, &es);
 	only = reloc_for(is_main) ? NULL : reloc_named_for(path);
-	if (reloc_for(is_main) || only) {
+	by_addr = !reloc_for(is_main) && !is_main && funcs_in(info);
+	if (reloc_for(is_main) || only || by_addr) {
 		rs = (struct reloc_sites){.obj = obj, .info = info, .only = only};
+		if (by_addr) {
+			rs.funcs = addr_funcs;
+			rs.nfuncs = addr_nfuncs;
+		}
 		err = reloc_sites_read(path, open_path, &rs);
 		if (err)
 			goto out_es;
-		if (is_main && !only) {
+		if (is_main && !only && !by_addr) {
 			main_reloc_stats = rs.st;
 			__atomic_store_n(&main_reloc_read, true, __ATOMIC_RELEASE);
 		}

@@ -94,6 +94,17 @@ void pki_sites_set_reloc_named(const char *const *objs, const char *const *names
 bool pki_sites_reloc_named_set(void);
 
 /*
+ * In an object relocation is off for (other than the main program), the
+ * functions that start at one of @funcs (absolute addresses, sorted
+ * ascending, @n of them) and relocate become PK_SITE_RELOC sites too, and
+ * are listed like the object's other sites (the agent's library calls:
+ * the definitions the main program's imports bind to, sym/imports.h).
+ * The array lives as long as the process, or is NULL.  Applies to objects
+ * read after the call: set it before the table is first built.
+ */
+void pki_sites_set_reloc_funcs(const unsigned long *funcs, size_t n);
+
+/*
  * With relocation on for an object, do its functions that relocation
  * refuses become PK_SITE_INT3 sites (sym/func_sites.h, PKI_FUNC_SITES_INT3)?
  * PROBEKIT_INT3=1 sets the default (no); applies like pki_sites_set_reloc.

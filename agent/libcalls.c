@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Library calls: `probekit trace --libcall` also records PROG's calls into
+ * its libraries, as uftrace's PLT hooks do.  The functions are the
+ * definitions PROG's imports bind to (sym/imports.h: each name looked up
+ * as the dynamic loader binds it, with its symbol version), hooked by
+ * prologue relocation in their libraries (sym/sites.h,
+ * pki_sites_set_reloc_funcs), and a call is recorded only when it returns
+ * into PROG's own text (agent_on_libcall, trace_hook.c): the library's
+ * calls to the same function from inside are not PROG's and cost the hook
+ * only.  --relocate-all hooks every function anyway, from any caller.
+ */
+#include <dlfcn.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent_int.h"
+#include "base/log.h"
+#include "sym/imports.h"
+#include "sym/sites.h"
+
+struct libcall {
+	unsigned long func;
+	const char *name; /* the name PROG imports it by (PROG's string) */
+};
+
+static struct {
+	struct libcall *v; /* sorted by func, unique */
+	size_t n, cap;
+	unsigned long *funcs; /* v's funcs, for pki_sites_set_reloc_funcs */
+	uintptr_t main_base, agent_base;
+} L;
+
+/*
+ * Not a call PROG makes but its start: every other call runs inside it, and
+ * it never returns (it calls exit()).
+ */
+static const char *const not_calls[] = {"__libc_start_main", NULL};
+
+/* Where @name@@version binds, as PROG's relocation binds it: 0 if nowhere. */
+static unsigned long bound(const char *name, const char *version)
+{
+	void *p = version ? dlvsym(RTLD_DEFAULT, name, version) : NULL;
+
+	return (unsigned long)(uintptr_t)(p ? p : dlsym(RTLD_DEFAULT, name));
+}
+
+static int take(const char *name, const char *version, void *ctx)
+{
+	unsigned long a = bound(name, version);
+	Dl_info di;
+
+	(void)ctx;
+	for (size_t i = 0; not_calls[i]; i++)
+		if (!strcmp(name, not_calls[i]))
+			return 0;
+	/* PROG's own (interposed) functions are traced as PROG's; ours never are. */
+	if (!a || !dladdr((void *)a, &di) || (uintptr_t)di.dli_fbase == L.main_base ||
+	    (uintptr_t)di.dli_fbase == L.agent_base)
+		return 0;
+	if (L.n == L.cap) {
+		size_t cap = L.cap ? 2 * L.cap : 256;
+		struct libcall *v = realloc(L.v, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		L.v = v;
+		L.cap = cap;
+	}
+	L.v[L.n++] = (struct libcall){a, name};
+	return 0;
+}
+
+/* By address, then name: an address imported by several names keeps the first. */
+static int cmp_call(const void *a, const void *b)
+{
+	const struct libcall *x = a, *y = b;
+
+	return x->func != y->func ? (x->func < y->func ? -1 : 1) : strcmp(x->name, y->name);
+}
+
+/* PROG's executable segments' span: the caller test of agent_on_libcall. */
+static int main_text(struct dl_phdr_info *info, size_t size, void *ctx)
+{
+	unsigned long lo = ~0ul, hi = 0;
+
+	(void)size;
+	(void)ctx;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		unsigned long start = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			lo = start < lo ? start : lo;
+			hi = start + ph->p_memsz > hi ? start + ph->p_memsz : hi;
+		}
+	}
+	L.main_base = info->dlpi_addr;
+	agent_hook.main_lo = lo < hi ? lo : 0;
+	agent_hook.main_hi = lo < hi ? hi : 0;
+	return 1; /* the first object is the main program */
+}
+
+void agent_libcalls_setup(void)
+{
+	Dl_info di;
+	size_t m = 0;
+
+	dl_iterate_phdr(main_text, NULL);
+	L.agent_base = dladdr((void *)agent_libcalls_setup, &di) ? (uintptr_t)di.dli_fbase : 0;
+	if (pki_imports_main(take, NULL) || !L.n)
+		return; /* out of memory: no library call (PROG's functions still are) */
+	qsort(L.v, L.n, sizeof(*L.v), cmp_call);
+	for (size_t i = 0; i < L.n; i++)
+		if (!m || L.v[i].func != L.v[m - 1].func)
+			L.v[m++] = L.v[i];
+	L.n = m;
+	L.funcs = malloc(m * sizeof(*L.funcs));
+	if (!L.funcs)
+		return;
+	for (size_t i = 0; i < m; i++) {
+		L.funcs[i] = L.v[i].func;
+		pki_debug("libcalls: %s at %#lx\n", L.v[i].name, L.v[i].func);
+	}
+	pki_sites_set_reloc_funcs(L.funcs, m);
+}
+
+const char *agent_libcall(unsigned long func)
+{
+	size_t lo = 0, hi = L.funcs ? L.n : 0;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (L.v[mid].func == func)
+			return L.v[mid].name;
+		if (L.v[mid].func < func)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# probekit trace --libcall records PROG's calls into its libraries, timed:
+# each library function's count is the program's own count of its calls
+# (libc's calls of the same function from inside are not PROG's), through a
+# tail call and from a callback too; named as PROG imports it; left out by
+# not without it; -f names one; exec'd programs alike; the
+# counts equal uftrace's (its PLT hooks) where uftrace is installed.
+#
+# usage: test-trace-libcall.sh PROBEKIT LIBCALLS
+set -uo pipefail
+pk=$(realpath "$1") prog=$(realpath "$2")
+. "$(dirname "$(realpath "$0")")/lib.sh"
+
+# counts FILE: "name calls" of FILE's library functions (report --raw), sorted.
+counts() {
+	"$pk" report --raw "$1" 2>/dev/null |
+		awk 'NR > 2 && $NF ~ /^\[lib.*\.so/ {print $(NF-1), $1}' | sort
+}
+# expected: the program's own "name count" lines.
+expected() { grep -E '^[a-z_]+ [0-9]+$' out | sort; }
+# libc_rows FILE: the functions FILE's report has from libc.
+libc_rows() { "$pk" report --raw "$1" 2>/dev/null | awk '$NF == "[libc.so.6]" {print $(NF-1)}'; }
+
+run -o d.trace --libcall -- "$prog" 7
+check "--libcall: rc $rc" "[[ $rc == 0 ]]"
+counts d.trace >got
+expected >want
+check "--libcall: each library call counted as the program counts it" \
+	"[[ -s want ]] && join want got | awk '\$2 != \$3 {bad = 1} END {exit bad}' && [[ \$(join want got | wc -l) == \$(wc -l <want) ]]"
+check "--libcall: fopen and fclose recorded once (their own malloc is not PROG's)" \
+	"grep -qEx 'fopen(64)? 1' got && grep -qx 'fclose 1' got && grep -qx 'malloc 7' got"
+check "--libcall: named as imported (strlen, not its CPU variant)" \
+	"grep -qx 'strlen 14' got && ! grep -q '^__strlen' got"
+check "--libcall: PROG's own functions too" \
+	"\"$pk\" report --raw d.trace | grep -q ' tail_strlen \\[libcalls\\]\$'"
+# Timed: every library call has an exit, so a duration (replay shows '{' or a leaf).
+"$pk" replay d.trace >rp 2>&1
+check "replay: malloc's calls are timed leaves" \
+	"[[ \$(grep -cE '[0-9.]+ [mun]?s +\\[ *[0-9]+\\] \\| +malloc\\(\\);' rp) == 7 ]]"
+# The tail call from tail_strlen returns into main: counted as PROG's.
+check "replay: the tail-called strlen under main" "grep -qE '\\| +strlen\\(\\);' rp"
+
+run -o n.trace -- "$prog" 7
+check "without --libcall: rc $rc, no libc function" "[[ $rc == 0 && -z \$(libc_rows n.trace) ]]"
+check "without --libcall: PROG's own" \
+	"\"$pk\" report --raw n.trace | grep -q ' tail_strlen \\[libcalls\\]\$'"
+
+run -o f.trace --libcall -f malloc -- "$prog" 5
+check "--libcall -f malloc: 5 calls" "[[ \$(counts f.trace) == 'malloc 5' ]]"
+
+# --relocate-all hooks malloc itself: every caller's calls, fopen's among them.
+run -o a.trace --relocate-all -f malloc -- "$prog" 5
+m=$(counts a.trace | awk '$1 == "malloc" {print $2}')
+check "--relocate-all: malloc from any caller ($m > 5)" "[[ -n '$m' && $m -gt 5 ]]"
+
+# An exec'd program's library calls: its own file.
+run -o e.trace --libcall -- /usr/bin/env "$prog" 4
+ef=$(ls e.trace.*.1 2>/dev/null | head -1)
+check "exec: the exec'd program's file ($ef) has its malloc calls" \
+	"[[ -n '$ef' ]] && counts '$ef' | grep -qx 'malloc 4'"
+
+# uftrace's PLT hooks count the same calls of every function both record.
+if command -v uftrace >/dev/null && uftrace record --force -d uf "$prog" 7 >/dev/null 2>&1; then
+	uftrace report -d uf -f call 2>/dev/null | awk 'NR > 2 && NF == 2 {print $2, $1}' | sort >uf.counts
+	both=$(join uf.counts got | wc -l)
+	check "vs uftrace: $both functions in both, same counts" \
+		"[[ $both -ge 6 ]] && join uf.counts got | awk '\$2 != \$3 {print; bad = 1} END {exit bad}'"
+else
+	echo "SKIP: uftrace comparison (uftrace missing or cannot record here)"
+fi
+
+echo "trace_libcall: $pass passed, $fail failed"
+((fail == 0))

@@ -34,7 +34,9 @@ static const char usage[] =
     "overwrote events) shows '-'.\n\n"
     "options:\n"
     "  -D, --depth N  only the paths at most N calls below FUNC\n" CLI_DEMANGLE_HELP
-    "  -h, --help     this text\n";
+    "  -h, --help     this text\n\n"
+    "Exit status: 0 on success; 1 if FILE cannot be read or is not a trace file,\n"
+    "FUNC is not in it, or the output cannot be written; 2 for a usage error.\n";
 
 struct gnode {
 	uint64_t fn;

@@ -29,7 +29,10 @@ static const char usage[] =
     "  -p, --pid PID   the process\n"
     "  -n, --check     only check that PID could be attached to, touching nothing\n"
     "  -t, --thread TID  use only thread TID of PID (20 tries; for tests)\n"
-    "  -h, --help      this text\n";
+    "  -h, --help      this text\n\n"
+    "Exit status: 0 once LIBRARY is loaded (with -n: once PID is found\n"
+    "attachable); 1 if it was refused or failed (the cause named); 2 for a usage\n"
+    "error.\n";
 
 int cmd_inject(int argc, char **argv)
 {

@@ -199,7 +199,9 @@ int cli_dispatch(const char *prog, const struct cli_cmd *cmds, const char *usage
 static int cmd_version(int argc, char **argv)
 {
 	if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		fputs("usage: probekit version\n\nPrint the library's version.\n", stdout);
+		fputs("usage: probekit version\n\nPrint the library's version.\n\n"
+		      "Exit status: 0 on success; 2 for a usage error (an argument).\n",
+		      stdout);
 		return 0;
 	}
 	if (argc > 1)

@@ -73,7 +73,10 @@ static const char usage[] =
     "                    callees (repeatable)\n"
     "      --since TIME  only calls entered at or after TIME into the trace\n"
     "      --until TIME  only calls entered before TIME into the trace\n" CLI_DEMANGLE_HELP
-    "  -h, --help        this text\n";
+    "  -h, --help        this text\n\n"
+    "Exit status: 0 on success; 1 if FILE cannot be read or is not a trace file,\n"
+    "-f matches none of its functions or --tid none of its threads, or the output\n"
+    "cannot be written; 2 for a usage error.\n";
 
 struct replay_opts {
 	const char *path;

@@ -195,7 +195,9 @@ static const char report_usage[] =
     "for the times that would count them.  Calls recorded without their\n"
     "exit (--entry-only, or a library's under --relocate-all) are counted and\n"
     "have no time: '-' when a function has only such calls, else its times\n"
-    "are those of its timed calls.\n";
+    "are those of its timed calls.\n\n"
+    "Exit status: 0 on success; 1 if FILE cannot be read or is not a trace file,\n"
+    "or the output cannot be written; 2 for a usage error.\n";
 
 /* The name of the function at exactly @addr, for a p value. */
 static const char *addr_name(uint64_t addr, void *arg)
@@ -450,7 +452,9 @@ static const char export_usage[] =
     "  --value calls     folded VALUE = number of calls of the leaf with that stack\n"
     "                    (the first line, a '#' comment, says which)\n"
     "  --threads         folded: each stack starts with a 'thread-name/tid' frame\n"
-    "  -o, --output OUT  write to OUT instead of stdout\n" CLI_DEMANGLE_HELP;
+    "  -o, --output OUT  write to OUT instead of stdout\n" CLI_DEMANGLE_HELP "\n"
+    "Exit status: 0 on success; 1 if FILE cannot be read or is not a trace file,\n"
+    "or OUT cannot be written; 2 for a usage error.\n";
 
 /*
  * Bytes of the valid UTF-8 sequence at @s (1 to 4), or 0.  Names come from the

@@ -50,7 +50,10 @@ static const char usage[] =
     "      --int3           with -f: what the INT3 fallback would take\n"
     "  -s, --stats          also print what was found and rejected (with -f: counts\n"
     "                       by outcome and by refusal reason)\n" CLI_DEMANGLE_HELP
-    "  -h, --help           this text\n";
+    "  -h, --help           this text\n\n"
+    "Exit status: 0 on success; 1 if FILE cannot be read or is not an x86-64\n"
+    "program or shared library, or nothing is found to list (no function, or none\n"
+    "that -g matches); 2 for a usage error.\n";
 
 struct print_ctx {
 	const char *glob;

@@ -151,8 +151,9 @@ static const char usage[] =
     "PROG's output, exit status and signals are its own; probekit's summary goes\n"
     "to stderr, in lines starting with 'probekit:'.\n\n"
     "Exit status: PROG's (death by a signal is reproduced); 125 probekit failed\n"
-    "(no patchable functions, -N excluding all), 126 PROG cannot be run\n"
-    "under probekit (setuid, static), 127 PROG not found.\n";
+    "(a usage error, no patchable functions, -N excluding all), 126 PROG cannot\n"
+    "be run under probekit (setuid, static), 127 PROG not found.  With -p: 0\n"
+    "after the detach, 125 if the attach failed (the process untouched).\n";
 
 struct trace_ctx {
 	char file[PATH_MAX];

@@ -22,6 +22,9 @@ int cmd_bench(int argc, char **argv)
 	    "benchmark", benches,
 	    "usage: probekit bench <benchmark> [options]\n\n"
 	    "Each benchmark prints its figures the way 'perf bench' does; where a peer\n"
-	    "exists it is measured in the same run.\n\nbenchmarks:\n",
+	    "exists it is measured in the same run.\n\n"
+	    "Exit status: 0 once the figures are printed (never a failure for being\n"
+	    "slow); 1 if a benchmark could not run (the cause named); 2 for a usage\n"
+	    "error.\n\nbenchmarks:\n",
 	    argc, argv);
 }

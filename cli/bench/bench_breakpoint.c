@@ -330,26 +330,26 @@ static bool opt_is(const char *a, char s, const char *l)
 					      (!a[2 + n] || a[2 + n] == '='));
 }
 
-static int usage(const char *bench)
+/* --help, on stdout as every --help is. */
+static void help(const char *bench)
 {
 	if (!strcmp(bench, "thread"))
-		fprintf(stderr, "usage: probekit bench breakpoint thread [<options>]\n\n"
-				"    -r, --repeat <n>       Specify amount of times to repeat the "
-				"run (default 10)\n"
-				"    -b, --breakpoints <n>  Specify amount of breakpoints\n"
-				"    -p, --parallelism <n>  Specify amount of parallelism\n"
-				"    -t, --threads <n>      Specify amount of threads\n"
-				"    -c, --compare <n>      Also run 'perf bench' n times, "
-				"interleaved; print ratios\n");
+		printf("usage: probekit bench breakpoint thread [<options>]\n\n"
+		       "    -r, --repeat <n>       Specify amount of times to repeat the "
+		       "run (default 10)\n"
+		       "    -b, --breakpoints <n>  Specify amount of breakpoints\n"
+		       "    -p, --parallelism <n>  Specify amount of parallelism\n"
+		       "    -t, --threads <n>      Specify amount of threads\n"
+		       "    -c, --compare <n>      Also run 'perf bench' n times, "
+		       "interleaved; print ratios\n");
 	else
-		fprintf(stderr, "usage: probekit bench breakpoint enable [<options>]\n\n"
-				"    -r, --repeat <n>       Specify amount of times to repeat the "
-				"run (default 10)\n"
-				"    -p, --passive <n>      Specify amount of passive threads\n"
-				"    -a, --active <n>       Specify amount of active threads\n"
-				"    -c, --compare <n>      Also run 'perf bench' n times, "
-				"interleaved; print ratios\n");
-	return 2;
+		printf("usage: probekit bench breakpoint enable [<options>]\n\n"
+		       "    -r, --repeat <n>       Specify amount of times to repeat the "
+		       "run (default 10)\n"
+		       "    -p, --passive <n>      Specify amount of passive threads\n"
+		       "    -a, --active <n>       Specify amount of active threads\n"
+		       "    -c, --compare <n>      Also run 'perf bench' n times, "
+		       "interleaved; print ratios\n");
 }
 
 static int bench_one(const char *bench, int argc, char **argv)
@@ -364,7 +364,7 @@ static int bench_one(const char *bench, int argc, char **argv)
 		unsigned long n;
 
 		if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-			return usage(bench), 0;
+			return help(bench), 0;
 		if (opt_is(a, 'r', "repeat"))
 			dst = &o.repeat;
 		else if (opt_is(a, 'c', "compare"))

@@ -57,6 +57,8 @@ expect 0 'export +.*Perfetto.*speedscope'   out -- --help
 expect 0 '^usage: probekit bench'           out -- bench --help
 expect 2 "unknown benchmark 'nope'"         err -- bench nope
 expect 0 '^usage: probekit bench slots'     out -- bench slots --help
+expect 0 '^usage: probekit bench breakpoint thread' out -- bench breakpoint thread --help
+expect 0 '^usage: probekit bench breakpoint enable' out -- bench breakpoint enable --help
 expect 2 "option -t: 'x' is not a number"   err -- bench slots -t x
 expect 0 'nsecs/op$'                        out -- bench slots -t 100 -l 1000
 expect 0 '^usage: probekit sites'           out -- sites --help
@@ -152,6 +154,13 @@ expect 2 '^probekit: bench gp: option --blocked needs a value$' err -- bench gp 
 expect 2 '^probekit: bench poke: unknown option -x$' err -- bench poke -x
 expect 0 '^usage: probekit trace ' out -- help trace
 expect 0 '^usage: probekit version' out -- version --help
+# The statuses the commands' "Exit status:" paragraphs give for an
+# unreadable FILE (1) and a stray argument (2).
+for c in report replay "export --format chrome" "graph main"; do
+	# shellcheck disable=SC2086 # "graph main": two words
+	expect 1 '/nonexistent: No such file'   err -- $c /nonexistent
+done
+expect 2 "version: unexpected argument 'x'" err -- version x
 # (a) a program built with patchable entries: they show as patchable
 expect_all 0 out '^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +main$' \
 	'^[0-9a-f]{16} +[0-9]+ patchable nop1x5 +tgt_alpha$' '^# .*% hookable' \

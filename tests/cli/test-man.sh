@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The man page and the --help texts agree: the built man page's SYNOPSIS is
-# made from every command's usage (doc/man-synopsis.py), so each command and
-# benchmark must be in it; and every option that a command's --help lists
-# must be described in the man page too.
+# made from every command's usage (doc/synopsis.py), so each command and
+# benchmark must be in it, in the order 'probekit --help' lists them with
+# bench last; every option that a command's --help lists must be described
+# in the man page too; every command's --help says its exit statuses, and
+# the man page's EXIT STATUS carries them; groff renders the page without a
+# warning.
 #
 # usage: test-man.sh PROBEKIT MANPAGE
 set -uo pipefail
@@ -42,5 +45,36 @@ for c in $cmds; do
 		done
 	done
 done
+# The commands in the order the SYNOPSIS first names them.
+order=$(awk '/^\.SH SYNOPSIS/ { on = 1; next } /^\.SH / { on = 0 } on && $1 == "probekit" && $2 !~ /^</ && !seen[$2]++ { print $2 }' <<<"$text")
+want=$(for c in $cmds; do "$pk" "$c" --help | grep -q '^benchmarks:$' || echo "$c"; done
+       for c in $cmds; do "$pk" "$c" --help | grep -q '^benchmarks:$' && echo "$c"; done)
+if [[ $order == "$want" ]]; then
+	pass=$((pass + 1))
+else
+	bad "the SYNOPSIS names the commands in the order ${order//$'\n'/ }, not ${want//$'\n'/ }"
+fi
+
+# EXIT STATUS: each command's "Exit status:" paragraph, its words in the
+# '.TP' paragraph tagged COMMAND.
+status=$(awk '/^\.SH EXIT STATUS/ { on = 1; next } /^\.SH / { on = 0 } on' <<<"$text")
+for c in $cmds; do
+	said=$("$pk" "$c" --help | awk '/^Exit status: / { on = 1; sub(/^Exit status: /, "") } on && !NF { exit } on')
+	if [[ -z $said ]]; then
+		bad "probekit $c --help has no 'Exit status:' paragraph"
+	elif awk -v c=".B $c" 'tp && $0 == c { on = 1; next } on { print; exit } { tp = $0 == ".TP" }' <<<"$status" |
+		grep -qxF "$(tr '\n' ' ' <<<"$said" | tr -s ' ' | sed 's/ $//')"; then
+		pass=$((pass + 1))
+	else
+		bad "probekit $c: its exit statuses are not the man page's EXIT STATUS"
+	fi
+done
+
+warnings=$(groff -man -ww -z "$man" 2>&1)
+if [[ -z $warnings ]]; then
+	pass=$((pass + 1))
+else
+	bad "groff: $warnings"
+fi
 echo "man: $pass passed, $fail failed"
 [[ $fail == 0 ]]

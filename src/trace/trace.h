@@ -102,6 +102,12 @@ struct pki_trace_opts {
 	 */
 	bool use_fd;
 	int fd;
+	/*
+	 * The INFO record "command" (format.h): the command line of the tool
+	 * that took the trace (`probekit trace ...`), shown as it is.  NULL:
+	 * none (a program tracing itself through the library).
+	 */
+	const char *command;
 };
 
 /*
@@ -126,6 +132,13 @@ int pki_trace_close(void);
 
 /* The same, the END record saying an attached agent left (the process goes on). */
 int pki_trace_detach(void);
+
+/*
+ * The status the process is exiting with (exit(), _exit()), for the END
+ * record written next with reason close.  Async-signal-safe.  A session
+ * opened with opts.at_exit learns exit()'s by itself (on_exit()).
+ */
+void pki_trace_exit_status(int status);
 
 /* Drain every buffer now (normal context); the file stays open.  A ring session: a snapshot. */
 int pki_trace_flush(void);

@@ -104,7 +104,8 @@ static void print_end(const struct pki_trace_file *f)
 	const char *abbrev;
 
 	if (!f->complete) {
-		row("ended", "unknown: the file has no END record (still running, or killed)");
+		row("ended",
+		    "unknown: cut short, no END record (the process still runs, or was killed)");
 		return;
 	}
 	switch (f->end.reason) {
@@ -177,7 +178,7 @@ static void print_counts(const struct pki_trace_file *f)
 
 static void info_print(const char *path, const struct pki_trace_file *f)
 {
-	char cmd[PKI_TRACE_MAX_STRING * 2];
+	char cmd[PKI_TRACE_MAX_STRING * 2], dur[32];
 	uint64_t ns;
 	bool whole = pki_trace_file_span_ns(f, &ns);
 
@@ -190,7 +191,9 @@ static void info_print(const char *path, const struct pki_trace_file *f)
 	row("program", "%s", f->program && *f->program ? f->program : "unknown");
 	row("pid", "%u", f->pid);
 	print_start(f);
-	row("duration", "%s%.3f s", whole ? "" : "at least ", (double)ns / 1e9);
+	cli_fmt_ns(dur, sizeof(dur), ns, false);
+	row("duration", "%s%s (%llu ns)%s", whole ? "" : "at least ", dur, (unsigned long long)ns,
+	    whole ? "" : ": up to the last record");
 	print_end(f);
 	print_machine(f);
 	print_counts(f);

@@ -348,11 +348,12 @@ static void report_header_print(const struct pki_trace_file *f)
 {
 	/* END's total: some LOST records may not have fit after writing stopped. */
 	uint64_t lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost, ns;
-	char cmd[1024];
+	char cmd[1024], dur[32];
 
 	pki_trace_file_span_ns(f, &ns);
-	printf("# %s: pid %u, %.3f s, %zu threads, %llu events, %llu lost, ",
-	       cli_trace_command(f, cmd, sizeof(cmd)), f->pid, (double)ns / 1e9, f->nthreads,
+	cli_fmt_ns(dur, sizeof(dur), ns, false);
+	printf("# %s: pid %u, %s, %zu threads, %llu events, %llu lost, ",
+	       cli_trace_command(f, cmd, sizeof(cmd)), f->pid, dur, f->nthreads,
 	       (unsigned long long)f->nevents, (unsigned long long)lost);
 	char buf[256];
 

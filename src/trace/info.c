@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: MIT
 /* The facts of a trace's INFO records (info.h). */
-#include <cpuid.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,25 +55,37 @@ static void gather_argv(struct pki_trace_info *in)
 	add(in, PKI_INFO_ARGV, in->argv, keep, PKI_INFO_CUT);
 }
 
-/* The CPU's brand string (what /proc/cpuinfo calls its model name), from CPUID. */
+/*
+ * The CPU's model name, as /proc/cpuinfo says it (a hypervisor's kernel may
+ * name it otherwise than CPUID's brand string): read once, the first time,
+ * and kept for the sessions after it, fork children's included (the file
+ * can take milliseconds to read on some kernels).
+ */
 static void gather_cpu(struct pki_trace_info *in)
 {
-	unsigned int r[12], max = __get_cpuid_max(0x80000000u, NULL);
-	const char *s = in->cpu;
-	size_t len;
+	static char model[128];
+	static const char key[] = "model name";
+	char buf[2048], *p, *end;
+	ssize_t n = 0;
+	int fd;
 
-	if (max < 0x80000004u)
-		return;
-	for (unsigned int i = 0; i < 3; i++)
-		__cpuid(0x80000002u + i, r[4 * i], r[4 * i + 1], r[4 * i + 2], r[4 * i + 3]);
-	memcpy(in->cpu, r, sizeof(r));
-	in->cpu[sizeof(r)] = '\0';
-	while (*s == ' ')
-		s++;
-	len = strlen(s);
-	while (len && s[len - 1] == ' ')
-		len--;
-	add(in, PKI_INFO_CPU, s, len, 0);
+	if (!model[0] && (fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+	}
+	buf[n > 0 ? n : 0] = '\0';
+	for (p = strstr(buf, key); p && !model[0]; p = strstr(p + 1, key)) {
+		if (p != buf && p[-1] != '\n')
+			continue;
+		p += strspn(p + sizeof(key) - 1, " \t") + sizeof(key) - 1;
+		if (*p++ != ':')
+			continue;
+		p += strspn(p, " \t");
+		end = p + strcspn(p, "\n");
+		if (*end) /* (a line cut by the read is left out) */
+			snprintf(model, sizeof(model), "%.*s", (int)(end - p), p);
+	}
+	add_str(in, PKI_INFO_CPU, model);
 }
 
 void pki_trace_info_gather(struct pki_trace_info *in, const char *command)

@@ -24,7 +24,7 @@ struct pki_trace_info {
 	struct utsname uts;
 	char argv[PKI_TRACE_MAX_STRING];
 	char kernel[2 * sizeof(((struct utsname *)0)->release) + 2];
-	char cpu[49], cpus[24];
+	char cpus[24];
 	struct pki_trace_info_item item[PKI_INFO_ITEMS];
 	size_t n;
 };

@@ -284,6 +284,7 @@ void agent_trace_config(const char *(*get)(const char *))
 	free(t->notrace);
 	free(t->args);
 	free(t->trigger);
+	free(t->command);
 	memset(t, 0, sizeof(*t));
 	t->on = true;
 	strcpy(t->base, file);
@@ -302,6 +303,7 @@ void agent_trace_config(const char *(*get)(const char *))
 	v = get(PK_ENV_TRACE_RING);
 	t->ring = v && !strcmp(v, "1");
 	t->trigger = dup_setting(get, PK_ENV_TRACE_TRIGGER);
+	t->command = dup_setting(get, PK_ENV_TRACE_CMD);
 	v = get(PK_ENV_TRACE_MAX_SIZE);
 	t->max_size = v ? strtoull(v, NULL, 10) : 0;
 	v = get(PK_ENV_TRACE_BUF);
@@ -527,6 +529,9 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 	if (t->trigger && (size_t)snprintf(b->trigger, sizeof(b->trigger), "%s=%s",
 					   PK_ENV_TRACE_TRIGGER, t->trigger) < sizeof(b->trigger))
 		b->vec[n++] = b->trigger;
+	if (t->command && (size_t)snprintf(b->command, sizeof(b->command), "%s=%s",
+					   PK_ENV_TRACE_CMD, t->command) < sizeof(b->command))
+		b->vec[n++] = b->command;
 	if (t->reloc[0]) {
 		snprintf(b->reloc, sizeof(b->reloc), "%s=%s", PK_ENV_TRACE_RELOC, t->reloc);
 		b->vec[n++] = b->reloc;

@@ -65,6 +65,7 @@
 #define PK_ENV_TRACE_AUTO_ARGS	  "PROBEKIT_TRACE_AUTO_ARGS" /* 1: -a, specs from DWARF */
 #define PK_ENV_TRACE_MAX_SIZE	  "PROBEKIT_TRACE_MAX_SIZE" /* bytes: stop writing past it */
 #define PK_ENV_TRACE_TOP	  "PROBEKIT_TOP" /* 1: `top`: statistics, no file (attached) */
+#define PK_ENV_TRACE_CMD	  "PROBEKIT_TRACE_CMD" /* the probekit command line, for INFO */
 #define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"
 #define PK_ENV_TRACE_GEN	  "PROBEKIT_TRACE_GEN"
 /*

@@ -57,6 +57,7 @@ struct agent_trace_conf {
 	char base[PATH_MAX]; /* the command's -o FILE, absolute */
 	char *funcs, *notrace;
 	char *args;	      /* -A/-R: "GLOB@SPEC" lines, or NULL */
+	char *command;	      /* the probekit command line (the file's INFO), or NULL */
 	bool auto_args;	      /* -a: the functions without -A/-R items get DWARF's */
 	char agent[PATH_MAX]; /* our own path, for LD_PRELOAD */
 	char reloc[8];	      /* relocation: "1", "main" or "" (sym/sites.h) */
@@ -130,8 +131,11 @@ __attribute__((noreturn, format(printf, 1, 2))) void refuse(const char *fmt, ...
  */
 void agent_thread_leaves(bool raw, int code);
 
-/* Complete this process's trace as _exit() does (nothing without one); errno kept. */
-void agent_exit_flush(void);
+/*
+ * Complete this process's trace as _exit(@status) does (nothing without
+ * one): its END record says @status.  errno kept.
+ */
+void agent_exit_flush(int status);
 
 /* libc's _exit(@status), never returning. */
 __attribute__((noreturn)) void agent_exit_really(int status);
@@ -223,7 +227,7 @@ extern struct agent_lineage agent_lineage;
 
 /*
  * The environment of a program this process starts: the caller's, plus the
- * agent's settings (trace mode), built in a struct agent_envbuf (about 57
+ * agent's settings (trace mode), built in a struct agent_envbuf (about 61
  * KiB: mapped or allocated, on the stack only in a vfork child; no malloc
  * inside, so a vfork child may use it).  At most PK_ENVBUF_VARS variables are passed on; a
  * larger environment is passed as it is, and that program runs untraced.
@@ -231,12 +235,13 @@ extern struct agent_lineage agent_lineage;
 #define PK_ENVBUF_VARS 4096
 
 struct agent_envbuf {
-	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 24];
+	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 28];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
 	char args[8192]; /* -A/-R/-F: a program they do not fit runs untraced (a filter lost) */
 	char auto_args[48];
 	char children[48], entry[48], buf[48], drop[48], ring[48], trigger[512], max_size[64];
 	char reloc[48], int3[48], libcall[48];
+	char command[4096 + 32];
 };
 
 /*

@@ -71,8 +71,10 @@ static void *reaper(void *arg)
 			ts.tv_nsec *= 2;
 	}
 	if (R.raw) {
-		agent_exit_flush();
-		agent_exit_really(__atomic_load_n(&R.status, __ATOMIC_ACQUIRE));
+		int status = __atomic_load_n(&R.status, __ATOMIC_ACQUIRE);
+
+		agent_exit_flush(status);
+		agent_exit_really(status);
 	}
 	pthread_sigmask(SIG_SETMASK, &R.mask, NULL);
 	pki_worker_leave(); /* the atexit handlers are the program's: their calls are events */

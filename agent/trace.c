@@ -213,7 +213,8 @@ static int session_open(void)
 	/* Attached: the program's signal actions are its own (agent_int.h). */
 	PK_OPTS(pki_trace_opts, o, .buf_events = conf->buf_events, .drop = conf->drop,
 		.ring = conf->ring, .max_size = conf->max_size, .catch_signals = !agent_attached,
-		.at_exit = true, .notice = agent_notice, .use_fd = T.fd >= 0, .fd = T.fd);
+		.at_exit = true, .notice = agent_notice, .use_fd = T.fd >= 0, .fd = T.fd,
+		.command = conf->command);
 	size_t i;
 	int err;
 
@@ -1429,12 +1430,14 @@ PK_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_
  * assembly), and death by SIGKILL; their files are cut short, readable up to
  * the last record the drainer wrote.
  */
-void agent_exit_flush(void)
+void agent_exit_flush(int status)
 {
 	int saved = errno;
 
-	if (T.session && getpid() == me->pid)
+	if (T.session && getpid() == me->pid) {
+		pki_trace_exit_status(status);
 		pki_trace_flush_exit();
+	}
 	errno = saved;
 }
 
@@ -1450,13 +1453,13 @@ __attribute__((noreturn)) void agent_exit_really(int status)
 
 PK_EXPORT void _exit(int status)
 {
-	agent_exit_flush();
+	agent_exit_flush(status);
 	agent_exit_really(status);
 }
 
 PK_EXPORT void _Exit(int status)
 {
-	agent_exit_flush();
+	agent_exit_flush(status);
 	agent_exit_really(status);
 }
 
@@ -1477,7 +1480,7 @@ PK_EXPORT long syscall(long nr, ...)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
 	if (nr == SYS_exit_group)
-		agent_exit_flush();
+		agent_exit_flush((int)a[0]);
 	if (nr == SYS_exit)
 		agent_thread_leaves(true, (int)a[0]);
 	if (!fn) {

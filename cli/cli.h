@@ -31,6 +31,13 @@ __attribute__((format(printf, 1, 2))) int cli_usage_error(const char *fmt, ...);
 
 struct pki_trace_file;
 
+/*
+ * What @f traced, for a title: the program's path and the arguments it was
+ * given, quoted (info.c); the path alone in a file without them.  @buf or a
+ * constant.
+ */
+const char *cli_trace_command(const struct pki_trace_file *f, char *buf, size_t n);
+
 /* How the trace ended: "ended at exit", "ended by signal 11 (SIGSEGV)", "cut short"... */
 const char *cli_trace_ending(const struct pki_trace_file *f, char *buf, size_t n);
 
@@ -106,6 +113,13 @@ int cmd_watch(int argc, char **argv);
  */
 char *cli_join_lines(char **v, int n);
 
+/*
+ * @v[0..nv) as a shell would take them back (quoted where needed: 'a b',
+ * $'line\n'), space-separated, into @buf of @n bytes; whole words only,
+ * "..." after the last that fits.  Returns @buf.
+ */
+const char *cli_quote_args(char *buf, size_t n, const char *const *v, size_t nv);
+
 /* The -f or -N globs of a command line (pointers into its argv). */
 struct cli_globs {
 	char **v;
@@ -136,6 +150,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_graph(int argc, char **argv);
 int cmd_inject(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_info(int argc, char **argv);
 
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,4 +151,89 @@ bool cli_globs_any(const struct cli_globs *g, const char *name)
 		if (pki_glob_match(g->v[i], name))
 			return true;
 	return false;
+}
+
+/* Shell-quoting one word (cli_quote_args): where it needs quotes, and which. */
+static bool word_plain(const char *s)
+{
+	if (!*s)
+		return false;
+	for (; *s; s++)
+		if (!strchr("_@%+=:,./-", *s) && !(*s >= 'a' && *s <= 'z') &&
+		    !(*s >= 'A' && *s <= 'Z') && !(*s >= '0' && *s <= '9'))
+			return false;
+	return true;
+}
+
+static bool word_has_control(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
+/* snprintf at *@len of @buf (@n bytes), *@len counting what did not fit too. */
+__attribute__((format(printf, 4, 5))) static void put(char *buf, size_t n, size_t *len,
+						      const char *fmt, ...)
+{
+	size_t at = *len < n ? *len : n;
+	va_list ap;
+
+	va_start(ap, fmt);
+	*len += (size_t)vsnprintf(buf + at, n - at, fmt, ap);
+	va_end(ap);
+}
+
+/* @s quoted for a shell, after @len bytes of @buf (n bytes): the new length, may pass n. */
+static size_t word_put(char *buf, size_t n, size_t len, const char *s)
+{
+	if (word_plain(s)) {
+		put(buf, n, &len, "%s", s);
+		return len;
+	}
+	if (!word_has_control(s)) { /* '...', a quote as '\'' */
+		put(buf, n, &len, "'");
+		for (; *s; s++)
+			if (*s == '\'')
+				put(buf, n, &len, "'\\''");
+			else
+				put(buf, n, &len, "%c", *s);
+		put(buf, n, &len, "'");
+		return len;
+	}
+	put(buf, n, &len, "$'"); /* bash's form, for newlines and other control characters */
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '\n' || c == '\t')
+			put(buf, n, &len, "\\%c", c == '\n' ? 'n' : 't');
+		else if (c < 0x20 || c == 0x7f)
+			put(buf, n, &len, "\\x%02x", c);
+		else if (c == '\'' || c == '\\')
+			put(buf, n, &len, "\\%c", c);
+		else
+			put(buf, n, &len, "%c", c);
+	}
+	put(buf, n, &len, "'");
+	return len;
+}
+
+const char *cli_quote_args(char *buf, size_t n, const char *const *v, size_t nv)
+{
+	size_t len = 0, last = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < nv; i++) {
+		last = len;
+		if (i)
+			len += (size_t)snprintf(buf + len, n - len, " ");
+		if (len < n)
+			len = word_put(buf, n, len, v[i]);
+		if (len >= n) { /* whole words only, then "..." */
+			snprintf(buf + last, n - last, "%s...", last ? " " : "");
+			break;
+		}
+	}
+	return buf;
 }

@@ -215,6 +215,7 @@ static const struct cli_cmd commands[] = {
     {"export", cmd_export,
      "convert a trace file: Chrome JSON, Perfetto, speedscope or folded stacks"},
     {"graph", cmd_graph, "the call graph under a function of a trace file, per path"},
+    {"info", cmd_info, "what a trace file is: command, times, machine, events and losses"},
     {"inject", cmd_inject, "load a shared library into a running process (development)"},
     {"replay", cmd_replay, "the calls of a trace file as a tree, with durations"},
     {"report", cmd_report, "per-function calls and times of a trace file"},

@@ -349,10 +349,14 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 static void report_header_print(const struct pki_trace_file *f)
 {
 	/* END's total: some LOST records may not have fit after writing stopped. */
-	uint64_t lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+	uint64_t lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost, ns;
+	char cmd[1024], dur[32];
 
-	printf("# %s: pid %u, %zu threads, %llu events, %llu lost, ", f->program, f->pid,
-	       f->nthreads, (unsigned long long)f->nevents, (unsigned long long)lost);
+	pki_trace_file_span_ns(f, &ns);
+	cli_fmt_ns(dur, sizeof(dur), ns, false);
+	printf("# %s: pid %u, %s, %zu threads, %llu events, %llu lost, ",
+	       cli_trace_command(f, cmd, sizeof(cmd)), f->pid, dur, f->nthreads,
+	       (unsigned long long)f->nevents, (unsigned long long)lost);
 	char buf[256];
 
 	printf("%s", f->complete ? cli_trace_ending(f, buf, sizeof(buf)) : "INCOMPLETE");

@@ -473,6 +473,7 @@ struct trace_opts {
 	int prog;
 	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
 	double duration; /* --duration SECONDS with -p; 0: until a signal */
+	char command[4000]; /* this command line, quoted: the trace file's INFO */
 };
 
 enum {
@@ -726,7 +727,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 }
 
 /*
- * The agent's settings (agent.h) into @env, NULL-terminated (33 entries at
+ * The agent's settings (agent.h) into @env, NULL-terminated (35 entries at
  * most).  @funcs, @notrace, @args: the joined globs and specs, or NULL for none.
  */
 static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
@@ -736,6 +737,8 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 
 	env[ne++] = PK_ENV_TRACE;
 	env[ne++] = file;
+	env[ne++] = PK_ENV_TRACE_CMD;
+	env[ne++] = o->command;
 	if (args) {
 		env[ne++] = PK_ENV_TRACE_ARGS;
 		env[ne++] = args;
@@ -830,6 +833,9 @@ int cmd_trace(int argc, char **argv)
 
 	if (!trace_opts_parse(&o, argc, argv, &ret))
 		return ret;
+	memcpy(o.command, "probekit ", 9);
+	cli_quote_args(o.command + 9, sizeof(o.command) - 9, (const char *const *)argv,
+		       (size_t)argc);
 	if (o.pid) {
 		snprintf(path, sizeof(path), "/proc/%d/exe", (int)o.pid);
 		o.children = false; /* its fork wrappers are not reached */

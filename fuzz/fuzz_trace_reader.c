@@ -132,6 +132,7 @@ static void exercise(const uint8_t *data, size_t size)
 	run_cli(cmd_export, "export", path, "--format", "perfetto", "-o", "/dev/null");
 	run_cli(cmd_replay, "replay", path, "-t", "100ns", NULL, NULL);
 	run_cli(cmd_graph, "graph", "main", path, "-D", "3", NULL);
+	run_cli(cmd_info, "info", path, NULL, NULL, NULL, NULL);
 out:
 	close(fd);
 	pki_trace_file_free(f);

@@ -21,6 +21,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/time.h>
+#include <sys/utsname.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1095,6 +1096,104 @@ START_TEST(unknown_record_types)
 }
 END_TEST
 
+/* @buf (@len bytes) with an INFO record of @key and @value put before END: *@nlen bytes. */
+static uint8_t *with_info(const uint8_t *buf, size_t len, const char *key, const char *value,
+			  size_t *nlen)
+{
+	struct pki_rec_info r = {.key_len = (uint32_t)strlen(key),
+				 .value_len = (uint32_t)strlen(value)};
+	uint32_t plen = (uint32_t)sizeof(r) + r.key_len + r.value_len;
+	struct pki_trace_frame fr = {.type = PKI_REC_INFO, .len = plen};
+	size_t rec = sizeof(fr) + (plen + 7u) / 8u * 8u, off;
+	uint8_t *end = crafted_find((uint8_t *)buf, len, PKI_REC_END), *nb, *p;
+
+	ck_assert_ptr_nonnull(end);
+	off = (size_t)(end - buf) - sizeof(fr);
+	*nlen = len + rec;
+	nb = calloc(1, *nlen);
+	memcpy(nb, buf, off);
+	p = nb + off + sizeof(fr);
+	memcpy(p, &r, sizeof(r));
+	memcpy(p + sizeof(r), key, r.key_len);
+	memcpy(p + sizeof(r) + r.key_len, value, r.value_len);
+	fr.crc = pki_crc32c(0, p, plen);
+	memcpy(nb + off, &fr, sizeof(fr));
+	memcpy(nb + off + rec, buf + off, len - off);
+	return nb;
+}
+
+/*
+ * INFO records (1.8): the writer's say what this process and machine are,
+ * and the command given in opts; a later record of a key replaces the
+ * earlier one, a key the reader does not know is kept; a malformed one, or
+ * one in a file older than 1.8, stops the read there.
+ */
+START_TEST(info_records)
+{
+	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .no_drainer = true,
+		.command = "probekit trace -- x 'a b'");
+	char err[256], cmdline[4096];
+	const struct pki_trace_info_kv *kv;
+	struct pki_trace_prefix pre;
+	struct pki_trace_file *f;
+	struct utsname u;
+	uint8_t *buf, *nb;
+	size_t len, nlen;
+	ssize_t n;
+	int fd;
+
+	tpath_new();
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert_int_eq(f->version_minor, PKI_TRACE_VERSION_MINOR);
+	kv = pki_trace_file_info(f, PKI_INFO_COMMAND);
+	ck_assert(kv && !strcmp(kv->value, o.command));
+	fd = open("/proc/self/cmdline", O_RDONLY);
+	n = read(fd, cmdline, sizeof(cmdline));
+	close(fd);
+	kv = pki_trace_file_info(f, PKI_INFO_ARGV);
+	ck_assert(n > 0 && kv && kv->len == (uint32_t)n && !memcmp(kv->value, cmdline, (size_t)n));
+	ck_assert(!uname(&u));
+	kv = pki_trace_file_info(f, PKI_INFO_HOST);
+	ck_assert(kv && !strcmp(kv->value, u.nodename));
+	kv = pki_trace_file_info(f, PKI_INFO_VERSION);
+	ck_assert(kv && !strcmp(kv->value, pk_version()));
+	ck_assert_ptr_null(pki_trace_file_info(f, "color"));
+	pki_trace_file_free(f);
+
+	buf = slurp(tpath, &len);
+	nb = with_info(buf, len, PKI_INFO_HOST, "elsewhere", &nlen);
+	free(buf);
+	buf = with_info(nb, nlen, "color", "blue", &len);
+	free(nb);
+	f = pki_trace_file_parse(buf, len, err, sizeof(err));
+	ck_assert_msg(f && f->complete && !f->partial, "%s", err);
+	ck_assert_str_eq(pki_trace_file_info(f, PKI_INFO_HOST)->value, "elsewhere");
+	ck_assert_str_eq(pki_trace_file_info(f, "color")->value, "blue");
+	pki_trace_file_free(f);
+
+	nb = with_info(buf, len, "", "no key", &nlen);
+	f = pki_trace_file_parse(nb, nlen, err, sizeof(err));
+	ck_assert(f && f->partial && !f->complete);
+	ck_assert_msg(strstr(f->error, "INFO record: key of 0 and value of 6 bytes"), "%s",
+		      f->error);
+	pki_trace_file_free(f);
+	free(nb);
+
+	memcpy(&pre, buf, sizeof(pre));
+	pre.version_minor = 7;
+	pre.crc = pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc));
+	memcpy(buf, &pre, sizeof(pre));
+	f = pki_trace_file_parse(buf, len, err, sizeof(err));
+	ck_assert(f && f->partial && f->ninfo == 0);
+	ck_assert_msg(strstr(f->error, "INFO record in a version 1.7 file"), "%s", f->error);
+	pki_trace_file_free(f);
+	free(buf);
+	unlink(tpath);
+}
+END_TEST
+
 static int sum_events(const struct pki_trace_file *f, const struct pki_trace_thread *t,
 		      const struct pki_trace_event *ev, size_t n, void *arg)
 {
@@ -1744,6 +1843,7 @@ int main(void)
 	tcase_add_test(dmg, end_clock_untrusted);
 	tcase_add_test(dmg, slow_clock_saturates);
 	tcase_add_test(dmg, unknown_record_types);
+	tcase_add_test(dmg, info_records);
 	tcase_add_test(dmg, streaming_matches_kept);
 	suite_add_tcase(s, dmg);
 

@@ -18,6 +18,9 @@
  * newline and an invalid UTF-8 byte, for the readers' tests of deep stacks
  * and of names.
  *
+ * trace_gen FILE --minor7: the crafted trace as a version 1.7 writer made
+ * it (no INFO record), for the readers' tests of older files.
+ *
  * trace_gen FILE --bad-end: the crafted trace, then damaged with valid
  * checksums (crafted_bad_end): a TSC clock and an END record whose
  * end_mono_ns is 2^64 - 1.
@@ -27,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <probekit/probekit.h>
 
@@ -99,6 +103,51 @@ static int end_at(const char *path, uint64_t end_ticks)
 	return err;
 }
 
+/*
+ * --minor7: the file as a version 1.7 writer made it, which knew no INFO
+ * record and no exit status in END: those records taken out, the prefix's
+ * version and checksum rewritten.
+ */
+static int as_minor7(const char *path)
+{
+	static uint8_t buf[1 << 16], out[1 << 16];
+	size_t len, off = sizeof(struct pki_trace_prefix), n = off;
+	struct pki_trace_prefix pre;
+	struct pki_trace_frame fr;
+	FILE *fp = fopen(path, "r+b");
+	int err = -1;
+
+	if (!fp)
+		return -1;
+	len = fread(buf, 1, sizeof(buf), fp);
+	while (len > off && len - off >= sizeof(fr) && len < sizeof(buf)) {
+		size_t rec;
+
+		memcpy(&fr, buf + off, sizeof(fr));
+		rec = sizeof(fr) + (fr.len + 7u) / 8u * 8u;
+		if (rec > len - off)
+			break;
+		if (fr.type != PKI_REC_INFO) {
+			memcpy(out + n, buf + off, rec);
+			n += rec;
+		}
+		off += rec;
+	}
+	memcpy(&pre, buf, sizeof(pre));
+	pre.version_minor = 7;
+	pre.crc = pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc));
+	memcpy(out, &pre, sizeof(pre));
+	if (off == len && n < len && !ftruncate(fileno(fp), 0)) {
+		rewind(fp);
+		err = fwrite(out, 1, n, fp) == n ? 0 : -1;
+	}
+	if (fclose(fp))
+		err = -1;
+	if (err)
+		fprintf(stderr, "trace_gen: %s: cannot make it a version 1.7 file\n", path);
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = 64,
@@ -115,6 +164,7 @@ int main(int argc, char **argv)
 
 	unsigned long long n = 0, deep = 0, k;
 	bool bad_end = argc == 3 && !strcmp(argv[2], "--bad-end");
+	bool minor7 = argc == 3 && !strcmp(argv[2], "--minor7");
 
 	if (argc == 4 && !strcmp(argv[2], "--long")) {
 		n = strtoull(argv[3], NULL, 10);
@@ -124,8 +174,9 @@ int main(int argc, char **argv)
 	} else if (argc == 4 && !strcmp(argv[2], "--deep")) {
 		deep = strtoull(argv[3], NULL, 10);
 		o.buf_events = 1u << 16;
-	} else if (argc != 2 && !bad_end) {
-		fprintf(stderr, "usage: trace_gen FILE [--long N | --deep N | --bad-end]\n");
+	} else if (argc != 2 && !bad_end && !minor7) {
+		fprintf(stderr,
+			"usage: trace_gen FILE [--long N | --deep N | --bad-end | --minor7]\n");
 		return 2;
 	}
 	prctl(PR_SET_NAME, deep ? "deep;\nthr\xff" : "main");
@@ -182,5 +233,7 @@ int main(int argc, char **argv)
 		err = damage_end(argv[1]);
 	else if (!err && !deep) /* (gamma, left open by --long, runs 5 ns) */
 		err = end_at(argv[1], n ? 25 + 2 * n : 640);
+	if (!err && minor7)
+		err = as_minor7(argv[1]);
 	return err ? 1 : 0;
 }

@@ -20,8 +20,8 @@
 #define PKI_TRACE_MAGIC		"PKTRACE" /* 7 chars + NUL = 8 bytes */
 #define PKI_TRACE_VERSION_MAJOR 1	  /* readers refuse other majors */
 #define PKI_TRACE_VERSION_MINOR                                                                    \
-	7 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,              \
-	     5: END at a detach, 6: PACKED, 7: ARGS, DATA events) */
+	8 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,              \
+	     5: END at a detach, 6: PACKED, 7: ARGS, DATA events, 8: INFO, END's exit status) */
 #define PKI_TRACE_MAX_RECORD (64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING 4096u
 
@@ -52,6 +52,7 @@ enum pki_trace_rec {
 	PKI_REC_LOSSES = 10, /* since 1.4 */
 	PKI_REC_PACKED = 11, /* since 1.6 */
 	PKI_REC_ARGS = 12,   /* since 1.7 */
+	PKI_REC_INFO = 13,   /* since 1.8 */
 };
 
 enum pki_trace_clock {
@@ -209,8 +210,17 @@ struct pki_rec_end {
 	uint64_t lost;	      /* events lost, all threads + late_lost */
 	uint64_t late_lost;   /* events of no thread buffer (thread exiting, ...) */
 	uint32_t nthreads;    /* threads that recorded in this session */
-	uint32_t reserved;
+	uint32_t status;      /* since 1.8: PKI_END_STATUS_KNOWN | exit status; older: 0 */
 };
+
+/*
+ * END.status: with reason PKI_END_CLOSE, the status the process passed to
+ * exit() or _exit() (its low 8 bits, what a parent's wait() sees), when it
+ * ended that way; 0 when not known (pki_trace_close() called by hand, or an
+ * older writer).
+ */
+#define PKI_END_STATUS_KNOWN 0x100u
+#define PKI_END_STATUS(s)    ((s)&0xffu)
 
 /*
  * Since version 1.1: something happened to the writing of the file itself.
@@ -285,5 +295,35 @@ struct pki_rec_losses {
 	int32_t stop_error; /* a positive errno: why writing stopped (STATUS), or 0 */
 	uint32_t stop_cause; /* enum pki_trace_stop_cause, if stop_error */
 };
+
+/*
+ * Since version 1.8: one fact about the trace, written once after HEADER,
+ * one record per key: what was traced (the command line), where (host,
+ * kernel, CPU), by what (probekit's version and command line).  Keys are
+ * lowercase ASCII names (PKI_INFO_*); a reader shows the ones it knows and
+ * skips the others.  A value longer than PKI_TRACE_MAX_STRING is cut
+ * (PKI_INFO_CUT).
+ */
+#define PKI_INFO_KEY_MAX 64u
+#define PKI_INFO_CUT	 1u /* the value was cut to fit */
+
+struct pki_rec_info {
+	uint32_t key_len;
+	uint32_t value_len;
+	uint32_t flags; /* PKI_INFO_CUT */
+	uint32_t reserved;
+	char data[]; /* key[key_len] then value[value_len] */
+};
+
+/* The keys probekit writes. */
+#define PKI_INFO_ARGV	  "argv"	   /* the process's arguments, each ended by a NUL */
+#define PKI_INFO_HOST	  "host"	   /* uname's nodename */
+#define PKI_INFO_KERNEL	  "kernel"	   /* uname's sysname and release */
+#define PKI_INFO_KVERSION "kernel.version" /* uname's version */
+#define PKI_INFO_MACHINE  "machine"	   /* uname's machine */
+#define PKI_INFO_CPU	  "cpu"		   /* /proc/cpuinfo's model name */
+#define PKI_INFO_CPUS	  "cpus"	   /* CPUs online, decimal */
+#define PKI_INFO_VERSION  "version"	   /* the writing library's pk_version() */
+#define PKI_INFO_COMMAND  "command"	   /* the probekit command that took the trace, as typed */
 
 #endif /* PK_TRACE_FORMAT_H */

@@ -133,7 +133,7 @@ static const char *rec_name(uint32_t type)
 {
 	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL", "THREAD",
 					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER",
-					    "LOSSES", "PACKED", "ARGS"};
+					    "LOSSES", "PACKED", "ARGS",	  "INFO"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -326,6 +326,53 @@ static int rec_args(struct parser *p, uint64_t off, const uint8_t *d, uint32_t l
 		p->args_idx.n++;
 	}
 	f->args[*slot - 1].spec = spec;
+	return 0;
+}
+
+/* The kept item of @key, a new one (all NULL) if it is not kept yet, or NULL (keys enough). */
+static struct pki_trace_info_kv *info_slot(struct parser *p, const char *key)
+{
+	struct pki_trace_file *f = p->f;
+
+	for (size_t i = 0; i < f->ninfo; i++)
+		if (!strcmp(f->info[i].key, key))
+			return &f->info[i];
+	return f->ninfo < PKI_TRACE_INFO_KEYS ? &f->info[f->ninfo++] : NULL;
+}
+
+static int rec_info(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
+{
+	struct pki_trace_info_kv *kv;
+	struct pki_rec_info r;
+	char *key, *value;
+
+	if (len < sizeof(r))
+		return fail(p, off, "INFO record too short (%u bytes)", len);
+	memcpy(&r, d, sizeof(r));
+	if (!r.key_len || r.key_len > PKI_INFO_KEY_MAX || r.value_len > PKI_TRACE_MAX_STRING ||
+	    sizeof(r) + r.key_len + r.value_len != len)
+		return fail(p, off, "INFO record: key of %u and value of %u bytes in %u", r.key_len,
+			    r.value_len, len);
+	if (memchr(d + sizeof(r), '\0', r.key_len))
+		return fail(p, off, "INFO record: NUL in its key");
+	if (!p->f->info && !(p->f->info = calloc(PKI_TRACE_INFO_KEYS, sizeof(*p->f->info))))
+		return -ENOMEM;
+	key = dupstr(d + sizeof(r), r.key_len);
+	value = dupstr(d + sizeof(r) + r.key_len, r.value_len);
+	kv = key && value ? info_slot(p, key) : NULL;
+	if (!kv) { /* out of memory, or keys enough (skipped) */
+		int err = key && value ? 0 : -ENOMEM;
+
+		free(key);
+		free(value);
+		return err;
+	}
+	if (kv->key)
+		free(key);
+	else
+		kv->key = key;
+	free(kv->value);
+	*kv = (struct pki_trace_info_kv){kv->key, value, r.value_len, r.flags};
 	return 0;
 }
 
@@ -741,6 +788,11 @@ static int record_apply(struct parser *p, uint64_t off, const struct pki_trace_f
 			return fail(p, off, "ARGS record in a version %u.%u file", f->version_major,
 				    f->version_minor);
 		return rec_args(p, off, d, fr->len);
+	case PKI_REC_INFO:
+		if (f->version_minor < 8)
+			return fail(p, off, "INFO record in a version %u.%u file", f->version_major,
+				    f->version_minor);
+		return rec_info(p, off, d, fr->len);
 	case PKI_REC_LOSSES:
 		if (f->version_minor < 4)
 			return fail(p, off, "LOSSES record in a version %u.%u file",
@@ -1264,6 +1316,11 @@ void pki_trace_file_free(struct pki_trace_file *f)
 		free(f->threads[i].name);
 		free(f->threads[i].ev);
 	}
+	for (i = 0; i < f->ninfo; i++) {
+		free(f->info[i].key);
+		free(f->info[i].value);
+	}
+	free(f->info);
 	free(f->syms);
 	free(f->objs);
 	free(f->args);
@@ -1326,6 +1383,31 @@ const struct pki_trace_obj *pki_trace_file_obj(const struct pki_trace_file *f, u
 }
 
 /* Saturating: a slow clock rate (any nonzero one is valid) cannot wrap the result. */
+const struct pki_trace_info_kv *pki_trace_file_info(const struct pki_trace_file *f, const char *key)
+{
+	for (size_t i = 0; i < f->ninfo; i++)
+		if (!strcmp(f->info[i].key, key))
+			return &f->info[i];
+	return NULL;
+}
+
+bool pki_trace_file_span_ns(const struct pki_trace_file *f, uint64_t *ns)
+{
+	uint64_t end = f->ref_ticks;
+
+	if (f->complete) {
+		end = f->end.end_ticks;
+	} else {
+		for (size_t i = 0; i < f->nthreads; i++)
+			if (f->threads[i].nev && f->threads[i].last_ts > end)
+				end = f->threads[i].last_ts;
+		if (f->ntriggers && f->last_trigger.ticks > end)
+			end = f->last_trigger.ticks;
+	}
+	*ns = end > f->ref_ticks ? pki_trace_file_dur_ns(f, end - f->ref_ticks) : 0;
+	return f->complete;
+}
+
 bool pki_trace_thread_end(const struct pki_trace_file *f, const struct pki_trace_thread *t,
 			  uint64_t *ts)
 {

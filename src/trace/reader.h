@@ -41,6 +41,13 @@ struct pki_trace_args {
 	struct pki_argspec spec;
 };
 
+/* An INFO record (version 1.8): @value is NUL-terminated after its @len bytes. */
+struct pki_trace_info_kv {
+	char *key, *value;
+	uint32_t len, flags; /* flags: PKI_INFO_CUT */
+};
+#define PKI_TRACE_INFO_KEYS 64u /* distinct keys kept; more are skipped */
+
 struct pki_trace_obj {
 	uint32_t id;
 	uint64_t base;
@@ -75,6 +82,8 @@ struct pki_trace_file {
 	size_t nobjs;
 	struct pki_trace_args *args; /* sorted by fn, unique (later record wins) */
 	size_t nargs;
+	struct pki_trace_info_kv *info; /* in file order, unique (later record wins) */
+	size_t ninfo;
 	struct pki_trace_thread *threads; /* by tsn: the order threads began recording */
 	size_t nthreads;
 
@@ -169,6 +178,16 @@ const struct pki_trace_sym *pki_trace_file_sym(const struct pki_trace_file *f, u
 /* What @fn's DATA events hold, or NULL (no ARGS record for it). */
 const struct pki_argspec *pki_trace_file_args(const struct pki_trace_file *f, uint64_t fn);
 const struct pki_trace_obj *pki_trace_file_obj(const struct pki_trace_file *f, uint32_t id);
+/* The INFO item @key (format.h's PKI_INFO_*), or NULL (none: an older file). */
+const struct pki_trace_info_kv *pki_trace_file_info(const struct pki_trace_file *f,
+						    const char *key);
+
+/*
+ * How long the trace ran, from its HEADER to its END (or, without END, to
+ * the last thing recorded: an event or a snapshot): true if that is its
+ * end, false if the trace went on for an unknown time after (cut short).
+ */
+bool pki_trace_file_span_ns(const struct pki_trace_file *f, uint64_t *ns);
 
 /*
  * When the trace of @t ended, if that is known, in *@ts: END's time (the

@@ -47,6 +47,7 @@
 #include "base/signals.h"
 #include "trace/crc32.h"
 #include "trace/hold.h"
+#include "trace/info.h"
 #include "trace/pack.h"
 #include "trace/trace.h"
 
@@ -147,6 +148,7 @@ static struct {
 	pid_t pid;	   /* the session's process: a fork child, until its atfork
 			      handler ran, must not write the parent's file */
 	uint64_t max_size; /* opts.max_size, or 0 */
+	uint32_t exit_status; /* atomic: END.status (PKI_END_STATUS_KNOWN | status), or 0 */
 
 	pthread_key_t key;
 	bool key_made, atexit_done, at_quick_done, atfork_done;
@@ -1180,6 +1182,8 @@ static int emit_trailer(uint32_t reason, int signo)
 	end.lost = S.stop_err ? lost_now() : lost + end.late_lost;
 	end.recorded = S.recorded;
 	end.nthreads = S.announced;
+	if (reason == PKI_END_CLOSE)
+		end.status = __atomic_load_n(&S.exit_status, __ATOMIC_ACQUIRE);
 	emit_losses(); /* the END record follows even if it did not fit */
 	S.end_off = S.off;
 	err = emit(PKI_REC_END, &p, 1);
@@ -1728,8 +1732,18 @@ static void signals_restore(void)
 
 /* ---- session ---------------------------------------------------------------- */
 
-static void at_exit(void)
+void pki_trace_exit_status(int status)
 {
+	if (getpid() == S.pid) /* (a vfork child shares S: its exit is not ours) */
+		__atomic_store_n(&S.exit_status, PKI_END_STATUS_KNOWN | PKI_END_STATUS(status),
+				 __ATOMIC_RELEASE);
+}
+
+/* on_exit(), not atexit(): the END record says the status exit() was given. */
+static void at_exit(int status, void *arg)
+{
+	(void)arg;
+	pki_trace_exit_status(status);
 	pki_trace_close();
 }
 
@@ -1785,6 +1799,23 @@ static int write_header(const char *program)
 	S.off = sizeof(pre);
 	h.program_len = (uint32_t)strnlen(program, PKI_TRACE_MAX_STRING);
 	return emit_string_rec(PKI_REC_HEADER, &h, sizeof(h), program, h.program_len);
+}
+
+/* The INFO records (after HEADER): what was traced, where, by what. */
+static int write_info(const struct pki_trace_info *in)
+{
+	int err = 0;
+
+	for (size_t i = 0; i < in->n && !err; i++) {
+		const struct pki_trace_info_item *it = &in->item[i];
+		struct pki_rec_info r = {
+		    .key_len = (uint32_t)strlen(it->key), .value_len = it->len, .flags = it->flags};
+		struct iovec p[3] = {
+		    {&r, sizeof(r)}, {(void *)it->key, r.key_len}, {(void *)it->value, it->len}};
+
+		err = emit(PKI_REC_INFO, p, 3);
+	}
+	return err;
 }
 
 /*
@@ -1946,6 +1977,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.pid = getpid();
 	R.overwritten = R.snapshots = R.missed = 0;
 	S.max_size = opts->max_size;
+	S.exit_status = 0;
 	session_reset_bufs();
 	pki_trace_use_tsc = S.ci.clock == PKI_CLOCK_TSC;
 }
@@ -1964,7 +1996,7 @@ static void exit_hooks_install(const struct pki_trace_opts *opts)
 		for (i = 0; i < sizeof(fatal_signals) / sizeof(fatal_signals[0]); i++)
 			sigaddset(&S.fatal_set, fatal_signals[i]);
 	}
-	if (opts->at_exit && !S.atexit_done && !atexit(at_exit))
+	if (opts->at_exit && !S.atexit_done && !on_exit(at_exit, NULL))
 		S.atexit_done = true;
 	if (opts->at_exit && !S.at_quick_done && !at_quick_exit(at_quick_exit_flush))
 		S.at_quick_done = true;
@@ -1994,6 +2026,7 @@ static void pack_setup(bool unpacked)
 int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 {
 	static const struct pki_trace_opts defaults = {.sz = sizeof(defaults)};
+	struct pki_trace_info info;
 	char exe[PATH_MAX];
 	const char *program;
 	uint32_t cap;
@@ -2026,7 +2059,10 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	if (err)
 		return err;
 	session_state_reset(opts, cap);
+	pki_trace_info_gather(&info, opts->command);
 	err = write_header(program);
+	if (!err)
+		err = write_info(&info);
 	if (err) {
 		pki_warn("trace %s: write header: %s\n", path, pki_errstr(err));
 		goto err_close;

@@ -6,7 +6,7 @@
  * One session per process.  Hooks call pki_trace_enter()/pki_trace_exit()
  * (or pki_trace_record() with their own timestamp); a drainer thread copies
  * the buffers to the file every few milliseconds; the file is completed by
- * pki_trace_close() (normal exit: registered with atexit; quick_exit: the
+ * pki_trace_close() (normal exit: registered with on_exit; quick_exit: the
  * flush of _exit, registered with at_quick_exit), by
  * pki_trace_exec_prepare() before an exec, and by the fatal-signal handler.
  *
@@ -84,8 +84,9 @@ struct pki_trace_opts {
 	bool unpacked;	    /* EVENTS records, 16 bytes an event, not PACKED (tests) */
 	int clock;	    /* 0 = best (TSC if invariant), or enum pki_trace_clock */
 	bool catch_signals; /* flush on fatal signals (installs handlers) */
-	bool at_exit;	    /* register pki_trace_close() with atexit(), and the
-			       flush of _exit() with at_quick_exit() */
+	bool at_exit;	    /* register pki_trace_close() with on_exit() (END says
+			       the exit status), and the flush of _exit() with
+			       at_quick_exit() */
 	/*
 	 * Told one line ("probekit: trace FILE: ...\n") when writing stops
 	 * (ENOSPC...), or when the program closed or replaced the trace's
@@ -102,6 +103,12 @@ struct pki_trace_opts {
 	 */
 	bool use_fd;
 	int fd;
+	/*
+	 * The INFO record "command" (format.h): the command line of the tool
+	 * that took the trace (`probekit trace ...`), shown as it is.  NULL:
+	 * none (a program tracing itself through the library).
+	 */
+	const char *command;
 };
 
 /*
@@ -126,6 +133,13 @@ int pki_trace_close(void);
 
 /* The same, the END record saying an attached agent left (the process goes on). */
 int pki_trace_detach(void);
+
+/*
+ * The status the process is exiting with (exit(), _exit()), for the END
+ * record written next with reason close.  Async-signal-safe.  A session
+ * opened with opts.at_exit learns exit()'s by itself (on_exit()).
+ */
+void pki_trace_exit_status(int status);
 
 /* Drain every buffer now (normal context); the file stays open.  A ring session: a snapshot. */
 int pki_trace_flush(void);

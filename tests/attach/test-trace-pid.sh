@@ -23,6 +23,12 @@ start
 attached "trace -p" t1.trace --duration 0.5
 check "trace -p: attached, detached" "grep -q 'attached to process $bpid' cmd && grep -q 'detached from process $bpid' cmd"
 check "trace -p: the trace ends at the detach" "grep -m1 '^#' rep | grep -q 'ended at detach'"
+"$pk" info t1.trace >info 2>&1
+want=$(tr '\0' ' ' <"/proc/$bpid/cmdline" | sed 's/ $//')
+got=$(sed -n 's/^command line: *//p' info)
+check "trace -p: info names the process's command line ($got)" "[[ -n '$want' && '$got' == '$want' ]]"
+check "trace -p: info names the command's, and the detach" \
+	"grep -qx 'options: *probekit trace -p $bpid -o t1.trace --duration 0.5' info && grep -qx 'ended: *detached (the process went on running)' info"
 check "trace -p: step and leaf recorded" "grep -q ' step ' rep && grep -q ' leaf ' rep"
 check "trace -p: leaf called twice per step" \
 	"awk '/ step /{s=\$1} / leaf /{l=\$1} END {exit !(s > 0 && l >= 2 * s - 16 && l <= 2 * s + 16)}' rep"

@@ -156,6 +156,66 @@ START_TEST(patchable_program)
 }
 END_TEST
 
+/* pki_func_sites_file_sel: only main is analysed, as the full walk analyses it. */
+static bool want_main(const struct pki_elf_func *f, const char *name, void *ctx)
+{
+	(void)f;
+	(void)ctx;
+	return !strcmp(name, "main");
+}
+
+struct main_seen {
+	size_t classified, unclassified;
+	enum pki_func_how how;
+	uint8_t moved;
+};
+
+static int note_main(const struct pki_func_site *fs, void *ctx)
+{
+	struct main_seen *m = ctx;
+
+	if (!fs->how) {
+		m->unclassified++;
+		return 0;
+	}
+	m->classified++;
+	ck_assert_str_eq(fs->name, "main");
+	m->how = fs->how;
+	m->moved = fs->moved;
+	return 0;
+}
+
+/* In the full walk: main's classification. */
+static int note_main_full(const struct pki_func_site *fs, void *ctx)
+{
+	struct main_seen *m = ctx;
+
+	if (!strcmp(fs->name, "main")) {
+		m->classified++;
+		m->how = fs->how;
+		m->moved = fs->moved;
+	}
+	return 0;
+}
+
+START_TEST(selected)
+{
+	struct pki_func_stats st, all;
+	struct main_seen sel = {0}, full = {0};
+
+	ck_assert_int_eq(pki_func_sites_file_sel(self, 0, want_main, note_main, &sel, &st), 0);
+	ck_assert_uint_eq(sel.classified, 1);
+	ck_assert_uint_gt(sel.unclassified, 10);
+	ck_assert_uint_eq(st.funcs, 1); /* the others are not counted */
+	ck_assert_int_eq(pki_func_sites_file(self, 0, NULL, NULL, &all), 0);
+	ck_assert_uint_gt(all.funcs, 10);
+	ck_assert_int_eq(pki_func_sites_file_sel(self, 0, NULL, note_main_full, &full, NULL), 0);
+	ck_assert_uint_eq(full.classified, 1);
+	ck_assert_int_eq(sel.how, full.how);
+	ck_assert_uint_eq(sel.moved, full.moved);
+}
+END_TEST
+
 static int stop_at_second(const struct pki_func_site *fs, void *ctx)
 {
 	(void)fs;
@@ -205,6 +265,7 @@ int main(void)
 	tcase_add_test(tc, file_as_memory);
 	tcase_add_test(tc, patchable_program);
 	tcase_add_test(tc, errors);
+	tcase_add_test(tc, selected);
 	tcase_add_test(tc, names);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

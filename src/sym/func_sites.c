@@ -351,8 +351,8 @@ static void count(struct pki_func_stats *st, const struct pki_func_site *fs)
 	}
 }
 
-static int walk(const struct state *s, unsigned flags, pki_func_site_fn cb, void *ctx,
-		struct pki_func_stats *st)
+static int walk(const struct state *s, unsigned flags, pki_func_want_fn want, pki_func_site_fn cb,
+		void *ctx, struct pki_func_stats *st)
 {
 	char buf[24];
 	size_t i;
@@ -362,7 +362,8 @@ static int walk(const struct state *s, unsigned flags, pki_func_site_fn cb, void
 		struct pki_func_site fs = {.fn = &s->funcs.funcs[i]};
 
 		fs.name = pki_elf_func_name(fs.fn, buf, sizeof(buf));
-		classify(s, i, flags, &fs);
+		if (!want || want(fs.fn, fs.name, ctx))
+			classify(s, i, flags, &fs);
 		r = cb ? cb(&fs, ctx) : 0;
 		if (r < 0)
 			return r;
@@ -374,6 +375,12 @@ static int walk(const struct state *s, unsigned flags, pki_func_site_fn cb, void
 
 int pki_func_sites_file(const char *path, unsigned flags, pki_func_site_fn fn, void *ctx,
 			struct pki_func_stats *st)
+{
+	return pki_func_sites_file_sel(path, flags, NULL, fn, ctx, st);
+}
+
+int pki_func_sites_file_sel(const char *path, unsigned flags, pki_func_want_fn want,
+			    pki_func_site_fn fn, void *ctx, struct pki_func_stats *st)
 {
 	struct pki_func_stats local;
 	struct state s;
@@ -391,7 +398,7 @@ int pki_func_sites_file(const char *path, unsigned flags, pki_func_site_fn fn, v
 	ret = state_load(fd, &s, st);
 	close(fd);
 	if (!ret)
-		ret = walk(&s, flags, fn, ctx, st);
+		ret = walk(&s, flags, want, fn, ctx, st);
 	state_free(&s);
 	return ret;
 }

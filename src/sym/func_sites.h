@@ -91,6 +91,16 @@ typedef int (*pki_func_site_fn)(const struct pki_func_site *s, void *ctx);
 int pki_func_sites_file(const char *path, unsigned flags, pki_func_site_fn fn, void *ctx,
 			struct pki_func_stats *st);
 
+/*
+ * The same, with the prologue analysis (the costly part: a decode of the
+ * function) only for the functions @want accepts (@name as @fn gets it);
+ * the others reach @fn unclassified (how 0) and are not counted.  @want
+ * NULL: every function.
+ */
+typedef bool (*pki_func_want_fn)(const struct pki_elf_func *f, const char *name, void *ctx);
+int pki_func_sites_file_sel(const char *path, unsigned flags, pki_func_want_fn want,
+			    pki_func_site_fn fn, void *ctx, struct pki_func_stats *st);
+
 /* "patchable", "reloc", "refused", "ifunc", "cold", "int3"; "?" if out of range. */
 const char *pki_func_how_name(enum pki_func_how how);
 

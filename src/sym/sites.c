@@ -481,6 +481,23 @@ static void ifunc_impls_name(struct reloc_sites *r)
 	}
 }
 
+static bool func_listed(const struct reloc_sites *r, unsigned long func)
+{
+	size_t k = addr_lower(r->funcs, r->nfuncs, func);
+
+	return k < r->nfuncs && r->funcs[k] == func;
+}
+
+/* With a selection, only the functions it takes are analysed (reloc_site_take's test). */
+static bool reloc_site_want(const struct pki_elf_func *f, const char *name, void *ctx)
+{
+	const struct reloc_sites *r = ctx;
+
+	if ((!r->only && !r->funcs) || (f->flags & PKI_FUNC_F_IFUNC)) /* (resolvers name impls) */
+		return true;
+	return (r->only && listed(name, r->only, false)) || func_listed(r, r->obj->base + f->addr);
+}
+
 /* A function the file says relocates: a site, if its whole text is mapped. */
 static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 {
@@ -492,10 +509,8 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 	if (fs->how == PKI_FUNC_SKIP_IFUNC)
 		ifunc_resolver_seen(fs, r);
 	if (r->only || r->funcs) { /* a selection: the named ones, internal, and the listed */
-		size_t k = addr_lower(r->funcs, r->nfuncs, func);
-
 		internal = r->only && listed(fs->name, r->only, false);
-		if (!internal && !(k < r->nfuncs && r->funcs[k] == func))
+		if (!internal && !func_listed(r, func))
 			return PKI_FUNC_UNCOUNTED;
 	}
 	if ((fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_INT3) ||
@@ -528,7 +543,8 @@ static int reloc_sites_read(const char *path, const char *open_path, struct relo
 	int err = r->only && !r->funcs ? 0 : ifunc_impls_read(open_path, r);
 
 	if (!err)
-		err = pki_func_sites_file(open_path, func_sites_flags(), reloc_site_take, r, &r->st);
+		err = pki_func_sites_file_sel(open_path, func_sites_flags(), reloc_site_want,
+					      reloc_site_take, r, &r->st);
 	if (!err)
 		ifunc_impls_name(r);
 	free(r->ifn);

@@ -329,7 +329,7 @@ void agent_trace_config(const char *(*get)(const char *))
 		v = get("PROBEKIT_INT3");
 	t->int3 = v && !strcmp(v, "1");
 	v = get(PK_ENV_TRACE_LIBCALL);
-	t->libcall = v && !strcmp(v, "1");
+	t->libcall = !v || strcmp(v, "0");
 	if (dladdr((void *)agent_trace_config, &di) && di.dli_fname &&
 	    strlen(di.dli_fname) < sizeof(t->agent))
 		strcpy(t->agent, di.dli_fname);
@@ -540,8 +540,8 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 		snprintf(b->int3, sizeof(b->int3), "%s=1", PK_ENV_TRACE_INT3);
 		b->vec[n++] = b->int3;
 	}
-	if (t->libcall) {
-		snprintf(b->libcall, sizeof(b->libcall), "%s=1", PK_ENV_TRACE_LIBCALL);
+	if (!t->libcall) {
+		snprintf(b->libcall, sizeof(b->libcall), "%s=0", PK_ENV_TRACE_LIBCALL);
 		b->vec[n++] = b->libcall;
 	}
 	if (t->max_size) {

@@ -76,7 +76,7 @@
  */
 #define PK_ENV_TRACE_RELOC	  "PROBEKIT_TRACE_RELOC"	/* main or 1 */
 #define PK_ENV_TRACE_INT3	  "PROBEKIT_TRACE_INT3"		/* 1 */
-#define PK_ENV_TRACE_LIBCALL	  "PROBEKIT_TRACE_LIBCALL"	/* 1: --libcall */
+#define PK_ENV_TRACE_LIBCALL	  "PROBEKIT_TRACE_LIBCALL"	/* 0: --no-libcall */
 #define PK_ENV_TRACE_ASSUME_SHSTK "PROBEKIT_TRACE_ASSUME_SHSTK" /* tests: act as if CET shstk */
 
 /* tests: hooking a library loaded by dlopen() fails with EIO */

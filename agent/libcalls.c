@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * Library calls: `probekit trace --libcall` also records PROG's calls into
- * its libraries, as uftrace's PLT hooks do.  The functions are the
+ * Library calls: `probekit trace` records PROG's calls into its libraries
+ * by default, as uftrace's PLT hooks do.  The functions are the
  * definitions PROG's imports bind to (sym/imports.h: each name looked up
  * as the dynamic loader binds it, with its symbol version), hooked by
  * prologue relocation in their libraries (sym/sites.h,
  * pki_sites_set_reloc_funcs), and a call is recorded only when it returns
  * into PROG's own text (agent_on_libcall, trace_hook.c): the library's
  * calls to the same function from inside are not PROG's and cost the hook
- * only.  --relocate-all hooks every function anyway, from any caller.
+ * only.  --relocate-all hooks every function anyway, from any caller;
+ * --no-libcall leaves them out.
  */
 #include <dlfcn.h>
 #include <link.h>

@@ -459,10 +459,18 @@ static void unmatched_say(const struct agent_globs *g, const bool *fmatched)
 
 		if (fmatched[i] || !dl_iterate_phdr(unmatched_in, &u))
 			continue;
-		snprintf(line, sizeof(line),
-			 "probekit: -f '%s': %s is a function of %s, whose functions are hooked "
-			 "with --relocate-all (it has no patchable entries)\n",
-			 u.glob, u.fn, u.lib);
+		if (conf->libcall)
+			snprintf(line, sizeof(line),
+				 "probekit: -f '%s': %s is a function of %s that PROG does not "
+				 "import (or that relocation refuses): a library's other "
+				 "functions are hooked with --relocate-all\n",
+				 u.glob, u.fn, u.lib);
+		else
+			snprintf(line, sizeof(line),
+				 "probekit: -f '%s': %s is a function of %s: PROG's calls of it "
+				 "are traced without --no-libcall, every caller's with "
+				 "--relocate-all\n",
+				 u.glob, u.fn, u.lib);
 		agent_notice(line);
 	}
 }
@@ -985,13 +993,23 @@ bool agent_trace_start(void)
 	if (!conf->on)
 		return false;
 	trace_name(initial);
-	if (!trace_exits(initial) || !trace_pick(initial) || !trace_hook(initial)) {
+	if (!trace_exits(initial)) {
 		stay_untraced();
 		return true;
 	}
-	/* Before the hooks record: its file reads and dlopen are not the program's. */
-	if (conf->exits) /* thread cancellation across traced frames (exit-hooks.md X8) */
+	/*
+	 * Thread cancellation across traced frames (exit-hooks.md X8).  Before
+	 * the hooks record: its file reads and dlopen are not the program's.
+	 * Before the sites are picked: the unwinder's object is then read with
+	 * its function and the library calls it holds (an object read for the
+	 * library calls alone is not read again for it).
+	 */
+	if (conf->exits)
 		pki_hook_forced_unwind();
+	if (!trace_pick(initial) || !trace_hook(initial)) {
+		stay_untraced();
+		return true;
+	}
 	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
 	if (conf->ring && agent_trigger_start())
 		trace_note("SIGUSR2 is no trigger: the agent cannot start its thread");

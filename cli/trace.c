@@ -136,12 +136,13 @@ static const char usage[] =
     "                        libraries, libc included (probekit's own calls\n"
     "                        into them are not recorded)\n"
     "      --no-relocate     patchable entries only\n"
-    "      --libcall         also trace PROG's calls into its libraries, timed:\n"
-    "                        each function PROG imports that relocation takes,\n"
-    "                        named as imported (strlen, not __strlen_avx2) and\n"
-    "                        recorded when PROG calls it, as uftrace's PLT hooks\n"
-    "                        do (the libraries' own calls of it are not); each\n"
-    "                        exec'd program's alike\n"
+    "      --no-libcall      leave out PROG's calls into its libraries, traced\n"
+    "                        by default, timed, as uftrace's PLT hooks count\n"
+    "                        them: each function PROG imports that relocation\n"
+    "                        takes, named as imported (strlen, not\n"
+    "                        __strlen_avx2), recorded when PROG calls it (the\n"
+    "                        libraries' own calls of it are not); each exec'd\n"
+    "                        program's alike\n"
     "      --int3            with relocation, also trace the functions it\n"
     "                        refuses through a breakpoint on their first\n"
     "                        instruction: every function reached, at the cost\n"
@@ -469,7 +470,8 @@ struct trace_opts {
 	bool children, entry_only, drop, ring, force;
 	int relocate; /* 2 --relocate-all, 1 --relocate, 0 --no-relocate, -1: if PROG has no site */
 	bool int3;
-	bool libcall; /* --libcall */
+	bool no_libcall; /* --no-libcall */
+	bool no_reloc;	 /* --no-relocate (relocate is 0 for a PROG with sites too) */
 	int prog;
 	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
 	double duration; /* --duration SECONDS with -p; 0: until a signal */
@@ -490,7 +492,7 @@ enum {
 	O_FORCE,
 	O_DURATION,
 	O_AUTO_ARGS,
-	O_LIBCALL,
+	O_NO_LIBCALL,
 };
 
 /*
@@ -545,9 +547,11 @@ static void trace_opt_flag(struct trace_opts *o, int c)
 	case O_RELOCATE:
 	case O_NO_RELOCATE:
 		o->relocate = c == O_RELOCATE;
+		o->no_reloc = c == O_NO_RELOCATE;
 		break;
 	case O_RELOCATE_ALL:
 		o->relocate = 2;
+		o->no_reloc = false;
 		break;
 	case O_INT3:
 		o->int3 = true;
@@ -558,8 +562,8 @@ static void trace_opt_flag(struct trace_opts *o, int c)
 	case O_FORCE:
 		o->force = true;
 		break;
-	case O_LIBCALL:
-		o->libcall = true;
+	case O_NO_LIBCALL:
+		o->no_libcall = true;
 		break;
 	}
 }
@@ -645,7 +649,7 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 	    {"no-relocate", no_argument, NULL, O_NO_RELOCATE},
 	    {"relocate-all", no_argument, NULL, O_RELOCATE_ALL},
 	    {"int3", no_argument, NULL, O_INT3},
-	    {"libcall", no_argument, NULL, O_LIBCALL},
+	    {"no-libcall", no_argument, NULL, O_NO_LIBCALL},
 	    {"buffer", required_argument, NULL, 'b'},
 	    {"drop", no_argument, NULL, O_DROP},
 	    {"ring", required_argument, NULL, O_RING},
@@ -757,9 +761,9 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	}
 	env[ne++] = PK_ENV_TRACE_CHILDREN;
 	env[ne++] = o->children ? "1" : "0";
-	if (o->libcall) {
+	if (o->no_libcall || o->no_reloc) { /* (library calls are hooked by relocation) */
 		env[ne++] = PK_ENV_TRACE_LIBCALL;
-		env[ne++] = "1";
+		env[ne++] = "0";
 	}
 	if (o->buffer || o->ring) {
 		env[ne++] = PK_ENV_TRACE_BUF;

@@ -18,6 +18,8 @@ bad() {
 }
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
+# vs_plain's trace options, if any
+vs_opts=()
 # run ARGS...: probekit trace ARGS, stdout to out, stderr to err; sets rc.
 run() {
 	"$pk" trace "$@" >out 2>err
@@ -31,7 +33,7 @@ vs_plain() {
 	shift 2
 	"$@" >plain.out 2>plain.err
 	plain_rc=$?
-	run -o "$file" -- "$@"
+	run -o "$file" "${vs_opts[@]}" -- "$@"
 	check "$label: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc ]]"
 	check "$label: stdout differs from a plain run" "cmp -s out plain.out"
 }

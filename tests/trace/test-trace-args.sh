@@ -15,6 +15,12 @@ pk=$(realpath "$1") demo=$(realpath "$2") strs=$(realpath "$3") auto=$(realpath 
 here=$(dirname "$(realpath "$0")")
 protodir=$(realpath "$(dirname "$(realpath "$0")")/../perfetto")
 . "$(dirname "$(realpath "$0")")/lib.sh"
+# Each run compares the calls of the program's functions with what it made:
+# its library calls left out.
+run() {
+	"$pk" trace --no-libcall "$@" >out 2>err
+	rc=$?
+}
 
 specs=(-A 'add@arg1/d32,arg2/d32' -R 'add@retval/i32'
 	-A 'bits@arg1/x,arg2/c,arg3/u16' -R 'bits@retval/x'
@@ -220,7 +226,7 @@ check "-a: an explicit -A wins" "$pk replay auo.trace | grep -qF 'f_int(0xffffff
 bad_spec() { # LABEL WANT ARGS...
 	local label=$1 want=$2
 	shift 2
-	"$pk" trace -o x.trace "$@" -- "$demo" >out 2>err
+	"$pk" trace --no-libcall -o x.trace "$@" -- "$demo" >out 2>err
 	rc=$?
 	check "$label: refused (rc $rc)" "[[ $rc != 0 && ! -s out ]]"
 	check "$label: says '$want'" "grep -qF -- \"$want\" err"

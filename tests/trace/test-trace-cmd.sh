@@ -88,6 +88,7 @@ check "exec: counts after exec" "diff -u exp got"
 #    and SIGQUIT sent to the caller during system(), its blocked SIGCHLD)
 #    and popen's streams exactly as with glibc's own functions.
 rm -f sys.trace*
+vs_opts=(--no-libcall) # the shell untraced: the program it runs is system()'s child
 vs_plain "system" sys.trace "$demo" --system
 check "system: rc $rc" "[[ $rc == 5 ]]"
 check "system: stderr has more than probekit's lines" "! grep -v '^probekit: ' err | grep -q ."
@@ -112,6 +113,7 @@ check "system --no-children: no child file" "! ls nsys.trace.* >/dev/null 2>&1"
 
 rm -f pop.trace*
 vs_plain "popen" pop.trace "$demo" --popen
+vs_opts=()
 check "popen: rc $rc" "[[ $rc == 7 ]]"
 check "popen: stderr has more than probekit's lines" "! grep -v '^probekit: ' err | grep -q ."
 check "popen: statuses" "grep -q '^pclose(w): 0x600$' out && grep -q '^pclose(b): 0x900$' out && grep -q '^pclose(a): 0x800$' out"
@@ -145,7 +147,8 @@ if command -v bash >/dev/null; then
 	(
 		# As the command does: the user's LD_PRELOAD (ASan's runtime) saved.
 		[[ -n ${LD_PRELOAD:-} ]] && export PROBEKIT_PRELOAD_SAVED=$LD_PRELOAD
-		export PROBEKIT_TRACE=$tmp/sh.trace PROBEKIT_TRACE_PID=1
+		# (bash's own library calls left out: only what it execs is traced)
+		export PROBEKIT_TRACE=$tmp/sh.trace PROBEKIT_TRACE_PID=1 PROBEKIT_TRACE_LIBCALL=0
 		export LD_PRELOAD=${LD_PRELOAD:+$LD_PRELOAD:}$agent
 		exec bash -c "exec '$demo' --threads 1 --iters 1"
 	) >out 2>err
@@ -230,10 +233,14 @@ chmod +x badelf
 run -o badelf.trace -- ./badelf
 check "foreign ELF: refused ($rc)" "[[ $rc == 126 ]] && grep -q 'badelf: not an x86-64 ELF program' err"
 
-# 5g. -f naming a library function that has no patchable entry: the flag said
-# (libc's malloc, or a sanitizer runtime's that PROG's malloc binds to).
-run -o libf.trace -f malloc -- /bin/true
-check "-f malloc: which library and flag" "grep -Eq \"^probekit: -f 'malloc': malloc is a function of .*lib(c|asan)\\.so(\\.[0-9]+)?, whose functions are hooked with --relocate-all\" err"
+# 5g. -f naming a library function PROG does not import (true calls no
+# qsort): which library has it and the flag that hooks it; with
+# --no-libcall, a function PROG calls (malloc: libc's, or a sanitizer
+# runtime's that PROG's malloc binds to), the same.
+run -o libf.trace -f qsort -- /bin/true
+check "-f qsort: which library and flag" "grep -Eq \"^probekit: -f 'qsort': qsort is a function of .*libc\\.so\\.6 that PROG does not import .*--relocate-all\" err"
+run -o libf.trace --no-libcall -f malloc -- /bin/true
+check "--no-libcall -f malloc: which library and flags" "grep -Eq \"^probekit: -f 'malloc': malloc is a function of .*lib(c|asan)\\.so(\\.[0-9]+)?: PROG's calls of it are traced without --no-libcall, every caller's with --relocate-all\" err"
 
 # 6. longjmp out of 6 traced frames: each gets its exit at the jump (the
 #    agent wraps the longjmp family), none is left to an outer exit; counts exact.
@@ -256,7 +263,7 @@ check "deep: lost reported, blamed on the depth" "grep -Eq '^probekit: 4466 even
 check "deep: report's warning blames the depth, not full buffers" "grep -Eq 'deep.trace: 4466 events were lost \(4466 exits of frames too deep for exit tracing \(depth limit\)\);' rep.err && ! grep -q 'buffers full' rep.err"
 
 # 8. Errors.  (Without --no-relocate, a program without sites is traced by relocation.)
-run --no-relocate -- "$nosites"
+run --no-relocate --no-libcall -- "$nosites"
 check "no sites: rc $rc" "[[ $rc == 125 ]]"
 check "no sites: message" "grep -q 'no patchable function entries in PROG.*-fpatchable-function-entry=5' err"
 # A glob that matches nothing may be meant for a library loaded later: PROG
@@ -305,7 +312,7 @@ check "bad option: rc $rc" "[[ $rc == 125 ]]"
 # space.  (Not under the sanitizers, whose shadow
 # memory needs terabytes of address space.)
 if [[ -z ${PKT_SAN_PRELOAD:-} && $(ldd "$pk") != *lib[at]san* ]]; then
-	(ulimit -v 100000 && exec "$pk" trace -o big.trace -- "$demo" --bench 4000000) >out 2>err
+	(ulimit -v 100000 && exec "$pk" trace -o big.trace --no-libcall -- "$demo" --bench 4000000) >out 2>err
 	rc=$?
 	check "summary in bounded memory: rc $rc" "[[ $rc == 0 ]]"
 	check "summary in bounded memory: $(head -c 300 err)" \

@@ -55,8 +55,9 @@ check "fork: child counts" "diff -u exp got"
 counts fork.trace plug_ >got
 want out dlopen_demo >exp
 check "fork: parent counts" "diff -u exp got"
-# child() ends the child with exit(): its frame is the one call left open.
-check "fork: child footnote $(footnote "$child")" "[[ '$(footnote "$child")' == '0 0 1' ]]"
+# child() ends the child with exit(): its frame and exit()'s (a library
+# call) are the calls left open.
+check "fork: child footnote $(footnote "$child")" "[[ '$(footnote "$child")' == '0 0 2' ]]"
 "$demo" >plain.out 2>/dev/null
 
 # 3. -f with a glob that only the plugin matches (nothing at start), -N.

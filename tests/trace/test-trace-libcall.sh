@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# probekit trace --libcall records PROG's calls into its libraries, timed:
+# probekit trace records PROG's calls into its libraries by default, timed:
 # each library function's count is the program's own count of its calls
 # (libc's calls of the same function from inside are not PROG's), through a
 # tail call and from a callback too; named as PROG imports it; left out by
-# not without it; -f names one; exec'd programs alike; the
+# --no-libcall; -f names one with no flag; exec'd programs alike; the
 # counts equal uftrace's (its PLT hooks) where uftrace is installed.
 #
 # usage: test-trace-libcall.sh PROBEKIT LIBCALLS
@@ -21,17 +21,17 @@ expected() { grep -E '^[a-z_]+ [0-9]+$' out | sort; }
 # libc_rows FILE: the functions FILE's report has from libc.
 libc_rows() { "$pk" report --raw "$1" 2>/dev/null | awk '$NF == "[libc.so.6]" {print $(NF-1)}'; }
 
-run -o d.trace --libcall -- "$prog" 7
-check "--libcall: rc $rc" "[[ $rc == 0 ]]"
+run -o d.trace -- "$prog" 7
+check "default: rc $rc" "[[ $rc == 0 ]]"
 counts d.trace >got
 expected >want
-check "--libcall: each library call counted as the program counts it" \
+check "default: each library call counted as the program counts it" \
 	"[[ -s want ]] && join want got | awk '\$2 != \$3 {bad = 1} END {exit bad}' && [[ \$(join want got | wc -l) == \$(wc -l <want) ]]"
-check "--libcall: fopen and fclose recorded once (their own malloc is not PROG's)" \
+check "default: fopen and fclose recorded once (their own malloc is not PROG's)" \
 	"grep -qEx 'fopen(64)? 1' got && grep -qx 'fclose 1' got && grep -qx 'malloc 7' got"
-check "--libcall: named as imported (strlen, not its CPU variant)" \
+check "default: named as imported (strlen, not its CPU variant)" \
 	"grep -qx 'strlen 14' got && ! grep -q '^__strlen' got"
-check "--libcall: PROG's own functions too" \
+check "default: PROG's own functions too" \
 	"\"$pk\" report --raw d.trace | grep -q ' tail_strlen \\[libcalls\\]\$'"
 # Timed: every library call has an exit, so a duration (replay shows '{' or a leaf).
 "$pk" replay d.trace >rp 2>&1
@@ -40,13 +40,17 @@ check "replay: malloc's calls are timed leaves" \
 # The tail call from tail_strlen returns into main: counted as PROG's.
 check "replay: the tail-called strlen under main" "grep -qE '\\| +strlen\\(\\);' rp"
 
-run -o n.trace -- "$prog" 7
-check "without --libcall: rc $rc, no libc function" "[[ $rc == 0 && -z \$(libc_rows n.trace) ]]"
-check "without --libcall: PROG's own" \
+run -o n.trace --no-libcall -- "$prog" 7
+check "--no-libcall: rc $rc, no libc function" "[[ $rc == 0 && -z \$(libc_rows n.trace) ]]"
+check "--no-libcall: PROG's own still" \
 	"\"$pk\" report --raw n.trace | grep -q ' tail_strlen \\[libcalls\\]\$'"
 
-run -o f.trace --libcall -f malloc -- "$prog" 5
-check "--libcall -f malloc: 5 calls" "[[ \$(counts f.trace) == 'malloc 5' ]]"
+# --no-relocate: patchable entries only, which PROG has none of: refused.
+run -o nr.trace --no-relocate -- "$prog" 7
+check "--no-relocate: no library call either, refused ($rc)" "[[ $rc == 125 ]]"
+
+run -o f.trace -f malloc -- "$prog" 5
+check "-f malloc: no flag needed, 5 calls" "[[ \$(counts f.trace) == 'malloc 5' ]]"
 
 # --relocate-all hooks malloc itself: every caller's calls, fopen's among them.
 run -o a.trace --relocate-all -f malloc -- "$prog" 5
@@ -54,7 +58,7 @@ m=$(counts a.trace | awk '$1 == "malloc" {print $2}')
 check "--relocate-all: malloc from any caller ($m > 5)" "[[ -n '$m' && $m -gt 5 ]]"
 
 # An exec'd program's library calls: its own file.
-run -o e.trace --libcall -- /usr/bin/env "$prog" 4
+run -o e.trace -- /usr/bin/env "$prog" 4
 ef=$(ls e.trace.*.1 2>/dev/null | head -1)
 check "exec: the exec'd program's file ($ef) has its malloc calls" \
 	"[[ -n '$ef' ]] && counts '$ef' | grep -qx 'malloc 4'"

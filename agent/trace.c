@@ -96,6 +96,7 @@ static struct agent_lineage *const me = &agent_lineage;
 
 static struct {
 	bool session;	/* a trace file is open */
+	bool first;	/* this process writes FILE itself: the run's first */
 	int fd;		/* attached: the command's descriptor for the next session_open(), or -1 */
 	char why[1024]; /* attached: why the start failed */
 	bool atfork;	/* on_fork_child is registered (once per process) */
@@ -199,6 +200,7 @@ static int session_open(void)
 	err = pki_trace_open(T.file, &o);
 	if (err)
 		return err;
+	err = pki_trace_session_add(conf->session, T.first ? PKI_SESSION_FIRST : 0);
 	for (i = 0; i < T.nobjs && !err; i++)
 		err = pki_trace_object_add((uint32_t)i + 1, T.objs[i].base, T.objs[i].path);
 	if (!err && T.nips) { /* in a few writes: 10,000 one by one took 100 ms */
@@ -231,6 +233,7 @@ static void on_fork_child_setup(void)
 	me->pid = getpid();
 	me->gen = 0;
 	T.session = false;
+	T.first = false;
 	if (!conf->children) {
 		agent_hook.active = false;
 		me->follow = false;
@@ -335,6 +338,7 @@ static void trace_name(bool initial)
 {
 	me->pid = getpid();
 	me->follow = true;
+	T.first = initial;
 	if (initial) {
 		snprintf(T.file, sizeof(T.file), "%s", conf->base);
 	} else if (conf->env_pid == me->pid) {

@@ -2171,6 +2171,22 @@ int pki_trace_args_add(uint64_t fn, const char *spec)
 	return err;
 }
 
+int pki_trace_session_add(uint64_t id, uint32_t flags)
+{
+	struct pki_rec_session rec = {.id = id, .flags = flags};
+	struct iovec v = {&rec, sizeof(rec)};
+	sigset_t saved;
+	int err = -EBADF;
+
+	if (!id)
+		return -EINVAL;
+	writer_lock(&saved);
+	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
+		err = emit(PKI_REC_SESSION, &v, 1);
+	writer_unlock_restore(&saved);
+	return err;
+}
+
 /* One SYMBOL record, framed and padded, into @out (room for it checked); its length. */
 static size_t symbol_rec(uint8_t *out, uint64_t fn, uint32_t object_id, const char *name)
 {

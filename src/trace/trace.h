@@ -141,6 +141,13 @@ int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name);
  */
 int pki_trace_args_add(uint64_t fn, const char *spec);
 
+/*
+ * The SESSION record (format.h): @id shared by the files of one run, @flags
+ * PKI_SESSION_FIRST in its first process's.  Write it before anything but
+ * the header.  0 or -errno, as pki_trace_symbol_add().
+ */
+int pki_trace_session_add(uint64_t id, uint32_t flags);
+
 /* Many SYMBOL records at once, as many calls of pki_trace_symbol_add() would write them, in a few
  * writes (a function without a name, or beyond PKI_EV_FN_MAX, is left out). */
 struct pki_trace_symdef {

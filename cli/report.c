@@ -695,7 +695,8 @@ struct cthread {
 };
 
 struct chrome {
-	const struct pki_trace_file *f;
+	const struct pki_trace_file *f; /* the process being written */
+	uint64_t off_ns;		/* its time 0 in the session's */
 	FILE *o;
 	struct cthread *th; /* by thread index */
 };
@@ -775,7 +776,7 @@ static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, co
 		cli_json_str(ch->o, base ? base + 1 : obj->path);
 	}
 	fprintf(ch->o, ",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid, t->tid);
-	json_us(ch->o, c->start_ns);
+	json_us(ch->o, ch->off_ns + c->start_ns);
 	if (i) {
 		fputs(",\"s\":\"t\"", ch->o);
 		chrome_flags(ch->o, true, false, true, c->args);
@@ -813,7 +814,7 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 		chrome_flush(ch, t, th);
 		fprintf(ch->o, ",\n{\"ph\":\"E\",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid,
 			t->tid);
-		json_us(ch->o, c->end_ns);
+		json_us(ch->o, ch->off_ns + c->end_ns);
 		args = chrome_args(ch->f, c); /* (a "B" has none: they are known at the end) */
 		chrome_flags(ch->o, c->open, c->unwound, c->no_end, args);
 		free(args);
@@ -859,27 +860,40 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 	return 0;
 }
 
-static int export_chrome(const struct pki_trace_file *f, FILE *o)
+/*
+ * @f's metadata: its name (unless @named: a program its pid ran before
+ * exec'd it), its threads'.  @first: the first of the file.
+ */
+static void chrome_meta(const struct pki_trace_file *f, FILE *o, bool first, bool named)
 {
-	struct chrome ch = {.f = f, .o = o};
+	if (!named) {
+		fprintf(o,
+			"%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"tid\":0,"
+			"\"args\":{\"name\":",
+			first ? "" : ",\n", f->pid);
+		cli_json_str(o, f->program);
+		fputs("}}", o);
+	}
+	for (size_t i = 0; i < f->nthreads; i++) {
+		fprintf(o,
+			"%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
+			"\"args\":{\"name\":",
+			",\n", f->pid, f->threads[i].tid);
+		cli_json_str(o, thread_name(&f->threads[i]));
+		fputs("}}", o);
+	}
+}
+
+/* The events of one process of the session, at @off_ns into it. */
+static int chrome_proc(const struct pki_trace_file *f, uint64_t off_ns, FILE *o)
+{
+	struct chrome ch = {.f = f, .off_ns = off_ns, .o = o};
 	size_t i, k;
 	int err;
 
 	ch.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*ch.th));
 	if (!ch.th)
 		return -ENOMEM;
-	fputs("{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", o);
-	fprintf(o, "%u,\"tid\":0,\"args\":{\"name\":", f->pid);
-	cli_json_str(o, f->program);
-	fputs("}}", o);
-	for (i = 0; i < f->nthreads; i++) {
-		fprintf(o,
-			",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
-			"\"args\":{\"name\":",
-			f->pid, f->threads[i].tid);
-		cli_json_str(o, thread_name(&f->threads[i]));
-		fputs("}}", o);
-	}
 	err = pki_trace_replay_all(f, chrome_call, &ch, NULL);
 	for (i = 0; i < f->nthreads; i++) {
 		if (!err)
@@ -889,13 +903,41 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 		free(ch.th[i].v);
 	}
 	free(ch.th);
+	return err;
+}
+
+/* Was @s's process @k's pid named by an earlier file (a program it exec'd before)? */
+static bool pid_named(const struct cli_session *s, size_t k)
+{
+	for (size_t i = 0; i < k; i++)
+		if (s->p[i].f->pid == s->p[k].f->pid)
+			return true;
+	return false;
+}
+
+/* Every process of @s: its own pid, its calls in the session's time. */
+static int export_chrome(const struct cli_session *s, FILE *o)
+{
+	uint64_t events = 0, lost = 0;
+	bool complete = true;
+	int err = 0;
+
+	fputs("{\"traceEvents\":[\n", o);
+	for (size_t k = 0; k < s->n && !err; k++) {
+		const struct pki_trace_file *f = s->p[k].f;
+
+		chrome_meta(f, o, !k, pid_named(s, k));
+		err = chrome_proc(f, cli_session_ts_ns(s, f, f->origin), o);
+		events += f->nevents;
+		lost += f->lost;
+		complete &= f->complete;
+	}
 	if (err)
 		return err;
 	fputs("\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"program\":", o);
-	cli_json_str(o, f->program);
-	fprintf(o, ",\"events\":%llu,\"lost\":%llu,\"complete\":%s}}\n",
-		(unsigned long long)f->nevents, (unsigned long long)f->lost,
-		f->complete ? "true" : "false");
+	cli_json_str(o, s->p[0].f->program);
+	fprintf(o, ",\"events\":%llu,\"lost\":%llu,\"complete\":%s}}\n", (unsigned long long)events,
+		(unsigned long long)lost, complete ? "true" : "false");
 	return 0;
 }
 
@@ -1296,6 +1338,7 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 struct export_opts {
 	const char *path, *out, *format;
 	bool threads, count;
+	struct cli_pids pids; /* --pid */
 };
 
 static const char *const export_formats[] = {"perfetto", "chrome", "folded", "speedscope"};
@@ -1308,6 +1351,7 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
 	    {"output", required_argument, NULL, 'o'},
 	    {"value", required_argument, NULL, 'v'},
 	    {"threads", no_argument, NULL, 't'},
+	    {"pid", required_argument, NULL, 'p'},
 	    {"help", no_argument, NULL, 'h'},
 	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
@@ -1335,6 +1379,10 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
 			break;
 		case 't':
 			eo->threads = true;
+			break;
+		case 'p':
+			if (!cli_pids_add(&eo->pids, "export", optarg))
+				return false;
 			break;
 		case CLI_O_DEMANGLE:
 		case CLI_O_NO_DEMANGLE:
@@ -1371,11 +1419,21 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
 	return true;
 }
 
-/* Write @f to @o in @eo's format: 0 or a negative errno. */
-static int export_write(const struct export_opts *eo, const struct pki_trace_file *f, FILE *o)
+/*
+ * Write @s to @o in @eo's format: 0 or a negative errno.  Chrome's has every
+ * process; the others, the first process's alone (said).
+ */
+static int export_write(const struct export_opts *eo, const struct cli_session *s, FILE *o)
 {
+	const struct pki_trace_file *f = s->p[0].f;
+
 	if (!strcmp(eo->format, "chrome"))
-		return export_chrome(f, o);
+		return export_chrome(s, o);
+	if (s->n > 1)
+		fprintf(stderr,
+			"probekit: note: --format %s writes one process: %s's (pid %u); --pid or "
+			"naming FILE.PID[.N] chooses another\n",
+			eo->format, s->p[0].path, f->pid);
 	if (!strcmp(eo->format, "speedscope"))
 		return cli_export_speedscope(f, o);
 	if (!strcmp(eo->format, "perfetto"))
@@ -1386,15 +1444,15 @@ static int export_write(const struct export_opts *eo, const struct pki_trace_fil
 int cmd_export(int argc, char **argv)
 {
 	struct export_opts eo = {.path = DEFAULT_TRACE};
-	struct pki_trace_file *f;
+	struct cli_session s;
 	FILE *o = stdout;
 	int err;
 
 	if (!export_opts_parse(&eo, argc, argv, &err))
-		return err;
-	f = cli_trace_open(eo.path);
-	if (!f)
-		return 1;
+		goto out_pids;
+	err = cli_session_open(&s, "export", eo.path, &eo.pids);
+	if (err)
+		goto out_pids;
 	if (eo.out) {
 		int fd = cli_output_open(eo.out, 0666);
 
@@ -1404,23 +1462,26 @@ int cmd_export(int argc, char **argv)
 				cli_error("%s: %s", eo.out, strerror(errno));
 				close(fd);
 			}
-			pki_trace_file_free(f);
-			return 1;
+			err = 1;
+			goto out;
 		}
 	}
-	err = export_write(&eo, f, o);
+	err = export_write(&eo, &s, o);
 	/* Standard output is checked by main(), for every command. */
 	errno = 0;
 	if (o != stdout && (fflush(o) || ferror(o)) && !err)
 		err = errno ? -errno : -EIO;
 	if (o != stdout && fclose(o) && !err)
 		err = -errno;
-	pki_trace_file_free(f);
 	if (err == -EIO || err == -ENOMEM)
-		return cli_error("%s: %s", eo.path, replay_error(err));
-	if (err)
-		return cli_error("%s: %s", eo.out ? eo.out : "stdout", strerror(-err));
-	if (eo.out)
+		err = cli_error("%s: %s", eo.path, replay_error(err));
+	else if (err)
+		err = cli_error("%s: %s", eo.out ? eo.out : "stdout", strerror(-err));
+	else if (eo.out)
 		fprintf(stderr, "probekit: wrote %s\n", eo.out);
-	return 0;
+out:
+	cli_session_free(&s);
+out_pids:
+	free(eo.pids.v);
+	return err;
 }

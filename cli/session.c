@@ -127,7 +127,9 @@ static int siblings_find(const char *path, uint64_t id, const struct cli_pids *p
 
 		if (!session_name(de->d_name, base))
 			continue;
-		snprintf(sib, sizeof(sib), "%s/%s", dir, de->d_name);
+		/* (named as @path is: beside it, or in its directory) */
+		snprintf(sib, sizeof(sib), "%s%s%s", strchr(path, '/') ? dir : "",
+			 strchr(path, '/') ? "/" : "", de->d_name);
 		f = peek(sib, err, sizeof(err));
 		if (!f)
 			fprintf(stderr, "probekit: note: %s: not read: %s\n", sib, err);

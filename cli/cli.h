@@ -141,6 +141,13 @@ int cmd_top(int argc, char **argv);
 struct pki_trace_file;
 struct pki_trace_file *cli_trace_open(const char *path);
 
+/* What a session is: a paragraph of the --help texts of the commands that read one. */
+#define CLI_SESSION_HELP                                                                           \
+	"FILE is read with the other files of its session: the FILE.PID and\n"                     \
+	"FILE.PID.N beside it that the same run of probekit trace wrote (children,\n"              \
+	"exec'd programs; a file another run left there is not read).  A FILE.PID\n"               \
+	"or FILE.PID.N named is read alone.\n"
+
 /*
  * The files of one trace session, read as one (session.c): FILE and the
  * FILE.<pid> and FILE.<pid>.<n> beside it that carry its SESSION id.

@@ -176,12 +176,16 @@ static const char *thread_name(const struct pki_trace_thread *t)
 /* ---- report ---------------------------------------------------------------- */
 
 static const char report_usage[] =
-    "usage: probekit report [FILE] [--threads] [--sort KEY] [--raw] [--args]\n"
+    "usage: probekit report [FILE] [--threads] [--sort KEY] [--raw] [--args] [--pid PID]...\n"
     "\n"
     "Per function of the trace FILE (default " DEFAULT_TRACE "): calls, total time,\n"
     "self time, average, minimum and maximum duration, sorted by total time.\n"
+    "\n" CLI_SESSION_HELP
+    "A function is one row over the processes, its figures added up (by name and\n"
+    "object, as uftrace's report does); the header lists each process.\n"
     "\n"
     "  --threads     one table per thread instead of one for the process\n"
+    "  --pid PID     only the files of process PID (repeatable, or PID,PID...)\n"
     "  --sort KEY    calls|total|self|avg|min|max (largest first) or name\n"
     "  --raw         times as integer nanoseconds (for scripts)\n"
     "  --args        one row per function and distinct values its calls\n"
@@ -590,10 +594,14 @@ out_pids:
 static const char export_usage[] =
     "usage: probekit export [FILE] --format perfetto|chrome|folded|speedscope [-o OUT]\n"
     "                       [--value time|calls]\n"
-    "                       [--threads]\n"
+    "                       [--threads] [--pid PID]...\n"
     "\n"
     "Convert the trace FILE (default " DEFAULT_TRACE ") for other tools; to OUT or stdout.\n"
+    "\n" CLI_SESSION_HELP
+    "chrome writes every process, each under its pid; the other formats write\n"
+    "one process: FILE's, or the first one --pid keeps.\n"
     "\n"
+    "  --pid PID         only the files of process PID (repeatable, or PID,PID...)\n"
     "  --format perfetto Perfetto's own protobuf trace (TrackEvent slices, interned\n"
     "                    names, incremental timestamps): the smallest, and what\n"
     "                    https://ui.perfetto.dev opens best; binary, so give -o\n"

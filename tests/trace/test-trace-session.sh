@@ -99,6 +99,10 @@ print(" ".join(sorted({str(e["pid"]) for e in ev if e["ph"] != "M"}, key=int)))'
 want=$(echo "$sh $parent $child" | tr ' ' '\n' | sort -n | tr '\n' ' ')
 check "chrome: one pid per process ($pids)" "[[ '$pids ' == '$want' ]]"
 check "chrome: processes named" "[[ \$(grep -c '\"process_name\"' c.json) == 3 ]]"
+"$pk" export --format folded s.trace >/dev/null 2>err
+check "folded: says it writes one process" "grep -q 'folded writes one process: s.trace' err"
+"$pk" export --format chrome "s.trace.$child" >c1.json 2>/dev/null
+check "chrome: FILE.PID alone" "grep -q '\"pid\":$child,' c1.json && ! grep -q '\"pid\":$parent,' c1.json"
 
 # 6. A file an earlier run left under a session name is not read.
 "$pk" trace -o old.trace -- "$demo" --exec >/dev/null 2>&1

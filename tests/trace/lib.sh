@@ -35,13 +35,18 @@ vs_plain() {
 	check "$label: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc ]]"
 	check "$label: stdout differs from a plain run" "cmp -s out plain.out"
 }
+# alone FILE: the name of a copy of FILE that no file of its session is
+# named after, for a command to read FILE alone (not its FILE.PID...).
+alone() {
+	cp "$1" "$1.alone" 2>/dev/null && echo "$1.alone"
+}
 # counts FILE [PREFIX]: "NAME N" lines of the report of FILE alone, sorted
 # (only the functions whose name starts with PREFIX, default demo_, which
-# the programs count themselves).  FILE is read through a copy, whose name
-# no file of its session's shares: report would read them with it.
+# the programs count themselves).
 counts() {
-	cp "$1" counts.alone.trace 2>/dev/null || return
-	"$pk" report --raw counts.alone.trace 2>/dev/null | awk -v pre="${2:-demo_}" '
+	local a
+	a=$(alone "$1") || return
+	"$pk" report --raw "$a" 2>/dev/null | awk -v pre="${2:-demo_}" '
 		NF < 2 {next}
 		index($NF, pre) == 1 || index($(NF-1), pre) == 1 {
 		n = $NF; if (n ~ /^\[/) n = $(NF-1); print n, $1 }' | sort

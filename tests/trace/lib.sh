@@ -35,10 +35,12 @@ vs_plain() {
 	check "$label: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc ]]"
 	check "$label: stdout differs from a plain run" "cmp -s out plain.out"
 }
-# alone FILE: the name of a copy of FILE that no file of its session is
-# named after, for a command to read FILE alone (not its FILE.PID...).
+# alone FILE: the name of a copy of FILE in a directory of its own (no file
+# of its session beside it), for a command to read FILE alone.
 alone() {
-	cp "$1" "$1.alone" 2>/dev/null && echo "$1.alone"
+	local d
+	d=$(dirname "$1")/alone.$(basename "$1")
+	mkdir -p "$d" && cp "$1" "$d/" 2>/dev/null && echo "$d/$(basename "$1")"
 }
 # counts FILE [PREFIX]: "NAME N" lines of the report of FILE alone, sorted
 # (only the functions whose name starts with PREFIX, default demo_, which

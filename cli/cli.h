@@ -195,6 +195,9 @@ int cli_session_open(struct cli_session *s, const char *cmd, const char *path,
 		     const struct cli_pids *pids);
 void cli_session_free(struct cli_session *s);
 
+/* Is the pid of @s's process @k an earlier file's (a program it exec'd before)? */
+bool cli_session_pid_named(const struct cli_session *s, size_t k);
+
 /* @f's clock reading @ts as CLOCK_MONOTONIC ns (through its HEADER's pair). */
 uint64_t cli_mono_ns(const struct pki_trace_file *f, uint64_t ts);
 /* The same, counted from the session's earliest event. */
@@ -205,11 +208,14 @@ uint64_t cli_session_ts_ns(const struct cli_session *s, const struct pki_trace_f
  * come from the trace and may hold any bytes, where exports need UTF-8.
  */
 size_t cli_utf8_len(const unsigned char *s);
-/* @str as a JSON string (report.c); speedscope's evented JSON of @f (export_speedscope.c). */
+/*
+ * @str as a JSON string (report.c); speedscope's evented JSON of the
+ * processes of @s, a profile per thread (export_speedscope.c).
+ */
 void cli_json_str(FILE *o, const char *str);
-int cli_export_speedscope(const struct pki_trace_file *f, FILE *o);
-/* Perfetto's protobuf trace of @f (export_perfetto.c). */
-int cli_export_perfetto(const struct pki_trace_file *f, FILE *o);
+int cli_export_speedscope(const struct cli_session *s, FILE *o);
+/* Perfetto's protobuf trace of the processes of @s, each its track (export_perfetto.c). */
+int cli_export_perfetto(const struct cli_session *s, FILE *o);
 
 /*
  * A tree line's indentation (replay, graph): 2 columns a level up to

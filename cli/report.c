@@ -604,8 +604,11 @@ static const char export_usage[] =
     "\n"
     "Convert the trace FILE (default " DEFAULT_TRACE ") for other tools; to OUT or stdout.\n"
     "\n" CLI_SESSION_HELP
-    "chrome writes every process, each under its pid; the other formats write\n"
-    "one process: FILE's, or the first one --pid keeps.\n"
+    "Every format writes every process: chrome under its pid, perfetto a track\n"
+    "per process; folded starts each stack with a 'program/pid' frame and\n"
+    "speedscope names each thread's profile 'program/pid: ' first, when the\n"
+    "session has several (the same stack of two programs one pid ran may make\n"
+    "two folded lines: flame graph tools add them up).\n"
     "\n"
     "  --pid PID         only the files of process PID (repeatable, or PID,PID...)\n"
     "  --format perfetto Perfetto's own protobuf trace (TrackEvent slices, interned\n"
@@ -922,15 +925,6 @@ static int chrome_proc(const struct pki_trace_file *f, uint64_t off_ns, FILE *o)
 	return err;
 }
 
-/* Was @s's process @k's pid named by an earlier file (a program it exec'd before)? */
-static bool pid_named(const struct cli_session *s, size_t k)
-{
-	for (size_t i = 0; i < k; i++)
-		if (s->p[i].f->pid == s->p[k].f->pid)
-			return true;
-	return false;
-}
-
 /* Every process of @s: its own pid, its calls in the session's time. */
 static int export_chrome(const struct cli_session *s, FILE *o)
 {
@@ -942,7 +936,7 @@ static int export_chrome(const struct cli_session *s, FILE *o)
 	for (size_t k = 0; k < s->n && !err; k++) {
 		const struct pki_trace_file *f = s->p[k].f;
 
-		chrome_meta(f, o, !k, pid_named(s, k));
+		chrome_meta(f, o, !k, cli_session_pid_named(s, k));
 		err = chrome_proc(f, cli_session_ts_ns(s, f, f->origin), o);
 		events += f->nevents;
 		lost += f->lost;
@@ -983,6 +977,7 @@ struct fcache {
 
 struct folded {
 	const struct pki_trace_file *f;
+	const char *proc; /* the process's frame, in a session of several, or "" */
 	bool threads, count;
 	struct fnode *v;
 	size_t n, cap;
@@ -1288,7 +1283,7 @@ static void folded_walk(const struct folded *fo, struct ftree *t, size_t pos, co
 static int folded_write(const struct folded *fo, const size_t *threads, FILE *o)
 {
 	struct ftree t = {0};
-	char prefix[64];
+	char prefix[384];
 	int err = ftree_build(fo, &t);
 
 	for (size_t i = 0; !err && i < (fo->threads ? fo->f->nthreads : 1); i++) {
@@ -1299,13 +1294,14 @@ static int folded_write(const struct folded *fo, const size_t *threads, FILE *o)
 		pos = ftree_first(fo, &t, fo->threads ? ROOT_THREAD | ti : 0);
 		if (pos == fo->n)
 			continue;
-		prefix[0] = '\0';
+		snprintf(prefix, sizeof(prefix), "%s", fo->proc);
 		if (fo->threads) {
 			const struct pki_trace_thread *th = &fo->f->threads[ti];
-			size_t k;
+			size_t k = strlen(prefix);
 
-			snprintf(prefix, sizeof(prefix), "%s/%u", thread_name(th), th->tid);
-			for (k = 0; prefix[k]; k++)
+			snprintf(prefix + k, sizeof(prefix) - k, "%s%s/%u", k ? ";" : "",
+				 thread_name(th), th->tid);
+			for (k += !!k; prefix[k]; k++)
 				prefix[k] = folded_char((unsigned char)prefix[k]);
 		}
 		folded_walk(fo, &t, pos, prefix, o);
@@ -1316,9 +1312,27 @@ static int folded_write(const struct folded *fo, const size_t *threads, FILE *o)
 	return err;
 }
 
-static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, bool count)
+struct export_opts {
+	const char *path, *out, *format;
+	bool threads, count;
+	struct cli_pids pids; /* --pid */
+};
+
+/* The process frame of @f in a folded line: "PROGRAM/PID", the program's file name. */
+static void folded_proc(const struct pki_trace_file *f, char *buf, size_t n)
 {
-	struct folded fo = {.f = f, .threads = threads, .count = count};
+	const char *slash = f->program ? strrchr(f->program, '/') : NULL;
+
+	snprintf(buf, n, "%s/%u", slash ? slash + 1 : f->program ? f->program : "?", f->pid);
+	for (size_t k = 0; buf[k]; k++)
+		buf[k] = folded_char((unsigned char)buf[k]);
+}
+
+/* @f's lines, each under the frame @proc unless it is "". */
+static int export_folded(const struct pki_trace_file *f, FILE *o, const struct export_opts *eo,
+			 const char *proc)
+{
+	struct folded fo = {.f = f, .proc = proc, .threads = eo->threads, .count = eo->count};
 	size_t i, *order = NULL;
 	int err;
 
@@ -1333,17 +1347,8 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 	}
 	free(fo.th);
 	pki_idxmap_free(&fo.idx);
-	if (!err) {
-		/*
-		 * The unit, in a line no folded-stack reader takes for a stack (it
-		 * ends in no number): flamegraph.pl and inferno skip it, with a
-		 * notice; speedscope skips it.
-		 */
-		fprintf(o, "# probekit folded stacks: VALUE = %s (flamegraph.pl --countname=%s)\n",
-			count ? "number of calls" : "self time in nanoseconds",
-			count ? "calls" : "ns");
+	if (!err)
 		err = folded_write(&fo, order, o);
-	}
 	pki_idxmap_free(&fo.canon);
 	free(fo.troot);
 	free(order);
@@ -1351,11 +1356,31 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 	return err;
 }
 
-struct export_opts {
-	const char *path, *out, *format;
-	bool threads, count;
-	struct cli_pids pids; /* --pid */
-};
+/*
+ * The folded stacks of every process of @s, under a frame naming it when
+ * there are several (the lines of two programs one pid ran may repeat: a
+ * flame graph adds them up).
+ */
+static int export_folded_session(const struct cli_session *s, FILE *o, const struct export_opts *eo)
+{
+	char proc[288] = "";
+	int err = 0;
+
+	/*
+	 * The unit, in a line no folded-stack reader takes for a stack (it
+	 * ends in no number): flamegraph.pl and inferno skip it, with a
+	 * notice; speedscope skips it.
+	 */
+	fprintf(o, "# probekit folded stacks: VALUE = %s (flamegraph.pl --countname=%s)\n",
+		eo->count ? "number of calls" : "self time in nanoseconds",
+		eo->count ? "calls" : "ns");
+	for (size_t k = 0; k < s->n && !err; k++) {
+		if (s->n > 1)
+			folded_proc(s->p[k].f, proc, sizeof(proc));
+		err = export_folded(s->p[k].f, o, eo, proc);
+	}
+	return err;
+}
 
 static const char *const export_formats[] = {"perfetto", "chrome", "folded", "speedscope"};
 
@@ -1441,20 +1466,13 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
  */
 static int export_write(const struct export_opts *eo, const struct cli_session *s, FILE *o)
 {
-	const struct pki_trace_file *f = s->p[0].f;
-
 	if (!strcmp(eo->format, "chrome"))
 		return export_chrome(s, o);
-	if (s->n > 1)
-		fprintf(stderr,
-			"probekit: note: --format %s writes one process: %s's (pid %u); --pid or "
-			"naming FILE.PID[.N] chooses another\n",
-			eo->format, s->p[0].path, f->pid);
 	if (!strcmp(eo->format, "speedscope"))
-		return cli_export_speedscope(f, o);
+		return cli_export_speedscope(s, o);
 	if (!strcmp(eo->format, "perfetto"))
-		return cli_export_perfetto(f, o);
-	return export_folded(f, o, eo->threads, eo->count);
+		return cli_export_perfetto(s, o);
+	return export_folded_session(s, o, eo);
 }
 
 int cmd_export(int argc, char **argv)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The files of one trace session, read as one (report, replay, graph,
+ * The files of one trace session, read as one (report, replay,
  * export).  `probekit trace -o FILE` writes FILE for its first process,
  * FILE.<pid> for each child and FILE.<pid>.<n> for the n-th program process
  * <pid> exec'd, and every one of them carries the run's SESSION id
@@ -261,4 +261,12 @@ uint64_t cli_session_ts_ns(const struct cli_session *s, const struct pki_trace_f
 	uint64_t ns = cli_mono_ns(f, ts);
 
 	return ns > s->origin_ns ? ns - s->origin_ns : 0;
+}
+
+bool cli_session_pid_named(const struct cli_session *s, size_t k)
+{
+	for (size_t i = 0; i < k; i++)
+		if (s->p[i].f->pid == s->p[k].f->pid)
+			return true;
+	return false;
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # A trace session's files read as one: a shell runs trace_demo --fork (its
 # file and its child's), then execs trace_demo --exec (which execs itself
-# again); report, replay and export read every file of the session, --pid
-# keeps some processes, a file named directly is read alone, and a file
+# again); report, replay and export (chrome, folded, speedscope, perfetto)
+# read every file of the session, --pid keeps some processes, a file named directly is read alone, and a file
 # an earlier run left under a session name is not read.
 #
-# usage: test-trace-session.sh PROBEKIT TRACE_DEMO
+# usage: test-trace-session.sh PROBEKIT TRACE_DEMO PROTO_DIR
 set -uo pipefail
-pk=$(realpath "$1") demo=$(realpath "$2")
+pk=$(realpath "$1") demo=$(realpath "$2") protodir=$(realpath "$3")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 # rows FILE [ARGS...]: "NAME OBJECT CALLS" of report --raw's table, sorted.
@@ -19,6 +19,10 @@ rows() {
 # sum: "NAME OBJECT CALLS" lines of several files added up by NAME OBJECT.
 sum() {
 	awk '{n[$1 " " $2] += $3} END {for (k in n) print k, n[k]}' | sort
+}
+# fsum ARGS...: the values of export --format folded --value calls ARGS, added up.
+fsum() {
+	"$pk" export --format folded --value calls "$@" 2>/dev/null | awk '!/^#/ {n += $NF} END {print n + 0}'
 }
 # tids ARGS...: the thread id of each line of replay ARGS.
 tids() {
@@ -99,8 +103,31 @@ print(" ".join(sorted({str(e["pid"]) for e in ev if e["ph"] != "M"}, key=int)))'
 want=$(echo "$sh $parent $child" | tr ' ' '\n' | sort -n | tr '\n' ' ')
 check "chrome: one pid per process ($pids)" "[[ '$pids ' == '$want' ]]"
 check "chrome: processes named" "[[ \$(grep -c '\"process_name\"' c.json) == 3 ]]"
-"$pk" export --format folded s.trace >/dev/null 2>err
-check "folded: says it writes one process" "grep -q 'folded writes one process: s.trace' err"
+"$pk" export --format folded --value calls s.trace >f.txt 2>/dev/null
+fpids=$(grep -v '^#' f.txt | sed 's|^[^;/]*/\([0-9]*\);.*|\1|' | sort -nu | xargs)
+check "folded: each stack under its process's PROGRAM/PID ($fpids)" \
+	"[[ '$fpids ' == '$want' ]] && grep -q '^trace_demo/$child;' f.txt"
+fall=$(fsum s.trace)
+fone=$(for f in alone.trace "s.trace.$parent" "s.trace.$child" "s.trace.$sh.1" "s.trace.$sh.2"; do
+	fsum "$f"
+done | awk '{n += $1} END {print n}')
+check "folded: every process's calls ($fall, $fone)" "[[ $fall -gt 0 && $fall == $fone ]]"
+check "folded --pid: the child's stacks, no process frame" \
+	"[[ \$(fsum s.trace --pid $child) == \$(fsum s.trace.$child) ]] && ! \"$pk\" export --format folded s.trace --pid $child | grep -q '^trace_demo/'"
+"$pk" export --format speedscope s.trace >ss.json 2>/dev/null
+profiles=$(python3 -c '
+import json
+d = json.load(open("ss.json"))
+n = len(d["shared"]["frames"])
+assert all(0 <= e["frame"] < n for p in d["profiles"] for e in p["events"])
+print(" ".join(sorted({p["name"].split(": ")[0].split("/")[-1] for p in d["profiles"]}, key=int)))')
+check "speedscope: profiles of every process, frames in the table ($profiles)" "[[ '$profiles ' == '$want' ]]"
+"$pk" export --format perfetto s.trace -o s.pftrace 2>/dev/null
+protoc --decode=perfetto.protos.Trace -I "$protodir" "$protodir/probekit-perfetto.proto" <s.pftrace >p.txt 2>err
+ppids=$(awk '/^ *process \{/ {p = 1} p && /pid:/ {print $2; p = 0}' p.txt | sort -n | xargs)
+check "perfetto: decodes, a process track per pid ($ppids)" "[[ ! -s err && '$ppids ' == '$want' ]]"
+python3 "$(dirname "$(realpath "$0")")/perfetto_check.py" <p.txt >p.chk 2>err
+check "perfetto: every sequence consistent ($(tail -1 p.chk))" "[[ \$? == 0 ]] && grep -q '^packets' p.chk"
 "$pk" export --format chrome "s.trace.$child" >c1.json 2>/dev/null
 check "chrome: FILE.PID alone" "grep -q '\"pid\":$child,' c1.json && ! grep -q '\"pid\":$parent,' c1.json"
 

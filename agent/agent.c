@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -317,6 +318,13 @@ void agent_trace_config(const char *(*get)(const char *))
 		v = get(PK_ENV_TRACE_GEN);
 		t->env_gen = v ? strtoul(v, NULL, 10) : 0;
 	}
+	v = get(PK_ENV_TRACE_SESSION);
+	t->session = v ? strtoull(v, NULL, 16) : 0;
+	/* (a run not started by the command: its files are a session of their own) */
+	while (!t->session && getrandom(&t->session, sizeof(t->session), 0) < 0 && errno == EINTR)
+		;
+	if (!t->session)
+		t->session = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
 	v = get(PK_ENV_TRACE_TOP);
 	t->top = v && !strcmp(v, "1");
 	/* The command's settings, else the user's for the library (it reads them itself). */
@@ -554,6 +562,9 @@ char *const *agent_env_for_next(char *const *envp, bool same, struct agent_envbu
 	snprintf(b->gen, sizeof(b->gen), "%s=%lu", PK_ENV_TRACE_GEN,
 		 same ? agent_lineage.gen + 1 : 0);
 	b->vec[n++] = b->gen;
+	snprintf(b->session, sizeof(b->session), "%s=%016llx", PK_ENV_TRACE_SESSION,
+		 (unsigned long long)t->session);
+	b->vec[n++] = b->session;
 	b->vec[n] = NULL;
 	return b->vec;
 }

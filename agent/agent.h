@@ -68,6 +68,8 @@
 #define PK_ENV_TRACE_CMD	  "PROBEKIT_TRACE_CMD" /* the probekit command line, for INFO */
 #define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"
 #define PK_ENV_TRACE_GEN	  "PROBEKIT_TRACE_GEN"
+/* 16 hex digits: the run's SESSION id (format.h), the same in every file it writes */
+#define PK_ENV_TRACE_SESSION "PROBEKIT_TRACE_SESSION"
 /*
  * The command's --relocate/--relocate-all and --int3: the library's
  * PROBEKIT_RELOC and PROBEKIT_INT3 (sym/sites.h) under the agent's names,

@@ -67,6 +67,7 @@ struct agent_trace_conf {
 	bool has_pid;
 	long env_pid;
 	unsigned long env_gen;
+	uint64_t session; /* the SESSION id of the run's files, never 0 */
 };
 extern struct agent_trace_conf agent_trace_conf;
 
@@ -235,7 +236,7 @@ extern struct agent_lineage agent_lineage;
 #define PK_ENVBUF_VARS 4096
 
 struct agent_envbuf {
-	char pid[40], gen[40], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 28];
+	char pid[40], gen[40], session[48], saved[64 + PATH_MAX], *vec[PK_ENVBUF_VARS + 29];
 	char preload[2 * PATH_MAX + 16], trace[PATH_MAX + 32], funcs[4096], notrace[4096];
 	char args[8192]; /* -A/-R/-F: a program they do not fit runs untraced (a filter lost) */
 	char auto_args[48];

@@ -97,6 +97,7 @@ static struct agent_lineage *const me = &agent_lineage;
 
 static struct {
 	bool session;	/* a trace file is open */
+	bool first;	/* this process writes FILE itself: the run's first */
 	int fd;		/* attached: the command's descriptor for the next session_open(), or -1 */
 	char why[1024]; /* attached: why the start failed */
 	bool atfork;	/* on_fork_child is registered (once per process) */
@@ -214,7 +215,8 @@ static int session_open(void)
 	PK_OPTS(pki_trace_opts, o, .buf_events = conf->buf_events, .drop = conf->drop,
 		.ring = conf->ring, .max_size = conf->max_size, .catch_signals = !agent_attached,
 		.at_exit = true, .notice = agent_notice, .use_fd = T.fd >= 0, .fd = T.fd,
-		.command = conf->command);
+		.command = conf->command, .session = conf->session,
+		.session_flags = T.first ? PKI_SESSION_FIRST : 0);
 	size_t i;
 	int err;
 
@@ -254,6 +256,7 @@ static void on_fork_child_setup(void)
 	me->pid = getpid();
 	me->gen = 0;
 	T.session = false;
+	T.first = false;
 	if (!conf->children) {
 		agent_hook.active = false;
 		me->follow = false;
@@ -358,6 +361,7 @@ static void trace_name(bool initial)
 {
 	me->pid = getpid();
 	me->follow = true;
+	T.first = initial;
 	if (initial) {
 		snprintf(T.file, sizeof(T.file), "%s", conf->base);
 	} else if (conf->env_pid == me->pid) {

@@ -155,16 +155,67 @@ int cmd_info(int argc, char **argv);
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;
 struct pki_trace_file *cli_trace_open(const char *path);
+
+/* What a session is: a paragraph of the --help texts of the commands that read one. */
+#define CLI_SESSION_HELP                                                                           \
+	"FILE is read with the other files of its session: the FILE.PID and\n"                     \
+	"FILE.PID.N beside it that the same run of probekit trace wrote (children,\n"              \
+	"exec'd programs; a file another run left there is not read).  A FILE.PID\n"               \
+	"or FILE.PID.N named is read alone.\n"
+
+/*
+ * The files of one trace session, read as one (session.c): FILE and the
+ * FILE.<pid> and FILE.<pid>.<n> beside it that carry its SESSION id.
+ */
+struct cli_proc {
+	struct pki_trace_file *f;
+	char *path;
+};
+
+struct cli_session {
+	struct cli_proc *p; /* the first process's file first, then by start */
+	size_t n;
+	uint64_t origin_ns; /* CLOCK_MONOTONIC time of its earliest event: time 0 */
+};
+
+/* --pid PID[,PID...]: the processes to keep (none: all). */
+struct cli_pids {
+	uint32_t *v;
+	size_t n;
+};
+
+/* Add the pids of @list to @p; false after a usage error naming @cmd. */
+bool cli_pids_add(struct cli_pids *p, const char *cmd, const char *list);
+
+/*
+ * The session of @path, its processes kept by @pids (each file opened by
+ * cli_trace_open()): 0, or 1 after saying what went wrong.
+ */
+int cli_session_open(struct cli_session *s, const char *cmd, const char *path,
+		     const struct cli_pids *pids);
+void cli_session_free(struct cli_session *s);
+
+/* Is the pid of @s's process @k an earlier file's (a program it exec'd before)? */
+bool cli_session_pid_named(const struct cli_session *s, size_t k);
+
+/* @f's clock reading @ts as CLOCK_MONOTONIC ns (through its HEADER's pair). */
+uint64_t cli_mono_ns(const struct pki_trace_file *f, uint64_t ts);
+/* The same, counted from the session's earliest event. */
+uint64_t cli_session_ts_ns(const struct cli_session *s, const struct pki_trace_file *f,
+			   uint64_t ts);
 /*
  * Bytes of the valid UTF-8 sequence at @s (1 to 4), or 0 (report.c): names
  * come from the trace and may hold any bytes, where exports need UTF-8.
  */
 size_t cli_utf8_len(const unsigned char *s);
-/* @str as a JSON string (report.c); speedscope's evented JSON of @f (export_speedscope.c). */
+/*
+ * @str as a JSON string (report.c); speedscope's evented JSON of the
+ * processes of @s, a profile per thread (export_speedscope.c).
+ */
 void cli_json_str(FILE *o, const char *str);
-int cli_export_speedscope(const struct pki_trace_file *f, FILE *o);
-/* Perfetto's protobuf trace of @f (export_perfetto.c). */
-int cli_export_perfetto(const struct pki_trace_file *f, FILE *o);
+int cli_export_speedscope(const struct cli_session *s, FILE *o);
+/* Perfetto's protobuf trace of the processes of @s, each its track (export_perfetto.c). */
+int cli_export_perfetto(const struct cli_session *s, FILE *o);
 
 /*
  * A tree line's indentation (replay, graph): 2 columns a level up to

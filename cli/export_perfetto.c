@@ -22,6 +22,11 @@
  *    (longjmp, a GAP of a flight recorder, the end) are ended where the
  *    replay ends them, as in the other exports.
  *
+ *  - A session of several processes (cli.h): each process its track, its
+ *    threads theirs (a program a pid exec'd adds its threads to that pid's
+ *    track), each thread its sequence; their times are CLOCK_MONOTONIC's,
+ *    the same clock in every process.
+ *
  * Streamed: events are read EVENTS record by EVENTS record and written out
  * at once; each thread keeps its open frames and a bit per symbol (interned
  * on its sequence yet?), so memory follows the threads, symbols and depth.
@@ -219,6 +224,9 @@ struct pthread_st {
 
 struct pexport {
 	const struct pki_trace_file *f;
+	size_t k;      /* the file's place in the session */
+	uint32_t seq0; /* the sequences of the files before it */
+	bool named;    /* its pid's track was described by a file before it */
 	FILE *o;
 	struct pthread_st *th;
 	struct pb m;
@@ -232,9 +240,12 @@ static uint64_t proc_uuid(const struct pki_trace_file *f)
 	return (uint64_t)f->pid + 1;
 }
 
-static uint64_t thread_uuid(const struct pki_trace_file *f, size_t i)
+/* Thread @i's track; in the session's later files, apart from the first's (pid < 2^23). */
+static uint64_t thread_uuid(const struct pexport *p, size_t i)
 {
-	return ((uint64_t)f->pid + 1) << 32 | (uint64_t)(i + 1);
+	if (p->k)
+		return 1ull << 63 | (uint64_t)p->k << 32 | (uint64_t)(i + 1);
+	return ((uint64_t)p->f->pid + 1) << 32 | (uint64_t)(i + 1);
 }
 
 /* Write the packet built in p->m as one Trace.packet field, and empty it. */
@@ -260,20 +271,22 @@ static void descriptors_write(struct pexport *p)
 	const struct pki_trace_file *f = p->f;
 	const char *prog = f->program ? f->program : "", *base = strrchr(prog, '/');
 
-	pb_begin(&p->m, PKT_TRACK_DESCRIPTOR);
-	pb_varint(&p->m, TD_UUID, proc_uuid(f));
-	pb_begin(&p->m, TD_PROCESS);
-	pb_varint(&p->m, PD_PID, f->pid);
-	pb_str(&p->m, PD_NAME, base ? base + 1 : prog);
-	pb_end(&p->m);
-	pb_end(&p->m);
-	pb_varint(&p->m, PKT_SEQUENCE_ID, 1);
-	packet_flush(p);
+	if (!p->named) {
+		pb_begin(&p->m, PKT_TRACK_DESCRIPTOR);
+		pb_varint(&p->m, TD_UUID, proc_uuid(f));
+		pb_begin(&p->m, TD_PROCESS);
+		pb_varint(&p->m, PD_PID, f->pid);
+		pb_str(&p->m, PD_NAME, base ? base + 1 : prog);
+		pb_end(&p->m);
+		pb_end(&p->m);
+		pb_varint(&p->m, PKT_SEQUENCE_ID, 1);
+		packet_flush(p);
+	}
 	for (size_t i = 0; i < f->nthreads; i++) {
 		const struct pki_trace_thread *t = &f->threads[i];
 
 		pb_begin(&p->m, PKT_TRACK_DESCRIPTOR);
-		pb_varint(&p->m, TD_UUID, thread_uuid(f, i));
+		pb_varint(&p->m, TD_UUID, thread_uuid(p, i));
 		pb_varint(&p->m, TD_PARENT_UUID, proc_uuid(f));
 		pb_begin(&p->m, TD_THREAD);
 		pb_varint(&p->m, THD_PID, f->pid);
@@ -286,9 +299,9 @@ static void descriptors_write(struct pexport *p)
 	}
 }
 
-static uint32_t seq_of(size_t i)
+static uint32_t seq_of(const struct pexport *p, size_t i)
 {
-	return (uint32_t)i + 2; /* 1: the descriptors */
+	return p->seq0 + (uint32_t)i + 2; /* 1: the descriptors */
 }
 
 /* The thread's first packet: clock 64 against MONOTONIC, and the sequence's defaults. */
@@ -311,10 +324,10 @@ static void sequence_start(struct pexport *p, size_t i)
 	pb_begin(&p->m, PKT_DEFAULTS);
 	pb_varint(&p->m, DEFAULTS_TIMESTAMP_CLOCK_ID, CLOCK_OURS);
 	pb_begin(&p->m, DEFAULTS_TRACK_EVENT);
-	pb_varint(&p->m, TE_DEFAULTS_TRACK_UUID, thread_uuid(p->f, i));
+	pb_varint(&p->m, TE_DEFAULTS_TRACK_UUID, thread_uuid(p, i));
 	pb_end(&p->m);
 	pb_end(&p->m);
-	pb_varint(&p->m, PKT_SEQUENCE_ID, seq_of(i));
+	pb_varint(&p->m, PKT_SEQUENCE_ID, seq_of(p, i));
 	pb_varint(&p->m, PKT_SEQUENCE_FLAGS, SEQ_CLEARED);
 	packet_flush(p);
 	p->th[i].started = true;
@@ -392,7 +405,7 @@ static void event(struct pexport *p, size_t i, unsigned type, uint64_t fn, uint6
 		pb_end(&p->m);
 		pb_end(&p->m);
 	}
-	pb_varint(&p->m, PKT_SEQUENCE_ID, seq_of(i));
+	pb_varint(&p->m, PKT_SEQUENCE_ID, seq_of(p, i));
 	if (sym)
 		pb_varint(&p->m, PKT_SEQUENCE_FLAGS, SEQ_NEEDS_STATE);
 	packet_flush(p);
@@ -506,12 +519,15 @@ static uint64_t origin_mono(const struct pki_trace_file *f)
 	return f->ref_mono_ns;
 }
 
-int cli_export_perfetto(const struct pki_trace_file *f, FILE *o)
+/* The tracks and events of process @k of @s, its sequences after @seq0. */
+static int perfetto_proc(const struct cli_session *s, size_t k, uint32_t seq0, FILE *o)
 {
-	struct pexport p = {.f = f, .o = o, .mono0 = origin_mono(f)};
+	const struct pki_trace_file *f = s->p[k].f;
+	struct pexport p = {.f = f, .k = k, .seq0 = seq0, .o = o, .mono0 = origin_mono(f)};
 	size_t bits = (f->nsyms + 7) / 8 + 1;
 	int err;
 
+	p.named = cli_session_pid_named(s, k);
 	p.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*p.th));
 	if (!p.th)
 		return -ENOMEM;
@@ -547,5 +563,17 @@ int cli_export_perfetto(const struct pki_trace_file *f, FILE *o)
 			(unsigned long long)p.clamped);
 	free(p.m.b);
 	free(p.th);
+	return err;
+}
+
+int cli_export_perfetto(const struct cli_session *s, FILE *o)
+{
+	uint32_t seq0 = 0;
+	int err = 0;
+
+	for (size_t k = 0; k < s->n && !err; k++) {
+		err = perfetto_proc(s, k, seq0, o);
+		seq0 += (uint32_t)s->p[k].f->nthreads;
+	}
 	return err;
 }

@@ -9,11 +9,13 @@
  * Streamed: the events are read once; each thread's are written as they
  * come to a temporary file of its own, then the profiles are copied out
  * one after the other.  Memory: each thread's open frames; disk: about the
- * output's size.  Frames left without their exit (longjmp, exceptions: an
- * outer exit) are closed first, as the format wants every frame closed in
- * order; those still open at the end close where the thread's trace ended
- * (its last event, where that is not known: speedscope wants them closed).
- * Calls recorded without an exit open and close at the same instant.
+ * output's size.  A session of several processes (cli.h) gives every
+ * process's threads a profile, named after the process too, its frames
+ * table after the others' and its times in the session's.  Frames left without their exit (longjmp,
+ * exceptions: an outer exit) are closed first, as the format wants every frame closed in order;
+ * those still open at the end close where the thread's trace ended (its last event, where that is
+ * not known: speedscope wants them closed). Calls recorded without an exit open and close at the
+ * same instant.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -40,15 +42,17 @@ struct sthread {
 struct speedscope {
 	const struct pki_trace_file *f;
 	struct sthread *th;
+	size_t base;	 /* the file's first frame in the table */
+	uint64_t off_ns; /* the file's time 0 in the session's */
 	int err;
 };
 
-/* The frame index of @fn: its symbol's, or the last one ("unknown"). */
-static size_t frame_of(const struct pki_trace_file *f, uint64_t fn)
+/* The frame index of @fn: its symbol's, or the file's last one ("unknown"). */
+static size_t frame_of(const struct speedscope *s, uint64_t fn)
 {
-	const struct pki_trace_sym *sym = pki_trace_file_sym(f, fn);
+	const struct pki_trace_sym *sym = pki_trace_file_sym(s->f, fn);
 
-	return sym ? (size_t)(sym - f->syms) : f->nsyms;
+	return s->base + (sym ? (size_t)(sym - s->f->syms) : s->f->nsyms);
 }
 
 static void ev(struct sthread *t, char kind, size_t frame, uint64_t at)
@@ -119,8 +123,8 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 			close_all(t, t->last_ns);
 			continue;
 		}
-		at = pki_trace_file_ts_ns(f, e[i].ts);
-		frame = frame_of(f, fn);
+		at = s->off_ns + pki_trace_file_ts_ns(f, e[i].ts);
+		frame = frame_of(s, fn);
 		t->last_ns = at;
 		switch (PKI_EV_KIND(e[i].word)) {
 		case PKI_EV_ENTRY:
@@ -138,15 +142,13 @@ static int on_events(const struct pki_trace_file *f, const struct pki_trace_thre
 	return err;
 }
 
-static void frames_write(const struct pki_trace_file *f, FILE *o)
+/* The frames of @f: its symbols, then "(unknown)". */
+static void frames_write(const struct pki_trace_file *f, bool first, FILE *o)
 {
-	fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\n"
-	      "\"exporter\":\"probekit\",\n\"shared\":{\"frames\":[",
-	      o);
 	for (size_t i = 0; i < f->nsyms; i++) {
 		const struct pki_trace_obj *obj = pki_trace_file_obj(f, f->syms[i].object_id);
 
-		fputs(i ? ",\n{\"name\":" : "\n{\"name\":", o);
+		fputs(first && !i ? "\n{\"name\":" : ",\n{\"name\":", o);
 		cli_json_str(o, f->syms[i].name);
 		if (obj) {
 			fputs(",\"file\":", o);
@@ -154,23 +156,25 @@ static void frames_write(const struct pki_trace_file *f, FILE *o)
 		}
 		fputc('}', o);
 	}
-	fprintf(o, "%s{\"name\":\"(unknown)\"}]},\n\"profiles\":[", f->nsyms ? ",\n" : "\n");
+	fprintf(o, "%s{\"name\":\"(unknown)\"}", first && !f->nsyms ? "\n" : ",\n");
 }
 
-/* Thread @i's profile: its events copied from its temporary file. */
-static int profile_write(const struct pki_trace_file *f, struct sthread *t, size_t i, bool first,
-			 FILE *o)
+/* Thread @i's profile: its events copied from its temporary file; @proc names its process. */
+static int profile_write(const struct speedscope *s, struct sthread *t, size_t i, const char *proc,
+			 bool first, FILE *o)
 {
-	char name[96], buf[65536];
+	const struct pki_trace_file *f = s->f;
+	char name[384], buf[65536];
 	size_t n;
 
 	uint64_t end;
 
 	/* Still open at the end: where the thread's trace ended, if known. */
-	close_all(t, pki_trace_thread_end(f, &f->threads[i], &end) ? pki_trace_file_ts_ns(f, end)
-								   : t->last_ns);
-	snprintf(name, sizeof(name), "%s/%u", f->threads[i].name ? f->threads[i].name : "thread",
-		 f->threads[i].tid);
+	close_all(t, pki_trace_thread_end(f, &f->threads[i], &end)
+			 ? s->off_ns + pki_trace_file_ts_ns(f, end)
+			 : t->last_ns);
+	snprintf(name, sizeof(name), "%s%s/%u", proc,
+		 f->threads[i].name ? f->threads[i].name : "thread", f->threads[i].tid);
 	fprintf(o, "%s\n{\"type\":\"evented\",\"name\":", first ? "" : ",");
 	cli_json_str(o, name);
 	fprintf(o, ",\"unit\":\"nanoseconds\",\"startValue\":0,\"endValue\":%llu,\"events\":[\n",
@@ -186,24 +190,22 @@ static int profile_write(const struct pki_trace_file *f, struct sthread *t, size
 	return 0;
 }
 
-int cli_export_speedscope(const struct pki_trace_file *f, FILE *o)
+/* The profiles of @s's threads (*@first: none written yet), named after @proc too. */
+static int proc_write(struct speedscope *s, const char *proc, bool *first, FILE *o)
 {
-	struct speedscope s = {.f = f};
-	bool first = true;
+	const struct pki_trace_file *f = s->f;
 	int err;
 
-	s.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*s.th));
-	if (!s.th)
+	s->th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*s->th));
+	if (!s->th)
 		return -ENOMEM;
-	err = pki_trace_file_events(f, on_events, &s);
-	if (!err)
-		frames_write(f, o);
+	err = pki_trace_file_events(f, on_events, s);
 	for (size_t i = 0; i < f->nthreads; i++) {
-		struct sthread *t = &s.th[i];
+		struct sthread *t = &s->th[i];
 
 		if (!err && t->tmp) {
-			err = profile_write(f, t, i, first, o);
-			first = false;
+			err = profile_write(s, t, i, proc, *first, o);
+			*first = false;
 		}
 		if (t->tmp)
 			fclose(t->tmp);
@@ -211,8 +213,38 @@ int cli_export_speedscope(const struct pki_trace_file *f, FILE *o)
 		free(t->fns);
 		pki_idxmap_free(&t->active);
 	}
+	free(s->th);
+	return err;
+}
+
+int cli_export_speedscope(const struct cli_session *ss, FILE *o)
+{
+	char proc[288] = "";
+	size_t base = 0, k;
+	bool first = true;
+	int err = 0;
+
+	fputs("{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\n"
+	      "\"exporter\":\"probekit\",\n\"shared\":{\"frames\":[",
+	      o);
+	for (k = 0; k < ss->n; k++)
+		frames_write(ss->p[k].f, !k, o);
+	fputs("]},\n\"profiles\":[", o);
+	for (k = 0; k < ss->n && !err; k++) {
+		const struct pki_trace_file *f = ss->p[k].f;
+		struct speedscope s = {.f = f, .base = base};
+
+		if (ss->n > 1) {
+			const char *prog = f->program ? f->program : "?",
+				   *slash = strrchr(prog, '/');
+
+			s.off_ns = cli_session_ts_ns(ss, f, f->origin);
+			snprintf(proc, sizeof(proc), "%s/%u: ", slash ? slash + 1 : prog, f->pid);
+		}
+		err = proc_write(&s, proc, &first, o);
+		base += f->nsyms + 1;
+	}
 	if (!err)
 		fputs("]}\n", o);
-	free(s.th);
 	return err;
 }

@@ -23,9 +23,10 @@ static const char info_usage[] =
     "What the trace FILE (default probekit.trace) is: the command line traced,\n"
     "when it started (local time and ISO 8601), how long it ran and how it\n"
     "ended (exit status, signal, exec, detach, or cut short), the host, kernel\n"
-    "and CPU it ran on, the probekit version and command that took it, and\n"
-    "each thread's events and losses.  What an older file does not record is\n"
-    "'unknown'.\n\n"
+    "and CPU it ran on, the probekit version and command that took it, the\n"
+    "session it is of (the run of probekit trace that wrote it, the same in\n"
+    "FILE and its FILE.PID and FILE.PID.N), and each thread's events and\n"
+    "losses.  What an older file does not record is 'unknown'.\n\n"
     "Exit status: 0 on success; 1 if FILE cannot be read or is not a trace file,\n"
     "or the output cannot be written; 2 for a usage error.\n";
 
@@ -153,6 +154,17 @@ static void print_machine(const struct pki_trace_file *f)
 		  : "unknown");
 }
 
+/* The run that wrote the file (SESSION), and whether the file is its first process's. */
+static void print_session(const struct pki_trace_file *f)
+{
+	if (f->session)
+		row("session", "%016llx (%s)", (unsigned long long)f->session,
+		    f->session_first ? "first process of the run" : "another process of the run");
+	else
+		row("session", "%s",
+		    f->ninfo ? "none (the program traced itself through the library)" : "unknown");
+}
+
 /* Events and losses, of the whole trace then of each thread. */
 static void print_counts(const struct pki_trace_file *f)
 {
@@ -197,6 +209,7 @@ static void info_print(const char *path, const struct pki_trace_file *f)
 	row("duration", "%s%s (%llu ns)%s", whole ? "" : "at least ", dur, (unsigned long long)ns,
 	    whole ? "" : ": up to the last record");
 	print_end(f);
+	print_session(f);
 	print_machine(f);
 	print_counts(f);
 }

@@ -62,11 +62,14 @@ static const char usage[] =
     "the file was cut short) their time is '-'.  Where a flight recorder\n"
     "(trace --ring) overwrote events, the calls open there end, at a time not\n"
     "known ('-'), and a line says how many were lost.\n"
-    "Memory does not grow with the trace.\n\n"
+    "Memory does not grow with the trace.\n\n" CLI_SESSION_HELP
+    "The processes' lines are merged in time too (their clocks converted to\n"
+    "one); the header says which process each thread id is of.\n\n"
     "options:\n"
     "  -D, --depth N     only the calls at most N deep (1: the outermost)\n"
     "  -t, --time TIME   hide calls shorter than TIME (e.g. 10us, 1.5ms, 200ns)\n"
     "      --tid TID     only the thread TID (its lines alone, in their order)\n"
+    "      --pid PID     only the files of process PID (repeatable, or PID,PID...)\n"
     "  -f, --filter GLOB only the calls of functions matching GLOB and their\n"
     "                    callees (repeatable)\n"
     "  -N, --notrace GLOB hide the calls of functions matching GLOB and their\n"
@@ -84,6 +87,7 @@ struct replay_opts {
 	uint64_t min_ns, since_ns, until_ns;
 	long tid; /* -1: every thread */
 	struct cli_globs f, n; /* -f, -N */
+	struct cli_pids pids;  /* --pid */
 };
 
 /*
@@ -120,6 +124,7 @@ struct rmark {
 };
 
 struct rthread {
+	const struct pki_trace_file *f; /* its process's */
 	const struct pki_trace_thread *t;
 	struct pki_trace_cursor *cur;	  /* NULL: not shown (--tid) */
 	const struct pki_trace_event *ev; /* the cursor's record: ev[iev, nev) to come */
@@ -143,10 +148,12 @@ struct rthread {
 
 struct replay {
 	const struct replay_opts *o;
-	const struct pki_trace_file *f;
-	struct rthread *th;
-	uint64_t lines;	  /* written */
-	uint64_t name_fn; /* name_of's cache */
+	const struct cli_session *s;
+	struct rthread *th; /* every thread of every process */
+	size_t nth;
+	uint64_t lines;			     /* written */
+	const struct pki_trace_file *name_f; /* name_of's cache */
+	uint64_t name_fn;
 	const char *name;
 	char name_buf[64];
 };
@@ -165,7 +172,7 @@ static void text_cut(struct rthread *r, uint64_t at)
 		r->nmk--;
 }
 
-/* A line of @r starts here, at @ts. */
+/* A line of @r starts here, at @ts (ticks of its file; kept as the session's time). */
 static int mark_add(struct rthread *r, uint64_t ts)
 {
 	if (r->mhead && r->mhead >= r->nmk) { /* as text_add() */
@@ -174,7 +181,8 @@ static int mark_add(struct rthread *r, uint64_t ts)
 	}
 	if (PKI_GROW(r->mk, r->mkcap, r->mhead + r->nmk + 1))
 		return -ENOMEM;
-	r->mk[r->mhead + r->nmk++] = (struct rmark){.off = text_end(r), .ts = ts};
+	r->mk[r->mhead + r->nmk++] =
+	    (struct rmark){.off = text_end(r), .ts = cli_mono_ns(r->f, ts)};
 	return 0;
 }
 
@@ -213,12 +221,13 @@ static int line(struct rthread *r, uint64_t ts, const char *dur, size_t depth, c
 	return err;
 }
 
-/* @fn's name; the last one asked is kept (a tree repeats its functions). */
-static const char *name_of(struct replay *p, uint64_t fn)
+/* @fn's name in @f; the last one asked is kept (a tree repeats its functions). */
+static const char *name_of(struct replay *p, const struct pki_trace_file *f, uint64_t fn)
 {
-	if (fn != p->name_fn || !p->name) {
-		p->name = pki_trace_fn_name(p->f, fn, p->name_buf, sizeof(p->name_buf));
+	if (fn != p->name_fn || f != p->name_f || !p->name) {
+		p->name = pki_trace_fn_name(f, fn, p->name_buf, sizeof(p->name_buf));
 		p->name_fn = fn;
+		p->name_f = f;
 	}
 	return p->name;
 }
@@ -247,7 +256,7 @@ static void flush(struct replay *p, struct rthread *r, uint64_t now)
 	for (i = r->nout; p->o->min_ns && i < r->nsh; i++) {
 		const struct rframe *fr = &r->st[r->sh[i]];
 
-		if (pki_trace_file_dur_ns(p->f, now - fr->start) < p->o->min_ns) {
+		if (pki_trace_file_dur_ns(r->f, now - fr->start) < p->o->min_ns) {
 			limit = fr->off < limit ? fr->off : limit;
 			break;
 		}
@@ -264,7 +273,7 @@ static bool shown(const struct replay *p, const struct rthread *r, const char *n
 		  bool *hide_sub, bool *in_scope)
 {
 	const struct rframe *up = r->depth ? &r->st[r->depth - 1] : NULL;
-	uint64_t at = pki_trace_file_ts_ns(p->f, ts);
+	uint64_t at = cli_session_ts_ns(p->s, r->f, ts);
 
 	*hide_sub = (up && up->hide_sub) || cli_globs_any(&p->o->n, name);
 	*in_scope = !p->o->f.n || (up && up->in_scope) || cli_globs_any(&p->o->f, name);
@@ -285,7 +294,7 @@ static const char *call_text(char *out, size_t len, const char *args, const char
 /* @args: "(...)" of the arguments its entry carried (taken by the frame), or NULL. */
 static int enter(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, char *args)
 {
-	const char *name = name_of(p, fn);
+	const char *name = name_of(p, r->f, fn);
 	struct rframe fr = {.fn = fn, .start = ts, .off = text_end(r), .args = args};
 	char post[CLI_ARGS_TEXT + 8];
 	int err = 0;
@@ -331,8 +340,8 @@ static int leave_ret(struct replay *p, struct rthread *r, uint64_t ts, const cha
 	}
 	r->nsh--; /* the top shown frame: those above it ended first */
 	r->nout = r->nout < r->nsh ? r->nout : r->nsh;
-	ns = pki_trace_file_dur_ns(p->f, ts - fr.start);
-	name = name_of(p, fr.fn);
+	ns = pki_trace_file_dur_ns(r->f, ts - fr.start);
+	name = name_of(p, r->f, fr.fn);
 	if (p->o->min_ns && ns < p->o->min_ns && !out &&
 	    !no_end) { /* too short: it and its subtree go */
 		text_cut(r, fr.off);
@@ -367,7 +376,7 @@ static int leave(struct replay *p, struct rthread *r, uint64_t ts, const char *h
 /* A call recorded without its exit: one line, no time. */
 static int instant(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts, const char *args)
 {
-	const char *name = name_of(p, fn);
+	const char *name = name_of(p, r->f, fn);
 	char post[CLI_ARGS_TEXT + 8];
 	bool hide_sub, in_scope;
 
@@ -409,13 +418,13 @@ static int settle(struct replay *p, struct rthread *r)
 		return 0;
 	e->on = false;
 	if (e->kind == PKI_EV_EXIT) {
-		pki_argvals_str(e->spec, e->v, true, ret, sizeof(ret), addr_name, (void *)p->f);
+		pki_argvals_str(e->spec, e->v, true, ret, sizeof(ret), addr_name, (void *)r->f);
 		return exit_of(p, r, e->fn, e->ts, *ret ? ret : NULL);
 	}
 	args = malloc(CLI_ARGS_TEXT);
 	if (!args)
 		return -ENOMEM;
-	pki_argvals_str(e->spec, e->v, false, args, CLI_ARGS_TEXT, addr_name, (void *)p->f);
+	pki_argvals_str(e->spec, e->v, false, args, CLI_ARGS_TEXT, addr_name, (void *)r->f);
 	if (e->kind == PKI_EV_CALL) {
 		err = instant(p, r, e->fn, e->ts, args);
 		free(args);
@@ -488,7 +497,7 @@ static int event(struct replay *p, struct rthread *r, const struct pki_trace_eve
 	if (kind == PKI_EV_GAP)
 		return gap(p, r, fn);
 	r->last = ts;
-	spec = p->f->nargs ? pki_trace_file_args(p->f, fn) : NULL;
+	spec = r->f->nargs ? pki_trace_file_args(r->f, fn) : NULL;
 	if (spec && (kind == PKI_EV_EXIT ? spec->ret : spec->n > spec->ret))
 		return hold(r, spec, kind, fn, ts);
 	switch (kind) {
@@ -513,7 +522,7 @@ static int event(struct replay *p, struct rthread *r, const struct pki_trace_eve
 static int thread_end(struct replay *p, struct rthread *r)
 {
 	uint64_t end = r->last;
-	bool known = r->t && pki_trace_thread_end(p->f, r->t, &end);
+	bool known = r->t && pki_trace_thread_end(r->f, r->t, &end);
 	int err = settle(p, r);
 
 	while (!err && r->depth)
@@ -568,7 +577,7 @@ static int merge(struct replay *p)
 		uint64_t best_ts = 0, next = UINT64_MAX;
 		int err = 0;
 
-		for (size_t i = 0; i < p->f->nthreads; i++) {
+		for (size_t i = 0; i < p->nth; i++) {
 			struct rthread *r = &p->th[i];
 			uint64_t ts;
 
@@ -597,7 +606,7 @@ static int merge(struct replay *p)
 
 static void replay_free(struct replay *p)
 {
-	for (size_t i = 0; i < p->f->nthreads; i++) {
+	for (size_t i = 0; i < p->nth; i++) {
 		struct rthread *r = &p->th[i];
 
 		while (r->depth) /* (an error: the frames left) */
@@ -635,11 +644,12 @@ static bool parse_time(const char *s, uint64_t *ns)
 
 static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int *status)
 {
-	enum { O_TID = 256, O_SINCE, O_UNTIL };
+	enum { O_TID = 256, O_SINCE, O_UNTIL, O_PID };
 	static const struct option opts[] = {
 	    {"depth", required_argument, NULL, 'D'},
 	    {"time", required_argument, NULL, 't'},
 	    {"tid", required_argument, NULL, O_TID},
+	    {"pid", required_argument, NULL, O_PID},
 	    {"filter", required_argument, NULL, 'f'},
 	    {"notrace", required_argument, NULL, 'N'},
 	    {"since", required_argument, NULL, O_SINCE},
@@ -671,6 +681,10 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 		case O_TID:
 			o->tid = (long)cli_parse_ulong("--tid", optarg);
 			break;
+		case O_PID:
+			if (!cli_pids_add(&o->pids, "replay", optarg))
+				return false;
+			break;
 		case 'f':
 		case 'N':
 			if (!cli_globs_add(c == 'f' ? &o->f : &o->n, "replay", c, optarg, argc))
@@ -696,6 +710,33 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 	return true;
 }
 
+/* Does --tid name a thread of the session?  If not, say which it has (false). */
+static bool tid_match(const struct replay *p)
+{
+	const struct replay_opts *o = p->o;
+	char list[256] = "";
+	size_t i, n = 0, all = 0;
+
+	for (size_t k = 0; k < p->s->n; k++) {
+		const struct pki_trace_file *f = p->s->p[k].f;
+
+		for (i = 0; i < f->nthreads; i++, all++) {
+			if (f->threads[i].tid == (uint32_t)o->tid)
+				return true;
+			n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0,
+					      "%s%u", all ? ", " : "", f->threads[i].tid);
+		}
+	}
+	/* Its threads, when they are few enough to be read at a glance. */
+	if (!all)
+		snprintf(list, sizeof(list), "none");
+	else if (all > 16)
+		snprintf(list, sizeof(list), "%zu of them", all);
+	cli_error("replay: %s: no thread %ld in the trace (its threads: %s)", o->path, o->tid,
+		  list);
+	return false;
+}
+
 /*
  * Does --tid name a thread of the trace, does a -f glob match one of its
  * functions?  If not, nothing would be shown: say why (on stderr) and false.
@@ -703,31 +744,20 @@ static bool replay_opts_parse(struct replay_opts *o, int argc, char **argv, int 
 static bool filters_match(struct replay *p)
 {
 	const struct replay_opts *o = p->o;
-	const struct pki_trace_file *f = p->f;
 	char list[256] = "";
-	size_t i, n = 0;
+	size_t n = 0;
 
-	for (i = 0; o->tid >= 0 && i < f->nthreads; i++)
-		if (f->threads[i].tid == (uint32_t)o->tid)
-			break;
-	if (o->tid >= 0 && i == f->nthreads) {
-		/* Its threads, when they are few enough to be read at a glance. */
-		for (i = 0; f->nthreads <= 16 && i < f->nthreads; i++)
-			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%u", i ? ", " : "",
-					      f->threads[i].tid);
-		if (!f->nthreads)
-			snprintf(list, sizeof(list), "none");
-		else if (!*list)
-			snprintf(list, sizeof(list), "%zu of them", f->nthreads);
-		cli_error("replay: %s: no thread %ld in the trace (its threads: %s)", o->path,
-			  o->tid, list);
+	if (o->tid >= 0 && !tid_match(p))
 		return false;
-	}
-	for (i = 0; o->f.n && i < f->nsyms; i++)
-		if (cli_globs_any(&o->f, name_of(p, f->syms[i].fn)))
-			return true;
 	if (!o->f.n)
 		return true;
+	for (size_t k = 0; k < p->s->n; k++) {
+		const struct pki_trace_file *f = p->s->p[k].f;
+
+		for (size_t i = 0; i < f->nsyms; i++)
+			if (cli_globs_any(&o->f, name_of(p, f, f->syms[i].fn)))
+				return true;
+	}
 	for (int g = 0; g < o->f.n; g++)
 		n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0, "%s'%s'",
 				      g ? " or " : "", o->f.v[g]);
@@ -735,40 +765,75 @@ static bool filters_match(struct replay *p)
 	return false;
 }
 
+/*
+ * A session of several processes: which process each thread id is of,
+ * before the lines (a line names its thread alone).
+ */
+static void procs_print(const struct cli_session *s)
+{
+	for (size_t k = 0; s->n > 1 && k < s->n; k++) {
+		const struct pki_trace_file *f = s->p[k].f;
+
+		printf("# pid %u %s (%s): tid", f->pid, f->program, s->p[k].path);
+		for (size_t i = 0; i < f->nthreads && i < 16; i++)
+			printf("%s %u", i ? "," : "", f->threads[i].tid);
+		printf("%s\n", f->nthreads > 16 ? ", ..." : "");
+	}
+}
+
+/* The threads of every process of @p->s, each with its cursor unless --tid leaves it out. */
+static int threads_setup(struct replay *p)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < p->s->n; k++)
+		n += p->s->p[k].f->nthreads;
+	p->th = calloc(n ? n : 1, sizeof(*p->th));
+	if (!p->th)
+		return -ENOMEM;
+	for (size_t k = 0; k < p->s->n; k++) {
+		const struct pki_trace_file *f = p->s->p[k].f;
+
+		for (size_t i = 0; i < f->nthreads; i++) {
+			struct rthread *r = &p->th[p->nth++];
+
+			r->f = f;
+			r->t = &f->threads[i];
+			if (p->o->tid >= 0 && r->t->tid != (uint32_t)p->o->tid)
+				continue;
+			r->cur = pki_trace_cursor_new(f, r->t);
+			if (!r->cur)
+				return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
 int cmd_replay(int argc, char **argv)
 {
 	struct replay_opts o = {.path = "probekit.trace", .tid = -1};
-	struct pki_trace_file *f;
-	struct replay p = {.o = &o};
+	struct cli_session s;
+	struct replay p = {.o = &o, .s = &s};
 	int status, err = 0;
 
 	if (!replay_opts_parse(&o, argc, argv, &status))
-		return status;
-	f = cli_trace_open(o.path);
-	if (!f)
-		return 1;
-	p.f = f;
+		goto out_pids;
+	status = cli_session_open(&s, "replay", o.path, &o.pids);
+	if (status)
+		goto out_pids;
 	if (!filters_match(&p)) {
-		pki_trace_file_free(f);
-		return 1;
+		status = 1;
+		goto out;
 	}
-	p.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*p.th));
-	if (!p.th) {
-		pki_trace_file_free(f);
-		return cli_error("replay: out of memory");
-	}
-	for (size_t i = 0; !err && i < f->nthreads; i++) {
-		p.th[i].t = &f->threads[i];
-		if (o.tid >= 0 && f->threads[i].tid != (uint32_t)o.tid)
-			continue;
-		p.th[i].cur = pki_trace_cursor_new(f, &f->threads[i]);
-		err = p.th[i].cur ? 0 : -ENOMEM;
-	}
+	err = threads_setup(&p);
+	procs_print(&s);
 	printf("# %10s  %6s    %s\n", "DURATION", "TID", "FUNCTION");
 	err = err ?: merge(&p);
+	status = err ? cli_error("replay: %s: %s", o.path, strerror(err < 0 ? -err : err)) : 0;
+out:
 	replay_free(&p);
-	pki_trace_file_free(f);
-	if (err)
-		return cli_error("replay: %s: %s", o.path, strerror(err < 0 ? -err : err));
-	return 0;
+	cli_session_free(&s);
+out_pids:
+	free(o.pids.v);
+	return status;
 }

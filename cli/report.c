@@ -176,12 +176,16 @@ static const char *thread_name(const struct pki_trace_thread *t)
 /* ---- report ---------------------------------------------------------------- */
 
 static const char report_usage[] =
-    "usage: probekit report [FILE] [--threads] [--sort KEY] [--raw] [--args]\n"
+    "usage: probekit report [FILE] [--threads] [--sort KEY] [--raw] [--args] [--pid PID]...\n"
     "\n"
     "Per function of the trace FILE (default " DEFAULT_TRACE "): calls, total time,\n"
     "self time, average, minimum and maximum duration, sorted by total time.\n"
+    "\n" CLI_SESSION_HELP
+    "A function is one row over the processes, its figures added up (by name and\n"
+    "object, as uftrace's report does); the header lists each process.\n"
     "\n"
     "  --threads     one table per thread instead of one for the process\n"
+    "  --pid PID     only the files of process PID (repeatable, or PID,PID...)\n"
     "  --sort KEY    calls|total|self|avg|min|max (largest first) or name\n"
     "  --raw         times as integer nanoseconds (for scripts)\n"
     "  --args        one row per function and distinct values its calls\n"
@@ -227,47 +231,58 @@ void cli_fmt_ns(char *buf, size_t len, unsigned long long ns, bool raw)
 		snprintf(buf, len, "%.3f s", ns / 1e9);
 }
 
-static void print_table(const struct pki_trace_file *f, const struct pki_trace_report *r,
-			uint32_t tsn, bool raw)
+static void print_head(bool raw)
 {
 	const char *unit = raw ? "(ns)" : "";
-	size_t i;
 
 	printf("%10s %12s%s %12s%s %12s%s %12s%s %12s%s  %s\n", "calls", "total", unit, "self",
 	       unit, "avg", unit, "min", unit, "max", unit, "function");
-	for (i = 0; i < r->n; i++) {
-		const struct pki_trace_fnstat *s = &r->st[i];
-		const struct pki_trace_sym *sym;
-		const struct pki_trace_obj *obj;
-		char t[5][32], nb[32];
-		int w = raw ? 16 : 12;
+}
 
-		if (s->tsn != tsn)
-			continue;
-		cli_fmt_ns(t[0], sizeof(t[0]), s->total_ns, raw);
-		cli_fmt_ns(t[1], sizeof(t[1]), s->self_ns, raw);
-		cli_fmt_ns(t[2], sizeof(t[2]), pki_trace_fnstat_avg(s), raw);
-		cli_fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
-		cli_fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
-		/*
-		 * Unknown: entries only (counts, no durations), or a call with
-		 * no known end among those a time sums or bounds.
-		 */
-		for (int k = 0; k < 5; k++)
-			if (s->instants == s->calls || (k ? s->no_end : s->no_end_outer))
-				snprintf(t[k], sizeof(t[k]), "-");
-		printf("%10llu %*s %*s %*s %*s %*s  %s%s", (unsigned long long)s->calls, w, t[0], w,
-		       t[1], w, t[2], w, t[3], w, t[4], pki_trace_fn_name(f, s->fn, nb, sizeof(nb)),
-		       s->args ? s->args : "");
-		sym = pki_trace_file_sym(f, s->fn);
-		obj = sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
-		if (obj) {
-			const char *base = strrchr(obj->path, '/');
+/* The object of @f's @fn, its file name alone, or NULL. */
+static const char *obj_name(const struct pki_trace_file *f, uint64_t fn)
+{
+	const struct pki_trace_sym *sym = pki_trace_file_sym(f, fn);
+	const struct pki_trace_obj *obj = sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
+	const char *base = obj ? strrchr(obj->path, '/') : NULL;
 
-			printf(" [%s]", base ? base + 1 : obj->path);
-		}
-		putchar('\n');
-	}
+	return base ? base + 1 : obj ? obj->path : NULL;
+}
+
+/* One row: @s, a function of @f. */
+static void print_row(const struct pki_trace_file *f, const struct pki_trace_fnstat *s, bool raw)
+{
+	const char *obj = obj_name(f, s->fn);
+	char t[5][32], nb[32];
+	int w = raw ? 16 : 12;
+
+	cli_fmt_ns(t[0], sizeof(t[0]), s->total_ns, raw);
+	cli_fmt_ns(t[1], sizeof(t[1]), s->self_ns, raw);
+	cli_fmt_ns(t[2], sizeof(t[2]), pki_trace_fnstat_avg(s), raw);
+	cli_fmt_ns(t[3], sizeof(t[3]), s->min_ns, raw);
+	cli_fmt_ns(t[4], sizeof(t[4]), s->max_ns, raw);
+	/*
+	 * Unknown: entries only (counts, no durations), or a call with
+	 * no known end among those a time sums or bounds.
+	 */
+	for (int k = 0; k < 5; k++)
+		if (s->instants == s->calls || (k ? s->no_end : s->no_end_outer))
+			snprintf(t[k], sizeof(t[k]), "-");
+	printf("%10llu %*s %*s %*s %*s %*s  %s%s", (unsigned long long)s->calls, w, t[0], w, t[1],
+	       w, t[2], w, t[3], w, t[4], pki_trace_fn_name(f, s->fn, nb, sizeof(nb)),
+	       s->args ? s->args : "");
+	if (obj)
+		printf(" [%s]", obj);
+	putchar('\n');
+}
+
+static void print_table(const struct pki_trace_file *f, const struct pki_trace_report *r,
+			uint32_t tsn, bool raw)
+{
+	print_head(raw);
+	for (size_t i = 0; i < r->n; i++)
+		if (r->st[i].tsn == tsn)
+			print_row(f, &r->st[i], raw);
 }
 
 static int parse_sort(const char *v, enum pki_trace_sort *key)
@@ -287,6 +302,7 @@ struct report_opts {
 	const char *path;
 	enum pki_trace_sort key;
 	bool per_thread, raw, args;
+	struct cli_pids pids; /* --pid */
 };
 
 /* Fill @o from the command line; false: stop with exit status *@status. */
@@ -297,6 +313,7 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 	    {"sort", required_argument, NULL, 's'},
 	    {"raw", no_argument, NULL, 'r'},
 	    {"args", no_argument, NULL, 'a'},
+	    {"pid", required_argument, NULL, 'p'},
 	    {"help", no_argument, NULL, 'h'},
 	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
@@ -306,6 +323,10 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 	opterr = 0; /* cli_bad_option() says it, once, with the prefix */
 	while ((c = getopt_long(argc, argv, "ts:rh", opts, NULL)) != -1) {
 		switch (c) {
+		case 'p':
+			if (!cli_pids_add(&o->pids, "report", optarg))
+				return *status = 2, false;
+			break;
 		case 't':
 			o->per_thread = true;
 			break;
@@ -372,9 +393,12 @@ static void report_header_print(const struct pki_trace_file *f)
 			   : "");
 }
 
-/* One table for the process, or one per thread with @per_thread. */
+/*
+ * One table for the process, or one per thread with @per_thread (@pid: the
+ * process named in their headings, in a session of several).
+ */
 static void report_tables_print(const struct pki_trace_file *f, const struct pki_trace_report *r,
-				bool per_thread, bool raw)
+				bool per_thread, bool raw, bool pid)
 {
 	size_t i;
 
@@ -384,53 +408,190 @@ static void report_tables_print(const struct pki_trace_file *f, const struct pki
 	}
 	for (i = 0; i < f->nthreads; i++) {
 		const struct pki_trace_thread *t = &f->threads[i];
+		char who[32] = "";
 
-		printf("\n# thread %u (tid %u, %s): %zu events, %llu lost\n", t->tsn, t->tid,
+		if (pid)
+			snprintf(who, sizeof(who), "pid %u ", f->pid);
+		printf("\n# %sthread %u (tid %u, %s): %zu events, %llu lost\n", who, t->tsn, t->tid,
 		       thread_name(t), t->nev - t->ngaps, (unsigned long long)t->lost);
 		print_table(f, r, t->tsn, raw);
 	}
 }
 
-/* The last line, only if some calls did not pair up. */
-static void report_footer_print(const struct pki_trace_file *f, const struct pki_trace_report *r)
+/* The last lines, only if some calls did not pair up (@late: events after thread exit). */
+static void report_footer_print(const struct pki_trace_replay_stats *rs, uint64_t late)
 {
-	uint64_t late = f->complete ? f->end.late_lost : 0;
-
-	if (r->rs.unmatched_exits || r->rs.unwound || r->rs.open || late)
+	if (rs->unmatched_exits || rs->unwound || rs->open || late)
 		printf("\n# %llu exits without an entry (ignored), %llu calls closed by an outer "
 		       "exit, %llu calls still open at the end, %llu events after thread exit\n",
-		       (unsigned long long)r->rs.unmatched_exits, (unsigned long long)r->rs.unwound,
-		       (unsigned long long)r->rs.open, (unsigned long long)late);
-	if (r->rs.no_end)
+		       (unsigned long long)rs->unmatched_exits, (unsigned long long)rs->unwound,
+		       (unsigned long long)rs->open, (unsigned long long)late);
+	if (rs->no_end)
 		printf("# %llu of the open calls have no known end (their thread exited, the file "
 		       "stops before their exit, or a flight recorder overwrote it): '-'\n",
-		       (unsigned long long)r->rs.no_end);
+		       (unsigned long long)rs->no_end);
+}
+
+/* ---- a session of several processes ---- */
+
+/* A row of the session's table: one function's figures over every process. */
+struct srow {
+	struct pki_trace_fnstat st;
+	const struct pki_trace_file *f; /* a process it was called in: its name, object */
+};
+
+/* The same function: its name, its object's file name, the values (--args). */
+static int srow_same(const void *pa, const void *pb)
+{
+	const struct srow *a = pa, *b = pb;
+	const char *oa = obj_name(a->f, a->st.fn), *ob = obj_name(b->f, b->st.fn);
+	char ba[32], bb[32];
+	int c = strcmp(pki_trace_fn_name(a->f, a->st.fn, ba, sizeof(ba)),
+		       pki_trace_fn_name(b->f, b->st.fn, bb, sizeof(bb)));
+
+	if (!c)
+		c = strcmp(oa ? oa : "", ob ? ob : "");
+	return c ? c : strcmp(a->st.args ? a->st.args : "", b->st.args ? b->st.args : "");
+}
+
+static int srow_cmp(const void *pa, const void *pb, void *arg)
+{
+	const struct srow *a = pa, *b = pb;
+	enum pki_trace_sort key = *(const enum pki_trace_sort *)arg;
+	uint64_t ka = pki_trace_fnstat_key(&a->st, key), kb = pki_trace_fnstat_key(&b->st, key);
+
+	if (key != PKI_SORT_NAME && ka != kb)
+		return ka > kb ? -1 : 1;
+	return srow_same(pa, pb);
+}
+
+/*
+ * The rows of every process's report @reps merged by function (srow_same),
+ * sorted by @key, into *@out: 0 or -ENOMEM.
+ */
+static int srows_build(const struct cli_session *s, const struct pki_trace_report *reps,
+		       enum pki_trace_sort key, struct srow **out, size_t *nout)
+{
+	size_t n = 0, i, k;
+	struct srow *v;
+
+	for (i = 0; i < s->n; i++)
+		n += reps[i].n;
+	v = malloc((n ? n : 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	n = 0;
+	for (i = 0; i < s->n; i++)
+		for (k = 0; k < reps[i].n; k++)
+			v[n++] = (struct srow){reps[i].st[k], s->p[i].f};
+	if (n)
+		qsort(v, n, sizeof(*v), srow_same);
+	for (i = k = 0; i < n; i++)
+		if (k && !srow_same(&v[k - 1], &v[i]))
+			pki_trace_fnstat_merge(&v[k - 1].st, &v[i].st);
+		else
+			v[k++] = v[i];
+	if (k)
+		qsort_r(v, k, sizeof(*v), srow_cmp, &key);
+	*out = v;
+	*nout = k;
+	return 0;
+}
+
+/* A session's header: the processes, then each one's line. */
+static void session_header_print(const struct cli_session *s)
+{
+	uint64_t events = 0, lost = 0;
+
+	for (size_t i = 0; i < s->n; i++) {
+		const struct pki_trace_file *f = s->p[i].f;
+
+		events += f->nevents;
+		lost += f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+	}
+	printf("# %zu processes (the session of %s): %llu events, %llu lost\n", s->n, s->p[0].path,
+	       (unsigned long long)events, (unsigned long long)lost);
+	for (size_t i = 0; i < s->n; i++)
+		report_header_print(s->p[i].f);
+}
+
+/*
+ * The report of several processes: a function is one row whatever the
+ * processes it was called in (by name and object, as uftrace's report adds
+ * up a function's figures over its tasks); per thread, a table per thread
+ * of each.
+ */
+static int session_print(const struct cli_session *s, const struct pki_trace_report *reps,
+			 const struct report_opts *o)
+{
+	struct pki_trace_replay_stats rs = {0};
+	uint64_t late = 0;
+	struct srow *v;
+	size_t n, i;
+
+	session_header_print(s);
+	for (i = 0; i < s->n; i++) {
+		const struct pki_trace_file *f = s->p[i].f;
+
+		rs.unmatched_exits += reps[i].rs.unmatched_exits;
+		rs.unwound += reps[i].rs.unwound;
+		rs.open += reps[i].rs.open;
+		rs.no_end += reps[i].rs.no_end;
+		late += f->complete ? f->end.late_lost : 0;
+		if (o->per_thread)
+			report_tables_print(f, &reps[i], true, o->raw, true);
+	}
+	if (!o->per_thread) {
+		if (srows_build(s, reps, o->key, &v, &n))
+			return cli_error("report: out of memory");
+		print_head(o->raw);
+		for (i = 0; i < n; i++)
+			print_row(v[i].f, &v[i].st, o->raw);
+		free(v);
+	}
+	report_footer_print(&rs, late);
+	return 0;
 }
 
 int cmd_report(int argc, char **argv)
 {
 	struct report_opts o = {.path = DEFAULT_TRACE, .key = PKI_SORT_TOTAL};
-	struct pki_trace_report r;
-	struct pki_trace_file *f;
-	int ret;
+	struct pki_trace_report *reps;
+	struct cli_session s;
+	size_t i;
+	int ret = 0;
 
 	if (!report_opts_parse(&o, argc, argv, &ret))
-		return ret;
-	f = cli_trace_open(o.path);
-	if (!f)
-		return 1;
-	ret = pki_trace_report_build_args(f, o.per_thread, o.args, addr_name, &r);
-	if (ret) {
-		ret = cli_error("%s: %s", o.path, replay_error(ret));
-		goto out_file;
+		goto out_pids;
+	ret = cli_session_open(&s, "report", o.path, &o.pids);
+	if (ret)
+		goto out_pids;
+	reps = calloc(s.n, sizeof(*reps));
+	if (!reps)
+		ret = cli_error("report: out of memory");
+	for (i = 0; reps && !ret && i < s.n; i++) {
+		ret = pki_trace_report_build_args(s.p[i].f, o.per_thread, o.args, addr_name,
+						  &reps[i]);
+		if (ret)
+			ret = cli_error("%s: %s", s.p[i].path, replay_error(ret));
+		else
+			pki_trace_report_sort(s.p[i].f, &reps[i], o.key);
 	}
-	pki_trace_report_sort(f, &r, o.key);
-	report_header_print(f);
-	report_tables_print(f, &r, o.per_thread, o.raw);
-	report_footer_print(f, &r);
-	pki_trace_report_free(&r);
-out_file:
-	pki_trace_file_free(f);
+	if (!ret && s.n > 1) {
+		ret = session_print(&s, reps, &o);
+	} else if (!ret) {
+		const struct pki_trace_file *f = s.p[0].f;
+
+		report_header_print(f);
+		report_tables_print(f, &reps[0], o.per_thread, o.raw, false);
+		report_footer_print(&reps[0].rs, f->complete ? f->end.late_lost : 0);
+	}
+	for (i = 0; reps && i < s.n; i++)
+		pki_trace_report_free(&reps[i]);
+	free(reps);
+	cli_session_free(&s);
+out_pids:
+	free(o.pids.v);
 	return ret;
 }
 
@@ -439,10 +600,17 @@ out_file:
 static const char export_usage[] =
     "usage: probekit export [FILE] --format perfetto|chrome|folded|speedscope [-o OUT]\n"
     "                       [--value time|calls]\n"
-    "                       [--threads]\n"
+    "                       [--threads] [--pid PID]...\n"
     "\n"
     "Convert the trace FILE (default " DEFAULT_TRACE ") for other tools; to OUT or stdout.\n"
+    "\n" CLI_SESSION_HELP
+    "Every format writes every process: chrome under its pid, perfetto a track\n"
+    "per process; folded starts each stack with a 'program/pid' frame and\n"
+    "speedscope names each thread's profile 'program/pid: ' first, when the\n"
+    "session has several (the same stack of two programs one pid ran may make\n"
+    "two folded lines: flame graph tools add them up).\n"
     "\n"
+    "  --pid PID         only the files of process PID (repeatable, or PID,PID...)\n"
     "  --format perfetto Perfetto's own protobuf trace (TrackEvent slices, interned\n"
     "                    names, incremental timestamps): the smallest, and what\n"
     "                    https://ui.perfetto.dev opens best; binary, so give -o\n"
@@ -546,7 +714,8 @@ struct cthread {
 };
 
 struct chrome {
-	const struct pki_trace_file *f;
+	const struct pki_trace_file *f; /* the process being written */
+	uint64_t off_ns;		/* its time 0 in the session's */
 	FILE *o;
 	struct cthread *th; /* by thread index */
 };
@@ -626,7 +795,7 @@ static void chrome_begin(struct chrome *ch, const struct pki_trace_thread *t, co
 		cli_json_str(ch->o, base ? base + 1 : obj->path);
 	}
 	fprintf(ch->o, ",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid, t->tid);
-	json_us(ch->o, c->start_ns);
+	json_us(ch->o, ch->off_ns + c->start_ns);
 	if (i) {
 		fputs(",\"s\":\"t\"", ch->o);
 		chrome_flags(ch->o, true, false, true, c->args);
@@ -664,7 +833,7 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 		chrome_flush(ch, t, th);
 		fprintf(ch->o, ",\n{\"ph\":\"E\",\"pid\":%u,\"tid\":%u,\"ts\":", ch->f->pid,
 			t->tid);
-		json_us(ch->o, c->end_ns);
+		json_us(ch->o, ch->off_ns + c->end_ns);
 		args = chrome_args(ch->f, c); /* (a "B" has none: they are known at the end) */
 		chrome_flags(ch->o, c->open, c->unwound, c->no_end, args);
 		free(args);
@@ -710,27 +879,40 @@ static int chrome_call(const struct pki_trace_thread *t, const struct pki_trace_
 	return 0;
 }
 
-static int export_chrome(const struct pki_trace_file *f, FILE *o)
+/*
+ * @f's metadata: its name (unless @named: a program its pid ran before
+ * exec'd it), its threads'.  @first: the first of the file.
+ */
+static void chrome_meta(const struct pki_trace_file *f, FILE *o, bool first, bool named)
 {
-	struct chrome ch = {.f = f, .o = o};
+	if (!named) {
+		fprintf(o,
+			"%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%u,\"tid\":0,"
+			"\"args\":{\"name\":",
+			first ? "" : ",\n", f->pid);
+		cli_json_str(o, f->program);
+		fputs("}}", o);
+	}
+	for (size_t i = 0; i < f->nthreads; i++) {
+		fprintf(o,
+			"%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
+			"\"args\":{\"name\":",
+			",\n", f->pid, f->threads[i].tid);
+		cli_json_str(o, thread_name(&f->threads[i]));
+		fputs("}}", o);
+	}
+}
+
+/* The events of one process of the session, at @off_ns into it. */
+static int chrome_proc(const struct pki_trace_file *f, uint64_t off_ns, FILE *o)
+{
+	struct chrome ch = {.f = f, .off_ns = off_ns, .o = o};
 	size_t i, k;
 	int err;
 
 	ch.th = calloc(f->nthreads ? f->nthreads : 1, sizeof(*ch.th));
 	if (!ch.th)
 		return -ENOMEM;
-	fputs("{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":", o);
-	fprintf(o, "%u,\"tid\":0,\"args\":{\"name\":", f->pid);
-	cli_json_str(o, f->program);
-	fputs("}}", o);
-	for (i = 0; i < f->nthreads; i++) {
-		fprintf(o,
-			",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%u,\"tid\":%u,"
-			"\"args\":{\"name\":",
-			f->pid, f->threads[i].tid);
-		cli_json_str(o, thread_name(&f->threads[i]));
-		fputs("}}", o);
-	}
 	err = pki_trace_replay_all(f, chrome_call, &ch, NULL);
 	for (i = 0; i < f->nthreads; i++) {
 		if (!err)
@@ -740,13 +922,32 @@ static int export_chrome(const struct pki_trace_file *f, FILE *o)
 		free(ch.th[i].v);
 	}
 	free(ch.th);
+	return err;
+}
+
+/* Every process of @s: its own pid, its calls in the session's time. */
+static int export_chrome(const struct cli_session *s, FILE *o)
+{
+	uint64_t events = 0, lost = 0;
+	bool complete = true;
+	int err = 0;
+
+	fputs("{\"traceEvents\":[\n", o);
+	for (size_t k = 0; k < s->n && !err; k++) {
+		const struct pki_trace_file *f = s->p[k].f;
+
+		chrome_meta(f, o, !k, cli_session_pid_named(s, k));
+		err = chrome_proc(f, cli_session_ts_ns(s, f, f->origin), o);
+		events += f->nevents;
+		lost += f->lost;
+		complete &= f->complete;
+	}
 	if (err)
 		return err;
 	fputs("\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"program\":", o);
-	cli_json_str(o, f->program);
-	fprintf(o, ",\"events\":%llu,\"lost\":%llu,\"complete\":%s}}\n",
-		(unsigned long long)f->nevents, (unsigned long long)f->lost,
-		f->complete ? "true" : "false");
+	cli_json_str(o, s->p[0].f->program);
+	fprintf(o, ",\"events\":%llu,\"lost\":%llu,\"complete\":%s}}\n", (unsigned long long)events,
+		(unsigned long long)lost, complete ? "true" : "false");
 	return 0;
 }
 
@@ -776,6 +977,7 @@ struct fcache {
 
 struct folded {
 	const struct pki_trace_file *f;
+	const char *proc; /* the process's frame, in a session of several, or "" */
 	bool threads, count;
 	struct fnode *v;
 	size_t n, cap;
@@ -1081,7 +1283,7 @@ static void folded_walk(const struct folded *fo, struct ftree *t, size_t pos, co
 static int folded_write(const struct folded *fo, const size_t *threads, FILE *o)
 {
 	struct ftree t = {0};
-	char prefix[64];
+	char prefix[384];
 	int err = ftree_build(fo, &t);
 
 	for (size_t i = 0; !err && i < (fo->threads ? fo->f->nthreads : 1); i++) {
@@ -1092,13 +1294,14 @@ static int folded_write(const struct folded *fo, const size_t *threads, FILE *o)
 		pos = ftree_first(fo, &t, fo->threads ? ROOT_THREAD | ti : 0);
 		if (pos == fo->n)
 			continue;
-		prefix[0] = '\0';
+		snprintf(prefix, sizeof(prefix), "%s", fo->proc);
 		if (fo->threads) {
 			const struct pki_trace_thread *th = &fo->f->threads[ti];
-			size_t k;
+			size_t k = strlen(prefix);
 
-			snprintf(prefix, sizeof(prefix), "%s/%u", thread_name(th), th->tid);
-			for (k = 0; prefix[k]; k++)
+			snprintf(prefix + k, sizeof(prefix) - k, "%s%s/%u", k ? ";" : "",
+				 thread_name(th), th->tid);
+			for (k += !!k; prefix[k]; k++)
 				prefix[k] = folded_char((unsigned char)prefix[k]);
 		}
 		folded_walk(fo, &t, pos, prefix, o);
@@ -1109,9 +1312,27 @@ static int folded_write(const struct folded *fo, const size_t *threads, FILE *o)
 	return err;
 }
 
-static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, bool count)
+struct export_opts {
+	const char *path, *out, *format;
+	bool threads, count;
+	struct cli_pids pids; /* --pid */
+};
+
+/* The process frame of @f in a folded line: "PROGRAM/PID", the program's file name. */
+static void folded_proc(const struct pki_trace_file *f, char *buf, size_t n)
 {
-	struct folded fo = {.f = f, .threads = threads, .count = count};
+	const char *slash = f->program ? strrchr(f->program, '/') : NULL;
+
+	snprintf(buf, n, "%s/%u", slash ? slash + 1 : f->program ? f->program : "?", f->pid);
+	for (size_t k = 0; buf[k]; k++)
+		buf[k] = folded_char((unsigned char)buf[k]);
+}
+
+/* @f's lines, each under the frame @proc unless it is "". */
+static int export_folded(const struct pki_trace_file *f, FILE *o, const struct export_opts *eo,
+			 const char *proc)
+{
+	struct folded fo = {.f = f, .proc = proc, .threads = eo->threads, .count = eo->count};
 	size_t i, *order = NULL;
 	int err;
 
@@ -1126,17 +1347,8 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 	}
 	free(fo.th);
 	pki_idxmap_free(&fo.idx);
-	if (!err) {
-		/*
-		 * The unit, in a line no folded-stack reader takes for a stack (it
-		 * ends in no number): flamegraph.pl and inferno skip it, with a
-		 * notice; speedscope skips it.
-		 */
-		fprintf(o, "# probekit folded stacks: VALUE = %s (flamegraph.pl --countname=%s)\n",
-			count ? "number of calls" : "self time in nanoseconds",
-			count ? "calls" : "ns");
+	if (!err)
 		err = folded_write(&fo, order, o);
-	}
 	pki_idxmap_free(&fo.canon);
 	free(fo.troot);
 	free(order);
@@ -1144,10 +1356,31 @@ static int export_folded(const struct pki_trace_file *f, FILE *o, bool threads, 
 	return err;
 }
 
-struct export_opts {
-	const char *path, *out, *format;
-	bool threads, count;
-};
+/*
+ * The folded stacks of every process of @s, under a frame naming it when
+ * there are several (the lines of two programs one pid ran may repeat: a
+ * flame graph adds them up).
+ */
+static int export_folded_session(const struct cli_session *s, FILE *o, const struct export_opts *eo)
+{
+	char proc[288] = "";
+	int err = 0;
+
+	/*
+	 * The unit, in a line no folded-stack reader takes for a stack (it
+	 * ends in no number): flamegraph.pl and inferno skip it, with a
+	 * notice; speedscope skips it.
+	 */
+	fprintf(o, "# probekit folded stacks: VALUE = %s (flamegraph.pl --countname=%s)\n",
+		eo->count ? "number of calls" : "self time in nanoseconds",
+		eo->count ? "calls" : "ns");
+	for (size_t k = 0; k < s->n && !err; k++) {
+		if (s->n > 1)
+			folded_proc(s->p[k].f, proc, sizeof(proc));
+		err = export_folded(s->p[k].f, o, eo, proc);
+	}
+	return err;
+}
 
 static const char *const export_formats[] = {"perfetto", "chrome", "folded", "speedscope"};
 
@@ -1159,6 +1392,7 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
 	    {"output", required_argument, NULL, 'o'},
 	    {"value", required_argument, NULL, 'v'},
 	    {"threads", no_argument, NULL, 't'},
+	    {"pid", required_argument, NULL, 'p'},
 	    {"help", no_argument, NULL, 'h'},
 	    CLI_DEMANGLE_OPTIONS,
 	    {NULL, 0, NULL, 0},
@@ -1186,6 +1420,10 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
 			break;
 		case 't':
 			eo->threads = true;
+			break;
+		case 'p':
+			if (!cli_pids_add(&eo->pids, "export", optarg))
+				return false;
 			break;
 		case CLI_O_DEMANGLE:
 		case CLI_O_NO_DEMANGLE:
@@ -1222,30 +1460,33 @@ static bool export_opts_parse(struct export_opts *eo, int argc, char **argv, int
 	return true;
 }
 
-/* Write @f to @o in @eo's format: 0 or a negative errno. */
-static int export_write(const struct export_opts *eo, const struct pki_trace_file *f, FILE *o)
+/*
+ * Write @s to @o in @eo's format: 0 or a negative errno.  Chrome's has every
+ * process; the others, the first process's alone (said).
+ */
+static int export_write(const struct export_opts *eo, const struct cli_session *s, FILE *o)
 {
 	if (!strcmp(eo->format, "chrome"))
-		return export_chrome(f, o);
+		return export_chrome(s, o);
 	if (!strcmp(eo->format, "speedscope"))
-		return cli_export_speedscope(f, o);
+		return cli_export_speedscope(s, o);
 	if (!strcmp(eo->format, "perfetto"))
-		return cli_export_perfetto(f, o);
-	return export_folded(f, o, eo->threads, eo->count);
+		return cli_export_perfetto(s, o);
+	return export_folded_session(s, o, eo);
 }
 
 int cmd_export(int argc, char **argv)
 {
 	struct export_opts eo = {.path = DEFAULT_TRACE};
-	struct pki_trace_file *f;
+	struct cli_session s;
 	FILE *o = stdout;
 	int err;
 
 	if (!export_opts_parse(&eo, argc, argv, &err))
-		return err;
-	f = cli_trace_open(eo.path);
-	if (!f)
-		return 1;
+		goto out_pids;
+	err = cli_session_open(&s, "export", eo.path, &eo.pids);
+	if (err)
+		goto out_pids;
 	if (eo.out) {
 		int fd = cli_output_open(eo.out, 0666);
 
@@ -1255,23 +1496,26 @@ int cmd_export(int argc, char **argv)
 				cli_error("%s: %s", eo.out, strerror(errno));
 				close(fd);
 			}
-			pki_trace_file_free(f);
-			return 1;
+			err = 1;
+			goto out;
 		}
 	}
-	err = export_write(&eo, f, o);
+	err = export_write(&eo, &s, o);
 	/* Standard output is checked by main(), for every command. */
 	errno = 0;
 	if (o != stdout && (fflush(o) || ferror(o)) && !err)
 		err = errno ? -errno : -EIO;
 	if (o != stdout && fclose(o) && !err)
 		err = -errno;
-	pki_trace_file_free(f);
 	if (err == -EIO || err == -ENOMEM)
-		return cli_error("%s: %s", eo.path, replay_error(err));
-	if (err)
-		return cli_error("%s: %s", eo.out ? eo.out : "stdout", strerror(-err));
-	if (eo.out)
+		err = cli_error("%s: %s", eo.path, replay_error(err));
+	else if (err)
+		err = cli_error("%s: %s", eo.out ? eo.out : "stdout", strerror(-err));
+	else if (eo.out)
 		fprintf(stderr, "probekit: wrote %s\n", eo.out);
-	return 0;
+out:
+	cli_session_free(&s);
+out_pids:
+	free(eo.pids.v);
+	return err;
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -733,9 +734,11 @@ static bool trace_opts_parse(struct trace_opts *o, int argc, char **argv, int *s
 /*
  * The agent's settings (agent.h) into @env, NULL-terminated (35 entries at
  * most).  @funcs, @notrace, @args: the joined globs and specs, or NULL for none.
+ * @session: the SESSION id of the run's files, in hex.
  */
 static void trace_env_build(const char **env, const struct trace_opts *o, const char *file,
-			    const char *funcs, const char *notrace, const char *args)
+			    const char *funcs, const char *notrace, const char *args,
+			    const char *session)
 {
 	int ne = 0;
 
@@ -743,6 +746,8 @@ static void trace_env_build(const char **env, const struct trace_opts *o, const 
 	env[ne++] = file;
 	env[ne++] = PK_ENV_TRACE_CMD;
 	env[ne++] = o->command;
+	env[ne++] = PK_ENV_TRACE_SESSION;
+	env[ne++] = session;
 	if (args) {
 		env[ne++] = PK_ENV_TRACE_ARGS;
 		env[ne++] = args;
@@ -825,11 +830,24 @@ static int trace_attached(const struct trace_opts *o, struct trace_ctx *ctx, con
 	return 0;
 }
 
+/* A fresh SESSION id (format.h) for the files of this run, in hex into @buf. */
+static const char *session_hex(char buf[20])
+{
+	uint64_t id = 0;
+
+	while (getrandom(&id, sizeof(id), 0) < 0 && errno == EINTR)
+		;
+	if (!id) /* (no entropy: the time and pid tell runs apart well enough) */
+		id = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
+	snprintf(buf, 20, "%016llx", (unsigned long long)id);
+	return buf;
+}
+
 int cmd_trace(int argc, char **argv)
 {
 	struct trace_opts o = {.output = "probekit.trace", .children = true, .relocate = -1};
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .ended = on_ended};
-	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace, *args;
+	char path[PATH_MAX], agent[PATH_MAX], *funcs, *notrace, *args, session[20];
 	bool *fmatched = NULL;
 	struct trace_ctx ctx = {0};
 	const char *env[40];
@@ -870,7 +888,7 @@ int cmd_trace(int argc, char **argv)
 		ret = TRACE_FAIL;
 		goto out;
 	}
-	trace_env_build(env, &o, ctx.file, funcs, notrace, args);
+	trace_env_build(env, &o, ctx.file, funcs, notrace, args, session_hex(session));
 	r.path = path;
 	r.argv = argv + o.prog;
 	r.agent = agent;

@@ -1194,6 +1194,64 @@ START_TEST(info_records)
 }
 END_TEST
 
+/*
+ * The SESSION record (1.8): written right after HEADER from opts, before
+ * INFO, so that PKI_TRACE_HEAD_ONLY reads it; none without opts.session;
+ * an id of 0, or the record in a file older than 1.8, stops the read there.
+ */
+START_TEST(session_record)
+{
+	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .no_drainer = true,
+		.session = 0x0123456789abcdefull, .session_flags = PKI_SESSION_FIRST);
+	struct pki_trace_prefix pre;
+	struct pki_trace_file *f;
+	uint8_t *buf, *rec;
+	uint64_t zero = 0;
+	char err[256];
+	size_t len;
+
+	tpath_new();
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert(f->session == o.session && f->session_first && f->ninfo > 0);
+	pki_trace_file_free(f);
+	f = pki_trace_file_open(tpath, PKI_TRACE_HEAD_ONLY, err, sizeof(err));
+	ck_assert_msg(f && f->nrecords == 2 && f->session == o.session, "%s", err);
+	pki_trace_file_free(f);
+
+	buf = slurp(tpath, &len);
+	rec = crafted_find(buf, len, PKI_REC_SESSION);
+	ck_assert_ptr_nonnull(rec);
+	memcpy(rec, &zero, sizeof(zero));
+	crafted_fix(rec);
+	f = pki_trace_file_parse(buf, len, err, sizeof(err));
+	ck_assert(f && f->partial && !f->session);
+	ck_assert_msg(strstr(f->error, "SESSION record with id 0"), "%s", f->error);
+	pki_trace_file_free(f);
+	free(buf);
+
+	buf = slurp(tpath, &len);
+	memcpy(&pre, buf, sizeof(pre));
+	pre.version_minor = 7;
+	pre.crc = pki_crc32c(0, &pre, offsetof(struct pki_trace_prefix, crc));
+	memcpy(buf, &pre, sizeof(pre));
+	f = pki_trace_file_parse(buf, len, err, sizeof(err));
+	ck_assert(f && f->partial && !f->session);
+	ck_assert_msg(strstr(f->error, "SESSION record in a version 1.7 file"), "%s", f->error);
+	pki_trace_file_free(f);
+	free(buf);
+
+	o.session = 0;
+	ck_assert_int_eq(pki_trace_open(tpath, &o), 0);
+	ck_assert_int_eq(pki_trace_close(), 0);
+	f = tread();
+	ck_assert(!f->session && !f->session_first);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
 static int sum_events(const struct pki_trace_file *f, const struct pki_trace_thread *t,
 		      const struct pki_trace_event *ev, size_t n, void *arg)
 {
@@ -1844,6 +1902,7 @@ int main(void)
 	tcase_add_test(dmg, slow_clock_saturates);
 	tcase_add_test(dmg, unknown_record_types);
 	tcase_add_test(dmg, info_records);
+	tcase_add_test(dmg, session_record);
 	tcase_add_test(dmg, streaming_matches_kept);
 	suite_add_tcase(s, dmg);
 

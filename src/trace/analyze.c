@@ -638,8 +638,7 @@ struct sort_ctx {
 	enum pki_trace_sort key;
 };
 
-/* (an unknown time, where a call has no known end, sorts as 0: after the known ones) */
-static uint64_t key_of(const struct pki_trace_fnstat *s, enum pki_trace_sort key)
+uint64_t pki_trace_fnstat_key(const struct pki_trace_fnstat *s, enum pki_trace_sort key)
 {
 	if (key == PKI_SORT_TOTAL ? s->no_end_outer : key != PKI_SORT_CALLS && s->no_end)
 		return 0;
@@ -666,8 +665,10 @@ static int stat_cmp(const void *pa, const void *pb, void *arg)
 	char ba[32], bb[32];
 	int c;
 
-	if (ctx->key != PKI_SORT_NAME && key_of(a, ctx->key) != key_of(b, ctx->key))
-		return key_of(a, ctx->key) > key_of(b, ctx->key) ? -1 : 1;
+	if (ctx->key != PKI_SORT_NAME &&
+	    pki_trace_fnstat_key(a, ctx->key) != pki_trace_fnstat_key(b, ctx->key))
+		return pki_trace_fnstat_key(a, ctx->key) > pki_trace_fnstat_key(b, ctx->key) ? -1
+											     : 1;
 	c = strcmp(pki_trace_fn_name(ctx->f, a->fn, ba, sizeof(ba)),
 		   pki_trace_fn_name(ctx->f, b->fn, bb, sizeof(bb)));
 	if (c)
@@ -696,4 +697,17 @@ void pki_trace_report_free(struct pki_trace_report *r)
 	free(r->texts);
 	free(r->st);
 	memset(r, 0, sizeof(*r));
+}
+
+void pki_trace_fnstat_merge(struct pki_trace_fnstat *into, const struct pki_trace_fnstat *from)
+{
+	into->calls += from->calls;
+	into->total_ns += from->total_ns;
+	into->self_ns += from->self_ns;
+	into->sum_ns += from->sum_ns;
+	into->min_ns = from->min_ns < into->min_ns ? from->min_ns : into->min_ns;
+	into->max_ns = from->max_ns > into->max_ns ? from->max_ns : into->max_ns;
+	into->instants += from->instants;
+	into->no_end += from->no_end;
+	into->no_end_outer += from->no_end_outer;
 }

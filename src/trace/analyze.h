@@ -133,6 +133,16 @@ int pki_trace_report_build(const struct pki_trace_file *f, bool per_thread,
 int pki_trace_report_build_args(const struct pki_trace_file *f, bool per_thread, bool by_args,
 				const char *(*name_of)(uint64_t addr, void *arg),
 				struct pki_trace_report *r);
+/*
+ * @s's figure for @key, as pki_trace_report_sort() orders by it (descending):
+ * an unknown time (a call with no known end) is 0, after the known ones.
+ */
+uint64_t pki_trace_fnstat_key(const struct pki_trace_fnstat *s, enum pki_trace_sort key);
+/*
+ * Add @from's figures to @into's (the same function in another thread or
+ * process): sums add up, the minimum and maximum are those of both.
+ */
+void pki_trace_fnstat_merge(struct pki_trace_fnstat *into, const struct pki_trace_fnstat *from);
 /* Descending by the key (ascending by name), then by name, fn, values: deterministic. */
 void pki_trace_report_sort(const struct pki_trace_file *f, struct pki_trace_report *r,
 			   enum pki_trace_sort key);

@@ -21,7 +21,8 @@
 #define PKI_TRACE_VERSION_MAJOR 1	  /* readers refuse other majors */
 #define PKI_TRACE_VERSION_MINOR                                                                    \
 	8 /* additions (1: STATUS, 2: CALL events, 3: GAP events, TRIGGER, 4: LOSSES,              \
-	     5: END at a detach, 6: PACKED, 7: ARGS, DATA events, 8: INFO, END's exit status) */
+	     5: END at a detach, 6: PACKED, 7: ARGS, DATA events, 8: INFO, END's exit status,      \
+	     SESSION) */
 #define PKI_TRACE_MAX_RECORD (64u << 20) /* payload bytes; larger = corrupt */
 #define PKI_TRACE_MAX_STRING 4096u
 
@@ -47,12 +48,13 @@ enum pki_trace_rec {
 	PKI_REC_EVENTS = 5,
 	PKI_REC_LOST = 6,
 	PKI_REC_END = 7,
-	PKI_REC_STATUS = 8,  /* since 1.1 */
-	PKI_REC_TRIGGER = 9, /* since 1.3 */
-	PKI_REC_LOSSES = 10, /* since 1.4 */
-	PKI_REC_PACKED = 11, /* since 1.6 */
-	PKI_REC_ARGS = 12,   /* since 1.7 */
-	PKI_REC_INFO = 13,   /* since 1.8 */
+	PKI_REC_STATUS = 8,   /* since 1.1 */
+	PKI_REC_TRIGGER = 9,  /* since 1.3 */
+	PKI_REC_LOSSES = 10,  /* since 1.4 */
+	PKI_REC_PACKED = 11,  /* since 1.6 */
+	PKI_REC_ARGS = 12,    /* since 1.7 */
+	PKI_REC_INFO = 13,    /* since 1.8 */
+	PKI_REC_SESSION = 14, /* since 1.8 */
 };
 
 enum pki_trace_clock {
@@ -173,6 +175,22 @@ struct pki_rec_args {
 	uint32_t reserved;
 	char spec[];
 };
+
+/*
+ * Since 1.8: which run of `probekit trace` wrote the file.  The files of
+ * one run (FILE for its first process, FILE.<pid> for each child,
+ * FILE.<pid>.<n> for each program a process exec'd) carry the same id, so
+ * that a reader takes them together and leaves alone a file an earlier run
+ * left under one of those names.  Written right after HEADER.
+ */
+struct pki_rec_session {
+	uint64_t id;	   /* random, never 0 */
+	uint32_t flags;	   /* PKI_SESSION_FIRST */
+	uint32_t reserved; /* 0 */
+};
+
+/* The session's first process: the file the others are named after. */
+#define PKI_SESSION_FIRST 1u
 
 /*
  * Cumulative counts of a thread so far; a later record supersedes.  Written

@@ -104,6 +104,7 @@ struct parser {
 	struct pki_trace_file *f;
 	struct src s;
 	bool keep;	   /* keep the events (thread ev arrays) */
+	bool head_only;	   /* PKI_TRACE_HEAD_ONLY: stop after the second record */
 	bool any_ts;	   /* f->origin holds a timestamp */
 	uint32_t *tsn_idx; /* tsn -> index + 1 into f->threads */
 	uint32_t tsn_cap;
@@ -133,7 +134,7 @@ static const char *rec_name(uint32_t type)
 {
 	static const char *const names[] = {"?",      "HEADER", "OBJECT", "SYMBOL", "THREAD",
 					    "EVENTS", "LOST",	"END",	  "STATUS", "TRIGGER",
-					    "LOSSES", "PACKED", "ARGS",	  "INFO"};
+					    "LOSSES", "PACKED", "ARGS",	  "INFO",   "SESSION"};
 
 	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
 }
@@ -210,6 +211,22 @@ static int rec_header(struct parser *p, uint64_t off, const uint8_t *d, uint32_t
 	f->ref_real_ns = h.ref_real_ns;
 	f->program = dupstr(d + sizeof(h), h.program_len);
 	return f->program ? 0 : -ENOMEM;
+}
+
+static int rec_session(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
+{
+	struct pki_rec_session s;
+
+	if (len != sizeof(s))
+		return fail(p, off, "SESSION record of %u bytes, not %zu", len, sizeof(s));
+	memcpy(&s, d, sizeof(s));
+	if (!s.id)
+		return fail(p, off, "SESSION record with id 0");
+	if (p->f->session && p->f->session != s.id)
+		return fail(p, off, "second SESSION record, of another id");
+	p->f->session = s.id;
+	p->f->session_first = s.flags & PKI_SESSION_FIRST;
+	return 0;
 }
 
 static int rec_object(struct parser *p, uint64_t off, const uint8_t *d, uint32_t len)
@@ -798,6 +815,11 @@ static int record_apply(struct parser *p, uint64_t off, const struct pki_trace_f
 			return fail(p, off, "LOSSES record in a version %u.%u file",
 				    f->version_major, f->version_minor);
 		return rec_losses(p, off, d, fr->len);
+	case PKI_REC_SESSION:
+		if (f->version_minor < 8)
+			return fail(p, off, "SESSION record in a version %u.%u file",
+				    f->version_major, f->version_minor);
+		return rec_session(p, off, d, fr->len);
 	default:
 		/*
 		 * Only a newer minor version may hold types we do not know
@@ -847,6 +869,10 @@ static int parse_records(struct parser *p)
 		src_consume(&p->s, next - off);
 		f->nrecords++;
 		f->valid_size = off = next;
+		if (p->head_only && f->nrecords == 2) {
+			fail(p, off, "only the start of the file was read");
+			return 0;
+		}
 	}
 	if (p->s.err == ENOMEM)
 		return -ENOMEM;
@@ -1037,7 +1063,9 @@ static const char *file_kind(mode_t m)
 struct pki_trace_file *pki_trace_file_open(const char *path, unsigned flags, char *err,
 					   size_t errlen)
 {
-	struct parser p = {.s = {.fd = -1}, .keep = flags & PKI_TRACE_KEEP_EVENTS};
+	struct parser p = {.s = {.fd = -1},
+			   .keep = flags & PKI_TRACE_KEEP_EVENTS,
+			   .head_only = flags & PKI_TRACE_HEAD_ONLY};
 	struct pki_trace_file *f;
 	struct stat st;
 	int fd, e;

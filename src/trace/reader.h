@@ -75,6 +75,9 @@ struct pki_trace_file {
 	uint64_t ref_ticks, ref_mono_ns, ref_real_ns;
 	uint64_t origin; /* smallest event timestamp: time 0 of reports/exports */
 	char *program;
+	/* the SESSION record (version 1.8): the run that wrote it; 0 if none */
+	uint64_t session;
+	bool session_first; /* PKI_SESSION_FIRST: the run's first process */
 
 	struct pki_trace_sym *syms; /* sorted by fn, unique (later record wins) */
 	size_t nsyms;
@@ -117,6 +120,13 @@ struct pki_trace_file {
 
 /* Keep every event in memory (thread ev arrays): for tests, not for big files. */
 #define PKI_TRACE_KEEP_EVENTS 1u
+/*
+ * Read only the HEADER and the record after it (a writer puts SESSION
+ * there): which process and run a file is of, without reading it through.
+ * The file is then partial and holds no event; pki_trace_file_events()
+ * must not be called on it.
+ */
+#define PKI_TRACE_HEAD_ONLY 2u
 
 /*
  * Open @path and read it through once (see the contract above).  NULL + errno

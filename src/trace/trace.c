@@ -1801,7 +1801,16 @@ static int write_header(const char *program)
 	return emit_string_rec(PKI_REC_HEADER, &h, sizeof(h), program, h.program_len);
 }
 
-/* The INFO records (after HEADER): what was traced, where, by what. */
+/* The SESSION record, if @opts has one (right after HEADER: a reader may stop there). */
+static int write_session(const struct pki_trace_opts *opts)
+{
+	struct pki_rec_session rec = {.id = opts->session, .flags = opts->session_flags};
+	struct iovec v = {&rec, sizeof(rec)};
+
+	return opts->session ? emit(PKI_REC_SESSION, &v, 1) : 0;
+}
+
+/* The INFO records (after HEADER and SESSION): what was traced, where, by what. */
 static int write_info(const struct pki_trace_info *in)
 {
 	int err = 0;
@@ -2061,6 +2070,8 @@ int pki_trace_open(const char *path, const struct pki_trace_opts *opts)
 	session_state_reset(opts, cap);
 	pki_trace_info_gather(&info, opts->command);
 	err = write_header(program);
+	if (!err)
+		err = write_session(opts);
 	if (!err)
 		err = write_info(&info);
 	if (err) {

@@ -109,6 +109,13 @@ struct pki_trace_opts {
 	 * none (a program tracing itself through the library).
 	 */
 	const char *command;
+	/*
+	 * The SESSION record (format.h), written right after the header: @session
+	 * shared by the files of one run, @session_flags PKI_SESSION_FIRST in
+	 * its first process's.  0: no SESSION record.
+	 */
+	uint64_t session;
+	uint32_t session_flags;
 };
 
 /*

@@ -37,11 +37,20 @@ vs_plain() {
 	check "$label: rc $rc, plain $plain_rc" "[[ $rc == $plain_rc ]]"
 	check "$label: stdout differs from a plain run" "cmp -s out plain.out"
 }
-# counts FILE [PREFIX]: "NAME N" lines of the report, sorted (only the
-# functions whose name starts with PREFIX, default demo_, which the
-# programs count themselves).
+# alone FILE: the name of a copy of FILE in a directory of its own (no file
+# of its session beside it), for a command to read FILE alone.
+alone() {
+	local d
+	d=$(dirname "$1")/alone.$(basename "$1")
+	mkdir -p "$d" && cp "$1" "$d/" 2>/dev/null && echo "$d/$(basename "$1")"
+}
+# counts FILE [PREFIX]: "NAME N" lines of the report of FILE alone, sorted
+# (only the functions whose name starts with PREFIX, default demo_, which
+# the programs count themselves).
 counts() {
-	"$pk" report --raw "$1" 2>/dev/null | awk -v pre="${2:-demo_}" '
+	local a
+	a=$(alone "$1") || return
+	"$pk" report --raw "$a" 2>/dev/null | awk -v pre="${2:-demo_}" '
 		NF < 2 {next}
 		index($NF, pre) == 1 || index($(NF-1), pre) == 1 {
 		n = $NF; if (n ~ /^\[/) n = $(NF-1); print n, $1 }' | sort

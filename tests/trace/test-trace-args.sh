@@ -140,8 +140,8 @@ run -o h.trace -F 'deep@if:retval/d32>=3' -F 'big@if:retval/d32>=0' -F 'jumpy@if
 	-F 'raiser@if:retval/d32>=0' -F 'forker@if:retval/d32==1' -F 'quitter@if:retval/d32==1' \
 	-R 'deep@retval/d32' -- "$demo" held
 "$pk" replay h.trace >h.replay 2>&1
-count() { # FILE FUNCTION: its calls in report
-	"$pk" report --raw "$1" 2>/dev/null | awk -v f="$2" '$(NF-1) == f {print $1}'
+count() { # FILE FUNCTION: its calls in report of FILE alone
+	"$pk" report --raw "$(alone "$1")" 2>/dev/null | awk -v f="$2" '$(NF-1) == f {print $1}'
 }
 check "-F retval, recursion: deep(5..3) kept, nested, deep(2..0) not" \
 	"grep -qF '|     deep() = 3;' h.replay && grep -qF '| } = 5; /* deep */' h.replay"
@@ -161,7 +161,7 @@ rm -f hr.trace*
 run -o hr.trace --ring=4M -F 'deep@if:retval/d32>=3' -F 'big@if:retval/d32>=0' -- "$demo" held
 check "-F retval with --ring: a hold that fills goes on whole (every inner call, $n_held_inner), deep kept 3 + 2 (the handler's)" \
 	"[[ $rc == 0 && \$(count hr.trace inner) == $n_held_inner && \$(count hr.trace deep) == 5 && \$(count hr.trace big) == 1 ]]"
-check "-F retval: nothing lost" "$pk report --raw h.trace | head -1 | grep -q ', 0 lost,'"
+check "-F retval: nothing lost" "$pk report --raw \$(alone h.trace) | head -1 | grep -q ', 0 lost,'"
 # The settings go on to a program exec'd: its -F and -A hold there too.
 rm -f x.trace*
 run -o x.trace -A 'pick@arg1/d32' -F 'pick@if:arg1/d32==7' -- sh -c "exec '$demo' cond 1000"

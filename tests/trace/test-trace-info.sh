@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # probekit info: each field of a trace file against the truth (the command
 # line given, uname, hostname, the CPUs online, the exit status the program
-# returned, probekit --version, report --raw's counts); the exit statuses of
+# returned, probekit --version, report --raw's counts, the session of a
+# run's files); the exit statuses of
 # _exit(), _Exit(), syscall(SYS_exit_group) and a main that leaves by
 # syscall(SYS_exit); report's header naming the command line and the
 # duration; a file of an older format (no INFO record): "unknown"; a
@@ -93,6 +94,13 @@ check "fork: the child's file, its status and argv ($child: $(field "${child:-no
 	"[[ -n '$child' && '$(field "$child" ended)' == 'exit status 3' && '$(field "$child" 'command line')' == '$demo --fork' ]]"
 check "fork: the child's file has the options" \
 	"[[ '$(field "${child:-none}" options)' == 'probekit trace -o f.trace -- $demo --fork' ]]"
+sid=$(field f.trace session)
+check "fork: the first file's session, flagged first ($sid)" \
+	"[[ '$sid' =~ ^[0-9a-f]{16}' (first process of the run)'\$ ]]"
+check "fork: the child's file of the same session ($(field "${child:-none}" session))" \
+	"[[ '$(field "${child:-none}" session)' == '${sid%% *} (another process of the run)' ]]"
+check "another run: another session ($(field i.trace session))" \
+	"[[ '$(field i.trace session)' != '${sid%% *} '* ]]"
 run -o e.trace -- "$demo" --exec
 next=$(ls e.trace.* 2>/dev/null | head -1)
 check "exec: the first file ended at exec ($(field e.trace ended))" \
@@ -105,11 +113,12 @@ check "exec: the new program's argv and options ($(field "${next:-none}" 'comman
 "$gen" new.trace
 check "library: argv, no probekit options ($(field new.trace options))" \
 	"[[ '$(field new.trace 'command line')' == '$gen new.trace' && '$(field new.trace options)' == none* && '$(field new.trace host)' == '$(hostname)' ]]"
+check "library: no session ($(field new.trace session))" "[[ '$(field new.trace session)' == none* ]]"
 "$gen" old.trace --minor7
 "$pk" info old.trace >info 2>info.err
 irc=$?
 check "1.7 file: read (rc $irc: $(cat info.err))" "[[ $irc == 0 ]] && grep -q '^file: .*(format 1.7,' info"
-for f in 'command line' host kernel machine cpu cpus probekit options; do
+for f in 'command line' session host kernel machine cpu cpus probekit options; do
 	check "1.7 file: $f unknown ($(field old.trace "$f"))" "[[ '$(field old.trace "$f")' == unknown ]]"
 done
 check "1.7 file: exit status unknown" "[[ '$(field old.trace ended)' == 'at exit (status unknown)' ]]"

@@ -155,6 +155,8 @@ int cmd_info(int argc, char **argv);
 /* A trace file opened for reading (report.c): NULL after saying why; warns of losses. */
 struct pki_trace_file;
 struct pki_trace_file *cli_trace_open(const char *path);
+/* The object of @f's @fn, its file name alone, or NULL (report.c). */
+const char *cli_obj_name(const struct pki_trace_file *f, uint64_t fn);
 
 /* What a session is: a paragraph of the --help texts of the commands that read one. */
 #define CLI_SESSION_HELP                                                                           \

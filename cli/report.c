@@ -240,7 +240,7 @@ static void print_head(bool raw)
 }
 
 /* The object of @f's @fn, its file name alone, or NULL. */
-static const char *obj_name(const struct pki_trace_file *f, uint64_t fn)
+const char *cli_obj_name(const struct pki_trace_file *f, uint64_t fn)
 {
 	const struct pki_trace_sym *sym = pki_trace_file_sym(f, fn);
 	const struct pki_trace_obj *obj = sym ? pki_trace_file_obj(f, sym->object_id) : NULL;
@@ -252,7 +252,7 @@ static const char *obj_name(const struct pki_trace_file *f, uint64_t fn)
 /* One row: @s, a function of @f. */
 static void print_row(const struct pki_trace_file *f, const struct pki_trace_fnstat *s, bool raw)
 {
-	const char *obj = obj_name(f, s->fn);
+	const char *obj = cli_obj_name(f, s->fn);
 	char t[5][32], nb[32];
 	int w = raw ? 16 : 12;
 
@@ -444,7 +444,7 @@ struct srow {
 static int srow_same(const void *pa, const void *pb)
 {
 	const struct srow *a = pa, *b = pb;
-	const char *oa = obj_name(a->f, a->st.fn), *ob = obj_name(b->f, b->st.fn);
+	const char *oa = cli_obj_name(a->f, a->st.fn), *ob = cli_obj_name(b->f, b->st.fn);
 	char ba[32], bb[32];
 	int c = strcmp(pki_trace_fn_name(a->f, a->st.fn, ba, sizeof(ba)),
 		       pki_trace_fn_name(b->f, b->st.fn, bb, sizeof(bb)));

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A trace session's files read as one: a shell runs trace_demo --fork (its
 # file and its child's), then execs trace_demo --exec (which execs itself
-# again); report, replay and export (chrome, folded, speedscope, perfetto)
-# read every file of the session, --pid keeps some processes, a file named directly is read alone, and a file
-# an earlier run left under a session name is not read.
+# again); report, replay, graph and export (chrome, folded, speedscope,
+# perfetto) read every file of the session, --pid keeps some processes, a
+# file named directly is read alone, and a file an earlier run left under a
+# session name is not read.
 #
 # usage: test-trace-session.sh PROBEKIT TRACE_DEMO PROTO_DIR
 set -uo pipefail
@@ -23,6 +24,10 @@ sum() {
 # fsum ARGS...: the values of export --format folded --value calls ARGS, added up.
 fsum() {
 	"$pk" export --format folded --value calls "$@" 2>/dev/null | awk '!/^#/ {n += $NF} END {print n + 0}'
+}
+# gsum ARGS...: the calls of every path of graph ARGS, added up.
+gsum() {
+	"$pk" graph "$@" 2>/dev/null | sed -n 's/^.* : [ +-]*(\([0-9]*\)) .*/\1/p' | awk '{n += $1} END {print n + 0}'
 }
 # tids ARGS...: the thread id of each line of replay ARGS.
 tids() {
@@ -94,7 +99,21 @@ n_sum=$(for f in alone.trace "s.trace.$parent" "s.trace.$child" "s.trace.$sh.1" 
 done | awk '{n += $1} END {print n}')
 check "replay: every file's lines ($n_all, $n_sum)" "[[ $n_all == $n_sum ]]"
 
-# 5. export chrome: a pid per process, each named.
+# 5. graph: main's paths over the processes that ran it, their calls added up.
+gall=$(gsum main s.trace)
+gone=$(for f in alone.trace "s.trace.$parent" "s.trace.$child" "s.trace.$sh.1" "s.trace.$sh.2"; do
+	gsum main "$f"
+done | awk '{n += $1} END {print n}')
+check "graph: every process's calls ($gall, $gone)" "[[ $gall -gt \$(gsum main s.trace.$parent) && $gall == $gone ]]"
+"$pk" graph main s.trace >g 2>&1
+check "graph: one path per function sequence" "[[ \$(grep -c '(3) main\$' g) == 1 && \$(grep -c '^[^+]*  +-([0-9]*) waitpid\$' g) == 1 ]]"
+"$pk" graph main s.trace --pid "$parent" | grep -v '^#' >got 2>&1
+"$pk" graph main "s.trace.$parent" | grep -v '^#' >exp 2>&1
+check "graph --pid: the parent's paths alone" "[[ -s exp ]] && diff -u exp got"
+"$pk" graph main s.trace --pid 1 >/dev/null 2>err
+check "graph --pid of no process: an error" "[[ \$? == 1 ]] && grep -q 'graph: s.trace: no process of the session' err"
+
+# 6. export chrome: a pid per process, each named.
 "$pk" export --format chrome s.trace >c.json 2>/dev/null
 pids=$(python3 -c '
 import json, sys
@@ -131,7 +150,7 @@ check "perfetto: every sequence consistent ($(tail -1 p.chk))" "[[ \$? == 0 ]] &
 "$pk" export --format chrome "s.trace.$child" >c1.json 2>/dev/null
 check "chrome: FILE.PID alone" "grep -q '\"pid\":$child,' c1.json && ! grep -q '\"pid\":$parent,' c1.json"
 
-# 6. A file an earlier run left under a session name is not read.
+# 7. A file an earlier run left under a session name is not read.
 "$pk" trace -o old.trace -- "$demo" --exec >/dev/null 2>&1
 old=$(ls old.trace.*.1)
 cp "$old" s.trace.4194304.1

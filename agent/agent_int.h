@@ -339,10 +339,11 @@ void agent_trace_trigger_offer(unsigned long ip, const char *name);
 /*
  * Library calls (libcalls.c): set before the site table is first built,
  * the functions PROG's imports bind to become relocated sites.  If @func
- * (a site's function) is one, the name PROG imports it by, else NULL.
+ * (a site's function) is one, the @k-th name (from 0, in strcmp order)
+ * PROG imports it by (open, open64), else NULL.
  */
 void agent_libcalls_setup(void);
-const char *agent_libcall(unsigned long func);
+const char *agent_libcall(unsigned long func, size_t k);
 /* The trace hooks of those: a call recorded only if it returns into PROG (trace_hook.c). */
 void agent_on_libcall(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		      struct pk_regs *regs);

@@ -15,6 +15,7 @@
 #include <link.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #include "agent_int.h"
 #include "base/log.h"
@@ -23,14 +24,14 @@
 
 struct libcall {
 	unsigned long func;
-	const char *name; /* the name PROG imports it by (PROG's string) */
+	const char *name; /* a name PROG imports it by (PROG's string) */
 };
 
 static struct {
-	struct libcall *v; /* sorted by func, unique */
+	struct libcall *v; /* sorted by func and name, unique: a function's aliases follow */
 	size_t n, cap;
-	unsigned long *funcs; /* v's funcs, for pki_sites_set_reloc_funcs */
-	uintptr_t main_base, agent_base;
+	unsigned long *funcs;		 /* v's funcs, unique, for pki_sites_set_reloc_funcs */
+	uintptr_t main_base, agent_base; /* (dladdr's dli_fbase) */
 } L;
 
 /*
@@ -39,17 +40,40 @@ static struct {
  */
 static const char *const not_calls[] = {"__libc_start_main", NULL};
 
-/* Where @name@@version binds, as PROG's relocation binds it: 0 if nowhere. */
+static uintptr_t base_of(const void *p)
+{
+	Dl_info di;
+
+	return p && dladdr(p, &di) ? (uintptr_t)di.dli_fbase : 0;
+}
+
+/*
+ * Where @name@@version binds, as PROG's relocation binds it (0 if nowhere):
+ * the first definition of that version, or an unversioned one before it (an
+ * interposer's: dlsym's, which dlvsym skips).  A non-PIE program that takes
+ * a function's address defines it at its own PLT entry: the definition it
+ * stands for is the first one after PROG, taken as the first after the
+ * agent (preloaded right after PROG: a function it wraps is then hooked
+ * in its library, where only the wrapper's tail call would be recorded).
+ */
 static unsigned long bound(const char *name, const char *version)
 {
-	void *p = version ? dlvsym(RTLD_DEFAULT, name, version) : NULL;
+	void *d = dlsym(RTLD_DEFAULT, name);
+	void *v = version ? dlvsym(RTLD_DEFAULT, name, version) : NULL;
 
-	return (unsigned long)(uintptr_t)(p ? p : dlsym(RTLD_DEFAULT, name));
+	if (d && base_of(d) == L.main_base) { /* (after PROG: after us, the preloaded) */
+		d = dlsym(RTLD_NEXT, name);
+		v = version ? dlvsym(RTLD_NEXT, name, version) : NULL;
+	}
+	if (v && !(d && base_of(d) != base_of(v) && pki_def_unversioned(d)))
+		d = v;
+	return (unsigned long)(uintptr_t)d;
 }
 
 static int take(const char *name, const char *version, void *ctx)
 {
 	unsigned long a = bound(name, version);
+
 	Dl_info di;
 
 	(void)ctx;
@@ -73,7 +97,7 @@ static int take(const char *name, const char *version, void *ctx)
 	return 0;
 }
 
-/* By address, then name: an address imported by several names keeps the first. */
+/* By address, then name: the names of one function (open, open64) in order. */
 static int cmp_call(const void *a, const void *b)
 {
 	const struct libcall *x = a, *y = b;
@@ -97,7 +121,6 @@ static int main_text(struct dl_phdr_info *info, size_t size, void *ctx)
 			hi = start + ph->p_memsz > hi ? start + ph->p_memsz : hi;
 		}
 	}
-	L.main_base = info->dlpi_addr;
 	agent_hook.main_lo = lo < hi ? lo : 0;
 	agent_hook.main_hi = lo < hi ? hi : 0;
 	return 1; /* the first object is the main program */
@@ -109,37 +132,41 @@ void agent_libcalls_setup(void)
 	size_t m = 0;
 
 	dl_iterate_phdr(main_text, NULL);
-	L.agent_base = dladdr((void *)agent_libcalls_setup, &di) ? (uintptr_t)di.dli_fbase : 0;
+	L.main_base = base_of((void *)getauxval(AT_ENTRY));
+	if (!dladdr((void *)agent_libcalls_setup, &di))
+		return;
+	L.agent_base = (uintptr_t)di.dli_fbase;
 	if (pki_imports_main(take, NULL) || !L.n)
 		return; /* out of memory: no library call (PROG's functions still are) */
 	qsort(L.v, L.n, sizeof(*L.v), cmp_call);
-	for (size_t i = 0; i < L.n; i++)
-		if (!m || L.v[i].func != L.v[m - 1].func)
+	for (size_t i = 0; i < L.n; i++) /* (a name imported twice: PLT and GOT) */
+		if (!m || L.v[i].func != L.v[m - 1].func || strcmp(L.v[i].name, L.v[m - 1].name))
 			L.v[m++] = L.v[i];
 	L.n = m;
 	L.funcs = malloc(m * sizeof(*L.funcs));
 	if (!L.funcs)
 		return;
-	for (size_t i = 0; i < m; i++) {
-		L.funcs[i] = L.v[i].func;
+	m = 0;
+	for (size_t i = 0; i < L.n; i++) {
 		pki_debug("libcalls: %s at %#lx\n", L.v[i].name, L.v[i].func);
+		if (!m || L.v[i].func != L.funcs[m - 1])
+			L.funcs[m++] = L.v[i].func;
 	}
 	pki_sites_set_reloc_funcs(L.funcs, m);
 }
 
-const char *agent_libcall(unsigned long func)
+const char *agent_libcall(unsigned long func, size_t k)
 {
 	size_t lo = 0, hi = L.funcs ? L.n : 0;
 
-	while (lo < hi) {
+	while (lo < hi) { /* the first entry of @func */
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (L.v[mid].func == func)
-			return L.v[mid].name;
 		if (L.v[mid].func < func)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return NULL;
+	lo += k;
+	return lo < L.n && L.v[lo].func == func ? L.v[lo].name : NULL;
 }

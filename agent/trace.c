@@ -155,26 +155,38 @@ static bool reloc_all(void)
  * imported one (strlen, not the __strlen_avx2 it binds to).  With --relocate-all
  * every function is hooked from any caller instead; top counts every call.
  */
-static const char *libcall_site(const struct pk_site *s)
+static bool libcall_site(const struct pk_site *s)
 {
-	if (!conf->libcall || reloc_all() || conf->top ||
-	    (s->kind != PK_SITE_RELOC && s->kind != PK_SITE_INT3))
-		return NULL;
-	return agent_libcall(s->func);
+	return conf->libcall && !reloc_all() && !conf->top &&
+	       (s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3) && agent_libcall(s->func, 0);
+}
+
+/*
+ * The name a library call is traced by: the first of its imported names
+ * (open, open64: one function) that the -f/-N globs take, or NULL.
+ */
+static const char *libcall_name(const struct pk_site *s, struct pick *p)
+{
+	const char *name;
+
+	for (size_t k = 0; (name = agent_libcall(s->func, k)); k++)
+		if (agent_globs_want(&p->g, name, p->fmatched))
+			return name;
+	return NULL;
 }
 
 static int pick_site(const struct pk_site *s, void *ctx)
 {
 	struct pick *p = ctx;
-	const char *call = libcall_site(s);
-	const char *name = call ? call : s->name;
+	bool call = libcall_site(s);
+	const char *name = call ? libcall_name(s, p) : s->name;
 
 	if (strstr(s->object, PK_AGENT_NAME))
 		return 0; /* our own copy of the library */
 	if (agent_unwind_site(s) && !reloc_all())
 		return 0; /* a site for unwind_hook.c only */
 	p->total++;
-	if (!agent_globs_want(&p->g, name, p->fmatched))
+	if (!name || (!call && !agent_globs_want(&p->g, name, p->fmatched)))
 		return 0;
 	if (T.nips == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 1024;
@@ -200,9 +212,8 @@ static int pick_site(const struct pk_site *s, void *ctx)
 		    dladdr((void *)s->func, &di) ? (uint64_t)(uintptr_t)di.dli_fbase : 0;
 		T.nobjs++;
 	}
-	T.syms[T.nips] =
-	    (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(name),
-			  s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3, call != NULL};
+	T.syms[T.nips] = (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(name),
+				       s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3, call};
 	T.ips[T.nips++] = s->ip;
 	return 0;
 }

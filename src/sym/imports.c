@@ -5,6 +5,7 @@
  * addresses in place on x86-64 (glibc's l_info), but a value below the load
  * bias is taken as an offset, which covers a loader that leaves them.
  */
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <stdbool.h>
@@ -130,4 +131,20 @@ int pki_imports_main(pki_import_fn fn, void *ctx)
 	for (size_t i = 0; !ret && i < d.nrela; i++)
 		ret = rela_import(&d, &d.rela[i], fn, ctx);
 	return ret;
+}
+
+bool pki_def_unversioned(const void *addr)
+{
+	const ElfW(Sym) *sym = NULL;
+	struct link_map *lm = NULL;
+	struct dyn d = {0};
+	Dl_info di;
+
+	if (!dladdr1(addr, &di, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
+	    !dladdr1(addr, &di, (void **)&lm, RTLD_DL_LINKMAP) || !lm || !lm->l_ld)
+		return false;
+	d.bias = lm->l_addr;
+	if (!dyn_read(lm->l_ld, &d) || sym < d.sym)
+		return false;
+	return !d.versym || (d.versym[sym - d.sym] & 0x7fff) <= 1;
 }

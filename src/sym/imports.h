@@ -9,6 +9,8 @@
 #ifndef PK_SYM_IMPORTS_H
 #define PK_SYM_IMPORTS_H
 
+#include <stdbool.h>
+
 /*
  * Call @fn for each of the main program's imported functions, once per
  * relocation (a function may come twice: through the PLT and through the
@@ -19,5 +21,14 @@
  */
 typedef int (*pki_import_fn)(const char *name, const char *version, void *ctx);
 int pki_imports_main(pki_import_fn fn, void *ctx);
+
+/*
+ * Does the dynamic symbol that defines @addr carry no version (its object
+ * has no version table, or the symbol is the base, VER_NDX_GLOBAL)?  The
+ * dynamic loader binds a versioned reference to such a definition when it
+ * comes first in the lookup order (an interposed malloc), which
+ * dlvsym() never returns.  False if no symbol defines @addr.
+ */
+bool pki_def_unversioned(const void *addr);
 
 #endif /* PK_SYM_IMPORTS_H */

@@ -5,14 +5,21 @@
  * a tail call from a traced function (its return slot is hijacked), some
  * from a callback libc calls (qsort's comparator), and libc calls the same
  * functions itself (fopen's malloc), which are not the program's calls.
+ * open and open64 are one function of libc's, called by both names.
+ * free's address is taken: a non-PIE build defines it at its PLT entry.
  * Built without patchable entries, as a distribution binary is.
  * usage: libcalls [N]
  */
+#undef _FILE_OFFSET_BITS /* (the build's): open and open64 by their own names */
+#define _LARGEFILE64_SOURCE
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static unsigned long compares;
+void (*volatile free_fn)(void *) = free;
 
 /* A tail call: jmp strlen, returning straight into main. */
 __attribute__((noinline)) size_t tail_strlen(const char *s)
@@ -44,8 +51,12 @@ int main(int argc, char **argv)
 	f = fopen("/dev/null", "w"); /* libc's own malloc inside */
 	if (f)
 		fclose(f);
+	close(open("/dev/null", O_RDONLY));
+	close(open64("/dev/null", O_RDONLY));
+	close(open64("/dev/null", O_RDONLY));
 	printf("len %zu first %s\n", len, names[0]);
 	printf("malloc %d\nfree %d\nsnprintf %d\nstrlen %d\nqsort 1\nstrcmp %lu\n", n, n, n, 2 * n,
 	       compares);
+	printf("open 3\nclose 3\n");
 	return 0;
 }

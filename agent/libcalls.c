@@ -9,7 +9,8 @@
  * into PROG's own text (agent_on_libcall, trace_hook.c): the library's
  * calls to the same function from inside are not PROG's and cost the hook
  * only.  --relocate-all hooks every function anyway, from any caller;
- * --no-libcall leaves them out.
+ * --no-libcall leaves them out.  The protocol: doc/design/library-calls.md
+ * (LC1 which functions, here; LC2 which calls, LC3, in trace_hook.c).
  */
 #include <dlfcn.h>
 #include <link.h>
@@ -48,7 +49,7 @@ static uintptr_t base_of(const void *p)
 }
 
 /*
- * Where @name@@version binds, as PROG's relocation binds it (0 if nowhere):
+ * LC1: where @name@@version binds, as PROG's relocation binds it (0 if nowhere):
  * the first definition of that version, or an unversioned one before it (an
  * interposer's: dlsym's, which dlvsym skips).  A non-PIE program that takes
  * a function's address defines it at its own PLT entry: the definition it

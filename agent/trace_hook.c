@@ -48,7 +48,7 @@ static inline bool in_prog(unsigned long addr)
 }
 
 /*
- * A tail call from a traced function (jmp fflush) returns where that
+ * LC3: a tail call from a traced function (jmp fflush) returns where that
  * function would have: into the trampoline that hijacked its return slot.
  * The call is that function's: the shadow entry of the same slot names it
  * (the entries above, at lower slots, are frames left without their exits).
@@ -76,7 +76,7 @@ static inline bool from_prog(unsigned long parent_ip, const struct pk_regs *regs
 	return in_prog(parent_ip);
 }
 
-/* A library call of PROG's: as agent_on_entry_exit; a library's own: nothing. */
+/* LC2: a library call of PROG's: as agent_on_entry_exit; a library's own: nothing. */
 void agent_on_libcall(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		      struct pk_regs *regs)
 {

@@ -172,12 +172,13 @@ one() {
 		cmp -s "$R/plain.$i.rc" "$R/pk.$i.rc" && cmp -s "$R/plain.$i.out" "$R/pk.$i.out" || same=NO
 	done
 	[[ $same == yes ]] || st=1
-	for f in "$R"/pk.t/*.trace*; do
-		[[ -f $f && $f != *.rep ]] && "$PROBEKIT" report --raw "$f" >"$f.rep" 2>/dev/null
+	# (each run's session: its first file, with its children's and exec'd programs')
+	for f in "$R"/pk.t/*.trace; do
+		[[ -f $f ]] && "$PROBEKIT" report --raw "$f" >"$f.rep" 2>/dev/null
 	done
 	local ev lost
-	ev=$(cat "$R"/pk.t/*.rep 2>/dev/null | sed -n 's/^# .* \([0-9]*\) events, \([0-9]*\) lost.*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
-	lost=$(cat "$R"/pk.t/*.rep 2>/dev/null | sed -n 's/^# .* \([0-9]*\) events, \([0-9]*\) lost.*/\2/p' | awk '{ s += $1 } END { print s + 0 }')
+	ev=$(cat "$R"/pk.t/*.rep 2>/dev/null | sed -n 's/^# .*: pid .* \([0-9]*\) events, \([0-9]*\) lost.*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
+	lost=$(cat "$R"/pk.t/*.rep 2>/dev/null | sed -n 's/^# .*: pid .* \([0-9]*\) events, \([0-9]*\) lost.*/\2/p' | awk '{ s += $1 } END { print s + 0 }')
 	echo
 	echo "== $name ($bin, $n run(s))"
 	echo "probekit trace --relocate: exit status and stdout as plain: $same; events $ev, lost $lost"

@@ -389,12 +389,13 @@ one() {
 	same cyg || cyg_ok=NO
 
 	ls "$R"/pk.t/*.trace* >/dev/null 2>&1 || { say "$name: no trace written"; return 1; }
-	for f in "$R"/pk.t/*.trace* "$R"/pkr.t/*.trace*; do
-		[[ $f == *.rep ]] || "$PROBEKIT" report --raw "$f" >"$f.rep" 2>/dev/null
+	# (each run's session: its first file, with its children's and exec'd programs')
+	for f in "$R"/pk.t/*.trace "$R"/pkr.t/*.trace; do
+		[[ -f $f ]] && "$PROBEKIT" report --raw "$f" >"$f.rep" 2>/dev/null
 	done
 	local ev lost
-	ev=$(cat "$R"/pk.t/*.rep | sed -n 's/^# .* \([0-9]*\) events, \([0-9]*\) lost.*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
-	lost=$(cat "$R"/pk.t/*.rep | sed -n 's/^# .* \([0-9]*\) events, \([0-9]*\) lost.*/\2/p' | awk '{ s += $1 } END { print s + 0 }')
+	ev=$(cat "$R"/pk.t/*.rep | sed -n 's/^# .*: pid .* \([0-9]*\) events, \([0-9]*\) lost.*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
+	lost=$(cat "$R"/pk.t/*.rep | sed -n 's/^# .*: pid .* \([0-9]*\) events, \([0-9]*\) lost.*/\2/p' | awk '{ s += $1 } END { print s + 0 }')
 	local ufc=-
 	if ((!quick)); then
 		for d in "$R/$uft.t"/*/ "$R/ufr.t"/*/; do uftrace report -d "$d" -f call --no-pager --demangle=no >"${d%/}.rep" 2>/dev/null; done

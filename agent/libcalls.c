@@ -36,10 +36,15 @@ static struct {
 } L;
 
 /*
- * Not a call PROG makes but its start: every other call runs inside it, and
- * it never returns (it calls exit()).
+ * Not calls PROG's source makes: its start (every other call runs inside
+ * it, and it never returns), and the calls a compiler inserts into
+ * instrumented code (the sanitizers' runtimes, -finstrument-functions).
  */
 static const char *const not_calls[] = {"__libc_start_main", NULL};
+static const char *const not_prefixes[] = {
+    "__asan_", "__ubsan_",  "__tsan_",	    "__msan_",
+    "__lsan_", "__hwasan_", "__sanitizer_", "__cyg_profile_func_",
+    NULL};
 
 static uintptr_t base_of(const void *p)
 {
@@ -80,6 +85,9 @@ static int take(const char *name, const char *version, void *ctx)
 	(void)ctx;
 	for (size_t i = 0; not_calls[i]; i++)
 		if (!strcmp(name, not_calls[i]))
+			return 0;
+	for (size_t i = 0; not_prefixes[i]; i++)
+		if (!strncmp(name, not_prefixes[i], strlen(not_prefixes[i])))
 			return 0;
 	/* PROG's own (interposed) functions are traced as PROG's; ours never are. */
 	if (!a || !dladdr((void *)a, &di) || (uintptr_t)di.dli_fbase == L.main_base ||

@@ -673,6 +673,10 @@ START_TEST(signals_while_waiting)
 	signal(SIGALRM, SIG_IGN);
 	sigprocmask(SIG_UNBLOCK, &alrm, NULL);
 	f = tread();
+	for (i = 0; f->nthreads != 1 && i < f->nthreads; i++)
+		fprintf(stderr, "thread tsn %u tid %u (%s, pid %d): %zu events, %llu lost\n",
+			f->threads[i].tsn, f->threads[i].tid, f->threads[i].name, (int)getpid(),
+			f->threads[i].nev, (unsigned long long)f->threads[i].lost);
 	ck_assert_int_eq(f->nthreads, 1);
 	for (i = 0; i < f->threads[0].nev; i++)
 		if (PKI_EV_FN(f->threads[0].ev[i].word) == FA)
@@ -747,6 +751,62 @@ START_TEST(handler_while_buffer_made)
 	ck_assert_uint_eq(f->threads[0].nev, 1);
 	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[0].word), FA);
 	ck_assert_uint_eq(f->threads[0].lost, 2);
+	ck_assert_uint_eq(f->end.late_lost, 0);
+	pki_trace_file_free(f);
+	unlink(tpath);
+}
+END_TEST
+
+/*
+ * A signal handler that records after its thread's first record found no
+ * buffer but before that record makes one: the handler makes it, and the
+ * thread's record goes into the same buffer (one thread in the file, no
+ * event lost).  record_slow() asks gettid() whether the thread is one of
+ * ours before making the buffer: this one raises the signal right there.
+ */
+static __thread volatile int gettid_raise;
+static int gettid_raised; /* atomic */
+
+pid_t gettid(void)
+{
+	if (gettid_raise) {
+		gettid_raise = 0;
+		__atomic_store_n(&gettid_raised, 1, __ATOMIC_RELAXED);
+		raise(SIGUSR1);
+	}
+	return (pid_t)syscall(SYS_gettid);
+}
+
+static void *first_record_after_handler(void *arg)
+{
+	(void)arg;
+	gettid_raise = 1;
+	EN(FA, 1);
+	return NULL;
+}
+
+START_TEST(handler_before_buffer_made)
+{
+	struct sigaction sa = {.sa_handler = on_usr1_record};
+	struct pki_trace_file *f;
+	pthread_t th;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	topen(64, 1, false);
+	pthread_create(&th, NULL, first_record_after_handler, NULL);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(__atomic_load_n(&gettid_raised, __ATOMIC_RELAXED),
+			 1); /* the handler ran */
+	ck_assert_int_eq(pki_trace_close(), 0);
+	signal(SIGUSR1, SIG_DFL);
+	f = tread();
+	ck_assert_int_eq(f->nthreads, 1);
+	ck_assert_uint_eq(f->threads[0].nev, 3);
+	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[0].word), FB);
+	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[1].word), FB);
+	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[2].word), FA);
+	ck_assert_uint_eq(f->threads[0].lost, 0);
 	ck_assert_uint_eq(f->end.late_lost, 0);
 	pki_trace_file_free(f);
 	unlink(tpath);
@@ -1884,6 +1944,7 @@ int main(void)
 	tcase_add_test(rt, wait_bounded_when_drainer_cannot_write);
 	tcase_add_test(rt, signals_while_waiting);
 	tcase_add_test(rt, handler_while_buffer_made);
+	tcase_add_test(rt, handler_before_buffer_made);
 	tcase_add_loop_test(rt, fsize_limit_final_write, 0, 4);
 	tcase_add_test(rt, exited_threads_kept);
 	tcase_add_test(rt, real_clock_durations);

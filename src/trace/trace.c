@@ -1297,7 +1297,8 @@ static struct pki_trace_buf *buf_new(void)
  * their own), so one exchange after that takes the whole count: it goes
  * to the buffer's nested_lost, the thread's own losses (to late_lost if no
  * buffer could be made).  Every such event is counted once, against its
- * thread.
+ * thread.  A handler that ran after the caller found no buffer but before
+ * tls_allocating was set made the buffer itself: buf_make() takes it.
  */
 /* The calling thread's first buffer (record_slow() says how), or NULL. */
 static struct pki_trace_buf *buf_make(void)
@@ -1307,9 +1308,13 @@ static struct pki_trace_buf *buf_make(void)
 	tls_allocating = 1;
 	pki_trace_busy++; /* buf_new's libc calls are not events */
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	b = buf_new();
-	if (b)
-		pki_trace_tls = b;
+	/* A handler that ran since the caller found none made it: one buffer a thread. */
+	b = pki_trace_tls;
+	if (!b) {
+		b = buf_new();
+		if (b)
+			pki_trace_tls = b;
+	}
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	tls_allocating = 0;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);

@@ -35,6 +35,8 @@
  *                                           "work_ns T calls C" (its own timing);
  *                                           with K > 0 the leaf is demo_body,
  *                                           K dependent multiply-adds
+ *   trace_demo --bench N --libcall          the same with N calls of libc's
+ *                                           rand_r(), a library call
  *
  * Functions are noinline/noclone so the compiler keeps one entry (one site)
  * per function, whatever the optimisation level.
@@ -498,12 +500,21 @@ int main(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(argv[i], "--bench") && i + 1 < argc) {
 			unsigned long n = strtoul(argv[++i], NULL, 0), x = 0, work = 0;
+			bool libcall = false;
 			double t0, t;
 
 			if (i + 2 < argc && !strcmp(argv[i + 1], "--work"))
 				work = strtoul(argv[i += 2], NULL, 0);
+			else if (i + 1 < argc && !strcmp(argv[i + 1], "--libcall"))
+				libcall = ++i;
 			t0 = now_ns();
-			if (work)
+			if (libcall)
+				for (unsigned long k = 0; k < n; k++) {
+					unsigned seed = (unsigned)k;
+
+					x += (unsigned long)rand_r(&seed);
+				}
+			else if (work)
 				for (unsigned long k = 0; k < n; k++)
 					x += demo_body(k, work);
 			else
@@ -517,7 +528,7 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 				"usage: %s [--threads T] [--iters N] | --crash | --fork | "
 				"--exec | --system | --popen | --shell-threads | --fexecve | "
-				"--longjmp | --deep N | --bench N [--work K]\n",
+				"--longjmp | --deep N | --bench N [--work K | --libcall]\n",
 				argv[0]);
 			return 2;
 		}

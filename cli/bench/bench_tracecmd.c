@@ -276,6 +276,80 @@ static void print_added(const char *name, double ns, double plain, const struct 
 }
 
 /*
+ * The best of @b->runs runs of each of the @nv commands @argvs into *@bests
+ * (-1 if it never ran), what probekit said into @saids (NULL: nothing),
+ * round by round, each command once a round: a slow spell of the machine
+ * hits them all.  False if one of the first @nmust failed.
+ */
+static bool rounds(const struct trace_bench *b, char *const *const argvs[],
+		   struct run_said *const saids[], double *const bests[], size_t nv, size_t nmust)
+{
+	for (size_t v = 0; v < nv; v++)
+		*bests[v] = -1;
+	for (int r = 0; r < b->runs; r++)
+		for (size_t v = 0; v < nv; v++) {
+			double ns = best(argvs[v], b->calls, 1, saids[v]);
+
+			if (ns < 0 && v < nmust)
+				return false;
+			if (ns >= 0 && (*bests[v] < 0 || ns < *bests[v]))
+				*bests[v] = ns;
+		}
+	return true;
+}
+
+/*
+ * A library call: PROG's calls of libc's rand_r(), which probekit hooks in
+ * libc by relocation and records as they return into PROG, and uftrace
+ * through PROG's PLT (`uftrace record --force`, its library calls alone on
+ * a program without mcount).  False if a probekit run failed.
+ */
+static bool libcall_workload(const struct trace_bench *b)
+{
+	char ncalls[32], *prog = (char *)b->prog;
+	struct run_said said = {0}, said_ring = {0};
+	double plain, pk, ring, uf;
+
+	snprintf(ncalls, sizeof(ncalls), "%lu", b->calls);
+	{
+		char *const a_plain[] = {prog, "--bench", ncalls, "--libcall", NULL};
+		char *const a_pk[] = {
+		    (char *)b->self, "trace",	  "-o", (char *)b->tfile, "--", prog, "--bench",
+		    ncalls,	     "--libcall", NULL};
+		char *const a_ring[] = {(char *)b->self, "trace",   "-o",	 (char *)b->rfile,
+					"--ring",	 RING_SIZE, "--",	 prog,
+					"--bench",	 ncalls,    "--libcall", NULL};
+		char *const a_uf[] = {"uftrace", "record",  "--force", "-d",	    (char *)b->udir,
+				      prog,	 "--bench", ncalls,    "--libcall", NULL};
+		char *const *argvs[] = {a_plain, a_pk, a_ring, a_uf};
+		struct run_said *saids[] = {NULL, &said, &said_ring, NULL};
+		double *bests[] = {&plain, &pk, &ring, &uf};
+
+		if (!rounds(b, argvs, saids, bests, b->no_uftrace ? 3 : 4, 3))
+			return false;
+	}
+	printf("# rand_r: a library call (libc's, hooked in libc, recorded as it returns)\n");
+	printf("%12s: %8.2f nsecs/call\n", "plain", plain);
+	print_added("probekit", pk, plain, &said, b->runs);
+	print_added("--ring", ring, plain, &said_ring, b->runs);
+	if (uf >= 0)
+		print_added("uftrace", uf, plain, NULL, b->runs);
+	else
+		printf("%12s: not measured (%s)\n", "uftrace",
+		       b->no_uftrace ? b->no_uftrace : "uftrace record failed");
+	if (said.events < 2 * b->calls)
+		printf("%12s: %llu events in the file, fewer than the %lu calls' entries and "
+		       "exits\n",
+		       "short", said.events, b->calls);
+	if (uf > plain && pk > plain)
+		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
+		       (uf - plain) / (pk - plain));
+	printf("\n");
+	fflush(stdout);
+	return true;
+}
+
+/*
  * One leaf (demo_leaf, or demo_body with @work): plain, probekit's default
  * and --ring, the floor, uftrace, the ratios; false if a tool that must run
  * failed.
@@ -329,22 +403,12 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		    "uftrace", "record",  "--no-libcall", "-P",	    ".",   "-d", (char *)b->udir,
 		    prog,      "--bench", ncalls,	  "--work", nwork, NULL};
 
-		/* Round by round, each variant once: a slow spell of the machine hits them all. */
 		char *const *argvs[] = {a_plain, a_pk, a_ring, a_args, a_cond, a_uf};
 		struct run_said *saids[] = {NULL, &said, &said_ring, &said_args, &said_cond, NULL};
 		double *bests[] = {&plain, &pk, &ring, &args, &cond, &uf};
-		size_t nv = b->no_uftrace ? 5 : 6;
 
-		plain = pk = ring = args = cond = uf = -1;
-		for (int r = 0; r < b->runs; r++)
-			for (size_t v = 0; v < nv; v++) {
-				double ns = best(argvs[v], b->calls, 1, saids[v]);
-
-				if (ns < 0 && v < 5)
-					return false;
-				if (ns >= 0 && (*bests[v] < 0 || ns < *bests[v]))
-					*bests[v] = ns;
-			}
+		if (!rounds(b, argvs, saids, bests, b->no_uftrace ? 5 : 6, 5))
+			return false;
 	}
 	if (work)
 		printf("# demo_body: %lu dependent multiply-adds per call\n", work);
@@ -395,11 +459,12 @@ static const char usage[] =
     "and 'uftrace record -P .' add to examples/trace_demo --bench N\n"
     "(N calls of a leaf function timed by the program itself, one\n"
     "thread); best of R runs each, and the default's file size per\n"
-    "event.  Two leaves:\n"
-    "an almost empty one (the worst case), and one doing K dependent\n"
-    "multiply-adds (default 32; --work 0 skips it).  'floor' is what\n"
-    "reading the TSC and storing an event at entry and exit costs alone\n"
-    "(no hook): no tracer that timestamps every call can add less.\n"
+    "event.  Two leaves: an almost empty one (the worst case), and\n"
+    "one doing K dependent multiply-adds (default 32; --work 0 skips\n"
+    "it); then N calls of libc's rand_r(), a library call (uftrace's\n"
+    "recorded through the PLT).  'floor' is what reading the TSC and\n"
+    "storing an event at entry and exit costs alone (no hook): no\n"
+    "tracer that timestamps every call can add less.\n"
     "--no-uftrace leaves the peer out (it is also left out when it is\n"
     "not installed).\n";
 
@@ -542,6 +607,8 @@ int bench_trace(int argc, char **argv)
 	ok = workload(&b, 0);
 	if (ok && b.work)
 		ok = workload(&b, b.work);
+	if (ok)
+		ok = libcall_workload(&b);
 	trace_bench_remove_files(&b);
 	return !ok;
 }

@@ -197,11 +197,13 @@ else
 	peer=() peer_line="^ +uftrace: +[-+]$f2 nsecs/call  \($f2 ns with it\)$"
 fi
 LD_PRELOAD=${PKT_SAN_PRELOAD:-} expect_all 0 out "^# demo_leaf: an almost empty leaf" "^# demo_body: 4 dependent multiply-adds per call$" \
+	"^# rand_r: a library call" \
 	"^ +plain: +$f2 nsecs/call$" "^ +probekit: +[-+]$f2 nsecs/call  \($f2 ns with it\)$" \
 	"^ +floor: +[-+]$f2 nsecs/call" "$peer_line" \
 	-- bench trace --calls 2000 --runs 1 --work 4 "${peer[@]}"
-[[ $(grep -c '^ *probekit: ' "$tmp/out") == 2 ]] && pass=$((pass + 1)) ||
-	{ echo "FAIL: bench trace: two probekit lines"; fail=$((fail + 1)); }
+[[ $(grep -c '^ *probekit: ' "$tmp/out") == 3 && $(grep -c '^ *short: ' "$tmp/out") == 0 ]] &&
+	pass=$((pass + 1)) ||
+	{ echo "FAIL: bench trace: three probekit lines, the library calls all in the file"; fail=$((fail + 1)); }
 expect 0 '^usage: probekit bench attach'    out -- bench attach --help
 expect 0 '^usage: probekit bench call'      out -- bench call --help
 expect 2 "unknown api 'nope'"               err -- bench attach --api nope

@@ -582,8 +582,14 @@ static bool int3_on_relay(unsigned long ip)
 	return *(const volatile uint8_t *)ip == 0xe9;
 }
 
-/* The traced INT3 sites on a breakpoint (!@relay) or on a jump relay: how many, names into @line.
- */
+/* Is T.ips[@i] an INT3 site of PROG's own on a breakpoint (!@relay) or on its jump relay? */
+static bool int3_site(size_t i, bool relay, struct pk_site *s)
+{
+	return !pk_site_find(T.ips[i], s) && s->kind == PK_SITE_INT3 &&
+	       int3_on_relay(s->ip) == relay && !libcall_site(s);
+}
+
+/* The traced INT3 sites int3_site() takes: how many, names into @line. */
 static size_t int3_names_add(char *line, size_t len, size_t size, bool relay)
 {
 	size_t n = 0;
@@ -591,8 +597,7 @@ static size_t int3_names_add(char *line, size_t len, size_t size, bool relay)
 	for (size_t i = 0; i < T.nips; i++) {
 		struct pk_site s;
 
-		if (pk_site_find(T.ips[i], &s) || s.kind != PK_SITE_INT3 ||
-		    int3_on_relay(s.ip) != relay)
+		if (!int3_site(i, relay, &s))
 			continue;
 		if (n < 6 && len < size)
 			len += (size_t)snprintf(line + len, size - len, "%s%s", n ? ", " : ": ",
@@ -604,7 +609,7 @@ static size_t int3_names_add(char *line, size_t len, size_t size, bool relay)
 	return len;
 }
 
-/* How many traced INT3 sites are on their jump relay. */
+/* How many traced INT3 sites of PROG's own functions are on their jump relay. */
 static size_t int3_relayed(void)
 {
 	size_t n = 0;
@@ -612,9 +617,118 @@ static size_t int3_relayed(void)
 	for (size_t i = 0; i < T.nips; i++) {
 		struct pk_site s;
 
-		n += !pk_site_find(T.ips[i], &s) && s.kind == PK_SITE_INT3 && int3_on_relay(s.ip);
+		n += int3_site(i, true, &s);
 	}
 	return n;
+}
+
+/* The sites of @ips[0..@n) on a breakpoint, named into @line; how many. */
+static size_t on_breakpoint(const unsigned long *ips, size_t n, char *line, size_t *len,
+			    size_t size)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct pk_site s;
+
+		if (pk_site_find(ips[i], &s) || s.kind != PK_SITE_INT3 || int3_on_relay(s.ip))
+			continue;
+		if (*len < size)
+			*len += (size_t)snprintf(line + *len, size - *len, "%s%s", k ? ", " : ": ",
+						 s.name);
+		k++;
+	}
+	return k;
+}
+
+/*
+ * Library calls on a breakpoint: a function relocation refuses is taken
+ * where its jump relay applies (sites.h), but the relay's place may be
+ * taken at run time; then each call is a signal, which is said.
+ */
+static void libcall_int3_summary(void)
+{
+	char line[512];
+	size_t len = (size_t)snprintf(line, sizeof(line),
+				      "probekit: library calls through INT3 (a signal per call");
+	size_t n = on_breakpoint(T.call_ips, T.ncall, line, &len, sizeof(line));
+
+	if (!on_breakpoint(T.call1_ips, T.ncall1, line, &len, sizeof(line)) && !n)
+		return;
+	if (len < sizeof(line))
+		snprintf(line + len, sizeof(line) - len, "; -N NAME leaves one out)\n");
+	else
+		line[sizeof(line) - 2] = '\n';
+	agent_notice(line);
+}
+
+/* Every ops of the trace (the empty ones left out: an empty filter means all), in one batch. */
+static int hooks_register(size_t nmain, size_t nlib, size_t ncall, size_t ncall1)
+{
+	int err = pk_txn_begin();
+
+	if (!err && nmain)
+		err = pk_ops_register(&T.ops);
+	if (!err && nlib)
+		err = pk_ops_register(&T.ops_lib);
+	T.ops_call.filter.nips = ncall;
+	if (!err && ncall)
+		err = pk_ops_register(&T.ops_call);
+	T.ops_call1.filter.nips = ncall1;
+	if (!err && ncall1)
+		err = pk_ops_register(&T.ops_call1);
+	for (size_t i = 0; !err && i < T.nops_args; i++)
+		err = pk_ops_register(T.ops_args[i]);
+	if (!err)
+		return pk_txn_commit();
+	pk_txn_abort();
+	return err;
+}
+
+/* @ips[0..*@n) without the INT3 sites, which are named into @line; how many went. */
+static size_t int3_drop(unsigned long *ips, size_t *n, char *line, size_t *len, size_t size)
+{
+	size_t k = 0, gone = 0;
+
+	for (size_t i = 0; i < *n; i++) {
+		struct pk_site s;
+
+		if (pk_site_find(ips[i], &s) || s.kind != PK_SITE_INT3) {
+			ips[k++] = ips[i];
+			continue;
+		}
+		if (*len < size)
+			*len += (size_t)snprintf(line + *len, size - *len, "%s%s",
+						 gone ? ", " : " ", s.name);
+		gone++;
+	}
+	*n = k;
+	return gone;
+}
+
+/*
+ * The batch was refused because a thread blocks SIGTRAP while breakpoints
+ * were to be written (sym/sites.h: a library function relocation refuses
+ * is an INT3 site, on its jump relay unless the relay's place is taken):
+ * the library calls on INT3 sites are left out, and said.  False if there
+ * were none (the refusal is then the user's: --int3).
+ */
+static bool calls_int3_drop(size_t *ncall, size_t *ncall1)
+{
+	char line[512];
+	size_t len = (size_t)snprintf(line, sizeof(line), "probekit: library calls not traced:");
+	size_t gone = int3_drop(T.call_ips, ncall, line, &len, sizeof(line));
+
+	gone += int3_drop(T.call1_ips, ncall1, line, &len, sizeof(line));
+	if (!gone)
+		return false;
+	if (len < sizeof(line))
+		snprintf(line + len, sizeof(line) - len,
+			 " (a thread blocks SIGTRAP, which their breakpoints need)\n");
+	else
+		line[sizeof(line) - 2] = '\n';
+	agent_notice(line);
+	return true;
 }
 
 /*
@@ -929,21 +1043,9 @@ static bool trace_hook(bool initial)
 	T.ops_call1.filter.nips = ncall1;
 	if (conf->top && !top_prepare())
 		FAIL(initial, "out of memory for the statistics of %zu functions", T.nips);
-	err = pk_txn_begin();
-	if (!err && nmain) /* an empty filter would mean all */
-		err = pk_ops_register(&T.ops);
-	if (!err && nlib)
-		err = pk_ops_register(&T.ops_lib);
-	if (!err && ncall)
-		err = pk_ops_register(&T.ops_call);
-	if (!err && ncall1)
-		err = pk_ops_register(&T.ops_call1);
-	for (size_t i = 0; !err && i < T.nops_args; i++)
-		err = pk_ops_register(T.ops_args[i]);
-	if (!err)
-		err = pk_txn_commit();
-	else
-		pk_txn_abort();
+	err = hooks_register(nmain, nlib, ncall, ncall1);
+	if (err == -EDEADLK && calls_int3_drop(&ncall, &ncall1))
+		err = hooks_register(nmain, nlib, ncall, ncall1);
 	if (err) {
 		T.nops_args = 0;
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
@@ -953,8 +1055,10 @@ static bool trace_hook(bool initial)
 	T.nlib = nlib;
 	T.ncall = ncall;
 	T.ncall1 = ncall1;
-	if (initial)
+	if (initial) {
 		reloc_summary();
+		libcall_int3_summary();
+	}
 	err = conf->top ? 0 : session_open();
 	if (err)
 		FAIL_SAY(initial, "cannot write the trace %s: %s", T.file,

@@ -498,6 +498,16 @@ static bool reloc_site_want(const struct pki_elf_func *f, const char *name, void
 	return (r->only && listed(name, r->only, false)) || func_listed(r, r->obj->base + f->addr);
 }
 
+/*
+ * An INT3-class function @fs: a site in INT3 mode, or else if it is a
+ * listed function (not only a named one) whose jump relay applies.
+ */
+static bool int3_taken(const struct reloc_sites *r, const struct pki_func_site *fs, bool internal)
+{
+	return (func_sites_flags() & PKI_FUNC_SITES_INT3) ||
+	       (!internal && fs->relay && func_listed(r, r->obj->base + fs->fn->addr));
+}
+
 /* A function the file says relocates: a site, if its whole text is mapped. */
 static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 {
@@ -514,6 +524,7 @@ static int reloc_site_take(const struct pki_func_site *fs, void *ctx)
 			return PKI_FUNC_UNCOUNTED;
 	}
 	if ((fs->how != PKI_FUNC_RELOC && fs->how != PKI_FUNC_INT3) ||
+	    (fs->how == PKI_FUNC_INT3 && !int3_taken(r, fs, internal)) ||
 	    !in_mapped_text(r->info, func, fs->fn->size) ||
 	    !in_mapped_text(r->info, ip, PKI_SITE_LEN)) /* an INT3 site's 5 bytes are read */
 		return 0;
@@ -543,8 +554,9 @@ static int reloc_sites_read(const char *path, const char *open_path, struct relo
 	int err = r->only && !r->funcs ? 0 : ifunc_impls_read(open_path, r);
 
 	if (!err)
-		err = pki_func_sites_file_sel(open_path, func_sites_flags(), reloc_site_want,
-					      reloc_site_take, r, &r->st);
+		err = pki_func_sites_file_sel(
+		    open_path, func_sites_flags() | (r->funcs ? PKI_FUNC_SITES_INT3 : 0),
+		    reloc_site_want, reloc_site_take, r, &r->st);
 	if (!err)
 		ifunc_impls_name(r);
 	free(r->ifn);

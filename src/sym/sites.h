@@ -97,7 +97,10 @@ bool pki_sites_reloc_named_set(void);
  * In an object relocation is off for (other than the main program), the
  * functions that start at one of @funcs (absolute addresses, sorted
  * ascending, @n of them) and relocate become PK_SITE_RELOC sites too, and
- * are listed like the object's other sites (the agent's library calls:
+ * those relocation refuses PK_SITE_INT3 sites where the jump relay can
+ * stand for their breakpoint (no signal a call; func_sites.h, whatever
+ * pki_sites_set_int3 says), and are listed like the object's other sites
+ * (the agent's library calls:
  * the definitions the main program's imports bind to, sym/imports.h).
  * The array lives as long as the process, or is NULL.  Applies to objects
  * read after the call: set it before the table is first built.  An object

@@ -101,5 +101,32 @@ else
 	echo "SKIP: uftrace comparison (a sanitizer build, or uftrace missing or cannot record here)"
 fi
 
+# A library function relocation refuses (liblzma's lzma_code: an indirect
+# jump, a switch) is hooked through its jump relay, or a breakpoint where
+# the relay's place is taken: xz's calls of it are counted all the same,
+# single-threaded as uftrace counts them, and with a worker thread.
+if [[ -x /usr/bin/xz ]] && "$pk" sites -f -g lzma_code "$(ldd /usr/bin/xz | awk '/liblzma/ {print $3}')" 2>/dev/null |
+	grep -q ' refused '; then
+	seq 1 60000 >xin
+	run -o x.trace -- /usr/bin/xz -T1 -c xin
+	mv out x1.xz
+	counts x.trace >xgot
+	check "xz -T1: rc $rc, its output as xz's" "[[ $rc == 0 ]] && xz -dc x1.xz | cmp -s - xin"
+	check "xz -T1: lzma_code, refused by relocation, counted" "grep -Eq '^lzma_code [1-9]' xgot"
+	if [[ -z ${PKT_SAN_PRELOAD:-} ]] && command -v uftrace >/dev/null &&
+		timeout 120 uftrace record --force -d ufx /usr/bin/xz -T1 -c xin >/dev/null 2>&1; then
+		uftrace report -d ufx -f call 2>/dev/null | awk 'NR > 2 && NF == 2 {print $2, $1}' | sort >ufx.counts
+		check "xz -T1 vs uftrace: lzma_code, read and write, same counts" \
+			"[[ \$(join ufx.counts xgot | grep -cE '^(lzma_code|read|write) ') == 3 ]] &&
+			 join ufx.counts xgot | awk '\$2 != \$3 {print; bad = 1} END {exit bad}'"
+	fi
+	run -o x2.trace -- /usr/bin/xz -T2 --block-size=100000 -c xin
+	mv out x2.xz
+	check "xz -T2: rc $rc, lzma_code counted, its output as xz's" \
+		"[[ $rc == 0 ]] && counts x2.trace | grep -Eq '^lzma_code [1-9]' && xz -dc x2.xz | cmp -s - xin"
+else
+	echo "SKIP (part): xz with a liblzma whose lzma_code relocation refuses is not installed here"
+fi
+
 echo "trace_libcall: $pass passed, $fail failed"
 ((fail == 0))

@@ -281,6 +281,18 @@ static bool mode_start(int fd, char *why, size_t n)
 			close(fd);
 		return snprintf(why, n, "the settings name no trace file"), false;
 	}
+	/*
+	 * The process's calls into its libraries, as a started program's
+	 * (agent_library_settings()): looked up again at each attach, before
+	 * agent_trace_attach() reads the loaded objects.  Also when this
+	 * attach leaves them out (--no-libcall, --no-relocate, top): the
+	 * libraries are then read with their sites from the first attach on,
+	 * not read again by a later one that wants them (a new site table,
+	 * whose old one liburcu's thread would free: a thread more after the
+	 * detach); the sites stay unhooked (trace.c, libcall_only()).
+	 */
+	if (strcmp(agent_trace_conf.reloc, "1"))
+		agent_libcalls_setup();
 	return agent_trace_attach(fd, why, n);
 }
 

@@ -16,7 +16,8 @@
  *                     or the end of the channel (the command is gone)
  *   agent -> command  "detached\n", then the agent closes its end
  *
- * One thread of the agent's ("the control thread", every signal blocked)
+ * One thread of the agent's ("the control thread", every signal blocked but
+ * SIGTRAP and the patcher's kick, as the library's own workers)
  * reads the channel and does all of it; the program's threads only run the
  * hooks.  A second command while one is attached is refused on its own
  * channel, naming the first.
@@ -280,6 +281,18 @@ static bool mode_start(int fd, char *why, size_t n)
 			close(fd);
 		return snprintf(why, n, "the settings name no trace file"), false;
 	}
+	/*
+	 * The process's calls into its libraries, as a started program's
+	 * (agent_library_settings()): looked up again at each attach, before
+	 * agent_trace_attach() reads the loaded objects.  Also when this
+	 * attach leaves them out (--no-libcall, --no-relocate, top): the
+	 * libraries are then read with their sites from the first attach on,
+	 * not read again by a later one that wants them (a new site table,
+	 * whose old one liburcu's thread would free: a thread more after the
+	 * detach); the sites stay unhooked (trace.c, libcall_only()).
+	 */
+	if (strcmp(agent_trace_conf.reloc, "1"))
+		agent_libcalls_setup();
 	return agent_trace_attach(fd, why, n);
 }
 
@@ -419,7 +432,7 @@ static void *control_main(void *arg)
  */
 PK_EXPORT long probekit_agent_attach(long channel, long peer, unsigned long area)
 {
-	sigset_t all, old;
+	sigset_t old;
 	pthread_attr_t at;
 	pthread_t t;
 	char line[160];
@@ -457,10 +470,14 @@ PK_EXPORT long probekit_agent_attach(long channel, long peer, unsigned long area
 	A.by = 0;
 	A.sock = (int)channel;
 	pthread_mutex_unlock(&A.lock);
-	sigfillset(&all);
 	pthread_attr_init(&at);
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/*
+	 * The library's workers' mask: SIGTRAP stays deliverable, for the
+	 * control thread patches the library functions it calls itself (a
+	 * batch's breakpoint in strlen, met by its own kick's snprintf).
+	 */
+	pki_worker_mask_enter(&old);
 	err = pthread_create(&t, &at, control_main, (void *)channel);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&at);

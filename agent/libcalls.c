@@ -135,11 +135,21 @@ static int main_text(struct dl_phdr_info *info, size_t size, void *ctx)
 	return 1; /* the first object is the main program */
 }
 
+/*
+ * Run again at each attach (agent/attach.c): the table is made anew, the
+ * site layer given the new one before the old is freed (it reads it under
+ * its own lock, while it reads objects).
+ */
 void agent_libcalls_setup(void)
 {
+	unsigned long *old = L.funcs;
 	Dl_info di;
 	size_t m = 0;
 
+	L.n = 0;
+	L.funcs = NULL;
+	pki_sites_set_reloc_funcs(NULL, 0);
+	free(old);
 	dl_iterate_phdr(main_text, NULL);
 	L.main_base = base_of((void *)getauxval(AT_ENTRY));
 	if (!dladdr((void *)agent_libcalls_setup, &di))

@@ -162,6 +162,19 @@ static bool libcall_site(const struct pk_site *s)
 }
 
 /*
+ * A site that is there for PROG's library calls only: a library's function
+ * relocated where relocation is off for that library.  Attached, the
+ * libraries are read with those sites whether or not an attach wants them
+ * (attach.c, mode_start()), and keep them: not traced in one that leaves
+ * them out (--no-libcall, --no-relocate, top).
+ */
+static bool libcall_only(const struct pk_site *s)
+{
+	return !reloc_all() && (s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3) &&
+	       agent_libcall(s->func, 0);
+}
+
+/*
  * The name a library call is traced by: the first of its imported names
  * (open, open64: one function) that the -f/-N globs take, or NULL.
  */
@@ -185,6 +198,8 @@ static int pick_site(const struct pk_site *s, void *ctx)
 		return 0; /* our own copy of the library */
 	if (agent_unwind_site(s) && !reloc_all())
 		return 0; /* a site for unwind_hook.c only */
+	if (!call && libcall_only(s))
+		return 0; /* a library call, left out */
 	p->total++;
 	if (!name || (!call && !agent_globs_want(&p->g, name, p->fmatched)))
 		return 0;
@@ -1212,7 +1227,7 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 		if (T.fd >= 0)
 			close(T.fd);
 		T.fd = -1;
-		if (T.nmain || T.nlib || T.nops_args)
+		if (T.nmain || T.nlib || T.ncall || T.ncall1 || T.nops_args)
 			unhook();
 		/* Never active: no frame was hijacked, the unwinder's hooks can go. */
 		agent_unwind_unhook_fresh();

@@ -143,7 +143,7 @@ static const char usage[] =
     "                        takes, named as imported (strlen, not\n"
     "                        __strlen_avx2), recorded when PROG calls it (the\n"
     "                        libraries' own calls of it are not); each exec'd\n"
-    "                        program's alike\n"
+    "                        program's alike, and with -p the process's\n"
     "      --int3            with relocation, also trace the functions it\n"
     "                        refuses through a breakpoint on their first\n"
     "                        instruction: every function reached, at the cost\n"

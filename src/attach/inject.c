@@ -117,7 +117,7 @@ struct inject {
 	uint64_t libc_base;
 	char libc_file[PATH_MAX]; /* /proc/PID/map_files/... of its first mapping */
 	char libc_path[PATH_MAX]; /* as in maps, for /proc/PID/root/... */
-	struct range libc_text;	  /* its executable mapping */
+	struct range libc_text;	  /* its executable mappings (one span) */
 	uint64_t libc_syscall;	  /* a `syscall` in it (A5) */
 	struct range entries[MAX_ENTRIES];
 	int nentries;
@@ -180,7 +180,13 @@ static int maps_line(const char *line, void *ctx)
 				 c->pid, lo, hi);
 			snprintf(c->libc_path, sizeof(c->libc_path), "%s", file);
 		}
-		if (perms[2] == 'x')
+		/*
+		 * Its text may be more than one mapping: a patch made a part of
+		 * it writable for a moment (an earlier attach's library calls).
+		 */
+		if (perms[2] == 'x' && c->libc_text.lo && lo == c->libc_text.hi)
+			c->libc_text.hi = hi;
+		else if (perms[2] == 'x')
 			c->libc_text = (struct range){lo, hi};
 	} else if (!strcmp(base, "ld-linux-x86-64.so.2") && c->nld < 16) {
 		c->ld[c->nld++] = (struct range){lo, hi};

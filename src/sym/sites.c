@@ -320,14 +320,6 @@ bool pki_sites_reloc_named_set(void)
 	return __atomic_load_n(&named_objs, __ATOMIC_RELAXED) != NULL;
 }
 
-void pki_sites_set_reloc_funcs(const unsigned long *funcs, size_t n)
-{
-	pthread_mutex_lock(&refresh_lock);
-	addr_funcs = funcs;
-	addr_nfuncs = funcs ? n : 0;
-	pthread_mutex_unlock(&refresh_lock);
-}
-
 /* The first of the sorted @v[0, @n) at or above @addr: @n if none. */
 static size_t addr_lower(const unsigned long *v, size_t n, unsigned long addr)
 {
@@ -344,8 +336,8 @@ static size_t addr_lower(const unsigned long *v, size_t n, unsigned long addr)
 	return lo;
 }
 
-/* Do any of pki_sites_set_reloc_funcs()'s functions lie in @info's text? */
-static bool funcs_in(const struct dl_phdr_info *info)
+/* Do any of the sorted @funcs[0, @n) lie in @info's text? */
+static bool funcs_in_v(const struct dl_phdr_info *info, const unsigned long *funcs, size_t n)
 {
 	for (int i = 0; i < info->dlpi_phnum; i++) {
 		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -354,11 +346,67 @@ static bool funcs_in(const struct dl_phdr_info *info)
 
 		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
 			continue;
-		k = addr_lower(addr_funcs, addr_nfuncs, start);
-		if (k < addr_nfuncs && addr_funcs[k] - start < ph->p_memsz)
+		k = addr_lower(funcs, n, start);
+		if (k < n && funcs[k] - start < ph->p_memsz)
 			return true;
 	}
 	return false;
+}
+
+/* Do any of pki_sites_set_reloc_funcs()'s functions lie in @info's text? */
+static bool funcs_in(const struct dl_phdr_info *info)
+{
+	return funcs_in_v(info, addr_funcs, addr_nfuncs);
+}
+
+/* The objects that hold some of @funcs: their dlpi_phdr, for pki_sites_set_reloc_funcs(). */
+struct funcs_objs {
+	const unsigned long *funcs;
+	size_t n;
+	const void **phdr;
+	size_t nphdr, cap;
+};
+
+static int funcs_objs_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct funcs_objs *f = data;
+
+	(void)size;
+	if (!funcs_in_v(info, f->funcs, f->n))
+		return 0;
+	if (f->nphdr == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 16;
+		const void **v = realloc(f->phdr, cap * sizeof(*v));
+
+		if (!v)
+			return 1;
+		f->phdr = v;
+		f->cap = cap;
+	}
+	f->phdr[f->nphdr++] = info->dlpi_phdr;
+	return 0;
+}
+
+void pki_sites_set_reloc_funcs(const unsigned long *funcs, size_t n)
+{
+	struct funcs_objs f = {.funcs = funcs, .n = funcs ? n : 0};
+
+	/* Outside refresh_lock: the loader's lock comes first (see refresh_lock). */
+	if (f.n)
+		dl_iterate_phdr(funcs_objs_cb, &f);
+	pthread_mutex_lock(&refresh_lock);
+	addr_funcs = funcs;
+	addr_nfuncs = f.n;
+	/* Objects read without them (no site: relocation was off) are read again. */
+	for (size_t i = 1; cur_table && i < cur_table->nobj; i++) {
+		struct pki_sym_object *o = cur_table->objs[i];
+
+		for (size_t k = 0; !o->nsites && k < f.nphdr; k++)
+			if (o->phdr == f.phdr[k])
+				o->reread = cur_table->reread = true;
+	}
+	pthread_mutex_unlock(&refresh_lock);
+	free(f.phdr);
 }
 
 /* Is @s one of the NULL-terminated @list, or (@prefix) does it start with one? */

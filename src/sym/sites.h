@@ -102,10 +102,12 @@ bool pki_sites_reloc_named_set(void);
  * pki_sites_set_int3 says), and are listed like the object's other sites
  * (the agent's library calls:
  * the definitions the main program's imports bind to, sym/imports.h).
- * The array lives as long as the process, or is NULL.  Applies to objects
- * read after the call: set it before the table is first built.  An object
- * read with such sites is not read again for a later
- * pki_sites_set_reloc_named(): set that before the table is built too.
+ * The array is read until the next call (which may free it then), or is
+ * NULL.  Applies at the next refresh, to the objects loaded already too
+ * when they have no site yet (an object read with sites keeps them: set
+ * it before the table is first built).  An object read with such sites is
+ * not read again for a later pki_sites_set_reloc_named(): set that before
+ * the table is built too.
  */
 void pki_sites_set_reloc_funcs(const unsigned long *funcs, size_t n);
 

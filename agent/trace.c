@@ -200,6 +200,14 @@ static int pick_site(const struct pk_site *s, void *ctx)
 		return 0; /* a site for unwind_hook.c only */
 	if (!call && libcall_only(s))
 		return 0; /* a library call, left out */
+	/*
+	 * Without --int3: no INT3 site of an earlier attach's --int3, and a
+	 * library call's (sites.h) only in a program started traced, where a
+	 * breakpoint left by a taken relay place goes before main()
+	 * (calls_off_breakpoints): attached, its threads run meanwhile.
+	 */
+	if (s->kind == PK_SITE_INT3 && !conf->int3 && (!call || agent_attached))
+		return 0;
 	p->total++;
 	if (!name || (!call && !agent_globs_want(&p->g, name, p->fmatched)))
 		return 0;
@@ -637,46 +645,6 @@ static size_t int3_relayed(void)
 	return n;
 }
 
-/* The sites of @ips[0..@n) on a breakpoint, named into @line; how many. */
-static size_t on_breakpoint(const unsigned long *ips, size_t n, char *line, size_t *len,
-			    size_t size)
-{
-	size_t k = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		struct pk_site s;
-
-		if (pk_site_find(ips[i], &s) || s.kind != PK_SITE_INT3 || int3_on_relay(s.ip))
-			continue;
-		if (*len < size)
-			*len += (size_t)snprintf(line + *len, size - *len, "%s%s", k ? ", " : ": ",
-						 s.name);
-		k++;
-	}
-	return k;
-}
-
-/*
- * Library calls on a breakpoint: a function relocation refuses is taken
- * where its jump relay applies (sites.h), but the relay's place may be
- * taken at run time; then each call is a signal, which is said.
- */
-static void libcall_int3_summary(void)
-{
-	char line[512];
-	size_t len = (size_t)snprintf(line, sizeof(line),
-				      "probekit: library calls through INT3 (a signal per call");
-	size_t n = on_breakpoint(T.call_ips, T.ncall, line, &len, sizeof(line));
-
-	if (!on_breakpoint(T.call1_ips, T.ncall1, line, &len, sizeof(line)) && !n)
-		return;
-	if (len < sizeof(line))
-		snprintf(line + len, sizeof(line) - len, "; -N NAME leaves one out)\n");
-	else
-		line[sizeof(line) - 2] = '\n';
-	agent_notice(line);
-}
-
 /* Every ops of the trace (the empty ones left out: an empty filter means all), in one batch. */
 static int hooks_register(size_t nmain, size_t nlib, size_t ncall, size_t ncall1)
 {
@@ -700,50 +668,115 @@ static int hooks_register(size_t nmain, size_t nlib, size_t ncall, size_t ncall1
 	return err;
 }
 
-/* @ips[0..*@n) without the INT3 sites, which are named into @line; how many went. */
-static size_t int3_drop(unsigned long *ips, size_t *n, char *line, size_t *len, size_t size)
+/* A library call's site on a breakpoint (an INT3 site off its jump relay). */
+static bool on_breakpoint_site(unsigned long ip, struct pk_site *s)
 {
-	size_t k = 0, gone = 0;
+	return !pk_site_find(ip, s) && s->kind == PK_SITE_INT3 && !int3_on_relay(s->ip);
+}
+
+/*
+ * @ips[0..*@n) without the sites @drop takes (all if NULL), named into
+ * @line (at *@len, @size) after "*@gone" others; how many went.
+ */
+static size_t calls_drop(unsigned long *ips, size_t *n,
+			 bool (*drop)(unsigned long, struct pk_site *), char *line, size_t *len,
+			 size_t size, size_t gone)
+{
+	size_t k = 0, was = gone;
 
 	for (size_t i = 0; i < *n; i++) {
 		struct pk_site s;
 
-		if (pk_site_find(ips[i], &s) || s.kind != PK_SITE_INT3) {
+		if (drop && !drop(ips[i], &s)) {
 			ips[k++] = ips[i];
 			continue;
 		}
-		if (*len < size)
+		if (drop && *len < size)
 			*len += (size_t)snprintf(line + *len, size - *len, "%s%s",
 						 gone ? ", " : " ", s.name);
 		gone++;
 	}
 	*n = k;
-	return gone;
+	return gone - was;
+}
+
+/* Say @line, ended by @why. */
+static void calls_say(char *line, size_t len, const char *why)
+{
+	if (len < 480)
+		snprintf(line + len, 512 - len, "%s\n", why);
+	else
+		strcpy(line + 480, " ...\n");
+	agent_notice(line);
 }
 
 /*
- * The batch was refused because a thread blocks SIGTRAP while breakpoints
- * were to be written (sym/sites.h: a library function relocation refuses
- * is an INT3 site, on its jump relay unless the relay's place is taken):
- * the library calls on INT3 sites are left out, and said.  False if there
- * were none (the refusal is then the user's: --int3).
+ * Library calls on a breakpoint, in a program started traced (pick_site()):
+ * a function relocation refuses is taken where its jump relay applies
+ * (sites.h), but the relay's place may be taken when the batch writes it.
+ * A breakpoint would cost a signal a call, and kill a thread that blocks
+ * SIGTRAP later: those ops are registered again without them, before
+ * main() (no thread of PROG's runs yet), and they are named.
  */
-static bool calls_int3_drop(size_t *ncall, size_t *ncall1)
+static void calls_off_breakpoints(size_t *ncall, size_t *ncall1)
 {
+	size_t n0 = *ncall, n1 = *ncall1, len, gone;
 	char line[512];
-	size_t len = (size_t)snprintf(line, sizeof(line), "probekit: library calls not traced:");
-	size_t gone = int3_drop(T.call_ips, ncall, line, &len, sizeof(line));
+	int err;
 
-	gone += int3_drop(T.call1_ips, ncall1, line, &len, sizeof(line));
+	if (conf->int3)
+		return;
+	len = (size_t)snprintf(line, sizeof(line), "probekit: library calls not traced:");
+	gone = calls_drop(T.call_ips, ncall, on_breakpoint_site, line, &len, sizeof(line), 0);
+	gone += calls_drop(T.call1_ips, ncall1, on_breakpoint_site, line, &len, sizeof(line), gone);
 	if (!gone)
-		return false;
-	if (len < sizeof(line))
-		snprintf(line + len, sizeof(line) - len,
-			 " (a thread blocks SIGTRAP, which their breakpoints need)\n");
+		return;
+	err = pk_txn_begin();
+	if (!err && n0)
+		err = pk_ops_unregister(&T.ops_call);
+	T.ops_call.filter.nips = *ncall;
+	if (!err && *ncall)
+		err = pk_ops_register(&T.ops_call);
+	if (!err && n1)
+		err = pk_ops_unregister(&T.ops_call1);
+	T.ops_call1.filter.nips = *ncall1;
+	if (!err && *ncall1)
+		err = pk_ops_register(&T.ops_call1);
+	if (!err)
+		err = pk_txn_commit();
 	else
-		line[sizeof(line) - 2] = '\n';
-	agent_notice(line);
-	return true;
+		pk_txn_abort();
+	if (err) { /* (as they were: on their breakpoints) */
+		*ncall = T.ops_call.filter.nips = n0;
+		*ncall1 = T.ops_call1.filter.nips = n1;
+		snprintf(line, sizeof(line), "probekit: library calls through INT3 stay: %s\n",
+			 strerror(-err));
+		agent_notice(line);
+		return;
+	}
+	calls_say(line, len,
+		  " (their jump relay's place is taken: each call would be a signal; --int3 "
+		  "takes them)");
+}
+
+/* With --int3, or when calls_off_breakpoints() could not: the library calls on breakpoints, named.
+ */
+static void libcall_int3_summary(void)
+{
+	size_t n0 = T.ncall, n1 = T.ncall1, len, k;
+	unsigned long *v = malloc((n0 + n1 + 1) * sizeof(*v));
+	char line[512];
+
+	if (!v)
+		return;
+	memcpy(v, T.call_ips, n0 * sizeof(*v));
+	memcpy(v + n0, T.call1_ips, n1 * sizeof(*v));
+	n0 += n1;
+	len = (size_t)snprintf(line, sizeof(line), "probekit: library calls through INT3:");
+	k = calls_drop(v, &n0, on_breakpoint_site, line, &len, sizeof(line), 0);
+	free(v);
+	if (k)
+		calls_say(line, len, " (a signal per call; -N NAME leaves one out)");
 }
 
 /*
@@ -1059,8 +1092,28 @@ static bool trace_hook(bool initial)
 	if (conf->top && !top_prepare())
 		FAIL(initial, "out of memory for the statistics of %zu functions", T.nips);
 	err = hooks_register(nmain, nlib, ncall, ncall1);
-	if (err == -EDEADLK && calls_int3_drop(&ncall, &ncall1))
-		err = hooks_register(nmain, nlib, ncall, ncall1);
+	/*
+	 * Refused because a thread blocks SIGTRAP or the patcher's kick, which
+	 * a site whose relay's place is taken needs: made again without the
+	 * library calls, said if that one goes.
+	 */
+	if ((err == -EDEADLK || err == -ETIMEDOUT) && (ncall || ncall1)) {
+		size_t c = ncall, c1 = ncall1;
+
+		ncall = ncall1 = 0;
+		err = hooks_register(nmain, nlib, 0, 0);
+		if (!err) {
+			char line[200];
+
+			snprintf(line, sizeof(line),
+				 "probekit: the %zu library calls not traced: a thread blocks "
+				 "SIGTRAP or the patcher's kick signal, which hooking them needs\n",
+				 c + c1);
+			agent_notice(line);
+		}
+	} else if (!err && !agent_attached) {
+		calls_off_breakpoints(&ncall, &ncall1);
+	}
 	if (err) {
 		T.nops_args = 0;
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,

@@ -334,7 +334,8 @@ attached() {
 	pid=$!
 	exec 7>"$d/fifo"
 	waiting 1 || { say "$name attached: never waited for its first line"; exec 7>&-; return 1; }
-	"$PROBEKIT" trace -p "$pid" -o "$d/att.trace" 2>"$d/pk.err" &
+	# (the program's own functions, which -finstrument-functions counts)
+	"$PROBEKIT" trace -p "$pid" --no-libcall -o "$d/att.trace" 2>"$d/pk.err" &
 	pkpid=$!
 	for ((k = 0; k < 6000; k++)); do grep -q 'recording until' "$d/pk.err" && break; sleep 0.01; done
 	echo qx >&7

@@ -397,11 +397,14 @@ void pki_sites_set_reloc_funcs(const unsigned long *funcs, size_t n)
 	pthread_mutex_lock(&refresh_lock);
 	addr_funcs = funcs;
 	addr_nfuncs = f.n;
-	/* Objects read without them (no site: relocation was off) are read again. */
+	/*
+	 * Objects read without them (no site: relocation was off) are read
+	 * again; one read with them and none taken (all refused) is not.
+	 */
 	for (size_t i = 1; cur_table && i < cur_table->nobj; i++) {
 		struct pki_sym_object *o = cur_table->objs[i];
 
-		for (size_t k = 0; !o->nsites && k < f.nphdr; k++)
+		for (size_t k = 0; !o->nsites && !o->by_funcs && k < f.nphdr; k++)
 			if (o->phdr == f.phdr[k])
 				o->reread = cur_table->reread = true;
 	}
@@ -742,6 +745,7 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 		if (by_addr) {
 			rs.funcs = addr_funcs;
 			rs.nfuncs = addr_nfuncs;
+			obj->by_funcs = true;
 		}
 		err = reloc_sites_read(path, open_path, &rs);
 		if (err)

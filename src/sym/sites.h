@@ -68,6 +68,7 @@ struct pki_sym_object {
 	const struct pki_site **by_name; /* sorted by strcmp of name */
 	struct pk_sites_stats stats;	 /* bad_insn also counts memory mismatches */
 	bool reread; /* read it again at the next refresh (refresh_lock) */
+	bool by_funcs; /* read with pki_sites_set_reloc_funcs()'s functions */
 };
 
 /*

@@ -13,10 +13,15 @@
 # worker, inside memchr or memcmp when the hooks go in and come off, finds
 # every result right.
 #
-# usage: test-trace-pid-libcall.sh PROBEKIT LIBLOOP TEXT_EQUAL
+# A process with a thread that blocks every signal (relayprog, tests/
+# targets/relaylib.c): a library call whose relay lies inside its library
+# needs the INT3 protocol's signals, so the attach goes on without the
+# library calls, and says so.
+#
+# usage: test-trace-pid-libcall.sh PROBEKIT LIBLOOP TEXT_EQUAL RELAYPROG
 set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
-pk=$(realpath "$1") libloop=$(realpath "$2") texteq=$(realpath "$3")
+pk=$(realpath "$1") libloop=$(realpath "$2") texteq=$(realpath "$3") relayprog=$(realpath "$4")
 scratch
 
 skip_unless_attachable
@@ -98,6 +103,23 @@ kill -TERM "$bpid"
 wait "$bpid"
 rc=$?
 check "libloop: exit status $rc, every result right" "[[ $rc == 0 ]] && grep -qx 'bad 0' out"
+
+# 5. A thread blocks every signal: attached all the same, without the library calls.
+mkfifo rfifo
+"$relayprog" 100 wait <rfifo >rout 2>&1 &
+rpid=$!
+pids+=("$rpid")
+exec 7>rfifo
+for ((i = 0; i < 1000; i++)); do grep -q '^ready' rout && break; sleep 0.01; done
+"$pk" trace -p "$rpid" --duration 0.3 -o t5.trace 2>cmd5
+rc=$?
+check "blocked thread: attached (rc $rc), the library calls left out and said" \
+	"[[ $rc == 0 ]] && grep -q '^probekit: the [0-9]* library calls not traced: a thread blocks SIGTRAP' cmd5"
+echo go >&7
+exec 7>&-
+wait "$rpid"
+rc=$?
+check "blocked thread: the process goes on (rc $rc)" "[[ $rc == 0 ]] && grep -qx 'rounds 100' rout"
 
 echo "trace -p library calls: $pass passed, $fail failed"
 [[ $fail == 0 ]]

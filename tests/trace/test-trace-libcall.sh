@@ -9,9 +9,14 @@
 # A non-PIE build, an allocator preloaded in front of libc's, and the names
 # of one function (open, open64) too.
 #
-# usage: test-trace-libcall.sh PROBEKIT LIBCALLS LIBCALLS_NOPIE ALLOCATOR
+# A library call whose jump relay's place is taken (relayprog, tests/
+# targets/relaylib.c) is left out and named, never a breakpoint that a
+# thread blocking SIGTRAP would die on; --int3 takes it.
+#
+# usage: test-trace-libcall.sh PROBEKIT LIBCALLS LIBCALLS_NOPIE ALLOCATOR RELAYPROG
 set -uo pipefail
 pk=$(realpath "$1") prog=$(realpath "$2") nopie=$(realpath "$3") alloc=$(realpath "$4")
+relayprog=$(realpath "$5")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 # counts FILE: "name calls" of FILE's library functions (report --raw), sorted.
@@ -127,6 +132,21 @@ if [[ -x /usr/bin/xz ]] && "$pk" sites -f -g lzma_code "$(ldd /usr/bin/xz | awk 
 else
 	echo "SKIP (part): xz with a liblzma whose lzma_code relocation refuses is not installed here"
 fi
+
+# Relay places: relay_taken's is taken (its library maps it first), so it
+# is left out and said; relay_free is on its relay, relay_short relocated;
+# the thread that blocks every signal then calls relay_taken unharmed.
+run -o r.trace -- "$relayprog" 5
+check "relay taken: rc $rc, the blocked thread's call unharmed" "[[ $rc == 0 ]] && grep -qx 'blocked thread ok' out"
+"$pk" report --raw r.trace 2>/dev/null | awk '$(NF-1) ~ /^relay_/ {print $(NF-1), $1}' | sort >rgot
+check "relay taken: relay_free and relay_short counted, relay_taken not" \
+	"[[ \$(cat rgot) == \$'relay_free 5\nrelay_short 5' ]]"
+check "relay taken: said, with --int3 to take it" \
+	"grep -q '^probekit: library calls not traced: relay_taken (.*--int3 takes them)' err"
+run --int3 -o r3.trace -- "$relayprog" 5
+check "relay taken, --int3: rc $rc, relay_taken on its breakpoint, counted with the blocked thread's call" \
+	"[[ $rc == 0 ]] && \"$pk\" report --raw r3.trace | grep -q '^ *6 .* relay_taken \\[libpkrelay.so\\]\$' &&
+	 grep -q '^probekit: library calls through INT3: relay_taken' err"
 
 echo "trace_libcall: $pass passed, $fail failed"
 ((fail == 0))

@@ -480,6 +480,13 @@ void agent_sa_mask_set(int sig, bool had);
 /* Is @ret, a caller's return address, in the agent's own text (its copy of the library)? */
 bool agent_from_self(const void *ret);
 
+/*
+ * Is @addr in the agent's own object, whatever its name (loaded into a
+ * running process it is "/memfd:probekit-agent")?  Its functions are
+ * never hooked.
+ */
+bool agent_own(unsigned long addr);
+
 /* Resolve the real exec and spawn functions the agent wraps (trace.c, shell.c). */
 void agent_exec_init(void);
 void agent_shell_init(void);

@@ -194,7 +194,7 @@ static int pick_site(const struct pk_site *s, void *ctx)
 	bool call = libcall_site(s);
 	const char *name = call ? libcall_name(s, p) : s->name;
 
-	if (strstr(s->object, PK_AGENT_NAME))
+	if (strstr(s->object, PK_AGENT_NAME) || agent_own(s->func))
 		return 0; /* our own copy of the library */
 	if (agent_unwind_site(s) && !reloc_all())
 		return 0; /* a site for unwind_hook.c only */

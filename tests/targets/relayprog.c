@@ -16,7 +16,7 @@
 
 int relay_taken(void), relay_free(void), relay_short(void);
 
-static volatile int sink;
+static volatile unsigned sink; /* (wraps) */
 
 static void *blocked_call(void *arg)
 {
@@ -25,7 +25,7 @@ static void *blocked_call(void *arg)
 	(void)arg;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, NULL);
-	sink += relay_taken();
+	sink += (unsigned)relay_taken();
 	return NULL;
 }
 
@@ -43,7 +43,7 @@ static void *blocked_sleep(void *arg)
 
 static void round_once(void)
 {
-	sink += relay_taken() + relay_free() + relay_short();
+	sink += (unsigned)relay_taken() + (unsigned)relay_free() + (unsigned)relay_short();
 }
 
 int main(int argc, char **argv)

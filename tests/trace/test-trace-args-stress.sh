@@ -32,7 +32,9 @@ specs=(-A '*leaf@arg1/d32,arg2/s' -R '*leaf@retval/d32' -R '*held@retval/d32'
 	-A 'pks_f*@arg1/u' -R 'pks_f1*@retval/u')
 for d in 0 1 2 3 4 5 6 7 8 9; do specs+=(-A "pks_f*$d@arg$((d % 5 + 2))/x"); done
 rm -f s.trace*
-run -o s.trace "${specs[@]}" -- "$prog"
+# (the program's own functions: a thread's teardown may call a library
+# function after its trace ended, which is counted as lost)
+run -o s.trace --no-libcall "${specs[@]}" -- "$prog"
 check "traced: rc $rc" "[[ $rc == 0 ]]"
 read -r _ leaf _ held _ kept _ cond _ pks _ bad _ children _ signals <out
 check "traced: no call saw a clobbered argument ($bad), every child well ($children)" \

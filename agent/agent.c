@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -342,48 +341,6 @@ void agent_trace_config(const char *(*get)(const char *))
 	if (dladdr((void *)agent_trace_config, &di) && di.dli_fname &&
 	    strlen(di.dli_fname) < sizeof(t->agent))
 		strcpy(t->agent, di.dli_fname);
-}
-
-/* The agent's object, [lo, hi) over its segments: agent_own(). */
-static struct {
-	pthread_once_t once;
-	uintptr_t base, lo, hi;
-} own = {PTHREAD_ONCE_INIT, 0, 0, 0};
-
-static int own_span(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	(void)data;
-	if (info->dlpi_addr != own.base)
-		return 0;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-
-		if (ph->p_type != PT_LOAD)
-			continue;
-		if (!own.lo || lo < own.lo)
-			own.lo = lo;
-		if (lo + ph->p_memsz > own.hi)
-			own.hi = lo + ph->p_memsz;
-	}
-	return 1;
-}
-
-static void own_find(void)
-{
-	Dl_info di;
-
-	if (dladdr((void *)agent_own, &di) && di.dli_fbase) {
-		own.base = (uintptr_t)di.dli_fbase;
-		dl_iterate_phdr(own_span, NULL);
-	}
-}
-
-bool agent_own(unsigned long addr)
-{
-	pthread_once(&own.once, own_find);
-	return addr >= own.lo && addr < own.hi;
 }
 
 void agent_library_settings(void)

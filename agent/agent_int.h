@@ -477,15 +477,12 @@ void agent_sigmask_init(void);
 bool agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf);
 bool agent_sa_mask_had(int sig);
 void agent_sa_mask_set(int sig, bool had);
-/* Is @ret, a caller's return address, in the agent's own text (its copy of the library)? */
-bool agent_from_self(const void *ret);
-
 /*
- * Is @addr in the agent's own object, whatever its name (loaded into a
- * running process it is "/memfd:probekit-agent")?  Its functions are
- * never hooked.
+ * Is @ret, a caller's return address (or a function), in the agent's own
+ * text (its copy of the library)?  By address: injected into a running
+ * process the agent's object is not named by its file.
  */
-bool agent_own(unsigned long addr);
+bool agent_from_self(const void *ret);
 
 /* Resolve the real exec and spawn functions the agent wraps (trace.c, shell.c). */
 void agent_exec_init(void);

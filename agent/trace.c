@@ -150,18 +150,6 @@ static bool reloc_all(void)
 }
 
 /*
- * A library call of PROG's (libcalls.c): a relocated function of a library
- * that PROG's imports bind to, hooked for them alone; its name is the
- * imported one (strlen, not the __strlen_avx2 it binds to).  With --relocate-all
- * every function is hooked from any caller instead; top counts every call.
- */
-static bool libcall_site(const struct pk_site *s)
-{
-	return conf->libcall && !reloc_all() && !conf->top &&
-	       (s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3) && agent_libcall(s->func, 0);
-}
-
-/*
  * A site that is there for PROG's library calls only: a library's function
  * relocated where relocation is off for that library.  Attached, the
  * libraries are read with those sites whether or not an attach wants them
@@ -172,6 +160,17 @@ static bool libcall_only(const struct pk_site *s)
 {
 	return !reloc_all() && (s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3) &&
 	       agent_libcall(s->func, 0);
+}
+
+/*
+ * A library call of PROG's (libcalls.c): a relocated function of a library
+ * that PROG's imports bind to, hooked for them alone; its name is the
+ * imported one (strlen, not the __strlen_avx2 it binds to).  With --relocate-all
+ * every function is hooked from any caller instead; top counts every call.
+ */
+static bool libcall_site(const struct pk_site *s)
+{
+	return conf->libcall && !conf->top && libcall_only(s);
 }
 
 /*
@@ -194,7 +193,7 @@ static int pick_site(const struct pk_site *s, void *ctx)
 	bool call = libcall_site(s);
 	const char *name = call ? libcall_name(s, p) : s->name;
 
-	if (strstr(s->object, PK_AGENT_NAME) || agent_own(s->func))
+	if (strstr(s->object, PK_AGENT_NAME) || agent_from_self((const void *)s->func))
 		return 0; /* our own copy of the library */
 	if (agent_unwind_site(s) && !reloc_all())
 		return 0; /* a site for unwind_hook.c only */
@@ -668,45 +667,43 @@ static int hooks_register(size_t nmain, size_t nlib, size_t ncall, size_t ncall1
 	return err;
 }
 
-/* A library call's site on a breakpoint (an INT3 site off its jump relay). */
-static bool on_breakpoint_site(unsigned long ip, struct pk_site *s)
-{
-	return !pk_site_find(ip, s) && s->kind == PK_SITE_INT3 && !int3_on_relay(s->ip);
-}
-
 /*
- * @ips[0..*@n) without the sites @drop takes (all if NULL), named into
- * @line (at *@len, @size) after "*@gone" others; how many went.
+ * If @ip is a library call's site on a breakpoint (an INT3 site off its
+ * jump relay): its name into @line (at *@len, @size) after *@named others.
  */
-static size_t calls_drop(unsigned long *ips, size_t *n,
-			 bool (*drop)(unsigned long, struct pk_site *), char *line, size_t *len,
-			 size_t size, size_t gone)
+static bool on_breakpoint_named(unsigned long ip, char *line, size_t *len, size_t size,
+				size_t *named)
 {
-	size_t k = 0, was = gone;
+	struct pk_site s;
 
-	for (size_t i = 0; i < *n; i++) {
-		struct pk_site s;
-
-		if (drop && !drop(ips[i], &s)) {
-			ips[k++] = ips[i];
-			continue;
-		}
-		if (drop && *len < size)
-			*len += (size_t)snprintf(line + *len, size - *len, "%s%s",
-						 gone ? ", " : " ", s.name);
-		gone++;
-	}
-	*n = k;
-	return gone - was;
+	if (pk_site_find(ip, &s) || s.kind != PK_SITE_INT3 || int3_on_relay(s.ip))
+		return false;
+	if (*len < size)
+		*len +=
+		    (size_t)snprintf(line + *len, size - *len, "%s%s", *named ? ", " : " ", s.name);
+	(*named)++;
+	return true;
 }
 
-/* Say @line, ended by @why. */
-static void calls_say(char *line, size_t len, const char *why)
+/* @ips[0..*@n) without the sites on a breakpoint, which on_breakpoint_named() names. */
+static void calls_drop(unsigned long *ips, size_t *n, char *line, size_t *len, size_t size,
+		       size_t *named)
 {
-	if (len < 480)
-		snprintf(line + len, 512 - len, "%s\n", why);
+	size_t k = 0;
+
+	for (size_t i = 0; i < *n; i++)
+		if (!on_breakpoint_named(ips[i], line, len, size, named))
+			ips[k++] = ips[i];
+	*n = k;
+}
+
+/* Say @line (@size bytes, @len used), ended by @why. */
+static void calls_say(char *line, size_t size, size_t len, const char *why)
+{
+	if (len + strlen(why) + 2 <= size)
+		snprintf(line + len, size - len, "%s\n", why);
 	else
-		strcpy(line + 480, " ...\n");
+		strcpy(line + size - 6, " ...\n");
 	agent_notice(line);
 }
 
@@ -720,15 +717,15 @@ static void calls_say(char *line, size_t len, const char *why)
  */
 static void calls_off_breakpoints(size_t *ncall, size_t *ncall1)
 {
-	size_t n0 = *ncall, n1 = *ncall1, len, gone;
+	size_t n0 = *ncall, n1 = *ncall1, len, gone = 0;
 	char line[512];
 	int err;
 
 	if (conf->int3)
 		return;
 	len = (size_t)snprintf(line, sizeof(line), "probekit: library calls not traced:");
-	gone = calls_drop(T.call_ips, ncall, on_breakpoint_site, line, &len, sizeof(line), 0);
-	gone += calls_drop(T.call1_ips, ncall1, on_breakpoint_site, line, &len, sizeof(line), gone);
+	calls_drop(T.call_ips, ncall, line, &len, sizeof(line), &gone);
+	calls_drop(T.call1_ips, ncall1, line, &len, sizeof(line), &gone);
 	if (!gone)
 		return;
 	err = pk_txn_begin();
@@ -754,7 +751,7 @@ static void calls_off_breakpoints(size_t *ncall, size_t *ncall1)
 		agent_notice(line);
 		return;
 	}
-	calls_say(line, len,
+	calls_say(line, sizeof(line), len,
 		  " (their jump relay's place is taken: each call would be a signal; --int3 "
 		  "takes them)");
 }
@@ -763,20 +760,16 @@ static void calls_off_breakpoints(size_t *ncall, size_t *ncall1)
  */
 static void libcall_int3_summary(void)
 {
-	size_t n0 = T.ncall, n1 = T.ncall1, len, k;
-	unsigned long *v = malloc((n0 + n1 + 1) * sizeof(*v));
+	size_t len, named = 0;
 	char line[512];
 
-	if (!v)
-		return;
-	memcpy(v, T.call_ips, n0 * sizeof(*v));
-	memcpy(v + n0, T.call1_ips, n1 * sizeof(*v));
-	n0 += n1;
 	len = (size_t)snprintf(line, sizeof(line), "probekit: library calls through INT3:");
-	k = calls_drop(v, &n0, on_breakpoint_site, line, &len, sizeof(line), 0);
-	free(v);
-	if (k)
-		calls_say(line, len, " (a signal per call; -N NAME leaves one out)");
+	for (size_t i = 0; i < T.ncall; i++)
+		on_breakpoint_named(T.call_ips[i], line, &len, sizeof(line), &named);
+	for (size_t i = 0; i < T.ncall1; i++)
+		on_breakpoint_named(T.call1_ips[i], line, &len, sizeof(line), &named);
+	if (named)
+		calls_say(line, sizeof(line), len, " (a signal per call; -N NAME leaves one out)");
 }
 
 /*

@@ -329,7 +329,7 @@ static int found_site(const struct pk_site *s, void *ctx)
 	struct found *f = ctx;
 	struct unwinder *u;
 
-	if (strstr(s->object, PK_AGENT_NAME) || agent_own(s->func))
+	if (strstr(s->object, PK_AGENT_NAME) || agent_from_self((const void *)s->func))
 		return 0; /* our own wrappers (unwind.c) */
 	if (!agent_unwind_object(s->object)) {
 		if (f->k == U_RAISE && !f->other[0])

@@ -732,7 +732,12 @@ static void *first_record_thread(void *arg)
 	return NULL;
 }
 
-START_TEST(handler_while_buffer_made)
+/*
+ * A trace whose one thread, @thread, makes its first record with
+ * on_usr1_record() as SIGUSR1's handler (its raise is @thread's to
+ * arrange): the file read back, which holds that one thread.
+ */
+static struct pki_trace_file *first_record_with_handler(void *(*thread)(void *))
 {
 	struct sigaction sa = {.sa_handler = on_usr1_record};
 	struct pki_trace_file *f;
@@ -741,13 +746,20 @@ START_TEST(handler_while_buffer_made)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGUSR1, &sa, NULL);
 	topen(64, 1, false);
-	pthread_create(&th, NULL, first_record_thread, NULL);
+	pthread_create(&th, NULL, thread, NULL);
 	pthread_join(th, NULL);
-	ck_assert_int_eq(prctl_raise, 0); /* the handler ran inside buf_new() */
 	ck_assert_int_eq(pki_trace_close(), 0);
 	signal(SIGUSR1, SIG_DFL);
 	f = tread();
 	ck_assert_int_eq(f->nthreads, 1);
+	return f;
+}
+
+START_TEST(handler_while_buffer_made)
+{
+	struct pki_trace_file *f = first_record_with_handler(first_record_thread);
+
+	ck_assert_int_eq(prctl_raise, 0); /* the handler ran inside buf_new() */
 	ck_assert_uint_eq(f->threads[0].nev, 1);
 	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[0].word), FA);
 	ck_assert_uint_eq(f->threads[0].lost, 2);
@@ -787,21 +799,9 @@ static void *first_record_after_handler(void *arg)
 
 START_TEST(handler_before_buffer_made)
 {
-	struct sigaction sa = {.sa_handler = on_usr1_record};
-	struct pki_trace_file *f;
-	pthread_t th;
+	struct pki_trace_file *f = first_record_with_handler(first_record_after_handler);
 
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGUSR1, &sa, NULL);
-	topen(64, 1, false);
-	pthread_create(&th, NULL, first_record_after_handler, NULL);
-	pthread_join(th, NULL);
-	ck_assert_int_eq(__atomic_load_n(&gettid_raised, __ATOMIC_RELAXED),
-			 1); /* the handler ran */
-	ck_assert_int_eq(pki_trace_close(), 0);
-	signal(SIGUSR1, SIG_DFL);
-	f = tread();
-	ck_assert_int_eq(f->nthreads, 1);
+	ck_assert_int_eq(__atomic_load_n(&gettid_raised, __ATOMIC_RELAXED), 1); /* it ran */
 	ck_assert_uint_eq(f->threads[0].nev, 3);
 	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[0].word), FB);
 	ck_assert_uint_eq(PKI_EV_FN(f->threads[0].ev[1].word), FB);

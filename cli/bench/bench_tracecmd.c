@@ -275,6 +275,26 @@ static void print_added(const char *name, double ns, double plain, const struct 
 		       said->lost, runs);
 }
 
+/* The peer's line: what uftrace adds (@uf ns a call, against @plain), or why not measured. */
+static void print_uftrace(const struct trace_bench *b, double uf, double plain)
+{
+	if (uf >= 0)
+		print_added("uftrace", uf, plain, NULL, b->runs);
+	else
+		printf("%12s: not measured (%s)\n", "uftrace",
+		       b->no_uftrace ? b->no_uftrace : "uftrace record failed");
+}
+
+/* A section's last line: what uftrace adds over what probekit (@pk) adds, if both added. */
+static void print_ratio(double uf, double pk, double plain)
+{
+	if (uf > plain && pk > plain)
+		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
+		       (uf - plain) / (pk - plain));
+	printf("\n");
+	fflush(stdout);
+}
+
 /*
  * The best of @b->runs runs of each of the @nv commands @argvs into *@bests
  * (-1 if it never ran), what probekit said into @saids (NULL: nothing),
@@ -332,20 +352,12 @@ static bool libcall_workload(const struct trace_bench *b)
 	printf("%12s: %8.2f nsecs/call\n", "plain", plain);
 	print_added("probekit", pk, plain, &said, b->runs);
 	print_added("--ring", ring, plain, &said_ring, b->runs);
-	if (uf >= 0)
-		print_added("uftrace", uf, plain, NULL, b->runs);
-	else
-		printf("%12s: not measured (%s)\n", "uftrace",
-		       b->no_uftrace ? b->no_uftrace : "uftrace record failed");
+	print_uftrace(b, uf, plain);
 	if (said.events < 2 * b->calls)
 		printf("%12s: %llu events in the file, fewer than the %lu calls' entries and "
 		       "exits\n",
 		       "short", said.events, b->calls);
-	if (uf > plain && pk > plain)
-		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
-		       (uf - plain) / (pk - plain));
-	printf("\n");
-	fflush(stdout);
+	print_ratio(uf, pk, plain);
 	return true;
 }
 
@@ -426,11 +438,7 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 		printf("%12s: %+8.2f nsecs/call  (two TSC reads and event stores per call, inline, "
 		       "no hook)\n",
 		       "floor", fl);
-	if (uf >= 0)
-		print_added("uftrace", uf, plain, NULL, b->runs);
-	else
-		printf("%12s: not measured (%s)\n", "uftrace",
-		       b->no_uftrace ? b->no_uftrace : "uftrace record failed");
+	print_uftrace(b, uf, plain);
 	if (pk > plain && ring > plain)
 		printf("%12s: the default adds %.2fx what --ring adds\n", "lossless",
 		       (pk - plain) / (ring - plain));
@@ -442,11 +450,7 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 	if (!stat(b->tfile, &st) && said.events)
 		printf("%12s: %.2f bytes per event (%llu events, %lld bytes; 16 in memory)\n", "file",
 		       (double)st.st_size / (double)said.events, said.events, (long long)st.st_size);
-	if (uf > plain && pk > plain)
-		printf("%12s: uftrace adds %.1fx what probekit adds\n", "ratio",
-		       (uf - plain) / (pk - plain));
-	printf("\n");
-	fflush(stdout);
+	print_ratio(uf, pk, plain);
 	return true;
 }
 

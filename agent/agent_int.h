@@ -344,6 +344,31 @@ void agent_trace_trigger_offer(unsigned long ip, const char *name);
  */
 void agent_libcalls_setup(void);
 const char *agent_libcall(unsigned long func, size_t k);
+/*
+ * @fn on each (function, imported name, PROG's PLT slot or NULL, whether
+ * the function is a wrapper of ours), until it returns nonzero.
+ */
+int agent_libcalls_each(int (*fn)(unsigned long func, const char *name, unsigned long *plt,
+				  bool ours, void *ctx),
+			void *ctx);
+
+/*
+ * Import stubs (stubs.c, library-calls.md LC5): the library calls whose
+ * function has no site, or an INT3 one, get a stub in PROG's PLT slot, made once with
+ * agent_stubs_make() (after agent_libcalls_setup(), before the sites are
+ * picked; names those left out) and routed while hooked:
+ * agent_stubs_route(true) points the slots at the stubs, false back.  If
+ * @func is a stub's, agent_stub_of() gives its imported name (and the
+ * function it stands for into *@home: for a wrapper of ours, the one it
+ * wraps), else NULL.
+ */
+void agent_stubs_make(void);
+void agent_stubs_route(bool on);
+const char *agent_stub_of(unsigned long func, unsigned long *home);
+/* Is @ip a stub's site (a traced frame's function, fgraph.h)?  Any context. */
+bool agent_stub_site(unsigned long ip);
+/* Does a stub jump to @func (its INT3 site, if any, is then not traced)? */
+bool agent_stub_for(unsigned long func);
 /* The trace hooks of those: a call recorded only if it returns into PROG (trace_hook.c). */
 void agent_on_libcall(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		      struct pk_regs *regs);

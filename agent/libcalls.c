@@ -10,7 +10,8 @@
  * calls to the same function from inside are not PROG's and cost the hook
  * only.  --relocate-all hooks every function anyway, from any caller;
  * --no-libcall leaves them out.  The protocol: doc/design/library-calls.md
- * (LC1 which functions, here; LC2 which calls, LC3, in trace_hook.c).
+ * (LC1 which functions, here; LC2 which calls, LC3, in trace_hook.c; LC5,
+ * the functions without a site, hooked in PROG's PLT slots: stubs.c).
  */
 #include <dlfcn.h>
 #include <link.h>
@@ -25,7 +26,9 @@
 
 struct libcall {
 	unsigned long func;
-	const char *name; /* a name PROG imports it by (PROG's string) */
+	const char *name;   /* a name PROG imports it by (PROG's string) */
+	unsigned long *plt; /* PROG's PLT slot for it, or NULL (stubs.c) */
+	bool ours;	    /* an agent's wrapper (agent.map): no site, a stub only */
 };
 
 static struct {
@@ -45,6 +48,11 @@ static const char *const not_prefixes[] = {
     "__asan_", "__ubsan_",  "__tsan_",	    "__msan_",
     "__lsan_", "__hwasan_", "__sanitizer_", "__cyg_profile_func_",
     NULL};
+/*
+ * The agent's wrappers PROG's calls are not traced through: the unwinder's
+ * entry points it brackets (agent/unwind.c), and its own entry.
+ */
+static const char *const not_ours[] = {"_Unwind_", "__cxa_begin_catch", "probekit_", NULL};
 
 static uintptr_t base_of(const void *p)
 {
@@ -76,11 +84,12 @@ static unsigned long bound(const char *name, const char *version)
 	return (unsigned long)(uintptr_t)d;
 }
 
-static int take(const char *name, const char *version, void *ctx)
+static int take(const struct pki_import *imp, void *ctx)
 {
-	unsigned long a = bound(name, version);
-
+	const char *name = imp->name;
+	unsigned long a = bound(name, imp->version);
 	Dl_info di;
+	bool ours;
 
 	(void)ctx;
 	for (size_t i = 0; not_calls[i]; i++)
@@ -89,10 +98,16 @@ static int take(const char *name, const char *version, void *ctx)
 	for (size_t i = 0; not_prefixes[i]; i++)
 		if (!strncmp(name, not_prefixes[i], strlen(not_prefixes[i])))
 			return 0;
-	/* PROG's own (interposed) functions are traced as PROG's; ours never are. */
-	if (!a || !dladdr((void *)a, &di) || (uintptr_t)di.dli_fbase == L.main_base ||
-	    (uintptr_t)di.dli_fbase == L.agent_base)
+	/*
+	 * PROG's own (interposed) functions are traced as PROG's; our wrappers
+	 * (exec, fork, sigaction...) through PROG's PLT alone (stubs.c).
+	 */
+	if (!a || !dladdr((void *)a, &di) || (uintptr_t)di.dli_fbase == L.main_base)
 		return 0;
+	ours = (uintptr_t)di.dli_fbase == L.agent_base;
+	for (size_t i = 0; ours && not_ours[i]; i++)
+		if (!strncmp(name, not_ours[i], strlen(not_ours[i])))
+			return 0;
 	if (L.n == L.cap) {
 		size_t cap = L.cap ? 2 * L.cap : 256;
 		struct libcall *v = realloc(L.v, cap * sizeof(*v));
@@ -102,7 +117,7 @@ static int take(const char *name, const char *version, void *ctx)
 		L.v = v;
 		L.cap = cap;
 	}
-	L.v[L.n++] = (struct libcall){a, name};
+	L.v[L.n++] = (struct libcall){a, name, imp->plt ? imp->slot : NULL, ours};
 	return 0;
 }
 
@@ -158,9 +173,12 @@ void agent_libcalls_setup(void)
 	if (pki_imports_main(take, NULL) || !L.n)
 		return; /* out of memory: no library call (PROG's functions still are) */
 	qsort(L.v, L.n, sizeof(*L.v), cmp_call);
-	for (size_t i = 0; i < L.n; i++) /* (a name imported twice: PLT and GOT) */
+	for (size_t i = 0; i < L.n; i++) { /* (a name imported twice: PLT and GOT) */
 		if (!m || L.v[i].func != L.v[m - 1].func || strcmp(L.v[i].name, L.v[m - 1].name))
 			L.v[m++] = L.v[i];
+		else if (!L.v[m - 1].plt)
+			L.v[m - 1].plt = L.v[i].plt;
+	}
 	L.n = m;
 	L.funcs = malloc(m * sizeof(*L.funcs));
 	if (!L.funcs)
@@ -168,15 +186,29 @@ void agent_libcalls_setup(void)
 	m = 0;
 	for (size_t i = 0; i < L.n; i++) {
 		pki_debug("libcalls: %s at %#lx\n", L.v[i].name, L.v[i].func);
-		if (!m || L.v[i].func != L.funcs[m - 1])
+		if (!L.v[i].ours && (!m || L.v[i].func != L.funcs[m - 1]))
 			L.funcs[m++] = L.v[i].func;
 	}
 	pki_sites_set_reloc_funcs(L.funcs, m);
 }
 
+int agent_libcalls_each(int (*fn)(unsigned long func, const char *name, unsigned long *plt,
+				  bool ours, void *ctx),
+			void *ctx)
+{
+	int ret = 0;
+
+	for (size_t i = 0; !ret && L.funcs && i < L.n; i++)
+		ret = fn(L.v[i].func, L.v[i].name, L.v[i].plt, L.v[i].ours, ctx);
+	return ret;
+}
+
 const char *agent_libcall(unsigned long func, size_t k)
 {
 	size_t lo = 0, hi = L.funcs ? L.n : 0;
+
+	if (agent_stub_of(func, NULL))
+		return k ? NULL : agent_stub_of(func, NULL);
 
 	while (lo < hi) { /* the first entry of @func */
 		size_t mid = lo + (hi - lo) / 2;

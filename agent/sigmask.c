@@ -58,6 +58,7 @@
 
 #include "agent.h"
 #include "agent_int.h"
+#include "trace/fgraph.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
 
@@ -92,13 +93,27 @@ static int self_text(struct dl_phdr_info *info, size_t size, void *base)
 }
 
 /*
+ * Is the return address @ret the exit trampoline of a call PROG made
+ * through an import stub (stubs.c)?  Its frame is the thread's last: the
+ * stub jumped to the wrapper that asks, which no hook hijacked.
+ */
+static bool through_stub(const void *ret)
+{
+	const struct pki_fgraph_tls *t = &pki_fgraph_tls;
+
+	return pki_fgraph_is_tramp((unsigned long)ret) && t->cap && t->st != (void *)1 &&
+	       t->depth && agent_stub_site(t->st[t->depth - 1].fn);
+}
+
+/*
  * Is the caller the agent itself (its bundled library blocking every
  * signal around its own critical sections, base/sigtrap.c, hook/gp.c)?
- * Those masks must reach the kernel whole.
+ * Those masks must reach the kernel whole.  The exit trampoline is in the
+ * agent too: a traced call of PROG's returns there.
  */
 static bool from_self(const void *ret)
 {
-	return (uintptr_t)ret >= self_lo && (uintptr_t)ret < self_hi;
+	return (uintptr_t)ret >= self_lo && (uintptr_t)ret < self_hi && !through_stub(ret);
 }
 
 bool agent_from_self(const void *ret)

@@ -80,7 +80,7 @@ struct tsym {
 	uint64_t fn;
 	uint32_t obj;
 	char *name;
-	bool relocated; /* PK_SITE_RELOC or PK_SITE_INT3 (lib_entry_only) */
+	bool relocated; /* a library's: PK_SITE_RELOC, PK_SITE_INT3 or a stub (lib_entry_only) */
 	bool libcall;	/* a function PROG's imports bind to (libcalls.c) */
 };
 
@@ -158,7 +158,9 @@ static bool reloc_all(void)
  */
 static bool libcall_only(const struct pk_site *s)
 {
-	return !reloc_all() && (s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3) &&
+	return !reloc_all() &&
+	       (s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3 ||
+		agent_stub_of(s->func, NULL)) &&
 	       agent_libcall(s->func, 0);
 }
 
@@ -187,6 +189,31 @@ static const char *libcall_name(const struct pk_site *s, struct pick *p)
 	return NULL;
 }
 
+/*
+ * @s's object as the last of T.objs, its path and load base; a stub's
+ * (stubs.c) is the object of the function it jumps to.  False: out of memory.
+ */
+static bool pick_object(const struct pk_site *s)
+{
+	unsigned long at = s->func;
+	const char *path = s->object;
+	Dl_info di;
+	struct tobj *o;
+
+	if (agent_stub_of(s->func, &at) && dladdr((void *)at, &di) && di.dli_fname)
+		path = di.dli_fname;
+	if (T.nobjs && !strcmp(T.objs[T.nobjs - 1].path, path))
+		return true;
+	o = realloc(T.objs, (T.nobjs + 1) * sizeof(*o));
+	if (!o)
+		return false;
+	T.objs = o;
+	o[T.nobjs].path = path;
+	o[T.nobjs].base = dladdr((void *)at, &di) ? (uint64_t)(uintptr_t)di.dli_fbase : 0;
+	T.nobjs++;
+	return true;
+}
+
 static int pick_site(const struct pk_site *s, void *ctx)
 {
 	struct pick *p = ctx;
@@ -197,8 +224,10 @@ static int pick_site(const struct pk_site *s, void *ctx)
 		return 0; /* our own copy of the library */
 	if (agent_unwind_site(s) && !reloc_all())
 		return 0; /* a site for unwind_hook.c only */
-	if (!call && libcall_only(s))
+	if (!call && (libcall_only(s) || agent_stub_of(s->func, NULL)))
 		return 0; /* a library call, left out */
+	if (call && s->kind == PK_SITE_INT3 && agent_stub_for(s->func))
+		return 0; /* a library call its stub takes (stubs.c) */
 	/*
 	 * Without --int3: no INT3 site of an earlier attach's --int3, and a
 	 * library call's (sites.h) only in a program started traced, where a
@@ -222,20 +251,11 @@ static int pick_site(const struct pk_site *s, void *ctx)
 		T.syms = syms;
 		p->cap = cap;
 	}
-	if (!T.nobjs || strcmp(T.objs[T.nobjs - 1].path, s->object)) {
-		struct tobj *o = realloc(T.objs, (T.nobjs + 1) * sizeof(*o));
-		Dl_info di;
-
-		if (!o)
-			return -ENOMEM;
-		T.objs = o;
-		o[T.nobjs].path = s->object;
-		o[T.nobjs].base =
-		    dladdr((void *)s->func, &di) ? (uint64_t)(uintptr_t)di.dli_fbase : 0;
-		T.nobjs++;
-	}
-	T.syms[T.nips] = (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(name),
-				       s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3, call};
+	if (!pick_object(s))
+		return -ENOMEM;
+	T.syms[T.nips] =
+	    (struct tsym){s->ip, (uint32_t)T.nobjs, strdup(name),
+			  s->kind == PK_SITE_RELOC || s->kind == PK_SITE_INT3 || call, call};
 	T.ips[T.nips++] = s->ip;
 	return 0;
 }
@@ -526,8 +546,11 @@ static bool trace_pick(bool initial)
 	ncopy = conf->notrace ? strdup(conf->notrace) : NULL;
 	if ((fcopy || !conf->funcs) && (ncopy || !conf->notrace) &&
 	    !agent_globs_split(&p.g, fcopy, ncopy) &&
-	    (p.fmatched = calloc(p.g.nf + 1, sizeof(*p.fmatched))))
+	    (p.fmatched = calloc(p.g.nf + 1, sizeof(*p.fmatched)))) {
+		if (conf->libcall && !conf->top && !reloc_all())
+			agent_stubs_make();
 		n = pk_sites_foreach(pick_site, &p);
+	}
 	/*
 	 * A -f glob that matches nothing yet may be meant for a library PROG
 	 * loads later (dlopen.c): not an error here; the command warns after
@@ -1107,6 +1130,8 @@ static bool trace_hook(bool initial)
 	} else if (!err && !agent_attached) {
 		calls_off_breakpoints(&ncall, &ncall1);
 	}
+	if (!err && (ncall || ncall1))
+		agent_stubs_route(true); /* hooked first: no call through a stub goes unseen */
 	if (err) {
 		T.nops_args = 0;
 		FAIL_SAY(initial, "cannot hook the %zu functions to trace: %s", T.nips,
@@ -1242,6 +1267,8 @@ static int unhook(void)
 		err = pk_txn_commit();
 	else
 		pk_txn_abort();
+	if (!err && (T.ncall || T.ncall1))
+		agent_stubs_route(false); /* (the hooks are off: a stub only jumps on) */
 	if (!err) {
 		T.nmain = T.nlib = T.ncall = T.ncall1 = 0;
 		/* Their specs stay: frames may still return through them (args.c). */

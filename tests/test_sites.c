@@ -727,6 +727,66 @@ START_TEST(lookups_race_with_refresh)
 }
 END_TEST
 
+static size_t threads_now(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	size_t n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 2; /* (. and ..) */
+}
+
+/*
+ * Code made at run time (the agent's import stubs): its nops listed as one
+ * object, found by address and name, kept by every table built after (a
+ * library loaded and unloaded meanwhile), the old table freed without a
+ * thread of liburcu's; bytes that are no nop refused, nothing listed.
+ */
+START_TEST(made_sites_listed_and_kept)
+{
+	uint8_t *code =
+	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	static const uint8_t nop5[5] = {0x0f, 0x1f, 0x44, 0x00, 0x00};
+	struct pki_made_site v[2], bad;
+	struct pk_site f;
+	void *h;
+	size_t nth;
+
+	ck_assert_ptr_ne(code, MAP_FAILED);
+	memset(code, 0xcc, 4096);
+	memcpy(code + 4, nop5, sizeof(nop5));
+	memcpy(code + 36, nop5, sizeof(nop5));
+	v[0] = (struct pki_made_site){(unsigned long)code + 4, (unsigned long)code, "made_one"};
+	v[1] =
+	    (struct pki_made_site){(unsigned long)code + 36, (unsigned long)code + 32, "made_two"};
+	ck_assert_int_eq(mprotect(code, 4096, PROT_READ | PROT_EXEC), 0);
+	ck_assert_int_eq(pk_sites_refresh(), 0); /* a table to replace */
+	nth = threads_now();
+	bad = (struct pki_made_site){(unsigned long)code + 8, (unsigned long)code, "made_bad"};
+	ck_assert_int_eq(pki_sites_add_made("[made]", &bad, 1), -EINVAL);
+	ck_assert_int_eq(pk_site_lookup("made_bad", NULL), -ENOENT);
+	ck_assert_int_eq(pki_sites_add_made("[made]", v, 2), 0);
+	ck_assert_uint_eq(threads_now(), nth);
+	for (int round = 0; round < 2; round++) {
+		ck_assert_int_eq(pk_site_find((unsigned long)code + 36, &f), 0);
+		ck_assert_str_eq(f.name, "made_two");
+		ck_assert_str_eq(f.object, "[made]");
+		ck_assert_uint_eq(f.func, (unsigned long)code + 32);
+		ck_assert_int_eq(f.kind, PK_SITE_NOP5);
+		ck_assert_int_eq(pk_site_lookup("made_one", &f), 0);
+		ck_assert_uint_eq(f.ip, (unsigned long)code + 4);
+		h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
+		ck_assert_ptr_nonnull(h);
+		ck_assert_int_eq(pk_sites_refresh(), 0);
+		ck_assert_int_eq(dlclose(h), 0);
+		ck_assert_int_eq(pk_sites_refresh(), 0);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("sites");
@@ -741,6 +801,7 @@ int main(void)
 	tcase_add_test(mem, clang_nop5_sites);
 	tcase_add_test(mem, site_after_endbr64);
 	tcase_add_test(mem, lookups_race_with_refresh);
+	tcase_add_test(mem, made_sites_listed_and_kept);
 	tcase_add_test(mem, target_programs_check_themselves);
 	tcase_set_timeout(mem, 60);
 	suite_add_tcase(s, mem);

@@ -54,6 +54,9 @@ static const struct {
     {"backtrace", false},
     {"__backtrace", false},
     /* Their children run where the parent's pending exits are. */
+    {"fork", false},
+    {"_Fork", false},
+    {"__fork", false},
     {"clone", false},
     {"__clone", false},
     {"clone3", false},

@@ -107,13 +107,17 @@ static int rela_import(const struct dyn *d, const ElfW(Rela) * r, pki_import_fn 
 	unsigned type = ELF64_R_TYPE(r->r_info), si = ELF64_R_SYM(r->r_info);
 	const ElfW(Sym) *s = &d->sym[si];
 	unsigned st = ELF64_ST_TYPE(s->st_info);
+	struct pki_import imp;
 
 	if (!si || s->st_shndx != SHN_UNDEF || !s->st_name)
 		return 0;
 	if (!(type == R_X86_64_JUMP_SLOT && (st == STT_FUNC || st == STT_NOTYPE)) &&
 	    !(type == R_X86_64_GLOB_DAT && (st == STT_FUNC || st == STT_GNU_IFUNC)))
 		return 0;
-	return fn(d->str + s->st_name, d->versym ? version_of(d, d->versym[si]) : NULL, ctx);
+	imp = (struct pki_import){
+	    d->str + s->st_name, d->versym ? version_of(d, d->versym[si]) : NULL,
+	    (unsigned long *)(d->bias + r->r_offset), type == R_X86_64_JUMP_SLOT};
+	return fn(&imp, ctx);
 }
 
 int pki_imports_main(pki_import_fn fn, void *ctx)

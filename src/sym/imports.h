@@ -12,14 +12,27 @@
 #include <stdbool.h>
 
 /*
+ * One of the main program's imported functions, as one relocation binds
+ * it: @name, the version name it requires (e.g. "GLIBC_2.14") or NULL for
+ * none (both the program's own strings, valid while it runs), and the GOT
+ * slot the relocation fills; @plt when that is a PLT slot
+ * (R_X86_64_JUMP_SLOT: only the PLT jumps through it, nothing compares
+ * its value).
+ */
+struct pki_import {
+	const char *name;
+	const char *version;
+	unsigned long *slot;
+	bool plt;
+};
+
+/*
  * Call @fn for each of the main program's imported functions, once per
  * relocation (a function may come twice: through the PLT and through the
- * GOT); @version is the version name it requires (e.g. "GLIBC_2.14") or
- * NULL for none.  Both strings are the program's own, valid while it runs.
- * A nonzero return from @fn stops the walk and is returned.  0 also for a
- * static program (no dynamic section).
+ * GOT).  A nonzero return from @fn stops the walk and is returned.  0 also
+ * for a static program (no dynamic section).
  */
-typedef int (*pki_import_fn)(const char *name, const char *version, void *ctx);
+typedef int (*pki_import_fn)(const struct pki_import *imp, void *ctx);
 int pki_imports_main(pki_import_fn fn, void *ctx);
 
 /*

@@ -652,6 +652,23 @@ static int object_patchable_take(struct pki_sym_object *obj, const struct dl_phd
 	return 0;
 }
 
+/* @obj's sites sorted by ip (if @sort: else they are) and by name, its range and count. */
+static void object_index(struct pki_sym_object *obj, bool sort)
+{
+	obj->stats.sites = obj->nsites;
+	if (!obj->nsites)
+		return;
+	if (sort)
+		qsort(obj->sites, obj->nsites, sizeof(*obj->sites), cmp_ip);
+	for (size_t i = 0; i < obj->nsites; i++) {
+		obj->sites[i].obj = obj;
+		obj->by_name[i] = &obj->sites[i];
+	}
+	qsort(obj->by_name, obj->nsites, sizeof(*obj->by_name), cmp_name);
+	obj->lo = obj->sites[0].ip;
+	obj->hi = obj->sites[obj->nsites - 1].ip + PKI_SITE_LEN;
+}
+
 /*
  * Make @obj's sites: the file's patchable records @es, and the relocated
  * entries @r (taken over), sorted by ip and by name.  0 or -ENOMEM.
@@ -672,18 +689,7 @@ static int object_sites_make(struct pki_sym_object *obj, const struct dl_phdr_in
 	if (r->n)
 		memcpy(&obj->sites[obj->nsites], r->v, r->n * sizeof(*r->v));
 	obj->nsites += r->n;
-	obj->stats.sites = obj->nsites;
-	if (!obj->nsites)
-		return 0;
-	if (r->n)
-		qsort(obj->sites, obj->nsites, sizeof(*obj->sites), cmp_ip);
-	for (size_t i = 0; i < obj->nsites; i++) {
-		obj->sites[i].obj = obj;
-		obj->by_name[i] = &obj->sites[i];
-	}
-	qsort(obj->by_name, obj->nsites, sizeof(*obj->by_name), cmp_name);
-	obj->lo = obj->sites[0].ip;
-	obj->hi = obj->sites[obj->nsites - 1].ip + PKI_SITE_LEN;
+	object_index(obj, r->n);
 	return 0;
 }
 
@@ -790,9 +796,69 @@ out_free_obj:
 	return err;
 }
 
+/* --- code the caller made ----------------------------------------------- */
+
+/*
+ * The objects pki_sites_add_made() made, in every table built after it:
+ * never dropped nor freed (their code lives as long as the process).  The
+ * first @made_told were in a published table (the notifier was told).
+ * refresh_lock.
+ */
+static struct pki_sym_object **made;
+static size_t nmade, made_told;
+
+static int refresh(bool wait);
+
+int pki_sites_add_made(const char *path, const struct pki_made_site *v, size_t n)
+{
+	struct pki_sym_object *obj = calloc(1, sizeof(*obj)), **grown;
+	int err = -ENOMEM;
+
+	if (!obj)
+		return -ENOMEM;
+	obj->path = pki_intern(path);
+	obj->made = true;
+	obj->stats.sz = sizeof(obj->stats);
+	obj->sites = calloc(n ? n : 1, sizeof(*obj->sites));
+	obj->by_name = calloc(n ? n : 1, sizeof(*obj->by_name));
+	if (!obj->path || !obj->sites || !obj->by_name)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		struct pki_site *s = &obj->sites[obj->nsites++];
+
+		*s = (struct pki_site){.ip = v[i].ip,
+				       .func = v[i].func,
+				       .name = pki_intern(v[i].name),
+				       .kind = PK_SITE_NOP5};
+		memcpy(s->insn, (const void *)v[i].ip, PKI_SITE_LEN);
+		err = !s->name					    ? -ENOMEM
+		      : pki_insn_classify(s->insn) != PKI_INSN_NOP5 ? -EINVAL
+								    : 0;
+		if (err)
+			goto out;
+	}
+	object_index(obj, true);
+	pthread_mutex_lock(&refresh_lock);
+	grown = realloc(made, (nmade + 1) * sizeof(*made));
+	if (grown) {
+		made = grown;
+		made[nmade++] = obj;
+		if (cur_table) /* (the next refresh builds a table) */
+			cur_table->reread = true;
+	}
+	pthread_mutex_unlock(&refresh_lock);
+	if (grown)
+		return refresh(true);
+	err = -ENOMEM;
+out:
+	object_free(obj);
+	return err;
+}
+
 /* --- refresh ------------------------------------------------------------ */
 
 struct scan {
+	bool wait; /* free the old table here, after synchronize_rcu() (__publish) */
 	bool started;
 	bool unchanged;
 	int err;
@@ -944,7 +1010,12 @@ static bool table_has(const struct pki_sym_table *t, const struct pki_sym_object
 	return false;
 }
 
-/* Build and publish the table for @sc.  Called with refresh_lock held. */
+/*
+ * Build and publish the table for @sc.  Called with refresh_lock held.
+ * The old table is freed after a grace period: by liburcu's call_rcu
+ * thread, or here once synchronize_rcu() returns if @sc->wait (no thread
+ * started: an attached agent leaves none behind).
+ */
 static int __publish(struct scan *sc)
 {
 	struct pki_sym_table *t, *old = sc->old;
@@ -989,7 +1060,10 @@ static int __publish(struct scan *sc)
 		for (i = 0; old && i < old->ndead; i++)
 			notify_fn(old->dead[i], false);
 	}
-	if (old) {
+	if (old && sc->wait) {
+		PKI_RCU(synchronize_rcu)();
+		table_free(old);
+	} else if (old) {
 		/* Readers may still walk old and its dead objects: free after a grace period. */
 		rcu_thread_online();
 		pthread_once(&rcu_worker_once, rcu_worker_start);
@@ -998,9 +1072,9 @@ static int __publish(struct scan *sc)
 	return 0;
 }
 
-int pki_sites_refresh(void)
+static int refresh(bool wait)
 {
-	struct scan sc = {0};
+	struct scan sc = {.wait = wait};
 	size_t i;
 	int err;
 
@@ -1008,16 +1082,25 @@ int pki_sites_refresh(void)
 	if (!sc.started) /* cannot happen: the main program is always listed */
 		pthread_mutex_lock(&refresh_lock);
 	err = sc.err;
+	for (i = 0; !err && !sc.unchanged && i < nmade; i++)
+		err = scan_push(&sc, made[i], i >= made_told);
 	if (!err && !sc.unchanged)
 		err = __publish(&sc);
+	if (!err && !sc.unchanged)
+		made_told = nmade;
 	if (err)
 		for (i = 0; i < sc.n; i++)
-			if (sc.fresh[i])
+			if (sc.fresh[i] && !sc.objs[i]->made)
 				object_free(sc.objs[i]);
 	pthread_mutex_unlock(&refresh_lock);
 	free(sc.objs);
 	free(sc.fresh);
 	return err;
+}
+
+int pki_sites_refresh(void)
+{
+	return refresh(false);
 }
 
 void pki_sites_set_notify(pki_sites_notify_fn fn)

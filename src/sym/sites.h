@@ -69,6 +69,7 @@ struct pki_sym_object {
 	struct pk_sites_stats stats;	 /* bad_insn also counts memory mismatches */
 	bool reread; /* read it again at the next refresh (refresh_lock) */
 	bool by_funcs; /* read with pki_sites_set_reloc_funcs()'s functions */
+	bool made;     /* code pki_sites_add_made() lists: no file, base 0, no phdr */
 };
 
 /*
@@ -111,6 +112,22 @@ bool pki_sites_reloc_named_set(void);
  * the table is built too.
  */
 void pki_sites_set_reloc_funcs(const unsigned long *funcs, size_t n);
+
+/*
+ * Sites in code the caller made, outside any object (the agent's import
+ * stubs, agent/stubs.c): @n NOP5 sites, each at @v[i].ip in function
+ * @v[i].func named @v[i].name, listed as one object named @path in every
+ * table for the life of the process: the code must stay mapped, never
+ * changed but by the hooks.  The table is built again at once, the old one
+ * freed by the caller after a grace period (no liburcu thread is started):
+ * outside any read-side section.  0, -ENOMEM, -EINVAL if the bytes at an
+ * ip are not a five-byte nop, or a refresh's error.
+ */
+struct pki_made_site {
+	unsigned long ip, func;
+	const char *name;
+};
+int pki_sites_add_made(const char *path, const struct pki_made_site *v, size_t n);
 
 /*
  * With relocation on for an object, do its functions that relocation

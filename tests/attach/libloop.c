@@ -3,8 +3,9 @@
  * A running program that calls into libc in a loop, for `probekit trace -p`'s
  * library calls (tests/attach/test-trace-pid-libcall.sh).  The main thread
  * calls one_round() again and again, which calls strlen twice, malloc and
- * free once, qsort once (whose callback, cmp(), is the program's: it counts
- * its calls), fopen and fclose once (fopen's own malloc is libc's, not the
+ * free once, relaylib's relay_none once (no site in its library: hooked in
+ * this program's PLT slot, doc/design/library-calls.md LC5), qsort once (whose callback, cmp(), is
+ * the program's: it counts its calls), fopen and fclose once (fopen's own malloc is libc's, not the
  * program's), then usleep(200).  A worker calls scan() again and again,
  * which spends its time inside memchr and memcmp over 4 MiB each, checking
  * their results: a thread inside a library function when its hooks go in.
@@ -27,6 +28,8 @@ static volatile long rounds, scans, cmps, bad;
 static char *volatile sink;
 char *words[] = {"alpha", "beta", "gamma", "delta"};
 static char big[BIG], big2[BIG];
+
+unsigned relay_none(void);
 
 static void on_term(int sig)
 {
@@ -59,7 +62,7 @@ __attribute__((noinline)) void one_round(void)
 	char *p = malloc(n + 1);
 	FILE *f;
 
-	if (!p || n < 8 || n > 10)
+	if (!p || n < 8 || n > 10 || relay_none() != 0x80000003u)
 		bad++;
 	sink = p;
 	free(p);

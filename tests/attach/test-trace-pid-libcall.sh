@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # probekit trace -p records the process's calls into its libraries, as for
 # a program it starts (doc/design/library-calls.md): libloop (tests/attach/
-# libloop.c) calls strlen twice, malloc, free, qsort, fopen and fclose once
-# in each one_round(), and a worker spends its time inside memchr and
+# libloop.c) calls strlen twice, malloc, free, relay_none, qsort, fopen and
+# fclose once in each one_round(), and a worker spends its time inside memchr and
 # memcmp, once each per scan().  Attached, each library function's count is
 # the count of the program's own function that calls it (fopen's own malloc
 # is libc's, not counted), the qsort callback's count is its calls per qsort
 # times qsort's; named as imported.  --no-libcall leaves them out (first, in
 # a process never attached before: the next attach reads libc again for
 # them), and a second attach after a detach records them again.  After each
-# detach the text of every object, libc's included, equals its file; the
+# detach the text of every object, libc's included, equals its file, and
+# the program's PLT slots hold what they held before the attach (relay_none,
+# which relocation refuses, is hooked in its slot while attached: LC5); the
 # worker, inside memchr or memcmp when the hooks go in and come off, finds
 # every result right.
 #
@@ -32,6 +34,12 @@ calls() { awk -v f="$1" '$(NF-1) == f {print $1; n = 1; exit} END {if (!n) print
 near() { (($1 > 0 && $1 - $2 <= $3 && $2 - $1 <= $3)); }
 # libc_rows: the library functions rep has (any object but libloop's).
 libc_rows() { awk 'NF >= 8 && $1 ~ /^[0-9]+$/ && $NF ~ /^\[/ && $NF != "[attach_libloop]" {print $(NF-1)}' rep; }
+plts=$(dirname "$texteq")/plt-slots.py
+# slots_back LABEL: the program's PLT slots hold what they held before any attach.
+slots_back() {
+	python3 "$plts" "$bpid" >slots.now 2>&1
+	check "$1: the PLT slots as before the attach" "[[ -s slots0 ]] && diff -u slots0 slots.now"
+}
 
 # attached_raw LABEL FILE ARGS...: attached (lib.sh), the report --raw in rep.
 attached_raw() {
@@ -53,6 +61,8 @@ libcalls_right() {
 	check "$label: fclose once per round ($(calls fclose))" "near $(calls fclose) $r 2"
 	check "$label: the callback, $k per qsort ($(calls cmp) for $(calls qsort))" \
 		"near $(calls cmp) $((k * $(calls qsort))) $((2 * k))"
+	check "$label: relay_none once per round, through its PLT slot ($(calls relay_none))" \
+		"near $(calls relay_none) $r 2"
 	check "$label: memchr and memcmp once per scan ($(calls memchr), $(calls memcmp) for $s)" \
 		"near $(calls memchr) $s 2 && near $(calls memcmp) $s 2"
 	if [[ -z ${PKT_SAN_PRELOAD:-} ]]; then
@@ -76,23 +86,41 @@ check "libloop ready" "grep -q '^ready' out"
 k=$(awk '/^cmp_per_qsort/ {print $2}' out)
 nthreads=2
 fds0=$(ls "/proc/$bpid/fd" | sort)
+python3 "$plts" "$bpid" >slots0
 
 # 1. --no-libcall, the first attach: the program's own functions only.
 attached_raw "--no-libcall" t1.trace --duration 0.4 --no-libcall
 check "--no-libcall: one_round recorded" "(($(calls one_round) > 20))"
 check "--no-libcall: no library function ($(libc_rows | head -3 | tr '\n' ' '))" "[[ -z \$(libc_rows) ]]"
 after_detach "--no-libcall"
+slots_back "--no-libcall"
 
-# 2. By default: the library calls, counted as the program makes them.
-attached_raw "default" t2.trace --duration 0.5
+# 2. By default: the library calls, counted as the program makes them;
+# relay_none's PLT slot points at its stub while attached (until Ctrl-C:
+# read while the attach is sure to last).
+rm -f cmd
+"$pk" trace -p "$bpid" -o t2.trace 2>cmd &
+apid=$!
+for ((i = 0; i < 1000; i++)); do grep -qs 'recording' cmd && break; sleep 0.02; done
+python3 "$plts" "$bpid" >slots.during 2>&1
+sleep 0.5
+kill -INT "$apid"
+wait "$apid"
+rc=$?
+check "default: exit status $rc" "[[ $rc == 0 ]]"
+"$pk" report --raw t2.trace >rep 2>&1
+check "default: relay_none's PLT slot routed while attached" \
+	"[[ -n \$(grep '^relay_none ' slots0) && \$(grep '^relay_none ' slots0) != \$(grep '^relay_none ' slots.during) ]]"
 libcalls_right "default"
 after_detach "default"
+slots_back "default"
 
 # 3. Once more after the detach: the same again.
 attached_raw "second attach" t3.trace --duration 0.5
 check "second attach: the agent reused" "grep -q 'the agent reused' cmd"
 libcalls_right "second attach"
 after_detach "second attach"
+slots_back "second attach"
 
 # 4. --no-libcall after attaches that hooked them: left out again.
 attached_raw "--no-libcall again" t4.trace --duration 0.3 --no-libcall

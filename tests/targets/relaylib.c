@@ -9,7 +9,10 @@
  *    first: the relay cannot go there, only a breakpoint could;
  *  - relay_free: the same, its slot 256 MiB above, left free: on its relay;
  *  - relay_short: relocates, but its slot lies inside this library: its
- *    attach takes the INT3 protocol (a signal to the threads).
+ *    attach takes the INT3 protocol (a signal to the threads);
+ *  - relay_none: as relay_taken, its slot 2 GiB below it, below 0: no
+ *    relay can stand for its breakpoint, it has no site without --int3
+ *    (its callers' PLT slots are hooked instead: library-calls.md LC5).
  * Each returns its immediate.
  */
 #include <stdint.h>
@@ -22,6 +25,7 @@
 FN(relay_taken, 0x100000, "\tlea 1f(%rip), %rcx\n\tjmp *%rcx\n1:\tret");
 FN(relay_free, 0x10000000, "\tlea 1f(%rip), %rcx\n\tjmp *%rcx\n1:\tret");
 FN(relay_short, 0x27, "\tret");
+FN(relay_none, 0x80000003, "\tlea 1f(%rip), %rcx\n\tjmp *%rcx\n1:\tret");
 
 int relay_taken(void);
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Calls relaylib's functions (relaylib.c): N rounds of relay_taken,
- * relay_free and relay_short, then a thread that blocks every signal calls
+ * relay_free, relay_short and relay_none, then a thread that blocks every signal calls
  * relay_taken once more (a breakpoint there would kill the process).
  * Prints "rounds N" and "blocked thread ok".  With "wait", also a thread
  * that blocks every signal and sleeps, and the main thread goes on calling
@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 int relay_taken(void), relay_free(void), relay_short(void);
+unsigned relay_none(void);
 
 static volatile unsigned sink; /* (wraps) */
 
@@ -43,7 +44,8 @@ static void *blocked_sleep(void *arg)
 
 static void round_once(void)
 {
-	sink += (unsigned)relay_taken() + (unsigned)relay_free() + (unsigned)relay_short();
+	sink += (unsigned)relay_taken() + (unsigned)relay_free() + (unsigned)relay_short() +
+		relay_none();
 }
 
 int main(int argc, char **argv)

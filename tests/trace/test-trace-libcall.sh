@@ -9,9 +9,13 @@
 # A non-PIE build, an allocator preloaded in front of libc's, and the names
 # of one function (open, open64) too.
 #
-# A library call whose jump relay's place is taken (relayprog, tests/
-# targets/relaylib.c) is left out and named, never a breakpoint that a
-# thread blocking SIGTRAP would die on; --int3 takes it.
+# Functions relocation refuses (glibc's memcpy, liblzma's lzma_code,
+# relaylib's, whether or not a jump relay could stand for them) and the
+# agent's own wrappers (sigaction) are counted through PROG's PLT slots
+# (library-calls.md LC5), never a breakpoint that a thread blocking SIGTRAP
+# would die on, also where the slots are read-only (-z now): their pages
+# keep their protection.  Debian's ls (run through env) and sqlite3 against
+# uftrace, memcpy among the functions.
 #
 # usage: test-trace-libcall.sh PROBEKIT LIBCALLS LIBCALLS_NOPIE ALLOCATOR RELAYPROG
 set -uo pipefail
@@ -37,6 +41,8 @@ check "default: each library call counted as the program counts it" \
 	"[[ -s want ]] && join want got | awk '\$2 != \$3 {bad = 1} END {exit bad}' && [[ \$(join want got | wc -l) == \$(wc -l <want) ]]"
 check "default: fopen and fclose recorded once (their own malloc is not PROG's)" \
 	"grep -qx 'fopen 1' got && grep -qx 'fclose 1' got && grep -qx 'malloc 7' got"
+check "default: memcpy (no site in libc) and sigaction (the agent's wrapper) counted" \
+	"grep -qx 'memcpy 7' got && grep -qx 'sigaction 2' got"
 check "default: named as imported (strlen, not its CPU variant)" \
 	"grep -qx 'strlen 14' got && ! grep -q '^__strlen' got"
 check "default: PROG's own functions too" \
@@ -61,10 +67,13 @@ check "-f open64: the function under that name" "[[ \$(counts o.trace) == 'open6
 
 # Not position-independent: free (its address taken) is defined at PROG's
 # PLT entry; its calls are libc's free's all the same.
-run -o np.trace -- "$nopie" 7
+run -o np.trace -- "$nopie" 7 got
 counts np.trace >got.np
 check "non-PIE: each library call counted as the program counts it" \
 	"join want got.np | awk '\$2 != \$3 {bad = 1} END {exit bad}' && [[ \$(join want got.np | wc -l) == \$(wc -l <want) ]]"
+plain_got=$("$nopie" 7 got | grep '^got ')
+check "non-PIE, -z now: its PLT slots' pages as protected as untraced ($plain_got)" \
+	"[[ -n '$plain_got' ]] && grep -qx '$plain_got' out"
 
 # An allocator preloaded in front of libc's (unversioned malloc and free):
 # PROG's calls bind to it, and are counted there.
@@ -106,6 +115,33 @@ else
 	echo "SKIP: uftrace comparison (a sanitizer build, or uftrace missing or cannot record here)"
 fi
 
+# Distribution programs against uftrace: every library call both record
+# counted alike, memcpy among them.  ls through env: its own file.
+if [[ -z ${PKT_SAN_PRELOAD:-} ]] && command -v uftrace >/dev/null &&
+	timeout 120 uftrace record --force -d ufls /usr/bin/ls -la /usr/share/doc >/dev/null 2>&1; then
+	run -o ls.trace -- /usr/bin/env /usr/bin/ls -la /usr/share/doc
+	lf=$(ls ls.trace.*.1 2>/dev/null | head -1)
+	uftrace report -d ufls -f call 2>/dev/null | awk 'NR > 2 && NF == 2 {print $2, $1}' | sort >ufls.counts
+	"$pk" report --raw "$lf" 2>/dev/null | awk 'NR > 2 && $NF ~ /\.so/ {print $(NF-1), $1}' | sort >ls.counts
+	both=$(join ufls.counts ls.counts | wc -l)
+	check "env ls: rc $rc, $both library functions in both, same counts, memcpy among them" \
+		"[[ $rc == 0 && -n '$lf' ]] && ((both >= 20)) && join ufls.counts ls.counts | grep -q '^memcpy ' &&
+		 join ufls.counts ls.counts | awk '\$2 != \$3 {print; bad = 1} END {exit bad}'"
+	if command -v sqlite3 >/dev/null; then
+		sql='create table t(a, b); insert into t values (1, "x"), (2, "y"); select b, sum(a) from t group by b;'
+		timeout 120 uftrace record --force -d ufsq sqlite3 :memory: "$sql" >/dev/null 2>&1
+		run -o sq.trace -- sqlite3 :memory: "$sql"
+		uftrace report -d ufsq -f call 2>/dev/null | awk 'NR > 2 && NF == 2 {print $2, $1}' | sort >ufsq.counts
+		"$pk" report --raw sq.trace 2>/dev/null | awk 'NR > 2 && $NF ~ /\.so/ {print $(NF-1), $1}' | sort >sq.counts
+		both=$(join ufsq.counts sq.counts | wc -l)
+		check "sqlite3: rc $rc, $both library functions in both, same counts, memcpy and signal among them" \
+			"[[ $rc == 0 ]] && ((both >= 20)) && [[ \$(join ufsq.counts sq.counts | grep -cE '^(memcpy|signal) ') == 2 ]] &&
+			 join ufsq.counts sq.counts | awk '\$2 != \$3 {print; bad = 1} END {exit bad}'"
+	fi
+else
+	echo "SKIP (part): ls and sqlite3 against uftrace (a sanitizer build, or uftrace missing or cannot record here)"
+fi
+
 # A library function relocation refuses (liblzma's lzma_code: an indirect
 # jump, a switch) is hooked through its jump relay, or a breakpoint where
 # the relay's place is taken: xz's calls of it are counted all the same,
@@ -133,20 +169,20 @@ else
 	echo "SKIP (part): xz with a liblzma whose lzma_code relocation refuses is not installed here"
 fi
 
-# Relay places: relay_taken's is taken (its library maps it first), so it
-# is left out and said; relay_free is on its relay, relay_short relocated;
-# the thread that blocks every signal then calls relay_taken unharmed.
-run -o r.trace -- "$relayprog" 5
-check "relay taken: rc $rc, the blocked thread's call unharmed" "[[ $rc == 0 ]] && grep -qx 'blocked thread ok' out"
-"$pk" report --raw r.trace 2>/dev/null | awk '$(NF-1) ~ /^relay_/ {print $(NF-1), $1}' | sort >rgot
-check "relay taken: relay_free and relay_short counted, relay_taken not" \
-	"[[ \$(cat rgot) == \$'relay_free 5\nrelay_short 5' ]]"
-check "relay taken: said, with --int3 to take it" \
-	"grep -q '^probekit: library calls not traced: relay_taken (.*--int3 takes them)' err"
-run --int3 -o r3.trace -- "$relayprog" 5
-check "relay taken, --int3: rc $rc, relay_taken on its breakpoint, counted with the blocked thread's call" \
-	"[[ $rc == 0 ]] && \"$pk\" report --raw r3.trace | grep -q '^ *6 .* relay_taken \\[libpkrelay.so\\]\$' &&
-	 grep -q '^probekit: library calls through INT3: relay_taken' err"
+# relaylib's functions: relay_taken's relay place is taken (its library
+# maps it first), relay_free's is free, relay_none has none, relay_short
+# relocates.  All are counted, the refused ones through PROG's PLT slots:
+# no breakpoint, and the thread that blocks every signal calls relay_taken
+# unharmed.  --int3 changes none of it.
+want_relay=$'relay_free 5\nrelay_none 5\nrelay_short 5\nrelay_taken 6'
+for opt in "" --int3; do
+	run $opt -o r.trace -- "$relayprog" 5
+	check "relaylib $opt: rc $rc, the blocked thread's call unharmed" "[[ $rc == 0 ]] && grep -qx 'blocked thread ok' out"
+	"$pk" report --raw r.trace 2>/dev/null | awk '$(NF-1) ~ /^relay_/ {print $(NF-1), $1}' | sort >rgot
+	check "relaylib $opt: every call counted ($(tr '\n' ' ' <rgot))" "[[ \$(cat rgot) == \"\$want_relay\" ]]"
+	check "relaylib $opt: no library call left out nor on a breakpoint" \
+		"! grep -q 'library calls not traced\\|library calls through INT3' err"
+done
 
 echo "trace_libcall: $pass passed, $fail failed"
 ((fail == 0))

@@ -246,4 +246,29 @@ static inline void pki_insn_jrelay_fill(uint8_t out[PKI_JRELAY_SLOT_LEN], unsign
 	memcpy(out + sizeof(jmp_rip), &target, sizeof(target));
 }
 
+/*
+ * An import stub (agent/stubs.c): PKI_STUB_LEN bytes that jump to @target,
+ * with a NOP5 site PKI_STUB_SITE bytes in, behind an endbr64 (a PLT's
+ * indirect jmp lands on it).  The target is the stub's last 8 bytes, read
+ * by a rip-relative indirect jmp: any distance.
+ *
+ *    0: f3 0f 1e fa           endbr64
+ *    4: 0f 1f 44 00 00        nop5 (the site)
+ *    9: ff 25 01 00 00 00     jmp *16(%rip-relative)
+ *   15: cc                    int3 (never reached)
+ *   16: target (8 bytes), then int3 up to PKI_STUB_LEN
+ */
+#define PKI_STUB_LEN  32
+#define PKI_STUB_SITE 4
+
+static inline void pki_insn_stub(uint8_t out[PKI_STUB_LEN], unsigned long target)
+{
+	static const uint8_t code[16] = {0xf3, 0x0f, 0x1e, 0xfa, 0x0f, 0x1f, 0x44, 0x00,
+					 0x00, 0xff, 0x25, 0x01, 0x00, 0x00, 0x00, 0xcc};
+
+	memset(out, PKI_INSN_INT3, PKI_STUB_LEN);
+	memcpy(out, code, sizeof(code));
+	memcpy(out + 16, &target, sizeof(target));
+}
+
 #endif /* PK_ARCH_X86_64_INSN_H */

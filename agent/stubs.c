@@ -48,6 +48,13 @@ static struct {
 	unsigned long relro_lo, relro_hi;
 	char unhooked[400]; /* the calls neither a site nor a stub takes, named */
 	size_t nunhooked;
+	/*
+	 * An auditor (LD_AUDIT) may keep a slot on PROG's PLT code for good, to
+	 * see every call (la_pltenter) or to bind it elsewhere (la_symbind64):
+	 * then only a slot that holds the function is routed.
+	 */
+	bool audited;
+	bool unroutable; /* made, maybe listed, but not in the site table for sure */
 } S;
 
 /* The kind of the site at function @func (after an endbr64 or not), or 0 if none. */
@@ -164,6 +171,7 @@ void agent_stubs_make(void)
 	if (S.made)
 		return;
 	S.made = true;
+	S.audited = getenv("LD_AUDIT") && *getenv("LD_AUDIT");
 	err = agent_libcalls_each(want, NULL);
 	if (S.nunhooked) {
 		snprintf(line, sizeof(line),
@@ -182,7 +190,8 @@ void agent_stubs_make(void)
 			 "PLT stubs cannot be made: %s)\n",
 			 S.n, strerror(-err));
 		agent_notice(line);
-		S.n = 0; /* (a mapping made stays: the site table may list it) */
+		/* (the mapping stays, and the stubs known: the site table may list them) */
+		S.unroutable = true;
 	}
 	dl_iterate_phdr(relro_of_main, NULL);
 }
@@ -200,7 +209,7 @@ const char *agent_stub_of(unsigned long func, unsigned long *home)
 
 bool agent_stub_for(unsigned long func)
 {
-	for (size_t i = 0; S.code && i < S.n; i++)
+	for (size_t i = 0; S.code && !S.unroutable && i < S.n; i++)
 		if (S.v[i].func == func)
 			return true;
 	return false;
@@ -217,21 +226,26 @@ static bool in_relro(const unsigned long *slot)
 	return (unsigned long)slot - S.relro_lo < S.relro_hi - S.relro_lo;
 }
 
+/* Is @cur, a slot's value, PROG's own PLT code (lazy binding not done), with no auditor? */
+static bool unbound(unsigned long cur)
+{
+	return !S.audited && cur >= agent_hook.main_lo && cur < agent_hook.main_hi;
+}
+
 /*
  * Point @st's slot at its stub (@on) or back at what it held.  One aligned
  * 8-byte store: a thread that calls through the slot meanwhile jumps to
  * one or the other, both of which go on to the function (LC5).  A slot
  * that holds something else than the function or PROG's own PLT code
- * (bound elsewhere: an auditor's) is left alone; one the program or the
- * dynamic loader changed since it was routed too.
+ * (bound elsewhere, or kept on the PLT by an auditor) is left alone; one
+ * the program or the dynamic loader changed since it was routed too.
  */
 static void route_one(struct stub *st, bool on)
 {
 	unsigned long stub = (unsigned long)(S.code + (size_t)(st - S.v) * PKI_STUB_LEN);
 	unsigned long cur = __atomic_load_n(st->slot, __ATOMIC_ACQUIRE);
 
-	if (on && !st->routed &&
-	    (cur == st->func || (cur >= agent_hook.main_lo && cur < agent_hook.main_hi))) {
+	if (on && !st->routed && (cur == st->func || unbound(cur))) {
 		st->was = cur;
 		st->routed = true;
 		__atomic_store_n(st->slot, stub, __ATOMIC_RELEASE);
@@ -247,6 +261,8 @@ void agent_stubs_route(bool on)
 	bool relro = false;
 	size_t len = S.relro_hi - S.relro_lo;
 
+	if (S.unroutable)
+		return;
 	for (size_t i = 0; i < S.n; i++)
 		relro |= in_relro(S.v[i].slot);
 	/* Writable for these stores only, as the dynamic loader had it while relocating. */

@@ -53,6 +53,21 @@ static const struct {
     {"__libc_start_call_main", false},
     {"backtrace", false},
     {"__backtrace", false},
+    /*
+     * They end the program image when they succeed: no exit to record, and
+     * a vfork child's frame would be closed by its parent's next return.
+     */
+    {"execve", false},
+    {"execv", false},
+    {"execvp", false},
+    {"execvpe", false},
+    {"execl", false},
+    {"execlp", false},
+    {"execle", false},
+    {"fexecve", false},
+    {"execveat", false},
+    {"_exit", false},
+    {"_Exit", false},
     /* Their children run where the parent's pending exits are. */
     {"fork", false},
     {"_Fork", false},

@@ -17,10 +17,14 @@
 # keep their protection.  Debian's ls (run through env) and sqlite3 against
 # uftrace, memcpy among the functions.
 #
-# usage: test-trace-libcall.sh PROBEKIT LIBCALLS LIBCALLS_NOPIE ALLOCATOR RELAYPROG
+# The exec family and _exit are recorded entries only: a vfork child's
+# (vforkexec) run on its parent's shadow stack, and no call of the parent's
+# is closed by them.
+#
+# usage: test-trace-libcall.sh PROBEKIT LIBCALLS LIBCALLS_NOPIE ALLOCATOR RELAYPROG VFORKEXEC
 set -uo pipefail
 pk=$(realpath "$1") prog=$(realpath "$2") nopie=$(realpath "$3") alloc=$(realpath "$4")
-relayprog=$(realpath "$5")
+relayprog=$(realpath "$5") vforkexec=$(realpath "$6")
 . "$(dirname "$(realpath "$0")")/lib.sh"
 
 # counts FILE: "name calls" of FILE's library functions (report --raw), sorted.
@@ -183,6 +187,12 @@ for opt in "" --int3; do
 	check "relaylib $opt: no library call left out nor on a breakpoint" \
 		"! grep -q 'library calls not traced\\|library calls through INT3' err"
 done
+
+run -o v.trace -- "$vforkexec"
+"$pk" report --raw --threads v.trace >vrep 2>&1
+check "vfork child: rc $rc, its execl and _exit entries only, no exit without its entry" \
+	"[[ $rc == 0 ]] && grep -qx 'child 7' out && grep -q '^ *1 *- .* execl \\[' vrep &&
+	 grep -q '^ *1 *- .* _exit \\[' vrep && ! grep -q '[1-9][0-9]* exits without an entry' vrep"
 
 echo "trace_libcall: $pass passed, $fail failed"
 ((fail == 0))

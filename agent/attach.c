@@ -201,6 +201,8 @@ static void library_settings(void)
 	 * name the same files, and its text equals them.
 	 */
 	pki_text_poke_disable |= PKI_POKE_NO_ALIAS;
+	/* No liburcu thread left when the process loads or unloads a library while attached. */
+	pki_sites_set_wait_free(true);
 }
 
 /* Read the channel, a line at a time, until the command asks to detach or is gone. */

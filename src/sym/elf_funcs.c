@@ -23,6 +23,12 @@
 
 #include "sym/elf_funcs.h"
 
+void pki_elf_tls_ready(void)
+{
+	(void)elf_errno(); /* (each returns the thread's last error, none here, and clears it) */
+	(void)dwarf_errno();
+}
+
 /* DW_EH_PE_*: the pointer encodings of .eh_frame (LSB 5.0, "DWARF Extensions"). */
 #define PE_OMIT	    0xff
 #define PE_FORMAT   0x0f

@@ -85,6 +85,17 @@ int pki_elf_funcs_read_path(const char *path, struct pki_elf_funcs *out);
 
 void pki_elf_funcs_free(struct pki_elf_funcs *f);
 
+/*
+ * Touch libelf's and libdw's thread-local error words in the calling
+ * thread.  Where those libraries were loaded with dlopen (an injected
+ * agent's), a thread's first use of them allocates their TLS under the
+ * dynamic loader's lock, which a thread inside dl_iterate_phdr (holding
+ * the loader's list lock) must never wait for: a program thread in dlopen
+ * holds the one and waits for the other.  Call it before dl_iterate_phdr
+ * in any callback that reads files.
+ */
+void pki_elf_tls_ready(void);
+
 /* The function whose [addr, addr + size) holds @addr, or NULL. */
 const struct pki_elf_func *pki_elf_funcs_find(const struct pki_elf_funcs *f, uint64_t addr);
 

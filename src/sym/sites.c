@@ -47,6 +47,7 @@
 
 #include "base/grow.h"
 #include "base/log.h"
+#include "sym/elf_funcs.h"
 #include "sym/elf_sites.h"
 #include "sym/func_sites.h"
 #include "base/signals.h"
@@ -809,6 +810,14 @@ static size_t nmade, made_told;
 
 static int refresh(bool wait);
 
+/* pki_sites_set_wait_free(): every refresh frees the old table itself. */
+static bool wait_free;
+
+void pki_sites_set_wait_free(bool on)
+{
+	__atomic_store_n(&wait_free, on, __ATOMIC_RELAXED);
+}
+
 int pki_sites_add_made(const char *path, const struct pki_made_site *v, size_t n)
 {
 	struct pki_sym_object *obj = calloc(1, sizeof(*obj)), **grown;
@@ -1078,6 +1087,7 @@ static int refresh(bool wait)
 	size_t i;
 	int err;
 
+	pki_elf_tls_ready(); /* scan_cb reads files inside dl_iterate_phdr */
 	dl_iterate_phdr(scan_cb, &sc);
 	if (!sc.started) /* cannot happen: the main program is always listed */
 		pthread_mutex_lock(&refresh_lock);
@@ -1100,7 +1110,7 @@ static int refresh(bool wait)
 
 int pki_sites_refresh(void)
 {
-	return refresh(false);
+	return refresh(__atomic_load_n(&wait_free, __ATOMIC_RELAXED));
 }
 
 void pki_sites_set_notify(pki_sites_notify_fn fn)

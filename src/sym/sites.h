@@ -171,6 +171,15 @@ int pki_sites_match_in(const char *glob, unsigned long lo, unsigned long hi,
 int pki_sites_refresh(void);
 
 /*
+ * With @on, each refresh frees the table it replaces itself, after
+ * synchronize_rcu(), instead of handing it to liburcu's call_rcu thread
+ * (which it would start): for an injected agent, which must leave no
+ * thread behind (attach.md A9f).  Refreshes then wait for readers: never
+ * refresh inside a read-side section.
+ */
+void pki_sites_set_wait_free(bool on);
+
+/*
  * Told about every object that joins or leaves the table (the hook layer
  * applies its glob filters to new objects, and forgets the sites of dropped
  * ones: their text may already be unmapped, never unpatch it).  Called by

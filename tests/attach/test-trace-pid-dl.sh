@@ -7,14 +7,21 @@
 # at their address), the text equals the files after, and the program's
 # results are unharmed.
 #
-# usage: test-trace-pid-dl.sh PROBEKIT DLHOST LIB1 LIB2 TEXT_EQUAL [LIBCXX]
+# A program that loads and unloads a library every 2 ms (dlchurn.c): each
+# attach starts (the site table is read inside dl_iterate_phdr while the
+# program's dlopen holds the loader's other lock: the readers' thread-local
+# words are made before) and leaves no thread behind (the tables the
+# program's loads and unloads replace are freed by the agent's own thread).
+#
+# usage: test-trace-pid-dl.sh PROBEKIT DLHOST LIB1 LIB2 TEXT_EQUAL DLCHURN [LIBCXX]
 # (LIBCXX, tests/attach/plug_cxx.cc: loaded in LIB2's place in a second run,
 # it brings the C++ runtime and the unwinder into the process while exits
 # are traced; its plug_fn throws across a traced frame at every call.)
 set -uo pipefail
 . "$(dirname "$(realpath "$0")")/lib.sh"
 pk=$(realpath "$1") host=$(realpath "$2") lib1=$(realpath "$3") lib2=$(realpath "$4") texteq=$(realpath "$5")
-libcxx=${6:+$(realpath "$6")}
+churn=$(realpath "$6")
+libcxx=${7:+$(realpath "$7")}
 scratch
 end_hook() { [[ -n $hpid ]] && kill "$hpid" 2>/dev/null; }
 hpid=
@@ -95,6 +102,27 @@ if [[ -n $libcxx ]]; then
 	check "dlhost with the C++ library: exit status $rc, every result right" \
 		"[[ $rc == 0 ]] && grep -qx 'bad 0' out"
 fi
+
+rm -f stop out
+"$churn" "$lib1" >out 2>err &
+hpid=$!
+wait_for '^ready' out
+for i in 1 2 3; do
+	timeout 60 "$pk" trace -p "$hpid" --duration 0.3 -o ch$i.trace 2>cmd
+	rc=$?
+	for ((k = 0; k < 100; k++)); do
+		[[ $(ls "/proc/$hpid/task" | wc -l) == 1 ]] && break
+		sleep 0.01
+	done
+	check "dlchurn, attach $i: started and detached ($rc), the program's one thread left" \
+		"[[ $rc == 0 ]] && [[ \$(ls /proc/$hpid/task | wc -l) == 1 ]]"
+done
+touch stop
+wait "$hpid"
+rc=$?
+hpid=
+check "dlchurn: exit status $rc, loads and unloads went on ($(grep rounds out))" \
+	"[[ $rc == 0 ]] && grep -Eq '^rounds [1-9][0-9]+' out"
 
 echo "trace -p with dlclose/dlopen: $pass passed, $fail failed"
 ((fail == 0))

@@ -105,6 +105,19 @@ ef=$(ls e.trace.*.1 2>/dev/null | head -1)
 check "exec: the exec'd program's file ($ef) has its malloc calls" \
 	"[[ -n '$ef' ]] && counts '$ef' | grep -qx 'malloc 4'"
 
+# A script whose "#!" line is /usr/bin/env bash: env, bash and the program
+# the script runs are each traced with the same settings; the program's
+# library calls are in its own file of the session.
+printf '#!/usr/bin/env bash\n"%s" 4\n' "$prog" >envscript.sh
+chmod +x envscript.sh
+run -o s.trace -- ./envscript.sh
+sf=
+for f in s.trace.*.1; do
+	[[ -f $f ]] && counts "$f" | grep -qx 'memcpy 4' && sf=$f
+done
+check "#!/usr/bin/env script: rc $rc, the program it runs traced ($sf), its library calls counted" \
+	"[[ $rc == 0 && -n '$sf' ]] && counts '$sf' | grep -qx 'malloc 4' && grep -qx 'malloc 4' out"
+
 # uftrace's PLT hooks count the same calls of every function both record.
 # (Not on a sanitizer build's PROG, on which uftrace's runtime hangs.)
 if [[ -z ${PKT_SAN_PRELOAD:-} ]] && command -v uftrace >/dev/null &&

@@ -92,7 +92,8 @@ void pki_elf_funcs_free(struct pki_elf_funcs *f);
  * dynamic loader's lock, which a thread inside dl_iterate_phdr (holding
  * the loader's list lock) must never wait for: a program thread in dlopen
  * holds the one and waits for the other.  Call it before dl_iterate_phdr
- * in any callback that reads files.
+ * in any callback that reads files.  Nothing in a process that runs a
+ * sanitizer's runtime (its leak checker cannot read such TLS at exit).
  */
 void pki_elf_tls_ready(void);
 

@@ -103,6 +103,13 @@ if [[ -n $libcxx ]]; then
 		"[[ $rc == 0 ]] && grep -qx 'bad 0' out"
 fi
 
+if [[ -n ${PKT_SAN_PRELOAD:-} ]]; then
+	# (the thread-local words are not made early under a sanitizer's runtime: src/sym/elf_funcs.h)
+	echo "trace -p with dlclose/dlopen: $pass passed, $fail failed"
+	echo "SKIP (part): dlchurn under a sanitizer's runtime"
+	((fail == 0))
+	exit
+fi
 rm -f stop out
 "$churn" "$lib1" >out 2>err &
 hpid=$!

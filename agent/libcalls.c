@@ -206,9 +206,10 @@ int agent_libcalls_each(int (*fn)(unsigned long func, const char *name, unsigned
 const char *agent_libcall(unsigned long func, size_t k)
 {
 	size_t lo = 0, hi = L.funcs ? L.n : 0;
+	const char *stub = agent_stub_of(func, NULL);
 
-	if (agent_stub_of(func, NULL))
-		return k ? NULL : agent_stub_of(func, NULL);
+	if (stub)
+		return k ? NULL : stub;
 
 	while (lo < hi) { /* the first entry of @func */
 		size_t mid = lo + (hi - lo) / 2;

@@ -76,14 +76,15 @@ static enum pk_site_kind site_kind(unsigned long func)
  */
 static int want(unsigned long func, const char *name, unsigned long *plt, bool ours, void *ctx)
 {
-	size_t len = strlen(S.unhooked);
-	void *home = ours ? dlsym(RTLD_NEXT, name) : NULL;
 	enum pk_site_kind kind = site_kind(func);
+	void *home;
 
 	(void)ctx;
 	if ((kind && kind != PK_SITE_INT3) || (!plt && (ours || kind)))
 		return 0;
 	if (!plt) {
+		size_t len = strlen(S.unhooked);
+
 		if (len < sizeof(S.unhooked))
 			snprintf(S.unhooked + len, sizeof(S.unhooked) - len, "%s%s",
 				 S.nunhooked ? ", " : " ", name);
@@ -99,6 +100,7 @@ static int want(unsigned long func, const char *name, unsigned long *plt, bool o
 		S.v = v;
 		S.cap = cap;
 	}
+	home = ours ? dlsym(RTLD_NEXT, name) : NULL;
 	S.v[S.n++] = (struct stub){plt, func, home ? (unsigned long)home : func, 0, name, false};
 	return 0;
 }

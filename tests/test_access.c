@@ -555,13 +555,335 @@ START_TEST(redirect)
 }
 END_TEST
 
-Suite *access_suite(void);
+/* A context stopped at @code with registers @set (ADDR: the value itself). */
+static void ctx_at(ucontext_t *uc, const uint8_t *code, const struct regset *set, unsigned n,
+		   uint64_t flags)
+{
+	memset(uc, 0, sizeof(*uc));
+	for (int i = 0; i < 16; i++)
+		uc->uc_mcontext.gregs[gidx[i]] = (greg_t)(0x1000ull * (uint64_t)(i + 1));
+	for (unsigned i = 0; i < n; i++)
+		uc->uc_mcontext.gregs[gidx[set[i].reg]] = (greg_t)set[i].v;
+	uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)code;
+	uc->uc_mcontext.gregs[REG_EFL] = (greg_t)(0x202 | flags);
+}
+
+#define X 0x7f0000001000ull
+
+static void check_acc(const struct pki_access *a, uintptr_t addr, uint32_t size, bool r, bool w,
+		      int dir)
+{
+	ck_assert_uint_eq(a->addr, addr);
+	ck_assert_uint_eq(a->size, size);
+	ck_assert_int_eq(a->read, r);
+	ck_assert_int_eq(a->write, w);
+	ck_assert_int_eq(a->dir, dir);
+}
+
+START_TEST(decode_fields)
+{
+	struct pki_access_insn ai;
+	ucontext_t uc;
+
+	ctx_at(&uc, pkt_i_add_store_self, (struct regset[]){V(RAX, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.len, 3);
+	ck_assert_uint_eq(ai.nacc, 1);
+	ck_assert(!ai.rep);
+	check_acc(&ai.acc[0], X, 8, true, true, 0);
+
+	ctx_at(&uc, pkt_i_mov_load_sib_r8, (struct regset[]){V(R8, X), V(R15, 3)}, 2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X + 0x10 + 24, 8, true, false, 0);
+
+	ctx_at(&uc, pkt_i_vmovdqu_load, (struct regset[]){V(RAX, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X, 32, true, false, 0);
+
+	ctx_at(&uc, pkt_i_vmovdqu_store_r13, (struct regset[]){V(R13, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X, 32, false, true, 0);
+
+	ctx_at(&uc, pkt_i_movsd_sse, (struct regset[]){V(RAX, X)}, 1,
+	       0); /* not movsd the string op */
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.nacc, 1);
+	check_acc(&ai.acc[0], X, 8, true, false, 0);
+
+	ctx_at(&uc, pkt_i_setne_r8, (struct regset[]){V(R8, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X, 1, false, true, 0);
+
+	ctx_at(&uc, pkt_i_cmp_mem, (struct regset[]){V(RBX, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X, 8, true, false, 0);
+
+	ctx_at(&uc, pkt_i_lock_cmpxchg16b, (struct regset[]){V(RSI, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.acc[0].size, 16);
+	ck_assert(ai.acc[0].read && ai.acc[0].write);
+
+	ctx_at(&uc, pkt_i_fnstcw, (struct regset[]){V(RAX, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X, 2, false, true, 0);
+
+	/* bt family: an immediate offset stays in the operand, a register one may not. */
+	ctx_at(&uc, pkt_i_bt_imm, (struct regset[]){V(RAX, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X, 4, true, false, 0);
+	ctx_at(&uc, pkt_i_bts_reg, (struct regset[]){V(RAX, X), V(RCX, 77)}, 2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X + 8, 8, true, true, 0);
+	ctx_at(&uc, pkt_i_btr_reg_neg, (struct regset[]){V(R10, X), V(RDX, -100)}, 2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.acc[0].addr, X - 16);
+	ctx_at(&uc, pkt_i_btr_reg_neg, (struct regset[]){V(R10, X), V(RDX, -64)}, 2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.acc[0].addr, X - 8);
+	ctx_at(&uc, pkt_i_btc_reg32, (struct regset[]){V(RBX, X), V(RCX, 0xffffffff00000021ull)}, 2,
+	       0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X + 4, 4, true, true, 0);
+	ctx_at(&uc, pkt_i_bt_reg16, (struct regset[]){V(RDI, X), V(RSI, 0x1234fff0)}, 2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], X + 2 - 2, 2, true, false, 0);
+
+	/* RIP-relative (after the instruction), absolute, 32-bit addresses. */
+	ctx_at(&uc, pkt_i_rip_load, NULL, 0, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.acc[0].addr, (uintptr_t)pkt_i_rip_load + 7 + 0x11223344);
+	ctx_at(&uc, pkt_i_moffs_load, NULL, 0, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	check_acc(&ai.acc[0], 0x1122334455667788ull, 1, true, false, 0);
+	ctx_at(&uc, pkt_i_addr32_sib,
+	       (struct regset[]){V(RAX, 0xffffffff00000000ull | 0xfffffff0), V(RCX, 0x100000010)},
+	       2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.acc[0].addr, (uint32_t)(0xfffffff0u + 8 + 0x20));
+
+	/* String instructions: both operands, the direction, rep. */
+	ctx_at(&uc, pkt_i_movsq, (struct regset[]){V(RSI, X), V(RDI, X + 0x100)}, 2, DF);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_uint_eq(ai.nacc, 2);
+	ck_assert(!ai.rep);
+	for (int i = 0; i < 2; i++)
+		check_acc(&ai.acc[i], ai.acc[i].write ? X + 0x100 : X, 8, !ai.acc[i].write,
+			  ai.acc[i].write, -1);
+	ck_assert(ai.acc[0].write != ai.acc[1].write);
+	ctx_at(&uc, pkt_i_repe_cmpsb, (struct regset[]){V(RSI, X), V(RDI, X + 0x100)}, 2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert(ai.rep);
+	ck_assert_uint_eq(ai.nacc, 2);
+	check_acc(&ai.acc[0], ai.acc[0].addr, 1, true, false, 1);
+	check_acc(&ai.acc[1], ai.acc[1].addr, 1, true, false, 1);
+	ctx_at(&uc, pkt_i_rep_stosq, (struct regset[]){V(RDI, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert(ai.rep);
+	ck_assert_uint_eq(ai.nacc, 1);
+	check_acc(&ai.acc[0], X, 8, false, true, 1);
+}
+END_TEST
+
+/* Refused, or no access at all. */
+START_TEST(decode_refused)
+{
+	static const struct {
+		const char *name;
+		const uint8_t *code;
+		int ret;
+	} t[] = {
+	    {"push_mem", pkt_i_push_mem, -EOPNOTSUPP},
+	    {"pop_mem", pkt_i_pop_mem, -EOPNOTSUPP},
+	    {"call_mem", pkt_i_call_mem, -EOPNOTSUPP},
+	    {"jmp_mem", pkt_i_jmp_mem, -EOPNOTSUPP},
+	    {"gather", pkt_i_gather, -EOPNOTSUPP},
+	    {"xsave", pkt_i_xsave, -EOPNOTSUPP},
+	    {"xrstor", pkt_i_xrstor, -EOPNOTSUPP},
+	    {"fxsave", pkt_i_fxsave, -EOPNOTSUPP},
+	    {"enter", pkt_i_enter, -EOPNOTSUPP},
+	    {"leave", pkt_i_leave, -EOPNOTSUPP},
+	    {"xlat", pkt_i_xlat, -EOPNOTSUPP},
+	    {"fs_load", pkt_i_fs_load, -EOPNOTSUPP},
+	    {"gs_abs", pkt_i_gs_abs, -EOPNOTSUPP},
+	    {"addr32_movsb", pkt_i_addr32_movsb, -EOPNOTSUPP},
+	    {"insb", pkt_i_insb, -EOPNOTSUPP},
+	    {"maskmovdqu", pkt_i_maskmovdqu, -EOPNOTSUPP},
+	    {"movdir64b", pkt_i_movdir64b, -EOPNOTSUPP},
+	    {"bndldx", pkt_i_bndldx, -EOPNOTSUPP},
+	    {"lea", pkt_i_lea, 0},
+	    {"lea_rip", pkt_i_lea_rip, 0},
+	    {"nopw", pkt_i_nopw, 0},
+	    {"prefetch", pkt_i_prefetch, 0},
+	    {"ud2", pkt_i_ud2, 0},
+	};
+	static const uint8_t invalid[] = {0x06, 0x90}; /* push %es: not in 64-bit mode */
+	struct pki_access_insn ai;
+	struct pki_access_undo undo_;
+	intptr_t delta[2] = {0x1000, 0};
+	uintptr_t lo[2] = {0, 0}, hi[2] = {UINTPTR_MAX, 0};
+	uint8_t code[PKI_ACCESS_CODE_MAX];
+	ucontext_t uc;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		ctx_at(&uc, t[i].code, (struct regset[]){V(RAX, X), V(RBX, X)}, 2, 0);
+		ck_assert_msg(pki_access_decode(&uc, &ai) == t[i].ret, "%s", t[i].name);
+		if (t[i].ret)
+			continue;
+		ck_assert_msg(ai.nacc == 0, "%s: %u accesses", t[i].name, ai.nacc);
+		ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, 0, &undo_),
+				 -EINVAL);
+	}
+	ctx_at(&uc, invalid, NULL, 0, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), -EINVAL);
+}
+END_TEST
+
+/* begin/end/abort on contexts alone: the copy, the borrowed register, rep bookkeeping. */
+START_TEST(begin_end_abort)
+{
+	struct pki_access_insn ai;
+	struct pki_access_undo u;
+	intptr_t delta[2] = {0x100000, 0x100000};
+	uintptr_t lo[2] = {X + 0x100000, X + 0x100000}, hi[2] = {X + 0x101000, X + 0x101000};
+	uintptr_t nolo[2] = {0, 0}, nohi[2] = {0, 0};
+	uint8_t code[PKI_ACCESS_CODE_MAX];
+	const uintptr_t at = 0x600000;
+	ucontext_t uc, before;
+	ZydisDecoder dec;
+	ZydisDecodedInstruction in;
+	ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+	greg_t *g = uc.uc_mcontext.gregs;
+
+	ZydisDecoderInit(&dec, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+
+	/* A RIP-relative load: the copy is position-independent, [R] = the moved address. */
+	ctx_at(&uc, pkt_i_rip_load, NULL, 0, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	delta[0] = 0x100000;
+	lo[0] = ai.acc[0].addr + 0x100000;
+	hi[0] = lo[0] + 8;
+	before = uc;
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	ck_assert_uint_eq((uintptr_t)g[REG_RIP], at);
+	ck_assert(ZYAN_SUCCESS(ZydisDecoderDecodeFull(&dec, code, sizeof(code), &in, ops)));
+	ck_assert_int_eq(in.mnemonic, ZYDIS_MNEMONIC_MOV);
+	ck_assert(!(in.attributes & ZYDIS_ATTRIB_IS_RELATIVE));
+	ck_assert_int_eq(ops[1].type, ZYDIS_OPERAND_TYPE_MEMORY);
+	ck_assert_int_eq(ops[1].mem.index, ZYDIS_REGISTER_NONE);
+	ck_assert_int_eq(ops[1].mem.disp.value, 0);
+	ck_assert_int_ge(u.reg, 0);
+	ck_assert_uint_eq((uintptr_t)g[u.reg], ai.acc[0].addr + 0x100000);
+	ck_assert_uint_eq(code[in.length], 0xcc);
+	ck_assert_uint_eq(u.trap_rip, at + in.length + 1);
+	/* Aborted: exactly as before. */
+	pki_access_abort(&uc, &u);
+	ck_assert_mem_eq(uc.uc_mcontext.gregs, before.uc_mcontext.gregs, sizeof(gregset_t));
+	/* Ended: the register back, after the instruction. */
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	g[REG_RIP] = (greg_t)u.trap_rip;
+	g[REG_RAX] = 42;
+	ck_assert(pki_access_at_end(&uc, &u));
+	pki_access_end(&uc, &u);
+	ck_assert_uint_eq((uintptr_t)g[REG_RIP], (uintptr_t)pkt_i_rip_load + 7);
+	ck_assert_uint_eq((uintptr_t)g[u.reg], (uintptr_t)before.uc_mcontext.gregs[u.reg]);
+	ck_assert_int_eq(g[REG_RAX], 42);
+	/* One byte short of the bounds: -ERANGE, the context untouched. */
+	hi[0] = lo[0] + 7;
+	uc = before;
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), -ERANGE);
+	ck_assert_mem_eq(uc.uc_mcontext.gregs, before.uc_mcontext.gregs, sizeof(gregset_t));
+	/* Moved but unbounded: -EINVAL. */
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, nolo, nohi, code, at, &u), -EINVAL);
+
+	/* %ah in the instruction: the borrowed register needs no REX prefix. */
+	ctx_at(&uc, pkt_i_mov_store_ah, (struct regset[]){V(RBX, X)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	lo[0] = X + 0x100000;
+	hi[0] = lo[0] + PG;
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	ck_assert(u.reg == REG_RDI || u.reg == REG_RSI || u.reg == REG_RDX || u.reg == REG_RCX ||
+		  u.reg == REG_RBP);
+
+	/* rep movsb, 100 iterations of which 16 fit: clamped, then resumed. */
+	ctx_at(&uc, pkt_i_rep_movsb,
+	       (struct regset[]){V(RSI, X + PG - 16), V(RDI, X + 0x200), V(RCX, 100)}, 3, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	for (int i = 0; i < 2; i++) {
+		lo[i] = X + 0x100000;
+		hi[i] = lo[i] + PG;
+	}
+	before = uc;
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	ck_assert_int_eq(g[REG_RCX], 16);
+	ck_assert_uint_eq((uintptr_t)g[REG_RSI], X + PG - 16 + 0x100000);
+	ck_assert_uint_eq((uintptr_t)g[REG_RDI], X + 0x200 + 0x100000);
+	ck_assert_mem_eq(code, pkt_i_rep_movsb, 2);
+	/* The copy stopped after 5 (a genuine fault): abort keeps those 5. */
+	g[REG_RSI] += 5, g[REG_RDI] += 5, g[REG_RCX] -= 5;
+	pki_access_abort(&uc, &u);
+	ck_assert_int_eq(g[REG_RCX], 95);
+	ck_assert_uint_eq((uintptr_t)g[REG_RSI], X + PG - 16 + 5);
+	ck_assert_uint_eq((uintptr_t)g[REG_RDI], X + 0x200 + 5);
+	ck_assert_uint_eq((uintptr_t)g[REG_RIP], (uintptr_t)pkt_i_rep_movsb);
+	/* The copy ran its 16: back to the instruction with 84 left. */
+	uc = before;
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	g[REG_RSI] += 16, g[REG_RDI] += 16, g[REG_RCX] = 0, g[REG_RIP] = (greg_t)u.trap_rip;
+	pki_access_end(&uc, &u);
+	ck_assert_int_eq(g[REG_RCX], 84);
+	ck_assert_uint_eq((uintptr_t)g[REG_RSI], X + PG);
+	ck_assert_uint_eq((uintptr_t)g[REG_RIP], (uintptr_t)pkt_i_rep_movsb);
+	/* A count of zero cannot have faulted. */
+	uc = before;
+	g[REG_RCX] = 0;
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), -EINVAL);
+
+	/* repe cmpsb: the clamped run ending on a difference ends the instruction. */
+	ctx_at(&uc, pkt_i_repe_cmpsb, (struct regset[]){V(RSI, X + PG - 4), V(RDI, X), V(RCX, 9)},
+	       3, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	ck_assert_int_eq(g[REG_RCX], 4);
+	g[REG_RSI] += 4, g[REG_RDI] += 4, g[REG_RCX] = 0, g[REG_RIP] = (greg_t)u.trap_rip;
+	g[REG_EFL] &= ~(greg_t)ZF; /* the 4th differed */
+	pki_access_end(&uc, &u);
+	ck_assert_int_eq(g[REG_RCX], 5);
+	ck_assert_uint_eq((uintptr_t)g[REG_RIP], (uintptr_t)pkt_i_repe_cmpsb + 2);
+	/* ... and one whose copy stopped early keeps its count. */
+	ctx_at(&uc, pkt_i_repe_cmpsb, (struct regset[]){V(RSI, X + PG - 4), V(RDI, X), V(RCX, 9)},
+	       3, 0);
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	g[REG_RCX] = 2, g[REG_RIP] = (greg_t)u.trap_rip;
+	pki_access_end(&uc, &u);
+	ck_assert_int_eq(g[REG_RCX], 7);
+	ck_assert_uint_eq((uintptr_t)g[REG_RIP], (uintptr_t)pkt_i_repe_cmpsb + 2);
+
+	/* The first iteration already out of bounds (downwards): -ERANGE. */
+	ctx_at(&uc, pkt_i_rep_stosq, (struct regset[]){V(RDI, X + 4), V(RCX, 3)}, 1, DF);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	lo[0] = X + 0x100000 + 8;
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), -ERANGE);
+	lo[0] = X + 0x100000; /* the first fits, the second (X - 4) not */
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	ck_assert_int_eq(g[REG_RCX], 1);
+	ctx_at(&uc, pkt_i_rep_stosq, (struct regset[]){V(RDI, X + 16), V(RCX, 3)}, 1, DF);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, at, &u), 0);
+	ck_assert_int_eq(g[REG_RCX], 3); /* 16, 8, 0: all three fit */
+}
+END_TEST
 
 int main(void)
 {
 	Suite *s = suite_create("access");
 	TCase *tc_run = tcase_create("redirect");
 
+	TCase *tc_pure = tcase_create("pure");
+
+	tcase_add_test(tc_pure, decode_fields);
+	tcase_add_test(tc_pure, decode_refused);
+	tcase_add_test(tc_pure, begin_end_abort);
+	suite_add_tcase(s, tc_pure);
 	tcase_add_loop_test(tc_run, redirect, 0, (int)(sizeof(cases) / sizeof(cases[0])));
 	suite_add_tcase(s, tc_run);
 	return pk_test_run(s);

@@ -164,7 +164,7 @@ static bool through_stub(const void *ret)
 
 /*
  * Is the caller the agent itself (its bundled library blocking every
- * signal around its own critical sections, base/sigtrap.c, hook/gp.c)?
+ * signal around its own critical sections, base/sigown.c, hook/gp.c)?
  * Those masks must reach the kernel whole.  The exit trampoline is in the
  * agent too: a traced call of PROG's returns there.
  */

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -38,7 +39,7 @@
 #include "agent_int.h"
 #include "sym/sites.h"
 #include "base/fd.h"
-#include "base/sigtrap.h"
+#include "base/sigown.h"
 #include "sym/demangle.h"
 #include "trace/trace.h"
 
@@ -610,6 +611,34 @@ static bool loaded_by_fd(const char *name)
 }
 
 /*
+ * A SIGSEGV client for the tests, until the page watchpoints come (PW7,
+ * doc/design/signals.md SO8): with PROBEKIT_TEST_SEGV_PAGE=ADDR (hex) in
+ * the environment, the access faults on the page at ADDR are claimed, the
+ * page made readable and writable.  Nothing else uses it.
+ */
+static uintptr_t test_segv_page;
+
+static bool test_segv_claim(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+
+	(void)sig;
+	(void)uc;
+	if (si->si_code != SEGV_ACCERR || a < test_segv_page || a - test_segv_page >= 4096)
+		return false;
+	return !mprotect((void *)test_segv_page, 4096, PROT_READ | PROT_WRITE);
+}
+
+static void test_segv_client(void)
+{
+	const char *e = getenv("PROBEKIT_TEST_SEGV_PAGE");
+
+	if (!e || !(test_segv_page = (uintptr_t)strtoull(e, NULL, 16) & ~(uintptr_t)4095))
+		return;
+	pki_sigsegv_client_add(PKI_SIGSEGV_PAGEWATCH, test_segv_claim);
+}
+
+/*
  * Before main(): libc's sigaction() first (the library's own calls go
  * through our wrapper), the settings read before the environment is
  * cleaned, the interposers' real functions, then the mode asked for.  With
@@ -620,8 +649,9 @@ __attribute__((constructor(101))) static void agent_start(void)
 {
 	Dl_info di;
 
-	pki_sigtrap_init(); /* its fork handler before any client's (base/sigtrap.c) */
+	pki_sigown_init(); /* its fork handler before any client's (base/sigown.c) */
 	agent_signal_init();
+	test_segv_client();
 	/*
 	 * Loaded into a running process by `probekit trace -p` (attach.c): the
 	 * process's environment is not ours to read or edit, and nothing starts

@@ -492,16 +492,18 @@ void agent_top_sample(void (*emit)(const char *line, void *arg), void *arg);
 void agent_signal_init(void);
 
 /*
- * SIGTRAP kept deliverable while INT3 sites may exist (sigmask.c):
- * resolve the wrapped functions (before main()).  For sigaction(): strip
- * SIGTRAP from @act's sa_mask into @buf (true if it had it, with
- * PROBEKIT_INT3=1); whether @sig's current action had it in PROG's view,
- * and record that for a new action.
+ * SIGTRAP kept deliverable while INT3 sites may exist, SIGSEGV while its
+ * owner has a client (sigmask.c): resolve the wrapped functions (before
+ * main()).  For sigaction(): strip the kept signals from @act's sa_mask
+ * into @buf (which it had: bit sig - 1, 0 if none and @buf unused); which
+ * @sig's current action had in PROG's view, and record that for a new
+ * action; put those back into a mask read back.
  */
 void agent_sigmask_init(void);
-bool agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf);
-bool agent_sa_mask_had(int sig);
-void agent_sa_mask_set(int sig, bool had);
+uint64_t agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf);
+uint64_t agent_sa_mask_had(int sig);
+void agent_sa_mask_set(int sig, uint64_t had);
+void agent_sa_mask_restore(uint64_t had, sigset_t *mask);
 /*
  * Is @ret, a caller's return address (or a function), in the agent's own
  * text (its copy of the library)?  By address: injected into a running

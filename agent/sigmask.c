@@ -22,6 +22,18 @@
  *  - a SIGTRAP blocked when PROG starts (inherited through exec) is
  *    unblocked, in PROG's view still blocked.
  *
+ * SIGSEGV the same way while the SIGSEGV owner has a client
+ * (base/sigown.c, doc/design/signals.md SO7: page watchpoints keep pages
+ * PROT_NONE, and a fault met with SIGSEGV blocked kills the process): the
+ * masks PROG sets, its temporary masks and its handlers' sa_mask lose
+ * SIGSEGV, and PROG reads back what it asked for.  The owner asks the view
+ * (pki_sigown_set_view) and gives a fault no client claims, in a thread
+ * that believes SIGSEGV blocked, the default action, as the kernel would.
+ * Decided at each call, as a client may come at any time: a thread that
+ * blocked SIGSEGV before the first client came keeps it blocked for real
+ * (and dies of a watched access, as without the owner) until it sets its
+ * mask again, and a handler installed before keeps SIGSEGV in its sa_mask.
+ *
  * The same wrappers keep SIGUSR2 blocked for real while the flight
  * recorder's trigger owns it (trace --ring, trigger.c), PROG reading back
  * the mask it set: the temporary masks gain SIGUSR2, and a mask PROG sets
@@ -58,6 +70,7 @@
 
 #include "agent.h"
 #include "agent_int.h"
+#include "base/sigown.h"
 #include "trace/fgraph.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
@@ -65,10 +78,54 @@
 typedef int (*mask_fn)(int, const sigset_t *, sigset_t *);
 
 static bool keep; /* PROBEKIT_INT3=1: set once, before main() */
-static __thread bool view_blocked;
+/* The owned signals kept deliverable (bit sig - 1) PROG believes blocked on this thread. */
+static __thread uint64_t view_blocked;
 /* The agent's own text (the library inside it calls these too): passed through. */
 static uintptr_t self_lo, self_hi;
-static unsigned long long sa_mask_had; /* bit sig - 1: PROG's sa_mask had SIGTRAP */
+/* [0] SIGTRAP, [1] SIGSEGV: bit sig - 1, PROG's sa_mask for sig had it */
+static unsigned long long sa_mask_had[2];
+
+#define BIT(sig) (1ull << ((sig)-1))
+
+/* The owned signals kept deliverable now: SIGTRAP with INT3 sites, SIGSEGV with a client. */
+static uint64_t kept(void)
+{
+	return (keep ? BIT(SIGTRAP) : 0) | (pki_sigown_has_client(SIGSEGV) ? BIT(SIGSEGV) : 0);
+}
+
+/* The members of @set among the signals of @bits. */
+static uint64_t members(const sigset_t *set, uint64_t bits)
+{
+	uint64_t r = 0;
+
+	if (set && (bits & BIT(SIGTRAP)) && sigismember(set, SIGTRAP))
+		r |= BIT(SIGTRAP);
+	if (set && (bits & BIT(SIGSEGV)) && sigismember(set, SIGSEGV))
+		r |= BIT(SIGSEGV);
+	return r;
+}
+
+static void strip(sigset_t *set, uint64_t bits)
+{
+	if (bits & BIT(SIGTRAP))
+		sigdelset(set, SIGTRAP);
+	if (bits & BIT(SIGSEGV))
+		sigdelset(set, SIGSEGV);
+}
+
+static void add_back(sigset_t *set, uint64_t bits)
+{
+	if (bits & BIT(SIGTRAP))
+		sigaddset(set, SIGTRAP);
+	if (bits & BIT(SIGSEGV))
+		sigaddset(set, SIGSEGV);
+}
+
+/* For the owner (pki_sigown_set_view): does this thread's PROG believe @sig blocked? */
+static bool view_of(int sig)
+{
+	return sig >= 1 && sig <= 64 && (view_blocked & kept() & BIT(sig));
+}
 
 static struct {
 	void *sigprocmask, *pthread_sigmask, *sigsuspend, *ppoll, *pselect, *epoll_pwait,
@@ -107,7 +164,7 @@ static bool through_stub(const void *ret)
 
 /*
  * Is the caller the agent itself (its bundled library blocking every
- * signal around its own critical sections, base/sigtrap.c, hook/gp.c)?
+ * signal around its own critical sections, base/sigown.c, hook/gp.c)?
  * Those masks must reach the kernel whole.  The exit trampoline is in the
  * agent too: a traced call of PROG's returns there.
  */
@@ -132,6 +189,7 @@ void agent_sigmask_init(void)
 	Dl_info di;
 
 	keep = e && !strcmp(e, "1");
+	pki_sigown_set_view(view_of);
 	if (dladdr((void *)agent_sigmask_init, &di))
 		dl_iterate_phdr(self_text, di.dli_fbase);
 	/* Resolved either way: the first call may come from a signal handler. */
@@ -157,63 +215,83 @@ void agent_sigmask_init(void)
 		sigemptyset(&trap);
 		sigaddset(&trap, SIGTRAP);
 		real_mask(SIG_UNBLOCK, &trap, NULL);
-		view_blocked = true;
+		view_blocked |= BIT(SIGTRAP);
 	}
 }
 
 /*
- * A temporary mask @set as the kernel gets it: without SIGTRAP if it had
- * it, with SIGUSR2 while the trigger owns it (trigger.c); into @buf.
+ * A temporary mask @set as the kernel gets it: without the kept signals it
+ * had, with SIGUSR2 while the trigger owns it (trigger.c); into @buf.
  */
 static const sigset_t *deliverable(const sigset_t *set, sigset_t *buf)
 {
-	bool trap = keep && set && sigismember(set, SIGTRAP);
+	uint64_t trap = members(set, kept());
 	bool usr2 = set && agent_trigger_owns() && !sigismember(set, SIGUSR2);
 
 	if (!trap && !usr2)
 		return set;
 	*buf = *set;
-	if (trap)
-		sigdelset(buf, SIGTRAP);
+	strip(buf, trap);
 	if (usr2)
 		sigaddset(buf, SIGUSR2);
 	return buf;
 }
 
-/* A mask PROG sets with @how as the kernel gets it: SIGTRAP and SIGUSR2 as above. */
-static const sigset_t *kernel_mask(int how, const sigset_t *set, sigset_t *buf, sigset_t *buf2)
+/* A mask PROG sets with @how as the kernel gets it: the kept signals and SIGUSR2 as above. */
+static const sigset_t *kernel_mask(uint64_t k, int how, const sigset_t *set, sigset_t *buf,
+				   sigset_t *buf2)
 {
-	if (keep && set && sigismember(set, SIGTRAP)) {
+	uint64_t has = members(set, k);
+
+	if (has) {
 		*buf = *set;
-		sigdelset(buf, SIGTRAP);
+		strip(buf, has);
 		set = buf;
 	}
 	return agent_trigger_kernel_mask(how, set, buf2);
 }
 
-bool agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf)
+uint64_t agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf)
 {
-	if (!keep || !act || !sigismember(&act->sa_mask, SIGTRAP))
-		return false;
+	uint64_t has = act ? members(&act->sa_mask, kept()) : 0;
+
+	if (!has)
+		return 0;
 	*buf = *act;
-	sigdelset(&buf->sa_mask, SIGTRAP);
-	return true;
+	strip(&buf->sa_mask, has);
+	return has;
 }
 
-bool agent_sa_mask_had(int sig)
+uint64_t agent_sa_mask_had(int sig)
 {
-	return keep && sig >= 1 && sig <= 64 &&
-	       (__atomic_load_n(&sa_mask_had, __ATOMIC_RELAXED) & (1ull << (sig - 1)));
+	uint64_t r = 0;
+
+	if (sig < 1 || sig > 64)
+		return 0;
+	if (__atomic_load_n(&sa_mask_had[0], __ATOMIC_RELAXED) & BIT(sig))
+		r |= BIT(SIGTRAP);
+	if (__atomic_load_n(&sa_mask_had[1], __ATOMIC_RELAXED) & BIT(sig))
+		r |= BIT(SIGSEGV);
+	return r;
 }
 
-void agent_sa_mask_set(int sig, bool had)
+void agent_sa_mask_set(int sig, uint64_t had)
 {
-	if (!keep || sig < 1 || sig > 64)
+	static const int owned[2] = {SIGTRAP, SIGSEGV};
+
+	if (sig < 1 || sig > 64)
 		return;
-	if (had)
-		__atomic_or_fetch(&sa_mask_had, 1ull << (sig - 1), __ATOMIC_RELAXED);
-	else
-		__atomic_and_fetch(&sa_mask_had, ~(1ull << (sig - 1)), __ATOMIC_RELAXED);
+	for (int i = 0; i < 2; i++) {
+		if (had & BIT(owned[i]))
+			__atomic_or_fetch(&sa_mask_had[i], BIT(sig), __ATOMIC_RELAXED);
+		else
+			__atomic_and_fetch(&sa_mask_had[i], ~BIT(sig), __ATOMIC_RELAXED);
+	}
+}
+
+void agent_sa_mask_restore(uint64_t had, sigset_t *mask)
+{
+	add_back(mask, had);
 }
 
 /*
@@ -224,31 +302,32 @@ void agent_sa_mask_set(int sig, bool had)
 static int mask_change(mask_fn fn, const void *caller, int how, const sigset_t *set, sigset_t *old)
 {
 	sigset_t buf, buf2, want;
-	bool was = view_blocked, has, usr2 = agent_trigger_tracks();
+	uint64_t k = kept(), was = view_blocked & k, has;
+	bool usr2 = agent_trigger_tracks();
 	int r;
 
 	if (!fn)
 		return ENOSYS;
-	if ((!keep && !usr2) || from_self(caller))
+	if ((!k && !usr2) || from_self(caller))
 		return fn(how, set, old);
 	if (set)
 		want = *set;
-	has = set && sigismember(&want, SIGTRAP);
-	r = fn(how, kernel_mask(how, set ? &want : NULL, &buf, &buf2), old);
+	has = members(set ? &want : NULL, k);
+	r = fn(how, kernel_mask(k, how, set ? &want : NULL, &buf, &buf2), old);
 	if (r)
 		return r;
 	if (usr2)
 		agent_trigger_mask_done(how, set ? &want : NULL, old);
-	if (!keep)
+	if (!k)
 		return 0;
-	if (set && how == SIG_BLOCK && has)
-		view_blocked = true;
-	else if (set && how == SIG_UNBLOCK && has)
-		view_blocked = false;
+	if (set && how == SIG_BLOCK)
+		view_blocked |= has;
+	else if (set && how == SIG_UNBLOCK)
+		view_blocked &= ~has;
 	else if (set && how == SIG_SETMASK)
-		view_blocked = has;
-	if (old && was)
-		sigaddset(old, SIGTRAP);
+		view_blocked = (view_blocked & ~k) | has;
+	if (old)
+		add_back(old, was);
 	return 0;
 }
 
@@ -300,7 +379,7 @@ PK_EXPORT int sigblock(int mask)
 	return bsd_mask(SIG_BLOCK, mask);
 }
 
-/* sighold/sigrelse of SIGTRAP change PROG's view only (@blocked); others go to libc. */
+/* sighold/sigrelse of a kept signal change PROG's view only (@blocked); others go to libc. */
 static int hold(void **cache, const char *name, int sig, bool blocked)
 {
 	int (*fn)(int) = (int (*)(int))agent_next(cache, name);
@@ -315,8 +394,11 @@ static int hold(void **cache, const char *name, int sig, bool blocked)
 			return -1;
 		return 0;
 	}
-	if (keep && sig == SIGTRAP) {
-		view_blocked = blocked;
+	if (sig >= 1 && sig <= 64 && (kept() & BIT(sig))) {
+		if (blocked)
+			view_blocked |= BIT(sig);
+		else
+			view_blocked &= ~BIT(sig);
 		return 0;
 	}
 	return fn ? fn(sig) : (errno = ENOSYS, -1);

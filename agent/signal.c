@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * The agent's sigaction() and signal() family: PROG's calls for SIGTRAP go
- * to the library's SIGTRAP owner (base/sigtrap.c) instead of the kernel, so
- * that probekit's handler stays the one the kernel runs, sees its own traps
- * first (INT3s of a batch being written, watchpoint hits), and passes the
- * others to PROG's handler, run with the mask and flags PROG asked for.
- * PROG sees its own handler as the current one: sigaction(SIGTRAP, NULL,
- * &old) returns what PROG installed (or what was there before probekit).
+ * The agent's sigaction() and signal() family: PROG's calls for an owned
+ * signal go to the library's owner of it (base/sigown.c,
+ * doc/design/signals.md SO2) instead of the kernel: SIGTRAP always,
+ * SIGSEGV while its owner is installed (a page watchpoint's client is
+ * there, or was).  So probekit's handler stays the one the kernel runs,
+ * sees its own signals first (INT3s of a batch being written, watchpoint
+ * hits, faults on watched pages), and passes the others to PROG's handler,
+ * run with the mask and flags PROG asked for.  PROG sees its own handler
+ * as the current one: sigaction(SIGTRAP, NULL, &old) returns what PROG
+ * installed (or what was there before probekit).
  * The fatal signals the trace and watch modes catch for a last flush while
  * PROG leaves them at SIG_DFL (base/signals.h, pki_fatal_hides) read as
  * SIG_DFL too, and PROG's own action for one of them replaces ours; PROG's
@@ -16,7 +19,7 @@
  *
  * Not covered: a raw syscall(SYS_rt_sigaction) (PROG then replaces our
  * handler, as without the agent), and SA_ONSTACK or a missing SA_RESTART in
- * PROG's SIGTRAP action (ours apply: base/sigtrap.c).
+ * PROG's action for an owned signal (ours apply: base/sigown.c).
  *
  * Every function here is async-signal-safe, as the originals are: programs
  * re-install handlers from handlers.
@@ -27,7 +30,7 @@
 
 #include "agent_int.h"
 #include "base/signals.h"
-#include "base/sigtrap.h"
+#include "base/sigown.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
 
@@ -39,14 +42,24 @@ static struct {
 typedef sighandler_t (*signal_fn)(int, sighandler_t);
 
 /*
- * Signals other than SIGTRAP: libc's own function, exactly (siginterrupt
- * etc.), which for a signal we hold (pki_fatal_hides) returns what our
- * handler replaced, not our handler (unless it fails).
+ * Does PROG's action for @sig go to the owner (SO2)?  SIGTRAP always (the
+ * owner passes it to the kernel until it is installed), SIGSEGV once its
+ * owner is installed: before, the catchers' view (pki_fatal_hides) holds.
+ */
+static bool routed(int sig)
+{
+	return sig == SIGTRAP || (pki_sigown_owned(sig) && pki_sigown_installed(sig));
+}
+
+/*
+ * Signals not routed: libc's own function, exactly (siginterrupt etc.),
+ * which for a signal we hold (pki_fatal_hides) returns what our handler
+ * replaced, not our handler (unless it fails).
  */
 #define PASS_ON(fn, sig, h, sem)                                                                   \
 	do {                                                                                       \
 		signal_fn f_ = (signal_fn)agent_next(&real.fn, #fn);                               \
-		if ((sig) != SIGTRAP)                                                              \
+		if (!routed(sig))                                                                  \
 			return f_ ? pass_on(f_, sig, h, sem) : (errno = ENOSYS, SIG_ERR);          \
 	} while (0)
 
@@ -122,7 +135,7 @@ static void set_by_prog(int sig, sighandler_t h, bool siginfo)
 		agent_trigger_give_way();
 }
 
-/* The signal() family for a signal other than SIGTRAP, through a catcher if one holds it. */
+/* The signal() family for a signal not routed, through a catcher if one holds it. */
 static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
 				 const struct semantics *sem)
 {
@@ -160,7 +173,7 @@ static pki_sigaction_fn agent_real_sigaction(void)
 	pki_sigaction_fn fn = (pki_sigaction_fn)agent_next(&real_sigaction, "sigaction");
 
 	/* The library's own sigaction() calls land in our wrapper: give it libc's. */
-	pki_sigtrap_set_sys(fn);
+	pki_sigown_set_sys(fn);
 	return fn;
 }
 
@@ -170,9 +183,9 @@ void agent_signal_init(void)
 	agent_sigmask_init();
 }
 
-static int trap_action(const struct sigaction *act, struct sigaction *old)
+static int owned_action(int sig, const struct sigaction *act, struct sigaction *old)
 {
-	int err = pki_sigtrap_app_action(act, old);
+	int err = pki_sigown_app_action(sig, act, old);
 
 	if (err) {
 		errno = -err;
@@ -208,16 +221,20 @@ static int action(int sig, const struct sigaction *act, struct sigaction *old, c
 {
 	pki_sigaction_fn fn = agent_real_sigaction();
 	struct sigaction buf;
-	bool had, has, siginfo;
+	uint64_t had, has;
+	bool siginfo;
 	sighandler_t h;
 
 	if (!fn) {
 		errno = ENOSYS;
 		return -1;
 	}
-	if (sig == SIGTRAP)
-		return trap_action(act, old);
-	/* With INT3 sites, a handler never blocks SIGTRAP (sigmask.c); PROG reads its mask. */
+	if (routed(sig))
+		return owned_action(sig, act, old);
+	/*
+	 * With INT3 sites a handler never blocks SIGTRAP, with a SIGSEGV client
+	 * never SIGSEGV (sigmask.c); PROG reads its mask.
+	 */
 	had = agent_sa_mask_had(sig);
 	has = agent_sa_mask_strip(act, &buf);
 	h = act ? act->sa_handler : SIG_DFL; /* (act may be old) */
@@ -230,7 +247,7 @@ static int action(int sig, const struct sigaction *act, struct sigaction *old, c
 		agent_sa_mask_set(sig, has);
 	}
 	if (old && had)
-		sigaddset(&old->sa_mask, SIGTRAP);
+		agent_sa_mask_restore(had, &old->sa_mask);
 	return 0;
 }
 
@@ -244,16 +261,16 @@ PK_EXPORT int __sigaction(int sig, const struct sigaction *act, struct sigaction
 	return action(sig, act, old, __builtin_return_address(0));
 }
 
-/* SIGTRAP: signal() with @sem's flags and mask, through our sigaction(). */
-static sighandler_t set_trap_handler(sighandler_t h, const struct semantics *sem)
+/* A routed @sig: signal() with @sem's flags and mask, through our sigaction(). */
+static sighandler_t set_owned_handler(int sig, sighandler_t h, const struct semantics *sem)
 {
-	struct sigaction sa = action_of(h, SIGTRAP, sem), old;
+	struct sigaction sa = action_of(h, sig, sem), old;
 
 	if (h == SIG_ERR) {
 		errno = EINVAL;
 		return SIG_ERR;
 	}
-	if (trap_action(&sa, &old))
+	if (owned_action(sig, &sa, &old))
 		return SIG_ERR;
 	return old.sa_handler;
 }
@@ -261,31 +278,31 @@ static sighandler_t set_trap_handler(sighandler_t h, const struct semantics *sem
 PK_EXPORT sighandler_t signal(int sig, sighandler_t h)
 {
 	PASS_ON(signal, sig, h, &BSD);
-	return set_trap_handler(h, &BSD);
+	return set_owned_handler(sig, h, &BSD);
 }
 
 PK_EXPORT sighandler_t bsd_signal(int sig, sighandler_t h)
 {
 	PASS_ON(bsd_signal, sig, h, &BSD);
-	return set_trap_handler(h, &BSD);
+	return set_owned_handler(sig, h, &BSD);
 }
 
 PK_EXPORT sighandler_t ssignal(int sig, sighandler_t h)
 {
 	PASS_ON(ssignal, sig, h, &BSD);
-	return set_trap_handler(h, &BSD);
+	return set_owned_handler(sig, h, &BSD);
 }
 
 PK_EXPORT sighandler_t sysv_signal(int sig, sighandler_t h)
 {
 	PASS_ON(sysv_signal, sig, h, &SYSV);
-	return set_trap_handler(h, &SYSV);
+	return set_owned_handler(sig, h, &SYSV);
 }
 
 PK_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t h)
 {
 	PASS_ON(__sysv_signal, sig, h, &SYSV);
-	return set_trap_handler(h, &SYSV);
+	return set_owned_handler(sig, h, &SYSV);
 }
 
 /*
@@ -310,12 +327,12 @@ PK_EXPORT sighandler_t sigset(int sig, sighandler_t h)
 			return SIG_ERR;
 		if (sigismember(&was, sig))
 			return SIG_HOLD;
-		if (trap_action(NULL, &old))
+		if (owned_action(sig, NULL, &old))
 			return SIG_ERR;
 		return old.sa_handler;
 	}
 	sigemptyset(&sa.sa_mask);
-	if (trap_action(&sa, &old) || sigprocmask(SIG_UNBLOCK, &one, &was))
+	if (owned_action(sig, &sa, &old) || sigprocmask(SIG_UNBLOCK, &one, &was))
 		return SIG_ERR;
 	return sigismember(&was, sig) ? SIG_HOLD : old.sa_handler;
 }

@@ -18,7 +18,9 @@
  * fd 2) and never changes PROG's exit status.  Signals: the library's SIGTRAP
  * handler chains to PROG's; for fatal signals left at their default action the
  * agent installs a handler that lets the report thread print the queued hits,
- * then dies from the same signal with the default action (on_fatal).
+ * then dies from the same signal with the default action (on_fatal); for
+ * SIGSEGV while the library's SIGSEGV owner is installed, on_fatal is its
+ * fallback, run before the default action (doc/design/signals.md SO5).
  */
 #include <errno.h>
 #include <stdarg.h>

@@ -10,6 +10,7 @@
 
 #include "base/futex.h"
 #include "base/signals.h"
+#include "base/sigown.h"
 
 /*
  * The handshake of pki_worker_start(): the new thread copies what it runs,
@@ -205,8 +206,20 @@ void pki_fatal_catch(struct pki_fatal *f, const int *sigs, size_t n)
 	for (i = 0; i < n; i++) {
 		int sig = sigs[i];
 		struct sigaction old;
+		int owned;
 
-		if (f->caught[sig] || sigaction(sig, NULL, &old) || old.sa_handler != SIG_DFL ||
+		if (f->caught[sig])
+			continue;
+		/* SO5: a signal the owner holds: our handler is its fallback, not a second one */
+		owned = pki_sigown_fallback_take(sig, f->handler, &old);
+		if (owned) {
+			if (owned > 0) {
+				f->old[sig] = old;
+				__atomic_store_n(&f->caught[sig], true, __ATOMIC_RELEASE);
+			}
+			continue;
+		}
+		if (sigaction(sig, NULL, &old) || old.sa_handler != SIG_DFL ||
 		    (old.sa_flags & SA_SIGINFO))
 			continue; /* the program handles or ignores it: leave it be */
 		f->old[sig] = old;
@@ -226,7 +239,13 @@ void pki_fatal_die(struct pki_fatal *f, int signo, const siginfo_t *si)
 
 	/* Let go first: the agent's sigaction() would keep ours for a SIG_DFL (signals.h). */
 	__atomic_store_n(&f->caught[signo], false, __ATOMIC_RELEASE);
-	sigaction(signo, &f->old[signo], NULL);
+	/*
+	 * SO5: the owner holds @signo: the default action is the application's
+	 * there (as through the agent's sigaction()), and the owner, which ran
+	 * us as its fallback, ends the process itself.
+	 */
+	if (!pki_sigown_installed(signo) || pki_sigown_app_action(signo, &f->old[signo], NULL))
+		sigaction(signo, &f->old[signo], NULL);
 	/* si_code > 0: sent by the kernel for the faulting instruction, which runs again. */
 	if (!is_fault(signo) || si->si_code <= 0)
 		raise(signo);
@@ -246,6 +265,7 @@ void pki_fatal_release(struct pki_fatal *f)
 		if (!__atomic_compare_exchange_n(&f->caught[sig], &yes, false, false,
 						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
+		pki_sigown_fallback_drop(sig, f->handler); /* SO5 */
 		/* Only if still ours: the program may have installed its own since. */
 		if (!sigaction(sig, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
 		    cur.sa_sigaction == f->handler)

@@ -72,7 +72,11 @@ struct pki_fatal {
 
 /*
  * Install @f->handler (SA_SIGINFO | SA_ONSTACK, every signal blocked while it
- * runs) on each of @sigs[@n] still at SIG_DFL.
+ * runs) on each of @sigs[@n] still at SIG_DFL.  An owned signal (SIGSEGV,
+ * base/sigown.h) whose owner is installed is not given a second handler:
+ * @f->handler becomes the owner's fallback, run before the default action
+ * (doc/design/signals.md SO5), and pki_fatal_die() then leaves the dying
+ * to the owner.
  */
 void pki_fatal_catch(struct pki_fatal *f, const int *sigs, size_t n);
 

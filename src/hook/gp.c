@@ -410,7 +410,7 @@ static void gp_thread_exit(void *unused)
 	if (pki_fgraph_tls.depth && pki_fgraph_tls.st != PKI_FGRAPH_GONE)
 		pki_fgraph_thread_exit((unsigned long)__builtin_frame_address(0));
 	sigfillset(&all);
-	sigdelset(&all, SIGTRAP); /* its calls may meet a patch's INT3 (sigtrap.c) */
+	sigdelset(&all, SIGTRAP); /* its calls may meet a patch's INT3 (sigown.c) */
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	me->flags |= TLS_EXITING;
 	__atomic_store_n(&me->nest, PKI_TRAMP_UNREG, __ATOMIC_RELAXED); /* a pass may read it */

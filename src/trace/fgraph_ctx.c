@@ -14,7 +14,7 @@
  * The contexts put aside are in one table for the process (a context may be
  * resumed by another thread), under `lock`, taken with every signal but
  * SIGTRAP blocked (the table's calls, munmap and mmap, may be libc's being
- * patched: base/sigtrap.c's reason), so that no handler of the holder's
+ * patched: base/sigown.c's reason), so that no handler of the holder's
  * thread (a return that looks for its context) spins on it.
  */
 #include <pthread.h>

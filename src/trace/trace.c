@@ -1710,6 +1710,10 @@ int pki_trace_flush_exit(void)
 /*
  * Installed only for signals whose disposition was SIG_DFL, so the program
  * is about to die: flush, then let the signal kill it the way it would have.
+ * For SIGSEGV while the library's SIGSEGV owner is installed (page
+ * watchpoints), this is the owner's fallback instead of a handler of its
+ * own (base/sigown.c, doc/design/signals.md SO5): the owner runs it before
+ * the default action, whoever installed what first.
  * Async-signal-safe throughout.
  */
 static void on_fatal(int signo, siginfo_t *si, void *uc)

@@ -139,7 +139,7 @@ static struct wslot *slot_at(uint32_t idx)
 
 /*
  * Depth of watch callbacks running on this thread.  The handler runs with
- * SIGTRAP unblocked (base/sigtrap.c: SA_NODEFER), so an access the callback
+ * SIGTRAP unblocked (base/sigown.c: SA_NODEFER), so an access the callback
  * makes to watched memory traps at once, nested; it is counted as `self`
  * and not reported.  (With SIGTRAP blocked, as before, it stayed pending and
  * was delivered when the handler returned: a callback reading a read/write
@@ -245,7 +245,7 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 	return true;
 }
 
-/* Registered once, on the first pk_watch_add (see base/sigtrap.c for the flags). */
+/* Registered once, on the first pk_watch_add (see base/sigown.c for the flags). */
 static int __install_handler(void)
 {
 	int err;

@@ -4,7 +4,7 @@
 # or a jump there when 5 bytes long or more (RS5a), named at the start; int3_demo calls them from a thread that blocks every
 # signal, from a handler whose sa_mask is full and inside sigsuspend() with
 # everything but SIGUSR1 blocked, and from its own SIGTRAP handler: the
-# agent keeps SIGTRAP deliverable (agent/sigmask.c, base/sigtrap.c) while
+# agent keeps SIGTRAP deliverable (agent/sigmask.c, base/sigown.c) while
 # the program reads back the masks it set.  The traced run must behave as
 # the plain one, and its counts must be the program's own.
 #

@@ -59,7 +59,7 @@ static inline int pki_insn_jmp(uint8_t out[PKI_SITE_LEN], unsigned long site, un
 /*
  * @n bytes equal, without libc: the SIGTRAP handler classifies sites, and
  * with relocation in every object memcmp itself may be being patched
- * (base/sigtrap.c).  Same for pki_insn_branch_target's load.
+ * (base/sigown.c).  Same for pki_insn_branch_target's load.
  */
 static inline bool pki_insn_eq(const uint8_t *a, const uint8_t *b, unsigned n)
 {

@@ -7,7 +7,7 @@
  * SIGTRAP: a thread that executes one of our INT3s mid-batch lands here; we
  * find the site in the published batch and make the thread continue as if it
  * had executed the site's new instruction (the old one while rolling back).
- * This is a client of the library's one SIGTRAP handler (base/sigtrap.c):
+ * This is a client of the library's one SIGTRAP handler (base/sigown.c):
  * only traps with si_code SI_KERNEL (an INT3) whose address is a site of ours
  * are claimed; every other SIGTRAP (watchpoints, single-step, raise(), the
  * application's own INT3s) goes on to the other clients and then to the
@@ -322,7 +322,7 @@ static bool int3_emulate(void *uc, const struct pki_poke *p, const uint8_t insn[
 /*
  * The SIGTRAP client: true if the trap was one of our INT3s (handled).  Runs
  * first and calls no libc function that could be one of the functions being
- * patched, errno's included (base/sigtrap.c): only loads, stores and atomics,
+ * patched, errno's included (base/sigown.c): only loads, stores and atomics,
  * and a futex wake while a batch retires (FUTEX_WAKE cannot fail: errno
  * stays).
  */

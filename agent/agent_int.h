@@ -548,6 +548,17 @@ int agent_dl_start(const struct agent_dl_conf *conf);
 void agent_dl_poll(void);
 
 /*
+ * Attached: hold every object the site table lists with a loader reference
+ * of the control thread's (refreshing it first, up to @tries times while
+ * objects leave meanwhile), so that none is unmapped before
+ * agent_dl_unpin(), after the transaction that writes their text
+ * (doc/design/attach.md A9i).  0, -EAGAIN (tries ran out: some listed
+ * object is not held), or -errno.  Control thread.
+ */
+int agent_dl_pin(int tries);
+void agent_dl_unpin(void);
+
+/*
  * Objects hooked from now on get their entries only (C.func_reloc's ops):
  * set by trace.c when a throw could not cross their exits safely.  The
  * control thread's.

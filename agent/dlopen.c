@@ -294,6 +294,206 @@ static struct dlo *__dlo_new(const char *path, unsigned long base)
 	return d;
 }
 
+/*
+ * ---- pins: the loaded objects held for the time of a transaction ----------
+ *
+ * Attached (doc/design/attach.md A9i), the program's dlopen() and dlclose()
+ * are libc's: nothing orders them with the control thread, which reads the
+ * site table and then writes the text of the sites it lists (a hook
+ * registered or taken off).  An object the program unloads in between
+ * would be written after its text is gone: a fault in the control thread,
+ * or a byte in whatever the loader maps at that address next.
+ *
+ * So the control thread holds every object the site table lists with a
+ * reference of its own, dlopen(RTLD_NOLOAD) (agent_dl_pin()), from before
+ * the transaction until after its commit (agent_dl_unpin()).  Why that
+ * is enough:
+ *  - glibc unmaps an object only in the dlclose that drops its last
+ *    reference; ours is one, so no dlclose of the program's unmaps a held
+ *    object, and while it is mapped no other object can be mapped over it.
+ *  - A pin is taken after a refresh listed the object, and kept only if it
+ *    holds the same one: the loader's object of that name at that load
+ *    bias.  An object unloaded between the refresh and the pin gives no
+ *    handle (or another bias): the table is refreshed and pinned again,
+ *    until every object it lists is held (or tries run out: the callers
+ *    say what then).  Two objects never share an address, so the object
+ *    at a held name and bias is the held one.
+ *  - The hook layer writes only sites of objects the table lists (a
+ *    refresh makes it forget those that left).  The poll's sync refreshes
+ *    once more and may list objects loaded since, not held: it hooks none
+ *    of those (walk_site), they wait for the next sync.
+ * The pins are dropped with the real dlclose: one the program closed
+ * meanwhile is unloaded there, on the control thread (its destructors run
+ * there), hooked: harmless, as a traced dependency unloaded with its
+ * dlopen'd object (the file comment); the next sync forgets it.  Not held:
+ * the main program (never unloaded) and objects of another namespace
+ * (dlmopen(): no handle from dlopen), whose pins fail every try.
+ * The control thread's only (one set); dl_lock not needed.
+ */
+static struct {
+	struct pin {
+		void *h;
+		const char *path; /* interned: the table's */
+		unsigned long base;
+	} * v;
+	size_t n, cap;
+} P;
+
+static bool pin_holds(const char *path, unsigned long base)
+{
+	for (size_t i = 0; i < P.n; i++)
+		if (P.v[i].path == path && P.v[i].base == base)
+			return true;
+	return false;
+}
+
+/* The loaded objects, but the main program (listed first): to hold. */
+struct pin_list {
+	bool started;
+	struct pin *v;
+	size_t n, cap;
+	int err;
+};
+
+/* pin_holds() by a name not interned. */
+static bool pin_holds_name(const char *name, unsigned long base)
+{
+	for (size_t i = 0; i < P.n; i++)
+		if (P.v[i].base == base && !strcmp(P.v[i].path, name))
+			return true;
+	return false;
+}
+
+static int pin_list_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct pin_list *l = data;
+	const char *path;
+
+	(void)size;
+	if (!l->started) {
+		l->started = true;
+		return 0;
+	}
+	if (!info->dlpi_name || !*info->dlpi_name ||
+	    pin_holds_name(info->dlpi_name, info->dlpi_addr))
+		return 0;
+	path = pki_intern(info->dlpi_name); /* the site table's path for it */
+	if (!path)
+		return l->err = -ENOMEM;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 32;
+		struct pin *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return l->err = -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = (struct pin){NULL, path, info->dlpi_addr};
+	return 0;
+}
+
+/* Hold @p's object, if it is still the one at its bias. */
+static bool pin_take(struct pin *p)
+{
+	struct link_map *lm = NULL;
+
+	p->h = agent_dl_real_dlopen(p->path, RTLD_LAZY | RTLD_NOLOAD);
+	if (!p->h)
+		return false;
+	if (!dlinfo(p->h, RTLD_DI_LINKMAP, &lm) && lm && lm->l_addr == p->base)
+		return true;
+	real_dlclose(p->h); /* unloaded and loaded again elsewhere: not the listed one */
+	p->h = NULL;
+	return false;
+}
+
+/* Is an object of the table with sites not held (not the main program, not made code)? */
+struct pin_check {
+	const struct pki_sym_object *last;
+	const void *main_phdr;
+	size_t missing;
+};
+
+static int pin_check_site(const struct pki_site *s, void *ctx)
+{
+	struct pin_check *c = ctx;
+
+	if (s->obj == c->last)
+		return 0;
+	c->last = s->obj;
+	if (!s->obj->made && s->obj->phdr != c->main_phdr && !pin_holds(s->obj->path, s->obj->base))
+		c->missing++;
+	return 0;
+}
+
+static int main_phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	*(const void **)data = info->dlpi_phdr;
+	return 1; /* the main program is listed first */
+}
+
+void agent_dl_unpin(void)
+{
+	while (P.n)
+		real_dlclose(P.v[--P.n].h);
+}
+
+int agent_dl_pin(int tries)
+{
+	struct pin_list l = {0};
+	const void *main_phdr = NULL;
+	int err = 0;
+
+	resolve();
+	if (!agent_dl_real_dlopen || !real_dlclose)
+		return -ENOSYS;
+	dl_iterate_phdr(main_phdr_cb, &main_phdr);
+	for (int t = 0; t < tries; t++) {
+		struct pin_check c = {.main_phdr = main_phdr};
+
+		/* The table first, then every object loaded now held: a superset, unless some went.
+		 */
+		err = pk_sites_refresh();
+		if (err)
+			break;
+		l.started = false;
+		l.n = 0;
+		dl_iterate_phdr(pin_list_cb, &l);
+		if ((err = l.err))
+			break;
+		for (size_t i = 0; i < l.n && !err; i++) {
+			if (!pin_take(&l.v[i]))
+				continue; /* gone, or no handle (the vDSO, another namespace) */
+			if (P.n == P.cap) {
+				size_t cap = P.cap ? 2 * P.cap : 32;
+				struct pin *v = realloc(P.v, cap * sizeof(*v));
+
+				if (!v) {
+					real_dlclose(l.v[i].h);
+					err = -ENOMEM;
+					break;
+				}
+				P.v = v;
+				P.cap = cap;
+			}
+			P.v[P.n++] = l.v[i];
+		}
+		if (err)
+			break;
+		/* Every object of the table whose text may be written: held? */
+		pki_sites_read_lock();
+		pki_sites_match(NULL, pin_check_site, &c);
+		pki_sites_read_unlock();
+		if (!c.missing)
+			break;
+		err = -EAGAIN; /* some went meanwhile: the table again */
+	}
+	free(l.v);
+	return err;
+}
+
 /* A new object's selection, collected while walking the site table. */
 struct fresh {
 	struct dlo *d;
@@ -308,6 +508,8 @@ struct walk {
 	struct fresh *cur;		  /* its selection, if it is new */
 	bool skip;			  /* known, or ours: ignore its sites */
 	bool hook_new;
+	bool pins;     /* only objects agent_dl_pin() holds are taken (attached) */
+	bool unpinned; /* a new object was left for the next sync: it was not held */
 	struct fresh *fr;
 	size_t nfr, capfr;
 	int err;
@@ -332,6 +534,10 @@ static int walk_site(const struct pki_site *s, void *ctx)
 		}
 		if (!w->hook_new || strstr(path, PK_AGENT_NAME))
 			return 0; /* ours: never hooked (trace.c skips it too) */
+		if (w->pins && !pin_holds(path, base)) {
+			w->unpinned = true; /* loaded after the pins: its text may go (A9i) */
+			return 0;
+		}
 		if (w->nfr == w->capfr) {
 			size_t cap = w->capfr ? 2 * w->capfr : 4;
 			struct fresh *v = realloc(w->fr, cap * sizeof(*v));
@@ -516,12 +722,13 @@ static int counters_cb(struct dl_phdr_info *info, size_t size, void *data)
  * Bring our objects up to date with the loaded ones (see the file comment):
  * hook the new ones if @hook_new, drop the ones that left, hook again the
  * ones whose ops dlclose took off but which stayed.  dl_lock held, the
- * loader's lock not held.
+ * loader's lock not held.  @pins (the poll): only the objects
+ * agent_dl_pin() holds are hooked; the others wait for the next sync.
  */
-static void __dl_sync(bool hook_new)
+static void __dl_sync(bool hook_new, bool pins)
 {
 	struct counters c = {0};
-	struct walk w = {.hook_new = hook_new};
+	struct walk w = {.hook_new = hook_new, .pins = pins};
 	size_t i;
 	int err;
 
@@ -560,7 +767,7 @@ static void __dl_sync(bool hook_new)
 		free(w.fr[i].names);
 	}
 	free(w.fr);
-	if (!w.err) {
+	if (!w.err && !w.unpinned) {
 		D.adds = c.adds;
 		D.subs = c.subs;
 	}
@@ -568,7 +775,8 @@ rehook:
 	for (i = 0; i < D.n; i++) {
 		struct dlo *d = D.v[i];
 
-		if (!d->loaded || d->at_start || d->untraced || d->registered || !d->nips)
+		if (!d->loaded || d->at_start || d->untraced || d->registered || !d->nips ||
+		    (pins && !pin_holds(d->path, d->base)))
 			continue;
 		err = __dlo_register(d);
 		if (err) {
@@ -577,6 +785,18 @@ rehook:
 			d->untraced = true;
 		}
 	}
+}
+
+/* An object __dl_sync() would hook again (its ops taken off by a dlclose that left it loaded). */
+static bool __dl_rehook_pending(void)
+{
+	for (size_t i = 0; i < D.n; i++) {
+		const struct dlo *d = D.v[i];
+
+		if (d->loaded && !d->at_start && !d->untraced && !d->registered && d->nips)
+			return true;
+	}
+	return false;
 }
 
 /* ---- the wrappers ------------------------------------------------------------ */
@@ -596,7 +816,7 @@ void *agent_dlopen(const char *file, int mode, unsigned long caller)
 	h = real_dlopen_as(file, mode, caller);
 	if (h) {
 		saved = errno;
-		__dl_sync(true);
+		__dl_sync(true, false);
 		errno = saved;
 	}
 	dl_inside = false;
@@ -673,7 +893,7 @@ PK_EXPORT int dlclose(void *h)
 		ret = real_dlclose(h);
 	}
 	saved = errno;
-	__dl_sync(__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE));
+	__dl_sync(__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE), false);
 	errno = saved;
 	dl_inside = false;
 	pthread_mutex_unlock(&dl_lock);
@@ -844,11 +1064,22 @@ static int __dl_start(const struct agent_dl_conf *conf)
  */
 void agent_dl_poll(void)
 {
+	struct counters c = {0};
+
 	if (!__atomic_load_n(&agent_dl_on, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&dl_lock);
 	dl_inside = true;
-	__dl_sync(__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE));
+	dl_iterate_phdr(counters_cb, &c);
+	/*
+	 * The objects held while the sync writes (A9i).  One try: the sync
+	 * hooks only held objects, so one that went between the refresh and
+	 * its pin waits for the next poll (the counters stay unsynced).
+	 */
+	if (!c.adds || c.adds != D.adds || c.subs != D.subs || __dl_rehook_pending())
+		agent_dl_pin(1);
+	__dl_sync(__atomic_load_n(&agent_hook.active, __ATOMIC_ACQUIRE), true);
+	agent_dl_unpin();
 	dl_inside = false;
 	pthread_mutex_unlock(&dl_lock);
 }

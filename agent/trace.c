@@ -1224,6 +1224,13 @@ bool agent_trace_start(void)
 
 /* ---- attached (attach.c) -------------------------------------------------------- */
 
+/*
+ * How many times an attach or a detach refreshes the site table to hold
+ * every object it lists (agent_dl_pin()): one that left between a refresh
+ * and its pin costs a try; an object of another namespace fails them all.
+ */
+#define PINS_TRIES 20
+
 /* What the last session picked, freed: the next one picks again. */
 static void picks_free(void)
 {
@@ -1283,16 +1290,22 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 {
 	T.fd = fd;
 	T.why[0] = '\0';
+	/*
+	 * Libraries loaded since the last attach (or before the first): in the
+	 * pick, and held until their hooks are in or off again (A9i: the
+	 * program may unload one meanwhile).  Tries running out leave an
+	 * object that comes and goes without pause unheld: picked all the same.
+	 */
+	agent_dl_pin(PINS_TRIES);
 	/* Hooks a fork child inherited from its attached parent (idle there): off first. */
 	if ((T.nmain || T.nlib || T.ncall || T.ncall1 || T.nops_args) && unhook()) {
+		agent_dl_unpin();
 		snprintf(why, n, "the hooks inherited from the parent process cannot be taken off");
 		if (T.fd >= 0)
 			close(T.fd);
 		T.fd = -1;
 		return false;
 	}
-	/* Libraries loaded since the last attach (or before the first): in the pick. */
-	pk_sites_refresh();
 	picks_free();
 	trace_name(true);
 	me->follow = false; /* the exec wrappers are not reached */
@@ -1304,6 +1317,7 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 			unhook();
 		/* Never active: no frame was hijacked, the unwinder's hooks can go. */
 		agent_unwind_unhook_fresh();
+		agent_dl_unpin();
 		if (T.session)
 			pki_trace_close();
 		T.session = false;
@@ -1314,6 +1328,7 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 		snprintf(why, n, "%s", T.why[0] ? T.why : "trace mode did not start");
 		return false;
 	}
+	agent_dl_unpin();
 	agent_unwind_attached();
 	agent_dl_entry_only = false;
 	__atomic_store_n(&agent_hook.active, true, __ATOMIC_RELEASE);
@@ -1347,11 +1362,12 @@ void agent_trace_detach(void)
 	 * text is gone or another object's now, so that the unhook restores
 	 * the others instead of failing on them.
 	 */
-	err = pk_sites_refresh();
-	if (err)
+	err = agent_dl_pin(PINS_TRIES); /* and held until their text is restored (A9i) */
+	if (err && err != -EAGAIN)
 		agent_out_printf("probekit: reading the loaded objects again: %s\n",
 				 strerror(-err));
 	err = unhook();
+	agent_dl_unpin();
 	if (err)
 		agent_out_printf("probekit: taking the hooks off failed: %s; they stay, idle\n",
 				 strerror(-err));

@@ -8,7 +8,7 @@
 # results are unharmed.
 #
 # A program that loads and unloads libm every 2 ms (dlchurn.c; no traced
-# function in it): each
+# function in it), then the traced plugin LIB1, called while loaded: each
 # attach starts (the site table is read inside dl_iterate_phdr while the
 # program's dlopen holds the loader's other lock: the readers' thread-local
 # words are made before) and leaves no thread behind (the tables the
@@ -131,6 +131,28 @@ rc=$?
 hpid=
 check "dlchurn: exit status $rc, loads and unloads went on ($(grep rounds out))" \
 	"[[ $rc == 0 ]] && grep -Eq '^rounds [1-9][0-9]+' out"
+
+# The traced plugin loaded and unloaded without pause (held 1 ms, called
+# at both ends, unloaded 1 ms): the control thread writes the text of the
+# objects the site table lists while the program unloads them, so it holds
+# them meanwhile (attach.md A9i).  Each attach and detach leaves the process
+# alive, and every call's result right.  (Not checked: the detach's result
+# and the calls recorded.  An instance loaded again at the address of one
+# unloaded since the last look is taken for it: A10.)
+rm -f stop out
+"$churn" "$lib1" plug_fn >out 2>err &
+hpid=$!
+wait_for '^ready' out
+for i in 1 2 3 4 5; do
+	timeout 60 "$pk" trace -p "$hpid" --duration 0.5 -o pl$i.trace 2>cmd
+	check "dlchurn on the traced plugin, attach $i: the process alive after it" "kill -0 $hpid"
+done
+touch stop
+wait "$hpid"
+rc=$?
+hpid=
+check "dlchurn on the traced plugin: exit status $rc, every result right ($(grep rounds out))" \
+	"[[ $rc == 0 ]] && grep -Eq '^rounds [1-9][0-9]+' out && grep -qx 'bad 0' out"
 
 echo "trace -p with dlclose/dlopen: $pass passed, $fail failed"
 ((fail == 0))

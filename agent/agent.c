@@ -240,7 +240,7 @@ static unsigned long setting_ulong(const char *(*get)(const char *), const char 
 
 bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
 {
-	const char *spec = get(PK_ENV_WATCH), *type = get(PK_ENV_WATCH_TYPE);
+	const char *spec = get(PK_ENV_WATCH), *type = get(PK_ENV_WATCH_TYPE), *mode;
 	struct agent_watch_conf *w = &agent_watch_conf;
 
 	memset(w, 0, sizeof(*w));
@@ -263,6 +263,15 @@ bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
 	w->limit = setting_ulong(get, PK_ENV_WATCH_COUNT);
 	w->stack = setting_ulong(get, PK_ENV_WATCH_STACK) != 0;
 	w->follow = setting_ulong(get, PK_ENV_WATCH_FOLLOW) != 0;
+	mode = get(PK_ENV_WATCH_MODE);
+	if (!mode || !strcmp(mode, "auto"))
+		w->mode = PK_WATCH_MODE_AUTO;
+	else if (!strcmp(mode, "hw"))
+		w->mode = PK_WATCH_MODE_HW;
+	else if (!strcmp(mode, "page"))
+		w->mode = PK_WATCH_MODE_PAGE;
+	else
+		return snprintf(why, n, "unknown watch mode '%s' (auto, hw or page)", mode), false;
 	return true;
 }
 

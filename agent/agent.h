@@ -12,9 +12,11 @@
  *                           of the main program (0x...; for a PIE, relative to
  *                           its load base, as nm and `probekit sites` print)
  *   PROBEKIT_WATCH_TYPE     w, rw or x (default w)
- *   PROBEKIT_WATCH_LEN      1, 2, 4 or 8; 0 or unset: the symbol's size
+ *   PROBEKIT_WATCH_LEN      bytes to watch; 0 or unset: the symbol's size
  *   PROBEKIT_WATCH_COUNT    stop after this many hits (0: never)
  *   PROBEKIT_WATCH_STACK    1: capture a backtrace with every hit
+ *   PROBEKIT_WATCH_FOLLOW   1: a *SYMBOL watch moves with the pointer
+ *   PROBEKIT_WATCH_MODE     auto (default), hw or page (pk_watch_mode)
  *   PROBEKIT_OUT_FD         fd for the hit report (default: 2, stderr)
  *   PROBEKIT_CTL_FD         fd on which the agent writes one status line
  *                           ("ok\n" or "error: MESSAGE\n") and closes it
@@ -38,6 +40,7 @@
 #define PK_ENV_WATCH_COUNT   "PROBEKIT_WATCH_COUNT"
 #define PK_ENV_WATCH_STACK   "PROBEKIT_WATCH_STACK"
 #define PK_ENV_WATCH_FOLLOW  "PROBEKIT_WATCH_FOLLOW" /* 1: *SYMBOL re-armed when it changes */
+#define PK_ENV_WATCH_MODE    "PROBEKIT_WATCH_MODE"   /* auto (default), hw or page */
 #define PK_ENV_OUT_FD	     "PROBEKIT_OUT_FD"
 #define PK_ENV_CTL_FD	     "PROBEKIT_CTL_FD"
 #define PK_ENV_PRELOAD_SAVED "PROBEKIT_PRELOAD_SAVED"

@@ -40,6 +40,7 @@ struct agent_watch_conf {
 	unsigned long limit; /* --count (0: none) */
 	bool stack;
 	bool follow; /* --follow: a *SYMBOL watch moves with the pointer */
+	enum pk_watch_mode mode;
 };
 extern struct agent_watch_conf agent_watch_conf;
 

@@ -72,6 +72,9 @@ struct rec {
 	bool is_ptr;  /* a write to the pointer of *SYMBOL --follow, not to the object */
 	uint32_t seq; /* is_ptr: its number among them (A.ptr_seq) */
 	uint64_t oldv, newv;
+	unsigned int flags; /* the hit's PK_WATCH_HIT_* */
+	uint32_t off, len;  /* page mode: the watched bytes the access touched ... */
+	uint8_t before[PK_WATCH_HIT_BYTES], after[PK_WATCH_HIT_BYTES]; /* ... before and after */
 	int nframes;
 	uintptr_t frames[MAX_FRAMES]; /* the frame-pointer walk's return addresses, caller first */
 	uintptr_t sp;		      /* the stack pointer at the hit ... */
@@ -316,13 +319,18 @@ static const struct pki_elf_sym *lookup(const char *name, struct obj **op)
 	return NULL;
 }
 
-/* Without -l: the symbol's size, if the hardware watches that length; else fail(). */
+/*
+ * Without -l: the symbol's size (from OFF to its end with SYMBOL+OFF), if
+ * the mode can watch that length; else fail().
+ */
 static bool symbol_len(const struct pki_elf_sym *s, const char *name, unsigned long off)
 {
 	if (A.len)
 		return true;
 	if (conf->type == PK_WATCH_X)
 		A.len = 1;
+	else if (conf->mode != PK_WATCH_MODE_HW && s->size > off)
+		A.len = s->size - off; /* page mode where a register cannot */
 	else if (!off && pki_hwbp_len_ok(s->size))
 		A.len = s->size;
 	else if (off)
@@ -669,8 +677,15 @@ static void on_hit(const struct pk_watch_hit *hit)
 	r->is_ptr = is_ptr;
 	r->seq = is_ptr ? atomic_fetch_add_explicit(&A.ptr_seq, 1, memory_order_relaxed) + 1 : 0;
 	r->nframes = 0;
+	r->flags = hit->flags;
 	/* (A pointer write's new value is read by follow(), from the pointer.) */
-	if (!is_ptr && conf->type != PK_WATCH_X) {
+	if (hit->flags & PK_WATCH_HIT_PAGE) {
+		/* The hit carries the bytes the access touched, before and after it. */
+		r->off = hit->off;
+		r->len = hit->len;
+		memcpy(r->before, hit->before, sizeof(r->before));
+		memcpy(r->after, hit->after, sizeof(r->after));
+	} else if (!is_ptr && conf->type != PK_WATCH_X) {
 		/* The trap comes after the access: memory holds the new value now. */
 		r->newv = read_value(hit->addr);
 		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
@@ -705,6 +720,51 @@ static void fmt_value(char *buf, size_t n, uint64_t v)
 		snprintf(buf, n, "%lld (%#llx)", (long long)s, (unsigned long long)v);
 }
 
+/* Up to PK_WATCH_HIT_BYTES bytes as a value (little-endian) or as hex bytes. */
+static void fmt_bytes(char *buf, size_t n, const uint8_t *b, uint32_t len)
+{
+	uint32_t shown = len < PK_WATCH_HIT_BYTES ? len : PK_WATCH_HIT_BYTES;
+	size_t k = 0;
+
+	if (len == A.len && len <= 8) {
+		uint64_t v = 0;
+
+		memcpy(&v, b, len);
+		fmt_value(buf, n, v);
+		return;
+	}
+	for (uint32_t i = 0; i < shown && k + 4 < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%02x", i ? " " : "", b[i]);
+	if (shown < len && k + 4 < n)
+		snprintf(buf + k, n - k, " ...");
+}
+
+/*
+ * A page-mode hit: the accessing instruction itself, which bytes of the
+ * range it touched, and their values before and after.
+ */
+static void print_page_rec(const struct rec *r, char *line, size_t size, int len)
+{
+	char where[512], a[128], b[128], part[64] = "";
+	unsigned int rw = r->flags & (PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE);
+	const char *how =
+	    rw & PK_WATCH_HIT_WRITE ? "write" : "read"; /* a read-modify-write writes */
+
+	symbolize(r->ip, where, sizeof(where), NULL);
+	if (r->off || r->len != A.len)
+		snprintf(part, sizeof(part), "+%u/%u", r->off, r->len);
+	fmt_bytes(a, sizeof(a), r->before, r->len);
+	fmt_bytes(b, sizeof(b), r->after, r->len);
+	if (rw == PK_WATCH_HIT_READ)
+		snprintf(line + len, size - (size_t)len, "%s %s%s: value %s at %s%s\n", how,
+			 conf->spec, part, b, where,
+			 r->flags & PK_WATCH_HIT_WINDOWED ? " (windowed)" : "");
+	else
+		snprintf(line + len, size - (size_t)len, "%s %s%s: %s -> %s at %s%s\n", how,
+			 conf->spec, part, a, b, where,
+			 r->flags & PK_WATCH_HIT_WINDOWED ? " (windowed)" : "");
+}
+
 static void print_rec(const struct rec *r)
 {
 	char where[512], a[64], b[64], line[1024];
@@ -713,7 +773,9 @@ static void print_rec(const struct rec *r)
 
 	len = snprintf(line, sizeof(line), "%4lld.%06lld tid %d ", ns / 1000000000,
 		       (ns % 1000000000) / 1000, (int)r->tid);
-	if (r->late) {
+	if (r->flags & PK_WATCH_HIT_PAGE) {
+		print_page_rec(r, line, sizeof(line), len);
+	} else if (r->late) {
 		/* the thread blocked SIGTRAP: the access was earlier, somewhere else */
 		symbolize(r->ip, where, sizeof(where), NULL);
 		if (conf->type == PK_WATCH_X)
@@ -747,6 +809,31 @@ static void print_rec(const struct rec *r)
 	print_stack(r);
 }
 
+/* The library's last warning, for a refusal's message (pk_watch_add's reason). */
+static char lib_why[400];
+static int keep_why(enum pk_print_level level, const char *fmt, va_list ap)
+{
+	if (level <= PK_WARN)
+		vsnprintf(lib_why, sizeof(lib_why), fmt, ap);
+	return 0;
+}
+
+/* pk_watch_add(), its reason kept in lib_why when it refuses. */
+static struct pk_watch *watch_add(uintptr_t addr, size_t len, enum pk_watch_type type)
+{
+	PK_OPTS(pk_watch_opts, opts, .callback = on_hit, .mode = conf->mode);
+	pk_print_fn was = pk_set_print(keep_why);
+	struct pk_watch *w;
+	int err;
+
+	lib_why[0] = 0;
+	w = pk_watch_add((void *)addr, len, type, &opts);
+	err = errno;
+	pk_set_print(was);
+	errno = err;
+	return w;
+}
+
 /*
  * Move the object watch of *SYMBOL to where the pointer points now (@v),
  * or pause it at NULL, at an unaligned address, or if the watch cannot go
@@ -758,7 +845,8 @@ static void retarget(uintptr_t v, char *say, size_t n)
 	uintptr_t a = v + A.ptr_off, val;
 	int err = 0;
 
-	if (!v || !pki_hwbp_data_ok(a, A.len)) {
+	if (!v || (pk_watch_mode_of(A.w) != PK_WATCH_MODE_PAGE && conf->mode == PK_WATCH_MODE_HW &&
+		   !pki_hwbp_data_ok(a, A.len))) {
 		if (A.w)
 			pk_watch_disable(A.w);
 		snprintf(say, n,
@@ -768,10 +856,13 @@ static void retarget(uintptr_t v, char *say, size_t n)
 		atomic_store(&A.addr, 0);
 		return;
 	}
+	if (A.w && pk_watch_mode_of(A.w) == PK_WATCH_MODE_PAGE) {
+		/* A page-mode watch does not move: the old goes, a new one comes. */
+		pk_watch_remove(A.w);
+		A.w = NULL;
+	}
 	if (!A.w) {
-		PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
-
-		A.w = pk_watch_add((void *)a, A.len, conf->type, &opts);
+		A.w = watch_add(a, A.len, conf->type);
 		err = A.w ? 0 : -errno;
 	} else {
 		err = pk_watch_modify(A.w, (void *)a, A.len, conf->type);
@@ -995,6 +1086,11 @@ static void watch_end(void)
 		    "# %lu access(es) made while a hit was being handled on its thread "
 		    "(a signal handler's): not reported\n",
 		    A.stats.self);
+	if (A.stats.windowed)
+		agent_out_printf("# %lu access(es) ran with the watched pages open (an instruction "
+				 "page mode cannot redirect): another thread's access at those "
+				 "moments may be unseen\n",
+				 A.stats.windowed);
 	pthread_mutex_unlock(&end_lock);
 }
 
@@ -1059,6 +1155,11 @@ static bool add_failed(int err)
 		pki_perf_denied_why(why + 2, sizeof(why) - 3);
 		strcat(why, ")");
 	}
+	if (!why[0] && lib_why[0]) {
+		size_t k = strcspn(lib_why, "\n");
+
+		snprintf(why, sizeof(why), " (%.*s)", (int)k, lib_why);
+	}
 	return fail("cannot watch %s at %#lx: %s%s", conf->spec, (unsigned long)A.addr,
 		    strerror(err), why);
 }
@@ -1095,25 +1196,34 @@ static void watch_free(void)
  * watchpoint(s) and print the report's first line; false after fail()
  * (then nothing is watched and the report thread is stopped).
  */
+/* What only debug registers can watch, said before anything is added. */
+static bool hw_limits_ok(void)
+{
+	if (conf->type == PK_WATCH_X && A.len != 1)
+		return fail("-t x watches one instruction: no -l (or -l 1)");
+	if (conf->mode != PK_WATCH_MODE_HW && conf->type != PK_WATCH_X)
+		return true; /* page mode takes what the registers do not */
+	if (!pki_hwbp_len_ok(A.len))
+		return fail("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_LENS
+			    " bytes with --mode hw (page mode: any length)",
+			    A.len);
+	if (A.addr && !pki_hwbp_data_ok(A.addr, A.len))
+		return fail("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
+			    " watches naturally aligned ranges with --mode hw (use -l or "
+			    "SYMBOL+OFFSET, or page mode)",
+			    conf->spec, (unsigned long)A.addr, A.len);
+	return true;
+}
+
 static bool watch_begin(void)
 {
-	PK_OPTS(pk_watch_opts, opts, .callback = on_hit);
-
 	clock_gettime(CLOCK_MONOTONIC, &A.t0);
 	A.pid = getpid();
 	A.len = conf->len;
 	if (!resolve())
 		return false;
-	if (!pki_hwbp_len_ok(A.len))
-		return fail("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_LENS
-			    " bytes",
-			    A.len);
-	if (conf->type == PK_WATCH_X && A.len != 1)
-		return fail("-t x watches one instruction: no -l (or -l 1)");
-	if (A.addr && !pki_hwbp_data_ok(A.addr, A.len))
-		return fail("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
-			    " watches naturally aligned ranges (use -l or SYMBOL+OFFSET)",
-			    conf->spec, (unsigned long)A.addr, A.len);
+	if (!hw_limits_ok())
+		return false;
 	A.recs = calloc(NRECS, sizeof(*A.recs));
 	/* Mapped, not touched: only the records used get pages (8 KiB each). */
 	if (conf->stack && !(A.snaps = calloc(NRECS, sizeof(*A.snaps))))
@@ -1128,7 +1238,7 @@ static bool watch_begin(void)
 	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
 		return fail("cannot start the report thread");
 	A.consumer_up = true;
-	if (A.addr && !(A.w = pk_watch_add((void *)A.addr, A.len, conf->type, &opts)))
+	if (A.addr && !(A.w = watch_add(A.addr, A.len, conf->type)))
 		return add_failed(errno);
 	/*
 	 * The value again, now that every write is seen: one made while the
@@ -1142,15 +1252,18 @@ static bool watch_begin(void)
 		atomic_compare_exchange_strong(&A.shadow, &first, read_value(A.addr));
 	}
 	/* *SYMBOL --follow: the pointer's writes move the object watch (follow()). */
-	if (A.ptr && conf->follow &&
-	    !(A.pw = pk_watch_add((void *)A.ptr, sizeof(void *), PK_WATCH_W, &opts)))
+	if (A.ptr && conf->follow && !(A.pw = watch_add(A.ptr, sizeof(void *), PK_WATCH_W)))
 		return add_failed(errno);
 	if (A.addr)
-		agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads\n",
+		agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads, %s\n",
 				 A.what, A.len, (unsigned long)A.addr,
 				 conf->type == PK_WATCH_W    ? "writes"
 				 : conf->type == PK_WATCH_RW ? "reads and writes"
-							     : "execution");
+							     : "execution",
+				 pk_watch_mode_of(A.w) == PK_WATCH_MODE_PAGE
+				     ? "page mode (page protection: every access to its pages "
+				       "costs two signals)"
+				     : "hardware (a debug register)");
 	else
 		agent_out_printf("# probekit watch: %s: NULL for now, %zu byte(s) of what it will "
 				 "point to, %s, all threads\n",

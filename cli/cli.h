@@ -145,6 +145,7 @@ int cmd_trace(int argc, char **argv);
 int bench_poke(int argc, char **argv);
 int bench_slots(int argc, char **argv);
 int bench_breakpoint(int argc, char **argv);
+int bench_pagewatch(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_graph(int argc, char **argv);

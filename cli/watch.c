@@ -42,7 +42,16 @@ static const char usage[] =
     "handled: a concurrent writer may already have changed it.\n\n"
     "options:\n"
     "  -t, --type w|rw|x   writes (default), reads and writes, or execution\n"
-    "  -l, --len N         bytes to watch: 1, 2, 4 or 8 (default: the symbol's size)\n"
+    "  -l, --len N         bytes to watch (default: the symbol's size); more than\n"
+    "                      8, or unaligned, takes page mode\n"
+    "  -m, --mode auto|hw|page\n"
+    "                      hw: a debug register (1, 2, 4 or 8 aligned bytes, hits\n"
+    "                      after the access); page: page protection (any length,\n"
+    "                      w or rw, hits at the accessing instruction with the\n"
+    "                      value before and after; every access to the watched\n"
+    "                      pages costs two signals); auto (default): hw where the\n"
+    "                      machine delivers its hits and the range fits, page\n"
+    "                      otherwise; the first line says which\n"
     "  -s, --stack         a backtrace with each hit (the .eh_frame unwinder, as\n"
     "                      gdb's; frame pointers where that finds less)\n"
     "  -c, --count N       stop after N hits; PROG goes on unwatched\n"
@@ -67,7 +76,7 @@ static const char usage[] =
 /* What the command line asks for; PROG is argv[prog]. */
 struct watch_opts {
 	const char *spec; /* SYMBOL[+OFF] or ADDR */
-	const char *type, *len, *count, *output;
+	const char *type, *len, *count, *output, *mode;
 	bool stack, follow;
 	int prog;
 	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
@@ -91,11 +100,17 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 	case 'l':
 		o->len = arg;
 		errno = 0;
-		n = (int)strtol(arg, &end, 0);
-		if (errno || *end || n <= 0 || !pki_hwbp_data_ok(0, (size_t)n))
-			return cli_usage_error("watch: unsupported length '%s': x86 watches "
-					       "1, 2, 4 or 8 bytes",
+		n = strtol(arg, &end, 0);
+		if (errno || *end || n <= 0 || n > (1L << 30))
+			return cli_usage_error("watch: unsupported length '%s': a number of bytes "
+					       "from 1 to 1 GiB",
 					       arg),
+			       false;
+		return true;
+	case 'm':
+		o->mode = arg;
+		if (strcmp(arg, "auto") && strcmp(arg, "hw") && strcmp(arg, "page"))
+			return cli_usage_error("watch: unknown mode '%s' (auto, hw or page)", arg),
 			       false;
 		return true;
 	case 's':
@@ -152,11 +167,17 @@ static bool several_symbols(int argc, char **argv, int prog)
 static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *status)
 {
 	static const struct option opts[] = {
-	    {"type", required_argument, NULL, 't'},  {"len", required_argument, NULL, 'l'},
-	    {"stack", no_argument, NULL, 's'},	     {"follow", no_argument, NULL, 'F'},
-	    {"count", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
-	    {"pid", required_argument, NULL, 'p'},   {"duration", required_argument, NULL, O_DURATION},
-	    {"help", no_argument, NULL, 'h'},	     {NULL, 0, NULL, 0},
+	    {"type", required_argument, NULL, 't'},
+	    {"len", required_argument, NULL, 'l'},
+	    {"stack", no_argument, NULL, 's'},
+	    {"follow", no_argument, NULL, 'F'},
+	    {"count", required_argument, NULL, 'c'},
+	    {"output", required_argument, NULL, 'o'},
+	    {"pid", required_argument, NULL, 'p'},
+	    {"duration", required_argument, NULL, O_DURATION},
+	    {"mode", required_argument, NULL, 'm'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 
 	bool bare = false;
@@ -172,7 +193,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	for (;;) {
 		int before = optind, c;
 
-		c = getopt_long(argc, argv, "+t:l:sFc:o:p:h", opts, NULL);
+		c = getopt_long(argc, argv, "+t:l:m:sFc:o:p:h", opts, NULL);
 		if (c == -1) {
 			if (optind == before + 1 && !strcmp(argv[before], "--"))
 				break; /* getopt ate the "--": PROG follows */
@@ -191,7 +212,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 			return false;
 		}
 		if (c == '?') {
-			cli_bad_option("watch", "+t:l:sFc:o:p:h", opts, argv);
+			cli_bad_option("watch", "+t:l:m:sFc:o:p:h", opts, argv);
 			return false;
 		}
 		if (!watch_opts_set(o, c, optarg, argv[optind - 1]))
@@ -237,11 +258,20 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 		       false;
 	if (!strcmp(o->type, "x") && o->len && strcmp(o->len, "1"))
 		return cli_usage_error("watch: -t x watches one instruction: no -l"), false;
+	if (!strcmp(o->type, "x") && o->mode && !strcmp(o->mode, "page"))
+		return cli_usage_error("watch: --mode page watches data (w or rw), not execution"),
+		       false;
+	if (o->len && o->mode && !strcmp(o->mode, "hw") &&
+	    !pki_hwbp_len_ok(strtoul(o->len, NULL, 0)))
+		return cli_usage_error("watch: --mode hw watches " PKI_HWBP_LENS
+				       " bytes, not %s (page mode watches any length)",
+				       o->len),
+		       false;
 	o->prog = optind;
 	return true;
 }
 
-/* The agent's settings (agent.h) into @env, NULL-terminated: at most 13 entries. */
+/* The agent's settings (agent.h) into @env, NULL-terminated: at most 15 entries. */
 static void watch_env_build(const char **env, const struct watch_opts *o)
 {
 	int ne = 0;
@@ -265,6 +295,10 @@ static void watch_env_build(const char **env, const struct watch_opts *o)
 	if (o->follow) {
 		env[ne++] = PK_ENV_WATCH_FOLLOW;
 		env[ne++] = "1";
+	}
+	if (o->mode) {
+		env[ne++] = PK_ENV_WATCH_MODE;
+		env[ne++] = o->mode;
 	}
 	env[ne] = NULL;
 }

@@ -694,8 +694,6 @@ START_TEST(decode_refused)
 	} t[] = {
 	    {"push_mem", pkt_i_push_mem, -EOPNOTSUPP},
 	    {"pop_mem", pkt_i_pop_mem, -EOPNOTSUPP},
-	    {"call_mem", pkt_i_call_mem, -EOPNOTSUPP},
-	    {"jmp_mem", pkt_i_jmp_mem, -EOPNOTSUPP},
 	    {"gather", pkt_i_gather, -EOPNOTSUPP},
 	    {"xsave", pkt_i_xsave, -EOPNOTSUPP},
 	    {"xrstor", pkt_i_xrstor, -EOPNOTSUPP},
@@ -873,6 +871,46 @@ START_TEST(begin_end_abort)
 }
 END_TEST
 
+/*
+ * jmp *(%rax) and call *(%rax): decoded as branches reading their pointer,
+ * done on the context (RIP from the pointer given; a call pushes the
+ * return address), refused by begin, and the call refused under a shadow
+ * stack.
+ */
+START_TEST(branch_emulated)
+{
+	uint64_t stack[4] = {0}, target = 0x12345678abcull;
+	struct pki_access_insn ai;
+	struct pki_access_undo undo_;
+	intptr_t delta[2] = {0x1000, 0};
+	uintptr_t lo[2] = {0, 0}, hi[2] = {UINTPTR_MAX, 0};
+	uint8_t code[PKI_ACCESS_CODE_MAX];
+	ucontext_t uc;
+
+	ctx_at(&uc, pkt_i_jmp_mem, (struct regset[]){V(RAX, X + 0x40)}, 1, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_int_eq(ai.branch, PKI_ACCESS_JMP);
+	ck_assert_int_eq(ai.nacc, 1);
+	check_acc(&ai.acc[0], X + 0x40, 8, true, false, 0);
+	ck_assert_int_eq(pki_access_begin(&uc, &ai, delta, lo, hi, code, 0, &undo_), -EINVAL);
+	ck_assert_int_eq(pki_access_branch(&uc, &ai, &target, false), 0);
+	ck_assert_uint_eq((uint64_t)uc.uc_mcontext.gregs[REG_RIP], target);
+
+	ctx_at(&uc, pkt_i_call_mem,
+	       (struct regset[]){V(RAX, X + 0x40), V(RSP, (uintptr_t)&stack[3])}, 2, 0);
+	ck_assert_int_eq(pki_access_decode(&uc, &ai), 0);
+	ck_assert_int_eq(ai.branch, PKI_ACCESS_CALL);
+	ck_assert_int_eq(pki_access_branch(&uc, &ai, &target, true), -EOPNOTSUPP);
+	ck_assert_uint_eq((uint64_t)uc.uc_mcontext.gregs[REG_RIP], (uintptr_t)pkt_i_call_mem);
+	ck_assert_int_eq(pki_access_branch(&uc, &ai, &target, false), 0);
+	ck_assert_uint_eq((uint64_t)uc.uc_mcontext.gregs[REG_RIP], target);
+	ck_assert_uint_eq((uint64_t)uc.uc_mcontext.gregs[REG_RSP], (uintptr_t)&stack[2]);
+	ck_assert_uint_eq(stack[2], (uintptr_t)pkt_i_call_mem + ai.len);
+	/* not at the instruction any more */
+	ck_assert_int_eq(pki_access_branch(&uc, &ai, &target, false), -EINVAL);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("access");
@@ -882,6 +920,7 @@ int main(void)
 
 	tcase_add_test(tc_pure, decode_fields);
 	tcase_add_test(tc_pure, decode_refused);
+	tcase_add_test(tc_pure, branch_emulated);
 	tcase_add_test(tc_pure, begin_end_abort);
 	suite_add_tcase(s, tc_pure);
 	tcase_add_loop_test(tc_run, redirect, 0, (int)(sizeof(cases) / sizeof(cases[0])));

@@ -23,7 +23,7 @@
 
 #include "harness.h"
 #include "patch_fixture.h"
-#include "patch/maps.h"
+#include "base/maps.h"
 #include "base/signals.h"
 #include "patch/patch.h"
 

@@ -28,7 +28,7 @@
 
 #include "harness.h"
 #include "patch_fixture.h"
-#include "patch/maps.h"
+#include "base/maps.h"
 #include "patch/patch.h"
 
 long fa_aligned(long a, long b);

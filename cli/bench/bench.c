@@ -8,6 +8,7 @@ static const struct cli_cmd benches[] = {
     {"poke", bench_poke, "text patching: one-site batch nop5 <-> call, each protocol"},
     {"slots", bench_slots, "slot model: reserve+release of an all-CPU task breakpoint"},
     {"breakpoint", bench_breakpoint, "perf bench breakpoint with all-threads watchpoints"},
+    {"pagewatch", bench_pagewatch, "page-mode watchpoints: ns per access, vs none and hw"},
     {"record", bench_record, "trace recorder hot path: ns per recorded event"},
     {"attach", bench_attach, "function hooks: usecs per attach+detach, or per batch site"},
     {"call", bench_call, "function hooks: nsecs added per call of a hooked function"},

@@ -71,6 +71,8 @@ enum pk_watch_type {
  * and the memory already holds the new value.  For X watchpoints @ip is the
  * watched instruction itself, before it runs.
  */
+#define PK_WATCH_HIT_BYTES 16
+
 struct pk_watch_hit {
 	struct pk_watch *watch; /* in a queued hit it may since have been removed:
 				   compare it, do not dereference it then */
@@ -80,6 +82,15 @@ struct pk_watch_hit {
 	uintptr_t ip;		/* RIP at the trap (see above) */
 	ucontext_t *uc;		/* the interrupted context; NULL in queued hits */
 	unsigned int flags;	/* PK_WATCH_HIT_* */
+	/*
+	 * Page mode only (PK_WATCH_HIT_PAGE; zero otherwise): the access
+	 * touched @len watched bytes from @off (from the watch's start), whose
+	 * values before and after it are the first min(@len, 16) bytes of
+	 * @before and @after (equal for a read).  @ip is then the accessing instruction
+	 * itself, and @addr the first watched byte it touched.
+	 */
+	uint32_t off, len;
+	uint8_t before[PK_WATCH_HIT_BYTES], after[PK_WATCH_HIT_BYTES];
 };
 
 /*
@@ -90,8 +101,41 @@ struct pk_watch_hit {
  */
 #define PK_WATCH_HIT_LATE 0x1u
 
+/* Page mode (PK_WATCH_MODE_PAGE): how the access went. */
+#define PK_WATCH_HIT_PAGE  0x2u /* a page-mode hit: off, len, old, new are set */
+#define PK_WATCH_HIT_READ  0x4u /* the access read the watched bytes */
+#define PK_WATCH_HIT_WRITE 0x8u /* it wrote them (with READ: read-modify-write) */
+/*
+ * The instruction could not be redirected and ran with the pages open
+ * (doc/design/page-watch.md, PW5): READ/WRITE are guessed from the values
+ * (WRITE if a watched byte changed), and another thread's access during
+ * that one instruction may have gone unseen (pk_watch_stats.windowed).
+ */
+#define PK_WATCH_HIT_WINDOWED 0x10u
+
 /* Called in signal context: see the contract at the top of this file. */
 typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);
+
+/*
+ * How a watchpoint is made.
+ *   HW    debug registers: 1, 2, 4 or 8 aligned bytes, 4 per thread, hits
+ *         delivered by the CPU after the access; refused where the machine
+ *         does not deliver them (EOPNOTSUPP).
+ *   PAGE  page protection (doc/design/page-watch.md): any length, any
+ *         number, W or RW, in a private writable mapping that is not a
+ *         stack; every access to a byte of the watched pages costs two
+ *         signals (about 5 us), reported or not; hits carry the values
+ *         before and after and the accessing instruction itself.  Single-
+ *         thread watches (opts->tid) are not offered (ENOTSUP).
+ *   AUTO  HW where hits are delivered, the length and alignment fit a
+ *         debug register and a slot is free; PAGE otherwise (for W and RW,
+ *         on all threads).  pk_watch_mode_of() says which was taken.
+ */
+enum pk_watch_mode {
+	PK_WATCH_MODE_AUTO = 0,
+	PK_WATCH_MODE_HW = 1,
+	PK_WATCH_MODE_PAGE = 2,
+};
 
 struct pk_watch_opts {
 	size_t sz;	       /* sizeof(struct pk_watch_opts), PK_OPTS fills it */
@@ -100,6 +144,7 @@ struct pk_watch_opts {
 	void *ctx;	       /* passed back in every hit */
 	struct pk_hitq *queue; /* if set, every hit is pushed there too */
 	bool disabled;	       /* create disabled; pk_watch_enable() arms it */
+	enum pk_watch_mode mode; /* PK_WATCH_MODE_AUTO (0) unless set */
 };
 
 /*
@@ -137,6 +182,9 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
  */
 PK_API void pk_watch_remove(struct pk_watch *w);
 
+/* The mode @w was made in (PK_WATCH_MODE_HW or _PAGE); -EINVAL for NULL. */
+PK_API int pk_watch_mode_of(const struct pk_watch *w);
+
 /*
  * Arm / disarm @w on every thread (one ioctl per root thread).  Idempotent.
  * Returns 0, -EINVAL if @w is NULL, -ESRCH if @w no longer watches anything
@@ -173,6 +221,8 @@ struct pk_watch_stats {
 	unsigned long counted; /* accesses the kernel counted, all threads */
 	unsigned long unseen;  /* counted - hits - self: never delivered, because
 				  the thread blocked SIGTRAP */
+	unsigned long windowed; /* page mode: accesses run with the pages open
+				   (PK_WATCH_HIT_WINDOWED), reported or not */
 };
 
 /*

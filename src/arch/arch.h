@@ -17,6 +17,7 @@
 
 #if defined(__x86_64__)
 #include "arch/x86_64/abi.h"
+#include "arch/x86_64/access.h"
 #include "arch/x86_64/callret.h"
 #include "arch/x86_64/crc32c.h"
 #include "arch/x86_64/decode.h"

@@ -28,11 +28,12 @@
 #include <stdbool.h>
 
 /* Clients per owned signal, in the order the handler offers them a signal. */
-#define PKI_SIGOWN_CLIENTS 2
+#define PKI_SIGOWN_CLIENTS 3
 
 enum pki_sigtrap_client {
-	PKI_SIGTRAP_PATCH, /* INT3s of a batch being written: called first, calls no libc */
-	PKI_SIGTRAP_WATCH, /* perf watchpoint hits */
+	PKI_SIGTRAP_PATCH,    /* INT3s of a batch being written: called first, calls no libc */
+	PKI_SIGTRAP_WATCH,    /* perf watchpoint hits */
+	PKI_SIGTRAP_PAGESTEP, /* the end of a page watchpoint's step (int3 or single step) */
 	PKI_SIGTRAP_NR,
 };
 

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "patch/maps.h"
+#include "base/maps.h"
 
 /* Largest executable mapping given an alias (its bytes are copied once). */
 #define PKI_ALIAS_MAX_LEN (256ul << 20)

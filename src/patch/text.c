@@ -27,7 +27,7 @@
 #include "base/fd.h"
 #include "base/log.h"
 #include "patch/alias.h"
-#include "patch/maps.h"
+#include "base/maps.h"
 #include "patch/text.h"
 
 /*

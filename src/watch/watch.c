@@ -48,6 +48,7 @@
 #include "base/sigtrap.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
+#include "watch/page.h"
 #include "watch/perf.h"
 #include "watch/watch_int.h"
 
@@ -64,6 +65,9 @@ struct pk_watch {
 	atomic_ulong hits; /* reported (callback, queue), late ones included */
 	atomic_ulong late; /* of those, delivered after the thread unblocked SIGTRAP */
 	atomic_ulong self; /* made while a callback ran on that thread: not reported */
+
+	/* Page mode (page.c): everything above but cb, ctx and queue is its own. */
+	struct pki_pwatch *page;
 
 	/* Under mgr.lock. */
 	uint32_t slot;
@@ -500,7 +504,7 @@ static void __describe_holders(char *buf, size_t size, pid_t tid)
 	size_t len = strlen(buf);
 
 	for (struct pk_watch *w = mgr.list; w && len < size; w = w->next) {
-		if (w->dead || (w->tid && w->tid != tid))
+		if (w->dead || w->page || (w->tid && w->tid != tid))
 			continue;
 		len += (size_t)snprintf(buf + len, size - len, "%s %s %#lx/%zu%s", len ? "," : "",
 					type_name[w->bp.type], (unsigned long)w->bp.addr, w->bp.len,
@@ -680,9 +684,11 @@ static void fork_child(void);
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&mgr.lock);
+	__pki_page_fork_prepare();
 }
 static void fork_parent(void)
 {
+	__pki_page_fork_parent();
 	pthread_mutex_unlock(&mgr.lock);
 }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -738,29 +744,59 @@ static int watch_check(const void *addr, size_t len, enum pk_watch_type type,
  * PROBEKIT_HWBP_UNDELIVERED=1 makes the check arm its breakpoint over
  * another word than the one it writes, to test the refusal (README).
  */
+static struct {
+	int delivered; /* under mgr.lock; a fork child keeps it */
+	bool pretend;
+} hw = {.delivered = -1};
+
+/* 1 delivered, 0 not, -1 nothing concluded (the check could not open its event). */
+static int __delivered(void)
+{
+	if (hw.delivered < 0) {
+		const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
+
+		hw.pretend = e && *e && strcmp(e, "0");
+		hw.delivered = pki_perf_bp_delivered(hw.pretend);
+	}
+	return hw.delivered;
+}
+
 static int __check_delivered(const void *addr)
 {
-	static int delivered = -1; /* under mgr.lock; a fork child keeps it */
-	static bool pretend;
-
-	if (delivered < 0) {
-		const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
-		int r;
-
-		pretend = e && *e && strcmp(e, "0");
-		r = pki_perf_bp_delivered(pretend);
-		if (r < 0)
-			return 0; /* nothing concluded */
-		delivered = r;
-	}
-	if (delivered)
-		return 0;
+	if (__delivered())
+		return 0; /* delivered, or nothing concluded: the open says why */
 	pki_warn("watch %p: this machine accepts hardware breakpoints but does not deliver them "
 		 "(a write to a watched word of probekit's own raised no hit; a hypervisor that "
-		 "does not pass debug exceptions on?)%s: %s\n",
-		 addr, pretend ? "; PROBEKIT_HWBP_UNDELIVERED is set: pretending so" : "",
+		 "does not pass debug exceptions on?)%s; page mode (PK_WATCH_MODE_PAGE, "
+		 "--mode page) works here: %s\n",
+		 addr, hw.pretend ? "; PROBEKIT_HWBP_UNDELIVERED is set: pretending so" : "",
 		 pki_errstr(EOPNOTSUPP));
 	return -EOPNOTSUPP;
+}
+
+/*
+ * PK_WATCH_MODE_AUTO: debug registers where they fit and deliver, page mode
+ * otherwise (for W and RW on all threads; X and single-thread watches have
+ * only the hardware).  Refusals of the hardware are not said here: the page
+ * mode's own, if any, are.
+ */
+static enum pk_watch_mode __auto_mode(const void *addr, size_t len, enum pk_watch_type type,
+				      const struct pk_watch_opts *o)
+{
+	const char *why;
+
+	if (type == PK_WATCH_X || o->tid)
+		return PK_WATCH_MODE_HW;
+	if (!pki_hwbp_data_ok((uintptr_t)addr, len))
+		why = "longer or less aligned than a debug register takes";
+	else if (!__delivered())
+		why = "hardware breakpoints are not delivered on this machine";
+	else if (mgr.hist.count && !__fits(0) && !(__reap_dead_threads() && __fits(0)))
+		why = "every debug register is taken";
+	else
+		return PK_WATCH_MODE_HW;
+	pki_debug("watch %p/%zu: page mode: %s\n", addr, len, why);
+	return PK_WATCH_MODE_PAGE;
 }
 
 /* The manager ready, and room for one more watchpoint on @tid (0: all threads). */
@@ -861,6 +897,50 @@ static void __watch_account(struct pk_watch *w)
 	mgr.list = w;
 }
 
+/* A watchpoint in page mode (page.c); on the list, outside the slot model. */
+static int __watch_add_page(const void *addr, size_t len, enum pk_watch_type type,
+			    const struct pk_watch_opts *o, struct pk_watch **wp)
+{
+	struct pk_watch *w = calloc(1, sizeof(*w));
+	int err;
+
+	if (!w)
+		return -ENOMEM;
+	w->cb = o->callback;
+	w->ctx = o->ctx;
+	w->queue = o->queue;
+	w->bp = (struct pki_bp){.addr = (uintptr_t)addr, .len = len, .type = type};
+	err = __pki_page_add(w, addr, len, type, o, &w->page);
+	if (err) {
+		free(w);
+		return err;
+	}
+	w->next = mgr.list;
+	if (mgr.list)
+		mgr.list->prev = w;
+	mgr.list = w;
+	pki_debug("watch %p: %s/%zu on all threads of %d, page mode\n", addr, type_name[type], len,
+		  (int)getpid());
+	*wp = w;
+	return 0;
+}
+
+static int page_check(const void *addr, size_t len, enum pk_watch_type type)
+{
+	if (!addr || !len || (uintptr_t)addr + len < (uintptr_t)addr) {
+		pki_warn("watch %p/%zu: page mode needs a non-NULL address and a length: %s\n",
+			 addr, len, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	if (type != PK_WATCH_W && type != PK_WATCH_RW) {
+		pki_warn("watch %p: page mode watches writes (W) or reads and writes (RW), type %d "
+			 "is neither: %s\n",
+			 addr, (int)type, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	return 0;
+}
+
 PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
 				     const struct pk_watch_opts *opts)
 {
@@ -869,11 +949,32 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	int err;
 
 	err = opts_get(addr, opts, &o);
-	if (!err)
-		err = watch_check(addr, len, type, &o);
+	if (!err && (unsigned)o.mode > PK_WATCH_MODE_PAGE) {
+		pki_warn("watch %p: unknown mode %d (PK_WATCH_MODE_AUTO, _HW or _PAGE): %s\n", addr,
+			 (int)o.mode, pki_errstr(EINVAL));
+		err = -EINVAL;
+	}
 	if (err)
 		goto out_errno;
 	pthread_once(&atfork_once, register_atfork);
+	if (o.mode != PK_WATCH_MODE_HW) {
+		pthread_mutex_lock(&mgr.lock);
+		if (o.mode == PK_WATCH_MODE_AUTO)
+			o.mode = __auto_mode(addr, len, type, &o);
+		if (o.mode == PK_WATCH_MODE_PAGE) {
+			err = page_check(addr, len, type);
+			if (!err)
+				err = __watch_add_page(addr, len, type, &o, &w);
+			pthread_mutex_unlock(&mgr.lock);
+			if (err)
+				goto out_errno;
+			return w;
+		}
+		pthread_mutex_unlock(&mgr.lock);
+	}
+	err = watch_check(addr, len, type, &o);
+	if (err)
+		goto out_errno;
 
 	pthread_mutex_lock(&mgr.lock);
 	err = __watch_admit(o.tid, addr);
@@ -913,6 +1014,13 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 		mgr.list = w->next;
 	if (w->next)
 		w->next->prev = w->prev;
+	if (w->page) {
+		__pki_page_remove(w->page);
+		mgr.removals++;
+		pthread_mutex_unlock(&mgr.lock);
+		free(w);
+		return;
+	}
 	if (!w->dead)
 		__unaccount(w);
 	slot_unpublish(w->slot); /* R1 */
@@ -944,6 +1052,11 @@ static int set_enabled(struct pk_watch *w, bool on)
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&mgr.lock);
+	if (w->page) {
+		__pki_page_enable(w->page, on);
+		pthread_mutex_unlock(&mgr.lock);
+		return 0;
+	}
 	err = __live(w);
 	for (int i = 0; !err && i < w->nr_roots; i++)
 		err = pki_perf_bp_enable(w->roots[i].fd, on);
@@ -975,6 +1088,12 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	if (!w) {
 		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
 		return -EINVAL;
+	}
+	if (w->page) {
+		pki_warn("watch %#lx: a page-mode watchpoint cannot be moved: remove it and add "
+			 "another: %s\n",
+			 (unsigned long)w->bp.addr, pki_errstr(EOPNOTSUPP));
+		return -EOPNOTSUPP;
 	}
 	err = check_target(addr, len, type);
 	if (err)
@@ -1009,7 +1128,16 @@ out:
 
 PK_API unsigned long pk_watch_hits(const struct pk_watch *w)
 {
+	if (w && w->page)
+		return pki_page_hits(w->page);
 	return w ? atomic_load_explicit(&((struct pk_watch *)w)->hits, memory_order_relaxed) : 0;
+}
+
+PK_API int pk_watch_mode_of(const struct pk_watch *w)
+{
+	if (!w)
+		return -EINVAL;
+	return w->page ? PK_WATCH_MODE_PAGE : PK_WATCH_MODE_HW;
 }
 
 PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
@@ -1020,6 +1148,13 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 	if (!w || !st || st->sz < offsetof(struct pk_watch_stats, unseen) + sizeof(st->unseen))
 		return -EINVAL;
 	pthread_mutex_lock(&mgr.lock);
+	if (w->page) {
+		__pki_page_stats(w->page, &s);
+		pthread_mutex_unlock(&mgr.lock);
+		memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
+		st->sz = st->sz < sizeof(s) ? st->sz : sizeof(s);
+		return 0;
+	}
 	s.counted = w->counted_closed;
 	for (int i = 0; i < w->nr_roots; i++) {
 		uint64_t n;
@@ -1048,8 +1183,10 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
  */
 static void fork_child(void)
 {
+	__pki_page_fork_child();
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
-		__roots_close(w, true); /* the parent's events, the parent's counts */
+		if (!w->page)
+			__roots_close(w, true); /* the parent's events, the parent's counts */
 		w->dead = true;
 	}
 	mgr.nr_all = 0;

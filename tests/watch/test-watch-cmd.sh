@@ -2,6 +2,7 @@
 # probekit watch against tests/targets/watch_target (4 threads x 5 calls of
 # bump(), each one locked write to `counter`): the hits reported, --count,
 # and PROG's stdout, exit status and death by signal unchanged; the errors.
+# Page mode runs everywhere; the hardware cases where hits are delivered.
 #
 # With tests/targets/sigtrap_target: PROG's own SIGTRAP handler keeps its
 # traps and its exit status, a thread that blocks SIGTRAP is counted.
@@ -234,9 +235,11 @@ expect_err() { # RC REGEX ARGS...
 expect_err 125 "unknown symbol 'countr' in PROG and its libraries \(did you mean 'counter'\?\)" \
 	countr -- "$target"
 expect_err 125 "unknown symbol 'no_such_thing_at_all' in PROG" no_such_thing_at_all -- "$target"
-expect_err 125 "unsupported length '3': x86 watches 1, 2, 4 or 8 bytes" -l 3 counter -- "$target"
-expect_err 125 "'text' is 13 bytes: give the length to watch with -l" text -- "$target"
-expect_err 125 'small\+1 is at 0x[0-9a-f]+, not aligned to 2 bytes' -l 2 small+1 -- "$target"
+expect_err 125 "--mode hw watches 1, 2, 4 or 8 bytes, not 3" --mode hw -l 3 counter -- "$target"
+expect_err 125 "'text' is 13 bytes: give the length to watch with -l" --mode hw text -- "$target"
+expect_err 125 'small\+1 is at 0x[0-9a-f]+, not aligned to 2 bytes' --mode hw -l 2 small+1 -- "$target"
+expect_err 125 "unknown mode 'pages' \(auto, hw or page\)" --mode pages counter -- "$target"
+expect_err 125 "--mode page watches data \(w or rw\), not execution" --mode page -t x bump -- "$target"
 expect_err 125 "-t x: 'counter' is not a function" -t x counter -- "$target"
 expect_err 125 "unknown type 'r' \(w, rw or x\)" -t r counter -- "$target"
 expect_err 125 'expected PROG after counter --' counter --
@@ -256,6 +259,49 @@ for t in w x; do
 	grep -q 'loader' "$tmp/err" && bad "unmapped address, -t $t: the loader is blamed"
 done
 
+# Page mode, on every machine: every write by the four workers, at the
+# locked add itself, with the value before and after; the program's output
+# and status untouched; --count, -t rw, --stack; auto says what it took.
+page_cases() {
+	run --mode page counter -- "$target" 3
+	n=$(count "$hit_w" "$tmp/err")
+	tids=$(grep -E "$hit_w" "$tmp/err" | awk '{print $3}' | sort -u | wc -l)
+	if [[ $rc -eq 3 && $n -eq 20 && $tids -eq 4 ]] && cmp -s "$tmp/out" "$tmp/plain.out" &&
+		grep -q '^# probekit watch: counter, 8 byte(s) at 0x[0-9a-f]*, writes, all threads, page mode' "$tmp/err" &&
+		grep -q '^# 20 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else
+		bad "--mode page counter: rc $rc, $n hits, $tids threads"; fi
+	# The values go 0 -> 1 ... 19 -> 20, each once.
+	vals=$(sed -E 's/ \(0x[0-9a-f]+\)//g' "$tmp/err" | grep -Eo 'counter: -?[0-9]+ -> -?[0-9]+' |
+		awk '{print $2 "->" $4}' | sort -n | tr '\n' ' ')
+	want=$(for i in $(seq 0 19); do echo "$i->$((i + 1))"; done | sort -n | tr '\n' ' ')
+	[[ $vals == "$want" ]] && ok || bad "--mode page values: $vals"
+
+	run --mode page --count 3 counter -- "$target" 7
+	n=$(count "$hit_w" "$tmp/err")
+	if [[ $rc -eq 7 && $n -eq 3 ]] && grep -q '^# --count 3 reached' "$tmp/err" &&
+		grep -qx "counter=20 env=$nenv" "$tmp/out"; then ok; else bad "--mode page --count 3: rc $rc, $n hits"; fi
+
+	run --mode page -t rw counter -- "$target" 3
+	n=$(count "$hit_w" "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "--mode page -t rw: rc $rc, $n hits"
+
+	run --mode page --stack -c 4 counter -- "$target" 3
+	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 4 ]] && ok || bad "--mode page --stack: rc $rc, $n frames in worker"
+
+	# 13 bytes, no -l: the symbol's size, which only page mode takes; nothing writes it.
+	run text -- "$target" 3
+	if [[ $rc -eq 3 ]] && grep -q '^# probekit watch: text, 13 byte(s) at .*page mode' "$tmp/err" &&
+		grep -q '^# 0 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else bad "text (13 bytes): rc $rc"; fi
+
+	# auto: a debug register where hits are delivered, page mode where not.
+	run -c 1 counter -- "$target" 3
+	if [[ $delivered -eq 0 ]]; then want='hardware'; else want='page mode'; fi
+	[[ $rc -eq 3 ]] && grep -q "^# probekit watch: counter, .*all threads, $want" "$tmp/err" && ok ||
+		bad "auto: rc $rc, want $want"
+}
+page_cases
+
 # Where hits are not delivered, every watch is refused before main() runs,
 # with the cause, never a "0 hit(s)" report; PROBEKIT_HWBP_UNDELIVERED=1
 # pretends so on a machine that delivers (the library's check arms its
@@ -268,9 +314,14 @@ refused() { # WHAT ARGS...
 		grep -q 'cannot watch .*: Operation not supported (this machine accepts hardware breakpoints but does not deliver them' "$tmp/err"
 	then ok; else bad "$what: rc $rc (want 125 and the cause)"; fi
 }
-PROBEKIT_HWBP_UNDELIVERED=1 refused "PROBEKIT_HWBP_UNDELIVERED=1" counter -- "$target" 3
+PROBEKIT_HWBP_UNDELIVERED=1 refused "PROBEKIT_HWBP_UNDELIVERED=1" --mode hw counter -- "$target" 3
 grep -q 'PROBEKIT_HWBP_UNDELIVERED is set' "$tmp/err" && ok || bad "the message names the switch"
 PROBEKIT_HWBP_UNDELIVERED=1 refused "PROBEKIT_HWBP_UNDELIVERED=1, -t x" -t x bump -- "$target" 3
+# ... and auto takes page mode instead, saying so.
+PROBEKIT_HWBP_UNDELIVERED=1 run -c 2 counter -- "$target" 3
+[[ $rc -eq 3 && $(count "$hit_w" "$tmp/err") -eq 2 ]] && grep -q 'all threads, page mode' "$tmp/err" && ok ||
+	bad "PROBEKIT_HWBP_UNDELIVERED=1, auto: rc $rc"
+
 # The switch reaches PROG's environment as the user gave it; "0" pretends nothing.
 PROBEKIT_HWBP_UNDELIVERED=0 run -c 1 counter -- "$target" 3
 if [[ $delivered -eq 0 ]]; then
@@ -278,12 +329,12 @@ if [[ $delivered -eq 0 ]]; then
 		bad "PROBEKIT_HWBP_UNDELIVERED=0: rc $rc"
 	hit_cases
 else
-	refused "not delivered here" counter -- "$target" 3
+	refused "not delivered here" --mode hw counter -- "$target" 3
 	echo "SKIP (the cases that need delivered hits): $(cat "$tmp/hw")"
 fi
 
 # perf_event_open denied by seccomp: the message names seccomp, not paranoid.
-timeout 30 "$secx" "$pk" watch counter -- "$target" 3 >"$tmp/out" 2>"$tmp/err"
+timeout 30 "$secx" "$pk" watch --mode hw counter -- "$target" 3 >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [[ $rc -eq 125 ]] && grep -q 'cannot watch counter at 0x[0-9a-f]*: Permission denied (this process runs under a seccomp filter' "$tmp/err"
 then ok; else bad "seccomp: rc $rc"; fi

@@ -283,6 +283,34 @@ static int decode_bytes(const uint8_t *p, ZydisDecodedInstruction *in, ZydisDeco
 	return ZYAN_SUCCESS(st) ? 0 : -EINVAL;
 }
 
+/* A near jmp or call through a 64-bit pointer in memory: emulated (pki_access_branch). */
+static bool indirect_branch(const ZydisDecodedInstruction *in, const ZydisDecodedOperand *ops)
+{
+	const ZydisDecodedOperand *op = &ops[0];
+
+	return (in->mnemonic == ZYDIS_MNEMONIC_JMP || in->mnemonic == ZYDIS_MNEMONIC_CALL) &&
+	       in->meta.branch_type == ZYDIS_BRANCH_TYPE_NEAR &&
+	       op->type == ZYDIS_OPERAND_TYPE_MEMORY && op->mem.type == ZYDIS_MEMOP_TYPE_MEM &&
+	       op->size == 64 && op->mem.segment != ZYDIS_REGISTER_FS &&
+	       op->mem.segment != ZYDIS_REGISTER_GS;
+}
+
+/* The pointer @ai's indirect branch reads: its one access. */
+static int decode_branch(const ucontext_t *uc, const ZydisDecodedInstruction *in,
+			 const ZydisDecodedOperand *ops, struct pki_access_insn *ai)
+{
+	uint64_t ea;
+
+	if (!effective_address(uc, in, &ops[0], ai->rip + in->length, &ea))
+		return -EOPNOTSUPP;
+	ai->branch = in->mnemonic == ZYDIS_MNEMONIC_CALL ? PKI_ACCESS_CALL : PKI_ACCESS_JMP;
+	ai->acc[0] = (struct pki_access){.addr = ea, .size = 8, .read = true};
+	ai->ea[0] = ea;
+	ai->opnd[0] = 0;
+	ai->nacc = 1;
+	return 0;
+}
+
 int pki_access_decode(const ucontext_t *uc, struct pki_access_insn *ai)
 {
 	ZydisDecodedInstruction in;
@@ -300,6 +328,8 @@ int pki_access_decode(const ucontext_t *uc, struct pki_access_insn *ai)
 	ai->rip = rip;
 	memcpy(ai->bytes, (const uint8_t *)rip, in.length);
 	next = rip + in.length;
+	if (indirect_branch(&in, ops))
+		return decode_branch(uc, &in, ops, ai);
 	if (refused(&in))
 		return -EOPNOTSUPP;
 	ai->string = is_string(&in);
@@ -513,7 +543,7 @@ int pki_access_begin(ucontext_t *uc, const struct pki_access_insn *ai, const int
 	uint64_t n = 1;
 	size_t len;
 
-	if (!ai->nacc || (uintptr_t)g[REG_RIP] != ai->rip)
+	if (!ai->nacc || ai->branch || (uintptr_t)g[REG_RIP] != ai->rip)
 		return -EINVAL;
 	for (unsigned i = 0; i < ai->nacc; i++)
 		if (delta[i] && lo[i] >= hi[i])
@@ -606,4 +636,23 @@ void pki_access_abort(ucontext_t *uc, const struct pki_access_undo *undo)
 
 	undo_regs(g, undo);
 	g[REG_RIP] = (greg_t)undo->rip;
+}
+
+int pki_access_branch(ucontext_t *uc, const struct pki_access_insn *ai, const void *ptr, bool shstk)
+{
+	greg_t *g = uc->uc_mcontext.gregs;
+	uint64_t target, ret = ai->rip + ai->len;
+
+	if ((uintptr_t)g[REG_RIP] != ai->rip || ai->branch == PKI_ACCESS_NOT_BRANCH)
+		return -EINVAL;
+	if (ai->branch == PKI_ACCESS_CALL) {
+		if (shstk)
+			return -EOPNOTSUPP; /* the shadow stack would miss the return address */
+		/* Below the red zone's top: the signal frame is under the red zone. */
+		memcpy((void *)(uintptr_t)(g[REG_RSP] - 8), &ret, sizeof(ret));
+		g[REG_RSP] -= 8;
+	}
+	memcpy(&target, ptr, sizeof(target));
+	g[REG_RIP] = (greg_t)target;
+	return 0;
 }

@@ -61,6 +61,7 @@ struct pki_access_insn {
 	uint8_t nacc; /* 0..2 accesses (lea, nop, prefetch: none) */
 	struct pki_access acc[2];
 	bool rep; /* a rep string instruction: %rcx iterations (rep_kind says which) */
+	uint8_t branch; /* enum pki_access_branch: an indirect jmp/call, emulated, not run */
 	/* private to access.c */
 	uint8_t rep_kind; /* enum pki_access_rep */
 	bool string;	  /* movs/stos/lods/scas/cmps: accesses through %rsi/%rdi */
@@ -70,11 +71,18 @@ struct pki_access_insn {
 	uint8_t bytes[PKI_ACCESS_INSN_MAX]; /* its bytes */
 };
 
+enum pki_access_branch {
+	PKI_ACCESS_NOT_BRANCH,
+	PKI_ACCESS_JMP,	 /* jmp *mem (a PLT's through its GOT slot) */
+	PKI_ACCESS_CALL, /* call *mem */
+};
+
 /*
  * Decode the instruction at @uc's RIP (read from memory, at most up to the end
  * of its own page unless it continues on the next) and its accesses with
  * @uc's registers.  0; -EINVAL if it does not decode; -EOPNOTSUPP if it cannot
- * be redirected: a branch, call or return of any kind, an implicit stack or
+ * be redirected: a branch, call or return of any kind (but an indirect jmp or
+ * call through memory: @ai->branch, for pki_access_branch()), an implicit stack or
  * other hidden memory access (push, pop, enter, leave, xlat, maskmovdqu), a
  * gather or scatter (VSIB), an MPX (MIB) operand, an %fs: or %gs: operand
  * (their bases are not in the context), the xsave/fxsave/fnsave/fnstenv
@@ -82,6 +90,18 @@ struct pki_access_insn {
  * instruction with a 0x67 prefix or ins/outs, two explicit memory operands.
  */
 int pki_access_decode(const ucontext_t *uc, struct pki_access_insn *ai);
+
+/*
+ * An indirect near jmp or call through memory (@ai->branch: its pointer is
+ * @ai->acc[0], 8 bytes read) is not run out of line: it is done here, on
+ * @uc, with the pointer read from @ptr (the alias of acc[0].addr).  A call
+ * pushes its return address on the thread's stack (below its stack pointer,
+ * in the red zone the kernel leaves above the signal frame); refused with
+ * -EOPNOTSUPP when @shstk (a shadow stack would miss it).  0, -EINVAL if
+ * @uc is not at @ai's instruction or @ai is no branch.  Async-signal-safe.
+ */
+int pki_access_branch(ucontext_t *uc, const struct pki_access_insn *ai, const void *ptr,
+		      bool shstk);
 
 /* What pki_access_begin() changed, for pki_access_end() and pki_access_abort(). */
 struct pki_access_undo {

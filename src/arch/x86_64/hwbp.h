@@ -64,6 +64,21 @@ static inline uintptr_t pki_uc_ip(const ucontext_t *uc)
 	return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
 }
 
+/* Make the interrupted context trap after its next instruction (EFLAGS.TF), or not. */
+static inline void pki_uc_set_step(ucontext_t *uc, bool on)
+{
+	if (on)
+		uc->uc_mcontext.gregs[REG_EFL] |= 0x100;
+	else
+		uc->uc_mcontext.gregs[REG_EFL] &= ~0x100LL;
+}
+
+/* Is @si the trap of a single step (pki_uc_set_step)? */
+static inline bool pki_si_single_step(const siginfo_t *si)
+{
+	return si->si_code == TRAP_TRACE;
+}
+
 /* Stack pointer (RSP) and frame pointer (RBP) of the interrupted context. */
 static inline uintptr_t pki_uc_sp(const ucontext_t *uc)
 {

@@ -2,10 +2,11 @@
 /*
  * A snapshot of this process's memory map (/proc/self/maps): address ranges
  * and their protection.  The patcher uses it to refuse addresses outside
- * executable mappings and to restore each range's own protection afterwards.
+ * executable mappings and to restore each range's own protection afterwards;
+ * page watchpoints, to check what a watched range lies in.
  */
-#ifndef PK_PATCH_MAPS_H
-#define PK_PATCH_MAPS_H
+#ifndef PK_BASE_MAPS_H
+#define PK_BASE_MAPS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,4 +48,4 @@ int pki_maps_query_name(int fd, unsigned long addr, char *buf, size_t len);
 /* The mapping containing @addr, or NULL. */
 const struct pki_map *pki_maps_find(const struct pki_maps *maps, unsigned long addr);
 
-#endif /* PK_PATCH_MAPS_H */
+#endif /* PK_BASE_MAPS_H */

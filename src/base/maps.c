@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "patch/maps.h"
+#include "base/maps.h"
 
 /* From linux/fs.h (6.11), which older installed headers lack. */
 struct pki_procmap_query {

@@ -1,0 +1,1134 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Page-protection watchpoints: the regions, their conversion to an alias
+ * (PW2) and back (PW3), the SIGSEGV client that runs a faulting access as a
+ * redirected step (PW4) or a windowed one (PW5), the SIGTRAP client that
+ * ends the step and reports, and the fork handlers (PW8).  The protocol and
+ * its argument are in doc/design/page-watch.md; the labels are its.
+ *
+ * What runs where:
+ *   pk_watch_* (normal context, watch.c's lock held)  everything named __*
+ *   SIGSEGV client (page_segv), SIGTRAP client (page_trap): atomics, futex,
+ *	memcpy, mprotect (windowed steps only), gettid: async-signal-safe.
+ *
+ * Region slots, their code slots and the `seen` pages are static and never
+ * freed: a handler may index them at any time.  What a region points to
+ * (its alias, its watches) is reached only between `inflight` up and down,
+ * and freed only after removal saw `inflight` at zero with the region
+ * unpublished (PW4, "Why a thread cannot be inside a freed region").
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <probekit/watch.h>
+
+#include "arch/arch.h"
+#include "base/futex.h"
+#include "base/log.h"
+#include "base/maps.h"
+#include "base/sigown.h"
+#include "watch/page.h"
+
+#define NR_REGIONS     64 /* page runs watched at once */
+#define REGION_WATCHES 16 /* watches sharing one run */
+#define CODE_SLOT      64 /* bytes of step code per region */
+#define NR_SEEN	       4096
+#define MAX_STEP_HITS  (2 * REGION_WATCHES)
+
+enum { R_FREE, R_CONVERTING, R_LIVE, R_REVERTING };
+
+struct pki_pwatch {
+	struct pk_watch *owner;
+	uintptr_t addr;
+	size_t len;
+	bool rw; /* reads too (PK_WATCH_RW), not only writes */
+	pk_watch_cb cb;
+	void *ctx;
+	struct pk_hitq *queue;
+	atomic_bool enabled;
+	atomic_ulong hits, self, windowed;
+	int reg;   /* its region, -1 once dead (fork child) */
+	bool dead; /* under the manager's lock */
+};
+
+/* A step in progress on a region (PW4): owned by the thread holding `lock`. */
+struct step {
+	bool windowed;
+	int other; /* the second region the instruction reaches, or -1 */
+	uintptr_t ip;
+	uintptr_t fault; /* si_addr */
+	struct pki_access_insn ai;
+	struct pki_access_undo undo;
+	uintptr_t lo[2]; /* program addresses the moved accesses start at */
+	int reg[2];	 /* region of access i, -1 if not moved */
+	sigset_t mask;	 /* the thread's mask at the fault */
+};
+
+struct region {
+	/* Read by handlers. */
+	_Atomic uintptr_t va, end; /* [va, end); va is published last, cleared first */
+	_Atomic uint32_t state;	   /* R_*, a futex word */
+	atomic_uint inflight;	   /* handlers between region_enter and region_leave */
+	_Atomic uint32_t lock;	   /* the step lock: 0 free, 1 held, 2 held with waiters */
+	uint8_t *alias;		   /* RW view of [va, end), written before publication */
+	uint8_t *before;	   /* bytes before the step, at the same offsets */
+	_Atomic(struct pki_pwatch *) w[REGION_WATCHES];
+	atomic_int prot_watch; /* PROT_NONE, or PROT_READ for writes only */
+	struct step step;      /* under `lock` */
+
+	/* Under the manager's lock. */
+	int nw;
+	int prot_orig;
+	unsigned long ino;
+	unsigned int dev_major, dev_minor;
+	uint8_t *snap; /* fork: the pages as they were, for the child */
+};
+
+static struct region regions[NR_REGIONS];
+
+/* Step code: one slot per region, written through `code_rw`, run at `code_rx`. */
+static uint8_t *code_rw;
+static _Atomic uintptr_t code_rx;
+
+/* Pages ever watched (page numbers), append-only: PW3's late faults. */
+static _Atomic uintptr_t seen[NR_SEEN];
+static atomic_uint nr_seen;
+
+/* The step this thread is in (region index), -1 if none. */
+static __thread int step_region __attribute__((tls_model("initial-exec"))) = -1;
+/* Depth of callbacks running on this thread: their accesses are `self`. */
+static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")));
+/* PW3: the last address retried with no region to explain its fault. */
+static __thread uintptr_t retried __attribute__((tls_model("initial-exec")));
+
+static bool clients_added;
+static bool shstk; /* the threads run with a shadow stack (no call is emulated) */
+
+static size_t page_size(void)
+{
+	static size_t ps;
+
+	if (!ps)
+		ps = (size_t)sysconf(_SC_PAGESIZE);
+	return ps;
+}
+
+/* ---- the step lock (a futex mutex; async-signal-safe) -------------------- */
+
+static void step_lock(struct region *r)
+{
+	uint32_t c = 0;
+
+	if (atomic_compare_exchange_strong(&r->lock, &c, 1))
+		return;
+	if (c != 2)
+		c = atomic_exchange(&r->lock, 2);
+	while (c) {
+		pki_futex_wait(&r->lock, 2, NULL);
+		c = atomic_exchange(&r->lock, 2);
+	}
+}
+
+static void step_unlock(struct region *r)
+{
+	if (atomic_exchange(&r->lock, 0) == 2)
+		pki_futex_wake(&r->lock, 1);
+}
+
+/* ---- finding a region from a handler ------------------------------------- */
+
+/*
+ * The region containing @a, counted in its `inflight` (H1 of watch.c's
+ * protocol: the increment, then the loads, all seq_cst), or -1.
+ */
+static int region_enter(uintptr_t a)
+{
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct region *r = &regions[i];
+
+		if (!atomic_load_explicit(&r->end, memory_order_relaxed))
+			continue;
+		atomic_fetch_add(&r->inflight, 1);
+		uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
+
+		if (va && va <= a && a < end)
+			return i;
+		atomic_fetch_sub(&r->inflight, 1);
+	}
+	return -1;
+}
+
+static void region_leave(int i)
+{
+	atomic_fetch_sub(&regions[i].inflight, 1);
+}
+
+static bool page_seen(uintptr_t a)
+{
+	uintptr_t pg = a / page_size();
+	unsigned int n = atomic_load(&nr_seen);
+
+	for (unsigned int i = 0; i < n && i < NR_SEEN; i++)
+		if (atomic_load_explicit(&seen[i], memory_order_relaxed) == pg)
+			return true;
+	return false;
+}
+
+/* Normal context, under the manager's lock. */
+static void __seen_add(uintptr_t lo, uintptr_t hi)
+{
+	for (uintptr_t a = lo; a < hi; a += page_size()) {
+		unsigned int n = atomic_load(&nr_seen);
+
+		if (page_seen(a) || n >= NR_SEEN)
+			continue;
+		atomic_store(&seen[n], a / page_size());
+		atomic_store(&nr_seen, n + 1);
+	}
+}
+
+/* ---- reporting ------------------------------------------------------------ */
+
+struct span {
+	uintptr_t lo, hi; /* program addresses the access touched */
+	bool read, write;
+	int reg;
+};
+
+/* The bytes access @i of the step touched (all its iterations for a string op). */
+static struct span step_span(const struct step *s, int i, unsigned long iters)
+{
+	const struct pki_access *a = &s->ai.acc[i];
+	uintptr_t n = (uintptr_t)a->size * (iters ? iters : 1);
+	struct span sp = {.read = a->read, .write = a->write, .reg = s->reg[i]};
+
+	if (a->dir < 0) {
+		sp.hi = s->lo[i] + a->size;
+		sp.lo = sp.hi - n;
+	} else {
+		sp.lo = s->lo[i];
+		sp.hi = sp.lo + n;
+	}
+	return sp;
+}
+
+/* The bytes of @sp in region @ri, before the step, into its `before` copy. */
+static void save_before(int ri, uintptr_t lo, uintptr_t hi)
+{
+	struct region *r = &regions[ri];
+	uintptr_t va = atomic_load_explicit(&r->va, memory_order_relaxed);
+	uintptr_t end = atomic_load_explicit(&r->end, memory_order_relaxed);
+
+	if (lo < va)
+		lo = va;
+	if (hi > end)
+		hi = end;
+	if (lo < hi)
+		memcpy(r->before + (lo - va), r->alias + (lo - va), hi - lo);
+}
+
+/* A hit of @pw for the bytes [lo, hi) of an access, if it touched its range. */
+static bool make_hit(struct pki_pwatch *pw, const struct region *r, uintptr_t lo, uintptr_t hi,
+		     unsigned int flags, struct pk_watch_hit *h)
+{
+	uintptr_t va = atomic_load_explicit(&r->va, memory_order_relaxed);
+	uintptr_t a = lo > pw->addr ? lo : pw->addr;
+	uintptr_t b = hi < pw->addr + pw->len ? hi : pw->addr + pw->len;
+	size_t n;
+
+	if (a >= b || !atomic_load_explicit(&pw->enabled, memory_order_relaxed))
+		return false;
+	if (!pw->rw && !(flags & PK_WATCH_HIT_WRITE))
+		return false;
+	memset(h, 0, sizeof(*h));
+	h->watch = pw->owner;
+	h->ctx = pw->ctx;
+	h->addr = a;
+	h->off = (uint32_t)(a - pw->addr);
+	h->len = (uint32_t)(b - a);
+	h->flags = flags | PK_WATCH_HIT_PAGE;
+	n = b - a < PK_WATCH_HIT_BYTES ? b - a : PK_WATCH_HIT_BYTES;
+	memcpy(h->before, r->before + (a - va), n);
+	memcpy(h->after, r->alias + (a - va), n);
+	return true;
+}
+
+/* The hits of one access span, appended to @hits. */
+static int span_hits(const struct span *sp, unsigned int extra, struct pk_watch_hit *hits, int nh,
+		     struct pki_pwatch **who)
+{
+	const struct region *r = &regions[sp->reg];
+	unsigned int flags = extra;
+
+	if (sp->read)
+		flags |= PK_WATCH_HIT_READ;
+	if (sp->write)
+		flags |= PK_WATCH_HIT_WRITE;
+	for (int k = 0; k < REGION_WATCHES && nh < MAX_STEP_HITS; k++) {
+		struct pki_pwatch *pw = atomic_load(&r->w[k]);
+
+		if (pw && make_hit(pw, r, sp->lo, sp->hi, flags, &hits[nh]))
+			who[nh++] = pw;
+	}
+	return nh;
+}
+
+/* A windowed step's hits: what changed in each watch of the region, else a read. */
+static int windowed_hits(const struct step *s, int ri, struct pk_watch_hit *hits,
+			 struct pki_pwatch **who)
+{
+	const struct region *r = &regions[ri];
+	uintptr_t va = atomic_load_explicit(&r->va, memory_order_relaxed);
+	int nh = 0;
+
+	for (int k = 0; k < REGION_WATCHES && nh < MAX_STEP_HITS; k++) {
+		struct pki_pwatch *pw = atomic_load(&r->w[k]);
+		struct span sp = {.reg = ri};
+		uintptr_t a, b;
+
+		if (!pw)
+			continue;
+		a = pw->addr > va ? pw->addr : va;
+		b = pw->addr + pw->len;
+		if (b > atomic_load_explicit(&r->end, memory_order_relaxed))
+			b = atomic_load_explicit(&r->end, memory_order_relaxed);
+		for (uintptr_t x = a; x < b; x++)
+			if (r->before[x - va] != r->alias[x - va]) {
+				if (!sp.lo)
+					sp.lo = x;
+				sp.hi = x + 1;
+			}
+		if (sp.lo) {
+			sp.write = true;
+		} else {
+			sp.lo = s->fault;
+			sp.hi = s->fault + 1;
+			sp.read = true;
+		}
+		nh = span_hits(&sp, PK_WATCH_HIT_WINDOWED, hits, nh, who);
+	}
+	return nh;
+}
+
+static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, pid_t tid,
+		    uintptr_t ip, ucontext_t *uc)
+{
+	for (int i = 0; i < nh; i++) {
+		struct pki_pwatch *pw = who[i];
+
+		hits[i].tid = tid;
+		hits[i].ip = ip;
+		if (hits[i].flags & PK_WATCH_HIT_WINDOWED)
+			atomic_fetch_add_explicit(&pw->windowed, 1, memory_order_relaxed);
+		if (cb_depth) {
+			atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
+			continue;
+		}
+		atomic_fetch_add_explicit(&pw->hits, 1, memory_order_relaxed);
+		cb_depth++;
+		if (pw->cb) {
+			hits[i].uc = uc;
+			pw->cb(&hits[i]);
+		}
+		if (pw->queue) {
+			hits[i].uc = NULL;
+			pk_hitq_push(pw->queue, &hits[i]);
+		}
+		cb_depth--;
+	}
+}
+
+/* ---- the SIGSEGV client: starting a step (PW4, PW5) ----------------------- */
+
+static uintptr_t slot_rx(int ri)
+{
+	return atomic_load_explicit(&code_rx, memory_order_relaxed) + (uintptr_t)ri * CODE_SLOT;
+}
+
+/* The region of access @a, entered, or -1: not in any (not moved). */
+static int access_region(const struct pki_access *a, int home)
+{
+	struct region *h = &regions[home];
+
+	if (a->addr >= atomic_load(&h->va) && a->addr < atomic_load(&h->end)) {
+		atomic_fetch_add(&h->inflight, 1);
+		return home;
+	}
+	return region_enter(a->addr);
+}
+
+/*
+ * Lock @home and the other region the instruction reaches, in index order
+ * (no two threads wait for each other), and check both are still LIVE.
+ */
+static bool lock_regions(int home, int other)
+{
+	int first = other >= 0 && other < home ? other : home;
+	int second = first == home ? other : home;
+
+	step_lock(&regions[first]);
+	if (second >= 0)
+		step_lock(&regions[second]);
+	if (atomic_load(&regions[home].state) == R_LIVE &&
+	    (other < 0 || atomic_load(&regions[other].state) == R_LIVE))
+		return true;
+	if (second >= 0)
+		step_unlock(&regions[second]);
+	step_unlock(&regions[first]);
+	return false;
+}
+
+/* Decide, for each access, whether it is moved into an alias and within which bounds. */
+static int plan_redirect(struct step *s, int home, intptr_t delta[2], uintptr_t lo[2],
+			 uintptr_t hi[2])
+{
+	s->other = -1;
+	for (int i = 0; i < s->ai.nacc; i++) {
+		const struct pki_access *a = &s->ai.acc[i];
+		int ri = access_region(a, home);
+
+		s->reg[i] = ri;
+		s->lo[i] = a->addr;
+		if (ri < 0) {
+			/* Not moved: it must stay out of every region, so within its page. */
+			delta[i] = 0;
+			lo[i] = a->addr & ~(uintptr_t)(page_size() - 1);
+			hi[i] = lo[i] + page_size();
+			continue;
+		}
+		if (ri != home) {
+			if (s->other >= 0 && s->other != ri) {
+				region_leave(ri);
+				s->reg[i] = -1;
+				return -EOPNOTSUPP;
+			}
+			s->other = ri;
+		}
+		struct region *r = &regions[ri];
+		uintptr_t va = atomic_load(&r->va);
+
+		delta[i] = (intptr_t)((uintptr_t)r->alias - va);
+		lo[i] = (uintptr_t)r->alias;
+		hi[i] = (uintptr_t)r->alias + (atomic_load(&r->end) - va);
+	}
+	return 0;
+}
+
+static void leave_access_regions(const struct step *s)
+{
+	for (int i = 0; i < s->ai.nacc; i++)
+		if (s->reg[i] >= 0)
+			region_leave(s->reg[i]);
+}
+
+/* Block every signal but the synchronous ones until the step ends. */
+static void step_mask(ucontext_t *uc, struct step *s)
+{
+	static const int sync[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
+
+	s->mask = uc->uc_sigmask;
+	sigfillset(&uc->uc_sigmask);
+	for (size_t i = 0; i < sizeof(sync) / sizeof(sync[0]); i++)
+		sigdelset(&uc->uc_sigmask, sync[i]);
+}
+
+/* PW5: the region open for one single-stepped instruction. */
+static void begin_windowed(ucontext_t *uc, int home, struct step *s)
+{
+	struct region *r = &regions[home];
+	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
+
+	s->windowed = true;
+	memcpy(r->before, r->alias, end - va);
+	mprotect((void *)va, end - va, PROT_READ | PROT_WRITE);
+	pki_uc_set_step(uc, true);
+}
+
+/*
+ * An indirect jmp or call through a pointer on a watched page (a PLT's jump
+ * through its GOT slot, on the page of a program's globals): done in the
+ * handler (pki_access_branch), reported as a read of the pointer, and no
+ * step.  False when it cannot be (the pointer crosses the region's edge, a
+ * shadow stack): the caller runs it windowed.  Ends the step begun.
+ */
+static bool emulate_branch(ucontext_t *uc, int home, struct step *s)
+{
+	struct region *r = &regions[home];
+	const struct pki_access *a = &s->ai.acc[0];
+	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end), ip = s->ip;
+	struct pk_watch_hit hits[MAX_STEP_HITS];
+	struct pki_pwatch *who[MAX_STEP_HITS];
+	struct span sp = {.lo = a->addr, .hi = a->addr + a->size, .read = true, .reg = home};
+	int nh;
+
+	if (a->addr < va || a->addr + a->size > end)
+		return false;
+	save_before(home, sp.lo, sp.hi);
+	if (pki_access_branch(uc, &s->ai, r->alias + (a->addr - va), shstk))
+		return false;
+	nh = span_hits(&sp, 0, hits, 0, who);
+	step_unlock(r);
+	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
+	region_leave(home);
+	return true;
+}
+
+static bool fault(ucontext_t *uc, uintptr_t a)
+{
+	int home = region_enter(a);
+	struct region *r;
+	struct step *s;
+	intptr_t delta[2] = {0, 0};
+	uintptr_t lo[2] = {0, 0}, hi[2] = {0, 0};
+	uint32_t st;
+	int err;
+
+	if (home < 0) {
+		/* PW3: a fault from before a removal retries once. */
+		if (!page_seen(a) || retried == a)
+			return false;
+		retried = a;
+		return true;
+	}
+	r = &regions[home];
+	st = atomic_load(&r->state);
+	if (st != R_LIVE || !lock_regions(home, -1)) {
+		region_leave(home);
+		if (st != R_LIVE)
+			pki_futex_wait(&r->state, st, NULL);
+		return true; /* again, once the region settled */
+	}
+	retried = 0;
+	s = &r->step;
+	s->windowed = false;
+	s->other = -1;
+	s->ip = pki_uc_ip(uc);
+	s->fault = a;
+	s->ai.nacc = 0;
+	err = pki_access_decode(uc, &s->ai);
+	if (!err && s->ai.branch) {
+		if (emulate_branch(uc, home, s))
+			return true;
+		err = -EOPNOTSUPP;
+		s->ai.nacc = 0;
+	}
+	if (!err) {
+		err = plan_redirect(s, home, delta, lo, hi);
+		if (!err && s->other >= 0) {
+			/* Both regions, in index order: let go of home and take them again. */
+			step_unlock(r);
+			if (!lock_regions(home, s->other)) {
+				leave_access_regions(s);
+				region_leave(home);
+				return true;
+			}
+		}
+	}
+	if (!err) {
+		for (int i = 0; i < s->ai.nacc; i++)
+			if (s->reg[i] >= 0) {
+				/* A string op may touch its whole region; others, their operand. */
+				const struct pki_access *ac = &s->ai.acc[i];
+
+				if (s->ai.rep)
+					save_before(s->reg[i], lo[i] - (uintptr_t)delta[i],
+						    hi[i] - (uintptr_t)delta[i]);
+				else
+					save_before(s->reg[i], ac->addr, ac->addr + ac->size);
+			}
+		err = pki_access_begin(uc, &s->ai, delta, lo, hi,
+				       code_rw + (size_t)home * CODE_SLOT, slot_rx(home), &s->undo);
+	}
+	if (err) {
+		if (s->other >= 0)
+			step_unlock(&regions[s->other]);
+		leave_access_regions(s);
+		s->ai.nacc = 0;
+		s->other = -1;
+		begin_windowed(uc, home, s);
+	}
+	step_mask(uc, s);
+	step_region = home;
+	return true; /* home stays entered and locked until the step ends */
+}
+
+/* The copy or the windowed instruction faulted for real: undo, pass the fault on. */
+static bool step_abort(ucontext_t *uc)
+{
+	int home = step_region;
+	struct region *r = &regions[home];
+	struct step *s = &r->step;
+
+	step_region = -1;
+	if (s->windowed) {
+		pki_uc_set_step(uc, false);
+		mprotect((void *)atomic_load(&r->va), atomic_load(&r->end) - atomic_load(&r->va),
+			 atomic_load(&r->prot_watch));
+	} else {
+		pki_access_abort(uc, &s->undo);
+		leave_access_regions(s);
+		if (s->other >= 0)
+			step_unlock(&regions[s->other]);
+	}
+	uc->uc_sigmask = s->mask;
+	step_unlock(r);
+	region_leave(home);
+	return false;
+}
+
+static bool page_segv(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+	int saved = errno;
+	bool mine;
+
+	(void)sig;
+	if (step_region >= 0)
+		return step_abort(uc);
+	if (si->si_code != SEGV_ACCERR)
+		return false;
+	mine = fault(uc, (uintptr_t)si->si_addr);
+	errno = saved;
+	return mine;
+}
+
+/* ---- the SIGTRAP client: ending a step ------------------------------------ */
+
+static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct pki_pwatch **who)
+{
+	struct region *r = &regions[home];
+	struct step *s = &r->step;
+	int nh = 0;
+
+	if (s->windowed) {
+		pki_uc_set_step(uc, false);
+		mprotect((void *)atomic_load(&r->va), atomic_load(&r->end) - atomic_load(&r->va),
+			 atomic_load(&r->prot_watch));
+		nh = windowed_hits(s, home, hits, who);
+	} else {
+		unsigned long iters = s->ai.rep ? (unsigned long)s->undo.iters : 1;
+
+		pki_access_end(uc, &s->undo);
+
+		for (int i = 0; i < s->ai.nacc; i++)
+			if (s->reg[i] >= 0) {
+				struct span sp = step_span(s, i, iters);
+
+				nh = span_hits(&sp, 0, hits, nh, who);
+			}
+	}
+	uc->uc_sigmask = s->mask;
+	return nh;
+}
+
+static bool page_trap(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+	struct pk_watch_hit hits[MAX_STEP_HITS];
+	struct pki_pwatch *who[MAX_STEP_HITS];
+	int home = step_region, saved = errno, nh;
+	struct step *s;
+	uintptr_t ip;
+
+	(void)sig;
+	if (home < 0)
+		return false;
+	s = &regions[home].step;
+	if (s->windowed ? !pki_si_single_step(si) : !pki_access_at_end(uc, &s->undo))
+		return false;
+	step_region = -1;
+	ip = s->ip;
+	nh = end_step(uc, home, hits, who);
+	/*
+	 * The step's record is the next step's once unlocked: what is left
+	 * to do with it is copied out.  Unlocked before the callbacks (one may
+	 * touch the region: nested, `self`); left after them (the watches
+	 * they run for stay until every region they are in is left).
+	 */
+	int other = s->other, reg[2] = {-1, -1};
+
+	for (int i = 0; i < s->ai.nacc; i++)
+		reg[i] = s->reg[i];
+	if (other >= 0)
+		step_unlock(&regions[other]);
+	step_unlock(&regions[home]);
+	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
+	for (int i = 0; i < 2; i++)
+		if (reg[i] >= 0)
+			region_leave(reg[i]);
+	region_leave(home);
+	errno = saved;
+	return true;
+}
+
+/* ---- making and unmaking regions (normal context, the manager's lock) ----- */
+
+/* The step code area: a memfd mapped twice, RW for us and RX to run. */
+static int __code_init(void)
+{
+	size_t len = (size_t)NR_REGIONS * CODE_SLOT;
+	void *rw, *rx;
+	int fd;
+
+	if (code_rw)
+		return 0;
+	fd = memfd_create("probekit-step", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len)) {
+		close(fd);
+		return -errno;
+	}
+	rw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	rx = mmap(NULL, len, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
+	close(fd);
+	if (rw == MAP_FAILED || rx == MAP_FAILED) {
+		if (rw != MAP_FAILED)
+			munmap(rw, len);
+		if (rx != MAP_FAILED)
+			munmap(rx, len);
+		return -ENOMEM;
+	}
+	code_rw = rw;
+	atomic_store(&code_rx, (uintptr_t)rx);
+	return 0;
+}
+
+static int __clients_add(void)
+{
+	int err;
+
+	if (clients_added)
+		return 0;
+	err = pki_sigown_client_add(SIGSEGV, PKI_SIGSEGV_PAGEWATCH, page_segv, 0);
+	if (!err)
+		err = pki_sigown_client_add(SIGTRAP, PKI_SIGTRAP_PAGESTEP, page_trap, 0);
+	if (err) {
+		pki_warn("watch: cannot install the signal handlers of page mode: %s\n",
+			 pki_errstr(err));
+		return err;
+	}
+	shstk = pki_arch_shstk();
+	clients_added = true;
+	return 0;
+}
+
+/* Is @lo in the stack the calling thread runs on, or the main thread's? */
+static bool on_a_stack(const struct pki_maps *m, uintptr_t lo)
+{
+	extern void *__libc_stack_end; /* the loader's: the main thread's stack */
+	int here;
+	const struct pki_map *mine = pki_maps_find(m, (unsigned long)(uintptr_t)&here);
+	const struct pki_map *main_stack =
+	    pki_maps_find(m, (unsigned long)(uintptr_t)__libc_stack_end);
+	const struct pki_map *at = pki_maps_find(m, lo);
+
+	return at && (at == mine || at == main_stack);
+}
+
+/* PW1: what [lo, hi) (pages) lies in, refused with the reason said. */
+static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t hi)
+{
+	struct pki_maps m = {0};
+	const struct pki_map *at;
+	const char *why = NULL;
+	int err = pki_maps_read(&m);
+
+	if (err) {
+		pki_warn("watch %p: cannot read /proc/self/maps: %s\n", addr, pki_errstr(err));
+		return err;
+	}
+	at = pki_maps_find(&m, lo);
+	if (!at)
+		why = "nothing is mapped there";
+	else if (at->end < hi)
+		why = "the range spans two mappings";
+	else if (at->shared)
+		why = "a shared mapping (another process may write it unseen)";
+	else if (at->prot & PROT_EXEC)
+		why = "an executable mapping";
+	else if ((at->prot & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE))
+		why = "not a readable and writable mapping";
+	else if (on_a_stack(&m, lo))
+		why = "a thread's stack (the kernel writes signal frames there)";
+	pki_maps_free(&m);
+	if (!why)
+		return 0;
+	pki_warn("watch %p/%zu: page mode cannot watch it: %s: %s\n", addr, len, why,
+		 pki_errstr(EINVAL));
+	return -EINVAL;
+}
+
+static int __region_free_slot(void)
+{
+	for (int i = 0; i < NR_REGIONS; i++)
+		if (!atomic_load(&regions[i].end) && atomic_load(&regions[i].state) == R_FREE &&
+		    !atomic_load(&regions[i].inflight))
+			return i;
+	return -1;
+}
+
+/* The region of exactly... or containing [lo, hi); -EBUSY on a partial overlap. */
+static int __region_find(uintptr_t lo, uintptr_t hi, int *out)
+{
+	*out = -1;
+	for (int i = 0; i < NR_REGIONS; i++) {
+		uintptr_t va = atomic_load(&regions[i].va), end = atomic_load(&regions[i].end);
+
+		if (!va || hi <= va || lo >= end)
+			continue;
+		if (lo < va || hi > end)
+			return -EBUSY;
+		*out = i;
+	}
+	return 0;
+}
+
+/* PW2 step 3: the memfd filled from the pages, mapped as alias and over them. */
+static int __region_alias(struct region *r, uintptr_t lo, size_t n, int prot)
+{
+	struct stat st;
+	void *alias;
+	int fd = memfd_create("probekit-watch", MFD_CLOEXEC), err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)n) || fstat(fd, &st)) {
+		err = -errno;
+		goto out;
+	}
+	alias = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (alias == MAP_FAILED) {
+		err = -errno;
+		goto out;
+	}
+	memcpy(alias, (void *)lo, n);
+	if (mmap((void *)lo, n, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+		err = -errno;
+		munmap(alias, n);
+		goto out;
+	}
+	r->alias = alias;
+	r->ino = (unsigned long)st.st_ino;
+	r->dev_major = major(st.st_dev);
+	r->dev_minor = minor(st.st_dev);
+out:
+	close(fd);
+	return err;
+}
+
+/* PW2: a new region for the pages [lo, hi). */
+static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
+{
+	int i = __region_free_slot(), err;
+	struct region *r;
+	size_t n = hi - lo;
+
+	if (i < 0) {
+		pki_warn("watch: page mode watches at most %d page runs at once: %s\n", NR_REGIONS,
+			 pki_errstr(ENOSPC));
+		return -ENOSPC;
+	}
+	r = &regions[i];
+	r->before = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->before == MAP_FAILED) {
+		r->before = NULL;
+		return -ENOMEM;
+	}
+	r->prot_orig = PROT_READ | PROT_WRITE;
+	atomic_store(&r->prot_watch, prot);
+	atomic_store(&r->state, R_CONVERTING);
+	atomic_store(&r->end, hi);
+	atomic_store(&r->va, lo); /* 1: published, faults wait */
+	__seen_add(lo, hi);
+	err = mprotect((void *)lo, n, PROT_READ) ? -errno : 0; /* 2 */
+	if (!err)
+		err = __region_alias(r, lo, n, prot); /* 3 */
+	if (err) {
+		mprotect((void *)lo, n, r->prot_orig);
+		atomic_store(&r->va, 0);
+		atomic_store(&r->end, 0);
+		while (atomic_load(&r->inflight))
+			sched_yield();
+		munmap(r->before, n);
+		r->before = NULL;
+		atomic_store(&r->state, R_FREE);
+		pki_futex_wake(&r->state, INT_MAX);
+		pki_warn("watch %#lx: cannot make the watched pages an alias: %s\n",
+			 (unsigned long)lo, pki_errstr(err));
+		return err;
+	}
+	atomic_store(&r->state, R_LIVE); /* 4 */
+	pki_futex_wake(&r->state, INT_MAX);
+	*out = i;
+	return 0;
+}
+
+/* PW3: is our memfd still what is mapped at the region, and with what protection? */
+static bool __region_still_ours(const struct region *r, uintptr_t va, int *prot)
+{
+	struct pki_maps m = {0};
+	const struct pki_map *at;
+	bool ours = false;
+
+	if (pki_maps_read(&m))
+		return false;
+	at = pki_maps_find(&m, va);
+	if (at && at->ino == r->ino && at->dev_major == r->dev_major &&
+	    at->dev_minor == r->dev_minor && at->shared) {
+		ours = true;
+		*prot = at->prot;
+	}
+	pki_maps_free(&m);
+	return ours;
+}
+
+/* PW3: the pages private again with what the alias holds, at the program's protection. */
+static void __region_unmake(int i)
+{
+	struct region *r = &regions[i];
+	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
+	size_t n = end - va;
+	int prot = r->prot_orig;
+
+	atomic_store(&r->state, R_REVERTING);
+	step_lock(r); /* no step running on it */
+	if (__region_still_ours(r, va, &prot)) {
+		void *tmp =
+		    mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (prot == atomic_load(&r->prot_watch))
+			prot = r->prot_orig; /* ours: the program's own goes back */
+		if (tmp != MAP_FAILED) {
+			memcpy(tmp, r->alias, n);
+			if (mremap(tmp, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)va) ==
+			    MAP_FAILED)
+				munmap(tmp, n);
+			else if (prot != (PROT_READ | PROT_WRITE))
+				mprotect((void *)va, n, prot);
+		} else {
+			pki_warn("watch %#lx: no memory to give the pages back: left in a memfd: "
+				 "%s\n",
+				 (unsigned long)va, pki_errstr(ENOMEM));
+			mprotect((void *)va, n, prot);
+		}
+	}
+	step_unlock(r);
+	atomic_store(&r->va, 0); /* R1: no new handler finds it */
+	atomic_store(&r->end, 0);
+	while (atomic_load(&r->inflight)) /* R3 */
+		sched_yield();
+	munmap(r->alias, n);
+	munmap(r->before, n);
+	r->alias = r->before = NULL;
+	r->nw = 0;
+	atomic_store(&r->state, R_FREE);
+	pki_futex_wake(&r->state, INT_MAX);
+}
+
+static int __region_join(int i, struct pki_pwatch *pw, int prot)
+{
+	struct region *r = &regions[i];
+
+	if (r->nw >= REGION_WATCHES) {
+		pki_warn("watch %#lx: at most %d page-mode watches share pages: %s\n",
+			 (unsigned long)pw->addr, REGION_WATCHES, pki_errstr(ENOSPC));
+		return -ENOSPC;
+	}
+	if (prot == PROT_NONE && atomic_load(&r->prot_watch) != PROT_NONE) {
+		uintptr_t va = atomic_load(&r->va);
+
+		if (mprotect((void *)va, atomic_load(&r->end) - va, PROT_NONE))
+			return -errno;
+		atomic_store(&r->prot_watch, PROT_NONE);
+	}
+	for (int k = 0; k < REGION_WATCHES; k++)
+		if (!atomic_load(&r->w[k])) {
+			atomic_store(&r->w[k], pw);
+			break;
+		}
+	r->nw++;
+	pw->reg = i;
+	return 0;
+}
+
+int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk_watch_type type,
+		   const struct pk_watch_opts *o, struct pki_pwatch **out)
+{
+	uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)(page_size() - 1);
+	uintptr_t hi = ((uintptr_t)addr + len + page_size() - 1) & ~(uintptr_t)(page_size() - 1);
+	int prot = type == PK_WATCH_W ? PROT_READ : PROT_NONE, ri, err;
+	struct pki_pwatch *pw;
+
+	if (type != PK_WATCH_W && type != PK_WATCH_RW) {
+		pki_warn("watch %p: page mode watches reads and writes, not execution: %s\n", addr,
+			 pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	if (o->tid) {
+		pki_warn("watch %p: page mode watches every thread; a single thread (%d) needs "
+			 "a hardware watchpoint: %s\n",
+			 addr, (int)o->tid, pki_errstr(ENOTSUP));
+		return -ENOTSUP;
+	}
+	err = __region_find(lo, hi, &ri);
+	if (err) {
+		pki_warn("watch %p/%zu: its pages overlap those of another page-mode watch in "
+			 "part: %s\n",
+			 addr, len, pki_errstr(EBUSY));
+		return err;
+	}
+	if (ri < 0 && (err = __check_mapping(addr, len, lo, hi)))
+		return err;
+	if ((err = __code_init()) || (err = __clients_add()))
+		return err;
+	pw = calloc(1, sizeof(*pw));
+	if (!pw)
+		return -ENOMEM;
+	*pw = (struct pki_pwatch){
+	    .owner = owner,
+	    .addr = (uintptr_t)addr,
+	    .len = len,
+	    .rw = type == PK_WATCH_RW,
+	    .cb = o->callback,
+	    .ctx = o->ctx,
+	    .queue = o->queue,
+	    .enabled = !o->disabled,
+	    .reg = -1,
+	};
+	if (ri < 0 && (err = __region_make(lo, hi, prot, &ri)) == 0 &&
+	    (err = __region_join(ri, pw, prot)))
+		__region_unmake(ri);
+	else if (!err && pw->reg < 0)
+		err = __region_join(ri, pw, prot);
+	if (err) {
+		free(pw);
+		return err;
+	}
+	*out = pw;
+	return 0;
+}
+
+void __pki_page_remove(struct pki_pwatch *pw)
+{
+	struct region *r;
+
+	if (pw->dead || pw->reg < 0) {
+		free(pw);
+		return;
+	}
+	r = &regions[pw->reg];
+	for (int k = 0; k < REGION_WATCHES; k++)
+		if (atomic_load(&r->w[k]) == pw)
+			atomic_store(&r->w[k], NULL);
+	if (--r->nw == 0) {
+		__region_unmake(pw->reg);
+	} else {
+		/* R3 for this watch alone: no handler still holds it. */
+		while (atomic_load(&r->inflight))
+			sched_yield();
+	}
+	free(pw);
+}
+
+void __pki_page_enable(struct pki_pwatch *pw, bool on)
+{
+	atomic_store(&pw->enabled, on);
+}
+
+unsigned long pki_page_hits(const struct pki_pwatch *pw)
+{
+	return atomic_load_explicit(&((struct pki_pwatch *)pw)->hits, memory_order_relaxed);
+}
+
+void __pki_page_stats(const struct pki_pwatch *pw, struct pk_watch_stats *st)
+{
+	struct pki_pwatch *p = (struct pki_pwatch *)pw;
+
+	st->hits = atomic_load(&p->hits);
+	st->self = atomic_load(&p->self);
+	st->windowed = atomic_load(&p->windowed);
+	st->counted = st->hits + st->self;
+	st->late = st->unseen = 0;
+}
+
+/* ---- fork (PW8) ------------------------------------------------------------ */
+
+void __pki_page_fork_prepare(void)
+{
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct region *r = &regions[i];
+		uintptr_t va = atomic_load(&r->va);
+		size_t n = atomic_load(&r->end) - va;
+
+		r->snap = NULL;
+		if (!va || atomic_load(&r->state) != R_LIVE)
+			continue;
+		step_lock(r);
+		r->snap = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (r->snap == MAP_FAILED)
+			r->snap = NULL;
+		else
+			memcpy(r->snap, r->alias, n);
+	}
+}
+
+void __pki_page_fork_parent(void)
+{
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct region *r = &regions[i];
+		uintptr_t va = atomic_load(&r->va);
+
+		if (!va || atomic_load(&r->state) != R_LIVE)
+			continue;
+		if (r->snap)
+			munmap(r->snap, atomic_load(&r->end) - va);
+		r->snap = NULL;
+		step_unlock(r);
+	}
+}
+
+/* The child's only thread: its own private pages back, no watch (PW8). */
+void __pki_page_fork_child(void)
+{
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct region *r = &regions[i];
+		uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
+
+		if (!va)
+			continue;
+		if (r->snap &&
+		    mremap(r->snap, end - va, end - va, MREMAP_MAYMOVE | MREMAP_FIXED,
+			   (void *)va) != MAP_FAILED &&
+		    r->prot_orig != (PROT_READ | PROT_WRITE))
+			mprotect((void *)va, end - va, r->prot_orig);
+		for (int k = 0; k < REGION_WATCHES; k++) {
+			struct pki_pwatch *pw = atomic_load(&r->w[k]);
+
+			if (pw)
+				pw->dead = true;
+			atomic_store(&r->w[k], NULL);
+		}
+		munmap(r->alias, end - va);
+		munmap(r->before, end - va);
+		r->alias = r->before = r->snap = NULL;
+		r->nw = 0;
+		atomic_store(&r->va, 0);
+		atomic_store(&r->end, 0);
+		atomic_store(&r->inflight, 0);
+		atomic_store(&r->lock, 0);
+		atomic_store(&r->state, R_FREE);
+	}
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Page-protection watchpoints (page.c; doc/design/page-watch.md): what the
+ * watchpoint manager (watch.c) calls for a watchpoint in page mode.  Every
+ * function but the handlers runs under the manager's lock.
+ */
+#ifndef PK_WATCH_PAGE_H
+#define PK_WATCH_PAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <probekit/watch.h>
+
+struct pki_pwatch;
+
+/*
+ * Watch @len bytes at @addr for @type (W or RW) by page protection, for
+ * @owner (reported as hit.watch).  0 with *@out set, or -errno with the
+ * reason said (pki_warn): EINVAL (PW1: not a private writable mapping, a
+ * stack, spans mappings), EBUSY (overlaps another region in part), ENOSPC
+ * (no region slot left), ENOMEM, or an errno of memfd_create/mmap/mprotect.
+ * Nothing is changed when it fails.
+ */
+int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk_watch_type type,
+		   const struct pk_watch_opts *o, struct pki_pwatch **out);
+
+/* Stop reporting, give the pages back if it was their last watch (PW3), free. */
+void __pki_page_remove(struct pki_pwatch *pw);
+
+/* Reporting on or off (the pages stay protected). */
+void __pki_page_enable(struct pki_pwatch *pw, bool on);
+
+unsigned long pki_page_hits(const struct pki_pwatch *pw);
+void __pki_page_stats(const struct pki_pwatch *pw, struct pk_watch_stats *st);
+
+/* Fork handlers (PW8), called from watch.c's own, in this order. */
+void __pki_page_fork_prepare(void);
+void __pki_page_fork_parent(void);
+void __pki_page_fork_child(void);
+
+#endif /* PK_WATCH_PAGE_H */

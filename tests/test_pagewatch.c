@@ -1,0 +1,476 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Page-mode watchpoints (doc/design/page-watch.md) against the program's
+ * own counts: threads that write, read and read-modify-write a watched
+ * struct, its neighbours on the same page and a range that straddles two
+ * pages; values before and after; write-only watches; string instructions;
+ * what removal gives back; fork; the refusals of PW1; a genuine fault of
+ * the program next to a watched page.  Nothing here needs the hardware:
+ * these run on every machine.  Each test runs in its own process (Check
+ * fork mode).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <probekit/watch.h>
+
+#include "harness.h"
+
+#define PAGE 4096
+
+static char last_msg[1024];
+static int capture(enum pk_print_level level, const char *fmt, va_list ap)
+{
+	(void)level;
+	return vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+}
+
+/* The first 8 bytes of a hit's value (the arrays are bytes: no alignment). */
+static uint64_t u64(const uint8_t *b)
+{
+	uint64_t v;
+
+	memcpy(&v, b, sizeof(v));
+	return v;
+}
+
+static struct pk_watch *page_watch(void *addr, size_t len, enum pk_watch_type type, pk_watch_cb cb,
+				   void *ctx)
+{
+	struct pk_watch_opts o = {
+	    .sz = sizeof(o), .callback = cb, .ctx = ctx, .mode = PK_WATCH_MODE_PAGE};
+	struct pk_watch *w = pk_watch_add(addr, len, type, &o);
+
+	ck_assert_msg(w, "pk_watch_add(%p, %zu): %s: %s", addr, len, strerror(errno), last_msg);
+	ck_assert_int_eq(pk_watch_mode_of(w), PK_WATCH_MODE_PAGE);
+	return w;
+}
+
+static char *map_pages(int n)
+{
+	char *p = mmap(NULL, (size_t)n * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	return p;
+}
+
+/* One instruction each, so that the program's count is the instruction count. */
+static inline void store8(void *p, uint64_t v)
+{
+	__asm__ volatile("movq %1, (%0)" ::"r"(p), "r"(v) : "memory");
+}
+
+static inline uint64_t load8(const void *p)
+{
+	uint64_t v;
+
+	__asm__ volatile("movq (%1), %0" : "=r"(v) : "r"(p) : "memory");
+	return v;
+}
+
+static inline void add8(void *p, uint64_t v)
+{
+	__asm__ volatile("lock addq %1, (%0)" ::"r"(p), "r"(v) : "memory", "cc");
+}
+
+/* ---- a recorder of hits ---------------------------------------------------- */
+
+#define MAX_REC 256
+struct rec {
+	atomic_long n, reads, writes, rmw, bad;
+	struct pk_watch_hit last[MAX_REC];
+};
+
+static void rec_cb(const struct pk_watch_hit *h)
+{
+	struct rec *r = h->ctx;
+	long i = atomic_fetch_add(&r->n, 1);
+	unsigned int rw = h->flags & (PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE);
+
+	if (i < MAX_REC)
+		r->last[i] = *h;
+	if (rw == PK_WATCH_HIT_READ)
+		atomic_fetch_add(&r->reads, 1);
+	else if (rw == PK_WATCH_HIT_WRITE)
+		atomic_fetch_add(&r->writes, 1);
+	else if (rw)
+		atomic_fetch_add(&r->rmw, 1);
+	if (!(h->flags & PK_WATCH_HIT_PAGE) || h->tid != gettid() || !h->uc || !h->len)
+		atomic_fetch_add(&r->bad, 1);
+}
+
+/* ---- single thread: values, flags, addresses ------------------------------ */
+
+START_TEST(values_and_flags)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	uint64_t *field = (uint64_t *)(p + 1024 + 8);
+	struct pk_watch *w;
+
+	store8(field, 5);
+	w = page_watch(p + 1024, 24, PK_WATCH_RW, rec_cb, r);
+	store8(field, 7);		    /* write 5 -> 7 */
+	ck_assert_uint_eq(load8(field), 7); /* read 7 */
+	add8(field, 3);			    /* read-modify-write 7 -> 10 */
+	store8(p + 64, 1);		    /* a neighbour: not reported */
+	ck_assert_uint_eq(load8(p + 64), 1);
+	ck_assert_int_eq(atomic_load(&r->n), 3);
+	ck_assert_int_eq(atomic_load(&r->bad), 0);
+
+	ck_assert_uint_eq(r->last[0].flags & (PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE),
+			  PK_WATCH_HIT_WRITE);
+	ck_assert_uint_eq(r->last[0].off, 8);
+	ck_assert_uint_eq(r->last[0].len, 8);
+	ck_assert_uint_eq(r->last[0].addr, (uintptr_t)field);
+	ck_assert_uint_eq(u64(r->last[0].before), 5);
+	ck_assert_uint_eq(u64(r->last[0].after), 7);
+	ck_assert_uint_eq(r->last[1].flags & (PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE),
+			  PK_WATCH_HIT_READ);
+	ck_assert_uint_eq(u64(r->last[1].after), 7);
+	ck_assert_uint_eq(r->last[2].flags & (PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE),
+			  PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE);
+	ck_assert_uint_eq(u64(r->last[2].before), 7);
+	ck_assert_uint_eq(u64(r->last[2].after), 10);
+	/* the accessing instruction itself, in this function's code */
+	ck_assert_uint_ne(r->last[0].ip, 0);
+	ck_assert_uint_ne(r->last[0].ip, r->last[1].ip);
+	ck_assert_int_eq((int)pk_watch_hits(w), 3);
+
+	pk_watch_remove(w);
+	store8(field, 11);
+	ck_assert_int_eq(atomic_load(&r->n), 3);
+	ck_assert_uint_eq(load8(field), 11);
+	free(r);
+}
+END_TEST
+
+/* An access that touches watched bytes in part, and one two bytes long. */
+START_TEST(partial_overlap_and_small_range)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch *w = page_watch(p + 100, 3, PK_WATCH_W, rec_cb, r);
+
+	store8(p + 96, 0x1122334455667788ull); /* bytes 96..103: watched 100..102 */
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	ck_assert_uint_eq(r->last[0].off, 0);
+	ck_assert_uint_eq(r->last[0].len, 3);
+	ck_assert_uint_eq(r->last[0].after[0], 0x44);
+	ck_assert_uint_eq(r->last[0].after[2], 0x22);
+	store8(p + 104, 1);  /* next to it: not reported */
+	(void)load8(p + 96); /* a read, on a write-only watch: not reported */
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
+/* ---- threads: exact counts against the program's own ---------------------- */
+
+#define NTHREADS 8
+#define ROUNDS	 2000
+
+struct shared {
+	char *p;
+	uint64_t *counter; /* watched: lock add by every thread */
+	uint64_t *slot;	   /* watched: each thread its own word, stored and loaded */
+	char *neighbour;   /* same page, not watched */
+	char *straddle;	   /* watched range across the two pages */
+	atomic_int go;
+};
+
+static void *worker(void *arg)
+{
+	struct shared *s = arg;
+	static atomic_int next;
+	int me = atomic_fetch_add(&next, 1);
+
+	while (!atomic_load(&s->go))
+		;
+	for (int i = 0; i < ROUNDS; i++) {
+		add8(s->counter, 1);			/* 1 hit (rmw) */
+		store8(&s->slot[me], (uint64_t)i);	/* 1 hit (write) */
+		if (load8(&s->slot[me]) != (uint64_t)i) /* 1 hit (read) */
+			abort();
+		store8(s->neighbour + 8 * me, (uint64_t)i); /* no hit */
+		(void)load8(s->neighbour + 8 * me);	    /* no hit */
+		store8(s->straddle - 4, (uint64_t)i);	    /* across the two pages: 1 hit */
+	}
+	return NULL;
+}
+
+START_TEST(threads_exact_counts)
+{
+	char *p = map_pages(2);
+	struct rec *rs = calloc(1, sizeof(*rs)), *rx = calloc(1, sizeof(*rx));
+	struct shared s = {
+	    .p = p,
+	    .counter = (uint64_t *)(p + 2048),
+	    .slot = (uint64_t *)(p + 2048 + 64),
+	    .neighbour = p + 512,
+	    .straddle = p + PAGE,
+	};
+	struct pk_watch *ws, *wx;
+	pthread_t th[NTHREADS];
+
+	/* the straddling watch first: its two pages hold the other's one */
+	wx = page_watch(p + PAGE - 4, 8, PK_WATCH_RW, rec_cb, rx);
+	ws = page_watch(p + 2048, 64 + 8 * NTHREADS, PK_WATCH_RW, rec_cb, rs);
+	for (int i = 0; i < NTHREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, worker, &s), 0);
+	atomic_store(&s.go, 1);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+
+	/* The program's results: what it computes unwatched. */
+	ck_assert_uint_eq(load8(s.counter), (uint64_t)NTHREADS * ROUNDS);
+	ck_assert_int_eq(atomic_load(&rs->n), (long)NTHREADS * ROUNDS * 3 + 1);
+	ck_assert_int_eq(atomic_load(&rs->rmw), (long)NTHREADS * ROUNDS);
+	ck_assert_int_eq(atomic_load(&rs->writes), (long)NTHREADS * ROUNDS);
+	ck_assert_int_eq(atomic_load(&rs->reads), (long)NTHREADS * ROUNDS + 1);
+	ck_assert_int_eq(atomic_load(&rx->n), (long)NTHREADS * ROUNDS);
+	ck_assert_int_eq(atomic_load(&rs->bad) + atomic_load(&rx->bad), 0);
+
+	struct pk_watch_stats st = {.sz = sizeof(st)};
+
+	ck_assert_int_eq(pk_watch_stats(ws, &st), 0);
+	ck_assert_int_eq((long)st.hits, (long)NTHREADS * ROUNDS * 3 + 1);
+	pk_watch_remove(ws);
+	pk_watch_remove(wx);
+	free(rs);
+	free(rx);
+}
+END_TEST
+
+/* ---- string instructions ------------------------------------------------- */
+
+START_TEST(rep_stos_one_hit)
+{
+	char *p = map_pages(2);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch *w = page_watch(p + 1000, 100, PK_WATCH_W, rec_cb, r);
+	void *dst = p + 512;
+	size_t n = 3000; /* over the watched bytes, into the next page */
+
+	__asm__ volatile("rep stosb" : "+D"(dst), "+c"(n) : "a"(0x5a) : "memory");
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	ck_assert_uint_eq(r->last[0].off, 0);
+	ck_assert_uint_eq(r->last[0].len, 100);
+	ck_assert_uint_eq(r->last[0].after[0], 0x5a);
+	ck_assert_uint_eq(r->last[0].before[0], 0);
+	for (int i = 512; i < 3512; i++)
+		ck_assert_int_eq(p[i], 0x5a);
+	ck_assert_int_eq(p[3512], 0);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
+/* ---- what removal gives back ---------------------------------------------- */
+
+static bool maps_line(const void *addr, char *out, size_t n)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	bool found = false;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+
+		if (sscanf(line, "%lx-%lx", &a, &b) == 2 && a <= (uintptr_t)addr &&
+		    (uintptr_t)addr < b) {
+			snprintf(out, n, "%s", line);
+			found = true;
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+START_TEST(removal_gives_private_pages_back)
+{
+	char *p = map_pages(3);
+	char line[512];
+	struct pk_watch *w;
+
+	memset(p, 0x11, 3 * PAGE);
+	w = page_watch(p + PAGE + 10, 20, PK_WATCH_RW, NULL, NULL);
+	ck_assert(maps_line(p + PAGE, line, sizeof(line)));
+	ck_assert_msg(strstr(line, "---s") && strstr(line, "probekit-watch"), "%s", line);
+	p[PAGE + 12] = 0x22;
+	pk_watch_remove(w);
+	ck_assert(maps_line(p + PAGE, line, sizeof(line)));
+	ck_assert_msg(strstr(line, "rw-p") && !strstr(line, "memfd"), "%s", line);
+	ck_assert_int_eq(p[PAGE + 12], 0x22);
+	ck_assert_int_eq(p[PAGE + 11], 0x11);
+	/* private again: a fork child's writes stay its own */
+	pid_t pid = fork();
+
+	if (!pid) {
+		p[PAGE + 11] = 0x33;
+		_exit(0);
+	}
+	waitpid(pid, NULL, 0);
+	ck_assert_int_eq(p[PAGE + 11], 0x11);
+}
+END_TEST
+
+/* ---- fork --------------------------------------------------------------- */
+
+START_TEST(fork_child_gets_private_copy)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch *w = page_watch(p + 8, 8, PK_WATCH_RW, rec_cb, r);
+	int st;
+	pid_t pid;
+
+	store8(p + 8, 41);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		char line[512];
+
+		/* the fork-time value, its own page, no watch */
+		if (load8(p + 8) != 41)
+			_exit(1);
+		store8(p + 8, 99);
+		if (!maps_line(p, line, sizeof(line)) || !strstr(line, "rw-p"))
+			_exit(2);
+		pk_watch_remove(w);
+		_exit(atomic_load(&r->n) == 1 ? 0 : 3);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	ck_assert_uint_eq(load8(p + 8), 41); /* the child's write was its own */
+	ck_assert_int_eq(atomic_load(&r->n), 2);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
+/* ---- PW1's refusals ------------------------------------------------------ */
+
+START_TEST(refusals)
+{
+	struct pk_watch_opts o = {.sz = sizeof(o), .mode = PK_WATCH_MODE_PAGE};
+	char *shared = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	char *p = map_pages(2);
+	int local = 0;
+	struct pk_watch *w;
+
+	pk_set_print(capture);
+	ck_assert_ptr_null(pk_watch_add(&local, sizeof(local), PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(last_msg, "stack"), "%s", last_msg);
+	ck_assert_ptr_null(pk_watch_add(shared, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(last_msg, "shared"), "%s", last_msg);
+	ck_assert_ptr_null(pk_watch_add((void *)refusals, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(pk_watch_add(p, 8, PK_WATCH_X, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	o.tid = gettid();
+	ck_assert_ptr_null(pk_watch_add(p, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, ENOTSUP);
+	o.tid = 0;
+	w = pk_watch_add(p + 100, 8, PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	ck_assert_ptr_null(pk_watch_add(p + PAGE - 8, 16, PK_WATCH_W, &o)); /* in part */
+	ck_assert_int_eq(errno, EBUSY);
+	/* the same pages: joins */
+	struct pk_watch *w2 = pk_watch_add(p + 200, 8, PK_WATCH_RW, &o);
+
+	ck_assert_ptr_nonnull(w2);
+	pk_watch_remove(w);
+	pk_watch_remove(w2);
+	o.mode = 7;
+	ck_assert_ptr_null(pk_watch_add(p, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+/* ---- the program's own faults still reach it ------------------------------ */
+
+static sigjmp_buf jb;
+static volatile void *fault_addr;
+
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	fault_addr = si->si_addr;
+	siglongjmp(jb, 1);
+}
+
+START_TEST(program_fault_passed_on)
+{
+	char *p = map_pages(2);
+	struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO};
+	struct pk_watch *w;
+
+	sigaction(SIGSEGV, &sa, NULL);
+	mprotect(p + PAGE, PAGE, PROT_NONE); /* the program's own guard page */
+	w = page_watch(p + 16, 8, PK_WATCH_W, NULL, NULL);
+	if (!sigsetjmp(jb, 1))
+		store8(p + PAGE + 8, 1);
+	ck_assert_ptr_eq((void *)fault_addr, p + PAGE + 8);
+	store8(p + 16, 2);
+	ck_assert_int_eq((int)pk_watch_hits(w), 1);
+	pk_watch_remove(w);
+}
+END_TEST
+
+/* ---- auto ----------------------------------------------------------------- */
+
+START_TEST(auto_takes_page_mode_for_long_ranges)
+{
+	char *p = map_pages(1);
+	struct pk_watch *w = pk_watch_add(p + 8, 40, PK_WATCH_W, NULL);
+
+	ck_assert_ptr_nonnull(w);
+	ck_assert_int_eq(pk_watch_mode_of(w), PK_WATCH_MODE_PAGE);
+	store8(p + 16, 1);
+	ck_assert_int_eq((int)pk_watch_hits(w), 1);
+	pk_watch_remove(w);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("pagewatch");
+	TCase *tc = tcase_create("page");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, values_and_flags);
+	tcase_add_test(tc, partial_overlap_and_small_range);
+	tcase_add_test(tc, threads_exact_counts);
+	tcase_add_test(tc, rep_stos_one_hit);
+	tcase_add_test(tc, removal_gives_private_pages_back);
+	tcase_add_test(tc, fork_child_gets_private_copy);
+	tcase_add_test(tc, refusals);
+	tcase_add_test(tc, program_fault_passed_on);
+	tcase_add_test(tc, auto_takes_page_mode_for_long_ranges);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return pk_test_run(suite());
+}

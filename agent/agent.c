@@ -240,7 +240,7 @@ static unsigned long setting_ulong(const char *(*get)(const char *), const char 
 
 bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
 {
-	const char *spec = get(PK_ENV_WATCH), *type = get(PK_ENV_WATCH_TYPE), *mode;
+	const char *spec = get(PK_ENV_WATCH), *type = get(PK_ENV_WATCH_TYPE), *mode, *cond, *in;
 	struct agent_watch_conf *w = &agent_watch_conf;
 
 	memset(w, 0, sizeof(*w));
@@ -272,6 +272,14 @@ bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
 		w->mode = PK_WATCH_MODE_PAGE;
 	else
 		return snprintf(why, n, "unknown watch mode '%s' (auto, hw or page)", mode), false;
+	cond = get(PK_ENV_WATCH_IF);
+	if (cond && pk_watch_cond_parse(cond, &w->cond, why, n))
+		return false;
+	in = get(PK_ENV_WATCH_IN);
+	if (in && strlen(in) >= sizeof(w->in_func))
+		return snprintf(why, n, "watch: --in '%.40s...' is too long", in), false;
+	if (in)
+		strcpy(w->in_func, in);
 	return true;
 }
 
@@ -620,34 +628,6 @@ static bool loaded_by_fd(const char *name)
 }
 
 /*
- * A SIGSEGV client for the tests, until the page watchpoints come (PW7,
- * doc/design/signals.md SO8): with PROBEKIT_TEST_SEGV_PAGE=ADDR (hex) in
- * the environment, the access faults on the page at ADDR are claimed, the
- * page made readable and writable.  Nothing else uses it.
- */
-static uintptr_t test_segv_page;
-
-static bool test_segv_claim(int sig, siginfo_t *si, void *uc)
-{
-	uintptr_t a = (uintptr_t)si->si_addr;
-
-	(void)sig;
-	(void)uc;
-	if (si->si_code != SEGV_ACCERR || a < test_segv_page || a - test_segv_page >= 4096)
-		return false;
-	return !mprotect((void *)test_segv_page, 4096, PROT_READ | PROT_WRITE);
-}
-
-static void test_segv_client(void)
-{
-	const char *e = getenv("PROBEKIT_TEST_SEGV_PAGE");
-
-	if (!e || !(test_segv_page = (uintptr_t)strtoull(e, NULL, 16) & ~(uintptr_t)4095))
-		return;
-	pki_sigsegv_client_add(PKI_SIGSEGV_PAGEWATCH, test_segv_claim);
-}
-
-/*
  * Before main(): libc's sigaction() first (the library's own calls go
  * through our wrapper), the settings read before the environment is
  * cleaned, the interposers' real functions, then the mode asked for.  With
@@ -660,7 +640,6 @@ __attribute__((constructor(101))) static void agent_start(void)
 
 	pki_sigown_init(); /* its fork handler before any client's (base/sigown.c) */
 	agent_signal_init();
-	test_segv_client();
 	/*
 	 * Loaded into a running process by `probekit trace -p` (attach.c): the
 	 * process's environment is not ours to read or edit, and nothing starts

@@ -17,6 +17,9 @@
  *   PROBEKIT_WATCH_STACK    1: capture a backtrace with every hit
  *   PROBEKIT_WATCH_FOLLOW   1: a *SYMBOL watch moves with the pointer
  *   PROBEKIT_WATCH_MODE     auto (default), hw or page (pk_watch_mode)
+ *   PROBEKIT_WATCH_IF       report only hits that pass this condition
+ *                           ("changed && new > old", pk_watch_cond_parse)
+ *   PROBEKIT_WATCH_IN       report only accesses made by this function
  *   PROBEKIT_OUT_FD         fd for the hit report (default: 2, stderr)
  *   PROBEKIT_CTL_FD         fd on which the agent writes one status line
  *                           ("ok\n" or "error: MESSAGE\n") and closes it
@@ -41,6 +44,8 @@
 #define PK_ENV_WATCH_STACK   "PROBEKIT_WATCH_STACK"
 #define PK_ENV_WATCH_FOLLOW  "PROBEKIT_WATCH_FOLLOW" /* 1: *SYMBOL re-armed when it changes */
 #define PK_ENV_WATCH_MODE    "PROBEKIT_WATCH_MODE"   /* auto (default), hw or page */
+#define PK_ENV_WATCH_IF	     "PROBEKIT_WATCH_IF"     /* a condition (pk_watch_cond_parse) */
+#define PK_ENV_WATCH_IN	     "PROBEKIT_WATCH_IN"     /* FUNC: accesses by its instructions */
 #define PK_ENV_OUT_FD	     "PROBEKIT_OUT_FD"
 #define PK_ENV_CTL_FD	     "PROBEKIT_CTL_FD"
 #define PK_ENV_PRELOAD_SAVED "PROBEKIT_PRELOAD_SAVED"

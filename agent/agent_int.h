@@ -41,6 +41,8 @@ struct agent_watch_conf {
 	bool stack;
 	bool follow; /* --follow: a *SYMBOL watch moves with the pointer */
 	enum pk_watch_mode mode;
+	struct pk_watch_cond cond; /* --changed, --if (parsed) */
+	char in_func[256];	   /* --in FUNC: resolved by the watch */
 };
 extern struct agent_watch_conf agent_watch_conf;
 

@@ -414,6 +414,28 @@ static bool resolve_deref(void)
 	return true;
 }
 
+/* The condition of the object watch: --changed, --if, and --in's range (resolve_in). */
+static struct pk_watch_cond cond;
+
+/* --in FUNC: the range of its instructions into the condition, or fail(). */
+static bool resolve_in(void)
+{
+	const struct pki_elf_sym *s;
+	struct obj *o = NULL;
+
+	cond = conf->cond;
+	if (!conf->in_func[0])
+		return true;
+	if (!(s = lookup(conf->in_func, &o)))
+		return false;
+	if (s->kind != PKI_SYM_FUNC || !s->size)
+		return fail("--in '%s': not a function with a size", conf->in_func);
+	cond.in_lo = o->base + s->value;
+	/* x86 reports a hardware hit after the access: its last instruction's too */
+	cond.in_hi = cond.in_lo + s->size + (conf->mode == PK_WATCH_MODE_PAGE ? 0 : 1);
+	return true;
+}
+
 /* Resolve conf->spec to A.addr and A.len, or fail(). */
 static bool resolve(void)
 {
@@ -461,20 +483,14 @@ static bool resolve(void)
 static uint64_t read_value(uintptr_t addr)
 {
 	uint64_t v = 0;
-	int err = pki_peek((const void *)addr, &v, A.len);
+	size_t n = A.len < sizeof(v) ? A.len : sizeof(v); /* the first 8 of a longer range */
+	int err = pki_peek((const void *)addr, &v, n);
 
 	if (!err || err == -EFAULT)
 		return err ? 0 : v;
-	switch (A.len) {
-	case 1:
-		return *(volatile uint8_t *)addr;
-	case 2:
-		return *(volatile uint16_t *)addr;
-	case 4:
-		return *(volatile uint32_t *)addr;
-	default:
-		return *(volatile uint64_t *)addr;
-	}
+	for (size_t i = 0; i < n; i++)
+		v |= (uint64_t)((const volatile uint8_t *)addr)[i] << (8 * i);
+	return v;
 }
 
 /*
@@ -707,6 +723,21 @@ static void on_hit(const struct pk_watch_hit *hit)
 
 /* ---- the consumer ---- */
 
+/* @v, @len bytes wide (1 to 8), signed, with its hex beside it unless small. */
+static void fmt_int(char *buf, size_t n, uint64_t v, size_t len)
+{
+	int64_t s = len >= 8		       ? (int64_t)v
+		    : (v >> (8 * len - 1)) & 1 ? (int64_t)(v | ~0ull << (8 * len))
+					       : (int64_t)(v & ~(~0ull << (8 * len)));
+
+	if (len < 8)
+		v &= ~(~0ull << (8 * len));
+	if (s >= -9 && s <= 9)
+		snprintf(buf, n, "%lld", (long long)s);
+	else
+		snprintf(buf, n, "%lld (%#llx)", (long long)s, (unsigned long long)v);
+}
+
 static void fmt_value(char *buf, size_t n, uint64_t v)
 {
 	int64_t s = A.len == 1	 ? (int8_t)v
@@ -726,11 +757,11 @@ static void fmt_bytes(char *buf, size_t n, const uint8_t *b, uint32_t len)
 	uint32_t shown = len < PK_WATCH_HIT_BYTES ? len : PK_WATCH_HIT_BYTES;
 	size_t k = 0;
 
-	if (len == A.len && len <= 8) {
+	if (len <= 8) {
 		uint64_t v = 0;
 
 		memcpy(&v, b, len);
-		fmt_value(buf, n, v);
+		fmt_int(buf, n, v, len);
 		return;
 	}
 	for (uint32_t i = 0; i < shown && k + 4 < n; i++)
@@ -819,9 +850,10 @@ static int keep_why(enum pk_print_level level, const char *fmt, va_list ap)
 }
 
 /* pk_watch_add(), its reason kept in lib_why when it refuses. */
-static struct pk_watch *watch_add(uintptr_t addr, size_t len, enum pk_watch_type type)
+static struct pk_watch *watch_add(uintptr_t addr, size_t len, enum pk_watch_type type, bool object)
 {
-	PK_OPTS(pk_watch_opts, opts, .callback = on_hit, .mode = conf->mode);
+	PK_OPTS(pk_watch_opts, opts, .callback = on_hit, .mode = conf->mode,
+		.cond = object ? &cond : NULL);
 	pk_print_fn was = pk_set_print(keep_why);
 	struct pk_watch *w;
 	int err;
@@ -862,7 +894,7 @@ static void retarget(uintptr_t v, char *say, size_t n)
 		A.w = NULL;
 	}
 	if (!A.w) {
-		A.w = watch_add(a, A.len, conf->type);
+		A.w = watch_add(a, A.len, conf->type, true);
 		err = A.w ? 0 : -errno;
 	} else {
 		err = pk_watch_modify(A.w, (void *)a, A.len, conf->type);
@@ -1086,6 +1118,9 @@ static void watch_end(void)
 		    "# %lu access(es) made while a hit was being handled on its thread "
 		    "(a signal handler's): not reported\n",
 		    A.stats.self);
+	if (A.stats.filtered)
+		agent_out_printf("# %lu hit(s) did not pass the condition: not printed\n",
+				 A.stats.filtered);
 	if (A.stats.windowed)
 		agent_out_printf("# %lu access(es) ran with the watched pages open (an instruction "
 				 "page mode cannot redirect): another thread's access at those "
@@ -1123,7 +1158,7 @@ static bool check_mapped(void)
 {
 	uint64_t v;
 
-	if (pki_peek((const void *)A.addr, &v, A.len) == -EFAULT)
+	if (pki_peek((const void *)A.addr, &v, A.len < sizeof(v) ? A.len : sizeof(v)) == -EFAULT)
 		return fail("cannot watch %s: nothing is mapped at %#lx in %s", conf->spec,
 			    (unsigned long)A.addr, A.prog);
 	return true;
@@ -1220,7 +1255,7 @@ static bool watch_begin(void)
 	clock_gettime(CLOCK_MONOTONIC, &A.t0);
 	A.pid = getpid();
 	A.len = conf->len;
-	if (!resolve())
+	if (!resolve() || !resolve_in())
 		return false;
 	if (!hw_limits_ok())
 		return false;
@@ -1238,7 +1273,7 @@ static bool watch_begin(void)
 	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
 		return fail("cannot start the report thread");
 	A.consumer_up = true;
-	if (A.addr && !(A.w = watch_add(A.addr, A.len, conf->type)))
+	if (A.addr && !(A.w = watch_add(A.addr, A.len, conf->type, true)))
 		return add_failed(errno);
 	/*
 	 * The value again, now that every write is seen: one made while the
@@ -1252,7 +1287,7 @@ static bool watch_begin(void)
 		atomic_compare_exchange_strong(&A.shadow, &first, read_value(A.addr));
 	}
 	/* *SYMBOL --follow: the pointer's writes move the object watch (follow()). */
-	if (A.ptr && conf->follow && !(A.pw = watch_add(A.ptr, sizeof(void *), PK_WATCH_W)))
+	if (A.ptr && conf->follow && !(A.pw = watch_add(A.ptr, sizeof(void *), PK_WATCH_W, false)))
 		return add_failed(errno);
 	if (A.addr)
 		agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads, %s\n",

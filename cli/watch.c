@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <probekit/watch.h>
+
 #include "agent/agent.h"
 #include "agent_run.h"
 #include "attach_run.h"
@@ -52,6 +54,13 @@ static const char usage[] =
     "                      pages costs two signals); auto (default): hw where the\n"
     "                      machine delivers its hits and the range fits, page\n"
     "                      otherwise; the first line says which\n"
+    "      --changed       print only accesses that changed the value\n"
+    "      --if EXPR       print only hits where EXPR holds: comparisons of old,\n"
+    "                      new, tid and numbers with == != < <= > >=, joined by\n"
+    "                      &&; 'new == 0', 'new > old', 'tid == 1234' (old and\n"
+    "                      new: the touched bytes before and after, signed);\n"
+    "                      evaluated in the process, which never stops\n"
+    "      --in FUNC       print only accesses made by FUNC's instructions\n"
     "  -s, --stack         a backtrace with each hit (the .eh_frame unwinder, as\n"
     "                      gdb's; frame pointers where that finds less)\n"
     "  -c, --count N       stop after N hits; PROG goes on unwatched\n"
@@ -76,14 +85,32 @@ static const char usage[] =
 /* What the command line asks for; PROG is argv[prog]. */
 struct watch_opts {
 	const char *spec; /* SYMBOL[+OFF] or ADDR */
-	const char *type, *len, *count, *output, *mode;
+	const char *type, *len, *count, *output, *mode, *in;
+	char cond[512]; /* --changed and every --if, joined by && */
 	bool stack, follow;
 	int prog;
 	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
 	double duration; /* --duration SECONDS with -p; 0: until a signal */
 };
 
-enum { O_DURATION = 256 };
+enum { O_DURATION = 256, O_CHANGED, O_IF, O_IN };
+
+/* --changed, --if EXPR: one more term of the condition, checked now. */
+static bool cond_add(struct watch_opts *o, const char *term)
+{
+	struct pk_watch_cond c = {0};
+	char why[256];
+	size_t n = strlen(o->cond);
+
+	if (pk_watch_cond_parse(term, &c, why, sizeof(why)))
+		return cli_usage_error("watch: --if %s", why), false;
+	if (n + strlen(term) + 5 >= sizeof(o->cond))
+		return cli_usage_error("watch: the condition is too long"), false;
+	snprintf(o->cond + n, sizeof(o->cond) - n, "%s%s", n ? " && " : "", term);
+	if (pk_watch_cond_parse(o->cond, &(struct pk_watch_cond){0}, why, sizeof(why)))
+		return cli_usage_error("watch: %s", why), false;
+	return true;
+}
 
 /* Option @c with its argument @arg (@word: as written); false after a usage error. */
 static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const char *word)
@@ -134,6 +161,13 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 		return attach_opt_pid("watch", arg, &o->pid);
 	case O_DURATION:
 		return attach_opt_seconds("watch", "--duration", arg, &o->duration);
+	case O_CHANGED:
+		return cond_add(o, "changed");
+	case O_IF:
+		return cond_add(o, arg);
+	case O_IN:
+		o->in = arg;
+		return true;
 	default:
 		return cli_usage_error("watch: unknown option '%s'", word), false;
 	}
@@ -176,6 +210,9 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	    {"pid", required_argument, NULL, 'p'},
 	    {"duration", required_argument, NULL, O_DURATION},
 	    {"mode", required_argument, NULL, 'm'},
+	    {"changed", no_argument, NULL, O_CHANGED},
+	    {"if", required_argument, NULL, O_IF},
+	    {"in", required_argument, NULL, O_IN},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -271,7 +308,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	return true;
 }
 
-/* The agent's settings (agent.h) into @env, NULL-terminated: at most 15 entries. */
+/* The agent's settings (agent.h) into @env, NULL-terminated: at most 19 entries. */
 static void watch_env_build(const char **env, const struct watch_opts *o)
 {
 	int ne = 0;
@@ -299,6 +336,14 @@ static void watch_env_build(const char **env, const struct watch_opts *o)
 	if (o->mode) {
 		env[ne++] = PK_ENV_WATCH_MODE;
 		env[ne++] = o->mode;
+	}
+	if (o->cond[0]) {
+		env[ne++] = PK_ENV_WATCH_IF;
+		env[ne++] = o->cond;
+	}
+	if (o->in) {
+		env[ne++] = PK_ENV_WATCH_IN;
+		env[ne++] = o->in;
 	}
 	env[ne] = NULL;
 }
@@ -332,7 +377,7 @@ int cmd_watch(int argc, char **argv)
 	struct watch_opts o = {.type = "w"};
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .report_end = true};
 	char path[PATH_MAX], agent[PATH_MAX];
-	const char *env[16];
+	const char *env[20];
 	int ret;
 
 	if (!watch_opts_parse(&o, argc, argv, &ret))

@@ -451,6 +451,186 @@ START_TEST(auto_takes_page_mode_for_long_ranges)
 }
 END_TEST
 
+/* ---- a global of the program, beside its PLT's GOT ------------------------ */
+
+/*
+ * This program links the library's static archive: the library's variables
+ * are among its globals.  A watch on a global, with calls into libc through
+ * the PLT (some bound for the first time) in between, must leave all of that
+ * working: the handler's own state is in pages of its own, its calls go
+ * through the read-only GOT (PW1).  (A PLT jump through a watched GOT slot
+ * is emulated: watch_cmd's "-t rw counter" in a program that does not link
+ * the library.)
+ */
+static volatile long bss_global;
+
+START_TEST(bss_global_beside_the_got)
+{
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch *w =
+	    page_watch((void *)&bss_global, sizeof(bss_global), PK_WATCH_W, rec_cb, r);
+	char buf[32];
+
+	for (int i = 0; i < 50; i++) {
+		bss_global = i + 1;
+		/* calls through the PLT, some bound here for the first time */
+		snprintf(buf, sizeof(buf), "%d", (int)strtol("17", NULL, 10) + (int)labs(-i));
+		if (atoi(buf) != 17 + i || (long)getpid() <= 0)
+			abort();
+	}
+	ck_assert_int_eq(atomic_load(&r->n), 50);
+	ck_assert_int_eq(atomic_load(&r->bad), 0);
+	pk_watch_remove(w);
+	ck_assert_int_eq(bss_global, 50);
+	free(r);
+}
+END_TEST
+
+/* ---- conditions ----------------------------------------------------------- */
+
+static struct pk_watch *cond_watch(void *addr, size_t len, const char *expr, struct rec *r)
+{
+	struct pk_watch_cond c = {0};
+	char why[128] = "";
+	struct pk_watch_opts o = {
+	    .sz = sizeof(o), .callback = rec_cb, .ctx = r, .mode = PK_WATCH_MODE_PAGE, .cond = &c};
+
+	ck_assert_msg(!pk_watch_cond_parse(expr, &c, why, sizeof(why)), "%s: %s", expr, why);
+	return pk_watch_add(addr, len, PK_WATCH_RW, &o);
+}
+
+__attribute__((noinline)) static void store_elsewhere(void *p, uint64_t v)
+{
+	store8(p, v);
+}
+
+START_TEST(conditions_filter_in_the_handler)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch_stats st = {.sz = sizeof(st)};
+	struct pk_watch *w;
+
+	/* changed: a rewrite of the same value and the reads are filtered */
+	store8(p, 3);
+	w = cond_watch(p, 8, "changed", r);
+	store8(p, 3);
+	(void)load8(p);
+	store8(p, 4);
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	ck_assert_uint_eq(u64(r->last[0].after), 4);
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_int_eq((long)st.filtered, 2);
+	pk_watch_remove(w);
+
+	/* new == 0, and new > old (signed: -1 < 0) */
+	atomic_store(&r->n, 0);
+	w = cond_watch(p, 8, "new == 0", r);
+	store8(p, 5);
+	store8(p, 0);
+	store8(p, 7);
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	pk_watch_remove(w);
+	atomic_store(&r->n, 0);
+	w = cond_watch(p, 8, "new > old && changed", r);
+	store8(p, (uint64_t)-1); /* 7 -> -1: down */
+	store8(p, 0);		 /* -1 -> 0: up */
+	store8(p, 9);		 /* up */
+	store8(p, 9);		 /* same */
+	ck_assert_int_eq(atomic_load(&r->n), 2);
+	pk_watch_remove(w);
+
+	/* a 2-byte field: its own length, sign-extended */
+	atomic_store(&r->n, 0);
+	w = cond_watch(p + 16, 2, "new < 0", r);
+	*(volatile int16_t *)(p + 16) = -2;
+	*(volatile int16_t *)(p + 16) = 2;
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	pk_watch_remove(w);
+
+	/* tid: this thread's accesses only */
+	atomic_store(&r->n, 0);
+	char expr[64];
+
+	snprintf(expr, sizeof(expr), "tid == %d", (int)gettid() + 1);
+	w = cond_watch(p, 8, expr, r);
+	store8(p, 1);
+	ck_assert_int_eq(atomic_load(&r->n), 0);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
+/* in_lo/in_hi: only accesses by instructions in the range. */
+START_TEST(condition_on_the_instruction)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch_cond c = {0};
+	struct pk_watch_opts o = {
+	    .sz = sizeof(o), .callback = rec_cb, .ctx = r, .mode = PK_WATCH_MODE_PAGE, .cond = &c};
+	struct pk_watch *w = page_watch(p, 8, PK_WATCH_W, rec_cb, r);
+	uintptr_t ip;
+
+	store_elsewhere(p, 1);
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	ip = r->last[0].ip;
+	pk_watch_remove(w);
+	atomic_store(&r->n, 0);
+	c.in_lo = ip;
+	c.in_hi = ip + 1;
+	w = pk_watch_add(p, 8, PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	store8(p, 2);	       /* here: filtered */
+	store_elsewhere(p, 3); /* there: reported */
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	ck_assert_uint_eq(u64(r->last[0].after), 3);
+	pk_watch_remove(w);
+	/* a range that ends before it starts is refused */
+	c.in_lo = ip + 1;
+	c.in_hi = ip;
+	ck_assert_ptr_null(pk_watch_add(p, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	free(r);
+}
+END_TEST
+
+START_TEST(condition_parse)
+{
+	struct pk_watch_cond c;
+	char why[256];
+	static const char *const bad[] = {"",
+					  "new",
+					  "new = 1",
+					  "1 == 2",
+					  "newer > 0",
+					  "new > old &&",
+					  "new > old || tid == 1",
+					  "new>1 && new>2 && new>3 && new>4 && new>5"};
+
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(pk_watch_cond_parse("new>old && tid != -3 && changed", &c, why, 256), 0);
+	ck_assert(c.changed);
+	ck_assert_int_eq(c.term[0].a, PK_WATCH_VAL_NEW);
+	ck_assert_int_eq(c.term[0].cmp, PK_WATCH_CMP_GT);
+	ck_assert_int_eq(c.term[0].b, PK_WATCH_VAL_OLD);
+	ck_assert_int_eq(c.term[1].a, PK_WATCH_VAL_TID);
+	ck_assert_int_eq(c.term[1].cmp, PK_WATCH_CMP_NE);
+	ck_assert_int_eq(c.term[1].b, PK_WATCH_VAL_CONST);
+	ck_assert_int_eq(c.term[1].k, -3);
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(pk_watch_cond_parse("0x10 <= new", &c, why, 256), 0);
+	ck_assert_int_eq(c.term[0].a, PK_WATCH_VAL_CONST);
+	ck_assert_int_eq(c.term[0].k, 16);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&c, 0, sizeof(c));
+		why[0] = 0;
+		ck_assert_msg(pk_watch_cond_parse(bad[i], &c, why, 256) == -EINVAL, "%s", bad[i]);
+		ck_assert_msg(why[0], "%s: no reason", bad[i]);
+	}
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("pagewatch");
@@ -466,6 +646,10 @@ static Suite *suite(void)
 	tcase_add_test(tc, refusals);
 	tcase_add_test(tc, program_fault_passed_on);
 	tcase_add_test(tc, auto_takes_page_mode_for_long_ranges);
+	tcase_add_test(tc, bss_global_beside_the_got);
+	tcase_add_test(tc, conditions_filter_in_the_handler);
+	tcase_add_test(tc, condition_on_the_instruction);
+	tcase_add_test(tc, condition_parse);
 	suite_add_tcase(s, tc);
 	return s;
 }

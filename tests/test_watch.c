@@ -29,6 +29,8 @@
 #include "watch/watch_int.h"
 
 static volatile long shared_a, shared_b;
+/* This suite tests the hardware: every add asks for it (page mode is test_pagewatch's). */
+static const struct pk_watch_opts hw = {.sz = sizeof(hw), .mode = PK_WATCH_MODE_HW};
 /* executable TLS: fine in a signal handler; volatile: the handler changes it */
 static __thread volatile long my_hits;
 static atomic_long cb_hits, bad_hits;
@@ -134,7 +136,7 @@ static void writers_stop(struct writer *wr, int nr)
 START_TEST(exact_counts_many_threads)
 {
 	static struct writer wr[NR_WRITERS];
-	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb, .ctx = &cb_hits);
 	struct pk_watch *w;
 
 	/* half the threads exist before the watchpoint, half are created after */
@@ -181,7 +183,7 @@ __attribute__((noinline)) static void write_a(long v)
 
 START_TEST(hit_reports_address_and_ip)
 {
-	PK_OPTS(pk_watch_opts, o, .callback = where_cb);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = where_cb);
 	struct pk_watch *w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_RW, &o);
 
 	ck_assert_ptr_nonnull(w);
@@ -200,7 +202,7 @@ END_TEST
 START_TEST(modify_under_load)
 {
 	static struct writer wr[4];
-	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb, .ctx = &cb_hits);
 	struct pk_watch *w;
 
 	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
@@ -245,7 +247,8 @@ END_TEST
 START_TEST(enable_disable)
 {
 	static struct writer wr[3];
-	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits, .disabled = true);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb, .ctx = &cb_hits,
+		.disabled = true);
 	struct pk_watch *w;
 
 	writer_start(&wr[0]);
@@ -288,15 +291,15 @@ START_TEST(exhaustion_and_recovery)
 	pk_set_print(capture);
 	writer_start(&wr[0]);
 	for (int i = 0; i < 4; i++) {
-		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_W, NULL);
+		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_W, &hw);
 		ck_assert_ptr_nonnull(w[i]);
 	}
 	errno = 0;
-	ck_assert_ptr_null(pk_watch_add(&slots_mem[4], 8, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[4], 8, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, ENOSPC);
 	ck_assert_msg(strstr(last_msg, "4 all-threads"), "message: %s", last_msg);
 	{
-		PK_OPTS(pk_watch_opts, o, .tid = wr[0].tid);
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .tid = wr[0].tid);
 
 		errno = 0;
 		ck_assert_ptr_null(pk_watch_add(&slots_mem[4], 8, PK_WATCH_W, &o));
@@ -309,21 +312,21 @@ START_TEST(exhaustion_and_recovery)
 
 	/* wr[0] takes two single-thread slots: 2 all + 2 own = full */
 	for (int i = 0; i < 2; i++) {
-		PK_OPTS(pk_watch_opts, o, .tid = wr[0].tid);
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .tid = wr[0].tid);
 
 		own[i] = pk_watch_add(&slots_mem[8 + i], 8, PK_WATCH_W, &o);
 		ck_assert_ptr_nonnull(own[i]);
 	}
 	/* wr[1] has room for one of its own, but no all-threads add fits */
 	{
-		PK_OPTS(pk_watch_opts, o, .tid = wr[1].tid);
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .tid = wr[1].tid);
 
 		own[2] = pk_watch_add(&slots_mem[10], 8, PK_WATCH_W, &o);
 		ck_assert_ptr_nonnull(own[2]);
 	}
 	last_msg[0] = 0;
 	errno = 0;
-	ck_assert_ptr_null(pk_watch_add(&slots_mem[5], 8, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[5], 8, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, ENOSPC);
 	snprintf(want, sizeof(want), "thread %d", wr[0].tid);
 	ck_assert_msg(
@@ -334,7 +337,7 @@ START_TEST(exhaustion_and_recovery)
 
 	/* the threads exit: their single-thread slots come back */
 	writers_stop(wr, 2);
-	extra = pk_watch_add(&slots_mem[5], 8, PK_WATCH_W, NULL);
+	extra = pk_watch_add(&slots_mem[5], 8, PK_WATCH_W, &hw);
 	ck_assert_msg(extra != NULL, "after exit: %s", last_msg);
 	ck_assert_int_eq(pk_watch_enable(own[0]), -ESRCH);
 	ck_assert_int_eq(pk_watch_modify(own[1], &slots_mem[11], 8, PK_WATCH_W), -ESRCH);
@@ -345,7 +348,7 @@ START_TEST(exhaustion_and_recovery)
 	pk_watch_remove(w[0]);
 	/* everything given back: four fit again */
 	for (int i = 0; i < 4; i++) {
-		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_RW, NULL);
+		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_RW, &hw);
 		ck_assert_ptr_nonnull(w[i]);
 	}
 	for (int i = 0; i < 4; i++)
@@ -361,7 +364,8 @@ START_TEST(single_thread_scope)
 	writer_start(&wr[0]);
 	writer_start(&wr[1]);
 	{
-		PK_OPTS(pk_watch_opts, o, .tid = wr[1].tid, .callback = count_cb, .ctx = &cb_hits);
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .tid = wr[1].tid,
+			.callback = count_cb, .ctx = &cb_hits);
 
 		w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
 	}
@@ -396,19 +400,20 @@ START_TEST(bad_input)
 
 	pk_set_print(capture);
 	errno = 0;
-	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 3, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 3, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_ptr_null(pk_watch_add((char *)&slots_mem[0] + 2, 4, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add((char *)&slots_mem[0] + 2, 4, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_msg(strstr(last_msg, "aligned"), "message: %s", last_msg);
-	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, (enum pk_watch_type)7, NULL));
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, (enum pk_watch_type)7, &hw));
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_ptr_null(pk_watch_add(NULL, 8, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add(NULL, 8, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_ptr_null(pk_watch_add((void *)write_a, 8, PK_WATCH_X, NULL));
+	ck_assert_ptr_null(pk_watch_add((void *)write_a, 8, PK_WATCH_X, &hw));
 	ck_assert_int_eq(errno, EINVAL);
 	{
-		PK_OPTS(pk_watch_opts, o, .tid = 1); /* init: not one of ours */
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW,
+			.tid = 1); /* init: not one of ours */
 
 		ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, &o));
 		ck_assert_int_eq(errno, ESRCH);
@@ -436,14 +441,14 @@ START_TEST(bad_input)
 	low.rlim_cur = (rlim_t)fds + 4; /* room for /proc listing + a few events */
 	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
 	errno = 0;
-	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EMFILE);
 	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	ck_assert_int_eq(count_fds(), fds);
 
 	/* nothing half-installed: all four slots are still free */
 	for (int i = 0; i < 4; i++) {
-		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_W, NULL);
+		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_W, &hw);
 		ck_assert_ptr_nonnull(w[i]);
 	}
 	ck_assert_int_eq(pk_watch_modify(w[0], &slots_mem[0], 5, PK_WATCH_W), -EINVAL);
@@ -465,7 +470,7 @@ static void app_sigtrap(int sig, siginfo_t *si, void *uc)
 START_TEST(foreign_sigtrap_chained)
 {
 	struct sigaction sa = {.sa_sigaction = app_sigtrap, .sa_flags = SA_SIGINFO};
-	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb, .ctx = &cb_hits);
 	struct pk_watch *w;
 
 	sigemptyset(&sa.sa_mask);
@@ -500,7 +505,7 @@ static void reading_cb(const struct pk_watch_hit *h)
 
 START_TEST(callback_reading_rw_variable)
 {
-	PK_OPTS(pk_watch_opts, o, .callback = reading_cb);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = reading_cb);
 	struct pk_watch *w;
 
 	alarm(10); /* the loop it guards against never ends */
@@ -552,7 +557,7 @@ static void late_cb(const struct pk_watch_hit *h)
 
 START_TEST(blocked_thread_hits_counted)
 {
-	PK_OPTS(pk_watch_opts, o, .callback = late_cb);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = late_cb);
 	PK_OPTS(pk_watch_stats, st);
 	struct pk_watch *w = pk_watch_add((const void *)&shared_b, 8, PK_WATCH_W, &o);
 	pthread_t t;
@@ -607,7 +612,7 @@ START_TEST(app_handler_mask_and_flags)
 	sigemptyset(&sa.sa_mask);
 	sigaddset(&sa.sa_mask, SIGUSR1);
 	ck_assert_int_eq(sigaction(SIGTRAP, &sa, NULL), 0);
-	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, NULL);
+	w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &hw);
 	ck_assert_ptr_nonnull(w);
 	ck_assert_int_eq(pki_sigtrap_app_action(NULL, &old), 0);
 	ck_assert_ptr_eq(old.sa_handler, mask_probe);
@@ -640,7 +645,7 @@ START_TEST(hits_through_queue)
 {
 	static struct writer wr[4];
 	struct pk_hitq *q = pk_hitq_new(4096);
-	PK_OPTS(pk_watch_opts, o, .queue = q, .ctx = (void *)0x1234);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .queue = q, .ctx = (void *)0x1234);
 	struct pk_watch_hit h;
 	struct pk_watch *w;
 	int per[4] = {0}, n = 0;
@@ -673,7 +678,7 @@ END_TEST
 
 START_TEST(fork_child_has_none)
 {
-	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb, .ctx = &cb_hits);
 	struct pk_watch *w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
 	int status;
 	pid_t pid;
@@ -725,7 +730,8 @@ START_TEST(exec_removes_watchpoints)
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb,
+			.ctx = &cb_hits);
 		volatile long *p = mmap(EXEC_PROBE_ADDR, 4096, PROT_READ | PROT_WRITE,
 					MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 
@@ -750,7 +756,7 @@ __attribute__((noinline)) void pk_test_watched_fn(void)
 
 START_TEST(execute_watchpoint)
 {
-	PK_OPTS(pk_watch_opts, o, .callback = where_cb);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = where_cb);
 	struct pk_watch *w = pk_watch_add((const void *)pk_test_watched_fn, 1, PK_WATCH_X, &o);
 
 	ck_assert_ptr_nonnull(w);
@@ -790,7 +796,7 @@ START_TEST(remove_while_hitting)
 	}
 	for (int r = 0; r < 200; r++) {
 		struct magic *m = malloc(sizeof(*m));
-		PK_OPTS(pk_watch_opts, o, .callback = magic_cb, .ctx = m,
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = magic_cb, .ctx = m,
 			.tid = r % 3 ? 0 : wr[r % 2].tid);
 		struct pk_watch *w;
 		long before = atomic_load(&cb_hits);
@@ -869,7 +875,8 @@ START_TEST(release_after_late_hits)
 		atomic_store(&wr[i].cmd, 3);
 	}
 	while (rounds < 400 && pki_mono_ns() - t0 < 4000000000ull) {
-		PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb,
+			.ctx = &cb_hits);
 		long before = atomic_load(&cb_hits);
 		struct pk_watch *w = pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &o);
 
@@ -929,7 +936,7 @@ START_TEST(release_while_forking)
 	for (int i = 0; i < 2; i++)
 		ck_assert_int_eq(pthread_create(&f[i], NULL, forker_main, NULL), 0);
 	while (pki_mono_ns() - t0 < 2000000000ull) {
-		struct pk_watch *w = pk_watch_add((const void *)&shared_b, 8, PK_WATCH_W, NULL);
+		struct pk_watch *w = pk_watch_add((const void *)&shared_b, 8, PK_WATCH_W, &hw);
 
 		ck_assert_msg(w != NULL, "round %d: %s", rounds, strerror(errno));
 		shared_b++;
@@ -1001,7 +1008,7 @@ static void *race_creator(void *arg)
 START_TEST(threads_created_during_add)
 {
 	enum { CREATORS = 3, ROUNDS = 150 };
-	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb, .ctx = &cb_hits);
 	pthread_t cr[CREATORS];
 	unsigned long unseen = 0;
 
@@ -1074,7 +1081,7 @@ END_TEST
  */
 START_TEST(undelivered_refused)
 {
-	PK_OPTS(pk_watch_opts, one, .tid = gettid());
+	PK_OPTS(pk_watch_opts, one, .mode = PK_WATCH_MODE_HW, .tid = gettid());
 	char why[256];
 	bool pretend = false;
 	int fds;
@@ -1088,7 +1095,7 @@ START_TEST(undelivered_refused)
 	pk_set_print(capture);
 	fds = count_fds();
 	errno = 0;
-	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 8, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EOPNOTSUPP);
 	ck_assert_msg(strstr(last_msg, "accepts hardware breakpoints but does not deliver them"),
 		      "message: %s", last_msg);
@@ -1101,15 +1108,27 @@ START_TEST(undelivered_refused)
 	ck_assert_msg(strstr(last_msg, "does not deliver"), "message: %s", last_msg);
 	ck_assert_int_eq(count_fds(), fds);
 	/* bad input is still told apart from the machine */
-	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 3, PK_WATCH_W, NULL));
+	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 3, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EINVAL);
+	/* and auto, the default, takes page mode instead */
+	{
+		char *p =
+		    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct pk_watch *w = pk_watch_add(p, 8, PK_WATCH_W, NULL);
+
+		ck_assert_ptr_nonnull(w);
+		ck_assert_int_eq(pk_watch_mode_of(w), PK_WATCH_MODE_PAGE);
+		*(volatile long *)p = 1;
+		ck_assert_int_eq((int)pk_watch_hits(w), 1);
+		pk_watch_remove(w);
+	}
 }
 END_TEST
 
 /* PROBEKIT_HWBP_UNDELIVERED=0 pretends nothing: hits come (a delivering machine). */
 START_TEST(switch_zero_delivers)
 {
-	PK_OPTS(pk_watch_opts, o, .callback = count_cb, .ctx = &cb_hits);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = count_cb, .ctx = &cb_hits);
 	struct pk_watch *w;
 
 	setenv("PROBEKIT_HWBP_UNDELIVERED", "0", 1);

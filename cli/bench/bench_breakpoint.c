@@ -103,7 +103,9 @@ struct breakpoint {
 /* An all-threads RW watchpoint on one byte, as perf's breakpoint_setup(). */
 static struct pk_watch *breakpoint_setup(void *addr)
 {
-	return pk_watch_add(addr, 1, PK_WATCH_RW, NULL);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW); /* perf's are debug registers */
+
+	return pk_watch_add(addr, 1, PK_WATCH_RW, &o);
 }
 
 static int setup_failed(const char *bench)

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Hardware watchpoints on live threads of the calling process.
+ * Watchpoints on live threads of the calling process: hardware ones (debug
+ * registers, described first), and page-protection ones (PK_WATCH_MODE_PAGE,
+ * doc/design/page-watch.md) where those do not fit or are not delivered.
  *
  * A watchpoint watches 1, 2, 4 or 8 naturally aligned bytes for writes,
  * reads-or-writes, or execution, on one thread or on ALL threads: those that
@@ -36,6 +38,13 @@
  * instead; under the probekit command the agent does this for the program.
  *
  * Threads that block SIGTRAP: see PK_WATCH_HIT_LATE and pk_watch_stats().
+ *
+ * Page mode owns SIGSEGV the same way (one handler, the program's chained
+ * to, under the probekit command its sigaction() routed): a thread that
+ * blocks SIGSEGV and touches a watched page is killed by the kernel, as
+ * any fault with SIGSEGV blocked is; the agent keeps SIGSEGV unblocked for
+ * the program, a program linking the library must not block it.  A system
+ * call that reads or writes a watched page fails with EFAULT.
  *
  * Processes: watchpoints are dropped by the kernel on execve (remove_on_exec);
  * a child made by fork() has none (its copies of the handles are inert:
@@ -137,6 +146,56 @@ enum pk_watch_mode {
 	PK_WATCH_MODE_PAGE = 2,
 };
 
+/*
+ * A condition on hits, evaluated in the signal handler that sees the hit
+ * (no allocation, no lock, no system call): a hit that fails it is neither
+ * called back nor queued, only counted (pk_watch_stats.filtered).  All of
+ * its parts must hold:
+ *   changed   the access changed the watched bytes it touched (a read, or
+ *             a write of the same value, fails);
+ *   term[i]   @a CMP @b, where OLD and NEW are the touched bytes before and
+ *             after the access (up to 8, little-endian, sign-extended from
+ *             their length), TID the accessing thread, CONST the term's @k;
+ *   in_lo/hi  the accessing instruction lies in [@in_lo, @in_hi) (a
+ *             function's range: "accesses made by FUNC"); 0, 0: anywhere.
+ * With debug registers, NEW is read from memory when the hit is handled and
+ * OLD is the value the previous hit left (the value at the add for the
+ * first): a concurrent writer may have moved them; the instruction is the
+ * one after the access (x86 traps after it), in the same function but for
+ * an access that is a function's last instruction.  In page mode both are
+ * exact and the instruction is the access itself.
+ */
+enum pk_watch_val {
+	PK_WATCH_VAL_CONST = 0,
+	PK_WATCH_VAL_OLD,
+	PK_WATCH_VAL_NEW,
+	PK_WATCH_VAL_TID,
+};
+
+enum pk_watch_cmp {
+	PK_WATCH_CMP_EQ = 1,
+	PK_WATCH_CMP_NE,
+	PK_WATCH_CMP_LT,
+	PK_WATCH_CMP_LE,
+	PK_WATCH_CMP_GT,
+	PK_WATCH_CMP_GE,
+};
+
+#define PK_WATCH_TERMS 4
+
+struct pk_watch_term {
+	enum pk_watch_val a;
+	enum pk_watch_cmp cmp; /* 0: the term is unused */
+	enum pk_watch_val b;
+	int64_t k; /* the constant, where a or b is PK_WATCH_VAL_CONST */
+};
+
+struct pk_watch_cond {
+	bool changed;
+	struct pk_watch_term term[PK_WATCH_TERMS];
+	uintptr_t in_lo, in_hi;
+};
+
 struct pk_watch_opts {
 	size_t sz;	       /* sizeof(struct pk_watch_opts), PK_OPTS fills it */
 	pid_t tid;	       /* 0: all threads, now and later; else one thread */
@@ -145,7 +204,16 @@ struct pk_watch_opts {
 	struct pk_hitq *queue; /* if set, every hit is pushed there too */
 	bool disabled;	       /* create disabled; pk_watch_enable() arms it */
 	enum pk_watch_mode mode; /* PK_WATCH_MODE_AUTO (0) unless set */
+	const struct pk_watch_cond *cond; /* copied at the add; NULL: every hit */
 };
+
+/*
+ * "new > old && tid == 1234" into @c: terms joined by "&&", each
+ * OPERAND CMP OPERAND with operands old, new, tid or an integer (C syntax:
+ * decimal, 0x hex, negative) and CMP one of == != < <= > >=; "changed"
+ * is a term of its own.  0, or -EINVAL with the reason in @why.
+ */
+PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why, size_t n);
 
 /*
  * Watch @len bytes at @addr for accesses of @type; @opts may be NULL (all
@@ -223,6 +291,7 @@ struct pk_watch_stats {
 				  the thread blocked SIGTRAP */
 	unsigned long windowed; /* page mode: accesses run with the pages open
 				   (PK_WATCH_HIT_WINDOWED), reported or not */
+	unsigned long filtered; /* hits that failed opts->cond: not reported */
 };
 
 /*

@@ -87,6 +87,7 @@
 #include <sys/ucontext.h>
 #include <unistd.h>
 
+#include "base/handler_data.h"
 #include "base/siglock.h"
 #include "base/signals.h"
 #include "base/sigown.h"
@@ -128,34 +129,46 @@ struct owner {
 
 enum { OWN_TRAP, OWN_SEGV, OWN_NR };
 
-static struct owner owners[OWN_NR] = {
-    [OWN_TRAP] = {.sig = SIGTRAP,
-		  .nclients = PKI_SIGTRAP_NR,
-		  .patch_first = true,
-		  .keep_client = PKI_SIGTRAP_PATCH},
-    [OWN_SEGV] = {.sig = SIGSEGV,
-		  .nclients = PKI_SIGSEGV_NR,
-		  .forced = true,
-		  .keep_client = -1,
-		  .virtual = true},
+/*
+ * What the handler reads, in pages of its own (base/handler_data.h): linked
+ * into a program, a page watch on a neighbour variable could otherwise
+ * protect it.
+ */
+static struct PKI_HANDLER_PAGES {
+	struct owner owners[OWN_NR];
+	_Atomic(pki_sigaction_fn) sys_fn;
+	_Atomic(pki_sigown_view_fn) view_fn;
+	atomic_flag lock;
+} own = {
+    .owners =
+	{
+	    [OWN_TRAP] = {.sig = SIGTRAP,
+			  .nclients = PKI_SIGTRAP_NR,
+			  .patch_first = true,
+			  .keep_client = PKI_SIGTRAP_PATCH},
+	    [OWN_SEGV] = {.sig = SIGSEGV,
+			  .nclients = PKI_SIGSEGV_NR,
+			  .forced = true,
+			  .keep_client = -1,
+			  .virtual = true},
+	},
+    .lock = ATOMIC_FLAG_INIT,
 };
 
 _Static_assert(PKI_SIGTRAP_NR <= PKI_SIGOWN_CLIENTS && PKI_SIGSEGV_NR <= PKI_SIGOWN_CLIENTS,
 	       "PKI_SIGOWN_CLIENTS");
 
-static _Atomic(pki_sigaction_fn) sys_fn;
-static _Atomic(pki_sigown_view_fn) view_fn;
-static atomic_flag lock = ATOMIC_FLAG_INIT;
-
 /* No libc: the patcher's INT3s may stand in it (SO6). */
 static struct owner *owner_of(int sig)
 {
-	return sig == SIGTRAP ? &owners[OWN_TRAP] : sig == SIGSEGV ? &owners[OWN_SEGV] : NULL;
+	return sig == SIGTRAP	? &own.owners[OWN_TRAP]
+	       : sig == SIGSEGV ? &own.owners[OWN_SEGV]
+				: NULL;
 }
 
 static int idx_of(const struct owner *o)
 {
-	return (int)(o - owners);
+	return (int)(o - own.owners);
 }
 
 bool pki_sigown_owned(int sig)
@@ -165,19 +178,19 @@ bool pki_sigown_owned(int sig)
 
 static int sys_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
-	pki_sigaction_fn fn = atomic_load_explicit(&sys_fn, memory_order_acquire);
+	pki_sigaction_fn fn = atomic_load_explicit(&own.sys_fn, memory_order_acquire);
 
 	return (fn ? fn : sigaction)(sig, act, old);
 }
 
 void pki_sigown_set_sys(pki_sigaction_fn fn)
 {
-	atomic_store_explicit(&sys_fn, fn, memory_order_release);
+	atomic_store_explicit(&own.sys_fn, fn, memory_order_release);
 }
 
 void pki_sigown_set_view(pki_sigown_view_fn fn)
 {
-	atomic_store_explicit(&view_fn, fn, memory_order_release);
+	atomic_store_explicit(&own.view_fn, fn, memory_order_release);
 }
 
 bool pki_sigown_installed(int sig)
@@ -222,12 +235,12 @@ static void lock_take(sigset_t *saved)
 	pthread_sigmask(SIG_SETMASK, &all, saved);
 	lock_mine = true; /* before the flag is ours, and after it is not: no window */
 	atomic_signal_fence(memory_order_seq_cst);
-	pki_siglock_wait(&lock);
+	pki_siglock_wait(&own.lock);
 }
 
 static void lock_drop(const sigset_t *saved)
 {
-	pki_siglock_release(&lock);
+	pki_siglock_release(&own.lock);
 	atomic_signal_fence(memory_order_seq_cst);
 	lock_mine = false;
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
@@ -245,12 +258,12 @@ static void lock_drop(const sigset_t *saved)
  */
 static void fork_prepare(void)
 {
-	pki_siglock_wait(&lock);
+	pki_siglock_wait(&own.lock);
 }
 
 static void fork_release(void)
 {
-	pki_siglock_release(&lock);
+	pki_siglock_release(&own.lock);
 }
 
 static void register_atfork(void)
@@ -461,7 +474,7 @@ static void run_app(struct owner *o, const struct sigaction *act, int sig, sigin
 /* An unclaimed signal: the application's action, as the kernel would run it (SO3, SO4). */
 static void deliver(struct owner *o, int sig, siginfo_t *si, void *uc)
 {
-	pki_sigown_view_fn view = atomic_load_explicit(&view_fn, memory_order_acquire);
+	pki_sigown_view_fn view = atomic_load_explicit(&own.view_fn, memory_order_acquire);
 	struct sigaction act;
 	unsigned int seq;
 
@@ -706,4 +719,9 @@ void pki_sigown_fallback_drop(int sig, fallback_fn fn)
 
 	if (o)
 		atomic_compare_exchange_strong(&o->fallback, &fn, NULL);
+}
+
+bool pki_sigown_data_overlaps(uintptr_t lo, uintptr_t hi)
+{
+	return lo < (uintptr_t)(&own + 1) && (uintptr_t)&own < hi;
 }

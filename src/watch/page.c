@@ -36,9 +36,11 @@
 
 #include "arch/arch.h"
 #include "base/futex.h"
+#include "base/handler_data.h"
 #include "base/log.h"
 #include "base/maps.h"
 #include "base/sigown.h"
+#include "watch/cond.h"
 #include "watch/page.h"
 
 #define NR_REGIONS     64 /* page runs watched at once */
@@ -58,7 +60,8 @@ struct pki_pwatch {
 	void *ctx;
 	struct pk_hitq *queue;
 	atomic_bool enabled;
-	atomic_ulong hits, self, windowed;
+	atomic_ulong hits, self, windowed, filtered;
+	const struct pk_watch_cond *cond; /* NULL: none (else the owner's copy) */
 	int reg;   /* its region, -1 once dead (fork child) */
 	bool dead; /* under the manager's lock */
 };
@@ -96,15 +99,21 @@ struct region {
 	uint8_t *snap; /* fork: the pages as they were, for the child */
 };
 
-static struct region regions[NR_REGIONS];
-
-/* Step code: one slot per region, written through `code_rw`, run at `code_rx`. */
-static uint8_t *code_rw;
-static _Atomic uintptr_t code_rx;
-
-/* Pages ever watched (page numbers), append-only: PW3's late faults. */
-static _Atomic uintptr_t seen[NR_SEEN];
-static atomic_uint nr_seen;
+/*
+ * What the handlers read, in pages of its own (base/handler_data.h).
+ * Region slots, code slots and `seen` are never freed.
+ */
+static struct PKI_HANDLER_PAGES {
+	struct region regions[NR_REGIONS];
+	/* Step code: one slot per region, written through code_rw, run at code_rx. */
+	uint8_t *code_rw;
+	_Atomic uintptr_t code_rx;
+	/* Pages ever watched (page numbers), append-only: PW3's late faults. */
+	_Atomic uintptr_t seen[NR_SEEN];
+	atomic_uint nr_seen;
+	bool shstk; /* the threads have a shadow stack: no call is emulated */
+	size_t page_size;
+} P;
 
 /* The step this thread is in (region index), -1 if none. */
 static __thread int step_region __attribute__((tls_model("initial-exec"))) = -1;
@@ -114,15 +123,12 @@ static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")))
 static __thread uintptr_t retried __attribute__((tls_model("initial-exec")));
 
 static bool clients_added;
-static bool shstk; /* the threads run with a shadow stack (no call is emulated) */
 
 static size_t page_size(void)
 {
-	static size_t ps;
-
-	if (!ps)
-		ps = (size_t)sysconf(_SC_PAGESIZE);
-	return ps;
+	if (!P.page_size)
+		P.page_size = (size_t)sysconf(_SC_PAGESIZE);
+	return P.page_size;
 }
 
 /* ---- the step lock (a futex mutex; async-signal-safe) -------------------- */
@@ -156,7 +162,7 @@ static void step_unlock(struct region *r)
 static int region_enter(uintptr_t a)
 {
 	for (int i = 0; i < NR_REGIONS; i++) {
-		struct region *r = &regions[i];
+		struct region *r = &P.regions[i];
 
 		if (!atomic_load_explicit(&r->end, memory_order_relaxed))
 			continue;
@@ -172,16 +178,16 @@ static int region_enter(uintptr_t a)
 
 static void region_leave(int i)
 {
-	atomic_fetch_sub(&regions[i].inflight, 1);
+	atomic_fetch_sub(&P.regions[i].inflight, 1);
 }
 
 static bool page_seen(uintptr_t a)
 {
 	uintptr_t pg = a / page_size();
-	unsigned int n = atomic_load(&nr_seen);
+	unsigned int n = atomic_load(&P.nr_seen);
 
 	for (unsigned int i = 0; i < n && i < NR_SEEN; i++)
-		if (atomic_load_explicit(&seen[i], memory_order_relaxed) == pg)
+		if (atomic_load_explicit(&P.seen[i], memory_order_relaxed) == pg)
 			return true;
 	return false;
 }
@@ -190,12 +196,12 @@ static bool page_seen(uintptr_t a)
 static void __seen_add(uintptr_t lo, uintptr_t hi)
 {
 	for (uintptr_t a = lo; a < hi; a += page_size()) {
-		unsigned int n = atomic_load(&nr_seen);
+		unsigned int n = atomic_load(&P.nr_seen);
 
 		if (page_seen(a) || n >= NR_SEEN)
 			continue;
-		atomic_store(&seen[n], a / page_size());
-		atomic_store(&nr_seen, n + 1);
+		atomic_store(&P.seen[n], a / page_size());
+		atomic_store(&P.nr_seen, n + 1);
 	}
 }
 
@@ -227,7 +233,7 @@ static struct span step_span(const struct step *s, int i, unsigned long iters)
 /* The bytes of @sp in region @ri, before the step, into its `before` copy. */
 static void save_before(int ri, uintptr_t lo, uintptr_t hi)
 {
-	struct region *r = &regions[ri];
+	struct region *r = &P.regions[ri];
 	uintptr_t va = atomic_load_explicit(&r->va, memory_order_relaxed);
 	uintptr_t end = atomic_load_explicit(&r->end, memory_order_relaxed);
 
@@ -269,7 +275,7 @@ static bool make_hit(struct pki_pwatch *pw, const struct region *r, uintptr_t lo
 static int span_hits(const struct span *sp, unsigned int extra, struct pk_watch_hit *hits, int nh,
 		     struct pki_pwatch **who)
 {
-	const struct region *r = &regions[sp->reg];
+	const struct region *r = &P.regions[sp->reg];
 	unsigned int flags = extra;
 
 	if (sp->read)
@@ -289,7 +295,7 @@ static int span_hits(const struct span *sp, unsigned int extra, struct pk_watch_
 static int windowed_hits(const struct step *s, int ri, struct pk_watch_hit *hits,
 			 struct pki_pwatch **who)
 {
-	const struct region *r = &regions[ri];
+	const struct region *r = &P.regions[ri];
 	uintptr_t va = atomic_load_explicit(&r->va, memory_order_relaxed);
 	int nh = 0;
 
@@ -336,6 +342,11 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 			atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
 			continue;
 		}
+		if (pw->cond && !pki_watch_cond_pass(pw->cond, hits[i].before, hits[i].after,
+						     hits[i].len, tid, ip)) {
+			atomic_fetch_add_explicit(&pw->filtered, 1, memory_order_relaxed);
+			continue;
+		}
 		atomic_fetch_add_explicit(&pw->hits, 1, memory_order_relaxed);
 		cb_depth++;
 		if (pw->cb) {
@@ -354,13 +365,13 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 
 static uintptr_t slot_rx(int ri)
 {
-	return atomic_load_explicit(&code_rx, memory_order_relaxed) + (uintptr_t)ri * CODE_SLOT;
+	return atomic_load_explicit(&P.code_rx, memory_order_relaxed) + (uintptr_t)ri * CODE_SLOT;
 }
 
 /* The region of access @a, entered, or -1: not in any (not moved). */
 static int access_region(const struct pki_access *a, int home)
 {
-	struct region *h = &regions[home];
+	struct region *h = &P.regions[home];
 
 	if (a->addr >= atomic_load(&h->va) && a->addr < atomic_load(&h->end)) {
 		atomic_fetch_add(&h->inflight, 1);
@@ -378,15 +389,15 @@ static bool lock_regions(int home, int other)
 	int first = other >= 0 && other < home ? other : home;
 	int second = first == home ? other : home;
 
-	step_lock(&regions[first]);
+	step_lock(&P.regions[first]);
 	if (second >= 0)
-		step_lock(&regions[second]);
-	if (atomic_load(&regions[home].state) == R_LIVE &&
-	    (other < 0 || atomic_load(&regions[other].state) == R_LIVE))
+		step_lock(&P.regions[second]);
+	if (atomic_load(&P.regions[home].state) == R_LIVE &&
+	    (other < 0 || atomic_load(&P.regions[other].state) == R_LIVE))
 		return true;
 	if (second >= 0)
-		step_unlock(&regions[second]);
-	step_unlock(&regions[first]);
+		step_unlock(&P.regions[second]);
+	step_unlock(&P.regions[first]);
 	return false;
 }
 
@@ -416,7 +427,7 @@ static int plan_redirect(struct step *s, int home, intptr_t delta[2], uintptr_t 
 			}
 			s->other = ri;
 		}
-		struct region *r = &regions[ri];
+		struct region *r = &P.regions[ri];
 		uintptr_t va = atomic_load(&r->va);
 
 		delta[i] = (intptr_t)((uintptr_t)r->alias - va);
@@ -447,7 +458,7 @@ static void step_mask(ucontext_t *uc, struct step *s)
 /* PW5: the region open for one single-stepped instruction. */
 static void begin_windowed(ucontext_t *uc, int home, struct step *s)
 {
-	struct region *r = &regions[home];
+	struct region *r = &P.regions[home];
 	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
 
 	s->windowed = true;
@@ -465,7 +476,7 @@ static void begin_windowed(ucontext_t *uc, int home, struct step *s)
  */
 static bool emulate_branch(ucontext_t *uc, int home, struct step *s)
 {
-	struct region *r = &regions[home];
+	struct region *r = &P.regions[home];
 	const struct pki_access *a = &s->ai.acc[0];
 	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end), ip = s->ip;
 	struct pk_watch_hit hits[MAX_STEP_HITS];
@@ -476,7 +487,7 @@ static bool emulate_branch(ucontext_t *uc, int home, struct step *s)
 	if (a->addr < va || a->addr + a->size > end)
 		return false;
 	save_before(home, sp.lo, sp.hi);
-	if (pki_access_branch(uc, &s->ai, r->alias + (a->addr - va), shstk))
+	if (pki_access_branch(uc, &s->ai, r->alias + (a->addr - va), P.shstk))
 		return false;
 	nh = span_hits(&sp, 0, hits, 0, who);
 	step_unlock(r);
@@ -502,7 +513,7 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 		retried = a;
 		return true;
 	}
-	r = &regions[home];
+	r = &P.regions[home];
 	st = atomic_load(&r->state);
 	if (st != R_LIVE || !lock_regions(home, -1)) {
 		region_leave(home);
@@ -548,12 +559,13 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 				else
 					save_before(s->reg[i], ac->addr, ac->addr + ac->size);
 			}
-		err = pki_access_begin(uc, &s->ai, delta, lo, hi,
-				       code_rw + (size_t)home * CODE_SLOT, slot_rx(home), &s->undo);
+		err =
+		    pki_access_begin(uc, &s->ai, delta, lo, hi,
+				     P.code_rw + (size_t)home * CODE_SLOT, slot_rx(home), &s->undo);
 	}
 	if (err) {
 		if (s->other >= 0)
-			step_unlock(&regions[s->other]);
+			step_unlock(&P.regions[s->other]);
 		leave_access_regions(s);
 		s->ai.nacc = 0;
 		s->other = -1;
@@ -568,7 +580,7 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 static bool step_abort(ucontext_t *uc)
 {
 	int home = step_region;
-	struct region *r = &regions[home];
+	struct region *r = &P.regions[home];
 	struct step *s = &r->step;
 
 	step_region = -1;
@@ -580,7 +592,7 @@ static bool step_abort(ucontext_t *uc)
 		pki_access_abort(uc, &s->undo);
 		leave_access_regions(s);
 		if (s->other >= 0)
-			step_unlock(&regions[s->other]);
+			step_unlock(&P.regions[s->other]);
 	}
 	uc->uc_sigmask = s->mask;
 	step_unlock(r);
@@ -608,7 +620,7 @@ static bool page_segv(int sig, siginfo_t *si, void *ucv)
 
 static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct pki_pwatch **who)
 {
-	struct region *r = &regions[home];
+	struct region *r = &P.regions[home];
 	struct step *s = &r->step;
 	int nh = 0;
 
@@ -645,7 +657,7 @@ static bool page_trap(int sig, siginfo_t *si, void *ucv)
 	(void)sig;
 	if (home < 0)
 		return false;
-	s = &regions[home].step;
+	s = &P.regions[home].step;
 	if (s->windowed ? !pki_si_single_step(si) : !pki_access_at_end(uc, &s->undo))
 		return false;
 	step_region = -1;
@@ -662,8 +674,8 @@ static bool page_trap(int sig, siginfo_t *si, void *ucv)
 	for (int i = 0; i < s->ai.nacc; i++)
 		reg[i] = s->reg[i];
 	if (other >= 0)
-		step_unlock(&regions[other]);
-	step_unlock(&regions[home]);
+		step_unlock(&P.regions[other]);
+	step_unlock(&P.regions[home]);
 	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
 	for (int i = 0; i < 2; i++)
 		if (reg[i] >= 0)
@@ -682,7 +694,7 @@ static int __code_init(void)
 	void *rw, *rx;
 	int fd;
 
-	if (code_rw)
+	if (P.code_rw)
 		return 0;
 	fd = memfd_create("probekit-step", MFD_CLOEXEC);
 	if (fd < 0)
@@ -701,8 +713,8 @@ static int __code_init(void)
 			munmap(rx, len);
 		return -ENOMEM;
 	}
-	code_rw = rw;
-	atomic_store(&code_rx, (uintptr_t)rx);
+	P.code_rw = rw;
+	atomic_store(&P.code_rx, (uintptr_t)rx);
 	return 0;
 }
 
@@ -720,7 +732,7 @@ static int __clients_add(void)
 			 pki_errstr(err));
 		return err;
 	}
-	shstk = pki_arch_shstk();
+	P.shstk = pki_arch_shstk();
 	clients_added = true;
 	return 0;
 }
@@ -763,6 +775,10 @@ static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t
 		why = "not a readable and writable mapping";
 	else if (on_a_stack(&m, lo))
 		why = "a thread's stack (the kernel writes signal frames there)";
+	else if (pki_sigown_data_overlaps(lo, hi) ||
+		 (lo < (uintptr_t)(&P + 1) && (uintptr_t)&P < hi))
+		why = "its page holds probekit's own state, which the fault handler uses (the "
+		      "library is linked into this program)";
 	pki_maps_free(&m);
 	if (!why)
 		return 0;
@@ -774,8 +790,8 @@ static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t
 static int __region_free_slot(void)
 {
 	for (int i = 0; i < NR_REGIONS; i++)
-		if (!atomic_load(&regions[i].end) && atomic_load(&regions[i].state) == R_FREE &&
-		    !atomic_load(&regions[i].inflight))
+		if (!atomic_load(&P.regions[i].end) && atomic_load(&P.regions[i].state) == R_FREE &&
+		    !atomic_load(&P.regions[i].inflight))
 			return i;
 	return -1;
 }
@@ -785,7 +801,7 @@ static int __region_find(uintptr_t lo, uintptr_t hi, int *out)
 {
 	*out = -1;
 	for (int i = 0; i < NR_REGIONS; i++) {
-		uintptr_t va = atomic_load(&regions[i].va), end = atomic_load(&regions[i].end);
+		uintptr_t va = atomic_load(&P.regions[i].va), end = atomic_load(&P.regions[i].end);
 
 		if (!va || hi <= va || lo >= end)
 			continue;
@@ -841,7 +857,7 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 			 pki_errstr(ENOSPC));
 		return -ENOSPC;
 	}
-	r = &regions[i];
+	r = &P.regions[i];
 	r->before = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (r->before == MAP_FAILED) {
 		r->before = NULL;
@@ -898,7 +914,7 @@ static bool __region_still_ours(const struct region *r, uintptr_t va, int *prot)
 /* PW3: the pages private again with what the alias holds, at the program's protection. */
 static void __region_unmake(int i)
 {
-	struct region *r = &regions[i];
+	struct region *r = &P.regions[i];
 	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
 	size_t n = end - va;
 	int prot = r->prot_orig;
@@ -940,7 +956,7 @@ static void __region_unmake(int i)
 
 static int __region_join(int i, struct pki_pwatch *pw, int prot)
 {
-	struct region *r = &regions[i];
+	struct region *r = &P.regions[i];
 
 	if (r->nw >= REGION_WATCHES) {
 		pki_warn("watch %#lx: at most %d page-mode watches share pages: %s\n",
@@ -965,7 +981,8 @@ static int __region_join(int i, struct pki_pwatch *pw, int prot)
 }
 
 int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk_watch_type type,
-		   const struct pk_watch_opts *o, struct pki_pwatch **out)
+		   const struct pk_watch_opts *o, const struct pk_watch_cond *cond,
+		   struct pki_pwatch **out)
 {
 	uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)(page_size() - 1);
 	uintptr_t hi = ((uintptr_t)addr + len + page_size() - 1) & ~(uintptr_t)(page_size() - 1);
@@ -1006,6 +1023,7 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 	    .ctx = o->ctx,
 	    .queue = o->queue,
 	    .enabled = !o->disabled,
+	    .cond = cond,
 	    .reg = -1,
 	};
 	if (ri < 0 && (err = __region_make(lo, hi, prot, &ri)) == 0 &&
@@ -1029,7 +1047,7 @@ void __pki_page_remove(struct pki_pwatch *pw)
 		free(pw);
 		return;
 	}
-	r = &regions[pw->reg];
+	r = &P.regions[pw->reg];
 	for (int k = 0; k < REGION_WATCHES; k++)
 		if (atomic_load(&r->w[k]) == pw)
 			atomic_store(&r->w[k], NULL);
@@ -1060,7 +1078,8 @@ void __pki_page_stats(const struct pki_pwatch *pw, struct pk_watch_stats *st)
 	st->hits = atomic_load(&p->hits);
 	st->self = atomic_load(&p->self);
 	st->windowed = atomic_load(&p->windowed);
-	st->counted = st->hits + st->self;
+	st->filtered = atomic_load(&p->filtered);
+	st->counted = st->hits + st->self + st->filtered;
 	st->late = st->unseen = 0;
 }
 
@@ -1069,7 +1088,7 @@ void __pki_page_stats(const struct pki_pwatch *pw, struct pk_watch_stats *st)
 void __pki_page_fork_prepare(void)
 {
 	for (int i = 0; i < NR_REGIONS; i++) {
-		struct region *r = &regions[i];
+		struct region *r = &P.regions[i];
 		uintptr_t va = atomic_load(&r->va);
 		size_t n = atomic_load(&r->end) - va;
 
@@ -1088,7 +1107,7 @@ void __pki_page_fork_prepare(void)
 void __pki_page_fork_parent(void)
 {
 	for (int i = 0; i < NR_REGIONS; i++) {
-		struct region *r = &regions[i];
+		struct region *r = &P.regions[i];
 		uintptr_t va = atomic_load(&r->va);
 
 		if (!va || atomic_load(&r->state) != R_LIVE)
@@ -1104,7 +1123,7 @@ void __pki_page_fork_parent(void)
 void __pki_page_fork_child(void)
 {
 	for (int i = 0; i < NR_REGIONS; i++) {
-		struct region *r = &regions[i];
+		struct region *r = &P.regions[i];
 		uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
 
 		if (!va)

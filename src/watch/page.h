@@ -16,14 +16,16 @@ struct pki_pwatch;
 
 /*
  * Watch @len bytes at @addr for @type (W or RW) by page protection, for
- * @owner (reported as hit.watch).  0 with *@out set, or -errno with the
+ * @owner (reported as hit.watch), its hits filtered by @cond (NULL: none;
+ * valid until the remove).  0 with *@out set, or -errno with the
  * reason said (pki_warn): EINVAL (PW1: not a private writable mapping, a
  * stack, spans mappings), EBUSY (overlaps another region in part), ENOSPC
  * (no region slot left), ENOMEM, or an errno of memfd_create/mmap/mprotect.
  * Nothing is changed when it fails.
  */
 int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk_watch_type type,
-		   const struct pk_watch_opts *o, struct pki_pwatch **out);
+		   const struct pk_watch_opts *o, const struct pk_watch_cond *cond,
+		   struct pki_pwatch **out);
 
 /* Stop reporting, give the pages back if it was their last watch (PW3), free. */
 void __pki_page_remove(struct pki_pwatch *pw);

@@ -46,6 +46,8 @@
 #include "base/threads.h"
 #include "base/umap.h"
 #include "base/sigtrap.h"
+#include "base/peek.h"
+#include "watch/cond.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
 #include "watch/page.h"
@@ -65,6 +67,11 @@ struct pk_watch {
 	atomic_ulong hits; /* reported (callback, queue), late ones included */
 	atomic_ulong late; /* of those, delivered after the thread unblocked SIGTRAP */
 	atomic_ulong self; /* made while a callback ran on that thread: not reported */
+	atomic_ulong filtered; /* failed cond: not reported */
+	bool has_cond;	       /* cond has something to check */
+	bool cond_values;      /* ... on the values: the handler reads them */
+	struct pk_watch_cond cond;
+	_Atomic uint64_t shadow; /* cond_values: the value the last hit saw (OLD) */
 
 	/* Page mode (page.c): everything above but cb, ctx and queue is its own. */
 	struct pki_pwatch *page;
@@ -195,6 +202,27 @@ static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")))
  * came meanwhile were merged into it (one SIGTRAP pending at most): only the
  * kernel's count knows them (pk_watch_stats).
  */
+/*
+ * @w's condition on a hit of the hardware: NEW read now without faulting or
+ * trapping again (process_vm_readv: a read by the kernel is not a user
+ * access), OLD the value the previous hit saw.
+ */
+static bool hw_cond_pass(struct pk_watch *w, const struct pk_watch_hit *hit)
+{
+	uint64_t now = 0, before;
+
+	if (!w->cond_values)
+		return pki_watch_cond_pass_values(&w->cond, 0, 0, hit->tid, hit->ip);
+	if (pki_peek((const void *)w->bp.addr, &now, w->bp.len))
+		return true; /* unreadable: reported, not judged */
+	before = atomic_exchange_explicit(&w->shadow, now, memory_order_relaxed);
+	if (w->cond.changed && before == now)
+		return false;
+	return pki_watch_cond_pass_values(
+	    &w->cond, pki_watch_value((const uint8_t *)&before, w->bp.len),
+	    pki_watch_value((const uint8_t *)&now, w->bp.len), hit->tid, hit->ip);
+}
+
 static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 {
 	uint64_t data;
@@ -230,6 +258,8 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 
 		if (cb_depth) {
 			atomic_fetch_add_explicit(&w->self, 1, memory_order_relaxed);
+		} else if (w->has_cond && !hw_cond_pass(w, &hit)) {
+			atomic_fetch_add_explicit(&w->filtered, 1, memory_order_relaxed);
 		} else {
 			if (pki_si_perf_flags(si) & TRAP_PERF_FLAG_ASYNC) {
 				hit.flags |= PK_WATCH_HIT_LATE;
@@ -816,6 +846,21 @@ static int __watch_admit(pid_t tid, const void *addr)
 	return err;
 }
 
+/* @c (checked already) into @w, with the value OLD starts from. */
+static void watch_cond_set(struct pk_watch *w, const void *addr, size_t len,
+			   enum pk_watch_type type, const struct pk_watch_cond *c)
+{
+	uint64_t v = 0;
+
+	if (!c || !pki_watch_cond_any(c))
+		return;
+	w->cond = *c;
+	w->has_cond = true;
+	w->cond_values = type != PK_WATCH_X;
+	if (w->cond_values && len <= sizeof(v) && !pki_peek(addr, &v, len))
+		atomic_store(&w->shadow, v);
+}
+
 /*
  * A new watchpoint in a slot of its own, published to the handler before
  * its first event exists, so that no early hit is lost.
@@ -837,6 +882,7 @@ static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
 	w->cb = o->callback;
 	w->ctx = o->ctx;
 	w->queue = o->queue;
+	watch_cond_set(w, addr, len, type, o->cond);
 	w->slot = idx;
 	w->tid = o->tid;
 	w->bp = (struct pki_bp){
@@ -909,8 +955,11 @@ static int __watch_add_page(const void *addr, size_t len, enum pk_watch_type typ
 	w->cb = o->callback;
 	w->ctx = o->ctx;
 	w->queue = o->queue;
+	w->has_cond = o->cond && pki_watch_cond_any(o->cond);
+	if (w->has_cond)
+		w->cond = *o->cond;
 	w->bp = (struct pki_bp){.addr = (uintptr_t)addr, .len = len, .type = type};
-	err = __pki_page_add(w, addr, len, type, o, &w->page);
+	err = __pki_page_add(w, addr, len, type, o, w->has_cond ? &w->cond : NULL, &w->page);
 	if (err) {
 		free(w);
 		return err;
@@ -949,6 +998,13 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	int err;
 
 	err = opts_get(addr, opts, &o);
+	if (!err && o.cond) {
+		char why[128];
+
+		err = pki_watch_cond_check(o.cond, why, sizeof(why));
+		if (err)
+			pki_warn("watch %p: %s: %s\n", addr, why, pki_errstr(EINVAL));
+	}
 	if (!err && (unsigned)o.mode > PK_WATCH_MODE_PAGE) {
 		pki_warn("watch %p: unknown mode %d (PK_WATCH_MODE_AUTO, _HW or _PAGE): %s\n", addr,
 			 (int)o.mode, pki_errstr(EINVAL));
@@ -1166,8 +1222,9 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 	s.hits = atomic_load(&w->hits);
 	s.late = atomic_load(&w->late);
 	s.self = atomic_load(&w->self);
+	s.filtered = atomic_load(&w->filtered);
 	pthread_mutex_unlock(&mgr.lock);
-	seen = s.hits + s.self;
+	seen = s.hits + s.self + s.filtered;
 	s.unseen = s.counted > seen ? s.counted - seen : 0;
 	memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
 	st->sz = st->sz < sizeof(s) ? st->sz : sizeof(s);

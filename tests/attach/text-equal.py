@@ -59,7 +59,8 @@ with open(f"/proc/{pid}/mem", "rb", 0) as mem, open(f"/proc/{pid}/maps") as maps
         path = f[5].strip()
         rng, perms, off = f[0], f[1], int(f[2], 16)
         if path.startswith("/memfd:probekit") and not path.startswith(
-            ("/memfd:probekit-agent", "/memfd:probekit-tramp", "/memfd:probekit:[sled relay]")
+            ("/memfd:probekit-agent", "/memfd:probekit-tramp", "/memfd:probekit:[sled relay]",
+             "/memfd:probekit-step")
         ):
             print(f"UNEXPECTED mapping {rng} {path}")
             bad += 1

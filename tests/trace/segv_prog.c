@@ -2,11 +2,11 @@
 /*
  * A program's own SIGSEGV under the agent's SIGSEGV owner (base/sigown.c,
  * agent/signal.c, agent/sigmask.c; doc/design/signals.md).  The test
- * script has the agent claim the faults on page PAGE (the agent's test
- * client, PROBEKIT_TEST_SEGV_PAGE); the program maps that page PROT_NONE,
- * installs its own SIGSEGV handler after start, blocks every signal, and:
+ * script runs it under `probekit watch --mode page watched`: the agent's
+ * page watchpoint claims the faults on `watched`.  The program installs
+ * its own SIGSEGV handler after start, blocks every signal, and:
  *
- *   own      touches PAGE (claimed: it lives on), reads back its handler
+ *   own      writes `watched` (claimed: it lives on), reads back its handler
  *            and its mask (its own), unblocks, then faults on a page of its
  *            own: its handler runs, with si_addr and si_code.  Exit 0.
  *   blocked  as own, but faults on its own page with every signal still
@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+char watched[64] __attribute__((aligned(4096))); /* the agent's page watch */
 static char *mine;
 static volatile sig_atomic_t runs, code_ok, addr_ok;
 
@@ -45,14 +46,12 @@ int main(int argc, char **argv)
 {
 	struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO}, old;
 	sigset_t all, cur;
-	char *page;
+	volatile char *page = watched;
 
-	if (argc < 3)
-		return fail("usage: segv_prog own|blocked PAGE");
-	page = mmap((void *)(uintptr_t)strtoull(argv[2], NULL, 16), 4096, PROT_NONE,
-		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (argc < 2)
+		return fail("usage: segv_prog own|blocked");
 	mine = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (page == MAP_FAILED || mine == MAP_FAILED)
+	if (mine == MAP_FAILED)
 		return fail("mmap");
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGSEGV, &sa, &old))
@@ -65,8 +64,8 @@ int main(int argc, char **argv)
 	if (sigprocmask(SIG_SETMASK, &all, NULL) || sigprocmask(SIG_BLOCK, NULL, &cur) ||
 	    !sigismember(&cur, SIGSEGV))
 		return fail("the mask read back lost SIGSEGV");
-	page[100] = 1; /* the agent's: claimed */
-	printf("claimed: %d\n", page[100]);
+	page[10] = 1; /* the agent's: claimed */
+	printf("claimed: %d\n", page[10]);
 	fflush(stdout);
 	if (argc > 1 && !strcmp(argv[1], "blocked")) {
 		mine[24] = 1; /* blocked: the kernel kills */

@@ -239,6 +239,9 @@ expect_err 125 "--mode hw watches 1, 2, 4 or 8 bytes, not 3" --mode hw -l 3 coun
 expect_err 125 "'text' is 13 bytes: give the length to watch with -l" --mode hw text -- "$target"
 expect_err 125 'small\+1 is at 0x[0-9a-f]+, not aligned to 2 bytes' --mode hw -l 2 small+1 -- "$target"
 expect_err 125 "unknown mode 'pages' \(auto, hw or page\)" --mode pages counter -- "$target"
+expect_err 125 "--if 'new = 1': expected ==, !=, <, <=, > or >= at '= 1'" --if 'new = 1' counter -- "$target"
+expect_err 125 "--in 'no_such_fn'|unknown symbol 'no_such_fn'" --in no_such_fn counter -- "$target"
+expect_err 125 "--in 'counter': not a function" --in counter counter -- "$target"
 expect_err 125 "--mode page watches data \(w or rw\), not execution" --mode page -t x bump -- "$target"
 expect_err 125 "-t x: 'counter' is not a function" -t x counter -- "$target"
 expect_err 125 "unknown type 'r' \(w, rw or x\)" -t r counter -- "$target"
@@ -293,6 +296,25 @@ page_cases() {
 	run text -- "$target" 3
 	if [[ $rc -eq 3 ]] && grep -q '^# probekit watch: text, 13 byte(s) at .*page mode' "$tmp/err" &&
 		grep -q '^# 0 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else bad "text (13 bytes): rc $rc"; fi
+
+	# Conditions, evaluated in the process: one value, the changes only, one function.
+	run --mode page --if 'new == 5' counter -- "$target" 3
+	n=$(count "$hit_w" "$tmp/err")
+	if [[ $rc -eq 3 && $n -eq 1 ]] && grep -Eq 'write counter: 4 -> 5 at bump' "$tmp/err" &&
+		grep -q '^# 19 hit(s) did not pass the condition' "$tmp/err"; then ok; else
+		bad "--if 'new == 5': rc $rc, $n hits"; fi
+	run --mode page -t rw --changed counter -- "$target" 3
+	n=$(count "$hit_w" "$tmp/err")
+	if [[ $rc -eq 3 && $n -eq 20 ]] && ! grep -q 'read counter' "$tmp/err" &&
+		grep -q '^# 1 hit(s) did not pass the condition' "$tmp/err"; then ok; else
+		bad "-t rw --changed: rc $rc, $n hits"; fi
+	run --mode page --in bump counter -- "$target" 3
+	n=$(count "$hit_w" "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "--in bump: rc $rc, $n hits"
+	run --mode page --in worker counter -- "$target" 3
+	n=$(count "$hit_w" "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 0 ]] && grep -q '^# 20 hit(s) did not pass' "$tmp/err" && ok ||
+		bad "--in worker: rc $rc, $n hits"
 
 	# auto: a debug register where hits are delivered, page mode where not.
 	run -c 1 counter -- "$target" 3

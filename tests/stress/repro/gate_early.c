@@ -62,7 +62,8 @@ int main(void)
 	pthread_join(looper_th, NULL);
 	signal(SIGALRM, on_alarm);
 	alarm(3);
-	w = pk_watch_add(&var, sizeof(var), PK_WATCH_W, NULL);
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW); /* the gate is the hardware's */
+	w = pk_watch_add(&var, sizeof(var), PK_WATCH_W, &o);
 	if (!w && errno == EOPNOTSUPP) {
 		/* refused before the gate: nothing here was tested */
 		printf("SKIP: hardware breakpoints are not delivered here\n");

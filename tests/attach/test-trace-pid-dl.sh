@@ -141,13 +141,16 @@ check "dlchurn: exit status $rc, loads and unloads went on ($(grep rounds out))"
 # one, hooked anew (its bytes are the file's again where the hooks wrote),
 # so every attach records plug_fn's calls, and every detach takes each hook
 # off (none fails on an instance it never wrote: "they stay, idle", and
-# the next attach refused), leaving no byte of ours in the text.
+# the next attach refused), leaving no byte of ours in the text.  (Found
+# by polling, an instance is hooked some time after its load, and often
+# unloaded before its next call: a few calls a second are recorded, so
+# each attach lasts 2 s.)
 rm -f stop out
 "$churn" "$lib1" plug_fn >out 2>err &
 hpid=$!
 wait_for '^ready' out
 for i in 1 2 3 4 5; do
-	timeout 60 "$pk" trace -p "$hpid" --duration 1 -o pl$i.trace 2>cmd
+	timeout 60 "$pk" trace -p "$hpid" --duration 2 -o pl$i.trace 2>cmd
 	rc=$?
 	check "dlchurn on the traced plugin, attach $i: the process alive after it" "kill -0 $hpid"
 	check "dlchurn on the traced plugin, attach $i: attached and detached ($rc), every hook off" \

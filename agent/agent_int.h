@@ -555,8 +555,10 @@ void agent_dl_poll(void);
  * of the control thread's (refreshing it first, up to @tries times while
  * objects leave meanwhile), so that none is unmapped before
  * agent_dl_unpin(), after the transaction that writes their text
- * (doc/design/attach.md A9i).  0, -EAGAIN (tries ran out: some listed
- * object is not held), or -errno.  Control thread.
+ * (doc/design/attach.md A9i); a held object whose hooked text is its
+ * file's again (unloaded and loaded again at the same address) is read
+ * anew, its old sites forgotten, before it returns.  0, -EAGAIN (tries ran
+ * out: some listed object is not held), or -errno.  Control thread.
  */
 int agent_dl_pin(int tries);
 void agent_dl_unpin(void);

@@ -99,10 +99,17 @@
 
 #define PK_EXPORT __attribute__((visibility("default")))
 
-/* One loaded instance of an object with sites: path and load bias. */
+/* One loaded instance of an object with sites: path and load bias, and the site table's serial. */
 struct dlo {
 	const char *path; /* interned (sym/sites.h): compared by pointer */
 	unsigned long base;
+	/*
+	 * The site table's object it was taken from (pki_sym_object.serial):
+	 * another one at the same path and bias is another instance, loaded
+	 * since this one was unloaded (read anew: attach.md A9i).
+	 */
+	unsigned long long serial;
+	bool renew; /* dl_sync scratch: present as another instance, its ops to take off first */
 	bool loaded;	 /* in the site table at the last dl_sync */
 	bool present;	 /* dl_sync scratch: seen in this walk */
 	bool at_start;	 /* loaded before main(): trace.c's ops has its sites */
@@ -318,6 +325,9 @@ static struct dlo *__dlo_new(const char *path, unsigned long base)
  *    until every object it lists is held (or tries run out: the callers
  *    say what then).  Two objects never share an address, so the object
  *    at a held name and bias is the held one.
+ *  - An object held may be another instance than the one the table read
+ *    (unloaded and loaded again at the same address between two looks):
+ *    text_check() finds it by its text and has it read anew.
  *  - The hook layer writes only sites of objects the table lists (a
  *    refresh makes it forget those that left).  The poll's sync refreshes
  *    once more and may list objects loaded since, not held: it hooks none
@@ -434,6 +444,92 @@ static int main_phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
 	return 1; /* the main program is listed first */
 }
 
+/* The held objects with sites (not the main program, not made code): their site ranges. */
+struct held {
+	const struct pki_sym_object *last;
+	const void *main_phdr;
+	struct held_obj {
+		struct pki_hook_range r;
+		const char *path;
+		unsigned long base;
+	} * v;
+	size_t n, cap;
+	int err;
+};
+
+static int held_site(const struct pki_site *s, void *ctx)
+{
+	struct held *h = ctx;
+
+	if (s->obj == h->last)
+		return 0;
+	h->last = s->obj;
+	if (s->obj->made || s->obj->phdr == h->main_phdr || !pin_holds(s->obj->path, s->obj->base))
+		return 0;
+	if (h->n == h->cap) {
+		size_t cap = h->cap ? 2 * h->cap : 32;
+		struct held_obj *v = realloc(h->v, cap * sizeof(*v));
+
+		if (!v)
+			return h->err = -ENOMEM;
+		h->v = v;
+		h->cap = cap;
+	}
+	h->v[h->n++] = (struct held_obj){{s->obj->lo, s->obj->hi}, s->obj->path, s->obj->base};
+	return 0;
+}
+
+static int held_cmp(const void *a, const void *b)
+{
+	const struct held_obj *x = a, *y = b;
+
+	return x->r.lo < y->r.lo ? -1 : x->r.lo > y->r.lo;
+}
+
+/*
+ * Every object held now (pins) whose hooked sites hold their own bytes
+ * again, not the hooks', is another instance than the one hooked (unloaded
+ * and loaded again at the same address since the site table read it, which
+ * path, bias and program headers cannot tell: A9i): marked to be read
+ * anew (pki_sites_reread), so that the next refresh makes the hook layer
+ * forget the old instance's sites (never restored: the bytes there are the
+ * file's already) and lists a new object, of another serial, which
+ * __dl_sync() hooks as new.  The pins keep each of them mapped, and the
+ * same instance, from this look until after the transaction that follows.
+ * How many were marked, or -errno.
+ */
+static int text_check(const void *main_phdr)
+{
+	struct held h = {.main_phdr = main_phdr};
+	struct pki_hook_range *r = NULL;
+	bool *lost = NULL;
+	int err, marked = 0;
+
+	pki_sites_read_lock();
+	pki_sites_match(NULL, held_site, &h);
+	pki_sites_read_unlock();
+	err = h.err;
+	if (err || !h.n)
+		goto out;
+	qsort(h.v, h.n, sizeof(*h.v), held_cmp);
+	r = malloc(h.n * sizeof(*r));
+	lost = malloc(h.n * sizeof(*lost));
+	if (!r || !lost) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < h.n; i++)
+		r[i] = h.v[i].r;
+	err = pki_hook_text_lost(r, h.n, lost);
+	for (size_t i = 0; !err && i < h.n; i++)
+		marked += lost[i] && pki_sites_reread(h.v[i].path, h.v[i].base);
+out:
+	free(h.v);
+	free(r);
+	free(lost);
+	return err ? err : marked;
+}
+
 void agent_dl_unpin(void)
 {
 	while (P.n)
@@ -444,6 +540,7 @@ int agent_dl_pin(int tries)
 {
 	struct pin_list l = {0};
 	const void *main_phdr = NULL;
+	bool marked = false;
 	int err = 0;
 
 	resolve();
@@ -452,12 +549,14 @@ int agent_dl_pin(int tries)
 	dl_iterate_phdr(main_phdr_cb, &main_phdr);
 	for (int t = 0; t < tries; t++) {
 		struct pin_check c = {.main_phdr = main_phdr};
+		int n;
 
 		/* The table first, then every object loaded now held: a superset, unless some went.
 		 */
 		err = pk_sites_refresh();
 		if (err)
 			break;
+		marked = false; /* (read again by this refresh) */
 		l.started = false;
 		l.n = 0;
 		dl_iterate_phdr(pin_list_cb, &l);
@@ -486,9 +585,31 @@ int agent_dl_pin(int tries)
 		pki_sites_read_lock();
 		pki_sites_match(NULL, pin_check_site, &c);
 		pki_sites_read_unlock();
-		if (!c.missing)
+		/* Is each object held the instance that was hooked? */
+		n = text_check(main_phdr);
+		if (n < 0) {
+			err = n;
 			break;
-		err = -EAGAIN; /* some went meanwhile: the table again */
+		}
+		marked = n > 0;
+		if (!c.missing && !marked)
+			break;
+		/*
+		 * The table again: some went meanwhile, or some are to be read
+		 * anew (held all the same: the same name at the same bias).
+		 */
+		err = -EAGAIN;
+	}
+	/*
+	 * Tries ran out just after objects were marked: read them anew all the
+	 * same, while held, so that the hook layer forgets their old sites
+	 * (which the transaction that follows would write or restore).
+	 */
+	if (marked) {
+		int e = pk_sites_refresh();
+
+		if (e)
+			err = e;
 	}
 	free(l.v);
 	return err;
@@ -497,7 +618,8 @@ int agent_dl_pin(int tries)
 /* A new object's selection, collected while walking the site table. */
 struct fresh {
 	struct dlo *d;
-	bool reused; /* d was an unloaded instance at the same place */
+	bool reused; /* d was an unloaded instance at the same place (or d->renew) */
+	unsigned long long serial;
 	size_t n, cap;
 	unsigned long *ips;
 	const char **names;
@@ -528,10 +650,14 @@ static int walk_site(const struct pki_site *s, void *ctx)
 		w->obj = s->obj;
 		w->cur = NULL;
 		w->skip = true;
-		if (d) {
+		if (d && d->serial == s->obj->serial) {
 			d->present = true;
 			return 0;
 		}
+		/*
+		 * (d: the instance we knew is gone, this one was loaded at its
+		 * place since; hooked as new, its ops taken off first.)
+		 */
 		if (!w->hook_new || strstr(path, PK_AGENT_NAME))
 			return 0; /* ours: never hooked (trace.c skips it too) */
 		if (w->pins && !pin_holds(path, base)) {
@@ -548,8 +674,12 @@ static int walk_site(const struct pki_site *s, void *ctx)
 			w->capfr = cap;
 		}
 		f = &w->fr[w->nfr];
-		*f = (struct fresh){0};
-		f->d = __dlo_find(path, base, false);
+		*f = (struct fresh){.serial = s->obj->serial};
+		if (d)
+			d->renew = true;
+		else
+			d = __dlo_find(path, base, false);
+		f->d = d;
 		f->reused = f->d != NULL;
 		if (!f->d)
 			f->d = __dlo_new(path, base);
@@ -658,6 +788,7 @@ static void __dlo_hook(struct fresh *f)
 
 	d->loaded = true;
 	d->untraced = false;
+	d->serial = f->serial;
 	if (!f->n) {
 		d->untraced = true; /* nothing selected: just known */
 		return;
@@ -757,6 +888,27 @@ static void __dl_sync(bool hook_new, bool pins)
 		d->loaded = false;
 		if (d->registered && !pk_ops_unregister(d->opsp))
 			d->registered = false;
+	}
+	/*
+	 * Another instance at the place of one we hooked: the refresh that
+	 * listed it made the hook layer forget the old one's sites, so its ops
+	 * comes off without writing; then it is hooked as the new one (the
+	 * same selection keeps its OBJECT id and records).
+	 */
+	for (i = 0; i < w.nfr; i++) {
+		struct dlo *d = w.fr[i].d;
+
+		if (!d->renew)
+			continue;
+		d->renew = false;
+		if (w.err)
+			continue; /* not taken: retried at the next sync */
+		if (d->registered && !pk_ops_unregister(d->opsp))
+			d->registered = false;
+		if (d->registered) { /* (not taken off: not hooked twice) */
+			d->untraced = true;
+			w.fr[i].n = 0;
+		}
 	}
 	for (i = 0; i < w.nfr; i++) {
 		if (!w.err)
@@ -987,6 +1139,7 @@ static int start_site(const struct pki_site *s, void *ctx)
 	d = __dlo_new(s->obj->path, s->obj->base);
 	if (!d)
 		return -ENOMEM;
+	d->serial = s->obj->serial;
 	d->loaded = d->at_start = d->untraced = true;
 	return 0;
 }

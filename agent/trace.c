@@ -119,6 +119,9 @@ static struct {
 	size_t nops_args;
 	char why_args[400];		   /* why args_split() failed, or "" (out of memory) */
 	unsigned long *main_ips, *lib_ips; /* the filters of ops and ops_lib: ips split */
+	/* Attached: the process that placed the hooks (a fork child inherits them). */
+	pid_t hooked_by;
+	int unhook_err; /* why the last detach could not take them off (-errno), or 0 */
 } T = {.fd = -1};
 
 static struct {
@@ -1065,6 +1068,7 @@ static bool trace_hook(bool initial)
 	size_t nmain, nlib, ncall, ncall1;
 	int err;
 
+	T.hooked_by = getpid();
 	/*
 	 * Hook first, record later: patching may need every thread to answer a
 	 * signal, and the recorder's drainer thread blocks them all.  Until
@@ -1297,15 +1301,37 @@ bool agent_trace_attach(int fd, char *why, size_t n)
 	 * object that comes and goes without pause unheld: picked all the same.
 	 */
 	agent_dl_pin(PINS_TRIES);
-	/* Hooks a fork child inherited from its attached parent (idle there): off first. */
-	if ((T.nmain || T.nlib || T.ncall || T.ncall1 || T.nops_args) && unhook()) {
-		agent_dl_unpin();
-		snprintf(why, n, "the hooks inherited from the parent process cannot be taken off");
-		if (T.fd >= 0)
-			close(T.fd);
-		T.fd = -1;
-		return false;
+	/*
+	 * Hooks a fork child inherited from its attached parent (idle there),
+	 * or an earlier detach of this process could not take off: off first.
+	 */
+	if (T.nmain || T.nlib || T.ncall || T.ncall1 || T.nops_args) {
+		int err = unhook();
+
+		if (err) {
+			agent_dl_unpin();
+			if (T.hooked_by != getpid())
+				snprintf(why, n,
+					 "the hooks inherited from the parent process (%d) cannot "
+					 "be taken off: %s",
+					 (int)T.hooked_by, strerror(-err));
+			else if (T.unhook_err)
+				snprintf(why, n,
+					 "the hooks an earlier attach left (its detach could not "
+					 "take them off: %s) still cannot be taken off: %s",
+					 strerror(-T.unhook_err), strerror(-err));
+			else
+				snprintf(why, n,
+					 "the hooks an earlier attach left cannot be taken off: %s",
+					 strerror(-err));
+			T.unhook_err = err;
+			if (T.fd >= 0)
+				close(T.fd);
+			T.fd = -1;
+			return false;
+		}
 	}
+	T.unhook_err = 0;
 	picks_free();
 	trace_name(true);
 	me->follow = false; /* the exec wrappers are not reached */
@@ -1368,6 +1394,7 @@ void agent_trace_detach(void)
 				 strerror(-err));
 	err = unhook();
 	agent_dl_unpin();
+	T.unhook_err = err;
 	if (err)
 		agent_out_printf("probekit: taking the hooks off failed: %s; they stay, idle\n",
 				 strerror(-err));

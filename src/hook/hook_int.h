@@ -65,4 +65,18 @@ void pki_hook_list_func_reloc(const void *entry, unsigned long parent_ip, void *
  */
 void pki_hook_set_unregister_timeout(long ns);
 
+/*
+ * Hooked text that is not the hooks' any more: @lost[i] is set when a site
+ * in [@r[i].lo, @r[i].hi) (sorted by lo, disjoint) that the committed state
+ * makes call a hook holds the bytes found there before it was hooked, i.e.
+ * its object was unloaded and another instance loaded at the same address
+ * (one the site table cannot tell from it: doc/design/attach.md A9i).  The caller keeps those
+ * ranges mapped (holds their objects) for the call; reading them writes nothing.  Not from inside a
+ * transaction.  0 or -errno.
+ */
+struct pki_hook_range {
+	unsigned long lo, hi;
+};
+int pki_hook_text_lost(const struct pki_hook_range *r, size_t n, bool *lost);
+
 #endif /* PK_HOOK_HOOK_INT_H */

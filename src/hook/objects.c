@@ -234,6 +234,54 @@ static void sites_changed(const struct pki_sym_object *obj, bool added)
 	}
 }
 
+/* The range of sorted, disjoint @r[0, @n) that holds @ip, or @n. */
+static size_t range_of(const struct pki_hook_range *r, size_t n, unsigned long ip)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ip < r[mid].lo)
+			hi = mid;
+		else if (ip >= r[mid].hi)
+			lo = mid + 1;
+		else
+			return mid;
+	}
+	return n;
+}
+
+/*
+ * See hook_int.h.  A site the committed state makes call something holds
+ * bytes of ours while the instance that was hooked is mapped: a call, or
+ * what the patch layer wrote for it (a relayed sled's e8 90.., a jump
+ * relay's e9.., a breakpoint), never the bytes the object itself had there
+ * (st->found), which are what an instance loaded since holds.  The text is
+ * read, never written (pki_reg.lock: no batch runs).
+ */
+int pki_hook_text_lost(const struct pki_hook_range *r, size_t n, bool *lost)
+{
+	int err;
+
+	memset(lost, 0, n * sizeof(*lost));
+	if (!n)
+		return 0;
+	err = pki_hook_enter();
+	if (err)
+		return err;
+	for (size_t i = 0; i < pki_reg.sites.cap; i++) {
+		const struct site *st = pki_reg.sites.slot[i];
+		size_t k;
+
+		if (!st || !st->call || (k = range_of(r, n, st->ip)) == n || lost[k])
+			continue;
+		lost[k] = !memcmp((const void *)st->ip, st->found, PKI_SITE_LEN);
+	}
+	pki_hook_unlock();
+	return 0;
+}
+
 static pthread_once_t notify_once = PTHREAD_ONCE_INIT;
 
 static void notify_once_init(void)

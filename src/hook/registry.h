@@ -74,6 +74,8 @@ struct opsv {
 struct site {
 	unsigned long ip;
 	uint8_t cur[PKI_SITE_LEN]; /* bytes in the text now */
+	/* The bytes found there when the site was taken: its object's own (pki_hook_text_lost) */
+	uint8_t found[PKI_SITE_LEN];
 	unsigned long call;	   /* what they call (0: nothing): ent.x or the direct addr */
 	struct pki_tentry ent;	   /* the site's entry (ent.x 0: none yet), never freed */
 	struct opsv *opsv;	   /* what ent.ops points to (kept until replaced) */

@@ -132,6 +132,7 @@ int __pki_hook_site_get(unsigned long addr, struct site **out)
 		return -ENOMEM;
 	s->ip = ip;
 	memcpy(s->cur, (const void *)ip, PKI_SITE_LEN);
+	memcpy(s->found, s->cur, PKI_SITE_LEN);
 	switch (pki_insn_classify(s->cur)) {
 	case PKI_INSN_NOP5:
 	case PKI_INSN_NOP1X5:

@@ -316,6 +316,27 @@ void pki_sites_set_reloc_named(const char *const *objs, const char *const *names
 	pthread_mutex_unlock(&refresh_lock);
 }
 
+/*
+ * The loaded object @path (interned) at load bias @base is read again at
+ * the next refresh, as a new one: its text is not what the table (and the
+ * hook layer) believed, it was unloaded and loaded again at the same place
+ * (hook_int.h, pki_hook_text_lost()).  True if the table lists it.
+ */
+bool pki_sites_reread(const char *path, unsigned long base)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&refresh_lock);
+	for (size_t i = 1; cur_table && i < cur_table->nobj; i++) {
+		struct pki_sym_object *o = cur_table->objs[i];
+
+		if (o->path == path && o->base == base && !o->made)
+			found = o->reread = cur_table->reread = true;
+	}
+	pthread_mutex_unlock(&refresh_lock);
+	return found;
+}
+
 bool pki_sites_reloc_named_set(void)
 {
 	return __atomic_load_n(&named_objs, __ATOMIC_RELAXED) != NULL;
@@ -710,6 +731,9 @@ static void object_stats_take(struct pki_sym_object *obj, const struct pki_elf_s
  * object (remembered, so it is not retried until it is reloaded); only
  * -ENOMEM, or any failure on the main program, is an error.
  */
+/* pki_sym_object.serial's last */
+static unsigned long long serial_next;
+
 static int object_load(const struct dl_phdr_info *info, const char *path, const char *open_path,
 		       bool is_main, struct pki_sym_object **objp)
 {
@@ -723,6 +747,7 @@ static int object_load(const struct dl_phdr_info *info, const char *path, const 
 	obj = calloc(1, sizeof(*obj));
 	if (!obj)
 		return -ENOMEM;
+	obj->serial = __atomic_add_fetch(&serial_next, 1, __ATOMIC_RELAXED);
 	obj->path = pki_intern(path);
 	if (!obj->path) {
 		err = -ENOMEM;
@@ -827,6 +852,7 @@ int pki_sites_add_made(const char *path, const struct pki_made_site *v, size_t n
 		return -ENOMEM;
 	obj->path = pki_intern(path);
 	obj->made = true;
+	obj->serial = __atomic_add_fetch(&serial_next, 1, __ATOMIC_RELAXED);
 	obj->stats.sz = sizeof(obj->stats);
 	obj->sites = calloc(n ? n : 1, sizeof(*obj->sites));
 	obj->by_name = calloc(n ? n : 1, sizeof(*obj->by_name));

@@ -61,6 +61,11 @@ struct pki_sym_object {
 	const char *path;   /* interned */
 	unsigned long base; /* load bias (dlpi_addr) */
 	const void *phdr;   /* dlpi_phdr: with base and path, the object's identity */
+	/*
+	 * One per object read, never reused: an object read anew (unloaded and
+	 * loaded again at the same address, pki_sites_reread()) gets another.
+	 */
+	unsigned long long serial;
 	unsigned long lo;   /* [lo, hi): from the first site's ip to the last's end */
 	unsigned long hi;
 	size_t nsites;
@@ -92,6 +97,14 @@ void pki_sites_set_reloc(enum pki_reloc_mode mode);
  * to @objs' objects loaded already too when they have no site yet.
  */
 void pki_sites_set_reloc_named(const char *const *objs, const char *const *names);
+/*
+ * Have the next refresh read the object @path (interned) at load bias
+ * @base anew, as if it were loaded since (the old one leaves the table, a
+ * new one joins it: the notifier is told both): for an object unloaded and
+ * loaded again at the same address, which path, bias and program headers
+ * cannot tell from the one read.  Not the main program.  True if listed.
+ */
+bool pki_sites_reread(const char *path, unsigned long base);
 /* Did someone set them (the agent's unwinder hooks: a list that holds the library's)? */
 bool pki_sites_reloc_named_set(void);
 

@@ -136,16 +136,33 @@ check "dlchurn: exit status $rc, loads and unloads went on ($(grep rounds out))"
 # at both ends, unloaded 1 ms): the control thread writes the text of the
 # objects the site table lists while the program unloads them, so it holds
 # them meanwhile (attach.md A9i).  Each attach and detach leaves the process
-# alive, and every call's result right.  (Not checked: the detach's result
-# and the calls recorded.  An instance loaded again at the address of one
-# unloaded since the last look is taken for it: A10.)
+# alive, and every call's result right.  The plugin is mostly loaded again
+# at the address it left between two looks: each such instance is another
+# one, hooked anew (its bytes are the file's again where the hooks wrote),
+# so every attach records plug_fn's calls, and every detach takes each hook
+# off (none fails on an instance it never wrote: "they stay, idle", and
+# the next attach refused), leaving no byte of ours in the text.  (Found
+# by polling, an instance is hooked some time after its load, and often
+# unloaded before its next call: a few calls a second are recorded, so
+# each attach lasts 2 s.)
 rm -f stop out
 "$churn" "$lib1" plug_fn >out 2>err &
 hpid=$!
 wait_for '^ready' out
 for i in 1 2 3 4 5; do
-	timeout 60 "$pk" trace -p "$hpid" --duration 0.5 -o pl$i.trace 2>cmd
+	timeout 60 "$pk" trace -p "$hpid" --duration 2 -o pl$i.trace 2>cmd
+	rc=$?
 	check "dlchurn on the traced plugin, attach $i: the process alive after it" "kill -0 $hpid"
+	check "dlchurn on the traced plugin, attach $i: attached and detached ($rc), every hook off" \
+		"[[ $rc == 0 ]] && grep -q 'detached from process $hpid' cmd && ! grep -Eq 'stay, idle|failed' cmd"
+	# (a mapping the program unloads while it is read cannot be read: only differences count)
+	python3 "$texteq" "$hpid" >textcheck 2>&1
+	check "dlchurn on the traced plugin, attach $i: no byte of ours in the text after" \
+		"! grep -Eq '^(DIFF|UNEXPECTED)' textcheck || { sed 's/^/    /' textcheck; false; }"
+	"$pk" report pl$i.trace >rep 2>&1
+	n=$(awk '/ plug_fn \[libpkplug1/ {print $1; exit}' rep)
+	check "dlchurn on the traced plugin, attach $i: plug_fn's calls recorded (${n:-0})" \
+		"(( ${n:-0} > 0 ))"
 done
 touch stop
 wait "$hpid"

@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <probekit/watch.h>
@@ -436,6 +437,160 @@ START_TEST(program_fault_passed_on)
 }
 END_TEST
 
+/* ---- adversarial cases ---------------------------------------------------- */
+
+/*
+ * A division by a watched zero, the program handling SIGFPE by siglongjmp:
+ * its handler sees the division itself, and the page goes on working.
+ */
+static sigjmp_buf fpe_jb;
+static volatile uintptr_t fpe_ip;
+static volatile int fpe_code;
+
+static void on_fpe(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+
+	(void)sig;
+	fpe_code = si->si_code;
+	fpe_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+	siglongjmp(fpe_jb, 1);
+}
+
+START_TEST(divide_error_reaches_program)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct sigaction sa = {.sa_sigaction = on_fpe, .sa_flags = SA_SIGINFO};
+	uint64_t *zero = (uint64_t *)(p + 64);
+	struct pk_watch *w = page_watch(zero, 8, PK_WATCH_RW, rec_cb, r);
+	extern char div_insn[];
+
+	sigaction(SIGFPE, &sa, NULL);
+	if (!sigsetjmp(fpe_jb, 1)) {
+		uint64_t a = 1, d = 0;
+
+		__asm__ volatile("div_insn: divq (%2)"
+				 : "+a"(a), "+d"(d)
+				 : "r"(zero)
+				 : "cc", "memory");
+		ck_abort_msg("no SIGFPE");
+	}
+	ck_assert_int_eq(fpe_code, FPE_INTDIV);
+	ck_assert_uint_eq(fpe_ip, (uintptr_t)div_insn); /* not a copy of it */
+	ck_assert_int_eq(atomic_load(&r->n), 1);	/* the divisor was read */
+	ck_assert_uint_eq(r->last[0].flags & (PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE),
+			  PK_WATCH_HIT_READ);
+	store8(p + 128, 5); /* same page: the region is not left locked */
+	store8(zero, 3);
+	ck_assert_uint_eq(load8(zero), 3);
+	ck_assert_int_eq(atomic_load(&r->n), 3);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
+/*
+ * A watched heap object: the watch's own record must not share its page
+ * (malloc puts the next chunk there), nor may removal allocate while the
+ * pages are being given back.  In a thread of its own, so that its malloc
+ * arena is new: the object, the library's allocations and the loop's share
+ * the arena's first pages.
+ */
+static void *heap_thread(void *arg)
+{
+	struct rec *r = arg;
+	char *o = malloc(40);
+	struct pk_watch *w = page_watch(o, 40, PK_WATCH_RW, rec_cb, r);
+
+	for (int i = 0; i < 200; i++) {
+		void *v[8];
+
+		for (int k = 0; k < 8; k++)
+			v[k] = malloc(24 + 8 * (size_t)k);
+		for (int k = 0; k < 8; k++)
+			free(v[k]);
+	}
+	store8(o + 8, 1);
+	pk_watch_remove(w);
+	ck_assert_uint_eq(load8(o + 8), 1);
+	free(o);
+	return NULL;
+}
+
+START_TEST(heap_object)
+{
+	struct rec *r = calloc(1, sizeof(*r));
+	pthread_t th;
+
+	alarm(20);
+	ck_assert_int_eq(pthread_create(&th, NULL, heap_thread, r), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	free(r);
+}
+END_TEST
+
+/* A step with the pages open that hit no watch still counts: its window may hide one. */
+START_TEST(windowed_step_counted)
+{
+	char *p = map_pages(2);
+	struct pk_watch *w = page_watch(p + 8, 8, PK_WATCH_W, NULL, NULL);
+	struct pk_watch_stats st = {.sz = sizeof(st)};
+
+	store8(p + PAGE - 4, 1); /* from the watched page into the next one */
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_uint_eq(st.hits, 0);
+	ck_assert_uint_eq(st.windowed, 1);
+	ck_assert_uint_eq(load8(p + PAGE - 4), 1);
+	pk_watch_remove(w);
+}
+END_TEST
+
+/*
+ * fork() with a fork handler of the program's, registered before the
+ * first watch, that writes the watched bytes: no deadlock, and the child
+ * sees what the handler wrote.
+ */
+static uint64_t *atfork_word;
+
+static void atfork_prepare(void)
+{
+	if (atfork_word)
+		store8(atfork_word, load8(atfork_word) + 1);
+}
+
+static void atfork_child(void)
+{
+	if (atfork_word)
+		store8(atfork_word, load8(atfork_word) + 100);
+}
+
+START_TEST(fork_handlers_of_the_program)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch *w;
+	int st;
+	pid_t pid;
+
+	pthread_atfork(atfork_prepare, NULL, atfork_child);
+	atfork_word = (uint64_t *)(p + 8);
+	w = page_watch(p + 8, 8, PK_WATCH_RW, rec_cb, r);
+	alarm(20);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid)
+		_exit(load8(p + 8) == 101 ? 0 : 1);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	ck_assert_uint_eq(load8(p + 8), 1);
+	atfork_word = NULL;
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
 /* ---- auto ----------------------------------------------------------------- */
 
 START_TEST(auto_takes_page_mode_for_long_ranges)
@@ -650,6 +805,10 @@ static Suite *suite(void)
 	tcase_add_test(tc, conditions_filter_in_the_handler);
 	tcase_add_test(tc, condition_on_the_instruction);
 	tcase_add_test(tc, condition_parse);
+	tcase_add_test(tc, divide_error_reaches_program);
+	tcase_add_test(tc, heap_object);
+	tcase_add_test(tc, windowed_step_counted);
+	tcase_add_test(tc, fork_handlers_of_the_program);
 	suite_add_tcase(s, tc);
 	return s;
 }

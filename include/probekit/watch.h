@@ -39,12 +39,16 @@
  *
  * Threads that block SIGTRAP: see PK_WATCH_HIT_LATE and pk_watch_stats().
  *
- * Page mode owns SIGSEGV the same way (one handler, the program's chained
- * to, under the probekit command its sigaction() routed): a thread that
- * blocks SIGSEGV and touches a watched page is killed by the kernel, as
- * any fault with SIGSEGV blocked is; the agent keeps SIGSEGV unblocked for
- * the program, a program linking the library must not block it.  A system
- * call that reads or writes a watched page fails with EFAULT.
+ * Page mode (PK_WATCH_MODE_PAGE) owns SIGSEGV the same way: an application
+ * that installs its own SIGSEGV handler after the first page-mode watch
+ * must pass the faults it does not own to the action sigaction() returned
+ * to it.  A thread that blocks SIGSEGV (sigprocmask, pthread_sigmask, a
+ * handler's sa_mask) and then touches a watched page is killed by the
+ * kernel, which never delivers a fault it finds blocked; under the probekit
+ * command the agent keeps SIGSEGV deliverable while the program believes
+ * it blocked (doc/design/signals.md, SO7), a program linking the library
+ * directly must not block it.
+ * A system call that reads or writes a watched page fails with EFAULT.
  *
  * Processes: watchpoints are dropped by the kernel on execve (remove_on_exec);
  * a child made by fork() has none (its copies of the handles are inert:

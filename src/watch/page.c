@@ -122,6 +122,16 @@ static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")))
 /* PW3: the last address retried with no region to explain its fault. */
 static __thread uintptr_t retried __attribute__((tls_model("initial-exec")));
 
+/*
+ * PW8: the thread inside fork(), between the prepare handler and the parent
+ * or child one, holds every region's step lock: its own accesses to the
+ * pages meanwhile (later prepare handlers, libc's own fork work) run
+ * without taking them, and in the child, before its handler, the first one
+ * gives the child its private pages.  `fork_pid` is the parent's pid.
+ */
+static __thread bool fork_holder __attribute__((tls_model("initial-exec")));
+static pid_t fork_pid;
+
 static bool clients_added;
 
 static size_t page_size(void)
@@ -137,6 +147,8 @@ static void step_lock(struct region *r)
 {
 	uint32_t c = 0;
 
+	if (fork_holder)
+		return; /* held since fork's prepare handler */
 	if (atomic_compare_exchange_strong(&r->lock, &c, 1))
 		return;
 	if (c != 2)
@@ -149,6 +161,8 @@ static void step_lock(struct region *r)
 
 static void step_unlock(struct region *r)
 {
+	if (fork_holder)
+		return;
 	if (atomic_exchange(&r->lock, 0) == 2)
 		pki_futex_wake(&r->lock, 1);
 }
@@ -336,8 +350,6 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 
 		hits[i].tid = tid;
 		hits[i].ip = ip;
-		if (hits[i].flags & PK_WATCH_HIT_WINDOWED)
-			atomic_fetch_add_explicit(&pw->windowed, 1, memory_order_relaxed);
 		if (cb_depth) {
 			atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
 			continue;
@@ -455,6 +467,21 @@ static void step_mask(ucontext_t *uc, struct step *s)
 		sigdelset(&uc->uc_sigmask, sync[i]);
 }
 
+/*
+ * PW5: a step that ran with region @ri open, counted by each of its watches
+ * (pk_watch_stats.windowed) whether it hit that watch or not: another
+ * thread's access to it during that instruction went unseen.
+ */
+static void count_windowed(int ri)
+{
+	for (int k = 0; k < REGION_WATCHES; k++) {
+		struct pki_pwatch *pw = atomic_load(&regions[ri].w[k]);
+
+		if (pw)
+			atomic_fetch_add_explicit(&pw->windowed, 1, memory_order_relaxed);
+	}
+}
+
 /* PW5: the region open for one single-stepped instruction. */
 static void begin_windowed(ucontext_t *uc, int home, struct step *s)
 {
@@ -496,15 +523,101 @@ static bool emulate_branch(ucontext_t *uc, int home, struct step *s)
 	return true;
 }
 
+/*
+ * The program's SIGFPE handler, into @act, if a divide error at @uc's
+ * instruction would run it; false when the kernel would end the process
+ * instead (SIG_DFL, SIG_IGN, or SIGFPE blocked at the fault: a fault's
+ * signal is forced).
+ */
+static bool fpe_handler(const ucontext_t *uc, struct sigaction *act)
+{
+	if (sigaction(SIGFPE, NULL, act) || sigismember(&uc->uc_sigmask, SIGFPE))
+		return false;
+	return (act->sa_flags & SA_SIGINFO) ||
+	       (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN);
+}
+
+/*
+ * @act run for a divide error at @uc's instruction, as the kernel would run
+ * it: its sa_mask, SIGFPE blocked unless SA_NODEFER, SA_RESETHAND, with
+ * siginfo or not.  The handler sees the original instruction in @uc, as
+ * without the watch, and may change @uc or leave by siglongjmp.
+ */
+static void run_fpe_handler(const struct sigaction *act, ucontext_t *uc)
+{
+	sigset_t add = act->sa_mask, saved;
+	siginfo_t si;
+
+	if (act->sa_flags & SA_RESETHAND) {
+		struct sigaction dfl = {.sa_handler = SIG_DFL};
+
+		sigemptyset(&dfl.sa_mask);
+		sigaction(SIGFPE, &dfl, NULL);
+	}
+	if (!(act->sa_flags & SA_NODEFER))
+		sigaddset(&add, SIGFPE);
+	memset(&si, 0, sizeof(si));
+	si.si_signo = SIGFPE;
+	si.si_code = FPE_INTDIV;
+	si.si_addr = (void *)pki_uc_ip(uc);
+	pthread_sigmask(SIG_BLOCK, &add, &saved);
+	if (act->sa_flags & SA_SIGINFO)
+		act->sa_sigaction(SIGFPE, &si, uc);
+	else
+		act->sa_handler(SIGFPE);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+}
+
+/*
+ * A div or idiv by watched memory that raises a divide error (#DE) is not
+ * run out of line when the program handles SIGFPE: its handler would run
+ * inside the step, the copy's address in its context, and one that leaves
+ * by siglongjmp would leave the region locked and this thread's step
+ * pending.  The read is reported, the step ended, then the program's
+ * handler runs at the original instruction.  False if the division goes
+ * through, the divisor is not all in @home (it runs windowed), or the
+ * process is to die of it (the copy raises it: the kernel kills alike).
+ */
+static bool divide_error(ucontext_t *uc, int home, struct step *s)
+{
+	struct region *r = &regions[home];
+	const struct pki_access *a = &s->ai.acc[0];
+	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
+	struct pk_watch_hit hits[MAX_STEP_HITS];
+	struct pki_pwatch *who[MAX_STEP_HITS];
+	struct span sp = {.lo = a->addr, .hi = a->addr + a->size, .read = true, .reg = home};
+	struct sigaction act;
+	uintptr_t ip = s->ip; /* the record is the next step's once unlocked */
+	int nh;
+
+	if (a->addr < va || a->addr + a->size > end ||
+	    !pki_access_div_faults(uc, &s->ai, r->alias + (a->addr - va)) || !fpe_handler(uc, &act))
+		return false;
+	save_before(home, sp.lo, sp.hi);
+	nh = span_hits(&sp, 0, hits, 0, who);
+	step_unlock(r);
+	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
+	region_leave(home);
+	run_fpe_handler(&act, uc);
+	return true;
+}
+
 static bool fault(ucontext_t *uc, uintptr_t a)
 {
-	int home = region_enter(a);
+	int home;
 	struct region *r;
 	struct step *s;
 	intptr_t delta[2] = {0, 0};
 	uintptr_t lo[2] = {0, 0}, hi[2] = {0, 0};
 	uint32_t st;
 	int err;
+
+	if (fork_holder && (pid_t)syscall(SYS_getpid) != fork_pid) {
+		/* A fork child before its handler: its private pages now, then again. */
+		__pki_page_fork_child();
+		return true;
+	}
+	home = region_enter(a);
 
 	if (home < 0) {
 		/* PW3: a fault from before a removal retries once. */
@@ -529,6 +642,8 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 	s->fault = a;
 	s->ai.nacc = 0;
 	err = pki_access_decode(uc, &s->ai);
+	if (!err && s->ai.div && divide_error(uc, home, s))
+		return true;
 	if (!err && s->ai.branch) {
 		if (emulate_branch(uc, home, s))
 			return true;
@@ -588,6 +703,7 @@ static bool step_abort(ucontext_t *uc)
 		pki_uc_set_step(uc, false);
 		mprotect((void *)atomic_load(&r->va), atomic_load(&r->end) - atomic_load(&r->va),
 			 atomic_load(&r->prot_watch));
+		count_windowed(home);
 	} else {
 		pki_access_abort(uc, &s->undo);
 		leave_access_regions(s);
@@ -629,6 +745,7 @@ static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct 
 		mprotect((void *)atomic_load(&r->va), atomic_load(&r->end) - atomic_load(&r->va),
 			 atomic_load(&r->prot_watch));
 		nh = windowed_hits(s, home, hits, who);
+		count_windowed(home);
 	} else {
 		unsigned long iters = s->ai.rep ? (unsigned long)s->undo.iters : 1;
 
@@ -643,6 +760,19 @@ static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct 
 	}
 	uc->uc_sigmask = s->mask;
 	return nh;
+}
+
+/* PW8: the forking thread wrote the pages during fork: the child's copy gets it too. */
+static void fork_snap_refresh(int home, int other)
+{
+	int ri[2] = {home, other};
+
+	for (int i = 0; i < 2; i++) {
+		struct region *r = ri[i] >= 0 ? &regions[ri[i]] : NULL;
+
+		if (r && r->snap)
+			memcpy(r->snap, r->alias, atomic_load(&r->end) - atomic_load(&r->va));
+	}
 }
 
 static bool page_trap(int sig, siginfo_t *si, void *ucv)
@@ -663,6 +793,8 @@ static bool page_trap(int sig, siginfo_t *si, void *ucv)
 	step_region = -1;
 	ip = s->ip;
 	nh = end_step(uc, home, hits, who);
+	if (fork_holder)
+		fork_snap_refresh(home, s->other);
 	/*
 	 * The step's record is the next step's once unlocked: what is left
 	 * to do with it is copied out.  Unlocked before the callbacks (one may
@@ -899,8 +1031,14 @@ static bool __region_still_ours(const struct region *r, uintptr_t va, int *prot)
 	const struct pki_map *at;
 	bool ours = false;
 
+	/*
+	 * Unreadable, it is taken as ours (what it is unless the program
+	 * unmapped it): the maps' buffer comes from the heap, which may be the
+	 * watched pages themselves, and the kernel's read into them fails
+	 * (PW6).  Leaving the pages would leave them inaccessible for good.
+	 */
 	if (pki_maps_read(&m))
-		return false;
+		return true;
 	at = pki_maps_find(&m, va);
 	if (at && at->ino == r->ino && at->dev_major == r->dev_major &&
 	    at->dev_minor == r->dev_minor && at->shared) {
@@ -918,10 +1056,17 @@ static void __region_unmake(int i)
 	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
 	size_t n = end - va;
 	int prot = r->prot_orig;
+	/*
+	 * Read before the region stops serving faults: reading the maps
+	 * allocates, and the heap may be the watched pages (a watched heap
+	 * object), whose fault would wait for this very removal.
+	 */
+	bool ours = __region_still_ours(r, va, &prot);
+	bool nomem = false;
 
 	atomic_store(&r->state, R_REVERTING);
 	step_lock(r); /* no step running on it */
-	if (__region_still_ours(r, va, &prot)) {
+	if (ours) {
 		void *tmp =
 		    mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
@@ -935,9 +1080,7 @@ static void __region_unmake(int i)
 			else if (prot != (PROT_READ | PROT_WRITE))
 				mprotect((void *)va, n, prot);
 		} else {
-			pki_warn("watch %#lx: no memory to give the pages back: left in a memfd: "
-				 "%s\n",
-				 (unsigned long)va, pki_errstr(ENOMEM));
+			nomem = true;
 			mprotect((void *)va, n, prot);
 		}
 	}
@@ -952,6 +1095,9 @@ static void __region_unmake(int i)
 	r->nw = 0;
 	atomic_store(&r->state, R_FREE);
 	pki_futex_wake(&r->state, INT_MAX);
+	if (nomem) /* said once the pages serve again (printing may allocate) */
+		pki_warn("watch %#lx: no memory to give the pages back: left in a memfd: %s\n",
+			 (unsigned long)va, pki_errstr(ENOMEM));
 }
 
 static int __region_join(int i, struct pki_pwatch *pw, int prot)
@@ -978,6 +1124,26 @@ static int __region_join(int i, struct pki_pwatch *pw, int prot)
 	r->nw++;
 	pw->reg = i;
 	return 0;
+}
+
+/*
+ * A watch's record is read by the handlers with the step lock held
+ * (make_hit): it must never lie on a watched page, where that read would
+ * fault and wait for the lock its own thread holds.  A heap object's record
+ * from malloc would share its page (the next chunk): each has a page of its
+ * own instead.
+ */
+static struct pki_pwatch *pwatch_alloc(void)
+{
+	void *p = mmap(NULL, sizeof(struct pki_pwatch), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : memset(p, 0, sizeof(struct pki_pwatch));
+}
+
+static void pwatch_free(struct pki_pwatch *pw)
+{
+	munmap(pw, sizeof(*pw));
 }
 
 int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk_watch_type type,
@@ -1011,7 +1177,7 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 		return err;
 	if ((err = __code_init()) || (err = __clients_add()))
 		return err;
-	pw = calloc(1, sizeof(*pw));
+	pw = pwatch_alloc();
 	if (!pw)
 		return -ENOMEM;
 	*pw = (struct pki_pwatch){
@@ -1032,7 +1198,7 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 	else if (!err && pw->reg < 0)
 		err = __region_join(ri, pw, prot);
 	if (err) {
-		free(pw);
+		pwatch_free(pw);
 		return err;
 	}
 	*out = pw;
@@ -1044,7 +1210,7 @@ void __pki_page_remove(struct pki_pwatch *pw)
 	struct region *r;
 
 	if (pw->dead || pw->reg < 0) {
-		free(pw);
+		pwatch_free(pw);
 		return;
 	}
 	r = &P.regions[pw->reg];
@@ -1058,7 +1224,7 @@ void __pki_page_remove(struct pki_pwatch *pw)
 		while (atomic_load(&r->inflight))
 			sched_yield();
 	}
-	free(pw);
+	pwatch_free(pw);
 }
 
 void __pki_page_enable(struct pki_pwatch *pw, bool on)
@@ -1102,10 +1268,13 @@ void __pki_page_fork_prepare(void)
 		else
 			memcpy(r->snap, r->alias, n);
 	}
+	fork_pid = (pid_t)syscall(SYS_getpid);
+	fork_holder = true;
 }
 
 void __pki_page_fork_parent(void)
 {
+	fork_holder = false;
 	for (int i = 0; i < NR_REGIONS; i++) {
 		struct region *r = &P.regions[i];
 		uintptr_t va = atomic_load(&r->va);
@@ -1122,6 +1291,7 @@ void __pki_page_fork_parent(void)
 /* The child's only thread: its own private pages back, no watch (PW8). */
 void __pki_page_fork_child(void)
 {
+	fork_holder = false;
 	for (int i = 0; i < NR_REGIONS; i++) {
 		struct region *r = &P.regions[i];
 		uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);

@@ -371,6 +371,9 @@ int pki_access_decode(const ucontext_t *uc, struct pki_access_insn *ai)
 		ai->opnd[ai->nacc] = (int8_t)i;
 		ai->nacc++;
 	}
+	if (ai->nacc == 1 &&
+	    (in.mnemonic == ZYDIS_MNEMONIC_DIV || in.mnemonic == ZYDIS_MNEMONIC_IDIV))
+		ai->div = in.mnemonic == ZYDIS_MNEMONIC_DIV ? PKI_ACCESS_DIV : PKI_ACCESS_IDIV;
 	if (ai->string) {
 		if (in.address_width != 64)
 			return -EOPNOTSUPP; /* %esi/%edi/%ecx: the alias may be out of reach */
@@ -383,6 +386,44 @@ int pki_access_decode(const ucontext_t *uc, struct pki_access_insn *ai)
 		ai->rep = ai->rep_kind != PKI_ACCESS_REP_NONE;
 	}
 	return 0;
+}
+
+/* @v's low @bytes bytes, sign-extended. */
+static __int128 sext(unsigned __int128 v, unsigned int bytes)
+{
+	unsigned int sh = 128 - 8 * bytes;
+
+	return (__int128)(v << sh) >> sh;
+}
+
+bool pki_access_div_faults(const ucontext_t *uc, const struct pki_access_insn *ai,
+			   const void *divisor)
+{
+	const greg_t *g = uc->uc_mcontext.gregs;
+	unsigned int n = ai->acc[0].size, bits = 8 * n;
+	unsigned __int128 dividend, mask = ((unsigned __int128)1 << bits) - 1;
+	uint64_t d = 0, rax = (uint64_t)g[REG_RAX], rdx = (uint64_t)g[REG_RDX];
+
+	if (ai->div == PKI_ACCESS_NOT_DIV || ai->nacc != 1 || n > 8)
+		return false;
+	memcpy(&d, divisor, n); /* little-endian: the low bytes */
+	if (!d)
+		return true;
+	/* The dividend is twice the divisor's width: AX, DX:AX, EDX:EAX, RDX:RAX. */
+	if (n == 1)
+		dividend = rax & 0xffff;
+	else
+		dividend =
+		    ((unsigned __int128)(rdx & (uint64_t)mask) << bits) | (rax & (uint64_t)mask);
+	if (ai->div == PKI_ACCESS_DIV)
+		return (dividend >> bits) >= d; /* the quotient needs more than n bytes */
+
+	__int128 a = sext(dividend, 2 * n), b = sext(d, n), q, lim = (__int128)1 << (bits - 1);
+
+	if (b == -1 && (unsigned __int128)a == (unsigned __int128)1 << 127)
+		return true; /* -2^127 / -1: -a overflows */
+	q = b == -1 ? -a : a / b;
+	return q < -lim || q >= lim;
 }
 
 /*

@@ -62,6 +62,7 @@ struct pki_access_insn {
 	struct pki_access acc[2];
 	bool rep; /* a rep string instruction: %rcx iterations (rep_kind says which) */
 	uint8_t branch; /* enum pki_access_branch: an indirect jmp/call, emulated, not run */
+	uint8_t div;	/* enum pki_access_div: div/idiv by acc[0], which may raise #DE */
 	/* private to access.c */
 	uint8_t rep_kind; /* enum pki_access_rep */
 	bool string;	  /* movs/stos/lods/scas/cmps: accesses through %rsi/%rdi */
@@ -75,6 +76,12 @@ enum pki_access_branch {
 	PKI_ACCESS_NOT_BRANCH,
 	PKI_ACCESS_JMP,	 /* jmp *mem (a PLT's through its GOT slot) */
 	PKI_ACCESS_CALL, /* call *mem */
+};
+
+enum pki_access_div {
+	PKI_ACCESS_NOT_DIV,
+	PKI_ACCESS_DIV,	 /* div m: unsigned */
+	PKI_ACCESS_IDIV, /* idiv m: signed */
 };
 
 /*
@@ -102,6 +109,16 @@ int pki_access_decode(const ucontext_t *uc, struct pki_access_insn *ai);
  */
 int pki_access_branch(ucontext_t *uc, const struct pki_access_insn *ai, const void *ptr,
 		      bool shstk);
+
+/*
+ * Would @ai, a div or idiv by its memory operand (@ai->div), raise a divide
+ * error (#DE: divisor zero, or a quotient too wide) with @uc's registers and
+ * the divisor's acc[0].size bytes read from @divisor (its alias)?  The step
+ * must not run it out of line then: the program's SIGFPE would come from
+ * the copy, inside the step.  Async-signal-safe.
+ */
+bool pki_access_div_faults(const ucontext_t *uc, const struct pki_access_insn *ai,
+			   const void *divisor);
 
 /* What pki_access_begin() changed, for pki_access_end() and pki_access_abort(). */
 struct pki_access_undo {

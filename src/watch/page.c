@@ -61,7 +61,8 @@ struct pki_pwatch {
 	struct pk_hitq *queue;
 	atomic_bool enabled;
 	atomic_ulong hits, self, windowed, filtered;
-	const struct pk_watch_cond *cond; /* NULL: none (else the owner's copy) */
+	bool has_cond;
+	struct pk_watch_cond cond; /* a copy: on this record's own page, as all it holds */
 	int reg;   /* its region, -1 once dead (fork child) */
 	bool dead; /* under the manager's lock */
 };
@@ -354,8 +355,8 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 			atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
 			continue;
 		}
-		if (pw->cond && !pki_watch_cond_pass(pw->cond, hits[i].before, hits[i].after,
-						     hits[i].len, tid, ip)) {
+		if (pw->has_cond && !pki_watch_cond_pass(&pw->cond, hits[i].before, hits[i].after,
+							 hits[i].len, tid, ip)) {
 			atomic_fetch_add_explicit(&pw->filtered, 1, memory_order_relaxed);
 			continue;
 		}
@@ -475,7 +476,7 @@ static void step_mask(ucontext_t *uc, struct step *s)
 static void count_windowed(int ri)
 {
 	for (int k = 0; k < REGION_WATCHES; k++) {
-		struct pki_pwatch *pw = atomic_load(&regions[ri].w[k]);
+		struct pki_pwatch *pw = atomic_load(&P.regions[ri].w[k]);
 
 		if (pw)
 			atomic_fetch_add_explicit(&pw->windowed, 1, memory_order_relaxed);
@@ -580,7 +581,7 @@ static void run_fpe_handler(const struct sigaction *act, ucontext_t *uc)
  */
 static bool divide_error(ucontext_t *uc, int home, struct step *s)
 {
-	struct region *r = &regions[home];
+	struct region *r = &P.regions[home];
 	const struct pki_access *a = &s->ai.acc[0];
 	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
 	struct pk_watch_hit hits[MAX_STEP_HITS];
@@ -768,7 +769,7 @@ static void fork_snap_refresh(int home, int other)
 	int ri[2] = {home, other};
 
 	for (int i = 0; i < 2; i++) {
-		struct region *r = ri[i] >= 0 ? &regions[ri[i]] : NULL;
+		struct region *r = ri[i] >= 0 ? &P.regions[ri[i]] : NULL;
 
 		if (r && r->snap)
 			memcpy(r->snap, r->alias, atomic_load(&r->end) - atomic_load(&r->va));
@@ -1189,7 +1190,8 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 	    .ctx = o->ctx,
 	    .queue = o->queue,
 	    .enabled = !o->disabled,
-	    .cond = cond,
+	    .has_cond = cond != NULL,
+	    .cond = cond ? *cond : (struct pk_watch_cond){0},
 	    .reg = -1,
 	};
 	if (ri < 0 && (err = __region_make(lo, hi, prot, &ri)) == 0 &&

@@ -17,7 +17,7 @@ struct pki_pwatch;
 /*
  * Watch @len bytes at @addr for @type (W or RW) by page protection, for
  * @owner (reported as hit.watch), its hits filtered by @cond (NULL: none;
- * valid until the remove).  0 with *@out set, or -errno with the
+ * copied).  0 with *@out set, or -errno with the
  * reason said (pki_warn): EINVAL (PW1: not a private writable mapping, a
  * stack, spans mappings), EBUSY (overlaps another region in part), ENOSPC
  * (no region slot left), ENOMEM, or an errno of memfd_create/mmap/mprotect.

@@ -945,6 +945,25 @@ static int __region_find(uintptr_t lo, uintptr_t hi, int *out)
 	return 0;
 }
 
+/*
+ * The memfd gets the pages' bytes by a write the kernel makes: whole pages
+ * hold the program's objects and whatever lies between them (a sanitizer's
+ * red zones), which no C copy of ours may read.
+ */
+static int fill_from(int fd, uintptr_t lo, size_t n)
+{
+	for (size_t done = 0; done < n;) {
+		long k = syscall(SYS_pwrite64, fd, lo + done, n - done, (off_t)done);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? -errno : -EIO;
+		done += (size_t)k;
+	}
+	return 0;
+}
+
 /* PW2 step 3: the memfd filled from the pages, mapped as alias and over them. */
 static int __region_alias(struct region *r, uintptr_t lo, size_t n, int prot)
 {
@@ -958,12 +977,13 @@ static int __region_alias(struct region *r, uintptr_t lo, size_t n, int prot)
 		err = -errno;
 		goto out;
 	}
+	if ((err = fill_from(fd, lo, n)) < 0)
+		goto out;
 	alias = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (alias == MAP_FAILED) {
 		err = -errno;
 		goto out;
 	}
-	memcpy(alias, (void *)lo, n);
 	if (mmap((void *)lo, n, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
 		err = -errno;
 		munmap(alias, n);

@@ -284,9 +284,11 @@ page_cases() {
 	if [[ $rc -eq 7 && $n -eq 3 ]] && grep -q '^# --count 3 reached' "$tmp/err" &&
 		grep -qx "counter=20 env=$nenv" "$tmp/out"; then ok; else bad "--mode page --count 3: rc $rc, $n hits"; fi
 
-	run --mode page -t rw counter -- "$target" 3
-	n=$(count "$hit_w" "$tmp/err")
-	[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "--mode page -t rw: rc $rc, $n hits"
+	if [[ -z ${PKT_SAN_PRELOAD:-} ]]; then
+		run --mode page -t rw counter -- "$target" 3
+		n=$(count "$hit_w" "$tmp/err")
+		[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "--mode page -t rw: rc $rc, $n hits"
+	fi
 
 	run --mode page --stack -c 4 counter -- "$target" 3
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
@@ -303,11 +305,17 @@ page_cases() {
 	if [[ $rc -eq 3 && $n -eq 1 ]] && grep -Eq 'write counter: 4 -> 5 at bump' "$tmp/err" &&
 		grep -q '^# 19 hit(s) did not pass the condition' "$tmp/err"; then ok; else
 		bad "--if 'new == 5': rc $rc, $n hits"; fi
-	run --mode page -t rw --changed counter -- "$target" 3
-	n=$(count "$hit_w" "$tmp/err")
-	if [[ $rc -eq 3 && $n -eq 20 ]] && ! grep -q 'read counter' "$tmp/err" &&
-		grep -q '^# 1 hit(s) did not pass the condition' "$tmp/err"; then ok; else
-		bad "-t rw --changed: rc $rc, $n hits"; fi
+	if [[ -n ${PKT_SAN_PRELOAD:-} ]]; then
+		echo "SKIP under ASan (-t rw on counter): ASan's flags that every instrumented" \
+			"function reads, the library's handlers too, are copied into the program's" \
+			".bss beside counter"
+	else
+		run --mode page -t rw --changed counter -- "$target" 3
+		n=$(count "$hit_w" "$tmp/err")
+		if [[ $rc -eq 3 && $n -eq 20 ]] && ! grep -q 'read counter' "$tmp/err" &&
+			grep -q '^# 1 hit(s) did not pass the condition' "$tmp/err"; then ok; else
+			bad "-t rw --changed: rc $rc, $n hits"; fi
+	fi
 	run --mode page --in bump counter -- "$target" 3
 	n=$(count "$hit_w" "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "--in bump: rc $rc, $n hits"

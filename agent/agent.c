@@ -640,6 +640,7 @@ __attribute__((constructor(101))) static void agent_start(void)
 
 	pki_sigown_init(); /* its fork handler before any client's (base/sigown.c) */
 	agent_signal_init();
+	agent_bounce_init();
 	/*
 	 * Loaded into a running process by `probekit trace -p` (attach.c): the
 	 * process's environment is not ours to read or edit, and nothing starts

@@ -503,6 +503,9 @@ void agent_signal_init(void);
  * action; put those back into a mask read back.
  */
 void agent_sigmask_init(void);
+
+/* The real functions of the calls that move a buffer (bounce.c), resolved before main(). */
+void agent_bounce_init(void);
 uint64_t agent_sa_mask_strip(const struct sigaction *act, struct sigaction *buf);
 uint64_t agent_sa_mask_had(int sig);
 void agent_sa_mask_set(int sig, uint64_t had);

@@ -781,6 +781,10 @@ static void print_page_rec(const struct rec *r, char *line, size_t size, int len
 	const char *how =
 	    rw & PK_WATCH_HIT_WRITE ? "write" : "read"; /* a read-modify-write writes */
 
+	const char *tag = r->flags & PK_WATCH_HIT_WINDOWED  ? " (windowed)"
+			  : r->flags & PK_WATCH_HIT_SYSCALL ? " (system call)"
+							    : "";
+
 	symbolize(r->ip, where, sizeof(where), NULL);
 	if (r->off || r->len != A.len)
 		snprintf(part, sizeof(part), "+%u/%u", r->off, r->len);
@@ -788,12 +792,10 @@ static void print_page_rec(const struct rec *r, char *line, size_t size, int len
 	fmt_bytes(b, sizeof(b), r->after, r->len);
 	if (rw == PK_WATCH_HIT_READ)
 		snprintf(line + len, size - (size_t)len, "%s %s%s: value %s at %s%s\n", how,
-			 conf->spec, part, b, where,
-			 r->flags & PK_WATCH_HIT_WINDOWED ? " (windowed)" : "");
+			 conf->spec, part, b, where, tag);
 	else
 		snprintf(line + len, size - (size_t)len, "%s %s%s: %s -> %s at %s%s\n", how,
-			 conf->spec, part, a, b, where,
-			 r->flags & PK_WATCH_HIT_WINDOWED ? " (windowed)" : "");
+			 conf->spec, part, a, b, where, tag);
 }
 
 static void print_rec(const struct rec *r)

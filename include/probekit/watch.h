@@ -48,7 +48,11 @@
  * command the agent keeps SIGSEGV deliverable while the program believes
  * it blocked (doc/design/signals.md, SO7), a program linking the library
  * directly must not block it.
- * A system call that reads or writes a watched page fails with EFAULT.
+ * A system call that reads or writes a watched page fails with EFAULT,
+ * but under the probekit command, whose agent runs the calls that move a
+ * buffer (read, write, pread, readv, recv, send and kin) on a bounce
+ * buffer and reports them (PK_WATCH_HIT_SYSCALL; doc/design/page-watch.md
+ * PW6).
  *
  * Processes: watchpoints are dropped by the kernel on execve (remove_on_exec);
  * a child made by fork() has none (its copies of the handles are inert:
@@ -125,6 +129,13 @@ struct pk_watch_hit {
  * that one instruction may have gone unseen (pk_watch_stats.windowed).
  */
 #define PK_WATCH_HIT_WINDOWED 0x10u
+/*
+ * A system call moved the bytes (read(2) into the watched buffer, write(2)
+ * from it), through the agent's wrappers of the calls that take a buffer
+ * (doc/design/page-watch.md, PW6): @ip is the return address of the
+ * program's call to the libc function, and a callback's @uc is NULL.
+ */
+#define PK_WATCH_HIT_SYSCALL 0x20u
 
 /* Called in signal context: see the contract at the top of this file. */
 typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);

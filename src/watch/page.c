@@ -10,6 +10,9 @@
  *   pk_watch_* (normal context, watch.c's lock held)  everything named __*
  *   SIGSEGV client (page_segv), SIGTRAP client (page_trap): atomics, futex,
  *	memcpy, mprotect (windowed steps only), gettid: async-signal-safe.
+ *   pki_page_overlaps, pki_page_transfer (PW6: the agent's wrappers of the
+ *	calls that move a buffer, any thread, signal handlers too): the same,
+ *	with the step lock taken as a handler takes it, signals blocked.
  *
  * Region slots, their code slots and the `seen` pages are static and never
  * freed: a handler may index them at any time.  What a region points to
@@ -30,6 +33,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <probekit/watch.h>
@@ -39,6 +43,7 @@
 #include "base/handler_data.h"
 #include "base/log.h"
 #include "base/maps.h"
+#include "base/siglock.h"
 #include "base/sigown.h"
 #include "watch/cond.h"
 #include "watch/page.h"
@@ -112,7 +117,8 @@ static struct PKI_HANDLER_PAGES {
 	/* Pages ever watched (page numbers), append-only: PW3's late faults. */
 	_Atomic uintptr_t seen[NR_SEEN];
 	atomic_uint nr_seen;
-	bool shstk; /* the threads have a shadow stack: no call is emulated */
+	atomic_uint live; /* regions published (va set): 0, no system call is bounced */
+	bool shstk;	  /* the threads have a shadow stack: no call is emulated */
 	size_t page_size;
 } P;
 
@@ -372,6 +378,126 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 		}
 		cb_depth--;
 	}
+}
+
+/* ---- system calls (PW6) ---------------------------------------------------- */
+
+static bool lock_regions(int home, int other);
+
+bool pki_page_overlaps(const void *p, size_t n)
+{
+	uintptr_t lo = (uintptr_t)p, hi = lo + n < lo ? UINTPTR_MAX : lo + n;
+
+	if (!n || !atomic_load_explicit(&P.live, memory_order_acquire))
+		return false;
+	for (int i = 0; i < NR_REGIONS; i++) {
+		uintptr_t va = atomic_load(&P.regions[i].va), end = atomic_load(&P.regions[i].end);
+
+		if (va && lo < end && va < hi)
+			return true;
+	}
+	return false;
+}
+
+/* Where the first region at or after @a begins, before @end; @end if none. */
+static uintptr_t next_region(uintptr_t a, uintptr_t end)
+{
+	for (int i = 0; i < NR_REGIONS; i++) {
+		uintptr_t va = atomic_load(&P.regions[i].va);
+
+		if (va && va > a && va < end)
+			end = va;
+	}
+	return end;
+}
+
+/*
+ * [a, b) of the program's memory outside every region, to or from @bounce:
+ * through the kernel, which says EFAULT where the system call would have.
+ * The bytes copied.
+ */
+static size_t copy_unwatched(uintptr_t a, uintptr_t b, uint8_t *bounce, bool into_prog)
+{
+	struct iovec mine = {bounce, b - a}, prog = {(void *)a, b - a};
+	ssize_t k = into_prog ? process_vm_writev(getpid(), &mine, 1, &prog, 1, 0)
+			      : process_vm_readv(getpid(), &mine, 1, &prog, 1, 0);
+
+	return k > 0 ? (size_t)k : 0;
+}
+
+/*
+ * [a, b) of region @ri to or from @bounce through its alias, under its step
+ * lock with the signals blocked (a handler of this thread may touch the
+ * pages, and would wait for this very lock), and its hits into @hits.
+ * False if the region is not LIVE (being made or given back): try again.
+ */
+static bool copy_watched(int ri, uintptr_t a, uintptr_t b, uint8_t *bounce, bool into_prog,
+			 struct pk_watch_hit *hits, struct pki_pwatch **who, int *nh)
+{
+	struct region *r = &P.regions[ri];
+	uint8_t *alias = r->alias + (a - atomic_load(&r->va));
+	struct span sp = {.lo = a, .hi = b, .read = !into_prog, .write = into_prog, .reg = ri};
+	sigset_t saved;
+
+	pki_siglock_block(&saved);
+	if (!lock_regions(ri, -1)) {
+		pthread_sigmask(SIG_SETMASK, &saved, NULL);
+		return false;
+	}
+	save_before(ri, a, b);
+	if (into_prog)
+		memcpy(alias, bounce, b - a);
+	else
+		memcpy(bounce, alias, b - a);
+	*nh = span_hits(&sp, PK_WATCH_HIT_SYSCALL, hits, 0, who);
+	step_unlock(r);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	return true;
+}
+
+size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uintptr_t ip,
+			 bool report)
+{
+	uintptr_t a = (uintptr_t)prog, end = a + n;
+	uint8_t *b = bounce;
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+
+	while (a < end) {
+		struct pk_watch_hit hits[MAX_STEP_HITS];
+		struct pki_pwatch *who[MAX_STEP_HITS];
+		int ri = region_enter(a), nh = 0;
+		uintptr_t hi;
+
+		if (ri < 0) {
+			size_t k;
+
+			hi = next_region(a, end);
+			k = copy_unwatched(a, hi, b, into_prog);
+			if (k < hi - a)
+				return a + k - (uintptr_t)prog;
+			b += k;
+			a = hi;
+			continue;
+		}
+		hi = atomic_load(&P.regions[ri].end);
+		if (hi > end)
+			hi = end;
+		if (!copy_watched(ri, a, hi, b, into_prog, hits, who, &nh)) {
+			region_leave(ri);
+			sched_yield();
+			continue;
+		}
+		if (report) {
+			deliver(hits, who, nh, tid, ip, NULL);
+		} else {
+			for (int i = 0; i < nh; i++)
+				atomic_fetch_add_explicit(&who[i]->self, 1, memory_order_relaxed);
+		}
+		region_leave(ri);
+		b += hi - a;
+		a = hi;
+	}
+	return n;
 }
 
 /* ---- the SIGSEGV client: starting a step (PW4, PW5) ----------------------- */
@@ -1020,6 +1146,7 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 	atomic_store(&r->prot_watch, prot);
 	atomic_store(&r->state, R_CONVERTING);
 	atomic_store(&r->end, hi);
+	atomic_fetch_add(&P.live, 1);
 	atomic_store(&r->va, lo); /* 1: published, faults wait */
 	__seen_add(lo, hi);
 	err = mprotect((void *)lo, n, PROT_READ) ? -errno : 0; /* 2 */
@@ -1028,6 +1155,7 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 	if (err) {
 		mprotect((void *)lo, n, r->prot_orig);
 		atomic_store(&r->va, 0);
+		atomic_fetch_sub(&P.live, 1);
 		atomic_store(&r->end, 0);
 		while (atomic_load(&r->inflight))
 			sched_yield();
@@ -1107,6 +1235,7 @@ static void __region_unmake(int i)
 	}
 	step_unlock(r);
 	atomic_store(&r->va, 0); /* R1: no new handler finds it */
+	atomic_fetch_sub(&P.live, 1);
 	atomic_store(&r->end, 0);
 	while (atomic_load(&r->inflight)) /* R3 */
 		sched_yield();
@@ -1337,6 +1466,7 @@ void __pki_page_fork_child(void)
 		r->alias = r->before = r->snap = NULL;
 		r->nw = 0;
 		atomic_store(&r->va, 0);
+		atomic_fetch_sub(&P.live, 1);
 		atomic_store(&r->end, 0);
 		atomic_store(&r->inflight, 0);
 		atomic_store(&r->lock, 0);

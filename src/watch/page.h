@@ -36,6 +36,26 @@ void __pki_page_enable(struct pki_pwatch *pw, bool on);
 unsigned long pki_page_hits(const struct pki_pwatch *pw);
 void __pki_page_stats(const struct pki_pwatch *pw, struct pk_watch_stats *st);
 
+/*
+ * PW6, a system call's transfer.  Does [@p, @p + @n) touch a watched page?
+ * One load when nothing is watched; any thread, any time.
+ */
+bool pki_page_overlaps(const void *p, size_t n);
+
+/*
+ * Move @n bytes between the program's buffer @prog, whose pages may be
+ * watched, and @bounce, as an access by a system call made at @ip:
+ * @into_prog, the call wrote them (read(2)); else it reads them (write(2)).
+ * The watched bytes go through the alias under the step lock and are
+ * reported (PK_WATCH_HIT_SYSCALL; counted as `self` but not reported
+ * unless @report); the others through the kernel.  Returns the bytes moved:
+ * fewer than @n where the program's buffer is not mapped (where the system
+ * call would have stopped with EFAULT).  Async-signal-safe, takes no lock
+ * but the step lock, and holds it with signals blocked.
+ */
+size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uintptr_t ip,
+			 bool report);
+
 /* Fork handlers (PW8), called from watch.c's own, in this order. */
 void __pki_page_fork_prepare(void);
 void __pki_page_fork_parent(void);

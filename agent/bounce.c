@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The system calls that move a buffer (read, write and their kin): while a
+ * page watchpoint exists, a call whose buffer touches a watched page runs
+ * on a bounce buffer of ours, and the bytes move between it and PROG's
+ * buffer through the watch's alias, reported as the call's access
+ * (PK_WATCH_HIT_SYSCALL).  Without this the kernel, which meets the
+ * watched page's protection in its own copy, fails the call with EFAULT:
+ * a result PROG would not have seen unwatched.  The protocol:
+ * doc/design/page-watch.md, PW6.
+ *
+ * Covered: PROG's and its libraries' calls of the functions below (the
+ * agent is preloaded: they bind to these).  Not covered, said in PW6: the
+ * other calls that take a buffer (recvmsg, fstat, getdents...), calls libc
+ * makes inside itself (fread's read into a large user buffer), a raw
+ * syscall(2), the attached agent (nothing binds to it), and a call already
+ * blocked in the kernel when the page became watched.
+ *
+ * With nothing watched a wrapper costs one load (pki_page_overlaps).  Each
+ * is async-signal-safe where the original is: the bounce buffer is mapped
+ * (mmap), the transfer takes only the step lock, signals blocked.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "agent_int.h"
+#include "watch/page.h"
+
+#define PK_EXPORT __attribute__((visibility("default")))
+
+static struct {
+	void *read, *write, *pread, *pread64, *pwrite, *pwrite64, *readv, *writev, *recv, *recvfrom,
+	    *send, *sendto, *__read_chk, *__pread_chk, *__pread64_chk, *__recv_chk, *__recvfrom_chk;
+} real;
+
+void agent_bounce_init(void)
+{
+	/* Resolved before main(): the first call may come from a signal handler. */
+	agent_next(&real.read, "read");
+	agent_next(&real.write, "write");
+	agent_next(&real.pread, "pread");
+	agent_next(&real.pread64, "pread64");
+	agent_next(&real.pwrite, "pwrite");
+	agent_next(&real.pwrite64, "pwrite64");
+	agent_next(&real.readv, "readv");
+	agent_next(&real.writev, "writev");
+	agent_next(&real.recv, "recv");
+	agent_next(&real.recvfrom, "recvfrom");
+	agent_next(&real.send, "send");
+	agent_next(&real.sendto, "sendto");
+	agent_next(&real.__read_chk, "__read_chk");
+	agent_next(&real.__pread_chk, "__pread_chk");
+	agent_next(&real.__pread64_chk, "__pread64_chk");
+	agent_next(&real.__recv_chk, "__recv_chk");
+	agent_next(&real.__recvfrom_chk, "__recvfrom_chk");
+}
+
+/*
+ * One call of the family: @run makes it on @buf of @n bytes with the rest
+ * of its arguments in @a.  The shapes differ only in those arguments.
+ */
+struct args {
+	void *fn;
+	int fd, flags;
+	off_t off;
+	size_t buflen; /* the _chk variants' */
+	struct sockaddr *from;
+	socklen_t *fromlen;
+	const struct sockaddr *to;
+	socklen_t tolen;
+};
+
+typedef ssize_t (*run_fn)(const struct args *a, void *buf, size_t n);
+
+static void *bounce_get(size_t n)
+{
+	void *b = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return b == MAP_FAILED ? NULL : b;
+}
+
+/*
+ * A call that fills PROG's @buf: made on a bounce buffer, whose bytes then
+ * move into @buf.  @ret: the wrapper's return address (the call site, and
+ * whether the agent itself called: its accesses are not PROG's).
+ */
+static ssize_t fill(run_fn run, const struct args *a, void *buf, size_t n, void *ret)
+{
+	void *b = bounce_get(n);
+	ssize_t k;
+	int err;
+
+	if (!b) /* no memory for it: the call as it is */
+		return run(a, buf, n);
+	k = run(a, b, n);
+	err = errno;
+	if (k > 0) {
+		size_t m = pki_page_transfer(buf, b, (size_t)k, true, (uintptr_t)ret,
+					     !agent_from_self(ret));
+
+		if (m < (size_t)k) { /* PROG's buffer ends before its length: as the kernel */
+			k = m ? (ssize_t)m : -1;
+			err = EFAULT;
+		}
+	}
+	munmap(b, n ? n : 1);
+	errno = err;
+	return k;
+}
+
+/* A call that reads PROG's @buf: its bytes moved into a bounce buffer first. */
+static ssize_t drain(run_fn run, const struct args *a, const void *buf, size_t n, void *ret)
+{
+	void *b = bounce_get(n);
+	size_t m;
+	ssize_t k;
+	int err;
+
+	if (!b)
+		return run(a, (void *)buf, n);
+	m = pki_page_transfer((void *)buf, b, n, false, (uintptr_t)ret, !agent_from_self(ret));
+	if (m == 0 && n) {
+		k = -1;
+		err = EFAULT;
+	} else {
+		k = run(a, b, m);
+		err = errno;
+	}
+	munmap(b, n ? n : 1);
+	errno = err;
+	return k;
+}
+
+/* ---- the calls ---- */
+
+static ssize_t run_read(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, void *, size_t))a->fn)(a->fd, buf, n);
+}
+
+static ssize_t run_write(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, const void *, size_t))a->fn)(a->fd, buf, n);
+}
+
+static ssize_t run_pread(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, void *, size_t, off_t))a->fn)(a->fd, buf, n, a->off);
+}
+
+static ssize_t run_pwrite(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, const void *, size_t, off_t))a->fn)(a->fd, buf, n, a->off);
+}
+
+static ssize_t run_recv(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, void *, size_t, int))a->fn)(a->fd, buf, n, a->flags);
+}
+
+static ssize_t run_send(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, const void *, size_t, int))a->fn)(a->fd, buf, n, a->flags);
+}
+
+static ssize_t run_recvfrom(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, void *, size_t, int, struct sockaddr *, socklen_t *))a->fn)(
+	    a->fd, buf, n, a->flags, a->from, a->fromlen);
+}
+
+static ssize_t run_sendto(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, const void *, size_t, int, const struct sockaddr *,
+			    socklen_t))a->fn)(a->fd, buf, n, a->flags, a->to, a->tolen);
+}
+
+/* The fortified variants check @n against the buffer's size, which the bounce keeps. */
+static ssize_t run_read_chk(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, void *, size_t, size_t))a->fn)(a->fd, buf, n, a->buflen);
+}
+
+static ssize_t run_pread_chk(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, void *, size_t, off_t, size_t))a->fn)(a->fd, buf, n, a->off,
+								       a->buflen);
+}
+
+static ssize_t run_recv_chk(const struct args *a, void *buf, size_t n)
+{
+	return ((ssize_t(*)(int, void *, size_t, size_t, int))a->fn)(a->fd, buf, n, a->buflen,
+								     a->flags);
+}
+
+static ssize_t run_recvfrom_chk(const struct args *a, void *buf, size_t n)
+{
+	return (
+	    (ssize_t(*)(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *))a->fn)(
+	    a->fd, buf, n, a->buflen, a->flags, a->from, a->fromlen);
+}
+
+/*
+ * The wrappers: the call as it is unless its buffer touches a watched
+ * page.  A function libc lacks (an old libc's) is ENOSYS, as a stub's.
+ */
+#define NEXT(name) agent_next(&real.name, #name)
+#define CALL_IN(run, a, buf, n)                                                                    \
+	(!(a).fn		     ? (errno = ENOSYS, -1)                                        \
+	 : pki_page_overlaps(buf, n) ? fill(run, &(a), buf, n, __builtin_return_address(0))        \
+				     : run(&(a), buf, n))
+#define CALL_OUT(run, a, buf, n)                                                                   \
+	(!(a).fn		     ? (errno = ENOSYS, -1)                                        \
+	 : pki_page_overlaps(buf, n) ? drain(run, &(a), buf, n, __builtin_return_address(0))       \
+				     : run(&(a), (void *)(buf), n))
+
+/*
+ * The offset calls by their exported names: with a 64-bit off_t the
+ * headers rename pread to pread64.
+ */
+ssize_t wrap_pread(int fd, void *buf, size_t n, off_t off) __asm__("pread");
+ssize_t wrap_pread64(int fd, void *buf, size_t n, off_t off) __asm__("pread64");
+ssize_t wrap_pwrite(int fd, const void *buf, size_t n, off_t off) __asm__("pwrite");
+ssize_t wrap_pwrite64(int fd, const void *buf, size_t n, off_t off) __asm__("pwrite64");
+
+PK_EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	struct args a = {.fn = NEXT(read), .fd = fd};
+
+	return CALL_IN(run_read, a, buf, n);
+}
+
+PK_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	struct args a = {.fn = NEXT(write), .fd = fd};
+
+	return CALL_OUT(run_write, a, buf, n);
+}
+
+PK_EXPORT ssize_t wrap_pread(int fd, void *buf, size_t n, off_t off)
+{
+	struct args a = {.fn = NEXT(pread), .fd = fd, .off = off};
+
+	return CALL_IN(run_pread, a, buf, n);
+}
+
+PK_EXPORT ssize_t wrap_pread64(int fd, void *buf, size_t n, off_t off)
+{
+	struct args a = {.fn = NEXT(pread64), .fd = fd, .off = off};
+
+	return CALL_IN(run_pread, a, buf, n);
+}
+
+PK_EXPORT ssize_t wrap_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	struct args a = {.fn = NEXT(pwrite), .fd = fd, .off = off};
+
+	return CALL_OUT(run_pwrite, a, buf, n);
+}
+
+PK_EXPORT ssize_t wrap_pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+	struct args a = {.fn = NEXT(pwrite64), .fd = fd, .off = off};
+
+	return CALL_OUT(run_pwrite, a, buf, n);
+}
+
+PK_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	struct args a = {.fn = NEXT(recv), .fd = fd, .flags = flags};
+
+	return CALL_IN(run_recv, a, buf, n);
+}
+
+PK_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	struct args a = {.fn = NEXT(send), .fd = fd, .flags = flags};
+
+	return CALL_OUT(run_send, a, buf, n);
+}
+
+PK_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
+			   socklen_t *fromlen)
+{
+	struct args a = {
+	    .fn = NEXT(recvfrom), .fd = fd, .flags = flags, .from = from, .fromlen = fromlen};
+
+	return CALL_IN(run_recvfrom, a, buf, n);
+}
+
+PK_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
+			 socklen_t tolen)
+{
+	struct args a = {.fn = NEXT(sendto), .fd = fd, .flags = flags, .to = to, .tolen = tolen};
+
+	return CALL_OUT(run_sendto, a, buf, n);
+}
+
+PK_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	struct args a = {.fn = NEXT(__read_chk), .fd = fd, .buflen = buflen};
+
+	return CALL_IN(run_read_chk, a, buf, n);
+}
+
+PK_EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+	struct args a = {.fn = NEXT(__pread_chk), .fd = fd, .off = off, .buflen = buflen};
+
+	return CALL_IN(run_pread_chk, a, buf, n);
+}
+
+PK_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+	struct args a = {.fn = NEXT(__pread64_chk), .fd = fd, .off = off, .buflen = buflen};
+
+	return CALL_IN(run_pread_chk, a, buf, n);
+}
+
+PK_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	struct args a = {.fn = NEXT(__recv_chk), .fd = fd, .flags = flags, .buflen = buflen};
+
+	return CALL_IN(run_recv_chk, a, buf, n);
+}
+
+PK_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+				 struct sockaddr *from, socklen_t *fromlen)
+{
+	struct args a = {.fn = NEXT(__recvfrom_chk),
+			 .fd = fd,
+			 .flags = flags,
+			 .buflen = buflen,
+			 .from = from,
+			 .fromlen = fromlen};
+
+	return CALL_IN(run_recvfrom_chk, a, buf, n);
+}
+
+/* The vector calls: one bounce buffer for the whole vector, one iovec to the call. */
+typedef ssize_t (*vec_fn)(int, const struct iovec *, int);
+
+static size_t vec_len(const struct iovec *iov, int cnt, bool *watched)
+{
+	size_t total = 0;
+
+	*watched = false;
+	for (int i = 0; i < cnt; i++) {
+		if (iov[i].iov_len > SSIZE_MAX - total)
+			return SIZE_MAX; /* the call says EINVAL */
+		total += iov[i].iov_len;
+		*watched |= pki_page_overlaps(iov[i].iov_base, iov[i].iov_len);
+	}
+	return total;
+}
+
+/* Moves up to @n bytes between @iov and @b: the bytes moved. */
+static size_t vec_move(const struct iovec *iov, int cnt, uint8_t *b, size_t n, bool into_prog,
+		       void *ret)
+{
+	size_t done = 0;
+
+	for (int i = 0; i < cnt && done < n; i++) {
+		size_t len = iov[i].iov_len < n - done ? iov[i].iov_len : n - done;
+		size_t m = pki_page_transfer(iov[i].iov_base, b + done, len, into_prog,
+					     (uintptr_t)ret, !agent_from_self(ret));
+
+		done += m;
+		if (m < len)
+			break;
+	}
+	return done;
+}
+
+PK_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
+{
+	vec_fn fn = (vec_fn)NEXT(readv);
+	void *ret = __builtin_return_address(0);
+	bool watched;
+	size_t total;
+	struct iovec one;
+	ssize_t k;
+	int err;
+
+	if (!fn)
+		return errno = ENOSYS, -1;
+	if (cnt <= 0 || !iov || (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
+	    !(one.iov_base = bounce_get(total)))
+		return fn(fd, iov, cnt);
+	one.iov_len = total;
+	k = fn(fd, &one, 1);
+	err = errno;
+	if (k > 0) {
+		size_t m = vec_move(iov, cnt, one.iov_base, (size_t)k, true, ret);
+
+		if (m < (size_t)k) {
+			k = m ? (ssize_t)m : -1;
+			err = EFAULT;
+		}
+	}
+	munmap(one.iov_base, total ? total : 1);
+	errno = err;
+	return k;
+}
+
+PK_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+	vec_fn fn = (vec_fn)NEXT(writev);
+	void *ret = __builtin_return_address(0);
+	bool watched;
+	size_t total, m;
+	struct iovec one;
+	ssize_t k;
+	int err;
+
+	if (!fn)
+		return errno = ENOSYS, -1;
+	if (cnt <= 0 || !iov || (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
+	    !(one.iov_base = bounce_get(total)))
+		return fn(fd, iov, cnt);
+	m = vec_move(iov, cnt, one.iov_base, total, false, ret);
+	if (m == 0 && total) {
+		k = -1;
+		err = EFAULT;
+	} else {
+		one.iov_len = m;
+		k = fn(fd, &one, 1);
+		err = errno;
+	}
+	munmap(one.iov_base, total ? total : 1);
+	errno = err;
+	return k;
+}

@@ -276,8 +276,12 @@ bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
 	if (cond && pk_watch_cond_parse(cond, &w->cond, why, n))
 		return false;
 	in = get(PK_ENV_WATCH_IN);
+	if (!in && (in = get(PK_ENV_WATCH_UNDER)))
+		w->under = true;
 	if (in && strlen(in) >= sizeof(w->in_func))
-		return snprintf(why, n, "watch: --in '%.40s...' is too long", in), false;
+		return snprintf(why, n, "watch: --%s '%.40s...' is too long",
+				w->under ? "under" : "in", in),
+		       false;
 	if (in)
 		strcpy(w->in_func, in);
 	return true;

@@ -42,7 +42,8 @@ struct agent_watch_conf {
 	bool follow; /* --follow: a *SYMBOL watch moves with the pointer */
 	enum pk_watch_mode mode;
 	struct pk_watch_cond cond; /* --changed, --if (parsed) */
-	char in_func[256];	   /* --in FUNC: resolved by the watch */
+	char in_func[256];	   /* --in or --under FUNC: resolved by the watch */
+	bool under;		   /* --under: FUNC on the stack will do (cond.in_stack) */
 };
 extern struct agent_watch_conf agent_watch_conf;
 

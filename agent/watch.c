@@ -429,8 +429,10 @@ static bool resolve_in(void)
 	if (!(s = lookup(conf->in_func, &o)))
 		return false;
 	if (s->kind != PKI_SYM_FUNC || !s->size)
-		return fail("--in '%s': not a function with a size", conf->in_func);
+		return fail("--%s '%s': not a function with a size", conf->under ? "under" : "in",
+			    conf->in_func);
 	cond.in_lo = o->base + s->value;
+	cond.in_stack = conf->under;
 	/* x86 reports a hardware hit after the access: its last instruction's too */
 	cond.in_hi = cond.in_lo + s->size + (conf->mode == PK_WATCH_MODE_PAGE ? 0 : 1);
 	return true;

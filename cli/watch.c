@@ -61,6 +61,9 @@ static const char usage[] =
     "                      new: the touched bytes before and after, signed);\n"
     "                      evaluated in the process, which never stops\n"
     "      --in FUNC       print only accesses made by FUNC's instructions\n"
+    "      --under FUNC    print only accesses made while FUNC is on the stack\n"
+    "                      (FUNC or a function it called: the frame-pointer\n"
+    "                      chain, ended by a caller built without one)\n"
     "  -s, --stack         a backtrace with each hit (the .eh_frame unwinder, as\n"
     "                      gdb's; frame pointers where that finds less)\n"
     "  -c, --count N       stop after N hits; PROG goes on unwatched\n"
@@ -86,6 +89,7 @@ static const char usage[] =
 struct watch_opts {
 	const char *spec; /* SYMBOL[+OFF] or ADDR */
 	const char *type, *len, *count, *output, *mode, *in;
+	bool under;	/* in is --under's FUNC */
 	char cond[512]; /* --changed and every --if, joined by && */
 	bool stack, follow;
 	int prog;
@@ -93,7 +97,7 @@ struct watch_opts {
 	double duration; /* --duration SECONDS with -p; 0: until a signal */
 };
 
-enum { O_DURATION = 256, O_CHANGED, O_IF, O_IN };
+enum { O_DURATION = 256, O_CHANGED, O_IF, O_IN, O_UNDER };
 
 /* --changed, --if EXPR: one more term of the condition, checked now. */
 static bool cond_add(struct watch_opts *o, const char *term)
@@ -166,7 +170,12 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 	case O_IF:
 		return cond_add(o, arg);
 	case O_IN:
+	case O_UNDER:
+		if (o->in)
+			return cli_usage_error("watch: --in and --under: one function, once"),
+			       false;
 		o->in = arg;
+		o->under = c == O_UNDER;
 		return true;
 	default:
 		return cli_usage_error("watch: unknown option '%s'", word), false;
@@ -213,6 +222,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	    {"changed", no_argument, NULL, O_CHANGED},
 	    {"if", required_argument, NULL, O_IF},
 	    {"in", required_argument, NULL, O_IN},
+	    {"under", required_argument, NULL, O_UNDER},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -342,7 +352,7 @@ static void watch_env_build(const char **env, const struct watch_opts *o)
 		env[ne++] = o->cond;
 	}
 	if (o->in) {
-		env[ne++] = PK_ENV_WATCH_IN;
+		env[ne++] = o->under ? PK_ENV_WATCH_UNDER : PK_ENV_WATCH_IN;
 		env[ne++] = o->in;
 	}
 	env[ne] = NULL;

@@ -717,6 +717,51 @@ START_TEST(conditions_filter_in_the_handler)
 }
 END_TEST
 
+/* Calls the frameless store: its return address into here is on top of the stack. */
+__attribute__((noinline)) static void store_from_outer(void *p, uint64_t v)
+{
+	store_elsewhere(p, v);
+	__asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
+static _Atomic uintptr_t top_word;
+
+static void top_cb(const struct pk_watch_hit *h)
+{
+	atomic_store(&top_word, *(const uintptr_t *)h->uc->uc_mcontext.gregs[REG_RSP]);
+	rec_cb(h);
+}
+
+/* in_stack: the range matches a return address of the call chain. */
+START_TEST(condition_on_the_call_chain)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct pk_watch_cond c = {.in_stack = true};
+	struct pk_watch_opts o = {
+	    .sz = sizeof(o), .callback = rec_cb, .ctx = r, .mode = PK_WATCH_MODE_PAGE, .cond = &c};
+	struct pk_watch *w = page_watch(p, 8, PK_WATCH_W, top_cb, r);
+	uintptr_t ra;
+
+	store_from_outer(p, 1);
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	ra = atomic_load(&top_word); /* into store_from_outer, after its call */
+	pk_watch_remove(w);
+	atomic_store(&r->n, 0);
+	c.in_lo = ra;
+	c.in_hi = ra + 1;
+	w = pk_watch_add(p, 8, PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	store_elsewhere(p, 2);	/* called from here: filtered */
+	store_from_outer(p, 3); /* under store_from_outer: reported */
+	store_elsewhere(p, 4);
+	ck_assert_int_eq(atomic_load(&r->n), 1);
+	ck_assert_uint_eq(u64(r->last[0].after), 3);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
 /* in_lo/in_hi: only accesses by instructions in the range. */
 START_TEST(condition_on_the_instruction)
 {
@@ -745,6 +790,11 @@ START_TEST(condition_on_the_instruction)
 	/* a range that ends before it starts is refused */
 	c.in_lo = ip + 1;
 	c.in_hi = ip;
+	ck_assert_ptr_null(pk_watch_add(p, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	/* ... and a call chain to search for no range */
+	c.in_lo = c.in_hi = 0;
+	c.in_stack = true;
 	ck_assert_ptr_null(pk_watch_add(p, 8, PK_WATCH_W, &o));
 	ck_assert_int_eq(errno, EINVAL);
 	free(r);
@@ -805,6 +855,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, bss_global_beside_the_got);
 	tcase_add_test(tc, conditions_filter_in_the_handler);
 	tcase_add_test(tc, condition_on_the_instruction);
+	tcase_add_test(tc, condition_on_the_call_chain);
 	tcase_add_test(tc, condition_parse);
 	tcase_add_test(tc, divide_error_reaches_program);
 	tcase_add_test(tc, heap_object);

@@ -172,7 +172,15 @@ enum pk_watch_mode {
  *             after the access (up to 8, little-endian, sign-extended from
  *             their length), TID the accessing thread, CONST the term's @k;
  *   in_lo/hi  the accessing instruction lies in [@in_lo, @in_hi) (a
- *             function's range: "accesses made by FUNC"); 0, 0: anywhere.
+ *             function's range: "accesses made by FUNC"); 0, 0: anywhere;
+ *   in_stack  ... or a return address of the thread's call chain does
+ *             ("FUNC on the stack": FUNC or a function it called made
+ *             it): the word on top of the stack (a frameless leaf's return
+ *             address) and the frame-pointer chain, at most 64 frames, read
+ *             through the kernel (one process_vm_readv each); a caller built
+ *             without frame pointers ends the chain there.  A page-mode hit
+ *             of a system call (PK_WATCH_HIT_SYSCALL) has no chain: its
+ *             call site only.
  * With debug registers, NEW is read from memory when the hit is handled and
  * OLD is the value the previous hit left (the value at the add for the
  * first): a concurrent writer may have moved them; the instruction is the
@@ -209,6 +217,7 @@ struct pk_watch_cond {
 	bool changed;
 	struct pk_watch_term term[PK_WATCH_TERMS];
 	uintptr_t in_lo, in_hi;
+	bool in_stack;
 };
 
 struct pk_watch_opts {

@@ -11,11 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch/arch.h"
+#include "base/peek.h"
 #include "watch/cond.h"
 
 bool pki_watch_cond_any(const struct pk_watch_cond *c)
 {
-	if (c->changed || c->in_lo || c->in_hi)
+	if (c->changed || c->in_lo || c->in_hi || c->in_stack)
 		return true;
 	for (int i = 0; i < PK_WATCH_TERMS; i++)
 		if (c->term[i].cmp)
@@ -70,10 +72,41 @@ static bool compare(enum pk_watch_cmp cmp, int64_t a, int64_t b)
 	}
 }
 
-bool pki_watch_cond_pass_values(const struct pk_watch_cond *c, int64_t old, int64_t new, pid_t tid,
-				uintptr_t ip)
+static bool in_range(const struct pk_watch_cond *c, uintptr_t a)
 {
-	if ((c->in_lo || c->in_hi) && (ip < c->in_lo || ip >= c->in_hi))
+	return a >= c->in_lo && a < c->in_hi;
+}
+
+/*
+ * in_stack: a return address of the thread's call chain in the range.  The
+ * word on top of the stack first (a frameless leaf's return address, or a
+ * hit in a prologue), then the frame-pointer chain, every load through the
+ * kernel (pki_peek): a frame without a frame pointer ends the walk instead
+ * of faulting.
+ */
+static bool range_on_stack(const struct pk_watch_cond *c, const ucontext_t *uc)
+{
+	uintptr_t sp = pki_uc_sp(uc), fp = pki_uc_fp(uc), w[2];
+
+	if (!pki_peek((const void *)sp, w, sizeof(w[0])) && in_range(c, w[0]))
+		return true;
+	for (int n = 0; n < PKI_COND_FRAMES && fp >= sp && !(fp % sizeof(uintptr_t)); n++) {
+		if (pki_peek((const void *)fp, w, sizeof(w)) || !w[1])
+			return false;
+		if (in_range(c, w[1]))
+			return true;
+		if (w[0] <= fp)
+			return false; /* a caller's frame is higher */
+		fp = w[0];
+	}
+	return false;
+}
+
+bool pki_watch_cond_pass_values(const struct pk_watch_cond *c, int64_t old, int64_t new, pid_t tid,
+				uintptr_t ip, const ucontext_t *uc)
+{
+	if ((c->in_lo || c->in_hi) && !in_range(c, ip) &&
+	    !(c->in_stack && uc && range_on_stack(c, uc)))
 		return false;
 	for (int i = 0; i < PK_WATCH_TERMS; i++) {
 		const struct pk_watch_term *t = &c->term[i];
@@ -86,12 +119,12 @@ bool pki_watch_cond_pass_values(const struct pk_watch_cond *c, int64_t old, int6
 }
 
 bool pki_watch_cond_pass(const struct pk_watch_cond *c, const uint8_t *old, const uint8_t *new,
-			 uint32_t len, pid_t tid, uintptr_t ip)
+			 uint32_t len, pid_t tid, uintptr_t ip, const ucontext_t *uc)
 {
 	if (c->changed && !memcmp(old, new, len < PK_WATCH_HIT_BYTES ? len : PK_WATCH_HIT_BYTES))
 		return false;
 	return pki_watch_cond_pass_values(c, pki_watch_value(old, len), pki_watch_value(new, len),
-					  tid, ip);
+					  tid, ip, uc);
 }
 
 int pki_watch_cond_check(const struct pk_watch_cond *c, char *why, size_t n)
@@ -109,6 +142,10 @@ int pki_watch_cond_check(const struct pk_watch_cond *c, char *why, size_t n)
 	}
 	if (c->in_hi < c->in_lo) {
 		snprintf(why, n, "condition: the instruction range ends before it starts");
+		return -EINVAL;
+	}
+	if (c->in_stack && c->in_lo == c->in_hi) {
+		snprintf(why, n, "condition: in_stack without an instruction range");
 		return -EINVAL;
 	}
 	return 0;

@@ -362,7 +362,7 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 			continue;
 		}
 		if (pw->has_cond && !pki_watch_cond_pass(&pw->cond, hits[i].before, hits[i].after,
-							 hits[i].len, tid, ip)) {
+							 hits[i].len, tid, ip, uc)) {
 			atomic_fetch_add_explicit(&pw->filtered, 1, memory_order_relaxed);
 			continue;
 		}

@@ -212,7 +212,7 @@ static bool hw_cond_pass(struct pk_watch *w, const struct pk_watch_hit *hit)
 	uint64_t now = 0, before;
 
 	if (!w->cond_values)
-		return pki_watch_cond_pass_values(&w->cond, 0, 0, hit->tid, hit->ip);
+		return pki_watch_cond_pass_values(&w->cond, 0, 0, hit->tid, hit->ip, hit->uc);
 	if (pki_peek((const void *)w->bp.addr, &now, w->bp.len))
 		return true; /* unreadable: reported, not judged */
 	before = atomic_exchange_explicit(&w->shadow, now, memory_order_relaxed);
@@ -220,7 +220,7 @@ static bool hw_cond_pass(struct pk_watch *w, const struct pk_watch_hit *hit)
 		return false;
 	return pki_watch_cond_pass_values(
 	    &w->cond, pki_watch_value((const uint8_t *)&before, w->bp.len),
-	    pki_watch_value((const uint8_t *)&now, w->bp.len), hit->tid, hit->ip);
+	    pki_watch_value((const uint8_t *)&now, w->bp.len), hit->tid, hit->ip, hit->uc);
 }
 
 static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)

@@ -242,6 +242,8 @@ expect_err 125 "unknown mode 'pages' \(auto, hw or page\)" --mode pages counter 
 expect_err 125 "--if 'new = 1': expected ==, !=, <, <=, > or >= at '= 1'" --if 'new = 1' counter -- "$target"
 expect_err 125 "--in 'no_such_fn'|unknown symbol 'no_such_fn'" --in no_such_fn counter -- "$target"
 expect_err 125 "--in 'counter': not a function" --in counter counter -- "$target"
+expect_err 125 "--under 'counter': not a function" --under counter counter -- "$target"
+expect_err 125 "--in and --under: one function" --in bump --under worker counter -- "$target"
 expect_err 125 "--mode page watches data \(w or rw\), not execution" --mode page -t x bump -- "$target"
 expect_err 125 "-t x: 'counter' is not a function" -t x counter -- "$target"
 expect_err 125 "unknown type 'r' \(w, rw or x\)" -t r counter -- "$target"
@@ -323,6 +325,18 @@ page_cases() {
 	n=$(count "$hit_w" "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 0 ]] && grep -q '^# 20 hit(s) did not pass' "$tmp/err" && ok ||
 		bad "--in worker: rc $rc, $n hits"
+	# --under: worker is on the stack of every write (bump's caller), main of none;
+	# built -O2 without frame pointers, bump is a frameless leaf whose return
+	# address is on top of the stack.
+	for t in "$target" "$nofp"; do
+		run --mode page --under worker counter -- "$t" 3
+		n=$(count ' write counter: .* at bump\+0x[0-9a-f]+$' "$tmp/err")
+		[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "--under worker ($(basename "$t")): rc $rc, $n hits"
+	done
+	run --mode page --under main counter -- "$target" 3
+	n=$(count "$hit_w" "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 0 ]] && grep -q '^# 20 hit(s) did not pass' "$tmp/err" && ok ||
+		bad "--under main: rc $rc, $n hits"
 
 	# auto: a debug register where hits are delivered, page mode where not.
 	run -c 1 counter -- "$target" 3

@@ -16,6 +16,10 @@
  * syscall(2), the attached agent (nothing binds to it), and a call already
  * blocked in the kernel when the page became watched.
  *
+ * And mprotect: on watched pages the program's protection is recorded and
+ * the watch's kept within it (PW8), so that the program's own faults stay
+ * its own and its later accesses are still seen.
+ *
  * With nothing watched a wrapper costs one load (pki_page_overlaps).  Each
  * is async-signal-safe where the original is: the bounce buffer is mapped
  * (mmap), the transfer takes only the step lock, signals blocked.
@@ -29,12 +33,14 @@
 
 #include "agent_int.h"
 #include "watch/page.h"
+#include "watch/watch_int.h"
 
 #define PK_EXPORT __attribute__((visibility("default")))
 
 static struct {
 	void *read, *write, *pread, *pread64, *pwrite, *pwrite64, *readv, *writev, *recv, *recvfrom,
-	    *send, *sendto, *__read_chk, *__pread_chk, *__pread64_chk, *__recv_chk, *__recvfrom_chk;
+	    *send, *sendto, *__read_chk, *__pread_chk, *__pread64_chk, *__recv_chk, *__recvfrom_chk,
+	    *mprotect;
 } real;
 
 void agent_bounce_init(void)
@@ -57,6 +63,7 @@ void agent_bounce_init(void)
 	agent_next(&real.__pread64_chk, "__pread64_chk");
 	agent_next(&real.__recv_chk, "__recv_chk");
 	agent_next(&real.__recvfrom_chk, "__recvfrom_chk");
+	agent_next(&real.mprotect, "mprotect");
 }
 
 /*
@@ -434,4 +441,23 @@ PK_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 	munmap(one.iov_base, total ? total : 1);
 	errno = err;
 	return k;
+}
+
+/* ---- the program's mprotect (PW8) ---- */
+
+PK_EXPORT int mprotect(void *addr, size_t len, int prot)
+{
+	int (*fn)(void *, size_t, int) = (int (*)(void *, size_t, int))NEXT(mprotect);
+	int err;
+
+	if (!fn)
+		return errno = ENOSYS, -1;
+	if (!pki_page_overlaps(addr, len) || agent_from_self(__builtin_return_address(0)))
+		return fn(addr, len, prot);
+	err = pki_watch_page_mprotect(addr, len, prot);
+	if (err == -EINVAL) /* a bit or a form of ours not taken: the kernel's own answer */
+		return fn(addr, len, prot);
+	if (err)
+		return errno = -err, -1;
+	return 0;
 }

@@ -52,7 +52,9 @@
  * but under the probekit command, whose agent runs the calls that move a
  * buffer (read, write, pread, readv, recv, send and kin) on a bounce
  * buffer and reports them (PK_WATCH_HIT_SYSCALL; doc/design/page-watch.md
- * PW6).
+ * PW6).  Likewise the agent keeps the program's mprotect() of a watched
+ * page its own (PW8); a program linking the library directly must not
+ * change a watched page's protection.
  *
  * Processes: watchpoints are dropped by the kernel on execve (remove_on_exec);
  * a child made by fork() has none (its copies of the handles are inert:

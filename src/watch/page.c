@@ -95,11 +95,11 @@ struct region {
 	uint8_t *before;	   /* bytes before the step, at the same offsets */
 	_Atomic(struct pki_pwatch *) w[REGION_WATCHES];
 	atomic_int prot_watch; /* PROT_NONE, or PROT_READ for writes only */
+	uint8_t *prog;	       /* PW8: the program's protection of each page */
 	struct step step;      /* under `lock` */
 
 	/* Under the manager's lock. */
 	int nw;
-	int prot_orig;
 	unsigned long ino;
 	unsigned int dev_major, dev_minor;
 	uint8_t *snap; /* fork: the pages as they were, for the child */
@@ -224,6 +224,40 @@ static void __seen_add(uintptr_t lo, uintptr_t hi)
 		atomic_store(&P.seen[n], a / page_size());
 		atomic_store(&P.nr_seen, n + 1);
 	}
+}
+
+/* ---- the program's protection (PW8) --------------------------------------- */
+
+/* The protection page @pg of region @r has: the program's, less what the watch takes. */
+static int page_prot(const struct region *r, size_t pg)
+{
+	return r->prog[pg] & (atomic_load(&r->prot_watch) | PROT_EXEC);
+}
+
+/*
+ * Pages [@from, @to) of @r (clamped) at page_prot, a run of equal ones per
+ * mprotect.  Under the step lock or the manager's: async-signal-safe.
+ */
+static void protect_pages(const struct region *r, size_t from, size_t to)
+{
+	uintptr_t va = atomic_load_explicit(&r->va, memory_order_relaxed);
+	size_t n = (atomic_load_explicit(&r->end, memory_order_relaxed) - va) / page_size();
+
+	if (to > n)
+		to = n;
+	for (size_t i = from, j; i < to; i = j) {
+		for (j = i + 1; j < to && page_prot(r, j) == page_prot(r, i);)
+			j++;
+		mprotect((void *)(va + i * page_size()), (j - i) * page_size(), page_prot(r, i));
+	}
+}
+
+/* Does the program's protection of @a's page allow the access (a write, or a read)? */
+static bool prog_allows(const struct region *r, uintptr_t a, bool write)
+{
+	uint8_t p = r->prog[(a - atomic_load(&r->va)) / page_size()];
+
+	return write ? p & PROT_WRITE : p & PROT_READ;
 }
 
 /* ---- reporting ------------------------------------------------------------ */
@@ -500,6 +534,53 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 	return n;
 }
 
+/* ---- the program's mprotect (PW8) ----------------------------------------- */
+
+/* The region's part of [@lo, @hi) at the program's @prot, under its step lock. */
+static void __region_mprotect(int ri, uintptr_t lo, uintptr_t hi, int prot)
+{
+	struct region *r = &P.regions[ri];
+	uintptr_t va = atomic_load(&r->va);
+	size_t from = (lo - va) / page_size(), to = (hi - va) / page_size();
+	sigset_t saved;
+
+	pki_siglock_block(&saved);
+	step_lock(r);
+	memset(r->prog + from, prot & (PROT_READ | PROT_WRITE | PROT_EXEC), to - from);
+	protect_pages(r, from, to);
+	step_unlock(r);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+}
+
+int __pki_page_mprotect(void *addr, size_t len, int prot)
+{
+	uintptr_t a = (uintptr_t)addr, end;
+
+	if (a % page_size() || prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC))
+		return -EINVAL;
+	end = (a + len + page_size() - 1) & ~(uintptr_t)(page_size() - 1);
+	if (end < a)
+		return -ENOMEM;
+	while (a < end) {
+		int ri = region_enter(a);
+		uintptr_t hi;
+
+		if (ri < 0) {
+			hi = next_region(a, end);
+			if (mprotect((void *)a, hi - a, prot))
+				return -errno;
+		} else {
+			hi = atomic_load(&P.regions[ri].end);
+			if (hi > end)
+				hi = end;
+			__region_mprotect(ri, a, hi, prot);
+			region_leave(ri);
+		}
+		a = hi;
+	}
+	return 0;
+}
+
 /* ---- the SIGSEGV client: starting a step (PW4, PW5) ----------------------- */
 
 static uintptr_t slot_rx(int ri)
@@ -762,6 +843,12 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 		return true; /* again, once the region settled */
 	}
 	retried = 0;
+	if (!prog_allows(r, a, pki_uc_fault_write(uc))) {
+		/* PW8: the program's own protection refuses it: its fault */
+		step_unlock(r);
+		region_leave(home);
+		return false;
+	}
 	s = &r->step;
 	s->windowed = false;
 	s->other = -1;
@@ -828,8 +915,7 @@ static bool step_abort(ucontext_t *uc)
 	step_region = -1;
 	if (s->windowed) {
 		pki_uc_set_step(uc, false);
-		mprotect((void *)atomic_load(&r->va), atomic_load(&r->end) - atomic_load(&r->va),
-			 atomic_load(&r->prot_watch));
+		protect_pages(r, 0, SIZE_MAX);
 		count_windowed(home);
 	} else {
 		pki_access_abort(uc, &s->undo);
@@ -869,8 +955,7 @@ static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct 
 
 	if (s->windowed) {
 		pki_uc_set_step(uc, false);
-		mprotect((void *)atomic_load(&r->va), atomic_load(&r->end) - atomic_load(&r->va),
-			 atomic_load(&r->prot_watch));
+		protect_pages(r, 0, SIZE_MAX);
 		nh = windowed_hits(s, home, hits, who);
 		count_windowed(home);
 	} else {
@@ -1142,7 +1227,14 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 		r->before = NULL;
 		return -ENOMEM;
 	}
-	r->prot_orig = PROT_READ | PROT_WRITE;
+	r->prog =
+	    mmap(NULL, n / page_size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->prog == MAP_FAILED) {
+		munmap(r->before, n);
+		r->before = r->prog = NULL;
+		return -ENOMEM;
+	}
+	memset(r->prog, PROT_READ | PROT_WRITE, n / page_size());
 	atomic_store(&r->prot_watch, prot);
 	atomic_store(&r->state, R_CONVERTING);
 	atomic_store(&r->end, hi);
@@ -1153,14 +1245,15 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 	if (!err)
 		err = __region_alias(r, lo, n, prot); /* 3 */
 	if (err) {
-		mprotect((void *)lo, n, r->prot_orig);
+		mprotect((void *)lo, n, PROT_READ | PROT_WRITE);
 		atomic_store(&r->va, 0);
 		atomic_fetch_sub(&P.live, 1);
 		atomic_store(&r->end, 0);
 		while (atomic_load(&r->inflight))
 			sched_yield();
 		munmap(r->before, n);
-		r->before = NULL;
+		munmap(r->prog, n / page_size());
+		r->before = r->prog = NULL;
 		atomic_store(&r->state, R_FREE);
 		pki_futex_wake(&r->state, INT_MAX);
 		pki_warn("watch %#lx: cannot make the watched pages an alias: %s\n",
@@ -1198,13 +1291,27 @@ static bool __region_still_ours(const struct region *r, uintptr_t va, int *prot)
 	return ours;
 }
 
+/* PW3, PW8: the program's protection on the pages given back (see __region_unmake). */
+static void restore_prot(const struct region *r, uintptr_t va, size_t n, bool as_left, int prot)
+{
+	if (!as_left) {
+		mprotect((void *)va, n, prot);
+		return;
+	}
+	for (size_t i = 0, j, np = n / page_size(); i < np; i = j) {
+		for (j = i + 1; j < np && r->prog[j] == r->prog[i];)
+			j++;
+		mprotect((void *)(va + i * page_size()), (j - i) * page_size(), r->prog[i]);
+	}
+}
+
 /* PW3: the pages private again with what the alias holds, at the program's protection. */
 static void __region_unmake(int i)
 {
 	struct region *r = &P.regions[i];
 	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
 	size_t n = end - va;
-	int prot = r->prot_orig;
+	int prot = PROT_READ | PROT_WRITE;
 	/*
 	 * Read before the region stops serving faults: reading the maps
 	 * allocates, and the heap may be the watched pages (a watched heap
@@ -1219,18 +1326,23 @@ static void __region_unmake(int i)
 		void *tmp =
 		    mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-		if (prot == atomic_load(&r->prot_watch))
-			prot = r->prot_orig; /* ours: the program's own goes back */
+		/*
+		 * Ours as we left it: each page gets the program's protection
+		 * back (PW8); changed behind our back (a program linking the
+		 * library without the agent): the one it set, everywhere.
+		 */
+		bool as_left = prot == page_prot(r, 0);
+
 		if (tmp != MAP_FAILED) {
 			memcpy(tmp, r->alias, n);
 			if (mremap(tmp, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)va) ==
 			    MAP_FAILED)
 				munmap(tmp, n);
-			else if (prot != (PROT_READ | PROT_WRITE))
-				mprotect((void *)va, n, prot);
+			else
+				restore_prot(r, va, n, as_left, prot);
 		} else {
 			nomem = true;
-			mprotect((void *)va, n, prot);
+			restore_prot(r, va, n, as_left, prot);
 		}
 	}
 	step_unlock(r);
@@ -1241,7 +1353,8 @@ static void __region_unmake(int i)
 		sched_yield();
 	munmap(r->alias, n);
 	munmap(r->before, n);
-	r->alias = r->before = NULL;
+	munmap(r->prog, n / page_size());
+	r->alias = r->before = r->prog = NULL;
 	r->nw = 0;
 	atomic_store(&r->state, R_FREE);
 	pki_futex_wake(&r->state, INT_MAX);
@@ -1449,11 +1562,9 @@ void __pki_page_fork_child(void)
 
 		if (!va)
 			continue;
-		if (r->snap &&
-		    mremap(r->snap, end - va, end - va, MREMAP_MAYMOVE | MREMAP_FIXED,
-			   (void *)va) != MAP_FAILED &&
-		    r->prot_orig != (PROT_READ | PROT_WRITE))
-			mprotect((void *)va, end - va, r->prot_orig);
+		if (r->snap && mremap(r->snap, end - va, end - va, MREMAP_MAYMOVE | MREMAP_FIXED,
+				      (void *)va) != MAP_FAILED)
+			restore_prot(r, va, end - va, true, 0);
 		for (int k = 0; k < REGION_WATCHES; k++) {
 			struct pki_pwatch *pw = atomic_load(&r->w[k]);
 
@@ -1463,7 +1574,8 @@ void __pki_page_fork_child(void)
 		}
 		munmap(r->alias, end - va);
 		munmap(r->before, end - va);
-		r->alias = r->before = r->snap = NULL;
+		munmap(r->prog, (end - va) / page_size());
+		r->alias = r->before = r->snap = r->prog = NULL;
 		r->nw = 0;
 		atomic_store(&r->va, 0);
 		atomic_fetch_sub(&P.live, 1);

@@ -56,6 +56,15 @@ bool pki_page_overlaps(const void *p, size_t n);
 size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uintptr_t ip,
 			 bool report);
 
+/*
+ * PW8: the program's mprotect(@addr, @len, @prot), which touches a watched
+ * page: the watched pages keep the watch's protection within the program's
+ * (a fault the program's would refuse is its own), the others get it.  0 or
+ * -errno as mprotect says it (EINVAL for an unaligned @addr or an unknown
+ * bit of @prot: PROT_GROWSDOWN/UP and pkeys are not taken here).
+ */
+int __pki_page_mprotect(void *addr, size_t len, int prot);
+
 /* Fork handlers (PW8), called from watch.c's own, in this order. */
 void __pki_page_fork_prepare(void);
 void __pki_page_fork_parent(void);

@@ -1252,3 +1252,13 @@ static void fork_child(void)
 	__towns_prune(true);
 	pthread_mutex_unlock(&mgr.lock);
 }
+
+int pki_watch_page_mprotect(void *addr, size_t len, int prot)
+{
+	int err;
+
+	pthread_mutex_lock(&mgr.lock);
+	err = __pki_page_mprotect(addr, len, prot);
+	pthread_mutex_unlock(&mgr.lock);
+	return err;
+}

@@ -19,4 +19,11 @@
  */
 bool pki_watch_release(void);
 
+/*
+ * The program's mprotect() over a page-mode watch's pages (the agent's
+ * wrapper, when pki_page_overlaps() says so): under the manager's lock,
+ * doc/design/page-watch.md PW8.  0, or -errno as mprotect's.
+ */
+int pki_watch_page_mprotect(void *addr, size_t len, int prot);
+
 #endif /* PK_WATCH_WATCH_INT_H */

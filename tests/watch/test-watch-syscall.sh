@@ -8,7 +8,11 @@
 # SYSCALL_BUF_FORTIFIED is the same built with _FORTIFY_SOURCE=2 (libc's
 # __read_chk, __pread64_chk, __recv_chk).
 #
-# usage: test-watch-syscall.sh PROBEKIT SYSCALL_BUF SYSCALL_BUF_FORTIFIED
+# PAGE_PROT (tests/targets/page_prot.c) protects and unmaps the watched page
+# itself (PW8): its own faults stay its own, and its writes are seen again
+# once it makes the page writable again.
+#
+# usage: test-watch-syscall.sh PROBEKIT SYSCALL_BUF SYSCALL_BUF_FORTIFIED PAGE_PROT
 set -uo pipefail
 pk=$1
 tmp=$(mktemp -d)
@@ -54,6 +58,18 @@ for prog in "$2" "$3"; do
 	n=$(grep -Ec '^ +[0-9.]+ tid [0-9]+ read inbox' "$tmp/err")
 	[[ $n -gt $r ]] && ok || bad "$name, -t rw: the program's own reads ($n in all)"
 done
+
+prot=$4
+"$prot" >"$tmp/plain" 2>&1
+rc=$?
+[[ $rc -eq 0 ]] && ok || bad "page_prot unwatched: rc $rc"
+"$pk" watch --mode page -l 8 watched+16 -- "$prot" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [[ $rc -eq 0 ]] && cmp -s "$tmp/out" "$tmp/plain" &&
+	grep -Eq ' write watched\+16: 0 -> 1 at main\+0x[0-9a-f]+$' "$tmp/err" &&
+	grep -Eq ' write watched\+16: 1 -> 3 at main\+0x[0-9a-f]+$' "$tmp/err" &&
+	grep -q '^# 2 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else
+	bad "page_prot: rc $rc"; fi
 
 echo "watch syscall: $pass passed, $fail failed"
 ((fail == 0))

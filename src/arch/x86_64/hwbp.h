@@ -79,6 +79,12 @@ static inline bool pki_si_single_step(const siginfo_t *si)
 	return si->si_code == TRAP_TRACE;
 }
 
+/* Was the page fault of @uc a write (the error code's W bit)? */
+static inline bool pki_uc_fault_write(const ucontext_t *uc)
+{
+	return uc->uc_mcontext.gregs[REG_ERR] & 2;
+}
+
 /* Stack pointer (RSP) and frame pointer (RBP) of the interrupted context. */
 static inline uintptr_t pki_uc_sp(const ucontext_t *uc)
 {

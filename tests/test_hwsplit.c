@@ -6,19 +6,24 @@
  * the delivery check bypassed (pki_watch_assume_delivered), the slot
  * accounting of split watches (S2), moving them between numbers of parts
  * (S6), enable/disable/stats over all parts (S5), and AUTO falling back to
- * page mode when the parts do not fit.  The kernel's own limit of four
+ * page mode when the parts do not fit; and the SIGTRAP handler's side of
+ * split hits (S3, S4), fed SIGTRAPs made up as the kernel would send them.
+ * The kernel's own limit of four
  * breakpoints per thread stands behind the accounting: an admission that
  * let too many through would fail in perf_event_open instead.  The hits of
  * split watches are test_watch's (case "split"), where they are delivered.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <linux/perf_event.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <probekit/watch.h>
@@ -485,6 +490,154 @@ START_TEST(undelivered_split)
 }
 END_TEST
 
+/*
+ * The handler's side (S3, S4) without the hardware: SIGTRAPs made up as
+ * perf sends them (si_code TRAP_PERF, a breakpoint, sig_data naming the
+ * watchpoint's slot, generation and part), sent by this thread to itself.
+ * White box: in a fresh process the first watchpoint has slot 0,
+ * generation 0, and a removal bumps the generation of its slot, which the
+ * next add takes again.
+ */
+static void fake_hit(uint32_t idx, uint32_t gen, uint32_t part)
+{
+	uint64_t data = 0x504bULL << 48 | (uint64_t)gen << 24 | (uint64_t)part << 16 | idx;
+	uint32_t type = PERF_TYPE_BREAKPOINT;
+	siginfo_t si;
+
+	memset(&si, 0, sizeof(si));
+	si.si_signo = SIGTRAP;
+	si.si_code = 6; /* TRAP_PERF */
+	memcpy((char *)&si + 24, &data, sizeof(data));
+	memcpy((char *)&si + 32, &type, sizeof(type));
+	ck_assert_int_eq(syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), SIGTRAP, &si), 0);
+}
+
+static struct pk_watch_hit last;
+static atomic_int nr_cb;
+static void rec_cb(const struct pk_watch_hit *h)
+{
+	last = *h;
+	atomic_fetch_add(&nr_cb, 1);
+}
+
+static void expect_hit(uintptr_t addr, uint32_t off, uint32_t len, int n)
+{
+	ck_assert_int_eq(atomic_load(&nr_cb), n);
+	ck_assert_uint_eq(last.addr, addr);
+	ck_assert_uint_eq(last.off, off);
+	ck_assert_uint_eq(last.len, len);
+	ck_assert_int_eq(last.tid, gettid());
+	ck_assert_int_eq(last.flags, 0);
+}
+
+START_TEST(handler_reports_parts)
+{
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = rec_cb);
+	PK_OPTS(pk_watch_stats, st);
+	uintptr_t b = (uintptr_t)mem;
+	struct pk_watch *w;
+
+	setup();
+	w = pk_watch_add(mem, 24, PK_WATCH_W, &o); /* slot 0, generation 0 */
+	ck_assert_ptr_nonnull(w);
+	fake_hit(0, 0, 1);
+	expect_hit(b + 8, 8, 8, 1);
+	fake_hit(0, 0, 0);
+	expect_hit(b, 0, 8, 2);
+	fake_hit(0, 0, 2);
+	expect_hit(b + 16, 16, 8, 3);
+	ck_assert_uint_eq(pk_watch_hits(w), 3);
+
+	/* moved to 3 bytes at an odd address: part 1 is the 2 bytes at +2 */
+	ck_assert_int_eq(pk_watch_modify(w, (char *)mem + 1, 3, PK_WATCH_W), 0);
+	fake_hit(0, 0, 1);
+	expect_hit(b + 2, 1, 2, 4);
+	fake_hit(0, 0, 0);
+	expect_hit(b + 1, 0, 1, 5);
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_uint_eq(st.hits, 5);
+
+	/* removed: a SIGTRAP of its generation still on its way is swallowed (R1) */
+	pk_watch_remove(w);
+	fake_hit(0, 0, 1);
+	ck_assert_int_eq(atomic_load(&nr_cb), 5);
+	w = pk_watch_add(mem, 8, PK_WATCH_W, &o); /* slot 0 again, generation 1 */
+	ck_assert_ptr_nonnull(w);
+	fake_hit(0, 0, 0);
+	ck_assert_int_eq(atomic_load(&nr_cb), 5);
+	fake_hit(0, 1, 0);
+	expect_hit(b, 0, 8, 6);
+	pk_watch_remove(w);
+}
+END_TEST
+
+static struct pk_watch *cond_add(const void *addr, size_t len, const char *expr)
+{
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = rec_cb);
+	struct pk_watch_cond c = {0};
+	char why[128];
+
+	ck_assert_msg(!pk_watch_cond_parse(expr, &c, why, sizeof(why)), "%s: %s", expr, why);
+	o.cond = &c;
+	return pk_watch_add(addr, len, PK_WATCH_W, &o);
+}
+
+/* Each part's NEW is its piece in memory, its OLD its own last value (S4). */
+START_TEST(handler_conditions_per_part)
+{
+	volatile uint8_t *bytes = (volatile uint8_t *)&mem[2];
+	uintptr_t b = (uintptr_t)bytes;
+	struct pk_watch *gt, *neg;
+	PK_OPTS(pk_watch_stats, st);
+
+	setup();
+	memset((void *)mem, 0, sizeof(mem));
+	gt = cond_add((const void *)(b + 1), 3, "new > old"); /* slot 0: 1@+1, 2@+2 */
+	ck_assert_msg(gt != NULL, "%s", last_msg);
+	bytes[1] = 5;
+	fake_hit(0, 0, 0); /* 0 -> 5 */
+	expect_hit(b + 1, 0, 1, 1);
+	bytes[1] = 3;
+	fake_hit(0, 0, 0); /* 5 -> 3 */
+	*(volatile uint16_t *)(b + 2) = 7;
+	fake_hit(0, 0, 1); /* 0 -> 7: part 1's OLD is its own */
+	expect_hit(b + 2, 1, 2, 2);
+	fake_hit(0, 0, 1); /* 7 -> 7 */
+	bytes[1] = 4;
+	fake_hit(0, 0, 0); /* 3 -> 4 */
+	ck_assert_int_eq(atomic_load(&nr_cb), 3);
+	ck_assert_int_eq(pk_watch_stats(gt, &st), 0);
+	ck_assert_uint_eq(st.hits, 3);
+	ck_assert_uint_eq(st.filtered, 2);
+
+	/* sign extension from the piece's length; OLD starts from memory at the add */
+	neg = cond_add((const void *)(b + 1), 3, "new == -1"); /* slot 1 */
+	ck_assert_ptr_nonnull(neg);
+	bytes[1] = 0xff;
+	fake_hit(1, 0, 0);
+	ck_assert_int_eq(atomic_load(&nr_cb), 4);
+	*(volatile uint16_t *)(b + 2) = 0x00ff;
+	fake_hit(1, 0, 1);
+	ck_assert_int_eq(atomic_load(&nr_cb), 4);
+	*(volatile uint16_t *)(b + 2) = 0xffff;
+	fake_hit(1, 0, 1);
+	ck_assert_int_eq(atomic_load(&nr_cb), 5);
+	pk_watch_remove(neg);
+
+	/* moved: OLD starts again from the new pieces */
+	ck_assert_int_eq(pk_watch_modify(gt, (const void *)&mem[4], 16, PK_WATCH_W), 0);
+	mem[4] = 2;
+	fake_hit(0, 0, 0); /* 0 -> 2 */
+	mem[5] = 9;
+	fake_hit(0, 0, 1); /* 0 -> 9 */
+	mem[5] = 1;
+	fake_hit(0, 0, 1); /* 9 -> 1 */
+	ck_assert_int_eq(atomic_load(&nr_cb), 7);
+	expect_hit((uintptr_t)&mem[5], 8, 8, 7);
+	pk_watch_remove(gt);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hwsplit");
@@ -512,6 +665,8 @@ int main(void)
 	tcase_add_test(tc, split_enable_stats);
 	tcase_add_test(tc, auto_falls_back_to_page);
 	tcase_add_test(tc, undelivered_split);
+	tcase_add_test(tc, handler_reports_parts);
+	tcase_add_test(tc, handler_conditions_per_part);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -22,9 +22,9 @@
  *
  * Roots.  An all-threads watchpoint opens one inheritable event per part and
  * thread alive when it is added (the part's "roots"); threads created later
- * inherit a copy of each from their creator.  Modify/enable/disable are one ioctl per root and
- *reach the copies.  A root whose thread exited must stay open: closing it would destroy the copies
- *it carries.
+ * inherit a copy of each from their creator.  Modify/enable/disable are one
+ * ioctl per root and reach the copies.  A root whose thread exited must stay
+ * open: closing it would destroy the copies it carries.
  *
  * Locking.  mgr.lock (a mutex) serialises every pk_watch_* call and guards all
  * of mgr and every struct pk_watch except what the handler reads (below).  It
@@ -647,14 +647,15 @@ static int __admit(pid_t tid, int n, const void *addr)
 	}
 	__describe_holders(holders, sizeof(holders), full);
 	if (full)
-		pki_warn("watch %p: needs %d debug register(s), and thread %d has %d free: "
-			 "%d all-threads + %d of its own watchpoint slot(s) hold its %d slots:%s: "
-			 "%s\n",
-			 addr, n, (int)full, PKI_HWBP_SLOTS - mgr.nr_all - __own(full), mgr.nr_all,
-			 __own(full), PKI_HWBP_SLOTS, holders, pki_errstr(ENOSPC));
+		pki_warn(
+		    "watch %p: needs %d debug register(s), and thread %d has %d free: "
+		    "%d all-threads + %d of its own watchpoint slot(s) of its %d are taken:%s: "
+		    "%s\n",
+		    addr, n, (int)full, PKI_HWBP_SLOTS - mgr.nr_all - __own(full), mgr.nr_all,
+		    __own(full), PKI_HWBP_SLOTS, holders, pki_errstr(ENOSPC));
 	else
 		pki_warn("watch %p: needs %d debug register(s), and every thread has %d free: "
-			 "%d all-threads watchpoint slot(s) hold the others of its %d:%s: %s\n",
+			 "%d all-threads watchpoint slot(s) of its %d are taken:%s: %s\n",
 			 addr, n, PKI_HWBP_SLOTS - mgr.nr_all, mgr.nr_all, PKI_HWBP_SLOTS, holders,
 			 pki_errstr(ENOSPC));
 	return -ENOSPC;
@@ -1366,7 +1367,7 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 			   enum pk_watch_type type)
 {
 	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
-	uint64_t old_where[PKI_HWBP_SLOTS];
+	uint64_t old_where[PKI_HWBP_SLOTS], old_shadow[PKI_HWBP_SLOTS];
 	struct pki_bp old;
 	int err, n, nold;
 
@@ -1392,8 +1393,10 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	if (n > nold && (err = __admit(w->tid, n - nold, addr)))
 		goto out;
 	old = w->bp;
-	for (int k = 0; k < nold; k++)
+	for (int k = 0; k < nold; k++) {
 		old_where[k] = atomic_load_explicit(&w->part[k].where, memory_order_relaxed);
+		old_shadow[k] = atomic_load_explicit(&w->part[k].shadow, memory_order_relaxed);
+	}
 	w->bp.addr = (uintptr_t)addr;
 	w->bp.len = len;
 	w->bp.type = type;
@@ -1405,9 +1408,12 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 		for (int k = nold; k < n; k++)
 			__part_close(w, k, false);
 		w->bp = old;
-		for (int k = 0; k < nold; k++)
+		for (int k = 0; k < nold; k++) {
 			atomic_store_explicit(&w->part[k].where, old_where[k],
 					      memory_order_relaxed);
+			atomic_store_explicit(&w->part[k].shadow, old_shadow[k],
+					      memory_order_relaxed);
+		}
 		goto out;
 	}
 	/* M5 */

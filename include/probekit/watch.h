@@ -242,8 +242,7 @@ PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why
  *           cover [@addr, @addr + @len) than a thread has debug registers
  *           (4: more than 32 bytes, or 32 not aligned to 8, 16 at an odd
  *           address), unknown @type, X with @len != 1, NULL @addr, or
- *           @opts->sz too small/unknown fields set (PAGE and AUTO: see
- *           page mode for what they refuse)
+ *           @opts->sz too small/unknown fields set
  *   ESRCH   @opts->tid is not a live thread of this process
  *   ENOSPC  some thread has fewer free debug-register slots than the range
  *           has pieces (message says which thread, and what holds them)
@@ -256,14 +255,15 @@ PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why
  *   ENODEV, ENOENT  no hardware breakpoints here (perf_event_open's error)
  *   EACCES / EPERM  perf_event_open refused: the message says whether a
  *           seccomp filter or perf_event_paranoid (needs <= 2) is the cause
- *   ENOMEM, EMFILE  out of memory or file descriptors (one per root thread)
+ *   ENOMEM, EMFILE  out of memory or file descriptors (one per piece and
+ *           root thread)
  * Nothing is left installed when it fails.  Must not be called from a
  * callback.  A thread inside clone() while the roots are opened may be
  * missed, or get two events (its hits are reported once, counted twice).
  * Costs one perf_event_open per piece and thread alive at the call (all
- * threads) or per piece (single thread), plus, at the first add of a process, the
- * delivery check (one event opened, written and read on the calling thread);
- * threads created later cost the library nothing.
+ * threads) or per piece (single thread), plus, at the first add of a
+ * process, the delivery check (one event opened, written and read on the
+ * calling thread); threads created later cost the library nothing.
  */
 PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
 				     const struct pk_watch_opts *opts);

@@ -205,8 +205,8 @@ hit_cases() {
 	# 16 bytes from counter: two debug registers, every write in the first,
 	# named by its piece, its value old -> new.
 	run --mode hw -l 16 counter -- "$target" 3
-	n=$(count '^ +[0-9]+\.[0-9]{6} tid [0-9]+ write counter\+0/8: -?[0-9]+ -> -?[0-9]+ at bump\+'$lock_off'$' "$tmp/err")
-	v=$(grep -cE 'write counter\+0/8: 19 -> 20 ' "$tmp/err")
+	n=$(count '^ +[0-9]+\.[0-9]{6} tid [0-9]+ write counter\+0/8: -?[0-9]+( \(0x[0-9a-f]+\))? -> -?[0-9]+( \(0x[0-9a-f]+\))? at bump\+'$lock_off'$' "$tmp/err")
+	v=$(grep -cE 'write counter\+0/8: 19 \(0x13\) -> 20 \(0x14\) ' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 20 && $v -eq 1 ]] && grep -q 'all threads, hardware (2 debug registers)$' "$tmp/err" &&
 		ok || bad "--mode hw -l 16 counter: rc $rc, $n hits, $v last"
 

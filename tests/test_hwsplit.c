@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -638,6 +640,55 @@ START_TEST(handler_conditions_per_part)
 }
 END_TEST
 
+/*
+ * S6: a modify that fails after its admission (here: no file descriptor for
+ * the parts gained, M3) leaves the old target, its slots and its events.
+ */
+START_TEST(split_modify_rolls_back)
+{
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = rec_cb, .tid = gettid());
+	struct pk_watch *w, *all, *more;
+	struct rlimit rl, low;
+	int fds, lowest;
+
+	setup();
+	w = pk_watch_add(mem, 8, PK_WATCH_W, &o); /* slot 0, generation 0, one part */
+	ck_assert_ptr_nonnull(w);
+	all = add_hw(&mem[8], 8); /* slot 1, all threads */
+	ck_assert_ptr_nonnull(all);
+	fds = perf_fds();
+	lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(lowest, 0);
+	close(lowest);
+	getrlimit(RLIMIT_NOFILE, &rl);
+	low = rl;
+	low.rlim_cur = (rlim_t)lowest; /* no descriptor free below it */
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	/* single thread: perf_event_open fails; all threads: the thread listing */
+	ck_assert_int_eq(pk_watch_modify(w, (char *)mem + 1, 7, PK_WATCH_W), -EMFILE); /* 1+2+4 */
+	ck_assert_int_lt(pk_watch_modify(all, &mem[8], 16, PK_WATCH_RW), 0);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	ck_assert_int_eq(perf_fds(), fds);
+
+	/* the old targets: their pieces, their OLD, their slots (2 free) */
+	fake_hit(0, 0, 0);
+	expect_hit((uintptr_t)mem, 0, 8, 1);
+	more = add_hw(&mem[12], 16);
+	ck_assert_msg(more != NULL, "%s", last_msg);
+	refused(&mem[14], 1, ENOSPC);
+	pk_watch_remove(more);
+	/* and they still move */
+	ck_assert_int_eq(pk_watch_modify(w, (char *)mem + 1, 7, PK_WATCH_W), 0);
+	ck_assert_int_eq(perf_fds(), fds + 2);
+	refused(&mem[14], 1, ENOSPC); /* 3 + 1: full */
+	fake_hit(0, 0, 2);
+	expect_hit((uintptr_t)mem + 4, 3, 4, 2);
+	pk_watch_remove(all);
+	pk_watch_remove(w);
+	ck_assert_int_eq(perf_fds(), fds - 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hwsplit");
@@ -667,6 +718,7 @@ int main(void)
 	tcase_add_test(tc, undelivered_split);
 	tcase_add_test(tc, handler_reports_parts);
 	tcase_add_test(tc, handler_conditions_per_part);
+	tcase_add_test(tc, split_modify_rolls_back);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -73,8 +73,9 @@ struct rec {
 	uint32_t seq; /* is_ptr: its number among them (A.ptr_seq) */
 	uint64_t oldv, newv;
 	unsigned int flags; /* the hit's PK_WATCH_HIT_* */
-	uint32_t off, len;  /* page mode: the watched bytes the access touched ... */
-	uint8_t before[PK_WATCH_HIT_BYTES], after[PK_WATCH_HIT_BYTES]; /* ... before and after */
+	uint32_t off, len;  /* the watched bytes the access touched (page mode), or the
+			       debug register's piece (hardware: oldv, newv are its) ... */
+	uint8_t before[PK_WATCH_HIT_BYTES], after[PK_WATCH_HIT_BYTES]; /* ... page: before, after */
 	int nframes;
 	uintptr_t frames[MAX_FRAMES]; /* the frame-pointer walk's return addresses, caller first */
 	uintptr_t sp;		      /* the stack pointer at the hit ... */
@@ -119,7 +120,8 @@ static struct {
 	_Atomic unsigned long nhits;	/* hits seen, including those over the limit */
 	_Atomic unsigned long rec_next; /* next record to claim */
 	_Atomic unsigned long lost;	/* record busy or queue full */
-	_Atomic uint64_t shadow;	/* the last value seen, for "old" */
+	/* the last value seen, for "old": by the offset of the debug register's piece */
+	_Atomic uint64_t shadow[PKI_HWBP_SPAN_MAX];
 	_Atomic uint32_t wake;		/* futex word: bumped by every hit */
 	_Atomic bool stop;
 	_Atomic uint32_t drained; /* futex word: bumped by the consumer after each drain */
@@ -272,7 +274,7 @@ static bool resolve_addr(void)
 	if (!A.len)
 		A.len = conf->type == PK_WATCH_X ? 1 : 0;
 	if (!A.len)
-		return fail("%s: an address has no size: give -l " PKI_HWBP_LENS, conf->spec);
+		return fail("%s: an address has no size: give -l N", conf->spec);
 	snprintf(A.what, sizeof(A.what), "%s", conf->spec);
 	return true;
 }
@@ -319,9 +321,15 @@ static const struct pki_elf_sym *lookup(const char *name, struct obj **op)
 	return NULL;
 }
 
+/* Debug registers @len bytes at @addr take (split over several: S1), or 0. */
+static int hw_parts(uintptr_t addr, size_t len)
+{
+	return pki_hwbp_split(addr, len, NULL, 0);
+}
+
 /*
  * Without -l: the symbol's size (from OFF to its end with SYMBOL+OFF), if
- * the mode can watch that length; else fail().
+ * the mode can watch that length at A.addr; else fail().
  */
 static bool symbol_len(const struct pki_elf_sym *s, const char *name, unsigned long off)
 {
@@ -329,15 +337,16 @@ static bool symbol_len(const struct pki_elf_sym *s, const char *name, unsigned l
 		return true;
 	if (conf->type == PK_WATCH_X)
 		A.len = 1;
-	else if (conf->mode != PK_WATCH_MODE_HW && s->size > off)
-		A.len = s->size - off; /* page mode where a register cannot */
-	else if (!off && pki_hwbp_len_ok(s->size))
-		A.len = s->size;
+	else if (s->size > off && (conf->mode != PK_WATCH_MODE_HW ||
+				   hw_parts(A.addr, s->size - off) <= PKI_HWBP_SLOTS))
+		A.len = s->size - off; /* page mode in auto where the registers cannot */
 	else if (off)
-		return fail("'%s': give the length to watch with -l " PKI_HWBP_LENS, conf->spec);
+		return fail(
+		    "'%s': give the length to watch with -l (--mode hw: " PKI_HWBP_SPLIT_LENS ")",
+		    conf->spec);
 	else
-		return fail("'%s' is %lu bytes: give the length to watch with -l " PKI_HWBP_LENS " "
-			    "(and SYMBOL+OFFSET for a field)",
+		return fail("'%s' is %lu bytes: give the length to watch with -l (and "
+			    "SYMBOL+OFFSET for a field; --mode hw: " PKI_HWBP_SPLIT_LENS ")",
 			    name, (unsigned long)s->size);
 	return true;
 }
@@ -476,16 +485,15 @@ static bool resolve(void)
 /* ---- the signal handler ---- */
 
 /*
- * The A.len bytes at @addr (x86: little-endian, the low bytes of the
- * result), read without faulting: a hit's object may have been unmapped by
+ * The @n bytes at @addr (at most 8; x86: little-endian, the low bytes of
+ * the result), read without faulting: a hit's object may have been unmapped by
  * another thread since its access.  0 if nothing is mapped there.  A
  * process whose seccomp filter denies process_vm_readv reads the object
  * directly: mapped at the access, as it nearly always still is.
  */
-static uint64_t read_value(uintptr_t addr)
+static uint64_t read_value(uintptr_t addr, size_t n)
 {
 	uint64_t v = 0;
-	size_t n = A.len < sizeof(v) ? A.len : sizeof(v); /* the first 8 of a longer range */
 	int err = pki_peek((const void *)addr, &v, n);
 
 	if (!err || err == -EFAULT)
@@ -696,6 +704,7 @@ static void on_hit(const struct pk_watch_hit *hit)
 	r->seq = is_ptr ? atomic_fetch_add_explicit(&A.ptr_seq, 1, memory_order_relaxed) + 1 : 0;
 	r->nframes = 0;
 	r->flags = hit->flags;
+	r->off = r->len = 0;
 	/* (A pointer write's new value is read by follow(), from the pointer.) */
 	if (hit->flags & PK_WATCH_HIT_PAGE) {
 		/* The hit carries the bytes the access touched, before and after it. */
@@ -704,9 +713,16 @@ static void on_hit(const struct pk_watch_hit *hit)
 		memcpy(r->before, hit->before, sizeof(r->before));
 		memcpy(r->after, hit->after, sizeof(r->after));
 	} else if (!is_ptr && conf->type != PK_WATCH_X) {
-		/* The trap comes after the access: memory holds the new value now. */
-		r->newv = read_value(hit->addr);
-		r->oldv = atomic_exchange_explicit(&A.shadow, r->newv, memory_order_relaxed);
+		/*
+		 * The trap comes after the access: memory holds the new value now,
+		 * of the debug register's piece that trapped (a range split over
+		 * several: each has its own old value).
+		 */
+		r->off = hit->len && hit->off < PKI_HWBP_SPAN_MAX ? hit->off : 0;
+		r->len = hit->len ? hit->len : A.len < 8 ? (uint32_t)A.len : 8;
+		r->newv = read_value(hit->addr, r->len);
+		r->oldv =
+		    atomic_exchange_explicit(&A.shadow[r->off], r->newv, memory_order_relaxed);
 	}
 	if (conf->stack && hit->uc && !r->late)
 		capture_stack(r, hit->uc);
@@ -734,19 +750,6 @@ static void fmt_int(char *buf, size_t n, uint64_t v, size_t len)
 
 	if (len < 8)
 		v &= ~(~0ull << (8 * len));
-	if (s >= -9 && s <= 9)
-		snprintf(buf, n, "%lld", (long long)s);
-	else
-		snprintf(buf, n, "%lld (%#llx)", (long long)s, (unsigned long long)v);
-}
-
-static void fmt_value(char *buf, size_t n, uint64_t v)
-{
-	int64_t s = A.len == 1	 ? (int8_t)v
-		    : A.len == 2 ? (int16_t)v
-		    : A.len == 4 ? (int32_t)v
-				 : (int64_t)v;
-
 	if (s >= -9 && s <= 9)
 		snprintf(buf, n, "%lld", (long long)s);
 	else
@@ -802,10 +805,13 @@ static void print_page_rec(const struct rec *r, char *line, size_t size, int len
 
 static void print_rec(const struct rec *r)
 {
-	char where[512], a[64], b[64], line[1024];
+	char where[512], a[64], b[64], line[1024], part[32] = "";
 	long long ns = (r->t.tv_sec - A.t0.tv_sec) * 1000000000LL + (r->t.tv_nsec - A.t0.tv_nsec);
 	int len;
 
+	/* a range split over several debug registers: the piece that trapped */
+	if (!(r->flags & PK_WATCH_HIT_PAGE) && r->len && (r->off || r->len != A.len))
+		snprintf(part, sizeof(part), "+%u/%u", r->off, r->len);
 	len = snprintf(line, sizeof(line), "%4lld.%06lld tid %d ", ns / 1000000000,
 		       (ns % 1000000000) / 1000, (int)r->tid);
 	if (r->flags & PK_WATCH_HIT_PAGE) {
@@ -819,9 +825,9 @@ static void print_rec(const struct rec *r)
 				 where);
 		else
 			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "%s %s: value %s, seen late (SIGTRAP was blocked) at %s\n",
-				 conf->type == PK_WATCH_W ? "write" : "access", conf->spec,
-				 (fmt_value(b, sizeof(b), r->newv), b), where);
+				 "%s %s%s: value %s, seen late (SIGTRAP was blocked) at %s\n",
+				 conf->type == PK_WATCH_W ? "write" : "access", conf->spec, part,
+				 (fmt_int(b, sizeof(b), r->newv, r->len), b), where);
 	} else if (conf->type == PK_WATCH_X) {
 		symbolize(r->ip, where, sizeof(where), NULL);
 		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
@@ -829,14 +835,15 @@ static void print_rec(const struct rec *r)
 		/* The trap ip follows the access (access_where()). */
 		const char *how = access_where(r->ip, where, sizeof(where)) ? "at" : "after";
 
-		fmt_value(b, sizeof(b), r->newv);
+		fmt_int(b, sizeof(b), r->newv, r->len);
 		if (conf->type == PK_WATCH_W) {
-			fmt_value(a, sizeof(a), r->oldv);
+			fmt_int(a, sizeof(a), r->oldv, r->len);
 			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "write %s: %s -> %s %s %s\n", conf->spec, a, b, how, where);
+				 "write %s%s: %s -> %s %s %s\n", conf->spec, part, a, b, how,
+				 where);
 		} else {
 			snprintf(line + len, sizeof(line) - (size_t)len,
-				 "access %s: value %s%s %s %s\n", conf->spec, b,
+				 "access %s%s: value %s%s %s %s\n", conf->spec, part, b,
 				 r->oldv != r->newv ? " (written)" : "", how, where);
 		}
 	}
@@ -871,6 +878,39 @@ static struct pk_watch *watch_add(uintptr_t addr, size_t len, enum pk_watch_type
 }
 
 /*
+ * The old values the hits of a watch at @a start from: one per debug
+ * register's piece (one for a range a register takes whole, or in page
+ * mode, where hits carry their own).  @direct: a process that may not read
+ * itself with process_vm_readv reads the memory directly (the watched
+ * object, mapped); else what cannot be read is 0 (a pointer's new target
+ * may be anything).  @first_only: only where no hit has taken the value
+ * since it was first read.
+ */
+static void shadow_seed(uintptr_t a, bool direct, bool first_only)
+{
+	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
+	int n = pki_hwbp_split(a, A.len, pc, PKI_HWBP_SLOTS);
+
+	if (n < 1 || n > PKI_HWBP_SLOTS) {
+		n = 1;
+		pc[0] = (struct pki_hwbp_piece){a, A.len < 8 ? A.len : 8};
+	}
+	for (int k = 0; k < n; k++) {
+		_Atomic uint64_t *sh = &A.shadow[pc[k].addr - a];
+		uint64_t v = 0, first = atomic_load(sh);
+
+		if (direct)
+			v = read_value(pc[k].addr, pc[k].len);
+		else if (pki_peek((const void *)pc[k].addr, &v, pc[k].len))
+			v = 0;
+		if (first_only)
+			atomic_compare_exchange_strong(sh, &first, v);
+		else
+			atomic_store(sh, v);
+	}
+}
+
+/*
  * Move the object watch of *SYMBOL to where the pointer points now (@v),
  * or pause it at NULL, at an unaligned address, or if the watch cannot go
  * there.  Consumer only.  The new object's value is read with peek(): the
@@ -878,17 +918,18 @@ static struct pk_watch *watch_add(uintptr_t addr, size_t len, enum pk_watch_type
  */
 static void retarget(uintptr_t v, char *say, size_t n)
 {
-	uintptr_t a = v + A.ptr_off, val;
+	uintptr_t a = v + A.ptr_off;
 	int err = 0;
 
 	if (!v || (pk_watch_mode_of(A.w) != PK_WATCH_MODE_PAGE && conf->mode == PK_WATCH_MODE_HW &&
-		   !pki_hwbp_data_ok(a, A.len))) {
+		   hw_parts(a, A.len) > PKI_HWBP_SLOTS)) {
 		if (A.w)
 			pk_watch_disable(A.w);
 		snprintf(say, n,
-			 v ? "%#lx is not aligned to %zu bytes: watch paused"
+			 v ? "%zu bytes at %#lx take %d debug registers, more than a thread "
+			     "has: watch paused"
 			   : "NULL: watch paused",
-			 (unsigned long)a, A.len);
+			 A.len, (unsigned long)a, hw_parts(a, A.len));
 		atomic_store(&A.addr, 0);
 		return;
 	}
@@ -913,7 +954,7 @@ static void retarget(uintptr_t v, char *say, size_t n)
 			 strerror(-err));
 		return;
 	}
-	atomic_store(&A.shadow, peek(a, &val) ? val : 0);
+	shadow_seed(a, false, false);
 	atomic_store(&A.addr, a);
 	snprintf(say, n, "watching %zu byte(s) at %#lx", A.len, (unsigned long)a);
 }
@@ -1242,15 +1283,18 @@ static bool hw_limits_ok(void)
 		return fail("-t x watches one instruction: no -l (or -l 1)");
 	if (conf->mode != PK_WATCH_MODE_HW && conf->type != PK_WATCH_X)
 		return true; /* page mode takes what the registers do not */
-	if (!pki_hwbp_len_ok(A.len))
-		return fail("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_LENS
-			    " bytes with --mode hw (page mode: any length)",
+	if (A.len > PKI_HWBP_SPAN_MAX)
+		return fail("unsupported length %zu: " PKI_HWBP_CPU " watches " PKI_HWBP_SPLIT_LENS
+			    " with --mode hw (page mode: any length)",
 			    A.len);
-	if (A.addr && !pki_hwbp_data_ok(A.addr, A.len))
-		return fail("%s is at %#lx, not aligned to %zu bytes: " PKI_HWBP_CPU
-			    " watches naturally aligned ranges with --mode hw (use -l or "
-			    "SYMBOL+OFFSET, or page mode)",
-			    conf->spec, (unsigned long)A.addr, A.len);
+	if (A.addr && hw_parts(A.addr, A.len) > PKI_HWBP_SLOTS)
+		return fail("%s: %zu bytes at %#lx take %d debug registers, more than the %d a "
+			    "thread has (" PKI_HWBP_CPU
+			    " watches naturally aligned pieces of " PKI_HWBP_LENS
+			    " bytes, one per register: use -l or SYMBOL+OFFSET, "
+			    "or page mode)",
+			    conf->spec, A.len, (unsigned long)A.addr, hw_parts(A.addr, A.len),
+			    PKI_HWBP_SLOTS);
 	return true;
 }
 
@@ -1273,7 +1317,7 @@ static bool watch_begin(void)
 	if (A.addr && !check_mapped())
 		return false;
 	if (conf->type != PK_WATCH_X && A.addr)
-		atomic_store(&A.shadow, read_value(A.addr));
+		shadow_seed(A.addr, true, false);
 	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
 		return fail("cannot start the report thread");
 	A.consumer_up = true;
@@ -1285,15 +1329,17 @@ static bool watch_begin(void)
 	 * hit's old value, unless a hit has taken the shadow since (its old
 	 * value is then the first read, and a write in that window unseen).
 	 */
-	if (conf->type != PK_WATCH_X && A.addr) {
-		uint64_t first = atomic_load(&A.shadow);
-
-		atomic_compare_exchange_strong(&A.shadow, &first, read_value(A.addr));
-	}
+	if (conf->type != PK_WATCH_X && A.addr)
+		shadow_seed(A.addr, true, true);
 	/* *SYMBOL --follow: the pointer's writes move the object watch (follow()). */
 	if (A.ptr && conf->follow && !(A.pw = watch_add(A.ptr, sizeof(void *), PK_WATCH_W, false)))
 		return add_failed(errno);
-	if (A.addr)
+	if (A.addr) {
+		int parts = conf->type == PK_WATCH_X ? 1 : hw_parts(A.addr, A.len);
+		char regs[64] = "hardware (a debug register)";
+
+		if (parts > 1)
+			snprintf(regs, sizeof(regs), "hardware (%d debug registers)", parts);
 		agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads, %s\n",
 				 A.what, A.len, (unsigned long)A.addr,
 				 conf->type == PK_WATCH_W    ? "writes"
@@ -1302,8 +1348,8 @@ static bool watch_begin(void)
 				 pk_watch_mode_of(A.w) == PK_WATCH_MODE_PAGE
 				     ? "page mode (page protection: every access to its pages "
 				       "costs two signals)"
-				     : "hardware (a debug register)");
-	else
+				     : regs);
+	} else
 		agent_out_printf("# probekit watch: %s: NULL for now, %zu byte(s) of what it will "
 				 "point to, %s, all threads\n",
 				 A.what, A.len,

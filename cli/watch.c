@@ -44,16 +44,20 @@ static const char usage[] =
     "handled: a concurrent writer may already have changed it.\n\n"
     "options:\n"
     "  -t, --type w|rw|x   writes (default), reads and writes, or execution\n"
-    "  -l, --len N         bytes to watch (default: the symbol's size); more than\n"
-    "                      8, or unaligned, takes page mode\n"
+    "  -l, --len N         bytes to watch (default: the symbol's size)\n"
     "  -m, --mode auto|hw|page\n"
-    "                      hw: a debug register (1, 2, 4 or 8 aligned bytes, hits\n"
-    "                      after the access); page: page protection (any length,\n"
+    "                      hw: debug registers, hits after the access: up to 32\n"
+    "                      bytes, split into naturally aligned pieces of 1, 2, 4\n"
+    "                      or 8 bytes, one register each, four per thread (3\n"
+    "                      bytes at an odd address: 1 + 2); a hit of a split\n"
+    "                      range names its piece (+OFF/LEN) and shows its value;\n"
+    "                      page: page protection (any length,\n"
     "                      w or rw, hits at the accessing instruction with the\n"
     "                      value before and after; every access to the watched\n"
     "                      pages costs two signals); auto (default): hw where the\n"
-    "                      machine delivers its hits and the range fits, page\n"
-    "                      otherwise; the first line says which\n"
+    "                      machine delivers its hits and the range's pieces fit\n"
+    "                      the free registers, page otherwise; the first line\n"
+    "                      says which\n"
     "      --changed       print only accesses that changed the value\n"
     "      --if EXPR       print only hits where EXPR holds: comparisons of old,\n"
     "                      new, tid and numbers with == != < <= > >=, joined by\n"
@@ -309,9 +313,9 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 		return cli_usage_error("watch: --mode page watches data (w or rw), not execution"),
 		       false;
 	if (o->len && o->mode && !strcmp(o->mode, "hw") &&
-	    !pki_hwbp_len_ok(strtoul(o->len, NULL, 0)))
-		return cli_usage_error("watch: --mode hw watches " PKI_HWBP_LENS
-				       " bytes, not %s (page mode watches any length)",
+	    strtoul(o->len, NULL, 0) > PKI_HWBP_SPAN_MAX)
+		return cli_usage_error("watch: --mode hw watches " PKI_HWBP_SPLIT_LENS
+				       ", not %s bytes (page mode watches any length)",
 				       o->len),
 		       false;
 	o->prog = optind;

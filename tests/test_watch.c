@@ -3,7 +3,8 @@
  * Watchpoints on live threads, against the real hardware: exact hit counts
  * per thread, threads created before and after, modify under load,
  * enable/disable, slot exhaustion and recovery, single-thread scope, bad
- * input, foreign SIGTRAPs, the hit queue, fork and exec.  Each test runs in
+ * input, foreign SIGTRAPs, the hit queue, fork and exec, and ranges split
+ * over several registers (their hits; test_hwsplit has what needs none).  Each test runs in
  * its own process (Check fork mode), so each starts without watchpoints and
  * without probekit's SIGTRAP handler.
  */
@@ -400,11 +401,13 @@ START_TEST(bad_input)
 
 	pk_set_print(capture);
 	errno = 0;
-	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 3, PK_WATCH_W, &hw));
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 33, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EINVAL);
-	ck_assert_ptr_null(pk_watch_add((char *)&slots_mem[0] + 2, 4, PK_WATCH_W, &hw));
+	ck_assert_ptr_null(pk_watch_add((char *)&slots_mem[0] + 2, 32, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_msg(strstr(last_msg, "aligned"), "message: %s", last_msg);
+	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 0, PK_WATCH_W, &hw));
+	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_ptr_null(pk_watch_add(&slots_mem[0], 8, (enum pk_watch_type)7, &hw));
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_ptr_null(pk_watch_add(NULL, 8, PK_WATCH_W, &hw));
@@ -451,7 +454,8 @@ START_TEST(bad_input)
 		w[i] = pk_watch_add(&slots_mem[i], 8, PK_WATCH_W, &hw);
 		ck_assert_ptr_nonnull(w[i]);
 	}
-	ck_assert_int_eq(pk_watch_modify(w[0], &slots_mem[0], 5, PK_WATCH_W), -EINVAL);
+	ck_assert_int_eq(pk_watch_modify(w[0], &slots_mem[0], 33, PK_WATCH_W), -EINVAL);
+	ck_assert_int_eq(pk_watch_modify(w[0], &slots_mem[0], 5, PK_WATCH_W), -ENOSPC); /* 4 + 1 */
 	for (int i = 0; i < 4; i++)
 		pk_watch_remove(w[i]);
 	writers_stop(wr, 8);
@@ -1057,6 +1061,424 @@ START_TEST(threads_created_during_add)
 }
 END_TEST
 
+/* ---- split over several registers (doc/design/hw-watch-split.md) ------------- */
+
+/*
+ * A 24-byte object between two words nobody watches; the parts of a watch
+ * on it are its three 8-byte fields.
+ */
+struct tri {
+	volatile int64_t a, b, c;
+};
+static struct {
+	volatile int64_t before;
+	struct tri s;
+	volatile int64_t after;
+	volatile uint8_t bytes[16]; /* 8-aligned: the unaligned cases */
+} area __attribute__((aligned(64)));
+
+static atomic_long part_hits[4], split_bad;
+static __thread volatile long split_my_hits;
+
+/* A hit of the watch on area.s: its part is the field written, 8 bytes. */
+static void tri_cb(const struct pk_watch_hit *h)
+{
+	uintptr_t base = (uintptr_t)&area.s;
+
+	split_my_hits++;
+	if (h->off >= 24 || h->off % 8 || h->len != 8 || h->addr != base + h->off ||
+	    h->tid != gettid() || (h->flags & PK_WATCH_HIT_PAGE) || h->ctx != &part_hits)
+		atomic_fetch_add(&split_bad, 1);
+	else
+		atomic_fetch_add(&part_hits[h->off / 8], 1);
+}
+
+struct tri_writer {
+	pthread_t th;
+	atomic_int go, done;
+	int n;
+	long hits;
+};
+
+static void *tri_writer_main(void *arg)
+{
+	struct tri_writer *t = arg;
+
+	while (!atomic_load(&t->go))
+		sched_yield();
+	for (int i = 0; i < t->n; i++) {
+		area.s.a = i;
+		area.s.b = i;
+		area.s.c = i;
+		area.before = i; /* not watched */
+		area.after = i;
+	}
+	t->hits = split_my_hits;
+	atomic_store(&t->done, 1);
+	return NULL;
+}
+
+#define SPLIT_THREADS 8
+#define SPLIT_WRITES  300
+
+/*
+ * Eight threads (half born before the add, half after) write each field of
+ * a 24-byte struct watched by three registers: every write is one hit, in
+ * the right part, on the right thread; the words around are not watched.
+ */
+START_TEST(split_struct_exact)
+{
+	static struct tri_writer t[SPLIT_THREADS];
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = tri_cb, .ctx = &part_hits);
+	PK_OPTS(pk_watch_stats, st);
+	struct pk_watch *w;
+
+	for (int i = 0; i < SPLIT_THREADS / 2; i++) {
+		t[i].n = SPLIT_WRITES;
+		ck_assert_int_eq(pthread_create(&t[i].th, NULL, tri_writer_main, &t[i]), 0);
+	}
+	w = pk_watch_add(&area.s, sizeof(area.s), PK_WATCH_W, &o);
+	ck_assert_ptr_nonnull(w);
+	ck_assert_int_eq(pk_watch_mode_of(w), PK_WATCH_MODE_HW);
+	for (int i = SPLIT_THREADS / 2; i < SPLIT_THREADS; i++) {
+		t[i].n = SPLIT_WRITES;
+		ck_assert_int_eq(pthread_create(&t[i].th, NULL, tri_writer_main, &t[i]), 0);
+	}
+	for (int i = 0; i < SPLIT_THREADS; i++)
+		atomic_store(&t[i].go, 1);
+	for (int i = 0; i < SPLIT_THREADS; i++)
+		pthread_join(t[i].th, NULL);
+	for (int i = 0; i < SPLIT_THREADS; i++)
+		ck_assert_msg(t[i].hits == 3 * SPLIT_WRITES, "thread %d: %ld hits", i, t[i].hits);
+	for (int k = 0; k < 3; k++)
+		ck_assert_int_eq(atomic_load(&part_hits[k]), SPLIT_THREADS * SPLIT_WRITES);
+	ck_assert_int_eq(atomic_load(&split_bad), 0);
+	ck_assert_uint_eq(pk_watch_hits(w), 3 * SPLIT_THREADS * SPLIT_WRITES);
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_uint_eq(st.counted, 3 * SPLIT_THREADS * SPLIT_WRITES);
+	ck_assert_uint_eq(st.unseen, 0);
+	pk_watch_remove(w);
+	area.s.b = 1;
+	ck_assert_int_eq(atomic_load(&part_hits[1]), SPLIT_THREADS * SPLIT_WRITES);
+}
+END_TEST
+
+static volatile uintptr_t last_addr;
+static volatile uint32_t last_off, last_len;
+static void where_split_cb(const struct pk_watch_hit *h)
+{
+	last_addr = h->addr;
+	last_off = h->off;
+	last_len = h->len;
+	atomic_fetch_add(&cb_hits, 1);
+}
+
+/* Byte @i of area.bytes written, the hits since checked. */
+static void poke_byte(int i, long want_hits)
+{
+	long before = atomic_load(&cb_hits);
+
+	area.bytes[i] = (uint8_t)(area.bytes[i] + 1);
+	ck_assert_msg(atomic_load(&cb_hits) - before == want_hits, "byte %d: %ld hits, not %ld", i,
+		      atomic_load(&cb_hits) - before, want_hits);
+}
+
+/*
+ * 3 bytes at an odd address: 1 + 2.  Each byte inside hits its own part and
+ * reports that part's address, offset and length; the bytes around do not.
+ * One access over both parts raises an event in each: the kernel counts
+ * both, and reports one or both (one SIGTRAP may be pending at a time).
+ */
+START_TEST(split_unaligned)
+{
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = where_split_cb);
+	PK_OPTS(pk_watch_stats, st);
+	uintptr_t b = (uintptr_t)area.bytes;
+	struct pk_watch *w = pk_watch_add((const void *)(b + 1), 3, PK_WATCH_W, &o);
+	unsigned long hits;
+
+	ck_assert_ptr_nonnull(w);
+	poke_byte(0, 0);
+	poke_byte(1, 1);
+	ck_assert_uint_eq(last_addr, b + 1);
+	ck_assert_uint_eq(last_off, 0);
+	ck_assert_uint_eq(last_len, 1);
+	poke_byte(2, 1);
+	ck_assert_uint_eq(last_addr, b + 2);
+	ck_assert_uint_eq(last_off, 1);
+	ck_assert_uint_eq(last_len, 2);
+	poke_byte(3, 1);
+	ck_assert_uint_eq(last_addr, b + 2);
+	poke_byte(4, 0);
+	poke_byte(5, 0);
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_uint_eq(st.counted, 3);
+	ck_assert_uint_eq(st.unseen, 0);
+
+	/*
+	 * One 4-byte store over bytes 0-3: both parts (the CPU sets both
+	 * registers' bits in DR6, the kernel raises an event for each).
+	 */
+	*(volatile uint32_t *)area.bytes = 0x01020304;
+	hits = pk_watch_hits(w);
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_msg(st.counted == 4 || st.counted == 5, "counted %lu", st.counted);
+	ck_assert_msg(hits >= 4 && hits <= st.counted, "hits %lu of %lu", hits, st.counted);
+	ck_assert_uint_eq(st.hits + st.unseen, st.counted);
+	pk_watch_remove(w);
+}
+END_TEST
+
+/* The condition's verdicts, per part: passed hits are counted here. */
+static atomic_long cond_passed;
+static void cond_cb(const struct pk_watch_hit *h)
+{
+	(void)h;
+	atomic_fetch_add(&cond_passed, 1);
+}
+
+static struct pk_watch *cond_watch(const void *addr, size_t len, const char *expr)
+{
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = cond_cb);
+	struct pk_watch_cond c = {0};
+	char why[128];
+
+	ck_assert_msg(!pk_watch_cond_parse(expr, &c, why, sizeof(why)), "%s: %s", expr, why);
+	o.cond = &c;
+	atomic_store(&cond_passed, 0);
+	return pk_watch_add(addr, len, PK_WATCH_W, &o);
+}
+
+/* Hits passed since @before, and the filtered ones, of @w. */
+static void cond_expect(struct pk_watch *w, long passed, unsigned long filtered)
+{
+	PK_OPTS(pk_watch_stats, st);
+
+	ck_assert_int_eq(atomic_load(&cond_passed), passed);
+	ck_assert_int_eq(pk_watch_stats(w, &st), 0);
+	ck_assert_uint_eq(st.filtered, filtered);
+	ck_assert_uint_eq(st.unseen, 0);
+}
+
+__attribute__((noinline)) static void write_c_in_func(int64_t v)
+{
+	area.s.c = v;
+	__asm__ volatile("" ::: "memory");
+}
+
+/* Called through this, write_c_in_func is itself, not a clone made for a constant. */
+static void (*volatile write_c_fn)(int64_t) = write_c_in_func;
+
+static void *write_b_thread(void *arg)
+{
+	area.s.b = (int64_t)(intptr_t)arg;
+	return NULL;
+}
+
+/*
+ * Every kind of condition on a split watch: NEW is the touched part's
+ * bytes, OLD that part's value at its previous hit (or at the add), each
+ * part on its own; sign extension from the part's length.
+ */
+START_TEST(split_conditions)
+{
+	uintptr_t b = (uintptr_t)area.bytes;
+	struct pk_watch *w;
+	pthread_t th;
+	char expr[64];
+
+	memset((void *)&area, 0, sizeof(area));
+	/* changed: a write of the same value fails, per part */
+	w = cond_watch(&area.s, 24, "changed");
+	ck_assert_ptr_nonnull(w);
+	area.s.a = 0; /* same */
+	area.s.b = 5;
+	area.s.c = 0; /* same: c's OLD is its own, not b's 5 */
+	area.s.b = 5; /* same */
+	area.s.a = 5; /* a's OLD is 0 */
+	cond_expect(w, 2, 3);
+	pk_watch_remove(w);
+
+	/* new > old, each part's OLD */
+	w = cond_watch(&area.s, 24, "new > old");
+	ck_assert_ptr_nonnull(w);
+	area.s.a = 7;  /* 5 -> 7 */
+	area.s.b = 3;  /* 5 -> 3 */
+	area.s.c = 1;  /* 0 -> 1 */
+	area.s.b = 4;  /* 3 -> 4 */
+	area.s.a = -1; /* 7 -> -1 */
+	cond_expect(w, 3, 2);
+	pk_watch_remove(w);
+
+	/* constants, sign-extended from the part's length: 1 + 2 bytes */
+	w = cond_watch((const void *)(b + 1), 3, "new == -1");
+	ck_assert_ptr_nonnull(w);
+	area.bytes[1] = 0xff;			/* 1-byte part: -1 */
+	*(volatile uint16_t *)(b + 2) = 0xffff; /* 2-byte part: -1 */
+	*(volatile uint16_t *)(b + 2) = 0x00ff; /* 255 */
+	area.bytes[3] = 0xff;			/* the 2-byte part reads 0xffff */
+	cond_expect(w, 3, 1);
+	pk_watch_remove(w);
+	w = cond_watch((const void *)(b + 1), 3, "old == -1 && new == 0");
+	ck_assert_ptr_nonnull(w);
+	area.bytes[1] = 0;
+	*(volatile uint16_t *)(b + 2) = 0;
+	*(volatile uint16_t *)(b + 2) = 0;
+	cond_expect(w, 2, 1);
+	pk_watch_remove(w);
+
+	/* tid: only the named thread's writes */
+	snprintf(expr, sizeof(expr), "tid == %d", gettid());
+	w = cond_watch(&area.s, 24, expr);
+	ck_assert_ptr_nonnull(w);
+	area.s.c = 9;
+	ck_assert_int_eq(pthread_create(&th, NULL, write_b_thread, (void *)(intptr_t)2), 0);
+	pthread_join(th, NULL);
+	area.s.a = 9;
+	cond_expect(w, 2, 1);
+	pk_watch_remove(w);
+
+	/* in: accesses by write_c_in_func (x86: the ip after the store, in it) */
+	{
+		PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = cond_cb);
+		struct pk_watch_cond c = {.in_lo = (uintptr_t)write_c_in_func,
+					  .in_hi = (uintptr_t)write_c_in_func + 32};
+
+		o.cond = &c;
+		atomic_store(&cond_passed, 0);
+		w = pk_watch_add(&area.s, 24, PK_WATCH_W, &o);
+		ck_assert_ptr_nonnull(w);
+		write_c_fn(3);
+		area.s.c = 4;
+		area.s.a = 4;
+		cond_expect(w, 1, 2);
+		pk_watch_remove(w);
+	}
+}
+END_TEST
+
+/*
+ * Moving a split watch: grown, shrunk, moved with as many parts, refused
+ * (the old target keeps hitting), disabled and enabled; removed, nothing.
+ */
+START_TEST(split_modify_remove)
+{
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = tri_cb, .ctx = &part_hits);
+	struct pk_watch *w, *hold;
+
+	w = pk_watch_add(&area.s, 16, PK_WATCH_W, &o); /* a, b */
+	ck_assert_ptr_nonnull(w);
+	area.s.a = 1;
+	area.s.b = 1;
+	area.s.c = 1;
+	ck_assert_int_eq(atomic_load(&part_hits[0]), 1);
+	ck_assert_int_eq(atomic_load(&part_hits[1]), 1);
+	ck_assert_int_eq(atomic_load(&part_hits[2]), 0);
+
+	ck_assert_int_eq(pk_watch_modify(w, &area.s, 24, PK_WATCH_W), 0); /* grown */
+	area.s.c = 2;
+	ck_assert_int_eq(atomic_load(&part_hits[2]), 1);
+	hold = pk_watch_add((const void *)&area.before, 8, PK_WATCH_W, &hw); /* the fourth */
+	ck_assert_ptr_nonnull(hold);
+	ck_assert_int_eq(pk_watch_modify(w, &area.s, 32, PK_WATCH_W), -ENOSPC); /* 4 parts */
+	area.s.a = 2; /* still the old target */
+	area.after = 2;
+	ck_assert_int_eq(atomic_load(&part_hits[0]), 2);
+	ck_assert_int_eq(atomic_load(&split_bad), 0);
+	pk_watch_remove(hold);
+
+	/* shrunk to b alone: a and c are not watched; b's hit is at offset 0 */
+	ck_assert_int_eq(pk_watch_modify(w, (const void *)&area.s.b, 8, PK_WATCH_W), 0);
+	area.s.a = 3;
+	area.s.c = 3;
+	ck_assert_int_eq(atomic_load(&part_hits[0]), 2);
+	ck_assert_int_eq(atomic_load(&part_hits[2]), 1);
+	ck_assert_int_eq(atomic_load(&split_bad), 0);
+	area.s.b = 3;
+	ck_assert_int_eq(atomic_load(&split_bad), 1); /* at area.s + 8, offset 0: "bad" to tri_cb */
+	ck_assert_int_eq(atomic_load(&part_hits[1]), 1);
+
+	atomic_store(&split_bad, 0);
+	ck_assert_int_eq(pk_watch_modify(w, &area.s, 24, PK_WATCH_RW), 0);
+	ck_assert_int_eq(pk_watch_disable(w), 0);
+	area.s.a = 4;
+	area.s.b = 4;
+	area.s.c = 4;
+	ck_assert_int_eq(pk_watch_enable(w), 0);
+	(void)area.s.c; /* RW: a read hits */
+	ck_assert_int_eq(atomic_load(&part_hits[2]), 2);
+	ck_assert_int_eq(atomic_load(&split_bad), 0);
+	pk_watch_remove(w);
+	area.s.a = 5;
+	area.s.b = 5;
+	area.s.c = 5;
+	ck_assert_int_eq(atomic_load(&part_hits[0]), 2);
+	ck_assert_int_eq(atomic_load(&part_hits[1]), 1);
+	ck_assert_int_eq(atomic_load(&part_hits[2]), 2);
+}
+END_TEST
+
+static atomic_int split_stop;
+static void *tri_loop(void *arg)
+{
+	atomic_long *loops = arg;
+
+	while (!atomic_load(&split_stop)) {
+		area.s.a = 1;
+		area.s.b = 1;
+		area.s.c = 1;
+		area.after = 1;
+		atomic_fetch_add(loops, 1);
+	}
+	return NULL;
+}
+
+static atomic_long any_hits;
+static void any_cb(const struct pk_watch_hit *h)
+{
+	uintptr_t lo = (uintptr_t)&area.s, hi = (uintptr_t)(&area.after + 1);
+
+	if (h->addr < lo || h->addr + h->len > hi || !h->len)
+		atomic_fetch_add(&split_bad, 1);
+	atomic_fetch_add(&any_hits, 1);
+}
+
+/*
+ * Eight threads writing every part while the watch moves between 8, 24 and
+ * 32 bytes and is removed and added again: no hit outside the targets, no
+ * more hits than writes, and none after the last removal.
+ */
+START_TEST(split_eight_threads_moving)
+{
+	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .callback = any_cb);
+	pthread_t th[8];
+	atomic_long loops = 0;
+	struct pk_watch *w;
+	long after;
+
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, tri_loop, &loops), 0);
+	for (int r = 0; r < 50; r++) {
+		static const size_t lens[] = {8, 24, 32, 16};
+
+		w = pk_watch_add(&area.s, 24, PK_WATCH_W, &o);
+		ck_assert_ptr_nonnull(w);
+		for (int m = 0; m < 4; m++)
+			ck_assert_int_eq(pk_watch_modify(w, &area.s, lens[m], PK_WATCH_W), 0);
+		pk_watch_remove(w);
+	}
+	after = atomic_load(&any_hits);
+	usleep(20000);
+	ck_assert_int_eq(atomic_load(&any_hits), after);
+	atomic_store(&split_stop, 1);
+	for (int i = 0; i < 8; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_int_gt(after, 0);
+	ck_assert_int_le(after, 4 * atomic_load(&loops) + 4 * 8);
+	ck_assert_int_eq(atomic_load(&split_bad), 0);
+}
+END_TEST
+
 /* ---- needing no delivered hit --------------------------------------------- */
 
 /* A NULL handle is refused where the call returns an error, never followed. */
@@ -1107,9 +1529,11 @@ START_TEST(undelivered_refused)
 	ck_assert_int_eq(errno, EOPNOTSUPP);
 	ck_assert_msg(strstr(last_msg, "does not deliver"), "message: %s", last_msg);
 	ck_assert_int_eq(count_fds(), fds);
-	/* bad input is still told apart from the machine */
-	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 3, PK_WATCH_W, &hw));
+	/* bad input is still told apart from the machine; a split is refused alike */
+	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 33, PK_WATCH_W, &hw));
 	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(pk_watch_add((const void *)&shared_a, 3, PK_WATCH_W, &hw));
+	ck_assert_int_eq(errno, EOPNOTSUPP);
 	/* and auto, the default, takes page mode instead */
 	{
 		char *p =
@@ -1184,6 +1608,14 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, app_handler_mask_and_flags);
 	tcase_add_test(tc, fork_child_has_none);
 	tcase_add_test(tc, exec_removes_watchpoints);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("split");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, split_struct_exact);
+	tcase_add_test(tc, split_unaligned);
+	tcase_add_test(tc, split_conditions);
+	tcase_add_test(tc, split_modify_remove);
+	tcase_add_test(tc, split_eight_threads_moving);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("stress");
 	tcase_set_timeout(tc, 60);

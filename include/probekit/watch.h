@@ -4,18 +4,24 @@
  * registers, described first), and page-protection ones (PK_WATCH_MODE_PAGE,
  * doc/design/page-watch.md) where those do not fit or are not delivered.
  *
- * A watchpoint watches 1, 2, 4 or 8 naturally aligned bytes for writes,
- * reads-or-writes, or execution, on one thread or on ALL threads: those that
- * exist when it is added and every thread created later.  It is backed by
- * perf_event_open(PERF_TYPE_BREAKPOINT) with sigtrap (no ptrace): a hit raises
- * SIGTRAP in the thread that made the access, and probekit's SIGTRAP handler
- * calls your callback and/or pushes the hit into a lock-free queue.
+ * A watchpoint watches a range of bytes for writes, reads-or-writes, or
+ * execution (one instruction), on one thread or on ALL threads: those that
+ * exist when it is added and every thread created later.  A debug register
+ * watches 1, 2, 4 or 8 naturally aligned bytes; a longer or unaligned data
+ * range (W, RW) is split into the fewest naturally aligned pieces of those
+ * lengths, one register each (3 bytes at an odd address: 1 + 2; 24 bytes
+ * aligned to 8: three), doc/design/hw-watch-split.md.  Each register is
+ * backed by perf_event_open(PERF_TYPE_BREAKPOINT) with sigtrap (no ptrace): a
+ * hit in any piece raises SIGTRAP in the thread that made the access, and
+ * probekit's SIGTRAP handler reports it as a hit of the one watchpoint,
+ * calling your callback and/or pushing it into a lock-free queue.
  *
  * x86-64 has 4 debug-register slots per thread, shared by code and data
- * watchpoints.  An all-threads watchpoint takes one slot in every thread; a
- * single-thread one takes a slot in its thread only.  A request that does not
- * fit is refused with -ENOSPC before any system call, and the library's
- * message (pk_set_print) names the full thread and what holds its slots.
+ * watchpoints: a range takes at most 32 bytes, aligned to 8.  An all-threads
+ * watchpoint takes one slot per piece in every thread; a single-thread one
+ * takes them in its thread only.  A request that does not fit is refused with
+ * -ENOSPC before any system call, and the library's message (pk_set_print)
+ * names the full thread and what holds its slots.
  *
  * Signal-context contract.  Callbacks run inside the SIGTRAP handler, on the
  * thread that hit, with SIGTRAP not blocked (SA_NODEFER).  A callback may
@@ -88,7 +94,12 @@ enum pk_watch_type {
  * One hit.  For data watchpoints (W, RW) x86 traps AFTER the access: @ip is
  * the address of the instruction that FOLLOWS the one that made the access,
  * and the memory already holds the new value.  For X watchpoints @ip is the
- * watched instruction itself, before it runs.
+ * watched instruction itself, before it runs.  With debug registers, @addr,
+ * @off and @len are the piece of the register that trapped (the whole range
+ * if one register takes it; 1 byte for X): its address, its offset from the
+ * watch's start, its length.  One access over several pieces traps in each:
+ * the kernel counts every one, and reports one or more of them (one SIGTRAP
+ * may be pending per thread: see pk_watch_stats.unseen).
  */
 #define PK_WATCH_HIT_BYTES 16
 
@@ -97,16 +108,17 @@ struct pk_watch_hit {
 				   compare it, do not dereference it then */
 	void *ctx;		/* the ctx given at add time */
 	pid_t tid;		/* thread that made the access */
-	uintptr_t addr;		/* watched address when the hit happened */
+	uintptr_t addr;		/* watched address when the hit happened (see above) */
 	uintptr_t ip;		/* RIP at the trap (see above) */
 	ucontext_t *uc;		/* the interrupted context; NULL in queued hits */
 	unsigned int flags;	/* PK_WATCH_HIT_* */
 	/*
-	 * Page mode only (PK_WATCH_HIT_PAGE; zero otherwise): the access
-	 * touched @len watched bytes from @off (from the watch's start), whose
-	 * values before and after it are the first min(@len, 16) bytes of
-	 * @before and @after (equal for a read).  @ip is then the accessing instruction
-	 * itself, and @addr the first watched byte it touched.
+	 * Page mode (PK_WATCH_HIT_PAGE): the access touched @len watched bytes
+	 * from @off (from the watch's start), whose values before and after it
+	 * are the first min(@len, 16) bytes of @before and @after (equal for a
+	 * read).  @ip is then the accessing instruction itself, and @addr the
+	 * first watched byte it touched.  Debug registers: @off and @len are
+	 * the trapping register's piece (above), @before and @after zero.
 	 */
 	uint32_t off, len;
 	uint8_t before[PK_WATCH_HIT_BYTES], after[PK_WATCH_HIT_BYTES];
@@ -144,18 +156,19 @@ typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);
 
 /*
  * How a watchpoint is made.
- *   HW    debug registers: 1, 2, 4 or 8 aligned bytes, 4 per thread, hits
- *         delivered by the CPU after the access; refused where the machine
- *         does not deliver them (EOPNOTSUPP).
+ *   HW    debug registers: up to 32 bytes in as many naturally aligned
+ *         pieces of 1, 2, 4 or 8 bytes as there are free registers (4 per
+ *         thread), hits delivered by the CPU after the access; refused where
+ *         the machine does not deliver them (EOPNOTSUPP).
  *   PAGE  page protection (doc/design/page-watch.md): any length, any
  *         number, W or RW, in a private writable mapping that is not a
  *         stack; every access to a byte of the watched pages costs two
  *         signals (about 5 us), reported or not; hits carry the values
  *         before and after and the accessing instruction itself.  Single-
  *         thread watches (opts->tid) are not offered (ENOTSUP).
- *   AUTO  HW where hits are delivered, the length and alignment fit a
- *         debug register and a slot is free; PAGE otherwise (for W and RW,
- *         on all threads).  pk_watch_mode_of() says which was taken.
+ *   AUTO  HW where hits are delivered and the range's pieces fit the free
+ *         debug registers; PAGE otherwise (for W and RW, on all threads).
+ *         pk_watch_mode_of() says which was taken.
  */
 enum pk_watch_mode {
 	PK_WATCH_MODE_AUTO = 0,
@@ -183,9 +196,11 @@ enum pk_watch_mode {
  *             without frame pointers ends the chain there.  A page-mode hit
  *             of a system call (PK_WATCH_HIT_SYSCALL) has no chain: its
  *             call site only.
- * With debug registers, NEW is read from memory when the hit is handled and
- * OLD is the value the previous hit left (the value at the add for the
- * first): a concurrent writer may have moved them; the instruction is the
+ * With debug registers, the touched bytes are the trapping register's piece
+ * (struct pk_watch_hit): NEW is read from memory when the hit is handled and
+ * OLD is the value the previous hit of that piece left (the value at the add,
+ * or at the last pk_watch_modify, for the first): a concurrent writer may
+ * have moved them; the instruction is the
  * one after the access (x86 traps after it), in the same function but for
  * an access that is a function's last instruction.  In page mode both are
  * exact and the instruction is the access itself.
@@ -245,10 +260,14 @@ PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why
  * Watch @len bytes at @addr for accesses of @type; @opts may be NULL (all
  * threads, no callback, no queue, enabled).  Returns a handle, or NULL with
  * errno set:
- *   EINVAL  @len not 1/2/4/8, @addr not aligned to @len, unknown @type, X with
- *           @len != 1, NULL @addr, or @opts->sz too small/unknown fields set
+ *   EINVAL  @len 0, or more naturally aligned 1/2/4/8-byte pieces needed to
+ *           cover [@addr, @addr + @len) than a thread has debug registers
+ *           (4: more than 32 bytes, or 32 not aligned to 8, 16 at an odd
+ *           address), unknown @type, X with @len != 1, NULL @addr, or
+ *           @opts->sz too small/unknown fields set
  *   ESRCH   @opts->tid is not a live thread of this process
- *   ENOSPC  some thread has no free debug-register slot (message says which)
+ *   ENOSPC  some thread has fewer free debug-register slots than the range
+ *           has pieces (message says which thread, and what holds them)
  *   EOPNOTSUPP  this machine accepts hardware breakpoints but does not
  *           deliver them (some hypervisors): checked once per process, at
  *           its first pk_watch_add(), by arming one on a private word and
@@ -258,13 +277,15 @@ PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why
  *   ENODEV, ENOENT  no hardware breakpoints here (perf_event_open's error)
  *   EACCES / EPERM  perf_event_open refused: the message says whether a
  *           seccomp filter or perf_event_paranoid (needs <= 2) is the cause
- *   ENOMEM, EMFILE  out of memory or file descriptors (one per root thread)
+ *   ENOMEM, EMFILE  out of memory or file descriptors (one per piece and
+ *           root thread)
  * Nothing is left installed when it fails.  Must not be called from a
  * callback.  A thread inside clone() while the roots are opened may be
- * missed, or get two events (its hits are reported once, counted twice).  Costs one perf_event_open per thread alive at the call (all
- * threads) or one (single thread), plus, at the first add of a process, the
- * delivery check (one event opened, written and read on the calling thread);
- * threads created later cost the library nothing.
+ * missed, or get two events (its hits are reported once, counted twice).
+ * Costs one perf_event_open per piece and thread alive at the call (all
+ * threads) or per piece (single thread), plus, at the first add of a
+ * process, the delivery check (one event opened, written and read on the
+ * calling thread); threads created later cost the library nothing.
  */
 PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
 				     const struct pk_watch_opts *opts);
@@ -280,19 +301,24 @@ PK_API void pk_watch_remove(struct pk_watch *w);
 PK_API int pk_watch_mode_of(const struct pk_watch *w);
 
 /*
- * Arm / disarm @w on every thread (one ioctl per root thread).  Idempotent.
- * Returns 0, -EINVAL if @w is NULL, -ESRCH if @w no longer watches anything
- * (it was on a single thread that exited, or we are a fork child), or the
- * ioctl's -errno.
+ * Arm / disarm @w on every thread (one ioctl per piece and root thread).
+ * Idempotent.  Returns 0, -EINVAL if @w is NULL, -ESRCH if @w no longer
+ * watches anything (it was on a single thread that exited, or we are a fork
+ * child), or the ioctl's -errno (then every piece is as before).
  */
 PK_API int pk_watch_enable(struct pk_watch *w);
 PK_API int pk_watch_disable(struct pk_watch *w);
 
 /*
  * Retarget @w to @len bytes at @addr for @type, on every thread at once (one
- * ioctl per root thread, reaching the threads created since).  Keeps @w's
- * enabled state.  Returns 0, -EINVAL (NULL @w, or bad arguments as for pk_watch_add),
- * -ESRCH (as above) or the ioctl's -errno; on failure @w keeps its old target.
+ * ioctl per piece kept and root thread, reaching the threads created since).
+ * A new target of more pieces takes more slots (admitted as by pk_watch_add,
+ * the new pieces opened on every thread alive), one of fewer gives the rest
+ * back.  Keeps @w's enabled state.  Returns 0, -EINVAL (NULL @w, or bad
+ * arguments as for pk_watch_add), -ENOSPC (the pieces added do not fit),
+ * -ESRCH (as above), -EOPNOTSUPP (a page-mode @w) or the ioctl's or
+ * perf_event_open's -errno; on failure @w keeps its old target.  A hit
+ * handled while it runs may be reported with either target's piece.
  */
 PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 			   enum pk_watch_type type);
@@ -312,7 +338,8 @@ struct pk_watch_stats {
 	unsigned long late;    /* of those, delivered late (PK_WATCH_HIT_LATE) */
 	unsigned long self;    /* accesses made while a callback ran on the thread
 				  (the callback's own): not reported */
-	unsigned long counted; /* accesses the kernel counted, all threads */
+	unsigned long counted; /* accesses the kernel counted, all threads (one per
+				  register an access trapped: see the hit) */
 	unsigned long unseen;  /* counted - hits - self: never delivered, because
 				  the thread blocked SIGTRAP */
 	unsigned long windowed; /* page mode: accesses run with the pages open

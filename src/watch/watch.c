@@ -4,24 +4,27 @@
  * SIGTRAP handler that turns perf sigtraps into hits, and safe freeing.
  *
  * Admission ("count an all-threads watchpoint once", the kernel's
- * tsk_pinned_all idea).  Every thread has PKI_HWBP_SLOTS slots.  A thread uses
- *	nr_all (all-threads watchpoints, the same for every thread)
- *	+ own(tid) (its single-thread watchpoints).
+ * tsk_pinned_all idea).  Every thread has PKI_HWBP_SLOTS slots.  A watchpoint
+ * takes one slot per part (a range split over several debug registers,
+ * doc/design/hw-watch-split.md: S1, S2), in every thread it watches.  A
+ * thread uses
+ *	nr_all (slots of all-threads watchpoints, the same for every thread)
+ *	+ own(tid) (slots of its single-thread watchpoints).
  * own() lives in a map by tid (base/umap.h); a histogram (watch/hist.h)
  * counts the threads by own(); threads with own() == 0 are in neither (but
  * for idle records awaiting pruning), so creating a thread costs the
  * library nothing.  Then
- *	a single-thread add on T fits iff nr_all + own(T) + 1 <= SLOTS,
- *	an all-threads add fits   iff nr_all + 1 + max(own) <= SLOTS,
+ *	a single-thread add of n parts on T fits iff nr_all + own(T) + n <= SLOTS,
+ *	an all-threads add of n parts fits   iff nr_all + n + max(own) <= SLOTS,
  * both O(SLOTS).  Only the failure path walks anything: it first reaps the
  * single-thread watchpoints of threads that exited (tgkill(pid, tid, 0) ==
  * ESRCH), then names the full thread and what holds its slots.
  *
- * Roots.  An all-threads watchpoint opens one inheritable event per thread
- * alive when it is added (its "roots"); threads created later inherit a copy
- * from their creator.  Modify/enable/disable are one ioctl per root and reach
- * the copies.  A root whose thread exited must stay open: closing it would
- * destroy the copies it carries.
+ * Roots.  An all-threads watchpoint opens one inheritable event per part and
+ * thread alive when it is added (the part's "roots"); threads created later
+ * inherit a copy of each from their creator.  Modify/enable/disable are one
+ * ioctl per root and reach the copies.  A root whose thread exited must stay
+ * open: closing it would destroy the copies it carries.
  *
  * Locking.  mgr.lock (a mutex) serialises every pk_watch_* call and guards all
  * of mgr and every struct pk_watch except what the handler reads (below).  It
@@ -59,6 +62,19 @@ struct wroot {
 	int fd;
 };
 
+/*
+ * One debug register of a watchpoint: a piece of its range (S1), with an
+ * event of its own on each root thread.  @where and @shadow are read by the
+ * handler (S3); a part is never freed before its watchpoint (R4).
+ */
+struct wpart {
+	_Atomic uint64_t where;	 /* the piece: where_pack() */
+	_Atomic uint64_t shadow; /* cond_values: the piece's value the last hit saw (OLD) */
+	/* Under mgr.lock. */
+	int nr_roots, cap;
+	struct wroot *roots;
+};
+
 struct pk_watch {
 	/* Read by the SIGTRAP handler: written once before publication. */
 	pk_watch_cb cb;
@@ -71,32 +87,63 @@ struct pk_watch {
 	bool has_cond;	       /* cond has something to check */
 	bool cond_values;      /* ... on the values: the handler reads them */
 	struct pk_watch_cond cond;
-	_Atomic uint64_t shadow; /* cond_values: the value the last hit saw (OLD) */
+	struct wpart part[PKI_HWBP_SLOTS]; /* [0, nr_parts) in use; [nr_parts, SLOTS) idle */
 
 	/* Page mode (page.c): everything above but cb, ctx and queue is its own. */
 	struct pki_pwatch *page;
 
 	/* Under mgr.lock. */
 	uint32_t slot;
-	pid_t tid; /* 0: all threads */
-	struct pki_bp bp;
+	pid_t tid;		      /* 0: all threads */
+	struct pki_bp bp;	      /* the whole range; its parts' events are of their pieces */
+	int nr_parts;		      /* debug registers it takes in each thread it watches */
 	bool dead;		      /* nothing installed any more (thread exited, fork child) */
 	unsigned long counted_closed; /* the kernel's count of roots closed so far */
-	int nr_roots;
-	struct wroot *roots;
 	struct pk_watch *prev, *next;
 };
 
 /*
  * The slot table maps si_perf_data back to a watchpoint.  It is never freed
  * (chunks are allocated on demand and published with release), so the handler
- * may index it at any time.  sig_data = MAGIC << 48 | gen << 24 | index.
+ * may index it at any time.
+ * sig_data = MAGIC << 48 | gen << 24 | part << 16 | index (S3).
  */
 #define SIG_MAGIC   0x504bULL /* "PK" */
-#define SLOT_BITS   24
+#define IDX_BITS    16
+#define PART_SHIFT  16
+#define PART_MASK   0xffU
+#define GEN_SHIFT   24
 #define GEN_MASK    ((1U << 24) - 1)
 #define CHUNK_SLOTS 256
 #define NR_CHUNKS   256 /* 65536 watchpoints at once */
+_Static_assert(NR_CHUNKS *CHUNK_SLOTS <= 1U << IDX_BITS, "slot index in sig_data");
+_Static_assert(PKI_HWBP_SLOTS <= PART_MASK + 1, "part in sig_data");
+
+/*
+ * A part's piece in one word, for the handler's one load (S3): the address
+ * (below 2^56, x86-64 user space even with 5-level paging), log2 of the
+ * length in bits 56-57, the offset in the watchpoint's range in 58-63.
+ */
+static uint64_t where_pack(uintptr_t addr, size_t len, uintptr_t start)
+{
+	return (uint64_t)addr | (uint64_t)__builtin_ctzl(len) << 56 |
+	       (uint64_t)(addr - start) << 58;
+}
+
+static uintptr_t where_addr(uint64_t v)
+{
+	return (uintptr_t)(v & ((1ULL << 56) - 1));
+}
+
+static uint32_t where_len(uint64_t v)
+{
+	return 1U << ((v >> 56) & 3);
+}
+
+static uint32_t where_off(uint64_t v)
+{
+	return (uint32_t)(v >> 58);
+}
 
 struct wslot {
 	atomic_uint inflight;	      /* handlers between enter and exit */
@@ -196,6 +243,10 @@ static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")))
  * A thread starved for SETTLE_WAIT_MS keeps the handler in place, swallowing
  * ours and passing the program's on.
  *
+ * A watchpoint split over several registers (doc/design/hw-watch-split.md)
+ * keeps this protocol as it is: its parts' events all carry its slot and
+ * generation, and what H3 reads of a part lies inside w (S3).
+ *
  * A hit the kernel could not deliver at once because the thread blocked
  * SIGTRAP comes when it unblocks, flagged TRAP_PERF_FLAG_ASYNC, with the
  * context of that moment: reported with PK_WATCH_HIT_LATE.  The hits that
@@ -203,30 +254,31 @@ static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")))
  * kernel's count knows them (pk_watch_stats).
  */
 /*
- * @w's condition on a hit of the hardware: NEW read now without faulting or
+ * @w's condition on a hit of the hardware in part @p, whose piece is
+ * @hit->addr, @hit->len (S4): NEW the piece read now without faulting or
  * trapping again (process_vm_readv: a read by the kernel is not a user
- * access), OLD the value the previous hit saw.
+ * access), OLD the value the previous hit of that part saw.
  */
-static bool hw_cond_pass(struct pk_watch *w, const struct pk_watch_hit *hit)
+static bool hw_cond_pass(struct pk_watch *w, struct wpart *p, const struct pk_watch_hit *hit)
 {
 	uint64_t now = 0, before;
 
 	if (!w->cond_values)
 		return pki_watch_cond_pass_values(&w->cond, 0, 0, hit->tid, hit->ip, hit->uc);
-	if (pki_peek((const void *)w->bp.addr, &now, w->bp.len))
+	if (pki_peek((const void *)hit->addr, &now, hit->len))
 		return true; /* unreadable: reported, not judged */
-	before = atomic_exchange_explicit(&w->shadow, now, memory_order_relaxed);
+	before = atomic_exchange_explicit(&p->shadow, now, memory_order_relaxed);
 	if (w->cond.changed && before == now)
 		return false;
 	return pki_watch_cond_pass_values(
-	    &w->cond, pki_watch_value((const uint8_t *)&before, w->bp.len),
-	    pki_watch_value((const uint8_t *)&now, w->bp.len), hit->tid, hit->ip, hit->uc);
+	    &w->cond, pki_watch_value((const uint8_t *)&before, hit->len),
+	    pki_watch_value((const uint8_t *)&now, hit->len), hit->tid, hit->ip, hit->uc);
 }
 
 static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 {
 	uint64_t data;
-	uint32_t idx, gen;
+	uint32_t idx, gen, part;
 	struct wslot *s;
 	struct pk_watch *w;
 	int saved_errno;
@@ -237,28 +289,35 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 	data = pki_si_perf_data(si);
 	if ((data >> 48) != SIG_MAGIC)
 		return false;
-	idx = (uint32_t)data & ((1U << SLOT_BITS) - 1);
-	gen = (uint32_t)(data >> SLOT_BITS) & GEN_MASK;
-	if (idx >= (uint32_t)NR_CHUNKS * CHUNK_SLOTS || !(s = slot_at(idx)))
+	idx = (uint32_t)data & ((1U << IDX_BITS) - 1);
+	part = (uint32_t)(data >> PART_SHIFT) & PART_MASK;
+	gen = (uint32_t)(data >> GEN_SHIFT) & GEN_MASK;
+	if (idx >= (uint32_t)NR_CHUNKS * CHUNK_SLOTS || part >= PKI_HWBP_SLOTS ||
+	    !(s = slot_at(idx)))
 		return false;
 
 	saved_errno = errno;
 	atomic_fetch_add(&s->inflight, 1); /* H1 */
 	w = atomic_load(&s->w);		   /* H2 */
 	if (w && atomic_load(&s->gen) == gen) {
+		/* S3: the piece of the part that trapped, in one load */
+		struct wpart *p = &w->part[part];
+		uint64_t where = atomic_load_explicit(&p->where, memory_order_relaxed);
 		ucontext_t *uc = ucv;
 		struct pk_watch_hit hit = {
 		    .watch = w,
 		    .ctx = w->ctx,
 		    .tid = (pid_t)syscall(SYS_gettid),
-		    .addr = (uintptr_t)si->si_addr,
+		    .addr = where ? where_addr(where) : (uintptr_t)si->si_addr,
 		    .ip = pki_uc_ip(uc),
 		    .uc = uc,
+		    .off = where ? where_off(where) : 0,
+		    .len = where ? where_len(where) : 0,
 		};
 
 		if (cb_depth) {
 			atomic_fetch_add_explicit(&w->self, 1, memory_order_relaxed);
-		} else if (w->has_cond && !hw_cond_pass(w, &hit)) {
+		} else if (w->has_cond && hit.len && !hw_cond_pass(w, p, &hit)) {
 			atomic_fetch_add_explicit(&w->filtered, 1, memory_order_relaxed);
 		} else {
 			if (pki_si_perf_flags(si) & TRAP_PERF_FLAG_ASYNC) {
@@ -364,11 +423,12 @@ static void __slot_put(uint32_t idx)
 	mgr.free_slot = idx;
 }
 
+/* The sig_data of part 0 of the watchpoint in slot @idx; part k's adds k << PART_SHIFT. */
 static uint64_t slot_sig_data(uint32_t idx)
 {
 	uint32_t gen = atomic_load(&slot_at(idx)->gen) & GEN_MASK;
 
-	return SIG_MAGIC << 48 | (uint64_t)gen << SLOT_BITS | idx;
+	return SIG_MAGIC << 48 | (uint64_t)gen << GEN_SHIFT | idx;
 }
 
 /* R1 + R3 of the freeing protocol (the caller closed the fds in between). */
@@ -466,23 +526,31 @@ static void __own_move(pid_t tid, int delta)
 /* ---- admission ---------------------------------------------------------- */
 
 /*
- * Close @w's events.  In the process that owns them they are disabled
- * first and their count is kept in counted_closed (pki_perf_bp_retire); a
- * fork child only closes its copies (@parents).
+ * Close the events of @w's part @k.  In the process that owns them they are
+ * disabled first and their count is kept in counted_closed
+ * (pki_perf_bp_retire); a fork child only closes its copies (@parents).
  */
-static void __roots_close(struct pk_watch *w, bool parents)
+static void __part_close(struct pk_watch *w, int k, bool parents)
 {
-	for (int i = 0; i < w->nr_roots; i++) {
+	struct wpart *p = &w->part[k];
+
+	for (int i = 0; i < p->nr_roots; i++) {
 		uint64_t n = 0;
 
 		if (parents) {
-			pki_perf_bp_close(w->roots[i].fd);
+			pki_perf_bp_close(p->roots[i].fd);
 			continue;
 		}
-		pki_perf_bp_retire(w->roots[i].fd, &n);
+		pki_perf_bp_retire(p->roots[i].fd, &n);
 		w->counted_closed += (unsigned long)n;
 	}
-	w->nr_roots = 0;
+	p->nr_roots = 0;
+}
+
+static void __roots_close(struct pk_watch *w, bool parents)
+{
+	for (int k = 0; k < w->nr_parts; k++)
+		__part_close(w, k, parents);
 }
 
 static void __close_roots(struct pk_watch *w)
@@ -490,13 +558,19 @@ static void __close_roots(struct pk_watch *w)
 	__roots_close(w, false);
 }
 
+/* @n slots more (or fewer) in use by watchpoints of @tid (0: all threads). */
+static void __slots_move(pid_t tid, int n)
+{
+	if (tid)
+		__own_move(tid, n);
+	else
+		mgr.nr_all += n;
+}
+
 /* Give back what @w holds in the accounting (it stays in the list). */
 static void __unaccount(struct pk_watch *w)
 {
-	if (w->tid)
-		__own_move(w->tid, -1);
-	else
-		mgr.nr_all--;
+	__slots_move(w->tid, -w->nr_parts);
 }
 
 /*
@@ -511,8 +585,8 @@ static int __reap_dead_threads(void)
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
 		if (w->dead || !w->tid || pki_thread_alive(w->tid))
 			continue;
-		pki_debug("watch %#lx: thread %d exited, its slot is free again\n",
-			  (unsigned long)w->bp.addr, (int)w->tid);
+		pki_debug("watch %#lx: thread %d exited, its %d slot(s) are free again\n",
+			  (unsigned long)w->bp.addr, (int)w->tid, w->nr_parts);
 		__close_roots(w);
 		__unaccount(w);
 		w->dead = true;
@@ -521,11 +595,12 @@ static int __reap_dead_threads(void)
 	return n;
 }
 
-static bool __fits(pid_t tid)
+/* Do @n more slots fit on @tid (0: on every thread)? */
+static bool __fits(pid_t tid, int n)
 {
 	if (tid)
-		return mgr.nr_all + __own(tid) + 1 <= PKI_HWBP_SLOTS;
-	return mgr.nr_all + 1 + pki_hist_max(&mgr.hist) <= PKI_HWBP_SLOTS;
+		return mgr.nr_all + __own(tid) + n <= PKI_HWBP_SLOTS;
+	return mgr.nr_all + n + pki_hist_max(&mgr.hist) <= PKI_HWBP_SLOTS;
 }
 
 /* Append a description of the watchpoints holding @tid's slots to @buf. */
@@ -534,21 +609,28 @@ static void __describe_holders(char *buf, size_t size, pid_t tid)
 	size_t len = strlen(buf);
 
 	for (struct pk_watch *w = mgr.list; w && len < size; w = w->next) {
+		char parts[32] = "";
+
 		if (w->dead || w->page || (w->tid && w->tid != tid))
 			continue;
-		len += (size_t)snprintf(buf + len, size - len, "%s %s %#lx/%zu%s", len ? "," : "",
+		if (w->nr_parts > 1)
+			snprintf(parts, sizeof(parts), " in %d registers", w->nr_parts);
+		len += (size_t)snprintf(buf + len, size - len, "%s %s %#lx/%zu%s%s", len ? "," : "",
 					type_name[w->bp.type], (unsigned long)w->bp.addr, w->bp.len,
-					w->tid ? "" : " (all threads)");
+					parts, w->tid ? "" : " (all threads)");
 	}
 }
 
-/* -ENOSPC with a message naming the full thread, or 0 if it fits after all. */
-static int __admit(pid_t tid, const void *addr)
+/*
+ * Room for @n more slots on @tid (0: all threads), or -ENOSPC with a
+ * message naming the full thread.
+ */
+static int __admit(pid_t tid, int n, const void *addr)
 {
 	char holders[512] = "";
 	pid_t full = tid;
 
-	if (__fits(tid) || (__reap_dead_threads() && __fits(tid)))
+	if (__fits(tid, n) || (__reap_dead_threads() && __fits(tid, n)))
 		return 0;
 	if (!tid) {
 		/* a thread using the most own slots: the first one found */
@@ -566,22 +648,30 @@ static int __admit(pid_t tid, const void *addr)
 	__describe_holders(holders, sizeof(holders), full);
 	if (full)
 		pki_warn(
-		    "watch %p: thread %d has no free debug register: %d all-threads + %d of its "
-		    "own watchpoint(s) hold its %d slots:%s: %s\n",
-		    addr, (int)full, mgr.nr_all, __own(full), PKI_HWBP_SLOTS, holders,
-		    pki_errstr(ENOSPC));
+		    "watch %p: needs %d debug register(s), and thread %d has %d free: "
+		    "%d all-threads + %d of its own watchpoint slot(s) of its %d are taken:%s: "
+		    "%s\n",
+		    addr, n, (int)full, PKI_HWBP_SLOTS - mgr.nr_all - __own(full), mgr.nr_all,
+		    __own(full), PKI_HWBP_SLOTS, holders, pki_errstr(ENOSPC));
 	else
-		pki_warn("watch %p: every thread is full: %d all-threads watchpoint(s) hold all %d "
-			 "slots:%s: %s\n",
-			 addr, mgr.nr_all, PKI_HWBP_SLOTS, holders, pki_errstr(ENOSPC));
+		pki_warn("watch %p: needs %d debug register(s), and every thread has %d free: "
+			 "%d all-threads watchpoint slot(s) of its %d are taken:%s: %s\n",
+			 addr, n, PKI_HWBP_SLOTS - mgr.nr_all, mgr.nr_all, PKI_HWBP_SLOTS, holders,
+			 pki_errstr(ENOSPC));
 	return -ENOSPC;
 }
 
 /* ---- adding ------------------------------------------------------------- */
 
-static int check_target(const void *addr, size_t len, enum pk_watch_type type)
+/*
+ * The pieces of a target (S1) into @pc: how many, or -EINVAL with the
+ * reason said.  X: the one instruction at @addr.
+ */
+static int split_target(const void *addr, size_t len, enum pk_watch_type type,
+			struct pki_hwbp_piece pc[PKI_HWBP_SLOTS])
 {
 	uintptr_t a = (uintptr_t)addr;
+	int n;
 
 	if (type != PK_WATCH_W && type != PK_WATCH_RW && type != PK_WATCH_X) {
 		pki_warn("watch %p: unknown type %d (PK_WATCH_W, _RW or _X): %s\n", addr, (int)type,
@@ -592,14 +682,62 @@ static int check_target(const void *addr, size_t len, enum pk_watch_type type)
 		pki_warn("watch: NULL address: %s\n", pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	if (type == PK_WATCH_X ? len != 1 : !pki_hwbp_data_ok(a, len)) {
-		pki_warn("watch %p: %s watchpoints take %s, not %zu byte(s) at this address: %s\n",
-			 addr, type_name[type],
-			 type == PK_WATCH_X ? "length 1" : "1, 2, 4 or 8 naturally aligned bytes",
-			 len, pki_errstr(EINVAL));
+	if (type == PK_WATCH_X) {
+		if (len != 1) {
+			pki_warn("watch %p: X watchpoints take length 1, not %zu: %s\n", addr, len,
+				 pki_errstr(EINVAL));
+			return -EINVAL;
+		}
+		pc[0] = (struct pki_hwbp_piece){.addr = a, .len = 1};
+		return 1;
+	}
+	n = pki_hwbp_split(a, len, pc, PKI_HWBP_SLOTS);
+	if (n < 1 || n > PKI_HWBP_SLOTS) {
+		pki_warn("watch %p: %s watchpoints take " PKI_HWBP_SPLIT_LENS "; %zu byte(s) at "
+			 "this address %s: %s\n",
+			 addr, type_name[type], len,
+			 n < 1 ? "is no range"
+			       : "take more than a thread has (page mode takes any)",
+			 pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	return 0;
+	return n;
+}
+
+static int check_target(const void *addr, size_t len, enum pk_watch_type type)
+{
+	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
+	int n = split_target(addr, len, type, pc);
+
+	return n < 0 ? n : 0;
+}
+
+/* The event of @w's part @k: @w->bp narrowed to the part's piece. */
+static struct pki_bp part_bp(const struct pk_watch *w, int k)
+{
+	uint64_t where = atomic_load_explicit(&w->part[k].where, memory_order_relaxed);
+	struct pki_bp bp = w->bp;
+
+	bp.addr = where_addr(where);
+	bp.len = where_len(where);
+	bp.sig_data = w->bp.sig_data | (uint64_t)k << PART_SHIFT;
+	return bp;
+}
+
+/*
+ * Publish @pc as @w's parts [0, @n) for the handler (S3), with OLD seeded
+ * from memory where a condition needs it.
+ */
+static void parts_set(struct pk_watch *w, const struct pki_hwbp_piece *pc, int n, uintptr_t start)
+{
+	for (int k = 0; k < n; k++) {
+		uint64_t v = 0;
+
+		if (w->cond_values && !pki_peek((const void *)pc[k].addr, &v, pc[k].len))
+			atomic_store_explicit(&w->part[k].shadow, v, memory_order_relaxed);
+		atomic_store_explicit(&w->part[k].where, where_pack(pc[k].addr, pc[k].len, start),
+				      memory_order_relaxed);
+	}
 }
 
 static int root_cmp(const void *a, const void *b)
@@ -609,32 +747,35 @@ static int root_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static bool has_root(const struct pk_watch *w, int nr_sorted, pid_t tid)
+static bool has_root(const struct wpart *p, int nr_sorted, pid_t tid)
 {
 	struct wroot key = {.tid = tid};
 
-	if (nr_sorted && bsearch(&key, w->roots, (size_t)nr_sorted, sizeof(key), root_cmp))
+	if (nr_sorted && bsearch(&key, p->roots, (size_t)nr_sorted, sizeof(key), root_cmp))
 		return true;
-	for (int i = nr_sorted; i < w->nr_roots; i++)
-		if (w->roots[i].tid == tid)
+	for (int i = nr_sorted; i < p->nr_roots; i++)
+		if (p->roots[i].tid == tid)
 			return true;
 	return false;
 }
 
-static int add_root(struct pk_watch *w, int *cap, pid_t tid)
+/* The event of @w's part @k on thread @tid: 1 opened, 0 the thread exited, or -errno. */
+static int add_root(struct pk_watch *w, int k, pid_t tid)
 {
+	struct wpart *p = &w->part[k];
+	struct pki_bp bp = part_bp(w, k);
 	int fd;
 
-	if (w->nr_roots == *cap) {
-		int n = *cap ? *cap * 2 : 16;
-		struct wroot *r = realloc(w->roots, (size_t)n * sizeof(*r));
+	if (p->nr_roots == p->cap) {
+		int n = p->cap ? p->cap * 2 : 16;
+		struct wroot *r = realloc(p->roots, (size_t)n * sizeof(*r));
 
 		if (!r)
 			return -ENOMEM;
-		w->roots = r;
-		*cap = n;
+		p->roots = r;
+		p->cap = n;
 	}
-	fd = pki_perf_bp_open(&w->bp, tid);
+	fd = pki_perf_bp_open(&bp, tid);
 	if (fd == -ESRCH)
 		return 0; /* exited meanwhile: nothing to watch there */
 	if (fd == -EACCES || fd == -EPERM) {
@@ -646,21 +787,23 @@ static int add_root(struct pk_watch *w, int *cap, pid_t tid)
 		return fd;
 	}
 	if (fd < 0) {
-		pki_warn("watch %#lx: perf_event_open on thread %d: %s\n",
-			 (unsigned long)w->bp.addr, (int)tid, pki_errstr(fd));
+		pki_warn("watch %#lx: perf_event_open on thread %d%s: %s\n",
+			 (unsigned long)w->bp.addr, (int)tid,
+			 fd == -ENOSPC ? " (its debug registers are taken outside probekit)" : "",
+			 pki_errstr(fd));
 		return fd;
 	}
-	w->roots[w->nr_roots].tid = tid;
-	w->roots[w->nr_roots].fd = fd;
-	w->nr_roots++;
+	p->roots[p->nr_roots].tid = tid;
+	p->roots[p->nr_roots].fd = fd;
+	p->nr_roots++;
 	return 1;
 }
 
 /* __open_all_roots() across its passes over the threads (pki_threads_each()). */
 struct roots_pass {
 	struct pk_watch *w;
-	int cap;    /* of w->roots */
-	int sorted; /* w->roots[0 .. sorted) are sorted by tid */
+	int k;	    /* the part */
+	int sorted; /* its roots[0 .. sorted) are sorted by tid */
 	int added;  /* this pass */
 	bool failed;
 };
@@ -670,9 +813,9 @@ static int roots_add(pid_t tid, void *arg)
 	struct roots_pass *p = arg;
 	int r;
 
-	if (has_root(p->w, p->sorted, tid))
+	if (has_root(&p->w->part[p->k], p->sorted, tid))
 		return 0;
-	r = add_root(p->w, &p->cap, tid);
+	r = add_root(p->w, p->k, tid);
 	if (r < 0) {
 		p->failed = true;
 		return r;
@@ -682,18 +825,19 @@ static int roots_add(pid_t tid, void *arg)
 }
 
 /*
- * One root per thread alive now.  Called with the thread-creation gate
- * closed (gate.c): no pthread_create() is in flight, so the first pass lists
- * every thread, and a thread created after the gate opens inherits from its
- * creator's root.  The listing is still repeated until a pass adds nothing,
- * for threads the gate does not see (a raw clone(), a library's call bound
- * to libc's pthread_create): for those the old residual races remain, a
+ * One root of part @k per thread alive now.  Called with the thread-creation
+ * gate closed (gate.c): no pthread_create() is in flight, so the first pass
+ * lists every thread, and a thread created after the gate opens inherits from
+ * its creator's root.  The listing is still repeated until a pass adds
+ * nothing, for threads the gate does not see (a raw clone(), a library's call
+ * bound to libc's pthread_create): for those the old residual races remain, a
  * thread inside clone() during the last pass not covered, or one created
  * after its creator's root and listed later given a second event.
  */
-static int __open_all_roots(struct pk_watch *w)
+static int __open_all_roots(struct pk_watch *w, int k)
 {
-	struct roots_pass p = {.w = w};
+	struct roots_pass p = {.w = w, .k = k};
+	struct wpart *part = &w->part[k];
 	int err;
 
 	do {
@@ -704,10 +848,40 @@ static int __open_all_roots(struct pk_watch *w)
 				 (unsigned long)w->bp.addr, pki_errstr(err));
 		if (err)
 			return err;
-		qsort(w->roots, (size_t)w->nr_roots, sizeof(*w->roots), root_cmp);
-		p.sorted = w->nr_roots;
+		qsort(part->roots, (size_t)part->nr_roots, sizeof(*part->roots), root_cmp);
+		p.sorted = part->nr_roots;
 	} while (p.added);
 	return 0;
+}
+
+/*
+ * The roots of @w's parts [@from, @to): on its one thread, or on every
+ * thread alive now (S2: under one closing of the gate).  On failure the
+ * caller closes them (__part_close).
+ */
+static int __open_parts(struct pk_watch *w, int from, int to)
+{
+	int err = 0;
+
+	if (!w->tid) {
+		pki_gate_close(); /* no thread is being created meanwhile: gate.c */
+		for (int k = from; !err && k < to; k++)
+			err = __open_all_roots(w, k);
+		pki_gate_open();
+		return err;
+	}
+	for (int k = from; !err && k < to; k++) {
+		int r = add_root(w, k, w->tid);
+
+		if (!r) {
+			/* exited between the check and the open */
+			pki_warn("watch %#lx: thread %d exited: %s\n", (unsigned long)w->bp.addr,
+				 (int)w->tid, pki_errstr(ESRCH));
+			r = -ESRCH;
+		}
+		err = r < 0 ? r : 0;
+	}
+	return err;
 }
 
 static void fork_child(void);
@@ -791,6 +965,13 @@ static int __delivered(void)
 	return hw.delivered;
 }
 
+void pki_watch_assume_delivered(void)
+{
+	pthread_mutex_lock(&mgr.lock);
+	hw.delivered = 1;
+	pthread_mutex_unlock(&mgr.lock);
+}
+
 static int __check_delivered(const void *addr)
 {
 	if (__delivered())
@@ -813,24 +994,26 @@ static int __check_delivered(const void *addr)
 static enum pk_watch_mode __auto_mode(const void *addr, size_t len, enum pk_watch_type type,
 				      const struct pk_watch_opts *o)
 {
+	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
+	int n = pki_hwbp_split((uintptr_t)addr, len, pc, PKI_HWBP_SLOTS);
 	const char *why;
 
 	if (type == PK_WATCH_X || o->tid)
 		return PK_WATCH_MODE_HW;
-	if (!pki_hwbp_data_ok((uintptr_t)addr, len))
-		why = "longer or less aligned than a debug register takes";
+	if (n < 1 || n > PKI_HWBP_SLOTS)
+		why = "longer or less aligned than the debug registers take";
 	else if (!__delivered())
 		why = "hardware breakpoints are not delivered on this machine";
-	else if (mgr.hist.count && !__fits(0) && !(__reap_dead_threads() && __fits(0)))
-		why = "every debug register is taken";
+	else if (mgr.hist.count && !__fits(0, n) && !(__reap_dead_threads() && __fits(0, n)))
+		why = "not enough debug registers are free"; /* S2 */
 	else
 		return PK_WATCH_MODE_HW;
 	pki_debug("watch %p/%zu: page mode: %s\n", addr, len, why);
 	return PK_WATCH_MODE_PAGE;
 }
 
-/* The manager ready, and room for one more watchpoint on @tid (0: all threads). */
-static int __watch_admit(pid_t tid, const void *addr)
+/* The manager ready, and room for @n more slots on @tid (0: all threads). */
+static int __watch_admit(pid_t tid, int n, const void *addr)
 {
 	int err;
 
@@ -840,33 +1023,31 @@ static int __watch_admit(pid_t tid, const void *addr)
 	if (!err)
 		err = __install_handler();
 	if (!err)
-		err = __admit(tid, addr);
+		err = __admit(tid, n, addr);
 	if (!err && tid)
 		err = __town_reserve(tid);
 	return err;
 }
 
-/* @c (checked already) into @w, with the value OLD starts from. */
-static void watch_cond_set(struct pk_watch *w, const void *addr, size_t len,
-			   enum pk_watch_type type, const struct pk_watch_cond *c)
+/* @c (checked already) into @w; the values OLD starts from come with its parts. */
+static void watch_cond_set(struct pk_watch *w, enum pk_watch_type type,
+			   const struct pk_watch_cond *c)
 {
-	uint64_t v = 0;
-
 	if (!c || !pki_watch_cond_any(c))
 		return;
 	w->cond = *c;
 	w->has_cond = true;
 	w->cond_values = type != PK_WATCH_X;
-	if (w->cond_values && len <= sizeof(v) && !pki_peek(addr, &v, len))
-		atomic_store(&w->shadow, v);
 }
 
 /*
- * A new watchpoint in a slot of its own, published to the handler before
- * its first event exists, so that no early hit is lost.
+ * A new watchpoint over the pieces @pc[0, @n) in a slot of its own,
+ * published to the handler before its first event exists, so that no early
+ * hit is lost.
  */
 static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
-		       const struct pk_watch_opts *o, struct pk_watch **wp)
+		       const struct pki_hwbp_piece *pc, int n, const struct pk_watch_opts *o,
+		       struct pk_watch **wp)
 {
 	struct pk_watch *w = calloc(1, sizeof(*w));
 	uint32_t idx;
@@ -882,7 +1063,7 @@ static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
 	w->cb = o->callback;
 	w->ctx = o->ctx;
 	w->queue = o->queue;
-	watch_cond_set(w, addr, len, type, o->cond);
+	watch_cond_set(w, type, o->cond);
 	w->slot = idx;
 	w->tid = o->tid;
 	w->bp = (struct pki_bp){
@@ -893,30 +1074,17 @@ static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
 	    .inherit = !o->tid,
 	    .sig_data = slot_sig_data(idx),
 	};
+	parts_set(w, pc, n, (uintptr_t)addr);
+	w->nr_parts = n;
 	atomic_store(&slot_at(idx)->w, w);
 	*wp = w;
 	return 0;
 }
 
-/* The root events of @w: on its one thread, or on every thread alive now. */
-static int __watch_open(struct pk_watch *w)
+static void parts_free(struct pk_watch *w)
 {
-	int cap = 0, err;
-
-	if (!w->tid) {
-		pki_gate_close(); /* no thread is being created meanwhile: gate.c */
-		err = __open_all_roots(w);
-		pki_gate_open();
-		return err;
-	}
-	err = add_root(w, &cap, w->tid);
-	if (!err) {
-		/* exited between the check and the open */
-		pki_warn("watch %#lx: thread %d exited: %s\n", (unsigned long)w->bp.addr,
-			 (int)w->tid, pki_errstr(ESRCH));
-		err = -ESRCH;
-	}
-	return err < 0 ? err : 0;
+	for (int k = 0; k < PKI_HWBP_SLOTS; k++)
+		free(w->part[k].roots);
 }
 
 /* Free @w, which failed to open: nobody saw it but the handler (R1-R4). */
@@ -926,17 +1094,14 @@ static void __watch_discard(struct pk_watch *w)
 	__close_roots(w);
 	slot_wait_idle(w->slot);
 	__slot_put(w->slot);
-	free(w->roots);
+	parts_free(w);
 	free(w);
 }
 
-/* Count @w in the admission and list it. */
+/* Count @w in the admission (S2) and list it. */
 static void __watch_account(struct pk_watch *w)
 {
-	if (w->tid)
-		__own_move(w->tid, +1);
-	else
-		mgr.nr_all++;
+	__slots_move(w->tid, w->nr_parts);
 	w->next = mgr.list;
 	if (mgr.list)
 		mgr.list->prev = w;
@@ -993,9 +1158,10 @@ static int page_check(const void *addr, size_t len, enum pk_watch_type type)
 PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch_type type,
 				     const struct pk_watch_opts *opts)
 {
+	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
 	struct pk_watch_opts o;
 	struct pk_watch *w;
-	int err;
+	int err, n;
 
 	err = opts_get(addr, opts, &o);
 	if (!err && o.cond) {
@@ -1031,22 +1197,23 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	err = watch_check(addr, len, type, &o);
 	if (err)
 		goto out_errno;
+	n = split_target(addr, len, type, pc);
 
 	pthread_mutex_lock(&mgr.lock);
-	err = __watch_admit(o.tid, addr);
+	err = __watch_admit(o.tid, n, addr);
 	if (!err)
-		err = __watch_new(addr, len, type, &o, &w);
+		err = __watch_new(addr, len, type, pc, n, &o, &w);
 	if (err)
 		goto out_unlock;
-	err = __watch_open(w);
+	err = __open_parts(w, 0, n);
 	if (err) {
 		__watch_discard(w);
 		goto out_unlock;
 	}
 	__watch_account(w);
-	pki_debug("watch %p: %s/%zu on %s%d, %d root event(s)\n", addr, type_name[type], len,
-		  o.tid ? "thread " : "all threads of ", o.tid ? (int)o.tid : (int)getpid(),
-		  w->nr_roots);
+	pki_debug("watch %p: %s/%zu on %s%d, %d register(s), %d root event(s) each\n", addr,
+		  type_name[type], len, o.tid ? "thread " : "all threads of ",
+		  o.tid ? (int)o.tid : (int)getpid(), n, w->part[0].nr_roots);
 	pthread_mutex_unlock(&mgr.lock);
 	return w;
 
@@ -1085,7 +1252,7 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 	__slot_put(w->slot);
 	mgr.removals++;
 	pthread_mutex_unlock(&mgr.lock);
-	free(w->roots); /* R4 */
+	parts_free(w); /* R4 */
 	free(w);
 }
 
@@ -1096,7 +1263,27 @@ static int __live(struct pk_watch *w)
 		__unaccount(w);
 		w->dead = true;
 	}
-	return w->dead || !w->nr_roots ? -ESRCH : 0;
+	return w->dead || !w->part[0].nr_roots ? -ESRCH : 0;
+}
+
+/*
+ * Every root of @w's parts to @on, or none: on a failure the ones done are
+ * set back (S5).
+ */
+static int __parts_enable(struct pk_watch *w, bool on)
+{
+	int err = 0, k, i = 0;
+
+	for (k = 0; !err && k < w->nr_parts; k++)
+		for (i = 0; !err && i < w->part[k].nr_roots; i++)
+			err = pki_perf_bp_enable(w->part[k].roots[i].fd, on);
+	if (!err)
+		return 0;
+	/* the failed one is part k - 1, root i - 1: set back those before it */
+	for (int kk = 0; kk < k; kk++)
+		for (int j = 0; j < (kk == k - 1 ? i - 1 : w->part[kk].nr_roots); j++)
+			pki_perf_bp_enable(w->part[kk].roots[j].fd, !on);
+	return err;
 }
 
 static int set_enabled(struct pk_watch *w, bool on)
@@ -1114,8 +1301,8 @@ static int set_enabled(struct pk_watch *w, bool on)
 		return 0;
 	}
 	err = __live(w);
-	for (int i = 0; !err && i < w->nr_roots; i++)
-		err = pki_perf_bp_enable(w->roots[i].fd, on);
+	if (!err)
+		err = __parts_enable(w, on);
 	if (!err)
 		w->bp.disabled = !on;
 	else if (err != -ESRCH)
@@ -1135,11 +1322,54 @@ PK_API int pk_watch_disable(struct pk_watch *w)
 	return set_enabled(w, false);
 }
 
+/*
+ * Retarget @w's parts [0, @n) to their new pieces (published already): 0,
+ * or -errno with every root retargeted so far set back to its piece of
+ * @old (@old_where: the parts' words before).
+ */
+static int __parts_retarget(struct pk_watch *w, int n, const struct pki_bp *old,
+			    const uint64_t *old_where)
+{
+	int err = 0, k, i = 0;
+
+	for (k = 0; !err && k < n; k++) {
+		struct pki_bp bp = part_bp(w, k);
+
+		for (i = 0; !err && i < w->part[k].nr_roots; i++)
+			err = pki_perf_bp_modify(w->part[k].roots[i].fd, &bp);
+	}
+	if (!err)
+		return 0;
+	pki_warn("watch %#lx: cannot move to %#lx %s/%zu (thread %d): %s\n",
+		 (unsigned long)old->addr, (unsigned long)w->bp.addr, type_name[w->bp.type],
+		 w->bp.len, (int)w->part[k - 1].roots[i - 1].tid, pki_errstr(err));
+	for (int kk = 0; kk < k; kk++) {
+		struct pki_bp bp = *old;
+
+		bp.addr = where_addr(old_where[kk]);
+		bp.len = where_len(old_where[kk]);
+		bp.sig_data = old->sig_data | (uint64_t)kk << PART_SHIFT;
+		for (int j = 0; j < (kk == k - 1 ? i - 1 : w->part[kk].nr_roots); j++)
+			pki_perf_bp_modify(w->part[kk].roots[j].fd, &bp);
+	}
+	return err;
+}
+
+/*
+ * Moving a watchpoint whose number of parts may change: S6 in
+ * doc/design/hw-watch-split.md.  M1 admit the parts gained (before any
+ * system call), M2 publish the new pieces, M3 open the parts gained, M4
+ * retarget the parts kept, M5 retire the parts lost and account.  Only M5
+ * cannot be undone, and it cannot fail; a failure at M3 or M4 puts back
+ * the pieces, the parts kept's targets and the accounting of M1.
+ */
 PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 			   enum pk_watch_type type)
 {
-	struct pki_bp old, new;
-	int err, i;
+	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
+	uint64_t old_where[PKI_HWBP_SLOTS], old_shadow[PKI_HWBP_SLOTS];
+	struct pki_bp old;
+	int err, n, nold;
 
 	if (!w) {
 		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
@@ -1151,32 +1381,46 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 			 (unsigned long)w->bp.addr, pki_errstr(EOPNOTSUPP));
 		return -EOPNOTSUPP;
 	}
-	err = check_target(addr, len, type);
-	if (err)
-		return err;
+	n = split_target(addr, len, type, pc);
+	if (n < 0)
+		return n;
 	pthread_mutex_lock(&mgr.lock);
 	err = __live(w);
 	if (err)
 		goto out;
-	old = new = w->bp;
-	new.addr = (uintptr_t)addr;
-	new.len = len;
-	new.type = type;
-	/* x86: one pool for code and data, so the slot count does not change */
-	for (i = 0; i < w->nr_roots; i++) {
-		err = pki_perf_bp_modify(w->roots[i].fd, &new);
-		if (err)
-			break;
+	nold = w->nr_parts;
+	/* M1; x86: one pool for code and data, so the type does not count */
+	if (n > nold && (err = __admit(w->tid, n - nold, addr)))
+		goto out;
+	old = w->bp;
+	for (int k = 0; k < nold; k++) {
+		old_where[k] = atomic_load_explicit(&w->part[k].where, memory_order_relaxed);
+		old_shadow[k] = atomic_load_explicit(&w->part[k].shadow, memory_order_relaxed);
 	}
+	w->bp.addr = (uintptr_t)addr;
+	w->bp.len = len;
+	w->bp.type = type;
+	parts_set(w, pc, n, (uintptr_t)addr);	       /* M2 */
+	err = n > nold ? __open_parts(w, nold, n) : 0; /* M3 */
+	if (!err)
+		err = __parts_retarget(w, n < nold ? n : nold, &old, old_where); /* M4 */
 	if (err) {
-		pki_warn("watch %#lx: cannot move to %p %s/%zu (thread %d): %s\n",
-			 (unsigned long)old.addr, addr, type_name[type], len, (int)w->roots[i].tid,
-			 pki_errstr(err));
-		while (i-- > 0)
-			pki_perf_bp_modify(w->roots[i].fd, &old);
+		for (int k = nold; k < n; k++)
+			__part_close(w, k, false);
+		w->bp = old;
+		for (int k = 0; k < nold; k++) {
+			atomic_store_explicit(&w->part[k].where, old_where[k],
+					      memory_order_relaxed);
+			atomic_store_explicit(&w->part[k].shadow, old_shadow[k],
+					      memory_order_relaxed);
+		}
 		goto out;
 	}
-	w->bp = new;
+	/* M5 */
+	for (int k = n; k < nold; k++)
+		__part_close(w, k, false);
+	w->nr_parts = n;
+	__slots_move(w->tid, n - nold);
 out:
 	pthread_mutex_unlock(&mgr.lock);
 	return err;
@@ -1212,12 +1456,13 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 		return 0;
 	}
 	s.counted = w->counted_closed;
-	for (int i = 0; i < w->nr_roots; i++) {
-		uint64_t n;
+	for (int k = 0; k < w->nr_parts; k++)
+		for (int i = 0; i < w->part[k].nr_roots; i++) {
+			uint64_t n;
 
-		if (!pki_perf_bp_count(w->roots[i].fd, &n))
-			s.counted += (unsigned long)n;
-	}
+			if (!pki_perf_bp_count(w->part[k].roots[i].fd, &n))
+				s.counted += (unsigned long)n;
+		}
 	/* Read after the kernel's count: a hit is counted before it is delivered. */
 	s.hits = atomic_load(&w->hits);
 	s.late = atomic_load(&w->late);

@@ -26,4 +26,12 @@ bool pki_watch_release(void);
  */
 int pki_watch_page_mprotect(void *addr, size_t len, int prot);
 
+/*
+ * Tests only: take hardware breakpoints as delivered, without the check of
+ * the first pk_watch_add(), so that the admission, the events and their
+ * life cycle can be tested where hits never come (no hit is then
+ * reported).  Before the first add of the process.
+ */
+void pki_watch_assume_delivered(void);
+
 #endif /* PK_WATCH_WATCH_INT_H */

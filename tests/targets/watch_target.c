@@ -23,8 +23,9 @@
 extern char **environ;
 
 long counter;
-short small[4]; /* 8 bytes: -l needed */
-char text[13];	/* not a watchable length */
+short small[4]; /* 8 bytes aligned to 2: split over debug registers */
+char text[13];
+char big[40]; /* more than the debug registers take */
 
 __attribute__((noinline)) void bump(void)
 {

@@ -202,6 +202,14 @@ hit_cases() {
 		{ [[ $plain_rc -ne 139 ]] || grep -q 'killed by signal 11' "$tmp/err"; }; then ok; else
 		bad "crash: rc $rc (plain $plain_rc), $n hits"; fi
 
+	# 16 bytes from counter: two debug registers, every write in the first,
+	# named by its piece, its value old -> new.
+	run --mode hw -l 16 counter -- "$target" 3
+	n=$(count '^ +[0-9]+\.[0-9]{6} tid [0-9]+ write counter\+0/8: -?[0-9]+( \(0x[0-9a-f]+\))? -> -?[0-9]+( \(0x[0-9a-f]+\))? at bump\+'$lock_off'$' "$tmp/err")
+	v=$(grep -cE 'write counter\+0/8: 19 \(0x13\) -> 20 \(0x14\) ' "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 20 && $v -eq 1 ]] && grep -q 'all threads, hardware (2 debug registers)$' "$tmp/err" &&
+		ok || bad "--mode hw -l 16 counter: rc $rc, $n hits, $v last"
+
 	# Options after SYMBOL are ours too, up to "--" (or PROG without "--").
 	run counter -l 8 -c 2 -- "$target" 3
 	n=$(count "$hit_w" "$tmp/err")
@@ -235,9 +243,10 @@ expect_err() { # RC REGEX ARGS...
 expect_err 125 "unknown symbol 'countr' in PROG and its libraries \(did you mean 'counter'\?\)" \
 	countr -- "$target"
 expect_err 125 "unknown symbol 'no_such_thing_at_all' in PROG" no_such_thing_at_all -- "$target"
-expect_err 125 "--mode hw watches 1, 2, 4 or 8 bytes, not 3" --mode hw -l 3 counter -- "$target"
-expect_err 125 "'text' is 13 bytes: give the length to watch with -l" --mode hw text -- "$target"
-expect_err 125 'small\+1 is at 0x[0-9a-f]+, not aligned to 2 bytes' --mode hw -l 2 small+1 -- "$target"
+expect_err 125 "--mode hw watches up to 32 bytes, .*, not 33 bytes" --mode hw -l 33 counter -- "$target"
+expect_err 125 "'big' is 40 bytes: give the length to watch with -l" --mode hw big -- "$target"
+expect_err 125 'small\+1: 32 bytes at 0x[0-9a-f]+ take [5-9] debug registers, more than the 4' \
+	--mode hw -l 32 small+1 -- "$target"
 expect_err 125 "unknown mode 'pages' \(auto, hw or page\)" --mode pages counter -- "$target"
 expect_err 125 "--if 'new = 1': expected ==, !=, <, <=, > or >= at '= 1'" --if 'new = 1' counter -- "$target"
 expect_err 125 "--in 'no_such_fn'|unknown symbol 'no_such_fn'" --in no_such_fn counter -- "$target"
@@ -296,10 +305,10 @@ page_cases() {
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 4 ]] && ok || bad "--mode page --stack: rc $rc, $n frames in worker"
 
-	# 13 bytes, no -l: the symbol's size, which only page mode takes; nothing writes it.
-	run text -- "$target" 3
-	if [[ $rc -eq 3 ]] && grep -q '^# probekit watch: text, 13 byte(s) at .*page mode' "$tmp/err" &&
-		grep -q '^# 0 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else bad "text (13 bytes): rc $rc"; fi
+	# 40 bytes, no -l: the symbol's size, which only page mode takes; nothing writes it.
+	run big -- "$target" 3
+	if [[ $rc -eq 3 ]] && grep -q '^# probekit watch: big, 40 byte(s) at .*page mode' "$tmp/err" &&
+		grep -q '^# 0 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else bad "big (40 bytes): rc $rc"; fi
 
 	# Conditions, evaluated in the process: one value, the changes only, one function.
 	run --mode page --if 'new == 5' counter -- "$target" 3
@@ -361,6 +370,11 @@ refused() { # WHAT ARGS...
 PROBEKIT_HWBP_UNDELIVERED=1 refused "PROBEKIT_HWBP_UNDELIVERED=1" --mode hw counter -- "$target" 3
 grep -q 'PROBEKIT_HWBP_UNDELIVERED is set' "$tmp/err" && ok || bad "the message names the switch"
 PROBEKIT_HWBP_UNDELIVERED=1 refused "PROBEKIT_HWBP_UNDELIVERED=1, -t x" -t x bump -- "$target" 3
+# Ranges split over several registers get as far as the library: 24 bytes, an
+# unaligned 2-byte field (1 + 1), a symbol of 8 bytes aligned to 2.
+PROBEKIT_HWBP_UNDELIVERED=1 refused "split, -l 24" --mode hw -l 24 counter -- "$target" 3
+PROBEKIT_HWBP_UNDELIVERED=1 refused "split, small+1 -l 2" --mode hw -l 2 small+1 -- "$target" 3
+PROBEKIT_HWBP_UNDELIVERED=1 refused "split, small" --mode hw small -- "$target" 3
 # ... and auto takes page mode instead, saying so.
 PROBEKIT_HWBP_UNDELIVERED=1 run -c 2 counter -- "$target" 3
 [[ $rc -eq 3 && $(count "$hit_w" "$tmp/err") -eq 2 ]] && grep -q 'all threads, page mode' "$tmp/err" && ok ||

@@ -34,12 +34,55 @@ static inline bool pki_hwbp_data_ok(uintptr_t addr, size_t len)
 }
 
 /*
+ * A range longer or less aligned than one register takes is split over
+ * several (doc/design/hw-watch-split.md, S1): into its minimal cover by
+ * naturally aligned pieces of 1, 2, 4 or 8 bytes, each the largest that
+ * starts where the previous ended and does not pass the end.  Pieces never
+ * overlap and cover exactly [@addr, @addr + @len).  Returns how many pieces
+ * the cover has, storing the first min(that, @max) in @out; 0 for an empty
+ * or wrapping range.  Pure: no state, async-signal-safe.
+ */
+#define PKI_HWBP_PIECE_MAX 8 /* the longest piece */
+
+struct pki_hwbp_piece {
+	uintptr_t addr;
+	size_t len;
+};
+
+static inline int pki_hwbp_split(uintptr_t addr, size_t len, struct pki_hwbp_piece *out, int max)
+{
+	uintptr_t a = addr, end = addr + len;
+	int n = 0;
+
+	if (!len || end < addr)
+		return 0;
+	while (a < end) {
+		size_t sz = PKI_HWBP_PIECE_MAX;
+
+		while (sz > 1 && ((a & (sz - 1)) || sz > end - a))
+			sz /= 2;
+		if (n < max)
+			out[n] = (struct pki_hwbp_piece){.addr = a, .len = sz};
+		n++;
+		a += sz;
+	}
+	return n;
+}
+
+/* The longest range that can be watched with every slot free: 32 bytes. */
+#define PKI_HWBP_SPAN_MAX (PKI_HWBP_SLOTS * PKI_HWBP_PIECE_MAX)
+
+/*
  * For messages: who does the watching, the lengths pki_hwbp_len_ok() takes,
- * and what the PKI_HWBP_SLOTS slots are.
+ * and what the PKI_HWBP_SLOTS slots are; PKI_HWBP_SPLIT_LENS says what a
+ * split over free slots takes.
  */
 #define PKI_HWBP_CPU	    "x86"
 #define PKI_HWBP_LENS	    "1, 2, 4 or 8"
 #define PKI_HWBP_SLOTS_NAME "debug registers"
+#define PKI_HWBP_SPLIT_LENS                                                                        \
+	"up to 32 bytes, in naturally aligned pieces of 1, 2, 4 or 8 bytes, one per free debug "   \
+	"register"
 
 /*
  * A data breakpoint traps after the access (a trap, not a fault): the

@@ -43,9 +43,12 @@ for prog in "$2" "$3"; do
 	if [[ $rc -eq 0 ]] && cmp -s "$tmp/out" "$tmp/plain" && [[ $w -eq 4 ]] &&
 		grep -q '^# 4 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else
 		bad "$name, writes: rc $rc, $w system-call hits"; fi
-	# The bytes read() wrote, old and new, at the call in main.
-	grep -Eq 'write inbox\+0/16: 0x0+ -> 0x[0-9a-f]+ .*at main\+0x[0-9a-f]+ \(system call\)$|write inbox\+0/16: .* at main\+0x[0-9a-f]+ \(system call\)$' "$tmp/err" &&
-		ok || bad "$name: the read's hit names main"
+	# The bytes read() wrote, old and new, at the call in main (under ASan,
+	# its interceptor of read calls the agent's: the call site is in it).
+	if [[ -z ${PKT_SAN_PRELOAD:-} ]]; then
+		grep -Eq 'write inbox\+0/16: 00( 00)* -> 30 31 .* at main\+0x[0-9a-f]+ \(system call\)$' "$tmp/err" &&
+			ok || bad "$name: the read's hit names main, with the bytes"
+	fi
 
 	# Reads and writes: the kernel's reads of inbox too (write, writev, send).
 	"$pk" watch --mode page -t rw inbox -- "$prog" >"$tmp/out" 2>"$tmp/err"

@@ -8,12 +8,14 @@
  * the model, pki_slots_verify() recomputes its histograms from scratch.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include <probekit/slots.h>
 
 #include "harness.h"
+#include "watch/hist.h"
 #include "watch/slots_int.h"
 
 /* ---- the KUnit scenarios ------------------------------------------------------------ */
@@ -588,6 +590,38 @@ START_TEST(random_vs_reference)
 }
 END_TEST
 
+/* The histogram's misuse is said and leaves the counts whole (never below 0). */
+static int warned;
+
+static int count_warnings(enum pk_print_level level, const char *fmt, va_list ap)
+{
+	(void)fmt;
+	(void)ap;
+	warned += level == PK_WARN;
+	return 0;
+}
+
+START_TEST(hist_underflow_said)
+{
+	struct pki_hist h;
+	pk_print_fn old = pk_set_print(count_warnings);
+
+	ck_assert_int_eq(pki_hist_init(&h, 4), 0);
+	pki_hist_move(&h, 0, 2); /* one task at 2 slots */
+	pki_hist_move(&h, 2, -1);
+	ck_assert_int_eq(h.count[0], 1);
+	ck_assert_int_eq(pki_hist_max(&h), 1);
+	pki_hist_move(&h, 2, -1); /* no task at 2 any more */
+	ck_assert_int_eq(h.count[1], 0);
+	ck_assert_int_eq(h.count[0], 1);
+	pki_hist_move(&h, 4, 1); /* above the slots */
+	ck_assert_int_eq(h.count[3], 0);
+	ck_assert_int_eq(warned, 2);
+	pki_hist_fini(&h);
+	pk_set_print(old);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("slots");
@@ -614,6 +648,7 @@ int main(void)
 	tcase_add_test(model, modify_separate_pools);
 	tcase_add_test(model, pools_shared_vs_separate);
 	tcase_add_test(model, errors);
+	tcase_add_test(model, hist_underflow_said);
 	suite_add_tcase(s, model);
 
 	tcase_add_loop_test(random, random_vs_reference, 0,

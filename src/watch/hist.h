@@ -8,18 +8,22 @@
 #ifndef PK_WATCH_HIST_H
 #define PK_WATCH_HIST_H
 
+#include <errno.h>
 #include <stdlib.h>
+
+#include "base/log.h"
 
 struct pki_hist {
 	int nr_slots;
 	long *count; /* nr_slots entries */
 };
 
+/* 0, or -ENOMEM. */
 static inline int pki_hist_init(struct pki_hist *h, int nr_slots)
 {
 	h->nr_slots = nr_slots;
 	h->count = calloc((size_t)nr_slots, sizeof(*h->count));
-	return h->count ? 0 : -1;
+	return h->count ? 0 : -ENOMEM;
 }
 
 static inline void pki_hist_fini(struct pki_hist *h)
@@ -30,12 +34,22 @@ static inline void pki_hist_fini(struct pki_hist *h)
 
 /*
  * One task's usage goes from @old to @old + @delta slots.  Usage 0 is not
- * recorded; a usage above nr_slots is a caller bug (admission prevents it).
+ * recorded.  A usage below 0 or above nr_slots, or a count that would go
+ * below 0, is a caller bug (admission prevents them): said, as the kernel's
+ * WARN does, and the count left as it is rather than wrapped.
  */
 static inline void pki_hist_move(struct pki_hist *h, int old, int delta)
 {
 	int new = old + delta;
 
+	if (old < 0 || new < 0 || old > h->nr_slots || new > h->nr_slots ||
+	    (old > 0 && h->count[old - 1] <= 0)) {
+		pki_warn("internal: slot histogram: a usage moves from %d to %d of %d slots "
+			 "(%ld at %d): not counted\n",
+			 old, new, h->nr_slots,
+			 old > 0 && old <= h->nr_slots ? h->count[old - 1] : 0L, old);
+		return;
+	}
 	if (old > 0)
 		h->count[old - 1]--;
 	if (new > 0)

@@ -30,32 +30,7 @@
  * use anything the hook registry publishes (the read side of gp.c).
  */
 
-/* struct pk_regs (include/probekit/hook.h), then private save slots. */
-#define R_DI	0
-#define R_SI	8
-#define R_DX	16
-#define R_CX	24
-#define R_R8	32
-#define R_R9	40
-#define R_AX	48
-#define R_SP	56
-#define R_R10	64
-#define R_R11	72	/* private: the entry, kept across a call */
-#define R_XMM	80
-#define FRAME	208
-#define FRAME_NV 80	/* no vector save area */
-
-/* struct pki_tramp_tls: the fs displacements below are relative to it. */
-#define TLS_NEST 0
-#define TLS_WANT 4
-
-/* Data words of an entry (struct pki_tramp_entry in tramp.h). */
-#define ENTRY_SIZE 64	/* PKI_TRAMP_ENTRY_SIZE */
-#define E_TARGET 32
-#define E_USER	40
-#define E_OPS	48
-#define E_DIRECT 56
-#define RELOC_IP 120	/* PKI_TMEM_RELOC_IP: a relocated site's address, in its copy's slot */
+#include "tramp_layout.h"
 
 	.macro FIX fixtab
 9:	.pushsection .rodata.pki_tramp_fix, "a"

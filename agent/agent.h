@@ -20,6 +20,8 @@
  *   PROBEKIT_WATCH_IF       report only hits that pass this condition
  *                           ("changed && new > old", pk_watch_cond_parse)
  *   PROBEKIT_WATCH_IN       report only accesses made by this function
+ *   PROBEKIT_WATCH_PATH     auto (default), ring or signal: how hardware hits
+ *                           reach the agent (doc/design/watch-ring.md)
  *   PROBEKIT_OUT_FD         fd for the hit report (default: 2, stderr)
  *   PROBEKIT_CTL_FD         fd on which the agent writes one status line
  *                           ("ok\n" or "error: MESSAGE\n") and closes it
@@ -46,6 +48,7 @@
 #define PK_ENV_WATCH_MODE    "PROBEKIT_WATCH_MODE"   /* auto (default), hw or page */
 #define PK_ENV_WATCH_IF	     "PROBEKIT_WATCH_IF"     /* a condition (pk_watch_cond_parse) */
 #define PK_ENV_WATCH_IN	     "PROBEKIT_WATCH_IN"     /* FUNC: accesses by its instructions */
+#define PK_ENV_WATCH_PATH    "PROBEKIT_WATCH_PATH"   /* auto (default), ring or signal */
 #define PK_ENV_OUT_FD	     "PROBEKIT_OUT_FD"
 #define PK_ENV_CTL_FD	     "PROBEKIT_CTL_FD"
 #define PK_ENV_PRELOAD_SAVED "PROBEKIT_PRELOAD_SAVED"

@@ -1419,12 +1419,14 @@ static const char *ring_unfit(void)
  */
 static bool ring_choose(void)
 {
-	const char *unfit = conf->path == AGENT_PATH_SIGNAL ? "--path signal" : ring_unfit();
+	const char *unfit = ring_unfit();
 	struct pki_bp bp = {.addr = A.addr, .len = A.len, .type = conf->type};
 	struct perf_event_attr a;
 	unsigned int pages = ring_faults() ? ring_faults() : RING_PAGES;
 	int d;
 
+	if (conf->path == AGENT_PATH_SIGNAL)
+		return true;
 	if (unfit && conf->path == AGENT_PATH_RING)
 		return fail("cannot watch %s with --path ring: %s", conf->spec, unfit);
 	if (unfit)

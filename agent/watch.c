@@ -559,6 +559,38 @@ static bool access_where(uintptr_t ip, char *where, size_t n)
 }
 
 /*
+ * access_where() for the report, remembered by ip: a hot variable is hit by
+ * a few instructions, millions of times, and decoding from the function's
+ * start for each hit is what would make the report fall behind (the ring
+ * path then loses hits).  Entries are dropped when an object is added to
+ * the list the symbols come from.  Consumer only.
+ */
+#define WHERE_CACHE 64
+static struct {
+	uintptr_t ip;
+	size_t nobjs;
+	bool at;
+	char where[160];
+} where_cache[WHERE_CACHE];
+
+static bool access_where_cached(uintptr_t ip, char *where, size_t n)
+{
+	typeof(&where_cache[0]) c = &where_cache[(ip ^ (ip >> 6)) % WHERE_CACHE];
+
+	if (c->ip != ip || c->nobjs != A.nobjs) {
+		c->at = access_where(ip, where, n);
+		if (strlen(where) >= sizeof(c->where))
+			return c->ip = 0, c->at; /* too long to keep */
+		c->ip = ip;
+		c->nobjs = A.nobjs;
+		strcpy(c->where, where);
+		return c->at;
+	}
+	snprintf(where, n, "%s", c->where);
+	return c->at;
+}
+
+/*
  * The return address of the function the hit is in, if that function has
  * not set its frame pointer at the hit (see capture_stack()), else 0.
  */
@@ -838,7 +870,7 @@ static void print_rec(const struct rec *r)
 		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
 	} else {
 		/* The trap ip follows the access (access_where()). */
-		const char *how = access_where(r->ip, where, sizeof(where)) ? "at" : "after";
+		const char *how = access_where_cached(r->ip, where, sizeof(where)) ? "at" : "after";
 
 		fmt_value(b, sizeof(b), r->newv);
 		if (A.ring) {
@@ -1369,6 +1401,7 @@ static void watch_free(void)
 	if (A.unw)
 		pki_unwinder_free(A.unw);
 	memset(&A, 0, sizeof(A));
+	memset(where_cache, 0, sizeof(where_cache));
 }
 
 /*

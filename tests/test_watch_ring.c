@@ -7,6 +7,10 @@
  * were opened (roots of their own) or were created after (inherited copies
  * writing into the opener's rings).  A ring too small for the faults must
  * say how many it lost, in PERF_RECORD_LOST records and in the count.
+ *
+ * With PKT_RING_HW=1 (the watch_ring_hw test): the ring path's own event, a
+ * hardware breakpoint sampled, written by 4 threads; where the machine does
+ * not deliver hardware hits it skips, saying so.
  */
 #include <errno.h>
 #include <linux/perf_event.h>
@@ -21,6 +25,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "watch/perf.h"
 #include "watch/ring.h"
 
 #define NTHREADS 4
@@ -276,12 +281,124 @@ START_TEST(refused)
 }
 END_TEST
 
+/* ---- the breakpoint itself (PKT_RING_HW=1) ---- */
+
+#define HW_WRITES 2000
+
+static long word __attribute__((aligned(8)));
+static pid_t hw_tids[NTHREADS];
+
+__attribute__((noinline)) static void *writer(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+
+	hw_tids[i] = gettid();
+	pthread_barrier_wait(&go);
+	for (int k = 0; k < HW_WRITES; k++)
+		__atomic_fetch_add(&word, 1, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+struct hw_seen {
+	long per[NTHREADS], others, bad_addr, bad_ip, bad_chain;
+};
+
+static void on_hw(const struct pki_ring_sample *s, void *ctx)
+{
+	struct hw_seen *h = ctx;
+	int i;
+
+	for (i = 0; i < NTHREADS && hw_tids[i] != s->tid; i++)
+		;
+	if (i == NTHREADS) {
+		h->others++;
+		return;
+	}
+	h->per[i]++;
+	if (s->addr != (uintptr_t)&word)
+		h->bad_addr++;
+	/* x86 traps after the write: the ip is the next instruction of writer() */
+	if (s->ip <= (uintptr_t)writer || s->ip > (uintptr_t)writer + 256)
+		h->bad_ip++;
+	/* the callchain: its marker, then the ip (the callers depend on frame pointers) */
+	if (s->nr < 2 || s->ips[0] != PERF_CONTEXT_USER || s->ips[1] != s->ip)
+		h->bad_chain++;
+}
+
+/* Every write by every thread a sample at the write, none lost, the count equal. */
+START_TEST(breakpoint_samples)
+{
+	struct pki_bp bp = {.addr = (uintptr_t)&word, .len = sizeof(word), .type = PK_WATCH_W};
+	struct hw_seen h = {0};
+	struct pki_ring_stats st;
+	pthread_t t[NTHREADS];
+	struct perf_event_attr a;
+	struct pki_ring *r;
+
+	pki_perf_bp_attr(&a, &bp);
+	a.sigtrap = 0;
+	a.inherit = 1;
+	a.inherit_thread = 1;
+	a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR |
+			PERF_SAMPLE_CALLCHAIN;
+	a.exclude_callchain_kernel = 1;
+	a.use_clockid = 1;
+	a.clockid = CLOCK_MONOTONIC;
+	pthread_barrier_init(&go, NULL, NTHREADS + 1);
+	r = pki_ring_open(&a, 64);
+	ck_assert_msg(r, "pki_ring_open: %s", strerror(errno));
+	ck_assert_int_eq(pki_ring_enable(r, true), 0);
+	for (int i = 0; i < NTHREADS; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, writer, (void *)(intptr_t)i), 0);
+	pthread_barrier_wait(&go);
+	for (int i = 0; i < NTHREADS; i++) {
+		while (pthread_tryjoin_np(t[i], NULL)) {
+			pki_ring_wait(r, 10);
+			ck_assert_int_ge(pki_ring_read(r, on_hw, &h), 0);
+		}
+	}
+	ck_assert_int_eq(pki_ring_enable(r, false), 0);
+	ck_assert_int_ge(pki_ring_read(r, on_hw, &h), 0);
+	pki_ring_stats(r, &st);
+	for (int i = 0; i < NTHREADS; i++)
+		ck_assert_int_eq(h.per[i], HW_WRITES);
+	ck_assert_int_eq(h.others, 0);
+	ck_assert_int_eq(h.bad_addr, 0);
+	ck_assert_int_eq(h.bad_ip, 0);
+	ck_assert_int_eq(h.bad_chain, 0);
+	ck_assert_uint_eq(st.lost, 0);
+	ck_assert_uint_eq(st.counted, (uint64_t)NTHREADS * HW_WRITES);
+	ck_assert_uint_eq(st.read, st.counted);
+	pki_ring_close(r);
+}
+END_TEST
+
+static int main_hw(void)
+{
+	Suite *s = suite_create("watch_ring_hw");
+	TCase *tc = tcase_create("breakpoint");
+	char why[256];
+
+	if (!pk_test_hw_delivered(why, sizeof(why))) {
+		printf("SKIP: %s\n", why);
+		return 77;
+	}
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, breakpoint_samples);
+	suite_add_tcase(s, tc);
+	return pk_test_run(s);
+}
+
 int main(void)
 {
 	Suite *s = suite_create("watch_ring");
 	TCase *tc = tcase_create("ring");
 	struct perf_event_attr a = fault_attr();
-	struct pki_ring *r = pki_ring_open(&a, 1);
+	struct pki_ring *r;
+
+	if (getenv("PKT_RING_HW"))
+		return main_hw();
+	r = pki_ring_open(&a, 1);
 
 	if (!r) {
 		printf("SKIP: cannot open a page-fault sampling event here: %s\n", strerror(errno));

@@ -1608,6 +1608,8 @@ bool agent_watch_attach(char *why, size_t n)
 		if (A.consumer_up)
 			consumer_stop();
 		watch_remove();
+		pki_ring_close(A.ring); /* stopped by watch_remove(): nothing to report */
+		A.ring = NULL;
 		pthread_mutex_unlock(&end_lock);
 		pki_watch_release();
 		return false;

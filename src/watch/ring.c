@@ -234,7 +234,10 @@ struct pki_ring *pki_ring_open(const struct perf_event_attr *attr, unsigned int 
 		goto fail;
 	}
 	r->scratch = malloc(r->data_size * r->ncpus);
-	r->max_recs = r->data_size * r->ncpus / sizeof(struct perf_event_header);
+	/* the most samples the rings can hold: each is its header and a u64 per field */
+	r->max_recs = r->data_size * r->ncpus /
+		      (sizeof(struct perf_event_header) +
+		       8 * (size_t)__builtin_popcountll(r->attr.sample_type));
 	r->recs = malloc(r->max_recs * sizeof(*r->recs));
 	if (!r->scratch || !r->recs) {
 		err = -ENOMEM;

@@ -240,7 +240,8 @@ static unsigned long setting_ulong(const char *(*get)(const char *), const char 
 
 bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
 {
-	const char *spec = get(PK_ENV_WATCH), *type = get(PK_ENV_WATCH_TYPE), *mode, *cond, *in;
+	const char *spec = get(PK_ENV_WATCH), *type = get(PK_ENV_WATCH_TYPE), *mode, *cond, *in,
+		   *path;
 	struct agent_watch_conf *w = &agent_watch_conf;
 
 	memset(w, 0, sizeof(*w));
@@ -284,6 +285,16 @@ bool agent_watch_config(const char *(*get)(const char *), char *why, size_t n)
 		       false;
 	if (in)
 		strcpy(w->in_func, in);
+	path = get(PK_ENV_WATCH_PATH);
+	if (!path || !strcmp(path, "auto"))
+		w->path = AGENT_PATH_AUTO;
+	else if (!strcmp(path, "ring"))
+		w->path = AGENT_PATH_RING;
+	else if (!strcmp(path, "signal"))
+		w->path = AGENT_PATH_SIGNAL;
+	else
+		return snprintf(why, n, "unknown watch path '%s' (auto, ring or signal)", path),
+		       false;
 	return true;
 }
 
@@ -385,8 +396,8 @@ void agent_library_settings(void)
 static bool user_setting(const char *var)
 {
 	static const char *const keep[] = {
-	    "PROBEKIT_TEXT_ALIAS=", "PROBEKIT_TRACE_CLOCK=", "PROBEKIT_RELOC=", "PROBEKIT_INT3=",
-	    "PROBEKIT_HWBP_UNDELIVERED="};
+	    "PROBEKIT_TEXT_ALIAS=", "PROBEKIT_TRACE_CLOCK=",	  "PROBEKIT_RELOC=",
+	    "PROBEKIT_INT3=",	    "PROBEKIT_HWBP_UNDELIVERED=", "PROBEKIT_RING_FAULTS="};
 
 	for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
 		if (!strncmp(var, keep[i], strlen(keep[i])))

@@ -21,6 +21,8 @@
  *                           ("changed && new > old", pk_watch_cond_parse)
  *   PROBEKIT_WATCH_IN       report only accesses made by this function
  *   PROBEKIT_WATCH_UNDER    ... by this function or one it called (on the stack)
+ *   PROBEKIT_WATCH_PATH     auto (default), ring or signal: how hardware hits
+ *                           reach the agent (doc/design/watch-ring.md)
  *   PROBEKIT_OUT_FD         fd for the hit report (default: 2, stderr)
  *   PROBEKIT_CTL_FD         fd on which the agent writes one status line
  *                           ("ok\n" or "error: MESSAGE\n") and closes it
@@ -48,6 +50,7 @@
 #define PK_ENV_WATCH_IF	     "PROBEKIT_WATCH_IF"     /* a condition (pk_watch_cond_parse) */
 #define PK_ENV_WATCH_IN	     "PROBEKIT_WATCH_IN"     /* FUNC: accesses by its instructions */
 #define PK_ENV_WATCH_UNDER   "PROBEKIT_WATCH_UNDER"  /* FUNC: accesses with it on the stack */
+#define PK_ENV_WATCH_PATH    "PROBEKIT_WATCH_PATH"   /* auto (default), ring or signal */
 #define PK_ENV_OUT_FD	     "PROBEKIT_OUT_FD"
 #define PK_ENV_CTL_FD	     "PROBEKIT_CTL_FD"
 #define PK_ENV_PRELOAD_SAVED "PROBEKIT_PRELOAD_SAVED"

@@ -33,6 +33,13 @@ struct pk_regs;
  * cleans the environment and never changed after: any thread, a vfork
  * child too, may read them.
  */
+/* How hardware hits reach the agent: --path (doc/design/watch-ring.md). */
+enum agent_watch_path {
+	AGENT_PATH_AUTO = 0, /* the ring where it can serve, else signals */
+	AGENT_PATH_RING,     /* perf's ring buffer, read by the report thread */
+	AGENT_PATH_SIGNAL,   /* a SIGTRAP per hit, handled in the thread that hit */
+};
+
 struct agent_watch_conf {
 	char spec[256]; /* PROBEKIT_WATCH; empty: no watch mode */
 	enum pk_watch_type type;
@@ -44,6 +51,7 @@ struct agent_watch_conf {
 	struct pk_watch_cond cond; /* --changed, --if (parsed) */
 	char in_func[256];	   /* --in or --under FUNC: resolved by the watch */
 	bool under;		   /* --under: FUNC on the stack will do (cond.in_stack) */
+	enum agent_watch_path path;
 };
 extern struct agent_watch_conf agent_watch_conf;
 

@@ -7,7 +7,13 @@
  * through a pk_hitq; a consumer thread formats and writes them to the
  * report fd.  At exit() the queue is drained and a summary written.
  *
- * What runs where:
+ * The ring path (doc/design/watch-ring.md) takes no signal: the kernel
+ * writes each hit into perf's per-CPU ring buffers and the report thread
+ * reads them (ring_consumer); no values are read, nothing runs in the
+ * thread that hit.  It serves hardware watches that need nothing from a
+ * handler (no condition, no --follow); the signal path below does the rest.
+ *
+ * What runs where (the signal path):
  *   signal handler (on_hit)  atomics, clock_gettime, process_vm_readv,
  *                            pk_hitq_push, futex wake: async-signal-safe only
  *   consumer thread          symbolization (libelf tables read here or in the
@@ -49,11 +55,13 @@
 #include "sym/unwind.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
+#include "watch/ring.h"
 #include "watch/watch_int.h"
 
 #define MAX_FRAMES  16
 #define STACK_WORDS 32	 /* a frameless function's return address is found this far up */
 #define NRECS	    1024 /* records in flight; also the hit queue's capacity */
+#define RING_PAGES  64	 /* the ring path's data pages per CPU (WR2) */
 
 /*
  * One hit, filled in by the signal handler.  State protocol: FREE -> BUSY
@@ -138,6 +146,13 @@ static struct {
 	bool attached;	/* loaded into a running process (agent/attach.c), not preloaded */
 	char prog[32];	/* the program, for messages: "PROG" or "process N" */
 	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
+
+	/* The ring path (WR0-WR7): the consumer is its reader. */
+	struct pki_ring *ring;	      /* NULL: the signal path */
+	char path_why[256];	      /* auto took signals where it could not take the ring: why */
+	unsigned long ring_read;      /* samples read, those past --count included */
+	struct pki_ring_stats rstats; /* taken when its events stop */
+	bool ring_stopped;
 } A;
 
 /*
@@ -554,6 +569,38 @@ static bool access_where(uintptr_t ip, char *where, size_t n)
 }
 
 /*
+ * access_where() for the report, remembered by ip: a hot variable is hit by
+ * a few instructions, millions of times, and decoding from the function's
+ * start for each hit is what would make the report fall behind (the ring
+ * path then loses hits).  Entries are dropped when an object is added to
+ * the list the symbols come from.  Consumer only.
+ */
+#define WHERE_CACHE 64
+static struct {
+	uintptr_t ip;
+	size_t nobjs;
+	bool at;
+	char where[160];
+} where_cache[WHERE_CACHE];
+
+static bool access_where_cached(uintptr_t ip, char *where, size_t n)
+{
+	typeof(&where_cache[0]) c = &where_cache[(ip ^ (ip >> 6)) % WHERE_CACHE];
+
+	if (c->ip != ip || c->nobjs != A.nobjs) {
+		c->at = access_where(ip, where, n);
+		if (strlen(where) >= sizeof(c->where))
+			return c->ip = 0, c->at; /* too long to keep */
+		c->ip = ip;
+		c->nobjs = A.nobjs;
+		strcpy(c->where, where);
+		return c->at;
+	}
+	snprintf(where, n, "%s", c->where);
+	return c->at;
+}
+
+/*
  * The return address of the function the hit is in, if that function has
  * not set its frame pointer at the hit (see capture_stack()), else 0.
  */
@@ -593,8 +640,8 @@ static int cfi_callers(const struct rec *r, uintptr_t *ras, int max)
 {
 	size_t nobjs = 0;
 
-	if (!A.snaps)
-		return 0;
+	if (!A.snaps || A.ring)
+		return 0; /* the ring path's callchain is the kernel's frame-pointer walk (WR7) */
 	dl_iterate_phdr(count_obj, &nobjs); /* a dlopen() since: its CFI too */
 	if (nobjs != A.unw_nobjs) {
 		pki_unwinder_free(A.unw);
@@ -833,10 +880,15 @@ static void print_rec(const struct rec *r)
 		snprintf(line + len, sizeof(line) - (size_t)len, "exec %s\n", where);
 	} else {
 		/* The trap ip follows the access (access_where()). */
-		const char *how = access_where(r->ip, where, sizeof(where)) ? "at" : "after";
+		const char *how = access_where_cached(r->ip, where, sizeof(where)) ? "at" : "after";
 
 		fmt_int(b, sizeof(b), r->newv, r->len);
-		if (conf->type == PK_WATCH_W) {
+		if (A.ring) {
+			/* WR7: no value is read on the ring path */
+			snprintf(line + len, sizeof(line) - (size_t)len, "%s %s %s %s\n",
+				 conf->type == PK_WATCH_W ? "write" : "access", conf->spec, how,
+				 where);
+		} else if (conf->type == PK_WATCH_W) {
 			fmt_int(a, sizeof(a), r->oldv, r->len);
 			snprintf(line + len, sizeof(line) - (size_t)len,
 				 "write %s%s: %s -> %s %s %s\n", conf->spec, part, a, b, how,
@@ -1018,6 +1070,11 @@ static void drain(void)
 /* Remove the watchpoint, keeping its final counts for the summary. */
 static void watch_remove(void)
 {
+	if (A.ring && !A.ring_stopped) {
+		/* WR6: stopped, not closed: what they wrote stays to be read */
+		pki_ring_enable(A.ring, false);
+		A.ring_stopped = true;
+	}
 	if (A.pw) {
 		pk_watch_remove(A.pw);
 		A.pw = NULL;
@@ -1031,12 +1088,19 @@ static void watch_remove(void)
 	A.w = NULL;
 }
 
+static void on_sample(const struct pki_ring_sample *s, void *ctx);
+
 static void count_reached(void)
 {
 	if (A.count_done || !conf->limit || A.printed < conf->limit)
 		return;
 	A.count_done = true;
 	watch_remove();
+	if (A.ring) {
+		/* stopped: what came before the stop is read (not printed), the count final */
+		pki_ring_read(A.ring, on_sample, NULL);
+		pki_ring_stats(A.ring, &A.rstats);
+	}
 	A.w = NULL;
 	agent_out_printf("# --count %lu reached: watchpoint removed, the program goes on\n",
 			 conf->limit);
@@ -1071,6 +1135,64 @@ static void *consumer(void *arg)
 	}
 }
 
+/* WR3: one sample, printed as the signal path prints a hit; consumer only. */
+static void on_sample(const struct pki_ring_sample *s, void *ctx)
+{
+	struct rec r = {.tid = s->tid, .ip = (uintptr_t)s->ip};
+	bool ip_seen = false;
+
+	(void)ctx;
+	A.ring_read++;
+	if (A.count_done || (conf->limit && A.printed >= conf->limit))
+		return;
+	r.t.tv_sec = (time_t)(s->time / 1000000000);
+	r.t.tv_nsec = (long)(s->time % 1000000000);
+	/* The user callchain: the hit's own ip first, then the callers (the markers skipped). */
+	for (uint32_t i = 0; i < s->nr && r.nframes < MAX_FRAMES; i++) {
+		if (s->ips[i] >= PERF_CONTEXT_MAX)
+			continue;
+		if (!ip_seen) {
+			ip_seen = true;
+			continue;
+		}
+		/* the kernel follows any rbp: a walk through code without frame pointers ends in
+		 * junk */
+		if (!obj_at((uintptr_t)s->ips[i]))
+			break;
+		r.frames[r.nframes++] = (uintptr_t)s->ips[i];
+	}
+	print_rec(&r);
+	A.printed++;
+}
+
+/*
+ * The ring path's report thread (WR4): read the rings at every wakeup (a
+ * ring a quarter full, a kick, or 100 ms), print, and after a stop read
+ * them once more before returning; once --count is reached, wait for the
+ * stop only.
+ */
+static void *ring_consumer(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		bool stop = atomic_load_explicit(&A.stop, memory_order_acquire);
+		uint32_t seen = atomic_load_explicit(&A.wake, memory_order_acquire);
+		struct timespec tmo = {0, 200 * 1000 * 1000};
+
+		if (!A.count_done)
+			pki_ring_read(A.ring, on_sample, NULL);
+		count_reached();
+		atomic_fetch_add_explicit(&A.drained, 1, memory_order_release);
+		pki_futex_wake(&A.drained, INT32_MAX);
+		if (stop)
+			return NULL;
+		if (!A.count_done)
+			pki_ring_wait(A.ring, 100);
+		else
+			pki_futex_wait(&A.wake, seen, &tmo);
+	}
+}
+
 /*
  * A fatal signal whose disposition PROG left at the default: give the
  * consumer up to a second to print what is queued, then die from the same
@@ -1095,6 +1217,8 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 
 		atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
 		pki_futex_wake(&A.wake, 1);
+		if (A.ring)
+			pki_ring_kick(A.ring); /* a write(2) to an eventfd: signal-safe */
 		/* The consumer may be mid-drain: wait for one drain that started after us. */
 		for (int i = 0; i < 2; i++) {
 			while (atomic_load_explicit(&A.drained, memory_order_acquire) == seen &&
@@ -1129,8 +1253,41 @@ static void consumer_stop(void)
 	atomic_store_explicit(&A.stop, true, memory_order_release);
 	atomic_fetch_add_explicit(&A.wake, 1, memory_order_release);
 	pki_futex_wake(&A.wake, 1);
+	if (A.ring)
+		pki_ring_kick(A.ring);
 	pthread_join(A.consumer, NULL);
 	A.consumer_up = false;
+}
+
+/*
+ * WR6: the ring path's end, after the reader's last read and the events'
+ * stop: what they wrote before it is read, the count says what the rings
+ * never had, the summary says it.  Under end_lock.
+ */
+static void ring_end(void)
+{
+	unsigned long lost;
+
+	if (!A.count_done)
+		pki_ring_read(A.ring, on_sample, NULL);
+	if (!A.count_done || !A.rstats.cpus)
+		pki_ring_stats(A.ring, &A.rstats);
+	/* WR5: every count is a sample read or lost, whether a LOST record said so or not */
+	lost = A.rstats.counted > A.ring_read ? A.rstats.counted - A.ring_read : 0;
+	if (lost < A.rstats.lost)
+		lost = A.rstats.lost;
+	agent_out_printf("# %lu hit(s) printed, %lu lost\n", A.printed, lost);
+	if (lost)
+		agent_out_printf(
+		    "# %lu hit(s) lost: the ring buffers (%u page(s) per CPU) were full, "
+		    "the report thread fell behind (%lu said by PERF_RECORD_LOST)\n",
+		    lost, A.rstats.pages, (unsigned long)A.rstats.lost);
+	if (A.rstats.throttled)
+		agent_out_printf("# the kernel throttled the watch %lu time(s): hits in those "
+				 "moments were neither counted nor recorded\n",
+				 (unsigned long)A.rstats.throttled);
+	pki_ring_close(A.ring);
+	A.ring = NULL;
 }
 
 static void watch_end(void)
@@ -1146,6 +1303,11 @@ static void watch_end(void)
 	}
 	consumer_stop();
 	watch_remove();
+	if (A.ring) {
+		ring_end();
+		pthread_mutex_unlock(&end_lock);
+		return;
+	}
 	drain();
 	lost = atomic_load(&A.lost) + pk_hitq_dropped(A.q);
 	if (A.stats.unseen)
@@ -1217,6 +1379,20 @@ static bool pretending(void)
 	return e && *e && strcmp(e, "0");
 }
 
+/*
+ * PROBEKIT_RING_FAULTS=PAGES: the ring path samples the program's page
+ * faults instead of the breakpoint, in rings of PAGES data pages: a test
+ * switch, so that the reader, the report and the summary run where
+ * hardware hits are not delivered (doc/design/watch-ring.md, WR8).  0: off.
+ */
+static unsigned int ring_faults(void)
+{
+	const char *e = getenv("PROBEKIT_RING_FAULTS");
+	unsigned long n = e ? strtoul(e, NULL, 0) : 0;
+
+	return n && !(n & (n - 1)) && n <= 1024 ? (unsigned int)n : 0;
+}
+
 /* pk_watch_add() failed with @err: fail(), saying why if the library knows. */
 static bool add_failed(int err)
 {
@@ -1257,6 +1433,7 @@ static void watch_free(void)
 		pk_watch_remove(A.pw);
 	if (A.w)
 		pk_watch_remove(A.w);
+	pki_ring_close(A.ring); /* (a fork child's copies: closing them stops nothing) */
 	for (size_t i = 0; i < A.nobjs; i++) {
 		free(A.objs[i].path);
 		if (A.objs[i].loaded)
@@ -1269,6 +1446,7 @@ static void watch_free(void)
 	if (A.unw)
 		pki_unwinder_free(A.unw);
 	memset(&A, 0, sizeof(A));
+	memset(where_cache, 0, sizeof(where_cache));
 }
 
 /*
@@ -1298,6 +1476,87 @@ static bool hw_limits_ok(void)
 	return true;
 }
 
+/* WR0: what only the signal path does; NULL if the ring can serve this watch. */
+static const char *ring_unfit(void)
+{
+	if (conf->mode == PK_WATCH_MODE_PAGE)
+		return "page mode takes its hits by signals";
+	if (conf->follow)
+		return "--follow moves the watch from a handler";
+	if (conf->in_func[0] || conf->cond.changed || conf->cond.term[0].cmp)
+		return "--if, --changed, --in and --under are evaluated in a handler";
+	if (!A.addr)
+		return "the pointer is NULL";
+	if (!pki_hwbp_len_ok(A.len) || !pki_hwbp_data_ok(A.addr, A.len))
+		return "the range does not fit a debug register";
+	return NULL;
+}
+
+/*
+ * WR0: take the ring path if --path allows and the watch fits it: hardware
+ * hits delivered here, the ring's events opened (disabled; enabled once the
+ * reader runs).  false after fail() (--path ring that cannot be served);
+ * true with A.ring NULL: the signal path, A.path_why saying why for auto.
+ */
+static bool ring_choose(void)
+{
+	const char *unfit = ring_unfit();
+	struct pki_bp bp = {.addr = A.addr, .len = A.len, .type = conf->type};
+	struct perf_event_attr a;
+	unsigned int pages = ring_faults() ? ring_faults() : RING_PAGES;
+	int d;
+
+	if (conf->path == AGENT_PATH_SIGNAL)
+		return true;
+	if (unfit && conf->path == AGENT_PATH_RING)
+		return fail("cannot watch %s with --path ring: %s", conf->spec, unfit);
+	if (unfit)
+		return snprintf(A.path_why, sizeof(A.path_why), "%s", unfit), true;
+	d = ring_faults() ? 1 : pki_perf_bp_delivered(pretending());
+	if (d == 0 && conf->path == AGENT_PATH_RING)
+		return fail("cannot watch %s with --path ring: hardware hits not delivered here "
+			    "(this machine accepts hardware breakpoints but a test write to a "
+			    "watched word raised no hit%s)",
+			    conf->spec, pretending() ? "; PROBEKIT_HWBP_UNDELIVERED is set" : "");
+	if (d < 0 && conf->path == AGENT_PATH_RING)
+		return add_failed(-d);
+	if (d <= 0)
+		return true; /* the signal path says why, as it always has */
+	/*
+	 * WR1: the breakpoint of the signal path, sampled instead of signalling:
+	 * every hit a sample (period 1, never throttled: WR5) of its ip, thread
+	 * and time on the clock the report uses, and with --stack the user
+	 * callchain (the kernel's frame-pointer walk).
+	 */
+	pki_perf_bp_attr(&a, &bp);
+	if (ring_faults()) {
+		a.type = PERF_TYPE_SOFTWARE;
+		a.config = PERF_COUNT_SW_PAGE_FAULTS;
+		a.bp_type = 0;
+		a.bp_addr = 0;
+		a.bp_len = 0;
+	}
+	a.sigtrap = 0;
+	a.sig_data = 0;
+	a.inherit = 1;
+	a.inherit_thread = 1;
+	a.sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR;
+	if (conf->stack) {
+		a.sample_type |= PERF_SAMPLE_CALLCHAIN;
+		a.exclude_callchain_kernel = 1;
+		a.sample_max_stack = MAX_FRAMES + 1;
+	}
+	a.use_clockid = 1;
+	a.clockid = CLOCK_MONOTONIC;
+	A.ring = pki_ring_open(&a, pages);
+	if (A.ring)
+		return true;
+	if (conf->path == AGENT_PATH_RING)
+		return add_failed(errno);
+	snprintf(A.path_why, sizeof(A.path_why), "the ring: %s", strerror(errno));
+	return true;
+}
+
 static bool watch_begin(void)
 {
 	clock_gettime(CLOCK_MONOTONIC, &A.t0);
@@ -1318,11 +1577,20 @@ static bool watch_begin(void)
 		return false;
 	if (conf->type != PK_WATCH_X && A.addr)
 		shadow_seed(A.addr, true, false);
-	if (pki_worker_start(&A.consumer, false, "probekit-agent", consumer, NULL))
+	if (A.addr && conf->mode != PK_WATCH_MODE_PAGE && !ring_choose())
+		return false;
+	if (pki_worker_start(&A.consumer, false, "probekit-agent",
+			     A.ring ? ring_consumer : consumer, NULL))
 		return fail("cannot start the report thread");
 	A.consumer_up = true;
-	if (A.addr && !(A.w = watch_add(A.addr, A.len, conf->type, true)))
+	if (A.ring) {
+		int err = pki_ring_enable(A.ring, true);
+
+		if (err)
+			return add_failed(-err);
+	} else if (A.addr && !(A.w = watch_add(A.addr, A.len, conf->type, true))) {
 		return add_failed(errno);
+	}
 	/*
 	 * The value again, now that every write is seen: one made while the
 	 * watchpoint went on (a running program's, when attached) is the first
@@ -1335,20 +1603,28 @@ static bool watch_begin(void)
 	if (A.ptr && conf->follow && !(A.pw = watch_add(A.ptr, sizeof(void *), PK_WATCH_W, false)))
 		return add_failed(errno);
 	if (A.addr) {
+		bool page = pk_watch_mode_of(A.w) == PK_WATCH_MODE_PAGE;
 		int parts = conf->type == PK_WATCH_X ? 1 : hw_parts(A.addr, A.len);
-		char regs[64] = "hardware (a debug register)";
+		char regs[32] = "a debug register", how[160];
 
 		if (parts > 1)
-			snprintf(regs, sizeof(regs), "hardware (%d debug registers)", parts);
-		agent_out_printf("# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads, %s\n",
-				 A.what, A.len, (unsigned long)A.addr,
-				 conf->type == PK_WATCH_W    ? "writes"
-				 : conf->type == PK_WATCH_RW ? "reads and writes"
-							     : "execution",
-				 pk_watch_mode_of(A.w) == PK_WATCH_MODE_PAGE
-				     ? "page mode (page protection: every access to its pages "
-				       "costs two signals)"
-				     : regs);
+			snprintf(regs, sizeof(regs), "%d debug registers", parts);
+		if (page)
+			snprintf(how, sizeof(how),
+				 "page mode (page protection: every access to its "
+				 "pages costs two signals)");
+		else
+			snprintf(how, sizeof(how), "hardware (%s), %s", regs,
+				 A.ring ? "ring path (perf's ring buffer: no signal, no values)"
+					: "signal path (a SIGTRAP per hit)");
+		agent_out_printf(
+		    "# probekit watch: %s, %zu byte(s) at %#lx, %s, all threads, %s%s%s\n", A.what,
+		    A.len, (unsigned long)A.addr,
+		    conf->type == PK_WATCH_W	? "writes"
+		    : conf->type == PK_WATCH_RW ? "reads and writes"
+						: "execution",
+		    how, A.ring || !A.path_why[0] || page ? "" : "; not the ring path: ",
+		    A.ring || page ? "" : A.path_why);
 	} else
 		agent_out_printf("# probekit watch: %s: NULL for now, %zu byte(s) of what it will "
 				 "point to, %s, all threads\n",
@@ -1382,6 +1658,8 @@ bool agent_watch_attach(char *why, size_t n)
 		if (A.consumer_up)
 			consumer_stop();
 		watch_remove();
+		pki_ring_close(A.ring); /* stopped by watch_remove(): nothing to report */
+		A.ring = NULL;
 		pthread_mutex_unlock(&end_lock);
 		pki_watch_release();
 		return false;

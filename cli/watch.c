@@ -42,6 +42,13 @@ static const char usage[] =
     "by decoding the function from its start (\"at f+0x..\"), or is the next one\n"
     "(\"after f+0x..\") when that fails.  The value is read when the hit is\n"
     "handled: a concurrent writer may already have changed it.\n\n"
+    "A hardware watch that needs nothing at the hit itself (no --if, --changed,\n"
+    "--in or --follow) takes the ring path: the kernel writes each hit into\n"
+    "perf's ring buffer (as perf record -e mem:ADDR does) and a thread of the\n"
+    "agent prints them, with no signal in the program, at the cost of a counter;\n"
+    "those lines give no value (\"write counter at f+0x..\"): one read later\n"
+    "would be another moment's.  Hits the ring had no room for are counted as\n"
+    "lost in the summary.  The first line says which path was taken.\n\n"
     "options:\n"
     "  -t, --type w|rw|x   writes (default), reads and writes, or execution\n"
     "  -l, --len N         bytes to watch (default: the symbol's size)\n"
@@ -68,6 +75,12 @@ static const char usage[] =
     "      --under FUNC    print only accesses made while FUNC is on the stack\n"
     "                      (FUNC or a function it called: the frame-pointer\n"
     "                      chain, ended by a caller built without one)\n"
+    "      --path auto|ring|signal\n"
+    "                      how hardware hits reach probekit: ring (perf's ring\n"
+    "                      buffer, read by a thread: no signal, no values),\n"
+    "                      signal (a SIGTRAP handled in the thread that hit: the\n"
+    "                      values, conditions, --follow); auto (default): ring\n"
+    "                      where the watch needs no handler, signal otherwise\n"
     "  -s, --stack         a backtrace with each hit (the .eh_frame unwinder, as\n"
     "                      gdb's; frame pointers where that finds less)\n"
     "  -c, --count N       stop after N hits; PROG goes on unwatched\n"
@@ -92,7 +105,7 @@ static const char usage[] =
 /* What the command line asks for; PROG is argv[prog]. */
 struct watch_opts {
 	const char *spec; /* SYMBOL[+OFF] or ADDR */
-	const char *type, *len, *count, *output, *mode, *in;
+	const char *type, *len, *count, *output, *mode, *in, *path;
 	bool under;	/* in is --under's FUNC */
 	char cond[512]; /* --changed and every --if, joined by && */
 	bool stack, follow;
@@ -101,7 +114,7 @@ struct watch_opts {
 	double duration; /* --duration SECONDS with -p; 0: until a signal */
 };
 
-enum { O_DURATION = 256, O_CHANGED, O_IF, O_IN, O_UNDER };
+enum { O_DURATION = 256, O_CHANGED, O_IF, O_IN, O_UNDER, O_WPATH };
 
 /* --changed, --if EXPR: one more term of the condition, checked now. */
 static bool cond_add(struct watch_opts *o, const char *term)
@@ -181,6 +194,13 @@ static bool watch_opts_set(struct watch_opts *o, int c, const char *arg, const c
 		o->in = arg;
 		o->under = c == O_UNDER;
 		return true;
+	case O_WPATH:
+		o->path = arg;
+		if (strcmp(arg, "auto") && strcmp(arg, "ring") && strcmp(arg, "signal"))
+			return cli_usage_error("watch: unknown path '%s' (auto, ring or signal)",
+					       arg),
+			       false;
+		return true;
 	default:
 		return cli_usage_error("watch: unknown option '%s'", word), false;
 	}
@@ -210,6 +230,26 @@ static bool several_symbols(int argc, char **argv, int prog)
 	return dashes && !strchr(argv[prog], '/') && !agent_in_path(argv[prog], path, sizeof(path));
 }
 
+/*
+ * --path ring with what only the signal path does (doc/design/watch-ring.md,
+ * WR0): a usage error, said before PROG runs.  The agent checks the rest
+ * (the range, whether hits are delivered) where it resolves the symbol.
+ */
+static bool ring_fits(const struct watch_opts *o)
+{
+	const char *why = o->mode && !strcmp(o->mode, "page") ? "--mode page"
+			  : o->follow			      ? "--follow"
+			  : o->cond[0]			      ? "--if and --changed"
+			  : o->in			      ? "--in"
+							      : NULL;
+
+	if (why)
+		cli_usage_error("watch: --path ring cannot serve %s: it needs a handler that runs "
+				"at each hit (--path signal)",
+				why);
+	return !why;
+}
+
 /* Fill @o from the command line; false: stop with exit status *@status. */
 static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *status)
 {
@@ -227,6 +267,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	    {"if", required_argument, NULL, O_IF},
 	    {"in", required_argument, NULL, O_IN},
 	    {"under", required_argument, NULL, O_UNDER},
+	    {"path", required_argument, NULL, O_WPATH},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -312,6 +353,8 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	if (!strcmp(o->type, "x") && o->mode && !strcmp(o->mode, "page"))
 		return cli_usage_error("watch: --mode page watches data (w or rw), not execution"),
 		       false;
+	if (o->path && !strcmp(o->path, "ring") && !ring_fits(o))
+		return false;
 	if (o->len && o->mode && !strcmp(o->mode, "hw") &&
 	    strtoul(o->len, NULL, 0) > PKI_HWBP_SPAN_MAX)
 		return cli_usage_error("watch: --mode hw watches " PKI_HWBP_SPLIT_LENS
@@ -322,7 +365,7 @@ static bool watch_opts_parse(struct watch_opts *o, int argc, char **argv, int *s
 	return true;
 }
 
-/* The agent's settings (agent.h) into @env, NULL-terminated: at most 19 entries. */
+/* The agent's settings (agent.h) into @env, NULL-terminated: at most 21 entries. */
 static void watch_env_build(const char **env, const struct watch_opts *o)
 {
 	int ne = 0;
@@ -359,6 +402,10 @@ static void watch_env_build(const char **env, const struct watch_opts *o)
 		env[ne++] = o->under ? PK_ENV_WATCH_UNDER : PK_ENV_WATCH_IN;
 		env[ne++] = o->in;
 	}
+	if (o->path) {
+		env[ne++] = PK_ENV_WATCH_PATH;
+		env[ne++] = o->path;
+	}
 	env[ne] = NULL;
 }
 
@@ -391,7 +438,7 @@ int cmd_watch(int argc, char **argv)
 	struct watch_opts o = {.type = "w"};
 	struct agent_run r = {.out_fd = -1, .relay_fd = 2, .report_end = true};
 	char path[PATH_MAX], agent[PATH_MAX];
-	const char *env[20];
+	const char *env[22];
 	int ret;
 
 	if (!watch_opts_parse(&o, argc, argv, &ret))

@@ -28,7 +28,7 @@
 #include "base/fd.h"
 #include "watch/perf.h"
 
-static void bp_attr(struct perf_event_attr *attr, const struct pki_bp *bp)
+void pki_perf_bp_attr(struct perf_event_attr *attr, const struct pki_bp *bp)
 {
 	static const unsigned int bp_type[] = {
 	    [PK_WATCH_W] = HW_BREAKPOINT_W,
@@ -58,7 +58,7 @@ int pki_perf_bp_open(const struct pki_bp *bp, pid_t tid)
 	struct perf_event_attr attr;
 	long fd;
 
-	bp_attr(&attr, bp);
+	pki_perf_bp_attr(&attr, bp);
 	fd = syscall(SYS_perf_event_open, &attr, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 	/* Out of the numbers the program's own open()s take (base/fd.h). */
 	return fd < 0 ? -errno : pki_fd_high((int)fd);
@@ -91,7 +91,7 @@ int pki_perf_bp_modify(int fd, const struct pki_bp *bp)
 {
 	struct perf_event_attr attr;
 
-	bp_attr(&attr, bp);
+	pki_perf_bp_attr(&attr, bp);
 	return ioctl(fd, PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &attr) ? -errno : 0;
 }
 
@@ -128,7 +128,7 @@ int pki_perf_bp_delivered(bool pretend)
 	int err;
 
 	bp.addr = (uintptr_t)&words[pretend ? 1 : 0];
-	bp_attr(&attr, &bp);
+	pki_perf_bp_attr(&attr, &bp);
 	attr.sigtrap = 0;
 	attr.remove_on_exec = 0;
 	fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);

@@ -28,6 +28,14 @@ struct pki_bp {
 	uint64_t sig_data; /* si_perf_data of every SIGTRAP it raises */
 };
 
+struct perf_event_attr;
+
+/*
+ * @bp as the attributes of a breakpoint event that signals every hit (the
+ * list at the top of perf.c); the ring path (ring.h) starts from these.
+ */
+void pki_perf_bp_attr(struct perf_event_attr *attr, const struct pki_bp *bp);
+
 /* Open @bp on thread @tid; returns the fd (O_CLOEXEC) or -errno. */
 int pki_perf_bp_open(const struct pki_bp *bp, pid_t tid);
 

@@ -54,7 +54,7 @@ if "$hwbp" >hw; then
 	"$pk" watch -p "$bpid" naps --duration 0.5 2>cmd
 	rc=$?
 	check "watch -p: exit status $rc, through the listener, hits" \
-		"[[ $rc == 0 ]] && grep -q 'through its listening agent' cmd && grep -q 'write naps: ' cmd"
+		"[[ $rc == 0 ]] && grep -q 'through its listening agent' cmd && grep -Eq 'write naps(: | at | after )' cmd"
 	as_before "watch -p"
 else
 	echo "SKIP (part): watch -p: $(cat hw)"

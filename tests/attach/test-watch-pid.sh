@@ -58,21 +58,46 @@ check "undelivered: SIGTRAP still the program's" sigtrap_caught
 after_detach "undelivered"
 finish "undelivered"
 
+# The ring path attached, on every machine with its test switch (page
+# faults sampled instead of the breakpoint: doc/design/watch-ring.md WR8):
+# the path said, the summary back, and the detach leaves no descriptor or
+# thread of it.
+start "$busy" 0 env PROBEKIT_RING_FAULTS=64
+"$pk" watch -p "$bpid" --path ring naps --duration 0.5 2>cmd
+rc=$?
+check "ring path attached: exit status $rc, the path said, a summary" \
+	"[[ $rc == 0 ]] && grep -q 'ring path (perf.s ring buffer' cmd && grep -qE '^# [0-9]+ hit\(s\) printed, 0 lost$' cmd"
+after_detach "ring path attached"
+finish "ring path attached"
+
 "$hwbp" >hw
 delivered=$?
 [[ $delivered -eq 0 || $delivered -eq 77 ]] || { echo "hwbp_delivered: exit $delivered"; exit 1; }
 modes=(page)
-if [[ $delivered -eq 0 ]]; then modes+=(hw); else echo "hardware cases skipped: $(cat hw)"; fi
+if [[ $delivered -eq 0 ]]; then modes+=(hw ring); else echo "hardware cases skipped (both paths): $(cat hw)"; fi
+# The options of each: a debug register's hits by SIGTRAP (values) or read
+# from perf's ring buffer (no values, doc/design/watch-ring.md).
+margs() {
+	case $1 in
+	page) echo --mode page ;;
+	hw) echo --mode hw --path signal ;;
+	ring) echo --mode hw --path ring ;;
+	esac
+}
 
 # no_memfd: nothing of page mode's is left in the process (its pages private again).
 no_memfd() { ! grep -q 'probekit-watch' "/proc/$bpid/maps"; }
 
 for mode in "${modes[@]}"; do
 start
-echo "--- --mode $mode"
+echo "--- $(margs "$mode")"
+if [[ $mode == ring ]]; then
+	hit_naps='^ +[0-9]+\.[0-9]{6} tid [0-9]+ write naps (at|after) '
+	consecutive() { true; } # no values on the ring path
+fi
 
 # 1. A second of naps: every hit is the next value, then the detach.
-"$pk" watch -p "$bpid" --mode "$mode" naps --duration 1 2>cmd
+"$pk" watch -p "$bpid" $(margs "$mode") naps --duration 1 2>cmd
 rc=$?
 check "watch -p: exit status $rc" "[[ $rc == 0 ]]"
 check "watch -p: attached, detached" "grep -q 'attached to process $bpid' cmd && grep -q 'detached from process $bpid' cmd"
@@ -89,7 +114,7 @@ after_detach "watch -p"
 # 2. Threads created after the attach are watched.
 tids0=$(ls "/proc/$bpid/task")
 touch spawn
-"$pk" watch -p "$bpid" --mode "$mode" spawned --duration 0.5 2>cmd
+"$pk" watch -p "$bpid" $(margs "$mode") spawned --duration 0.5 2>cmd
 rc=$?
 rm -f spawn
 sleep 0.1
@@ -98,7 +123,7 @@ check "new threads: exit status $rc, hits by $new thread(s) created after the at
 after_detach "new threads"
 
 # 3. --count: the watch ends after N hits and detaches by itself; -o FILE.
-"$pk" watch -p "$bpid" --mode "$mode" -c 3 -o report naps 2>cmd
+"$pk" watch -p "$bpid" $(margs "$mode") -c 3 -o report naps 2>cmd
 rc=$?
 check "--count 3: exit status $rc, detached" "[[ $rc == 0 ]] && grep -q 'detached from process $bpid' cmd"
 check "--count 3: three hits in the file, the agent reused" \
@@ -108,7 +133,7 @@ after_detach "--count"
 
 # 4. SIGINT detaches; the program's own SIGTRAP handler gets its signals after.
 : >cmd # the last run's lines are not this one's
-"$pk" watch -p "$bpid" --mode "$mode" naps 2>cmd &
+"$pk" watch -p "$bpid" $(margs "$mode") naps 2>cmd &
 w=$!
 for ((k = 0; k < 6000; k++)); do grep -q 'watching until Ctrl-C' cmd && break; kill -0 "$w" 2>/dev/null || break; sleep 0.01; done
 sleep 0.2

@@ -18,9 +18,15 @@
 #
 # HWBP_DELIVERED: tests/hwbp_delivered.c (exit 0 where hits are delivered, 77 not).
 #
-# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC WATCH_TARGET_LEAF WATCH_PTR WATCH_TARGET_NOFP HWBP_DELIVERED
+# HOT_COUNTER: tests/targets/hot_counter.c, a counter bumped in a loop and
+# fresh pages touched.  The ring path (doc/design/watch-ring.md) runs on
+# every machine with its test switch PROBEKIT_RING_FAULTS (WR8: the
+# program's page faults sampled instead of the breakpoint), and on the
+# breakpoint itself where hits are delivered, against the signal path.
+#
+# usage: test-watch-cmd.sh PROBEKIT WATCH_TARGET SIGTRAP_TARGET SECCOMP_EXEC WATCH_TARGET_LEAF WATCH_PTR WATCH_TARGET_NOFP HWBP_DELIVERED HOT_COUNTER
 set -uo pipefail
-pk=$1 target=$2 strap=$3 secx=$4 leaf=$5 wptr=$6 nofp=$7 hwbp=$8
+pk=$1 target=$2 strap=$3 secx=$4 leaf=$5 wptr=$6 nofp=$7 hwbp=$8 hot=$9
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Sanitizer builds: their runtime must be preloaded before the agent.
@@ -74,10 +80,10 @@ plain_rc=$?
 delivered=$?
 [[ $delivered -eq 0 || $delivered -eq 77 ]] || { echo "hwbp_delivered: exit $delivered"; exit 1; }
 
-# The cases that need delivered hits.
+# The cases that need delivered hits: the signal path's (values, handlers) ...
 hit_cases() {
 	# Every write, by the four workers, PROG's stdout and status untouched.
-	run counter -- "$target" 3
+	run --path signal counter -- "$target" 3
 	n=$(count "$hit_w" "$tmp/err")
 	tids=$(grep -E "$hit_w" "$tmp/err" | awk '{print $3}' | sort -u | wc -l)
 	if [[ $rc -eq 3 && $n -eq 20 && $tids -eq 4 ]] && cmp -s "$tmp/out" "$tmp/plain.out" &&
@@ -86,33 +92,33 @@ hit_cases() {
 		bad "watch counter: rc $rc, $n hits, $tids threads"; fi
 
 	# No worker tid is PROG's pid (the main thread never writes counter).
-	run counter -- "$target" 0
+	run --path signal counter -- "$target" 0
 	pid=$(grep -Eo 'tid [0-9]+' "$tmp/err" | head -1)
 	[[ $rc -eq 0 && -n $pid ]] && ok || bad "watch counter, status 0: rc $rc"
 
 	# --count stops early; PROG goes on and exits with its own status.
-	run --count 3 counter -- "$target" 7
+	run --path signal --count 3 counter -- "$target" 7
 	n=$(count "$hit_w" "$tmp/err")
 	if [[ $rc -eq 7 && $n -eq 3 ]] && grep -q '^# --count 3 reached' "$tmp/err" &&
 		grep -qx "counter=20 env=$nenv" "$tmp/out"; then ok; else bad "--count 3: rc $rc, $n hits"; fi
 
 	# -o FILE: the report is in FILE, PROG's stderr alone on stderr.
-	run -o "$tmp/rep" counter -- "$target" 3
+	run --path signal -o "$tmp/rep" counter -- "$target" 3
 	n=$(count "$hit_w" "$tmp/rep")
 	if [[ $rc -eq 3 && $n -eq 20 ]] && [[ $(cat "$tmp/err") == "target done" ]] &&
 		cmp -s "$tmp/out" "$tmp/plain.out"; then ok; else bad "-o: rc $rc, $n hits in the file"; fi
 	rm -f "$tmp/rep"
 
 	# Execute watchpoint on a function: one hit per call, with its caller under --stack.
-	run -t x bump -- "$target" 3
+	run --path signal -t x bump -- "$target" 3
 	n=$(count "$hit_x" "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "-t x bump: rc $rc, $n hits"
-	run -t x --stack -c 2 bump -- "$target" 3
+	run --path signal -t x --stack -c 2 bump -- "$target" 3
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 2 ]] && ok || bad "-t x --stack: rc $rc, $n frames in worker"
 
 	# --stack on a data watchpoint: the caller of bump is worker.
-	run --stack -c 4 counter -- "$target" 3
+	run --path signal --stack -c 4 counter -- "$target" 3
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 4 ]] && ok || bad "--stack: rc $rc, $n frames in worker"
 
@@ -120,7 +126,7 @@ hit_cases() {
 	# is found from the return address at the top of the stack, then the frame
 	# chain; the C library's frame (stripped: no symbol) is named by its file,
 	# or by its function and file where libc's debug file (libc6-dbg) is installed.
-	run --stack -c 4 counter -- "$leaf" 3
+	run --path signal --stack -c 4 counter -- "$leaf" 3
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 	m=$(count '^ +#2 (libc\.so\.6\+0x[0-9a-f]+|start_thread\+0x[0-9a-f]+ \(libc\.so\.6\))$' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 4 && $m -eq 4 ]] && ok || bad "--stack, frameless leaf: rc $rc, $n frames in worker, $m in libc"
@@ -130,7 +136,7 @@ hit_cases() {
 	# with it, each of the 3 objects' field b (+8) is watched once cur points
 	# to it: 3 x 3 writes in bump(), 3 moves said, and the program's output as
 	# without probekit.
-	run '*fixed' -- "$wptr"
+	run --path signal '*fixed' -- "$wptr"
 	n=$(count '^ +[0-9.]+ tid [0-9]+ write \*fixed: [0-9]+ -> [0-9]+ at poke\+0x' "$tmp/err")
 	[[ $rc -eq 0 && $n -eq 2 ]] && ok || bad "*fixed: rc $rc, $n hits in poke"
 	"$wptr" >"$tmp/plain.out"
@@ -144,20 +150,20 @@ hit_cases() {
 	# --stack without any frame pointer: the .eh_frame unwinder finds worker,
 	# then the C library's thread start and clone3 (stripped: file+offset, or
 	# named from libc6-dbg's debug file), as gdb's bt does.
-	run --stack -c 2 counter -- "$nofp" 3
+	run --path signal --stack -c 2 counter -- "$nofp" 3
 	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
 	m=$(count '^ +#3 (libc\.so\.6\+0x[0-9a-f]+|clone3?\+0x[0-9a-f]+ \(libc\.so\.6\))$' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 2 && $m -eq 2 ]] && ok || bad "--stack, no frame pointers: rc $rc, $n frames in worker, $m third frames in libc"
 
 	# Reads and writes: the locked add both reads and writes; reported once per access trap.
-	run -t rw -c 5 counter -- "$target" 3
+	run --path signal -t rw -c 5 counter -- "$target" 3
 	n=$(count '^ +[0-9.]+ tid [0-9]+ access counter: value ' "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 5 ]] && ok || bad "-t rw: rc $rc, $n hits"
 
 	# Reads and writes, no --count: the agent's own read of the value in its
 	# handler is not a hit (it looped: millions of hits for 20 writes).  One
 	# hit per locked add, and one for main's read when it prints the counter.
-	run -t rw counter -- "$target" 3
+	run --path signal -t rw counter -- "$target" 3
 	n=$(count '^ +[0-9.]+ tid [0-9]+ access counter: value ' "$tmp/err")
 	if [[ $rc -eq 3 && $n -eq 21 ]] && grep -q '^# 21 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else
 		bad "-t rw, every hit: rc $rc, $n hits"; fi
@@ -168,34 +174,34 @@ hit_cases() {
 	for how in sigaction signal; do
 		"$strap" $how 10 >"$tmp/plain.out" 2>/dev/null
 		plain_rc=$?
-		run counter -- "$strap" $how 10
+		run --path signal counter -- "$strap" $how 10
 		n=$(count 'tid [0-9]+ write counter: ' "$tmp/err")
 		if [[ $plain_rc -eq 3 && $rc -eq 3 && $n -eq 10 ]] &&
 			grep -qx 'traps=10 counter=10 own=1' "$tmp/out" && cmp -s "$tmp/out" "$tmp/plain.out"
 		then ok; else bad "PROG's SIGTRAP handler ($how): rc $rc (plain $plain_rc), $n hits"; fi
 		# Watching the variable PROG's handler writes: no trap loop, every write seen.
-		run traps -- "$strap" $how 10
+		run --path signal traps -- "$strap" $how 10
 		n=$(count 'tid [0-9]+ write traps: ' "$tmp/err")
 		if [[ $rc -eq 3 && $n -eq 10 ]] && cmp -s "$tmp/out" "$tmp/plain.out"; then ok; else
 			bad "watching what PROG's SIGTRAP handler writes ($how): rc $rc, $n hits"; fi
 	done
 
 	# A thread that blocks SIGTRAP writes 7 times: not seen, but counted.
-	run counter -- "$strap" blocked 7
+	run --path signal counter -- "$strap" blocked 7
 	if [[ $rc -eq 0 ]] && grep -qx 'counter=7' "$tmp/out" &&
 		grep -q '^# 0 hit(s) printed, 7 lost (7 not seen: thread(s) blocked SIGTRAP)$' "$tmp/err"
 	then ok; else bad "thread blocking SIGTRAP: rc $rc"; fi
 
 	# A hex link-time address (PIE: offset from the load base), length given.
 	addr=$(nm "$target" | awk '$3 == "counter" {print "0x" $1}')
-	run -l 8 "$addr" -- "$target" 3
+	run --path signal -l 8 "$addr" -- "$target" 3
 	n=$(grep -Ec "tid [0-9]+ write $addr: " "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "address $addr: rc $rc, $n hits"
 
 	# Death by a signal is reproduced, stdout still identical; the hits are all there.
 	"$target" 3 crash >"$tmp/plain.out" 2>/dev/null
 	plain_rc=$?
-	run counter -- "$target" 3 crash
+	run --path signal counter -- "$target" 3 crash
 	n=$(count "$hit_w" "$tmp/err")
 	# (Under ASan its SIGSEGV handler reports and exits 1, with or without probekit.)
 	if [[ $plain_rc -ne 0 && $rc -eq $plain_rc && $n -eq 20 ]] && cmp -s "$tmp/out" "$tmp/plain.out" &&
@@ -211,13 +217,57 @@ hit_cases() {
 		ok || bad "--mode hw -l 16 counter: rc $rc, $n hits, $v last"
 
 	# Options after SYMBOL are ours too, up to "--" (or PROG without "--").
-	run counter -l 8 -c 2 -- "$target" 3
+	run --path signal counter -l 8 -c 2 -- "$target" 3
 	n=$(count "$hit_w" "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 2 ]] && grep -q '^# --count 2 reached' "$tmp/err" && ok ||
 		bad "options after SYMBOL: rc $rc, $n hits"
-	run counter --count 2 "$target" 3
+	run --path signal counter --count 2 "$target" 3
 	n=$(count "$hit_w" "$tmp/err")
 	[[ $rc -eq 3 && $n -eq 2 ]] && ok || bad "options after SYMBOL, no --: rc $rc, $n hits"
+	ring_hit_cases
+}
+
+# ... and the ring path's on the same programs: the same hits, without values.
+ring_w='^ +[0-9]+\.[0-9]{6} tid [0-9]+ write counter at bump\+'$lock_off'$'
+ring_hit_cases() {
+	# auto takes the ring for a plain watch and says so; the hits are the signal path's.
+	run counter -- "$target" 3
+	n=$(count "$ring_w" "$tmp/err")
+	tids=$(grep -E "$ring_w" "$tmp/err" | awk '{print $3}' | sort -u | wc -l)
+	if [[ $rc -eq 3 && $n -eq 20 && $tids -eq 4 ]] && cmp -s "$tmp/out" "$tmp/plain.out" &&
+		grep -q '^# probekit watch: counter, .*all threads, hardware (a debug register), ring path' "$tmp/err" &&
+		grep -q '^# 20 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else
+		bad "ring path (auto): rc $rc, $n hits, $tids threads"; fi
+	# A hot counter, faster than any report: on either path every hit is
+	# printed or counted as lost, none unaccounted for.
+	for path in ring signal; do
+		run --path $path -o "$tmp/rep" hot -- "$hot" 20000 2
+		n=$(grep -Ec "tid [0-9]+ write hot" "$tmp/rep")
+		lost=$(sed -n 's/^# [0-9]* hit(s) printed, \([0-9]*\) lost.*$/\1/p' "$tmp/rep")
+		grep -qx 'hot=40000' "$tmp/out" && [[ $rc -eq 0 && -n $lost ]] && ((n + lost == 40000)) &&
+			grep -q "^# $n hit(s) printed, $lost lost" "$tmp/rep" && ok ||
+			bad "hot counter, --path $path: rc $rc, $n printed, ${lost:-?} lost"
+		rm -f "$tmp/rep"
+	done
+	run --path ring --count 3 counter -- "$target" 7
+	n=$(count "$ring_w" "$tmp/err")
+	[[ $rc -eq 7 && $n -eq 3 ]] && grep -q '^# --count 3 reached' "$tmp/err" && ok ||
+		bad "--path ring --count 3: rc $rc, $n hits"
+	run --path ring -t x bump -- "$target" 3
+	n=$(count "$hit_x" "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 20 ]] && ok || bad "--path ring -t x bump: rc $rc, $n hits"
+	# --stack: the kernel's frame-pointer walk; bump has its frame at -O0.
+	run --path ring --stack -c 4 counter -- "$target" 3
+	n=$(count '^ +#1 worker\+0x[0-9a-f]+$' "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 4 ]] && ok || bad "--path ring --stack: rc $rc, $n frames in worker"
+	run --path ring -t rw counter -- "$target" 3
+	n=$(count '^ +[0-9.]+ tid [0-9]+ access counter (at|after) ' "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 21 ]] && grep -q '^# 21 hit(s) printed, 0 lost$' "$tmp/err" && ok ||
+		bad "--path ring -t rw: rc $rc, $n hits"
+	# No signal: a thread that blocks SIGTRAP is seen like any other.
+	run --path ring counter -- "$strap" blocked 7
+	[[ $rc -eq 0 ]] && grep -qx 'counter=7' "$tmp/out" && grep -q '^# 7 hit(s) printed, 0 lost$' "$tmp/err" &&
+		ok || bad "--path ring, a thread blocking SIGTRAP: rc $rc"
 }
 
 # *SYMBOL whose pointer is NULL, --follow without *: refused before main().
@@ -355,6 +405,44 @@ page_cases() {
 }
 page_cases
 
+# The ring path on every machine: what cannot take it is refused before
+# PROG runs; where hits are not delivered it says so; its reader, report
+# and summary run on sampled page faults (PROBEKIT_RING_FAULTS, WR8).
+expect_err 125 "--path ring cannot serve --if and --changed" --path ring --changed counter -- "$target"
+expect_err 125 "--path ring cannot serve --mode page" --path ring --mode page counter -- "$target"
+expect_err 125 "--path ring cannot serve --in" --path ring --in bump counter -- "$target"
+expect_err 125 "--path ring cannot serve --follow" --path ring --follow '*cur' -- "$wptr"
+expect_err 125 "unknown path 'rings' \(auto, ring or signal\)" --path rings counter -- "$target"
+expect_err 125 "cannot watch text with --path ring: the range does not fit a debug register" \
+	--path ring text -- "$target"
+PROBEKIT_HWBP_UNDELIVERED=1 expect_err 125 \
+	'cannot watch counter with --path ring: hardware hits not delivered here .*PROBEKIT_HWBP_UNDELIVERED is set' \
+	--path ring counter -- "$target" 3
+ring_faults_cases() {
+	local ring_any='^ +[0-9]+\.[0-9]{6} tid [0-9]+ write counter (at|after) [^ ]+'
+	PROBEKIT_RING_FAULTS=64 run --path ring counter -- "$target" 3
+	n=$(count "$ring_any" "$tmp/err")
+	if [[ $rc -eq 3 && $n -gt 0 ]] && grep -qx "counter=20 env=$((nenv + 1))" "$tmp/out" &&
+		grep -q '^# probekit watch: counter, .*ring path (perf.s ring buffer: no signal, no values)$' "$tmp/err" &&
+		grep -q "^# $n hit(s) printed, 0 lost\$" "$tmp/err" && ! grep -q ' -> ' "$tmp/err"
+	then ok; else bad "ring path (page faults): rc $rc, $n hits"; fi
+	PROBEKIT_RING_FAULTS=64 run -c 3 counter -- "$target" 3
+	n=$(count "$ring_any" "$tmp/err")
+	[[ $rc -eq 3 && $n -eq 3 ]] && grep -q '^# --count 3 reached' "$tmp/err" &&
+		grep -q '^# 3 hit(s) printed, 0 lost$' "$tmp/err" && ok || bad "ring path --count 3: rc $rc, $n hits"
+	# The faults of 4096 fresh pages in one data page per CPU: what the ring
+	# had no room for is counted in the summary, never silently dropped.
+	PROBEKIT_RING_FAULTS=1 run -o "$tmp/rep" hot -- "$hot" 0 1 4096
+	n=$(grep -Ec 'tid [0-9]+ write hot' "$tmp/rep")
+	lost=$(sed -n 's/^# [0-9]* hit(s) printed, \([0-9]*\) lost$/\1/p' "$tmp/rep")
+	if [[ $rc -eq 0 && -n $lost ]] && grep -q "^# $n hit(s) printed, $lost lost\$" "$tmp/rep" &&
+		((n + lost >= 4096)) &&
+		{ [[ $lost -eq 0 ]] || grep -q "^# $lost hit(s) lost: the ring buffers (1 page(s) per CPU) were full" "$tmp/rep"; }
+	then ok; else bad "ring path, lost samples: rc $rc, $n printed, ${lost:-?} lost"; fi
+	rm -f "$tmp/rep"
+}
+ring_faults_cases
+
 # Where hits are not delivered, every watch is refused before main() runs,
 # with the cause, never a "0 hit(s)" report; PROBEKIT_HWBP_UNDELIVERED=1
 # pretends so on a machine that delivers (the library's check arms its
@@ -388,7 +476,9 @@ if [[ $delivered -eq 0 ]]; then
 	hit_cases
 else
 	refused "not delivered here" --mode hw counter -- "$target" 3
-	echo "SKIP (the cases that need delivered hits): $(cat "$tmp/hw")"
+	expect_err 125 'cannot watch counter with --path ring: hardware hits not delivered here' \
+		--path ring counter -- "$target" 3
+	echo "SKIP (the cases that need delivered hits, both paths'): $(cat "$tmp/hw")"
 fi
 
 # perf_event_open denied by seccomp: the message names seccomp, not paranoid.

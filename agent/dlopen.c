@@ -958,7 +958,7 @@ PK_EXPORT int dlclose(void *h)
 		return real_dlclose(h);
 	pthread_mutex_lock(&dl_lock);
 	dl_inside = true;
-	/* Step 1 (file comment): off before the text may go. */
+	/* DL2, step 1: off before the text may go. */
 	d = __dlo_of_handle(h);
 	pki_hook_set_unregister_timeout(DLCLOSE_GP_NS);
 	err = d ? pk_ops_unregister(d->opsp) : 0;

@@ -160,7 +160,7 @@ static void memfd_discard(struct alias *a)
 }
 
 /*
- * Step 4: @a's memfd becomes the text, and its descriptor is closed (the
+ * AL4: @a's memfd becomes the text, and its descriptor is closed (the
  * mappings hold the memfd).  Mapping a file the program put at our number
  * over its text would be the worst harm of all: the descriptor is checked
  * first.  On failure @a is left as it was.
@@ -188,7 +188,7 @@ static bool is_ours(const struct alias *a, const struct pki_map *m)
 	       m->dev_major == a->dev_major && m->dev_minor == a->dev_minor && m->ino == a->ino;
 }
 
-/* Step 2b: 0 if the copy @rw of file mapping @m holds no foreign breakpoint. */
+/* AL2b: 0 if the copy @rw of file mapping @m holds no foreign breakpoint. */
 static int foreign_bp(const struct pki_map *m, const char *name, const uint8_t *rw)
 {
 	size_t len = m->end - m->start, done = 0, i;

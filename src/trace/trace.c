@@ -168,7 +168,7 @@ static bool writer_lock_timed(uint64_t timeout_ns)
 		if (__atomic_compare_exchange_n(&S.writer, &zero, self, false, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED))
 			return true;
-		if (zero == self)
+		if (zero == self) /* TW2 */
 			return false;
 		if (timeout_ns != UINT64_MAX) {
 			uint64_t now = pki_trace_mono_ns();
@@ -229,6 +229,10 @@ static int pwritev_all(int fd, struct iovec *iov, int n, uint64_t off)
 }
 
 /* ---- the file (writer only; async-signal-safe: syscalls, no stdio) ------- */
+/*
+ * Whole records (TF1), a descriptor checked and reopened (TF2), failures
+ * cut off (TF3): doc/design/trace-writer.md.
+ */
 
 static size_t cat(char *buf, size_t n, size_t cap, const char *s)
 {

@@ -79,6 +79,9 @@ struct pki_trace_opts {
 };
 
 /*
+ * Session control (open, close, exec, fork child): normal context only,
+ * never concurrently with each other (TX2).
+ *
  * Open @path, write the header, start recording.  The file is created 0600
  * or truncated; in a directory other users can write to, a symbolic link
  * is not followed (-ELOOP) and an existing file that is not a regular file
@@ -111,7 +114,7 @@ void pki_trace_exit_status(int status);
 /* Drain every buffer now (normal context); the file stays open.  A ring session: a snapshot. */
 int pki_trace_flush(void);
 
-/* Name things for the reader.  @id > 0.  0 or -errno. */
+/* Name things for the reader (TX3).  @id > 0.  0 or -errno. */
 int pki_trace_object_add(uint32_t id, uint64_t base, const char *path);
 int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name);
 

@@ -1,78 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * Trace mode and the libraries PROG loads while it runs (plugins): the
- * agent's dlopen() and dlclose() (exported, agent.map).  trace.c hooks the
- * objects loaded before main() with ONE pk_ops; here each object that a
- * later dlopen() brings in gets ONE pk_ops of its own (same callback, same
- * flags, the same -f/-N selection), registered after the real dlopen()
- * returned, and its OBJECT and SYMBOL records go into the trace first.
- *
- * dlopen(file, mode):
- *  1. The real dlopen, entered as if PROG's caller had called it
- *     (pki_call_via: glibc takes RUNPATH, $ORIGIN and the namespace from its
- *     caller).  Its result and dlerror() state are PROG's, unchanged.
- *  2. Unless it failed, or was dlopen(NULL) or RTLD_NOLOAD (nothing new can
- *     be mapped): dl_sync().  The site table is refreshed (pk_sites_refresh;
- *     cheap when the loader's adds/subs counters did not move: a dlopen of
- *     an object already loaded only counts a reference), and every object it
- *     holds that we have not seen gets its sites picked, its records
- *     written, its ops registered.  That covers the object's dependencies,
- *     and objects loaded by nested calls (a constructor's own dlopen) or by
- *     libc itself, at the next call.
- *  A failure to hook is reported once per process on stderr ("probekit: ")
- *  and leaves that object untraced; dlopen's result is returned as is.
- *
- * dlclose(handle):
- *  1. If the handle's object has an ops of ours: pk_ops_unregister() BEFORE
- *     the real dlclose.  When it returns, the object's sites are nop5 again
- *     and a grace period has passed: no thread is in our trampoline or
- *     callback for it any more (hook.h), so nothing of ours refers to the
- *     text that the real dlclose may unmap.  A thread still running the
- *     object's own code when it is unmapped is PROG's bug, as without us.
- *  2. The real dlclose (destructors run untraced).
- *  3. dl_sync(): the refresh drops the objects that left, and the hook layer
- *     forgets their sites, so their text is never written again.  If the
- *     handle's object is still loaded (another handle holds it), its ops is
- *     registered again: calls other threads made meanwhile are not recorded.
- *     A traced dependency that this dlclose unloaded with the object was
- *     unmapped while still hooked: harmless, because nothing pokes a site
- *     the refresh made the hook layer forget, and its ops (then without
- *     sites) is unregistered here, which frees its trampolines only after a
- *     grace period.
- *
- * Concurrency.  dl_lock serialises our dlopen/dlclose calls, real call and
- * dl_sync together, so no other thread's wrapped call can unmap an object
- * and map another at the same place between a real call and its sync (the
- * site table knows an object by path, load bias and program headers: it
- * would take the newcomer for the old one).  Lock order: dl_lock, then the
- * loader's lock (inside the real calls), the hook registry and the site
- * table's refresh mutex (inside dl_sync).  Patching and grace periods run
- * in dl_sync, after the real call returned: never under the loader's lock.
- * A thread that is already inside our wrapper (a constructor or destructor
- * that calls dlopen/dlclose, with the loader's lock held) passes straight
- * through: the outer call's dl_sync handles what it did.  Not covered: a
- * constructor of an object that libc itself loads (NSS, iconv modules)
- * calling dlopen while another thread is inside ours would wait for
- * dl_lock under the loader's lock, which the other thread needs.
- *
- * Bypassed: a dlopen() that does not resolve to ours (a library loaded
- * after the agent that looks it up with dlsym(RTLD_NEXT)): what it loads
- * is hooked at the next dl_sync, i.e. the next dlopen/dlclose through us.
- *
- * Not traced: objects in another link-map namespace (dlmopen(): their own
- * libc does not call us, and we leave them alone, even when a dlopen of
- * ours finds them); code that a library's constructors run inside the real
- * dlopen (its ops is registered after it returns).  A backtrace taken in
- * such a constructor stops at the real dlopen's frame (its return address
- * is the ret byte in PROG's code, see callret.S).  Under a CET shadow stack
- * the real dlopen is called plainly, and sees the agent as its caller.
- *
- * Object identity across reloads: a library unloaded and later loaded again
- * at the same address with the same selection reuses its OBJECT id and
- * writes no new records.  Events name functions by address: when a
- * different library takes the place of an unloaded one, the trace's later
- * SYMBOL records win, and calls recorded before are named after the
- * newcomer's functions.
+ * agent's dlopen() (DL1) and dlclose() (DL2), exported (agent.map), one
+ * pk_ops per object loaded later; dl_lock and the lock order (DL3), what
+ * is bypassed or not traced (DL4), object ids across reloads (DL5).
+ * doc/design/dlopen.md.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -1026,7 +958,7 @@ PK_EXPORT int dlclose(void *h)
 		return real_dlclose(h);
 	pthread_mutex_lock(&dl_lock);
 	dl_inside = true;
-	/* Step 1 (file comment): off before the text may go. */
+	/* DL2, step 1: off before the text may go. */
 	d = __dlo_of_handle(h);
 	pki_hook_set_unregister_timeout(DLCLOSE_GP_NS);
 	err = d ? pk_ops_unregister(d->opsp) : 0;

@@ -1260,7 +1260,7 @@ static int unhook(void)
 
 	/* Never a timeout here (a preloaded agent's dlclose() sets one for itself). */
 	pki_hook_set_unregister_timeout(0);
-	agent_dl_lock(); /* before the transaction: dlopen.c's lock order */
+	agent_dl_lock(); /* before the transaction: DL3 of doc/design/dlopen.md */
 	err = pk_txn_begin();
 	if (!err && T.nmain)
 		err = pk_ops_unregister(&T.ops);

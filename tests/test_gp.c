@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Grace periods (gp.c): no thread is ever signalled, so the application's
+ * Grace periods (gp.c, doc/design/grace-periods.md): no thread is ever signalled, so the application's
  * non-restartable calls (nanosleep, read) never see EINTR because of us,
  * whether the thread is blocked or running hooks; a thread blocked inside
  * a callback is not quiescent and holds the grace period until it leaves; a
@@ -700,7 +700,7 @@ END_TEST
 
 /*
  * The nesting counter stays balanced whatever instruction of an entry, a
- * registration or an exit a signal handler interrupts (gp.c, N1-N3).  A
+ * registration or an exit a signal handler interrupts (doc/design/grace-periods.md, N1-N3).  A
  * traced child calls `hooked` between two int3 markers; the tracer steps it
  * k instructions past the first marker and delivers SIGUSR1 there, for
  * every k up to the second marker.  The handler calls `hooked` too (run, or

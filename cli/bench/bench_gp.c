@@ -112,8 +112,8 @@ struct figures {
 
 /*
  * The floor: one membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which every
- * grace period issues once (gp.c, W1) and whose IPIs cost what the CPUs
- * running the process's threads make them cost.
+ * grace period issues once (W1 of doc/design/grace-periods.md) and whose
+ * IPIs cost what the CPUs running the process's threads make them cost.
  */
 static double membarrier_us(unsigned long rounds)
 {

@@ -1,164 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * Grace periods for hooks: liburcu's membarrier flavour, for readers the
- * program never registers.  Labels E, B, X are tramp.S's (entries, bodies,
- * exits).
- *
- * Read side.  A thread is "counted" while its nesting counter
- * (pki_tramp_tls.nest) is >= 0: from an entry's incl to an exit's decl.
- * Everything the registry publishes (bodies, ops arrays, ops, entry words)
- * is loaded and used only while counted, except in these places, each in
- * memory that is never freed and reading the current value itself:
- *   R1  E's instructions up to its incl.  E is never freed, never given to
- *       another site, its code never rewritten; it loads E.target after
- *       the incl.
- *   R2  X_RET's ret, into the function.
- *   R3  X_USER's `jmp *E.direct` (and X_REG's, for a thread it could not
- *       register), which loads the word as it jumps: user code (not ours
- *       to free), a ret of X, or a pk_tramp's entry (R1 again).
- * A body calls out only while counted and pops every return address it
- * pushed before its exit, so an uncounted thread holds no address of
- * memory that can be freed, in a register or on its stack.
- *
- * Registration.  The counter starts at PKI_TRAMP_UNREG: an unregistered
- * thread's incl leaves it negative and its entry goes to X_REG before it
- * loads E.target.  pki_gp_register() claims a reader slot for the thread's
- * TLS (never-freed pages; a compare-and-swap), then sets the counter to 0.
- * At thread exit the first of our thread-specific-data destructor calls
- * empties the slot (gp_thread_exit); calls the thread makes after that run
- * unhooked (X_REG refuses it: TLS_EXITING).
- *
- * Write side, after the writer unpublished object O (P: entry-word stores,
- * pointer stores, text pokes and their core sync), pki_gp_synchronize():
- *  W1  membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED).  For each thread T this
- *      gives a point b(T) after P: T's accesses before b(T) are visible to
- *      our loads after W1, T's loads after b(T) see P (a running thread
- *      executes a barrier at the IPI; one that is not running passes a
- *      context switch's barriers before it runs again).  Where membarrier()
- *      is refused, every entry's incl is locked instead (a full barrier in
- *      T) and W1 is a fence: the same two properties.
- *  W2  One pass over the listed reader slots (every slot not parked, see
- *      Parking), plain loads: a thread whose counter is < 0 is done; a
- *      counted one is noted with its qs, and its want set.
- *  W3  Until every noted thread was seen with counter < 0, or qs changed, or
- *      its slot emptied: wait on a futex its slow exit wakes, scan again.
- *      The slow exit (X, still counted, outermost level) clears want, bumps
- *      qs and wakes us, so a thread that is always in hooks answers at its
- *      next exit instead of being polled.
- *
- * Proof that after W3 no thread can reach O.  A thread T can reach O only
- * through an address of O it loaded in some counted section S (R1-R3: none
- * survives S), and that load came before b(T) (after b(T) loads see P).
- *  - T's registration for S precedes the load in program order, so it came
- *    before b(T) too: W2 sees T's slot (or finds it emptied: T is exiting
- *    and S is over or never resumes, see gp_thread_exit).
- *  - S's incl precedes the load: before b(T), so visible to W2.  W2 reads
- *    that value or a later one.  A value < 0 is S's final decl or later (S
- *    is the outermost level: the counter goes below 0 only when S ends):
- *    S is over.  A value >= 0: W3 waits until a later read is < 0 (S over,
- *    same reason) or qs changed (an outermost slow exit after W2, which
- *    ends S or a later section: S over either way).
- *  - After S, T's next sections load published state after b(T) (their
- *    incl follows our observation of S's end, which follows W1), and see P.
- * Threads created during the grace period start unregistered: their first
- * loads follow their registration, so the first case applies.  Nothing here
- * signals a thread or makes a system call per thread: cost O(listed slots)
- * plain loads plus one membarrier(), and threads in the kernel or asleep
- * need nothing once parked.
- *
- * Parking.  A pass costs O(listed slots), so threads that are idle (blocked
- * in the kernel, or running code that is not hooked) leave the list: the
- * writer parks them, and a parked thread's next entry lists it again.  A
- * slot's state (READER_ACTIVE, PARKING, PARKED) moves by compare-and-swap.
- *  P1  A listed slot whose counter a pass read as -1 (registered, outside)
- *      in PARK_DELAY passes in a row: state ACTIVE -> PARKING, then the
- *      counter -1 -> PKI_TRAMP_UNREG by CAS.  The thread's next entry finds
- *      its counter negative and goes to X_REG, which activates it (P3).
- *      The thread's own increment is not locked: it may overwrite our CAS
- *      (load -1, our CAS, store 0): the park is lost, the thread is counted
- *      as usual, and P2 finds it.  In this grace period the slot needs
- *      nothing more: the pass read -1 after W1, so the thread's next
- *      section loads after b(T).
- *  P2  A later pass, after its W1, confirms a PARKING slot: a counter >= -1
- *      (a lost park, or the thread woke and entered) or a failed CAS
- *      PARKING -> PARKED (it activated) means the slot is scanned as any
- *      other; otherwise it is PARKED and leaves the list.  After W1 a lost
- *      park's increment is visible (the thread executed a barrier, or is not
- *      running: an instruction is never half done).
- *  P3  Activation (X_REG, signals blocked; also a first registration): state
- *      -> ACTIVE (exchange), then the slot onto the woken stack unless it is
- *      there already (on_stack CAS: pushed at most once), then the counter
- *      converted, then the loads of published state.  Each pass starts by
- *      taking the whole stack (exchange) into the list.  Either the thread's
- *      push precedes that exchange (seq_cst order), and the pass scans the
- *      slot and reads the counter: converted (the load is after b(T) or the
- *      conversion is visible, W2's case), or not yet, and then every later
- *      load of the thread follows P; or the push follows it, and so do the
- *      thread's loads, which see P (the writer's stores precede its
- *      exchange, a full barrier).  A slot confirmed PARKED (P2's CAS
- *      succeeded) had not activated; its activation comes after the CAS, so
- *      its loads see P too.
- * A thread parked and woken soon after (the gp after next) waits twice as
- * many idle passes before it is parked again (up to PARK_DELAY_MAX): a
- * thread that calls hooks all the time is rarely parked, and an activation
- * costs it two sigprocmask calls.
- *
- * N (the counter's balance).  Write the counter as base + L: L the levels
- * the thread has entered and not left (incl done, decl or undo not yet),
- * base -1 (registered) or PKI_TRAMP_UNREG (unregistered, parked, exiting).
- * The proof above needs: a thread outside every body has L = 0, so its
- * counter is < 0 once it leaves (else grace periods wait for ever and every
- * later hook of the thread is skipped as a recursion).
- *  N1  Every write of the counter is one instruction: the entries' incl
- *      and the exits' decl (tramp.S), a refused entry's undo (locked sub),
- *      the conversion (N2, a compare-and-swap), the writer's park (P1, a
- *      compare-and-swap from -1, L = 0) and gp_thread_exit's store (signals
- *      blocked, outside every hook).  A signal handler of the thread runs
- *      between two instructions, never inside one; the writer's CAS is
- *      atomic, and the thread's plain incl can only overwrite it (P1).
- *  N2  Only the conversion changes the base to -1, and only while it is
- *      PKI_TRAMP_UNREG, in the same instruction that reads it: v < -1 means
- *      unconverted (L <= 1 + the entries nested in this registration, far
- *      below -PKI_TRAMP_UNREG), v >= -1 converted.  A registration that a
- *      signal handler interrupted before TLS_REGISTERING was set may find
- *      that the handler registered and converted (its own entries then ran
- *      as a nested level: skipped); it leaves the base alone.  After the
- *      flag is set, nested entries are refused and undo their own incl.
- *  N3  Only the park and the exit lower the base, with L = 0.
- *  So a handler that returns leaves L as it found it (each of its entries
- *  ends in a decl or an undo, N1), and the base at -1 or raised to -1: a
- *  registration of the interrupted code converts exactly once, and a
- *  thread whose outermost level ends has counter base - 0 < 0.  Checked by
- *  test_gp's signal_at_every_instruction, which delivers a signal at each
- *  instruction of a call, registered and parked.  A handler that never
- *  returns to a level it interrupted (siglongjmp out of a callback, or out
- *  of the few instructions of an entry or exit) abandons that level: see
- *  Limits.
- *
- * S (freeing TLS).  The writer dereferences a TLS address it loaded from a
- * slot; the memory goes away when its thread exits.  An exiting thread
- * empties its slot (seq_cst), then waits while a pass is in progress
- * (gp_scanning); a pass raises gp_scanning (seq_cst) before it loads any
- * slot and lowers it after its last dereference.  Either the pass loads the
- * emptied slot, or the thread sees the pass and waits for it (a pass never
- * sleeps: the wait is bounded by one scan of the slots).
- *
- * Limits.  A thread blocked inside a callback holds grace periods off until
- * it returns (as with any RCU); so does one whose signal handler left a
- * hook's level by siglongjmp (the 2 s warning names it), and its hooks are
- * skipped from then on.  A thread that leaves without running its
- * thread-specific-data destructors (a raw SYS_exit) keeps its slot, whose
- * TLS may later be unmapped: not supported; so is a thread whose very first
- * hooked call is made by another library's destructor in glibc's last
- * destructor round (PTHREAD_DESTRUCTOR_ITERATIONS): our destructor is not
- * called again.  The thread-specific-data key is made by a constructor;
- * should the program already hold 32 keys, pthread_setspecific() in a
- * signal handler may allocate.  If membarrier() fails after it was
- * registered (a seccomp filter installed since), grace periods fail with
- * its errno and nothing is freed.
- *
- * Deferred frees (pki_gp_defer) go to one background thread that batches all
- * of them under a single grace period, like call_rcu.
+ * Grace periods for hooks (gp.h): liburcu's membarrier flavour, for readers
+ * the program never registers.  This file is the write side (W1-W3), the
+ * reader slots, their registration and parking (P1-P3), the counter's
+ * balance (N1-N3) and the freeing of TLS (S); the read side (R1-R3) is
+ * tramp.S's entries and exits.  The protocol, its proof and its limits:
+ * doc/design/grace-periods.md.
  */
 #include <errno.h>
 #include <limits.h>
@@ -190,7 +37,7 @@
 struct gp_reader {
 	struct pki_tramp_tls *tls; /* NULL: free */
 	pid_t tid;		   /* for messages */
-	int state;		   /* READER_*: atomic, see "Parking" */
+	int state;		   /* READER_*: atomic (grace-periods.md, P1-P3) */
 	int on_stack;		   /* atomic: on the woken stack (pushed at most once) */
 	unsigned int next;	   /* the woken stack: next slot + 1 (0: end) */
 	/* The writer's, under gp_lock. */

@@ -4,7 +4,8 @@
  * trampoline entry's incl and its exit's decl (tramp.S).  Threads register
  * themselves at their first entry; a grace period is one membarrier() and a
  * scan of every registered thread's counter with plain loads, no signal and
- * no system call per thread.  See gp.c for the scheme and its proof.
+ * no system call per thread.  The protocol and its proof, labels R1-R3,
+ * W1-W3, P1-P3, N1-N3 and S: doc/design/grace-periods.md.
  */
 #ifndef PK_HOOK_GP_H
 #define PK_HOOK_GP_H

@@ -2,47 +2,15 @@
 /*
  * The hook registry's internals, shared by the files of src/hook/ that
  * make it (see each file's opening paragraph):
- *   site.c     the site map, what each site calls (the table below), what readers see
+ *   site.c     the site map, what each site calls (HK1), what readers see
  *   txn.c      the lock, transactions and the commit (one patch batch), fork
  *   ops.c      pk_ops_register/unregister
  *   direct.c   pk_direct_add/del/mod/sync
  *   objects.c  objects loaded and unloaded while hooks exist (dlopen/dlclose)
  *   tramp.c    pk_tramp: trampolines for C handlers
  *   gp.c, tmem.c: grace periods; trampoline memory and the entries.
- *
- * The registry: sites, the ops on each, and ONE internal direct ops
- * owning the ip->addr hash of all direct entries (seed 003).  For each site
- * it decides what the 5 bytes call and what the site's entry E (tramp.S:
- * one per site, made at its first attach, never freed) jumps to:
- *
- *   ops  direct  site calls  E.target              E.user (after the ops)
- *   0    no      nothing     (X_RET)               -
- *   1    no      E           the ops' body         -
- *   0    yes     addr        - (user code within reach)
- *   0    yes     E           X_USER (far), or B    -
- *   >=2  no      E           the list dispatcher   X_RET
- *   >=1  yes     E           the list dispatcher   X_USER, or B
- *
- * X_USER jumps to E.direct, the direct address.  B: when the direct address
- * is a live pk_tramp's, the site goes through its own entry straight to the
- * handler body, counted, never through the pk_tramp's entry: a thread that
- * is on its way into a trampoline is then counted, and a freed pk_tramp
- * cannot be entered late (see tramp.c).
- *
- * Readers (hot path) see only entry words, published per site
- * (pki_tmem_entry_set: ops array, direct, user, target, in that order), and the ops
- * array a list dispatcher finds in its entry: immutable, replaced whole per
- * change of the site, the old one freed after a grace period (gp.c).  The
- * words of a site whose text will call its entry are published BEFORE the
- * text is poked, so a thread entering through old or new bytes finds the
- * new state; those of a site whose text stops calling it, after (a thread
- * that entered through the old bytes then finds a way on that does the
- * same as the new bytes: X_USER to the direct address, or X_RET).
- *
- * Freeing.  pk_direct_del()/mod() retire ops arrays and bodies with
- * pki_gp_defer() (background, batched: no wait per call).
- * pk_ops_unregister() waits for one grace period, because the caller may
- * free the ops right after.
+ * What a site calls (HK1), the order of publishing (HK6) and what is freed
+ * when (HK7): doc/design/hooks.md.
  */
 #ifndef PK_HOOK_REGISTRY_H
 #define PK_HOOK_REGISTRY_H

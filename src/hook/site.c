@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The site map and what each site calls (registry.h's table): site records
- * made on first use from the site source, staged per transaction with an
- * undo copy, decided at commit (entry words, bodies, list dispatcher arrays,
- * the 5 bytes), and what readers and tests see of them.
+ * The site map and what each site calls (HK1 of doc/design/hooks.md):
+ * site records made on first use from the site source, staged per
+ * transaction with an undo copy, decided at commit (entry words, bodies,
+ * list dispatcher arrays, the 5 bytes), and what readers and tests see of
+ * them (HK6).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -275,8 +276,8 @@ static struct opsv *opsv_new(const struct ops_vec *ops, struct pk_ops *extra)
 }
 
 /*
- * Decide what @s calls in the staged state (the table in registry.h); may make
- * bodies.  The entry words cover a site whose text does not call its entry
+ * Decide what @s calls in the staged state (HK1 of doc/design/hooks.md);
+ * may make bodies.  The entry words cover a site whose text does not call its entry
  * (any more) too: a thread that entered through old bytes does what the
  * new bytes do.
  */

@@ -1,37 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * Trampoline memory (see tmem.h).  Slot 0 of every chunk holds the chunk's
- * copy of the list dispatcher, slots 1-4 its exits (tramp.S); both, and
- * the slots given to entries, live as long as the process.  The chunk table is append-only and
- * published with a release store of its length, so pki_tmem_contains() can run in a signal handler.
- *
- * Backing.  Each chunk's two views share their pages: a memfd mapped twice,
- * or, where memfd_create() is refused (a seccomp filter, ENOSYS), shared
- * anonymous memory whose second view is made with mremap(old_size 0), which
- * duplicates a shared mapping.  Either way W^X holds: the r-x view is never
- * writable, the rw view never executable.
- *
- * fork().  Shared pages stay shared with a fork child: a slot the parent frees
- * and reuses would change under the child's text, which still calls it (and
- * the other way round).  So the child gets private pages at the same
- * addresses (pki_tmem_fork_child()), filled from a snapshot that
- * pki_tmem_fork_prepare() took under tmem_lock just before fork(): every
- * write to chunk memory (emit, free, a new chunk) is made under tmem_lock,
- * so the snapshot holds each slot either before or after a write, never in
- * between, and nothing is written between the snapshot and fork().  The
- * snapshot lives in private memory, which fork() copies; the parent pays a
- * memcpy of its chunks per fork(), the child a few system calls per chunk.
- * Why replacing the child's views is safe: in the child only the forking
- * thread exists, and it is running the atfork handler, not trampoline code
- * (if fork() was called from a hook callback, its stack holds return
- * addresses into a trampoline, and the new pages hold the same bytes there).
- * The residual window: child atfork handlers registered before ours, and
- * code run between fork() and them, that call hooked functions use the
- * shared pages; the parent can change those only after a grace period of
- * its own, which takes far longer than the child's way to our handler.
- * vfork() and posix_spawn() run no atfork handlers, and need none: their
- * child shares the whole address space with the parent until it execs (or
- * exits), so there is one set of trampolines and no copy to diverge.
+ * Trampoline memory (see tmem.h): chunks, their two views and what lives
+ * for good in them (HK8), and their copy for a fork child (HK9).
+ * doc/design/hooks.md.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -5,7 +5,8 @@
  * is never writable, and a private rw alias through which code is written (W^X).  Chunks are never
  * unmapped.  Body slots are reused only after a grace period, by whoever frees them; entries
  * (64 bytes, 8 to a slot) and each chunk's list dispatcher and exits are never freed: they are
- * where a thread may be without being counted (tramp.S, src/hook/gp.c).
+ * where a thread may be without being counted (doc/design/grace-periods.md,
+ * R1-R3; doc/design/hooks.md, HK7).
  */
 #ifndef PK_HOOK_TMEM_H
 #define PK_HOOK_TMEM_H

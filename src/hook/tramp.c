@@ -3,10 +3,11 @@
  * Trampolines for C handlers (pk_tramp_new/free).
  *
  * A pk_tramp is an entry (what pk_tramp_addr() gives, never freed: a thread
- * may be about to run it, R1 in gp.c) and a handler body it jumps to.  Sites
- * never call that entry: they go through their own to the body, counted
- * (the table at the top), so once pk_tramp_free() found no site using it and
- * a grace period passed, no thread of ours can run the handler.  Freed, its
+ * may be about to run it, R1 of doc/design/grace-periods.md) and a handler
+ * body it jumps to.  Sites never call that entry: they go through their own
+ * to the body, counted (HK1 of doc/design/hooks.md), so once
+ * pk_tramp_free() found no site using it and a grace period passed, no
+ * thread of ours can run the handler (HK7).  Freed, its
  * body goes after a grace period and its entry is parked (X_RET, for code
  * of the user's own that called the address) with its struct, kept for a
  * later pk_tramp_new() of the same handler and flags: a program making and

@@ -1,86 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * Text aliases (see alias.h).
- *
- * How one is made, on the first patch of an executable mapping [start, end):
- *
- *  1. memfd_create() a file of the mapping's length (MFD_EXEC where the
- *     kernel knows it, so vm.memfd_noexec does not seal it), map it
- *     MAP_SHARED read-write somewhere: that is the alias.
- *  2. Copy the mapping's current bytes into it with process_vm_readv() on
- *     ourselves, which reports a page it cannot read (a page past the end of
- *     the file) instead of raising SIGBUS: then no alias.  The copy includes
- *     everything patched so far.
- *  2b. For a file mapping, compare the copy with the file (through
- *     /proc/self/map_files, or the path if it is still the same inode): a
- *     byte that differs and is a breakpoint instruction is somebody else's
- *     (a uprobe, a debugger), since our batches never leave one behind.
- *     Such a mapping gets no alias: uprobes belong to the file's inode, so
- *     in a memfd the breakpoint would no longer be the kernel's, and the
- *     next thread hitting it would die of SIGTRAP.  If the file cannot be
- *     read, no alias either.
- *  3. Map the memfd once more at a free address with the mapping's
- *     protection, and unmap it: proves that this memfd may be mapped
- *     executable here (memfd_noexec, LSMs) before anything is replaced.
- *  4. mmap(start, MAP_SHARED | MAP_FIXED, prot) of the memfd over the
- *     mapping: the executable view is now the memfd, shared with the alias.
- *
- * Why threads executing [start, end) during step 4 are unaffected: the
- * replacement happens under the mmap lock held for writing.  The old page
- * table entries are zapped and the TLBs flushed before the old pages can be
- * freed; a thread that touches the range from then on takes a page fault,
- * and the fault handler needs the mmap lock (or the per-VMA lock of the old
- * VMA, which the unmap write-locked before detaching it), so it waits until
- * the new VMA is in place and then maps a memfd page.  Every instruction is
- * thus fetched from an old page or a new one, and they hold the same bytes:
- * nobody writes text between step 2 and step 4 (we hold the patch lock, and
- * we are the only writer of live text).  The cost is a stall of a few
- * microseconds for such a thread.  Since Linux 6.12 a failing MAP_FIXED
- * mmap restores the old mapping; on older kernels an mmap that fails with
- * ENOMEM after unmapping would leave the range empty; step 3 removes every
- * other known cause of failure.
- *
- * W^X: the executable view keeps the mapping's protection (r-x) and is never
- * made writable; the alias is read-write and never executable.  Nothing is
- * ever mapped writable and executable at once.
- *
- * What it changes, and how each case is handled:
- *  - /proc/self/maps names the range "/memfd:probekit:<path> (deleted)"
- *    instead of the file; dl_iterate_phdr(), dladdr() and our site tables
- *    (which read the file by the loader's path) are unaffected; tools that
- *    map addresses to files through /proc/PID/maps (perf, some unwinders)
- *    lose the file name for that range.
- *  - Text is no longer shared with other processes through the page cache:
- *    each aliased mapping costs its length in shmem, once.
- *  - ptrace writes (debugger breakpoints) into a MAP_SHARED read-only mapping
- *    are refused by the kernel, and uprobes registered on the file no longer
- *    fire in this process for that range: uprobes belong to the file's
- *    inode, the range now shows a memfd.
- *  - dlclose()/munmap() unmap the executable view as usual; our alias keeps
- *    the memfd alive until the next patch in that range or the next alias
- *    creation notices that the mapping there is not our memfd any more
- *    (device and inode differ) and drops it.  Writing through a stale alias
- *    could only change our own orphaned memfd, never someone else's memory,
- *    and we never do: every batch validates the alias against the kernel's
- *    view of the mapping first.
- *  - fork(): a MAP_SHARED mapping is shared with the child, so a patch in
- *    either process would show in both (a call into a trampoline that only
- *    exists on one side).  pthread_atfork() handlers hold the patch lock
- *    across fork(); before it, every aliased mapping is copied into a new
- *    memfd (steps 1-3, from the alias); after it, the child places each
- *    copy over its text (step 4) before fork() returns in it, and the
- *    parent drops the copies and keeps its memfds.  So neither ever runs on
- *    memory the other writes: the parent's threads go on executing the
- *    memfds they had, and the child, alone, replaces its view before it
- *    runs anything else.  (The parent placing the copies instead left a
- *    window after fork() in which a child that patched at once changed what
- *    the parent's threads were executing.)  The copy must precede fork():
- *    after it, the parent may patch again.  Each fork() costs one copy of
- *    the aliased text (in the parent, before it) and one mmap() per aliased
- *    mapping in the child.  A child made by a
- *    raw clone() without CLONE_VM skips the atfork handlers and shares the
- *    aliased text with its parent: do not patch in either then.  vfork() and
- *    posix_spawn() share the address space anyway until exec.
+ * Text aliases (see alias.h): made on the first patch of an executable
+ * mapping (AL1-AL4), safe for the threads executing it (AL5), W^X (AL6),
+ * dropped when stale (AL7), copied across fork() (AL8).
+ * doc/design/text-patching.md.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -170,7 +93,7 @@ static void drop(struct alias *a)
 }
 
 /*
- * Steps 1-3 above for [start, start + len) with protection @prot, copying
+ * AL1-AL3 (doc/design/text-patching.md) for [start, start + len) with protection @prot, copying
  * from @src (the text itself, or an alias).  On success fills @a, whose
  * memfd is not the text yet.
  */
@@ -237,7 +160,7 @@ static void memfd_discard(struct alias *a)
 }
 
 /*
- * Step 4: @a's memfd becomes the text, and its descriptor is closed (the
+ * AL4: @a's memfd becomes the text, and its descriptor is closed (the
  * mappings hold the memfd).  Mapping a file the program put at our number
  * over its text would be the worst harm of all: the descriptor is checked
  * first.  On failure @a is left as it was.
@@ -265,7 +188,7 @@ static bool is_ours(const struct alias *a, const struct pki_map *m)
 	       m->dev_major == a->dev_major && m->dev_minor == a->dev_minor && m->ino == a->ino;
 }
 
-/* Step 2b: 0 if the copy @rw of file mapping @m holds no foreign breakpoint. */
+/* AL2b: 0 if the copy @rw of file mapping @m holds no foreign breakpoint. */
 static int foreign_bp(const struct pki_map *m, const char *name, const uint8_t *rw)
 {
 	size_t len = m->end - m->start, done = 0, i;
@@ -429,7 +352,7 @@ int pki_alias_fork_prepare(void)
  * elsewhere, protected as the view, then moved over the view by mremap(),
  * which replaces the old mapping under the mmap lock held for writing: a
  * thread executing there meets the old pages or the new ones, with the
- * same bytes (the argument of step 4 above).  Only an alias whose view is
+ * same bytes (the argument of AL5).  Only an alias whose view is
  * still whole, ours and protected as it was (the kernel's view, @maps).
  * False, and the alias as it was, if a step fails.  mremap() unmaps the
  * target before it moves: should the move fail after that (out of map

@@ -2,9 +2,9 @@
 /*
  * Text aliases: a second, writable and never executable, view of the pages
  * of an executable mapping, so the patcher can store into live text without
- * mprotect() and without a system call per write (see alias.c for how the
- * alias is made and what it costs).  Everything here runs with the patch
- * lock held; nothing is called from a signal handler.
+ * mprotect() and without a system call per write (how the alias is made and
+ * what it costs: doc/design/text-patching.md, AL1-AL8).  Everything here
+ * runs with the patch lock held; nothing is called from a signal handler.
  */
 #ifndef PK_PATCH_ALIAS_H
 #define PK_PATCH_ALIAS_H

@@ -21,7 +21,7 @@
  * write no breakpoint and signal no thread; else the breakpoint protocol,
  * whose stand-ins a SIGTRAP handler emulates, with a signal to every thread
  * when a sled is converted.  Aliased text changes what other tools see
- * (alias.c lists it: /proc/self/maps names, uprobes and debugger breakpoints
+ * (AL7 of doc/design/text-patching.md: /proc/self/maps names, uprobes and debugger breakpoints
  * on that text, fork() costs a copy of it); PKI_POKE_NO_ALIAS before the
  * first batch keeps the old ways.
  */

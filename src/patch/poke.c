@@ -1,18 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * The batch layer of live text patching: pki_text_poke_batch() changes any
- * number of sites as one transaction while other threads may be executing
- * them.  Here is what every batch goes through whatever its instructions:
- * the lock that serialises batches, the set-up before the first one (and
- * again in a fork child), validation (sorted, disjoint, instructions the
- * architecture can emulate, inside executable text: text.c), verification
- * of every site before anything is written, the one report of a fault that
- * turns patching off for good, and the choice of protocol.
- *
- * The protocols know the instruction bytes and are the architecture's
- * (src/arch/poke.h; src/arch/x86_64/poke.h lists them): they write text
- * only through text_ops below, which is text.c's, and report through
- * poke_bug().
+ * The batch layer of live text patching (TP1 of
+ * doc/design/text-patching.md): pki_text_poke_batch(), its lock, its
+ * set-up, validation, verification before any write and the one report
+ * that turns patching off (TP2), and the choice of protocol (TP3).  The
+ * protocols are the architecture's (src/arch/poke.h): they write text only
+ * through text_ops below, which is text.c's, and report through poke_bug().
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -76,8 +69,9 @@ static int cores_sync(void)
 
 /*
  * fork(): the patch lock is held across it, so no batch is half done in the
- * child and no alias changes under the parent's copy (alias.c explains why
- * the child then moves its aliased text onto fresh memfds).
+ * child and no alias changes under the parent's copy (AL8 of
+ * doc/design/text-patching.md says why the child then moves its aliased
+ * text onto fresh memfds).
  */
 static int fork_prepared; /* poke_lock */
 
@@ -260,7 +254,7 @@ static void poke_bug(int err, const struct pki_poke_bug *bug)
 		 bug->when ? " " : "", bug->when ? bug->when : "", pki_errstr(err));
 }
 
-/* Every site must hold exactly its old bytes, or nothing is written. */
+/* Every site must hold exactly its old bytes, or nothing is written (TP2). */
 static int verify_sites(const struct pki_poke *site, size_t n)
 {
 	size_t i;
@@ -335,7 +329,7 @@ static int __poke_bp(struct pki_poke *site, size_t n, struct pki_text_range *ran
 
 /*
  * The sites other than INT3 sites, all validated and in their ranges:
- * which protocol each takes, decided before anything of the batch is
+ * which protocol each takes (TP3), decided before anything of the batch is
  * written (reloc-sites.md, RS2f): the relay takes the sites it serves,
  * verifying them itself; the others are verified here, and take one store
  * each if they all fit, else the breakpoint protocol, whose SIGTRAP guard

@@ -1,22 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * Text memory (text.h): what the batch layer needs of the memory map and
- * the ways into live text.  A mapping with a writable alias (alias.c) is
- * written through it: plain stores to the same physical bytes, no
- * protection change, no system call.  Text without one is written with
- * pwrite() on /proc/self/mem in small batches (the kernel writes through a
- * read-only mapping) and directly, each mapping made writable once, in
- * bigger ones: mprotect() costs a TLB shootdown whenever other threads
- * run, so it is grouped by mapping (pki_text_ranges()).  The byte stores
- * of the relay protocols (pki_text_put_byte()) follow the same choice: a
- * locked compare-and-exchange in a range made writable, one write to
- * /proc/self/mem per byte otherwise.
- *
- * The /proc/self descriptors live in the program's descriptor table, where
- * the program may close them and reuse their numbers: they are checked
- * before each batch uses them (pki_text_files_check() for maps, which every
- * batch reads; mem_fd() for mem, which a batch that writes only through
- * aliases never touches).
+ * the ways into live text, through an alias, /proc/self/mem or a grouped
+ * mprotect(), and the /proc/self descriptors checked before each batch
+ * (TP7 of doc/design/text-patching.md).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,26 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * The trace writer: session state, per-thread buffer allocation, the drainer
- * thread, and the three ways a trace file is completed (close at exit, exec,
- * fatal signal).  The hot path is inline in trace.h; this file holds
- * everything that runs outside it.
- *
- * The file is written with pwritev() at S.off, one whole record per call; S.off
- * moves past a record only once it is fully written, so a reader never sees
- * a hole.  Whoever writes holds the writer word (below).
- *
- * The file lives in someone else's process (file_*() below): its descriptor
- * is kept at a high number and checked before every record (base/fd.h), so
- * that a program that closes every descriptor and opens files of its own
- * never gets trace data; the file is then reopened by its absolute path
- * (the same file: device and inode) and a STATUS record says so.  A write
- * that fails (ENOSPC...) is cut off the file (ftruncate back to the last
- * whole record), a STATUS record says why writing stopped, and later events
- * are counted as lost; room for that and the trailer is kept allocated past
- * the end of the file (fallocate), so a full file system still gets a
- * complete trace of what fit.  --max-size and the file size limit (ulimit
- * -f) are met as a file system full at that size (size_check()).  Every
- * loss is counted with its cause (buf_kinds(), the LOSSES record).
+ * thread (TD1, TD2), the file (TF1-TF3) under the writer word (TW1-TW3), the
+ * flight recorder (TR1, TR2), and the three ways a trace file is completed
+ * (close at exit, exec, fatal signal).  The hot path is inline in trace.h;
+ * this file holds everything that runs outside it.
+ * doc/design/trace-writer.md.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -163,7 +148,7 @@ static const int fatal_signals[] = {SIGSEGV, SIGBUS,  SIGILL,  SIGFPE,	SIGABRT, 
 
 /*
  * Slots were freed, or the session is ending: wake the threads waiting for
- * room (see "waiting for room" below).  Async-signal-safe; errno may change.
+ * room (TD1).  Async-signal-safe; errno may change.
  */
 static void room_release(void)
 {
@@ -172,19 +157,7 @@ static void room_release(void)
 		pki_futex_wake(&S.room, INT_MAX);
 }
 
-/* ---- the writer word ------------------------------------------------------
- *
- * One word instead of a mutex because the fatal-signal handler must be able to
- * take it: a handler on thread A cannot wait for a mutex held by A itself.
- * Rules: (1) the drainer thread blocks every catchable signal, and normal-
- * context writers (close, flush, symbol_add, exec_*) block the fatal signals
- * while they hold the word, so an asynchronous signal never lands on a thread
- * that holds it; (2) a handler that finds the word held by its own thread
- * (a synchronous fault inside the writer itself) gives up rather than write
- * into a half-done step; (3) a handler waits for another holder at most
- * WAIT_SIGNAL_NS, then gives up: the file is still valid up to its last
- * complete record.
- */
+/* ---- the writer word (TW1-TW3 of doc/design/trace-writer.md) ----------- */
 static bool writer_lock_timed(uint64_t timeout_ns)
 {
 	int self = gettid(), zero;
@@ -195,7 +168,7 @@ static bool writer_lock_timed(uint64_t timeout_ns)
 		if (__atomic_compare_exchange_n(&S.writer, &zero, self, false, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED))
 			return true;
-		if (zero == self)
+		if (zero == self) /* TW2 */
 			return false;
 		if (timeout_ns != UINT64_MAX) {
 			uint64_t now = pki_trace_mono_ns();
@@ -214,7 +187,7 @@ static void writer_unlock(void)
 	__atomic_store_n(&S.writer, 0, __ATOMIC_RELEASE);
 }
 
-/* Normal context: block the fatal signals (rule 1), then take the word. */
+/* Normal context: block the fatal signals (TW1), then take the word. */
 static void writer_lock(sigset_t *saved)
 {
 	pthread_sigmask(SIG_BLOCK, &S.fatal_set, saved);
@@ -256,6 +229,10 @@ static int pwritev_all(int fd, struct iovec *iov, int n, uint64_t off)
 }
 
 /* ---- the file (writer only; async-signal-safe: syscalls, no stdio) ------- */
+/*
+ * Whole records (TF1), a descriptor checked and reopened (TF2), failures
+ * cut off (TF3): doc/design/trace-writer.md.
+ */
 
 static size_t cat(char *buf, size_t n, size_t cap, const char *s)
 {
@@ -745,7 +722,7 @@ static void queue_landed(struct pki_trace_buf *b, uint64_t t)
 
 static int ring_events(struct pki_trace_buf *b);
 
-/* The flight recorder's state (see "the flight recorder" below). */
+/* The flight recorder's state (TR1, TR2). */
 #define RING_DEAD_KEEP 256u /* exited threads whose rings wait for the next snapshot, at most */
 
 static struct {
@@ -911,32 +888,9 @@ static int drain_or_count(bool trailer)
 /* ---- the flight recorder ----------------------------------------------------- */
 
 /*
- * With opts.ring every buffer is a ring: its owner never waits and never
- * looks at tail, it overwrites its oldest slot (trace.h, pki_trace_put()).
- * tail is then the writer's alone: the first event not yet in the file.
- * Nothing is written until a snapshot (a trigger: pki_trace_snapshot(), or
- * the end of the session), which writes, for each thread, the events of
- * its ring not yet in the file, preceded by a GAP event counting those
- * overwritten since its last event in the file.
- *
- * ring_copy() reads a ring the owner goes on writing, as a seqlock is read:
- * head h1 (acquire), the slots of events [start, h1) into S.scratch, an
- * acquire fence, head again (h2).  The owner writes event j into the slot of
- * event j - cap only after its release store of head = j, and its release
- * fence (trace.h) orders that store before the slot's; so if our copy of a
- * slot read any of event j's stores, the fence pairing makes head = j
- * visible to the load of h2: h2 >= j.  Event i is therefore intact in the
- * copy if no event j = i + cap had begun by h2, that is i > h2 - cap, and
- * the copy keeps those only: a record half overwritten is never written.
- * That one event, h2 - cap, is whole too if the owner is not inside a
- * record (busy, read with acquire after the copy) and head is still h2
- * after that: had the copy read a store of event h2, the fences would make
- * its busy = 1 visible, or its later busy = 0, which is released after
- * head = h2 + 1.  So an idle thread (blocked, exited) loses nothing.
- * Events the owner published after h1 wait for the next snapshot.
- *
- * The scratch copy is needed because emit() reads the events twice (the
- * CRC, then pwritev()): from the ring itself, the two could differ.
+ * With opts.ring every buffer is a ring, written out only at a snapshot
+ * (TR1); ring_copy() reads it as a seqlock is read (TR2).
+ * doc/design/trace-writer.md.
  */
 
 /* Copy @b's unwritten events to R.scratch + 1; how many, from event *@from. */
@@ -1118,7 +1072,7 @@ int pki_trace_snapshot(uint32_t why, int signo, uint64_t fn)
 		return -EALREADY; /* (a fork child before pki_trace_fork_child(): not its file) */
 	pki_trace_hold_flush();	  /* the calling thread's held calls are in it (hold.h H6) */
 	pki_trace_busy++;
-	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved); /* rule (1) */
+	sigprocmask(SIG_BLOCK, &S.fatal_set, &saved); /* TW1 */
 	if (writer_lock_timed(WAIT_SIGNAL_NS)) {
 		err = -EALREADY;
 		if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) == ST_ACTIVE)
@@ -1400,54 +1354,7 @@ void pki_trace_count_lost(void)
 		__atomic_fetch_add(&S.late_lost, 1, __ATOMIC_RELAXED);
 }
 
-/* ---- waiting for room -------------------------------------------------------
- *
- * A thread whose buffer is full waits until the drainer has copied some of it
- * to the file: SPIN_ROOM pause loops (the drainer was kicked at half capacity
- * and is usually writing already), then FUTEX_WAIT on S.room, which the
- * drainer bumps and wakes after every record of events it wrote
- * (room_release()).  No wake-up is lost: the waiter reads room, checks tail,
- * counts itself in S.waiters and sleeps only while room still holds the value
- * it read; the drainer stores tail, bumps room, then reads waiters; all
- * seq_cst, so either the waiter sees the new tail or room, or the drainer
- * sees the waiter.  Each sleep is also bounded (NAP_ROOM_NS), and the waiter
- * kicks the drainer before each.
- *
- * Waiting must be able to end whatever the thread was doing when the event
- * came: a hook may run inside malloc or stdio, with any lock of the
- * program's held, and a signal handler may record on any thread at any
- * point.  What the drainer needs to free room is the CPU, the writer word
- * and a file that takes writes.  It takes no lock and calls nothing a
- * program thread may hold or be inside (futex, pwritev, munmap, clock reads:
- * no malloc, no stdio, no pthread lock; its own start in pthread_create is
- * over before anyone waits on it), so whatever a waiter holds cannot block
- * it.  A thread therefore waits only if:
- *  - the session records (ACTIVE) and does not drop (opts.drop);
- *  - a drainer thread runs: not no_drainer, and not a fork child, which has
- *    none (and is IDLE) until pki_trace_open() there starts its own;
- *  - the thread does not hold the writer word: a signal handler that
- *    interrupted close, flush or symbol_add on this thread (or a hooked libc
- *    function they call) would wait for itself;
- *  - the drainer is not known to be stalled (S.stalled: its last write
- *    failed, disk full or descriptor gone, or an earlier wait saw it free
- *    nothing for opts.wait_ms).
- * It gives up after opts.wait_ms in which the drainer freed nothing (S.room
- * unchanged), sets S.stalled so that the other threads drop at once instead
- * of each waiting as long, and counts the event lost.  The drainer clears
- * S.stalled after a pass that wrote without error.  So the program is
- * slowed, never hung: at worst one wait of opts.wait_ms per stall.
- *
- * Ending the session (close, exec, fatal signal, _exit) changes the state
- * first, then wakes the waiters: they see it and drop their event, counted
- * (it would come after the END record anyway).
- *
- * A signal handler on a waiting thread records normally (busy is clear while
- * we wait): it waits too, nested, with its own bound, and the outer wait
- * starts over with a fresh head when it returns.  Records nested inside the
- * few instructions of a record (busy set) are still lost, counted: making
- * them wait would need a second slot reservation scheme for a window of a
- * few nanoseconds.  The drainer thread never records (internal_buf).
- */
+/* ---- waiting for room (TD1 of doc/design/trace-writer.md) ---------------- */
 /* Room for @n more events after the next one. */
 static bool room_free(const struct pki_trace_buf *b, unsigned n)
 {
@@ -1552,23 +1459,7 @@ __attribute__((noinline)) void pki_trace_record_full_n(const struct pki_trace_gr
 	record_full(g);
 }
 
-/* ---- the drainer thread -----------------------------------------------------
- *
- * The drainer sleeps on the futex word S.wake for its period, and is woken
- * early by pki_trace_kick() (a producer's buffer took another half of its
- * capacity) or by drainer_stop().  The handshake cannot lose a wake-up:
- *
- *   drainer:  store wake = 1; check stop; drain; FUTEX_WAIT(wake, 1, period)
- *   kicker:   if exchange(wake, 0) == 1: FUTEX_WAKE(wake)
- *   stopper:  store stop = 1; exchange(wake, 0); FUTEX_WAKE(wake)
- *
- * Everything published before the drainer armed the word is seen by its
- * drain pass; a kick after arming sets the word to 0, so the FUTEX_WAIT
- * either fails at once (the kernel compares the word under its bucket lock)
- * or is woken by the FUTEX_WAKE.  The same for stop (all seq_cst: either the
- * drainer sees stop, or the stopper's exchange follows the arming).  A kick
- * that finds the word 0 (drainer awake, or already kicked) makes no syscall.
- */
+/* ---- the drainer thread (TD2 of doc/design/trace-writer.md) -------------- */
 void pki_trace_kick(void)
 {
 	int saved;
@@ -1585,10 +1476,10 @@ void pki_trace_kick(void)
 
 /*
  * The drainer runs with every signal blocked but the patch layer's
- * (pki_worker_start): rule (1) of the writer word, and the program's signals
+ * (pki_worker_start): TW1 of the writer word, and the program's signals
  * (and their handlers' records) stay off it.  The sled kick it takes only
  * looks at the interrupted context and acknowledges, never takes the writer
- * word nor records, so rule (1) still holds; blocked, it would stall a patch
+ * word nor records, so TW1 still holds; blocked, it would stall a patch
  * batch while we drain (hooks added or removed as PROG runs, agent dlopen.c).
  */
 static void *drainer_main(void *arg)
@@ -1690,7 +1581,7 @@ int pki_trace_flush_signal(int signo)
 
 /*
  * Called by a process about to end in _exit(), perhaps from a signal
- * handler: blocks the fatal signals while it holds the writer word (rule 1,
+ * handler: blocks the fatal signals while it holds the writer word (TW1,
  * as for any normal-context writer; sigprocmask is async-signal-safe).
  */
 int pki_trace_flush_exit(void)
@@ -1991,7 +1882,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	S.stalled = 0;
 	S.waiters = 0;
 	pki_trace_drop = opts->drop;
-	pki_trace_ring = opts->ring; /* see "the flight recorder" */
+	pki_trace_ring = opts->ring; /* TR1 */
 	S.pid = getpid();
 	R.overwritten = R.snapshots = R.missed = 0;
 	S.max_size = opts->max_size;

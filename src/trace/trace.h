@@ -1,50 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The trace recorder: per-thread lock-free event buffers and the writer that
- * drains them into a trace file (format.h, doc/trace-format.md).
- *
- * One session per process.  Hooks call pki_trace_enter()/pki_trace_exit()
- * (or pki_trace_record() with their own timestamp); a drainer thread copies
- * the buffers to the file every few milliseconds; the file is completed by
- * pki_trace_close() (normal exit: registered with on_exit; quick_exit: the
- * flush of _exit, registered with at_quick_exit), by
- * pki_trace_exec_prepare() before an exec, and by the fatal-signal handler.
- *
- * What may run where:
- *
- *  - pki_trace_record/enter/exit/now: anywhere, including signal handlers and
- *    hooks on malloc or libc: no lock, no allocation, no stdio.  Each thread
- *    owns its buffer and is its only producer.  The first event of a thread
- *    (or one after its buffer vanished) takes a noinline slow path that mmaps
- *    the buffer (a syscall, no malloc, no lock); it is still
- *    async-signal-safe.  A record that finds its buffer full waits for the
- *    drainer to free room (pki_trace_record_full(): a bounded spin, then a
- *    futex the drainer wakes; syscalls only), unless the session drops
- *    (opts.drop, `probekit trace --drop`) or waiting could not end (see
- *    trace.c, "waiting for room": the drainer stalled, the thread holds the
- *    writer word, the session is ending); then, and for a record nested
- *    inside another record of the same thread by a signal handler, the
- *    event is counted as lost for that thread.  An event that has no
- *    buffer to be counted in (thread exiting, allocation failed) is counted
- *    in the session's late_lost.  Nothing is dropped without being counted.
- *  - pki_trace_open/close, exec_prepare, exec_failed, fork_child: normal
- *    context only (they lock, allocate, log), never from a hook or signal
- *    handler, never concurrently with each other.
- *  - pki_trace_object_add/symbol_add: normal context, from any thread while
- *    the session runs (libraries loaded later: agent/dlopen.c), concurrently
- *    with the drainer, the fatal-signal flush, close/exec_prepare and each
- *    other.  Each record is written whole under the writer word, with the
- *    fatal signals blocked (rule (1) in trace.c), after checking under it
- *    that the session is still ACTIVE: a record lands before the END record
- *    or not at all (-EBADF).  Records and events may interleave in any order
- *    in the file (doc/trace-format.md); a caller that writes a function's
- *    SYMBOL before hooking it has it in the file before any of its events.
- *  - pki_trace_flush_signal(), pki_trace_flush_exit(): async-signal-safe
- *    (write(2)/pwritev(2), clock reads, atomics), for the fatal-signal path
- *    and _exit(); also usable by an agent's own handlers.
- *
- * Events carry a function value ("fn") that SYMBOL records name: normally the
- * function's address, but any value up to PKI_EV_FN_MAX works (ids).
+ * drains them into a trace file (format.h, doc/trace-format.md).  What may
+ * run where (TX1-TX4), the writer word (TW1-TW3), draining (TD1, TD2) and
+ * the flight recorder (TR1, TR2): doc/design/trace-writer.md.  The hot path
+ * is inline here.
  */
 #ifndef PK_TRACE_TRACE_H
 #define PK_TRACE_TRACE_H
@@ -67,8 +27,8 @@ struct pki_trace_opts {
 	 * Flight recorder: each buffer is a ring that overwrites its oldest
 	 * events, written out only by pki_trace_snapshot() and at the end
 	 * (close, exec, fatal signal), and on SIGUSR2 when catch_signals is
-	 * set and the program leaves SIGUSR2 at its default.  See trace.c,
-	 * "the flight recorder".
+	 * set and the program leaves SIGUSR2 at its default.  See TR1 of
+	 * doc/design/trace-writer.md.
 	 */
 	bool ring;
 	/*
@@ -119,6 +79,9 @@ struct pki_trace_opts {
 };
 
 /*
+ * Session control (open, close, exec, fork child): normal context only,
+ * never concurrently with each other (TX2).
+ *
  * Open @path, write the header, start recording.  The file is created 0600
  * or truncated; in a directory other users can write to, a symbolic link
  * is not followed (-ELOOP) and an existing file that is not a regular file
@@ -151,7 +114,7 @@ void pki_trace_exit_status(int status);
 /* Drain every buffer now (normal context); the file stays open.  A ring session: a snapshot. */
 int pki_trace_flush(void);
 
-/* Name things for the reader.  @id > 0.  0 or -errno. */
+/* Name things for the reader (TX3).  @id > 0.  0 or -errno. */
 int pki_trace_object_add(uint32_t id, uint64_t base, const char *path);
 int pki_trace_symbol_add(uint64_t fn, uint32_t object_id, const char *name);
 

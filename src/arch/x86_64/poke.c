@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * What the x86-64 patching protocols (poke.h) share: their set-up before
- * the first batch, their counters and the tests' fault-injection hook.
+ * the first batch, their counters and the tests' fault-injection hook
+ * (TP1 of doc/design/text-patching.md).
  */
 #include <signal.h>
 #include <stdbool.h>

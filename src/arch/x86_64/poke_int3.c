@@ -1,13 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The INT3 protocol: the kernel's text_poke_bp_batch() carried to user
- * space, for the sites neither the sled relay nor the single store takes.
- * INT3 stand-ins are emulated by the SIGTRAP handler (trap.c), threads
- * stopped inside a sled being converted are moved out by the sled kick
- * (kick.c), and membarrier(SYNC_CORE) stands in for the kernel's sync
- * IPIs.  The batch layer makes the text writable (or picks /proc/self/mem)
- * before pki_arch_bp_apply() and restores it after; this file only orders
- * the stores, through ops->put, and undoes them when a step fails.
+ * The INT3 protocol (TP4 of doc/design/text-patching.md): the kernel's
+ * text_poke_bp_batch() carried to user space, for the sites neither the
+ * sled relay nor the single store takes.  This file only orders the
+ * stores, through ops->put, undoes them when a step fails, and guards
+ * against threads that block SIGTRAP.
  */
 #include <errno.h>
 #include <signal.h>
@@ -60,7 +57,7 @@ static void rollback(struct pki_batch *b, enum step done, const struct pki_text_
 }
 
 /*
- * The INT3 protocol, for the whole batch at once (text writable, batch
+ * The INT3 protocol (TP4), for the whole batch at once (text writable, batch
  * published, every site verified to hold its old bytes):
  *
  *  1. Write INT3 on the first byte of every site; sync all cores.  A thread

@@ -1,12 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * The sled relay protocol: a gcc sled (90 x5) is attached, retargeted and
- * detached by single stores to its first two bytes and to its relay slot
- * (insn.h says how the slot is found, relay_mem.c maps it), so that no
- * thread stopped inside the sled ever needs to be moved and no INT3 is
- * written.  pki_arch_relay_take() picks the sites of a batch this serves
- * and verifies them, text and slot; pki_arch_relay_apply() runs the steps
- * in the order written above it; pki_arch_relay_undo() runs them back.
+ * The sled relay protocol (TP6 of doc/design/text-patching.md): a gcc sled
+ * is attached, retargeted and detached by single stores to its first two
+ * bytes and to its relay slot, no INT3, no thread moved.  take() picks and
+ * verifies, apply() runs the steps written above it, undo() runs them back.
  */
 #include <errno.h>
 #include <stdlib.h>

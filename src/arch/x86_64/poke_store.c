@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * The single-store protocol: a site whose five bytes lie inside one window
- * a locked cmpxchg can replace (store.h) and whose old instruction is one
- * instruction is patched with that one store through its alias (ops->alias),
- * no INT3, no signal.  pki_store_bytes() is also the relay's way to write
- * its slots (poke_relay.c).
+ * The single-store protocol (TP5 of doc/design/text-patching.md): a site
+ * patched with one locked cmpxchg through its alias, no INT3, no signal.
+ * pki_store_bytes() is also the relay's way to write its slots.
  */
 #include <errno.h>
 #include <string.h>

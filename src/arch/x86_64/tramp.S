@@ -1,33 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Trampoline templates.  Never executed where they are: src/arch/x86_64/
- * tramp.c copies [start, end) of a template into trampoline memory, fills
- * its data words (read %rip-relative, so they move with the copy) and
- * patches the %fs displacement of the per-thread state (initial-exec TLS:
- * the same offset from %fs in every thread).
- *
- * Three kinds of code (labels E, B, X are those of src/hook/gp.c's proof):
- *  - E, an entry: what a site calls (a relocated site jumps to it, and it
- *    pushes r11 first: see X_RELOC).  One per site (and one per pk_tramp),
- *    never freed and never given to another site, its code never rewritten
- *    after it is made: r11 := E, incl the nesting counter, then jmp
- *    *E.target (a data word of E, read by the jump itself).  With X, the
- *    only code a thread runs uncounted.
- *  - B, a body (ops, handler, list dispatcher): entered counted from an
- *    entry, with [rsp] = ip + 5 (a relocated site's: the program's r11),
- *    [rsp + 8] = parent ip, r11 = E; freed after a grace period.  It leaves through a jump to an exit, still
- *    counted: no thread is ever uncounted in memory that can be freed.
- *  - X, the exits of a chunk (never freed): decl then ret, or decl then
- *    jmp *E.direct (the site's direct address, read by the jump itself),
- *    plus the slow exit (the grace period asked this thread to report) and
- *    the registration of a thread's first entry.
- *
- * Nesting counter (pki_tramp_tls.nest): -1 when the thread is outside every
- * body and callback, PKI_TRAMP_UNREG (far below) until the thread's first
- * entry registers it with the grace period (X_REG).  0 after the entry's
- * incl = first level; above 0 = a callback reached a hooked function: the
- * callback is skipped (recursion guard).  While it is >= 0 the thread may
- * use anything the hook registry publishes (the read side of gp.c).
+ * Trampoline templates, copied into trampoline memory by tramp.c (never
+ * executed where they are): E, the entries (HK2); B, the bodies (HK3); X,
+ * the exits (HK4); the nesting counter they keep (HK5), the read side of
+ * the grace period (R1-R3).  doc/design/hooks.md,
+ * doc/design/grace-periods.md.
  */
 
 #include "tramp_layout.h"
@@ -310,7 +287,7 @@ pki_tramp_list_end:
  *  L_RELOC: the list dispatcher of relocated sites: the same code, whose C
  *    function reads the site from C's last word.
  * The parts after the decl (x_*_go) are uncounted and read only E's words
- * and E itself: never freed (gp.c, R3).
+ * and E itself: never freed (doc/design/grace-periods.md, R3).
  * data: [0] exit function, [1] registration function, [2] list function.
  */
 	.globl	pki_tramp_x_ret, pki_tramp_x_ret_ret, pki_tramp_x_user, pki_tramp_x_reg

@@ -285,7 +285,8 @@ static bool mode_start(int fd, char *why, size_t n)
 	}
 	/*
 	 * The process's calls into its libraries, as a started program's
-	 * (agent_library_settings()): looked up again at each attach, before
+	 * (agent_library_settings(); doc/design/library-calls.md LC4): looked
+	 * up again at each attach, before
 	 * agent_trace_attach() reads the loaded objects.  Also when this
 	 * attach leaves them out (--no-libcall, --no-relocate, top): the
 	 * libraries are then read with their sites from the first attach on,

@@ -1646,7 +1646,7 @@ bool agent_watch_start(void)
 	return true;
 }
 
-
+/* A watch of a running process (doc/design/attach.md A9g). */
 bool agent_watch_attach(char *why, size_t n)
 {
 	watch_free(); /* an earlier attach's */

@@ -1,4 +1,4 @@
-# Thin wrapper over ./dev (which wraps Meson); see README.md.
+# Thin wrapper over ./dev (which wraps Meson); see INSTALL.md.
 PREFIX ?= /usr/local
 
 .PHONY: all demo test check sanitize install clean

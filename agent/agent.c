@@ -390,7 +390,7 @@ void agent_library_settings(void)
 
 /*
  * The library's own settings, which the user puts in PROG's environment for
- * the library inside the agent (README): they stay, for the library reads
+ * the library inside the agent (doc/api.md): they stay, for the library reads
  * them when it first patches, after this cleaning, and for PROG's children.
  */
 static bool user_setting(const char *var)

@@ -1500,7 +1500,7 @@ static void envbuf_unmap(struct agent_envbuf *b)
  * A vfork child (or a raw clone() child) shares our memory: a mapping made
  * there would stay in this process after its exec succeeds, once per child.
  * It builds the environment on its stack, which is the parent's: the one
- * case where the wrapper needs the buffer's size of stack (README).  Not
+ * case where the wrapper needs the buffer's size of stack (doc/tracing.md).  Not
  * inlined, so the other callers' frames stay small.
  */
 static __attribute__((noinline)) int exec_shared_child(const struct exec_req *r, char *const envp[])

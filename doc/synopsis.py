@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """probekit's synopses, made from the built command's --help texts so that
 none can drift from what the command says: the man page's SYNOPSIS and EXIT
-STATUS, and the synopsis block of README.md.
+STATUS, and the synopsis block of doc/tracing.md.
 
 The synopsis is every command's "usage:" paragraph, in the order
 'probekit --help' lists the commands, those with subcommands (bench) last
@@ -10,14 +10,14 @@ and each of their subcommands in full; under each usage, the options its
 command's "Exit status:" paragraph.
 
 usage: synopsis.py man PROBEKIT TEMPLATE > probekit.1
-       synopsis.py readme PROBEKIT README      rewrite README's block
-       synopsis.py check PROBEKIT README       exit 1 if README's block differs"""
+       synopsis.py readme PROBEKIT PAGE        rewrite PAGE's block (doc/tracing.md)
+       synopsis.py check PROBEKIT PAGE         exit 1 if PAGE's block differs"""
 import difflib
 import re
 import subprocess
 import sys
 
-# README.md's block is the lines between these two.
+# doc/tracing.md's block is the lines between these two.
 BEGIN = "<!-- synopsis: made by doc/synopsis.py from the --help texts; " \
         "./dev synopsis rewrites it -->"
 END = "<!-- end of synopsis -->"
@@ -187,12 +187,12 @@ def man(pk, template):
     sys.stdout.write(body)
 
 
-def readme_with_block(pk, readme):
-    """README's text, and that text with its block made anew."""
-    text = open(readme).read()
+def page_with_block(pk, page):
+    """The page's text, and that text with its block made anew."""
+    text = open(page).read()
     begin, end = text.find(BEGIN + "\n"), text.find("\n" + END + "\n")
     if begin < 0 or end < begin:
-        sys.exit(f"{readme}: no '{BEGIN}' ... '{END}' lines")
+        sys.exit(f"{page}: no '{BEGIN}' ... '{END}' lines")
     block = "\n".join(["```", *synopsis(pk), "```"])
     return text, text[:begin + len(BEGIN) + 1] + block + text[end:]
 
@@ -203,7 +203,7 @@ def main():
     mode, pk, path = sys.argv[1:]
     if mode == "man":
         return man(pk, path)
-    old, new = readme_with_block(pk, path)
+    old, new = page_with_block(pk, path)
     if mode == "readme":
         if new != old:
             open(path, "w").write(new)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * trace_demo: the program the README's main job traces (`./dev demo`), the
+ * trace_demo: the program the main job traces (`./dev demo`, doc/tracing.md), the
  * tests check `probekit trace` against, and `probekit bench trace` times.
  * Built with -fpatchable-function-entry=5, so every function below is a
  * site.  It counts its own calls and prints them ("calls NAME N") so a

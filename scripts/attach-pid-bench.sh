@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Attaching to a running server, measured (README, "Trace a process that is
-# already running"): a generated server of 8 threads and FUNCS functions
+# Attaching to a running server, measured (doc/benchmarks.md; doc/tracing.md,
+# "Trace a process that is already running"): a generated server of 8 threads and FUNCS functions
 # (each request runs 16 of them through a table, so every one is called),
 # loaded by a client of 4 threads that checks every answer against its own
 # computation, then CYCLES attach/trace/detach cycles of

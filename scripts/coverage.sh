@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How many functions of real binaries probekit can hook, next to what
 # uftrace's dynamic patching (`uftrace record -P .`) patches of the same
-# files: the coverage table of the README's "Hooking any function".
+# files: the coverage table of doc/benchmarks.md.
 #
 # usage: scripts/coverage.sh [BINARY[:ARGS]]...
 #   default: Debian's python3, sqlite3, git, redis-server, bash and a few

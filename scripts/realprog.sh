@@ -31,7 +31,7 @@
 # probekit and its counts equal the -finstrument-functions counter's; 1 when
 # not; 77 when no program could be built (no sources: the reason is printed).
 # uftrace's differences are reported, not judged (uftrace itself crashes lua,
-# or misses its longjmps; see README "Real programs").
+# or misses its longjmps; see doc/testing.md "Real programs").
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 tests=$repo/tests/realprog

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Traces of any size" figures, measured in one run: a trace of
+# doc/benchmarks.md's "Traces of any size" figures, measured in one run: a trace of
 # N calls of the bundled trace_demo (--bench N) and one of a real program
 # (zstd -19 with two threads, built with patchable entries by
 # scripts/realprog.sh), each recorded by probekit and by uftrace

@@ -5,7 +5,7 @@
  * the debug exception: a test that needs hits must check for real.  This
  * arms a counting write breakpoint on a private word of the calling thread,
  * writes the word and reads the count.  PROBEKIT_HWBP_UNDELIVERED=1 (the
- * library's test switch, README) arms it over another word than the one
+ * library's test switch, doc/api.md) arms it over another word than the one
  * written: the same check, concluding "not delivered", as the library does.
  *
  * Standalone (no probekit header): the C harness and tests/hwbp_delivered.c

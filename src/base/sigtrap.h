@@ -13,7 +13,7 @@
  * sigaction()/signal() wrappers route the program's SIGTRAP calls there, so
  * that the program's handler becomes the one we chain to instead of
  * replacing ours.  A library user without the agent must chain instead
- * (README, Watchpoints, "SIGTRAP"; watch.h "SIGTRAP chaining").
+ * (doc/api.md, Watchpoints, "SIGTRAP"; watch.h "SIGTRAP chaining").
  */
 #ifndef PK_BASE_SIGTRAP_H
 #define PK_BASE_SIGTRAP_H

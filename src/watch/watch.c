@@ -946,7 +946,7 @@ static int watch_check(const void *addr, size_t len, enum pk_watch_type type,
  * calling thread, one write, one read), and kept.  A check that cannot open
  * its event concludes nothing: the add goes on and its own open says why.
  * PROBEKIT_HWBP_UNDELIVERED=1 makes the check arm its breakpoint over
- * another word than the one it writes, to test the refusal (README).
+ * another word than the one it writes, to test the refusal (doc/api.md).
  */
 static struct {
 	int delivered; /* under mgr.lock; a fork child keeps it */

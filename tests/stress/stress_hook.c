@@ -35,7 +35,7 @@
  *    abort(), never a hang).
  *
  * Each hazard is a kind of worker or a kind of change that a flag switches
- * off, so that CI can run what works today (see --help, README).
+ * off, so that CI can run what works today (see --help, doc/testing.md).
  *
  * Scale: --background N attaches N more sites (the functions after
  * the 200, up to 10,000) before the workers start, half through one ops

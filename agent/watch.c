@@ -788,14 +788,14 @@ static void on_hit(const struct pk_watch_hit *hit)
 
 /* ---- the consumer ---- */
 
-/* @v, @len bytes wide (1 to 8), signed, with its hex beside it unless small. */
+/* @v, @len bytes wide (1 to 8; 0: a whole word), signed, with its hex beside it unless small. */
 static void fmt_int(char *buf, size_t n, uint64_t v, size_t len)
 {
-	int64_t s = len >= 8		       ? (int64_t)v
+	int64_t s = !len || len >= 8	       ? (int64_t)v
 		    : (v >> (8 * len - 1)) & 1 ? (int64_t)(v | ~0ull << (8 * len))
 					       : (int64_t)(v & ~(~0ull << (8 * len)));
 
-	if (len < 8)
+	if (len && len < 8)
 		v &= ~(~0ull << (8 * len));
 	if (s >= -9 && s <= 9)
 		snprintf(buf, n, "%lld", (long long)s);
@@ -882,18 +882,19 @@ static void print_rec(const struct rec *r)
 		/* The trap ip follows the access (access_where()). */
 		const char *how = access_where_cached(r->ip, where, sizeof(where)) ? "at" : "after";
 
-		fmt_int(b, sizeof(b), r->newv, r->len);
 		if (A.ring) {
 			/* WR7: no value is read on the ring path */
 			snprintf(line + len, sizeof(line) - (size_t)len, "%s %s %s %s\n",
 				 conf->type == PK_WATCH_W ? "write" : "access", conf->spec, how,
 				 where);
 		} else if (conf->type == PK_WATCH_W) {
+			fmt_int(b, sizeof(b), r->newv, r->len);
 			fmt_int(a, sizeof(a), r->oldv, r->len);
 			snprintf(line + len, sizeof(line) - (size_t)len,
 				 "write %s%s: %s -> %s %s %s\n", conf->spec, part, a, b, how,
 				 where);
 		} else {
+			fmt_int(b, sizeof(b), r->newv, r->len);
 			snprintf(line + len, sizeof(line) - (size_t)len,
 				 "access %s%s: value %s%s %s %s\n", conf->spec, part, b,
 				 r->oldv != r->newv ? " (written)" : "", how, where);

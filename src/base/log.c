@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/held.h"
 #include "base/log.h"
 
 static _Atomic(pk_print_fn) print_fn;
@@ -87,3 +88,11 @@ const char *pki_errstr(int err)
 	/* GNU strerror_r returns the string it chose, maybe not buf. */
 	return strerror_r(err, buf, sizeof(buf));
 }
+
+#ifdef PKI_LOCK_CHECKS
+void pki_not_held(const char *func)
+{
+	pki_log(PK_WARN, "internal: %s() called without the lock its state needs\n", func);
+	abort();
+}
+#endif

@@ -45,6 +45,7 @@
 #include <probekit/watch.h>
 
 #include "arch/arch.h"
+#include "base/held.h"
 #include "base/log.h"
 #include "base/threads.h"
 #include "base/umap.h"
@@ -179,6 +180,26 @@ static struct {
     .towns = PKI_UMAP_INIT(struct town, tid),
     .free_slot = UINT32_MAX,
 };
+
+/* mgr.lock, with the flag the `__` functions check (base/held.h). */
+static __thread bool mgr_held __attribute__((tls_model("initial-exec")));
+
+static void mgr_lock(void)
+{
+	pthread_mutex_lock(&mgr.lock);
+	mgr_held = true;
+}
+
+static void mgr_unlock(void)
+{
+	mgr_held = false;
+	pthread_mutex_unlock(&mgr.lock);
+}
+
+bool pki_watch_mgr_held(void)
+{
+	return mgr_held;
+}
 
 static const char *const type_name[] = {
     [PK_WATCH_W] = "W",
@@ -341,6 +362,7 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 /* Registered once, on the first pk_watch_add (see base/sigown.c for the flags). */
 static int __install_handler(void)
 {
+	PKI_HELD(mgr_held);
 	int err;
 
 	if (mgr.handler_installed)
@@ -360,11 +382,11 @@ bool pki_watch_release(void)
 		unsigned long removals;
 		bool done, installed;
 
-		pthread_mutex_lock(&mgr.lock);
+		mgr_lock();
 		done = !mgr.list;
 		installed = mgr.handler_installed;
 		removals = mgr.removals;
-		pthread_mutex_unlock(&mgr.lock);
+		mgr_unlock();
 		if (!done || !installed)
 			return done;
 		/*
@@ -375,17 +397,17 @@ bool pki_watch_release(void)
 		if (!pki_threads_settled(SETTLE_RUN_NS, SETTLE_WAIT_MS) ||
 		    pki_threads_pending(1ull << (SIGTRAP - 1), SETTLE_WAIT_MS / 2))
 			return false;
-		pthread_mutex_lock(&mgr.lock);
+		mgr_lock();
 		if (mgr.removals == removals) {
 			done = !mgr.list;
 			if (done && mgr.handler_installed) {
 				done = pki_sigtrap_client_drop(PKI_SIGTRAP_WATCH);
 				mgr.handler_installed = !done;
 			}
-			pthread_mutex_unlock(&mgr.lock);
+			mgr_unlock();
 			return done;
 		}
-		pthread_mutex_unlock(&mgr.lock);
+		mgr_unlock();
 	}
 	return false;
 }
@@ -394,6 +416,7 @@ bool pki_watch_release(void)
 
 static int __slot_get(uint32_t *idx)
 {
+	PKI_HELD(mgr_held);
 	struct wslot *c;
 	uint32_t i;
 
@@ -419,6 +442,7 @@ static int __slot_get(uint32_t *idx)
 
 static void __slot_put(uint32_t idx)
 {
+	PKI_HELD(mgr_held);
 	slot_at(idx)->next_free = mgr.free_slot;
 	mgr.free_slot = idx;
 }
@@ -452,11 +476,13 @@ static void slot_wait_idle(uint32_t idx)
 
 static struct town *__town_find(pid_t tid)
 {
+	PKI_HELD(mgr_held);
 	return pki_umap_find(&mgr.towns, (unsigned long)tid);
 }
 
 static int __own(pid_t tid)
 {
+	PKI_HELD(mgr_held);
 	struct town *t = __town_find(tid);
 
 	return t ? t->own : 0;
@@ -465,6 +491,7 @@ static int __own(pid_t tid)
 /* Make sure @tid has a record, before anything irreversible happens. */
 static int __town_reserve(pid_t tid)
 {
+	PKI_HELD(mgr_held);
 	struct town *t = __town_find(tid);
 
 	if (t)
@@ -484,6 +511,7 @@ static int __town_reserve(pid_t tid)
 /* Free every record, or only the idle ones, putting the others back. */
 static void __towns_prune(bool all)
 {
+	PKI_HELD(mgr_held);
 	struct pki_umap *m = &mgr.towns;
 	struct town **keep = all ? NULL : malloc(m->n * sizeof(*keep));
 	size_t i, k = 0;
@@ -511,6 +539,7 @@ static void __towns_prune(bool all)
 /* own(@tid) += @delta (+1 or -1); its record exists (__town_reserve()). */
 static void __own_move(pid_t tid, int delta)
 {
+	PKI_HELD(mgr_held);
 	struct town *t = __town_find(tid);
 
 	pki_hist_move(&mgr.hist, t->own, delta);
@@ -532,6 +561,7 @@ static void __own_move(pid_t tid, int delta)
  */
 static void __part_close(struct pk_watch *w, int k, bool parents)
 {
+	PKI_HELD(mgr_held);
 	struct wpart *p = &w->part[k];
 
 	for (int i = 0; i < p->nr_roots; i++) {
@@ -549,18 +579,21 @@ static void __part_close(struct pk_watch *w, int k, bool parents)
 
 static void __roots_close(struct pk_watch *w, bool parents)
 {
+	PKI_HELD(mgr_held);
 	for (int k = 0; k < w->nr_parts; k++)
 		__part_close(w, k, parents);
 }
 
 static void __close_roots(struct pk_watch *w)
 {
+	PKI_HELD(mgr_held);
 	__roots_close(w, false);
 }
 
 /* @n slots more (or fewer) in use by watchpoints of @tid (0: all threads). */
 static void __slots_move(pid_t tid, int n)
 {
+	PKI_HELD(mgr_held);
 	if (tid)
 		__own_move(tid, n);
 	else
@@ -570,6 +603,7 @@ static void __slots_move(pid_t tid, int n)
 /* Give back what @w holds in the accounting (it stays in the list). */
 static void __unaccount(struct pk_watch *w)
 {
+	PKI_HELD(mgr_held);
 	__slots_move(w->tid, -w->nr_parts);
 }
 
@@ -580,6 +614,7 @@ static void __unaccount(struct pk_watch *w)
  */
 static int __reap_dead_threads(void)
 {
+	PKI_HELD(mgr_held);
 	int n = 0;
 
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
@@ -598,6 +633,7 @@ static int __reap_dead_threads(void)
 /* Do @n more slots fit on @tid (0: on every thread)? */
 static bool __fits(pid_t tid, int n)
 {
+	PKI_HELD(mgr_held);
 	if (tid)
 		return mgr.nr_all + __own(tid) + n <= PKI_HWBP_SLOTS;
 	return mgr.nr_all + n + pki_hist_max(&mgr.hist) <= PKI_HWBP_SLOTS;
@@ -606,6 +642,7 @@ static bool __fits(pid_t tid, int n)
 /* Append a description of the watchpoints holding @tid's slots to @buf. */
 static void __describe_holders(char *buf, size_t size, pid_t tid)
 {
+	PKI_HELD(mgr_held);
 	size_t len = strlen(buf);
 
 	for (struct pk_watch *w = mgr.list; w && len < size; w = w->next) {
@@ -627,6 +664,7 @@ static void __describe_holders(char *buf, size_t size, pid_t tid)
  */
 static int __admit(pid_t tid, int n, const void *addr)
 {
+	PKI_HELD(mgr_held);
 	char holders[512] = "";
 	pid_t full = tid;
 
@@ -836,6 +874,7 @@ static int roots_add(pid_t tid, void *arg)
  */
 static int __open_all_roots(struct pk_watch *w, int k)
 {
+	PKI_HELD(mgr_held);
 	struct roots_pass p = {.w = w, .k = k};
 	struct wpart *part = &w->part[k];
 	int err;
@@ -861,6 +900,7 @@ static int __open_all_roots(struct pk_watch *w, int k)
  */
 static int __open_parts(struct pk_watch *w, int from, int to)
 {
+	PKI_HELD(mgr_held);
 	int err = 0;
 
 	if (!w->tid) {
@@ -887,13 +927,13 @@ static int __open_parts(struct pk_watch *w, int from, int to)
 static void fork_child(void);
 static void fork_prepare(void)
 {
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	__pki_page_fork_prepare();
 }
 static void fork_parent(void)
 {
 	__pki_page_fork_parent();
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void)
@@ -956,6 +996,7 @@ static struct {
 /* 1 delivered, 0 not, -1 nothing concluded (the check could not open its event). */
 static int __delivered(void)
 {
+	PKI_HELD(mgr_held);
 	if (hw.delivered < 0) {
 		const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
 
@@ -967,13 +1008,14 @@ static int __delivered(void)
 
 void pki_watch_assume_delivered(void)
 {
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	hw.delivered = 1;
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 }
 
 static int __check_delivered(const void *addr)
 {
+	PKI_HELD(mgr_held);
 	if (__delivered())
 		return 0; /* delivered, or nothing concluded: the open says why */
 	pki_warn("watch %p: this machine accepts hardware breakpoints but does not deliver them "
@@ -994,6 +1036,7 @@ static int __check_delivered(const void *addr)
 static enum pk_watch_mode __auto_mode(const void *addr, size_t len, enum pk_watch_type type,
 				      const struct pk_watch_opts *o)
 {
+	PKI_HELD(mgr_held);
 	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
 	int n = pki_hwbp_split((uintptr_t)addr, len, pc, PKI_HWBP_SLOTS);
 	const char *why;
@@ -1015,6 +1058,7 @@ static enum pk_watch_mode __auto_mode(const void *addr, size_t len, enum pk_watc
 /* The manager ready, and room for @n more slots on @tid (0: all threads). */
 static int __watch_admit(pid_t tid, int n, const void *addr)
 {
+	PKI_HELD(mgr_held);
 	int err;
 
 	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS))
@@ -1049,6 +1093,7 @@ static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
 		       const struct pki_hwbp_piece *pc, int n, const struct pk_watch_opts *o,
 		       struct pk_watch **wp)
 {
+	PKI_HELD(mgr_held);
 	struct pk_watch *w = calloc(1, sizeof(*w));
 	uint32_t idx;
 	int err;
@@ -1090,6 +1135,7 @@ static void parts_free(struct pk_watch *w)
 /* Free @w, which failed to open: nobody saw it but the handler (R1-R4). */
 static void __watch_discard(struct pk_watch *w)
 {
+	PKI_HELD(mgr_held);
 	slot_unpublish(w->slot);
 	__close_roots(w);
 	slot_wait_idle(w->slot);
@@ -1101,6 +1147,7 @@ static void __watch_discard(struct pk_watch *w)
 /* Count @w in the admission (S2) and list it. */
 static void __watch_account(struct pk_watch *w)
 {
+	PKI_HELD(mgr_held);
 	__slots_move(w->tid, w->nr_parts);
 	w->next = mgr.list;
 	if (mgr.list)
@@ -1112,6 +1159,7 @@ static void __watch_account(struct pk_watch *w)
 static int __watch_add_page(const void *addr, size_t len, enum pk_watch_type type,
 			    const struct pk_watch_opts *o, struct pk_watch **wp)
 {
+	PKI_HELD(mgr_held);
 	struct pk_watch *w = calloc(1, sizeof(*w));
 	int err;
 
@@ -1180,26 +1228,26 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 		goto out_errno;
 	pthread_once(&atfork_once, register_atfork);
 	if (o.mode != PK_WATCH_MODE_HW) {
-		pthread_mutex_lock(&mgr.lock);
+		mgr_lock();
 		if (o.mode == PK_WATCH_MODE_AUTO)
 			o.mode = __auto_mode(addr, len, type, &o);
 		if (o.mode == PK_WATCH_MODE_PAGE) {
 			err = page_check(addr, len, type);
 			if (!err)
 				err = __watch_add_page(addr, len, type, &o, &w);
-			pthread_mutex_unlock(&mgr.lock);
+			mgr_unlock();
 			if (err)
 				goto out_errno;
 			return w;
 		}
-		pthread_mutex_unlock(&mgr.lock);
+		mgr_unlock();
 	}
 	err = watch_check(addr, len, type, &o);
 	if (err)
 		goto out_errno;
 	n = split_target(addr, len, type, pc);
 
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	err = __watch_admit(o.tid, n, addr);
 	if (!err)
 		err = __watch_new(addr, len, type, pc, n, &o, &w);
@@ -1214,11 +1262,11 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	pki_debug("watch %p: %s/%zu on %s%d, %d register(s), %d root event(s) each\n", addr,
 		  type_name[type], len, o.tid ? "thread " : "all threads of ",
 		  o.tid ? (int)o.tid : (int)getpid(), n, w->part[0].nr_roots);
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 	return w;
 
 out_unlock:
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 out_errno:
 	errno = -err;
 	return NULL;
@@ -1230,7 +1278,7 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 {
 	if (!w)
 		return;
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	if (w->prev)
 		w->prev->next = w->next;
 	else
@@ -1240,7 +1288,7 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 	if (w->page) {
 		__pki_page_remove(w->page);
 		mgr.removals++;
-		pthread_mutex_unlock(&mgr.lock);
+		mgr_unlock();
 		free(w);
 		return;
 	}
@@ -1251,13 +1299,14 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 	slot_wait_idle(w->slot); /* R3 */
 	__slot_put(w->slot);
 	mgr.removals++;
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 	parts_free(w); /* R4 */
 	free(w);
 }
 
 static int __live(struct pk_watch *w)
 {
+	PKI_HELD(mgr_held);
 	if (!w->dead && w->tid && !pki_thread_alive(w->tid)) {
 		__close_roots(w);
 		__unaccount(w);
@@ -1272,6 +1321,7 @@ static int __live(struct pk_watch *w)
  */
 static int __parts_enable(struct pk_watch *w, bool on)
 {
+	PKI_HELD(mgr_held);
 	int err = 0, k, i = 0;
 
 	for (k = 0; !err && k < w->nr_parts; k++)
@@ -1294,10 +1344,10 @@ static int set_enabled(struct pk_watch *w, bool on)
 		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	if (w->page) {
 		__pki_page_enable(w->page, on);
-		pthread_mutex_unlock(&mgr.lock);
+		mgr_unlock();
 		return 0;
 	}
 	err = __live(w);
@@ -1308,7 +1358,7 @@ static int set_enabled(struct pk_watch *w, bool on)
 	else if (err != -ESRCH)
 		pki_warn("watch %#lx: cannot %s: %s\n", (unsigned long)w->bp.addr,
 			 on ? "enable" : "disable", pki_errstr(err));
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 	return err;
 }
 
@@ -1330,6 +1380,7 @@ PK_API int pk_watch_disable(struct pk_watch *w)
 static int __parts_retarget(struct pk_watch *w, int n, const struct pki_bp *old,
 			    const uint64_t *old_where)
 {
+	PKI_HELD(mgr_held);
 	int err = 0, k, i = 0;
 
 	for (k = 0; !err && k < n; k++) {
@@ -1384,7 +1435,7 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	n = split_target(addr, len, type, pc);
 	if (n < 0)
 		return n;
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	err = __live(w);
 	if (err)
 		goto out;
@@ -1422,7 +1473,7 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	w->nr_parts = n;
 	__slots_move(w->tid, n - nold);
 out:
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 	return err;
 }
 
@@ -1447,10 +1498,10 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 
 	if (!w || !st || st->sz < offsetof(struct pk_watch_stats, unseen) + sizeof(st->unseen))
 		return -EINVAL;
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	if (w->page) {
 		__pki_page_stats(w->page, &s);
-		pthread_mutex_unlock(&mgr.lock);
+		mgr_unlock();
 		memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
 		st->sz = st->sz < sizeof(s) ? st->sz : sizeof(s);
 		return 0;
@@ -1468,7 +1519,7 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 	s.late = atomic_load(&w->late);
 	s.self = atomic_load(&w->self);
 	s.filtered = atomic_load(&w->filtered);
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 	seen = s.hits + s.self + s.filtered;
 	s.unseen = s.counted > seen ? s.counted - seen : 0;
 	memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
@@ -1495,15 +1546,15 @@ static void fork_child(void)
 	if (mgr.hist.count)
 		memset(mgr.hist.count, 0, sizeof(long) * PKI_HWBP_SLOTS);
 	__towns_prune(true);
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 }
 
 int pki_watch_page_mprotect(void *addr, size_t len, int prot)
 {
 	int err;
 
-	pthread_mutex_lock(&mgr.lock);
+	mgr_lock();
 	err = __pki_page_mprotect(addr, len, prot);
-	pthread_mutex_unlock(&mgr.lock);
+	mgr_unlock();
 	return err;
 }

@@ -19,6 +19,9 @@
  */
 bool pki_watch_release(void);
 
+/* Does this thread hold the manager's lock (base/held.h: page.c's `__` functions ask)? */
+bool pki_watch_mgr_held(void);
+
 /*
  * The program's mprotect() over a page-mode watch's pages (the agent's
  * wrapper, when pki_page_overlaps() says so): under the manager's lock,

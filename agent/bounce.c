@@ -25,6 +25,7 @@
  * (mmap), the transfer takes only the step lock, signals blocked.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -290,12 +291,59 @@ PK_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 	return CALL_OUT(run_send, a, buf, n);
 }
 
+/*
+ * recvfrom's address and its length, when they touch a watched page: the
+ * kernel writes them after taking the message, and would fail with EFAULT
+ * having consumed it.  The call gets ours, and they move into PROG's as
+ * the call's accesses (the length read first, as the kernel reads it).
+ */
+static ssize_t recvfrom_addr(run_fn run, struct args *a, void *buf, size_t n, void *ret)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr *from = a->from;
+	socklen_t *fromlen = a->fromlen, len, got;
+	bool report = !agent_from_self(ret);
+	ssize_t k;
+	int err;
+
+	if (pki_page_transfer(fromlen, &len, sizeof(len), false, (uintptr_t)ret, report) <
+		sizeof(len) ||
+	    (int)len < 0) /* the kernel's own EFAULT or EINVAL */
+		return run(a, buf, n);
+	got = len < sizeof(ss) ? len : sizeof(ss);
+	a->from = (struct sockaddr *)&ss;
+	a->fromlen = &got;
+	k = pki_page_overlaps(buf, n) ? fill(run, a, buf, n, ret) : run(a, buf, n);
+	err = errno;
+	if (k >= 0) {
+		size_t m = len < got ? len : got;
+
+		if (pki_page_transfer(from, &ss, m, true, (uintptr_t)ret, report) < m ||
+		    pki_page_transfer(fromlen, &got, sizeof(got), true, (uintptr_t)ret, report) <
+			sizeof(got)) {
+			k = -1;
+			err = EFAULT;
+		}
+	}
+	errno = err;
+	return k;
+}
+
+static bool addr_watched(const struct args *a)
+{
+	return a->fn && a->from && a->fromlen &&
+	       (pki_page_overlaps(a->fromlen, sizeof(*a->fromlen)) ||
+		pki_page_overlaps(a->from, sizeof(struct sockaddr_storage)));
+}
+
 PK_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
 			   socklen_t *fromlen)
 {
 	struct args a = {
 	    .fn = NEXT(recvfrom), .fd = fd, .flags = flags, .from = from, .fromlen = fromlen};
 
+	if (addr_watched(&a))
+		return recvfrom_addr(run_recvfrom, &a, buf, n, __builtin_return_address(0));
 	return CALL_IN(run_recvfrom, a, buf, n);
 }
 
@@ -345,10 +393,16 @@ PK_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int
 			 .from = from,
 			 .fromlen = fromlen};
 
+	if (addr_watched(&a))
+		return recvfrom_addr(run_recvfrom_chk, &a, buf, n, __builtin_return_address(0));
 	return CALL_IN(run_recvfrom_chk, a, buf, n);
 }
 
-/* The vector calls: one bounce buffer for the whole vector, one iovec to the call. */
+/*
+ * The vector calls: one bounce buffer for the whole vector, one iovec to the
+ * call.  A vector the kernel refuses (more than IOV_MAX entries, a total
+ * past SSIZE_MAX: EINVAL) goes to it as it is.
+ */
 typedef ssize_t (*vec_fn)(int, const struct iovec *, int);
 
 static size_t vec_len(const struct iovec *iov, int cnt, bool *watched)
@@ -395,7 +449,8 @@ PK_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 
 	if (!fn)
 		return errno = ENOSYS, -1;
-	if (cnt <= 0 || !iov || (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
+	if (cnt <= 0 || cnt > IOV_MAX || !iov ||
+	    (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
 	    !(one.iov_base = bounce_get(total)))
 		return fn(fd, iov, cnt);
 	one.iov_len = total;
@@ -426,7 +481,8 @@ PK_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 
 	if (!fn)
 		return errno = ENOSYS, -1;
-	if (cnt <= 0 || !iov || (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
+	if (cnt <= 0 || cnt > IOV_MAX || !iov ||
+	    (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
 	    !(one.iov_base = bounce_get(total)))
 		return fn(fd, iov, cnt);
 	m = vec_move(iov, cnt, one.iov_base, total, false, ret);

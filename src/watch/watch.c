@@ -50,6 +50,7 @@
 #include "base/umap.h"
 #include "base/sigtrap.h"
 #include "base/peek.h"
+#include "base/siglock.h"
 #include "watch/cond.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
@@ -1500,10 +1501,18 @@ static void fork_child(void)
 
 int pki_watch_page_mprotect(void *addr, size_t len, int prot)
 {
+	sigset_t saved;
 	int err;
 
+	/*
+	 * Signals blocked while the lock is held: a handler of this thread
+	 * calling mprotect on the watched pages too (a collector's SIGSEGV
+	 * handler, a timer's) would wait for it for ever.
+	 */
+	pki_siglock_block(&saved);
 	pthread_mutex_lock(&mgr.lock);
 	err = __pki_page_mprotect(addr, len, prot);
 	pthread_mutex_unlock(&mgr.lock);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 	return err;
 }

@@ -76,6 +76,7 @@ struct args {
 	int fd, flags;
 	off_t off;
 	size_t buflen; /* the _chk variants' */
+	bool chk;
 	struct sockaddr *from;
 	socklen_t *fromlen;
 	const struct sockaddr *to;
@@ -98,10 +99,21 @@ static void *bounce_get(size_t n)
  */
 static ssize_t fill(run_fn run, const struct args *a, void *buf, size_t n, void *ret)
 {
-	void *b = bounce_get(n);
+	void *b;
 	ssize_t k;
 	int err;
 
+	if (a->chk && n > a->buflen) /* the fortified check's abort, before anything */
+		return run(a, buf, n);
+	/*
+	 * Only as many bytes as the program's protection lets the kernel
+	 * write (PW8): what the call takes it cannot give back.  None: the
+	 * kernel's EFAULT, nothing taken.
+	 */
+	n = pki_page_reach(buf, n, true);
+	if (!n)
+		return errno = EFAULT, -1;
+	b = bounce_get(n);
 	if (!b) /* no memory for it: the call as it is */
 		return run(a, buf, n);
 	k = run(a, b, n);
@@ -357,28 +369,31 @@ PK_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const str
 
 PK_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-	struct args a = {.fn = NEXT(__read_chk), .fd = fd, .buflen = buflen};
+	struct args a = {.fn = NEXT(__read_chk), .fd = fd, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_read_chk, a, buf, n);
 }
 
 PK_EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
-	struct args a = {.fn = NEXT(__pread_chk), .fd = fd, .off = off, .buflen = buflen};
+	struct args a = {
+	    .fn = NEXT(__pread_chk), .fd = fd, .off = off, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_pread_chk, a, buf, n);
 }
 
 PK_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
-	struct args a = {.fn = NEXT(__pread64_chk), .fd = fd, .off = off, .buflen = buflen};
+	struct args a = {
+	    .fn = NEXT(__pread64_chk), .fd = fd, .off = off, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_pread_chk, a, buf, n);
 }
 
 PK_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-	struct args a = {.fn = NEXT(__recv_chk), .fd = fd, .flags = flags, .buflen = buflen};
+	struct args a = {
+	    .fn = NEXT(__recv_chk), .fd = fd, .flags = flags, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_recv_chk, a, buf, n);
 }
@@ -390,6 +405,7 @@ PK_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int
 			 .fd = fd,
 			 .flags = flags,
 			 .buflen = buflen,
+			 .chk = true,
 			 .from = from,
 			 .fromlen = fromlen};
 
@@ -453,7 +469,19 @@ PK_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 	    (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
 	    !(one.iov_base = bounce_get(total)))
 		return fn(fd, iov, cnt);
-	one.iov_len = total;
+	/* As fill(): the bytes the program's protection lets the kernel write */
+	one.iov_len = 0;
+	for (int i = 0; i < cnt; i++) {
+		size_t r = pki_page_reach(iov[i].iov_base, iov[i].iov_len, true);
+
+		one.iov_len += r;
+		if (r < iov[i].iov_len)
+			break;
+	}
+	if (!one.iov_len && total) {
+		munmap(one.iov_base, total);
+		return errno = EFAULT, -1;
+	}
 	k = fn(fd, &one, 1);
 	err = errno;
 	if (k > 0) {

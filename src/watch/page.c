@@ -565,6 +565,30 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 	return n;
 }
 
+size_t pki_page_reach(const void *p, size_t n, bool write)
+{
+	uintptr_t a = (uintptr_t)p, end = a + n < a ? UINTPTR_MAX : a + n;
+
+	while (a < end) {
+		int ri = region_enter(a);
+		uintptr_t hi;
+
+		if (ri < 0) {
+			a = next_region(a, end);
+			continue;
+		}
+		hi = atomic_load(&P.regions[ri].end);
+		if (hi > end)
+			hi = end;
+		while (a < hi && prog_allows(&P.regions[ri], a, write))
+			a = (a | (page_size() - 1)) + 1;
+		region_leave(ri);
+		if (a < hi)
+			return a - (uintptr_t)p;
+	}
+	return n;
+}
+
 /* ---- the program's mprotect (PW8) ----------------------------------------- */
 
 /* The region's part of [@lo, @hi) at the program's @prot, under its step lock. */
@@ -589,8 +613,11 @@ int __pki_page_mprotect(void *addr, size_t len, int prot)
 
 	if (a % page_size() || prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC))
 		return -EINVAL;
-	end = (a + len + page_size() - 1) & ~(uintptr_t)(page_size() - 1);
-	if (end < a)
+	if (!len)
+		return 0;
+	/* As the kernel: the length rounded up first (to 0 past the top: ENOMEM) */
+	end = a + ((len + page_size() - 1) & ~(size_t)(page_size() - 1));
+	if (end <= a)
 		return -ENOMEM;
 	while (a < end) {
 		int ri = region_enter(a);

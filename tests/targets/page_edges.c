@@ -6,18 +6,21 @@
  * what it saw and exits 0 if that is what it sees unwatched.
  *
  *   ro-read     read(2) into the page the program made read-only: EFAULT,
- *               the bytes unchanged
+ *               the bytes unchanged, the pipe's bytes still there
  *   none-write  write(2) from the page the program made inaccessible: EFAULT
  *   write-only  a read of the page made PROT_WRITE (readable on x86)
  *   iov-max     readv(2) of IOV_MAX + 1 vectors, one on the page: EINVAL
  *   recvfrom    recvfrom(2) with its address and length on the page
  *   sig-mprotect  mprotect(2) of the page in a loop and from a SIGALRM
  *               handler interrupting it: must not hang
+ *   mprotect-huge  mprotect(2) of the page with a length past the top of
+ *               memory: ENOMEM, nothing changed
  *   split-store a store from `pair`'s first page into its second, which the
  *               program made read-only: its fault, nothing written (watch
  *               both pages: pair+4088, 16 bytes)
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <limits.h>
 #include <signal.h>
@@ -51,7 +54,15 @@ static int ro_read(void)
 	k = read(p[0], &watched[2], 8);
 	err = errno;
 	printf("read %zd errno %d value %ld\n", k, k < 0 ? err : 0, watched[2]);
-	return report("read into the read-only page", k == -1 && err == EFAULT && watched[2] == 7);
+	if (report("read into the read-only page", k == -1 && err == EFAULT && watched[2] == 7))
+		return 1;
+	/* The failed read took nothing from the pipe */
+	if (mprotect(watched, 4096, PROT_READ | PROT_WRITE))
+		return 2;
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	k = read(p[0], &watched[2], 8);
+	printf("read again %zd\n", k);
+	return report("the bytes left in the pipe", k == 8 && !memcmp(&watched[2], "abcdefgh", 8));
 }
 
 static int none_write(void)
@@ -154,6 +165,15 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	siglongjmp(jb, 1);
 }
 
+static int mprotect_huge(void)
+{
+	int k = mprotect(watched, SIZE_MAX, PROT_READ), err = errno;
+
+	printf("mprotect %d errno %d\n", k, k ? err : 0);
+	watched[2] = 3; /* still writable */
+	return report("mprotect of SIZE_MAX bytes", k == -1 && err == ENOMEM);
+}
+
 static int split_store(void)
 {
 	struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO};
@@ -175,9 +195,13 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int (*fn)(void);
-	} cases[] = {{"ro-read", ro_read},	  {"none-write", none_write},
-		     {"write-only", write_only},  {"iov-max", iov_max},
-		     {"recvfrom", recv_from},	  {"sig-mprotect", sig_mprotect},
+	} cases[] = {{"ro-read", ro_read},
+		     {"none-write", none_write},
+		     {"write-only", write_only},
+		     {"iov-max", iov_max},
+		     {"recvfrom", recv_from},
+		     {"sig-mprotect", sig_mprotect},
+		     {"mprotect-huge", mprotect_huge},
 		     {"split-store", split_store}};
 
 	watched[0] = 1;

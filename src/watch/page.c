@@ -434,6 +434,7 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 /* ---- system calls (PW6) ---------------------------------------------------- */
 
 static bool lock_regions(int home, int other);
+static void fork_snap_refresh(int home, int other);
 
 bool pki_page_overlaps(const void *p, size_t n)
 {
@@ -510,6 +511,8 @@ static ssize_t copy_watched(int ri, uintptr_t a, uintptr_t b, uint8_t *bounce, b
 		else
 			memcpy(bounce, alias, sp.hi - a);
 		*nh = span_hits(&sp, PK_WATCH_HIT_SYSCALL, hits, 0, who);
+		if (into_prog && fork_holder) /* a fork handler's call: the child's copy too */
+			fork_snap_refresh(ri, -1);
 	}
 	step_unlock(r);
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);

@@ -886,13 +886,22 @@ static int __open_parts(struct pk_watch *w, int from, int to)
 }
 
 static void fork_child(void);
+/*
+ * The thread that took mgr.lock in fork's prepare handler, until the parent
+ * or child handler gives it back: the program's fork handlers registered
+ * before ours run meanwhile, and its mprotect on watched pages
+ * (pki_watch_page_mprotect) finds the lock its own.
+ */
+static __thread bool fork_held;
 static void fork_prepare(void)
 {
 	pthread_mutex_lock(&mgr.lock);
 	__pki_page_fork_prepare();
+	fork_held = true;
 }
 static void fork_parent(void)
 {
+	fork_held = false;
 	__pki_page_fork_parent();
 	pthread_mutex_unlock(&mgr.lock);
 }
@@ -1496,6 +1505,7 @@ static void fork_child(void)
 	if (mgr.hist.count)
 		memset(mgr.hist.count, 0, sizeof(long) * PKI_HWBP_SLOTS);
 	__towns_prune(true);
+	fork_held = false;
 	pthread_mutex_unlock(&mgr.lock);
 }
 
@@ -1509,6 +1519,8 @@ int pki_watch_page_mprotect(void *addr, size_t len, int prot)
 	 * calling mprotect on the watched pages too (a collector's SIGSEGV
 	 * handler, a timer's) would wait for it for ever.
 	 */
+	if (fork_held) /* a fork handler of the program's, between ours */
+		return __pki_page_mprotect(addr, len, prot);
 	pki_siglock_block(&saved);
 	pthread_mutex_lock(&mgr.lock);
 	err = __pki_page_mprotect(addr, len, prot);

@@ -85,9 +85,17 @@ struct args {
 
 typedef ssize_t (*run_fn)(const struct args *a, void *buf, size_t n);
 
+/*
+ * The most one call moves (the kernel's MAX_RW_COUNT): a length past it
+ * gets no bigger bounce buffer, the call would stop there anyway.
+ */
+#define RW_MAX ((size_t)0x7ffff000)
+
+/* Reserved as it is touched (MAP_NORESERVE): a read's length may be far more than comes. */
 static void *bounce_get(size_t n)
 {
-	void *b = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *b = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	return b == MAP_FAILED ? NULL : b;
 }
@@ -110,7 +118,7 @@ static ssize_t fill(run_fn run, const struct args *a, void *buf, size_t n, void 
 	 * write (PW8): what the call takes it cannot give back.  None: the
 	 * kernel's EFAULT, nothing taken.
 	 */
-	n = pki_page_reach(buf, n, true);
+	n = pki_page_reach(buf, n < RW_MAX ? n : RW_MAX, true);
 	if (!n)
 		return errno = EFAULT, -1;
 	b = bounce_get(n);
@@ -135,11 +143,14 @@ static ssize_t fill(run_fn run, const struct args *a, void *buf, size_t n, void 
 /* A call that reads PROG's @buf: its bytes moved into a bounce buffer first. */
 static ssize_t drain(run_fn run, const struct args *a, const void *buf, size_t n, void *ret)
 {
-	void *b = bounce_get(n);
+	void *b;
 	size_t m;
 	ssize_t k;
 	int err;
 
+	if (n > RW_MAX)
+		n = RW_MAX;
+	b = bounce_get(n);
 	if (!b)
 		return run(a, (void *)buf, n);
 	m = pki_page_transfer((void *)buf, b, n, false, (uintptr_t)ret, !agent_from_self(ret));
@@ -432,7 +443,7 @@ static size_t vec_len(const struct iovec *iov, int cnt, bool *watched)
 		total += iov[i].iov_len;
 		*watched |= pki_page_overlaps(iov[i].iov_base, iov[i].iov_len);
 	}
-	return total;
+	return total < RW_MAX ? total : RW_MAX;
 }
 
 /* Moves up to @n bytes between @iov and @b: the bytes moved. */
@@ -471,11 +482,13 @@ PK_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 		return fn(fd, iov, cnt);
 	/* As fill(): the bytes the program's protection lets the kernel write */
 	one.iov_len = 0;
-	for (int i = 0; i < cnt; i++) {
-		size_t r = pki_page_reach(iov[i].iov_base, iov[i].iov_len, true);
+	for (int i = 0; i < cnt && one.iov_len < total; i++) {
+		size_t want =
+		    iov[i].iov_len < total - one.iov_len ? iov[i].iov_len : total - one.iov_len;
+		size_t r = pki_page_reach(iov[i].iov_base, want, true);
 
 		one.iov_len += r;
-		if (r < iov[i].iov_len)
+		if (r < want)
 			break;
 	}
 	if (!one.iov_len && total) {
@@ -532,7 +545,7 @@ PK_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 PK_EXPORT int mprotect(void *addr, size_t len, int prot)
 {
 	int (*fn)(void *, size_t, int) = (int (*)(void *, size_t, int))NEXT(mprotect);
-	int err;
+	int err, saved = errno;
 
 	if (!fn)
 		return errno = ENOSYS, -1;
@@ -543,5 +556,6 @@ PK_EXPORT int mprotect(void *addr, size_t len, int prot)
 		return fn(addr, len, prot);
 	if (err)
 		return errno = -err, -1;
+	errno = saved; /* as the kernel's success: untouched */
 	return 0;
 }

@@ -594,25 +594,31 @@ size_t pki_page_reach(const void *p, size_t n, bool write)
 
 /* ---- the program's mprotect (PW8) ----------------------------------------- */
 
-/* The region's part of [@lo, @hi) at the program's @prot, under its step lock. */
-static void __region_mprotect(int ri, uintptr_t lo, uintptr_t hi, int prot)
+/*
+ * The region's part of [@lo, @hi) at the program's @prot, under its step
+ * lock.  0, or the kernel's -errno (ENOMEM: too many mappings).
+ */
+static int __region_mprotect(int ri, uintptr_t lo, uintptr_t hi, int prot)
 {
 	struct region *r = &P.regions[ri];
 	uintptr_t va = atomic_load(&r->va);
 	size_t from = (lo - va) / page_size(), to = (hi - va) / page_size();
 	sigset_t saved;
+	int err;
 
 	pki_siglock_block(&saved);
 	step_lock(r);
 	memset(r->prog + from, prot & (PROT_READ | PROT_WRITE | PROT_EXEC), to - from);
-	protect_pages(r, from, to, false);
+	err = protect_pages(r, from, to, false);
 	step_unlock(r);
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	return err;
 }
 
 int __pki_page_mprotect(void *addr, size_t len, int prot)
 {
 	uintptr_t a = (uintptr_t)addr, end;
+	int err;
 
 	if (a % page_size() || prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC))
 		return -EINVAL;
@@ -634,8 +640,10 @@ int __pki_page_mprotect(void *addr, size_t len, int prot)
 			hi = atomic_load(&P.regions[ri].end);
 			if (hi > end)
 				hi = end;
-			__region_mprotect(ri, a, hi, prot);
+			err = __region_mprotect(ri, a, hi, prot);
 			region_leave(ri);
+			if (err)
+				return err;
 		}
 		a = hi;
 	}

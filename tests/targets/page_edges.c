@@ -13,6 +13,8 @@
  *   recvfrom    recvfrom(2) with its address and length on the page
  *   sig-mprotect  mprotect(2) of the page in a loop and from a SIGALRM
  *               handler interrupting it: must not hang
+ *   huge-read   read(2) of 2^40 bytes into the page from a pipe holding 8:
+ *               8 (the kernel moves at most MAX_RW_COUNT, what is there)
  *   mprotect-huge  mprotect(2) of the page with a length past the top of
  *               memory: ENOMEM, nothing changed
  *   split-store a store from `pair`'s first page into its second, which the
@@ -165,6 +167,22 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 	siglongjmp(jb, 1);
 }
 
+static volatile size_t huge = (size_t)1 << 40;
+
+static int huge_read(void)
+{
+	int p[2];
+	ssize_t k;
+	int err;
+
+	if (pipe(p) || write(p[1], "abcdefgh", 8) != 8)
+		return 2;
+	k = read(p[0], &watched[2], huge); /* (a variable: the compiler says it overflows) */
+	err = errno;
+	printf("read %zd errno %d\n", k, k < 0 ? err : 0);
+	return report("read of 2^40 bytes", k == 8 && !memcmp(&watched[2], "abcdefgh", 8));
+}
+
 static int mprotect_huge(void)
 {
 	int k = mprotect(watched, SIZE_MAX, PROT_READ), err = errno;
@@ -195,13 +213,10 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		int (*fn)(void);
-	} cases[] = {{"ro-read", ro_read},
-		     {"none-write", none_write},
-		     {"write-only", write_only},
-		     {"iov-max", iov_max},
-		     {"recvfrom", recv_from},
-		     {"sig-mprotect", sig_mprotect},
-		     {"mprotect-huge", mprotect_huge},
+	} cases[] = {{"ro-read", ro_read},	  {"none-write", none_write},
+		     {"write-only", write_only},  {"iov-max", iov_max},
+		     {"recvfrom", recv_from},	  {"sig-mprotect", sig_mprotect},
+		     {"huge-read", huge_read},	  {"mprotect-huge", mprotect_huge},
 		     {"split-store", split_store}};
 
 	watched[0] = 1;

@@ -16,7 +16,7 @@
 # calls on the page the program protected (EFAULT, as unwatched), a
 # write-only page read, readv of more than IOV_MAX vectors (EINVAL),
 # recvfrom's address on the page, mprotect from a signal handler that
-# interrupts the program's own (no hang), mprotect of a length past the
+# interrupts the program's own (no hang), read(2) of 2^40 bytes, mprotect of a length past the
 # top of memory (ENOMEM), a store running into the page the
 # program made read-only (its fault).
 #
@@ -80,7 +80,7 @@ if [[ $rc -eq 0 ]] && cmp -s "$tmp/out" "$tmp/plain" &&
 	bad "page_prot: rc $rc"; fi
 
 edges=$5
-for c in ro-read none-write write-only iov-max recvfrom sig-mprotect mprotect-huge split-store; do
+for c in ro-read none-write write-only iov-max recvfrom sig-mprotect huge-read mprotect-huge split-store; do
 	spec=(-t rw -l 8 watched+16)
 	[[ $c == split-store ]] && spec=(-t rw -l 16 pair+4088)
 	"$edges" "$c" >"$tmp/plain" 2>&1

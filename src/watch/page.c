@@ -749,15 +749,28 @@ static void leave_access_regions(const struct step *s)
 			region_leave(s->reg[i]);
 }
 
+/*
+ * The mask the signal frame @uc returns to.  The kernel's is 64 bits, and
+ * what lies past them in libc's larger sigset_t is the frame's siginfo:
+ * written whole, it overwrote the siginfo of a fault passed on to the
+ * program (step_abort) with the bytes of the fault that began the step.
+ */
+static void uc_mask_set(ucontext_t *uc, const sigset_t *m)
+{
+	memcpy(&uc->uc_sigmask, m, sizeof(uint64_t));
+}
+
 /* Block every signal but the synchronous ones until the step ends. */
 static void step_mask(ucontext_t *uc, struct step *s)
 {
 	static const int sync[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
+	sigset_t all;
 
 	s->mask = uc->uc_sigmask;
-	sigfillset(&uc->uc_sigmask);
+	sigfillset(&all);
 	for (size_t i = 0; i < sizeof(sync) / sizeof(sync[0]); i++)
-		sigdelset(&uc->uc_sigmask, sync[i]);
+		sigdelset(&all, sync[i]);
+	uc_mask_set(uc, &all);
 }
 
 /*
@@ -1009,7 +1022,7 @@ static bool step_abort(ucontext_t *uc)
 		if (s->other >= 0)
 			step_unlock(&P.regions[s->other]);
 	}
-	uc->uc_sigmask = s->mask;
+	uc_mask_set(uc, &s->mask);
 	step_unlock(r);
 	region_leave(home);
 	return false;
@@ -1056,7 +1069,7 @@ static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct 
 				nh = span_hits(&sp, 0, hits, nh, who);
 			}
 	}
-	uc->uc_sigmask = s->mask;
+	uc_mask_set(uc, &s->mask);
 	return nh;
 }
 

@@ -18,8 +18,8 @@
  *   mprotect-huge  mprotect(2) of the page with a length past the top of
  *               memory: ENOMEM, nothing changed
  *   split-store a store from `pair`'s first page into its second, which the
- *               program made read-only: its fault, nothing written (watch
- *               both pages: pair+4088, 16 bytes)
+ *               program made read-only: its fault, at the second page,
+ *               nothing written (watch both pages: pair+4088, 16 bytes)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -158,12 +158,13 @@ static int sig_mprotect(void)
 }
 
 static sigjmp_buf jb;
+static void *volatile fault_addr;
 
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
 	(void)sig;
 	(void)uc;
-	(void)si;
+	fault_addr = si->si_addr;
 	siglongjmp(jb, 1);
 }
 
@@ -203,9 +204,10 @@ static int split_store(void)
 	if (mprotect(pair + 4096, 4096, PROT_READ))
 		return 2;
 	f = sigsetjmp(jb, 1) ? 1 : (*p = UINT64_MAX, 0);
-	/* (the address: a windowed step's fault is passed on with the first one's) */
-	printf("store: %s, bytes %d %d\n", f ? "fault" : "no fault", pair[4092], pair[4096]);
-	return report("a store running into the read-only page", f && !pair[4092] && !pair[4096]);
+	printf("store: %s at pair+%ld, bytes %d %d\n", f ? "fault" : "no fault",
+	       fault_addr ? (long)((char *)fault_addr - pair) : -1L, pair[4092], pair[4096]);
+	return report("a store running into the read-only page",
+		      f && fault_addr == pair + 4096 && !pair[4092] && !pair[4096]);
 }
 
 int main(int argc, char **argv)

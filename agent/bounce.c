@@ -25,6 +25,7 @@
  * (mmap), the transfer takes only the step lock, signals blocked.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -75,6 +76,7 @@ struct args {
 	int fd, flags;
 	off_t off;
 	size_t buflen; /* the _chk variants' */
+	bool chk;
 	struct sockaddr *from;
 	socklen_t *fromlen;
 	const struct sockaddr *to;
@@ -83,9 +85,17 @@ struct args {
 
 typedef ssize_t (*run_fn)(const struct args *a, void *buf, size_t n);
 
+/*
+ * The most one call moves (the kernel's MAX_RW_COUNT): a length past it
+ * gets no bigger bounce buffer, the call would stop there anyway.
+ */
+#define RW_MAX ((size_t)0x7ffff000)
+
+/* Reserved as it is touched (MAP_NORESERVE): a read's length may be far more than comes. */
 static void *bounce_get(size_t n)
 {
-	void *b = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *b = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	return b == MAP_FAILED ? NULL : b;
 }
@@ -97,10 +107,21 @@ static void *bounce_get(size_t n)
  */
 static ssize_t fill(run_fn run, const struct args *a, void *buf, size_t n, void *ret)
 {
-	void *b = bounce_get(n);
+	void *b;
 	ssize_t k;
 	int err;
 
+	if (a->chk && n > a->buflen) /* the fortified check's abort, before anything */
+		return run(a, buf, n);
+	/*
+	 * Only as many bytes as the program's protection lets the kernel
+	 * write (PW8): what the call takes it cannot give back.  None: the
+	 * kernel's EFAULT, nothing taken.
+	 */
+	n = pki_page_reach(buf, n < RW_MAX ? n : RW_MAX, true);
+	if (!n)
+		return errno = EFAULT, -1;
+	b = bounce_get(n);
 	if (!b) /* no memory for it: the call as it is */
 		return run(a, buf, n);
 	k = run(a, b, n);
@@ -122,11 +143,14 @@ static ssize_t fill(run_fn run, const struct args *a, void *buf, size_t n, void 
 /* A call that reads PROG's @buf: its bytes moved into a bounce buffer first. */
 static ssize_t drain(run_fn run, const struct args *a, const void *buf, size_t n, void *ret)
 {
-	void *b = bounce_get(n);
+	void *b;
 	size_t m;
 	ssize_t k;
 	int err;
 
+	if (n > RW_MAX)
+		n = RW_MAX;
+	b = bounce_get(n);
 	if (!b)
 		return run(a, (void *)buf, n);
 	m = pki_page_transfer((void *)buf, b, n, false, (uintptr_t)ret, !agent_from_self(ret));
@@ -290,12 +314,59 @@ PK_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 	return CALL_OUT(run_send, a, buf, n);
 }
 
+/*
+ * recvfrom's address and its length, when they touch a watched page: the
+ * kernel writes them after taking the message, and would fail with EFAULT
+ * having consumed it.  The call gets ours, and they move into PROG's as
+ * the call's accesses (the length read first, as the kernel reads it).
+ */
+static ssize_t recvfrom_addr(run_fn run, struct args *a, void *buf, size_t n, void *ret)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr *from = a->from;
+	socklen_t *fromlen = a->fromlen, len, got;
+	bool report = !agent_from_self(ret);
+	ssize_t k;
+	int err;
+
+	if (pki_page_transfer(fromlen, &len, sizeof(len), false, (uintptr_t)ret, report) <
+		sizeof(len) ||
+	    (int)len < 0) /* the kernel's own EFAULT or EINVAL */
+		return run(a, buf, n);
+	got = len < sizeof(ss) ? len : sizeof(ss);
+	a->from = (struct sockaddr *)&ss;
+	a->fromlen = &got;
+	k = pki_page_overlaps(buf, n) ? fill(run, a, buf, n, ret) : run(a, buf, n);
+	err = errno;
+	if (k >= 0) {
+		size_t m = len < got ? len : got;
+
+		if (pki_page_transfer(from, &ss, m, true, (uintptr_t)ret, report) < m ||
+		    pki_page_transfer(fromlen, &got, sizeof(got), true, (uintptr_t)ret, report) <
+			sizeof(got)) {
+			k = -1;
+			err = EFAULT;
+		}
+	}
+	errno = err;
+	return k;
+}
+
+static bool addr_watched(const struct args *a)
+{
+	return a->fn && a->from && a->fromlen &&
+	       (pki_page_overlaps(a->fromlen, sizeof(*a->fromlen)) ||
+		pki_page_overlaps(a->from, sizeof(struct sockaddr_storage)));
+}
+
 PK_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
 			   socklen_t *fromlen)
 {
 	struct args a = {
 	    .fn = NEXT(recvfrom), .fd = fd, .flags = flags, .from = from, .fromlen = fromlen};
 
+	if (addr_watched(&a))
+		return recvfrom_addr(run_recvfrom, &a, buf, n, __builtin_return_address(0));
 	return CALL_IN(run_recvfrom, a, buf, n);
 }
 
@@ -309,28 +380,31 @@ PK_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const str
 
 PK_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
-	struct args a = {.fn = NEXT(__read_chk), .fd = fd, .buflen = buflen};
+	struct args a = {.fn = NEXT(__read_chk), .fd = fd, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_read_chk, a, buf, n);
 }
 
 PK_EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
-	struct args a = {.fn = NEXT(__pread_chk), .fd = fd, .off = off, .buflen = buflen};
+	struct args a = {
+	    .fn = NEXT(__pread_chk), .fd = fd, .off = off, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_pread_chk, a, buf, n);
 }
 
 PK_EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
 {
-	struct args a = {.fn = NEXT(__pread64_chk), .fd = fd, .off = off, .buflen = buflen};
+	struct args a = {
+	    .fn = NEXT(__pread64_chk), .fd = fd, .off = off, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_pread_chk, a, buf, n);
 }
 
 PK_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-	struct args a = {.fn = NEXT(__recv_chk), .fd = fd, .flags = flags, .buflen = buflen};
+	struct args a = {
+	    .fn = NEXT(__recv_chk), .fd = fd, .flags = flags, .buflen = buflen, .chk = true};
 
 	return CALL_IN(run_recv_chk, a, buf, n);
 }
@@ -342,13 +416,20 @@ PK_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int
 			 .fd = fd,
 			 .flags = flags,
 			 .buflen = buflen,
+			 .chk = true,
 			 .from = from,
 			 .fromlen = fromlen};
 
+	if (addr_watched(&a))
+		return recvfrom_addr(run_recvfrom_chk, &a, buf, n, __builtin_return_address(0));
 	return CALL_IN(run_recvfrom_chk, a, buf, n);
 }
 
-/* The vector calls: one bounce buffer for the whole vector, one iovec to the call. */
+/*
+ * The vector calls: one bounce buffer for the whole vector, one iovec to the
+ * call.  A vector the kernel refuses (more than IOV_MAX entries, a total
+ * past SSIZE_MAX: EINVAL) goes to it as it is.
+ */
 typedef ssize_t (*vec_fn)(int, const struct iovec *, int);
 
 static size_t vec_len(const struct iovec *iov, int cnt, bool *watched)
@@ -362,7 +443,7 @@ static size_t vec_len(const struct iovec *iov, int cnt, bool *watched)
 		total += iov[i].iov_len;
 		*watched |= pki_page_overlaps(iov[i].iov_base, iov[i].iov_len);
 	}
-	return total;
+	return total < RW_MAX ? total : RW_MAX;
 }
 
 /* Moves up to @n bytes between @iov and @b: the bytes moved. */
@@ -395,10 +476,25 @@ PK_EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt)
 
 	if (!fn)
 		return errno = ENOSYS, -1;
-	if (cnt <= 0 || !iov || (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
+	if (cnt <= 0 || cnt > IOV_MAX || !iov ||
+	    (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
 	    !(one.iov_base = bounce_get(total)))
 		return fn(fd, iov, cnt);
-	one.iov_len = total;
+	/* As fill(): the bytes the program's protection lets the kernel write */
+	one.iov_len = 0;
+	for (int i = 0; i < cnt && one.iov_len < total; i++) {
+		size_t want =
+		    iov[i].iov_len < total - one.iov_len ? iov[i].iov_len : total - one.iov_len;
+		size_t r = pki_page_reach(iov[i].iov_base, want, true);
+
+		one.iov_len += r;
+		if (r < want)
+			break;
+	}
+	if (!one.iov_len && total) {
+		munmap(one.iov_base, total);
+		return errno = EFAULT, -1;
+	}
 	k = fn(fd, &one, 1);
 	err = errno;
 	if (k > 0) {
@@ -426,7 +522,8 @@ PK_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 
 	if (!fn)
 		return errno = ENOSYS, -1;
-	if (cnt <= 0 || !iov || (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
+	if (cnt <= 0 || cnt > IOV_MAX || !iov ||
+	    (total = vec_len(iov, cnt, &watched)) == SIZE_MAX || !watched ||
 	    !(one.iov_base = bounce_get(total)))
 		return fn(fd, iov, cnt);
 	m = vec_move(iov, cnt, one.iov_base, total, false, ret);
@@ -448,7 +545,7 @@ PK_EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt)
 PK_EXPORT int mprotect(void *addr, size_t len, int prot)
 {
 	int (*fn)(void *, size_t, int) = (int (*)(void *, size_t, int))NEXT(mprotect);
-	int err;
+	int err, saved = errno;
 
 	if (!fn)
 		return errno = ENOSYS, -1;
@@ -459,5 +556,6 @@ PK_EXPORT int mprotect(void *addr, size_t len, int prot)
 		return fn(addr, len, prot);
 	if (err)
 		return errno = -err, -1;
+	errno = saved; /* as the kernel's success: untouched */
 	return 0;
 }

@@ -27,6 +27,8 @@
 #include <probekit/watch.h>
 
 #include "harness.h"
+#include "watch/page.h"
+#include "watch/watch_int.h"
 
 #define PAGE 4096
 
@@ -591,6 +593,77 @@ START_TEST(fork_handlers_of_the_program)
 }
 END_TEST
 
+/*
+ * The same with handlers that call mprotect on the watched page (the
+ * agent's wrapper calls pki_watch_page_mprotect): the prepare handler runs
+ * after the library's, which holds the manager's lock, and the child
+ * handler before the library's gives it back.  No deadlock, each call
+ * succeeds, and the child has the protection its handler set and the
+ * bytes a read(2) of the prepare handler's wrote.
+ */
+static char *mp_page;
+static volatile int mp_err;
+
+static void mp_call(int prot)
+{
+	int err = mp_page ? pki_watch_page_mprotect(mp_page, PAGE, prot) : 0;
+
+	if (err)
+		mp_err = err;
+}
+
+static void mp_prepare(void)
+{
+	mp_call(PROT_READ | PROT_WRITE);
+	/* read(2) into the page (the agent's wrapper's transfer): the child sees it */
+	if (mp_page && pki_page_transfer(mp_page + 16, "fork", 4, true, 0, false) != 4)
+		mp_err = -EIO;
+}
+
+static void mp_child(void)
+{
+	mp_call(PROT_READ);
+}
+
+static jmp_buf mp_jb;
+
+static void mp_segv(int sig)
+{
+	(void)sig;
+	longjmp(mp_jb, 1);
+}
+
+START_TEST(mprotect_from_fork_handlers)
+{
+	char *p = map_pages(1);
+	struct pk_watch *w;
+	int st;
+	pid_t pid;
+
+	pthread_atfork(mp_prepare, NULL, mp_child);
+	mp_page = p;
+	w = page_watch(p + 8, 8, PK_WATCH_RW, NULL, NULL);
+	alarm(20);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		/* The page read-only in the child: a write is its own fault. */
+		signal(SIGSEGV, mp_segv);
+		if (setjmp(mp_jb))
+			_exit(mp_err ? 2 : load8(p + 8) || memcmp(p + 16, "fork", 4) ? 3 : 0);
+		store8(p + 8, 1);
+		_exit(1);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	ck_assert_int_eq(mp_err, 0);
+	mp_page = NULL;
+	store8(p + 8, 2);
+	ck_assert_uint_eq(load8(p + 8), 2);
+	pk_watch_remove(w);
+}
+END_TEST
+
 /* ---- auto ----------------------------------------------------------------- */
 
 START_TEST(auto_takes_page_mode_for_long_ranges)
@@ -861,6 +934,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, heap_object);
 	tcase_add_test(tc, windowed_step_counted);
 	tcase_add_test(tc, fork_handlers_of_the_program);
+	tcase_add_test(tc, mprotect_from_fork_handlers);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -234,30 +234,47 @@ static int page_prot(const struct region *r, size_t pg)
 	return r->prog[pg] & (atomic_load(&r->prot_watch) | PROT_EXEC);
 }
 
+/* Page @pg's protection: @open (a windowed step), the program's alone; else page_prot. */
+static int pages_prot(const struct region *r, size_t pg, bool open)
+{
+	return open ? r->prog[pg] : page_prot(r, pg);
+}
+
 /*
- * Pages [@from, @to) of @r (clamped) at page_prot, a run of equal ones per
- * mprotect.  Under the step lock or the manager's: async-signal-safe.
+ * Pages [@from, @to) of @r (clamped) at pages_prot, a run of equal ones per
+ * mprotect.  Under the step lock or the manager's: async-signal-safe.  0,
+ * or the first mprotect's -errno.
  */
-static void protect_pages(const struct region *r, size_t from, size_t to)
+static int protect_pages(const struct region *r, size_t from, size_t to, bool open)
 {
 	uintptr_t va = atomic_load_explicit(&r->va, memory_order_relaxed);
 	size_t n = (atomic_load_explicit(&r->end, memory_order_relaxed) - va) / page_size();
+	int err = 0;
 
 	if (to > n)
 		to = n;
 	for (size_t i = from, j; i < to; i = j) {
-		for (j = i + 1; j < to && page_prot(r, j) == page_prot(r, i);)
+		for (j = i + 1; j < to && pages_prot(r, j, open) == pages_prot(r, i, open);)
 			j++;
-		mprotect((void *)(va + i * page_size()), (j - i) * page_size(), page_prot(r, i));
+		if (mprotect((void *)(va + i * page_size()), (j - i) * page_size(),
+			     pages_prot(r, i, open)) &&
+		    !err)
+			err = -errno;
 	}
+	return err;
 }
 
-/* Does the program's protection of @a's page allow the access (a write, or a read)? */
+/*
+ * Does the program's protection of @a's page allow the access (a write, or
+ * a read)?  On x86 a page the program can write or execute it can read too
+ * (the page tables have no write-only page; an execute-only one needs a
+ * protection key, and is taken as readable here).
+ */
 static bool prog_allows(const struct region *r, uintptr_t a, bool write)
 {
 	uint8_t p = r->prog[(a - atomic_load(&r->va)) / page_size()];
 
-	return write ? p & PROT_WRITE : p & PROT_READ;
+	return write ? p & PROT_WRITE : p & (PROT_READ | PROT_WRITE | PROT_EXEC);
 }
 
 /* ---- reporting ------------------------------------------------------------ */
@@ -417,6 +434,7 @@ static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, 
 /* ---- system calls (PW6) ---------------------------------------------------- */
 
 static bool lock_regions(int home, int other);
+static void fork_snap_refresh(int home, int other);
 
 bool pki_page_overlaps(const void *p, size_t n)
 {
@@ -462,11 +480,14 @@ static size_t copy_unwatched(uintptr_t a, uintptr_t b, uint8_t *bounce, bool int
 /*
  * [a, b) of region @ri to or from @bounce through its alias, under its step
  * lock with the signals blocked (a handler of this thread may touch the
- * pages, and would wait for this very lock), and its hits into @hits.
- * False if the region is not LIVE (being made or given back): try again.
+ * pages, and would wait for this very lock), and its hits into @hits.  As
+ * far as the program's protection allows the access (PW8: the kernel's
+ * copy stops with EFAULT at a page the program made read-only or
+ * inaccessible).  The bytes moved, or -1 if the region is not LIVE (being
+ * made or given back): try again.
  */
-static bool copy_watched(int ri, uintptr_t a, uintptr_t b, uint8_t *bounce, bool into_prog,
-			 struct pk_watch_hit *hits, struct pki_pwatch **who, int *nh)
+static ssize_t copy_watched(int ri, uintptr_t a, uintptr_t b, uint8_t *bounce, bool into_prog,
+			    struct pk_watch_hit *hits, struct pki_pwatch **who, int *nh)
 {
 	struct region *r = &P.regions[ri];
 	uint8_t *alias = r->alias + (a - atomic_load(&r->va));
@@ -476,17 +497,26 @@ static bool copy_watched(int ri, uintptr_t a, uintptr_t b, uint8_t *bounce, bool
 	pki_siglock_block(&saved);
 	if (!lock_regions(ri, -1)) {
 		pthread_sigmask(SIG_SETMASK, &saved, NULL);
-		return false;
+		return -1;
 	}
-	save_before(ri, a, b);
-	if (into_prog)
-		memcpy(alias, bounce, b - a);
-	else
-		memcpy(bounce, alias, b - a);
-	*nh = span_hits(&sp, PK_WATCH_HIT_SYSCALL, hits, 0, who);
+	for (sp.hi = a; sp.hi < b && prog_allows(r, sp.hi, into_prog);)
+		sp.hi = (sp.hi | (page_size() - 1)) + 1;
+	if (sp.hi > b)
+		sp.hi = b;
+	*nh = 0;
+	if (sp.hi > a) {
+		save_before(ri, a, sp.hi);
+		if (into_prog)
+			memcpy(alias, bounce, sp.hi - a);
+		else
+			memcpy(bounce, alias, sp.hi - a);
+		*nh = span_hits(&sp, PK_WATCH_HIT_SYSCALL, hits, 0, who);
+		if (into_prog && fork_holder) /* a fork handler's call: the child's copy too */
+			fork_snap_refresh(ri, -1);
+	}
 	step_unlock(r);
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
-	return true;
+	return (ssize_t)(sp.hi - a);
 }
 
 size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uintptr_t ip,
@@ -501,6 +531,7 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 		struct pki_pwatch *who[MAX_STEP_HITS];
 		int ri = region_enter(a), nh = 0;
 		uintptr_t hi;
+		ssize_t k;
 
 		if (ri < 0) {
 			size_t k;
@@ -516,7 +547,8 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 		hi = atomic_load(&P.regions[ri].end);
 		if (hi > end)
 			hi = end;
-		if (!copy_watched(ri, a, hi, b, into_prog, hits, who, &nh)) {
+		k = copy_watched(ri, a, hi, b, into_prog, hits, who, &nh);
+		if (k < 0) {
 			region_leave(ri);
 			sched_yield();
 			continue;
@@ -528,38 +560,73 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 				atomic_fetch_add_explicit(&who[i]->self, 1, memory_order_relaxed);
 		}
 		region_leave(ri);
+		if (a + (size_t)k < hi) /* the program's protection refused the rest */
+			return a + (size_t)k - (uintptr_t)prog;
 		b += hi - a;
 		a = hi;
 	}
 	return n;
 }
 
+size_t pki_page_reach(const void *p, size_t n, bool write)
+{
+	uintptr_t a = (uintptr_t)p, end = a + n < a ? UINTPTR_MAX : a + n;
+
+	while (a < end) {
+		int ri = region_enter(a);
+		uintptr_t hi;
+
+		if (ri < 0) {
+			a = next_region(a, end);
+			continue;
+		}
+		hi = atomic_load(&P.regions[ri].end);
+		if (hi > end)
+			hi = end;
+		while (a < hi && prog_allows(&P.regions[ri], a, write))
+			a = (a | (page_size() - 1)) + 1;
+		region_leave(ri);
+		if (a < hi)
+			return a - (uintptr_t)p;
+	}
+	return n;
+}
+
 /* ---- the program's mprotect (PW8) ----------------------------------------- */
 
-/* The region's part of [@lo, @hi) at the program's @prot, under its step lock. */
-static void __region_mprotect(int ri, uintptr_t lo, uintptr_t hi, int prot)
+/*
+ * The region's part of [@lo, @hi) at the program's @prot, under its step
+ * lock.  0, or the kernel's -errno (ENOMEM: too many mappings).
+ */
+static int __region_mprotect(int ri, uintptr_t lo, uintptr_t hi, int prot)
 {
 	struct region *r = &P.regions[ri];
 	uintptr_t va = atomic_load(&r->va);
 	size_t from = (lo - va) / page_size(), to = (hi - va) / page_size();
 	sigset_t saved;
+	int err;
 
 	pki_siglock_block(&saved);
 	step_lock(r);
 	memset(r->prog + from, prot & (PROT_READ | PROT_WRITE | PROT_EXEC), to - from);
-	protect_pages(r, from, to);
+	err = protect_pages(r, from, to, false);
 	step_unlock(r);
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	return err;
 }
 
 int __pki_page_mprotect(void *addr, size_t len, int prot)
 {
 	uintptr_t a = (uintptr_t)addr, end;
+	int err;
 
 	if (a % page_size() || prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC))
 		return -EINVAL;
-	end = (a + len + page_size() - 1) & ~(uintptr_t)(page_size() - 1);
-	if (end < a)
+	if (!len)
+		return 0;
+	/* As the kernel: the length rounded up first (to 0 past the top: ENOMEM) */
+	end = a + ((len + page_size() - 1) & ~(size_t)(page_size() - 1));
+	if (end <= a)
 		return -ENOMEM;
 	while (a < end) {
 		int ri = region_enter(a);
@@ -573,8 +640,10 @@ int __pki_page_mprotect(void *addr, size_t len, int prot)
 			hi = atomic_load(&P.regions[ri].end);
 			if (hi > end)
 				hi = end;
-			__region_mprotect(ri, a, hi, prot);
+			err = __region_mprotect(ri, a, hi, prot);
 			region_leave(ri);
+			if (err)
+				return err;
 		}
 		a = hi;
 	}
@@ -621,6 +690,12 @@ static bool lock_regions(int home, int other)
 	return false;
 }
 
+/* Does the program's protection of page @pg of @r allow access @a's kind? */
+static bool access_allowed(const struct region *r, uintptr_t pg, const struct pki_access *a)
+{
+	return (!a->write || prog_allows(r, pg, true)) && (!a->read || prog_allows(r, pg, false));
+}
+
 /* Decide, for each access, whether it is moved into an alias and within which bounds. */
 static int plan_redirect(struct step *s, int home, intptr_t delta[2], uintptr_t lo[2],
 			 uintptr_t hi[2])
@@ -648,11 +723,21 @@ static int plan_redirect(struct step *s, int home, intptr_t delta[2], uintptr_t 
 			s->other = ri;
 		}
 		struct region *r = &P.regions[ri];
-		uintptr_t va = atomic_load(&r->va);
+		uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
+		uintptr_t from = a->addr & ~(uintptr_t)(page_size() - 1), to = from;
 
+		/*
+		 * PW8: within the pages the program's protection lets it
+		 * reach (a store running into a page it made read-only
+		 * faults there, as unwatched): past them, the real pages.
+		 */
+		while (from > va && access_allowed(r, from - page_size(), a))
+			from -= page_size();
+		while (to < end && access_allowed(r, to, a))
+			to += page_size();
 		delta[i] = (intptr_t)((uintptr_t)r->alias - va);
-		lo[i] = (uintptr_t)r->alias;
-		hi[i] = (uintptr_t)r->alias + (atomic_load(&r->end) - va);
+		lo[i] = (uintptr_t)r->alias + (from - va);
+		hi[i] = (uintptr_t)r->alias + (to - va);
 	}
 	return 0;
 }
@@ -664,15 +749,28 @@ static void leave_access_regions(const struct step *s)
 			region_leave(s->reg[i]);
 }
 
+/*
+ * The mask the signal frame @uc returns to.  The kernel's is 64 bits, and
+ * what lies past them in libc's larger sigset_t is the frame's siginfo:
+ * written whole, it overwrote the siginfo of a fault passed on to the
+ * program (step_abort) with the bytes of the fault that began the step.
+ */
+static void uc_mask_set(ucontext_t *uc, const sigset_t *m)
+{
+	memcpy(&uc->uc_sigmask, m, sizeof(uint64_t));
+}
+
 /* Block every signal but the synchronous ones until the step ends. */
 static void step_mask(ucontext_t *uc, struct step *s)
 {
 	static const int sync[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
+	sigset_t all;
 
 	s->mask = uc->uc_sigmask;
-	sigfillset(&uc->uc_sigmask);
+	sigfillset(&all);
 	for (size_t i = 0; i < sizeof(sync) / sizeof(sync[0]); i++)
-		sigdelset(&uc->uc_sigmask, sync[i]);
+		sigdelset(&all, sync[i]);
+	uc_mask_set(uc, &all);
 }
 
 /*
@@ -698,7 +796,8 @@ static void begin_windowed(ucontext_t *uc, int home, struct step *s)
 
 	s->windowed = true;
 	memcpy(r->before, r->alias, end - va);
-	mprotect((void *)va, end - va, PROT_READ | PROT_WRITE);
+	/* PW8: at the program's protection, which the instruction meets as unwatched */
+	protect_pages(r, 0, SIZE_MAX, true);
 	pki_uc_set_step(uc, true);
 }
 
@@ -915,7 +1014,7 @@ static bool step_abort(ucontext_t *uc)
 	step_region = -1;
 	if (s->windowed) {
 		pki_uc_set_step(uc, false);
-		protect_pages(r, 0, SIZE_MAX);
+		protect_pages(r, 0, SIZE_MAX, false);
 		count_windowed(home);
 	} else {
 		pki_access_abort(uc, &s->undo);
@@ -923,7 +1022,7 @@ static bool step_abort(ucontext_t *uc)
 		if (s->other >= 0)
 			step_unlock(&P.regions[s->other]);
 	}
-	uc->uc_sigmask = s->mask;
+	uc_mask_set(uc, &s->mask);
 	step_unlock(r);
 	region_leave(home);
 	return false;
@@ -955,7 +1054,7 @@ static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct 
 
 	if (s->windowed) {
 		pki_uc_set_step(uc, false);
-		protect_pages(r, 0, SIZE_MAX);
+		protect_pages(r, 0, SIZE_MAX, false);
 		nh = windowed_hits(s, home, hits, who);
 		count_windowed(home);
 	} else {
@@ -970,7 +1069,7 @@ static int end_step(ucontext_t *uc, int home, struct pk_watch_hit *hits, struct 
 				nh = span_hits(&sp, 0, hits, nh, who);
 			}
 	}
-	uc->uc_sigmask = s->mask;
+	uc_mask_set(uc, &s->mask);
 	return nh;
 }
 
@@ -1373,11 +1472,26 @@ static int __region_join(int i, struct pki_pwatch *pw, int prot)
 		return -ENOSPC;
 	}
 	if (prot == PROT_NONE && atomic_load(&r->prot_watch) != PROT_NONE) {
-		uintptr_t va = atomic_load(&r->va);
+		/*
+		 * Under the step lock: a windowed step ending meanwhile would
+		 * put the old protection back.  Page by page: the program's
+		 * PROT_EXEC stays (PW8).
+		 */
+		int old = atomic_load(&r->prot_watch), err;
+		sigset_t saved;
 
-		if (mprotect((void *)va, atomic_load(&r->end) - va, PROT_NONE))
-			return -errno;
+		pki_siglock_block(&saved);
+		step_lock(r);
 		atomic_store(&r->prot_watch, PROT_NONE);
+		err = protect_pages(r, 0, SIZE_MAX, false);
+		if (err) {
+			atomic_store(&r->prot_watch, old);
+			protect_pages(r, 0, SIZE_MAX, false);
+		}
+		step_unlock(r);
+		pthread_sigmask(SIG_SETMASK, &saved, NULL);
+		if (err)
+			return err;
 	}
 	for (int k = 0; k < REGION_WATCHES; k++)
 		if (!atomic_load(&r->w[k])) {

@@ -57,6 +57,14 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 			 bool report);
 
 /*
+ * How many of the @n bytes at @p the program's own protection of the
+ * watched pages among them lets it reach (PW8; a @write, or a read): where
+ * the kernel's copy would stop with EFAULT.  Pages not watched count as
+ * reachable.  Any thread, any time.
+ */
+size_t pki_page_reach(const void *p, size_t n, bool write);
+
+/*
  * PW8: the program's mprotect(@addr, @len, @prot), which touches a watched
  * page: the watched pages keep the watch's protection within the program's
  * (a fault the program's would refuse is its own), the others get it.  0 or

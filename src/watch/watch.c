@@ -51,6 +51,7 @@
 #include "base/umap.h"
 #include "base/sigtrap.h"
 #include "base/peek.h"
+#include "base/siglock.h"
 #include "watch/cond.h"
 #include "watch/gate.h"
 #include "watch/hist.h"
@@ -925,6 +926,12 @@ static int __open_parts(struct pk_watch *w, int from, int to)
 }
 
 static void fork_child(void);
+/*
+ * mgr.lock is held from fork's prepare handler to the parent or child one:
+ * the program's fork handlers registered before ours run meanwhile, and its
+ * mprotect on watched pages (pki_watch_page_mprotect) finds the lock its
+ * thread's own (mgr_held).
+ */
 static void fork_prepare(void)
 {
 	mgr_lock();
@@ -1551,10 +1558,20 @@ static void fork_child(void)
 
 int pki_watch_page_mprotect(void *addr, size_t len, int prot)
 {
+	sigset_t saved;
 	int err;
 
+	/*
+	 * Signals blocked while the lock is held: a handler of this thread
+	 * calling mprotect on the watched pages too (a collector's SIGSEGV
+	 * handler, a timer's) would wait for it for ever.
+	 */
+	if (mgr_held) /* this thread's already: a fork handler of the program's, between ours */
+		return __pki_page_mprotect(addr, len, prot);
+	pki_siglock_block(&saved);
 	mgr_lock();
 	err = __pki_page_mprotect(addr, len, prot);
 	mgr_unlock();
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 	return err;
 }

@@ -12,7 +12,15 @@
 # itself (PW8): its own faults stay its own, and its writes are seen again
 # once it makes the page writable again.
 #
-# usage: test-watch-syscall.sh PROBEKIT SYSCALL_BUF SYSCALL_BUF_FORTIFIED PAGE_PROT
+# PAGE_EDGES (tests/targets/page_edges.c) runs one edge case each: system
+# calls on the page the program protected (EFAULT, as unwatched), a
+# write-only page read, readv of more than IOV_MAX vectors (EINVAL),
+# recvfrom's address on the page, mprotect from a signal handler that
+# interrupts the program's own (no hang), read(2) of 2^40 bytes, mprotect of a length past the
+# top of memory (ENOMEM), a store running into the page the
+# program made read-only (its fault).
+#
+# usage: test-watch-syscall.sh PROBEKIT SYSCALL_BUF SYSCALL_BUF_FORTIFIED PAGE_PROT PAGE_EDGES
 set -uo pipefail
 pk=$1
 tmp=$(mktemp -d)
@@ -73,6 +81,19 @@ if [[ $rc -eq 0 ]] && cmp -s "$tmp/out" "$tmp/plain" &&
 	grep -Eq ' write watched\+16: 1 -> 3 at main\+0x[0-9a-f]+$' "$tmp/err" &&
 	grep -q '^# 2 hit(s) printed, 0 lost$' "$tmp/err"; then ok; else
 	bad "page_prot: rc $rc"; fi
+
+edges=$5
+for c in ro-read none-write write-only iov-max recvfrom sig-mprotect huge-read mprotect-huge split-store; do
+	spec=(-t rw -l 8 watched+16)
+	[[ $c == split-store ]] && spec=(-t rw -l 16 pair+4088)
+	"$edges" "$c" >"$tmp/plain" 2>&1
+	rc=$?
+	[[ $rc -eq 0 ]] && ok || bad "page_edges $c unwatched: rc $rc"
+	timeout 20 "$pk" watch --mode page "${spec[@]}" -- "$edges" "$c" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [[ $rc -eq 0 ]] && cmp -s "$tmp/out" "$tmp/plain"; then ok; else
+		bad "page_edges $c: rc $rc"; fi
+done
 
 echo "watch syscall: $pass passed, $fail failed"
 ((fail == 0))

@@ -375,14 +375,16 @@ END_TEST
 
 static int main_hw(void)
 {
-	Suite *s = suite_create("watch_ring_hw");
-	TCase *tc = tcase_create("breakpoint");
+	Suite *s;
+	TCase *tc;
 	char why[256];
 
 	if (!pk_test_hw_delivered(why, sizeof(why))) {
 		printf("SKIP: %s\n", why);
 		return 77;
 	}
+	s = suite_create("watch_ring_hw");
+	tc = tcase_create("breakpoint");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, breakpoint_samples);
 	suite_add_tcase(s, tc);
@@ -391,20 +393,21 @@ static int main_hw(void)
 
 int main(void)
 {
-	Suite *s = suite_create("watch_ring");
-	TCase *tc = tcase_create("ring");
+	Suite *s;
+	TCase *tc;
 	struct perf_event_attr a = fault_attr();
 	struct pki_ring *r;
 
 	if (getenv("PKT_RING_HW"))
 		return main_hw();
 	r = pki_ring_open(&a, 1);
-
 	if (!r) {
 		printf("SKIP: cannot open a page-fault sampling event here: %s\n", strerror(errno));
 		return 77;
 	}
 	pki_ring_close(r);
+	s = suite_create("watch_ring");
+	tc = tcase_create("ring");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, inherited_threads);
 	tcase_add_test(tc, existing_threads);

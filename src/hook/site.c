@@ -13,6 +13,7 @@
 
 #include <probekit/sites.h>
 
+#include "base/held.h"
 #include "base/log.h"
 #include "base/peek.h"
 #include "hook/gp.h"
@@ -88,6 +89,7 @@ void pki_hook_set_site_src(const struct pki_site_src *src)
 
 struct site *__pki_hook_site_find(unsigned long ip)
 {
+	PKI_HELD(pki_reg_held);
 	return pki_umap_find(&pki_reg.sites, ip);
 }
 
@@ -116,6 +118,7 @@ static int site_reloc_get(struct site *s)
 /* The site record of @ip, made on first use after checking it is a site. */
 int __pki_hook_site_get(unsigned long addr, struct site **out)
 {
+	PKI_HELD(pki_reg_held);
 	struct site *s = __pki_hook_site_find(addr);
 	unsigned long ip;
 	int err;
@@ -191,6 +194,7 @@ int pki_hook_vec_copy(struct ops_vec *dst, const struct ops_vec *src)
  */
 int __pki_hook_site_prepare(struct site *s, unsigned int more_ops)
 {
+	PKI_HELD(pki_reg_held);
 	int err;
 
 	if (!s->dirty) {
@@ -219,6 +223,7 @@ int __pki_hook_site_prepare(struct site *s, unsigned int more_ops)
  */
 static int __ops_tramp(struct ops_priv *p, bool reloc, unsigned long *out)
 {
+	PKI_HELD(pki_reg_held);
 	static const enum pki_tramp_kind kinds[2][2] = {
 	    {PKI_TRAMP_OPS, PKI_TRAMP_OPS_NV}, {PKI_TRAMP_OPS_RELOC, PKI_TRAMP_OPS_NV_RELOC}};
 	struct pki_tslot *body = reloc ? &p->tramp_reloc : &p->tramp, t;
@@ -334,6 +339,7 @@ static unsigned long site_list(const struct site *s)
 /* @s's entry goes to its list dispatcher, with a new array of its ops (and @extra last). */
 static int __site_use_list(struct site *s, struct pk_ops *extra)
 {
+	PKI_HELD(pki_reg_held);
 	s->new_opsv = opsv_new(&s->ops, extra);
 	if (!s->new_opsv)
 		return -ENOMEM;
@@ -351,6 +357,7 @@ static int __site_use_list(struct site *s, struct pk_ops *extra)
  */
 static int __site_decide_reloc(struct site *s)
 {
+	PKI_HELD(pki_reg_held);
 	struct pki_tramp_exits x;
 	struct pk_ops *shim;
 	int err;
@@ -390,6 +397,7 @@ static int __site_decide_reloc(struct site *s)
 
 int __pki_hook_site_decide(struct site *s)
 {
+	PKI_HELD(pki_reg_held);
 	unsigned long body;
 	bool via_entry;
 	struct pki_tramp_exits x;
@@ -519,7 +527,7 @@ unsigned long pki_hook_site_target(unsigned long ip)
 	struct site *s;
 	unsigned long t;
 
-	pthread_mutex_lock(&pki_reg.lock);
+	pki_reg_lock();
 	s = __pki_hook_site_find(ip);
 	t = s ? s->call : 0;
 	pki_hook_unlock();
@@ -531,7 +539,7 @@ unsigned long pki_hook_site_entry_target(unsigned long ip)
 	struct pki_tramp_entry e = {0};
 	struct site *s;
 
-	pthread_mutex_lock(&pki_reg.lock);
+	pki_reg_lock();
 	s = __pki_hook_site_find(ip);
 	if (s && s->ent.x)
 		pki_tmem_entry_get(&s->ent, &e);
@@ -544,7 +552,7 @@ unsigned long pki_hook_site_list(unsigned long ip)
 	struct site *s;
 	unsigned long l = 0;
 
-	pthread_mutex_lock(&pki_reg.lock);
+	pki_reg_lock();
 	s = __pki_hook_site_find(ip);
 	if (s && s->ent.x)
 		l = site_list(s);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/held.h"
 #include "base/log.h"
 #include "hook/gp.h"
 #include "hook/registry.h"
@@ -67,12 +68,12 @@ int pki_hook_enter(void)
 	}
 	pki_hook_notify_init();
 	pki_hook_shstk_init();
-	pthread_mutex_lock(&pki_reg.lock);
+	pki_reg_lock();
 	/* Broken first: in such a fork child nobody is left to end another thread's transaction. */
 	while (!pki_reg.broken && pki_reg.txn_open && !txn_mine)
 		pthread_cond_wait(&txn_cv, &pki_reg.lock);
 	if (pki_reg.broken) {
-		pthread_mutex_unlock(&pki_reg.lock);
+		pki_reg_unlock();
 		pki_warn("hooks: this fork child cannot change hooks: another thread of the "
 			 "parent was inside a hook call at fork(): %s\n",
 			 pki_errstr(ENOTRECOVERABLE));
@@ -86,6 +87,7 @@ int pki_hook_enter(void)
 /* Drop staged changes of every dirty site and ops. */
 void __pki_hook_undo(void)
 {
+	PKI_HELD(pki_reg_held);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -133,6 +135,7 @@ static void ops_body_free(struct pki_tslot *t, int gp_err)
 /* Pre-poke: publish the entries the new bytes will call (see the file comment). */
 static void __entries_publish(void)
 {
+	PKI_HELD(pki_reg_held);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -146,6 +149,7 @@ static void __entries_publish(void)
 /* The batch failed: the published entries go back (threads may have used the new words). */
 static void __entries_unpublish(void)
 {
+	PKI_HELD(pki_reg_held);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -157,6 +161,7 @@ static void __entries_unpublish(void)
 /* Free what decide made for the first @n dirty sites and the commit will not keep. */
 static void __decided_drop(size_t n)
 {
+	PKI_HELD(pki_reg_held);
 	for (size_t i = 0; i < n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -169,6 +174,7 @@ static void __decided_drop(size_t n)
 /* After the batch: park the entries the text no longer calls, retire what they replaced. */
 static void __sites_settle(void)
 {
+	PKI_HELD(pki_reg_held);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -193,6 +199,7 @@ static void __sites_settle(void)
 /* Committed unregistrations: their ops' bodies go after a grace period. */
 static int __ops_retire(void)
 {
+	PKI_HELD(pki_reg_held);
 	bool unreg = false;
 	int gp_err;
 
@@ -229,6 +236,7 @@ static int __ops_retire(void)
  */
 int __pki_hook_commit(void)
 {
+	PKI_HELD(pki_reg_held);
 	struct pki_poke *pokes = NULL;
 	size_t np = 0, decided = 0;
 	int err = 0;
@@ -376,7 +384,7 @@ static int txn_end(bool commit)
 			 commit ? "pk_txn_commit" : "pk_txn_abort", pki_errstr(EDEADLK));
 		return -EDEADLK;
 	}
-	pthread_mutex_lock(&pki_reg.lock);
+	pki_reg_lock();
 	if (!pki_reg.broken) {
 		err = 0;
 		if (commit)
@@ -406,11 +414,11 @@ int pk_txn_abort(void)
 void pki_hook_unlock(void)
 {
 	for (;;) {
-		pthread_mutex_unlock(&pki_reg.lock);
-		if (!pki_hook_objects_pending() || pthread_mutex_trylock(&pki_reg.lock))
+		pki_reg_unlock();
+		if (!pki_hook_objects_pending() || !pki_reg_trylock())
 			return;
 		if (pki_reg.txn_open || pki_reg.broken) { /* applied when the transaction ends */
-			pthread_mutex_unlock(&pki_reg.lock);
+			pki_reg_unlock();
 			return;
 		}
 		__pki_hook_objects_apply();
@@ -453,6 +461,7 @@ void pki_hook_unlock(void)
 
 static unsigned int fork_depth; /* prepare calls in this fork() */
 static bool fork_held;		/* prepare got pki_reg.lock */
+__thread bool pki_reg_held __attribute__((tls_model("initial-exec")));
 
 static void hook_fork_prepare(void)
 {
@@ -463,6 +472,7 @@ static void hook_fork_prepare(void)
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += FORK_WAIT_S;
 	fork_held = !pthread_mutex_clocklock(&pki_reg.lock, CLOCK_MONOTONIC, &until);
+	pki_reg_held = fork_held;
 	if (!fork_held)
 		pki_warn("hooks: fork() while a hook call of another thread ran for over %d s: "
 			 "the child's hook calls will fail: %s\n",
@@ -487,7 +497,7 @@ static void hook_fork_parent(void)
 	pki_hook_objects_fork(PKI_HOOK_FORK_PARENT);
 	pki_sites_fork_parent();
 	if (fork_held)
-		pthread_mutex_unlock(&pki_reg.lock);
+		pki_reg_unlock();
 }
 
 static void hook_fork_child(void)
@@ -504,12 +514,15 @@ static void hook_fork_child(void)
 	pki_sites_fork_child();
 	pthread_mutex_init(&pki_reg.lock, NULL); /* held by us, or by a thread that is gone */
 	pthread_cond_init(&txn_cv, NULL);
+	pki_reg_held = false;
 	if (!fork_held) {
 		pki_reg.broken = true;
 		return;
 	}
 	if (pki_reg.txn_open && !txn_mine) {
+		pki_reg_held = true; /* the child's only thread: the registry is its own */
 		__pki_hook_undo();
+		pki_reg_held = false;
 		pki_reg.txn_open = false;
 	}
 }

@@ -65,22 +65,22 @@
  * different for a child started by posix_spawn or vfork+exec), GEN counts
  * the execs of that process.
  */
-#define PK_ENV_TRACE		  "PROBEKIT_TRACE"
-#define PK_ENV_TRACE_FUNCS	  "PROBEKIT_TRACE_FUNCS"
-#define PK_ENV_TRACE_NOTRACE	  "PROBEKIT_TRACE_NOTRACE"
-#define PK_ENV_TRACE_CHILDREN	  "PROBEKIT_TRACE_CHILDREN"   /* 0: fork children untraced */
-#define PK_ENV_TRACE_ENTRY_ONLY	  "PROBEKIT_TRACE_ENTRY_ONLY" /* 1: no exit events */
-#define PK_ENV_TRACE_BUF	  "PROBEKIT_TRACE_BUF"	      /* events per thread buffer */
-#define PK_ENV_TRACE_DROP	  "PROBEKIT_TRACE_DROP"	      /* 1: full buffers lose events */
-#define PK_ENV_TRACE_RING	  "PROBEKIT_TRACE_RING"	      /* 1: flight recorder rings */
-#define PK_ENV_TRACE_TRIGGER	  "PROBEKIT_TRACE_TRIGGER" /* FUNC: a ring snapshot at each entry */
-#define PK_ENV_TRACE_ARGS	  "PROBEKIT_TRACE_ARGS"	   /* -A/-R: "GLOB@SPEC" lines */
-#define PK_ENV_TRACE_AUTO_ARGS	  "PROBEKIT_TRACE_AUTO_ARGS" /* 1: -a, specs from DWARF */
-#define PK_ENV_TRACE_MAX_SIZE	  "PROBEKIT_TRACE_MAX_SIZE" /* bytes: stop writing past it */
-#define PK_ENV_TRACE_TOP	  "PROBEKIT_TOP" /* 1: `top`: statistics, no file (attached) */
-#define PK_ENV_TRACE_CMD	  "PROBEKIT_TRACE_CMD" /* the probekit command line, for INFO */
-#define PK_ENV_TRACE_PID	  "PROBEKIT_TRACE_PID"
-#define PK_ENV_TRACE_GEN	  "PROBEKIT_TRACE_GEN"
+#define PK_ENV_TRACE		"PROBEKIT_TRACE"
+#define PK_ENV_TRACE_FUNCS	"PROBEKIT_TRACE_FUNCS"
+#define PK_ENV_TRACE_NOTRACE	"PROBEKIT_TRACE_NOTRACE"
+#define PK_ENV_TRACE_CHILDREN	"PROBEKIT_TRACE_CHILDREN"   /* 0: fork children untraced */
+#define PK_ENV_TRACE_ENTRY_ONLY "PROBEKIT_TRACE_ENTRY_ONLY" /* 1: no exit events */
+#define PK_ENV_TRACE_BUF	"PROBEKIT_TRACE_BUF"	    /* events per thread buffer */
+#define PK_ENV_TRACE_DROP	"PROBEKIT_TRACE_DROP"	    /* 1: full buffers lose events */
+#define PK_ENV_TRACE_RING	"PROBEKIT_TRACE_RING"	    /* 1: flight recorder rings */
+#define PK_ENV_TRACE_TRIGGER	"PROBEKIT_TRACE_TRIGGER"   /* FUNC: a ring snapshot at each entry */
+#define PK_ENV_TRACE_ARGS	"PROBEKIT_TRACE_ARGS"	   /* -A/-R: "GLOB@SPEC" lines */
+#define PK_ENV_TRACE_AUTO_ARGS	"PROBEKIT_TRACE_AUTO_ARGS" /* 1: -a, specs from DWARF */
+#define PK_ENV_TRACE_MAX_SIZE	"PROBEKIT_TRACE_MAX_SIZE"  /* bytes: stop writing past it */
+#define PK_ENV_TRACE_TOP	"PROBEKIT_TOP"	     /* 1: `top`: statistics, no file (attached) */
+#define PK_ENV_TRACE_CMD	"PROBEKIT_TRACE_CMD" /* the probekit command line, for INFO */
+#define PK_ENV_TRACE_PID	"PROBEKIT_TRACE_PID"
+#define PK_ENV_TRACE_GEN	"PROBEKIT_TRACE_GEN"
 /* 16 hex digits: the run's SESSION id (format.h), the same in every file it writes */
 #define PK_ENV_TRACE_SESSION "PROBEKIT_TRACE_SESSION"
 /*

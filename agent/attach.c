@@ -189,7 +189,7 @@ static void library_settings(void)
 {
 	const char *r = setting_get(PK_ENV_TRACE_RELOC), *i3 = setting_get(PK_ENV_TRACE_INT3);
 
-	pki_sites_set_reloc(r && !strcmp(r, "1")	? PKI_RELOC_ALL
+	pki_sites_set_reloc(r && !strcmp(r, "1")      ? PKI_RELOC_ALL
 			    : r && !strcmp(r, "main") ? PKI_RELOC_MAIN
 						      : PKI_RELOC_OFF);
 	pki_sites_set_int3(i3 && !strcmp(i3, "1"));
@@ -535,14 +535,15 @@ static void *listen_main(void *arg)
 			continue;
 		}
 		if (c < 0) {
-			agent_out_printf("probekit-agent: %s: stopped listening: %s\n", PK_ENV_LISTEN,
-					 strerror(errno));
+			agent_out_printf("probekit-agent: %s: stopped listening: %s\n",
+					 PK_ENV_LISTEN, strerror(errno));
 			return NULL;
 		}
 		c = pki_fd_high(c); /* out of the program's way */
 		if (!peer_allowed(c)) {
-			say(c, PK_CTL_ERROR "not allowed: the program's listening agent accepts "
-					    "its own user (when it runs as that user only) and root\n");
+			say(c, PK_CTL_ERROR
+			    "not allowed: the program's listening agent accepts "
+			    "its own user (when it runs as that user only) and root\n");
 			close(c);
 			continue;
 		}
@@ -553,8 +554,8 @@ static void *listen_main(void *arg)
 bool agent_listen_start(void)
 {
 	struct sockaddr_un a;
-	socklen_t len = pki_attach_sock_name(&a, PK_LISTEN_NAME, getpid(),
-					     pki_attach_start_time(0));
+	socklen_t len =
+	    pki_attach_sock_name(&a, PK_LISTEN_NAME, getpid(), pki_attach_start_time(0));
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	pthread_t t;
 
@@ -572,4 +573,3 @@ bool agent_listen_start(void)
 	agent_attached = true; /* the sessions are an attached agent's */
 	return true;
 }
-

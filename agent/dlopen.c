@@ -41,10 +41,10 @@ struct dlo {
 	 * since this one was unloaded (read anew: attach.md A9i).
 	 */
 	unsigned long long serial;
-	bool renew; /* dl_sync scratch: present as another instance, its ops to take off first */
-	bool loaded;	 /* in the site table at the last dl_sync */
-	bool present;	 /* dl_sync scratch: seen in this walk */
-	bool at_start;	 /* loaded before main(): trace.c's ops has its sites */
+	bool renew;    /* dl_sync scratch: present as another instance, its ops to take off first */
+	bool loaded;   /* in the site table at the last dl_sync */
+	bool present;  /* dl_sync scratch: seen in this walk */
+	bool at_start; /* loaded before main(): trace.c's ops has its sites */
 	bool registered; /* ops is registered */
 	bool untraced;	 /* nothing to hook, another namespace, or hooking failed */
 	uint32_t id;	 /* its OBJECT record, 0 if none */

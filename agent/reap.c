@@ -50,7 +50,7 @@
 #include "base/signals.h"
 #include "base/threads.h"
 
-#define PK_EXPORT __attribute__((visibility("default")))
+#define PK_EXPORT	 __attribute__((visibility("default")))
 #define REAP_POLL_MAX_NS 64000000L
 
 static struct {

@@ -136,8 +136,7 @@ static void set_by_prog(int sig, sighandler_t h, bool siginfo)
 }
 
 /* The signal() family for a signal not routed, through a catcher if one holds it. */
-static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h,
-				 const struct semantics *sem)
+static sighandler_t pass_on_held(signal_fn f, int sig, sighandler_t h, const struct semantics *sem)
 {
 	struct sigaction prog, sa;
 	sighandler_t r;

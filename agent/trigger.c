@@ -52,8 +52,8 @@
 #include "trace/trace.h"
 #include "watch/gate.h"
 
-static bool tracking; /* the trigger owned SIGUSR2 once in this process: views kept */
-static bool owned;    /* atomic: the trigger takes SIGUSR2 now */
+static bool tracking;	   /* the trigger owned SIGUSR2 once in this process: views kept */
+static bool owned;	   /* atomic: the trigger takes SIGUSR2 now */
 static __thread bool view; /* PROG believes SIGUSR2 blocked in this thread */
 /* libc's functions the wrappers below hide */
 static struct {
@@ -219,7 +219,6 @@ void agent_trigger_exec(bool before)
 
 #define PK_EXPORT __attribute__((visibility("default")))
 
-
 /* raise/pthread_kill of SIGUSR2 by PROG (@self: to the caller): a snapshot here instead? */
 static bool raised(int sig, bool self)
 {
@@ -232,9 +231,14 @@ static bool raised(int sig, bool self)
 /*
  * raise() runs in the frames a handler's backtrace() sees (it raises a
  * signal the program handles): the real one is tail-called, so no frame of
- * ours stays below the handler's, in debug builds too.
+ * ours stays below the handler's, in gcc's debug builds too (clang's
+ * optimized builds make the same tail call).
  */
+#ifdef __clang__
+#define TAILCALL
+#else
 #define TAILCALL __attribute__((optimize("O2", "optimize-sibling-calls")))
+#endif
 
 PK_EXPORT TAILCALL int raise(int sig)
 {
@@ -247,8 +251,8 @@ PK_EXPORT TAILCALL int raise(int sig)
 
 PK_EXPORT TAILCALL int pthread_kill(pthread_t t, int sig)
 {
-	int (*fn)(pthread_t, int) = (int (*)(pthread_t, int))agent_next(&real.pthread_kill,
-									 "pthread_kill");
+	int (*fn)(pthread_t, int) =
+	    (int (*)(pthread_t, int))agent_next(&real.pthread_kill, "pthread_kill");
 
 	if (raised(sig, pthread_equal(t, pthread_self())))
 		return 0;

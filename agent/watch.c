@@ -130,7 +130,7 @@ static struct {
 	_Atomic unsigned long lost;	/* record busy or queue full */
 	/* the last value seen, for "old": by the offset of the debug register's piece */
 	_Atomic uint64_t shadow[PKI_HWBP_SPAN_MAX];
-	_Atomic uint32_t wake;		/* futex word: bumped by every hit */
+	_Atomic uint32_t wake; /* futex word: bumped by every hit */
 	_Atomic bool stop;
 	_Atomic uint32_t drained; /* futex word: bumped by the consumer after each drain */
 	_Atomic bool crashing;	  /* a fatal signal asks the consumer for a last drain */
@@ -142,9 +142,9 @@ static struct {
 	bool consumer_up;
 	struct obj *objs;
 	size_t nobjs;
-	pid_t pid; /* the process the agent started in: a fork child stays silent */
-	bool attached;	/* loaded into a running process (agent/attach.c), not preloaded */
-	char prog[32];	/* the program, for messages: "PROG" or "process N" */
+	pid_t pid;     /* the process the agent started in: a fork child stays silent */
+	bool attached; /* loaded into a running process (agent/attach.c), not preloaded */
+	char prog[32]; /* the program, for messages: "PROG" or "process N" */
 	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
 
 	/* The ring path (WR0-WR7): the consumer is its reader. */
@@ -430,8 +430,8 @@ static bool resolve_deref(void)
 	if (v && !peek(v + A.ptr_off, &probe))
 		return fail("'%s': %s is %#lx when the watch starts%s, and nothing is mapped at "
 			    "%#lx",
-			    conf->spec, name, (unsigned long)v, A.attached ? "" : " (before main())",
-			    (unsigned long)(v + A.ptr_off));
+			    conf->spec, name, (unsigned long)v,
+			    A.attached ? "" : " (before main())", (unsigned long)(v + A.ptr_off));
 	atomic_store(&A.addr, v ? v + A.ptr_off : 0);
 	snprintf(A.what, sizeof(A.what), "%s (%s at %#lx%s)", conf->spec, name,
 		 (unsigned long)A.ptr, conf->follow ? ", followed" : "");
@@ -1429,7 +1429,8 @@ static bool add_failed(int err)
  */
 static void watch_free(void)
 {
-	/* In a fork child, the parent's watchpoints (dead there: watch.h) are still ours to remove. */
+	/* In a fork child, the parent's watchpoints (dead there: watch.h) are still ours to remove.
+	 */
 	if (A.pw)
 		pk_watch_remove(A.pw);
 	if (A.w)

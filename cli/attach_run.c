@@ -27,8 +27,8 @@
 #include "attach_run.h"
 #include "cli.h"
 
-#define FAIL		 125
-#define START_TIMEOUT_MS 60000 /* the agent's start: hooking every function asked for */
+#define FAIL		  125
+#define START_TIMEOUT_MS  60000 /* the agent's start: hooking every function asked for */
 #define DETACH_TIMEOUT_MS 30000
 
 /* The channel's lines: the agent's notices relayed, its answers kept. */
@@ -173,7 +173,8 @@ static int settings_send(int sock, const struct attach_run *r)
 static int attach_lock(pid_t pid)
 {
 	struct sockaddr_un a;
-	socklen_t len = pki_attach_sock_name(&a, "probekit-attach", pid, pki_attach_start_time(pid));
+	socklen_t len =
+	    pki_attach_sock_name(&a, "probekit-attach", pid, pki_attach_start_time(pid));
 	int fd;
 
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -305,8 +306,7 @@ static int start(const struct attach_run *r, struct chan *c)
 		       FAIL;
 	if (strcmp(c->answer, PK_CTL_OK))
 		return cli_error("process %d: %s", (int)r->pid,
-				 c->answer + (strncmp(c->answer, PK_CTL_ERROR,
-						      strlen(PK_CTL_ERROR))
+				 c->answer + (strncmp(c->answer, PK_CTL_ERROR, strlen(PK_CTL_ERROR))
 						  ? 0
 						  : strlen(PK_CTL_ERROR))),
 		       FAIL;
@@ -447,15 +447,17 @@ static void detach(const struct attach_run *r, struct attach_result *res, struct
 	res->detach_ns = pki_mono_ns() - t0;
 	res->detached = !strcmp(c->answer, PK_CTL_DETACHED);
 	/* Then the agent closes its end, its last descriptor of the session. */
-	for (uint64_t end = pki_mono_ns() + 2000000000u; res->detached && !c->closed && pki_mono_ns() < end;) {
+	for (uint64_t end = pki_mono_ns() + 2000000000u;
+	     res->detached && !c->closed && pki_mono_ns() < end;) {
 		struct pollfd p = {c->fd, POLLIN, 0};
 
 		if (poll(&p, 1, 100) > 0)
 			chan_read(c);
 	}
 	if (!c->answer[0] && !res->exited)
-		fprintf(stderr, "probekit: process %d: the channel closed before the detach was "
-				"confirmed (the process exited?)\n",
+		fprintf(stderr,
+			"probekit: process %d: the channel closed before the detach was "
+			"confirmed (the process exited?)\n",
 			(int)r->pid);
 }
 
@@ -512,10 +514,12 @@ int attach_run(const struct attach_run *r, struct attach_result *res)
 		char how[96];
 
 		if (res->listening)
-			snprintf(how, sizeof(how), "through its listening agent: no thread stopped");
+			snprintf(how, sizeof(how),
+				 "through its listening agent: no thread stopped");
 		else
 			snprintf(how, sizeof(how), "a thread stopped %.2f ms%s",
-				 (double)res->stopped_ns / 1e6, res->reused ? ", the agent reused" : "");
+				 (double)res->stopped_ns / 1e6,
+				 res->reused ? ", the agent reused" : "");
 		fprintf(stderr, "probekit: attached to process %d in %.1f ms (%s); %s %s\n",
 			(int)r->pid, (double)res->attach_ns / 1e6, how,
 			r->what ? r->what : "recording",

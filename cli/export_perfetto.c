@@ -217,8 +217,8 @@ struct pthread_st {
 	uint64_t *fns; /* open frames, bottom first */
 	size_t depth, cap;
 	struct pki_idxmap active; /* the number of frames of each fn on the stack */
-	uint64_t last_ns;	 /* timestamp of the last packet on the sequence */
-	unsigned char *interned; /* bit per symbol: its name is on this sequence */
+	uint64_t last_ns;	  /* timestamp of the last packet on the sequence */
+	unsigned char *interned;  /* bit per symbol: its name is on this sequence */
 	bool started;
 };
 

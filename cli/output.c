@@ -57,12 +57,12 @@ int cli_output_open(const char *path, unsigned mode)
 		       -1;
 	if (fd < 0)
 		return cli_error("%s: %s", path, strerror(errno)), -1;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    st.st_nlink != 1) {
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
 		close(fd);
-		return cli_error("%s: exists in a directory other users can write to and is not a "
-				 "regular file of ours with a single link: refusing to overwrite it",
-				 path),
+		return cli_error(
+			   "%s: exists in a directory other users can write to and is not a "
+			   "regular file of ours with a single link: refusing to overwrite it",
+			   path),
 		       -1;
 	}
 	if (ftruncate(fd, 0) || fcntl(fd, F_SETFL, 0)) {

@@ -254,12 +254,12 @@ int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--version"))
 		return stdout_check(cmd_version(0, NULL));
-	return stdout_check(cli_dispatch(
-	    "command", commands,
-	    "usage: probekit <command> [options]\n"
-	    "       probekit <command> --help\n\n"
-	    "Instrument live Linux x86-64 processes: hardware watchpoints on every\n"
-	    "thread and function-entry hooks, at a cost that does not grow with the\n"
-	    "number of hooks, threads or CPUs.\n\ncommands:\n",
-	    argc, argv));
+	return stdout_check(
+	    cli_dispatch("command", commands,
+			 "usage: probekit <command> [options]\n"
+			 "       probekit <command> --help\n\n"
+			 "Instrument live Linux x86-64 processes: hardware watchpoints on every\n"
+			 "thread and function-entry hooks, at a cost that does not grow with the\n"
+			 "number of hooks, threads or CPUs.\n\ncommands:\n",
+			 argc, argv));
 }

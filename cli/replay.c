@@ -85,7 +85,7 @@ struct replay_opts {
 	const char *path;
 	unsigned long depth; /* 0: no limit */
 	uint64_t min_ns, since_ns, until_ns;
-	long tid; /* -1: every thread */
+	long tid;	       /* -1: every thread */
 	struct cli_globs f, n; /* -f, -N */
 	struct cli_pids pids;  /* --pid */
 };
@@ -391,7 +391,7 @@ static int exit_of(struct replay *p, struct rthread *r, uint64_t fn, uint64_t ts
 	int err = 0;
 
 	if (!pki_idxmap_count(&r->active, fn))
-		return 0; /* no entry for it (the trace began inside it): skipped */
+		return 0;	      /* no entry for it (the trace began inside it): skipped */
 	while (r->st[d - 1].fn != fn) /* the frames passed end here: linear */
 		d--;
 	while (!err && r->depth > d) /* left without their exit: longjmp, exception */

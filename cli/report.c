@@ -1133,7 +1133,8 @@ static int folded_node(struct folded *fo, struct fcache *fc, uint64_t root,
 	while (k && fc->ids[k - 1] != c->ids[k - 1])
 		k--;
 	for (j = k; j <= d; j++) {
-		uint64_t parent = j ? fc->nodes[j - 1] : root, fn = folded_fn(fo, c->stack[j]), *slot;
+		uint64_t parent = j ? fc->nodes[j - 1] : root, fn = folded_fn(fo, c->stack[j]),
+			 *slot;
 
 		slot = pki_idxmap_slot(&fo->idx, parent, fn);
 		if (!slot)
@@ -1168,8 +1169,7 @@ static int folded_call(const struct pki_trace_thread *t, const struct pki_trace_
 
 	if (!value)
 		return 0;
-	err = folded_node(fo, &fo->th[ti], fo->threads ? ROOT_THREAD | fo->troot[ti] : 0, c,
-			  &node);
+	err = folded_node(fo, &fo->th[ti], fo->threads ? ROOT_THREAD | fo->troot[ti] : 0, c, &node);
 	if (!err)
 		fo->v[node - 1].value += value;
 	return err;
@@ -1270,8 +1270,8 @@ static void folded_walk(const struct folded *fo, struct ftree *t, size_t pos, co
 		}
 		for (;;) { /* else to the next sibling, of it or of the nearest ancestor */
 			next = t->path[depth] + 1;
-			if (next < fo->n && fo->v[t->order[next]].parent ==
-						fo->v[t->order[t->path[depth]]].parent)
+			if (next < fo->n &&
+			    fo->v[t->order[next]].parent == fo->v[t->order[t->path[depth]]].parent)
 				break;
 			if (!depth--)
 				return;

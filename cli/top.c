@@ -181,8 +181,9 @@ static void show(struct top *t)
 
 		printf("%12.0f %10s %10s %9s %9s %9s  %s\n", (double)r->calls / t->span,
 		       rate(r->total, t->span, timed, a, sizeof(a)),
-		       rate(r->self, t->span, timed, b, sizeof(b)), dur(r->p50, timed, c, sizeof(c)),
-		       dur(r->p99, timed, d, sizeof(d)), dur(r->max, timed, e, sizeof(e)), r->name);
+		       rate(r->self, t->span, timed, b, sizeof(b)),
+		       dur(r->p50, timed, c, sizeof(c)), dur(r->p99, timed, d, sizeof(d)),
+		       dur(r->max, timed, e, sizeof(e)), r->name);
 	}
 	if (t->batch)
 		putchar('\n');
@@ -235,8 +236,7 @@ static bool parse_sort(const char *arg, enum sort_key *k)
 			*k = (enum sort_key)i;
 			return true;
 		}
-	return cli_usage_error("top: --sort: calls, total, self, p50, p99 or max, not '%s'",
-			       arg),
+	return cli_usage_error("top: --sort: calls, total, self, p50, p99 or max, not '%s'", arg),
 	       false;
 }
 

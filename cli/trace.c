@@ -191,7 +191,7 @@ struct file_summary {
 	char stop_reason[128]; /* ... in words */
 	bool has_losses;
 	struct pki_rec_losses losses; /* the file's LOSSES record, if has_losses */
-	const char *end;       /* what ended the process, or "cut short" */
+	const char *end;	      /* what ended the process, or "cut short" */
 	char end_buf[64];
 	char ring[256]; /* a flight recorder's snapshots, or "" */
 };
@@ -462,10 +462,10 @@ static int abs_path(const char *path, char *out, size_t n)
 
 /* What the command line asks for; PROG is argv[prog]. */
 struct trace_opts {
-	struct cli_globs f, n; /* -f, -N */
-	struct cli_globs args; /* -A, -R: "GLOB@SPEC" */
-	bool retval;	       /* one of them records a return value */
-	bool auto_args;	       /* -a */
+	struct cli_globs f, n;		       /* -f, -N */
+	struct cli_globs args;		       /* -A, -R: "GLOB@SPEC" */
+	bool retval;			       /* one of them records a return value */
+	bool auto_args;			       /* -a */
 	const char *output, *buffer, *trigger; /* buffer: -b EVENTS */
 	char ring_events[24];		       /* --ring SIZE, in events, for the agent */
 	char max_bytes[24];		       /* --max-size SIZE, in bytes; "" without */
@@ -475,8 +475,8 @@ struct trace_opts {
 	bool no_libcall; /* --no-libcall */
 	bool no_reloc;	 /* --no-relocate (relocate is 0 for a PROG with sites too) */
 	int prog;
-	pid_t pid;	 /* -p PID: attach to it (prog is then 0) */
-	double duration; /* --duration SECONDS with -p; 0: until a signal */
+	pid_t pid;	    /* -p PID: attach to it (prog is then 0) */
+	double duration;    /* --duration SECONDS with -p; 0: until a signal */
 	char command[4000]; /* this command line, quoted: the trace file's INFO */
 };
 

@@ -62,7 +62,11 @@
 
 #include "demo_body.h"
 
+#ifdef __clang__ /* (clang has no noclone: it makes no clones of these) */
+#define FN __attribute__((noinline))
+#else
 #define FN __attribute__((noinline, noclone))
+#endif
 
 enum { C_FIB, C_LEAF, C_STAGE, C_WORKER, C_CRASH, C_JUMP, C_DEEP, C_BODY, C_NR };
 static const char *const names[C_NR] = {"demo_fib",   "demo_leaf", "demo_stage", "demo_worker",
@@ -124,7 +128,7 @@ FN void *demo_worker(void *arg)
 }
 
 /* A real SIGSEGV, not a report: UBSan builds must not turn it into exit(1). */
-__attribute__((no_sanitize_undefined)) FN void demo_crash(int *p)
+__attribute__((no_sanitize("undefined"))) FN void demo_crash(int *p)
 {
 	cnt[C_CRASH]++;
 	add_counts();

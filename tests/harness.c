@@ -44,15 +44,15 @@ bool pk_test_have_hw_breakpoint(void)
 {
 	static char watched;
 	struct perf_event_attr attr = {
-		.type = PERF_TYPE_BREAKPOINT,
-		.size = sizeof(attr),
-		.bp_type = HW_BREAKPOINT_W,
-		.bp_addr = (unsigned long)&watched,
-		.bp_len = HW_BREAKPOINT_LEN_1,
-		.exclude_kernel = 1,
-		.exclude_hv = 1,
-		.sigtrap = 1,
-		.remove_on_exec = 1,
+	    .type = PERF_TYPE_BREAKPOINT,
+	    .size = sizeof(attr),
+	    .bp_type = HW_BREAKPOINT_W,
+	    .bp_addr = (unsigned long)&watched,
+	    .bp_len = HW_BREAKPOINT_LEN_1,
+	    .exclude_kernel = 1,
+	    .exclude_hv = 1,
+	    .sigtrap = 1,
+	    .remove_on_exec = 1,
 	};
 	long fd = syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
 

@@ -104,31 +104,110 @@ struct tcase {
 };
 
 #define SYM(n) extern const uint8_t pkt_i_##n[], pkt_i_##n##_end[];
-#define INSNS(X)                                                                                   \
-	X(mov_load)                                                                                \
-	X(mov_load_self) X(mov_store_self8) X(add_store_self) X(mov_load_sib_r8) X(                \
-	    mov_store_r12) X(mov_load32) X(mov_store_imm32) X(mov_store_imm64) X(mov_load16_r10)   \
-	    X(mov_store_ah) X(mov_load_dh) X(movzbl_self_r11) X(movswq) X(movslq_sib) X(           \
-		movsbw_r14) X(cmovne_taken) X(cmove_not_taken) X(rip_load) X(rip_store)            \
-		X(rip_add_imm) X(abs_load) X(moffs_load) X(addr32_load) X(addr32_sib) X(           \
-		    add_load_r14) X(sub_imm_store) X(neg_mem) X(inc_r15) X(not_mem16) X(shl_cl)    \
-		    X(rol_imm16) X(cmp_mem) X(test_imm8) X(imul_load) X(mul_mem) X(lock_add)       \
-			X(lock_xadd) X(xchg_mem) X(lock_cmpxchg) X(lock_cmpxchg16b) X(             \
-			    lock_cmpxchg8b) X(setne_r8) X(bt_imm) X(bts_reg) X(btr_reg_neg)        \
-			    X(btc_reg32) X(bt_reg16) X(fnstcw) X(movdqu_load) X(movups_store) X(   \
-				movaps_load) X(movq_load) X(movd_store) X(pinsrw) X(pextrb_r8)     \
-				X(paddd_xmm8) X(movsd_sse) X(vmovdqu_load) X(vmovdqu_store_r13)    \
-				    X(vpaddd_load) X(vbroadcastss) X(vmaskmovps_store) X(          \
-					vpmaskmovd_load) X(vmovdqu_rip) X(movsb) X(movsq) X(stosq) \
-					X(lodsl) X(scasb) X(cmpsq) X(rep_movsb) X(rep_movsq)       \
-					    X(rep_stosq) X(rep_stosb) X(repe_cmpsb) X(repne_scasb) \
-						X(rep_lodsw) X(push_mem) X(pop_mem) X(call_mem)    \
-						    X(jmp_mem) X(gather) X(xsave) X(xrstor)        \
-							X(fxsave) X(enter) X(leave) X(xlat)        \
-							    X(fs_load) X(gs_abs) X(addr32_movsb)   \
-								X(insb) X(maskmovdqu) X(movdir64b) \
-								    X(bndldx) X(lea) X(lea_rip)    \
-									X(nopw) X(prefetch) X(ud2)
+// clang-format off
+#define INSNS(X) \
+	X(mov_load) \
+	X(mov_load_self) \
+	X(mov_store_self8) \
+	X(add_store_self) \
+	X(mov_load_sib_r8) \
+	X(mov_store_r12) \
+	X(mov_load32) \
+	X(mov_store_imm32) \
+	X(mov_store_imm64) \
+	X(mov_load16_r10) \
+	X(mov_store_ah) \
+	X(mov_load_dh) \
+	X(movzbl_self_r11) \
+	X(movswq) \
+	X(movslq_sib) \
+	X(movsbw_r14) \
+	X(cmovne_taken) \
+	X(cmove_not_taken) \
+	X(rip_load) \
+	X(rip_store) \
+	X(rip_add_imm) \
+	X(abs_load) \
+	X(moffs_load) \
+	X(addr32_load) \
+	X(addr32_sib) \
+	X(add_load_r14) \
+	X(sub_imm_store) \
+	X(neg_mem) \
+	X(inc_r15) \
+	X(not_mem16) \
+	X(shl_cl) \
+	X(rol_imm16) \
+	X(cmp_mem) \
+	X(test_imm8) \
+	X(imul_load) \
+	X(mul_mem) \
+	X(lock_add) \
+	X(lock_xadd) \
+	X(xchg_mem) \
+	X(lock_cmpxchg) \
+	X(lock_cmpxchg16b) \
+	X(lock_cmpxchg8b) \
+	X(setne_r8) \
+	X(bt_imm) \
+	X(bts_reg) \
+	X(btr_reg_neg) \
+	X(btc_reg32) \
+	X(bt_reg16) \
+	X(fnstcw) \
+	X(movdqu_load) \
+	X(movups_store) \
+	X(movaps_load) \
+	X(movq_load) \
+	X(movd_store) \
+	X(pinsrw) \
+	X(pextrb_r8) \
+	X(paddd_xmm8) \
+	X(movsd_sse) \
+	X(vmovdqu_load) \
+	X(vmovdqu_store_r13) \
+	X(vpaddd_load) \
+	X(vbroadcastss) \
+	X(vmaskmovps_store) \
+	X(vpmaskmovd_load) \
+	X(vmovdqu_rip) \
+	X(movsb) \
+	X(movsq) \
+	X(stosq) \
+	X(lodsl) \
+	X(scasb) \
+	X(cmpsq) \
+	X(rep_movsb) \
+	X(rep_movsq) \
+	X(rep_stosq) \
+	X(rep_stosb) \
+	X(repe_cmpsb) \
+	X(repne_scasb) \
+	X(rep_lodsw) \
+	X(push_mem) \
+	X(pop_mem) \
+	X(call_mem) \
+	X(jmp_mem) \
+	X(gather) \
+	X(xsave) \
+	X(xrstor) \
+	X(fxsave) \
+	X(enter) \
+	X(leave) \
+	X(xlat) \
+	X(fs_load) \
+	X(gs_abs) \
+	X(addr32_movsb) \
+	X(insb) \
+	X(maskmovdqu) \
+	X(movdir64b) \
+	X(bndldx) \
+	X(lea) \
+	X(lea_rip) \
+	X(nopw) \
+	X(prefetch) \
+	X(ud2)
+// clang-format on
 INSNS(SYM)
 
 #define I(n) #n, pkt_i_##n, pkt_i_##n##_end

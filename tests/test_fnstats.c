@@ -24,7 +24,7 @@ static void teardown(void)
 }
 
 /* @v within [@lo, @lo * 1.25 + 1]: a percentile of calls that all took @lo. */
-#define ck_assert_within(v, lo) ck_assert((v) >= (lo) && (v) <= (lo) * 125 / 100 + 1)
+#define ck_assert_within(v, lo) ck_assert((v) >= (lo) && (v) <= (lo)*125 / 100 + 1)
 
 START_TEST(figures_of_an_interval)
 {

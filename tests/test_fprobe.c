@@ -52,7 +52,8 @@ PATCHABLE struct pair t_pair(long a)
 	return (struct pair){a, -a};
 }
 
-/* Defined where the library's wrappers were linked in (src/trace/fgraph_wrap.c): weak, pulls nothing. */
+/* Defined where the library's wrappers were linked in (src/trace/fgraph_wrap.c): weak, pulls
+ * nothing. */
 extern const int pki_fgraph_wrapped __attribute__((weak));
 
 static jmp_buf jb;
@@ -569,7 +570,8 @@ START_TEST(under_fire)
 		for (;;)
 			__asm__ volatile("" ::: "memory");
 	ck_assert_int_gt(busy, 0);
-	/* The site tables first (libc's analysed when relocated): not with 200 threads on the CPUs. */
+	/* The site tables first (libc's analysed when relocated): not with 200 threads on the CPUs.
+	 */
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
 	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
 	signal(SIGUSR1, fire_usr1);
@@ -638,7 +640,8 @@ START_TEST(refused_functions)
 	struct pk_site site;
 
 	if (pk_site_find(ip, &site)) {
-		printf("refused_functions: libc's dlsym is no site here (PROBEKIT_RELOC=1 makes it one)\n");
+		printf("refused_functions: libc's dlsym is no site here (PROBEKIT_RELOC=1 makes it "
+		       "one)\n");
 		return;
 	}
 	ck_assert_int_eq(pk_fprobe_register(&fp), -EINVAL);
@@ -713,8 +716,8 @@ START_TEST(skip_with_a_value)
 	ck_assert_int_eq(skip_exit_ax, 6);
 	ck_assert_int_eq(t_skipme(7), 4242);
 	ck_assert_int_eq(skip_nested_ret, 10); /* the handler's call ran */
-	ck_assert_int_eq(skip_runs, 2);	      /* that one, not the skipped one */
-	ck_assert_int_eq(skip_exit_ax, 4242); /* the exit saw the value given */
+	ck_assert_int_eq(skip_runs, 2);	       /* that one, not the skipped one */
+	ck_assert_int_eq(skip_exit_ax, 4242);  /* the exit saw the value given */
 	ck_assert_int_eq(skip_exits, 2);
 	pr = t_pair(8);
 	ck_assert_int_eq(pr.lo, 11);

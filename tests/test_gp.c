@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * Grace periods (gp.c, doc/design/grace-periods.md): no thread is ever signalled, so the application's
- * non-restartable calls (nanosleep, read) never see EINTR because of us,
- * whether the thread is blocked or running hooks; a thread blocked inside
- * a callback is not quiescent and holds the grace period until it leaves; a
- * thread that blocks every signal and is always in hooks answers from its
- * slow exit; threads come and go during grace periods.  Also the
- * thread-inspection helpers the patch layer uses (base/threads.c).
+ * Grace periods (gp.c, doc/design/grace-periods.md): no thread is ever signalled, so the
+ * application's non-restartable calls (nanosleep, read) never see EINTR because of us, whether the
+ * thread is blocked or running hooks; a thread blocked inside a callback is not quiescent and holds
+ * the grace period until it leaves; a thread that blocks every signal and is always in hooks
+ * answers from its slow exit; threads come and go during grace periods.  Also the thread-inspection
+ * helpers the patch layer uses (base/threads.c).
  */
 #include <errno.h>
 #include <signal.h>
@@ -196,7 +195,8 @@ START_TEST(blocked_threads_not_disturbed)
 	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)nothing, 0}, 2);
 	/* The suite runs twice: with membarrier (plain incl), and as if refused (gp_locked). */
 	ck_assert_int_eq(pki_gp_readers_locked(), locked);
-	ck_assert_uint_eq(((const unsigned char *)hooked)[PKI_TRAMP_ENTRY_LOCK], locked ? 0xf0 : 0x90);
+	ck_assert_uint_eq(((const unsigned char *)hooked)[PKI_TRAMP_ENTRY_LOCK],
+			  locked ? 0xf0 : 0x90);
 	ck_assert_int_eq(pipe(rd_pipe), 0);
 	pthread_create(&ts, NULL, sleeper, NULL);
 	pthread_create(&tr, NULL, reader, NULL);
@@ -598,7 +598,8 @@ START_TEST(parking_races)
 	ck_assert_ptr_nonnull(all);
 	rcu_cur = calloc(1, sizeof(*rcu_cur));
 	rcu_cur->alive = 1;
-	hooked = make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)rcu_reader_cb, 0}, 2);
+	hooked =
+	    make_entry(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)rcu_reader_cb, 0}, 2);
 	pki_gp_stats(&a);
 	for (int i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, rcu_reader, (void *)(uintptr_t)(i + 1));
@@ -802,15 +803,16 @@ static long sig_every_instruction(bool parked)
 	for (k = 0;; k++) {
 		ip = sig_resume(pid, PTRACE_CONT, 0, &st);
 		ck_assert_msg(ip == (unsigned long)pk_mark_a,
-			      "%s: the child's checks failed after a signal at step %ld: %s %d", how,
-			      k - 1, WIFEXITED(st) ? "exit" : "status", WIFEXITED(st) ? WEXITSTATUS(st) : st);
+			      "%s: the child's checks failed after a signal at step %ld: %s %d",
+			      how, k - 1, WIFEXITED(st) ? "exit" : "status",
+			      WIFEXITED(st) ? WEXITSTATUS(st) : st);
 		for (long j = 0; j < k && ip != (unsigned long)pk_mark_b; j++)
 			ip = sig_resume(pid, PTRACE_SINGLESTEP, 0, &st);
 		if (ip == (unsigned long)pk_mark_b)
 			break;
 		ip = sig_resume(pid, PTRACE_CONT, SIGUSR1, &st);
-		ck_assert_msg(ip == (unsigned long)pk_mark_h, "%s: step %ld: the handler did not stop",
-			      how, k);
+		ck_assert_msg(ip == (unsigned long)pk_mark_h,
+			      "%s: step %ld: the handler did not stop", how, k);
 		ip = sig_resume(pid, PTRACE_CONT, 0, &st);
 		ck_assert_msg(ip == (unsigned long)pk_mark_b, "%s: step %ld: no marker B", how, k);
 	}

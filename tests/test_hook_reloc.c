@@ -472,15 +472,17 @@ static void under_fire(bool kick)
 	for (int i = 0; i < N; i++)
 		pthread_join(th[i], NULL);
 	pki_text_poke_stats(&after);
-	fprintf(stderr, "under fire (%s): %d+ cycles, %ld calls, %d hooked, %lu threads moved into a "
-	       "copy, %lu INT3s emulated, %lu relayed\n",
-	       kick ? "kick" : "jump relay", CYCLES, fire_calls, ops_calls,
-	       after.sled_moves - before.sled_moves, after.emulated - before.emulated,
-	       after.relayed - before.relayed);
+	fprintf(stderr,
+		"under fire (%s): %d+ cycles, %ld calls, %d hooked, %lu threads moved into a "
+		"copy, %lu INT3s emulated, %lu relayed\n",
+		kick ? "kick" : "jump relay", CYCLES, fire_calls, ops_calls,
+		after.sled_moves - before.sled_moves, after.emulated - before.emulated,
+		after.relayed - before.relayed);
 	ck_assert_int_eq(fire_bad, 0);
 	ck_assert_int_gt(ops_calls, 0);
 	if (kick) {
-		ck_assert_uint_gt(after.kicks, before.kicks); /* attaching rt_frame needs the kick */
+		ck_assert_uint_gt(after.kicks,
+				  before.kicks); /* attaching rt_frame needs the kick */
 		/*
 		 * Whether a caller is ever caught inside rt_linger's moved bytes is
 		 * the scheduler's doing (none in 4,000 cycles under ASan once), so

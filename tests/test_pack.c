@@ -58,8 +58,8 @@ static void roundtrip(size_t n, uint64_t base)
 /* Any value: times that go back, functions far apart, every kind, the extremes. */
 START_TEST(any_values_come_back)
 {
-	static const uint64_t fns[] = {0, 1, PKI_EV_FN_MAX, PKI_EV_FN_MAX - 1, 0x555555554000ull,
-				       0x7fffffffe000ull};
+	static const uint64_t fns[] = {
+	    0, 1, PKI_EV_FN_MAX, PKI_EV_FN_MAX - 1, 0x555555554000ull, 0x7fffffffe000ull};
 
 	for (int round = 0; round < 50; round++) {
 		for (size_t i = 0; i < N; i++) {
@@ -102,7 +102,8 @@ START_TEST(a_programs_events_are_small)
 	while (i < N) {
 		ts += 40 + rnd() % 360;
 		if (depth && (depth == 64 || rnd() % 2)) {
-			in[i++] = (struct pki_trace_event){ts, PKI_EV_WORD(stack[--depth], PKI_EV_EXIT)};
+			in[i++] =
+			    (struct pki_trace_event){ts, PKI_EV_WORD(stack[--depth], PKI_EV_EXIT)};
 		} else {
 			/* most calls go to a few hot functions */
 			uint64_t f = fn[rnd() % 4 ? rnd() % 8 : rnd() % 200];
@@ -123,7 +124,8 @@ START_TEST(bad_bytes_refused)
 	size_t len;
 
 	for (size_t i = 0; i < 64; i++)
-		in[i] = (struct pki_trace_event){i * 300, PKI_EV_WORD(0x401000 + (i % 5) * 64, i & 1)};
+		in[i] =
+		    (struct pki_trace_event){i * 300, PKI_EV_WORD(0x401000 + (i % 5) * 64, i & 1)};
 	len = pack(64, 0);
 	for (size_t cut = 0; cut < len; cut++)
 		ck_assert_int_eq(pki_unpack_events(buf, cut, 0, out, 64), -1);
@@ -166,8 +168,8 @@ END_TEST
 /* doc/trace-format.md's example, byte for byte but the slots (the writer's choice). */
 START_TEST(the_documented_example)
 {
-	static const uint8_t want[] = {0x04, 0x80, 0x40, 0x00, 0x07, 0xf1, 0x3f,
-				       0x64, 0x04, 0x80, 0x01, 0x00};
+	static const uint8_t want[] = {0x04, 0x80, 0x40, 0x00, 0x07, 0xf1,
+				       0x3f, 0x64, 0x04, 0x80, 0x01, 0x00};
 	size_t len;
 
 	in[0] = (struct pki_trace_event){100, PKI_EV_WORD(0x1000, PKI_EV_ENTRY)};

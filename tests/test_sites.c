@@ -257,7 +257,7 @@ START_TEST(rcu_thread_takes_no_program_signal)
 			continue;
 		others++;
 		ck_assert_msg(task_blocks(d->d_name, SIGCHLD) && task_blocks(d->d_name, SIGUSR1) &&
-				      task_blocks(d->d_name, SIGINT),
+				  task_blocks(d->d_name, SIGINT),
 			      "thread %s takes the program's signals", d->d_name);
 		task_comm(d->d_name, comm, sizeof(comm));
 		ck_assert_msg(!strncmp(comm, "probekit-", 9), "thread %s is named %s", d->d_name,
@@ -702,14 +702,15 @@ START_TEST(lookups_race_with_refresh)
 
 	ck_assert_int_eq(pk_sites_refresh(), 0);
 	for (i = 0; i < 2; i++)
-		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, (void *)&reader_rounds[i]), 0);
+		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, (void *)&reader_rounds[i]),
+				 0);
 	/*
 	 * 100 rounds at least, and on until each reader has made 10 rounds of
 	 * lookups against them: a loaded machine may not run a reader for a
 	 * while (the verdict must not depend on scheduling).
 	 */
-	for (i = 0; i < 100 || atomic_load(&reader_rounds[0]) < 10 ||
-		    atomic_load(&reader_rounds[1]) < 10;
+	for (i = 0;
+	     i < 100 || atomic_load(&reader_rounds[0]) < 10 || atomic_load(&reader_rounds[1]) < 10;
 	     i++) {
 		void *h = dlopen(PKT_DL_PATH, RTLD_NOW | RTLD_LOCAL);
 

@@ -614,8 +614,8 @@ START_TEST(fsize_limit_final_write)
 	ck_assert_uint_le((uint64_t)st.st_size, FSIZE_LIMIT);
 	f = tread();
 	fprintf(stderr, "ulimit -f %u KiB: %llu events kept, %llu lost, file %lld bytes\n",
-		FSIZE_LIMIT >> 10, (unsigned long long)f->nevents,
-		(unsigned long long)f->end.lost, (long long)st.st_size);
+		FSIZE_LIMIT >> 10, (unsigned long long)f->nevents, (unsigned long long)f->end.lost,
+		(long long)st.st_size);
 	ck_assert(f->complete);
 	ck_assert_int_eq(f->stop_error, EFBIG);
 	ck_assert_uint_eq(f->end.recorded + f->end.lost, 2 * n);

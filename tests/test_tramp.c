@@ -135,7 +135,8 @@ END_TEST
 START_TEST(handler_tramp_preserves_and_can_change_args)
 {
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
+	unsigned long t =
+	    make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
 
 	check_call(t, 11);
 	change_di = 7;
@@ -168,7 +169,8 @@ END_TEST
 START_TEST(recursion_is_skipped)
 {
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
+	unsigned long t =
+	    make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
 
 	nested_entry = t;
 	check_call(t, 11);
@@ -208,7 +210,8 @@ START_TEST(list_tramp_returns_or_continues)
 {
 	struct pki_tslot s, h;
 	struct pki_tramp_exits x;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
+	unsigned long d =
+	    make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	unsigned long e = entry_make();
 	struct pki_tentry *en = &entries[nentries - 1];
 
@@ -236,7 +239,8 @@ START_TEST(far_direct_jumps_on)
 {
 	struct pki_tslot h;
 	struct pki_tramp_exits x;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
+	unsigned long d =
+	    make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	unsigned long e = entry_make();
 
 	pki_tmem_exits(&entries[nentries - 1], &x);
@@ -267,7 +271,8 @@ END_TEST
 START_TEST(slow_exit_reports)
 {
 	struct pki_tslot s;
-	unsigned long t = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
+	unsigned long t =
+	    make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &s);
 	unsigned long qs;
 
 	check_call(t, 11); /* registers this thread */
@@ -323,7 +328,8 @@ START_TEST(locked_entry_works)
 
 	ck_assert_int_eq(pki_tmem_alloc(0, &s), 0);
 	ck_assert_int_eq(
-	    pki_tmem_emit(PKI_TRAMP_HANDLER, &s, (unsigned long[]){(unsigned long)handler, 0}, 2), 0);
+	    pki_tmem_emit(PKI_TRAMP_HANDLER, &s, (unsigned long[]){(unsigned long)handler, 0}, 2),
+	    0);
 	/* Reuse a plain entry's exits; write a locked copy of it into a slot of its own. */
 	entry_make();
 	pki_tmem_exits(&entries[nentries - 1], &x);
@@ -423,7 +429,8 @@ START_TEST(relocated_site_exits_into_its_copy)
 	struct pki_tentry e;
 	struct pki_tramp_exits x;
 	struct pki_tslot h;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
+	unsigned long d =
+	    make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	long (*f)(long, long) = reloc_site(&e, &x);
 
 	/* As made: X_RELOC, on into the copy, nothing runs. */
@@ -468,7 +475,8 @@ START_TEST(relocated_site_refused_thread_runs_unhooked)
 	struct pki_tentry e;
 	struct pki_tramp_exits x;
 	struct pki_tslot s, h;
-	unsigned long d = make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
+	unsigned long d =
+	    make(PKI_TRAMP_HANDLER, (unsigned long[]){(unsigned long)handler, 0}, 2, &h);
 	pthread_t th;
 
 	refused_f = reloc_site(&e, &x);

@@ -821,7 +821,6 @@ START_TEST(remove_while_hitting)
 }
 END_TEST
 
-
 /*
  * ---- giving SIGTRAP back (pki_watch_release, as an attached agent does at
  * its detach).  A hit's SIGTRAP is sent by work the kernel runs as the
@@ -891,8 +890,10 @@ START_TEST(release_after_late_hits)
 		if (pki_watch_release()) {
 			released++;
 			ck_assert_int_eq(sigaction(SIGTRAP, NULL, &cur), 0);
-			ck_assert_msg(cur.sa_sigaction == late_trap, "round %d: released, but "
-				      "SIGTRAP's action is not the program's", rounds);
+			ck_assert_msg(cur.sa_sigaction == late_trap,
+				      "round %d: released, but "
+				      "SIGTRAP's action is not the program's",
+				      rounds);
 		}
 		rounds++;
 	}
@@ -902,7 +903,8 @@ START_TEST(release_after_late_hits)
 	writers_stop(wr, NR);
 	ck_assert_msg(atomic_load(&late_perf_traps) == 0,
 		      "%ld hit(s) of removed watchpoints reached the program's handler "
-		      "(%d rounds, %d released)", atomic_load(&late_perf_traps), rounds, released);
+		      "(%d rounds, %d released)",
+		      atomic_load(&late_perf_traps), rounds, released);
 	ck_assert_int_eq(atomic_load(&late_traps), 0);
 	ck_assert_int_gt(released, 0);
 	ck_assert_int_gt(atomic_load(&cb_hits), 0);

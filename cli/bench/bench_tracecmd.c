@@ -87,7 +87,14 @@ static size_t floor_head;
 static volatile unsigned long floor_cnt;
 
 /* examples/trace_demo's demo_leaf, as is. */
-static __attribute__((noinline, noclone)) unsigned long plain_leaf(unsigned long x)
+/* One copy of each leaf, called as written (clang makes no clones). */
+#ifdef __clang__
+#define NOCLONE __attribute__((noinline))
+#else
+#define NOCLONE __attribute__((noinline, noclone))
+#endif
+
+static NOCLONE unsigned long plain_leaf(unsigned long x)
 {
 	floor_cnt++;
 	return x * 2654435761u ^ (x >> 7);
@@ -111,7 +118,7 @@ static inline __attribute__((always_inline)) void floor_exit(struct floor_ev *e,
 }
 
 /* The same with an entry and an exit event, each with its own TSC read. */
-static __attribute__((noinline, noclone)) unsigned long floor_leaf(unsigned long x)
+static NOCLONE unsigned long floor_leaf(unsigned long x)
 {
 	struct floor_ev *e = floor_enter(floor_leaf);
 	unsigned long r;
@@ -123,13 +130,13 @@ static __attribute__((noinline, noclone)) unsigned long floor_leaf(unsigned long
 }
 
 /* examples/trace_demo's demo_body, as is, and with the two events. */
-static __attribute__((noinline, noclone)) unsigned long plain_body(unsigned long x, unsigned long k)
+static NOCLONE unsigned long plain_body(unsigned long x, unsigned long k)
 {
 	floor_cnt++;
 	return demo_body_work(x, k);
 }
 
-static __attribute__((noinline, noclone)) unsigned long floor_body(unsigned long x, unsigned long k)
+static NOCLONE unsigned long floor_body(unsigned long x, unsigned long k)
 {
 	struct floor_ev *e = floor_enter(floor_body);
 	unsigned long r;
@@ -378,11 +385,12 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 	{
 		/* argv[] of execvp() is char *const[]: the strings are not written. */
 		char *const a_plain[] = {prog, "--bench", ncalls, "--work", nwork, NULL};
-		char *const a_pk[] = {(char *)b->self, "trace", "-o", (char *)b->tfile, "--", prog,
-				      "--bench", ncalls, "--work", nwork, NULL};
+		char *const a_pk[] = {
+		    (char *)b->self, "trace", "-o", (char *)b->tfile, "--", prog, "--bench", ncalls,
+		    "--work",	     nwork,   NULL};
 		char *const a_ring[] = {(char *)b->self, "trace", "-o", (char *)b->rfile, "--ring",
-					RING_SIZE, "--", prog, "--bench", ncalls, "--work", nwork,
-					NULL};
+					RING_SIZE,	 "--",	  prog, "--bench",	  ncalls,
+					"--work",	 nwork,	  NULL};
 		/* -A: both integer argument registers of the leaf (demo_body has two) */
 		char *const a_args[] = {(char *)b->self,
 					"trace",
@@ -448,8 +456,9 @@ static bool workload(const struct trace_bench *b, unsigned long work)
 	printf("%12s: -A with two integer arguments adds %+.2f ns to the traced call\n",
 	       "arguments", args - pk);
 	if (!stat(b->tfile, &st) && said.events)
-		printf("%12s: %.2f bytes per event (%llu events, %lld bytes; 16 in memory)\n", "file",
-		       (double)st.st_size / (double)said.events, said.events, (long long)st.st_size);
+		printf("%12s: %.2f bytes per event (%llu events, %lld bytes; 16 in memory)\n",
+		       "file", (double)st.st_size / (double)said.events, said.events,
+		       (long long)st.st_size);
 	print_ratio(uf, pk, plain);
 	return true;
 }

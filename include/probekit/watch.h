@@ -238,13 +238,13 @@ struct pk_watch_cond {
 };
 
 struct pk_watch_opts {
-	size_t sz;	       /* sizeof(struct pk_watch_opts), PK_OPTS fills it */
-	pid_t tid;	       /* 0: all threads, now and later; else one thread */
-	pk_watch_cb callback;  /* may be NULL */
-	void *ctx;	       /* passed back in every hit */
-	struct pk_hitq *queue; /* if set, every hit is pushed there too */
-	bool disabled;	       /* create disabled; pk_watch_enable() arms it */
-	enum pk_watch_mode mode; /* PK_WATCH_MODE_AUTO (0) unless set */
+	size_t sz;			  /* sizeof(struct pk_watch_opts), PK_OPTS fills it */
+	pid_t tid;			  /* 0: all threads, now and later; else one thread */
+	pk_watch_cb callback;		  /* may be NULL */
+	void *ctx;			  /* passed back in every hit */
+	struct pk_hitq *queue;		  /* if set, every hit is pushed there too */
+	bool disabled;			  /* create disabled; pk_watch_enable() arms it */
+	enum pk_watch_mode mode;	  /* PK_WATCH_MODE_AUTO (0) unless set */
 	const struct pk_watch_cond *cond; /* copied at the add; NULL: every hit */
 };
 
@@ -333,15 +333,15 @@ PK_API unsigned long pk_watch_hits(const struct pk_watch *w);
  * a thread that exits with SIGTRAP still blocked never sees its pending one.
  */
 struct pk_watch_stats {
-	size_t sz;	       /* sizeof(struct pk_watch_stats), PK_OPTS fills it */
-	unsigned long hits;    /* reported (callback, queue): pk_watch_hits() */
-	unsigned long late;    /* of those, delivered late (PK_WATCH_HIT_LATE) */
-	unsigned long self;    /* accesses made while a callback ran on the thread
-				  (the callback's own): not reported */
-	unsigned long counted; /* accesses the kernel counted, all threads (one per
-				  register an access trapped: see the hit) */
-	unsigned long unseen;  /* counted - hits - self: never delivered, because
-				  the thread blocked SIGTRAP */
+	size_t sz;		/* sizeof(struct pk_watch_stats), PK_OPTS fills it */
+	unsigned long hits;	/* reported (callback, queue): pk_watch_hits() */
+	unsigned long late;	/* of those, delivered late (PK_WATCH_HIT_LATE) */
+	unsigned long self;	/* accesses made while a callback ran on the thread
+				   (the callback's own): not reported */
+	unsigned long counted;	/* accesses the kernel counted, all threads (one per
+				   register an access trapped: see the hit) */
+	unsigned long unseen;	/* counted - hits - self: never delivered, because
+				   the thread blocked SIGTRAP */
 	unsigned long windowed; /* page mode: accesses run with the pages open
 				   (PK_WATCH_HIT_WINDOWED), reported or not */
 	unsigned long filtered; /* hits that failed opts->cond: not reported */

@@ -93,8 +93,7 @@ int pki_attach_inject(pid_t pid, int lib_fd, const struct pki_attach_opts *opts,
  * -errno if the file cannot be opened.  Lines longer than PATH_MAX + 128
  * bytes come in pieces.
  */
-int pki_proc_lines(pid_t pid, const char *file, int (*fn)(const char *line, void *ctx),
-		   void *ctx);
+int pki_proc_lines(pid_t pid, const char *file, int (*fn)(const char *line, void *ctx), void *ctx);
 
 /*
  * Naming a process for the sockets the command and the agent meet on: its

@@ -98,12 +98,12 @@ static const char *const blocking_entries[] = {
  * leaves _IO_default_uflow as the outermost frame.
  */
 static const char *const stdio_entries[] = {
-    "__uflow",	  "__underflow", "_IO_default_uflow", "_IO_file_underflow",
-    "_IO_getc",	  "getc",	 "getc_unlocked",     "fgetc",
-    "fgetc_unlocked", "getchar",	 "getchar_unlocked",  "fgets",
-    "fgets_unlocked", "getline",	 "getdelim",	      "__getdelim",
-    "_IO_getline", "fread",	 "_IO_fread",	      "fread_unlocked",
-    "scanf",	  "fscanf",	 "__isoc99_scanf",    "__isoc99_fscanf",
+    "__uflow",	      "__underflow", "_IO_default_uflow", "_IO_file_underflow",
+    "_IO_getc",	      "getc",	     "getc_unlocked",	  "fgetc",
+    "fgetc_unlocked", "getchar",     "getchar_unlocked",  "fgets",
+    "fgets_unlocked", "getline",     "getdelim",	  "__getdelim",
+    "_IO_getline",    "fread",	     "_IO_fread",	  "fread_unlocked",
+    "scanf",	      "fscanf",	     "__isoc99_scanf",	  "__isoc99_fscanf",
 };
 #define N_ENTRIES   (sizeof(blocking_entries) / sizeof(blocking_entries[0]))
 #define N_STDIO	    (sizeof(stdio_entries) / sizeof(stdio_entries[0]))
@@ -124,7 +124,7 @@ struct inject {
 	struct range stdio[MAX_ENTRIES]; /* stdio_entries: safe in read(2) only */
 	int nstdio;
 	uint64_t fn_pthread_create, fn_dlopen, fn_dlerror, fn_close, fn_self, fn_detach, fn_dlsym;
-	char memfd_map[96]; /* how maps names a mapping of the library's memfd */
+	char memfd_map[96];	    /* how maps names a mapping of the library's memfd */
 	unsigned long reuse_ino[4]; /* A9c: inodes of such mappings (device: reuse_dev) */
 	unsigned reuse_maj[4], reuse_min[4];
 	int nreuse;
@@ -467,7 +467,8 @@ static bool safe_point(struct inject *c, pid_t tid, const struct pki_remote_regs
 		return true;
 	case PKI_SAFE_IF_ENTRY:
 		if (in_ranges(c->entries, c->nentries, f.pc[at]) ||
-		    (pki_remote_syscall_nr(r) == SYS_read && in_ranges(c->stdio, c->nstdio, f.pc[at])))
+		    (pki_remote_syscall_nr(r) == SYS_read &&
+		     in_ranges(c->stdio, c->nstdio, f.pc[at])))
 			return true;
 		snprintf(c->refused, sizeof(c->refused),
 			 "thread %d: waiting in system call %ld inside libc code (libc.so.6+%#lx) "
@@ -741,8 +742,8 @@ static int library_fd(struct inject *c, struct work *w, uint64_t area, int lib_f
 	}
 	rc = mem_rw(c, true, area + PAGE + 2048, (void *)name, strlen(name) + 1);
 	if (!rc)
-		rc = rsys(c, w, SYS_memfd_create, area + PAGE + 2048, MFD_CLOEXEC, 0, 0, 0, 0,
-			  &ret);
+		rc =
+		    rsys(c, w, SYS_memfd_create, area + PAGE + 2048, MFD_CLOEXEC, 0, 0, 0, 0, &ret);
 	if (rc)
 		return rc;
 	if (ret < 0)
@@ -795,10 +796,8 @@ static bool same_file(const struct inject *c, long fd)
 	struct stat a, b;
 
 	snprintf(mine, sizeof(mine), "/proc/%d/fd/%ld", c->pid, fd);
-	snprintf(theirs, sizeof(theirs), "/proc/%d/root/proc/%d/fd/%ld", c->pid, (int)c->nspid,
-		 fd);
-	return !stat(mine, &a) && !stat(theirs, &b) && a.st_dev == b.st_dev &&
-	       a.st_ino == b.st_ino;
+	snprintf(theirs, sizeof(theirs), "/proc/%d/root/proc/%d/fd/%ld", c->pid, (int)c->nspid, fd);
+	return !stat(mine, &a) && !stat(theirs, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
 /* The bootstrap's data page (A4, A9b). */
@@ -812,7 +811,8 @@ static void boot_data(const struct inject *c, struct pki_remote_boot_data *d, lo
 	d->pthread_self = c->fn_self;
 	d->pthread_detach = c->fn_detach;
 	d->dlsym = c->fn_dlsym;
-	d->fd = fd == c->reuse_fd ? (uint64_t)-1 : (uint64_t)fd; /* closed on failure: not a reused one */
+	d->fd = fd == c->reuse_fd ? (uint64_t)-1
+				  : (uint64_t)fd; /* closed on failure: not a reused one */
 	d->sigset = old;
 	/*
 	 * The name the loader keeps in the link map, which debuggers and

@@ -13,8 +13,7 @@
 
 #include "attach/attach.h"
 
-int pki_proc_lines(pid_t pid, const char *file, int (*fn)(const char *line, void *ctx),
-		   void *ctx)
+int pki_proc_lines(pid_t pid, const char *file, int (*fn)(const char *line, void *ctx), void *ctx)
 {
 	char path[64], line[PATH_MAX + 128];
 	int r = 0;
@@ -38,8 +37,9 @@ static int start_time_of(const char *line, void *ctx)
 {
 	const char *p = strrchr(line, ')');
 
-	if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
-			       "%*d %*d %*d %llu",
+	if (p && sscanf(p + 2,
+			"%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+			"%*d %*d %*d %llu",
 			(unsigned long long *)ctx) != 1)
 		*(unsigned long long *)ctx = 0;
 	return 1;

@@ -221,11 +221,12 @@ int pki_attach_preflight(pid_t pid, char *why, size_t n)
 	v = status_field(status, "State");
 	if (v && *v == 'Z' && status_field(status, "Threads") &&
 	    strtol(status_field(status, "Threads"), NULL, 10) > 1)
-		return pki_attach_why(why, n,
-				      "process %d's main thread has exited (pthread_exit) while its "
-				      "other threads run on: /proc/%d no longer shows its memory, and "
-				      "attaching to such a process is not supported yet",
-				      pid, pid),
+		return pki_attach_why(
+			   why, n,
+			   "process %d's main thread has exited (pthread_exit) while its "
+			   "other threads run on: /proc/%d no longer shows its memory, and "
+			   "attaching to such a process is not supported yet",
+			   pid, pid),
 		       -ESRCH;
 	if (v && *v == 'Z')
 		return pki_attach_why(why, n, "process %d is a zombie: it has exited", pid), -ESRCH;

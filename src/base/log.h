@@ -9,8 +9,7 @@
 
 #include <probekit/probekit.h>
 
-__attribute__((format(printf, 2, 3))) void pki_log(enum pk_print_level level, const char *fmt,
-						     ...);
+__attribute__((format(printf, 2, 3))) void pki_log(enum pk_print_level level, const char *fmt, ...);
 
 #define pki_warn(...)  pki_log(PK_WARN, __VA_ARGS__)
 #define pki_info(...)  pki_log(PK_INFO, __VA_ARGS__)

@@ -105,7 +105,8 @@ static int __direct_stage(enum direct_op op, const unsigned long *ips,
 		unsigned long ip = e ? e[i].ip : ips[i];
 
 		if (e && !e[i].addr) {
-			err = direct_refuse(op, i, ip, -EINVAL, "has no trampoline address (addr 0)");
+			err =
+			    direct_refuse(op, i, ip, -EINVAL, "has no trampoline address (addr 0)");
 			break;
 		}
 		err = __pki_hook_site_get(ip, &ss[i]);

@@ -142,12 +142,12 @@ int pk_fprobe_register(struct pk_fprobe *fp)
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	*p = (struct pki_fprobe){
-	    .ops = {.func = pki_fprobe_entry,
-		    .data = p,
-		    .flags = fp->flags & PK_FPROBE_F_NOVEC ? PK_OPS_F_NOVEC : 0,
-		    .filter = fp->filter},
-	    .fp = fp};
+	*p =
+	    (struct pki_fprobe){.ops = {.func = pki_fprobe_entry,
+					.data = p,
+					.flags = fp->flags & PK_FPROBE_F_NOVEC ? PK_OPS_F_NOVEC : 0,
+					.filter = fp->filter},
+				.fp = fp};
 	err = pki_hook_enter();
 	if (err) {
 		free(p);
@@ -333,7 +333,8 @@ struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 		return NULL;
 	}
 	t = pki_hook_tramp_new_arg(pki_fprobe_tramp_entry, p, tramp_rec_free,
-				   fp->flags & PK_FPROBE_F_NOVEC ? PK_TRAMP_F_NOVEC : 0, fp->exit != NULL);
+				   fp->flags & PK_FPROBE_F_NOVEC ? PK_TRAMP_F_NOVEC : 0,
+				   fp->exit != NULL);
 	if (!t) {
 		err = errno;
 		slot_free(p); /* published, but no thread could reach it: no site has it */

@@ -239,7 +239,7 @@ void pki_hook_shstk_init(void)
  * entered by a call would leave the site's return on it: refused.
  */
 __attribute__((target("general-regs-only"))) int pk_regs_skip(struct pk_regs *regs,
-								unsigned long ret)
+							      unsigned long ret)
 {
 	struct pki_tramp_tls *me = &pki_tramp_tls;
 

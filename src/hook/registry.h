@@ -44,9 +44,9 @@ struct site {
 	uint8_t cur[PKI_SITE_LEN]; /* bytes in the text now */
 	/* The bytes found there when the site was taken: its object's own (pki_hook_text_lost) */
 	uint8_t found[PKI_SITE_LEN];
-	unsigned long call;	   /* what they call (0: nothing): ent.x or the direct addr */
-	struct pki_tentry ent;	   /* the site's entry (ent.x 0: none yet), never freed */
-	struct opsv *opsv;	   /* what ent.ops points to (kept until replaced) */
+	unsigned long call;    /* what they call (0: nothing): ent.x or the direct addr */
+	struct pki_tentry ent; /* the site's entry (ent.x 0: none yet), never freed */
+	struct opsv *opsv;     /* what ent.ops points to (kept until replaced) */
 	/* staged state */
 	struct ops_vec ops;
 	unsigned long direct; /* the direct ops' hash: ip -> addr (0: none) */
@@ -232,7 +232,8 @@ typedef void (*pki_tramp_arg_fn)(unsigned long ip, unsigned long parent_ip, stru
  * flags.
  */
 struct pk_tramp *pki_hook_tramp_new_arg(pki_tramp_arg_fn handler, void *arg,
-					void (*on_free)(void *arg), unsigned int flags, bool hijacks);
+					void (*on_free)(void *arg), unsigned int flags,
+					bool hijacks);
 /* @addr is a live trampoline whose handler hijacks the function's return (an exit hook). */
 bool pki_hook_tramp_hijacks(unsigned long addr);
 

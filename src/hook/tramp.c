@@ -32,7 +32,7 @@
 struct pk_tramp {
 	struct pki_tentry ent;
 	struct pki_tslot body;
-	pk_tramp_fn handler;	 /* a pk_tramp_new() handler, or NULL: */
+	pk_tramp_fn handler;	      /* a pk_tramp_new() handler, or NULL: */
 	pki_tramp_arg_fn handler_arg; /* the library's own, given @arg */
 	void *arg;
 	void (*on_free)(void *arg); /* after pk_tramp_free() parked it, or NULL */
@@ -167,19 +167,20 @@ static struct pk_tramp *tramp_new(const struct pk_tramp *like)
 		t->on_free = like->on_free;
 		t->hijacks = like->hijacks;
 		t->flags = like->flags;
-		t->shim = (struct pk_ops){.func = tramp_shim,
-					  .flags = t->flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
+		t->shim = (struct pk_ops){
+		    .func = tramp_shim, .flags = t->flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
 		t->shim.private = t;
 		t->shim_priv = (struct ops_priv){.ops = &t->shim};
 	}
 	err = pki_tmem_alloc(0, &t->body);
 	if (!err)
-		err = pki_tmem_emit(
-		    t->flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV : PKI_TRAMP_HANDLER, &t->body,
-		    (unsigned long[]){t->handler ? (unsigned long)t->handler
-						 : (unsigned long)t->handler_arg,
-				      (unsigned long)t->arg},
-		    2);
+		err = pki_tmem_emit(t->flags & PK_TRAMP_F_NOVEC ? PKI_TRAMP_HANDLER_NV
+								: PKI_TRAMP_HANDLER,
+				    &t->body,
+				    (unsigned long[]){t->handler ? (unsigned long)t->handler
+								 : (unsigned long)t->handler_arg,
+						      (unsigned long)t->arg},
+				    2);
 	if (err) {
 		if (t->body.x)
 			pki_tmem_free(&t->body);
@@ -208,7 +209,8 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 }
 
 struct pk_tramp *pki_hook_tramp_new_arg(pki_tramp_arg_fn handler, void *arg,
-					void (*on_free)(void *arg), unsigned int flags, bool hijacks)
+					void (*on_free)(void *arg), unsigned int flags,
+					bool hijacks)
 {
 	return tramp_new(&(struct pk_tramp){.handler_arg = handler,
 					    .arg = arg,

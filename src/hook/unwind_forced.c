@@ -76,9 +76,8 @@ void pki_hook_forced_unwind(void)
 	int old = UNTRIED, err, cs;
 
 	/* One thread tries, once; the others go on without waiting for it. */
-	if (pki_tramp_in_hook() ||
-	    !__atomic_compare_exchange_n(&state, &old, TRYING, false, __ATOMIC_ACQ_REL,
-					 __ATOMIC_ACQUIRE))
+	if (pki_tramp_in_hook() || !__atomic_compare_exchange_n(&state, &old, TRYING, false,
+								__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return;
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs); /* (file reads: cancellation points) */
 	err = forced_site(&forced_ip);

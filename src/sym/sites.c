@@ -237,10 +237,10 @@ struct reloc_sites {
 	size_t n, cap;
 	const struct pki_sym_object *obj;
 	const struct dl_phdr_info *info;
-	const char *const *only; /* NULL, or the only names taken (pki_sites_set_reloc_named) */
+	const char *const *only;    /* NULL, or the only names taken (pki_sites_set_reloc_named) */
 	const unsigned long *funcs; /* with only or alone: the functions taken by address */
 	size_t nfuncs;		    /* (pki_sites_set_reloc_funcs), or 0 */
-	struct pki_func_stats st; /* the file's functions, by outcome and refusal reason */
+	struct pki_func_stats st;   /* the file's functions, by outcome and refusal reason */
 	struct ifunc_impl *ifn;
 	size_t nifn;
 };
@@ -511,7 +511,8 @@ static int ifunc_impls_read(const char *open_path, struct reloc_sites *r)
 		if (impl < base || impl - base == irel[i].resolver ||
 		    !in_mapped_text(r->info, impl, 1))
 			continue;
-		r->ifn[k++] = (struct ifunc_impl){.impl = impl - base, .resolver = irel[i].resolver};
+		r->ifn[k++] =
+		    (struct ifunc_impl){.impl = impl - base, .resolver = irel[i].resolver};
 	}
 	r->nifn = k;
 	free(irel);
@@ -1270,7 +1271,8 @@ static int mangled_match(const struct pki_sym_object *obj, const char *name,
 
 	if (pki_is_mangled(name))
 		return 0; /* a mangled name demangles to something else */
-	/* Its last identifier ("parse" of "app::Parser::parse(int)") is spelt in the mangled name. */
+	/* Its last identifier ("parse" of "app::Parser::parse(int)") is spelt in the mangled name.
+	 */
 	for (c = name; *c && *c != '(' && *c != '<'; c++)
 		if (*c == ':')
 			ident = c + 1;

@@ -66,15 +66,15 @@ struct pki_sym_object {
 	 * loaded again at the same address, pki_sites_reread()) gets another.
 	 */
 	unsigned long long serial;
-	unsigned long lo;   /* [lo, hi): from the first site's ip to the last's end */
+	unsigned long lo; /* [lo, hi): from the first site's ip to the last's end */
 	unsigned long hi;
 	size_t nsites;
 	struct pki_site *sites;		 /* sorted by ip */
 	const struct pki_site **by_name; /* sorted by strcmp of name */
 	struct pk_sites_stats stats;	 /* bad_insn also counts memory mismatches */
-	bool reread; /* read it again at the next refresh (refresh_lock) */
-	bool by_funcs; /* read with pki_sites_set_reloc_funcs()'s functions */
-	bool made;     /* code pki_sites_add_made() lists: no file, base 0, no phdr */
+	bool reread;			 /* read it again at the next refresh (refresh_lock) */
+	bool by_funcs;			 /* read with pki_sites_set_reloc_funcs()'s functions */
+	bool made; /* code pki_sites_add_made() lists: no file, base 0, no phdr */
 };
 
 /*

@@ -51,7 +51,7 @@ struct pki_trace_call {
 struct pki_trace_replay_stats {
 	uint64_t calls, unmatched_exits, unwound, open;
 	uint64_t no_end; /* of the open calls, those whose end is not known */
-	uint64_t gaps; /* GAP events (flight recorder): the frames open then were ended, open */
+	uint64_t gaps;	 /* GAP events (flight recorder): the frames open then were ended, open */
 };
 
 /*

@@ -79,8 +79,8 @@ enum pki_stdstr { PKI_STDSTR_GNU, PKI_STDSTR_LLVM };
 
 struct pki_argspec {
 	unsigned n;
-	bool ret;	/* an item is the return value's (the last one: at most one) */
-	uint8_t stdstr; /* enum pki_stdstr: capture only, not in the text form */
+	bool ret;	 /* an item is the return value's (the last one: at most one) */
+	uint8_t stdstr;	 /* enum pki_stdstr: capture only, not in the text form */
 	uint16_t nnames; /* bytes used in names */
 	struct pki_arg_item item[PKI_DATA_ITEMS_MAX];
 	char names[PKI_ARG_NAMES_MAX]; /* the enums' tables, NUL-terminated each */

@@ -34,10 +34,9 @@ static bool key_made;
  * system call), so the stack cannot wait for its last entry to pop: it is
  * given to a later thread's first entry once its thread is gone (tgkill()
  * finds no such thread: the kernel is done with it).  A fork child's graves
- * are its parent's threads': reused once those are gone in the parent.  Lock-free, for a first entry
- * may be in a signal handler: a slot is claimed by compare-and-swap from
- * NULL to CLAIMED, filled, then published; taken by compare-and-swap back
- * to NULL.
+ * are its parent's threads': reused once those are gone in the parent.  Lock-free, for a first
+ * entry may be in a signal handler: a slot is claimed by compare-and-swap from NULL to CLAIMED,
+ * filled, then published; taken by compare-and-swap back to NULL.
  */
 #define GRAVES	64
 #define CLAIMED ((struct pki_fgraph_ent *)2)

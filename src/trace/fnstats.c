@@ -40,11 +40,11 @@ struct prev {
 };
 
 static struct {
-	uint64_t *keys;	  /* open addressing, 2^bits slots: fn, 0 = empty */
-	uint32_t *vals;	  /* the function's index */
+	uint64_t *keys; /* open addressing, 2^bits slots: fn, 0 = empty */
+	uint32_t *vals; /* the function's index */
 	unsigned bits;
-	size_t n;	  /* functions; 0: no table (calls are ignored) */
-	size_t ncells;	  /* the functions the cells are laid out for (n while it is not 0) */
+	size_t n;	    /* functions; 0: no table (calls are ignored) */
+	size_t ncells;	    /* the functions the cells are laid out for (n while it is not 0) */
 	struct cell *cells; /* [shard][n] */
 	size_t cells_len;
 	struct prev *prev; /* [n] */
@@ -243,7 +243,8 @@ static bool sample_one(size_t i, struct pki_fnstats_row *row)
 	struct cell *c;
 
 	for (unsigned s = 0; s < PKI_FNSTATS_SHARDS; s++)
-		calls += __atomic_load_n(&S.cells[(size_t)s * S.ncells + i].calls, __ATOMIC_RELAXED);
+		calls +=
+		    __atomic_load_n(&S.cells[(size_t)s * S.ncells + i].calls, __ATOMIC_RELAXED);
 	if (calls == p->calls)
 		return false; /* (its cells untouched: their pages never mapped) */
 	for (unsigned s = 0; s < PKI_FNSTATS_SHARDS; s++) {

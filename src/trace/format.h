@@ -305,12 +305,12 @@ enum pki_trace_stop_cause {
 };
 
 struct pki_rec_losses {
-	uint64_t full;	    /* a thread's buffer was full (--drop, or the wait for room ended) */
-	uint64_t nested;    /* recorded by a signal handler inside another record of its thread */
-	uint64_t depth;	    /* exits exit tracing cannot see: frames too deep (or no memory) */
-	uint64_t unwritten; /* the file could not take them: see stop_cause */
-	uint64_t late;	    /* made after their thread's trace ended (= END.late_lost) */
-	int32_t stop_error; /* a positive errno: why writing stopped (STATUS), or 0 */
+	uint64_t full;	     /* a thread's buffer was full (--drop, or the wait for room ended) */
+	uint64_t nested;     /* recorded by a signal handler inside another record of its thread */
+	uint64_t depth;	     /* exits exit tracing cannot see: frames too deep (or no memory) */
+	uint64_t unwritten;  /* the file could not take them: see stop_cause */
+	uint64_t late;	     /* made after their thread's trace ended (= END.late_lost) */
+	int32_t stop_error;  /* a positive errno: why writing stopped (STATUS), or 0 */
 	uint32_t stop_cause; /* enum pki_trace_stop_cause, if stop_error */
 };
 

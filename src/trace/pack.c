@@ -8,20 +8,20 @@
 
 #include "trace/pack.h"
 
-#define TAG_LITERAL	 4u
-#define TAG_SLOT_SHIFT	 3
-#define LEB_MAX_BYTES	 10u
-#define TAG_DATA_LEB	 PKI_EV_GAP /* a DATA event, its payload a LEB128 */
-#define TAG_DATA_RAW	 (PKI_EV_GAP | 1u << TAG_SLOT_SHIFT) /* ... its payload's meant bytes */
+#define TAG_LITERAL    4u
+#define TAG_SLOT_SHIFT 3
+#define LEB_MAX_BYTES  10u
+#define TAG_DATA_LEB   PKI_EV_GAP			   /* a DATA event, its payload a LEB128 */
+#define TAG_DATA_RAW   (PKI_EV_GAP | 1u << TAG_SLOT_SHIFT) /* ... its payload's meant bytes */
 
 static inline uint64_t zigzag(uint64_t d)
 {
-	return (d << 1) ^ (uint64_t)-(int64_t)(d >> 63);
+	return (d << 1) ^ (uint64_t) - (int64_t)(d >> 63);
 }
 
 static inline uint64_t unzigzag(uint64_t z)
 {
-	return (z >> 1) ^ (uint64_t)-(int64_t)(z & 1);
+	return (z >> 1) ^ (uint64_t) - (int64_t)(z & 1);
 }
 
 static inline uint8_t *leb_put(uint8_t *p, uint64_t v)

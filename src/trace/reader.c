@@ -110,7 +110,7 @@ struct parser {
 	uint32_t tsn_cap;
 	size_t syms_cap, objs_cap, threads_cap, args_cap;
 	struct pki_idxmap sym_idx, obj_idx, args_idx; /* fn / id -> index + 1 */
-	struct pki_trace_event *unpacked;   /* a PACKED record's events */
+	struct pki_trace_event *unpacked;	      /* a PACKED record's events */
 	size_t unpacked_cap;
 };
 
@@ -506,8 +506,7 @@ bad_packed:
 	return -EINVAL;
 }
 
-static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8_t *d,
-		      uint32_t len)
+static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8_t *d, uint32_t len)
 {
 	struct pki_trace_file *f = p->f;
 	const struct pki_trace_event *evs;
@@ -542,7 +541,8 @@ static int rec_events(struct parser *p, uint64_t off, uint32_t type, const uint8
 			continue;
 		}
 		if (kind == PKI_EV_GAP && (f->version_minor < 3 || !PKI_EV_FN(e.word)))
-			return fail(p, off, "%s: event %u is a GAP of %llu events in a version %u.%u file",
+			return fail(p, off,
+				    "%s: event %u is a GAP of %llu events in a version %u.%u file",
 				    rec_name(type), i, (unsigned long long)PKI_EV_FN(e.word),
 				    f->version_major, f->version_minor);
 	}
@@ -1170,7 +1170,9 @@ int pki_trace_file_events(const struct pki_trace_file *f, pki_trace_events_fn cb
 			ret = events_of(fr.type, d, fr.len, &tsn, &ev, &count, &unpacked,
 					&unpacked_cap, why, sizeof(why));
 			if (ret) {
-				ret = ret == -ENOMEM ? ret : -EIO; /* it was well-formed at the first read */
+				ret = ret == -ENOMEM
+					  ? ret
+					  : -EIO; /* it was well-formed at the first read */
 				break;
 			}
 			t = thread_by_tsn(f, tsn);

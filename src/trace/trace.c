@@ -130,9 +130,9 @@ static struct {
 	uint64_t wait_ns; /* opts.wait_ms */
 	bool stop;	  /* atomic */
 	uint32_t drain_ms;
-	pid_t pid;	   /* the session's process: a fork child, until its atfork
-			      handler ran, must not write the parent's file */
-	uint64_t max_size; /* opts.max_size, or 0 */
+	pid_t pid;	      /* the session's process: a fork child, until its atfork
+				 handler ran, must not write the parent's file */
+	uint64_t max_size;    /* opts.max_size, or 0 */
 	uint32_t exit_status; /* atomic: END.status (PKI_END_STATUS_KNOWN | status), or 0 */
 
 	pthread_key_t key;
@@ -459,8 +459,8 @@ static int size_check(uint32_t type, uint64_t len)
 	if (lim == UINT64_MAX)
 		return 0;
 	keep = !S.in_trailer || events_rec(type) ? RESERVE_LEN
-	       : type == PKI_REC_END			? 0
-							: END_REC_LEN;
+	       : type == PKI_REC_END		 ? 0
+						 : END_REC_LEN;
 	if (S.off + len + keep <= lim)
 		return 0;
 	if (!S.may_shrink) {
@@ -1294,7 +1294,7 @@ static void record_slow(const struct pki_trace_group *g)
 		return;
 	}
 	if (__atomic_load_n(&S.state, __ATOMIC_ACQUIRE) != ST_ACTIVE)
-		return;	      /* outside any trace: not an event of a trace */
+		return;		       /* outside any trace: not an event of a trace */
 	if (pki_worker_is(gettid())) { /* a thread of ours: its calls are never events */
 		pki_trace_tls = &internal_buf;
 		return;
@@ -1420,7 +1420,7 @@ static void put_wait(struct pki_trace_buf *b, const struct pki_trace_group *g)
 	if (r == PKI_TRACE_PUT_FULL)
 		__atomic_fetch_add(&b->full_lost, 1 + g->n, __ATOMIC_RELAXED);
 	else if (r == PKI_TRACE_PUT_SLOW && b == pki_trace_tls)
-		record_slow(g); /* the buffer went meanwhile */
+		record_slow(g);		  /* the buffer went meanwhile */
 	else if (r == PKI_TRACE_PUT_SLOW) /* a handler's record, interrupted by a commit */
 		__atomic_fetch_add(&b->nested_lost, 1 + g->n, __ATOMIC_RELAXED);
 	errno = saved;
@@ -1923,9 +1923,9 @@ static void pack_setup(bool unpacked)
 	static uint8_t *buf;
 
 	if (!buf && !unpacked) {
-		void *m = mmap(NULL, (size_t)EVENTS_PER_REC * PKI_PACK_MAX_EVENT,
-			       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-			       -1, 0);
+		void *m =
+		    mmap(NULL, (size_t)EVENTS_PER_REC * PKI_PACK_MAX_EVENT, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 		buf = m == MAP_FAILED ? NULL : m;
 	}
@@ -2139,8 +2139,11 @@ static size_t symbol_rec(uint8_t *out, uint64_t fn, uint32_t object_id, const ch
 
 int pki_trace_symbols_add(const struct pki_trace_symdef *v, size_t n)
 {
-	enum { CHUNK = 64u << 10, MAX_REC = sizeof(struct pki_trace_frame) +
-					     sizeof(struct pki_rec_symbol) + PKI_TRACE_MAX_STRING + 8 };
+	enum {
+		CHUNK = 64u << 10,
+		MAX_REC = sizeof(struct pki_trace_frame) + sizeof(struct pki_rec_symbol) +
+			  PKI_TRACE_MAX_STRING + 8
+	};
 	uint8_t *buf = malloc(CHUNK);
 	sigset_t saved;
 	size_t i = 0;

@@ -241,8 +241,8 @@ extern __thread struct pki_trace_buf *pki_trace_tls __attribute__((tls_model("in
  */
 extern __thread unsigned pki_trace_busy __attribute__((tls_model("initial-exec")));
 extern bool pki_trace_use_tsc;
-extern bool pki_trace_drop; /* the session's opts.drop */
-extern bool pki_trace_ring; /* the session's opts.ring */
+extern bool pki_trace_drop;	   /* the session's opts.drop */
+extern bool pki_trace_ring;	   /* the session's opts.ring */
 extern uint32_t pki_trace_session; /* bumped by each pki_trace_open() */
 
 void pki_trace_record_slow(uint64_t fn, unsigned kind, uint64_t ts);

@@ -70,8 +70,8 @@ struct pki_pwatch {
 	atomic_ulong hits, self, windowed, filtered;
 	bool has_cond;
 	struct pk_watch_cond cond; /* a copy: on this record's own page, as all it holds */
-	int reg;   /* its region, -1 once dead (fork child) */
-	bool dead; /* under the manager's lock */
+	int reg;		   /* its region, -1 once dead (fork child) */
+	bool dead;		   /* under the manager's lock */
 };
 
 /* A step in progress on a region (PW4): owned by the thread holding `lock`. */

@@ -82,9 +82,9 @@ struct pk_watch {
 	pk_watch_cb cb;
 	void *ctx;
 	struct pk_hitq *queue;
-	atomic_ulong hits; /* reported (callback, queue), late ones included */
-	atomic_ulong late; /* of those, delivered after the thread unblocked SIGTRAP */
-	atomic_ulong self; /* made while a callback ran on that thread: not reported */
+	atomic_ulong hits;     /* reported (callback, queue), late ones included */
+	atomic_ulong late;     /* of those, delivered after the thread unblocked SIGTRAP */
+	atomic_ulong self;     /* made while a callback ran on that thread: not reported */
 	atomic_ulong filtered; /* failed cond: not reported */
 	bool has_cond;	       /* cond has something to check */
 	bool cond_values;      /* ... on the values: the handler reads them */
@@ -229,7 +229,7 @@ static struct wslot *slot_at(uint32_t idx)
 static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")));
 
 /* R5's bounds: CPU time each runnable thread runs, wall time waited. */
-#define SETTLE_RUN_NS 1000000
+#define SETTLE_RUN_NS  1000000
 #define SETTLE_WAIT_MS 2000
 
 /*

@@ -211,7 +211,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: busy STOPFILE [WORKERS [IDLE]]\n");
 		return 2;
 	}
-	sigaction(SIGTRAP, &(struct sigaction){.sa_sigaction = on_trap, .sa_flags = SA_SIGINFO}, NULL);
+	sigaction(SIGTRAP, &(struct sigaction){.sa_sigaction = on_trap, .sa_flags = SA_SIGINFO},
+		  NULL);
 	signal(SIGRTMAX - 1, on_rt);
 	want = one_round();
 	if (pipe(rd))

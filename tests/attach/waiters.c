@@ -39,8 +39,8 @@
 static atomic_bool released;
 static atomic_int early, in_place;
 static atomic_uint futex_word;
-static int rd_pipe[2], blk_pipe[2], poll_pipe[2], child_pipe[2], getc_pipe[2], fgets_pipe[2],
-    ev_fd, ep, lsock;
+static int rd_pipe[2], blk_pipe[2], poll_pipe[2], child_pipe[2], getc_pipe[2], fgets_pipe[2], ev_fd,
+    ep, lsock;
 static pid_t child;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -207,12 +207,12 @@ static void *w_waitpid(void *arg)
 
 int main(int argc, char **argv)
 {
-	static void *(*const fns[])(void *) = {w_read,	 w_sigblock, w_nanosleep, w_epoll, w_poll,
-					       w_futex,	 w_cond,     w_accept,	  w_waitpid, w_getc,
-					       w_fgets};
-	static const char *const names[] = {"read",   "sigblock", "nanosleep", "epoll_wait",
-					    "poll",   "futex",	  "condvar",   "accept",
-					    "waitpid", "getc",	  "fgets"};
+	static void *(*const fns[])(void *) = {w_read,	  w_sigblock, w_nanosleep, w_epoll,
+					       w_poll,	  w_futex,    w_cond,	   w_accept,
+					       w_waitpid, w_getc,     w_fgets};
+	static const char *const names[] = {"read",    "sigblock", "nanosleep", "epoll_wait",
+					    "poll",    "futex",	   "condvar",	"accept",
+					    "waitpid", "getc",	   "fgets"};
 	enum { N = sizeof(fns) / sizeof(fns[0]) };
 	struct epoll_event ev = {.events = EPOLLIN};
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};

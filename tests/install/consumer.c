@@ -56,7 +56,7 @@ int main(void)
 		fprintf(stderr, "consumer: pk_watch_add: %s\n", strerror(errno));
 		return 1;
 	}
-	shared = 42; /* this thread */
+	shared = 42;				/* this thread */
 	pthread_create(&t, NULL, writer, NULL); /* a thread created later */
 	pthread_join(t, NULL);
 	hits = pk_watch_hits(w);

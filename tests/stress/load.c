@@ -76,7 +76,8 @@ int main(int argc, char **argv)
 		int err = pthread_create(&th, &attr, busy, (void *)(i + 1));
 
 		if (err) {
-			fprintf(stderr, "stress_load: thread %ld of %d: %s\n", i + 1, n, strerror(err));
+			fprintf(stderr, "stress_load: thread %ld of %d: %s\n", i + 1, n,
+				strerror(err));
 			break;
 		}
 	}

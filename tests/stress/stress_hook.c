@@ -1902,7 +1902,7 @@ static int bg_attach(struct worker *mw)
 	bg.fp[PKS_BG_OPS].filter = bg.ops.filter;
 	t = now_ns();
 	main_api("pk_ops_register (background)");
-	err = !bg.nops	    ? 0
+	err = !bg.nops	     ? 0
 	      : opt.bg_exits ? pk_fprobe_register(&bg.fp[PKS_BG_OPS])
 			     : pk_ops_register(&bg.ops);
 	main_api(NULL);
@@ -1980,7 +1980,7 @@ static void bg_detach(struct worker *mw)
 	}
 	t = now_ns();
 	main_api("pk_ops_unregister (background)");
-	err = !bg.nops	    ? 0
+	err = !bg.nops	     ? 0
 	      : opt.bg_exits ? pk_fprobe_unregister(&bg.fp[PKS_BG_OPS])
 			     : pk_ops_unregister(&bg.ops);
 	main_api(NULL);

@@ -27,7 +27,7 @@
 #ifndef UNDER_ASAN
 #define UNDER_ASAN 0
 #endif
-#define CHECK_MALLOC (!UNDER_ASAN)
+#define CHECK_MALLOC  (!UNDER_ASAN)
 #define ALTSTACK_SIZE (UNDER_ASAN ? 64 * 1024 : 16 * 1024)
 
 static volatile sig_atomic_t in_handler;

@@ -376,8 +376,8 @@ static void print_exec_masks(void)
 
 int main(int argc, char **argv)
 {
-	void *(*waiters[])(void *) = {w_read,	   w_sleep, w_sleep_short, w_sleep_spin, w_epoll,
-				      w_poll,	   w_select, w_futex,	   w_accept,	 w_waitpid};
+	void *(*waiters[])(void *) = {w_read, w_sleep,	w_sleep_short, w_sleep_spin, w_epoll,
+				      w_poll, w_select, w_futex,       w_accept,     w_waitpid};
 	enum { NW = sizeof(waiters) / sizeof(waiters[0]) };
 	const char *mode = argc > 2 ? argv[2] : "";
 	bool own = !strcmp(mode, "own"), sigwaiting = !strcmp(mode, "sigwait");
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
 	while (atomic_load(&armed) < NW)
 		usleep(1000);
 	usleep(100000); /* let them reach their calls; an early one is reported either way */
-	if (own) { /* the program's own handler, set while its threads wait */
+	if (own) {	/* the program's own handler, set while its threads wait */
 		struct sigaction sa = {.sa_handler = on_usr2, .sa_flags = SA_RESTART};
 
 		sigemptyset(&sa.sa_mask);

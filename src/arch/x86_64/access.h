@@ -60,7 +60,7 @@ struct pki_access_insn {
 	uint8_t len;  /* its length */
 	uint8_t nacc; /* 0..2 accesses (lea, nop, prefetch: none) */
 	struct pki_access acc[2];
-	bool rep; /* a rep string instruction: %rcx iterations (rep_kind says which) */
+	bool rep;	/* a rep string instruction: %rcx iterations (rep_kind says which) */
 	uint8_t branch; /* enum pki_access_branch: an indirect jmp/call, emulated, not run */
 	uint8_t div;	/* enum pki_access_div: div/idiv by acc[0], which may raise #DE */
 	/* private to access.c */

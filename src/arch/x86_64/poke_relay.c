@@ -44,8 +44,9 @@ static bool relay_usable(unsigned long site, uint8_t b1, const struct pki_text_o
 {
 	unsigned long slot = pki_insn_relay_slot(site, b1);
 
-	return !pki_relay_claim(site, slot, PKI_RELAY_SLOT_LEN, false) && !pki_relay_map(site, b1) &&
-	       relay_writable(slot, ops) && !pki_relay_claim(site, slot, PKI_RELAY_SLOT_LEN, true);
+	return !pki_relay_claim(site, slot, PKI_RELAY_SLOT_LEN, false) &&
+	       !pki_relay_map(site, b1) && relay_writable(slot, ops) &&
+	       !pki_relay_claim(site, slot, PKI_RELAY_SLOT_LEN, true);
 }
 
 /*
@@ -544,9 +545,9 @@ int pki_arch_relay_apply(struct pki_relay_set *rs, bool lazy, const struct pki_t
 	for (i = 0; i < n && !err; i++)
 		if (r[i].on) {
 			err = relay_slot_put(&r[i], ops);
-			sync_first |= !r[i].was_on && (r[i].b1_old != r[i].b1_new ||
-						   memcmp(r[i].slot_old, pki_relay_ret,
-							  PKI_RELAY_SLOT_LEN));
+			sync_first |= !r[i].was_on &&
+				      (r[i].b1_old != r[i].b1_new ||
+				       memcmp(r[i].slot_old, pki_relay_ret, PKI_RELAY_SLOT_LEN));
 		}
 	if (!err && sync_first)
 		err = ops->sync();

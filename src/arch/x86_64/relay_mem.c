@@ -6,15 +6,13 @@
  * /proc/self/mem rather than an alias: a slot is written once, and a
  * program has as many distinct prologues per 64 KiB of text as it has
  * chunks then, so a chunk costs only the pages its slots are in, and no
- * descriptor; private memory, so a fork child has its copy).  A sled site is attached by turning its first
- * byte into a call whose rel32 is the sled's own four nops (see
- * pki_insn_relay_slot()), so every sled site has its relay slot at one fixed
- * distance below it.  The slots of one 64 KiB stretch of text live in one
- * chunk, mapped at the place the distance dictates the first time a site
- * there is attached, filled with INT3 (a slot is only reached once the batch
- * that attaches its site has written it) and kept for the life of the
- * process: a thread that executed a site's call may sit at its slot at any
- * later moment.  Chunks are written like text, through a writable alias
+ * descriptor; private memory, so a fork child has its copy).  A sled site is attached by turning
+ * its first byte into a call whose rel32 is the sled's own four nops (see pki_insn_relay_slot()),
+ * so every sled site has its relay slot at one fixed distance below it.  The slots of one 64 KiB
+ * stretch of text live in one chunk, mapped at the place the distance dictates the first time a
+ * site there is attached, filled with INT3 (a slot is only reached once the batch that attaches its
+ * site has written it) and kept for the life of the process: a thread that executed a site's call
+ * may sit at its slot at any later moment.  Chunks are written like text, through a writable alias
  * (poke_relay.c), so fork() gives the parent its own copy as it does for
  * text.
  *

@@ -857,7 +857,7 @@ static int emit_call(struct ctx *c, const struct rec *r, uint8_t *p, uint64_t he
 		return put_rel32(c, j + 1, t, here + len, r->addr);
 	}
 	memcpy(j, src, jl);
-	j[r->in.raw.modrm.offset] ^= (2 ^ 4) << 3; /* ModRM.reg: /2 -> /4 */
+	j[r->in.raw.modrm.offset] ^= (0x2 ^ 0x4) << 3; /* ModRM.reg: /2 -> /4 */
 	if (!o)
 		return 0;
 	if (!ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&r->in, o, r->addr, &t)))

@@ -102,11 +102,11 @@ struct pki_remote_boot_data {
 	uint64_t fd;						       /* 40 */
 	uint64_t handle;					       /* 48 */
 	uint64_t done;						       /* 56 */
-	uint64_t thread; /* 64: pthread_create's out */
-	uint64_t sigset; /* 72: the mask to restore */
-	char path[64];	 /* 80 */
-	char err[256];	 /* 144 */
-	uint64_t dlsym;	 /* 400 */
+	uint64_t thread;  /* 64: pthread_create's out */
+	uint64_t sigset;  /* 72: the mask to restore */
+	char path[64];	  /* 80 */
+	char err[256];	  /* 144 */
+	uint64_t dlsym;	  /* 400 */
 	uint64_t args[3]; /* 408: the entry's arguments */
 	int64_t ret;	  /* 432: the entry's result */
 	char sym[64];	  /* 440: the entry's name; empty: none */

@@ -51,9 +51,9 @@ struct pki_tramp_entry {
  * callback at the outermost level (pk_regs_skip()): that level's exit
  * takes the slow exit too, which clears it and returns to the function's
  * caller instead of into the function (PKI_TRAMP_SKIP; PKI_TRAMP_SKIP_NONE
- * marks a C counted section, gp.h, where nothing is to be skipped).  Each byte has one writer (want the
- * grace period, skip the thread itself); the exits test both at once.  The
- * rest is the grace period's (gp.c).
+ * marks a C counted section, gp.h, where nothing is to be skipped).  Each byte has one writer (want
+ * the grace period, skip the thread itself); the exits test both at once.  The rest is the grace
+ * period's (gp.c).
  */
 #define PKI_TRAMP_SKIP	    1 /* skip: the outermost level's exit returns to the caller */
 #define PKI_TRAMP_SKIP_NONE 2 /* skip: an exit callback runs, nothing to skip */

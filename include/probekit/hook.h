@@ -168,9 +168,12 @@ struct pk_ops {
 
 /*
  * Attach @ops to every site its filter names.  Errors: -EINVAL (no func,
- * unknown flags), -EBUSY (already registered), -ENOENT (an ip is not a site,
- * or a glob matches none), -ERANGE (no trampoline memory within reach of a
- * site), -ENOMEM, -EDEADLK (called from a callback), or an errno of the
+ * unknown flags), -EBUSY (already registered; or an ip is someone else's
+ * code, not a site: a relocated site's copy, a trampoline), -ENOENT (an ip
+ * is not a site, or a glob matches none), -EPERM (a function taken for
+ * prologue relocation whose first instructions do not relocate: the log
+ * says why), -ERANGE (no trampoline memory within reach of a site),
+ * -ENOMEM, -EDEADLK (called from a callback), or an errno of the
  * patch batch (-EILSEQ: a site did not hold the expected bytes; -ECANCELED:
  * patching was latched off earlier).  On error nothing changed.
  *

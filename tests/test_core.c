@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The library's shared surface: version and the print callback. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "base/grow.h"
 #include "base/umap.h"
 #include "base/log.h"
+#include "base/opts.h"
 #include "harness.h"
 
 static char last[256];
@@ -158,6 +160,62 @@ START_TEST(grow_keeps_contents)
 }
 END_TEST
 
+/*
+ * Sized structs in and out (base/opts.h): older and newer callers.  (No
+ * tail padding: an older struct's padding would be read as a newer field.)
+ */
+struct v1 {
+	size_t sz;
+	long a;
+};
+struct v2 {
+	size_t sz;
+	long a, b, c;
+};
+
+START_TEST(opts_in_and_out)
+{
+	struct v1 old = {.sz = sizeof(old), .a = 7};
+	struct v2 in, newer = {.sz = sizeof(newer), .a = 1, .b = 2}, out = {.sz = sizeof(out)};
+	struct {
+		struct v2 v;
+		long unknown;
+	} newest = {{.sz = sizeof(newest), .a = 3}, 0};
+	pk_print_fn was = pk_set_print(NULL);
+
+	/* an older caller: its fields, zero past them */
+	memset(&in, 0xff, sizeof(in));
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &old, sizeof(size_t), "t"), 0);
+	ck_assert_int_eq(in.a, 7);
+	ck_assert_int_eq(in.b, 0);
+	ck_assert_int_eq(in.c, 0);
+	ck_assert_uint_eq(in.sz, sizeof(in));
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &newer, sizeof(size_t), "t"), 0);
+	ck_assert_int_eq(in.b, 2);
+	/* a newer caller: its unknown fields must be zero */
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &newest, sizeof(size_t), "t"), 0);
+	newest.unknown = 1;
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &newest, sizeof(size_t), "t"), -EINVAL);
+	/* below the fields every version had */
+	old.sz = sizeof(size_t);
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &old, sizeof(struct v1), "t"), -EINVAL);
+	/* out: as much as the caller has room for, and its size says how much */
+	old.sz = sizeof(old);
+	old.a = 0;
+	out.a = 5;
+	out.b = 6;
+	pki_opts_out(&old, &out, sizeof(out));
+	ck_assert_int_eq(old.a, 5);
+	ck_assert_uint_eq(old.sz, sizeof(old));
+	newest.unknown = 9;
+	pki_opts_out(&newest, &out, sizeof(out));
+	ck_assert_uint_eq(newest.v.sz, sizeof(out));
+	ck_assert_int_eq(newest.v.b, 6);
+	ck_assert_int_eq(newest.unknown, 9); /* past ours: untouched */
+	pk_set_print(was);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("core");
@@ -169,6 +227,7 @@ int main(void)
 	tcase_add_test(tc, stderr_printer_env);
 	tcase_add_test(tc, umap_finds_what_was_put);
 	tcase_add_test(tc, grow_keeps_contents);
+	tcase_add_test(tc, opts_in_and_out);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/opts.h"
 #include "sym/elf_sites.h"
 
 PK_API int pk_sites_file_foreach(const char *path, pk_site_fn fn, void *ctx,
@@ -29,10 +30,8 @@ PK_API int pk_sites_file_foreach(const char *path, pk_site_fn fn, void *ctx,
 	if (ret)
 		return ret;
 	if (stats) {
-		size_t sz = stats->sz < sizeof(*stats) ? stats->sz : sizeof(*stats);
-
-		es.stats.sz = sz;
-		memcpy(stats, &es.stats, sz);
+		es.stats.sz = sizeof(es.stats);
+		pki_opts_out(stats, &es.stats, sizeof(es.stats));
 	}
 	for (i = 0; i < es.n; i++) {
 		const struct pki_elf_site *e = &es.sites[i];

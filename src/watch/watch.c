@@ -47,6 +47,7 @@
 #include "arch/arch.h"
 #include "base/held.h"
 #include "base/log.h"
+#include "base/opts.h"
 #include "base/threads.h"
 #include "base/umap.h"
 #include "base/sigtrap.h"
@@ -951,24 +952,14 @@ static void register_atfork(void)
 /* @opts as this library knows them into @o (the defaults if NULL). */
 static int opts_get(const void *addr, const struct pk_watch_opts *opts, struct pk_watch_opts *o)
 {
+	char what[48];
+
 	*o = (struct pk_watch_opts){.sz = sizeof(*o)};
 	if (!opts)
 		return 0;
-	if (opts->sz < offsetof(struct pk_watch_opts, disabled) + sizeof(bool)) {
-		pki_warn("watch %p: opts->sz %zu is too small (use PK_OPTS): %s\n", addr, opts->sz,
-			 pki_errstr(EINVAL));
-		return -EINVAL;
-	}
-	/* a newer caller's fields we do not know must be zero */
-	for (size_t i = sizeof(*o); i < opts->sz; i++)
-		if (((const char *)opts)[i]) {
-			pki_warn("watch %p: opts has fields this library does not know "
-				 "(sz %zu > %zu): %s\n",
-				 addr, opts->sz, sizeof(*o), pki_errstr(EINVAL));
-			return -EINVAL;
-		}
-	memcpy(o, opts, sizeof(*o) < opts->sz ? sizeof(*o) : opts->sz);
-	return 0;
+	snprintf(what, sizeof(what), "watch %p: opts", addr);
+	return pki_opts_in(o, sizeof(*o), opts,
+			   offsetof(struct pk_watch_opts, disabled) + sizeof(bool), what);
 }
 
 /* What can be refused before taking the lock. */
@@ -1509,8 +1500,7 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 	if (w->page) {
 		__pki_page_stats(w->page, &s);
 		mgr_unlock();
-		memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
-		st->sz = st->sz < sizeof(s) ? st->sz : sizeof(s);
+		pki_opts_out(st, &s, sizeof(s));
 		return 0;
 	}
 	s.counted = w->counted_closed;
@@ -1529,8 +1519,7 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 	mgr_unlock();
 	seen = s.hits + s.self + s.filtered;
 	s.unseen = s.counted > seen ? s.counted - seen : 0;
-	memcpy(st, &s, st->sz < sizeof(s) ? st->sz : sizeof(s));
-	st->sz = st->sz < sizeof(s) ? st->sz : sizeof(s);
+	pki_opts_out(st, &s, sizeof(s));
 	return 0;
 }
 

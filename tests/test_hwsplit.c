@@ -584,16 +584,38 @@ static struct pk_watch *cond_add(const void *addr, size_t len, const char *expr)
 	return pk_watch_add(addr, len, PK_WATCH_W, &o);
 }
 
+/*
+ * One zeroed page seen at two addresses (a memfd mapped twice): watches go
+ * on *@watched, the test's stores through *@store. A debug register matches
+ * a virtual address, so where hits are delivered the stores raise none, and
+ * the only hits the handler sees are the ones a case makes up.
+ */
+static void two_views(uint64_t **watched, uint64_t **store)
+{
+	int fd = memfd_create("hwsplit", MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 4096), 0);
+	*watched = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	*store = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	ck_assert_ptr_ne(*watched, MAP_FAILED);
+	ck_assert_ptr_ne(*store, MAP_FAILED);
+}
+
 /* Each part's NEW is its piece in memory, its OLD its own last value (S4). */
 START_TEST(handler_conditions_per_part)
 {
-	volatile uint8_t *bytes = (volatile uint8_t *)&mem[2];
-	uintptr_t b = (uintptr_t)bytes;
+	uint64_t *wm, *sm; /* the watched view of one page, and the view stored through */
+	volatile uint8_t *bytes;
+	uintptr_t b;
 	struct pk_watch *gt, *neg;
 	PK_OPTS(pk_watch_stats, st);
 
 	setup();
-	memset((void *)mem, 0, sizeof(mem));
+	two_views(&wm, &sm);
+	bytes = (volatile uint8_t *)&sm[2];
+	b = (uintptr_t)&wm[2];
 	gt = cond_add((const void *)(b + 1), 3, "new > old"); /* slot 0: 1@+1, 2@+2 */
 	ck_assert_msg(gt != NULL, "%s", last_msg);
 	bytes[1] = 5;
@@ -601,7 +623,7 @@ START_TEST(handler_conditions_per_part)
 	expect_hit(b + 1, 0, 1, 1);
 	bytes[1] = 3;
 	fake_hit(0, 0, 0); /* 5 -> 3 */
-	*(volatile uint16_t *)(b + 2) = 7;
+	*(volatile uint16_t *)((uintptr_t)bytes + 2) = 7;
 	fake_hit(0, 0, 1); /* 0 -> 7: part 1's OLD is its own */
 	expect_hit(b + 2, 1, 2, 2);
 	fake_hit(0, 0, 1); /* 7 -> 7 */
@@ -618,25 +640,27 @@ START_TEST(handler_conditions_per_part)
 	bytes[1] = 0xff;
 	fake_hit(1, 0, 0);
 	ck_assert_int_eq(atomic_load(&nr_cb), 4);
-	*(volatile uint16_t *)(b + 2) = 0x00ff;
+	*(volatile uint16_t *)((uintptr_t)bytes + 2) = 0x00ff;
 	fake_hit(1, 0, 1);
 	ck_assert_int_eq(atomic_load(&nr_cb), 4);
-	*(volatile uint16_t *)(b + 2) = 0xffff;
+	*(volatile uint16_t *)((uintptr_t)bytes + 2) = 0xffff;
 	fake_hit(1, 0, 1);
 	ck_assert_int_eq(atomic_load(&nr_cb), 5);
 	pk_watch_remove(neg);
 
 	/* moved: OLD starts again from the new pieces */
-	ck_assert_int_eq(pk_watch_modify(gt, (const void *)&mem[4], 16, PK_WATCH_W), 0);
-	mem[4] = 2;
+	ck_assert_int_eq(pk_watch_modify(gt, (const void *)&wm[4], 16, PK_WATCH_W), 0);
+	sm[4] = 2;
 	fake_hit(0, 0, 0); /* 0 -> 2 */
-	mem[5] = 9;
+	sm[5] = 9;
 	fake_hit(0, 0, 1); /* 0 -> 9 */
-	mem[5] = 1;
+	sm[5] = 1;
 	fake_hit(0, 0, 1); /* 9 -> 1 */
 	ck_assert_int_eq(atomic_load(&nr_cb), 7);
-	expect_hit((uintptr_t)&mem[5], 8, 8, 7);
+	expect_hit((uintptr_t)&wm[5], 8, 8, 7);
 	pk_watch_remove(gt);
+	munmap(wm, 4096);
+	munmap(sm, 4096);
 }
 END_TEST
 

@@ -45,6 +45,7 @@
 #include <probekit/watch.h>
 
 #include "arch/arch.h"
+#include "base/clock.h"
 #include "base/held.h"
 #include "base/log.h"
 #include "base/opts.h"
@@ -799,6 +800,33 @@ static bool has_root(const struct wpart *p, int nr_sorted, pid_t tid)
 	return false;
 }
 
+/*
+ * perf_event_open on @tid, waiting out a slot the kernel has not given back
+ * yet: where our count has room, ENOSPC is a closed event whose SIGTRAP is
+ * still on its way (doc/design/hw-watch-split.md, S2). Sleeps between tries,
+ * which lets that thread run, for up to BP_SLOT_WAIT_NS; a register taken
+ * outside probekit stays ENOSPC.
+ */
+#define BP_SLOT_WAIT_NS (500 * 1000 * 1000ull)
+
+static int bp_open_waiting(const struct pki_bp *bp, pid_t tid)
+{
+	uint64_t start = pki_mono_ns();
+	long pause_ns = 100 * 1000;
+	int fd;
+
+	while ((fd = pki_perf_bp_open(bp, tid)) == -ENOSPC &&
+	       pki_mono_ns() - start < BP_SLOT_WAIT_NS) {
+		nanosleep(&(struct timespec){.tv_nsec = pause_ns}, NULL);
+		if (pause_ns < 8 * 1000 * 1000)
+			pause_ns *= 2;
+	}
+	if (pause_ns > 100 * 1000)
+		pki_debug("watch: thread %d's debug register given back after %.1f ms: %s\n",
+			  (int)tid, (double)(pki_mono_ns() - start) / 1e6, fd < 0 ? "no" : "yes");
+	return fd;
+}
+
 /* The event of @w's part @k on thread @tid: 1 opened, 0 the thread exited, or -errno. */
 static int add_root(struct pk_watch *w, int k, pid_t tid)
 {
@@ -815,7 +843,7 @@ static int add_root(struct pk_watch *w, int k, pid_t tid)
 		p->roots = r;
 		p->cap = n;
 	}
-	fd = pki_perf_bp_open(&bp, tid);
+	fd = bp_open_waiting(&bp, tid);
 	if (fd == -ESRCH)
 		return 0; /* exited meanwhile: nothing to watch there */
 	if (fd == -EACCES || fd == -EPERM) {
@@ -829,7 +857,10 @@ static int add_root(struct pk_watch *w, int k, pid_t tid)
 	if (fd < 0) {
 		pki_warn("watch %#lx: perf_event_open on thread %d%s: %s\n",
 			 (unsigned long)w->bp.addr, (int)tid,
-			 fd == -ENOSPC ? " (its debug registers are taken outside probekit)" : "",
+			 fd == -ENOSPC
+			     ? " (its debug registers are taken outside probekit: none was "
+			       "given back within 500 ms)"
+			     : "",
 			 pki_errstr(fd));
 		return fd;
 	}

@@ -213,7 +213,7 @@ hit_cases() {
 	run --mode hw -l 16 counter -- "$target" 3
 	n=$(count '^ +[0-9]+\.[0-9]{6} tid [0-9]+ write counter\+0/8: -?[0-9]+( \(0x[0-9a-f]+\))? -> -?[0-9]+( \(0x[0-9a-f]+\))? at bump\+'$lock_off'$' "$tmp/err")
 	v=$(grep -cE 'write counter\+0/8: 19 \(0x13\) -> 20 \(0x14\) ' "$tmp/err")
-	[[ $rc -eq 3 && $n -eq 20 && $v -eq 1 ]] && grep -q 'all threads, hardware (2 debug registers)$' "$tmp/err" &&
+	[[ $rc -eq 3 && $n -eq 20 && $v -eq 1 ]] && grep -q "all threads, hardware (2 debug registers), signal path .*not the ring path: the range does not fit a debug register$" "$tmp/err" &&
 		ok || bad "--mode hw -l 16 counter: rc $rc, $n hits, $v last"
 
 	# Options after SYMBOL are ours too, up to "--" (or PROG without "--").
@@ -469,7 +469,7 @@ PROBEKIT_HWBP_UNDELIVERED=1 run -c 2 counter -- "$target" 3
 	bad "PROBEKIT_HWBP_UNDELIVERED=1, auto: rc $rc"
 
 # The switch reaches PROG's environment as the user gave it; "0" pretends nothing.
-PROBEKIT_HWBP_UNDELIVERED=0 run -c 1 counter -- "$target" 3
+PROBEKIT_HWBP_UNDELIVERED=0 run -c 1 --path signal counter -- "$target" 3
 if [[ $delivered -eq 0 ]]; then
 	[[ $rc -eq 3 ]] && [[ $(count "$hit_w" "$tmp/err") -eq 1 ]] && ok ||
 		bad "PROBEKIT_HWBP_UNDELIVERED=0: rc $rc"

@@ -144,7 +144,7 @@ static struct {
 	size_t nobjs;
 	pid_t pid;     /* the process the agent started in: a fork child stays silent */
 	bool attached; /* loaded into a running process (agent/attach.c), not preloaded */
-	char prog[32]; /* the program, for messages: "PROG" or "process N" */
+	char prog[PATH_MAX + 16];    /* for messages: "PROG (its executable)" or "process N" */
 	struct pk_watch_stats stats; /* taken when the watchpoint is removed */
 
 	/* The ring path (WR0-WR7): the consumer is its reader. */
@@ -1639,7 +1639,15 @@ bool agent_watch_start(void)
 {
 	if (!conf->spec[0])
 		return false;
-	snprintf(A.prog, sizeof(A.prog), "PROG");
+	/* the executable, which for a script is its interpreter: that is where symbols are */
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	exe[n > 0 ? n : 0] = 0;
+	if (n > 0)
+		snprintf(A.prog, sizeof(A.prog), "PROG (%s)", exe);
+	else
+		snprintf(A.prog, sizeof(A.prog), "PROG");
 	if (!watch_begin())
 		refuse("%s", why_not);
 	pthread_once(&exit_once, exit_register);

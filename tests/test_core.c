@@ -1,18 +1,31 @@
 // SPDX-License-Identifier: MIT
-/* The library's shared surface: version and the print callback. */
+/*
+ * The library's shared surface: version and the print callback; and the
+ * base helpers: the address map, growth, sized structs, and the locks whose
+ * `__` functions check that they are held (base/held.h).
+ */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <probekit/probekit.h>
 
 #include "base/grow.h"
+#include "base/held.h"
 #include "base/umap.h"
 #include "base/log.h"
 #include "base/opts.h"
+#include "hook/gp.h"
+#include "hook/registry.h"
+#include "sym/elf_syms.h"
+#include "watch/page.h"
 #include "harness.h"
 
 static char last[256];
@@ -216,6 +229,145 @@ START_TEST(opts_in_and_out)
 }
 END_TEST
 
+/* ---- locks that know their holder (base/held.h) ---- */
+
+static struct pki_held_mutex hm = PKI_HELD_MUTEX_INIT;
+static pthread_cond_t hm_cv = PTHREAD_COND_INITIALIZER;
+static bool hm_flag;
+
+static void *hm_holder(void *arg)
+{
+	(void)arg;
+	pki_held_lock(&hm);
+	ck_assert(pki_held_mine(&hm));
+	hm_flag = true;
+	pthread_cond_broadcast(&hm_cv);
+	pki_held_unlock(&hm);
+	return NULL;
+}
+
+/*
+ * pki_held_mine(): the holder's alone, through trylock and a condition
+ * variable's wait (another thread took and let go of the lock meanwhile);
+ * a fork child keeps the lock its forking thread held, and a lock made anew
+ * is nobody's.
+ */
+START_TEST(held_mutex_knows_its_holder)
+{
+	pthread_t th;
+	pid_t pid;
+	int st;
+
+	ck_assert(!pki_held_mine(&hm));
+	ck_assert(pki_held_trylock(&hm));
+	ck_assert(pki_held_mine(&hm));
+	PKI_HELD(&hm);
+	ck_assert_int_eq(pthread_create(&th, NULL, hm_holder, NULL), 0);
+	while (!hm_flag)
+		pki_held_cond_wait(&hm_cv, &hm);
+	ck_assert(pki_held_mine(&hm));
+	pki_held_unlock(&hm);
+	ck_assert(!pki_held_mine(&hm));
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+
+	pki_held_lock(&hm);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		bool ok = pki_held_mine(&hm);
+
+		pki_held_unlock(&hm);
+		ok = ok && !pki_held_mine(&hm) && pki_held_trylock(&hm);
+		pki_held_init(&hm);
+		_exit(ok && !pki_held_mine(&hm) ? 0 : 1);
+	}
+	pki_held_unlock(&hm);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "child: status %#x", st);
+}
+END_TEST
+
+#ifdef PKI_LOCK_CHECKS
+/*
+ * One `__` function of each checked lock, called without it.  The static
+ * ones are found in this program's symbol table (the debug builds, where
+ * PKI_LOCK_CHECKS is, do not inline them) and called with zeros for
+ * arguments: PKI_HELD comes first, so none is looked at.
+ */
+static const struct {
+	const char *name;
+	void (*fn)(void); /* NULL: a static function, by name */
+} unheld[] = {
+    {"__pki_hook_undo", __pki_hook_undo},		  /* pki_reg.lock */
+    {"__pki_page_fork_prepare", __pki_page_fork_prepare}, /* the watch manager's */
+    {"__delivered", NULL},				  /* the same, watch.c */
+    {"__note_busy", NULL},				  /* gp.c: gp_lock */
+    {"__recheck_busy", NULL},
+    {"__run_queue", NULL},  /* gp.c: defer_lock */
+    {"__chunk_find", NULL}, /* tmem.c: tmem_lock */
+    {"__entries_take", NULL},
+};
+
+/* What @fn wrote to stderr (into @out) and how it ended, in a child. */
+static int child_run(void (*fn)(unsigned long, unsigned long), char *out, size_t len)
+{
+	size_t n = 0;
+	ssize_t r;
+	int p[2], st;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid) {
+		dup2(p[1], 2);
+		pk_set_print(pk_print_stderr);
+		fn(0, 0);
+		_exit(0);
+	}
+	close(p[1]);
+	while (n < len - 1 && (r = read(p[0], out + n, len - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = 0;
+	close(p[0]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return st;
+}
+
+/* Each one aborts, naming itself. */
+START_TEST(unheld_call_aborts)
+{
+	struct pki_elf_syms syms;
+	const struct pki_elf_sym *anchor;
+	uintptr_t base;
+
+	ck_assert_int_eq(pki_elf_syms_read_path("/proc/self/exe", &syms), 0);
+	anchor = pki_elf_syms_lookup(&syms, "pki_gp_synchronize");
+	ck_assert_ptr_nonnull(anchor);
+	base = (uintptr_t)pki_gp_synchronize - anchor->value;
+	for (size_t i = 0; i < sizeof(unheld) / sizeof(unheld[0]); i++) {
+		const struct pki_elf_sym *sym = pki_elf_syms_lookup(&syms, unheld[i].name);
+		void (*fn)(unsigned long, unsigned long);
+		char out[512], want[128];
+		int st;
+
+		ck_assert_msg(sym && sym->kind == PKI_SYM_FUNC, "%s: not in the symbol table",
+			      unheld[i].name);
+		fn = (void (*)(unsigned long, unsigned long))(base + sym->value);
+		if (unheld[i].fn)
+			ck_assert_ptr_eq((void *)fn, (void *)unheld[i].fn);
+		st = child_run(fn, out, sizeof(out));
+		ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+			      "%s: status %#x, said: %s", unheld[i].name, st, out);
+		snprintf(want, sizeof(want), "internal: %s() called without the lock",
+			 unheld[i].name);
+		ck_assert_msg(strstr(out, want), "%s: said: %s", unheld[i].name, out);
+	}
+	pki_elf_syms_free(&syms);
+}
+END_TEST
+#endif
+
 int main(void)
 {
 	Suite *s = suite_create("core");
@@ -228,6 +380,12 @@ int main(void)
 	tcase_add_test(tc, umap_finds_what_was_put);
 	tcase_add_test(tc, grow_keeps_contents);
 	tcase_add_test(tc, opts_in_and_out);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("held");
+	tcase_add_test(tc, held_mutex_knows_its_holder);
+#ifdef PKI_LOCK_CHECKS
+	tcase_add_test(tc, unheld_call_aborts);
+#endif
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

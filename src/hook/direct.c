@@ -94,7 +94,7 @@ static int direct_exit_check(enum direct_op op, size_t i, unsigned long ip,
 static int __direct_stage(enum direct_op op, const unsigned long *ips,
 			  const struct pk_direct_entry *e, size_t n)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct site **ss = calloc(n ? n : 1, sizeof(*ss));
 	struct pki_no_exit_set no_exit = {.n = SIZE_MAX}; /* resolved when needed */
 	int err = 0;

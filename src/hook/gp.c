@@ -6,6 +6,10 @@
  * balance (N1-N3) and the freeing of TLS (S); the read side (R1-R3) is
  * tramp.S's entries and exits.  The protocol, its proof and its limits:
  * doc/design/grace-periods.md.
+ *
+ * Locks (base/held.h: each `__` function checks its own): gp_lock
+ * serialises grace periods and guards the writer's lists; defer_lock the
+ * deferred callbacks' queue.  Neither is taken in signal context.
  */
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +28,7 @@
 #include "arch/arch.h"
 #include "base/futex.h"
 #include "base/grow.h"
+#include "base/held.h"
 #include "hook/gp.h"
 #include "trace/fgraph.h"
 #include "base/log.h"
@@ -370,7 +375,7 @@ struct gp_busy {
 };
 
 /* gp_lock serialises grace periods and guards `busy`. */
-static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pki_held_mutex gp_lock = PKI_HELD_MUTEX_INIT;
 static struct gp_busy *busy;
 static size_t nbusy, cap_busy;
 
@@ -394,6 +399,7 @@ static size_t nlisted, cap_listed;
 /* P3, W2's start: take the woken stack into the list (-ENOMEM: kept on it). */
 static int __woken_take(void)
 {
+	PKI_HELD(&gp_lock);
 	unsigned int top = __atomic_exchange_n(&woken, 0, __ATOMIC_SEQ_CST);
 	int err = 0;
 
@@ -430,6 +436,7 @@ static int __woken_take(void)
  */
 static bool __park_confirm(struct gp_reader *r, struct pki_tramp_tls *t)
 {
+	PKI_HELD(&gp_lock);
 	int nest = __atomic_load_n(&t->nest, __ATOMIC_SEQ_CST), st = READER_PARKING;
 
 	if (nest >= -1) {
@@ -450,6 +457,7 @@ static bool __park_confirm(struct gp_reader *r, struct pki_tramp_tls *t)
  */
 static void __park(struct gp_reader *r, struct pki_tramp_tls *t)
 {
+	PKI_HELD(&gp_lock);
 	int st = READER_ACTIVE, out = -1;
 
 	if (!__atomic_compare_exchange_n(&r->state, &st, READER_PARKING, false, __ATOMIC_SEQ_CST,
@@ -470,6 +478,7 @@ static void __park(struct gp_reader *r, struct pki_tramp_tls *t)
 /* Note thread @t in slot @i as busy (W2) and ask it to answer. */
 static int __note_one(unsigned int i, struct pki_tramp_tls *t)
 {
+	PKI_HELD(&gp_lock);
 	if (PKI_GROW(busy, cap_busy, nbusy + 1))
 		return -ENOMEM;
 	busy[nbusy++] = (struct gp_busy){i, t, __atomic_load_n(&t->qs, __ATOMIC_ACQUIRE)};
@@ -484,6 +493,7 @@ static int __note_one(unsigned int i, struct pki_tramp_tls *t)
  */
 static bool __scan_one(unsigned int i, int *err)
 {
+	PKI_HELD(&gp_lock);
 	struct gp_reader *r = reader_at(i);
 	struct pki_tramp_tls *t = __atomic_load_n(&r->tls, __ATOMIC_SEQ_CST);
 	int nest;
@@ -509,6 +519,7 @@ static bool __scan_one(unsigned int i, int *err)
  */
 static int __note_busy(void)
 {
+	PKI_HELD(&gp_lock);
 	size_t kept = 0;
 	int err = __woken_take();
 
@@ -530,6 +541,7 @@ static int __note_busy(void)
 /* W3, inside a pass: drop the noted threads that are done. */
 static void __recheck_busy(void)
 {
+	PKI_HELD(&gp_lock);
 	size_t kept = 0;
 
 	for (size_t i = 0; i < nbusy; i++) {
@@ -570,7 +582,7 @@ int pki_gp_synchronize_for(long timeout_ns)
 	if (pki_tramp_in_hook())
 		return -EDEADLK;
 	pki_hook_atfork_init();
-	pthread_mutex_lock(&gp_lock);
+	pki_held_lock(&gp_lock);
 	__atomic_add_fetch(&gp_stat.periods, 1, __ATOMIC_RELAXED);
 	err = gp_barrier();
 	if (err)
@@ -613,7 +625,7 @@ int pki_gp_synchronize_for(long timeout_ns)
 	}
 	err = 0;
 unlock:
-	pthread_mutex_unlock(&gp_lock);
+	pki_held_unlock(&gp_lock);
 	return err;
 }
 
@@ -625,7 +637,7 @@ struct gp_cb {
 };
 
 /* defer_lock guards the queue and the counters; the worker waits on defer_cv. */
-static pthread_mutex_t defer_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pki_held_mutex defer_lock = PKI_HELD_MUTEX_INIT;
 static pthread_cond_t defer_cv = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
 static struct gp_cb *queue;
@@ -650,12 +662,13 @@ static bool worker_up;
  */
 static void __run_queue(void)
 {
+	PKI_HELD(&defer_lock);
 	struct gp_cb *list = queue;
 	unsigned long n = taken = queued;
 	bool ok;
 
 	queue = NULL;
-	pthread_mutex_unlock(&defer_lock);
+	pki_held_unlock(&defer_lock);
 	ok = !pki_gp_synchronize(); /* failed (membarrier refused): leak, never free early */
 	while (list) {
 		struct gp_cb *next = list->next;
@@ -665,7 +678,7 @@ static void __run_queue(void)
 		free(list);
 		list = next;
 	}
-	pthread_mutex_lock(&defer_lock);
+	pki_held_lock(&defer_lock);
 	if (done < n)
 		done = n;
 	pthread_cond_broadcast(&done_cv);
@@ -674,10 +687,10 @@ static void __run_queue(void)
 static void *defer_worker(void *unused)
 {
 	(void)unused;
-	pthread_mutex_lock(&defer_lock);
+	pki_held_lock(&defer_lock);
 	for (;;) {
 		while (!queue)
-			pthread_cond_wait(&defer_cv, &defer_lock);
+			pki_held_cond_wait(&defer_cv, &defer_lock);
 		if (!waiting) {
 			struct timespec until;
 
@@ -688,8 +701,8 @@ static void *defer_worker(void *unused)
 				until.tv_nsec -= 1000000000L;
 			}
 			while (!waiting &&
-			       pthread_cond_clockwait(&defer_cv, &defer_lock, CLOCK_MONOTONIC,
-						      &until) != ETIMEDOUT)
+			       pki_held_cond_clockwait(&defer_cv, &defer_lock, CLOCK_MONOTONIC,
+						       &until) != ETIMEDOUT)
 				;
 		}
 		__run_queue();
@@ -699,6 +712,7 @@ static void *defer_worker(void *unused)
 
 static int __start_worker(void)
 {
+	PKI_HELD(&defer_lock);
 	pthread_t th;
 	int err = pki_worker_start(&th, true, "probekit-gp", defer_worker, NULL);
 
@@ -724,19 +738,19 @@ static int __start_worker(void)
  */
 void pki_gp_fork_prepare(void)
 {
-	pthread_mutex_lock(&defer_lock);
+	pki_held_lock(&defer_lock);
 }
 
 void pki_gp_fork_parent(void)
 {
-	pthread_mutex_unlock(&defer_lock);
+	pki_held_unlock(&defer_lock);
 }
 
 void pki_gp_fork_child(void)
 {
 	unsigned int hwm = __atomic_load_n(&reader_hwm, __ATOMIC_RELAXED);
 
-	pthread_mutex_init(&gp_lock, NULL);
+	pki_held_init(&gp_lock);
 	/* A grace period of another thread may have been between realloc and its store: leak. */
 	busy = NULL;
 	nbusy = cap_busy = 0;
@@ -774,7 +788,7 @@ void pki_gp_fork_child(void)
 	worker_up = false;
 	pthread_cond_init(&defer_cv, NULL);
 	pthread_cond_init(&done_cv, NULL);
-	pthread_mutex_unlock(&defer_lock);
+	pki_held_unlock(&defer_lock);
 }
 
 void pki_gp_defer(void (*fn)(void *), void *arg)
@@ -782,9 +796,9 @@ void pki_gp_defer(void (*fn)(void *), void *arg)
 	struct gp_cb *cb = malloc(sizeof(*cb));
 
 	pki_hook_atfork_init(); /* our fork handling is called from the registry's */
-	pthread_mutex_lock(&defer_lock);
+	pki_held_lock(&defer_lock);
 	if (!cb || (!worker_up && __start_worker())) {
-		pthread_mutex_unlock(&defer_lock);
+		pki_held_unlock(&defer_lock);
 		free(cb);
 		if (!pki_gp_synchronize())
 			fn(arg);
@@ -800,14 +814,14 @@ void pki_gp_defer(void (*fn)(void *), void *arg)
 		pthread_cond_signal(&defer_cv);
 	queue = cb;
 	queued++;
-	pthread_mutex_unlock(&defer_lock);
+	pki_held_unlock(&defer_lock);
 }
 
 void pki_gp_barrier(void)
 {
 	unsigned long want;
 
-	pthread_mutex_lock(&defer_lock);
+	pki_held_lock(&defer_lock);
 	want = queued;
 	if (done < want && !worker_up && __start_worker())
 		__run_queue(); /* e.g. a fork child's queue, no thread to be had */
@@ -815,8 +829,8 @@ void pki_gp_barrier(void)
 		waiting++;
 		pthread_cond_signal(&defer_cv); /* end the worker's batching delay */
 		while (done < want)
-			pthread_cond_wait(&done_cv, &defer_lock);
+			pki_held_cond_wait(&done_cv, &defer_lock);
 		waiting--;
 	}
-	pthread_mutex_unlock(&defer_lock);
+	pki_held_unlock(&defer_lock);
 }

@@ -50,7 +50,7 @@ static bool pend_any; /* something queued (under pend_lock) */
  */
 static void __forget(const struct range *r, size_t nr)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct site **keep;
 	size_t cap = pki_reg.sites.cap, n = 0;
 
@@ -114,7 +114,7 @@ static bool site_has_ops(const struct site *s, const struct pk_ops *ops)
 /* Give @p the sites in [@lo, @hi) its filter matches: O(the sites there). */
 static int __follow_range(struct ops_priv *p, unsigned long lo, unsigned long hi)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	const struct pk_ops_filter *f = &p->ops->filter;
 	struct collect c = {0};
 	int err = 0;
@@ -152,7 +152,7 @@ static int __follow_range(struct ops_priv *p, unsigned long lo, unsigned long hi
  */
 static void __follow(const struct range *r, size_t nr)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	for (size_t j = 0; j < pki_reg.all_ops.n; j++) {
 		struct ops_priv *p = pki_reg.all_ops.v[j];
 		int err = 0;
@@ -172,7 +172,7 @@ static void __follow(const struct range *r, size_t nr)
 /* Apply the queue.  pki_reg.lock held, no transaction open. */
 void __pki_hook_objects_apply(void)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct range *gone, *added_r;
 	size_t ngone, nadded;
 	int added;
@@ -231,7 +231,7 @@ static void sites_changed(const struct pki_sym_object *obj, bool added)
 	}
 	__atomic_store_n(&pend_any, true, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&pend_lock);
-	if (pki_reg_trylock()) {
+	if (pki_held_trylock(&pki_reg.lock)) {
 		if (!pki_reg.txn_open &&
 		    !pki_reg.broken) /* else: applied when the transaction ends */
 			__pki_hook_objects_apply();

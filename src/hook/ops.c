@@ -18,7 +18,7 @@
  */
 void __pki_hook_ops_priv_free(struct ops_priv *p)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	for (size_t i = 0; i < pki_reg.all_ops.n; i++)
 		if (pki_reg.all_ops.v[i] == p) {
 			pki_reg.all_ops.v[i] = pki_reg.all_ops.v[--pki_reg.all_ops.n];
@@ -77,7 +77,7 @@ static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
 
 int __pki_hook_ops_register(struct pk_ops *ops)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct collect c = {0};
 	struct ops_priv *p, *prev;
 	struct site **ss;
@@ -161,7 +161,7 @@ int pk_ops_register(struct pk_ops *ops)
 
 int __pki_hook_ops_unregister(struct pk_ops *ops)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct ops_priv *p = ops ? ops->private : NULL;
 	int err;
 

@@ -24,6 +24,7 @@
 
 #include "arch/arch.h"
 #include "base/grow.h"
+#include "base/held.h"
 #include "base/umap.h"
 #include "hook/hook_int.h"
 #include "hook/tmem.h"
@@ -104,7 +105,7 @@ struct ops_change {
  * transaction owns the registry between its calls without holding @lock.
  */
 struct pki_registry {
-	pthread_mutex_t lock;
+	struct pki_held_mutex lock; /* base/held.h: its `__` functions check it */
 	struct pki_umap sites; /* ip -> struct site; removed only when objects go (objects.c) */
 	struct {
 		struct site **v;
@@ -125,28 +126,6 @@ struct pki_registry {
 
 extern struct pki_registry pki_reg;
 
-/*
- * pki_reg.lock with the flag its `__` functions check (base/held.h): set
- * once taken, cleared before it is let go; a fork child keeps it.
- */
-extern __thread bool pki_reg_held __attribute__((tls_model("initial-exec")));
-
-static inline void pki_reg_lock(void)
-{
-	pthread_mutex_lock(&pki_reg.lock);
-	pki_reg_held = true;
-}
-
-static inline bool pki_reg_trylock(void)
-{
-	return !pthread_mutex_trylock(&pki_reg.lock) && (pki_reg_held = true);
-}
-
-static inline void pki_reg_unlock(void)
-{
-	pki_reg_held = false;
-	pthread_mutex_unlock(&pki_reg.lock);
-}
 /* The sym layer's site table (site.c), the default of pki_reg.src. */
 extern const struct pki_site_src pki_hook_default_src;
 

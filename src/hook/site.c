@@ -89,7 +89,7 @@ void pki_hook_set_site_src(const struct pki_site_src *src)
 
 struct site *__pki_hook_site_find(unsigned long ip)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	return pki_umap_find(&pki_reg.sites, ip);
 }
 
@@ -118,7 +118,7 @@ static int site_reloc_get(struct site *s)
 /* The site record of @ip, made on first use after checking it is a site. */
 int __pki_hook_site_get(unsigned long addr, struct site **out)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct site *s = __pki_hook_site_find(addr);
 	unsigned long ip;
 	int err;
@@ -194,7 +194,7 @@ int pki_hook_vec_copy(struct ops_vec *dst, const struct ops_vec *src)
  */
 int __pki_hook_site_prepare(struct site *s, unsigned int more_ops)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	int err;
 
 	if (!s->dirty) {
@@ -223,7 +223,7 @@ int __pki_hook_site_prepare(struct site *s, unsigned int more_ops)
  */
 static int __ops_tramp(struct ops_priv *p, bool reloc, unsigned long *out)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	static const enum pki_tramp_kind kinds[2][2] = {
 	    {PKI_TRAMP_OPS, PKI_TRAMP_OPS_NV}, {PKI_TRAMP_OPS_RELOC, PKI_TRAMP_OPS_NV_RELOC}};
 	struct pki_tslot *body = reloc ? &p->tramp_reloc : &p->tramp, t;
@@ -339,7 +339,7 @@ static unsigned long site_list(const struct site *s)
 /* @s's entry goes to its list dispatcher, with a new array of its ops (and @extra last). */
 static int __site_use_list(struct site *s, struct pk_ops *extra)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	s->new_opsv = opsv_new(&s->ops, extra);
 	if (!s->new_opsv)
 		return -ENOMEM;
@@ -357,7 +357,7 @@ static int __site_use_list(struct site *s, struct pk_ops *extra)
  */
 static int __site_decide_reloc(struct site *s)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct pki_tramp_exits x;
 	struct pk_ops *shim;
 	int err;
@@ -397,7 +397,7 @@ static int __site_decide_reloc(struct site *s)
 
 int __pki_hook_site_decide(struct site *s)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	unsigned long body;
 	bool via_entry;
 	struct pki_tramp_exits x;
@@ -527,7 +527,7 @@ unsigned long pki_hook_site_target(unsigned long ip)
 	struct site *s;
 	unsigned long t;
 
-	pki_reg_lock();
+	pki_held_lock(&pki_reg.lock);
 	s = __pki_hook_site_find(ip);
 	t = s ? s->call : 0;
 	pki_hook_unlock();
@@ -539,7 +539,7 @@ unsigned long pki_hook_site_entry_target(unsigned long ip)
 	struct pki_tramp_entry e = {0};
 	struct site *s;
 
-	pki_reg_lock();
+	pki_held_lock(&pki_reg.lock);
 	s = __pki_hook_site_find(ip);
 	if (s && s->ent.x)
 		pki_tmem_entry_get(&s->ent, &e);
@@ -552,7 +552,7 @@ unsigned long pki_hook_site_list(unsigned long ip)
 	struct site *s;
 	unsigned long l = 0;
 
-	pki_reg_lock();
+	pki_held_lock(&pki_reg.lock);
 	s = __pki_hook_site_find(ip);
 	if (s && s->ent.x)
 		l = site_list(s);

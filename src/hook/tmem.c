@@ -2,7 +2,9 @@
 /*
  * Trampoline memory (see tmem.h): chunks, their two views and what lives
  * for good in them (HK8), and their copy for a fork child (HK9).
- * doc/design/hooks.md.
+ * doc/design/hooks.md.  tmem_lock (base/held.h: the `__` functions check
+ * it) is taken under the registry's lock, never in signal context, and
+ * held across fork() (pki_tmem_fork_prepare to _parent or _child).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -18,6 +20,7 @@
 #define MFD_EXEC 0x0010u
 #endif
 
+#include "base/held.h"
 #include "hook/gp.h"
 #include "hook/hook_int.h" /* pki_hook_list_func: what every chunk's list dispatcher calls */
 #include "base/log.h"
@@ -41,7 +44,7 @@ struct pki_tmem_chunk {
 #define ENTRIES_PER_SLOT (PKI_TMEM_SLOT / PKI_TRAMP_ENTRY_SIZE)
 
 /* Guards everything below but the published table prefix. */
-static pthread_mutex_t tmem_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pki_held_mutex tmem_lock = PKI_HELD_MUTEX_INIT;
 static struct pki_tmem_chunk *chunks[PKI_TMEM_MAX_CHUNKS];
 static unsigned long chunk_base[PKI_TMEM_MAX_CHUNKS]; /* read lock-free */
 static unsigned int nchunks;			      /* published: release store after the entry */
@@ -186,6 +189,7 @@ static int chunk_fill(struct pki_tmem_chunk *c)
 /* Map a chunk reaching @near, fill its fixed slots, and add it to the table. */
 static int __chunk_new(unsigned long near, struct pki_tmem_chunk **out)
 {
+	PKI_HELD(&tmem_lock);
 	struct pki_tmem_chunk *c;
 	unsigned long x = 0;
 	int fd, err;
@@ -246,6 +250,7 @@ static unsigned long default_near(void)
 
 static struct pki_tmem_chunk *__chunk_find(unsigned long near, bool want_free)
 {
+	PKI_HELD(&tmem_lock);
 	for (unsigned int i = 0; i < nchunks; i++)
 		if ((!want_free || (chunks[i]->nfree && !chunks[i]->frozen)) &&
 		    chunk_reaches(chunks[i]->x, near))
@@ -256,6 +261,7 @@ static struct pki_tmem_chunk *__chunk_find(unsigned long near, bool want_free)
 /* A free slot of @c (which has one), marked used. */
 static unsigned int __slot_take(struct pki_tmem_chunk *c)
 {
+	PKI_HELD(&tmem_lock);
 	for (unsigned int i = 0;; i++)
 		if (c->used[i] != ~0ull) {
 			unsigned int b = (unsigned int)__builtin_ctzll(~c->used[i]);
@@ -269,6 +275,7 @@ static unsigned int __slot_take(struct pki_tmem_chunk *c)
 /* A chunk reaching @near with a free slot, mapping one if needed. */
 static int __chunk_get(unsigned long near, struct pki_tmem_chunk **c)
 {
+	PKI_HELD(&tmem_lock);
 	if (!near)
 		near = default_near();
 	*c = __chunk_find(near, true);
@@ -281,7 +288,7 @@ int pki_tmem_alloc(unsigned long near, struct pki_tslot *out)
 	unsigned int slot;
 	int err;
 
-	pthread_mutex_lock(&tmem_lock);
+	pki_held_lock(&tmem_lock);
 	err = __chunk_get(near, &c);
 	if (!err) {
 		slot = __slot_take(c);
@@ -289,7 +296,7 @@ int pki_tmem_alloc(unsigned long near, struct pki_tslot *out)
 		out->x = c->x + slot * PKI_TMEM_SLOT;
 		out->w = c->w + slot * PKI_TMEM_SLOT;
 	}
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 	return err;
 }
 
@@ -298,16 +305,16 @@ void pki_tmem_free(const struct pki_tslot *s)
 	struct pki_tmem_chunk *c = s->chunk;
 	unsigned int slot = (unsigned int)((s->x - c->x) / PKI_TMEM_SLOT);
 
-	pthread_mutex_lock(&tmem_lock);
+	pki_held_lock(&tmem_lock);
 	if (c->frozen) { /* shared with the parent: never written from here */
-		pthread_mutex_unlock(&tmem_lock);
+		pki_held_unlock(&tmem_lock);
 		return;
 	}
 	/* Leave a pattern that traps if anyone ever ran it. */
 	pki_tramp_fill_trap(c->w + slot * PKI_TMEM_SLOT, PKI_TMEM_SLOT);
 	c->used[slot / 64] &= ~(1ull << (slot % 64));
 	c->nfree++;
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 }
 
 /* Under tmem_lock, like every write to chunk memory (see fork() above). */
@@ -318,9 +325,9 @@ int pki_tmem_emit(enum pki_tramp_kind kind, const struct pki_tslot *s, const uns
 
 	if (kind == PKI_TRAMP_ENTRY || kind == PKI_TRAMP_EXITS)
 		return -EINVAL;
-	pthread_mutex_lock(&tmem_lock);
+	pki_held_lock(&tmem_lock);
 	err = pki_tramp_emit(kind, s->w, data, ndata, s->chunk->x + PKI_TMEM_SLOT, false);
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 	if (!err) /* entries may jump to it with no text poke (and its core sync) */
 		pki_tramp_sync_cores();
 	return err;
@@ -344,6 +351,7 @@ unsigned long pki_tmem_list(const struct pki_tentry *e)
  */
 static int __entries_take(unsigned long near, size_t n, struct pki_tentry *out)
 {
+	PKI_HELD(&tmem_lock);
 	struct pki_tmem_chunk *c = NULL;
 	size_t off;
 	int err;
@@ -382,13 +390,13 @@ int pki_tmem_entry_new(unsigned long near, struct pki_tentry *out)
 	struct pki_tramp_exits x;
 	int err;
 
-	pthread_mutex_lock(&tmem_lock);
+	pki_held_lock(&tmem_lock);
 	err = __entries_take(near, 1, out);
 	if (!err) {
 		pki_tramp_exits_at(out->chunk->x + PKI_TMEM_SLOT, &x);
 		err = entry_emit(out, (unsigned long[]){x.ret, x.ret, 0, x.ret_ret}, x.reg);
 	}
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 	/*
 	 * No core sync here (one per entry would cost a system call per site
 	 * of a batch): nothing runs the entry before the text poke or body
@@ -404,7 +412,7 @@ int pki_tmem_entry_new_reloc(unsigned long ip,
 	struct pki_tramp_exits x;
 	int err;
 
-	pthread_mutex_lock(&tmem_lock);
+	pki_held_lock(&tmem_lock);
 	err = __entries_take(ip, 2, out);
 	if (!err) {
 		unsigned char *copy = out->w + PKI_TRAMP_ENTRY_SIZE;
@@ -420,7 +428,7 @@ int pki_tmem_entry_new_reloc(unsigned long ip,
 		if (!err)
 			pki_tramp_entry_save_r11(out->w);
 	}
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 	return err; /* failed: the two stay unused (entries are never given back) */
 }
 
@@ -433,15 +441,15 @@ bool pki_tmem_entry_frozen(const struct pki_tentry *e)
 {
 	bool f;
 
-	pthread_mutex_lock(&tmem_lock);
+	pki_held_lock(&tmem_lock);
 	f = e->chunk->frozen;
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 	return f;
 }
 
 void pki_tmem_entry_set(const struct pki_tentry *e, const struct pki_tramp_entry *d)
 {
-	pthread_mutex_lock(&tmem_lock); /* every chunk write: see fork() above */
+	pki_held_lock(&tmem_lock); /* every chunk write: see fork() above */
 	if (!e->chunk->frozen) {
 		__atomic_store_n(entry_word(e, offsetof(struct pki_tramp_entry, ops)), d->ops,
 				 __ATOMIC_RELEASE);
@@ -452,7 +460,7 @@ void pki_tmem_entry_set(const struct pki_tentry *e, const struct pki_tramp_entry
 		__atomic_store_n(entry_word(e, offsetof(struct pki_tramp_entry, target)), d->target,
 				 __ATOMIC_RELEASE);
 	}
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 }
 
 void pki_tmem_entry_get(const struct pki_tentry *e, struct pki_tramp_entry *d)
@@ -466,7 +474,7 @@ void pki_tmem_fork_prepare(void)
 {
 	size_t len;
 
-	pthread_mutex_lock(&tmem_lock);
+	pki_held_lock(&tmem_lock);
 	len = (size_t)nchunks * PKI_TMEM_CHUNK;
 	fork_snap_ok = false;
 	if (!len)
@@ -489,7 +497,7 @@ void pki_tmem_fork_prepare(void)
 
 void pki_tmem_fork_parent(void)
 {
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 }
 
 /*
@@ -535,5 +543,5 @@ void pki_tmem_fork_child(void)
 				 "parent: %s\n",
 				 chunks[i]->x, pki_errstr(err));
 	}
-	pthread_mutex_unlock(&tmem_lock);
+	pki_held_unlock(&tmem_lock);
 }

@@ -2,7 +2,8 @@
 /*
  * The registry's lock, its transactions and the commit.
  *
- * pki_reg.lock serialises everything below, held for the length of
+ * pki_reg.lock (a struct pki_held_mutex, base/held.h: every `__pki_hook_`
+ * function checks it) serialises everything below, held for the length of
  * one public call.  A transaction is an ownership of the registry, not of
  * the lock: pk_txn_begin() marks it open and owned by the calling thread
  * (pki_reg.txn_open, txn_mine), other threads' calls wait on txn_cv until its
@@ -27,7 +28,7 @@
 #include "sym/sites.h"
 
 struct pki_registry pki_reg = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PKI_HELD_MUTEX_INIT,
     .sites = PKI_UMAP_INIT(struct site, ip),
     .src = &pki_hook_default_src,
 };
@@ -68,12 +69,12 @@ int pki_hook_enter(void)
 	}
 	pki_hook_notify_init();
 	pki_hook_shstk_init();
-	pki_reg_lock();
+	pki_held_lock(&pki_reg.lock);
 	/* Broken first: in such a fork child nobody is left to end another thread's transaction. */
 	while (!pki_reg.broken && pki_reg.txn_open && !txn_mine)
-		pthread_cond_wait(&txn_cv, &pki_reg.lock);
+		pki_held_cond_wait(&txn_cv, &pki_reg.lock);
 	if (pki_reg.broken) {
-		pki_reg_unlock();
+		pki_held_unlock(&pki_reg.lock);
 		pki_warn("hooks: this fork child cannot change hooks: another thread of the "
 			 "parent was inside a hook call at fork(): %s\n",
 			 pki_errstr(ENOTRECOVERABLE));
@@ -87,7 +88,7 @@ int pki_hook_enter(void)
 /* Drop staged changes of every dirty site and ops. */
 void __pki_hook_undo(void)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -135,7 +136,7 @@ static void ops_body_free(struct pki_tslot *t, int gp_err)
 /* Pre-poke: publish the entries the new bytes will call (see the file comment). */
 static void __entries_publish(void)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -149,7 +150,7 @@ static void __entries_publish(void)
 /* The batch failed: the published entries go back (threads may have used the new words). */
 static void __entries_unpublish(void)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -161,7 +162,7 @@ static void __entries_unpublish(void)
 /* Free what decide made for the first @n dirty sites and the commit will not keep. */
 static void __decided_drop(size_t n)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	for (size_t i = 0; i < n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -174,7 +175,7 @@ static void __decided_drop(size_t n)
 /* After the batch: park the entries the text no longer calls, retire what they replaced. */
 static void __sites_settle(void)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	for (size_t i = 0; i < pki_reg.dirty.n; i++) {
 		struct site *s = pki_reg.dirty.v[i];
 
@@ -199,7 +200,7 @@ static void __sites_settle(void)
 /* Committed unregistrations: their ops' bodies go after a grace period. */
 static int __ops_retire(void)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	bool unreg = false;
 	int gp_err;
 
@@ -236,7 +237,7 @@ static int __ops_retire(void)
  */
 int __pki_hook_commit(void)
 {
-	PKI_HELD(pki_reg_held);
+	PKI_HELD(&pki_reg.lock);
 	struct pki_poke *pokes = NULL;
 	size_t np = 0, decided = 0;
 	int err = 0;
@@ -384,7 +385,7 @@ static int txn_end(bool commit)
 			 commit ? "pk_txn_commit" : "pk_txn_abort", pki_errstr(EDEADLK));
 		return -EDEADLK;
 	}
-	pki_reg_lock();
+	pki_held_lock(&pki_reg.lock);
 	if (!pki_reg.broken) {
 		err = 0;
 		if (commit)
@@ -414,11 +415,11 @@ int pk_txn_abort(void)
 void pki_hook_unlock(void)
 {
 	for (;;) {
-		pki_reg_unlock();
-		if (!pki_hook_objects_pending() || !pki_reg_trylock())
+		pki_held_unlock(&pki_reg.lock);
+		if (!pki_hook_objects_pending() || !pki_held_trylock(&pki_reg.lock))
 			return;
 		if (pki_reg.txn_open || pki_reg.broken) { /* applied when the transaction ends */
-			pki_reg_unlock();
+			pki_held_unlock(&pki_reg.lock);
 			return;
 		}
 		__pki_hook_objects_apply();
@@ -461,7 +462,6 @@ void pki_hook_unlock(void)
 
 static unsigned int fork_depth; /* prepare calls in this fork() */
 static bool fork_held;		/* prepare got pki_reg.lock */
-__thread bool pki_reg_held __attribute__((tls_model("initial-exec")));
 
 static void hook_fork_prepare(void)
 {
@@ -471,8 +471,7 @@ static void hook_fork_prepare(void)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += FORK_WAIT_S;
-	fork_held = !pthread_mutex_clocklock(&pki_reg.lock, CLOCK_MONOTONIC, &until);
-	pki_reg_held = fork_held;
+	fork_held = !pki_held_clocklock(&pki_reg.lock, CLOCK_MONOTONIC, &until);
 	if (!fork_held)
 		pki_warn("hooks: fork() while a hook call of another thread ran for over %d s: "
 			 "the child's hook calls will fail: %s\n",
@@ -497,7 +496,7 @@ static void hook_fork_parent(void)
 	pki_hook_objects_fork(PKI_HOOK_FORK_PARENT);
 	pki_sites_fork_parent();
 	if (fork_held)
-		pki_reg_unlock();
+		pki_held_unlock(&pki_reg.lock);
 }
 
 static void hook_fork_child(void)
@@ -512,18 +511,17 @@ static void hook_fork_child(void)
 	pki_hook_tramps_fork(PKI_HOOK_FORK_CHILD);
 	pki_hook_objects_fork(PKI_HOOK_FORK_CHILD);
 	pki_sites_fork_child();
-	pthread_mutex_init(&pki_reg.lock, NULL); /* held by us, or by a thread that is gone */
+	pki_held_init(&pki_reg.lock); /* held by us, or by a thread that is gone */
 	pthread_cond_init(&txn_cv, NULL);
-	pki_reg_held = false;
 	if (!fork_held) {
 		pki_reg.broken = true;
 		return;
 	}
 	if (pki_reg.txn_open && !txn_mine) {
-		pki_reg_held = true; /* the child's only thread: the registry is its own */
+		pki_held_lock(&pki_reg.lock); /* the child's only thread: never waits */
 		__pki_hook_undo();
-		pki_reg_held = false;
 		pki_reg.txn_open = false;
+		pki_held_unlock(&pki_reg.lock);
 	}
 }
 

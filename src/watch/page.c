@@ -218,7 +218,7 @@ static bool page_seen(uintptr_t a)
 /* Normal context, under the manager's lock. */
 static void __seen_add(uintptr_t lo, uintptr_t hi)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	for (uintptr_t a = lo; a < hi; a += page_size()) {
 		unsigned int n = atomic_load(&P.nr_seen);
 
@@ -603,7 +603,7 @@ size_t pki_page_reach(const void *p, size_t n, bool write)
  */
 static int __region_mprotect(int ri, uintptr_t lo, uintptr_t hi, int prot)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct region *r = &P.regions[ri];
 	uintptr_t va = atomic_load(&r->va);
 	size_t from = (lo - va) / page_size(), to = (hi - va) / page_size();
@@ -621,7 +621,7 @@ static int __region_mprotect(int ri, uintptr_t lo, uintptr_t hi, int prot)
 
 int __pki_page_mprotect(void *addr, size_t len, int prot)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	uintptr_t a = (uintptr_t)addr, end;
 	int err;
 
@@ -1138,7 +1138,7 @@ static bool page_trap(int sig, siginfo_t *si, void *ucv)
 /* The step code area: a memfd mapped twice, RW for us and RX to run. */
 static int __code_init(void)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	size_t len = (size_t)NR_REGIONS * CODE_SLOT;
 	void *rw, *rx;
 	int fd;
@@ -1169,7 +1169,7 @@ static int __code_init(void)
 
 static int __clients_add(void)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	int err;
 
 	if (clients_added)
@@ -1203,7 +1203,7 @@ static bool on_a_stack(const struct pki_maps *m, uintptr_t lo)
 /* PW1: what [lo, hi) (pages) lies in, refused with the reason said. */
 static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t hi)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct pki_maps m = {0};
 	const struct pki_map *at;
 	const char *why = NULL;
@@ -1240,7 +1240,7 @@ static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t
 
 static int __region_free_slot(void)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	for (int i = 0; i < NR_REGIONS; i++)
 		if (!atomic_load(&P.regions[i].end) && atomic_load(&P.regions[i].state) == R_FREE &&
 		    !atomic_load(&P.regions[i].inflight))
@@ -1251,7 +1251,7 @@ static int __region_free_slot(void)
 /* The region of exactly... or containing [lo, hi); -EBUSY on a partial overlap. */
 static int __region_find(uintptr_t lo, uintptr_t hi, int *out)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	*out = -1;
 	for (int i = 0; i < NR_REGIONS; i++) {
 		uintptr_t va = atomic_load(&P.regions[i].va), end = atomic_load(&P.regions[i].end);
@@ -1287,7 +1287,7 @@ static int fill_from(int fd, uintptr_t lo, size_t n)
 /* PW2 step 3: the memfd filled from the pages, mapped as alias and over them. */
 static int __region_alias(struct region *r, uintptr_t lo, size_t n, int prot)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct stat st;
 	void *alias;
 	int fd = memfd_create("probekit-watch", MFD_CLOEXEC), err = 0;
@@ -1322,7 +1322,7 @@ out:
 /* PW2: a new region for the pages [lo, hi). */
 static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	int i = __region_free_slot(), err;
 	struct region *r;
 	size_t n = hi - lo;
@@ -1380,7 +1380,7 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 /* PW3: is our memfd still what is mapped at the region, and with what protection? */
 static bool __region_still_ours(const struct region *r, uintptr_t va, int *prot)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct pki_maps m = {0};
 	const struct pki_map *at;
 	bool ours = false;
@@ -1420,7 +1420,7 @@ static void restore_prot(const struct region *r, uintptr_t va, size_t n, bool as
 /* PW3: the pages private again with what the alias holds, at the program's protection. */
 static void __region_unmake(int i)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct region *r = &P.regions[i];
 	uintptr_t va = atomic_load(&r->va), end = atomic_load(&r->end);
 	size_t n = end - va;
@@ -1478,7 +1478,7 @@ static void __region_unmake(int i)
 
 static int __region_join(int i, struct pki_pwatch *pw, int prot)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct region *r = &P.regions[i];
 
 	if (r->nw >= REGION_WATCHES) {
@@ -1542,7 +1542,7 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 		   const struct pk_watch_opts *o, const struct pk_watch_cond *cond,
 		   struct pki_pwatch **out)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)(page_size() - 1);
 	uintptr_t hi = ((uintptr_t)addr + len + page_size() - 1) & ~(uintptr_t)(page_size() - 1);
 	int prot = type == PK_WATCH_W ? PROT_READ : PROT_NONE, ri, err;
@@ -1601,7 +1601,7 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 
 void __pki_page_remove(struct pki_pwatch *pw)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct region *r;
 
 	if (pw->dead || pw->reg < 0) {
@@ -1624,7 +1624,7 @@ void __pki_page_remove(struct pki_pwatch *pw)
 
 void __pki_page_enable(struct pki_pwatch *pw, bool on)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	atomic_store(&pw->enabled, on);
 }
 
@@ -1635,7 +1635,7 @@ unsigned long pki_page_hits(const struct pki_pwatch *pw)
 
 void __pki_page_stats(const struct pki_pwatch *pw, struct pk_watch_stats *st)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	struct pki_pwatch *p = (struct pki_pwatch *)pw;
 
 	st->hits = atomic_load(&p->hits);
@@ -1650,7 +1650,7 @@ void __pki_page_stats(const struct pki_pwatch *pw, struct pk_watch_stats *st)
 
 void __pki_page_fork_prepare(void)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	for (int i = 0; i < NR_REGIONS; i++) {
 		struct region *r = &P.regions[i];
 		uintptr_t va = atomic_load(&r->va);
@@ -1672,7 +1672,7 @@ void __pki_page_fork_prepare(void)
 
 void __pki_page_fork_parent(void)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	fork_holder = false;
 	for (int i = 0; i < NR_REGIONS; i++) {
 		struct region *r = &P.regions[i];
@@ -1690,7 +1690,7 @@ void __pki_page_fork_parent(void)
 /* The child's only thread: its own private pages back, no watch (PW8). */
 void __pki_page_fork_child(void)
 {
-	PKI_HELD(pki_watch_mgr_held());
+	PKI_HELD(pki_watch_mgr_lock);
 	fork_holder = false;
 	for (int i = 0; i < NR_REGIONS; i++) {
 		struct region *r = &P.regions[i];

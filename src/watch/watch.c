@@ -28,7 +28,8 @@
  *
  * Locking.  mgr.lock (a mutex) serialises every pk_watch_* call and guards all
  * of mgr and every struct pk_watch except what the handler reads (below).  It
- * is never taken in signal context.
+ * is never taken in signal context.  It is a struct pki_held_mutex
+ * (base/held.h): the `__` functions here and in page.c check it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -169,7 +170,7 @@ struct town {
 };
 
 static struct {
-	pthread_mutex_t lock;
+	struct pki_held_mutex lock; /* base/held.h: the `__` functions check it */
 	bool handler_installed;
 	int nr_all;
 	struct pki_hist hist;  /* threads by own(), own > 0 only */
@@ -179,30 +180,12 @@ static struct {
 	uint32_t nr_slots_used, free_slot; /* free list head, UINT32_MAX = empty */
 	unsigned long removals;		   /* pk_watch_remove() calls so far */
 } mgr = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PKI_HELD_MUTEX_INIT,
     .towns = PKI_UMAP_INIT(struct town, tid),
     .free_slot = UINT32_MAX,
 };
 
-/* mgr.lock, with the flag the `__` functions check (base/held.h). */
-static __thread bool mgr_held __attribute__((tls_model("initial-exec")));
-
-static void mgr_lock(void)
-{
-	pthread_mutex_lock(&mgr.lock);
-	mgr_held = true;
-}
-
-static void mgr_unlock(void)
-{
-	mgr_held = false;
-	pthread_mutex_unlock(&mgr.lock);
-}
-
-bool pki_watch_mgr_held(void)
-{
-	return mgr_held;
-}
+struct pki_held_mutex *const pki_watch_mgr_lock = &mgr.lock;
 
 static const char *const type_name[] = {
     [PK_WATCH_W] = "W",
@@ -365,7 +348,7 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 /* Registered once, on the first pk_watch_add (see base/sigown.c for the flags). */
 static int __install_handler(void)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	int err;
 
 	if (mgr.handler_installed)
@@ -385,11 +368,11 @@ bool pki_watch_release(void)
 		unsigned long removals;
 		bool done, installed;
 
-		mgr_lock();
+		pki_held_lock(&mgr.lock);
 		done = !mgr.list;
 		installed = mgr.handler_installed;
 		removals = mgr.removals;
-		mgr_unlock();
+		pki_held_unlock(&mgr.lock);
 		if (!done || !installed)
 			return done;
 		/*
@@ -400,17 +383,17 @@ bool pki_watch_release(void)
 		if (!pki_threads_settled(SETTLE_RUN_NS, SETTLE_WAIT_MS) ||
 		    pki_threads_pending(1ull << (SIGTRAP - 1), SETTLE_WAIT_MS / 2))
 			return false;
-		mgr_lock();
+		pki_held_lock(&mgr.lock);
 		if (mgr.removals == removals) {
 			done = !mgr.list;
 			if (done && mgr.handler_installed) {
 				done = pki_sigtrap_client_drop(PKI_SIGTRAP_WATCH);
 				mgr.handler_installed = !done;
 			}
-			mgr_unlock();
+			pki_held_unlock(&mgr.lock);
 			return done;
 		}
-		mgr_unlock();
+		pki_held_unlock(&mgr.lock);
 	}
 	return false;
 }
@@ -419,7 +402,7 @@ bool pki_watch_release(void)
 
 static int __slot_get(uint32_t *idx)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct wslot *c;
 	uint32_t i;
 
@@ -445,7 +428,7 @@ static int __slot_get(uint32_t *idx)
 
 static void __slot_put(uint32_t idx)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	slot_at(idx)->next_free = mgr.free_slot;
 	mgr.free_slot = idx;
 }
@@ -479,13 +462,13 @@ static void slot_wait_idle(uint32_t idx)
 
 static struct town *__town_find(pid_t tid)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	return pki_umap_find(&mgr.towns, (unsigned long)tid);
 }
 
 static int __own(pid_t tid)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct town *t = __town_find(tid);
 
 	return t ? t->own : 0;
@@ -494,7 +477,7 @@ static int __own(pid_t tid)
 /* Make sure @tid has a record, before anything irreversible happens. */
 static int __town_reserve(pid_t tid)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct town *t = __town_find(tid);
 
 	if (t)
@@ -514,7 +497,7 @@ static int __town_reserve(pid_t tid)
 /* Free every record, or only the idle ones, putting the others back. */
 static void __towns_prune(bool all)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct pki_umap *m = &mgr.towns;
 	struct town **keep = all ? NULL : malloc(m->n * sizeof(*keep));
 	size_t i, k = 0;
@@ -542,7 +525,7 @@ static void __towns_prune(bool all)
 /* own(@tid) += @delta (+1 or -1); its record exists (__town_reserve()). */
 static void __own_move(pid_t tid, int delta)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct town *t = __town_find(tid);
 
 	pki_hist_move(&mgr.hist, t->own, delta);
@@ -564,7 +547,7 @@ static void __own_move(pid_t tid, int delta)
  */
 static void __part_close(struct pk_watch *w, int k, bool parents)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct wpart *p = &w->part[k];
 
 	for (int i = 0; i < p->nr_roots; i++) {
@@ -582,21 +565,21 @@ static void __part_close(struct pk_watch *w, int k, bool parents)
 
 static void __roots_close(struct pk_watch *w, bool parents)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	for (int k = 0; k < w->nr_parts; k++)
 		__part_close(w, k, parents);
 }
 
 static void __close_roots(struct pk_watch *w)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	__roots_close(w, false);
 }
 
 /* @n slots more (or fewer) in use by watchpoints of @tid (0: all threads). */
 static void __slots_move(pid_t tid, int n)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	if (tid)
 		__own_move(tid, n);
 	else
@@ -606,7 +589,7 @@ static void __slots_move(pid_t tid, int n)
 /* Give back what @w holds in the accounting (it stays in the list). */
 static void __unaccount(struct pk_watch *w)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	__slots_move(w->tid, -w->nr_parts);
 }
 
@@ -617,7 +600,7 @@ static void __unaccount(struct pk_watch *w)
  */
 static int __reap_dead_threads(void)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	int n = 0;
 
 	for (struct pk_watch *w = mgr.list; w; w = w->next) {
@@ -636,7 +619,7 @@ static int __reap_dead_threads(void)
 /* Do @n more slots fit on @tid (0: on every thread)? */
 static bool __fits(pid_t tid, int n)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	if (tid)
 		return mgr.nr_all + __own(tid) + n <= PKI_HWBP_SLOTS;
 	return mgr.nr_all + n + pki_hist_max(&mgr.hist) <= PKI_HWBP_SLOTS;
@@ -645,7 +628,7 @@ static bool __fits(pid_t tid, int n)
 /* Append a description of the watchpoints holding @tid's slots to @buf. */
 static void __describe_holders(char *buf, size_t size, pid_t tid)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	size_t len = strlen(buf);
 
 	for (struct pk_watch *w = mgr.list; w && len < size; w = w->next) {
@@ -667,7 +650,7 @@ static void __describe_holders(char *buf, size_t size, pid_t tid)
  */
 static int __admit(pid_t tid, int n, const void *addr)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	char holders[512] = "";
 	pid_t full = tid;
 
@@ -907,7 +890,7 @@ static int roots_add(pid_t tid, void *arg)
  */
 static int __open_all_roots(struct pk_watch *w, int k)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct roots_pass p = {.w = w, .k = k};
 	struct wpart *part = &w->part[k];
 	int err;
@@ -933,7 +916,7 @@ static int __open_all_roots(struct pk_watch *w, int k)
  */
 static int __open_parts(struct pk_watch *w, int from, int to)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	int err = 0;
 
 	if (!w->tid) {
@@ -962,17 +945,17 @@ static void fork_child(void);
  * mgr.lock is held from fork's prepare handler to the parent or child one:
  * the program's fork handlers registered before ours run meanwhile, and its
  * mprotect on watched pages (pki_watch_page_mprotect) finds the lock its
- * thread's own (mgr_held).
+ * thread's own (pki_held_mine).
  */
 static void fork_prepare(void)
 {
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	__pki_page_fork_prepare();
 }
 static void fork_parent(void)
 {
 	__pki_page_fork_parent();
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 }
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void register_atfork(void)
@@ -1025,7 +1008,7 @@ static struct {
 /* 1 delivered, 0 not, -1 nothing concluded (the check could not open its event). */
 static int __delivered(void)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	if (hw.delivered < 0) {
 		const char *e = getenv("PROBEKIT_HWBP_UNDELIVERED");
 
@@ -1037,14 +1020,14 @@ static int __delivered(void)
 
 void pki_watch_assume_delivered(void)
 {
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	hw.delivered = 1;
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 }
 
 static int __check_delivered(const void *addr)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	if (__delivered())
 		return 0; /* delivered, or nothing concluded: the open says why */
 	pki_warn("watch %p: this machine accepts hardware breakpoints but does not deliver them "
@@ -1065,7 +1048,7 @@ static int __check_delivered(const void *addr)
 static enum pk_watch_mode __auto_mode(const void *addr, size_t len, enum pk_watch_type type,
 				      const struct pk_watch_opts *o)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct pki_hwbp_piece pc[PKI_HWBP_SLOTS];
 	int n = pki_hwbp_split((uintptr_t)addr, len, pc, PKI_HWBP_SLOTS);
 	const char *why;
@@ -1087,7 +1070,7 @@ static enum pk_watch_mode __auto_mode(const void *addr, size_t len, enum pk_watc
 /* The manager ready, and room for @n more slots on @tid (0: all threads). */
 static int __watch_admit(pid_t tid, int n, const void *addr)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	int err;
 
 	if (!mgr.hist.count && pki_hist_init(&mgr.hist, PKI_HWBP_SLOTS))
@@ -1122,7 +1105,7 @@ static int __watch_new(const void *addr, size_t len, enum pk_watch_type type,
 		       const struct pki_hwbp_piece *pc, int n, const struct pk_watch_opts *o,
 		       struct pk_watch **wp)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct pk_watch *w = calloc(1, sizeof(*w));
 	uint32_t idx;
 	int err;
@@ -1164,7 +1147,7 @@ static void parts_free(struct pk_watch *w)
 /* Free @w, which failed to open: nobody saw it but the handler (R1-R4). */
 static void __watch_discard(struct pk_watch *w)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	slot_unpublish(w->slot);
 	__close_roots(w);
 	slot_wait_idle(w->slot);
@@ -1176,7 +1159,7 @@ static void __watch_discard(struct pk_watch *w)
 /* Count @w in the admission (S2) and list it. */
 static void __watch_account(struct pk_watch *w)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	__slots_move(w->tid, w->nr_parts);
 	w->next = mgr.list;
 	if (mgr.list)
@@ -1188,7 +1171,7 @@ static void __watch_account(struct pk_watch *w)
 static int __watch_add_page(const void *addr, size_t len, enum pk_watch_type type,
 			    const struct pk_watch_opts *o, struct pk_watch **wp)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	struct pk_watch *w = calloc(1, sizeof(*w));
 	int err;
 
@@ -1257,26 +1240,26 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 		goto out_errno;
 	pthread_once(&atfork_once, register_atfork);
 	if (o.mode != PK_WATCH_MODE_HW) {
-		mgr_lock();
+		pki_held_lock(&mgr.lock);
 		if (o.mode == PK_WATCH_MODE_AUTO)
 			o.mode = __auto_mode(addr, len, type, &o);
 		if (o.mode == PK_WATCH_MODE_PAGE) {
 			err = page_check(addr, len, type);
 			if (!err)
 				err = __watch_add_page(addr, len, type, &o, &w);
-			mgr_unlock();
+			pki_held_unlock(&mgr.lock);
 			if (err)
 				goto out_errno;
 			return w;
 		}
-		mgr_unlock();
+		pki_held_unlock(&mgr.lock);
 	}
 	err = watch_check(addr, len, type, &o);
 	if (err)
 		goto out_errno;
 	n = split_target(addr, len, type, pc);
 
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	err = __watch_admit(o.tid, n, addr);
 	if (!err)
 		err = __watch_new(addr, len, type, pc, n, &o, &w);
@@ -1291,11 +1274,11 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 	pki_debug("watch %p: %s/%zu on %s%d, %d register(s), %d root event(s) each\n", addr,
 		  type_name[type], len, o.tid ? "thread " : "all threads of ",
 		  o.tid ? (int)o.tid : (int)getpid(), n, w->part[0].nr_roots);
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 	return w;
 
 out_unlock:
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 out_errno:
 	errno = -err;
 	return NULL;
@@ -1307,7 +1290,7 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 {
 	if (!w)
 		return;
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	if (w->prev)
 		w->prev->next = w->next;
 	else
@@ -1317,7 +1300,7 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 	if (w->page) {
 		__pki_page_remove(w->page);
 		mgr.removals++;
-		mgr_unlock();
+		pki_held_unlock(&mgr.lock);
 		free(w);
 		return;
 	}
@@ -1328,14 +1311,14 @@ PK_API void pk_watch_remove(struct pk_watch *w)
 	slot_wait_idle(w->slot); /* R3 */
 	__slot_put(w->slot);
 	mgr.removals++;
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 	parts_free(w); /* R4 */
 	free(w);
 }
 
 static int __live(struct pk_watch *w)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	if (!w->dead && w->tid && !pki_thread_alive(w->tid)) {
 		__close_roots(w);
 		__unaccount(w);
@@ -1350,7 +1333,7 @@ static int __live(struct pk_watch *w)
  */
 static int __parts_enable(struct pk_watch *w, bool on)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	int err = 0, k, i = 0;
 
 	for (k = 0; !err && k < w->nr_parts; k++)
@@ -1373,10 +1356,10 @@ static int set_enabled(struct pk_watch *w, bool on)
 		pki_warn("watch: NULL watchpoint: %s\n", pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	if (w->page) {
 		__pki_page_enable(w->page, on);
-		mgr_unlock();
+		pki_held_unlock(&mgr.lock);
 		return 0;
 	}
 	err = __live(w);
@@ -1387,7 +1370,7 @@ static int set_enabled(struct pk_watch *w, bool on)
 	else if (err != -ESRCH)
 		pki_warn("watch %#lx: cannot %s: %s\n", (unsigned long)w->bp.addr,
 			 on ? "enable" : "disable", pki_errstr(err));
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 	return err;
 }
 
@@ -1409,7 +1392,7 @@ PK_API int pk_watch_disable(struct pk_watch *w)
 static int __parts_retarget(struct pk_watch *w, int n, const struct pki_bp *old,
 			    const uint64_t *old_where)
 {
-	PKI_HELD(mgr_held);
+	PKI_HELD(&mgr.lock);
 	int err = 0, k, i = 0;
 
 	for (k = 0; !err && k < n; k++) {
@@ -1464,7 +1447,7 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	n = split_target(addr, len, type, pc);
 	if (n < 0)
 		return n;
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	err = __live(w);
 	if (err)
 		goto out;
@@ -1502,7 +1485,7 @@ PK_API int pk_watch_modify(struct pk_watch *w, const void *addr, size_t len,
 	w->nr_parts = n;
 	__slots_move(w->tid, n - nold);
 out:
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 	return err;
 }
 
@@ -1527,10 +1510,10 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 
 	if (!w || !st || st->sz < offsetof(struct pk_watch_stats, unseen) + sizeof(st->unseen))
 		return -EINVAL;
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	if (w->page) {
 		__pki_page_stats(w->page, &s);
-		mgr_unlock();
+		pki_held_unlock(&mgr.lock);
 		pki_opts_out(st, &s, sizeof(s));
 		return 0;
 	}
@@ -1547,7 +1530,7 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 	s.late = atomic_load(&w->late);
 	s.self = atomic_load(&w->self);
 	s.filtered = atomic_load(&w->filtered);
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 	seen = s.hits + s.self + s.filtered;
 	s.unseen = s.counted > seen ? s.counted - seen : 0;
 	pki_opts_out(st, &s, sizeof(s));
@@ -1573,7 +1556,7 @@ static void fork_child(void)
 	if (mgr.hist.count)
 		memset(mgr.hist.count, 0, sizeof(long) * PKI_HWBP_SLOTS);
 	__towns_prune(true);
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 }
 
 int pki_watch_page_mprotect(void *addr, size_t len, int prot)
@@ -1584,14 +1567,16 @@ int pki_watch_page_mprotect(void *addr, size_t len, int prot)
 	/*
 	 * Signals blocked while the lock is held: a handler of this thread
 	 * calling mprotect on the watched pages too (a collector's SIGSEGV
-	 * handler, a timer's) would wait for it for ever.
+	 * handler, a timer's) would wait for it for ever.  Not taken again
+	 * when this thread holds it already: a fork handler of the program's,
+	 * run between ours.
 	 */
-	if (mgr_held) /* this thread's already: a fork handler of the program's, between ours */
+	if (pki_held_mine(&mgr.lock))
 		return __pki_page_mprotect(addr, len, prot);
 	pki_siglock_block(&saved);
-	mgr_lock();
+	pki_held_lock(&mgr.lock);
 	err = __pki_page_mprotect(addr, len, prot);
-	mgr_unlock();
+	pki_held_unlock(&mgr.lock);
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 	return err;
 }

@@ -9,6 +9,8 @@
 
 #include <stdbool.h>
 
+#include "base/held.h"
+
 /*
  * With no watchpoint left, give SIGTRAP back to the program (base/sigtrap.h,
  * pki_sigtrap_client_drop()); the next pk_watch_add() installs the handler
@@ -19,8 +21,8 @@
  */
 bool pki_watch_release(void);
 
-/* Does this thread hold the manager's lock (base/held.h: page.c's `__` functions ask)? */
-bool pki_watch_mgr_held(void);
+/* The manager's lock (watch.c's mgr.lock), which page.c's `__` functions check (base/held.h). */
+extern struct pki_held_mutex *const pki_watch_mgr_lock;
 
 /*
  * The program's mprotect() over a page-mode watch's pages (the agent's

@@ -52,7 +52,7 @@
 #include "base/futex.h"
 #include "base/peek.h"
 #include "base/signals.h"
-#include "sym/unwind.h"
+#include "stack.h"
 #include "sym/elf_syms.h"
 #include "watch/perf.h"
 #include "watch/ring.h"
@@ -119,9 +119,9 @@ static struct {
 	_Atomic bool resync;	  /* a pointer write had no record: read the pointer again */
 	struct pk_hitq *q;
 	struct rec *recs;
-	struct pki_stack_snap *snaps; /* --stack: one per record (the .eh_frame unwinder's) */
-	struct pki_unwinder *unw;     /* made by the consumer at its first backtrace ... */
-	size_t unw_nobjs;	      /* ... and again when the objects loaded change */
+	struct agent_stack_snap *snaps;	  /* --stack: one per record (the .eh_frame unwinder's) */
+	struct agent_stack_unwinder *unw; /* made by the consumer at its first backtrace ... */
+	size_t unw_nobjs;		  /* ... and again when the objects loaded change */
 	struct timespec t0;
 
 	/* shared with the handler */
@@ -534,7 +534,7 @@ static void capture_stack(struct rec *r, const ucontext_t *uc)
 	r->nframes = 0;
 	r->sp = sp;
 	if (A.snaps)
-		pki_stack_snap_take(&A.snaps[r - A.recs], uc, A.pid);
+		agent_stack_snap_take(&A.snaps[r - A.recs], uc, A.pid);
 	for (r->nwords = 0; r->nwords < STACK_WORDS; r->nwords++)
 		if (!peek(sp + (uintptr_t)r->nwords * sizeof(uintptr_t), &r->top[r->nwords]))
 			break;
@@ -644,11 +644,11 @@ static int cfi_callers(const struct rec *r, uintptr_t *ras, int max)
 		return 0; /* the ring path's callchain is the kernel's frame-pointer walk (WR7) */
 	dl_iterate_phdr(count_obj, &nobjs); /* a dlopen() since: its CFI too */
 	if (nobjs != A.unw_nobjs) {
-		pki_unwinder_free(A.unw);
-		A.unw = pki_unwinder_new(A.pid);
+		agent_stack_unwinder_free(A.unw);
+		A.unw = agent_stack_unwinder_new(A.pid);
 		A.unw_nobjs = nobjs;
 	}
-	return pki_unwind(A.unw, &A.snaps[r - A.recs], ras, max);
+	return agent_stack_unwind(A.unw, &A.snaps[r - A.recs], ras, max);
 }
 
 /*
@@ -1446,7 +1446,7 @@ static void watch_free(void)
 	free(A.snaps);
 	pk_hitq_free(A.q);
 	if (A.unw)
-		pki_unwinder_free(A.unw);
+		agent_stack_unwinder_free(A.unw);
 	memset(&A, 0, sizeof(A));
 	memset(where_cache, 0, sizeof(where_cache));
 }

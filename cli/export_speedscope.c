@@ -24,10 +24,10 @@
 
 #include "base/grow.h"
 #include "cli.h"
-#include "trace/analyze.h"
+#include "traceread/analyze.h"
 #include "trace/format.h"
-#include "trace/idxmap.h"
-#include "trace/reader.h"
+#include "traceread/idxmap.h"
+#include "traceread/reader.h"
 
 struct sthread {
 	FILE *tmp;		/* its events, as JSON objects */

@@ -24,9 +24,9 @@
 
 #include "base/grow.h"
 #include "cli.h"
-#include "trace/analyze.h"
-#include "trace/idxmap.h"
-#include "trace/reader.h"
+#include "traceread/analyze.h"
+#include "traceread/idxmap.h"
+#include "traceread/reader.h"
 
 static const char usage[] =
     "usage: probekit graph FUNC [FILE] [options] [--pid PID]...\n\n"

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "trace/reader.h"
+#include "traceread/reader.h"
 
 static const char info_usage[] =
     "usage: probekit info [FILE]\n"

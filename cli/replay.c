@@ -44,10 +44,10 @@
 
 #include "base/grow.h"
 #include "cli.h"
-#include "trace/analyze.h"
+#include "traceread/analyze.h"
 #include "trace/format.h"
-#include "trace/idxmap.h"
-#include "trace/reader.h"
+#include "traceread/idxmap.h"
+#include "traceread/reader.h"
 
 static const char usage[] =
     "usage: probekit replay [FILE] [options]\n\n"

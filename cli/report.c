@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * probekit report / probekit export: read a trace file (src/trace/reader.h)
+ * probekit report / probekit export: read a trace file (src/traceread/reader.h)
  * and print per-function statistics, or convert it to Chrome trace-event
  * JSON or folded stacks.  Shared: opening the file and saying what is wrong
  * with it (fatal problems are errors; a partial file is a warning and the
@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "trace/analyze.h"
-#include "trace/idxmap.h"
-#include "trace/reader.h"
+#include "traceread/analyze.h"
+#include "traceread/idxmap.h"
+#include "traceread/reader.h"
 
 #define DEFAULT_TRACE "probekit.trace"
 

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "trace/reader.h"
+#include "traceread/reader.h"
 
 bool cli_pids_add(struct cli_pids *p, const char *cmd, const char *list)
 {

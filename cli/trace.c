@@ -32,7 +32,7 @@
 #include "sym/demangle.h"
 #include "trace/argcond.h"
 #include "trace/argspec.h"
-#include "trace/reader.h"
+#include "traceread/reader.h"
 
 #define TRACE_FAIL 125
 

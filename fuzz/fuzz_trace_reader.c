@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * Fuzz target: the trace file reader (src/trace/reader.h) and, whenever it
+ * Fuzz target: the trace file reader (src/traceread/reader.h) and, whenever it
  * returns a file, everything `probekit report` and `probekit export` do with
- * it (src/trace/analyze.c and cli/report.c, run for real with their output
+ * it (src/traceread/analyze.c and cli/report.c, run for real with their output
  * sent to /dev/null).  It must never crash, leak or hang.
  *
  * Checksums would stop a mutating fuzzer at the first record, so each input
@@ -26,10 +26,10 @@
 
 #include "cli/cli.h"
 #include "fuzz_util.h"
-#include "trace/analyze.h"
+#include "traceread/analyze.h"
 #include "trace/crc32.h"
 #include "trace/format.h"
-#include "trace/reader.h"
+#include "traceread/reader.h"
 
 static FILE *devnull;
 

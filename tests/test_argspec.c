@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Argument specs (src/trace/argspec.c) and their capture (trace/argcap.h):
+ * Argument specs (src/trace/argspec.c) and their capture (trace/argcap.h),
+ * shown as a trace shows them (src/traceread/argval.c):
  * the syntax, its normal form and errors; every format's display; strings
  * captured from memory that is fine, cut, unterminated before a PROT_NONE
  * page, wild or NULL, and put back together from their DATA events.
@@ -16,6 +17,7 @@
 #include "trace/argcap.h"
 #include "trace/argcond.h"
 #include "trace/argspec.h"
+#include "traceread/argval.h"
 
 static char err[256];
 

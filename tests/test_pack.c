@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * PACKED records' codec (src/trace/pack.c): events come back bit for bit,
- * whatever their values; what the codec promises about size holds on a
- * program's usual events; and bytes that are not a record's are refused,
- * never read past their end.
+ * PACKED records' codec (src/trace/pack.c, src/traceread/unpack.c): events
+ * come back bit for bit, whatever their values; what the codec promises
+ * about size holds on a program's usual events; and bytes that are not a
+ * record's are refused, never read past their end.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -12,6 +12,7 @@
 
 #include "harness.h"
 #include "trace/pack.h"
+#include "traceread/unpack.h"
 
 #define N 4096
 

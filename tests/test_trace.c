@@ -31,9 +31,9 @@
 #include <probekit/probekit.h>
 
 #include "harness.h"
-#include "trace/analyze.h"
+#include "traceread/analyze.h"
 #include "trace/crc32.h"
-#include "trace/reader.h"
+#include "traceread/reader.h"
 #include "trace/trace.h"
 
 #include "trace_crafted.h"

@@ -24,8 +24,8 @@
 #include <probekit/probekit.h>
 
 #include "harness.h"
-#include "trace/analyze.h"
-#include "trace/reader.h"
+#include "traceread/analyze.h"
+#include "traceread/reader.h"
 #include "trace/trace.h"
 
 #define FA 0x1000u

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Argument and return value specs (`probekit trace -A/-R`, uftrace's
- * syntax) and the display of what they captured.  Pure code: the command
- * parses what the user typed, the agent parses it again to capture, the
- * reader parses the ARGS records of a trace and formats its DATA events.
+ * syntax).  Pure code: the command parses what the user typed, the agent
+ * parses it again to capture, the reader parses the ARGS records of a
+ * trace (and formats its DATA events by them: traceread/argval.h).
  *
  *   spec    := item { "," item }
  *   item    := ( "arg" N | "fparg" N | "retval" ) [ "/" fmt ] [ "%" where ]
@@ -107,44 +107,13 @@ int pki_argspec_take(struct pki_argspec *dst, const struct pki_argspec *src, uns
 /* @spec in the syntax above, entry items first, normalized: 0, or -ENOSPC. */
 int pki_argspec_format(const struct pki_argspec *spec, char *out, size_t len);
 
+/* The bytes a struct member of format @fmt and @size (bits, 0: default) takes: 0 if invalid. */
+unsigned pki_arg_member_bytes(char fmt, unsigned size);
+
 /* The most DATA events capturing @it may take (a string is cut at PKI_ARG_STR_MAX). */
 unsigned pki_arg_item_slots(const struct pki_arg_item *it);
 
 /* The most DATA events an entry (@ret false) or an exit of @spec may take. */
 unsigned pki_argspec_slots(const struct pki_argspec *spec, bool ret);
-
-/* @it's name: "arg2", "fparg1", "retval" (as written, without its format). */
-const char *pki_arg_item_name(const struct pki_arg_item *it, char *out, size_t len);
-
-/* What one item captured, put together from its DATA events (pki_argval_add()). */
-struct pki_argval {
-	uint64_t value; /* the first DATA's payload */
-	uint32_t len;	/* string bytes in str */
-	bool fault, cut, done, any;
-	char str[PKI_ARG_STR_MAX];
-};
-
-/* Add the DATA event @word/@payload to @v.  False if it does not continue it. */
-bool pki_argval_add(struct pki_argval *v, uint64_t word, uint64_t payload);
-
-/*
- * @v, captured by item @i of @spec, as a trace shows it ("3", "0x1f",
- * "\"abc\"...", "'c'", "2.5", "GREEN", "(null)", "0x7f12 <unreadable>"),
- * into @out; a code address by @name_of's name for it (NULL: none, or no
- * such function).  Returns @out.
- */
-const char *pki_argval_str(const struct pki_argspec *spec, unsigned i, const struct pki_argval *v,
-			   char *out, size_t len, const char *(*name_of)(uint64_t addr, void *arg),
-			   void *arg);
-
-/*
- * The values @v of @spec's items as a call shows them: the arguments
- * "(1, \"a\")" (@ret false), or the return value "0x1" (@ret true; ""
- * when it was not recorded, as for a call unwound), into @out.  Returns
- * @out.
- */
-const char *pki_argvals_str(const struct pki_argspec *spec, const struct pki_argval *v, bool ret,
-			    char *out, size_t len, const char *(*name_of)(uint64_t addr, void *arg),
-			    void *arg);
 
 #endif /* PK_TRACE_ARGSPEC_H */

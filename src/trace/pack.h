@@ -26,6 +26,9 @@
  * The table and both "previous" values start afresh in every record, so a
  * record decodes alone.  Which slot the writer picks is its own business
  * (a hash of fn); the reader only follows the tags.
+ *
+ * The writer's half is here (pack.c); the reader's, pki_unpack_events(), is
+ * the trace reader's (traceread/unpack.h).
  */
 #ifndef PK_TRACE_PACK_H
 #define PK_TRACE_PACK_H
@@ -34,6 +37,13 @@
 #include <stdint.h>
 
 #include "trace/format.h"
+
+/* The tag byte's parts, as the writer writes them and the reader reads them. */
+#define PKI_PACK_LITERAL    4u /* a literal fn follows */
+#define PKI_PACK_SLOT_SHIFT 3  /* bits 3-7: the slot */
+/* A DATA event, its payload a LEB128; or its payload's meant bytes. */
+#define PKI_PACK_DATA_LEB PKI_EV_GAP
+#define PKI_PACK_DATA_RAW (PKI_EV_GAP | 1u << PKI_PACK_SLOT_SHIFT)
 
 /* The most bytes one event packs into: the tag and two 64-bit LEB128s. */
 #define PKI_PACK_MAX_EVENT (1u + 10u + 10u)
@@ -54,14 +64,5 @@ void pki_pack_begin(struct pki_pack *pk, uint64_t base_ts);
  */
 size_t pki_pack_events(struct pki_pack *pk, uint8_t *out, const struct pki_trace_event *ev,
 		       size_t n);
-
-/*
- * Unpack exactly @count events from the @len bytes at @in, whose first
- * event counts from @base_ts, into @out.  0, or -1 if the bytes are not
- * @count well-formed events that fill @len exactly (a slot used before
- * anything was put in it, a LEB128 past 64 bits or past the end).
- */
-int pki_unpack_events(const uint8_t *in, size_t len, uint64_t base_ts, struct pki_trace_event *out,
-		      uint32_t count);
 
 #endif

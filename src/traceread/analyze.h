@@ -21,10 +21,11 @@
  *    the exits among them): the stack starts afresh after it.
  *  - self time = duration - durations of the direct children.
  */
-#ifndef PK_TRACE_ANALYZE_H
-#define PK_TRACE_ANALYZE_H
+#ifndef PK_TRACEREAD_ANALYZE_H
+#define PK_TRACEREAD_ANALYZE_H
 
-#include "trace/reader.h"
+#include "traceread/argval.h"
+#include "traceread/reader.h"
 
 struct pki_trace_call {
 	uint64_t fn;
@@ -151,4 +152,4 @@ void pki_trace_report_free(struct pki_trace_report *r);
 /* The display name of @fn: its symbol, else "0x<hex>" in @buf. */
 const char *pki_trace_fn_name(const struct pki_trace_file *f, uint64_t fn, char *buf, size_t len);
 
-#endif /* PK_TRACE_ANALYZE_H */
+#endif /* PK_TRACEREAD_ANALYZE_H */

@@ -7,8 +7,8 @@
  * count + 1.  Only grows; its size is that of the distinct keys, never of the
  * trace's length.  Not thread-safe (one analysis, one thread).
  */
-#ifndef PK_TRACE_IDXMAP_H
-#define PK_TRACE_IDXMAP_H
+#ifndef PK_TRACEREAD_IDXMAP_H
+#define PK_TRACEREAD_IDXMAP_H
 
 #include <errno.h>
 #include <stdint.h>
@@ -120,4 +120,4 @@ static inline void pki_idxmap_free(struct pki_idxmap *m)
 	m->cap = m->n = 0;
 }
 
-#endif /* PK_TRACE_IDXMAP_H */
+#endif /* PK_TRACEREAD_IDXMAP_H */

@@ -23,9 +23,9 @@
 #include <unistd.h>
 
 #include "trace/crc32.h"
-#include "trace/idxmap.h"
-#include "trace/pack.h"
-#include "trace/reader.h"
+#include "traceread/idxmap.h"
+#include "traceread/unpack.h"
+#include "traceread/reader.h"
 
 #define MAX_TSN	   (1u << 20)
 #define SRC_CHUNK  (1u << 20)

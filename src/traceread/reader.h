@@ -19,8 +19,8 @@
  * complete valid record, partial = true and error/error_off set.  A file that
  * simply lacks its END record is partial too ("cut short").
  */
-#ifndef PK_TRACE_READER_H
-#define PK_TRACE_READER_H
+#ifndef PK_TRACEREAD_READER_H
+#define PK_TRACEREAD_READER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -213,4 +213,4 @@ bool pki_trace_thread_end(const struct pki_trace_file *f, const struct pki_trace
 uint64_t pki_trace_file_dur_ns(const struct pki_trace_file *f, uint64_t ticks);
 uint64_t pki_trace_file_ts_ns(const struct pki_trace_file *f, uint64_t ts);
 
-#endif /* PK_TRACE_READER_H */
+#endif /* PK_TRACEREAD_READER_H */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * .eh_frame backtraces over a stack snapshot (unwind.h), with libdwfl's
+ * .eh_frame backtraces over a stack snapshot (stack.h), with libdwfl's
  * unwinder: its modules are the process's objects, reported once from
  * /proc/PID/maps; its thread state is the snapshot being unwound, which
  * the callbacks below hand it (the registers at the trap, memory from the
@@ -13,15 +13,15 @@
 #include <unistd.h>
 
 #include "base/peek.h"
-#include "sym/unwind.h"
+#include "stack.h"
 
-struct pki_unwinder {
+struct agent_stack_unwinder {
 	Dwfl *dwfl;
 	pid_t pid;
-	const struct pki_stack_snap *cur; /* the snapshot pki_unwind() is on */
+	const struct agent_stack_snap *cur; /* the snapshot agent_stack_unwind() is on */
 };
 
-void pki_stack_snap_take(struct pki_stack_snap *s, const ucontext_t *uc, pid_t pid)
+void agent_stack_snap_take(struct agent_stack_snap *s, const ucontext_t *uc, pid_t pid)
 {
 	struct iovec local = {s->stack, sizeof(s->stack)}, remote;
 	ssize_t n;
@@ -36,7 +36,7 @@ void pki_stack_snap_take(struct pki_stack_snap *s, const ucontext_t *uc, pid_t p
 /* One word of the process: from the snapshot's copy if there, else live. */
 static bool mem_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *out, void *arg)
 {
-	const struct pki_stack_snap *s = ((struct pki_unwinder *)arg)->cur;
+	const struct agent_stack_snap *s = ((struct agent_stack_unwinder *)arg)->cur;
 
 	(void)dwfl;
 	if (addr >= s->sp && addr - s->sp + sizeof(*out) <= s->len) {
@@ -48,7 +48,7 @@ static bool mem_read(Dwfl *dwfl, Dwarf_Addr addr, Dwarf_Word *out, void *arg)
 
 static pid_t next_thread(Dwfl *dwfl, void *arg, void **thread_argp)
 {
-	struct pki_unwinder *u = arg;
+	struct agent_stack_unwinder *u = arg;
 
 	(void)dwfl;
 	if (*thread_argp)
@@ -67,7 +67,7 @@ static bool get_thread(Dwfl *dwfl, pid_t tid, void *arg, void **thread_argp)
 
 static bool initial_regs(Dwfl_Thread *thread, void *arg)
 {
-	const struct pki_unwinder *u = arg;
+	const struct agent_stack_unwinder *u = arg;
 	Dwarf_Word regs[PKI_DWARF_NREGS];
 
 	for (int i = 0; i < PKI_DWARF_NREGS; i++)
@@ -87,9 +87,9 @@ static const Dwfl_Callbacks proc_cbs = {
     .find_debuginfo = dwfl_standard_find_debuginfo,
 };
 
-struct pki_unwinder *pki_unwinder_new(pid_t pid)
+struct agent_stack_unwinder *agent_stack_unwinder_new(pid_t pid)
 {
-	struct pki_unwinder *u = calloc(1, sizeof(*u));
+	struct agent_stack_unwinder *u = calloc(1, sizeof(*u));
 
 	if (!u)
 		return NULL;
@@ -98,13 +98,13 @@ struct pki_unwinder *pki_unwinder_new(pid_t pid)
 	if (!u->dwfl || dwfl_linux_proc_report(u->dwfl, pid) ||
 	    dwfl_report_end(u->dwfl, NULL, NULL) ||
 	    !dwfl_attach_state(u->dwfl, NULL, pid, &thread_cbs, u)) {
-		pki_unwinder_free(u);
+		agent_stack_unwinder_free(u);
 		return NULL;
 	}
 	return u;
 }
 
-void pki_unwinder_free(struct pki_unwinder *u)
+void agent_stack_unwinder_free(struct agent_stack_unwinder *u)
 {
 	if (!u)
 		return;
@@ -135,7 +135,8 @@ static int on_frame(Dwfl_Frame *state, void *arg)
 	return c->n < c->max ? DWARF_CB_OK : DWARF_CB_ABORT;
 }
 
-int pki_unwind(struct pki_unwinder *u, const struct pki_stack_snap *s, uintptr_t *ras, int max)
+int agent_stack_unwind(struct agent_stack_unwinder *u, const struct agent_stack_snap *s,
+		       uintptr_t *ras, int max)
 {
 	struct collect c = {.ras = ras, .max = max, .first = true};
 

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trace/analyze.h"
-#include "trace/idxmap.h"
+#include "traceread/analyze.h"
+#include "traceread/idxmap.h"
 
 /*
  * One thread's replay, fed its events as they are read.  Memory: the shadow

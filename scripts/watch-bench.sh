@@ -5,7 +5,11 @@
 # `probekit watch --path ring` (perf's ring buffer, read by the agent's
 # thread) and under gdb's `watch -l` (a ptrace stop per hit, continued by a
 # silent command), each the median wall time of RUNS runs, with its ratio
-# to the plain run and, for probekit, the hits printed and lost.
+# to the plain run and, for probekit, the hits printed and lost.  The
+# floor row is `perf stat -e mem:ADDR/8:w` on the same run (address space
+# randomization off, so ADDR is known before the start): the kernel takes
+# each hit's debug exception and counts it, nothing more; no watch whose
+# every hit traps can cost less on that machine.
 #
 # The program is tests/targets/hot_counter (ITERS locked adds to `hot` in
 # one thread), or with --redis, redis-server under redis-benchmark
@@ -62,6 +66,7 @@ median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (
 if ! $redis; then
 	what="hot_counter $iters (one thread, locked adds to \`hot\`)"
 	sym=hot
+	prog=$hot field_off=0
 	total=$iters
 	run_prog() { "$@" "$hot" "$iters" >/dev/null; }
 else
@@ -77,6 +82,7 @@ else
 	[[ $off =~ ^[0-9]+$ ]] || { echo "gdb finds no server.stat_numcommands in $rs (no debug info?)" >&2; exit 1; }
 	what="redis-server, redis-benchmark -n $requests -t set,get,incr"
 	sym=server+$off
+	prog=$rs field_off=$off
 	total=
 	port=$((20000 + RANDOM % 20000))
 	# run_prog CMD...: the server under CMD, the benchmark against it, then SHUTDOWN.
@@ -103,9 +109,14 @@ timed() { # CMD...: the seconds it took
 	awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.4f\n", b - a}'
 }
 run_plain() { run_prog; }
-run_watched() { run_prog "$pk" watch --mode hw --path "$1" -o "$dir/report.$1" "$sym" --; }
+run_watched() { run_prog "$pk" watch --mode hw --path "$1" -l 8 -o "$dir/report.$1" "$sym" --; }
+# gdb stops at the first instruction (starti) so that `watch -l` finds the
+# address, counts its stops in $n and writes them to gdb.out at the end.
 gdb_cmds() {
-	printf 'set pagination off\nwatch -l %s\ncommands\nsilent\ncontinue\nend\nrun\n' "$1"
+	printf 'set pagination off\nset $n = 0\nstarti\nwatch -l %s\n' "$1"
+	printf 'commands\nsilent\nset $n = $n + 1\ncontinue\nend\ncontinue\n'
+	printf 'set logging file %s\nset logging overwrite on\nset logging enabled on\nprint $n\n' \
+		"$dir/gdb.out"
 }
 run_gdb() {
 	local expr=hot
@@ -126,6 +137,23 @@ if [[ $? -ne 0 ]]; then
 	exit 0
 fi
 
+# floor: the kernel counting each hit (perf stat), PROG at the address it
+# has with randomization off (a PIE's base is then 0x555555554000)
+floor_addr() {
+	local base=0 v
+	v=$(nm "$prog" | awk -v s="${sym%%+*}" '$3 == s {print $1; exit}')
+	[[ -n $v ]] || return 1
+	file -L "$prog" | grep -q 'pie executable' && base=0x555555554000
+	printf '0x%x\n' $((base + 0x$v + field_off))
+}
+run_floor() { run_prog perf stat -x, -o "$dir/floor.csv" -e "mem:$1/8:w" -- setarch -R; }
+if command -v perf >/dev/null && command -v setarch >/dev/null && addr=$(floor_addr); then
+	t=$(for ((i = 0; i < runs; i++)); do timed run_floor "$addr"; done | median)
+	n=$(awk -F, '/mem:/ {print $1; exit}' "$dir/floor.csv")
+	printf '| %-34s | %10.4f | %6.2f | %s\n' "floor: perf stat -e mem:ADDR/8:w" "$t" \
+		"$(awk -v a="$t" -v b="$plain" 'BEGIN {print a / b}')" "${n:-?} counted"
+fi
+
 for path in signal ring; do
 	t=$(for ((i = 0; i < runs; i++)); do timed run_watched $path; done | median)
 	sum=$(grep -E '^# [0-9]+ hit\(s\) printed' "$dir/report.$path" | tail -1 | sed 's/^# //')
@@ -136,6 +164,7 @@ for path in signal ring; do
 done
 if command -v gdb >/dev/null; then
 	t=$(for ((i = 0; i < runs; i++)); do timed run_gdb; done | median)
+	n=$(sed -n 's/^\$1 = //p' "$dir/gdb.out" | tail -1)
 	printf '| %-34s | %10.4f | %6.2f | %s\n' "gdb watch -l (silent, continue)" "$t" \
-		"$(awk -v a="$t" -v b="$plain" 'BEGIN {print a / b}')" "${total:+$total expected}"
+		"$(awk -v a="$t" -v b="$plain" 'BEGIN {print a / b}')" "${n:-?} stop(s)${total:+ of $total}"
 fi

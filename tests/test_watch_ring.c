@@ -288,7 +288,10 @@ END_TEST
 static long word __attribute__((aligned(8)));
 static pid_t hw_tids[NTHREADS];
 
-__attribute__((noinline)) static void *writer(void *arg)
+/* writer() alone in its section: the linker's __stop_ symbol ends its code */
+extern const char __stop_pkt_writer_text[];
+
+__attribute__((noinline, section("pkt_writer_text"))) static void *writer(void *arg)
 {
 	int i = (int)(intptr_t)arg;
 
@@ -318,7 +321,7 @@ static void on_hw(const struct pki_ring_sample *s, void *ctx)
 	if (s->addr != (uintptr_t)&word)
 		h->bad_addr++;
 	/* x86 traps after the write: the ip is the next instruction of writer() */
-	if (s->ip <= (uintptr_t)writer || s->ip > (uintptr_t)writer + 256)
+	if (s->ip <= (uintptr_t)writer || s->ip >= (uintptr_t)__stop_pkt_writer_text)
 		h->bad_ip++;
 	/* the callchain: its marker, then the ip (the callers depend on frame pointers) */
 	if (s->nr < 2 || s->ips[0] != PERF_CONTEXT_USER || s->ips[1] != s->ip)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Where the commands write: an output file opened as the trace file is
- * (src/trace/trace.c, file_create: no symbolic link followed and nobody
+ * (src/trace/session.c, file_create: no symbolic link followed and nobody
  * else's file overwritten in a directory others can write to), and the
  * indentation of the call-tree printers (replay, graph), capped so that
  * their output stays linear in the depth.

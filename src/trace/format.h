@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The trace file format, version 1, as C structs shared by the writer
- * (trace.c) and the reader (src/traceread/reader.c).  doc/trace-format.md is the prose
+ * (src/trace/writer.c) and the reader (src/traceread/reader.c).  doc/trace-format.md is the prose
  * description; the two must agree.  Everything is little-endian and naturally
  * aligned; every record starts on an 8-byte boundary.
  *

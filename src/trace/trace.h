@@ -210,11 +210,11 @@ struct pki_trace_buf {
 	uint64_t dropped; /* writer only: drained but not written (the file could not take them) */
 	uint64_t full_lost;  /* atomic adds: waits for room that ended without room */
 	uint64_t depth_lost; /* atomic adds: exits exit tracing cannot see (pki_trace_count_lost) */
-	uint64_t kind_base[4]; /* each cause's count when this session began (trace.c) */
+	uint64_t kind_base[4]; /* each cause's count when this session began (trace_int.h) */
 	uint32_t tid;
 	uint32_t announced;
 	uint32_t dead;	     /* set (release) by the owner when it exits: it won't write again */
-	uint32_t budget_out; /* owner, before dead: its ring no longer counts in S.buf_mem */
+	uint32_t budget_out; /* owner, before dead: its ring no longer counts in pki_tw.buf_mem */
 	/*
 	 * Held calls (hold.h): a thread's buffer points at its hold buffer
 	 * (made at its first held call, or NULL), a hold buffer at its
@@ -318,7 +318,7 @@ enum { PKI_TRACE_PUT_OK, PKI_TRACE_PUT_FULL, PKI_TRACE_PUT_SLOW };
  *    the handler runs on this CPU, in program order.
  *  - A flight recorder's ring (pki_trace_ring) is never full: the owner
  *    overwrites its oldest slots without looking at tail, and the writer
- *    copies a ring out the way a seqlock is read (trace.c, ring_copy()).
+ *    copies a ring out the way a seqlock is read (flight.c, ring_copy()).
  *    For that, the release fence orders the store of head that published
  *    event h - 1, and busy = 1, before the slot stores of event h, and
  *    busy = 0 is a release store after head's; on x86 these are plain moves

@@ -45,6 +45,7 @@
 #include <probekit/watch.h>
 
 #include "arch/arch.h"
+#include "base/err.h"
 #include "base/held.h"
 #include "base/log.h"
 #include "base/opts.h"
@@ -328,6 +329,7 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 		uint64_t where = atomic_load_explicit(&p->where, memory_order_relaxed);
 		ucontext_t *uc = ucv;
 		struct pk_watch_hit hit = {
+		    .sz = sizeof(hit),
 		    .watch = w,
 		    .ctx = w->ctx,
 		    .tid = (pid_t)syscall(SYS_gettid),
@@ -1266,8 +1268,7 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 out_unlock:
 	mgr_unlock();
 out_errno:
-	errno = -err;
-	return NULL;
+	return pki_err_ptr(err);
 }
 
 /* ---- the rest of the life cycle ----------------------------------------- */

@@ -275,9 +275,9 @@ static struct agent_args *group_new(const unsigned long *ips, const struct agent
 	a->one = one ? &a->slot[0] : NULL;
 	a->exits = exits;
 	/* The xmm save area only where an fparg is read (tramp.S saves it then). */
-	a->ops = (struct pk_ops){.func = agent_on_entry_args, .flags = a->vec ? 0 : PK_OPS_F_NOVEC};
-	a->ops.filter.ips = a->ips;
-	a->ops.filter.nips = nfilter;
+	a->ops = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = agent_on_entry_args, .flags = a->vec ? 0 : PK_OPS_F_NOVEC,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = a->ips, .nips = nfilter));
 	return a;
 }
 

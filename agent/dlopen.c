@@ -675,9 +675,9 @@ static int __dlo_register(struct dlo *d)
 {
 	int err;
 
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 
-	memset(&d->ops, 0, sizeof(d->ops));
+	d->ops = (struct pk_ops)PK_OPTS_INIT(pk_ops);
 	d->ops.func = agent_dl_entry_only ? C.func_reloc : C.func;
 	/*
 	 * Relocated (--relocate-all): timed, except the functions whose return
@@ -692,8 +692,8 @@ static int __dlo_register(struct dlo *d)
 			break;
 		}
 	d->ops.flags = C.flags;
-	d->ops.filter.ips = d->ips;
-	d->ops.filter.nips = d->nips;
+	d->ops.filter =
+	    (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = d->ips, .nips = d->nips);
 	d->opsp = &d->ops;
 	if (C.args && d->ops.func == C.func && !d->aops) {
 		d->aops = agent_args_object_ops(d->ips, d->names, d->nips, d->path, d->fbase,

@@ -60,7 +60,7 @@ static struct {
 /* The kind of the site at function @func (after an endbr64 or not), or 0 if none. */
 static enum pk_site_kind site_kind(unsigned long func)
 {
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 
 	if ((!pk_site_find(func, &s) && s.func == func) ||
 	    (!pk_site_find(func + PKI_ENDBR64_LEN, &s) && s.func == func))

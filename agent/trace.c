@@ -643,7 +643,7 @@ static size_t int3_names_add(char *line, size_t len, size_t size, bool relay)
 	size_t n = 0;
 
 	for (size_t i = 0; i < T.nips; i++) {
-		struct pk_site s;
+		PK_OPTS(pk_site, s);
 
 		if (!int3_site(i, relay, &s))
 			continue;
@@ -663,7 +663,7 @@ static size_t int3_relayed(void)
 	size_t n = 0;
 
 	for (size_t i = 0; i < T.nips; i++) {
-		struct pk_site s;
+		PK_OPTS(pk_site, s);
 
 		n += int3_site(i, true, &s);
 	}
@@ -700,7 +700,7 @@ static int hooks_register(size_t nmain, size_t nlib, size_t ncall, size_t ncall1
 static bool on_breakpoint_named(unsigned long ip, char *line, size_t *len, size_t size,
 				size_t *named)
 {
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 
 	if (pk_site_find(ip, &s) || s.kind != PK_SITE_INT3 || int3_on_relay(s.ip))
 		return false;
@@ -1096,19 +1096,20 @@ static bool trace_hook(bool initial)
 		trace_note("--trigger %s: no traced function of that name yet (a library "
 			   "loaded later may have it)",
 			   conf->trigger);
-	T.ops.func = conf->exits ? agent_on_entry_exit : agent_on_entry;
-	T.ops.flags = PK_OPS_F_NOVEC; /* trace_hook.c is built vector-free */
-	T.ops.filter.ips = T.main_ips;
-	T.ops.filter.nips = nmain;
-	T.ops_lib = (struct pk_ops){.func = agent_on_entry, .flags = PK_OPS_F_NOVEC};
-	T.ops_lib.filter.ips = T.lib_ips;
-	T.ops_lib.filter.nips = nlib;
-	T.ops_call = (struct pk_ops){.func = agent_on_libcall, .flags = PK_OPS_F_NOVEC};
-	T.ops_call.filter.ips = T.call_ips;
-	T.ops_call.filter.nips = ncall;
-	T.ops_call1 = (struct pk_ops){.func = agent_on_libcall_entry, .flags = PK_OPS_F_NOVEC};
-	T.ops_call1.filter.ips = T.call1_ips;
-	T.ops_call1.filter.nips = ncall1;
+	/* (trace_hook.c is built vector-free) */
+	T.ops = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = conf->exits ? agent_on_entry_exit : agent_on_entry,
+	    .flags = PK_OPS_F_NOVEC,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = T.main_ips, .nips = nmain));
+	T.ops_lib = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = agent_on_entry, .flags = PK_OPS_F_NOVEC,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = T.lib_ips, .nips = nlib));
+	T.ops_call = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = agent_on_libcall, .flags = PK_OPS_F_NOVEC,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = T.call_ips, .nips = ncall));
+	T.ops_call1 = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = agent_on_libcall_entry, .flags = PK_OPS_F_NOVEC,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = T.call1_ips, .nips = ncall1));
 	if (conf->top && !top_prepare())
 		FAIL(initial, "out of memory for the statistics of %zu functions", T.nips);
 	err = hooks_register(nmain, nlib, ncall, ncall1);

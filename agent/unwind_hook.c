@@ -412,12 +412,15 @@ static int unwinder_hook(struct unwinder *u)
 	if (!u->get_cfa)
 		return -ENOENT;
 	memcpy(u->begin_ips, u->ip, sizeof(u->begin_ips));
-	u->begin = (struct pk_ops){.func = on_begin, .data = u};
-	u->begin.filter = (struct pk_ops_filter){.ips = u->begin_ips, .nips = U_SETIP};
-	u->end = (struct pk_ops){.func = on_end, .data = u};
-	u->end.filter = (struct pk_ops_filter){.ips = &u->ip[U_SETIP], .nips = 1};
-	u->rethrow = (struct pk_ops){.func = on_rethrow, .data = u};
-	u->rethrow.filter = (struct pk_ops_filter){.ips = &u->ip[U_RETHROW], .nips = 1};
+	u->begin = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = on_begin, .data = u,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = u->begin_ips, .nips = U_SETIP));
+	u->end = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = on_end, .data = u,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &u->ip[U_SETIP], .nips = 1));
+	u->rethrow = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = on_rethrow, .data = u,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &u->ip[U_RETHROW], .nips = 1));
 	/* U5: the ends, then the begins. */
 	err = ends_hook(u, true);
 	if (!err) {

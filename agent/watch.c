@@ -1044,7 +1044,7 @@ static void follow(const struct rec *r)
 /* Print what is queued; consumer only (one thread at a time). */
 static void drain(void)
 {
-	struct pk_watch_hit h;
+	PK_OPTS(pk_watch_hit, h);
 
 	while (!pk_hitq_pop(A.q, &h)) {
 		struct rec *r = h.ctx;

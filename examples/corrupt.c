@@ -80,7 +80,7 @@ static int print_warnings(enum pk_print_level level, const char *fmt, va_list ap
 static void *reporter(void *arg)
 {
 	struct pk_hitq *q = arg;
-	struct pk_watch_hit h;
+	PK_OPTS(pk_watch_hit, h);
 	long seen = 0;
 
 	for (;;) {

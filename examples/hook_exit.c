@@ -51,7 +51,7 @@ int main(void)
 	struct pk_fprobe fp = {.entry = on_entry,
 			       .exit = on_exit_,
 			       .data_size = sizeof(unsigned long),
-			       .filter = {.globs = globs, .nglobs = 1}};
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .globs = globs, .nglobs = 1)};
 	int err, sum = 0;
 
 	pk_set_print(pk_print_stderr); /* the library's reasons, when it refuses */

@@ -35,7 +35,7 @@ int main(void)
 	PK_OPTS(pk_watch_opts, o, .queue = q);
 	struct pk_watch *w =
 	    pk_watch_add((const void *)&config.limit, sizeof(config.limit), PK_WATCH_W, &o);
-	struct pk_watch_hit h;
+	PK_OPTS(pk_watch_hit, h);
 	pthread_t t;
 	int n = 0;
 

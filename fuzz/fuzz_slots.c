@@ -54,6 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size < 2)
 		return 0;
+	ref.cfg.sz = sizeof(ref.cfg);
 	ref.cfg.nr_cpus = 1 + data[0] % 8;
 	ref.cfg.shared = data[0] & 8;
 	ref.cfg.nr_slots_data = 1 + data[1] % 6;

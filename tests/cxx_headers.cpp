@@ -2,7 +2,9 @@
 /*
  * The public headers compile as C++ (struct pk_ops's `private` field is
  * `private_` there), and the library links from C++: register and unregister
- * an ops on nothing, read a site table, ask the slot model.
+ * an ops on nothing, read a site table, ask the slot model.  The sized
+ * structs' sz is set by hand, as C++ before C++20 has no designated
+ * initializers for PK_OPTS.
  */
 #include <cstdio>
 
@@ -18,12 +20,15 @@ int main()
 {
 	static const unsigned long none[1] = {0};
 	struct pk_ops ops = {};
-	struct pk_site s;
+	struct pk_site s = {};
 
+	ops.sz = sizeof(ops);
 	ops.func = cb;
+	ops.filter.sz = sizeof(ops.filter);
 	ops.filter.ips = none;
 	ops.filter.nips = 0;
-	if (ops.private_ != nullptr)
+	s.sz = sizeof(s);
+	if (ops.private_ != nullptr || !PK_HAS(&s, kind))
 		return 1;
 	/* An address that is no site: the call fails cleanly, from C++ too. */
 	if (pk_site_find(reinterpret_cast<unsigned long>(&main), &s) == 0 && s.ip == 0)

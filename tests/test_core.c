@@ -225,6 +225,50 @@ START_TEST(opts_in_and_out)
 	ck_assert_uint_eq(newest.v.sz, sizeof(out));
 	ck_assert_int_eq(newest.v.b, 6);
 	ck_assert_int_eq(newest.unknown, 9); /* past ours: untouched */
+	/* out, checked first: below the first version (0 too) is refused */
+	old.sz = sizeof(old);
+	ck_assert_int_eq(pki_opts_out_check(&old, sizeof(old), "t"), 0);
+	old.sz = 0;
+	ck_assert_int_eq(pki_opts_out_check(&old, sizeof(old), "t"), -EINVAL);
+	pk_set_print(was);
+}
+END_TEST
+
+/* What the callers of sized structs see: PK_OPTS, PK_HAS, and refusals said or not. */
+struct padded {
+	size_t sz;
+	long a;
+	int last; /* then 4 bytes of padding */
+};
+
+START_TEST(opts_first_version_and_silence)
+{
+	PK_OPTS(padded, p, .a = 1, .last = 2);
+	struct padded in;
+	pk_print_fn was = pk_set_print(capture);
+
+	ck_assert_uint_eq(p.sz, sizeof(p));
+	ck_assert(PK_HAS(&p, last));
+	/* a first version ends at its last field, not at its padding */
+	p.sz = PKI_OPTS_END(struct padded, last);
+	ck_assert(PK_HAS(&p, last));
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &p, PKI_OPTS_END(struct padded, last), "t"),
+			 0);
+	ck_assert_int_eq(in.last, 2);
+	p.sz = offsetof(struct padded, last);
+	ck_assert(!PK_HAS(&p, last));
+	/* refused, and said, unless @what is NULL (signal context) */
+	calls = 0;
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &p, PKI_OPTS_END(struct padded, last), "t"),
+			 -EINVAL);
+	ck_assert_int_eq(calls, 1);
+	ck_assert_ptr_nonnull(strstr(last, "too small"));
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &p, PKI_OPTS_END(struct padded, last), NULL),
+			 -EINVAL);
+	ck_assert_int_eq(pki_opts_out_check(&p, PKI_OPTS_END(struct padded, last), NULL), -EINVAL);
+	ck_assert_int_eq(calls, 1);
+	p.sz = 0; /* not declared with PK_OPTS */
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &p, sizeof(size_t), NULL), -EINVAL);
 	pk_set_print(was);
 }
 END_TEST
@@ -380,6 +424,7 @@ int main(void)
 	tcase_add_test(tc, umap_finds_what_was_put);
 	tcase_add_test(tc, grow_keeps_contents);
 	tcase_add_test(tc, opts_in_and_out);
+	tcase_add_test(tc, opts_first_version_and_silence);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("held");
 	tcase_add_test(tc, held_mutex_knows_its_holder);

@@ -30,11 +30,11 @@ static void run(int clock)
 	PK_OPTS(pki_trace_opts, o, .clock = clock, .buf_events = 4096, .no_drainer = true,
 		.program = "test-fgraph");
 	char path[] = "/tmp/pkfgraph-test-XXXXXX";
-	struct pk_ops ops = {
-	    .func = fgraph_test_hook,
-	    .flags = PK_OPS_F_NOVEC,
-	    .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_funcs[1]},
-		       .nips = 2}};
+	PK_OPTS(pk_ops, ops, .func = fgraph_test_hook, .flags = PK_OPS_F_NOVEC,
+		.filter = PK_OPTS_INIT(
+		    pk_ops_filter,
+		    .ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_funcs[1]},
+		    .nips = 2));
 	struct pki_trace_counts c;
 	int fd = mkstemp(path);
 
@@ -116,10 +116,9 @@ START_TEST(exits_keep_every_register)
 	PK_OPTS(pki_trace_opts, o, .clock = PKI_CLOCK_MONOTONIC, .buf_events = 4096,
 		.no_drainer = true, .program = "test-fgraph");
 	char path[] = "/tmp/pkfgraph-test-XXXXXX";
-	struct pk_ops ops = {
-	    .func = fgraph_test_hook,
-	    .flags = PK_OPS_F_NOVEC,
-	    .filter = {.ips = (unsigned long[]){(unsigned long)fg_leaf}, .nips = 1}};
+	PK_OPTS(pk_ops, ops, .func = fgraph_test_hook, .flags = PK_OPS_F_NOVEC,
+		.filter = PK_OPTS_INIT(
+		    pk_ops_filter, .ips = (unsigned long[]){(unsigned long)fg_leaf}, .nips = 1));
 	struct pki_trace_counts c;
 	int fd = mkstemp(path);
 

@@ -169,7 +169,7 @@ static struct pk_fprobe probe_of(const void *const *fns, size_t n, unsigned long
 				  .exit = on_exit_cb,
 				  .data = &S,
 				  .data_size = 32,
-				  .filter = {.ips = ips, .nips = n}};
+				  .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = n)};
 }
 
 #define PROBE(name, ...)                                                                           \
@@ -220,7 +220,8 @@ static void set_xmm0(struct pk_fprobe *fp, unsigned long ip, unsigned long paren
 START_TEST(replace_float_and_rdx)
 {
 	unsigned long ips[] = {(unsigned long)t_scale, (unsigned long)t_pair};
-	struct pk_fprobe fp = {.exit = set_xmm0, .filter = {.ips = ips, .nips = 2}};
+	struct pk_fprobe fp = {.exit = set_xmm0,
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 2)};
 
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
 	ck_assert(t_scale(2.0, 3) == -1.25);
@@ -451,14 +452,31 @@ END_TEST
 START_TEST(bad_input)
 {
 	unsigned long ip = (unsigned long)t_add;
-	struct pk_fprobe none = {.filter = {.ips = &ip, .nips = 1}};
-	struct pk_fprobe big = {
-	    .exit = on_exit_cb, .data_size = 33, .filter = {.ips = &ip, .nips = 1}};
-	struct pk_fprobe flags = {
-	    .exit = on_exit_cb, .flags = 2, .filter = {.ips = &ip, .nips = 1}};
-	struct pk_fprobe ok = {.exit = on_exit_cb, .data = &S, .filter = {.ips = &ip, .nips = 1}};
+	struct pk_fprobe none = {.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	struct pk_fprobe big = {.exit = on_exit_cb,
+				.data_size = 33,
+				.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	struct pk_fprobe flags = {.exit = on_exit_cb,
+				  .flags = 2,
+				  .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	struct pk_fprobe ok = {.exit = on_exit_cb,
+			       .data = &S,
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
 	unsigned long nosite = (unsigned long)&S;
-	struct pk_fprobe bad_ip = {.exit = on_exit_cb, .filter = {.ips = &nosite, .nips = 1}};
+	struct pk_fprobe bad_ip = {
+	    .exit = on_exit_cb, .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &nosite, .nips = 1)};
+	struct {
+		struct pk_fprobe fp;
+		long more; /* a newer header's filter field: the filter is the last member */
+	} newer = {.fp = {.exit = on_exit_cb,
+			  .data = &S,
+			  .filter = {.sz = sizeof(struct pk_ops_filter) + sizeof(long),
+				     .ips = &ip,
+				     .nips = 1}}};
+
+	_Static_assert(offsetof(typeof(newer), more) ==
+			   offsetof(struct pk_fprobe, filter) + sizeof(struct pk_ops_filter),
+		       "the filter ends struct pk_fprobe");
 
 	ck_assert_int_eq(pk_fprobe_register(NULL), -EINVAL);
 	ck_assert_int_eq(pk_fprobe_register(&none), -EINVAL);
@@ -476,6 +494,17 @@ START_TEST(bad_input)
 	ck_assert_int_eq(S.exits, 1);
 	ck_assert_int_eq(pk_fprobe_unregister(&ok), 0);
 	ck_assert_int_eq(pk_fprobe_unregister(&ok), -ENOENT);
+	/* the filter is sized: zero with ips set, or a newer field set, is refused */
+	ok.filter.sz = 0;
+	ck_assert_int_eq(pk_fprobe_register(&ok), -EINVAL);
+	newer.more = 1;
+	ck_assert_int_eq(pk_fprobe_register(&newer.fp), -EINVAL);
+	ck_assert_ptr_null(newer.fp.private);
+	newer.more = 0;
+	ck_assert_int_eq(pk_fprobe_register(&newer.fp), 0);
+	ck_assert_int_eq(t_add(2, 2), 4);
+	ck_assert_int_eq(S.exits, 2);
+	ck_assert_int_eq(pk_fprobe_unregister(&newer.fp), 0);
 }
 END_TEST
 
@@ -493,7 +522,9 @@ static void calls_hooked(struct pk_fprobe *fp, unsigned long ip, unsigned long p
 START_TEST(callback_reaches_hooked_code)
 {
 	unsigned long ip = (unsigned long)t_add;
-	struct pk_fprobe fp = {.exit = calls_hooked, .data = &S, .filter = {.ips = &ip, .nips = 1}};
+	struct pk_fprobe fp = {.exit = calls_hooked,
+			       .data = &S,
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
 
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
 	ck_assert_int_eq(t_add(1, 2), 103);
@@ -622,7 +653,8 @@ static void clobbers_errno(struct pk_fprobe *fp, unsigned long ip, unsigned long
 START_TEST(errno_kept)
 {
 	unsigned long ip = (unsigned long)t_fail;
-	struct pk_fprobe fp = {.exit = clobbers_errno, .filter = {.ips = &ip, .nips = 1}};
+	struct pk_fprobe fp = {.exit = clobbers_errno,
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
 
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
 	errno = 0;
@@ -636,8 +668,10 @@ END_TEST
 START_TEST(refused_functions)
 {
 	unsigned long ip = (unsigned long)dlsym(RTLD_DEFAULT, "dlsym");
-	struct pk_fprobe fp = {.exit = on_exit_cb, .data = &S, .filter = {.ips = &ip, .nips = 1}};
-	struct pk_site site;
+	struct pk_fprobe fp = {.exit = on_exit_cb,
+			       .data = &S,
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	PK_OPTS(pk_site, site);
 
 	if (pk_site_find(ip, &site)) {
 		printf("refused_functions: libc's dlsym is no site here (PROBEKIT_RELOC=1 makes it "
@@ -703,7 +737,9 @@ START_TEST(skip_with_a_value)
 {
 	unsigned long ips[] = {(unsigned long)t_skipme, (unsigned long)t_pair,
 			       (unsigned long)t_add};
-	struct pk_fprobe fp = {.entry = skip_entry, .exit = skip_exit, .filter = {ips, 3}};
+	struct pk_fprobe fp = {.entry = skip_entry,
+			       .exit = skip_exit,
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 3)};
 	struct pk_regs r = {0};
 	struct pair pr;
 
@@ -755,7 +791,8 @@ static void skip_tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_r
 START_TEST(skip_from_ops_and_tramp)
 {
 	unsigned long ip = (unsigned long)t_skipme;
-	struct pk_ops o = {.func = skip_ops_cb, .filter = {&ip, 1}};
+	PK_OPTS(pk_ops, o, .func = skip_ops_cb,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 	struct pk_tramp *t = pk_tramp_new(skip_tramp_cb, 0);
 
 	skip_runs = skip_tramp_calls = 0;
@@ -796,11 +833,11 @@ START_TEST(tramp_with_exits)
 	void *r;
 
 	/* a filter is refused: the sites are pk_direct_add()'s */
-	fp.filter = (struct pk_ops_filter){.ips = &ip, .nips = 1};
+	fp.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1);
 	errno = 0;
 	ck_assert_ptr_null(pk_fprobe_tramp_new(&fp));
 	ck_assert_int_eq(errno, EINVAL);
-	fp.filter = (struct pk_ops_filter){0};
+	fp.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter);
 	t = pk_fprobe_tramp_new(&fp);
 	ck_assert_ptr_nonnull(t);
 	ck_assert_ptr_null(pk_fprobe_tramp_new(&fp)); /* one trampoline an fprobe */
@@ -855,7 +892,7 @@ START_TEST(tramp_with_exits_refused_functions)
 	unsigned long ip = (unsigned long)dlsym(RTLD_DEFAULT, "dlsym");
 	struct pk_fprobe fp = {.exit = on_exit_cb, .data = &S};
 	struct pk_tramp *t;
-	struct pk_site site;
+	PK_OPTS(pk_site, site);
 
 	if (pk_site_find(ip, &site)) {
 		printf("tramp_with_exits_refused_functions: libc's dlsym is no site here "

@@ -237,6 +237,7 @@ static long entries_by_glob(const char *glob)
 	volatile int sum = 0;
 
 	fp.entry = on_entry;
+	fp.filter.sz = sizeof(fp.filter);
 	fp.filter.globs = globs;
 	fp.filter.nglobs = 1;
 	entries = 0;
@@ -326,6 +327,7 @@ static void under_fire(unsigned long *ips, size_t nips)
 	fp.entry = on_entry;
 	fp.exit = on_exit_cb;
 	fp.data_size = 16;
+	fp.filter.sz = sizeof(fp.filter);
 	fp.filter.ips = ips;
 	fp.filter.nips = nips;
 	entries = exits = unwound = bad = 0;
@@ -373,6 +375,7 @@ int main()
 
 	fp.entry = on_entry;
 	fp.exit = on_exit_cb;
+	fp.filter.sz = sizeof(fp.filter);
 	fp.filter.ips = ips;
 	fp.filter.nips = sizeof(ips) / sizeof(ips[0]);
 	err = pk_fprobe_register(&fp);

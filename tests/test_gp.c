@@ -442,7 +442,7 @@ static void *gp_thread(void *arg)
 
 START_TEST(blocked_in_callback_holds)
 {
-	struct pk_ops o = {.func = blocking_cb};
+	PK_OPTS(pk_ops, o, .func = blocking_cb);
 	struct pki_gp_stats before, after;
 	pthread_t tc, tg;
 	int tid;
@@ -831,7 +831,8 @@ static void nothing_ops(unsigned long ip, unsigned long parent_ip, struct pk_ops
 START_TEST(signal_at_every_instruction)
 {
 	static unsigned long ip[1];
-	struct pk_ops ops = {.func = nothing_ops, .filter = {.ips = ip, .nips = 1}};
+	PK_OPTS(pk_ops, ops, .func = nothing_ops,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = ip, .nips = 1));
 	struct pk_direct_entry e;
 	struct pk_tramp *t;
 	long steady, parked;

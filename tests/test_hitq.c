@@ -7,15 +7,18 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <probekit/watch.h>
 
+#include "base/opts.h"
 #include "harness.h"
 
 START_TEST(fifo_and_drops)
 {
 	struct pk_hitq *q = pk_hitq_new(3); /* rounded up to 4 */
-	struct pk_watch_hit h = {0}, out;
+	PK_OPTS(pk_watch_hit, h);
+	PK_OPTS(pk_watch_hit, out);
 
 	ck_assert_ptr_nonnull(q);
 	ck_assert_int_eq(pk_hitq_pop(q, &out), -EAGAIN);
@@ -59,7 +62,7 @@ static atomic_int producers_done;
 
 static void *producer(void *arg)
 {
-	struct pk_watch_hit h = {.tid = (pid_t)(intptr_t)arg};
+	PK_OPTS(pk_watch_hit, h, .tid = (pid_t)(intptr_t)arg);
 
 	for (long i = 0; i < PER_PRODUCER; i++) {
 		h.ip = (uintptr_t)i;
@@ -74,7 +77,7 @@ START_TEST(concurrent_producers)
 {
 	pthread_t t[NR_PRODUCERS];
 	long last[NR_PRODUCERS], popped = 0;
-	struct pk_watch_hit out;
+	PK_OPTS(pk_watch_hit, out);
 
 	mq = pk_hitq_new(1024);
 	ck_assert_ptr_nonnull(mq);
@@ -108,7 +111,7 @@ END_TEST
 START_TEST(null_args)
 {
 	struct pk_hitq *q = pk_hitq_new(4);
-	struct pk_watch_hit h = {.tid = 1};
+	PK_OPTS(pk_watch_hit, h, .tid = 1);
 
 	ck_assert_ptr_nonnull(q);
 	ck_assert_int_eq(pk_hitq_push(NULL, &h), -EINVAL);
@@ -124,6 +127,69 @@ START_TEST(null_args)
 }
 END_TEST
 
+/*
+ * Hits are sized (probekit.h): a push is an input, a pop an output.  A
+ * first-version caller (no tail padding) gets its bytes and no more, a
+ * newer one ours and its own fields untouched; a zero or short sz is
+ * refused and leaves the queue as it was.
+ */
+START_TEST(sized_hits)
+{
+	struct pk_hitq *q = pk_hitq_new(4);
+	PK_OPTS(pk_watch_hit, h, .tid = 7, .after = {[PK_WATCH_HIT_BYTES - 1] = 9});
+	struct {
+		struct pk_watch_hit h;
+		long unknown; /* a newer header's field */
+	} newer;
+	union {
+		struct pk_watch_hit h;
+		unsigned char b[sizeof(struct pk_watch_hit)];
+	} older;
+	const size_t first = PKI_OPTS_END(struct pk_watch_hit, after);
+
+	ck_assert_ptr_nonnull(q);
+	/* push: zero, short, and a newer field set are refused */
+	h.sz = 0;
+	ck_assert_int_eq(pk_hitq_push(q, &h), -EINVAL);
+	h.sz = first - 1;
+	ck_assert_int_eq(pk_hitq_push(q, &h), -EINVAL);
+	memset(&newer, 0, sizeof(newer));
+	newer.h = (struct pk_watch_hit){.sz = sizeof(newer), .tid = 8};
+	newer.unknown = 1;
+	ck_assert_int_eq(pk_hitq_push(q, &newer.h), -EINVAL);
+	ck_assert_int_eq(pk_hitq_pop(q, &h), -EINVAL); /* h.sz: still short */
+	h.sz = sizeof(h);
+	ck_assert_int_eq(pk_hitq_pop(q, &h), -EAGAIN); /* nothing was queued */
+	ck_assert_uint_eq(pk_hitq_dropped(q), 0);
+	/* taken: the first version, and a newer caller's with its field zero */
+	h.sz = first;
+	ck_assert_int_eq(pk_hitq_push(q, &h), 0);
+	newer.unknown = 0;
+	ck_assert_int_eq(pk_hitq_push(q, &newer.h), 0);
+	/* pop: a zero sz is refused and pops nothing */
+	memset(&older, 0xee, sizeof(older));
+	older.h.sz = 0;
+	ck_assert_int_eq(pk_hitq_pop(q, &older.h), -EINVAL);
+	/* a first-version caller: its bytes filled, not the padding past them */
+	older.h.sz = first;
+	ck_assert_int_eq(pk_hitq_pop(q, &older.h), 0);
+	ck_assert_uint_eq(older.h.sz, first);
+	ck_assert_int_eq(older.h.tid, 7);
+	ck_assert_int_eq(older.h.after[PK_WATCH_HIT_BYTES - 1], 9);
+	for (size_t i = first; i < sizeof(older); i++)
+		ck_assert_uint_eq(older.b[i], 0xee);
+	/* a newer caller: ours filled, sz says how much, its own field untouched */
+	newer.h.sz = sizeof(newer);
+	newer.unknown = 5;
+	ck_assert_int_eq(pk_hitq_pop(q, &newer.h), 0);
+	ck_assert_uint_eq(newer.h.sz, sizeof(struct pk_watch_hit));
+	ck_assert_int_eq(newer.h.tid, 8);
+	ck_assert_int_eq(newer.unknown, 5);
+	ck_assert(PK_HAS(&newer.h, after));
+	pk_hitq_free(q);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hitq");
@@ -133,6 +199,7 @@ int main(void)
 	tcase_add_test(tc, bad_capacity);
 	tcase_add_test(tc, concurrent_producers);
 	tcase_add_test(tc, null_args);
+	tcase_add_test(tc, sized_hits);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

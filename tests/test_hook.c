@@ -15,6 +15,7 @@
 #include <probekit/hook.h>
 
 #include "arch/arch.h"
+#include "base/opts.h"
 #include "hook/gp.h"
 #include "hook/hook_int.h"
 #include "hook/tmem.h"
@@ -81,8 +82,12 @@ static void setup(void)
 {
 	fx_install();
 	f0_ip[0] = F0;
-	ops_a = (struct pk_ops){.func = cb_a, .data = &A, .filter = {.ips = f0_ip, .nips = 1}};
-	ops_b = (struct pk_ops){.func = cb_a, .data = &B, .filter = {.ips = f0_ip, .nips = 1}};
+	ops_a = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = cb_a, .data = &A,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = f0_ip, .nips = 1));
+	ops_b = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = cb_a, .data = &B,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = f0_ip, .nips = 1));
 	tx = pk_tramp_new(h_x, 0);
 	ty = pk_tramp_new(h_y, 0);
 	ck_assert_ptr_nonnull(tx);
@@ -468,19 +473,21 @@ static int fail_poke(struct pki_poke *p, size_t n)
 START_TEST(errors_change_nothing)
 {
 	struct pk_direct_entry e[2] = {{F0, pk_tramp_addr(tx)}, {F0, pk_tramp_addr(ty)}};
-	struct pk_ops bad = {.func = cb_a,
-			     .filter = {.ips = (unsigned long[]){F0, 12345}, .nips = 2}};
-	struct pk_ops noglob = {.func = cb_a,
-				.filter = {.globs = (const char *[]){"nope*"}, .nglobs = 1}};
-	struct pk_ops glob = {.func = cb_a,
-			      .data = &A,
-			      .filter = {.globs = (const char *[]){"fx_add6_0"}, .nglobs = 1}};
+	PK_OPTS(pk_ops, bad, .func = cb_a,
+		.filter =
+		    PK_OPTS_INIT(pk_ops_filter, .ips = (unsigned long[]){F0, 12345}, .nips = 2));
+	PK_OPTS(pk_ops, noglob, .func = cb_a,
+		.filter =
+		    PK_OPTS_INIT(pk_ops_filter, .globs = (const char *[]){"nope*"}, .nglobs = 1));
+	PK_OPTS(pk_ops, glob, .func = cb_a, .data = &A,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .globs = (const char *[]){"fx_add6_0"},
+				       .nglobs = 1));
 	unsigned long nosite = 12345;
 
 	ck_assert_int_eq(pk_ops_register(&bad), -ENOENT);
 	ck_assert_ptr_null(bad.private);
 	ck_assert_int_eq(pk_ops_register(&noglob), -ENOENT);
-	ck_assert_int_eq(pk_ops_register(&(struct pk_ops){0}), -EINVAL);
+	ck_assert_int_eq(pk_ops_register(&(struct pk_ops)PK_OPTS_INIT(pk_ops)), -EINVAL);
 	ck_assert_int_eq(pk_direct_add(e, 2), -EINVAL); /* same ip twice */
 	ck_assert_int_eq(pk_direct_del(&nosite, 1), -ENOENT);
 	site_calls(F0, 0);
@@ -501,6 +508,78 @@ START_TEST(errors_change_nothing)
 }
 END_TEST
 
+/* struct pk_ops as a newer header might have it: a longer filter, then a field of its own. */
+struct newer_ops {
+	size_t sz;
+	pk_ops_fn func;
+	void *data;
+	unsigned long flags;
+	void *priv;
+	struct {
+		struct pk_ops_filter f;
+		long more; /* a newer filter field */
+	} filter;
+	long extra; /* a newer ops field, after the caller's filter */
+};
+_Static_assert(offsetof(struct newer_ops, priv) == offsetof(struct pk_ops, private) &&
+		   offsetof(struct newer_ops, filter) == offsetof(struct pk_ops, filter),
+	       "newer_ops extends pk_ops");
+
+/*
+ * struct pk_ops and its filter are sized (probekit.h): a zero or short sz
+ * is refused, a newer caller's struct is taken while what this library does
+ * not know is zero.  (A filter left all zero, the empty one: test_hook_live's
+ * dlopen_follows_globs.)
+ */
+START_TEST(sized_ops_and_filter)
+{
+	PK_OPTS(pk_ops, o, .func = cb_a, .data = &A,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = f0_ip, .nips = 1));
+	struct newer_ops n = {.sz = sizeof(n),
+			      .func = cb_a,
+			      .data = &A,
+			      .filter.f = {.sz = sizeof(n.filter), .ips = f0_ip, .nips = 1}};
+	struct pk_ops *np = (struct pk_ops *)&n;
+
+	/* too small: not declared with PK_OPTS, or below the first version */
+	o.sz = 0;
+	ck_assert_int_eq(pk_ops_register(&o), -EINVAL);
+	o.sz = PKI_OPTS_END(struct pk_ops, filter) - 1;
+	ck_assert_int_eq(pk_ops_register(&o), -EINVAL);
+	o.sz = sizeof(o);
+	o.filter.sz = 0; /* with ips set: refused, not taken for the empty filter */
+	ck_assert_int_eq(pk_ops_register(&o), -EINVAL);
+	o.filter.sz = offsetof(struct pk_ops_filter, nglobs);
+	ck_assert_int_eq(pk_ops_register(&o), -EINVAL);
+	ck_assert_ptr_null(o.private);
+	site_calls(F0, 0);
+	/* the first version: taken */
+	o.filter.sz = PKI_OPTS_END(struct pk_ops_filter, nglobs);
+	ck_assert_int_eq(pk_ops_register(&o), 0);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("a");
+	ck_assert_int_eq(pk_ops_unregister(&o), 0);
+	/* newer: taken while its fields past ours are zero; the callback gets its pointer */
+	ck_assert_int_eq(pk_ops_register(np), 0);
+	ck_assert_ptr_nonnull(n.priv);
+	ck_assert_int_eq(call(0, 1), want(0, 1));
+	log_is("a");
+	ck_assert_int_eq(pk_ops_unregister(np), 0);
+	ck_assert_ptr_null(n.priv);
+	n.filter.more = 1;
+	ck_assert_int_eq(pk_ops_register(np), -EINVAL);
+	n.filter.more = 0;
+	n.extra = 1;
+	ck_assert_int_eq(pk_ops_register(np), -EINVAL);
+	n.extra = 0;
+	/* a filter that runs past the ops it is in */
+	n.sz = sizeof(struct pk_ops);
+	ck_assert_int_eq(pk_ops_register(np), -EINVAL);
+	ck_assert_ptr_null(n.priv);
+	site_calls(F0, 0);
+}
+END_TEST
+
 static void clobber_fp(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 		       struct pk_regs *regs)
 {
@@ -515,10 +594,11 @@ static void clobber_fp(unsigned long ip, unsigned long parent_ip, struct pk_ops 
 
 START_TEST(vector_and_varargs_survive)
 {
-	struct pk_ops o = {
-	    .func = clobber_fp,
-	    .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_vsum},
-		       .nips = 2}};
+	PK_OPTS(pk_ops, o, .func = clobber_fp,
+		.filter = PK_OPTS_INIT(
+		    pk_ops_filter,
+		    .ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_vsum},
+		    .nips = 2));
 
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert(fx_mix(1.5, 4, 0.25) == 6.25);
@@ -548,15 +628,14 @@ static void count_novec_h(unsigned long ip, unsigned long parent_ip, struct pk_r
  */
 START_TEST(novec_flags)
 {
-	struct pk_ops o = {
-	    .func = count_novec,
-	    .flags = PK_OPS_F_NOVEC,
-	    .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_vsum},
-		       .nips = 2}};
-	struct pk_ops bad = {
-	    .func = count_novec,
-	    .flags = 0x2,
-	    .filter = {.ips = (unsigned long[]){(unsigned long)fx_mix}, .nips = 1}};
+	PK_OPTS(pk_ops, o, .func = count_novec, .flags = PK_OPS_F_NOVEC,
+		.filter = PK_OPTS_INIT(
+		    pk_ops_filter,
+		    .ips = (unsigned long[]){(unsigned long)fx_mix, (unsigned long)fx_vsum},
+		    .nips = 2));
+	PK_OPTS(pk_ops, bad, .func = count_novec, .flags = 0x2,
+		.filter = PK_OPTS_INIT(pk_ops_filter,
+				       .ips = (unsigned long[]){(unsigned long)fx_mix}, .nips = 1));
 	struct pk_tramp *t;
 
 	ck_assert_int_eq(pk_ops_register(&bad), -EINVAL);
@@ -617,7 +696,7 @@ static void *hammer(void *arg)
 
 START_TEST(grace_period_waits_for_callbacks)
 {
-	struct pk_ops o = {.func = slow_cb};
+	PK_OPTS(pk_ops, o, .func = slow_cb);
 	pthread_t th[3];
 	struct pki_tslot s;
 	struct pki_tentry e;
@@ -672,6 +751,7 @@ int main(void)
 	tcase_add_test(tc, txn_of_exited_thread_dropped);
 	tcase_add_test(tc, null_arguments_refused);
 	tcase_add_test(tc, errors_change_nothing);
+	tcase_add_test(tc, sized_ops_and_filter);
 	tcase_add_test(tc, vector_and_varargs_survive);
 	tcase_add_test(tc, novec_flags);
 	tcase_add_test(tc, grace_period_waits_for_callbacks);

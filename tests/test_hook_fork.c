@@ -77,8 +77,12 @@ static void setup(void)
 	fx_install();
 	f0_ip[0] = F0;
 	f1_ip[0] = F1;
-	ops_a = (struct pk_ops){.func = cb, .data = &A, .filter = {.ips = f0_ip, .nips = 1}};
-	ops_b = (struct pk_ops){.func = cb, .data = &B, .filter = {.ips = f1_ip, .nips = 1}};
+	ops_a = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = cb, .data = &A,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = f0_ip, .nips = 1));
+	ops_b = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = cb, .data = &B,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = f1_ip, .nips = 1));
 	hits_a = hits_b = hits_x = hits_y = 0;
 }
 

@@ -99,7 +99,7 @@ static void tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *
 		pk_regs_skip(regs, 888);
 }
 
-static struct pk_site site;
+static PK_OPTS(pk_site, site);
 static uint8_t orig[PKI_SITE_LEN];
 
 static void setup_on(void *fn)
@@ -116,8 +116,7 @@ static void setup_on(void *fn)
 static void ops_on(struct pk_ops *o, unsigned long *ip)
 {
 	o->func = ops_cb;
-	o->filter.ips = ip;
-	o->filter.nips = 1;
+	o->filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ip, .nips = 1);
 }
 
 static unsigned long trap_calls(void)
@@ -130,7 +129,7 @@ static unsigned long trap_calls(void)
 
 START_TEST(off_unless_asked)
 {
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 
 	pki_sites_set_reloc(PKI_RELOC_MAIN);
 	ck_assert_int_eq(pk_site_find((unsigned long)it_short, &s), -ENOENT);
@@ -141,7 +140,7 @@ END_TEST
 
 START_TEST(ops_on_an_int3_site)
 {
-	struct pk_ops o = {0};
+	PK_OPTS(pk_ops, o);
 	unsigned long ip, t0;
 
 	setup_on(it_short);
@@ -169,7 +168,7 @@ END_TEST
 START_TEST(direct_and_ops_on_an_int3_site)
 {
 	struct pk_tramp *t;
-	struct pk_ops o = {0};
+	PK_OPTS(pk_ops, o);
 	unsigned long ip;
 
 	setup_on(it_short);
@@ -199,15 +198,14 @@ END_TEST
 /* pk_regs_skip() from an ops, a pk_tramp handler, and both: the caller gets the value. */
 START_TEST(skip_on_an_int3_site)
 {
-	struct pk_ops o = {0};
+	PK_OPTS(pk_ops, o);
 	struct pk_tramp *t;
 	unsigned long ip;
 
 	setup_on(it_short);
 	ip = site.ip;
 	o.func = ops_cb;
-	o.filter.ips = &ip;
-	o.filter.nips = 1;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1);
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert_int_eq(it_short(SKIP_OPS), 777);
 	ck_assert_int_eq(it_short(4), 4);
@@ -230,9 +228,9 @@ END_TEST
 
 START_TEST(unbounded_tail_jump_via_int3)
 {
-	struct pk_ops o = {0};
+	PK_OPTS(pk_ops, o);
 	unsigned long ip;
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 
 	setup_on(it_tail);
 	ip = site.ip;
@@ -269,8 +267,9 @@ static void *fire_caller(void *arg)
 START_TEST(attach_and_detach_under_fire)
 {
 	enum { N = 3, CYCLES = 300 };
-	struct pk_ops o = {0};
-	struct pk_site a, b;
+	PK_OPTS(pk_ops, o);
+	PK_OPTS(pk_site, a);
+	PK_OPTS(pk_site, b);
 	unsigned long ips[2], t0;
 	uint8_t orig_b[PKI_SITE_LEN];
 	pthread_t th[N];
@@ -283,8 +282,7 @@ START_TEST(attach_and_detach_under_fire)
 	ips[0] = a.ip;
 	ips[1] = b.ip;
 	o.func = ops_cb;
-	o.filter.ips = ips;
-	o.filter.nips = 2;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 2);
 	t0 = trap_calls();
 	for (long i = 0; i < N; i++)
 		pthread_create(&th[i], NULL, fire_caller, (void *)(i * 1000));
@@ -329,7 +327,7 @@ static void *blocker(void *arg)
 
 START_TEST(refused_while_a_thread_blocks_sigtrap)
 {
-	struct pk_ops o = {0};
+	PK_OPTS(pk_ops, o);
 	unsigned long ip;
 	pthread_t th;
 
@@ -380,7 +378,7 @@ static void *blocking_caller(void *arg)
 
 START_TEST(jump_relay_while_a_thread_blocks_every_signal)
 {
-	struct pk_ops o = {0};
+	PK_OPTS(pk_ops, o);
 	unsigned long ip, t0;
 	pthread_t th;
 

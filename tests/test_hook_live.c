@@ -34,7 +34,7 @@
 
 static unsigned long site_of(const void *fn)
 {
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 
 	ck_assert_int_eq(pk_site_find((unsigned long)fn, &s), 0);
 	return s.ip;
@@ -78,7 +78,8 @@ START_TEST(ops_by_glob_in_program_and_library)
 {
 	static const char *const globs[] = {"fx_add6_0", "pkt_lib_add"};
 	struct seen s = {0};
-	struct pk_ops o = {.func = record, .data = &s, .filter = {.globs = globs, .nglobs = 2}};
+	PK_OPTS(pk_ops, o, .func = record, .data = &s,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .globs = globs, .nglobs = 2));
 	unsigned bad;
 
 	ck_assert_int_eq(pk_ops_register(&o), 0);
@@ -135,7 +136,8 @@ START_TEST(sled_takes_relay)
 {
 	static const char *const globs[] = {"pkt_lib_add"};
 	struct seen s = {0};
-	struct pk_ops o = {.func = record, .data = &s, .filter = {.globs = globs, .nglobs = 1}};
+	PK_OPTS(pk_ops, o, .func = record, .data = &s,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .globs = globs, .nglobs = 1));
 	const uint8_t *site = (const uint8_t *)site_of(pkt_lib_add);
 	struct pki_poke_stats st0, st;
 
@@ -171,9 +173,10 @@ START_TEST(refusals_are_named)
 {
 	static const char *const globs[] = {"no_such_function_*"};
 	struct seen s = {0};
-	struct pk_ops o = {.func = record, .data = &s, .filter = {.globs = globs, .nglobs = 1}};
+	PK_OPTS(pk_ops, o, .func = record, .data = &s,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .globs = globs, .nglobs = 1));
 	unsigned long ip = (unsigned long)&s; /* data, no site */
-	struct pk_ops bad = {.func = NULL};
+	PK_OPTS(pk_ops, bad, .func = NULL);
 
 	pk_set_print(capture_print);
 	said[0] = 0;
@@ -181,7 +184,7 @@ START_TEST(refusals_are_named)
 	ck_assert_msg(strstr(said, "no_such_function_*") && strstr(said, "matches no site"), "%s",
 		      said);
 	said[0] = 0;
-	o.filter = (struct pk_ops_filter){.ips = &ip, .nips = 1};
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1);
 	ck_assert_int_lt(pk_ops_register(&o), 0);
 	ck_assert_msg(strstr(said, "is no site") || strstr(said, "not a site"), "%s", said);
 	said[0] = 0;
@@ -240,8 +243,9 @@ START_TEST(dlopen_follows_globs)
 {
 	static const char *const globs[] = {"pkt_*"};
 	int n = 0, m = 0;
-	struct pk_ops o = {.func = count_cb, .data = &n, .filter = {.globs = globs, .nglobs = 1}};
-	struct pk_ops all = {.func = count_cb, .data = &m}; /* empty filter: every site */
+	PK_OPTS(pk_ops, o, .func = count_cb, .data = &n,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .globs = globs, .nglobs = 1));
+	PK_OPTS(pk_ops, all, .func = count_cb, .data = &m); /* empty filter: every site */
 	int (*one)(int), (*two)(int);
 	struct pki_poke_stats st0, st;
 	void *h;
@@ -344,7 +348,9 @@ static struct live_ops *live_new(unsigned long mask)
 	for (int k = 0; k < NFUNCS; k++)
 		if (mask & (1ul << k))
 			ips[n++] = (unsigned long)fx_funcs[k];
-	l->ops = (struct pk_ops){.func = checking_cb, .filter = {.ips = ips, .nips = n}};
+	l->ops = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = checking_cb,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = n));
 	return l;
 }
 
@@ -514,14 +520,15 @@ static void fk_wait(int st)
 }
 
 static struct seen fk_seen_b;
-static struct pk_ops fk_ops_b = {.func = record, .data = &fk_seen_b};
+static PK_OPTS(pk_ops, fk_ops_b, .func = record, .data = &fk_seen_b);
 
 static void *fk_txn_holder(void *unused)
 {
 	static const char *const glob[] = {"fx_add6_3"};
 
 	(void)unused;
-	fk_ops_b.filter = (struct pk_ops_filter){.globs = glob, .nglobs = 1};
+	fk_ops_b.filter =
+	    (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .globs = glob, .nglobs = 1);
 	ck_assert_int_eq(pk_txn_begin(), 0);
 	ck_assert_int_eq(pk_ops_register(&fk_ops_b), 0);
 	fk_set(1);
@@ -539,7 +546,8 @@ START_TEST(fork_while_txn_open_live)
 {
 	static const char *const glob[] = {"fx_add6_2"};
 	struct seen sa = {0};
-	struct pk_ops a = {.func = record, .data = &sa, .filter = {.globs = glob, .nglobs = 1}};
+	PK_OPTS(pk_ops, a, .func = record, .data = &sa,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .globs = glob, .nglobs = 1));
 	pthread_t th;
 	int status;
 	pid_t pid;

@@ -71,7 +71,7 @@ static void tramp_cb(unsigned long ip, unsigned long parent_ip, struct pk_regs *
 		pk_regs_skip(regs, 888);
 }
 
-static struct pk_site site;
+static PK_OPTS(pk_site, site);
 static uint8_t orig[PKI_SITE_LEN];
 
 static void setup(void)
@@ -86,12 +86,11 @@ static void setup(void)
 START_TEST(ops_on_a_relocated_entry)
 {
 	unsigned long ips[1];
-	struct pk_ops o = {.func = ops_cb};
+	PK_OPTS(pk_ops, o, .func = ops_cb);
 
 	setup();
 	ips[0] = site.ip;
-	o.filter.ips = ips;
-	o.filter.nips = 1;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 1);
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert_int_ne(memcmp((const void *)site.ip, orig, sizeof(orig)), 0);
 	ck_assert_int_eq(rt_scale(5, 7), 22);
@@ -115,7 +114,7 @@ START_TEST(direct_and_ops_on_a_relocated_entry)
 {
 	struct pk_tramp *t;
 	unsigned long ips[1];
-	struct pk_ops o = {.func = ops_cb};
+	PK_OPTS(pk_ops, o, .func = ops_cb);
 
 	setup();
 	t = pk_tramp_new(tramp_cb, 0);
@@ -127,8 +126,7 @@ START_TEST(direct_and_ops_on_a_relocated_entry)
 	ck_assert_int_eq(tramp_calls, 1);
 	ck_assert_uint_eq(tramp_ip, site.ip); /* the site's, not its copy's (tramp.c's shim) */
 	ips[0] = site.ip;
-	o.filter.ips = ips;
-	o.filter.nips = 1;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 1);
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert_int_eq(rt_scale(2, 1), 7);
 	ck_assert_int_eq(tramp_calls, 2);
@@ -147,15 +145,14 @@ END_TEST
 /* pk_regs_skip() from an ops, a pk_tramp handler, and both: the caller gets the value. */
 START_TEST(skip_on_a_relocated_entry)
 {
-	struct pk_ops o = {0};
+	PK_OPTS(pk_ops, o);
 	struct pk_tramp *t;
 	unsigned long ip;
 
 	setup();
 	ip = site.ip;
 	o.func = ops_cb;
-	o.filter.ips = &ip;
-	o.filter.nips = 1;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1);
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert_int_eq(rt_scale(SKIP_OPS, 1), 777);
 	ck_assert_int_eq(rt_scale(4, 1), 13);
@@ -203,9 +200,9 @@ __attribute__((noinline)) long rt_call_helper(long x)
 
 START_TEST(ops_on_a_prologue_ending_in_a_call)
 {
-	struct pk_site cs;
+	PK_OPTS(pk_site, cs);
 	unsigned long ips[1];
-	struct pk_ops o = {.func = ops_cb};
+	PK_OPTS(pk_ops, o, .func = ops_cb);
 	uint8_t before[PKI_SITE_LEN];
 
 	pki_sites_set_reloc(PKI_RELOC_MAIN);
@@ -213,8 +210,7 @@ START_TEST(ops_on_a_prologue_ending_in_a_call)
 	ck_assert_int_eq(cs.kind, PK_SITE_RELOC);
 	memcpy(before, (const void *)cs.ip, sizeof(before));
 	ips[0] = cs.ip;
-	o.filter.ips = ips;
-	o.filter.nips = 1;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 1);
 	ops_calls = 0;
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert_int_eq(rt_call(20), 41);
@@ -267,9 +263,10 @@ static void ops_clobber_cb(unsigned long ip, unsigned long parent_ip, struct pk_
 
 START_TEST(r11_kept_through_a_relocated_site)
 {
-	struct pk_site rs;
+	PK_OPTS(pk_site, rs);
 	unsigned long ips[1];
-	struct pk_ops o = {.func = ops_clobber_cb}, o2 = {.func = ops_clobber_cb};
+	PK_OPTS(pk_ops, o, .func = ops_clobber_cb);
+	PK_OPTS(pk_ops, o2, .func = ops_clobber_cb);
 	struct pk_tramp *t;
 
 	pki_sites_set_reloc(PKI_RELOC_MAIN);
@@ -277,8 +274,7 @@ START_TEST(r11_kept_through_a_relocated_site)
 	ck_assert_int_eq(rs.kind, PK_SITE_RELOC);
 	ck_assert_int_eq(rt_keep_r11(), 0x7770);
 	ips[0] = rs.ip;
-	o.filter.ips = ips;
-	o.filter.nips = 1;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 1);
 	ops_calls = 0;
 	ck_assert_int_eq(pk_ops_register(&o), 0);
 	ck_assert_int_eq(rt_keep_r11(), 0x7770); /* through the ops' relocated body, X_RELOC */
@@ -330,7 +326,7 @@ START_TEST(named_functions_relocated_where_relocation_is_off)
 	static const char *const objs[] = {"libgcc_s.so", NULL};
 	static const char *const names[] = {"_Unwind_RaiseException", "_Unwind_GetCFA", NULL};
 	struct named_seen n = {0};
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 	void *h;
 
 	pki_sites_set_reloc(PKI_RELOC_OFF);
@@ -351,7 +347,7 @@ END_TEST
 
 START_TEST(off_by_default)
 {
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 
 	/* No relocated entries unless asked for: this file has no patchable ones. */
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_scale, &s), -ENOENT);
@@ -419,9 +415,11 @@ static void *fire_caller(void *arg)
 static void under_fire(bool kick)
 {
 	enum { N = 3, CYCLES = 400 };
-	struct pk_site a, b, l;
+	PK_OPTS(pk_site, a);
+	PK_OPTS(pk_site, b);
+	PK_OPTS(pk_site, l);
 	unsigned long ips[3];
-	struct pk_ops o = {.func = ops_cb};
+	PK_OPTS(pk_ops, o, .func = ops_cb);
 	struct pki_poke_stats before, after, first;
 	uint8_t orig_a[PKI_SITE_LEN], on_a[PKI_SITE_LEN];
 	pthread_t th[N];
@@ -438,8 +436,7 @@ static void under_fire(bool kick)
 	ips[0] = a.ip;
 	ips[1] = b.ip;
 	ips[2] = l.ip;
-	o.filter.ips = ips;
-	o.filter.nips = 3;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 3);
 	linger_buf = calloc(1, LINGER_BYTES);
 	ck_assert_ptr_nonnull(linger_buf);
 	for (unsigned long k = 0; k < LINGER_BYTES / sizeof(long); k += 512)
@@ -549,17 +546,16 @@ static void *blocker(void *arg)
 
 START_TEST(attach_while_a_thread_blocks_sigtrap)
 {
-	struct pk_site a;
+	PK_OPTS(pk_site, a);
 	unsigned long ip;
-	struct pk_ops o = {.func = ops_cb};
+	PK_OPTS(pk_ops, o, .func = ops_cb);
 	pthread_t th;
 
 	pki_sites_set_reloc(PKI_RELOC_MAIN);
 	ck_assert_int_eq(pk_site_find((unsigned long)rt_frame, &a), 0);
 	ck_assert_int_eq(a.kind, PK_SITE_RELOC);
 	ip = a.ip;
-	o.filter.ips = &ip;
-	o.filter.nips = 1;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1);
 	pthread_create(&th, NULL, blocker, NULL);
 	while (__atomic_load_n(&blocker_calls, __ATOMIC_RELAXED) < 1000)
 		sched_yield();
@@ -609,10 +605,11 @@ __asm__(".text\n"
  */
 START_TEST(a_refused_batch_runs_no_hook)
 {
-	struct pk_site a, b;
+	PK_OPTS(pk_site, a);
+	PK_OPTS(pk_site, b);
 	unsigned long ips[2];
 	uint8_t ta[PKI_SITE_LEN], tb[PKI_SITE_LEN];
-	struct pk_ops o = {.func = ops_cb};
+	PK_OPTS(pk_ops, o, .func = ops_cb);
 	pthread_t th;
 
 	pki_sites_set_reloc(PKI_RELOC_MAIN);
@@ -624,8 +621,7 @@ START_TEST(a_refused_batch_runs_no_hook)
 	memcpy(tb, (const void *)b.ip, PKI_SITE_LEN);
 	ips[0] = a.ip;
 	ips[1] = b.ip;
-	o.filter.ips = ips;
-	o.filter.nips = 2;
+	o.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 2);
 	pthread_create(&th, NULL, blocker, NULL);
 	while (__atomic_load_n(&blocker_calls, __ATOMIC_RELAXED) < 1000)
 		sched_yield();

@@ -514,7 +514,7 @@ static void fake_hit(uint32_t idx, uint32_t gen, uint32_t part)
 	ck_assert_int_eq(syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), SIGTRAP, &si), 0);
 }
 
-static struct pk_watch_hit last;
+static struct pk_watch_hit last; /* a callback's hit, copied */
 static atomic_int nr_cb;
 static void rec_cb(const struct pk_watch_hit *h)
 {
@@ -530,6 +530,7 @@ static void expect_hit(uintptr_t addr, uint32_t off, uint32_t len, int n)
 	ck_assert_uint_eq(last.len, len);
 	ck_assert_int_eq(last.tid, gettid());
 	ck_assert_int_eq(last.flags, 0);
+	ck_assert_uint_eq(last.sz, sizeof(last)); /* the library's hit, all of it filled */
 }
 
 START_TEST(handler_reports_parts)

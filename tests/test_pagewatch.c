@@ -110,7 +110,9 @@ static void rec_cb(const struct pk_watch_hit *h)
 		atomic_fetch_add(&r->writes, 1);
 	else if (rw)
 		atomic_fetch_add(&r->rmw, 1);
-	if (!(h->flags & PK_WATCH_HIT_PAGE) || h->tid != gettid() || !h->uc || !h->len)
+	/* (sz: the bytes the library filled, all of its hit) */
+	if (!(h->flags & PK_WATCH_HIT_PAGE) || h->tid != gettid() || !h->uc || !h->len ||
+	    h->sz != sizeof(*h))
 		atomic_fetch_add(&r->bad, 1);
 }
 

@@ -25,6 +25,7 @@
 
 #include <probekit/sites.h>
 
+#include "base/opts.h"
 #include "harness.h"
 #include "sym/sites.h"
 #include "targets/targets.h"
@@ -49,7 +50,8 @@ static bool ends_with(const char *s, const char *tail)
 /* The site named @name must be at @fn, of @kind, in an object ending in @obj. */
 static void expect_site(const char *name, void *fn, enum pk_site_kind kind, const char *obj)
 {
-	struct pk_site s, f;
+	PK_OPTS(pk_site, s);
+	PK_OPTS(pk_site, f);
 
 	ck_assert_msg(!pk_site_lookup(name, &s), "no site for %s", name);
 	ck_assert_str_eq(s.name, name);
@@ -86,6 +88,67 @@ START_TEST(library_sites)
 	ck_assert_int_eq(pk_site_find(0, NULL), -ENOENT);
 	/* libc is not built with patchable entries: no site there */
 	ck_assert_int_eq(pk_site_find((unsigned long)dlsym(RTLD_DEFAULT, "getpid"), NULL), -ENOENT);
+}
+END_TEST
+
+/* A pk_site_fn: the site it is given holds its size, and the library's first version. */
+static int sized_one(const struct pk_site *s, void *data)
+{
+	ck_assert_uint_eq(s->sz, sizeof(struct pk_site));
+	ck_assert(PK_HAS(s, kind));
+	++*(int *)data;
+	return 1;
+}
+
+/*
+ * struct pk_site is sized (probekit.h): filled up to the caller's sz (a
+ * first-version caller: no tail padding), refused with a zero or short
+ * one, ours into a newer caller's; what a callback gets says its size.
+ */
+START_TEST(sized_sites)
+{
+	const size_t first = PKI_OPTS_END(struct pk_site, kind);
+	union {
+		struct pk_site s;
+		unsigned char b[sizeof(struct pk_site)];
+	} older;
+	struct {
+		struct pk_site s;
+		long unknown; /* a newer header's field */
+	} newer;
+	PK_OPTS(pk_sites_stats, st);
+	int n = 0;
+
+	memset(&older, 0xee, sizeof(older));
+	older.s.sz = 0;
+	ck_assert_int_eq(pk_site_find((unsigned long)pkt_main_add, &older.s), -EINVAL);
+	ck_assert_int_eq(pk_site_lookup("pkt_main_add", &older.s), -EINVAL);
+	older.s.sz = first - 1;
+	ck_assert_int_eq(pk_site_find((unsigned long)pkt_main_add, &older.s), -EINVAL);
+	ck_assert_uint_eq(older.b[sizeof(size_t)], 0xee); /* nothing written */
+	older.s.sz = first;
+	ck_assert_int_eq(pk_site_find((unsigned long)pkt_main_add, &older.s), 0);
+	ck_assert_uint_eq(older.s.sz, first);
+	ck_assert_uint_eq(older.s.ip, (unsigned long)pkt_main_add);
+	ck_assert_int_eq(older.s.kind, PK_SITE_NOP1X5);
+	for (size_t i = first; i < sizeof(older); i++)
+		ck_assert_uint_eq(older.b[i], 0xee);
+	newer.s.sz = sizeof(newer);
+	newer.unknown = 5;
+	ck_assert_int_eq(pk_site_lookup("pkt_main_add", &newer.s), 0);
+	ck_assert_uint_eq(newer.s.sz, sizeof(struct pk_site));
+	ck_assert_str_eq(newer.s.name, "pkt_main_add");
+	ck_assert_int_eq(newer.unknown, 5);
+	/* a NULL @out is still only "is there one" */
+	ck_assert_int_eq(pk_site_find((unsigned long)pkt_main_add, NULL), 0);
+	/* what a pk_site_fn gets, from the process and from a file */
+	ck_assert_int_eq(pk_sites_match("pkt_main_add", sized_one, &n), 1);
+	ck_assert_int_eq(n, 1);
+	ck_assert_int_eq(pk_sites_file_foreach(PKT_LIB_PATH, sized_one, &n, &st), 1);
+	ck_assert_int_eq(n, 2);
+	st.sz = 0; /* stats not declared with PK_OPTS: refused before anything is read */
+	ck_assert_int_eq(pk_sites_file_foreach(PKT_LIB_PATH, sized_one, &n, &st), -EINVAL);
+	ck_assert_int_eq(n, 2);
 }
 END_TEST
 
@@ -155,7 +218,7 @@ START_TEST(dlopen_adds_dlclose_removes)
 	ck_assert_int_eq(pk_sites_refresh(), 0);
 	pki_sites_set_notify(count_notify);
 	for (round = 0; round < 3; round++) {
-		struct pk_site s;
+		PK_OPTS(pk_site, s);
 		unsigned long ip;
 		void *h;
 
@@ -291,7 +354,8 @@ START_TEST(site_after_endbr64)
 {
 	void *h = dlopen(PKT_CET_PATH, RTLD_NOW | RTLD_LOCAL);
 	unsigned long fn;
-	struct pk_site s, f;
+	PK_OPTS(pk_site, s);
+	PK_OPTS(pk_site, f);
 
 	ck_assert_msg(h, "dlopen: %s", dlerror());
 	ck_assert_int_eq(pk_sites_refresh(), 0);
@@ -321,7 +385,7 @@ struct agree {
 static int agree_one(const struct pk_site *f, void *data)
 {
 	struct agree *a = data;
-	struct pk_site m;
+	PK_OPTS(pk_site, m);
 
 	ck_assert_str_eq(f->object, a->path);
 	ck_assert_msg(!pk_site_find(f->ip + a->base, &m), "%s: file site %s missing in memory",
@@ -370,7 +434,7 @@ static void file_agrees(const char *path, const char *fname, void *fn)
 START_TEST(file_reader_agrees_with_memory)
 {
 	char lib[PATH_MAX];
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 	void *h;
 
 	read_exe();
@@ -679,7 +743,7 @@ static void *reader(void *arg)
 	unsigned long n = 0;
 
 	while (!atomic_load(&stop_readers)) {
-		struct pk_site s;
+		PK_OPTS(pk_site, s);
 
 		ck_assert_int_eq(pk_site_lookup("pkt_lib_mul", &s), 0);
 		ck_assert_uint_eq(s.ip, (unsigned long)pkt_lib_mul);
@@ -752,7 +816,7 @@ START_TEST(made_sites_listed_and_kept)
 	    mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	static const uint8_t nop5[5] = {0x0f, 0x1f, 0x44, 0x00, 0x00};
 	struct pki_made_site v[2], bad;
-	struct pk_site f;
+	PK_OPTS(pk_site, f);
 	void *h;
 	size_t nth;
 
@@ -796,6 +860,7 @@ int main(void)
 
 	tcase_add_test(mem, main_program_sites);
 	tcase_add_test(mem, library_sites);
+	tcase_add_test(mem, sized_sites);
 	tcase_add_test(mem, glob_and_name_lookup);
 	tcase_add_test(mem, dlopen_adds_dlclose_removes);
 	tcase_add_test(mem, rcu_thread_takes_no_program_signal);

@@ -11,9 +11,11 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <probekit/slots.h>
 
+#include "base/opts.h"
 #include "harness.h"
 #include "watch/hist.h"
 #include "watch/slots_int.h"
@@ -22,10 +24,13 @@
 
 /* Configurations the scenarios run under (the KUnit suite wants >= 2 CPUs, RW bps). */
 static const struct pk_slots_config kunit_cfgs[] = {
-    {.nr_cpus = 2, .nr_slots_data = 4, .shared = true},			     /* this machine */
-    {.nr_cpus = 8, .nr_slots_data = 4, .shared = true},			     /* wider x86 */
-    {.nr_cpus = 3, .nr_slots_data = 6, .nr_slots_inst = 4, .shared = false}, /* arm64-like */
-    {.nr_cpus = 2, .nr_slots_data = 3, .shared = true},			     /* minimum for all 9 */
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 2, .nr_slots_data = 4,
+		 .shared = true), /* this machine */
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 8, .nr_slots_data = 4, .shared = true), /* wider x86 */
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 3, .nr_slots_data = 6, .nr_slots_inst = 4,
+		 .shared = false), /* arm64-like */
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 2, .nr_slots_data = 3,
+		 .shared = true), /* minimum for all 9 */
 };
 
 #define CUR   1000L /* "current" */
@@ -217,7 +222,7 @@ END_TEST
 
 static struct pk_slots *new_x86(int nr_cpus)
 {
-	struct pk_slots_config cfg = {.nr_cpus = nr_cpus, .nr_slots_data = 4, .shared = true};
+	PK_OPTS(pk_slots_config, cfg, .nr_cpus = nr_cpus, .nr_slots_data = 4, .shared = true);
 	struct pk_slots *s = pk_slots_new(&cfg);
 
 	ck_assert_ptr_nonnull(s);
@@ -361,7 +366,7 @@ END_TEST
 
 START_TEST(modify_separate_pools)
 {
-	struct pk_slots_config cfg = {.nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 2};
+	PK_OPTS(pk_slots_config, cfg, .nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 2);
 	struct pk_slots *s = pk_slots_new(&cfg);
 
 	ck_assert_ptr_nonnull(s);
@@ -396,7 +401,7 @@ END_TEST
 
 START_TEST(pools_shared_vs_separate)
 {
-	struct pk_slots_config sep = {.nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 2};
+	PK_OPTS(pk_slots_config, sep, .nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 2);
 	struct pk_slots *x86 = new_x86(2), *arm = pk_slots_new(&sep);
 
 	ck_assert_ptr_nonnull(arm);
@@ -428,14 +433,15 @@ END_TEST
 START_TEST(errors)
 {
 	struct pk_slots_config bad[] = {
-	    {.nr_cpus = 0, .nr_slots_data = 4, .shared = true},
-	    {.nr_cpus = -3, .nr_slots_data = 4, .shared = true},
-	    {.nr_cpus = 2, .nr_slots_data = 0, .shared = true},
-	    {.nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 0, .shared = false},
-	    {.nr_cpus = 2, .nr_slots_data = 100000, .shared = true},
+	    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 0, .nr_slots_data = 4, .shared = true),
+	    PK_OPTS_INIT(pk_slots_config, .nr_cpus = -3, .nr_slots_data = 4, .shared = true),
+	    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 2, .nr_slots_data = 0, .shared = true),
+	    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 0,
+			 .shared = false),
+	    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 2, .nr_slots_data = 100000, .shared = true),
 	};
-	struct pk_slots_config ok = {
-	    .nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 0, .shared = true};
+	PK_OPTS(pk_slots_config, ok, .nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 0,
+		.shared = true);
 	struct pk_slots *s;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -487,6 +493,51 @@ START_TEST(errors)
 }
 END_TEST
 
+/*
+ * pk_slots_config is sized (probekit.h): its first version (no tail
+ * padding) is taken, a newer caller's struct if what this library does
+ * not know is zero, nothing smaller, and no zero sz.
+ */
+START_TEST(config_sizes)
+{
+	struct {
+		struct pk_slots_config c;
+		long unknown; /* a field of a newer header */
+	} newer;
+	PK_OPTS(pk_slots_config, cfg, .nr_cpus = 2, .nr_slots_data = 4, .nr_slots_inst = 2);
+	struct pk_slots *s;
+
+	/* the first version: up to its last field */
+	cfg.sz = PKI_OPTS_END(struct pk_slots_config, shared);
+	s = pk_slots_new(&cfg);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(pk_slots_reserve(s, 1, -1, PK_BP_X), 0); /* separate pools: read */
+	ck_assert_int_eq(pk_slots_reserve(s, 1, -1, PK_BP_X), 0);
+	ck_assert_int_eq(pk_slots_reserve(s, 1, -1, PK_BP_X), -ENOSPC);
+	pk_slots_free(s);
+	/* older than any version, and not declared with PK_OPTS */
+	cfg.sz = offsetof(struct pk_slots_config, shared);
+	errno = 0;
+	ck_assert_ptr_null(pk_slots_new(&cfg));
+	ck_assert_int_eq(errno, EINVAL);
+	cfg.sz = 0;
+	errno = 0;
+	ck_assert_ptr_null(pk_slots_new(&cfg));
+	ck_assert_int_eq(errno, EINVAL);
+	/* newer: taken while its unknown field is zero */
+	memset(&newer, 0, sizeof(newer));
+	newer.c = cfg;
+	newer.c.sz = sizeof(newer);
+	s = pk_slots_new(&newer.c);
+	ck_assert_ptr_nonnull(s);
+	pk_slots_free(s);
+	newer.unknown = 1;
+	errno = 0;
+	ck_assert_ptr_null(pk_slots_new(&newer.c));
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
 /* ---- randomized against a brute-force reference ------------------------------------ */
 
 #include "slots_ref.h"
@@ -500,12 +551,15 @@ static uint64_t rng_next(uint64_t *x)
 }
 
 static const struct pk_slots_config random_cfgs[] = {
-    {.nr_cpus = 2, .nr_slots_data = 4, .shared = true},
-    {.nr_cpus = 1, .nr_slots_data = 4, .shared = true},
-    {.nr_cpus = 4, .nr_slots_data = 2, .shared = true},
-    {.nr_cpus = 3, .nr_slots_data = 4, .nr_slots_inst = 2, .shared = false},
-    {.nr_cpus = 5, .nr_slots_data = 1, .nr_slots_inst = 3, .shared = false},
-    {.nr_cpus = 2, .nr_slots_data = 6, .nr_slots_inst = 6, .shared = false},
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 2, .nr_slots_data = 4, .shared = true),
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 1, .nr_slots_data = 4, .shared = true),
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 4, .nr_slots_data = 2, .shared = true),
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 3, .nr_slots_data = 4, .nr_slots_inst = 2,
+		 .shared = false),
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 5, .nr_slots_data = 1, .nr_slots_inst = 3,
+		 .shared = false),
+    PK_OPTS_INIT(pk_slots_config, .nr_cpus = 2, .nr_slots_data = 6, .nr_slots_inst = 6,
+		 .shared = false),
 };
 
 START_TEST(random_vs_reference)
@@ -648,6 +702,7 @@ int main(void)
 	tcase_add_test(model, modify_separate_pools);
 	tcase_add_test(model, pools_shared_vs_separate);
 	tcase_add_test(model, errors);
+	tcase_add_test(model, config_sizes);
 	tcase_add_test(model, hist_underflow_said);
 	suite_add_tcase(s, model);
 

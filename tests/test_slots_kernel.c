@@ -46,8 +46,8 @@
 #define X86 0
 #endif
 
-static struct pk_slots_config kcfg; /* as measured by probe_pools() */
-static int online[MAX_CPUS];	    /* online CPU numbers */
+static PK_OPTS(pk_slots_config, kcfg); /* as measured by probe_pools() */
+static int online[MAX_CPUS];	       /* online CPU numbers */
 static int nr_online;
 
 /* One 8-byte variable per event, so every breakpoint has its own address. */

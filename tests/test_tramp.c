@@ -118,7 +118,7 @@ static void check_call(unsigned long tramp, long want_di)
 
 START_TEST(ops_tramp_preserves_and_sees_args)
 {
-	struct pk_ops ops = {.func = record};
+	PK_OPTS(pk_ops, ops, .func = record);
 	struct pki_tslot s;
 	unsigned long t = make(
 	    PKI_TRAMP_OPS, (unsigned long[]){(unsigned long)&ops, (unsigned long)record}, 2, &s);
@@ -148,7 +148,7 @@ END_TEST
 /* The vector-free copies keep the same register contract for integers. */
 START_TEST(novec_tramps_preserve_and_see_args)
 {
-	struct pk_ops ops = {.func = record, .flags = PK_OPS_F_NOVEC};
+	PK_OPTS(pk_ops, ops, .func = record, .flags = PK_OPS_F_NOVEC);
 	struct pki_tslot s1, s2;
 	unsigned long t1 =
 	    make(PKI_TRAMP_OPS_NV, (unsigned long[]){(unsigned long)&ops, (unsigned long)record}, 2,

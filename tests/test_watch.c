@@ -650,7 +650,7 @@ START_TEST(hits_through_queue)
 	static struct writer wr[4];
 	struct pk_hitq *q = pk_hitq_new(4096);
 	PK_OPTS(pk_watch_opts, o, .mode = PK_WATCH_MODE_HW, .queue = q, .ctx = (void *)0x1234);
-	struct pk_watch_hit h;
+	PK_OPTS(pk_watch_hit, h);
 	struct pk_watch *w;
 	int per[4] = {0}, n = 0;
 
@@ -661,6 +661,7 @@ START_TEST(hits_through_queue)
 		writer_start(&wr[i]);
 	writers_run(wr, 4, 2, 100);
 	while (!pk_hitq_pop(q, &h)) {
+		ck_assert_uint_eq(h.sz, sizeof(h)); /* filled up to our size: all of it */
 		ck_assert_ptr_eq(h.watch, w);
 		ck_assert_ptr_eq(h.ctx, (void *)0x1234);
 		ck_assert_uint_eq(h.addr, (uintptr_t)&shared_b);

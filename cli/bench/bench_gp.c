@@ -157,7 +157,7 @@ static int measure(struct pk_ops *o, unsigned long rounds, struct figures *f)
 static int run(unsigned long nb, unsigned long nr, unsigned long nh, unsigned long rounds)
 {
 	unsigned long ip, wip, nt = 0;
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 	struct pk_ops o, w;
 	struct figures alone, loaded;
 	unsigned long all = nb + nr + nh;
@@ -176,8 +176,12 @@ static int run(unsigned long nb, unsigned long nr, unsigned long nh, unsigned lo
 		goto out;
 	}
 	wip = s.ip;
-	o = (struct pk_ops){.func = count_ops, .filter = {.ips = &ip, .nips = 1}};
-	w = (struct pk_ops){.func = worker_ops, .flags = 0, .filter = {.ips = &wip, .nips = 1}};
+	o = (struct pk_ops)PK_OPTS_INIT(pk_ops, .func = count_ops,
+					.filter =
+					    PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
+	w = (struct pk_ops)PK_OPTS_INIT(pk_ops, .func = worker_ops, .flags = 0,
+					.filter =
+					    PK_OPTS_INIT(pk_ops_filter, .ips = &wip, .nips = 1));
 	if (pk_ops_register(&w)) {
 		cli_error("bench gp: cannot hook the workers' function");
 		goto out;

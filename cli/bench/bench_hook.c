@@ -137,7 +137,7 @@ static void empty_exit(struct pk_fprobe *fp, unsigned long ip, unsigned long par
 
 static int site_of(const void *fn, unsigned long *ip)
 {
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 	int err = pk_site_find((unsigned long)fn, &s);
 
 	if (err)
@@ -367,8 +367,9 @@ static int background_attach(struct background *bg, enum api api)
 		if (site_of((const void *)pkb_targets[i], &bg->ips[i]))
 			return -1;
 	if (api == API_OPS) {
-		bg->ops =
-		    (struct pk_ops){.func = empty_ops, .filter = {.ips = bg->ips, .nips = bg->m}};
+		bg->ops = (struct pk_ops)PK_OPTS_INIT(
+		    pk_ops, .func = empty_ops,
+		    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = bg->ips, .nips = bg->m));
 		err = pk_ops_register(&bg->ops);
 	} else {
 		bg->tramp = pk_tramp_new(empty_handler, 0);
@@ -409,7 +410,9 @@ static int attach_one(enum api api, unsigned long n, unsigned long m, double *us
 		return cli_usage_error("bench attach: --background needs M <= %u", pkb_ntargets);
 	if (site_of((const void *)pkb_add, &h.ip))
 		return 1;
-	h.ops = (struct pk_ops){.func = count_ops, .filter = {.ips = &h.ip, .nips = 1}};
+	h.ops = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = count_ops,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &h.ip, .nips = 1));
 	if (api == API_DIRECT) {
 		h.tramp = pk_tramp_new(count_handler, 0);
 		if (!h.tramp)
@@ -532,7 +535,7 @@ static int batch_round(struct batch *b, double *ta, double *td)
 static int batch_sites(struct batch *b, struct pk_tramp *tramp, enum pk_site_kind want)
 {
 	for (unsigned long i = 0; i < b->n; i++) {
-		struct pk_site s;
+		PK_OPTS(pk_site, s);
 		int err = pk_site_find((unsigned long)b->fn[i], &s);
 
 		if (err || (want && s.kind != want))
@@ -542,7 +545,9 @@ static int batch_sites(struct batch *b, struct pk_tramp *tramp, enum pk_site_kin
 		b->ips[i] = s.ip;
 		b->de[i] = (struct pk_direct_entry){s.ip, tramp ? pk_tramp_addr(tramp) : 0};
 	}
-	b->ops = (struct pk_ops){.func = count_ops, .filter = {.ips = b->ips, .nips = b->n}};
+	b->ops = (struct pk_ops)PK_OPTS_INIT(
+	    pk_ops, .func = count_ops,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = b->ips, .nips = b->n));
 	return 0;
 }
 
@@ -1076,7 +1081,7 @@ int bench_call(int argc, char **argv)
 	if (site_of((const void *)pkb_add, &e.ip))
 		return 1;
 	{
-		struct pk_site rs;
+		PK_OPTS(pk_site, rs);
 
 		if (!pk_site_find((unsigned long)pkb_add_reloc, &rs) && rs.kind == PK_SITE_RELOC)
 			e.reloc_ip = rs.ip;
@@ -1094,11 +1099,13 @@ int bench_call(int argc, char **argv)
 	if (!e.tramp)
 		return cli_error("bench call: pk_tramp_new: %s", strerror(errno));
 	for (int i = 0; i < 2; i++)
-		e.ops[i] = (struct pk_ops){.func = e.empty ? empty_ops : count_ops,
-					   .filter = {.ips = &e.ip, .nips = 1}};
-	e.fprobe = (struct pk_fprobe){.entry = e.empty ? empty_entry : count_entry,
-				      .exit = e.empty ? empty_exit : count_exit,
-				      .filter = {.ips = &e.ip, .nips = 1}};
+		e.ops[i] = (struct pk_ops)PK_OPTS_INIT(
+		    pk_ops, .func = e.empty ? empty_ops : count_ops,
+		    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &e.ip, .nips = 1));
+	e.fprobe =
+	    (struct pk_fprobe){.entry = e.empty ? empty_entry : count_entry,
+			       .exit = e.empty ? empty_exit : count_exit,
+			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &e.ip, .nips = 1)};
 
 	printf("# Running 'call' benchmark:\n");
 	printf("# pkb_add called through a volatile pointer, result fed to the next call; "

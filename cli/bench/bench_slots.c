@@ -45,7 +45,7 @@ static double now_ns(void)
 /* Fill a model with @tasks other tasks; the measured task is id 0. */
 static struct pk_slots *populate(unsigned long tasks, int cpus, unsigned long *bound)
 {
-	struct pk_slots_config cfg = {.nr_cpus = cpus, .nr_slots_data = 4, .shared = true};
+	PK_OPTS(pk_slots_config, cfg, .nr_cpus = cpus, .nr_slots_data = 4, .shared = true);
 	struct pk_slots *s = pk_slots_new(&cfg);
 	int err = 0;
 

@@ -105,21 +105,24 @@ struct pk_fprobe {
 	void *data;		  /* for the user */
 	unsigned long flags;	  /* PK_FPROBE_F_*, or 0 */
 	size_t data_size;	  /* 0..PK_FPROBE_DATA_MAX */
-	struct pk_ops_filter filter;
 #ifdef __cplusplus
 	void *private_;
 #else
 	void *private; /* the library's; NULL before registration */
 #endif
+	/* As an ops' (hook.h: PK_OPTS_INIT(pk_ops_filter, ...)), and last. */
+	struct pk_ops_filter filter;
 };
 
 /*
  * Hook every function @fp's filter names (as pk_ops_register()).  Errors:
- * those of pk_ops_register(), and -EINVAL (no callback, data_size too
- * large, unknown flags, an exit callback on a function that returns twice:
- * the log names it), -EOPNOTSUPP (an exit callback on a thread with a CET
- * shadow stack), -ENOSPC (too many fprobes registered at once: 65,536).
- * On error nothing changed.  Not inside a transaction (-EBUSY).
+ * those of pk_ops_register(), and -EINVAL (@fp NULL, no callback, data_size
+ * too large, unknown flags, @fp->filter.sz too small or a filter field this
+ * library does not know set, an exit callback on a function that returns
+ * twice: the log names it), -EBUSY (registered already, or inside a
+ * transaction), -EOPNOTSUPP (an exit callback on a thread with a CET shadow
+ * stack), -ENOSPC (too many fprobes registered at once: 65,536), -ENOMEM.
+ * On error nothing changed.
  */
 PK_API int pk_fprobe_register(struct pk_fprobe *fp);
 
@@ -142,7 +145,11 @@ PK_API int pk_fprobe_unregister(struct pk_fprobe *fp);
  * ends it after a grace period (neither callback is running then: @fp may
  * be freed; pending exits are dropped), and refuses from a callback
  * (-EDEADLK).  pk_fprobe_unregister() refuses @fp (-EINVAL).  NULL and
- * errno on error: as pk_fprobe_register(), and EINVAL for a filter.
+ * errno on error: EINVAL (@fp NULL, no callback, data_size too large,
+ * unknown flags, a filter that is not empty), EBUSY (@fp registered or
+ * a trampoline's already), EOPNOTSUPP (as pk_fprobe_register()), ENOSPC
+ * (65,536 fprobes already), or pk_tramp_new()'s: ENOMEM, ERANGE, a
+ * mapping's errno.
  */
 PK_API struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp);
 

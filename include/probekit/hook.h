@@ -130,7 +130,15 @@ struct pk_ops;
 typedef void (*pk_ops_fn)(unsigned long ip, unsigned long parent_ip, struct pk_ops *ops,
 			  struct pk_regs *regs);
 
+/*
+ * The sites an ops (or a fprobe) takes.  Sized (probekit.h, PK_OPTS): set
+ * sz with PK_OPTS_INIT(pk_ops_filter, ...).  A filter left all zero, sz
+ * included, is the empty filter; a zero sz with anything else set is
+ * refused (-EINVAL).  It is the last member of the structs that hold it:
+ * a field added to them later goes after the caller's filter.sz bytes.
+ */
 struct pk_ops_filter {
+	size_t sz;		  /* sizeof(struct pk_ops_filter), PK_OPTS_INIT fills it */
 	const unsigned long *ips; /* site addresses */
 	size_t nips;
 	const char *const *globs; /* function-name globs (fnmatch; C++ names also demangled) */
@@ -150,32 +158,46 @@ struct pk_ops_filter {
  */
 #define PK_OPS_F_NOVEC 0x1ul
 
+/*
+ * Sized (probekit.h): declare it with PK_OPTS(pk_ops, name, .func = ...,
+ * .filter = PK_OPTS_INIT(pk_ops_filter, ...)).  The library keeps a
+ * pointer to it while it is registered (the callback gets it back: embed
+ * it in a struct of yours and find that with container_of), and reads its
+ * first-version fields there: do not change them while it is registered.
+ */
 struct pk_ops {
+	size_t sz; /* sizeof(struct pk_ops), PK_OPTS fills it */
 	pk_ops_fn func;
 	void *data;	     /* for the user */
 	unsigned long flags; /* PK_OPS_F_*, or 0 */
-	/*
-	 * Sites to hook, read by pk_ops_register() (the arrays need not
-	 * outlive the call).  An empty filter means every known site.
-	 */
-	struct pk_ops_filter filter;
 #ifdef __cplusplus
 	void *private_; /* `private` in C (a C++ keyword): the same field */
 #else
 	void *private; /* the library's; NULL before registration */
 #endif
+	/*
+	 * Sites to hook, read by pk_ops_register(): the ips need not outlive
+	 * the call, the globs (array and strings) are read again by each
+	 * pk_sites_refresh() that finds new objects, so they must live while
+	 * the ops is registered.  An empty filter means every known site.
+	 * Last: see struct pk_ops_filter.
+	 */
+	struct pk_ops_filter filter;
 };
 
 /*
- * Attach @ops to every site its filter names.  Errors: -EINVAL (no func,
- * unknown flags), -EBUSY (already registered; or an ip is someone else's
- * code, not a site: a relocated site's copy, a trampoline), -ENOENT (an ip
- * is not a site, or a glob matches none), -EPERM (a function taken for
- * prologue relocation whose first instructions do not relocate: the log
- * says why), -ERANGE (no trampoline memory within reach of a site),
- * -ENOMEM, -EDEADLK (called from a callback), or an errno of the
- * patch batch (-EILSEQ: a site did not hold the expected bytes; -ECANCELED:
- * patching was latched off earlier).  On error nothing changed.
+ * Attach @ops to every site its filter names.  Errors: -EINVAL (@ops NULL,
+ * no func, unknown flags, @ops->sz or @ops->filter.sz too small, or a
+ * field this library does not know set: probekit.h), -EBUSY (already
+ * registered; or an ip is someone else's code, not a site: a relocated
+ * site's copy, a trampoline), -ENOENT (an ip is not a site, or a glob
+ * matches none), -EPERM (a function taken for prologue relocation whose
+ * first instructions do not relocate: the log says why), -ERANGE (no
+ * trampoline memory within reach of a site), -ENOMEM, -EDEADLK (called
+ * from a callback), -ENOTRECOVERABLE (a fork child: see fork() above), or
+ * an errno of the patch batch (-EILSEQ: a site did not hold the expected
+ * bytes; -ECANCELED: patching was latched off earlier; -EDEADLK,
+ * -ETIMEDOUT: the INT3 protocol, above).  On error nothing changed.
  *
  * Inside a transaction, the calls on one ops stage in order: register then
  * unregister of the same ops stage nothing (ops->private is NULL again at
@@ -270,7 +292,9 @@ struct pk_tramp;
 
 /*
  * New trampoline for @handler; @flags: PK_TRAMP_F_* or 0.  Returns NULL and
- * sets errno: EINVAL (no handler, unknown flag), ENOMEM.
+ * sets errno: EINVAL (no handler, unknown flag), ENOMEM, ERANGE (no
+ * trampoline memory could be mapped within rel32 reach of the program), or
+ * the errno of making that memory (ftruncate, mmap: the message says).
  */
 PK_API struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags);
 

@@ -44,7 +44,15 @@ enum pk_site_kind {
 			     applies, no signal (reloc-sites.md, RS5a) */
 };
 
+/*
+ * Sized (probekit.h).  pk_site_find() and pk_site_lookup() fill yours up to
+ * its sz (declare it with PK_OPTS(pk_site, s)); a site passed to a
+ * pk_site_fn holds in sz the bytes the library filled (its own sizeof): a
+ * field added after this first version is there only where PK_HAS(site,
+ * field) says so.
+ */
 struct pk_site {
+	size_t sz;	    /* sizeof(struct pk_site), PK_OPTS fills it (above) */
 	unsigned long ip;   /* first byte of the five-byte site */
 	unsigned long func; /* the function's address: ip, or ip - 4 after an endbr64 */
 	const char *name;   /* function name (symbol table, .dynsym as fallback) */
@@ -55,9 +63,10 @@ struct pk_site {
 /*
  * Called once per site by the iterators below.  Return 0 to go on; a positive
  * value stops the walk; a negative errno stops it and is returned by the
- * iterator.  For the process table @fn runs inside a read-side critical
- * section: it must not block for long (it holds back reclamation), and it
- * must not call pk_sites_refresh().
+ * iterator.  @site->sz is the library's size of it (struct pk_site above).
+ * For the process table @fn runs inside a read-side critical section: it
+ * must not block for long (it holds back reclamation), and it must not call
+ * pk_sites_refresh().
  */
 typedef int (*pk_site_fn)(const struct pk_site *site, void *ctx);
 
@@ -75,17 +84,20 @@ PK_API const char *pk_site_kind_name(enum pk_site_kind kind);
 PK_API int pk_sites_refresh(void);
 
 /*
- * The site at @ip (its first byte, or the address of its function).  The
- * strings in @out stay valid for the life of the process.  Does not refresh.
- * Returns 0, -ENOENT (no site there), or -ENOMEM (first use: building the
- * table failed).
+ * The site at @ip (its first byte, or the address of its function), into
+ * @out up to its sz (NULL: only whether there is one).  The strings in @out
+ * stay valid for the life of the process.  Does not refresh.  Returns 0,
+ * -ENOENT (no site there), -EINVAL (@out->sz too small: probekit.h), or
+ * -ENOMEM or the errno of reading the main program (first use: building
+ * the table failed).
  */
 PK_API int pk_site_find(unsigned long ip, struct pk_site *out);
 
 /*
  * The site of the function named @name, searched in load order (the main
- * program first); if several objects define it, the first one wins.
- * Returns 0, -ENOENT, -EINVAL (@name NULL), or -ENOMEM.
+ * program first); if several objects define it, the first one wins.  @out
+ * as for pk_site_find().  Returns 0, -ENOENT, -EINVAL (@name NULL,
+ * @out->sz too small), or -ENOMEM or a read's errno (as pk_site_find()).
  */
 PK_API int pk_site_lookup(const char *name, struct pk_site *out);
 
@@ -118,9 +130,10 @@ struct pk_sites_stats {
  * each in address order.  ip and func are the file's link-time addresses (for
  * a PIE or a shared object, offsets from its load base); object is @path.
  * The strings passed to @fn live until @fn returns.  @stats, if not NULL, is
- * filled in (set its sz first: PK_OPTS).  A file with no records yields 0.
- * Returns the number of sites passed to @fn, the negative value @fn returned,
- * -EINVAL (@path or @fn NULL), -ENOEXEC (not an ELF64 x86-64 file, or
+ * filled in up to its sz (set it first: PK_OPTS).  A file with no records
+ * yields 0.  Returns the number of sites passed to @fn, the negative value
+ * @fn returned, -EINVAL (@path or @fn NULL, @stats->sz too small: nothing is
+ * read then), -ENOEXEC (not an ELF64 x86-64 file, or
  * malformed), -EOPNOTSUPP (a relocatable object: link it first), -ENOMEM,
  * or the errno of open(2).
  */

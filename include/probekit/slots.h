@@ -44,6 +44,7 @@
 #define PROBEKIT_SLOTS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <probekit/probekit.h>
 
 #ifdef __cplusplus
@@ -57,7 +58,9 @@ enum pk_bp_type {
 	PK_BP_X = 4,  /* instruction fetch */
 };
 
+/* Sized (probekit.h): declare it with PK_OPTS(pk_slots_config, cfg, ...). */
 struct pk_slots_config {
+	size_t sz;	   /* sizeof(struct pk_slots_config), PK_OPTS fills it */
 	int nr_cpus;	   /* >= 1 */
 	int nr_slots_data; /* data pool; with @shared, the one pool (x86: 4) */
 	int nr_slots_inst; /* instruction pool, ignored with @shared */
@@ -67,7 +70,9 @@ struct pk_slots_config {
 struct pk_slots;
 
 /*
- * NULL + errno EINVAL (no @cfg, nr_cpus outside 1..2^20, a used pool size
+ * A model of the machine @cfg describes (read by the call only).  NULL +
+ * errno EINVAL (no @cfg, @cfg->sz too small or a field this library does
+ * not know set: probekit.h, nr_cpus outside 1..2^20, a used pool size
  * outside 1..256) or ENOMEM.
  */
 PK_API struct pk_slots *pk_slots_new(const struct pk_slots_config *cfg);

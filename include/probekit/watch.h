@@ -100,10 +100,18 @@ enum pk_watch_type {
  * watch's start, its length.  One access over several pieces traps in each:
  * the kernel counts every one, and reports one or more of them (one SIGTRAP
  * may be pending per thread: see pk_watch_stats.unseen).
+ *
+ * Sized (probekit.h).  A hit given to a callback holds in @sz the bytes
+ * the library filled (its own sizeof): a field added after this first
+ * version is there only where PK_HAS(hit, field) says so.  A hit popped from
+ * a queue is filled up to the caller's @sz (PK_OPTS(pk_watch_hit, h)), as
+ * any output.  A hit pushed (pk_hitq_push) is an input: one received by a
+ * callback, or one of yours made with PK_OPTS.
  */
 #define PK_WATCH_HIT_BYTES 16
 
 struct pk_watch_hit {
+	size_t sz;		/* bytes of it filled in (above) */
 	struct pk_watch *watch; /* in a queued hit it may since have been removed:
 				   compare it, do not dereference it then */
 	void *ctx;		/* the ctx given at add time */
@@ -151,7 +159,10 @@ struct pk_watch_hit {
  */
 #define PK_WATCH_HIT_SYSCALL 0x20u
 
-/* Called in signal context: see the contract at the top of this file. */
+/*
+ * Called in signal context: see the contract at the top of this file.
+ * @hit->sz is the library's size of the hit (struct pk_watch_hit above).
+ */
 typedef void (*pk_watch_cb)(const struct pk_watch_hit *hit);
 
 /*
@@ -263,22 +274,33 @@ PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why
  *   EINVAL  @len 0, or more naturally aligned 1/2/4/8-byte pieces needed to
  *           cover [@addr, @addr + @len) than a thread has debug registers
  *           (4: more than 32 bytes, or 32 not aligned to 8, 16 at an odd
- *           address), unknown @type, X with @len != 1, NULL @addr, or
- *           @opts->sz too small/unknown fields set
+ *           address), unknown @type, X with @len != 1, NULL @addr,
+ *           @opts->sz too small or a field this library does not know set
+ *           (probekit.h), an unknown @opts->mode, an @opts->cond that does
+ *           not hold together (the message says why); in page mode also X,
+ *           and memory it cannot watch (not a private readable and writable
+ *           mapping, a thread's stack, a page of probekit's own state: the
+ *           message says which)
  *   ESRCH   @opts->tid is not a live thread of this process
  *   ENOSPC  some thread has fewer free debug-register slots than the range
- *           has pieces (message says which thread, and what holds them)
+ *           has pieces (message says which thread, and what holds them);
+ *           in page mode, 64 runs of pages are watched already, or 16
+ *           watches share the range's pages
+ *   EBUSY   page mode: the range's pages overlap those of another
+ *           page-mode watch in part
  *   EOPNOTSUPP  this machine accepts hardware breakpoints but does not
  *           deliver them (some hypervisors): checked once per process, at
  *           its first pk_watch_add(), by arming one on a private word and
  *           writing it; the message says so.  Every later add fails alike.
  *           PROBEKIT_HWBP_UNDELIVERED=1 in the environment pretends the
  *           hardware never delivers, to test this path where it does.
+ *           Also (ENOTSUP, the same value): PK_WATCH_MODE_PAGE with
+ *           @opts->tid (AUTO takes the hardware for one thread).
  *   ENODEV, ENOENT  no hardware breakpoints here (perf_event_open's error)
  *   EACCES / EPERM  perf_event_open refused: the message says whether a
  *           seccomp filter or perf_event_paranoid (needs <= 2) is the cause
  *   ENOMEM, EMFILE  out of memory or file descriptors (one per piece and
- *           root thread)
+ *           root thread; page mode's first watch: memfd_create's errno)
  * Nothing is left installed when it fails.  Must not be called from a
  * callback.  A thread inside clone() while the roots are opened may be
  * missed, or get two events (its hits are reported once, counted twice).
@@ -365,9 +387,14 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st);
  * pk_hitq_free: the queue must no longer be referenced by any watchpoint.
  *   NULL is ignored.
  * pk_hitq_push: async-signal-safe and lock-free; 0, -ENOBUFS when full
- *   (the hit is dropped and counted), or -EINVAL if @q or @hit is NULL.
- * pk_hitq_pop: consumer only (one thread at a time); 0 with *@out filled,
- *   -EAGAIN when nothing is ready, or -EINVAL if @q or @out is NULL.
+ *   (the hit is dropped and counted), or -EINVAL (@q or @hit NULL, @hit->sz
+ *   too small, or a field this library does not know set: nothing is said,
+ *   in signal context).  Queued hits have @uc NULL.
+ * pk_hitq_pop: consumer only (one thread at a time); 0 with *@out filled up
+ *   to its sz (set it first: PK_OPTS(pk_watch_hit, h); the pop sets it to
+ *   the bytes filled, so @out may be popped into again as it is), -EAGAIN
+ *   when nothing is ready, or -EINVAL (@q or @out NULL, @out->sz too small;
+ *   the queue is left as it was).
  * pk_hitq_dropped: hits dropped so far because the queue was full; 0 for NULL.
  */
 PK_API struct pk_hitq *pk_hitq_new(size_t capacity);

@@ -11,21 +11,35 @@ int pki_opts_in(void *out, size_t ours, const void *opts, size_t min, const char
 	size_t sz = *(const size_t *)opts;
 
 	if (sz < min) {
-		pki_warn("%s: sz %zu is too small (use PK_OPTS): %s\n", what, sz,
-			 pki_errstr(EINVAL));
+		if (what)
+			pki_warn("%s: sz %zu is too small (use PK_OPTS): %s\n", what, sz,
+				 pki_errstr(EINVAL));
 		return -EINVAL;
 	}
 	for (size_t i = ours; i < sz; i++)
 		if (((const char *)opts)[i]) {
-			pki_warn("%s: fields this library does not know are set (sz %zu > %zu): "
-				 "%s\n",
-				 what, sz, ours, pki_errstr(EINVAL));
+			if (what)
+				pki_warn("%s: fields this library does not know are set "
+					 "(sz %zu > %zu): %s\n",
+					 what, sz, ours, pki_errstr(EINVAL));
 			return -EINVAL;
 		}
 	memset(out, 0, ours);
 	memcpy(out, opts, sz < ours ? sz : ours);
 	*(size_t *)out = ours;
 	return 0;
+}
+
+int pki_opts_out_check(const void *dst, size_t min, const char *what)
+{
+	size_t sz = *(const size_t *)dst;
+
+	if (sz >= min)
+		return 0;
+	if (what)
+		pki_warn("%s: sz %zu is too small (use PK_OPTS): %s\n", what, sz,
+			 pki_errstr(EINVAL));
+	return -EINVAL;
 }
 
 void pki_opts_out(void *dst, const void *src, size_t ours)

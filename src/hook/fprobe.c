@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "base/log.h"
 #include "hook/fprobe_int.h"
 #include "hook/gp.h"
@@ -134,19 +135,23 @@ static int stage(struct pki_fprobe *p)
 
 int pk_fprobe_register(struct pk_fprobe *fp)
 {
+	struct pk_ops_filter f;
 	struct pki_fprobe *p;
 	int err = check(fp);
 
+	if (!err)
+		err = pki_hook_filter_in(&fp->filter, &f, "hooks: pk_fprobe_register: filter");
 	if (err)
 		return err;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
 	*p =
-	    (struct pki_fprobe){.ops = {.func = pki_fprobe_entry,
+	    (struct pki_fprobe){.ops = {.sz = sizeof(p->ops),
+					.func = pki_fprobe_entry,
 					.data = p,
 					.flags = fp->flags & PK_FPROBE_F_NOVEC ? PK_OPS_F_NOVEC : 0,
-					.filter = fp->filter},
+					.filter = f},
 				.fp = fp};
 	err = pki_hook_enter();
 	if (err) {
@@ -296,11 +301,14 @@ static void tramp_rec_free(void *arg)
 
 struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 {
+	struct pk_ops_filter f;
 	struct pki_fprobe *p;
 	struct pk_tramp *t;
 	int err = check(fp);
 
-	if (!err && (fp->filter.nips || fp->filter.nglobs)) {
+	if (!err)
+		err = pki_hook_filter_in(&fp->filter, &f, "hooks: pk_fprobe_tramp_new: filter");
+	if (!err && (f.nips || f.nglobs)) {
 		pki_warn("hooks: pk_fprobe_tramp_new: a trampoline's sites are those of "
 			 "pk_direct_add(), not a filter: %s\n",
 			 pki_errstr(EINVAL));
@@ -308,15 +316,11 @@ struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 	}
 	if (!err && fp->exit)
 		err = exits_ready();
-	if (err) {
-		errno = -err;
-		return NULL;
-	}
+	if (err)
+		return pki_err_ptr(err);
 	p = rec_get();
-	if (!p) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!p)
+		return pki_err_ptr(-ENOMEM);
 	*p = (struct pki_fprobe){.fp = fp, .tramp = true};
 	err = pki_hook_enter();
 	if (!err) {
@@ -329,18 +333,16 @@ struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 				 "%s\n",
 				 PKI_FPROBE_MAX, pki_errstr(ENOSPC));
 		rec_put(p); /* never published */
-		errno = -err;
-		return NULL;
+		return pki_err_ptr(err);
 	}
 	t = pki_hook_tramp_new_arg(pki_fprobe_tramp_entry, p, tramp_rec_free,
 				   fp->flags & PK_FPROBE_F_NOVEC ? PK_TRAMP_F_NOVEC : 0,
 				   fp->exit != NULL);
 	if (!t) {
-		err = errno;
+		err = -errno;
 		slot_free(p); /* published, but no thread could reach it: no site has it */
 		pki_gp_defer(rec_put, p);
-		errno = err;
-		return NULL;
+		return pki_err_ptr(err);
 	}
 	fp->private = p;
 	if (fp->exit)

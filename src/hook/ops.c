@@ -10,6 +10,7 @@
 
 #include "base/held.h"
 #include "base/log.h"
+#include "base/opts.h"
 #include "hook/registry.h"
 
 /*
@@ -75,20 +76,57 @@ static int resolve_filter(const struct pk_ops_filter *f, struct collect *c)
 	return err;
 }
 
+int pki_hook_filter_in(const struct pk_ops_filter *f, struct pk_ops_filter *out, const char *what)
+{
+	if (!f->sz && !f->ips && !f->nips && !f->globs && !f->nglobs) {
+		*out = (struct pk_ops_filter){.sz = sizeof(*out)}; /* left all zero: empty */
+		return 0;
+	}
+	return pki_opts_in(out, sizeof(*out), f, PKI_OPTS_END(struct pk_ops_filter, nglobs), what);
+}
+
+/*
+ * @ops as this library knows it into @o (sized structs, probekit.h): the
+ * ops by its sz, then its filter, its last member, by the filter's own: a
+ * newer caller's longer filter lies inside its ops, and the bytes of both
+ * past what this library knows must be zero.
+ */
+static int ops_in(const struct pk_ops *ops, struct pk_ops *o)
+{
+	const size_t at = offsetof(struct pk_ops, filter);
+	int err;
+
+	if (!ops) {
+		pki_warn("hooks: pk_ops_register: no ops: %s\n", pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	err = pki_opts_in(o, sizeof(*o), ops, PKI_OPTS_END(struct pk_ops, filter),
+			  "hooks: pk_ops_register: ops");
+	if (err)
+		return err;
+	if (ops->filter.sz > ops->sz - at) {
+		pki_warn("hooks: pk_ops_register: ops->filter.sz %zu runs past ops->sz %zu: %s\n",
+			 ops->filter.sz, ops->sz, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	return pki_hook_filter_in(&ops->filter, &o->filter, "hooks: pk_ops_register: ops->filter");
+}
+
 int __pki_hook_ops_register(struct pk_ops *ops)
 {
 	PKI_HELD(&pki_reg.lock);
 	struct collect c = {0};
 	struct ops_priv *p, *prev;
+	struct pk_ops o;
 	struct site **ss;
 	int err;
 
-	if (!ops || !ops->func || (ops->flags & ~PK_OPS_F_NOVEC)) {
+	err = ops_in(ops, &o);
+	if (err)
+		return err;
+	if (!o.func || (o.flags & ~PK_OPS_F_NOVEC)) {
 		pki_warn("hooks: pk_ops_register: %s: %s\n",
-			 !ops	      ? "no ops"
-			 : !ops->func ? "the ops has no func"
-				      : "unknown flags",
-			 pki_errstr(EINVAL));
+			 !o.func ? "the ops has no func" : "unknown flags", pki_errstr(EINVAL));
 		return -EINVAL;
 	}
 	/* Registered, unless its unregister is staged in this transaction. */
@@ -98,7 +136,7 @@ int __pki_hook_ops_register(struct pk_ops *ops)
 			 pki_errstr(EBUSY));
 		return -EBUSY;
 	}
-	err = resolve_filter(&ops->filter, &c);
+	err = resolve_filter(&o.filter, &c);
 	if (err)
 		goto free_ips;
 	p = calloc(1, sizeof(*p));
@@ -132,7 +170,7 @@ int __pki_hook_ops_register(struct pk_ops *ops)
 			       .nips = c.n,
 			       .cap_ips = c.n,
 			       .staged = true,
-			       .follows = !ops->filter.nips || ops->filter.nglobs,
+			       .follows = !o.filter.nips || o.filter.nglobs,
 			       .prev = prev};
 	ops->private = p;
 	pki_reg.all_ops.v[pki_reg.all_ops.n++] = p;

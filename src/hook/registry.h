@@ -169,6 +169,13 @@ void __pki_hook_undo(void);
 
 /* ---- ops.c ---- */
 
+/*
+ * A caller's filter @f as this library knows it into @out (a sized struct:
+ * base/opts.h), the empty one if @f was left all zero; 0 or -EINVAL, said
+ * with @what.
+ */
+int pki_hook_filter_in(const struct pk_ops_filter *f, struct pk_ops_filter *out, const char *what);
+
 /* pk_ops_register() and pk_ops_unregister() under the registry (pki_hook_enter). */
 int __pki_hook_ops_register(struct pk_ops *ops);
 int __pki_hook_ops_unregister(struct pk_ops *ops);

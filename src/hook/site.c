@@ -23,7 +23,7 @@
 /* Default site source: the sym layer's table (built on first use). */
 static int sym_lookup(unsigned long addr, unsigned long *ip)
 {
-	struct pk_site site;
+	PK_OPTS(pk_site, site);
 	int err = pk_site_find(addr, &site);
 
 	if (!err)

@@ -25,6 +25,7 @@
 
 #include <probekit/hook.h>
 
+#include "base/err.h"
 #include "base/log.h"
 #include "hook/gp.h"
 #include "hook/registry.h"
@@ -143,7 +144,7 @@ static struct pk_tramp *tramp_new(const struct pk_tramp *like)
 	if (!t) {
 		t = calloc(1, sizeof(*t));
 		if (!t)
-			return NULL;
+			return pki_err_ptr(-ENOMEM);
 		err = pki_tmem_entry_new(0, &t->ent);
 		if (!err) {
 			pthread_mutex_lock(&tramp_lock);
@@ -152,8 +153,7 @@ static struct pk_tramp *tramp_new(const struct pk_tramp *like)
 		}
 		if (err) { /* the entry, if made, stays unused */
 			free(t);
-			errno = -err;
-			return NULL;
+			return pki_err_ptr(err);
 		}
 		/*
 		 * Set once, never again: a revived trampoline has the same
@@ -167,8 +167,10 @@ static struct pk_tramp *tramp_new(const struct pk_tramp *like)
 		t->on_free = like->on_free;
 		t->hijacks = like->hijacks;
 		t->flags = like->flags;
-		t->shim = (struct pk_ops){
-		    .func = tramp_shim, .flags = t->flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
+		t->shim =
+		    (struct pk_ops){.sz = sizeof(t->shim),
+				    .func = tramp_shim,
+				    .flags = t->flags & PK_TRAMP_F_NOVEC ? PK_OPS_F_NOVEC : 0};
 		t->shim.private = t;
 		t->shim_priv = (struct ops_priv){.ops = &t->shim};
 	}
@@ -189,8 +191,7 @@ static struct pk_tramp *tramp_new(const struct pk_tramp *like)
 		t->next = parked;
 		parked = t;
 		pthread_mutex_unlock(&tramp_lock);
-		errno = -err;
-		return NULL;
+		return pki_err_ptr(err);
 	}
 	pki_tmem_exits(&t->ent, &x);
 	pki_tmem_entry_set(&t->ent, &(struct pki_tramp_entry){t->body.x, x.ret, 0, x.ret_ret});
@@ -202,8 +203,7 @@ struct pk_tramp *pk_tramp_new(pk_tramp_fn handler, unsigned int flags)
 	if (!handler || (flags & ~PK_TRAMP_F_NOVEC)) {
 		pki_warn("hooks: pk_tramp_new: %s: %s\n", !handler ? "no handler" : "unknown flags",
 			 pki_errstr(EINVAL));
-		errno = EINVAL;
-		return NULL;
+		return pki_err_ptr(-EINVAL);
 	}
 	return tramp_new(&(struct pk_tramp){.handler = handler, .flags = flags});
 }
@@ -241,10 +241,8 @@ struct ops_priv *pki_hook_tramp_shim_priv(struct pk_ops *shim)
 
 unsigned long pk_tramp_addr(const struct pk_tramp *t)
 {
-	if (!t) {
-		errno = EINVAL;
-		return 0; /* which pk_direct_add() refuses (-EINVAL) */
-	}
+	if (!t) /* 0, which pk_direct_add() refuses (-EINVAL) */
+		return (unsigned long)pki_err_ptr(-EINVAL);
 	return t->ent.x;
 }
 

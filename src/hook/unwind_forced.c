@@ -45,13 +45,13 @@ static void on_forced(unsigned long ip, unsigned long parent_ip, struct pk_ops *
 enum { UNTRIED, TRYING, DONE };
 static int state; /* atomic */
 static unsigned long forced_ip;
-static struct pk_ops forced = {.func = on_forced};
+static PK_OPTS(pk_ops, forced, .func = on_forced);
 
 /* libgcc_s's _Unwind_ForcedUnwind as a site, its object loaded now: 0 or -errno. */
 static int forced_site(unsigned long *ip)
 {
 	void *h = dlopen("libgcc_s.so.1", RTLD_NOW); /* (stays open: glibc keeps it too) */
-	struct pk_site site;
+	PK_OPTS(pk_site, site);
 	void *fn;
 	int err;
 
@@ -82,7 +82,8 @@ void pki_hook_forced_unwind(void)
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs); /* (file reads: cancellation points) */
 	err = forced_site(&forced_ip);
 	if (!err) {
-		forced.filter = (struct pk_ops_filter){.ips = &forced_ip, .nips = 1};
+		forced.filter =
+		    (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = &forced_ip, .nips = 1);
 		err = pk_ops_register(&forced);
 	}
 	pthread_setcancelstate(cs, NULL);

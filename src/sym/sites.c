@@ -47,6 +47,7 @@
 
 #include "base/grow.h"
 #include "base/log.h"
+#include "base/opts.h"
 #include "sym/elf_funcs.h"
 #include "sym/elf_sites.h"
 #include "sym/func_sites.h"
@@ -1339,11 +1340,27 @@ int pki_sites_match_in(const char *glob, unsigned long lo, unsigned long hi,
 
 void pki_site_to_public(const struct pki_site *s, struct pk_site *out)
 {
-	out->ip = s->ip;
-	out->func = s->func;
-	out->name = s->name;
-	out->object = s->obj->path;
-	out->kind = s->kind;
+	*out = (struct pk_site){.sz = sizeof(*out),
+				.ip = s->ip,
+				.func = s->func,
+				.name = s->name,
+				.object = s->obj->path,
+				.kind = s->kind};
+}
+
+/* A caller's @out (NULL: none) has room for a site's first version: 0 or -EINVAL. */
+static int out_check(const struct pk_site *out, const char *what)
+{
+	return out ? pki_opts_out_check(out, PKI_OPTS_END(struct pk_site, kind), what) : 0;
+}
+
+/* @s into the caller's @out, up to its sz. */
+static void site_out(const struct pki_site *s, struct pk_site *out)
+{
+	struct pk_site pub;
+
+	pki_site_to_public(s, &pub);
+	pki_opts_out(out, &pub, sizeof(pub));
 }
 
 PK_API const char *pk_site_kind_name(enum pk_site_kind kind)
@@ -1371,14 +1388,16 @@ PK_API int pk_sites_refresh(void)
 PK_API int pk_site_find(unsigned long ip, struct pk_site *out)
 {
 	const struct pki_site *s;
-	int err = ensure_table();
+	int err = out_check(out, "pk_site_find: out");
 
+	if (!err)
+		err = ensure_table();
 	if (err)
 		return err;
 	pki_sites_read_lock();
 	s = pki_site_find(ip);
 	if (s && out)
-		pki_site_to_public(s, out);
+		site_out(s, out);
 	pki_sites_read_unlock();
 	return s ? 0 : -ENOENT;
 }
@@ -1390,13 +1409,15 @@ PK_API int pk_site_lookup(const char *name, struct pk_site *out)
 
 	if (!name)
 		return -EINVAL;
-	err = ensure_table();
+	err = out_check(out, "pk_site_lookup: out");
+	if (!err)
+		err = ensure_table();
 	if (err)
 		return err;
 	pki_sites_read_lock();
 	s = pki_site_lookup(name);
 	if (s && out)
-		pki_site_to_public(s, out);
+		site_out(s, out);
 	pki_sites_read_unlock();
 	return s ? 0 : -ENOENT;
 }

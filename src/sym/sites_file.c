@@ -22,6 +22,9 @@ PK_API int pk_sites_file_foreach(const char *path, pk_site_fn fn, void *ctx,
 
 	if (!path || !fn)
 		return -EINVAL;
+	if (stats && pki_opts_out_check(stats, PKI_OPTS_END(struct pk_sites_stats, pic),
+					"pk_sites_file_foreach: stats"))
+		return -EINVAL;
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -36,6 +39,7 @@ PK_API int pk_sites_file_foreach(const char *path, pk_site_fn fn, void *ctx,
 	for (i = 0; i < es.n; i++) {
 		const struct pki_elf_site *e = &es.sites[i];
 		struct pk_site s = {
+		    .sz = sizeof(s),
 		    .ip = e->vaddr,
 		    .func = e->func,
 		    .name = e->name,

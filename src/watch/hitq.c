@@ -19,7 +19,12 @@
 
 #include <probekit/watch.h>
 
+#include "base/err.h"
+#include "base/opts.h"
+
 #define HITQ_MAX_CAPACITY (1UL << 24)
+/* The fields every sized version of a hit has (base/opts.h). */
+#define HIT_MIN PKI_OPTS_END(struct pk_watch_hit, after)
 
 struct hitq_cell {
 	/*
@@ -46,15 +51,13 @@ PK_API struct pk_hitq *pk_hitq_new(size_t capacity)
 	struct pk_hitq *q;
 	size_t n = 2;
 
-	if (!capacity || capacity > HITQ_MAX_CAPACITY) {
-		errno = EINVAL;
-		return NULL;
-	}
+	if (!capacity || capacity > HITQ_MAX_CAPACITY)
+		return pki_err_ptr(-EINVAL);
 	while (n < capacity)
 		n <<= 1;
 	q = calloc(1, sizeof(*q) + n * sizeof(q->cells[0]));
 	if (!q)
-		return NULL;
+		return pki_err_ptr(-ENOMEM);
 	q->mask = n - 1;
 	for (size_t i = 0; i < n; i++)
 		atomic_init(&q->cells[i].seq, i);
@@ -68,10 +71,12 @@ PK_API void pk_hitq_free(struct pk_hitq *q)
 
 PK_API int pk_hitq_push(struct pk_hitq *q, const struct pk_watch_hit *hit)
 {
-	size_t pos;
+	struct pk_watch_hit h;
 	struct hitq_cell *c;
+	size_t pos;
 
-	if (!q || !hit)
+	/* as this library knows it, before a position is claimed; nothing said (signal context) */
+	if (!q || !hit || pki_opts_in(&h, sizeof(h), hit, HIT_MIN, NULL))
 		return -EINVAL;
 	pos = atomic_load_explicit(&q->tail, memory_order_relaxed);
 	for (;;) {
@@ -95,7 +100,7 @@ PK_API int pk_hitq_push(struct pk_hitq *q, const struct pk_watch_hit *hit)
 			pos = atomic_load_explicit(&q->tail, memory_order_relaxed);
 		}
 	}
-	c->hit = *hit;
+	c->hit = h;
 	c->hit.uc = NULL; /* the signal frame is gone by the time anyone pops */
 	atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
 	return 0;
@@ -106,13 +111,13 @@ PK_API int pk_hitq_pop(struct pk_hitq *q, struct pk_watch_hit *out)
 	struct hitq_cell *c;
 	size_t seq;
 
-	if (!q || !out)
+	if (!q || !out || pki_opts_out_check(out, HIT_MIN, "pk_hitq_pop: out"))
 		return -EINVAL;
 	c = &q->cells[q->head & q->mask];
 	seq = atomic_load_explicit(&c->seq, memory_order_acquire);
 	if (seq != q->head + 1)
 		return -EAGAIN;
-	*out = c->hit;
+	pki_opts_out(out, &c->hit, sizeof(c->hit));
 	/* hand the cell to the producer of the next lap */
 	atomic_store_explicit(&c->seq, q->head + q->mask + 1, memory_order_release);
 	q->head++;

@@ -334,6 +334,7 @@ static bool make_hit(struct pki_pwatch *pw, const struct region *r, uintptr_t lo
 	if (!pw->rw && !(flags & PK_WATCH_HIT_WRITE))
 		return false;
 	memset(h, 0, sizeof(*h));
+	h->sz = sizeof(*h);
 	h->watch = pw->owner;
 	h->ctx = pw->ctx;
 	h->addr = a;

@@ -39,7 +39,9 @@
 
 #include <probekit/slots.h>
 
+#include "base/err.h"
 #include "base/log.h"
+#include "base/opts.h"
 #include "watch/hist.h"
 #include "watch/slots_int.h"
 
@@ -465,22 +467,27 @@ static int pool_init(struct slots_pool *pool, int nr_cpus, int nr_slots)
 
 struct pk_slots *pk_slots_new(const struct pk_slots_config *cfg)
 {
+	struct pk_slots_config c;
 	struct pk_slots *s;
 
-	if (!cfg || cfg->nr_cpus < 1 || cfg->nr_cpus > MAX_CPUS || cfg->nr_slots_data < 1 ||
-	    cfg->nr_slots_data > MAX_SLOTS ||
-	    (!cfg->shared && (cfg->nr_slots_inst < 1 || cfg->nr_slots_inst > MAX_SLOTS))) {
-		errno = EINVAL;
-		return NULL;
+	if (!cfg || pki_opts_in(&c, sizeof(c), cfg, PKI_OPTS_END(struct pk_slots_config, shared),
+				"pk_slots_new: cfg"))
+		return pki_err_ptr(-EINVAL);
+	if (c.nr_cpus < 1 || c.nr_cpus > MAX_CPUS || c.nr_slots_data < 1 ||
+	    c.nr_slots_data > MAX_SLOTS ||
+	    (!c.shared && (c.nr_slots_inst < 1 || c.nr_slots_inst > MAX_SLOTS))) {
+		pki_warn("pk_slots_new: %d CPUs (1..%d), pools of %d and %d slots%s (1..%d): %s\n",
+			 c.nr_cpus, MAX_CPUS, c.nr_slots_data, c.nr_slots_inst,
+			 c.shared ? ", the second unused" : "", MAX_SLOTS, pki_errstr(EINVAL));
+		return pki_err_ptr(-EINVAL);
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		goto err_nomem;
-	s->nr_cpus = cfg->nr_cpus;
-	s->nr_pools = cfg->shared ? 1 : 2;
+		return pki_err_ptr(-ENOMEM);
+	s->nr_cpus = c.nr_cpus;
+	s->nr_pools = c.shared ? 1 : 2;
 	for (int p = 0; p < s->nr_pools; p++)
-		if (pool_init(&s->pool[p], s->nr_cpus,
-			      p == 0 ? cfg->nr_slots_data : cfg->nr_slots_inst))
+		if (pool_init(&s->pool[p], s->nr_cpus, p == 0 ? c.nr_slots_data : c.nr_slots_inst))
 			goto err_free;
 	s->cpu_bps = calloc((size_t)s->nr_cpus * NR_TYPES, sizeof(*s->cpu_bps));
 	s->nr_buckets = MIN_BUCKETS;
@@ -491,9 +498,7 @@ struct pk_slots *pk_slots_new(const struct pk_slots_config *cfg)
 
 err_free:
 	pk_slots_free(s);
-err_nomem:
-	errno = ENOMEM;
-	return NULL;
+	return pki_err_ptr(-ENOMEM);
 }
 
 void pk_slots_free(struct pk_slots *s)

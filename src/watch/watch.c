@@ -47,6 +47,7 @@
 
 #include "arch/arch.h"
 #include "base/clock.h"
+#include "base/err.h"
 #include "base/held.h"
 #include "base/log.h"
 #include "base/opts.h"
@@ -312,6 +313,7 @@ static bool watch_sigtrap(int sig, siginfo_t *si, void *ucv)
 		uint64_t where = atomic_load_explicit(&p->where, memory_order_relaxed);
 		ucontext_t *uc = ucv;
 		struct pk_watch_hit hit = {
+		    .sz = sizeof(hit),
 		    .watch = w,
 		    .ctx = w->ctx,
 		    .tid = (pid_t)syscall(SYS_gettid),
@@ -1280,8 +1282,7 @@ PK_API struct pk_watch *pk_watch_add(const void *addr, size_t len, enum pk_watch
 out_unlock:
 	pki_held_unlock(&mgr.lock);
 out_errno:
-	errno = -err;
-	return NULL;
+	return pki_err_ptr(err);
 }
 
 /* ---- the rest of the life cycle ----------------------------------------- */

@@ -25,7 +25,7 @@ static void *writer(void *arg)
 
 static int check_slots(void)
 {
-	struct pk_slots_config cfg = {.nr_cpus = 2, .nr_slots_data = 4, .shared = true};
+	PK_OPTS(pk_slots_config, cfg, .nr_cpus = 2, .nr_slots_data = 4, .shared = true);
 	struct pk_slots *s = pk_slots_new(&cfg);
 	int i, err = 0;
 

@@ -847,7 +847,7 @@ static void child_calls(struct worker *w, const unsigned int *s, int n, int roun
 static void child_main(struct worker *w)
 {
 	static struct pks_opsdata d;
-	static struct pk_ops ops;
+	static PK_OPTS(pk_ops, ops);
 	unsigned int s[8], all[NS];
 	unsigned long ips[8];
 	struct sigaction sa;
@@ -874,8 +874,8 @@ static void child_main(struct worker *w)
 		d.slot = k;
 		ops.func = pks_ops_cb;
 		ops.data = &d;
-		ops.filter.ips = ips;
-		ops.filter.nips = (size_t)n;
+		ops.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = ips,
+								.nips = (size_t)n);
 		child_stage(2);
 		err = n ? pk_ops_register(&ops) : 0;
 		if (err) {
@@ -1221,6 +1221,7 @@ static int plan(struct step *s, enum step_kind kind)
 		if (!o)
 			return 0;
 		o->d.slot = k;
+		o->ops.sz = sizeof(o->ops);
 		o->ops.func = pks_ops_cb;
 		o->ops.data = &o->d;
 		o->ops.flags = rnd(&ctl.rng) & 1 ? PK_OPS_F_NOVEC : 0;
@@ -1231,8 +1232,8 @@ static int plan(struct step *s, enum step_kind kind)
 			ctl.lost[sites[j]] |= 1u << k;
 			ctl.touched[sites[j]] = 1;
 		}
-		o->ops.filter.ips = s->ips;
-		o->ops.filter.nips = (size_t)n;
+		o->ops.filter = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = s->ips,
+								   .nips = (size_t)n);
 		s->obj = o;
 		ctl.sim_slot[k] = o;
 		ctl.slot_touched[k] = 1;
@@ -1878,7 +1879,7 @@ static int bg_attach(struct worker *mw)
 		return 2;
 	}
 	for (unsigned int j = 0; j < n; j++) {
-		struct pk_site site;
+		PK_OPTS(pk_site, site);
 
 		err = pk_site_find((unsigned long)pks_funcs[NS + j], &site);
 		if (err) {
@@ -1888,11 +1889,12 @@ static int bg_attach(struct worker *mw)
 		}
 		bg.ip[j] = site.ip;
 	}
+	bg.ops.sz = sizeof(bg.ops);
 	bg.ops.func = pks_bg_ops_cb;
 	bg.ops.data = &bg.d;
 	bg.ops.flags = PK_OPS_F_NOVEC;
-	bg.ops.filter.ips = bg.ip;
-	bg.ops.filter.nips = bg.nops;
+	bg.ops.filter =
+	    (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = bg.ip, .nips = bg.nops);
 	for (int kind = 0; kind < 2; kind++)
 		bg.fp[kind] = (struct pk_fprobe){.entry = pks_bg_fp_entry,
 						 .exit = pks_bg_fp_exit,
@@ -2062,7 +2064,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	for (unsigned int i = 0; i < NS; i++) {
-		struct pk_site s;
+		PK_OPTS(pk_site, s);
 		int err = pk_site_find((unsigned long)pks_funcs[i], &s);
 
 		if (err) {
@@ -2076,7 +2078,8 @@ int main(int argc, char **argv)
 	/* Can this machine patch at all? */
 	{
 		static struct pks_opsdata d;
-		struct pk_ops o = {.func = pks_ops_cb, .data = &d, .filter = {site_ip, 1}};
+		PK_OPTS(pk_ops, o, .func = pks_ops_cb, .data = &d,
+			.filter = PK_OPTS_INIT(pk_ops_filter, .ips = site_ip, .nips = 1));
 		int err = pk_ops_register(&o);
 
 		if (err == -ENOSYS || err == -EOPNOTSUPP || err == -EPERM) {

@@ -50,7 +50,7 @@ static char exe[PATH_MAX];
 
 static void check_fn(const char *name, void *fn)
 {
-	struct pk_site s;
+	PK_OPTS(pk_site, s);
 	int err = pk_site_lookup(name, &s);
 
 	CHECK(!err, "lookup %s: %d", name, err);
@@ -71,7 +71,7 @@ struct cmp_ctx {
 static int cmp_file_site(const struct pk_site *f, void *data)
 {
 	struct cmp_ctx *c = data;
-	struct pk_site m;
+	PK_OPTS(pk_site, m);
 	int err = pk_site_find(f->ip + c->base, &m);
 
 	CHECK(!err, "file site %s at %#lx not in memory", f->name, f->ip);

@@ -40,7 +40,8 @@ int main(int argc, char **argv)
 	void *h = dlopen(argc > 1 ? argv[1] : "libprobekit.so", RTLD_NOW);
 	int (*reg)(struct pk_ops *), (*unreg)(struct pk_ops *);
 	unsigned long ip = (unsigned long)hooked;
-	struct pk_ops ops = {.func = cb, .filter = {.ips = &ip, .nips = 1}};
+	PK_OPTS(pk_ops, ops, .func = cb,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 	pthread_t th;
 
 	if (!h)

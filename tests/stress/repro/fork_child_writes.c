@@ -43,7 +43,7 @@ static void h1(unsigned long ip, unsigned long parent_ip, struct pk_regs *regs)
 int main(void)
 {
 	unsigned char before[32], after[32];
-	struct pk_site site;
+	PK_OPTS(pk_site, site);
 	struct pk_tramp *t1;
 	int status, changed;
 	pid_t pid;

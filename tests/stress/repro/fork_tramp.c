@@ -60,7 +60,7 @@ static unsigned long call_target(unsigned long ip)
 int main(void)
 {
 	int to_child[2], to_parent[2], status;
-	struct pk_site site;
+	PK_OPTS(pk_site, site);
 	struct pk_tramp *t1, *t2[1024];
 	unsigned long ip, tgt;
 	char c;

@@ -60,7 +60,8 @@ static void nop_cb(unsigned long ip, unsigned long pip, struct pk_ops *o, struct
 }
 
 static unsigned long ip;
-static struct pk_ops ops = {.func = cb, .filter = {.ips = &ip, .nips = 1}};
+static PK_OPTS(pk_ops, ops, .func = cb,
+	       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 
 static void *reader(void *arg)
 {
@@ -116,7 +117,8 @@ int main(void)
 		return 2;
 	if (!pid) {
 		unsigned long cip = (unsigned long)hooked;
-		struct pk_ops o2 = {.func = nop_cb, .filter = {.ips = &cip, .nips = 1}};
+		PK_OPTS(pk_ops, o2, .func = nop_cb,
+			.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &cip, .nips = 1));
 		int err;
 
 		signal(SIGALRM, on_alarm);

@@ -54,8 +54,10 @@ static unsigned long vmsize(void)
 int main(void)
 {
 	unsigned long ip = (unsigned long)hooked;
-	struct pk_ops o1 = {.func = cb1, .filter = {.ips = &ip, .nips = 1}};
-	struct pk_ops o2 = {.func = cb2, .filter = {.ips = &ip, .nips = 1}};
+	PK_OPTS(pk_ops, o1, .func = cb1,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
+	PK_OPTS(pk_ops, o2, .func = cb2,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 	struct rlimit old, low;
 	pid_t pid;
 	int st;

@@ -109,14 +109,15 @@ int main(int argc, char **argv)
 	if (argc > 2)
 		period_us = atol(argv[2]);
 	struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = SA_RESTART};
-	struct pk_site site;
+	PK_OPTS(pk_site, site);
 	struct timespec t0, t;
 	unsigned long cycles = 0;
 	pthread_t th;
 
 	if (pk_site_find((unsigned long)f, &site))
 		return 2;
-	struct pk_ops ops = {.func = cb, .filter = {.ips = &site.ip, .nips = 1}};
+	PK_OPTS(pk_ops, ops, .func = cb,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &site.ip, .nips = 1));
 	sigaction(SIGALRM, &sa, NULL);
 	pthread_create(&th, NULL, worker, NULL);
 	clock_gettime(CLOCK_MONOTONIC, &t0);

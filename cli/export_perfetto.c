@@ -3,7 +3,7 @@
  * probekit export --format perfetto: Perfetto's native trace format, a
  * protobuf `Trace` (a stream of `TracePacket`s), as ui.perfetto.dev and
  * trace_processor read it.  The messages and field numbers used are listed
- * in tests/perfetto/probekit-perfetto.proto, checked in the tests with
+ * in tests/cli/perfetto/probekit-perfetto.proto, checked in the tests with
  * `protoc --decode` against Perfetto's own definitions when a copy of them
  * is at hand (scripts/perfetto-check.sh) and against that list otherwise.
  *

@@ -4,7 +4,7 @@
  * bytes.  It must never crash or read outside the function (ASan), and
  * every answer must be one of the two the header promises: a refusal with a
  * known reason at an address inside the function, or a copy with the
- * property of tests/reloc_check.h (the moved instructions, same mnemonics
+ * property of tests/lib/reloc_check.h (the moved instructions, same mnemonics
  * reaching the same addresses, then a jmp back).
  *
  * Input: byte 0: bit 0 prepends an endbr64, bits 4-7 scale the copy's
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/reloc_check.h"
+#include "tests/lib/reloc_check.h"
 
 #define ADDR 0x555555554000ull
 

@@ -2,7 +2,7 @@
 /*
  * Fuzz target: the slot model (include/probekit/slots.h) against a
  * brute-force reference of the kernel's admission rule (the same rule as
- * tests/test_slots.c's reference: a list of reservations, every CPU and every
+ * tests/unit/test_slots.c's reference: a list of reservations, every CPU and every
  * task scanned on each question).  Any disagreement, or a model whose
  * internal counters stop adding up (pki_slots_verify), aborts.
  *
@@ -25,7 +25,7 @@
 
 #include "watch/slots_int.h"
 
-#include "tests/slots_ref.h"
+#include "tests/lib/slots_ref.h"
 
 #define MAX_OPS REF_MAX /* at most one reservation per operation */
 

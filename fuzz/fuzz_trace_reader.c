@@ -9,7 +9,7 @@
  * is parsed twice: as given (the checksum checks themselves), then with the
  * prefix and every record frame's CRC-32C recomputed, walking the frames as
  * far as their lengths allow (the checks behind them).  The seeds are real
- * trace files (tests/trace_gen), for which both passes are the same.
+ * trace files (tests/cli/trace_gen), for which both passes are the same.
  *
  * Also checked: reading the same bytes by path (pki_trace_file_read) gives
  * the same result as parsing them from memory, and so does the streaming

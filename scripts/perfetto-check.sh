@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Check `probekit export --format perfetto` against Perfetto's own protobuf
 # definitions, which CI cannot fetch: runs the trace_perfetto test with
-# PERFETTO_PROTOS pointing at them (see tests/trace/test-trace-perfetto.sh).
+# PERFETTO_PROTOS pointing at them (see tests/cli/trace/test-trace-perfetto.sh).
 #
 # usage: scripts/perfetto-check.sh PERFETTO
 #   PERFETTO: a checkout of the Perfetto repository, or its bare git

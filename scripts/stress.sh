@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The hook API stress test (tests/stress/stress_hook.c), longer than CI runs
 # it and in a loop of seeds, with every hazard on unless flags after "--"
-# switch some off (see `build/tests/stress_hook --help`).  At scale:
+# switch some off (see `build/tests/stress/stress_hook --help`).  At scale:
 # scripts/stress.sh -- --hang 30 --background 10000
 # --background-callers 4 -t 200 (CI's stress_hook_scale, 10 s, --no-fork-api).
 #
@@ -59,7 +59,7 @@ if ((installed)); then
 	bin=$out/stress_hook
 else
 	./dev build
-	bin=$PWD/build/tests/stress_hook
+	bin=$PWD/build/tests/stress/stress_hook
 fi
 
 ulimit -c unlimited 2>/dev/null || true

@@ -21,7 +21,7 @@
 # built with its default -g, so that gdb finds the field's offset).
 #
 # Where the machine accepts hardware breakpoints but never delivers their
-# hits (some hypervisors: tests/hwbp_delivered.c), every watched figure
+# hits (some hypervisors: tests/lib/hwbp_delivered.c), every watched figure
 # would be a program running unwatched: the script says "hardware hits not
 # delivered here" and prints the plain figure only.
 #
@@ -35,7 +35,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$repo/build}
 pk=${PROBEKIT:-$build/cli/probekit}
 hot=$build/tests/targets/hot_counter
-hwbp=$build/tests/hwbp_delivered
+hwbp=$build/tests/lib/hwbp_delivered
 iters=100000 runs=5 redis=false requests=100000
 while (($#)); do
 	case $1 in

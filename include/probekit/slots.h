@@ -27,7 +27,7 @@
  * Measured on Linux 6.18 x86-64 with perf_event_open: a thread holding 4 write
  * breakpoints is refused a 5th breakpoint of ANY type (-ENOSPC, execute
  * included), and after one is closed an execute breakpoint fits
- * (tests/test_slots_kernel.c measures this before comparing).  arm64 and
+ * (tests/kernel/test_slots_kernel.c measures this before comparing).  arm64 and
  * others keep separate pools, e.g. {.nr_slots_data = 4 watchpoints,
  * .nr_slots_inst = 6 breakpoints, .shared = false} (sizes vary by CPU).
  * To mirror a real machine, nr_cpus is the number of *possible* CPUs: the

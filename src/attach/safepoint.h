@@ -3,7 +3,7 @@
  * A3 of doc/design/attach.md as a pure function: the rules that decide,
  * from a stopped thread's frames, whether it may be made to call
  * pthread_create.  No process is read here; inject.c unwinds the thread
- * and classifies each frame, tests/test_attach_safe.c feeds made-up stacks.
+ * and classifies each frame, tests/unit/test_attach_safe.c feeds made-up stacks.
  */
 #ifndef PK_ATTACH_SAFEPOINT_H
 #define PK_ATTACH_SAFEPOINT_H

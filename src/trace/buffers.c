@@ -324,7 +324,7 @@ static bool room_wait(const struct pki_trace_buf *b, unsigned n)
 			seen = r;
 			t0 = now;
 		} else if (now - t0 > pki_tw.wait_ns) {
-			__atomic_store_n(&pki_tw.stalled, 1, __ATOMIC_RELEASE);
+			__atomic_store_n(&pki_tw.stalled, STALL_SLOW, __ATOMIC_RELEASE);
 			return false;
 		}
 		__atomic_add_fetch(&pki_tw.waiters, 1, __ATOMIC_SEQ_CST);
@@ -345,7 +345,10 @@ static void put_wait(struct pki_trace_buf *b, const struct pki_trace_group *g)
 	/* Full again after room was seen only if a signal handler refilled it. */
 	while (r == PKI_TRACE_PUT_FULL && room_wait(b, g->n))
 		r = pki_trace_put_n(b, g->fn, g->kind, g->ts, g->data, g->n);
-	if (r == PKI_TRACE_PUT_FULL)
+	if (r == PKI_TRACE_PUT_FULL &&
+	    __atomic_load_n(&pki_tw.stalled, __ATOMIC_ACQUIRE) == STALL_UNWRITABLE)
+		__atomic_fetch_add(&b->unwritten_lost, 1 + g->n, __ATOMIC_RELAXED);
+	else if (r == PKI_TRACE_PUT_FULL)
 		__atomic_fetch_add(&b->full_lost, 1 + g->n, __ATOMIC_RELAXED);
 	else if (r == PKI_TRACE_PUT_SLOW && b == pki_trace_tls)
 		record_slow(g);		  /* the buffer went meanwhile */

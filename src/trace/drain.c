@@ -215,7 +215,7 @@ static void *drainer_main(void *arg)
 		if (__atomic_load_n(&pki_tw.stop, __ATOMIC_SEQ_CST))
 			break;
 		if (__atomic_load_n(&pki_tw.state, __ATOMIC_ACQUIRE) == ST_ACTIVE) {
-			int err = 0;
+			int stuck = STALL_NONE;
 
 			pki_tw_lock_timed(UINT64_MAX);
 			/* re-check: a fatal signal or exec may have ended the trace meanwhile */
@@ -224,11 +224,19 @@ static void *drainer_main(void *arg)
 			else if (pki_trace_ring)
 				pki_tw_ring_reap();
 			else
-				err = pki_tw_drain_all(true, false, &busy);
+				stuck =
+				    pki_tw_drain_all(true, false, &busy) ? STALL_SLOW : STALL_NONE;
+			/*
+			 * A failed write, or a file that cannot take events (writing
+			 * stopped, the descriptor lost): the passes only count what
+			 * they free, so a thread with a full buffer stops waiting for
+			 * room and drops, counted (TD1), until a pass writes again.
+			 */
+			if (pki_tw_cannot_write())
+				stuck = STALL_UNWRITABLE;
 			pki_tw_unlock();
-			/* A failed write: threads with a full buffer stop waiting (drop, count). */
-			__atomic_store_n(&pki_tw.stalled, err != 0, __ATOMIC_RELEASE);
-			if (err)
+			__atomic_store_n(&pki_tw.stalled, stuck, __ATOMIC_RELEASE);
+			if (stuck)
 				pki_tw_room_release();
 		}
 		/* A buffer over half full: come back sooner (down to 1 ms). */

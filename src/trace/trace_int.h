@@ -97,7 +97,7 @@ struct pki_tw_state {
 	/* waiting for room: see pki_trace_record_full() */
 	uint32_t room;	  /* atomic futex word: bumped by every drain that freed slots */
 	uint32_t waiters; /* atomic: threads asleep (or about to be) on room */
-	int stalled;	  /* atomic: the drainer failed to write, or a wait timed out */
+	int stalled;	  /* atomic STALL_*: the drainer failed to write, or a wait timed out */
 	uint64_t wait_ns; /* opts.wait_ms */
 	bool stop;	  /* atomic */
 	uint32_t drain_ms;
@@ -121,6 +121,12 @@ extern struct pki_tw_state pki_tw;
 
 /* Why a buffer's events were lost: indexes of kind_base and pki_tw.gone_kinds. */
 enum { LK_FULL, LK_NESTED, LK_DEPTH, LK_UNWRITTEN, LK_N };
+/*
+ * pki_tw.stalled (TD1): 0, waiting for room may end; STALL_SLOW, a write
+ * failed or a wait saw the drainer free nothing; STALL_UNWRITABLE, the file
+ * cannot take events (an event dropped then is counted as not written).
+ */
+enum { STALL_NONE, STALL_SLOW, STALL_UNWRITABLE };
 
 /* @b's losses by cause, since it was made. */
 static inline void pki_tw_buf_kinds(const struct pki_trace_buf *b, uint64_t k[LK_N])
@@ -129,7 +135,7 @@ static inline void pki_tw_buf_kinds(const struct pki_trace_buf *b, uint64_t k[LK
 		     __atomic_load_n(&b->full_lost, __ATOMIC_RELAXED);
 	k[LK_NESTED] = __atomic_load_n(&b->nested_lost, __ATOMIC_RELAXED);
 	k[LK_DEPTH] = __atomic_load_n(&b->depth_lost, __ATOMIC_RELAXED);
-	k[LK_UNWRITTEN] = b->dropped;
+	k[LK_UNWRITTEN] = b->dropped + __atomic_load_n(&b->unwritten_lost, __ATOMIC_RELAXED);
 }
 
 static inline uint64_t pki_tw_buf_lost(struct pki_trace_buf *b)

@@ -16,6 +16,13 @@ int pki_opts_in(void *out, size_t ours, const void *opts, size_t min, const char
 				 pki_errstr(EINVAL));
 		return -EINVAL;
 	}
+	if (sz > PKI_OPTS_SZ_MAX) {
+		if (what)
+			pki_warn("%s: sz %zu is not a size (built against a header without one?): "
+				 "%s\n",
+				 what, sz, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
 	for (size_t i = ours; i < sz; i++)
 		if (((const char *)opts)[i]) {
 			if (what)

@@ -14,6 +14,13 @@
 
 #include <stddef.h>
 
+/*
+ * No sized struct of the API is this big: a larger size is not a size (a
+ * caller built against a header without one, whose first field is a
+ * pointer), refused before any byte past ours is read.
+ */
+#define PKI_OPTS_SZ_MAX 4096
+
 /* offsetof(TYPE, FIELD) + its size: a @min. */
 #define PKI_OPTS_END(TYPE, FIELD) (offsetof(TYPE, FIELD) + sizeof(((TYPE *)0)->FIELD))
 
@@ -21,8 +28,8 @@
  * In: the caller's @opts (its first word its size) into @out, @ours bytes,
  * zero past what the caller passed; @out's size becomes @ours.  0; -EINVAL,
  * said with @what, when its size is below @min (the fields every version
- * had) or a byte past @ours is set (a newer field this library does not
- * know).  @what NULL: nothing said, and async-signal-safe.
+ * had) or above PKI_OPTS_SZ_MAX, or a byte past @ours is set (a newer field
+ * this library does not know).  @what NULL: nothing said, and async-signal-safe.
  */
 int pki_opts_in(void *out, size_t ours, const void *opts, size_t min, const char *what);
 

@@ -180,6 +180,7 @@ static struct {
 	struct pk_watch *list;
 	uint32_t nr_slots_used, free_slot; /* free list head, UINT32_MAX = empty */
 	unsigned long removals;		   /* pk_watch_remove() calls so far */
+	uint64_t last_close_ns;		   /* mono ns: our last breakpoint event closed */
 } mgr = {
     .lock = PKI_HELD_MUTEX_INIT,
     .towns = PKI_UMAP_INIT(struct town, tid),
@@ -562,6 +563,8 @@ static void __part_close(struct pk_watch *w, int k, bool parents)
 		pki_perf_bp_retire(p->roots[i].fd, &n);
 		w->counted_closed += (unsigned long)n;
 	}
+	if (p->nr_roots && !parents)
+		mgr.last_close_ns = pki_mono_ns(); /* its slots may come back late: S2 */
 	p->nr_roots = 0;
 }
 
@@ -787,21 +790,25 @@ static bool has_root(const struct wpart *p, int nr_sorted, pid_t tid)
 
 /*
  * perf_event_open on @tid, waiting out a slot the kernel has not given back
- * yet: where our count has room, ENOSPC is a closed event whose SIGTRAP is
- * still on its way (doc/design/hw-watch-split.md, S2). Sleeps between tries,
- * which lets that thread run, for up to BP_SLOT_WAIT_NS; a register taken
- * outside probekit stays ENOSPC.
+ * yet: where our count has room, ENOSPC within BP_SLOT_WAIT_NS of our last
+ * close is that close's slot, held while its SIGTRAP is on its way
+ * (doc/design/hw-watch-split.md, S2). Sleeps between tries, which lets that
+ * thread run, until then; with no close of ours that recent, ENOSPC is a
+ * register taken outside probekit, returned at once. The caller holds
+ * mgr.lock and may hold the thread-creation gate: the wait is bounded, and
+ * what ends it (the thread's return to user mode) needs neither.
  */
 #define BP_SLOT_WAIT_NS (500 * 1000 * 1000ull)
 
-static int bp_open_waiting(const struct pki_bp *bp, pid_t tid)
+static int __bp_open_waiting(const struct pki_bp *bp, pid_t tid)
 {
-	uint64_t start = pki_mono_ns();
+	PKI_HELD(&mgr.lock);
+	uint64_t start = pki_mono_ns(), until = mgr.last_close_ns + BP_SLOT_WAIT_NS;
 	long pause_ns = 100 * 1000;
 	int fd;
 
-	while ((fd = pki_perf_bp_open(bp, tid)) == -ENOSPC &&
-	       pki_mono_ns() - start < BP_SLOT_WAIT_NS) {
+	while ((fd = pki_perf_bp_open(bp, tid)) == -ENOSPC && mgr.last_close_ns &&
+	       pki_mono_ns() < until) {
 		nanosleep(&(struct timespec){.tv_nsec = pause_ns}, NULL);
 		if (pause_ns < 8 * 1000 * 1000)
 			pause_ns *= 2;
@@ -828,7 +835,7 @@ static int add_root(struct pk_watch *w, int k, pid_t tid)
 		p->roots = r;
 		p->cap = n;
 	}
-	fd = bp_open_waiting(&bp, tid);
+	fd = __bp_open_waiting(&bp, tid);
 	if (fd == -ESRCH)
 		return 0; /* exited meanwhile: nothing to watch there */
 	if (fd == -EACCES || fd == -EPERM) {

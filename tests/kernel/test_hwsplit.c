@@ -32,6 +32,7 @@
 
 #include "arch/arch.h"
 #include "harness.h"
+#include "watch/perf.h"
 #include "watch/watch_int.h"
 
 /* ---- S1: the split ---------------------------------------------------------- */
@@ -666,6 +667,47 @@ START_TEST(handler_conditions_per_part)
 END_TEST
 
 /*
+ * S2: debug registers taken outside probekit (here, this thread's own perf
+ * events) are ENOSPC at once, said so; the wait for a slot the kernel has
+ * not given back is only for one our own close may still hold.
+ */
+static bool waited;
+static int note_waits(enum pk_print_level level, const char *fmt, va_list ap)
+{
+	va_list aq;
+
+	va_copy(aq, ap);
+	capture(level, fmt, aq);
+	va_end(aq);
+	if (strstr(last_msg, "given back after"))
+		waited = true;
+	return 0;
+}
+
+START_TEST(taken_outside_refused_at_once)
+{
+	struct pki_bp bp = {.addr = (uintptr_t)&mem[0], .len = 8, .type = PK_WATCH_W};
+	struct perf_event_attr a;
+	int fds[PKI_HWBP_SLOTS];
+
+	setup();
+	pk_set_print(note_waits);
+	pki_perf_bp_attr(&a, &bp);
+	a.sigtrap = 0;
+	for (int i = 0; i < PKI_HWBP_SLOTS; i++) {
+		fds[i] = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+		ck_assert_msg(fds[i] >= 0, "perf_event_open %d: %s", i, strerror(errno));
+	}
+	refused(&mem[4], 8, ENOSPC);
+	ck_assert_msg(strstr(last_msg, "taken outside probekit"), "message: %s", last_msg);
+	ck_assert(!waited);
+	for (int i = 0; i < PKI_HWBP_SLOTS; i++)
+		close(fds[i]);
+	ck_assert_ptr_nonnull(add_hw(&mem[4], 8));
+}
+END_TEST
+
+/*
  * S6: a modify that fails after its admission (here: no file descriptor for
  * the parts gained, M3) leaves the old target, its slots and its events.
  */
@@ -744,6 +786,7 @@ int main(void)
 	tcase_add_test(tc, handler_reports_parts);
 	tcase_add_test(tc, handler_conditions_per_part);
 	tcase_add_test(tc, split_modify_rolls_back);
+	tcase_add_test(tc, taken_outside_refused_at_once);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);
 }

@@ -209,6 +209,10 @@ START_TEST(opts_in_and_out)
 	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &newest, sizeof(size_t), "t"), 0);
 	newest.unknown = 1;
 	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &newest, sizeof(size_t), "t"), -EINVAL);
+	/* not a size: a caller without one, whose first field is a pointer */
+	newest.v.sz = (size_t)(uintptr_t)&newest;
+	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &newest, sizeof(size_t), "t"), -EINVAL);
+	newest.v.sz = sizeof(newest);
 	/* below the fields every version had */
 	old.sz = sizeof(size_t);
 	ck_assert_int_eq(pki_opts_in(&in, sizeof(in), &old, sizeof(struct v1), "t"), -EINVAL);

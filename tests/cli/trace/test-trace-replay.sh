@@ -83,7 +83,8 @@ for l in open(sys.argv[2]).readlines()[1:]:
     last = max(last, t)
 print("in order")
 PY
-check "merged: each line's time no earlier than the line before's" "grep -qx 'in order' order.check"
+check "merged: each line's time no earlier than the line before's ($(tail -1 order.check))" \
+	"grep -qx 'in order' order.check"
 # Nothing matched: said, and status 1.
 "$pk" replay r.trace --tid 999999999 >nt 2>nt.err
 check "--tid 999999999: no such thread, status 1" "[[ \$? == 1 && ! -s nt ]] && grep -q 'no thread 999999999 in the trace (its threads: [0-9]' nt.err"

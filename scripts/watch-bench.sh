@@ -14,8 +14,8 @@
 # The program is tests/targets/hot_counter (ITERS locked adds to `hot` in
 # one thread), or with --redis, redis-server under redis-benchmark
 # (REQUESTS requests, SET/GET/INCR) with the watch on
-# server.stat_numcommands, one write per command: the target is
-# the ring path at most 1.2x the plain run there.  --redis takes
+# server.stat_numcommands, one write per command (the target: the ring path
+# at most 1.2x the plain run, where the floor allows).  --redis takes
 # redis-server and redis-benchmark from PATH, or from REDIS_SRC/src after
 # `make -C REDIS_SRC` (a source tree fetched from github.com/redis/redis,
 # built with its default -g, so that gdb finds the field's offset).

@@ -208,7 +208,7 @@ struct pki_trace_buf {
 	uint64_t lost_base;			    /* lost when this session began */
 	uint64_t recorded;
 	uint64_t dropped; /* writer only: drained but not written (the file could not take them) */
-	uint64_t full_lost;  /* atomic adds: waits for room that ended without room */
+	uint64_t full_lost;	 /* atomic adds: waits for room that ended without room */
 	uint64_t unwritten_lost; /* atomic adds: full while the file cannot take events */
 	uint64_t depth_lost; /* atomic adds: exits exit tracing cannot see (pki_trace_count_lost) */
 	uint64_t kind_base[4]; /* each cause's count when this session began (trace_int.h) */

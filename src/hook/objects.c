@@ -115,7 +115,7 @@ static bool site_has_ops(const struct site *s, const struct pk_ops *ops)
 static int __follow_range(struct ops_priv *p, unsigned long lo, unsigned long hi)
 {
 	PKI_HELD(&pki_reg.lock);
-	const struct pk_ops_filter *f = &p->ops->filter;
+	const struct pk_ops_filter *f = &p->filter; /* not the caller's: its size may differ */
 	struct collect c = {0};
 	int err = 0;
 

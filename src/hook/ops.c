@@ -171,7 +171,9 @@ int __pki_hook_ops_register(struct pk_ops *ops)
 			       .cap_ips = c.n,
 			       .staged = true,
 			       .follows = !o.filter.nips || o.filter.nglobs,
+			       .filter = o.filter,
 			       .prev = prev};
+	p->filter.ips = NULL; /* the caller's, which need not outlive this call */
 	ops->private = p;
 	pki_reg.all_ops.v[pki_reg.all_ops.n++] = p;
 	for (size_t i = 0; i < c.n; i++)

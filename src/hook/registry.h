@@ -85,6 +85,8 @@ struct ops_priv {
 	bool registered;	      /* committed state */
 	bool staged;		      /* staged state */
 	bool follows; /* filter by globs or empty: takes sites of objects loaded later */
+	/* the filter as registration read it (its globs the caller's): following reads this */
+	struct pk_ops_filter filter;
 	/*
 	 * Unregister + register of a registered ops in one transaction: the
 	 * new registration gets its own ops_priv (ops->private), and @prev is

@@ -1516,7 +1516,9 @@ PK_API int pk_watch_stats(struct pk_watch *w, struct pk_watch_stats *st)
 	struct pk_watch_stats s = {.sz = sizeof(s)};
 	unsigned long seen;
 
-	if (!w || !st || st->sz < offsetof(struct pk_watch_stats, unseen) + sizeof(st->unseen))
+	if (!w || !st)
+		return -EINVAL;
+	if (pki_opts_out_check(st, PKI_OPTS_END(struct pk_watch_stats, unseen), "pk_watch_stats"))
 		return -EINVAL;
 	pki_held_lock(&mgr.lock);
 	if (w->page) {

@@ -68,9 +68,19 @@ static int drain_buf(struct pki_trace_buf *b, bool trailer, bool last, bool dead
 		}
 		b->dropped += h - l;
 		__atomic_store_n(&b->tail, h, __ATOMIC_RELEASE);
-		if (!last || pki_tw.f.fd < 0 ||
-		    !pki_tw_trailer_room(2 * sizeof(struct pki_rec_lost) + 64))
+		/*
+		 * A last LOST record (the trailer's, or one before @b is freed)
+		 * goes into the reserve while it fits; one that does not takes
+		 * its count along without its record (gone_lost, the END
+		 * record's), so that @b is still freed and the pass goes on.
+		 */
+		if (!last)
 			return 0;
+		if (pki_tw.f.fd < 0 || !pki_tw_trailer_room(2 * sizeof(struct pki_rec_lost) + 64)) {
+			b->lost_reported = pki_tw_buf_lost(b);
+			return 0;
+		}
+		how |= PKI_TW_TRAILER;
 	}
 	if (!b->announced) {
 		struct pki_rec_thread th = {.tsn = b->tsn, .tid = b->tid};

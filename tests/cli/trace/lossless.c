@@ -16,6 +16,8 @@
  *                           _exit(0); prints "child PID N" for each
  *   lossless threads T      T threads alive at once, 10 calls each; prints
  *                           "hwm_kb K", the process's peak RSS (VmHWM)
+ *   lossless churn K N      K threads one after the other (each joined before
+ *                           the next starts), N calls each; prints "hwm_kb K"
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -154,6 +156,15 @@ int main(int argc, char **argv)
 		print_total();
 		return 0;
 	}
+	if (!strcmp(mode, "churn")) {
+		per_thread = m;
+		for (unsigned long k = 0; k < n; k++)
+			if (run_threads(1, loop_thread))
+				return 2;
+		print_total();
+		printf("hwm_kb %ld\n", hwm_kb());
+		return 0;
+	}
 	if (!strcmp(mode, "threads") && n) {
 		pthread_barrier_init(&bar, NULL, (unsigned)n + 1);
 		pthread_t *th = calloc(n, sizeof(*th));
@@ -172,7 +183,7 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr,
 		"usage: %s loop N [T] | exit N | Exit N | sysexit N | forkexit K N | "
-		"threads T\n",
+		"threads T | churn K N\n",
 		argv[0]);
 	return 2;
 }

@@ -168,7 +168,7 @@ static void print_session(const struct pki_trace_file *f)
 /* Events and losses, of the whole trace then of each thread. */
 static void print_counts(const struct pki_trace_file *f)
 {
-	uint64_t lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+	uint64_t lost = pki_trace_file_lost(f);
 	char buf[512];
 
 	row("threads", "%zu", f->nthreads);

@@ -143,14 +143,14 @@ struct pki_trace_file *cli_trace_open(const char *path)
 			"probekit: warning: %s: INCOMPLETE: the writer could not go on (%s); "
 			"the events after that were not written\n",
 			path, cli_stop_reason(f, f->stop_error));
-	uint64_t late = f->complete ? f->end.late_lost : 0;
+	uint64_t late = f->complete ? f->end.late_lost : 0, lost = pki_trace_file_lost(f);
 	char causes[512];
 
-	if (f->lost > late)
+	if (lost > late)
 		fprintf(stderr,
 			"probekit: warning: %s: %llu events were lost (%s); calls "
 			"around them may be mismatched\n",
-			path, (unsigned long long)(f->lost - late),
+			path, (unsigned long long)(lost - late),
 			f->has_losses ? cli_loss_causes(&f->losses, false, causes, sizeof(causes))
 				      : "the file does not say why");
 	if (late) /* a thread's calls after its trace ended (thread teardown): nothing mismatched */
@@ -370,7 +370,7 @@ static bool report_opts_parse(struct report_opts *o, int argc, char **argv, int 
 static void report_header_print(const struct pki_trace_file *f)
 {
 	/* END's total: some LOST records may not have fit after writing stopped. */
-	uint64_t lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost, ns;
+	uint64_t lost = pki_trace_file_lost(f), ns;
 	char cmd[1024], dur[32];
 
 	pki_trace_file_span_ns(f, &ns);
@@ -507,7 +507,7 @@ static void session_header_print(const struct cli_session *s)
 		const struct pki_trace_file *f = s->p[i].f;
 
 		events += f->nevents;
-		lost += f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+		lost += pki_trace_file_lost(f);
 	}
 	printf("# %zu processes (the session of %s): %llu events, %llu lost\n", s->n, s->p[0].path,
 	       (unsigned long long)events, (unsigned long long)lost);

@@ -208,7 +208,7 @@ static bool file_summarize(struct trace_ctx *c, const char *path, struct file_su
 		return false;
 	s->events = f->nevents;
 	/* END's total: some LOST records may not have fit after writing stopped. */
-	s->lost = f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+	s->lost = pki_trace_file_lost(f);
 	s->stop_error = f->stop_error;
 	snprintf(s->stop_reason, sizeof(s->stop_reason), "%s", cli_stop_reason(f, f->stop_error));
 	s->has_losses = f->has_losses;

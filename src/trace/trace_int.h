@@ -213,7 +213,10 @@ int pki_tw_pwritev_all(int fd, struct iovec *iov, int n, uint64_t off);
 int pki_tw_file_ready(unsigned how);
 /* Give back the reserve past the end (the trace is complete). */
 void pki_tw_reserve_release(void);
-/* While the trailer is written after writing stopped: does @len still fit? */
+/*
+ * While the trailer is written after writing stopped: do @len bytes of a
+ * thread's records still fit, with room left for the LOSSES and END records?
+ */
 bool pki_tw_trailer_room(uint64_t len);
 /* The PACKED record buffer, or none (@unpacked: EVENTS records). */
 void pki_tw_pack_setup(bool unpacked);

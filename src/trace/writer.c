@@ -32,6 +32,7 @@
 /* Kept allocated past the end of the file: the STATUS record and the trailer. */
 #define RESERVE_LEN	(16u << 10)
 #define END_REC_LEN	(sizeof(struct pki_trace_frame) + sizeof(struct pki_rec_end))
+#define LOSSES_REC_LEN	(sizeof(struct pki_trace_frame) + sizeof(struct pki_rec_losses))
 #define REOPEN_RETRY_NS 1000000000ull /* a lost descriptor: try the path again this often */
 
 /* ---- the writer word (TW1-TW3 of doc/design/trace-writer.md) ----------- */
@@ -319,10 +320,22 @@ static bool events_rec(uint32_t type)
 }
 
 /*
+ * The room a trailer's record of @type leaves after it for the ones that
+ * must follow it: the trailer's LOSSES record, then END (the per-thread
+ * LOST records before them take what is left).
+ */
+static uint64_t trailer_keep(uint32_t type)
+{
+	return type == PKI_REC_END	? 0
+	       : type == PKI_REC_LOSSES ? END_REC_LEN
+					: END_REC_LEN + LOSSES_REC_LEN;
+}
+
+/*
  * Does a record of @len bytes (frame and padding included) of @type fit
  * under size_limit()?  EVENTS, and any record outside the trailer, leave
  * RESERVE_LEN for the STATUS record and the trailer; the trailer's records
- * leave room for END.  If not, writing stops (an EVENTS record that may
+ * leave trailer_keep().  If not, writing stops (an EVENTS record that may
  * shrink, PKI_TW_SHRINK, only returns -EFBIG: its caller tries a smaller
  * one); the LOSSES record that says so counts no held call, even in the
  * trailer (the trailer's own LOSSES, written after it, does).
@@ -334,9 +347,7 @@ static int size_check(uint32_t type, uint64_t len, unsigned how)
 
 	if (lim == UINT64_MAX)
 		return 0;
-	keep = !(how & PKI_TW_TRAILER) || events_rec(type) ? RESERVE_LEN
-	       : type == PKI_REC_END			   ? 0
-							   : END_REC_LEN;
+	keep = !(how & PKI_TW_TRAILER) || events_rec(type) ? RESERVE_LEN : trailer_keep(type);
 	if (pki_tw.off + len + keep <= lim)
 		return 0;
 	if (!(how & PKI_TW_SHRINK))
@@ -346,8 +357,13 @@ static int size_check(uint32_t type, uint64_t len, unsigned how)
 
 bool pki_tw_trailer_room(uint64_t len)
 {
-	return !pki_tw.stop_err || pki_tw.no_falloc ||
-	       pki_tw.off + len + END_REC_LEN <= pki_tw.reserved_to;
+	uint32_t cause;
+
+	if (!pki_tw.stop_err)
+		return true;
+	len += trailer_keep(PKI_REC_LOST);
+	return pki_tw.off + len <= size_limit(&cause) &&
+	       (pki_tw.no_falloc || pki_tw.off + len <= pki_tw.reserved_to);
 }
 
 int pki_tw_emit(uint32_t type, const struct iovec *parts, int n, unsigned how)

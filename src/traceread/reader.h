@@ -183,6 +183,15 @@ struct pki_trace_file *pki_trace_file_parse(const void *buf, size_t len, char *e
 
 void pki_trace_file_free(struct pki_trace_file *f);
 
+/*
+ * Every event @f's process lost: the END record's total when it says more
+ * than the threads' LOST records (some did not fit once writing stopped).
+ */
+static inline uint64_t pki_trace_file_lost(const struct pki_trace_file *f)
+{
+	return f->complete && f->end.lost > f->lost ? f->end.lost : f->lost;
+}
+
 /* The symbol of @fn, or NULL. */
 const struct pki_trace_sym *pki_trace_file_sym(const struct pki_trace_file *f, uint64_t fn);
 /* What @fn's DATA events hold, or NULL (no ARGS record for it). */

@@ -115,8 +115,12 @@ run -o churn.trace --max-size 1M -f loss_leaf -- "$prog" churn 2000 2000
 kb=$(sed -n 's/^hwm_kb //p' out)
 check "max-size, 2000 threads one after another: rc $rc, $(events churn.trace) events + $(lost) lost = 8000000" \
 	"[[ $rc == 0 && $(($(events churn.trace) + $(lost))) == 8000000 ]]"
-check "max-size, 2000 threads: every loss not written, said so" \
-	"grep -q 'events lost in [0-9]* thread(s): [0-9]* not written: the file reached --max-size\$' err"
+l=$(lost)
+check "max-size, 2000 threads: all $l losses not written, said so" \
+	"grep -q 'events lost in [0-9]* thread(s): $l not written: the file reached --max-size\$' err"
+"$pk" report churn.trace >rep 2>&1
+check "max-size, 2000 threads: report says the same $l losses" \
+	"grep -q 'churn.trace: $l events were lost ($l not written: the file reached --max-size)' rep"
 if [[ -z ${PKT_SAN_PRELOAD:-} ]]; then
 	check "max-size, 2000 threads: peak RSS $kb KiB traced, $plain_kb plain" \
 		"[[ -n '$kb' && -n '$plain_kb' && \$(($kb - $plain_kb)) -lt 16000 ]]"

@@ -74,6 +74,7 @@ static int emit_trailer(uint32_t reason, int signo)
 	 * into the reserve, then END, which always fits there.  Every record
 	 * here is written as the trailer's (PKI_TW_TRAILER, writer.c).
 	 */
+	pki_tw.held_late = 0; /* counted below, after the drain (whose LOSSES, if any, lacks it) */
 	if (pki_trace_ring)
 		err = pki_tw_ring_snapshot(trigger_of(reason), signo, 0, true);
 	else
@@ -85,7 +86,6 @@ static int emit_trailer(uint32_t reason, int signo)
 	 * Held calls still undecided: what they held comes too late (hold.h
 	 * H6); counted afresh at each trailer (an exec that fails goes on).
 	 */
-	pki_tw.held_late = 0;
 	for (b = __atomic_load_n(&pki_tw.bufs, __ATOMIC_ACQUIRE); b; b = b->next) {
 		lost += b->lost_reported - b->lost_base;
 		pki_tw.held_late += pki_trace_hold_undecided(b);
@@ -431,7 +431,7 @@ static void session_state_reset(const struct pki_trace_opts *opts, uint32_t cap)
 	pki_tw.io_err = 0;
 	pki_tw.recorded = pki_tw.gone_lost = 0;
 	memset(pki_tw.gone_kinds, 0, sizeof(pki_tw.gone_kinds));
-	pki_tw.late_lost = 0;
+	pki_tw.late_lost = pki_tw.held_late = 0;
 	__atomic_add_fetch(&pki_trace_session, 1, __ATOMIC_RELEASE); /* (hold buffers: hold.h) */
 	pki_tw.next_tsn = 0;
 	pki_tw.nthreads = 0;

@@ -48,10 +48,9 @@ static void on_exit_(struct pk_fprobe *fp, unsigned long ip, unsigned long paren
 int main(void)
 {
 	static const char *const globs[] = {"parse_number"};
-	struct pk_fprobe fp = {.entry = on_entry,
-			       .exit = on_exit_,
-			       .data_size = sizeof(unsigned long),
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .globs = globs, .nglobs = 1)};
+	PK_OPTS(pk_fprobe, fp, .entry = on_entry, .exit = on_exit_,
+		.data_size = sizeof(unsigned long),
+		.filter = PK_OPTS_INIT(pk_ops_filter, .globs = globs, .nglobs = 1));
 	int err, sum = 0;
 
 	pk_set_print(pk_print_stderr); /* the library's reasons, when it refuses */

@@ -1102,10 +1102,10 @@ int bench_call(int argc, char **argv)
 		e.ops[i] = (struct pk_ops)PK_OPTS_INIT(
 		    pk_ops, .func = e.empty ? empty_ops : count_ops,
 		    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &e.ip, .nips = 1));
-	e.fprobe =
-	    (struct pk_fprobe){.entry = e.empty ? empty_entry : count_entry,
-			       .exit = e.empty ? empty_exit : count_exit,
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &e.ip, .nips = 1)};
+	e.fprobe = (struct pk_fprobe)PK_OPTS_INIT(
+	    pk_fprobe, .entry = e.empty ? empty_entry : count_entry,
+	    .exit = e.empty ? empty_exit : count_exit,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &e.ip, .nips = 1));
 
 	printf("# Running 'call' benchmark:\n");
 	printf("# pkb_add called through a volatile pointer, result fed to the next call; "

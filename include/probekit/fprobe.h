@@ -99,7 +99,15 @@ typedef void (*pk_fprobe_exit_fn)(struct pk_fprobe *fp, unsigned long ip, unsign
 /* PK_FPROBE_F_NOVEC: both callbacks are vector-free (as PK_OPS_F_NOVEC). */
 #define PK_FPROBE_F_NOVEC 0x1ul
 
+/*
+ * Sized (probekit.h): declare it with PK_OPTS(pk_fprobe, name, .exit = ...,
+ * .filter = PK_OPTS_INIT(pk_ops_filter, ...)).  As an ops (hook.h), the
+ * library keeps a pointer to it while it is registered (the callbacks get
+ * it back), and reads its first-version fields there: do not change them
+ * while it is registered.
+ */
 struct pk_fprobe {
+	size_t sz;		  /* sizeof(struct pk_fprobe), PK_OPTS fills it */
 	pk_fprobe_entry_fn entry; /* or NULL: every call's exit runs */
 	pk_fprobe_exit_fn exit;	  /* or NULL: entries only */
 	void *data;		  /* for the user */
@@ -117,12 +125,13 @@ struct pk_fprobe {
 /*
  * Hook every function @fp's filter names (as pk_ops_register()).  Errors:
  * those of pk_ops_register(), and -EINVAL (@fp NULL, no callback, data_size
- * too large, unknown flags, @fp->filter.sz too small or a filter field this
- * library does not know set, an exit callback on a function that returns
- * twice: the log names it), -EBUSY (registered already, or inside a
- * transaction), -EOPNOTSUPP (an exit callback on a thread with a CET shadow
- * stack), -ENOSPC (too many fprobes registered at once: 65,536), -ENOMEM.
- * On error nothing changed.
+ * too large, unknown flags, @fp->sz or @fp->filter.sz too small, a filter
+ * that runs past @fp->sz, or a field of either this library does not know
+ * set: probekit.h; an exit callback on a function that returns twice: the
+ * log names it), -EBUSY (registered already, or inside a transaction),
+ * -EOPNOTSUPP (an exit callback on a thread with a CET shadow stack),
+ * -ENOSPC (too many fprobes registered at once: 65,536), -ENOMEM.  On
+ * error nothing changed.
  */
 PK_API int pk_fprobe_register(struct pk_fprobe *fp);
 
@@ -146,14 +155,17 @@ PK_API int pk_fprobe_unregister(struct pk_fprobe *fp);
  * be freed; pending exits are dropped), and refuses from a callback
  * (-EDEADLK).  pk_fprobe_unregister() refuses @fp (-EINVAL).  NULL and
  * errno on error: EINVAL (@fp NULL, no callback, data_size too large,
- * unknown flags, a filter that is not empty), EBUSY (@fp registered or
- * a trampoline's already), EOPNOTSUPP (as pk_fprobe_register()), ENOSPC
- * (65,536 fprobes already), or pk_tramp_new()'s: ENOMEM, ERANGE, a
- * mapping's errno.
+ * unknown flags, @fp->sz or @fp->filter.sz too small, a filter that runs
+ * past @fp->sz, a field this library does not know set, a filter that is
+ * not empty), EBUSY (@fp registered or a trampoline's already), EOPNOTSUPP
+ * (as pk_fprobe_register()), ENOSPC (65,536 fprobes already), or
+ * pk_tramp_new()'s: ENOMEM, ERANGE, a mapping's errno.
  */
 PK_API struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp);
 
+/* Sized (probekit.h): declare it with PK_OPTS(pk_fprobe_stats, st). */
 struct pk_fprobe_stats {
+	size_t sz;	       /* sizeof(struct pk_fprobe_stats), PK_OPTS fills it */
 	unsigned long unwound; /* exit callbacks run for frames left without returning */
 	unsigned long deep;    /* entries that got no exit: the thread was PK_FPROBE_DEPTH deep */
 	unsigned long skipped; /* exits not run: the thread was inside a callback */
@@ -163,7 +175,9 @@ struct pk_fprobe_stats {
 
 /*
  * Counters of @fp since it was registered; @fp NULL: `dropped` alone.
- * -ENOENT: @fp is not registered (`dropped` is still filled in).
+ * @st is filled up to its sz (probekit.h), which becomes the bytes filled.
+ * Errors: -EINVAL (@st NULL, or @st->sz too small: nothing is written),
+ * -ENOENT (@fp is not registered: `dropped` is still filled in).
  */
 PK_API int pk_fprobe_stats(const struct pk_fprobe *fp, struct pk_fprobe_stats *st);
 

@@ -66,17 +66,17 @@ PK_API enum pk_print_level pk_set_print_level(enum pk_print_level max);
  * byte to zero; PK_OPTS_INIT is the same initializer for a member or a
  * compound literal.  The library takes them one way (libbpf's opts):
  *
- *   - a struct you pass in (options, a configuration, an ops) is refused
- *     with -EINVAL when its sz is below the fields its first version had
- *     (0: not declared with PK_OPTS); from a header newer than the
- *     library, it is taken if every byte the library does not know is
- *     zero, and refused (-EINVAL) otherwise; from an older header, the
- *     fields it does not have take their defaults (zero).
+ *   - a struct you pass in (options, a configuration, an ops, a fprobe)
+ *     is refused with -EINVAL when its sz is below the fields its first
+ *     version had (0: not declared with PK_OPTS); from a header newer
+ *     than the library, it is taken if every byte the library does not
+ *     know is zero, and refused (-EINVAL) otherwise; from an older header,
+ *     the fields it does not have take their defaults (zero).
  *   - a struct you pass for the library to fill (pk_watch_stats, pk_site,
- *     a popped pk_watch_hit, pk_sites_stats) is refused (-EINVAL) when its
- *     sz is below its first version's fields; it is filled up to its sz and
- *     no further, and its sz becomes the bytes filled (less than yours
- *     when the library is older than your header).
+ *     a popped pk_watch_hit, pk_sites_stats, pk_fprobe_stats) is refused
+ *     (-EINVAL) when its sz is below its first version's fields; it is
+ *     filled up to its sz and no further, and its sz becomes the bytes
+ *     filled (less than yours when the library is older than your header).
  *   - a struct the library passes to your callback (pk_watch_hit,
  *     pk_site) holds in sz the bytes the library filled: read a field
  *     added after its first version only where PK_HAS() says it is there.

@@ -8,11 +8,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "base/err.h"
 #include "base/log.h"
+#include "base/opts.h"
 #include "hook/fprobe_int.h"
 #include "hook/gp.h"
 #include "hook/registry.h"
@@ -55,24 +55,38 @@ static const char *cannot_exit(const struct pki_fprobe *p)
 	return name;
 }
 
-static int check(const struct pk_fprobe *fp)
+/*
+ * @fp as this library knows it into @f (sized: pki_hook_filtered_in(), as
+ * an ops), then its fields; for pk_fprobe_tramp_new() if @tramp (the log
+ * names the caller).
+ */
+static int fprobe_in(const struct pk_fprobe *fp, struct pk_fprobe *f, bool tramp)
 {
-	const char *why = NULL;
+	const char *fn = tramp ? "pk_fprobe_tramp_new" : "pk_fprobe_register", *why = NULL;
+	int err;
 
-	if (!fp)
-		why = "no fprobe";
-	else if (!fp->entry && !fp->exit)
-		why = "neither an entry nor an exit callback";
-	else if (fp->data_size > PK_FPROBE_DATA_MAX)
-		why = "data_size is above PK_FPROBE_DATA_MAX";
-	else if (fp->flags & ~PK_FPROBE_F_NOVEC)
-		why = "unknown flags";
-	if (why) {
-		pki_warn("hooks: pk_fprobe_register: %s: %s\n", why, pki_errstr(EINVAL));
+	if (!fp) {
+		pki_warn("hooks: %s: no fprobe: %s\n", fn, pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	if (fp->private) {
-		pki_warn("hooks: pk_fprobe_register: this fprobe is registered already: %s\n",
+	err = pki_hook_filtered_in(f, sizeof(*f), fp, PKI_OPTS_END(struct pk_fprobe, filter),
+				   offsetof(struct pk_fprobe, filter),
+				   tramp ? "hooks: pk_fprobe_tramp_new: fprobe"
+					 : "hooks: pk_fprobe_register: fprobe");
+	if (err)
+		return err;
+	if (!f->entry && !f->exit)
+		why = "neither an entry nor an exit callback";
+	else if (f->data_size > PK_FPROBE_DATA_MAX)
+		why = "data_size is above PK_FPROBE_DATA_MAX";
+	else if (f->flags & ~PK_FPROBE_F_NOVEC)
+		why = "unknown flags";
+	if (why) {
+		pki_warn("hooks: %s: %s: %s\n", fn, why, pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	if (f->private) {
+		pki_warn("hooks: %s: this fprobe is registered already: %s\n", fn,
 			 pki_errstr(EBUSY));
 		return -EBUSY;
 	}
@@ -135,24 +149,21 @@ static int stage(struct pki_fprobe *p)
 
 int pk_fprobe_register(struct pk_fprobe *fp)
 {
-	struct pk_ops_filter f;
+	struct pk_fprobe f;
 	struct pki_fprobe *p;
-	int err = check(fp);
+	int err = fprobe_in(fp, &f, false);
 
-	if (!err)
-		err = pki_hook_filter_in(&fp->filter, &f, "hooks: pk_fprobe_register: filter");
 	if (err)
 		return err;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	*p =
-	    (struct pki_fprobe){.ops = {.sz = sizeof(p->ops),
-					.func = pki_fprobe_entry,
-					.data = p,
-					.flags = fp->flags & PK_FPROBE_F_NOVEC ? PK_OPS_F_NOVEC : 0,
-					.filter = f},
-				.fp = fp};
+	*p = (struct pki_fprobe){.ops = {.sz = sizeof(p->ops),
+					 .func = pki_fprobe_entry,
+					 .data = p,
+					 .flags = f.flags & PK_FPROBE_F_NOVEC ? PK_OPS_F_NOVEC : 0,
+					 .filter = f.filter},
+				 .fp = fp};
 	err = pki_hook_enter();
 	if (err) {
 		free(p);
@@ -175,7 +186,7 @@ int pk_fprobe_register(struct pk_fprobe *fp)
 		return err;
 	}
 	fp->private = p;
-	if (fp->exit)
+	if (f.exit)
 		pki_hook_forced_unwind(); /* once: thread cancellation (X8) */
 	return 0;
 }
@@ -230,17 +241,19 @@ int pk_fprobe_unregister(struct pk_fprobe *fp)
 int pk_fprobe_stats(const struct pk_fprobe *fp, struct pk_fprobe_stats *st)
 {
 	const struct pki_fprobe *p = fp ? fp->private : NULL;
+	struct pk_fprobe_stats s = {.sz = sizeof(s)};
 
-	if (!st)
+	if (!st || pki_opts_out_check(st, PKI_OPTS_END(struct pk_fprobe_stats, dropped),
+				      "hooks: pk_fprobe_stats: st"))
 		return -EINVAL;
-	memset(st, 0, sizeof(*st));
-	st->dropped = __atomic_load_n(&pki_fprobe_dropped, __ATOMIC_RELAXED);
-	if (!p)
-		return fp ? -ENOENT : 0;
-	st->unwound = __atomic_load_n(&p->unwound, __ATOMIC_RELAXED);
-	st->deep = __atomic_load_n(&p->deep, __ATOMIC_RELAXED);
-	st->skipped = __atomic_load_n(&p->skipped, __ATOMIC_RELAXED);
-	return 0;
+	s.dropped = __atomic_load_n(&pki_fprobe_dropped, __ATOMIC_RELAXED);
+	if (p) {
+		s.unwound = __atomic_load_n(&p->unwound, __ATOMIC_RELAXED);
+		s.deep = __atomic_load_n(&p->deep, __ATOMIC_RELAXED);
+		s.skipped = __atomic_load_n(&p->skipped, __ATOMIC_RELAXED);
+	}
+	pki_opts_out(st, &s, sizeof(s));
+	return p || !fp ? 0 : -ENOENT;
 }
 
 /*
@@ -301,20 +314,18 @@ static void tramp_rec_free(void *arg)
 
 struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 {
-	struct pk_ops_filter f;
+	struct pk_fprobe f;
 	struct pki_fprobe *p;
 	struct pk_tramp *t;
-	int err = check(fp);
+	int err = fprobe_in(fp, &f, true);
 
-	if (!err)
-		err = pki_hook_filter_in(&fp->filter, &f, "hooks: pk_fprobe_tramp_new: filter");
-	if (!err && (f.nips || f.nglobs)) {
+	if (!err && (f.filter.nips || f.filter.nglobs)) {
 		pki_warn("hooks: pk_fprobe_tramp_new: a trampoline's sites are those of "
 			 "pk_direct_add(), not a filter: %s\n",
 			 pki_errstr(EINVAL));
 		err = -EINVAL;
 	}
-	if (!err && fp->exit)
+	if (!err && f.exit)
 		err = exits_ready();
 	if (err)
 		return pki_err_ptr(err);
@@ -336,8 +347,8 @@ struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 		return pki_err_ptr(err);
 	}
 	t = pki_hook_tramp_new_arg(pki_fprobe_tramp_entry, p, tramp_rec_free,
-				   fp->flags & PK_FPROBE_F_NOVEC ? PK_TRAMP_F_NOVEC : 0,
-				   fp->exit != NULL);
+				   f.flags & PK_FPROBE_F_NOVEC ? PK_TRAMP_F_NOVEC : 0,
+				   f.exit != NULL);
 	if (!t) {
 		err = -errno;
 		slot_free(p); /* published, but no thread could reach it: no site has it */
@@ -345,7 +356,7 @@ struct pk_tramp *pk_fprobe_tramp_new(struct pk_fprobe *fp)
 		return pki_err_ptr(err);
 	}
 	fp->private = p;
-	if (fp->exit)
+	if (f.exit)
 		pki_hook_forced_unwind();
 	return t;
 }

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,31 +86,36 @@ int pki_hook_filter_in(const struct pk_ops_filter *f, struct pk_ops_filter *out,
 	return pki_opts_in(out, sizeof(*out), f, PKI_OPTS_END(struct pk_ops_filter, nglobs), what);
 }
 
-/*
- * @ops as this library knows it into @o (sized structs, probekit.h): the
- * ops by its sz, then its filter, its last member, by the filter's own: a
- * newer caller's longer filter lies inside its ops, and the bytes of both
- * past what this library knows must be zero.
- */
-static int ops_in(const struct pk_ops *ops, struct pk_ops *o)
+int pki_hook_filtered_in(void *out, size_t ours, const void *in, size_t min, size_t at,
+			 const char *what)
 {
-	const size_t at = offsetof(struct pk_ops, filter);
+	const struct pk_ops_filter *f = (const void *)((const char *)in + at);
+	char name[128];
+	size_t sz;
 	int err;
 
+	err = pki_opts_in(out, ours, in, min, what);
+	if (err)
+		return err;
+	sz = *(const size_t *)in; /* >= min > at */
+	if (f->sz > sz - at) {
+		pki_warn("%s: filter.sz %zu runs past sz %zu: %s\n", what, f->sz, sz,
+			 pki_errstr(EINVAL));
+		return -EINVAL;
+	}
+	snprintf(name, sizeof(name), "%s->filter", what);
+	return pki_hook_filter_in(f, (struct pk_ops_filter *)((char *)out + at), name);
+}
+
+/* @ops as this library knows it into @o (pki_hook_filtered_in). */
+static int ops_in(const struct pk_ops *ops, struct pk_ops *o)
+{
 	if (!ops) {
 		pki_warn("hooks: pk_ops_register: no ops: %s\n", pki_errstr(EINVAL));
 		return -EINVAL;
 	}
-	err = pki_opts_in(o, sizeof(*o), ops, PKI_OPTS_END(struct pk_ops, filter),
-			  "hooks: pk_ops_register: ops");
-	if (err)
-		return err;
-	if (ops->filter.sz > ops->sz - at) {
-		pki_warn("hooks: pk_ops_register: ops->filter.sz %zu runs past ops->sz %zu: %s\n",
-			 ops->filter.sz, ops->sz, pki_errstr(EINVAL));
-		return -EINVAL;
-	}
-	return pki_hook_filter_in(&ops->filter, &o->filter, "hooks: pk_ops_register: ops->filter");
+	return pki_hook_filtered_in(o, sizeof(*o), ops, PKI_OPTS_END(struct pk_ops, filter),
+				    offsetof(struct pk_ops, filter), "hooks: pk_ops_register: ops");
 }
 
 int __pki_hook_ops_register(struct pk_ops *ops)

@@ -178,6 +178,18 @@ void __pki_hook_undo(void);
  */
 int pki_hook_filter_in(const struct pk_ops_filter *f, struct pk_ops_filter *out, const char *what);
 
+/*
+ * A caller's sized struct whose last member is a struct pk_ops_filter, at
+ * @at (struct pk_ops, struct pk_fprobe), as this library knows it into
+ * @out, @ours bytes: the struct by its sz (pki_opts_in(), @min its first
+ * version), then its filter by the filter's own sz (pki_hook_filter_in()):
+ * a newer caller's longer filter lies inside its struct, and the bytes of
+ * both past what this library knows must be zero.  @in not NULL; 0 or
+ * -EINVAL, said with @what (never NULL: "hooks: pk_ops_register: ops").
+ */
+int pki_hook_filtered_in(void *out, size_t ours, const void *in, size_t min, size_t at,
+			 const char *what);
+
 /* pk_ops_register() and pk_ops_unregister() under the registry (pki_hook_enter). */
 int __pki_hook_ops_register(struct pk_ops *ops);
 int __pki_hook_ops_unregister(struct pk_ops *ops);

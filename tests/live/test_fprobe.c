@@ -27,6 +27,7 @@
 #include <probekit/hook.h>
 #include <probekit/sites.h>
 
+#include "base/opts.h"
 #include "harness.h"
 
 #define PATCHABLE __attribute__((noinline, noipa, patchable_function_entry(5, 0)))
@@ -165,11 +166,9 @@ static struct pk_fprobe probe_of(const void *const *fns, size_t n, unsigned long
 {
 	for (size_t i = 0; i < n; i++)
 		ips[i] = (unsigned long)fns[i];
-	return (struct pk_fprobe){.entry = on_entry,
-				  .exit = on_exit_cb,
-				  .data = &S,
-				  .data_size = 32,
-				  .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = n)};
+	return (struct pk_fprobe)PK_OPTS_INIT(
+	    pk_fprobe, .entry = on_entry, .exit = on_exit_cb, .data = &S, .data_size = 32,
+	    .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = n));
 }
 
 #define PROBE(name, ...)                                                                           \
@@ -220,8 +219,8 @@ static void set_xmm0(struct pk_fprobe *fp, unsigned long ip, unsigned long paren
 START_TEST(replace_float_and_rdx)
 {
 	unsigned long ips[] = {(unsigned long)t_scale, (unsigned long)t_pair};
-	struct pk_fprobe fp = {.exit = set_xmm0,
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 2)};
+	PK_OPTS(pk_fprobe, fp, .exit = set_xmm0,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 2));
 
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
 	ck_assert(t_scale(2.0, 3) == -1.25);
@@ -250,7 +249,7 @@ END_TEST
 START_TEST(longjmp_unwound)
 {
 	PROBE(fp, (const void *)t_jump_outer, (const void *)t_jump_inner, (const void *)t_add);
-	struct pk_fprobe_stats st;
+	PK_OPTS(pk_fprobe_stats, st);
 	volatile int round = 0;
 
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
@@ -397,7 +396,7 @@ static void *recurser(void *arg)
 START_TEST(deeper_than_the_stack)
 {
 	PROBE(fp, (const void *)t_recurse);
-	struct pk_fprobe_stats st;
+	PK_OPTS(pk_fprobe_stats, st);
 	pthread_attr_t a;
 	pthread_t th;
 	long n = PK_FPROBE_DEPTH + 1000;
@@ -425,7 +424,7 @@ static void *blocker(void *arg)
 START_TEST(unregister_with_a_frame_pending)
 {
 	PROBE(fp, (const void *)t_block);
-	struct pk_fprobe_stats st;
+	PK_OPTS(pk_fprobe_stats, st);
 	pthread_t th;
 	void *r;
 
@@ -452,31 +451,16 @@ END_TEST
 START_TEST(bad_input)
 {
 	unsigned long ip = (unsigned long)t_add;
-	struct pk_fprobe none = {.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
-	struct pk_fprobe big = {.exit = on_exit_cb,
-				.data_size = 33,
-				.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
-	struct pk_fprobe flags = {.exit = on_exit_cb,
-				  .flags = 2,
-				  .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
-	struct pk_fprobe ok = {.exit = on_exit_cb,
-			       .data = &S,
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	PK_OPTS(pk_fprobe, none, .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
+	PK_OPTS(pk_fprobe, big, .exit = on_exit_cb, .data_size = 33,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
+	PK_OPTS(pk_fprobe, flags, .exit = on_exit_cb, .flags = 2,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
+	PK_OPTS(pk_fprobe, ok, .exit = on_exit_cb, .data = &S,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 	unsigned long nosite = (unsigned long)&S;
-	struct pk_fprobe bad_ip = {
-	    .exit = on_exit_cb, .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &nosite, .nips = 1)};
-	struct {
-		struct pk_fprobe fp;
-		long more; /* a newer header's filter field: the filter is the last member */
-	} newer = {.fp = {.exit = on_exit_cb,
-			  .data = &S,
-			  .filter = {.sz = sizeof(struct pk_ops_filter) + sizeof(long),
-				     .ips = &ip,
-				     .nips = 1}}};
-
-	_Static_assert(offsetof(typeof(newer), more) ==
-			   offsetof(struct pk_fprobe, filter) + sizeof(struct pk_ops_filter),
-		       "the filter ends struct pk_fprobe");
+	PK_OPTS(pk_fprobe, bad_ip, .exit = on_exit_cb,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &nosite, .nips = 1));
 
 	ck_assert_int_eq(pk_fprobe_register(NULL), -EINVAL);
 	ck_assert_int_eq(pk_fprobe_register(&none), -EINVAL);
@@ -494,17 +478,202 @@ START_TEST(bad_input)
 	ck_assert_int_eq(S.exits, 1);
 	ck_assert_int_eq(pk_fprobe_unregister(&ok), 0);
 	ck_assert_int_eq(pk_fprobe_unregister(&ok), -ENOENT);
-	/* the filter is sized: zero with ips set, or a newer field set, is refused */
-	ok.filter.sz = 0;
-	ck_assert_int_eq(pk_fprobe_register(&ok), -EINVAL);
-	newer.more = 1;
-	ck_assert_int_eq(pk_fprobe_register(&newer.fp), -EINVAL);
-	ck_assert_ptr_null(newer.fp.private);
-	newer.more = 0;
-	ck_assert_int_eq(pk_fprobe_register(&newer.fp), 0);
+	errno = 0;
+	ck_assert_ptr_null(pk_fprobe_tramp_new(NULL));
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+/* struct pk_fprobe as a newer header might have it: a longer filter, then a field of its own. */
+struct newer_fprobe {
+	size_t sz;
+	pk_fprobe_entry_fn entry;
+	pk_fprobe_exit_fn exit;
+	void *data;
+	unsigned long flags;
+	size_t data_size;
+	void *priv;
+	struct {
+		struct pk_ops_filter f;
+		long more; /* a newer filter field */
+	} filter;
+	long extra; /* a newer fprobe field, after the caller's filter */
+};
+_Static_assert(offsetof(struct newer_fprobe, priv) == offsetof(struct pk_fprobe, private) &&
+		   offsetof(struct newer_fprobe, filter) == offsetof(struct pk_fprobe, filter) &&
+		   offsetof(struct newer_fprobe, filter.more) == sizeof(struct pk_fprobe),
+	       "newer_fprobe extends pk_fprobe, whose filter is its last member");
+
+/* Where nothing is registered: t_add runs unhooked. */
+static void t_add_unhooked(void)
+{
+	long exits = S.exits, entries = S.entries;
+
+	ck_assert_int_eq(t_add(2, 2), 4);
+	ck_assert_int_eq(S.exits, exits);
+	ck_assert_int_eq(S.entries, entries);
+}
+
+/*
+ * struct pk_fprobe and its filter are sized as an ops (probekit.h): a zero,
+ * short or huge sz is refused, and a newer caller's struct is taken while
+ * what this library does not know is zero, by pk_fprobe_register() and
+ * pk_fprobe_tramp_new() alike; nothing is registered when refused.
+ */
+START_TEST(sized_fprobe)
+{
+	unsigned long ip = (unsigned long)t_add;
+	PK_OPTS(pk_fprobe, fp, .entry = on_entry, .exit = on_exit_cb, .data = &S,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
+	PK_OPTS(pk_fprobe, tfp, .entry = on_entry, .exit = on_exit_cb, .data = &S,
+		.filter = PK_OPTS_INIT(pk_ops_filter));
+	struct newer_fprobe n = {.sz = sizeof(n),
+				 .entry = on_entry,
+				 .exit = on_exit_cb,
+				 .data = &S,
+				 .filter.f = {.sz = sizeof(n.filter), .ips = &ip, .nips = 1}};
+	struct pk_fprobe *np = (struct pk_fprobe *)&n;
+	const size_t bad_sz[] = {0, PKI_OPTS_END(struct pk_fprobe, filter) - 1,
+				 PKI_OPTS_SZ_MAX + 1};
+	struct pk_tramp *t;
+
+	/* too small (0: not declared with PK_OPTS), below the first version, or not a size */
+	for (size_t i = 0; i < sizeof(bad_sz) / sizeof(bad_sz[0]); i++) {
+		fp.sz = tfp.sz = bad_sz[i];
+		ck_assert_int_eq(pk_fprobe_register(&fp), -EINVAL);
+		ck_assert_ptr_null(fp.private);
+		errno = 0;
+		ck_assert_ptr_null(pk_fprobe_tramp_new(&tfp));
+		ck_assert_int_eq(errno, EINVAL);
+		ck_assert_ptr_null(tfp.private);
+	}
+	t_add_unhooked();
+	fp.sz = sizeof(fp);
+	/* the filter: zero with ips set (not the empty one), or below its first version */
+	fp.filter.sz = 0;
+	ck_assert_int_eq(pk_fprobe_register(&fp), -EINVAL);
+	fp.filter.sz = offsetof(struct pk_ops_filter, nglobs);
+	ck_assert_int_eq(pk_fprobe_register(&fp), -EINVAL);
+	ck_assert_ptr_null(fp.private);
+	t_add_unhooked();
+	/* the first version: taken */
+	fp.sz = PKI_OPTS_END(struct pk_fprobe, filter);
+	fp.filter.sz = PKI_OPTS_END(struct pk_ops_filter, nglobs);
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	ck_assert_int_eq(t_add(2, 2), 4);
+	ck_assert_int_eq(S.exits, 1);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+
+	/* newer: taken while its fields past ours are zero; the callbacks get its pointer */
+	ck_assert_int_eq(pk_fprobe_register(np), 0);
+	ck_assert_ptr_nonnull(n.priv);
 	ck_assert_int_eq(t_add(2, 2), 4);
 	ck_assert_int_eq(S.exits, 2);
-	ck_assert_int_eq(pk_fprobe_unregister(&newer.fp), 0);
+	ck_assert_int_eq(S.bad, 0);
+	ck_assert_int_eq(pk_fprobe_unregister(np), 0);
+	ck_assert_ptr_null(n.priv);
+	/* a field this library does not know set, in the filter or after it: nothing registered */
+	n.filter.more = 1;
+	ck_assert_int_eq(pk_fprobe_register(np), -EINVAL);
+	n.filter.more = 0;
+	n.extra = 1;
+	ck_assert_int_eq(pk_fprobe_register(np), -EINVAL);
+	ck_assert_ptr_null(n.priv);
+	t_add_unhooked();
+	n.extra = 0;
+	/* a filter that runs past the fprobe it is in */
+	n.sz = sizeof(struct pk_fprobe);
+	ck_assert_int_eq(pk_fprobe_register(np), -EINVAL);
+	ck_assert_ptr_null(n.priv);
+	t_add_unhooked();
+
+	/* the same for a trampoline (its filter empty) */
+	n.sz = sizeof(n);
+	n.filter.f = (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter);
+	n.extra = 1;
+	errno = 0;
+	ck_assert_ptr_null(pk_fprobe_tramp_new(np));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(n.priv);
+	n.extra = 0;
+	t = pk_fprobe_tramp_new(np);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_ptr_nonnull(n.priv);
+	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){ip, pk_tramp_addr(t)}, 1), 0);
+	ck_assert_int_eq(t_add(2, 2), 4);
+	ck_assert_int_eq(S.exits, 3);
+	ck_assert_int_eq(pk_direct_del(&ip, 1), 0);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+	ck_assert_ptr_null(n.priv);
+	tfp.sz = PKI_OPTS_END(struct pk_fprobe, filter);
+	t = pk_fprobe_tramp_new(&tfp);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(pk_tramp_free(t), 0);
+	t_add_unhooked();
+	ck_assert_int_eq(S.bad, 0);
+}
+END_TEST
+
+/*
+ * struct pk_fprobe_stats is sized (probekit.h): filled up to the caller's
+ * sz (a first-version caller: nothing past it), refused with a zero or
+ * short one before anything is written, ours into a newer caller's.
+ */
+START_TEST(sized_stats)
+{
+	const size_t first = PKI_OPTS_END(struct pk_fprobe_stats, dropped);
+	PROBE(fp, (const void *)t_jump_outer, (const void *)t_jump_inner, (const void *)t_add);
+	union {
+		struct pk_fprobe_stats st;
+		unsigned char b[sizeof(struct pk_fprobe_stats) + 32];
+	} older;
+	struct {
+		struct pk_fprobe_stats st;
+		long unknown; /* a newer header's field */
+	} newer;
+
+	ck_assert_int_eq(pk_fprobe_stats(NULL, NULL), -EINVAL);
+	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
+	if (setjmp(jb) == 0)
+		t_jump_outer(5);
+	ck_assert_int_eq(t_add(1, 2), 3);
+	ck_assert_int_eq(S.unwound, 2);
+	/* too small: refused, nothing written */
+	memset(&older, 0xee, sizeof(older));
+	older.st.sz = 0;
+	ck_assert_int_eq(pk_fprobe_stats(&fp, &older.st), -EINVAL);
+	ck_assert_int_eq(pk_fprobe_stats(NULL, &older.st), -EINVAL);
+	older.st.sz = first - 1;
+	ck_assert_int_eq(pk_fprobe_stats(&fp, &older.st), -EINVAL);
+	ck_assert_uint_eq(older.st.sz, first - 1);
+	for (size_t i = sizeof(size_t); i < sizeof(older); i++)
+		ck_assert_uint_eq(older.b[i], 0xee);
+	/* the first version: filled up to its end, not a byte further */
+	older.st.sz = first;
+	ck_assert_int_eq(pk_fprobe_stats(&fp, &older.st), 0);
+	ck_assert_uint_eq(older.st.sz, first);
+	ck_assert_uint_eq(older.st.unwound, 2);
+	ck_assert_uint_eq(older.st.deep, 0);
+	ck_assert_uint_eq(older.st.skipped, 0);
+	for (size_t i = first; i < sizeof(older); i++)
+		ck_assert_uint_eq(older.b[i], 0xee);
+	/* newer: ours, its own field untouched; sz says how much was filled */
+	newer.st.sz = sizeof(newer);
+	newer.unknown = 5;
+	ck_assert_int_eq(pk_fprobe_stats(&fp, &newer.st), 0);
+	ck_assert_uint_eq(newer.st.sz, sizeof(struct pk_fprobe_stats));
+	ck_assert_uint_eq(newer.st.unwound, 2);
+	ck_assert_int_eq(newer.unknown, 5);
+	ck_assert_int_eq(pk_fprobe_unregister(&fp), 0);
+	/* not registered: -ENOENT, `dropped` still filled in (the rest zero) */
+	memset(&older, 0xee, sizeof(older));
+	older.st.sz = first;
+	ck_assert_int_eq(pk_fprobe_stats(&fp, &older.st), -ENOENT);
+	ck_assert_uint_eq(older.st.sz, first);
+	ck_assert_uint_eq(older.st.unwound, 0);
+	ck_assert_uint_ne(older.st.dropped, 0xeeeeeeeeeeeeeeeeul);
+	for (size_t i = first; i < sizeof(older); i++)
+		ck_assert_uint_eq(older.b[i], 0xee);
 }
 END_TEST
 
@@ -522,9 +691,8 @@ static void calls_hooked(struct pk_fprobe *fp, unsigned long ip, unsigned long p
 START_TEST(callback_reaches_hooked_code)
 {
 	unsigned long ip = (unsigned long)t_add;
-	struct pk_fprobe fp = {.exit = calls_hooked,
-			       .data = &S,
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	PK_OPTS(pk_fprobe, fp, .exit = calls_hooked, .data = &S,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
 	ck_assert_int_eq(t_add(1, 2), 103);
@@ -592,7 +760,8 @@ static void *fire_thread(void *arg)
 START_TEST(under_fire)
 {
 	PROBE(fp, (const void *)t_add, (const void *)t_fire_outer, (const void *)t_fire_inner);
-	struct pk_fprobe_stats st0, st;
+	PK_OPTS(pk_fprobe_stats, st0);
+	PK_OPTS(pk_fprobe_stats, st);
 	pthread_t th[FIRE_THREADS];
 	pid_t busy = fork();
 	void *r;
@@ -653,8 +822,8 @@ static void clobbers_errno(struct pk_fprobe *fp, unsigned long ip, unsigned long
 START_TEST(errno_kept)
 {
 	unsigned long ip = (unsigned long)t_fail;
-	struct pk_fprobe fp = {.exit = clobbers_errno,
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	PK_OPTS(pk_fprobe, fp, .exit = clobbers_errno,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 
 	ck_assert_int_eq(pk_fprobe_register(&fp), 0);
 	errno = 0;
@@ -668,9 +837,8 @@ END_TEST
 START_TEST(refused_functions)
 {
 	unsigned long ip = (unsigned long)dlsym(RTLD_DEFAULT, "dlsym");
-	struct pk_fprobe fp = {.exit = on_exit_cb,
-			       .data = &S,
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1)};
+	PK_OPTS(pk_fprobe, fp, .exit = on_exit_cb, .data = &S,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = &ip, .nips = 1));
 	PK_OPTS(pk_site, site);
 
 	if (pk_site_find(ip, &site)) {
@@ -737,9 +905,8 @@ START_TEST(skip_with_a_value)
 {
 	unsigned long ips[] = {(unsigned long)t_skipme, (unsigned long)t_pair,
 			       (unsigned long)t_add};
-	struct pk_fprobe fp = {.entry = skip_entry,
-			       .exit = skip_exit,
-			       .filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 3)};
+	PK_OPTS(pk_fprobe, fp, .entry = skip_entry, .exit = skip_exit,
+		.filter = PK_OPTS_INIT(pk_ops_filter, .ips = ips, .nips = 3));
 	struct pk_regs r = {0};
 	struct pair pr;
 
@@ -825,8 +992,8 @@ END_TEST
 START_TEST(tramp_with_exits)
 {
 	unsigned long ip = (unsigned long)t_add, bad_ip = (unsigned long)t_block;
-	struct pk_fprobe fp = {.entry = on_entry, .exit = on_exit_cb, .data = &S, .data_size = 32};
-	struct pk_fprobe_stats st;
+	PK_OPTS(pk_fprobe, fp, .entry = on_entry, .exit = on_exit_cb, .data = &S, .data_size = 32);
+	PK_OPTS(pk_fprobe_stats, st);
 	struct pk_tramp *t, *t2;
 	unsigned long addr;
 	pthread_t th;
@@ -876,7 +1043,8 @@ START_TEST(tramp_with_exits)
 	ck_assert_int_eq(t_add(2, 2), 4);
 	ck_assert_int_eq(S.entries, 102);
 	/* made and freed again and again: the same trampoline comes back */
-	fp = (struct pk_fprobe){.entry = on_entry, .exit = on_exit_cb, .data = &S};
+	fp = (struct pk_fprobe)PK_OPTS_INIT(pk_fprobe, .entry = on_entry, .exit = on_exit_cb,
+					    .data = &S);
 	for (int k = 0; k < 50; k++) {
 		t2 = pk_fprobe_tramp_new(&fp);
 		ck_assert_ptr_nonnull(t2);
@@ -890,7 +1058,7 @@ END_TEST
 START_TEST(tramp_with_exits_refused_functions)
 {
 	unsigned long ip = (unsigned long)dlsym(RTLD_DEFAULT, "dlsym");
-	struct pk_fprobe fp = {.exit = on_exit_cb, .data = &S};
+	PK_OPTS(pk_fprobe, fp, .exit = on_exit_cb, .data = &S);
 	struct pk_tramp *t;
 	PK_OPTS(pk_site, site);
 
@@ -904,7 +1072,7 @@ START_TEST(tramp_with_exits_refused_functions)
 	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){ip, pk_tramp_addr(t)}, 1),
 			 -EINVAL);
 	ck_assert_int_eq(pk_tramp_free(t), 0); /* nothing uses it */
-	fp = (struct pk_fprobe){.entry = on_entry, .data = &S};
+	fp = (struct pk_fprobe)PK_OPTS_INIT(pk_fprobe, .entry = on_entry, .data = &S);
 	t = pk_fprobe_tramp_new(&fp); /* an entry callback alone is accepted */
 	ck_assert_ptr_nonnull(t);
 	ck_assert_int_eq(pk_direct_add(&(struct pk_direct_entry){ip, pk_tramp_addr(t)}, 1), 0);
@@ -938,6 +1106,8 @@ int main(void)
 	tcase_add_test(tc, deeper_than_the_stack);
 	tcase_add_test(tc, unregister_with_a_frame_pending);
 	tcase_add_test(tc, bad_input);
+	tcase_add_test(tc, sized_fprobe);
+	tcase_add_test(tc, sized_stats);
 	tcase_add_test(tc, callback_reaches_hooked_code);
 	tcase_add_test(tc, errno_kept);
 	tcase_add_test(tc, refused_functions);

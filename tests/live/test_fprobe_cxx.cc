@@ -236,6 +236,7 @@ static long entries_by_glob(const char *glob)
 	pk_fprobe fp = {};
 	volatile int sum = 0;
 
+	fp.sz = sizeof(fp);
 	fp.entry = on_entry;
 	fp.filter.sz = sizeof(fp.filter);
 	fp.filter.globs = globs;
@@ -324,6 +325,7 @@ static void under_fire(unsigned long *ips, size_t nips)
 		for (;;)
 			__asm__ volatile("" ::: "memory");
 	}
+	fp.sz = sizeof(fp);
 	fp.entry = on_entry;
 	fp.exit = on_exit_cb;
 	fp.data_size = 16;
@@ -332,6 +334,7 @@ static void under_fire(unsigned long *ips, size_t nips)
 	fp.filter.nips = nips;
 	entries = exits = unwound = bad = 0;
 	signal(SIGUSR1, fire_usr1);
+	st0.sz = st.sz = sizeof(st); /* sized: C++ before C++20 has no PK_OPTS */
 	pk_fprobe_stats(nullptr, &st0);
 	for (long i = 0; i < FIRE_THREADS; i++)
 		if (pthread_create(&th[i], nullptr, fire_thread, (void *)i))
@@ -373,6 +376,7 @@ int main()
 	int plain_cancel = thread_canceled();
 	int err;
 
+	fp.sz = sizeof(fp);
 	fp.entry = on_entry;
 	fp.exit = on_exit_cb;
 	fp.filter.sz = sizeof(fp.filter);
@@ -417,6 +421,7 @@ int main()
 	 * stop the cancelled thread's unwinding at once).
 	 */
 	pk_fprobe every = {};
+	every.sz = sizeof(every);
 	every.exit = on_exit_cb;
 	err = pk_fprobe_register(&every);
 	CHECK(!err, "pk_fprobe_register of every site: %d", err);

@@ -1896,11 +1896,9 @@ static int bg_attach(struct worker *mw)
 	bg.ops.filter =
 	    (struct pk_ops_filter)PK_OPTS_INIT(pk_ops_filter, .ips = bg.ip, .nips = bg.nops);
 	for (int kind = 0; kind < 2; kind++)
-		bg.fp[kind] = (struct pk_fprobe){.entry = pks_bg_fp_entry,
-						 .exit = pks_bg_fp_exit,
-						 .data = (void *)(long)kind,
-						 .flags = PK_FPROBE_F_NOVEC,
-						 .data_size = 16};
+		bg.fp[kind] = (struct pk_fprobe)PK_OPTS_INIT(
+		    pk_fprobe, .entry = pks_bg_fp_entry, .exit = pks_bg_fp_exit,
+		    .data = (void *)(long)kind, .flags = PK_FPROBE_F_NOVEC, .data_size = 16);
 	bg.fp[PKS_BG_OPS].filter = bg.ops.filter;
 	t = now_ns();
 	main_api("pk_ops_register (background)");

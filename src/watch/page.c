@@ -68,6 +68,7 @@ struct pki_pwatch {
 	struct pk_hitq *queue;
 	atomic_bool enabled;
 	atomic_ulong hits, self, windowed, filtered;
+	atomic_uint users; /* hits of it taken under the step lock, not yet delivered */
 	bool has_cond;
 	struct pk_watch_cond cond; /* a copy: on this record's own page, as all it holds */
 	int reg;		   /* its region, -1 once dead (fork child) */
@@ -119,8 +120,9 @@ static struct PKI_HANDLER_PAGES {
 	/* Pages ever watched (page numbers), append-only: PW3's late faults. */
 	_Atomic uintptr_t seen[NR_SEEN];
 	atomic_uint nr_seen;
-	atomic_uint live; /* regions published (va set): 0, no system call is bounced */
-	bool shstk;	  /* the threads have a shadow stack: no call is emulated */
+	atomic_uint live;   /* regions published (va set): 0, no system call is bounced */
+	atomic_uint unmade; /* regions unpublished so far (PW3: late faults) */
+	bool shstk;	    /* the threads have a shadow stack: no call is emulated */
 	size_t page_size;
 } P;
 
@@ -128,8 +130,12 @@ static struct PKI_HANDLER_PAGES {
 static __thread int step_region __attribute__((tls_model("initial-exec"))) = -1;
 /* Depth of callbacks running on this thread: their accesses are `self`. */
 static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")));
-/* PW3: the last address retried with no region to explain its fault. */
+/*
+ * PW3: the last address retried with no region to explain its fault, and
+ * how many regions had been unpublished then (P.unmade).
+ */
 static __thread uintptr_t retried __attribute__((tls_model("initial-exec")));
+static __thread unsigned int retried_gen __attribute__((tls_model("initial-exec")));
 
 /*
  * PW8: the thread inside fork(), between the prepare handler and the parent
@@ -361,8 +367,11 @@ static int span_hits(const struct span *sp, unsigned int extra, struct pk_watch_
 	for (int k = 0; k < REGION_WATCHES && nh < MAX_STEP_HITS; k++) {
 		struct pki_pwatch *pw = atomic_load(&r->w[k]);
 
-		if (pw && make_hit(pw, r, sp->lo, sp->hi, flags, &hits[nh]))
+		if (pw && make_hit(pw, r, sp->lo, sp->hi, flags, &hits[nh])) {
+			/* PW3: removal waits for it (pwatch_unpublish) */
+			atomic_fetch_add(&pw->users, 1);
 			who[nh++] = pw;
+		}
 	}
 	return nh;
 }
@@ -404,34 +413,39 @@ static int windowed_hits(const struct step *s, int ri, struct pk_watch_hit *hits
 	return nh;
 }
 
+static void deliver_one(struct pki_pwatch *pw, struct pk_watch_hit *h, ucontext_t *uc)
+{
+	if (cb_depth) {
+		atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
+		return;
+	}
+	if (pw->has_cond &&
+	    !pki_watch_cond_pass(&pw->cond, h->before, h->after, h->len, h->tid, h->ip, uc)) {
+		atomic_fetch_add_explicit(&pw->filtered, 1, memory_order_relaxed);
+		return;
+	}
+	atomic_fetch_add_explicit(&pw->hits, 1, memory_order_relaxed);
+	cb_depth++;
+	if (pw->cb) {
+		h->uc = uc;
+		pw->cb(h);
+	}
+	if (pw->queue) {
+		h->uc = NULL;
+		pk_hitq_push(pw->queue, h);
+	}
+	cb_depth--;
+}
+
+/* The hits span_hits took, reported (or counted) and their watches let go. */
 static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, pid_t tid,
 		    uintptr_t ip, ucontext_t *uc)
 {
 	for (int i = 0; i < nh; i++) {
-		struct pki_pwatch *pw = who[i];
-
 		hits[i].tid = tid;
 		hits[i].ip = ip;
-		if (cb_depth) {
-			atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
-			continue;
-		}
-		if (pw->has_cond && !pki_watch_cond_pass(&pw->cond, hits[i].before, hits[i].after,
-							 hits[i].len, tid, ip, uc)) {
-			atomic_fetch_add_explicit(&pw->filtered, 1, memory_order_relaxed);
-			continue;
-		}
-		atomic_fetch_add_explicit(&pw->hits, 1, memory_order_relaxed);
-		cb_depth++;
-		if (pw->cb) {
-			hits[i].uc = uc;
-			pw->cb(&hits[i]);
-		}
-		if (pw->queue) {
-			hits[i].uc = NULL;
-			pk_hitq_push(pw->queue, &hits[i]);
-		}
-		cb_depth--;
+		deliver_one(who[i], &hits[i], uc);
+		atomic_fetch_sub(&who[i]->users, 1);
 	}
 }
 
@@ -560,8 +574,10 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 		if (report) {
 			deliver(hits, who, nh, tid, ip, NULL);
 		} else {
-			for (int i = 0; i < nh; i++)
+			for (int i = 0; i < nh; i++) {
 				atomic_fetch_add_explicit(&who[i]->self, 1, memory_order_relaxed);
+				atomic_fetch_sub(&who[i]->users, 1);
+			}
 		}
 		region_leave(ri);
 		if (a + (size_t)k < hi) /* the program's protection refused the rest */
@@ -766,16 +782,23 @@ static void uc_mask_set(ucontext_t *uc, const sigset_t *m)
 	memcpy(&uc->uc_sigmask, m, sizeof(uint64_t));
 }
 
+/* Every signal but the synchronous ones, which a fault or a trap raises. */
+static void async_set(sigset_t *all)
+{
+	static const int sync[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
+
+	sigfillset(all);
+	for (size_t i = 0; i < sizeof(sync) / sizeof(sync[0]); i++)
+		sigdelset(all, sync[i]);
+}
+
 /* Block every signal but the synchronous ones until the step ends. */
 static void step_mask(ucontext_t *uc, struct step *s)
 {
-	static const int sync[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
 	sigset_t all;
 
 	s->mask = uc->uc_sigmask;
-	sigfillset(&all);
-	for (size_t i = 0; i < sizeof(sync) / sizeof(sync[0]); i++)
-		sigdelset(&all, sync[i]);
+	async_set(&all);
 	uc_mask_set(uc, &all);
 }
 
@@ -858,7 +881,7 @@ static bool fpe_handler(const ucontext_t *uc, struct sigaction *act)
  */
 static void run_fpe_handler(const struct sigaction *act, ucontext_t *uc)
 {
-	sigset_t add = act->sa_mask, saved;
+	sigset_t add = act->sa_mask, saved, m;
 	siginfo_t si;
 
 	if (act->sa_flags & SA_RESETHAND) {
@@ -873,7 +896,11 @@ static void run_fpe_handler(const struct sigaction *act, ucontext_t *uc)
 	si.si_signo = SIGFPE;
 	si.si_code = FPE_INTDIV;
 	si.si_addr = (void *)pki_uc_ip(uc);
-	pthread_sigmask(SIG_BLOCK, &add, &saved);
+	/* The mask at the fault (page_segv blocked more since), and the handler's */
+	sigemptyset(&m);
+	memcpy(&m, &uc->uc_sigmask, sizeof(uint64_t));
+	sigorset(&m, &m, &add);
+	pthread_sigmask(SIG_SETMASK, &m, &saved);
 	if (act->sa_flags & SA_SIGINFO)
 		act->sa_sigaction(SIGFPE, &si, uc);
 	else
@@ -933,10 +960,17 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 	home = region_enter(a);
 
 	if (home < 0) {
-		/* PW3: a fault from before a removal retries once. */
-		if (!page_seen(a) || retried == a)
+		/*
+		 * PW3: a fault from before a removal retries, once per
+		 * removal: read after region_enter, the count includes the
+		 * one that unpublished the region this fault met.
+		 */
+		unsigned int gen = atomic_load(&P.unmade);
+
+		if (!page_seen(a) || (retried == a && retried_gen == gen))
 			return false;
 		retried = a;
+		retried_gen = gen;
 		return true;
 	}
 	r = &P.regions[home];
@@ -1040,12 +1074,24 @@ static bool page_segv(int sig, siginfo_t *si, void *ucv)
 	int saved = errno;
 	bool mine;
 
+	sigset_t async, mask;
+
 	(void)sig;
 	if (step_region >= 0)
 		return step_abort(uc);
 	if (si->si_code != SEGV_ACCERR)
 		return false;
+	/*
+	 * PW4: no handler of the program's runs on this thread while it holds
+	 * a step lock: one that touched the region would wait for it for ever.
+	 * The mask at the fault comes back from @uc when the handler returns
+	 * (the step's own, if one began), and here when the fault is passed on.
+	 */
+	async_set(&async);
+	pthread_sigmask(SIG_BLOCK, &async, &mask);
 	mine = fault(uc, (uintptr_t)si->si_addr);
+	if (!mine)
+		pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	errno = saved;
 	return mine;
 }
@@ -1358,6 +1404,7 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 		err = __region_alias(r, lo, n, prot); /* 3 */
 	if (err) {
 		mprotect((void *)lo, n, PROT_READ | PROT_WRITE);
+		atomic_fetch_add(&P.unmade, 1);
 		atomic_store(&r->va, 0);
 		atomic_fetch_sub(&P.live, 1);
 		atomic_store(&r->end, 0);
@@ -1460,7 +1507,8 @@ static void __region_unmake(int i)
 		}
 	}
 	step_unlock(r);
-	atomic_store(&r->va, 0); /* R1: no new handler finds it */
+	atomic_fetch_add(&P.unmade, 1); /* before: a fault that finds no region sees it */
+	atomic_store(&r->va, 0);	/* R1: no new handler finds it */
 	atomic_fetch_sub(&P.live, 1);
 	atomic_store(&r->end, 0);
 	while (atomic_load(&r->inflight)) /* R3 */
@@ -1600,6 +1648,29 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 	return 0;
 }
 
+/*
+ * PW3: @pw out of its region's list, under the step lock: the handlers take
+ * a watch's hits from the list under that lock (span_hits, count_windowed),
+ * counting each in `users` until delivered, so that once the lock was
+ * taken here no handler can newly find it, and those that did are counted.
+ * Not the region's `inflight`: while the region serves other watches,
+ * new faults keep it above zero for as long as the program's threads keep
+ * touching the pages.
+ */
+static void __pwatch_unpublish(struct region *r, struct pki_pwatch *pw)
+{
+	PKI_HELD(pki_watch_mgr_lock);
+	sigset_t saved;
+
+	pki_siglock_block(&saved);
+	step_lock(r);
+	for (int k = 0; k < REGION_WATCHES; k++)
+		if (atomic_load(&r->w[k]) == pw)
+			atomic_store(&r->w[k], NULL);
+	step_unlock(r);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+}
+
 void __pki_page_remove(struct pki_pwatch *pw)
 {
 	PKI_HELD(pki_watch_mgr_lock);
@@ -1610,16 +1681,12 @@ void __pki_page_remove(struct pki_pwatch *pw)
 		return;
 	}
 	r = &P.regions[pw->reg];
-	for (int k = 0; k < REGION_WATCHES; k++)
-		if (atomic_load(&r->w[k]) == pw)
-			atomic_store(&r->w[k], NULL);
-	if (--r->nw == 0) {
+	__pwatch_unpublish(r, pw);
+	if (--r->nw == 0)
 		__region_unmake(pw->reg);
-	} else {
-		/* R3 for this watch alone: no handler still holds it. */
-		while (atomic_load(&r->inflight))
-			sched_yield();
-	}
+	/* R3 for this watch alone: no handler still holds it. */
+	while (atomic_load(&pw->users))
+		sched_yield();
 	pwatch_free(pw);
 }
 

@@ -279,7 +279,8 @@ PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why
  *           (probekit.h), an unknown @opts->mode, an @opts->cond that does
  *           not hold together (the message says why); in page mode also X,
  *           and memory it cannot watch (not a private readable and writable
- *           mapping, a thread's stack, a page of probekit's own state: the
+ *           mapping, a thread's stack, a mapping that grows down, pages
+ *           with a protection key, a page of probekit's own state: the
  *           message says which)
  *   ESRCH   @opts->tid is not a live thread of this process
  *   ENOSPC  some thread has fewer free debug-register slots than the range

@@ -122,7 +122,9 @@ static struct PKI_HANDLER_PAGES {
 	atomic_uint nr_seen;
 	atomic_uint live;   /* regions published (va set): 0, no system call is bounced */
 	atomic_uint unmade; /* regions unpublished so far (PW3: late faults) */
-	bool shstk;	    /* the threads have a shadow stack: no call is emulated */
+	/* PW2 1a: the program's mprotect calls that found no region, by phase */
+	atomic_uint native[2], native_phase;
+	bool shstk; /* the threads have a shadow stack: no call is emulated */
 	size_t page_size;
 } P;
 
@@ -670,6 +672,45 @@ int __pki_page_mprotect(void *addr, size_t len, int prot)
 		a = hi;
 	}
 	return 0;
+}
+
+int pki_page_prog_mprotect(void *addr, size_t len, int prot, int (*real)(void *, size_t, int))
+{
+	unsigned int ph = atomic_load(&P.native_phase) & 1;
+	int err = 0;
+
+	/*
+	 * PW2 1a: counted before the search, which a region published
+	 * meanwhile could miss: its conversion waits for this call to end.
+	 */
+	atomic_fetch_add(&P.native[ph], 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!pki_page_overlaps(addr, len)) {
+		if (real(addr, len, prot))
+			err = -errno;
+		atomic_fetch_sub(&P.native[ph], 1);
+		return err;
+	}
+	atomic_fetch_sub(&P.native[ph], 1);
+	err = pki_watch_page_mprotect(addr, len, prot);
+	if (err == -EINVAL) /* a bit or a form of ours not taken: the kernel's own answer */
+		err = real(addr, len, prot) ? -errno : 0;
+	return err;
+}
+
+/*
+ * PW2 1a: the program's mprotect calls that did not find the region just
+ * published, because they searched before it was, have ended.  The phase
+ * flips first: calls that begin after it count in the other phase and
+ * find the region, so the wait ends however often the program calls.
+ */
+static void __native_wait(void)
+{
+	PKI_HELD(pki_watch_mgr_lock);
+	unsigned int ph = atomic_fetch_add(&P.native_phase, 1) & 1;
+
+	while (atomic_load(&P.native[ph]))
+		sched_yield();
 }
 
 /* ---- the SIGSEGV client: starting a step (PW4, PW5) ----------------------- */
@@ -1247,6 +1288,29 @@ static bool on_a_stack(const struct pki_maps *m, uintptr_t lo)
 	return at && (at == mine || at == main_stack);
 }
 
+/*
+ * PW1: what the maps do not show of the mapping at @start: a mapping that
+ * grows down, whose pages our own mapping would stop it growing over and
+ * would give back without the flag (nor could the program's
+ * mprotect(PROT_GROWSDOWN) apply to ours); a protection key, which our
+ * mapping would not carry (the program's key checks on those pages gone)
+ * and which the program's pkey_mprotect() would replace ours with.  NULL,
+ * or why it is refused.  Unreadable flags refuse nothing.
+ */
+static const char *__check_flags(unsigned long start)
+{
+	PKI_HELD(pki_watch_mgr_lock);
+	struct pki_map_flags fl;
+
+	if (pki_maps_flags(start, &fl))
+		return NULL;
+	if (fl.growsdown)
+		return "a mapping that grows down (MAP_GROWSDOWN: a stack)";
+	if (fl.pkey)
+		return "pages with a protection key (pkey_mprotect)";
+	return NULL;
+}
+
 /* PW1: what [lo, hi) (pages) lies in, refused with the reason said. */
 static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t hi)
 {
@@ -1277,6 +1341,8 @@ static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t
 		 (lo < (uintptr_t)(&P + 1) && (uintptr_t)&P < hi))
 		why = "its page holds probekit's own state, which the fault handler uses (the "
 		      "library is linked into this program)";
+	if (!why)
+		why = __check_flags(at->start);
 	pki_maps_free(&m);
 	if (!why)
 		return 0;
@@ -1398,6 +1464,7 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 	atomic_store(&r->end, hi);
 	atomic_fetch_add(&P.live, 1);
 	atomic_store(&r->va, lo); /* 1: published, faults wait */
+	__native_wait();	  /* 1a */
 	__seen_add(lo, hi);
 	err = mprotect((void *)lo, n, PROT_READ) ? -errno : 0; /* 2 */
 	if (!err)

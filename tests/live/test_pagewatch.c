@@ -410,6 +410,31 @@ START_TEST(refusals)
 }
 END_TEST
 
+/*
+ * PW1: a mapping that grows down (a stack made with MAP_GROWSDOWN) is
+ * refused at the add, saying so: the watch's own mapping would stop it
+ * growing and give its pages back without the flag.  It still grows.
+ */
+START_TEST(refuses_growsdown)
+{
+	struct pk_watch_opts o = {.sz = sizeof(o), .mode = PK_WATCH_MODE_PAGE};
+	char *g = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN, -1, 0);
+
+	ck_assert_ptr_ne(g, MAP_FAILED);
+	pk_set_print(capture);
+	ck_assert_ptr_null(pk_watch_add(g + 2 * PAGE + 8, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(last_msg, "grows down"), "%s", last_msg);
+	ck_assert_ptr_null(pk_watch_add(g + 8, 8, PK_WATCH_RW, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	/* as it was: the program's PROT_GROWSDOWN applies, its lowest page is its own */
+	ck_assert_int_eq(mprotect(g + PAGE, PAGE, PROT_READ | PROT_WRITE | PROT_GROWSDOWN), 0);
+	store8(g, 1);
+	ck_assert_uint_eq(load8(g), 1);
+}
+END_TEST
+
 /* ---- the program's own faults still reach it ------------------------------ */
 
 static sigjmp_buf jb;
@@ -663,6 +688,55 @@ START_TEST(mprotect_from_fork_handlers)
 	store8(p + 8, 2);
 	ck_assert_uint_eq(load8(p + 8), 2);
 	pk_watch_remove(w);
+}
+END_TEST
+
+/*
+ * PW2 1a: the program's mprotect() (through the agent's wrapper) that
+ * found no watch, racing a pk_watch_add() of the same page: the wrapper's
+ * real call waits until the add has returned (1 s at most) before it gives
+ * the page the protection it has.  Landing on the watch's mapping, it
+ * would open the page for good, the write after it unseen; the add waits
+ * for the call instead, and converts the page after it.
+ */
+static struct {
+	char *page;
+	atomic_int go, added;
+	struct pk_watch *w;
+	struct rec r;
+} race;
+
+static void *race_adder(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&race.go))
+		sched_yield();
+	race.w = page_watch(race.page + 8, 8, PK_WATCH_RW, rec_cb, &race.r);
+	atomic_store(&race.added, 1);
+	return NULL;
+}
+
+static int race_real(void *addr, size_t len, int prot)
+{
+	atomic_store(&race.go, 1);
+	for (int i = 0; i < 1000 && !atomic_load(&race.added); i++)
+		usleep(1000);
+	return mprotect(addr, len, prot);
+}
+
+START_TEST(mprotect_racing_add)
+{
+	pthread_t th;
+
+	race.page = map_pages(1);
+	ck_assert_int_eq(pthread_create(&th, NULL, race_adder, NULL), 0);
+	ck_assert_int_eq(pki_page_prog_mprotect(race.page, PAGE, PROT_READ | PROT_WRITE, race_real),
+			 0);
+	pthread_join(th, NULL);
+	store8(race.page + 8, 3);
+	ck_assert_int_eq(atomic_load(&race.r.n), 1);
+	ck_assert_uint_eq(load8(race.page + 8), 3);
+	pk_watch_remove(race.w);
 }
 END_TEST
 
@@ -925,6 +999,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, removal_gives_private_pages_back);
 	tcase_add_test(tc, fork_child_gets_private_copy);
 	tcase_add_test(tc, refusals);
+	tcase_add_test(tc, refuses_growsdown);
 	tcase_add_test(tc, program_fault_passed_on);
 	tcase_add_test(tc, auto_takes_page_mode_for_long_ranges);
 	tcase_add_test(tc, bss_global_beside_the_got);
@@ -937,6 +1012,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, windowed_step_counted);
 	tcase_add_test(tc, fork_handlers_of_the_program);
 	tcase_add_test(tc, mprotect_from_fork_handlers);
+	tcase_add_test(tc, mprotect_racing_add);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -424,13 +424,8 @@ static void *controller(void *arg)
 /* The program's mprotect, as the agent's wrapper runs it (agent/bounce.c, PW8). */
 static int prog_mprotect(void *addr, size_t len, int prot)
 {
-	int err;
+	int err = pki_page_prog_mprotect(addr, len, prot, mprotect);
 
-	if (!pki_page_overlaps(addr, len))
-		return mprotect(addr, len, prot);
-	err = pki_watch_page_mprotect(addr, len, prot);
-	if (err == -EINVAL)
-		return mprotect(addr, len, prot);
 	return err ? (errno = -err, -1) : 0;
 }
 

@@ -908,7 +908,13 @@ static bool emulate_branch(ucontext_t *uc, int home, struct step *s)
  */
 static bool fpe_handler(const ucontext_t *uc, struct sigaction *act)
 {
-	if (sigaction(SIGFPE, NULL, act) || sigismember(&uc->uc_sigmask, SIGFPE))
+	/*
+	 * The program's action: the kernel's, unless it is the library's
+	 * handler, which chains to the program's (a program linking the
+	 * library may have installed its own over it).
+	 */
+	if (sigaction(SIGFPE, NULL, act) || sigismember(&uc->uc_sigmask, SIGFPE) ||
+	    (pki_sigown_is_handler(act) && pki_sigown_app_action(SIGFPE, NULL, act)))
 		return false;
 	return (act->sa_flags & SA_SIGINFO) ||
 	       (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN);
@@ -1085,12 +1091,16 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 	return true; /* home stays entered and locked until the step ends */
 }
 
-/* The copy or the windowed instruction faulted for real: undo, pass the fault on. */
+/*
+ * The copy or the windowed instruction faulted for real (SIGSEGV, SIGBUS,
+ * SIGFPE): undo, pass the fault on.
+ */
 static bool step_abort(ucontext_t *uc)
 {
 	int home = step_region;
 	struct region *r = &P.regions[home];
 	struct step *s = &r->step;
+	sigset_t mask;
 
 	step_region = -1;
 	if (s->windowed) {
@@ -1104,8 +1114,11 @@ static bool step_abort(ucontext_t *uc)
 			step_unlock(&P.regions[s->other]);
 	}
 	uc_mask_set(uc, &s->mask);
+	/* the program's handler runs with the mask of the fault, as unwatched */
+	mask = s->mask;
 	step_unlock(r);
 	region_leave(home);
+	pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	return false;
 }
 
@@ -1135,6 +1148,31 @@ static bool page_segv(int sig, siginfo_t *si, void *ucv)
 		pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	errno = saved;
 	return mine;
+}
+
+/*
+ * The SIGBUS and SIGFPE client (PW4): the step's copy of the instruction
+ * (or the windowed instruction) faulted on its other operand (a file's
+ * page past its end) or with an unmasked floating-point exception.  Put
+ * back at the program's instruction, the step ended, and passed on: the
+ * program's handler sees the fault as unwatched (a SIGFPE's address is the
+ * instruction's), and may leave by siglongjmp.
+ */
+static bool page_step_fault(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+	int home = step_region;
+	const struct step *s;
+	uintptr_t ip = pki_uc_ip(uc);
+
+	if (home < 0 || si->si_code <= 0) /* not in a step, or sent (kill) */
+		return false;
+	s = &P.regions[home].step;
+	if (s->windowed ? ip != s->ip : ip - slot_rx(home) >= CODE_SLOT)
+		return false;
+	if (sig == SIGFPE)
+		si->si_addr = (void *)s->ip;
+	return step_abort(uc);
 }
 
 /* ---- the SIGTRAP client: ending a step ------------------------------------ */
@@ -1265,6 +1303,10 @@ static int __clients_add(void)
 	err = pki_sigown_client_add(SIGSEGV, PKI_SIGSEGV_PAGEWATCH, page_segv, 0);
 	if (!err)
 		err = pki_sigown_client_add(SIGTRAP, PKI_SIGTRAP_PAGESTEP, page_trap, 0);
+	if (!err)
+		err = pki_sigown_client_add(SIGBUS, PKI_SIGBUS_PAGESTEP, page_step_fault, 0);
+	if (!err)
+		err = pki_sigown_client_add(SIGFPE, PKI_SIGFPE_PAGESTEP, page_step_fault, 0);
 	if (err) {
 		pki_warn("watch: cannot install the signal handlers of page mode: %s\n",
 			 pki_errstr(err));

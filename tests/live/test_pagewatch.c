@@ -520,6 +520,113 @@ START_TEST(divide_error_reaches_program)
 END_TEST
 
 /*
+ * A string copy from a watched page into a file's page past its end: the
+ * copy run out of line meets the SIGBUS, which reaches the program's
+ * handler at the instruction itself, with the step ended: its siglongjmp
+ * leaves the region working.
+ */
+static sigjmp_buf bus_jb;
+static volatile uintptr_t bus_ip, bus_addr;
+static volatile int bus_code;
+
+static void on_bus(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+
+	(void)sig;
+	bus_code = si->si_code;
+	bus_addr = (uintptr_t)si->si_addr;
+	bus_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+	siglongjmp(bus_jb, 1);
+}
+
+START_TEST(sigbus_of_the_copy_reaches_program)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	int fd = memfd_create("empty", MFD_CLOEXEC);
+	char *f = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); /* size 0 */
+	struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO};
+	struct pk_watch *w;
+	extern char movs_insn[];
+
+	ck_assert_ptr_ne(f, MAP_FAILED);
+	sigaction(SIGBUS, &sa, NULL); /* before the watch: the library chains to it */
+	w = page_watch(p + 8, 8, PK_WATCH_RW, rec_cb, r);
+	alarm(20);
+	if (!sigsetjmp(bus_jb, 1)) {
+		void *src = p + 8, *dst = f;
+
+		__asm__ volatile("movs_insn: movsq" : "+S"(src), "+D"(dst)::"memory");
+		ck_abort_msg("no SIGBUS");
+	}
+	ck_assert_int_eq(bus_code, BUS_ADRERR);
+	ck_assert_uint_eq(bus_ip, (uintptr_t)movs_insn); /* not a copy of it */
+	ck_assert_uint_eq(bus_addr, (uintptr_t)f);
+	ck_assert_int_eq(atomic_load(&r->n), 0); /* it did not complete */
+	store8(p + 8, 4);			 /* the region is not left locked */
+	ck_assert_uint_eq(load8(p + 8), 4);
+	ck_assert_int_eq(atomic_load(&r->n), 2);
+	pk_watch_remove(w);
+	close(fd);
+	free(r);
+}
+END_TEST
+
+/*
+ * A floating-point division by a watched 0.0 with the exception unmasked:
+ * SIGFPE (FPE_FLTDIV) reaches the program's handler at the instruction
+ * itself, its address the instruction's.
+ */
+static volatile uintptr_t fltdiv_addr;
+
+static void on_fltdiv(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+
+	(void)sig;
+	fpe_code = si->si_code;
+	fltdiv_addr = (uintptr_t)si->si_addr;
+	fpe_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+	siglongjmp(fpe_jb, 1);
+}
+
+START_TEST(float_exception_of_the_copy_reaches_program)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct sigaction sa = {.sa_sigaction = on_fltdiv, .sa_flags = SA_SIGINFO};
+	double *zero = (double *)(p + 64);
+	struct pk_watch *w;
+	unsigned int mxcsr = 0x1f80 & ~(1u << 9); /* divide-by-zero unmasked */
+	extern char divsd_insn[];
+
+	sigaction(SIGFPE, &sa, NULL); /* before the watch: the library chains to it */
+	w = page_watch(zero, 8, PK_WATCH_RW, rec_cb, r);
+	alarm(20);
+	if (!sigsetjmp(fpe_jb, 1)) {
+		double x = 1.0;
+
+		__asm__ volatile("ldmxcsr %1\n"
+				 "divsd_insn: divsd (%2), %0"
+				 : "+x"(x)
+				 : "m"(mxcsr), "r"(zero)
+				 : "memory");
+		ck_abort_msg("no SIGFPE");
+	}
+	mxcsr = 0x1f80;
+	__asm__ volatile("ldmxcsr %0" ::"m"(mxcsr));
+	ck_assert_int_eq(fpe_code, FPE_FLTDIV);
+	ck_assert_uint_eq(fpe_ip, (uintptr_t)divsd_insn);
+	ck_assert_uint_eq(fltdiv_addr, (uintptr_t)divsd_insn);
+	store8(p + 64, 3); /* the region is not left locked */
+	ck_assert_uint_eq(load8(p + 64), 3);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
+/*
  * A watched heap object: the watch's own record must not share its page
  * (malloc puts the next chunk there), nor may removal allocate while the
  * pages are being given back.  In a thread of its own, so that its malloc
@@ -1008,6 +1115,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, condition_on_the_call_chain);
 	tcase_add_test(tc, condition_parse);
 	tcase_add_test(tc, divide_error_reaches_program);
+	tcase_add_test(tc, sigbus_of_the_copy_reaches_program);
+	tcase_add_test(tc, float_exception_of_the_copy_reaches_program);
 	tcase_add_test(tc, heap_object);
 	tcase_add_test(tc, windowed_step_counted);
 	tcase_add_test(tc, fork_handlers_of_the_program);

@@ -21,6 +21,9 @@
  *     their handlers (SA_NODEFER, each open to the other: nested) add to
  *     the thread's watched word;
  *   - every fourth worker blocks every signal but SIGSEGV for stretches;
+ *   - some workers copy (movsq) from the struct's page into a file's page
+ *     past its end, now and then: the SIGBUS must reach their handler at
+ *     the instruction, whose siglongjmp must leave the region working;
  *   - --overload N: N busy threads of another process (stress_load).
  *
  * Asserts: the final values are what the program computes unwatched
@@ -37,6 +40,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -48,6 +52,7 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <probekit/watch.h>
@@ -218,6 +223,42 @@ static void on_signal(int sig)
 	errno = saved;
 }
 
+/*
+ * A string copy from the struct's page (a neighbour word: no hit) into a
+ * file's page past its end: SIGBUS, raised by the step's copy when the page
+ * is watched, must reach this handler at the instruction itself (PW4), and
+ * the siglongjmp out of it must leave the region working.
+ */
+static char *empty_page; /* a memfd of size 0, mapped */
+static __thread sigjmp_buf bus_jb;
+static atomic_ulong bus_tries, bus_seen;
+extern char bus_insn[];
+
+static void on_bus(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+
+	(void)sig;
+	if ((uintptr_t)uc->uc_mcontext.gregs[REG_RIP] != (uintptr_t)bus_insn ||
+	    si->si_addr != empty_page || si->si_code != BUS_ADRERR)
+		FAIL("SIGBUS at %#lx (the movsq is at %p), address %p, code %d\n",
+		     (unsigned long)uc->uc_mcontext.gregs[REG_RIP], (void *)bus_insn, si->si_addr,
+		     si->si_code);
+	atomic_fetch_add(&bus_seen, 1);
+	siglongjmp(bus_jb, 1);
+}
+
+static void bus_round(void)
+{
+	atomic_fetch_add(&bus_tries, 1);
+	if (!sigsetjmp(bus_jb, 1)) {
+		void *src = mem + NEIGH_HI_OFF + 8 * (MAX_THREADS - 1), *dst = empty_page;
+
+		__asm__ volatile("bus_insn: movsq" : "+S"(src), "+D"(dst)::"memory");
+		FAIL("thread %d: no SIGBUS\n", me);
+	}
+}
+
 /* ---- phases: a rendezvous of the workers with the controller ------------- */
 
 static struct {
@@ -339,6 +380,8 @@ static void *worker(void *arg)
 		}
 		for (int r = 0; r < 16; r++)
 			one_round(c, ++i, false);
+		if (me % 4 == 1 && rnd(&rng) % 4 == 0)
+			bus_round();
 		if (block)
 			pthread_sigmask(SIG_SETMASK, &none, NULL);
 		atomic_fetch_add_explicit(&progress, 1, memory_order_relaxed);
@@ -535,6 +578,9 @@ static void check_results(void)
 	if (load8(&st->counter) != adds)
 		FAIL("counter is %lu, the threads added %lu\n", (unsigned long)load8(&st->counter),
 		     adds);
+	if (atomic_load(&bus_seen) != atomic_load(&bus_tries))
+		FAIL("%lu string copies into a file's page past its end, %lu SIGBUS seen\n",
+		     atomic_load(&bus_tries), atomic_load(&bus_seen));
 	if (load8(straddle) != straddles)
 		FAIL("straddling word is %lu, the threads added %lu\n",
 		     (unsigned long)load8(straddle), straddles);
@@ -620,9 +666,20 @@ static void setup(void)
 	    .lo = (uintptr_t)&st->counter, .hi = (uintptr_t)&st->counter + 8, .type = PK_WATCH_W};
 	kinds[K_STRADDLE] = (struct kind){
 	    .lo = (uintptr_t)straddle, .hi = (uintptr_t)straddle + 8, .type = PK_WATCH_RW};
+	struct sigaction bus = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO};
+	int fd = memfd_create("page_stress-empty", MFD_CLOEXEC);
+
+	empty_page =
+	    fd < 0 ? MAP_FAILED : mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (empty_page == MAP_FAILED) {
+		perror("page_stress: memfd");
+		exit(1);
+	}
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGUSR1, &sa, NULL);
 	sigaction(SIGALRM, &sa, NULL);
+	sigemptyset(&bus.sa_mask);
+	sigaction(SIGBUS, &bus, NULL); /* before the first watch: the library chains to it */
 	setitimer(ITIMER_REAL, &it, NULL);
 }
 
@@ -667,9 +724,9 @@ int main(int argc, char **argv)
 	check_results();
 	check_hits();
 	printf("page_stress: %.1f s, %lu worker batches, %lu mprotect calls, %lu mmap rounds, "
-	       "%lu SIGUSR1 sent\n",
+	       "%lu SIGUSR1 sent, %lu SIGBUS taken\n",
 	       now() - t0, atomic_load(&progress), atomic_load(&mprotects), atomic_load(&remaps),
-	       kills);
+	       kills, atomic_load(&bus_seen));
 	for (int t = 0; t < opt.threads; t++)
 		if (cnt[t].blocked_stretches)
 			printf(

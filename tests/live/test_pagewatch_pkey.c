@@ -48,15 +48,17 @@ END_TEST
 
 int main(void)
 {
-	Suite *s = suite_create("pagewatch_pkey");
-	TCase *tc = tcase_create("pkey");
 	int key = pkey_alloc(0, 0);
+	Suite *s;
+	TCase *tc;
 
 	if (key < 0) {
 		printf("SKIP: no protection keys here (pkey_alloc: %s)\n", strerror(errno));
 		return 77;
 	}
 	pkey_free(key);
+	s = suite_create("pagewatch_pkey");
+	tc = tcase_create("pkey");
 	tcase_add_test(tc, refuses_pkey_pages);
 	suite_add_tcase(s, tc);
 	return pk_test_run(s);

@@ -20,7 +20,9 @@
  * the watch's kept within it (PW8), so that the program's own faults stay
  * its own and its later accesses are still seen.
  *
- * With nothing watched a wrapper costs one load (pki_page_overlaps).  Each
+ * With nothing watched a wrapper costs one load (pki_page_overlaps), and
+ * mprotect two atomic additions more (a conversion waits for a call that
+ * searched before its region was published: PW2 1a).  Each
  * is async-signal-safe where the original is: the bounce buffer is mapped
  * (mmap), the transfer takes only the step lock, signals blocked.
  */
@@ -549,11 +551,9 @@ PK_EXPORT int mprotect(void *addr, size_t len, int prot)
 
 	if (!fn)
 		return errno = ENOSYS, -1;
-	if (!pki_page_overlaps(addr, len) || agent_from_self(__builtin_return_address(0)))
+	if (agent_from_self(__builtin_return_address(0)))
 		return fn(addr, len, prot);
-	err = pki_watch_page_mprotect(addr, len, prot);
-	if (err == -EINVAL) /* a bit or a form of ours not taken: the kernel's own answer */
-		return fn(addr, len, prot);
+	err = pki_page_prog_mprotect(addr, len, prot, fn);
 	if (err)
 		return errno = -err, -1;
 	errno = saved; /* as the kernel's success: untouched */

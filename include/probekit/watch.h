@@ -45,15 +45,17 @@
  *
  * Threads that block SIGTRAP: see PK_WATCH_HIT_LATE and pk_watch_stats().
  *
- * Page mode (PK_WATCH_MODE_PAGE) owns SIGSEGV the same way: an application
- * that installs its own SIGSEGV handler after the first page-mode watch
- * must pass the faults it does not own to the action sigaction() returned
- * to it.  A thread that blocks SIGSEGV (sigprocmask, pthread_sigmask, a
- * handler's sa_mask) and then touches a watched page is killed by the
- * kernel, which never delivers a fault it finds blocked; under the probekit
- * command the agent keeps SIGSEGV deliverable while the program believes
- * it blocked (doc/design/signals.md, SO7), a program linking the library
- * directly must not block it.
+ * Page mode (PK_WATCH_MODE_PAGE) owns SIGSEGV the same way, and SIGBUS and
+ * SIGFPE (a fault of the instruction it runs out of line, given back to the
+ * program at its own instruction): an application that installs its own
+ * handler of one of them after the first page-mode watch must pass the
+ * faults it does not own to the action sigaction() returned to it.  A
+ * thread that blocks SIGSEGV (sigprocmask, pthread_sigmask, a handler's
+ * sa_mask) and then touches a watched page is killed by the kernel, which
+ * never delivers a fault it finds blocked; under the probekit command the
+ * agent keeps SIGSEGV deliverable while the program believes it blocked
+ * (doc/design/signals.md, SO7), a program linking the library directly
+ * must not block it.
  * A system call that reads or writes a watched page fails with EFAULT,
  * but under the probekit command, whose agent runs the calls that move a
  * buffer (read, write, pread, readv, recv, send and kin) on a bounce
@@ -279,7 +281,8 @@ PK_API int pk_watch_cond_parse(const char *s, struct pk_watch_cond *c, char *why
  *           (probekit.h), an unknown @opts->mode, an @opts->cond that does
  *           not hold together (the message says why); in page mode also X,
  *           and memory it cannot watch (not a private readable and writable
- *           mapping, a thread's stack, a page of probekit's own state: the
+ *           mapping, a thread's stack, a mapping that grows down, pages
+ *           with a protection key, a page of probekit's own state: the
  *           message says which)
  *   ESRCH   @opts->tid is not a live thread of this process
  *   ENOSPC  some thread has fewer free debug-register slots than the range

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <linux/types.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -151,6 +152,69 @@ static unsigned long parse_dec(const char **p)
 		v = v * 10 + (unsigned long)(*s - '0');
 	*p = s;
 	return v;
+}
+
+/* In the smaps entry [@p, @end): its VmFlags and ProtectionKey into @out. */
+static void entry_flags(const char *p, const char *end, struct pki_map_flags *out)
+{
+	while (p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+
+		if (!eol)
+			eol = end;
+		if (!strncmp(p, "ProtectionKey:", 14)) {
+			const char *q = p + 14;
+
+			while (*q == ' ')
+				q++;
+			out->pkey = (int)parse_dec(&q);
+		} else if (!strncmp(p, "VmFlags:", 8)) {
+			for (const char *q = p + 8; q + 2 <= eol; q += 3)
+				if (q[0] == ' ' && q + 3 <= eol && q[1] == 'g' && q[2] == 'd')
+					out->growsdown = true;
+		}
+		p = eol + 1;
+	}
+}
+
+int pki_maps_flags(unsigned long start, struct pki_map_flags *out)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	const char *p, *end;
+	int err = read_all("/proc/self/smaps", &buf, &len);
+
+	*out = (struct pki_map_flags){0};
+	if (err)
+		return err;
+	err = -ENOENT;
+	for (p = buf, end = buf + len; p < end;) {
+		const char *line = p, *next;
+		unsigned long a = parse_hex(&p);
+
+		/* an entry's header: "start-end perms ..."; its fields follow */
+		if (*p != '-' || a != start) {
+			next = memchr(line, '\n', (size_t)(end - line));
+			p = next ? next + 1 : end;
+			continue;
+		}
+		next = memchr(line, '\n', (size_t)(end - line));
+		p = next ? next + 1 : end;
+		for (next = p; next < end;) {
+			const char *q = next;
+
+			parse_hex(&q);
+			if (*q == '-' && q > next)
+				break; /* the next entry's header */
+			q = memchr(next, '\n', (size_t)(end - next));
+			next = q ? q + 1 : end;
+		}
+		entry_flags(p, next, out);
+		err = 0;
+		break;
+	}
+	free(buf);
+	return err;
 }
 
 int pki_maps_read(struct pki_maps *maps)

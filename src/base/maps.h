@@ -45,6 +45,18 @@ int pki_maps_query(int fd, unsigned long addr, struct pki_map *out);
  */
 int pki_maps_query_name(int fd, unsigned long addr, char *buf, size_t len);
 
+/*
+ * What /proc/self/smaps says of the mapping that begins at @start, beyond
+ * the maps: whether it grows down (VmFlags "gd": MAP_GROWSDOWN, a stack)
+ * and its protection key (0 where the machine has none).  0, -ENOENT (no
+ * mapping begins there), or -errno (-ENOMEM, open/read).
+ */
+struct pki_map_flags {
+	bool growsdown;
+	int pkey;
+};
+int pki_maps_flags(unsigned long start, struct pki_map_flags *out);
+
 /* The mapping containing @addr, or NULL. */
 const struct pki_map *pki_maps_find(const struct pki_maps *maps, unsigned long addr);
 

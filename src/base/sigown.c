@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * The owned signals (sigown.h; doc/design/signals.md, labels SO1-SO7):
- * one handler of the library's for SIGTRAP and one for SIGSEGV.  Clients
+ * one handler of the library's for SIGTRAP, one for SIGSEGV, and one each
+ * for SIGBUS and SIGFPE while a page watch's step may raise them.  Clients
  * register per signal; the handler offers each signal to them and passes
  * what none claims to the application's action, running it as the kernel
  * would have (SO3): with its sa_mask and the signal blocked (unless it
@@ -36,6 +37,11 @@
  *    tells).  The default action for a fault: SIG_DFL given back and the
  *    handler returns, so the instruction faults again and the kernel ends
  *    the process the classic way (status, core dump as without us).
+ *
+ *  - SIGBUS, SIGFPE: forced as SIGSEGV is, and nothing more: their one
+ *    client (a page watch's step whose copy of the program's instruction
+ *    faulted, PW4 of doc/design/page-watch.md) puts the instruction back
+ *    and passes them on; never kept deliverable, never virtual.
  *
  * Why one handler: two handlers that each chained to whatever was installed
  * before them made the order depend on who came first, and a program that
@@ -127,7 +133,9 @@ struct owner {
 	_Atomic(fallback_fn) fallback; /* SO5 */
 };
 
-enum { OWN_TRAP, OWN_SEGV, OWN_NR };
+#define KEEP_NEVER (-2) /* keep_client: no client keeps sig deliverable */
+
+enum { OWN_TRAP, OWN_SEGV, OWN_BUS, OWN_FPE, OWN_NR };
 
 /*
  * What the handler reads, in pages of its own (base/handler_data.h): linked
@@ -151,11 +159,20 @@ static struct PKI_HANDLER_PAGES {
 			  .forced = true,
 			  .keep_client = -1,
 			  .virtual = true},
+	    [OWN_BUS] = {.sig = SIGBUS,
+			 .nclients = PKI_SIGBUS_NR,
+			 .forced = true,
+			 .keep_client = KEEP_NEVER},
+	    [OWN_FPE] = {.sig = SIGFPE,
+			 .nclients = PKI_SIGFPE_NR,
+			 .forced = true,
+			 .keep_client = KEEP_NEVER},
 	},
     .lock = ATOMIC_FLAG_INIT,
 };
 
-_Static_assert(PKI_SIGTRAP_NR <= PKI_SIGOWN_CLIENTS && PKI_SIGSEGV_NR <= PKI_SIGOWN_CLIENTS,
+_Static_assert(PKI_SIGTRAP_NR <= PKI_SIGOWN_CLIENTS && PKI_SIGSEGV_NR <= PKI_SIGOWN_CLIENTS &&
+		   PKI_SIGBUS_NR <= PKI_SIGOWN_CLIENTS && PKI_SIGFPE_NR <= PKI_SIGOWN_CLIENTS,
 	       "PKI_SIGOWN_CLIENTS");
 
 /* No libc: the patcher's INT3s may stand in it (SO6). */
@@ -163,6 +180,8 @@ static struct owner *owner_of(int sig)
 {
 	return sig == SIGTRAP	? &own.owners[OWN_TRAP]
 	       : sig == SIGSEGV ? &own.owners[OWN_SEGV]
+	       : sig == SIGBUS	? &own.owners[OWN_BUS]
+	       : sig == SIGFPE	? &own.owners[OWN_FPE]
 				: NULL;
 }
 
@@ -379,6 +398,8 @@ static void default_action(struct owner *o, siginfo_t *si, void *uc)
 /* Does a client's presence keep o->sig deliverable in the application's handler (SO3)? */
 static bool keeps(struct owner *o)
 {
+	if (o->keep_client == KEEP_NEVER)
+		return false;
 	if (o->keep_client < 0)
 		return atomic_load_explicit(&o->nwanted, memory_order_relaxed) > 0;
 	return atomic_load_explicit(&o->clients[o->keep_client], memory_order_relaxed) != NULL;
@@ -554,6 +575,11 @@ out:
 static bool ours(const struct sigaction *cur)
 {
 	return (cur->sa_flags & SA_SIGINFO) && cur->sa_sigaction == owner_handler;
+}
+
+bool pki_sigown_is_handler(const struct sigaction *act)
+{
+	return ours(act);
 }
 
 /* ---- installing --------------------------------------------------------- */

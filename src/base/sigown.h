@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Owned signals (doc/design/signals.md): for SIGTRAP and SIGSEGV the
+ * Owned signals (doc/design/signals.md): for SIGTRAP and SIGSEGV (and
+ * SIGBUS, SIGFPE, once page mode is used) the
  * library keeps ONE handler of its own (sigown.c), whoever installs
  * handlers later.  Its clients see each signal first and claim theirs;
  * what no client claims goes to the application's action, run as the
@@ -15,6 +16,9 @@
  *            watchpoints (PKI_SIGTRAP_WATCH); sigtrap.h keeps its API.
  *   SIGSEGV  client: the page watchpoints (PKI_SIGSEGV_PAGEWATCH): access
  *            faults (SEGV_ACCERR) on the pages they keep PROT_NONE.
+ *   SIGBUS, SIGFPE  client: the page watchpoints' step (PKI_SIGBUS_PAGESTEP,
+ *            PKI_SIGFPE_PAGESTEP): a fault of the instruction run out of
+ *            line, put back at the program's instruction and passed on.
  *
  * The per-signal wrappers below (pki_sigsegv_*, and pki_sigtrap_* in
  * sigtrap.h) are what the callers use; the generic pki_sigown_* take the
@@ -42,6 +46,17 @@ enum pki_sigsegv_client {
 	PKI_SIGSEGV_NR,
 };
 
+/* SIGBUS, SIGFPE: a page watchpoint's step whose copy of the instruction faulted. */
+enum pki_sigbus_client {
+	PKI_SIGBUS_PAGESTEP,
+	PKI_SIGBUS_NR,
+};
+
+enum pki_sigfpe_client {
+	PKI_SIGFPE_PAGESTEP,
+	PKI_SIGFPE_NR,
+};
+
 /*
  * Returns true if the signal was the client's (handled: the faulting
  * instruction runs again, or the trap's work is done), false to pass it
@@ -51,7 +66,7 @@ enum pki_sigsegv_client {
  */
 typedef bool (*pki_sigown_fn)(int sig, siginfo_t *si, void *uc);
 
-/* Is @sig one of the owned signals (SIGTRAP, SIGSEGV)? */
+/* Is @sig one of the owned signals (SIGTRAP, SIGSEGV, SIGBUS, SIGFPE)? */
 bool pki_sigown_owned(int sig);
 
 /*
@@ -84,6 +99,9 @@ bool pki_sigown_client_drop(int sig, int client);
  * (programs re-install handlers from handlers).  0 or -errno.
  */
 int pki_sigown_app_action(int sig, const struct sigaction *act, struct sigaction *old);
+
+/* Is @act the library's handler (the kernel's action for a signal it holds)? */
+bool pki_sigown_is_handler(const struct sigaction *act);
 
 /* Is the library's handler for @sig installed (in this process image)? */
 bool pki_sigown_installed(int sig);

@@ -68,6 +68,7 @@ struct pki_pwatch {
 	struct pk_hitq *queue;
 	atomic_bool enabled;
 	atomic_ulong hits, self, windowed, filtered;
+	atomic_uint users; /* hits of it taken under the step lock, not yet delivered */
 	bool has_cond;
 	struct pk_watch_cond cond; /* a copy: on this record's own page, as all it holds */
 	int reg;		   /* its region, -1 once dead (fork child) */
@@ -119,8 +120,11 @@ static struct PKI_HANDLER_PAGES {
 	/* Pages ever watched (page numbers), append-only: PW3's late faults. */
 	_Atomic uintptr_t seen[NR_SEEN];
 	atomic_uint nr_seen;
-	atomic_uint live; /* regions published (va set): 0, no system call is bounced */
-	bool shstk;	  /* the threads have a shadow stack: no call is emulated */
+	atomic_uint live;   /* regions published (va set): 0, no system call is bounced */
+	atomic_uint unmade; /* regions unpublished so far (PW3: late faults) */
+	/* PW2 1a: the program's mprotect calls that found no region, by phase */
+	atomic_uint native[2], native_phase;
+	bool shstk; /* the threads have a shadow stack: no call is emulated */
 	size_t page_size;
 } P;
 
@@ -128,8 +132,12 @@ static struct PKI_HANDLER_PAGES {
 static __thread int step_region __attribute__((tls_model("initial-exec"))) = -1;
 /* Depth of callbacks running on this thread: their accesses are `self`. */
 static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")));
-/* PW3: the last address retried with no region to explain its fault. */
+/*
+ * PW3: the last address retried with no region to explain its fault, and
+ * how many regions had been unpublished then (P.unmade).
+ */
 static __thread uintptr_t retried __attribute__((tls_model("initial-exec")));
+static __thread unsigned int retried_gen __attribute__((tls_model("initial-exec")));
 
 /*
  * PW8: the thread inside fork(), between the prepare handler and the parent
@@ -361,8 +369,11 @@ static int span_hits(const struct span *sp, unsigned int extra, struct pk_watch_
 	for (int k = 0; k < REGION_WATCHES && nh < MAX_STEP_HITS; k++) {
 		struct pki_pwatch *pw = atomic_load(&r->w[k]);
 
-		if (pw && make_hit(pw, r, sp->lo, sp->hi, flags, &hits[nh]))
+		if (pw && make_hit(pw, r, sp->lo, sp->hi, flags, &hits[nh])) {
+			/* PW3: removal waits for it (pwatch_unpublish) */
+			atomic_fetch_add(&pw->users, 1);
 			who[nh++] = pw;
+		}
 	}
 	return nh;
 }
@@ -404,34 +415,39 @@ static int windowed_hits(const struct step *s, int ri, struct pk_watch_hit *hits
 	return nh;
 }
 
+static void deliver_one(struct pki_pwatch *pw, struct pk_watch_hit *h, ucontext_t *uc)
+{
+	if (cb_depth) {
+		atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
+		return;
+	}
+	if (pw->has_cond &&
+	    !pki_watch_cond_pass(&pw->cond, h->before, h->after, h->len, h->tid, h->ip, uc)) {
+		atomic_fetch_add_explicit(&pw->filtered, 1, memory_order_relaxed);
+		return;
+	}
+	atomic_fetch_add_explicit(&pw->hits, 1, memory_order_relaxed);
+	cb_depth++;
+	if (pw->cb) {
+		h->uc = uc;
+		pw->cb(h);
+	}
+	if (pw->queue) {
+		h->uc = NULL;
+		pk_hitq_push(pw->queue, h);
+	}
+	cb_depth--;
+}
+
+/* The hits span_hits took, reported (or counted) and their watches let go. */
 static void deliver(struct pk_watch_hit *hits, struct pki_pwatch **who, int nh, pid_t tid,
 		    uintptr_t ip, ucontext_t *uc)
 {
 	for (int i = 0; i < nh; i++) {
-		struct pki_pwatch *pw = who[i];
-
 		hits[i].tid = tid;
 		hits[i].ip = ip;
-		if (cb_depth) {
-			atomic_fetch_add_explicit(&pw->self, 1, memory_order_relaxed);
-			continue;
-		}
-		if (pw->has_cond && !pki_watch_cond_pass(&pw->cond, hits[i].before, hits[i].after,
-							 hits[i].len, tid, ip, uc)) {
-			atomic_fetch_add_explicit(&pw->filtered, 1, memory_order_relaxed);
-			continue;
-		}
-		atomic_fetch_add_explicit(&pw->hits, 1, memory_order_relaxed);
-		cb_depth++;
-		if (pw->cb) {
-			hits[i].uc = uc;
-			pw->cb(&hits[i]);
-		}
-		if (pw->queue) {
-			hits[i].uc = NULL;
-			pk_hitq_push(pw->queue, &hits[i]);
-		}
-		cb_depth--;
+		deliver_one(who[i], &hits[i], uc);
+		atomic_fetch_sub(&who[i]->users, 1);
 	}
 }
 
@@ -560,8 +576,10 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 		if (report) {
 			deliver(hits, who, nh, tid, ip, NULL);
 		} else {
-			for (int i = 0; i < nh; i++)
+			for (int i = 0; i < nh; i++) {
 				atomic_fetch_add_explicit(&who[i]->self, 1, memory_order_relaxed);
+				atomic_fetch_sub(&who[i]->users, 1);
+			}
 		}
 		region_leave(ri);
 		if (a + (size_t)k < hi) /* the program's protection refused the rest */
@@ -654,6 +672,45 @@ int __pki_page_mprotect(void *addr, size_t len, int prot)
 		a = hi;
 	}
 	return 0;
+}
+
+int pki_page_prog_mprotect(void *addr, size_t len, int prot, int (*real)(void *, size_t, int))
+{
+	unsigned int ph = atomic_load(&P.native_phase) & 1;
+	int err = 0;
+
+	/*
+	 * PW2 1a: counted before the search, which a region published
+	 * meanwhile could miss: its conversion waits for this call to end.
+	 */
+	atomic_fetch_add(&P.native[ph], 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!pki_page_overlaps(addr, len)) {
+		if (real(addr, len, prot))
+			err = -errno;
+		atomic_fetch_sub(&P.native[ph], 1);
+		return err;
+	}
+	atomic_fetch_sub(&P.native[ph], 1);
+	err = pki_watch_page_mprotect(addr, len, prot);
+	if (err == -EINVAL) /* a bit or a form of ours not taken: the kernel's own answer */
+		err = real(addr, len, prot) ? -errno : 0;
+	return err;
+}
+
+/*
+ * PW2 1a: the program's mprotect calls that did not find the region just
+ * published, because they searched before it was, have ended.  The phase
+ * flips first: calls that begin after it count in the other phase and
+ * find the region, so the wait ends however often the program calls.
+ */
+static void __native_wait(void)
+{
+	PKI_HELD(pki_watch_mgr_lock);
+	unsigned int ph = atomic_fetch_add(&P.native_phase, 1) & 1;
+
+	while (atomic_load(&P.native[ph]))
+		sched_yield();
 }
 
 /* ---- the SIGSEGV client: starting a step (PW4, PW5) ----------------------- */
@@ -766,16 +823,23 @@ static void uc_mask_set(ucontext_t *uc, const sigset_t *m)
 	memcpy(&uc->uc_sigmask, m, sizeof(uint64_t));
 }
 
+/* Every signal but the synchronous ones, which a fault or a trap raises. */
+static void async_set(sigset_t *all)
+{
+	static const int sync[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
+
+	sigfillset(all);
+	for (size_t i = 0; i < sizeof(sync) / sizeof(sync[0]); i++)
+		sigdelset(all, sync[i]);
+}
+
 /* Block every signal but the synchronous ones until the step ends. */
 static void step_mask(ucontext_t *uc, struct step *s)
 {
-	static const int sync[] = {SIGSEGV, SIGBUS, SIGTRAP, SIGILL, SIGFPE};
 	sigset_t all;
 
 	s->mask = uc->uc_sigmask;
-	sigfillset(&all);
-	for (size_t i = 0; i < sizeof(sync) / sizeof(sync[0]); i++)
-		sigdelset(&all, sync[i]);
+	async_set(&all);
 	uc_mask_set(uc, &all);
 }
 
@@ -844,7 +908,13 @@ static bool emulate_branch(ucontext_t *uc, int home, struct step *s)
  */
 static bool fpe_handler(const ucontext_t *uc, struct sigaction *act)
 {
-	if (sigaction(SIGFPE, NULL, act) || sigismember(&uc->uc_sigmask, SIGFPE))
+	/*
+	 * The program's action: the kernel's, unless it is the library's
+	 * handler, which chains to the program's (a program linking the
+	 * library may have installed its own over it).
+	 */
+	if (sigaction(SIGFPE, NULL, act) || sigismember(&uc->uc_sigmask, SIGFPE) ||
+	    (pki_sigown_is_handler(act) && pki_sigown_app_action(SIGFPE, NULL, act)))
 		return false;
 	return (act->sa_flags & SA_SIGINFO) ||
 	       (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN);
@@ -858,7 +928,7 @@ static bool fpe_handler(const ucontext_t *uc, struct sigaction *act)
  */
 static void run_fpe_handler(const struct sigaction *act, ucontext_t *uc)
 {
-	sigset_t add = act->sa_mask, saved;
+	sigset_t add = act->sa_mask, saved, m;
 	siginfo_t si;
 
 	if (act->sa_flags & SA_RESETHAND) {
@@ -873,7 +943,11 @@ static void run_fpe_handler(const struct sigaction *act, ucontext_t *uc)
 	si.si_signo = SIGFPE;
 	si.si_code = FPE_INTDIV;
 	si.si_addr = (void *)pki_uc_ip(uc);
-	pthread_sigmask(SIG_BLOCK, &add, &saved);
+	/* The mask at the fault (page_segv blocked more since), and the handler's */
+	sigemptyset(&m);
+	memcpy(&m, &uc->uc_sigmask, sizeof(uint64_t));
+	sigorset(&m, &m, &add);
+	pthread_sigmask(SIG_SETMASK, &m, &saved);
 	if (act->sa_flags & SA_SIGINFO)
 		act->sa_sigaction(SIGFPE, &si, uc);
 	else
@@ -933,10 +1007,17 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 	home = region_enter(a);
 
 	if (home < 0) {
-		/* PW3: a fault from before a removal retries once. */
-		if (!page_seen(a) || retried == a)
+		/*
+		 * PW3: a fault from before a removal retries, once per
+		 * removal: read after region_enter, the count includes the
+		 * one that unpublished the region this fault met.
+		 */
+		unsigned int gen = atomic_load(&P.unmade);
+
+		if (!page_seen(a) || (retried == a && retried_gen == gen))
 			return false;
 		retried = a;
+		retried_gen = gen;
 		return true;
 	}
 	r = &P.regions[home];
@@ -1010,12 +1091,16 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 	return true; /* home stays entered and locked until the step ends */
 }
 
-/* The copy or the windowed instruction faulted for real: undo, pass the fault on. */
+/*
+ * The copy or the windowed instruction faulted for real (SIGSEGV, SIGBUS,
+ * SIGFPE): undo, pass the fault on.
+ */
 static bool step_abort(ucontext_t *uc)
 {
 	int home = step_region;
 	struct region *r = &P.regions[home];
 	struct step *s = &r->step;
+	sigset_t mask;
 
 	step_region = -1;
 	if (s->windowed) {
@@ -1029,8 +1114,11 @@ static bool step_abort(ucontext_t *uc)
 			step_unlock(&P.regions[s->other]);
 	}
 	uc_mask_set(uc, &s->mask);
+	/* the program's handler runs with the mask of the fault, as unwatched */
+	mask = s->mask;
 	step_unlock(r);
 	region_leave(home);
+	pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	return false;
 }
 
@@ -1040,14 +1128,51 @@ static bool page_segv(int sig, siginfo_t *si, void *ucv)
 	int saved = errno;
 	bool mine;
 
+	sigset_t async, mask;
+
 	(void)sig;
 	if (step_region >= 0)
 		return step_abort(uc);
 	if (si->si_code != SEGV_ACCERR)
 		return false;
+	/*
+	 * PW4: no handler of the program's runs on this thread while it holds
+	 * a step lock: one that touched the region would wait for it for ever.
+	 * The mask at the fault comes back from @uc when the handler returns
+	 * (the step's own, if one began), and here when the fault is passed on.
+	 */
+	async_set(&async);
+	pthread_sigmask(SIG_BLOCK, &async, &mask);
 	mine = fault(uc, (uintptr_t)si->si_addr);
+	if (!mine)
+		pthread_sigmask(SIG_SETMASK, &mask, NULL);
 	errno = saved;
 	return mine;
+}
+
+/*
+ * The SIGBUS and SIGFPE client (PW4): the step's copy of the instruction
+ * (or the windowed instruction) faulted on its other operand (a file's
+ * page past its end) or with an unmasked floating-point exception.  Put
+ * back at the program's instruction, the step ended, and passed on: the
+ * program's handler sees the fault as unwatched (a SIGFPE's address is the
+ * instruction's), and may leave by siglongjmp.
+ */
+static bool page_step_fault(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+	int home = step_region;
+	const struct step *s;
+	uintptr_t ip = pki_uc_ip(uc);
+
+	if (home < 0 || si->si_code <= 0) /* not in a step, or sent (kill) */
+		return false;
+	s = &P.regions[home].step;
+	if (s->windowed ? ip != s->ip : ip - slot_rx(home) >= CODE_SLOT)
+		return false;
+	if (sig == SIGFPE)
+		si->si_addr = (void *)s->ip;
+	return step_abort(uc);
 }
 
 /* ---- the SIGTRAP client: ending a step ------------------------------------ */
@@ -1178,6 +1303,10 @@ static int __clients_add(void)
 	err = pki_sigown_client_add(SIGSEGV, PKI_SIGSEGV_PAGEWATCH, page_segv, 0);
 	if (!err)
 		err = pki_sigown_client_add(SIGTRAP, PKI_SIGTRAP_PAGESTEP, page_trap, 0);
+	if (!err)
+		err = pki_sigown_client_add(SIGBUS, PKI_SIGBUS_PAGESTEP, page_step_fault, 0);
+	if (!err)
+		err = pki_sigown_client_add(SIGFPE, PKI_SIGFPE_PAGESTEP, page_step_fault, 0);
 	if (err) {
 		pki_warn("watch: cannot install the signal handlers of page mode: %s\n",
 			 pki_errstr(err));
@@ -1199,6 +1328,29 @@ static bool on_a_stack(const struct pki_maps *m, uintptr_t lo)
 	const struct pki_map *at = pki_maps_find(m, lo);
 
 	return at && (at == mine || at == main_stack);
+}
+
+/*
+ * PW1: what the maps do not show of the mapping at @start: a mapping that
+ * grows down, whose pages our own mapping would stop it growing over and
+ * would give back without the flag (nor could the program's
+ * mprotect(PROT_GROWSDOWN) apply to ours); a protection key, which our
+ * mapping would not carry (the program's key checks on those pages gone)
+ * and which the program's pkey_mprotect() would replace ours with.  NULL,
+ * or why it is refused.  Unreadable flags refuse nothing.
+ */
+static const char *__check_flags(unsigned long start)
+{
+	PKI_HELD(pki_watch_mgr_lock);
+	struct pki_map_flags fl;
+
+	if (pki_maps_flags(start, &fl))
+		return NULL;
+	if (fl.growsdown)
+		return "a mapping that grows down (MAP_GROWSDOWN: a stack)";
+	if (fl.pkey)
+		return "pages with a protection key (pkey_mprotect)";
+	return NULL;
 }
 
 /* PW1: what [lo, hi) (pages) lies in, refused with the reason said. */
@@ -1231,6 +1383,8 @@ static int __check_mapping(const void *addr, size_t len, uintptr_t lo, uintptr_t
 		 (lo < (uintptr_t)(&P + 1) && (uintptr_t)&P < hi))
 		why = "its page holds probekit's own state, which the fault handler uses (the "
 		      "library is linked into this program)";
+	if (!why)
+		why = __check_flags(at->start);
 	pki_maps_free(&m);
 	if (!why)
 		return 0;
@@ -1352,12 +1506,14 @@ static int __region_make(uintptr_t lo, uintptr_t hi, int prot, int *out)
 	atomic_store(&r->end, hi);
 	atomic_fetch_add(&P.live, 1);
 	atomic_store(&r->va, lo); /* 1: published, faults wait */
+	__native_wait();	  /* 1a */
 	__seen_add(lo, hi);
 	err = mprotect((void *)lo, n, PROT_READ) ? -errno : 0; /* 2 */
 	if (!err)
 		err = __region_alias(r, lo, n, prot); /* 3 */
 	if (err) {
 		mprotect((void *)lo, n, PROT_READ | PROT_WRITE);
+		atomic_fetch_add(&P.unmade, 1);
 		atomic_store(&r->va, 0);
 		atomic_fetch_sub(&P.live, 1);
 		atomic_store(&r->end, 0);
@@ -1460,7 +1616,8 @@ static void __region_unmake(int i)
 		}
 	}
 	step_unlock(r);
-	atomic_store(&r->va, 0); /* R1: no new handler finds it */
+	atomic_fetch_add(&P.unmade, 1); /* before: a fault that finds no region sees it */
+	atomic_store(&r->va, 0);	/* R1: no new handler finds it */
 	atomic_fetch_sub(&P.live, 1);
 	atomic_store(&r->end, 0);
 	while (atomic_load(&r->inflight)) /* R3 */
@@ -1600,6 +1757,29 @@ int __pki_page_add(struct pk_watch *owner, const void *addr, size_t len, enum pk
 	return 0;
 }
 
+/*
+ * PW3: @pw out of its region's list, under the step lock: the handlers take
+ * a watch's hits from the list under that lock (span_hits, count_windowed),
+ * counting each in `users` until delivered, so that once the lock was
+ * taken here no handler can newly find it, and those that did are counted.
+ * Not the region's `inflight`: while the region serves other watches,
+ * new faults keep it above zero for as long as the program's threads keep
+ * touching the pages.
+ */
+static void __pwatch_unpublish(struct region *r, struct pki_pwatch *pw)
+{
+	PKI_HELD(pki_watch_mgr_lock);
+	sigset_t saved;
+
+	pki_siglock_block(&saved);
+	step_lock(r);
+	for (int k = 0; k < REGION_WATCHES; k++)
+		if (atomic_load(&r->w[k]) == pw)
+			atomic_store(&r->w[k], NULL);
+	step_unlock(r);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+}
+
 void __pki_page_remove(struct pki_pwatch *pw)
 {
 	PKI_HELD(pki_watch_mgr_lock);
@@ -1610,16 +1790,12 @@ void __pki_page_remove(struct pki_pwatch *pw)
 		return;
 	}
 	r = &P.regions[pw->reg];
-	for (int k = 0; k < REGION_WATCHES; k++)
-		if (atomic_load(&r->w[k]) == pw)
-			atomic_store(&r->w[k], NULL);
-	if (--r->nw == 0) {
+	__pwatch_unpublish(r, pw);
+	if (--r->nw == 0)
 		__region_unmake(pw->reg);
-	} else {
-		/* R3 for this watch alone: no handler still holds it. */
-		while (atomic_load(&r->inflight))
-			sched_yield();
-	}
+	/* R3 for this watch alone: no handler still holds it. */
+	while (atomic_load(&pw->users))
+		sched_yield();
 	pwatch_free(pw);
 }
 

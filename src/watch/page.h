@@ -73,6 +73,16 @@ size_t pki_page_reach(const void *p, size_t n, bool write);
  */
 int __pki_page_mprotect(void *addr, size_t len, int prot);
 
+/*
+ * PW8: the program's mprotect(@addr, @len, @prot) as the agent's wrapper
+ * runs it: @real (libc's) where it touches no watched page, else
+ * pki_watch_page_mprotect() (and @real for what that does not take).  A
+ * region made meanwhile waits for @real's call to end before it converts
+ * the pages (PW2 1a).  0 or -errno as mprotect's.  Any thread, signal
+ * handlers too.
+ */
+int pki_page_prog_mprotect(void *addr, size_t len, int prot, int (*real)(void *, size_t, int));
+
 /* Fork handlers (PW8), called from watch.c's own, in this order. */
 void __pki_page_fork_prepare(void);
 void __pki_page_fork_parent(void);

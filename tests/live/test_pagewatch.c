@@ -410,6 +410,31 @@ START_TEST(refusals)
 }
 END_TEST
 
+/*
+ * PW1: a mapping that grows down (a stack made with MAP_GROWSDOWN) is
+ * refused at the add, saying so: the watch's own mapping would stop it
+ * growing and give its pages back without the flag.  It still grows.
+ */
+START_TEST(refuses_growsdown)
+{
+	struct pk_watch_opts o = {.sz = sizeof(o), .mode = PK_WATCH_MODE_PAGE};
+	char *g = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN, -1, 0);
+
+	ck_assert_ptr_ne(g, MAP_FAILED);
+	pk_set_print(capture);
+	ck_assert_ptr_null(pk_watch_add(g + 2 * PAGE + 8, 8, PK_WATCH_W, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(last_msg, "grows down"), "%s", last_msg);
+	ck_assert_ptr_null(pk_watch_add(g + 8, 8, PK_WATCH_RW, &o));
+	ck_assert_int_eq(errno, EINVAL);
+	/* as it was: the program's PROT_GROWSDOWN applies, its lowest page is its own */
+	ck_assert_int_eq(mprotect(g + PAGE, PAGE, PROT_READ | PROT_WRITE | PROT_GROWSDOWN), 0);
+	store8(g, 1);
+	ck_assert_uint_eq(load8(g), 1);
+}
+END_TEST
+
 /* ---- the program's own faults still reach it ------------------------------ */
 
 static sigjmp_buf jb;
@@ -489,6 +514,113 @@ START_TEST(divide_error_reaches_program)
 	store8(zero, 3);
 	ck_assert_uint_eq(load8(zero), 3);
 	ck_assert_int_eq(atomic_load(&r->n), 3);
+	pk_watch_remove(w);
+	free(r);
+}
+END_TEST
+
+/*
+ * A string copy from a watched page into a file's page past its end: the
+ * copy run out of line meets the SIGBUS, which reaches the program's
+ * handler at the instruction itself, with the step ended: its siglongjmp
+ * leaves the region working.
+ */
+static sigjmp_buf bus_jb;
+static volatile uintptr_t bus_ip, bus_addr;
+static volatile int bus_code;
+
+static void on_bus(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+
+	(void)sig;
+	bus_code = si->si_code;
+	bus_addr = (uintptr_t)si->si_addr;
+	bus_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+	siglongjmp(bus_jb, 1);
+}
+
+START_TEST(sigbus_of_the_copy_reaches_program)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	int fd = memfd_create("empty", MFD_CLOEXEC);
+	char *f = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); /* size 0 */
+	struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO};
+	struct pk_watch *w;
+	extern char movs_insn[];
+
+	ck_assert_ptr_ne(f, MAP_FAILED);
+	sigaction(SIGBUS, &sa, NULL); /* before the watch: the library chains to it */
+	w = page_watch(p + 8, 8, PK_WATCH_RW, rec_cb, r);
+	alarm(20);
+	if (!sigsetjmp(bus_jb, 1)) {
+		void *src = p + 8, *dst = f;
+
+		__asm__ volatile("movs_insn: movsq" : "+S"(src), "+D"(dst)::"memory");
+		ck_abort_msg("no SIGBUS");
+	}
+	ck_assert_int_eq(bus_code, BUS_ADRERR);
+	ck_assert_uint_eq(bus_ip, (uintptr_t)movs_insn); /* not a copy of it */
+	ck_assert_uint_eq(bus_addr, (uintptr_t)f);
+	ck_assert_int_eq(atomic_load(&r->n), 0); /* it did not complete */
+	store8(p + 8, 4);			 /* the region is not left locked */
+	ck_assert_uint_eq(load8(p + 8), 4);
+	ck_assert_int_eq(atomic_load(&r->n), 2);
+	pk_watch_remove(w);
+	close(fd);
+	free(r);
+}
+END_TEST
+
+/*
+ * A floating-point division by a watched 0.0 with the exception unmasked:
+ * SIGFPE (FPE_FLTDIV) reaches the program's handler at the instruction
+ * itself, its address the instruction's.
+ */
+static volatile uintptr_t fltdiv_addr;
+
+static void on_fltdiv(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+
+	(void)sig;
+	fpe_code = si->si_code;
+	fltdiv_addr = (uintptr_t)si->si_addr;
+	fpe_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+	siglongjmp(fpe_jb, 1);
+}
+
+START_TEST(float_exception_of_the_copy_reaches_program)
+{
+	char *p = map_pages(1);
+	struct rec *r = calloc(1, sizeof(*r));
+	struct sigaction sa = {.sa_sigaction = on_fltdiv, .sa_flags = SA_SIGINFO};
+	double *zero = (double *)(p + 64);
+	struct pk_watch *w;
+	unsigned int mxcsr = 0x1f80 & ~(1u << 9); /* divide-by-zero unmasked */
+	extern char divsd_insn[];
+
+	sigaction(SIGFPE, &sa, NULL); /* before the watch: the library chains to it */
+	w = page_watch(zero, 8, PK_WATCH_RW, rec_cb, r);
+	alarm(20);
+	if (!sigsetjmp(fpe_jb, 1)) {
+		double x = 1.0;
+
+		__asm__ volatile("ldmxcsr %1\n"
+				 "divsd_insn: divsd (%2), %0"
+				 : "+x"(x)
+				 : "m"(mxcsr), "r"(zero)
+				 : "memory");
+		ck_abort_msg("no SIGFPE");
+	}
+	mxcsr = 0x1f80;
+	__asm__ volatile("ldmxcsr %0" ::"m"(mxcsr));
+	ck_assert_int_eq(fpe_code, FPE_FLTDIV);
+	ck_assert_uint_eq(fpe_ip, (uintptr_t)divsd_insn);
+	ck_assert_uint_eq(fltdiv_addr, (uintptr_t)divsd_insn);
+	store8(p + 64, 3); /* the region is not left locked */
+	ck_assert_uint_eq(load8(p + 64), 3);
 	pk_watch_remove(w);
 	free(r);
 }
@@ -663,6 +795,55 @@ START_TEST(mprotect_from_fork_handlers)
 	store8(p + 8, 2);
 	ck_assert_uint_eq(load8(p + 8), 2);
 	pk_watch_remove(w);
+}
+END_TEST
+
+/*
+ * PW2 1a: the program's mprotect() (through the agent's wrapper) that
+ * found no watch, racing a pk_watch_add() of the same page: the wrapper's
+ * real call waits until the add has returned (1 s at most) before it gives
+ * the page the protection it has.  Landing on the watch's mapping, it
+ * would open the page for good, the write after it unseen; the add waits
+ * for the call instead, and converts the page after it.
+ */
+static struct {
+	char *page;
+	atomic_int go, added;
+	struct pk_watch *w;
+	struct rec r;
+} race;
+
+static void *race_adder(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&race.go))
+		sched_yield();
+	race.w = page_watch(race.page + 8, 8, PK_WATCH_RW, rec_cb, &race.r);
+	atomic_store(&race.added, 1);
+	return NULL;
+}
+
+static int race_real(void *addr, size_t len, int prot)
+{
+	atomic_store(&race.go, 1);
+	for (int i = 0; i < 1000 && !atomic_load(&race.added); i++)
+		usleep(1000);
+	return mprotect(addr, len, prot);
+}
+
+START_TEST(mprotect_racing_add)
+{
+	pthread_t th;
+
+	race.page = map_pages(1);
+	ck_assert_int_eq(pthread_create(&th, NULL, race_adder, NULL), 0);
+	ck_assert_int_eq(pki_page_prog_mprotect(race.page, PAGE, PROT_READ | PROT_WRITE, race_real),
+			 0);
+	pthread_join(th, NULL);
+	store8(race.page + 8, 3);
+	ck_assert_int_eq(atomic_load(&race.r.n), 1);
+	ck_assert_uint_eq(load8(race.page + 8), 3);
+	pk_watch_remove(race.w);
 }
 END_TEST
 
@@ -925,6 +1106,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, removal_gives_private_pages_back);
 	tcase_add_test(tc, fork_child_gets_private_copy);
 	tcase_add_test(tc, refusals);
+	tcase_add_test(tc, refuses_growsdown);
 	tcase_add_test(tc, program_fault_passed_on);
 	tcase_add_test(tc, auto_takes_page_mode_for_long_ranges);
 	tcase_add_test(tc, bss_global_beside_the_got);
@@ -933,10 +1115,13 @@ static Suite *suite(void)
 	tcase_add_test(tc, condition_on_the_call_chain);
 	tcase_add_test(tc, condition_parse);
 	tcase_add_test(tc, divide_error_reaches_program);
+	tcase_add_test(tc, sigbus_of_the_copy_reaches_program);
+	tcase_add_test(tc, float_exception_of_the_copy_reaches_program);
 	tcase_add_test(tc, heap_object);
 	tcase_add_test(tc, windowed_step_counted);
 	tcase_add_test(tc, fork_handlers_of_the_program);
 	tcase_add_test(tc, mprotect_from_fork_handlers);
+	tcase_add_test(tc, mprotect_racing_add);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -894,6 +894,8 @@ int main(int argc, char **argv)
 	pks_overload_stop();
 	atomic_store(&stop, 1);
 	pthread_join(dog, NULL);
+	free(sleepers);
+	free(workers);
 	report(now_ms() - t0);
 	if (failures)
 		fprintf(stderr, "stress_watch: %d failure(s) (seed %u)\n", failures, opt.seed0);

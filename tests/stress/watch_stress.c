@@ -882,7 +882,7 @@ int main(int argc, char **argv)
 			move_once();
 			nap_us(1000 + 1000 * rnd(3));
 		}
-		if (round_no % 7 == 0)
+		if (round_no % 7 == 3)
 			ring_phase();
 		steady();
 	}

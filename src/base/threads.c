@@ -175,6 +175,11 @@ static int task_progress(pid_t tid, char *state, uint64_t *run_ns)
 	return 0;
 }
 
+int pki_thread_progress(pid_t tid, char *state, uint64_t *run_ns)
+{
+	return task_progress(tid, state, run_ns);
+}
+
 #define RUN_UNKNOWN UINT64_MAX
 
 struct runnable {

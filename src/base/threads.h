@@ -63,6 +63,14 @@ int pki_thread_sigpnd(pid_t tid, uint64_t *mask);
 bool pki_threads_pending(uint64_t mask, int wait_ms);
 
 /*
+ * Thread @tid's scheduling state (the letter of /proc's stat: R running or
+ * runnable, S asleep, T stopped...) and, when R, the CPU time it has run in
+ * ns (schedstat, else utime + stime).  0, -ESRCH, or -errno (then @state is
+ * 'R' and @run_ns 0).  Two reads of /proc at most.
+ */
+int pki_thread_progress(pid_t tid, char *state, uint64_t *run_ns);
+
+/*
  * Wait until no thread of the process (the caller's apart) can still be on
  * its way back to user space from an exception taken before the call: each
  * has been seen not runnable (state other than R: asleep, stopped, gone) or

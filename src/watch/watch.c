@@ -790,32 +790,80 @@ static bool has_root(const struct wpart *p, int nr_sorted, pid_t tid)
 
 /*
  * perf_event_open on @tid, waiting out a slot the kernel has not given back
- * yet: where our count has room, ENOSPC within BP_SLOT_WAIT_NS of our last
- * close is that close's slot, held while its SIGTRAP is on its way
- * (doc/design/hw-watch-split.md, S2). Sleeps between tries, which lets that
- * thread run, until then; with no close of ours that recent, ENOSPC is a
- * register taken outside probekit, returned at once. The caller holds
+ * yet (doc/design/hw-watch-split.md, S2): where our count has room, ENOSPC
+ * after a close of ours may be that close's slot, held until the thread
+ * returns to user space (a hit's SIGTRAP work) or ends its exit.  So the
+ * tries go on, sleeping between them, for BP_SLOT_WAIT_NS after our last
+ * close, and after that while the thread may still be on that way: runnable
+ * without having run BP_SLOT_RUN_NS of CPU since the first refusal (a
+ * thread starved under load), up to BP_SLOT_STARVED_NS after the close.
+ * A thread that ran or slept meanwhile, or no close of ours that recent:
+ * the register is held outside probekit, ENOSPC.  The caller holds
  * mgr.lock and may hold the thread-creation gate: the wait is bounded, and
  * what ends it (the thread's return to user mode) needs neither.
  */
-#define BP_SLOT_WAIT_NS (500 * 1000 * 1000ull)
+#define BP_SLOT_WAIT_NS	   (500 * 1000 * 1000ull)
+#define BP_SLOT_RUN_NS	   (1000 * 1000ull)
+#define BP_SLOT_STARVED_NS (10ull * 1000 * 1000 * 1000)
+
+struct slot_wait {
+	uint64_t first;	 /* mono ns of the first refusal */
+	uint64_t run0;	 /* the thread's CPU time then (0: not read yet) */
+	char state;	 /* its state at the last look */
+	uint64_t ran_ns; /* CPU time it ran since run0 */
+};
+
+/* May the slot ENOSPC refused on @tid still be one of ours on its way back? */
+static bool __slot_may_come_back(pid_t tid, struct slot_wait *sw, uint64_t now)
+{
+	PKI_HELD(&mgr.lock);
+	uint64_t run;
+	int err;
+
+	if (now < mgr.last_close_ns + BP_SLOT_WAIT_NS)
+		return true;
+	if (now >= mgr.last_close_ns + BP_SLOT_STARVED_NS)
+		return false;
+	err = pki_thread_progress(tid, &sw->state, &run);
+	if (err == -ESRCH)
+		return true; /* gone: the next try says ESRCH */
+	if (sw->state != 'R')
+		return false;
+	if (err)
+		return true; /* unreadable: as if runnable, up to the bound */
+	if (!sw->run0) {
+		sw->run0 = run ? run : 1;
+		return true;
+	}
+	sw->ran_ns = run > sw->run0 ? run - sw->run0 : 0;
+	return sw->ran_ns < BP_SLOT_RUN_NS;
+}
 
 static int __bp_open_waiting(const struct pki_bp *bp, pid_t tid)
 {
 	PKI_HELD(&mgr.lock);
-	uint64_t start = pki_mono_ns(), until = mgr.last_close_ns + BP_SLOT_WAIT_NS;
+	struct slot_wait sw = {.state = '?'};
 	long pause_ns = 100 * 1000;
 	int fd;
 
-	while ((fd = pki_perf_bp_open(bp, tid)) == -ENOSPC && mgr.last_close_ns &&
-	       pki_mono_ns() < until) {
+	while ((fd = pki_perf_bp_open(bp, tid)) == -ENOSPC && mgr.last_close_ns) {
+		uint64_t now = pki_mono_ns();
+
+		if (!sw.first)
+			sw.first = now;
+		if (!__slot_may_come_back(tid, &sw, now))
+			break;
 		nanosleep(&(struct timespec){.tv_nsec = pause_ns}, NULL);
 		if (pause_ns < 8 * 1000 * 1000)
 			pause_ns *= 2;
 	}
-	if (pause_ns > 100 * 1000)
-		pki_debug("watch: thread %d's debug register given back after %.1f ms: %s\n",
-			  (int)tid, (double)(pki_mono_ns() - start) / 1e6, fd < 0 ? "no" : "yes");
+	if (sw.first)
+		pki_debug(
+		    "watch: thread %d's debug register given back after %.1f ms (%.1f ms after "
+		    "our last close; thread state %c, %.2f ms run meanwhile): %s\n",
+		    (int)tid, (double)(pki_mono_ns() - sw.first) / 1e6,
+		    (double)(pki_mono_ns() - mgr.last_close_ns) / 1e6, sw.state,
+		    (double)sw.ran_ns / 1e6, fd < 0 ? "no" : "yes");
 	return fd;
 }
 
@@ -851,7 +899,8 @@ static int add_root(struct pk_watch *w, int k, pid_t tid)
 			 (unsigned long)w->bp.addr, (int)tid,
 			 fd == -ENOSPC
 			     ? " (its debug registers are taken outside probekit: none was "
-			       "given back within 500 ms)"
+			       "given back though the thread ran or slept since our last close, "
+			       "or it was starved for 10 s)"
 			     : "",
 			 pki_errstr(fd));
 		return fd;

@@ -133,10 +133,13 @@ static __thread int step_region __attribute__((tls_model("initial-exec"))) = -1;
 /* Depth of callbacks running on this thread: their accesses are `self`. */
 static __thread unsigned int cb_depth __attribute__((tls_model("initial-exec")));
 /*
- * PW3: the last address retried with no region to explain its fault, and
- * how many regions had been unpublished then (P.unmade).
+ * PW3: the last address retried with no region to explain its fault, the
+ * stack pointer of the code that faulted (which frame: nested handlers of
+ * the program's may each hold a fault at the same address), and how many
+ * regions had been unpublished then (P.unmade).
  */
 static __thread uintptr_t retried __attribute__((tls_model("initial-exec")));
+static __thread uintptr_t retried_sp __attribute__((tls_model("initial-exec")));
 static __thread unsigned int retried_gen __attribute__((tls_model("initial-exec")));
 
 /*
@@ -1009,14 +1012,19 @@ static bool fault(ucontext_t *uc, uintptr_t a)
 	if (home < 0) {
 		/*
 		 * PW3: a fault from before a removal retries, once per
-		 * removal: read after region_enter, the count includes the
-		 * one that unpublished the region this fault met.
+		 * removal and frame: read after region_enter, the count
+		 * includes the one that unpublished the region this fault
+		 * met; the stack pointer tells a nested fault at the same
+		 * address (a signal handler's, raised before ours ran) from
+		 * this one faulting again.
 		 */
 		unsigned int gen = atomic_load(&P.unmade);
+		uintptr_t sp = pki_uc_sp(uc);
 
-		if (!page_seen(a) || (retried == a && retried_gen == gen))
+		if (!page_seen(a) || (retried == a && retried_sp == sp && retried_gen == gen))
 			return false;
 		retried = a;
+		retried_sp = sp;
 		retried_gen = gen;
 		return true;
 	}

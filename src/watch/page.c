@@ -677,17 +677,31 @@ int __pki_page_mprotect(void *addr, size_t len, int prot)
 	return 0;
 }
 
+/*
+ * PW2 1a: count this call in the current phase before it searches, which
+ * a region published meanwhile could miss: that region's conversion waits
+ * for the call to end.  A phase read before a flip and counted after it
+ * would be waited for by no conversion: the phase is read again once
+ * counted, and the count moves to the new one.
+ */
+static unsigned int native_enter(void)
+{
+	for (;;) {
+		unsigned int ph = atomic_load(&P.native_phase) & 1;
+
+		atomic_fetch_add(&P.native[ph], 1);
+		atomic_thread_fence(memory_order_seq_cst);
+		if ((atomic_load(&P.native_phase) & 1) == ph)
+			return ph;
+		atomic_fetch_sub(&P.native[ph], 1);
+	}
+}
+
 int pki_page_prog_mprotect(void *addr, size_t len, int prot, int (*real)(void *, size_t, int))
 {
-	unsigned int ph = atomic_load(&P.native_phase) & 1;
+	unsigned int ph = native_enter();
 	int err = 0;
 
-	/*
-	 * PW2 1a: counted before the search, which a region published
-	 * meanwhile could miss: its conversion waits for this call to end.
-	 */
-	atomic_fetch_add(&P.native[ph], 1);
-	atomic_thread_fence(memory_order_seq_cst);
 	if (!pki_page_overlaps(addr, len)) {
 		if (real(addr, len, prot))
 			err = -errno;

@@ -27,6 +27,7 @@
 #include <probekit/watch.h>
 
 #include "harness.h"
+#include "one_access.h"
 #include "watch/page.h"
 #include "watch/watch_int.h"
 
@@ -67,25 +68,6 @@ static char *map_pages(int n)
 
 	ck_assert_ptr_ne(p, MAP_FAILED);
 	return p;
-}
-
-/* One instruction each, so that the program's count is the instruction count. */
-static inline void store8(void *p, uint64_t v)
-{
-	__asm__ volatile("movq %1, (%0)" ::"r"(p), "r"(v) : "memory");
-}
-
-static inline uint64_t load8(const void *p)
-{
-	uint64_t v;
-
-	__asm__ volatile("movq (%1), %0" : "=r"(v) : "r"(p) : "memory");
-	return v;
-}
-
-static inline void add8(void *p, uint64_t v)
-{
-	__asm__ volatile("lock addq %1, (%0)" ::"r"(p), "r"(v) : "memory", "cc");
 }
 
 /* ---- a recorder of hits ---------------------------------------------------- */

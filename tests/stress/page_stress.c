@@ -57,6 +57,7 @@
 
 #include <probekit/watch.h>
 
+#include "one_access.h"
 #include "overload.h"
 #include "watch/page.h"
 #include "watch/watch_int.h"
@@ -64,25 +65,6 @@
 #define PAGE	    4096
 #define MAX_THREADS 64
 #define NPAGES	    6
-
-/* One instruction each: the program's count is the instruction count. */
-static inline void store8(void *p, uint64_t v)
-{
-	__asm__ volatile("movq %1, (%0)" ::"r"(p), "r"(v) : "memory");
-}
-
-static inline uint64_t load8(const void *p)
-{
-	uint64_t v;
-
-	__asm__ volatile("movq (%1), %0" : "=r"(v) : "r"(p) : "memory");
-	return v;
-}
-
-static inline void add8(void *p, uint64_t v)
-{
-	__asm__ volatile("lock addq %1, (%0)" ::"r"(p), "r"(v) : "memory", "cc");
-}
 
 static struct {
 	double duration, hang;

@@ -33,18 +33,27 @@ bad() {
 }
 check() { if eval "$2"; then ok; else bad "$1"; fi; }
 
+# running_with_libc PID COMM: wait (5 s at most) until PID runs COMM with
+# libc mapped.  Before its exec a child started with & is a copy of this
+# shell, whose maps hold the shell's libc.
+running_with_libc() {
+	local k
+	for ((k = 0; k < 500; k++)); do
+		[[ $(cat "/proc/$1/comm" 2>/dev/null) == "$2" ]] &&
+			grep -q libc.so.6 "/proc/$1/maps" 2>/dev/null && return
+		sleep 0.01
+	done
+}
+
 # skip_unless_attachable: exit 77 (SKIP), saying why, where this process
 # may not trace another at all (Yama, capabilities, a seccomp filter), as
 # `probekit inject --check` finds on a sleeping process; exit 1 if it
 # refuses one for any other reason.
 skip_unless_attachable() {
-	local probe k
+	local probe
 	sleep 30 &
 	probe=$!
-	for ((k = 0; k < 500; k++)); do
-		grep -q libc.so.6 "/proc/$probe/maps" 2>/dev/null && break
-		sleep 0.01
-	done
+	running_with_libc "$probe" sleep
 	if ! "$pk" inject --check -p "$probe" >inj 2>&1; then
 		kill "$probe"
 		if grep -q 'Yama\|CAP_SYS_PTRACE\|seccomp' inj; then

@@ -185,7 +185,7 @@ kill "$sp"
 "$nomemfd" sleep 30 &
 sp=$!
 pids+=("$sp")
-for ((k = 0; k < 500; k++)); do grep -q libc.so.6 "/proc/$sp/maps" 2>/dev/null && break; sleep 0.01; done
+running_with_libc "$sp" sleep
 "$pk" inject -p "$sp" "$marker" >inj 2>&1
 rc=$?
 check "seccomp filter: refused" "[[ $rc != 0 ]] && grep -q 'seccomp filter' inj"

@@ -538,8 +538,10 @@ struct agent_dl_conf {
 	void (*func_reloc)(unsigned long, unsigned long, struct pk_ops *, struct pk_regs *);
 	unsigned long flags;  /* of the main ops */
 	uint32_t next_object; /* first OBJECT id not used in the trace */
-	bool args;	      /* -A/-R rules (args.c): an object's functions may get values */
-	bool exits;	      /* func records exits (else --entry-only) */
+	/* pki_sites_serial_last() before trace.c's pick: objects read since are not its */
+	unsigned long long picked;
+	bool args;  /* -A/-R rules (args.c): an object's functions may get values */
+	bool exits; /* func records exits (else --entry-only) */
 };
 
 /* Read dlopen.c's settings before the environment is cleaned. */

@@ -3,7 +3,8 @@
  * Trace mode and the libraries PROG loads while it runs (plugins): the
  * agent's dlopen() (DL1) and dlclose() (DL2), exported (agent.map), one
  * pk_ops per object loaded later; dl_lock and the lock order (DL3), what
- * is bypassed or not traced (DL4), object ids across reloads (DL5).
+ * is bypassed or not traced (DL4), object ids across reloads (DL5), which
+ * objects are trace.c's (DL6).
  * doc/design/dlopen.md.
  */
 #include <dlfcn.h>
@@ -1060,14 +1061,26 @@ static void dl_fork_child(void)
 	dl_fork_parent();
 }
 
+/* __dl_start()'s walk: the objects trace.c picked from, known; the others left to the next sync. */
+struct start {
+	const struct pki_sym_object *last;
+	unsigned long long picked; /* agent_dl_conf's */
+	bool left;		   /* an object read since the pick */
+};
+
 static int start_site(const struct pki_site *s, void *ctx)
 {
-	const struct pki_sym_object **last = ctx;
+	struct start *st = ctx;
 	struct dlo *d;
 
-	if (s->obj == *last)
+	if (s->obj == st->last)
 		return 0;
-	*last = s->obj;
+	st->last = s->obj;
+	if (s->obj->serial > st->picked) {
+		st->left =
+		    true; /* loaded (or read anew) after the pick: trace.c's ops has none of it */
+		return 0;
+	}
 	d = __dlo_new(s->obj->path, s->obj->base);
 	if (!d)
 		return -ENOMEM;
@@ -1103,7 +1116,7 @@ int agent_dl_start(const struct agent_dl_conf *conf)
 
 static int __dl_start(const struct agent_dl_conf *conf)
 {
-	const struct pki_sym_object *last = NULL;
+	struct start st = {.picked = conf->picked};
 	struct counters c = {0};
 	int err;
 
@@ -1124,18 +1137,22 @@ static int __dl_start(const struct agent_dl_conf *conf)
 	C.flags = conf->flags;
 	C.shstk = pki_fgraph_shstk();
 	D.next_id = conf->next_object;
-	/* The objects trace.c saw: known, never hooked here. */
+	/*
+	 * The objects trace.c picked from: known, never hooked here (DL6).
+	 * One loaded since its pick is not: the next sync hooks it, even if
+	 * the loader's counters have not moved by then.
+	 */
 	dl_iterate_phdr(counters_cb, &c);
 	err = pk_sites_refresh();
 	if (err)
 		return err;
 	pki_sites_read_lock();
-	err = pki_sites_match(NULL, start_site, &last);
+	err = pki_sites_match(NULL, start_site, &st);
 	pki_sites_read_unlock();
 	if (err)
 		return err;
-	D.adds = c.adds;
-	D.subs = c.subs;
+	D.adds = st.left ? 0 : c.adds;
+	D.subs = st.left ? 0 : c.subs;
 	return 0;
 }
 

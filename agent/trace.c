@@ -108,7 +108,8 @@ static struct {
 	struct tsym *syms;
 	struct tobj *objs;
 	size_t nobjs;
-	struct pk_ops ops;     /* entries and exits */
+	unsigned long long picked; /* pki_sites_serial_last() before the pick's walk */
+	struct pk_ops ops;	   /* entries and exits */
 	struct pk_ops ops_lib; /* libraries' relocated functions: entries only (lib_entry_only) */
 	/* PROG's library calls (libcalls.c): with exits, and entries only */
 	struct pk_ops ops_call, ops_call1;
@@ -552,6 +553,13 @@ static bool trace_pick(bool initial)
 	    (p.fmatched = calloc(p.g.nf + 1, sizeof(*p.fmatched)))) {
 		if (conf->libcall && !conf->top && !reloc_all())
 			agent_stubs_make();
+		/*
+		 * Every object this walk sees has a serial at most this high:
+		 * no refresh runs during it (the control thread's alone, or
+		 * before main() when preloaded).  dlopen.c leaves those read
+		 * since to its next sync.
+		 */
+		T.picked = pki_sites_serial_last();
 		n = pk_sites_foreach(pick_site, &p);
 	}
 	/*
@@ -1163,14 +1171,15 @@ static bool trace_hook(bool initial)
 	 * Attached, its wrappers are not reached: the control thread polls
 	 * (agent_dl_poll(), doc/design/attach.md A9e).
 	 */
-	dc = (struct agent_dl_conf){conf->funcs,
-				    conf->notrace,
-				    T.ops.func,
-				    T.ops_lib.func,
-				    T.ops.flags,
-				    (uint32_t)T.nobjs + 1,
-				    conf->args && !conf->top,
-				    conf->exits};
+	dc = (struct agent_dl_conf){.funcs = conf->funcs,
+				    .notrace = conf->notrace,
+				    .func = T.ops.func,
+				    .func_reloc = T.ops_lib.func,
+				    .flags = T.ops.flags,
+				    .next_object = (uint32_t)T.nobjs + 1,
+				    .picked = T.picked,
+				    .args = conf->args && !conf->top,
+				    .exits = conf->exits};
 	err = agent_dl_start(&dc);
 	if (err && agent_attached)
 		agent_out_printf("probekit: libraries the process loads later stay untraced: %s\n",

@@ -736,6 +736,11 @@ static void object_stats_take(struct pki_sym_object *obj, const struct pki_elf_s
 /* pki_sym_object.serial's last */
 static unsigned long long serial_next;
 
+unsigned long long pki_sites_serial_last(void)
+{
+	return __atomic_load_n(&serial_next, __ATOMIC_RELAXED);
+}
+
 static int object_load(const struct dl_phdr_info *info, const char *path, const char *open_path,
 		       bool is_main, struct pki_sym_object **objp)
 {

@@ -105,6 +105,14 @@ void pki_sites_set_reloc_named(const char *const *objs, const char *const *names
  * cannot tell from the one read.  Not the main program.  True if listed.
  */
 bool pki_sites_reread(const char *path, unsigned long base);
+
+/*
+ * The highest pki_sym_object.serial given so far: an object a later
+ * refresh reads (loaded since, or read anew) has a higher one.  A walk
+ * that takes this first and no refresh runs during it: every object it
+ * saw has one at most this high.
+ */
+unsigned long long pki_sites_serial_last(void);
 /* Did someone set them (the agent's unwinder hooks: a list that holds the library's)? */
 bool pki_sites_reloc_named_set(void);
 

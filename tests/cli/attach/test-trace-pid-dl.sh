@@ -139,18 +139,32 @@ check "dlchurn: exit status $rc, loads and unloads went on ($(grep rounds out))"
 # alive, and every call's result right.  The plugin is mostly loaded again
 # at the address it left between two looks: each such instance is another
 # one, hooked anew (its bytes are the file's again where the hooks wrote),
-# so every attach records plug_fn's calls, and every detach takes each hook
-# off (none fails on an instance it never wrote: "they stay, idle", and
-# the next attach refused), leaving no byte of ours in the text.  (Found
-# by polling, an instance is hooked some time after its load, and often
-# unloaded before its next call: a few calls a second are recorded, so
-# each attach lasts 2 s.)
-rm -f stop out
+# and every detach takes each hook off (none fails on an instance it never
+# wrote: "they stay, idle", and the next attach refused), leaving no byte of
+# ours in the text.  An instance is found by polling, some time after its
+# load, and is mostly unloaded by then: so once attached, the test asks the
+# program to hold an instance until it is hooked ("hold"), and then to call
+# it three times; those calls are recorded, and the churn goes on attached.
+rm -f stop out hold
 "$churn" "$lib1" plug_fn >out 2>err &
 hpid=$!
 wait_for '^ready' out
 for i in 1 2 3 4 5; do
-	timeout 60 "$pk" trace -p "$hpid" --duration 2 -o pl$i.trace 2>cmd
+	: >cmd
+	"$pk" trace -p "$hpid" -o pl$i.trace 2>cmd &
+	t=$!
+	wait_for 'recording until' cmd
+	touch hold
+	for ((k = 0; k < 6000; k++)); do
+		(($(grep -c '^hooked' out) >= i)) || ! kill -0 "$t" 2>/dev/null && break
+		sleep 0.01
+	done
+	rm -f hold
+	check "dlchurn on the traced plugin, attach $i: an instance held loaded is hooked" \
+		"(( \$(grep -c '^hooked' out) >= $i ))"
+	sleep 0.5 # the churn, attached
+	kill -INT "$t"
+	wait "$t"
 	rc=$?
 	check "dlchurn on the traced plugin, attach $i: the process alive after it" "kill -0 $hpid"
 	check "dlchurn on the traced plugin, attach $i: attached and detached ($rc), every hook off" \
@@ -161,8 +175,8 @@ for i in 1 2 3 4 5; do
 		"! grep -Eq '^(DIFF|UNEXPECTED)' textcheck || { sed 's/^/    /' textcheck; false; }"
 	"$pk" report pl$i.trace >rep 2>&1
 	n=$(awk '/ plug_fn \[libpkplug1/ {print $1; exit}' rep)
-	check "dlchurn on the traced plugin, attach $i: plug_fn's calls recorded (${n:-0})" \
-		"(( ${n:-0} > 0 ))"
+	check "dlchurn on the traced plugin, attach $i: the held instance's calls recorded (${n:-0})" \
+		"(( ${n:-0} >= 3 ))"
 done
 touch stop
 wait "$hpid"

@@ -18,7 +18,10 @@
  * freed: a handler may index them at any time.  What a region points to
  * (its alias, its watches) is reached only between `inflight` up and down,
  * and freed only after removal saw `inflight` at zero with the region
- * unpublished (PW4, "Why a thread cannot be inside a freed region").
+ * unpublished (PW4, "Why a thread cannot be inside a freed region"); a
+ * watch also while a hit of it is counted in its `users`, which is how its
+ * callbacks run: after the handler left the region (PW4, "Why a removed
+ * watch is not used after its record is freed").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -576,6 +579,7 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 			sched_yield();
 			continue;
 		}
+		region_leave(ri); /* before the callbacks (PW3) */
 		if (report) {
 			deliver(hits, who, nh, tid, ip, NULL);
 		} else {
@@ -584,7 +588,6 @@ size_t pki_page_transfer(void *prog, void *bounce, size_t n, bool into_prog, uin
 				atomic_fetch_sub(&who[i]->users, 1);
 			}
 		}
-		region_leave(ri);
 		if (a + (size_t)k < hi) /* the program's protection refused the rest */
 			return a + (size_t)k - (uintptr_t)prog;
 		b += hi - a;
@@ -912,8 +915,8 @@ static bool emulate_branch(ucontext_t *uc, int home, struct step *s)
 		return false;
 	nh = span_hits(&sp, 0, hits, 0, who);
 	step_unlock(r);
+	region_leave(home); /* before the callbacks (PW3) */
 	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
-	region_leave(home);
 	return true;
 }
 
@@ -1000,8 +1003,8 @@ static bool divide_error(ucontext_t *uc, int home, struct step *s)
 	save_before(home, sp.lo, sp.hi);
 	nh = span_hits(&sp, 0, hits, 0, who);
 	step_unlock(r);
+	region_leave(home); /* before the callbacks (PW3) */
 	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
-	region_leave(home);
 	run_fpe_handler(&act, uc);
 	return true;
 }
@@ -1261,9 +1264,11 @@ static bool page_trap(int sig, siginfo_t *si, void *ucv)
 		fork_snap_refresh(home, s->other);
 	/*
 	 * The step's record is the next step's once unlocked: what is left
-	 * to do with it is copied out.  Unlocked before the callbacks (one may
-	 * touch the region: nested, `self`); left after them (the watches
-	 * they run for stay until every region they are in is left).
+	 * to do with it is copied out.  Unlocked and left before the
+	 * callbacks (PW3): one may touch the region, nested (`self`), while
+	 * its last watch is being removed, whose removal waits for the
+	 * handlers in the region and then for the watch's `users`, which
+	 * keep the watches they run for.
 	 */
 	int other = s->other, reg[2] = {-1, -1};
 
@@ -1272,11 +1277,11 @@ static bool page_trap(int sig, siginfo_t *si, void *ucv)
 	if (other >= 0)
 		step_unlock(&P.regions[other]);
 	step_unlock(&P.regions[home]);
-	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
 	for (int i = 0; i < 2; i++)
 		if (reg[i] >= 0)
 			region_leave(reg[i]);
 	region_leave(home);
+	deliver(hits, who, nh, (pid_t)syscall(SYS_gettid), ip, uc);
 	errno = saved;
 	return true;
 }

@@ -317,6 +317,68 @@ START_TEST(removal_gives_private_pages_back)
 }
 END_TEST
 
+/*
+ * PW3: a callback that touches its watch's pages while the watch is being
+ * removed.  The removal copies the region back (64 MB here: milliseconds)
+ * with the region reverting, when a fault on it waits for the removal's
+ * end; the callback's reads, one every 100 us while the removal runs,
+ * fault then.  The removal must not wait for that callback meanwhile: its
+ * handler left the region before the callback ran (the removal waits for
+ * the watch's `users` only after the region is gone).  A hang here is a
+ * deadlock of the program's two threads.
+ */
+#define BIG_LEN (64ul << 20)
+
+static struct {
+	char *p;
+	atomic_int in_cb, removing, removed;
+	atomic_long reads;
+	uint64_t seen;
+} rm;
+
+static void reads_while_removed(const struct pk_watch_hit *h)
+{
+	(void)h;
+	if (atomic_exchange(&rm.in_cb, 1))
+		return; /* the first hit's callback does it */
+	while (!atomic_load(&rm.removing))
+		usleep(100);
+	for (int k = 0; k < 2000 && !atomic_load(&rm.removed); k++) {
+		rm.seen = load8(rm.p + BIG_LEN / 2);
+		atomic_fetch_add(&rm.reads, 1);
+		usleep(100);
+	}
+}
+
+static void *store_once(void *arg)
+{
+	(void)arg;
+	store8(rm.p + BIG_LEN / 2, 42);
+	return NULL;
+}
+
+START_TEST(callback_touches_region_during_removal)
+{
+	struct pk_watch *w;
+	pthread_t t;
+
+	rm.p = map_pages((int)(BIG_LEN / PAGE));
+	memset(rm.p, 1, BIG_LEN);
+	w = page_watch(rm.p, BIG_LEN, PK_WATCH_RW, reads_while_removed, NULL);
+	ck_assert_int_eq(pthread_create(&t, NULL, store_once, NULL), 0);
+	while (!atomic_load(&rm.in_cb))
+		usleep(100);
+	atomic_store(&rm.removing, 1);
+	pk_watch_remove(w); /* returns once the callback did */
+	atomic_store(&rm.removed, 1);
+	pthread_join(t, NULL);
+	ck_assert_msg(atomic_load(&rm.reads) > 0, "the callback read nothing");
+	ck_assert_int_eq(rm.seen, 42);
+	ck_assert_int_eq(load8(rm.p + BIG_LEN / 2), 42);
+	munmap(rm.p, BIG_LEN);
+}
+END_TEST
+
 /* ---- fork --------------------------------------------------------------- */
 
 START_TEST(fork_child_gets_private_copy)
@@ -1086,6 +1148,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, threads_exact_counts);
 	tcase_add_test(tc, rep_stos_one_hit);
 	tcase_add_test(tc, removal_gives_private_pages_back);
+	tcase_add_test(tc, callback_touches_region_during_removal);
 	tcase_add_test(tc, fork_child_gets_private_copy);
 	tcase_add_test(tc, refusals);
 	tcase_add_test(tc, refuses_growsdown);

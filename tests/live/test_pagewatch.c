@@ -512,35 +512,39 @@ END_TEST
 
 /* ---- adversarial cases ---------------------------------------------------- */
 
-/*
- * A division by a watched zero, the program handling SIGFPE by siglongjmp:
- * its handler sees the division itself, and the page goes on working.
- */
-static sigjmp_buf fpe_jb;
-static volatile uintptr_t fpe_ip;
-static volatile int fpe_code;
+/* The program's handler of the fault signals below: what it saw, then out by siglongjmp. */
+static struct {
+	sigjmp_buf jb;
+	volatile int code;
+	volatile uintptr_t addr, ip;
+} caught;
 
-static void on_fpe(int sig, siginfo_t *si, void *ucv)
+static void on_caught(int sig, siginfo_t *si, void *ucv)
 {
 	ucontext_t *uc = ucv;
 
 	(void)sig;
-	fpe_code = si->si_code;
-	fpe_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-	siglongjmp(fpe_jb, 1);
+	caught.code = si->si_code;
+	caught.addr = (uintptr_t)si->si_addr;
+	caught.ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+	siglongjmp(caught.jb, 1);
 }
 
+/*
+ * A division by a watched zero, the program handling SIGFPE by siglongjmp:
+ * its handler sees the division itself, and the page goes on working.
+ */
 START_TEST(divide_error_reaches_program)
 {
 	char *p = map_pages(1);
 	struct rec *r = calloc(1, sizeof(*r));
-	struct sigaction sa = {.sa_sigaction = on_fpe, .sa_flags = SA_SIGINFO};
+	struct sigaction sa = {.sa_sigaction = on_caught, .sa_flags = SA_SIGINFO};
 	uint64_t *zero = (uint64_t *)(p + 64);
 	struct pk_watch *w = page_watch(zero, 8, PK_WATCH_RW, rec_cb, r);
 	extern char div_insn[];
 
 	sigaction(SIGFPE, &sa, NULL);
-	if (!sigsetjmp(fpe_jb, 1)) {
+	if (!sigsetjmp(caught.jb, 1)) {
 		uint64_t a = 1, d = 0;
 
 		__asm__ volatile("div_insn: divq (%2)"
@@ -549,9 +553,9 @@ START_TEST(divide_error_reaches_program)
 				 : "cc", "memory");
 		ck_abort_msg("no SIGFPE");
 	}
-	ck_assert_int_eq(fpe_code, FPE_INTDIV);
-	ck_assert_uint_eq(fpe_ip, (uintptr_t)div_insn); /* not a copy of it */
-	ck_assert_int_eq(atomic_load(&r->n), 1);	/* the divisor was read */
+	ck_assert_int_eq(caught.code, FPE_INTDIV);
+	ck_assert_uint_eq(caught.ip, (uintptr_t)div_insn); /* not a copy of it */
+	ck_assert_int_eq(atomic_load(&r->n), 1);	   /* the divisor was read */
 	ck_assert_uint_eq(r->last[0].flags & (PK_WATCH_HIT_READ | PK_WATCH_HIT_WRITE),
 			  PK_WATCH_HIT_READ);
 	store8(p + 128, 5); /* same page: the region is not left locked */
@@ -569,28 +573,13 @@ END_TEST
  * handler at the instruction itself, with the step ended: its siglongjmp
  * leaves the region working.
  */
-static sigjmp_buf bus_jb;
-static volatile uintptr_t bus_ip, bus_addr;
-static volatile int bus_code;
-
-static void on_bus(int sig, siginfo_t *si, void *ucv)
-{
-	ucontext_t *uc = ucv;
-
-	(void)sig;
-	bus_code = si->si_code;
-	bus_addr = (uintptr_t)si->si_addr;
-	bus_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-	siglongjmp(bus_jb, 1);
-}
-
 START_TEST(sigbus_of_the_copy_reaches_program)
 {
 	char *p = map_pages(1);
 	struct rec *r = calloc(1, sizeof(*r));
 	int fd = memfd_create("empty", MFD_CLOEXEC);
 	char *f = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0); /* size 0 */
-	struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO};
+	struct sigaction sa = {.sa_sigaction = on_caught, .sa_flags = SA_SIGINFO};
 	struct pk_watch *w;
 	extern char movs_insn[];
 
@@ -598,15 +587,15 @@ START_TEST(sigbus_of_the_copy_reaches_program)
 	sigaction(SIGBUS, &sa, NULL); /* before the watch: the library chains to it */
 	w = page_watch(p + 8, 8, PK_WATCH_RW, rec_cb, r);
 	alarm(20);
-	if (!sigsetjmp(bus_jb, 1)) {
+	if (!sigsetjmp(caught.jb, 1)) {
 		void *src = p + 8, *dst = f;
 
 		__asm__ volatile("movs_insn: movsq" : "+S"(src), "+D"(dst)::"memory");
 		ck_abort_msg("no SIGBUS");
 	}
-	ck_assert_int_eq(bus_code, BUS_ADRERR);
-	ck_assert_uint_eq(bus_ip, (uintptr_t)movs_insn); /* not a copy of it */
-	ck_assert_uint_eq(bus_addr, (uintptr_t)f);
+	ck_assert_int_eq(caught.code, BUS_ADRERR);
+	ck_assert_uint_eq(caught.ip, (uintptr_t)movs_insn); /* not a copy of it */
+	ck_assert_uint_eq(caught.addr, (uintptr_t)f);
 	ck_assert_int_eq(atomic_load(&r->n), 0); /* it did not complete */
 	store8(p + 8, 4);			 /* the region is not left locked */
 	ck_assert_uint_eq(load8(p + 8), 4);
@@ -622,24 +611,11 @@ END_TEST
  * SIGFPE (FPE_FLTDIV) reaches the program's handler at the instruction
  * itself, its address the instruction's.
  */
-static volatile uintptr_t fltdiv_addr;
-
-static void on_fltdiv(int sig, siginfo_t *si, void *ucv)
-{
-	ucontext_t *uc = ucv;
-
-	(void)sig;
-	fpe_code = si->si_code;
-	fltdiv_addr = (uintptr_t)si->si_addr;
-	fpe_ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-	siglongjmp(fpe_jb, 1);
-}
-
 START_TEST(float_exception_of_the_copy_reaches_program)
 {
 	char *p = map_pages(1);
 	struct rec *r = calloc(1, sizeof(*r));
-	struct sigaction sa = {.sa_sigaction = on_fltdiv, .sa_flags = SA_SIGINFO};
+	struct sigaction sa = {.sa_sigaction = on_caught, .sa_flags = SA_SIGINFO};
 	double *zero = (double *)(p + 64);
 	struct pk_watch *w;
 	unsigned int mxcsr = 0x1f80 & ~(1u << 9); /* divide-by-zero unmasked */
@@ -648,7 +624,7 @@ START_TEST(float_exception_of_the_copy_reaches_program)
 	sigaction(SIGFPE, &sa, NULL); /* before the watch: the library chains to it */
 	w = page_watch(zero, 8, PK_WATCH_RW, rec_cb, r);
 	alarm(20);
-	if (!sigsetjmp(fpe_jb, 1)) {
+	if (!sigsetjmp(caught.jb, 1)) {
 		double x = 1.0;
 
 		__asm__ volatile("ldmxcsr %1\n"
@@ -660,9 +636,9 @@ START_TEST(float_exception_of_the_copy_reaches_program)
 	}
 	mxcsr = 0x1f80;
 	__asm__ volatile("ldmxcsr %0" ::"m"(mxcsr));
-	ck_assert_int_eq(fpe_code, FPE_FLTDIV);
-	ck_assert_uint_eq(fpe_ip, (uintptr_t)divsd_insn);
-	ck_assert_uint_eq(fltdiv_addr, (uintptr_t)divsd_insn);
+	ck_assert_int_eq(caught.code, FPE_FLTDIV);
+	ck_assert_uint_eq(caught.ip, (uintptr_t)divsd_insn);
+	ck_assert_uint_eq(caught.addr, (uintptr_t)divsd_insn);
 	store8(p + 64, 3); /* the region is not left locked */
 	ck_assert_uint_eq(load8(p + 64), 3);
 	pk_watch_remove(w);

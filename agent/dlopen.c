@@ -1076,9 +1076,9 @@ static int start_site(const struct pki_site *s, void *ctx)
 	if (s->obj == st->last)
 		return 0;
 	st->last = s->obj;
+	/* Loaded (or read anew) after the pick: trace.c's ops has none of it. */
 	if (s->obj->serial > st->picked) {
-		st->left =
-		    true; /* loaded (or read anew) after the pick: trace.c's ops has none of it */
+		st->left = true;
 		return 0;
 	}
 	d = __dlo_new(s->obj->path, s->obj->base);
